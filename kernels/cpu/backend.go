@@ -1,0 +1,93 @@
+package cpu
+
+import (
+	"errors"
+	"sync"
+
+	"github.com/esper-go/esper/kernels"
+	"github.com/esper-go/esper/tensor"
+)
+
+// Backend is the CPU implementation of kernels.Backend. The zero value is
+// not used; call Default.
+type Backend struct {
+	mu  sync.Mutex
+	rec *graph // non-nil while capturing
+}
+
+var def = &Backend{}
+
+func init() { kernels.Register(def) }
+
+// Default returns the process-wide CPU backend.
+func Default() *Backend { return def }
+
+var _ kernels.Backend = (*Backend)(nil)
+
+// Name implements kernels.Backend.
+func (b *Backend) Name() string { return "cpu" }
+
+// Device implements kernels.Backend.
+func (b *Backend) Device() tensor.Device { return tensor.CPU }
+
+// launch runs f now, or records it while a capture is in progress.
+func (b *Backend) launch(f func()) {
+	if r := b.rec; r != nil {
+		r.launches = append(r.launches, f)
+		return
+	}
+	f()
+}
+
+// graph is the CPU capture: the launches in order, each a closure over
+// static buffers.
+type graph struct{ launches []func() }
+
+func (g *graph) Replay() {
+	for _, f := range g.launches {
+		f()
+	}
+}
+
+func (g *graph) Len() int { return len(g.launches) }
+
+// ErrCaptureActive is returned by BeginCapture when a capture is running.
+var ErrCaptureActive = errors.New("cpu: a capture is already in progress")
+
+// ErrNoCapture is returned by EndCapture without a BeginCapture.
+var ErrNoCapture = errors.New("cpu: no capture in progress")
+
+// BeginCapture implements kernels.Backend. Capture is process-wide on the
+// CPU backend: eager work issued from other goroutines during a capture
+// would be recorded too, so capture from one goroutine at a time.
+func (b *Backend) BeginCapture() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.rec != nil {
+		return ErrCaptureActive
+	}
+	b.rec = &graph{}
+	return nil
+}
+
+// EndCapture implements kernels.Backend.
+func (b *Backend) EndCapture() (kernels.Graph, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.rec == nil {
+		return nil, ErrNoCapture
+	}
+	g := b.rec
+	b.rec = nil
+	return g, nil
+}
+
+// Capturing implements kernels.Backend.
+func (b *Backend) Capturing() bool { return b.rec != nil }
+
+// Synchronize implements kernels.Backend; CPU launches are synchronous.
+func (b *Backend) Synchronize() error { return nil }
+
+// SetMatmulPrecision implements kernels.Backend; the CPU always computes
+// F32 matmuls in fp32.
+func (b *Backend) SetMatmulPrecision(kernels.Precision) {}

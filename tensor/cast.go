@@ -1,0 +1,89 @@
+package tensor
+
+import (
+	"math"
+
+	"github.com/x448/float16"
+)
+
+// F32ToBF16 rounds a float32 to bfloat16 bits with round-to-nearest-even.
+// NaN stays NaN (quiet), infinities stay infinite.
+func F32ToBF16(f float32) uint16 {
+	b := math.Float32bits(f)
+	if b&0x7fffffff > 0x7f800000 { // NaN: keep sign, force a quiet payload
+		return uint16(b>>16) | 0x40
+	}
+	// Add 0x7fff plus the lowest kept bit, so ties go to even.
+	b += 0x7fff + (b>>16)&1
+	return uint16(b >> 16)
+}
+
+// BF16ToF32 widens bfloat16 bits to float32 exactly.
+func BF16ToF32(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }
+
+// F32ToF16 rounds a float32 to IEEE half-precision bits (nearest-even).
+func F32ToF16(f float32) uint16 { return uint16(float16.Fromfloat32(f)) }
+
+// F16ToF32 widens half-precision bits to float32 exactly.
+func F16ToF32(h uint16) float32 { return float16.Frombits(h).Float32() }
+
+// Cast returns a contiguous copy of t converted to dtype (t itself when the
+// dtype already matches and t is contiguous). Float to integer conversion
+// truncates toward zero; to Bool maps non-zero to true. CPU only.
+func (t *Tensor) Cast(d DType) *Tensor {
+	if d == t.DType() && t.IsContiguous() {
+		return t
+	}
+	out := Empty(d, t.shape...)
+	CopyInto(out, t)
+	return out
+}
+
+// Contiguous returns t when it is contiguous, else a packed copy.
+func (t *Tensor) Contiguous() *Tensor {
+	if t.IsContiguous() {
+		return t
+	}
+	return t.Clone()
+}
+
+// Clone returns a contiguous copy with its own storage.
+func (t *Tensor) Clone() *Tensor {
+	out := Empty(t.DType(), t.shape...)
+	CopyInto(out, t)
+	return out
+}
+
+// CopyInto copies src into dst element by element in row-major order,
+// converting dtypes. Shapes must have the same number of elements; both
+// may be strided views. CPU only; kernels provide the fast device copy.
+func CopyInto(dst, src *Tensor) {
+	if dst.Numel() != src.Numel() {
+		panic("tensor: CopyInto from shape " + ShapeString(src.shape) + " into shape " + ShapeString(dst.shape))
+	}
+	if dst.DType() == src.DType() && dst.IsContiguous() && src.IsContiguous() {
+		sz := dst.DType().Size()
+		copy(dst.storage.Bytes()[dst.offset*sz:(dst.offset+dst.Numel())*sz], src.storage.Bytes()[src.offset*sz:(src.offset+src.Numel())*sz])
+		return
+	}
+	if dst.DType() == F32 && src.DType() == BF16 && dst.IsContiguous() && src.IsContiguous() {
+		d, s := dst.F32(), src.U16()
+		for i, v := range s {
+			d[i] = BF16ToF32(v)
+		}
+		return
+	}
+	if dst.DType() == BF16 && src.DType() == F32 && dst.IsContiguous() && src.IsContiguous() {
+		d, s := dst.U16(), src.F32()
+		for i, v := range s {
+			d[i] = F32ToBF16(v)
+		}
+		return
+	}
+	di := dst.StorageIndices()
+	k := 0
+	src.each(func(i int) {
+		dst.storage.set(di[k], src.storage.get(i))
+		k++
+	})
+}

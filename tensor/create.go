@@ -1,0 +1,176 @@
+package tensor
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+)
+
+// Empty allocates a contiguous CPU tensor. CPU storage is zeroed, so Empty
+// and Zeros only differ in intent: Empty says the contents will be
+// overwritten.
+func Empty(d DType, shape ...int) *Tensor {
+	for _, s := range shape {
+		if s < 0 {
+			panic(fmt.Sprintf("tensor: negative dimension in shape %v", shape))
+		}
+	}
+	return &Tensor{shape: append([]int(nil), shape...), strides: ContiguousStrides(shape), storage: NewStorage(d, Numel(shape))}
+}
+
+// EmptyOn allocates a contiguous tensor on device dev.
+func EmptyOn(dev Device, d DType, shape ...int) (*Tensor, error) {
+	if dev.IsCPU() {
+		return Empty(d, shape...), nil
+	}
+	s, err := NewDeviceStorage(d, Numel(shape), dev)
+	if err != nil {
+		return nil, err
+	}
+	return &Tensor{shape: append([]int(nil), shape...), strides: ContiguousStrides(shape), storage: s}, nil
+}
+
+// EmptyLike allocates a contiguous tensor with t's dtype, shape and device.
+func EmptyLike(t *Tensor) *Tensor {
+	if t.Device().IsCPU() {
+		return Empty(t.DType(), t.shape...)
+	}
+	out, err := EmptyOn(t.Device(), t.DType(), t.shape...)
+	if err != nil {
+		panic(err)
+	}
+	return out
+}
+
+// Zeros allocates a zero-filled CPU tensor.
+func Zeros(d DType, shape ...int) *Tensor { return Empty(d, shape...) }
+
+// Ones allocates a CPU tensor filled with one.
+func Ones(d DType, shape ...int) *Tensor { return Full(d, 1, shape...) }
+
+// Full allocates a CPU tensor filled with v.
+func Full(d DType, v float64, shape ...int) *Tensor {
+	t := Empty(d, shape...)
+	t.Fill(v)
+	return t
+}
+
+// Scalar allocates a rank-0 CPU tensor holding v.
+func Scalar(d DType, v float64) *Tensor { return Full(d, v) }
+
+// Fill sets every element to v (CPU only; views are filled in place).
+func (t *Tensor) Fill(v float64) {
+	if t.IsContiguous() {
+		switch t.DType() {
+		case F64:
+			s := t.F64()
+			for i := range s {
+				s[i] = v
+			}
+			return
+		case F32:
+			s := t.F32()
+			f := float32(v)
+			for i := range s {
+				s[i] = f
+			}
+			return
+		}
+	}
+	t.each(func(i int) { t.storage.set(i, v) })
+}
+
+// FromSlice copies data into a new CPU tensor of the given shape (shape
+// [len(data)] when omitted). The dtype follows T: float64→F64,
+// float32→F32, int32→I32, int64→I64, bool→Bool; use FromFloat64s for
+// BF16/F16.
+func FromSlice[T float64 | float32 | int32 | int64 | bool](data []T, shape ...int) *Tensor {
+	if len(shape) == 0 {
+		shape = []int{len(data)}
+	}
+	if Numel(shape) != len(data) {
+		panic(fmt.Sprintf("tensor: FromSlice of %d elements into shape %v", len(data), shape))
+	}
+	var z T
+	var d DType
+	switch any(z).(type) {
+	case float64:
+		d = F64
+	case float32:
+		d = F32
+	case int32:
+		d = I32
+	case int64:
+		d = I64
+	case bool:
+		d = Bool
+	}
+	t := Empty(d, shape...)
+	copy(Data[T](t), data)
+	return t
+}
+
+// FromFloat64s builds a CPU tensor of any dtype from float64 values.
+func FromFloat64s(d DType, data []float64, shape ...int) *Tensor {
+	if len(shape) == 0 {
+		shape = []int{len(data)}
+	}
+	if Numel(shape) != len(data) {
+		panic(fmt.Sprintf("tensor: FromFloat64s of %d elements into shape %v", len(data), shape))
+	}
+	t := Empty(d, shape...)
+	for i, v := range data {
+		t.storage.set(i, v)
+	}
+	return t
+}
+
+// Arange returns [start, start+step, ...) up to (not including) stop.
+func Arange(d DType, start, stop, step float64) *Tensor {
+	if step == 0 || (stop-start)/step < 0 {
+		panic(fmt.Sprintf("tensor: Arange(%v, %v, %v) is empty or infinite", start, stop, step))
+	}
+	n := int(math.Ceil((stop - start) / step))
+	t := Empty(d, n)
+	for i := 0; i < n; i++ {
+		t.storage.set(i, start+float64(i)*step)
+	}
+	return t
+}
+
+// NewRNG returns a deterministic random source for a seed. All randomness
+// in Esper-Go takes such an explicit source.
+func NewRNG(seed uint64) *rand.Rand {
+	return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+}
+
+// Uniform returns a CPU tensor with elements drawn uniformly from [lo, hi).
+func Uniform(rng *rand.Rand, d DType, lo, hi float64, shape ...int) *Tensor {
+	t := Empty(d, shape...)
+	n := t.Numel()
+	for i := 0; i < n; i++ {
+		t.storage.set(i, lo+(hi-lo)*rng.Float64())
+	}
+	return t
+}
+
+// Normal returns a CPU tensor with elements drawn from N(mean, std²).
+func Normal(rng *rand.Rand, d DType, mean, std float64, shape ...int) *Tensor {
+	t := Empty(d, shape...)
+	n := t.Numel()
+	for i := 0; i < n; i++ {
+		t.storage.set(i, mean+std*rng.NormFloat64())
+	}
+	return t
+}
+
+// RandInt returns an I64 CPU tensor with elements drawn uniformly from
+// [0, n).
+func RandInt(rng *rand.Rand, n int, shape ...int) *Tensor {
+	t := Empty(I64, shape...)
+	s := t.I64()
+	for i := range s {
+		s[i] = int64(rng.IntN(n))
+	}
+	return t
+}

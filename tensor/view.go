@@ -1,0 +1,199 @@
+package tensor
+
+import "fmt"
+
+// Reshape returns a tensor with the same elements and a new shape. One
+// dimension may be -1 and is inferred. A contiguous tensor gives a view
+// sharing storage; a non-contiguous one gives a contiguous copy.
+func (t *Tensor) Reshape(shape ...int) *Tensor {
+	shape = InferShape(t.Numel(), shape, "Reshape", t.shape)
+	if !t.IsContiguous() {
+		return t.Contiguous().Reshape(shape...)
+	}
+	return &Tensor{shape: shape, strides: ContiguousStrides(shape), offset: t.offset, storage: t.storage}
+}
+
+// InferShape resolves a single -1 in shape for n elements, panicking with
+// op and the source shape in the message when impossible.
+func InferShape(n int, shape []int, op string, from []int) []int {
+	out := append([]int(nil), shape...)
+	neg := -1
+	known := 1
+	for i, d := range out {
+		switch {
+		case d == -1 && neg < 0:
+			neg = i
+		case d < 0:
+			panic(fmt.Sprintf("tensor: %s from %v to %v: invalid dimension %d", op, from, shape, d))
+		default:
+			known *= d
+		}
+	}
+	if neg >= 0 {
+		if known == 0 || n%known != 0 {
+			panic(fmt.Sprintf("tensor: %s from %v to %v: cannot infer -1", op, from, shape))
+		}
+		out[neg] = n / known
+		known *= out[neg]
+	}
+	if known != n {
+		panic(fmt.Sprintf("tensor: %s from %v to %v: element counts differ (%d vs %d)", op, from, shape, n, known))
+	}
+	return out
+}
+
+// Narrow returns the view of elements start..start+length-1 along axis.
+func (t *Tensor) Narrow(axis, start, length int) *Tensor {
+	a := t.Axis(axis)
+	if start < 0 || length < 0 || start+length > t.shape[a] {
+		panic(fmt.Sprintf("tensor: Narrow(axis %d, start %d, length %d) out of range for shape %v", axis, start, length, t.shape))
+	}
+	shape := append([]int(nil), t.shape...)
+	shape[a] = length
+	return &Tensor{shape: shape, strides: append([]int(nil), t.strides...), offset: t.offset + start*t.strides[a], storage: t.storage}
+}
+
+// Slice returns the view of indices [start, end) along axis.
+func (t *Tensor) Slice(axis, start, end int) *Tensor { return t.Narrow(axis, start, end-start) }
+
+// Select returns the view at index i along axis, with that axis removed.
+func (t *Tensor) Select(axis, i int) *Tensor {
+	a := t.Axis(axis)
+	v := t.Narrow(a, i, 1)
+	return v.Squeeze(a)
+}
+
+// Permute returns a strided view with the axes reordered: result axis i is
+// source axis dims[i]. No data moves; call Contiguous for a packed copy.
+func (t *Tensor) Permute(dims ...int) *Tensor {
+	if len(dims) != len(t.shape) {
+		panic(fmt.Sprintf("tensor: Permute%v of shape %v: wrong number of axes", dims, t.shape))
+	}
+	seen := make([]bool, len(dims))
+	shape := make([]int, len(dims))
+	strides := make([]int, len(dims))
+	for i, d := range dims {
+		d = t.Axis(d)
+		if seen[d] {
+			panic(fmt.Sprintf("tensor: Permute%v of shape %v: repeated axis", dims, t.shape))
+		}
+		seen[d] = true
+		shape[i] = t.shape[d]
+		strides[i] = t.strides[d]
+	}
+	return &Tensor{shape: shape, strides: strides, offset: t.offset, storage: t.storage}
+}
+
+// Transpose swaps two axes (a strided view).
+func (t *Tensor) Transpose(a, b int) *Tensor {
+	dims := make([]int, len(t.shape))
+	for i := range dims {
+		dims[i] = i
+	}
+	a, b = t.Axis(a), t.Axis(b)
+	dims[a], dims[b] = dims[b], dims[a]
+	return t.Permute(dims...)
+}
+
+// T transposes the last two axes.
+func (t *Tensor) T() *Tensor { return t.Transpose(-2, -1) }
+
+// Squeeze removes the given axes, which must have size 1; with no axes it
+// removes every size-1 axis.
+func (t *Tensor) Squeeze(axes ...int) *Tensor {
+	drop := make([]bool, len(t.shape))
+	if len(axes) == 0 {
+		for i, d := range t.shape {
+			drop[i] = d == 1
+		}
+	}
+	for _, a := range axes {
+		a = t.Axis(a)
+		if t.shape[a] != 1 {
+			panic(fmt.Sprintf("tensor: Squeeze axis %d of shape %v has size %d", a, t.shape, t.shape[a]))
+		}
+		drop[a] = true
+	}
+	var shape, strides []int
+	for i := range t.shape {
+		if !drop[i] {
+			shape = append(shape, t.shape[i])
+			strides = append(strides, t.strides[i])
+		}
+	}
+	return &Tensor{shape: shape, strides: strides, offset: t.offset, storage: t.storage}
+}
+
+// Unsqueeze inserts a size-1 axis at position axis (0..Rank()).
+func (t *Tensor) Unsqueeze(axis int) *Tensor {
+	r := len(t.shape)
+	if axis < 0 {
+		axis += r + 1
+	}
+	if axis < 0 || axis > r {
+		panic(fmt.Sprintf("tensor: Unsqueeze axis %d out of range for shape %v", axis, t.shape))
+	}
+	st := 1
+	if axis < r {
+		st = t.strides[axis] * t.shape[axis]
+	}
+	shape := append(append(append([]int(nil), t.shape[:axis]...), 1), t.shape[axis:]...)
+	strides := append(append(append([]int(nil), t.strides[:axis]...), st), t.strides[axis:]...)
+	return &Tensor{shape: shape, strides: strides, offset: t.offset, storage: t.storage}
+}
+
+// Expand returns a broadcast view of t with the given shape: size-1 axes
+// (and missing leading axes) get stride 0. Writing through an expanded
+// view is undefined.
+func (t *Tensor) Expand(shape ...int) *Tensor {
+	if len(shape) < len(t.shape) {
+		panic(fmt.Sprintf("tensor: Expand of shape %v to lower rank %v", t.shape, shape))
+	}
+	lead := len(shape) - len(t.shape)
+	strides := make([]int, len(shape))
+	for i := range shape {
+		if i < lead {
+			continue
+		}
+		src := t.shape[i-lead]
+		switch {
+		case src == shape[i]:
+			strides[i] = t.strides[i-lead]
+		case src == 1:
+			strides[i] = 0
+		default:
+			panic(fmt.Sprintf("tensor: Expand of shape %v to %v: axis %d has size %d", t.shape, shape, i, src))
+		}
+	}
+	return &Tensor{shape: append([]int(nil), shape...), strides: strides, offset: t.offset, storage: t.storage}
+}
+
+// Flatten reshapes to [Numel()].
+func (t *Tensor) Flatten() *Tensor { return t.Reshape(t.Numel()) }
+
+// BroadcastShapes returns the broadcast of two shapes under NumPy rules,
+// or an error naming both.
+func BroadcastShapes(a, b []int) ([]int, error) {
+	n := max(len(a), len(b))
+	out := make([]int, n)
+	for i := 0; i < n; i++ {
+		da, db := 1, 1
+		if j := i - (n - len(a)); j >= 0 {
+			da = a[j]
+		}
+		if j := i - (n - len(b)); j >= 0 {
+			db = b[j]
+		}
+		switch {
+		case da == db:
+			out[i] = da
+		case da == 1:
+			out[i] = db
+		case db == 1:
+			out[i] = da
+		default:
+			return nil, fmt.Errorf("shapes %v and %v do not broadcast", a, b)
+		}
+	}
+	return out, nil
+}
