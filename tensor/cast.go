@@ -61,6 +61,9 @@ func CopyInto(dst, src *Tensor) {
 	if dst.Numel() != src.Numel() {
 		panic("tensor: CopyInto from shape " + ShapeString(src.shape) + " into shape " + ShapeString(dst.shape))
 	}
+	if dst.Numel() == 0 {
+		return
+	}
 	if dst.DType() == src.DType() && dst.IsContiguous() && src.IsContiguous() {
 		sz := dst.DType().Size()
 		copy(dst.storage.Bytes()[dst.offset*sz:(dst.offset+dst.Numel())*sz], src.storage.Bytes()[src.offset*sz:(src.offset+src.Numel())*sz])
@@ -80,10 +83,49 @@ func CopyInto(dst, src *Tensor) {
 		}
 		return
 	}
+	dst.storage.mustHost("CopyInto")
+	src.storage.mustHost("CopyInto")
+	// Same dtype, or integer to integer: copy exactly. Going through
+	// float64 would lose int64 values beyond 2^53.
+	if dst.DType() == src.DType() {
+		switch dst.DType() {
+		case F64:
+			copySame[float64](dst, src)
+		case F32:
+			copySame[float32](dst, src)
+		case BF16, F16:
+			copySame[uint16](dst, src)
+		case I32:
+			copySame[int32](dst, src)
+		case I64:
+			copySame[int64](dst, src)
+		case Bool:
+			copySame[bool](dst, src)
+		}
+		return
+	}
+	di := dst.StorageIndices()
+	k := 0
+	switch {
+	case dst.DType() == I64 && src.DType() == I32:
+		d, s := StorageData[int64](dst.storage), StorageData[int32](src.storage)
+		src.each(func(i int) { d[di[k]] = int64(s[i]); k++ })
+	case dst.DType() == I32 && src.DType() == I64:
+		d, s := StorageData[int32](dst.storage), StorageData[int64](src.storage)
+		src.each(func(i int) { d[di[k]] = int32(s[i]); k++ }) // wraps, like a C cast
+	default:
+		src.each(func(i int) { dst.storage.set(di[k], src.storage.get(i)); k++ })
+	}
+}
+
+// copySame copies src into dst (same dtype, any strides) in row-major
+// order without a detour through float64.
+func copySame[T Elem](dst, src *Tensor) {
+	d, s := StorageData[T](dst.storage), StorageData[T](src.storage)
 	di := dst.StorageIndices()
 	k := 0
 	src.each(func(i int) {
-		dst.storage.set(di[k], src.storage.get(i))
+		d[di[k]] = s[i]
 		k++
 	})
 }

@@ -127,8 +127,8 @@ func FromFloat64s(d DType, data []float64, shape ...int) *Tensor {
 
 // Arange returns [start, start+step, ...) up to (not including) stop.
 func Arange(d DType, start, stop, step float64) *Tensor {
-	if step == 0 || (stop-start)/step < 0 {
-		panic(fmt.Sprintf("tensor: Arange(%v, %v, %v) is empty or infinite", start, stop, step))
+	if step == 0 || !((stop-start)/step >= 0) || math.IsInf((stop-start)/step, 0) {
+		panic(fmt.Sprintf("tensor: Arange(%v, %v, %v): want a non-zero step pointing from start to stop and finite bounds", start, stop, step))
 	}
 	n := int(math.Ceil((stop - start) / step))
 	t := Empty(d, n)
@@ -167,6 +167,9 @@ func Normal(rng *rand.Rand, d DType, mean, std float64, shape ...int) *Tensor {
 // RandInt returns an I64 CPU tensor with elements drawn uniformly from
 // [0, n).
 func RandInt(rng *rand.Rand, n int, shape ...int) *Tensor {
+	if n <= 0 {
+		panic(fmt.Sprintf("tensor: RandInt with bound %d (want n > 0)", n))
+	}
 	t := Empty(I64, shape...)
 	s := t.I64()
 	for i := range s {

@@ -7,13 +7,10 @@ import (
 )
 
 // ToDense copies t into a gorgonia.org/tensor Dense with the matching Go
-// element type (BF16 and F16 become float32). CPU only.
+// element type (BF16 and F16 become float32). A rank-0 tensor becomes a
+// scalar Dense (shape ()). CPU only.
 func ToDense(t *Tensor) *gt.Dense {
 	c := t.Contiguous()
-	shape := append([]int(nil), t.shape...)
-	if len(shape) == 0 {
-		shape = []int{1}
-	}
 	var backing any
 	switch t.DType() {
 	case F64:
@@ -31,35 +28,70 @@ func ToDense(t *Tensor) *gt.Dense {
 	default:
 		panic(fmt.Sprintf("tensor: ToDense of dtype %v", t.DType()))
 	}
-	return gt.New(gt.WithShape(shape...), gt.WithBacking(backing))
+	return gt.New(gt.WithShape(t.shape...), gt.WithBacking(backing))
+}
+
+// denseDTypes maps the gorgonia element types FromDense accepts.
+var denseDTypes = map[gt.Dtype]DType{
+	gt.Float64: F64,
+	gt.Float32: F32,
+	gt.Int32:   I32,
+	gt.Int64:   I64,
+	gt.Bool:    Bool,
 }
 
 // FromDense copies a gorgonia.org/tensor Dense into a new CPU tensor. The
 // supported element types are float64, float32, int32, int64 and bool.
+// Views (transposed or sliced Denses) are copied in their logical
+// row-major order; a scalar Dense becomes a rank-0 tensor.
 func FromDense(d *gt.Dense) (*Tensor, error) {
-	shape := append([]int(nil), d.Shape()...)
+	dt, ok := denseDTypes[d.Dtype()]
+	if !ok {
+		return nil, fmt.Errorf("tensor: FromDense: unsupported element type %v", d.Dtype())
+	}
 	if !d.IsNativelyAccessible() {
 		return nil, fmt.Errorf("tensor: FromDense: dense tensor is not in host memory")
+	}
+	shape := append([]int(nil), d.Shape()...)
+	if d.IsScalar() {
+		shape = nil
+	}
+	out := Empty(dt, shape...)
+	if out.Numel() == 0 {
+		// gorgonia's Data panics on an empty Dense; there is nothing to copy.
+		return out, nil
 	}
 	src := d
 	if !d.DataOrder().IsRowMajor() || d.RequiresIterator() {
 		src = d.Materialize().(*gt.Dense)
 	}
+	var n int
 	switch data := src.Data().(type) {
 	case []float64:
-		return FromSlice(append([]float64(nil), data...), shape...), nil
+		n = copy(out.F64(), data)
 	case []float32:
-		return FromSlice(append([]float32(nil), data...), shape...), nil
+		n = copy(out.F32(), data)
 	case []int32:
-		return FromSlice(append([]int32(nil), data...), shape...), nil
+		n = copy(out.I32(), data)
 	case []int64:
-		return FromSlice(append([]int64(nil), data...), shape...), nil
+		n = copy(out.I64(), data)
 	case []bool:
-		return FromSlice(append([]bool(nil), data...), shape...), nil
+		n = copy(out.Bools(), data)
 	case float64:
-		return FromSlice([]float64{data}, shape...), nil
+		out.F64()[0], n = data, 1
 	case float32:
-		return FromSlice([]float32{data}, shape...), nil
+		out.F32()[0], n = data, 1
+	case int32:
+		out.I32()[0], n = data, 1
+	case int64:
+		out.I64()[0], n = data, 1
+	case bool:
+		out.Bools()[0], n = data, 1
+	default:
+		return nil, fmt.Errorf("tensor: FromDense: unexpected data %T for element type %v", data, d.Dtype())
 	}
-	return nil, fmt.Errorf("tensor: FromDense: unsupported element type %v", d.Dtype())
+	if n != out.Numel() {
+		return nil, fmt.Errorf("tensor: FromDense: dense of shape %v holds %d elements, want %d", d.Shape(), n, out.Numel())
+	}
+	return out, nil
 }

@@ -23,13 +23,18 @@ func New(s *Storage, shape, strides []int, offset int) *Tensor {
 	if len(shape) != len(strides) {
 		panic(fmt.Sprintf("tensor: New with shape %v and strides %v of different rank", shape, strides))
 	}
+	// Check signs before the element count: with an odd number of
+	// negative dimensions the count is negative and the bounds check
+	// below would be skipped.
+	for _, d := range shape {
+		if d < 0 {
+			panic(fmt.Sprintf("tensor: New with negative dimension in shape %v", shape))
+		}
+	}
 	t := &Tensor{shape: append([]int(nil), shape...), strides: append([]int(nil), strides...), offset: offset, storage: s}
 	if n := t.Numel(); n > 0 {
 		lo, hi := offset, offset
 		for i, d := range shape {
-			if d < 0 {
-				panic(fmt.Sprintf("tensor: New with negative dimension in shape %v", shape))
-			}
 			st := strides[i] * (d - 1)
 			if st < 0 {
 				lo += st
@@ -91,13 +96,14 @@ func (t *Tensor) Dim(i int) int { return t.shape[t.Axis(i)] }
 // Axis normalises a possibly negative axis, panicking when out of range.
 func (t *Tensor) Axis(i int) int {
 	r := len(t.shape)
-	if i < 0 {
-		i += r
+	a := i
+	if a < 0 {
+		a += r
 	}
-	if i < 0 || i >= r {
+	if a < 0 || a >= r {
 		panic(fmt.Sprintf("tensor: axis %d out of range for shape %v", i, t.shape))
 	}
-	return i
+	return a
 }
 
 // Numel returns the number of elements.
@@ -107,8 +113,12 @@ func (t *Tensor) Numel() int { return Numel(t.shape) }
 func (t *Tensor) Nbytes() int { return t.Numel() * t.DType().Size() }
 
 // IsContiguous reports whether the elements are laid out row-major without
-// gaps (dimensions of size 1 may have any stride).
+// gaps (dimensions of size 1 may have any stride). A tensor without
+// elements is contiguous whatever its strides, as in PyTorch.
 func (t *Tensor) IsContiguous() bool {
+	if t.Numel() == 0 {
+		return true
+	}
 	acc := 1
 	for i := len(t.shape) - 1; i >= 0; i-- {
 		if t.shape[i] != 1 && t.strides[i] != acc {
@@ -155,6 +165,11 @@ func Data[T Elem](t *Tensor) []T {
 		panic(fmt.Sprintf("tensor: Data of non-contiguous tensor shape %v strides %v (call Contiguous first)", t.shape, t.strides))
 	}
 	all := StorageData[T](t.storage)
+	if t.Numel() == 0 {
+		// The offset of an empty view may lie at or past the end of
+		// its storage (a zero-length Narrow at the end).
+		return all[:0:0]
+	}
 	return all[t.offset : t.offset+t.Numel()]
 }
 

@@ -57,9 +57,17 @@ func (t *Tensor) Narrow(axis, start, length int) *Tensor {
 func (t *Tensor) Slice(axis, start, end int) *Tensor { return t.Narrow(axis, start, end-start) }
 
 // Select returns the view at index i along axis, with that axis removed.
+// A negative i counts from the end of the axis.
 func (t *Tensor) Select(axis, i int) *Tensor {
 	a := t.Axis(axis)
-	v := t.Narrow(a, i, 1)
+	j := i
+	if j < 0 {
+		j += t.shape[a]
+	}
+	if j < 0 || j >= t.shape[a] {
+		panic(fmt.Sprintf("tensor: Select(axis %d, index %d) out of range for shape %v", axis, i, t.shape))
+	}
+	v := t.Narrow(a, j, 1)
 	return v.Squeeze(a)
 }
 
@@ -143,21 +151,30 @@ func (t *Tensor) Unsqueeze(axis int) *Tensor {
 }
 
 // Expand returns a broadcast view of t with the given shape: size-1 axes
-// (and missing leading axes) get stride 0. Writing through an expanded
-// view is undefined.
+// (and missing leading axes) get stride 0. As in PyTorch, -1 keeps the
+// size of an existing axis. Writing through an expanded view is undefined.
 func (t *Tensor) Expand(shape ...int) *Tensor {
 	if len(shape) < len(t.shape) {
 		panic(fmt.Sprintf("tensor: Expand of shape %v to lower rank %v", t.shape, shape))
 	}
 	lead := len(shape) - len(t.shape)
+	out := append([]int(nil), shape...)
 	strides := make([]int, len(shape))
-	for i := range shape {
+	for i := range out {
 		if i < lead {
+			if out[i] < 0 {
+				panic(fmt.Sprintf("tensor: Expand of shape %v to %v: new leading axis %d has invalid size %d", t.shape, shape, i, out[i]))
+			}
 			continue
 		}
 		src := t.shape[i-lead]
+		if out[i] == -1 {
+			out[i] = src
+		}
 		switch {
-		case src == shape[i]:
+		case out[i] < 0:
+			panic(fmt.Sprintf("tensor: Expand of shape %v to %v: axis %d has invalid size %d", t.shape, shape, i, out[i]))
+		case src == out[i]:
 			strides[i] = t.strides[i-lead]
 		case src == 1:
 			strides[i] = 0
@@ -165,7 +182,7 @@ func (t *Tensor) Expand(shape ...int) *Tensor {
 			panic(fmt.Sprintf("tensor: Expand of shape %v to %v: axis %d has size %d", t.shape, shape, i, src))
 		}
 	}
-	return &Tensor{shape: append([]int(nil), shape...), strides: strides, offset: t.offset, storage: t.storage}
+	return &Tensor{shape: out, strides: strides, offset: t.offset, storage: t.storage}
 }
 
 // Flatten reshapes to [Numel()].

@@ -8,6 +8,9 @@ import (
 	"github.com/esper-go/esper/tensor"
 )
 
+// T is the tensor type the kernels work on.
+type T = kernels.T
+
 // Backend is the CPU implementation of kernels.Backend. The zero value is
 // not used; call Default.
 type Backend struct {

@@ -1,0 +1,272 @@
+package autograd
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/esper-go/esper/kernels"
+	"github.com/esper-go/esper/tensor"
+)
+
+// StepFunc is a whole step — forward, backward and optimizer — over its
+// inputs. It returns the tensors the caller wants back (a loss, metrics).
+//
+// To be capturable a StepFunc must do all its work through tensor ops:
+// it must not read tensor values on the host (Item, At, F32) and must not
+// change Go state the next step depends on, because a replay runs the
+// recorded launches only, not the Go code. See capture_footguns_test.go.
+type StepFunc func(inputs []*tensor.Tensor) []*tensor.Tensor
+
+// GuardPolicy says what Run does when the inputs do not match any
+// captured graph.
+type GuardPolicy uint8
+
+const (
+	// Recapture warms up and captures a new graph for the new guard key,
+	// keeping at most CacheSize graphs (least recently used evicted).
+	Recapture GuardPolicy = iota
+	// FailOnMismatch returns a *GuardError once a graph exists.
+	FailOnMismatch
+)
+
+// CaptureOptions configures Capture. The zero value warms up once,
+// re-captures on mismatch and caches up to 8 graphs.
+type CaptureOptions struct {
+	// Warmup is the number of eager calls per guard key before capture
+	// (default 1; PyTorch warms up on a side stream for the same reason:
+	// lazily created state such as optimizer buffers must exist first).
+	Warmup int
+	// Policy chooses between re-capturing and failing on a mismatch.
+	Policy GuardPolicy
+	// CacheSize bounds the number of captured graphs (default 8).
+	CacheSize int
+	// Version returns the parameter-set version (optim.Arena.Version);
+	// a change invalidates the guard. Nil means "never changes".
+	Version func() uint64
+	// OnFallback is called once when capture fails and the step falls
+	// back to eager execution for that guard key (telemetry hook).
+	OnFallback func(err error)
+}
+
+// GuardError reports inputs that match no captured graph under
+// FailOnMismatch.
+type GuardError struct {
+	Want, Got string
+}
+
+func (e *GuardError) Error() string {
+	return fmt.Sprintf("autograd: captured step guard mismatch: captured for %s, called with %s", e.Want, e.Got)
+}
+
+// ErrCaptureFailed wraps the reason a capture fell back to eager.
+var ErrCaptureFailed = errors.New("autograd: capture failed, running eagerly")
+
+// Captured is a step under capture/replay: eager warm-up calls, one
+// capture, then replays. Create it with Capture.
+//
+// Replays reuse static buffers: Run copies the inputs into the buffers
+// captured with the graph, replays the launches, and returns the SAME
+// output tensors every time, overwritten by each replay. Copy an output
+// (Clone) to keep it past the next Run.
+type Captured struct {
+	step  StepFunc
+	opt   CaptureOptions
+	cache []*entry // most recently used first
+	last  *entry
+	// Stats for telemetry.
+	captures, replays, eagerCalls int
+}
+
+type entry struct {
+	sig      signature
+	calls    int
+	graph    kernels.Graph
+	backend  kernels.Backend
+	inputs   []*tensor.Tensor // static input buffers
+	outputs  []*tensor.Tensor // static outputs
+	fallback bool
+}
+
+type signature struct {
+	version uint64
+	dtypes  []tensor.DType
+	devs    []tensor.Device
+	shapes  [][]int
+}
+
+// Capture wraps step for capture and replay.
+func Capture(step StepFunc, opt CaptureOptions) *Captured {
+	if opt.Warmup <= 0 {
+		opt.Warmup = 1
+	}
+	if opt.CacheSize <= 0 {
+		opt.CacheSize = 8
+	}
+	return &Captured{step: step, opt: opt}
+}
+
+// CaptureStats counts what Run has done.
+type CaptureStats struct {
+	Captures, Replays, EagerCalls, CachedGraphs int
+}
+
+// Stats returns the counters.
+func (c *Captured) Stats() CaptureStats {
+	return CaptureStats{Captures: c.captures, Replays: c.replays, EagerCalls: c.eagerCalls, CachedGraphs: len(c.cache)}
+}
+
+// Launches returns the number of launches of the most recently used
+// graph (0 when none).
+func (c *Captured) Launches() int {
+	if c.last == nil || c.last.graph == nil {
+		return 0
+	}
+	return c.last.graph.Len()
+}
+
+func (c *Captured) version() uint64 {
+	if c.opt.Version == nil {
+		return 0
+	}
+	return c.opt.Version()
+}
+
+// matches compares inputs with a signature without allocating.
+func (s *signature) matches(v uint64, in []*tensor.Tensor) bool {
+	if s.version != v || len(s.dtypes) != len(in) {
+		return false
+	}
+	for i, t := range in {
+		if t.DType() != s.dtypes[i] || t.Device() != s.devs[i] || !tensor.SameShape(t.Shape(), s.shapes[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func newSignature(v uint64, in []*tensor.Tensor) signature {
+	s := signature{version: v}
+	for _, t := range in {
+		s.dtypes = append(s.dtypes, t.DType())
+		s.devs = append(s.devs, t.Device())
+		s.shapes = append(s.shapes, append([]int(nil), t.Shape()...))
+	}
+	return s
+}
+
+func (s *signature) String() string {
+	parts := make([]string, len(s.dtypes))
+	for i := range s.dtypes {
+		parts[i] = fmt.Sprintf("%v%v@%v", s.dtypes[i], s.shapes[i], s.devs[i])
+	}
+	return fmt.Sprintf("(%s; params v%d)", strings.Join(parts, ", "), s.version)
+}
+
+// Run executes one step: eagerly during warm-up, captured on the call
+// after warm-up (the graph is then replayed once to produce this call's
+// outputs), replayed afterwards. A replay of a matching step allocates
+// nothing, provided the caller passes a slice it keeps (Run(in...)):
+// Go builds a fresh slice for a literal argument list on every call.
+func (c *Captured) Run(inputs ...*tensor.Tensor) ([]*tensor.Tensor, error) {
+	v := c.version()
+	e := c.last
+	if e == nil || !e.sig.matches(v, inputs) {
+		var err error
+		if e, err = c.lookup(v, inputs); err != nil {
+			return nil, err
+		}
+	}
+	e.calls++
+	switch {
+	case e.fallback || e.calls <= c.opt.Warmup:
+		c.eagerCalls++
+		return c.step(inputs), nil
+	case e.graph == nil:
+		if err := c.capture(e, inputs); err != nil {
+			e.fallback = true
+			if c.opt.OnFallback != nil {
+				c.opt.OnFallback(err)
+			}
+			c.eagerCalls++
+			return c.step(inputs), nil
+		}
+		c.captures++
+		fallthrough
+	default:
+		for i, t := range inputs {
+			if t != e.inputs[i] {
+				copyStatic(e.backend, e.inputs[i], t)
+			}
+		}
+		e.graph.Replay()
+		c.replays++
+		return e.outputs, nil
+	}
+}
+
+// lookup finds or creates the cache entry for the inputs.
+func (c *Captured) lookup(v uint64, inputs []*tensor.Tensor) (*entry, error) {
+	for i, e := range c.cache {
+		if e.sig.matches(v, inputs) {
+			copy(c.cache[1:i+1], c.cache[:i])
+			c.cache[0] = e
+			c.last = e
+			return e, nil
+		}
+	}
+	sig := newSignature(v, inputs)
+	if c.opt.Policy == FailOnMismatch && len(c.cache) > 0 && c.cache[0].graph != nil {
+		return nil, &GuardError{Want: c.cache[0].sig.String(), Got: sig.String()}
+	}
+	e := &entry{sig: sig}
+	c.cache = append([]*entry{e}, c.cache...)
+	if len(c.cache) > c.opt.CacheSize {
+		c.cache = c.cache[:c.opt.CacheSize]
+	}
+	c.last = e
+	return e, nil
+}
+
+// capture records the step over fresh static input buffers.
+func (c *Captured) capture(e *entry, inputs []*tensor.Tensor) (err error) {
+	if len(inputs) == 0 {
+		return fmt.Errorf("%w: a captured step needs at least one input tensor (to pick the device)", ErrCaptureFailed)
+	}
+	b, err := kernels.Lookup(inputs[0].Device())
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrCaptureFailed, err)
+	}
+	e.backend = b
+	e.inputs = make([]*tensor.Tensor, len(inputs))
+	for i, t := range inputs {
+		e.inputs[i] = tensor.EmptyLike(t)
+		b.Copy(e.inputs[i], t)
+	}
+	if err := b.BeginCapture(); err != nil {
+		return fmt.Errorf("%w: %v", ErrCaptureFailed, err)
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			_, _ = b.EndCapture()
+			err = fmt.Errorf("%w: step panicked during capture: %v", ErrCaptureFailed, r)
+		}
+	}()
+	outs := c.step(e.inputs)
+	g, err := b.EndCapture()
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrCaptureFailed, err)
+	}
+	e.graph, e.outputs = g, outs
+	return nil
+}
+
+// copyStatic copies an input into its static buffer; contiguous CPU
+// tensors of the same dtype take an allocation-free byte copy.
+func copyStatic(b kernels.Backend, dst, src *tensor.Tensor) {
+	if dst.Device().IsCPU() && src.Device().IsCPU() && dst.DType() == src.DType() && src.IsContiguous() {
+		tensor.CopyInto(dst, src)
+		return
+	}
+	b.Copy(dst, src)
+}

@@ -1,0 +1,193 @@
+package autograd
+
+import (
+	"fmt"
+	"sync/atomic"
+
+	"github.com/esper-go/esper/tensor"
+)
+
+// node records how to push a gradient from one op's output to its inputs.
+type node struct {
+	op     string
+	inputs []*Var
+	// backward maps the output gradient to one gradient per input (nil
+	// where an input needs none). It may allocate: it runs eagerly or
+	// during capture, never during replay.
+	backward func(g *tensor.Tensor) []*tensor.Tensor
+	saved    int // tensors retained for backward (for the statistics)
+}
+
+var (
+	nodesCreated atomic.Int64
+	tensorsSaved atomic.Int64
+)
+
+// Stats counts graph nodes created and tensors saved for backward since
+// the process started (or since ResetStats). Tests use it to prove that
+// NoGrad and InferenceMode record nothing.
+type Stats struct {
+	NodesCreated int64
+	TensorsSaved int64
+}
+
+// ReadStats returns the current counters.
+func ReadStats() Stats {
+	return Stats{NodesCreated: nodesCreated.Load(), TensorsSaved: tensorsSaved.Load()}
+}
+
+// needsGrad reports whether an op over inputs must record a node.
+func needsGrad(inputs ...*Var) bool {
+	if !GradEnabled() {
+		return false
+	}
+	for _, in := range inputs {
+		if in != nil && in.requiresGrad {
+			return true
+		}
+	}
+	return false
+}
+
+// result wraps an op's output. When any input requires a gradient and
+// grad mode is on, it records a node named op whose backward is made by
+// mk; mk runs only then, so tensors it captures are saved only when a
+// backward can happen. saved is the number of tensors mk retains.
+//
+// Every differentiable op calls result with a string literal name; the
+// gradient-check table in ops_gradcheck_test.go must list every such name.
+func result(op string, out *tensor.Tensor, inputs []*Var, saved int, mk func() func(g *tensor.Tensor) []*tensor.Tensor) *Var {
+	v := &Var{Value: out}
+	if !needsGrad(inputs...) {
+		return v
+	}
+	v.requiresGrad = true
+	v.node = &node{op: op, inputs: inputs, backward: mk(), saved: saved}
+	nodesCreated.Add(1)
+	tensorsSaved.Add(int64(saved))
+	return v
+}
+
+// Backward computes the gradient of root with respect to every leaf that
+// requires one and accumulates it into the leaf's Grad. root must hold a
+// single element unless seed is given (one tensor shaped like root).
+func Backward(root *Var, seed ...*tensor.Tensor) {
+	if !root.requiresGrad {
+		panic("autograd: Backward of a Var that does not require grad (no input requires a gradient, or it was computed under NoGrad)")
+	}
+	var g *tensor.Tensor
+	switch {
+	case len(seed) > 0:
+		g = seed[0]
+		if !tensor.SameShape(g.Shape(), root.Shape()) {
+			panic(fmt.Sprintf("autograd: Backward seed shape %v does not match root shape %v", g.Shape(), root.Shape()))
+		}
+	case root.Value.Numel() == 1:
+		g = newLike(root.Value)
+		backendOf(g).Fill(g, 1)
+	default:
+		panic(fmt.Sprintf("autograd: Backward of a non-scalar root of shape %v needs a seed gradient", root.Shape()))
+	}
+
+	order := topoOrder(root)
+	grads := make(map[*Var]*tensor.Tensor, len(order))
+	grads[root] = g
+	for i := len(order) - 1; i >= 0; i-- {
+		v := order[i]
+		gv := grads[v]
+		delete(grads, v)
+		if gv == nil {
+			continue
+		}
+		if v.node == nil {
+			accumulateLeaf(v, gv)
+			continue
+		}
+		if v.retainGrad {
+			accumulateInto(v, gv)
+		}
+		ins := v.node.backward(gv)
+		for j, in := range v.node.inputs {
+			if in == nil || !in.requiresGrad || j >= len(ins) || ins[j] == nil {
+				continue
+			}
+			gi := ins[j]
+			if !tensor.SameShape(gi.Shape(), in.Shape()) {
+				panic(fmt.Sprintf("autograd: backward of %s produced gradient shape %v for input %d of shape %v", v.node.op, gi.Shape(), j, in.Shape()))
+			}
+			if prev, ok := grads[in]; ok {
+				sum := newLike(prev)
+				backendOf(prev).Binary(kernelsAdd, sum, prev, castTo(gi, prev.DType()))
+				grads[in] = sum
+			} else {
+				grads[in] = gi
+			}
+		}
+	}
+}
+
+// topoOrder returns the Vars reachable from root that require gradients,
+// inputs before outputs.
+func topoOrder(root *Var) []*Var {
+	var order []*Var
+	seen := map[*Var]bool{}
+	type frame struct {
+		v    *Var
+		next int
+	}
+	stack := []frame{{v: root}}
+	seen[root] = true
+	for len(stack) > 0 {
+		f := &stack[len(stack)-1]
+		if f.v.node != nil && f.next < len(f.v.node.inputs) {
+			in := f.v.node.inputs[f.next]
+			f.next++
+			if in != nil && in.requiresGrad && !seen[in] {
+				seen[in] = true
+				stack = append(stack, frame{v: in})
+			}
+			continue
+		}
+		order = append(order, f.v)
+		stack = stack[:len(stack)-1]
+	}
+	return order
+}
+
+func accumulateLeaf(v *Var, g *tensor.Tensor) {
+	accumulateInto(v, g)
+	for _, h := range v.hooks {
+		h(v)
+	}
+}
+
+// accumulateInto adds g into v.Grad in place, allocating Grad (in v's
+// dtype) on first use.
+func accumulateInto(v *Var, g *tensor.Tensor) {
+	b := backendOf(g)
+	if v.Grad == nil {
+		v.Grad = newLike(v.Value)
+		b.Copy(v.Grad, g)
+		return
+	}
+	if !tensor.SameShape(v.Grad.Shape(), g.Shape()) {
+		panic(fmt.Sprintf("autograd: gradient of shape %v cannot accumulate into Grad of shape %v (%s)", g.Shape(), v.Grad.Shape(), v.Name))
+	}
+	b.Binary(kernelsAdd, v.Grad, v.Grad, castTo(g, v.Grad.DType()))
+}
+
+// newLike allocates a contiguous tensor with t's dtype, shape and device.
+func newLike(t *tensor.Tensor) *tensor.Tensor { return tensor.EmptyLike(t) }
+
+// castTo returns t converted to dt (t itself when it already matches).
+func castTo(t *tensor.Tensor, dt tensor.DType) *tensor.Tensor {
+	if t.DType() == dt {
+		return t
+	}
+	out, err := tensor.EmptyOn(t.Device(), dt, t.Shape()...)
+	if err != nil {
+		panic(err)
+	}
+	backendOf(t).Copy(out, t)
+	return out
+}

@@ -1,0 +1,96 @@
+package autograd
+
+import (
+	"fmt"
+
+	"github.com/esper-go/esper/kernels"
+	"github.com/esper-go/esper/tensor"
+)
+
+// MatMul returns a·b for rank-2 or batched rank-3 operands; a rank-2
+// operand broadcasts over the other's batch. Under Autocast the operands
+// are cast to the autocast dtype and so is the result.
+func MatMul(a, b *Var) *Var { return MatMulT(a, b, false, false) }
+
+// MatMulT returns op(a)·op(b), where op transposes the last two axes of an
+// operand whose flag is set.
+func MatMulT(a, b *Var, transA, transB bool) *Var {
+	checkFloat("matmul", a, b)
+	matmulShape("matmul", a.Shape(), b.Shape(), transA, transB)
+	p := lowPrecisionInputs(a, b)
+	a, b = p[0], p[1]
+	av, bv := contig(a.Value), contig(b.Value)
+	out := matmulT(av, bv, transA, transB, av.DType())
+	return result("matmul", out, []*Var{a, b}, 2, func() backwardFunc {
+		return func(g *tensor.Tensor) []*tensor.Tensor {
+			g = contig(g)
+			dt := av.DType()
+			var da, db *tensor.Tensor
+			if needs(a) {
+				if !transA {
+					da = matmulT(g, bv, false, !transB, dt) // G·op(B)ᵀ
+				} else {
+					da = matmulT(bv, g, transB, true, dt) // op(B)·Gᵀ
+				}
+				da = sumTo(da, av.Shape())
+			}
+			if needs(b) {
+				if !transB {
+					db = matmulT(av, g, !transA, false, dt) // op(A)ᵀ·G
+				} else {
+					db = matmulT(g, av, true, transA, dt) // Gᵀ·op(A)
+				}
+				db = sumTo(db, bv.Shape())
+			}
+			return []*tensor.Tensor{da, db}
+		}
+	})
+}
+
+// Linear returns x·wᵀ + b for x [..., in], w [out, in] and b [out] (or
+// nil): the leading axes of x are flattened for one matmul and restored
+// in the result [..., out]. Under Autocast all three are cast to the
+// autocast dtype and so is the result.
+func Linear(x, w, b *Var) *Var {
+	checkFloat("linear", x, w, b)
+	xs, ws := x.Shape(), w.Shape()
+	if len(ws) != 2 || len(xs) == 0 || xs[len(xs)-1] != ws[1] {
+		panic(fmt.Sprintf("autograd: linear: input shape %v does not match weight shape %v (want [..., in] and [out, in])", xs, ws))
+	}
+	if b != nil && (len(b.Shape()) != 1 || b.Shape()[0] != ws[0]) {
+		panic(fmt.Sprintf("autograd: linear: bias shape %v does not match weight shape %v", b.Shape(), ws))
+	}
+	p := lowPrecisionInputs(x, w, b)
+	x, w, b = p[0], p[1], p[2]
+	in, nOut := ws[1], ws[0]
+	m := x.Value.Numel() / max(in, 1)
+	x2 := reshapeT(x.Value, m, in)
+	wv := contig(w.Value)
+	out2 := matmulT(x2, wv, false, true, wv.DType())
+	if b != nil {
+		backendOf(out2).Binary(kernels.Add, out2, out2, b.Value)
+	}
+	outShape := append(append([]int(nil), xs[:len(xs)-1]...), nOut)
+	out := out2.Reshape(outShape...)
+	inputs := []*Var{x, w}
+	if b != nil {
+		inputs = append(inputs, b)
+	}
+	return result("linear", out, inputs, 2, func() backwardFunc {
+		return func(g *tensor.Tensor) []*tensor.Tensor {
+			g2 := reshapeT(g, m, nOut)
+			dt := wv.DType()
+			grads := make([]*tensor.Tensor, len(inputs))
+			if needs(x) {
+				grads[0] = matmulT(g2, wv, false, false, dt).Reshape(xs...)
+			}
+			if needs(w) {
+				grads[1] = matmulT(g2, x2, true, false, dt)
+			}
+			if b != nil && needs(b) {
+				grads[2] = reduceKeep(kernels.Sum, g2, []int{0}).Reshape(nOut)
+			}
+			return grads
+		}
+	})
+}

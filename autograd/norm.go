@@ -1,0 +1,203 @@
+package autograd
+
+import (
+	"fmt"
+
+	"github.com/esper-go/esper/tensor"
+)
+
+// The norms compute in the widest dtype of their inputs; under Autocast
+// half inputs are first cast up to F32, so the result is F32. Saved
+// statistics are F32 (F64 for F64 inputs).
+
+// statsDType is the dtype of saved mean/rstd for input dtype dt.
+func statsDType(dt tensor.DType) tensor.DType {
+	if dt == tensor.F64 {
+		return tensor.F64
+	}
+	return tensor.F32
+}
+
+// affineVals returns w and b as contiguous [n] tensors (nil when absent).
+func affineVals(w, b *Var, n int) (wv, bv *tensor.Tensor) {
+	if w != nil {
+		wv = reshapeT(w.Value, n)
+	}
+	if b != nil {
+		bv = reshapeT(b.Value, n)
+	}
+	return wv, bv
+}
+
+// affineInputs lists x, w, b without the nil ones, and reports w's and b's
+// positions (-1 when absent).
+func affineInputs(x, w, b *Var) (in []*Var, wi, bi int) {
+	in = []*Var{x}
+	wi, bi = -1, -1
+	if w != nil {
+		wi = len(in)
+		in = append(in, w)
+	}
+	if b != nil {
+		bi = len(in)
+		in = append(in, b)
+	}
+	return in, wi, bi
+}
+
+// checkAffine panics unless w and b (when non-nil) have shape want.
+func checkAffine(op string, xs []int, w, b *Var, want []int) {
+	for _, v := range []*Var{w, b} {
+		if v != nil && !tensor.SameShape(v.Shape(), want) {
+			panic(fmt.Sprintf("autograd: %s: weight/bias shape %v does not match input shape %v (want %v)", op, v.Shape(), xs, want))
+		}
+	}
+}
+
+// LayerNorm normalises x over its last normDims axes and applies w and b
+// (shaped like those axes; either may be nil).
+func LayerNorm(x, w, b *Var, normDims int, eps float64) *Var {
+	checkFloat("layer_norm", x, w, b)
+	xs := x.Shape()
+	if normDims < 1 || normDims > len(xs) {
+		panic(fmt.Sprintf("autograd: layer_norm: normDims %d out of range for input shape %v", normDims, xs))
+	}
+	normShape := xs[len(xs)-normDims:]
+	checkAffine("layer_norm", xs, w, b, normShape)
+	p := fp32Inputs(x, w, b)
+	x, w, b = p[0], p[1], p[2]
+	n := tensor.Numel(normShape)
+	m := x.Value.Numel() / max(n, 1)
+	xv := contig(x.Value)
+	wv, bv := affineVals(w, b, n)
+	sdt := statsDType(xv.DType())
+	y := alloc(xv, xv.DType(), xs...)
+	mean, rstd := alloc(xv, sdt, m), alloc(xv, sdt, m)
+	backendOf(y).LayerNorm(y, mean, rstd, xv, wv, bv, n, eps)
+	inputs, wi, bi := affineInputs(x, w, b)
+	saved := 3
+	if wv != nil {
+		saved++
+	}
+	return result("layer_norm", y, inputs, saved, func() backwardFunc {
+		return func(g *tensor.Tensor) []*tensor.Tensor {
+			grads := make([]*tensor.Tensor, len(inputs))
+			var dx, dw, db *tensor.Tensor
+			if needs(x) {
+				dx = alloc(xv, xv.DType(), xs...)
+				grads[0] = dx
+			}
+			if wi >= 0 && needs(w) {
+				dw = alloc(xv, wv.DType(), n)
+				grads[wi] = dw.Reshape(w.Shape()...)
+			}
+			if bi >= 0 && needs(b) {
+				db = alloc(xv, bv.DType(), n)
+				grads[bi] = db.Reshape(b.Shape()...)
+			}
+			backendOf(xv).LayerNormBackward(dx, dw, db, contig(g), xv, mean, rstd, wv, n)
+			return grads
+		}
+	})
+}
+
+// GroupNorm normalises x [N,C,*] over groups of C/groups channels and
+// applies the per-channel w and b ([C]; either may be nil).
+func GroupNorm(x, w, b *Var, groups int, eps float64) *Var {
+	checkFloat("group_norm", x, w, b)
+	xs := x.Shape()
+	if len(xs) < 2 || groups < 1 || xs[1]%groups != 0 {
+		panic(fmt.Sprintf("autograd: group_norm: input shape %v cannot be split into %d groups", xs, groups))
+	}
+	c := xs[1]
+	checkAffine("group_norm", xs, w, b, []int{c})
+	p := fp32Inputs(x, w, b)
+	x, w, b = p[0], p[1], p[2]
+	xv := contig(x.Value)
+	wv, bv := affineVals(w, b, c)
+	sdt := statsDType(xv.DType())
+	y := alloc(xv, xv.DType(), xs...)
+	mean, rstd := alloc(xv, sdt, xs[0]*groups), alloc(xv, sdt, xs[0]*groups)
+	backendOf(y).GroupNorm(y, mean, rstd, xv, wv, bv, groups, eps)
+	inputs, wi, bi := affineInputs(x, w, b)
+	saved := 3
+	if wv != nil {
+		saved++
+	}
+	return result("group_norm", y, inputs, saved, func() backwardFunc {
+		return func(g *tensor.Tensor) []*tensor.Tensor {
+			grads := make([]*tensor.Tensor, len(inputs))
+			var dx, dw, db *tensor.Tensor
+			if needs(x) {
+				dx = alloc(xv, xv.DType(), xs...)
+				grads[0] = dx
+			}
+			if wi >= 0 && needs(w) {
+				dw = alloc(xv, wv.DType(), c)
+				grads[wi] = dw
+			}
+			if bi >= 0 && needs(b) {
+				db = alloc(xv, bv.DType(), c)
+				grads[bi] = db
+			}
+			backendOf(xv).GroupNormBackward(dx, dw, db, contig(g), xv, mean, rstd, wv, groups)
+			return grads
+		}
+	})
+}
+
+// BatchNorm normalises x [N,C,*] per channel and applies w and b ([C];
+// either may be nil). In training it uses the batch statistics and the
+// kernel updates runMean and runVar in place (when non-nil) with
+// momentum; in evaluation it uses runMean and runVar, which must then be
+// given, and the gradient treats them as constants.
+func BatchNorm(x, w, b *Var, runMean, runVar *tensor.Tensor, training bool, momentum, eps float64) *Var {
+	checkFloat("batch_norm", x, w, b)
+	xs := x.Shape()
+	if len(xs) < 2 {
+		panic(fmt.Sprintf("autograd: batch_norm: input shape %v, want [N,C,...]", xs))
+	}
+	c := xs[1]
+	checkAffine("batch_norm", xs, w, b, []int{c})
+	for _, r := range []*tensor.Tensor{runMean, runVar} {
+		if r != nil && r.Numel() != c {
+			panic(fmt.Sprintf("autograd: batch_norm: running statistics shape %v does not match input shape %v", r.Shape(), xs))
+		}
+	}
+	if !training && (runMean == nil || runVar == nil) {
+		panic(fmt.Sprintf("autograd: batch_norm: evaluation needs running statistics (input shape %v)", xs))
+	}
+	p := fp32Inputs(x, w, b)
+	x, w, b = p[0], p[1], p[2]
+	xv := contig(x.Value)
+	wv, bv := affineVals(w, b, c)
+	sdt := statsDType(xv.DType())
+	y := alloc(xv, xv.DType(), xs...)
+	mean, rstd := alloc(xv, sdt, c), alloc(xv, sdt, c)
+	backendOf(y).BatchNorm(y, mean, rstd, xv, wv, bv, runMean, runVar, training, momentum, eps)
+	inputs, wi, bi := affineInputs(x, w, b)
+	saved := 3
+	if wv != nil {
+		saved++
+	}
+	return result("batch_norm", y, inputs, saved, func() backwardFunc {
+		return func(g *tensor.Tensor) []*tensor.Tensor {
+			grads := make([]*tensor.Tensor, len(inputs))
+			var dx, dw, db *tensor.Tensor
+			if needs(x) {
+				dx = alloc(xv, xv.DType(), xs...)
+				grads[0] = dx
+			}
+			if wi >= 0 && needs(w) {
+				dw = alloc(xv, wv.DType(), c)
+				grads[wi] = dw
+			}
+			if bi >= 0 && needs(b) {
+				db = alloc(xv, bv.DType(), c)
+				grads[bi] = db
+			}
+			backendOf(xv).BatchNormBackward(dx, dw, db, contig(g), xv, mean, rstd, wv, training)
+			return grads
+		}
+	})
+}

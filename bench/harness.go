@@ -1,0 +1,189 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"time"
+)
+
+// Machine describes where a benchmark ran.
+type Machine struct {
+	Name       string `json:"name"` // directory name under bench/baselines
+	CPU        string `json:"cpu"`
+	GOOS       string `json:"goos"`
+	GOARCH     string `json:"goarch"`
+	NumCPU     int    `json:"num_cpu"`
+	GOMAXPROCS int    `json:"gomaxprocs"`
+	GoVersion  string `json:"go_version"`
+	Commit     string `json:"commit"`
+	Date       string `json:"date"`
+}
+
+// ThisMachine fills Machine from the running process.
+func ThisMachine() Machine {
+	m := Machine{
+		CPU:        cpuModel(),
+		GOOS:       runtime.GOOS,
+		GOARCH:     runtime.GOARCH,
+		NumCPU:     runtime.NumCPU(),
+		GOMAXPROCS: runtime.GOMAXPROCS(0),
+		GoVersion:  runtime.Version(),
+		Commit:     commit(),
+		Date:       time.Now().UTC().Format(time.RFC3339),
+	}
+	m.Name = fmt.Sprintf("cpu-%s-%dc", slug(m.CPU), m.NumCPU)
+	return m
+}
+
+func cpuModel() string {
+	data, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return runtime.GOARCH
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(line, "model name") {
+			if i := strings.IndexByte(line, ':'); i >= 0 {
+				return strings.TrimSpace(line[i+1:])
+			}
+		}
+	}
+	return runtime.GOARCH
+}
+
+func slug(s string) string {
+	var b strings.Builder
+	dash := false
+	for _, r := range strings.ToLower(s) {
+		switch {
+		case r >= 'a' && r <= 'z' || r >= '0' && r <= '9':
+			b.WriteRune(r)
+			dash = false
+		case !dash && b.Len() > 0:
+			b.WriteByte('-')
+			dash = true
+		}
+	}
+	out := strings.TrimSuffix(b.String(), "-")
+	if len(out) > 40 {
+		out = strings.TrimSuffix(out[:40], "-")
+	}
+	return out
+}
+
+func commit() string {
+	if out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output(); err == nil {
+		c := strings.TrimSpace(string(out))
+		if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(bytes.TrimSpace(st)) > 0 {
+			c += "-dirty"
+		}
+		return c
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" {
+				return s.Value
+			}
+		}
+	}
+	return "unknown"
+}
+
+// Python is the interpreter of Debian's python3-torch (it installs into
+// the system Python, not a pyenv one first on PATH).
+var Python = "/usr/bin/python3"
+
+// ErrNoPeer means the PyTorch peer cannot run here.
+var ErrNoPeer = errors.New("bench: PyTorch peer unavailable: install it with `apt-get install python3-torch libopenblas0-pthread` (Debian), then rerun with --compare pytorch")
+
+// PeerAvailable reports whether Python with torch can be run.
+func PeerAvailable() error {
+	if _, err := os.Stat(Python); err != nil {
+		return ErrNoPeer
+	}
+	if err := exec.Command(Python, "-c", "import torch").Run(); err != nil {
+		return ErrNoPeer
+	}
+	return nil
+}
+
+// RunPeer runs a PyTorch peer script from dir (bench/pytorch) with
+// OMP_NUM_THREADS set to threads, passing args plus --json, and returns
+// the decoded JSON result.
+func RunPeer(dir, script string, threads int, args ...string) (map[string]any, error) {
+	if err := PeerAvailable(); err != nil {
+		return nil, err
+	}
+	tmp, err := os.CreateTemp("", "esper-peer-*.json")
+	if err != nil {
+		return nil, err
+	}
+	tmp.Close()
+	defer os.Remove(tmp.Name())
+	cmd := exec.Command(Python, append([]string{filepath.Join(dir, script), "--threads", fmt.Sprint(threads), "--json", tmp.Name()}, args...)...)
+	cmd.Env = append(os.Environ(), fmt.Sprintf("OMP_NUM_THREADS=%d", threads))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if out, err := cmd.Output(); err != nil {
+		return nil, fmt.Errorf("bench: peer %s failed: %v\n%s%s", script, err, out, stderr.String())
+	}
+	data, err := os.ReadFile(tmp.Name())
+	if err != nil {
+		return nil, err
+	}
+	var res map[string]any
+	if err := json.Unmarshal(data, &res); err != nil {
+		return nil, fmt.Errorf("bench: peer %s wrote invalid JSON: %v", script, err)
+	}
+	return res, nil
+}
+
+// Report is the JSON written for one workload run.
+type Report struct {
+	Workload   string         `json:"workload"`
+	Parameters map[string]any `json:"parameters"`
+	Machine    Machine        `json:"machine"`
+	Device     string         `json:"device"`
+	Results    map[string]any `json:"results"`
+	Peer       map[string]any `json:"peer,omitempty"`
+	PeerError  string         `json:"peer_error,omitempty"`
+	Ratios     map[string]any `json:"ratios,omitempty"`
+}
+
+// WriteReport writes r as indented JSON to dir/<workload>.json
+// atomically and returns the path.
+func WriteReport(dir string, r Report) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	data, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, r.Workload+".json")
+	tmp, err := os.CreateTemp(dir, "."+r.Workload+"-*.json")
+	if err != nil {
+		return "", err
+	}
+	if _, err = tmp.Write(append(data, '\n')); err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+		return "", err
+	}
+	return path, nil
+}

@@ -1,0 +1,206 @@
+package bench
+
+import (
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/kernels"
+	"github.com/esper-go/esper/optim"
+	"github.com/esper-go/esper/tensor"
+)
+
+// W1Options configures the W1 "tolaria-ref" workload (PERF.md): a
+// Linear(16→4)+bias classifier trained with cross-entropy, batch 4, 16
+// samples per epoch (4 SGD steps, lr 0.01, momentum 0.9), then a
+// validation pass over the 16 samples in inference mode, with the epoch
+// metrics emitted. Zero values give the PERF.md definition.
+type W1Options struct {
+	Epochs   int  // measured epochs (default 2000)
+	Warmup   int  // unmeasured epochs (default 50)
+	Captured bool // replay a captured epoch instead of running eagerly
+	Seed     uint64
+	// Emit receives each epoch's metrics (the workload's telemetry); nil
+	// keeps them in the result only.
+	Emit func(EpochMetrics)
+}
+
+// EpochMetrics is the per-epoch telemetry of W1.
+type EpochMetrics struct {
+	Epoch       int
+	TrainLoss   float64
+	ValLoss     float64
+	ValAccuracy float64
+}
+
+// W1Result is what RunW1 measured.
+type W1Result struct {
+	Mode           string       `json:"mode"` // "eager" or "captured"
+	Latency        Latency      `json:"latency"`
+	AllocsPerEpoch float64      `json:"allocs_per_epoch"`
+	BytesPerEpoch  float64      `json:"bytes_per_epoch"`
+	Launches       int          `json:"launches_per_epoch,omitempty"`
+	Final          EpochMetrics `json:"final"`
+}
+
+// W1 is the W1 model, data and optimizer, ready to run epochs.
+type W1 struct {
+	w, b    *autograd.Var
+	opt     *optim.SGD
+	x, y    *tensor.Tensor
+	metrics *tensor.Tensor // F32 [3]: train loss sum, val loss sum, correct
+	ce      kernels.CrossEntropyParams
+	ceSum   kernels.CrossEntropyParams
+}
+
+const (
+	w1Samples = 16
+	w1In      = 16
+	w1Out     = 4
+	w1Batch   = 4
+)
+
+// NewW1 builds the workload with PyTorch-style Linear initialisation.
+func NewW1(seed uint64) (*W1, error) {
+	rng := tensor.NewRNG(seed)
+	bound := 1 / float64(4) // 1/sqrt(in)
+	w := autograd.Param(tensor.Uniform(rng, tensor.F32, -bound, bound, w1Out, w1In))
+	b := autograd.Param(tensor.Uniform(rng, tensor.F32, -bound, bound, w1Out))
+	w.Name, b.Name = "weight", "bias"
+	opt, err := optim.NewSGD([]*autograd.Var{w, b}, optim.SGDOptions{LR: 0.01, Momentum: 0.9})
+	if err != nil {
+		return nil, err
+	}
+	return &W1{
+		w: w, b: b, opt: opt,
+		x:       tensor.Normal(rng, tensor.F32, 0, 1, w1Samples, w1In),
+		y:       tensor.RandInt(rng, w1Out, w1Samples),
+		metrics: tensor.Zeros(tensor.F32, 3),
+		ceSum:   kernels.CrossEntropyParams{Reduction: kernels.ReduceSum},
+	}, nil
+}
+
+// Epoch runs one epoch over x [16,16] and y [16] and returns the metrics
+// tensor {train-loss sum, validation-loss sum, correct count}. It does
+// only tensor work, so it can be captured.
+func (m *W1) Epoch(in []*tensor.Tensor) []*tensor.Tensor {
+	x, y := in[0], in[1]
+	be := kernels.For(x.Device())
+	met := m.metrics
+	be.Fill(met, 0)
+	trainSum, valSum, correct := met.Narrow(0, 0, 1), met.Narrow(0, 1, 1), met.Narrow(0, 2, 1)
+	for s := 0; s < w1Samples/w1Batch; s++ {
+		xb := autograd.Const(x.Narrow(0, s*w1Batch, w1Batch))
+		yb := y.Narrow(0, s*w1Batch, w1Batch)
+		m.opt.ZeroGrad()
+		loss := autograd.CrossEntropy(autograd.Linear(xb, m.w, m.b), yb, m.ce)
+		autograd.Backward(loss)
+		m.opt.Step()
+		be.Binary(kernels.Add, trainSum, trainSum, loss.Value.Reshape(1))
+	}
+	autograd.InferenceMode(func() {
+		for s := 0; s < w1Samples/w1Batch; s++ {
+			xb := autograd.Const(x.Narrow(0, s*w1Batch, w1Batch))
+			yb := y.Narrow(0, s*w1Batch, w1Batch)
+			logits := autograd.Linear(xb, m.w, m.b)
+			l := autograd.CrossEntropy(logits, yb, m.ceSum)
+			be.Binary(kernels.Add, valSum, valSum, l.Value.Reshape(1))
+			pred := autograd.ArgMax(logits, 1)
+			eq := tensor.Empty(tensor.Bool, w1Batch)
+			be.Binary(kernels.Eq, eq, pred, yb)
+			eqf := tensor.Empty(tensor.F32, w1Batch)
+			be.Copy(eqf, eq)
+			n := tensor.Empty(tensor.F32, 1)
+			be.Reduce(kernels.Sum, n, eqf, []int{0})
+			be.Binary(kernels.Add, correct, correct, n)
+		}
+	})
+	return []*tensor.Tensor{met}
+}
+
+// read converts the metrics tensor into EpochMetrics (a host read).
+func (m *W1) read(epoch int, met *tensor.Tensor) EpochMetrics {
+	f := met.F32()
+	return EpochMetrics{
+		Epoch:       epoch,
+		TrainLoss:   float64(f[0]) / (w1Samples / w1Batch),
+		ValLoss:     float64(f[1]) / w1Samples,
+		ValAccuracy: float64(f[2]) / w1Samples,
+	}
+}
+
+// RunW1 times W1 and counts allocations per epoch.
+func RunW1(o W1Options) (res W1Result, err error) {
+	if o.Epochs <= 0 {
+		o.Epochs = 2000
+	}
+	if o.Warmup < 0 {
+		return W1Result{}, fmt.Errorf("bench: W1 warm-up %d < 0", o.Warmup)
+	}
+	if o.Warmup == 0 {
+		o.Warmup = 50
+	}
+	m, err := NewW1(o.Seed)
+	if err != nil {
+		return W1Result{}, err
+	}
+	res.Mode = "eager"
+	in := []*tensor.Tensor{m.x, m.y}
+	run := func() []*tensor.Tensor { return m.Epoch(in) }
+	var cap *autograd.Captured
+	if o.Captured {
+		res.Mode = "captured"
+		var fallback error
+		cap = captureW1(m, func(err error) { fallback = err })
+		run = func() []*tensor.Tensor {
+			out, err := cap.Run(in...)
+			if err != nil {
+				panic(err)
+			}
+			return out
+		}
+		defer func() {
+			if fallback != nil && err == nil {
+				err = fmt.Errorf("bench: W1 capture fell back to eager: %w", fallback)
+			}
+		}()
+	}
+	epoch := 0
+	emit := func(met *tensor.Tensor) {
+		em := m.read(epoch, met)
+		res.Final = em
+		if o.Emit != nil {
+			o.Emit(em)
+		}
+		epoch++
+	}
+	for i := 0; i < o.Warmup; i++ {
+		emit(run()[0])
+	}
+	if cap != nil {
+		res.Launches = cap.Launches()
+	}
+	lat := make([]time.Duration, o.Epochs)
+	var ms0, ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
+	for i := range lat {
+		t0 := time.Now()
+		emit(run()[0])
+		lat[i] = time.Since(t0)
+	}
+	runtime.ReadMemStats(&ms1)
+	res.Latency = Summarise(lat)
+	res.AllocsPerEpoch = float64(ms1.Mallocs-ms0.Mallocs) / float64(o.Epochs)
+	res.BytesPerEpoch = float64(ms1.TotalAlloc-ms0.TotalAlloc) / float64(o.Epochs)
+	return res, err
+}
+
+// captureW1 wraps the W1 epoch for capture and replay.
+func captureW1(m *W1, onFallback func(error)) *autograd.Captured {
+	return autograd.Capture(m.Epoch, autograd.CaptureOptions{
+		Policy:     autograd.FailOnMismatch,
+		Version:    m.opt.Arena().Version,
+		OnFallback: onFallback,
+	})
+}

@@ -1,0 +1,69 @@
+package bench
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/esper-go/esper/tensor"
+)
+
+// TestW1CapturedMatchesEager: the captured epoch computes bitwise the same
+// metrics as the eager one, allocates nothing per epoch, and learns.
+func TestW1CapturedMatchesEager(t *testing.T) {
+	eager, captured := make([]EpochMetrics, 0, 64), make([]EpochMetrics, 0, 64)
+	re, err := RunW1(W1Options{Epochs: 30, Warmup: 5, Emit: func(m EpochMetrics) { eager = append(eager, m) }})
+	require.NoError(t, err)
+	rc, err := RunW1(W1Options{Epochs: 30, Warmup: 5, Captured: true, Emit: func(m EpochMetrics) { captured = append(captured, m) }})
+	require.NoError(t, err)
+	require.Equal(t, eager, captured)
+	require.Less(t, eager[len(eager)-1].TrainLoss, eager[0].TrainLoss, "training lowers the loss")
+	require.Zero(t, rc.AllocsPerEpoch, "captured epochs allocate nothing")
+	require.Greater(t, rc.Launches, 0)
+	require.Greater(t, re.AllocsPerEpoch, 0.0)
+}
+
+func TestSummarise(t *testing.T) {
+	require.Zero(t, Summarise(nil).N)
+	var d []time.Duration
+	for i := 100; i >= 1; i-- {
+		d = append(d, time.Duration(i)*time.Microsecond)
+	}
+	l := Summarise(d)
+	require.Equal(t, 100, l.N)
+	require.Equal(t, 50.0, l.P50us)
+	require.Equal(t, 95.0, l.P95us)
+	require.Equal(t, 99.0, l.P99us)
+	require.Equal(t, 100.0, l.MaxUs)
+	require.InDelta(t, 50.5, l.MeanUs, 1e-9)
+}
+
+func benchmarkW1(b *testing.B, captured bool) {
+	m, err := NewW1(0)
+	require.NoError(b, err)
+	in := []*tensor.Tensor{m.x, m.y}
+	run := func() { m.Epoch(in) }
+	if captured {
+		c := captureW1(m, func(err error) { b.Fatal(err) })
+		run = func() {
+			if _, err := c.Run(in...); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	for i := 0; i < 5; i++ {
+		run()
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		run()
+	}
+}
+
+// BenchmarkW1Eager is one W1 epoch run eagerly (PERF.md W1).
+func BenchmarkW1Eager(b *testing.B) { benchmarkW1(b, false) }
+
+// BenchmarkW1Captured is one W1 epoch replayed from a capture.
+func BenchmarkW1Captured(b *testing.B) { benchmarkW1(b, true) }

@@ -1,0 +1,54 @@
+// Command esper is the Esper-Go command-line tool: `esper bench` runs the
+// performance workloads of PERF.md (W1 so far) and compares them with
+// their PyTorch peers; `esper train` (the morphogenetic training job)
+// arrives with the Tolaria issue.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+)
+
+const usage = `esper — morphogenetic training in Go
+
+usage:
+  esper bench --workload W1 [--compare pytorch] [--json DIR] [--epochs N]
+  esper train            (not built yet: it arrives with the Tolaria/main-job issue)
+  esper help
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run dispatches a command line and returns the exit code; panics in a
+// command are turned into an error message, never a crash dump.
+func run(args []string, stdout, stderr io.Writer) (code int) {
+	defer func() {
+		if r := recover(); r != nil {
+			fmt.Fprintf(stderr, "esper: internal error: %v\n", r)
+			code = 3
+		}
+	}()
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "bench":
+		if err := benchCmd(args[1:], stdout, stderr); err != nil {
+			fmt.Fprintf(stderr, "esper bench: %v\n", err)
+			return 1
+		}
+		return 0
+	case "train":
+		fmt.Fprintln(stderr, "esper train: not built yet — the trainer (Tolaria), the data sets and the controller arrive with the next issues; `esper bench --workload W1` runs the engine today")
+		return 2
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "esper: unknown command %q\n%s", args[0], usage)
+	return 2
+}

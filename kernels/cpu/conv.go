@@ -1,0 +1,293 @@
+package cpu
+
+import (
+	"github.com/esper-go/esper/kernels"
+	"github.com/esper-go/esper/tensor"
+)
+
+// Convolution as im2col + GEMM. For sample n and group g the column
+// matrix cols[Kdim, P] (Kdim = Cin/G·KH·KW, P = Ho·Wo) holds the input
+// patches; forward is W_g·cols, the input gradient is col2im(W_gᵀ·dy_g),
+// and the weight gradient is Σ_n dy_{n,g}·colsᵀ. Work is split over
+// (sample, group) items with per-worker scratch; the weight gradient sums
+// per-chunk partials (chunks fixed by N alone) in order.
+
+// convGeom holds the sizes of one convolution.
+type convGeom struct {
+	p                    kernels.Conv2dParams
+	n, cin, h, w         int
+	cout, kh, kw, ho, wo int
+	cg, og, kdim, pixels int
+	direct               bool // 1×1, stride 1, no padding: cols is x itself
+}
+
+func checkConv(name string, x, w, y *T, p kernels.Conv2dParams, xn, yn string) convGeom {
+	p = p.Norm()
+	xs, ws, ys := x.Shape(), w.Shape(), y.Shape()
+	bad := func(why string) {
+		fail(name, "%s: %s %v, w %v, %s %v (stride %d,%d pad %d,%d dilation %d,%d groups %d)", why, xn, xs, ws, yn, ys,
+			p.StrideH, p.StrideW, p.PadH, p.PadW, p.DilationH, p.DilationW, p.Groups)
+	}
+	if len(xs) != 4 || len(ws) != 4 || len(ys) != 4 {
+		bad("want rank-4 tensors")
+	}
+	g := convGeom{p: p, n: xs[0], cin: xs[1], h: xs[2], w: xs[3], cout: ws[0], kh: ws[2], kw: ws[3]}
+	if p.Groups <= 0 || g.cin%p.Groups != 0 || g.cout%p.Groups != 0 || ws[1] != g.cin/p.Groups {
+		bad("channels do not match groups")
+	}
+	if p.StrideH <= 0 || p.StrideW <= 0 || p.PadH < 0 || p.PadW < 0 || p.DilationH <= 0 || p.DilationW <= 0 {
+		bad("invalid parameters")
+	}
+	g.ho = kernels.ConvOut(g.h, g.kh, p.StrideH, p.PadH, p.DilationH)
+	g.wo = kernels.ConvOut(g.w, g.kw, p.StrideW, p.PadW, p.DilationW)
+	if g.ho <= 0 || g.wo <= 0 || !tensor.SameShape(ys, []int{g.n, g.cout, g.ho, g.wo}) {
+		bad("output shape mismatch")
+	}
+	g.cg, g.og = g.cin/p.Groups, g.cout/p.Groups
+	g.kdim = g.cg * g.kh * g.kw
+	g.pixels = g.ho * g.wo
+	g.direct = g.kh == 1 && g.kw == 1 && p.StrideH == 1 && p.StrideW == 1 && p.PadH == 0 && p.PadW == 0
+	for _, t := range []*T{x, w, y} {
+		needFloat(name, "operand", t)
+	}
+	return g
+}
+
+// im2col writes the patches of one group of one sample (xg: cg planes of
+// h·w) into cols [kdim, pixels].
+func im2col[F tensor.Float](g *convGeom, xg, cols []F) {
+	p := g.p
+	for ci := 0; ci < g.cg; ci++ {
+		plane := xg[ci*g.h*g.w : (ci+1)*g.h*g.w]
+		for kh := 0; kh < g.kh; kh++ {
+			for kw := 0; kw < g.kw; kw++ {
+				row := cols[((ci*g.kh+kh)*g.kw+kw)*g.pixels:]
+				for oh := 0; oh < g.ho; oh++ {
+					r := row[oh*g.wo : (oh+1)*g.wo]
+					ih := oh*p.StrideH - p.PadH + kh*p.DilationH
+					if ih < 0 || ih >= g.h {
+						clear(r)
+						continue
+					}
+					src := plane[ih*g.w : (ih+1)*g.w]
+					iw := kw*p.DilationW - p.PadW
+					for ow := range r {
+						if iw >= 0 && iw < g.w {
+							r[ow] = src[iw]
+						} else {
+							r[ow] = 0
+						}
+						iw += p.StrideW
+					}
+				}
+			}
+		}
+	}
+}
+
+// col2im adds cols [kdim, pixels] back into one group's planes (dxg,
+// which the caller zeroed).
+func col2im[F tensor.Float](g *convGeom, cols, dxg []F) {
+	p := g.p
+	for ci := 0; ci < g.cg; ci++ {
+		plane := dxg[ci*g.h*g.w : (ci+1)*g.h*g.w]
+		for kh := 0; kh < g.kh; kh++ {
+			for kw := 0; kw < g.kw; kw++ {
+				row := cols[((ci*g.kh+kh)*g.kw+kw)*g.pixels:]
+				for oh := 0; oh < g.ho; oh++ {
+					ih := oh*p.StrideH - p.PadH + kh*p.DilationH
+					if ih < 0 || ih >= g.h {
+						continue
+					}
+					r := row[oh*g.wo : (oh+1)*g.wo]
+					dst := plane[ih*g.w : (ih+1)*g.w]
+					iw := kw*p.DilationW - p.PadW
+					for _, v := range r {
+						if iw >= 0 && iw < g.w {
+							dst[iw] += v
+						}
+						iw += p.StrideW
+					}
+				}
+			}
+		}
+	}
+}
+
+type convScratch[F tensor.Float] struct {
+	cols []F
+	gemm gemmScratch[F]
+}
+
+func newConvScratch[F tensor.Float](g *convGeom, m, n, k int) convScratch[F] {
+	var cols []F
+	if !g.direct {
+		cols = make([]F, g.kdim*g.pixels)
+	}
+	return convScratch[F]{cols: cols, gemm: newGemmScratch[F](m, n, k)}
+}
+
+// Conv2d implements kernels.Backend.
+func (be *Backend) Conv2d(dst, x, w, bias *T, p kernels.Conv2dParams) {
+	const name = "Conv2d"
+	needCPU(name, dst, x, w, bias)
+	g := checkConv(name, x, w, dst, p, "x", "dst")
+	if bias != nil && bias.Numel() != g.cout {
+		fail(name, "bias has shape %v, want [%d] (x %v, w %v)", bias.Shape(), g.cout, x.Shape(), w.Shape())
+	}
+	if wide(dst, x, w) {
+		be.launch(convPrep[float64](&g, dst, x, w, bias))
+	} else {
+		be.launch(convPrep[float32](&g, dst, x, w, bias))
+	}
+}
+
+func convPrep[F tensor.Float](g *convGeom, dst, x, w, bias *T) func() {
+	var s stage
+	xs, ws, bs := in[F](&s, x), in[F](&s, w), in[F](&s, bias)
+	ys := out[F](&s, dst)
+	G := g.p.Groups
+	items := g.n * G
+	slots := newScratchSet(items, func() convScratch[F] { return newConvScratch[F](g, g.og, g.pixels, g.kdim) })
+	hw := g.h * g.w
+	body := func(lo, hi int) {
+		sc := <-slots
+		for it := lo; it < hi; it++ {
+			n, gi := it/G, it%G
+			xg := xs[(n*g.cin+gi*g.cg)*hw : (n*g.cin+(gi+1)*g.cg)*hw]
+			cols := xg
+			if !g.direct {
+				cols = sc.cols
+				im2col(g, xg, cols)
+			}
+			yg := ys[(n*g.cout+gi*g.og)*g.pixels : (n*g.cout+(gi+1)*g.og)*g.pixels]
+			gemm(g.og, g.pixels, g.kdim, ws[gi*g.og*g.kdim:], g.kdim, false, cols, g.pixels, false, yg, g.pixels, false, sc.gemm)
+			if bs != nil {
+				for o := 0; o < g.og; o++ {
+					bv := bs[gi*g.og+o]
+					r := yg[o*g.pixels : (o+1)*g.pixels]
+					for i := range r {
+						r[i] += bv
+					}
+				}
+			}
+		}
+		slots <- sc
+	}
+	cost := 2 * g.og * g.pixels * g.kdim
+	return func() {
+		s.load()
+		parallelFor(items, cost, body)
+		s.store()
+	}
+}
+
+// Conv2dBackwardInput implements kernels.Backend.
+func (be *Backend) Conv2dBackwardInput(dx, dy, w *T, p kernels.Conv2dParams) {
+	const name = "Conv2dBackwardInput"
+	needCPU(name, dx, dy, w)
+	g := checkConv(name, dx, w, dy, p, "dx", "dy")
+	if wide(dx, dy, w) {
+		be.launch(convBwdInputPrep[float64](&g, dx, dy, w))
+	} else {
+		be.launch(convBwdInputPrep[float32](&g, dx, dy, w))
+	}
+}
+
+func convBwdInputPrep[F tensor.Float](g *convGeom, dx, dy, w *T) func() {
+	var s stage
+	gs, ws := in[F](&s, dy), in[F](&s, w)
+	dxs := out[F](&s, dx)
+	G := g.p.Groups
+	items := g.n * G
+	slots := newScratchSet(items, func() convScratch[F] { return newConvScratch[F](g, g.kdim, g.pixels, g.og) })
+	hw := g.h * g.w
+	body := func(lo, hi int) {
+		sc := <-slots
+		for it := lo; it < hi; it++ {
+			n, gi := it/G, it%G
+			dxg := dxs[(n*g.cin+gi*g.cg)*hw : (n*g.cin+(gi+1)*g.cg)*hw]
+			dyg := gs[(n*g.cout+gi*g.og)*g.pixels:]
+			wg := ws[gi*g.og*g.kdim:]
+			if g.direct {
+				gemm(g.kdim, g.pixels, g.og, wg, g.kdim, true, dyg, g.pixels, false, dxg, g.pixels, false, sc.gemm)
+				continue
+			}
+			gemm(g.kdim, g.pixels, g.og, wg, g.kdim, true, dyg, g.pixels, false, sc.cols, g.pixels, false, sc.gemm)
+			clear(dxg)
+			col2im(g, sc.cols, dxg)
+		}
+		slots <- sc
+	}
+	cost := 2 * g.og * g.pixels * g.kdim
+	return func() {
+		s.load()
+		parallelFor(items, cost, body)
+		s.store()
+	}
+}
+
+// convChunks is the number of weight-gradient partials for a batch of n:
+// a function of n only, so the summation order is fixed.
+func convChunks(n int) int { return max(1, min(n, 16)) }
+
+// Conv2dBackwardWeight implements kernels.Backend.
+func (be *Backend) Conv2dBackwardWeight(dw, x, dy *T, p kernels.Conv2dParams) {
+	const name = "Conv2dBackwardWeight"
+	needCPU(name, dw, x, dy)
+	g := checkConv(name, x, dw, dy, p, "x", "dy")
+	if wide(dw, x, dy) {
+		be.launch(convBwdWeightPrep[float64](&g, dw, x, dy))
+	} else {
+		be.launch(convBwdWeightPrep[float32](&g, dw, x, dy))
+	}
+}
+
+func convBwdWeightPrep[F tensor.Float](g *convGeom, dw, x, dy *T) func() {
+	var s stage
+	xs, gs := in[F](&s, x), in[F](&s, dy)
+	dws := out[F](&s, dw)
+	G := g.p.Groups
+	nch := convChunks(g.n)
+	wsz := g.cout * g.kdim
+	part := make([]F, nch*wsz)
+	items := nch * G
+	slots := newScratchSet(items, func() convScratch[F] { return newConvScratch[F](g, g.og, g.kdim, g.pixels) })
+	hw := g.h * g.w
+	body := func(lo, hi int) {
+		sc := <-slots
+		for it := lo; it < hi; it++ {
+			c, gi := it/G, it%G
+			pg := part[c*wsz+gi*g.og*g.kdim : c*wsz+(gi+1)*g.og*g.kdim]
+			n0, n1 := c*g.n/nch, (c+1)*g.n/nch
+			for n := n0; n < n1; n++ {
+				xg := xs[(n*g.cin+gi*g.cg)*hw : (n*g.cin+(gi+1)*g.cg)*hw]
+				cols := xg
+				if !g.direct {
+					cols = sc.cols
+					im2col(g, xg, cols)
+				}
+				dyg := gs[(n*g.cout+gi*g.og)*g.pixels:]
+				gemm(g.og, g.kdim, g.pixels, dyg, g.pixels, false, cols, g.pixels, true, pg, g.kdim, n > n0, sc.gemm)
+			}
+		}
+		slots <- sc
+	}
+	combine := func(lo, hi int) {
+		d := dws[lo:hi]
+		copy(d, part[lo:hi])
+		for c := 1; c < nch; c++ {
+			pc := part[c*wsz+lo : c*wsz+hi]
+			for i, v := range pc {
+				d[i] += v
+			}
+		}
+	}
+	cost := 2 * g.og * g.pixels * g.kdim * max(1, g.n/nch)
+	return func() {
+		s.load()
+		parallelFor(items, cost, body)
+		parallelFor(wsz, nch, combine)
+		s.store()
+	}
+}

@@ -1,0 +1,115 @@
+package cpu
+
+import (
+	"runtime"
+
+	"github.com/esper-go/esper/tensor"
+)
+
+// MatMul implements kernels.Backend. Work is split over (batch, block of
+// gemmMC output rows); each block runs the serial GEMM with packing space
+// taken from a set prepared up front.
+func (be *Backend) MatMul(dst, a, b *T, transA, transB bool) {
+	const name = "MatMul"
+	needCPU(name, dst, a, b)
+	as, bs := a.Shape(), b.Shape()
+	bad := func() {
+		fail(name, "a %v (transA %v) and b %v (transB %v) do not multiply into dst %v", as, transA, bs, transB, dst.Shape())
+	}
+	if len(as) < 2 || len(as) > 3 || len(bs) < 2 || len(bs) > 3 {
+		bad()
+	}
+	m, k := as[len(as)-2], as[len(as)-1]
+	if transA {
+		m, k = k, m
+	}
+	k2, n := bs[len(bs)-2], bs[len(bs)-1]
+	if transB {
+		k2, n = n, k2
+	}
+	batchA, batchB := 0, 0
+	if len(as) == 3 {
+		batchA = as[0]
+	}
+	if len(bs) == 3 {
+		batchB = bs[0]
+	}
+	if k != k2 || (batchA != 0 && batchB != 0 && batchA != batchB) {
+		bad()
+	}
+	batch := max(batchA, batchB)
+	want := []int{m, n}
+	if batch > 0 || len(as) == 3 || len(bs) == 3 {
+		want = []int{batch, m, n}
+	}
+	if !tensor.SameShape(dst.Shape(), want) {
+		bad()
+	}
+	for _, t := range []*T{dst, a, b} {
+		needFloat(name, "operand", t)
+	}
+	if wide(dst, a, b) {
+		be.launch(matmulPrep[float64](dst, a, b, max(batch, 1), batchA > 0, batchB > 0, m, n, k, transA, transB))
+	} else {
+		be.launch(matmulPrep[float32](dst, a, b, max(batch, 1), batchA > 0, batchB > 0, m, n, k, transA, transB))
+	}
+}
+
+// scratchSet is a fixed set of per-worker scratch values handed out
+// through a channel, which neither allocates nor depends on worker ids.
+type scratchSet[S any] chan S
+
+func newScratchSet[S any](n int, mk func() S) scratchSet[S] {
+	n = max(1, min(n, runtime.NumCPU()+1))
+	c := make(chan S, n)
+	for i := 0; i < n; i++ {
+		c <- mk()
+	}
+	return c
+}
+
+func matmulPrep[F tensor.Float](dst, a, b *T, batch int, bcA, bcB bool, m, n, k int, transA, transB bool) func() {
+	var s stage
+	av := in[F](&s, a)
+	bv := in[F](&s, b)
+	cv := out[F](&s, dst)
+	lda, ldb := k, n
+	if transA {
+		lda = m
+	}
+	if transB {
+		ldb = k
+	}
+	blocks := (m + gemmMC - 1) / gemmMC
+	items := batch * blocks
+	slots := newScratchSet(items, func() gemmScratch[F] { return newGemmScratch[F](min(m, gemmMC), n, k) })
+	body := func(lo, hi int) {
+		sc := <-slots
+		for it := lo; it < hi; it++ {
+			bi, blk := it/blocks, it%blocks
+			i0 := blk * gemmMC
+			rows := min(gemmMC, m-i0)
+			ao, bo := 0, 0
+			if bcA {
+				ao = bi * m * k
+			}
+			if bcB {
+				bo = bi * k * n
+			}
+			if transA {
+				ao += i0
+			} else {
+				ao += i0 * lda
+			}
+			co := bi*m*n + i0*n
+			gemm(rows, n, k, av[ao:], lda, transA, bv[bo:], ldb, transB, cv[co:], n, false, sc)
+		}
+		slots <- sc
+	}
+	cost := 2 * gemmMC * n * k
+	return func() {
+		s.load()
+		parallelFor(items, cost, body)
+		s.store()
+	}
+}

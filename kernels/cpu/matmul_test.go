@@ -1,0 +1,122 @@
+package cpu
+
+import (
+	"runtime"
+	"testing"
+
+	"github.com/esper-go/esper/tensor"
+)
+
+func refMatMul(a, b []float64, batch int, bcA, bcB bool, m, n, k int, ta, tb bool) []float64 {
+	c := make([]float64, batch*m*n)
+	for bi := 0; bi < batch; bi++ {
+		ao, bo := 0, 0
+		if bcA {
+			ao = bi * m * k
+		}
+		if bcB {
+			bo = bi * k * n
+		}
+		for i := 0; i < m; i++ {
+			for j := 0; j < n; j++ {
+				var s float64
+				for p := 0; p < k; p++ {
+					var x, y float64
+					if ta {
+						x = a[ao+p*m+i]
+					} else {
+						x = a[ao+i*k+p]
+					}
+					if tb {
+						y = b[bo+j*k+p]
+					} else {
+						y = b[bo+p*n+j]
+					}
+					s += x * y
+				}
+				c[bi*m*n+i*n+j] = s
+			}
+		}
+	}
+	return c
+}
+
+func TestMatMul(t *testing.T) {
+	cases := []struct {
+		batchA, batchB, m, n, k int
+	}{
+		{0, 0, 1, 1, 1}, {0, 0, 3, 5, 7}, {0, 0, 67, 33, 300}, {2, 2, 5, 9, 4}, {3, 0, 70, 13, 17}, {0, 2, 6, 530, 5}, {0, 0, 130, 6, 600},
+	}
+	for ci, c := range cases {
+		for _, d := range floatTypes {
+			for _, ta := range []bool{false, true} {
+				for _, tb := range []bool{false, true} {
+					ash := []int{c.m, c.k}
+					if ta {
+						ash = []int{c.k, c.m}
+					}
+					bsh := []int{c.k, c.n}
+					if tb {
+						bsh = []int{c.n, c.k}
+					}
+					if c.batchA > 0 {
+						ash = append([]int{c.batchA}, ash...)
+					}
+					if c.batchB > 0 {
+						bsh = append([]int{c.batchB}, bsh...)
+					}
+					batch := max(c.batchA, c.batchB, 1)
+					dsh := []int{c.m, c.n}
+					if c.batchA > 0 || c.batchB > 0 {
+						dsh = []int{batch, c.m, c.n}
+					}
+					a := randT(uint64(ci), d, ash...)
+					b := randT(uint64(ci+100), d, bsh...)
+					dst := tensor.Empty(d, dsh...)
+					be.MatMul(dst, a, b, ta, tb)
+					want := refMatMul(vals(a), vals(b), batch, c.batchA > 0, c.batchB > 0, c.m, c.n, c.k, ta, tb)
+					closeTo(t, name("matmul ", ci, d, ta, tb), vals(dst), want, tol(d))
+				}
+			}
+		}
+	}
+	// BF16 inputs into an F32 destination (autocast).
+	a := randT(1, tensor.BF16, 20, 30)
+	b := randT(2, tensor.BF16, 30, 10)
+	dst := tensor.Empty(tensor.F32, 20, 10)
+	be.MatMul(dst, a, b, false, false)
+	closeTo(t, "bf16→f32", vals(dst), refMatMul(vals(a), vals(b), 1, false, false, 20, 10, 30, false, false), 1e-5)
+}
+
+func TestMatMulDeterministic(t *testing.T) {
+	a := randT(1, tensor.F32, 300, 500)
+	b := randT(2, tensor.F32, 500, 200)
+	run := func(p int) []float32 {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(p))
+		d := tensor.Empty(tensor.F32, 300, 200)
+		be.MatMul(d, a, b, false, false)
+		return d.F32()
+	}
+	x, y := run(1), run(2)
+	for i := range x {
+		if x[i] != y[i] {
+			t.Fatalf("element %d differs: %v vs %v", i, x[i], y[i])
+		}
+	}
+}
+
+func benchMatMul(b *testing.B, n int) {
+	a := randT(1, tensor.F32, n, n)
+	w := randT(2, tensor.F32, n, n)
+	d := tensor.Empty(tensor.F32, n, n)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		be.MatMul(d, a, w, false, false)
+	}
+	b.ReportMetric(2*float64(n)*float64(n)*float64(n)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+}
+
+func BenchmarkMatMul64(b *testing.B)   { benchMatMul(b, 64) }
+func BenchmarkMatMul256(b *testing.B)  { benchMatMul(b, 256) }
+func BenchmarkMatMul1024(b *testing.B) { benchMatMul(b, 1024) }

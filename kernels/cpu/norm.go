@@ -1,0 +1,596 @@
+package cpu
+
+import (
+	"math"
+
+	"github.com/esper-go/esper/tensor"
+)
+
+// Normalisation kernels. Statistics are accumulated in float64 per fixed
+// unit of work (a row, a (sample, group) block, a (sample, channel) plane
+// or a fixed chunk of rows) and combined in order, so results are
+// bitwise independent of the worker count.
+
+const normRowChunk = 64 // rows per partial of LayerNorm's dw/db
+
+func optShape(name, what string, t *T, n int) {
+	if t != nil && t.Numel() != n {
+		fail(name, "%s has shape %v, want %d elements", what, t.Shape(), n)
+	}
+}
+
+// LayerNorm implements kernels.Backend.
+func (be *Backend) LayerNorm(y, mean, rstd, x, w, b *T, n int, eps float64) {
+	const name = "LayerNorm"
+	needCPU(name, y, mean, rstd, x, w, b)
+	if n <= 0 || x.Numel()%n != 0 {
+		fail(name, "x shape %v is not a whole number of rows of %d", x.Shape(), n)
+	}
+	m := x.Numel() / n
+	needShape(name, "y", y, x.Shape())
+	optShape(name, "mean", mean, m)
+	optShape(name, "rstd", rstd, m)
+	optShape(name, "w", w, n)
+	optShape(name, "b", b, n)
+	if wide(x, y) {
+		be.launch(layerNormPrep[float64](y, mean, rstd, x, w, b, m, n, eps))
+	} else {
+		be.launch(layerNormPrep[float32](y, mean, rstd, x, w, b, m, n, eps))
+	}
+}
+
+func layerNormPrep[F tensor.Float](y, mean, rstd, x, w, b *T, m, n int, eps float64) func() {
+	var s stage
+	xs, ws, bs := in[F](&s, x), in[F](&s, w), in[F](&s, b)
+	ys := out[F](&s, y)
+	ms, rs := out[F](&s, mean), out[F](&s, rstd)
+	body := func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			row := xs[i*n : (i+1)*n]
+			mu, r := moments(row, eps)
+			if ms != nil {
+				ms[i] = F(mu)
+			}
+			if rs != nil {
+				rs[i] = F(r)
+			}
+			yr := ys[i*n : (i+1)*n]
+			for j, v := range row {
+				h := (float64(v) - mu) * r
+				if ws != nil {
+					h *= float64(ws[j])
+				}
+				if bs != nil {
+					h += float64(bs[j])
+				}
+				yr[j] = F(h)
+			}
+		}
+	}
+	return func() {
+		s.load()
+		parallelFor(m, 6*n, body)
+		s.store()
+	}
+}
+
+// moments returns the mean and 1/sqrt(biased variance + eps) of v,
+// two-pass in float64.
+func moments[F tensor.Float](v []F, eps float64) (mu, rstd float64) {
+	var sum float64
+	for _, x := range v {
+		sum += float64(x)
+	}
+	mu = sum / float64(len(v))
+	var sq float64
+	for _, x := range v {
+		d := float64(x) - mu
+		sq += d * d
+	}
+	return mu, 1 / math.Sqrt(sq/float64(len(v))+eps)
+}
+
+// LayerNormBackward implements kernels.Backend.
+func (be *Backend) LayerNormBackward(dx, dw, db, dy, x, mean, rstd, w *T, n int) {
+	const name = "LayerNormBackward"
+	needCPU(name, dx, dw, db, dy, x, mean, rstd, w)
+	if n <= 0 || x.Numel()%n != 0 {
+		fail(name, "x shape %v is not a whole number of rows of %d", x.Shape(), n)
+	}
+	m := x.Numel() / n
+	needShape(name, "dy", dy, x.Shape())
+	if dx != nil {
+		needShape(name, "dx", dx, x.Shape())
+	}
+	optShape(name, "mean", mean, m)
+	optShape(name, "rstd", rstd, m)
+	optShape(name, "w", w, n)
+	optShape(name, "dw", dw, n)
+	optShape(name, "db", db, n)
+	if wide(x, dy) {
+		be.launch(layerNormBwdPrep[float64](dx, dw, db, dy, x, mean, rstd, w, m, n))
+	} else {
+		be.launch(layerNormBwdPrep[float32](dx, dw, db, dy, x, mean, rstd, w, m, n))
+	}
+}
+
+func layerNormBwdPrep[F tensor.Float](dx, dw, db, dy, x, mean, rstd, w *T, m, n int) func() {
+	var s stage
+	xs, gs, ms, rs, ws := in[F](&s, x), in[F](&s, dy), in[F](&s, mean), in[F](&s, rstd), in[F](&s, w)
+	dxs, dws, dbs := out[F](&s, dx), out[F](&s, dw), out[F](&s, db)
+	nch := (m + normRowChunk - 1) / normRowChunk
+	var pw, pb []float64
+	if dws != nil {
+		pw = make([]float64, nch*n)
+	}
+	if dbs != nil {
+		pb = make([]float64, nch*n)
+	}
+	rowBody := func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			if dxs == nil {
+				break
+			}
+			mu, r := float64(ms[i]), float64(rs[i])
+			xr, gr, dr := xs[i*n:(i+1)*n], gs[i*n:(i+1)*n], dxs[i*n:(i+1)*n]
+			var sa, sb float64
+			for j, v := range xr {
+				h := (float64(v) - mu) * r
+				g := float64(gr[j])
+				if ws != nil {
+					g *= float64(ws[j])
+				}
+				sa += g
+				sb += g * h
+			}
+			sa /= float64(n)
+			sb /= float64(n)
+			for j, v := range xr {
+				h := (float64(v) - mu) * r
+				g := float64(gr[j])
+				if ws != nil {
+					g *= float64(ws[j])
+				}
+				dr[j] = F(r * (g - sa - h*sb))
+			}
+		}
+	}
+	chunkBody := func(lo, hi int) {
+		for c := lo; c < hi; c++ {
+			var prw, prb []float64
+			if pw != nil {
+				prw = pw[c*n : (c+1)*n]
+				clear(prw)
+			}
+			if pb != nil {
+				prb = pb[c*n : (c+1)*n]
+				clear(prb)
+			}
+			for i := c * normRowChunk; i < min(m, (c+1)*normRowChunk); i++ {
+				mu, r := float64(ms[i]), float64(rs[i])
+				xr, gr := xs[i*n:(i+1)*n], gs[i*n:(i+1)*n]
+				for j, v := range xr {
+					g := float64(gr[j])
+					if prw != nil {
+						prw[j] += g * (float64(v) - mu) * r
+					}
+					if prb != nil {
+						prb[j] += g
+					}
+				}
+			}
+		}
+	}
+	combine := func(lo, hi int) {
+		for j := lo; j < hi; j++ {
+			if pw != nil {
+				var a float64
+				for c := 0; c < nch; c++ {
+					a += pw[c*n+j]
+				}
+				dws[j] = F(a)
+			}
+			if pb != nil {
+				var a float64
+				for c := 0; c < nch; c++ {
+					a += pb[c*n+j]
+				}
+				dbs[j] = F(a)
+			}
+		}
+	}
+	return func() {
+		s.load()
+		if dxs != nil {
+			parallelFor(m, 8*n, rowBody)
+		}
+		if pw != nil || pb != nil {
+			parallelFor(nch, normRowChunk*n*3, chunkBody)
+			parallelFor(n, nch, combine)
+		}
+		s.store()
+	}
+}
+
+// planes returns N, C and the elements per (sample, channel) plane of a
+// [N, C, *] tensor.
+func planes(name string, x *T) (n, c, hw int) {
+	sh := x.Shape()
+	if len(sh) < 2 {
+		fail(name, "x has shape %v, want [N C ...]", sh)
+	}
+	n, c, hw = sh[0], sh[1], 1
+	for _, d := range sh[2:] {
+		hw *= d
+	}
+	return
+}
+
+// GroupNorm implements kernels.Backend.
+func (be *Backend) GroupNorm(y, mean, rstd, x, w, b *T, groups int, eps float64) {
+	const name = "GroupNorm"
+	needCPU(name, y, mean, rstd, x, w, b)
+	n, c, _ := planes(name, x)
+	if groups <= 0 || c%groups != 0 {
+		fail(name, "x shape %v: %d channels do not split into %d groups", x.Shape(), c, groups)
+	}
+	needShape(name, "y", y, x.Shape())
+	optShape(name, "mean", mean, n*groups)
+	optShape(name, "rstd", rstd, n*groups)
+	optShape(name, "w", w, c)
+	optShape(name, "b", b, c)
+	if wide(x, y) {
+		be.launch(groupNormPrep[float64](y, mean, rstd, x, w, b, groups, eps))
+	} else {
+		be.launch(groupNormPrep[float32](y, mean, rstd, x, w, b, groups, eps))
+	}
+}
+
+func groupNormPrep[F tensor.Float](y, mean, rstd, x, w, b *T, groups int, eps float64) func() {
+	var s stage
+	n, c, hw := planes("GroupNorm", x)
+	xs, ws, bs := in[F](&s, x), in[F](&s, w), in[F](&s, b)
+	ys := out[F](&s, y)
+	ms, rs := out[F](&s, mean), out[F](&s, rstd)
+	cg := c / groups
+	size := cg * hw
+	body := func(lo, hi int) {
+		for it := lo; it < hi; it++ {
+			blk := xs[it*size : (it+1)*size]
+			mu, r := moments(blk, eps)
+			if ms != nil {
+				ms[it] = F(mu)
+			}
+			if rs != nil {
+				rs[it] = F(r)
+			}
+			c0 := (it % groups) * cg
+			yb := ys[it*size : (it+1)*size]
+			for k := 0; k < cg; k++ {
+				wk, bk := 1.0, 0.0
+				if ws != nil {
+					wk = float64(ws[c0+k])
+				}
+				if bs != nil {
+					bk = float64(bs[c0+k])
+				}
+				for j := k * hw; j < (k+1)*hw; j++ {
+					yb[j] = F((float64(blk[j])-mu)*r*wk + bk)
+				}
+			}
+		}
+	}
+	return func() {
+		s.load()
+		parallelFor(n*groups, 6*size, body)
+		s.store()
+	}
+}
+
+// GroupNormBackward implements kernels.Backend.
+func (be *Backend) GroupNormBackward(dx, dw, db, dy, x, mean, rstd, w *T, groups int) {
+	const name = "GroupNormBackward"
+	needCPU(name, dx, dw, db, dy, x, mean, rstd, w)
+	n, c, _ := planes(name, x)
+	if groups <= 0 || c%groups != 0 {
+		fail(name, "x shape %v: %d channels do not split into %d groups", x.Shape(), c, groups)
+	}
+	needShape(name, "dy", dy, x.Shape())
+	if dx != nil {
+		needShape(name, "dx", dx, x.Shape())
+	}
+	optShape(name, "mean", mean, n*groups)
+	optShape(name, "rstd", rstd, n*groups)
+	optShape(name, "w", w, c)
+	optShape(name, "dw", dw, c)
+	optShape(name, "db", db, c)
+	if wide(x, dy) {
+		be.launch(groupNormBwdPrep[float64](dx, dw, db, dy, x, mean, rstd, w, groups))
+	} else {
+		be.launch(groupNormBwdPrep[float32](dx, dw, db, dy, x, mean, rstd, w, groups))
+	}
+}
+
+func groupNormBwdPrep[F tensor.Float](dx, dw, db, dy, x, mean, rstd, w *T, groups int) func() {
+	var s stage
+	n, c, hw := planes("GroupNormBackward", x)
+	xs, gs, ms, rs, ws := in[F](&s, x), in[F](&s, dy), in[F](&s, mean), in[F](&s, rstd), in[F](&s, w)
+	dxs, dws, dbs := out[F](&s, dx), out[F](&s, dw), out[F](&s, db)
+	cg := c / groups
+	size := cg * hw
+	// Per (sample, channel) sums of dy and dy·x̂, combined over samples
+	// in order for dw and db.
+	pdy := make([]float64, n*c)
+	pdyx := make([]float64, n*c)
+	body := func(lo, hi int) {
+		for it := lo; it < hi; it++ {
+			mu, r := float64(ms[it]), float64(rs[it])
+			c0 := (it % groups) * cg
+			nn := it / groups
+			xb, gb := xs[it*size:(it+1)*size], gs[it*size:(it+1)*size]
+			var sa, sb float64
+			for k := 0; k < cg; k++ {
+				wk := 1.0
+				if ws != nil {
+					wk = float64(ws[c0+k])
+				}
+				var a, bb float64
+				for j := k * hw; j < (k+1)*hw; j++ {
+					g := float64(gb[j])
+					h := (float64(xb[j]) - mu) * r
+					a += g
+					bb += g * h
+				}
+				pdy[nn*c+c0+k] = a
+				pdyx[nn*c+c0+k] = bb
+				sa += a * wk
+				sb += bb * wk
+			}
+			if dxs == nil {
+				continue
+			}
+			sa /= float64(size)
+			sb /= float64(size)
+			db := dxs[it*size : (it+1)*size]
+			for k := 0; k < cg; k++ {
+				wk := 1.0
+				if ws != nil {
+					wk = float64(ws[c0+k])
+				}
+				for j := k * hw; j < (k+1)*hw; j++ {
+					h := (float64(xb[j]) - mu) * r
+					db[j] = F(r * (float64(gb[j])*wk - sa - h*sb))
+				}
+			}
+		}
+	}
+	return func() {
+		s.load()
+		parallelFor(n*groups, 10*size, body)
+		for ch := 0; ch < c; ch++ {
+			var a, bb float64
+			for i := 0; i < n; i++ {
+				a += pdy[i*c+ch]
+				bb += pdyx[i*c+ch]
+			}
+			if dbs != nil {
+				dbs[ch] = F(a)
+			}
+			if dws != nil {
+				dws[ch] = F(bb)
+			}
+		}
+		s.store()
+	}
+}
+
+// BatchNorm implements kernels.Backend.
+func (be *Backend) BatchNorm(y, saveMean, saveRstd, x, w, b, runMean, runVar *T, training bool, momentum, eps float64) {
+	const name = "BatchNorm"
+	needCPU(name, y, saveMean, saveRstd, x, w, b, runMean, runVar)
+	_, c, _ := planes(name, x)
+	needShape(name, "y", y, x.Shape())
+	for _, p := range []struct {
+		n string
+		t *T
+	}{{"saveMean", saveMean}, {"saveRstd", saveRstd}, {"w", w}, {"b", b}, {"runMean", runMean}, {"runVar", runVar}} {
+		optShape(name, p.n+" (x shape "+tensor.ShapeString(x.Shape())+")", p.t, c)
+	}
+	if !training && (runMean == nil || runVar == nil) {
+		fail(name, "evaluation needs runMean and runVar (x shape %v)", x.Shape())
+	}
+	if wide(x, y) {
+		be.launch(batchNormPrep[float64](y, saveMean, saveRstd, x, w, b, runMean, runVar, training, momentum, eps))
+	} else {
+		be.launch(batchNormPrep[float32](y, saveMean, saveRstd, x, w, b, runMean, runVar, training, momentum, eps))
+	}
+}
+
+func batchNormPrep[F tensor.Float](y, saveMean, saveRstd, x, w, b, runMean, runVar *T, training bool, momentum, eps float64) func() {
+	var s stage
+	n, c, hw := planes("BatchNorm", x)
+	xs, ws, bs := in[F](&s, x), in[F](&s, w), in[F](&s, b)
+	ys := out[F](&s, y)
+	sm, sr := out[F](&s, saveMean), out[F](&s, saveRstd)
+	rm, rv := inout[F](&s, runMean), inout[F](&s, runVar)
+	part := make([]float64, n*c)
+	mean := make([]float64, c)
+	rstd := make([]float64, c)
+	cnt := float64(n * hw)
+	sumBody := func(lo, hi int) {
+		for it := lo; it < hi; it++ {
+			var a float64
+			for _, v := range xs[it*hw : (it+1)*hw] {
+				a += float64(v)
+			}
+			part[it] = a
+		}
+	}
+	sqBody := func(lo, hi int) {
+		for it := lo; it < hi; it++ {
+			mu := mean[it%c]
+			var a float64
+			for _, v := range xs[it*hw : (it+1)*hw] {
+				d := float64(v) - mu
+				a += d * d
+			}
+			part[it] = a
+		}
+	}
+	normBody := func(lo, hi int) {
+		for it := lo; it < hi; it++ {
+			ch := it % c
+			mu, r := mean[ch], rstd[ch]
+			wk, bk := 1.0, 0.0
+			if ws != nil {
+				wk = float64(ws[ch])
+			}
+			if bs != nil {
+				bk = float64(bs[ch])
+			}
+			yr := ys[it*hw : (it+1)*hw]
+			for j, v := range xs[it*hw : (it+1)*hw] {
+				yr[j] = F((float64(v)-mu)*r*wk + bk)
+			}
+		}
+	}
+	sumOverN := func(ch int) float64 {
+		var a float64
+		for i := 0; i < n; i++ {
+			a += part[i*c+ch]
+		}
+		return a
+	}
+	return func() {
+		s.load()
+		if training {
+			parallelFor(n*c, hw, sumBody)
+			for ch := range mean {
+				mean[ch] = sumOverN(ch) / cnt
+			}
+			parallelFor(n*c, 2*hw, sqBody)
+			for ch := range rstd {
+				v := sumOverN(ch) / cnt
+				rstd[ch] = 1 / math.Sqrt(v+eps)
+				if rm != nil {
+					rm[ch] = F((1-momentum)*float64(rm[ch]) + momentum*mean[ch])
+				}
+				if rv != nil {
+					unb := v
+					if cnt > 1 {
+						unb = v * cnt / (cnt - 1)
+					}
+					rv[ch] = F((1-momentum)*float64(rv[ch]) + momentum*unb)
+				}
+			}
+		} else {
+			for ch := range mean {
+				mean[ch] = float64(rm[ch])
+				rstd[ch] = 1 / math.Sqrt(float64(rv[ch])+eps)
+			}
+		}
+		for ch := range mean {
+			if sm != nil {
+				sm[ch] = F(mean[ch])
+			}
+			if sr != nil {
+				sr[ch] = F(rstd[ch])
+			}
+		}
+		parallelFor(n*c, 4*hw, normBody)
+		s.store()
+	}
+}
+
+// BatchNormBackward implements kernels.Backend.
+func (be *Backend) BatchNormBackward(dx, dw, db, dy, x, saveMean, saveRstd, w *T, training bool) {
+	const name = "BatchNormBackward"
+	needCPU(name, dx, dw, db, dy, x, saveMean, saveRstd, w)
+	_, c, _ := planes(name, x)
+	needShape(name, "dy", dy, x.Shape())
+	if dx != nil {
+		needShape(name, "dx", dx, x.Shape())
+	}
+	if saveMean == nil || saveRstd == nil {
+		fail(name, "saveMean and saveRstd are required (x shape %v)", x.Shape())
+	}
+	optShape(name, "saveMean", saveMean, c)
+	optShape(name, "saveRstd", saveRstd, c)
+	optShape(name, "w", w, c)
+	optShape(name, "dw", dw, c)
+	optShape(name, "db", db, c)
+	if wide(x, dy) {
+		be.launch(batchNormBwdPrep[float64](dx, dw, db, dy, x, saveMean, saveRstd, w, training))
+	} else {
+		be.launch(batchNormBwdPrep[float32](dx, dw, db, dy, x, saveMean, saveRstd, w, training))
+	}
+}
+
+func batchNormBwdPrep[F tensor.Float](dx, dw, db, dy, x, saveMean, saveRstd, w *T, training bool) func() {
+	var s stage
+	n, c, hw := planes("BatchNormBackward", x)
+	xs, gs, ms, rs, ws := in[F](&s, x), in[F](&s, dy), in[F](&s, saveMean), in[F](&s, saveRstd), in[F](&s, w)
+	dxs, dws, dbs := out[F](&s, dx), out[F](&s, dw), out[F](&s, db)
+	pdy := make([]float64, n*c)
+	pdyx := make([]float64, n*c)
+	sdy := make([]float64, c)
+	sdyx := make([]float64, c)
+	cnt := float64(n * hw)
+	sums := func(lo, hi int) {
+		for it := lo; it < hi; it++ {
+			ch := it % c
+			mu, r := float64(ms[ch]), float64(rs[ch])
+			var a, b float64
+			xr := xs[it*hw : (it+1)*hw]
+			for j, g := range gs[it*hw : (it+1)*hw] {
+				a += float64(g)
+				b += float64(g) * (float64(xr[j]) - mu) * r
+			}
+			pdy[it], pdyx[it] = a, b
+		}
+	}
+	dxBody := func(lo, hi int) {
+		for it := lo; it < hi; it++ {
+			ch := it % c
+			mu, r := float64(ms[ch]), float64(rs[ch])
+			wk := 1.0
+			if ws != nil {
+				wk = float64(ws[ch])
+			}
+			xr, gr, dr := xs[it*hw:(it+1)*hw], gs[it*hw:(it+1)*hw], dxs[it*hw:(it+1)*hw]
+			if !training {
+				for j, g := range gr {
+					dr[j] = F(float64(g) * wk * r)
+				}
+				continue
+			}
+			a, b := sdy[ch]/cnt, sdyx[ch]/cnt
+			for j, g := range gr {
+				h := (float64(xr[j]) - mu) * r
+				dr[j] = F(wk * r * (float64(g) - a - h*b))
+			}
+		}
+	}
+	return func() {
+		s.load()
+		parallelFor(n*c, 4*hw, sums)
+		for ch := 0; ch < c; ch++ {
+			var a, b float64
+			for i := 0; i < n; i++ {
+				a += pdy[i*c+ch]
+				b += pdyx[i*c+ch]
+			}
+			sdy[ch], sdyx[ch] = a, b
+			if dbs != nil {
+				dbs[ch] = F(a)
+			}
+			if dws != nil {
+				dws[ch] = F(b)
+			}
+		}
+		if dxs != nil {
+			parallelFor(n*c, 4*hw, dxBody)
+		}
+		s.store()
+	}
+}

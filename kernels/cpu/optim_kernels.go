@@ -1,0 +1,256 @@
+package cpu
+
+import (
+	"math"
+
+	"github.com/esper-go/esper/kernels"
+	"github.com/esper-go/esper/tensor"
+)
+
+// Optimizer and loss-scaling primitives. Their scalars (learning rate,
+// step, scale, found-inf) are tensors read at launch time, so a captured
+// step follows schedule and scaler changes on every replay.
+
+// Increment implements kernels.Backend.
+func (be *Backend) Increment(counter, skip *T) {
+	const name = "Increment"
+	needCPU(name, counter, skip)
+	get := scalarReader(name, "counter", counter)
+	set := scalarWriter(name, "counter", counter)
+	var sk func() float64
+	if skip != nil {
+		sk = scalarReader(name, "skip", skip)
+	}
+	be.launch(func() {
+		if sk != nil && sk() != 0 {
+			return
+		}
+		set(get() + 1)
+	})
+}
+
+// hyperReader reads {lr, step} from hyper.
+func hyperReader(name string, hyper *T) (lr, step func() float64) {
+	needCPU(name, hyper)
+	if hyper.Numel() != 2 {
+		fail(name, "hyper has shape %v, want [2] {lr, step}", hyper.Shape())
+	}
+	return scalarReader(name, "hyper[0]", hyper.Flatten().Narrow(0, 0, 1)), scalarReader(name, "hyper[1]", hyper.Flatten().Narrow(0, 1, 1))
+}
+
+func checkOptim(name string, param *T, others ...*T) {
+	needCPU(name, param)
+	needCPU(name, others...)
+	needContig(name, "param", param)
+	if d := param.DType(); d != tensor.F32 && d != tensor.F64 {
+		fail(name, "param (shape %v) has dtype %v, want f32 or f64", param.Shape(), d)
+	}
+	for _, t := range others {
+		if t == nil {
+			continue
+		}
+		needContig(name, "state", t)
+		if !equalShape(t, param) || t.DType() != param.DType() {
+			fail(name, "param is %v %v but a gradient/state tensor is %v %v", param.Shape(), param.DType(), t.Shape(), t.DType())
+		}
+	}
+}
+
+// SGDStep implements kernels.Backend, following torch.optim.SGD.
+func (be *Backend) SGDStep(param, grad, mom, hyper, foundInf *T, o kernels.SGDOptions) {
+	const name = "SGDStep"
+	checkOptim(name, param, grad, mom)
+	if o.Momentum != 0 && mom == nil {
+		fail(name, "momentum %v needs a momentum buffer (param %v)", o.Momentum, param.Shape())
+	}
+	if param.DType() == tensor.F64 {
+		be.launch(sgdPrep[float64](param, grad, mom, hyper, foundInf, o))
+	} else {
+		be.launch(sgdPrep[float32](param, grad, mom, hyper, foundInf, o))
+	}
+}
+
+func sgdPrep[F tensor.Float](param, grad, mom, hyper, foundInf *T, o kernels.SGDOptions) func() {
+	lrf, stepf := hyperReader("SGDStep", hyper)
+	var inf func() float64
+	if foundInf != nil {
+		inf = scalarReader("SGDStep", "foundInf", foundInf)
+	}
+	p, g := tensor.Data[F](param), tensor.Data[F](grad)
+	var m []F
+	if mom != nil && o.Momentum != 0 {
+		m = tensor.Data[F](mom)
+	}
+	wd, mu, damp := F(o.WeightDecay), F(o.Momentum), F(1-o.Dampening)
+	var lr F
+	var first bool
+	body := func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			d := g[i]
+			if o.Maximize {
+				d = -d
+			}
+			if wd != 0 {
+				d += wd * p[i]
+			}
+			if m != nil {
+				if first {
+					m[i] = d
+				} else {
+					m[i] = mu*m[i] + damp*d
+				}
+				if o.Nesterov {
+					d += mu * m[i]
+				} else {
+					d = m[i]
+				}
+			}
+			p[i] -= lr * d
+		}
+	}
+	n := len(p)
+	return func() {
+		if inf != nil && inf() != 0 {
+			return
+		}
+		lr = F(lrf())
+		first = stepf() <= 1
+		parallelFor(n, 4, body)
+	}
+}
+
+// AdamWStep implements kernels.Backend, following torch.optim.AdamW
+// (amsgrad off): p ·= 1−lr·wd; m = β1·m + (1−β1)·g; v = β2·v + (1−β2)·g²;
+// p −= lr/(1−β1^t) · m / (sqrt(v)/sqrt(1−β2^t) + eps).
+func (be *Backend) AdamWStep(param, grad, m, v, hyper, foundInf *T, o kernels.AdamWOptions) {
+	const name = "AdamWStep"
+	checkOptim(name, param, grad, m, v)
+	if m == nil || v == nil {
+		fail(name, "m and v are required (param %v)", param.Shape())
+	}
+	if param.DType() == tensor.F64 {
+		be.launch(adamwPrep[float64](param, grad, m, v, hyper, foundInf, o))
+	} else {
+		be.launch(adamwPrep[float32](param, grad, m, v, hyper, foundInf, o))
+	}
+}
+
+func adamwPrep[F tensor.Float](param, grad, mt, vt, hyper, foundInf *T, o kernels.AdamWOptions) func() {
+	lrf, stepf := hyperReader("AdamWStep", hyper)
+	var inf func() float64
+	if foundInf != nil {
+		inf = scalarReader("AdamWStep", "foundInf", foundInf)
+	}
+	p, g, m, v := tensor.Data[F](param), tensor.Data[F](grad), tensor.Data[F](mt), tensor.Data[F](vt)
+	b1, b2, eps := F(o.Beta1), F(o.Beta2), F(o.Eps)
+	var decay, stepSize, bc2sqrt F
+	body := func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			gi := g[i]
+			pi := p[i] * decay
+			mi := b1*m[i] + (1-b1)*gi
+			vi := b2*v[i] + (1-b2)*gi*gi
+			m[i], v[i] = mi, vi
+			denom := F(math.Sqrt(float64(vi)))/bc2sqrt + eps
+			p[i] = pi - stepSize*(mi/denom)
+		}
+	}
+	n := len(p)
+	return func() {
+		if inf != nil && inf() != 0 {
+			return
+		}
+		lr, step := lrf(), stepf()
+		decay = F(1 - lr*o.WeightDecay)
+		stepSize = F(lr / (1 - math.Pow(o.Beta1, step)))
+		bc2sqrt = F(math.Sqrt(1 - math.Pow(o.Beta2, step)))
+		parallelFor(n, 10, body)
+	}
+}
+
+// UnscaleCheck implements kernels.Backend. foundInf is only ever set to
+// 1, never cleared (the caller zeroes it per step, as PyTorch does).
+func (be *Backend) UnscaleCheck(xs []*T, invScale, foundInf *T) {
+	const name = "UnscaleCheck"
+	needCPU(name, invScale, foundInf)
+	inv := scalarReader(name, "invScale", invScale)
+	set := scalarWriter(name, "foundInf", foundInf)
+	fs := flats(name, "xs[i]", xs)
+	cl := newChunkList(fs)
+	bad := make([]bool, len(cl.lo))
+	var k float64
+	body := func(lo, hi int) {
+		for c := lo; c < hi; c++ {
+			f := &fs[cl.tensor[c]]
+			a, b := cl.lo[c], min(cl.lo[c]+chunkLen, f.n)
+			found := false
+			switch {
+			case f.f32 != nil:
+				k32 := float32(k)
+				x := f.f32[a:b]
+				for i, v := range x {
+					if v-v != 0 { // NaN or ±Inf
+						found = true
+					}
+					x[i] = v * k32
+				}
+			case f.f64 != nil:
+				x := f.f64[a:b]
+				for i, v := range x {
+					if v-v != 0 {
+						found = true
+					}
+					x[i] = v * k
+				}
+			default:
+				k32 := float32(k)
+				x := f.u16[a:b]
+				for i, h := range x {
+					v := half2f(f.dt, h)
+					if v-v != 0 {
+						found = true
+					}
+					x[i] = f2half(f.dt, v*k32)
+				}
+			}
+			bad[c] = found
+		}
+	}
+	be.launch(func() {
+		k = inv()
+		parallelFor(len(bad), chunkLen, body)
+		for _, b := range bad {
+			if b {
+				set(1)
+				return
+			}
+		}
+	})
+}
+
+// ScalerUpdate implements kernels.Backend, following PyTorch's
+// _amp_update_scale_: growth only applies when the grown scale is finite.
+func (be *Backend) ScalerUpdate(scale, tracker, foundInf *T, growth, backoff float64, interval int) {
+	const name = "ScalerUpdate"
+	needCPU(name, scale, tracker, foundInf)
+	getS, setS := scalarReader(name, "scale", scale), scalarWriter(name, "scale", scale)
+	getT, setT := scalarReader(name, "tracker", tracker), scalarWriter(name, "tracker", tracker)
+	inf := scalarReader(name, "foundInf", foundInf)
+	wideScale := scale.DType() == tensor.F64
+	be.launch(func() {
+		if inf() != 0 {
+			setS(getS() * backoff)
+			setT(0)
+			return
+		}
+		n := getT() + 1
+		if n >= float64(interval) {
+			if g := getS() * growth; isFinite(g) && (wideScale || isFinite(float64(float32(g)))) {
+				setS(g)
+			}
+			setT(0)
+			return
+		}
+		setT(n)
+	})
+}

@@ -1,0 +1,244 @@
+package cpu
+
+import (
+	"math"
+
+	"github.com/esper-go/esper/kernels"
+	"github.com/esper-go/esper/tensor"
+)
+
+// Pooling over NCHW planes; every (sample, channel) plane is one item.
+// (The worker pool lives in pool.go; this file holds the pooling
+// kernels.)
+
+type poolGeom struct {
+	p            kernels.Pool2dParams
+	planes, h, w int
+	ho, wo       int
+}
+
+func checkPool(name string, x, y *T, p kernels.Pool2dParams, xn, yn string) poolGeom {
+	p = p.Norm()
+	xs, ys := x.Shape(), y.Shape()
+	bad := func(why string) {
+		fail(name, "%s: %s %v, %s %v (kernel %d,%d stride %d,%d pad %d,%d)", why, xn, xs, yn, ys,
+			p.KernelH, p.KernelW, p.StrideH, p.StrideW, p.PadH, p.PadW)
+	}
+	if len(xs) != 4 || len(ys) != 4 {
+		bad("want rank-4 tensors")
+	}
+	if p.KernelH <= 0 || p.KernelW <= 0 || p.StrideH <= 0 || p.StrideW <= 0 || p.PadH < 0 || p.PadW < 0 || 2*p.PadH > p.KernelH || 2*p.PadW > p.KernelW {
+		bad("invalid parameters")
+	}
+	g := poolGeom{p: p, planes: xs[0] * xs[1], h: xs[2], w: xs[3]}
+	g.ho = (g.h+2*p.PadH-p.KernelH)/p.StrideH + 1
+	g.wo = (g.w+2*p.PadW-p.KernelW)/p.StrideW + 1
+	if g.ho <= 0 || g.wo <= 0 || !tensor.SameShape(ys, []int{xs[0], xs[1], g.ho, g.wo}) {
+		bad("output shape mismatch")
+	}
+	return g
+}
+
+// MaxPool2d implements kernels.Backend. argmax may be I32 (as documented)
+// or I64.
+func (be *Backend) MaxPool2d(dst, argmax, x *T, p kernels.Pool2dParams) {
+	const name = "MaxPool2d"
+	needCPU(name, dst, argmax, x)
+	g := checkPool(name, x, dst, p, "x", "dst")
+	if argmax != nil {
+		needShape(name, "argmax", argmax, dst.Shape())
+		needIndex(name, "argmax", argmax)
+		needContig(name, "argmax", argmax)
+	}
+	if wide(dst, x) {
+		be.launch(maxPoolPrep[float64](&g, dst, argmax, x))
+	} else {
+		be.launch(maxPoolPrep[float32](&g, dst, argmax, x))
+	}
+}
+
+func maxPoolPrep[F tensor.Float](g *poolGeom, dst, argmax, x *T) func() {
+	var s stage
+	xs := in[F](&s, x)
+	ys := out[F](&s, dst)
+	var a64 []int64
+	var a32 []int32
+	if argmax != nil {
+		a64, a32 = indexData("MaxPool2d", "argmax", argmax)
+	}
+	p := g.p
+	body := func(lo, hi int) {
+		for pl := lo; pl < hi; pl++ {
+			xp := xs[pl*g.h*g.w : (pl+1)*g.h*g.w]
+			ob := pl * g.ho * g.wo
+			for oh := 0; oh < g.ho; oh++ {
+				h0 := oh*p.StrideH - p.PadH
+				for ow := 0; ow < g.wo; ow++ {
+					w0 := ow*p.StrideW - p.PadW
+					best, bi := F(math.Inf(-1)), -1
+					for kh := max(0, -h0); kh < p.KernelH && h0+kh < g.h; kh++ {
+						ih := h0 + kh
+						for kw := max(0, -w0); kw < p.KernelW && w0+kw < g.w; kw++ {
+							iw := w0 + kw
+							v := xp[ih*g.w+iw]
+							if v > best || v != v || bi < 0 {
+								best, bi = v, ih*g.w+iw
+								if v != v {
+									goto done
+								}
+							}
+						}
+					}
+				done:
+					o := ob + oh*g.wo + ow
+					ys[o] = best
+					if a64 != nil {
+						a64[o] = int64(bi)
+					} else if a32 != nil {
+						a32[o] = int32(bi)
+					}
+				}
+			}
+		}
+	}
+	cost := g.ho * g.wo * p.KernelH * p.KernelW
+	return func() {
+		s.load()
+		parallelFor(g.planes, cost, body)
+		s.store()
+	}
+}
+
+// MaxPool2dBackward implements kernels.Backend.
+func (be *Backend) MaxPool2dBackward(dx, dy, argmax *T, p kernels.Pool2dParams) {
+	const name = "MaxPool2dBackward"
+	needCPU(name, dx, dy, argmax)
+	g := checkPool(name, dx, dy, p, "dx", "dy")
+	needShape(name, "argmax", argmax, dy.Shape())
+	if wide(dx, dy) {
+		be.launch(maxPoolBwdPrep[float64](&g, dx, dy, argmax))
+	} else {
+		be.launch(maxPoolBwdPrep[float32](&g, dx, dy, argmax))
+	}
+}
+
+func maxPoolBwdPrep[F tensor.Float](g *poolGeom, dx, dy, argmax *T) func() {
+	var s stage
+	gs := in[F](&s, dy)
+	dxs := out[F](&s, dx)
+	a64, a32 := indexData("MaxPool2dBackward", "argmax", argmax)
+	hw, ohw := g.h*g.w, g.ho*g.wo
+	body := func(lo, hi int) {
+		for pl := lo; pl < hi; pl++ {
+			d := dxs[pl*hw : (pl+1)*hw]
+			clear(d)
+			for o := pl * ohw; o < (pl+1)*ohw; o++ {
+				if i := idxAt(a64, a32, o); i >= 0 {
+					d[i] += gs[o]
+				}
+			}
+		}
+	}
+	return func() {
+		s.load()
+		parallelFor(g.planes, hw+ohw, body)
+		s.store()
+	}
+}
+
+// avgWindow returns the clipped window of output (oh, ow) and its divisor
+// following PyTorch's avg_pool2d.
+func (g *poolGeom) avgWindow(oh, ow int) (h0, h1, w0, w1 int, div float64) {
+	p := g.p
+	h0, w0 = oh*p.StrideH-p.PadH, ow*p.StrideW-p.PadW
+	h1, w1 = min(h0+p.KernelH, g.h+p.PadH), min(w0+p.KernelW, g.w+p.PadW)
+	size := (h1 - h0) * (w1 - w0)
+	h0, w0 = max(h0, 0), max(w0, 0)
+	h1, w1 = min(h1, g.h), min(w1, g.w)
+	if p.CountIncludePad {
+		return h0, h1, w0, w1, float64(size)
+	}
+	return h0, h1, w0, w1, float64((h1 - h0) * (w1 - w0))
+}
+
+// AvgPool2d implements kernels.Backend.
+func (be *Backend) AvgPool2d(dst, x *T, p kernels.Pool2dParams) {
+	const name = "AvgPool2d"
+	needCPU(name, dst, x)
+	g := checkPool(name, x, dst, p, "x", "dst")
+	if wide(dst, x) {
+		be.launch(avgPoolPrep[float64](&g, dst, x))
+	} else {
+		be.launch(avgPoolPrep[float32](&g, dst, x))
+	}
+}
+
+func avgPoolPrep[F tensor.Float](g *poolGeom, dst, x *T) func() {
+	var s stage
+	xs := in[F](&s, x)
+	ys := out[F](&s, dst)
+	body := func(lo, hi int) {
+		for pl := lo; pl < hi; pl++ {
+			xp := xs[pl*g.h*g.w : (pl+1)*g.h*g.w]
+			for oh := 0; oh < g.ho; oh++ {
+				for ow := 0; ow < g.wo; ow++ {
+					h0, h1, w0, w1, div := g.avgWindow(oh, ow)
+					var sum float64
+					for ih := h0; ih < h1; ih++ {
+						for iw := w0; iw < w1; iw++ {
+							sum += float64(xp[ih*g.w+iw])
+						}
+					}
+					ys[(pl*g.ho+oh)*g.wo+ow] = F(sum / div)
+				}
+			}
+		}
+	}
+	cost := g.ho * g.wo * g.p.KernelH * g.p.KernelW
+	return func() {
+		s.load()
+		parallelFor(g.planes, cost, body)
+		s.store()
+	}
+}
+
+// AvgPool2dBackward implements kernels.Backend.
+func (be *Backend) AvgPool2dBackward(dx, dy *T, p kernels.Pool2dParams) {
+	const name = "AvgPool2dBackward"
+	needCPU(name, dx, dy)
+	g := checkPool(name, dx, dy, p, "dx", "dy")
+	if wide(dx, dy) {
+		be.launch(avgPoolBwdPrep[float64](&g, dx, dy))
+	} else {
+		be.launch(avgPoolBwdPrep[float32](&g, dx, dy))
+	}
+}
+
+func avgPoolBwdPrep[F tensor.Float](g *poolGeom, dx, dy *T) func() {
+	var s stage
+	gs := in[F](&s, dy)
+	dxs := out[F](&s, dx)
+	body := func(lo, hi int) {
+		for pl := lo; pl < hi; pl++ {
+			d := dxs[pl*g.h*g.w : (pl+1)*g.h*g.w]
+			clear(d)
+			for oh := 0; oh < g.ho; oh++ {
+				for ow := 0; ow < g.wo; ow++ {
+					h0, h1, w0, w1, div := g.avgWindow(oh, ow)
+					v := F(float64(gs[(pl*g.ho+oh)*g.wo+ow]) / div)
+					for ih := h0; ih < h1; ih++ {
+						for iw := w0; iw < w1; iw++ {
+							d[ih*g.w+iw] += v
+						}
+					}
+				}
+			}
+		}
+	}
+	cost := g.ho * g.wo * g.p.KernelH * g.p.KernelW
+	return func() {
+		s.load()
+		parallelFor(g.planes, cost, body)
+		s.store()
+	}
+}

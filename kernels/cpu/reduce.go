@@ -1,0 +1,346 @@
+package cpu
+
+import (
+	"math"
+
+	"github.com/esper-go/esper/kernels"
+	"github.com/esper-go/esper/tensor"
+)
+
+// chunkLen is the fixed number of elements one reduction partial covers.
+// Partials are combined in order, so the result does not depend on how
+// many workers computed them.
+const chunkLen = 4096
+
+// Reduce implements kernels.Backend. Sums accumulate in float64 for every
+// dtype (then round once).
+func (be *Backend) Reduce(op kernels.ReduceOp, dst, x *T, axes []int) {
+	name := "Reduce " + op.String()
+	needCPU(name, dst, x)
+	xs := x.Shape()
+	red := make([]bool, len(xs))
+	for _, a := range axes {
+		red[normAxis(name, a, xs)] = true
+	}
+	want := make([]int, len(xs))
+	for i, s := range xs {
+		want[i] = s
+		if red[i] {
+			want[i] = 1
+		}
+	}
+	if !tensor.SameShape(dst.Shape(), want) {
+		fail(name, "x shape %v reduced over axes %v gives %v, dst has shape %v", xs, axes, want, dst.Shape())
+	}
+	if op > kernels.LogSumExp {
+		fail(name, "unknown op %d", op)
+	}
+	needFloat(name, "x", x)
+	if wide(dst, x) {
+		be.launch(reducePrep[float64](op, dst, x, red))
+	} else {
+		be.launch(reducePrep[float32](op, dst, x, red))
+	}
+}
+
+// reduceGeom splits a contiguous shape into kept dims (the output walk)
+// and reduced dims (each output's walk), merging neighbours of one kind.
+type reduceGeom struct {
+	kShape, kSt []int
+	rShape, rSt []int
+	outs, r     int
+}
+
+func newReduceGeom(shape []int, red []bool) reduceGeom {
+	st := contigStrides(shape)
+	var g reduceGeom
+	lastRed := -1 // kind of the previous kept dim: 1 reduced, 0 kept
+	for d, s := range shape {
+		if s == 1 {
+			continue
+		}
+		k := 0
+		if red[d] {
+			k = 1
+		}
+		if k == 1 {
+			if lastRed == 1 {
+				n := len(g.rShape) - 1
+				g.rShape[n] *= s
+				g.rSt[n] = st[d]
+			} else {
+				g.rShape = append(g.rShape, s)
+				g.rSt = append(g.rSt, st[d])
+			}
+		} else {
+			if lastRed == 0 {
+				n := len(g.kShape) - 1
+				g.kShape[n] *= s
+				g.kSt[n] = st[d]
+			} else {
+				g.kShape = append(g.kShape, s)
+				g.kSt = append(g.kSt, st[d])
+			}
+		}
+		lastRed = k
+	}
+	if len(g.rShape) == 0 {
+		g.rShape, g.rSt = []int{1}, []int{0}
+	}
+	g.outs, g.r = 1, 1
+	for _, s := range g.kShape {
+		g.outs *= s
+	}
+	for _, s := range g.rShape {
+		g.r *= s
+	}
+	return g
+}
+
+// base is the offset of output o's first element.
+func (g *reduceGeom) base(o int) int {
+	off := 0
+	for d := len(g.kShape) - 1; d >= 0; d-- {
+		s := g.kShape[d]
+		off += (o % s) * g.kSt[d]
+		o /= s
+	}
+	return off
+}
+
+// reduceChunk folds elements [c0, c1) of one output's walk. For sums it
+// returns the float64 sum; for max/min the extreme (NaN wins); for
+// logsumexp the pair (max, Σexp(x-max)).
+func reduceChunk[F tensor.Float](op kernels.ReduceOp, x []F, g *reduceGeom, base, c0, c1 int) (acc, aux float64) {
+	last := len(g.rShape) - 1
+	L, sL := g.rShape[last], g.rSt[last]
+	switch op {
+	case kernels.Max:
+		acc = math.Inf(-1)
+	case kernels.Min:
+		acc = math.Inf(1)
+	case kernels.LogSumExp:
+		acc = math.Inf(-1)
+	}
+	for pass := 0; pass < 2; pass++ {
+		r := c0
+		for r < c1 {
+			q, j := r/L, r%L
+			off := base + j*sL
+			for d := last - 1; d >= 0; d-- {
+				s := g.rShape[d]
+				off += (q % s) * g.rSt[d]
+				q /= s
+			}
+			n := min(L-j, c1-r)
+			switch op {
+			case kernels.Sum, kernels.Mean:
+				if sL == 1 {
+					var a0, a1, a2, a3 float64
+					v := x[off : off+n]
+					i := 0
+					for ; i+4 <= n; i += 4 {
+						a0 += float64(v[i])
+						a1 += float64(v[i+1])
+						a2 += float64(v[i+2])
+						a3 += float64(v[i+3])
+					}
+					for ; i < n; i++ {
+						a0 += float64(v[i])
+					}
+					acc += (a0 + a1) + (a2 + a3)
+				} else {
+					for i := 0; i < n; i, off = i+1, off+sL {
+						acc += float64(x[off])
+					}
+				}
+			case kernels.Max:
+				for i := 0; i < n; i, off = i+1, off+sL {
+					if v := float64(x[off]); v > acc || v != v {
+						acc = v
+						if v != v {
+							return acc, 0
+						}
+					}
+				}
+			case kernels.Min:
+				for i := 0; i < n; i, off = i+1, off+sL {
+					if v := float64(x[off]); v < acc || v != v {
+						acc = v
+						if v != v {
+							return acc, 0
+						}
+					}
+				}
+			case kernels.LogSumExp:
+				if pass == 0 {
+					for i := 0; i < n; i, off = i+1, off+sL {
+						if v := float64(x[off]); v > acc || v != v {
+							acc = v
+						}
+					}
+				} else if !math.IsInf(acc, 0) && acc == acc {
+					for i := 0; i < n; i, off = i+1, off+sL {
+						aux += math.Exp(float64(x[off]) - acc)
+					}
+				}
+			}
+			r += n
+		}
+		if op != kernels.LogSumExp {
+			break
+		}
+	}
+	return acc, aux
+}
+
+func reducePrep[F tensor.Float](op kernels.ReduceOp, dst, x *T, red []bool) func() {
+	var s stage
+	xs := in[F](&s, x)
+	ds := out[F](&s, dst)
+	g := newReduceGeom(x.Shape(), red)
+	if x.Numel() == 0 {
+		// Nothing to fold: sums give 0, the others are undefined (NaN).
+		v := 0.0
+		if op != kernels.Sum {
+			v = math.NaN()
+		}
+		return func() {
+			for i := range ds {
+				ds[i] = F(v)
+			}
+			s.store()
+		}
+	}
+	nch := (g.r + chunkLen - 1) / chunkLen
+	part := make([]float64, g.outs*nch)
+	var aux []float64
+	if op == kernels.LogSumExp {
+		aux = make([]float64, g.outs*nch)
+	}
+	chunkBody := func(lo, hi int) {
+		for it := lo; it < hi; it++ {
+			o, c := it/nch, it%nch
+			a, b := reduceChunk(op, xs, &g, g.base(o), c*chunkLen, min((c+1)*chunkLen, g.r))
+			part[it] = a
+			if aux != nil {
+				aux[it] = b
+			}
+		}
+	}
+	rf := float64(g.r)
+	combine := func(lo, hi int) {
+		for o := lo; o < hi; o++ {
+			p := part[o*nch : (o+1)*nch]
+			var v float64
+			switch op {
+			case kernels.Sum, kernels.Mean:
+				for _, q := range p {
+					v += q
+				}
+				if op == kernels.Mean {
+					v /= rf
+				}
+			case kernels.Max:
+				v = p[0]
+				for _, q := range p[1:] {
+					if q > v || q != q {
+						v = q
+					}
+				}
+			case kernels.Min:
+				v = p[0]
+				for _, q := range p[1:] {
+					if q < v || q != q {
+						v = q
+					}
+				}
+			case kernels.LogSumExp:
+				m := p[0]
+				for _, q := range p[1:] {
+					if q > m || q != q {
+						m = q
+					}
+				}
+				switch {
+				case m != m || math.IsInf(m, 0):
+					v = m
+				default:
+					var sum float64
+					for k, q := range p {
+						if !math.IsInf(q, -1) {
+							sum += aux[o*nch+k] * math.Exp(q-m)
+						}
+					}
+					v = m + math.Log(sum)
+				}
+			}
+			ds[o] = F(v)
+		}
+	}
+	items := g.outs * nch
+	cost := min(g.r, chunkLen)
+	if op == kernels.LogSumExp {
+		cost *= 10
+	}
+	return func() {
+		s.load()
+		parallelFor(items, cost, chunkBody)
+		parallelFor(g.outs, nch, combine)
+		s.store()
+	}
+}
+
+// ArgMax implements kernels.Backend. NaN counts as the maximum, as in
+// PyTorch; ties keep the first index.
+func (be *Backend) ArgMax(dst, x *T, axis int) {
+	const name = "ArgMax"
+	needCPU(name, dst, x)
+	a := normAxis(name, axis, x.Shape())
+	want := append([]int(nil), x.Shape()...)
+	want[a] = 1
+	if !tensor.SameShape(dst.Shape(), want) {
+		fail(name, "x shape %v along axis %d gives %v, dst has shape %v", x.Shape(), axis, want, dst.Shape())
+	}
+	if dst.DType() != tensor.I64 {
+		fail(name, "dst (shape %v) has dtype %v, want i64", dst.Shape(), dst.DType())
+	}
+	needContig(name, "dst", dst)
+	needFloat(name, "x", x)
+	if x.Shape()[a] == 0 {
+		fail(name, "axis %d of shape %v is empty", axis, x.Shape())
+	}
+	if wide(x) {
+		be.launch(argMaxPrep[float64](dst, x, a))
+	} else {
+		be.launch(argMaxPrep[float32](dst, x, a))
+	}
+}
+
+func argMaxPrep[F tensor.Float](dst, x *T, axis int) func() {
+	var s stage
+	xs := in[F](&s, x)
+	d := tensor.Data[int64](dst)
+	outer, A, inner := split3(x.Shape(), axis)
+	body := func(lo, hi int) {
+		for it := lo; it < hi; it++ {
+			o, i := it/inner, it%inner
+			base := o*A*inner + i
+			best, bi := xs[base], 0
+			for k := 1; k < A; k++ {
+				v := xs[base+k*inner]
+				if best != best {
+					break
+				}
+				if v > best || v != v {
+					best, bi = v, k
+				}
+			}
+			d[it] = int64(bi)
+		}
+	}
+	return func() {
+		s.load()
+		parallelFor(outer*inner, A, body)
+	}
+}

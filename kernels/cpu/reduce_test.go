@@ -1,0 +1,165 @@
+package cpu
+
+import (
+	"math"
+	"runtime"
+	"testing"
+
+	"github.com/esper-go/esper/kernels"
+	"github.com/esper-go/esper/tensor"
+	"github.com/stretchr/testify/require"
+)
+
+// refReduce reduces x over axes with float64 loops over multi-indices.
+func refReduce(op kernels.ReduceOp, x []float64, shape []int, axes []int) ([]float64, []int) {
+	red := make([]bool, len(shape))
+	for _, a := range axes {
+		if a < 0 {
+			a += len(shape)
+		}
+		red[a] = true
+	}
+	oshape := make([]int, len(shape))
+	for i, s := range shape {
+		oshape[i] = s
+		if red[i] {
+			oshape[i] = 1
+		}
+	}
+	n := tensor.Numel(oshape)
+	groups := make([][]float64, n)
+	ost := contigStrides(oshape)
+	idx := make([]int, len(shape))
+	for _, v := range x {
+		o := 0
+		for d := range shape {
+			if !red[d] {
+				o += idx[d] * ost[d]
+			}
+		}
+		groups[o] = append(groups[o], v)
+		for d := len(shape) - 1; d >= 0; d-- {
+			idx[d]++
+			if idx[d] < shape[d] {
+				break
+			}
+			idx[d] = 0
+		}
+	}
+	out := make([]float64, n)
+	for o, g := range groups {
+		switch op {
+		case kernels.Sum, kernels.Mean:
+			for _, v := range g {
+				out[o] += v
+			}
+			if op == kernels.Mean {
+				out[o] /= float64(len(g))
+			}
+		case kernels.Max:
+			out[o] = math.Inf(-1)
+			for _, v := range g {
+				out[o] = math.Max(out[o], v)
+			}
+		case kernels.Min:
+			out[o] = math.Inf(1)
+			for _, v := range g {
+				out[o] = math.Min(out[o], v)
+			}
+		case kernels.LogSumExp:
+			m := math.Inf(-1)
+			for _, v := range g {
+				m = math.Max(m, v)
+			}
+			var s float64
+			for _, v := range g {
+				s += math.Exp(v - m)
+			}
+			out[o] = m + math.Log(s)
+		}
+	}
+	return out, oshape
+}
+
+func TestReduce(t *testing.T) {
+	cases := []struct {
+		shape []int
+		axes  []int
+	}{
+		{[]int{7}, []int{0}},
+		{[]int{3, 5}, []int{1}},
+		{[]int{3, 5}, []int{0}},
+		{[]int{4, 3, 5, 6}, []int{0, 2, 3}},
+		{[]int{2, 1, 3, 5}, []int{1, 3}},
+		{[]int{2, 3}, nil},
+		{[]int{2, 3, 4}, []int{-1, 0}},
+		{[]int{10000, 3}, []int{0}},
+		{[]int{3, 9000}, []int{1}},
+		{[]int{2, 130, 70}, []int{0, 1, 2}},
+	}
+	for _, op := range []kernels.ReduceOp{kernels.Sum, kernels.Mean, kernels.Max, kernels.Min, kernels.LogSumExp} {
+		for _, d := range floatTypes {
+			for ci, c := range cases {
+				x := randT(uint64(ci), d, c.shape...)
+				want, os := refReduce(op, vals(x), c.shape, c.axes)
+				dst := tensor.Empty(d, os...)
+				be.Reduce(op, dst, x, c.axes)
+				rt := tol(d)
+				if d == tensor.F64 && (op == kernels.Sum || op == kernels.Mean) {
+					rt = 1e-11 // long sums in another order
+				}
+				closeTo(t, name(op, d, c.shape, c.axes), vals(dst), want, rt)
+			}
+		}
+	}
+	// BF16 input, F32 output (autocast keeps reductions in fp32).
+	x := randT(5, tensor.BF16, 40, 50)
+	dst := tensor.Empty(tensor.F32, 40, 1)
+	be.Reduce(kernels.Sum, dst, x, []int{1})
+	want, _ := refReduce(kernels.Sum, vals(x), []int{40, 50}, []int{1})
+	closeTo(t, "bf16→f32", vals(dst), want, 1e-6)
+}
+
+func TestReduceDeterministic(t *testing.T) {
+	x := randT(1, tensor.F32, 64, 16, 33, 33)
+	for _, axes := range [][]int{{0, 2, 3}, {0, 1, 2, 3}, {3}} {
+		_, os := refReduce(kernels.Sum, []float64{0}, []int{1, 1, 1, 1}, nil)
+		_ = os
+		shape := []int{64, 16, 33, 33}
+		for _, a := range axes {
+			shape[a] = 1
+		}
+		run := func(p int) []float64 {
+			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(p))
+			d := tensor.Empty(tensor.F32, shape...)
+			be.Reduce(kernels.Sum, d, x, axes)
+			return vals(d)
+		}
+		same(t, name("reduce ", axes), run(1), run(2))
+	}
+}
+
+func TestArgMax(t *testing.T) {
+	for _, d := range floatTypes {
+		x := randT(7, d, 3, 8, 5)
+		for axis := 0; axis < 3; axis++ {
+			shape := []int{3, 8, 5}
+			shape[axis] = 1
+			dst := tensor.Empty(tensor.I64, shape...)
+			be.ArgMax(dst, x, axis)
+			outer, A, inner := split3([]int{3, 8, 5}, axis)
+			xv := vals(x)
+			for o := 0; o < outer; o++ {
+				for i := 0; i < inner; i++ {
+					best, bi := math.Inf(-1), 0
+					for k := 0; k < A; k++ {
+						if v := xv[(o*A+k)*inner+i]; v > best {
+							best, bi = v, k
+						}
+					}
+					require.Equal(t, int64(bi), dst.I64()[o*inner+i], "%v axis %d", d, axis)
+				}
+			}
+		}
+	}
+}

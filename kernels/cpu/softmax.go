@@ -1,0 +1,334 @@
+package cpu
+
+import (
+	"math"
+
+	"github.com/esper-go/esper/kernels"
+	"github.com/esper-go/esper/tensor"
+)
+
+// Softmax-family kernels work on x viewed as [outer, A, inner] along the
+// axis; each (outer, inner) line is one independent item. Sums run in
+// float64.
+
+func (be *Backend) softmaxLike(name string, dst, x *T, axis int, log bool) {
+	needCPU(name, dst, x)
+	if !tensor.SameShape(dst.Shape(), x.Shape()) {
+		fail(name, "dst shape %v and x shape %v differ", dst.Shape(), x.Shape())
+	}
+	needFloat(name, "x", x)
+	needFloat(name, "dst", dst)
+	a := normAxis(name, axis, x.Shape())
+	if wide(dst, x) {
+		be.launch(softmaxPrep[float64](dst, x, a, log))
+	} else {
+		be.launch(softmaxPrep[float32](dst, x, a, log))
+	}
+}
+
+// Softmax implements kernels.Backend.
+func (be *Backend) Softmax(dst, x *T, axis int) { be.softmaxLike("Softmax", dst, x, axis, false) }
+
+// LogSoftmax implements kernels.Backend.
+func (be *Backend) LogSoftmax(dst, x *T, axis int) {
+	be.softmaxLike("LogSoftmax", dst, x, axis, true)
+}
+
+func softmaxPrep[F tensor.Float](dst, x *T, axis int, log bool) func() {
+	var s stage
+	xs := in[F](&s, x)
+	ds := out[F](&s, dst)
+	outer, A, inner := split3(x.Shape(), axis)
+	body := func(lo, hi int) {
+		for it := lo; it < hi; it++ {
+			o, i := it/inner, it%inner
+			base := o*A*inner + i
+			m := math.Inf(-1)
+			for k, j := 0, base; k < A; k, j = k+1, j+inner {
+				if v := float64(xs[j]); v > m || v != v {
+					m = v
+				}
+			}
+			if math.IsInf(m, -1) {
+				m = 0 // an all -inf line gives NaN like PyTorch via 0·inf below
+			}
+			var sum float64
+			for k, j := 0, base; k < A; k, j = k+1, j+inner {
+				sum += math.Exp(float64(xs[j]) - m)
+			}
+			if log {
+				ls := m + math.Log(sum)
+				for k, j := 0, base; k < A; k, j = k+1, j+inner {
+					ds[j] = F(float64(xs[j]) - ls)
+				}
+			} else {
+				r := 1 / sum
+				for k, j := 0, base; k < A; k, j = k+1, j+inner {
+					ds[j] = F(math.Exp(float64(xs[j])-m) * r)
+				}
+			}
+		}
+	}
+	return func() {
+		s.load()
+		parallelFor(outer*inner, 20*A, body)
+		s.store()
+	}
+}
+
+func (be *Backend) softmaxBwd(name string, dx, y, dy *T, axis int, log bool) {
+	needCPU(name, dx, y, dy)
+	if !tensor.SameShape(dx.Shape(), y.Shape()) || !tensor.SameShape(dy.Shape(), y.Shape()) {
+		fail(name, "shapes differ: dx %v, y %v, dy %v", dx.Shape(), y.Shape(), dy.Shape())
+	}
+	a := normAxis(name, axis, y.Shape())
+	if wide(dx, y, dy) {
+		be.launch(softmaxBwdPrep[float64](dx, y, dy, a, log))
+	} else {
+		be.launch(softmaxBwdPrep[float32](dx, y, dy, a, log))
+	}
+}
+
+// SoftmaxBackward implements kernels.Backend.
+func (be *Backend) SoftmaxBackward(dx, y, dy *T, axis int) {
+	be.softmaxBwd("SoftmaxBackward", dx, y, dy, axis, false)
+}
+
+// LogSoftmaxBackward implements kernels.Backend.
+func (be *Backend) LogSoftmaxBackward(dx, y, dy *T, axis int) {
+	be.softmaxBwd("LogSoftmaxBackward", dx, y, dy, axis, true)
+}
+
+func softmaxBwdPrep[F tensor.Float](dx, y, dy *T, axis int, log bool) func() {
+	var s stage
+	ys := in[F](&s, y)
+	gs := in[F](&s, dy)
+	ds := out[F](&s, dx)
+	outer, A, inner := split3(y.Shape(), axis)
+	body := func(lo, hi int) {
+		for it := lo; it < hi; it++ {
+			o, i := it/inner, it%inner
+			base := o*A*inner + i
+			var sum float64
+			if log {
+				for k, j := 0, base; k < A; k, j = k+1, j+inner {
+					sum += float64(gs[j])
+				}
+				for k, j := 0, base; k < A; k, j = k+1, j+inner {
+					ds[j] = F(float64(gs[j]) - math.Exp(float64(ys[j]))*sum)
+				}
+			} else {
+				for k, j := 0, base; k < A; k, j = k+1, j+inner {
+					sum += float64(ys[j]) * float64(gs[j])
+				}
+				for k, j := 0, base; k < A; k, j = k+1, j+inner {
+					ds[j] = F(float64(ys[j]) * (float64(gs[j]) - sum))
+				}
+			}
+		}
+	}
+	return func() {
+		s.load()
+		parallelFor(outer*inner, 4*A, body)
+		s.store()
+	}
+}
+
+// checkCE validates the cross-entropy arguments and returns N, C.
+func checkCE(name string, loss, logits, target *T, p kernels.CrossEntropyParams) (int, int) {
+	needCPU(name, loss, logits, target)
+	ls := logits.Shape()
+	if len(ls) != 2 {
+		fail(name, "logits has shape %v, want [N C]", ls)
+	}
+	n, c := ls[0], ls[1]
+	needShape(name, "target", target, []int{n})
+	needIndex(name, "target", target)
+	needFloat(name, "logits", logits)
+	needFloat(name, "loss", loss)
+	if p.Reduction == kernels.ReduceNone {
+		if !tensor.SameShape(loss.Shape(), []int{n}) {
+			fail(name, "logits %v, target %v: loss has shape %v, want [%d] for reduction none", ls, target.Shape(), loss.Shape(), n)
+		}
+	} else if loss.Numel() != 1 {
+		fail(name, "logits %v, target %v: loss has shape %v, want a scalar", ls, target.Shape(), loss.Shape())
+	}
+	if p.LabelSmoothing < 0 || p.LabelSmoothing >= 1 {
+		fail(name, "label smoothing %v outside [0, 1)", p.LabelSmoothing)
+	}
+	return n, c
+}
+
+// CrossEntropy implements kernels.Backend: per sample
+// ℓ = (1-ε)·(lse - x_t) + ε·(lse - mean_c x_c), left out (0) when the
+// target is ignored; the mean divides by the number of kept samples.
+func (be *Backend) CrossEntropy(loss, logits, target *T, p kernels.CrossEntropyParams) {
+	const name = "CrossEntropy"
+	n, c := checkCE(name, loss, logits, target, p)
+	if wide(logits) {
+		be.launch(cePrep[float64](loss, logits, target, p, n, c))
+	} else {
+		be.launch(cePrep[float32](loss, logits, target, p, n, c))
+	}
+}
+
+// ceTarget reads target i and reports whether it is kept, panicking on
+// an out-of-range class (the message allocates, but only on that path).
+func ceTarget(t64 []int64, t32 []int32, i, c int, p kernels.CrossEntropyParams) (int, bool) {
+	var t int64
+	if t64 != nil {
+		t = t64[i]
+	} else {
+		t = int64(t32[i])
+	}
+	if p.HasIgnore && t == p.IgnoreIndex {
+		return 0, false
+	}
+	if t < 0 || t >= int64(c) {
+		fail("CrossEntropy", "target %d of sample %d outside [0, %d)", t, i, c)
+	}
+	return int(t), true
+}
+
+func cePrep[F tensor.Float](loss, logits, target *T, p kernels.CrossEntropyParams, n, c int) func() {
+	var s stage
+	xs := in[F](&s, logits)
+	t64, t32 := indexData("CrossEntropy", "target", target)
+	per := make([]float64, n)
+	kept := make([]bool, n)
+	eps := p.LabelSmoothing
+	body := func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			t, ok := ceTarget(t64, t32, i, c, p)
+			kept[i] = ok
+			if !ok {
+				per[i] = 0
+				continue
+			}
+			row := xs[i*c : (i+1)*c]
+			lse, mean := lseMean(row)
+			l := (1 - eps) * (lse - float64(row[t]))
+			if eps != 0 {
+				l += eps * (lse - mean)
+			}
+			per[i] = l
+		}
+	}
+	var setScalar func(float64)
+	var lv []F
+	if p.Reduction == kernels.ReduceNone {
+		lv = out[F](&s, loss)
+	} else {
+		setScalar = scalarWriter("CrossEntropy", "loss", loss)
+	}
+	return func() {
+		s.load()
+		parallelFor(n, 8*c, body)
+		if lv != nil {
+			for i, v := range per {
+				lv[i] = F(v)
+			}
+			s.store()
+			return
+		}
+		var sum float64
+		cnt := 0
+		for i, v := range per {
+			sum += v
+			if kept[i] {
+				cnt++
+			}
+		}
+		if p.Reduction == kernels.ReduceMean {
+			sum /= float64(cnt) // no kept sample: 0/0 = NaN, as PyTorch
+		}
+		setScalar(float64(F(sum)))
+	}
+}
+
+// lseMean returns the stable log-sum-exp and the mean of a row.
+func lseMean[F tensor.Float](row []F) (lse, mean float64) {
+	m := math.Inf(-1)
+	for _, v := range row {
+		if f := float64(v); f > m || f != f {
+			m = f
+		}
+	}
+	var se, sx float64
+	for _, v := range row {
+		se += math.Exp(float64(v) - m)
+		sx += float64(v)
+	}
+	return m + math.Log(se), sx / float64(len(row))
+}
+
+// CrossEntropyBackward implements kernels.Backend: dlogits_i =
+// scale_i·(softmax_i − q_i) with q = (1-ε)·onehot(t) + ε/C.
+func (be *Backend) CrossEntropyBackward(dlogits, logits, target, dloss *T, p kernels.CrossEntropyParams) {
+	const name = "CrossEntropyBackward"
+	n, c := checkCE(name, dloss, logits, target, p)
+	needShape(name, "dlogits", dlogits, logits.Shape())
+	if wide(logits, dlogits) {
+		be.launch(ceBwdPrep[float64](dlogits, logits, target, dloss, p, n, c))
+	} else {
+		be.launch(ceBwdPrep[float32](dlogits, logits, target, dloss, p, n, c))
+	}
+}
+
+func ceBwdPrep[F tensor.Float](dlogits, logits, target, dloss *T, p kernels.CrossEntropyParams, n, c int) func() {
+	var s stage
+	xs := in[F](&s, logits)
+	ds := out[F](&s, dlogits)
+	t64, t32 := indexData("CrossEntropyBackward", "target", target)
+	var dl []F
+	var dscalar func() float64
+	if p.Reduction == kernels.ReduceNone {
+		dl = in[F](&s, dloss)
+	} else {
+		dscalar = scalarReader("CrossEntropyBackward", "dloss", dloss)
+	}
+	eps := p.LabelSmoothing
+	var scale float64
+	body := func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			row := xs[i*c : (i+1)*c]
+			drow := ds[i*c : (i+1)*c]
+			t, ok := ceTarget(t64, t32, i, c, p)
+			if !ok {
+				for j := range drow {
+					drow[j] = 0
+				}
+				continue
+			}
+			g := scale
+			if dl != nil {
+				g = float64(dl[i])
+			}
+			lse, _ := lseMean(row)
+			for j, v := range row {
+				q := eps / float64(c)
+				if j == t {
+					q += 1 - eps
+				}
+				drow[j] = F(g * (math.Exp(float64(v)-lse) - q))
+			}
+		}
+	}
+	return func() {
+		s.load()
+		if dscalar != nil {
+			scale = dscalar()
+			if p.Reduction == kernels.ReduceMean {
+				cnt := 0
+				for i := 0; i < n; i++ {
+					if _, ok := ceTarget(t64, t32, i, c, p); ok {
+						cnt++
+					}
+				}
+				scale /= float64(cnt)
+			}
+		}
+		parallelFor(n, 10*c, body)
+		s.store()
+	}
+}

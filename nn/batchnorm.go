@@ -1,0 +1,94 @@
+package nn
+
+import (
+	"fmt"
+
+	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/tensor"
+)
+
+// BatchNorm2dOptions configure a BatchNorm2d layer.
+type BatchNorm2dOptions struct {
+	// Channels is C of the [N, C, H, W] input (required, > 0).
+	Channels int
+	// Eps is added to the variance; zero means 1e-5.
+	Eps float64
+	// Momentum of the running statistics, in (0, 1]; zero means 0.1:
+	// running = (1−Momentum)·running + Momentum·batch.
+	Momentum float64
+	// NoAffine leaves out the learned per-channel scale and shift; by
+	// default the layer has them (PyTorch's affine=True).
+	NoAffine bool
+	// DType of the parameters and buffers; zero means F32.
+	DType tensor.DType
+}
+
+// BatchNorm2d normalises each channel of NCHW input, like PyTorch's
+// nn.BatchNorm2d. In training mode it uses the batch mean and biased
+// variance over (N, H, W) and updates the running statistics with the
+// unbiased variance; in evaluation mode it uses the running statistics.
+// Weight (init 1) and Bias (init 0) are [Channels], nil with NoAffine;
+// RunningMean (init 0) and RunningVar (init 1) are the buffers
+// "running_mean" and "running_var". PyTorch's num_batches_tracked is not
+// kept (it only matters for momentum=None).
+type BatchNorm2d struct {
+	leaf
+	Weight      *autograd.Var
+	Bias        *autograd.Var
+	RunningMean *tensor.Tensor
+	RunningVar  *tensor.Tensor
+	opts        BatchNorm2dOptions
+}
+
+// NewBatchNorm2d returns a BatchNorm2d in training mode.
+func NewBatchNorm2d(o BatchNorm2dOptions) (*BatchNorm2d, error) {
+	const name = "BatchNorm2d"
+	dt, err := paramDType(name, o.DType)
+	if err != nil {
+		return nil, err
+	}
+	o.DType = dt
+	if o.Eps == 0 {
+		o.Eps = 1e-5
+	}
+	if o.Momentum == 0 {
+		o.Momentum = 0.1
+	}
+	switch {
+	case o.Channels <= 0:
+		return nil, optionsErr(name, "Channels must be positive, got %d", o.Channels)
+	case !(o.Eps > 0):
+		return nil, optionsErr(name, "Eps must be positive, got %v", o.Eps)
+	case !(o.Momentum > 0 && o.Momentum <= 1):
+		return nil, optionsErr(name, "Momentum must be in (0, 1], got %v", o.Momentum)
+	}
+	b := &BatchNorm2d{opts: o}
+	if !o.NoAffine {
+		b.Weight = b.addParam("weight", tensor.Ones(dt, o.Channels))
+		b.Bias = b.addParam("bias", tensor.Zeros(dt, o.Channels))
+	}
+	b.RunningMean = b.addBuffer("running_mean", tensor.Zeros(dt, o.Channels))
+	b.RunningVar = b.addBuffer("running_var", tensor.Ones(dt, o.Channels))
+	return b, nil
+}
+
+// MustBatchNorm2d is NewBatchNorm2d that panics on invalid options.
+func MustBatchNorm2d(o BatchNorm2dOptions) *BatchNorm2d { return must(NewBatchNorm2d(o)) }
+
+// Options returns the options the layer was built with (defaults filled).
+func (b *BatchNorm2d) Options() BatchNorm2dOptions { return b.opts }
+
+// Forward normalises x [N, Channels, H, W]; in training mode it also
+// updates the running statistics in place (even under autograd.NoGrad, as
+// PyTorch does).
+func (b *BatchNorm2d) Forward(x *autograd.Var) *autograd.Var {
+	if x.Value.Rank() != 4 || x.Value.Dim(1) != b.opts.Channels {
+		panic(fmt.Sprintf("nn: BatchNorm2d(%d) got input of shape %v (want [N %d H W])", b.opts.Channels, x.Shape(), b.opts.Channels))
+	}
+	if s := x.Shape(); b.Training() && s[0]*s[2]*s[3] < 2 {
+		// The unbiased variance of the running statistics needs two
+		// values (PyTorch raises the same error).
+		panic(fmt.Sprintf("nn: BatchNorm2d(%d) in training mode needs more than one value per channel, got input of shape %v", b.opts.Channels, s))
+	}
+	return autograd.BatchNorm(x, b.Weight, b.Bias, b.RunningMean, b.RunningVar, b.Training(), b.opts.Momentum, b.opts.Eps)
+}

@@ -1,0 +1,41 @@
+package nn
+
+import (
+	"fmt"
+
+	"github.com/esper-go/esper/tensor/safetensors"
+)
+
+// Save writes m's state dict (parameters and buffers, by state-dict name)
+// and metadata to a safetensors file at path. The write is atomic: a
+// crash leaves either the old file or the new one, never half of one.
+// The file loads in PyTorch with safetensors.torch.load_file.
+func Save(path string, m Module, metadata map[string]string) error {
+	if err := safetensors.WriteFile(path, StateDict(m), metadata); err != nil {
+		return fmt.Errorf("nn: save %s: %w", path, err)
+	}
+	return nil
+}
+
+// Load reads a safetensors file written by Save (or by PyTorch with the
+// same names) into m, strictly: every parameter and buffer must be in the
+// file with its exact shape and dtype, and the file must hold nothing
+// else. The whole file is parsed and checked before m changes, so a
+// truncated or corrupt file returns an error (a *safetensors.FormatError
+// naming the file and byte offset, wrapped) and leaves m untouched, as
+// does a mismatched one (a *StateDictError, wrapped).
+func Load(path string, m Module) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("nn: load %s: %v", path, r)
+		}
+	}()
+	f, err := safetensors.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("nn: load: %w", err)
+	}
+	if err := LoadStateDict(m, f.Tensors, true); err != nil {
+		return fmt.Errorf("nn: load %s: %w", path, err)
+	}
+	return nil
+}

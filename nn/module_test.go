@@ -1,0 +1,237 @@
+package nn
+
+import (
+	"math"
+	"reflect"
+	"testing"
+
+	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/tensor"
+)
+
+func names(ns []Named) []string {
+	out := make([]string, len(ns))
+	for i, n := range ns {
+		out[i] = n.Name
+	}
+	return out
+}
+
+func bufferNames(ns []NamedBuffer) []string {
+	out := make([]string, len(ns))
+	for i, n := range ns {
+		out[i] = n.Name
+	}
+	return out
+}
+
+// twoLayer is a user-defined module with named children, the way a model
+// outside nn is written.
+type twoLayer struct {
+	Composite
+	fc1, fc2 *Linear
+	scale    *autograd.Var
+}
+
+func newTwoLayer(seed uint64) *twoLayer {
+	rng := tensor.NewRNG(seed)
+	n := &twoLayer{
+		fc1:   MustLinear(rng, LinearOptions{In: 3, Out: 5}),
+		fc2:   MustLinear(rng, LinearOptions{In: 5, Out: 2, NoBias: true}),
+		scale: autograd.Param(tensor.Ones(tensor.F32, 1)),
+	}
+	n.RegisterParameter("scale", n.scale)
+	n.Register("fc1", n.fc1)
+	n.Register("fc2", n.fc2)
+	n.RegisterBuffer("steps", tensor.Zeros(tensor.I64, 1))
+	return n
+}
+
+func (n *twoLayer) Forward(x *autograd.Var) *autograd.Var {
+	return autograd.Mul(n.fc2.Forward(autograd.Relu(n.fc1.Forward(x))), n.scale)
+}
+
+func TestNames(t *testing.T) {
+	rng := tensor.NewRNG(1)
+	inner := NewSequential(MustLinear(rng, LinearOptions{In: 4, Out: 4}), &ReLU{})
+	cases := []struct {
+		name    string
+		m       Module
+		params  []string
+		buffers []string
+	}{
+		{"linear", MustLinear(rng, LinearOptions{In: 2, Out: 3}), []string{"weight", "bias"}, nil},
+		{"linear no bias", MustLinear(rng, LinearOptions{In: 2, Out: 3, NoBias: true}), []string{"weight"}, nil},
+		{"batchnorm", MustBatchNorm2d(BatchNorm2dOptions{Channels: 2}), []string{"weight", "bias"}, []string{"running_mean", "running_var"}},
+		{"batchnorm no affine", MustBatchNorm2d(BatchNorm2dOptions{Channels: 2, NoAffine: true}), nil, []string{"running_mean", "running_var"}},
+		{"cnn", newFixtureCNN(), []string{"0.weight", "1.weight", "1.bias", "5.weight", "5.bias"}, []string{"1.running_mean", "1.running_var"}},
+		{"nested", NewSequential(inner, MustLinear(rng, LinearOptions{In: 4, Out: 1})), []string{"0.0.weight", "0.0.bias", "1.weight", "1.bias"}, nil},
+		{"composite", newTwoLayer(1), []string{"scale", "fc1.weight", "fc1.bias", "fc2.weight"}, []string{"steps"}},
+		{"mlp", MustMLP(rng, MLPOptions{Sizes: []int{8, 16, 16, 4}}), []string{"0.weight", "0.bias", "2.weight", "2.bias", "4.weight", "4.bias"}, nil},
+		{"mlp norm dropout", MustMLP(rng, MLPOptions{Sizes: []int{8, 16, 4}, Dropout: 0.5,
+			Norm: func(n int) Module { return MustLayerNorm(LayerNormOptions{Shape: []int{n}}) }}),
+			[]string{"0.weight", "0.bias", "1.weight", "1.bias", "4.weight", "4.bias"}, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			np := c.m.NamedParameters()
+			if got := names(np); !reflect.DeepEqual(got, c.params) && (len(got) > 0 || len(c.params) > 0) {
+				t.Errorf("parameters %q, want %q", got, c.params)
+			}
+			if got := bufferNames(c.m.NamedBuffers()); !reflect.DeepEqual(got, c.buffers) && (len(got) > 0 || len(c.buffers) > 0) {
+				t.Errorf("buffers %q, want %q", got, c.buffers)
+			}
+			ps := c.m.Parameters()
+			check(t, len(ps) == len(np), "Parameters has %d entries, NamedParameters %d", len(ps), len(np))
+			for i, p := range ps {
+				check(t, p == np[i].Var, "Parameters()[%d] is not NamedParameters()[%d].Var", i, i)
+				check(t, p.Name == np[i].Name, "Var.Name %q, want the path %q", p.Name, np[i].Name)
+				check(t, p.RequiresGrad(), "%s does not require grad", np[i].Name)
+			}
+		})
+	}
+}
+
+func TestCompositeRegisterPanics(t *testing.T) {
+	for _, name := range []string{"", "a.b", "fc1", "scale", "steps"} {
+		t.Run(name, func(t *testing.T) {
+			n := newTwoLayer(1)
+			defer func() {
+				check(t, recover() != nil, "Register(%q) did not panic", name)
+			}()
+			n.Register(name, &ReLU{})
+		})
+	}
+}
+
+func TestTrainEval(t *testing.T) {
+	rng := tensor.NewRNG(4)
+	bn := MustBatchNorm2d(BatchNorm2dOptions{Channels: 2})
+	drop := MustDropout(DropoutOptions{P: 0.5, Seed: 9})
+	net := NewSequential(bn, drop)
+	check(t, net.Training() && bn.Training() && drop.Training(), "modules do not start in training mode")
+
+	// Running statistics chosen so that eval output is known exactly.
+	copy(bn.RunningMean.F32(), []float32{1, -2})
+	copy(bn.RunningVar.F32(), []float32{4, 0.25})
+	x := tensor.Normal(rng, tensor.F32, 0.5, 2, 3, 2, 4, 4)
+
+	Eval(net)
+	check(t, !net.Training() && !bn.Training() && !drop.Training(), "Eval did not reach the children")
+	var y *autograd.Var
+	autograd.NoGrad(func() { y = net.Forward(autograd.Const(x)) })
+	mean, vr := []float64{1, -2}, []float64{4, 0.25}
+	xs, ys := x.Float64s(), y.Value.Float64s()
+	for i := range xs {
+		c := (i / 16) % 2
+		want := (xs[i] - mean[c]) / sqrt(vr[c]+1e-5)
+		check(t, abs(ys[i]-want) <= 1e-5*(1+abs(want)), "eval BatchNorm element %d = %v, want %v", i, ys[i], want)
+	}
+	check(t, bn.RunningMean.At(0) == 1 && bn.RunningVar.At(1) == 0.25, "eval forward changed the running statistics")
+	check(t, drop.Forward(autograd.Const(x)).Value == x, "eval Dropout is not the identity")
+
+	Train(net)
+	check(t, net.Training() && bn.Training() && drop.Training(), "Train did not reach the children")
+	autograd.NoGrad(func() { y = net.Forward(autograd.Const(x)) })
+	check(t, bn.RunningMean.At(0) != 1, "train forward did not update the running mean")
+	// Train-mode BatchNorm output has per-channel batch mean 0; dropout
+	// then zeroes about half the elements and doubles the others.
+	zeros := 0
+	for _, v := range y.Value.Float64s() {
+		if v == 0 {
+			zeros++
+		}
+	}
+	n := y.Value.Numel()
+	check(t, zeros > n/4 && zeros < 3*n/4, "train Dropout(0.5) zeroed %d of %d elements", zeros, n)
+}
+
+func TestDropoutDeterministic(t *testing.T) {
+	x := tensor.Ones(tensor.F32, 64)
+	run := func() [][]float64 {
+		d := MustDropout(DropoutOptions{P: 0.3, Seed: 42})
+		var out [][]float64
+		for i := 0; i < 3; i++ {
+			out = append(out, d.Forward(autograd.Const(x)).Value.Float64s())
+		}
+		return out
+	}
+	a, b := run(), run()
+	check(t, reflect.DeepEqual(a, b), "same seed gave different masks")
+	check(t, !reflect.DeepEqual(a[0], a[1]), "consecutive calls drew the same mask")
+	for _, v := range a[0] {
+		check(t, v == 0 || abs(v-1/0.7) < 1e-6, "dropout value %v, want 0 or 1/(1-p)", v)
+	}
+}
+
+func TestForwardShapes(t *testing.T) {
+	rng := tensor.NewRNG(5)
+	x4 := autograd.Const(tensor.Normal(rng, tensor.F32, 0, 1, 2, 4, 9, 8))
+	cases := []struct {
+		name string
+		m    Module
+		x    *autograd.Var
+		want []int
+	}{
+		{"linear", MustLinear(rng, LinearOptions{In: 8, Out: 3}), x4, []int{2, 4, 9, 3}},
+		{"conv", MustConv2d(rng, Conv2dOptions{InChannels: 4, OutChannels: 6, KernelH: 3, KernelW: 2, Stride: 2, Padding: 1}), x4, []int{2, 6, 5, 5}},
+		{"conv grouped dilated", MustConv2d(rng, Conv2dOptions{InChannels: 4, OutChannels: 8, KernelH: 3, Dilation: 2, Groups: 2}), x4, []int{2, 8, 5, 4}},
+		{"maxpool", MustMaxPool2d(Pool2dOptions{Kernel: 2}), x4, []int{2, 4, 4, 4}},
+		{"maxpool pad", MustMaxPool2d(Pool2dOptions{Kernel: 3, Stride: 2, Padding: 1}), x4, []int{2, 4, 5, 4}},
+		{"avgpool", MustAvgPool2d(Pool2dOptions{Kernel: 3, Stride: 2, Padding: 1}), x4, []int{2, 4, 5, 4}},
+		{"global avg", &GlobalAvgPool{}, x4, []int{2, 4}},
+		{"flatten", &Flatten{}, x4, []int{2, 4 * 9 * 8}},
+		{"flatten from 2", &Flatten{StartAxis: 2}, x4, []int{2, 4, 72}},
+		{"groupnorm", MustGroupNorm(GroupNormOptions{Groups: 2, Channels: 4}), x4, []int{2, 4, 9, 8}},
+		{"layernorm 2d", MustLayerNorm(LayerNormOptions{Shape: []int{9, 8}}), x4, []int{2, 4, 9, 8}},
+		{"batchnorm", MustBatchNorm2d(BatchNorm2dOptions{Channels: 4}), x4, []int{2, 4, 9, 8}},
+		{"embedding", MustEmbedding(rng, EmbeddingOptions{Num: 10, Dim: 3}), autograd.Const(tensor.RandInt(rng, 10, 2, 5)), []int{2, 5, 3}},
+		{"mlp", MustMLP(rng, MLPOptions{Sizes: []int{8, 5, 2}, Activation: func() Module { return &Tanh{} }}), x4, []int{2, 4, 9, 2}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			y := c.m.Forward(c.x)
+			check(t, tensor.SameShape(y.Shape(), c.want), "output shape %v, want %v", y.Shape(), c.want)
+		})
+	}
+}
+
+func TestOptionsValidation(t *testing.T) {
+	rng := tensor.NewRNG(6)
+	cases := []struct {
+		name string
+		err  func() error
+	}{
+		{"linear zero in", func() error { _, err := NewLinear(rng, LinearOptions{Out: 3}); return err }},
+		{"linear nil rng", func() error { _, err := NewLinear(nil, LinearOptions{In: 2, Out: 3}); return err }},
+		{"linear int dtype", func() error { _, err := NewLinear(rng, LinearOptions{In: 2, Out: 3, DType: tensor.I64}); return err }},
+		{"conv groups", func() error {
+			_, err := NewConv2d(rng, Conv2dOptions{InChannels: 3, OutChannels: 4, KernelH: 3, Groups: 2})
+			return err
+		}},
+		{"conv no kernel", func() error { _, err := NewConv2d(rng, Conv2dOptions{InChannels: 3, OutChannels: 4}); return err }},
+		{"batchnorm momentum", func() error { _, err := NewBatchNorm2d(BatchNorm2dOptions{Channels: 3, Momentum: 1.5}); return err }},
+		{"batchnorm eps", func() error { _, err := NewBatchNorm2d(BatchNorm2dOptions{Channels: 3, Eps: -1}); return err }},
+		{"groupnorm divisible", func() error { _, err := NewGroupNorm(GroupNormOptions{Groups: 4, Channels: 6}); return err }},
+		{"layernorm no shape", func() error { _, err := NewLayerNorm(LayerNormOptions{}); return err }},
+		{"embedding", func() error { _, err := NewEmbedding(rng, EmbeddingOptions{Num: 3}); return err }},
+		{"dropout p>1", func() error { _, err := NewDropout(DropoutOptions{P: 1.5}); return err }},
+		{"dropout NaN", func() error { _, err := NewDropout(DropoutOptions{P: math.NaN()}); return err }},
+		{"maxpool padding", func() error { _, err := NewMaxPool2d(Pool2dOptions{Kernel: 2, Padding: 2}); return err }},
+		{"avgpool kernel", func() error { _, err := NewAvgPool2d(Pool2dOptions{}); return err }},
+		{"mlp sizes", func() error { _, err := NewMLP(rng, MLPOptions{Sizes: []int{3}}); return err }},
+		{"mlp zero width", func() error { _, err := NewMLP(rng, MLPOptions{Sizes: []int{3, 0, 2}}); return err }},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := c.err()
+			check(t, err != nil, "no error")
+			check(t, errorsIs(err, ErrOptions), "error %v does not wrap ErrOptions", err)
+		})
+	}
+}
+
+func TestMustPanics(t *testing.T) {
+	defer func() { check(t, recover() != nil, "MustLinear did not panic") }()
+	MustLinear(tensor.NewRNG(1), LinearOptions{})
+}

@@ -1,0 +1,143 @@
+package nn
+
+import (
+	"errors"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/tensor"
+)
+
+func keys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func TestStateDictRoundTrip(t *testing.T) {
+	src, dst := newFixtureCNN(), NewSequential(
+		MustConv2d(tensor.NewRNG(99), Conv2dOptions{InChannels: 1, OutChannels: 4, KernelH: 3, Padding: 1, NoBias: true}),
+		MustBatchNorm2d(BatchNorm2dOptions{Channels: 4}),
+		&ReLU{}, MustMaxPool2d(Pool2dOptions{Kernel: 2}), &Flatten{},
+		MustLinear(tensor.NewRNG(98), LinearOptions{In: 64, Out: 3}),
+	)
+	// Make the buffers differ from their initial values too.
+	src.At(1).(*BatchNorm2d).RunningMean.Fill(0.25)
+	src.At(1).(*BatchNorm2d).RunningVar.Fill(3)
+
+	sd := StateDict(src)
+	want := []string{"0.weight", "1.bias", "1.running_mean", "1.running_var", "1.weight", "5.bias", "5.weight"}
+	check(t, reflect.DeepEqual(keys(sd), want), "keys %q, want %q", keys(sd), want)
+	check(t, !reflect.DeepEqual(bits(src), bits(dst)), "differently seeded models are identical")
+
+	// Identity of the destination tensors must survive the load.
+	before := map[string]*tensor.Tensor{}
+	for _, e := range entries(dst) {
+		before[e.name] = e.t
+	}
+	noErr(t, LoadStateDict(dst, sd, true))
+	check(t, reflect.DeepEqual(bits(src), bits(dst)), "loaded model differs from its state dict")
+	for _, e := range entries(dst) {
+		check(t, before[e.name] == e.t, "%s: LoadStateDict replaced the tensor instead of copying into it", e.name)
+	}
+
+	// The state dict holds copies: changing it or the module afterwards
+	// does not affect the other.
+	sd["0.weight"].Fill(7)
+	check(t, src.At(0).(*Conv2d).Weight.Value.At(0, 0, 0, 0) != 7, "StateDict aliases the module")
+}
+
+func TestLoadStateDictIntoArenaView(t *testing.T) {
+	// An optimizer arena repoints Value to a view of one flat buffer;
+	// StateDict and LoadStateDict must follow Value, not a cached tensor.
+	l := MustLinear(tensor.NewRNG(1), LinearOptions{In: 3, Out: 2})
+	arena := tensor.Zeros(tensor.F32, 100)
+	w := arena.Narrow(0, 10, 6).Reshape(2, 3)
+	b := arena.Narrow(0, 40, 2)
+	tensor.CopyInto(w, l.Weight.Value)
+	tensor.CopyInto(b, l.Bias.Value)
+	l.Weight.Value, l.Bias.Value = w, b
+
+	sd := map[string]*tensor.Tensor{
+		"weight": tensor.FromSlice([]float32{1, 2, 3, 4, 5, 6}, 2, 3),
+		"bias":   tensor.FromSlice([]float32{7, 8}),
+	}
+	noErr(t, LoadStateDict(l, sd, true))
+	got := arena.F32()
+	check(t, reflect.DeepEqual(got[10:16], []float32{1, 2, 3, 4, 5, 6}) && reflect.DeepEqual(got[40:42], []float32{7, 8}),
+		"load did not write through the arena views: %v", got[:44])
+	check(t, StateDict(l)["bias"].At(1) == 8, "StateDict does not read the repointed Value")
+	var y *autograd.Var
+	autograd.NoGrad(func() { y = l.Forward(autograd.Const(tensor.FromSlice([]float32{1, 0, 0}, 1, 3))) })
+	check(t, reflect.DeepEqual(y.Value.Float64s(), []float64{1 + 7, 4 + 8}), "Forward does not read the repointed Value: %v", y.Value.Float64s())
+}
+
+func TestLoadStateDictErrors(t *testing.T) {
+	good := func() map[string]*tensor.Tensor { return StateDict(newFixtureCNN()) }
+	cases := []struct {
+		name   string
+		edit   func(sd map[string]*tensor.Tensor)
+		strict bool
+		ok     bool
+		want   []string // substrings of the error
+		check  func(e *StateDictError) bool
+	}{
+		{"missing strict", func(sd map[string]*tensor.Tensor) { delete(sd, "1.running_var") }, true, false,
+			[]string{"missing", "1.running_var"}, func(e *StateDictError) bool { return reflect.DeepEqual(e.Missing, []string{"1.running_var"}) }},
+		{"missing lax", func(sd map[string]*tensor.Tensor) { delete(sd, "1.running_var") }, false, true, nil, nil},
+		{"unexpected strict", func(sd map[string]*tensor.Tensor) {
+			sd["1.num_batches_tracked"] = tensor.Scalar(tensor.I64, 1)
+			sd["extra"] = tensor.Zeros(tensor.F32, 1)
+		}, true, false,
+			[]string{"unexpected", "1.num_batches_tracked", "extra"}, func(e *StateDictError) bool {
+				return reflect.DeepEqual(e.Unexpected, []string{"1.num_batches_tracked", "extra"})
+			}},
+		{"unexpected lax", func(sd map[string]*tensor.Tensor) { sd["extra"] = tensor.Zeros(tensor.F32, 1) }, false, true, nil, nil},
+		{"shape", func(sd map[string]*tensor.Tensor) { sd["5.weight"] = tensor.Zeros(tensor.F32, 64, 3) }, false, false,
+			[]string{"5.weight", "shape [3 64]", "[64 3]"}, nil},
+		{"dtype", func(sd map[string]*tensor.Tensor) { sd["1.bias"] = tensor.Zeros(tensor.F64, 4) }, true, false,
+			[]string{"1.bias", "dtype"}, nil},
+		{"nil", func(sd map[string]*tensor.Tensor) { sd["0.weight"] = nil }, true, false, []string{"0.weight", "nil"}, nil},
+		{"all at once", func(sd map[string]*tensor.Tensor) {
+			delete(sd, "0.weight")
+			sd["5.bias"] = tensor.Zeros(tensor.F32, 4)
+			sd["x"] = tensor.Zeros(tensor.F32, 4)
+		}, true, false, []string{"0.weight", "5.bias", `"x"`}, func(e *StateDictError) bool {
+			return len(e.Missing) == 1 && len(e.Unexpected) == 1 && len(e.Mismatched) == 1
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			m := newFixtureCNN()
+			before := bits(m)
+			sd := good()
+			for _, v := range sd {
+				if v.DType() == tensor.F32 {
+					v.Fill(0.5) // every valid entry would change the module
+				}
+			}
+			c.edit(sd)
+			err := LoadStateDict(m, sd, c.strict)
+			if c.ok {
+				noErr(t, err)
+				return
+			}
+			check(t, err != nil, "no error")
+			var se *StateDictError
+			check(t, errors.As(err, &se), "error %T is not a *StateDictError", err)
+			for _, s := range c.want {
+				check(t, strings.Contains(err.Error(), s), "error %q does not mention %q", err, s)
+			}
+			if c.check != nil {
+				check(t, c.check(se), "unexpected error detail %+v", se)
+			}
+			check(t, reflect.DeepEqual(before, bits(m)), "a failed load changed the module")
+		})
+	}
+}
