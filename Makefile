@@ -26,9 +26,12 @@ fmt-check:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
 
-## demo: the main job, esper train on the embedded default task
+## demo: the main job, esper train on the embedded default task. Until the
+## trainer lands (Tolaria/main-job issue) it says so and runs the engine's
+## W1 workload instead, so a fresh machine still sees the engine work.
 demo:
-	$(GO) run ./cmd/esper train
+	@echo "esper train is not built yet (Tolaria/main-job issue); running the engine's W1 workload instead:"
+	$(GO) run ./cmd/esper bench --workload W1 --epochs 500
 
 ## fixtures: regenerate the PyTorch reference fixtures (needs Debian's python3-torch)
 fixtures:

@@ -125,6 +125,27 @@ func ExampleGELU() {
 	// Output: [-0.1587 0.0000 0.8413] [-0.1588 0.0000 0.8412]
 }
 
+func ExampleReLU() {
+	x := autograd.Const(tensor.FromSlice([]float32{-2, 0, 2}))
+	for _, m := range []nn.Module{&nn.ReLU{}, &nn.SiLU{}, &nn.Sigmoid{}, &nn.Tanh{}} {
+		fmt.Printf("%T %.3f\n", m, m.Forward(x).Value.Float64s())
+	}
+	// Output:
+	// *nn.ReLU [0.000 0.000 2.000]
+	// *nn.SiLU [-0.238 0.000 1.762]
+	// *nn.Sigmoid [0.119 0.500 0.881]
+	// *nn.Tanh [-0.964 0.000 0.964]
+}
+
+func ExampleDropout_State() {
+	drop := nn.MustDropout(nn.DropoutOptions{P: 0.1, Seed: 42})
+	x := autograd.Const(tensor.Ones(tensor.F32, 8))
+	drop.Forward(x)
+	drop.Forward(x)
+	fmt.Println(drop.State().I64()) // {seed, calls so far}
+	// Output: [42 2]
+}
+
 func ExampleFlatten() {
 	x := autograd.Const(tensor.Zeros(tensor.F32, 2, 3, 4, 5))
 	fmt.Println((&nn.Flatten{}).Forward(x).Shape(), (&nn.Flatten{StartAxis: 2}).Forward(x).Shape())
@@ -300,18 +321,53 @@ func ExampleKaimingUniform() {
 	// Output: true
 }
 
+// std returns the standard deviation of t's elements about zero.
+func std(t *tensor.Tensor) float64 {
+	var s float64
+	for _, v := range t.Float64s() {
+		s += v * v
+	}
+	return math.Sqrt(s / float64(t.Numel()))
+}
+
 func ExampleKaimingNormal() {
-	w := tensor.Empty(tensor.F32, 64, 3, 3, 3)
+	// A conv weight [out, in, kh, kw]: fan_out = 64·3·3.
+	w := tensor.Empty(tensor.F32, 64, 32, 3, 3)
 	nn.KaimingNormal(tensor.NewRNG(1), w, nn.KaimingOptions{Mode: nn.FanOut, Nonlinearity: nn.NonlinearityReLU})
-	fmt.Printf("target std %.4f\n", math.Sqrt(2.0/(64*9)))
-	// Output: target std 0.0589
+	fmt.Printf("std %.3f, target √(2/576) = %.3f\n", std(w), math.Sqrt(2.0/576))
+	// Output: std 0.059, target √(2/576) = 0.059
 }
 
 func ExampleXavierUniform() {
-	w := tensor.Empty(tensor.F32, 10, 30)
+	w := tensor.Empty(tensor.F32, 300, 500)
 	nn.XavierUniform(tensor.NewRNG(1), w, nn.Gain(nn.NonlinearityTanh, 0))
-	fmt.Printf("bound %.4f\n", 5.0/3*math.Sqrt(6.0/40))
-	// Output: bound 0.6455
+	fmt.Printf("std %.3f, target 5/3·√(2/800) = %.3f\n", std(w), 5.0/3*math.Sqrt(2.0/800))
+	// Output: std 0.083, target 5/3·√(2/800) = 0.083
+}
+
+func ExampleXavierNormal() {
+	w := tensor.Empty(tensor.F32, 300, 500)
+	nn.XavierNormal(tensor.NewRNG(1), w, 1)
+	fmt.Printf("std %.3f\n", std(w))
+	// Output: std 0.050
+}
+
+func ExampleUniform() {
+	w := tensor.Empty(tensor.F32, 2, 3)
+	nn.Zeros(w)
+	fmt.Println(w.Float64s())
+	nn.Ones(w)
+	fmt.Println(w.Float64s())
+	nn.Constant(w, 0.5)
+	fmt.Println(w.Float64s())
+	nn.Uniform(tensor.NewRNG(1), w, -1, 1)
+	nn.Normal(tensor.NewRNG(1), w, 0, 0.02)
+	fmt.Println(w.Shape())
+	// Output:
+	// [0 0 0 0 0 0]
+	// [1 1 1 1 1 1]
+	// [0.5 0.5 0.5 0.5 0.5 0.5]
+	// [2 3]
 }
 
 func ExampleOrthogonal() {

@@ -34,6 +34,7 @@ type StateDictError struct {
 	Mismatched []string
 }
 
+// Error lists every problem found, missing and unexpected keys first.
 func (e *StateDictError) Error() string {
 	var parts []string
 	if len(e.Missing) > 0 {

@@ -1,0 +1,195 @@
+package cpu
+
+import (
+	"math"
+	"runtime"
+	"testing"
+
+	"github.com/esper-go/esper/kernels"
+	"github.com/esper-go/esper/tensor"
+)
+
+func refConv(x, w, b []float64, n, cin, h, wd, cout, kh, kw int, p kernels.Conv2dParams) ([]float64, int, int) {
+	p = p.Norm()
+	ho := kernels.ConvOut(h, kh, p.StrideH, p.PadH, p.DilationH)
+	wo := kernels.ConvOut(wd, kw, p.StrideW, p.PadW, p.DilationW)
+	cg, og := cin/p.Groups, cout/p.Groups
+	y := make([]float64, n*cout*ho*wo)
+	for i := 0; i < n; i++ {
+		for o := 0; o < cout; o++ {
+			g := o / og
+			for oh := 0; oh < ho; oh++ {
+				for ow := 0; ow < wo; ow++ {
+					s := 0.0
+					if b != nil {
+						s = b[o]
+					}
+					for c := 0; c < cg; c++ {
+						for a := 0; a < kh; a++ {
+							for e := 0; e < kw; e++ {
+								ih := oh*p.StrideH - p.PadH + a*p.DilationH
+								iw := ow*p.StrideW - p.PadW + e*p.DilationW
+								if ih < 0 || ih >= h || iw < 0 || iw >= wd {
+									continue
+								}
+								s += x[((i*cin+g*cg+c)*h+ih)*wd+iw] * w[((o*cg+c)*kh+a)*kw+e]
+							}
+						}
+					}
+					y[((i*cout+o)*ho+oh)*wo+ow] = s
+				}
+			}
+		}
+	}
+	return y, ho, wo
+}
+
+type convCase struct {
+	n, cin, h, w, cout, kh, kw int
+	p                          kernels.Conv2dParams
+}
+
+var convCases = []convCase{
+	{2, 3, 7, 6, 4, 3, 3, kernels.Conv2dParams{PadH: 1, PadW: 1}},
+	{2, 2, 7, 6, 3, 3, 3, kernels.Conv2dParams{StrideH: 2, StrideW: 2}},
+	{2, 2, 7, 6, 2, 3, 3, kernels.Conv2dParams{PadH: 2, PadW: 2, DilationH: 2, DilationW: 2}},
+	{2, 4, 7, 6, 6, 3, 3, kernels.Conv2dParams{PadH: 1, PadW: 1, Groups: 2}},
+	{2, 4, 7, 6, 4, 3, 3, kernels.Conv2dParams{PadH: 1, PadW: 1, Groups: 4}},
+	{2, 2, 7, 6, 3, 2, 3, kernels.Conv2dParams{StrideH: 2, PadH: 1}},
+	{3, 5, 4, 3, 2, 1, 1, kernels.Conv2dParams{}},
+	{1, 1, 1, 1, 1, 1, 1, kernels.Conv2dParams{}},
+}
+
+func TestConv2d(t *testing.T) {
+	for ci, c := range convCases {
+		for _, d := range floatTypes {
+			g := max(c.p.Groups, 1)
+			x := randT(uint64(ci), d, c.n, c.cin, c.h, c.w)
+			w := randT(uint64(ci+10), d, c.cout, c.cin/g, c.kh, c.kw)
+			b := randT(uint64(ci+20), d, c.cout)
+			want, ho, wo := refConv(vals(x), vals(w), vals(b), c.n, c.cin, c.h, c.w, c.cout, c.kh, c.kw, c.p)
+			y := tensor.Empty(d, c.n, c.cout, ho, wo)
+			be.Conv2d(y, x, w, b, c.p)
+			closeTo(t, name("conv ", ci, d), vals(y), want, tol(d))
+
+			dy := randT(uint64(ci+30), d, c.n, c.cout, ho, wo)
+			dx := tensor.Empty(d, c.n, c.cin, c.h, c.w)
+			dw := tensor.Empty(d, c.cout, c.cin/g, c.kh, c.kw)
+			be.Conv2dBackwardInput(dx, dy, w, c.p)
+			be.Conv2dBackwardWeight(dw, x, dy, c.p)
+			x64, w64 := asF64(x), asF64(w)
+			f := func() []float64 {
+				y, _, _ := refConv(x64.F64(), w64.F64(), nil, c.n, c.cin, c.h, c.w, c.cout, c.kh, c.kw, c.p)
+				return y
+			}
+			rt := max(tol(d), 1e-7)
+			closeTo(t, name("conv dx ", ci, d), vals(dx), numGrad(x64, vals(dy), f), rt)
+			closeTo(t, name("conv dw ", ci, d), vals(dw), numGrad(w64, vals(dy), f), rt)
+		}
+	}
+	// BF16 operands into an F32 output.
+	x := randT(1, tensor.BF16, 2, 3, 5, 5)
+	w := randT(2, tensor.BF16, 4, 3, 3, 3)
+	y := tensor.Empty(tensor.F32, 2, 4, 3, 3)
+	be.Conv2d(y, x, w, nil, kernels.Conv2dParams{})
+	want, _, _ := refConv(vals(x), vals(w), nil, 2, 3, 5, 5, 4, 3, 3, kernels.Conv2dParams{})
+	closeTo(t, "conv bf16→f32", vals(y), want, 1e-6)
+}
+
+func TestConv2dBackwardWeightDeterministic(t *testing.T) {
+	p := kernels.Conv2dParams{PadH: 1, PadW: 1}
+	x := randT(1, tensor.F32, 37, 3, 20, 20)
+	dy := randT(2, tensor.F32, 37, 8, 20, 20)
+	run := func(procs int) []float64 {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+		dw := tensor.Empty(tensor.F32, 8, 3, 3, 3)
+		be.Conv2dBackwardWeight(dw, x, dy, p)
+		return vals(dw)
+	}
+	same(t, "conv dw", run(1), run(2))
+}
+
+func refPool(x []float64, planes, h, w int, p kernels.Pool2dParams, maxPool bool) ([]float64, []int, int, int) {
+	p = p.Norm()
+	ho := (h+2*p.PadH-p.KernelH)/p.StrideH + 1
+	wo := (w+2*p.PadW-p.KernelW)/p.StrideW + 1
+	y := make([]float64, planes*ho*wo)
+	am := make([]int, len(y))
+	for pl := 0; pl < planes; pl++ {
+		for oh := 0; oh < ho; oh++ {
+			for ow := 0; ow < wo; ow++ {
+				best, bi, sum, cnt := math.Inf(-1), -1, 0.0, 0
+				for a := 0; a < p.KernelH; a++ {
+					for b := 0; b < p.KernelW; b++ {
+						ih, iw := oh*p.StrideH-p.PadH+a, ow*p.StrideW-p.PadW+b
+						if ih < 0 || ih >= h || iw < 0 || iw >= w {
+							continue
+						}
+						v := x[(pl*h+ih)*w+iw]
+						sum += v
+						cnt++
+						if v > best {
+							best, bi = v, ih*w+iw
+						}
+					}
+				}
+				o := (pl*ho+oh)*wo + ow
+				if maxPool {
+					y[o], am[o] = best, bi
+				} else if p.CountIncludePad {
+					y[o] = sum / float64(p.KernelH*p.KernelW)
+				} else {
+					y[o] = sum / float64(cnt)
+				}
+			}
+		}
+	}
+	return y, am, ho, wo
+}
+
+func TestPool(t *testing.T) {
+	cases := []kernels.Pool2dParams{
+		{KernelH: 2, KernelW: 2},
+		{KernelH: 3, KernelW: 3, StrideH: 2, StrideW: 2, PadH: 1, PadW: 1},
+		{KernelH: 3, KernelW: 3, StrideH: 2, StrideW: 2, PadH: 1, PadW: 1, CountIncludePad: true},
+		{KernelH: 3, KernelW: 2, StrideH: 1, StrideW: 2, PadH: 1},
+	}
+	for ci, p := range cases {
+		for _, d := range floatTypes {
+			x := randT(uint64(ci), d, 2, 3, 7, 6)
+			for _, maxPool := range []bool{true, false} {
+				want, am, ho, wo := refPool(vals(x), 6, 7, 6, p, maxPool)
+				y := tensor.Empty(d, 2, 3, ho, wo)
+				idx := tensor.Empty(tensor.I32, 2, 3, ho, wo)
+				if maxPool {
+					be.MaxPool2d(y, idx, x, p)
+					for i, a := range am {
+						if int(idx.I32()[i]) != a && d != tensor.BF16 {
+							t.Fatalf("maxpool %d %v: argmax %d = %d, want %d", ci, d, i, idx.I32()[i], a)
+						}
+					}
+				} else {
+					be.AvgPool2d(y, x, p)
+				}
+				closeTo(t, name("pool ", ci, d, maxPool), vals(y), want, tol(d))
+
+				dy := randT(9, d, 2, 3, ho, wo)
+				dx := tensor.Empty(d, 2, 3, 7, 6)
+				if maxPool {
+					be.MaxPool2dBackward(dx, dy, idx, p)
+				} else {
+					be.AvgPool2dBackward(dx, dy, p)
+				}
+				x64 := asF64(x)
+				if maxPool && d == tensor.BF16 {
+					continue // ties in bf16 make the finite difference ambiguous
+				}
+				wantG := numGrad(x64, vals(dy), func() []float64 {
+					y, _, _, _ := refPool(x64.F64(), 6, 7, 6, p, maxPool)
+					return y
+				})
+				closeTo(t, name("pool bwd ", ci, d, maxPool), vals(dx), wantG, max(tol(d), 1e-7))
+			}
+		}
+	}
+}
