@@ -1,6 +1,7 @@
 package nn
 
 import (
+	"fmt"
 	"math/rand/v2"
 
 	"github.com/esper-go/esper/tensor"
@@ -52,7 +53,7 @@ func NewMLP(rng *rand.Rand, o MLPOptions) (*Sequential, error) {
 	for i := 0; i <= last; i++ {
 		l, err := NewLinear(rng, LinearOptions{In: o.Sizes[i], Out: o.Sizes[i+1], NoBias: o.NoBias, DType: o.DType})
 		if err != nil {
-			return nil, optionsErr(name, "layer %d: %v", i, err)
+			return nil, fmt.Errorf("nn: MLP layer %d: %w", i, err)
 		}
 		s.Append(l)
 		if i == last {
