@@ -120,6 +120,9 @@ func NewAdamWOnArena(a *Arena, o AdamWOptions) (*AdamW, error) {
 	if a == nil {
 		return nil, fmt.Errorf("%w: AdamW on a nil arena", ErrOptions)
 	}
+	if err := checkStepDTypes("AdamW", a); err != nil {
+		return nil, err
+	}
 	return &AdamW{
 		opts:  o,
 		kopts: kernels.AdamWOptions{Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, WeightDecay: o.WeightDecay},

@@ -12,7 +12,7 @@ import (
 )
 
 func TestAdamWMatchesReference(t *testing.T) {
-	defer skipIfUnimplemented(t)
+	defer failOnPanic(t)
 	cases := []struct {
 		name string
 		o    optim.AdamWOptions
@@ -24,7 +24,7 @@ func TestAdamWMatchesReference(t *testing.T) {
 	for _, dt := range []tensor.DType{tensor.F64, tensor.F32} {
 		for ci, c := range cases {
 			t.Run(fmt.Sprintf("%v/%s", dt, c.name), func(t *testing.T) {
-				defer skipIfUnimplemented(t)
+				defer failOnPanic(t)
 				rng := tensor.NewRNG(uint64(200 + ci))
 				ps := randParams(rng, dt, refShapes...)
 				opt, err := optim.NewAdamW(ps, c.o)
@@ -67,8 +67,12 @@ func TestAdamWMatchesReference(t *testing.T) {
 							flat = append(flat, ref.v[j]...)
 						}
 					}
+					// The moments see every rounding of the update, so a
+					// factor rounded to float32 shows here first: 1−β2 must
+					// be formed in float64 (float32(1−float32(0.999)) is off
+					// by 1.3e-5), as PyTorch forms its Python-float scalars.
 					if e := relErr(st.Float64s(), flat); e > refTol(dt) {
-						t.Errorf("state %q: rel err %.3g", k, e)
+						t.Errorf("state %q: rel err %.3g > %.3g (a float32-rounded 1−β gives 1.3e-5 for β2 = 0.999)", k, e, refTol(dt))
 					}
 				}
 			})
@@ -77,7 +81,7 @@ func TestAdamWMatchesReference(t *testing.T) {
 }
 
 func TestAdamWSkipIfAndStateDict(t *testing.T) {
-	defer skipIfUnimplemented(t)
+	defer failOnPanic(t)
 	rng := tensor.NewRNG(21)
 	o := optim.AdamWOptions{LR: 0.01, WeightDecay: 0.05}
 	ps := randParams(rng, tensor.F32, []int{33, 7}, []int{7})
@@ -149,7 +153,7 @@ func TestAdamWSkipIfAndStateDict(t *testing.T) {
 }
 
 func TestAdamWCaptureReplay(t *testing.T) {
-	defer skipIfUnimplemented(t)
+	defer failOnPanic(t)
 	rng := tensor.NewRNG(22)
 	ps := randParams(rng, tensor.F32, []int{100, 40}, []int{40})
 	opt, err := optim.NewAdamW(ps, optim.AdamWOptions{LR: 0.01})

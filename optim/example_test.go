@@ -3,7 +3,9 @@ package optim_test
 import (
 	"fmt"
 
+	"github.com/esper-go/esper/autograd"
 	"github.com/esper-go/esper/optim"
+	"github.com/esper-go/esper/tensor"
 )
 
 // A cosine schedule with a linear warm-up over the first 3 epochs, applied
@@ -23,4 +25,22 @@ func ExampleWarmup() {
 	// epoch  6: lr 0.0352
 	// epoch  8: lr 0.0105
 	// epoch 10: lr 0.0010
+}
+
+// Minimise (w−3)² by gradient descent. NewSGD moves w into the optimizer's
+// arena; the model keeps using w as before.
+func ExampleNewSGD() {
+	w := autograd.Param(tensor.Scalar(tensor.F32, 0))
+	opt, err := optim.NewSGD([]*autograd.Var{w}, optim.SGDOptions{LR: 0.1, Momentum: 0.5})
+	if err != nil {
+		panic(err)
+	}
+	for step := 0; step < 60; step++ {
+		opt.ZeroGrad()
+		d := autograd.AddScalar(w, -3)
+		autograd.Backward(autograd.Mul(d, d))
+		opt.Step()
+	}
+	fmt.Printf("w = %.4f after %d steps\n", w.Item(), opt.StepCount())
+	// Output: w = 3.0000 after 60 steps
 }

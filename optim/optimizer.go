@@ -109,7 +109,19 @@ func (h *hyper) load(lr, step float64) {
 	writeScalar(h.t, 1, step)
 }
 
-// checkOption returns an error naming the option when v is NaN or Inf.
+// checkStepDTypes rejects arenas the step kernels cannot update: they
+// take F32 or F64 parameters (mixed precision keeps F32 master weights and
+// runs the low-precision compute under autograd.Autocast).
+func checkStepDTypes(opt string, a *Arena) error {
+	for _, b := range a.buckets {
+		if b.dtype != tensor.F32 && b.dtype != tensor.F64 {
+			return fmt.Errorf("%w: %s updates F32 or F64 parameters, the arena holds %v ones (keep F32 master weights and use autograd.Autocast)", ErrOptions, opt, b.dtype)
+		}
+	}
+	return nil
+}
+
+// checkFinite returns an error naming the option when v is NaN or Inf.
 func checkFinite(name string, v float64) error {
 	if math.IsNaN(v) || math.IsInf(v, 0) {
 		return fmt.Errorf("optim: %s = %v is not finite", name, v)

@@ -27,7 +27,7 @@ func scalerIteration(s *optim.GradScaler, opt optim.Optimizer, ps []*autograd.Va
 }
 
 func TestGradScalerStateMachine(t *testing.T) {
-	defer skipIfUnimplemented(t)
+	defer failOnPanic(t)
 	rng := tensor.NewRNG(31)
 	ps := randParams(rng, tensor.F32, []int{10, 10}, []int{10})
 	opt, err := optim.NewSGD(ps, optim.SGDOptions{LR: 0.1, Momentum: 0.9})
@@ -97,7 +97,7 @@ func TestGradScalerStateMachine(t *testing.T) {
 }
 
 func TestGradScalerUnscaleThenClip(t *testing.T) {
-	defer skipIfUnimplemented(t)
+	defer failOnPanic(t)
 	ps := randParams(tensor.NewRNG(32), tensor.F32, []int{4})
 	opt, err := optim.NewSGD(ps, optim.SGDOptions{LR: 1})
 	if err != nil {
@@ -130,7 +130,7 @@ func TestGradScalerUnscaleThenClip(t *testing.T) {
 }
 
 func TestGradScalerScaleLoss(t *testing.T) {
-	defer skipIfUnimplemented(t)
+	defer failOnPanic(t)
 	for _, dt := range []tensor.DType{tensor.F32, tensor.F64} {
 		w := autograd.Param(tensor.Scalar(dt, 3))
 		s, err := optim.NewGradScaler(optim.GradScalerOptions{InitScale: 4})
@@ -150,7 +150,7 @@ func TestGradScalerScaleLoss(t *testing.T) {
 }
 
 func TestGradScalerCaptureReplay(t *testing.T) {
-	defer skipIfUnimplemented(t)
+	defer failOnPanic(t)
 	rng := tensor.NewRNG(33)
 	ps := randParams(rng, tensor.F32, []int{64})
 	opt, err := optim.NewSGD(ps, optim.SGDOptions{LR: 0.1})
@@ -193,7 +193,7 @@ func TestGradScalerCaptureReplay(t *testing.T) {
 }
 
 func TestGradScalerStateDict(t *testing.T) {
-	defer skipIfUnimplemented(t)
+	defer failOnPanic(t)
 	s, err := optim.NewGradScaler(optim.GradScalerOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -239,7 +239,7 @@ func TestGradScalerStateDict(t *testing.T) {
 }
 
 func TestGradScalerDisabled(t *testing.T) {
-	defer skipIfUnimplemented(t)
+	defer failOnPanic(t)
 	ps := randParams(tensor.NewRNG(34), tensor.F32, []int{3})
 	opt, _ := optim.NewSGD(ps, optim.SGDOptions{LR: 0.5})
 	s, err := optim.NewGradScaler(optim.GradScalerOptions{Disabled: true})

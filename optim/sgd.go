@@ -108,6 +108,9 @@ func NewSGDOnArena(a *Arena, o SGDOptions) (*SGD, error) {
 	if a == nil {
 		return nil, fmt.Errorf("%w: SGD on a nil arena", ErrOptions)
 	}
+	if err := checkStepDTypes("SGD", a); err != nil {
+		return nil, err
+	}
 	s := &SGD{
 		opts:  o,
 		kopts: kernels.SGDOptions{Momentum: o.Momentum, Dampening: o.Dampening, WeightDecay: o.WeightDecay, Nesterov: o.Nesterov, Maximize: o.Maximize},

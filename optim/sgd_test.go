@@ -25,7 +25,7 @@ func refTol(dt tensor.DType) float64 {
 }
 
 func TestSGDMatchesReference(t *testing.T) {
-	defer skipIfUnimplemented(t)
+	defer failOnPanic(t)
 	cases := []struct {
 		name string
 		o    optim.SGDOptions
@@ -41,7 +41,7 @@ func TestSGDMatchesReference(t *testing.T) {
 	for _, dt := range []tensor.DType{tensor.F64, tensor.F32} {
 		for ci, c := range cases {
 			t.Run(fmt.Sprintf("%v/%s", dt, c.name), func(t *testing.T) {
-				defer skipIfUnimplemented(t)
+				defer failOnPanic(t)
 				rng := tensor.NewRNG(uint64(100 + ci))
 				ps := randParams(rng, dt, refShapes...)
 				opt, err := optim.NewSGD(ps, c.o)
@@ -75,7 +75,7 @@ func TestSGDMatchesReference(t *testing.T) {
 }
 
 func TestSGDMixedDTypes(t *testing.T) {
-	defer skipIfUnimplemented(t)
+	defer failOnPanic(t)
 	rng := tensor.NewRNG(7)
 	p32 := randParams(rng, tensor.F32, []int{40, 3}, []int{5})
 	p64 := randParams(rng, tensor.F64, []int{6, 6})
@@ -113,7 +113,7 @@ func keys(m map[string]*tensor.Tensor) []string {
 }
 
 func TestSGDSkipIf(t *testing.T) {
-	defer skipIfUnimplemented(t)
+	defer failOnPanic(t)
 	rng := tensor.NewRNG(8)
 	ps := randParams(rng, tensor.F32, []int{50}, []int{3, 3})
 	opt, err := optim.NewSGD(ps, optim.SGDOptions{LR: 0.1, Momentum: 0.9})
@@ -148,7 +148,7 @@ func TestSGDSkipIf(t *testing.T) {
 // a fresh optimizer continues the same trajectory, and that ResetState
 // restarts the momentum.
 func TestSGDStateDict(t *testing.T) {
-	defer skipIfUnimplemented(t)
+	defer failOnPanic(t)
 	rng := tensor.NewRNG(9)
 	o := optim.SGDOptions{LR: 0.1, Momentum: 0.9, Dampening: 0.1, WeightDecay: 1e-3}
 	ps := randParams(rng, tensor.F64, []int{20}, []int{4, 5})
@@ -279,6 +279,13 @@ func TestSGDOptions(t *testing.T) {
 			}
 		})
 	}
+	half := []*autograd.Var{autograd.Param(tensor.Zeros(tensor.BF16, 4))}
+	if _, err := optim.NewSGD(half, optim.SGDOptions{}); !errors.Is(err, optim.ErrOptions) {
+		t.Errorf("NewSGD over BF16 parameters: %v, want ErrOptions", err)
+	}
+	if _, err := optim.NewAdamW(half, optim.AdamWOptions{}); !errors.Is(err, optim.ErrOptions) {
+		t.Errorf("NewAdamW over BF16 parameters: %v, want ErrOptions", err)
+	}
 	opt, err := optim.NewSGD(ps(), optim.SGDOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -296,7 +303,7 @@ func TestSGDOptions(t *testing.T) {
 // replays it: each replay advances the step counter and reads the learning
 // rate set since, as a captured training step must.
 func TestSGDCaptureReplay(t *testing.T) {
-	defer skipIfUnimplemented(t)
+	defer failOnPanic(t)
 	rng := tensor.NewRNG(12)
 	ps := randParams(rng, tensor.F32, []int{300, 30}, []int{30})
 	o := optim.SGDOptions{LR: 0.1, Momentum: 0.9, WeightDecay: 1e-3}
@@ -345,7 +352,7 @@ func TestSGDCaptureReplay(t *testing.T) {
 // TestSGDFollowsRebuild grows the parameter set mid-run: the old
 // parameters keep their momentum, the new one starts from zero state.
 func TestSGDFollowsRebuild(t *testing.T) {
-	defer skipIfUnimplemented(t)
+	defer failOnPanic(t)
 	rng := tensor.NewRNG(13)
 	ps := randParams(rng, tensor.F64, []int{10}, []int{3, 4}, []int{6})
 	o := optim.SGDOptions{LR: 0.1, Momentum: 0.9}
@@ -378,6 +385,38 @@ func TestSGDFollowsRebuild(t *testing.T) {
 	for j, v := range sd[:6] {
 		if math.Abs(v-gs[2][j]) > 1e-12 {
 			t.Fatalf("new param momentum[%d] = %v, want the gradient %v", j, v, gs[2][j])
+		}
+	}
+}
+
+// TestCapturedStepAllocatesNothing: a replayed optimizer step (with the
+// scaler and clipping) must not allocate, the W1 budget's premise.
+func TestCapturedStepAllocatesNothing(t *testing.T) {
+	defer failOnPanic(t)
+	rng := tensor.NewRNG(14)
+	ps := randParams(rng, tensor.F32, []int{16, 4}, []int{4})
+	for _, mk := range []func() (optim.Optimizer, error){
+		func() (optim.Optimizer, error) { return optim.NewSGD(ps, optim.SGDOptions{Momentum: 0.9}) },
+		func() (optim.Optimizer, error) { return optim.NewAdamW(ps, optim.AdamWOptions{}) },
+	} {
+		opt, err := mk()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := optim.NewGradScaler(optim.GradScalerOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		setGrads(ps, randGrads(rng, ps))
+		g := capture(t, func() {
+			s.Unscale(opt)
+			optim.ClipGradNorm(opt.Arena(), 1)
+			s.Step(opt)
+			s.Update()
+			opt.ZeroGrad()
+		})
+		if n := testing.AllocsPerRun(20, g.Replay); n != 0 {
+			t.Errorf("%T: a replay allocates %v times", opt, n)
 		}
 	}
 }

@@ -142,14 +142,17 @@ func adamwPrep[F tensor.Float](param, grad, mt, vt, hyper, foundInf *T, o kernel
 		inf = scalarReader("AdamWStep", "foundInf", foundInf)
 	}
 	p, g, m, v := tensor.Data[F](param), tensor.Data[F](grad), tensor.Data[F](mt), tensor.Data[F](vt)
+	// 1-β is formed in float64 before rounding, as PyTorch does: in
+	// float32, 1-float32(0.999) is off by 1.3e-5 relative.
 	b1, b2, eps := F(o.Beta1), F(o.Beta2), F(o.Eps)
+	c1, c2 := F(1-o.Beta1), F(1-o.Beta2)
 	var decay, stepSize, bc2sqrt F
 	body := func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			gi := g[i]
 			pi := p[i] * decay
-			mi := b1*m[i] + (1-b1)*gi
-			vi := b2*v[i] + (1-b2)*gi*gi
+			mi := b1*m[i] + c1*gi
+			vi := b2*v[i] + c2*gi*gi
 			m[i], v[i] = mi, vi
 			denom := F(math.Sqrt(float64(vi)))/bc2sqrt + eps
 			p[i] = pi - stepSize*(mi/denom)
