@@ -204,3 +204,13 @@ func captureW1(m *W1, onFallback func(error)) *autograd.Captured {
 		OnFallback: onFallback,
 	})
 }
+
+// TrainStep is one W1 SGD step on a batch: in = {x [4,16], y [4]}. It
+// returns the loss tensor. Like Epoch it can be captured.
+func (m *W1) TrainStep(in []*tensor.Tensor) []*tensor.Tensor {
+	m.opt.ZeroGrad()
+	loss := autograd.CrossEntropy(autograd.Linear(autograd.Const(in[0]), m.w, m.b), in[1], m.ce)
+	autograd.Backward(loss)
+	m.opt.Step()
+	return []*tensor.Tensor{loss.Value}
+}

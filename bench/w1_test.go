@@ -6,6 +6,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/esper-go/esper/autograd"
+
 	"github.com/esper-go/esper/tensor"
 )
 
@@ -67,3 +69,36 @@ func BenchmarkW1Eager(b *testing.B) { benchmarkW1(b, false) }
 
 // BenchmarkW1Captured is one W1 epoch replayed from a capture.
 func BenchmarkW1Captured(b *testing.B) { benchmarkW1(b, true) }
+
+func benchmarkW1Step(b *testing.B, captured bool) {
+	m, err := NewW1(0)
+	require.NoError(b, err)
+	in := []*tensor.Tensor{m.x.Narrow(0, 0, w1Batch), m.y.Narrow(0, 0, w1Batch)}
+	run := func() { m.TrainStep(in) }
+	if captured {
+		c := autograd.Capture(m.TrainStep, autograd.CaptureOptions{
+			Policy:     autograd.FailOnMismatch,
+			Version:    m.opt.Arena().Version,
+			OnFallback: func(err error) { b.Fatal(err) },
+		})
+		run = func() {
+			if _, err := c.Run(in...); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	for i := 0; i < 5; i++ {
+		run()
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		run()
+	}
+}
+
+// BenchmarkW1StepEager is one W1 train step (batch 4) run eagerly.
+func BenchmarkW1StepEager(b *testing.B) { benchmarkW1Step(b, false) }
+
+// BenchmarkW1StepCaptured is one W1 train step replayed from a capture.
+func BenchmarkW1StepCaptured(b *testing.B) { benchmarkW1Step(b, true) }
