@@ -41,42 +41,11 @@ func TestSummarise(t *testing.T) {
 	require.InDelta(t, 50.5, l.MeanUs, 1e-9)
 }
 
-func benchmarkW1(b *testing.B, captured bool) {
-	m, err := NewW1(0)
-	require.NoError(b, err)
-	in := []*tensor.Tensor{m.x, m.y}
-	run := func() { m.Epoch(in) }
+// benchmarkStep times step over in, eagerly or replayed from a capture.
+func benchmarkStep(b *testing.B, m *W1, step autograd.StepFunc, in []*tensor.Tensor, captured bool) {
+	run := func() { step(in) }
 	if captured {
-		c := captureW1(m, func(err error) { b.Fatal(err) })
-		run = func() {
-			if _, err := c.Run(in...); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
-	for i := 0; i < 5; i++ {
-		run()
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		run()
-	}
-}
-
-// BenchmarkW1Eager is one W1 epoch run eagerly (PERF.md W1).
-func BenchmarkW1Eager(b *testing.B) { benchmarkW1(b, false) }
-
-// BenchmarkW1Captured is one W1 epoch replayed from a capture.
-func BenchmarkW1Captured(b *testing.B) { benchmarkW1(b, true) }
-
-func benchmarkW1Step(b *testing.B, captured bool) {
-	m, err := NewW1(0)
-	require.NoError(b, err)
-	in := []*tensor.Tensor{m.x.Narrow(0, 0, w1Batch), m.y.Narrow(0, 0, w1Batch)}
-	run := func() { m.TrainStep(in) }
-	if captured {
-		c := autograd.Capture(m.TrainStep, autograd.CaptureOptions{
+		c := autograd.Capture(step, autograd.CaptureOptions{
 			Policy:     autograd.FailOnMismatch,
 			Version:    m.opt.Arena().Version,
 			OnFallback: func(err error) { b.Fatal(err) },
@@ -95,6 +64,24 @@ func benchmarkW1Step(b *testing.B, captured bool) {
 	for i := 0; i < b.N; i++ {
 		run()
 	}
+}
+
+func benchmarkW1(b *testing.B, captured bool) {
+	m, err := NewW1(0)
+	require.NoError(b, err)
+	benchmarkStep(b, m, m.Epoch, []*tensor.Tensor{m.x, m.y}, captured)
+}
+
+// BenchmarkW1Eager is one W1 epoch run eagerly (PERF.md W1).
+func BenchmarkW1Eager(b *testing.B) { benchmarkW1(b, false) }
+
+// BenchmarkW1Captured is one W1 epoch replayed from a capture.
+func BenchmarkW1Captured(b *testing.B) { benchmarkW1(b, true) }
+
+func benchmarkW1Step(b *testing.B, captured bool) {
+	m, err := NewW1(0)
+	require.NoError(b, err)
+	benchmarkStep(b, m, m.TrainStep, []*tensor.Tensor{m.x.Narrow(0, 0, w1Batch), m.y.Narrow(0, 0, w1Batch)}, captured)
 }
 
 // BenchmarkW1StepEager is one W1 train step (batch 4) run eagerly.
