@@ -193,3 +193,28 @@ func TestPool(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkConv2d is the W-class first layer: batch 128 of 1×28×28 into
+// 32 channels, 3×3, padding 1.
+func BenchmarkConv2d(b *testing.B) {
+	p := kernels.Conv2dParams{PadH: 1, PadW: 1}
+	x := randT(1, tensor.F32, 128, 1, 28, 28)
+	w := randT(2, tensor.F32, 32, 1, 3, 3)
+	bias := randT(3, tensor.F32, 32)
+	y := tensor.Empty(tensor.F32, 128, 32, 28, 28)
+	dx := tensor.Empty(tensor.F32, 128, 1, 28, 28)
+	dw := tensor.Empty(tensor.F32, 32, 1, 3, 3)
+	flops := 2.0 * 128 * 32 * 28 * 28 * 9
+	run := func(name string, f func()) {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				f()
+			}
+			b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+	}
+	run("forward", func() { be.Conv2d(y, x, w, bias, p) })
+	run("backward_input", func() { be.Conv2dBackwardInput(dx, y, w, p) })
+	run("backward_weight", func() { be.Conv2dBackwardWeight(dw, x, y, p) })
+}
