@@ -25,7 +25,7 @@ type fixture struct {
 func loadFixture(t *testing.T, file string) *fixture {
 	b, err := os.ReadFile("../../testdata/fixtures/" + file)
 	if err != nil {
-		t.Skipf("fixture %s: %v", file, err)
+		t.Fatalf("fixture %s (committed under testdata/fixtures; regenerate with make fixtures): %v", file, err)
 	}
 	n := binary.LittleEndian.Uint64(b)
 	var hdr map[string]json.RawMessage
