@@ -45,6 +45,35 @@ func affineInputs(x, w, b *Var) (in []*Var, wi, bi int) {
 	return in, wi, bi
 }
 
+// normGrads allocates what a norm backward fills: dx shaped like x, and
+// dw, db flat [n] (handed back reshaped like w and b). An entry stays nil
+// when that input needs no gradient.
+func normGrads(x, w, b *Var, xv, wv, bv *tensor.Tensor, nInputs, wi, bi, n int) (grads []*tensor.Tensor, dx, dw, db *tensor.Tensor) {
+	grads = make([]*tensor.Tensor, nInputs)
+	if needs(x) {
+		dx = alloc(xv, xv.DType(), xv.Shape()...)
+		grads[0] = dx
+	}
+	if wi >= 0 && needs(w) {
+		dw = alloc(xv, wv.DType(), n)
+		grads[wi] = dw.Reshape(w.Shape()...)
+	}
+	if bi >= 0 && needs(b) {
+		db = alloc(xv, bv.DType(), n)
+		grads[bi] = db.Reshape(b.Shape()...)
+	}
+	return grads, dx, dw, db
+}
+
+// normSaved counts the tensors a norm keeps for backward: x, mean, rstd
+// and the weight when there is one.
+func normSaved(wv *tensor.Tensor) int {
+	if wv != nil {
+		return 4
+	}
+	return 3
+}
+
 // checkAffine panics unless w and b (when non-nil) have shape want.
 func checkAffine(op string, xs []int, w, b *Var, want []int) {
 	for _, v := range []*Var{w, b} {
@@ -75,26 +104,9 @@ func LayerNorm(x, w, b *Var, normDims int, eps float64) *Var {
 	mean, rstd := alloc(xv, sdt, m), alloc(xv, sdt, m)
 	backendOf(y).LayerNorm(y, mean, rstd, xv, wv, bv, n, eps)
 	inputs, wi, bi := affineInputs(x, w, b)
-	saved := 3
-	if wv != nil {
-		saved++
-	}
-	return result("layer_norm", y, inputs, saved, func() backwardFunc {
+	return result("layer_norm", y, inputs, normSaved(wv), func() backwardFunc {
 		return func(g *tensor.Tensor) []*tensor.Tensor {
-			grads := make([]*tensor.Tensor, len(inputs))
-			var dx, dw, db *tensor.Tensor
-			if needs(x) {
-				dx = alloc(xv, xv.DType(), xs...)
-				grads[0] = dx
-			}
-			if wi >= 0 && needs(w) {
-				dw = alloc(xv, wv.DType(), n)
-				grads[wi] = dw.Reshape(w.Shape()...)
-			}
-			if bi >= 0 && needs(b) {
-				db = alloc(xv, bv.DType(), n)
-				grads[bi] = db.Reshape(b.Shape()...)
-			}
+			grads, dx, dw, db := normGrads(x, w, b, xv, wv, bv, len(inputs), wi, bi, n)
 			backendOf(xv).LayerNormBackward(dx, dw, db, contig(g), xv, mean, rstd, wv, n)
 			return grads
 		}
@@ -120,26 +132,9 @@ func GroupNorm(x, w, b *Var, groups int, eps float64) *Var {
 	mean, rstd := alloc(xv, sdt, xs[0]*groups), alloc(xv, sdt, xs[0]*groups)
 	backendOf(y).GroupNorm(y, mean, rstd, xv, wv, bv, groups, eps)
 	inputs, wi, bi := affineInputs(x, w, b)
-	saved := 3
-	if wv != nil {
-		saved++
-	}
-	return result("group_norm", y, inputs, saved, func() backwardFunc {
+	return result("group_norm", y, inputs, normSaved(wv), func() backwardFunc {
 		return func(g *tensor.Tensor) []*tensor.Tensor {
-			grads := make([]*tensor.Tensor, len(inputs))
-			var dx, dw, db *tensor.Tensor
-			if needs(x) {
-				dx = alloc(xv, xv.DType(), xs...)
-				grads[0] = dx
-			}
-			if wi >= 0 && needs(w) {
-				dw = alloc(xv, wv.DType(), c)
-				grads[wi] = dw
-			}
-			if bi >= 0 && needs(b) {
-				db = alloc(xv, bv.DType(), c)
-				grads[bi] = db
-			}
+			grads, dx, dw, db := normGrads(x, w, b, xv, wv, bv, len(inputs), wi, bi, c)
 			backendOf(xv).GroupNormBackward(dx, dw, db, contig(g), xv, mean, rstd, wv, groups)
 			return grads
 		}
@@ -176,26 +171,9 @@ func BatchNorm(x, w, b *Var, runMean, runVar *tensor.Tensor, training bool, mome
 	mean, rstd := alloc(xv, sdt, c), alloc(xv, sdt, c)
 	backendOf(y).BatchNorm(y, mean, rstd, xv, wv, bv, runMean, runVar, training, momentum, eps)
 	inputs, wi, bi := affineInputs(x, w, b)
-	saved := 3
-	if wv != nil {
-		saved++
-	}
-	return result("batch_norm", y, inputs, saved, func() backwardFunc {
+	return result("batch_norm", y, inputs, normSaved(wv), func() backwardFunc {
 		return func(g *tensor.Tensor) []*tensor.Tensor {
-			grads := make([]*tensor.Tensor, len(inputs))
-			var dx, dw, db *tensor.Tensor
-			if needs(x) {
-				dx = alloc(xv, xv.DType(), xs...)
-				grads[0] = dx
-			}
-			if wi >= 0 && needs(w) {
-				dw = alloc(xv, wv.DType(), c)
-				grads[wi] = dw
-			}
-			if bi >= 0 && needs(b) {
-				db = alloc(xv, bv.DType(), c)
-				grads[bi] = db
-			}
+			grads, dx, dw, db := normGrads(x, w, b, xv, wv, bv, len(inputs), wi, bi, c)
 			backendOf(xv).BatchNormBackward(dx, dw, db, contig(g), xv, mean, rstd, wv, training)
 			return grads
 		}
