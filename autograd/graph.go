@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/tensor"
 )
 
@@ -117,7 +118,7 @@ func Backward(root *Var, seed ...*tensor.Tensor) {
 			}
 			if prev, ok := grads[in]; ok {
 				sum := newLike(prev)
-				backendOf(prev).Binary(kernelsAdd, sum, prev, castTo(gi, prev.DType()))
+				backendOf(prev).Binary(kernels.Add, sum, prev, castTo(gi, prev.DType()))
 				grads[in] = sum
 			} else {
 				grads[in] = gi
@@ -173,7 +174,7 @@ func accumulateInto(v *Var, g *tensor.Tensor) {
 	if !tensor.SameShape(v.Grad.Shape(), g.Shape()) {
 		panic(fmt.Sprintf("autograd: gradient of shape %v cannot accumulate into Grad of shape %v (%s)", g.Shape(), v.Grad.Shape(), v.Name))
 	}
-	b.Binary(kernelsAdd, v.Grad, v.Grad, castTo(g, v.Grad.DType()))
+	b.Binary(kernels.Add, v.Grad, v.Grad, castTo(g, v.Grad.DType()))
 }
 
 // newLike allocates a contiguous tensor with t's dtype, shape and device.

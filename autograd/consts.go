@@ -1,5 +1,0 @@
-package autograd
-
-import "github.com/esper-go/esper/kernels"
-
-const kernelsAdd = kernels.Add
