@@ -58,8 +58,41 @@ func GradCheck(f func(in []*Var) *Var, inputs []*tensor.Tensor, opt GradCheckOpt
 		}
 		vars[i] = Param(t.Clone())
 	}
+	return gradCheck(func() *Var { return f(vars) }, vars, opt)
+}
 
-	out := f(vars)
+// GradCheckVars is GradCheck over Vars the caller already holds, such as
+// a module's parameters (built in F64) together with Param inputs: f
+// closes over them instead of receiving fresh copies. Every var must be
+// an F64 CPU leaf that requires grad; their Grad is cleared first and
+// their values are perturbed in place during the check and restored
+// afterwards.
+func GradCheckVars(f func() *Var, vars []*Var, opt GradCheckOptions) error {
+	if opt.Tol == 0 {
+		opt.Tol = 1e-6
+	}
+	if opt.Eps == 0 {
+		opt.Eps = 1e-6
+	}
+	if opt.Seed == 0 {
+		opt.Seed = 1
+	}
+	for i, v := range vars {
+		if v.DType() != tensor.F64 || !v.Value.Device().IsCPU() || !v.RequiresGrad() {
+			return fmt.Errorf("autograd: GradCheckVars var %d (%q) is %v on %v (requires grad %v), want an F64 CPU leaf that requires grad", i, v.Name, v.DType(), v.Value.Device(), v.RequiresGrad())
+		}
+		if !v.Value.IsContiguous() {
+			return fmt.Errorf("autograd: GradCheckVars var %d (%q) is not contiguous", i, v.Name)
+		}
+		v.Grad = nil
+	}
+	return gradCheck(f, vars, opt)
+}
+
+// gradCheck is the shared body of GradCheck and GradCheckVars; opt has its
+// defaults filled in.
+func gradCheck(f func() *Var, vars []*Var, opt GradCheckOptions) error {
+	out := f()
 	if out.DType() != tensor.F64 {
 		return fmt.Errorf("autograd: GradCheck: f returned %v, want F64", out.DType())
 	}
@@ -71,7 +104,7 @@ func GradCheck(f func(in []*Var) *Var, inputs []*tensor.Tensor, opt GradCheckOpt
 
 	loss := func() float64 {
 		var y *Var
-		NoGrad(func() { y = f(vars) })
+		NoGrad(func() { y = f() })
 		if !tensor.SameShape(y.Shape(), r.Shape()) {
 			panic(fmt.Sprintf("autograd: GradCheck: f's result shape changed from %v to %v", r.Shape(), y.Shape()))
 		}
