@@ -190,6 +190,9 @@ func Orthogonal(rng *rand.Rand, t *tensor.Tensor, gain float64) {
 // Uniform fills t from U(lo, hi).
 func Uniform(rng *rand.Rand, t *tensor.Tensor, lo, hi float64) {
 	checkRNG(rng, "Uniform")
+	if fillDirect(t, func() float64 { return lo + (hi-lo)*rng.Float64() }) {
+		return
+	}
 	v := make([]float64, t.Numel())
 	for i := range v {
 		v[i] = lo + (hi-lo)*rng.Float64()
@@ -200,6 +203,9 @@ func Uniform(rng *rand.Rand, t *tensor.Tensor, lo, hi float64) {
 // Normal fills t from N(mean, std²).
 func Normal(rng *rand.Rand, t *tensor.Tensor, mean, std float64) {
 	checkRNG(rng, "Normal")
+	if fillDirect(t, func() float64 { return mean + std*rng.NormFloat64() }) {
+		return
+	}
 	v := make([]float64, t.Numel())
 	for i := range v {
 		v[i] = mean + std*rng.NormFloat64()
@@ -215,6 +221,31 @@ func Zeros(t *tensor.Tensor) { t.Fill(0) }
 
 // Ones fills t with 1.
 func Ones(t *tensor.Tensor) { t.Fill(1) }
+
+// fillDirect writes next() into every element of a contiguous CPU F32 or
+// F64 tensor in row-major order, the same values and order as going
+// through store, without the float64 staging slice. It reports whether
+// it handled t.
+func fillDirect(t *tensor.Tensor, next func() float64) bool {
+	if !t.IsContiguous() || !t.Device().IsCPU() {
+		return false
+	}
+	switch t.DType() {
+	case tensor.F32:
+		d := t.F32()
+		for i := range d {
+			d[i] = float32(next())
+		}
+	case tensor.F64:
+		d := t.F64()
+		for i := range d {
+			d[i] = next()
+		}
+	default:
+		return false
+	}
+	return true
+}
 
 // store writes row-major values into t, converting to its dtype.
 func store(t *tensor.Tensor, v []float64) {

@@ -83,6 +83,20 @@ func CopyInto(dst, src *Tensor) {
 		}
 		return
 	}
+	if dst.DType() == F32 && src.DType() == F64 && dst.IsContiguous() && src.IsContiguous() {
+		d, s := dst.F32(), src.F64()
+		for i, v := range s {
+			d[i] = float32(v)
+		}
+		return
+	}
+	if dst.DType() == F64 && src.DType() == F32 && dst.IsContiguous() && src.IsContiguous() {
+		d, s := dst.F64(), src.F32()
+		for i, v := range s {
+			d[i] = float64(v)
+		}
+		return
+	}
 	dst.storage.mustHost("CopyInto")
 	src.storage.mustHost("CopyInto")
 	// Same dtype, or integer to integer: copy exactly. Going through
