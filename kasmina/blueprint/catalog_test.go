@@ -42,10 +42,11 @@ func forward(m nn.Module, x *tensor.Tensor) *tensor.Tensor {
 
 func TestParamCountsAtReferenceWidth(t *testing.T) {
 	// The exact counts: bias-free convolutions, GroupNorm/LayerNorm affine
-	// 2C, Linear biases where the description says so.
+	// 2C, Linear biases where the description says so, and C for the
+	// out_scale of the branches that end in ReLU.
 	want := map[string]int{
-		"cnn:noop": 0, "cnn:norm": 129, "cnn:attention": 2128, "cnn:conv_small": 4224,
-		"cnn:bottleneck": 4480, "cnn:depthwise": 4800, "cnn:conv_light": 36992, "cnn:conv_heavy": 73984,
+		"cnn:noop": 0, "cnn:norm": 129, "cnn:attention": 2128, "cnn:conv_small": 4288,
+		"cnn:bottleneck": 4480, "cnn:depthwise": 4864, "cnn:conv_light": 37056, "cnn:conv_heavy": 74048,
 		"mlp:noop": 0, "mlp:norm": 769, "mlp:lora": 6144, "mlp:lora_large": 24576,
 		"mlp:mlp_small": 590976, "mlp:mlp": 1181568,
 	}
@@ -66,11 +67,11 @@ func TestStateDictNames(t *testing.T) {
 		"cnn:noop":       nil,
 		"cnn:norm":       {"scale", "gn.weight", "gn.bias"},
 		"cnn:attention":  {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"},
-		"cnn:depthwise":  {"dw.weight", "pw.weight", "gn.weight", "gn.bias"},
+		"cnn:depthwise":  {"out_scale", "dw.weight", "pw.weight", "gn.weight", "gn.bias"},
 		"cnn:bottleneck": {"down.weight", "conv.weight", "up.weight", "gn.weight", "gn.bias"},
-		"cnn:conv_small": {"conv.weight", "gn.weight", "gn.bias"},
-		"cnn:conv_light": {"conv.weight", "gn.weight", "gn.bias"},
-		"cnn:conv_heavy": {"conv1.weight", "gn1.weight", "gn1.bias", "conv2.weight", "gn2.weight", "gn2.bias"},
+		"cnn:conv_small": {"out_scale", "conv.weight", "gn.weight", "gn.bias"},
+		"cnn:conv_light": {"out_scale", "conv.weight", "gn.weight", "gn.bias"},
+		"cnn:conv_heavy": {"out_scale", "conv1.weight", "gn1.weight", "gn1.bias", "conv2.weight", "gn2.weight", "gn2.bias"},
 		"mlp:noop":       nil,
 		"mlp:norm":       {"scale", "ln.weight", "ln.bias"},
 		"mlp:lora":       {"down.weight", "up.weight"},
@@ -189,11 +190,11 @@ func TestIdentityAtInit(t *testing.T) {
 func TestZeroFinalKeepsEarlierLayers(t *testing.T) {
 	zeroed := map[string][]string{
 		"cnn:attention":  {"fc2.weight"},
-		"cnn:depthwise":  {"pw.weight"},
+		"cnn:depthwise":  {"out_scale"},
 		"cnn:bottleneck": {"up.weight"},
-		"cnn:conv_small": {"conv.weight"},
-		"cnn:conv_light": {"conv.weight"},
-		"cnn:conv_heavy": {"conv2.weight"},
+		"cnn:conv_small": {"out_scale"},
+		"cnn:conv_light": {"out_scale"},
+		"cnn:conv_heavy": {"out_scale"},
 		"mlp:lora":       {"up.weight"},
 		"mlp:lora_large": {"up.weight"},
 		"mlp:mlp_small":  {"fc2.weight", "fc2.bias"},

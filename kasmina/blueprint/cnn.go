@@ -24,19 +24,19 @@ func cnnCatalog() []Spec {
 			"SE channel gate y = x·σ(fc2(ReLU(fc1(GAP x)))), hidden max(1, C/4); fc2 weight zero, bias 3 (gate ≈ 0.95); not residual; ZeroFinal keeps the bias",
 			newAttention},
 		{TopologyCNN, "depthwise", 4800,
-			"y = x + ReLU(GN(pw1×1(dw3×3 x))), dw a depthwise (grouped) convolution; final layer pw",
+			"y = x + g⊙ReLU(GN(pw1×1(dw3×3 x))), dw a depthwise (grouped) convolution, per-channel output scale g = 1 (0 with ZeroFinal)",
 			newDepthwise},
 		{TopologyCNN, "bottleneck", 4500,
 			"y = x + GN(up1×1(ReLU(conv3×3(ReLU(down1×1 x))))), width max(8, C/4); up zero-initialised (starts as identity)",
 			newBottleneck},
 		{TopologyCNN, "conv_small", 4200,
-			"y = x + ReLU(GN(conv1×1 x)); conv zero-initialised (starts as identity)",
+			"y = x + g⊙ReLU(GN(conv1×1 x)); output scale g zero-initialised (starts as identity and learns; the reference zeroes the conv, which blocks all gradient)",
 			newConvSmall},
 		{TopologyCNN, "conv_light", 37000,
-			"y = x + ReLU(GN(conv3×3 x)); final layer conv (identity with ZeroFinal)",
+			"y = x + g⊙ReLU(GN(conv3×3 x)), per-channel output scale g = 1 (0 with ZeroFinal: identity that still learns)",
 			newConvLight},
 		{TopologyCNN, "conv_heavy", 74000,
-			"y = x + ReLU(GN2(conv2(ReLU(GN1(conv1 x))))), 3×3 convolutions; final layer conv2 (identity with ZeroFinal)",
+			"y = x + g⊙ReLU(GN2(conv2(ReLU(GN1(conv1 x))))), 3×3 convolutions, per-channel output scale g = 1 (0 with ZeroFinal)",
 			newConvHeavy},
 	}
 }
@@ -108,10 +108,11 @@ func newDepthwise(o Options) (nn.Module, error) {
 	s.Register("dw", dw)
 	s.Register("pw", pw)
 	s.Register("gn", gn)
+	gain := l.outScale(s, 1)
 	s.forward = func(x *autograd.Var) *autograd.Var {
-		return autograd.Add(x, autograd.Relu(gn.Forward(pw.Forward(dw.Forward(x)))))
+		return autograd.Add(x, autograd.Mul(gain, autograd.Relu(gn.Forward(pw.Forward(dw.Forward(x))))))
 	}
-	s.zeroFinal = zeroAffine(pw.Weight, nil)
+	s.zeroFinal = zeroAffine(gain, nil)
 	return s, nil
 }
 
@@ -143,41 +144,42 @@ func newBottleneck(o Options) (nn.Module, error) {
 	return s, nil
 }
 
-// newConvSmall: a zero-initialised 1×1 convolution, so the residual
-// branch ReLU(GN(0)) = 0 at germination.
+// newConvSmall: a 1×1 convolution branch that starts switched off (its
+// output scale is zero), so the seed is the identity at germination.
+//
+// The reference zero-initialises the convolution instead. Then GN sees an
+// all-zero input, returns its shift 0, and ReLU'(0) = 0 blocks every
+// gradient of the branch: the seed would stay the identity for ever. A
+// zero output scale after the ReLU starts at the same identity and gets
+// the gradient ReLU(GN(conv x)) ≠ 0 from the first step.
 func newConvSmall(o Options) (nn.Module, error) {
-	s, conv, err := convBranch(o, "conv_small", 1)
-	if err != nil {
-		return nil, err
-	}
-	conv.Weight.Value.Fill(0)
-	return s, nil
+	return convBranch(o, "conv_small", 1, 0)
 }
 
 // newConvLight: one 3×3 convolution branch, randomly initialised.
 func newConvLight(o Options) (nn.Module, error) {
-	s, _, err := convBranch(o, "conv_light", 3)
-	return s, err
+	return convBranch(o, "conv_light", 3, 1)
 }
 
-// convBranch builds y = x + ReLU(GN(conv_k×k x)) named name and returns
-// the convolution too.
-func convBranch(o Options, name string, k int) (*Seed, *nn.Conv2d, error) {
+// convBranch builds y = x + g⊙ReLU(GN(conv_k×k x)) named name, with the
+// per-channel output scale g initialised to gain.
+func convBranch(o Options, name string, k int, gain float64) (*Seed, error) {
 	c := o.Channels
 	l := &layers{opts: o}
 	conv := l.conv(c, c, k, 1)
 	gn := l.groupNorm(c)
 	if l.err != nil {
-		return nil, nil, l.err
+		return nil, l.err
 	}
 	s := newSeed(TopologyCNN, name, c)
 	s.Register("conv", conv)
 	s.Register("gn", gn)
+	g := l.outScale(s, gain)
 	s.forward = func(x *autograd.Var) *autograd.Var {
-		return autograd.Add(x, autograd.Relu(gn.Forward(conv.Forward(x))))
+		return autograd.Add(x, autograd.Mul(g, autograd.Relu(gn.Forward(conv.Forward(x)))))
 	}
-	s.zeroFinal = zeroAffine(conv.Weight, nil)
-	return s, conv, nil
+	s.zeroFinal = zeroAffine(g, nil)
+	return s, nil
 }
 
 // newConvHeavy: two Conv3×3-GN-ReLU stages on the residual branch.
@@ -196,10 +198,11 @@ func newConvHeavy(o Options) (nn.Module, error) {
 	s.Register("gn1", gn1)
 	s.Register("conv2", conv2)
 	s.Register("gn2", gn2)
+	g := l.outScale(s, 1)
 	s.forward = func(x *autograd.Var) *autograd.Var {
 		h := autograd.Relu(gn1.Forward(conv1.Forward(x)))
-		return autograd.Add(x, autograd.Relu(gn2.Forward(conv2.Forward(h))))
+		return autograd.Add(x, autograd.Mul(g, autograd.Relu(gn2.Forward(conv2.Forward(h)))))
 	}
-	s.zeroFinal = zeroAffine(conv2.Weight, nil)
+	s.zeroFinal = zeroAffine(g, nil)
 	return s, nil
 }

@@ -24,7 +24,8 @@ func ExampleBuild() {
 		fmt.Println(p.Name, p.Var.Shape())
 	}
 	// Output:
-	// [8 32 16 16] 9280
+	// [8 32 16 16] 9312
+	// out_scale [1 32 1 1]
 	// conv.weight [32 32 3 3]
 	// gn.weight [32]
 	// gn.bias [32]

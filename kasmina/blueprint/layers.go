@@ -1,6 +1,7 @@
 package blueprint
 
 import (
+	"github.com/esper-go/esper/autograd"
 	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/tensor"
 )
@@ -83,4 +84,15 @@ func (l *layers) linear(in, out int, noBias bool) *nn.Linear {
 // blueprints' mixing parameter.
 func (l *layers) scalar(v float64) *tensor.Tensor {
 	return tensor.Full(l.opts.DType, v, 1)
+}
+
+// outScale registers "out_scale", a per-channel [1, C, 1, 1] gain on a
+// residual branch that ends in ReLU, initialised to v. It is the layer
+// ZeroFinal zeroes in those seeds: zeroing the convolution before GN and
+// ReLU instead would leave ReLU'(0) = 0 blocking every gradient of the
+// branch, so the seed could never leave the identity.
+func (l *layers) outScale(s *Seed, v float64) *autograd.Var {
+	g := autograd.Param(tensor.Full(l.opts.DType, v, 1, s.Channels(), 1, 1))
+	s.RegisterParameter("out_scale", g)
+	return g
 }
