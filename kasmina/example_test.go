@@ -1,0 +1,57 @@
+package kasmina_test
+
+import (
+	"fmt"
+
+	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/kasmina"
+	"github.com/esper-go/esper/leyline"
+	"github.com/esper-go/esper/tensor"
+)
+
+// A seed's life on a small CNN host: germinate, train in isolation, blend
+// in over three epochs, hold, and fossilize once it measurably helps.
+func Example() {
+	host := kasmina.MustCNNHost(kasmina.CNNHostOptions{InChannels: 1, Classes: 10, Blocks: 2, BaseChannels: 4})
+	model, err := kasmina.NewMorphogeneticModel(host, kasmina.ModelOptions{Slots: []string{"r0c1"}})
+	if err != nil {
+		panic(err)
+	}
+	if err := model.GerminateSeed("r0c1", kasmina.GerminateOptions{Blueprint: "conv_light", BlendAlgorithmID: kasmina.BlendLinear, Tempo: 3}); err != nil {
+		panic(err)
+	}
+	slot, _ := model.Slot("r0c1")
+	x := autograd.Const(tensor.Uniform(tensor.NewRNG(1), tensor.F32, -1, 1, 2, 1, 28, 28))
+
+	res, _ := slot.AdvanceStage(0) // G1 → TRAINING
+	fmt.Println(res.Gate, res.Passed, slot.Stage())
+	_ = model.Forward(x) // the output is exactly the host's; the seed learns
+
+	// The trainer measures the seed for ten epochs (here: pretend).
+	st := slot.State()
+	for epoch := 0; epoch < kasmina.MinBlendingEpochs; epoch++ {
+		slot.RecordAccuracy(50 + float64(epoch))
+	}
+	st.Telemetry = kasmina.SeedTelemetry{HealthMeasured: true, GradientHealth: 0.95}
+	res, _ = slot.AdvanceStage(0) // G2 (permissive) → BLENDING
+	fmt.Println(res.Gate, res.Passed, slot.Stage())
+
+	for epoch := 0; epoch < 3; epoch++ {
+		model.StepEpoch()
+		fmt.Printf("alpha %.3f\n", slot.Alpha())
+	}
+	res, _ = slot.AdvanceStage(0) // G3 → HOLDING
+	fmt.Println(res.Gate, res.Passed, slot.Stage())
+
+	st.Metrics.RecordCounterfactual(2.5) // validation with the seed off: −2.5 points
+	res, _ = slot.AdvanceStage(leyline.StageFossilized)
+	fmt.Println(res.Gate, res.Passed, slot.Stage(), model.FossilizedSeedCount())
+	// Output:
+	// G1 true TRAINING
+	// G2 true BLENDING
+	// alpha 0.333
+	// alpha 0.667
+	// alpha 1.000
+	// G3 true HOLDING
+	// G5 true FOSSILIZED 1
+}

@@ -1,0 +1,162 @@
+package kasmina
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/leyline"
+	"github.com/esper-go/esper/nn"
+)
+
+// Topologies of the hosts, matching the blueprint catalog's.
+const (
+	TopologyCNN = "cnn"
+	TopologyMLP = "mlp"
+)
+
+// ErrRouting is wrapped by the errors of ForwardToSegment and
+// ForwardFromSegment for an unknown slot or a route that does not move
+// forward along the host's timeline.
+var ErrRouting = errors.New("invalid segment routing")
+
+// Host is a network with seed slots: named cut points along its forward
+// pass where a seed can be spliced in. A host's full Forward equals
+// ForwardToSegment to any slot followed by ForwardFromSegment from it,
+// bit for bit.
+type Host interface {
+	nn.Module
+	// Topology is "cnn" (activations [N, C, H, W]) or "mlp" ([N, C]).
+	Topology() string
+	// InjectionSpecs describes every slot, in action order (row-major
+	// slot ids: r0c0, r0c1, …, r1c0, …).
+	InjectionSpecs() []leyline.InjectionSpec
+	// SegmentChannels maps each slot id to the width C of the activation
+	// passing through it.
+	SegmentChannels() map[string]int
+	// TimelineOrder lists the slot ids in execution order, the order the
+	// forward pass reaches them.
+	TimelineOrder() []string
+	// ForwardToSegment runs x from the slot from ("" = the host's input)
+	// up to and including slot, returning the activation at slot. slot
+	// must come strictly after from on the timeline.
+	ForwardToSegment(slot string, x *autograd.Var, from string) (*autograd.Var, error)
+	// ForwardFromSegment runs the activation x at slot through the rest
+	// of the host to its output.
+	ForwardFromSegment(slot string, x *autograd.Var) (*autograd.Var, error)
+	// Blocks describes the host's blocks in depth order (for policies
+	// that read the host as a graph of layers).
+	Blocks() []BlockInfo
+}
+
+// BlockInfo describes one block of a host.
+type BlockInfo struct {
+	// Depth is the block's 0-based position from the input.
+	Depth int
+	// Channels is the block's output width.
+	Channels int
+	// Slots are the ids of the slots attached after this block, in
+	// timeline order.
+	Slots []string
+}
+
+// step maps the activation at one cut point to the next.
+type step func(x *autograd.Var) *autograd.Var
+
+// segments is a host's forward pass cut at its slots: steps[k] leads from
+// cut k−1 (the input for k = 0) to cut k, and tail from the last cut to
+// the output. Every route runs the same step functions in the same order,
+// which is what makes the split forward bitwise equal to the full one.
+type segments struct {
+	cuts  []string
+	steps []step
+	tail  step
+}
+
+func (s *segments) index(slot string) (int, error) {
+	for i, c := range s.cuts {
+		if c == slot {
+			return i, nil
+		}
+	}
+	return -1, fmt.Errorf("kasmina: %w: unknown slot %q (host slots: %v)", ErrRouting, slot, s.cuts)
+}
+
+func (s *segments) forward(x *autograd.Var) *autograd.Var {
+	for _, f := range s.steps {
+		x = f(x)
+	}
+	return s.tail(x)
+}
+
+func (s *segments) to(slot string, x *autograd.Var, from string) (out *autograd.Var, err error) {
+	end, err := s.index(slot)
+	if err != nil {
+		return nil, err
+	}
+	start := -1
+	if from != "" {
+		if start, err = s.index(from); err != nil {
+			return nil, err
+		}
+	}
+	if end <= start {
+		return nil, fmt.Errorf("kasmina: %w: cannot route from %q to %q (the target must come after the source on the timeline %v)", ErrRouting, from, slot, s.cuts)
+	}
+	if x == nil {
+		return nil, errors.New("kasmina: ForwardToSegment of a nil input")
+	}
+	err = guard("ForwardToSegment", func() {
+		for k := start + 1; k <= end; k++ {
+			x = s.steps[k](x)
+		}
+	})
+	return x, err
+}
+
+func (s *segments) from(slot string, x *autograd.Var) (*autograd.Var, error) {
+	i, err := s.index(slot)
+	if err != nil {
+		return nil, err
+	}
+	if x == nil {
+		return nil, errors.New("kasmina: ForwardFromSegment of a nil input")
+	}
+	err = guard("ForwardFromSegment", func() {
+		for k := i + 1; k < len(s.steps); k++ {
+			x = s.steps[k](x)
+		}
+		x = s.tail(x)
+	})
+	return x, err
+}
+
+// guard runs f and turns a panic (a layer rejecting the shape of user
+// input) into an error, at this user-input boundary.
+func guard(op string, f func()) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("kasmina: %s: %v", op, r)
+		}
+	}()
+	f()
+	return nil
+}
+
+// copyChannels returns a copy of a slot → channels map.
+func copyChannels(specs []leyline.InjectionSpec) map[string]int {
+	out := make(map[string]int, len(specs))
+	for _, s := range specs {
+		out[s.SlotID] = s.Channels
+	}
+	return out
+}
+
+// copyBlocks returns a deep copy of block descriptions.
+func copyBlocks(bs []BlockInfo) []BlockInfo {
+	out := make([]BlockInfo, len(bs))
+	for i, b := range bs {
+		out[i] = BlockInfo{Depth: b.Depth, Channels: b.Channels, Slots: append([]string(nil), b.Slots...)}
+	}
+	return out
+}

@@ -1,0 +1,240 @@
+package kasmina
+
+import (
+	"fmt"
+	"math/rand/v2"
+
+	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/leyline"
+	"github.com/esper-go/esper/nn"
+	"github.com/esper-go/esper/tensor"
+)
+
+// CNNHostOptions configure a CNNHost. The zero value is the reference's
+// default host: 3 input channels, 10 classes, 3 blocks of 32/64/128
+// channels, each followed by a 2×2 max-pool, 3×3 kernels.
+type CNNHostOptions struct {
+	// InChannels of the input images; zero means 3 (use 1 for 1×28×28).
+	InChannels int
+	// Classes is the width of the output logits; zero means 10.
+	Classes int
+	// Blocks is the number of Conv-BN-ReLU blocks; zero means 3, and at
+	// least 2 are required (G2 CNNHost n_blocks ≥ 2).
+	Blocks int
+	// BaseChannels is the width of block 0; block i has
+	// BaseChannels·2^i. Zero means 32.
+	BaseChannels int
+	// PoolLayers is the number of leading blocks followed by a 2×2
+	// max-pool (and a POST_POOL slot); zero means Blocks, −1 means no
+	// pooling. Values above Blocks are capped at Blocks.
+	PoolLayers int
+	// KernelSize of the convolutions (padding KernelSize/2); zero means
+	// 3.
+	KernelSize int
+	// RNG initialises the weights; nil means tensor.NewRNG(0).
+	RNG *rand.Rand
+	// DType of the parameters; zero means F32.
+	DType tensor.DType
+}
+
+// CNNHost is the G2 convolutional host. Block i is Conv2d (no bias,
+// padding KernelSize/2) → BatchNorm2d → ReLU, followed by a 2×2 max-pool
+// when i < PoolLayers; a global average pool and a Linear classifier
+// finish it. Slot r0c{i} (PRE_POOL) sits after block i's ReLU, slot
+// r1c{i} (POST_POOL) after its pool.
+//
+// A pool whose input is already smaller than 2 on a side is skipped (the
+// activation passes through unchanged), so the host accepts inputs down
+// to 1×1 whatever PoolLayers is; PyTorch's MaxPool2d would raise instead.
+type CNNHost struct {
+	nn.Composite
+	opts     CNNHostOptions
+	specs    []leyline.InjectionSpec
+	blocks   []BlockInfo
+	segments segments
+}
+
+// cnnBlock is Conv2d → BatchNorm2d → ReLU.
+type cnnBlock struct {
+	nn.Composite
+	conv *nn.Conv2d
+	bn   *nn.BatchNorm2d
+}
+
+func (b *cnnBlock) Forward(x *autograd.Var) *autograd.Var {
+	return autograd.Relu(b.bn.Forward(b.conv.Forward(x)))
+}
+
+// NewCNNHost builds a CNNHost; invalid options are an error.
+func NewCNNHost(o CNNHostOptions) (*CNNHost, error) {
+	if o.InChannels == 0 {
+		o.InChannels = 3
+	}
+	if o.Classes == 0 {
+		o.Classes = 10
+	}
+	if o.Blocks == 0 {
+		o.Blocks = 3
+	}
+	if o.BaseChannels == 0 {
+		o.BaseChannels = 32
+	}
+	switch {
+	case o.PoolLayers == 0:
+		o.PoolLayers = o.Blocks
+	case o.PoolLayers == -1:
+		o.PoolLayers = 0
+	case o.PoolLayers > o.Blocks:
+		o.PoolLayers = o.Blocks
+	}
+	if o.KernelSize == 0 {
+		o.KernelSize = 3
+	}
+	if o.RNG == nil {
+		o.RNG = tensor.NewRNG(0)
+	}
+	switch {
+	case o.Blocks < 2:
+		return nil, fmt.Errorf("kasmina: CNNHost needs at least 2 blocks, got %d", o.Blocks)
+	case o.Blocks > 16:
+		return nil, fmt.Errorf("kasmina: CNNHost: %d blocks would need %d·2^%d channels", o.Blocks, o.BaseChannels, o.Blocks-1)
+	case o.InChannels < 0 || o.Classes < 0 || o.BaseChannels < 0 || o.KernelSize < 0:
+		return nil, fmt.Errorf("kasmina: CNNHost: negative option in %+v", o)
+	case o.PoolLayers < 0:
+		return nil, fmt.Errorf("kasmina: CNNHost: PoolLayers %d (want ≥ 0, or −1 for none)", o.PoolLayers)
+	}
+	h := &CNNHost{opts: o}
+	blocks := nn.NewSequential()
+	convs := make([]*cnnBlock, o.Blocks)
+	in := o.InChannels
+	for i := range o.Blocks {
+		out := o.BaseChannels << i
+		conv, err := nn.NewConv2d(o.RNG, nn.Conv2dOptions{
+			InChannels: in, OutChannels: out, KernelH: o.KernelSize,
+			Padding: o.KernelSize / 2, NoBias: true, DType: o.DType,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("kasmina: CNNHost block %d: %w", i, err)
+		}
+		bn, err := nn.NewBatchNorm2d(nn.BatchNorm2dOptions{Channels: out, DType: o.DType})
+		if err != nil {
+			return nil, fmt.Errorf("kasmina: CNNHost block %d: %w", i, err)
+		}
+		b := &cnnBlock{conv: conv, bn: bn}
+		b.Register("conv", conv)
+		b.Register("bn", bn)
+		blocks.Append(b)
+		convs[i] = b
+		in = out
+	}
+	classifier, err := nn.NewLinear(o.RNG, nn.LinearOptions{In: in, Out: o.Classes, DType: o.DType})
+	if err != nil {
+		return nil, fmt.Errorf("kasmina: CNNHost classifier: %w", err)
+	}
+	h.Register("blocks", blocks)
+	h.Register("classifier", classifier)
+
+	pool := nn.MustMaxPool2d(nn.Pool2dOptions{Kernel: 2})
+	poolStep := func(x *autograd.Var) *autograd.Var {
+		if s := x.Shape(); len(s) == 4 && (s[2] < 2 || s[3] < 2) {
+			return x
+		}
+		return pool.Forward(x)
+	}
+	gap := &nn.GlobalAvgPool{}
+	positions := 2*o.Blocks - 1
+	if positions < 1 {
+		positions = 1
+	}
+	for i := range o.Blocks {
+		ch := o.BaseChannels << i
+		info := BlockInfo{Depth: i, Channels: ch}
+		pre := leyline.InjectionSpec{
+			SlotID: leyline.FormatSlotID(0, i), Channels: ch,
+			Position: float64(2*i) / float64(positions), LayerStart: i, LayerEnd: i,
+			Surface: leyline.SurfacePrePool, Order: i, Row: 0, Col: i,
+		}
+		h.segments.cuts = append(h.segments.cuts, pre.SlotID)
+		h.segments.steps = append(h.segments.steps, convs[i].Forward)
+		info.Slots = append(info.Slots, pre.SlotID)
+		h.specs = append(h.specs, pre)
+		if i < o.PoolLayers {
+			post := leyline.InjectionSpec{
+				SlotID: leyline.FormatSlotID(1, i), Channels: ch,
+				Position: min(1, float64(2*i+1)/float64(positions)), LayerStart: i, LayerEnd: i,
+				Surface: leyline.SurfacePostPool, Order: o.Blocks + i, Row: 1, Col: i,
+			}
+			h.segments.cuts = append(h.segments.cuts, post.SlotID)
+			h.segments.steps = append(h.segments.steps, poolStep)
+			info.Slots = append(info.Slots, post.SlotID)
+			h.specs = append(h.specs, post)
+		}
+		h.blocks = append(h.blocks, info)
+	}
+	h.segments.tail = func(x *autograd.Var) *autograd.Var {
+		return classifier.Forward(gap.Forward(x))
+	}
+	// Action order is row-major: all of row 0, then row 1.
+	sortSpecsRowMajor(h.specs)
+	return h, nil
+}
+
+// MustCNNHost is NewCNNHost that panics on invalid options, for examples
+// and tests.
+func MustCNNHost(o CNNHostOptions) *CNNHost {
+	h, err := NewCNNHost(o)
+	if err != nil {
+		panic(err)
+	}
+	return h
+}
+
+// Options returns the options the host was built with (defaults filled;
+// PoolLayers is the actual number of pooled blocks).
+func (h *CNNHost) Options() CNNHostOptions { return h.opts }
+
+// Forward maps images [N, InChannels, H, W] to logits [N, Classes].
+func (h *CNNHost) Forward(x *autograd.Var) *autograd.Var { return h.segments.forward(x) }
+
+// Topology returns "cnn".
+func (h *CNNHost) Topology() string { return TopologyCNN }
+
+// InjectionSpecs returns the slots in action order: r0c0 … r0c{B−1},
+// then r1c0 … for the pooled blocks.
+func (h *CNNHost) InjectionSpecs() []leyline.InjectionSpec {
+	return append([]leyline.InjectionSpec(nil), h.specs...)
+}
+
+// SegmentChannels maps each slot to its channel count.
+func (h *CNNHost) SegmentChannels() map[string]int { return copyChannels(h.specs) }
+
+// TimelineOrder returns the slots interleaved by block: r0c0, r1c0, r0c1,
+// r1c1, …
+func (h *CNNHost) TimelineOrder() []string { return append([]string(nil), h.segments.cuts...) }
+
+// ForwardToSegment runs x from slot from ("" = the input) to slot.
+func (h *CNNHost) ForwardToSegment(slot string, x *autograd.Var, from string) (*autograd.Var, error) {
+	return h.segments.to(slot, x, from)
+}
+
+// ForwardFromSegment runs the activation at slot to the logits.
+func (h *CNNHost) ForwardFromSegment(slot string, x *autograd.Var) (*autograd.Var, error) {
+	return h.segments.from(slot, x)
+}
+
+// Blocks describes the Conv-BN-ReLU blocks.
+func (h *CNNHost) Blocks() []BlockInfo { return copyBlocks(h.blocks) }
+
+// sortSpecsRowMajor orders specs by (row, col).
+func sortSpecsRowMajor(specs []leyline.InjectionSpec) {
+	ids := make([]string, len(specs))
+	by := make(map[string]leyline.InjectionSpec, len(specs))
+	for i, s := range specs {
+		ids[i] = s.SlotID
+		by[s.SlotID] = s
+	}
+	leyline.SortSlotIDs(ids)
+	for i, id := range ids {
+		specs[i] = by[id]
+	}
+}

@@ -1,0 +1,303 @@
+package kasmina
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/leyline"
+	"github.com/esper-go/esper/nn"
+	"github.com/esper-go/esper/tensor"
+)
+
+// ModelOptions configure a MorphogeneticModel.
+type ModelOptions struct {
+	// Slots are the host slots to equip with seed slots; required, each
+	// one of the host's, no duplicates. They run in the host's timeline
+	// order whatever order they are given in.
+	Slots []string
+	// StrictGates selects the strict quality gates for every slot; by
+	// default they are permissive.
+	StrictGates bool
+	// AutoForward lists the gates that advance seeds by themselves in
+	// StepEpoch (see SlotOptions.AutoForward); by default none.
+	AutoForward []GateLevel
+	// Sink receives every slot's events; nil means none.
+	Sink EventSink
+}
+
+// MorphogeneticModel is a host with seed slots: an nn.Module whose
+// forward pass runs the host segment by segment and lets each slot's
+// seed blend into the activation on the way.
+//
+// Its parameters are the host's ("host.…") followed by each slot's seed
+// and gate parameters ("seed_slots.<slot>.seed.…",
+// "seed_slots.<slot>.alpha_schedule.…") in timeline order. That set
+// changes when seeds are germinated or pruned (and trainability changes
+// when a seed is frozen for a ramp down): Version changes with it, so an
+// optimizer arena can be rebuilt and capture guards can key on it.
+type MorphogeneticModel struct {
+	host     Host
+	slots    []*Slot
+	byID     map[string]*Slot
+	training bool
+}
+
+// NewMorphogeneticModel equips host with the slots in o. No slots, an
+// unknown slot (the error lists the host's) or a duplicate is an error.
+func NewMorphogeneticModel(host Host, o ModelOptions) (*MorphogeneticModel, error) {
+	if host == nil {
+		return nil, errors.New("kasmina: NewMorphogeneticModel: nil host")
+	}
+	if len(o.Slots) == 0 {
+		return nil, fmt.Errorf("kasmina: NewMorphogeneticModel: at least one slot is required (host slots: %v)", host.TimelineOrder())
+	}
+	channels := host.SegmentChannels()
+	want := map[string]bool{}
+	for _, id := range o.Slots {
+		if _, ok := channels[id]; !ok {
+			return nil, fmt.Errorf("kasmina: NewMorphogeneticModel: unknown slot %q (host slots: %v)", id, host.TimelineOrder())
+		}
+		if want[id] {
+			return nil, fmt.Errorf("kasmina: NewMorphogeneticModel: slot %q listed twice", id)
+		}
+		want[id] = true
+	}
+	dt := tensor.F32
+	if ps := host.Parameters(); len(ps) > 0 {
+		dt = ps[0].DType()
+	}
+	m := &MorphogeneticModel{host: host, byID: map[string]*Slot{}, training: host.Training()}
+	for _, id := range host.TimelineOrder() {
+		if !want[id] {
+			continue
+		}
+		s, err := NewSlot(SlotOptions{
+			ID: id, Channels: channels[id], Topology: host.Topology(), StrictGates: o.StrictGates,
+			AutoForward: o.AutoForward, HostParams: host.Parameters(), DType: dt, Sink: o.Sink,
+		})
+		if err != nil {
+			return nil, err
+		}
+		s.SetTraining(m.training)
+		m.slots = append(m.slots, s)
+		m.byID[id] = s
+	}
+	return m, nil
+}
+
+// Host returns the host network.
+func (m *MorphogeneticModel) Host() Host { return m.host }
+
+// Slots returns the seed slots in timeline order.
+func (m *MorphogeneticModel) Slots() []*Slot { return append([]*Slot(nil), m.slots...) }
+
+// SlotIDs returns the ids of the seed slots in timeline order.
+func (m *MorphogeneticModel) SlotIDs() []string {
+	out := make([]string, len(m.slots))
+	for i, s := range m.slots {
+		out[i] = s.id
+	}
+	return out
+}
+
+// Slot returns the seed slot id; an id the model has no slot for is an
+// error.
+func (m *MorphogeneticModel) Slot(id string) (*Slot, error) {
+	s, ok := m.byID[id]
+	if !ok {
+		return nil, fmt.Errorf("kasmina: unknown slot %q (model slots: %v)", id, m.SlotIDs())
+	}
+	return s, nil
+}
+
+// Forward runs the host with every slot's seed blended in. It panics if
+// a slot fails (an internal inconsistency or a malformed input); use
+// FusedForward for an error instead.
+func (m *MorphogeneticModel) Forward(x *autograd.Var) *autograd.Var {
+	out, err := m.FusedForward(x, nil)
+	if err != nil {
+		panic(err.Error())
+	}
+	return out
+}
+
+// FusedForward is Forward with per-sample alpha overrides per slot id,
+// used to evaluate K alpha configurations in one pass over a batch of
+// K·B samples: each override must be [K·B, 1, 1, 1] for cnn hosts or
+// [K·B, 1] for mlp hosts. An unknown slot key or a malformed override is
+// an error; nil or empty overrides are allowed.
+func (m *MorphogeneticModel) FusedForward(x *autograd.Var, overrides map[string]*autograd.Var) (*autograd.Var, error) {
+	if x == nil {
+		return nil, errors.New("kasmina: forward of a nil input")
+	}
+	if x.Value.Rank() == 0 {
+		return nil, fmt.Errorf("kasmina: forward of a scalar input")
+	}
+	keys := make([]string, 0, len(overrides))
+	for k := range overrides {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	batch := x.Shape()[0]
+	for _, k := range keys {
+		s, ok := m.byID[k]
+		if !ok {
+			return nil, fmt.Errorf("kasmina: alpha override for unknown slot %q (model slots: %v)", k, m.SlotIDs())
+		}
+		if a := overrides[k]; a != nil {
+			if err := s.checkOverrideShape(batch, a); err != nil {
+				return nil, err
+			}
+		}
+	}
+	prev := ""
+	var err error
+	for _, s := range m.slots {
+		if x, err = m.host.ForwardToSegment(s.id, x, prev); err != nil {
+			return nil, err
+		}
+		if x, err = s.Forward(x, overrides[s.id]); err != nil {
+			return nil, err
+		}
+		prev = s.id
+	}
+	return m.host.ForwardFromSegment(prev, x)
+}
+
+// GerminateSeed germinates a seed in slot (see Slot.Germinate).
+func (m *MorphogeneticModel) GerminateSeed(slot string, o GerminateOptions) error {
+	s, err := m.Slot(slot)
+	if err != nil {
+		return err
+	}
+	return s.Germinate(o)
+}
+
+// PruneSeed prunes the seed in slot (see Slot.Prune); the bool is
+// Prune's answer.
+func (m *MorphogeneticModel) PruneSeed(slot, reason, initiator string) (bool, error) {
+	s, err := m.Slot(slot)
+	if err != nil {
+		return false, err
+	}
+	return s.Prune(reason, initiator), nil
+}
+
+// StepEpoch ticks every slot once (see Slot.StepEpoch).
+func (m *MorphogeneticModel) StepEpoch() {
+	for _, s := range m.slots {
+		s.StepEpoch()
+	}
+}
+
+// CaptureGradientTelemetry updates every seed's gradient telemetry from
+// the current gradients (see Slot.CaptureGradientTelemetry).
+func (m *MorphogeneticModel) CaptureGradientTelemetry() {
+	for _, s := range m.slots {
+		s.CaptureGradientTelemetry()
+	}
+}
+
+// ActiveSeedCount counts the seeds that take part in the forward pass
+// (TRAINING, BLENDING, HOLDING and FOSSILIZED, as leyline.IsActiveStage).
+func (m *MorphogeneticModel) ActiveSeedCount() int {
+	n := 0
+	for _, s := range m.slots {
+		if s.IsActive() {
+			n++
+		}
+	}
+	return n
+}
+
+// FossilizedSeedCount counts the FOSSILIZED seeds.
+func (m *MorphogeneticModel) FossilizedSeedCount() int {
+	n := 0
+	for _, s := range m.slots {
+		if s.state != nil && s.state.Stage == leyline.StageFossilized {
+			n++
+		}
+	}
+	return n
+}
+
+// HostParameters returns the host's parameters.
+func (m *MorphogeneticModel) HostParameters() []*autograd.Var { return m.host.Parameters() }
+
+// SeedParameters returns the parameters of slot's seed and gate (none
+// for an empty slot); an unknown slot is an error.
+func (m *MorphogeneticModel) SeedParameters(slot string) ([]*autograd.Var, error) {
+	s, err := m.Slot(slot)
+	if err != nil {
+		return nil, err
+	}
+	return s.Parameters(), nil
+}
+
+// Parameters returns the host's parameters then each slot's, in the
+// order of NamedParameters.
+func (m *MorphogeneticModel) Parameters() []*autograd.Var {
+	ns := m.NamedParameters()
+	out := make([]*autograd.Var, len(ns))
+	for i, n := range ns {
+		out[i] = n.Var
+	}
+	return out
+}
+
+// NamedParameters returns "host.…" then "seed_slots.<slot>.…" for every
+// slot in timeline order.
+func (m *MorphogeneticModel) NamedParameters() []nn.Named {
+	var out []nn.Named
+	for _, p := range m.host.NamedParameters() {
+		out = append(out, nn.Named{Name: "host." + p.Name, Var: p.Var})
+	}
+	for _, s := range m.slots {
+		for _, p := range s.NamedParameters() {
+			out = append(out, nn.Named{Name: "seed_slots." + s.id + "." + p.Name, Var: p.Var})
+		}
+	}
+	return out
+}
+
+// NamedBuffers returns the host's and the slots' buffers, named like
+// NamedParameters.
+func (m *MorphogeneticModel) NamedBuffers() []nn.NamedBuffer {
+	var out []nn.NamedBuffer
+	for _, b := range m.host.NamedBuffers() {
+		out = append(out, nn.NamedBuffer{Name: "host." + b.Name, Tensor: b.Tensor})
+	}
+	for _, s := range m.slots {
+		for _, b := range s.NamedBuffers() {
+			out = append(out, nn.NamedBuffer{Name: "seed_slots." + s.id + "." + b.Name, Tensor: b.Tensor})
+		}
+	}
+	return out
+}
+
+// SetTraining switches the host and every seed between training and
+// evaluation.
+func (m *MorphogeneticModel) SetTraining(training bool) {
+	m.training = training
+	m.host.SetTraining(training)
+	for _, s := range m.slots {
+		s.SetTraining(training)
+	}
+}
+
+// Training reports whether the model is in training mode.
+func (m *MorphogeneticModel) Training() bool { return m.training }
+
+// Version changes whenever the model's parameter set (or a seed's
+// trainability) changes; it starts at 1 and only grows. Pass it as
+// autograd.CaptureOptions.Version and rebuild the optimizer arena when
+// it changes.
+func (m *MorphogeneticModel) Version() uint64 {
+	v := uint64(1)
+	for _, s := range m.slots {
+		v += s.version
+	}
+	return v
+}
