@@ -3,6 +3,7 @@ package nn
 import (
 	"fmt"
 	"math"
+	mbits "math/bits"
 	"math/rand/v2"
 
 	"github.com/esper-go/esper/tensor"
@@ -190,7 +191,7 @@ func Orthogonal(rng *rand.Rand, t *tensor.Tensor, gain float64) {
 // Uniform fills t from U(lo, hi).
 func Uniform(rng *rand.Rand, t *tensor.Tensor, lo, hi float64) {
 	checkRNG(rng, "Uniform")
-	if fillDirect(t, func() float64 { return lo + (hi-lo)*rng.Float64() }) {
+	if uniformDirect(rng, t, lo, hi) {
 		return
 	}
 	v := make([]float64, t.Numel())
@@ -221,6 +222,41 @@ func Zeros(t *tensor.Tensor) { t.Fill(0) }
 
 // Ones fills t with 1.
 func Ones(t *tensor.Tensor) { t.Fill(1) }
+
+// uniformDirect fills a contiguous CPU F32 or F64 tensor from U(lo, hi)
+// and reports whether it handled t. Parameter init is on the germination
+// path (W3), where drawing every element through *rand.Rand costs more
+// than building the layer, so it takes one 64-bit seed from rng and runs
+// a local wyrand stream (a 64-bit counter through a 128-bit multiply
+// mix): deterministic for a given rng state, and about five times
+// faster. F32 elements take 24 random bits, F64 elements 53.
+func uniformDirect(rng *rand.Rand, t *tensor.Tensor, lo, hi float64) bool {
+	if !t.IsContiguous() || !t.Device().IsCPU() {
+		return false
+	}
+	state := rng.Uint64()
+	next := func() uint64 {
+		state += 0xa0761d6478bd642f
+		h, l := mbits.Mul64(state, state^0xe7037ed1a0b428db)
+		return h ^ l
+	}
+	w := hi - lo
+	switch t.DType() {
+	case tensor.F32:
+		d := t.F32()
+		for i := range d {
+			d[i] = float32(lo + w*float64(next()>>40)*(1.0/(1<<24)))
+		}
+	case tensor.F64:
+		d := t.F64()
+		for i := range d {
+			d[i] = lo + w*float64(next()>>11)*(1.0/(1<<53))
+		}
+	default:
+		return false
+	}
+	return true
+}
 
 // fillDirect writes next() into every element of a contiguous CPU F32 or
 // F64 tensor in row-major order, the same values and order as going
