@@ -4,16 +4,29 @@ PKGS     ?= ./...
 PYTHON   ?= /usr/bin/python3
 BENCHTIME ?= 1x
 
-.PHONY: all build test vet fmt-check bench demo fixtures cuda-deps ptx cuda-check gpu-bundle
+.PHONY: all build test race vet fmt-check bench demo fixtures cuda-deps ptx cuda-check gpu-bundle
 
 all: build test
 
 build:
 	$(GO) build $(PKGS)
 
-## test: vet, gofmt check and the full test suite (what CI runs)
+## test: vet, gofmt check, the full test suite and the race detector on the
+## packages with goroutines (what CI runs)
 test: vet fmt-check
 	$(GO) test -count=1 $(PKGS)
+	@$(MAKE) --no-print-directory race
+
+## race: the race detector over the packages that run goroutines. It needs
+## cgo and a C compiler; without one it says so and skips.
+RACE_PKGS ?= ./nissa ./kasmina/... ./leyline ./bench ./kernels/cpu
+race:
+	@if command -v $${CC:-cc} >/dev/null 2>&1 || command -v gcc >/dev/null 2>&1; then \
+	  echo "$(GO) test -race -count=1 $(RACE_PKGS)"; \
+	  CGO_ENABLED=1 $(GO) test -race -count=1 $(RACE_PKGS); \
+	else \
+	  echo "make race: SKIPPED — the race detector needs a C compiler (apt-get install gcc)"; \
+	fi
 
 vet:
 	$(GO) vet $(PKGS)

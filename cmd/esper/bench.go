@@ -15,11 +15,13 @@ import (
 func benchCmd(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	workload := fs.String("workload", "W1", "workload id (W1)")
+	workload := fs.String("workload", "W1", "workload id: W1 (tolaria-ref epoch), W3 (kasmina germination)")
 	compare := fs.String("compare", "", "peer to run in the same process run: pytorch")
 	jsonDir := fs.String("json", "", "directory to write <workload>.json into")
 	epochs := fs.Int("epochs", 2000, "measured epochs (W1)")
 	warmup := fs.Int("warmup", 50, "warm-up epochs (W1)")
+	requests := fs.Int("requests", 256, "germination requests (W3)")
+	concurrency := fs.Int("concurrency", 4, "germinations in flight at once (W3)")
 	device := fs.String("device", "cpu", "device: cpu (cuda arrives with the CUDA issue)")
 	peerDir := fs.String("peer-dir", "bench/pytorch", "directory of the PyTorch peer scripts")
 	if err := fs.Parse(args); err != nil {
@@ -37,11 +39,19 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 	if *epochs <= 0 || *warmup < 0 {
 		return fmt.Errorf("--epochs must be > 0 and --warmup >= 0")
 	}
+	if *requests <= 0 || *concurrency <= 0 {
+		return fmt.Errorf("--requests and --concurrency must be > 0")
+	}
 	switch strings.ToUpper(*workload) {
 	case "W1":
 		return benchW1(stdout, stderr, *epochs, *warmup, *compare == "pytorch", *peerDir, *jsonDir)
+	case "W3":
+		if *compare != "" {
+			fmt.Fprintln(stderr, "W3 has no PyTorch peer (PERF.md); running our side only")
+		}
+		return benchW3(stdout, *requests, *concurrency, *jsonDir)
 	}
-	return fmt.Errorf("unknown workload %q (available: W1)", *workload)
+	return fmt.Errorf("unknown workload %q (available: W1, W3)", *workload)
 }
 
 func benchW1(stdout, stderr io.Writer, epochs, warmup int, compare bool, peerDir, jsonDir string) error {
@@ -93,6 +103,53 @@ func benchW1(stdout, stderr io.Writer, epochs, warmup int, compare bool, peerDir
 		}
 	}
 	printTable(stdout, rows, rep.Peer != nil)
+	if jsonDir != "" {
+		path, err := bench.WriteReport(jsonDir, rep)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "wrote %s\n", path)
+	}
+	return nil
+}
+
+// w3TargetP95us is PERF.md's W3 target on the CPU: p95 ≤ 1 ms.
+const w3TargetP95us = 1000
+
+func benchW3(stdout io.Writer, requests, concurrency int, jsonDir string) error {
+	m := bench.ThisMachine()
+	fmt.Fprintf(stdout, "W3 kasmina-germinate on %s (%s, GOMAXPROCS %d, commit %s)\n", m.CPU, m.GoVersion, m.GOMAXPROCS, m.Commit)
+	fmt.Fprintf(stdout, "  %d germinations of conv_light at 32 channels, %d in flight ...\n", requests, concurrency)
+	last := -1
+	r, err := bench.RunW3(bench.W3Options{
+		Requests: requests, Concurrency: concurrency,
+		Progress: func(done, total int) {
+			if pct := 100 * done / total; pct/25 != last/25 {
+				last = pct
+				fmt.Fprintf(stdout, "  %3d%% (%d/%d)\n", pct, done, total)
+			}
+		},
+	})
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "\tp50 µs\tp95 µs\tp99 µs\tmax µs\tgerminations/s\tallocs/req\ttarget p95 µs\t")
+	fmt.Fprintf(tw, "esper\t%.1f\t%.1f\t%.1f\t%.1f\t%.0f\t%.0f\t%d\t\n", r.Latency.P50us, r.Latency.P95us, r.Latency.P99us, r.Latency.MaxUs, r.PerSecond, r.AllocsPerReq, w3TargetP95us)
+	tw.Flush()
+	verdict := "meets"
+	if r.Latency.P95us > w3TargetP95us {
+		verdict = "misses"
+	}
+	fmt.Fprintf(stdout, "p95 %.0f µs %s the PERF.md target of %d µs\n", r.Latency.P95us, verdict, w3TargetP95us)
+	rep := bench.Report{
+		Workload: "W3",
+		Parameters: map[string]any{
+			"blueprint": r.Blueprint, "channels": r.Channels, "requests": r.Requests, "concurrency": r.Concurrency,
+			"timed": r.LifecycleNote, "target_p95_us": w3TargetP95us,
+		},
+		Machine: m, Device: "cpu", Results: map[string]any{"germinate": r},
+	}
 	if jsonDir != "" {
 		path, err := bench.WriteReport(jsonDir, rep)
 		if err != nil {

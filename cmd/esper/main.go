@@ -1,5 +1,5 @@
 // Command esper is the Esper-Go command-line tool: `esper bench` runs the
-// performance workloads of PERF.md (W1 so far) and compares them with
+// performance workloads of PERF.md (W1 and W3 so far) and compares them with
 // their PyTorch peers; `esper train` (the morphogenetic training job)
 // arrives with the Tolaria issue.
 package main
@@ -14,6 +14,7 @@ const usage = `esper — morphogenetic training in Go
 
 usage:
   esper bench --workload W1 [--compare pytorch] [--json DIR] [--epochs N]
+  esper bench --workload W3 [--requests N] [--concurrency N] [--json DIR]
   esper train            (not built yet: it arrives with the Tolaria/main-job issue)
   esper help
 `

@@ -27,6 +27,24 @@ func TestBenchW1WritesReport(t *testing.T) {
 	require.Equal(t, 0.0, res["captured"].(map[string]any)["allocs_per_epoch"])
 }
 
+func TestBenchW3WritesReport(t *testing.T) {
+	dir := t.TempDir()
+	var out, errb bytes.Buffer
+	code := run([]string{"bench", "--workload", "W3", "--requests", "8", "--concurrency", "2", "--json", dir}, &out, &errb)
+	require.Equal(t, 0, code, errb.String())
+	require.Contains(t, out.String(), "the PERF.md target of 1000 µs")
+	data, err := os.ReadFile(filepath.Join(dir, "W3.json"))
+	require.NoError(t, err)
+	var rep map[string]any
+	require.NoError(t, json.Unmarshal(data, &rep))
+	require.Equal(t, "W3", rep["workload"])
+	germ := rep["results"].(map[string]any)["germinate"].(map[string]any)
+	lat := germ["latency"].(map[string]any)
+	require.Equal(t, 8.0, lat["n"])
+	require.Greater(t, lat["p95_us"].(float64), 0.0)
+	require.Equal(t, "conv_light", germ["blueprint"])
+}
+
 func TestBadInput(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -37,6 +55,7 @@ func TestBadInput(t *testing.T) {
 		{[]string{"frobnicate"}, 2, "unknown command"},
 		{[]string{"bench", "--workload", "W9"}, 1, "unknown workload"},
 		{[]string{"bench", "--epochs", "0"}, 1, "--epochs"},
+		{[]string{"bench", "--workload", "W3", "--requests", "0"}, 1, "--requests"},
 		{[]string{"bench", "--device", "tpu"}, 1, "not available"},
 		{[]string{"bench", "--compare", "jax"}, 1, "unknown peer"},
 		{[]string{"bench", "--bogus"}, 1, "flag provided but not defined"},
