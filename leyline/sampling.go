@@ -57,7 +57,15 @@ type MaskedCategorical struct {
 
 // NewMaskedCategorical builds the distribution for one row of logits.
 // mask[i] = true marks option i valid. minProb is the probability floor
-// (0 disables it; see ProbabilityFloorPerHead).
+// (0 disables it; see ProbabilityFloorPerHead); the effective floor is
+// min(minProb, 0.99/numValid).
+//
+// The reference applies the floor in one pass, which can push an option
+// that was just above the floor below it when the others are rescaled
+// (0.60/0.31/0.09 with a 0.3 floor leaves about 0.24). Here the pass
+// repeats until no valid option is under the floor, so every valid
+// option really has at least the effective floor; when one pass is
+// enough (the usual case) the result is exactly the reference's.
 //
 // Errors: lengths differ or are zero; a logit is NaN or ±Inf (wraps
 // ErrNonFiniteLogits, with min/max and counts); no option is valid

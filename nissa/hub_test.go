@@ -158,7 +158,9 @@ func TestHubDeliversInOrderToEveryBackend(t *testing.T) {
 	st, ok := hl.Backend("a")
 	require.True(t, ok)
 	assert.EqualValues(t, 500, st.Processed)
-	assert.GreaterOrEqual(t, st.TotalProcessingS, 0.0)
+	assert.Greater(t, st.TotalProcessingS, 0.0, "processing time is measured")
+	assert.Greater(t, st.AvgProcessingMs, 0.0)
+	assert.InDelta(t, st.TotalProcessingS*1000/500, st.AvgProcessingMs, 1e-9, "average = total / processed")
 }
 
 // Emit must not block however stuck a backend is, and every event must be
@@ -174,12 +176,21 @@ func TestEmitNeverBlocksOnStalledBackend(t *testing.T) {
 	h.Emit(msgEvent("first"))
 	stall.waitEntered(t) // one event is now in flight, blocked
 
-	start := time.Now()
-	for i := 1; i < n; i++ {
-		h.Emit(msgEvent("x"))
+	// The backend stays stalled throughout: a blocking Emit would never
+	// return, so the emitting goroutine not finishing within longWait is
+	// the failure (a liveness bound, not a speed target).
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 1; i < n; i++ {
+			h.Emit(msgEvent("x"))
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(longWait):
+		t.Fatalf("Emit blocked behind a stalled backend (not done after %v)", longWait)
 	}
-	elapsed := time.Since(start)
-	assert.Less(t, elapsed, 2*time.Second, "10k emits took %v", elapsed)
 
 	// Once the hub goroutine has dispatched everything, the books
 	// balance: emitted = hub drops + backend drops + backend queue + 1 in
@@ -224,6 +235,21 @@ func TestHubQueueDropsAreCountedExactly(t *testing.T) {
 	close(resume)
 	require.NoError(t, h.Flush(flushCtx(t, longWait)))
 	assert.Equal(t, 10, mem.Len())
+}
+
+// The hub logs its 1st drop and every 1000th after it, not each one.
+func TestHubDropLogCadence(t *testing.T) {
+	log, logs := testLogger()
+	resume := make(chan struct{})
+	h := newHub(HubOptions{QueueSize: 1, Logger: log}, resume)
+	closeHub(t, h)
+	h.Emit(msgEvent("queued"))
+	for range 2001 {
+		h.Emit(msgEvent("dropped"))
+	}
+	assert.EqualValues(t, 2001, h.Health().Dropped)
+	assert.Equal(t, 3, strings.Count(logs.String(), "hub queue full"), "drops 1, 1000 and 2000 are logged")
+	close(resume)
 }
 
 func TestBackendQueueDropsAreCountedExactly(t *testing.T) {
