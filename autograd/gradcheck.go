@@ -19,6 +19,20 @@ type GradCheckOptions struct {
 	Seed uint64
 }
 
+// withDefaults fills the zero fields of o with their defaults.
+func (o GradCheckOptions) withDefaults() GradCheckOptions {
+	if o.Tol == 0 {
+		o.Tol = 1e-6
+	}
+	if o.Eps == 0 {
+		o.Eps = 1e-6
+	}
+	if o.Seed == 0 {
+		o.Seed = 1
+	}
+	return o
+}
+
 // GradCheck compares the gradients that Backward computes for f with
 // central finite differences. inputs must be F64 CPU tensors; each is
 // wrapped in a fresh Param and passed to f (the caller's tensors are not
@@ -42,15 +56,7 @@ type GradCheckOptions struct {
 // GradCheck reads values on the host; it is a testing tool, not part of
 // any forward or backward path.
 func GradCheck(f func(in []*Var) *Var, inputs []*tensor.Tensor, opt GradCheckOptions) error {
-	if opt.Tol == 0 {
-		opt.Tol = 1e-6
-	}
-	if opt.Eps == 0 {
-		opt.Eps = 1e-6
-	}
-	if opt.Seed == 0 {
-		opt.Seed = 1
-	}
+	opt = opt.withDefaults()
 	vars := make([]*Var, len(inputs))
 	for i, t := range inputs {
 		if t.DType() != tensor.F64 || !t.Device().IsCPU() {
@@ -68,15 +74,7 @@ func GradCheck(f func(in []*Var) *Var, inputs []*tensor.Tensor, opt GradCheckOpt
 // their values are perturbed in place during the check and restored
 // afterwards.
 func GradCheckVars(f func() *Var, vars []*Var, opt GradCheckOptions) error {
-	if opt.Tol == 0 {
-		opt.Tol = 1e-6
-	}
-	if opt.Eps == 0 {
-		opt.Eps = 1e-6
-	}
-	if opt.Seed == 0 {
-		opt.Seed = 1
-	}
+	opt = opt.withDefaults()
 	for i, v := range vars {
 		if v.DType() != tensor.F64 || !v.Value.Device().IsCPU() || !v.RequiresGrad() {
 			return fmt.Errorf("autograd: GradCheckVars var %d (%q) is %v on %v (requires grad %v), want an F64 CPU leaf that requires grad", i, v.Name, v.DType(), v.Value.Device(), v.RequiresGrad())

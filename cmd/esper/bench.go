@@ -103,14 +103,7 @@ func benchW1(stdout, stderr io.Writer, epochs, warmup int, compare bool, peerDir
 		}
 	}
 	printTable(stdout, rows, rep.Peer != nil)
-	if jsonDir != "" {
-		path, err := bench.WriteReport(jsonDir, rep)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "wrote %s\n", path)
-	}
-	return nil
+	return writeReport(stdout, jsonDir, rep)
 }
 
 // w3TargetP95us is PERF.md's W3 target on the CPU: p95 ≤ 1 ms.
@@ -150,13 +143,19 @@ func benchW3(stdout io.Writer, requests, concurrency int, jsonDir string) error 
 		},
 		Machine: m, Device: "cpu", Results: map[string]any{"germinate": r},
 	}
-	if jsonDir != "" {
-		path, err := bench.WriteReport(jsonDir, rep)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "wrote %s\n", path)
+	return writeReport(stdout, jsonDir, rep)
+}
+
+// writeReport writes rep under jsonDir when one was given and says where.
+func writeReport(stdout io.Writer, jsonDir string, rep bench.Report) error {
+	if jsonDir == "" {
+		return nil
 	}
+	path, err := bench.WriteReport(jsonDir, rep)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "wrote %s\n", path)
 	return nil
 }
 
