@@ -37,13 +37,7 @@ type SeedGerminatedPayload struct {
 
 // Validate checks the required fields.
 func (p *SeedGerminatedPayload) Validate() error {
-	if p.SlotID == "" {
-		return errMissing("SeedGerminated", "slot_id")
-	}
-	if p.BlueprintID == "" {
-		return errMissing("SeedGerminated", "blueprint_id")
-	}
-	return nil
+	return missingRequiredString(p)
 }
 
 // SeedStageChangedPayload is the data of SEED_STAGE_CHANGED.
@@ -62,8 +56,8 @@ type SeedStageChangedPayload struct {
 
 // Validate checks the required fields and that both stages are valid.
 func (p *SeedStageChangedPayload) Validate() error {
-	if p.SlotID == "" {
-		return errMissing("SeedStageChanged", "slot_id")
+	if err := missingRequiredString(p); err != nil {
+		return err
 	}
 	if _, err := ValidateStage(int(p.From), "SeedStageChanged.from_stage"); err != nil {
 		return err
@@ -89,11 +83,8 @@ type SeedGateEvaluatedPayload struct {
 
 // Validate checks the required fields.
 func (p *SeedGateEvaluatedPayload) Validate() error {
-	if p.SlotID == "" {
-		return errMissing("SeedGateEvaluated", "slot_id")
-	}
-	if p.Gate == "" {
-		return errMissing("SeedGateEvaluated", "gate")
+	if err := missingRequiredString(p); err != nil {
+		return err
 	}
 	_, err := ValidateStage(int(p.TargetStage), "SeedGateEvaluated.target_stage")
 	return err
@@ -116,13 +107,7 @@ type SeedFossilizedPayload struct {
 
 // Validate checks the required fields.
 func (p *SeedFossilizedPayload) Validate() error {
-	if p.SlotID == "" {
-		return errMissing("SeedFossilized", "slot_id")
-	}
-	if p.BlueprintID == "" {
-		return errMissing("SeedFossilized", "blueprint_id")
-	}
-	return nil
+	return missingRequiredString(p)
 }
 
 // SeedPrunedPayload is the data of SEED_PRUNED.
@@ -143,11 +128,5 @@ type SeedPrunedPayload struct {
 
 // Validate checks the required fields.
 func (p *SeedPrunedPayload) Validate() error {
-	if p.SlotID == "" {
-		return errMissing("SeedPruned", "slot_id")
-	}
-	if p.Reason == "" {
-		return errMissing("SeedPruned", "reason")
-	}
-	return nil
+	return missingRequiredString(p)
 }
