@@ -168,3 +168,68 @@ func TestStraightThroughGradient(t *testing.T) {
 		check(t, !allZero(got[i]), "no STE gradient for %q", v.Name)
 	}
 }
+
+// TestBlendGatePerSampleAlphaGradients checks the GATE blend with a
+// per-sample alpha (the fused-forward path) through a real GatedBlend,
+// for cnn ([B, 1, 1, 1]) and mlp ([B, 1]) shapes: the value is
+// h + (s − h)·clamp(α_i)·g_i sample by sample, and the gradients of h,
+// s, the gate's input, the gate's parameters and α itself match central
+// differences. A sample with α > 1 is clamped, so its α gets exactly no
+// gradient.
+func TestBlendGatePerSampleAlphaGradients(t *testing.T) {
+	opt := autograd.GradCheckOptions{Tol: 1e-7}
+	for _, c := range []struct {
+		topology string
+		shape    []int
+		alphas   []float64
+	}{
+		{TopologyCNN, []int{2, 3, 2, 2}, []float64{0.35, 0.8}},
+		{TopologyMLP, []int{3, 4}, []float64{0.25, 0.6, 1.3}},
+	} {
+		t.Run(c.topology, func(t *testing.T) {
+			g, err := NewGatedBlend(GatedBlendOptions{Channels: c.shape[1], Topology: c.topology, RNG: tensor.NewRNG(11), DType: tensor.F64})
+			noErr(t, err)
+			ashape := []int{c.shape[0], 1}
+			if c.topology == TopologyCNN {
+				ashape = []int{c.shape[0], 1, 1, 1}
+			}
+			h, s, x := autograd.Param(f64(21, c.shape...)), autograd.Param(f64(22, c.shape...)), autograd.Param(f64(23, c.shape...))
+			a := autograd.Param(tensor.FromFloat64s(tensor.F64, c.alphas, ashape...))
+
+			// Value, sample by sample, against the formula.
+			gate := g.Forward(x).Value.Float64s()
+			out := BlendGate(h, s, g.Forward(x), SampleAlpha(a)).Value.Float64s()
+			hv, sv := h.Value.Float64s(), s.Value.Float64s()
+			per := len(hv) / c.shape[0]
+			for i := range hv {
+				b := i / per
+				check(t, gate[b] > 0 && gate[b] < 1, "gate %g of sample %d outside (0, 1)", gate[b], b)
+				want := hv[i] + (sv[i]-hv[i])*math.Min(1, c.alphas[b])*gate[b]
+				check(t, math.Abs(out[i]-want) < 1e-14, "sample %d element %d: %g, want %g", b, i, out[i], want)
+			}
+
+			// Gradients, α included.
+			vars := append([]*autograd.Var{h, s, x, a}, g.Parameters()...)
+			noErr(t, autograd.GradCheckVars(func() *autograd.Var {
+				return BlendGate(h, s, g.Forward(x), SampleAlpha(a))
+			}, vars, opt))
+			for _, v := range vars {
+				check(t, v.Grad != nil && !allZero(v.Grad), "no gradient reached %q", v.Name)
+			}
+			ag := a.Grad.Float64s()
+			for b, av := range c.alphas {
+				if av > 1 {
+					check(t, ag[b] == 0, "clamped α of sample %d got gradient %g", b, ag[b])
+				} else {
+					check(t, ag[b] != 0, "α of sample %d got no gradient", b)
+				}
+			}
+
+			// α as a constant (as FusedForward passes it).
+			ac := autograd.Const(tensor.FromFloat64s(tensor.F64, c.alphas, ashape...))
+			noErr(t, autograd.GradCheckVars(func() *autograd.Var {
+				return BlendGate(h, s, g.Forward(x), SampleAlpha(ac))
+			}, append([]*autograd.Var{h, s, x}, g.Parameters()...), opt))
+		})
+	}
+}

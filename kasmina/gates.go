@@ -84,6 +84,21 @@ type GateResult struct {
 // Permissive (the reference's default for RL training) relaxes G2 to time
 // plus measured gradient health, and drops the epoch requirement of G3
 // and the contribution threshold of G5.
+//
+// G3, in both modes, needs the alpha controller holding (mode HOLD) at a
+// target ≥ 1 − 1e-6 with |alpha − target| ≤ 1e-6; strict mode also needs
+// MinBlendingEpochs in stage.
+//
+// G5 needs a measured counterfactual contribution (nil fails with
+// "counterfactual_not_available") and a healthy seed in both modes. It
+// also rejects a contribution ≤ 0 ("contribution_not_positive") in both
+// modes: permissive G5 is therefore stricter than the reference's
+// permissive rule (§2.5: only "exists and healthy"), following §7's
+// "G5 fails with None/≤0" so that a seed that does not help is never
+// fossilized. Strict mode further requires a contribution ≥
+// MinFossilizeContribution (1.0 percentage point; exactly 1.0 passes,
+// "contribution_below_threshold" otherwise). The score is
+// min(1, contribution/10) for a positive contribution, else 0.
 type QualityGates struct {
 	Permissive bool
 }

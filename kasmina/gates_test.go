@@ -184,3 +184,38 @@ func TestGradientHealth(t *testing.T) {
 	check(t, h.Health == 1 && !h.HasVanishing && !h.HasExploding, "healthy: %+v", h)
 	check(t, math.Abs(GradNorm([]*autograd.Var{mk(3), mk(4)})-5) < 1e-12, "GradNorm")
 }
+
+// TestG3Tolerance pins G3's 1e-6 tolerance (§2.5) in both modes: a
+// controller holding at alpha = target = 1−5e-7 passes, at 1−2e-6 it
+// fails on the target; a target of 1 with alpha 5e-7 short passes, 2e-6
+// short fails on alpha.
+func TestG3Tolerance(t *testing.T) {
+	for _, permissive := range []bool{false, true} {
+		q := QualityGates{Permissive: permissive}
+		state := func(alpha, target float64) *SeedState {
+			st := gateState(leyline.StageBlending)
+			st.AlphaController = NewAlphaController(target)
+			st.AlphaController.Alpha = alpha
+			st.Metrics.EpochsInCurrentStage = MinBlendingEpochs
+			return st
+		}
+		for _, c := range []struct {
+			alpha, target float64
+			pass          bool
+			failed        string
+		}{
+			{1 - 5e-7, 1 - 5e-7, true, ""},
+			{1 - 2e-6, 1 - 2e-6, false, "alpha_target_below_full"},
+			{1 - 5e-7, 1, true, ""},
+			{1 - 2e-6, 1, false, "alpha_not_at_target"},
+		} {
+			r := mustCheck(t, q, state(c.alpha, c.target), leyline.StageHolding)
+			check(t, r.Passed == c.pass, "permissive=%v alpha %v target %v: passed %v (%v)", permissive, c.alpha, c.target, r.Passed, r.ChecksFailed)
+			if c.pass {
+				check(t, r.Score == c.alpha, "score %v, want alpha %v", r.Score, c.alpha)
+			} else {
+				check(t, len(r.ChecksFailed) == 1 && r.ChecksFailed[0] == c.failed, "permissive=%v alpha %v target %v: failed %v, want [%s]", permissive, c.alpha, c.target, r.ChecksFailed, c.failed)
+			}
+		}
+	}
+}

@@ -260,3 +260,67 @@ func TestAttributionAndExport(t *testing.T) {
 	check(t, ex[1].Metrics["alpha"] == 1 && ex[1].Metrics["alpha_total_steps"] == 1 && ex[1].Metrics["alpha_steps"] == 1 && ex[1].AgeEpochs == 1, "export metrics %+v", ex[1])
 	check(t, ex[1].Stage == leyline.StageHolding && ex[1].SlotID == "r1c0", "export stage")
 }
+
+// TestModelForwardInjectionOrder: Forward applies the slots in the
+// host's timeline order (r0c0, r1c0, r0c1 for the 2-block CNN), whatever
+// order they were requested in. With three randomised, non-commuting
+// seeds the output is bitwise the hand-written walk in that order, and
+// walks in a wrong order give a different output.
+func TestModelForwardInjectionOrder(t *testing.T) {
+	host := smallCNN(t, 4, tensor.F32)
+	m, err := NewMorphogeneticModel(host, ModelOptions{Slots: []string{"r0c1", "r0c0", "r1c0"}})
+	noErr(t, err)
+	check(t, slices.Equal(m.SlotIDs(), []string{"r0c0", "r1c0", "r0c1"}), "slots %v", m.SlotIDs())
+	rng := tensor.NewRNG(99)
+	alphas := map[string]float64{"r0c0": 0.7, "r1c0": 0.6, "r0c1": 0.8}
+	for id, bp := range map[string]string{"r0c0": "conv_light", "r1c0": "conv_small", "r0c1": "conv_light"} {
+		noErr(t, m.GerminateSeed(id, GerminateOptions{Blueprint: bp, Tempo: 1}))
+		s, _ := m.Slot(id)
+		advanceTo(t, s, leyline.StageHolding)
+		// Fresh seeds start as the identity; randomise them so that each
+		// has an effect and the effects do not commute.
+		for _, p := range s.Seed().Parameters() {
+			p.Value = tensor.Uniform(rng, p.DType(), -0.8, 0.8, p.Shape()...)
+		}
+		s.SetAlpha(alphas[id])
+	}
+	m.SetTraining(false)
+	s00, _ := m.Slot("r0c0")
+	s10, _ := m.Slot("r1c0")
+	s01, _ := m.Slot("r0c1")
+	x := input(8, tensor.F32, 3, 1, 8, 8)
+
+	// walk runs the host cut by cut, applying at each cut the slots
+	// listed for it, in that order.
+	walk := func(cuts []string, at map[string][]*Slot) *autograd.Var {
+		t.Helper()
+		h, prev := x, ""
+		for _, c := range cuts {
+			h, err = host.ForwardToSegment(c, h, prev)
+			noErr(t, err)
+			for _, s := range at[c] {
+				h, err = s.Forward(h, nil)
+				noErr(t, err)
+			}
+			prev = c
+		}
+		out, err := host.ForwardFromSegment(prev, h)
+		noErr(t, err)
+		return out
+	}
+	cuts := []string{"r0c0", "r1c0", "r0c1"}
+	got := m.Forward(x)
+	want := walk(cuts, map[string][]*Slot{"r0c0": {s00}, "r1c0": {s10}, "r0c1": {s01}})
+	check(t, bitwiseEqual(got.Value, want.Value), "Forward differs from the timeline-order walk by %g", maxAbsDiff(got.Value, want.Value))
+
+	// The seeds matter, and their order matters.
+	check(t, maxAbsDiff(got.Value, host.Forward(x).Value) > 1e-3, "seeds have no effect")
+	for name, at := range map[string]map[string][]*Slot{
+		"r0c0 and r1c0 seeds swapped":    {"r0c0": {s10}, "r1c0": {s00}, "r0c1": {s01}},
+		"r1c0 before r0c0 after pooling": {"r1c0": {s10, s00}, "r0c1": {s01}},
+		"r0c0 after pooling":             {"r1c0": {s00, s10}, "r0c1": {s01}},
+	} {
+		wrong := walk(cuts, at)
+		check(t, maxAbsDiff(got.Value, wrong.Value) > 1e-3, "%s: output unchanged (diff %g)", name, maxAbsDiff(got.Value, wrong.Value))
+	}
+}

@@ -290,6 +290,78 @@ func TestSchedulePruneFreezesAndPrunes(t *testing.T) {
 	check(t, !s2.SchedulePrune("", RampOptions{Steps: 3}), "schedule on a pruned seed")
 }
 
+// TestSchedulePruneInstantCases covers schedule_prune's early exits
+// (§2.3): steps ≤ 0 or alpha ≤ 0 prune at once (whatever the stage),
+// FOSSILIZED and a running ramp refuse, and a seed not yet blending is
+// pruned at once even with steps and alpha > 0.
+func TestSchedulePruneInstantCases(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		setup func(t *testing.T, s *Slot)
+		steps int
+		want  bool
+		stage leyline.SeedStage
+	}{
+		{"holding zero steps", func(t *testing.T, s *Slot) { advanceTo(t, s, leyline.StageHolding) }, 0, true, leyline.StagePruned},
+		{"holding negative steps", func(t *testing.T, s *Slot) { advanceTo(t, s, leyline.StageHolding) }, -2, true, leyline.StagePruned},
+		{"holding alpha 0", func(t *testing.T, s *Slot) {
+			advanceTo(t, s, leyline.StageHolding)
+			s.SetAlpha(0)
+		}, 3, true, leyline.StagePruned},
+		{"germinated", func(*testing.T, *Slot) {}, 3, true, leyline.StagePruned},
+		{"germinated alpha > 0", func(_ *testing.T, s *Slot) { s.SetAlpha(0.4) }, 3, true, leyline.StagePruned},
+		{"fossilized", func(t *testing.T, s *Slot) { advanceTo(t, s, leyline.StageFossilized) }, 3, false, leyline.StageFossilized},
+		{"fossilized zero steps", func(t *testing.T, s *Slot) { advanceTo(t, s, leyline.StageFossilized) }, 0, false, leyline.StageFossilized},
+		{"ramp running", func(t *testing.T, s *Slot) {
+			advanceTo(t, s, leyline.StageBlending)
+			s.StepEpoch()
+			c := s.State().AlphaController
+			check(t, c.Mode == leyline.AlphaUp && s.State().Alpha > 0, "setup: mode %v alpha %g", c.Mode, s.State().Alpha)
+		}, 3, false, leyline.StageBlending},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s, rec := newSlot(t, SlotOptions{})
+			noErr(t, s.Germinate(GerminateOptions{Blueprint: "conv_light", Tempo: 3}))
+			c.setup(t, s)
+			alpha, pruned := s.State().Alpha, rec.count(leyline.EventSeedPruned)
+			got := s.SchedulePrune("test_reason", RampOptions{Steps: c.steps})
+			check(t, got == c.want, "SchedulePrune = %v, want %v", got, c.want)
+			check(t, s.Stage() == c.stage, "stage %v, want %v", s.Stage(), c.stage)
+			st := s.State()
+			if c.want {
+				check(t, s.Seed() == nil && st.Alpha == 0 && st.AlphaController.Mode == leyline.AlphaHold && !s.Frozen(), "pruned seed: module %v alpha %g mode %v frozen %v", s.Seed() != nil, st.Alpha, st.AlphaController.Mode, s.Frozen())
+				check(t, rec.count(leyline.EventSeedPruned) == pruned+1, "SEED_PRUNED emitted %d times", rec.count(leyline.EventSeedPruned)-pruned)
+				p := rec.events[len(rec.events)-1].Data.(*leyline.SeedPrunedPayload)
+				check(t, p.Reason == "test_reason" && p.Initiator == InitiatorPolicy, "pruned payload %+v", p)
+			} else {
+				check(t, s.Seed() != nil && st.Alpha == alpha && !s.Frozen(), "refused schedule changed the seed: alpha %g → %g frozen %v", alpha, st.Alpha, s.Frozen())
+				check(t, rec.count(leyline.EventSeedPruned) == pruned, "refused schedule emitted SEED_PRUNED")
+			}
+		})
+	}
+}
+
+// TestAdvanceSameStageRejected: advancing a TRAINING seed to TRAINING is
+// an invalid transition, and nothing about the slot changes.
+func TestAdvanceSameStageRejected(t *testing.T) {
+	s, rec := newSlot(t, SlotOptions{})
+	noErr(t, s.Germinate(GerminateOptions{Blueprint: "conv_light"}))
+	advanceTo(t, s, leyline.StageTraining)
+	s.RecordAccuracy(40)
+	s.RecordAccuracy(42)
+	before := s.State().Clone()
+	v, events := s.Version(), len(rec.events)
+	res, err := s.AdvanceStage(leyline.StageTraining)
+	wantErr(t, err, ErrInvalidTransition)
+	check(t, !res.Passed, "same-stage advance passed: %+v", res)
+	st := s.State()
+	check(t, st.Stage == leyline.StageTraining && st.PreviousStage == before.PreviousStage, "stage %v (previous %v)", st.Stage, st.PreviousStage)
+	check(t, st.Metrics == before.Metrics, "metrics changed: %+v → %+v", before.Metrics, st.Metrics)
+	check(t, st.Metrics.EpochsInCurrentStage == 2, "epochs in stage %d", st.Metrics.EpochsInCurrentStage)
+	check(t, len(st.StageHistory) == len(before.StageHistory) && st.StageEnteredAt == before.StageEnteredAt, "history or entry time changed")
+	check(t, s.Version() == v && s.IsolateGradients() && len(rec.events) == events, "version %d→%d isolate %v events %d→%d", v, s.Version(), s.IsolateGradients(), events, len(rec.events))
+}
+
 func TestSetAlphaTarget(t *testing.T) {
 	s, _ := newSlot(t, SlotOptions{})
 	noErr(t, s.Germinate(GerminateOptions{Blueprint: "conv_light", Tempo: 1}))
