@@ -160,3 +160,42 @@ func copyBlocks(bs []BlockInfo) []BlockInfo {
 	}
 	return out
 }
+
+// hostBase is what CNNHost and MLPHost share: the module tree, the slots
+// in action order (specs), the block descriptions, and the routing
+// between slots, with the Host methods over them.
+type hostBase struct {
+	nn.Composite
+	specs    []leyline.InjectionSpec
+	blocks   []BlockInfo
+	segments segments
+}
+
+// Forward maps the host's input to logits [N, Classes].
+func (h *hostBase) Forward(x *autograd.Var) *autograd.Var { return h.segments.forward(x) }
+
+// InjectionSpecs returns the slots in action order (row-major: r0c0 …,
+// then r1c0 … where the host has a second row).
+func (h *hostBase) InjectionSpecs() []leyline.InjectionSpec {
+	return append([]leyline.InjectionSpec(nil), h.specs...)
+}
+
+// SegmentChannels maps each slot to its channel count.
+func (h *hostBase) SegmentChannels() map[string]int { return copyChannels(h.specs) }
+
+// TimelineOrder returns the slots in execution order (for a CNNHost
+// interleaved by block: r0c0, r1c0, r0c1, r1c1, …).
+func (h *hostBase) TimelineOrder() []string { return append([]string(nil), h.segments.cuts...) }
+
+// ForwardToSegment runs x from slot from ("" = the input) to slot.
+func (h *hostBase) ForwardToSegment(slot string, x *autograd.Var, from string) (*autograd.Var, error) {
+	return h.segments.to(slot, x, from)
+}
+
+// ForwardFromSegment runs the activation at slot to the logits.
+func (h *hostBase) ForwardFromSegment(slot string, x *autograd.Var) (*autograd.Var, error) {
+	return h.segments.from(slot, x)
+}
+
+// Blocks describes the host's blocks (depth, channels, attached slots).
+func (h *hostBase) Blocks() []BlockInfo { return copyBlocks(h.blocks) }

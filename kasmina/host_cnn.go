@@ -47,11 +47,8 @@ type CNNHostOptions struct {
 // activation passes through unchanged), so the host accepts inputs down
 // to 1×1 whatever PoolLayers is; PyTorch's MaxPool2d would raise instead.
 type CNNHost struct {
-	nn.Composite
-	opts     CNNHostOptions
-	specs    []leyline.InjectionSpec
-	blocks   []BlockInfo
-	segments segments
+	hostBase
+	opts CNNHostOptions
 }
 
 // cnnBlock is Conv2d → BatchNorm2d → ReLU.
@@ -193,37 +190,8 @@ func MustCNNHost(o CNNHostOptions) *CNNHost {
 // PoolLayers is the actual number of pooled blocks).
 func (h *CNNHost) Options() CNNHostOptions { return h.opts }
 
-// Forward maps images [N, InChannels, H, W] to logits [N, Classes].
-func (h *CNNHost) Forward(x *autograd.Var) *autograd.Var { return h.segments.forward(x) }
-
 // Topology returns "cnn".
 func (h *CNNHost) Topology() string { return TopologyCNN }
-
-// InjectionSpecs returns the slots in action order: r0c0 … r0c{B−1},
-// then r1c0 … for the pooled blocks.
-func (h *CNNHost) InjectionSpecs() []leyline.InjectionSpec {
-	return append([]leyline.InjectionSpec(nil), h.specs...)
-}
-
-// SegmentChannels maps each slot to its channel count.
-func (h *CNNHost) SegmentChannels() map[string]int { return copyChannels(h.specs) }
-
-// TimelineOrder returns the slots interleaved by block: r0c0, r1c0, r0c1,
-// r1c1, …
-func (h *CNNHost) TimelineOrder() []string { return append([]string(nil), h.segments.cuts...) }
-
-// ForwardToSegment runs x from slot from ("" = the input) to slot.
-func (h *CNNHost) ForwardToSegment(slot string, x *autograd.Var, from string) (*autograd.Var, error) {
-	return h.segments.to(slot, x, from)
-}
-
-// ForwardFromSegment runs the activation at slot to the logits.
-func (h *CNNHost) ForwardFromSegment(slot string, x *autograd.Var) (*autograd.Var, error) {
-	return h.segments.from(slot, x)
-}
-
-// Blocks describes the Conv-BN-ReLU blocks.
-func (h *CNNHost) Blocks() []BlockInfo { return copyBlocks(h.blocks) }
 
 // sortSpecsRowMajor orders specs by (row, col).
 func sortSpecsRowMajor(specs []leyline.InjectionSpec) {

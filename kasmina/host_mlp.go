@@ -32,11 +32,8 @@ type MLPHostOptions struct {
 // (BLOCK_END) sits after block i. Inputs of rank above 2 ([N, C, H, W])
 // are flattened to [N, C·H·W] first.
 type MLPHost struct {
-	nn.Composite
-	opts     MLPHostOptions
-	specs    []leyline.InjectionSpec
-	blocks   []BlockInfo
-	segments segments
+	hostBase
+	opts MLPHostOptions
 }
 
 // mlpBlock is Linear → LayerNorm → ReLU.
@@ -129,33 +126,5 @@ func MustMLPHost(o MLPHostOptions) *MLPHost {
 // Options returns the options the host was built with (defaults filled).
 func (h *MLPHost) Options() MLPHostOptions { return h.opts }
 
-// Forward maps x [N, InFeatures] (or [N, C, H, W] with C·H·W =
-// InFeatures) to logits [N, Classes].
-func (h *MLPHost) Forward(x *autograd.Var) *autograd.Var { return h.segments.forward(x) }
-
 // Topology returns "mlp".
 func (h *MLPHost) Topology() string { return TopologyMLP }
-
-// InjectionSpecs returns the slots r0c0 … r0c{Blocks−1}.
-func (h *MLPHost) InjectionSpecs() []leyline.InjectionSpec {
-	return append([]leyline.InjectionSpec(nil), h.specs...)
-}
-
-// SegmentChannels maps each slot to Hidden.
-func (h *MLPHost) SegmentChannels() map[string]int { return copyChannels(h.specs) }
-
-// TimelineOrder returns the slots in block order.
-func (h *MLPHost) TimelineOrder() []string { return append([]string(nil), h.segments.cuts...) }
-
-// ForwardToSegment runs x from slot from ("" = the input) to slot.
-func (h *MLPHost) ForwardToSegment(slot string, x *autograd.Var, from string) (*autograd.Var, error) {
-	return h.segments.to(slot, x, from)
-}
-
-// ForwardFromSegment runs the activation at slot to the logits.
-func (h *MLPHost) ForwardFromSegment(slot string, x *autograd.Var) (*autograd.Var, error) {
-	return h.segments.from(slot, x)
-}
-
-// Blocks describes the Linear-LayerNorm-ReLU blocks.
-func (h *MLPHost) Blocks() []BlockInfo { return copyBlocks(h.blocks) }
