@@ -42,6 +42,18 @@ func (b *Backend) launch(f func()) {
 	f()
 }
 
+// launchScratch is launch for kernels with pooled scratch space: run
+// eagerly, then release the scratch to the pools; while capturing, record
+// run and keep the scratch for the graph's lifetime (release is dropped).
+func (b *Backend) launchScratch(run, release func()) {
+	if r := b.rec; r != nil {
+		r.launches = append(r.launches, run)
+		return
+	}
+	run()
+	release()
+}
+
 // graph is the CPU capture: the launches in order, each a closure over
 // static buffers.
 type graph struct{ launches []func() }

@@ -122,9 +122,15 @@ type convScratch[F tensor.Float] struct {
 func newConvScratch[F tensor.Float](g *convGeom, m, n, k int) convScratch[F] {
 	var cols []F
 	if !g.direct {
-		cols = make([]F, g.kdim*g.pixels)
+		cols = getBuf[F](g.kdim * g.pixels)
 	}
 	return convScratch[F]{cols: cols, gemm: newGemmScratch[F](m, n, k)}
+}
+
+// free returns the scratch buffers to the pools.
+func (sc convScratch[F]) free() {
+	putBuf(sc.cols)
+	sc.gemm.free()
 }
 
 // Conv2d implements kernels.Backend.
@@ -136,13 +142,13 @@ func (be *Backend) Conv2d(dst, x, w, bias *T, p kernels.Conv2dParams) {
 		fail(name, "bias has shape %v, want [%d] (x %v, w %v)", bias.Shape(), g.cout, x.Shape(), w.Shape())
 	}
 	if wide(dst, x, w) {
-		be.launch(convPrep[float64](&g, dst, x, w, bias))
+		be.launchScratch(convPrep[float64](&g, dst, x, w, bias))
 	} else {
-		be.launch(convPrep[float32](&g, dst, x, w, bias))
+		be.launchScratch(convPrep[float32](&g, dst, x, w, bias))
 	}
 }
 
-func convPrep[F tensor.Float](g *convGeom, dst, x, w, bias *T) func() {
+func convPrep[F tensor.Float](g *convGeom, dst, x, w, bias *T) (run, release func()) {
 	var s stage
 	xs, ws, bs := in[F](&s, x), in[F](&s, w), in[F](&s, bias)
 	ys := out[F](&s, dst)
@@ -176,10 +182,12 @@ func convPrep[F tensor.Float](g *convGeom, dst, x, w, bias *T) func() {
 	}
 	cost := 2 * g.og * g.pixels * g.kdim
 	return func() {
-		s.load()
-		parallelFor(items, cost, body)
-		s.store()
-	}
+			s.load()
+			parallelFor(items, cost, body)
+			s.store()
+		}, func() {
+			slots.release(convScratch[F].free)
+		}
 }
 
 // Conv2dBackwardInput implements kernels.Backend.
@@ -188,13 +196,13 @@ func (be *Backend) Conv2dBackwardInput(dx, dy, w *T, p kernels.Conv2dParams) {
 	needCPU(name, dx, dy, w)
 	g := checkConv(name, dx, w, dy, p, "dx", "dy")
 	if wide(dx, dy, w) {
-		be.launch(convBwdInputPrep[float64](&g, dx, dy, w))
+		be.launchScratch(convBwdInputPrep[float64](&g, dx, dy, w))
 	} else {
-		be.launch(convBwdInputPrep[float32](&g, dx, dy, w))
+		be.launchScratch(convBwdInputPrep[float32](&g, dx, dy, w))
 	}
 }
 
-func convBwdInputPrep[F tensor.Float](g *convGeom, dx, dy, w *T) func() {
+func convBwdInputPrep[F tensor.Float](g *convGeom, dx, dy, w *T) (run, release func()) {
 	var s stage
 	gs, ws := in[F](&s, dy), in[F](&s, w)
 	dxs := out[F](&s, dx)
@@ -221,10 +229,12 @@ func convBwdInputPrep[F tensor.Float](g *convGeom, dx, dy, w *T) func() {
 	}
 	cost := 2 * g.og * g.pixels * g.kdim
 	return func() {
-		s.load()
-		parallelFor(items, cost, body)
-		s.store()
-	}
+			s.load()
+			parallelFor(items, cost, body)
+			s.store()
+		}, func() {
+			slots.release(convScratch[F].free)
+		}
 }
 
 // convChunks is the number of weight-gradient partials for a batch of n:
@@ -237,13 +247,13 @@ func (be *Backend) Conv2dBackwardWeight(dw, x, dy *T, p kernels.Conv2dParams) {
 	needCPU(name, dw, x, dy)
 	g := checkConv(name, x, dw, dy, p, "x", "dy")
 	if wide(dw, x, dy) {
-		be.launch(convBwdWeightPrep[float64](&g, dw, x, dy))
+		be.launchScratch(convBwdWeightPrep[float64](&g, dw, x, dy))
 	} else {
-		be.launch(convBwdWeightPrep[float32](&g, dw, x, dy))
+		be.launchScratch(convBwdWeightPrep[float32](&g, dw, x, dy))
 	}
 }
 
-func convBwdWeightPrep[F tensor.Float](g *convGeom, dw, x, dy *T) func() {
+func convBwdWeightPrep[F tensor.Float](g *convGeom, dw, x, dy *T) (run, release func()) {
 	var s stage
 	xs, gs := in[F](&s, x), in[F](&s, dy)
 	dws := out[F](&s, dw)
@@ -285,9 +295,11 @@ func convBwdWeightPrep[F tensor.Float](g *convGeom, dw, x, dy *T) func() {
 	}
 	cost := 2 * g.og * g.pixels * g.kdim * max(1, g.n/nch)
 	return func() {
-		s.load()
-		parallelFor(items, cost, body)
-		parallelFor(wsz, nch, combine)
-		s.store()
-	}
+			s.load()
+			parallelFor(items, cost, body)
+			parallelFor(wsz, nch, combine)
+			s.store()
+		}, func() {
+			slots.release(convScratch[F].free)
+		}
 }

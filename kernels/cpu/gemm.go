@@ -25,7 +25,13 @@ func newGemmScratch[F tensor.Float](m, n, k int) gemmScratch[F] {
 	kc := min(gemmKC, k)
 	mc := roundUp(min(gemmMC, m), gemmMR)
 	nc := roundUp(min(gemmNC, n), gemmNR)
-	return gemmScratch[F]{a: make([]F, mc*kc), b: make([]F, kc*nc)}
+	return gemmScratch[F]{a: getBuf[F](mc * kc), b: getBuf[F](kc * nc)}
+}
+
+// free returns the packing space to the pools.
+func (sc gemmScratch[F]) free() {
+	putBuf(sc.a)
+	putBuf(sc.b)
 }
 
 func roundUp(x, m int) int { return (x + m - 1) / m * m }

@@ -49,15 +49,23 @@ func (be *Backend) MatMul(dst, a, b *T, transA, transB bool) {
 		needFloat(name, "operand", t)
 	}
 	if wide(dst, a, b) {
-		be.launch(matmulPrep[float64](dst, a, b, max(batch, 1), batchA > 0, batchB > 0, m, n, k, transA, transB))
+		be.launchScratch(matmulPrep[float64](dst, a, b, max(batch, 1), batchA > 0, batchB > 0, m, n, k, transA, transB))
 	} else {
-		be.launch(matmulPrep[float32](dst, a, b, max(batch, 1), batchA > 0, batchB > 0, m, n, k, transA, transB))
+		be.launchScratch(matmulPrep[float32](dst, a, b, max(batch, 1), batchA > 0, batchB > 0, m, n, k, transA, transB))
 	}
 }
 
 // scratchSet is a fixed set of per-worker scratch values handed out
 // through a channel, which neither allocates nor depends on worker ids.
 type scratchSet[S any] chan S
+
+// release hands every value to free; call it only when no launch is
+// using the set (all values are back in the channel).
+func (c scratchSet[S]) release(free func(S)) {
+	for len(c) > 0 {
+		free(<-c)
+	}
+}
 
 func newScratchSet[S any](n int, mk func() S) scratchSet[S] {
 	n = max(1, min(n, runtime.NumCPU()+1))
@@ -68,7 +76,7 @@ func newScratchSet[S any](n int, mk func() S) scratchSet[S] {
 	return c
 }
 
-func matmulPrep[F tensor.Float](dst, a, b *T, batch int, bcA, bcB bool, m, n, k int, transA, transB bool) func() {
+func matmulPrep[F tensor.Float](dst, a, b *T, batch int, bcA, bcB bool, m, n, k int, transA, transB bool) (run, release func()) {
 	var s stage
 	av := in[F](&s, a)
 	bv := in[F](&s, b)
@@ -108,8 +116,10 @@ func matmulPrep[F tensor.Float](dst, a, b *T, batch int, bcA, bcB bool, m, n, k 
 	}
 	cost := 2 * gemmMC * n * k
 	return func() {
-		s.load()
-		parallelFor(items, cost, body)
-		s.store()
-	}
+			s.load()
+			parallelFor(items, cost, body)
+			s.store()
+		}, func() {
+			slots.release(gemmScratch[F].free)
+		}
 }

@@ -1,0 +1,34 @@
+package cpu
+
+import "testing"
+
+func TestScratchPoolsSizeClasses(t *testing.T) {
+	for _, tc := range []struct{ n, class int }{{1, 0}, {2, 1}, {3, 2}, {4, 2}, {5, 3}, {1000, 10}, {1024, 10}, {1025, 11}} {
+		if got := sizeClass(tc.n); got != tc.class {
+			t.Errorf("sizeClass(%d) = %d, want %d", tc.n, got, tc.class)
+		}
+	}
+	if b := getBuf[float32](0); b != nil {
+		t.Errorf("getBuf(0) = %v, want nil", b)
+	}
+	b := getBuf[float32](300)
+	if len(b) != 300 || cap(b) != 512 {
+		t.Fatalf("getBuf(300): len %d cap %d, want 300 and 512", len(b), cap(b))
+	}
+	// A buffer not from getBuf (capacity not a power of two) is refused.
+	putBuf(make([]float32, 3))
+	for i := range b {
+		b[i] = 7
+	}
+	putBuf(b)
+	// Whatever comes back for the same class has the right length and
+	// capacity; the pool may or may not hand back the same buffer.
+	c := getBuf[float32](257)
+	if len(c) != 257 || cap(c) != 512 {
+		t.Fatalf("getBuf(257): len %d cap %d, want 257 and 512", len(c), cap(c))
+	}
+	d := getBuf[float64](257)
+	if len(d) != 257 || cap(d) != 512 {
+		t.Fatalf("getBuf[float64](257): len %d cap %d", len(d), cap(d))
+	}
+}
