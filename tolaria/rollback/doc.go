@@ -1,0 +1,19 @@
+// Package rollback is Tolaria's two-tier rollback (esper-reference
+// §3.1.6): when an epoch fails, the trainer restores the model and
+// optimizer from the most recent good state.
+//
+// A State holds what is restored: named tensors (model parameters and
+// buffers, optimizer state, seed weights) and a JSON Meta (epoch, step,
+// RNG words, slot documents, trainer extras). The trainer fills it, with
+// helpers for nn modules, optimizers and kasmina slots.
+//
+// The fast tier, FastCache, keeps deep copies of recent States in memory,
+// keyed by global step, in an LRU bounded in bytes. The slow tier, Store,
+// writes one safetensors checkpoint per epoch plus a WAL record carrying
+// CRC-32s of the checkpoint and of itself; every file is written
+// atomically (temporary file, fsync, rename, fsync of the directory), and
+// a corrupt, truncated or missing file is refused with a *CorruptError
+// naming it, never half-loaded. TwoTier tries the fast tier, then reads
+// the last checkpoint under a deadline, and reports the
+// tolaria.rollback.* metrics.
+package rollback
