@@ -1,0 +1,27 @@
+// Package tolaria trains morphogenetic models: it is where the epoch loop
+// meets the safety machinery that keeps a growing network alive
+// (esper-reference §3, ARCHITECTURE.md).
+//
+// The Trainer itself (epoch loop, captured steps, AMP, gradient
+// aggregation, checkpoints) arrives next. For now the package holds the
+// pieces it is built on:
+//
+//   - Governor: the G2 training governor. CheckVitalSigns watches the
+//     validation loss for NaN/Inf, divergence spikes and collapse to
+//     random guessing; ExecuteRollback restores the last snapshot of the
+//     host and its fossilized seeds, prunes every live seed and emits one
+//     GOVERNOR_ROLLBACK event; Preflight vets lifecycle mutations.
+//   - Deadlines: the controller (Tamiyo) decision and the Kasmina apply
+//     each run under a deadline; a miss is counted (tolaria.timeout.*),
+//     reported, and switches to conservative mode (WAIT), and a late
+//     result is discarded, never applied.
+//   - Breaker: the CLOSED / OPEN / HALF_OPEN circuit breaker behind the
+//     trainer's failed-epoch handling (tolaria.breaker.state).
+//   - ApplyDecision: carries a leyline.Decision out on a
+//     kasmina.MorphogeneticModel.
+//   - ParseDevice: validates "cpu", "cuda" and "cuda:N" against the
+//     backends this build has.
+//
+// Tolaria never makes policy decisions: those come from a Controller
+// (Tamiyo), which this package sees only through its own small interface.
+package tolaria
