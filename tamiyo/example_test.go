@@ -1,0 +1,65 @@
+package tamiyo_test
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/esper-go/esper/leyline"
+	"github.com/esper-go/esper/tamiyo"
+)
+
+// Eight epochs of a host that improves fast, then levels off. The tracker
+// latches host stabilisation after three epochs of < 3% loss
+// improvement; once the accuracy has plateaued for three epochs and the
+// fifth epoch is reached, the heuristic germinates the first blueprint of
+// the rotation in the first empty slot and then walks the new seed
+// through its stages.
+func Example() {
+	tracker, err := tamiyo.NewSignalTracker(tamiyo.TrackerOptions{})
+	if err != nil {
+		panic(err)
+	}
+	ctrl, err := tamiyo.NewHeuristic(tamiyo.HeuristicOptions{Topology: leyline.TopologyCNN})
+	if err != nil {
+		panic(err)
+	}
+	slots := leyline.DefaultSlotConfig()
+
+	valLoss := []float64{2.0, 1.2, 1.19, 1.18, 1.175, 1.17, 1.168, 1.166}
+	valAcc := []float64{40, 60, 60.3, 60.5, 60.6, 60.7, 60.8, 60.9}
+	var seeds []leyline.SeedReport // what Kasmina would report
+
+	for epoch := range valLoss {
+		sig, err := tracker.Update(tamiyo.EpochResult{
+			Epoch: epoch, ValLoss: valLoss[epoch], ValAccuracy: valAcc[epoch],
+			Seeds: seeds, AvailableSlots: slots.Len() - len(seeds),
+		})
+		if err != nil {
+			panic(err)
+		}
+		d, err := ctrl.EvaluateEpoch(context.Background(), leyline.EpochState{
+			Signals: sig, Seeds: seeds, Slots: slots, Topology: leyline.TopologyCNN,
+		})
+		if err != nil {
+			panic(err)
+		}
+		fmt.Printf("epoch %d stabilized=%d plateau=%d: %v\n", epoch, sig.Metrics.HostStabilized, sig.Metrics.PlateauEpochs, d)
+
+		// Stand-in for Kasmina applying the decision.
+		switch d.Op {
+		case leyline.OpGerminate:
+			seeds = []leyline.SeedReport{{SeedID: "seed-1", SlotID: d.SlotID, BlueprintID: d.Blueprint.ID(), Stage: leyline.StageGerminated}}
+		case leyline.OpAdvance:
+			seeds[0].Stage, _ = leyline.NextStage(seeds[0].Stage)
+		}
+	}
+	// Output:
+	// epoch 0 stabilized=0 plateau=0: WAIT (Host not stabilized)
+	// epoch 1 stabilized=0 plateau=0: WAIT (Host not stabilized)
+	// epoch 2 stabilized=0 plateau=1: WAIT (Host not stabilized)
+	// epoch 3 stabilized=0 plateau=2: WAIT (Host not stabilized)
+	// epoch 4 stabilized=1 plateau=3: WAIT (Too early (epoch 4 < 5))
+	// epoch 5 stabilized=1 plateau=4: GERMINATE r0c0 conv_light (Plateau detected (4 epochs))
+	// epoch 6 stabilized=1 plateau=5: ADVANCE r0c0 (Advance to TRAINING)
+	// epoch 7 stabilized=1 plateau=6: ADVANCE r0c0 (Advance to BLENDING (improvement +0.00%))
+}
