@@ -1,0 +1,75 @@
+package aggregation_test
+
+import (
+	"fmt"
+
+	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/leyline"
+	"github.com/esper-go/esper/tensor"
+	"github.com/esper-go/esper/tolaria/aggregation"
+)
+
+// PCGrad on two directly opposed gradients counts one conflict; on two
+// orthogonal ones it leaves them alone and sums them.
+func ExampleCombine() {
+	rng := tensor.NewRNG(7)
+	_, conflicts, _ := aggregation.Combine([][]float32{{1, 0}, {-1, 0}}, true, nil, rng)
+	fmt.Println("opposed:", conflicts, "conflict")
+
+	out, conflicts, _ := aggregation.Combine([][]float32{{1, 0}, {0, 1}}, true, nil, rng)
+	fmt.Println("orthogonal:", out, conflicts, "conflicts")
+
+	out, _, _ = aggregation.Combine([][]float32{{1, 1}, {2, 2}}, false, []float64{1, 3}, nil)
+	fmt.Println("weighted:", out)
+	// Output:
+	// opposed: 1 conflict
+	// orthogonal: [1 1] 0 conflicts
+	// weighted: [1.75 1.75]
+}
+
+// One optimizer step of the seed path: flatten the gradients into a
+// pooled buffer, split them by owner with the host's share redistributed
+// by attribution, record the step's metrics, combine with PCGrad, and
+// write the result back.
+func Example_step() {
+	host := autograd.Param(tensor.Zeros(tensor.F32, 2))
+	seedA := autograd.Param(tensor.Zeros(tensor.F32, 1))
+	seedB := autograd.Param(tensor.Zeros(tensor.F32, 1))
+	params := []*autograd.Var{host, seedA, seedB}
+	host.Grad = tensor.FromSlice([]float32{4, -2})
+	seedA.Grad = tensor.FromSlice([]float32{1})
+	seedB.Grad = tensor.FromSlice([]float32{-3})
+
+	masks, _ := aggregation.SegmentMasks(params, []string{"host", "a", "b"})
+	var pool aggregation.GradientBufferPool
+	buf, _ := pool.Acquire(masks.Total(), tensor.F32)
+	_ = aggregation.GradsToFlat(params, buf.F32())
+
+	var split aggregation.SeedGrads
+	attribution := map[string]float64{"a": 1, "b": 1} // host credit split evenly
+	seeds := map[string]aggregation.SeedInfo{
+		"a": {Stage: leyline.StageTraining, Alpha: 1},
+		"b": {Stage: leyline.StageBlending, Alpha: 1},
+	}
+	_ = aggregation.PerSeed(&split, [][]float32{buf.F32()}, masks, attribution, 1, seeds)
+	fmt.Println(split.Names, split.Weights, split.TeacherNorm)
+
+	acc, _ := aggregation.NewSeedMetricsAccumulator(aggregation.AccumulatorOptions{})
+	acc.SetMasks(masks)
+	_ = acc.Record(split.Names, split.Flats, split.Weights, map[string]float64{"a": 1, "b": 1}, attribution, 1)
+	_ = acc.RecordTeacherNorm(split.TeacherNorm)
+
+	var comb aggregation.Combiner
+	out, conflicts, _ := comb.Combine(split.Flats, true, split.Weights, tensor.NewRNG(1))
+	_ = acc.RecordCombine(1, conflicts)
+	_ = aggregation.FlatToGrads(out, params)
+	_ = pool.Release(buf)
+	fmt.Printf("combined %.3f, %d conflicts\n", out, conflicts)
+
+	report := acc.Finalize(nil)
+	fmt.Println(len(report.Metrics), "metrics, conflict ratio", report.ConflictRatio)
+	// Output:
+	// [a b] [1 0.5] 4.47213595499958
+	// combined [2.000 -1.000 0.667 -1.000], 0 conflicts
+	// 30 metrics, conflict ratio 0
+}

@@ -1,0 +1,115 @@
+package aggregation
+
+import (
+	"sync"
+
+	"github.com/esper-go/esper/tensor"
+)
+
+// GradientBufferPool hands out flat host buffers for per-microbatch
+// gradients, so the trainer does not allocate a model-sized buffer every
+// step (G1 GradientBufferPool). Acquire reuses the first cached buffer
+// with the same element count and dtype, or allocates a new zeroed one;
+// Release zeroes a buffer and caches it again. A buffer whose size is no
+// longer asked for (the model grew) stays cached until Drain.
+//
+// The zero value is an empty pool ready to use. A pool is safe for
+// concurrent use.
+type GradientBufferPool struct {
+	mu    sync.Mutex
+	free  []*tensor.Tensor // cached buffers, oldest first
+	inUse map[*tensor.Tensor]struct{}
+	stats PoolStats
+}
+
+// PoolStats describes a GradientBufferPool.
+type PoolStats struct {
+	// Allocated counts buffers created because no cached one fitted.
+	Allocated int
+	// Reused counts Acquire calls served from the cache.
+	Reused int
+	// InUse is the number of buffers acquired and not yet released.
+	InUse int
+	// Cached is the number of buffers waiting in the cache.
+	Cached int
+	// CachedBytes is the memory held by the cached buffers.
+	CachedBytes int
+}
+
+// Acquire returns a zeroed flat CPU buffer of shape [numel] and the given
+// dtype: the first cached buffer of that size and dtype, or a new one.
+// numel may be 0 but not negative; dtype must be a float dtype.
+func (p *GradientBufferPool) Acquire(numel int, dtype tensor.DType) (*tensor.Tensor, error) {
+	if numel < 0 {
+		return nil, invalid("GradientBufferPool.Acquire", "negative element count %d", numel)
+	}
+	if !dtype.IsFloat() {
+		return nil, invalid("GradientBufferPool.Acquire", "dtype %v is not a float dtype", dtype)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.inUse == nil {
+		p.inUse = make(map[*tensor.Tensor]struct{})
+	}
+	for i, t := range p.free {
+		if t.Numel() == numel && t.DType() == dtype {
+			// Keep the cache in release order: the oldest match goes
+			// first, as the reference's list.pop(idx) does.
+			copy(p.free[i:], p.free[i+1:])
+			p.free[len(p.free)-1] = nil
+			p.free = p.free[:len(p.free)-1]
+			p.stats.Reused++
+			p.stats.CachedBytes -= t.Nbytes()
+			p.inUse[t] = struct{}{}
+			return t, nil
+		}
+	}
+	t := tensor.Zeros(dtype, numel)
+	p.stats.Allocated++
+	p.inUse[t] = struct{}{}
+	return t, nil
+}
+
+// Release zeroes t and returns it to the cache. t must have come from
+// this pool's Acquire and not have been released since; otherwise Release
+// returns an error and leaves the pool unchanged.
+func (p *GradientBufferPool) Release(t *tensor.Tensor) error {
+	if t == nil {
+		return invalid("GradientBufferPool.Release", "nil buffer")
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, ok := p.inUse[t]; !ok {
+		return invalid("GradientBufferPool.Release", "buffer of %d elements was not acquired from this pool or was already released", t.Numel())
+	}
+	delete(p.inUse, t)
+	// The pool made the buffer, so it owns its whole storage: clearing
+	// the bytes zeroes any dtype without a per-dtype loop.
+	clear(t.Storage().Bytes())
+	p.free = append(p.free, t)
+	p.stats.CachedBytes += t.Nbytes()
+	return nil
+}
+
+// Stats returns the pool's counters.
+func (p *GradientBufferPool) Stats() PoolStats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.stats
+	s.InUse = len(p.inUse)
+	s.Cached = len(p.free)
+	return s
+}
+
+// Drain drops every cached buffer (for instance after the parameter set
+// changed size) and returns the bytes released. Buffers in use stay
+// valid and may still be released into the pool.
+func (p *GradientBufferPool) Drain() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := p.stats.CachedBytes
+	clear(p.free)
+	p.free = p.free[:0]
+	p.stats.CachedBytes = 0
+	return n
+}
