@@ -1,0 +1,160 @@
+package tolaria
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/esper-go/esper/leyline"
+	"github.com/esper-go/esper/tolaria/rollback"
+)
+
+// StatefulController is a Controller whose state (trackers, penalties,
+// rotation) a checkpoint should carry, so that a resumed run decides
+// exactly as an uninterrupted one would.
+type StatefulController interface {
+	Controller
+	MarshalState() ([]byte, error)
+	UnmarshalState([]byte) error
+}
+
+// Checkpoint tensor prefixes inside rollback.PrefixOptim.
+const (
+	optimHostPrefix = rollback.PrefixOptim + "host/"
+	optimSlotPrefix = rollback.PrefixOptim + "slot/"
+)
+
+// trainerMeta is the trainer's own state in a checkpoint.
+type trainerMeta struct {
+	Germinated, Fossilized, Pruned int
+	CaptureFallbacks               int
+	LastSeeds                      map[string]leyline.SeedStage
+	Conservative                   bool
+}
+
+// State captures everything needed to continue training after epoch:
+// the host's parameters and buffers, every slot (seed weights and
+// lifecycle state), every optimizer's state, the trainer's counters and,
+// for a StatefulController, the controller's state.
+func (t *Trainer) State(epoch int) (rollback.State, error) {
+	var st rollback.State
+	st.SetModule(t.model.Host())
+	cks, err := t.model.SaveSlots()
+	if err != nil {
+		return st, err
+	}
+	if err := st.SetSlots(cks); err != nil {
+		return st, err
+	}
+	st.Put(optimHostPrefix, t.opt.host.StateDict())
+	for _, id := range t.opt.slotIDs() {
+		st.Put(optimSlotPrefix+id+"/", t.opt.seeds[id].sgd.StateDict())
+	}
+	st.Meta.Epoch = epoch
+	st.Meta.GlobalStep = int64(t.step.globalStep)
+	tm, err := json.Marshal(trainerMeta{
+		Germinated: t.summary.Germinated, Fossilized: t.summary.Fossilized, Pruned: t.summary.Pruned,
+		CaptureFallbacks: t.summary.CaptureFallbacks, LastSeeds: t.lastSeeds,
+		Conservative: t.deadlines.Conservative(),
+	})
+	if err != nil {
+		return st, err
+	}
+	st.Meta.Extra = map[string]json.RawMessage{"trainer": tm}
+	if sc, ok := t.o.Controller.(StatefulController); ok {
+		cs, err := sc.MarshalState()
+		if err != nil {
+			return st, fmt.Errorf("controller state: %w", err)
+		}
+		st.Meta.Extra["controller"] = json.RawMessage(cs)
+	}
+	return st, nil
+}
+
+// checkpoint writes the state after epoch e to the store.
+func (t *Trainer) checkpoint(e int) error {
+	st, err := t.State(e)
+	if err != nil {
+		return err
+	}
+	return t.o.Checkpoints.Write(e, st)
+}
+
+// Resume loads the latest checkpoint of TrainerOptions.Checkpoints and
+// makes Fit continue with the epoch after it. It returns that epoch.
+// Without a checkpoint yet it returns rollback.ErrNoCheckpoint (check
+// with errors.Is) and changes nothing; a corrupt checkpoint or WAL is
+// refused (a *rollback.CorruptError) before anything is loaded.
+func (t *Trainer) Resume() (next int, err error) {
+	if t.o.Checkpoints == nil {
+		return 0, fmt.Errorf("%w: Resume needs Checkpoints", ErrOptions)
+	}
+	st, e, err := t.o.Checkpoints.Latest()
+	if err != nil {
+		return 0, err
+	}
+	if err := t.LoadState(st); err != nil {
+		return 0, fmt.Errorf("tolaria: resume from epoch %d: %w", e, err)
+	}
+	t.start = e + 1
+	return t.start, nil
+}
+
+// LoadState restores a State made by State: slots first (so the seeds
+// exist), then the host, then the optimizers, counters and controller.
+func (t *Trainer) LoadState(st rollback.State) error {
+	cks, err := st.SlotCheckpoints()
+	if err != nil {
+		return err
+	}
+	var tm trainerMeta
+	if raw, ok := st.Meta.Extra["trainer"]; ok {
+		if err := json.Unmarshal(raw, &tm); err != nil {
+			return fmt.Errorf("trainer state: %w", err)
+		}
+	} else {
+		return fmt.Errorf("checkpoint has no trainer state")
+	}
+	if err := t.model.LoadSlots(cks); err != nil {
+		return err
+	}
+	if err := st.ApplyModule(t.model.Host()); err != nil {
+		return err
+	}
+	if err := t.opt.sync(t.model); err != nil {
+		return err
+	}
+	if err := t.opt.host.LoadStateDict(st.Sub(optimHostPrefix)); err != nil {
+		return fmt.Errorf("host optimizer: %w", err)
+	}
+	for _, id := range t.opt.slotIDs() {
+		sd := st.Sub(optimSlotPrefix + id + "/")
+		if len(sd) == 0 {
+			return fmt.Errorf("no optimizer state for the seed in slot %s", id)
+		}
+		if err := t.opt.seeds[id].sgd.LoadStateDict(sd); err != nil {
+			return fmt.Errorf("optimizer of slot %s: %w", id, err)
+		}
+	}
+	if raw, ok := st.Meta.Extra["controller"]; ok {
+		sc, ok := t.o.Controller.(StatefulController)
+		if !ok {
+			return fmt.Errorf("checkpoint carries controller state but the controller (%T) cannot load it", t.o.Controller)
+		}
+		if err := sc.UnmarshalState(raw); err != nil {
+			return fmt.Errorf("controller state: %w", err)
+		}
+	}
+	t.step.globalStep = int(st.Meta.GlobalStep)
+	t.summary.Germinated, t.summary.Fossilized, t.summary.Pruned = tm.Germinated, tm.Fossilized, tm.Pruned
+	t.summary.CaptureFallbacks = tm.CaptureFallbacks
+	t.lastSeeds = tm.LastSeeds
+	if t.lastSeeds == nil {
+		t.lastSeeds = map[string]leyline.SeedStage{}
+	}
+	if tm.Conservative {
+		t.deadlines.EnterConservative("resumed in conservative mode")
+	} else {
+		t.deadlines.ClearConservative()
+	}
+	return nil
+}

@@ -1,0 +1,506 @@
+package tolaria
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"math"
+	"time"
+
+	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/kasmina"
+	"github.com/esper-go/esper/leyline"
+	"github.com/esper-go/esper/tensor"
+	"github.com/esper-go/esper/tolaria/rollback"
+)
+
+// Batches is where the trainer reads data: one pass over an epoch's
+// batches, each (x, y) pair — images F32 [B, C, H, W] and labels I64 [B]
+// — valid until the loop body returns. data.Loader provides it.
+type Batches interface {
+	Batches(epoch int) iter.Seq2[*tensor.Tensor, *tensor.Tensor]
+}
+
+// TrainerOptions configures a Trainer. Model, Train, Val and Epochs are
+// required; every other zero value is the documented default.
+type TrainerOptions struct {
+	// Model is the host with its slots.
+	Model *kasmina.MorphogeneticModel
+	// Train and Val are the training and validation batches. Training
+	// batches should all have the same size (drop the last partial
+	// batch): a captured step re-captures for every new shape.
+	Train, Val Batches
+	// Epochs is the number of epochs Fit runs; > 0.
+	Epochs int
+	// Controller decides each epoch's lifecycle operation (a Tamiyo
+	// controller); nil trains the host and its seeds without decisions.
+	Controller Controller
+
+	// HostLR, HostMomentum and HostWeightDecay configure the host's SGD;
+	// zero means 0.01, 0.9 and 5e-4 (G2 per-batch step).
+	HostLR, HostMomentum, HostWeightDecay float64
+	// SeedLR and SeedMomentum configure each slot's SGD, created when the
+	// slot first holds a seed; zero means 0.01 and 0.9.
+	SeedLR, SeedMomentum float64
+	// MaxGradNorm clips the host's and each seed's gradients separately;
+	// zero means 1.0, negative disables clipping.
+	MaxGradNorm float64
+
+	// Capture runs the train step captured after CaptureWarmup eager
+	// steps (default 1), re-capturing whenever the parameter set, a seed's
+	// stage or alpha, or the batch shape changes. A capture failure falls
+	// back to eager, reported once (tolaria.compile_fallback).
+	Capture       bool
+	CaptureWarmup int
+
+	// GradientTelemetryStride measures the seeds' gradient health every
+	// that many steps (outside any captured region); zero means 10,
+	// negative never.
+	GradientTelemetryStride int
+
+	// Deadlines bound the controller's decision and its application.
+	Deadlines DeadlineOptions
+	// Governor, when set, watches the validation loss and rolls back on
+	// a panic (see Governor); nil disables it.
+	Governor *GovernorOptions
+	// Checkpoints, when set, receives a checkpoint after every epoch, and
+	// Resume continues from its latest one.
+	Checkpoints *rollback.Store
+
+	// Sink receives the trainer's telemetry; nil sends none.
+	Sink EventSink
+	// EnvID tags the telemetry (Simic's environment index); zero is fine
+	// for a single run.
+	EnvID int
+	// OnStep, when set, is called after every training step (progress
+	// bars); it must be quick.
+	OnStep func(StepInfo)
+}
+
+// StepInfo describes one finished training step.
+type StepInfo struct {
+	Epoch, Step int
+	Latency     time.Duration
+}
+
+// EpochReport is what one epoch did.
+type EpochReport struct {
+	Epoch              int
+	TrainLoss, ValLoss float64
+	// TrainAccuracy and ValAccuracy are percentages.
+	TrainAccuracy, ValAccuracy float64
+	Steps                      int
+	Duration                   time.Duration
+	// StepLatency summarises the training steps' wall times.
+	StepP50, StepP95 time.Duration
+	// Decision is the controller's decision (WAIT without a controller)
+	// and Applied tells whether it took effect.
+	Decision leyline.Decision
+	Applied  ApplyStatus
+	// Outcome is how the decision was reached (ok, skipped in
+	// conservative mode, timeout, error).
+	Outcome OutcomeStatus
+	// RolledBack reports a governor rollback this epoch.
+	RolledBack bool
+	// Seeds are the seeds after the epoch's decision.
+	Seeds []leyline.SeedReport
+	// Captured reports whether the epoch's steps ran captured.
+	Captured bool
+}
+
+// Summary is what Fit did.
+type Summary struct {
+	Epochs []EpochReport
+	// Germinated, Fossilized and Pruned count lifecycle events over the
+	// run.
+	Germinated, Fossilized, Pruned int
+	// CaptureFallbacks counts captured steps that fell back to eager.
+	CaptureFallbacks int
+}
+
+// Final returns the last epoch's report (zero when no epoch ran).
+func (s Summary) Final() EpochReport {
+	if len(s.Epochs) == 0 {
+		return EpochReport{}
+	}
+	return s.Epochs[len(s.Epochs)-1]
+}
+
+// Trainer runs Tolaria's epoch loop: train the host and its seeds, validate
+// in inference mode, measure each blending or holding seed's
+// counterfactual contribution, let the controller decide under a deadline,
+// apply the decision, tick the slots, and checkpoint.
+type Trainer struct {
+	o         TrainerOptions
+	model     *kasmina.MorphogeneticModel
+	opt       *optimizers
+	step      *stepRunner
+	deadlines *Deadlines
+	governor  *Governor
+	start     int // first epoch Fit runs (after Resume)
+	summary   Summary
+	lastSeeds map[string]leyline.SeedStage // seed id → stage, for the counts
+}
+
+// ErrOptions is wrapped by NewTrainer's option errors.
+var ErrOptions = errors.New("tolaria: invalid trainer options")
+
+// NewTrainer validates o and builds the optimizers.
+func NewTrainer(o TrainerOptions) (*Trainer, error) {
+	switch {
+	case o.Model == nil:
+		return nil, fmt.Errorf("%w: Model is required", ErrOptions)
+	case o.Train == nil || o.Val == nil:
+		return nil, fmt.Errorf("%w: Train and Val batches are required", ErrOptions)
+	case o.Epochs <= 0:
+		return nil, fmt.Errorf("%w: Epochs %d must be > 0", ErrOptions, o.Epochs)
+	}
+	for name, v := range map[string]float64{"HostLR": o.HostLR, "HostMomentum": o.HostMomentum, "HostWeightDecay": o.HostWeightDecay, "SeedLR": o.SeedLR, "SeedMomentum": o.SeedMomentum} {
+		if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+			return nil, fmt.Errorf("%w: %s %v must be finite and ≥ 0", ErrOptions, name, v)
+		}
+	}
+	def := func(v *float64, d float64) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&o.HostLR, 0.01)
+	def(&o.HostMomentum, 0.9)
+	def(&o.HostWeightDecay, 5e-4)
+	def(&o.SeedLR, 0.01)
+	def(&o.SeedMomentum, 0.9)
+	def(&o.MaxGradNorm, 1.0)
+	if o.CaptureWarmup <= 0 {
+		o.CaptureWarmup = 1
+	}
+	if o.GradientTelemetryStride == 0 {
+		o.GradientTelemetryStride = 10
+	}
+	dl, err := NewDeadlines(DeadlineOptions{Controller: o.Deadlines.Controller, Apply: o.Deadlines.Apply, Sink: o.Sink})
+	if err != nil {
+		return nil, err
+	}
+	t := &Trainer{o: o, model: o.Model, deadlines: dl, lastSeeds: map[string]leyline.SeedStage{}}
+	t.opt, err = newOptimizers(o)
+	if err != nil {
+		return nil, err
+	}
+	t.step = newStepRunner(t)
+	if o.Governor != nil {
+		g := *o.Governor
+		if g.Sink == nil {
+			g.Sink = o.Sink
+		}
+		user := g.OnRollback
+		g.OnRollback = func(r RollbackReport) {
+			t.opt.reset()
+			if user != nil {
+				user(r)
+			}
+		}
+		if t.governor, err = NewGovernor(o.Model, g); err != nil {
+			return nil, err
+		}
+	}
+	t.noteSeeds()
+	return t, nil
+}
+
+// Deadlines returns the controller and apply deadlines (their metrics and
+// conservative mode).
+func (t *Trainer) Deadlines() *Deadlines { return t.deadlines }
+
+// Governor returns the governor, or nil when disabled.
+func (t *Trainer) Governor() *Governor { return t.governor }
+
+// StartEpoch is the epoch Fit starts at: 0, or the one after the
+// checkpoint Resume loaded.
+func (t *Trainer) StartEpoch() int { return t.start }
+
+// Fit runs the epochs from StartEpoch to Epochs−1 and returns what they
+// did. It stops early, returning ctx's error with the epochs completed,
+// when ctx ends; a stray panic inside an epoch becomes an error.
+func (t *Trainer) Fit(ctx context.Context) (Summary, error) {
+	for e := t.start; e < t.o.Epochs; e++ {
+		if err := ctx.Err(); err != nil {
+			return t.summary, err
+		}
+		r, err := t.RunEpoch(ctx, e)
+		if err != nil {
+			return t.summary, err
+		}
+		t.summary.Epochs = append(t.summary.Epochs, r)
+	}
+	return t.summary, nil
+}
+
+// RunEpoch runs epoch e: training steps, validation, counterfactuals,
+// the governor, the controller's decision, the slots' epoch tick,
+// telemetry and the checkpoint.
+func (t *Trainer) RunEpoch(ctx context.Context, e int) (r EpochReport, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("tolaria: epoch %d: %v", e, p)
+		}
+	}()
+	start := time.Now()
+	r.Epoch = e
+	if err := t.opt.sync(t.model); err != nil {
+		return r, err
+	}
+	t.model.SetTraining(true)
+	if r.TrainLoss, r.TrainAccuracy, r.Steps, err = t.trainEpoch(ctx, e, &r); err != nil {
+		return r, err
+	}
+	r.ValLoss, r.ValAccuracy = t.evaluate(e)
+	t.measureCounterfactuals(e, r.ValAccuracy)
+	for _, s := range t.model.Slots() {
+		if s.State() != nil && leyline.IsActiveStage(s.Stage()) {
+			s.RecordAccuracy(r.ValAccuracy)
+		}
+	}
+
+	if t.governor != nil {
+		if panicked, _ := t.governor.CheckVitalSigns(r.ValLoss); panicked {
+			if _, err := t.governor.ExecuteRollback(t.o.EnvID, "cpu"); err != nil {
+				return r, fmt.Errorf("tolaria: epoch %d: rollback: %w", e, err)
+			}
+			r.RolledBack = true
+		} else if e%5 == 0 {
+			if err := t.governor.Snapshot(); err != nil {
+				return r, err
+			}
+		}
+	}
+
+	r.Decision, r.Outcome, r.Applied = leyline.Wait("no controller"), OutcomeSkipped, ApplyNoop
+	if t.o.Controller != nil && !r.RolledBack {
+		r.Decision, r.Outcome, r.Applied = t.decide(ctx, e, r)
+	}
+	t.model.StepEpoch()
+	if err := t.opt.sync(t.model); err != nil {
+		return r, err
+	}
+	r.Seeds = SeedReports(t.model)
+	t.countLifecycle(r.Seeds)
+	r.Duration = time.Since(start)
+	t.emitEpoch(r)
+	if t.o.Checkpoints != nil {
+		if err := t.checkpoint(e); err != nil {
+			return r, fmt.Errorf("tolaria: epoch %d: checkpoint: %w", e, err)
+		}
+	}
+	return r, nil
+}
+
+// decide asks the controller under its deadline and applies the decision
+// under the apply deadline. A timed-out or failed decision is WAIT; a
+// late decision is discarded by Deadlines and never applied.
+func (t *Trainer) decide(ctx context.Context, e int, r EpochReport) (leyline.Decision, OutcomeStatus, ApplyStatus) {
+	st := t.epochState(e, r)
+	d, out := t.deadlines.Decide(ctx, t.o.Controller, st)
+	if out.Status != OutcomeOK {
+		if out.Status == OutcomeSkipped {
+			// Conservative for one epoch: this one skipped the
+			// controller and went well, so the next one asks again.
+			t.deadlines.ClearConservative()
+		}
+		return d, out.Status, ApplyNoop
+	}
+	applied := ApplyNoop
+	aout := t.deadlines.Apply(ctx, func(ctx context.Context) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		res, err := ApplyDecision(t.model, d, ApplyOptions{})
+		applied = res.Status
+		return err
+	})
+	if aout.Status != OutcomeOK {
+		return d, out.Status, ApplyNoop
+	}
+	return d, out.Status, applied
+}
+
+// epochState is the controller's view of the epoch.
+func (t *Trainer) epochState(e int, r EpochReport) leyline.EpochState {
+	seeds := SeedReports(t.model)
+	avail := 0
+	for _, s := range t.model.Slots() {
+		if s.State() == nil {
+			avail++
+		}
+	}
+	ids := t.model.SlotIDs()
+	leyline.SortSlotIDs(ids)
+	cfg, _ := leyline.NewSlotConfig(ids...)
+	var active []string
+	for _, s := range seeds {
+		if !leyline.IsFailureStage(s.Stage) {
+			active = append(active, s.SeedID)
+		}
+	}
+	return leyline.EpochState{
+		Signals: leyline.TrainingSignals{
+			Metrics: leyline.TrainingMetrics{
+				Epoch: e, GlobalStep: t.step.globalStep,
+				TrainLoss: r.TrainLoss, ValLoss: r.ValLoss,
+				TrainAccuracy: r.TrainAccuracy, ValAccuracy: r.ValAccuracy,
+			},
+			ActiveSeeds:    active,
+			AvailableSlots: avail,
+		},
+		Seeds:    seeds,
+		Slots:    cfg,
+		Topology: t.model.Host().Topology(),
+	}
+}
+
+// SeedReports describes every seed of m, in slot order, for controllers
+// and reports.
+func SeedReports(m *kasmina.MorphogeneticModel) []leyline.SeedReport {
+	var out []leyline.SeedReport
+	for _, s := range m.Slots() {
+		st := s.State()
+		if st == nil {
+			continue
+		}
+		r := leyline.SeedReport{
+			SeedID: st.SeedID, SlotID: st.SlotID, BlueprintID: st.BlueprintID,
+			Stage: st.Stage, Alpha: s.Alpha(),
+			EpochsInStage:              st.Metrics.EpochsInCurrentStage,
+			EpochsTotal:                st.Metrics.EpochsTotal,
+			ImprovementSinceStageStart: st.Metrics.ImprovementSinceStageStart(),
+			TotalImprovement:           st.Metrics.TotalImprovement(),
+		}
+		if c := st.Metrics.CounterfactualContribution; c != nil {
+			v := *c
+			r.Counterfactual = &v
+		}
+		if ac := st.AlphaController; ac != nil {
+			r.AlphaTarget, r.AlphaMode = ac.Target, ac.Mode
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// noteSeeds records the current seeds for lifecycle counting.
+func (t *Trainer) noteSeeds() {
+	for _, r := range SeedReports(t.model) {
+		t.lastSeeds[r.SeedID] = r.Stage
+	}
+}
+
+// countLifecycle compares the seeds with the previous epoch's: a new seed
+// id was germinated, a seed reaching FOSSILIZED was fossilized, a seed
+// reaching a failure stage (or vanishing) was pruned.
+func (t *Trainer) countLifecycle(seeds []leyline.SeedReport) {
+	now := make(map[string]leyline.SeedStage, len(seeds))
+	for _, s := range seeds {
+		now[s.SeedID] = s.Stage
+		prev, seen := t.lastSeeds[s.SeedID]
+		switch {
+		case !seen:
+			t.summary.Germinated++
+			if leyline.IsFailureStage(s.Stage) {
+				t.summary.Pruned++
+			}
+		case s.Stage == leyline.StageFossilized && prev != leyline.StageFossilized:
+			t.summary.Fossilized++
+		case leyline.IsFailureStage(s.Stage) && !leyline.IsFailureStage(prev):
+			t.summary.Pruned++
+		}
+	}
+	for id, prev := range t.lastSeeds {
+		if _, ok := now[id]; !ok && !leyline.IsFailureStage(prev) && prev != leyline.StageFossilized {
+			t.summary.Pruned++
+		}
+	}
+	t.lastSeeds = now
+}
+
+// evaluate runs the validation batches in inference mode and eval mode
+// and returns the mean loss and the accuracy in percent.
+func (t *Trainer) evaluate(e int) (loss, acc float64) {
+	t.model.SetTraining(false)
+	defer t.model.SetTraining(true)
+	var sum, correct, n float64
+	autograd.InferenceMode(func() {
+		for x, y := range t.o.Val.Batches(e) {
+			logits := t.model.Forward(autograd.Const(x))
+			l, c := batchLossCorrect(logits, y)
+			sum += l * float64(y.Dim(0))
+			correct += c
+			n += float64(y.Dim(0))
+		}
+	})
+	if n == 0 {
+		return math.NaN(), math.NaN()
+	}
+	return sum / n, 100 * correct / n
+}
+
+// measureCounterfactuals records, for every BLENDING or HOLDING seed, the
+// validation accuracy lost when its alpha is forced to 0.
+func (t *Trainer) measureCounterfactuals(e int, valAcc float64) {
+	for _, s := range t.model.Slots() {
+		if s.State() == nil {
+			continue
+		}
+		switch s.Stage() {
+		case leyline.StageBlending, leyline.StageHolding:
+		default:
+			continue
+		}
+		var off float64
+		s.ForceAlpha(0, func() { _, off = t.evaluate(e) })
+		if !math.IsNaN(off) {
+			s.State().Metrics.RecordCounterfactual(valAcc - off)
+		}
+	}
+}
+
+// emitEpoch sends EPOCH_COMPLETED and the epoch's metrics.
+func (t *Trainer) emitEpoch(r EpochReport) {
+	if t.o.Sink == nil {
+		return
+	}
+	tl, ta := r.TrainLoss, r.TrainAccuracy
+	ev := leyline.NewEvent(leyline.EventEpochCompleted, &leyline.EpochCompletedPayload{
+		EnvID: t.o.EnvID, ValAccuracy: r.ValAccuracy, ValLoss: r.ValLoss, InnerEpoch: r.Epoch,
+		TrainLoss: &tl, TrainAccuracy: &ta,
+	})
+	ev.Epoch = leyline.IntPtr(r.Epoch)
+	t.o.Sink.Emit(ev)
+
+	active := 0
+	for _, s := range r.Seeds {
+		if leyline.IsActiveStage(s.Stage) {
+			active++
+		}
+	}
+	b2f := func(b bool) float64 {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	metrics := []leyline.Metric{
+		{Name: leyline.MetricTolariaTrainingLoss, Value: r.TrainLoss},
+		{Name: leyline.MetricTolariaTrainingAccuracy, Value: r.TrainAccuracy},
+		{Name: leyline.MetricTolariaTrainingLatencyMs, Value: float64(r.Duration.Microseconds()) / 1e3, Unit: "ms"},
+		{Name: leyline.MetricTolariaSeedsActive, Value: float64(active)},
+		{Name: leyline.MetricTolariaEpochsTotal, Value: float64(r.Epoch + 1)},
+		{Name: leyline.MetricTolariaTrainCompileEnabled, Value: b2f(t.o.Capture)},
+		{Name: leyline.MetricTolariaCompileEnabled, Value: b2f(r.Captured)},
+		{Name: leyline.MetricTolariaCompileFallback, Value: float64(t.summary.CaptureFallbacks)},
+		{Name: leyline.MetricTolariaModeConservative, Value: b2f(t.deadlines.Conservative())},
+	}
+	metrics = append(metrics, t.deadlines.Metrics()...)
+	mev := leyline.NewEvent(leyline.EventMetrics, &leyline.MetricsPayload{Source: "tolaria", Metrics: metrics})
+	mev.Epoch = leyline.IntPtr(r.Epoch)
+	t.o.Sink.Emit(mev)
+}

@@ -1,0 +1,334 @@
+package tolaria
+
+import (
+	"context"
+	"errors"
+	"iter"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/kasmina"
+	"github.com/esper-go/esper/kernels"
+	"github.com/esper-go/esper/leyline"
+	"github.com/esper-go/esper/nn"
+	"github.com/esper-go/esper/tensor"
+	"github.com/esper-go/esper/tolaria/rollback"
+)
+
+// fixedBatches serves the same batches every epoch.
+type fixedBatches struct{ x, y []*tensor.Tensor }
+
+func (b fixedBatches) Batches(int) iter.Seq2[*tensor.Tensor, *tensor.Tensor] {
+	return func(yield func(*tensor.Tensor, *tensor.Tensor) bool) {
+		for i := range b.x {
+			if !yield(b.x[i], b.y[i]) {
+				return
+			}
+		}
+	}
+}
+
+// toyData is a learnable 3-class task on 1×8×8 images: the class is
+// which third of the image (top, middle, bottom rows) is brightest.
+func toyData(seed uint64, batches, batch int) fixedBatches {
+	rng := tensor.NewRNG(seed)
+	var out fixedBatches
+	for b := 0; b < batches; b++ {
+		x := tensor.Normal(rng, tensor.F32, 0, 0.5, batch, 1, 8, 8)
+		y := tensor.RandInt(rng, 3, batch)
+		xs, ys := x.F32(), y.I64()
+		for i := 0; i < batch; i++ {
+			r0 := int(ys[i]) * 8 / 3
+			for r := r0; r < r0+2; r++ {
+				for c := 0; c < 8; c++ {
+					xs[i*64+r*8+c] += 1.5
+				}
+			}
+		}
+		out.x, out.y = append(out.x, x), append(out.y, y)
+	}
+	return out
+}
+
+func trainerModel(t testing.TB) *kasmina.MorphogeneticModel {
+	t.Helper()
+	host, err := kasmina.NewCNNHost(kasmina.CNNHostOptions{InChannels: 1, Classes: 3, Blocks: 2, BaseChannels: 4, RNG: tensor.NewRNG(11)})
+	require.NoError(t, err)
+	m, err := kasmina.NewMorphogeneticModel(host, kasmina.ModelOptions{Slots: []string{"r0c0", "r0c1"}})
+	require.NoError(t, err)
+	return m
+}
+
+// scripted is a stateless controller that decides by epoch number.
+type scripted map[int]leyline.Decision
+
+func (s scripted) EvaluateEpoch(ctx context.Context, st leyline.EpochState) (leyline.Decision, error) {
+	if d, ok := s[st.Signals.Metrics.Epoch]; ok {
+		return d, nil
+	}
+	return leyline.Wait("script"), nil
+}
+
+var script = scripted{
+	0: {Op: leyline.OpGerminate, SlotID: "r0c1", Blueprint: leyline.BlueprintConvLight, Style: leyline.StyleLinearAdd, Tempo: leyline.TempoFast, AlphaTarget: leyline.AlphaTargetFull, Reason: "script", Confidence: 1},
+	1: {Op: leyline.OpAdvance, SlotID: "r0c1", Reason: "script", Confidence: 1},
+	2: {Op: leyline.OpGerminate, SlotID: "r0c0", Blueprint: leyline.BlueprintNorm, Style: leyline.StyleSigmoidAdd, Tempo: leyline.TempoFast, AlphaTarget: leyline.AlphaTargetFull, Reason: "script", Confidence: 1},
+}
+
+func params(m nn.Module) map[string][]float32 {
+	out := map[string][]float32{}
+	for _, p := range m.NamedParameters() {
+		out[p.Name] = append([]float32(nil), p.Var.Value.Contiguous().F32()...)
+	}
+	for _, b := range m.NamedBuffers() {
+		if b.Tensor.DType() == tensor.F32 {
+			out["buffer:"+b.Name] = append([]float32(nil), b.Tensor.Contiguous().F32()...)
+		}
+	}
+	return out
+}
+
+func TestTrainerLearnsAndRunsTheLifecycle(t *testing.T) {
+	m := trainerModel(t)
+	rec := &recorder{}
+	tr, err := NewTrainer(TrainerOptions{
+		Model: m, Train: toyData(1, 6, 16), Val: toyData(2, 2, 16), Epochs: 4,
+		Controller: script, Sink: rec, HostLR: 0.05,
+	})
+	require.NoError(t, err)
+	sum, err := tr.Fit(context.Background())
+	require.NoError(t, err)
+	require.Len(t, sum.Epochs, 4)
+	first, last := sum.Epochs[0], sum.Final()
+	require.Less(t, last.TrainLoss, first.TrainLoss, "training lowers the loss")
+	require.Greater(t, last.ValAccuracy, 50.0, "the toy task is learnt")
+	require.Equal(t, 2, sum.Germinated)
+	s, _ := m.Slot("r0c1")
+	require.Equal(t, leyline.StageTraining, s.Stage(), "germinated at epoch 0, advanced at epoch 1")
+	require.Equal(t, ApplyApplied, sum.Epochs[1].Applied)
+	require.Equal(t, 4, rec.count(leyline.EventEpochCompleted))
+	latency := 0
+	for _, e := range rec.all() {
+		if p, ok := e.Data.(*leyline.MetricsPayload); ok && e.Type == leyline.EventMetrics {
+			for _, mt := range p.Metrics {
+				if mt.Name == leyline.MetricTolariaTrainingLatencyMs {
+					require.Greater(t, mt.Value, 0.0)
+					latency++
+				}
+			}
+		}
+	}
+	require.Equal(t, 4, latency, "tolaria.training.latency_ms once per epoch")
+}
+
+func TestTrainerRejectsBadOptions(t *testing.T) {
+	m := trainerModel(t)
+	d := toyData(1, 1, 4)
+	for _, o := range []TrainerOptions{
+		{Train: d, Val: d, Epochs: 1},
+		{Model: m, Val: d, Epochs: 1},
+		{Model: m, Train: d, Val: d},
+		{Model: m, Train: d, Val: d, Epochs: 1, HostLR: -1},
+	} {
+		_, err := NewTrainer(o)
+		require.ErrorIs(t, err, ErrOptions)
+	}
+	tr, err := NewTrainer(TrainerOptions{Model: m, Train: fixedBatches{}, Val: d, Epochs: 1})
+	require.NoError(t, err)
+	_, err = tr.Fit(context.Background())
+	require.ErrorContains(t, err, "empty")
+}
+
+// TestCapturedTrainingEqualsEager: the same run with the train step
+// captured and replayed ends with bitwise the same parameters and
+// buffers as the eager run, through a germination and a stage change
+// (each forces a re-capture).
+func TestCapturedTrainingEqualsEager(t *testing.T) {
+	run := func(capture bool) (map[string][]float32, Summary) {
+		m := trainerModel(t)
+		tr, err := NewTrainer(TrainerOptions{
+			Model: m, Train: toyData(1, 5, 8), Val: toyData(2, 1, 8), Epochs: 3,
+			Controller: script, Capture: capture,
+		})
+		require.NoError(t, err)
+		sum, err := tr.Fit(context.Background())
+		require.NoError(t, err)
+		return params(m), sum
+	}
+	eager, _ := run(false)
+	captured, sum := run(true)
+	require.Zero(t, sum.CaptureFallbacks)
+	require.True(t, sum.Final().Captured, "the last epoch's steps replayed a captured graph")
+	require.Equal(t, len(eager), len(captured))
+	for name, v := range eager {
+		require.Equal(t, v, captured[name], "parameter %s", name)
+	}
+}
+
+// TestCaptureFailureFallsBackOnce: a step that cannot be captured runs
+// eagerly, with exactly one tolaria.compile_fallback event.
+func TestCaptureFailureFallsBackOnce(t *testing.T) {
+	m := trainerModel(t)
+	rec := &recorder{}
+	tr, err := NewTrainer(TrainerOptions{
+		Model: m, Train: toyData(1, 4, 8), Val: toyData(2, 1, 8), Epochs: 2, Capture: true, Sink: rec,
+	})
+	require.NoError(t, err)
+	inner := tr.step.fn
+	tr.step.captured = autograd.Capture(func(in []*tensor.Tensor) []*tensor.Tensor {
+		if kernels.For(in[0].Device()).Capturing() {
+			panic("forced capture failure")
+		}
+		return inner(in)
+	}, autograd.CaptureOptions{Version: tr.step.guard, OnFallback: func(err error) {
+		tr.summary.CaptureFallbacks++
+		if !tr.step.fellBack {
+			tr.step.fellBack = true
+			tr.deadlines.emit(EventCompileFallback, leyline.SeverityWarning, err.Error(), nil)
+		}
+	}})
+	sum, err := tr.Fit(context.Background())
+	require.NoError(t, err)
+	require.Len(t, rec.named(EventCompileFallback), 1)
+	require.GreaterOrEqual(t, sum.CaptureFallbacks, 1)
+	require.False(t, sum.Final().Captured)
+	require.Less(t, sum.Final().TrainLoss, sum.Epochs[0].TrainLoss, "eager fallback still trains")
+}
+
+// lateGerminator blocks until released, then germinates.
+type lateGerminator struct {
+	release chan struct{}
+	calls   int
+	mu      sync.Mutex
+}
+
+func (c *lateGerminator) EvaluateEpoch(ctx context.Context, s leyline.EpochState) (leyline.Decision, error) {
+	c.mu.Lock()
+	c.calls++
+	c.mu.Unlock()
+	<-c.release
+	return leyline.Decision{Op: leyline.OpGerminate, SlotID: "r0c0", Blueprint: leyline.BlueprintConvLight, Style: leyline.StyleSigmoidAdd, Tempo: leyline.TempoStandard, AlphaTarget: leyline.AlphaTargetFull, Confidence: 1, Reason: "late"}, nil
+}
+
+// TestLateControllerIsNeverApplied: a controller past its deadline
+// counts one tolaria.timeout.tamiyo_total, puts the trainer in
+// conservative mode (the next epoch skips the controller), and its
+// decision is never applied, even after it finally returns.
+func TestLateControllerIsNeverApplied(t *testing.T) {
+	m := trainerModel(t)
+	c := &lateGerminator{release: make(chan struct{})}
+	tr, err := NewTrainer(TrainerOptions{
+		Model: m, Train: toyData(1, 2, 8), Val: toyData(2, 1, 8), Epochs: 2,
+		Controller: c, Deadlines: DeadlineOptions{Controller: 20 * time.Millisecond},
+	})
+	require.NoError(t, err)
+	r0, err := tr.RunEpoch(context.Background(), 0)
+	require.NoError(t, err)
+	require.Equal(t, OutcomeTimeout, r0.Outcome)
+	require.Equal(t, leyline.OpWait, r0.Decision.Op)
+	require.True(t, tr.Deadlines().Conservative())
+	r1, err := tr.RunEpoch(context.Background(), 1)
+	require.NoError(t, err)
+	require.Equal(t, OutcomeSkipped, r1.Outcome, "conservative mode skips the controller")
+	close(c.release)
+	tr.Deadlines().Drain()
+	require.Equal(t, 1, c.calls)
+	for _, s := range m.Slots() {
+		require.Nil(t, s.State(), "the late GERMINATE was applied to %s", s.ID())
+	}
+	got := map[string]float64{}
+	for _, mt := range tr.Deadlines().Metrics() {
+		got[mt.Name] = mt.Value
+	}
+	require.Equal(t, 1.0, got[leyline.MetricTolariaTimeoutTamiyoTotal])
+	require.False(t, tr.Deadlines().Conservative(), "a clean epoch clears conservative mode")
+}
+
+// crashOptions is the run the crash test kills and resumes.
+func crashOptions(t testing.TB, dir string) TrainerOptions {
+	store, err := rollback.Open(dir, rollback.StoreOptions{})
+	require.NoError(t, err)
+	return TrainerOptions{
+		Model: trainerModel(t), Train: toyData(1, 5, 8), Val: toyData(2, 1, 8), Epochs: 4,
+		Controller: script, Checkpoints: store,
+	}
+}
+
+// TestCrashChild is the process TestResumeAfterSIGKILL kills: it trains
+// with checkpoints and SIGKILLs itself in the middle of epoch 2.
+func TestCrashChild(t *testing.T) {
+	dir := os.Getenv("ESPER_TOLARIA_CRASH_DIR")
+	if dir == "" {
+		t.Skip("helper process of TestResumeAfterSIGKILL")
+	}
+	o := crashOptions(t, dir)
+	o.OnStep = func(s StepInfo) {
+		if s.Epoch == 2 && s.Step == 3 {
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		}
+	}
+	tr, err := NewTrainer(o)
+	require.NoError(t, err)
+	_, _ = tr.Fit(context.Background())
+	t.Fatal("still alive after SIGKILL")
+}
+
+// TestResumeAfterSIGKILL: a run killed with SIGKILL mid-epoch and resumed
+// from its last checkpoint ends with parameters bitwise equal to an
+// uninterrupted run; a corrupted checkpoint is refused.
+func TestResumeAfterSIGKILL(t *testing.T) {
+	dir := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestCrashChild$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "ESPER_TOLARIA_CRASH_DIR="+dir)
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, "child: %s", out)
+	ws, ok := exit.Sys().(syscall.WaitStatus)
+	require.True(t, ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL, "child did not die of SIGKILL: %v\n%s", err, out)
+
+	resumed, err := NewTrainer(crashOptions(t, dir))
+	require.NoError(t, err)
+	next, err := resumed.Resume()
+	require.NoError(t, err)
+	require.Equal(t, 2, next, "epochs 0 and 1 were checkpointed before the kill")
+	_, err = resumed.Fit(context.Background())
+	require.NoError(t, err)
+
+	whole, err := NewTrainer(crashOptions(t, t.TempDir()))
+	require.NoError(t, err)
+	_, err = whole.Fit(context.Background())
+	require.NoError(t, err)
+	want, got := params(whole.model), params(resumed.model)
+	require.Equal(t, len(want), len(got))
+	for name, v := range want {
+		require.Equal(t, v, got[name], "parameter %s differs after resume", name)
+	}
+
+	// Corrupt the newest checkpoint: Resume refuses it.
+	files, _ := filepath.Glob(filepath.Join(dir, "ckpt-epoch-*.safetensors"))
+	require.NotEmpty(t, files)
+	newest := files[len(files)-1]
+	for _, f := range files {
+		if strings.Compare(f, newest) > 0 {
+			newest = f
+		}
+	}
+	data, err := os.ReadFile(newest)
+	require.NoError(t, err)
+	data[len(data)/2] ^= 0xff
+	require.NoError(t, os.WriteFile(newest, data, 0o644))
+	again, err := NewTrainer(crashOptions(t, dir))
+	require.NoError(t, err)
+	_, err = again.Resume()
+	var corrupt *rollback.CorruptError
+	require.True(t, errors.As(err, &corrupt), "want a CorruptError, got %v", err)
+}
