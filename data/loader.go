@@ -1,0 +1,369 @@
+package data
+
+import (
+	"errors"
+	"fmt"
+	"iter"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/esper-go/esper/tensor"
+)
+
+// Loader defaults.
+const (
+	DefaultBatchSize = 128
+	DefaultPrefetch  = 2
+)
+
+// LoaderOptions configure a Loader. The zero value means batches of 128
+// in dataset order, the last partial batch kept, two batches prefetched
+// by one worker.
+type LoaderOptions struct {
+	// BatchSize is the number of samples per batch; zero means
+	// DefaultBatchSize.
+	BatchSize int
+	// Shuffle visits the samples in a fresh random order each epoch, a
+	// function of Seed and the epoch number only.
+	Shuffle bool
+	// Seed of the per-epoch shuffle.
+	Seed uint64
+	// DropLast drops the last batch of an epoch when it would be smaller
+	// than BatchSize; otherwise it is delivered with fewer rows.
+	DropLast bool
+	// Prefetch is the number of batches assembled ahead of the consumer;
+	// zero means DefaultPrefetch. The loader owns Prefetch+1 batch
+	// buffers.
+	Prefetch int
+	// Workers is the number of goroutines assembling batches; zero means
+	// one, which keeps up with any in-memory dataset (a batch is a
+	// gather-copy).
+	Workers int
+	// Pinned asks for page-locked batch buffers, so that a CUDA backend
+	// can copy them to the device asynchronously. It is a placeholder
+	// for the CUDA backend: on the CPU there is nothing to pin, and today
+	// the option is accepted and has no effect (Loader.Pinned reports
+	// false). Batches are ordinary Go memory either way.
+	Pinned bool
+}
+
+// Batch is one batch of a Loader. Its tensors and Indices belong to the
+// loader and are recycled: a Batch is valid until the next call to Next
+// (or Reset, Close, or its own Release), after which its buffers are
+// refilled with a later batch. Copy what must outlive it.
+type Batch struct {
+	// X holds the images, F32 [B, C, H, W]; Y the labels, I64 [B]. B is
+	// BatchSize except for a partial last batch.
+	X, Y *tensor.Tensor
+	// Epoch and Index locate the batch: the Index-th batch of Epoch.
+	Epoch, Index int
+	// Indices are the dataset indices of the rows of X and Y.
+	Indices []int
+	// InputWait is how long Next waited for this batch to be ready (the
+	// consumer's input stall; zero or near zero when prefetching keeps
+	// up).
+	InputWait time.Duration
+
+	l *Loader
+	s *slot
+}
+
+// Release hands the batch's buffers back before the next call to Next,
+// so the loader can start refilling them at once. The batch must not be
+// used afterwards. Releasing a batch twice, or one that Next has already
+// recycled, does nothing.
+func (b *Batch) Release() {
+	if b.l != nil && b.l.held == b.s {
+		b.l.releaseHeld()
+	}
+}
+
+// LoaderStats are cumulative figures of a Loader.
+type LoaderStats struct {
+	// Batches delivered by Next since the loader was created.
+	Batches int
+	// InputWait is the total time Next waited for batches, and
+	// MaxInputWait the longest single wait.
+	InputWait, MaxInputWait time.Duration
+}
+
+// slot is one batch buffer of the ring.
+type slot struct {
+	x, y         *tensor.Tensor // full-size buffers
+	xTail, yTail *tensor.Tensor // views of the first rows for a partial last batch; nil if none
+	ready        chan struct{}  // a worker signals here when the slot's job is done
+	pending      bool           // a job was dispatched and its signal not yet received
+	workerPanic  any            // set by the worker before it signals
+	batch        Batch
+}
+
+// job asks a worker to fill one slot.
+type job struct {
+	s    *slot
+	gen  uint64
+	idx  []int
+	x, y *tensor.Tensor
+}
+
+// Loader delivers a Dataset in batches assembled ahead of the consumer by
+// background goroutines into a ring of Prefetch+1 recycled buffers.
+// Every epoch visits each sample once (DropLast aside), in dataset order
+// or, with Shuffle, in an order that is a function of Seed and the epoch
+// number only, so a run is reproducible whatever the timing.
+//
+// Next, Reset, Epoch, Release and Close belong to one consumer goroutine;
+// a Loader is not safe for concurrent use by several. In steady state
+// Next allocates nothing. Close stops the goroutines; a Loader that is
+// not closed keeps them alive.
+type Loader struct {
+	ds       Dataset
+	o        LoaderOptions
+	n        int // samples
+	batches  int // per epoch
+	tail     int // rows of the partial last batch; 0 if none
+	slots    []*slot
+	jobs     chan job
+	wg       sync.WaitGroup
+	gen      atomic.Uint64 // bumped by Reset and Close; workers skip stale jobs
+	perm     []int
+	pcg      *rand.PCG
+	rng      *rand.Rand
+	epoch    int
+	started  bool
+	dispatch int // next batch of the epoch to hand to a worker
+	consumed int // batches of the epoch delivered by Next
+	held     *slot
+	closed   bool
+	stats    LoaderStats
+}
+
+// NewLoader validates the options, allocates the batch buffers, starts
+// the workers and begins prefetching epoch 0.
+func NewLoader(ds Dataset, o LoaderOptions) (*Loader, error) {
+	if ds == nil {
+		return nil, errors.New("data: NewLoader: nil dataset")
+	}
+	if o.BatchSize == 0 {
+		o.BatchSize = DefaultBatchSize
+	}
+	if o.Prefetch == 0 {
+		o.Prefetch = DefaultPrefetch
+	}
+	if o.Workers == 0 {
+		o.Workers = 1
+	}
+	n := ds.Len()
+	switch {
+	case n <= 0:
+		return nil, fmt.Errorf("data: NewLoader: empty dataset (%d samples)", n)
+	case o.BatchSize < 0:
+		return nil, fmt.Errorf("data: NewLoader: BatchSize %d (want > 0)", o.BatchSize)
+	case o.Prefetch < 0 || o.Prefetch > 64:
+		return nil, fmt.Errorf("data: NewLoader: Prefetch %d (want 1 to 64)", o.Prefetch)
+	case o.Workers < 0 || o.Workers > 256:
+		return nil, fmt.Errorf("data: NewLoader: Workers %d (want 1 to 256)", o.Workers)
+	case o.DropLast && o.BatchSize > n:
+		return nil, fmt.Errorf("data: NewLoader: BatchSize %d with DropLast over %d samples gives no batch", o.BatchSize, n)
+	}
+	shape := ds.Shape()
+	if len(shape) != 3 || shape[0] <= 0 || shape[1] <= 0 || shape[2] <= 0 {
+		return nil, fmt.Errorf("data: NewLoader: sample shape %v (want [C H W])", shape)
+	}
+	b := min(o.BatchSize, n) // a batch never exceeds the dataset
+	l := &Loader{ds: ds, o: o, n: n, batches: n / o.BatchSize, perm: make([]int, n)}
+	if r := n % o.BatchSize; r != 0 && !o.DropLast {
+		l.batches++
+		l.tail = r
+	}
+	l.pcg = rand.NewPCG(0, 0)
+	l.rng = rand.New(l.pcg)
+	l.slots = make([]*slot, o.Prefetch+1)
+	for i := range l.slots {
+		s := &slot{
+			x:     tensor.Empty(tensor.F32, b, shape[0], shape[1], shape[2]),
+			y:     tensor.Empty(tensor.I64, b),
+			ready: make(chan struct{}, 1),
+		}
+		if l.tail != 0 {
+			s.xTail, s.yTail = s.x.Narrow(0, 0, l.tail), s.y.Narrow(0, 0, l.tail)
+		}
+		s.batch.l, s.batch.s = l, s
+		l.slots[i] = s
+	}
+	l.jobs = make(chan job, len(l.slots))
+	for range o.Workers {
+		l.wg.Go(l.work)
+	}
+	l.Reset(0)
+	return l, nil
+}
+
+// work fills slots until the job channel closes.
+func (l *Loader) work() {
+	for j := range l.jobs {
+		if j.gen == l.gen.Load() {
+			l.fill(j)
+		}
+		j.s.ready <- struct{}{}
+	}
+}
+
+// fill runs one job, handing a panic of the dataset to the consumer.
+func (l *Loader) fill(j job) {
+	defer func() {
+		if r := recover(); r != nil {
+			j.s.workerPanic = r
+		}
+	}()
+	l.ds.Batch(j.idx, j.x, j.y)
+}
+
+// Len is the number of batches per epoch.
+func (l *Loader) Len() int { return l.batches }
+
+// Options returns the options with defaults filled in.
+func (l *Loader) Options() LoaderOptions { return l.o }
+
+// Pinned reports whether the batch buffers are page-locked host memory.
+// It is always false today: see LoaderOptions.Pinned.
+func (l *Loader) Pinned() bool { return false }
+
+// Stats returns the cumulative figures.
+func (l *Loader) Stats() LoaderStats { return l.stats }
+
+// Reset starts epoch e from its first batch: it abandons what is left of
+// the current epoch (waiting for batches in flight, whose copies are
+// skipped when they have not begun), draws the epoch's order and starts
+// prefetching. Resetting to the epoch already prefetched, before any of
+// its batches was taken, keeps the prefetched batches.
+func (l *Loader) Reset(e int) {
+	if l.closed {
+		panic("data: Loader.Reset after Close")
+	}
+	if l.started && e == l.epoch && l.consumed == 0 {
+		return
+	}
+	l.drain()
+	l.epoch, l.started = e, true
+	l.dispatch, l.consumed = 0, 0
+	for i := range l.perm {
+		l.perm[i] = i
+	}
+	if l.o.Shuffle {
+		// Fisher–Yates with a stream owned by (Seed, epoch).
+		l.pcg.Seed(l.o.Seed, splitmix64(uint64(e)))
+		for i := len(l.perm) - 1; i > 0; i-- {
+			j := l.rng.IntN(i + 1)
+			l.perm[i], l.perm[j] = l.perm[j], l.perm[i]
+		}
+	}
+	for _, s := range l.slots {
+		l.dispatchInto(s)
+	}
+}
+
+// drain invalidates outstanding jobs and waits until every slot is idle.
+func (l *Loader) drain() {
+	l.gen.Add(1)
+	l.held = nil
+	for _, s := range l.slots {
+		if s.pending {
+			<-s.ready
+			s.pending = false
+		}
+		s.workerPanic = nil
+	}
+}
+
+// dispatchInto hands the next batch of the epoch, if any, to a worker to
+// be assembled in s.
+func (l *Loader) dispatchInto(s *slot) {
+	if l.dispatch >= l.batches {
+		return
+	}
+	i := l.dispatch
+	l.dispatch++
+	lo := i * l.o.BatchSize
+	b := &s.batch
+	b.Epoch, b.Index, b.InputWait = l.epoch, i, 0
+	if i == l.batches-1 && l.tail != 0 {
+		b.X, b.Y, b.Indices = s.xTail, s.yTail, l.perm[lo:lo+l.tail]
+	} else {
+		b.X, b.Y, b.Indices = s.x, s.y, l.perm[lo:lo+l.o.BatchSize]
+	}
+	s.pending = true
+	l.jobs <- job{s: s, gen: l.gen.Load(), idx: b.Indices, x: b.X, y: b.Y}
+}
+
+// releaseHeld recycles the slot of the batch the consumer holds.
+func (l *Loader) releaseHeld() {
+	s := l.held
+	l.held = nil
+	l.dispatchInto(s)
+}
+
+// Next returns the next batch of the current epoch, waiting for it if it
+// is not ready yet, and false when the epoch is exhausted (or the loader
+// closed). The previous batch is recycled. A panic of the dataset's
+// Batch on a worker is raised here.
+func (l *Loader) Next() (*Batch, bool) {
+	if l.closed {
+		return nil, false
+	}
+	if l.held != nil {
+		l.releaseHeld()
+	}
+	if l.consumed >= l.batches {
+		return nil, false
+	}
+	s := l.slots[l.consumed%len(l.slots)]
+	start := time.Now()
+	<-s.ready
+	wait := time.Since(start)
+	s.pending = false
+	if p := s.workerPanic; p != nil {
+		s.workerPanic = nil
+		panic(fmt.Sprintf("data: loader worker: %v", p))
+	}
+	l.consumed++
+	l.held = s
+	s.batch.InputWait = wait
+	l.stats.Batches++
+	l.stats.InputWait += wait
+	l.stats.MaxInputWait = max(l.stats.MaxInputWait, wait)
+	return &s.batch, true
+}
+
+// Epoch resets the loader to epoch e and iterates over its batches:
+//
+//	for b := range loader.Epoch(e) { … }
+//
+// Each batch is valid for one iteration (see Batch). Breaking out of the
+// loop leaves the rest of the epoch to the next Reset.
+func (l *Loader) Epoch(e int) iter.Seq[*Batch] {
+	return func(yield func(*Batch) bool) {
+		l.Reset(e)
+		for {
+			b, ok := l.Next()
+			if !ok || !yield(b) {
+				return
+			}
+		}
+	}
+}
+
+// Close stops the workers and waits for them; batches still being
+// assembled are abandoned. Close is idempotent; after it Next returns
+// false.
+func (l *Loader) Close() {
+	if l.closed {
+		return
+	}
+	l.closed = true
+	l.held = nil
+	l.gen.Add(1)
+	close(l.jobs)
+	l.wg.Wait()
+}
