@@ -227,13 +227,19 @@ func (t *Trainer) Fit(ctx context.Context) (Summary, error) {
 		if err := ctx.Err(); err != nil {
 			return t.summary, err
 		}
-		r, err := t.RunEpoch(ctx, e)
-		if err != nil {
-			return t.summary, err
+		if _, err := t.RunEpoch(ctx, e); err != nil {
+			return t.Summary(), err
 		}
-		t.summary.Epochs = append(t.summary.Epochs, r)
 	}
-	return t.summary, nil
+	return t.Summary(), nil
+}
+
+// Summary returns what the epochs run so far did (every RunEpoch counts,
+// whether called by Fit or directly).
+func (t *Trainer) Summary() Summary {
+	s := t.summary
+	s.Epochs = append([]EpochReport(nil), t.summary.Epochs...)
+	return s
 }
 
 // RunEpoch runs epoch e: training steps, validation, counterfactuals,
@@ -287,6 +293,7 @@ func (t *Trainer) RunEpoch(ctx context.Context, e int) (r EpochReport, err error
 	t.countLifecycle(r.Seeds)
 	r.Duration = time.Since(start)
 	t.emitEpoch(r)
+	t.summary.Epochs = append(t.summary.Epochs, r)
 	if t.o.Checkpoints != nil {
 		if err := t.checkpoint(e); err != nil {
 			return r, fmt.Errorf("tolaria: epoch %d: checkpoint: %w", e, err)

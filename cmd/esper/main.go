@@ -1,7 +1,7 @@
 // Command esper is the Esper-Go command-line tool: `esper bench` runs the
 // performance workloads of PERF.md (W1 and W3 so far) and compares them with
-// their PyTorch peers; `esper train` (the morphogenetic training job)
-// arrives with the Tolaria issue.
+// their PyTorch peers; `esper train` trains a host that grows seeds under
+// a controller.
 package main
 
 import (
@@ -15,7 +15,8 @@ const usage = `esper — morphogenetic training in Go
 usage:
   esper bench --workload W1 [--compare pytorch] [--json DIR] [--epochs N]
   esper bench --workload W3 [--requests N] [--concurrency N] [--json DIR]
-  esper train            (not built yet: it arrives with the Tolaria/main-job issue)
+  esper train [--task synthetic|fashion-mnist] [--epochs N] [--controller heuristic|none]
+              [--checkpoint DIR [--resume]] [--run-dir DIR] [--metrics-addr ADDR] [--device cpu]
   esper help
 `
 
@@ -44,8 +45,11 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 		}
 		return 0
 	case "train":
-		fmt.Fprintln(stderr, "esper train: not built yet — the trainer (Tolaria), the data sets and the controller arrive with the next issues; `esper bench --workload W1` runs the engine today")
-		return 2
+		if err := trainCmd(args[1:], stdout, stderr); err != nil {
+			fmt.Fprintf(stderr, "esper train: %v\n", err)
+			return 1
+		}
+		return 0
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -1,0 +1,357 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"iter"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"gonum.org/v1/plot/plotter"
+
+	"github.com/esper-go/esper/data"
+	"github.com/esper-go/esper/kasmina"
+	"github.com/esper-go/esper/leyline"
+	"github.com/esper-go/esper/nissa"
+	"github.com/esper-go/esper/tamiyo"
+	"github.com/esper-go/esper/tensor"
+	"github.com/esper-go/esper/tolaria"
+	"github.com/esper-go/esper/tolaria/rollback"
+)
+
+// trainConfig is what the train command's flags set.
+type trainConfig struct {
+	task, dataDir, device, runRoot, checkpoint, metricsAddr, controller string
+	epochs, batch, blocks, baseChannels                                   int
+	seed                                                                  uint64
+	lr                                                                    float64
+	capture, baseline, resume, quiet                                      bool
+	trainSize, testSize                                                   int
+}
+
+func trainCmd(args []string, stdout, stderr io.Writer) error {
+	var c trainConfig
+	fs := flag.NewFlagSet("train", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.task, "task", "synthetic", "task: synthetic (embedded, the default) or fashion-mnist")
+	fs.StringVar(&c.dataDir, "data-dir", data.DefaultFashionMNISTDir, "directory of the Fashion-MNIST IDX files")
+	fs.StringVar(&c.device, "device", "cpu", "device: cpu or cuda (cuda needs a -tags cuda build)")
+	fs.StringVar(&c.controller, "controller", "heuristic", "controller: heuristic or none (the host trains alone)")
+	fs.IntVar(&c.epochs, "epochs", 30, "epochs")
+	fs.IntVar(&c.batch, "batch", 128, "batch size")
+	fs.IntVar(&c.blocks, "blocks", 2, "CNN host blocks (≥ 2)")
+	fs.IntVar(&c.baseChannels, "base-channels", 4, "CNN host channels of the first block (doubling per block)")
+	fs.IntVar(&c.trainSize, "train-size", 0, "synthetic training samples (0 = the task default)")
+	fs.IntVar(&c.testSize, "test-size", 0, "synthetic test samples (0 = the task default)")
+	fs.Uint64Var(&c.seed, "seed", 1, "seed of the data order, the host's initialisation and the synthetic task")
+	fs.Float64Var(&c.lr, "lr", 0.01, "host learning rate (SGD, momentum 0.9, weight decay 5e-4)")
+	fs.BoolVar(&c.capture, "capture", true, "capture and replay the train step")
+	fs.BoolVar(&c.baseline, "baseline", true, "also train the same host without seeds for the same epochs, and compare")
+	fs.StringVar(&c.runRoot, "run-dir", "runs", "where the run directory (telemetry JSONL and PNG plots) is created")
+	fs.StringVar(&c.checkpoint, "checkpoint", "", "checkpoint directory (a checkpoint after every epoch)")
+	fs.BoolVar(&c.resume, "resume", false, "continue from the latest checkpoint in --checkpoint")
+	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at this address (e.g. 127.0.0.1:9464) during the run")
+	fs.BoolVar(&c.quiet, "quiet", false, "no progress bar")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	switch {
+	case fs.NArg() > 0:
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	case c.epochs <= 0 || c.batch <= 0:
+		return errors.New("--epochs and --batch must be > 0")
+	case c.blocks < 2 || c.baseChannels <= 0:
+		return errors.New("--blocks must be ≥ 2 and --base-channels > 0")
+	case c.resume && c.checkpoint == "":
+		return errors.New("--resume needs --checkpoint DIR")
+	case c.controller != "heuristic" && c.controller != "none":
+		return fmt.Errorf("unknown controller %q (heuristic or none)", c.controller)
+	}
+	dev, err := tolaria.ParseDevice(c.device)
+	if err != nil {
+		return err
+	}
+	if !dev.IsCPU() {
+		return fmt.Errorf("device %s: the CUDA backend is not built yet (CUDA issue)", c.device)
+	}
+	train, test, err := loadTask(c)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+
+	fmt.Fprintf(stdout, "esper train: task %s (%d train, %d test, %d classes), CNN host %d blocks from %d channels, %d epochs, controller %s\n",
+		c.task, train.Len(), test.Len(), train.Classes(), c.blocks, c.baseChannels, c.epochs, c.controller)
+
+	run, err := runMorphogenetic(ctx, c, train, test, stdout)
+	if err != nil {
+		return err
+	}
+	var base *runResult
+	if c.baseline && c.controller != "none" && !c.resume {
+		fmt.Fprintf(stdout, "\nbaseline: the same host without seeds, %d epochs\n", c.epochs)
+		bc := c
+		bc.controller, bc.checkpoint, bc.metricsAddr = "none", "", ""
+		if base, err = runPlain(ctx, bc, train, test, stdout); err != nil {
+			return err
+		}
+	}
+	printSummary(stdout, c, run, base)
+	return nil
+}
+
+// loadTask returns the training and test datasets of c.task.
+func loadTask(c trainConfig) (train, test data.Dataset, err error) {
+	switch c.task {
+	case "synthetic":
+		tr, te, err := data.Synthetic(data.SyntheticOptions{Train: c.trainSize, Test: c.testSize, Seed: c.seed})
+		return tr, te, err
+	case "fashion-mnist":
+		tr, te, err := data.OpenFashionMNIST(c.dataDir)
+		return tr, te, err
+	}
+	return nil, nil, fmt.Errorf("unknown task %q (synthetic or fashion-mnist)", c.task)
+}
+
+// loaderBatches adapts a data.Loader to tolaria.Batches.
+type loaderBatches struct{ l *data.Loader }
+
+func (b loaderBatches) Batches(e int) iter.Seq2[*tensor.Tensor, *tensor.Tensor] {
+	return func(yield func(*tensor.Tensor, *tensor.Tensor) bool) {
+		for bt := range b.l.Epoch(e) {
+			if !yield(bt.X, bt.Y) {
+				return
+			}
+		}
+	}
+}
+
+// runResult is one training run's outcome.
+type runResult struct {
+	summary tolaria.Summary
+	params  int
+	dir     string
+	elapsed time.Duration
+}
+
+func runPlain(ctx context.Context, c trainConfig, train, test data.Dataset, stdout io.Writer) (*runResult, error) {
+	return runMorphogenetic(ctx, c, train, test, stdout)
+}
+
+// runMorphogenetic trains the host (with seeds under the controller
+// unless c.controller is "none"), printing progress, and writes the run
+// directory.
+func runMorphogenetic(ctx context.Context, c trainConfig, train, test data.Dataset, stdout io.Writer) (*runResult, error) {
+	trainLoader, err := data.NewLoader(train, data.LoaderOptions{BatchSize: c.batch, Shuffle: true, Seed: c.seed, DropLast: true})
+	if err != nil {
+		return nil, err
+	}
+	defer trainLoader.Close()
+	testLoader, err := data.NewLoader(test, data.LoaderOptions{BatchSize: 500})
+	if err != nil {
+		return nil, err
+	}
+	defer testLoader.Close()
+
+	hub := nissa.NewHub(nissa.HubOptions{})
+	defer hub.Close(10 * time.Second)
+	dirb, err := nissa.NewDirBackend(c.runRoot, nissa.DirOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("run directory: %w", err)
+	}
+	if err := hub.AddBackend(dirb); err != nil {
+		return nil, err
+	}
+	if c.metricsAddr != "" {
+		pb := nissa.NewPrometheusBackend(nissa.PrometheusOptions{Hub: hub})
+		if err := hub.AddBackend(pb); err != nil {
+			return nil, err
+		}
+		srv, err := pb.ServeMetrics(c.metricsAddr)
+		if err != nil {
+			return nil, err
+		}
+		defer srv.Close()
+		fmt.Fprintf(stdout, "metrics at %s\n", srv.URL())
+	}
+
+	shape := train.Shape()
+	host, err := kasmina.NewCNNHost(kasmina.CNNHostOptions{
+		InChannels: shape[0], Classes: train.Classes(), Blocks: c.blocks, BaseChannels: c.baseChannels,
+		RNG: tensor.NewRNG(c.seed),
+	})
+	if err != nil {
+		return nil, err
+	}
+	var slots []string
+	for _, s := range host.InjectionSpecs() {
+		if s.Surface == leyline.SurfacePrePool {
+			slots = append(slots, s.SlotID)
+		}
+	}
+	model, err := kasmina.NewMorphogeneticModel(host, kasmina.ModelOptions{Slots: slots, Sink: hub})
+	if err != nil {
+		return nil, err
+	}
+	o := tolaria.TrainerOptions{
+		Model: model, Train: loaderBatches{trainLoader}, Val: loaderBatches{testLoader}, Epochs: c.epochs,
+		HostLR: c.lr, Capture: c.capture, Sink: hub,
+	}
+	if c.controller == "heuristic" {
+		h, err := tamiyo.NewHeuristic(tamiyo.HeuristicOptions{Topology: host.Topology()})
+		if err != nil {
+			return nil, err
+		}
+		if o.Controller, err = tamiyo.NewTracked(h, tamiyo.TrackerOptions{}); err != nil {
+			return nil, err
+		}
+	}
+	if c.checkpoint != "" {
+		if o.Checkpoints, err = rollback.Open(c.checkpoint, rollback.StoreOptions{}); err != nil {
+			return nil, err
+		}
+	}
+	steps := trainLoader.Len()
+	if !c.quiet {
+		o.OnStep = func(s tolaria.StepInfo) {
+			if s.Step%max(1, steps/20) == 0 || s.Step == steps {
+				fmt.Fprintf(stdout, "\r  epoch %3d/%d %s %d/%d", s.Epoch+1, c.epochs, bar(s.Step, steps, 20), s.Step, steps)
+			}
+		}
+	}
+	tr, err := tolaria.NewTrainer(o)
+	if err != nil {
+		return nil, err
+	}
+	if c.resume {
+		next, err := tr.Resume()
+		switch {
+		case errors.Is(err, rollback.ErrNoCheckpoint):
+			fmt.Fprintf(stdout, "no checkpoint in %s yet: starting from epoch 1\n", c.checkpoint)
+		case err != nil:
+			return nil, err
+		default:
+			fmt.Fprintf(stdout, "resumed from the checkpoint of epoch %d\n", next)
+		}
+	}
+	start := time.Now()
+	for e := tr.StartEpoch(); e < c.epochs; e++ {
+		r, err := tr.RunEpoch(ctx, e)
+		if err != nil {
+			if ctx.Err() != nil {
+				fmt.Fprintf(stdout, "\ninterrupted during epoch %d", e+1)
+				if c.checkpoint != "" {
+					fmt.Fprintf(stdout, "; --resume continues from the last checkpoint")
+				}
+				fmt.Fprintln(stdout)
+			}
+			return nil, err
+		}
+		if !c.quiet {
+			fmt.Fprint(stdout, "\r")
+		}
+		fmt.Fprintf(stdout, "  epoch %3d/%d  loss %.4f  val loss %.4f  val acc %5.2f%%  %5.1fs  %s%s\n",
+			e+1, c.epochs, r.TrainLoss, r.ValLoss, r.ValAccuracy, r.Duration.Seconds(), r.Decision, seedList(r.Seeds))
+	}
+	sum := tr.Summary()
+	if err := hub.Flush(ctx); err != nil {
+		fmt.Fprintf(stdout, "warning: telemetry flush: %v\n", err)
+	}
+	res := &runResult{summary: sum, dir: dirb.Dir(), elapsed: time.Since(start)}
+	for _, p := range model.Parameters() {
+		res.params += p.Value.Numel()
+	}
+	if len(sum.Epochs) > 0 {
+		h := history(sum, fmt.Sprintf("%s, controller %s", c.task, c.controller))
+		if err := writeTrainingPlot(filepath.Join(res.dir, "training.png"), h); err != nil {
+			return nil, err
+		}
+		if c.controller != "none" {
+			if err := writeAlphaPlot(filepath.Join(res.dir, "alpha.png"), h); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return res, nil
+}
+
+// bar draws a progress bar of width cells.
+func bar(done, total, width int) string {
+	n := 0
+	if total > 0 {
+		n = done * width / total
+	}
+	return "[" + strings.Repeat("#", n) + strings.Repeat(".", width-n) + "]"
+}
+
+// seedList renders the seeds for the epoch line.
+func seedList(seeds []leyline.SeedReport) string {
+	if len(seeds) == 0 {
+		return ""
+	}
+	parts := make([]string, len(seeds))
+	for i, s := range seeds {
+		parts[i] = fmt.Sprintf("%s:%s α=%.2f", s.SlotID, s.Stage, s.Alpha)
+	}
+	return "  [" + strings.Join(parts, ", ") + "]"
+}
+
+// history turns the epoch reports into what the plots draw.
+func history(sum tolaria.Summary, title string) runHistory {
+	h := runHistory{Title: title, Alphas: map[string]plotter.XYs{}}
+	prev := map[string]leyline.SeedStage{}
+	for _, r := range sum.Epochs {
+		e := r.Epoch + 1
+		h.Epochs = append(h.Epochs, epochPoint{Epoch: e, TrainLoss: r.TrainLoss, ValLoss: r.ValLoss, TrainAcc: r.TrainAccuracy, ValAcc: r.ValAccuracy})
+		for _, s := range r.Seeds {
+			p, seen := prev[s.SeedID]
+			switch {
+			case !seen:
+				h.Marks = append(h.Marks, lifecycleMark{Epoch: e, Kind: "germinated", Seed: s.SeedID})
+			case s.Stage != p && s.Stage == leyline.StageBlending:
+				h.Marks = append(h.Marks, lifecycleMark{Epoch: e, Kind: "blending", Seed: s.SeedID})
+			case s.Stage != p && s.Stage == leyline.StageFossilized:
+				h.Marks = append(h.Marks, lifecycleMark{Epoch: e, Kind: "fossilized", Seed: s.SeedID})
+			case s.Stage != p && s.Stage == leyline.StagePruned:
+				h.Marks = append(h.Marks, lifecycleMark{Epoch: e, Kind: "pruned", Seed: s.SeedID})
+			}
+			prev[s.SeedID] = s.Stage
+			h.Alphas[s.SeedID] = append(h.Alphas[s.SeedID], plotter.XY{X: float64(e), Y: s.Alpha})
+		}
+	}
+	return h
+}
+
+// printSummary prints the end-of-run table.
+func printSummary(w io.Writer, c trainConfig, run, base *runResult) {
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "run\tval acc\tval loss\tparameters\tgerminated\tfossilized\tpruned\ts/epoch\t")
+	row := func(name string, r *runResult) {
+		f := r.summary.Final()
+		per := 0.0
+		if n := len(r.summary.Epochs); n > 0 {
+			per = r.elapsed.Seconds() / float64(n)
+		}
+		fmt.Fprintf(tw, "%s\t%.2f%%\t%.4f\t%d\t%d\t%d\t%d\t%.2f\t\n", name, f.ValAccuracy, f.ValLoss, r.params,
+			r.summary.Germinated, r.summary.Fossilized, r.summary.Pruned, per)
+	}
+	row("with seeds ("+c.controller+")", run)
+	if base != nil {
+		row("host alone", base)
+	}
+	tw.Flush()
+	if base != nil {
+		fmt.Fprintf(w, "seeds: %+.2f points of validation accuracy over the host alone\n",
+			run.summary.Final().ValAccuracy-base.summary.Final().ValAccuracy)
+	}
+	fmt.Fprintf(w, "run directory: %s (events.jsonl, training.png, alpha.png)\n", run.dir)
+}
