@@ -59,11 +59,52 @@ func TestBadInput(t *testing.T) {
 		{[]string{"bench", "--device", "tpu"}, 1, "not available"},
 		{[]string{"bench", "--compare", "jax"}, 1, "unknown peer"},
 		{[]string{"bench", "--bogus"}, 1, "flag provided but not defined"},
-		{[]string{"train"}, 2, "not built yet"},
+		{[]string{"train", "--epochs", "0"}, 1, "--epochs"},
+		{[]string{"train", "--task", "cifar"}, 1, "unknown task"},
+		{[]string{"train", "--resume"}, 1, "--resume needs --checkpoint"},
+		{[]string{"train", "--controller", "gnn"}, 1, "unknown controller"},
+		{[]string{"train", "--device", "cuda0"}, 1, "cuda0"},
+		{[]string{"train", "--task", "fashion-mnist", "--data-dir", "/nonexistent"}, 1, "dataset-fashion-mnist"},
 	} {
 		var out, errb bytes.Buffer
 		code := run(tc.args, &out, &errb)
 		require.Equal(t, tc.code, code, "%v", tc.args)
 		require.Contains(t, out.String()+errb.String(), tc.msg, "%v", tc.args)
 	}
+}
+
+// TestTrainSmallRun runs esper train end to end on a small synthetic
+// task: epoch lines, the summary table with the baseline, and a run
+// directory with the telemetry and both plots.
+func TestTrainSmallRun(t *testing.T) {
+	dir := t.TempDir()
+	var out, errb bytes.Buffer
+	code := run([]string{"train", "--train-size", "256", "--test-size", "128", "--epochs", "2", "--batch", "64",
+		"--base-channels", "2", "--quiet", "--run-dir", dir, "--checkpoint", filepath.Join(dir, "ck")}, &out, &errb)
+	require.Equal(t, 0, code, "%s\n%s", out.String(), errb.String())
+	s := out.String()
+	require.Contains(t, s, "epoch   2/2")
+	require.Contains(t, s, "host alone")
+	require.Contains(t, s, "points of validation accuracy over the host alone")
+	runs, err := filepath.Glob(filepath.Join(dir, "telemetry_*"))
+	require.NoError(t, err)
+	require.Len(t, runs, 2, "one run directory for the run and one for the baseline")
+	found := map[string]bool{}
+	for _, r := range runs {
+		for _, f := range []string{"events.jsonl", "training.png", "alpha.png"} {
+			if _, err := os.Stat(filepath.Join(r, f)); err == nil {
+				found[f] = true
+			}
+		}
+	}
+	require.Equal(t, map[string]bool{"events.jsonl": true, "training.png": true, "alpha.png": true}, found)
+	cks, _ := filepath.Glob(filepath.Join(dir, "ck", "ckpt-epoch-*.safetensors"))
+	require.NotEmpty(t, cks)
+
+	// Resuming a finished run has nothing left to do but still reports.
+	out.Reset()
+	code = run([]string{"train", "--train-size", "256", "--test-size", "128", "--epochs", "2", "--batch", "64",
+		"--base-channels", "2", "--quiet", "--run-dir", dir, "--checkpoint", filepath.Join(dir, "ck"), "--resume"}, &out, &errb)
+	require.Equal(t, 0, code, "%s\n%s", out.String(), errb.String())
+	require.Contains(t, out.String(), "resumed from the checkpoint of epoch 2")
 }

@@ -29,11 +29,11 @@ import (
 // trainConfig is what the train command's flags set.
 type trainConfig struct {
 	task, dataDir, device, runRoot, checkpoint, metricsAddr, controller string
-	epochs, batch, blocks, baseChannels                                   int
-	seed                                                                  uint64
-	lr                                                                    float64
-	capture, baseline, resume, quiet                                      bool
-	trainSize, testSize                                                   int
+	epochs, batch, blocks, baseChannels                                 int
+	seed                                                                uint64
+	lr                                                                  float64
+	capture, baseline, resume, quiet                                    bool
+	trainSize, testSize                                                 int
 }
 
 func trainCmd(args []string, stdout, stderr io.Writer) error {
