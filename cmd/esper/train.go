@@ -29,7 +29,7 @@ import (
 // trainConfig is what the train command's flags set.
 type trainConfig struct {
 	task, dataDir, device, runRoot, checkpoint, metricsAddr, controller string
-	epochs, batch, blocks, baseChannels                                 int
+	epochs, batch, blocks, baseChannels, kernel                         int
 	seed                                                                uint64
 	lr                                                                  float64
 	capture, baseline, resume, quiet                                    bool
@@ -48,6 +48,7 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&c.batch, "batch", 128, "batch size")
 	fs.IntVar(&c.blocks, "blocks", 2, "CNN host blocks (≥ 2)")
 	fs.IntVar(&c.baseChannels, "base-channels", 4, "CNN host channels of the first block (doubling per block)")
+	fs.IntVar(&c.kernel, "kernel", 3, "CNN host convolution kernel size (1 gives an impaired host that cannot see spatial patterns, as the reference's cifar_impaired)")
 	fs.IntVar(&c.trainSize, "train-size", 0, "synthetic training samples (0 = the task default)")
 	fs.IntVar(&c.testSize, "test-size", 0, "synthetic test samples (0 = the task default)")
 	fs.Uint64Var(&c.seed, "seed", 1, "seed of the data order, the host's initialisation and the synthetic task")
@@ -67,8 +68,8 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	case c.epochs <= 0 || c.batch <= 0:
 		return errors.New("--epochs and --batch must be > 0")
-	case c.blocks < 2 || c.baseChannels <= 0:
-		return errors.New("--blocks must be ≥ 2 and --base-channels > 0")
+	case c.blocks < 2 || c.baseChannels <= 0 || c.kernel <= 0 || c.kernel%2 == 0:
+		return errors.New("--blocks must be ≥ 2, --base-channels > 0 and --kernel odd and > 0")
 	case c.resume && c.checkpoint == "":
 		return errors.New("--resume needs --checkpoint DIR")
 	case c.controller != "heuristic" && c.controller != "none":
@@ -88,8 +89,8 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 
-	fmt.Fprintf(stdout, "esper train: task %s (%d train, %d test, %d classes), CNN host %d blocks from %d channels, %d epochs, controller %s\n",
-		c.task, train.Len(), test.Len(), train.Classes(), c.blocks, c.baseChannels, c.epochs, c.controller)
+	fmt.Fprintf(stdout, "esper train: task %s (%d train, %d test, %d classes), CNN host %d blocks from %d channels (kernel %d), %d epochs, controller %s\n",
+		c.task, train.Len(), test.Len(), train.Classes(), c.blocks, c.baseChannels, c.kernel, c.epochs, c.controller)
 
 	run, err := runMorphogenetic(ctx, c, train, test, stdout)
 	if err != nil {
@@ -186,7 +187,7 @@ func runMorphogenetic(ctx context.Context, c trainConfig, train, test data.Datas
 	shape := train.Shape()
 	host, err := kasmina.NewCNNHost(kasmina.CNNHostOptions{
 		InChannels: shape[0], Classes: train.Classes(), Blocks: c.blocks, BaseChannels: c.baseChannels,
-		RNG: tensor.NewRNG(c.seed),
+		KernelSize: c.kernel, RNG: tensor.NewRNG(c.seed),
 	})
 	if err != nil {
 		return nil, err
