@@ -23,5 +23,8 @@
 // trainer can swap one for the other.
 //
 // Neither type is tied to a trainer: both are plain state machines driven
-// by the caller, deterministic for the same inputs.
+// by the caller, deterministic for the same inputs. Their state (and a
+// Tracked's) can be saved with MarshalState and restored with
+// UnmarshalState, so that a trainer's checkpoint carries it and a resumed
+// run decides as an uninterrupted one would (see StateVersion).
 package tamiyo
