@@ -29,11 +29,14 @@ type trainerMeta struct {
 	CaptureFallbacks               int
 	LastSeeds                      map[string]leyline.SeedStage
 	Conservative                   bool
+	// AggRNG is the PCGrad order generator's state (rand.PCG binary).
+	AggRNG []byte `json:",omitempty"`
 }
 
 // State captures everything needed to continue training after epoch:
 // the host's parameters and buffers, every slot (seed weights and
-// lifecycle state), every optimizer's state, the trainer's counters and,
+// lifecycle state), every optimizer's state, the fp16 GradScaler's scale
+// and growth tracker, the trainer's counters and PCGrad generator and,
 // for a StatefulController, the controller's state.
 func (t *Trainer) State(epoch int) (rollback.State, error) {
 	var st rollback.State
@@ -49,12 +52,19 @@ func (t *Trainer) State(epoch int) (rollback.State, error) {
 	for _, id := range t.opt.slotIDs() {
 		st.Put(optimSlotPrefix+id+"/", t.opt.seeds[id].sgd.StateDict())
 	}
+	if sc := t.prec.scaler; sc != nil {
+		st.Put(scalerPrefix, sc.StateDict())
+	}
 	st.Meta.Epoch = epoch
 	st.Meta.GlobalStep = int64(t.step.globalStep)
+	rng, err := t.agg.rngState()
+	if err != nil {
+		return st, err
+	}
 	tm, err := json.Marshal(trainerMeta{
 		Germinated: t.summary.Germinated, Fossilized: t.summary.Fossilized, Pruned: t.summary.Pruned,
 		CaptureFallbacks: t.summary.CaptureFallbacks, LastSeeds: t.lastSeeds,
-		Conservative: t.deadlines.Conservative(),
+		Conservative: t.deadlines.Conservative(), AggRNG: rng,
 	})
 	if err != nil {
 		return st, err
@@ -100,7 +110,11 @@ func (t *Trainer) Resume() (next int, err error) {
 }
 
 // LoadState restores a State made by State: slots first (so the seeds
-// exist), then the host, then the optimizers, counters and controller.
+// exist), then the host, then the optimizers, the GradScaler, counters
+// and controller. A checkpoint of an fp16 run loads into a trainer
+// without fp16 (the scaler state is ignored); an fp16 trainer refuses a
+// checkpoint without scaler state, since its first steps would otherwise
+// run at the initial scale and diverge from the saved run.
 func (t *Trainer) LoadState(st rollback.State) error {
 	cks, err := st.SlotCheckpoints()
 	if err != nil {
@@ -113,6 +127,10 @@ func (t *Trainer) LoadState(st rollback.State) error {
 		}
 	} else {
 		return fmt.Errorf("checkpoint has no trainer state")
+	}
+	scalerState := st.Sub(scalerPrefix)
+	if t.prec.scaler != nil && len(scalerState) == 0 {
+		return fmt.Errorf("checkpoint has no GradScaler state for an fp16 run")
 	}
 	if err := t.model.LoadSlots(cks); err != nil {
 		return err
@@ -133,6 +151,16 @@ func (t *Trainer) LoadState(st rollback.State) error {
 		}
 		if err := t.opt.seeds[id].sgd.LoadStateDict(sd); err != nil {
 			return fmt.Errorf("optimizer of slot %s: %w", id, err)
+		}
+	}
+	if t.prec.scaler != nil {
+		if err := t.prec.scaler.LoadStateDict(scalerState); err != nil {
+			return fmt.Errorf("grad scaler: %w", err)
+		}
+	}
+	if len(tm.AggRNG) > 0 {
+		if err := t.agg.setRNGState(tm.AggRNG); err != nil {
+			return fmt.Errorf("PCGrad generator: %w", err)
 		}
 	}
 	if raw, ok := st.Meta.Extra["controller"]; ok {

@@ -2,9 +2,14 @@
 // meets the safety machinery that keeps a growing network alive
 // (esper-reference §3, ARCHITECTURE.md).
 //
-// The Trainer itself (epoch loop, captured steps, AMP, gradient
-// aggregation, checkpoints) arrives next. For now the package holds the
-// pieces it is built on:
+// The Trainer runs the epoch loop: training steps (captured and replayed
+// with Capture, eager fallback reported once), mixed precision (AMP bf16
+// autocast, or fp16 autocast with a device-resident GradScaler; TF32),
+// gradient aggregation over the seeds (PCGrad through package
+// aggregation, with per-seed tolaria.grad_agg.* metrics every epoch),
+// validation in inference mode, counterfactuals, the controller's
+// decision under a deadline, and checkpoints that resume bitwise. It is
+// built on:
 //
 //   - Governor: the G2 training governor. CheckVitalSigns watches the
 //     validation loss for NaN/Inf, divergence spikes and collapse to

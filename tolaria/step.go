@@ -133,6 +133,14 @@ type stepRunner struct {
 	lat        []time.Duration
 	fellBack   bool
 	ce         kernels.CrossEntropyParams
+	// combine makes fn run the aggregation's combining path; set only
+	// around an eager call (run), never while capturing.
+	combine bool
+	// err is the combining path's failure in the last fn call.
+	err error
+	// afterBackward, when set, runs in fn right after backward (tests
+	// inject gradients through it).
+	afterBackward func()
 }
 
 func newStepRunner(t *Trainer) *stepRunner {
@@ -157,23 +165,45 @@ func newStepRunner(t *Trainer) *stepRunner {
 	return s
 }
 
-// fn is one training step over in = {x, y}: zero the gradients, forward,
-// cross-entropy, backward, clip each optimizer's gradients, step, and add
-// the batch's mean loss and correct count to met. It only does tensor
-// work, so it can be captured.
+// fn is one training step over in = {x, y}: zero the gradients, forward
+// and cross-entropy (under autocast with AMP), backward (of the scaled
+// loss under fp16, then unscale and check every gradient), with
+// s.combine the PCGrad combination of the seeds' gradients, clip each
+// optimizer's gradients, step (skipped on an inf/NaN gradient under
+// fp16), update the loss scale, and add the batch's mean loss and
+// correct count to met. Without s.combine it only does tensor work, so it
+// can be captured.
 func (s *stepRunner) fn(in []*tensor.Tensor) []*tensor.Tensor {
 	t := s.t
 	x, y := in[0], in[1]
 	t.opt.each(t.model, func(o *optim.SGD) { o.ZeroGrad() })
-	logits := t.model.Forward(autograd.Const(x))
-	loss := autograd.CrossEntropy(logits, y, s.ce)
-	autograd.Backward(loss)
+	var logits, loss *autograd.Var
+	t.prec.forward(func() {
+		logits = t.model.Forward(autograd.Const(x))
+		loss = autograd.CrossEntropy(logits, y, s.ce)
+	})
+	autograd.Backward(t.prec.scale(loss))
+	if s.afterBackward != nil {
+		s.afterBackward()
+	}
+	foundInf := t.prec.unscale(t.opt, t.model)
+	if s.combine && !t.prec.foundInf() {
+		// Host reads and writes of the gradients: eager only (run).
+		if _, err := t.agg.combine(t.model, t.opt, x, y, nil); err != nil && s.err == nil {
+			s.err = err
+		}
+	}
 	t.opt.each(t.model, func(o *optim.SGD) {
 		if t.o.MaxGradNorm > 0 {
 			optim.ClipGradNorm(o.Arena(), t.o.MaxGradNorm)
 		}
-		o.Step()
+		if foundInf != nil {
+			o.StepSkipIf(foundInf)
+		} else {
+			o.Step()
+		}
 	})
+	t.prec.update()
 	be := kernels.For(s.met.Device())
 	lossSum, correct := s.met.Narrow(0, 0, 1), s.met.Narrow(0, 1, 1)
 	be.Binary(kernels.Add, lossSum, lossSum, loss.Value.Reshape(1))
@@ -213,18 +243,30 @@ func (s *stepRunner) guard() uint64 {
 	return h
 }
 
-// run executes one step on (x, y).
-func (s *stepRunner) run(x, y *tensor.Tensor) (captured bool, err error) {
+// run executes one step on (x, y): eagerly with the PCGrad combination
+// when it applies (TrainerOptions.PCGrad and two or more participating
+// seeds), else captured (with Capture) or eagerly. It reports whether a
+// captured graph was replayed and whether the step combined gradients.
+func (s *stepRunner) run(x, y *tensor.Tensor) (captured, combined bool, err error) {
+	if s.t.agg.combining(s.t.model, s.t.opt) {
+		s.in[0], s.in[1] = x, y
+		s.combine, s.err = true, nil
+		s.fn(s.in)
+		s.combine = false
+		clear(s.in)
+		return false, true, s.err
+	}
 	if s.captured == nil {
 		s.in[0], s.in[1] = x, y
 		s.fn(s.in)
-		return false, nil
+		clear(s.in)
+		return false, false, nil
 	}
 	before := s.captured.Stats().Replays
 	if _, err := s.captured.Run(x, y); err != nil {
-		return false, err
+		return false, false, err
 	}
-	return s.captured.Stats().Replays > before, nil
+	return s.captured.Stats().Replays > before, false, nil
 }
 
 // trainEpoch runs the epoch's training steps and returns the mean loss,
@@ -240,7 +282,7 @@ func (t *Trainer) trainEpoch(ctx context.Context, e int, r *EpochReport) (loss, 
 			return 0, 0, steps, err
 		}
 		t0 := time.Now()
-		captured, err := s.run(x, y)
+		captured, combined, err := s.run(x, y)
 		if err != nil {
 			return 0, 0, steps, fmt.Errorf("tolaria: epoch %d step %d: %w", e, steps, err)
 		}
@@ -254,6 +296,11 @@ func (t *Trainer) trainEpoch(ctx context.Context, e int, r *EpochReport) (loss, 
 		s.globalStep++
 		if st := t.o.GradientTelemetryStride; st > 0 && s.globalStep%st == 0 {
 			t.model.CaptureGradientTelemetry()
+			if !combined && !t.prec.foundInf() {
+				if err := t.agg.observe(t.model, t.opt, x, y); err != nil {
+					return 0, 0, steps, fmt.Errorf("tolaria: epoch %d step %d: gradient aggregation: %w", e, steps, err)
+				}
+			}
 		}
 		if t.o.OnStep != nil {
 			t.o.OnStep(StepInfo{Epoch: e, Step: steps, Latency: d})

@@ -12,6 +12,7 @@ import (
 	"github.com/esper-go/esper/kasmina"
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/tensor"
+	"github.com/esper-go/esper/tolaria/aggregation"
 	"github.com/esper-go/esper/tolaria/rollback"
 )
 
@@ -55,9 +56,35 @@ type TrainerOptions struct {
 	CaptureWarmup int
 
 	// GradientTelemetryStride measures the seeds' gradient health every
-	// that many steps (outside any captured region); zero means 10,
-	// negative never.
+	// that many steps (outside any captured region): kasmina's gradient
+	// telemetry and, unless the step combined gradients itself, the
+	// per-seed aggregation metrics. Zero means 10, negative never.
 	GradientTelemetryStride int
+
+	// PCGrad combines the seeds' gradients with PCGrad (the hardened G1
+	// algorithm) on every step where at least two seeds take part in
+	// aggregation (TRAINING, BLENDING or HOLDING with trainable
+	// parameters): after backward and before clipping, the gradient is
+	// split per seed by the seed masks, the host's part redistributed by
+	// kasmina's attribution, conflicting vectors projected, and their sum
+	// written back. Those steps read gradients on the host, so they run
+	// eagerly even with Capture; steps with fewer than two seeds keep
+	// their captured graph. Default off (G1 TOLARIA_PCGRAD_ENABLED). The
+	// per-seed metrics (tolaria.grad_agg.*) are kept either way.
+	PCGrad bool
+	// Seed seeds the trainer's own randomness: PCGrad's projection
+	// order. Zero is a valid seed.
+	Seed uint64
+
+	// AMP selects mixed precision: "" (AMPOff, fp32), "bf16" (AMPBF16,
+	// autocast without loss scaling) or "fp16" (AMPFP16, autocast with a
+	// GradScaler whose state checkpoints carry). Both keep the step
+	// capturable.
+	AMP AMPMode
+	// TF32 lets F32 matmuls and convolutions use TF32 during the
+	// trainer's epochs (kernels.SetMatmulPrecision(High)); a no-op on the
+	// CPU backend, which always computes in fp32.
+	TF32 bool
 
 	// Deadlines bound the controller's decision and its application.
 	Deadlines DeadlineOptions
@@ -107,6 +134,21 @@ type EpochReport struct {
 	Seeds []leyline.SeedReport
 	// Captured reports whether the epoch's steps ran captured.
 	Captured bool
+
+	// ConflictRatio is the epoch's gradient conflict ratio
+	// (tolaria.grad_agg.conflict_ratio): PCGrad's conflicting pairs over
+	// max(1, participants − 1).
+	ConflictRatio float64
+	// TeacherShare is tolaria.grad_agg.teacher_share, the mean L2 norm of
+	// the host's (teacher's) gradient that was redistributed over the
+	// seeds (a norm, despite the G1 name).
+	TeacherShare float64
+	// PCGradApplied reports whether PCGrad projected any gradient this
+	// epoch (tolaria.grad_agg.pcgrad_applied: a conflict was found).
+	PCGradApplied bool
+	// AggregatedSteps counts the steps whose gradient went through the
+	// PCGrad combination (tolaria.grad_agg.microbatches_total).
+	AggregatedSteps int
 }
 
 // Summary is what Fit did.
@@ -136,6 +178,9 @@ type Trainer struct {
 	model     *kasmina.MorphogeneticModel
 	opt       *optimizers
 	step      *stepRunner
+	agg       *gradAgg
+	prec      *precision
+	aggReport aggregation.EpochReport // the current epoch's, for emitEpoch
 	deadlines *Deadlines
 	governor  *Governor
 	start     int // first epoch Fit runs (after Resume)
@@ -185,6 +230,12 @@ func NewTrainer(o TrainerOptions) (*Trainer, error) {
 	t := &Trainer{o: o, model: o.Model, deadlines: dl, lastSeeds: map[string]leyline.SeedStage{}}
 	t.opt, err = newOptimizers(o)
 	if err != nil {
+		return nil, err
+	}
+	if t.prec, err = newPrecision(o.AMP, t.opt.host.Arena().Device()); err != nil {
+		return nil, err
+	}
+	if t.agg, err = newGradAgg(o); err != nil {
 		return nil, err
 	}
 	t.step = newStepRunner(t)
@@ -253,13 +304,16 @@ func (t *Trainer) RunEpoch(ctx context.Context, e int) (r EpochReport, err error
 	}()
 	start := time.Now()
 	r.Epoch = e
+	defer t.setMatmulPrecision()()
 	if err := t.opt.sync(t.model); err != nil {
 		return r, err
 	}
 	t.model.SetTraining(true)
+	t.agg.beginEpoch()
 	if r.TrainLoss, r.TrainAccuracy, r.Steps, err = t.trainEpoch(ctx, e, &r); err != nil {
 		return r, err
 	}
+	t.aggReport = t.agg.finalize(&r)
 	r.ValLoss, r.ValAccuracy = t.evaluate(e)
 	t.measureCounterfactuals(e, r.ValAccuracy)
 	for _, s := range t.model.Slots() {
@@ -505,9 +559,16 @@ func (t *Trainer) emitEpoch(r EpochReport) {
 		{Name: leyline.MetricTolariaCompileEnabled, Value: b2f(r.Captured)},
 		{Name: leyline.MetricTolariaCompileFallback, Value: float64(t.summary.CaptureFallbacks)},
 		{Name: leyline.MetricTolariaModeConservative, Value: b2f(t.deadlines.Conservative())},
+		{Name: leyline.MetricTolariaTrainAMPEnabled, Value: b2f(t.prec.enabled())},
+		{Name: leyline.MetricTolariaTrainTF32Enabled, Value: b2f(t.o.TF32)},
+		// The optimizers step their flat arenas with one fused kernel
+		// each: always foreach.
+		{Name: leyline.MetricTolariaTrainForeachEnabled, Value: 1},
 	}
 	metrics = append(metrics, t.deadlines.Metrics()...)
+	metrics = append(metrics, t.aggReport.Metrics...)
 	mev := leyline.NewEvent(leyline.EventMetrics, &leyline.MetricsPayload{Source: "tolaria", Metrics: metrics})
 	mev.Epoch = leyline.IntPtr(r.Epoch)
 	t.o.Sink.Emit(mev)
+	t.emitAggWarnings(r.Epoch, t.aggReport.Events)
 }
