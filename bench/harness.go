@@ -12,6 +12,8 @@ import (
 	"runtime/debug"
 	"strings"
 	"time"
+
+	"github.com/esper-go/esper/internal/atomicfile"
 )
 
 // Machine describes where a benchmark ran.
@@ -168,21 +170,7 @@ func WriteReport(dir string, r Report) (string, error) {
 		return "", err
 	}
 	path := filepath.Join(dir, r.Workload+".json")
-	tmp, err := os.CreateTemp(dir, "."+r.Workload+"-*.json")
-	if err != nil {
-		return "", err
-	}
-	if _, err = tmp.Write(append(data, '\n')); err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
+	if err := atomicfile.WriteBytes(path, append(data, '\n')); err != nil {
 		return "", err
 	}
 	return path, nil

@@ -1,7 +1,6 @@
 package rollback
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -11,12 +10,12 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 
+	"github.com/esper-go/esper/internal/atomicfile"
 	"github.com/esper-go/esper/tensor/safetensors"
 )
 
@@ -47,7 +46,7 @@ const (
 	walVersion    = 1
 	ckptPrefix    = "ckpt-epoch-"
 	ckptSuffix    = ".safetensors"
-	tmpMarker     = ".tmp-"
+	tmpMarker     = atomicfile.TempMarker
 	formatVersion = "1"
 
 	metaKeyVersion = "esper.rollback.version"
@@ -449,56 +448,9 @@ func decodeCheckpoint(path string, data []byte, rec wal) (State, error) {
 	return State{Tensors: f.Tensors, Meta: m}, nil
 }
 
-// writeAtomic writes name in dir through a temporary file in dir: fill,
-// flush, fsync, close, rename over name, fsync dir. On error the
-// temporary file is removed and an existing name is left as it was.
-func writeAtomic(dir, name string, fill func(io.Writer) error) (err error) {
-	f, err := os.CreateTemp(dir, "."+name+tmpMarker+"*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			f.Close() // may already be closed
-			os.Remove(tmp)
-		}
-	}()
-	w := bufio.NewWriterSize(f, 1<<20)
-	if err := fill(w); err != nil {
-		return err
-	}
-	if err := w.Flush(); err != nil {
-		return err
-	}
-	if err := f.Chmod(0o644); err != nil {
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
-		return err
-	}
-	return syncDir(dir)
-}
-
-// syncDir makes a rename in dir durable. Windows cannot sync a directory
-// (and does not need to).
-func syncDir(dir string) error {
-	if runtime.GOOS == "windows" {
-		return nil
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	if err := d.Sync(); err != nil {
-		d.Close()
-		return err
-	}
-	return d.Close()
+// writeAtomic writes name in dir atomically (internal/atomicfile): on
+// error the temporary file is removed and an existing name is left as it
+// was.
+func writeAtomic(dir, name string, fill func(io.Writer) error) error {
+	return atomicfile.Write(filepath.Join(dir, name), fill, atomicfile.Options{})
 }
