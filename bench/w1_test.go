@@ -89,3 +89,16 @@ func BenchmarkW1StepEager(b *testing.B) { benchmarkW1Step(b, false) }
 
 // BenchmarkW1StepCaptured is one W1 train step replayed from a capture.
 func BenchmarkW1StepCaptured(b *testing.B) { benchmarkW1Step(b, true) }
+
+// TestW1ThroughTrainer: W1 run by tolaria.Trainer learns, captured and
+// eager give the same metrics, and every epoch's telemetry arrives.
+func TestW1ThroughTrainer(t *testing.T) {
+	var eager, captured []EpochMetrics
+	_, err := RunW1Trainer(W1Options{Epochs: 20, Warmup: 3, Emit: func(m EpochMetrics) { eager = append(eager, m) }})
+	require.NoError(t, err)
+	rc, err := RunW1Trainer(W1Options{Epochs: 20, Warmup: 3, Captured: true, Emit: func(m EpochMetrics) { captured = append(captured, m) }})
+	require.NoError(t, err)
+	require.Equal(t, eager, captured)
+	require.Less(t, eager[len(eager)-1].TrainLoss, eager[0].TrainLoss)
+	require.Equal(t, "trainer-captured", rc.Mode)
+}

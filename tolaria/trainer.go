@@ -39,7 +39,8 @@ type TrainerOptions struct {
 	Controller Controller
 
 	// HostLR, HostMomentum and HostWeightDecay configure the host's SGD;
-	// zero means 0.01, 0.9 and 5e-4 (G2 per-batch step).
+	// zero means 0.01, 0.9 and 5e-4 (G2 per-batch step). A negative
+	// HostMomentum or HostWeightDecay means none.
 	HostLR, HostMomentum, HostWeightDecay float64
 	// SeedLR and SeedMomentum configure each slot's SGD, created when the
 	// slot first holds a seed; zero means 0.01 and 0.9.
@@ -202,7 +203,8 @@ func NewTrainer(o TrainerOptions) (*Trainer, error) {
 		return nil, fmt.Errorf("%w: Epochs %d must be > 0", ErrOptions, o.Epochs)
 	}
 	for name, v := range map[string]float64{"HostLR": o.HostLR, "HostMomentum": o.HostMomentum, "HostWeightDecay": o.HostWeightDecay, "SeedLR": o.SeedLR, "SeedMomentum": o.SeedMomentum} {
-		if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+		negOK := name == "HostMomentum" || name == "HostWeightDecay"
+		if (v < 0 && !negOK) || math.IsNaN(v) || math.IsInf(v, 0) {
 			return nil, fmt.Errorf("%w: %s %v must be finite and ≥ 0", ErrOptions, name, v)
 		}
 	}
@@ -217,6 +219,11 @@ func NewTrainer(o TrainerOptions) (*Trainer, error) {
 	def(&o.SeedLR, 0.01)
 	def(&o.SeedMomentum, 0.9)
 	def(&o.MaxGradNorm, 1.0)
+	for _, v := range []*float64{&o.HostMomentum, &o.HostWeightDecay} {
+		if *v < 0 {
+			*v = 0
+		}
+	}
 	if o.CaptureWarmup <= 0 {
 		o.CaptureWarmup = 1
 	}

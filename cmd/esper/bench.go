@@ -59,21 +59,30 @@ func benchW1(stdout, stderr io.Writer, epochs, warmup int, compare bool, peerDir
 	fmt.Fprintf(stdout, "W1 tolaria-ref on %s (%s, GOMAXPROCS %d, commit %s)\n", m.CPU, m.GoVersion, m.GOMAXPROCS, m.Commit)
 	results := map[string]any{}
 	var rows []row
-	for _, captured := range []bool{false, true} {
-		mode := map[bool]string{false: "eager", true: "captured"}[captured]
-		fmt.Fprintf(stdout, "  running %s: %d warm-up + %d epochs ...\n", mode, warmup, epochs)
-		r, err := bench.RunW1(bench.W1Options{Epochs: epochs, Warmup: warmup, Captured: captured})
+	// The bare loop (the engine alone), then the same epoch run by
+	// tolaria.Trainer with its telemetry on.
+	runs := []struct {
+		trainer, captured bool
+	}{{false, false}, {false, true}, {true, false}, {true, true}}
+	for _, rc := range runs {
+		run := bench.RunW1
+		if rc.trainer {
+			run = bench.RunW1Trainer
+		}
+		r, err := run(bench.W1Options{Epochs: epochs, Warmup: warmup, Captured: rc.captured})
 		if err != nil {
 			return err
 		}
-		results[mode] = r
-		rows = append(rows, row{"esper " + mode, r.Latency.P50us, r.Latency.P95us, r.Latency.P99us, fmt.Sprintf("%.1f", r.AllocsPerEpoch)})
+		fmt.Fprintf(stdout, "  ran %s: %d warm-up + %d epochs\n", r.Mode, warmup, epochs)
+		results[r.Mode] = r
+		rows = append(rows, row{"esper " + r.Mode, r.Latency.P50us, r.Latency.P95us, r.Latency.P99us, fmt.Sprintf("%.1f", r.AllocsPerEpoch)})
 	}
 	rep := bench.Report{
 		Workload: "W1",
 		Parameters: map[string]any{
 			"model": "Linear(16->4)+bias", "loss": "cross-entropy", "batch": 4, "samples_per_epoch": 16,
 			"optimizer": "SGD lr=0.01 momentum=0.9", "validation": "inference mode, 4 batches of 4",
+			"modes":  "eager/captured: the bare engine loop; trainer-eager/trainer-captured: tolaria.Trainer.RunEpoch with telemetry into a nissa hub",
 			"epochs": epochs, "warmup": warmup,
 		},
 		Machine: m, Device: "cpu", Results: results,

@@ -24,6 +24,8 @@ func TestBenchW1WritesReport(t *testing.T) {
 	res := rep["results"].(map[string]any)
 	require.Contains(t, res, "eager")
 	require.Contains(t, res, "captured")
+	require.Contains(t, res, "trainer-eager")
+	require.Contains(t, res, "trainer-captured")
 	require.Equal(t, 0.0, res["captured"].(map[string]any)["allocs_per_epoch"])
 }
 

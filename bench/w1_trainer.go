@@ -1,0 +1,156 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"runtime"
+	"time"
+
+	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/kasmina"
+	"github.com/esper-go/esper/leyline"
+	"github.com/esper-go/esper/nissa"
+	"github.com/esper-go/esper/nn"
+	"github.com/esper-go/esper/tensor"
+	"github.com/esper-go/esper/tolaria"
+)
+
+// w1Host is W1's Linear(16→4)+bias as a kasmina host, with one slot
+// (r0c0) at its input, so that W1 can run through tolaria.Trainer. No
+// seed is ever germinated there; the slot exists because a
+// MorphogeneticModel needs one.
+type w1Host struct {
+	*nn.Linear
+}
+
+func (h w1Host) Topology() string { return kasmina.TopologyMLP }
+
+func (h w1Host) InjectionSpecs() []leyline.InjectionSpec {
+	return []leyline.InjectionSpec{{SlotID: "r0c0", Channels: w1In, Surface: leyline.SurfaceBlockEnd}}
+}
+
+func (h w1Host) SegmentChannels() map[string]int { return map[string]int{"r0c0": w1In} }
+
+func (h w1Host) TimelineOrder() []string { return []string{"r0c0"} }
+
+func (h w1Host) ForwardToSegment(slot string, x *autograd.Var, from string) (*autograd.Var, error) {
+	if slot != "r0c0" || from != "" {
+		return nil, fmt.Errorf("bench: W1 host routes only from the input to r0c0 (got %q → %q)", from, slot)
+	}
+	return x, nil
+}
+
+func (h w1Host) ForwardFromSegment(slot string, x *autograd.Var) (*autograd.Var, error) {
+	if slot != "r0c0" {
+		return nil, fmt.Errorf("bench: W1 host has no slot %q", slot)
+	}
+	return h.Linear.Forward(x), nil
+}
+
+func (h w1Host) Blocks() []kasmina.BlockInfo {
+	return []kasmina.BlockInfo{{Depth: 0, Channels: w1Out, Slots: []string{"r0c0"}}}
+}
+
+// w1Batches serves W1's four batches of four, the same every epoch.
+type w1Batches struct{ x, y *tensor.Tensor }
+
+func (b w1Batches) Batches(int) iter.Seq2[*tensor.Tensor, *tensor.Tensor] {
+	return func(yield func(*tensor.Tensor, *tensor.Tensor) bool) {
+		for s := 0; s < w1Samples/w1Batch; s++ {
+			if !yield(b.x.Narrow(0, s*w1Batch, w1Batch), b.y.Narrow(0, s*w1Batch, w1Batch)) {
+				return
+			}
+		}
+	}
+}
+
+// RunW1Trainer runs W1 through tolaria.Trainer itself — the epoch loop,
+// the captured train step (when o.Captured), validation in inference
+// mode, and epoch telemetry into a nissa hub with an in-memory backend —
+// and times each RunEpoch. The model, data, optimizer (SGD lr 0.01,
+// momentum 0.9, no weight decay, no clipping) and epoch are W1's.
+func RunW1Trainer(o W1Options) (res W1Result, err error) {
+	if o.Epochs <= 0 {
+		o.Epochs = 2000
+	}
+	if o.Warmup < 0 {
+		return W1Result{}, fmt.Errorf("bench: W1 warm-up %d < 0", o.Warmup)
+	}
+	if o.Warmup == 0 {
+		o.Warmup = 50
+	}
+	rng := tensor.NewRNG(o.Seed)
+	lin, err := nn.NewLinear(rng, nn.LinearOptions{In: w1In, Out: w1Out})
+	if err != nil {
+		return W1Result{}, err
+	}
+	model, err := kasmina.NewMorphogeneticModel(w1Host{lin}, kasmina.ModelOptions{Slots: []string{"r0c0"}})
+	if err != nil {
+		return W1Result{}, err
+	}
+	data := w1Batches{x: tensor.Normal(rng, tensor.F32, 0, 1, w1Samples, w1In), y: tensor.RandInt(rng, w1Out, w1Samples)}
+	hub := nissa.NewHub(nissa.HubOptions{QueueSize: 4 * (o.Epochs + o.Warmup)})
+	defer hub.Close(10 * time.Second)
+	mem := nissa.NewMemoryBackend("w1")
+	if err := hub.AddBackend(mem); err != nil {
+		return W1Result{}, err
+	}
+	tr, err := tolaria.NewTrainer(tolaria.TrainerOptions{
+		Model: model, Train: data, Val: data, Epochs: o.Warmup + o.Epochs,
+		HostLR: 0.01, HostMomentum: 0.9, HostWeightDecay: -1, MaxGradNorm: -1,
+		GradientTelemetryStride: -1, Capture: o.Captured, Sink: hub,
+	})
+	if err != nil {
+		return W1Result{}, err
+	}
+	res.Mode = "trainer-eager"
+	if o.Captured {
+		res.Mode = "trainer-captured"
+	}
+	ctx := context.Background()
+	emit := func(r tolaria.EpochReport) {
+		em := EpochMetrics{Epoch: r.Epoch, TrainLoss: r.TrainLoss, ValLoss: r.ValLoss, ValAccuracy: r.ValAccuracy / 100}
+		res.Final = em
+		if o.Emit != nil {
+			o.Emit(em)
+		}
+	}
+	for e := 0; e < o.Warmup; e++ {
+		r, err := tr.RunEpoch(ctx, e)
+		if err != nil {
+			return W1Result{}, err
+		}
+		emit(r)
+	}
+	lat := make([]time.Duration, o.Epochs)
+	var ms0, ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
+	captured := 0
+	for i := range lat {
+		t0 := time.Now()
+		r, err := tr.RunEpoch(ctx, o.Warmup+i)
+		lat[i] = time.Since(t0)
+		if err != nil {
+			return W1Result{}, err
+		}
+		if r.Captured {
+			captured++
+		}
+		emit(r)
+	}
+	runtime.ReadMemStats(&ms1)
+	if o.Captured && captured != o.Epochs {
+		return W1Result{}, fmt.Errorf("bench: W1 through the trainer replayed a captured step in %d of %d epochs (fallbacks %d)", captured, o.Epochs, tr.Summary().CaptureFallbacks)
+	}
+	res.Latency = Summarise(lat)
+	res.AllocsPerEpoch = float64(ms1.Mallocs-ms0.Mallocs) / float64(o.Epochs)
+	res.BytesPerEpoch = float64(ms1.TotalAlloc-ms0.TotalAlloc) / float64(o.Epochs)
+	if err := hub.Flush(ctx); err != nil {
+		return res, fmt.Errorf("bench: W1 telemetry: %w", err)
+	}
+	if got, want := mem.Len(), 2*(o.Warmup+o.Epochs); got < want {
+		return res, fmt.Errorf("bench: W1 telemetry: %d events, want at least %d (2 per epoch)", got, want)
+	}
+	return res, nil
+}
