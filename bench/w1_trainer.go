@@ -52,18 +52,73 @@ func (h w1Host) Blocks() []kasmina.BlockInfo {
 	return []kasmina.BlockInfo{{Depth: 0, Channels: w1Out, Slots: []string{"r0c0"}}}
 }
 
-// w1Batches serves W1's four batches of four, the same every epoch.
-type w1Batches struct{ x, y *tensor.Tensor }
+// w1Batches serves W1's four batches of four, the same every epoch: the
+// batch views and the iterator are built once, as a loader over data
+// already in memory would.
+type w1Batches struct {
+	xs, ys []*tensor.Tensor
+	seq    iter.Seq2[*tensor.Tensor, *tensor.Tensor]
+}
 
-func (b w1Batches) Batches(int) iter.Seq2[*tensor.Tensor, *tensor.Tensor] {
-	return func(yield func(*tensor.Tensor, *tensor.Tensor) bool) {
-		for s := 0; s < w1Samples/w1Batch; s++ {
-			if !yield(b.x.Narrow(0, s*w1Batch, w1Batch), b.y.Narrow(0, s*w1Batch, w1Batch)) {
+func newW1Batches(x, y *tensor.Tensor) *w1Batches {
+	b := &w1Batches{}
+	for s := 0; s < w1Samples/w1Batch; s++ {
+		b.xs = append(b.xs, x.Narrow(0, s*w1Batch, w1Batch))
+		b.ys = append(b.ys, y.Narrow(0, s*w1Batch, w1Batch))
+	}
+	b.seq = func(yield func(*tensor.Tensor, *tensor.Tensor) bool) {
+		for i := range b.xs {
+			if !yield(b.xs[i], b.ys[i]) {
 				return
 			}
 		}
 	}
+	return b
 }
+
+func (b *w1Batches) Batches(int) iter.Seq2[*tensor.Tensor, *tensor.Tensor] { return b.seq }
+
+// w1Trainer is W1 set up to run through tolaria.Trainer.
+type w1Trainer struct {
+	tr  *tolaria.Trainer
+	hub *nissa.Hub
+	mem *nissa.MemoryBackend
+}
+
+// newW1Trainer builds W1's model, data, telemetry hub (queue room for
+// events epochs) and trainer for epochs epochs.
+func newW1Trainer(seed uint64, captured bool, epochs int) (*w1Trainer, error) {
+	rng := tensor.NewRNG(seed)
+	lin, err := nn.NewLinear(rng, nn.LinearOptions{In: w1In, Out: w1Out})
+	if err != nil {
+		return nil, err
+	}
+	model, err := kasmina.NewMorphogeneticModel(w1Host{lin}, kasmina.ModelOptions{Slots: []string{"r0c0"}})
+	if err != nil {
+		return nil, err
+	}
+	data := newW1Batches(tensor.Normal(rng, tensor.F32, 0, 1, w1Samples, w1In), tensor.RandInt(rng, w1Out, w1Samples))
+	// Both queues hold a whole run, so that a busy machine, which can
+	// starve the backend worker, does not drop the events counted below.
+	hub := nissa.NewHub(nissa.HubOptions{QueueSize: 4 * epochs, BackendQueueSize: 4 * epochs})
+	mem := nissa.NewMemoryBackend("w1")
+	if err := hub.AddBackend(mem); err != nil {
+		_ = hub.Close(10 * time.Second)
+		return nil, err
+	}
+	tr, err := tolaria.NewTrainer(tolaria.TrainerOptions{
+		Model: model, Train: data, Val: data, Epochs: epochs,
+		HostLR: 0.01, HostMomentum: 0.9, HostWeightDecay: -1, MaxGradNorm: -1,
+		GradientTelemetryStride: -1, Capture: captured, Sink: hub,
+	})
+	if err != nil {
+		_ = hub.Close(10 * time.Second)
+		return nil, err
+	}
+	return &w1Trainer{tr: tr, hub: hub, mem: mem}, nil
+}
+
+func (w *w1Trainer) close() { _ = w.hub.Close(10 * time.Second) }
 
 // RunW1Trainer runs W1 through tolaria.Trainer itself — the epoch loop,
 // the captured train step (when o.Captured), validation in inference
@@ -80,30 +135,12 @@ func RunW1Trainer(o W1Options) (res W1Result, err error) {
 	if o.Warmup == 0 {
 		o.Warmup = 50
 	}
-	rng := tensor.NewRNG(o.Seed)
-	lin, err := nn.NewLinear(rng, nn.LinearOptions{In: w1In, Out: w1Out})
+	w, err := newW1Trainer(o.Seed, o.Captured, o.Warmup+o.Epochs)
 	if err != nil {
 		return W1Result{}, err
 	}
-	model, err := kasmina.NewMorphogeneticModel(w1Host{lin}, kasmina.ModelOptions{Slots: []string{"r0c0"}})
-	if err != nil {
-		return W1Result{}, err
-	}
-	data := w1Batches{x: tensor.Normal(rng, tensor.F32, 0, 1, w1Samples, w1In), y: tensor.RandInt(rng, w1Out, w1Samples)}
-	hub := nissa.NewHub(nissa.HubOptions{QueueSize: 4 * (o.Epochs + o.Warmup)})
-	defer hub.Close(10 * time.Second)
-	mem := nissa.NewMemoryBackend("w1")
-	if err := hub.AddBackend(mem); err != nil {
-		return W1Result{}, err
-	}
-	tr, err := tolaria.NewTrainer(tolaria.TrainerOptions{
-		Model: model, Train: data, Val: data, Epochs: o.Warmup + o.Epochs,
-		HostLR: 0.01, HostMomentum: 0.9, HostWeightDecay: -1, MaxGradNorm: -1,
-		GradientTelemetryStride: -1, Capture: o.Captured, Sink: hub,
-	})
-	if err != nil {
-		return W1Result{}, err
-	}
+	defer w.close()
+	tr, hub, mem := w.tr, w.hub, w.mem
 	res.Mode = "trainer-eager"
 	if o.Captured {
 		res.Mode = "trainer-captured"

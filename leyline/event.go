@@ -2,8 +2,11 @@ package leyline
 
 import (
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -224,14 +227,23 @@ func NewEvent(t EventType, data Payload) TelemetryEvent {
 	}
 }
 
-// NewEventID returns a random RFC 4122 version-4 UUID string.
+// NewEventID returns a unique RFC 4122 version-4-formatted UUID string.
+//
+// It is cheap (no system call per id): the first 64 bits are a random
+// prefix drawn once per process from crypto/rand (60 random bits after
+// the version nibble); the last 64 bits hold the variant and a 62-bit
+// per-process counter passed through a fixed bijection (so ids do not
+// look sequential). Ids are therefore unique within a process (the
+// counter never repeats before 2^62 ids) and across processes as long as
+// their random prefixes differ (a collision needs two processes drawing
+// the same 60 bits). They are not unpredictable: do not use them as
+// secrets.
 func NewEventID() string {
+	idOnce.Do(initEventIDs)
+	c := idCounter.Add(1)
 	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic("leyline: crypto/rand failed: " + err.Error())
-	}
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
+	binary.BigEndian.PutUint64(b[0:8], idPrefix)
+	binary.BigEndian.PutUint64(b[8:16], 2<<62|mix62(c))
 	var s [36]byte
 	hex.Encode(s[0:8], b[0:4])
 	s[8] = '-'
@@ -243,6 +255,39 @@ func NewEventID() string {
 	s[23] = '-'
 	hex.Encode(s[24:36], b[10:16])
 	return string(s[:])
+}
+
+var (
+	idOnce    sync.Once
+	idPrefix  uint64 // random, with the version-4 nibble set
+	idKey     uint64 // random, mixed into the counter
+	idCounter atomic.Uint64
+)
+
+func initEventIDs() {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("leyline: crypto/rand failed: " + err.Error())
+	}
+	b[6] = b[6]&0x0f | 0x40
+	idPrefix = binary.BigEndian.Uint64(b[0:8])
+	idKey = binary.BigEndian.Uint64(b[8:16])
+}
+
+// mask62 keeps the low 62 bits.
+const mask62 = 1<<62 - 1
+
+// mix62 maps c to a 62-bit value; for c below 2^62 it is a bijection
+// (an xor with a key, xor-shifts and a multiplication by an odd
+// constant, all modulo 2^62), so distinct counters give distinct ids.
+func mix62(c uint64) uint64 {
+	x := (c ^ idKey) & mask62
+	x ^= x >> 31
+	x = x * 0xbf58476d1ce4e5b9 & mask62
+	x ^= x >> 27
+	x = x * 0x94d049bb133111eb & mask62
+	x ^= x >> 31
+	return x
 }
 
 // IntPtr returns a pointer to v, for the optional integer fields.

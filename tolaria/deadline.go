@@ -315,20 +315,34 @@ func (d *Deadlines) Metrics() []leyline.Metric {
 }
 
 func (d *Deadlines) metricsLocked() []leyline.Metric {
+	return d.appendMetricsLocked(make([]leyline.Metric, 0, numDeadlineMetrics))
+}
+
+// numDeadlineMetrics is the number of metrics Metrics returns.
+const numDeadlineMetrics = 8
+
+// appendMetrics appends Metrics' figures to dst.
+func (d *Deadlines) appendMetrics(dst []leyline.Metric) []leyline.Metric {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.appendMetricsLocked(dst)
+}
+
+func (d *Deadlines) appendMetricsLocked(dst []leyline.Metric) []leyline.Metric {
 	b2f := 0.0
 	if d.conservative {
 		b2f = 1
 	}
-	return []leyline.Metric{
-		{Name: leyline.MetricTolariaTimeoutTamiyoTotal, Value: float64(d.tamiyoTotal), Unit: "count"},
-		{Name: leyline.MetricTolariaTimeoutKasminaTotal, Value: float64(d.kasminaTotal), Unit: "count"},
-		{Name: leyline.MetricTolariaTimeoutTamiyoLastMs, Value: ms(d.tamiyoLast), Unit: "ms"},
-		{Name: leyline.MetricTolariaTimeoutKasminaLastMs, Value: ms(d.kasminaLast), Unit: "ms"},
-		{Name: leyline.MetricTolariaModeConservative, Value: b2f, Unit: "bool"},
-		{Name: MetricTamiyoErrorsTotal, Value: float64(d.tamiyoErrs), Unit: "count"},
-		{Name: MetricKasminaErrorsTotal, Value: float64(d.kasminaErrs), Unit: "count"},
-		{Name: MetricLateResultsTotal, Value: float64(d.late), Unit: "count"},
-	}
+	return append(dst,
+		leyline.Metric{Name: leyline.MetricTolariaTimeoutTamiyoTotal, Value: float64(d.tamiyoTotal), Unit: "count"},
+		leyline.Metric{Name: leyline.MetricTolariaTimeoutKasminaTotal, Value: float64(d.kasminaTotal), Unit: "count"},
+		leyline.Metric{Name: leyline.MetricTolariaTimeoutTamiyoLastMs, Value: ms(d.tamiyoLast), Unit: "ms"},
+		leyline.Metric{Name: leyline.MetricTolariaTimeoutKasminaLastMs, Value: ms(d.kasminaLast), Unit: "ms"},
+		leyline.Metric{Name: leyline.MetricTolariaModeConservative, Value: b2f, Unit: "bool"},
+		leyline.Metric{Name: MetricTamiyoErrorsTotal, Value: float64(d.tamiyoErrs), Unit: "count"},
+		leyline.Metric{Name: MetricKasminaErrorsTotal, Value: float64(d.kasminaErrs), Unit: "count"},
+		leyline.Metric{Name: MetricLateResultsTotal, Value: float64(d.late), Unit: "count"},
+	)
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

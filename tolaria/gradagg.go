@@ -114,7 +114,10 @@ func newGradAgg(o TrainerOptions) (*gradAgg, error) {
 // slot order and returns their number.
 func (g *gradAgg) participants(m *kasmina.MorphogeneticModel, opt *optimizers) int {
 	g.cur = g.cur[:0]
-	for _, s := range m.Slots() {
+	if len(opt.seeds) == 0 {
+		return 0 // no slot has an optimizer: no participant
+	}
+	for _, s := range opt.slotsOf(m) {
 		st := s.State()
 		if st == nil || opt.seeds[s.ID()] == nil {
 			continue

@@ -121,7 +121,7 @@ func (p *precision) unscale(opt *optimizers, m *kasmina.MorphogeneticModel) *ten
 	}
 	p.scaler.Unscale(opt.host)
 	p.grads = p.grads[:0]
-	for _, s := range m.Slots() {
+	for _, s := range opt.slotsOf(m) {
 		if so := opt.seeds[s.ID()]; so != nil {
 			for _, b := range so.sgd.Arena().Buckets() {
 				p.grads = append(p.grads, b.FlatGrad())

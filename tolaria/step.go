@@ -25,8 +25,13 @@ const EventCompileFallback = "tolaria.compile_fallback"
 // with trainable parameters (G2: a lazily created optimizer per seed
 // slot, dropped when the slot empties).
 type optimizers struct {
-	o     TrainerOptions
-	host  *optim.SGD
+	o    TrainerOptions
+	host *optim.SGD
+	// model and slots are o.Model and its slots, fixed when the model
+	// was built: the per-step loops walk slots instead of asking
+	// Model.Slots for a fresh copy each time.
+	model *kasmina.MorphogeneticModel
+	slots []*kasmina.Slot
 	seeds map[string]*seedOpt // by slot id
 	// version changes whenever an optimizer is created or dropped: the
 	// captured step's guard includes it.
@@ -47,7 +52,16 @@ func newOptimizers(o TrainerOptions) (*optimizers, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tolaria: host optimizer: %w", err)
 	}
-	return &optimizers{o: o, host: host, seeds: map[string]*seedOpt{}}, nil
+	return &optimizers{o: o, host: host, model: o.Model, slots: o.Model.Slots(), seeds: map[string]*seedOpt{}}, nil
+}
+
+// slotsOf returns m's slots: the cached list for the trainer's model
+// (a model's slot set is fixed at construction), a fresh copy otherwise.
+func (p *optimizers) slotsOf(m *kasmina.MorphogeneticModel) []*kasmina.Slot {
+	if m == p.model {
+		return p.slots
+	}
+	return m.Slots()
 }
 
 // trainable returns the parameters that currently take gradients (a
@@ -66,7 +80,7 @@ func trainable(ps []*autograd.Var) []*autograd.Var {
 // whose parameter set changed (germinate, prune, freeze, reload), gets a
 // fresh SGD; an empty slot loses its optimizer.
 func (p *optimizers) sync(m *kasmina.MorphogeneticModel) error {
-	for _, s := range m.Slots() {
+	for _, s := range p.slotsOf(m) {
 		id := s.ID()
 		cur := p.seeds[id]
 		st := s.State()
@@ -98,7 +112,10 @@ func (p *optimizers) sync(m *kasmina.MorphogeneticModel) error {
 // order, so every step runs them in the same order.
 func (p *optimizers) each(m *kasmina.MorphogeneticModel, f func(*optim.SGD)) {
 	f(p.host)
-	for _, s := range m.Slots() {
+	if len(p.seeds) == 0 {
+		return
+	}
+	for _, s := range p.slotsOf(m) {
 		if so := p.seeds[s.ID()]; so != nil {
 			f(so.sgd)
 		}
@@ -125,10 +142,18 @@ func (p *optimizers) slotIDs() []string {
 
 // stepRunner runs training steps, eagerly or captured.
 type stepRunner struct {
-	t          *Trainer
-	captured   *autograd.Captured
-	met        *tensor.Tensor // F32 [2]: Σ batch-mean loss, Σ correct
-	in         []*tensor.Tensor
+	t        *Trainer
+	captured *autograd.Captured
+	met      *tensor.Tensor // F32 [2]: Σ batch-mean loss, Σ correct
+	lossSum  *tensor.Tensor // met[0:1]
+	correct  *tensor.Tensor // met[1:2]
+	out      []*tensor.Tensor
+	in       []*tensor.Tensor
+	correctN correctCounter
+	// loop is the running epoch's loop state and body its loop body
+	// (s.trainBatch, bound once).
+	loop       trainLoop
+	body       func(x, y *tensor.Tensor) bool
 	globalStep int
 	lat        []time.Duration
 	fellBack   bool
@@ -145,24 +170,31 @@ type stepRunner struct {
 
 func newStepRunner(t *Trainer) *stepRunner {
 	s := &stepRunner{t: t, met: tensor.Zeros(tensor.F32, 2), in: make([]*tensor.Tensor, 2)}
+	s.lossSum, s.correct = s.met.Narrow(0, 0, 1), s.met.Narrow(0, 1, 1)
+	s.out = []*tensor.Tensor{s.met}
 	if t.o.Capture {
 		s.captured = autograd.Capture(s.fn, autograd.CaptureOptions{
-			Warmup:    t.o.CaptureWarmup,
-			Policy:    autograd.Recapture,
-			CacheSize: 4,
-			Version:   s.guard,
-			OnFallback: func(err error) {
-				t.summary.CaptureFallbacks++
-				if !s.fellBack {
-					s.fellBack = true
-					t.deadlines.emit(EventCompileFallback, leyline.SeverityWarning, err.Error(), []leyline.Metric{
-						{Name: leyline.MetricTolariaCompileFallback, Value: 1},
-					})
-				}
-			},
+			Warmup:     t.o.CaptureWarmup,
+			Policy:     autograd.Recapture,
+			CacheSize:  4,
+			Version:    s.guard,
+			OnFallback: t.captureFallback,
 		})
 	}
 	return s
+}
+
+// captureFallback counts a captured region (train step or validation
+// batch) that fell back to eager and sends tolaria.compile_fallback the
+// first time.
+func (t *Trainer) captureFallback(err error) {
+	t.summary.CaptureFallbacks++
+	if !t.step.fellBack {
+		t.step.fellBack = true
+		t.deadlines.emit(EventCompileFallback, leyline.SeverityWarning, err.Error(), []leyline.Metric{
+			{Name: leyline.MetricTolariaCompileFallback, Value: 1},
+		})
+	}
 }
 
 // fn is one training step over in = {x, y}: zero the gradients, forward
@@ -205,10 +237,9 @@ func (s *stepRunner) fn(in []*tensor.Tensor) []*tensor.Tensor {
 	})
 	t.prec.update()
 	be := kernels.For(s.met.Device())
-	lossSum, correct := s.met.Narrow(0, 0, 1), s.met.Narrow(0, 1, 1)
-	be.Binary(kernels.Add, lossSum, lossSum, loss.Value.Reshape(1))
-	addCorrect(be, correct, logits, y)
-	return []*tensor.Tensor{s.met}
+	be.Binary(kernels.Add, s.lossSum, s.lossSum, loss.Value.Reshape(1))
+	s.correctN.add(be, s.correct, logits, y)
+	return s.out
 }
 
 // guard is the captured step's version: it changes with anything a
@@ -226,7 +257,7 @@ func (s *stepRunner) guard() uint64 {
 	}
 	mix(s.t.model.Version())
 	mix(s.t.opt.version)
-	for _, sl := range s.t.model.Slots() {
+	for _, sl := range s.t.opt.slotsOf(s.t.model) {
 		st := sl.State()
 		if st == nil {
 			mix(0)
@@ -263,56 +294,99 @@ func (s *stepRunner) run(x, y *tensor.Tensor) (captured, combined bool, err erro
 		return false, false, nil
 	}
 	before := s.captured.Stats().Replays
-	if _, err := s.captured.Run(x, y); err != nil {
+	s.in[0], s.in[1] = x, y
+	_, err = s.captured.Run(s.in...)
+	clear(s.in)
+	if err != nil {
 		return false, false, err
 	}
 	return s.captured.Stats().Replays > before, false, nil
+}
+
+// trainLoop is one epoch's training loop state. The loop body is a
+// method value bound once (stepRunner.body), so ranging over the batches
+// allocates nothing on the trainer's side.
+type trainLoop struct {
+	ctx                     context.Context
+	e                       int
+	steps, samples, replays int
+	err                     error
 }
 
 // trainEpoch runs the epoch's training steps and returns the mean loss,
 // the accuracy in percent and the number of steps.
 func (t *Trainer) trainEpoch(ctx context.Context, e int, r *EpochReport) (loss, acc float64, steps int, err error) {
 	s := t.step
-	kernels.For(s.met.Device()).Fill(s.met, 0)
+	zeroMetrics(s.met)
+	s.correctN.reset()
 	s.lat = s.lat[:0]
-	samples := 0
-	replays := 0
-	for x, y := range t.o.Train.Batches(e) {
-		if err := ctx.Err(); err != nil {
-			return 0, 0, steps, err
-		}
-		t0 := time.Now()
-		captured, combined, err := s.run(x, y)
-		if err != nil {
-			return 0, 0, steps, fmt.Errorf("tolaria: epoch %d step %d: %w", e, steps, err)
-		}
-		d := time.Since(t0)
-		if captured {
-			replays++
-		}
-		s.lat = append(s.lat, d)
-		steps++
-		samples += y.Dim(0)
-		s.globalStep++
-		if st := t.o.GradientTelemetryStride; st > 0 && s.globalStep%st == 0 {
-			t.model.CaptureGradientTelemetry()
-			if !combined && !t.prec.foundInf() {
-				if err := t.agg.observe(t.model, t.opt, x, y); err != nil {
-					return 0, 0, steps, fmt.Errorf("tolaria: epoch %d step %d: gradient aggregation: %w", e, steps, err)
-				}
-			}
-		}
-		if t.o.OnStep != nil {
-			t.o.OnStep(StepInfo{Epoch: e, Step: steps, Latency: d})
-		}
+	s.loop = trainLoop{ctx: ctx, e: e}
+	if s.body == nil {
+		s.body = s.trainBatch
 	}
-	if steps == 0 || samples == 0 {
+	t.o.Train.Batches(e)(s.body)
+	l := s.loop
+	s.loop.ctx = nil
+	if l.err != nil {
+		return 0, 0, l.steps, l.err
+	}
+	if l.steps == 0 || l.samples == 0 {
 		return 0, 0, 0, errors.New("tolaria: the training batches of epoch " + fmt.Sprint(e) + " are empty")
 	}
-	r.Captured = replays > 0
+	r.Captured = l.replays > 0
 	r.StepP50, r.StepP95 = percentiles(s.lat)
 	m := s.met.F32()
-	return float64(m[0]) / float64(steps), 100 * float64(m[1]) / float64(samples), steps, nil
+	correct := float64(m[1]) + s.correctN.total()
+	return float64(m[0]) / float64(l.steps), 100 * correct / float64(l.samples), l.steps, nil
+}
+
+// trainBatch is the training loop's body: one step on (x, y), its
+// latency, and every GradientTelemetryStride steps the gradient
+// telemetry. It stops the loop (false) on an error, kept in s.loop.err.
+func (s *stepRunner) trainBatch(x, y *tensor.Tensor) bool {
+	t, l := s.t, &s.loop
+	if err := l.ctx.Err(); err != nil {
+		l.err = err
+		return false
+	}
+	t0 := time.Now()
+	captured, combined, err := s.run(x, y)
+	if err != nil {
+		l.err = fmt.Errorf("tolaria: epoch %d step %d: %w", l.e, l.steps, err)
+		return false
+	}
+	d := time.Since(t0)
+	if captured {
+		l.replays++
+	}
+	s.lat = append(s.lat, d)
+	l.steps++
+	l.samples += y.Dim(0)
+	s.globalStep++
+	if st := t.o.GradientTelemetryStride; st > 0 && s.globalStep%st == 0 {
+		t.model.CaptureGradientTelemetry()
+		if !combined && !t.prec.foundInf() {
+			if err := t.agg.observe(t.model, t.opt, x, y); err != nil {
+				l.err = fmt.Errorf("tolaria: epoch %d step %d: gradient aggregation: %w", l.e, l.steps, err)
+				return false
+			}
+		}
+	}
+	if t.o.OnStep != nil {
+		t.o.OnStep(StepInfo{Epoch: l.e, Step: l.steps, Latency: d})
+	}
+	return true
+}
+
+// zeroMetrics zeroes a metrics accumulator: in place for a contiguous
+// F32 tensor on the CPU, with the backend's Fill elsewhere. Only outside
+// a captured region.
+func zeroMetrics(m *tensor.Tensor) {
+	if m.Device().IsCPU() && m.DType() == tensor.F32 && m.IsContiguous() {
+		clear(m.F32())
+		return
+	}
+	kernels.For(m.Device()).Fill(m, 0)
 }
 
 // percentiles returns the nearest-rank p50 and p95 of d (sorted in place).
@@ -328,8 +402,97 @@ func percentiles(d []time.Duration) (p50, p95 time.Duration) {
 	return at(50), at(95)
 }
 
+// correctCounter counts correct predictions on the device with three
+// launches per batch — argmax, compare, and add the comparison to a
+// per-batch-size F32 [n] accumulator — instead of reducing every batch
+// to a scalar. The accumulators are summed once, when the epoch's
+// figures are read (total), and zeroed by reset. It keeps one set of
+// buffers per batch size and device (up to maxCorrectBufs; further sizes
+// take a slower path that counts straight into the fallback scalar), so
+// it allocates nothing once a size has been seen. A captured graph keeps
+// using the buffers it was recorded with: each batch rewrites the argmax
+// and comparison before reading them, and steps run one at a time.
+type correctCounter struct {
+	bufs []correctBufs
+}
+
+type correctBufs struct {
+	n        int
+	dev      tensor.Device
+	pred     *tensor.Tensor // I64 [n, 1]
+	predFlat *tensor.Tensor // pred as [n]
+	eq       *tensor.Tensor // Bool [n]
+	acc      *tensor.Tensor // F32 [n]: Σ over the epoch's batches of eq
+}
+
+// maxCorrectBufs bounds the batch sizes correctCounter keeps buffers for
+// (training batches, the last partial batch, validation batches).
+const maxCorrectBufs = 8
+
+func (c *correctCounter) get(dev tensor.Device, n int) *correctBufs {
+	for i := range c.bufs {
+		if b := &c.bufs[i]; b.n == n && b.dev == dev {
+			return b
+		}
+	}
+	if len(c.bufs) == maxCorrectBufs || kernels.For(dev).Capturing() {
+		// Full, or inside a capture (a Captured warms every new shape up
+		// eagerly first, so this is rare): the slow path, whose launches
+		// a graph may record.
+		return nil
+	}
+	alloc := func(d tensor.DType, shape ...int) *tensor.Tensor {
+		t, err := tensor.EmptyOn(dev, d, shape...)
+		if err != nil {
+			panic(err)
+		}
+		return t
+	}
+	b := correctBufs{n: n, dev: dev, pred: alloc(tensor.I64, n, 1), eq: alloc(tensor.Bool, n), acc: alloc(tensor.F32, n)}
+	b.predFlat = b.pred.Reshape(n)
+	// A new accumulator may appear mid-epoch: it starts at zero.
+	zeroMetrics(b.acc)
+	c.bufs = append(c.bufs, b)
+	return &c.bufs[len(c.bufs)-1]
+}
+
+// reset zeroes the accumulators (outside any captured region).
+func (c *correctCounter) reset() {
+	for i := range c.bufs {
+		zeroMetrics(c.bufs[i].acc)
+	}
+}
+
+// total returns the correct predictions accumulated since reset (a host
+// read of each accumulator; exact while each holds fewer than 2^24).
+func (c *correctCounter) total() float64 {
+	sum := 0.0
+	for i := range c.bufs {
+		for _, v := range c.bufs[i].acc.F32() {
+			sum += float64(v)
+		}
+	}
+	return sum
+}
+
+// add counts the rows of logits ([n, C]) whose argmax equals y ([n]).
+// Past maxCorrectBufs batch sizes it adds the count to fallback ([1])
+// instead, through temporaries. It only launches kernels.
+func (c *correctCounter) add(be kernels.Backend, fallback *tensor.Tensor, logits *autograd.Var, y *tensor.Tensor) {
+	n := y.Dim(0)
+	lv := logits.Value
+	b := c.get(y.Device(), n)
+	if b == nil || lv.Rank() != 2 || lv.Dim(0) != n || !lv.IsContiguous() {
+		addCorrect(be, fallback, logits, y)
+		return
+	}
+	be.ArgMax(b.pred, lv, 1)
+	be.Binary(kernels.Eq, b.eq, b.predFlat, y)
+	be.Binary(kernels.Add, b.acc, b.acc, b.eq)
+}
+
 // addCorrect adds the number of rows of logits whose argmax equals y to
-// dst ([1]).
+// dst ([1]), through freshly allocated temporaries.
 func addCorrect(be kernels.Backend, dst *tensor.Tensor, logits *autograd.Var, y *tensor.Tensor) {
 	n := y.Dim(0)
 	alloc := func(d tensor.DType, n int) *tensor.Tensor {
@@ -347,14 +510,4 @@ func addCorrect(be kernels.Backend, dst *tensor.Tensor, logits *autograd.Var, y 
 	c := alloc(tensor.F32, 1)
 	be.Reduce(kernels.Sum, c, eqf, []int{0})
 	be.Binary(kernels.Add, dst, dst, c)
-}
-
-// batchLossCorrect returns a batch's mean cross-entropy and its number of
-// correct predictions (host reads; validation only).
-func batchLossCorrect(logits *autograd.Var, y *tensor.Tensor) (loss, correct float64) {
-	l := autograd.CrossEntropy(logits, y, kernels.CrossEntropyParams{})
-	be := kernels.For(y.Device())
-	c := tensor.Zeros(tensor.F32, 1)
-	addCorrect(be, c, logits, y)
-	return l.Item(), float64(c.F32()[0])
 }

@@ -8,7 +8,6 @@ import (
 	"math"
 	"time"
 
-	"github.com/esper-go/esper/autograd"
 	"github.com/esper-go/esper/kasmina"
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/tensor"
@@ -51,8 +50,12 @@ type TrainerOptions struct {
 
 	// Capture runs the train step captured after CaptureWarmup eager
 	// steps (default 1), re-capturing whenever the parameter set, a seed's
-	// stage or alpha, or the batch shape changes. A capture failure falls
-	// back to eager, reported once (tolaria.compile_fallback).
+	// stage or alpha, or the batch shape changes. Validation batches
+	// (and the counterfactual passes) are captured the same way, each
+	// graph adding to a device-resident loss sum and correct count read
+	// once per evaluation. A capture failure falls back to eager, counted
+	// in Summary.CaptureFallbacks and reported once
+	// (tolaria.compile_fallback).
 	Capture       bool
 	CaptureWarmup int
 
@@ -179,6 +182,7 @@ type Trainer struct {
 	model     *kasmina.MorphogeneticModel
 	opt       *optimizers
 	step      *stepRunner
+	eval      *evalRunner
 	agg       *gradAgg
 	prec      *precision
 	aggReport aggregation.EpochReport // the current epoch's, for emitEpoch
@@ -246,6 +250,7 @@ func NewTrainer(o TrainerOptions) (*Trainer, error) {
 		return nil, err
 	}
 	t.step = newStepRunner(t)
+	t.eval = newEvalRunner(t)
 	if o.Governor != nil {
 		g := *o.Governor
 		if g.Sink == nil {
@@ -323,7 +328,7 @@ func (t *Trainer) RunEpoch(ctx context.Context, e int) (r EpochReport, err error
 	t.aggReport = t.agg.finalize(&r)
 	r.ValLoss, r.ValAccuracy = t.evaluate(e)
 	t.measureCounterfactuals(e, r.ValAccuracy)
-	for _, s := range t.model.Slots() {
+	for _, s := range t.opt.slots {
 		if s.State() != nil && leyline.IsActiveStage(s.Stage()) {
 			s.RecordAccuracy(r.ValAccuracy)
 		}
@@ -350,7 +355,7 @@ func (t *Trainer) RunEpoch(ctx context.Context, e int) (r EpochReport, err error
 	if err := t.opt.sync(t.model); err != nil {
 		return r, err
 	}
-	r.Seeds = SeedReports(t.model)
+	r.Seeds = seedReports(t.opt.slots)
 	t.countLifecycle(r.Seeds)
 	r.Duration = time.Since(start)
 	t.emitEpoch(r)
@@ -394,9 +399,9 @@ func (t *Trainer) decide(ctx context.Context, e int, r EpochReport) (leyline.Dec
 
 // epochState is the controller's view of the epoch.
 func (t *Trainer) epochState(e int, r EpochReport) leyline.EpochState {
-	seeds := SeedReports(t.model)
+	seeds := seedReports(t.opt.slots)
 	avail := 0
-	for _, s := range t.model.Slots() {
+	for _, s := range t.opt.slots {
 		if s.State() == nil {
 			avail++
 		}
@@ -429,8 +434,14 @@ func (t *Trainer) epochState(e int, r EpochReport) leyline.EpochState {
 // SeedReports describes every seed of m, in slot order, for controllers
 // and reports.
 func SeedReports(m *kasmina.MorphogeneticModel) []leyline.SeedReport {
+	return seedReports(m.Slots())
+}
+
+// seedReports is SeedReports over a model's slots (nil when no slot
+// holds a seed).
+func seedReports(slots []*kasmina.Slot) []leyline.SeedReport {
 	var out []leyline.SeedReport
-	for _, s := range m.Slots() {
+	for _, s := range slots {
 		st := s.State()
 		if st == nil {
 			continue
@@ -457,7 +468,7 @@ func SeedReports(m *kasmina.MorphogeneticModel) []leyline.SeedReport {
 
 // noteSeeds records the current seeds for lifecycle counting.
 func (t *Trainer) noteSeeds() {
-	for _, r := range SeedReports(t.model) {
+	for _, r := range seedReports(t.opt.slots) {
 		t.lastSeeds[r.SeedID] = r.Stage
 	}
 }
@@ -466,6 +477,9 @@ func (t *Trainer) noteSeeds() {
 // id was germinated, a seed reaching FOSSILIZED was fossilized, a seed
 // reaching a failure stage (or vanishing) was pruned.
 func (t *Trainer) countLifecycle(seeds []leyline.SeedReport) {
+	if len(seeds) == 0 && len(t.lastSeeds) == 0 {
+		return // no seed then or now: nothing to count
+	}
 	now := make(map[string]leyline.SeedStage, len(seeds))
 	for _, s := range seeds {
 		now[s.SeedID] = s.Stage
@@ -490,31 +504,10 @@ func (t *Trainer) countLifecycle(seeds []leyline.SeedReport) {
 	t.lastSeeds = now
 }
 
-// evaluate runs the validation batches in inference mode and eval mode
-// and returns the mean loss and the accuracy in percent.
-func (t *Trainer) evaluate(e int) (loss, acc float64) {
-	t.model.SetTraining(false)
-	defer t.model.SetTraining(true)
-	var sum, correct, n float64
-	autograd.InferenceMode(func() {
-		for x, y := range t.o.Val.Batches(e) {
-			logits := t.model.Forward(autograd.Const(x))
-			l, c := batchLossCorrect(logits, y)
-			sum += l * float64(y.Dim(0))
-			correct += c
-			n += float64(y.Dim(0))
-		}
-	})
-	if n == 0 {
-		return math.NaN(), math.NaN()
-	}
-	return sum / n, 100 * correct / n
-}
-
 // measureCounterfactuals records, for every BLENDING or HOLDING seed, the
 // validation accuracy lost when its alpha is forced to 0.
 func (t *Trainer) measureCounterfactuals(e int, valAcc float64) {
-	for _, s := range t.model.Slots() {
+	for _, s := range t.opt.slots {
 		if s.State() == nil {
 			continue
 		}
@@ -531,17 +524,32 @@ func (t *Trainer) measureCounterfactuals(e int, valAcc float64) {
 	}
 }
 
+// epochEvents holds what the epoch's two events point to, so that
+// emitEpoch allocates it once: the payloads and the optional fields.
+// Each event gets its own copy of the epoch.
+type epochEvents struct {
+	done                 leyline.EpochCompletedPayload
+	metrics              leyline.MetricsPayload
+	trainLoss, trainAcc  float64
+	doneEpoch, metsEpoch int
+}
+
+// numEpochMetrics is the number of tolaria.* metrics emitEpoch sends
+// before the deadlines' and the aggregation's.
+const numEpochMetrics = 12
+
 // emitEpoch sends EPOCH_COMPLETED and the epoch's metrics.
 func (t *Trainer) emitEpoch(r EpochReport) {
 	if t.o.Sink == nil {
 		return
 	}
-	tl, ta := r.TrainLoss, r.TrainAccuracy
-	ev := leyline.NewEvent(leyline.EventEpochCompleted, &leyline.EpochCompletedPayload{
+	p := &epochEvents{trainLoss: r.TrainLoss, trainAcc: r.TrainAccuracy, doneEpoch: r.Epoch, metsEpoch: r.Epoch}
+	p.done = leyline.EpochCompletedPayload{
 		EnvID: t.o.EnvID, ValAccuracy: r.ValAccuracy, ValLoss: r.ValLoss, InnerEpoch: r.Epoch,
-		TrainLoss: &tl, TrainAccuracy: &ta,
-	})
-	ev.Epoch = leyline.IntPtr(r.Epoch)
+		TrainLoss: &p.trainLoss, TrainAccuracy: &p.trainAcc,
+	}
+	ev := leyline.NewEvent(leyline.EventEpochCompleted, &p.done)
+	ev.Epoch = &p.doneEpoch
 	t.o.Sink.Emit(ev)
 
 	active := 0
@@ -556,26 +564,29 @@ func (t *Trainer) emitEpoch(r EpochReport) {
 		}
 		return 0
 	}
-	metrics := []leyline.Metric{
-		{Name: leyline.MetricTolariaTrainingLoss, Value: r.TrainLoss},
-		{Name: leyline.MetricTolariaTrainingAccuracy, Value: r.TrainAccuracy},
-		{Name: leyline.MetricTolariaTrainingLatencyMs, Value: float64(r.Duration.Microseconds()) / 1e3, Unit: "ms"},
-		{Name: leyline.MetricTolariaSeedsActive, Value: float64(active)},
-		{Name: leyline.MetricTolariaEpochsTotal, Value: float64(r.Epoch + 1)},
-		{Name: leyline.MetricTolariaTrainCompileEnabled, Value: b2f(t.o.Capture)},
-		{Name: leyline.MetricTolariaCompileEnabled, Value: b2f(r.Captured)},
-		{Name: leyline.MetricTolariaCompileFallback, Value: float64(t.summary.CaptureFallbacks)},
-		{Name: leyline.MetricTolariaModeConservative, Value: b2f(t.deadlines.Conservative())},
-		{Name: leyline.MetricTolariaTrainAMPEnabled, Value: b2f(t.prec.enabled())},
-		{Name: leyline.MetricTolariaTrainTF32Enabled, Value: b2f(t.o.TF32)},
+	// Every event gets its own slice (backends keep them), sized once.
+	metrics := make([]leyline.Metric, 0, numEpochMetrics+numDeadlineMetrics+len(t.aggReport.Metrics))
+	metrics = append(metrics,
+		leyline.Metric{Name: leyline.MetricTolariaTrainingLoss, Value: r.TrainLoss},
+		leyline.Metric{Name: leyline.MetricTolariaTrainingAccuracy, Value: r.TrainAccuracy},
+		leyline.Metric{Name: leyline.MetricTolariaTrainingLatencyMs, Value: float64(r.Duration.Microseconds()) / 1e3, Unit: "ms"},
+		leyline.Metric{Name: leyline.MetricTolariaSeedsActive, Value: float64(active)},
+		leyline.Metric{Name: leyline.MetricTolariaEpochsTotal, Value: float64(r.Epoch + 1)},
+		leyline.Metric{Name: leyline.MetricTolariaTrainCompileEnabled, Value: b2f(t.o.Capture)},
+		leyline.Metric{Name: leyline.MetricTolariaCompileEnabled, Value: b2f(r.Captured)},
+		leyline.Metric{Name: leyline.MetricTolariaCompileFallback, Value: float64(t.summary.CaptureFallbacks)},
+		leyline.Metric{Name: leyline.MetricTolariaModeConservative, Value: b2f(t.deadlines.Conservative())},
+		leyline.Metric{Name: leyline.MetricTolariaTrainAMPEnabled, Value: b2f(t.prec.enabled())},
+		leyline.Metric{Name: leyline.MetricTolariaTrainTF32Enabled, Value: b2f(t.o.TF32)},
 		// The optimizers step their flat arenas with one fused kernel
 		// each: always foreach.
-		{Name: leyline.MetricTolariaTrainForeachEnabled, Value: 1},
-	}
-	metrics = append(metrics, t.deadlines.Metrics()...)
+		leyline.Metric{Name: leyline.MetricTolariaTrainForeachEnabled, Value: 1},
+	)
+	metrics = t.deadlines.appendMetrics(metrics)
 	metrics = append(metrics, t.aggReport.Metrics...)
-	mev := leyline.NewEvent(leyline.EventMetrics, &leyline.MetricsPayload{Source: "tolaria", Metrics: metrics})
-	mev.Epoch = leyline.IntPtr(r.Epoch)
+	p.metrics = leyline.MetricsPayload{Source: "tolaria", Metrics: metrics}
+	mev := leyline.NewEvent(leyline.EventMetrics, &p.metrics)
+	mev.Epoch = &p.metsEpoch
 	t.o.Sink.Emit(mev)
 	t.emitAggWarnings(r.Epoch, t.aggReport.Events)
 }

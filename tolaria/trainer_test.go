@@ -164,10 +164,17 @@ func TestCapturedTrainingEqualsEager(t *testing.T) {
 		require.NoError(t, err)
 		return params(m), sum
 	}
-	eager, _ := run(false)
+	eager, esum := run(false)
 	captured, sum := run(true)
 	require.Zero(t, sum.CaptureFallbacks)
 	require.True(t, sum.Final().Captured, "the last epoch's steps replayed a captured graph")
+	require.Equal(t, len(esum.Epochs), len(sum.Epochs))
+	for i, er := range esum.Epochs {
+		cr := sum.Epochs[i]
+		// Validation is captured too: its figures match bitwise.
+		require.Equal(t, [4]float64{er.TrainLoss, er.TrainAccuracy, er.ValLoss, er.ValAccuracy},
+			[4]float64{cr.TrainLoss, cr.TrainAccuracy, cr.ValLoss, cr.ValAccuracy}, "epoch %d", i)
+	}
 	require.Equal(t, len(eager), len(captured))
 	for name, v := range eager {
 		require.Equal(t, v, captured[name], "parameter %s", name)

@@ -1,0 +1,103 @@
+package tolaria
+
+import (
+	"math"
+
+	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/kernels"
+	"github.com/esper-go/esper/tensor"
+)
+
+// evalRunner runs validation batches: the forward pass in inference
+// mode, the batch's summed cross-entropy and its correct count added to
+// a device-resident accumulator that evaluate reads once, after the last
+// batch. Like the train step it only launches kernels, so with
+// TrainerOptions.Capture each batch is replayed from a captured graph
+// (same guard as the train step: the parameter set and every seed's
+// stage, alpha and isolation, so a counterfactual's forced alpha gets a
+// graph of its own).
+type evalRunner struct {
+	t        *Trainer
+	captured *autograd.Captured
+	met      *tensor.Tensor // F32 [2]: Σ loss, Σ correct
+	lossSum  *tensor.Tensor // met[0:1]
+	correct  *tensor.Tensor // met[1:2]
+	out      []*tensor.Tensor
+	in       []*tensor.Tensor
+	ce       kernels.CrossEntropyParams
+	correctN correctCounter
+	// n counts the samples of the running evaluate, err its failure;
+	// body is r.batch, bound once.
+	n    int
+	err  error
+	body func(x, y *tensor.Tensor) bool
+}
+
+func newEvalRunner(t *Trainer) *evalRunner {
+	r := &evalRunner{
+		t: t, met: tensor.Zeros(tensor.F32, 2), in: make([]*tensor.Tensor, 2),
+		ce: kernels.CrossEntropyParams{Reduction: kernels.ReduceSum},
+	}
+	r.lossSum, r.correct = r.met.Narrow(0, 0, 1), r.met.Narrow(0, 1, 1)
+	r.out = []*tensor.Tensor{r.met}
+	r.body = r.batch
+	if t.o.Capture {
+		r.captured = autograd.Capture(r.fn, autograd.CaptureOptions{
+			Warmup:     t.o.CaptureWarmup,
+			Policy:     autograd.Recapture,
+			CacheSize:  4,
+			Version:    t.step.guard,
+			OnFallback: t.captureFallback,
+		})
+	}
+	return r
+}
+
+// fn is one validation batch over in = {x, y}.
+func (r *evalRunner) fn(in []*tensor.Tensor) []*tensor.Tensor {
+	x, y := in[0], in[1]
+	be := kernels.For(r.met.Device())
+	autograd.InferenceMode(func() {
+		logits := r.t.model.Forward(autograd.Const(x))
+		l := autograd.CrossEntropy(logits, y, r.ce)
+		be.Binary(kernels.Add, r.lossSum, r.lossSum, l.Value.Reshape(1))
+		r.correctN.add(be, r.correct, logits, y)
+	})
+	return r.out
+}
+
+// batch is the validation loop's body: one batch added to the
+// accumulator, replayed when captured.
+func (r *evalRunner) batch(x, y *tensor.Tensor) bool {
+	r.in[0], r.in[1] = x, y
+	if r.captured == nil {
+		r.fn(r.in)
+	} else if _, err := r.captured.Run(r.in...); err != nil {
+		r.err = err
+	}
+	clear(r.in)
+	r.n += y.Dim(0)
+	return r.err == nil
+}
+
+// evaluate runs the validation batches in inference mode and eval mode
+// and returns the mean loss and the accuracy in percent (one host read
+// of the accumulator per call).
+func (t *Trainer) evaluate(e int) (loss, acc float64) {
+	t.model.SetTraining(false)
+	defer t.model.SetTraining(true)
+	r := t.eval
+	zeroMetrics(r.met)
+	r.correctN.reset()
+	r.n, r.err = 0, nil
+	t.o.Val.Batches(e)(r.body)
+	if r.err != nil {
+		panic(r.err) // Recapture never reports a guard mismatch
+	}
+	if r.n == 0 {
+		return math.NaN(), math.NaN()
+	}
+	m := r.met.F32()
+	correct := float64(m[1]) + r.correctN.total()
+	return float64(m[0]) / float64(r.n), 100 * correct / float64(r.n)
+}
