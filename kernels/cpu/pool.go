@@ -49,8 +49,14 @@ func parallelFor(n, cost int, body func(lo, hi int)) {
 	if n <= 0 {
 		return
 	}
+	// The cheap tests first: GOMAXPROCS(0) takes a scheduler lock, which
+	// small launches (most of a tiny model's) should not pay for.
+	if n == 1 || n*cost < minWork {
+		body(0, n)
+		return
+	}
 	p := runtime.GOMAXPROCS(0)
-	if p == 1 || n == 1 || n*cost < minWork {
+	if p == 1 {
 		body(0, n)
 		return
 	}
