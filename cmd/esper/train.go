@@ -321,7 +321,9 @@ func history(sum tolaria.Summary, title string) runHistory {
 				h.Marks = append(h.Marks, lifecycleMark{Epoch: e, Kind: "blending", Seed: s.SeedID})
 			case s.Stage != p && s.Stage == leyline.StageFossilized:
 				h.Marks = append(h.Marks, lifecycleMark{Epoch: e, Kind: "fossilized", Seed: s.SeedID})
-			case s.Stage != p && s.Stage == leyline.StagePruned:
+			case s.Stage != p && leyline.IsFailureStage(s.Stage) && !leyline.IsFailureStage(p):
+				// Pruned: the slot's epoch tick may already have moved it
+				// on to EMBARGOED by the time the epoch reports.
 				h.Marks = append(h.Marks, lifecycleMark{Epoch: e, Kind: "pruned", Seed: s.SeedID})
 			}
 			prev[s.SeedID] = s.Stage
