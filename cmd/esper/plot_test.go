@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"image/png"
 	"os"
 	"path/filepath"
@@ -8,6 +9,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"gonum.org/v1/plot/plotter"
+
+	"github.com/esper-go/esper/leyline"
+	"github.com/esper-go/esper/tolaria"
 )
 
 func TestPlotsWritePNGs(t *testing.T) {
@@ -39,4 +43,27 @@ func TestPlotsWritePNGs(t *testing.T) {
 	require.Empty(t, matches, "no temporary files left behind")
 	require.Error(t, writeTrainingPlot(filepath.Join(dir, "empty.png"), runHistory{}))
 	require.NoError(t, writeAlphaPlot(filepath.Join(dir, "none.png"), runHistory{}))
+}
+
+// TestHistoryMarks: lifecycle marks come from stage changes between
+// epochs, a prune included when the seed is already EMBARGOED when the
+// epoch reports.
+func TestHistoryMarks(t *testing.T) {
+	seed := func(stage leyline.SeedStage, alpha float64) []leyline.SeedReport {
+		return []leyline.SeedReport{{SeedID: "r0c0-norm", SlotID: "r0c0", Stage: stage, Alpha: alpha}}
+	}
+	sum := tolaria.Summary{Epochs: []tolaria.EpochReport{
+		{Epoch: 0},
+		{Epoch: 1, Seeds: seed(leyline.StageGerminated, 0)},
+		{Epoch: 2, Seeds: seed(leyline.StageBlending, 0.5)},
+		{Epoch: 3, Seeds: seed(leyline.StageEmbargoed, 0)},
+	}}
+	h := history(sum, "t")
+	var kinds []string
+	for _, m := range h.Marks {
+		kinds = append(kinds, fmt.Sprintf("%d:%s", m.Epoch, m.Kind))
+	}
+	require.Equal(t, []string{"2:germinated", "3:blending", "4:pruned"}, kinds)
+	require.Len(t, h.Alphas["r0c0-norm"], 3)
+	require.Len(t, h.Epochs, 4)
 }
