@@ -19,7 +19,7 @@ test: vet fmt-check
 
 ## race: the race detector over the packages that run goroutines. It needs
 ## cgo and a C compiler; without one it says so and skips.
-RACE_PKGS ?= ./nissa ./kasmina/... ./leyline ./bench ./kernels/cpu
+RACE_PKGS ?= ./nissa ./kasmina/... ./leyline ./bench ./kernels/cpu ./tolaria/... ./tamiyo ./data
 race:
 	@if command -v $${CC:-cc} >/dev/null 2>&1 || command -v gcc >/dev/null 2>&1; then \
 	  echo "$(GO) test -race -count=1 $(RACE_PKGS)"; \
