@@ -130,16 +130,25 @@ func (m *W1) read(epoch int, met *tensor.Tensor) EpochMetrics {
 	}
 }
 
-// RunW1 times W1 and counts allocations per epoch.
-func RunW1(o W1Options) (res W1Result, err error) {
+// withDefaults fills the zero fields of o (2000 epochs, 50 warm-up) and
+// rejects a negative warm-up.
+func (o W1Options) withDefaults() (W1Options, error) {
 	if o.Epochs <= 0 {
 		o.Epochs = 2000
 	}
 	if o.Warmup < 0 {
-		return W1Result{}, fmt.Errorf("bench: W1 warm-up %d < 0", o.Warmup)
+		return o, fmt.Errorf("bench: W1 warm-up %d < 0", o.Warmup)
 	}
 	if o.Warmup == 0 {
 		o.Warmup = 50
+	}
+	return o, nil
+}
+
+// RunW1 times W1 and counts allocations per epoch.
+func RunW1(o W1Options) (res W1Result, err error) {
+	if o, err = o.withDefaults(); err != nil {
+		return W1Result{}, err
 	}
 	m, err := NewW1(o.Seed)
 	if err != nil {

@@ -126,14 +126,8 @@ func (w *w1Trainer) close() { _ = w.hub.Close(10 * time.Second) }
 // and times each RunEpoch. The model, data, optimizer (SGD lr 0.01,
 // momentum 0.9, no weight decay, no clipping) and epoch are W1's.
 func RunW1Trainer(o W1Options) (res W1Result, err error) {
-	if o.Epochs <= 0 {
-		o.Epochs = 2000
-	}
-	if o.Warmup < 0 {
-		return W1Result{}, fmt.Errorf("bench: W1 warm-up %d < 0", o.Warmup)
-	}
-	if o.Warmup == 0 {
-		o.Warmup = 50
+	if o, err = o.withDefaults(); err != nil {
+		return W1Result{}, err
 	}
 	w, err := newW1Trainer(o.Seed, o.Captured, o.Warmup+o.Epochs)
 	if err != nil {
