@@ -29,6 +29,9 @@ type trainerMeta struct {
 	CaptureFallbacks               int
 	LastSeeds                      map[string]leyline.SeedStage
 	Conservative                   bool
+	// EpochsFailed is tolaria.epochs.failed; a failure rollback keeps
+	// the current count, only Resume loads it.
+	EpochsFailed int `json:",omitempty"`
 	// AggRNG is the PCGrad order generator's state (rand.PCG binary).
 	AggRNG []byte `json:",omitempty"`
 }
@@ -64,7 +67,7 @@ func (t *Trainer) State(epoch int) (rollback.State, error) {
 	tm, err := json.Marshal(trainerMeta{
 		Germinated: t.summary.Germinated, Fossilized: t.summary.Fossilized, Pruned: t.summary.Pruned,
 		CaptureFallbacks: t.summary.CaptureFallbacks, LastSeeds: t.lastSeeds,
-		Conservative: t.deadlines.Conservative(), AggRNG: rng,
+		Conservative: t.deadlines.Conservative(), AggRNG: rng, EpochsFailed: t.failed,
 	})
 	if err != nil {
 		return st, err
@@ -78,15 +81,6 @@ func (t *Trainer) State(epoch int) (rollback.State, error) {
 		st.Meta.Extra["controller"] = json.RawMessage(cs)
 	}
 	return st, nil
-}
-
-// checkpoint writes the state after epoch e to the store.
-func (t *Trainer) checkpoint(e int) error {
-	st, err := t.State(e)
-	if err != nil {
-		return err
-	}
-	return t.o.Checkpoints.Write(e, st)
 }
 
 // Resume loads the latest checkpoint of TrainerOptions.Checkpoints and
@@ -115,7 +109,13 @@ func (t *Trainer) Resume() (next int, err error) {
 // without fp16 (the scaler state is ignored); an fp16 trainer refuses a
 // checkpoint without scaler state, since its first steps would otherwise
 // run at the initial scale and diverge from the saved run.
-func (t *Trainer) LoadState(st rollback.State) error {
+func (t *Trainer) LoadState(st rollback.State) error { return t.loadState(st, false) }
+
+// loadState is LoadState; a failure rollback (keepRun set) keeps the
+// current conservative mode and failed-epoch count, which describe the
+// run rather than the snapshot. The seeds, the lifecycle counters and
+// everything else revert with the snapshot.
+func (t *Trainer) loadState(st rollback.State, keepRun bool) error {
 	cks, err := st.SlotCheckpoints()
 	if err != nil {
 		return err
@@ -179,6 +179,10 @@ func (t *Trainer) LoadState(st rollback.State) error {
 	if t.lastSeeds == nil {
 		t.lastSeeds = map[string]leyline.SeedStage{}
 	}
+	if keepRun {
+		return nil
+	}
+	t.failed = tm.EpochsFailed
 	if tm.Conservative {
 		t.deadlines.EnterConservative("resumed in conservative mode")
 	} else {

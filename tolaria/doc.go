@@ -21,7 +21,12 @@
 //     reported, and switches to conservative mode (WAIT), and a late
 //     result is discarded, never applied.
 //   - Breaker: the CLOSED / OPEN / HALF_OPEN circuit breaker behind the
-//     trainer's failed-epoch handling (tolaria.breaker.state).
+//     trainer's failed-epoch handling (tolaria.breaker.state): an epoch
+//     fails on an open breaker, an exceeded EpochBudget or a deadline
+//     miss, turns conservative mode on and, with RollbackOnFailure,
+//     restores the previous epoch's state from the two rollback tiers
+//     (package rollback: the in-memory fast tier, FastRollbackMB, then
+//     the checkpoints; tolaria.rollback.*).
 //   - ApplyDecision: carries a leyline.Decision out on a
 //     kasmina.MorphogeneticModel.
 //   - ParseDevice: validates "cpu", "cuda" and "cuda:N" against the

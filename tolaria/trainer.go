@@ -96,8 +96,39 @@ type TrainerOptions struct {
 	// a panic (see Governor); nil disables it.
 	Governor *GovernorOptions
 	// Checkpoints, when set, receives a checkpoint after every epoch, and
-	// Resume continues from its latest one.
+	// Resume continues from its latest one. It is also the slow rollback
+	// tier (RollbackOnFailure).
 	Checkpoints *rollback.Store
+
+	// EpochBudget fails an epoch whose wall time (training, validation,
+	// counterfactuals and the decision) exceeds it: reason "epoch_budget"
+	// and the event tolaria.epoch_budget_exceeded (G1 epoch_budget_ms).
+	// Zero means no budget; negative is an error.
+	EpochBudget time.Duration
+	// Breaker configures the epoch circuit breaker: every failed epoch
+	// records a failure, every successful one a success, and while it is
+	// OPEN epochs run in conservative mode and fail with "breaker_open".
+	// The zero value is G1's trainer breaker: 3 failures open it for 60 s,
+	// and 1 success in HALF_OPEN closes it (SuccessThreshold zero means 1
+	// here, not NewBreaker's 2). Sink nil means the trainer's Sink.
+	Breaker BreakerOptions
+	// FastRollbackMB enables the fast rollback tier, an in-memory LRU of
+	// the trainer's State after each successful epoch (keyed by epoch),
+	// with this capacity in MiB. Zero disables it (G1 TOLARIA_ROLLBACK_*
+	// is off by default); rollback.DefaultFastCapMB is G1's capacity
+	// (TOLARIA_ROLLBACK_FAST_CAP_MB 32). Negative is an error. A State
+	// larger than the capacity is not cached.
+	FastRollbackMB int
+	// RollbackOnFailure restores, after a failed epoch, the nearest
+	// snapshot at or before the previous epoch: the fast tier's, else the
+	// latest checkpoint of Checkpoints read under RollbackDeadline. It
+	// does nothing without either tier, or for a failure in the first
+	// epoch. Default off (G1 TOLARIA_ROLLBACK_ENABLED false).
+	RollbackOnFailure bool
+	// RollbackDeadline bounds the checkpoint read of a rollback; zero
+	// means rollback.DefaultDeadline (250 ms, G1
+	// TOLARIA_ROLLBACK_DEADLINE_MS); negative is an error.
+	RollbackDeadline time.Duration
 
 	// Sink receives the trainer's telemetry; nil sends none.
 	Sink EventSink
@@ -134,7 +165,19 @@ type EpochReport struct {
 	Outcome OutcomeStatus
 	// RolledBack reports a governor rollback this epoch.
 	RolledBack bool
-	// Seeds are the seeds after the epoch's decision.
+	// Failed reports a failed epoch (esper-reference §3.1.6) and
+	// FailureReason why: FailureBreakerOpen, FailureEpochBudget,
+	// FailureTamiyoTimeout or FailureKasminaTimeout, the first that
+	// applies. The losses and accuracies are the failed epoch's.
+	Failed        bool
+	FailureReason string
+	// RestoredFrom is the epoch whose state a failure rollback restored
+	// (RollbackOnFailure), -1 when none was; RestoredFast tells whether
+	// it came from the fast tier rather than a checkpoint.
+	RestoredFrom int
+	RestoredFast bool
+	// Seeds are the seeds after the epoch's decision (after the failure
+	// rollback when RestoredFrom ≥ 0).
 	Seeds []leyline.SeedReport
 	// Captured reports whether the epoch's steps ran captured.
 	Captured bool
@@ -188,6 +231,9 @@ type Trainer struct {
 	aggReport aggregation.EpochReport // the current epoch's, for emitEpoch
 	deadlines *Deadlines
 	governor  *Governor
+	breaker   *Breaker
+	rollback  *rollback.TwoTier
+	failed    int // epochs failed (tolaria.epochs.failed)
 	start     int // first epoch Fit runs (after Resume)
 	summary   Summary
 	lastSeeds map[string]leyline.SeedStage // seed id → stage, for the counts
@@ -239,6 +285,9 @@ func NewTrainer(o TrainerOptions) (*Trainer, error) {
 		return nil, err
 	}
 	t := &Trainer{o: o, model: o.Model, deadlines: dl, lastSeeds: map[string]leyline.SeedStage{}}
+	if err := t.newFailureHandling(o); err != nil {
+		return nil, err
+	}
 	t.opt, err = newOptimizers(o)
 	if err != nil {
 		return nil, err
@@ -306,8 +355,21 @@ func (t *Trainer) Summary() Summary {
 }
 
 // RunEpoch runs epoch e: training steps, validation, counterfactuals,
-// the governor, the controller's decision, the slots' epoch tick,
-// telemetry and the checkpoint.
+// the governor, the controller's decision, the slots' epoch tick, the
+// failure handling, telemetry and the checkpoint.
+//
+// Failure handling (esper-reference §3.1.6, without the emergency
+// levels): the epoch fails when the breaker was OPEN at its start (it
+// then runs in conservative mode, skipping the controller), else when it
+// exceeded EpochBudget, else when the controller or the apply missed its
+// deadline. A failure counts tolaria.epochs.failed, records a breaker
+// failure, rolls back when RollbackOnFailure is set (see
+// TrainerOptions.RollbackOnFailure) and turns conservative mode on, so
+// that the next epoch skips the controller; a success records a breaker
+// success and turns conservative mode off. Only a successful epoch's
+// state enters the fast rollback tier; every epoch is checkpointed (a
+// rolled-back one with the restored state, which is what the next epoch
+// starts from).
 func (t *Trainer) RunEpoch(ctx context.Context, e int) (r EpochReport, err error) {
 	defer func() {
 		if p := recover(); p != nil {
@@ -315,7 +377,11 @@ func (t *Trainer) RunEpoch(ctx context.Context, e int) (r EpochReport, err error
 		}
 	}()
 	start := time.Now()
-	r.Epoch = e
+	r.Epoch, r.RestoredFrom = e, -1
+	allowed := t.breaker.Allow()
+	if !allowed {
+		t.deadlines.EnterConservative(FailureBreakerOpen)
+	}
 	defer t.setMatmulPrecision()()
 	if err := t.opt.sync(t.model); err != nil {
 		return r, err
@@ -348,8 +414,9 @@ func (t *Trainer) RunEpoch(ctx context.Context, e int) (r EpochReport, err error
 	}
 
 	r.Decision, r.Outcome, r.Applied = leyline.Wait("no controller"), OutcomeSkipped, ApplyNoop
+	stepReason := ""
 	if t.o.Controller != nil && !r.RolledBack {
-		r.Decision, r.Outcome, r.Applied = t.decide(ctx, e, r)
+		r.Decision, r.Outcome, r.Applied, stepReason = t.decide(ctx, e, r)
 	}
 	t.model.StepEpoch()
 	if err := t.opt.sync(t.model); err != nil {
@@ -358,11 +425,31 @@ func (t *Trainer) RunEpoch(ctx context.Context, e int) (r EpochReport, err error
 	r.Seeds = seedReports(t.opt.slots)
 	t.countLifecycle(r.Seeds)
 	r.Duration = time.Since(start)
+	if r.FailureReason = t.failureReason(allowed, r.Duration, stepReason); r.FailureReason != "" {
+		r.Failed = true
+		if err := t.failEpoch(ctx, &r); err != nil {
+			return r, err
+		}
+	} else {
+		t.succeedEpoch()
+	}
 	t.emitEpoch(r)
 	t.summary.Epochs = append(t.summary.Epochs, r)
-	if t.o.Checkpoints != nil {
-		if err := t.checkpoint(e); err != nil {
-			return r, fmt.Errorf("tolaria: epoch %d: checkpoint: %w", e, err)
+	snapshot := !r.Failed && t.rollback.Fast != nil
+	if t.o.Checkpoints != nil || snapshot {
+		st, err := t.State(e)
+		if err != nil {
+			return r, fmt.Errorf("tolaria: epoch %d: state: %w", e, err)
+		}
+		if t.o.Checkpoints != nil {
+			if err := t.o.Checkpoints.Write(e, st); err != nil {
+				return r, fmt.Errorf("tolaria: epoch %d: checkpoint: %w", e, err)
+			}
+		}
+		if snapshot {
+			if err := t.snapshotFast(e, st); err != nil {
+				return r, fmt.Errorf("tolaria: epoch %d: fast rollback snapshot: %w", e, err)
+			}
 		}
 	}
 	return r, nil
@@ -370,17 +457,18 @@ func (t *Trainer) RunEpoch(ctx context.Context, e int) (r EpochReport, err error
 
 // decide asks the controller under its deadline and applies the decision
 // under the apply deadline. A timed-out or failed decision is WAIT; a
-// late decision is discarded by Deadlines and never applied.
-func (t *Trainer) decide(ctx context.Context, e int, r EpochReport) (leyline.Decision, OutcomeStatus, ApplyStatus) {
+// late decision is discarded by Deadlines and never applied. reason is
+// the epoch failure a deadline miss causes (FailureTamiyoTimeout or
+// FailureKasminaTimeout), "" otherwise. Conservative mode, which skips
+// the controller, is cleared by RunEpoch after a successful epoch.
+func (t *Trainer) decide(ctx context.Context, e int, r EpochReport) (_ leyline.Decision, _ OutcomeStatus, _ ApplyStatus, reason string) {
 	st := t.epochState(e, r)
 	d, out := t.deadlines.Decide(ctx, t.o.Controller, st)
 	if out.Status != OutcomeOK {
-		if out.Status == OutcomeSkipped {
-			// Conservative for one epoch: this one skipped the
-			// controller and went well, so the next one asks again.
-			t.deadlines.ClearConservative()
+		if out.Status == OutcomeTimeout {
+			reason = FailureTamiyoTimeout
 		}
-		return d, out.Status, ApplyNoop
+		return d, out.Status, ApplyNoop, reason
 	}
 	applied := ApplyNoop
 	aout := t.deadlines.Apply(ctx, func(ctx context.Context) error {
@@ -392,9 +480,12 @@ func (t *Trainer) decide(ctx context.Context, e int, r EpochReport) (leyline.Dec
 		return err
 	})
 	if aout.Status != OutcomeOK {
-		return d, out.Status, ApplyNoop
+		if aout.Status == OutcomeTimeout {
+			reason = FailureKasminaTimeout
+		}
+		return d, out.Status, ApplyNoop, reason
 	}
-	return d, out.Status, applied
+	return d, out.Status, applied, ""
 }
 
 // epochState is the controller's view of the epoch.
@@ -565,7 +656,7 @@ func (t *Trainer) emitEpoch(r EpochReport) {
 		return 0
 	}
 	// Every event gets its own slice (backends keep them), sized once.
-	metrics := make([]leyline.Metric, 0, numEpochMetrics+numDeadlineMetrics+len(t.aggReport.Metrics))
+	metrics := make([]leyline.Metric, 0, numEpochMetrics+numDeadlineMetrics+numFailureMetrics+len(t.aggReport.Metrics))
 	metrics = append(metrics,
 		leyline.Metric{Name: leyline.MetricTolariaTrainingLoss, Value: r.TrainLoss},
 		leyline.Metric{Name: leyline.MetricTolariaTrainingAccuracy, Value: r.TrainAccuracy},
@@ -583,6 +674,7 @@ func (t *Trainer) emitEpoch(r EpochReport) {
 		leyline.Metric{Name: leyline.MetricTolariaTrainForeachEnabled, Value: 1},
 	)
 	metrics = t.deadlines.appendMetrics(metrics)
+	metrics = t.failureMetrics(metrics)
 	metrics = append(metrics, t.aggReport.Metrics...)
 	p.metrics = leyline.MetricsPayload{Source: "tolaria", Metrics: metrics}
 	mev := leyline.NewEvent(leyline.EventMetrics, &p.metrics)
