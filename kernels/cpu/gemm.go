@@ -1,6 +1,10 @@
 package cpu
 
-import "github.com/esper-go/esper/tensor"
+import (
+	"sync/atomic"
+
+	"github.com/esper-go/esper/tensor"
+)
 
 // The GEMM used by MatMul and the convolutions: Goto-style blocking with
 // packed panels and a register-blocked mr×nr micro-kernel (microKernel,
@@ -10,21 +14,64 @@ import "github.com/esper-go/esper/tensor"
 // caller splits rows among workers.
 
 const (
-	gemmMR = 4   // rows of the micro-tile
-	gemmNR = 4   // columns of the micro-tile
+	gemmMR = 4   // rows of the pure-Go micro-tile
+	gemmNR = 4   // columns of the pure-Go micro-tile
 	gemmKC = 256 // depth of a packed block
-	gemmMC = 64  // rows of a packed A block
+	gemmMC = 96  // rows of a packed A block (a multiple of every MR in use)
 	gemmNC = 512 // columns of a packed B block
+)
+
+// microKernelFunc adds the product of an MR×kb packed A panel and a kb×NR
+// packed B panel to the mr×nr tile of C at ci (mr ≤ MR, nr ≤ NR). Each
+// element is summed in registers from p = 0 up and then added to C once.
+type microKernelFunc[F tensor.Float] func(kb int, pa, pb []F, c []F, ci, ldc, mr, nr int)
+
+// gemmKernel is a micro-kernel with its tile shape; packing follows it.
+// fn nil means the pure-Go microKernel (called directly: a generic function
+// value would allocate on every GEMM).
+type gemmKernel[F tensor.Float] struct {
+	mr, nr int
+	fn     microKernelFunc[F]
+}
+
+// gemmPureGo, when set, makes every GEMM use the pure-Go micro-kernel even
+// where an assembly one is available (tests run both paths).
+var gemmPureGo atomic.Bool
+
+// kernelFor picks the micro-kernel for F: the fastest assembly kernel the
+// CPU supports for float32 (see gemm_amd64.go), otherwise microKernel.
+func kernelFor[F tensor.Float]() gemmKernel[F] {
+	var z F
+	if _, ok := any(z).(float32); ok && sgemmAsm.fn != nil && !gemmPureGo.Load() {
+		if fn, ok := any(sgemmAsm.fn).(func(int, []F, []F, []F, int, int, int, int)); ok {
+			return gemmKernel[F]{mr: sgemmAsm.mr, nr: sgemmAsm.nr, fn: fn}
+		}
+	}
+	return gemmKernel[F]{mr: gemmMR, nr: gemmNR}
+}
+
+// sgemmKernel describes a float32 assembly micro-kernel (fn nil if none).
+type sgemmKernel struct {
+	name   string
+	mr, nr int
+	fn     func(kb int, pa, pb []float32, c []float32, ci, ldc, mr, nr int)
+}
+
+// maxMR and maxNR bound the tile shapes of every kernel, for sizing scratch.
+const (
+	maxMR = 16
+	maxNR = 32
 )
 
 // gemmScratch is the packing space one serial GEMM needs.
 type gemmScratch[F tensor.Float] struct{ a, b []F }
 
-// newGemmScratch sizes packing space for problems up to m×n×k.
+// newGemmScratch sizes packing space for problems up to m×n×k, for any
+// micro-kernel shape.
 func newGemmScratch[F tensor.Float](m, n, k int) gemmScratch[F] {
 	kc := min(gemmKC, k)
-	mc := roundUp(min(gemmMC, m), gemmMR)
-	nc := roundUp(min(gemmNC, n), gemmNR)
+	mc := min(gemmMC, m) + maxMR - 1 // ≥ roundUp(min(gemmMC, m), mr)
+	nc := min(gemmNC, n) + maxNR - 1
 	return gemmScratch[F]{a: getBuf[F](mc * kc), b: getBuf[F](kc * nc)}
 }
 
@@ -55,20 +102,26 @@ func gemm[F tensor.Float](m, n, k int, a []F, lda int, transA bool, b []F, ldb i
 	if k == 0 {
 		return
 	}
+	kern := kernelFor[F]()
+	mr, nr := kern.mr, kern.nr
 	for jc := 0; jc < n; jc += gemmNC {
 		nb := min(gemmNC, n-jc)
 		for pc := 0; pc < k; pc += gemmKC {
 			kb := min(gemmKC, k-pc)
-			packB(sc.b, b, ldb, transB, pc, jc, kb, nb)
+			packB(sc.b, b, ldb, transB, pc, jc, kb, nb, nr)
 			for ic := 0; ic < m; ic += gemmMC {
 				mb := min(gemmMC, m-ic)
-				packA(sc.a, a, lda, transA, ic, pc, mb, kb)
-				for jr := 0; jr < nb; jr += gemmNR {
-					pb := sc.b[jr*kb : (jr+gemmNR)*kb]
-					nr := min(gemmNR, nb-jr)
-					for ir := 0; ir < mb; ir += gemmMR {
-						pa := sc.a[ir*kb : (ir+gemmMR)*kb]
-						microKernel(kb, pa, pb, c, (ic+ir)*ldc+jc+jr, ldc, min(gemmMR, mb-ir), nr)
+				packA(sc.a, a, lda, transA, ic, pc, mb, kb, mr)
+				for jr := 0; jr < nb; jr += nr {
+					pb := sc.b[jr*kb : (jr+nr)*kb]
+					nrr := min(nr, nb-jr)
+					for ir := 0; ir < mb; ir += mr {
+						pa := sc.a[ir*kb : (ir+mr)*kb]
+						if kern.fn != nil {
+							kern.fn(kb, pa, pb, c, (ic+ir)*ldc+jc+jr, ldc, min(mr, mb-ir), nrr)
+						} else {
+							microKernel(kb, pa, pb, c, (ic+ir)*ldc+jc+jr, ldc, min(mr, mb-ir), nrr)
+						}
 					}
 				}
 			}
@@ -76,87 +129,68 @@ func gemm[F tensor.Float](m, n, k int, a []F, lda int, transA bool, b []F, ldb i
 	}
 }
 
-// packA copies the mb×kb block of op(A) at (ic, pc) into panels of gemmMR
-// rows: panel r holds, for each p, the gemmMR values of rows r·MR.. (zero
+// packA copies the mb×kb block of op(A) at (ic, pc) into panels of mr
+// rows: panel r holds, for each p, the mr values of rows r·mr.. (zero
 // beyond mb).
-func packA[F tensor.Float](dst, a []F, lda int, trans bool, ic, pc, mb, kb int) {
-	for ir := 0; ir < mb; ir += gemmMR {
-		pan := dst[ir*kb : (ir+gemmMR)*kb]
-		rows := min(gemmMR, mb-ir)
+func packA[F tensor.Float](dst, a []F, lda int, trans bool, ic, pc, mb, kb, mr int) {
+	for ir := 0; ir < mb; ir += mr {
+		pan := dst[ir*kb : (ir+mr)*kb]
+		rows := min(mr, mb-ir)
 		if trans {
 			for p := 0; p < kb; p++ {
-				src := a[(pc+p)*lda+ic+ir:]
-				q := pan[p*gemmMR : p*gemmMR+gemmMR]
-				if rows == gemmMR {
-					q[0], q[1], q[2], q[3] = src[0], src[1], src[2], src[3]
-				} else {
-					for r := 0; r < gemmMR; r++ {
-						if r < rows {
-							q[r] = src[r]
-						} else {
-							q[r] = 0
-						}
-					}
-				}
+				q := pan[p*mr : p*mr+mr]
+				n := copy(q[:rows], a[(pc+p)*lda+ic+ir:])
+				clear(q[n:])
 			}
 			continue
 		}
-		for r := 0; r < gemmMR; r++ {
+		for r := 0; r < mr; r++ {
 			if r >= rows {
 				for p := 0; p < kb; p++ {
-					pan[p*gemmMR+r] = 0
+					pan[p*mr+r] = 0
 				}
 				continue
 			}
 			src := a[(ic+ir+r)*lda+pc : (ic+ir+r)*lda+pc+kb]
 			for p, v := range src {
-				pan[p*gemmMR+r] = v
+				pan[p*mr+r] = v
 			}
 		}
 	}
 }
 
-// packB copies the kb×nb block of op(B) at (pc, jc) into panels of gemmNR
+// packB copies the kb×nb block of op(B) at (pc, jc) into panels of nr
 // columns (zero beyond nb).
-func packB[F tensor.Float](dst, b []F, ldb int, trans bool, pc, jc, kb, nb int) {
-	for jr := 0; jr < nb; jr += gemmNR {
-		pan := dst[jr*kb : (jr+gemmNR)*kb]
-		cols := min(gemmNR, nb-jr)
+func packB[F tensor.Float](dst, b []F, ldb int, trans bool, pc, jc, kb, nb, nr int) {
+	for jr := 0; jr < nb; jr += nr {
+		pan := dst[jr*kb : (jr+nr)*kb]
+		cols := min(nr, nb-jr)
 		if !trans {
 			for p := 0; p < kb; p++ {
-				src := b[(pc+p)*ldb+jc+jr:]
-				q := pan[p*gemmNR : p*gemmNR+gemmNR]
-				if cols == gemmNR {
-					q[0], q[1], q[2], q[3] = src[0], src[1], src[2], src[3]
-				} else {
-					for j := 0; j < gemmNR; j++ {
-						if j < cols {
-							q[j] = src[j]
-						} else {
-							q[j] = 0
-						}
-					}
-				}
+				q := pan[p*nr : p*nr+nr]
+				n := copy(q[:cols], b[(pc+p)*ldb+jc+jr:])
+				clear(q[n:])
 			}
 			continue
 		}
-		for j := 0; j < gemmNR; j++ {
+		for j := 0; j < nr; j++ {
 			if j >= cols {
 				for p := 0; p < kb; p++ {
-					pan[p*gemmNR+j] = 0
+					pan[p*nr+j] = 0
 				}
 				continue
 			}
 			src := b[(jc+jr+j)*ldb+pc : (jc+jr+j)*ldb+pc+kb]
 			for p, v := range src {
-				pan[p*gemmNR+j] = v
+				pan[p*nr+j] = v
 			}
 		}
 	}
 }
 
-// microKernel adds the product of an MR×kb packed A panel and a kb×NR
-// packed B panel to the mr×nr tile of C at ci.
+// microKernel is the pure-Go 4×4 micro-kernel (a microKernelFunc with
+// MR = gemmMR, NR = gemmNR): the fallback on every platform and the test
+// oracle for the assembly kernels.
 func microKernel[F tensor.Float](kb int, pa, pb []F, c []F, ci, ldc, mr, nr int) {
 	var c00, c01, c02, c03, c10, c11, c12, c13, c20, c21, c22, c23, c30, c31, c32, c33 F
 	pa = pa[:kb*gemmMR]
@@ -212,4 +246,20 @@ func microKernel[F tensor.Float](kb int, pa, pb []F, c []F, ci, ldc, mr, nr int)
 			c[ci+i*ldc+j] += t[i*4+j]
 		}
 	}
+}
+
+// ForcePureGoGEMM makes every GEMM (MatMul, the convolutions) use the
+// pure-Go micro-kernel instead of an assembly one when on is true, and
+// returns the previous setting. It is for tests and benchmarks that compare
+// the two paths in one run; the default, false, picks the fastest kernel
+// the CPU supports.
+func ForcePureGoGEMM(on bool) (prev bool) { return gemmPureGo.Swap(on) }
+
+// GEMMKernel names the float32 GEMM micro-kernel in use ("purego" when no
+// assembly kernel is available or ForcePureGoGEMM is set).
+func GEMMKernel() string {
+	if sgemmAsm.fn == nil || gemmPureGo.Load() {
+		return "purego"
+	}
+	return sgemmAsm.name
 }
