@@ -38,11 +38,19 @@ type gemmKernel[F tensor.Float] struct {
 // where an assembly one is available (tests run both paths).
 var gemmPureGo atomic.Bool
 
-// kernelFor picks the micro-kernel for F: the fastest assembly kernel the
-// CPU supports for float32 (see gemm_amd64.go), otherwise microKernel.
-func kernelFor[F tensor.Float]() gemmKernel[F] {
+// gemmSmall is the product size m·n·k under which a float32 GEMM uses the
+// pure-Go 4×4 kernel: for the tiny products of small models (W1's 4×16 by
+// 16×4) an assembly kernel's edge path, a zeroed scratch tile per call,
+// costs more than the arithmetic. Tests set it to 0 so that the assembly
+// kernels also run on small shapes.
+var gemmSmall = 4096
+
+// kernelFor picks the micro-kernel for an m×n×k product of F: the fastest
+// assembly kernel the CPU supports for float32 (see gemm_amd64.go) unless
+// the product is smaller than gemmSmall, otherwise microKernel.
+func kernelFor[F tensor.Float](m, n, k int) gemmKernel[F] {
 	var z F
-	if _, ok := any(z).(float32); ok && sgemmAsm.fn != nil && !gemmPureGo.Load() {
+	if _, ok := any(z).(float32); ok && sgemmAsm.fn != nil && !gemmPureGo.Load() && m*n*k >= gemmSmall {
 		if fn, ok := any(sgemmAsm.fn).(func(int, []F, []F, []F, int, int, int, int)); ok {
 			return gemmKernel[F]{mr: sgemmAsm.mr, nr: sgemmAsm.nr, fn: fn}
 		}
@@ -102,7 +110,7 @@ func gemm[F tensor.Float](m, n, k int, a []F, lda int, transA bool, b []F, ldb i
 	if k == 0 {
 		return
 	}
-	kern := kernelFor[F]()
+	kern := kernelFor[F](m, n, k)
 	mr, nr := kern.mr, kern.nr
 	for jc := 0; jc < n; jc += gemmNC {
 		nb := min(gemmNC, n-jc)

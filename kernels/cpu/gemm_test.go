@@ -19,11 +19,12 @@ func gemmPaths(t *testing.T, f func(t *testing.T)) {
 	}
 }
 
-// withSgemm runs f with k as the float32 assembly kernel.
+// withSgemm runs f with k as the float32 assembly kernel, on every
+// problem size (gemmSmall 0).
 func withSgemm(k sgemmKernel, f func()) {
-	saved := sgemmAsm
-	sgemmAsm = k
-	defer func() { sgemmAsm = saved }()
+	saved, small := sgemmAsm, gemmSmall
+	sgemmAsm, gemmSmall = k, 0
+	defer func() { sgemmAsm, gemmSmall = saved, small }()
 	f()
 }
 
