@@ -181,13 +181,7 @@ func convPrep[F tensor.Float](g *convGeom, dst, x, w, bias *T) (run, release fun
 		slots <- sc
 	}
 	cost := 2 * g.og * g.pixels * g.kdim
-	return func() {
-			s.load()
-			parallelFor(items, cost, body)
-			s.store()
-		}, func() {
-			slots.release(convScratch[F].free)
-		}
+	return scratchLaunch(&s, slots, convScratch[F].free, func() { parallelFor(items, cost, body) })
 }
 
 // Conv2dBackwardInput implements kernels.Backend.
@@ -228,13 +222,7 @@ func convBwdInputPrep[F tensor.Float](g *convGeom, dx, dy, w *T) (run, release f
 		slots <- sc
 	}
 	cost := 2 * g.og * g.pixels * g.kdim
-	return func() {
-			s.load()
-			parallelFor(items, cost, body)
-			s.store()
-		}, func() {
-			slots.release(convScratch[F].free)
-		}
+	return scratchLaunch(&s, slots, convScratch[F].free, func() { parallelFor(items, cost, body) })
 }
 
 // convChunks is the number of weight-gradient partials for a batch of n:
@@ -294,12 +282,8 @@ func convBwdWeightPrep[F tensor.Float](g *convGeom, dw, x, dy *T) (run, release 
 		}
 	}
 	cost := 2 * g.og * g.pixels * g.kdim * max(1, g.n/nch)
-	return func() {
-			s.load()
-			parallelFor(items, cost, body)
-			parallelFor(wsz, nch, combine)
-			s.store()
-		}, func() {
-			slots.release(convScratch[F].free)
-		}
+	return scratchLaunch(&s, slots, convScratch[F].free, func() {
+		parallelFor(items, cost, body)
+		parallelFor(wsz, nch, combine)
+	})
 }

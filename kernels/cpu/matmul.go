@@ -59,6 +59,20 @@ func (be *Backend) MatMul(dst, a, b *T, transA, transB bool) {
 // through a channel, which neither allocates nor depends on worker ids.
 type scratchSet[S any] chan S
 
+// scratchLaunch returns the launch of a kernel with pooled scratch (see
+// Backend.launchScratch): run stages the inputs in, does the work and
+// stages the outputs out; release returns the scratch values to the
+// pools.
+func scratchLaunch[S any](s *stage, slots scratchSet[S], free func(S), work func()) (run, release func()) {
+	return func() {
+			s.load()
+			work()
+			s.store()
+		}, func() {
+			slots.release(free)
+		}
+}
+
 // release hands every value to free; call it only when no launch is
 // using the set (all values are back in the channel).
 func (c scratchSet[S]) release(free func(S)) {
@@ -115,11 +129,5 @@ func matmulPrep[F tensor.Float](dst, a, b *T, batch int, bcA, bcB bool, m, n, k 
 		slots <- sc
 	}
 	cost := 2 * gemmMC * n * k
-	return func() {
-			s.load()
-			parallelFor(items, cost, body)
-			s.store()
-		}, func() {
-			slots.release(gemmScratch[F].free)
-		}
+	return scratchLaunch(&s, slots, gemmScratch[F].free, func() { parallelFor(items, cost, body) })
 }
