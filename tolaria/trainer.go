@@ -10,6 +10,7 @@ import (
 
 	"github.com/esper-go/esper/kasmina"
 	"github.com/esper-go/esper/leyline"
+	"github.com/esper-go/esper/optim"
 	"github.com/esper-go/esper/tensor"
 	"github.com/esper-go/esper/tolaria/aggregation"
 	"github.com/esper-go/esper/tolaria/rollback"
@@ -41,6 +42,12 @@ type TrainerOptions struct {
 	// zero means 0.01, 0.9 and 5e-4 (G2 per-batch step). A negative
 	// HostMomentum or HostWeightDecay means none.
 	HostLR, HostMomentum, HostWeightDecay float64
+	// HostSchedule, when set, sets the host's learning rate at the start
+	// of every epoch e to HostSchedule.LR(e) (HostLR then only seeds the
+	// optimizer). Schedules are closed forms of the epoch, so a resumed
+	// run follows the same rates; the rate lives on the device, so
+	// changing it does not re-capture the train step.
+	HostSchedule optim.Schedule
 	// SeedLR and SeedMomentum configure each slot's SGD, created when the
 	// slot first holds a seed; zero means 0.01 and 0.9.
 	SeedLR, SeedMomentum float64
@@ -258,6 +265,11 @@ func NewTrainer(o TrainerOptions) (*Trainer, error) {
 			return nil, fmt.Errorf("%w: %s %v must be finite and ≥ 0", ErrOptions, name, v)
 		}
 	}
+	if o.HostSchedule != nil {
+		if err := optim.ValidateSchedule(o.HostSchedule); err != nil {
+			return nil, fmt.Errorf("%w: HostSchedule: %v", ErrOptions, err)
+		}
+	}
 	def := func(v *float64, d float64) {
 		if *v == 0 {
 			*v = d
@@ -385,6 +397,9 @@ func (t *Trainer) RunEpoch(ctx context.Context, e int) (r EpochReport, err error
 	defer t.setMatmulPrecision()()
 	if err := t.opt.sync(t.model); err != nil {
 		return r, err
+	}
+	if t.o.HostSchedule != nil {
+		optim.Apply(t.opt.host, t.o.HostSchedule, e)
 	}
 	t.model.SetTraining(true)
 	t.agg.beginEpoch()

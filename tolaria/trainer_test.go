@@ -20,6 +20,7 @@ import (
 	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/nn"
+	"github.com/esper-go/esper/optim"
 	"github.com/esper-go/esper/tensor"
 	"github.com/esper-go/esper/tolaria/rollback"
 )
@@ -138,6 +139,7 @@ func TestTrainerRejectsBadOptions(t *testing.T) {
 		{Model: m, Val: d, Epochs: 1},
 		{Model: m, Train: d, Val: d},
 		{Model: m, Train: d, Val: d, Epochs: 1, HostLR: -1},
+		{Model: m, Train: d, Val: d, Epochs: 1, HostSchedule: optim.Cosine{Base: 0.1}},
 	} {
 		_, err := NewTrainer(o)
 		require.ErrorIs(t, err, ErrOptions)
@@ -151,17 +153,20 @@ func TestTrainerRejectsBadOptions(t *testing.T) {
 // TestCapturedTrainingEqualsEager: the same run with the train step
 // captured and replayed ends with bitwise the same parameters and
 // buffers as the eager run, through a germination and a stage change
-// (each forces a re-capture).
+// (each forces a re-capture), with a host learning-rate schedule that
+// changes the rate every epoch without re-capturing.
 func TestCapturedTrainingEqualsEager(t *testing.T) {
 	run := func(capture bool) (map[string][]float32, Summary) {
 		m := trainerModel(t)
 		tr, err := NewTrainer(TrainerOptions{
 			Model: m, Train: toyData(1, 5, 8), Val: toyData(2, 1, 8), Epochs: 3,
 			Controller: script, Capture: capture,
+			HostSchedule: optim.StepLR{Base: 0.04, StepSize: 1, Gamma: 0.5},
 		})
 		require.NoError(t, err)
 		sum, err := tr.Fit(context.Background())
 		require.NoError(t, err)
+		require.Equal(t, 0.01, tr.opt.host.LR(), "the schedule's rate of the last epoch (0.04·0.5²)")
 		return params(m), sum
 	}
 	eager, esum := run(false)

@@ -110,3 +110,36 @@ func TestTrainSmallRun(t *testing.T) {
 	require.Equal(t, 0, code, "%s\n%s", out.String(), errb.String())
 	require.Contains(t, out.String(), "resumed from the checkpoint of epoch 2")
 }
+
+// TestTrainTaskDefaults: the task-dependent flags take the task's
+// defaults unless given, and bad values are refused with a message.
+func TestTrainTaskDefaults(t *testing.T) {
+	var errb bytes.Buffer
+	c, err := parseTrain(nil, &errb)
+	require.NoError(t, err)
+	require.Equal(t, taskDefaults["synthetic"].epochs, c.epochs)
+	require.Equal(t, "constant", c.schedule)
+	require.True(t, c.baseline)
+	require.Equal(t, 2, c.blocks)
+
+	c, err = parseTrain([]string{"--task", "fashion-mnist"}, &errb)
+	require.NoError(t, err)
+	require.Equal(t, [4]int{15, 3, 16, 3}, [4]int{c.epochs, c.blocks, c.baseChannels, c.kernel})
+	require.Equal(t, 0.05, c.lr)
+	require.Equal(t, "cosine", c.schedule)
+	require.False(t, c.baseline)
+
+	c, err = parseTrain([]string{"--task", "fashion-mnist", "--epochs", "3", "--lr", "0.1", "--schedule", "constant", "--baseline", "--blocks", "2"}, &errb)
+	require.NoError(t, err)
+	require.Equal(t, [2]int{3, 2}, [2]int{c.epochs, c.blocks})
+	require.Equal(t, 0.1, c.lr)
+	require.Equal(t, "constant", c.schedule)
+	require.True(t, c.baseline)
+
+	for _, bad := range [][]string{
+		{"--task", "cifar"}, {"--schedule", "linear"}, {"--lr", "-1"}, {"--lr", "0"}, {"--epochs", "-2"},
+	} {
+		_, err := parseTrain(bad, &errb)
+		require.Error(t, err, "%v", bad)
+	}
+}

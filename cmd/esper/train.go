@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 	"github.com/esper-go/esper/kasmina"
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/nissa"
+	"github.com/esper-go/esper/optim"
 	"github.com/esper-go/esper/tamiyo"
 	"github.com/esper-go/esper/tensor"
 	"github.com/esper-go/esper/tolaria"
@@ -29,6 +31,7 @@ import (
 // trainConfig is what the train command's flags set.
 type trainConfig struct {
 	task, dataDir, device, runRoot, checkpoint, metricsAddr, controller string
+	schedule                                                            string
 	epochs, batch, blocks, baseChannels, kernel                         int
 	seed                                                                uint64
 	lr                                                                  float64
@@ -37,43 +40,9 @@ type trainConfig struct {
 }
 
 func trainCmd(args []string, stdout, stderr io.Writer) error {
-	var c trainConfig
-	fs := flag.NewFlagSet("train", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&c.task, "task", "synthetic", "task: synthetic (embedded, the default) or fashion-mnist")
-	fs.StringVar(&c.dataDir, "data-dir", data.DefaultFashionMNISTDir, "directory of the Fashion-MNIST IDX files")
-	fs.StringVar(&c.device, "device", "cpu", "device: cpu or cuda (cuda needs a -tags cuda build)")
-	fs.StringVar(&c.controller, "controller", "heuristic", "controller: heuristic or none (the host trains alone)")
-	fs.IntVar(&c.epochs, "epochs", 30, "epochs")
-	fs.IntVar(&c.batch, "batch", 128, "batch size")
-	fs.IntVar(&c.blocks, "blocks", 2, "CNN host blocks (≥ 2)")
-	fs.IntVar(&c.baseChannels, "base-channels", 4, "CNN host channels of the first block (doubling per block)")
-	fs.IntVar(&c.kernel, "kernel", 3, "CNN host convolution kernel size (1 gives an impaired host that cannot see spatial patterns, as the reference's cifar_impaired)")
-	fs.IntVar(&c.trainSize, "train-size", 0, "synthetic training samples (0 = the task default)")
-	fs.IntVar(&c.testSize, "test-size", 0, "synthetic test samples (0 = the task default)")
-	fs.Uint64Var(&c.seed, "seed", 1, "seed of the data order, the host's initialisation and the synthetic task")
-	fs.Float64Var(&c.lr, "lr", 0.01, "host learning rate (SGD, momentum 0.9, weight decay 5e-4)")
-	fs.BoolVar(&c.capture, "capture", true, "capture and replay the train step")
-	fs.BoolVar(&c.baseline, "baseline", true, "also train the same host without seeds for the same epochs, and compare")
-	fs.StringVar(&c.runRoot, "run-dir", "runs", "where the run directory (telemetry JSONL and PNG plots) is created")
-	fs.StringVar(&c.checkpoint, "checkpoint", "", "checkpoint directory (a checkpoint after every epoch)")
-	fs.BoolVar(&c.resume, "resume", false, "continue from the latest checkpoint in --checkpoint")
-	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at this address (e.g. 127.0.0.1:9464) during the run")
-	fs.BoolVar(&c.quiet, "quiet", false, "no progress bar")
-	if err := fs.Parse(args); err != nil {
+	c, err := parseTrain(args, stderr)
+	if err != nil {
 		return err
-	}
-	switch {
-	case fs.NArg() > 0:
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
-	case c.epochs <= 0 || c.batch <= 0:
-		return errors.New("--epochs and --batch must be > 0")
-	case c.blocks < 2 || c.baseChannels <= 0 || c.kernel <= 0 || c.kernel%2 == 0:
-		return errors.New("--blocks must be ≥ 2, --base-channels > 0 and --kernel odd and > 0")
-	case c.resume && c.checkpoint == "":
-		return errors.New("--resume needs --checkpoint DIR")
-	case c.controller != "heuristic" && c.controller != "none":
-		return fmt.Errorf("unknown controller %q (heuristic or none)", c.controller)
 	}
 	dev, err := tolaria.ParseDevice(c.device)
 	if err != nil {
@@ -89,8 +58,8 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 
-	fmt.Fprintf(stdout, "esper train: task %s (%d train, %d test, %d classes), CNN host %d blocks from %d channels (kernel %d), %d epochs, controller %s\n",
-		c.task, train.Len(), test.Len(), train.Classes(), c.blocks, c.baseChannels, c.kernel, c.epochs, c.controller)
+	fmt.Fprintf(stdout, "esper train: task %s (%d train, %d test, %d classes), CNN host %d blocks from %d channels (kernel %d), %d epochs, lr %g (%s), controller %s\n",
+		c.task, train.Len(), test.Len(), train.Classes(), c.blocks, c.baseChannels, c.kernel, c.epochs, c.lr, c.schedule, c.controller)
 
 	run, err := runMorphogenetic(ctx, c, train, test, stdout)
 	if err != nil {
@@ -106,6 +75,91 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	printSummary(stdout, c, run, base)
+	return nil
+}
+
+// parseTrain parses the train command's flags, fills the task-dependent
+// defaults and checks the values.
+func parseTrain(args []string, stderr io.Writer) (trainConfig, error) {
+	var c trainConfig
+	fs := flag.NewFlagSet("train", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.task, "task", "synthetic", "task: synthetic (embedded, the default) or fashion-mnist")
+	fs.StringVar(&c.dataDir, "data-dir", data.DefaultFashionMNISTDir, "directory of the Fashion-MNIST IDX files")
+	fs.StringVar(&c.device, "device", "cpu", "device: cpu or cuda (cuda needs a -tags cuda build)")
+	fs.StringVar(&c.controller, "controller", "heuristic", "controller: heuristic or none (the host trains alone)")
+	fs.IntVar(&c.epochs, "epochs", 0, "epochs (default per task: synthetic 30, fashion-mnist 15)")
+	fs.IntVar(&c.batch, "batch", 128, "batch size")
+	fs.IntVar(&c.blocks, "blocks", 0, "CNN host blocks, ≥ 2 (default per task: synthetic 2, fashion-mnist 3)")
+	fs.IntVar(&c.baseChannels, "base-channels", 0, "CNN host channels of the first block, doubling per block (default per task: synthetic 4, fashion-mnist 16)")
+	fs.IntVar(&c.kernel, "kernel", 3, "CNN host convolution kernel size (1 gives an impaired host that cannot see spatial patterns, as the reference's cifar_impaired)")
+	fs.IntVar(&c.trainSize, "train-size", 0, "synthetic training samples (0 = the task default)")
+	fs.IntVar(&c.testSize, "test-size", 0, "synthetic test samples (0 = the task default)")
+	fs.Uint64Var(&c.seed, "seed", 1, "seed of the data order, the host's initialisation and the synthetic task")
+	fs.Float64Var(&c.lr, "lr", 0, "host learning rate, SGD with momentum 0.9 and weight decay 5e-4 (default per task: synthetic 0.01, fashion-mnist 0.05)")
+	fs.StringVar(&c.schedule, "schedule", "", "host learning-rate schedule: constant, or cosine (annealed to 0 over the epochs) (default per task: synthetic constant, fashion-mnist cosine)")
+	fs.BoolVar(&c.capture, "capture", true, "capture and replay the train step")
+	fs.BoolVar(&c.baseline, "baseline", false, "also train the same host without seeds for the same epochs, and compare (default per task: synthetic true, fashion-mnist false)")
+	fs.StringVar(&c.runRoot, "run-dir", "runs", "where the run directory (telemetry JSONL and PNG plots) is created")
+	fs.StringVar(&c.checkpoint, "checkpoint", "", "checkpoint directory (a checkpoint after every epoch)")
+	fs.BoolVar(&c.resume, "resume", false, "continue from the latest checkpoint in --checkpoint")
+	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at this address (e.g. 127.0.0.1:9464) during the run")
+	fs.BoolVar(&c.quiet, "quiet", false, "no progress bar")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if err := c.applyTaskDefaults(set); err != nil {
+		return c, err
+	}
+	switch {
+	case fs.NArg() > 0:
+		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
+	case c.epochs <= 0 || c.batch <= 0:
+		return c, errors.New("--epochs and --batch must be > 0")
+	case c.blocks < 2 || c.baseChannels <= 0 || c.kernel <= 0 || c.kernel%2 == 0:
+		return c, errors.New("--blocks must be ≥ 2, --base-channels > 0 and --kernel odd and > 0")
+	case c.resume && c.checkpoint == "":
+		return c, errors.New("--resume needs --checkpoint DIR")
+	case c.controller != "heuristic" && c.controller != "none":
+		return c, fmt.Errorf("unknown controller %q (heuristic or none)", c.controller)
+	case c.schedule != "constant" && c.schedule != "cosine":
+		return c, fmt.Errorf("unknown schedule %q (constant or cosine)", c.schedule)
+	case !(c.lr > 0) || math.IsInf(c.lr, 0):
+		return c, fmt.Errorf("--lr %v must be finite and > 0", c.lr)
+	}
+	return c, nil
+}
+
+// taskDefaults are the flags whose default depends on --task: the
+// synthetic task's are tuned for `make demo`'s host-alone comparison, and
+// Fashion-MNIST's reach ≥ 88% test accuracy in about 15 minutes on two
+// cores.
+var taskDefaults = map[string]trainConfig{
+	"synthetic":     {epochs: 30, blocks: 2, baseChannels: 4, lr: 0.01, schedule: "constant", baseline: true},
+	"fashion-mnist": {epochs: 15, blocks: 3, baseChannels: 16, lr: 0.05, schedule: "cosine", baseline: false},
+}
+
+// applyTaskDefaults fills the task-dependent flags the command line did
+// not set (set holds the names it did).
+func (c *trainConfig) applyTaskDefaults(set map[string]bool) error {
+	d, ok := taskDefaults[c.task]
+	if !ok {
+		return fmt.Errorf("unknown task %q (synthetic or fashion-mnist)", c.task)
+	}
+	for name, f := range map[string]func(){
+		"epochs":        func() { c.epochs = d.epochs },
+		"blocks":        func() { c.blocks = d.blocks },
+		"base-channels": func() { c.baseChannels = d.baseChannels },
+		"lr":            func() { c.lr = d.lr },
+		"schedule":      func() { c.schedule = d.schedule },
+		"baseline":      func() { c.baseline = d.baseline },
+	} {
+		if !set[name] {
+			f()
+		}
+	}
 	return nil
 }
 
@@ -205,6 +259,9 @@ func runMorphogenetic(ctx context.Context, c trainConfig, train, test data.Datas
 	o := tolaria.TrainerOptions{
 		Model: model, Train: loaderBatches{trainLoader}, Val: loaderBatches{testLoader}, Epochs: c.epochs,
 		HostLR: c.lr, Capture: c.capture, Sink: hub,
+	}
+	if c.schedule == "cosine" {
+		o.HostSchedule = optim.Cosine{Base: c.lr, TMax: c.epochs}
 	}
 	if c.controller == "heuristic" {
 		h, err := tamiyo.NewHeuristic(tamiyo.HeuristicOptions{Topology: host.Topology()})
