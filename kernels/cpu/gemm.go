@@ -38,19 +38,19 @@ type gemmKernel[F tensor.Float] struct {
 // where an assembly one is available (tests run both paths).
 var gemmPureGo atomic.Bool
 
-// gemmSmall is the product size m·n·k under which a float32 GEMM uses the
-// pure-Go 4×4 kernel: for the tiny products of small models (W1's 4×16 by
-// 16×4) an assembly kernel's edge path, a zeroed scratch tile per call,
-// costs more than the arithmetic. Tests set it to 0 so that the assembly
-// kernels also run on small shapes.
+// gemmSmall is the product size m·n·k under which gemm runs gemmDirect's
+// unpacked loops: for the tiny products of small models (W1's 4×16 by
+// 16×4) packing, and an assembly kernel's edge path with its zeroed
+// scratch tile, cost more than the arithmetic. Tests set it to 0 so that
+// the micro-kernels also run on small shapes, and to MaxInt so that
+// gemmDirect runs on large ones.
 var gemmSmall = 4096
 
-// kernelFor picks the micro-kernel for an m×n×k product of F: the fastest
-// assembly kernel the CPU supports for float32 (see gemm_amd64.go) unless
-// the product is smaller than gemmSmall, otherwise microKernel.
-func kernelFor[F tensor.Float](m, n, k int) gemmKernel[F] {
+// kernelFor picks the micro-kernel for F: the fastest assembly kernel the
+// CPU supports for float32 (see gemm_amd64.go), otherwise microKernel.
+func kernelFor[F tensor.Float]() gemmKernel[F] {
 	var z F
-	if _, ok := any(z).(float32); ok && sgemmAsm.fn != nil && !gemmPureGo.Load() && m*n*k >= gemmSmall {
+	if _, ok := any(z).(float32); ok && sgemmAsm.fn != nil && !gemmPureGo.Load() {
 		if fn, ok := any(sgemmAsm.fn).(func(int, []F, []F, []F, int, int, int, int)); ok {
 			return gemmKernel[F]{mr: sgemmAsm.mr, nr: sgemmAsm.nr, fn: fn}
 		}
@@ -110,7 +110,11 @@ func gemm[F tensor.Float](m, n, k int, a []F, lda int, transA bool, b []F, ldb i
 	if k == 0 {
 		return
 	}
-	kern := kernelFor[F](m, n, k)
+	if m*n*k < gemmSmall {
+		gemmDirect(m, n, k, a, lda, transA, b, ldb, transB, c, ldc)
+		return
+	}
+	kern := kernelFor[F]()
 	mr, nr := kern.mr, kern.nr
 	for jc := 0; jc < n; jc += gemmNC {
 		nb := min(gemmNC, n-jc)
@@ -132,6 +136,61 @@ func gemm[F tensor.Float](m, n, k int, a []F, lda int, transA bool, b []F, ldb i
 						}
 					}
 				}
+			}
+		}
+	}
+}
+
+// gemmDirect adds op(A)·op(B) to C with plain loops, without packing:
+// for products under gemmSmall multiply-adds (W1's 4×16 by 16×4 is
+// 256), packing the operands costs more than the arithmetic. Each case
+// orders its loops so that the innermost one runs along contiguous
+// memory.
+func gemmDirect[F tensor.Float](m, n, k int, a []F, lda int, transA bool, b []F, ldb int, transB bool, c []F, ldc int) {
+	switch {
+	case !transA && !transB: // c[i,:] += a[i,p]·b[p,:]
+		for i := 0; i < m; i++ {
+			ci := c[i*ldc : i*ldc+n]
+			for p, av := range a[i*lda : i*lda+k] {
+				bp := b[p*ldb : p*ldb+n]
+				for j := range ci {
+					ci[j] += av * bp[j]
+				}
+			}
+		}
+	case !transA && transB: // c[i,j] += a[i,:]·b[j,:]
+		for i := 0; i < m; i++ {
+			ai := a[i*lda : i*lda+k]
+			ci := c[i*ldc : i*ldc+n]
+			for j := range ci {
+				bj := b[j*ldb : j*ldb+k]
+				var acc F
+				for p, av := range ai {
+					acc += av * bj[p]
+				}
+				ci[j] += acc
+			}
+		}
+	case transA && !transB: // c[i,:] += a[p,i]·b[p,:]
+		for p := 0; p < k; p++ {
+			ap := a[p*lda : p*lda+m]
+			bp := b[p*ldb : p*ldb+n]
+			for i, av := range ap {
+				ci := c[i*ldc : i*ldc+n]
+				for j := range ci {
+					ci[j] += av * bp[j]
+				}
+			}
+		}
+	default: // c[i,j] += a[p,i]·b[j,p]
+		for i := 0; i < m; i++ {
+			ci := c[i*ldc : i*ldc+n]
+			for j := range ci {
+				var acc F
+				for p := 0; p < k; p++ {
+					acc += a[p*lda+i] * b[j*ldb+p]
+				}
+				ci[j] += acc
 			}
 		}
 	}

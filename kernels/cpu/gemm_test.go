@@ -7,11 +7,17 @@ import (
 	"testing"
 )
 
-// gemmPaths runs f once with each assembly micro-kernel the CPU supports
-// and once with the pure-Go one.
+// gemmPaths runs f once with each assembly micro-kernel the CPU supports,
+// once with the pure-Go one and once with the unpacked loops of
+// gemmDirect, each on every problem size.
 func gemmPaths(t *testing.T, f func(t *testing.T)) {
 	prev := ForcePureGoGEMM(true)
+	small := gemmSmall
+	gemmSmall = 0
 	t.Run(GEMMKernel(), f)
+	gemmSmall = math.MaxInt
+	t.Run("direct", f)
+	gemmSmall = small
 	ForcePureGoGEMM(false)
 	defer ForcePureGoGEMM(prev)
 	for _, k := range sgemmKernels {

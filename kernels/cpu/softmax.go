@@ -248,18 +248,25 @@ func cePrep[F tensor.Float](loss, logits, target *T, p kernels.CrossEntropyParam
 
 // lseMean returns the stable log-sum-exp and the mean of a row.
 func lseMean[F tensor.Float](row []F) (lse, mean float64) {
-	m := math.Inf(-1)
-	for _, v := range row {
-		if f := float64(v); f > m || f != f {
-			m = f
-		}
-	}
+	m := rowMax(row)
 	var se, sx float64
 	for _, v := range row {
 		se += math.Exp(float64(v) - m)
 		sx += float64(v)
 	}
 	return m + math.Log(se), sx / float64(len(row))
+}
+
+// rowMax returns the largest element of row as a float64, NaN if any
+// element is NaN, and −Inf for an empty row.
+func rowMax[F tensor.Float](row []F) float64 {
+	m := math.Inf(-1)
+	for _, v := range row {
+		if f := float64(v); f > m || f != f {
+			m = f
+		}
+	}
+	return m
 }
 
 // CrossEntropyBackward implements kernels.Backend: dlogits_i =
@@ -304,13 +311,31 @@ func ceBwdPrep[F tensor.Float](dlogits, logits, target, dloss *T, p kernels.Cros
 			if dl != nil {
 				g = float64(dl[i])
 			}
-			lse, _ := lseMean(row)
+			// softmax_j = e^(v_j−m)/Σ: one exp per element and no log;
+			// rows of up to 64 classes keep the exponentials on the stack.
+			m := rowMax(row)
+			var ebuf [64]float64
+			var se float64
 			for j, v := range row {
+				e := math.Exp(float64(v) - m)
+				if j < len(ebuf) {
+					ebuf[j] = e
+				}
+				se += e
+			}
+			inv := 1 / se
+			for j, v := range row {
+				var e float64
+				if j < len(ebuf) {
+					e = ebuf[j]
+				} else {
+					e = math.Exp(float64(v) - m)
+				}
 				q := eps / float64(c)
 				if j == t {
 					q += 1 - eps
 				}
-				drow[j] = F(g * (math.Exp(float64(v)-lse) - q))
+				drow[j] = F(g * (e*inv - q))
 			}
 		}
 	}

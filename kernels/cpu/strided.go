@@ -84,19 +84,32 @@ func newGeom(shape []int, strides [][]int, offs []int) *geom {
 // item returns the operands' storage offsets at the start of item it and
 // the number of elements it covers along the inner axis.
 func (g *geom) item(it int) (o [maxOps]int, n int) {
-	r, c := it/g.split, (it%g.split)*itemLen
+	// 64-bit divisions cost tens of cycles: rows that fit one item (the
+	// usual case) need none for the split, and the outermost dimension
+	// none for its index, so a 2-D walk divides nowhere.
+	r, c := it, 0
+	if g.split != 1 {
+		r, c = it/g.split, (it%g.split)*itemLen
+	}
 	n = min(itemLen, g.inner-c)
 	o = g.base
 	last := len(g.shape) - 1
-	for k := 0; k < g.nops; k++ {
-		o[k] += c * g.st[k][last]
+	if c != 0 {
+		for k := 0; k < g.nops; k++ {
+			o[k] += c * g.st[k][last]
+		}
 	}
-	for d := last - 1; d >= 0; d-- {
+	for d := last - 1; d > 0; d-- {
 		sz := g.shape[d]
 		q := r % sz
 		r /= sz
 		for k := 0; k < g.nops; k++ {
 			o[k] += q * g.st[k][d]
+		}
+	}
+	if last > 0 {
+		for k := 0; k < g.nops; k++ {
+			o[k] += r * g.st[k][0]
 		}
 	}
 	return o, n
