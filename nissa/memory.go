@@ -13,7 +13,8 @@ type MemoryBackend struct {
 	name    string
 	mu      sync.Mutex
 	events  []leyline.TelemetryEvent
-	changed chan struct{} // closed and replaced on every append or Reset
+	changed chan struct{} // closed and replaced on an append or Reset after WaitFor took it
+	waited  bool          // WaitFor holds changed
 }
 
 // NewMemoryBackend returns an empty recorder named name ("memory" if
@@ -44,8 +45,12 @@ func (m *MemoryBackend) Emit(ev leyline.TelemetryEvent) error {
 }
 
 func (m *MemoryBackend) notifyLocked() {
+	if !m.waited {
+		return // nobody waits: no channel to close, nothing to allocate
+	}
 	close(m.changed)
 	m.changed = make(chan struct{})
+	m.waited = false
 }
 
 // Events returns a copy of the recorded events, oldest first.
@@ -84,6 +89,7 @@ func (m *MemoryBackend) WaitFor(n int, timeout time.Duration) bool {
 			return true
 		}
 		ch := m.changed
+		m.waited = true
 		m.mu.Unlock()
 		select {
 		case <-ch:

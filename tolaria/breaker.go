@@ -214,6 +214,9 @@ func (b *Breaker) Failures() int {
 }
 
 // Metrics returns tolaria.breaker.state (the BreakerState number).
-func (b *Breaker) Metrics() []leyline.Metric {
-	return []leyline.Metric{{Name: leyline.MetricTolariaBreakerState, Value: float64(b.State()), Unit: "state"}}
+func (b *Breaker) Metrics() []leyline.Metric { return b.AppendMetrics(nil) }
+
+// AppendMetrics appends Metrics' figures to dst.
+func (b *Breaker) AppendMetrics(dst []leyline.Metric) []leyline.Metric {
+	return append(dst, leyline.Metric{Name: leyline.MetricTolariaBreakerState, Value: float64(b.State()), Unit: "state"})
 }

@@ -284,7 +284,10 @@ func (d *Deadlines) ClearConservative() {
 	d.mu.Lock()
 	was := d.conservative
 	d.conservative = false
-	metrics := d.metricsLocked()
+	var metrics []leyline.Metric
+	if was {
+		metrics = d.metricsLocked()
+	}
 	d.mu.Unlock()
 	if was {
 		d.emit(EventConservativeModeCleared, leyline.SeverityInfo, "after a successful epoch", metrics)

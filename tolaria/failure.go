@@ -175,6 +175,6 @@ func (t *Trainer) snapshotFast(e int, st rollback.State) error {
 // the tolaria.rollback.* figures to dst.
 func (t *Trainer) failureMetrics(dst []leyline.Metric) []leyline.Metric {
 	dst = append(dst, leyline.Metric{Name: leyline.MetricTolariaEpochsFailed, Value: float64(t.failed), Unit: "count"})
-	dst = append(dst, t.breaker.Metrics()...)
-	return append(dst, t.rollback.Metrics()...)
+	dst = t.breaker.AppendMetrics(dst)
+	return t.rollback.AppendMetrics(dst)
 }

@@ -395,6 +395,14 @@ type EpochReport struct {
 // weight, norm, params and mask_fraction.
 func (a *SeedMetricsAccumulator) Finalize(stages map[string]leyline.SeedStage) EpochReport {
 	var r EpochReport
+	// One allocation for the usual epoch: the six totals and about ten
+	// figures per seed (more grow the slice).
+	perSeed := 10 + max(a.opts.LayerTopK, 0)
+	owners := 0
+	if a.masks != nil {
+		owners = len(a.masks.owners)
+	}
+	r.Metrics = make([]leyline.Metric, 0, 6+perSeed*(len(a.totals)+owners))
 	metric := func(name string, v float64, unit string, attrs map[string]string) {
 		r.Metrics = append(r.Metrics, leyline.Metric{Name: name, Value: v, Unit: unit, Attributes: attrs})
 	}

@@ -130,7 +130,10 @@ const EventRestoreFailed = "tolaria.rollback.restore_failed"
 // Metrics returns the tolaria.rollback.* metrics: the fast tier's size,
 // snapshot count and hit/miss counters (zero without a fast tier), the
 // failure and deadline counters and the latency of the last Restore.
-func (tt *TwoTier) Metrics() []leyline.Metric {
+func (tt *TwoTier) Metrics() []leyline.Metric { return tt.AppendMetrics(nil) }
+
+// AppendMetrics appends Metrics' figures to dst.
+func (tt *TwoTier) AppendMetrics(dst []leyline.Metric) []leyline.Metric {
 	var fs FastStats
 	if tt.Fast != nil {
 		fs = tt.Fast.Stats()
@@ -138,13 +141,13 @@ func (tt *TwoTier) Metrics() []leyline.Metric {
 	tt.mu.Lock()
 	failures, deadlines, lastMs := tt.failures, tt.deadlines, tt.lastMs
 	tt.mu.Unlock()
-	return []leyline.Metric{
-		{Name: leyline.MetricTolariaRollbackFastSizeBytes, Value: float64(fs.SizeBytes), Unit: "bytes"},
-		{Name: leyline.MetricTolariaRollbackSnapshotsTotal, Value: float64(fs.SnapshotsTotal)},
-		{Name: leyline.MetricTolariaRollbackFailuresTotal, Value: float64(failures)},
-		{Name: leyline.MetricTolariaRollbackFastHitsTotal, Value: float64(fs.Hits)},
-		{Name: leyline.MetricTolariaRollbackFastMissesTotal, Value: float64(fs.Misses)},
-		{Name: leyline.MetricTolariaRollbackRestoreLatencyMs, Value: lastMs, Unit: "ms"},
-		{Name: leyline.MetricTolariaRollbackDeadlineExceededTotal, Value: float64(deadlines)},
-	}
+	return append(dst,
+		leyline.Metric{Name: leyline.MetricTolariaRollbackFastSizeBytes, Value: float64(fs.SizeBytes), Unit: "bytes"},
+		leyline.Metric{Name: leyline.MetricTolariaRollbackSnapshotsTotal, Value: float64(fs.SnapshotsTotal)},
+		leyline.Metric{Name: leyline.MetricTolariaRollbackFailuresTotal, Value: float64(failures)},
+		leyline.Metric{Name: leyline.MetricTolariaRollbackFastHitsTotal, Value: float64(fs.Hits)},
+		leyline.Metric{Name: leyline.MetricTolariaRollbackFastMissesTotal, Value: float64(fs.Misses)},
+		leyline.Metric{Name: leyline.MetricTolariaRollbackRestoreLatencyMs, Value: lastMs, Unit: "ms"},
+		leyline.Metric{Name: leyline.MetricTolariaRollbackDeadlineExceededTotal, Value: float64(deadlines)},
+	)
 }
