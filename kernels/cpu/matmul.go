@@ -102,6 +102,26 @@ func matmulPrep[F tensor.Float](dst, a, b *T, batch int, bcA, bcB bool, m, n, k 
 	if transB {
 		ldb = k
 	}
+	if m*n*k < gemmSmall {
+		// Tiny products (a small model's layers) run gemmDirect's loops
+		// serially: no packing scratch, no scratch hand-off, no split.
+		run = func() {
+			s.load()
+			clear(cv[:batch*m*n])
+			for bi := 0; bi < batch; bi++ {
+				ao, bo := 0, 0
+				if bcA {
+					ao = bi * m * k
+				}
+				if bcB {
+					bo = bi * k * n
+				}
+				gemmDirect(m, n, k, av[ao:], lda, transA, bv[bo:], ldb, transB, cv[bi*m*n:], n)
+			}
+			s.store()
+		}
+		return run, func() {}
+	}
 	blocks := (m + gemmMC - 1) / gemmMC
 	items := batch * blocks
 	slots := newScratchSet(items, func() gemmScratch[F] { return newGemmScratch[F](min(m, gemmMC), n, k) })
