@@ -53,6 +53,12 @@ type Backend interface {
 	// ArgMax writes the index (I64) of the first maximum along axis; dst
 	// has x's rank with that axis of size 1.
 	ArgMax(dst, x *T, axis int)
+	// CountCorrect adds to acc (F32 [N]) 1 for each row i of logits
+	// ([N, C]) whose first maximum (NaN counting as the maximum, as in
+	// ArgMax) lies at index target[i] (I64 or I32 [N]), and 0 for the
+	// others: ArgMax, the comparison and the accumulation in one launch,
+	// for accuracy counters kept on the device.
+	CountCorrect(acc, logits, target *T)
 
 	// --- linear algebra ---------------------------------------------
 

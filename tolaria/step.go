@@ -402,27 +402,23 @@ func percentiles(d []time.Duration) (p50, p95 time.Duration) {
 	return at(50), at(95)
 }
 
-// correctCounter counts correct predictions on the device with three
-// launches per batch — argmax, compare, and add the comparison to a
-// per-batch-size F32 [n] accumulator — instead of reducing every batch
-// to a scalar. The accumulators are summed once, when the epoch's
+// correctCounter counts correct predictions on the device with one
+// launch per batch — kernels.Backend.CountCorrect into a per-batch-size
+// F32 [n] accumulator — instead of reducing every batch to a scalar. The accumulators are summed once, when the epoch's
 // figures are read (total), and zeroed by reset. It keeps one set of
 // buffers per batch size and device (up to maxCorrectBufs; further sizes
 // take a slower path that counts straight into the fallback scalar), so
 // it allocates nothing once a size has been seen. A captured graph keeps
-// using the buffers it was recorded with: each batch rewrites the argmax
-// and comparison before reading them, and steps run one at a time.
+// using the accumulator it was recorded with, and steps run one at a
+// time.
 type correctCounter struct {
 	bufs []correctBufs
 }
 
 type correctBufs struct {
-	n        int
-	dev      tensor.Device
-	pred     *tensor.Tensor // I64 [n, 1]
-	predFlat *tensor.Tensor // pred as [n]
-	eq       *tensor.Tensor // Bool [n]
-	acc      *tensor.Tensor // F32 [n]: Σ over the epoch's batches of eq
+	n   int
+	dev tensor.Device
+	acc *tensor.Tensor // F32 [n]: the epoch's correct predictions per row
 }
 
 // maxCorrectBufs bounds the batch sizes correctCounter keeps buffers for
@@ -448,8 +444,7 @@ func (c *correctCounter) get(dev tensor.Device, n int) *correctBufs {
 		}
 		return t
 	}
-	b := correctBufs{n: n, dev: dev, pred: alloc(tensor.I64, n, 1), eq: alloc(tensor.Bool, n), acc: alloc(tensor.F32, n)}
-	b.predFlat = b.pred.Reshape(n)
+	b := correctBufs{n: n, dev: dev, acc: alloc(tensor.F32, n)}
 	// A new accumulator may appear mid-epoch: it starts at zero.
 	zeroMetrics(b.acc)
 	c.bufs = append(c.bufs, b)
@@ -482,13 +477,11 @@ func (c *correctCounter) add(be kernels.Backend, fallback *tensor.Tensor, logits
 	n := y.Dim(0)
 	lv := logits.Value
 	b := c.get(y.Device(), n)
-	if b == nil || lv.Rank() != 2 || lv.Dim(0) != n || !lv.IsContiguous() {
+	if b == nil || lv.Rank() != 2 || lv.Dim(0) != n || !lv.IsContiguous() || !y.DType().IsInt() {
 		addCorrect(be, fallback, logits, y)
 		return
 	}
-	be.ArgMax(b.pred, lv, 1)
-	be.Binary(kernels.Eq, b.eq, b.predFlat, y)
-	be.Binary(kernels.Add, b.acc, b.acc, b.eq)
+	be.CountCorrect(b.acc, lv, y)
 }
 
 // addCorrect adds the number of rows of logits whose argmax equals y to

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"iter"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -346,4 +347,43 @@ func TestResumeAfterSIGKILL(t *testing.T) {
 	_, err = again.Resume()
 	var corrupt *rollback.CorruptError
 	require.True(t, errors.As(err, &corrupt), "want a CorruptError, got %v", err)
+}
+
+// TestEpochAccuracyIsCounted: the validation accuracy the trainer counts
+// on the device (kernels.Backend.CountCorrect, captured) equals the one
+// computed here on the host from the same model's eval-mode logits, and
+// the training accuracy is a whole number of correct samples.
+func TestEpochAccuracyIsCounted(t *testing.T) {
+	m := trainerModel(t)
+	val := toyData(2, 3, 8)
+	tr, err := NewTrainer(TrainerOptions{Model: m, Train: toyData(1, 5, 8), Val: val, Epochs: 2, Capture: true})
+	require.NoError(t, err)
+	sum, err := tr.Fit(context.Background())
+	require.NoError(t, err)
+	last := sum.Final()
+	require.True(t, last.Captured)
+
+	m.SetTraining(false)
+	correct, total := 0, 0
+	autograd.NoGrad(func() {
+		for i, x := range val.x {
+			logits := m.Forward(autograd.Const(x)).Value.F32()
+			for r, y := range val.y[i].I64() {
+				row := logits[r*3 : r*3+3]
+				best := 0
+				for j := range row {
+					if row[j] > row[best] {
+						best = j
+					}
+				}
+				if int64(best) == y {
+					correct++
+				}
+				total++
+			}
+		}
+	})
+	require.Equal(t, 100*float64(correct)/float64(total), last.ValAccuracy)
+	trainCorrect := last.TrainAccuracy * 40 / 100
+	require.InDelta(t, math.Round(trainCorrect), trainCorrect, 1e-9, "train accuracy %v of 40 samples", last.TrainAccuracy)
 }

@@ -324,23 +324,69 @@ func argMaxPrep[F tensor.Float](dst, x *T, axis int) func() {
 	outer, A, inner := split3(x.Shape(), axis)
 	body := func(lo, hi int) {
 		for it := lo; it < hi; it++ {
-			o, i := it/inner, it%inner
-			base := o*A*inner + i
-			best, bi := xs[base], 0
-			for k := 1; k < A; k++ {
-				v := xs[base+k*inner]
-				if best != best {
-					break
-				}
-				if v > best || v != v {
-					best, bi = v, k
-				}
+			o, i := it, 0
+			if inner != 1 { // the last axis (the usual case) needs no division
+				o, i = it/inner, it%inner
 			}
-			d[it] = int64(bi)
+			d[it] = int64(argMaxLine(xs, o*A*inner+i, A, inner))
 		}
 	}
 	return func() {
 		s.load()
 		parallelFor(outer*inner, A, body)
+	}
+}
+
+// argMaxLine returns the index of the first maximum of the n elements
+// xs[base], xs[base+stride], ...; a NaN is the maximum.
+func argMaxLine[F tensor.Float](xs []F, base, n, stride int) int {
+	best, bi := xs[base], 0
+	for k := 1; k < n; k++ {
+		v := xs[base+k*stride]
+		if best != best {
+			break
+		}
+		if v > best || v != v {
+			best, bi = v, k
+		}
+	}
+	return bi
+}
+
+// CountCorrect implements kernels.Backend.
+func (be *Backend) CountCorrect(acc, logits, target *T) {
+	const name = "CountCorrect"
+	needCPU(name, acc, logits, target)
+	ls := logits.Shape()
+	if len(ls) != 2 || ls[1] == 0 {
+		fail(name, "logits shape %v, want [N, C] with C > 0", ls)
+	}
+	needFloat(name, "logits", logits)
+	needShape(name, "target", target, []int{ls[0]})
+	needShape(name, "acc", acc, []int{ls[0]})
+	if acc.DType() != tensor.F32 {
+		fail(name, "acc (shape %v) has dtype %v, want f32", acc.Shape(), acc.DType())
+	}
+	needContig(name, "acc", acc)
+	t64, t32 := indexData(name, "target", target)
+	if wide(logits) {
+		be.launch(countCorrectPrep[float64](acc, logits, t64, t32))
+	} else {
+		be.launch(countCorrectPrep[float32](acc, logits, t64, t32))
+	}
+}
+
+func countCorrectPrep[F tensor.Float](acc, logits *T, t64 []int64, t32 []int32) func() {
+	var s stage
+	xs := in[F](&s, logits)
+	a := acc.F32()
+	n, c := logits.Dim(0), logits.Dim(1)
+	return func() {
+		s.load()
+		for i := 0; i < n; i++ {
+			if argMaxLine(xs, i*c, c, 1) == idxAt(t64, t32, i) {
+				a[i]++
+			}
+		}
 	}
 }

@@ -163,3 +163,50 @@ func TestArgMax(t *testing.T) {
 		}
 	}
 }
+
+// TestCountCorrect: CountCorrect adds exactly what ArgMax followed by a
+// comparison gives, ties (first index) and NaN (the maximum) included,
+// for both float widths and index types, accumulating across calls; bad
+// shapes panic with the op's name.
+func TestCountCorrect(t *testing.T) {
+	const n, c = 37, 6
+	for _, d := range floatTypes {
+		for _, idt := range []tensor.DType{tensor.I64, tensor.I32} {
+			x := randT(3, d, n, c)
+			xv := x.Cast(tensor.F64).F64()
+			xv[2*c+1], xv[2*c+4] = 9, 9 // a tie: the first wins
+			xv[5*c+3] = math.NaN()      // NaN is the maximum
+			x = tensor.FromFloat64s(d, xv, n, c)
+			pred := tensor.Empty(tensor.I64, n, 1)
+			be.ArgMax(pred, x, 1)
+			target := tensor.RandInt(tensor.NewRNG(4), c, n)
+			for i := 0; i < n; i += 3 { // a third right by construction
+				target.I64()[i] = pred.I64()[i]
+			}
+			target.I64()[2], target.I64()[5] = 1, 3
+			acc := tensor.Empty(tensor.F32, n)
+			be.Fill(acc, 0.5)
+			tg := target.Cast(idt)
+			be.CountCorrect(acc, x, tg)
+			be.CountCorrect(acc, x, tg)
+			right := 0
+			for i := 0; i < n; i++ {
+				want := float32(0.5)
+				if pred.I64()[i] == target.I64()[i] {
+					want += 2
+					right++
+				}
+				require.Equal(t, want, acc.F32()[i], "%v %v row %d", d, idt, i)
+			}
+			require.Equal(t, float32(2.5), acc.F32()[2], "tie at index 1 counted")
+			require.Equal(t, float32(2.5), acc.F32()[5], "NaN at index 3 counted")
+			require.Greater(t, right, n/3)
+		}
+	}
+	x := tensor.Empty(tensor.F32, 4, 3)
+	require.PanicsWithValue(t, "cpu: CountCorrect: acc has shape [5], want [4]", func() {
+		be.CountCorrect(tensor.Empty(tensor.F32, 5), x, tensor.Empty(tensor.I64, 4))
+	})
+	require.Panics(t, func() { be.CountCorrect(tensor.Empty(tensor.F64, 4), x, tensor.Empty(tensor.I64, 4)) })
+	require.Panics(t, func() { be.CountCorrect(tensor.Empty(tensor.F32, 4), x, tensor.Empty(tensor.F32, 4)) })
+}
