@@ -84,7 +84,35 @@ func sgdPrep[F tensor.Float](param, grad, mom, hyper, foundInf *T, o kernels.SGD
 	wd, mu, damp := F(o.WeightDecay), F(o.Momentum), F(1-o.Dampening)
 	var lr F
 	var first bool
+	// plain is the usual step (momentum, no Nesterov, not maximising,
+	// past the first step) with the loop-invariant tests hoisted; it
+	// rounds exactly as the general loop.
+	plain := func(lo, hi int) bool {
+		if m == nil || first || o.Nesterov || o.Maximize {
+			return false
+		}
+		pp, gg, mm := p[lo:hi], g[lo:hi], m[lo:hi]
+		gg, mm = gg[:len(pp)], mm[:len(pp)]
+		if wd == 0 && damp == 1 {
+			for i, d := range gg {
+				v := mu*mm[i] + d
+				mm[i] = v
+				pp[i] -= lr * v
+			}
+			return true
+		}
+		for i, d := range gg {
+			d += wd * pp[i]
+			v := mu*mm[i] + damp*d
+			mm[i] = v
+			pp[i] -= lr * v
+		}
+		return true
+	}
 	body := func(lo, hi int) {
+		if plain(lo, hi) {
+			return
+		}
 		for i := lo; i < hi; i++ {
 			d := g[i]
 			if o.Maximize {

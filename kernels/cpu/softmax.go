@@ -197,6 +197,14 @@ func cePrep[F tensor.Float](loss, logits, target *T, p kernels.CrossEntropyParam
 	per := make([]float64, n)
 	kept := make([]bool, n)
 	eps := p.LabelSmoothing
+	// lossOf is row i's loss from its log-sum-exp and mean.
+	lossOf := func(i, t int, lse, mean float64) {
+		l := (1 - eps) * (lse - float64(xs[i*c+t]))
+		if eps != 0 {
+			l += eps * (lse - mean)
+		}
+		per[i] = l
+	}
 	body := func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			t, ok := ceTarget(t64, t32, i, c, p)
@@ -205,13 +213,56 @@ func cePrep[F tensor.Float](loss, logits, target *T, p kernels.CrossEntropyParam
 				per[i] = 0
 				continue
 			}
-			row := xs[i*c : (i+1)*c]
-			lse, mean := lseMean(row)
-			l := (1 - eps) * (lse - float64(row[t]))
-			if eps != 0 {
-				l += eps * (lse - mean)
+			lse, mean := lseMean(xs[i*c : (i+1)*c])
+			lossOf(i, t, lse, mean)
+		}
+	}
+	if x32, ok := any(xs).([]float32); ok {
+		// Float32 logits: the exponentials come from expF32, a block of
+		// rows at a time.
+		body = func(lo, hi int) {
+			var x expScratch
+			if c > expRowBuf { // long rows: one at a time, in chunks
+				for i := lo; i < hi; i++ {
+					t, ok := ceTarget(t64, t32, i, c, p)
+					kept[i] = ok
+					row := x32[i*c : (i+1)*c]
+					switch m := rowMaxF32(row); {
+					case !ok:
+						per[i] = 0
+					case !finite32(m):
+						lse, mean := lseMean(row)
+						lossOf(i, t, lse, mean)
+					default:
+						lossOf(i, t, float64(m)+math.Log(x.sumExp(row, m)), smoothMean(row, eps))
+					}
+				}
+				return
 			}
-			per[i] = l
+			z, block := x.stack[:], min(expRowBlock, expRowBuf/c)
+			for b0 := lo; b0 < hi; b0 += block {
+				b1 := min(hi, b0+block)
+				expBlockF32(x32, c, b0, b1, z, x.maxes[:])
+				for i := b0; i < b1; i++ {
+					t, ok := ceTarget(t64, t32, i, c, p)
+					kept[i] = ok
+					row := x32[i*c : (i+1)*c]
+					m := x.maxes[i-b0]
+					switch {
+					case !ok:
+						per[i] = 0
+					case !finite32(m): // a NaN or infinite row
+						lse, mean := lseMean(row)
+						lossOf(i, t, lse, mean)
+					default:
+						var se float64
+						for _, v := range z[(i-b0)*c : (i-b0+1)*c] {
+							se += float64(v)
+						}
+						lossOf(i, t, float64(m)+math.Log(se), smoothMean(row, eps))
+					}
+				}
+			}
 		}
 	}
 	var setScalar func(float64)
@@ -257,6 +308,93 @@ func lseMean[F tensor.Float](row []F) (lse, mean float64) {
 	return m + math.Log(se), sx / float64(len(row))
 }
 
+// expRowBuf is the stack scratch of expRows: rows of up to this many
+// classes are exponentiated several at a time, longer ones one by one
+// in a pooled buffer.
+const expRowBuf = 128
+
+// expRowBlock bounds the rows expRowsF32 exponentiates per expF32 call.
+const expRowBlock = 64
+
+// expScratch is the working space of a float32 cross-entropy forward:
+// the exponentials of a block of rows of up to expRowBuf classes, or of a
+// chunk of a longer row, and the block's row maxima. It lives on the
+// kernel body's stack: a replay allocates nothing.
+type expScratch struct {
+	stack [expRowBuf]float32
+	maxes [expRowBlock]float32
+}
+
+// sumExp returns Σ e^(v−m) over row, through the scratch in chunks.
+func (x *expScratch) sumExp(row []float32, m float32) float64 {
+	var se float64
+	for c0 := 0; c0 < len(row); c0 += expRowBuf {
+		chunk := row[c0:min(len(row), c0+expRowBuf)]
+		z := x.stack[:len(chunk)]
+		for j, v := range chunk {
+			z[j] = v - m
+		}
+		expF32(z, z)
+		for _, v := range z {
+			se += float64(v)
+		}
+	}
+	return se
+}
+
+// smoothMean returns the mean of row when label smoothing eps is on (the
+// smoothing term needs it), else 0.
+func smoothMean(row []float32, eps float64) float64 {
+	if eps == 0 {
+		return 0
+	}
+	var sum float64
+	for _, v := range row {
+		sum += float64(v)
+	}
+	return sum / float64(len(row))
+}
+
+// rowMaxF32 returns the largest element of a non-empty row, NaN if any
+// element is NaN.
+func rowMaxF32(row []float32) float32 {
+	m := row[0]
+	for _, v := range row[1:] {
+		if m != m {
+			break
+		}
+		if v > m || v != v {
+			m = v
+		}
+	}
+	return m
+}
+
+// expBlockF32 sets, for rows b0..b1−1 of the row-major float32 matrix xs
+// with c columns, maxes[i−b0] to row i's maximum and z[(i−b0)·c+j] to
+// e^(x_ij − max) with one expF32 call. A row whose maximum is NaN or ±Inf
+// gets zeros (the caller takes its scalar path for it).
+func expBlockF32(xs []float32, c, b0, b1 int, z, maxes []float32) {
+	z = z[:(b1-b0)*c]
+	for i := b0; i < b1; i++ {
+		row := xs[i*c : (i+1)*c]
+		m := rowMaxF32(row)
+		maxes[i-b0] = m
+		zr := z[(i-b0)*c : (i-b0+1)*c]
+		if !finite32(m) {
+			clear(zr)
+			continue
+		}
+		for j, v := range row {
+			zr[j] = v - m
+		}
+	}
+	expF32(z, z)
+}
+
+// finite32 reports whether v is neither NaN nor ±Inf.
+func finite32(v float32) bool { return v-v == 0 }
+
 // rowMax returns the largest element of row as a float64, NaN if any
 // element is NaN, and −Inf for an empty row.
 func rowMax[F tensor.Float](row []F) float64 {
@@ -296,21 +434,24 @@ func ceBwdPrep[F tensor.Float](dlogits, logits, target, dloss *T, p kernels.Cros
 	}
 	eps := p.LabelSmoothing
 	var scale float64
-	body := func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			row := xs[i*c : (i+1)*c]
-			drow := ds[i*c : (i+1)*c]
-			t, ok := ceTarget(t64, t32, i, c, p)
-			if !ok {
-				for j := range drow {
-					drow[j] = 0
-				}
-				continue
-			}
-			g := scale
-			if dl != nil {
-				g = float64(dl[i])
-			}
+	// grad returns row i's target and upstream gradient (ok false for an
+	// ignored row, whose gradient is zeroed).
+	grad := func(i int) (t int, g float64, ok bool) {
+		if t, ok = ceTarget(t64, t32, i, c, p); !ok {
+			clear(ds[i*c : (i+1)*c])
+			return 0, 0, false
+		}
+		g = scale
+		if dl != nil {
+			g = float64(dl[i])
+		}
+		return t, g, true
+	}
+	// exact is the row's softmax with math.Exp in float64.
+	exact := func(i, t int, g float64) {
+		row := xs[i*c : (i+1)*c]
+		drow := ds[i*c : (i+1)*c]
+		{
 			// softmax_j = e^(v_j−m)/Σ: one exp per element and no log;
 			// rows of up to 64 classes keep the exponentials on the stack.
 			m := rowMax(row)
@@ -336,6 +477,49 @@ func ceBwdPrep[F tensor.Float](dlogits, logits, target, dloss *T, p kernels.Cros
 					q += 1 - eps
 				}
 				drow[j] = F(g * (e*inv - q))
+			}
+		}
+	}
+	body := func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			if t, g, ok := grad(i); ok {
+				exact(i, t, g)
+			}
+		}
+	}
+	if x32, ok := any(xs).([]float32); ok {
+		// Float32 logits: the exponentials come from expF32, a block of
+		// rows at a time.
+		d32 := any(ds).([]float32)
+		body = func(lo, hi int) {
+			// The exponentials go straight into dlogits, a block of rows
+			// per expF32 call, and are turned into gradients in place.
+			var maxes [expRowBlock]float32
+			for b0 := lo; b0 < hi; b0 += expRowBlock {
+				b1 := min(hi, b0+expRowBlock)
+				expBlockF32(x32, c, b0, b1, d32[b0*c:b1*c], maxes[:])
+				for i := b0; i < b1; i++ {
+					t, g, ok := grad(i)
+					switch {
+					case !ok:
+					case !finite32(maxes[i-b0]):
+						exact(i, t, g) // a NaN or infinite row
+					default:
+						drow := d32[i*c : (i+1)*c]
+						var se float64
+						for _, v := range drow {
+							se += float64(v)
+						}
+						inv, q0 := 1/se, eps/float64(c)
+						for j, v := range drow {
+							q := q0
+							if j == t {
+								q += 1 - eps
+							}
+							drow[j] = float32(g * (float64(v)*inv - q))
+						}
+					}
+				}
 			}
 		}
 	}

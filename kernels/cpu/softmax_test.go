@@ -6,6 +6,7 @@ import (
 
 	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/tensor"
+	"github.com/stretchr/testify/require"
 )
 
 func refSoftmax(x []float64, shape []int, axis int, log bool) []float64 {
@@ -95,16 +96,20 @@ func refCE(x []float64, tg []int64, n, c int, p kernels.CrossEntropyParams) ([]f
 	return per, sum
 }
 
-// TestCrossEntropy covers 5 classes and 70, past the 64 exponentials the
-// backward keeps on the stack.
+// TestCrossEntropy covers 5 classes, 70, and 300 (rows longer than
+// expRowBuf, exponentiated in chunks; fewer rows keep the finite
+// differences quick).
 func TestCrossEntropy(t *testing.T) {
-	for _, c := range []int{5, 70} {
+	for _, c := range []int{5, 70, 300} {
 		testCrossEntropy(t, c)
 	}
 }
 
 func testCrossEntropy(t *testing.T, c int) {
-	const n = 9
+	n := 9
+	if c > 100 {
+		n = 4
+	}
 	params := []kernels.CrossEntropyParams{
 		{},
 		{LabelSmoothing: 0.1},
@@ -152,4 +157,44 @@ func testCrossEntropy(t *testing.T, c int) {
 			}
 		}
 	}
+}
+
+// TestCrossEntropyNonFiniteRows: rows holding NaN or ±Inf take the exact
+// path; float32 results match the float64 kernel's (NaN where it is NaN).
+func TestCrossEntropyNonFiniteRows(t *testing.T) {
+	const n, c = 6, 4
+	inf := math.Inf(1)
+	xv := []float64{
+		0.5, -1, 2, 0.1,
+		math.NaN(), 1, 2, 3,
+		-inf, 1, 2, 3, // −Inf off the target: finite
+		inf, 1, 2, 3, // +Inf: NaN, as PyTorch
+		1, 2, -inf, 0,
+		3, 3, 3, 3,
+	}
+	tg := tensor.FromSlice([]int64{2, 0, 1, 3, 1, 0}, n)
+	p := kernels.CrossEntropyParams{Reduction: kernels.ReduceNone}
+	run := func(d tensor.DType) (loss, grad []float64) {
+		x := tensor.FromFloat64s(d, xv, n, c)
+		l := tensor.Empty(d, n)
+		be.CrossEntropy(l, x, tg, p)
+		dx := tensor.Empty(d, n, c)
+		be.CrossEntropyBackward(dx, x, tg, tensor.FromFloat64s(d, []float64{1, 1, 1, 1, 1, 1}, n), p)
+		return vals(l), vals(dx)
+	}
+	l32, g32 := run(tensor.F32)
+	l64, g64 := run(tensor.F64)
+	same := func(what string, a, b []float64) {
+		for i := range a {
+			if math.IsNaN(b[i]) {
+				require.True(t, math.IsNaN(a[i]), "%s[%d] = %v, want NaN", what, i, a[i])
+				continue
+			}
+			require.InDelta(t, b[i], a[i], 1e-6, "%s[%d]", what, i)
+		}
+	}
+	same("loss", l32, l64)
+	same("grad", g32, g64)
+	require.True(t, math.IsNaN(l64[1]) && math.IsNaN(l64[3]))
+	require.False(t, math.IsNaN(l64[2]) || math.IsInf(l64[2], 0))
 }

@@ -1,0 +1,90 @@
+package cpu
+
+import "math"
+
+// Vectorised float32 exponential for the softmax-family kernels, whose
+// small rows spend most of their time in math.Exp. The algorithm is
+// Cephes' expf: x = n·ln2 + r with n = ⌊x·log2e + ½⌋ and ln2 split in two
+// for an exact r, a degree-5 polynomial for e^r, and 2^n built in the
+// exponent bits. It is accurate to about 1 ulp of float32 (tested
+// against math.Exp).
+
+// Domain of expF32: inputs above expHi are clamped to it; results for
+// inputs below expLo (e^expLo is float32's smallest normal) are 0.
+const (
+	expHi = 88.3762626647949
+	expLo = -87.33654475
+)
+
+// expConsts are expF32's constants, each repeated across 8 lanes, in the
+// order the assembly kernel reads them.
+var expConsts = func() (c [14][8]float32) {
+	vals := [...]float32{
+		expHi, expLo, math.Log2E, 0.5,
+		0.693359375, -2.12194440e-4, // ln2 = C1 + C2 (C1 exact in 9 bits)
+		1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1,
+		1,
+		0, // the lane value 127 as an int32, set below
+	}
+	for i, v := range vals {
+		for j := range c[i] {
+			c[i][j] = v
+		}
+	}
+	for j := range c[13] {
+		c[13][j] = math.Float32frombits(127)
+	}
+	return c
+}()
+
+// expF32 sets dst[i] = e^src[i] for every i < len(src) (len(dst) ≥
+// len(src)): inputs must not be NaN; those above expHi are clamped to it,
+// and results under float32's smallest normal flush to 0. It uses the
+// assembly kernel where the CPU has one; expF32Go is the same algorithm
+// in Go (its results may differ from the kernel's in the last bit: the
+// kernel fuses multiply-adds).
+func expF32(dst, src []float32) {
+	n := len(src)
+	if n == 0 {
+		return
+	}
+	_ = dst[n-1]
+	if !vexpAsm {
+		expF32Go(dst, src)
+		return
+	}
+	full := n &^ 7
+	if full > 0 {
+		vexpAVX2(&dst[0], &src[0], full, &expConsts)
+	}
+	if full < n {
+		var t [8]float32
+		copy(t[:], src[full:])
+		vexpAVX2(&t[0], &t[0], 8, &expConsts)
+		copy(dst[full:n], t[:n-full])
+	}
+}
+
+// expF32Go is expF32's algorithm in Go, the fallback where no assembly
+// kernel runs.
+func expF32Go(dst, src []float32) {
+	for i, x := range src {
+		if x < expLo {
+			dst[i] = 0
+			continue
+		}
+		x = min(x, expHi)
+		fx := float32(math.Floor(float64(x*math.Log2E + 0.5)))
+		r := x - fx*0.693359375
+		r -= fx * -2.12194440e-4
+		z := r * r
+		p := float32(1.9875691500e-4)
+		p = p*r + 1.3981999507e-3
+		p = p*r + 8.3334519073e-3
+		p = p*r + 4.1665795894e-2
+		p = p*r + 1.6666665459e-1
+		p = p*r + 5.0000001201e-1
+		p = p*z + r + 1
+		dst[i] = p * math.Float32frombits(uint32(int32(fx)+127)<<23)
+	}
+}
