@@ -31,3 +31,29 @@ func TestMemoryBackend(t *testing.T) {
 	assert.Empty(t, m.Events())
 	require.NoError(t, m.Close())
 }
+
+// TestBoundedMemoryBackend: the ring holds the newest keep events in
+// order, Total counts all of them, WaitFor waits on Total, and Reset
+// empties it.
+func TestBoundedMemoryBackend(t *testing.T) {
+	require.Panics(t, func() { NewBoundedMemoryBackend("x", 0) })
+	m := NewBoundedMemoryBackend("ring", 3)
+	done := make(chan bool)
+	go func() { done <- m.WaitFor(5, longWait) }()
+	for _, s := range []string{"a", "b", "c", "d", "e"} {
+		require.NoError(t, m.Emit(msgEvent(s)))
+	}
+	assert.True(t, <-done)
+	assert.Equal(t, 3, m.Len())
+	assert.Equal(t, 5, m.Total())
+	var got []string
+	for _, e := range m.Events() {
+		got = append(got, e.Message)
+	}
+	assert.Equal(t, []string{"c", "d", "e"}, got)
+	m.Reset()
+	assert.Zero(t, m.Total())
+	assert.Empty(t, m.Events())
+	require.NoError(t, m.Emit(msgEvent("f")))
+	assert.Equal(t, "f", m.Events()[0].Message)
+}

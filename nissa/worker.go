@@ -49,7 +49,7 @@ func newWorker(b Backend, queueSize int, log *slog.Logger) *worker {
 		name:     b.Name(),
 		b:        b,
 		log:      log,
-		queue:    make(chan leyline.TelemetryEvent, queueSize),
+		queue:    prefaulted(make(chan leyline.TelemetryEvent, queueSize)),
 		flushReq: make(chan chan error),
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),

@@ -29,11 +29,6 @@ const (
 // (WARNING) sent when an epoch exceeds TrainerOptions.EpochBudget.
 const EventEpochBudgetExceeded = "tolaria.epoch_budget_exceeded"
 
-// numFailureMetrics is the number of metrics failureMetrics appends:
-// tolaria.epochs.failed, tolaria.breaker.state and the seven
-// tolaria.rollback.* figures.
-const numFailureMetrics = 2 + 7
-
 // newFailureHandling validates the failure options of o and builds the
 // breaker and the rollback tiers into t.
 func (t *Trainer) newFailureHandling(o TrainerOptions) error {

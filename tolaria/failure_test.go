@@ -11,23 +11,29 @@ import (
 	"github.com/esper-go/esper/tolaria/rollback"
 )
 
-// lastEpochMetrics returns the metrics of the last epoch METRICS event (the
-// one without a message) by name.
+// lastEpochMetrics returns the current value of every metric the
+// trainer's epoch METRICS events (those without a message) have sent, by
+// name.
 func lastEpochMetrics(t *testing.T, rec *recorder) map[string]float64 {
 	t.Helper()
-	evs := rec.all()
-	for i := len(evs) - 1; i >= 0; i-- {
-		e := evs[i]
-		if p, ok := e.Data.(*leyline.MetricsPayload); ok && e.Type == leyline.EventMetrics && e.Message == "" {
-			out := map[string]float64{}
+	// Figures that did not change are not resent: fold every epoch
+	// METRICS event in order, the latest value winning, as a backend
+	// keeping the last value (Prometheus) sees them.
+	var out map[string]float64
+	for _, e := range rec.all() {
+		if p, ok := e.Data.(*leyline.MetricsPayload); ok && e.Type == leyline.EventMetrics && e.Message == "" && p.Source == "tolaria" {
+			if out == nil {
+				out = map[string]float64{}
+			}
 			for _, m := range p.Metrics {
 				out[m.Name] = m.Value
 			}
-			return out
 		}
 	}
-	t.Fatal("no epoch METRICS event")
-	return nil
+	if out == nil {
+		t.Fatal("no epoch METRICS event")
+	}
+	return out
 }
 
 // requireSameState checks that now is bit-for-bit the state want:

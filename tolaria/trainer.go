@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"maps"
 	"math"
 	"time"
 
@@ -137,11 +138,24 @@ type TrainerOptions struct {
 	// TOLARIA_ROLLBACK_DEADLINE_MS); negative is an error.
 	RollbackDeadline time.Duration
 
-	// Sink receives the trainer's telemetry; nil sends none.
+	// Sink receives the trainer's telemetry; nil sends none. Every epoch
+	// sends EPOCH_COMPLETED and a METRICS event with the epoch's training
+	// figures; each counter, state and latency of the deadlines, failures,
+	// breaker and rollback, and the gradient-aggregation figures as a
+	// block, join it in the first epoch and whenever they change (a
+	// backend that keeps the last value, as Prometheus does, always shows
+	// them current).
 	Sink EventSink
 	// EnvID tags the telemetry (Simic's environment index); zero is fine
 	// for a single run.
 	EnvID int
+	// History bounds the epoch reports Summary keeps to the latest
+	// History epochs, in a ring allocated once; zero keeps them all. Long
+	// runs (thousands of short epochs, as in a vectorised environment or
+	// a benchmark) should set it, or the reports grow without bound.
+	// Negative is an error.
+	History int
+
 	// OnStep, when set, is called after every training step (progress
 	// bars); it must be quick.
 	OnStep func(StepInfo)
@@ -207,6 +221,8 @@ type EpochReport struct {
 
 // Summary is what Fit did.
 type Summary struct {
+	// Epochs are the epochs' reports, oldest first: all of them, or the
+	// latest TrainerOptions.History.
 	Epochs []EpochReport
 	// Germinated, Fossilized and Pruned count lifecycle events over the
 	// run.
@@ -240,10 +256,15 @@ type Trainer struct {
 	governor  *Governor
 	breaker   *Breaker
 	rollback  *rollback.TwoTier
-	failed    int // epochs failed (tolaria.epochs.failed)
-	start     int // first epoch Fit runs (after Resume)
-	summary   Summary
+	failed    int     // epochs failed (tolaria.epochs.failed)
+	start     int     // first epoch Fit runs (after Resume)
+	summary   Summary // Epochs is a ring starting at histHead when History is set
+	histHead  int
 	lastSeeds map[string]leyline.SeedStage // seed id → stage, for the counts
+	// status is emitEpoch's scratch for the deadline and failure metrics;
+	// sentStatus and sentAgg are the values of those and of the
+	// aggregation's as last sent.
+	status, sentStatus, sentAgg []leyline.Metric
 }
 
 // ErrOptions is wrapped by NewTrainer's option errors.
@@ -258,6 +279,8 @@ func NewTrainer(o TrainerOptions) (*Trainer, error) {
 		return nil, fmt.Errorf("%w: Train and Val batches are required", ErrOptions)
 	case o.Epochs <= 0:
 		return nil, fmt.Errorf("%w: Epochs %d must be > 0", ErrOptions, o.Epochs)
+	case o.History < 0:
+		return nil, fmt.Errorf("%w: History %d must be ≥ 0", ErrOptions, o.History)
 	}
 	for name, v := range map[string]float64{"HostLR": o.HostLR, "HostMomentum": o.HostMomentum, "HostWeightDecay": o.HostWeightDecay, "SeedLR": o.SeedLR, "SeedMomentum": o.SeedMomentum} {
 		negOK := name == "HostMomentum" || name == "HostWeightDecay"
@@ -297,6 +320,9 @@ func NewTrainer(o TrainerOptions) (*Trainer, error) {
 		return nil, err
 	}
 	t := &Trainer{o: o, model: o.Model, deadlines: dl, lastSeeds: map[string]leyline.SeedStage{}}
+	if o.History > 0 {
+		t.summary.Epochs = make([]EpochReport, 0, o.History)
+	}
 	if err := t.newFailureHandling(o); err != nil {
 		return nil, err
 	}
@@ -349,7 +375,7 @@ func (t *Trainer) StartEpoch() int { return t.start }
 func (t *Trainer) Fit(ctx context.Context) (Summary, error) {
 	for e := t.start; e < t.o.Epochs; e++ {
 		if err := ctx.Err(); err != nil {
-			return t.summary, err
+			return t.Summary(), err
 		}
 		if _, err := t.RunEpoch(ctx, e); err != nil {
 			return t.Summary(), err
@@ -358,11 +384,23 @@ func (t *Trainer) Fit(ctx context.Context) (Summary, error) {
 	return t.Summary(), nil
 }
 
+// record keeps r in the summary's epoch reports (see History).
+func (t *Trainer) record(r EpochReport) {
+	if h := t.o.History; h == 0 || len(t.summary.Epochs) < h {
+		t.summary.Epochs = append(t.summary.Epochs, r)
+		return
+	}
+	t.summary.Epochs[t.histHead] = r
+	t.histHead = (t.histHead + 1) % t.o.History
+}
+
 // Summary returns what the epochs run so far did (every RunEpoch counts,
 // whether called by Fit or directly).
 func (t *Trainer) Summary() Summary {
 	s := t.summary
-	s.Epochs = append([]EpochReport(nil), t.summary.Epochs...)
+	s.Epochs = make([]EpochReport, 0, len(t.summary.Epochs))
+	s.Epochs = append(s.Epochs, t.summary.Epochs[t.histHead:]...)
+	s.Epochs = append(s.Epochs, t.summary.Epochs[:t.histHead]...)
 	return s
 }
 
@@ -449,7 +487,7 @@ func (t *Trainer) RunEpoch(ctx context.Context, e int) (r EpochReport, err error
 		t.succeedEpoch()
 	}
 	t.emitEpoch(r)
-	t.summary.Epochs = append(t.summary.Epochs, r)
+	t.record(r)
 	snapshot := !r.Failed && t.rollback.Fast != nil
 	if t.o.Checkpoints != nil || snapshot {
 		st, err := t.State(e)
@@ -644,7 +682,26 @@ type epochEvents struct {
 // before the deadlines' and the aggregation's.
 const numEpochMetrics = 12
 
-// emitEpoch sends EPOCH_COMPLETED and the epoch's metrics.
+// sameMetrics reports whether a and b hold the same metrics in the same
+// order: names, units, attributes, and values bit for bit (a NaN equals
+// a NaN).
+func sameMetrics(a, b []leyline.Metric) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		x, y := a[i], b[i]
+		if x.Name != y.Name || x.Unit != y.Unit || math.Float64bits(x.Value) != math.Float64bits(y.Value) || !maps.Equal(x.Attributes, y.Attributes) {
+			return false
+		}
+	}
+	return true
+}
+
+// emitEpoch sends EPOCH_COMPLETED and the epoch's metrics: every epoch
+// the training figures (loss, accuracy, latency, seeds, capture, AMP,
+// TF32, foreach), and the deadline, failure and aggregation figures when
+// they changed (see above).
 func (t *Trainer) emitEpoch(r EpochReport) {
 	if t.o.Sink == nil {
 		return
@@ -671,7 +728,23 @@ func (t *Trainer) emitEpoch(r EpochReport) {
 		return 0
 	}
 	// Every event gets its own slice (backends keep them), sized once.
-	metrics := make([]leyline.Metric, 0, numEpochMetrics+numDeadlineMetrics+numFailureMetrics+len(t.aggReport.Metrics))
+	// The deadline, failure, breaker and rollback figures (counters,
+	// states, the last decision's latency) are each sent when it differs
+	// from the value last sent, and the aggregation's as a block when any
+	// of it changed; all of them in the first epoch a trainer reports.
+	t.status = t.failureMetrics(t.deadlines.appendMetrics(t.status[:0]))
+	firstStatus := len(t.sentStatus) != len(t.status)
+	n := numEpochMetrics
+	for i := range t.status {
+		if firstStatus || !sameMetrics(t.status[i:i+1], t.sentStatus[i:i+1]) {
+			n++
+		}
+	}
+	sendAgg := t.sentAgg == nil || !sameMetrics(t.aggReport.Metrics, t.sentAgg)
+	if sendAgg {
+		n += len(t.aggReport.Metrics)
+	}
+	metrics := make([]leyline.Metric, 0, n)
 	metrics = append(metrics,
 		leyline.Metric{Name: leyline.MetricTolariaTrainingLoss, Value: r.TrainLoss},
 		leyline.Metric{Name: leyline.MetricTolariaTrainingAccuracy, Value: r.TrainAccuracy},
@@ -688,9 +761,16 @@ func (t *Trainer) emitEpoch(r EpochReport) {
 		// each: always foreach.
 		leyline.Metric{Name: leyline.MetricTolariaTrainForeachEnabled, Value: 1},
 	)
-	metrics = t.deadlines.appendMetrics(metrics)
-	metrics = t.failureMetrics(metrics)
-	metrics = append(metrics, t.aggReport.Metrics...)
+	for i := range t.status {
+		if firstStatus || !sameMetrics(t.status[i:i+1], t.sentStatus[i:i+1]) {
+			metrics = append(metrics, t.status[i])
+		}
+	}
+	t.sentStatus = append(t.sentStatus[:0], t.status...)
+	if sendAgg {
+		metrics = append(metrics, t.aggReport.Metrics...)
+		t.sentAgg = append(make([]leyline.Metric, 0, len(t.aggReport.Metrics)), t.aggReport.Metrics...)
+	}
 	p.metrics = leyline.MetricsPayload{Source: "tolaria", Metrics: metrics}
 	mev := leyline.NewEvent(leyline.EventMetrics, &p.metrics)
 	mev.Epoch = &p.metsEpoch

@@ -387,3 +387,73 @@ func TestEpochAccuracyIsCounted(t *testing.T) {
 	trainCorrect := last.TrainAccuracy * 40 / 100
 	require.InDelta(t, math.Round(trainCorrect), trainCorrect, 1e-9, "train accuracy %v of 40 samples", last.TrainAccuracy)
 }
+
+// lateOnce waits (WAIT) at once, except in epoch at, where it sleeps
+// first.
+type lateOnce struct {
+	at    int
+	sleep time.Duration
+}
+
+func (c lateOnce) EvaluateEpoch(ctx context.Context, s leyline.EpochState) (leyline.Decision, error) {
+	if s.Signals.Metrics.Epoch == c.at {
+		time.Sleep(c.sleep)
+	}
+	return leyline.Wait("nothing to do"), nil
+}
+
+// TestStatusMetricsSentOnChange: every epoch's METRICS event carries the
+// training figures; the deadline/failure/rollback block and the
+// aggregation block come in the first epoch and then only when a value
+// changes (here the timeout counter, after a late controller).
+func TestStatusMetricsSentOnChange(t *testing.T) {
+	m := trainerModel(t)
+	rec := &recorder{}
+	ctl := lateOnce{at: 2, sleep: 80 * time.Millisecond}
+	tr, err := NewTrainer(TrainerOptions{
+		Model: m, Train: toyData(1, 2, 8), Val: toyData(2, 1, 8), Epochs: 4, Sink: rec,
+		Controller: ctl, Deadlines: DeadlineOptions{Controller: 30 * time.Millisecond},
+	})
+	require.NoError(t, err)
+	_, err = tr.Fit(context.Background())
+	require.NoError(t, err)
+	tr.deadlines.Drain()
+	perEpoch := map[int]map[string]float64{}
+	for _, e := range rec.all() {
+		p, ok := e.Data.(*leyline.MetricsPayload)
+		if !ok || e.Type != leyline.EventMetrics || p.Source != "tolaria" || e.Epoch == nil || e.Message != "" {
+			continue
+		}
+		got := map[string]float64{}
+		for _, mt := range p.Metrics {
+			got[mt.Name] = mt.Value
+		}
+		perEpoch[*e.Epoch] = got
+	}
+	require.Len(t, perEpoch, 4)
+	for e := 0; e < 4; e++ {
+		require.Contains(t, perEpoch[e], leyline.MetricTolariaTrainingLoss, "epoch %d", e)
+	}
+	require.Contains(t, perEpoch[0], leyline.MetricTolariaTimeoutTamiyoTotal)
+	require.Contains(t, perEpoch[0], leyline.MetricTolariaBreakerState)
+	require.Contains(t, perEpoch[0], leyline.MetricTolariaGradAggConflictRatio)
+	require.NotContains(t, perEpoch[1], leyline.MetricTolariaTimeoutTamiyoTotal, "unchanged: not resent")
+	require.NotContains(t, perEpoch[1], leyline.MetricTolariaGradAggConflictRatio, "unchanged: not resent")
+	require.Equal(t, 1.0, perEpoch[2][leyline.MetricTolariaTimeoutTamiyoTotal], "the timeout at epoch 2 is sent")
+}
+
+// TestHistoryKeepsTheLatestEpochs: with History set, Summary holds the
+// latest History reports, oldest first; a negative History is refused.
+func TestHistoryKeepsTheLatestEpochs(t *testing.T) {
+	_, err := NewTrainer(TrainerOptions{Model: trainerModel(t), Train: toyData(1, 1, 4), Val: toyData(2, 1, 4), Epochs: 1, History: -1})
+	require.ErrorIs(t, err, ErrOptions)
+	tr, err := NewTrainer(TrainerOptions{Model: trainerModel(t), Train: toyData(1, 1, 4), Val: toyData(2, 1, 4), Epochs: 7, History: 3})
+	require.NoError(t, err)
+	sum, err := tr.Fit(context.Background())
+	require.NoError(t, err)
+	require.Len(t, sum.Epochs, 3)
+	for i, r := range sum.Epochs {
+		require.Equal(t, 4+i, r.Epoch)
+	}
+	require.Equal(t, 6, sum.Final().Epoch)
+}
