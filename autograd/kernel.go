@@ -244,6 +244,12 @@ func expandTo(g *tensor.Tensor, shape []int) *tensor.Tensor {
 
 // matmulT computes op(a)·op(b) into a new tensor of dtype dt.
 func matmulT(a, b *tensor.Tensor, transA, transB bool, dt tensor.DType) *tensor.Tensor {
+	return matmulBiasT(a, b, nil, transA, transB, dt)
+}
+
+// matmulBiasT is matmulT with bias ([N], nil for none) added in the
+// product's epilogue (kernels.Backend.MatMulBias).
+func matmulBiasT(a, b, bias *tensor.Tensor, transA, transB bool, dt tensor.DType) *tensor.Tensor {
 	a, b = contig(a), contig(b)
 	m, _, n, batch := matmulShape("matmul", a.Shape(), b.Shape(), transA, transB)
 	var out *tensor.Tensor
@@ -252,7 +258,11 @@ func matmulT(a, b *tensor.Tensor, transA, transB bool, dt tensor.DType) *tensor.
 	} else {
 		out = alloc(a, dt, m, n)
 	}
-	backendOf(a).MatMul(out, a, b, transA, transB)
+	if bias != nil {
+		backendOf(a).MatMulBias(out, a, b, bias, transA, transB)
+	} else {
+		backendOf(a).MatMul(out, a, b, transA, transB)
+	}
 	return out
 }
 

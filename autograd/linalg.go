@@ -66,10 +66,11 @@ func Linear(x, w, b *Var) *Var {
 	m := x.Value.Numel() / max(in, 1)
 	x2 := reshapeT(x.Value, m, in)
 	wv := contig(w.Value)
-	out2 := matmulT(x2, wv, false, true, wv.DType())
+	var bv *tensor.Tensor
 	if b != nil {
-		backendOf(out2).Binary(kernels.Add, out2, out2, b.Value)
+		bv = b.Value
 	}
+	out2 := matmulBiasT(x2, wv, bv, false, true, wv.DType())
 	outShape := append(append([]int(nil), xs[:len(xs)-1]...), nOut)
 	out := out2.Reshape(outShape...)
 	inputs := []*Var{x, w}

@@ -69,6 +69,10 @@ type Backend interface {
 	// operands are supported (autocast) and dst may be F32 or the half
 	// type.
 	MatMul(dst, a, b *T, transA, transB bool)
+	// MatMulBias is MatMul followed by dst[..., i, j] += bias[j] (bias
+	// [N], any float dtype) in the product's epilogue, before dst is
+	// stored: the fused forward of a linear layer. A nil bias is MatMul.
+	MatMulBias(dst, a, b, bias *T, transA, transB bool)
 
 	// --- convolution and pooling (NCHW) ------------------------------
 

@@ -74,6 +74,7 @@ type gradAgg struct {
 	split  aggregation.SeedGrads
 	comb   aggregation.Combiner
 	acc    *aggregation.SeedMetricsAccumulator
+	empty  *aggregation.EpochReport // Finalize of an empty epoch, kept
 	pcg    *rand.PCG
 	rng    *rand.Rand
 	lay    aggLayout
@@ -387,7 +388,19 @@ func (g *gradAgg) beginEpoch() {
 // finalize reduces the epoch into r and returns the metrics and warnings
 // to emit.
 func (g *gradAgg) finalize(r *EpochReport) aggregation.EpochReport {
-	rep := g.acc.Finalize(g.stages)
+	var rep aggregation.EpochReport
+	if g.acc.Empty() && len(g.stages) == 0 {
+		// An epoch without seeds reports the same zeros every time: keep
+		// one report rather than allocating it each epoch (its metrics
+		// are only read).
+		if g.empty == nil {
+			e := g.acc.Finalize(g.stages)
+			g.empty = &e
+		}
+		rep = *g.empty
+	} else {
+		rep = g.acc.Finalize(g.stages)
+	}
 	r.ConflictRatio = rep.ConflictRatio
 	r.AggregatedSteps = g.combined
 	for _, mt := range rep.Metrics {

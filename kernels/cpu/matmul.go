@@ -10,7 +10,16 @@ import (
 // gemmMC output rows); each block runs the serial GEMM with packing space
 // taken from a set prepared up front.
 func (be *Backend) MatMul(dst, a, b *T, transA, transB bool) {
-	const name = "MatMul"
+	be.matmul("MatMul", dst, a, b, nil, transA, transB)
+}
+
+// MatMulBias implements kernels.Backend: the bias is added to each block
+// of output rows right after its GEMM, while the block is in cache.
+func (be *Backend) MatMulBias(dst, a, b, bias *T, transA, transB bool) {
+	be.matmul("MatMulBias", dst, a, b, bias, transA, transB)
+}
+
+func (be *Backend) matmul(name string, dst, a, b, bias *T, transA, transB bool) {
 	needCPU(name, dst, a, b)
 	as, bs := a.Shape(), b.Shape()
 	bad := func() {
@@ -48,10 +57,15 @@ func (be *Backend) MatMul(dst, a, b *T, transA, transB bool) {
 	for _, t := range []*T{dst, a, b} {
 		needFloat(name, "operand", t)
 	}
+	if bias != nil {
+		needCPU(name, bias)
+		needFloat(name, "bias", bias)
+		needShape(name, "bias", bias, []int{n})
+	}
 	if wide(dst, a, b) {
-		be.launchScratch(matmulPrep[float64](dst, a, b, max(batch, 1), batchA > 0, batchB > 0, m, n, k, transA, transB))
+		be.launchScratch(matmulPrep[float64](dst, a, b, bias, max(batch, 1), batchA > 0, batchB > 0, m, n, k, transA, transB))
 	} else {
-		be.launchScratch(matmulPrep[float32](dst, a, b, max(batch, 1), batchA > 0, batchB > 0, m, n, k, transA, transB))
+		be.launchScratch(matmulPrep[float32](dst, a, b, bias, max(batch, 1), batchA > 0, batchB > 0, m, n, k, transA, transB))
 	}
 }
 
@@ -90,11 +104,24 @@ func newScratchSet[S any](n int, mk func() S) scratchSet[S] {
 	return c
 }
 
-func matmulPrep[F tensor.Float](dst, a, b *T, batch int, bcA, bcB bool, m, n, k int, transA, transB bool) (run, release func()) {
+func matmulPrep[F tensor.Float](dst, a, b, bias *T, batch int, bcA, bcB bool, m, n, k int, transA, transB bool) (run, release func()) {
 	var s stage
 	av := in[F](&s, a)
 	bv := in[F](&s, b)
+	biasv := in[F](&s, bias)
 	cv := out[F](&s, dst)
+	// addBias adds the bias to rows of c (n wide, consecutive).
+	addBias := func(c []F, rows int) {
+		if biasv == nil {
+			return
+		}
+		for i := 0; i < rows; i++ {
+			row := c[i*n : (i+1)*n]
+			for j, v := range biasv[:len(row)] {
+				row[j] += v
+			}
+		}
+	}
 	lda, ldb := k, n
 	if transA {
 		lda = m
@@ -118,6 +145,7 @@ func matmulPrep[F tensor.Float](dst, a, b *T, batch int, bcA, bcB bool, m, n, k 
 				}
 				gemmDirect(m, n, k, av[ao:], lda, transA, bv[bo:], ldb, transB, cv[bi*m*n:], n)
 			}
+			addBias(cv, batch*m)
 			s.store()
 		}
 		return run, func() {}
@@ -145,6 +173,7 @@ func matmulPrep[F tensor.Float](dst, a, b *T, batch int, bcA, bcB bool, m, n, k 
 			}
 			co := bi*m*n + i0*n
 			gemm(rows, n, k, av[ao:], lda, transA, bv[bo:], ldb, transB, cv[co:], n, false, sc)
+			addBias(cv[co:], rows)
 		}
 		slots <- sc
 	}

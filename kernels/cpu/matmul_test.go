@@ -4,7 +4,9 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/tensor"
+	"github.com/stretchr/testify/require"
 )
 
 func refMatMul(a, b []float64, batch int, bcA, bcB bool, m, n, k int, ta, tb bool) []float64 {
@@ -120,3 +122,49 @@ func benchMatMul(b *testing.B, n int) {
 func BenchmarkMatMul64(b *testing.B)   { benchMatMul(b, 64) }
 func BenchmarkMatMul256(b *testing.B)  { benchMatMul(b, 256) }
 func BenchmarkMatMul1024(b *testing.B) { benchMatMul(b, 1024) }
+
+// TestMatMulBias: the fused bias gives bitwise MatMul followed by the
+// broadcast add (half outputs: within their rounding), on the unpacked small path and the packed one, batched
+// and not, for both widths and a bf16 bias; a nil bias is MatMul; a bias
+// of the wrong length panics.
+func TestMatMulBias(t *testing.T) {
+	for _, d := range floatTypes {
+		for _, c := range []struct {
+			a, b         []int
+			trA, trB     bool
+			biasDT       tensor.DType
+			m, n, outRnk int
+		}{
+			{[]int{4, 16}, []int{4, 16}, false, true, d, 4, 4, 2},
+			{[]int{70, 90}, []int{90, 50}, false, false, d, 70, 50, 2},
+			{[]int{3, 20, 30}, []int{30, 40}, false, false, d, 20, 40, 3},
+			{[]int{16, 4}, []int{16, 8}, true, false, tensor.BF16, 4, 8, 2},
+		} {
+			a, b := randT(1, d, c.a...), randT(2, d, c.b...)
+			bias := randT(3, c.biasDT, c.n)
+			shape := []int{c.m, c.n}
+			if c.outRnk == 3 {
+				shape = []int{c.a[0], c.m, c.n}
+			}
+			want := tensor.Empty(d, shape...)
+			be.MatMul(want, a, b, c.trA, c.trB)
+			be.Binary(kernels.Add, want, want, bias.Cast(d))
+			got := tensor.Empty(d, shape...)
+			be.MatMulBias(got, a, b, bias, c.trA, c.trB)
+			if d.IsHalf() {
+				// A half dst is rounded once after the fused add, not
+				// twice: within a rounding of the two-step result.
+				closeTo(t, name("matmul bias ", d, c.a), vals(got), vals(want), tol(d))
+			} else {
+				require.Equal(t, vals(want), vals(got), "%v %v×%v", d, c.a, c.b)
+			}
+			plain := tensor.Empty(d, shape...)
+			be.MatMul(plain, a, b, c.trA, c.trB)
+			be.MatMulBias(got, a, b, nil, c.trA, c.trB)
+			require.Equal(t, vals(plain), vals(got))
+		}
+	}
+	require.Panics(t, func() {
+		be.MatMulBias(tensor.Empty(tensor.F32, 2, 3), randT(1, tensor.F32, 2, 4), randT(2, tensor.F32, 4, 3), tensor.Empty(tensor.F32, 2), false, false)
+	})
+}

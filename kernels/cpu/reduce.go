@@ -194,6 +194,10 @@ func reduceChunk[F tensor.Float](op kernels.ReduceOp, x []F, g *reduceGeom, base
 	return acc, aux
 }
 
+// colSumMax is the widest matrix whose column sums take reducePrep's
+// direct path.
+const colSumMax = 64
+
 func reducePrep[F tensor.Float](op kernels.ReduceOp, dst, x *T, red []bool) func() {
 	var s stage
 	xs := in[F](&s, x)
@@ -208,6 +212,30 @@ func reducePrep[F tensor.Float](op kernels.ReduceOp, dst, x *T, red []bool) func
 		return func() {
 			for i := range ds {
 				ds[i] = F(v)
+			}
+			s.store()
+		}
+	}
+	if sh := x.Shape(); (op == kernels.Sum || op == kernels.Mean) && len(sh) == 2 && red[0] && !red[1] &&
+		sh[1] <= colSumMax && sh[0] <= chunkLen {
+		// Column sums of a small matrix (a linear layer's bias gradient):
+		// one pass over the rows, each column summed in row order exactly
+		// as reduceChunk would, without its per-output offset arithmetic.
+		m, n := sh[0], sh[1]
+		return func() {
+			s.load()
+			var acc [colSumMax]float64
+			a := acc[:n]
+			for i := 0; i < m; i++ {
+				for j, v := range xs[i*n : (i+1)*n] {
+					a[j] += float64(v)
+				}
+			}
+			for j, v := range a {
+				if op == kernels.Mean {
+					v /= float64(m)
+				}
+				ds[j] = F(v)
 			}
 			s.store()
 		}

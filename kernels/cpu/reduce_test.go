@@ -210,3 +210,22 @@ func TestCountCorrect(t *testing.T) {
 	require.Panics(t, func() { be.CountCorrect(tensor.Empty(tensor.F64, 4), x, tensor.Empty(tensor.I64, 4)) })
 	require.Panics(t, func() { be.CountCorrect(tensor.Empty(tensor.F32, 4), x, tensor.Empty(tensor.F32, 4)) })
 }
+
+// TestColumnSumsMatchGeneralPath: the direct column-sum path of small
+// 2-D matrices gives bitwise what the general reduction gives for the
+// same data seen as [m, n, 1], for sums and means, both widths.
+func TestColumnSumsMatchGeneralPath(t *testing.T) {
+	for _, d := range floatTypes {
+		for _, op := range []kernels.ReduceOp{kernels.Sum, kernels.Mean} {
+			for _, sh := range [][2]int{{1, 1}, {4, 4}, {7, 64}, {130, 3}} {
+				m, n := sh[0], sh[1]
+				x := randT(uint64(m*n), d, m, n)
+				fast := tensor.Empty(d, 1, n)
+				be.Reduce(op, fast, x, []int{0})
+				general := tensor.Empty(d, 1, n, 1)
+				be.Reduce(op, general, x.Reshape(m, n, 1), []int{0})
+				require.Equal(t, vals(general), vals(fast), "%v %v %v", d, op, sh)
+			}
+		}
+	}
+}

@@ -532,6 +532,14 @@ func (a *SeedMetricsAccumulator) paramMetrics(metric func(string, float64, strin
 
 // Reset clears the epoch's sums for the next epoch. The masks, the
 // options and each seed's last share (the share_delta baseline) stay.
+// Empty reports whether nothing has been recorded since the last Reset
+// and no seed masks are set: Finalize then reports only the six epoch
+// totals, all zero.
+func (a *SeedMetricsAccumulator) Empty() bool {
+	return len(a.totals) == 0 && a.masks == nil && a.weightsUses == 0 && a.teacherUses == 0 &&
+		a.microTotal == 0 && a.conflictsTotal == 0 && a.attribUses == 0
+}
+
 func (a *SeedMetricsAccumulator) Reset() {
 	clear(a.totals)
 	a.weightsSum, a.weightsUses = 0, 0

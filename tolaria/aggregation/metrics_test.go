@@ -9,6 +9,7 @@ import (
 	"github.com/esper-go/esper/autograd"
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/tensor"
+	"github.com/stretchr/testify/require"
 )
 
 // metricValue finds the metric name for seed ("" for epoch metrics).
@@ -371,4 +372,26 @@ func TestAccumulatorMicrobatchPathWeights(t *testing.T) {
 		leyline.MetricTolariaGradAggWeightsMean:       0.75,
 		leyline.MetricTolariaGradAggMicrobatchesTotal: 3,
 	})
+}
+
+// TestAccumulatorEmpty: Empty holds for a fresh or reset accumulator and
+// fails after any record; its Finalize is the six zero totals.
+func TestAccumulatorEmpty(t *testing.T) {
+	acc, err := NewSeedMetricsAccumulator(AccumulatorOptions{})
+	require.NoError(t, err)
+	require.True(t, acc.Empty())
+	rep := acc.Finalize(nil)
+	require.Len(t, rep.Metrics, 6)
+	for _, m := range rep.Metrics {
+		require.Zero(t, m.Value, m.Name)
+	}
+	require.NoError(t, acc.RecordCombine(2, 0))
+	require.False(t, acc.Empty())
+	acc.Reset()
+	require.True(t, acc.Empty())
+	require.NoError(t, acc.RecordTeacherNorm(0.5))
+	require.False(t, acc.Empty())
+	acc.Reset()
+	require.NoError(t, acc.Record([]string{"a"}, [][]float32{{1, 2}}, []float64{1}, nil, nil, 0))
+	require.False(t, acc.Empty())
 }
