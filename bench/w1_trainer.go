@@ -105,11 +105,14 @@ func newW1Trainer(seed uint64, captured bool, epochs int) (*w1Trainer, error) {
 		return nil, err
 	}
 	data := newW1Batches(tensor.Normal(rng, tensor.F32, 0, 1, w1Samples, w1In), tensor.RandInt(rng, w1Out, w1Samples))
-	// Both queues hold a whole run, so that a busy machine, which can
-	// starve the backend worker, does not drop the events counted below.
-	// The backend keeps the newest events and counts them all, and the
-	// trainer the latest epoch reports: a long run's memory stays flat.
-	hub := nissa.NewHub(nissa.HubOptions{QueueSize: 4 * epochs, BackendQueueSize: 4 * epochs})
+	// Both queues hold a whole run (up to 8192 events, ~4000 epochs, tens
+	// of milliseconds: the hub drains every millisecond), so that a busy
+	// machine, which can starve the backend worker, does not drop the
+	// events counted below. The backend keeps the newest events and
+	// counts them all, and the trainer the latest epoch reports: a long
+	// run's memory stays flat.
+	q := min(4*epochs, 8192)
+	hub := nissa.NewHub(nissa.HubOptions{QueueSize: q, BackendQueueSize: q})
 	mem := nissa.NewBoundedMemoryBackend("w1", w1KeepEvents)
 	if err := hub.AddBackend(mem); err != nil {
 		_ = hub.Close(10 * time.Second)
