@@ -45,7 +45,7 @@ bench:
 ## stalls near chance; the heuristic germinates 3x3 seeds into its slots,
 ## blends and fossilizes them, and the run ends by comparing with the same
 ## host trained alone. About 1.5 minutes on 2 cores.
-DEMO_FLAGS ?= --kernel 1 --base-channels 4 --lr 0.05 --train-size 3000 --epochs 45 --quiet
+DEMO_FLAGS ?= --kernel 1 --base-channels 4 --lr 0.05 --schedule cosine --train-size 3000 --epochs 45 --quiet
 demo:
 	$(GO) run ./cmd/esper train $(DEMO_FLAGS)
 
