@@ -87,9 +87,19 @@ func sgdPrep[F tensor.Float](param, grad, mom, hyper, foundInf *T, o kernels.SGD
 	// plain is the usual step (momentum, no Nesterov, not maximising,
 	// past the first step) with the loop-invariant tests hoisted; it
 	// rounds exactly as the general loop.
+	p32, _ := any(p).([]float32)
+	g32, _ := any(g).([]float32)
+	m32, _ := any(m).([]float32)
+	vec := optimAsm && p32 != nil && m32 != nil && wd == 0 && damp == 1
 	plain := func(lo, hi int) bool {
 		if m == nil || first || o.Nesterov || o.Maximize {
 			return false
+		}
+		if n8 := (hi - lo) &^ 7; vec && n8 > 0 {
+			// Float32 without weight decay or dampening: eight lanes at
+			// a time, same rounding; the tail below.
+			sgdMomAVX(&p32[lo], &g32[lo], &m32[lo], n8, float32(mu), float32(lr))
+			lo += n8
 		}
 		pp, gg, mm := p[lo:hi], g[lo:hi], m[lo:hi]
 		gg, mm = gg[:len(pp)], mm[:len(pp)]
@@ -175,7 +185,19 @@ func adamwPrep[F tensor.Float](param, grad, mt, vt, hyper, foundInf *T, o kernel
 	b1, b2, eps := F(o.Beta1), F(o.Beta2), F(o.Eps)
 	c1, c2 := F(1-o.Beta1), F(1-o.Beta2)
 	var decay, stepSize, bc2sqrt F
+	p32, _ := any(p).([]float32)
+	g32, _ := any(g).([]float32)
+	m32, _ := any(m).([]float32)
+	v32, _ := any(v).([]float32)
+	vec := optimAsm && p32 != nil
 	body := func(lo, hi int) {
+		if n8 := (hi - lo) &^ 7; vec && n8 > 0 {
+			// Float32: eight lanes at a time with the loop's rounding
+			// (bitwise the same results); the tail below.
+			c := [8]float32{float32(decay), float32(b1), float32(c1), float32(b2), float32(c2), float32(bc2sqrt), float32(eps), float32(stepSize)}
+			adamwAVX(&p32[lo], &g32[lo], &m32[lo], &v32[lo], n8, &c)
+			lo += n8
+		}
 		for i := lo; i < hi; i++ {
 			gi := g[i]
 			pi := p[i] * decay

@@ -102,6 +102,7 @@ func refSGD(p, g, buf []float64, lr float64, step int, o kernels.SGDOptions) {
 func TestSGD(t *testing.T) {
 	opts := []kernels.SGDOptions{
 		{},
+		{Momentum: 0.9},
 		{Momentum: 0.9, WeightDecay: 5e-4},
 		{Momentum: 0.9, Dampening: 0.1, Nesterov: false, Maximize: true},
 		{Momentum: 0.8, WeightDecay: 0.01, Nesterov: true},
@@ -124,6 +125,32 @@ func TestSGD(t *testing.T) {
 			be.SGDStep(p, randT(5, d, 1000), m, hyper, tensor.Scalar(tensor.F32, 1), o)
 			require.Equal(t, before, vals(p))
 		}
+	}
+}
+
+// TestOptimAsmBitwise: the AVX SGD-momentum and AdamW loops give bitwise
+// the Go loops' parameters and moments, for lengths around the 8-lane
+// width and across the parallel split.
+func TestOptimAsmBitwise(t *testing.T) {
+	if !optimAsm {
+		t.Skip("no assembly optimizer loops on this build")
+	}
+	defer func() { optimAsm = true }()
+	run := func(asm bool, n int) [][]float64 {
+		optimAsm = asm
+		p, m, v := randT(1, tensor.F32, n), tensor.Zeros(tensor.F32, n), tensor.Zeros(tensor.F32, n)
+		q, mq := randT(2, tensor.F32, n), tensor.Zeros(tensor.F32, n)
+		hyper := tensor.FromSlice([]float64{0.05, 0})
+		for step := 1; step <= 3; step++ {
+			hyper.F64()[1] = float64(step)
+			g := randT(uint64(30+step), tensor.F32, n)
+			be.AdamWStep(p, g, m, v, hyper, nil, kernels.AdamWOptions{Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01})
+			be.SGDStep(q, g, mq, hyper, nil, kernels.SGDOptions{Momentum: 0.9})
+		}
+		return [][]float64{vals(p), vals(m), vals(v), vals(q), vals(mq)}
+	}
+	for _, n := range []int{1, 7, 8, 9, 63, 1000, 100003} {
+		require.Equal(t, run(false, n), run(true, n), "n=%d", n)
 	}
 }
 
