@@ -5,12 +5,24 @@ import (
 	"github.com/esper-go/esper/tensor"
 )
 
-// Convolution as im2col + GEMM. For sample n and group g the column
-// matrix cols[Kdim, P] (Kdim = Cin/G·KH·KW, P = Ho·Wo) holds the input
-// patches; forward is W_g·cols, the input gradient is col2im(W_gᵀ·dy_g),
-// and the weight gradient is Σ_n dy_{n,g}·colsᵀ. Work is split over
-// (sample, group) items with per-worker scratch; the weight gradient sums
-// per-chunk partials (chunks fixed by N alone) in order.
+// Convolution as im2col + GEMM. For a block of samples and group g the
+// column matrix cols[Kdim, B·P] (Kdim = Cin/G·KH·KW, P = Ho·Wo, the B
+// samples side by side) holds the input patches; forward is W_g·cols, the
+// input gradient is col2im(W_gᵀ·dy_g), and the weight gradient is
+// Σ dy_g·colsᵀ. Blocks hold about convCols columns, so that a small
+// feature map still makes one GEMM wide enough for the micro-kernels
+// (a sample of 7×7 pixels alone is 49 columns); the block's outputs and
+// output gradients go through a scratch [Og, B·P] in that layout. Work is
+// split over (block, group) items with per-worker scratch; the weight
+// gradient sums per-chunk partials (chunks fixed by N alone) in order.
+
+// convCols is the target width of a block's column matrix (a variable
+// for tests).
+var convCols = 2048
+
+// convBlock is the number of samples per block, a function of the
+// geometry only (so that results do not depend on the machine).
+func convBlock(g *convGeom) int { return max(1, min(g.n, convCols/g.pixels)) }
 
 // convGeom holds the sizes of one convolution.
 type convGeom struct {
@@ -54,14 +66,14 @@ func checkConv(name string, x, w, y *T, p kernels.Conv2dParams, xn, yn string) c
 }
 
 // im2col writes the patches of one group of one sample (xg: cg planes of
-// h·w) into cols [kdim, pixels].
-func im2col[F tensor.Float](g *convGeom, xg, cols []F) {
+// h·w) into cols [kdim, pixels] with row stride ld (≥ pixels).
+func im2col[F tensor.Float](g *convGeom, xg, cols []F, ld int) {
 	p := g.p
 	for ci := 0; ci < g.cg; ci++ {
 		plane := xg[ci*g.h*g.w : (ci+1)*g.h*g.w]
 		for kh := 0; kh < g.kh; kh++ {
 			for kw := 0; kw < g.kw; kw++ {
-				row := cols[((ci*g.kh+kh)*g.kw+kw)*g.pixels:]
+				row := cols[((ci*g.kh+kh)*g.kw+kw)*ld:]
 				for oh := 0; oh < g.ho; oh++ {
 					r := row[oh*g.wo : (oh+1)*g.wo]
 					ih := oh*p.StrideH - p.PadH + kh*p.DilationH
@@ -85,15 +97,15 @@ func im2col[F tensor.Float](g *convGeom, xg, cols []F) {
 	}
 }
 
-// col2im adds cols [kdim, pixels] back into one group's planes (dxg,
-// which the caller zeroed).
-func col2im[F tensor.Float](g *convGeom, cols, dxg []F) {
+// col2im adds cols [kdim, pixels] (row stride ld) back into one group's
+// planes (dxg, which the caller zeroed).
+func col2im[F tensor.Float](g *convGeom, cols, dxg []F, ld int) {
 	p := g.p
 	for ci := 0; ci < g.cg; ci++ {
 		plane := dxg[ci*g.h*g.w : (ci+1)*g.h*g.w]
 		for kh := 0; kh < g.kh; kh++ {
 			for kw := 0; kw < g.kw; kw++ {
-				row := cols[((ci*g.kh+kh)*g.kw+kw)*g.pixels:]
+				row := cols[((ci*g.kh+kh)*g.kw+kw)*ld:]
 				for oh := 0; oh < g.ho; oh++ {
 					ih := oh*p.StrideH - p.PadH + kh*p.DilationH
 					if ih < 0 || ih >= g.h {
@@ -114,23 +126,67 @@ func col2im[F tensor.Float](g *convGeom, cols, dxg []F) {
 	}
 }
 
+// convScratch is one worker's space: the block's column matrix, its
+// outputs or output gradients in the [Og, B·P] layout (blocks of more than
+// one sample), and the GEMM's packing.
 type convScratch[F tensor.Float] struct {
-	cols []F
-	gemm gemmScratch[F]
+	cols, ys []F
+	gemm     gemmScratch[F]
 }
 
-func newConvScratch[F tensor.Float](g *convGeom, m, n, k int) convScratch[F] {
-	var cols []F
-	if !g.direct {
-		cols = getBuf[F](g.kdim * g.pixels)
+// newConvScratch sizes a worker's scratch for blocks of b samples and a
+// GEMM of m×n×k.
+func newConvScratch[F tensor.Float](g *convGeom, b, m, n, k int) convScratch[F] {
+	var sc convScratch[F]
+	if !g.direct || b > 1 {
+		sc.cols = getBuf[F](g.kdim * b * g.pixels)
 	}
-	return convScratch[F]{cols: cols, gemm: newGemmScratch[F](m, n, k)}
+	if b > 1 {
+		sc.ys = getBuf[F](g.og * b * g.pixels)
+	}
+	sc.gemm = newGemmScratch[F](m, n, k)
+	return sc
 }
 
 // free returns the scratch buffers to the pools.
 func (sc convScratch[F]) free() {
 	putBuf(sc.cols)
+	putBuf(sc.ys)
 	sc.gemm.free()
+}
+
+// blockCols fills cols [kdim, nb·pixels] with the patches of samples
+// n0..n0+nb−1 of group gi, side by side; a single 1×1 sample needs no
+// copy, and cols is then that sample's group itself.
+func blockCols[F tensor.Float](g *convGeom, xs, cols []F, n0, nb, gi int) []F {
+	hw := g.h * g.w
+	if nb == 1 && g.direct {
+		return xs[(n0*g.cin+gi*g.cg)*hw : (n0*g.cin+(gi+1)*g.cg)*hw]
+	}
+	ld := nb * g.pixels
+	for j := 0; j < nb; j++ {
+		n := n0 + j
+		xg := xs[(n*g.cin+gi*g.cg)*hw : (n*g.cin+(gi+1)*g.cg)*hw]
+		im2col(g, xg, cols[j*g.pixels:], ld)
+	}
+	return cols
+}
+
+// gatherDy returns the output gradients of samples n0..n0+nb−1, group gi,
+// as [og, nb·pixels]: the samples' own rows for one sample, else copied
+// into buf.
+func gatherDy[F tensor.Float](g *convGeom, gs, buf []F, n0, nb, gi int) []F {
+	if nb == 1 {
+		return gs[(n0*g.cout+gi*g.og)*g.pixels:]
+	}
+	ld := nb * g.pixels
+	for j := 0; j < nb; j++ {
+		src := gs[((n0+j)*g.cout+gi*g.og)*g.pixels:]
+		for o := 0; o < g.og; o++ {
+			copy(buf[o*ld+j*g.pixels:o*ld+(j+1)*g.pixels], src[o*g.pixels:(o+1)*g.pixels])
+		}
+	}
+	return buf
 }
 
 // Conv2d implements kernels.Backend.
@@ -153,34 +209,42 @@ func convPrep[F tensor.Float](g *convGeom, dst, x, w, bias *T) (run, release fun
 	xs, ws, bs := in[F](&s, x), in[F](&s, w), in[F](&s, bias)
 	ys := out[F](&s, dst)
 	G := g.p.Groups
-	items := g.n * G
-	slots := newScratchSet(items, func() convScratch[F] { return newConvScratch[F](g, g.og, g.pixels, g.kdim) })
-	hw := g.h * g.w
+	B := convBlock(g)
+	blocks := (g.n + B - 1) / B
+	items := blocks * G
+	slots := newScratchSet(items, func() convScratch[F] { return newConvScratch[F](g, B, g.og, B*g.pixels, g.kdim) })
 	body := func(lo, hi int) {
 		sc := <-slots
 		for it := lo; it < hi; it++ {
-			n, gi := it/G, it%G
-			xg := xs[(n*g.cin+gi*g.cg)*hw : (n*g.cin+(gi+1)*g.cg)*hw]
-			cols := xg
-			if !g.direct {
-				cols = sc.cols
-				im2col(g, xg, cols)
+			bi, gi := it/G, it%G
+			n0 := bi * B
+			nb := min(B, g.n-n0)
+			ld := nb * g.pixels
+			cols := blockCols(g, xs, sc.cols, n0, nb, gi)
+			yb := ys[(n0*g.cout+gi*g.og)*g.pixels:]
+			if nb > 1 {
+				yb = sc.ys
 			}
-			yg := ys[(n*g.cout+gi*g.og)*g.pixels : (n*g.cout+(gi+1)*g.og)*g.pixels]
-			gemm(g.og, g.pixels, g.kdim, ws[gi*g.og*g.kdim:], g.kdim, false, cols, g.pixels, false, yg, g.pixels, false, sc.gemm)
-			if bs != nil {
+			gemm(g.og, ld, g.kdim, ws[gi*g.og*g.kdim:], g.kdim, false, cols, ld, false, yb, ld, false, sc.gemm)
+			for j := 0; j < nb; j++ {
+				dstg := ys[((n0+j)*g.cout+gi*g.og)*g.pixels:]
 				for o := 0; o < g.og; o++ {
-					bv := bs[gi*g.og+o]
-					r := yg[o*g.pixels : (o+1)*g.pixels]
-					for i := range r {
-						r[i] += bv
+					r := dstg[o*g.pixels : (o+1)*g.pixels]
+					if nb > 1 {
+						copy(r, yb[o*ld+j*g.pixels:o*ld+(j+1)*g.pixels])
+					}
+					if bs != nil {
+						bv := bs[gi*g.og+o]
+						for i := range r {
+							r[i] += bv
+						}
 					}
 				}
 			}
 		}
 		slots <- sc
 	}
-	cost := 2 * g.og * g.pixels * g.kdim
+	cost := 2 * g.og * B * g.pixels * g.kdim
 	return scratchLaunch(&s, slots, convScratch[F].free, func() { parallelFor(items, cost, body) })
 }
 
@@ -201,27 +265,36 @@ func convBwdInputPrep[F tensor.Float](g *convGeom, dx, dy, w *T) (run, release f
 	gs, ws := in[F](&s, dy), in[F](&s, w)
 	dxs := out[F](&s, dx)
 	G := g.p.Groups
-	items := g.n * G
-	slots := newScratchSet(items, func() convScratch[F] { return newConvScratch[F](g, g.kdim, g.pixels, g.og) })
+	B := convBlock(g)
+	blocks := (g.n + B - 1) / B
+	items := blocks * G
+	slots := newScratchSet(items, func() convScratch[F] { return newConvScratch[F](g, B, g.kdim, B*g.pixels, g.og) })
 	hw := g.h * g.w
 	body := func(lo, hi int) {
 		sc := <-slots
 		for it := lo; it < hi; it++ {
-			n, gi := it/G, it%G
-			dxg := dxs[(n*g.cin+gi*g.cg)*hw : (n*g.cin+(gi+1)*g.cg)*hw]
-			dyg := gs[(n*g.cout+gi*g.og)*g.pixels:]
+			bi, gi := it/G, it%G
+			n0 := bi * B
+			nb := min(B, g.n-n0)
+			ld := nb * g.pixels
+			dyb := gatherDy(g, gs, sc.ys, n0, nb, gi)
 			wg := ws[gi*g.og*g.kdim:]
-			if g.direct {
-				gemm(g.kdim, g.pixels, g.og, wg, g.kdim, true, dyg, g.pixels, false, dxg, g.pixels, false, sc.gemm)
+			if nb == 1 && g.direct {
+				dxg := dxs[(n0*g.cin+gi*g.cg)*hw : (n0*g.cin+(gi+1)*g.cg)*hw]
+				gemm(g.kdim, ld, g.og, wg, g.kdim, true, dyb, ld, false, dxg, ld, false, sc.gemm)
 				continue
 			}
-			gemm(g.kdim, g.pixels, g.og, wg, g.kdim, true, dyg, g.pixels, false, sc.cols, g.pixels, false, sc.gemm)
-			clear(dxg)
-			col2im(g, sc.cols, dxg)
+			gemm(g.kdim, ld, g.og, wg, g.kdim, true, dyb, ld, false, sc.cols, ld, false, sc.gemm)
+			for j := 0; j < nb; j++ {
+				n := n0 + j
+				dxg := dxs[(n*g.cin+gi*g.cg)*hw : (n*g.cin+(gi+1)*g.cg)*hw]
+				clear(dxg)
+				col2im(g, sc.cols[j*g.pixels:], dxg, ld)
+			}
 		}
 		slots <- sc
 	}
-	cost := 2 * g.og * g.pixels * g.kdim
+	cost := 2 * g.og * B * g.pixels * g.kdim
 	return scratchLaunch(&s, slots, convScratch[F].free, func() { parallelFor(items, cost, body) })
 }
 
@@ -250,23 +323,20 @@ func convBwdWeightPrep[F tensor.Float](g *convGeom, dw, x, dy *T) (run, release 
 	wsz := g.cout * g.kdim
 	part := make([]F, nch*wsz)
 	items := nch * G
-	slots := newScratchSet(items, func() convScratch[F] { return newConvScratch[F](g, g.og, g.kdim, g.pixels) })
-	hw := g.h * g.w
+	B := min(convBlock(g), (g.n+nch-1)/nch)
+	slots := newScratchSet(items, func() convScratch[F] { return newConvScratch[F](g, B, g.og, g.kdim, B*g.pixels) })
 	body := func(lo, hi int) {
 		sc := <-slots
 		for it := lo; it < hi; it++ {
 			c, gi := it/G, it%G
 			pg := part[c*wsz+gi*g.og*g.kdim : c*wsz+(gi+1)*g.og*g.kdim]
 			n0, n1 := c*g.n/nch, (c+1)*g.n/nch
-			for n := n0; n < n1; n++ {
-				xg := xs[(n*g.cin+gi*g.cg)*hw : (n*g.cin+(gi+1)*g.cg)*hw]
-				cols := xg
-				if !g.direct {
-					cols = sc.cols
-					im2col(g, xg, cols)
-				}
-				dyg := gs[(n*g.cout+gi*g.og)*g.pixels:]
-				gemm(g.og, g.kdim, g.pixels, dyg, g.pixels, false, cols, g.pixels, true, pg, g.kdim, n > n0, sc.gemm)
+			for b0 := n0; b0 < n1; b0 += B {
+				nb := min(B, n1-b0)
+				ld := nb * g.pixels
+				cols := blockCols(g, xs, sc.cols, b0, nb, gi)
+				dyb := gatherDy(g, gs, sc.ys, b0, nb, gi)
+				gemm(g.og, g.kdim, ld, dyb, ld, false, cols, ld, true, pg, g.kdim, b0 > n0, sc.gemm)
 			}
 		}
 		slots <- sc

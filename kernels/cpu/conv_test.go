@@ -196,25 +196,79 @@ func TestPool(t *testing.T) {
 
 // BenchmarkConv2d is the W-class first layer: batch 128 of 1×28×28 into
 // 32 channels, 3×3, padding 1.
+// BenchmarkConv2d times the three passes on the convolutions of PERF.md's
+// W5 host (batch 128, 3×3, padding 1): l1 1→32 at 28×28 (the benchmark
+// of earlier baselines), l2 32→64 at 14×14 and l3 64→128 at 7×7, with
+// the default sample blocks and with one sample per block (the layout
+// before blocking).
 func BenchmarkConv2d(b *testing.B) {
+	defer func(c int) { convCols = c }(convCols)
 	p := kernels.Conv2dParams{PadH: 1, PadW: 1}
-	x := randT(1, tensor.F32, 128, 1, 28, 28)
-	w := randT(2, tensor.F32, 32, 1, 3, 3)
-	bias := randT(3, tensor.F32, 32)
-	y := tensor.Empty(tensor.F32, 128, 32, 28, 28)
-	dx := tensor.Empty(tensor.F32, 128, 1, 28, 28)
-	dw := tensor.Empty(tensor.F32, 32, 1, 3, 3)
-	flops := 2.0 * 128 * 32 * 28 * 28 * 9
-	run := func(name string, f func()) {
-		b.Run(name, func(b *testing.B) {
-			b.ReportAllocs()
-			for i := 0; i < b.N; i++ {
-				f()
+	for _, l := range []struct {
+		name          string
+		cin, cout, hw int
+	}{{"l1", 1, 32, 28}, {"l2", 32, 64, 14}, {"l3", 64, 128, 7}} {
+		x := randT(1, tensor.F32, 128, l.cin, l.hw, l.hw)
+		w := randT(2, tensor.F32, l.cout, l.cin, 3, 3)
+		bias := randT(3, tensor.F32, l.cout)
+		y := tensor.Empty(tensor.F32, 128, l.cout, l.hw, l.hw)
+		dx := tensor.Empty(tensor.F32, 128, l.cin, l.hw, l.hw)
+		dw := tensor.Empty(tensor.F32, l.cout, l.cin, 3, 3)
+		flops := 2.0 * 128 * float64(l.cout*l.hw*l.hw*l.cin*9)
+		for _, blocks := range []struct {
+			name string
+			cols int
+		}{{"blocked", convCols}, {"per-sample", 1}} {
+			run := func(pass string, f func()) {
+				b.Run(l.name+"/"+blocks.name+"/"+pass, func(b *testing.B) {
+					convCols = blocks.cols
+					b.ReportAllocs()
+					for i := 0; i < b.N; i++ {
+						f()
+					}
+					b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+				})
 			}
-			b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
-		})
+			run("forward", func() { be.Conv2d(y, x, w, bias, p) })
+			run("backward_input", func() { be.Conv2dBackwardInput(dx, y, w, p) })
+			run("backward_weight", func() { be.Conv2dBackwardWeight(dw, x, y, p) })
+		}
 	}
-	run("forward", func() { be.Conv2d(y, x, w, bias, p) })
-	run("backward_input", func() { be.Conv2dBackwardInput(dx, y, w, p) })
-	run("backward_weight", func() { be.Conv2dBackwardWeight(dw, x, y, p) })
+}
+
+// TestConvSampleBlocks: every convCases geometry gives the same results,
+// within float32 rounding, with one sample per block, two (a ragged last
+// block for odd batches), and the default blocks. (Not bitwise: the width
+// of a block's GEMM decides between the unpacked small-product loops and
+// the FMA micro-kernels, and the weight gradient's reduction order.)
+func TestConvSampleBlocks(t *testing.T) {
+	defer func(c int) { convCols = c }(convCols)
+	for ci, c := range convCases {
+		g := max(c.p.Groups, 1)
+		n := c.n + 3 // at least 4 samples: several blocks
+		x := randT(uint64(ci), tensor.F32, n, c.cin, c.h, c.w)
+		w := randT(uint64(ci+10), tensor.F32, c.cout, c.cin/g, c.kh, c.kw)
+		b := randT(uint64(ci+20), tensor.F32, c.cout)
+		pn := c.p.Norm()
+		ho := kernels.ConvOut(c.h, c.kh, pn.StrideH, pn.PadH, pn.DilationH)
+		wo := kernels.ConvOut(c.w, c.kw, pn.StrideW, pn.PadW, pn.DilationW)
+		dy := randT(uint64(ci+30), tensor.F32, n, c.cout, ho, wo)
+		run := func(cols int) [3][]float64 {
+			convCols = cols
+			y := tensor.Empty(tensor.F32, n, c.cout, ho, wo)
+			dx := tensor.Empty(tensor.F32, n, c.cin, c.h, c.w)
+			dw := tensor.Empty(tensor.F32, c.cout, c.cin/g, c.kh, c.kw)
+			be.Conv2d(y, x, w, b, c.p)
+			be.Conv2dBackwardInput(dx, dy, w, c.p)
+			be.Conv2dBackwardWeight(dw, x, dy, c.p)
+			return [3][]float64{vals(y), vals(dx), vals(dw)}
+		}
+		one := run(1)
+		for _, cols := range []int{2*ho*wo + 1, 2048} {
+			got := run(cols)
+			closeTo(t, name("conv blocks y ", ci, cols), got[0], one[0], 1e-5)
+			closeTo(t, name("conv blocks dx ", ci, cols), got[1], one[1], 1e-5)
+			closeTo(t, name("conv blocks dw ", ci, cols), got[2], one[2], 1e-5)
+		}
+	}
 }
