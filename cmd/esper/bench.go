@@ -10,20 +10,50 @@ import (
 	"text/tabwriter"
 
 	"github.com/esper-go/esper/bench"
+	"github.com/esper-go/esper/data"
 )
+
+// benchConfig holds the parsed `esper bench` flags. Zero warm-up, reps
+// and steps mean each workload's own default.
+type benchConfig struct {
+	compare               bool
+	peerDir, jsonDir      string
+	epochs, warmup        int // W1 (warm-up: every workload)
+	requests, concurrency int // W3
+	batch, evalBatches    int // W5
+	steps                 int // W5 training steps, W7 optimizer steps
+	dataDir               string
+	randomData, capture   bool
+	size, reps            int // W6
+	params, tensors       int // W7
+}
+
+// allWorkloads is what --workload all runs, in order.
+var allWorkloads = []string{"W1", "W3", "W5", "W6", "W7"}
 
 func benchCmd(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	workload := fs.String("workload", "W1", "workload id: W1 (tolaria-ref epoch), W3 (kasmina germination)")
+	var c benchConfig
+	workload := fs.String("workload", "W1", "workload id: W1 (tolaria-ref epoch), W3 (kasmina germination), W5 (CNN host training), W6 (fp32 GEMM), W7 (SGD/AdamW step), or all (W1, W3, W5, W6, W7 in turn)")
 	compare := fs.String("compare", "", "peer to run in the same process run: pytorch")
-	jsonDir := fs.String("json", "", "directory to write <workload>.json into")
-	epochs := fs.Int("epochs", 2000, "measured epochs (W1)")
-	warmup := fs.Int("warmup", 50, "warm-up epochs (W1)")
-	requests := fs.Int("requests", 256, "germination requests (W3)")
-	concurrency := fs.Int("concurrency", 4, "germinations in flight at once (W3)")
+	fs.StringVar(&c.jsonDir, "json", "", "directory to write <workload>.json into")
+	fs.IntVar(&c.epochs, "epochs", 2000, "measured epochs (W1)")
+	fs.IntVar(&c.warmup, "warmup", 0, "unmeasured warm-up iterations; 0 = the workload's default (W1 50 epochs, W5 5 steps, W6 3 GEMMs, W7 5 steps)")
+	fs.IntVar(&c.requests, "requests", 256, "germination requests (W3)")
+	fs.IntVar(&c.concurrency, "concurrency", 4, "germinations in flight at once (W3)")
+	fs.IntVar(&c.batch, "batch", 128, "batch size (W5)")
+	fs.IntVar(&c.steps, "steps", 0, "measured steps; 0 = the workload's default (W5 20 training steps, W7 50 steps per optimizer)")
+	fs.IntVar(&c.evalBatches, "eval-batches", 20, "measured evaluation batches (W5)")
+	fs.StringVar(&c.dataDir, "data-dir", "", "Fashion-MNIST directory (W5; default "+data.DefaultFashionMNISTDir+", random data when missing)")
+	fs.BoolVar(&c.randomData, "random-data", false, "train on random N(0,1) images instead of Fashion-MNIST (W5)")
+	fs.BoolVar(&c.capture, "capture", true, "also time captured (replayed) training steps (W5)")
+	fs.IntVar(&c.size, "size", 1024, "n of the n×n·n×n fp32 GEMM (W6)")
+	fs.IntVar(&c.reps, "reps", 0, "measured GEMMs per implementation; 0 = 20 (W6)")
+	fs.IntVar(&c.params, "params", 10_000_000, "total fp32 parameters (W7)")
+	fs.IntVar(&c.tensors, "tensors", 200, "parameter tensors (W7)")
 	device := fs.String("device", "cpu", "device: cpu (cuda arrives with the CUDA issue)")
-	peerDir := fs.String("peer-dir", "bench/pytorch", "directory of the PyTorch peer scripts")
+	fs.StringVar(&c.peerDir, "peer-dir", "bench/pytorch", "directory of the PyTorch peer scripts")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -36,22 +66,61 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 	if *compare != "" && *compare != "pytorch" {
 		return fmt.Errorf("unknown peer %q (want pytorch)", *compare)
 	}
-	if *epochs <= 0 || *warmup < 0 {
+	c.compare = *compare == "pytorch"
+	if c.epochs <= 0 || c.warmup < 0 {
 		return fmt.Errorf("--epochs must be > 0 and --warmup >= 0")
 	}
-	if *requests <= 0 || *concurrency <= 0 {
+	if c.requests <= 0 || c.concurrency <= 0 {
 		return fmt.Errorf("--requests and --concurrency must be > 0")
 	}
-	switch strings.ToUpper(*workload) {
+	if c.batch <= 0 || c.evalBatches <= 0 || c.steps < 0 {
+		return fmt.Errorf("--batch and --eval-batches must be > 0 and --steps >= 0")
+	}
+	if c.size <= 0 || c.reps < 0 {
+		return fmt.Errorf("--size must be > 0 and --reps >= 0")
+	}
+	if c.params <= 0 || c.tensors <= 0 {
+		return fmt.Errorf("--params and --tensors must be > 0")
+	}
+	w := strings.ToUpper(*workload)
+	if w == "ALL" {
+		var errs []error
+		for i, id := range allWorkloads {
+			if i > 0 {
+				fmt.Fprintln(stdout)
+			}
+			if err := runWorkload(id, c, stdout, stderr); err != nil {
+				fmt.Fprintf(stderr, "%s failed: %v\n", id, err)
+				errs = append(errs, fmt.Errorf("%s: %w", id, err))
+			}
+		}
+		return errors.Join(errs...)
+	}
+	return runWorkload(w, c, stdout, stderr)
+}
+
+// runWorkload runs one workload by its (upper-case) id.
+func runWorkload(id string, c benchConfig, stdout, stderr io.Writer) error {
+	switch id {
 	case "W1":
-		return benchW1(stdout, stderr, *epochs, *warmup, *compare == "pytorch", *peerDir, *jsonDir)
+		warmup := c.warmup
+		if warmup == 0 {
+			warmup = 50
+		}
+		return benchW1(stdout, stderr, c.epochs, warmup, c.compare, c.peerDir, c.jsonDir)
 	case "W3":
-		if *compare != "" {
+		if c.compare {
 			fmt.Fprintln(stderr, "W3 has no PyTorch peer (PERF.md); running our side only")
 		}
-		return benchW3(stdout, *requests, *concurrency, *jsonDir)
+		return benchW3(stdout, c.requests, c.concurrency, c.jsonDir)
+	case "W5":
+		return benchW5(stdout, stderr, c)
+	case "W6":
+		return benchW6(stdout, stderr, c)
+	case "W7":
+		return benchW7(stdout, stderr, c)
 	}
-	return fmt.Errorf("unknown workload %q (available: W1, W3)", *workload)
+	return fmt.Errorf("unknown workload %q (available: W1, W3, W5, W6, W7, all)", id)
 }
 
 func benchW1(stdout, stderr io.Writer, epochs, warmup int, compare bool, peerDir, jsonDir string) error {
@@ -189,4 +258,318 @@ func printTable(w io.Writer, rows []row, peer bool) {
 		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.1f\t%s\t%s\t\n", r.name, r.p50, r.p95, r.p99, r.allocs, ratio)
 	}
 	tw.Flush()
+}
+
+// header prints the first line of a workload's output.
+func header(w io.Writer, title string, m bench.Machine) {
+	fmt.Fprintf(w, "%s on %s (%s, GOMAXPROCS %d, commit %s)\n", title, m.CPU, m.GoVersion, m.GOMAXPROCS, m.Commit)
+}
+
+// runPeer runs a peer script when c.compare is set and records its result
+// (or, when PyTorch is missing, why there is none) in rep. It returns nil
+// and no error when there is no peer to compare with.
+func runPeer(c benchConfig, stdout, stderr io.Writer, rep *bench.Report, script string, args ...string) (map[string]any, error) {
+	if !c.compare {
+		return nil, nil
+	}
+	fmt.Fprintf(stdout, "  running the PyTorch peer (%s/%s) ...\n", c.peerDir, script)
+	peer, err := bench.RunPeer(c.peerDir, script, runtime.GOMAXPROCS(0), args...)
+	switch {
+	case errors.Is(err, bench.ErrNoPeer):
+		fmt.Fprintf(stderr, "%v\n(running our side only)\n", err)
+		rep.PeerError = err.Error()
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	rep.Peer = peer
+	return peer, nil
+}
+
+// num reads a number at a path of keys in a decoded JSON object (0 when
+// absent).
+func num(m map[string]any, path ...string) float64 {
+	var v any = m
+	for _, k := range path {
+		obj, ok := v.(map[string]any)
+		if !ok {
+			return 0
+		}
+		v = obj[k]
+	}
+	f, _ := v.(float64)
+	return f
+}
+
+// ratio formats a/b as "1.23×", or "-" when either is not positive.
+func ratio(a, b float64) string {
+	if a <= 0 || b <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f×", a/b)
+}
+
+// progressEvery returns a progress callback printing a line whenever a
+// phase crosses a multiple of 25%.
+func progressEvery(w io.Writer) func(phase string, done, total int) {
+	last := map[string]int{}
+	return func(phase string, done, total int) {
+		pct := 100 * done / total
+		if prev, ok := last[phase]; ok && pct/25 == prev/25 {
+			return
+		}
+		last[phase] = pct
+		fmt.Fprintf(w, "  %s: %3d%% (%d/%d)\n", phase, pct, done, total)
+	}
+}
+
+// w6TargetRatio is PERF.md's W6 CPU target: ≥ 1.0× OpenBLAS (PyTorch).
+const w6TargetRatio = 1.0
+
+func benchW6(stdout, stderr io.Writer, c benchConfig) error {
+	m := bench.ThisMachine()
+	header(stdout, "W6 gemm (fp32, CPU)", m)
+	r, err := bench.RunW6(bench.W6Options{
+		Size: c.size, Reps: c.reps, Warmup: c.warmup,
+		Progress: func(impl string) {
+			fmt.Fprintf(stdout, "  %s: %d³ GEMMs ...\n", impl, c.size)
+		},
+	})
+	if err != nil {
+		return err
+	}
+	rep := bench.Report{
+		Workload: "W6",
+		Parameters: map[string]any{
+			"op": "C = A·B, fp32, contiguous row-major n×n", "size": r.Size, "reps": r.Reps, "warmup": r.Warmup,
+			"flop_per_gemm": r.FLOPPerGEMM, "esper": "kernels.For(tensor.CPU).MatMul", "gonum": "gonum.org/v1/gonum/blas/gonum Implementation.Sgemm (pure Go)",
+			"checked_entries": r.CheckedEntry,
+		},
+		Machine: m, Device: "cpu",
+		Results: map[string]any{"esper": r.Esper, "gonum": r.Gonum},
+		Ratios: map[string]any{
+			"esper_vs_gonum_median": r.Esper.MedianGFLOPS / r.Gonum.MedianGFLOPS,
+			"esper_vs_gonum_best":   r.Esper.BestGFLOPS / r.Gonum.BestGFLOPS,
+		},
+	}
+	peer, err := runPeer(c, stdout, stderr, &rep, "w6_gemm.py",
+		"--size", fmt.Sprint(r.Size), "--reps", fmt.Sprint(r.Reps), "--warmup", fmt.Sprint(r.Warmup))
+	if err != nil {
+		return err
+	}
+	type w6row struct {
+		name                string
+		best, median, p50us float64
+	}
+	rows := []w6row{
+		{"esper", r.Esper.BestGFLOPS, r.Esper.MedianGFLOPS, r.Esper.Latency.P50us},
+		{"gonum", r.Gonum.BestGFLOPS, r.Gonum.MedianGFLOPS, r.Gonum.Latency.P50us},
+	}
+	if peer != nil {
+		rows = append(rows, w6row{fmt.Sprintf("pytorch %v", peer["torch_version"]), num(peer, "best_gflops"), num(peer, "median_gflops"), num(peer, "p50_us")})
+		rep.Ratios["esper_vs_pytorch_median"] = r.Esper.MedianGFLOPS / num(peer, "median_gflops")
+		rep.Ratios["esper_vs_pytorch_best"] = r.Esper.BestGFLOPS / num(peer, "best_gflops")
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "\tbest GFLOP/s\tmedian GFLOP/s\tp50 ms\tesper ÷ it (median)\tesper ÷ it (best)\t")
+	for _, row := range rows {
+		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.2f\t%s\t%s\t\n", row.name, row.best, row.median, row.p50us/1e3,
+			ratio(r.Esper.MedianGFLOPS, row.median), ratio(r.Esper.BestGFLOPS, row.best))
+	}
+	tw.Flush()
+	if peer != nil {
+		q := r.Esper.MedianGFLOPS / num(peer, "median_gflops")
+		verdict := "meets"
+		if q < w6TargetRatio {
+			verdict = "misses"
+		}
+		fmt.Fprintf(stdout, "esper/pytorch median %.2f× %s the PERF.md target of ≥ %.1f×\n", q, verdict, w6TargetRatio)
+	}
+	return writeReport(stdout, c.jsonDir, rep)
+}
+
+// w7TargetFraction is PERF.md's W7 CPU target: ≥ 60% of the measured
+// copy bandwidth.
+const w7TargetFraction = 0.60
+
+func benchW7(stdout, stderr io.Writer, c benchConfig) error {
+	m := bench.ThisMachine()
+	header(stdout, "W7 foreach-optim (fp32, CPU)", m)
+	r, err := bench.RunW7(bench.W7Options{
+		Params: c.params, Tensors: c.tensors, Steps: c.steps, Warmup: c.warmup,
+		Progress: func(phase string) {
+			switch phase {
+			case "copy":
+				fmt.Fprintf(stdout, "  copy bandwidth (40 MB buffer) ...\n")
+			default:
+				fmt.Fprintf(stdout, "  %s steps over %d parameters in %d tensors ...\n", phase, c.params, c.tensors)
+			}
+		},
+	})
+	if err != nil {
+		return err
+	}
+	rep := bench.Report{
+		Workload: "W7",
+		Parameters: map[string]any{
+			"params": r.Params, "tensors": r.Tensors, "shapes": r.Shapes, "steps": r.Steps, "warmup": r.Warmup,
+			"sgd":             "optim.SGD lr=0.01 momentum=0.9 (flat arena, one fused kernel per step)",
+			"adamw":           "optim.AdamW lr=1e-3 betas=(0.9,0.999) eps=1e-8 weight_decay=0.01 (flat arena, fused)",
+			"bytes_per_param": map[string]any{"sgd_momentum": bench.W7SGDBytesPerParam, "adamw": bench.W7AdamWBytesPerParam},
+			"copy":            "Go copy of a float32 buffer, read+write bytes over the median time; also split over GOMAXPROCS goroutines",
+			"copy_bytes":      r.CopyBytes,
+		},
+		Machine: m, Device: "cpu",
+		Results: map[string]any{
+			"sgd_momentum": r.SGD, "adamw": r.AdamW,
+			"copy_gbps": r.CopyGBps, "parallel_copy_gbps": r.ParallelCopyGBps, "copy_latency": r.CopyLatency,
+		},
+		Ratios: map[string]any{
+			"sgd_fraction_of_copy": r.SGD.FractionOfCopy, "adamw_fraction_of_copy": r.AdamW.FractionOfCopy,
+			"sgd_fraction_of_parallel_copy": r.SGD.FractionOfParallelCopy, "adamw_fraction_of_parallel_copy": r.AdamW.FractionOfParallelCopy,
+		},
+	}
+	peer, err := runPeer(c, stdout, stderr, &rep, "w7_foreach_optim.py",
+		"--shapes", bench.W7ShapesArg(r.Shapes), "--steps", fmt.Sprint(r.Steps), "--warmup", fmt.Sprint(r.Warmup),
+		"--copy-bytes", fmt.Sprint(r.CopyBytes))
+	if err != nil {
+		return err
+	}
+	if peer != nil {
+		if got := num(peer, "params"); got != float64(r.Params) {
+			return fmt.Errorf("W7 peer ran %v parameters, we ran %d", got, r.Params)
+		}
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "\tp50 ms\tp95 ms\tMB/step\tGB/s\t% of copy\tallocs/step\tesper speedup p50\t")
+	for _, o := range []struct {
+		ours bench.W7OptimResult
+		key  string
+	}{{r.SGD, "sgd_momentum"}, {r.AdamW, "adamw"}} {
+		fmt.Fprintf(tw, "esper %s\t%.2f\t%.2f\t%.0f\t%.1f\t%.0f%%\t%.1f\t\t\n", o.ours.Optimizer, o.ours.Latency.P50us/1e3, o.ours.Latency.P95us/1e3,
+			float64(o.ours.BytesPerStep)/1e6, o.ours.GBps, 100*o.ours.FractionOfCopy, o.ours.AllocsPerStep)
+		if peer == nil {
+			continue
+		}
+		pp50 := num(peer, o.key, "step_latency", "p50_us")
+		variant := "default"
+		if f, _ := peer[o.key].(map[string]any)["foreach"].(bool); f {
+			variant = "foreach"
+		}
+		fmt.Fprintf(tw, "pytorch %s (%s)\t%.2f\t%.2f\t%.0f\t%.1f\t%.0f%%\t-\t%s\t\n", o.ours.Optimizer, variant, pp50/1e3,
+			num(peer, o.key, "step_latency", "p95_us")/1e3, num(peer, o.key, "bytes_per_step")/1e6, num(peer, o.key, "gbps"),
+			100*num(peer, o.key, "fraction_of_copy"), ratio(pp50, o.ours.Latency.P50us))
+		rep.Ratios[o.key+"_speedup_p50"] = pp50 / o.ours.Latency.P50us
+		rep.Ratios[o.key+"_speedup_p95"] = num(peer, o.key, "step_latency", "p95_us") / o.ours.Latency.P95us
+	}
+	tw.Flush()
+	fmt.Fprintf(stdout, "copy bandwidth (read+write, %d MB): Go copy %.1f GB/s, Go copy on %d goroutines %.1f GB/s",
+		r.CopyBytes/1_000_000, r.CopyGBps, m.GOMAXPROCS, r.ParallelCopyGBps)
+	if peer != nil {
+		fmt.Fprintf(stdout, ", torch copy_ %.1f GB/s", num(peer, "copy_gbps"))
+	}
+	fmt.Fprintln(stdout)
+	for _, o := range []bench.W7OptimResult{r.SGD, r.AdamW} {
+		verdict := "meets"
+		if o.FractionOfCopy < w7TargetFraction {
+			verdict = "misses"
+		}
+		fmt.Fprintf(stdout, "%s at %.0f%% of Go copy bandwidth (%.0f%% of the parallel copy) %s the PERF.md target of ≥ %.0f%%\n",
+			o.Optimizer, 100*o.FractionOfCopy, 100*o.FractionOfParallelCopy, verdict, 100*w7TargetFraction)
+	}
+	if r.SGD.FractionOfCopy > 1 || r.AdamW.FractionOfCopy > 1 {
+		fmt.Fprintln(stdout, "(above 100%: on this machine Go's copy moves fewer bytes per second than the optimizer's in-place update, so it is no bandwidth ceiling here; read the fraction as a relative figure)")
+	}
+	return writeReport(stdout, c.jsonDir, rep)
+}
+
+// w5TargetRatio is PERF.md's W5 CPU target: ≥ 1.0× PyTorch CPU.
+const w5TargetRatio = 1.0
+
+func benchW5(stdout, stderr io.Writer, c benchConfig) error {
+	m := bench.ThisMachine()
+	header(stdout, "W5 host-train (CNN host, CPU)", m)
+	r, err := bench.RunW5(bench.W5Options{
+		Batch: c.batch, Steps: c.steps, Warmup: c.warmup, EvalBatches: c.evalBatches,
+		Captured: c.capture, DataDir: c.dataDir, RandomData: c.randomData,
+		Progress: progressEvery(stdout),
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "  data: %s\n", r.DataNote)
+	results := map[string]any{"eval": r.Eval}
+	for _, t := range r.Train {
+		results["train_"+t.Mode] = t
+		if t.Fallback != "" {
+			fmt.Fprintf(stderr, "W5 captured training fell back to eager steps: %s\n", t.Fallback)
+		}
+	}
+	rep := bench.Report{
+		Workload: "W5",
+		Parameters: map[string]any{
+			"model": "kasmina CNNHost: 3 × [Conv2d k3 pad 1 no bias → BatchNorm2d → ReLU → MaxPool2d 2] (32/64/128 channels), global average pool, Linear(128→10)",
+			"input": "1×28×28, 10 classes", "batch": r.Batch, "steps": r.Steps, "warmup": r.Warmup,
+			"eval_batches": r.EvalBatches, "eval_warmup": r.EvalWarmup, "data": r.Data, "data_note": r.DataNote,
+			"loss": "cross-entropy (mean)", "optimizer": "SGD lr=0.01 momentum=0.9", "eval": "evaluation mode, inference mode, forward only",
+			"params": r.Params, "fwd_flop_per_sample": r.FwdFLOPPerSample, "train_flop_per_sample": r.TrainFLOPPerSample,
+			"samples_per_second": "batch / mean step (batch) time",
+		},
+		Machine: m, Device: "cpu", Results: results,
+	}
+	peerArgs := []string{"--batch", fmt.Sprint(r.Batch), "--steps", fmt.Sprint(r.Steps), "--warmup", fmt.Sprint(r.Warmup),
+		"--eval-batches", fmt.Sprint(r.EvalBatches), "--eval-warmup", fmt.Sprint(r.EvalWarmup)}
+	if r.Data == "fashion-mnist" {
+		dir := c.dataDir
+		if dir == "" {
+			dir = data.DefaultFashionMNISTDir
+		}
+		peerArgs = append(peerArgs, "--data-dir", dir)
+	} else {
+		peerArgs = append(peerArgs, "--random")
+	}
+	peer, err := runPeer(c, stdout, stderr, &rep, "w5_host_train.py", peerArgs...)
+	if err != nil {
+		return err
+	}
+	if peer != nil {
+		if got := num(peer, "params"); got != float64(r.Params) {
+			return fmt.Errorf("W5 peer model has %v parameters, ours %d: the architectures differ", got, r.Params)
+		}
+		rep.Ratios = map[string]any{}
+	}
+	peerTrain, peerEval := num(peer, "train_samples_per_second"), num(peer, "eval_samples_per_second")
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "\tsamples/s\tp50 ms\tp95 ms\teff. GFLOP/s\tallocs/step\tvs pytorch\t")
+	for _, t := range r.Train {
+		fmt.Fprintf(tw, "train esper %s\t%.0f\t%.1f\t%.1f\t%.1f\t%.0f\t%s\t\n", t.Mode, t.SamplesPerSec, t.Latency.P50us/1e3, t.Latency.P95us/1e3,
+			t.GFLOPS, t.AllocsPerStep, ratio(t.SamplesPerSec, peerTrain))
+		if peer != nil {
+			rep.Ratios["train_"+t.Mode+"_vs_pytorch"] = t.SamplesPerSec / peerTrain
+		}
+	}
+	if peer != nil {
+		fmt.Fprintf(tw, "train pytorch %v\t%.0f\t%.1f\t%.1f\t%.1f\t-\t\t\n", peer["torch_version"], peerTrain,
+			num(peer, "train_step_latency", "p50_us")/1e3, num(peer, "train_step_latency", "p95_us")/1e3, peerTrain*r.TrainFLOPPerSample/1e9)
+	}
+	fmt.Fprintf(tw, "eval esper\t%.0f\t%.1f\t%.1f\t%.1f\t-\t%s\t\n", r.Eval.SamplesPerSec, r.Eval.Latency.P50us/1e3, r.Eval.Latency.P95us/1e3,
+		r.Eval.GFLOPS, ratio(r.Eval.SamplesPerSec, peerEval))
+	if peer != nil {
+		rep.Ratios["eval_vs_pytorch"] = r.Eval.SamplesPerSec / peerEval
+		fmt.Fprintf(tw, "eval pytorch %v\t%.0f\t%.1f\t%.1f\t%.1f\t-\t\t\n", peer["torch_version"], peerEval,
+			num(peer, "eval_batch_latency", "p50_us")/1e3, num(peer, "eval_batch_latency", "p95_us")/1e3, peerEval*r.FwdFLOPPerSample/1e9)
+	}
+	tw.Flush()
+	if peer != nil {
+		best := 0.0
+		for _, t := range r.Train {
+			best = max(best, t.SamplesPerSec)
+		}
+		verdict := "meets"
+		if best/peerTrain < w5TargetRatio {
+			verdict = "misses"
+		}
+		fmt.Fprintf(stdout, "best esper training at %.2f× PyTorch %s the PERF.md target of ≥ %.1f×\n", best/peerTrain, verdict, w5TargetRatio)
+	}
+	return writeReport(stdout, c.jsonDir, rep)
 }

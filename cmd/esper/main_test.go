@@ -143,3 +143,96 @@ func TestTrainTaskDefaults(t *testing.T) {
 		require.Error(t, err, "%v", bad)
 	}
 }
+
+// readReport decodes dir/<workload>.json.
+func readReport(t *testing.T, dir, workload string) map[string]any {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, workload+".json"))
+	require.NoError(t, err)
+	var rep map[string]any
+	require.NoError(t, json.Unmarshal(data, &rep))
+	require.Equal(t, workload, rep["workload"])
+	return rep
+}
+
+func TestBenchW6WritesReport(t *testing.T) {
+	dir := t.TempDir()
+	var out, errb bytes.Buffer
+	code := run([]string{"bench", "--workload", "w6", "--size", "64", "--json", dir}, &out, &errb)
+	require.Equal(t, 0, code, errb.String())
+	require.Contains(t, out.String(), "median GFLOP/s")
+	require.Contains(t, out.String(), "gonum")
+	rep := readReport(t, dir, "W6")
+	require.Equal(t, 64.0, rep["parameters"].(map[string]any)["size"])
+	res := rep["results"].(map[string]any)
+	for _, impl := range []string{"esper", "gonum"} {
+		g := res[impl].(map[string]any)
+		require.Greater(t, g["median_gflops"].(float64), 0.0, impl)
+		require.Less(t, g["max_rel_err"].(float64), 1e-5, impl)
+		require.Equal(t, 20.0, g["latency"].(map[string]any)["n"], impl)
+	}
+	require.Greater(t, rep["ratios"].(map[string]any)["esper_vs_gonum_median"].(float64), 0.0)
+}
+
+func TestBenchW7WritesReport(t *testing.T) {
+	dir := t.TempDir()
+	var out, errb bytes.Buffer
+	code := run([]string{"bench", "--workload", "W7", "--params", "20000", "--tensors", "8", "--steps", "3", "--warmup", "1", "--json", dir}, &out, &errb)
+	require.Equal(t, 0, code, errb.String())
+	require.Contains(t, out.String(), "esper SGD-momentum")
+	require.Contains(t, out.String(), "esper AdamW")
+	require.Contains(t, out.String(), "copy bandwidth")
+	rep := readReport(t, dir, "W7")
+	res := rep["results"].(map[string]any)
+	require.Equal(t, 20*20000.0, res["sgd_momentum"].(map[string]any)["bytes_per_step"])
+	require.Equal(t, 28*20000.0, res["adamw"].(map[string]any)["bytes_per_step"])
+	require.Equal(t, 1.0, res["adamw"].(map[string]any)["changed_fraction"])
+	require.Greater(t, res["copy_gbps"].(float64), 0.0)
+	require.Len(t, rep["parameters"].(map[string]any)["shapes"], 8)
+}
+
+func TestBenchW5WritesReport(t *testing.T) {
+	dir := t.TempDir()
+	var out, errb bytes.Buffer
+	code := run([]string{"bench", "--workload", "W5", "--batch", "8", "--steps", "2", "--warmup", "1", "--eval-batches", "2", "--random-data", "--json", dir}, &out, &errb)
+	require.Equal(t, 0, code, errb.String())
+	require.Contains(t, out.String(), "train esper eager")
+	require.Contains(t, out.String(), "train esper captured")
+	require.Contains(t, out.String(), "random N(0,1)")
+	rep := readReport(t, dir, "W5")
+	require.Equal(t, "random-normal", rep["parameters"].(map[string]any)["data"])
+	res := rep["results"].(map[string]any)
+	for _, k := range []string{"train_eager", "train_captured", "eval"} {
+		require.Greater(t, res[k].(map[string]any)["samples_per_second"].(float64), 0.0, k)
+	}
+}
+
+// TestBenchAllWritesEveryReport runs --workload all at tiny sizes.
+func TestBenchAllWritesEveryReport(t *testing.T) {
+	dir := t.TempDir()
+	var out, errb bytes.Buffer
+	code := run([]string{"bench", "--workload", "all", "--epochs", "10", "--warmup", "1", "--requests", "4", "--concurrency", "2",
+		"--batch", "4", "--steps", "1", "--eval-batches", "1", "--random-data", "--capture=false",
+		"--size", "32", "--reps", "2", "--params", "4000", "--tensors", "4", "--json", dir}, &out, &errb)
+	require.Equal(t, 0, code, errb.String())
+	for _, w := range []string{"W1", "W3", "W5", "W6", "W7"} {
+		readReport(t, dir, w)
+	}
+}
+
+func TestBenchBadNewFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"bench", "--workload", "W6", "--size", "0"}, "--size"},
+		{[]string{"bench", "--workload", "W7", "--params", "0"}, "--params"},
+		{[]string{"bench", "--workload", "W7", "--params", "100", "--tensors", "200"}, "16 parameters per tensor"},
+		{[]string{"bench", "--workload", "W5", "--batch", "0"}, "--batch"},
+		{[]string{"bench", "--workload", "W8"}, "W1, W3, W5, W6, W7, all"},
+	} {
+		var out, errb bytes.Buffer
+		require.Equal(t, 1, run(tc.args, &out, &errb), "%v", tc.args)
+		require.Contains(t, errb.String(), tc.msg, "%v", tc.args)
+	}
+}

@@ -1,0 +1,123 @@
+#!/usr/bin/python3
+"""PERF.md W6 "gemm" workload (CPU part), PyTorch peer.
+
+fp32 GEMM C = A @ B of two contiguous n x n matrices (default n = 1024,
+entries uniform in [-1, 1)), computed with torch.mm(a, b, out=c) (OpenBLAS
+under Debian's PyTorch 1.13).  --warmup products are run first and not
+measured; each of the --reps measured products is timed with
+time.perf_counter_ns.  GFLOP/s counts 2*n^3 floating-point operations per
+product and is reported for the best and the median time.
+
+    OMP_NUM_THREADS=2 /usr/bin/python3 bench/pytorch/w6_gemm.py \
+        --size 1024 --reps 20 --warmup 3 --threads 2 --json /tmp/w6_pytorch.json
+"""
+
+import argparse
+import json
+import math
+import os
+import platform
+import re
+import sys
+import time
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(description="W6 gemm, PyTorch peer")
+    ap.add_argument("--size", type=int, default=1024, help="n of the n x n x n product (default 1024)")
+    ap.add_argument("--reps", type=int, default=20, help="measured products (default 20)")
+    ap.add_argument("--warmup", type=int, default=3, help="unmeasured products (default 3)")
+    ap.add_argument("--threads", type=int, default=2, help="torch intra-op threads (default 2)")
+    ap.add_argument("--seed", type=int, default=0, help="seed for the operands (default 0)")
+    ap.add_argument("--json", metavar="PATH", help="write the result as JSON to PATH")
+    args = ap.parse_args(argv)
+    if args.size <= 0 or args.reps <= 0 or args.warmup < 0 or args.threads <= 0:
+        ap.error("--size, --reps and --threads must be > 0 and --warmup >= 0")
+    return args
+
+
+def percentile(sorted_vals, p):
+    """Nearest-rank percentile of an ascending list."""
+    n = len(sorted_vals)
+    k = max(1, int(math.ceil(p / 100.0 * n)))
+    return sorted_vals[min(k, n) - 1]
+
+
+def blas_info(torch):
+    """BLAS_INFO of the torch build ("generic" for Debian's, which calls
+    libblas.so.3, the OpenBLAS of libopenblas0-pthread through
+    update-alternatives)."""
+    m = re.search(r"BLAS_INFO=([^,\s]+)", torch.__config__.show())
+    return m.group(1) if m else "unknown"
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    # Must be set before torch creates its OpenMP pool.
+    os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+
+    n = args.size
+    a = torch.rand(n, n, dtype=torch.float32) * 2 - 1
+    b = torch.rand(n, n, dtype=torch.float32) * 2 - 1
+    c = torch.empty(n, n, dtype=torch.float32)
+
+    for _ in range(args.warmup):
+        torch.mm(a, b, out=c)
+
+    clock = time.perf_counter_ns
+    lat_ns = []
+    for _ in range(args.reps):
+        t0 = clock()
+        torch.mm(a, b, out=c)
+        lat_ns.append(clock() - t0)
+
+    # A sampled check that the product is right (float64 reference).
+    g = torch.Generator().manual_seed(args.seed + 1)
+    rows = torch.randint(0, n, (16,), generator=g)
+    cols = torch.randint(0, n, (16,), generator=g)
+    ref = (a[rows].double() * b[:, cols].double().t()).sum(dim=1)
+    mag = (a[rows].double() * b[:, cols].double().t()).abs().sum(dim=1).clamp_min(1e-30)
+    max_rel_err = ((c[rows, cols].double() - ref).abs() / mag).max().item()
+
+    us = sorted(v / 1000.0 for v in lat_ns)
+    flop = 2.0 * n * n * n
+    result = {
+        "workload": "W6",
+        "peer": "pytorch",
+        "torch_version": torch.__version__,
+        "blas_info": blas_info(torch),
+        "threads": torch.get_num_threads(),
+        "size": n,
+        "reps": args.reps,
+        "warmup": args.warmup,
+        "flop_per_gemm": flop,
+        "p50_us": round(percentile(us, 50), 3),
+        "p95_us": round(percentile(us, 95), 3),
+        "min_us": round(us[0], 3),
+        "max_us": round(us[-1], 3),
+        "best_gflops": round(flop / (us[0] * 1e-6) / 1e9, 3),
+        "median_gflops": round(flop / (percentile(us, 50) * 1e-6) / 1e9, 3),
+        "max_rel_err": max_rel_err,
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+    }
+    print("W6 pytorch %s (%d threads): %d^3 fp32 torch.mm, %d reps after %d warm-up: "
+          "best %.1f GFLOP/s  median %.1f GFLOP/s  (p50 %.1f us)" % (
+              torch.__version__, result["threads"], n, args.reps, args.warmup,
+              result["best_gflops"], result["median_gflops"], result["p50_us"]))
+    if args.json:
+        d = os.path.dirname(os.path.abspath(args.json))
+        os.makedirs(d, exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=2, sort_keys=False)
+            f.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,352 @@
+package bench
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"time"
+
+	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/data"
+	"github.com/esper-go/esper/kasmina"
+	"github.com/esper-go/esper/kernels"
+	"github.com/esper-go/esper/nn"
+	"github.com/esper-go/esper/optim"
+	"github.com/esper-go/esper/tensor"
+)
+
+// W5 model and data dimensions (PERF.md): a CNN host of 3 blocks of base
+// width 32 on 1×28×28 images, 10 classes.
+const (
+	w5InChannels = 1
+	w5Side       = 28
+	w5Classes    = 10
+	w5Blocks     = 3
+	w5Base       = 32
+	w5Kernel     = 3
+	// w5Pool is the number of distinct batches cycled through (per phase):
+	// speed does not depend on the content, only the shape.
+	w5Pool = 8
+)
+
+// W5Options configures the W5 "host-train" workload (PERF.md): the
+// kasmina CNN host (3 Conv3×3(no bias)→BatchNorm2d→ReLU→MaxPool2 blocks of
+// 32/64/128 channels, global average pool, Linear(128→10)) on 1×28×28
+// images, trained with cross-entropy and SGD (lr 0.01, momentum 0.9), then
+// evaluated (forward only, evaluation mode, inference mode). Zero values
+// give the defaults.
+type W5Options struct {
+	Batch       int  // samples per batch (default 128)
+	Steps       int  // measured training steps per mode (default 20)
+	Warmup      int  // unmeasured training steps per mode (default 5; at least 2 when captured)
+	EvalBatches int  // measured evaluation batches (default 20)
+	EvalWarmup  int  // unmeasured evaluation batches (default 2)
+	Captured    bool // also time training with the step captured and replayed
+	// DataDir holds Fashion-MNIST ("" = data.DefaultFashionMNISTDir).
+	// When it cannot be read the workload runs on random data and says so.
+	DataDir string
+	// RandomData skips Fashion-MNIST: images N(0, 1), labels uniform.
+	RandomData bool
+	Seed       uint64
+	// Progress, when set, is called after each measured step or batch of
+	// a phase ("train eager", "train captured", "eval").
+	Progress func(phase string, done, total int)
+}
+
+// W5TrainResult is the timing of one training mode.
+type W5TrainResult struct {
+	Mode          string  `json:"mode"` // "eager" or "captured"
+	Latency       Latency `json:"step_latency"`
+	SamplesPerSec float64 `json:"samples_per_second"`
+	// GFLOPS is SamplesPerSec times W5Result.TrainFLOPPerSample.
+	GFLOPS        float64 `json:"effective_gflops"`
+	AllocsPerStep float64 `json:"allocs_per_step"`
+	Launches      int     `json:"launches_per_step,omitempty"`
+	// FirstLoss is the loss of the first warm-up step, FinalLoss that of
+	// the last measured step.
+	FirstLoss float64 `json:"first_loss"`
+	FinalLoss float64 `json:"final_loss"`
+	// Fallback is the reason a captured run fell back to eager steps.
+	Fallback string `json:"fallback,omitempty"`
+}
+
+// W5EvalResult is the timing of the evaluation forward pass.
+type W5EvalResult struct {
+	Latency       Latency `json:"batch_latency"`
+	SamplesPerSec float64 `json:"samples_per_second"`
+	GFLOPS        float64 `json:"effective_gflops"`
+}
+
+// W5Result is what RunW5 measured.
+type W5Result struct {
+	Batch       int `json:"batch"`
+	Steps       int `json:"steps"`
+	Warmup      int `json:"warmup"`
+	EvalBatches int `json:"eval_batches"`
+	EvalWarmup  int `json:"eval_warmup"`
+	// Data is "fashion-mnist" or "random-normal"; DataNote says where the
+	// data came from or why Fashion-MNIST was not used.
+	Data     string `json:"data"`
+	DataNote string `json:"data_note"`
+	Params   int    `json:"params"`
+	// FwdFLOPPerSample counts the convolutions and the classifier of one
+	// forward pass (2 FLOP per multiply-add); TrainFLOPPerSample is 3×
+	// that (forward, input and weight gradients).
+	FwdFLOPPerSample   float64         `json:"fwd_flop_per_sample"`
+	TrainFLOPPerSample float64         `json:"train_flop_per_sample"`
+	Train              []W5TrainResult `json:"train"`
+	Eval               W5EvalResult    `json:"eval"`
+}
+
+func (o W5Options) withDefaults() (W5Options, error) {
+	if o.Batch < 0 || o.Steps < 0 || o.Warmup < 0 || o.EvalBatches < 0 || o.EvalWarmup < 0 {
+		return o, fmt.Errorf("bench: W5 options must not be negative: %+v", o)
+	}
+	if o.Batch == 0 {
+		o.Batch = 128
+	}
+	if o.Steps == 0 {
+		o.Steps = 20
+	}
+	if o.Warmup == 0 {
+		o.Warmup = 5
+	}
+	if o.EvalBatches == 0 {
+		o.EvalBatches = 20
+	}
+	if o.EvalWarmup == 0 {
+		o.EvalWarmup = 2
+	}
+	if o.DataDir == "" {
+		o.DataDir = data.DefaultFashionMNISTDir
+	}
+	return o, nil
+}
+
+// W5FwdFLOPPerSample is the forward cost of one 1×28×28 sample through
+// the W5 host: per block 2·k²·Cin·Cout·H·W for the convolution (the
+// side halving after each block's pool), then 2·C·classes for the
+// classifier. Batch norm, ReLU and pooling are not counted.
+func W5FwdFLOPPerSample() float64 {
+	flop, in, side := 0.0, w5InChannels, w5Side
+	for i := 0; i < w5Blocks; i++ {
+		out := w5Base << i
+		flop += 2 * float64(w5Kernel*w5Kernel*in*out*side*side)
+		in, side = out, side/2
+	}
+	return flop + 2*float64(in*w5Classes)
+}
+
+// w5Data is a pool of train and eval batches.
+type w5Data struct {
+	kind, note     string
+	trainX, trainY []*tensor.Tensor
+	evalX, evalY   []*tensor.Tensor
+}
+
+func loadW5Data(o W5Options, rng *rand.Rand) *w5Data {
+	d := &w5Data{}
+	nTrain, nEval := min(w5Pool, o.Warmup+o.Steps), min(w5Pool, o.EvalWarmup+o.EvalBatches)
+	if !o.RandomData {
+		train, test, err := data.OpenFashionMNIST(o.DataDir)
+		if err == nil && train.Len() >= o.Batch && test.Len() >= o.Batch {
+			d.kind, d.note = "fashion-mnist", "Fashion-MNIST from "+o.DataDir+" (train batches from the training set, eval batches from the test set, random order)"
+			fill := func(ds *data.TensorDataset, n int) (xs, ys []*tensor.Tensor) {
+				perm := rng.Perm(ds.Len())
+				for b := 0; b < n; b++ {
+					x, y := tensor.Empty(tensor.F32, o.Batch, w5InChannels, w5Side, w5Side), tensor.Empty(tensor.I64, o.Batch)
+					ds.Batch(perm[(b*o.Batch)%(ds.Len()-o.Batch+1):][:o.Batch], x, y)
+					xs, ys = append(xs, x), append(ys, y)
+				}
+				return xs, ys
+			}
+			d.trainX, d.trainY = fill(train, nTrain)
+			d.evalX, d.evalY = fill(test, nEval)
+			return d
+		}
+		if err == nil {
+			err = fmt.Errorf("fewer than %d samples", o.Batch)
+		}
+		d.note = fmt.Sprintf("random N(0,1) images and uniform labels: Fashion-MNIST unavailable (%v)", err)
+	} else {
+		d.note = "random N(0,1) images and uniform labels (requested)"
+	}
+	d.kind = "random-normal"
+	gen := func(n int) (xs, ys []*tensor.Tensor) {
+		for b := 0; b < n; b++ {
+			xs = append(xs, tensor.Normal(rng, tensor.F32, 0, 1, o.Batch, w5InChannels, w5Side, w5Side))
+			ys = append(ys, tensor.RandInt(rng, w5Classes, o.Batch))
+		}
+		return xs, ys
+	}
+	d.trainX, d.trainY = gen(nTrain)
+	d.evalX, d.evalY = gen(nEval)
+	return d
+}
+
+// w5Model is the host with its optimizer.
+type w5Model struct {
+	host *kasmina.CNNHost
+	opt  *optim.SGD
+	ce   kernels.CrossEntropyParams
+}
+
+func newW5Model(seed uint64) (*w5Model, error) {
+	host, err := kasmina.NewCNNHost(kasmina.CNNHostOptions{
+		InChannels: w5InChannels, Classes: w5Classes, Blocks: w5Blocks, BaseChannels: w5Base,
+		KernelSize: w5Kernel, RNG: tensor.NewRNG(seed),
+	})
+	if err != nil {
+		return nil, err
+	}
+	opt, err := optim.NewSGD(host.Parameters(), optim.SGDOptions{LR: 0.01, Momentum: 0.9})
+	if err != nil {
+		return nil, err
+	}
+	nn.Train(host)
+	return &w5Model{host: host, opt: opt}, nil
+}
+
+// step is one training step over in = {x, y}: zero the gradients,
+// forward, cross-entropy, backward, SGD step. It returns the loss and
+// does only tensor work, so it can be captured.
+func (m *w5Model) step(in []*tensor.Tensor) []*tensor.Tensor {
+	m.opt.ZeroGrad()
+	loss := autograd.CrossEntropy(m.host.Forward(autograd.Const(in[0])), in[1], m.ce)
+	autograd.Backward(loss)
+	m.opt.Step()
+	return []*tensor.Tensor{loss.Value}
+}
+
+// train runs warmup then steps training steps over the pool of batches,
+// eagerly or captured.
+func (m *w5Model) train(o W5Options, d *w5Data, captured bool, flopPerSample float64) (W5TrainResult, error) {
+	res := W5TrainResult{Mode: "eager"}
+	run := func(in []*tensor.Tensor) ([]*tensor.Tensor, error) { return m.step(in), nil }
+	var c *autograd.Captured
+	var fallback error
+	warmup := o.Warmup
+	if captured {
+		res.Mode = "captured"
+		warmup = max(warmup, 2) // one eager call, then capture + first replay
+		c = autograd.Capture(m.step, autograd.CaptureOptions{
+			Policy:     autograd.FailOnMismatch,
+			Version:    m.opt.Arena().Version,
+			OnFallback: func(err error) { fallback = err },
+		})
+		run = func(in []*tensor.Tensor) ([]*tensor.Tensor, error) { return c.Run(in...) }
+	}
+	in := make([]*tensor.Tensor, 2)
+	batch := func(i int) []*tensor.Tensor {
+		in[0], in[1] = d.trainX[i%len(d.trainX)], d.trainY[i%len(d.trainY)]
+		return in
+	}
+	var out []*tensor.Tensor
+	var err error
+	for i := 0; i < warmup; i++ {
+		if out, err = run(batch(i)); err != nil {
+			return res, err
+		}
+		if i == 0 {
+			res.FirstLoss = out[0].Item()
+		}
+	}
+	if c != nil {
+		res.Launches = c.Launches()
+	}
+	phase := "train " + res.Mode
+	lat := make([]time.Duration, o.Steps)
+	var ms0, ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
+	for i := range lat {
+		x := batch(warmup + i)
+		t0 := time.Now()
+		out, err = run(x)
+		lat[i] = time.Since(t0)
+		if err != nil {
+			return res, err
+		}
+		if o.Progress != nil {
+			o.Progress(phase, i+1, o.Steps)
+		}
+	}
+	runtime.ReadMemStats(&ms1)
+	res.FinalLoss = out[0].Item()
+	res.Latency = Summarise(lat)
+	res.SamplesPerSec = float64(o.Batch) / (res.Latency.MeanUs * 1e-6)
+	res.GFLOPS = res.SamplesPerSec * flopPerSample / 1e9
+	res.AllocsPerStep = float64(ms1.Mallocs-ms0.Mallocs) / float64(o.Steps)
+	if fallback != nil {
+		res.Fallback = fallback.Error()
+	}
+	return res, nil
+}
+
+// eval times the forward pass in evaluation and inference mode.
+func (m *w5Model) eval(o W5Options, d *w5Data, flopPerSample float64) W5EvalResult {
+	nn.Eval(m.host)
+	defer nn.Train(m.host)
+	fwd := func(i int) {
+		x := d.evalX[i%len(d.evalX)]
+		autograd.InferenceMode(func() { m.host.Forward(autograd.Const(x)) })
+	}
+	for i := 0; i < o.EvalWarmup; i++ {
+		fwd(i)
+	}
+	lat := make([]time.Duration, o.EvalBatches)
+	for i := range lat {
+		t0 := time.Now()
+		fwd(o.EvalWarmup + i)
+		lat[i] = time.Since(t0)
+		if o.Progress != nil {
+			o.Progress("eval", i+1, o.EvalBatches)
+		}
+	}
+	r := W5EvalResult{Latency: Summarise(lat)}
+	r.SamplesPerSec = float64(o.Batch) / (r.Latency.MeanUs * 1e-6)
+	r.GFLOPS = r.SamplesPerSec * flopPerSample / 1e9
+	return r
+}
+
+// RunW5 trains the W5 host eagerly (and captured with o.Captured, on a
+// fresh host of the same seed), then times evaluation batches on the
+// eagerly trained host. Samples per second are the batch over the mean
+// step (batch) time.
+func RunW5(o W5Options) (W5Result, error) {
+	o, err := o.withDefaults()
+	if err != nil {
+		return W5Result{}, err
+	}
+	rng := tensor.NewRNG(o.Seed + 1)
+	d := loadW5Data(o, rng)
+	fwd := W5FwdFLOPPerSample()
+	res := W5Result{
+		Batch: o.Batch, Steps: o.Steps, Warmup: o.Warmup, EvalBatches: o.EvalBatches, EvalWarmup: o.EvalWarmup,
+		Data: d.kind, DataNote: d.note, FwdFLOPPerSample: fwd, TrainFLOPPerSample: 3 * fwd,
+	}
+	modes := []bool{false}
+	if o.Captured {
+		modes = append(modes, true)
+	}
+	var evalModel *w5Model
+	for _, captured := range modes {
+		m, err := newW5Model(o.Seed)
+		if err != nil {
+			return W5Result{}, err
+		}
+		if res.Params == 0 {
+			res.Params = m.opt.Arena().Len()
+		}
+		runtime.GC()
+		r, err := m.train(o, d, captured, res.TrainFLOPPerSample)
+		if err != nil {
+			return W5Result{}, err
+		}
+		res.Train = append(res.Train, r)
+		if !captured {
+			evalModel = m
+		}
+	}
+	res.Eval = evalModel.eval(o, d, fwd)
+	return res, nil
+}

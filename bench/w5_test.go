@@ -1,0 +1,69 @@
+package bench
+
+import (
+	"math"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/esper-go/esper/tensor"
+)
+
+func TestW5FLOPCount(t *testing.T) {
+	// 2·9·(1·32·28² + 32·64·14² + 64·128·7²) + 2·128·10, the ≈ 45 MFLOP
+	// per training sample of PERF.md once tripled.
+	require.Equal(t, 2.0*9*(1*32*784+32*64*196+64*128*49)+2*128*10, W5FwdFLOPPerSample())
+	require.InDelta(t, 45e6, 3*W5FwdFLOPPerSample(), 1e6)
+}
+
+// TestW5SmallRun trains the W5 host for 2 steps of batch 8 on random
+// data, eagerly and captured, and times 2 evaluation batches.
+func TestW5SmallRun(t *testing.T) {
+	var phases []string
+	r, err := RunW5(W5Options{
+		Batch: 8, Steps: 2, Warmup: 2, EvalBatches: 2, EvalWarmup: 1, Captured: true, RandomData: true, Seed: 5,
+		Progress: func(phase string, done, total int) {
+			if done == total {
+				phases = append(phases, phase)
+			}
+		},
+	})
+	require.NoError(t, err)
+	require.Equal(t, "random-normal", r.Data)
+	require.Contains(t, r.DataNote, "requested")
+	require.Equal(t, []string{"train eager", "train captured", "eval"}, phases)
+	// Conv 9·(1·32 + 32·64 + 64·128), BatchNorm 2·(32+64+128), Linear 128·10+10.
+	require.Equal(t, 9*(32+32*64+64*128)+2*(32+64+128)+128*10+10, r.Params)
+	require.Len(t, r.Train, 2)
+	for _, tr := range r.Train {
+		require.Equal(t, 2, tr.Latency.N, tr.Mode)
+		require.Greater(t, tr.SamplesPerSec, 0.0, tr.Mode)
+		require.InDelta(t, 8/(tr.Latency.MeanUs*1e-6), tr.SamplesPerSec, 1e-9*tr.SamplesPerSec, tr.Mode)
+		require.Greater(t, tr.GFLOPS, 0.0, tr.Mode)
+		require.Empty(t, tr.Fallback, tr.Mode)
+		require.False(t, math.IsNaN(tr.FinalLoss), tr.Mode)
+		// An untrained 10-class classifier starts near ln 10.
+		require.InDelta(t, math.Log(10), tr.FirstLoss, 1.0, tr.Mode)
+	}
+	require.Equal(t, "eager", r.Train[0].Mode)
+	require.Equal(t, "captured", r.Train[1].Mode)
+	require.Greater(t, r.Train[1].Launches, 0)
+	// Same seed, same batches, same steps (2 warm-up + 2): eager and
+	// captured agree.
+	require.InDelta(t, r.Train[0].FinalLoss, r.Train[1].FinalLoss, 1e-4)
+	require.Equal(t, 2, r.Eval.Latency.N)
+	require.Greater(t, r.Eval.SamplesPerSec, 0.0)
+
+	_, err = RunW5(W5Options{Batch: -1})
+	require.Error(t, err)
+}
+
+// TestW5FallsBackToRandomData: a missing data directory is reported, not
+// fatal.
+func TestW5FallsBackToRandomData(t *testing.T) {
+	d := loadW5Data(W5Options{Batch: 4, Steps: 1, Warmup: 1, EvalBatches: 1, EvalWarmup: 1, DataDir: t.TempDir()}, tensor.NewRNG(1))
+	require.Equal(t, "random-normal", d.kind)
+	require.Contains(t, d.note, "Fashion-MNIST unavailable")
+	require.Len(t, d.trainX, 2)
+	require.Equal(t, []int{4, 1, 28, 28}, d.trainX[0].Shape())
+}
