@@ -141,6 +141,89 @@ func gemm[F tensor.Float](m, n, k int, a []F, lda int, transA bool, b []F, ldb i
 	}
 }
 
+// gemmShared is one large product split over workers with B shared:
+// each (jc, pc) block of op(B) is packed once, then the row blocks of A
+// (gemmMC rows) are dealt out to workers, each packing its block into a
+// panel of its own. (gemm, run per row block, would pack all of B once
+// per row block.) Every element of C accumulates its k blocks in order
+// with the same micro-kernel, so the result is bitwise gemm's.
+type gemmShared[F tensor.Float] struct {
+	m, n, k int
+	a, b, c []F
+	lda     int
+	ldb     int
+	ldc     int
+	ta, tb  bool
+	kern    gemmKernel[F]
+	pb      []F              // the packed (jc, pc) block of B
+	pas     scratchSet[[]F]  // packed A blocks, one per worker
+	jc, pc  int              // the block being multiplied
+	nb, kb  int              // its width and depth
+	body    func(lo, hi int) // rows, bound once (launches allocate nothing)
+}
+
+// newGemmShared prepares a product of op(A) (m×k) and op(B) (k×n) into C
+// (row stride ldc), with its packing space from the pools.
+func newGemmShared[F tensor.Float](m, n, k int, a []F, lda int, ta bool, b []F, ldb int, tb bool, c []F, ldc int) *gemmShared[F] {
+	g := &gemmShared[F]{m: m, n: n, k: k, a: a, b: b, c: c, lda: lda, ldb: ldb, ldc: ldc, ta: ta, tb: tb}
+	kc := min(gemmKC, k)
+	g.pb = getBuf[F](kc * (min(gemmNC, n) + maxNR - 1))
+	g.pas = newScratchSet((m+gemmMC-1)/gemmMC, func() []F { return getBuf[F]((min(gemmMC, m) + maxMR - 1) * kc) })
+	g.body = g.rows
+	return g
+}
+
+// free returns the packing space to the pools.
+func (g *gemmShared[F]) free() {
+	putBuf(g.pb)
+	g.pas.release(putBuf[F])
+}
+
+// run computes C = op(A)·op(B).
+func (g *gemmShared[F]) run() {
+	for i := 0; i < g.m; i++ {
+		clear(g.c[i*g.ldc : i*g.ldc+g.n])
+	}
+	if g.k == 0 {
+		return
+	}
+	g.kern = kernelFor[F]()
+	blocks := (g.m + gemmMC - 1) / gemmMC
+	for g.jc = 0; g.jc < g.n; g.jc += gemmNC {
+		g.nb = min(gemmNC, g.n-g.jc)
+		for g.pc = 0; g.pc < g.k; g.pc += gemmKC {
+			g.kb = min(gemmKC, g.k-g.pc)
+			packB(g.pb, g.b, g.ldb, g.tb, g.pc, g.jc, g.kb, g.nb, g.kern.nr)
+			parallelFor(blocks, 2*gemmMC*g.nb*g.kb, g.body)
+		}
+	}
+}
+
+// rows multiplies row blocks lo..hi−1 of A by the packed block of B.
+func (g *gemmShared[F]) rows(lo, hi int) {
+	pa := <-g.pas
+	mr, nr, kb, nb := g.kern.mr, g.kern.nr, g.kb, g.nb
+	for blk := lo; blk < hi; blk++ {
+		ic := blk * gemmMC
+		mb := min(gemmMC, g.m-ic)
+		packA(pa, g.a, g.lda, g.ta, ic, g.pc, mb, kb, mr)
+		for jr := 0; jr < nb; jr += nr {
+			pb := g.pb[jr*kb : (jr+nr)*kb]
+			nrr := min(nr, nb-jr)
+			for ir := 0; ir < mb; ir += mr {
+				pan := pa[ir*kb : (ir+mr)*kb]
+				ci := (ic+ir)*g.ldc + g.jc + jr
+				if g.kern.fn != nil {
+					g.kern.fn(kb, pan, pb, g.c, ci, g.ldc, min(mr, mb-ir), nrr)
+				} else {
+					microKernel(kb, pan, pb, g.c, ci, g.ldc, min(mr, mb-ir), nrr)
+				}
+			}
+		}
+	}
+	g.pas <- pa
+}
+
 // gemmDirect adds op(A)·op(B) to C with plain loops, without packing:
 // for products under gemmSmall multiply-adds (W1's 4×16 by 16×4 is
 // 256), packing the operands costs more than the arithmetic. Each case

@@ -151,6 +151,16 @@ func matmulPrep[F tensor.Float](dst, a, b, bias *T, batch int, bcA, bcB bool, m,
 		return run, func() {}
 	}
 	blocks := (m + gemmMC - 1) / gemmMC
+	if batch == 1 && blocks > 1 {
+		// One large product: B packed once per block, rows shared out.
+		g := newGemmShared(m, n, k, av, lda, transA, bv, ldb, transB, cv, n)
+		return func() {
+			s.load()
+			g.run()
+			addBias(cv, m)
+			s.store()
+		}, g.free
+	}
 	items := batch * blocks
 	slots := newScratchSet(items, func() gemmScratch[F] { return newGemmScratch[F](min(m, gemmMC), n, k) })
 	body := func(lo, hi int) {
