@@ -294,7 +294,21 @@ func packA[F tensor.Float](dst, a []F, lda int, trans bool, ic, pc, mb, kb, mr i
 			}
 			continue
 		}
-		for r := 0; r < mr; r++ {
+		r := 0
+		// Four rows at a time: each p writes four neighbouring values of
+		// the panel instead of one value per 4·mr bytes.
+		for ; r+4 <= rows; r += 4 {
+			base := (ic+ir+r)*lda + pc
+			s0 := a[base : base+kb]
+			s1 := a[base+lda : base+lda+kb]
+			s2 := a[base+2*lda : base+2*lda+kb]
+			s3 := a[base+3*lda : base+3*lda+kb]
+			for p := range s0 {
+				q := pan[p*mr+r : p*mr+r+4]
+				q[0], q[1], q[2], q[3] = s0[p], s1[p], s2[p], s3[p]
+			}
+		}
+		for ; r < mr; r++ {
 			if r >= rows {
 				for p := 0; p < kb; p++ {
 					pan[p*mr+r] = 0
