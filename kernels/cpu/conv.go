@@ -83,6 +83,19 @@ func im2col[F tensor.Float](g *convGeom, xg, cols []F, ld int) {
 					}
 					src := plane[ih*g.w : (ih+1)*g.w]
 					iw := kw*p.DilationW - p.PadW
+					if p.StrideW == 1 {
+						// The valid columns are one run: zeros, a copy,
+						// zeros.
+						lo, hi := max(0, -iw), min(g.wo, g.w-iw)
+						if lo >= hi {
+							clear(r)
+							continue
+						}
+						clear(r[:lo])
+						copy(r[lo:hi], src[lo+iw:hi+iw])
+						clear(r[hi:])
+						continue
+					}
 					for ow := range r {
 						if iw >= 0 && iw < g.w {
 							r[ow] = src[iw]
@@ -114,6 +127,16 @@ func col2im[F tensor.Float](g *convGeom, cols, dxg []F, ld int) {
 					r := row[oh*g.wo : (oh+1)*g.wo]
 					dst := plane[ih*g.w : (ih+1)*g.w]
 					iw := kw*p.DilationW - p.PadW
+					if p.StrideW == 1 {
+						// The valid columns are one run.
+						if lo, hi := max(0, -iw), min(g.wo, g.w-iw); lo < hi {
+							d := dst[lo+iw : hi+iw]
+							for i, v := range r[lo:hi] {
+								d[i] += v
+							}
+						}
+						continue
+					}
 					for _, v := range r {
 						if iw >= 0 && iw < g.w {
 							dst[iw] += v
@@ -324,7 +347,13 @@ func convBwdWeightPrep[F tensor.Float](g *convGeom, dw, x, dy *T) (run, release 
 	part := make([]F, nch*wsz)
 	items := nch * G
 	B := min(convBlock(g), (g.n+nch-1)/nch)
-	slots := newScratchSet(items, func() convScratch[F] { return newConvScratch[F](g, B, g.og, g.kdim, B*g.pixels) })
+	// With fewer patch rows than output channels (a first layer: 9 rows
+	// for a 3×3 kernel on one channel) the partials are computed
+	// transposed, [kdim, og]: the narrow side then falls on the
+	// micro-tile's rows (12) rather than its columns (32).
+	tr := g.kdim < g.og
+	mn := max(g.og, g.kdim)
+	slots := newScratchSet(items, func() convScratch[F] { return newConvScratch[F](g, B, mn, mn, B*g.pixels) })
 	body := func(lo, hi int) {
 		sc := <-slots
 		for it := lo; it < hi; it++ {
@@ -336,19 +365,36 @@ func convBwdWeightPrep[F tensor.Float](g *convGeom, dw, x, dy *T) (run, release 
 				ld := nb * g.pixels
 				cols := blockCols(g, xs, sc.cols, b0, nb, gi)
 				dyb := gatherDy(g, gs, sc.ys, b0, nb, gi)
-				gemm(g.og, g.kdim, ld, dyb, ld, false, cols, ld, true, pg, g.kdim, b0 > n0, sc.gemm)
+				if tr {
+					gemm(g.kdim, g.og, ld, cols, ld, false, dyb, ld, true, pg, g.og, b0 > n0, sc.gemm)
+				} else {
+					gemm(g.og, g.kdim, ld, dyb, ld, false, cols, ld, true, pg, g.kdim, b0 > n0, sc.gemm)
+				}
 			}
 		}
 		slots <- sc
 	}
 	combine := func(lo, hi int) {
-		d := dws[lo:hi]
-		copy(d, part[lo:hi])
-		for c := 1; c < nch; c++ {
-			pc := part[c*wsz+lo : c*wsz+hi]
-			for i, v := range pc {
-				d[i] += v
+		if !tr {
+			d := dws[lo:hi]
+			copy(d, part[lo:hi])
+			for c := 1; c < nch; c++ {
+				pc := part[c*wsz+lo : c*wsz+hi]
+				for i, v := range pc {
+					d[i] += v
+				}
 			}
+			return
+		}
+		per := g.og * g.kdim
+		for i := lo; i < hi; i++ {
+			gi, r := i/per, i%per
+			src := gi*per + (r%g.kdim)*g.og + r/g.kdim // [kdim, og] within the group
+			v := part[src]
+			for c := 1; c < nch; c++ {
+				v += part[c*wsz+src]
+			}
+			dws[i] = v
 		}
 	}
 	cost := 2 * g.og * g.pixels * g.kdim * max(1, g.n/nch)

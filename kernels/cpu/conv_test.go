@@ -58,6 +58,9 @@ var convCases = []convCase{
 	{2, 2, 7, 6, 3, 2, 3, kernels.Conv2dParams{StrideH: 2, PadH: 1}},
 	{3, 5, 4, 3, 2, 1, 1, kernels.Conv2dParams{}},
 	{1, 1, 1, 1, 1, 1, 1, kernels.Conv2dParams{}},
+	// Fewer patch rows than output channels: transposed weight partials.
+	{2, 1, 7, 6, 16, 3, 3, kernels.Conv2dParams{PadH: 1, PadW: 1}},
+	{2, 2, 6, 5, 32, 3, 3, kernels.Conv2dParams{PadH: 1, PadW: 1, Groups: 2}},
 }
 
 func TestConv2d(t *testing.T) {
