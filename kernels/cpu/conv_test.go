@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"math"
+	"slices"
 	"runtime"
 	"testing"
 
@@ -273,5 +274,26 @@ func TestConvSampleBlocks(t *testing.T) {
 			closeTo(t, name("conv blocks dx ", ci, cols), got[1], one[1], 1e-5)
 			closeTo(t, name("conv blocks dw ", ci, cols), got[2], one[2], 1e-5)
 		}
+	}
+}
+
+// TestMaxPool2x2TiesAndNaN: the 2×2/2 fast path keeps the general rule:
+// the first maximum in scan order wins ties, and the first NaN wins.
+func TestMaxPool2x2TiesAndNaN(t *testing.T) {
+	nan := float32(math.NaN())
+	// One plane of 2×6: windows [1 1; 0 1], [2 nan; nan 5], [3 0; 3 3].
+	x := tensor.FromSlice([]float32{
+		1, 1, 2, nan, 3, 0,
+		0, 1, nan, 5, 3, 3,
+	}, 1, 1, 2, 6)
+	y := tensor.Empty(tensor.F32, 1, 1, 1, 3)
+	idx := tensor.Empty(tensor.I64, 1, 1, 1, 3)
+	be.MaxPool2d(y, idx, x, kernels.Pool2dParams{KernelH: 2, KernelW: 2})
+	got := y.F32()
+	if got[0] != 1 || !math.IsNaN(float64(got[1])) || got[2] != 3 {
+		t.Fatalf("pooled %v", got)
+	}
+	if want := []int64{0, 3, 4}; !slices.Equal(idx.I64(), want) {
+		t.Fatalf("argmax %v, want %v", idx.I64(), want)
 	}
 }

@@ -67,6 +67,47 @@ func maxPoolPrep[F tensor.Float](g *poolGeom, dst, argmax, x *T) func() {
 		a64, a32 = indexData("MaxPool2d", "argmax", argmax)
 	}
 	p := g.p
+	set := func(o, bi int) {
+		if a64 != nil {
+			a64[o] = int64(bi)
+		} else if a32 != nil {
+			a32[o] = int32(bi)
+		}
+	}
+	if p.KernelH == 2 && p.KernelW == 2 && p.StrideH == 2 && p.StrideW == 2 && p.PadH == 0 && p.PadW == 0 {
+		// The usual 2×2/2 pool: every window lies inside the plane;
+		// the same scan order and NaN rule as the general loop below.
+		body := func(lo, hi int) {
+			for pl := lo; pl < hi; pl++ {
+				xp := xs[pl*g.h*g.w : (pl+1)*g.h*g.w]
+				ob := pl * g.ho * g.wo
+				for oh := 0; oh < g.ho; oh++ {
+					for ow := 0; ow < g.wo; ow++ {
+						i0 := 2*oh*g.w + 2*ow
+						best, bi := xp[i0], i0
+						if best == best {
+							for _, j := range [3]int{i0 + 1, i0 + g.w, i0 + g.w + 1} {
+								if v := xp[j]; v > best || v != v {
+									best, bi = v, j
+									if v != v {
+										break
+									}
+								}
+							}
+						}
+						o := ob + oh*g.wo + ow
+						ys[o] = best
+						set(o, bi)
+					}
+				}
+			}
+		}
+		return func() {
+			s.load()
+			parallelFor(g.planes, 4*g.ho*g.wo, body)
+			s.store()
+		}
+	}
 	body := func(lo, hi int) {
 		for pl := lo; pl < hi; pl++ {
 			xp := xs[pl*g.h*g.w : (pl+1)*g.h*g.w]
@@ -92,11 +133,7 @@ func maxPoolPrep[F tensor.Float](g *poolGeom, dst, argmax, x *T) func() {
 				done:
 					o := ob + oh*g.wo + ow
 					ys[o] = best
-					if a64 != nil {
-						a64[o] = int64(bi)
-					} else if a32 != nil {
-						a32[o] = int32(bi)
-					}
+					set(o, bi)
 				}
 			}
 		}
