@@ -2,8 +2,8 @@ package cpu
 
 import (
 	"math"
-	"slices"
 	"runtime"
+	"slices"
 	"testing"
 
 	"github.com/esper-go/esper/kernels"
