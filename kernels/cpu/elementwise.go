@@ -50,6 +50,21 @@ func unaryPrep[F tensor.Float](op kernels.UnaryOp, dst, x *T) func() {
 
 const sqrt2OverPi = 0.7978845608028654 // √(2/π)
 
+// maskF returns v when keep, else +0, without a branch on keep.
+func maskF[F tensor.Float](v F, keep bool) F {
+	var k uint64
+	if keep {
+		k = 1 // a conditional set, not a jump
+	}
+	switch p := any(&v).(type) {
+	case *float32:
+		*p = math.Float32frombits(math.Float32bits(*p) & uint32(-k))
+	case *float64:
+		*p = math.Float64frombits(math.Float64bits(*p) & -k)
+	}
+	return v
+}
+
 func unaryKernel[F tensor.Float](op kernels.UnaryOp, d, x []F) {
 	d = d[:len(x)]
 	switch op {
@@ -97,12 +112,11 @@ func unaryKernel[F tensor.Float](op kernels.UnaryOp, d, x []F) {
 			}
 		}
 	case kernels.Relu:
+		// The builtin max is branch-free (a data-dependent branch costs
+		// a misprediction every other element) and keeps NaN; max(−0, 0)
+		// is +0.
 		for i, v := range x {
-			if v > 0 || v != v {
-				d[i] = v
-			} else {
-				d[i] = 0
-			}
+			d[i] = max(v, 0)
 		}
 	case kernels.GeluTanh:
 		for i, v := range x {
@@ -273,12 +287,12 @@ func unaryBwdKernel[F tensor.Float](op kernels.UnaryOp, dx, x, y, dy []F) {
 			dx[i] = 0
 		}
 	case kernels.Relu:
+		// dy where x > 0, else +0 (even for a NaN or infinite dy), by
+		// masking the bits: no data-dependent branch.
+		x = x[:len(dy)]
+		dx = dx[:len(dy)]
 		for i, g := range dy {
-			if x[i] > 0 {
-				dx[i] = g
-			} else {
-				dx[i] = 0
-			}
+			dx[i] = maskF(g, x[i] > 0)
 		}
 	case kernels.GeluTanh:
 		// PyTorch's GeluBackward (approximate="tanh").
