@@ -337,7 +337,20 @@ func packB[F tensor.Float](dst, b []F, ldb int, trans bool, pc, jc, kb, nb, nr i
 			}
 			continue
 		}
-		for j := 0; j < nr; j++ {
+		j := 0
+		// Four columns at a time, as packA's rows.
+		for ; j+4 <= cols; j += 4 {
+			base := (jc+jr+j)*ldb + pc
+			s0 := b[base : base+kb]
+			s1 := b[base+ldb : base+ldb+kb]
+			s2 := b[base+2*ldb : base+2*ldb+kb]
+			s3 := b[base+3*ldb : base+3*ldb+kb]
+			for p := range s0 {
+				q := pan[p*nr+j : p*nr+j+4]
+				q[0], q[1], q[2], q[3] = s0[p], s1[p], s2[p], s3[p]
+			}
+		}
+		for ; j < nr; j++ {
 			if j >= cols {
 				for p := 0; p < kb; p++ {
 					pan[p*nr+j] = 0
