@@ -82,22 +82,33 @@ func maxPoolPrep[F tensor.Float](g *poolGeom, dst, argmax, x *T) func() {
 				xp := xs[pl*g.h*g.w : (pl+1)*g.h*g.w]
 				ob := pl * g.ho * g.wo
 				for oh := 0; oh < g.ho; oh++ {
-					for ow := 0; ow < g.wo; ow++ {
+					r0 := xp[2*oh*g.w : 2*oh*g.w+2*g.wo]
+					r1 := xp[(2*oh+1)*g.w : (2*oh+1)*g.w+2*g.wo]
+					yo := ys[ob+oh*g.wo : ob+(oh+1)*g.wo]
+					for ow := range yo {
+						a, b, c, d := r0[2*ow], r0[2*ow+1], r1[2*ow], r1[2*ow+1]
 						i0 := 2*oh*g.w + 2*ow
-						best, bi := xp[i0], i0
-						if best == best {
-							for _, j := range [3]int{i0 + 1, i0 + g.w, i0 + g.w + 1} {
-								if v := xp[j]; v > best || v != v {
-									best, bi = v, j
-									if v != v {
-										break
-									}
+						// Branch-free on data: the maximum by the builtin
+						// max, then the offset of its first occurrence
+						// in scan order from 0/1 comparisons.
+						m := max(max(a, b), max(c, d))
+						na, nb, nc := b2i(a != m), b2i(b != m), b2i(c != m)
+						off := na * (1 + nb*(g.w-1+nc))
+						if m != m { // a NaN: the first NaN wins
+							off = 0
+							for k, v := range [4]F{a, b, c, d} {
+								if v != v {
+									off = [4]int{0, 1, g.w, g.w + 1}[k]
+									break
 								}
 							}
 						}
-						o := ob + oh*g.wo + ow
-						ys[o] = best
-						set(o, bi)
+						yo[ow] = xp[i0+off] // m, with the element's own sign of zero
+						if o := ob + oh*g.wo + ow; a64 != nil {
+							a64[o] = int64(i0 + off)
+						} else if a32 != nil {
+							a32[o] = int32(i0 + off)
+						}
 					}
 				}
 			}
@@ -144,6 +155,14 @@ func maxPoolPrep[F tensor.Float](g *poolGeom, dst, argmax, x *T) func() {
 		parallelFor(g.planes, cost, body)
 		s.store()
 	}
+}
+
+// b2i is 1 for true and 0 for false (a conditional set, not a jump).
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // MaxPool2dBackward implements kernels.Backend.
