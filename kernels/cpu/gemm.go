@@ -294,32 +294,7 @@ func packA[F tensor.Float](dst, a []F, lda int, trans bool, ic, pc, mb, kb, mr i
 			}
 			continue
 		}
-		r := 0
-		// Four rows at a time: each p writes four neighbouring values of
-		// the panel instead of one value per 4·mr bytes.
-		for ; r+4 <= rows; r += 4 {
-			base := (ic+ir+r)*lda + pc
-			s0 := a[base : base+kb]
-			s1 := a[base+lda : base+lda+kb]
-			s2 := a[base+2*lda : base+2*lda+kb]
-			s3 := a[base+3*lda : base+3*lda+kb]
-			for p := range s0 {
-				q := pan[p*mr+r : p*mr+r+4]
-				q[0], q[1], q[2], q[3] = s0[p], s1[p], s2[p], s3[p]
-			}
-		}
-		for ; r < mr; r++ {
-			if r >= rows {
-				for p := 0; p < kb; p++ {
-					pan[p*mr+r] = 0
-				}
-				continue
-			}
-			src := a[(ic+ir+r)*lda+pc : (ic+ir+r)*lda+pc+kb]
-			for p, v := range src {
-				pan[p*mr+r] = v
-			}
-		}
+		interleave(pan, a, (ic+ir)*lda+pc, lda, rows, kb, mr)
 	}
 }
 
@@ -337,31 +312,7 @@ func packB[F tensor.Float](dst, b []F, ldb int, trans bool, pc, jc, kb, nb, nr i
 			}
 			continue
 		}
-		j := 0
-		// Four columns at a time, as packA's rows.
-		for ; j+4 <= cols; j += 4 {
-			base := (jc+jr+j)*ldb + pc
-			s0 := b[base : base+kb]
-			s1 := b[base+ldb : base+ldb+kb]
-			s2 := b[base+2*ldb : base+2*ldb+kb]
-			s3 := b[base+3*ldb : base+3*ldb+kb]
-			for p := range s0 {
-				q := pan[p*nr+j : p*nr+j+4]
-				q[0], q[1], q[2], q[3] = s0[p], s1[p], s2[p], s3[p]
-			}
-		}
-		for ; j < nr; j++ {
-			if j >= cols {
-				for p := 0; p < kb; p++ {
-					pan[p*nr+j] = 0
-				}
-				continue
-			}
-			src := b[(jc+jr+j)*ldb+pc : (jc+jr+j)*ldb+pc+kb]
-			for p, v := range src {
-				pan[p*nr+j] = v
-			}
-		}
+		interleave(pan, b, (jc+jr)*ldb+pc, ldb, cols, kb, nr)
 	}
 }
 
@@ -439,4 +390,34 @@ func GEMMKernel() string {
 		return "purego"
 	}
 	return sgemmAsm.name
+}
+
+// interleave is the transposing half of packA and packB: line l < lines
+// of src (src[base+l·ld:][:kb]) goes to pan[p·w+l] for every p < kb, and
+// lines from lines to w are zeros. Four lines at a time, so that each p
+// writes four neighbouring values rather than one per w elements.
+func interleave[F tensor.Float](pan, src []F, base, ld, lines, kb, w int) {
+	l := 0
+	for ; l+4 <= lines; l += 4 {
+		b := base + l*ld
+		s0 := src[b : b+kb]
+		s1 := src[b+ld : b+ld+kb]
+		s2 := src[b+2*ld : b+2*ld+kb]
+		s3 := src[b+3*ld : b+3*ld+kb]
+		for p := range s0 {
+			q := pan[p*w+l : p*w+l+4]
+			q[0], q[1], q[2], q[3] = s0[p], s1[p], s2[p], s3[p]
+		}
+	}
+	for ; l < w; l++ {
+		if l >= lines {
+			for p := 0; p < kb; p++ {
+				pan[p*w+l] = 0
+			}
+			continue
+		}
+		for p, v := range src[base+l*ld : base+l*ld+kb] {
+			pan[p*w+l] = v
+		}
+	}
 }
