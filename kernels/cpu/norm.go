@@ -406,6 +406,69 @@ func (be *Backend) BatchNorm(y, saveMean, saveRstd, x, w, b, runMean, runVar *T,
 	}
 }
 
+// The per-plane sums of the normalisations run four accumulators side by
+// side (element j into accumulator j mod 4, combined as (a0+a1)+(a2+a3)):
+// one float64 add chain is bound by the add latency, four are not. The
+// order is fixed, so results stay deterministic.
+
+// sum4 returns Σ v.
+func sum4[F tensor.Float](xs []F) float64 {
+	var a0, a1, a2, a3 float64
+	j := 0
+	for ; j+4 <= len(xs); j += 4 {
+		a0 += float64(xs[j])
+		a1 += float64(xs[j+1])
+		a2 += float64(xs[j+2])
+		a3 += float64(xs[j+3])
+	}
+	for ; j < len(xs); j++ {
+		a0 += float64(xs[j])
+	}
+	return (a0 + a1) + (a2 + a3)
+}
+
+// sqDev4 returns Σ (v − mu)².
+func sqDev4[F tensor.Float](xs []F, mu float64) float64 {
+	var a0, a1, a2, a3 float64
+	j := 0
+	for ; j+4 <= len(xs); j += 4 {
+		d0, d1, d2, d3 := float64(xs[j])-mu, float64(xs[j+1])-mu, float64(xs[j+2])-mu, float64(xs[j+3])-mu
+		a0 += d0 * d0
+		a1 += d1 * d1
+		a2 += d2 * d2
+		a3 += d3 * d3
+	}
+	for ; j < len(xs); j++ {
+		d := float64(xs[j]) - mu
+		a0 += d * d
+	}
+	return (a0 + a1) + (a2 + a3)
+}
+
+// gradSums4 returns Σ g and Σ g·(x − mu)·r over a plane.
+func gradSums4[F tensor.Float](gs, xs []F, mu, r float64) (sg, sgh float64) {
+	xs = xs[:len(gs)]
+	var a0, a1, a2, a3, b0, b1, b2, b3 float64
+	j := 0
+	for ; j+4 <= len(gs); j += 4 {
+		g0, g1, g2, g3 := float64(gs[j]), float64(gs[j+1]), float64(gs[j+2]), float64(gs[j+3])
+		a0 += g0
+		a1 += g1
+		a2 += g2
+		a3 += g3
+		b0 += g0 * (float64(xs[j]) - mu) * r
+		b1 += g1 * (float64(xs[j+1]) - mu) * r
+		b2 += g2 * (float64(xs[j+2]) - mu) * r
+		b3 += g3 * (float64(xs[j+3]) - mu) * r
+	}
+	for ; j < len(gs); j++ {
+		g := float64(gs[j])
+		a0 += g
+		b0 += g * (float64(xs[j]) - mu) * r
+	}
+	return (a0 + a1) + (a2 + a3), (b0 + b1) + (b2 + b3)
+}
+
 func batchNormPrep[F tensor.Float](y, saveMean, saveRstd, x, w, b, runMean, runVar *T, training bool, momentum, eps float64) func() {
 	var s stage
 	n, c, hw := planes("BatchNorm", x)
@@ -419,22 +482,12 @@ func batchNormPrep[F tensor.Float](y, saveMean, saveRstd, x, w, b, runMean, runV
 	cnt := float64(n * hw)
 	sumBody := func(lo, hi int) {
 		for it := lo; it < hi; it++ {
-			var a float64
-			for _, v := range xs[it*hw : (it+1)*hw] {
-				a += float64(v)
-			}
-			part[it] = a
+			part[it] = sum4(xs[it*hw : (it+1)*hw])
 		}
 	}
 	sqBody := func(lo, hi int) {
 		for it := lo; it < hi; it++ {
-			mu := mean[it%c]
-			var a float64
-			for _, v := range xs[it*hw : (it+1)*hw] {
-				d := float64(v) - mu
-				a += d * d
-			}
-			part[it] = a
+			part[it] = sqDev4(xs[it*hw:(it+1)*hw], mean[it%c])
 		}
 	}
 	normBody := func(lo, hi int) {
@@ -539,14 +592,7 @@ func batchNormBwdPrep[F tensor.Float](dx, dw, db, dy, x, saveMean, saveRstd, w *
 	sums := func(lo, hi int) {
 		for it := lo; it < hi; it++ {
 			ch := it % c
-			mu, r := float64(ms[ch]), float64(rs[ch])
-			var a, b float64
-			xr := xs[it*hw : (it+1)*hw]
-			for j, g := range gs[it*hw : (it+1)*hw] {
-				a += float64(g)
-				b += float64(g) * (float64(xr[j]) - mu) * r
-			}
-			pdy[it], pdyx[it] = a, b
+			pdy[it], pdyx[it] = gradSums4(gs[it*hw:(it+1)*hw], xs[it*hw:(it+1)*hw], float64(ms[ch]), float64(rs[ch]))
 		}
 	}
 	dxBody := func(lo, hi int) {
