@@ -208,11 +208,7 @@ func benchW3(stdout io.Writer, requests, concurrency int, jsonDir string) error 
 	fmt.Fprintln(tw, "\tp50 µs\tp95 µs\tp99 µs\tmax µs\tgerminations/s\tallocs/req\ttarget p95 µs\t")
 	fmt.Fprintf(tw, "esper\t%.1f\t%.1f\t%.1f\t%.1f\t%.0f\t%.0f\t%d\t\n", r.Latency.P50us, r.Latency.P95us, r.Latency.P99us, r.Latency.MaxUs, r.PerSecond, r.AllocsPerReq, w3TargetP95us)
 	tw.Flush()
-	verdict := "meets"
-	if r.Latency.P95us > w3TargetP95us {
-		verdict = "misses"
-	}
-	fmt.Fprintf(stdout, "p95 %.0f µs %s the PERF.md target of %d µs\n", r.Latency.P95us, verdict, w3TargetP95us)
+	fmt.Fprintf(stdout, "p95 %.0f µs %s the PERF.md target of %d µs\n", r.Latency.P95us, verdict(r.Latency.P95us <= w3TargetP95us), w3TargetP95us)
 	rep := bench.Report{
 		Workload: "W3",
 		Parameters: map[string]any{
@@ -225,6 +221,14 @@ func benchW3(stdout io.Writer, requests, concurrency int, jsonDir string) error 
 }
 
 // writeReport writes rep under jsonDir when one was given and says where.
+// verdict words a check against a PERF.md target.
+func verdict(met bool) string {
+	if met {
+		return "meets"
+	}
+	return "misses"
+}
+
 func writeReport(stdout io.Writer, jsonDir string, rep bench.Report) error {
 	if jsonDir == "" {
 		return nil
@@ -379,11 +383,7 @@ func benchW6(stdout, stderr io.Writer, c benchConfig) error {
 	tw.Flush()
 	if peer != nil {
 		q := r.Esper.MedianGFLOPS / num(peer, "median_gflops")
-		verdict := "meets"
-		if q < w6TargetRatio {
-			verdict = "misses"
-		}
-		fmt.Fprintf(stdout, "esper/pytorch median %.2f× %s the PERF.md target of ≥ %.1f×\n", q, verdict, w6TargetRatio)
+		fmt.Fprintf(stdout, "esper/pytorch median %.2f× %s the PERF.md target of ≥ %.1f×\n", q, verdict(q >= w6TargetRatio), w6TargetRatio)
 	}
 	return writeReport(stdout, c.jsonDir, rep)
 }
@@ -470,12 +470,8 @@ func benchW7(stdout, stderr io.Writer, c benchConfig) error {
 	}
 	fmt.Fprintln(stdout)
 	for _, o := range []bench.W7OptimResult{r.SGD, r.AdamW} {
-		verdict := "meets"
-		if o.FractionOfCopy < w7TargetFraction {
-			verdict = "misses"
-		}
 		fmt.Fprintf(stdout, "%s at %.0f%% of Go copy bandwidth (%.0f%% of the parallel copy) %s the PERF.md target of ≥ %.0f%%\n",
-			o.Optimizer, 100*o.FractionOfCopy, 100*o.FractionOfParallelCopy, verdict, 100*w7TargetFraction)
+			o.Optimizer, 100*o.FractionOfCopy, 100*o.FractionOfParallelCopy, verdict(o.FractionOfCopy >= w7TargetFraction), 100*w7TargetFraction)
 	}
 	if r.SGD.FractionOfCopy > 1 || r.AdamW.FractionOfCopy > 1 {
 		fmt.Fprintln(stdout, "(above 100%: on this machine Go's copy moves fewer bytes per second than the optimizer's in-place update, so it is no bandwidth ceiling here; read the fraction as a relative figure)")
@@ -565,11 +561,7 @@ func benchW5(stdout, stderr io.Writer, c benchConfig) error {
 		for _, t := range r.Train {
 			best = max(best, t.SamplesPerSec)
 		}
-		verdict := "meets"
-		if best/peerTrain < w5TargetRatio {
-			verdict = "misses"
-		}
-		fmt.Fprintf(stdout, "best esper training at %.2f× PyTorch %s the PERF.md target of ≥ %.1f×\n", best/peerTrain, verdict, w5TargetRatio)
+		fmt.Fprintf(stdout, "best esper training at %.2f× PyTorch %s the PERF.md target of ≥ %.1f×\n", best/peerTrain, verdict(best/peerTrain >= w5TargetRatio), w5TargetRatio)
 	}
 	return writeReport(stdout, c.jsonDir, rep)
 }
