@@ -227,7 +227,7 @@ func cePrep[F tensor.Float](loss, logits, target *T, p kernels.CrossEntropyParam
 					t, ok := ceTarget(t64, t32, i, c, p)
 					kept[i] = ok
 					row := x32[i*c : (i+1)*c]
-					switch m := rowMaxF32(row); {
+					switch m := float32(rowMax(row)); {
 					case !ok:
 						per[i] = 0
 					case !finite32(m):
@@ -308,9 +308,9 @@ func lseMean[F tensor.Float](row []F) (lse, mean float64) {
 	return m + math.Log(se), sx / float64(len(row))
 }
 
-// expRowBuf is the stack scratch of expRows: rows of up to this many
-// classes are exponentiated several at a time, longer ones one by one
-// in a pooled buffer.
+// expRowBuf is the float32 cross-entropy's stack scratch: rows of up to
+// this many classes are exponentiated several at a time, longer ones in
+// chunks of this size.
 const expRowBuf = 128
 
 // expRowBlock bounds the rows expRowsF32 exponentiates per expF32 call.
@@ -355,21 +355,6 @@ func smoothMean(row []float32, eps float64) float64 {
 	return sum / float64(len(row))
 }
 
-// rowMaxF32 returns the largest element of a non-empty row, NaN if any
-// element is NaN.
-func rowMaxF32(row []float32) float32 {
-	m := row[0]
-	for _, v := range row[1:] {
-		if m != m {
-			break
-		}
-		if v > m || v != v {
-			m = v
-		}
-	}
-	return m
-}
-
 // expBlockF32 sets, for rows b0..b1−1 of the row-major float32 matrix xs
 // with c columns, maxes[i−b0] to row i's maximum and z[(i−b0)·c+j] to
 // e^(x_ij − max) with one expF32 call. A row whose maximum is NaN or ±Inf
@@ -378,7 +363,7 @@ func expBlockF32(xs []float32, c, b0, b1 int, z, maxes []float32) {
 	z = z[:(b1-b0)*c]
 	for i := b0; i < b1; i++ {
 		row := xs[i*c : (i+1)*c]
-		m := rowMaxF32(row)
+		m := float32(rowMax(row)) // an element: exact
 		maxes[i-b0] = m
 		zr := z[(i-b0)*c : (i-b0+1)*c]
 		if !finite32(m) {
@@ -451,33 +436,31 @@ func ceBwdPrep[F tensor.Float](dlogits, logits, target, dloss *T, p kernels.Cros
 	exact := func(i, t int, g float64) {
 		row := xs[i*c : (i+1)*c]
 		drow := ds[i*c : (i+1)*c]
-		{
-			// softmax_j = e^(v_j−m)/Σ: one exp per element and no log;
-			// rows of up to 64 classes keep the exponentials on the stack.
-			m := rowMax(row)
-			var ebuf [64]float64
-			var se float64
-			for j, v := range row {
-				e := math.Exp(float64(v) - m)
-				if j < len(ebuf) {
-					ebuf[j] = e
-				}
-				se += e
+		// softmax_j = e^(v_j−m)/Σ: one exp per element and no log;
+		// rows of up to 64 classes keep the exponentials on the stack.
+		m := rowMax(row)
+		var ebuf [64]float64
+		var se float64
+		for j, v := range row {
+			e := math.Exp(float64(v) - m)
+			if j < len(ebuf) {
+				ebuf[j] = e
 			}
-			inv := 1 / se
-			for j, v := range row {
-				var e float64
-				if j < len(ebuf) {
-					e = ebuf[j]
-				} else {
-					e = math.Exp(float64(v) - m)
-				}
-				q := eps / float64(c)
-				if j == t {
-					q += 1 - eps
-				}
-				drow[j] = F(g * (e*inv - q))
+			se += e
+		}
+		inv := 1 / se
+		for j, v := range row {
+			var e float64
+			if j < len(ebuf) {
+				e = ebuf[j]
+			} else {
+				e = math.Exp(float64(v) - m)
 			}
+			q := eps / float64(c)
+			if j == t {
+				q += 1 - eps
+			}
+			drow[j] = F(g * (e*inv - q))
 		}
 	}
 	body := func(lo, hi int) {
