@@ -261,10 +261,10 @@ type Trainer struct {
 	summary   Summary // Epochs is a ring starting at histHead when History is set
 	histHead  int
 	lastSeeds map[string]leyline.SeedStage // seed id → stage, for the counts
-	// status is emitEpoch's scratch for the deadline and failure metrics;
-	// sentStatus and sentAgg are the values of those and of the
-	// aggregation's as last sent.
-	status, sentStatus, sentAgg []leyline.Metric
+	// status and changed are emitEpoch's scratch: the deadline and
+	// failure metrics, and those of them to send; sentStatus and sentAgg
+	// are the values of those and of the aggregation's as last sent.
+	status, changed, sentStatus, sentAgg []leyline.Metric
 }
 
 // ErrOptions is wrapped by NewTrainer's option errors.
@@ -733,14 +733,16 @@ func (t *Trainer) emitEpoch(r EpochReport) {
 	// from the value last sent, and the aggregation's as a block when any
 	// of it changed; all of them in the first epoch a trainer reports.
 	t.status = t.failureMetrics(t.deadlines.appendMetrics(t.status[:0]))
-	firstStatus := len(t.sentStatus) != len(t.status)
-	n := numEpochMetrics
+	first := len(t.sentStatus) != len(t.status)
+	t.changed = t.changed[:0]
 	for i := range t.status {
-		if firstStatus || !sameMetrics(t.status[i:i+1], t.sentStatus[i:i+1]) {
-			n++
+		if first || !sameMetrics(t.status[i:i+1], t.sentStatus[i:i+1]) {
+			t.changed = append(t.changed, t.status[i])
 		}
 	}
+	t.sentStatus = append(t.sentStatus[:0], t.status...)
 	sendAgg := t.sentAgg == nil || !sameMetrics(t.aggReport.Metrics, t.sentAgg)
+	n := numEpochMetrics + len(t.changed)
 	if sendAgg {
 		n += len(t.aggReport.Metrics)
 	}
@@ -761,12 +763,7 @@ func (t *Trainer) emitEpoch(r EpochReport) {
 		// each: always foreach.
 		leyline.Metric{Name: leyline.MetricTolariaTrainForeachEnabled, Value: 1},
 	)
-	for i := range t.status {
-		if firstStatus || !sameMetrics(t.status[i:i+1], t.sentStatus[i:i+1]) {
-			metrics = append(metrics, t.status[i])
-		}
-	}
-	t.sentStatus = append(t.sentStatus[:0], t.status...)
+	metrics = append(metrics, t.changed...)
 	if sendAgg {
 		metrics = append(metrics, t.aggReport.Metrics...)
 		t.sentAgg = append(make([]leyline.Metric, 0, len(t.aggReport.Metrics)), t.aggReport.Metrics...)
