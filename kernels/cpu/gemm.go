@@ -22,9 +22,11 @@ const (
 )
 
 // microKernelFunc adds the product of an MR×kb packed A panel and a kb×NR
-// packed B panel to the mr×nr tile of C at ci (mr ≤ MR, nr ≤ NR). Each
-// element is summed in registers from p = 0 up and then added to C once.
-type microKernelFunc[F tensor.Float] func(kb int, pa, pb []F, c []F, ci, ldc, mr, nr int)
+// packed B panel to the mr×nr tile of C at ci (mr ≤ MR, nr ≤ NR), or
+// stores it there when add is false (the first k block of a product that
+// overwrites C, which then need not be cleared first). Each element is
+// summed in registers from p = 0 up and then added to C once.
+type microKernelFunc[F tensor.Float] func(kb int, pa, pb []F, c []F, ci, ldc, mr, nr int, add bool)
 
 // gemmKernel is a micro-kernel with its tile shape; packing follows it.
 // fn nil means the pure-Go microKernel (called directly: a generic function
@@ -51,7 +53,7 @@ var gemmSmall = 4096
 func kernelFor[F tensor.Float]() gemmKernel[F] {
 	var z F
 	if _, ok := any(z).(float32); ok && sgemmAsm.fn != nil && !gemmPureGo.Load() {
-		if fn, ok := any(sgemmAsm.fn).(func(int, []F, []F, []F, int, int, int, int)); ok {
+		if fn, ok := any(sgemmAsm.fn).(func(int, []F, []F, []F, int, int, int, int, bool)); ok {
 			return gemmKernel[F]{mr: sgemmAsm.mr, nr: sgemmAsm.nr, fn: fn}
 		}
 	}
@@ -62,11 +64,12 @@ func kernelFor[F tensor.Float]() gemmKernel[F] {
 type sgemmKernel struct {
 	name   string
 	mr, nr int
-	fn     func(kb int, pa, pb []float32, c []float32, ci, ldc, mr, nr int)
+	fn     func(kb int, pa, pb []float32, c []float32, ci, ldc, mr, nr int, add bool)
 }
 
 // maxMR and maxNR bound the tile shapes of every kernel, for sizing scratch.
 const (
+	minMR = 4
 	maxMR = 16
 	maxNR = 32
 )
@@ -99,19 +102,15 @@ func gemm[F tensor.Float](m, n, k int, a []F, lda int, transA bool, b []F, ldb i
 	if m == 0 || n == 0 {
 		return
 	}
-	if !accumulate {
-		for i := 0; i < m; i++ {
-			row := c[i*ldc : i*ldc+n]
-			for j := range row {
-				row[j] = 0
+	if k == 0 || m*n*k < gemmSmall {
+		if !accumulate {
+			for i := 0; i < m; i++ {
+				clear(c[i*ldc : i*ldc+n])
 			}
 		}
-	}
-	if k == 0 {
-		return
-	}
-	if m*n*k < gemmSmall {
-		gemmDirect(m, n, k, a, lda, transA, b, ldb, transB, c, ldc)
+		if k > 0 {
+			gemmDirect(m, n, k, a, lda, transA, b, ldb, transB, c, ldc)
+		}
 		return
 	}
 	kern := kernelFor[F]()
@@ -120,6 +119,7 @@ func gemm[F tensor.Float](m, n, k int, a []F, lda int, transA bool, b []F, ldb i
 		nb := min(gemmNC, n-jc)
 		for pc := 0; pc < k; pc += gemmKC {
 			kb := min(gemmKC, k-pc)
+			add := accumulate || pc > 0
 			packB(sc.b, b, ldb, transB, pc, jc, kb, nb, nr)
 			for ic := 0; ic < m; ic += gemmMC {
 				mb := min(gemmMC, m-ic)
@@ -130,9 +130,9 @@ func gemm[F tensor.Float](m, n, k int, a []F, lda int, transA bool, b []F, ldb i
 					for ir := 0; ir < mb; ir += mr {
 						pa := sc.a[ir*kb : (ir+mr)*kb]
 						if kern.fn != nil {
-							kern.fn(kb, pa, pb, c, (ic+ir)*ldc+jc+jr, ldc, min(mr, mb-ir), nrr)
+							kern.fn(kb, pa, pb, c, (ic+ir)*ldc+jc+jr, ldc, min(mr, mb-ir), nrr, add)
 						} else {
-							microKernel(kb, pa, pb, c, (ic+ir)*ldc+jc+jr, ldc, min(mr, mb-ir), nrr)
+							microKernel(kb, pa, pb, c, (ic+ir)*ldc+jc+jr, ldc, min(mr, mb-ir), nrr, add)
 						}
 					}
 				}
@@ -142,11 +142,14 @@ func gemm[F tensor.Float](m, n, k int, a []F, lda int, transA bool, b []F, ldb i
 }
 
 // gemmShared is one large product split over workers with B shared:
-// each (jc, pc) block of op(B) is packed once, then the row blocks of A
-// (gemmMC rows) are dealt out to workers, each packing its block into a
-// panel of its own. (gemm, run per row block, would pack all of B once
-// per row block.) Every element of C accumulates its k blocks in order
-// with the same micro-kernel, so the result is bitwise gemm's.
+// each (jc, pc) block of op(B) is packed once (its panels split among the
+// workers), then the mr-row panels of A are dealt out to workers in equal
+// runs, each worker packing up to gemmMC rows of its run at a time into a
+// buffer of its own. (gemm, run per row block, would pack all of B once
+// per row block; dealing whole gemmMC blocks would leave one worker idle
+// for the last block: 11 blocks of 1024 rows on 2 workers.) Every element
+// of C accumulates its k blocks in order with the same micro-kernel, so
+// the result is bitwise gemm's.
 type gemmShared[F tensor.Float] struct {
 	m, n, k int
 	a, b, c []F
@@ -159,7 +162,8 @@ type gemmShared[F tensor.Float] struct {
 	pas     scratchSet[[]F]  // packed A blocks, one per worker
 	jc, pc  int              // the block being multiplied
 	nb, kb  int              // its width and depth
-	body    func(lo, hi int) // rows, bound once (launches allocate nothing)
+	body    func(lo, hi int) // panels, bound once (launches allocate nothing)
+	packB   func(lo, hi int) // B panels, bound once
 }
 
 // newGemmShared prepares a product of op(A) (m×k) and op(B) (k×n) into C
@@ -168,8 +172,9 @@ func newGemmShared[F tensor.Float](m, n, k int, a []F, lda int, ta bool, b []F, 
 	g := &gemmShared[F]{m: m, n: n, k: k, a: a, b: b, c: c, lda: lda, ldb: ldb, ldc: ldc, ta: ta, tb: tb}
 	kc := min(gemmKC, k)
 	g.pb = getBuf[F](kc * (min(gemmNC, n) + maxNR - 1))
-	g.pas = newScratchSet((m+gemmMC-1)/gemmMC, func() []F { return getBuf[F]((min(gemmMC, m) + maxMR - 1) * kc) })
-	g.body = g.rows
+	g.pas = newScratchSet(max(1, (m+minMR-1)/minMR), func() []F { return getBuf[F]((min(gemmMC, m) + maxMR - 1) * kc) })
+	g.body = g.panels
+	g.packB = g.packBPanels
 	return g
 }
 
@@ -181,31 +186,40 @@ func (g *gemmShared[F]) free() {
 
 // run computes C = op(A)·op(B).
 func (g *gemmShared[F]) run() {
-	for i := 0; i < g.m; i++ {
-		clear(g.c[i*g.ldc : i*g.ldc+g.n])
-	}
 	if g.k == 0 {
+		for i := 0; i < g.m; i++ {
+			clear(g.c[i*g.ldc : i*g.ldc+g.n])
+		}
 		return
 	}
 	g.kern = kernelFor[F]()
-	blocks := (g.m + gemmMC - 1) / gemmMC
+	mr, nr := g.kern.mr, g.kern.nr
+	panels := (g.m + mr - 1) / mr
 	for g.jc = 0; g.jc < g.n; g.jc += gemmNC {
 		g.nb = min(gemmNC, g.n-g.jc)
 		for g.pc = 0; g.pc < g.k; g.pc += gemmKC {
 			g.kb = min(gemmKC, g.k-g.pc)
-			packB(g.pb, g.b, g.ldb, g.tb, g.pc, g.jc, g.kb, g.nb, g.kern.nr)
-			parallelFor(blocks, 2*gemmMC*g.nb*g.kb, g.body)
+			parallelFor((g.nb+nr-1)/nr, nr*g.kb, g.packB)
+			parallelFor(panels, 2*mr*g.nb*g.kb, g.body)
 		}
 	}
 }
 
-// rows multiplies row blocks lo..hi−1 of A by the packed block of B.
-func (g *gemmShared[F]) rows(lo, hi int) {
+// packBPanels packs panels lo..hi−1 of the current block of B.
+func (g *gemmShared[F]) packBPanels(lo, hi int) {
+	nr := g.kern.nr
+	packB(g.pb[lo*nr*g.kb:], g.b, g.ldb, g.tb, g.pc, g.jc+lo*nr, g.kb, min(g.nb, hi*nr)-lo*nr, nr)
+}
+
+// panels multiplies the A panels lo..hi−1 (rows lo·mr to hi·mr, or m) by
+// the packed block of B, gemmMC rows at a time.
+func (g *gemmShared[F]) panels(lo, hi int) {
 	pa := <-g.pas
 	mr, nr, kb, nb := g.kern.mr, g.kern.nr, g.kb, g.nb
-	for blk := lo; blk < hi; blk++ {
-		ic := blk * gemmMC
-		mb := min(gemmMC, g.m-ic)
+	add := g.pc > 0
+	end := min(hi*mr, g.m)
+	for ic := lo * mr; ic < end; ic += gemmMC {
+		mb := min(gemmMC, end-ic)
 		packA(pa, g.a, g.lda, g.ta, ic, g.pc, mb, kb, mr)
 		for jr := 0; jr < nb; jr += nr {
 			pb := g.pb[jr*kb : (jr+nr)*kb]
@@ -214,9 +228,9 @@ func (g *gemmShared[F]) rows(lo, hi int) {
 				pan := pa[ir*kb : (ir+mr)*kb]
 				ci := (ic+ir)*g.ldc + g.jc + jr
 				if g.kern.fn != nil {
-					g.kern.fn(kb, pan, pb, g.c, ci, g.ldc, min(mr, mb-ir), nrr)
+					g.kern.fn(kb, pan, pb, g.c, ci, g.ldc, min(mr, mb-ir), nrr, add)
 				} else {
-					microKernel(kb, pan, pb, g.c, ci, g.ldc, min(mr, mb-ir), nrr)
+					microKernel(kb, pan, pb, g.c, ci, g.ldc, min(mr, mb-ir), nrr, add)
 				}
 			}
 		}
@@ -283,7 +297,11 @@ func gemmDirect[F tensor.Float](m, n, k int, a []F, lda int, transA bool, b []F,
 // rows: panel r holds, for each p, the mr values of rows r·mr.. (zero
 // beyond mb).
 func packA[F tensor.Float](dst, a []F, lda int, trans bool, ic, pc, mb, kb, mr int) {
-	for ir := 0; ir < mb; ir += mr {
+	ir0 := 0
+	if !trans {
+		ir0 = packAFast(dst, a, lda, ic, pc, mb, kb, mr)
+	}
+	for ir := ir0; ir < mb; ir += mr {
 		pan := dst[ir*kb : (ir+mr)*kb]
 		rows := min(mr, mb-ir)
 		if trans {
@@ -301,7 +319,11 @@ func packA[F tensor.Float](dst, a []F, lda int, trans bool, ic, pc, mb, kb, mr i
 // packB copies the kb×nb block of op(B) at (pc, jc) into panels of nr
 // columns (zero beyond nb).
 func packB[F tensor.Float](dst, b []F, ldb int, trans bool, pc, jc, kb, nb, nr int) {
-	for jr := 0; jr < nb; jr += nr {
+	jr0 := 0
+	if !trans {
+		jr0 = packBFast(dst, b, ldb, pc, jc, kb, nb, nr)
+	}
+	for jr := jr0; jr < nb; jr += nr {
 		pan := dst[jr*kb : (jr+nr)*kb]
 		cols := min(nr, nb-jr)
 		if !trans {
@@ -319,7 +341,7 @@ func packB[F tensor.Float](dst, b []F, ldb int, trans bool, pc, jc, kb, nb, nr i
 // microKernel is the pure-Go 4×4 micro-kernel (a microKernelFunc with
 // MR = gemmMR, NR = gemmNR): the fallback on every platform and the test
 // oracle for the assembly kernels.
-func microKernel[F tensor.Float](kb int, pa, pb []F, c []F, ci, ldc, mr, nr int) {
+func microKernel[F tensor.Float](kb int, pa, pb []F, c []F, ci, ldc, mr, nr int, add bool) {
 	var c00, c01, c02, c03, c10, c11, c12, c13, c20, c21, c22, c23, c30, c31, c32, c33 F
 	pa = pa[:kb*gemmMR]
 	pb = pb[:kb*gemmNR]
@@ -345,33 +367,22 @@ func microKernel[F tensor.Float](kb int, pa, pb []F, c []F, ci, ldc, mr, nr int)
 		c32 += a3 * b2
 		c33 += a3 * b3
 	}
-	if mr == 4 && nr == 4 {
-		r := c[ci : ci+4 : ci+4]
-		r[0] += c00
-		r[1] += c01
-		r[2] += c02
-		r[3] += c03
-		r = c[ci+ldc : ci+ldc+4 : ci+ldc+4]
-		r[0] += c10
-		r[1] += c11
-		r[2] += c12
-		r[3] += c13
-		r = c[ci+2*ldc : ci+2*ldc+4 : ci+2*ldc+4]
-		r[0] += c20
-		r[1] += c21
-		r[2] += c22
-		r[3] += c23
-		r = c[ci+3*ldc : ci+3*ldc+4 : ci+3*ldc+4]
-		r[0] += c30
-		r[1] += c31
-		r[2] += c32
-		r[3] += c33
-		return
-	}
 	t := [16]F{c00, c01, c02, c03, c10, c11, c12, c13, c20, c21, c22, c23, c30, c31, c32, c33}
+	storeTile(t[:], 4, c, ci, ldc, mr, nr, add)
+}
+
+// storeTile adds the mr×nr corner of tile t (row stride w) to C at ci, or
+// stores it there when add is false.
+func storeTile[F tensor.Float](t []F, w int, c []F, ci, ldc, mr, nr int, add bool) {
 	for i := 0; i < mr; i++ {
-		for j := 0; j < nr; j++ {
-			c[ci+i*ldc+j] += t[i*4+j]
+		row := c[ci+i*ldc : ci+i*ldc+nr]
+		src := t[i*w : i*w+nr]
+		if !add {
+			copy(row, src)
+			continue
+		}
+		for j, v := range src {
+			row[j] += v
 		}
 	}
 }

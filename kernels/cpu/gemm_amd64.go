@@ -33,15 +33,15 @@ const useAVX512 = true
 
 // sgemm6x16AVX2 adds the product of a 6×kb packed A panel at pa and a
 // kb×16 packed B panel at pb to the 6×16 tile of C at c (row stride ldc
-// elements). kb ≥ 0.
+// elements), or stores it there when add is false. kb ≥ 0.
 //
 //go:noescape
-func sgemm6x16AVX2(kb int, pa, pb, c *float32, ldc int)
+func sgemm6x16AVX2(kb int, pa, pb, c *float32, ldc int, add bool)
 
 // sgemmAVX2 is the microKernelFunc for sgemm6x16AVX2: full tiles go
 // straight to C; edge tiles are computed into a zeroed 6×16 scratch tile
-// whose valid mr×nr part is then added to C.
-func sgemmAVX2(kb int, pa, pb []float32, c []float32, ci, ldc, mr, nr int) {
+// whose valid mr×nr part is then added to (or stored in) C.
+func sgemmAVX2(kb int, pa, pb []float32, c []float32, ci, ldc, mr, nr int, add bool) {
 	if kb <= 0 || mr <= 0 || nr <= 0 {
 		return
 	}
@@ -49,29 +49,24 @@ func sgemmAVX2(kb int, pa, pb []float32, c []float32, ci, ldc, mr, nr int) {
 	_ = pb[16*kb-1]
 	if mr == 6 && nr == 16 {
 		_ = c[ci : ci+5*ldc+16]
-		sgemm6x16AVX2(kb, &pa[0], &pb[0], &c[ci], ldc)
+		sgemm6x16AVX2(kb, &pa[0], &pb[0], &c[ci], ldc, add)
 		return
 	}
 	var t [6 * 16]float32
-	sgemm6x16AVX2(kb, &pa[0], &pb[0], &t[0], 16)
-	for i := 0; i < mr; i++ {
-		row := c[ci+i*ldc : ci+i*ldc+nr]
-		for j := range row {
-			row[j] += t[i*16+j]
-		}
-	}
+	sgemm6x16AVX2(kb, &pa[0], &pb[0], &t[0], 16, false)
+	storeTile(t[:], 16, c, ci, ldc, mr, nr, add)
 }
 
 // sgemm12x32AVX512 adds the product of a 12×kb packed A panel at pa and a
 // kb×32 packed B panel at pb to the 12×32 tile of C at c (row stride ldc
-// elements). kb ≥ 0.
+// elements), or stores it there when add is false. kb ≥ 0.
 //
 //go:noescape
-func sgemm12x32AVX512(kb int, pa, pb, c *float32, ldc int)
+func sgemm12x32AVX512(kb int, pa, pb, c *float32, ldc int, add bool)
 
 // sgemmAVX512 is the microKernelFunc for sgemm12x32AVX512, with edge
 // tiles handled as in sgemmAVX2.
-func sgemmAVX512(kb int, pa, pb []float32, c []float32, ci, ldc, mr, nr int) {
+func sgemmAVX512(kb int, pa, pb []float32, c []float32, ci, ldc, mr, nr int, add bool) {
 	if kb <= 0 || mr <= 0 || nr <= 0 {
 		return
 	}
@@ -79,15 +74,10 @@ func sgemmAVX512(kb int, pa, pb []float32, c []float32, ci, ldc, mr, nr int) {
 	_ = pb[32*kb-1]
 	if mr == 12 && nr == 32 {
 		_ = c[ci : ci+11*ldc+32]
-		sgemm12x32AVX512(kb, &pa[0], &pb[0], &c[ci], ldc)
+		sgemm12x32AVX512(kb, &pa[0], &pb[0], &c[ci], ldc, add)
 		return
 	}
 	var t [12 * 32]float32
-	sgemm12x32AVX512(kb, &pa[0], &pb[0], &t[0], 32)
-	for i := 0; i < mr; i++ {
-		row := c[ci+i*ldc : ci+i*ldc+nr]
-		for j := range row {
-			row[j] += t[i*32+j]
-		}
-	}
+	sgemm12x32AVX512(kb, &pa[0], &pb[0], &t[0], 32, false)
+	storeTile(t[:], 32, c, ci, ldc, mr, nr, add)
 }

@@ -2,13 +2,13 @@
 
 #include "textflag.h"
 
-// func sgemm6x16AVX2(kb int, pa, pb, c *float32, ldc int)
+// func sgemm6x16AVX2(kb int, pa, pb, c *float32, ldc int, add bool)
 //
 // C[0:6][0:16] += A·B for a packed A panel (kb steps of 6 row values) and a
 // packed B panel (kb steps of 16 column values). Accumulators Y4..Y15 (row
 // i in Y(4+2i), Y(5+2i)) start at zero, take one FMA per p in order, and are
-// added to C once at the end.
-TEXT ·sgemm6x16AVX2(SB), NOSPLIT, $0-40
+// added to C once at the end (stored in C when add is false).
+TEXT ·sgemm6x16AVX2(SB), NOSPLIT, $0-41
 	MOVQ kb+0(FP), CX
 	MOVQ pa+8(FP), SI
 	MOVQ pb+16(FP), DI
@@ -148,6 +148,9 @@ loop1:
 	JNZ  loop1
 
 store:
+	MOVBQZX add+40(FP), AX
+	TESTQ   AX, AX
+	JZ      assign
 	VADDPS (DX), Y4, Y4
 	VMOVUPS Y4, (DX)
 	VADDPS 32(DX), Y5, Y5
@@ -180,20 +183,55 @@ store:
 	VZEROUPPER
 	RET
 
+assign:
+	VMOVUPS Y4, (DX)
+	VMOVUPS Y5, 32(DX)
+	ADDQ BX, DX
+	VMOVUPS Y6, (DX)
+	VMOVUPS Y7, 32(DX)
+	ADDQ BX, DX
+	VMOVUPS Y8, (DX)
+	VMOVUPS Y9, 32(DX)
+	ADDQ BX, DX
+	VMOVUPS Y10, (DX)
+	VMOVUPS Y11, 32(DX)
+	ADDQ BX, DX
+	VMOVUPS Y12, (DX)
+	VMOVUPS Y13, 32(DX)
+	ADDQ BX, DX
+	VMOVUPS Y14, (DX)
+	VMOVUPS Y15, 32(DX)
+	VZEROUPPER
+	RET
 
-// func sgemm12x32AVX512(kb int, pa, pb, c *float32, ldc int)
+
+
+// func sgemm12x32AVX512(kb int, pa, pb, c *float32, ldc int, add bool)
 //
 // C[0:12][0:32] += A·B for a packed A panel (kb steps of 12 row values)
 // and a packed B panel (kb steps of 32 column values). Accumulators
 // Z4..Z27 (row i in Z(4+2i), Z(5+2i)) start at zero, take one FMA per p in
-// order (A broadcast from memory), and are added to C once at the end.
-TEXT ·sgemm12x32AVX512(SB), NOSPLIT, $0-40
+// order (A broadcast from memory), and are added to C once at the end
+// (stored in C when add is false).
+TEXT ·sgemm12x32AVX512(SB), NOSPLIT, $0-41
 	MOVQ kb+0(FP), CX
 	MOVQ pa+8(FP), SI
 	MOVQ pb+16(FP), DI
 	MOVQ c+24(FP), DX
 	MOVQ ldc+32(FP), BX
 	SHLQ $2, BX
+	// Fetch the C tile now so that its lines are in L1 by the time the
+	// accumulators are added to it (C is usually far out of cache).
+	MOVQ DX, AX
+	MOVQ $12, R8
+
+prefetchC:
+	PREFETCHT0 (AX)
+	PREFETCHT0 64(AX)
+	PREFETCHT0 127(AX)
+	ADDQ BX, AX
+	DECQ R8
+	JNZ  prefetchC
 	VPXORD Z4, Z4, Z4
 	VPXORD Z5, Z5, Z5
 	VPXORD Z6, Z6, Z6
@@ -348,6 +386,9 @@ tail512:
 	VFMADD231PS Z1, Z31, Z27
 
 store512:
+	MOVBQZX add+40(FP), AX
+	TESTQ   AX, AX
+	JZ      assign512
 	VADDPS (DX), Z4, Z4
 	VMOVUPS Z4, (DX)
 	VADDPS 64(DX), Z5, Z5
@@ -409,3 +450,43 @@ store512:
 	VMOVUPS Z27, 64(DX)
 	VZEROUPPER
 	RET
+
+assign512:
+	VMOVUPS Z4, (DX)
+	VMOVUPS Z5, 64(DX)
+	ADDQ BX, DX
+	VMOVUPS Z6, (DX)
+	VMOVUPS Z7, 64(DX)
+	ADDQ BX, DX
+	VMOVUPS Z8, (DX)
+	VMOVUPS Z9, 64(DX)
+	ADDQ BX, DX
+	VMOVUPS Z10, (DX)
+	VMOVUPS Z11, 64(DX)
+	ADDQ BX, DX
+	VMOVUPS Z12, (DX)
+	VMOVUPS Z13, 64(DX)
+	ADDQ BX, DX
+	VMOVUPS Z14, (DX)
+	VMOVUPS Z15, 64(DX)
+	ADDQ BX, DX
+	VMOVUPS Z16, (DX)
+	VMOVUPS Z17, 64(DX)
+	ADDQ BX, DX
+	VMOVUPS Z18, (DX)
+	VMOVUPS Z19, 64(DX)
+	ADDQ BX, DX
+	VMOVUPS Z20, (DX)
+	VMOVUPS Z21, 64(DX)
+	ADDQ BX, DX
+	VMOVUPS Z22, (DX)
+	VMOVUPS Z23, 64(DX)
+	ADDQ BX, DX
+	VMOVUPS Z24, (DX)
+	VMOVUPS Z25, 64(DX)
+	ADDQ BX, DX
+	VMOVUPS Z26, (DX)
+	VMOVUPS Z27, 64(DX)
+	VZEROUPPER
+	RET
+

@@ -1,0 +1,161 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// func packA12AVX512(chunks int, src *float32, lda int, dst *float32)
+//
+// Packs 16·chunks columns of a 12-row block of row-major A (row stride lda
+// elements) into a panel: column p's 12 values go to dst[12p:][:12]. Each
+// group of four rows is loaded 16 columns at a time and transposed in
+// 4×4 blocks within the 128-bit lanes; lane l of transposed vector j is
+// column 4l+j of the group, stored at its 16-byte place in the panel.
+TEXT ·packA12AVX512(SB), NOSPLIT, $0-32
+	MOVQ chunks+0(FP), CX
+	MOVQ src+8(FP), SI
+	MOVQ lda+16(FP), R8
+	MOVQ dst+24(FP), DI
+	SHLQ $2, R8
+	LEAQ (R8)(R8*2), R9 // 3 rows
+	LEAQ (SI)(R8*4), R10 // row 4
+	LEAQ (R10)(R8*4), R11 // row 8
+	TESTQ CX, CX
+	JZ    doneA
+
+loopA:
+	VMOVUPS (SI), Z0
+	VMOVUPS (SI)(R8*1), Z1
+	VMOVUPS (SI)(R8*2), Z2
+	VMOVUPS (SI)(R9*1), Z3
+	VUNPCKLPS Z1, Z0, Z4
+	VUNPCKHPS Z1, Z0, Z5
+	VUNPCKLPS Z3, Z2, Z6
+	VUNPCKHPS Z3, Z2, Z7
+	VUNPCKLPD Z6, Z4, Z0
+	VUNPCKHPD Z6, Z4, Z1
+	VUNPCKLPD Z7, Z5, Z2
+	VUNPCKHPD Z7, Z5, Z3
+	VMOVUPS X0, 0(DI)
+	VEXTRACTF32X4 $1, Z0, 192(DI)
+	VEXTRACTF32X4 $2, Z0, 384(DI)
+	VEXTRACTF32X4 $3, Z0, 576(DI)
+	VMOVUPS X1, 48(DI)
+	VEXTRACTF32X4 $1, Z1, 240(DI)
+	VEXTRACTF32X4 $2, Z1, 432(DI)
+	VEXTRACTF32X4 $3, Z1, 624(DI)
+	VMOVUPS X2, 96(DI)
+	VEXTRACTF32X4 $1, Z2, 288(DI)
+	VEXTRACTF32X4 $2, Z2, 480(DI)
+	VEXTRACTF32X4 $3, Z2, 672(DI)
+	VMOVUPS X3, 144(DI)
+	VEXTRACTF32X4 $1, Z3, 336(DI)
+	VEXTRACTF32X4 $2, Z3, 528(DI)
+	VEXTRACTF32X4 $3, Z3, 720(DI)
+	VMOVUPS (R10), Z0
+	VMOVUPS (R10)(R8*1), Z1
+	VMOVUPS (R10)(R8*2), Z2
+	VMOVUPS (R10)(R9*1), Z3
+	VUNPCKLPS Z1, Z0, Z4
+	VUNPCKHPS Z1, Z0, Z5
+	VUNPCKLPS Z3, Z2, Z6
+	VUNPCKHPS Z3, Z2, Z7
+	VUNPCKLPD Z6, Z4, Z0
+	VUNPCKHPD Z6, Z4, Z1
+	VUNPCKLPD Z7, Z5, Z2
+	VUNPCKHPD Z7, Z5, Z3
+	VMOVUPS X0, 16(DI)
+	VEXTRACTF32X4 $1, Z0, 208(DI)
+	VEXTRACTF32X4 $2, Z0, 400(DI)
+	VEXTRACTF32X4 $3, Z0, 592(DI)
+	VMOVUPS X1, 64(DI)
+	VEXTRACTF32X4 $1, Z1, 256(DI)
+	VEXTRACTF32X4 $2, Z1, 448(DI)
+	VEXTRACTF32X4 $3, Z1, 640(DI)
+	VMOVUPS X2, 112(DI)
+	VEXTRACTF32X4 $1, Z2, 304(DI)
+	VEXTRACTF32X4 $2, Z2, 496(DI)
+	VEXTRACTF32X4 $3, Z2, 688(DI)
+	VMOVUPS X3, 160(DI)
+	VEXTRACTF32X4 $1, Z3, 352(DI)
+	VEXTRACTF32X4 $2, Z3, 544(DI)
+	VEXTRACTF32X4 $3, Z3, 736(DI)
+	VMOVUPS (R11), Z0
+	VMOVUPS (R11)(R8*1), Z1
+	VMOVUPS (R11)(R8*2), Z2
+	VMOVUPS (R11)(R9*1), Z3
+	VUNPCKLPS Z1, Z0, Z4
+	VUNPCKHPS Z1, Z0, Z5
+	VUNPCKLPS Z3, Z2, Z6
+	VUNPCKHPS Z3, Z2, Z7
+	VUNPCKLPD Z6, Z4, Z0
+	VUNPCKHPD Z6, Z4, Z1
+	VUNPCKLPD Z7, Z5, Z2
+	VUNPCKHPD Z7, Z5, Z3
+	VMOVUPS X0, 32(DI)
+	VEXTRACTF32X4 $1, Z0, 224(DI)
+	VEXTRACTF32X4 $2, Z0, 416(DI)
+	VEXTRACTF32X4 $3, Z0, 608(DI)
+	VMOVUPS X1, 80(DI)
+	VEXTRACTF32X4 $1, Z1, 272(DI)
+	VEXTRACTF32X4 $2, Z1, 464(DI)
+	VEXTRACTF32X4 $3, Z1, 656(DI)
+	VMOVUPS X2, 128(DI)
+	VEXTRACTF32X4 $1, Z2, 320(DI)
+	VEXTRACTF32X4 $2, Z2, 512(DI)
+	VEXTRACTF32X4 $3, Z2, 704(DI)
+	VMOVUPS X3, 176(DI)
+	VEXTRACTF32X4 $1, Z3, 368(DI)
+	VEXTRACTF32X4 $2, Z3, 560(DI)
+	VEXTRACTF32X4 $3, Z3, 752(DI)
+	ADDQ $64, SI
+	ADDQ $64, R10
+	ADDQ $64, R11
+	ADDQ $768, DI
+	DECQ CX
+	JNZ  loopA
+
+doneA:
+	VZEROUPPER
+	RET
+
+// func packB32AVX512(kb, panels int, src *float32, ldb int, dst *float32)
+//
+// Copies a kb×(32·panels) block of row-major B (row stride ldb elements)
+// into panels of 32 columns, kb rows each: row p of panel j goes to
+// dst[j·32·kb + 32p:][:32]. Rows are read front to back, so the source
+// streams through the cache in order.
+TEXT ·packB32AVX512(SB), NOSPLIT, $0-40
+	MOVQ kb+0(FP), CX
+	MOVQ panels+8(FP), R8
+	MOVQ src+16(FP), SI
+	MOVQ ldb+24(FP), BX
+	MOVQ dst+32(FP), DI
+	SHLQ $2, BX
+	MOVQ CX, R9
+	SHLQ $7, R9 // bytes of one panel: 128·kb
+	TESTQ CX, CX
+	JZ    doneB
+	TESTQ R8, R8
+	JZ    doneB
+
+rowB:
+	MOVQ SI, AX
+	MOVQ DI, DX
+	MOVQ R8, R10
+
+panelB:
+	VMOVUPS (AX), Z0
+	VMOVUPS 64(AX), Z1
+	VMOVUPS Z0, (DX)
+	VMOVUPS Z1, 64(DX)
+	ADDQ $128, AX
+	ADDQ R9, DX
+	DECQ R10
+	JNZ  panelB
+	ADDQ BX, SI
+	ADDQ $128, DI
+	DECQ CX
+	JNZ  rowB
+
+doneB:
+	VZEROUPPER
+	RET
