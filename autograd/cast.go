@@ -57,9 +57,12 @@ func promoteDType(a, b tensor.DType) tensor.DType {
 }
 
 // promote casts the non-nil vs to their common dtype through the
-// differentiable Cast (a no-op for those that already match).
+// differentiable Cast (a no-op for those that already match). When no
+// cast is needed it returns vs itself (never modified), so the usual call
+// allocates nothing.
 func promote(vs ...*Var) []*Var {
 	dt := tensor.Invalid
+	same := true
 	for _, v := range vs {
 		if v == nil {
 			continue
@@ -67,8 +70,12 @@ func promote(vs ...*Var) []*Var {
 		if dt == tensor.Invalid {
 			dt = v.DType()
 		} else {
+			same = same && v.DType() == dt
 			dt = promoteDType(dt, v.DType())
 		}
+	}
+	if same {
+		return vs
 	}
 	out := make([]*Var, len(vs))
 	for i, v := range vs {

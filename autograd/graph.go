@@ -12,6 +12,9 @@ import (
 type node struct {
 	op     string
 	inputs []*Var
+	// in holds inputs for the usual op of at most three, so that the
+	// caller's slice of them need not live on the heap.
+	in [3]*Var
 	// backward maps the output gradient to one gradient per input (nil
 	// where an input needs none). It may allocate: it runs eagerly or
 	// during capture, never during replay.
@@ -57,16 +60,31 @@ func needsGrad(inputs ...*Var) bool {
 //
 // Every differentiable op calls result with a string literal name; the
 // gradient-check table in ops_gradcheck_test.go must list every such name.
+//
+// result copies inputs, so callers may pass a slice literal.
 func result(op string, out *tensor.Tensor, inputs []*Var, saved int, mk func() func(g *tensor.Tensor) []*tensor.Tensor) *Var {
-	v := &Var{Value: out}
 	if !needsGrad(inputs...) {
-		return v
+		return &Var{Value: out}
 	}
-	v.requiresGrad = true
-	v.node = &node{op: op, inputs: inputs, backward: mk(), saved: saved}
+	// The output and its node are one allocation.
+	vn := &varNode{}
+	v, n := &vn.v, &vn.n
+	v.Value, v.requiresGrad, v.node = out, true, n
+	n.op, n.backward, n.saved = op, mk(), saved
+	if len(inputs) <= len(n.in) {
+		n.inputs = append(n.in[:0:len(inputs)], inputs...)
+	} else {
+		n.inputs = append([]*Var(nil), inputs...)
+	}
 	nodesCreated.Add(1)
 	tensorsSaved.Add(int64(saved))
 	return v
+}
+
+// varNode is an op's output Var allocated together with its node.
+type varNode struct {
+	v Var
+	n node
 }
 
 // Backward computes the gradient of root with respect to every leaf that
@@ -90,13 +108,38 @@ func Backward(root *Var, seed ...*tensor.Tensor) {
 		panic(fmt.Sprintf("autograd: Backward of a non-scalar root of shape %v needs a seed gradient", root.Shape()))
 	}
 
-	order := topoOrder(root)
-	grads := make(map[*Var]*tensor.Tensor, len(order))
-	grads[root] = g
+	// Small graphs (a few layers) keep their bookkeeping on the stack and
+	// find a Var's place by scanning; larger ones index it with a map.
+	var orderBuf [smallGraph]*Var
+	order := topoOrder(root, orderBuf[:0])
+	var gradBuf [smallGraph]*tensor.Tensor
+	var grads []*tensor.Tensor // grads[i] is the gradient of order[i]
+	var index map[*Var]int
+	if len(order) <= smallGraph {
+		grads = gradBuf[:len(order)]
+	} else {
+		grads = make([]*tensor.Tensor, len(order))
+		index = make(map[*Var]int, len(order))
+		for i, v := range order {
+			index[v] = i
+		}
+	}
+	pos := func(v *Var) int {
+		if index != nil {
+			return index[v]
+		}
+		for i, u := range order {
+			if u == v {
+				return i
+			}
+		}
+		panic("autograd: Backward lost a Var of its graph")
+	}
+	grads[len(order)-1] = g // root comes last
 	for i := len(order) - 1; i >= 0; i-- {
 		v := order[i]
-		gv := grads[v]
-		delete(grads, v)
+		gv := grads[i]
+		grads[i] = nil
 		if gv == nil {
 			continue
 		}
@@ -116,35 +159,67 @@ func Backward(root *Var, seed ...*tensor.Tensor) {
 			if !tensor.SameShape(gi.Shape(), in.Shape()) {
 				panic(fmt.Sprintf("autograd: backward of %s produced gradient shape %v for input %d of shape %v", v.node.op, gi.Shape(), j, in.Shape()))
 			}
-			if prev, ok := grads[in]; ok {
+			k := pos(in)
+			if prev := grads[k]; prev != nil {
 				sum := newLike(prev)
 				backendOf(prev).Binary(kernels.Add, sum, prev, castTo(gi, prev.DType()))
-				grads[in] = sum
+				grads[k] = sum
 			} else {
-				grads[in] = gi
+				grads[k] = gi
 			}
 		}
 	}
 }
 
-// topoOrder returns the Vars reachable from root that require gradients,
-// inputs before outputs.
-func topoOrder(root *Var) []*Var {
-	var order []*Var
-	seen := map[*Var]bool{}
+// smallGraph is the number of Vars up to which Backward's bookkeeping
+// needs no allocation.
+const smallGraph = 32
+
+// topoOrder appends to order the Vars reachable from root that require
+// gradients, inputs before outputs (root last).
+func topoOrder(root *Var, order []*Var) []*Var {
 	type frame struct {
 		v    *Var
 		next int
 	}
-	stack := []frame{{v: root}}
-	seen[root] = true
+	var stackBuf [smallGraph]frame
+	stack := append(stackBuf[:0], frame{v: root})
+	// seen is a list while it is short and a map after.
+	var seenBuf [smallGraph]*Var
+	seenList := append(seenBuf[:0], root)
+	var seenMap map[*Var]bool
+	seen := func(v *Var) bool {
+		if seenMap != nil {
+			return seenMap[v]
+		}
+		for _, u := range seenList {
+			if u == v {
+				return true
+			}
+		}
+		return false
+	}
+	mark := func(v *Var) {
+		switch {
+		case seenMap != nil:
+			seenMap[v] = true
+		case len(seenList) < cap(seenList):
+			seenList = append(seenList, v)
+		default:
+			seenMap = make(map[*Var]bool, 2*len(seenList))
+			for _, u := range seenList {
+				seenMap[u] = true
+			}
+			seenMap[v] = true
+		}
+	}
 	for len(stack) > 0 {
 		f := &stack[len(stack)-1]
 		if f.v.node != nil && f.next < len(f.v.node.inputs) {
 			in := f.v.node.inputs[f.next]
 			f.next++
-			if in != nil && in.requiresGrad && !seen[in] {
-				seen[in] = true
+			if in != nil && in.requiresGrad && !seen(in) {
+				mark(in)
 				stack = append(stack, frame{v: in})
 			}
 			continue

@@ -194,6 +194,10 @@ func dropShape(shape, axes []int) []int {
 	return out
 }
 
+// axis0 is the axis list {0}, shared and never modified: a literal passed
+// through the kernels.Backend interface would be allocated on every call.
+var axis0 = []int{0}
+
 // reduceKeep reduces x over axes (normalised) in keep-dims form.
 func reduceKeep(op kernels.ReduceOp, x *tensor.Tensor, axes []int) *tensor.Tensor {
 	x = contig(x)

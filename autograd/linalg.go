@@ -71,17 +71,19 @@ func Linear(x, w, b *Var) *Var {
 		bv = b.Value
 	}
 	out2 := matmulBiasT(x2, wv, bv, false, true, wv.DType())
-	outShape := append(append([]int(nil), xs[:len(xs)-1]...), nOut)
+	var shapeBuf [4]int
+	outShape := append(append(shapeBuf[:0], xs[:len(xs)-1]...), nOut)
 	out := out2.Reshape(outShape...)
-	inputs := []*Var{x, w}
-	if b != nil {
-		inputs = append(inputs, b)
+	inputs := []*Var{x, w, b}
+	nIn := 3
+	if b == nil {
+		nIn = 2
 	}
-	return result("linear", out, inputs, 2, func() backwardFunc {
+	return result("linear", out, inputs[:nIn], 2, func() backwardFunc {
 		return func(g *tensor.Tensor) []*tensor.Tensor {
 			g2 := reshapeT(g, m, nOut)
 			dt := wv.DType()
-			grads := make([]*tensor.Tensor, len(inputs))
+			grads := make([]*tensor.Tensor, nIn)
 			if needs(x) {
 				grads[0] = matmulT(g2, wv, false, false, dt).Reshape(xs...)
 			}
@@ -89,7 +91,7 @@ func Linear(x, w, b *Var) *Var {
 				grads[1] = matmulT(g2, x2, true, false, dt)
 			}
 			if b != nil && needs(b) {
-				grads[2] = reduceKeep(kernels.Sum, g2, []int{0}).Reshape(nOut)
+				grads[2] = reduceKeep(kernels.Sum, g2, axis0).Reshape(nOut)
 			}
 			return grads
 		}

@@ -394,7 +394,7 @@ func segIDs() *tensor.Tensor { return i64([]int64{0, 0, 1, 2, 2, 2}, 6) }
 // recordedOps returns the names of the nodes reachable from v.
 func recordedOps(v *Var) map[string]bool {
 	out := map[string]bool{}
-	for _, u := range topoOrder(v) {
+	for _, u := range topoOrder(v, nil) {
 		if u.node != nil {
 			out[u.node.op] = true
 		}

@@ -12,10 +12,24 @@ import (
 func Empty(d DType, shape ...int) *Tensor {
 	for _, s := range shape {
 		if s < 0 {
-			panic(fmt.Sprintf("tensor: negative dimension in shape %v", shape))
+			panic(fmt.Sprintf("tensor: negative dimension in shape %v", clone(shape)))
 		}
 	}
-	return &Tensor{shape: append([]int(nil), shape...), strides: ContiguousStrides(shape), storage: NewStorage(d, Numel(shape))}
+	// The tensor and its Storage header share one allocation; the
+	// elements are a second one (see NewStorage).
+	ts := &tensorStorage{}
+	ts.s.initHost(d, Numel(shape))
+	t := &ts.t
+	t.storage = &ts.s
+	t.initDims(len(shape))
+	t.setContiguous(shape)
+	return t
+}
+
+// tensorStorage is a tensor allocated together with the Storage it owns.
+type tensorStorage struct {
+	t Tensor
+	s Storage
 }
 
 // EmptyOn allocates a contiguous tensor on device dev.
@@ -27,7 +41,9 @@ func EmptyOn(dev Device, d DType, shape ...int) (*Tensor, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Tensor{shape: append([]int(nil), shape...), strides: ContiguousStrides(shape), storage: s}, nil
+	t := newTensor(len(shape), s, 0)
+	t.setContiguous(shape)
+	return t, nil
 }
 
 // EmptyLike allocates a contiguous tensor with t's dtype, shape and device.

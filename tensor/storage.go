@@ -20,6 +20,13 @@ const hostAlign = 64
 
 // NewStorage allocates zeroed storage for n elements of dtype on the CPU.
 func NewStorage(dtype DType, n int) *Storage {
+	s := &Storage{}
+	s.initHost(dtype, n)
+	return s
+}
+
+// initHost makes s zeroed CPU storage for n elements of dtype.
+func (s *Storage) initHost(dtype DType, n int) {
 	if n < 0 {
 		panic(fmt.Sprintf("tensor: NewStorage with negative length %d", n))
 	}
@@ -30,7 +37,7 @@ func NewStorage(dtype DType, n int) *Storage {
 	base := uintptr(unsafe.Pointer(&raw[0]))
 	off := int((hostAlign - base%hostAlign) % hostAlign)
 	buf := unsafe.Slice((*byte)(unsafe.Pointer(&raw[0])), len(raw)*8)
-	return &Storage{dtype: dtype, device: CPU, n: n, host: buf[off : off+nb : off+nb]}
+	*s = Storage{dtype: dtype, device: CPU, n: n, host: buf[off : off+nb : off+nb]}
 }
 
 // NewDeviceStorage allocates storage on a non-CPU device through its

@@ -15,6 +15,47 @@ type Tensor struct {
 	strides []int
 	offset  int
 	storage *Storage
+	// dims holds shape and strides for ranks up to inlineRank, so that a
+	// small tensor or view is one allocation instead of three (the eager
+	// path of a tiny model creates thousands of them per second).
+	dims [2 * inlineRank]int
+}
+
+// inlineRank is the highest rank whose shape and strides live inside the
+// Tensor itself.
+const inlineRank = 4
+
+// newTensor returns a tensor over s at offset whose shape and strides,
+// of rank r, the caller fills in.
+func newTensor(r int, s *Storage, offset int) *Tensor {
+	t := &Tensor{offset: offset, storage: s}
+	t.initDims(r)
+	return t
+}
+
+// initDims points t's shape and strides at rank-r space: t's own array
+// when it is large enough, else one fresh slice.
+func (t *Tensor) initDims(r int) {
+	if r <= inlineRank {
+		if r > 0 { // a scalar's shape stays nil, as append would leave it
+			t.shape = t.dims[:r:r]
+		}
+		t.strides = t.dims[inlineRank : inlineRank+r : inlineRank+r]
+		return
+	}
+	buf := make([]int, 2*r)
+	t.shape, t.strides = buf[:r:r], buf[r:2*r:2*r]
+}
+
+// setContiguous fills t's shape with shape and its strides with the
+// row-major strides of shape.
+func (t *Tensor) setContiguous(shape []int) {
+	copy(t.shape, shape)
+	acc := 1
+	for i := len(shape) - 1; i >= 0; i-- {
+		t.strides[i] = acc
+		acc *= shape[i]
+	}
 }
 
 // New wraps storage in a tensor of the given shape, offset and strides.
@@ -31,7 +72,9 @@ func New(s *Storage, shape, strides []int, offset int) *Tensor {
 			panic(fmt.Sprintf("tensor: New with negative dimension in shape %v", shape))
 		}
 	}
-	t := &Tensor{shape: append([]int(nil), shape...), strides: append([]int(nil), strides...), offset: offset, storage: s}
+	t := newTensor(len(shape), s, offset)
+	copy(t.shape, shape)
+	copy(t.strides, strides)
 	if n := t.Numel(); n > 0 {
 		lo, hi := offset, offset
 		for i, d := range shape {

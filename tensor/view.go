@@ -6,17 +6,31 @@ import "fmt"
 // dimension may be -1 and is inferred. A contiguous tensor gives a view
 // sharing storage; a non-contiguous one gives a contiguous copy.
 func (t *Tensor) Reshape(shape ...int) *Tensor {
-	shape = InferShape(t.Numel(), shape, "Reshape", t.shape)
 	if !t.IsContiguous() {
+		shape = InferShape(t.Numel(), shape, "Reshape", t.shape)
 		return t.Contiguous().Reshape(shape...)
 	}
-	return &Tensor{shape: shape, strides: ContiguousStrides(shape), offset: t.offset, storage: t.storage}
+	v := newTensor(len(shape), t.storage, t.offset)
+	inferShape(v.shape, t.Numel(), shape, "Reshape", t.shape)
+	v.setContiguous(v.shape)
+	return v
 }
 
 // InferShape resolves a single -1 in shape for n elements, panicking with
 // op and the source shape in the message when impossible.
 func InferShape(n int, shape []int, op string, from []int) []int {
-	out := append([]int(nil), shape...)
+	var out []int
+	if len(shape) > 0 {
+		out = make([]int, len(shape))
+	}
+	inferShape(out, n, shape, op, from)
+	return out
+}
+
+// inferShape is InferShape writing into out (len(out) == len(shape)).
+// Neither shape nor from escapes: the panic messages format copies.
+func inferShape(out []int, n int, shape []int, op string, from []int) {
+	copy(out, shape)
 	neg := -1
 	known := 1
 	for i, d := range out {
@@ -24,23 +38,26 @@ func InferShape(n int, shape []int, op string, from []int) []int {
 		case d == -1 && neg < 0:
 			neg = i
 		case d < 0:
-			panic(fmt.Sprintf("tensor: %s from %v to %v: invalid dimension %d", op, from, shape, d))
+			panic(fmt.Sprintf("tensor: %s from %v to %v: invalid dimension %d", op, clone(from), clone(shape), d))
 		default:
 			known *= d
 		}
 	}
 	if neg >= 0 {
 		if known == 0 || n%known != 0 {
-			panic(fmt.Sprintf("tensor: %s from %v to %v: cannot infer -1", op, from, shape))
+			panic(fmt.Sprintf("tensor: %s from %v to %v: cannot infer -1", op, clone(from), clone(shape)))
 		}
 		out[neg] = n / known
 		known *= out[neg]
 	}
 	if known != n {
-		panic(fmt.Sprintf("tensor: %s from %v to %v: element counts differ (%d vs %d)", op, from, shape, n, known))
+		panic(fmt.Sprintf("tensor: %s from %v to %v: element counts differ (%d vs %d)", op, clone(from), clone(shape), n, known))
 	}
-	return out
 }
+
+// clone copies s, so that formatting the copy in a panic message does not
+// make s itself escape to the heap.
+func clone(s []int) []int { return append([]int(nil), s...) }
 
 // Narrow returns the view of elements start..start+length-1 along axis.
 func (t *Tensor) Narrow(axis, start, length int) *Tensor {
@@ -48,9 +65,11 @@ func (t *Tensor) Narrow(axis, start, length int) *Tensor {
 	if start < 0 || length < 0 || start+length > t.shape[a] {
 		panic(fmt.Sprintf("tensor: Narrow(axis %d, start %d, length %d) out of range for shape %v", axis, start, length, t.shape))
 	}
-	shape := append([]int(nil), t.shape...)
-	shape[a] = length
-	return &Tensor{shape: shape, strides: append([]int(nil), t.strides...), offset: t.offset + start*t.strides[a], storage: t.storage}
+	v := newTensor(len(t.shape), t.storage, t.offset+start*t.strides[a])
+	copy(v.shape, t.shape)
+	copy(v.strides, t.strides)
+	v.shape[a] = length
+	return v
 }
 
 // Slice returns the view of indices [start, end) along axis.
@@ -77,19 +96,23 @@ func (t *Tensor) Permute(dims ...int) *Tensor {
 	if len(dims) != len(t.shape) {
 		panic(fmt.Sprintf("tensor: Permute%v of shape %v: wrong number of axes", dims, t.shape))
 	}
-	seen := make([]bool, len(dims))
-	shape := make([]int, len(dims))
-	strides := make([]int, len(dims))
+	var seenBuf [inlineRank]bool
+	seen := seenBuf[:]
+	if len(dims) > inlineRank {
+		seen = make([]bool, len(dims))
+	}
+	v := newTensor(len(dims), t.storage, t.offset)
+	shape, strides := v.shape, v.strides
 	for i, d := range dims {
 		d = t.Axis(d)
 		if seen[d] {
-			panic(fmt.Sprintf("tensor: Permute%v of shape %v: repeated axis", dims, t.shape))
+			panic(fmt.Sprintf("tensor: Permute%v of shape %v: repeated axis", clone(dims), t.shape))
 		}
 		seen[d] = true
 		shape[i] = t.shape[d]
 		strides[i] = t.strides[d]
 	}
-	return &Tensor{shape: shape, strides: strides, offset: t.offset, storage: t.storage}
+	return v
 }
 
 // Transpose swaps two axes (a strided view).
@@ -145,9 +168,13 @@ func (t *Tensor) Unsqueeze(axis int) *Tensor {
 	if axis < r {
 		st = t.strides[axis] * t.shape[axis]
 	}
-	shape := append(append(append([]int(nil), t.shape[:axis]...), 1), t.shape[axis:]...)
-	strides := append(append(append([]int(nil), t.strides[:axis]...), st), t.strides[axis:]...)
-	return &Tensor{shape: shape, strides: strides, offset: t.offset, storage: t.storage}
+	v := newTensor(r+1, t.storage, t.offset)
+	copy(v.shape, t.shape[:axis])
+	copy(v.strides, t.strides[:axis])
+	v.shape[axis], v.strides[axis] = 1, st
+	copy(v.shape[axis+1:], t.shape[axis:])
+	copy(v.strides[axis+1:], t.strides[axis:])
+	return v
 }
 
 // Expand returns a broadcast view of t with the given shape: size-1 axes

@@ -34,7 +34,7 @@ func needContig(op, name string, t *T) {
 // needShape panics unless t has exactly the shape want.
 func needShape(op, name string, t *T, want []int) {
 	if !tensor.SameShape(t.Shape(), want) {
-		fail(op, "%s has shape %v, want %v", name, t.Shape(), want)
+		fail(op, "%s has shape %v, want %v", name, t.Shape(), append([]int(nil), want...)) // a copy: want stays off the heap
 	}
 }
 
@@ -171,6 +171,60 @@ func scalarWriter(op, name string, t *T) func(v float64) {
 	}
 	fail(op, "%s has invalid dtype", name)
 	return nil
+}
+
+// scalarAt reads element i of t's storage from its offset (t's single
+// element, or element i of a contiguous t) as scalarReader's functions
+// do, without preparing one.
+func scalarAt(t *T, i int) float64 {
+	off := t.Offset() + i
+	s := t.Storage()
+	switch t.DType() {
+	case tensor.F64:
+		return tensor.StorageData[float64](s)[off]
+	case tensor.F32:
+		return float64(tensor.StorageData[float32](s)[off])
+	case tensor.BF16:
+		return float64(tensor.BF16ToF32(tensor.StorageData[uint16](s)[off]))
+	case tensor.F16:
+		return float64(tensor.F16ToF32(tensor.StorageData[uint16](s)[off]))
+	case tensor.I32:
+		return float64(tensor.StorageData[int32](s)[off])
+	case tensor.I64:
+		return float64(tensor.StorageData[int64](s)[off])
+	case tensor.Bool:
+		if tensor.StorageData[bool](s)[off] {
+			return 1
+		}
+		return 0
+	}
+	fail("scalar", "tensor of shape %v has an invalid dtype", t.Shape())
+	return 0
+}
+
+// scalarSet stores v into t's single element as scalarWriter's
+// functions do.
+func scalarSet(t *T, v float64) {
+	off := t.Offset()
+	s := t.Storage()
+	switch t.DType() {
+	case tensor.F64:
+		tensor.StorageData[float64](s)[off] = v
+	case tensor.F32:
+		tensor.StorageData[float32](s)[off] = float32(v)
+	case tensor.BF16:
+		tensor.StorageData[uint16](s)[off] = tensor.F32ToBF16(float32(v))
+	case tensor.F16:
+		tensor.StorageData[uint16](s)[off] = tensor.F32ToF16(float32(v))
+	case tensor.I32:
+		tensor.StorageData[int32](s)[off] = int32(v)
+	case tensor.I64:
+		tensor.StorageData[int64](s)[off] = int64(v)
+	case tensor.Bool:
+		tensor.StorageData[bool](s)[off] = v != 0
+	default:
+		fail("scalar", "tensor of shape %v has an invalid dtype", t.Shape())
+	}
 }
 
 // indexReader returns the I64 or I32 data of a contiguous index tensor;

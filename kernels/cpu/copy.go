@@ -30,6 +30,9 @@ func (be *Backend) Fill(dst *T, v float64) {
 	if dst.DType() == tensor.Invalid {
 		fail("Fill", "dst of shape %v has an invalid dtype", dst.Shape())
 	}
+	if be.eager() && fillEager(dst, v) {
+		return
+	}
 	be.launch(fillFunc(dst, v))
 }
 
@@ -79,6 +82,9 @@ func (be *Backend) Copy(dst, src *T) {
 	needCPU("Copy", dst, src)
 	if dst.Numel() != src.Numel() {
 		fail("Copy", "dst shape %v and src shape %v have different element counts", dst.Shape(), src.Shape())
+	}
+	if be.eager() && copyEager(dst, src) {
+		return
 	}
 	be.launch(copyFunc(dst, src))
 }

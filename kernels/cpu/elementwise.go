@@ -386,7 +386,7 @@ func scalarOperand[F tensor.Float](v float64, shape []int) operand[F] {
 
 func needBroadcast(op string, dst *T, ins ...*T) {
 	for _, t := range ins {
-		if _, ok := bcastStrides(t, dst.Shape()); !ok {
+		if !expandsTo(t.Shape(), dst.Shape()) {
 			shapes := ""
 			for i, u := range ins {
 				if i > 0 {
@@ -405,6 +405,9 @@ func (be *Backend) Binary(op kernels.BinaryOp, dst, a, b *T) {
 	needCPU(name, dst, a, b)
 	needBroadcast(name, dst, a, b)
 	checkBinaryDst(name, op, dst)
+	if be.eager() && binaryEager(op, dst, a, b) {
+		return
+	}
 	if wide(a, b) || (!op.IsComparison() && wide(dst)) {
 		var s stage
 		be.launch(binaryPrep(&s, op, dst, bcastOperand[float64](&s, name, a, dst.Shape()), bcastOperand[float64](&s, name, b, dst.Shape())))

@@ -15,6 +15,12 @@ import (
 func (be *Backend) Increment(counter, skip *T) {
 	const name = "Increment"
 	needCPU(name, counter, skip)
+	if be.eager() && counter.Numel() == 1 && (skip == nil || skip.Numel() == 1) {
+		if skip == nil || scalarAt(skip, 0) == 0 {
+			scalarSet(counter, scalarAt(counter, 0)+1)
+		}
+		return
+	}
 	get := scalarReader(name, "counter", counter)
 	set := scalarWriter(name, "counter", counter)
 	var sk func() float64
@@ -63,6 +69,10 @@ func (be *Backend) SGDStep(param, grad, mom, hyper, foundInf *T, o kernels.SGDOp
 	if o.Momentum != 0 && mom == nil {
 		fail(name, "momentum %v needs a momentum buffer (param %v)", o.Momentum, param.Shape())
 	}
+	if be.eager() && param.DType() == tensor.F64 && sgdEager[float64](param, grad, mom, hyper, foundInf, o) ||
+		be.eager() && param.DType() == tensor.F32 && sgdEager[float32](param, grad, mom, hyper, foundInf, o) {
+		return
+	}
 	if param.DType() == tensor.F64 {
 		be.launch(sgdPrep[float64](param, grad, mom, hyper, foundInf, o))
 	} else {
@@ -83,84 +93,131 @@ func sgdPrep[F tensor.Float](param, grad, mom, hyper, foundInf *T, o kernels.SGD
 	if foundInf != nil {
 		inf = scalarReader("SGDStep", "foundInf", foundInf)
 	}
-	p, g := tensor.Data[F](param), tensor.Data[F](grad)
-	var m []F
-	if mom != nil && o.Momentum != 0 {
-		m = tensor.Data[F](mom)
+	k := &sgdKernel[F]{}
+	k.init(param, grad, mom, o)
+	body := k.body
+	n := len(k.p)
+	return func() {
+		if inf != nil && inf() != 0 {
+			return
+		}
+		k.lr = F(lrf())
+		k.first = stepf() <= 1
+		parallelFor(n, 4, body)
 	}
-	wd, mu, damp := F(o.WeightDecay), F(o.Momentum), F(1-o.Dampening)
-	var lr F
-	var first bool
-	// plain is the usual step (momentum, no Nesterov, not maximising,
-	// past the first step) with the loop-invariant tests hoisted; it
-	// rounds exactly as the general loop.
-	p32, _ := any(p).([]float32)
-	g32, _ := any(g).([]float32)
-	m32, _ := any(m).([]float32)
-	vec := optimAsm && p32 != nil && m32 != nil && wd == 0 && damp == 1
-	plain := func(lo, hi int) bool {
-		if m == nil || first || o.Nesterov || o.Maximize {
-			return false
+}
+
+// sgdEager is SGDStep's eager fast path (see eager.go): a parameter
+// small enough that the launch would run inline, stepped at once with
+// the scalars read now.
+func sgdEager[F tensor.Float](param, grad, mom, hyper, foundInf *T, o kernels.SGDOptions) bool {
+	n := param.Numel()
+	if (n != 1 && n*4 >= minWork) || !hyper.IsContiguous() || hyper.Numel() != 2 {
+		return false
+	}
+	if foundInf != nil {
+		if foundInf.Numel() != 1 {
+			return false // the launch's reader reports it
 		}
-		if n8 := (hi - lo) &^ 7; vec && n8 > 0 && hi-lo >= optimAsmMin {
-			// Float32 without weight decay or dampening: eight lanes at
-			// a time, same rounding; the tail below.
-			sgdMomAVX(&p32[lo], &g32[lo], &m32[lo], n8, float32(mu), float32(lr))
-			lo += n8
-		}
-		pp, gg, mm := p[lo:hi], g[lo:hi], m[lo:hi]
-		gg, mm = gg[:len(pp)], mm[:len(pp)]
-		if wd == 0 && damp == 1 {
-			for i, d := range gg {
-				v := mu*mm[i] + d
-				mm[i] = v
-				pp[i] -= lr * v
-			}
+		if scalarAt(foundInf, 0) != 0 {
 			return true
 		}
+	}
+	var k sgdKernel[F]
+	k.init(param, grad, mom, o)
+	k.lr = F(scalarAt(hyper, 0))
+	k.first = scalarAt(hyper, 1) <= 1
+	k.body(0, n)
+	return true
+}
+
+// sgdKernel is one SGD step over a parameter: the loops of
+// torch.optim.SGD with the scalars of this step.
+type sgdKernel[F tensor.Float] struct {
+	p, g, m       []F
+	p32, g32, m32 []float32
+	wd, mu, damp  F
+	lr            F
+	first         bool // the first step: the momentum buffer takes the gradient
+	vec           bool
+	o             kernels.SGDOptions
+}
+
+// init sets k up for param, grad and mom (nil without momentum).
+func (k *sgdKernel[F]) init(param, grad, mom *T, o kernels.SGDOptions) {
+	*k = sgdKernel[F]{p: tensor.Data[F](param), g: tensor.Data[F](grad), o: o}
+	if mom != nil && o.Momentum != 0 {
+		k.m = tensor.Data[F](mom)
+	}
+	k.wd, k.mu, k.damp = F(o.WeightDecay), F(o.Momentum), F(1-o.Dampening)
+	k.p32, _ = any(k.p).([]float32)
+	k.g32, _ = any(k.g).([]float32)
+	k.m32, _ = any(k.m).([]float32)
+	k.vec = optimAsm && k.p32 != nil && k.m32 != nil && k.wd == 0 && k.damp == 1
+}
+
+// plain is the usual step (momentum, no Nesterov, not maximising, past
+// the first step) with the loop-invariant tests hoisted; it rounds
+// exactly as the general loop.
+func (k *sgdKernel[F]) plain(lo, hi int) bool {
+	p, g, m := k.p, k.g, k.m
+	wd, mu, damp, lr := k.wd, k.mu, k.damp, k.lr
+	if m == nil || k.first || k.o.Nesterov || k.o.Maximize {
+		return false
+	}
+	if n8 := (hi - lo) &^ 7; k.vec && n8 > 0 && hi-lo >= optimAsmMin {
+		// Float32 without weight decay or dampening: eight lanes at a
+		// time, same rounding; the tail below.
+		sgdMomAVX(&k.p32[lo], &k.g32[lo], &k.m32[lo], n8, float32(mu), float32(lr))
+		lo += n8
+	}
+	pp, gg, mm := p[lo:hi], g[lo:hi], m[lo:hi]
+	gg, mm = gg[:len(pp)], mm[:len(pp)]
+	if wd == 0 && damp == 1 {
 		for i, d := range gg {
-			d += wd * pp[i]
-			v := mu*mm[i] + damp*d
+			v := mu*mm[i] + d
 			mm[i] = v
 			pp[i] -= lr * v
 		}
 		return true
 	}
-	body := func(lo, hi int) {
-		if plain(lo, hi) {
-			return
-		}
-		for i := lo; i < hi; i++ {
-			d := g[i]
-			if o.Maximize {
-				d = -d
-			}
-			if wd != 0 {
-				d += wd * p[i]
-			}
-			if m != nil {
-				if first {
-					m[i] = d
-				} else {
-					m[i] = mu*m[i] + damp*d
-				}
-				if o.Nesterov {
-					d += mu * m[i]
-				} else {
-					d = m[i]
-				}
-			}
-			p[i] -= lr * d
-		}
+	for i, d := range gg {
+		d += wd * pp[i]
+		v := mu*mm[i] + damp*d
+		mm[i] = v
+		pp[i] -= lr * v
 	}
-	n := len(p)
-	return func() {
-		if inf != nil && inf() != 0 {
-			return
+	return true
+}
+
+// body steps elements lo..hi-1.
+func (k *sgdKernel[F]) body(lo, hi int) {
+	if k.plain(lo, hi) {
+		return
+	}
+	p, g, m := k.p, k.g, k.m
+	wd, mu, damp, lr, first, o := k.wd, k.mu, k.damp, k.lr, k.first, k.o
+	for i := lo; i < hi; i++ {
+		d := g[i]
+		if o.Maximize {
+			d = -d
 		}
-		lr = F(lrf())
-		first = stepf() <= 1
-		parallelFor(n, 4, body)
+		if wd != 0 {
+			d += wd * p[i]
+		}
+		if m != nil {
+			if first {
+				m[i] = d
+			} else {
+				m[i] = mu*m[i] + damp*d
+			}
+			if o.Nesterov {
+				d += mu * m[i]
+			} else {
+				d = m[i]
+			}
+		}
+		p[i] -= lr * d
 	}
 }
 

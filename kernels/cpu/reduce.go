@@ -18,11 +18,18 @@ func (be *Backend) Reduce(op kernels.ReduceOp, dst, x *T, axes []int) {
 	name := "Reduce " + op.String()
 	needCPU(name, dst, x)
 	xs := x.Shape()
-	red := make([]bool, len(xs))
+	// Small ranks keep the masks on the stack.
+	var redBuf [8]bool
+	var wantBuf [8]int
+	red, want := redBuf[:0], wantBuf[:0]
+	if len(xs) <= len(redBuf) {
+		red, want = redBuf[:len(xs)], wantBuf[:len(xs)]
+	} else {
+		red, want = make([]bool, len(xs)), make([]int, len(xs))
+	}
 	for _, a := range axes {
 		red[normAxis(name, a, xs)] = true
 	}
-	want := make([]int, len(xs))
 	for i, s := range xs {
 		want[i] = s
 		if red[i] {
@@ -30,12 +37,15 @@ func (be *Backend) Reduce(op kernels.ReduceOp, dst, x *T, axes []int) {
 		}
 	}
 	if !tensor.SameShape(dst.Shape(), want) {
-		fail(name, "x shape %v reduced over axes %v gives %v, dst has shape %v", xs, axes, want, dst.Shape())
+		fail(name, "x shape %v reduced over axes %v gives %v, dst has shape %v", xs, axes, append([]int(nil), want...), dst.Shape())
 	}
 	if op > kernels.LogSumExp {
 		fail(name, "unknown op %d", op)
 	}
 	needFloat(name, "x", x)
+	if be.eager() && reduceEager(op, dst, x, red) {
+		return
+	}
 	if wide(dst, x) {
 		be.launch(reducePrep[float64](op, dst, x, red))
 	} else {
@@ -325,10 +335,11 @@ func (be *Backend) ArgMax(dst, x *T, axis int) {
 	const name = "ArgMax"
 	needCPU(name, dst, x)
 	a := normAxis(name, axis, x.Shape())
-	want := append([]int(nil), x.Shape()...)
+	var wantBuf [8]int
+	want := append(wantBuf[:0], x.Shape()...)
 	want[a] = 1
 	if !tensor.SameShape(dst.Shape(), want) {
-		fail(name, "x shape %v along axis %d gives %v, dst has shape %v", x.Shape(), axis, want, dst.Shape())
+		fail(name, "x shape %v along axis %d gives %v, dst has shape %v", x.Shape(), axis, append([]int(nil), want...), dst.Shape())
 	}
 	if dst.DType() != tensor.I64 {
 		fail(name, "dst (shape %v) has dtype %v, want i64", dst.Shape(), dst.DType())
@@ -337,6 +348,9 @@ func (be *Backend) ArgMax(dst, x *T, axis int) {
 	needFloat(name, "x", x)
 	if x.Shape()[a] == 0 {
 		fail(name, "axis %d of shape %v is empty", axis, x.Shape())
+	}
+	if be.eager() && argMaxEager(dst, x, a) {
+		return
 	}
 	if wide(x) {
 		be.launch(argMaxPrep[float64](dst, x, a))

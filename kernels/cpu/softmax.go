@@ -165,6 +165,9 @@ func checkCE(name string, loss, logits, target *T, p kernels.CrossEntropyParams)
 func (be *Backend) CrossEntropy(loss, logits, target *T, p kernels.CrossEntropyParams) {
 	const name = "CrossEntropy"
 	n, c := checkCE(name, loss, logits, target, p)
+	if be.eager() && ceEager(loss, logits, target, p, n, c) {
+		return
+	}
 	if wide(logits) {
 		be.launch(cePrep[float64](loss, logits, target, p, n, c))
 	} else {
@@ -196,74 +199,11 @@ func cePrep[F tensor.Float](loss, logits, target *T, p kernels.CrossEntropyParam
 	t64, t32 := indexData("CrossEntropy", "target", target)
 	per := make([]float64, n)
 	kept := make([]bool, n)
-	eps := p.LabelSmoothing
-	// lossOf is row i's loss from its log-sum-exp and mean.
-	lossOf := func(i, t int, lse, mean float64) {
-		l := (1 - eps) * (lse - float64(xs[i*c+t]))
-		if eps != 0 {
-			l += eps * (lse - mean)
-		}
-		per[i] = l
-	}
-	body := func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			t, ok := ceTarget(t64, t32, i, c, p)
-			kept[i] = ok
-			if !ok {
-				per[i] = 0
-				continue
-			}
-			lse, mean := lseMean(xs[i*c : (i+1)*c])
-			lossOf(i, t, lse, mean)
-		}
-	}
+	var body func(lo, hi int)
 	if x32, ok := any(xs).([]float32); ok {
-		// Float32 logits: the exponentials come from expF32, a block of
-		// rows at a time.
-		body = func(lo, hi int) {
-			var x expScratch
-			if c > expRowBuf { // long rows: one at a time, in chunks
-				for i := lo; i < hi; i++ {
-					t, ok := ceTarget(t64, t32, i, c, p)
-					kept[i] = ok
-					row := x32[i*c : (i+1)*c]
-					switch m := float32(rowMax(row)); {
-					case !ok:
-						per[i] = 0
-					case !finite32(m):
-						lse, mean := lseMean(row)
-						lossOf(i, t, lse, mean)
-					default:
-						lossOf(i, t, float64(m)+math.Log(x.sumExp(row, m)), smoothMean(row, eps))
-					}
-				}
-				return
-			}
-			z, block := x.stack[:], min(expRowBlock, expRowBuf/c)
-			for b0 := lo; b0 < hi; b0 += block {
-				b1 := min(hi, b0+block)
-				expBlockF32(x32, c, b0, b1, z, x.maxes[:])
-				for i := b0; i < b1; i++ {
-					t, ok := ceTarget(t64, t32, i, c, p)
-					kept[i] = ok
-					row := x32[i*c : (i+1)*c]
-					m := x.maxes[i-b0]
-					switch {
-					case !ok:
-						per[i] = 0
-					case !finite32(m): // a NaN or infinite row
-						lse, mean := lseMean(row)
-						lossOf(i, t, lse, mean)
-					default:
-						var se float64
-						for _, v := range z[(i-b0)*c : (i-b0+1)*c] {
-							se += float64(v)
-						}
-						lossOf(i, t, float64(m)+math.Log(se), smoothMean(row, eps))
-					}
-				}
-			}
-		}
+		body = func(lo, hi int) { ceRowsF32(x32, c, t64, t32, p, per, kept, lo, hi) }
+	} else {
+		body = func(lo, hi int) { ceRows(xs, c, t64, t32, p, per, kept, lo, hi) }
 	}
 	var setScalar func(float64)
 	var lv []F
@@ -282,19 +222,123 @@ func cePrep[F tensor.Float](loss, logits, target *T, p kernels.CrossEntropyParam
 			s.store()
 			return
 		}
-		var sum float64
-		cnt := 0
+		setScalar(float64(F(ceReduce(per, kept, p))))
+	}
+}
+
+// ceEager is CrossEntropy's eager fast path (see eager.go): contiguous
+// F32 logits and loss, at most ceEagerRows rows, few enough that the
+// launch would run inline. The per-row losses stay on the stack.
+func ceEager(loss, logits, target *T, p kernels.CrossEntropyParams, n, c int) bool {
+	const ceEagerRows = 64
+	if logits.DType() != tensor.F32 || loss.DType() != tensor.F32 || !logits.IsContiguous() || !loss.IsContiguous() ||
+		n > ceEagerRows || (n != 1 && n*8*c >= minWork) {
+		return false
+	}
+	t64, t32 := indexData("CrossEntropy", "target", target)
+	var perBuf [ceEagerRows]float64
+	var keptBuf [ceEagerRows]bool
+	per, kept := perBuf[:n], keptBuf[:n]
+	ceRowsF32(logits.F32(), c, t64, t32, p, per, kept, 0, n)
+	lv := loss.F32()
+	if p.Reduction == kernels.ReduceNone {
 		for i, v := range per {
-			sum += v
-			if kept[i] {
-				cnt++
+			lv[i] = float32(v)
+		}
+		return true
+	}
+	lv[0] = float32(ceReduce(per, kept, p))
+	return true
+}
+
+// ceLoss is row i's loss from its log-sum-exp and mean.
+func ceLoss[F tensor.Float](xs []F, c, i, t int, eps, lse, mean float64) float64 {
+	l := (1 - eps) * (lse - float64(xs[i*c+t]))
+	if eps != 0 {
+		l += eps * (lse - mean)
+	}
+	return l
+}
+
+// ceRows sets per[i] and kept[i] for rows lo..hi-1 of the c-column
+// logits xs, with math.Exp in float64.
+func ceRows[F tensor.Float](xs []F, c int, t64 []int64, t32 []int32, p kernels.CrossEntropyParams, per []float64, kept []bool, lo, hi int) {
+	for i := lo; i < hi; i++ {
+		t, ok := ceTarget(t64, t32, i, c, p)
+		kept[i] = ok
+		if !ok {
+			per[i] = 0
+			continue
+		}
+		lse, mean := lseMean(xs[i*c : (i+1)*c])
+		per[i] = ceLoss(xs, c, i, t, p.LabelSmoothing, lse, mean)
+	}
+}
+
+// ceRowsF32 is ceRows for float32 logits: the exponentials come from
+// expF32, a block of rows at a time.
+func ceRowsF32(x32 []float32, c int, t64 []int64, t32 []int32, p kernels.CrossEntropyParams, per []float64, kept []bool, lo, hi int) {
+	eps := p.LabelSmoothing
+	var x expScratch
+	if c > expRowBuf { // long rows: one at a time, in chunks
+		for i := lo; i < hi; i++ {
+			t, ok := ceTarget(t64, t32, i, c, p)
+			kept[i] = ok
+			row := x32[i*c : (i+1)*c]
+			switch m := float32(rowMax(row)); {
+			case !ok:
+				per[i] = 0
+			case !finite32(m):
+				lse, mean := lseMean(row)
+				per[i] = ceLoss(x32, c, i, t, eps, lse, mean)
+			default:
+				per[i] = ceLoss(x32, c, i, t, eps, float64(m)+math.Log(x.sumExp(row, m)), smoothMean(row, eps))
 			}
 		}
-		if p.Reduction == kernels.ReduceMean {
-			sum /= float64(cnt) // no kept sample: 0/0 = NaN, as PyTorch
-		}
-		setScalar(float64(F(sum)))
+		return
 	}
+	z, block := x.stack[:], min(expRowBlock, expRowBuf/c)
+	for b0 := lo; b0 < hi; b0 += block {
+		b1 := min(hi, b0+block)
+		expBlockF32(x32, c, b0, b1, z, x.maxes[:])
+		for i := b0; i < b1; i++ {
+			t, ok := ceTarget(t64, t32, i, c, p)
+			kept[i] = ok
+			row := x32[i*c : (i+1)*c]
+			m := x.maxes[i-b0]
+			switch {
+			case !ok:
+				per[i] = 0
+			case !finite32(m): // a NaN or infinite row
+				lse, mean := lseMean(row)
+				per[i] = ceLoss(x32, c, i, t, eps, lse, mean)
+			default:
+				var se float64
+				for _, v := range z[(i-b0)*c : (i-b0+1)*c] {
+					se += float64(v)
+				}
+				per[i] = ceLoss(x32, c, i, t, eps, float64(m)+math.Log(se), smoothMean(row, eps))
+			}
+		}
+	}
+}
+
+// ceReduce combines the per-row losses: their sum, or for the mean
+// reduction the sum over the kept rows' count (0/0 = NaN when none is
+// kept, as PyTorch).
+func ceReduce(per []float64, kept []bool, p kernels.CrossEntropyParams) float64 {
+	var sum float64
+	cnt := 0
+	for i, v := range per {
+		sum += v
+		if kept[i] {
+			cnt++
+		}
+	}
+	if p.Reduction == kernels.ReduceMean {
+		sum /= float64(cnt)
+	}
+	return sum
 }
 
 // lseMean returns the stable log-sum-exp and the mean of a row.
@@ -398,6 +442,9 @@ func (be *Backend) CrossEntropyBackward(dlogits, logits, target, dloss *T, p ker
 	const name = "CrossEntropyBackward"
 	n, c := checkCE(name, dloss, logits, target, p)
 	needShape(name, "dlogits", dlogits, logits.Shape())
+	if be.eager() && ceBwdEager(dlogits, logits, target, dloss, p, n, c) {
+		return
+	}
 	if wide(logits, dlogits) {
 		be.launch(ceBwdPrep[float64](dlogits, logits, target, dloss, p, n, c))
 	} else {
@@ -407,120 +454,164 @@ func (be *Backend) CrossEntropyBackward(dlogits, logits, target, dloss *T, p ker
 
 func ceBwdPrep[F tensor.Float](dlogits, logits, target, dloss *T, p kernels.CrossEntropyParams, n, c int) func() {
 	var s stage
-	xs := in[F](&s, logits)
-	ds := out[F](&s, dlogits)
-	t64, t32 := indexData("CrossEntropyBackward", "target", target)
-	var dl []F
+	k := &ceBwd[F]{xs: in[F](&s, logits), ds: out[F](&s, dlogits), p: p, c: c}
+	k.t64, k.t32 = indexData("CrossEntropyBackward", "target", target)
 	var dscalar func() float64
 	if p.Reduction == kernels.ReduceNone {
-		dl = in[F](&s, dloss)
+		k.dl = in[F](&s, dloss)
 	} else {
 		dscalar = scalarReader("CrossEntropyBackward", "dloss", dloss)
 	}
-	eps := p.LabelSmoothing
-	var scale float64
-	// grad returns row i's target and upstream gradient (ok false for an
-	// ignored row, whose gradient is zeroed).
-	grad := func(i int) (t int, g float64, ok bool) {
-		if t, ok = ceTarget(t64, t32, i, c, p); !ok {
-			clear(ds[i*c : (i+1)*c])
-			return 0, 0, false
-		}
-		g = scale
-		if dl != nil {
-			g = float64(dl[i])
-		}
-		return t, g, true
-	}
-	// exact is the row's softmax with math.Exp in float64.
-	exact := func(i, t int, g float64) {
-		row := xs[i*c : (i+1)*c]
-		drow := ds[i*c : (i+1)*c]
-		// softmax_j = e^(v_j−m)/Σ: one exp per element and no log;
-		// rows of up to 64 classes keep the exponentials on the stack.
-		m := rowMax(row)
-		var ebuf [64]float64
-		var se float64
-		for j, v := range row {
-			e := math.Exp(float64(v) - m)
-			if j < len(ebuf) {
-				ebuf[j] = e
-			}
-			se += e
-		}
-		inv := 1 / se
-		for j, v := range row {
-			var e float64
-			if j < len(ebuf) {
-				e = ebuf[j]
-			} else {
-				e = math.Exp(float64(v) - m)
-			}
-			q := eps / float64(c)
-			if j == t {
-				q += 1 - eps
-			}
-			drow[j] = F(g * (e*inv - q))
-		}
-	}
-	body := func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			if t, g, ok := grad(i); ok {
-				exact(i, t, g)
-			}
-		}
-	}
-	if x32, ok := any(xs).([]float32); ok {
-		// Float32 logits: the exponentials come from expF32, a block of
-		// rows at a time.
-		d32 := any(ds).([]float32)
-		body = func(lo, hi int) {
-			// The exponentials go straight into dlogits, a block of rows
-			// per expF32 call, and are turned into gradients in place.
-			var maxes [expRowBlock]float32
-			for b0 := lo; b0 < hi; b0 += expRowBlock {
-				b1 := min(hi, b0+expRowBlock)
-				expBlockF32(x32, c, b0, b1, d32[b0*c:b1*c], maxes[:])
-				for i := b0; i < b1; i++ {
-					t, g, ok := grad(i)
-					switch {
-					case !ok:
-					case !finite32(maxes[i-b0]):
-						exact(i, t, g) // a NaN or infinite row
-					default:
-						drow := d32[i*c : (i+1)*c]
-						var se float64
-						for _, v := range drow {
-							se += float64(v)
-						}
-						inv, q0 := 1/se, eps/float64(c)
-						for j, v := range drow {
-							q := q0
-							if j == t {
-								q += 1 - eps
-							}
-							drow[j] = float32(g * (float64(v)*inv - q))
-						}
-					}
-				}
-			}
-		}
+	body := k.rows
+	if x32, ok := any(k.xs).([]float32); ok {
+		d32 := any(k.ds).([]float32)
+		body = func(lo, hi int) { k.rowsF32(x32, d32, lo, hi) }
 	}
 	return func() {
 		s.load()
 		if dscalar != nil {
-			scale = dscalar()
-			if p.Reduction == kernels.ReduceMean {
-				cnt := 0
-				for i := 0; i < n; i++ {
-					if _, ok := ceTarget(t64, t32, i, c, p); ok {
-						cnt++
-					}
-				}
-				scale /= float64(cnt)
-			}
+			k.setScale(dscalar(), n)
 		}
 		parallelFor(n, 10*c, body)
 		s.store()
+	}
+}
+
+// ceBwdEager is CrossEntropyBackward's eager fast path (see eager.go):
+// contiguous F32 logits, dlogits and dloss, few enough rows that the
+// launch would run inline.
+func ceBwdEager(dlogits, logits, target, dloss *T, p kernels.CrossEntropyParams, n, c int) bool {
+	for _, t := range [...]*T{dlogits, logits, dloss} {
+		if t.DType() != tensor.F32 || !t.IsContiguous() {
+			return false
+		}
+	}
+	if n != 1 && n*10*c >= minWork {
+		return false
+	}
+	k := ceBwd[float32]{xs: logits.F32(), ds: dlogits.F32(), p: p, c: c}
+	k.t64, k.t32 = indexData("CrossEntropyBackward", "target", target)
+	if p.Reduction == kernels.ReduceNone {
+		k.dl = dloss.F32()
+	} else {
+		k.setScale(float64(dloss.F32()[0]), n)
+	}
+	k.rowsF32(k.xs, k.ds, 0, n)
+	return true
+}
+
+// ceBwd is the state of a cross-entropy backward over c-column rows.
+type ceBwd[F tensor.Float] struct {
+	xs, ds, dl []F // logits, dlogits, per-row upstream gradient (nil: scale)
+	t64        []int64
+	t32        []int32
+	p          kernels.CrossEntropyParams
+	c          int
+	scale      float64 // upstream gradient of a reduced loss, per row
+}
+
+// setScale sets the per-row gradient from the reduced loss's gradient g:
+// the mean divides it by the number of kept rows among n.
+func (k *ceBwd[F]) setScale(g float64, n int) {
+	k.scale = g
+	if k.p.Reduction == kernels.ReduceMean {
+		cnt := 0
+		for i := 0; i < n; i++ {
+			if _, ok := ceTarget(k.t64, k.t32, i, k.c, k.p); ok {
+				cnt++
+			}
+		}
+		k.scale /= float64(cnt)
+	}
+}
+
+// grad returns row i's target and upstream gradient (ok false for an
+// ignored row, whose gradient is zeroed).
+func (k *ceBwd[F]) grad(i int) (t int, g float64, ok bool) {
+	c := k.c
+	if t, ok = ceTarget(k.t64, k.t32, i, c, k.p); !ok {
+		clear(k.ds[i*c : (i+1)*c])
+		return 0, 0, false
+	}
+	g = k.scale
+	if k.dl != nil {
+		g = float64(k.dl[i])
+	}
+	return t, g, true
+}
+
+// exact sets row i's gradient from its softmax with math.Exp in float64.
+func (k *ceBwd[F]) exact(i, t int, g float64) {
+	c, eps := k.c, k.p.LabelSmoothing
+	row := k.xs[i*c : (i+1)*c]
+	drow := k.ds[i*c : (i+1)*c]
+	// softmax_j = e^(v_j−m)/Σ: one exp per element and no log;
+	// rows of up to 64 classes keep the exponentials on the stack.
+	m := rowMax(row)
+	var ebuf [64]float64
+	var se float64
+	for j, v := range row {
+		e := math.Exp(float64(v) - m)
+		if j < len(ebuf) {
+			ebuf[j] = e
+		}
+		se += e
+	}
+	inv := 1 / se
+	for j, v := range row {
+		var e float64
+		if j < len(ebuf) {
+			e = ebuf[j]
+		} else {
+			e = math.Exp(float64(v) - m)
+		}
+		q := eps / float64(c)
+		if j == t {
+			q += 1 - eps
+		}
+		drow[j] = F(g * (e*inv - q))
+	}
+}
+
+// rows computes the gradients of rows lo..hi-1.
+func (k *ceBwd[F]) rows(lo, hi int) {
+	for i := lo; i < hi; i++ {
+		if t, g, ok := k.grad(i); ok {
+			k.exact(i, t, g)
+		}
+	}
+}
+
+// rowsF32 is rows for float32 logits x32 and dlogits d32 (k.xs and k.ds):
+// the exponentials go straight into dlogits, a block of rows per expF32
+// call, and are turned into gradients in place.
+func (k *ceBwd[F]) rowsF32(x32, d32 []float32, lo, hi int) {
+	c, eps := k.c, k.p.LabelSmoothing
+	var maxes [expRowBlock]float32
+	for b0 := lo; b0 < hi; b0 += expRowBlock {
+		b1 := min(hi, b0+expRowBlock)
+		expBlockF32(x32, c, b0, b1, d32[b0*c:b1*c], maxes[:])
+		for i := b0; i < b1; i++ {
+			t, g, ok := k.grad(i)
+			switch {
+			case !ok:
+			case !finite32(maxes[i-b0]):
+				k.exact(i, t, g) // a NaN or infinite row
+			default:
+				drow := d32[i*c : (i+1)*c]
+				var se float64
+				for _, v := range drow {
+					se += float64(v)
+				}
+				inv, q0 := 1/se, eps/float64(c)
+				for j, v := range drow {
+					q := q0
+					if j == t {
+						q += 1 - eps
+					}
+					drow[j] = float32(g * (float64(v)*inv - q))
+				}
+			}
+		}
 	}
 }
