@@ -62,6 +62,15 @@ func (be *Backend) matmul(name string, dst, a, b, bias *T, transA, transB bool) 
 		needFloat(name, "bias", bias)
 		needShape(name, "bias", bias, []int{n})
 	}
+	if be.eager() && m*n*k < gemmSmall {
+		if wide(dst, a, b) {
+			if matmulEager[float64](dst, a, b, bias, max(batch, 1), batchA > 0, batchB > 0, m, n, k, transA, transB) {
+				return
+			}
+		} else if matmulEager[float32](dst, a, b, bias, max(batch, 1), batchA > 0, batchB > 0, m, n, k, transA, transB) {
+			return
+		}
+	}
 	if wide(dst, a, b) {
 		be.launchScratch(matmulPrep[float64](dst, a, b, bias, max(batch, 1), batchA > 0, batchB > 0, m, n, k, transA, transB))
 	} else {
@@ -110,42 +119,13 @@ func matmulPrep[F tensor.Float](dst, a, b, bias *T, batch int, bcA, bcB bool, m,
 	bv := in[F](&s, b)
 	biasv := in[F](&s, bias)
 	cv := out[F](&s, dst)
-	// addBias adds the bias to rows of c (n wide, consecutive).
-	addBias := func(c []F, rows int) {
-		if biasv == nil {
-			return
-		}
-		for i := 0; i < rows; i++ {
-			row := c[i*n : (i+1)*n]
-			for j, v := range biasv[:len(row)] {
-				row[j] += v
-			}
-		}
-	}
-	lda, ldb := k, n
-	if transA {
-		lda = m
-	}
-	if transB {
-		ldb = k
-	}
+	lda, ldb := matmulLD(m, n, k, transA, transB)
 	if m*n*k < gemmSmall {
 		// Tiny products (a small model's layers) run gemmDirect's loops
 		// serially: no packing scratch, no scratch hand-off, no split.
 		run = func() {
 			s.load()
-			clear(cv[:batch*m*n])
-			for bi := 0; bi < batch; bi++ {
-				ao, bo := 0, 0
-				if bcA {
-					ao = bi * m * k
-				}
-				if bcB {
-					bo = bi * k * n
-				}
-				gemmDirect(m, n, k, av[ao:], lda, transA, bv[bo:], ldb, transB, cv[bi*m*n:], n)
-			}
-			addBias(cv, batch*m)
+			matmulSmall(av, bv, biasv, cv, batch, bcA, bcB, m, n, k, transA, transB)
 			s.store()
 		}
 		return run, func() {}
@@ -157,7 +137,7 @@ func matmulPrep[F tensor.Float](dst, a, b, bias *T, batch int, bcA, bcB bool, m,
 		return func() {
 			s.load()
 			g.run()
-			addBias(cv, m)
+			addBias(cv, biasv, m, n)
 			s.store()
 		}, g.free
 	}
@@ -183,10 +163,71 @@ func matmulPrep[F tensor.Float](dst, a, b, bias *T, batch int, bcA, bcB bool, m,
 			}
 			co := bi*m*n + i0*n
 			gemm(rows, n, k, av[ao:], lda, transA, bv[bo:], ldb, transB, cv[co:], n, false, sc)
-			addBias(cv[co:], rows)
+			addBias(cv[co:], biasv, rows, n)
 		}
 		slots <- sc
 	}
 	cost := 2 * gemmMC * n * k
 	return scratchLaunch(&s, slots, gemmScratch[F].free, func() { parallelFor(items, cost, body) })
+}
+
+// matmulLD gives the leading dimensions of row-major op(A) (m×k) and
+// op(B) (k×n) stored whole.
+func matmulLD(m, n, k int, transA, transB bool) (lda, ldb int) {
+	lda, ldb = k, n
+	if transA {
+		lda = m
+	}
+	if transB {
+		ldb = k
+	}
+	return lda, ldb
+}
+
+// addBias adds bias (n values; nil adds nothing) to each of the rows
+// (n wide, consecutive) of c.
+func addBias[F tensor.Float](c, bias []F, rows, n int) {
+	if bias == nil {
+		return
+	}
+	for i := 0; i < rows; i++ {
+		row := c[i*n : (i+1)*n]
+		for j, v := range bias[:len(row)] {
+			row[j] += v
+		}
+	}
+}
+
+// matmulSmall computes a batch of tiny products (m·n·k < gemmSmall) with
+// gemmDirect's loops on the calling goroutine, then adds the bias.
+func matmulSmall[F tensor.Float](av, bv, biasv, cv []F, batch int, bcA, bcB bool, m, n, k int, transA, transB bool) {
+	lda, ldb := matmulLD(m, n, k, transA, transB)
+	clear(cv[:batch*m*n])
+	for bi := 0; bi < batch; bi++ {
+		ao, bo := 0, 0
+		if bcA {
+			ao = bi * m * k
+		}
+		if bcB {
+			bo = bi * k * n
+		}
+		gemmDirect(m, n, k, av[ao:], lda, transA, bv[bo:], ldb, transB, cv[bi*m*n:], n)
+	}
+	addBias(cv, biasv, batch*m, n)
+}
+
+// matmulEager is MatMul's eager fast path (see eager.go) for tiny
+// products whose operands are all contiguous in the compute dtype F: the
+// same loops as the prepared launch, run at once. It reports false,
+// doing nothing, for anything else.
+func matmulEager[F tensor.Float](dst, a, b, bias *T, batch int, bcA, bcB bool, m, n, k int, transA, transB bool) bool {
+	if !direct[F](dst) || !direct[F](a) || !direct[F](b) || (bias != nil && !direct[F](bias)) {
+		return false
+	}
+	var biasv []F
+	if bias != nil {
+		biasv = tensor.Data[F](bias)
+	}
+	matmulSmall(tensor.Data[F](a), tensor.Data[F](b), biasv, tensor.Data[F](dst), batch, bcA, bcB, m, n, k, transA, transB)
+	return true
 }
