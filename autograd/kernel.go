@@ -270,6 +270,21 @@ func matmulBiasT(a, b, bias *tensor.Tensor, transA, transB bool, dt tensor.DType
 	return out
 }
 
+// matmulBiasActT is matmulBiasT with act applied in the same epilogue
+// (kernels.Backend.MatMulBiasAct).
+func matmulBiasActT(a, b, bias *tensor.Tensor, act kernels.UnaryOp, transA, transB bool, dt tensor.DType) *tensor.Tensor {
+	a, b = contig(a), contig(b)
+	m, _, n, batch := matmulShape("matmul", a.Shape(), b.Shape(), transA, transB)
+	var out *tensor.Tensor
+	if batch > 0 {
+		out = alloc(a, dt, batch, m, n)
+	} else {
+		out = alloc(a, dt, m, n)
+	}
+	backendOf(a).MatMulBiasAct(out, a, b, bias, act, transA, transB)
+	return out
+}
+
 // matmulShape validates op(a)·op(b) and returns M, K, N and the batch size
 // (0 when both operands are rank 2).
 func matmulShape(op string, as, bs []int, transA, transB bool) (m, k, n, batch int) {

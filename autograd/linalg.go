@@ -51,14 +51,24 @@ func MatMulT(a, b *Var, transA, transB bool) *Var {
 // nil): the leading axes of x are flattened for one matmul and restored
 // in the result [..., out]. Under Autocast all three are cast to the
 // autocast dtype and so is the result.
-func Linear(x, w, b *Var) *Var {
-	checkFloat("linear", x, w, b)
+func Linear(x, w, b *Var) *Var { return linear("linear", x, w, b, false) }
+
+// LinearRelu returns relu(x·wᵀ + b), Linear followed by Relu with the
+// activation applied in the product's epilogue (kernels.Backend
+// MatMulBiasAct): one pass over the output instead of two, and one
+// tensor instead of two. Values and gradients are bitwise those of
+// Relu(Linear(x, w, b)).
+func LinearRelu(x, w, b *Var) *Var { return linear("linear_relu", x, w, b, true) }
+
+// linear is Linear, with the ReLU fused when relu is set.
+func linear(name string, x, w, b *Var, relu bool) *Var {
+	checkFloat(name, x, w, b)
 	xs, ws := x.Shape(), w.Shape()
 	if len(ws) != 2 || len(xs) == 0 || xs[len(xs)-1] != ws[1] {
-		panic(fmt.Sprintf("autograd: linear: input shape %v does not match weight shape %v (want [..., in] and [out, in])", xs, ws))
+		panic(fmt.Sprintf("autograd: %s: input shape %v does not match weight shape %v (want [..., in] and [out, in])", name, xs, ws))
 	}
 	if b != nil && (len(b.Shape()) != 1 || b.Shape()[0] != ws[0]) {
-		panic(fmt.Sprintf("autograd: linear: bias shape %v does not match weight shape %v", b.Shape(), ws))
+		panic(fmt.Sprintf("autograd: %s: bias shape %v does not match weight shape %v", name, b.Shape(), ws))
 	}
 	p := lowPrecisionInputs(x, w, b)
 	x, w, b = p[0], p[1], p[2]
@@ -70,7 +80,12 @@ func Linear(x, w, b *Var) *Var {
 	if b != nil {
 		bv = b.Value
 	}
-	out2 := matmulBiasT(x2, wv, bv, false, true, wv.DType())
+	var out2 *tensor.Tensor
+	if relu {
+		out2 = matmulBiasActT(x2, wv, bv, kernels.Relu, false, true, wv.DType())
+	} else {
+		out2 = matmulBiasT(x2, wv, bv, false, true, wv.DType())
+	}
 	var shapeBuf [4]int
 	outShape := append(append(shapeBuf[:0], xs[:len(xs)-1]...), nOut)
 	out := out2.Reshape(outShape...)
@@ -79,9 +94,17 @@ func Linear(x, w, b *Var) *Var {
 	if b == nil {
 		nIn = 2
 	}
-	return result("linear", out, inputs[:nIn], 2, func() backwardFunc {
+	mk := func() backwardFunc {
 		return func(g *tensor.Tensor) []*tensor.Tensor {
 			g2 := reshapeT(g, m, nOut)
+			if relu {
+				// relu' from the output: out > 0 exactly where the
+				// pre-activation is.
+				g2 = contig(g2)
+				gm := alloc(g2, g2.DType(), m, nOut)
+				backendOf(gm).UnaryBackward(kernels.Relu, gm, out2, out2, g2)
+				g2 = gm
+			}
 			dt := wv.DType()
 			grads := make([]*tensor.Tensor, nIn)
 			if needs(x) {
@@ -95,5 +118,9 @@ func Linear(x, w, b *Var) *Var {
 			}
 			return grads
 		}
-	})
+	}
+	if relu {
+		return result("linear_relu", out, inputs[:nIn], 2, mk)
+	}
+	return result("linear", out, inputs[:nIn], 2, mk)
 }

@@ -192,6 +192,12 @@ var gradChecks = map[string]gcCase{
 		},
 		f: func(in []*Var) *Var { return Add(Linear(in[0], in[1], in[2]), Linear(in[0], in[1], nil)) },
 	},
+	"linear_relu": {
+		inputs: func(r *rand.Rand) []*tensor.Tensor {
+			return ins(uni(r, -1, 1, 2, 3, 4), uni(r, -1, 1, 5, 4), uni(r, -1, 1, 5))
+		},
+		f: func(in []*Var) *Var { return Add(LinearRelu(in[0], in[1], in[2]), LinearRelu(in[0], in[1], nil)) },
+	},
 
 	// --- convolution and pooling ---
 	"conv2d": {

@@ -143,7 +143,7 @@ func (g *GatedBlend) Forward(x *autograd.Var) *autograd.Var {
 	if g.opts.Topology == TopologyCNN {
 		pooled = autograd.Mean(x, []int{2, 3}, false)
 	}
-	out := autograd.Sigmoid(g.fc2.Forward(autograd.Relu(g.fc1.Forward(pooled))))
+	out := autograd.Sigmoid(g.fc2.Forward(g.fc1.ForwardRelu(pooled)))
 	b := x.Shape()[0]
 	if g.opts.Topology == TopologyCNN {
 		return autograd.Reshape(out, b, 1, 1, 1)

@@ -73,6 +73,11 @@ type Backend interface {
 	// [N], any float dtype) in the product's epilogue, before dst is
 	// stored: the fused forward of a linear layer. A nil bias is MatMul.
 	MatMulBias(dst, a, b, bias *T, transA, transB bool)
+	// MatMulBiasAct is MatMulBias followed by dst = act(dst) in the same
+	// epilogue, before dst is stored: the fused forward of a linear layer
+	// and its activation (act any UnaryOp; autograd.LinearRelu uses
+	// Relu).
+	MatMulBiasAct(dst, a, b, bias *T, act UnaryOp, transA, transB bool)
 
 	// --- convolution and pooling (NCHW) ------------------------------
 

@@ -67,10 +67,24 @@ func (l *Linear) Options() LinearOptions { return l.opts }
 
 // Forward maps x [..., In] to [..., Out].
 func (l *Linear) Forward(x *autograd.Var) *autograd.Var {
+	l.checkInput(x)
+	return autograd.Linear(x, l.Weight, l.Bias)
+}
+
+// ForwardRelu is relu(Forward(x)) with the ReLU applied in the product's
+// epilogue (autograd.LinearRelu): bitwise the same values and gradients
+// as a Linear followed by a ReLU module, with one pass and one tensor
+// fewer.
+func (l *Linear) ForwardRelu(x *autograd.Var) *autograd.Var {
+	l.checkInput(x)
+	return autograd.LinearRelu(x, l.Weight, l.Bias)
+}
+
+// checkInput panics unless x is [..., In].
+func (l *Linear) checkInput(x *autograd.Var) {
 	if x.Value.Rank() == 0 || x.Value.Dim(-1) != l.opts.In {
 		panic(fmt.Sprintf("nn: Linear(%d→%d) got input of shape %v", l.opts.In, l.opts.Out, x.Shape()))
 	}
-	return autograd.Linear(x, l.Weight, l.Bias)
 }
 
 // fanInBound fills bias b from U(±1/√fan_in) of weight w, PyTorch's bias

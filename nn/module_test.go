@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/esper-go/esper/autograd"
 	"github.com/esper-go/esper/tensor"
 )
@@ -234,4 +236,25 @@ func TestOptionsValidation(t *testing.T) {
 func TestMustPanics(t *testing.T) {
 	defer func() { check(t, recover() != nil, "MustLinear did not panic") }()
 	MustLinear(tensor.NewRNG(1), LinearOptions{})
+}
+
+// TestLinearForwardRelu: the fused ForwardRelu equals a Linear followed by
+// ReLU, value and gradients, and checks its input like Forward.
+func TestLinearForwardRelu(t *testing.T) {
+	l := MustLinear(tensor.NewRNG(3), LinearOptions{In: 6, Out: 5})
+	x := tensor.Uniform(tensor.NewRNG(4), tensor.F32, -2, 2, 7, 6)
+	run := func(f func(*autograd.Var) *autograd.Var) ([]float32, []float32) {
+		l.Weight.Grad = nil
+		y := f(autograd.Const(x))
+		autograd.Backward(autograd.SumAll(y))
+		return append([]float32(nil), y.Value.F32()...), append([]float32(nil), l.Weight.Grad.F32()...)
+	}
+	y, g := run(l.ForwardRelu)
+	yRef, gRef := run(func(v *autograd.Var) *autograd.Var { return autograd.Relu(l.Forward(v)) })
+	require.Equal(t, yRef, y)
+	require.Equal(t, gRef, g)
+	require.Contains(t, yRef, float32(0), "some outputs clamped")
+	require.PanicsWithValue(t, "nn: Linear(6→5) got input of shape [7 4]", func() {
+		l.ForwardRelu(autograd.Const(tensor.Empty(tensor.F32, 7, 4)))
+	})
 }

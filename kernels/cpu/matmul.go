@@ -3,6 +3,7 @@ package cpu
 import (
 	"runtime"
 
+	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/tensor"
 )
 
@@ -10,16 +11,29 @@ import (
 // gemmMC output rows); each block runs the serial GEMM with packing space
 // taken from a set prepared up front.
 func (be *Backend) MatMul(dst, a, b *T, transA, transB bool) {
-	be.matmul("MatMul", dst, a, b, nil, transA, transB)
+	be.matmul("MatMul", dst, a, b, nil, noAct, transA, transB)
 }
 
 // MatMulBias implements kernels.Backend: the bias is added to each block
 // of output rows right after its GEMM, while the block is in cache.
 func (be *Backend) MatMulBias(dst, a, b, bias *T, transA, transB bool) {
-	be.matmul("MatMulBias", dst, a, b, bias, transA, transB)
+	be.matmul("MatMulBias", dst, a, b, bias, noAct, transA, transB)
 }
 
-func (be *Backend) matmul(name string, dst, a, b, bias *T, transA, transB bool) {
+// MatMulBiasAct implements kernels.Backend: the activation runs on each
+// block of output rows right after its bias (on the whole product for one
+// large product split by panels).
+func (be *Backend) MatMulBiasAct(dst, a, b, bias *T, act kernels.UnaryOp, transA, transB bool) {
+	if act >= kernels.UnaryOp(len(kernels.UnaryOps())) {
+		fail("MatMulBiasAct", "unknown activation %d", act)
+	}
+	be.matmul("MatMulBiasAct", dst, a, b, bias, act, transA, transB)
+}
+
+// noAct is the epilogue activation of a plain product: none.
+const noAct = kernels.UnaryOp(255)
+
+func (be *Backend) matmul(name string, dst, a, b, bias *T, act kernels.UnaryOp, transA, transB bool) {
 	needCPU(name, dst, a, b)
 	as, bs := a.Shape(), b.Shape()
 	bad := func() {
@@ -64,17 +78,17 @@ func (be *Backend) matmul(name string, dst, a, b, bias *T, transA, transB bool) 
 	}
 	if be.eager() && m*n*k < gemmSmall {
 		if wide(dst, a, b) {
-			if matmulEager[float64](dst, a, b, bias, max(batch, 1), batchA > 0, batchB > 0, m, n, k, transA, transB) {
+			if matmulEager[float64](dst, a, b, bias, act, max(batch, 1), batchA > 0, batchB > 0, m, n, k, transA, transB) {
 				return
 			}
-		} else if matmulEager[float32](dst, a, b, bias, max(batch, 1), batchA > 0, batchB > 0, m, n, k, transA, transB) {
+		} else if matmulEager[float32](dst, a, b, bias, act, max(batch, 1), batchA > 0, batchB > 0, m, n, k, transA, transB) {
 			return
 		}
 	}
 	if wide(dst, a, b) {
-		be.launchScratch(matmulPrep[float64](dst, a, b, bias, max(batch, 1), batchA > 0, batchB > 0, m, n, k, transA, transB))
+		be.launchScratch(matmulPrep[float64](dst, a, b, bias, act, max(batch, 1), batchA > 0, batchB > 0, m, n, k, transA, transB))
 	} else {
-		be.launchScratch(matmulPrep[float32](dst, a, b, bias, max(batch, 1), batchA > 0, batchB > 0, m, n, k, transA, transB))
+		be.launchScratch(matmulPrep[float32](dst, a, b, bias, act, max(batch, 1), batchA > 0, batchB > 0, m, n, k, transA, transB))
 	}
 }
 
@@ -113,7 +127,7 @@ func newScratchSet[S any](n int, mk func() S) scratchSet[S] {
 	return c
 }
 
-func matmulPrep[F tensor.Float](dst, a, b, bias *T, batch int, bcA, bcB bool, m, n, k int, transA, transB bool) (run, release func()) {
+func matmulPrep[F tensor.Float](dst, a, b, bias *T, act kernels.UnaryOp, batch int, bcA, bcB bool, m, n, k int, transA, transB bool) (run, release func()) {
 	var s stage
 	av := in[F](&s, a)
 	bv := in[F](&s, b)
@@ -125,7 +139,7 @@ func matmulPrep[F tensor.Float](dst, a, b, bias *T, batch int, bcA, bcB bool, m,
 		// serially: no packing scratch, no scratch hand-off, no split.
 		run = func() {
 			s.load()
-			matmulSmall(av, bv, biasv, cv, batch, bcA, bcB, m, n, k, transA, transB)
+			matmulSmall(av, bv, biasv, cv, act, batch, bcA, bcB, m, n, k, transA, transB)
 			s.store()
 		}
 		return run, func() {}
@@ -137,7 +151,7 @@ func matmulPrep[F tensor.Float](dst, a, b, bias *T, batch int, bcA, bcB bool, m,
 		return func() {
 			s.load()
 			g.run()
-			addBias(cv, biasv, m, n)
+			epilogue(cv, biasv, act, m, n)
 			s.store()
 		}, g.free
 	}
@@ -163,7 +177,7 @@ func matmulPrep[F tensor.Float](dst, a, b, bias *T, batch int, bcA, bcB bool, m,
 			}
 			co := bi*m*n + i0*n
 			gemm(rows, n, k, av[ao:], lda, transA, bv[bo:], ldb, transB, cv[co:], n, false, sc)
-			addBias(cv[co:], biasv, rows, n)
+			epilogue(cv[co:], biasv, act, rows, n)
 		}
 		slots <- sc
 	}
@@ -184,23 +198,25 @@ func matmulLD(m, n, k int, transA, transB bool) (lda, ldb int) {
 	return lda, ldb
 }
 
-// addBias adds bias (n values; nil adds nothing) to each of the rows
-// (n wide, consecutive) of c.
-func addBias[F tensor.Float](c, bias []F, rows, n int) {
-	if bias == nil {
-		return
-	}
-	for i := 0; i < rows; i++ {
-		row := c[i*n : (i+1)*n]
-		for j, v := range bias[:len(row)] {
-			row[j] += v
+// epilogue adds bias (n values; nil adds nothing) to each of the rows
+// (n wide, consecutive) of c, then applies act (noAct: none).
+func epilogue[F tensor.Float](c, bias []F, act kernels.UnaryOp, rows, n int) {
+	if bias != nil {
+		for i := 0; i < rows; i++ {
+			row := c[i*n : (i+1)*n]
+			for j, v := range bias[:len(row)] {
+				row[j] += v
+			}
 		}
+	}
+	if act != noAct {
+		unaryKernel(act, c[:rows*n], c[:rows*n])
 	}
 }
 
 // matmulSmall computes a batch of tiny products (m·n·k < gemmSmall) with
-// gemmDirect's loops on the calling goroutine, then adds the bias.
-func matmulSmall[F tensor.Float](av, bv, biasv, cv []F, batch int, bcA, bcB bool, m, n, k int, transA, transB bool) {
+// gemmDirect's loops on the calling goroutine, then runs the epilogue.
+func matmulSmall[F tensor.Float](av, bv, biasv, cv []F, act kernels.UnaryOp, batch int, bcA, bcB bool, m, n, k int, transA, transB bool) {
 	lda, ldb := matmulLD(m, n, k, transA, transB)
 	clear(cv[:batch*m*n])
 	for bi := 0; bi < batch; bi++ {
@@ -213,14 +229,14 @@ func matmulSmall[F tensor.Float](av, bv, biasv, cv []F, batch int, bcA, bcB bool
 		}
 		gemmDirect(m, n, k, av[ao:], lda, transA, bv[bo:], ldb, transB, cv[bi*m*n:], n)
 	}
-	addBias(cv, biasv, batch*m, n)
+	epilogue(cv, biasv, act, batch*m, n)
 }
 
 // matmulEager is MatMul's eager fast path (see eager.go) for tiny
 // products whose operands are all contiguous in the compute dtype F: the
 // same loops as the prepared launch, run at once. It reports false,
 // doing nothing, for anything else.
-func matmulEager[F tensor.Float](dst, a, b, bias *T, batch int, bcA, bcB bool, m, n, k int, transA, transB bool) bool {
+func matmulEager[F tensor.Float](dst, a, b, bias *T, act kernels.UnaryOp, batch int, bcA, bcB bool, m, n, k int, transA, transB bool) bool {
 	if !direct[F](dst) || !direct[F](a) || !direct[F](b) || (bias != nil && !direct[F](bias)) {
 		return false
 	}
@@ -228,6 +244,6 @@ func matmulEager[F tensor.Float](dst, a, b, bias *T, batch int, bcA, bcB bool, m
 	if bias != nil {
 		biasv = tensor.Data[F](bias)
 	}
-	matmulSmall(tensor.Data[F](a), tensor.Data[F](b), biasv, tensor.Data[F](dst), batch, bcA, bcB, m, n, k, transA, transB)
+	matmulSmall(tensor.Data[F](a), tensor.Data[F](b), biasv, tensor.Data[F](dst), act, batch, bcA, bcB, m, n, k, transA, transB)
 	return true
 }

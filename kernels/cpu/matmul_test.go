@@ -168,3 +168,34 @@ func TestMatMulBias(t *testing.T) {
 		be.MatMulBias(tensor.Empty(tensor.F32, 2, 3), randT(1, tensor.F32, 2, 4), randT(2, tensor.F32, 4, 3), tensor.Empty(tensor.F32, 2), false, false)
 	})
 }
+
+// TestMatMulBiasAct: the fused activation gives bitwise MatMulBias
+// followed by Unary, on the eager tiny path, the packed per-block path,
+// a batch, and one large product split by panels (gemmShared), for both
+// widths, with and without a bias; an unknown activation panics.
+func TestMatMulBiasAct(t *testing.T) {
+	for _, d := range []tensor.DType{tensor.F32, tensor.F64} {
+		for _, op := range []kernels.UnaryOp{kernels.Relu, kernels.Tanh} {
+			for _, c := range []struct{ a, b, out []int }{
+				{[]int{4, 16}, []int{16, 4}, []int{4, 4}},
+				{[]int{70, 90}, []int{90, 50}, []int{70, 50}},
+				{[]int{3, 20, 30}, []int{30, 40}, []int{3, 20, 40}},
+				{[]int{300, 70}, []int{70, 45}, []int{300, 45}},
+			} {
+				a, b := randT(1, d, c.a...), randT(2, d, c.b...)
+				n := c.out[len(c.out)-1]
+				for _, bias := range []*tensor.Tensor{randT(3, d, n), nil} {
+					want := tensor.Empty(d, c.out...)
+					be.MatMulBias(want, a, b, bias, false, false)
+					be.Unary(op, want, want)
+					got := tensor.Empty(d, c.out...)
+					be.MatMulBiasAct(got, a, b, bias, op, false, false)
+					require.Equal(t, vals(want), vals(got), "%v %v %v×%v bias %v", d, op, c.a, c.b, bias != nil)
+				}
+			}
+		}
+	}
+	require.Panics(t, func() {
+		be.MatMulBiasAct(tensor.Empty(tensor.F32, 2, 3), randT(1, tensor.F32, 2, 4), randT(2, tensor.F32, 4, 3), nil, kernels.UnaryOp(200), false, false)
+	})
+}
