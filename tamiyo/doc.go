@@ -17,10 +17,22 @@
 //     earns it, prune a failing one, and keep an embargo and per-blueprint
 //     penalties after a prune.
 //
-// The learned controller, a heterogeneous graph neural network policy over
-// the same action space with a batched, captured inference service,
-// arrives with a later issue; it will implement Controller too, so the
-// trainer can swap one for the other.
+// The learned controller is a heterogeneous graph neural network over the
+// same action space (ESPER.md §Tamiyo):
+//
+//   - BuildGraph turns one environment's typed state (Obs V3 input, host
+//     blocks, slot timeline) into a Graph of global, slot and layer nodes
+//     with the relations of ESPER.md and per-family feature Coverage;
+//     BatchGraphs joins many into one with offset indices.
+//   - Policy is the network: per-type encoders, two GraphSAGE and two GAT
+//     layers, the factored action heads with the slot head as a pointer
+//     over slot nodes (any slot count), and a value head.
+//   - Policy.Act samples masked, floored, canonicalised actions for a
+//     batch; Policy.Evaluate recomputes their log-probabilities and
+//     normalised entropies differentiably for PPO.
+//
+// The inference service that makes the policy a Controller arrives with
+// a later change.
 //
 // Neither type is tied to a trainer: both are plain state machines driven
 // by the caller, deterministic for the same inputs. Their state (and a

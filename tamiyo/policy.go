@@ -1,0 +1,528 @@
+package tamiyo
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/leyline"
+	"github.com/esper-go/esper/nn"
+	"github.com/esper-go/esper/tensor"
+)
+
+// Policy architecture defaults (ESPER.md §Tamiyo; G1 TamiyoGNN, the final
+// 256/128/4 configuration of esper-reference.md §4.3).
+const (
+	// DefaultHidden is the encoders' and GraphSAGE layers' width.
+	DefaultHidden = 256 // G1 TamiyoGNN sage hidden
+	// DefaultGATHidden is the GAT layers' width (per head; heads are
+	// averaged, not concatenated).
+	DefaultGATHidden = 128 // G1 TamiyoGNN gat hidden
+	// DefaultGATHeads is the number of attention heads.
+	DefaultGATHeads = 4 // G1 TamiyoGNN gat heads
+	// DefaultHeadHidden is the hidden width of the action, pointer and
+	// value heads.
+	DefaultHeadHidden = 128
+	// DefaultDropout is the dropout after every message-passing layer in
+	// training mode.
+	DefaultDropout = 0.2 // G1 TamiyoGNN dropout
+	// gatNegativeSlope is the LeakyReLU slope of the attention logits
+	// (PyG GATConv default).
+	gatNegativeSlope = 0.2
+	// headOutputGain and valueOutputGain scale the orthogonal init of the
+	// last layer of the action heads and of the value head (G2 init).
+	headOutputGain  = 0.01 // G2 action-head output gain
+	valueOutputGain = 0.1  // G2 value output gain
+)
+
+// PolicyOptions configure NewPolicy. The zero value gives the defaults.
+type PolicyOptions struct {
+	// Hidden is the width of the node encoders and of the two GraphSAGE
+	// layers (default DefaultHidden, 256).
+	Hidden int
+	// GATHidden is the width of the two GAT layers (default
+	// DefaultGATHidden, 128).
+	GATHidden int
+	// GATHeads is the number of attention heads (default
+	// DefaultGATHeads, 4).
+	GATHeads int
+	// HeadHidden is the hidden width of every head (default
+	// DefaultHeadHidden, 128).
+	HeadHidden int
+	// BlueprintEmbedding is the width of the learned per-slot blueprint
+	// embedding (default leyline.BlueprintEmbeddingDim, 4).
+	BlueprintEmbedding int
+	// Dropout is the dropout probability after each message-passing
+	// layer in training mode (default DefaultDropout, 0.2); NoDropout
+	// turns it off.
+	Dropout   float64
+	NoDropout bool
+	// Seed seeds the initial weights and the dropout masks.
+	Seed uint64
+	// DType of the parameters (default F32; F64 for gradient checks).
+	DType tensor.DType
+}
+
+// ErrPolicyOptions is wrapped by NewPolicy's errors.
+var ErrPolicyOptions = errors.New("invalid policy options")
+
+func (o PolicyOptions) withDefaults() (PolicyOptions, error) {
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&o.Hidden, DefaultHidden)
+	def(&o.GATHidden, DefaultGATHidden)
+	def(&o.GATHeads, DefaultGATHeads)
+	def(&o.HeadHidden, DefaultHeadHidden)
+	def(&o.BlueprintEmbedding, leyline.BlueprintEmbeddingDim)
+	if o.Dropout == 0 && !o.NoDropout {
+		o.Dropout = DefaultDropout
+	}
+	if o.NoDropout {
+		o.Dropout = 0
+	}
+	if o.DType == tensor.Invalid {
+		o.DType = tensor.F32
+	}
+	switch {
+	case o.Hidden < 0 || o.GATHidden < 0 || o.GATHeads < 0 || o.HeadHidden < 0 || o.BlueprintEmbedding < 0:
+		return o, fmt.Errorf("tamiyo: NewPolicy: %w: negative width (%+v)", ErrPolicyOptions, o)
+	case !(o.Dropout >= 0 && o.Dropout < 1):
+		return o, fmt.Errorf("tamiyo: NewPolicy: %w: dropout %v outside [0, 1)", ErrPolicyOptions, o.Dropout)
+	case !o.DType.IsFloat():
+		return o, fmt.Errorf("tamiyo: NewPolicy: %w: dtype %v is not floating point", ErrPolicyOptions, o.DType)
+	}
+	return o, nil
+}
+
+// group is a bag of named sub-modules: it gives hierarchical parameter
+// names ("sage1.slot_next_slot.lin_l.weight") to parts of the policy that
+// are not functions of a single tensor.
+type group struct{ nn.Composite }
+
+// Forward is never called: the policy calls its parts' own methods.
+func (*group) Forward(*autograd.Var) *autograd.Var {
+	panic("tamiyo: a policy parameter group has no single-tensor Forward")
+}
+
+// encoder is Linear → GELU → LayerNorm, one per node type.
+type encoder struct {
+	group
+	lin  *nn.Linear
+	norm *nn.LayerNorm
+}
+
+func (e *encoder) forward(x *autograd.Var) *autograd.Var {
+	return e.norm.Forward(autograd.Gelu(e.lin.Forward(x)))
+}
+
+// mlp is Linear → ReLU → Linear.
+type mlp struct {
+	group
+	fc1, fc2 *nn.Linear
+}
+
+func (m *mlp) forward(x *autograd.Var) *autograd.Var {
+	return m.fc2.Forward(autograd.Relu(m.fc1.Forward(x)))
+}
+
+// Policy is Tamiyo's learned controller network (ESPER.md §Tamiyo): a
+// 4-layer heterogeneous graph network over a batched Graph with the
+// factored action heads and a value head.
+//
+//   - Per-type encoders Linear → GELU → LayerNorm (Hidden); slot nodes
+//     read their features with a learned blueprint embedding appended.
+//   - Two GraphSAGE layers (Hidden) and two GAT layers (GATHidden,
+//     GATHeads heads averaged, edge-attribute-aware attention normalised
+//     over each node's incoming edges), each a convolution per relation
+//     with the relations into a node type averaged; after each layer GELU,
+//     a residual where the widths match, and dropout in training mode.
+//   - Heads op, blueprint, style, tempo, alpha_target, alpha_speed and
+//     alpha_curve read the global node's embedding concatenated with the
+//     mean slot embedding; the slot head is a pointer: a score per slot
+//     node from its embedding and its global node's, so the same weights
+//     serve any number of slots; the value V(s) reads the global
+//     embedding alone.
+//
+// Forward gives the raw outputs; Act samples actions and Evaluate
+// recomputes log-probabilities and entropies for PPO. Parameters and
+// NamedParameters list the weights for an optimizer or a checkpoint.
+type Policy struct {
+	nn.Composite
+	opts    PolicyOptions
+	enc     [NumNodeTypes]*encoder
+	bpEmbed *nn.Embedding
+	sage    [2]*sageLayer
+	gat     [2]*gatLayer
+	drop    [4]*nn.Dropout
+	heads   [leyline.NumActionHeads]*mlp // heads[HeadSlot] is the pointer
+	value   *mlp
+}
+
+// NewPolicy builds a policy with freshly initialised weights: encoders
+// Xavier-uniform (G1), GraphSAGE layers as PyTorch's Linear, GAT
+// projections and attention vectors Glorot-uniform with zero bias, heads
+// orthogonal (gain √2, output layers 0.01, value output 0.1) with zero
+// biases (G2).
+func NewPolicy(o PolicyOptions) (*Policy, error) {
+	o, err := o.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	rng := tensor.NewRNG(o.Seed)
+	p := &Policy{opts: o}
+	dt := o.DType
+	lin := func(in, out int, bias bool) *nn.Linear {
+		return nn.MustLinear(rng, nn.LinearOptions{In: in, Out: out, NoBias: !bias, DType: dt})
+	}
+
+	encs := &group{}
+	inWidths := NodeFeatureWidths
+	inWidths[NodeSlot] += o.BlueprintEmbedding
+	for t := range p.enc {
+		e := &encoder{lin: lin(inWidths[t], o.Hidden, true), norm: nn.MustLayerNorm(nn.LayerNormOptions{Shape: []int{o.Hidden}, DType: dt})}
+		nn.XavierUniform(rng, e.lin.Weight.Value, 1)
+		nn.Zeros(e.lin.Bias.Value)
+		e.Register("lin", e.lin)
+		e.Register("norm", e.norm)
+		p.enc[t] = e
+		encs.Register(NodeType(t).String(), e)
+	}
+	p.Register("encoders", encs)
+	p.bpEmbed = nn.MustEmbedding(rng, nn.EmbeddingOptions{Num: leyline.BlueprintNullIndex + 1, Dim: o.BlueprintEmbedding, DType: dt})
+	p.Register("blueprint_embedding", p.bpEmbed)
+
+	p.sage[0] = newSAGELayer(rng, o.Hidden, o.Hidden, dt)
+	p.sage[1] = newSAGELayer(rng, o.Hidden, o.Hidden, dt)
+	p.gat[0] = newGATLayer(rng, o.Hidden, o.GATHidden, o.GATHeads, dt)
+	p.gat[1] = newGATLayer(rng, o.GATHidden, o.GATHidden, o.GATHeads, dt)
+	p.Register("sage1", p.sage[0])
+	p.Register("sage2", p.sage[1])
+	p.Register("gat1", p.gat[0])
+	p.Register("gat2", p.gat[1])
+	for i := range p.drop {
+		p.drop[i] = nn.MustDropout(nn.DropoutOptions{P: o.Dropout, Seed: o.Seed*8 + uint64(i) + 1})
+		// Registered so that SetTraining reaches them; they hold no
+		// parameters.
+		p.Register(fmt.Sprintf("dropout%d", i+1), p.drop[i])
+	}
+
+	newHead := func(in, out int, gain float64) *mlp {
+		m := &mlp{fc1: lin(in, o.HeadHidden, true), fc2: lin(o.HeadHidden, out, true)}
+		nn.Orthogonal(rng, m.fc1.Weight.Value, math.Sqrt2)
+		nn.Zeros(m.fc1.Bias.Value)
+		nn.Orthogonal(rng, m.fc2.Weight.Value, gain)
+		nn.Zeros(m.fc2.Bias.Value)
+		m.Register("fc1", m.fc1)
+		m.Register("fc2", m.fc2)
+		return m
+	}
+	c := o.GATHidden
+	sizes := leyline.HeadSizes(1)
+	for h := range p.heads {
+		out := sizes[h]
+		if h == leyline.HeadSlot {
+			out = 1 // one score per slot node
+		}
+		p.heads[h] = newHead(2*c, out, headOutputGain)
+		p.Register("head_"+leyline.HeadNames[h], p.heads[h])
+	}
+	p.value = newHead(c, 1, valueOutputGain)
+	p.Register("value", p.value)
+	return p, nil
+}
+
+// Options returns the options the policy was built with (defaults
+// filled).
+func (p *Policy) Options() PolicyOptions { return p.opts }
+
+// Forward is not the policy's entry point (it reads a Graph, not a
+// tensor); it panics. Use Run, Act or Evaluate.
+func (p *Policy) Forward(*autograd.Var) *autograd.Var {
+	panic("tamiyo: Policy.Forward takes no tensor; call Run, Act or Evaluate with a Graph")
+}
+
+// PolicyOutput holds the raw outputs of Run for a batch of B environments.
+type PolicyOutput struct {
+	// Logits are the unmasked logits per head in HeadNames order, each
+	// [B, size]. The slot head's are [B, MaxSlots]: row b holds
+	// environment b's slot scores in slot-head order, then zeros for the
+	// positions beyond its slot count.
+	Logits [leyline.NumActionHeads]*autograd.Var
+	// SlotScores are the pointer scores of every slot node, [S].
+	SlotScores *autograd.Var
+	// Value is V(s) per environment, [B].
+	Value *autograd.Var
+	// Embeddings are the final node embeddings per type, [N, GATHidden].
+	Embeddings [NumNodeTypes]*autograd.Var
+}
+
+// graphTensors is a Graph as tensors of the policy's dtype.
+type graphTensors struct {
+	b, maxSlots int
+	n           [NumNodeTypes]int
+	x           [NumNodeTypes]*autograd.Var
+	bp          *tensor.Tensor // [S] I64 embedding rows
+	slotGraph   *tensor.Tensor // [S] I64
+	slotPad     *tensor.Tensor // [B·maxSlots] I64 into scores ⊕ [0]
+	src, dst    [NumRelations]*tensor.Tensor
+	attr        [NumRelations]*autograd.Var
+	edges       [NumRelations]int
+}
+
+func floatTensor(dt tensor.DType, v []float32, shape ...int) *tensor.Tensor {
+	f := make([]float64, len(v))
+	for i, x := range v {
+		f[i] = float64(x)
+	}
+	return tensor.FromFloat64s(dt, f, shape...)
+}
+
+func indexTensor(v []int64) *tensor.Tensor {
+	return tensor.FromSlice(append([]int64(nil), v...), len(v))
+}
+
+func (p *Policy) tensors(g *Graph) *graphTensors { return newGraphTensors(g, p.opts.DType) }
+
+// newGraphTensors converts a validated graph to tensors of dtype dt.
+func newGraphTensors(g *Graph, dt tensor.DType) *graphTensors {
+	gt := &graphTensors{b: g.NumGraphs, maxSlots: g.MaxSlots()}
+	for t := range gt.x {
+		n := g.Nodes[t]
+		gt.n[t] = n.Count
+		gt.x[t] = autograd.Const(floatTensor(dt, n.Features, n.Count, NodeFeatureWidths[t]))
+	}
+	gt.bp = indexTensor(g.SlotBlueprints)
+	gt.slotGraph = indexTensor(g.Nodes[NodeSlot].Graph)
+	pad := make([]int64, gt.b*gt.maxSlots)
+	s := int64(g.Nodes[NodeSlot].Count) // the appended zero
+	for b := 0; b < gt.b; b++ {
+		for i := 0; i < gt.maxSlots; i++ {
+			if i < g.NumSlots(b) {
+				pad[b*gt.maxSlots+i] = int64(g.SlotStart[b] + i)
+			} else {
+				pad[b*gt.maxSlots+i] = s
+			}
+		}
+	}
+	gt.slotPad = tensor.FromSlice(pad, len(pad))
+	for r, e := range g.Edges {
+		gt.edges[r] = e.Len()
+		if e.Len() == 0 {
+			continue
+		}
+		gt.src[r] = indexTensor(e.Src)
+		gt.dst[r] = indexTensor(e.Dst)
+		gt.attr[r] = autograd.Const(floatTensor(dt, e.Attr, e.Len(), EdgeFeatures))
+	}
+	return gt
+}
+
+// Run checks g and computes the network's raw outputs for its B
+// environments, recording gradients when grad mode is on. Dropout is
+// active in training mode (the default for a new policy; call
+// SetTraining(false) for inference).
+func (p *Policy) Run(g *Graph) (*PolicyOutput, error) {
+	if err := g.Validate(); err != nil {
+		return nil, err
+	}
+	return p.run(p.tensors(g)), nil
+}
+
+func (p *Policy) run(gt *graphTensors) *PolicyOutput {
+	// Encoders.
+	var h [NumNodeTypes]*autograd.Var
+	for t := range h {
+		x := gt.x[t]
+		if NodeType(t) == NodeSlot {
+			x = autograd.Concat([]*autograd.Var{x, autograd.Embedding(p.bpEmbed.Weight, gt.bp)}, 1)
+		}
+		h[t] = p.enc[t].forward(x)
+	}
+	// Message passing: GELU, residual where widths match, dropout.
+	layers := []func([NumNodeTypes]*autograd.Var) [NumNodeTypes]*autograd.Var{
+		func(x [NumNodeTypes]*autograd.Var) [NumNodeTypes]*autograd.Var { return p.sage[0].forward(x, gt) },
+		func(x [NumNodeTypes]*autograd.Var) [NumNodeTypes]*autograd.Var { return p.sage[1].forward(x, gt) },
+		func(x [NumNodeTypes]*autograd.Var) [NumNodeTypes]*autograd.Var { return p.gat[0].forward(x, gt) },
+		func(x [NumNodeTypes]*autograd.Var) [NumNodeTypes]*autograd.Var { return p.gat[1].forward(x, gt) },
+	}
+	for i, layer := range layers {
+		out := layer(h)
+		for t := range out {
+			y := autograd.Gelu(out[t])
+			if tensor.SameShape(y.Shape(), h[t].Shape()) {
+				y = autograd.Add(y, h[t])
+			}
+			h[t] = p.drop[i].Forward(y)
+		}
+	}
+
+	res := &PolicyOutput{Embeddings: h}
+	glob := h[NodeGlobal] // one global node per environment, in order
+	slotMean := autograd.SegmentMean(h[NodeSlot], gt.slotGraph, gt.b)
+	ctx := autograd.Concat([]*autograd.Var{glob, slotMean}, 1)
+	for hd := range p.heads {
+		if hd == leyline.HeadSlot {
+			continue
+		}
+		res.Logits[hd] = p.heads[hd].forward(ctx)
+	}
+	ptrIn := autograd.Concat([]*autograd.Var{h[NodeSlot], autograd.IndexSelect(glob, 0, gt.slotGraph)}, 1)
+	scores := autograd.Reshape(p.heads[leyline.HeadSlot].forward(ptrIn), gt.n[NodeSlot])
+	res.SlotScores = scores
+	zero := autograd.Const(tensor.Zeros(scores.DType(), 1))
+	padded := autograd.IndexSelect(autograd.Concat([]*autograd.Var{scores, zero}, 0), 0, gt.slotPad)
+	res.Logits[leyline.HeadSlot] = autograd.Reshape(padded, gt.b, gt.maxSlots)
+	res.Value = autograd.Reshape(p.value.forward(glob), gt.b)
+	return res
+}
+
+// meanOver averages the per-relation outputs into each node type.
+func meanOver(outs [NumNodeTypes][]*autograd.Var) [NumNodeTypes]*autograd.Var {
+	var res [NumNodeTypes]*autograd.Var
+	for t, os := range outs {
+		acc := os[0]
+		for _, o := range os[1:] {
+			acc = autograd.Add(acc, o)
+		}
+		if len(os) > 1 {
+			acc = autograd.MulScalar(acc, 1/float64(len(os)))
+		}
+		res[t] = acc
+	}
+	return res
+}
+
+// sageLayer is a heterogeneous GraphSAGE layer: per relation
+// lin_l(mean of the sources' features over incoming edges) +
+// lin_r(destination features) (PyG SAGEConv, mean aggregation, root
+// weight, bias on lin_l only).
+type sageLayer struct {
+	group
+	linL, linR [NumRelations]*nn.Linear
+}
+
+func newSAGELayer(rng *rand.Rand, in, out int, dt tensor.DType) *sageLayer {
+	l := &sageLayer{}
+	for r := range l.linL {
+		rel := &group{}
+		l.linL[r] = nn.MustLinear(rng, nn.LinearOptions{In: in, Out: out, DType: dt})
+		l.linR[r] = nn.MustLinear(rng, nn.LinearOptions{In: in, Out: out, NoBias: true, DType: dt})
+		rel.Register("lin_l", l.linL[r])
+		rel.Register("lin_r", l.linR[r])
+		l.Register(Relation(r).String(), rel)
+	}
+	return l
+}
+
+func (l *sageLayer) forward(x [NumNodeTypes]*autograd.Var, gt *graphTensors) [NumNodeTypes]*autograd.Var {
+	var outs [NumNodeTypes][]*autograd.Var
+	for r := range l.linL {
+		rel := Relation(r)
+		xs, xd := x[rel.Src()], x[rel.Dst()]
+		root := l.linR[r].Forward(xd)
+		var o *autograd.Var
+		if gt.edges[r] == 0 {
+			// No neighbours: the mean is 0 and lin_l gives its bias.
+			o = autograd.Add(root, l.linL[r].Bias)
+		} else {
+			agg := autograd.SegmentMean(autograd.IndexSelect(xs, 0, gt.src[r]), gt.dst[r], gt.n[rel.Dst()])
+			o = autograd.Add(l.linL[r].Forward(agg), root)
+		}
+		outs[rel.Dst()] = append(outs[rel.Dst()], o)
+	}
+	return meanOver(outs)
+}
+
+// gatLayer is a heterogeneous GAT layer (PyG GATConv with separate
+// source and destination projections, edge attributes, no self loops,
+// heads averaged): per relation and head, the logit of edge j→i is
+// LeakyReLU(a_src·W_s x_j + a_dst·W_d x_i + a_edge·W_e e_ji); a softmax
+// over i's incoming edges weighs the messages W_s x_j; heads are
+// averaged and a bias added. A node without incoming edges gets the bias.
+type gatLayer struct {
+	heads, out int
+	group
+	rels [NumRelations]*gatRel
+}
+
+type gatRel struct {
+	group
+	linSrc, linDst, linEdge *nn.Linear
+	attSrc, attDst, attEdge *autograd.Var // [1, H, C]
+	bias                    *autograd.Var // [C]
+}
+
+func newGATLayer(rng *rand.Rand, in, out, heads int, dt tensor.DType) *gatLayer {
+	l := &gatLayer{heads: heads, out: out}
+	hc := heads * out
+	bound := math.Sqrt(6 / float64(heads+out)) // Glorot over [H, C]
+	for r := range l.rels {
+		g := &gatRel{
+			linSrc:  nn.MustLinear(rng, nn.LinearOptions{In: in, Out: hc, NoBias: true, DType: dt}),
+			linDst:  nn.MustLinear(rng, nn.LinearOptions{In: in, Out: hc, NoBias: true, DType: dt}),
+			linEdge: nn.MustLinear(rng, nn.LinearOptions{In: EdgeFeatures, Out: hc, NoBias: true, DType: dt}),
+		}
+		for _, li := range []*nn.Linear{g.linSrc, g.linDst, g.linEdge} {
+			nn.XavierUniform(rng, li.Weight.Value, 1)
+		}
+		att := func() *autograd.Var {
+			t := tensor.Empty(dt, 1, heads, out)
+			nn.Uniform(rng, t, -bound, bound)
+			return autograd.Param(t)
+		}
+		g.attSrc, g.attDst, g.attEdge = att(), att(), att()
+		g.bias = autograd.Param(tensor.Zeros(dt, out))
+		g.Register("lin_src", g.linSrc)
+		g.Register("lin_dst", g.linDst)
+		g.Register("lin_edge", g.linEdge)
+		g.RegisterParameter("att_src", g.attSrc)
+		g.RegisterParameter("att_dst", g.attDst)
+		g.RegisterParameter("att_edge", g.attEdge)
+		g.RegisterParameter("bias", g.bias)
+		l.rels[r] = g
+		l.Register(Relation(r).String(), g)
+	}
+	return l
+}
+
+// attend returns Σ_c x[n, h, c]·att[h, c]: [N, H].
+func attend(x, att *autograd.Var) *autograd.Var {
+	return autograd.Sum(autograd.Mul(x, att), []int{2}, false)
+}
+
+func leakyRelu(x *autograd.Var, slope float64) *autograd.Var {
+	return autograd.Maximum(x, autograd.MulScalar(x, slope))
+}
+
+func (l *gatLayer) forward(x [NumNodeTypes]*autograd.Var, gt *graphTensors) [NumNodeTypes]*autograd.Var {
+	var outs [NumNodeTypes][]*autograd.Var
+	hh, c := l.heads, l.out
+	for r, g := range l.rels {
+		rel := Relation(r)
+		nd := gt.n[rel.Dst()]
+		var o *autograd.Var
+		if e := gt.edges[r]; e == 0 {
+			o = autograd.Expand(autograd.Reshape(g.bias, 1, c), nd, c)
+		} else {
+			xs, xd := x[rel.Src()], x[rel.Dst()]
+			hs := autograd.Reshape(g.linSrc.Forward(xs), gt.n[rel.Src()], hh, c)
+			hd := autograd.Reshape(g.linDst.Forward(xd), nd, hh, c)
+			he := autograd.Reshape(g.linEdge.Forward(gt.attr[r]), e, hh, c)
+			logit := autograd.Add(autograd.Add(
+				autograd.IndexSelect(attend(hs, g.attSrc), 0, gt.src[r]),
+				autograd.IndexSelect(attend(hd, g.attDst), 0, gt.dst[r])),
+				attend(he, g.attEdge))
+			alpha := autograd.SegmentSoftmax(leakyRelu(logit, gatNegativeSlope), gt.dst[r], nd) // [E, H]
+			msg := autograd.Mul(autograd.IndexSelect(hs, 0, gt.src[r]), autograd.Reshape(alpha, e, hh, 1))
+			agg := autograd.SegmentSum(msg, gt.dst[r], nd) // [Nd, H, C]
+			o = autograd.Add(autograd.Mean(agg, []int{1}, false), g.bias)
+		}
+		outs[rel.Dst()] = append(outs[rel.Dst()], o)
+	}
+	return meanOver(outs)
+}

@@ -1,0 +1,489 @@
+package tamiyo
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/leyline"
+	"github.com/esper-go/esper/tensor"
+)
+
+// Sampling follows the G2 factored policy (esper-reference.md §1.3
+// "Masked sampling" and §4.2 "Sampling"): the op is drawn first from its
+// masked, floored distribution; heads that are not causally relevant to
+// that op are pinned to a canonical option by a one-hot mask (so their
+// log-probability and entropy are 0); the slot is drawn from the slots
+// where the op is valid (for WAIT, the first enabled slot); every other
+// head from its own masked, floored distribution. Log-probabilities and
+// entropies are float32 (Evaluate keeps F64 for an F64 policy).
+
+// canonicalOption is the option a head is pinned to when the op taken
+// does not use it (G2 get_action: blueprint NOOP, tempo STANDARD, style
+// SIGMOID_ADD, alpha_target FULL, alpha_speed INSTANT, alpha_curve
+// LINEAR). The slot's canonical option is the first valid slot.
+var canonicalOption = [leyline.NumActionHeads]int{
+	leyline.HeadBlueprint:   int(leyline.BlueprintNoop),
+	leyline.HeadStyle:       int(leyline.StyleSigmoidAdd),
+	leyline.HeadTempo:       int(leyline.TempoStandard),
+	leyline.HeadAlphaTarget: int(leyline.AlphaTargetFull),
+	leyline.HeadAlphaSpeed:  int(leyline.AlphaSpeedInstant),
+	leyline.HeadAlphaCurve:  int(leyline.AlphaCurveActLinear),
+}
+
+// ErrAction is wrapped when Evaluate is given an action its masks forbid
+// or that is out of range.
+var ErrAction = errors.New("invalid action")
+
+// headFloors returns the floors in use: f, or the G2 defaults when nil.
+func headFloors(f *[leyline.NumActionHeads]float32) [leyline.NumActionHeads]float32 {
+	if f == nil {
+		return leyline.ProbabilityFloorPerHead
+	}
+	return *f
+}
+
+func checkFloors(f [leyline.NumActionHeads]float32) error {
+	for h, v := range f {
+		if !(v >= 0) || math.IsInf(float64(v), 0) {
+			return fmt.Errorf("tamiyo: probability floor of head %s is %g (want finite, >= 0)", leyline.HeadNames[h], v)
+		}
+	}
+	return nil
+}
+
+// checkMasks verifies that masks has one entry per environment of g with
+// every row the head's size (the slot rows the environment's slot count).
+func checkMasks(g *Graph, masks []leyline.ActionMasks) error {
+	if len(masks) != g.NumGraphs {
+		return fmt.Errorf("tamiyo: %d action masks for %d environments", len(masks), g.NumGraphs)
+	}
+	for b, m := range masks {
+		sizes := leyline.HeadSizes(g.NumSlots(b))
+		for h, row := range m.Heads {
+			if len(row) != sizes[h] {
+				return fmt.Errorf("tamiyo: env %d: %s mask has %d entries, want %d", b, leyline.HeadNames[h], len(row), sizes[h])
+			}
+		}
+		for op, row := range m.SlotByOp {
+			if len(row) != sizes[leyline.HeadSlot] {
+				return fmt.Errorf("tamiyo: env %d: slot mask of op %s has %d entries, want %d", b, leyline.LifecycleOp(op), len(row), sizes[leyline.HeadSlot])
+			}
+		}
+	}
+	return nil
+}
+
+// effectiveMasks returns the masks every head is drawn from once op is
+// chosen: op's own mask, the slots where op is valid (the first enabled
+// slot for WAIT), the head's mask when the op uses it, else the one-hot
+// canonical option.
+func effectiveMasks(m leyline.ActionMasks, op leyline.LifecycleOp) ([leyline.NumActionHeads][]bool, error) {
+	var out [leyline.NumActionHeads][]bool
+	rel := leyline.CausalRelevance(op)
+	for h := range out {
+		switch {
+		case h == leyline.HeadOp:
+			out[h] = m.Heads[h]
+		case h == leyline.HeadSlot && rel[h]:
+			out[h] = m.SlotByOp[op]
+		case h == leyline.HeadSlot:
+			first := -1
+			for i, v := range m.Slot() {
+				if v {
+					first = i
+					break
+				}
+			}
+			if first < 0 {
+				return out, &leyline.InvalidStateMachineError{Row: -1, Size: len(m.Slot())}
+			}
+			out[h] = oneHot(len(m.Slot()), first)
+		case rel[h]:
+			out[h] = m.Heads[h]
+		default:
+			out[h] = oneHot(len(m.Heads[h]), canonicalOption[h])
+		}
+	}
+	return out, nil
+}
+
+func oneHot(n, i int) []bool {
+	b := make([]bool, n)
+	b[i] = true
+	return b
+}
+
+// ActOptions configure Act.
+type ActOptions struct {
+	// Deterministic takes the most probable option of every head
+	// (argmax of the floored distribution) instead of sampling.
+	Deterministic bool
+	// Rand draws the samples; required unless Deterministic.
+	Rand *rand.Rand
+	// Floors are the per-head probability floors in HeadNames order;
+	// nil means leyline.ProbabilityFloorPerHead, all zeros disables them.
+	Floors *[leyline.NumActionHeads]float32
+}
+
+// ActResult is Act's output for B environments.
+type ActResult struct {
+	// Actions holds one option index per head in HeadNames order; the
+	// slot index is into the environment's SlotConfig.
+	Actions [][leyline.NumActionHeads]int
+	// LogProbs are the actions' log-probabilities under the floored
+	// (and, for irrelevant heads, canonicalised) distributions.
+	LogProbs [][leyline.NumActionHeads]float32
+	// Entropies are the heads' entropies normalised to [0, 1] by
+	// ln(number of valid options); 0 when a single option is valid.
+	Entropies [][leyline.NumActionHeads]float32
+	// Values are V(s) per environment.
+	Values []float32
+	// OpLogits are the raw (unmasked) op logits per environment.
+	OpLogits [][]float32
+}
+
+// Action returns environment b's action as a leyline.FactoredAction.
+func (r *ActResult) Action(b int) leyline.FactoredAction {
+	a := r.Actions[b]
+	return leyline.FactoredAction{
+		Slot:        a[leyline.HeadSlot],
+		Blueprint:   leyline.BlueprintAction(a[leyline.HeadBlueprint]),
+		Style:       leyline.GerminationStyle(a[leyline.HeadStyle]),
+		Tempo:       leyline.TempoAction(a[leyline.HeadTempo]),
+		AlphaTarget: leyline.AlphaTargetAction(a[leyline.HeadAlphaTarget]),
+		AlphaSpeed:  leyline.AlphaSpeedAction(a[leyline.HeadAlphaSpeed]),
+		AlphaCurve:  leyline.AlphaCurveAction(a[leyline.HeadAlphaCurve]),
+		Op:          leyline.LifecycleOp(a[leyline.HeadOp]),
+	}
+}
+
+// hostRows reads a [B, n] Var as float32 rows.
+func hostRows(v *autograd.Var) [][]float32 {
+	s := v.Shape()
+	vals := v.Value.Float64s()
+	rows := make([][]float32, s[0])
+	for b := range rows {
+		rows[b] = make([]float32, s[1])
+		for i := range rows[b] {
+			rows[b][i] = float32(vals[b*s[1]+i])
+		}
+	}
+	return rows
+}
+
+// Act runs the policy on g without recording gradients and chooses one
+// action per environment with masks (one per environment, from
+// leyline.ComputeActionMasks). The network runs in its current mode;
+// call SetTraining(false) for rollouts without dropout.
+//
+// Errors: a malformed graph or masks, floors that are negative, no Rand
+// when sampling, a mask with no valid option
+// (*leyline.InvalidStateMachineError), or non-finite logits (wraps
+// leyline.ErrNonFiniteLogits).
+func (p *Policy) Act(g *Graph, masks []leyline.ActionMasks, opt ActOptions) (*ActResult, error) {
+	if err := g.Validate(); err != nil {
+		return nil, err
+	}
+	if err := checkMasks(g, masks); err != nil {
+		return nil, err
+	}
+	floors := headFloors(opt.Floors)
+	if err := checkFloors(floors); err != nil {
+		return nil, err
+	}
+	if !opt.Deterministic && opt.Rand == nil {
+		return nil, errors.New("tamiyo: Act: sampling needs ActOptions.Rand (or set Deterministic)")
+	}
+	var out *PolicyOutput
+	autograd.InferenceMode(func() { out = p.run(p.tensors(g)) })
+
+	var logits [leyline.NumActionHeads][][]float32
+	for h := range logits {
+		logits[h] = hostRows(out.Logits[h])
+	}
+	values := out.Value.Value.Float64s()
+	res := &ActResult{
+		Actions:   make([][leyline.NumActionHeads]int, g.NumGraphs),
+		LogProbs:  make([][leyline.NumActionHeads]float32, g.NumGraphs),
+		Entropies: make([][leyline.NumActionHeads]float32, g.NumGraphs),
+		Values:    make([]float32, g.NumGraphs),
+		OpLogits:  logits[leyline.HeadOp],
+	}
+	choose := func(d *leyline.MaskedCategorical) int {
+		if opt.Deterministic {
+			return d.Mode()
+		}
+		return d.Sample(opt.Rand)
+	}
+	for b := 0; b < g.NumGraphs; b++ {
+		res.Values[b] = float32(values[b])
+		m := masks[b]
+		opDist, err := leyline.NewMaskedCategorical(logits[leyline.HeadOp][b], m.Op(), floors[leyline.HeadOp])
+		if err != nil {
+			return nil, actErr(b, leyline.HeadOp, err)
+		}
+		op := choose(opDist)
+		eff, err := effectiveMasks(m, leyline.LifecycleOp(op))
+		if err != nil {
+			return nil, actErr(b, leyline.HeadSlot, err)
+		}
+		for h := 0; h < leyline.NumActionHeads; h++ {
+			d := opDist
+			if h != leyline.HeadOp {
+				row := logits[h][b][:len(eff[h])] // the slot row is padded
+				if d, err = leyline.NewMaskedCategorical(row, eff[h], floors[h]); err != nil {
+					return nil, actErr(b, h, err)
+				}
+			}
+			a := op
+			if h != leyline.HeadOp {
+				a = choose(d)
+			}
+			lp, err := d.LogProb(a)
+			if err != nil {
+				return nil, actErr(b, h, err)
+			}
+			res.Actions[b][h] = a
+			res.LogProbs[b][h] = lp
+			res.Entropies[b][h] = d.Entropy()
+		}
+	}
+	return res, nil
+}
+
+func actErr(b, head int, err error) error {
+	return fmt.Errorf("tamiyo: Act: env %d, head %s: %w", b, leyline.HeadNames[head], err)
+}
+
+// EvaluateOptions configure Evaluate.
+type EvaluateOptions struct {
+	// Floors are the per-head probability floors, as in ActOptions; use
+	// the ones the actions were sampled with.
+	Floors *[leyline.NumActionHeads]float32
+}
+
+// Evaluation is Evaluate's output: differentiable tensors for the PPO
+// loss.
+type Evaluation struct {
+	// LogProbs[h] is [B]: the log-probability of each environment's
+	// action on head h, under the same masks, canonicalisation and floors
+	// as Act.
+	LogProbs [leyline.NumActionHeads]*autograd.Var
+	// Entropies[h] is [B]: head h's entropy normalised by ln(number of
+	// valid options), 0 where a single option is valid.
+	Entropies [leyline.NumActionHeads]*autograd.Var
+	// Value is V(s), [B].
+	Value *autograd.Var
+}
+
+// Evaluate runs the policy on g (recording gradients when grad mode is
+// on) and recomputes the log-probabilities and entropies of actions (one
+// per environment, as Act returned them) under masks. It is what a PPO
+// update calls on a minibatch. Logits are computed on in float32 (F64
+// for an F64 policy). An action that its masks forbid, or whose
+// irrelevant heads are not at their canonical options, is an error
+// wrapping ErrAction.
+func (p *Policy) Evaluate(g *Graph, masks []leyline.ActionMasks, actions [][leyline.NumActionHeads]int, opt EvaluateOptions) (*Evaluation, error) {
+	if err := g.Validate(); err != nil {
+		return nil, err
+	}
+	if err := checkMasks(g, masks); err != nil {
+		return nil, err
+	}
+	floors := headFloors(opt.Floors)
+	if err := checkFloors(floors); err != nil {
+		return nil, err
+	}
+	if len(actions) != g.NumGraphs {
+		return nil, fmt.Errorf("tamiyo: Evaluate: %d actions for %d environments", len(actions), g.NumGraphs)
+	}
+	// Per head, per environment: the mask the action was drawn from.
+	var eff [leyline.NumActionHeads][][]bool
+	for h := range eff {
+		eff[h] = make([][]bool, g.NumGraphs)
+	}
+	for b, a := range actions {
+		op := leyline.LifecycleOp(a[leyline.HeadOp])
+		if !masks[b].OpValid(op) {
+			return nil, fmt.Errorf("tamiyo: Evaluate: env %d: %w: op %d is not allowed by the op mask", b, ErrAction, a[leyline.HeadOp])
+		}
+		e, err := effectiveMasks(masks[b], op)
+		if err != nil {
+			return nil, fmt.Errorf("tamiyo: Evaluate: env %d: %w", b, err)
+		}
+		for h, row := range e {
+			if a[h] < 0 || a[h] >= len(row) || !row[a[h]] {
+				return nil, fmt.Errorf("tamiyo: Evaluate: env %d: %w: %s option %d is masked for op %s", b, ErrAction, leyline.HeadNames[h], a[h], op)
+			}
+			eff[h][b] = row
+		}
+	}
+
+	out := p.run(p.tensors(g))
+	ev := &Evaluation{Value: out.Value}
+	for h := range ev.LogProbs {
+		idx := make([]int, g.NumGraphs)
+		for b, a := range actions {
+			idx[b] = a[h]
+		}
+		logits := out.Logits[h]
+		if dt := logits.DType(); dt != tensor.F32 && dt != tensor.F64 {
+			logits = autograd.Cast(logits, tensor.F32)
+		}
+		lp, ent, err := headLogProbs(logits, eff[h], idx, floors[h])
+		if err != nil {
+			return nil, fmt.Errorf("tamiyo: Evaluate: head %s: %w", leyline.HeadNames[h], err)
+		}
+		ev.LogProbs[h], ev.Entropies[h] = lp, ent
+	}
+	return ev, nil
+}
+
+// headLogProbs computes, differentiably, the log-probability of actions
+// and the normalised entropy of one head's masked, floored distribution
+// per row. masks rows may be shorter than the logits' width (the padded
+// slot head); the rest is masked.
+//
+// The floor follows leyline.MaskedCategorical exactly: the set U of
+// valid options held at the floor f is found on the host from the
+// values (as leyline does, repeating the pass until none is under);
+// the floored logits are then log f on U and log p₀ᵢ + log(1 − |U|f) −
+// log Σ_{valid∖U} p₀ elsewhere, masked options −1e4, and log-softmax
+// renormalises them. Gradients flow through p₀ for the options not on
+// the floor, as in the reference.
+func headLogProbs(logits *autograd.Var, masks [][]bool, actions []int, minProb float32) (logp, ent *autograd.Var, err error) {
+	dt := logits.DType()
+	bsz, n := logits.Shape()[0], logits.Shape()[1]
+	maskFlat := make([]bool, bsz*n)
+	invLn := make([]float64, bsz)
+	for b, row := range masks {
+		nv := 0
+		for i, v := range row {
+			maskFlat[b*n+i] = v
+			if v {
+				nv++
+			}
+		}
+		if nv == 0 {
+			return nil, nil, &leyline.InvalidStateMachineError{Row: b, Size: len(row)}
+		}
+		if nv > 1 {
+			invLn[b] = 1 / math.Log(float64(nv))
+		}
+	}
+	maskT := tensor.FromSlice(maskFlat, bsz, n)
+	neg := autograd.Const(tensor.Full(dt, float64(leyline.MaskedLogitValue), bsz, n))
+	masked := autograd.Where(maskT, logits, neg)
+	lsm := autograd.LogSoftmax(masked, 1)
+	logp = lsm
+	if minProb > 0 {
+		hostMasked := hostRows(masked)
+		overFlat := make([]bool, bsz*n)
+		underFlat := make([]bool, bsz*n)
+		shift := make([]float64, bsz)      // log(1 − |U|·f) per row
+		floorLog := make([]float64, bsz*n) // log f on U
+		for b, row := range masks {
+			under, f := floorSet(hostMasked[b][:len(row)], row, minProb)
+			nu := 0
+			for i, v := range row {
+				switch {
+				case !v:
+				case under[i]:
+					underFlat[b*n+i] = true
+					nu++
+				default:
+					overFlat[b*n+i] = true
+				}
+			}
+			shift[b] = math.Log(math.Max(1-float64(nu)*f, probFloorEps))
+			for i := range row {
+				floorLog[b*n+i] = math.Log(math.Max(f, probFloorEps))
+			}
+		}
+		overT := tensor.FromSlice(overFlat, bsz, n)
+		underT := tensor.FromSlice(underFlat, bsz, n)
+		lseOver := autograd.LogSumExp(autograd.Where(overT, lsm, neg), []int{1}, true)
+		shiftV := autograd.Const(tensor.FromFloat64s(dt, shift, bsz, 1))
+		overL := autograd.Sub(autograd.Add(lsm, shiftV), lseOver)
+		floorV := autograd.Const(tensor.FromFloat64s(dt, floorLog, bsz, n))
+		floored := autograd.Where(overT, overL, autograd.Where(underT, floorV, neg))
+		logp = autograd.LogSoftmax(floored, 1)
+	}
+	idx := make([]int64, bsz)
+	for b, a := range actions {
+		idx[b] = int64(a)
+	}
+	sel := autograd.Reshape(autograd.Gather(logp, 1, tensor.FromSlice(idx, bsz, 1)), bsz)
+	zero := autograd.Const(tensor.Zeros(dt, bsz, n))
+	plogp := autograd.Where(maskT, autograd.Mul(autograd.Exp(logp), logp), zero)
+	h := autograd.Neg(autograd.Sum(plogp, []int{1}, false))
+	ent = autograd.Mul(h, autograd.Const(tensor.FromFloat64s(dt, invLn, bsz)))
+	return sel, ent, nil
+}
+
+// probFloorEps is the clamp inside the floor's rescale and log (G2 1e-8).
+const probFloorEps = 1e-8
+
+// floorSet returns which valid options of one masked row sit at the
+// probability floor, and the effective floor min(minProb,
+// 0.99/numValid), by the same passes as leyline.MaskedCategorical.
+func floorSet(masked []float32, mask []bool, minProb float32) ([]bool, float64) {
+	nv := 0
+	for _, v := range mask {
+		if v {
+			nv++
+		}
+	}
+	f := math.Min(float64(minProb), 0.99/float64(nv))
+	// p0 as leyline computes it: float64 softmax of the float32 logits,
+	// rounded to float32.
+	mx := math.Inf(-1)
+	for _, v := range masked {
+		mx = math.Max(mx, float64(v))
+	}
+	var sum float64
+	for _, v := range masked {
+		sum += math.Exp(float64(v) - mx)
+	}
+	lse := mx + math.Log(sum)
+	p0 := make([]float64, len(masked))
+	for i, v := range masked {
+		p0[i] = float64(float32(math.Exp(float64(v) - lse)))
+	}
+	under := make([]bool, len(masked))
+	for {
+		nu := 0
+		var sumOver float64
+		for i := range p0 {
+			if !mask[i] {
+				continue
+			}
+			if under[i] {
+				nu++
+			} else {
+				sumOver += p0[i]
+			}
+		}
+		scale := math.Max(1-float64(nu)*f, probFloorEps) / math.Max(sumOver, probFloorEps)
+		changed := false
+		for i := range p0 {
+			if !mask[i] || under[i] {
+				continue
+			}
+			q := p0[i] * scale
+			if nu == 0 {
+				q = p0[i]
+			}
+			if q < f {
+				under[i] = true
+				changed = true
+			}
+		}
+		if !changed {
+			return under, f
+		}
+	}
+}
