@@ -14,11 +14,17 @@ import (
 // caller splits rows among workers.
 
 const (
-	gemmMR = 4   // rows of the pure-Go micro-tile
-	gemmNR = 4   // columns of the pure-Go micro-tile
-	gemmKC = 256 // depth of a packed block
-	gemmMC = 96  // rows of a packed A block (a multiple of every MR in use)
-	gemmNC = 512 // columns of a packed B block
+	gemmMR = 4 // rows of the pure-Go micro-tile
+	gemmNR = 4 // columns of the pure-Go micro-tile
+
+	// gemmKC and gemmNC were tuned on W6 (1024³ on a 2-core AVX-512
+	// Xeon, bench/baselines): 512 and 1024 beat 256 and 512 by about
+	// 15%; fewer k blocks mean fewer passes over C and fewer hand-offs
+	// between workers, and the kernel streams a 64 KiB B panel from L2
+	// well. gemmMC mattered little between 48 and 192.
+	gemmKC = 512  // depth of a packed block
+	gemmMC = 96   // rows of a packed A block (a multiple of every MR in use)
+	gemmNC = 1024 // columns of a packed B block
 )
 
 // microKernelFunc adds the product of an MR×kb packed A panel and a kb×NR
@@ -124,18 +130,7 @@ func gemm[F tensor.Float](m, n, k int, a []F, lda int, transA bool, b []F, ldb i
 			for ic := 0; ic < m; ic += gemmMC {
 				mb := min(gemmMC, m-ic)
 				packA(sc.a, a, lda, transA, ic, pc, mb, kb, mr)
-				for jr := 0; jr < nb; jr += nr {
-					pb := sc.b[jr*kb : (jr+nr)*kb]
-					nrr := min(nr, nb-jr)
-					for ir := 0; ir < mb; ir += mr {
-						pa := sc.a[ir*kb : (ir+mr)*kb]
-						if kern.fn != nil {
-							kern.fn(kb, pa, pb, c, (ic+ir)*ldc+jc+jr, ldc, min(mr, mb-ir), nrr, add)
-						} else {
-							microKernel(kb, pa, pb, c, (ic+ir)*ldc+jc+jr, ldc, min(mr, mb-ir), nrr, add)
-						}
-					}
-				}
+				macroKernel(kern, kb, sc.a, sc.b, c, ic*ldc+jc, ldc, mb, nb, add)
 			}
 		}
 	}
@@ -215,25 +210,13 @@ func (g *gemmShared[F]) packBPanels(lo, hi int) {
 // the packed block of B, gemmMC rows at a time.
 func (g *gemmShared[F]) panels(lo, hi int) {
 	pa := <-g.pas
-	mr, nr, kb, nb := g.kern.mr, g.kern.nr, g.kb, g.nb
+	mr, kb, nb := g.kern.mr, g.kb, g.nb
 	add := g.pc > 0
 	end := min(hi*mr, g.m)
 	for ic := lo * mr; ic < end; ic += gemmMC {
 		mb := min(gemmMC, end-ic)
 		packA(pa, g.a, g.lda, g.ta, ic, g.pc, mb, kb, mr)
-		for jr := 0; jr < nb; jr += nr {
-			pb := g.pb[jr*kb : (jr+nr)*kb]
-			nrr := min(nr, nb-jr)
-			for ir := 0; ir < mb; ir += mr {
-				pan := pa[ir*kb : (ir+mr)*kb]
-				ci := (ic+ir)*g.ldc + g.jc + jr
-				if g.kern.fn != nil {
-					g.kern.fn(kb, pan, pb, g.c, ci, g.ldc, min(mr, mb-ir), nrr, add)
-				} else {
-					microKernel(kb, pan, pb, g.c, ci, g.ldc, min(mr, mb-ir), nrr, add)
-				}
-			}
-		}
+		macroKernel(g.kern, kb, pa, g.pb, g.c, ic*g.ldc+g.jc, g.ldc, mb, nb, add)
 	}
 	g.pas <- pa
 }
@@ -429,6 +412,28 @@ func interleave[F tensor.Float](pan, src []F, base, ld, lines, kb, w int) {
 		}
 		for p, v := range src[base+l*ld : base+l*ld+kb] {
 			pan[p*w+l] = v
+		}
+	}
+}
+
+// macroKernel multiplies a packed mb×kb block of A (panels of kern.mr
+// rows) by a packed kb×nb block of B (panels of kern.nr columns) into the
+// mb×nb block of C at ci: each tile with the micro-kernel, adding to C or
+// storing (add).
+func macroKernel[F tensor.Float](kern gemmKernel[F], kb int, pa, pb, c []F, ci, ldc, mb, nb int, add bool) {
+	mr, nr := kern.mr, kern.nr
+	tile := func(ir, jr int) {
+		a := pa[ir*kb : (ir+mr)*kb]
+		b := pb[jr*kb : (jr+nr)*kb]
+		if kern.fn != nil {
+			kern.fn(kb, a, b, c, ci+ir*ldc+jr, ldc, min(mr, mb-ir), min(nr, nb-jr), add)
+		} else {
+			microKernel(kb, a, b, c, ci+ir*ldc+jr, ldc, min(mr, mb-ir), min(nr, nb-jr), add)
+		}
+	}
+	for jr := 0; jr < nb; jr += nr {
+		for ir := 0; ir < mb; ir += mr {
+			tile(ir, jr)
 		}
 	}
 }
