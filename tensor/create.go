@@ -15,12 +15,23 @@ func Empty(d DType, shape ...int) *Tensor {
 			panic(fmt.Sprintf("tensor: negative dimension in shape %v", clone(shape)))
 		}
 	}
-	// The tensor and its Storage header share one allocation; the
-	// elements are a second one (see NewStorage).
-	ts := &tensorStorage{}
-	ts.s.initHost(d, Numel(shape))
-	t := &ts.t
-	t.storage = &ts.s
+	n := Numel(shape)
+	var t *Tensor
+	if nb := n * d.Size(); nb > 0 && nb <= smallBytes {
+		// Small tensors (a tiny model's activations and gradients) are
+		// one allocation: the tensor, its Storage and the elements.
+		ts := &smallTensorStorage{}
+		ts.s.initHostIn(d, n, ts.buf[:])
+		t = &ts.t
+		t.storage = &ts.s
+	} else {
+		// The tensor and its Storage header share one allocation; the
+		// elements are a second one (see NewStorage).
+		ts := &tensorStorage{}
+		ts.s.initHost(d, n)
+		t = &ts.t
+		t.storage = &ts.s
+	}
 	t.initDims(len(shape))
 	t.setContiguous(shape)
 	return t
@@ -30,6 +41,19 @@ func Empty(d DType, shape ...int) *Tensor {
 type tensorStorage struct {
 	t Tensor
 	s Storage
+}
+
+// smallBytes is the largest element buffer Empty allocates together with
+// its tensor (16 float32 values).
+const smallBytes = 64
+
+// smallTensorStorage is a tensor allocated together with its Storage and
+// that storage's elements; buf has room for smallBytes at a hostAlign
+// boundary wherever the object starts.
+type smallTensorStorage struct {
+	t   Tensor
+	s   Storage
+	buf [smallBytes + hostAlign]byte
 }
 
 // EmptyOn allocates a contiguous tensor on device dev.

@@ -40,6 +40,15 @@ func (s *Storage) initHost(dtype DType, n int) {
 	*s = Storage{dtype: dtype, device: CPU, n: n, host: buf[off : off+nb : off+nb]}
 }
 
+// initHostIn makes s CPU storage for n elements of dtype inside raw
+// (zeroed, with room for the elements after aligning to hostAlign).
+func (s *Storage) initHostIn(dtype DType, n int, raw []byte) {
+	nb := n * dtype.Size()
+	base := uintptr(unsafe.Pointer(&raw[0]))
+	off := int((hostAlign - base%hostAlign) % hostAlign)
+	*s = Storage{dtype: dtype, device: CPU, n: n, host: raw[off : off+nb : off+nb]}
+}
+
 // NewDeviceStorage allocates storage on a non-CPU device through its
 // registered DeviceMemory.
 func NewDeviceStorage(dtype DType, n int, d Device) (*Storage, error) {

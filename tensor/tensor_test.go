@@ -2,6 +2,7 @@ package tensor_test
 
 import (
 	"testing"
+	"unsafe"
 
 	"github.com/esper-go/esper/tensor"
 )
@@ -172,4 +173,28 @@ func TestDevice(t *testing.T) {
 	if _, err := tensor.EmptyOn(tensor.Device{Kind: 7}, tensor.F32, 2); err == nil {
 		t.Error("EmptyOn an unregistered device kind: no error")
 	}
+}
+
+// TestEmptySmallInline: tensors of up to 64 bytes, allocated in one piece
+// with their storage, are zeroed, 64-byte aligned like every CPU buffer,
+// one allocation, and do not share elements with one another.
+func TestEmptySmallInline(t *testing.T) {
+	for _, c := range []struct {
+		d     tensor.DType
+		shape []int
+	}{{tensor.F32, []int{1}}, {tensor.F32, []int{4, 4}}, {tensor.F64, []int{8}}, {tensor.BF16, []int{3, 5}}, {tensor.F32, []int{17}}} {
+		a, b := tensor.Empty(c.d, c.shape...), tensor.Empty(c.d, c.shape...)
+		for _, x := range []*tensor.Tensor{a, b} {
+			raw := x.Storage().Bytes()
+			equal(t, len(raw), x.Numel()*c.d.Size())
+			equal(t, uintptr(unsafe.Pointer(&raw[0]))%64, uintptr(0))
+			for _, v := range raw {
+				equal(t, v, byte(0))
+			}
+		}
+		a.Fill(1)
+		equal(t, b.Storage().Bytes()[0], byte(0))
+	}
+	equal(t, testing.AllocsPerRun(100, func() { tensor.Empty(tensor.F32, 4, 4) }), 1.0)
+	equal(t, testing.AllocsPerRun(100, func() { tensor.Empty(tensor.F32, 4, 5) }), 2.0)
 }
