@@ -4,11 +4,20 @@ import "fmt"
 
 // Reshape returns a tensor with the same elements and a new shape. One
 // dimension may be -1 and is inferred. A contiguous tensor gives a view
-// sharing storage; a non-contiguous one gives a contiguous copy.
+// sharing storage (t itself when the shape is t's, as Contiguous returns
+// t); a non-contiguous one gives a contiguous copy.
 func (t *Tensor) Reshape(shape ...int) *Tensor {
 	if !t.IsContiguous() {
 		shape = InferShape(t.Numel(), shape, "Reshape", t.shape)
 		return t.Contiguous().Reshape(shape...)
+	}
+	if len(shape) == len(t.shape) && len(shape) <= inlineRank {
+		var buf [inlineRank]int
+		want := buf[:len(shape)]
+		inferShape(want, t.Numel(), shape, "Reshape", t.shape)
+		if SameShape(want, t.shape) {
+			return t
+		}
 	}
 	v := newTensor(len(shape), t.storage, t.offset)
 	inferShape(v.shape, t.Numel(), shape, "Reshape", t.shape)

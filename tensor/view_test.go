@@ -215,3 +215,18 @@ func TestEmptyViews(t *testing.T) {
 	tensor.CopyInto(e, z.Narrow(1, 0, 0))
 	equal(t, z.T().Contiguous().Float64s(), []float64{})
 }
+
+// TestReshapeSameShape: reshaping a contiguous tensor to its own shape
+// (also through -1) returns it, allocating nothing; another shape is a
+// new view over the same storage.
+func TestReshapeSameShape(t *testing.T) {
+	x := tensor.Zeros(tensor.F32, 3, 4)
+	if x.Reshape(3, 4) != x || x.Reshape(-1, 4) != x || x.Reshape(3, -1) != x {
+		t.Fatal("same-shape reshape is not the tensor itself")
+	}
+	v := x.Reshape(4, 3)
+	if v == x || v.Storage() != x.Storage() {
+		t.Fatal("a new shape must be a view over the same storage")
+	}
+	equal(t, testing.AllocsPerRun(100, func() { x.Reshape(3, -1) }), 0.0)
+}
