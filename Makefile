@@ -55,5 +55,48 @@ fixtures:
 	  echo "fixtures need Debian's PyTorch: apt-get install python3-torch libopenblas0-pthread"; exit 1; }
 	OMP_NUM_THREADS=2 $(PYTHON) bench/pytorch/make_fixtures.py --out testdata/fixtures
 
-cuda-deps ptx cuda-check gpu-bundle:
-	@echo "make $@: the CUDA backend is not built yet (it belongs to the CUDA issue)"
+## cuda-deps: Debian's CUDA 11.8 toolkit (nvcc, cuda.h, libcuda for
+## linking) and g++-11 from bookworm's contrib/non-free (GPU.md); a no-op
+## when nvcc and g++-11 are already there. Needs root (or sudo) and network.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+CUDA_SOURCES := /etc/apt/sources.list.d/esper-cuda-nonfree.sources
+cuda-deps:
+	@if command -v nvcc >/dev/null 2>&1 && command -v g++-11 >/dev/null 2>&1; then \
+	  echo "cuda-deps: nvcc and g++-11 are installed"; \
+	else \
+	  echo "cuda-deps: installing nvidia-cuda-toolkit and nvidia-cuda-toolkit-gcc (about 3 GB)"; \
+	  printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm\nComponents: contrib non-free\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+	    | $(SUDO) tee $(CUDA_SOURCES) >/dev/null && \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq nvidia-cuda-toolkit nvidia-cuda-toolkit-gcc; \
+	fi
+
+## ptx: regenerate kernels/cuda/ptx/*.ptx from kernels/cuda/src/*.cu (commit
+## the result; TestPTXUpToDate fails when a source changed without it)
+ptx: cuda-deps
+	kernels/cuda/mkptx.sh
+
+## cuda-check: what CI checks of the CUDA build without a GPU: the toolkit,
+## PTX up to date, go vet with the cuda tag, and every cuda-tagged package
+## and test binary compiled (never run: a cuda binary exits without a GPU)
+# cgo's C compiler: cc, else the toolkit's gcc-11 (a machine with only Go
+# has no cc until cuda-deps brings gcc-11).
+CUDA_CC = $(shell command -v cc >/dev/null 2>&1 && echo cc || echo gcc-11)
+CUDA_GO = CGO_ENABLED=1 CC=$(CUDA_CC) $(GO)
+cuda-check: cuda-deps
+	$(GO) test -count=1 -run TestPTXUpToDate ./kernels/cuda
+	$(CUDA_GO) vet -tags cuda $(PKGS)
+	$(CUDA_GO) build -tags cuda $(PKGS)
+	$(CUDA_GO) test -tags cuda -count=1 -exec /bin/true $(PKGS) >/dev/null
+	@echo "cuda-check: vet and compile with -tags cuda passed"
+
+## gpu-bundle: everything a GPU run needs, built here (the GPU machine has
+## no Go): cuda-tagged test binaries, esper, the PyTorch peer scripts and
+## gpu/run.sh (GPU.md). Run it there as: gpu/run.sh OUTDIR
+gpu-bundle: cuda-deps
+	rm -rf gpu && mkdir -p gpu/pytorch
+	$(CUDA_GO) test -tags cuda -c -o gpu/kernels_cuda.test ./kernels/cuda
+	$(CUDA_GO) build -tags cuda -o gpu/esper ./cmd/esper
+	cp bench/pytorch/*.py gpu/pytorch/
+	cp kernels/cuda/gpu_run.sh gpu/run.sh
+	@echo "gpu-bundle: gpu/ is ready; on the GPU machine run gpu/run.sh OUTDIR"

@@ -2,6 +2,8 @@ package tensor
 
 import (
 	"fmt"
+	"runtime"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -14,6 +16,7 @@ type Storage struct {
 	host   []byte // CPU storage, 64-byte aligned
 	dev    DevicePtr
 	mem    DeviceMemory
+	block  *deviceBlock // device storage: freed once, by Free or the cleanup
 }
 
 const hostAlign = 64
@@ -63,7 +66,24 @@ func NewDeviceStorage(dtype DType, n int, d Device) (*Storage, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Storage{dtype: dtype, device: d, n: n, dev: p, mem: m}, nil
+	s := &Storage{dtype: dtype, device: d, n: n, dev: p, mem: m, block: &deviceBlock{p: p}}
+	// The safety net: device memory of storage that became unreachable
+	// without Free goes back to its provider (whose Free must not need
+	// the calling goroutine's state: it runs on the cleanup goroutine).
+	runtime.AddCleanup(s, func(b *deviceBlock) {
+		if !b.freed.Swap(true) {
+			m.Free(b.p)
+		}
+	}, s.block)
+	return s, nil
+}
+
+// deviceBlock is a device allocation's address and whether it was freed,
+// shared by its Storage and the storage's cleanup so that a block is
+// freed once, by Free or by the cleanup.
+type deviceBlock struct {
+	p     DevicePtr
+	freed atomic.Bool
 }
 
 // DType returns the element type.
@@ -87,7 +107,9 @@ func (s *Storage) DevicePtr() DevicePtr { return s.dev }
 // Free releases device memory early; CPU storage is left to the GC.
 func (s *Storage) Free() {
 	if s.mem != nil && s.dev != 0 {
-		s.mem.Free(s.dev)
+		if s.block == nil || !s.block.freed.Swap(true) {
+			s.mem.Free(s.dev)
+		}
 		s.dev = 0
 	}
 }
@@ -110,4 +132,46 @@ func StorageData[T Elem](s *Storage) []T {
 		return nil
 	}
 	return unsafe.Slice((*T)(unsafe.Pointer(&s.host[0])), s.n)
+}
+
+// ToDevice returns a contiguous copy of t on dev (t itself is left
+// alone; a CPU tensor copied to the CPU is a clone). Copies between two
+// non-CPU devices go through the host.
+func (t *Tensor) ToDevice(dev Device) (*Tensor, error) {
+	src := t
+	if !t.Device().IsCPU() {
+		host, err := t.toHost()
+		if err != nil {
+			return nil, err
+		}
+		if dev.IsCPU() {
+			return host, nil
+		}
+		src = host
+	} else if dev.IsCPU() {
+		return t.Clone(), nil
+	}
+	src = src.Contiguous()
+	out, err := EmptyOn(dev, src.DType(), src.shape...)
+	if err != nil {
+		return nil, err
+	}
+	if err := out.storage.mem.CopyToDevice(out.storage.dev, 0, src.storage.host[src.offset*src.DType().Size():][:src.Nbytes()]); err != nil {
+		return nil, fmt.Errorf("tensor: copying %v %v to %v: %w", src.DType(), src.shape, dev, err)
+	}
+	return out, nil
+}
+
+// toHost copies a contiguous device tensor into a new CPU tensor.
+func (t *Tensor) toHost() (*Tensor, error) {
+	if !t.IsContiguous() {
+		return nil, fmt.Errorf("tensor: copying a non-contiguous %v tensor %v off the device (make it contiguous there first)", t.Device(), t.shape)
+	}
+	out := Empty(t.DType(), t.shape...)
+	if n := t.Nbytes(); n > 0 {
+		if err := t.storage.mem.CopyToHost(out.storage.host, t.storage.dev, t.offset*t.DType().Size()); err != nil {
+			return nil, fmt.Errorf("tensor: copying %v %v from %v: %w", t.DType(), t.shape, t.Device(), err)
+		}
+	}
+	return out, nil
 }

@@ -1,0 +1,223 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"unsafe"
+
+	"gorgonia.org/cu"
+
+	"github.com/esper-go/esper/tensor"
+)
+
+// Allocator is a stream-ordered caching allocator for one Device. Sizes
+// are rounded to classes (multiples of 512 bytes up to 1 MiB, of 2 MiB
+// above), freed blocks go to a free list of their class and are handed
+// out again without a driver call. Because every kernel of the backend
+// runs on the device's one stream, a block freed after the launches that
+// use it were enqueued can be reused by later launches at once: stream
+// order keeps them apart.
+//
+// Free may be called from a finalizer (tensor storage's safety net),
+// where no driver call may be made (the goroutine has no context, and a
+// capture may be running): frees are queued and the queue drained on the
+// next Alloc or EmptyCache outside a capture.
+type Allocator struct {
+	d *Device
+
+	mu        sync.Mutex
+	free      map[int64][]cu.DevicePtr // cached blocks by size class
+	size      map[cu.DevicePtr]int64   // class of every live block
+	pending   []cu.DevicePtr           // frees queued from finalizers
+	capturing bool                     // a graph capture is running
+	stats     AllocStats
+}
+
+// AllocStats are an Allocator's counters.
+type AllocStats struct {
+	Allocated    int64 // bytes in live blocks (by size class)
+	Reserved     int64 // bytes held from the driver: live plus cached
+	PeakReserved int64 // the most Reserved has been
+	Allocs       int64 // Alloc calls
+	CacheHits    int64 // Allocs served from the cache
+	DriverAllocs int64 // cuMemAlloc calls
+	DriverFrees  int64 // cuMemFree calls
+}
+
+func newAllocator(d *Device) *Allocator {
+	return &Allocator{d: d, free: map[int64][]cu.DevicePtr{}, size: map[cu.DevicePtr]int64{}}
+}
+
+// sizeClass rounds n bytes up to its class.
+func sizeClass(n int64) int64 {
+	const small, smallStep, bigStep = 1 << 20, 512, 2 << 20
+	if n <= 0 {
+		n = 1
+	}
+	if n <= small {
+		return (n + smallStep - 1) / smallStep * smallStep
+	}
+	return (n + bigStep - 1) / bigStep * bigStep
+}
+
+// Alloc returns a block of at least n bytes. When the driver is out of
+// memory it frees the cached blocks and tries once more.
+func (a *Allocator) Alloc(n int64) (cu.DevicePtr, error) {
+	c := sizeClass(n)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.stats.Allocs++
+	if l := a.free[c]; len(l) > 0 {
+		p := l[len(l)-1]
+		a.free[c] = l[:len(l)-1]
+		a.size[p] = c
+		a.stats.CacheHits++
+		a.stats.Allocated += c
+		return p, nil
+	}
+	if a.capturing {
+		return 0, fmt.Errorf("cuda: allocating %d bytes during a graph capture with none cached (warm the step up eagerly first)", n)
+	}
+	release := a.d.enter()
+	defer release()
+	a.drainLocked()
+	p, err := cu.MemAlloc(c)
+	if err != nil {
+		a.emptyLocked()
+		if p, err = cu.MemAlloc(c); err != nil {
+			return 0, fmt.Errorf("cuda: allocating %d bytes (%d reserved): %w", n, a.stats.Reserved, err)
+		}
+	}
+	a.stats.DriverAllocs++
+	a.size[p] = c
+	a.stats.Allocated += c
+	a.stats.Reserved += c
+	a.stats.PeakReserved = max(a.stats.PeakReserved, a.stats.Reserved)
+	return p, nil
+}
+
+// Free returns a block to the cache. Freeing an address Alloc did not
+// return, or freeing twice, is an error.
+func (a *Allocator) Free(p cu.DevicePtr) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	c, ok := a.size[p]
+	if !ok {
+		return fmt.Errorf("cuda: freeing %#x, which is not a live block", uintptr(p))
+	}
+	delete(a.size, p)
+	a.free[c] = append(a.free[c], p)
+	a.stats.Allocated -= c
+	return nil
+}
+
+// FreeLater queues p to be freed on the next Alloc or EmptyCache; it
+// makes no driver call, so finalizers may use it.
+func (a *Allocator) FreeLater(p cu.DevicePtr) {
+	a.mu.Lock()
+	a.pending = append(a.pending, p)
+	a.mu.Unlock()
+}
+
+// drainLocked moves the queued frees into the cache.
+func (a *Allocator) drainLocked() {
+	for _, p := range a.pending {
+		if c, ok := a.size[p]; ok {
+			delete(a.size, p)
+			a.free[c] = append(a.free[c], p)
+			a.stats.Allocated -= c
+		}
+	}
+	a.pending = a.pending[:0]
+}
+
+// EmptyCache returns every cached block to the driver (after waiting for
+// the stream, so that no enqueued kernel still uses one).
+func (a *Allocator) EmptyCache() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.capturing {
+		return errors.New("cuda: EmptyCache during a graph capture")
+	}
+	release := a.d.enter()
+	defer release()
+	if err := a.d.stream.Synchronize(); err != nil {
+		return err
+	}
+	a.drainLocked()
+	return a.emptyLocked()
+}
+
+func (a *Allocator) emptyLocked() error {
+	var first error
+	for c, l := range a.free {
+		for _, p := range l {
+			if err := cu.MemFree(p); err != nil && first == nil {
+				first = err
+			}
+			a.stats.DriverFrees++
+			a.stats.Reserved -= c
+		}
+		delete(a.free, c)
+	}
+	return first
+}
+
+// setCapturing marks a capture as running (no driver allocations or
+// frees then) or over.
+func (a *Allocator) setCapturing(on bool) {
+	a.mu.Lock()
+	a.capturing = on
+	a.mu.Unlock()
+}
+
+// Stats returns the counters.
+func (a *Allocator) Stats() AllocStats {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.stats
+}
+
+// memory gives tensors storage on the device (tensor.DeviceMemory).
+type memory struct{ d *Device }
+
+var _ tensor.DeviceMemory = memory{}
+
+func (m memory) Alloc(n int) (tensor.DevicePtr, error) {
+	p, err := m.d.alloc.Alloc(int64(n))
+	return tensor.DevicePtr(p), err
+}
+
+// Free queues the block: tensor storage calls it from its finalizer too.
+func (m memory) Free(p tensor.DevicePtr) { m.d.alloc.FreeLater(cu.DevicePtr(p)) }
+
+// CopyToDevice copies src to p+off after the work already enqueued on
+// the stream (the copy is ordered on it, then waited for).
+func (m memory) CopyToDevice(p tensor.DevicePtr, off int, src []byte) error {
+	if len(src) == 0 {
+		return nil
+	}
+	release := m.d.enter()
+	defer release()
+	if err := cu.MemcpyHtoDAsync(cu.DevicePtr(p)+cu.DevicePtr(off), unsafe.Pointer(&src[0]), int64(len(src)), m.d.stream); err != nil {
+		return err
+	}
+	return m.d.stream.Synchronize()
+}
+
+// CopyToHost copies device bytes at p+off into dst once the work enqueued
+// before it has run.
+func (m memory) CopyToHost(dst []byte, p tensor.DevicePtr, off int) error {
+	if len(dst) == 0 {
+		return nil
+	}
+	release := m.d.enter()
+	defer release()
+	if err := cu.MemcpyDtoHAsync(unsafe.Pointer(&dst[0]), cu.DevicePtr(p)+cu.DevicePtr(off), int64(len(dst)), m.d.stream); err != nil {
+		return err
+	}
+	return m.d.stream.Synchronize()
+}

@@ -1,0 +1,180 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"embed"
+	"fmt"
+	"io/fs"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+
+	"gorgonia.org/cu"
+
+	"github.com/esper-go/esper/tensor"
+)
+
+// ptxFiles are the kernels, compiled by `make ptx` from src/*.cu for
+// compute_80 (the driver JIT-compiles them for the device at load).
+//
+//go:embed ptx/*.ptx
+var ptxFiles embed.FS
+
+// Device is one CUDA device as the backend uses it: its primary context,
+// one non-blocking stream that every kernel, copy and cuBLAS call of the
+// backend is ordered on, the loaded kernels and a caching allocator.
+//
+// Driver calls need the context current on the calling OS thread; every
+// method that makes them runs between enter and its release, which pins
+// the goroutine to its thread and makes the context current there.
+type Device struct {
+	ordinal int
+	dev     cu.Device
+	ctx     cu.CUContext
+	stream  cu.Stream
+	name    string
+	sms     int
+
+	mu  sync.Mutex
+	fns map[string]cu.Function
+
+	alloc *Allocator
+	blas  *blasHandle // cuBLAS, created on first use (under mu)
+}
+
+// Open initialises CUDA device ordinal: retains its primary context,
+// creates the backend's stream, loads every embedded kernel module and
+// registers the device's memory for tensors on tensor.KindCUDA.
+func Open(ordinal int) (*Device, error) {
+	dev, err := cu.GetDevice(ordinal)
+	if err != nil {
+		return nil, fmt.Errorf("cuda: device %d: %w", ordinal, err)
+	}
+	ctx, err := dev.RetainPrimaryCtx()
+	if err != nil {
+		return nil, fmt.Errorf("cuda: device %d: retaining its primary context: %w", ordinal, err)
+	}
+	d := &Device{ordinal: ordinal, dev: dev, ctx: ctx, fns: map[string]cu.Function{}}
+	release := d.enter()
+	defer release()
+	if d.name, err = dev.Name(); err != nil {
+		return nil, fmt.Errorf("cuda: device %d: %w", ordinal, err)
+	}
+	if d.sms, err = dev.Attribute(cu.MultiprocessorCount); err != nil {
+		return nil, fmt.Errorf("cuda: device %d: %w", ordinal, err)
+	}
+	if d.stream, err = cu.MakeStream(cu.NonBlocking); err != nil {
+		return nil, fmt.Errorf("cuda: device %d: creating a stream: %w", ordinal, err)
+	}
+	if err := d.loadModules(); err != nil {
+		return nil, err
+	}
+	d.alloc = newAllocator(d)
+	tensor.RegisterDeviceMemory(tensor.KindCUDA, memory{d})
+	return d, nil
+}
+
+// Allocator returns the device's caching allocator.
+func (d *Device) Allocator() *Allocator { return d.alloc }
+
+// enter pins the calling goroutine to its OS thread and makes the
+// device's context current there; call the returned function when done.
+func (d *Device) enter() (release func()) {
+	runtime.LockOSThread()
+	if err := cu.SetCurrentContext(d.ctx); err != nil {
+		runtime.UnlockOSThread()
+		panic(fmt.Sprintf("cuda: making device %d's context current: %v", d.ordinal, err))
+	}
+	return runtime.UnlockOSThread
+}
+
+// loadModules loads every embedded PTX module and indexes its kernels by
+// name (kernel names are unique across modules).
+func (d *Device) loadModules() error {
+	names, err := fs.Glob(ptxFiles, "ptx/*.ptx")
+	if err != nil {
+		return err
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		src, err := ptxFiles.ReadFile(name)
+		if err != nil {
+			return err
+		}
+		mod, err := cu.LoadData(string(src))
+		if err != nil {
+			return fmt.Errorf("cuda: loading %s: %w", name, err)
+		}
+		for _, k := range kernelNames(string(src)) {
+			fn, err := mod.Function(k)
+			if err != nil {
+				return fmt.Errorf("cuda: kernel %s in %s: %w", k, name, err)
+			}
+			if _, dup := d.fns[k]; dup {
+				return fmt.Errorf("cuda: kernel %s defined twice (second in %s)", k, name)
+			}
+			d.fns[k] = fn
+		}
+	}
+	return nil
+}
+
+// kernelNames lists the entry points (".entry name(") of a PTX module.
+func kernelNames(ptx string) []string {
+	var out []string
+	for _, line := range strings.Split(ptx, "\n") {
+		f := strings.Fields(line)
+		for i := 0; i+1 < len(f); i++ {
+			if f[i] == ".entry" {
+				out = append(out, strings.TrimSuffix(f[i+1], "("))
+				break
+			}
+		}
+	}
+	return out
+}
+
+// kernel returns the loaded kernel name; a missing kernel is an error,
+// never a silent CPU fallback (ARCHITECTURE.md).
+func (d *Device) kernel(name string) (cu.Function, error) {
+	d.mu.Lock()
+	fn, ok := d.fns[name]
+	d.mu.Unlock()
+	if !ok {
+		return cu.Function{}, fmt.Errorf("cuda: no kernel %q in the embedded PTX (run make ptx)", name)
+	}
+	return fn, nil
+}
+
+// blockSize is the thread count of the elementwise launches.
+const blockSize = 256
+
+// launch1D launches kernel name over n elements with a grid-stride grid:
+// enough blocks to fill every SM several times over, at most one thread
+// per element.
+func (d *Device) launch1D(name string, n int64, a *args) error {
+	if n <= 0 {
+		return nil
+	}
+	fn, err := d.kernel(name)
+	if err != nil {
+		return err
+	}
+	blocks := (n + blockSize - 1) / blockSize
+	if most := int64(d.sms) * 8; blocks > most {
+		blocks = most
+	}
+	return launchRaw(fn, [3]int{int(blocks), 1, 1}, [3]int{blockSize, 1, 1}, 0, d.stream, a)
+}
+
+// Synchronize waits for everything enqueued on the device's stream.
+func (d *Device) Synchronize() error {
+	release := d.enter()
+	defer release()
+	return d.stream.Synchronize()
+}
+
+// Name returns the device's name as the driver reports it.
+func (d *Device) Name() string { return d.name }

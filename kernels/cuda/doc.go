@@ -1,0 +1,17 @@
+// Package cuda is the CUDA backend of the Esper engine (build tag cuda):
+// hand-written kernels in src/*.cu, compiled to PTX for compute_80 by
+// `make ptx` and embedded (ptx/*.ptx, loaded and JIT-compiled by the
+// driver for the device at Open), cuBLAS reached through dlopen, a
+// stream-ordered caching allocator, and CUDA graph capture and replay.
+//
+// gorgonia.org/cu provides the driver API (devices, contexts, memory,
+// streams, modules); driver.go binds the few calls it lacks (kernel
+// launch without per-launch allocation, stream capture, graphs, pinned
+// host memory) and cublas.go the cuBLAS calls. A binary built with
+// -tags cuda must only be run on a machine with a GPU: gorgonia.org/cu
+// exits from its package init when cuInit fails. CI only compiles it
+// (`make cuda-check`); GPU.md says how the GPU runs are made.
+//
+// Without the cuda tag the package holds only this documentation and
+// the check that every PTX file was generated from the current source.
+package cuda

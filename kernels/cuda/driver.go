@@ -1,0 +1,146 @@
+//go:build cuda
+
+package cuda
+
+// The driver calls gorgonia.org/cu does not wrap (GPU.md): kernel launch
+// without per-launch allocation, stream capture and CUDA graphs (pinned
+// host memory and graph exec-update come with their users). Each C function makes one driver call and returns its
+// status; the Go wrappers turn a status into an error naming the call.
+
+/*
+#cgo LDFLAGS: -lcuda
+#include <cuda.h>
+#include <stdint.h>
+
+// esper_launch launches f with up to 16 arguments, each held in an 8-byte
+// slot of args (narrower values in the low bytes: the driver reads each
+// argument at its own size from the slot's address).
+static CUresult esper_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                             unsigned bz, unsigned shmem, CUstream s, uint64_t *args, int nargs) {
+	void *params[16];
+	for (int i = 0; i < nargs && i < 16; i++) params[i] = &args[i];
+	return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, s, params, NULL);
+}
+
+static CUresult esper_begin_capture(CUstream s) {
+	return cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+}
+
+static CUresult esper_end_capture(CUstream s, CUgraph *g) { return cuStreamEndCapture(s, g); }
+
+static CUresult esper_graph_instantiate(CUgraphExec *e, CUgraph g) { return cuGraphInstantiate(e, g, NULL, NULL, 0); }
+
+static CUresult esper_graph_launch(CUgraphExec e, CUstream s) { return cuGraphLaunch(e, s); }
+
+static CUresult esper_graph_destroy(CUgraph g) { return cuGraphDestroy(g); }
+
+static CUresult esper_graph_exec_destroy(CUgraphExec e) { return cuGraphExecDestroy(e); }
+
+static const char *esper_error_name(CUresult r) {
+	const char *s = NULL;
+	cuGetErrorName(r, &s);
+	return s;
+}
+*/
+import "C"
+
+import (
+	"fmt"
+	"unsafe"
+
+	"gorgonia.org/cu"
+)
+
+// DriverError is a failed CUDA driver call.
+type DriverError struct {
+	Call string // the driver function
+	Code int    // its CUresult
+	Name string // the CUresult's name, e.g. CUDA_ERROR_OUT_OF_MEMORY
+}
+
+func (e *DriverError) Error() string {
+	return fmt.Sprintf("cuda: %s failed: %s (%d)", e.Call, e.Name, e.Code)
+}
+
+// check turns a CUresult into nil or a *DriverError.
+func check(call string, r C.CUresult) error {
+	if r == C.CUDA_SUCCESS {
+		return nil
+	}
+	name := "unknown error"
+	if s := C.esper_error_name(r); s != nil {
+		name = C.GoString(s)
+	}
+	return &DriverError{Call: call, Code: int(r), Name: name}
+}
+
+// maxArgs is the most kernel arguments launch passes.
+const maxArgs = 16
+
+// args holds a launch's kernel arguments, one 8-byte slot each.
+type args struct {
+	v [maxArgs]uint64
+	n int
+}
+
+func (a *args) ptr(p cu.DevicePtr) *args { a.v[a.n] = uint64(p); a.n++; return a }
+func (a *args) i64(x int64) *args        { a.v[a.n] = uint64(x); a.n++; return a }
+func (a *args) i32(x int32) *args        { a.v[a.n] = uint64(uint32(x)); a.n++; return a }
+func (a *args) f32(x float32) *args {
+	a.v[a.n] = uint64(*(*uint32)(unsafe.Pointer(&x)))
+	a.n++
+	return a
+}
+func (a *args) f64(x float64) *args { a.v[a.n] = *(*uint64)(unsafe.Pointer(&x)); a.n++; return a }
+
+// launchRaw launches fn on stream s with grid×block threads.
+func launchRaw(fn cu.Function, grid, block [3]int, shmem int, s cu.Stream, a *args) error {
+	r := C.esper_launch(cfn(fn), C.uint(grid[0]), C.uint(grid[1]), C.uint(grid[2]),
+		C.uint(block[0]), C.uint(block[1]), C.uint(block[2]), C.uint(shmem), cstream(s),
+		(*C.uint64_t)(unsafe.Pointer(&a.v[0])), C.int(a.n))
+	return check("cuLaunchKernel", r)
+}
+
+// cfn and cstream read the driver handles out of cu's wrapper types,
+// which hold exactly one handle each.
+func cfn(fn cu.Function) C.CUfunction { return *(*C.CUfunction)(unsafe.Pointer(&fn)) }
+func cstream(s cu.Stream) C.CUstream  { return *(*C.CUstream)(unsafe.Pointer(&s)) }
+
+// graph is a captured CUDA graph and its executable instance.
+type graph struct {
+	g C.CUgraph
+	e C.CUgraphExec
+}
+
+// beginCapture starts capturing the work enqueued on s (this thread's
+// calls only).
+func beginCapture(s cu.Stream) error {
+	return check("cuStreamBeginCapture", C.esper_begin_capture(cstream(s)))
+}
+
+// endCapture ends the capture on s and instantiates the graph.
+func endCapture(s cu.Stream) (*graph, error) {
+	var gr graph
+	if err := check("cuStreamEndCapture", C.esper_end_capture(cstream(s), &gr.g)); err != nil {
+		return nil, err
+	}
+	if err := check("cuGraphInstantiate", C.esper_graph_instantiate(&gr.e, gr.g)); err != nil {
+		C.esper_graph_destroy(gr.g)
+		return nil, err
+	}
+	return &gr, nil
+}
+
+// launch replays the graph on s.
+func (g *graph) launch(s cu.Stream) error {
+	return check("cuGraphLaunch", C.esper_graph_launch(g.e, cstream(s)))
+}
+
+// destroy frees the graph and its instance.
+func (g *graph) destroy() error {
+	err := check("cuGraphExecDestroy", C.esper_graph_exec_destroy(g.e))
+	if e := check("cuGraphDestroy", C.esper_graph_destroy(g.g)); err == nil {
+		err = e
+	}
+	return err
+}

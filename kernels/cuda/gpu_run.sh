@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# gpu/run.sh OUTDIR — the GPU run of a bundle made by `make gpu-bundle`
+# (GPU.md): correctness first (the cuda-tagged tests: CPU-vs-CUDA parity,
+# then compute-sanitizer memcheck on them), then the benchmarks. Results
+# and logs go to OUTDIR; the exit status is the tests'.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+out=${1:?usage: gpu/run.sh OUTDIR}
+mkdir -p "$out"
+
+# Find libcuda and cuBLAS where GPU images keep them.
+for d in /usr/local/nvidia/lib64 /usr/local/cuda/lib64 /usr/lib/x86_64-linux-gnu; do
+	[ -d "$d" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d"
+done
+if [ -z "${ESPER_CUBLAS_LIB:-}" ]; then
+	for f in /usr/local/cuda/lib64/libcublas.so.1[123] \
+		$(python3 -c 'import nvidia, os; print(os.path.dirname(nvidia.__file__))' 2>/dev/null)/cublas/lib/libcublas.so.1[123]; do
+		if [ -e "$f" ]; then export ESPER_CUBLAS_LIB=$f; break; fi
+	done
+fi
+{
+	echo "date: $(date -u +%FT%TZ)"
+	nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1
+	echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+	echo "ESPER_CUBLAS_LIB=${ESPER_CUBLAS_LIB:-}"
+} | tee "$out/machine.txt"
+
+status=0
+echo "== kernels/cuda tests"
+(cd "$here" && ./kernels_cuda.test -test.v -test.count=1) 2>&1 | tee "$out/kernels_cuda.log" || status=1
+if command -v compute-sanitizer >/dev/null 2>&1; then
+	echo "== compute-sanitizer memcheck on the kernel tests"
+	(cd "$here" && compute-sanitizer --tool memcheck --error-exitcode 3 ./kernels_cuda.test -test.count=1) \
+		>"$out/memcheck.log" 2>&1 || status=1
+	tail -3 "$out/memcheck.log"
+else
+	echo "compute-sanitizer not found: memcheck skipped" | tee "$out/memcheck.log"
+fi
+exit $status

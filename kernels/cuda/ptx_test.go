@@ -1,0 +1,58 @@
+package cuda
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// ptxHeader starts the first line of every generated PTX file, followed
+// by the SHA-256 of the .cu source it was compiled from (written by
+// mkptx.sh).
+const ptxHeader = "// esper-src-sha256: "
+
+// TestPTXUpToDate: every src/*.cu has a ptx/*.ptx generated from its
+// current contents, and no PTX file lacks its source. It runs without
+// the cuda tag and without nvcc (CI), reading only the files. A source
+// edited without `make ptx` fails here.
+func TestPTXUpToDate(t *testing.T) {
+	srcs, err := filepath.Glob("src/*.cu")
+	if err != nil || len(srcs) == 0 {
+		t.Fatalf("no kernel sources in src/ (%v)", err)
+	}
+	want := map[string]bool{}
+	for _, src := range srcs {
+		body, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256(body)
+		name := strings.TrimSuffix(filepath.Base(src), ".cu") + ".ptx"
+		want[name] = true
+		f, err := os.Open(filepath.Join("ptx", name))
+		if err != nil {
+			t.Errorf("%s has no PTX (run make ptx): %v", src, err)
+			continue
+		}
+		line, _ := bufio.NewReader(f).ReadString('\n')
+		f.Close()
+		got, ok := strings.CutPrefix(strings.TrimSpace(line), ptxHeader)
+		if !ok {
+			t.Errorf("ptx/%s does not start with %q (regenerate it with make ptx)", name, ptxHeader)
+			continue
+		}
+		if got != hex.EncodeToString(sum[:]) {
+			t.Errorf("ptx/%s is older than %s (run make ptx)", name, src)
+		}
+	}
+	ptxs, _ := filepath.Glob("ptx/*.ptx")
+	for _, p := range ptxs {
+		if !want[filepath.Base(p)] {
+			t.Errorf("%s has no source in src/ (delete it or restore its .cu)", p)
+		}
+	}
+}
