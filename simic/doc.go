@@ -1,0 +1,32 @@
+// Package simic trains policies with proximal policy optimisation (PPO):
+// Esper's reinforcement-learning domain, which in the end teaches Tamiyo
+// when to germinate, advance, fossilize or prune seeds.
+//
+// The PPO here is generic over the observation type O:
+//
+//   - Env is one environment with a factored (multi-head) discrete action
+//     and optional per-head action masks; VecEnv steps n of them in
+//     lock-step and resets finished ones.
+//   - Policy is the actor-critic: Act samples actions for a batch of
+//     observations without recording gradients, Evaluate recomputes
+//     differentiable log-probabilities, normalised entropies and values
+//     for a minibatch. MLPPolicy is a feed-forward implementation for
+//     vector observations; Tamiyo's graph policy plugs in through an
+//     adapter with the same two calls.
+//   - Buffer is the rollout buffer [n_envs, max_steps] with rollback
+//     credit (prefix forfeiture) and GAE with truncation bootstrap
+//     (esper-reference.md §5.3).
+//   - PPO.Update runs the clipped-surrogate update of esper-reference.md
+//     §5.4: anchored reference pass, per-head causal advantage masks,
+//     value loss against normalised returns, entropy bonus with per-head
+//     multipliers and floors, KL early stop, gradient clipping, shuffled
+//     minibatches and a finiteness gate.
+//   - RunningMeanStd, RewardNormalizer and ValueNormalizer are the
+//     normalisers of §5.5.
+//   - Trainer alternates rollouts and updates; CartPole (Gym's
+//     CartPole-v1) is the validation environment and TrainCartPole the
+//     acceptance run.
+//
+// Everything random draws from generators seeded by the options, so a run
+// is reproducible from its seed.
+package simic
