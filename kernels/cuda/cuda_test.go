@@ -334,3 +334,87 @@ func TestGraphReplayEqualsEager(t *testing.T) {
 	}
 	closeRel(t, "replay", fromDev(t, out), want, 0)
 }
+
+// TestRowsMatchCPU: last-axis Sum/Mean/Max, softmax and log-softmax with
+// their backward passes, on rows shorter and longer than a block, in F32
+// and BF16.
+func TestRowsMatchCPU(t *testing.T) {
+	for _, d := range []tensor.DType{tensor.F32, tensor.BF16} {
+		for _, shape := range [][]int{{37, 10}, {5, 1000}, {3, 4, 257}} {
+			rng := tensor.NewRNG(uint64(len(shape)*100 + shape[len(shape)-1]))
+			x := tensor.Normal(rng, tensor.F32, 0, 2, shape...).Cast(d)
+			xd := toDev(t, x)
+			r := len(shape) - 1
+			keep := append(append([]int(nil), shape[:r]...), 1) // keep-dims, as the CPU's Reduce wants
+			for _, op := range []kernels.ReduceOp{kernels.Sum, kernels.Mean, kernels.Max} {
+				want := tensor.Empty(d, keep...)
+				cpuBE.Reduce(op, want, x, []int{r})
+				got := poisoned(t, d, keep...)
+				if err := dev.ReduceLast(op, got, xd); err != nil {
+					t.Fatal(err)
+				}
+				closeRel(t, fmt.Sprintf("reduce %v %v %v", op, d, shape), fromDev(t, got), want, 4*tolOf(d))
+			}
+			dy := tensor.Normal(rng, tensor.F32, 0, 1, shape...).Cast(d)
+			for _, log := range []bool{false, true} {
+				want := tensor.Empty(d, shape...)
+				wantDx := tensor.Empty(d, shape...)
+				if log {
+					cpuBE.LogSoftmax(want, x, r)
+					cpuBE.LogSoftmaxBackward(wantDx, want, dy, r)
+				} else {
+					cpuBE.Softmax(want, x, r)
+					cpuBE.SoftmaxBackward(wantDx, want, dy, r)
+				}
+				got := poisoned(t, d, shape...)
+				if err := dev.Softmax(got, xd, log); err != nil {
+					t.Fatal(err)
+				}
+				closeRel(t, fmt.Sprintf("softmax log=%v %v %v", log, d, shape), fromDev(t, got), want, 4*tolOf(d))
+				gotDx := poisoned(t, d, shape...)
+				if err := dev.SoftmaxBackward(gotDx, toDev(t, want), toDev(t, dy), log); err != nil {
+					t.Fatal(err)
+				}
+				closeRel(t, fmt.Sprintf("softmax backward log=%v %v %v", log, d, shape), fromDev(t, gotDx), wantDx, 4*tolOf(d))
+			}
+		}
+	}
+}
+
+// TestCrossEntropyMatchesCPU: the fused loss and its gradient for every
+// reduction, with label smoothing and an ignored index, I64 and I32
+// targets.
+func TestCrossEntropyMatchesCPU(t *testing.T) {
+	const n, c = 67, 300
+	rng := tensor.NewRNG(11)
+	logits := tensor.Normal(rng, tensor.F32, 0, 3, n, c)
+	tg := tensor.RandInt(rng, c, n)
+	tg.Set(-100, 3) // ignored when HasIgnore
+	for _, p := range []kernels.CrossEntropyParams{
+		{Reduction: kernels.ReduceMean, IgnoreIndex: -100, HasIgnore: true},
+		{Reduction: kernels.ReduceSum, LabelSmoothing: 0.1, IgnoreIndex: -100, HasIgnore: true},
+		{Reduction: kernels.ReduceNone, LabelSmoothing: 0.2, IgnoreIndex: -100, HasIgnore: true},
+	} {
+		for _, targets := range []*tensor.Tensor{tg, tg.Cast(tensor.I32)} {
+			shape := []int{}
+			if p.Reduction == kernels.ReduceNone {
+				shape = []int{n}
+			}
+			want := tensor.Empty(tensor.F32, shape...)
+			cpuBE.CrossEntropy(want, logits, targets, p)
+			got := poisoned(t, tensor.F32, shape...)
+			if err := dev.CrossEntropy(got, toDev(t, logits), toDev(t, targets), p); err != nil {
+				t.Fatal(err)
+			}
+			closeRel(t, fmt.Sprintf("cross-entropy %+v %v", p, targets.DType()), fromDev(t, got), want, 1e-5)
+			dloss := tensor.Uniform(rng, tensor.F32, 0.5, 1.5, shape...)
+			wantDx := tensor.Empty(tensor.F32, n, c)
+			cpuBE.CrossEntropyBackward(wantDx, logits, targets, dloss, p)
+			gotDx := poisoned(t, tensor.F32, n, c)
+			if err := dev.CrossEntropyBackward(gotDx, toDev(t, logits), toDev(t, targets), toDev(t, dloss), p); err != nil {
+				t.Fatal(err)
+			}
+			closeRel(t, fmt.Sprintf("cross-entropy backward %+v", p), fromDev(t, gotDx), wantDx, 1e-5)
+		}
+	}
+}

@@ -181,12 +181,6 @@ func (d *Device) SGDStep(param, grad, mom, hyper, foundInf *tensor.Tensor, o ker
 	if (mom == nil) != (o.Momentum == 0) {
 		return fmt.Errorf("cuda: %s: momentum %v with momentum buffer %v", op, o.Momentum, mom != nil)
 	}
-	b2i := func(b bool) int32 {
-		if b {
-			return 1
-		}
-		return 0
-	}
 	release := d.enter()
 	defer release()
 	var a args
