@@ -31,8 +31,20 @@
 //     batch; Policy.Evaluate recomputes their log-probabilities and
 //     normalised entropies differentiably for PPO.
 //
-// The inference service that makes the policy a Controller arrives with
-// a later change.
+// The inference service makes the policy a Controller:
+//
+//   - Inference runs the policy's forward for action selection, captured
+//     and replayed per graph shape (autograd.Capture) with an eager
+//     fallback when a capture fails.
+//   - Service implements Controller: EvaluateEpoch builds the graph and
+//     masks of the epoch's state, runs the policy under a deadline
+//     (missing it gives WAIT and an error wrapping ErrInferenceTimeout),
+//     samples (or takes the most probable) masked action, maps it to a
+//     leyline.Decision and emits the tamiyo.gnn.* telemetry.
+//   - SavePolicy and LoadPolicy checkpoint a policy as safetensors with
+//     a JSON header (schema version, options, slot configuration,
+//     checksum); a mismatch is refused (ErrCheckpointMismatch), a corrupt
+//     file too (ErrCheckpointCorrupt).
 //
 // Neither type is tied to a trainer: both are plain state machines driven
 // by the caller, deterministic for the same inputs. Their state (and a

@@ -184,33 +184,58 @@ func hostRows(v *autograd.Var) [][]float32 {
 // (*leyline.InvalidStateMachineError), or non-finite logits (wraps
 // leyline.ErrNonFiniteLogits).
 func (p *Policy) Act(g *Graph, masks []leyline.ActionMasks, opt ActOptions) (*ActResult, error) {
-	if err := g.Validate(); err != nil {
+	floors, err := checkActInputs(g, masks, opt)
+	if err != nil {
 		return nil, err
-	}
-	if err := checkMasks(g, masks); err != nil {
-		return nil, err
-	}
-	floors := headFloors(opt.Floors)
-	if err := checkFloors(floors); err != nil {
-		return nil, err
-	}
-	if !opt.Deterministic && opt.Rand == nil {
-		return nil, errors.New("tamiyo: Act: sampling needs ActOptions.Rand (or set Deterministic)")
 	}
 	var out *PolicyOutput
 	autograd.InferenceMode(func() { out = p.run(p.tensors(g)) })
 
-	var logits [leyline.NumActionHeads][][]float32
-	for h := range logits {
-		logits[h] = hostRows(out.Logits[h])
+	lg := &Logits{}
+	for h := range lg.Heads {
+		lg.Heads[h] = hostRows(out.Logits[h])
+		if h == leyline.HeadSlot {
+			for b := range lg.Heads[h] {
+				lg.Heads[h][b] = lg.Heads[h][b][:g.NumSlots(b)] // drop the padding
+			}
+		}
 	}
-	values := out.Value.Value.Float64s()
+	for _, v := range out.Value.Value.Float64s() {
+		lg.Values = append(lg.Values, float32(v))
+	}
+	return selectActions(lg, masks, opt, floors)
+}
+
+// checkActInputs validates Act's graph, masks and options and returns the
+// floors in use.
+func checkActInputs(g *Graph, masks []leyline.ActionMasks, opt ActOptions) ([leyline.NumActionHeads]float32, error) {
+	floors := headFloors(opt.Floors)
+	if err := g.Validate(); err != nil {
+		return floors, err
+	}
+	if err := checkMasks(g, masks); err != nil {
+		return floors, err
+	}
+	if err := checkFloors(floors); err != nil {
+		return floors, err
+	}
+	if !opt.Deterministic && opt.Rand == nil {
+		return floors, errors.New("tamiyo: Act: sampling needs ActOptions.Rand (or set Deterministic)")
+	}
+	return floors, nil
+}
+
+// selectActions chooses one action per environment from a forward's host
+// logits: the op from its masked, floored distribution, then every other
+// head from its effective mask (see effectiveMasks).
+func selectActions(lg *Logits, masks []leyline.ActionMasks, opt ActOptions, floors [leyline.NumActionHeads]float32) (*ActResult, error) {
+	n := len(lg.Values)
 	res := &ActResult{
-		Actions:   make([][leyline.NumActionHeads]int, g.NumGraphs),
-		LogProbs:  make([][leyline.NumActionHeads]float32, g.NumGraphs),
-		Entropies: make([][leyline.NumActionHeads]float32, g.NumGraphs),
-		Values:    make([]float32, g.NumGraphs),
-		OpLogits:  logits[leyline.HeadOp],
+		Actions:   make([][leyline.NumActionHeads]int, n),
+		LogProbs:  make([][leyline.NumActionHeads]float32, n),
+		Entropies: make([][leyline.NumActionHeads]float32, n),
+		Values:    lg.Values,
+		OpLogits:  lg.Heads[leyline.HeadOp],
 	}
 	choose := func(d *leyline.MaskedCategorical) int {
 		if opt.Deterministic {
@@ -218,10 +243,9 @@ func (p *Policy) Act(g *Graph, masks []leyline.ActionMasks, opt ActOptions) (*Ac
 		}
 		return d.Sample(opt.Rand)
 	}
-	for b := 0; b < g.NumGraphs; b++ {
-		res.Values[b] = float32(values[b])
+	for b := 0; b < n; b++ {
 		m := masks[b]
-		opDist, err := leyline.NewMaskedCategorical(logits[leyline.HeadOp][b], m.Op(), floors[leyline.HeadOp])
+		opDist, err := leyline.NewMaskedCategorical(lg.Heads[leyline.HeadOp][b], m.Op(), floors[leyline.HeadOp])
 		if err != nil {
 			return nil, actErr(b, leyline.HeadOp, err)
 		}
@@ -233,8 +257,7 @@ func (p *Policy) Act(g *Graph, masks []leyline.ActionMasks, opt ActOptions) (*Ac
 		for h := 0; h < leyline.NumActionHeads; h++ {
 			d := opDist
 			if h != leyline.HeadOp {
-				row := logits[h][b][:len(eff[h])] // the slot row is padded
-				if d, err = leyline.NewMaskedCategorical(row, eff[h], floors[h]); err != nil {
+				if d, err = leyline.NewMaskedCategorical(lg.Heads[h][b], eff[h], floors[h]); err != nil {
 					return nil, actErr(b, h, err)
 				}
 			}

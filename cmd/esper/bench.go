@@ -24,22 +24,23 @@ type benchConfig struct {
 	steps                 int // W5 training steps, W7 optimizer steps
 	dataDir               string
 	randomData, capture   bool
-	size, reps            int // W6
+	size, reps            int // W6 (reps also W2)
+	graphs                int // W2
 	params, tensors       int // W7
 }
 
 // allWorkloads is what --workload all runs, in order.
-var allWorkloads = []string{"W1", "W3", "W5", "W6", "W7"}
+var allWorkloads = []string{"W1", "W2", "W3", "W5", "W6", "W7"}
 
 func benchCmd(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var c benchConfig
-	workload := fs.String("workload", "W1", "workload id: W1 (tolaria-ref epoch), W3 (kasmina germination), W5 (CNN host training), W6 (fp32 GEMM), W7 (SGD/AdamW step), or all (W1, W3, W5, W6, W7 in turn)")
+	workload := fs.String("workload", "W1", "workload id: W1 (tolaria-ref epoch), W2 (tamiyo GNN policy inference), W3 (kasmina germination), W5 (CNN host training), W6 (fp32 GEMM), W7 (SGD/AdamW step), or all (W1, W2, W3, W5, W6, W7 in turn)")
 	compare := fs.String("compare", "", "peer to run in the same process run: pytorch")
 	fs.StringVar(&c.jsonDir, "json", "", "directory to write <workload>.json into")
 	fs.IntVar(&c.epochs, "epochs", 2000, "measured epochs (W1)")
-	fs.IntVar(&c.warmup, "warmup", 0, "unmeasured warm-up iterations; 0 = the workload's default (W1 50 epochs, W5 5 steps, W6 3 GEMMs, W7 5 steps)")
+	fs.IntVar(&c.warmup, "warmup", 0, "unmeasured warm-up iterations; 0 = the workload's default (W1 50 epochs, W2 5 forwards, W5 5 steps, W6 3 GEMMs, W7 5 steps)")
 	fs.IntVar(&c.requests, "requests", 256, "germination requests (W3)")
 	fs.IntVar(&c.concurrency, "concurrency", 4, "germinations in flight at once (W3)")
 	fs.IntVar(&c.batch, "batch", 128, "batch size (W5)")
@@ -49,7 +50,8 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&c.randomData, "random-data", false, "train on random N(0,1) images instead of Fashion-MNIST (W5)")
 	fs.BoolVar(&c.capture, "capture", true, "also time captured (replayed) training steps (W5)")
 	fs.IntVar(&c.size, "size", 1024, "n of the n×n·n×n fp32 GEMM (W6)")
-	fs.IntVar(&c.reps, "reps", 0, "measured GEMMs per implementation; 0 = 20 (W6)")
+	fs.IntVar(&c.reps, "reps", 0, "measured repetitions: W6 GEMMs per implementation (0 = 20); W2 forwards per batch size and mode (0 = 200 for batch 1, 50 for the large batch)")
+	fs.IntVar(&c.graphs, "graphs", 64, "the large batch of W2, in graphs (W2 times batch 1 and this)")
 	fs.IntVar(&c.params, "params", 10_000_000, "total fp32 parameters (W7)")
 	fs.IntVar(&c.tensors, "tensors", 200, "parameter tensors (W7)")
 	device := fs.String("device", "cpu", "device: cpu (cuda arrives with the CUDA issue)")
@@ -78,6 +80,9 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	if c.size <= 0 || c.reps < 0 {
 		return fmt.Errorf("--size must be > 0 and --reps >= 0")
+	}
+	if c.graphs <= 0 {
+		return fmt.Errorf("--graphs must be > 0")
 	}
 	if c.params <= 0 || c.tensors <= 0 {
 		return fmt.Errorf("--params and --tensors must be > 0")
@@ -108,6 +113,8 @@ func runWorkload(id string, c benchConfig, stdout, stderr io.Writer) error {
 			warmup = 50
 		}
 		return benchW1(stdout, stderr, c.epochs, warmup, c.compare, c.peerDir, c.jsonDir)
+	case "W2":
+		return benchW2(stdout, stderr, c)
 	case "W3":
 		if c.compare {
 			fmt.Fprintln(stderr, "W3 has no PyTorch peer (PERF.md); running our side only")
@@ -120,7 +127,7 @@ func runWorkload(id string, c benchConfig, stdout, stderr io.Writer) error {
 	case "W7":
 		return benchW7(stdout, stderr, c)
 	}
-	return fmt.Errorf("unknown workload %q (available: W1, W3, W5, W6, W7, all)", id)
+	return fmt.Errorf("unknown workload %q (available: W1, W2, W3, W5, W6, W7, all)", id)
 }
 
 func benchW1(stdout, stderr io.Writer, epochs, warmup int, compare bool, peerDir, jsonDir string) error {

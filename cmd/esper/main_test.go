@@ -64,7 +64,11 @@ func TestBadInput(t *testing.T) {
 		{[]string{"train", "--epochs", "0"}, 1, "--epochs"},
 		{[]string{"train", "--task", "cifar"}, 1, "unknown task"},
 		{[]string{"train", "--resume"}, 1, "--resume needs --checkpoint"},
-		{[]string{"train", "--controller", "gnn"}, 1, "unknown controller"},
+		{[]string{"train", "--controller", "mlp"}, 1, "unknown controller"},
+		{[]string{"train", "--controller", "gnn"}, 1, "--controller gnn needs --policy"},
+		{[]string{"train", "--policy", "p.safetensors"}, 1, "only used with --controller gnn"},
+		{[]string{"train", "--controller", "gnn", "--policy", "/nonexistent.safetensors", "--epochs", "1", "--quiet", "--run-dir", "/nonexistent/runs"}, 1, "--policy"},
+		{[]string{"bench", "--workload", "W2", "--graphs", "0"}, 1, "--graphs"},
 		{[]string{"train", "--device", "cuda0"}, 1, "cuda0"},
 		{[]string{"train", "--task", "fashion-mnist", "--data-dir", "/nonexistent"}, 1, "dataset-fashion-mnist"},
 	} {
@@ -213,9 +217,9 @@ func TestBenchAllWritesEveryReport(t *testing.T) {
 	var out, errb bytes.Buffer
 	code := run([]string{"bench", "--workload", "all", "--epochs", "10", "--warmup", "1", "--requests", "4", "--concurrency", "2",
 		"--batch", "4", "--steps", "1", "--eval-batches", "1", "--random-data", "--capture=false",
-		"--size", "32", "--reps", "2", "--params", "4000", "--tensors", "4", "--json", dir}, &out, &errb)
+		"--size", "32", "--reps", "2", "--graphs", "2", "--params", "4000", "--tensors", "4", "--json", dir}, &out, &errb)
 	require.Equal(t, 0, code, errb.String())
-	for _, w := range []string{"W1", "W3", "W5", "W6", "W7"} {
+	for _, w := range []string{"W1", "W2", "W3", "W5", "W6", "W7"} {
 		readReport(t, dir, w)
 	}
 }
@@ -229,7 +233,7 @@ func TestBenchBadNewFlags(t *testing.T) {
 		{[]string{"bench", "--workload", "W7", "--params", "0"}, "--params"},
 		{[]string{"bench", "--workload", "W7", "--params", "100", "--tensors", "200"}, "16 parameters per tensor"},
 		{[]string{"bench", "--workload", "W5", "--batch", "0"}, "--batch"},
-		{[]string{"bench", "--workload", "W8"}, "W1, W3, W5, W6, W7, all"},
+		{[]string{"bench", "--workload", "W8"}, "W1, W2, W3, W5, W6, W7, all"},
 	} {
 		var out, errb bytes.Buffer
 		require.Equal(t, 1, run(tc.args, &out, &errb), "%v", tc.args)

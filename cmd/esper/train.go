@@ -31,7 +31,8 @@ import (
 // trainConfig is what the train command's flags set.
 type trainConfig struct {
 	task, dataDir, device, runRoot, checkpoint, metricsAddr, controller string
-	schedule                                                            string
+	schedule, policy                                                    string
+	policySample                                                        bool
 	epochs, batch, blocks, baseChannels, kernel                         int
 	seed                                                                uint64
 	lr                                                                  float64
@@ -50,6 +51,13 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	if !dev.IsCPU() {
 		return fmt.Errorf("device %s: the CUDA backend is not built yet (CUDA issue)", c.device)
+	}
+	if c.controller == "gnn" {
+		// Refuse an unreadable policy before anything is created (the
+		// slot check needs the host and comes later).
+		if _, err := tamiyo.ReadPolicyHeader(c.policy); err != nil {
+			return fmt.Errorf("--policy: %w", err)
+		}
 	}
 	train, test, err := loadTask(c)
 	if err != nil {
@@ -87,7 +95,9 @@ func parseTrain(args []string, stderr io.Writer) (trainConfig, error) {
 	fs.StringVar(&c.task, "task", "synthetic", "task: synthetic (embedded, the default) or fashion-mnist")
 	fs.StringVar(&c.dataDir, "data-dir", data.DefaultFashionMNISTDir, "directory of the Fashion-MNIST IDX files")
 	fs.StringVar(&c.device, "device", "cpu", "device: cpu or cuda (cuda needs a -tags cuda build)")
-	fs.StringVar(&c.controller, "controller", "heuristic", "controller: heuristic or none (the host trains alone)")
+	fs.StringVar(&c.controller, "controller", "heuristic", "controller: heuristic, gnn (the learned policy of --policy) or none (the host trains alone)")
+	fs.StringVar(&c.policy, "policy", "", "policy checkpoint (safetensors with its tamiyo header) for --controller gnn")
+	fs.BoolVar(&c.policySample, "policy-sample", false, "sample the policy's actions (seeded by --seed) instead of taking the most probable (--controller gnn)")
 	fs.IntVar(&c.epochs, "epochs", 0, "epochs (default per task: synthetic 30, fashion-mnist 15)")
 	fs.IntVar(&c.batch, "batch", 128, "batch size")
 	fs.IntVar(&c.blocks, "blocks", 0, "CNN host blocks, ≥ 2 (default per task: synthetic 2, fashion-mnist 3)")
@@ -122,8 +132,12 @@ func parseTrain(args []string, stderr io.Writer) (trainConfig, error) {
 		return c, errors.New("--blocks must be ≥ 2, --base-channels > 0 and --kernel odd and > 0")
 	case c.resume && c.checkpoint == "":
 		return c, errors.New("--resume needs --checkpoint DIR")
-	case c.controller != "heuristic" && c.controller != "none":
-		return c, fmt.Errorf("unknown controller %q (heuristic or none)", c.controller)
+	case c.controller != "heuristic" && c.controller != "gnn" && c.controller != "none":
+		return c, fmt.Errorf("unknown controller %q (heuristic, gnn or none)", c.controller)
+	case c.controller == "gnn" && c.policy == "":
+		return c, errors.New("--controller gnn needs --policy FILE (a policy checkpoint)")
+	case c.controller != "gnn" && c.policy != "":
+		return c, errors.New("--policy is only used with --controller gnn")
 	case c.schedule != "constant" && c.schedule != "cosine":
 		return c, fmt.Errorf("unknown schedule %q (constant or cosine)", c.schedule)
 	case !(c.lr > 0) || math.IsInf(c.lr, 0):
@@ -263,12 +277,21 @@ func runMorphogenetic(ctx context.Context, c trainConfig, train, test data.Datas
 	if c.schedule == "cosine" {
 		o.HostSchedule = optim.Cosine{Base: c.lr, TMax: c.epochs}
 	}
-	if c.controller == "heuristic" {
+	switch c.controller {
+	case "heuristic":
 		h, err := tamiyo.NewHeuristic(tamiyo.HeuristicOptions{Topology: host.Topology()})
 		if err != nil {
 			return nil, err
 		}
 		if o.Controller, err = tamiyo.NewTracked(h, tamiyo.TrackerOptions{}); err != nil {
+			return nil, err
+		}
+	case "gnn":
+		svc, err := policyService(c, model, hub)
+		if err != nil {
+			return nil, err
+		}
+		if o.Controller, err = tamiyo.NewTracked(svc, tamiyo.TrackerOptions{}); err != nil {
 			return nil, err
 		}
 	}
@@ -414,4 +437,27 @@ func printSummary(w io.Writer, c trainConfig, run, base *runResult) {
 			run.summary.Final().ValAccuracy-base.summary.Final().ValAccuracy)
 	}
 	fmt.Fprintf(w, "run directory: %s (events.jsonl, training.png, alpha.png)\n", run.dir)
+}
+
+// policyService loads c.policy for the model's slots (in the order the
+// trainer presents them) and wraps it in Tamiyo's inference service.
+func policyService(c trainConfig, model *kasmina.MorphogeneticModel, sink tamiyo.EventSink) (*tamiyo.Service, error) {
+	ids := model.SlotIDs()
+	leyline.SortSlotIDs(ids)
+	slots, err := leyline.NewSlotConfig(ids...)
+	if err != nil {
+		return nil, err
+	}
+	hdr, err := tamiyo.ReadPolicyHeader(c.policy)
+	if err != nil {
+		return nil, fmt.Errorf("--policy: %w", err)
+	}
+	p, err := tamiyo.LoadPolicy(c.policy, hdr.Options, slots)
+	if err != nil {
+		return nil, fmt.Errorf("--policy: %w", err)
+	}
+	return tamiyo.NewService(tamiyo.ServiceOptions{
+		Policy: p, Layers: tamiyo.BlockLayers(model.Host().Blocks()),
+		Deterministic: !c.policySample, Seed: c.seed, MaxEpochs: c.epochs, Sink: sink,
+	})
 }

@@ -1,0 +1,81 @@
+package bench
+
+import (
+	"errors"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/esper-go/esper/tamiyo"
+)
+
+// w2Small is a narrow network that keeps the test fast.
+var w2Small = tamiyo.PolicyOptions{Hidden: 16, GATHidden: 8, GATHeads: 2, HeadHidden: 8}
+
+// TestW2Runs: a tiny W2 times every batch size in both modes, with
+// captured logits equal to eager ones and one latency per forward.
+func TestW2Runs(t *testing.T) {
+	calls := 0
+	r, graphs, err := RunW2(W2Options{Batches: []int{1, 3}, Reps: 3, Warmup: 1, Policy: w2Small,
+		Progress: func(string, int, int) { calls++ }})
+	require.NoError(t, err)
+	require.Len(t, r.Results, 4)
+	require.Equal(t, 12, calls)
+	require.True(t, r.CapturedMatchesEager)
+	for _, b := range []int{1, 3} {
+		require.Equal(t, b, graphs[b].NumGraphs)
+		for _, mode := range []string{"eager", "captured"} {
+			x := r.Result(b, mode)
+			require.NotNil(t, x, "batch %d %s", b, mode)
+			require.Equal(t, 3, x.Latency.N)
+			require.Greater(t, x.Latency.P50us, 0.0)
+			require.Empty(t, x.Fallback)
+		}
+	}
+	require.Equal(t, map[string]int{"global": 1, "slot": 3, "layer": 3}, r.Nodes)
+	require.Greater(t, r.Params, 0)
+	require.Greater(t, r.FLOPPerGraph, 0.0)
+}
+
+// TestW2FLOPs: the PERF.md network is tens of MFLOP per graph ("≈ 50
+// MFLOP" in PERF.md), and the count is per graph whatever the batch.
+func TestW2FLOPs(t *testing.T) {
+	p, err := tamiyo.NewPolicy(tamiyo.PolicyOptions{})
+	require.NoError(t, err)
+	one, err := W2Graph(1)
+	require.NoError(t, err)
+	four, err := W2Graph(4)
+	require.NoError(t, err)
+	f := W2FLOPs(one, p.Options())
+	require.InDelta(t, f, W2FLOPs(four, p.Options()), 1e-6*f)
+	require.True(t, f > 20e6 && f < 80e6, "%.1f MFLOP", f/1e6)
+}
+
+func TestW2RejectsBadOptions(t *testing.T) {
+	_, _, err := RunW2(W2Options{Batches: []int{0}})
+	require.Error(t, err)
+	_, _, err = RunW2(W2Options{Reps: -1})
+	require.Error(t, err)
+}
+
+// TestW2PeerSameNetwork runs the PyTorch peer on the tiny network's
+// graphs (when PyTorch is installed) and checks that it built a network
+// with our parameter count and the same output shapes.
+func TestW2PeerSameNetwork(t *testing.T) {
+	if err := PeerAvailable(); errors.Is(err, ErrNoPeer) {
+		t.Skip(err)
+	}
+	r, graphs, err := RunW2(W2Options{Batches: []int{1, 3}, Reps: 1, Warmup: 1, Policy: w2Small})
+	require.NoError(t, err)
+	gf := filepath.Join(t.TempDir(), "graphs.json")
+	require.NoError(t, W2PeerGraphs(gf, r.Policy, graphs))
+	peer, err := RunPeer("pytorch", "w2_gnn.py", 1, "--graphs-file", gf, "--batches", "1,3", "--reps", "2,2", "--warmup", "1")
+	require.NoError(t, err)
+	require.Equal(t, float64(r.Params), peer["params"])
+	b3 := peer["batches"].(map[string]any)["3"].(map[string]any)
+	shapes := b3["logit_shapes"].([]any)
+	require.Len(t, shapes, 9)
+	require.Equal(t, []any{3.0, 3.0}, shapes[0], "slot logits [B, max slots]")
+	require.Equal(t, []any{3.0}, shapes[8], "value [B]")
+}

@@ -1,0 +1,128 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/esper-go/esper/bench"
+)
+
+// PERF.md W2 CPU targets: batch-1 p95 ≤ 1 ms, batch-64 p95 ≤ 40 ms,
+// captured ≤ 0.8× eager, ≥ 2× faster than the PyTorch peer.
+const (
+	w2TargetP95usBatch1  = 1000
+	w2TargetP95usBatch64 = 40000
+	w2TargetCapturedFrac = 0.8
+	w2TargetPeerSpeedup  = 2.0
+)
+
+func benchW2(stdout, stderr io.Writer, c benchConfig) error {
+	m := bench.ThisMachine()
+	header(stdout, "W2 tamiyo-gnn (policy inference, CPU)", m)
+	batches := []int{1, c.graphs}
+	if c.graphs == 1 {
+		batches = []int{1}
+	}
+	fmt.Fprintf(stdout, "  hetero-GNN policy on the 3-slot CNN host graph (2 live seeds), batches %v, eager and captured ...\n", batches)
+	r, graphs, err := bench.RunW2(bench.W2Options{Batches: batches, Reps: c.reps, Warmup: c.warmup, Progress: progressEvery(stdout)})
+	if err != nil {
+		return err
+	}
+	results := map[string]any{}
+	for _, x := range r.Results {
+		results[fmt.Sprintf("batch%d_%s", x.Batch, x.Mode)] = x
+		if x.Fallback != "" {
+			fmt.Fprintf(stderr, "W2 batch %d: capture fell back to eager forwards: %s\n", x.Batch, x.Fallback)
+		}
+	}
+	rep := bench.Report{
+		Workload: "W2",
+		Parameters: map[string]any{
+			"model":   "tamiyo.Policy: per-type encoders Linear→GELU→LayerNorm, GraphSAGE ×2, GAT ×2 (heads averaged, edge-aware attention), 8 action heads (slot as a pointer) + value; evaluation mode, inference mode",
+			"options": r.Options, "params": r.Params, "graph": "3-slot CNN host (3 blocks, 32/64/128 channels), seeds in r0c0 (TRAINING) and r0c1 (BLENDING), r0c2 empty",
+			"nodes": r.Nodes, "edges_per_graph": r.Edges, "flop_per_graph": r.FLOPPerGraph,
+			"batches": r.Batches, "reps": r.Reps, "warmup": r.Warmup,
+			"timed": "tamiyo.Inference.Forward: graph check, conversion to tensors, forward (replayed when captured), logits and value copied to the host",
+		},
+		Machine: m, Device: "cpu", Results: results,
+		Ratios: map[string]any{},
+	}
+	var peer map[string]any
+	if c.compare {
+		tmp, err := os.MkdirTemp("", "esper-w2-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		gf := filepath.Join(tmp, "w2_graphs.json")
+		if err := bench.W2PeerGraphs(gf, r.Policy, graphs); err != nil {
+			return err
+		}
+		var bs, reps []string
+		for i, b := range r.Batches {
+			bs = append(bs, fmt.Sprint(b))
+			reps = append(reps, fmt.Sprint(r.Reps[i]))
+		}
+		warm := c.warmup
+		if warm == 0 {
+			warm = r.Warmup
+		}
+		if peer, err = runPeer(c, stdout, stderr, &rep, "w2_gnn.py", "--graphs-file", gf,
+			"--batches", strings.Join(bs, ","), "--reps", strings.Join(reps, ","), "--warmup", fmt.Sprint(warm)); err != nil {
+			return err
+		}
+		if peer != nil {
+			if got := num(peer, "params"); got != float64(r.Params) {
+				return fmt.Errorf("W2 peer network has %v parameters, ours %d: the architectures differ", got, r.Params)
+			}
+		}
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "\tp50 ms\tp95 ms\tgraphs/s\teff. GFLOP/s\tallocs/fwd\tvs pytorch p95\t")
+	for _, b := range r.Batches {
+		pp95 := num(peer, "batches", fmt.Sprint(b), "latency", "p95_us")
+		for _, mode := range []string{"eager", "captured"} {
+			x := r.Result(b, mode)
+			fmt.Fprintf(tw, "batch %d esper %s\t%.2f\t%.2f\t%.0f\t%.1f\t%.0f\t%s\t\n", b, mode, x.Latency.P50us/1e3, x.Latency.P95us/1e3,
+				x.GraphsPerSec, x.GFLOPS, x.AllocsPerForward, ratio(pp95, x.Latency.P95us))
+			if peer != nil {
+				rep.Ratios[fmt.Sprintf("batch%d_%s_speedup_p95", b, mode)] = pp95 / x.Latency.P95us
+				rep.Ratios[fmt.Sprintf("batch%d_%s_speedup_p50", b, mode)] = num(peer, "batches", fmt.Sprint(b), "latency", "p50_us") / x.Latency.P50us
+			}
+		}
+		if peer != nil {
+			fmt.Fprintf(tw, "batch %d pytorch %v\t%.2f\t%.2f\t%.0f\t%.1f\t-\t\t\n", b, peer["torch_version"],
+				num(peer, "batches", fmt.Sprint(b), "latency", "p50_us")/1e3, pp95/1e3, num(peer, "batches", fmt.Sprint(b), "graphs_per_second"),
+				r.FLOPPerGraph*num(peer, "batches", fmt.Sprint(b), "graphs_per_second")/1e9)
+		}
+		e, cpt := r.Result(b, "eager"), r.Result(b, "captured")
+		rep.Ratios[fmt.Sprintf("batch%d_captured_over_eager_p95", b)] = cpt.Latency.P95us / e.Latency.P95us
+	}
+	tw.Flush()
+	fmt.Fprintf(stdout, "%.1f MFLOP per graph (matrix products); captured logits %s eager\n", r.FLOPPerGraph/1e6,
+		map[bool]string{true: "equal", false: "DIFFER from"}[r.CapturedMatchesEager])
+	for _, b := range r.Batches {
+		cpt, e := r.Result(b, "captured"), r.Result(b, "eager")
+		best := min(cpt.Latency.P95us, e.Latency.P95us)
+		switch b {
+		case 1:
+			fmt.Fprintf(stdout, "batch 1 p95 %.2f ms %s the PERF.md target of ≤ 1 ms\n", best/1e3, verdict(best <= w2TargetP95usBatch1))
+		case 64:
+			fmt.Fprintf(stdout, "batch 64 p95 %.2f ms %s the PERF.md target of ≤ 40 ms\n", best/1e3, verdict(best <= w2TargetP95usBatch64))
+		}
+		q := cpt.Latency.P95us / e.Latency.P95us
+		fmt.Fprintf(stdout, "batch %d captured/eager p95 %.2f %s the PERF.md target of ≤ %.1f\n", b, q, verdict(q <= w2TargetCapturedFrac), w2TargetCapturedFrac)
+		if peer != nil {
+			s := num(peer, "batches", fmt.Sprint(b), "latency", "p95_us") / best
+			fmt.Fprintf(stdout, "batch %d speedup over pytorch (p95) %.2f× %s the PERF.md target of ≥ %.0f×\n", b, s, verdict(s >= w2TargetPeerSpeedup), w2TargetPeerSpeedup)
+		}
+	}
+	if !r.CapturedMatchesEager {
+		return fmt.Errorf("W2: captured logits differ from eager ones")
+	}
+	return writeReport(stdout, c.jsonDir, rep)
+}

@@ -1,0 +1,245 @@
+package tamiyo
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/leyline"
+	"github.com/esper-go/esper/tensor"
+)
+
+// Inference runs a policy's forward pass for action selection: no
+// gradients, evaluation mode, and the whole forward captured and replayed
+// per batch shape (autograd.Capture), so that a repeated decision over a
+// graph of the same shape replays a recorded launch list instead of
+// dispatching a few hundred ops. The graph's tensors (features, edge
+// indices, blueprint rows) are the captured step's inputs: a new graph of
+// the same shape (same node and edge counts per type and relation) reuses
+// the capture with its own values. A capture that fails falls back to
+// eager execution for that shape, reported once through
+// InferenceOptions.OnFallback.
+//
+// An Inference is not safe for concurrent use: the captured outputs are
+// static buffers overwritten by each replay. Service serialises its
+// calls.
+type Inference struct {
+	p        *Policy
+	captured *autograd.Captured // nil: eager only
+	// stepHook, when set (tests), runs at the start of every forward,
+	// eager or being captured.
+	stepHook func()
+}
+
+// DefaultInferenceCacheSize is the number of batch shapes an Inference
+// keeps captured when InferenceOptions.CacheSize is zero.
+const DefaultInferenceCacheSize = 8
+
+// InferenceOptions configure NewInference. The zero value captures, with
+// DefaultInferenceCacheSize shapes cached and one eager warm-up per shape.
+type InferenceOptions struct {
+	// NoCapture runs every forward eagerly.
+	NoCapture bool
+	// CacheSize bounds the captured batch shapes, least recently used
+	// evicted (default DefaultInferenceCacheSize).
+	CacheSize int
+	// Warmup is the number of eager forwards per shape before its capture
+	// (default 1).
+	Warmup int
+	// OnFallback, when set, is called once for each batch shape whose
+	// capture failed (the error wraps autograd.ErrCaptureFailed); that
+	// shape then runs eagerly.
+	OnFallback func(err error)
+}
+
+// NewInference prepares p for inference. It switches p to evaluation mode
+// (no dropout) and keeps it there: a captured forward has recorded the
+// mode it ran in, so switch a policy back to training only through a
+// different Inference, or with capture off.
+func NewInference(p *Policy, o InferenceOptions) (*Inference, error) {
+	if p == nil {
+		return nil, errors.New("tamiyo: NewInference: nil policy")
+	}
+	if o.CacheSize < 0 || o.Warmup < 0 {
+		return nil, fmt.Errorf("tamiyo: NewInference: negative CacheSize %d or Warmup %d", o.CacheSize, o.Warmup)
+	}
+	if o.CacheSize == 0 {
+		o.CacheSize = DefaultInferenceCacheSize
+	}
+	p.SetTraining(false)
+	in := &Inference{p: p}
+	if !o.NoCapture {
+		in.captured = autograd.Capture(in.step, autograd.CaptureOptions{
+			Warmup: o.Warmup, Policy: autograd.Recapture, CacheSize: o.CacheSize, OnFallback: o.OnFallback,
+		})
+	}
+	return in, nil
+}
+
+// Policy returns the policy it runs.
+func (in *Inference) Policy() *Policy { return in.p }
+
+// Captures reports whether forwards are captured (InferenceOptions.NoCapture
+// unset).
+func (in *Inference) Captures() bool { return in.captured != nil }
+
+// Stats returns the capture counters (zero without capture).
+func (in *Inference) Stats() autograd.CaptureStats {
+	if in.captured == nil {
+		return autograd.CaptureStats{}
+	}
+	return in.captured.Stats()
+}
+
+// Logits are the host copies of one forward pass over B environments.
+type Logits struct {
+	// Heads holds, per head in HeadNames order, one row of unmasked
+	// logits per environment; slot rows have the environment's slot
+	// count (the padding is dropped).
+	Heads [leyline.NumActionHeads][][]float32
+	// Values are V(s) per environment.
+	Values []float32
+}
+
+// Forward checks g, runs the policy (captured or eager) and copies the
+// logits and values to the host.
+func (in *Inference) Forward(g *Graph) (*Logits, error) {
+	if err := g.Validate(); err != nil {
+		return nil, err
+	}
+	return in.forward(g)
+}
+
+// forward runs a validated graph.
+func (in *Inference) forward(g *Graph) (lg *Logits, err error) {
+	defer func() {
+		// Validation makes the forward infallible; a panic here is a bug,
+		// reported as an error at this boundary.
+		if r := recover(); r != nil {
+			err = fmt.Errorf("tamiyo: inference forward: %v", r)
+		}
+	}()
+	inputs := flattenGraph(newGraphTensors(g, in.p.opts.DType))
+	var outs []*tensor.Tensor
+	if in.captured == nil {
+		outs = in.step(inputs)
+	} else if outs, err = in.captured.Run(inputs...); err != nil {
+		return nil, fmt.Errorf("tamiyo: inference forward: %w", err)
+	}
+	lg = &Logits{}
+	for h := range lg.Heads {
+		rows := tensorRows(outs[h])
+		if h == leyline.HeadSlot {
+			for b := range rows {
+				rows[b] = rows[b][:g.NumSlots(b)]
+			}
+		}
+		lg.Heads[h] = rows
+	}
+	v := outs[leyline.NumActionHeads].Float64s()
+	lg.Values = make([]float32, len(v))
+	for i, x := range v {
+		lg.Values[i] = float32(x)
+	}
+	return lg, nil
+}
+
+// Act runs Forward and chooses one action per environment exactly as
+// Policy.Act does (same masks, floors, canonicalisation and sampling).
+func (in *Inference) Act(g *Graph, masks []leyline.ActionMasks, opt ActOptions) (*ActResult, error) {
+	floors, err := checkActInputs(g, masks, opt)
+	if err != nil {
+		return nil, err
+	}
+	lg, err := in.forward(g)
+	if err != nil {
+		return nil, err
+	}
+	return selectActions(lg, masks, opt, floors)
+}
+
+// step is the captured unit: the graph's tensors in, the head logits and
+// the value out, in inference mode.
+func (in *Inference) step(inputs []*tensor.Tensor) []*tensor.Tensor {
+	if in.stepHook != nil {
+		in.stepHook()
+	}
+	gt := unflattenGraph(inputs)
+	var out *PolicyOutput
+	autograd.InferenceMode(func() { out = in.p.run(gt) })
+	res := make([]*tensor.Tensor, 0, leyline.NumActionHeads+1)
+	for _, l := range out.Logits {
+		res = append(res, l.Value)
+	}
+	return append(res, out.Value.Value)
+}
+
+// Flattened graph tensors: the node features per type, the blueprint
+// rows, the slot nodes' environments, the padded slot index, then per
+// relation its sources, destinations and attributes (zero-length for a
+// relation without edges, so that which relations are empty is part of
+// the shape guard).
+const (
+	flatX         = 0
+	flatBP        = NumNodeTypes
+	flatSlotGraph = flatBP + 1
+	flatSlotPad   = flatSlotGraph + 1
+	flatEdges     = flatSlotPad + 1
+	flatLen       = flatEdges + 3*NumRelations
+)
+
+func flattenGraph(gt *graphTensors) []*tensor.Tensor {
+	out := make([]*tensor.Tensor, flatLen)
+	for t := range gt.x {
+		out[flatX+t] = gt.x[t].Value
+	}
+	out[flatBP], out[flatSlotGraph], out[flatSlotPad] = gt.bp, gt.slotGraph, gt.slotPad
+	dt := gt.x[NodeGlobal].DType()
+	for r := range gt.edges {
+		i := flatEdges + 3*r
+		if gt.edges[r] == 0 {
+			out[i] = tensor.FromSlice([]int64{}, 0)
+			out[i+1] = tensor.FromSlice([]int64{}, 0)
+			out[i+2] = tensor.Zeros(dt, 0, EdgeFeatures)
+			continue
+		}
+		out[i], out[i+1], out[i+2] = gt.src[r], gt.dst[r], gt.attr[r].Value
+	}
+	return out
+}
+
+// unflattenGraph rebuilds graphTensors from flattenGraph's tensors; the
+// counts come from their shapes alone, so a replay with other values of
+// the same shapes is the same computation.
+func unflattenGraph(in []*tensor.Tensor) *graphTensors {
+	gt := &graphTensors{}
+	for t := range gt.x {
+		gt.x[t] = autograd.Const(in[flatX+t])
+		gt.n[t] = in[flatX+t].Shape()[0]
+	}
+	gt.b = gt.n[NodeGlobal]
+	gt.bp, gt.slotGraph, gt.slotPad = in[flatBP], in[flatSlotGraph], in[flatSlotPad]
+	gt.maxSlots = gt.slotPad.Shape()[0] / gt.b
+	for r := range gt.edges {
+		i := flatEdges + 3*r
+		gt.edges[r] = in[i].Shape()[0]
+		if gt.edges[r] > 0 {
+			gt.src[r], gt.dst[r], gt.attr[r] = in[i], in[i+1], autograd.Const(in[i+2])
+		}
+	}
+	return gt
+}
+
+// tensorRows reads a [B, n] tensor as float32 rows.
+func tensorRows(t *tensor.Tensor) [][]float32 {
+	s := t.Shape()
+	vals := t.Float64s()
+	rows := make([][]float32, s[0])
+	for b := range rows {
+		rows[b] = make([]float32, s[1])
+		for i := range rows[b] {
+			rows[b][i] = float32(vals[b*s[1]+i])
+		}
+	}
+	return rows
+}
