@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/esper-go/esper/tensor"
 )
@@ -108,7 +109,7 @@ func gemm[F tensor.Float](m, n, k int, a []F, lda int, transA bool, b []F, ldb i
 	if m == 0 || n == 0 {
 		return
 	}
-	if k == 0 || m*n*k < gemmSmall {
+	if k == 0 || m*n*k < gemmSmall || directRows(m, transA, transB, a) {
 		if !accumulate {
 			for i := 0; i < m; i++ {
 				clear(c[i*ldc : i*ldc+n])
@@ -221,12 +222,32 @@ func (g *gemmShared[F]) panels(lo, hi int) {
 	g.pas <- pa
 }
 
+// gemmSmallRows is the row count under which a float32 product with the
+// vector kernels skips packing whatever its size: packing B costs about
+// as much as multiplying a few rows by it (a policy network's batch of
+// one to three graph nodes against a 256×256 weight).
+const gemmSmallRows = 8
+
+// directRows reports whether a product of m rows goes to gemmDirect for
+// its row count alone (float32 with the vector kernels, not both
+// operands transposed).
+func directRows[F tensor.Float](m int, transA, transB bool, a []F) bool {
+	var z F
+	return vdotAsm && m < gemmSmallRows && unsafe.Sizeof(z) == 4 && !(transA && transB) && !gemmPureGo.Load() && gemmSmall > 0
+}
+
 // gemmDirect adds op(A)·op(B) to C with plain loops, without packing:
 // for products under gemmSmall multiply-adds (W1's 4×16 by 16×4 is
 // 256), packing the operands costs more than the arithmetic. Each case
 // orders its loops so that the innermost one runs along contiguous
 // memory.
 func gemmDirect[F tensor.Float](m, n, k int, a []F, lda int, transA bool, b []F, ldb int, transB bool, c []F, ldc int) {
+	if vdotAsm && !(transA && transB) {
+		if a32, b32, c32 := asF32(a), asF32(b), asF32(c); a32 != nil && b32 != nil && c32 != nil {
+			gemmDirectF32(m, n, k, a32, lda, transA, b32, ldb, transB, c32, ldc)
+			return
+		}
+	}
 	switch {
 	case !transA && !transB: // c[i,:] += a[i,p]·b[p,:]
 		for i := 0; i < m; i++ {
@@ -274,6 +295,46 @@ func gemmDirect[F tensor.Float](m, n, k int, a []F, lda int, transA bool, b []F,
 			}
 		}
 	}
+}
+
+// gemmDirectF32 is gemmDirect for float32 with the vector kernels: rows
+// of C gather axpys of rows of B, or dot products with rows of B when B
+// is transposed (op(A) = Aᵀ with B transposed stays in gemmDirect).
+func gemmDirectF32(m, n, k int, a []float32, lda int, transA bool, b []float32, ldb int, transB bool, c []float32, ldc int) {
+	switch {
+	case !transA && !transB: // c[i,:] += a[i,p]·b[p,:]
+		for i := 0; i < m; i++ {
+			ci := c[i*ldc : i*ldc+n]
+			for p, av := range a[i*lda : i*lda+k] {
+				axpyF32(av, b[p*ldb:p*ldb+n], ci)
+			}
+		}
+	case !transA && transB: // c[i,j] += a[i,:]·b[j,:]
+		for i := 0; i < m; i++ {
+			ai := a[i*lda : i*lda+k]
+			ci := c[i*ldc : i*ldc+n]
+			for j := range ci {
+				ci[j] += dotF32(ai, b[j*ldb:j*ldb+k])
+			}
+		}
+	default: // c[i,:] += a[p,i]·b[p,:]
+		for p := 0; p < k; p++ {
+			bp := b[p*ldb : p*ldb+n]
+			for i, av := range a[p*lda : p*lda+m] {
+				axpyF32(av, bp, c[i*ldc:i*ldc+n])
+			}
+		}
+	}
+}
+
+// asF32 views s as []float32 when F is float32 (nil otherwise or when
+// empty), without allocating.
+func asF32[F tensor.Float](s []F) []float32 {
+	var z F
+	if unsafe.Sizeof(z) != 4 || len(s) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*float32)(unsafe.Pointer(&s[0])), len(s))
 }
 
 // packA copies the mb×kb block of op(A) at (ic, pc) into panels of mr

@@ -1,0 +1,107 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// func dotAVX2(a, b *float32, n int) float32
+//
+// Σ a[i]·b[i] for i < n (n a positive multiple of 8): four 8-lane
+// accumulators over blocks of 32, then one over the remaining blocks of
+// 8, summed lane-wise at the end.
+TEXT ·dotAVX2(SB), NOSPLIT, $0-28
+	MOVQ a+0(FP), SI
+	MOVQ b+8(FP), DI
+	MOVQ n+16(FP), CX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	CMPQ CX, $32
+	JLT  tail8
+
+loop32:
+	VMOVUPS 0(SI), Y4
+	VMOVUPS 32(SI), Y5
+	VMOVUPS 64(SI), Y6
+	VMOVUPS 96(SI), Y7
+	VFMADD231PS 0(DI), Y4, Y0
+	VFMADD231PS 32(DI), Y5, Y1
+	VFMADD231PS 64(DI), Y6, Y2
+	VFMADD231PS 96(DI), Y7, Y3
+	ADDQ $128, SI
+	ADDQ $128, DI
+	SUBQ $32, CX
+	CMPQ CX, $32
+	JGE  loop32
+
+tail8:
+	TESTQ CX, CX
+	JZ    sum
+
+loop8:
+	VMOVUPS 0(SI), Y4
+	VFMADD231PS 0(DI), Y4, Y0
+	ADDQ $32, SI
+	ADDQ $32, DI
+	SUBQ $8, CX
+	JNZ  loop8
+
+sum:
+	VADDPS Y1, Y0, Y0
+	VADDPS Y3, Y2, Y2
+	VADDPS Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VMOVHLPS X0, X1, X1
+	VADDPS X1, X0, X0
+	VMOVSHDUP X0, X1
+	VADDSS X1, X0, X0
+	VMOVSS X0, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// func axpyAVX2(alpha float32, x, y *float32, n int)
+//
+// y[i] += alpha·x[i] for i < n (n a positive multiple of 8).
+TEXT ·axpyAVX2(SB), NOSPLIT, $0-32
+	VBROADCASTSS alpha+0(FP), Y0
+	MOVQ x+8(FP), SI
+	MOVQ y+16(FP), DI
+	MOVQ n+24(FP), CX
+	CMPQ CX, $32
+	JLT  atail8
+
+aloop32:
+	VMOVUPS 0(DI), Y1
+	VMOVUPS 32(DI), Y2
+	VMOVUPS 64(DI), Y3
+	VMOVUPS 96(DI), Y4
+	VFMADD231PS 0(SI), Y0, Y1
+	VFMADD231PS 32(SI), Y0, Y2
+	VFMADD231PS 64(SI), Y0, Y3
+	VFMADD231PS 96(SI), Y0, Y4
+	VMOVUPS Y1, 0(DI)
+	VMOVUPS Y2, 32(DI)
+	VMOVUPS Y3, 64(DI)
+	VMOVUPS Y4, 96(DI)
+	ADDQ $128, SI
+	ADDQ $128, DI
+	SUBQ $32, CX
+	CMPQ CX, $32
+	JGE  aloop32
+
+atail8:
+	TESTQ CX, CX
+	JZ    adone
+
+aloop8:
+	VMOVUPS 0(DI), Y1
+	VFMADD231PS 0(SI), Y0, Y1
+	VMOVUPS Y1, 0(DI)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	SUBQ $8, CX
+	JNZ  aloop8
+
+adone:
+	VZEROUPPER
+	RET

@@ -1,0 +1,24 @@
+//go:build !amd64 || purego
+
+package cpu
+
+// vdotAsm is false: no vector kernels on this build.
+const vdotAsm = false
+
+// dotF32 returns Σ a[i]·b[i] over len(a) (b at least as long).
+func dotF32(a, b []float32) float32 {
+	b = b[:len(a)]
+	var s float32
+	for i, v := range a {
+		s += v * b[i]
+	}
+	return s
+}
+
+// axpyF32 adds alpha·x[i] to y[i] over len(x) (y at least as long).
+func axpyF32(alpha float32, x, y []float32) {
+	y = y[:len(x)]
+	for i, v := range x {
+		y[i] += alpha * v
+	}
+}
