@@ -418,3 +418,91 @@ func TestCrossEntropyMatchesCPU(t *testing.T) {
 		}
 	}
 }
+
+// TestDropoutMatchesCPU: the device drops exactly the elements the CPU
+// backend drops for the same {seed, counter}, and advances the counter.
+func TestDropoutMatchesCPU(t *testing.T) {
+	for _, d := range []tensor.DType{tensor.F32, tensor.BF16} {
+		x := tensor.Normal(tensor.NewRNG(3), tensor.F32, 0, 1, 5000).Cast(d)
+		state := tensor.FromSlice([]int64{42, 7}, 2)
+		stateD := toDev(t, state)
+		want, wantMask := tensor.Empty(d, 5000), tensor.Empty(d, 5000)
+		cpuBE.Dropout(want, wantMask, x, state, 0.3)
+		got, gotMask := poisoned(t, d, 5000), poisoned(t, d, 5000)
+		if err := dev.Dropout(got, gotMask, toDev(t, x), stateD, 0.3); err != nil {
+			t.Fatal(err)
+		}
+		closeRel(t, "dropout mask", fromDev(t, gotMask), wantMask, 0)
+		closeRel(t, "dropout", fromDev(t, got), want, 0)
+		if s := fromDev(t, stateD).I64(); s[0] != 42 || s[1] != 8 {
+			t.Fatalf("state after one dropout %v, want [42 8]", s)
+		}
+	}
+}
+
+// TestLayerNormMatchesCPU: forward (with and without affine) and the
+// backward's dx, dw, db.
+func TestLayerNormMatchesCPU(t *testing.T) {
+	for _, d := range []tensor.DType{tensor.F32, tensor.BF16} {
+		for _, affine := range []bool{true, false} {
+			const rows, n = 33, 300
+			rng := tensor.NewRNG(4)
+			x := tensor.Normal(rng, tensor.F32, 1, 2, rows, n).Cast(d)
+			dy := tensor.Normal(rng, tensor.F32, 0, 1, rows, n).Cast(d)
+			var w, b, wd, bd *tensor.Tensor
+			if affine {
+				w, b = tensor.Normal(rng, tensor.F32, 1, 0.1, n).Cast(d), tensor.Normal(rng, tensor.F32, 0, 0.1, n).Cast(d)
+				wd, bd = toDev(t, w), toDev(t, b)
+			}
+			y, mean, rstd := tensor.Empty(d, rows, n), tensor.Empty(tensor.F32, rows), tensor.Empty(tensor.F32, rows)
+			cpuBE.LayerNorm(y, mean, rstd, x, w, b, n, 1e-5)
+			yd, meanD, rstdD := poisoned(t, d, rows, n), poisoned(t, tensor.F32, rows), poisoned(t, tensor.F32, rows)
+			xd := toDev(t, x)
+			if err := dev.LayerNorm(yd, meanD, rstdD, xd, wd, bd, n, 1e-5); err != nil {
+				t.Fatal(err)
+			}
+			tol := 4 * tolOf(d)
+			closeRel(t, "layernorm y", fromDev(t, yd), y, tol)
+			closeRel(t, "layernorm rstd", fromDev(t, rstdD), rstd, tol)
+			dx, dw, db := tensor.Empty(d, rows, n), tensor.Empty(d, n), tensor.Empty(d, n)
+			gdx, gdw, gdb := poisoned(t, d, rows, n), poisoned(t, d, n), poisoned(t, d, n)
+			if !affine {
+				dw, db, gdw, gdb = nil, nil, nil, nil
+			}
+			cpuBE.LayerNormBackward(dx, dw, db, dy, x, mean, rstd, w, n)
+			if err := dev.LayerNormBackward(gdx, gdw, gdb, toDev(t, dy), xd, meanD, rstdD, wd, n); err != nil {
+				t.Fatal(err)
+			}
+			closeRel(t, "layernorm dx", fromDev(t, gdx), dx, tol)
+			if affine {
+				closeRel(t, "layernorm dw", fromDev(t, gdw), dw, tol)
+				closeRel(t, "layernorm db", fromDev(t, gdb), db, tol)
+			}
+		}
+	}
+}
+
+// TestIndexRowsMatchCPU: row selection (an embedding lookup) and the
+// scattered add of its gradient, with repeated rows, I64 and I32 indices.
+func TestIndexRowsMatchCPU(t *testing.T) {
+	rng := tensor.NewRNG(6)
+	table := tensor.Normal(rng, tensor.F32, 0, 1, 50, 3, 7)
+	idx := tensor.FromSlice([]int64{3, 0, 49, 3, 17, 3}, 6)
+	for _, ix := range []*tensor.Tensor{idx, idx.Cast(tensor.I32)} {
+		want := tensor.Empty(tensor.F32, 6, 3, 7)
+		cpuBE.IndexSelect(want, table, 0, ix)
+		got := poisoned(t, tensor.F32, 6, 3, 7)
+		if err := dev.IndexSelectRows(got, toDev(t, table), toDev(t, ix)); err != nil {
+			t.Fatal(err)
+		}
+		closeRel(t, "index select", fromDev(t, got), want, 0)
+		src := tensor.Normal(rng, tensor.F32, 0, 1, 6, 3, 7)
+		acc := tensor.Normal(rng, tensor.F32, 0, 1, 50, 3, 7)
+		accD := toDev(t, acc)
+		cpuBE.IndexAdd(acc, 0, ix, src)
+		if err := dev.IndexAddRows(accD, toDev(t, ix), toDev(t, src)); err != nil {
+			t.Fatal(err)
+		}
+		closeRel(t, "index add", fromDev(t, accD), acc, 1e-6)
+	}
+}
