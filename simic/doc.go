@@ -23,6 +23,14 @@
 //     minibatches and a finiteness gate.
 //   - RunningMeanStd, RewardNormalizer and ValueNormalizer are the
 //     normalisers of §5.5.
+//   - Rewarder computes the per-step reward of a lifecycle decision in
+//     one of three modes (§5.6): SHAPED, whose terms are reported
+//     separately and sum to the total, SIMPLIFIED and SPARSE.
+//   - CounterfactualEngine attributes accuracy to seeds (§5.7): the
+//     configurations to evaluate come as one plan (so an environment
+//     validates them in one batched pass), then exact Shapley values
+//     over the full factorial for up to four seeds, seeded antithetic
+//     permutation sampling above, and pairwise interactions.
 //   - Trainer alternates rollouts and updates; CartPole (Gym's
 //     CartPole-v1) is the validation environment and TrainCartPole the
 //     acceptance run.
