@@ -254,14 +254,7 @@ func matmulT(a, b *tensor.Tensor, transA, transB bool, dt tensor.DType) *tensor.
 // matmulBiasT is matmulT with bias ([N], nil for none) added in the
 // product's epilogue (kernels.Backend.MatMulBias).
 func matmulBiasT(a, b, bias *tensor.Tensor, transA, transB bool, dt tensor.DType) *tensor.Tensor {
-	a, b = contig(a), contig(b)
-	m, _, n, batch := matmulShape("matmul", a.Shape(), b.Shape(), transA, transB)
-	var out *tensor.Tensor
-	if batch > 0 {
-		out = alloc(a, dt, batch, m, n)
-	} else {
-		out = alloc(a, dt, m, n)
-	}
+	a, b, out := matmulOut(a, b, transA, transB, dt)
 	if bias != nil {
 		backendOf(a).MatMulBias(out, a, b, bias, transA, transB)
 	} else {
@@ -273,16 +266,20 @@ func matmulBiasT(a, b, bias *tensor.Tensor, transA, transB bool, dt tensor.DType
 // matmulBiasActT is matmulBiasT with act applied in the same epilogue
 // (kernels.Backend.MatMulBiasAct).
 func matmulBiasActT(a, b, bias *tensor.Tensor, act kernels.UnaryOp, transA, transB bool, dt tensor.DType) *tensor.Tensor {
-	a, b = contig(a), contig(b)
-	m, _, n, batch := matmulShape("matmul", a.Shape(), b.Shape(), transA, transB)
-	var out *tensor.Tensor
-	if batch > 0 {
-		out = alloc(a, dt, batch, m, n)
-	} else {
-		out = alloc(a, dt, m, n)
-	}
+	a, b, out := matmulOut(a, b, transA, transB, dt)
 	backendOf(a).MatMulBiasAct(out, a, b, bias, act, transA, transB)
 	return out
+}
+
+// matmulOut makes a and b contiguous and allocates op(a)·op(b)'s output
+// ([M, N], or [B, M, N] batched) in dtype dt.
+func matmulOut(a, b *tensor.Tensor, transA, transB bool, dt tensor.DType) (ac, bc, out *tensor.Tensor) {
+	a, b = contig(a), contig(b)
+	m, _, n, batch := matmulShape("matmul", a.Shape(), b.Shape(), transA, transB)
+	if batch > 0 {
+		return a, b, alloc(a, dt, batch, m, n)
+	}
+	return a, b, alloc(a, dt, m, n)
 }
 
 // matmulShape validates op(a)·op(b) and returns M, K, N and the batch size

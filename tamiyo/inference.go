@@ -230,16 +230,3 @@ func unflattenGraph(in []*tensor.Tensor) *graphTensors {
 	return gt
 }
 
-// tensorRows reads a [B, n] tensor as float32 rows.
-func tensorRows(t *tensor.Tensor) [][]float32 {
-	s := t.Shape()
-	vals := t.Float64s()
-	rows := make([][]float32, s[0])
-	for b := range rows {
-		rows[b] = make([]float32, s[1])
-		for i := range rows[b] {
-			rows[b][i] = float32(vals[b*s[1]+i])
-		}
-	}
-	return rows
-}

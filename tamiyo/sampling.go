@@ -161,9 +161,12 @@ func (r *ActResult) Action(b int) leyline.FactoredAction {
 }
 
 // hostRows reads a [B, n] Var as float32 rows.
-func hostRows(v *autograd.Var) [][]float32 {
-	s := v.Shape()
-	vals := v.Value.Float64s()
+func hostRows(v *autograd.Var) [][]float32 { return tensorRows(v.Value) }
+
+// tensorRows reads a [B, n] tensor as float32 rows.
+func tensorRows(t *tensor.Tensor) [][]float32 {
+	s := t.Shape()
+	vals := t.Float64s()
 	rows := make([][]float32, s[0])
 	for b := range rows {
 		rows[b] = make([]float32, s[1])
