@@ -229,4 +229,3 @@ func unflattenGraph(in []*tensor.Tensor) *graphTensors {
 	}
 	return gt
 }
-
