@@ -309,11 +309,20 @@ func gemmDirectF32(m, n, k int, a []float32, lda int, transA bool, b []float32, 
 				axpyF32(av, b[p*ldb:p*ldb+n], ci)
 			}
 		}
-	case !transA && transB: // c[i,j] += a[i,:]·b[j,:]
+	case !transA && transB: // c[i,j] += a[i,:]·b[j,:], four j at a time
+		var d4 [4]float32
 		for i := 0; i < m; i++ {
 			ai := a[i*lda : i*lda+k]
 			ci := c[i*ldc : i*ldc+n]
-			for j := range ci {
+			j := 0
+			for ; j+4 <= n; j += 4 {
+				dot4F32(ai, b[j*ldb:], ldb, &d4)
+				ci[j] += d4[0]
+				ci[j+1] += d4[1]
+				ci[j+2] += d4[2]
+				ci[j+3] += d4[3]
+			}
+			for ; j < n; j++ {
 				ci[j] += dotF32(ai, b[j*ldb:j*ldb+k])
 			}
 		}

@@ -17,6 +17,32 @@ func dotAVX2(a, b *float32, n int) float32
 //go:noescape
 func axpyAVX2(alpha float32, x, y *float32, n int)
 
+// dot4AVX2 sets out[r] = Σ a[i]·b[r·ldb+i] for r < 4, i < n (n a
+// positive multiple of 8).
+//
+//go:noescape
+func dot4AVX2(a, b *float32, ldb, n int, out *[4]float32)
+
+// dot4F32 sets out[r] to the dot product of a with the row b[r·ldb:] of
+// length len(a), for r < 4: a's loads shared by four rows of b.
+func dot4F32(a, b []float32, ldb int, out *[4]float32) {
+	n := len(a)
+	_ = b[3*ldb+n-1]
+	n8 := n &^ 7
+	if vdotAsm && n8 > 0 {
+		dot4AVX2(&a[0], &b[0], ldb, n8, out)
+	} else {
+		n8 = 0
+		*out = [4]float32{}
+	}
+	for r := range out {
+		row := b[r*ldb+n8 : r*ldb+n]
+		for i, v := range a[n8:] {
+			out[r] += v * row[i]
+		}
+	}
+}
+
 // dotF32 returns Σ a[i]·b[i] over len(a) (b at least as long): eight
 // lanes at a time in four accumulators, the last len(a) mod 8 in Go.
 func dotF32(a, b []float32) float32 {

@@ -105,3 +105,43 @@ aloop8:
 adone:
 	VZEROUPPER
 	RET
+
+// func dot4AVX2(a, b *float32, ldb, n int, out *[4]float32)
+//
+// out[r] = Σ a[i]·b[r·ldb + i] for r < 4, i < n (n a positive multiple
+// of 8): one load of a serves four rows of b, one accumulator per row.
+TEXT ·dot4AVX2(SB), NOSPLIT, $0-40
+	MOVQ a+0(FP), SI
+	MOVQ b+8(FP), DI
+	MOVQ ldb+16(FP), BX
+	MOVQ n+24(FP), CX
+	MOVQ out+32(FP), DX
+	SHLQ $2, BX
+	LEAQ (DI)(BX*1), R8
+	LEAQ (R8)(BX*1), R9
+	LEAQ (R9)(BX*1), R10
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	XORQ AX, AX
+
+loop4r:
+	VMOVUPS (SI)(AX*4), Y4
+	VFMADD231PS (DI)(AX*4), Y4, Y0
+	VFMADD231PS (R8)(AX*4), Y4, Y1
+	VFMADD231PS (R9)(AX*4), Y4, Y2
+	VFMADD231PS (R10)(AX*4), Y4, Y3
+	ADDQ $8, AX
+	CMPQ AX, CX
+	JLT  loop4r
+
+	// Horizontal sums: pairwise adds bring row r's total to lane r.
+	VHADDPS Y1, Y0, Y0 // r0 r0 r1 r1 | r0 r0 r1 r1 (per 128-bit lane)
+	VHADDPS Y3, Y2, Y2 // r2 r2 r3 r3 | ...
+	VHADDPS Y2, Y0, Y0 // r0 r1 r2 r3 | r0 r1 r2 r3
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VMOVUPS X0, (DX)
+	VZEROUPPER
+	RET

@@ -22,3 +22,11 @@ func axpyF32(alpha float32, x, y []float32) {
 		y[i] += alpha * v
 	}
 }
+
+// dot4F32 sets out[r] to the dot product of a with the row b[r·ldb:] of
+// length len(a), for r < 4.
+func dot4F32(a, b []float32, ldb int, out *[4]float32) {
+	for r := range out {
+		out[r] = dotF32(a, b[r*ldb:])
+	}
+}

@@ -42,3 +42,32 @@ func TestDotAxpyF32(t *testing.T) {
 		}
 	}
 }
+
+// TestDot4F32: four dot products sharing a agree with float64 references
+// for lengths 0 to 70 and a row stride longer than the rows.
+func TestDot4F32(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for n := 0; n <= 70; n++ {
+		ldb := n + 5
+		a := make([]float32, n)
+		b := make([]float32, 4*ldb)
+		for i := range a {
+			a[i] = float32(rng.NormFloat64())
+		}
+		for i := range b {
+			b[i] = float32(rng.NormFloat64())
+		}
+		var out [4]float32
+		dot4F32(a, b, ldb, &out)
+		for r := range out {
+			var want, mag float64
+			for i := range a {
+				want += float64(a[i]) * float64(b[r*ldb+i])
+				mag += math.Abs(float64(a[i]) * float64(b[r*ldb+i]))
+			}
+			if math.Abs(float64(out[r])-want) > 1e-6*(mag+1) {
+				t.Fatalf("n=%d row %d: %v, want %v", n, r, out[r], want)
+			}
+		}
+	}
+}
