@@ -68,7 +68,7 @@ cuda-deps:
 	  printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm\nComponents: contrib non-free\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
 	    | $(SUDO) tee $(CUDA_SOURCES) >/dev/null && \
 	  $(SUDO) apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq nvidia-cuda-toolkit nvidia-cuda-toolkit-gcc; \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nvidia-cuda-toolkit nvidia-cuda-toolkit-gcc; \
 	fi
 
 ## ptx: regenerate kernels/cuda/ptx/*.ptx from kernels/cuda/src/*.cu (commit
