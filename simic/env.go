@@ -119,6 +119,13 @@ type StepResult[O any] struct {
 	// Truncated reports that the episode was cut (a time limit) in a
 	// non-terminal state: the return is bootstrapped with V(Obs).
 	Truncated bool
+	// Rollback reports that the environment's governor rolled its model
+	// back during the step. The trainer then marks the environment's
+	// rollout since its last episode boundary terminal, with Reward as
+	// the penalty and the earlier rewards forfeited
+	// (Buffer.MarkTerminalWithPenalty); the episode itself goes on from
+	// Obs.
+	Rollback bool
 }
 
 // Env is one environment with observations of type O and a factored
@@ -159,6 +166,9 @@ type VecStep[O any] struct {
 	// Rewards, Terminated and Truncated are the step's results.
 	Rewards               []float64
 	Terminated, Truncated []bool
+	// Rollback flags the environments whose governor rolled back (see
+	// StepResult.Rollback).
+	Rollback []bool
 	// Episodes lists the episodes that ended on this step.
 	Episodes []Episode
 }
@@ -247,7 +257,7 @@ func (v *VecEnv[O]) Step(actions [][]int) (*VecStep[O], error) {
 	}
 	s := &VecStep[O]{
 		Obs: make([]O, n), FinalObs: make([]O, n), Rewards: make([]float64, n),
-		Terminated: make([]bool, n), Truncated: make([]bool, n),
+		Terminated: make([]bool, n), Truncated: make([]bool, n), Rollback: make([]bool, n),
 	}
 	for i, e := range v.envs {
 		if len(actions[i]) != len(v.spec.HeadSizes) {
@@ -257,7 +267,7 @@ func (v *VecEnv[O]) Step(actions [][]int) (*VecStep[O], error) {
 		if err != nil {
 			return nil, fmt.Errorf("simic: VecEnv.Step: env %d: %w", i, err)
 		}
-		s.Rewards[i], s.Terminated[i], s.Truncated[i] = r.Reward, r.Terminated, r.Truncated
+		s.Rewards[i], s.Terminated[i], s.Truncated[i], s.Rollback[i] = r.Reward, r.Terminated, r.Truncated, r.Rollback
 		v.epReturn[i] += r.Reward
 		v.epLen[i]++
 		s.Obs[i] = r.Obs

@@ -219,6 +219,14 @@ func (p *PPO[O]) Rand() *rand.Rand { return p.rng }
 // Updates is the number of updates performed (skipped ones excluded).
 func (p *PPO[O]) Updates() int { return p.updates }
 
+// Optimizer returns the policy's Adam optimizer (its StateDict is what a
+// checkpoint saves).
+func (p *PPO[O]) Optimizer() *optim.AdamW { return p.opt }
+
+// SetUpdates sets the count of performed updates, which drives the
+// entropy annealing and floor schedules (a resumed run continues it).
+func (p *PPO[O]) SetUpdates(n int) { p.updates = n }
+
 // valueScale is the factor that turns critic outputs into return units.
 func (p *PPO[O]) valueScale() float64 {
 	if p.opts.NoValueNorm {

@@ -87,6 +87,17 @@ func (t *Trainer[O]) transform(obs []O, update bool) ([]O, error) {
 // environments).
 func (t *Trainer[O]) EnvSteps() int { return t.envSteps }
 
+// PPO returns the trainer's PPO.
+func (t *Trainer[O]) PPO() *PPO[O] { return t.ppo }
+
+// RewardNormalizer returns the reward normaliser, or nil when
+// TrainerOptions.NormalizeRewards is off.
+func (t *Trainer[O]) RewardNormalizer() *RewardNormalizer { return t.rewardNorm }
+
+// SetEnvSteps sets the environment-step counter (a resumed run continues
+// its count).
+func (t *Trainer[O]) SetEnvSteps(n int) { t.envSteps = n }
+
 // Buffer is the rollout buffer (filled by Collect, reset by Iterate).
 func (t *Trainer[O]) Buffer() *Buffer[O] { return t.buf }
 
@@ -180,6 +191,14 @@ func (t *Trainer[O]) Collect() ([]Episode, error) {
 			}
 			if err := t.buf.Add(i, tr); err != nil {
 				return nil, err
+			}
+			if vs.Rollback[i] {
+				// Governor rollback: the stored reward is the penalty and
+				// the rollout since the last episode boundary is
+				// forfeited.
+				if _, err := t.buf.MarkTerminalWithPenalty(i, r); err != nil {
+					return nil, err
+				}
 			}
 		}
 		t.obs = next

@@ -362,69 +362,13 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 
 // encode turns an epoch state into the policy's graph and masks.
 func (s *Service) encode(st leyline.EpochState, lastOp leyline.LifecycleOp) (*Graph, []leyline.ActionMasks, error) {
-	bad := func(err error) error {
-		return fmt.Errorf("tamiyo: Service.EvaluateEpoch: %w: %w", ErrServiceInput, err)
-	}
-	ids := st.Slots.IDs()
-	if len(ids) == 0 {
-		return nil, nil, bad(errors.New("no slots"))
-	}
-	obsStates := make(map[string]*leyline.ObsSlotState, len(ids))
-	maskStates := make(map[string]*leyline.MaskSlotState, len(ids))
-	for _, id := range ids {
-		obsStates[id], maskStates[id] = nil, nil
-	}
-	live := 0
-	for _, r := range st.Seeds {
-		if isEmptySlotStage(r.Stage) {
-			continue
-		}
-		if !st.Slots.Contains(r.SlotID) {
-			return nil, nil, bad(fmt.Errorf("seed %q is in slot %q, which is not in the slot configuration %v", r.SeedID, r.SlotID, ids))
-		}
-		if obsStates[r.SlotID] != nil {
-			return nil, nil, bad(fmt.Errorf("two seeds in slot %q", r.SlotID))
-		}
-		if !leyline.IsFailureStage(r.Stage) {
-			live++
-		}
-		obsStates[r.SlotID] = &leyline.ObsSlotState{
-			Stage: r.Stage, BlueprintID: r.BlueprintID, Alpha: r.Alpha,
-			CounterfactualContribution: r.Counterfactual,
-			AlphaTarget:                r.AlphaTarget, AlphaMode: r.AlphaMode,
-			// A SeedReport does not carry the blend algorithm: encoded
-			// as ADD, the G2 default.
-			AlphaAlgorithm: leyline.BlendAdd,
-			EpochsInStage:  r.EpochsInStage, EpochsTotal: r.EpochsTotal,
-		}
-		maskStates[r.SlotID] = &leyline.MaskSlotState{Stage: r.Stage, SeedAgeEpochs: r.EpochsTotal, AlphaMode: r.AlphaMode}
-	}
-	masks, err := leyline.ComputeActionMasks(leyline.MaskInput{
-		Slots: st.Slots, EnabledSlots: ids, SlotStates: maskStates,
-		TotalSeeds: live, MaxSeeds: s.opts.MaxSeeds, Topology: st.Topology,
-	})
+	// The trainer does not tell a controller whether its last decision
+	// took effect: reported as a success.
+	g, m, err := EncodeState(st, EncodeOptions{Layers: s.opts.Layers(), LastOp: lastOp, MaxEpochs: s.opts.MaxEpochs, MaxSeeds: s.opts.MaxSeeds})
 	if err != nil {
-		return nil, nil, bad(err)
+		return nil, nil, fmt.Errorf("tamiyo: Service.EvaluateEpoch: %w", err)
 	}
-	var layers []LayerState
-	for _, l := range s.opts.Layers() {
-		l.Block.Slots = keepSlots(l.Block.Slots, st.Slots)
-		layers = append(layers, l)
-	}
-	g, err := BuildGraph(GraphInput{
-		Obs: leyline.ObsInput{
-			Signals: st.Signals, MaxEpochs: s.opts.MaxEpochs,
-			// The trainer does not tell a controller whether its last
-			// decision took effect: reported as a success.
-			LastActionSuccess: true, LastOp: lastOp,
-			Slots: st.Slots, SlotStates: obsStates,
-		},
-		Layers: layers,
-	})
-	if err != nil {
-		return nil, nil, bad(err)
-	}
-	return g, []leyline.ActionMasks{masks}, nil
+	return g, []leyline.ActionMasks{m}, nil
 }
 
 // keepSlots returns the ids of slots that are in cfg.

@@ -19,6 +19,7 @@ usage:
   esper train [--task synthetic|fashion-mnist] [--epochs N] [--controller heuristic|none]
               [--controller gnn --policy FILE [--policy-sample]]
               [--checkpoint DIR [--resume]] [--run-dir DIR] [--metrics-addr ADDR] [--device cpu]
+  esper ppo [--rounds N] [--envs N] [--max-epochs N] [--out FILE] [--checkpoint DIR [--resume]] [--run-dir DIR]
   esper help
 `
 
@@ -49,6 +50,12 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 	case "train":
 		if err := trainCmd(args[1:], stdout, stderr); err != nil {
 			fmt.Fprintf(stderr, "esper train: %v\n", err)
+			return 1
+		}
+		return 0
+	case "ppo":
+		if err := ppoCmd(args[1:], stdout, stderr); err != nil {
+			fmt.Fprintf(stderr, "esper ppo: %v\n", err)
 			return 1
 		}
 		return 0

@@ -1,0 +1,695 @@
+package simic
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"time"
+
+	"github.com/esper-go/esper/data"
+	"github.com/esper-go/esper/kasmina"
+	"github.com/esper-go/esper/leyline"
+	"github.com/esper-go/esper/tamiyo"
+	"github.com/esper-go/esper/tensor"
+	"github.com/esper-go/esper/tolaria"
+)
+
+// Esper environment defaults. They are small on purpose: an env-epoch of
+// the default environment on the default synthetic data takes a fraction
+// of a second on two CPU cores, so a PPO round of a few environments
+// takes seconds, not minutes.
+const (
+	// DefaultEsperMaxEpochs is the episode length in host epochs (G2
+	// max_epochs is 150; shortened so rounds stay short on a CPU).
+	DefaultEsperMaxEpochs = 12
+	// DefaultEsperBlocks is the CNN host's block count: one pre-pool slot
+	// per block, so three slots.
+	DefaultEsperBlocks = 3
+	// DefaultEsperBaseChannels is the first block's channel count.
+	DefaultEsperBaseChannels = 4
+	// DefaultEsperTrain, DefaultEsperVal and DefaultEsperBatch size the
+	// shared synthetic data stream.
+	DefaultEsperTrain = 512
+	DefaultEsperVal   = 256
+	DefaultEsperBatch = 64
+	// esperDeadline bounds the controller and apply calls inside the
+	// environment's epochs: the decision waits for the whole lock-step
+	// batch and the policy, so tolaria's 2 s default does not apply.
+	esperDeadline = time.Hour
+)
+
+// EsperData is the data stream the environments of a vectorised run
+// share: every environment trains on the same batches of an epoch and
+// validates on the same validation set.
+type EsperData struct {
+	// Train and Val are the batches; Train should drop its last partial
+	// batch (a captured step re-captures per shape).
+	Train, Val tolaria.Batches
+	// InChannels and Classes describe the images and labels.
+	InChannels, Classes int
+	close               func()
+}
+
+// Close releases the loaders NewSyntheticData opened.
+func (d *EsperData) Close() {
+	if d != nil && d.close != nil {
+		d.close()
+		d.close = nil
+	}
+}
+
+// SyntheticDataOptions configure NewSyntheticData; zero values are the
+// defaults.
+type SyntheticDataOptions struct {
+	// Train, Val and Batch size the stream (defaults DefaultEsperTrain,
+	// DefaultEsperVal, DefaultEsperBatch).
+	Train, Val, Batch int
+	// Seed selects the task instance and the shuffle order.
+	Seed uint64
+}
+
+// NewSyntheticData returns the embedded synthetic task as a shared data
+// stream. Close it when done.
+func NewSyntheticData(o SyntheticDataOptions) (*EsperData, error) {
+	if o.Train < 0 || o.Val < 0 || o.Batch < 0 {
+		return nil, fmt.Errorf("simic: NewSyntheticData: negative size in %+v", o)
+	}
+	if o.Train == 0 {
+		o.Train = DefaultEsperTrain
+	}
+	if o.Val == 0 {
+		o.Val = DefaultEsperVal
+	}
+	if o.Batch == 0 {
+		o.Batch = DefaultEsperBatch
+	}
+	train, val, err := data.Synthetic(data.SyntheticOptions{Train: o.Train, Test: o.Val, Seed: o.Seed})
+	if err != nil {
+		return nil, fmt.Errorf("simic: NewSyntheticData: %w", err)
+	}
+	tl, err := data.NewLoader(train, data.LoaderOptions{BatchSize: o.Batch, Shuffle: true, Seed: o.Seed, DropLast: true})
+	if err != nil {
+		return nil, fmt.Errorf("simic: NewSyntheticData: %w", err)
+	}
+	vl, err := data.NewLoader(val, data.LoaderOptions{BatchSize: o.Batch})
+	if err != nil {
+		tl.Close()
+		return nil, fmt.Errorf("simic: NewSyntheticData: %w", err)
+	}
+	return &EsperData{
+		Train: loaderBatches{tl}, Val: loaderBatches{vl},
+		InChannels: train.Shape()[0], Classes: train.Classes(),
+		close: func() { tl.Close(); vl.Close() },
+	}, nil
+}
+
+// loaderBatches adapts a data.Loader to tolaria.Batches.
+type loaderBatches struct{ l *data.Loader }
+
+func (b loaderBatches) Batches(e int) iter.Seq2[*tensor.Tensor, *tensor.Tensor] {
+	return func(yield func(*tensor.Tensor, *tensor.Tensor) bool) {
+		for bt := range b.l.Epoch(e) {
+			if !yield(bt.X, bt.Y) {
+				return
+			}
+		}
+	}
+}
+
+// EsperEnvOptions configure NewEsperEnv. Data is required; every other
+// zero value is the documented default.
+type EsperEnvOptions struct {
+	// Data is the shared data stream.
+	Data *EsperData
+	// Index is the environment's index in its VecEnv (telemetry EnvID,
+	// seed ids, initialisation).
+	Index int
+	// Seed seeds the hosts' initialisation (with Index and the episode).
+	Seed uint64
+	// MaxEpochs is the episode length (default DefaultEsperMaxEpochs);
+	// the last epoch's step is truncated and bootstrapped.
+	MaxEpochs int
+	// Blocks, BaseChannels and KernelSize shape the CNN host (defaults
+	// DefaultEsperBlocks, DefaultEsperBaseChannels, 3).
+	Blocks, BaseChannels, KernelSize int
+	// HostLR is the host's SGD rate (default 0.01, G2 task host_lr).
+	HostLR float64
+	// Rewarder computes the rewards; nil means SHAPED with the reference
+	// defaults.
+	Rewarder *Rewarder
+	// Counterfactual plans the fused validation's alpha configurations;
+	// nil means the engine's defaults (full factorial up to 4 seeds).
+	Counterfactual *CounterfactualEngine
+	// Governor configures the environment's governor; nil means the G2
+	// defaults. NoGovernor disables it (no rollbacks).
+	Governor   *tolaria.GovernorOptions
+	NoGovernor bool
+	// MaxSeeds caps the live seeds (0 = unlimited).
+	MaxSeeds int
+	// Capture captures the training step (tolaria.TrainerOptions.Capture).
+	Capture bool
+	// Sink receives the trainer's telemetry; nil sends none.
+	Sink tolaria.EventSink
+}
+
+// EsperStepInfo describes the last step of an EsperEnv.
+type EsperStepInfo struct {
+	// Epoch is the epoch the decision was taken at.
+	Epoch int
+	// Decision is what was executed (WAIT after a preflight veto) and
+	// Applied what it did.
+	Decision leyline.Decision
+	Applied  tolaria.ApplyStatus
+	// Vetoed reports a preflight veto, with its reason.
+	Vetoed     bool
+	VetoReason string
+	// Reward is the reward with its terms (zero after a rollback, whose
+	// reward is the governor's penalty).
+	Reward Reward
+	// ValAccuracy is the epoch's validation accuracy (percent).
+	ValAccuracy float64
+	// Rollbacks counts governor rollbacks during the step.
+	Rollbacks int
+	// Counterfactual is the epoch's attribution, nil without seeds to
+	// attribute.
+	Counterfactual *CounterfactualResult
+}
+
+// EsperEnv is one morphogenetic training run as an Env: a
+// MorphogeneticModel with its optimizers, trained by a tolaria.Trainer
+// (epoch runner, governor, deadlines) whose controller is the policy,
+// through a tamiyo.Tracked signal tracker, exactly as `esper train
+// --controller gnn` deploys it.
+//
+// A step is one training epoch's decision: the trainer's epoch runs in
+// its own goroutine up to the point where it asks its controller (after
+// training, validation, the counterfactual measurements and the
+// governor), and stays parked there while the environment evaluates the
+// counterfactual configurations of the CounterfactualEngine's plan in one
+// fused pass (FusedForward over K·B samples, correct counts accumulated
+// on the device and read once), encodes the observation
+// (tamiyo.EncodeState) and returns it. Step hands the policy's decision
+// back after the governor's Preflight (a veto executes WAIT); the trainer
+// applies it through tolaria.ApplyDecision, ticks the slots and finishes
+// the epoch; the reward comes from the Rewarder; then the next epoch runs
+// to its decision point. An epoch the governor rolls back never asks its
+// controller: the step reports Rollback with the governor's penalty and
+// continues with the next epoch. The episode ends (truncated) after
+// MaxEpochs epochs; Reset builds a fresh host.
+//
+// Environments of a VecEnv step one after another, so they may share
+// EsperData; an EsperEnv is not safe for concurrent use.
+type EsperEnv struct {
+	o        EsperEnvOptions
+	spec     EnvSpec
+	rewarder *Rewarder
+	cf       *CounterfactualEngine
+	episode  int
+	fused    *fusedValidator
+
+	// The running episode.
+	model      *kasmina.MorphogeneticModel
+	trainer    *tolaria.Trainer
+	bridge     *bridgeController
+	cancel     context.CancelFunc
+	runCtx     context.Context
+	done       chan epochResult
+	running    bool
+	epoch      int
+	state      *leyline.EpochState // the parked epoch's state
+	cfRes      *CounterfactualResult
+	masks      leyline.ActionMasks
+	lastOp     leyline.LifecycleOp
+	lastFailed bool
+	accAtGerm  map[string]float64
+	hostParams int
+	layers     []tamiyo.LayerState
+	info       EsperStepInfo
+	slotIDs    []string
+}
+
+type epochResult struct {
+	r   tolaria.EpochReport
+	err error
+}
+
+// bridgeController is the trainer's controller: it hands the epoch state
+// to the environment and waits for the decision.
+type bridgeController struct {
+	states    chan leyline.EpochState
+	decisions chan leyline.Decision
+}
+
+func (b *bridgeController) EvaluateEpoch(ctx context.Context, st leyline.EpochState) (leyline.Decision, error) {
+	select {
+	case b.states <- st:
+	case <-ctx.Done():
+		return leyline.Decision{}, ctx.Err()
+	}
+	select {
+	case d := <-b.decisions:
+		return d, nil
+	case <-ctx.Done():
+		return leyline.Decision{}, ctx.Err()
+	}
+}
+
+// NewEsperEnv validates o; Reset starts the first episode.
+func NewEsperEnv(o EsperEnvOptions) (*EsperEnv, error) {
+	switch {
+	case o.Data == nil || o.Data.Train == nil || o.Data.Val == nil:
+		return nil, errors.New("simic: NewEsperEnv: Data with Train and Val batches is required")
+	case o.MaxEpochs < 0 || o.Blocks < 0 || o.BaseChannels < 0 || o.KernelSize < 0 || o.HostLR < 0 || o.MaxSeeds < 0 || o.Index < 0:
+		return nil, fmt.Errorf("simic: NewEsperEnv: negative option in %+v", o)
+	}
+	if o.MaxEpochs == 0 {
+		o.MaxEpochs = DefaultEsperMaxEpochs
+	}
+	if o.Blocks == 0 {
+		o.Blocks = DefaultEsperBlocks
+	}
+	if o.Blocks < 2 {
+		return nil, fmt.Errorf("simic: NewEsperEnv: %d blocks (the CNN host needs ≥ 2)", o.Blocks)
+	}
+	if o.BaseChannels == 0 {
+		o.BaseChannels = DefaultEsperBaseChannels
+	}
+	if o.KernelSize == 0 {
+		o.KernelSize = 3
+	}
+	if o.HostLR == 0 {
+		o.HostLR = 0.01
+	}
+	e := &EsperEnv{o: o, rewarder: o.Rewarder, cf: o.Counterfactual}
+	var err error
+	if e.rewarder == nil {
+		if e.rewarder, err = NewRewarder(RewardOptions{}); err != nil {
+			return nil, err
+		}
+	}
+	if e.cf == nil {
+		if e.cf, err = NewCounterfactualEngine(CounterfactualOptions{}); err != nil {
+			return nil, err
+		}
+	}
+	// The slot count fixes the action spec: build one host to read it.
+	host, err := e.newHost()
+	if err != nil {
+		return nil, err
+	}
+	e.spec = TamiyoSpec(len(prePoolSlots(host)))
+	e.fused = newFusedValidator()
+	return e, nil
+}
+
+// Options returns the options with defaults filled in.
+func (e *EsperEnv) Options() EsperEnvOptions { return e.o }
+
+// Spec is leyline's factored action over the host's slots.
+func (e *EsperEnv) Spec() EnvSpec { return e.spec }
+
+// Model is the current episode's model (nil before Reset).
+func (e *EsperEnv) Model() *kasmina.MorphogeneticModel { return e.model }
+
+// Trainer is the current episode's epoch runner (nil before Reset).
+func (e *EsperEnv) Trainer() *tolaria.Trainer { return e.trainer }
+
+// Epoch is the number of epochs the current episode has run.
+func (e *EsperEnv) Epoch() int { return e.epoch }
+
+// LastStep describes the last Step.
+func (e *EsperEnv) LastStep() EsperStepInfo { return e.info }
+
+// ActionMasks returns the current masks as simic Masks (see
+// TamiyoMasks); nil between episodes.
+func (e *EsperEnv) ActionMasks() Masks {
+	if e.state == nil {
+		return nil
+	}
+	return TamiyoMasks(e.masks)
+}
+
+func (e *EsperEnv) newHost() (*kasmina.CNNHost, error) {
+	seed := e.o.Seed*1_000_003 + uint64(e.o.Index)*7919 + uint64(e.episode)
+	return kasmina.NewCNNHost(kasmina.CNNHostOptions{
+		InChannels: e.o.Data.InChannels, Classes: e.o.Data.Classes, Blocks: e.o.Blocks,
+		BaseChannels: e.o.BaseChannels, KernelSize: e.o.KernelSize, RNG: tensor.NewRNG(seed),
+	})
+}
+
+func prePoolSlots(h kasmina.Host) []string {
+	var slots []string
+	for _, s := range h.InjectionSpecs() {
+		if s.Surface == leyline.SurfacePrePool {
+			slots = append(slots, s.SlotID)
+		}
+	}
+	return slots
+}
+
+// Close stops the running episode's epoch goroutine.
+func (e *EsperEnv) Close() {
+	if e.cancel == nil {
+		return
+	}
+	e.cancel()
+	if e.running {
+		<-e.done
+		e.running = false
+	}
+	if e.trainer != nil {
+		e.trainer.Deadlines().Drain()
+	}
+	e.cancel, e.state = nil, nil
+}
+
+// Reset ends the running episode and starts a new one on a fresh host,
+// running its first epoch to the decision point.
+func (e *EsperEnv) Reset() (TamiyoObs, error) {
+	e.Close()
+	e.episode++
+	host, err := e.newHost()
+	if err != nil {
+		return TamiyoObs{}, fmt.Errorf("simic: EsperEnv.Reset: %w", err)
+	}
+	slots := prePoolSlots(host)
+	model, err := kasmina.NewMorphogeneticModel(host, kasmina.ModelOptions{Slots: slots})
+	if err != nil {
+		return TamiyoObs{}, fmt.Errorf("simic: EsperEnv.Reset: %w", err)
+	}
+	e.bridge = &bridgeController{states: make(chan leyline.EpochState), decisions: make(chan leyline.Decision)}
+	tracked, err := tamiyo.NewTracked(e.bridge, tamiyo.TrackerOptions{})
+	if err != nil {
+		return TamiyoObs{}, err
+	}
+	to := tolaria.TrainerOptions{
+		Model: model, Train: e.o.Data.Train, Val: e.o.Data.Val, Epochs: e.o.MaxEpochs,
+		Controller: tracked, HostLR: e.o.HostLR, Capture: e.o.Capture, Sink: e.o.Sink, EnvID: e.o.Index,
+		Deadlines: tolaria.DeadlineOptions{Controller: esperDeadline, Apply: esperDeadline}, History: 4,
+		Seed: e.o.Seed + uint64(e.o.Index),
+	}
+	if !e.o.NoGovernor {
+		g := tolaria.GovernorOptions{Classes: e.o.Data.Classes}
+		if e.o.Governor != nil {
+			g = *e.o.Governor
+		}
+		to.Governor = &g
+	}
+	tr, err := tolaria.NewTrainer(to)
+	if err != nil {
+		return TamiyoObs{}, fmt.Errorf("simic: EsperEnv.Reset: %w", err)
+	}
+	e.model, e.trainer = model, tr
+	e.slotIDs = model.SlotIDs()
+	leyline.SortSlotIDs(e.slotIDs)
+	e.layers = tamiyo.BlockLayers(host.Blocks())()
+	e.hostParams = 0
+	for _, p := range model.HostParameters() {
+		e.hostParams += p.Value.Numel()
+	}
+	e.epoch, e.lastOp, e.lastFailed = 0, leyline.OpWait, false
+	e.accAtGerm = map[string]float64{}
+	e.info = EsperStepInfo{}
+	ctx, cancel := context.WithCancel(context.Background())
+	e.cancel, e.runCtx = cancel, ctx
+	e.done = make(chan epochResult, 1)
+	obs, _, end, err := e.advance(ctx)
+	if err != nil {
+		return TamiyoObs{}, err
+	}
+	if end {
+		return TamiyoObs{}, errors.New("simic: EsperEnv.Reset: the episode ended before its first decision (every epoch rolled back)")
+	}
+	return obs, nil
+}
+
+// advance runs epochs until one asks for a decision (parked, its
+// observation returned) or the episode ends (end). Epochs that finish
+// without asking were rolled back by the governor; they are counted.
+func (e *EsperEnv) advance(ctx context.Context) (obs TamiyoObs, rollbacks int, end bool, err error) {
+	for e.epoch < e.o.MaxEpochs {
+		ep := e.epoch
+		e.running = true
+		go func() {
+			r, err := e.trainer.RunEpoch(ctx, ep)
+			e.done <- epochResult{r, err}
+		}()
+		select {
+		case st := <-e.bridge.states:
+			if err := e.parked(st); err != nil {
+				return TamiyoObs{}, rollbacks, false, err
+			}
+			g, m, err := tamiyo.EncodeState(st, e.encodeOptions())
+			if err != nil {
+				return TamiyoObs{}, rollbacks, false, err
+			}
+			e.masks = m
+			return TamiyoObs{Graph: g, Masks: m}, rollbacks, false, nil
+		case res := <-e.done:
+			e.running = false
+			if res.err != nil {
+				return TamiyoObs{}, rollbacks, false, fmt.Errorf("simic: EsperEnv %d: epoch %d: %w", e.o.Index, ep, res.err)
+			}
+			if res.r.RolledBack {
+				rollbacks++
+			}
+			e.lastOp, e.lastFailed = leyline.OpWait, false
+			e.epoch++
+		}
+	}
+	return TamiyoObs{}, rollbacks, true, nil
+}
+
+func (e *EsperEnv) encodeOptions() tamiyo.EncodeOptions {
+	return tamiyo.EncodeOptions{Layers: e.layers, LastOp: e.lastOp, LastActionFailed: e.lastFailed, MaxEpochs: e.o.MaxEpochs, MaxSeeds: e.o.MaxSeeds}
+}
+
+// parked runs at a decision point: it records the state and evaluates the
+// counterfactual plan's configurations.
+func (e *EsperEnv) parked(st leyline.EpochState) error {
+	e.state = &st
+	e.cfRes = nil
+	var ids []string
+	slotOf := map[string]string{}
+	for _, s := range st.Seeds {
+		if leyline.IsFailureStage(s.Stage) || s.Stage == leyline.StageFossilized || s.Alpha <= 0 {
+			continue
+		}
+		ids = append(ids, s.SeedID)
+		slotOf[s.SeedID] = s.SlotID
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	plan, err := e.cf.Plan(ids)
+	if err != nil {
+		return err
+	}
+	slots := make([]*kasmina.Slot, len(ids))
+	for i, id := range ids {
+		if slots[i], err = e.model.Slot(slotOf[id]); err != nil {
+			return err
+		}
+	}
+	vals, err := e.fused.evaluate(e.model, e.o.Data.Val, e.epoch, slots, plan.Masks())
+	if err != nil {
+		return fmt.Errorf("simic: EsperEnv %d: fused validation: %w", e.o.Index, err)
+	}
+	if e.cfRes, err = plan.Compute(vals); err != nil {
+		return fmt.Errorf("simic: EsperEnv %d: counterfactual: %w", e.o.Index, err)
+	}
+	return nil
+}
+
+// decision maps a factored action to the trainer's Decision.
+func (e *EsperEnv) decision(action []int) (leyline.Decision, error) {
+	if len(action) != leyline.NumActionHeads {
+		return leyline.Decision{}, fmt.Errorf("simic: EsperEnv.Step: action has %d heads, want %d", len(action), leyline.NumActionHeads)
+	}
+	for h, a := range action {
+		if a < 0 || a >= e.spec.HeadSizes[h] {
+			return leyline.Decision{}, fmt.Errorf("simic: EsperEnv.Step: %s option %d outside [0, %d)", leyline.HeadNames[h], a, e.spec.HeadSizes[h])
+		}
+	}
+	d := leyline.Decision{
+		Op:          leyline.LifecycleOp(action[leyline.HeadOp]),
+		Blueprint:   leyline.BlueprintAction(action[leyline.HeadBlueprint]),
+		Style:       leyline.GerminationStyle(action[leyline.HeadStyle]),
+		Tempo:       leyline.TempoAction(action[leyline.HeadTempo]),
+		AlphaTarget: leyline.AlphaTargetAction(action[leyline.HeadAlphaTarget]),
+		AlphaSpeed:  leyline.AlphaSpeedAction(action[leyline.HeadAlphaSpeed]),
+		AlphaCurve:  leyline.AlphaCurveAction(action[leyline.HeadAlphaCurve]),
+		Reason:      "simic policy", Confidence: 1,
+	}
+	if d.Op != leyline.OpWait {
+		d.SlotID = e.slotIDs[action[leyline.HeadSlot]]
+		for _, r := range e.state.Seeds {
+			if r.SlotID == d.SlotID && !leyline.IsFailureStage(r.Stage) {
+				d.SeedID = r.SeedID
+			}
+		}
+		if d.Op == leyline.OpGerminate {
+			d.SeedID = fmt.Sprintf("ep%d_env%d_seed_%d", e.episode, e.o.Index, e.epoch)
+		}
+	}
+	return d, nil
+}
+
+// Step executes action at the parked epoch's decision point, finishes the
+// epoch, computes the reward and runs to the next decision point.
+func (e *EsperEnv) Step(action []int) (StepResult[TamiyoObs], error) {
+	var res StepResult[TamiyoObs]
+	if e.state == nil || !e.running {
+		return res, errors.New("simic: EsperEnv.Step: no decision pending (call Reset)")
+	}
+	st := *e.state
+	d, err := e.decision(action)
+	if err != nil {
+		return res, err
+	}
+	m := st.Signals.Metrics
+	info := EsperStepInfo{Epoch: e.epoch, ValAccuracy: m.ValAccuracy, Counterfactual: e.cfRes}
+	if g := e.trainer.Governor(); g != nil {
+		v := g.Preflight(d, tolaria.PreflightContext{ValLoss: m.ValLoss, ValAccuracy: m.ValAccuracy, MaxSeeds: e.o.MaxSeeds})
+		if !v.Approved {
+			info.Vetoed, info.VetoReason = true, v.Reason
+			d = leyline.Wait("preflight veto: " + v.Reason)
+		}
+	}
+	info.Decision = d
+	e.bridge.decisions <- d
+	out := <-e.done
+	e.running, e.state = false, nil
+	if out.err != nil {
+		return res, fmt.Errorf("simic: EsperEnv %d: epoch %d: %w", e.o.Index, e.epoch, out.err)
+	}
+	r := out.r
+	info.Applied = r.Applied
+	e.lastOp, e.lastFailed = d.Op, d.Op != leyline.OpWait && r.Applied != tolaria.ApplyApplied
+	if d.Op == leyline.OpGerminate && r.Applied == tolaria.ApplyApplied {
+		e.accAtGerm[d.SeedID] = m.ValAccuracy
+	}
+	slotID := e.slotIDs[action[leyline.HeadSlot]]
+	in, err := e.rewardInputs(st, r, d, slotID)
+	if err != nil {
+		return res, err
+	}
+	rw, err := e.rewarder.Compute(in)
+	if err != nil {
+		return res, fmt.Errorf("simic: EsperEnv %d: reward: %w", e.o.Index, err)
+	}
+	info.Reward = rw
+	res.Reward = rw.Total
+	e.epoch++
+
+	obs, rollbacks, end, err := e.advance(e.runCtx)
+	if err != nil {
+		return res, err
+	}
+	info.Rollbacks = rollbacks
+	if rollbacks > 0 {
+		res.Rollback = true
+		res.Reward = e.trainer.Governor().PunishmentReward()
+		info.Reward = Reward{}
+	}
+	e.info = info
+	if end {
+		res.Truncated = true
+		res.Obs, err = e.finalObs(st, r)
+		return res, err
+	}
+	res.Obs = obs
+	return res, nil
+}
+
+// finalObs is the observation after the episode's last epoch (the
+// truncation's bootstrap state): the last decision point's signals with
+// the seeds as the epoch left them.
+func (e *EsperEnv) finalObs(st leyline.EpochState, r tolaria.EpochReport) (TamiyoObs, error) {
+	st.Seeds = r.Seeds
+	st.Signals.ActiveSeeds = st.Signals.ActiveSeeds[:0:0]
+	avail := len(e.slotIDs)
+	for _, s := range r.Seeds {
+		avail--
+		if !leyline.IsFailureStage(s.Stage) {
+			st.Signals.ActiveSeeds = append(st.Signals.ActiveSeeds, s.SeedID)
+		}
+	}
+	st.Signals.AvailableSlots = max(0, avail)
+	g, m, err := tamiyo.EncodeState(st, e.encodeOptions())
+	if err != nil {
+		return TamiyoObs{}, err
+	}
+	return TamiyoObs{Graph: g, Masks: m}, nil
+}
+
+// rewardInputs assembles the reward inputs of one step: the state at the
+// decision (st), the epoch's report after the action and the tick (r).
+func (e *EsperEnv) rewardInputs(st leyline.EpochState, r tolaria.EpochReport, d leyline.Decision, slotID string) (RewardInputs, error) {
+	m := st.Signals.Metrics
+	in := RewardInputs{Op: d.Op, ValAcc: m.ValAccuracy, Epoch: e.epoch + 1, MaxEpochs: e.o.MaxEpochs, HostParams: e.hostParams, CommittedValAcc: m.ValAccuracy}
+	cfIndex := map[string]int{}
+	if e.cfRes != nil {
+		for i, id := range e.cfRes.SeedIDs {
+			cfIndex[id] = i
+		}
+		in.CommittedValAcc = e.cfRes.BaselineAccuracy
+	}
+	for _, s := range st.Seeds {
+		if s.SlotID != slotID || leyline.IsFailureStage(s.Stage) {
+			continue
+		}
+		rs := &RewardSeed{Stage: s.Stage, EpochsInStage: s.EpochsInStage, PreviousStage: s.Stage, PreviousEpochsInStage: s.EpochsInStage,
+			SeedAgeEpochs: s.EpochsTotal, ImprovementSinceStageStart: s.ImprovementSinceStageStart}
+		if i, ok := cfIndex[s.SeedID]; ok {
+			rs.Contribution, rs.ContributionMeasured = e.cfRes.Removal[i], true
+			rs.TotalImprovement, rs.TotalImprovementMeasured = e.cfRes.FullAccuracy-e.cfRes.BaselineAccuracy, true
+			if e.cfRes.InteractionSum != nil {
+				rs.InteractionSum = e.cfRes.InteractionSum[i]
+			}
+		}
+		in.Seed = rs
+		if acc, ok := e.accAtGerm[s.SeedID]; ok {
+			in.AccAtGermination, in.AccAtGerminationKnown = acc, true
+		}
+	}
+	prevAlpha := map[string]float64{}
+	live := map[string]bool{}
+	for _, s := range st.Seeds {
+		prevAlpha[s.SlotID] = s.Alpha
+		if !leyline.IsFailureStage(s.Stage) {
+			live[s.SeedID] = true
+		}
+	}
+	var slots []SlotParams
+	for _, s := range r.Seeds {
+		sl, err := e.model.Slot(s.SlotID)
+		if err != nil {
+			return in, err
+		}
+		n := 0
+		for _, p := range sl.Parameters() {
+			n += p.Value.Numel()
+		}
+		slots = append(slots, SlotParams{Stage: s.Stage, Alpha: s.Alpha, PrevAlpha: prevAlpha[s.SlotID], SeedParams: n})
+		switch {
+		case s.Stage == leyline.StageFossilized:
+			in.NumFossilizedSeeds++
+			in.FossilizedSeedParams += n
+			if s.Counterfactual != nil && *s.Counterfactual >= leyline.MinFossilizeContribution {
+				in.NumContributingFossilized++
+			}
+		case leyline.IsFailureStage(s.Stage):
+			// Pruned by the slot itself rather than by this step's PRUNE.
+			if live[s.SeedID] && !(d.Op == leyline.OpPrune && d.SlotID == s.SlotID) {
+				in.PendingAutoPrunes++
+			}
+		default:
+			in.NumActiveSeeds++
+		}
+	}
+	in.EffectiveSeedParams = EffectiveSeedParams(e.hostParams, slots)
+	in.AlphaDeltaSqSum = AlphaDeltaSqSum(e.hostParams, slots)
+	return in, nil
+}

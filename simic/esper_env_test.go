@@ -1,0 +1,244 @@
+package simic
+
+import (
+	"math"
+	"testing"
+
+	"github.com/esper-go/esper/kernels"
+	"github.com/esper-go/esper/leyline"
+	"github.com/esper-go/esper/tamiyo"
+	"github.com/esper-go/esper/tensor"
+)
+
+// tinyEsper builds the shared data and a small policy for the Esper
+// environment tests.
+func tinyEsper(t *testing.T) (*EsperData, *TamiyoPolicy) {
+	t.Helper()
+	d, err := NewSyntheticData(SyntheticDataOptions{Train: 128, Val: 64, Batch: 32, Seed: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	p, err := tamiyo.NewPolicy(tamiyo.PolicyOptions{Hidden: 16, GATHidden: 8, GATHeads: 2, HeadHidden: 16, NoDropout: true, Seed: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp, err := NewTamiyoPolicy(p, TamiyoPolicyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, tp
+}
+
+func newTinyEnv(t *testing.T, d *EsperData, i, maxEpochs int) *EsperEnv {
+	t.Helper()
+	e, err := NewEsperEnv(EsperEnvOptions{Data: d, Index: i, Seed: 11, MaxEpochs: maxEpochs, Blocks: 3, BaseChannels: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	return e
+}
+
+func TestTamiyoPolicyActEvaluateConsistency(t *testing.T) {
+	d, pol := tinyEsper(t)
+	var obs []TamiyoObs
+	for i := 0; i < 2; i++ {
+		o, err := newTinyEnv(t, d, i, 4).Reset()
+		if err != nil {
+			t.Fatal(err)
+		}
+		obs = append(obs, o)
+	}
+	act, err := pol.Act(obs, nil, tensor.NewRNG(1), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := pol.Evaluate(obs, nil, act.Actions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals, err := pol.Values(obs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ev.LogProbs) != leyline.NumActionHeads || len(ev.Entropies) != leyline.NumActionHeads {
+		t.Fatalf("evaluation has %d log-prob heads", len(ev.LogProbs))
+	}
+	for h := range ev.LogProbs {
+		lp := ev.LogProbs[h].Value.Float64s()
+		for b := range obs {
+			if math.Abs(lp[b]-act.LogProbs[b][h]) > 1e-4 {
+				t.Errorf("env %d head %s: Evaluate log-prob %v, Act %v", b, leyline.HeadNames[h], lp[b], act.LogProbs[b][h])
+			}
+		}
+	}
+	v := ev.Value.Value.Float64s()
+	for b := range obs {
+		if math.Abs(v[b]-act.Values[b]) > 1e-4 || math.Abs(vals[b]-act.Values[b]) > 1e-4 {
+			t.Errorf("env %d: values Act %v, Evaluate %v, Values %v", b, act.Values[b], v[b], vals[b])
+		}
+		rel := TamiyoRelevance(act.Actions[b])
+		if !rel[leyline.HeadOp] || len(rel) != leyline.NumActionHeads {
+			t.Errorf("relevance %v", rel)
+		}
+	}
+	// Only WAIT valid on the op head: a forced step for PPO.
+	m := TamiyoMasks(obs[0].Masks)
+	wait := make([]bool, len(m[leyline.HeadOp]))
+	wait[leyline.OpWait] = true
+	m[leyline.HeadOp] = wait
+	if m.numValid(leyline.HeadOp, len(wait)) != 1 {
+		t.Error("forced mask has more than one valid op")
+	}
+}
+
+func TestEsperEnvStepShapesAndTruncation(t *testing.T) {
+	d, pol := tinyEsper(t)
+	env := newTinyEnv(t, d, 0, 3)
+	obs, err := env.Reset()
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := env.Spec()
+	if len(spec.HeadSizes) != leyline.NumActionHeads || spec.HeadSizes[leyline.HeadSlot] != 3 {
+		t.Fatalf("spec %v", spec.HeadSizes)
+	}
+	rng := tensor.NewRNG(2)
+	for step := 0; step < 3; step++ {
+		masks := env.ActionMasks()
+		if err := masks.check(spec); err != nil {
+			t.Fatalf("step %d masks: %v", step, err)
+		}
+		if obs.Graph == nil || obs.Graph.NumGraphs != 1 || obs.Graph.NumSlots(0) != 3 {
+			t.Fatalf("step %d: bad graph", step)
+		}
+		act, err := pol.Act([]TamiyoObs{obs}, nil, rng, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Germinate where the masks allow it, to exercise the seeds path.
+		a := act.Actions[0]
+		if step == 0 && obs.Masks.OpValid(leyline.OpGerminate) {
+			a[leyline.HeadOp] = int(leyline.OpGerminate)
+			for i, ok := range obs.Masks.SlotByOp[leyline.OpGerminate] {
+				if ok {
+					a[leyline.HeadSlot] = i
+					break
+				}
+			}
+		}
+		r, err := env.Step(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if math.IsNaN(r.Reward) || math.IsInf(r.Reward, 0) {
+			t.Fatalf("step %d reward %v", step, r.Reward)
+		}
+		info := env.LastStep()
+		if sum := info.Reward.Terms.Sum(); math.Abs(sum-r.Reward) > 1e-9 && !r.Rollback {
+			t.Errorf("step %d: terms sum %v, reward %v", step, sum, r.Reward)
+		}
+		if step == 0 && a[leyline.HeadOp] == int(leyline.OpGerminate) && info.Applied.String() != "applied" {
+			t.Errorf("germination %v: %v (veto %q)", info.Decision, info.Applied, info.VetoReason)
+		}
+		if want := step == 2; r.Truncated != want {
+			t.Fatalf("step %d truncated %v", step, r.Truncated)
+		}
+		if r.Obs.Graph == nil {
+			t.Fatalf("step %d: no observation", step)
+		}
+		obs = r.Obs
+	}
+	if _, err := env.Step(make([]int, leyline.NumActionHeads)); err == nil {
+		t.Error("Step after the episode's end succeeded")
+	}
+}
+
+func TestEsperEnvGovernorRollback(t *testing.T) {
+	d, _ := tinyEsper(t)
+	env := newTinyEnv(t, d, 0, 6)
+	if _, err := env.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	// Poison the host while epoch 0 waits for its decision: epoch 1's
+	// validation loss is NaN, the governor panics and restores epoch 0's
+	// snapshot, and the step reports the rollback with the penalty.
+	p := env.Model().HostParameters()[0]
+	kernels.For(p.Value.Device()).Fill(p.Value, math.NaN())
+	r, err := env.Step(make([]int, leyline.NumActionHeads)) // WAIT
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.Rollback || r.Reward != env.Trainer().Governor().PunishmentReward() {
+		t.Fatalf("rollback %v, reward %v", r.Rollback, r.Reward)
+	}
+	if env.Epoch() != 2 || env.LastStep().Rollbacks != 1 {
+		t.Fatalf("parked at epoch %d after %d rollbacks, want 2 and 1", env.Epoch(), env.LastStep().Rollbacks)
+	}
+	if v := p.Value.Float64s()[0]; math.IsNaN(v) {
+		t.Fatal("the rollback did not restore the host")
+	}
+	if r.Obs.Graph == nil || r.Truncated || r.Terminated {
+		t.Fatalf("the episode should go on: %+v", r)
+	}
+}
+
+// scriptedEnv is a one-feature environment whose step k returns reward
+// k+1 and, at rollbackAt, a governor rollback with penalty −10.
+type scriptedEnv struct {
+	t, rollbackAt, length int
+}
+
+func (e *scriptedEnv) Spec() EnvSpec             { return EnvSpec{HeadSizes: []int{2}} }
+func (e *scriptedEnv) ActionMasks() Masks        { return nil }
+func (e *scriptedEnv) Reset() ([]float32, error) { e.t = 0; return []float32{0}, nil }
+func (e *scriptedEnv) Step([]int) (StepResult[[]float32], error) {
+	e.t++
+	r := StepResult[[]float32]{Obs: []float32{float32(e.t)}, Reward: float64(e.t), Truncated: e.t == e.length}
+	if e.t == e.rollbackAt {
+		r.Rollback, r.Reward = true, -10
+	}
+	return r, nil
+}
+
+func TestCollectRollbackForfeitsPrefixAndBootstrapsTruncation(t *testing.T) {
+	vec, err := NewVecEnv(1, func(int) (Env[[]float32], error) { return &scriptedEnv{rollbackAt: 3, length: 5}, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := vec.Spec()
+	pol, err := NewMLPPolicy(MLPPolicyOptions{ObsDim: 1, Spec: spec, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ppo, err := NewPPO[[]float32](pol, spec, PPOOptions{Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := NewTrainer(ppo, vec, TrainerOptions[[]float32]{Steps: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.Collect(); err != nil {
+		t.Fatal(err)
+	}
+	b := tr.Buffer()
+	want := []float64{0, 0, -10, 4, 5} // prefix forfeited, penalty, then the episode goes on
+	for i, w := range want {
+		if got := b.At(0, i).Reward; got != w {
+			t.Errorf("step %d reward %v, want %v", i, got, w)
+		}
+	}
+	if !b.At(0, 2).Done || b.At(0, 2).Truncated || b.RollbackCount() != 1 {
+		t.Errorf("rollback step: done %v truncated %v rollbacks %d", b.At(0, 2).Done, b.At(0, 2).Truncated, b.RollbackCount())
+	}
+	last := b.At(0, 4)
+	v, err := pol.Values([][]float32{{5}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !last.Truncated || last.Done || last.Bootstrap != v[0] {
+		t.Errorf("truncation: truncated %v done %v bootstrap %v, want V(final) %v", last.Truncated, last.Done, last.Bootstrap, v[0])
+	}
+}
