@@ -506,3 +506,528 @@ func TestIndexRowsMatchCPU(t *testing.T) {
 		closeRel(t, "index add", fromDev(t, accD), acc, 1e-6)
 	}
 }
+
+// floatDTypes are the dtypes every float kernel runs in.
+var floatDTypes = []tensor.DType{tensor.F32, tensor.BF16}
+
+// TestUnaryBackwardMatchesCPU: dy·op'(x) for every op, from x alone and
+// with y = op(x) given (the ops that reuse it read it then).
+func TestUnaryBackwardMatchesCPU(t *testing.T) {
+	const n = 3001
+	for _, d := range floatDTypes {
+		for _, op := range kernels.UnaryOps() {
+			rng := tensor.NewRNG(uint64(op) + 30)
+			x := tensor.Uniform(rng, tensor.F32, 0.2, 3, n) // positive: log, sqrt, rsqrt, recip defined
+			if op == kernels.Neg || op == kernels.Abs || op == kernels.Relu || op == kernels.Sign || op == kernels.Tanh ||
+				op == kernels.GeluTanh || op == kernels.GeluErf || op == kernels.Silu || op == kernels.Sigmoid || op == kernels.Softplus {
+				x = tensor.Uniform(rng, tensor.F32, -4, 4, n)
+			}
+			x = x.Cast(d)
+			dy := tensor.Normal(rng, tensor.F32, 0, 1, n).Cast(d)
+			y := tensor.Empty(d, n)
+			cpuBE.Unary(op, y, x)
+			for _, withY := range []bool{false, true} {
+				var yc, yd *tensor.Tensor
+				if withY {
+					yc, yd = y, toDev(t, y)
+				}
+				want := tensor.Empty(d, n)
+				cpuBE.UnaryBackward(op, want, x, yc, dy)
+				got := poisoned(t, d, n)
+				if err := dev.UnaryBackward(op, got, toDev(t, x), yd, toDev(t, dy)); err != nil {
+					t.Fatal(err)
+				}
+				closeRel(t, fmt.Sprintf("%v backward %v y=%v", op, d, withY), fromDev(t, got), want, 4*tolOf(d))
+			}
+		}
+	}
+}
+
+// TestClampMatchesCPU clamps values on both sides of the bounds.
+func TestClampMatchesCPU(t *testing.T) {
+	for _, d := range floatDTypes {
+		x := tensor.Normal(tensor.NewRNG(31), tensor.F32, 0, 2, 4099).Cast(d)
+		want := tensor.Empty(d, 4099)
+		cpuBE.Clamp(want, x, -1.5, 0.7)
+		got := poisoned(t, d, 4099)
+		if err := dev.Clamp(got, toDev(t, x), -1.5, 0.7); err != nil {
+			t.Fatal(err)
+		}
+		closeRel(t, fmt.Sprintf("clamp %v", d), fromDev(t, got), want, 0)
+	}
+}
+
+// bcastCase is a pair of operands (built on the host, viewed the same
+// way on the device) broadcasting to dst.
+type bcastCase struct {
+	name string
+	a, b []int                               // stored shapes
+	view func(*tensor.Tensor) *tensor.Tensor // applied to a on both sides (nil: as stored)
+	dst  []int
+}
+
+var bcastCases = []bcastCase{
+	{"rows", []int{4, 1, 5}, []int{3, 1}, nil, []int{4, 3, 5}},
+	{"scalar-shaped", []int{6, 7}, []int{1}, nil, []int{6, 7}},
+	{"transposed a", []int{9, 8}, []int{9}, func(x *tensor.Tensor) *tensor.Tensor { return x.T() }, []int{8, 9}},
+	{"expanded a", []int{5, 1}, []int{5, 6}, func(x *tensor.Tensor) *tensor.Tensor { return x.Expand(5, 6) }, []int{5, 6}},
+	{"rank 6", []int{2, 1, 3, 1, 2, 3}, []int{3, 2, 1, 2, 1}, nil, []int{2, 3, 3, 2, 2, 3}},
+}
+
+// TestBinaryBroadcastMatchesCPU: arithmetic and comparisons (Bool dst)
+// over broadcast and strided operands, and BinaryScalar both ways round.
+// Operands hold small integers so that comparisons see equal values.
+func TestBinaryBroadcastMatchesCPU(t *testing.T) {
+	for _, d := range floatDTypes {
+		for _, c := range bcastCases {
+			rng := tensor.NewRNG(uint64(len(c.name)) + 40)
+			a := tensor.Uniform(rng, tensor.F32, 0.5, 1, c.a...).Cast(d)
+			b := tensor.RandInt(rng, 3, c.b...).Cast(tensor.F32)
+			cpuBE.BinaryScalar(kernels.Add, b, b, 1, false) // 1..3: no zero divisors
+			b = b.Cast(d)
+			ai := tensor.RandInt(rng, 4, c.a...).Cast(d) // 0..3: equal to b at times
+			av, aiv, ad, aid := a, ai, toDev(t, a), toDev(t, ai)
+			if c.view != nil {
+				av, aiv, ad, aid = c.view(a), c.view(ai), c.view(ad), c.view(aid)
+			}
+			bd := toDev(t, b)
+			for _, op := range kernels.BinaryOps() {
+				x, xd := av, ad
+				dt := d
+				if op.IsComparison() {
+					x, xd, dt = aiv, aid, tensor.Bool
+				}
+				want := tensor.Empty(dt, c.dst...)
+				cpuBE.Binary(op, want, x, b)
+				got := poisoned(t, dt, c.dst...)
+				if err := dev.Binary(op, got, xd, bd); err != nil {
+					t.Fatal(err)
+				}
+				closeRel(t, fmt.Sprintf("%v %v %s", op, d, c.name), fromDev(t, got), want, 2*tolOf(d))
+				for _, swap := range []bool{false, true} {
+					want := tensor.Empty(dt, c.dst...)
+					cpuBE.BinaryScalar(op, want, x, 1, swap)
+					got := poisoned(t, dt, c.dst...)
+					if err := dev.BinaryScalar(op, got, xd, 1, swap); err != nil {
+						t.Fatal(err)
+					}
+					closeRel(t, fmt.Sprintf("%v scalar %v %s swap=%v", op, d, c.name, swap), fromDev(t, got), want, 2*tolOf(d))
+				}
+			}
+		}
+	}
+}
+
+// TestWhereMatchesCPU selects between broadcast operands under a
+// broadcast condition.
+func TestWhereMatchesCPU(t *testing.T) {
+	for _, d := range floatDTypes {
+		rng := tensor.NewRNG(50)
+		r := tensor.Uniform(rng, tensor.F32, 0, 1, 4, 1, 6)
+		cond := tensor.Empty(tensor.Bool, 4, 1, 6)
+		cpuBE.BinaryScalar(kernels.Gt, cond, r, 0.5, false)
+		a := tensor.Normal(rng, tensor.F32, 0, 1, 3, 6).Cast(d)
+		b := tensor.Normal(rng, tensor.F32, 0, 1, 4, 3, 1).Cast(d)
+		want := tensor.Empty(d, 4, 3, 6)
+		cpuBE.Where(want, cond, a, b)
+		got := poisoned(t, d, 4, 3, 6)
+		if err := dev.Where(got, toDev(t, cond), toDev(t, a), toDev(t, b)); err != nil {
+			t.Fatal(err)
+		}
+		closeRel(t, fmt.Sprintf("where %v", d), fromDev(t, got), want, 0)
+	}
+}
+
+// TestCopyMatchesCPU: strided views into contiguous and strided
+// destinations, with and without an F32↔BF16 conversion, and two
+// strided views of different shapes.
+func TestCopyMatchesCPU(t *testing.T) {
+	rng := tensor.NewRNG(60)
+	src := tensor.Normal(rng, tensor.F32, 0, 1, 6, 5, 4)
+	srcD := toDev(t, src)
+	for _, c := range []struct {
+		name    string
+		sv      func(*tensor.Tensor) *tensor.Tensor
+		base    []int
+		dv      func(*tensor.Tensor) *tensor.Tensor
+		sd, ddt tensor.DType
+	}{
+		{"permuted to contiguous", func(x *tensor.Tensor) *tensor.Tensor { return x.Permute(2, 0, 1) }, []int{4, 6, 5},
+			func(x *tensor.Tensor) *tensor.Tensor { return x }, tensor.F32, tensor.F32},
+		{"permuted to bf16", func(x *tensor.Tensor) *tensor.Tensor { return x.Permute(1, 2, 0) }, []int{5, 4, 6},
+			func(x *tensor.Tensor) *tensor.Tensor { return x }, tensor.F32, tensor.BF16},
+		{"narrowed into narrowed", func(x *tensor.Tensor) *tensor.Tensor { return x.Narrow(1, 1, 3) }, []int{6, 7, 4},
+			func(x *tensor.Tensor) *tensor.Tensor { return x.Narrow(1, 2, 3) }, tensor.F32, tensor.F32},
+		{"bf16 transposed into strided f32", func(x *tensor.Tensor) *tensor.Tensor { return x.Transpose(0, 2) }, []int{4, 5, 9},
+			func(x *tensor.Tensor) *tensor.Tensor { return x.Narrow(2, 1, 6) }, tensor.BF16, tensor.F32},
+		{"different shapes, both strided", func(x *tensor.Tensor) *tensor.Tensor { return x.Permute(2, 1, 0) }, []int{10, 13},
+			func(x *tensor.Tensor) *tensor.Tensor { return x.Narrow(1, 0, 12) }, tensor.F32, tensor.F32},
+	} {
+		s, sd := src.Cast(c.sd), srcD
+		if c.sd != tensor.F32 {
+			sd = toDev(t, s)
+		}
+		want := tensor.Full(c.ddt, 7, c.base...)
+		cpuBE.Copy(c.dv(want), c.sv(s))
+		got := poisoned(t, c.ddt, c.base...)
+		if err := dev.Fill(got, 7); err != nil {
+			t.Fatal(err)
+		}
+		if err := dev.Copy(c.dv(got), c.sv(sd)); err != nil {
+			t.Fatal(err)
+		}
+		closeRel(t, "copy "+c.name, fromDev(t, got), want, 0)
+	}
+}
+
+// TestArgMaxMatchesCPU: first maximum along each axis, with ties (small
+// integers) and a NaN that must win its line; CountCorrect on the same
+// kind of logits.
+func TestArgMaxMatchesCPU(t *testing.T) {
+	for _, d := range floatDTypes {
+		rng := tensor.NewRNG(70)
+		x := tensor.RandInt(rng, 5, 7, 9, 300).Cast(tensor.F32)
+		x.Set(math.NaN(), 2, 3, 100)
+		x.Set(math.NaN(), 2, 3, 200)
+		x = x.Cast(d)
+		xd := toDev(t, x)
+		for axis := 0; axis < 3; axis++ {
+			shape := []int{7, 9, 300}
+			shape[axis] = 1
+			want := tensor.Empty(tensor.I64, shape...)
+			cpuBE.ArgMax(want, x, axis)
+			got, err := tensor.EmptyOn(tensor.CUDA(0), tensor.I64, shape...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := dev.ArgMax(got, xd, axis); err != nil {
+				t.Fatal(err)
+			}
+			closeRel(t, fmt.Sprintf("argmax %v axis %d", d, axis), fromDev(t, got), want, 0)
+		}
+		logits := tensor.RandInt(rng, 3, 200, 10).Cast(d)
+		target := tensor.RandInt(rng, 10, 200)
+		for _, tg := range []*tensor.Tensor{target, target.Cast(tensor.I32)} {
+			acc := tensor.RandInt(rng, 4, 200).Cast(tensor.F32)
+			accD := toDev(t, acc)
+			cpuBE.CountCorrect(acc, logits, tg)
+			if err := dev.CountCorrect(accD, toDev(t, logits), toDev(t, tg)); err != nil {
+				t.Fatal(err)
+			}
+			closeRel(t, fmt.Sprintf("count correct %v %v", d, tg.DType()), fromDev(t, accD), acc, 0)
+		}
+	}
+}
+
+// TestPoolingMatchesCPU: max pooling (values and argmax, I32 and I64,
+// overlapping windows and padding, a NaN) and average pooling with and
+// without the padding in the divisor, forward and backward.
+func TestPoolingMatchesCPU(t *testing.T) {
+	for _, d := range floatDTypes {
+		for _, p := range []kernels.Pool2dParams{
+			{KernelH: 2, KernelW: 2},
+			{KernelH: 3, KernelW: 3, StrideH: 2, StrideW: 2, PadH: 1, PadW: 1},
+			{KernelH: 3, KernelW: 2, StrideH: 1, StrideW: 2, PadH: 1, CountIncludePad: true},
+		} {
+			rng := tensor.NewRNG(uint64(p.KernelH*10+p.StrideH) + 80)
+			x := tensor.RandInt(rng, 6, 2, 3, 11, 12).Cast(tensor.F32) // ties
+			x.Set(math.NaN(), 1, 2, 5, 5)
+			x = x.Cast(d)
+			xd := toDev(t, x)
+			q := p.Norm()
+			ho, wo := (11+2*q.PadH-q.KernelH)/q.StrideH+1, (12+2*q.PadW-q.KernelW)/q.StrideW+1
+			dy := tensor.Normal(rng, tensor.F32, 0, 1, 2, 3, ho, wo).Cast(d)
+			dyd := toDev(t, dy)
+			what := fmt.Sprintf("%v %+v", d, p)
+			for _, idt := range []tensor.DType{tensor.I32, tensor.I64} {
+				want, wantIdx := tensor.Empty(d, 2, 3, ho, wo), tensor.Empty(idt, 2, 3, ho, wo)
+				cpuBE.MaxPool2d(want, wantIdx, x, p)
+				got := poisoned(t, d, 2, 3, ho, wo)
+				gotIdx, err := tensor.EmptyOn(tensor.CUDA(0), idt, 2, 3, ho, wo)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := dev.MaxPool2d(got, gotIdx, xd, p); err != nil {
+					t.Fatal(err)
+				}
+				closeRel(t, "maxpool argmax "+what, fromDev(t, gotIdx), wantIdx, 0)
+				// NaN wins its windows: compare where the CPU has numbers.
+				g, w := fromDev(t, got).Float64s(), want.Float64s()
+				for i := range w {
+					if (w[i] == w[i]) != (g[i] == g[i]) || (w[i] == w[i] && w[i] != g[i]) {
+						t.Fatalf("maxpool %s: element %d = %v, want %v", what, i, g[i], w[i])
+					}
+				}
+				wantDx := tensor.Empty(d, 2, 3, 11, 12)
+				cpuBE.MaxPool2dBackward(wantDx, dy, wantIdx, p)
+				gotDx := poisoned(t, d, 2, 3, 11, 12)
+				if err := dev.MaxPool2dBackward(gotDx, dyd, gotIdx, p); err != nil {
+					t.Fatal(err)
+				}
+				closeRel(t, "maxpool backward "+what, fromDev(t, gotDx), wantDx, 2*tolOf(d))
+			}
+			xf := tensor.Normal(rng, tensor.F32, 0, 1, 2, 3, 11, 12).Cast(d)
+			want := tensor.Empty(d, 2, 3, ho, wo)
+			cpuBE.AvgPool2d(want, xf, p)
+			got := poisoned(t, d, 2, 3, ho, wo)
+			if err := dev.AvgPool2d(got, toDev(t, xf), p); err != nil {
+				t.Fatal(err)
+			}
+			closeRel(t, "avgpool "+what, fromDev(t, got), want, 2*tolOf(d))
+			wantDx := tensor.Empty(d, 2, 3, 11, 12)
+			cpuBE.AvgPool2dBackward(wantDx, dy, p)
+			gotDx := poisoned(t, d, 2, 3, 11, 12)
+			if err := dev.AvgPool2dBackward(gotDx, dyd, p); err != nil {
+				t.Fatal(err)
+			}
+			closeRel(t, "avgpool backward "+what, fromDev(t, gotDx), wantDx, 2*tolOf(d))
+		}
+	}
+}
+
+// TestBatchNormMatchesCPU: training (batch statistics, running-stat
+// update) and evaluation, forward and backward, with and without affine.
+func TestBatchNormMatchesCPU(t *testing.T) {
+	const n, c, h, w = 6, 5, 7, 9
+	for _, d := range floatDTypes {
+		for _, training := range []bool{true, false} {
+			for _, affine := range []bool{true, false} {
+				rng := tensor.NewRNG(90)
+				x := tensor.Normal(rng, tensor.F32, 0.5, 2, n, c, h, w).Cast(d)
+				dy := tensor.Normal(rng, tensor.F32, 0, 1, n, c, h, w).Cast(d)
+				rm := tensor.Normal(rng, tensor.F32, 0, 0.1, c)
+				rv := tensor.Uniform(rng, tensor.F32, 0.5, 1.5, c)
+				rmD, rvD := toDev(t, rm), toDev(t, rv)
+				var wt, b, wd, bd *tensor.Tensor
+				if affine {
+					wt, b = tensor.Normal(rng, tensor.F32, 1, 0.1, c).Cast(d), tensor.Normal(rng, tensor.F32, 0, 0.1, c).Cast(d)
+					wd, bd = toDev(t, wt), toDev(t, b)
+				}
+				what := fmt.Sprintf("%v training=%v affine=%v", d, training, affine)
+				tol := 4 * tolOf(d)
+				y, sm, sr := tensor.Empty(d, n, c, h, w), tensor.Empty(tensor.F32, c), tensor.Empty(tensor.F32, c)
+				cpuBE.BatchNorm(y, sm, sr, x, wt, b, rm, rv, training, 0.1, 1e-5)
+				yd, smD, srD := poisoned(t, d, n, c, h, w), poisoned(t, tensor.F32, c), poisoned(t, tensor.F32, c)
+				xd := toDev(t, x)
+				if err := dev.BatchNorm(yd, smD, srD, xd, wd, bd, rmD, rvD, training, 0.1, 1e-5); err != nil {
+					t.Fatal(err)
+				}
+				closeRel(t, "batchnorm y "+what, fromDev(t, yd), y, tol)
+				closeRel(t, "batchnorm saveRstd "+what, fromDev(t, srD), sr, 1e-5)
+				closeRel(t, "batchnorm runMean "+what, fromDev(t, rmD), rm, 1e-5)
+				closeRel(t, "batchnorm runVar "+what, fromDev(t, rvD), rv, 1e-5)
+				dx, dw, db := tensor.Empty(d, n, c, h, w), tensor.Empty(d, c), tensor.Empty(d, c)
+				gdx, gdw, gdb := poisoned(t, d, n, c, h, w), poisoned(t, d, c), poisoned(t, d, c)
+				if !affine {
+					dw, db, gdw, gdb = nil, nil, nil, nil
+				}
+				cpuBE.BatchNormBackward(dx, dw, db, dy, x, sm, sr, wt, training)
+				if err := dev.BatchNormBackward(gdx, gdw, gdb, toDev(t, dy), xd, smD, srD, wd, training); err != nil {
+					t.Fatal(err)
+				}
+				closeRel(t, "batchnorm dx "+what, fromDev(t, gdx), dx, tol)
+				if affine {
+					closeRel(t, "batchnorm dw "+what, fromDev(t, gdw), dw, tol)
+					closeRel(t, "batchnorm db "+what, fromDev(t, gdb), db, tol)
+				}
+			}
+		}
+	}
+}
+
+// TestGroupNormMatchesCPU: forward and backward for one group per
+// channel, several channels per group, and one group, with and without
+// affine.
+func TestGroupNormMatchesCPU(t *testing.T) {
+	const n, c, h, w = 3, 6, 5, 7
+	for _, d := range floatDTypes {
+		for _, groups := range []int{6, 3, 1} {
+			for _, affine := range []bool{true, false} {
+				rng := tensor.NewRNG(uint64(100 + groups))
+				x := tensor.Normal(rng, tensor.F32, 1, 2, n, c, h, w).Cast(d)
+				dy := tensor.Normal(rng, tensor.F32, 0, 1, n, c, h, w).Cast(d)
+				var wt, b, wd, bd *tensor.Tensor
+				if affine {
+					wt, b = tensor.Normal(rng, tensor.F32, 1, 0.1, c).Cast(d), tensor.Normal(rng, tensor.F32, 0, 0.1, c).Cast(d)
+					wd, bd = toDev(t, wt), toDev(t, b)
+				}
+				what := fmt.Sprintf("%v groups=%d affine=%v", d, groups, affine)
+				tol := 4 * tolOf(d)
+				y, mean, rstd := tensor.Empty(d, n, c, h, w), tensor.Empty(tensor.F32, n*groups), tensor.Empty(tensor.F32, n*groups)
+				cpuBE.GroupNorm(y, mean, rstd, x, wt, b, groups, 1e-5)
+				yd, meanD, rstdD := poisoned(t, d, n, c, h, w), poisoned(t, tensor.F32, n*groups), poisoned(t, tensor.F32, n*groups)
+				xd := toDev(t, x)
+				if err := dev.GroupNorm(yd, meanD, rstdD, xd, wd, bd, groups, 1e-5); err != nil {
+					t.Fatal(err)
+				}
+				closeRel(t, "groupnorm y "+what, fromDev(t, yd), y, tol)
+				closeRel(t, "groupnorm rstd "+what, fromDev(t, rstdD), rstd, 1e-5)
+				dx, dw, db := tensor.Empty(d, n, c, h, w), tensor.Empty(d, c), tensor.Empty(d, c)
+				gdx, gdw, gdb := poisoned(t, d, n, c, h, w), poisoned(t, d, c), poisoned(t, d, c)
+				if !affine {
+					dw, db, gdw, gdb = nil, nil, nil, nil
+				}
+				cpuBE.GroupNormBackward(dx, dw, db, dy, x, mean, rstd, wt, groups)
+				if err := dev.GroupNormBackward(gdx, gdw, gdb, toDev(t, dy), xd, meanD, rstdD, wd, groups); err != nil {
+					t.Fatal(err)
+				}
+				closeRel(t, "groupnorm dx "+what, fromDev(t, gdx), dx, tol)
+				if affine {
+					closeRel(t, "groupnorm dw "+what, fromDev(t, gdw), dw, tol)
+					closeRel(t, "groupnorm db "+what, fromDev(t, gdb), db, tol)
+				}
+			}
+		}
+	}
+}
+
+// TestConv2dMatchesCPU: forward (with and without bias), input and
+// weight gradients over strides, padding, dilation and groups, in fp32,
+// TF32 and bf16.
+func TestConv2dMatchesCPU(t *testing.T) {
+	for ci, c := range []struct {
+		x, w []int
+		p    kernels.Conv2dParams
+	}{
+		{[]int{2, 3, 9, 10}, []int{4, 3, 3, 3}, kernels.Conv2dParams{PadH: 1, PadW: 1}},
+		{[]int{3, 4, 11, 8}, []int{6, 2, 3, 2}, kernels.Conv2dParams{StrideH: 2, StrideW: 1, PadH: 1, DilationW: 2, Groups: 2}},
+		{[]int{2, 6, 7, 7}, []int{6, 1, 3, 3}, kernels.Conv2dParams{StrideH: 2, StrideW: 2, PadH: 2, PadW: 1, DilationH: 2, Groups: 6}},
+		{[]int{1, 5, 6, 6}, []int{7, 5, 1, 1}, kernels.Conv2dParams{}},
+	} {
+		rng := tensor.NewRNG(uint64(110 + ci))
+		x := tensor.Uniform(rng, tensor.F32, -1, 1, c.x...)
+		w := tensor.Uniform(rng, tensor.F32, -1, 1, c.w...)
+		bias := tensor.Uniform(rng, tensor.F32, -1, 1, c.w[0])
+		p := c.p.Norm()
+		ho := kernels.ConvOut(c.x[2], c.w[2], p.StrideH, p.PadH, p.DilationH)
+		wo := kernels.ConvOut(c.x[3], c.w[3], p.StrideW, p.PadW, p.DilationW)
+		yShape := []int{c.x[0], c.w[0], ho, wo}
+		dy := tensor.Uniform(rng, tensor.F32, -1, 1, yShape...)
+		for _, pc := range []struct {
+			name string
+			d    tensor.DType
+			prec Precision
+			tol  float64
+		}{{"fp32", tensor.F32, Highest, 1e-5}, {"tf32", tensor.F32, High, 1e-3}, {"bf16", tensor.BF16, Highest, 1e-2}} {
+			xc, wc, bc, dyc := x.Cast(pc.d), w.Cast(pc.d), bias.Cast(pc.d), dy.Cast(pc.d)
+			f32 := func(t *tensor.Tensor) *tensor.Tensor { return t.Cast(tensor.F32) }
+			what := fmt.Sprintf("conv %s %v %v %+v", pc.name, c.x, c.w, c.p)
+			for _, withBias := range []bool{false, true} {
+				var b, bd *tensor.Tensor
+				if withBias {
+					b, bd = f32(bc), toDev(t, bc)
+				}
+				want := tensor.Empty(tensor.F32, yShape...)
+				cpuBE.Conv2d(want, f32(xc), f32(wc), b, c.p)
+				got := poisoned(t, pc.d, yShape...)
+				if err := dev.Conv2d(got, toDev(t, xc), toDev(t, wc), bd, c.p, pc.prec); err != nil {
+					t.Fatal(err)
+				}
+				closeRel(t, fmt.Sprintf("%s bias=%v", what, withBias), f32(fromDev(t, got)), want, pc.tol)
+			}
+			wantDx := tensor.Empty(tensor.F32, c.x...)
+			cpuBE.Conv2dBackwardInput(wantDx, f32(dyc), f32(wc), c.p)
+			gotDx := poisoned(t, pc.d, c.x...)
+			if err := dev.Conv2dBackwardInput(gotDx, toDev(t, dyc), toDev(t, wc), c.p, pc.prec); err != nil {
+				t.Fatal(err)
+			}
+			closeRel(t, what+" dx", f32(fromDev(t, gotDx)), wantDx, pc.tol)
+			wantDw := tensor.Empty(tensor.F32, c.w...)
+			cpuBE.Conv2dBackwardWeight(wantDw, f32(xc), f32(dyc), c.p)
+			gotDw := poisoned(t, pc.d, c.w...)
+			if err := dev.Conv2dBackwardWeight(gotDw, toDev(t, xc), toDev(t, dyc), c.p, pc.prec); err != nil {
+				t.Fatal(err)
+			}
+			closeRel(t, what+" dw", f32(fromDev(t, gotDw)), wantDw, 2*pc.tol)
+		}
+	}
+}
+
+// TestForeachAndScalerMatchCPU: norms, scaling and axpy over a list of
+// tensors, unscale with and without an infinity, the GradScaler update
+// through growth and backoff, and the guarded counter.
+func TestForeachAndScalerMatchCPU(t *testing.T) {
+	rng := tensor.NewRNG(120)
+	sizes := []int{1, 300, 5000, 77}
+	mk := func() (host, devs []*tensor.Tensor) {
+		for _, n := range sizes {
+			x := tensor.Normal(rng, tensor.F32, 0, 1, n)
+			host = append(host, x)
+			devs = append(devs, toDev(t, x))
+		}
+		return host, devs
+	}
+	xs, xsD := mk()
+	ys, ysD := mk()
+	for _, dt := range []tensor.DType{tensor.F32, tensor.F64} {
+		want := tensor.Empty(dt, len(xs))
+		cpuBE.ForeachNorm(want, xs)
+		got, err := tensor.EmptyOn(tensor.CUDA(0), dt, len(xs))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := dev.ForeachNorm(got, xsD); err != nil {
+			t.Fatal(err)
+		}
+		closeRel(t, fmt.Sprintf("foreach norm %v", dt), fromDev(t, got), want, 1e-5)
+	}
+	s := tensor.FromSlice([]float32{0.75}, 1)
+	cpuBE.ForeachScale(xs, s)
+	if err := dev.ForeachScale(xsD, toDev(t, s)); err != nil {
+		t.Fatal(err)
+	}
+	cpuBE.ForeachAxpy(ys, xs, -0.3)
+	if err := dev.ForeachAxpy(ysD, xsD, -0.3); err != nil {
+		t.Fatal(err)
+	}
+	for i := range xs {
+		closeRel(t, "foreach scale", fromDev(t, xsD[i]), xs[i], 1e-6)
+		closeRel(t, "foreach axpy", fromDev(t, ysD[i]), ys[i], 1e-6)
+	}
+	inv := tensor.FromSlice([]float32{1.0 / 1024}, 1)
+	for _, poison := range []bool{false, true} {
+		if poison {
+			xs[2].Set(math.Inf(1), 17)
+			xsD[2] = toDev(t, xs[2])
+		}
+		found := tensor.Zeros(tensor.F32, 1)
+		foundD := toDev(t, found)
+		cpuBE.UnscaleCheck(xs, inv, found)
+		if err := dev.UnscaleCheck(xsD, toDev(t, inv), foundD); err != nil {
+			t.Fatal(err)
+		}
+		closeRel(t, fmt.Sprintf("found inf (poisoned %v)", poison), fromDev(t, foundD), found, 0)
+		if !poison {
+			for i := range xs {
+				closeRel(t, "unscaled", fromDev(t, xsD[i]), xs[i], 1e-6)
+			}
+		}
+	}
+	scale, tracker := tensor.FromSlice([]float32{65536}, 1), tensor.Zeros(tensor.F32, 1)
+	scaleD, trackerD := toDev(t, scale), toDev(t, tracker)
+	for step, inf := range []float32{0, 0, 0, 1, 0, 0, 0, 0} {
+		f := tensor.FromSlice([]float32{inf}, 1)
+		cpuBE.ScalerUpdate(scale, tracker, f, 2, 0.5, 3)
+		if err := dev.ScalerUpdate(scaleD, trackerD, toDev(t, f), 2, 0.5, 3); err != nil {
+			t.Fatal(err)
+		}
+		closeRel(t, fmt.Sprintf("scale after step %d", step), fromDev(t, scaleD), scale, 0)
+		closeRel(t, fmt.Sprintf("tracker after step %d", step), fromDev(t, trackerD), tracker, 0)
+	}
+	for _, dt := range []tensor.DType{tensor.F32, tensor.F64, tensor.I64} {
+		counter := tensor.Full(dt, 5, 1)
+		counterD := toDev(t, counter)
+		for _, sk := range []float32{0, 1, 0} {
+			skip := tensor.FromSlice([]float32{sk}, 1)
+			cpuBE.Increment(counter, skip)
+			if err := dev.Increment(counterD, toDev(t, skip)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := dev.Increment(counterD, nil); err != nil {
+			t.Fatal(err)
+		}
+		cpuBE.Increment(counter, nil)
+		closeRel(t, fmt.Sprintf("increment %v", dt), fromDev(t, counterD), counter, 0)
+	}
+}

@@ -12,13 +12,14 @@ package cuda
 #include <cuda.h>
 #include <stdint.h>
 
-// esper_launch launches f with up to 16 arguments, each held in an 8-byte
-// slot of args (narrower values in the low bytes: the driver reads each
-// argument at its own size from the slot's address).
+// esper_launch launches f with up to 16 arguments held in the 8-byte
+// words of args, argument i starting at word offs[i] (narrower values in
+// the low bytes: the driver reads each argument at its own size from its
+// address; a struct passed by value spans several words).
 static CUresult esper_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                             unsigned bz, unsigned shmem, CUstream s, uint64_t *args, int nargs) {
+                             unsigned bz, unsigned shmem, CUstream s, uint64_t *args, int32_t *offs, int nargs) {
 	void *params[16];
-	for (int i = 0; i < nargs && i < 16; i++) params[i] = &args[i];
+	for (int i = 0; i < nargs && i < 16; i++) params[i] = &args[offs[i]];
 	return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, s, params, NULL);
 }
 
@@ -74,30 +75,44 @@ func check(call string, r C.CUresult) error {
 	return &DriverError{Call: call, Code: int(r), Name: name}
 }
 
-// maxArgs is the most kernel arguments launch passes.
-const maxArgs = 16
+// maxArgs is the most kernel arguments launch passes; maxWords the most
+// 8-byte words they may fill together (a struct argument takes several).
+const (
+	maxArgs  = 16
+	maxWords = 64
+)
 
-// args holds a launch's kernel arguments, one 8-byte slot each.
+// args holds a launch's kernel arguments: argument i starts at word
+// off[i] of v; scalars take one word each.
 type args struct {
-	v [maxArgs]uint64
-	n int
+	v   [maxWords]uint64
+	off [maxArgs]int32
+	n   int // arguments
+	w   int // words used
 }
 
-func (a *args) ptr(p cu.DevicePtr) *args { a.v[a.n] = uint64(p); a.n++; return a }
-func (a *args) i64(x int64) *args        { a.v[a.n] = uint64(x); a.n++; return a }
-func (a *args) i32(x int32) *args        { a.v[a.n] = uint64(uint32(x)); a.n++; return a }
-func (a *args) f32(x float32) *args {
-	a.v[a.n] = uint64(*(*uint32)(unsafe.Pointer(&x)))
+// push appends an argument of len(ws) words.
+func (a *args) push(ws ...uint64) *args {
+	if a.n == maxArgs || a.w+len(ws) > maxWords {
+		panic("cuda: too many kernel arguments") // a programming error in this package
+	}
+	a.off[a.n] = int32(a.w)
+	a.w += copy(a.v[a.w:], ws)
 	a.n++
 	return a
 }
-func (a *args) f64(x float64) *args { a.v[a.n] = *(*uint64)(unsafe.Pointer(&x)); a.n++; return a }
+
+func (a *args) ptr(p cu.DevicePtr) *args { return a.push(uint64(p)) }
+func (a *args) i64(x int64) *args        { return a.push(uint64(x)) }
+func (a *args) i32(x int32) *args        { return a.push(uint64(uint32(x))) }
+func (a *args) f32(x float32) *args      { return a.push(uint64(*(*uint32)(unsafe.Pointer(&x)))) }
+func (a *args) f64(x float64) *args      { return a.push(*(*uint64)(unsafe.Pointer(&x))) }
 
 // launchRaw launches fn on stream s with grid×block threads.
 func launchRaw(fn cu.Function, grid, block [3]int, shmem int, s cu.Stream, a *args) error {
 	r := C.esper_launch(cfn(fn), C.uint(grid[0]), C.uint(grid[1]), C.uint(grid[2]),
 		C.uint(block[0]), C.uint(block[1]), C.uint(block[2]), C.uint(shmem), cstream(s),
-		(*C.uint64_t)(unsafe.Pointer(&a.v[0])), C.int(a.n))
+		(*C.uint64_t)(unsafe.Pointer(&a.v[0])), (*C.int32_t)(unsafe.Pointer(&a.off[0])), C.int(a.n))
 	return check("cuLaunchKernel", r)
 }
 

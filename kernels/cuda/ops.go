@@ -117,13 +117,15 @@ func (d *Device) Unary(op kernels.UnaryOp, dst, x *tensor.Tensor) error {
 	return d.launch1D(name, int64(x.Numel()), a.i32(int32(op)).ptr(pd).ptr(px).i64(int64(x.Numel())))
 }
 
-// Binary sets dst = a op b elementwise for the arithmetic ops (Add
-// through Minimum), with a and b of dst's shape or one of them a
-// one-element scalar broadcast over the other; F32 full operands use the
-// 16-byte vector kernel when aligned.
+// Binary sets dst = a op b elementwise for every BinaryOp (comparisons
+// write a Bool dst), with a and b views of any strides whose shapes
+// broadcast to dst's (NumPy rules; rank ≤ 6 after merging axes); dst is
+// contiguous. Contiguous operands of dst's shape, or a one-element scalar
+// over the other, take the flat kernels; F32 full operands the 16-byte
+// vector kernel when aligned.
 func (d *Device) Binary(op kernels.BinaryOp, dst, x, y *tensor.Tensor) error {
-	if op > kernels.Minimum {
-		return fmt.Errorf("cuda: Binary: op %v is not arithmetic (comparisons are not built yet)", op)
+	if op.IsComparison() || !x.IsContiguous() || !y.IsContiguous() {
+		return d.binaryND("Binary", op, dst, x, y, 0, modeTensors)
 	}
 	dt := dst.DType()
 	name, err := floatKernel("Binary", "binary", dt)
@@ -131,21 +133,21 @@ func (d *Device) Binary(op kernels.BinaryOp, dst, x, y *tensor.Tensor) error {
 		return err
 	}
 	n := int64(dst.Numel())
-	stride := func(what string, t *tensor.Tensor) (int64, error) {
+	stride := func(t *tensor.Tensor) (int64, bool) {
 		switch {
 		case tensor.SameShape(t.Shape(), dst.Shape()):
-			return 1, nil
+			return 1, true
 		case t.Numel() == 1:
-			return 0, nil
+			return 0, true
 		}
-		return 0, fmt.Errorf("cuda: Binary %v: %s shape %v neither matches dst %v nor is a scalar", op, what, t.Shape(), dst.Shape())
+		return 0, false
 	}
-	sx, err := stride("a", x)
-	if err != nil {
-		return err
+	sx, okx := stride(x)
+	sy, oky := stride(y)
+	if !okx || !oky {
+		return d.binaryND("Binary", op, dst, x, y, 0, modeTensors)
 	}
-	sy, err := stride("b", y)
-	if err != nil {
+	if err := d.checkBinaryDst("Binary", op, dst, dt); err != nil {
 		return err
 	}
 	pd, err := d.ptrOf("Binary", "dst", dst, dt)

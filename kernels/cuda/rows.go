@@ -313,3 +313,73 @@ func b2i(b bool) int32 {
 	}
 	return 0
 }
+
+// ArgMax writes into dst (I64, x's shape with axis of size 1) the index
+// of the first maximum of x (F32 or BF16) along axis, NaN counting as the
+// maximum as in PyTorch and the CPU backend.
+func (d *Device) ArgMax(dst, x *tensor.Tensor, axis int) error {
+	const op = "ArgMax"
+	if axis < -x.Rank() || axis >= x.Rank() {
+		return fmt.Errorf("cuda: %s: axis %d of x %v", op, axis, x.Shape())
+	}
+	a := x.Axis(axis)
+	want := append([]int(nil), x.Shape()...)
+	want[a] = 1
+	if !tensor.SameShape(dst.Shape(), want) {
+		return fmt.Errorf("cuda: %s: x %v along axis %d gives %v, dst is %v", op, x.Shape(), axis, want, dst.Shape())
+	}
+	n := x.Dim(a)
+	if n == 0 {
+		return fmt.Errorf("cuda: %s: axis %d of x %v is empty", op, axis, x.Shape())
+	}
+	name, err := floatKernel(op, "argmax_rows", x.DType())
+	if err != nil {
+		return err
+	}
+	pd, err := d.ptrOf(op, "dst", dst, tensor.I64)
+	if err != nil {
+		return err
+	}
+	px, err := d.ptrOf(op, "x", x, x.DType())
+	if err != nil {
+		return err
+	}
+	inner := tensor.Numel(x.Shape()[a+1:])
+	release := d.enter()
+	defer release()
+	var ar args
+	return d.launchRows(name, dst.Numel(), ar.ptr(pd).ptr(px).i64(int64(n)).i64(int64(inner)))
+}
+
+// CountCorrect adds to acc (F32 [N]) 1 for each row i of logits [N, C]
+// (F32 or BF16) whose first maximum lies at target[i] (I64 or I32 [N]),
+// in one launch. A target outside [0, C) never matches.
+func (d *Device) CountCorrect(acc, logits, target *tensor.Tensor) error {
+	const op = "CountCorrect"
+	pt, t64, n, c, err := d.ceTargets(op, logits, target)
+	if err != nil {
+		return err
+	}
+	if c == 0 {
+		return fmt.Errorf("cuda: %s: logits %v has no classes", op, logits.Shape())
+	}
+	if acc.Rank() != 1 || acc.Dim(0) != n {
+		return fmt.Errorf("cuda: %s: acc %v for logits %v, want [%d]", op, acc.Shape(), logits.Shape(), n)
+	}
+	name, err := floatKernel(op, "count_correct_rows", logits.DType())
+	if err != nil {
+		return err
+	}
+	pa, err := d.ptrOf(op, "acc", acc, tensor.F32)
+	if err != nil {
+		return err
+	}
+	px, err := d.ptrOf(op, "logits", logits, logits.DType())
+	if err != nil {
+		return err
+	}
+	release := d.enter()
+	defer release()
+	var a args
+	return d.launchRows(name, n, a.ptr(pa).ptr(px).ptr(pt).i32(b2i(t64)).i64(int64(c)))
+}

@@ -1,6 +1,8 @@
-// Elementwise kernels of the Esper CUDA backend: fill, casts, unary and
-// binary ops over contiguous buffers, in fp32 and bf16 (bf16 math is done
-// in fp32). Every kernel is a grid-stride loop over n elements, so any
+// Elementwise kernels of the Esper CUDA backend: fill, casts, unary ops
+// and their derivatives, clamp, binary ops over contiguous buffers, and
+// the strided forms (broadcasting binary ops and comparisons, where,
+// copies between any views), in fp32 and bf16 (bf16 math is done in
+// fp32). Every kernel is a grid-stride loop over n elements, so any
 // launch shape covers any n; the Go side picks the shape.
 #include <cuda_bf16.h>
 #include <stdint.h>
@@ -38,8 +40,72 @@ __device__ __forceinline__ float unary_f(int op, float x) {
     return x;
 }
 
-// Binary op codes: kernels.BinaryOp's arithmetic values, in its order.
-enum { B_ADD = 0, B_SUB, B_MUL, B_DIV, B_POW, B_MAX, B_MIN };
+// unary_bwd_f is dy·op'(x) with kernels/cpu's formulas; y = op(x) when
+// has_y (for the ops that reuse their output), else x alone is read.
+__device__ __forceinline__ float unary_bwd_f(int op, float x, float y, int has_y, float g) {
+    switch (op) {
+    case U_NEG: return -g;
+    case U_ABS: return x > 0.f ? g : (x < 0.f ? -g : 0.f);
+    case U_EXP: return g * (has_y ? y : expf(x));
+    case U_LOG: return g / x;
+    case U_SQRT: return g / (2.f * (has_y ? y : sqrtf(x)));
+    case U_RSQRT: {
+        float r = has_y ? y : 1.f / sqrtf(x);
+        return -0.5f * g * r * r * r;
+    }
+    case U_SQUARE: return 2.f * x * g;
+    case U_RECIP: {
+        float r = has_y ? y : 1.f / x;
+        return -g * r * r;
+    }
+    case U_SIGN: return 0.f;
+    case U_RELU: return x > 0.f ? g : 0.f;  // +0 even for a NaN dy, as the CPU's mask
+    case U_GELU_TANH: {                      // PyTorch's GeluBackward (approximate="tanh")
+        const float k = 0.7978845608028654f, kappa = 0.044715f;
+        float xsq = x * x, t = tanhf(k * (x + kappa * xsq * x));
+        return g * (0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * k * (1.f + 3.f * kappa * xsq));
+    }
+    case U_GELU_ERF: {
+        float cdf = 0.5f * (1.f + erff(x * 0.7071067811865476f));
+        float pdf = expf(-0.5f * x * x) * 0.3989422804014327f;  // 1/sqrt(2 pi)
+        return g * (cdf + x * pdf);
+    }
+    case U_SILU: {
+        float sg = 1.f / (1.f + expf(-x));
+        return g * sg * (1.f + x * (1.f - sg));
+    }
+    case U_SIGMOID: {
+        float sg = has_y ? y : 1.f / (1.f + expf(-x));
+        return g * sg * (1.f - sg);
+    }
+    case U_TANH: {
+        float t = has_y ? y : tanhf(x);
+        return g * (1.f - t * t);
+    }
+    case U_SOFTPLUS: {
+        if (x > 20.f) return g;
+        float z = expf(x);
+        return g * z / (z + 1.f);
+    }
+    }
+    return g;
+}
+
+// Binary op codes: kernels.BinaryOp's values, in its order (the
+// comparisons, from B_EQ on, write bool).
+enum { B_ADD = 0, B_SUB, B_MUL, B_DIV, B_POW, B_MAX, B_MIN, B_EQ, B_NE, B_LT, B_LE, B_GT, B_GE };
+
+__device__ __forceinline__ bool compare_f(int op, float a, float b) {
+    switch (op) {
+    case B_EQ: return a == b;
+    case B_NE: return a != b;
+    case B_LT: return a < b;
+    case B_LE: return a <= b;
+    case B_GT: return a > b;
+    case B_GE: return a >= b;
+    }
+    return false;
+}
 
 __device__ __forceinline__ float binary_f(int op, float a, float b) {
     switch (op) {
@@ -52,6 +118,109 @@ __device__ __forceinline__ float binary_f(int op, float a, float b) {
     case B_MIN: return (a != a || a < b) ? a : b;
     }
     return a;
+}
+
+__device__ __forceinline__ float ld(const float* p, int64_t i) { return p[i]; }
+__device__ __forceinline__ float ld(const __nv_bfloat16* p, int64_t i) { return __bfloat162float(p[i]); }
+__device__ __forceinline__ void st(float* p, int64_t i, float v) { p[i] = v; }
+__device__ __forceinline__ void st(__nv_bfloat16* p, int64_t i, float v) { p[i] = __float2bfloat16_rn(v); }
+
+// Geom is the layout of a strided launch (the Go geom, word for word):
+// up to MAX_OPS operands walked over one shape of rank ≤ MAX_RANK, each
+// with its own element strides (0 along a broadcast axis). Element i of
+// the row-major order of shape sits at Σ coord_d·st[k][d] in operand k.
+#define MAX_RANK 6
+#define MAX_OPS 4
+struct Geom {
+    int64_t rank;
+    int64_t shape[MAX_RANK];
+    int64_t st[MAX_OPS][MAX_RANK];
+};
+
+// geom_offsets writes the offsets of element i in the first nops operands.
+__device__ __forceinline__ void geom_offsets(const Geom& g, int64_t i, int nops, int64_t* off) {
+    for (int k = 0; k < nops; k++) off[k] = 0;
+    for (int d = (int)g.rank - 1; d >= 0; d--) {
+        int64_t n = g.shape[d], c = i % n;
+        i /= n;
+        for (int k = 0; k < nops; k++) off[k] += c * g.st[k][d];
+    }
+}
+
+// unary_bwd: dx = dy·op'(x) (x or y may be null when the op does without).
+template <typename T>
+__device__ void unary_bwd(int op, T* dx, const T* x, const T* y, const T* dy, int64_t n) {
+    GRID_STRIDE(i, n) {
+        float xv = x ? ld(x, i) : 0.f, yv = y ? ld(y, i) : 0.f;
+        st(dx, i, unary_bwd_f(op, xv, yv, y != nullptr, ld(dy, i)));
+    }
+}
+
+// clamp: min(max(x, lo), hi) with NaN kept, as torch.clamp.
+template <typename T>
+__device__ void clamp(T* d, const T* x, float lo, float hi, int64_t n) {
+    GRID_STRIDE(i, n) {
+        float v = ld(x, i);
+        if (v < lo) v = lo;
+        if (v > hi) v = hi;
+        st(d, i, v);
+    }
+}
+
+// binary_nd: operands 0 (d, contiguous in practice), 1 (a), 2 (b) of g;
+// mode 0 is a op b, 1 is a op s, 2 is s op a (b unused then). Comparisons
+// write one byte (bool) per element, arithmetic a T.
+template <typename T>
+__device__ void binary_nd(int op, void* d, const T* a, const T* b, float s, int mode, const Geom& g, int64_t n) {
+    GRID_STRIDE(i, n) {
+        int64_t o[3];
+        geom_offsets(g, i, 3, o);
+        float x = ld(a, o[1]), y = mode == 0 ? ld(b, o[2]) : s;
+        if (mode == 2) {
+            float t = x;
+            x = y;
+            y = t;
+        }
+        if (op >= B_EQ) {
+            ((uint8_t*)d)[o[0]] = compare_f(op, x, y);
+        } else {
+            st((T*)d, o[0], binary_f(op, x, y));
+        }
+    }
+}
+
+// where_nd: d = c ? a : b over operands d, c (bool bytes), a, b of g.
+template <typename T>
+__device__ void where_nd(T* d, const uint8_t* c, const T* a, const T* b, const Geom& g, int64_t n) {
+    GRID_STRIDE(i, n) {
+        int64_t o[4];
+        geom_offsets(g, i, 4, o);
+        d[o[0]] = c[o[1]] ? a[o[2]] : b[o[3]];
+    }
+}
+
+// copy_nd: d = s element by element over operands d, s of g, converting
+// between the element types (raw words when they are the same).
+__device__ __forceinline__ float conv(float v, float*) { return v; }
+__device__ __forceinline__ __nv_bfloat16 conv(float v, __nv_bfloat16*) { return __float2bfloat16_rn(v); }
+__device__ __forceinline__ float conv(__nv_bfloat16 v, float*) { return __bfloat162float(v); }
+
+template <typename D, typename S>
+__device__ void copy_nd(D* d, const S* s, const Geom& g, int64_t n) {
+    GRID_STRIDE(i, n) {
+        int64_t o[2];
+        geom_offsets(g, i, 2, o);
+        d[o[0]] = conv(s[o[1]], (D*)nullptr);
+    }
+}
+
+template <typename W>
+__device__ void copy_raw_nd(W* d, const W* s, const Geom& g, int64_t n) {
+    GRID_STRIDE(i, n) {
+        int64_t o[2];
+        geom_offsets(g, i, 2, o);
+        d[o[0]] = s[o[1]];
+    }
 }
 
 extern "C" {
@@ -104,5 +273,41 @@ __global__ void binary_f32_vec4(int op, float4* d, const float4* a, const float4
         d[i] = r;
     }
 }
+
+__global__ void unary_bwd_f32(int op, float* dx, const float* x, const float* y, const float* dy, int64_t n) {
+    unary_bwd(op, dx, x, y, dy, n);
+}
+__global__ void unary_bwd_bf16(int op, __nv_bfloat16* dx, const __nv_bfloat16* x, const __nv_bfloat16* y,
+                               const __nv_bfloat16* dy, int64_t n) {
+    unary_bwd(op, dx, x, y, dy, n);
+}
+
+__global__ void clamp_f32(float* d, const float* x, float lo, float hi, int64_t n) { clamp(d, x, lo, hi, n); }
+__global__ void clamp_bf16(__nv_bfloat16* d, const __nv_bfloat16* x, float lo, float hi, int64_t n) {
+    clamp(d, x, lo, hi, n);
+}
+
+__global__ void binary_nd_f32(int op, void* d, const float* a, const float* b, float s, int mode, Geom g, int64_t n) {
+    binary_nd(op, d, a, b, s, mode, g, n);
+}
+__global__ void binary_nd_bf16(int op, void* d, const __nv_bfloat16* a, const __nv_bfloat16* b, float s, int mode,
+                               Geom g, int64_t n) {
+    binary_nd(op, d, a, b, s, mode, g, n);
+}
+
+__global__ void where_nd_f32(float* d, const uint8_t* c, const float* a, const float* b, Geom g, int64_t n) {
+    where_nd(d, c, a, b, g, n);
+}
+__global__ void where_nd_bf16(__nv_bfloat16* d, const uint8_t* c, const __nv_bfloat16* a, const __nv_bfloat16* b,
+                              Geom g, int64_t n) {
+    where_nd(d, c, a, b, g, n);
+}
+
+__global__ void copy_nd_f32_bf16(__nv_bfloat16* d, const float* s, Geom g, int64_t n) { copy_nd(d, s, g, n); }
+__global__ void copy_nd_bf16_f32(float* d, const __nv_bfloat16* s, Geom g, int64_t n) { copy_nd(d, s, g, n); }
+__global__ void copy_nd_raw1(uint8_t* d, const uint8_t* s, Geom g, int64_t n) { copy_raw_nd(d, s, g, n); }
+__global__ void copy_nd_raw2(uint16_t* d, const uint16_t* s, Geom g, int64_t n) { copy_raw_nd(d, s, g, n); }
+__global__ void copy_nd_raw4(uint32_t* d, const uint32_t* s, Geom g, int64_t n) { copy_raw_nd(d, s, g, n); }
+__global__ void copy_nd_raw8(uint64_t* d, const uint64_t* s, Geom g, int64_t n) { copy_raw_nd(d, s, g, n); }
 
 }  // extern "C"

@@ -1,6 +1,6 @@
 // Row kernels of the Esper CUDA backend: reductions along the last axis,
-// softmax and log-softmax with their backward passes, and the fused
-// softmax cross-entropy. x is viewed as [rows, n]; one block of
+// softmax and log-softmax with their backward passes, the fused softmax
+// cross-entropy, arg-max along an axis and the accuracy counter. x is viewed as [rows, n]; one block of
 // ROW_THREADS threads handles a row (gridDim.x = rows), reducing in
 // registers, then across warps through shared memory. All arithmetic is
 // fp32 (bf16 inputs are widened on load).
@@ -166,7 +166,85 @@ __device__ void ce_bwd_rows(T* dx, const T* x, const void* t, int t64, const flo
     }
 }
 
+// better reports whether candidate (v, i) beats (bv, bi) for the first
+// maximum with NaN counting as the maximum (the CPU's argMaxLine): the
+// first NaN wins, else the larger value, ties to the smaller index.
+__device__ __forceinline__ bool better(float v, int64_t i, float bv, int64_t bi) {
+    bool vn = v != v, bn = bv != bv;
+    if (vn != bn) return vn;
+    if (vn || v == bv) return i < bi;
+    return v > bv;
+}
+
+// block_argmax reduces (v, i) over the block; every thread gets the result.
+__device__ void block_argmax(float& v, int64_t& i) {
+    __shared__ float pv[32];
+    __shared__ int64_t pi[32];
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffff, v, o);
+        int64_t oi = __shfl_xor_sync(0xffffffff, i, o);
+        if (better(ov, oi, v, i)) v = ov, i = oi;
+    }
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    __syncthreads();
+    if (lane == 0) pv[w] = v, pi[w] = i;
+    __syncthreads();
+    bool have = lane < (int)(blockDim.x >> 5);
+    v = have ? pv[lane] : -INFINITY;
+    i = have ? pi[lane] : INT64_MAX;
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffff, v, o);
+        int64_t oi = __shfl_xor_sync(0xffffffff, i, o);
+        if (better(ov, oi, v, i)) v = ov, i = oi;
+    }
+}
+
+// line_argmax is the index of the first maximum of the n values at
+// x[base + k·stride] (one block).
+template <typename T>
+__device__ int64_t line_argmax(const T* x, int64_t base, int64_t n, int64_t stride) {
+    float bv = -INFINITY;
+    int64_t bi = INT64_MAX;
+    for (int64_t k = threadIdx.x; k < n; k += blockDim.x) {
+        float v = ld(x, base + k * stride);
+        if (better(v, k, bv, bi)) bv = v, bi = k;
+    }
+    block_argmax(bv, bi);
+    return bi;
+}
+
+// argmax_rows: x viewed as [outer, n, inner]; block r handles the line
+// (r / inner, :, r % inner) and writes its arg-max to dst[r].
+template <typename T>
+__device__ void argmax_rows(int64_t* dst, const T* x, int64_t n, int64_t inner) {
+    int64_t r = blockIdx.x, o = r / inner, i = r % inner;
+    int64_t k = line_argmax(x, o * n * inner + i, n, inner);
+    if (threadIdx.x == 0) dst[r] = k;
+}
+
+// count_correct_rows: acc[r] += 1 when row r of x [rows, c] has its
+// first maximum at target[r].
+template <typename T>
+__device__ void count_correct_rows(float* acc, const T* x, const void* t, int t64, int64_t c) {
+    int64_t r = blockIdx.x;
+    int64_t k = line_argmax(x, r * c, c, 1);
+    if (threadIdx.x == 0 && k == ce_target(t, t64, r)) acc[r] += 1.f;
+}
+
 extern "C" {
+
+__global__ void argmax_rows_f32(int64_t* dst, const float* x, int64_t n, int64_t inner) {
+    argmax_rows(dst, x, n, inner);
+}
+__global__ void argmax_rows_bf16(int64_t* dst, const __nv_bfloat16* x, int64_t n, int64_t inner) {
+    argmax_rows(dst, x, n, inner);
+}
+__global__ void count_correct_rows_f32(float* acc, const float* x, const void* t, int t64, int64_t c) {
+    count_correct_rows(acc, x, t, t64, c);
+}
+__global__ void count_correct_rows_bf16(float* acc, const __nv_bfloat16* x, const void* t, int t64, int64_t c) {
+    count_correct_rows(acc, x, t, t64, c);
+}
 
 __global__ void reduce_rows_f32(int op, float* y, const float* x, int64_t n) { reduce_rows(op, y, x, n); }
 __global__ void reduce_rows_bf16(int op, __nv_bfloat16* y, const __nv_bfloat16* x, int64_t n) { reduce_rows(op, y, x, n); }

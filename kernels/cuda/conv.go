@@ -1,0 +1,252 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"fmt"
+
+	"gorgonia.org/cu"
+
+	"github.com/esper-go/esper/kernels"
+	"github.com/esper-go/esper/tensor"
+)
+
+// 2-D convolution (NCHW) as im2col/col2im kernels (src/conv.cu) around
+// cuBLAS: per group g, the strided-batched product over the samples of
+// W_g [og, cg·kh·kw] and the columns [cg·kh·kw, ho·wo]. Inputs, weights
+// and outputs share one dtype (F32, in the given precision, or BF16 with
+// fp32 accumulation).
+
+// convGeom is struct Conv of src/conv.cu, word for word.
+type convGeom struct {
+	n, cin, h, w, kh, kw, ho, wo, sh, sw, ph, pw, dh, dw int64
+}
+
+func (g *convGeom) words() []uint64 {
+	return []uint64{uint64(g.n), uint64(g.cin), uint64(g.h), uint64(g.w), uint64(g.kh), uint64(g.kw), uint64(g.ho),
+		uint64(g.wo), uint64(g.sh), uint64(g.sw), uint64(g.ph), uint64(g.pw), uint64(g.dh), uint64(g.dw)}
+}
+
+// convPlan is a checked convolution: its geometry and the gemm sizes.
+type convPlan struct {
+	g              convGeom
+	groups         int
+	cout, og, kdim int // output channels, per group, rows of a group's columns
+	pixels         int // ho·wo
+	blasType       int
+}
+
+// planConv checks x [N,Cin,H,W], w [Cout,Cin/groups,KH,KW] and y
+// [N,Cout,Ho,Wo] against p (the CPU backend's rules).
+func planConv(op string, x, w, y *tensor.Tensor, p kernels.Conv2dParams) (convPlan, error) {
+	p = p.Norm()
+	xs, ws, ys := x.Shape(), w.Shape(), y.Shape()
+	bad := func(why string) (convPlan, error) {
+		return convPlan{}, fmt.Errorf("cuda: %s: %s: input %v, w %v, output %v (stride %d,%d pad %d,%d dilation %d,%d groups %d)",
+			op, why, xs, ws, ys, p.StrideH, p.StrideW, p.PadH, p.PadW, p.DilationH, p.DilationW, p.Groups)
+	}
+	if len(xs) != 4 || len(ws) != 4 || len(ys) != 4 {
+		return bad("want rank-4 tensors")
+	}
+	if p.Groups <= 0 || xs[1]%p.Groups != 0 || ws[0]%p.Groups != 0 || ws[1] != xs[1]/p.Groups {
+		return bad("channels do not match groups")
+	}
+	if p.StrideH <= 0 || p.StrideW <= 0 || p.PadH < 0 || p.PadW < 0 || p.DilationH <= 0 || p.DilationW <= 0 {
+		return bad("invalid parameters")
+	}
+	ho := kernels.ConvOut(xs[2], ws[2], p.StrideH, p.PadH, p.DilationH)
+	wo := kernels.ConvOut(xs[3], ws[3], p.StrideW, p.PadW, p.DilationW)
+	if ho <= 0 || wo <= 0 || !tensor.SameShape(ys, []int{xs[0], ws[0], ho, wo}) {
+		return bad("output shape mismatch")
+	}
+	c := convPlan{groups: p.Groups, cout: ws[0], og: ws[0] / p.Groups, kdim: ws[1] * ws[2] * ws[3], pixels: ho * wo}
+	c.g = convGeom{n: int64(xs[0]), cin: int64(xs[1]), h: int64(xs[2]), w: int64(xs[3]), kh: int64(ws[2]), kw: int64(ws[3]),
+		ho: int64(ho), wo: int64(wo), sh: int64(p.StrideH), sw: int64(p.StrideW), ph: int64(p.PadH), pw: int64(p.PadW),
+		dh: int64(p.DilationH), dw: int64(p.DilationW)}
+	switch x.DType() {
+	case tensor.F32:
+		c.blasType = dataF32
+	case tensor.BF16:
+		c.blasType = dataBF16
+	default:
+		return convPlan{}, fmt.Errorf("cuda: %s: dtype %v (F32 and BF16 run here)", op, x.DType())
+	}
+	return c, nil
+}
+
+// colsLen is the element count of the columns of every sample and group.
+func (c *convPlan) colsLen() int { return int(c.g.n) * c.groups * c.kdim * c.pixels }
+
+// convOperands checks the three operands (contiguous, x's dtype) and
+// returns their addresses in order.
+func (d *Device) convOperands(op string, names [3]string, ts [3]*tensor.Tensor) ([3]cu.DevicePtr, error) {
+	var out [3]cu.DevicePtr
+	for i, t := range ts {
+		p, err := d.ptrOf(op, names[i], t, ts[0].DType())
+		if err != nil {
+			return out, err
+		}
+		out[i] = p
+	}
+	return out, nil
+}
+
+// convScratch allocates the columns buffer in dtype dt.
+func (d *Device) convScratch(dt tensor.DType, n int) (*tensor.Tensor, cu.DevicePtr, error) {
+	t, err := tensor.EmptyOn(tensor.CUDA(d.ordinal), dt, max(n, 1))
+	if err != nil {
+		return nil, 0, err
+	}
+	return t, cu.DevicePtr(t.Storage().DevicePtr()), nil
+}
+
+// Conv2d computes dst [N,Cout,Ho,Wo] from x [N,Cin,H,W] and w
+// [Cout,Cin/groups,KH,KW], adding bias [Cout] when non-nil.
+func (d *Device) Conv2d(dst, x, w, bias *tensor.Tensor, p kernels.Conv2dParams, prec Precision) error {
+	const op = "Conv2d"
+	c, err := planConv(op, x, w, dst, p)
+	if err != nil {
+		return err
+	}
+	ptrs, err := d.convOperands(op, [3]string{"x", "w", "dst"}, [3]*tensor.Tensor{x, w, dst})
+	if err != nil {
+		return err
+	}
+	px, pw, py := ptrs[0], ptrs[1], ptrs[2]
+	dt := x.DType()
+	var pb cu.DevicePtr
+	if bias != nil {
+		if bias.Numel() != c.cout {
+			return fmt.Errorf("cuda: %s: bias %v, want [%d]", op, bias.Shape(), c.cout)
+		}
+		if pb, err = d.ptrOf(op, "bias", bias, dt); err != nil {
+			return err
+		}
+	}
+	h, err := d.blasHandle()
+	if err != nil {
+		return err
+	}
+	cols, pc, err := d.convScratch(dt, c.colsLen())
+	if err != nil {
+		return err
+	}
+	defer cols.Storage().Free()
+	im2col, _ := floatKernel(op, "im2col", dt)
+	release := d.enter()
+	defer release()
+	var a args
+	if err := d.launch1D(im2col, int64(c.colsLen()), a.ptr(pc).ptr(px).push(c.g.words()...)); err != nil {
+		return err
+	}
+	es := int64(dt.Size())
+	n, k, P := int(c.g.n), c.kdim, c.pixels
+	for g := 0; g < c.groups; g++ {
+		pwg := pw + cu.DevicePtr(int64(g*c.og*k)*es)
+		pcg := pc + cu.DevicePtr(int64(g*k*P)*es)
+		pyg := py + cu.DevicePtr(int64(g*c.og*P)*es)
+		if err := h.gemmRowMajor(false, false, c.og, P, k, pwg, k, 0, pcg, P, int64(c.groups*k*P), pyg, P, int64(c.cout*P), n, c.blasType, prec); err != nil {
+			return err
+		}
+	}
+	if bias == nil {
+		return nil
+	}
+	biasK, _ := floatKernel(op, "bias_nchw", dt)
+	total := int64(dst.Numel())
+	var b args
+	return d.launch1D(biasK, total, b.ptr(py).ptr(pb).i64(int64(c.cout)).i64(int64(P)).i64(total))
+}
+
+// Conv2dBackwardInput computes dx (overwritten) from dy and w.
+func (d *Device) Conv2dBackwardInput(dx, dy, w *tensor.Tensor, p kernels.Conv2dParams, prec Precision) error {
+	const op = "Conv2dBackwardInput"
+	c, err := planConv(op, dx, w, dy, p)
+	if err != nil {
+		return err
+	}
+	ptrs, err := d.convOperands(op, [3]string{"dx", "w", "dy"}, [3]*tensor.Tensor{dx, w, dy})
+	if err != nil {
+		return err
+	}
+	pdx, pw, pdy := ptrs[0], ptrs[1], ptrs[2]
+	dt := dx.DType()
+	h, err := d.blasHandle()
+	if err != nil {
+		return err
+	}
+	cols, pc, err := d.convScratch(dt, c.colsLen())
+	if err != nil {
+		return err
+	}
+	defer cols.Storage().Free()
+	col2im, _ := floatKernel(op, "col2im", dt)
+	release := d.enter()
+	defer release()
+	es := int64(dt.Size())
+	n, k, P := int(c.g.n), c.kdim, c.pixels
+	for g := 0; g < c.groups; g++ {
+		// dcols[n, g] = W_gᵀ · dy[n, g]
+		pwg := pw + cu.DevicePtr(int64(g*c.og*k)*es)
+		pdyg := pdy + cu.DevicePtr(int64(g*c.og*P)*es)
+		pcg := pc + cu.DevicePtr(int64(g*k*P)*es)
+		if err := h.gemmRowMajor(true, false, k, P, c.og, pwg, k, 0, pdyg, P, int64(c.cout*P), pcg, P, int64(c.groups*k*P), n, c.blasType, prec); err != nil {
+			return err
+		}
+	}
+	var a args
+	return d.launch1D(col2im, int64(dx.Numel()), a.ptr(pdx).ptr(pc).push(c.g.words()...))
+}
+
+// Conv2dBackwardWeight computes dw (overwritten) from x and dy: per
+// sample products into a scratch buffer, summed over the samples in
+// order (deterministic).
+func (d *Device) Conv2dBackwardWeight(dw, x, dy *tensor.Tensor, p kernels.Conv2dParams, prec Precision) error {
+	const op = "Conv2dBackwardWeight"
+	c, err := planConv(op, x, dw, dy, p)
+	if err != nil {
+		return err
+	}
+	ptrs, err := d.convOperands(op, [3]string{"x", "dw", "dy"}, [3]*tensor.Tensor{x, dw, dy})
+	if err != nil {
+		return err
+	}
+	px, pdw, pdy := ptrs[0], ptrs[1], ptrs[2]
+	dt := x.DType()
+	h, err := d.blasHandle()
+	if err != nil {
+		return err
+	}
+	cols, pc, err := d.convScratch(dt, c.colsLen())
+	if err != nil {
+		return err
+	}
+	defer cols.Storage().Free()
+	n, k, P := int(c.g.n), c.kdim, c.pixels
+	per, pp, err := d.convScratch(dt, n*c.cout*k)
+	if err != nil {
+		return err
+	}
+	defer per.Storage().Free()
+	im2col, _ := floatKernel(op, "im2col", dt)
+	sum, _ := floatKernel(op, "sum_batches", dt)
+	release := d.enter()
+	defer release()
+	var a args
+	if err := d.launch1D(im2col, int64(c.colsLen()), a.ptr(pc).ptr(px).push(c.g.words()...)); err != nil {
+		return err
+	}
+	es := int64(dt.Size())
+	for g := 0; g < c.groups; g++ {
+		// per[n, g] = dy[n, g] · cols[n, g]ᵀ
+		pdyg := pdy + cu.DevicePtr(int64(g*c.og*P)*es)
+		pcg := pc + cu.DevicePtr(int64(g*k*P)*es)
+		ppg := pp + cu.DevicePtr(int64(g*c.og*k)*es)
+		if err := h.gemmRowMajor(false, true, c.og, k, P, pdyg, P, int64(c.cout*P), pcg, P, int64(c.groups*k*P), ppg, k, int64(c.cout*k), n, c.blasType, prec); err != nil {
+			return err
+		}
+	}
+	m := int64(c.cout * k)
+	var s args
+	return d.launch1D(sum, m, s.ptr(pdw).ptr(pp).i64(int64(n)).i64(m))
+}

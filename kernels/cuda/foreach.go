@@ -1,0 +1,214 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"fmt"
+
+	"gorgonia.org/cu"
+
+	"github.com/esper-go/esper/tensor"
+)
+
+// The foreach operations over lists of F32 tensors (one launch per
+// tensor: the optimizers keep their tensors in one arena, so a list is
+// short) and the GradScaler's device-side state (src/foreach.cu,
+// src/optim.cu).
+
+// ForeachNorm writes the L2 norm of each xs[i] (F32, contiguous) into
+// dst[i] (F32 or F64, len(xs) elements). The squares are summed by
+// atomics, so the last bits may differ between runs.
+func (d *Device) ForeachNorm(dst *tensor.Tensor, xs []*tensor.Tensor) error {
+	const op = "ForeachNorm"
+	if dst.Numel() != len(xs) {
+		return fmt.Errorf("cuda: %s: dst %v for %d tensors", op, dst.Shape(), len(xs))
+	}
+	wide := dst.DType() == tensor.F64
+	if !wide && dst.DType() != tensor.F32 {
+		return fmt.Errorf("cuda: %s: dst dtype %v (F32 or F64)", op, dst.DType())
+	}
+	pd, err := d.ptrOf(op, "dst", dst, dst.DType())
+	if err != nil {
+		return err
+	}
+	ptrs, err := d.foreachPtrs(op, "xs", xs)
+	if err != nil {
+		return err
+	}
+	ss, err := d.scratchF32(len(xs))
+	if err != nil {
+		return err
+	}
+	defer ss.Storage().Free()
+	if err := d.Fill(ss, 0); err != nil {
+		return err
+	}
+	ps, _ := d.ptrOf(op, "scratch", ss, tensor.F32)
+	release := d.enter()
+	defer release()
+	for i, p := range ptrs {
+		var a args
+		if err := d.launch1D("sumsq_f32", int64(xs[i].Numel()), a.ptr(ps+cu.DevicePtr(4*i)).ptr(p).i64(int64(xs[i].Numel()))); err != nil {
+			return err
+		}
+	}
+	var a args
+	return d.launch1D("sqrt_into", int64(len(xs)), a.ptr(pd).i32(b2i(wide)).ptr(ps).i64(int64(len(xs))))
+}
+
+// ForeachScale multiplies every xs[i] (F32) in place by s (F32, one
+// element on the device, read when the kernels run).
+func (d *Device) ForeachScale(xs []*tensor.Tensor, s *tensor.Tensor) error {
+	const op = "ForeachScale"
+	ps, err := d.scalarPtr(op, "s", s)
+	if err != nil {
+		return err
+	}
+	ptrs, err := d.foreachPtrs(op, "xs", xs)
+	if err != nil {
+		return err
+	}
+	release := d.enter()
+	defer release()
+	for i, p := range ptrs {
+		var a args
+		if err := d.launch1D("scale_f32", int64(xs[i].Numel()), a.ptr(p).ptr(ps).i64(int64(xs[i].Numel()))); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ForeachAxpy computes ys[i] += alpha·xs[i] (F32, pairwise same shapes).
+func (d *Device) ForeachAxpy(ys, xs []*tensor.Tensor, alpha float64) error {
+	const op = "ForeachAxpy"
+	if len(ys) != len(xs) {
+		return fmt.Errorf("cuda: %s: %d ys and %d xs", op, len(ys), len(xs))
+	}
+	for i := range ys {
+		if err := sameShape(op, ys[i], xs[i]); err != nil {
+			return err
+		}
+	}
+	py, err := d.foreachPtrs(op, "ys", ys)
+	if err != nil {
+		return err
+	}
+	px, err := d.foreachPtrs(op, "xs", xs)
+	if err != nil {
+		return err
+	}
+	release := d.enter()
+	defer release()
+	for i := range py {
+		var a args
+		if err := d.launch1D("axpy_f32", int64(ys[i].Numel()), a.ptr(py[i]).ptr(px[i]).f32(float32(alpha)).i64(int64(ys[i].Numel()))); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// UnscaleCheck multiplies every xs[i] (F32) by invScale and sets
+// foundInf to 1 when any value is NaN or infinite (both F32, one element;
+// foundInf is only ever set, never cleared).
+func (d *Device) UnscaleCheck(xs []*tensor.Tensor, invScale, foundInf *tensor.Tensor) error {
+	const op = "UnscaleCheck"
+	pi, err := d.scalarPtr(op, "invScale", invScale)
+	if err != nil {
+		return err
+	}
+	pf, err := d.scalarPtr(op, "foundInf", foundInf)
+	if err != nil {
+		return err
+	}
+	ptrs, err := d.foreachPtrs(op, "xs", xs)
+	if err != nil {
+		return err
+	}
+	release := d.enter()
+	defer release()
+	for i, p := range ptrs {
+		var a args
+		if err := d.launch1D("unscale_check_f32", int64(xs[i].Numel()), a.ptr(p).ptr(pi).ptr(pf).i64(int64(xs[i].Numel()))); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ScalerUpdate is the GradScaler state machine on the device (scale,
+// tracker and foundInf F32, one element each): on foundInf the scale is
+// multiplied by backoff and the tracker reset; otherwise the tracker
+// counts up and after interval clean steps the scale is multiplied by
+// growth (kept when that would overflow fp32) and the tracker reset.
+func (d *Device) ScalerUpdate(scale, tracker, foundInf *tensor.Tensor, growth, backoff float64, interval int) error {
+	const op = "ScalerUpdate"
+	ptrs := make([]cu.DevicePtr, 3)
+	for i, t := range []*tensor.Tensor{scale, tracker, foundInf} {
+		p, err := d.scalarPtr(op, []string{"scale", "tracker", "foundInf"}[i], t)
+		if err != nil {
+			return err
+		}
+		ptrs[i] = p
+	}
+	fn, err := d.kernel("scaler_update_f32")
+	if err != nil {
+		return err
+	}
+	release := d.enter()
+	defer release()
+	var a args
+	a.ptr(ptrs[0]).ptr(ptrs[1]).ptr(ptrs[2]).f64(growth).f64(backoff).i64(int64(interval))
+	return launchRaw(fn, [3]int{1, 1, 1}, [3]int{1, 1, 1}, 0, d.stream, &a)
+}
+
+// Increment adds one to counter (one element, F32, F64 or I64) unless
+// skip (optional, F32, one element) is non-zero.
+func (d *Device) Increment(counter, skip *tensor.Tensor) error {
+	const op = "Increment"
+	kind := map[tensor.DType]int32{tensor.F32: 0, tensor.F64: 1, tensor.I64: 2}
+	k, ok := kind[counter.DType()]
+	if !ok || counter.Numel() != 1 {
+		return fmt.Errorf("cuda: %s: counter %v %v (one F32, F64 or I64 element)", op, counter.DType(), counter.Shape())
+	}
+	pc, err := d.ptrOf(op, "counter", counter, counter.DType())
+	if err != nil {
+		return err
+	}
+	var ps cu.DevicePtr
+	if skip != nil {
+		if ps, err = d.scalarPtr(op, "skip", skip); err != nil {
+			return err
+		}
+	}
+	fn, err := d.kernel("increment")
+	if err != nil {
+		return err
+	}
+	release := d.enter()
+	defer release()
+	var a args
+	return launchRaw(fn, [3]int{1, 1, 1}, [3]int{1, 1, 1}, 0, d.stream, a.ptr(pc).i32(k).ptr(ps))
+}
+
+// scalarPtr checks a one-element F32 device scalar.
+func (d *Device) scalarPtr(op, what string, t *tensor.Tensor) (cu.DevicePtr, error) {
+	if t != nil && t.Numel() != 1 {
+		return 0, fmt.Errorf("cuda: %s: %s %v, want one element", op, what, t.Shape())
+	}
+	return d.ptrOf(op, what, t, tensor.F32)
+}
+
+// foreachPtrs checks a list of contiguous F32 tensors.
+func (d *Device) foreachPtrs(op, what string, ts []*tensor.Tensor) ([]cu.DevicePtr, error) {
+	out := make([]cu.DevicePtr, len(ts))
+	for i, t := range ts {
+		p, err := d.ptrOf(op, fmt.Sprintf("%s[%d]", what, i), t, tensor.F32)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = p
+	}
+	return out, nil
+}

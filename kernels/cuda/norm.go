@@ -1,0 +1,281 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"fmt"
+
+	"gorgonia.org/cu"
+
+	"github.com/esper-go/esper/tensor"
+)
+
+// Batch and group normalisation over x [N, C, *] (src/norm.cu). x, y,
+// dy, dx and the affine w, b, dw, db share x's dtype (F32 or BF16); the
+// statistics (mean, rstd, running mean and variance) are F32.
+
+// planes views x [N, C, *] as N·C planes of hw elements.
+func planes(op string, x *tensor.Tensor) (n, c, hw int, err error) {
+	if x.Rank() < 2 {
+		return 0, 0, 0, fmt.Errorf("cuda: %s: x %v, want [N, C, ...]", op, x.Shape())
+	}
+	n, c = x.Dim(0), x.Dim(1)
+	return n, c, tensor.Numel(x.Shape()[2:]), nil
+}
+
+// checkLen reports an error unless t is nil or holds want elements.
+func checkLen(op, what string, t *tensor.Tensor, want int) error {
+	if t != nil && t.Numel() != want {
+		return fmt.Errorf("cuda: %s: %s %v, want %d elements", op, what, t.Shape(), want)
+	}
+	return nil
+}
+
+// scratchF32 allocates an F32 device tensor of n elements; free it with
+// its Storage().Free once the launches reading it are enqueued.
+func (d *Device) scratchF32(n int) (*tensor.Tensor, error) {
+	return tensor.EmptyOn(tensor.CUDA(d.ordinal), tensor.F32, max(n, 1))
+}
+
+// BatchNorm normalises x [N, C, *] per channel into y. In training it
+// uses the batch statistics (biased variance) and updates runMean and
+// runVar (optional) as running = (1−m)·running + m·batch with the
+// unbiased variance; in evaluation it uses runMean and runVar (required).
+// saveMean and saveRstd ([C], optional) receive the statistics used; w
+// and b ([C]) are optional.
+func (d *Device) BatchNorm(y, saveMean, saveRstd, x, w, b, runMean, runVar *tensor.Tensor, training bool, momentum, eps float64) error {
+	const op = "BatchNorm"
+	dt := x.DType()
+	n, c, hw, err := planes(op, x)
+	if err != nil {
+		return err
+	}
+	if err := sameShape(op, y, x); err != nil {
+		return err
+	}
+	if !training && (runMean == nil || runVar == nil) {
+		return fmt.Errorf("cuda: %s: evaluation needs runMean and runVar (x %v)", op, x.Shape())
+	}
+	ts := []*tensor.Tensor{y, saveMean, saveRstd, x, w, b, runMean, runVar}
+	names := []string{"y", "saveMean", "saveRstd", "x", "w", "b", "runMean", "runVar"}
+	for i := 1; i < len(ts); i++ {
+		if i != 3 {
+			if err := checkLen(op, names[i], ts[i], c); err != nil {
+				return err
+			}
+		}
+	}
+	ptrs, err := d.ptrList(op, names, ts, []tensor.DType{dt, tensor.F32, tensor.F32, dt, dt, dt, tensor.F32, tensor.F32},
+		[]bool{false, true, true, false, true, true, true, true})
+	if err != nil {
+		return err
+	}
+	py, psm, psr, px, pw, pb, prm, prv := ptrs[0], ptrs[1], ptrs[2], ptrs[3], ptrs[4], ptrs[5], ptrs[6], ptrs[7]
+	if saveMean == nil || saveRstd == nil {
+		s, err := d.scratchF32(2 * c)
+		if err != nil {
+			return err
+		}
+		defer s.Storage().Free()
+		ps, _ := d.ptrOf(op, "scratch", s, tensor.F32)
+		if saveMean == nil {
+			psm = ps
+		}
+		if saveRstd == nil {
+			psr = ps + cu.DevicePtr(4*c)
+		}
+	}
+	stats, err := floatKernel(op, "bn_stats", dt)
+	if err != nil {
+		return err
+	}
+	apply, _ := floatKernel(op, "bn_apply", dt)
+	release := d.enter()
+	defer release()
+	var a args
+	a.ptr(psm).ptr(psr).ptr(prm).ptr(prv).ptr(px).i64(int64(n)).i64(int64(c)).i64(int64(hw))
+	a.i32(b2i(training)).f32(float32(momentum)).f32(float32(eps))
+	if err := d.launchRows(stats, c, &a); err != nil {
+		return err
+	}
+	total := int64(x.Numel())
+	var e args
+	return d.launch1D(apply, total, e.ptr(py).ptr(px).ptr(psm).ptr(psr).ptr(pw).ptr(pb).i64(int64(c)).i64(int64(hw)).i64(total))
+}
+
+// BatchNormBackward fills the non-nil of dx, dw, db (overwritten) from dy
+// and the forward's x, saveMean, saveRstd (required) and w (optional).
+// With training false the statistics are constants: dx = w·rstd·dy.
+func (d *Device) BatchNormBackward(dx, dw, db, dy, x, saveMean, saveRstd, w *tensor.Tensor, training bool) error {
+	const op = "BatchNormBackward"
+	dt := x.DType()
+	n, c, hw, err := planes(op, x)
+	if err != nil {
+		return err
+	}
+	if err := sameShape(op, dy, x); err != nil {
+		return err
+	}
+	if dx != nil {
+		if err := sameShape(op, dx, x); err != nil {
+			return err
+		}
+	}
+	if saveMean == nil || saveRstd == nil {
+		return fmt.Errorf("cuda: %s: saveMean and saveRstd are required (x %v)", op, x.Shape())
+	}
+	names := []string{"dx", "dw", "db", "dy", "x", "saveMean", "saveRstd", "w"}
+	ts := []*tensor.Tensor{dx, dw, db, dy, x, saveMean, saveRstd, w}
+	for _, i := range []int{1, 2, 5, 6, 7} {
+		if err := checkLen(op, names[i], ts[i], c); err != nil {
+			return err
+		}
+	}
+	ptrs, err := d.ptrList(op, names, ts, []tensor.DType{dt, dt, dt, dt, dt, tensor.F32, tensor.F32, dt},
+		[]bool{true, true, true, false, false, false, false, true})
+	if err != nil {
+		return err
+	}
+	pdx, pdw, pdb, pdy, px, pm, pr, pw := ptrs[0], ptrs[1], ptrs[2], ptrs[3], ptrs[4], ptrs[5], ptrs[6], ptrs[7]
+	sums, err := d.scratchF32(2 * c)
+	if err != nil {
+		return err
+	}
+	defer sums.Storage().Free()
+	ps, _ := d.ptrOf(op, "scratch", sums, tensor.F32)
+	sumsK, err := floatKernel(op, "bn_bwd_sums", dt)
+	if err != nil {
+		return err
+	}
+	dxK, _ := floatKernel(op, "bn_bwd_dx", dt)
+	release := d.enter()
+	defer release()
+	if training || dw != nil || db != nil {
+		var a args
+		if err := d.launchRows(sumsK, c, a.ptr(ps).ptr(pdw).ptr(pdb).ptr(pdy).ptr(px).ptr(pm).ptr(pr).i64(int64(n)).i64(int64(c)).i64(int64(hw))); err != nil {
+			return err
+		}
+	}
+	if dx == nil {
+		return nil
+	}
+	total := int64(x.Numel())
+	var e args
+	e.ptr(pdx).ptr(pdy).ptr(px).ptr(pm).ptr(pr).ptr(pw).ptr(ps).i32(b2i(training))
+	e.i64(int64(c)).i64(int64(hw)).i64(int64(n * hw)).i64(total)
+	return d.launch1D(dxK, total, &e)
+}
+
+// GroupNorm normalises x [N, C, *] over groups of C/groups channels into
+// y, applying w and b ([C], optional); mean and rstd ([N·groups],
+// optional) receive the statistics.
+func (d *Device) GroupNorm(y, mean, rstd, x, w, b *tensor.Tensor, groups int, eps float64) error {
+	const op = "GroupNorm"
+	dt := x.DType()
+	n, c, hw, err := groupPlanes(op, x, groups)
+	if err != nil {
+		return err
+	}
+	if err := sameShape(op, y, x); err != nil {
+		return err
+	}
+	for _, p := range []struct {
+		what string
+		t    *tensor.Tensor
+		n    int
+	}{{"mean", mean, n * groups}, {"rstd", rstd, n * groups}, {"w", w, c}, {"b", b, c}} {
+		if err := checkLen(op, p.what, p.t, p.n); err != nil {
+			return err
+		}
+	}
+	ptrs, err := d.ptrList(op, []string{"y", "mean", "rstd", "x", "w", "b"}, []*tensor.Tensor{y, mean, rstd, x, w, b},
+		[]tensor.DType{dt, tensor.F32, tensor.F32, dt, dt, dt}, []bool{false, true, true, false, true, true})
+	if err != nil {
+		return err
+	}
+	name, err := floatKernel(op, "gn_fwd", dt)
+	if err != nil {
+		return err
+	}
+	release := d.enter()
+	defer release()
+	var a args
+	for _, p := range ptrs {
+		a.ptr(p)
+	}
+	a.i64(int64(groups)).i64(int64(c / groups)).i64(int64(hw)).f32(float32(eps))
+	return d.launchRows(name, n*groups, &a)
+}
+
+// GroupNormBackward fills the non-nil of dx, dw, db (overwritten) from dy
+// and the forward's x, mean, rstd (required) and w (optional).
+func (d *Device) GroupNormBackward(dx, dw, db, dy, x, mean, rstd, w *tensor.Tensor, groups int) error {
+	const op = "GroupNormBackward"
+	dt := x.DType()
+	n, c, hw, err := groupPlanes(op, x, groups)
+	if err != nil {
+		return err
+	}
+	if err := sameShape(op, dy, x); err != nil {
+		return err
+	}
+	if dx != nil {
+		if err := sameShape(op, dx, x); err != nil {
+			return err
+		}
+	}
+	if mean == nil || rstd == nil {
+		return fmt.Errorf("cuda: %s: mean and rstd are required (x %v)", op, x.Shape())
+	}
+	for _, p := range []struct {
+		what string
+		t    *tensor.Tensor
+		n    int
+	}{{"mean", mean, n * groups}, {"rstd", rstd, n * groups}, {"w", w, c}, {"dw", dw, c}, {"db", db, c}} {
+		if err := checkLen(op, p.what, p.t, p.n); err != nil {
+			return err
+		}
+	}
+	ptrs, err := d.ptrList(op, []string{"dx", "dw", "db", "dy", "x", "mean", "rstd", "w"},
+		[]*tensor.Tensor{dx, dw, db, dy, x, mean, rstd, w},
+		[]tensor.DType{dt, dt, dt, dt, dt, tensor.F32, tensor.F32, dt}, []bool{true, true, true, false, false, false, false, true})
+	if err != nil {
+		return err
+	}
+	pdx, pdw, pdb, pdy, px, pm, pr, pw := ptrs[0], ptrs[1], ptrs[2], ptrs[3], ptrs[4], ptrs[5], ptrs[6], ptrs[7]
+	part, err := d.scratchF32(2 * n * c)
+	if err != nil {
+		return err
+	}
+	defer part.Storage().Free()
+	pp, _ := d.ptrOf(op, "scratch", part, tensor.F32)
+	bwd, err := floatKernel(op, "gn_bwd", dt)
+	if err != nil {
+		return err
+	}
+	dwdb, _ := floatKernel(op, "gn_bwd_dwdb", dt)
+	release := d.enter()
+	defer release()
+	var a args
+	a.ptr(pdx).ptr(pp).ptr(pdy).ptr(px).ptr(pm).ptr(pr).ptr(pw)
+	a.i64(int64(n)).i64(int64(c)).i64(int64(groups)).i64(int64(c / groups)).i64(int64(hw))
+	if err := d.launchRows(bwd, n*groups, &a); err != nil {
+		return err
+	}
+	if dw == nil && db == nil {
+		return nil
+	}
+	var e args
+	return d.launch1D(dwdb, int64(c), e.ptr(pdw).ptr(pdb).ptr(pp).i64(int64(n)).i64(int64(c)))
+}
+
+// groupPlanes is planes for a group norm: C must split into groups.
+func groupPlanes(op string, x *tensor.Tensor, groups int) (n, c, hw int, err error) {
+	if n, c, hw, err = planes(op, x); err != nil {
+		return
+	}
+	if groups <= 0 || c%groups != 0 {
+		err = fmt.Errorf("cuda: %s: x %v: %d channels do not split into %d groups", op, x.Shape(), c, groups)
+	}
+	return
+}

@@ -1,0 +1,217 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"fmt"
+
+	"gorgonia.org/cu"
+
+	"github.com/esper-go/esper/tensor"
+)
+
+// Strided launches walk one shape over several operands that each have
+// their own strides: broadcasting binary ops, where, and copies between
+// views. The layout travels by value as a kernel argument (struct Geom
+// in src/elementwise.cu), so a captured graph holds it too.
+
+// maxRank and maxOperands bound a strided launch (MAX_RANK and MAX_OPS
+// in src/elementwise.cu); axes are merged first where the strides allow,
+// so maxRank limits only genuinely non-mergeable views.
+const (
+	maxRank     = 6
+	maxOperands = 4
+)
+
+// geom is struct Geom, word for word.
+type geom struct {
+	rank  int64
+	shape [maxRank]int64
+	st    [maxOperands][maxRank]int64
+}
+
+// words returns g as the kernel argument's 8-byte words.
+func (g *geom) words() []uint64 {
+	w := make([]uint64, 0, 1+maxRank+maxOperands*maxRank)
+	w = append(w, uint64(g.rank))
+	for _, s := range g.shape {
+		w = append(w, uint64(s))
+	}
+	for _, o := range g.st {
+		for _, s := range o {
+			w = append(w, uint64(s))
+		}
+	}
+	return w
+}
+
+// newGeom lays out shape over the operands' strides (one slice of
+// len(shape) per operand): axes of size 1 are dropped and adjacent axes
+// merged when every operand steps through them as one, and the result
+// must have at most maxRank axes.
+func newGeom(op string, shape []int, strides ...[]int) (geom, error) {
+	var g geom
+	if len(strides) > maxOperands {
+		return g, fmt.Errorf("cuda: %s: %d operands (at most %d)", op, len(strides), maxOperands)
+	}
+	type axis struct {
+		n  int
+		st [maxOperands]int
+	}
+	var axes []axis
+	for d, n := range shape {
+		if n == 1 {
+			continue
+		}
+		var a axis
+		a.n = n
+		for k, s := range strides {
+			a.st[k] = s[d]
+		}
+		if len(axes) > 0 {
+			last := &axes[len(axes)-1]
+			merge := true
+			for k := range strides {
+				if last.st[k] != a.st[k]*a.n {
+					merge = false
+					break
+				}
+			}
+			if merge {
+				last.n *= a.n
+				last.st = a.st
+				continue
+			}
+		}
+		axes = append(axes, a)
+	}
+	if len(axes) > maxRank {
+		return g, fmt.Errorf("cuda: %s: shape %v does not reduce to %d axes or fewer over its operands' strides", op, shape, maxRank)
+	}
+	g.rank = int64(len(axes))
+	for d, a := range axes {
+		g.shape[d] = int64(a.n)
+		for k := range strides {
+			g.st[k][d] = int64(a.st[k])
+		}
+	}
+	return g, nil
+}
+
+// bcastStrides returns t's strides broadcast to shape (0 along an axis t
+// lacks or has of size 1), or false when t does not broadcast to shape.
+func bcastStrides(t *tensor.Tensor, shape []int) ([]int, bool) {
+	ts, tst := t.Shape(), t.Strides()
+	if len(ts) > len(shape) {
+		return nil, false
+	}
+	lead := len(shape) - len(ts)
+	st := make([]int, len(shape))
+	for i := lead; i < len(shape); i++ {
+		switch ts[i-lead] {
+		case shape[i]:
+			st[i] = tst[i-lead]
+		case 1:
+		default:
+			return nil, false
+		}
+	}
+	return st, true
+}
+
+// viewPtr is ptrOf for a view of any strides: t's address on d (its
+// storage's plus its offset) after checking its device and dtype.
+func (d *Device) viewPtr(op, what string, t *tensor.Tensor, dt tensor.DType) (cu.DevicePtr, error) {
+	if t == nil {
+		return 0, fmt.Errorf("cuda: %s: %s is nil", op, what)
+	}
+	if dev := t.Device(); dev != tensor.CUDA(d.ordinal) {
+		return 0, fmt.Errorf("cuda: %s: %s is on %v, not cuda:%d", op, what, dev, d.ordinal)
+	}
+	if t.DType() != dt {
+		return 0, fmt.Errorf("cuda: %s: %s is %v, want %v", op, what, t.DType(), dt)
+	}
+	return cu.DevicePtr(t.Storage().DevicePtr()) + cu.DevicePtr(t.Offset()*dt.Size()), nil
+}
+
+// bcastView checks that t (any strides, dtype dt) broadcasts to shape and
+// returns its address and broadcast strides.
+func (d *Device) bcastView(op, what string, t *tensor.Tensor, dt tensor.DType, shape []int) (cu.DevicePtr, []int, error) {
+	p, err := d.viewPtr(op, what, t, dt)
+	if err != nil {
+		return 0, nil, err
+	}
+	st, ok := bcastStrides(t, shape)
+	if !ok {
+		return 0, nil, fmt.Errorf("cuda: %s: %s shape %v does not broadcast to %v", op, what, t.Shape(), shape)
+	}
+	return p, st, nil
+}
+
+// Copy copies src into dst element by element in row-major order; both
+// may be views of any strides with equal element counts (dst must not
+// overlap src). The dtypes are equal (any dtype, copied as raw words) or
+// F32 and BF16 either way round (rounding to nearest even into BF16).
+func (d *Device) Copy(dst, src *tensor.Tensor) error {
+	const op = "Copy"
+	if dst.Numel() != src.Numel() {
+		return fmt.Errorf("cuda: %s: dst %v and src %v have different element counts", op, dst.Shape(), src.Shape())
+	}
+	name, err := copyKernel(dst.DType(), src.DType())
+	if err != nil {
+		return err
+	}
+	pd, err := d.viewPtr(op, "dst", dst, dst.DType())
+	if err != nil {
+		return err
+	}
+	ps, err := d.viewPtr(op, "src", src, src.DType())
+	if err != nil {
+		return err
+	}
+	n := int64(dst.Numel())
+	if n == 0 {
+		return nil
+	}
+	var shape, dstSt, srcSt []int
+	switch {
+	case tensor.SameShape(dst.Shape(), src.Shape()):
+		shape, dstSt, srcSt = dst.Shape(), dst.Strides(), src.Strides()
+	case src.IsContiguous():
+		shape, dstSt, srcSt = dst.Shape(), dst.Strides(), tensor.ContiguousStrides(dst.Shape())
+	case dst.IsContiguous():
+		shape, dstSt, srcSt = src.Shape(), tensor.ContiguousStrides(src.Shape()), src.Strides()
+	default:
+		// Both strided with different shapes: through a packed copy.
+		tmp, err := tensor.EmptyOn(tensor.CUDA(d.ordinal), src.DType(), src.Shape()...)
+		if err != nil {
+			return err
+		}
+		defer tmp.Storage().Free() // stream order keeps it alive for both launches
+		if err := d.Copy(tmp, src); err != nil {
+			return err
+		}
+		return d.Copy(dst, tmp)
+	}
+	g, err := newGeom(op, shape, dstSt, srcSt)
+	if err != nil {
+		return err
+	}
+	release := d.enter()
+	defer release()
+	var a args
+	return d.launch1D(name, n, a.ptr(pd).ptr(ps).push(g.words()...).i64(n))
+}
+
+// copyKernel names the copy kernel from src's dtype to dst's.
+func copyKernel(dst, src tensor.DType) (string, error) {
+	switch {
+	case dst == src && dst != tensor.Invalid:
+		return fmt.Sprintf("copy_nd_raw%d", dst.Size()), nil
+	case dst == tensor.BF16 && src == tensor.F32:
+		return "copy_nd_f32_bf16", nil
+	case dst == tensor.F32 && src == tensor.BF16:
+		return "copy_nd_bf16_f32", nil
+	}
+	return "", fmt.Errorf("cuda: Copy from %v to %v (one dtype, or F32↔BF16, run here)", src, dst)
+}
