@@ -1,0 +1,224 @@
+#!/usr/bin/env python3
+"""PERF.md GPU peers (W1, W6, W7, W8) for the CUDA issue, PyTorch 2.x.
+
+One script, one workload per subcommand; each prints a short table and,
+with --json, writes its figures.  Timing uses CUDA events after warm-up;
+medians and p95 are reported.  Inputs are random (never zeros).
+
+  w1  the W1 tolaria-ref epoch (Linear(16->4)+bias, cross-entropy, batch 4,
+      16 samples, SGD momentum 0.9 lr 0.01, then a validation pass) in three
+      modes: eager, torch.compile(mode="reduce-overhead") of the epoch, and
+      a CUDA graph of the epoch captured with torch.cuda.graph (static
+      inputs, capturable optimizer).  Metric: epoch latency p50/p95 in us.
+  w6  bf16 and TF32 GEMM 8192^3 with torch.matmul (TF32 through
+      torch.backends.cuda.matmul.allow_tf32).  Metric: TFLOP/s.
+  w7  SGD-momentum and AdamW (foreach=True) steps over 200 fp32 tensors
+      totalling 10M parameters, with the number of kernel launches per step
+      counted by torch.profiler, and a device copy of the same bytes as the
+      bandwidth reference.  Metric: ms per step, GB/s, launches.
+  w8  host->device copies of 128x1x28x28 fp32 batches, pinned vs pageable
+      (non_blocking), GB/s.
+
+    python3 gpu_peers.py w1 --json out/w1.json
+
+--device cpu --smoke runs a tiny version of each on the CPU (no compile,
+no graphs, no events) to check the script itself on a machine without a
+GPU.
+"""
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+
+def percentile(vals, p):
+    s = sorted(vals)
+    k = max(0, min(len(s) - 1, int(round(p / 100.0 * len(s) + 0.5)) - 1))
+    return s[k]
+
+
+class Timer:
+    """CUDA-event timer on the GPU, perf_counter on the CPU."""
+
+    def __init__(self, torch, cuda):
+        self.torch, self.cuda = torch, cuda
+
+    def time(self, fn, reps):
+        out = []
+        for _ in range(reps):
+            if self.cuda:
+                a = self.torch.cuda.Event(enable_timing=True)
+                b = self.torch.cuda.Event(enable_timing=True)
+                a.record()
+                fn()
+                b.record()
+                b.synchronize()
+                out.append(a.elapsed_time(b) * 1e3)  # us
+            else:
+                t = time.perf_counter()
+                fn()
+                out.append((time.perf_counter() - t) * 1e6)
+        return out
+
+
+def w1(args, torch, dev, timer):
+    import torch.nn.functional as F
+
+    n, n_in, n_out, batch = 16, 16, 4, 4
+    g = torch.Generator(device="cpu").manual_seed(args.seed)
+    x = torch.randn(n, n_in, generator=g).to(dev)
+    y = torch.randint(0, n_out, (n,), generator=g).to(dev)
+    results = {}
+
+    def make():
+        lin = torch.nn.Linear(n_in, n_out).to(dev)
+        opt = torch.optim.SGD(lin.parameters(), lr=0.01, momentum=0.9)
+        return lin, opt
+
+    def epoch(lin, opt, met):
+        met.zero_()
+        for s in range(n // batch):
+            xb, yb = x[s * batch:(s + 1) * batch], y[s * batch:(s + 1) * batch]
+            opt.zero_grad(set_to_none=False)
+            loss = F.cross_entropy(lin(xb), yb)
+            loss.backward()
+            opt.step()
+            met[0] += loss.detach()
+        with torch.no_grad():
+            for s in range(n // batch):
+                xb, yb = x[s * batch:(s + 1) * batch], y[s * batch:(s + 1) * batch]
+                logits = lin(xb)
+                met[1] += F.cross_entropy(logits, yb, reduction="sum")
+                met[2] += (logits.argmax(1) == yb).sum()
+        return met
+
+    modes = ["eager"] if args.smoke else ["eager", "reduce-overhead", "cuda-graph"]
+    for mode in modes:
+        lin, opt = make()
+        met = torch.zeros(3, device=dev)
+        fn = lambda: epoch(lin, opt, met)
+        if mode == "reduce-overhead":
+            fn = torch.compile(lambda: epoch(lin, opt, met), mode="reduce-overhead")
+        if mode == "cuda-graph":
+            # Warm up on a side stream so the optimizer state exists, then
+            # capture the whole epoch; replay is the measured call.
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                for _ in range(3):
+                    epoch(lin, opt, met)
+            torch.cuda.current_stream().wait_stream(s)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                epoch(lin, opt, met)
+            fn = graph.replay
+        for _ in range(args.warmup):
+            fn()
+        ts = timer.time(lambda: (fn(), met.tolist()), args.reps)
+        results[mode] = {"p50_us": statistics.median(ts), "p95_us": percentile(ts, 95)}
+    return results
+
+
+def w6(args, torch, dev, timer):
+    n = 256 if args.smoke else args.size
+    out = {}
+    for name, dt, tf32 in [("bf16", torch.bfloat16, False), ("tf32", torch.float32, True)]:
+        if dev.type == "cuda":
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+        a = torch.randn(n, n, device=dev).to(dt)
+        b = torch.randn(n, n, device=dev).to(dt)
+        c = torch.empty(n, n, device=dev, dtype=dt)
+        f = lambda: torch.matmul(a, b, out=c)
+        for _ in range(args.warmup):
+            f()
+        ts = timer.time(f, args.reps)
+        med = statistics.median(ts)
+        out[name] = {"n": n, "median_us": med, "tflops": 2 * n ** 3 / (med * 1e-6) / 1e12}
+    return out
+
+
+def w7(args, torch, dev, timer):
+    total = 100_000 if args.smoke else 10_000_000
+    k = 200
+    sizes = [total // k] * k
+    params = [torch.randn(s, device=dev, requires_grad=True) for s in sizes]
+    for p in params:
+        p.grad = torch.randn_like(p)
+    out = {}
+    for name, opt in [("sgd_momentum", torch.optim.SGD(params, lr=1e-3, momentum=0.9, foreach=True)),
+                      ("adamw", torch.optim.AdamW(params, lr=1e-3, foreach=True))]:
+        for _ in range(max(2, args.warmup)):
+            opt.step()
+        ts = timer.time(opt.step, args.reps)
+        med = statistics.median(ts)
+        # bytes per step: SGD reads p, g, buf and writes p, buf; AdamW reads
+        # p, g, m, v and writes p, m, v.
+        words = 5 if name == "sgd_momentum" else 7
+        launches = None
+        if dev.type == "cuda" and not args.smoke:
+            from torch.profiler import profile, ProfilerActivity
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                opt.step()
+                torch.cuda.synchronize()
+            launches = sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+        out[name] = {"median_ms": med / 1e3, "gbps": words * 4 * total / (med * 1e-6) / 1e9, "launches": launches}
+    src = torch.randn(total, device=dev)
+    dst = torch.empty_like(src)
+    ts = timer.time(lambda: dst.copy_(src), args.reps)
+    med = statistics.median(ts)
+    out["copy"] = {"median_ms": med / 1e3, "gbps": 2 * 4 * total / (med * 1e-6) / 1e9}
+    return out
+
+
+def w8(args, torch, dev, timer):
+    shape = (128, 1, 28, 28)
+    nbytes = 128 * 28 * 28 * 4
+    out = {}
+    for name, pin in [("pageable", False), ("pinned", True)]:
+        h = torch.randn(*shape)
+        if pin and dev.type == "cuda":
+            h = h.pin_memory()
+        d = torch.empty(*shape, device=dev)
+        f = lambda: d.copy_(h, non_blocking=pin)
+        for _ in range(args.warmup):
+            f()
+        ts = timer.time(f, args.reps)
+        med = statistics.median(ts)
+        out[name] = {"median_us": med, "gbps": nbytes / (med * 1e-6) / 1e9}
+    return out
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("workload", choices=["w1", "w6", "w7", "w8"])
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--reps", type=int, default=200)
+    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--size", type=int, default=8192, help="W6 n of n x n x n (default 8192)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes, eager only (checks the script)")
+    ap.add_argument("--json", metavar="PATH")
+    args = ap.parse_args(argv)
+    if args.smoke:
+        args.reps, args.warmup = min(args.reps, 5), min(args.warmup, 2)
+
+    import torch
+
+    dev = torch.device(args.device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        sys.exit("gpu_peers.py: no CUDA device (use --device cpu --smoke to check the script)")
+    timer = Timer(torch, dev.type == "cuda")
+    res = {"w1": w1, "w6": w6, "w7": w7, "w8": w8}[args.workload](args, torch, dev, timer)
+    report = {"workload": args.workload.upper(), "torch": torch.__version__, "device": str(dev),
+              "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+              "results": res}
+    print(json.dumps(report, indent=1))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
