@@ -127,3 +127,48 @@ func GlobalAvgPool(x *Var) *Var {
 		}
 	})
 }
+
+// Conv2dAffineAct returns act(conv2d(x, w)·scale[c] + shift[c]) per output
+// channel c, with no gradient: an eval-mode BatchNorm (and the activation
+// after it) folded into the convolution, computed in the convolution's
+// epilogue where the backend supports it (kernels.ConvAffineActer) and in
+// separate passes otherwise. scale and shift are [Cout]. It records
+// nothing, so it panics when a gradient would be needed (call it under
+// NoGrad or InferenceMode, or with inputs that need none); Autocast does
+// not apply (the inputs' own dtype is used).
+func Conv2dAffineAct(x, w, scale, shift *Var, act kernels.UnaryOp, p kernels.Conv2dParams) *Var {
+	checkFloat("conv2d_affine_act", x, w, scale, shift)
+	if GradEnabled() && (x.RequiresGrad() || w.RequiresGrad() || scale.RequiresGrad() || shift.RequiresGrad()) {
+		panic("autograd: conv2d_affine_act has no gradient: call it under NoGrad or InferenceMode")
+	}
+	p = p.Norm()
+	xs, ws := x.Shape(), w.Shape()
+	if len(xs) != 4 || len(ws) != 4 || p.Groups < 1 || xs[1] != ws[1]*p.Groups || ws[0]%p.Groups != 0 {
+		panic(fmt.Sprintf("autograd: conv2d_affine_act: input shape %v does not match weight shape %v with %d groups", xs, ws, p.Groups))
+	}
+	for _, v := range []*Var{scale, shift} {
+		if s := v.Shape(); len(s) != 1 || s[0] != ws[0] {
+			panic(fmt.Sprintf("autograd: conv2d_affine_act: scale and shift must be [%d], got %v", ws[0], s))
+		}
+	}
+	ho := kernels.ConvOut(xs[2], ws[2], p.StrideH, p.PadH, p.DilationH)
+	wo := kernels.ConvOut(xs[3], ws[3], p.StrideW, p.PadW, p.DilationW)
+	if ho <= 0 || wo <= 0 {
+		panic(fmt.Sprintf("autograd: conv2d_affine_act: input shape %v too small for weight shape %v with %+v", xs, ws, p))
+	}
+	xv, wv := contig(x.Value), contig(w.Value)
+	out := alloc(xv, xv.DType(), xs[0], ws[0], ho, wo)
+	be := backendOf(out)
+	if f, ok := be.(kernels.ConvAffineActer); ok {
+		f.Conv2dAffineAct(out, xv, wv, contig(scale.Value), contig(shift.Value), act, p)
+		return Const(out)
+	}
+	be.Conv2d(out, xv, wv, nil, p)
+	c := ws[0]
+	sc := scale.Value.Cast(out.DType()).Reshape(1, c, 1, 1)
+	sh := shift.Value.Cast(out.DType()).Reshape(1, c, 1, 1)
+	be.Binary(kernels.Mul, out, out, sc)
+	be.Binary(kernels.Add, out, out, sh)
+	be.Unary(act, out, out)
+	return Const(out)
+}

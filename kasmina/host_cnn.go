@@ -58,8 +58,10 @@ type cnnBlock struct {
 	bn   *nn.BatchNorm2d
 }
 
+// Forward is relu(bn(conv(x))); in inference with the BatchNorm in eval
+// mode the three are one fused convolution (nn.ConvBNRelu).
 func (b *cnnBlock) Forward(x *autograd.Var) *autograd.Var {
-	return autograd.Relu(b.bn.Forward(b.conv.Forward(x)))
+	return nn.ConvBNRelu(b.conv, b.bn, x)
 }
 
 // NewCNNHost builds a CNNHost; invalid options are an error.

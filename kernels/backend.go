@@ -252,3 +252,14 @@ const (
 	High                     // TF32 on sm80+
 	Medium                   // bf16
 )
+
+// ConvAffineActer is implemented by backends that fold a per-channel
+// affine map and an activation into Conv2d's epilogue: Conv2dAffineAct
+// computes Conv2d (no bias) followed by dst[n,o,...] =
+// act(dst[n,o,...]·scale[o] + shift[o]), with scale and shift [Cout]. It
+// is an optional capability (check with a type assertion); without it the
+// same result takes separate passes. autograd.Conv2dAffineAct uses it for
+// an eval-mode BatchNorm and ReLU after a convolution.
+type ConvAffineActer interface {
+	Conv2dAffineAct(dst, x, w, scale, shift *T, act UnaryOp, p Conv2dParams)
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/tensor"
 )
 
@@ -91,4 +92,46 @@ func (b *BatchNorm2d) Forward(x *autograd.Var) *autograd.Var {
 		panic(fmt.Sprintf("nn: BatchNorm2d(%d) in training mode needs more than one value per channel, got input of shape %v", b.opts.Channels, s))
 	}
 	return autograd.BatchNorm(x, b.Weight, b.Bias, b.RunningMean, b.RunningVar, b.Training(), b.opts.Momentum, b.opts.Eps)
+}
+
+// EvalAffine returns the per-channel scale and shift that the layer
+// applies in eval mode, y = x·scale + shift with scale = w/√(var + ε) and
+// shift = b − mean·scale (w = 1, b = 0 without affine), computed by
+// tensor ops on the layer's device without gradient (so a captured step
+// reads the running statistics of its replay, not of its capture).
+func (b *BatchNorm2d) EvalAffine() (scale, shift *autograd.Var) {
+	autograd.NoGrad(func() {
+		rstd := autograd.Rsqrt(autograd.AddScalar(autograd.Const(b.RunningVar), b.opts.Eps))
+		scale = rstd
+		if b.Weight != nil {
+			scale = autograd.Mul(b.Weight, rstd)
+		}
+		shift = autograd.Neg(autograd.Mul(autograd.Const(b.RunningMean), scale))
+		if b.Bias != nil {
+			shift = autograd.Add(b.Bias, shift)
+		}
+	})
+	return scale, shift
+}
+
+// ConvBNRelu is relu(bn(conv(x))), the usual CNN block. With gradients
+// off (NoGrad, InferenceMode) and bn in eval mode, the BatchNorm and the
+// ReLU are folded into the convolution's epilogue
+// (autograd.Conv2dAffineAct): one pass over the output instead of three,
+// and one output tensor instead of three; the values agree with the three
+// layers to rounding. Otherwise the three layers run as usual.
+func ConvBNRelu(conv *Conv2d, bn *BatchNorm2d, x *autograd.Var) *autograd.Var {
+	fold := !autograd.GradEnabled() && !bn.Training() && autograd.AutocastDType() == 0 &&
+		x.Value.DType() == conv.Weight.Value.DType() && bn.opts.Channels == conv.opts.OutChannels
+	if !fold {
+		return autograd.Relu(bn.Forward(conv.Forward(x)))
+	}
+	if x.Value.Rank() != 4 || x.Value.Dim(1) != conv.opts.InChannels {
+		panic(fmt.Sprintf("nn: Conv2d(%d→%d) got input of shape %v (want [N %d H W])", conv.opts.InChannels, conv.opts.OutChannels, x.Shape(), conv.opts.InChannels))
+	}
+	scale, shift := bn.EvalAffine()
+	if conv.Bias != nil {
+		autograd.NoGrad(func() { shift = autograd.Add(shift, autograd.Mul(conv.Bias, scale)) })
+	}
+	return autograd.Conv2dAffineAct(x, conv.Weight, scale, shift, kernels.Relu, conv.params)
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/tensor"
 )
 
@@ -256,5 +257,60 @@ func TestLinearForwardRelu(t *testing.T) {
 	require.Contains(t, yRef, float32(0), "some outputs clamped")
 	require.PanicsWithValue(t, "nn: Linear(6→5) got input of shape [7 4]", func() {
 		l.ForwardRelu(autograd.Const(tensor.Empty(tensor.F32, 7, 4)))
+	})
+}
+
+// TestConvBNReluFolds: in inference with the BatchNorm in eval mode,
+// ConvBNRelu (one folded convolution) agrees with the three layers to
+// rounding, with and without the convolution's bias and the norm's
+// affine, and reads the running statistics current at the call; in
+// training it is the three layers (bitwise, gradients flowing).
+func TestConvBNReluFolds(t *testing.T) {
+	for _, c := range []struct{ bias, affine bool }{{false, true}, {true, true}, {false, false}} {
+		rng := tensor.NewRNG(8)
+		conv := MustConv2d(rng, Conv2dOptions{InChannels: 3, OutChannels: 5, KernelH: 3, Padding: 1, NoBias: !c.bias})
+		bn := MustBatchNorm2d(BatchNorm2dOptions{Channels: 5, NoAffine: !c.affine})
+		x := autograd.Const(tensor.Normal(rng, tensor.F32, 0, 1, 4, 3, 6, 6))
+		// Train a few steps so the running statistics are not 0 and 1.
+		for i := 0; i < 3; i++ {
+			bn.Forward(conv.Forward(x))
+		}
+		if c.affine {
+			bn.Weight.Value.Set(1.5, 0)
+			bn.Bias.Value.Set(-0.25, 2)
+		}
+		bn.SetTraining(false)
+		var fused, ref *autograd.Var
+		autograd.InferenceMode(func() {
+			fused = ConvBNRelu(conv, bn, x)
+			ref = autograd.Relu(bn.Forward(conv.Forward(x)))
+		})
+		f, r := fused.Value.F32(), ref.Value.F32()
+		require.Equal(t, len(r), len(f))
+		zeros := 0
+		for i := range r {
+			require.InDelta(t, r[i], f[i], 1e-5*(1+math.Abs(float64(r[i]))), "element %d (%+v)", i, c)
+			if r[i] == 0 {
+				zeros++
+			}
+		}
+		require.True(t, zeros > 0 && zeros < len(r), "relu clamps some outputs")
+		// Statistics changed after a fold are used by the next one.
+		bn.RunningMean.Set(3, 1)
+		var again, ref2 *autograd.Var
+		autograd.InferenceMode(func() {
+			again = ConvBNRelu(conv, bn, x)
+			ref2 = autograd.Relu(bn.Forward(conv.Forward(x)))
+		})
+		require.InDeltaSlice(t, ref2.Value.Float64s(), again.Value.Float64s(), 1e-4)
+
+		bn.SetTraining(true)
+		y := ConvBNRelu(conv, bn, x)
+		require.True(t, y.RequiresGrad(), "training mode keeps the graph")
+	}
+	conv := MustConv2d(tensor.NewRNG(1), Conv2dOptions{InChannels: 1, OutChannels: 2, KernelH: 3})
+	require.PanicsWithValue(t, "autograd: conv2d_affine_act has no gradient: call it under NoGrad or InferenceMode", func() {
+		s := autograd.Const(tensor.Ones(tensor.F32, 2))
+		autograd.Conv2dAffineAct(autograd.Const(tensor.Zeros(tensor.F32, 1, 1, 4, 4)), conv.Weight, s, s, kernels.Relu, conv.Params())
 	})
 }

@@ -221,15 +221,40 @@ func (be *Backend) Conv2d(dst, x, w, bias *T, p kernels.Conv2dParams) {
 		fail(name, "bias has shape %v, want [%d] (x %v, w %v)", bias.Shape(), g.cout, x.Shape(), w.Shape())
 	}
 	if wide(dst, x, w) {
-		be.launchScratch(convPrep[float64](&g, dst, x, w, bias))
+		be.launchScratch(convPrep[float64](&g, dst, x, w, bias, nil, nil, noAct))
 	} else {
-		be.launchScratch(convPrep[float32](&g, dst, x, w, bias))
+		be.launchScratch(convPrep[float32](&g, dst, x, w, bias, nil, nil, noAct))
 	}
 }
 
-func convPrep[F tensor.Float](g *convGeom, dst, x, w, bias *T) (run, release func()) {
+// Conv2dAffineAct implements kernels.ConvAffineActer: Conv2d (no bias)
+// followed by dst[n,o,...] = act(dst[n,o,...]·scale[o] + shift[o]) in the
+// epilogue that copies each output row out of the GEMM's block, while it
+// is in cache — an eval-mode BatchNorm and its ReLU folded into the
+// convolution (kasmina's CNN blocks in inference). scale and shift are
+// [Cout] in any float dtype; act is any UnaryOp.
+func (be *Backend) Conv2dAffineAct(dst, x, w, scale, shift *T, act kernels.UnaryOp, p kernels.Conv2dParams) {
+	const name = "Conv2dAffineAct"
+	needCPU(name, dst, x, w, scale, shift)
+	g := checkConv(name, x, w, dst, p, "x", "dst")
+	needFloat(name, "scale", scale)
+	needFloat(name, "shift", shift)
+	needShape(name, "scale", scale, []int{g.cout})
+	needShape(name, "shift", shift, []int{g.cout})
+	if act >= kernels.UnaryOp(len(kernels.UnaryOps())) {
+		fail(name, "unknown activation %d", act)
+	}
+	if wide(dst, x, w) {
+		be.launchScratch(convPrep[float64](&g, dst, x, w, nil, scale, shift, act))
+	} else {
+		be.launchScratch(convPrep[float32](&g, dst, x, w, nil, scale, shift, act))
+	}
+}
+
+func convPrep[F tensor.Float](g *convGeom, dst, x, w, bias, scale, shift *T, act kernels.UnaryOp) (run, release func()) {
 	var s stage
 	xs, ws, bs := in[F](&s, x), in[F](&s, w), in[F](&s, bias)
+	scs, shs := in[F](&s, scale), in[F](&s, shift)
 	ys := out[F](&s, dst)
 	G := g.p.Groups
 	B := convBlock(g)
@@ -261,6 +286,15 @@ func convPrep[F tensor.Float](g *convGeom, dst, x, w, bias *T) (run, release fun
 						for i := range r {
 							r[i] += bv
 						}
+					}
+					if scs != nil {
+						sv, hv := scs[gi*g.og+o], shs[gi*g.og+o]
+						for i, v := range r {
+							r[i] = v*sv + hv
+						}
+					}
+					if act != noAct {
+						unaryKernel(act, r, r)
 					}
 				}
 			}

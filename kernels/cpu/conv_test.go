@@ -8,6 +8,8 @@ import (
 
 	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/tensor"
+
+	"github.com/stretchr/testify/require"
 )
 
 func refConv(x, w, b []float64, n, cin, h, wd, cout, kh, kw int, p kernels.Conv2dParams) ([]float64, int, int) {
@@ -296,4 +298,45 @@ func TestMaxPool2x2TiesAndNaN(t *testing.T) {
 	if want := []int64{0, 3, 4}; !slices.Equal(idx.I64(), want) {
 		t.Fatalf("argmax %v, want %v", idx.I64(), want)
 	}
+}
+
+// TestConv2dAffineAct: the folded per-channel affine map and activation
+// equal Conv2d followed by a broadcast multiply, add and the activation,
+// for single-sample and blocked batches, groups, both widths; bad scale
+// shapes and unknown activations panic.
+func TestConv2dAffineAct(t *testing.T) {
+	for _, d := range []tensor.DType{tensor.F32, tensor.F64} {
+		for _, c := range []struct {
+			x, w []int
+			p    kernels.Conv2dParams
+		}{
+			{[]int{1, 3, 9, 9}, []int{8, 3, 3, 3}, kernels.Conv2dParams{PadH: 1, PadW: 1}},
+			{[]int{40, 4, 7, 7}, []int{6, 2, 3, 3}, kernels.Conv2dParams{PadH: 1, PadW: 1, Groups: 2}},
+			{[]int{5, 2, 6, 6}, []int{4, 2, 1, 1}, kernels.Conv2dParams{}},
+		} {
+			x, w := randT(1, d, c.x...), randT(2, d, c.w...)
+			cout := c.w[0]
+			scale, shift := randT(3, d, cout), randT(4, d, cout)
+			ho := kernels.ConvOut(c.x[2], c.w[2], 1, c.p.PadH, 1)
+			wo := kernels.ConvOut(c.x[3], c.w[3], 1, c.p.PadW, 1)
+			for _, act := range []kernels.UnaryOp{kernels.Relu, kernels.Tanh} {
+				want := tensor.Empty(d, c.x[0], cout, ho, wo)
+				be.Conv2d(want, x, w, nil, c.p)
+				be.Binary(kernels.Mul, want, want, scale.Reshape(1, cout, 1, 1))
+				be.Binary(kernels.Add, want, want, shift.Reshape(1, cout, 1, 1))
+				be.Unary(act, want, want)
+				got := tensor.Empty(d, c.x[0], cout, ho, wo)
+				be.Conv2dAffineAct(got, x, w, scale, shift, act, c.p)
+				closeTo(t, name("conv affine act ", d, c.x), vals(got), vals(want), 1e-6)
+			}
+		}
+	}
+	x, w := randT(1, tensor.F32, 1, 1, 4, 4), randT(2, tensor.F32, 2, 1, 3, 3)
+	dst := tensor.Empty(tensor.F32, 1, 2, 2, 2)
+	require.Panics(t, func() {
+		be.Conv2dAffineAct(dst, x, w, randT(3, tensor.F32, 3), randT(4, tensor.F32, 2), kernels.Relu, kernels.Conv2dParams{})
+	})
+	require.Panics(t, func() {
+		be.Conv2dAffineAct(dst, x, w, randT(3, tensor.F32, 2), randT(4, tensor.F32, 2), kernels.UnaryOp(99), kernels.Conv2dParams{})
+	})
 }
