@@ -25,6 +25,12 @@ import (
 // where no driver call may be made (the goroutine has no context, and a
 // capture may be running): frees are queued and the queue drained on the
 // next Alloc or EmptyCache outside a capture.
+//
+// A block handed out during a graph capture belongs to the graph too:
+// its launches read and write it on every replay, long after the tensor
+// that held it may be gone. Such a block returns to the cache only once
+// both its tensor has been freed and every graph that captured it has
+// been closed (or collected).
 type Allocator struct {
 	d *Device
 
@@ -33,6 +39,10 @@ type Allocator struct {
 	size      map[cu.DevicePtr]int64   // class of every live block
 	pending   []cu.DevicePtr           // frees queued from finalizers
 	capturing bool                     // a graph capture is running
+	recording []cu.DevicePtr           // blocks handed out during the running capture
+	graphRefs map[cu.DevicePtr]int     // graphs holding each captured block
+	orphans   map[cu.DevicePtr]bool    // captured blocks whose tensor has been freed
+	graphs    []pendingGraph           // collected graphs to destroy
 	stats     AllocStats
 }
 
@@ -48,7 +58,8 @@ type AllocStats struct {
 }
 
 func newAllocator(d *Device) *Allocator {
-	return &Allocator{d: d, free: map[int64][]cu.DevicePtr{}, size: map[cu.DevicePtr]int64{}}
+	return &Allocator{d: d, free: map[int64][]cu.DevicePtr{}, size: map[cu.DevicePtr]int64{},
+		graphRefs: map[cu.DevicePtr]int{}, orphans: map[cu.DevicePtr]bool{}}
 }
 
 // sizeClass rounds n bytes up to its class.
@@ -64,7 +75,8 @@ func sizeClass(n int64) int64 {
 }
 
 // Alloc returns a block of at least n bytes. When the driver is out of
-// memory it frees the cached blocks and tries once more.
+// memory it frees the cached blocks and tries once more (not during a
+// capture, where nothing may be freed).
 func (a *Allocator) Alloc(n int64) (cu.DevicePtr, error) {
 	c := sizeClass(n)
 	a.mu.Lock()
@@ -76,13 +88,34 @@ func (a *Allocator) Alloc(n int64) (cu.DevicePtr, error) {
 		a.size[p] = c
 		a.stats.CacheHits++
 		a.stats.Allocated += c
+		if a.capturing {
+			a.recording = append(a.recording, p)
+			a.graphRefs[p]++
+		}
 		return p, nil
-	}
-	if a.capturing {
-		return 0, fmt.Errorf("cuda: allocating %d bytes during a graph capture with none cached (warm the step up eagerly first)", n)
 	}
 	release := a.d.enter()
 	defer release()
+	if a.capturing {
+		// cuMemAlloc is no stream operation, but a capture refuses it on
+		// its thread unless the thread's capture mode is relaxed around
+		// the call (PyTorch's graph pools grow so too). Frees may not run,
+		// so neither the queue nor the cache is touched, and the block is
+		// the graph's.
+		restore, err := relaxCapture()
+		if err != nil {
+			return 0, fmt.Errorf("cuda: allocating %d bytes during a graph capture: %w", n, err)
+		}
+		p, err := cu.MemAlloc(c)
+		restore()
+		if err != nil {
+			return 0, fmt.Errorf("cuda: allocating %d bytes during a graph capture (%d reserved): %w", n, a.stats.Reserved, err)
+		}
+		a.addLocked(p, c)
+		a.recording = append(a.recording, p)
+		a.graphRefs[p]++
+		return p, nil
+	}
 	a.drainLocked()
 	p, err := cu.MemAlloc(c)
 	if err != nil {
@@ -91,12 +124,17 @@ func (a *Allocator) Alloc(n int64) (cu.DevicePtr, error) {
 			return 0, fmt.Errorf("cuda: allocating %d bytes (%d reserved): %w", n, a.stats.Reserved, err)
 		}
 	}
+	a.addLocked(p, c)
+	return p, nil
+}
+
+// addLocked counts a block of class c fresh from the driver as live.
+func (a *Allocator) addLocked(p cu.DevicePtr, c int64) {
 	a.stats.DriverAllocs++
 	a.size[p] = c
 	a.stats.Allocated += c
 	a.stats.Reserved += c
 	a.stats.PeakReserved = max(a.stats.PeakReserved, a.stats.Reserved)
-	return p, nil
 }
 
 // Free returns a block to the cache. Freeing an address Alloc did not
@@ -105,8 +143,12 @@ func (a *Allocator) Free(p cu.DevicePtr) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	c, ok := a.size[p]
-	if !ok {
+	if !ok || a.orphans[p] {
 		return fmt.Errorf("cuda: freeing %#x, which is not a live block", uintptr(p))
+	}
+	if a.graphRefs[p] > 0 {
+		a.orphans[p] = true
+		return nil
 	}
 	delete(a.size, p)
 	a.free[c] = append(a.free[c], p)
@@ -122,10 +164,20 @@ func (a *Allocator) FreeLater(p cu.DevicePtr) {
 	a.mu.Unlock()
 }
 
-// drainLocked moves the queued frees into the cache.
+// drainLocked moves the queued frees into the cache and destroys the
+// collected graphs (the context is current, no capture is running).
 func (a *Allocator) drainLocked() {
+	for _, g := range a.graphs {
+		g.g.destroy()
+		a.releaseLocked(g.blocks)
+	}
+	a.graphs = a.graphs[:0]
 	for _, p := range a.pending {
-		if c, ok := a.size[p]; ok {
+		if a.graphRefs[p] > 0 {
+			a.orphans[p] = true
+			continue
+		}
+		if c, ok := a.size[p]; ok && !a.orphans[p] {
 			delete(a.size, p)
 			a.free[c] = append(a.free[c], p)
 			a.stats.Allocated -= c
@@ -166,11 +218,65 @@ func (a *Allocator) emptyLocked() error {
 	return first
 }
 
-// setCapturing marks a capture as running (no driver allocations or
-// frees then) or over.
-func (a *Allocator) setCapturing(on bool) {
+// beginRecording marks a capture as running: no driver allocations or
+// frees until endRecording, and every block handed out is the graph's.
+func (a *Allocator) beginRecording() {
 	a.mu.Lock()
-	a.capturing = on
+	a.capturing = true
+	a.recording = nil
+	a.mu.Unlock()
+}
+
+// endRecording marks the capture as over and returns the blocks handed
+// out during it (each holding one graph reference).
+func (a *Allocator) endRecording() []cu.DevicePtr {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.capturing = false
+	blocks := a.recording
+	a.recording = nil
+	return blocks
+}
+
+// release drops one graph reference from each block; a block whose
+// tensor has already been freed goes back to the cache with its last.
+// Stream order makes this safe without waiting: later launches run after
+// the graph's.
+func (a *Allocator) release(blocks []cu.DevicePtr) {
+	a.mu.Lock()
+	a.releaseLocked(blocks)
+	a.mu.Unlock()
+}
+
+func (a *Allocator) releaseLocked(blocks []cu.DevicePtr) {
+	for _, p := range blocks {
+		if a.graphRefs[p]--; a.graphRefs[p] > 0 {
+			continue
+		}
+		delete(a.graphRefs, p)
+		if !a.orphans[p] {
+			continue
+		}
+		delete(a.orphans, p)
+		c := a.size[p]
+		delete(a.size, p)
+		a.free[c] = append(a.free[c], p)
+		a.stats.Allocated -= c
+	}
+}
+
+// pendingGraph is a collected graph waiting for a safe point to be
+// destroyed, with the blocks it holds.
+type pendingGraph struct {
+	g      *graph
+	blocks []cu.DevicePtr
+}
+
+// queueGraph defers destroying g and releasing its blocks to the next
+// drain (finalizers may make no driver call).
+func (a *Allocator) queueGraph(g *graph, blocks []cu.DevicePtr) {
+	a.mu.Lock()
+	a.graphs = append(a.graphs, pendingGraph{g: g, blocks: blocks})
 	a.mu.Unlock()
 }
 

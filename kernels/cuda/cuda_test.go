@@ -21,15 +21,19 @@ import (
 	"github.com/esper-go/esper/tensor"
 )
 
-var dev *Device
+var (
+	dev *Device  // the device under test
+	be  *Backend // its kernels.Backend, registered for tensor.KindCUDA
+)
 
 func TestMain(m *testing.M) {
-	d, err := Open(0)
+	b, err := NewBackend(0)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "cuda tests:", err)
 		os.Exit(2)
 	}
-	dev = d
+	b.Register()
+	be, dev = b, b.CUDADevice()
 	os.Exit(m.Run())
 }
 
@@ -1030,4 +1034,296 @@ func TestForeachAndScalerMatchCPU(t *testing.T) {
 		cpuBE.Increment(counter, nil)
 		closeRel(t, fmt.Sprintf("increment %v", dt), fromDev(t, counterD), counter, 0)
 	}
+}
+
+// devEmpty is an uninitialised device tensor (for outputs every element
+// of which is written, and for integer outputs that cannot be poisoned
+// with NaN).
+func devEmpty(t *testing.T, d tensor.DType, shape ...int) *tensor.Tensor {
+	t.Helper()
+	x, err := tensor.EmptyOn(tensor.CUDA(0), d, shape...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return x
+}
+
+// TestFillAndCopyAnyDType: Fill of every dtype, and converting copies
+// between dtype pairs without a kernel of their own (through fp64, as
+// the CPU converts), from strided views.
+func TestFillAndCopyAnyDType(t *testing.T) {
+	for _, d := range []tensor.DType{tensor.F64, tensor.F16, tensor.I32, tensor.I64, tensor.Bool} {
+		x := devEmpty(t, d, 33)
+		if err := dev.Fill(x, 3); err != nil {
+			t.Fatal(err)
+		}
+		closeRel(t, fmt.Sprintf("fill %v", d), fromDev(t, x), tensor.Full(d, 3, 33), 0)
+	}
+	rng := tensor.NewRNG(80)
+	src := tensor.Normal(rng, tensor.F32, 0, 4, 6, 7)
+	for _, c := range []struct{ from, to tensor.DType }{
+		{tensor.F32, tensor.I64}, {tensor.F32, tensor.I32}, {tensor.I64, tensor.F32}, {tensor.Bool, tensor.F32},
+		{tensor.F64, tensor.F32}, {tensor.F32, tensor.F16}, {tensor.BF16, tensor.F64}, {tensor.F32, tensor.Bool},
+	} {
+		s := src.Cast(c.from)
+		want := tensor.Empty(c.to, 7, 6)
+		cpuBE.Copy(want, s.Transpose(0, 1))
+		got := devEmpty(t, c.to, 7, 6)
+		if err := dev.Copy(got, toDev(t, s).Transpose(0, 1)); err != nil {
+			t.Fatal(err)
+		}
+		closeRel(t, fmt.Sprintf("copy %v→%v", c.from, c.to), fromDev(t, got), want, 0)
+	}
+}
+
+// TestReduceAxesMatchCPU: every ReduceOp over single axes (first,
+// middle, last), neighbouring pairs, a non-neighbouring pair (through a
+// permuted copy), all axes and none, in F32 and BF16.
+func TestReduceAxesMatchCPU(t *testing.T) {
+	for _, d := range floatDTypes {
+		rng := tensor.NewRNG(81)
+		x := tensor.Normal(rng, tensor.F32, 0, 2, 4, 50, 6).Cast(d)
+		xd := toDev(t, x)
+		for _, axes := range [][]int{{0}, {1}, {2}, {-1}, {0, 1}, {1, 2}, {0, 2}, {0, 1, 2}, {}} {
+			for op := kernels.Sum; op <= kernels.LogSumExp; op++ {
+				shape := []int{4, 50, 6}
+				for _, a := range axes {
+					shape[(a+3)%3] = 1
+				}
+				want := tensor.Empty(d, shape...)
+				cpuBE.Reduce(op, want, x, axes)
+				got := poisoned(t, d, shape...)
+				if err := dev.Reduce(op, got, xd, axes); err != nil {
+					t.Fatal(err)
+				}
+				closeRel(t, fmt.Sprintf("reduce %v %v over %v", op, d, axes), fromDev(t, got), want, 4*tolOf(d))
+			}
+		}
+	}
+}
+
+// TestSoftmaxAxisMatchesCPU: softmax and log-softmax along a first and a
+// middle axis, forward and backward.
+func TestSoftmaxAxisMatchesCPU(t *testing.T) {
+	for _, d := range floatDTypes {
+		rng := tensor.NewRNG(82)
+		x := tensor.Normal(rng, tensor.F32, 0, 2, 5, 70, 9).Cast(d)
+		dy := tensor.Normal(rng, tensor.F32, 0, 1, 5, 70, 9).Cast(d)
+		xd, dyd := toDev(t, x), toDev(t, dy)
+		for _, axis := range []int{0, 1, -2} {
+			for _, log := range []bool{false, true} {
+				y := tensor.Empty(d, 5, 70, 9)
+				dx := tensor.Empty(d, 5, 70, 9)
+				if log {
+					cpuBE.LogSoftmax(y, x, axis)
+					cpuBE.LogSoftmaxBackward(dx, y, dy, axis)
+				} else {
+					cpuBE.Softmax(y, x, axis)
+					cpuBE.SoftmaxBackward(dx, y, dy, axis)
+				}
+				got := poisoned(t, d, 5, 70, 9)
+				if err := dev.SoftmaxAxis(got, xd, axis, log); err != nil {
+					t.Fatal(err)
+				}
+				closeRel(t, fmt.Sprintf("softmax %v axis %d log=%v", d, axis, log), fromDev(t, got), y, 4*tolOf(d))
+				gotDx := poisoned(t, d, 5, 70, 9)
+				if err := dev.SoftmaxBackwardAxis(gotDx, toDev(t, y), dyd, axis, log); err != nil {
+					t.Fatal(err)
+				}
+				closeRel(t, fmt.Sprintf("softmax backward %v axis %d log=%v", d, axis, log), fromDev(t, gotDx), dx, 4*tolOf(d))
+			}
+		}
+	}
+}
+
+// TestMatMulBiasActMatchesCPU: the fused linear forward with and without
+// a bias and an activation, and a rank-2 operand broadcast over a batch.
+func TestMatMulBiasActMatchesCPU(t *testing.T) {
+	rng := tensor.NewRNG(83)
+	x := tensor.Normal(rng, tensor.F32, 0, 1, 37, 19)
+	w := tensor.Normal(rng, tensor.F32, 0, 1, 11, 19)
+	bias := tensor.Normal(rng, tensor.F32, 0, 1, 11)
+	xd, wd, bd := toDev(t, x), toDev(t, w), toDev(t, bias)
+	for _, c := range []struct {
+		bias *tensor.Tensor
+		act  kernels.UnaryOp
+		fuse bool
+	}{{nil, 0, false}, {bias, 0, false}, {bias, kernels.Relu, true}, {nil, kernels.GeluTanh, true}} {
+		want := tensor.Empty(tensor.F32, 37, 11)
+		got := poisoned(t, tensor.F32, 37, 11)
+		var bdev *tensor.Tensor
+		if c.bias != nil {
+			bdev = bd
+		}
+		var err error
+		if c.fuse {
+			cpuBE.MatMulBiasAct(want, x, w, c.bias, c.act, false, true)
+			err = dev.MatMulBiasAct(got, xd, wd, bdev, c.act, false, true, Highest)
+		} else {
+			cpuBE.MatMulBias(want, x, w, c.bias, false, true)
+			err = dev.MatMulBias(got, xd, wd, bdev, false, true, Highest)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		closeRel(t, fmt.Sprintf("matmul bias=%v act=%v fused=%v", c.bias != nil, c.act, c.fuse), fromDev(t, got), want, 1e-5)
+	}
+	a := tensor.Normal(rng, tensor.F32, 0, 1, 4, 8, 19)
+	for _, c := range []struct {
+		name string
+		a, b *tensor.Tensor
+		ta   bool
+		out  []int
+	}{{"batched a, shared b", a, w, false, []int{4, 8, 11}}, {"shared a, batched b", w, a, false, []int{4, 11, 8}}} {
+		want := tensor.Empty(tensor.F32, c.out...)
+		cpuBE.MatMul(want, c.a, c.b, c.ta, true)
+		got := poisoned(t, tensor.F32, c.out...)
+		if err := dev.MatMul(got, toDev(t, c.a), toDev(t, c.b), c.ta, true, Highest); err != nil {
+			t.Fatal(err)
+		}
+		closeRel(t, "matmul "+c.name, fromDev(t, got), want, 1e-5)
+	}
+}
+
+// TestIndexingMatchesCPU: index select and index add along a middle
+// axis, torch.gather and scatter_add_ along the first and a middle axis
+// with an index smaller than the tensors, from a strided source.
+func TestIndexingMatchesCPU(t *testing.T) {
+	rng := tensor.NewRNG(84)
+	src := tensor.Normal(rng, tensor.F32, 0, 1, 5, 8, 3)
+	srcD := toDev(t, src)
+	idx := tensor.FromSlice([]int64{7, 0, 3, 3, 5}, 5)
+	for _, ix := range []*tensor.Tensor{idx, idx.Cast(tensor.I32)} {
+		for _, s := range []*tensor.Tensor{src, src.Cast(tensor.I64)} {
+			want := tensor.Empty(s.DType(), 5, 5, 3)
+			cpuBE.IndexSelect(want, s, 1, ix)
+			got := devEmpty(t, s.DType(), 5, 5, 3)
+			if err := dev.IndexSelect(got, toDev(t, s), 1, toDev(t, ix)); err != nil {
+				t.Fatal(err)
+			}
+			closeRel(t, fmt.Sprintf("index select %v %v", s.DType(), ix.DType()), fromDev(t, got), want, 0)
+		}
+		acc := tensor.Normal(rng, tensor.F32, 0, 1, 5, 8, 3)
+		accD := toDev(t, acc)
+		add := tensor.Normal(rng, tensor.F32, 0, 1, 5, 5, 3)
+		cpuBE.IndexAdd(acc, 1, ix, add)
+		if err := dev.IndexAdd(accD, 1, toDev(t, ix), toDev(t, add)); err != nil {
+			t.Fatal(err)
+		}
+		closeRel(t, "index add", fromDev(t, accD), acc, 1e-6)
+	}
+	for _, axis := range []int{0, 1} {
+		index := tensor.RandInt(rng, src.Shape()[axis], 4, 6, 2)
+		for _, ix := range []*tensor.Tensor{index, index.Cast(tensor.I32)} {
+			want := tensor.Empty(tensor.F32, 4, 6, 2)
+			cpuBE.Gather(want, src, axis, ix)
+			got := poisoned(t, tensor.F32, 4, 6, 2)
+			if err := dev.Gather(got, srcD, axis, toDev(t, ix)); err != nil {
+				t.Fatal(err)
+			}
+			closeRel(t, fmt.Sprintf("gather axis %d %v", axis, ix.DType()), fromDev(t, got), want, 0)
+			upd := tensor.Normal(rng, tensor.F32, 0, 1, 4, 7, 3)
+			acc := tensor.Normal(rng, tensor.F32, 0, 1, 5, 8, 3)
+			accD := toDev(t, acc)
+			cpuBE.ScatterAdd(acc, axis, ix, upd)
+			if err := dev.ScatterAdd(accD, axis, toDev(t, ix), toDev(t, upd)); err != nil {
+				t.Fatal(err)
+			}
+			closeRel(t, fmt.Sprintf("scatter add axis %d %v", axis, ix.DType()), fromDev(t, accD), acc, 1e-6)
+		}
+	}
+	// A transposed (strided) source for gather.
+	tsrc := src.Transpose(0, 2) // [3, 8, 5]
+	index := tensor.RandInt(rng, 8, 3, 4, 5)
+	want := tensor.Empty(tensor.F32, 3, 4, 5)
+	cpuBE.Gather(want, tsrc.Contiguous(), 1, index)
+	got := poisoned(t, tensor.F32, 3, 4, 5)
+	if err := dev.Gather(got, srcD.Transpose(0, 2), 1, toDev(t, index)); err != nil {
+		t.Fatal(err)
+	}
+	closeRel(t, "gather from a strided view", fromDev(t, got), want, 0)
+}
+
+// TestSegmentOpsMatchCPU: segment sum, mean and max (with its arg-max and
+// backward), segment softmax and its backward, over segments of several
+// sizes including empty ones and ties for the maximum, I64 and I32 ids.
+func TestSegmentOpsMatchCPU(t *testing.T) {
+	const e, s = 700, 40 // more rows than one warp's chunk, segments 0 and 39 empty
+	rng := tensor.NewRNG(85)
+	ids := tensor.RandInt(rng, s-2, e)
+	idv := ids.I64()
+	for i := range idv {
+		idv[i]++
+	}
+	for _, d := range floatDTypes {
+		src := tensor.RandInt(rng, 7, e, 3, 2).Cast(d) // small integers: ties for the maximum
+		srcD := toDev(t, src)
+		for _, ix := range []*tensor.Tensor{ids, ids.Cast(tensor.I32)} {
+			ixD := toDev(t, ix)
+			for _, op := range []kernels.ReduceOp{kernels.Sum, kernels.Mean, kernels.Max} {
+				want := tensor.Empty(d, s, 3, 2)
+				var wantArg, gotArg *tensor.Tensor
+				if op == kernels.Max {
+					wantArg = tensor.Empty(tensor.I64, s, 3, 2)
+					gotArg = devEmpty(t, tensor.I64, s, 3, 2)
+				}
+				cpuBE.SegmentReduce(op, want, wantArg, src, ix)
+				got := poisoned(t, d, s, 3, 2)
+				if err := dev.SegmentReduce(op, got, gotArg, srcD, ixD); err != nil {
+					t.Fatal(err)
+				}
+				closeRel(t, fmt.Sprintf("segment %v %v %v", op, d, ix.DType()), fromDev(t, got), want, 1e-6)
+				if op != kernels.Max {
+					continue
+				}
+				closeRel(t, fmt.Sprintf("segment argmax %v %v", d, ix.DType()), fromDev(t, gotArg), wantArg, 0)
+				dy := tensor.Normal(rng, tensor.F32, 0, 1, s, 3, 2).Cast(d)
+				wantDx := tensor.Empty(d, e, 3, 2)
+				cpuBE.SegmentMaxBackward(wantDx, dy, wantArg)
+				gotDx := poisoned(t, d, e, 3, 2)
+				if err := dev.SegmentMaxBackward(gotDx, toDev(t, dy), gotArg); err != nil {
+					t.Fatal(err)
+				}
+				closeRel(t, fmt.Sprintf("segment max backward %v", d), fromDev(t, gotDx), wantDx, 0)
+			}
+			y := tensor.Empty(d, e, 3, 2)
+			cpuBE.SegmentSoftmax(y, src, ix, s)
+			gotY := poisoned(t, d, e, 3, 2)
+			if err := dev.SegmentSoftmax(gotY, srcD, ixD, s); err != nil {
+				t.Fatal(err)
+			}
+			closeRel(t, fmt.Sprintf("segment softmax %v %v", d, ix.DType()), fromDev(t, gotY), y, 2*tolOf(d))
+			dy := tensor.Normal(rng, tensor.F32, 0, 1, e, 3, 2).Cast(d)
+			dx := tensor.Empty(d, e, 3, 2)
+			cpuBE.SegmentSoftmaxBackward(dx, y, dy, ix, s)
+			gotDx := poisoned(t, d, e, 3, 2)
+			if err := dev.SegmentSoftmaxBackward(gotDx, toDev(t, y), toDev(t, dy), ixD, s); err != nil {
+				t.Fatal(err)
+			}
+			closeRel(t, fmt.Sprintf("segment softmax backward %v %v", d, ix.DType()), fromDev(t, gotDx), dx, 2*tolOf(d))
+		}
+	}
+}
+
+// TestConcatAndPadMatchCPU: concatenation of strided sources along a
+// middle axis, and padding with a value.
+func TestConcatAndPadMatchCPU(t *testing.T) {
+	rng := tensor.NewRNG(86)
+	a := tensor.Normal(rng, tensor.F32, 0, 1, 3, 2, 4)
+	b := tensor.Normal(rng, tensor.F32, 0, 1, 4, 5, 3)
+	want := tensor.Empty(tensor.F32, 3, 7, 4)
+	cpuBE.Concat(want, []*tensor.Tensor{a, b.Transpose(0, 2)}, 1) // b's view [3, 5, 4] is strided
+	got := poisoned(t, tensor.F32, 3, 7, 4)
+	if err := dev.Concat(got, []*tensor.Tensor{toDev(t, a), toDev(t, b).Transpose(0, 2)}, 1); err != nil {
+		t.Fatal(err)
+	}
+	closeRel(t, "concat", fromDev(t, got), want, 0)
+	pads := []int{1, 0, 0, 2, 3, 1}
+	wantP := tensor.Empty(tensor.F32, 4, 4, 8)
+	cpuBE.Pad(wantP, a, pads, -2.5)
+	gotP := poisoned(t, tensor.F32, 4, 4, 8)
+	if err := dev.Pad(gotP, toDev(t, a), pads, -2.5); err != nil {
+		t.Fatal(err)
+	}
+	closeRel(t, "pad", fromDev(t, gotP), wantP, 0)
 }

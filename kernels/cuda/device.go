@@ -40,8 +40,9 @@ type Device struct {
 	mu  sync.Mutex
 	fns map[string]cu.Function
 
-	alloc *Allocator
-	blas  *blasHandle // cuBLAS, created on first use (under mu)
+	alloc     *Allocator
+	blas      *blasHandle // cuBLAS, created on first use (under mu)
+	capturing bool        // a stream capture is running (under mu)
 }
 
 // Open initialises CUDA device ordinal: retains its primary context,

@@ -12,6 +12,10 @@
 // exits from its package init when cuInit fails. CI only compiles it
 // (`make cuda-check`); GPU.md says how the GPU runs are made.
 //
+// Backend (backend.go) implements kernels.Backend over one Device:
+// NewBackend opens the device and Register makes it the backend of
+// tensors on tensor.KindCUDA, so that autograd, nn and optim run on it.
+//
 // Without the cuda tag the package holds only this documentation and
 // the check that every PTX file was generated from the current source.
 package cuda

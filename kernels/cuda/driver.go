@@ -29,11 +29,22 @@ static CUresult esper_begin_capture(CUstream s) {
 
 static CUresult esper_end_capture(CUstream s, CUgraph *g) { return cuStreamEndCapture(s, g); }
 
+// esper_capture_mode swaps this thread's capture mode (relaxed = 1) with
+// *mode.
+static CUresult esper_capture_mode(int *mode) {
+	CUstreamCaptureMode m = (CUstreamCaptureMode)*mode;
+	CUresult r = cuThreadExchangeStreamCaptureMode(&m);
+	*mode = (int)m;
+	return r;
+}
+
 static CUresult esper_graph_instantiate(CUgraphExec *e, CUgraph g) { return cuGraphInstantiate(e, g, NULL, NULL, 0); }
 
 static CUresult esper_graph_launch(CUgraphExec e, CUstream s) { return cuGraphLaunch(e, s); }
 
 static CUresult esper_graph_destroy(CUgraph g) { return cuGraphDestroy(g); }
+
+static CUresult esper_graph_node_count(CUgraph g, size_t *n) { return cuGraphGetNodes(g, NULL, n); }
 
 static CUresult esper_graph_exec_destroy(CUgraphExec e) { return cuGraphExecDestroy(e); }
 
@@ -133,6 +144,18 @@ func beginCapture(s cu.Stream) error {
 	return check("cuStreamBeginCapture", C.esper_begin_capture(cstream(s)))
 }
 
+// relaxCapture switches the calling thread to the relaxed capture mode,
+// in which calls the capture would otherwise refuse (cuMemAlloc, which
+// may synchronise) are allowed, and returns the function restoring the
+// previous mode. The caller must hold the thread (Device.enter).
+func relaxCapture() (restore func(), err error) {
+	mode := C.int(C.CU_STREAM_CAPTURE_MODE_RELAXED)
+	if err := check("cuThreadExchangeStreamCaptureMode", C.esper_capture_mode(&mode)); err != nil {
+		return nil, err
+	}
+	return func() { C.esper_capture_mode(&mode) }, nil
+}
+
 // endCapture ends the capture on s and instantiates the graph.
 func endCapture(s cu.Stream) (*graph, error) {
 	var gr graph
@@ -149,6 +172,13 @@ func endCapture(s cu.Stream) (*graph, error) {
 // launch replays the graph on s.
 func (g *graph) launch(s cu.Stream) error {
 	return check("cuGraphLaunch", C.esper_graph_launch(g.e, cstream(s)))
+}
+
+// nodes is the number of nodes (kernel launches, copies) of the graph.
+func (g *graph) nodes() (int, error) {
+	var n C.size_t
+	err := check("cuGraphGetNodes", C.esper_graph_node_count(g.g, &n))
+	return int(n), err
 }
 
 // destroy frees the graph and its instance.

@@ -4,6 +4,7 @@ package cuda
 
 import (
 	"fmt"
+	"math"
 
 	"gorgonia.org/cu"
 
@@ -45,20 +46,50 @@ func floatKernel(op, base string, dt tensor.DType) (string, error) {
 	return "", fmt.Errorf("cuda: %s: dtype %v (F32 and BF16 run here)", op, dt)
 }
 
-// Fill sets every element of dst (F32 or BF16) to v.
+// Fill sets every element of the contiguous dst to v, converted to dst's
+// dtype as the CPU backend converts (any dtype: F32 and BF16 take their
+// own kernels, the others a fill of v's bit pattern).
 func (d *Device) Fill(dst *tensor.Tensor, v float64) error {
-	name, err := floatKernel("Fill", "fill", dst.DType())
-	if err != nil {
-		return err
-	}
 	p, err := d.ptrOf("Fill", "dst", dst, dst.DType())
 	if err != nil {
 		return err
 	}
+	n := int64(dst.Numel())
 	release := d.enter()
 	defer release()
 	var a args
-	return d.launch1D(name, int64(dst.Numel()), a.ptr(p).f32(float32(v)).i64(int64(dst.Numel())))
+	if name, err := floatKernel("Fill", "fill", dst.DType()); err == nil {
+		return d.launch1D(name, n, a.ptr(p).f32(float32(v)).i64(n))
+	}
+	bits, err := fillBits("Fill", dst.DType(), v)
+	if err != nil {
+		return err
+	}
+	return d.launch1D(fmt.Sprintf("fill_raw%d", dst.DType().Size()), n, a.ptr(p).push(bits).i64(n))
+}
+
+// fillBits is v stored in dtype dt, as the bit pattern fill_raw writes.
+func fillBits(op string, dt tensor.DType, v float64) (uint64, error) {
+	switch dt {
+	case tensor.F64:
+		return math.Float64bits(v), nil
+	case tensor.F32:
+		return uint64(math.Float32bits(float32(v))), nil
+	case tensor.BF16:
+		return uint64(tensor.F32ToBF16(float32(v))), nil
+	case tensor.F16:
+		return uint64(tensor.F32ToF16(float32(v))), nil
+	case tensor.I32:
+		return uint64(uint32(int32(v))), nil
+	case tensor.I64:
+		return uint64(int64(v)), nil
+	case tensor.Bool:
+		if v != 0 {
+			return 1, nil
+		}
+		return 0, nil
+	}
+	return 0, fmt.Errorf("cuda: %s: invalid dtype %v", op, dt)
 }
 
 // Cast copies x into dst converting F32 to BF16 (round to nearest even)
@@ -252,9 +283,10 @@ func (d *Device) optimPtrs(op string, param, grad, state, hyper, foundInf *tenso
 	return
 }
 
-// MatMul sets dst = op(a)·op(b) for rank-2 or rank-3 (batched, same
-// batch) F32 or BF16 operands through cuBLAS, in the given precision for
-// F32 (BF16 always accumulates in fp32).
+// MatMul sets dst = op(a)·op(b) for rank-2 or rank-3 (batched) F32 or
+// BF16 operands of one dtype through cuBLAS, in the given precision for
+// F32 (BF16 always accumulates in fp32). A rank-2 operand broadcasts over
+// the other's batch (a batch stride of 0); dst is rank 3 when either is.
 func (d *Device) MatMul(dst, a, b *tensor.Tensor, transA, transB bool, prec Precision) error {
 	const op = "MatMul"
 	dt := dst.DType()
@@ -268,23 +300,30 @@ func (d *Device) MatMul(dst, a, b *tensor.Tensor, transA, transB bool, prec Prec
 		return fmt.Errorf("cuda: %s: dtype %v (F32 and BF16 run here)", op, dt)
 	}
 	as, bs, ds := a.Shape(), b.Shape(), dst.Shape()
-	if len(as) != len(bs) || len(as) != len(ds) || len(as) < 2 || len(as) > 3 {
+	ra, rb := len(as), len(bs)
+	if ra < 2 || ra > 3 || rb < 2 || rb > 3 || len(ds) != max(ra, rb) {
 		return fmt.Errorf("cuda: %s: shapes %v, %v into %v (rank 2, or rank 3 with one batch)", op, as, bs, ds)
 	}
-	r := len(as)
-	m, k := as[r-2], as[r-1]
+	m, k := as[ra-2], as[ra-1]
 	if transA {
 		m, k = k, m
 	}
-	k2, n := bs[r-2], bs[r-1]
+	k2, n := bs[rb-2], bs[rb-1]
 	if transB {
 		k2, n = n, k2
 	}
-	batch := 1
+	batch, r := 1, len(ds)
+	var sa, sb int64
 	if r == 3 {
-		batch = as[0]
-		if bs[0] != batch || ds[0] != batch {
-			return fmt.Errorf("cuda: %s: batches %d, %d into %d", op, as[0], bs[0], ds[0])
+		batch = ds[0]
+		if ra == 3 {
+			sa = int64(m * k)
+		}
+		if rb == 3 {
+			sb = int64(k * n)
+		}
+		if (ra == 3 && as[0] != batch) || (rb == 3 && bs[0] != batch) {
+			return fmt.Errorf("cuda: %s: batches of %v and %v do not give %v", op, as, bs, ds)
 		}
 	}
 	if k != k2 || ds[r-2] != m || ds[r-1] != n {
@@ -302,7 +341,7 @@ func (d *Device) MatMul(dst, a, b *tensor.Tensor, transA, transB bool, prec Prec
 	if err != nil {
 		return err
 	}
-	if k == 0 {
+	if k == 0 || batch == 0 {
 		return d.Fill(dst, 0)
 	}
 	h, err := d.blasHandle()
@@ -311,7 +350,7 @@ func (d *Device) MatMul(dst, a, b *tensor.Tensor, transA, transB bool, prec Prec
 	}
 	release := d.enter()
 	defer release()
-	return h.gemmRowMajor(transA, transB, m, n, k, pa, as[r-1], int64(m*k), pb, bs[r-1], int64(k*n), pd, n, int64(m*n), batch, blasType, prec)
+	return h.gemmRowMajor(transA, transB, m, n, k, pa, as[ra-1], sa, pb, bs[rb-1], sb, pd, n, int64(m*n), batch, blasType, prec)
 }
 
 // blasHandle returns the device's cuBLAS handle, creating it once.

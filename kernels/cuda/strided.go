@@ -150,8 +150,9 @@ func (d *Device) bcastView(op, what string, t *tensor.Tensor, dt tensor.DType, s
 
 // Copy copies src into dst element by element in row-major order; both
 // may be views of any strides with equal element counts (dst must not
-// overlap src). The dtypes are equal (any dtype, copied as raw words) or
-// F32 and BF16 either way round (rounding to nearest even into BF16).
+// overlap src). Equal dtypes are copied as raw words; F32↔BF16 round to
+// nearest even into BF16; any other pair converts through fp64 as the CPU
+// backend does (float→int truncates, bool is v ≠ 0).
 func (d *Device) Copy(dst, src *tensor.Tensor) error {
 	const op = "Copy"
 	if dst.Numel() != src.Numel() {
@@ -200,10 +201,15 @@ func (d *Device) Copy(dst, src *tensor.Tensor) error {
 	release := d.enter()
 	defer release()
 	var a args
+	if name == "copy_nd_cvt" {
+		return d.launch1D(name, n, a.ptr(pd).i32(dtypeCode[dst.DType()]).ptr(ps).i32(dtypeCode[src.DType()]).push(g.words()...).i64(n))
+	}
 	return d.launch1D(name, n, a.ptr(pd).ptr(ps).push(g.words()...).i64(n))
 }
 
-// copyKernel names the copy kernel from src's dtype to dst's.
+// copyKernel names the copy kernel from src's dtype to dst's; the
+// converting copy_nd_cvt (dtype codes after the geometry's pointers)
+// takes the pairs without a kernel of their own.
 func copyKernel(dst, src tensor.DType) (string, error) {
 	switch {
 	case dst == src && dst != tensor.Invalid:
@@ -213,5 +219,14 @@ func copyKernel(dst, src tensor.DType) (string, error) {
 	case dst == tensor.F32 && src == tensor.BF16:
 		return "copy_nd_bf16_f32", nil
 	}
-	return "", fmt.Errorf("cuda: Copy from %v to %v (one dtype, or F32↔BF16, run here)", src, dst)
+	if _, ok := dtypeCode[dst]; !ok {
+		return "", fmt.Errorf("cuda: Copy into invalid dtype %v", dst)
+	}
+	if _, ok := dtypeCode[src]; !ok {
+		return "", fmt.Errorf("cuda: Copy from invalid dtype %v", src)
+	}
+	return "copy_nd_cvt", nil
 }
+
+// dtypeCode numbers the dtypes as src/elementwise.cu's D_* codes.
+var dtypeCode = map[tensor.DType]int32{tensor.F64: 0, tensor.F32: 1, tensor.BF16: 2, tensor.F16: 3, tensor.I64: 4, tensor.I32: 5, tensor.Bool: 6}

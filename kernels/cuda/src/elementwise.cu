@@ -5,6 +5,7 @@
 // fp32). Every kernel is a grid-stride loop over n elements, so any
 // launch shape covers any n; the Go side picks the shape.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <stdint.h>
 
 #define GRID_STRIDE(i, n) \
@@ -223,6 +224,55 @@ __device__ void copy_raw_nd(W* d, const W* s, const Geom& g, int64_t n) {
     }
 }
 
+
+// Dtype codes of the converting copy (the Go dtypeCode, value for value).
+enum { D_F64 = 0, D_F32, D_BF16, D_F16, D_I64, D_I32, D_BOOL };
+
+// ld_any reads element i of a buffer of dtype code dt as a double.
+__device__ __forceinline__ double ld_any(const void* p, int dt, int64_t i) {
+    switch (dt) {
+    case D_F64: return ((const double*)p)[i];
+    case D_F32: return ((const float*)p)[i];
+    case D_BF16: return __bfloat162float(((const __nv_bfloat16*)p)[i]);
+    case D_F16: return __half2float(((const __half*)p)[i]);
+    case D_I64: return (double)((const int64_t*)p)[i];
+    case D_I32: return ((const int32_t*)p)[i];
+    case D_BOOL: return ((const uint8_t*)p)[i] ? 1.0 : 0.0;
+    }
+    return 0.0;
+}
+
+// st_any stores v into element i of a buffer of dtype code dt as the CPU
+// backend converts: half types through fp32 with round to nearest even,
+// integers truncated, bool as v != 0.
+__device__ __forceinline__ void st_any(void* p, int dt, int64_t i, double v) {
+    switch (dt) {
+    case D_F64: ((double*)p)[i] = v; break;
+    case D_F32: ((float*)p)[i] = (float)v; break;
+    case D_BF16: ((__nv_bfloat16*)p)[i] = __float2bfloat16_rn((float)v); break;
+    case D_F16: ((__half*)p)[i] = __float2half_rn((float)v); break;
+    case D_I64: ((int64_t*)p)[i] = (int64_t)v; break;
+    case D_I32: ((int32_t*)p)[i] = (int32_t)v; break;
+    case D_BOOL: ((uint8_t*)p)[i] = v != 0.0; break;
+    }
+}
+
+// bias_act is the epilogue of MatMulBias and MatMulBiasAct over d viewed
+// as [rows, cols]: d = act(d + bias[col]) computed in fp32 (bias may be
+// null; act < 0 means none). bias is fp32, or bf16 when bias_bf16.
+template <typename T>
+__device__ void bias_act(T* d, const void* bias, int bias_bf16, int act, int64_t cols, int64_t n) {
+    GRID_STRIDE(i, n) {
+        float v = ld(d, i);
+        if (bias) {
+            int64_t j = i % cols;
+            v += bias_bf16 ? __bfloat162float(((const __nv_bfloat16*)bias)[j]) : ((const float*)bias)[j];
+        }
+        if (act >= 0) v = unary_f(act, v);
+        st(d, i, v);
+    }
+}
+
 extern "C" {
 
 __global__ void fill_f32(float* d, float v, int64_t n) {
@@ -309,5 +359,36 @@ __global__ void copy_nd_raw1(uint8_t* d, const uint8_t* s, Geom g, int64_t n) { 
 __global__ void copy_nd_raw2(uint16_t* d, const uint16_t* s, Geom g, int64_t n) { copy_raw_nd(d, s, g, n); }
 __global__ void copy_nd_raw4(uint32_t* d, const uint32_t* s, Geom g, int64_t n) { copy_raw_nd(d, s, g, n); }
 __global__ void copy_nd_raw8(uint64_t* d, const uint64_t* s, Geom g, int64_t n) { copy_raw_nd(d, s, g, n); }
+
+// copy_nd_cvt copies between views of any two dtypes (codes above).
+__global__ void copy_nd_cvt(void* d, int dt, const void* s, int st_, Geom g, int64_t n) {
+    GRID_STRIDE(i, n) {
+        int64_t o[2];
+        geom_offsets(g, i, 2, o);
+        st_any(d, dt, o[0], ld_any(s, st_, o[1]));
+    }
+}
+
+// fill_raw*: every element of d gets the bit pattern v (the Go side
+// converts the value to the dtype), for dtypes without a fill_<dtype>.
+__global__ void fill_raw1(uint8_t* d, uint64_t v, int64_t n) {
+    GRID_STRIDE(i, n) d[i] = (uint8_t)v;
+}
+__global__ void fill_raw2(uint16_t* d, uint64_t v, int64_t n) {
+    GRID_STRIDE(i, n) d[i] = (uint16_t)v;
+}
+__global__ void fill_raw4(uint32_t* d, uint64_t v, int64_t n) {
+    GRID_STRIDE(i, n) d[i] = (uint32_t)v;
+}
+__global__ void fill_raw8(uint64_t* d, uint64_t v, int64_t n) {
+    GRID_STRIDE(i, n) d[i] = v;
+}
+
+__global__ void bias_act_f32(float* d, const void* bias, int bias_bf16, int act, int64_t cols, int64_t n) {
+    bias_act(d, bias, bias_bf16, act, cols, n);
+}
+__global__ void bias_act_bf16(__nv_bfloat16* d, const void* bias, int bias_bf16, int act, int64_t cols, int64_t n) {
+    bias_act(d, bias, bias_bf16, act, cols, n);
+}
 
 }  // extern "C"

@@ -1,6 +1,8 @@
 // Row kernels of the Esper CUDA backend: reductions along the last axis,
 // softmax and log-softmax with their backward passes, the fused softmax
-// cross-entropy, arg-max along an axis and the accuracy counter. x is viewed as [rows, n]; one block of
+// cross-entropy, arg-max along an axis and the accuracy counter; and
+// their forms along any axis of x viewed as [outer, n, inner] (the
+// reduction over any axes, softmax and log-softmax along a middle axis). x is viewed as [rows, n]; one block of
 // ROW_THREADS threads handles a row (gridDim.x = rows), reducing in
 // registers, then across warps through shared memory. All arithmetic is
 // fp32 (bf16 inputs are widened on load).
@@ -231,6 +233,160 @@ __device__ void count_correct_rows(float* acc, const T* x, const void* t, int t6
     if (threadIdx.x == 0 && k == ce_target(t, t64, r)) acc[r] += 1.f;
 }
 
+
+// --- along any axis: x viewed as [outer, n, inner] ----------------------
+
+// Reduction op codes of reduce_axis: kernels.ReduceOp's values.
+enum { RA_SUM = 0, RA_MEAN, RA_MAX, RA_MIN, RA_LSE };
+
+// Fold is a running reduction of one line: sums and the log-sum-exp
+// accumulate in fp64 (the CPU backend does), max and min let NaN win.
+struct Fold {
+    double acc, aux;
+    bool nan;
+};
+
+__device__ __forceinline__ Fold fold_init(int op) {
+    Fold f;
+    f.acc = op == RA_MAX || op == RA_LSE ? -INFINITY : (op == RA_MIN ? INFINITY : 0.0);
+    f.aux = 0.0;
+    f.nan = false;
+    return f;
+}
+
+// fold_add adds one value; the log-sum-exp keeps (max, Σ e^(x−max)).
+__device__ __forceinline__ void fold_add(int op, Fold& f, double v) {
+    switch (op) {
+    case RA_SUM:
+    case RA_MEAN: f.acc += v; break;
+    case RA_MAX:
+        f.nan |= v != v;
+        if (v > f.acc) f.acc = v;
+        break;
+    case RA_MIN:
+        f.nan |= v != v;
+        if (v < f.acc) f.acc = v;
+        break;
+    case RA_LSE:
+        if (v != v) {
+            f.nan = true;
+        } else if (v > f.acc) {
+            f.aux = (f.acc == -INFINITY ? 0.0 : f.aux * exp(f.acc - v)) + 1.0;
+            f.acc = v;
+        } else if (v != -INFINITY) {
+            f.aux += exp(v - f.acc);
+        }
+        break;
+    }
+}
+
+// fold_merge combines two partial folds of one line.
+__device__ __forceinline__ Fold fold_merge(int op, Fold a, Fold b) {
+    a.nan |= b.nan;
+    switch (op) {
+    case RA_SUM:
+    case RA_MEAN: a.acc += b.acc; break;
+    case RA_MAX: a.acc = b.acc > a.acc ? b.acc : a.acc; break;
+    case RA_MIN: a.acc = b.acc < a.acc ? b.acc : a.acc; break;
+    case RA_LSE:
+        if (b.acc == -INFINITY) break;
+        if (a.acc == -INFINITY) {
+            a.acc = b.acc, a.aux = b.aux;
+        } else if (b.acc > a.acc) {
+            a.aux = a.aux * exp(a.acc - b.acc) + b.aux, a.acc = b.acc;
+        } else {
+            a.aux += b.aux * exp(b.acc - a.acc);
+        }
+        break;
+    }
+    return a;
+}
+
+// fold_result finishes a line of n values.
+__device__ __forceinline__ float fold_result(int op, Fold f, int64_t n) {
+    if (f.nan && op != RA_SUM && op != RA_MEAN) return NAN;
+    switch (op) {
+    case RA_MEAN: return (float)(f.acc / (double)n);
+    case RA_LSE:
+        if (f.acc == -INFINITY || f.acc == INFINITY) return (float)f.acc;
+        return (float)(f.acc + log(f.aux));
+    }
+    return (float)f.acc;
+}
+
+// reduce_axis_block: one block per line (inner = 1 in practice, long
+// lines); reduce_axis_thread: one thread per line, threads of a warp on
+// neighbouring inner positions (coalesced).
+template <typename T>
+__device__ void reduce_axis_block(int op, T* y, const T* x, int64_t n, int64_t inner) {
+    __shared__ Fold part[ROW_THREADS];
+    int64_t r = blockIdx.x, o = r / inner, i = r % inner;
+    const T* base = x + o * n * inner + i;
+    Fold f = fold_init(op);
+    for (int64_t k = threadIdx.x; k < n; k += blockDim.x) fold_add(op, f, ld(base, k * inner));
+    part[threadIdx.x] = f;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {  // a fixed tree: deterministic
+        if ((int)threadIdx.x < s) part[threadIdx.x] = fold_merge(op, part[threadIdx.x], part[threadIdx.x + s]);
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) st(y, r, fold_result(op, part[0], n));
+}
+
+template <typename T>
+__device__ void reduce_axis_thread(int op, T* y, const T* x, int64_t outer, int64_t n, int64_t inner) {
+    for (int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; r < outer * inner;
+         r += (int64_t)blockDim.x * gridDim.x) {
+        int64_t o = r / inner, i = r % inner;
+        const T* base = x + o * n * inner + i;
+        Fold f = fold_init(op);
+        for (int64_t k = 0; k < n; k++) fold_add(op, f, ld(base, k * inner));
+        st(y, r, fold_result(op, f, n));
+    }
+}
+
+// softmax_axis: softmax (or log-softmax) of each line (o, :, i), one
+// thread per line; the CPU's convention for an all −inf line (NaN).
+template <typename T>
+__device__ void softmax_axis(int log, T* y, const T* x, int64_t outer, int64_t n, int64_t inner) {
+    for (int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; r < outer * inner;
+         r += (int64_t)blockDim.x * gridDim.x) {
+        int64_t b = (r / inner) * n * inner + r % inner;
+        float m = -INFINITY;
+        for (int64_t k = 0; k < n; k++) {
+            float v = ld(x, b + k * inner);
+            if (v > m || v != v) m = v;
+        }
+        if (m == -INFINITY) m = 0.f;
+        float s = 0.f;
+        for (int64_t k = 0; k < n; k++) s += expf(ld(x, b + k * inner) - m);
+        float ls = m + logf(s), inv = 1.f / s;
+        for (int64_t k = 0; k < n; k++) {
+            float v = ld(x, b + k * inner);
+            st(y, b + k * inner, log ? v - ls : expf(v - m) * inv);
+        }
+    }
+}
+
+// softmax_bwd_axis is softmax_bwd_rows along a middle axis.
+template <typename T>
+__device__ void softmax_bwd_axis(int log, T* dx, const T* y, const T* dy, int64_t outer, int64_t n, int64_t inner) {
+    for (int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; r < outer * inner;
+         r += (int64_t)blockDim.x * gridDim.x) {
+        int64_t b = (r / inner) * n * inner + r % inner;
+        float s = 0.f;
+        for (int64_t k = 0; k < n; k++) {
+            int64_t j = b + k * inner;
+            s += log ? ld(dy, j) : ld(y, j) * ld(dy, j);
+        }
+        for (int64_t k = 0; k < n; k++) {
+            int64_t j = b + k * inner;
+            float yv = ld(y, j), g = ld(dy, j);
+            st(dx, j, log ? g - expf(yv) * s : yv * (g - s));
+        }
+    }
+}
+
 extern "C" {
 
 __global__ void argmax_rows_f32(int64_t* dst, const float* x, int64_t n, int64_t inner) {
@@ -294,5 +450,22 @@ __global__ void ce_bwd_rows_bf16(__nv_bfloat16* dx, const __nv_bfloat16* x, cons
                                  int has_ignore, int64_t ignore) {
     ce_bwd_rows(dx, x, t, t64, dloss, per_row, count, mean, c, eps, has_ignore, ignore);
 }
+
+#define AXIS_KERNELS(SUF, T)                                                                                   \
+    __global__ void reduce_axis_block_##SUF(int op, T* y, const T* x, int64_t n, int64_t inner) {                 \
+        reduce_axis_block(op, y, x, n, inner);                                                                 \
+    }                                                                                                          \
+    __global__ void reduce_axis_thread_##SUF(int op, T* y, const T* x, int64_t outer, int64_t n, int64_t inner) { \
+        reduce_axis_thread(op, y, x, outer, n, inner);                                                         \
+    }                                                                                                          \
+    __global__ void softmax_axis_##SUF(int log, T* y, const T* x, int64_t outer, int64_t n, int64_t inner) {      \
+        softmax_axis(log, y, x, outer, n, inner);                                                              \
+    }                                                                                                          \
+    __global__ void softmax_bwd_axis_##SUF(int log, T* dx, const T* y, const T* dy, int64_t outer, int64_t n,     \
+                                           int64_t inner) {                                                    \
+        softmax_bwd_axis(log, dx, y, dy, outer, n, inner);                                                     \
+    }
+AXIS_KERNELS(f32, float)
+AXIS_KERNELS(bf16, __nv_bfloat16)
 
 }  // extern "C"

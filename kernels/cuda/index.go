@@ -1,0 +1,209 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"fmt"
+
+	"gorgonia.org/cu"
+
+	"github.com/esper-go/esper/tensor"
+)
+
+// Indexing along any axis (src/index.cu). Index tensors are contiguous
+// I64 or I32 on the device; their values are read by the kernels at run
+// time (a captured step sees new indices), so a value out of range cannot
+// panic as on the CPU: selection and gather write zero bits for it, the
+// accumulating ops skip it.
+
+// indexPtr checks an index tensor and reports whether it is I64.
+func (d *Device) indexPtr(op, what string, index *tensor.Tensor) (cu.DevicePtr, bool, error) {
+	if index == nil {
+		return 0, false, fmt.Errorf("cuda: %s: %s is nil", op, what)
+	}
+	switch index.DType() {
+	case tensor.I64, tensor.I32:
+	default:
+		return 0, false, fmt.Errorf("cuda: %s: %s (shape %v) has dtype %v, want I64 or I32", op, what, index.Shape(), index.DType())
+	}
+	p, err := d.ptrOf(op, what, index, index.DType())
+	return p, index.DType() == tensor.I64, err
+}
+
+// IndexSelect picks slices of src along axis by index ([K]): dst has
+// src's shape with that axis of size K. Any dtype; dst and src
+// contiguous.
+func (d *Device) IndexSelect(dst, src *tensor.Tensor, axis int, index *tensor.Tensor) error {
+	const op = "IndexSelect"
+	a, err := normAxis(op, axis, src.Shape())
+	if err != nil {
+		return err
+	}
+	if index.Rank() != 1 {
+		return fmt.Errorf("cuda: %s: index has shape %v, want [K]", op, index.Shape())
+	}
+	want := append([]int(nil), src.Shape()...)
+	want[a] = index.Numel()
+	if !tensor.SameShape(dst.Shape(), want) {
+		return fmt.Errorf("cuda: %s: src %v with index %v along axis %d gives %v, dst is %v", op, src.Shape(), index.Shape(), axis, want, dst.Shape())
+	}
+	pi, i64, err := d.indexPtr(op, "index", index)
+	if err != nil {
+		return err
+	}
+	pd, err := d.ptrOf(op, "dst", dst, src.DType())
+	if err != nil {
+		return err
+	}
+	ps, err := d.ptrOf(op, "src", src, src.DType())
+	if err != nil {
+		return err
+	}
+	outer, n, inner := split3(src.Shape(), a)
+	k := index.Numel()
+	release := d.enter()
+	defer release()
+	var ar args
+	ar.ptr(pd).ptr(ps).ptr(pi).i32(b2i(i64)).i64(int64(outer)).i64(int64(n)).i64(int64(inner)).i64(int64(k))
+	return d.launch1D(fmt.Sprintf("index_select_raw%d", src.DType().Size()), int64(outer*k*inner), &ar)
+}
+
+// IndexAdd accumulates dst.select(axis, index[k]) += src.select(axis, k)
+// (F32, contiguous; atomics, so repeated indices add in no fixed order).
+func (d *Device) IndexAdd(dst *tensor.Tensor, axis int, index, src *tensor.Tensor) error {
+	const op = "IndexAdd"
+	a, err := normAxis(op, axis, dst.Shape())
+	if err != nil {
+		return err
+	}
+	if index.Rank() != 1 {
+		return fmt.Errorf("cuda: %s: index has shape %v, want [K]", op, index.Shape())
+	}
+	want := append([]int(nil), dst.Shape()...)
+	want[a] = index.Numel()
+	if !tensor.SameShape(src.Shape(), want) {
+		return fmt.Errorf("cuda: %s: dst %v with index %v along axis %d wants src %v, src is %v", op, dst.Shape(), index.Shape(), axis, want, src.Shape())
+	}
+	pi, i64, err := d.indexPtr(op, "index", index)
+	if err != nil {
+		return err
+	}
+	pd, err := d.ptrOf(op, "dst", dst, tensor.F32)
+	if err != nil {
+		return err
+	}
+	ps, err := d.ptrOf(op, "src", src, tensor.F32)
+	if err != nil {
+		return err
+	}
+	outer, n, inner := split3(dst.Shape(), a)
+	k := index.Numel()
+	release := d.enter()
+	defer release()
+	var ar args
+	ar.ptr(pd).ptr(ps).ptr(pi).i32(b2i(i64)).i64(int64(outer)).i64(int64(n)).i64(int64(inner)).i64(int64(k))
+	return d.launch1D("index_add_f32", int64(outer*k*inner), &ar)
+}
+
+// gatherShapes checks torch.gather/scatter_add shapes as the CPU backend
+// does: index has the rank of both tensors and fits inside them (inside
+// big off the axis).
+func gatherShapes(op string, big, index *tensor.Tensor, axis int, bigName string, other *tensor.Tensor, otherName string) error {
+	if index.Rank() != big.Rank() || other.Rank() != big.Rank() {
+		return fmt.Errorf("cuda: %s: ranks differ: %s %v, index %v, %s %v", op, bigName, big.Shape(), index.Shape(), otherName, other.Shape())
+	}
+	for i, s := range index.Shape() {
+		if (i != axis && s > big.Dim(i)) || s > other.Dim(i) {
+			return fmt.Errorf("cuda: %s: index %v does not fit %s %v and %s %v along axis %d", op, index.Shape(), bigName, big.Shape(), otherName, other.Shape(), i)
+		}
+	}
+	return nil
+}
+
+// axisZeroed returns t's strides with axis's set to 0.
+func axisZeroed(t *tensor.Tensor, axis int) []int {
+	st := append([]int(nil), t.Strides()...)
+	st[axis] = 0
+	return st
+}
+
+// Gather follows torch.gather: dst (contiguous, index's shape) gets
+// src[..., index[...], ...] along axis; src is a view of any strides and
+// any dtype.
+func (d *Device) Gather(dst, src *tensor.Tensor, axis int, index *tensor.Tensor) error {
+	const op = "Gather"
+	a, err := normAxis(op, axis, src.Shape())
+	if err != nil {
+		return err
+	}
+	if !tensor.SameShape(dst.Shape(), index.Shape()) {
+		return fmt.Errorf("cuda: %s: dst %v must have index's shape %v", op, dst.Shape(), index.Shape())
+	}
+	if err := gatherShapes(op, src, index, a, "src", dst, "dst"); err != nil {
+		return err
+	}
+	pi, i64, err := d.indexPtr(op, "index", index)
+	if err != nil {
+		return err
+	}
+	pd, err := d.ptrOf(op, "dst", dst, src.DType())
+	if err != nil {
+		return err
+	}
+	ps, err := d.viewPtr(op, "src", src, src.DType())
+	if err != nil {
+		return err
+	}
+	n := int64(index.Numel())
+	if n == 0 {
+		return nil
+	}
+	g, err := newGeom(op, index.Shape(), axisZeroed(src, a))
+	if err != nil {
+		return err
+	}
+	release := d.enter()
+	defer release()
+	var ar args
+	ar.ptr(pd).ptr(ps).ptr(pi).i32(b2i(i64)).push(g.words()...).i64(int64(src.Strides()[a])).i64(int64(src.Dim(a))).i64(n)
+	return d.launch1D(fmt.Sprintf("gather_raw%d", src.DType().Size()), n, &ar)
+}
+
+// ScatterAdd follows torch.scatter_add_: dst[..., index[...], ...] +=
+// src[...] along axis over index's extent (F32; dst and src views of any
+// strides; atomics, so repeated targets add in no fixed order).
+func (d *Device) ScatterAdd(dst *tensor.Tensor, axis int, index, src *tensor.Tensor) error {
+	const op = "ScatterAdd"
+	a, err := normAxis(op, axis, dst.Shape())
+	if err != nil {
+		return err
+	}
+	if err := gatherShapes(op, dst, index, a, "dst", src, "src"); err != nil {
+		return err
+	}
+	pi, i64, err := d.indexPtr(op, "index", index)
+	if err != nil {
+		return err
+	}
+	pd, err := d.viewPtr(op, "dst", dst, tensor.F32)
+	if err != nil {
+		return err
+	}
+	ps, err := d.viewPtr(op, "src", src, tensor.F32)
+	if err != nil {
+		return err
+	}
+	n := int64(index.Numel())
+	if n == 0 {
+		return nil
+	}
+	g, err := newGeom(op, index.Shape(), src.Strides(), axisZeroed(dst, a))
+	if err != nil {
+		return err
+	}
+	release := d.enter()
+	defer release()
+	var ar args
+	ar.ptr(pd).ptr(ps).ptr(pi).i32(b2i(i64)).push(g.words()...).i64(int64(dst.Strides()[a])).i64(int64(dst.Dim(a))).i64(n)
+	return d.launch1D("scatter_add_f32", n, &ar)
+}
