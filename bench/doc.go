@@ -1,5 +1,5 @@
-// Package bench holds the performance workloads of PERF.md (W1, W2, W3,
-// W5, W6 and W7 on the CPU; the GPU workloads come with the CUDA backend),
+// Package bench holds the performance workloads of PERF.md (W1 to W7 on
+// the CPU; the GPU workloads come with the CUDA backend),
 // the harness that times them and compares
 // them with their PyTorch peers in the same run, and the JSON baselines
 // committed under bench/baselines/.

@@ -321,6 +321,18 @@ func (e *EsperEnv) Epoch() int { return e.epoch }
 // LastStep describes the last Step.
 func (e *EsperEnv) LastStep() EsperStepInfo { return e.info }
 
+// PendingCounterfactual is the attribution measured at the parked
+// epoch's decision point, before its decision is executed (LastStep
+// reports it after the Step): nil when no decision is pending or no seed
+// was attributed. Benchmarks read it to count the fused validation's
+// configurations.
+func (e *EsperEnv) PendingCounterfactual() *CounterfactualResult {
+	if e.state == nil {
+		return nil
+	}
+	return e.cfRes
+}
+
 // ActionMasks returns the current masks as simic Masks (see
 // TamiyoMasks); nil between episodes.
 func (e *EsperEnv) ActionMasks() Masks {

@@ -27,24 +27,33 @@ type benchConfig struct {
 	size, reps            int // W6 (reps also W2)
 	graphs                int // W2
 	params, tensors       int // W7
+	envs, baseChannels    int // W4
+	trainSize, valSize    int // W4
+	maxEpochs, ppoRounds  int // W4
 }
 
 // allWorkloads is what --workload all runs, in order.
-var allWorkloads = []string{"W1", "W2", "W3", "W5", "W6", "W7"}
+var allWorkloads = []string{"W1", "W2", "W3", "W4", "W5", "W6", "W7"}
 
 func benchCmd(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var c benchConfig
-	workload := fs.String("workload", "W1", "workload id: W1 (tolaria-ref epoch), W2 (tamiyo GNN policy inference), W3 (kasmina germination), W5 (CNN host training), W6 (fp32 GEMM), W7 (SGD/AdamW step), or all (W1, W2, W3, W5, W6, W7 in turn)")
+	workload := fs.String("workload", "W1", "workload id: W1 (tolaria-ref epoch), W2 (tamiyo GNN policy inference), W3 (kasmina germination), W4 (vectorised Esper environments, env-epochs/s), W5 (CNN host training), W6 (fp32 GEMM), W7 (SGD/AdamW step), or all (W1 to W7 in turn)")
 	compare := fs.String("compare", "", "peer to run in the same process run: pytorch")
 	fs.StringVar(&c.jsonDir, "json", "", "directory to write <workload>.json into")
 	fs.IntVar(&c.epochs, "epochs", 2000, "measured epochs (W1)")
-	fs.IntVar(&c.warmup, "warmup", 0, "unmeasured warm-up iterations; 0 = the workload's default (W1 50 epochs, W2 5 forwards, W5 5 steps, W6 3 GEMMs, W7 5 steps)")
+	fs.IntVar(&c.warmup, "warmup", 0, "unmeasured warm-up iterations; 0 = the workload's default (W1 50 epochs, W2 5 forwards, W4 2 lock-step steps, W5 5 steps, W6 3 GEMMs, W7 5 steps)")
 	fs.IntVar(&c.requests, "requests", 256, "germination requests (W3)")
 	fs.IntVar(&c.concurrency, "concurrency", 4, "germinations in flight at once (W3)")
-	fs.IntVar(&c.batch, "batch", 128, "batch size (W5)")
-	fs.IntVar(&c.steps, "steps", 0, "measured steps; 0 = the workload's default (W5 20 training steps, W7 50 steps per optimizer)")
+	fs.IntVar(&c.batch, "batch", 128, "batch size (W5; W4's host batch)")
+	fs.IntVar(&c.steps, "steps", 0, "measured steps; 0 = the workload's default (W4 12 lock-step steps of the bare loop, W5 20 training steps, W7 50 steps per optimizer)")
+	fs.IntVar(&c.envs, "envs", bench.W4DefaultEnvs, "lock-step environments (W4)")
+	fs.IntVar(&c.baseChannels, "base-channels", bench.W4DefaultBaseChannels, "CNN host base width (W4)")
+	fs.IntVar(&c.trainSize, "train-size", bench.W4DefaultTrain, "synthetic training samples per env-epoch (W4)")
+	fs.IntVar(&c.valSize, "val-size", bench.W4DefaultVal, "synthetic validation samples (W4)")
+	fs.IntVar(&c.maxEpochs, "max-epochs", bench.W4DefaultMaxEpochs, "episode length in epochs, also the PPO rollout length (W4)")
+	fs.IntVar(&c.ppoRounds, "ppo-rounds", bench.W4DefaultPPORounds, "measured rounds of the loop with the PPO update; -1 skips it (W4)")
 	fs.IntVar(&c.evalBatches, "eval-batches", 20, "measured evaluation batches (W5)")
 	fs.StringVar(&c.dataDir, "data-dir", "", "Fashion-MNIST directory (W5; default "+data.DefaultFashionMNISTDir+", random data when missing)")
 	fs.BoolVar(&c.randomData, "random-data", false, "train on random N(0,1) images instead of Fashion-MNIST (W5)")
@@ -87,6 +96,9 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 	if c.params <= 0 || c.tensors <= 0 {
 		return fmt.Errorf("--params and --tensors must be > 0")
 	}
+	if c.envs <= 0 || c.baseChannels <= 0 || c.trainSize <= 0 || c.valSize <= 0 || c.maxEpochs <= 0 || c.ppoRounds < -1 || c.ppoRounds == 0 {
+		return fmt.Errorf("--envs, --base-channels, --train-size, --val-size, --max-epochs must be > 0 and --ppo-rounds > 0 or -1")
+	}
 	w := strings.ToUpper(*workload)
 	if w == "ALL" {
 		var errs []error
@@ -120,6 +132,8 @@ func runWorkload(id string, c benchConfig, stdout, stderr io.Writer) error {
 			fmt.Fprintln(stderr, "W3 has no PyTorch peer (PERF.md); running our side only")
 		}
 		return benchW3(stdout, c.requests, c.concurrency, c.jsonDir)
+	case "W4":
+		return benchW4(stdout, stderr, c)
 	case "W5":
 		return benchW5(stdout, stderr, c)
 	case "W6":
@@ -127,7 +141,7 @@ func runWorkload(id string, c benchConfig, stdout, stderr io.Writer) error {
 	case "W7":
 		return benchW7(stdout, stderr, c)
 	}
-	return fmt.Errorf("unknown workload %q (available: W1, W2, W3, W5, W6, W7, all)", id)
+	return fmt.Errorf("unknown workload %q (available: W1, W2, W3, W4, W5, W6, W7, all)", id)
 }
 
 func benchW1(stdout, stderr io.Writer, epochs, warmup int, compare bool, peerDir, jsonDir string) error {

@@ -1,5 +1,5 @@
 // Command esper is the Esper-Go command-line tool: `esper bench` runs the
-// performance workloads of PERF.md (W1, W2, W3, W5, W6, W7) and compares them with
+// performance workloads of PERF.md (W1 to W7) and compares them with
 // their PyTorch peers; `esper train` trains a host that grows seeds under
 // a controller.
 package main
@@ -15,7 +15,7 @@ const usage = `esper — morphogenetic training in Go
 usage:
   esper bench --workload W1 [--compare pytorch] [--json DIR] [--epochs N]
   esper bench --workload W3 [--requests N] [--concurrency N] [--json DIR]
-  esper bench --workload W2|W5|W6|W7|all [--compare pytorch] [--json DIR]  (esper bench -h: every flag)
+  esper bench --workload W2|W4|W5|W6|W7|all [--compare pytorch] [--json DIR]  (esper bench -h: every flag)
   esper train [--task synthetic|fashion-mnist] [--epochs N] [--controller heuristic|none]
               [--controller gnn --policy FILE [--policy-sample]]
               [--checkpoint DIR [--resume]] [--run-dir DIR] [--metrics-addr ADDR] [--device cpu]

@@ -217,9 +217,10 @@ func TestBenchAllWritesEveryReport(t *testing.T) {
 	var out, errb bytes.Buffer
 	code := run([]string{"bench", "--workload", "all", "--epochs", "10", "--warmup", "1", "--requests", "4", "--concurrency", "2",
 		"--batch", "4", "--steps", "1", "--eval-batches", "1", "--random-data", "--capture=false",
-		"--size", "32", "--reps", "2", "--graphs", "2", "--params", "4000", "--tensors", "4", "--json", dir}, &out, &errb)
+		"--size", "32", "--reps", "2", "--graphs", "2", "--params", "4000", "--tensors", "4",
+		"--envs", "2", "--base-channels", "2", "--train-size", "8", "--val-size", "4", "--max-epochs", "2", "--ppo-rounds", "1", "--json", dir}, &out, &errb)
 	require.Equal(t, 0, code, errb.String())
-	for _, w := range []string{"W1", "W2", "W3", "W5", "W6", "W7"} {
+	for _, w := range []string{"W1", "W2", "W3", "W4", "W5", "W6", "W7"} {
 		readReport(t, dir, w)
 	}
 }
@@ -233,7 +234,9 @@ func TestBenchBadNewFlags(t *testing.T) {
 		{[]string{"bench", "--workload", "W7", "--params", "0"}, "--params"},
 		{[]string{"bench", "--workload", "W7", "--params", "100", "--tensors", "200"}, "16 parameters per tensor"},
 		{[]string{"bench", "--workload", "W5", "--batch", "0"}, "--batch"},
-		{[]string{"bench", "--workload", "W8"}, "W1, W2, W3, W5, W6, W7, all"},
+		{[]string{"bench", "--workload", "W8"}, "W1, W2, W3, W4, W5, W6, W7, all"},
+		{[]string{"bench", "--workload", "W4", "--envs", "0"}, "--envs"},
+		{[]string{"bench", "--workload", "W4", "--ppo-rounds", "-2"}, "--ppo-rounds"},
 	} {
 		var out, errb bytes.Buffer
 		require.Equal(t, 1, run(tc.args, &out, &errb), "%v", tc.args)

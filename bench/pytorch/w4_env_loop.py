@@ -1,0 +1,298 @@
+#!/usr/bin/python3
+"""PERF.md W4 "simic-ppo" workload, PyTorch peer: the bare env-epoch loop.
+
+The bare loop of `esper bench --workload W4` (bench/w4.go) in plain torch
+on the CPU: --envs environments stepped in lock-step, each with its own
+CNN host and SGD optimizer, sharing one data stream.  One lock-step step
+is one batched policy forward over every environment's observation graph
+(an action sampled from each head's softmax, no masks), then, for
+each environment in turn, one env-epoch:
+
+  1. training: model.train(), a fresh random permutation of the --train
+     samples cut into --train // --batch batches (the last partial batch
+     dropped, as simic's loader does); per batch zero_grad, forward,
+     F.cross_entropy (mean), backward, SGD step (lr 0.01, momentum 0.9:
+     tolaria's host defaults); the loss summed on the tensor side;
+  2. validation: model.eval(), inference mode, the --val samples in
+     batches of --batch, loss and correct count accumulated as tensors
+     and read once (.item()) per epoch, as tolaria reads them once;
+  3. tolaria's per-seed ablation passes: --ablations[i] more validation
+     passes (one per seed BLENDING or HOLDING in our run);
+  4. the fused counterfactual validation: when --configs[i] = K > 0, per
+     validation batch of B samples one forward of the batch repeated K
+     times (index_select, K*B samples), correct counts accumulated per
+     sample on the tensor side and read once at the end;
+  5. the governor's snapshot every 5 epochs (a clone of the state dict);
+  6. after --max-epochs epochs the episode ends and the environment gets
+     a fresh host and optimizer (simic's Reset).
+
+--configs and --ablations are the per-env-epoch work of our measured run
+(bench.W4Work), replayed in order and cycled; esper bench passes them.
+
+Identical to our side: the host network (bench/pytorch/w5_host_train.py's
+build_host with --base-channels 8 and --blocks 3: Conv3x3 no bias ->
+BatchNorm2d -> ReLU -> MaxPool2d per block, global average pool, Linear;
+the parameter count is reported and checked), the data shapes (1x28x28,
+10 classes), the batch size and batch counts, the optimizer, the number
+of validation and counterfactual forwards and their sample counts, the
+episode length, and the policy network (bench/pytorch/w2_gnn.py's build
+with our W4 widths, run on our environments' batched observation graph
+from --graphs-file; its parameter count is reported and checked).
+
+Not identical:
+  - the data are N(0, 1) images and uniform labels, not the synthetic
+    Gabor task (speed does not depend on the pixel values);
+  - the hosts carry no seeds: our side trains, validates and blends the
+    seeds the policy germinates (their mean count and size are in
+    bench.W4Work), the peer runs the bare host, so it does less work;
+    the counterfactual configurations run the bare host K times, without
+    per-sample alpha overrides;
+  - the policy input is fixed (our last observation graph) instead of
+    being encoded from each epoch's state, and the sampled actions are
+    not executed (no germination, no lifecycle, no rewards, no tracker,
+    no telemetry, no deadlines, no epoch goroutine);
+  - no governor vital-sign checks or rollbacks beyond the snapshot.
+
+    OMP_NUM_THREADS=2 /usr/bin/python3 bench/pytorch/w4_env_loop.py \\
+        --graphs-file /tmp/w4_graphs.json --envs 4 --steps 12 --warmup 2 \\
+        --threads 2 --json /tmp/w4_pytorch.json
+"""
+
+import argparse
+import json
+import math
+import os
+import platform
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import w2_gnn  # noqa: E402  (the policy network and its graph input)
+import w5_host_train  # noqa: E402  (the CNN host)
+
+CLASSES, SIDE = 10, 28
+SNAPSHOT_EVERY = 5  # tolaria: the governor snapshots every 5th epoch
+
+
+def int_list(s):
+    return [int(v) for v in s.split(",") if v != ""]
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(description="W4 env-epoch loop, PyTorch peer")
+    ap.add_argument("--graphs-file", required=True, help="JSON written by esper bench (policy options and graph)")
+    ap.add_argument("--envs", type=int, default=4, help="lock-step environments (default 4)")
+    ap.add_argument("--blocks", type=int, default=3, help="CNN host blocks (default 3)")
+    ap.add_argument("--base-channels", type=int, default=8, help="CNN host base width (default 8)")
+    ap.add_argument("--train", type=int, default=1024, help="training samples (default 1024)")
+    ap.add_argument("--val", type=int, default=512, help="validation samples (default 512)")
+    ap.add_argument("--batch", type=int, default=128, help="batch size (default 128)")
+    ap.add_argument("--max-epochs", type=int, default=12, help="episode length in epochs (default 12)")
+    ap.add_argument("--steps", type=int, default=12, help="measured lock-step steps (default 12)")
+    ap.add_argument("--warmup", type=int, default=2, help="unmeasured lock-step steps (default 2)")
+    ap.add_argument("--configs", default="0", help="fused counterfactual configurations per env-epoch, comma-separated, cycled")
+    ap.add_argument("--ablations", default="0", help="per-seed ablation validation passes per env-epoch, comma-separated, cycled")
+    ap.add_argument("--threads", type=int, default=2, help="torch intra-op threads (default 2)")
+    ap.add_argument("--seed", type=int, default=0, help="seed (default 0)")
+    ap.add_argument("--json", metavar="PATH", help="write the result as JSON to PATH")
+    args = ap.parse_args(argv)
+    if min(args.envs, args.blocks, args.base_channels, args.train, args.val, args.batch, args.max_epochs,
+           args.steps, args.threads) <= 0 or args.warmup < 0:
+        ap.error("sizes, --steps and --threads must be > 0, --warmup >= 0")
+    if args.train < args.batch:
+        ap.error("--train must hold at least one --batch")
+    args.configs, args.ablations = int_list(args.configs) or [0], int_list(args.ablations) or [0]
+    if min(args.configs + args.ablations) < 0:
+        ap.error("--configs and --ablations must not be negative")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    # Must be set before torch creates its OpenMP pool.
+    os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
+
+    import torch
+    import torch.nn.functional as F
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    g = torch.Generator().manual_seed(args.seed + 1)
+    infer = torch.inference_mode if hasattr(torch, "inference_mode") else torch.no_grad
+    clock = time.perf_counter_ns
+
+    train_x = torch.randn(args.train, 1, SIDE, SIDE, generator=g)
+    train_y = torch.randint(0, CLASSES, (args.train,), generator=g)
+    val_x = torch.randn(args.val, 1, SIDE, SIDE, generator=g)
+    val_y = torch.randint(0, CLASSES, (args.val,), generator=g)
+    val_batches = [(val_x[i:i + args.batch], val_y[i:i + args.batch]) for i in range(0, args.val, args.batch)]
+    n_train_batches = args.train // args.batch
+
+    with open(args.graphs_file) as f:
+        spec = json.load(f)
+    popts = spec["options"]
+    policy = w2_gnn.build(torch, popts).eval()
+    policy_params = sum(p.numel() for p in policy.parameters())
+    graph = w2_gnn.graph_tensors(torch, spec["graphs"][str(args.envs)], popts["node_widths"], popts["edge_features"])
+
+    def new_host():
+        m = w5_host_train.build_host(torch, in_channels=1, classes=CLASSES, blocks=args.blocks, base=args.base_channels)
+        return m, torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
+
+    envs = [dict(zip(("model", "opt"), new_host()), epoch=0) for _ in range(args.envs)]
+    host_params = sum(p.numel() for p in envs[0]["model"].parameters())
+    counts = {"configs": 0, "ablations": 0, "episodes": 0}
+    phase_ns = {"policy": 0, "train": 0, "validation": 0, "ablation": 0, "fused": 0}
+    work = {"i": 0}
+
+    def validate(model):
+        loss = torch.zeros(())
+        correct = torch.zeros(())
+        with infer():
+            for xb, yb in val_batches:
+                logits = model(xb)
+                loss += F.cross_entropy(logits, yb, reduction="sum")
+                correct += (logits.argmax(1) == yb).sum()
+        return loss.item() / args.val, 100.0 * correct.item() / args.val
+
+    def fused(model, k):
+        acc = {}
+        with infer():
+            for xb, yb in val_batches:
+                b = xb.shape[0]
+                idx = torch.arange(k * b) % b
+                logits = model(xb.index_select(0, idx))
+                hit = (logits.argmax(1) == yb.index_select(0, idx)).float()
+                if k * b not in acc:
+                    acc[k * b] = torch.zeros(k * b)
+                acc[k * b] += hit
+        return [a.tolist() for a in acc.values()]  # the one read per batch size
+
+    def env_epoch(env, measured):
+        i = work["i"]
+        k = args.configs[i % len(args.configs)]
+        abl = args.ablations[i % len(args.ablations)]
+        work["i"] += 1
+        model, opt = env["model"], env["opt"]
+        t0 = clock()
+        model.train()
+        perm = torch.randperm(args.train, generator=g)
+        loss_sum = torch.zeros(())
+        for b in range(n_train_batches):
+            idx = perm[b * args.batch:(b + 1) * args.batch]
+            xb, yb = train_x.index_select(0, idx), train_y.index_select(0, idx)
+            opt.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(model(xb), yb)
+            loss.backward()
+            opt.step()
+            loss_sum += loss.detach()
+        loss_sum.item()
+        t1 = clock()
+        model.eval()
+        validate(model)
+        t2 = clock()
+        for _ in range(abl):
+            validate(model)
+        t3 = clock()
+        if k > 0:
+            fused(model, k)
+        t4 = clock()
+        if env["epoch"] % SNAPSHOT_EVERY == 0:
+            {n: v.clone() for n, v in model.state_dict().items()}
+        env["epoch"] += 1
+        if env["epoch"] >= args.max_epochs:
+            env["model"], env["opt"] = new_host()
+            env["epoch"] = 0
+            if measured:
+                counts["episodes"] += 1
+        if measured:
+            counts["configs"] += k
+            counts["ablations"] += abl
+            phase_ns["train"] += t1 - t0
+            phase_ns["validation"] += t2 - t1
+            phase_ns["ablation"] += t3 - t2
+            phase_ns["fused"] += t4 - t3
+
+    def act(measured):
+        t0 = clock()
+        with infer():
+            logits, value = policy(graph)
+            actions = [torch.multinomial(F.softmax(l, dim=1), 1, generator=g) for l in logits]
+        torch.cat(actions, dim=1).tolist()
+        value.tolist()
+        if measured:
+            phase_ns["policy"] += clock() - t0
+
+    def lockstep(measured):
+        act(measured)
+        for env in envs:
+            env_epoch(env, measured)
+
+    for _ in range(args.warmup):
+        lockstep(False)
+    # The work trace is of the measured env-epochs: replay it from its
+    # start.
+    work["i"] = 0
+    lat_ns = []
+    for _ in range(args.steps):
+        t0 = clock()
+        lockstep(True)
+        lat_ns.append(clock() - t0)
+
+    us = sorted(v / 1000.0 for v in lat_ns)
+    total_s = sum(lat_ns) / 1e9
+    env_epochs = args.steps * args.envs
+    eps = env_epochs / total_s
+
+    def pct(p):
+        return us[min(max(1, int(math.ceil(p / 100.0 * len(us)))), len(us)) - 1]
+
+    result = {
+        "workload": "W4",
+        "peer": "pytorch",
+        "loop": "bare",
+        "torch_version": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "envs": args.envs,
+        "blocks": args.blocks,
+        "base_channels": args.base_channels,
+        "train": args.train,
+        "val": args.val,
+        "batch": args.batch,
+        "max_epochs": args.max_epochs,
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "host_params": host_params,
+        "policy_params": policy_params,
+        "env_epochs": env_epochs,
+        "seconds": round(total_s, 6),
+        "env_epochs_per_second": round(eps, 6),
+        "env_epochs_per_second_per_env": round(eps / args.envs, 6),
+        "latency": {"n": len(us), "p50_us": round(pct(50), 3), "p95_us": round(pct(95), 3),
+                    "p99_us": round(pct(99), 3), "max_us": round(us[-1], 3),
+                    "mean_us": round(sum(us) / len(us), 3)},
+        "configs_total": counts["configs"],
+        "ablations_total": counts["ablations"],
+        "episodes": counts["episodes"],
+        "phase_seconds": {k: round(v / 1e9, 6) for k, v in phase_ns.items()},
+        "optimizer": "SGD lr=0.01 momentum=0.9",
+        "eval_mode": infer.__name__,
+        "data": "random-normal",
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+    }
+    print("W4 pytorch %s (%d threads): %d envs x %d lock-step steps after %d warm-up: %.2f env-epochs/s "
+          "(%.2f per env); host %d params, policy %d params; %d fused configurations, %d ablation passes" % (
+              torch.__version__, result["threads"], args.envs, args.steps, args.warmup, eps, eps / args.envs,
+              host_params, policy_params, counts["configs"], counts["ablations"]))
+    if args.json:
+        d = os.path.dirname(os.path.abspath(args.json))
+        os.makedirs(d, exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=2)
+            f.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,420 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/esper-go/esper/leyline"
+	"github.com/esper-go/esper/simic"
+	"github.com/esper-go/esper/tamiyo"
+	"github.com/esper-go/esper/tensor"
+	"github.com/esper-go/esper/tolaria"
+)
+
+// W4 "simic-ppo" (PERF.md): the vectorised Esper environments of `esper
+// ppo` (simic.EsperEnv in a simic.VecEnv) on a CNN host of base width 8
+// with 3 slots, 1×28×28 synthetic images, 8 training batches of 128 and a
+// validation set of 512 samples with the counterfactual configurations
+// evaluated in one fused pass per env-epoch. The metric is env-epochs per
+// second, for the bare loop (the policy acts, the environments step, no
+// update) and for the loop with the PPO update.
+
+// W4 defaults (PERF.md's W4 row; the policy widths are `esper ppo`'s).
+const (
+	W4DefaultEnvs         = 4
+	W4DefaultBlocks       = 3 // one pre-pool slot per block: 3 slots
+	W4DefaultBaseChannels = 8
+	W4DefaultTrain        = 1024 // 8 training batches of 128
+	W4DefaultVal          = 512
+	W4DefaultBatch        = 128
+	W4DefaultMaxEpochs    = simic.DefaultEsperMaxEpochs
+	W4DefaultSteps        = 12
+	W4DefaultWarmup       = 2
+	W4DefaultPPORounds    = 2
+)
+
+// W4DefaultPolicy are the policy widths `esper ppo` trains by default.
+var W4DefaultPolicy = tamiyo.PolicyOptions{Hidden: 64, GATHidden: 32, GATHeads: 2, HeadHidden: 64}
+
+// W4Options configures RunW4. Zero values give the defaults above.
+type W4Options struct {
+	// Envs is the number of lock-step environments (default 4).
+	Envs int
+	// Blocks and BaseChannels shape each environment's CNN host (default
+	// 3 blocks, so 3 slots, of base width 8).
+	Blocks, BaseChannels int
+	// Train, Val and Batch size the shared synthetic data stream
+	// (defaults 1024, 512, 128).
+	Train, Val, Batch int
+	// MaxEpochs is the episode length in epochs (default
+	// simic.DefaultEsperMaxEpochs); it is also the PPO rollout length,
+	// as in `esper ppo`.
+	MaxEpochs int
+	// Steps are the measured lock-step steps of the bare loop (default
+	// 12); each is one env-epoch per environment.
+	Steps int
+	// Warmup are the unmeasured lock-step steps of the bare loop before
+	// them (default 2).
+	Warmup int
+	// PPORounds are the measured rounds of the loop with the update
+	// (default 2): each collects MaxEpochs lock-step steps, then runs one
+	// PPO update. Negative skips the PPO loop.
+	PPORounds int
+	// Policy are the policy's widths (zero: W4DefaultPolicy). Dropout is
+	// off, as in `esper ppo`.
+	Policy tamiyo.PolicyOptions
+	// Capture captures and replays the hosts' training steps.
+	Capture bool
+	// Seed seeds the data, the hosts, the policy and its sampling.
+	Seed uint64
+	// Progress, when set, is called after each measured lock-step step
+	// ("bare loop") or PPO round ("ppo loop").
+	Progress func(phase string, done, total int)
+}
+
+// W4LoopResult is the timing of one loop.
+type W4LoopResult struct {
+	Mode string `json:"mode"` // "bare" or "ppo"
+	// EnvEpochs are the env-epochs measured (lock-step steps × envs) and
+	// Seconds their wall time.
+	EnvEpochs int     `json:"env_epochs"`
+	Seconds   float64 `json:"seconds"`
+	// EnvEpochsPerSec is EnvEpochs over Seconds, PerEnv that over the
+	// number of environments.
+	EnvEpochsPerSec float64 `json:"env_epochs_per_second"`
+	PerEnv          float64 `json:"env_epochs_per_second_per_env"`
+	// Latency is per lock-step step (bare: policy act + every
+	// environment's step) or per round (ppo: rollout + update).
+	Latency           Latency `json:"latency"`
+	AllocsPerEnvEpoch float64 `json:"allocs_per_env_epoch"`
+	// PolicySeconds is the time spent in the policy's batched Act (bare
+	// only); UpdateSeconds the time spent in PPO updates (ppo only).
+	PolicySeconds float64 `json:"policy_seconds,omitempty"`
+	UpdateSeconds float64 `json:"update_seconds,omitempty"`
+}
+
+// W4Work counts what the measured bare loop did beyond training and
+// validating the hosts: the work the PyTorch peer replays.
+type W4Work struct {
+	// Configs[i] is the number of alpha configurations the fused
+	// counterfactual validation evaluated in measured env-epoch i (0
+	// without live seeds), Ablations[i] the number of tolaria's
+	// per-seed alpha-0 validation passes (seeds BLENDING or HOLDING).
+	Configs   []int `json:"configs"`
+	Ablations []int `json:"ablations"`
+	// LiveSeeds is the mean number of live seeds per measured env-epoch
+	// and SeedParams the mean of their parameter count: work our side
+	// does that the peer (a bare host) does not.
+	LiveSeeds  float64 `json:"mean_live_seeds"`
+	SeedParams float64 `json:"mean_seed_params"`
+	// Germinations counts the germinations applied, Rollbacks the
+	// governor rollbacks and Episodes the episodes that ended, during
+	// the measured bare loop.
+	Germinations int `json:"germinations"`
+	Rollbacks    int `json:"rollbacks"`
+	Episodes     int `json:"episodes"`
+}
+
+// W4Result is what RunW4 measured.
+type W4Result struct {
+	Envs         int `json:"envs"`
+	Slots        int `json:"slots"`
+	Blocks       int `json:"blocks"`
+	BaseChannels int `json:"base_channels"`
+	Train        int `json:"train"`
+	Val          int `json:"val"`
+	Batch        int `json:"batch"`
+	MaxEpochs    int `json:"max_epochs"`
+	Steps        int `json:"steps"`
+	Warmup       int `json:"warmup"`
+	PPORounds    int `json:"ppo_rounds"`
+	// HostParams is one host's parameter count (no seeds), PolicyParams
+	// the policy's.
+	HostParams   int    `json:"host_params"`
+	PolicyParams int    `json:"policy_params"`
+	PolicyNote   string `json:"policy"`
+	// Policy are the policy's options with defaults filled in.
+	Policy tamiyo.PolicyOptions `json:"-"`
+	// Graph is the batched observation graph of the environments at the
+	// end of the bare loop (what the policy ran on), for the peer.
+	Graph *tamiyo.Graph `json:"-"`
+	Bare  W4LoopResult  `json:"bare"`
+	// PPO is nil when PPORounds is negative.
+	PPO  *W4LoopResult `json:"ppo,omitempty"`
+	Work W4Work        `json:"work"`
+}
+
+func (o W4Options) withDefaults() (W4Options, error) {
+	if o.Envs < 0 || o.Blocks < 0 || o.BaseChannels < 0 || o.Train < 0 || o.Val < 0 || o.Batch < 0 || o.MaxEpochs < 0 || o.Steps < 0 || o.Warmup < 0 {
+		return o, fmt.Errorf("bench: W4 options must not be negative: %+v", o)
+	}
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&o.Envs, W4DefaultEnvs)
+	def(&o.Blocks, W4DefaultBlocks)
+	def(&o.BaseChannels, W4DefaultBaseChannels)
+	def(&o.Train, W4DefaultTrain)
+	def(&o.Val, W4DefaultVal)
+	def(&o.Batch, W4DefaultBatch)
+	def(&o.MaxEpochs, W4DefaultMaxEpochs)
+	def(&o.Steps, W4DefaultSteps)
+	def(&o.Warmup, W4DefaultWarmup)
+	def(&o.PPORounds, W4DefaultPPORounds)
+	if o.Train < o.Batch {
+		return o, fmt.Errorf("bench: W4 training set of %d samples is smaller than a batch of %d", o.Train, o.Batch)
+	}
+	if o.Policy == (tamiyo.PolicyOptions{}) {
+		o.Policy = W4DefaultPolicy
+	}
+	o.Policy.NoDropout, o.Policy.Seed = true, o.Seed
+	return o, nil
+}
+
+// RunW4 builds o.Envs Esper environments on one synthetic data stream and
+// a policy, then times the bare loop (Warmup unmeasured and Steps
+// measured lock-step steps: one policy.Act over all environments, then
+// VecEnv.Step) and, on the same environments and policy, PPORounds rounds
+// of simic.Trainer.Iterate (rollout of MaxEpochs steps, then the PPO
+// update configured as `esper ppo` does).
+func RunW4(o W4Options) (W4Result, error) {
+	o, err := o.withDefaults()
+	if err != nil {
+		return W4Result{}, err
+	}
+	d, err := simic.NewSyntheticData(simic.SyntheticDataOptions{Train: o.Train, Val: o.Val, Batch: o.Batch, Seed: o.Seed})
+	if err != nil {
+		return W4Result{}, err
+	}
+	defer d.Close()
+	envs := make([]*simic.EsperEnv, o.Envs)
+	defer func() {
+		for _, e := range envs {
+			if e != nil {
+				e.Close()
+			}
+		}
+	}()
+	vec, err := simic.NewVecEnv(o.Envs, func(i int) (simic.Env[simic.TamiyoObs], error) {
+		e, err := simic.NewEsperEnv(simic.EsperEnvOptions{Data: d, Index: i, Seed: o.Seed, MaxEpochs: o.MaxEpochs,
+			Blocks: o.Blocks, BaseChannels: o.BaseChannels, Capture: o.Capture})
+		envs[i] = e
+		return e, err
+	})
+	if err != nil {
+		return W4Result{}, err
+	}
+	net, err := tamiyo.NewPolicy(o.Policy)
+	if err != nil {
+		return W4Result{}, err
+	}
+	pol, err := simic.NewTamiyoPolicy(net, simic.TamiyoPolicyOptions{})
+	if err != nil {
+		return W4Result{}, err
+	}
+	po := net.Options()
+	res := W4Result{
+		Envs: o.Envs, Slots: len(envs[0].Model().SlotIDs()), Blocks: o.Blocks, BaseChannels: o.BaseChannels,
+		Train: o.Train, Val: o.Val, Batch: o.Batch, MaxEpochs: o.MaxEpochs, Steps: o.Steps, Warmup: o.Warmup,
+		PPORounds: max(o.PPORounds, 0), Policy: po,
+		PolicyNote: fmt.Sprintf("tamiyo.Policy hidden %d, GAT %d×%d heads, head hidden %d, %v", po.Hidden, po.GATHidden, po.GATHeads, po.HeadHidden, po.DType),
+	}
+	for _, p := range envs[0].Model().HostParameters() {
+		res.HostParams += p.Value.Numel()
+	}
+	for _, p := range net.Parameters() {
+		res.PolicyParams += p.Value.Numel()
+	}
+
+	// The bare loop: the same lock-step as simic.Trainer.Collect without
+	// the buffer.
+	rng := tensor.NewRNG(o.Seed + 2)
+	var actTime time.Duration
+	step := func(work *W4Work) error {
+		t0 := time.Now()
+		act, err := pol.Act(vec.Obs(), nil, rng, false)
+		if err != nil {
+			return err
+		}
+		if work != nil {
+			actTime += time.Since(t0)
+		}
+		vs, err := vec.Step(act.Actions)
+		if err != nil {
+			return err
+		}
+		if work == nil {
+			return nil
+		}
+		work.Episodes += len(vs.Episodes)
+		for i, e := range envs {
+			if vs.Rollback[i] {
+				work.Rollbacks++
+			}
+			if ls := e.LastStep(); ls.Decision.Op == leyline.OpGerminate && ls.Applied == tolaria.ApplyApplied {
+				work.Germinations++
+			}
+			w4Census(e, work)
+		}
+		return nil
+	}
+	for i := 0; i < o.Warmup; i++ {
+		if err := step(nil); err != nil {
+			return res, fmt.Errorf("bench: W4 warm-up: %w", err)
+		}
+	}
+	runtime.GC()
+	lat := make([]time.Duration, o.Steps)
+	var ms0, ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
+	for i := range lat {
+		t0 := time.Now()
+		err := step(&res.Work)
+		lat[i] = time.Since(t0)
+		if err != nil {
+			return res, fmt.Errorf("bench: W4 bare loop: %w", err)
+		}
+		if o.Progress != nil {
+			o.Progress("bare loop", i+1, o.Steps)
+		}
+	}
+	runtime.ReadMemStats(&ms1)
+	res.Bare = w4Loop("bare", lat, o.Steps*o.Envs, o.Envs, ms1.Mallocs-ms0.Mallocs)
+	res.Bare.PolicySeconds = actTime.Seconds()
+	n := float64(len(res.Work.Configs))
+	res.Work.LiveSeeds /= n
+	res.Work.SeedParams /= n
+	var gs []*tamiyo.Graph
+	for _, ob := range vec.Obs() {
+		gs = append(gs, ob.Graph)
+	}
+	if res.Graph, err = tamiyo.BatchGraphs(gs...); err != nil {
+		return res, err
+	}
+	if o.PPORounds < 0 {
+		return res, nil
+	}
+
+	// The loop with the update, configured as `esper ppo` configures it.
+	ppo, err := simic.NewPPO[simic.TamiyoObs](pol, vec.Spec(), simic.PPOOptions{Relevance: simic.TamiyoRelevance, Seed: o.Seed,
+		TotalUpdates: o.PPORounds, MinibatchSize: max(1, o.Envs*o.MaxEpochs/4)})
+	if err != nil {
+		return res, err
+	}
+	tr, err := simic.NewTrainer(ppo, vec, simic.TrainerOptions[simic.TamiyoObs]{Steps: o.MaxEpochs, NormalizeRewards: true})
+	if err != nil {
+		return res, err
+	}
+	runtime.GC()
+	lat = make([]time.Duration, o.PPORounds)
+	var upd time.Duration
+	runtime.ReadMemStats(&ms0)
+	for i := range lat {
+		t0 := time.Now()
+		if _, err := tr.Collect(); err != nil {
+			return res, fmt.Errorf("bench: W4 ppo rollout: %w", err)
+		}
+		t1 := time.Now()
+		if _, err := ppo.Update(tr.Buffer()); err != nil {
+			return res, fmt.Errorf("bench: W4 ppo update: %w", err)
+		}
+		upd += time.Since(t1)
+		lat[i] = time.Since(t0)
+		if o.Progress != nil {
+			o.Progress("ppo loop", i+1, o.PPORounds)
+		}
+	}
+	runtime.ReadMemStats(&ms1)
+	p := w4Loop("ppo", lat, o.PPORounds*o.MaxEpochs*o.Envs, o.Envs, ms1.Mallocs-ms0.Mallocs)
+	p.UpdateSeconds = upd.Seconds()
+	res.PPO = &p
+	return res, nil
+}
+
+// w4Census records the work of the epoch env has just run to its
+// decision point: the fused validation's configurations, tolaria's
+// ablation passes and the live seeds.
+func w4Census(e *simic.EsperEnv, w *W4Work) {
+	k := 0
+	if cf := e.PendingCounterfactual(); cf != nil && cf.Matrix != nil {
+		k = len(cf.Matrix.Values)
+	}
+	abl, live, params := 0, 0, 0
+	if m := e.Model(); m != nil {
+		for _, s := range m.Slots() {
+			if s.State() == nil {
+				continue
+			}
+			st := s.Stage()
+			if st == leyline.StageBlending || st == leyline.StageHolding {
+				abl++
+			}
+			if leyline.IsFailureStage(st) {
+				continue
+			}
+			live++
+			for _, p := range s.Parameters() {
+				params += p.Value.Numel()
+			}
+		}
+	}
+	w.Configs = append(w.Configs, k)
+	w.Ablations = append(w.Ablations, abl)
+	w.LiveSeeds += float64(live)
+	w.SeedParams += float64(params)
+}
+
+func w4Loop(mode string, lat []time.Duration, envEpochs, envs int, mallocs uint64) W4LoopResult {
+	var total time.Duration
+	for _, d := range lat {
+		total += d
+	}
+	r := W4LoopResult{Mode: mode, EnvEpochs: envEpochs, Seconds: total.Seconds(), Latency: Summarise(lat)}
+	if total > 0 {
+		r.EnvEpochsPerSec = float64(envEpochs) / total.Seconds()
+		r.PerEnv = r.EnvEpochsPerSec / float64(envs)
+	}
+	if envEpochs > 0 {
+		r.AllocsPerEnvEpoch = float64(mallocs) / float64(envEpochs)
+	}
+	return r
+}
+
+// W4PeerGraphs writes what the PyTorch peer needs to build the policy
+// network and its input: r's policy options and the batched observation
+// graph of r.Envs environments (the format of W2PeerGraphs).
+func W4PeerGraphs(path string, r W4Result) error {
+	if r.Graph == nil {
+		return errors.New("bench: W4PeerGraphs: the result has no observation graph")
+	}
+	return W2PeerGraphs(path, r.Policy, map[int]*tamiyo.Graph{r.Envs: r.Graph})
+}
+
+// W4PeerArgs are the peer script's arguments that make it run r's loop:
+// the sizes, the steps and the per-env-epoch work trace.
+func W4PeerArgs(r W4Result, graphsFile string) []string {
+	return []string{
+		"--envs", fmt.Sprint(r.Envs), "--blocks", fmt.Sprint(r.Blocks), "--base-channels", fmt.Sprint(r.BaseChannels),
+		"--train", fmt.Sprint(r.Train), "--val", fmt.Sprint(r.Val), "--batch", fmt.Sprint(r.Batch),
+		"--max-epochs", fmt.Sprint(r.MaxEpochs), "--steps", fmt.Sprint(r.Steps), "--warmup", fmt.Sprint(r.Warmup),
+		"--graphs-file", graphsFile, "--configs", intList(r.Work.Configs), "--ablations", intList(r.Work.Ablations),
+	}
+}
+
+func intList(v []int) string {
+	if len(v) == 0 {
+		return "0"
+	}
+	b := make([]byte, 0, 3*len(v))
+	for i, x := range v {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = fmt.Append(b, x)
+	}
+	return string(b)
+}

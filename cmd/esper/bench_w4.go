@@ -1,0 +1,124 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"text/tabwriter"
+
+	"github.com/esper-go/esper/bench"
+)
+
+// w4TargetPeerRatio is PERF.md's W4 CPU target: ≥ 2× the env-epochs per
+// second of the PyTorch peer.
+const w4TargetPeerRatio = 2.0
+
+func benchW4(stdout, stderr io.Writer, c benchConfig) error {
+	m := bench.ThisMachine()
+	header(stdout, "W4 simic-ppo (vectorised Esper environments, CPU)", m)
+	o := bench.W4Options{
+		Envs: c.envs, BaseChannels: c.baseChannels, Train: c.trainSize, Val: c.valSize, Batch: c.batch,
+		MaxEpochs: c.maxEpochs, Steps: c.steps, Warmup: c.warmup, PPORounds: c.ppoRounds,
+		Progress: progressEvery(stdout),
+	}
+	fmt.Fprintf(stdout, "  %d envs, CNN host of 3 blocks (3 slots), base %d, synthetic 1×28×28: %d train / %d val samples, batch %d ...\n",
+		c.envs, c.baseChannels, c.trainSize, c.valSize, c.batch)
+	r, err := bench.RunW4(o)
+	if err != nil {
+		return err
+	}
+	w := r.Work
+	results := map[string]any{"bare": r.Bare, "work": w}
+	if r.PPO != nil {
+		results["ppo"] = r.PPO
+	}
+	rep := bench.Report{
+		Workload: "W4",
+		Parameters: map[string]any{
+			"envs": r.Envs, "slots": r.Slots, "blocks": r.Blocks, "base_channels": r.BaseChannels,
+			"host":  "kasmina CNNHost: 3 × [Conv2d k3 pad 1 no bias → BatchNorm2d → ReLU → MaxPool2d 2], global average pool, Linear(→10), in a MorphogeneticModel with one pre-pool slot per block",
+			"data":  "simic.NewSyntheticData (the synthetic task, 1×28×28, 10 classes), shared by every environment",
+			"train": r.Train, "val": r.Val, "batch": r.Batch, "max_epochs": r.MaxEpochs,
+			"steps": r.Steps, "warmup": r.Warmup, "ppo_rounds": r.PPORounds,
+			"host_params": r.HostParams, "policy": r.PolicyNote, "policy_params": r.PolicyParams,
+			"host_optimizer":        "SGD lr=0.01 momentum=0.9 (tolaria defaults)",
+			"bare":                  "per lock-step step: TamiyoPolicy.Act over every environment's observation (one batched forward, sampled), then VecEnv.Step: each simic.EsperEnv executes its decision, finishes the epoch and runs the next one to its decision point (training, validation, tolaria's counterfactual passes, the fused counterfactual validation, governor, observation encoding); episodes reset as they end",
+			"ppo":                   "per round: simic.Trainer.Collect of max_epochs lock-step steps (the bare loop plus the rollout buffer and bootstrap values), then PPO.Update (as `esper ppo` configures it)",
+			"env_epochs_per_second": "lock-step steps × envs over their wall time",
+		},
+		Machine: m, Device: "cpu", Results: results,
+	}
+	var peer map[string]any
+	if c.compare {
+		tmp, err := os.MkdirTemp("", "esper-w4-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		gf := filepath.Join(tmp, "w4_graphs.json")
+		if err := bench.W4PeerGraphs(gf, r); err != nil {
+			return err
+		}
+		if peer, err = runPeer(c, stdout, stderr, &rep, "w4_env_loop.py", bench.W4PeerArgs(r, gf)...); err != nil {
+			return err
+		}
+		if peer != nil {
+			if got := num(peer, "host_params"); got != float64(r.HostParams) {
+				return fmt.Errorf("W4 peer host has %v parameters, ours %d: the architectures differ", got, r.HostParams)
+			}
+			if got := num(peer, "policy_params"); got != float64(r.PolicyParams) {
+				return fmt.Errorf("W4 peer policy has %v parameters, ours %d: the architectures differ", got, r.PolicyParams)
+			}
+		}
+	}
+	peerEPS := num(peer, "env_epochs_per_second")
+	if peer != nil {
+		rep.Ratios = map[string]any{"bare_vs_pytorch": r.Bare.EnvEpochsPerSec / peerEPS}
+		if r.PPO != nil {
+			rep.Ratios["ppo_vs_pytorch_bare"] = r.PPO.EnvEpochsPerSec / peerEPS
+		}
+	}
+
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "\tenv-epochs/s\tper env\tenv-epochs\tp50 s\tp95 s\tallocs/env-epoch\tvs pytorch bare\t")
+	loopRow := func(name string, l bench.W4LoopResult) {
+		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%d\t%.2f\t%.2f\t%.0f\t%s\t\n", name, l.EnvEpochsPerSec, l.PerEnv, l.EnvEpochs,
+			l.Latency.P50us/1e6, l.Latency.P95us/1e6, l.AllocsPerEnvEpoch, ratio(l.EnvEpochsPerSec, peerEPS))
+	}
+	loopRow("esper bare (per step)", r.Bare)
+	if r.PPO != nil {
+		loopRow("esper ppo (per round)", *r.PPO)
+	}
+	if peer != nil {
+		fmt.Fprintf(tw, "pytorch %v bare (per step)\t%.2f\t%.2f\t%.0f\t%.2f\t%.2f\t-\t\t\n", peer["torch_version"], peerEPS,
+			num(peer, "env_epochs_per_second_per_env"), num(peer, "env_epochs"),
+			num(peer, "latency", "p50_us")/1e6, num(peer, "latency", "p95_us")/1e6)
+	}
+	tw.Flush()
+	total := func(v []int) int {
+		s := 0
+		for _, x := range v {
+			s += x
+		}
+		return s
+	}
+	fmt.Fprintf(stdout, "bare loop work (%d env-epochs): %.2f live seeds per env-epoch (%.0f seed parameters; host %d, policy %d), %d germinations, %d fused counterfactual configurations, %d ablation passes, %d rollbacks, %d episodes ended\n",
+		r.Bare.EnvEpochs, w.LiveSeeds, w.SeedParams, r.HostParams, r.PolicyParams, w.Germinations, total(w.Configs), total(w.Ablations), w.Rollbacks, w.Episodes)
+	fmt.Fprintf(stdout, "bare loop time: %.2f s, of which %.2f s in the policy's batched Act\n", r.Bare.Seconds, r.Bare.PolicySeconds)
+	if peer != nil {
+		fmt.Fprintf(stdout, "pytorch bare loop time: %.2f s: policy %.2f s, training %.2f s, validation %.2f s, ablation passes %.2f s, fused counterfactual %.2f s\n",
+			num(peer, "seconds"), num(peer, "phase_seconds", "policy"), num(peer, "phase_seconds", "train"), num(peer, "phase_seconds", "validation"),
+			num(peer, "phase_seconds", "ablation"), num(peer, "phase_seconds", "fused"))
+	}
+	if r.PPO != nil {
+		fmt.Fprintf(stdout, "ppo loop: %.1f s of %.1f s in PPO updates\n", r.PPO.UpdateSeconds, r.PPO.Seconds)
+	}
+	if peer != nil {
+		fmt.Fprintln(stdout, "the peer replays the fused configurations and ablation passes on seedless hosts (bench/pytorch/w4_env_loop.py says what differs)")
+		q := r.Bare.EnvEpochsPerSec / peerEPS
+		fmt.Fprintf(stdout, "bare loop esper %.2f env-epochs/s vs pytorch %.2f: %.2f× %s the PERF.md target of ≥ %.0f×\n",
+			r.Bare.EnvEpochsPerSec, peerEPS, q, verdict(q >= w4TargetPeerRatio), w4TargetPeerRatio)
+	}
+	return writeReport(stdout, c.jsonDir, rep)
+}
