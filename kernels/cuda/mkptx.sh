@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Compiles every kernels/cuda/src/*.cu to kernels/cuda/ptx/*.ptx for
 # compute_80 (PTX the driver JIT-compiles on Ampere and Hopper), with a
-# first line recording the source's SHA-256 for TestPTXUpToDate.
+# first line recording the SHA-256 of src/common.cuh followed by the source
+# (the header every kernel file includes) for TestPTXUpToDate.
 # Needs nvcc and g++-11 (make cuda-deps).
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -13,6 +14,6 @@ trap 'rm -f "$tmp"' EXIT
 for src in src/*.cu; do
 	out=ptx/$(basename "${src%.cu}").ptx
 	"$NVCC" -ccbin "$CCBIN" --ptx -arch=compute_80 -O3 -o "$tmp" "$src"
-	{ echo "// esper-src-sha256: $(sha256sum "$src" | cut -c1-64)"; cat "$tmp"; } >"$out"
+	{ echo "// esper-src-sha256: $(cat src/common.cuh "$src" | sha256sum | cut -c1-64)"; cat "$tmp"; } >"$out"
 	echo "ptx: $src -> $out"
 done

@@ -11,12 +11,13 @@ import (
 )
 
 // ptxHeader starts the first line of every generated PTX file, followed
-// by the SHA-256 of the .cu source it was compiled from (written by
-// mkptx.sh).
+// by the SHA-256 of src/common.cuh and then the .cu source it was
+// compiled from (written by mkptx.sh).
 const ptxHeader = "// esper-src-sha256: "
 
 // TestPTXUpToDate: every src/*.cu has a ptx/*.ptx generated from its
-// current contents, and no PTX file lacks its source. It runs without
+// current contents and the current src/common.cuh, and no PTX file lacks
+// its source. It runs without
 // the cuda tag and without nvcc (CI), reading only the files. A source
 // edited without `make ptx` fails here.
 func TestPTXUpToDate(t *testing.T) {
@@ -24,13 +25,17 @@ func TestPTXUpToDate(t *testing.T) {
 	if err != nil || len(srcs) == 0 {
 		t.Fatalf("no kernel sources in src/ (%v)", err)
 	}
+	common, err := os.ReadFile("src/common.cuh")
+	if err != nil {
+		t.Fatal(err)
+	}
 	want := map[string]bool{}
 	for _, src := range srcs {
 		body, err := os.ReadFile(src)
 		if err != nil {
 			t.Fatal(err)
 		}
-		sum := sha256.Sum256(body)
+		sum := sha256.Sum256(append(append([]byte(nil), common...), body...))
 		name := strings.TrimSuffix(filepath.Base(src), ".cu") + ".ptx"
 		want[name] = true
 		f, err := os.Open(filepath.Join("ptx", name))

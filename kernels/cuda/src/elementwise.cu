@@ -7,10 +7,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
-
-#define GRID_STRIDE(i, n) \
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
-         i += (int64_t)blockDim.x * gridDim.x)
+#include "common.cuh"
 
 // Unary op codes: kernels.UnaryOp's values, in its order.
 enum { U_NEG = 0, U_ABS, U_EXP, U_LOG, U_SQRT, U_RSQRT, U_SQUARE, U_RECIP, U_SIGN, U_RELU, U_GELU_TANH, U_GELU_ERF,
@@ -121,11 +118,6 @@ __device__ __forceinline__ float binary_f(int op, float a, float b) {
     return a;
 }
 
-__device__ __forceinline__ float ld(const float* p, int64_t i) { return p[i]; }
-__device__ __forceinline__ float ld(const __nv_bfloat16* p, int64_t i) { return __bfloat162float(p[i]); }
-__device__ __forceinline__ void st(float* p, int64_t i, float v) { p[i] = v; }
-__device__ __forceinline__ void st(__nv_bfloat16* p, int64_t i, float v) { p[i] = __float2bfloat16_rn(v); }
-
 // Geom is the layout of a strided launch (the Go geom, word for word):
 // up to MAX_OPS operands walked over one shape of rank ≤ MAX_RANK, each
 // with its own element strides (0 along a broadcast axis). Element i of
@@ -223,7 +215,6 @@ __device__ void copy_raw_nd(W* d, const W* s, const Geom& g, int64_t n) {
         d[o[0]] = s[o[1]];
     }
 }
-
 
 // Dtype codes of the converting copy (the Go dtypeCode, value for value).
 enum { D_F64 = 0, D_F32, D_BF16, D_F16, D_I64, D_I32, D_BOOL };

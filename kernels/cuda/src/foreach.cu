@@ -4,10 +4,7 @@
 // are read from device memory, never passed by value.
 #include <stdint.h>
 #include <math.h>
-
-#define GRID_STRIDE(i, n) \
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
-         i += (int64_t)blockDim.x * gridDim.x)
+#include "common.cuh"
 
 extern "C" {
 

@@ -6,10 +6,7 @@
 // out of range cannot panic in a kernel: selection writes zero bits and
 // accumulation skips it.
 #include <stdint.h>
-
-#define GRID_STRIDE(i, n) \
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
-         i += (int64_t)blockDim.x * gridDim.x)
+#include "common.cuh"
 
 // Geom is struct Geom of elementwise.cu (the Go geom), word for word.
 #define MAX_RANK 6

@@ -2,15 +2,7 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 #include <math.h>
-
-#define GRID_STRIDE(i, n) \
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
-         i += (int64_t)blockDim.x * gridDim.x)
-
-__device__ __forceinline__ float ld(const float* p, int64_t i) { return p[i]; }
-__device__ __forceinline__ float ld(const __nv_bfloat16* p, int64_t i) { return __bfloat162float(p[i]); }
-__device__ __forceinline__ void st(float* p, int64_t i, float v) { p[i] = v; }
-__device__ __forceinline__ void st(__nv_bfloat16* p, int64_t i, float v) { p[i] = __float2bfloat16_rn(v); }
+#include "common.cuh"
 
 // --- dropout: the CPU backend's counter-based draw, bit for bit ---------
 
@@ -39,18 +31,6 @@ __device__ void dropout(T* y, T* mask, const T* x, const int64_t* state, double 
 }
 
 // --- layer norm over the last n elements of each row -------------------
-
-__device__ float block_sum(float v) {
-    __shared__ float part[32];
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
-    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    __syncthreads();
-    if (lane == 0) part[w] = v;
-    __syncthreads();
-    v = lane < (int)(blockDim.x >> 5) ? part[lane] : 0.f;
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
-    return v;
-}
 
 // layernorm_fwd: one block per row; mean and rstd = 1/sqrt(var + eps)
 // (biased variance, two passes) are saved for the backward pass.

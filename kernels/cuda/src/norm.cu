@@ -7,28 +7,9 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 #include <math.h>
-
-#define GRID_STRIDE(i, n) \
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
-         i += (int64_t)blockDim.x * gridDim.x)
-
-__device__ __forceinline__ float ld(const float* p, int64_t i) { return p[i]; }
-__device__ __forceinline__ float ld(const __nv_bfloat16* p, int64_t i) { return __bfloat162float(p[i]); }
-__device__ __forceinline__ void st(float* p, int64_t i, float v) { p[i] = v; }
-__device__ __forceinline__ void st(__nv_bfloat16* p, int64_t i, float v) { p[i] = __float2bfloat16_rn(v); }
+#include "common.cuh"
 
 // block_sum reduces v over the block and returns the sum to every thread.
-__device__ float block_sum(float v) {
-    __shared__ float part[32];
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
-    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    __syncthreads();
-    if (lane == 0) part[w] = v;
-    __syncthreads();
-    v = lane < (int)(blockDim.x >> 5) ? part[lane] : 0.f;
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
-    return v;
-}
 
 // --- batch norm ---------------------------------------------------------
 

@@ -7,10 +7,7 @@
 // a captured step replays with the current values. found_inf, when not
 // null, skips the update if it is non-zero (GradScaler).
 #include <stdint.h>
-
-#define GRID_STRIDE(i, n) \
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
-         i += (int64_t)blockDim.x * gridDim.x)
+#include "common.cuh"
 
 extern "C" {
 

@@ -6,15 +6,7 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 #include <math.h>
-
-#define GRID_STRIDE(i, n) \
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
-         i += (int64_t)blockDim.x * gridDim.x)
-
-__device__ __forceinline__ float ld(const float* p, int64_t i) { return p[i]; }
-__device__ __forceinline__ float ld(const __nv_bfloat16* p, int64_t i) { return __bfloat162float(p[i]); }
-__device__ __forceinline__ void st(float* p, int64_t i, float v) { p[i] = v; }
-__device__ __forceinline__ void st(__nv_bfloat16* p, int64_t i, float v) { p[i] = __float2bfloat16_rn(v); }
+#include "common.cuh"
 
 // Pool is the geometry of a pooling launch (the Go poolGeom, word for
 // word): planes = N·C input planes of h×w, outputs ho×wo.

@@ -9,39 +9,12 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 #include <math.h>
+#include "common.cuh"
 
 #define ROW_THREADS 256
 
-__device__ __forceinline__ float ld(const float* p, int64_t i) { return p[i]; }
-__device__ __forceinline__ float ld(const __nv_bfloat16* p, int64_t i) { return __bfloat162float(p[i]); }
-__device__ __forceinline__ void st(float* p, int64_t i, float v) { p[i] = v; }
-__device__ __forceinline__ void st(__nv_bfloat16* p, int64_t i, float v) { p[i] = __float2bfloat16_rn(v); }
-
 // block_sum and block_max reduce v over the block and return the result
 // to every thread.
-__device__ float block_sum(float v) {
-    __shared__ float part[32];
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
-    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    __syncthreads();
-    if (lane == 0) part[w] = v;
-    __syncthreads();
-    v = lane < (int)(blockDim.x >> 5) ? part[lane] : 0.f;
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
-    return v;
-}
-
-__device__ float block_max(float v) {
-    __shared__ float part[32];
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, o));
-    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    __syncthreads();
-    if (lane == 0) part[w] = v;
-    __syncthreads();
-    v = lane < (int)(blockDim.x >> 5) ? part[lane] : -INFINITY;
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, o));
-    return v;
-}
 
 // Reduction op codes: kernels.ReduceOp's Sum, Mean, Max.
 enum { R_SUM = 0, R_MEAN = 1, R_MAX = 2 };
@@ -232,7 +205,6 @@ __device__ void count_correct_rows(float* acc, const T* x, const void* t, int t6
     int64_t k = line_argmax(x, r * c, c, 1);
     if (threadIdx.x == 0 && k == ce_target(t, t64, r)) acc[r] += 1.f;
 }
-
 
 // --- along any axis: x viewed as [outer, n, inner] ----------------------
 

@@ -10,15 +10,7 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 #include <math.h>
-
-#define GRID_STRIDE(i, n) \
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
-         i += (int64_t)blockDim.x * gridDim.x)
-
-__device__ __forceinline__ float ld(const float* p, int64_t i) { return p[i]; }
-__device__ __forceinline__ float ld(const __nv_bfloat16* p, int64_t i) { return __bfloat162float(p[i]); }
-__device__ __forceinline__ void st(float* p, int64_t i, float v) { p[i] = v; }
-__device__ __forceinline__ void st(__nv_bfloat16* p, int64_t i, float v) { p[i] = __float2bfloat16_rn(v); }
+#include "common.cuh"
 
 __device__ __forceinline__ int64_t seg_at(const void* seg, int i64, int64_t e) {
     return i64 ? ((const int64_t*)seg)[e] : (int64_t)((const int32_t*)seg)[e];

@@ -1,0 +1,46 @@
+// Shared by every kernel file of the Esper CUDA backend (each .cu is its
+// own module; this header is compiled into each). mkptx.sh hashes it with
+// each source, so an edit here makes TestPTXUpToDate ask for make ptx.
+#pragma once
+#include <cuda_bf16.h>
+#include <math.h>
+#include <stdint.h>
+
+// GRID_STRIDE loops i over [0, n) across the whole grid, so any launch
+// shape covers any n; the Go side picks the shape.
+#define GRID_STRIDE(i, n) \
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
+         i += (int64_t)blockDim.x * gridDim.x)
+
+// ld and st read and write fp32 or bf16 elements as fp32 (bf16 rounded
+// to nearest even on store).
+__device__ __forceinline__ float ld(const float* p, int64_t i) { return p[i]; }
+__device__ __forceinline__ float ld(const __nv_bfloat16* p, int64_t i) { return __bfloat162float(p[i]); }
+__device__ __forceinline__ void st(float* p, int64_t i, float v) { p[i] = v; }
+__device__ __forceinline__ void st(__nv_bfloat16* p, int64_t i, float v) { p[i] = __float2bfloat16_rn(v); }
+
+// block_sum and block_max reduce v over the block (blockDim.x a multiple
+// of 32) and return the result to every thread.
+__device__ float block_sum(float v) {
+    __shared__ float part[32];
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    __syncthreads();
+    if (lane == 0) part[w] = v;
+    __syncthreads();
+    v = lane < (int)(blockDim.x >> 5) ? part[lane] : 0.f;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
+    return v;
+}
+
+__device__ float block_max(float v) {
+    __shared__ float part[32];
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, o));
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    __syncthreads();
+    if (lane == 0) part[w] = v;
+    __syncthreads();
+    v = lane < (int)(blockDim.x >> 5) ? part[lane] : -INFINITY;
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, o));
+    return v;
+}
