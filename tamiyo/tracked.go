@@ -62,3 +62,11 @@ func (c *Tracked) EvaluateEpoch(ctx context.Context, s leyline.EpochState) (leyl
 	s.Signals = sig
 	return c.inner.EvaluateEpoch(ctx, s)
 }
+
+// Drain waits for work the wrapped controller abandoned at a missed
+// deadline (tolaria.Drainer), when it has any to wait for.
+func (t *Tracked) Drain() {
+	if d, ok := t.inner.(interface{ Drain() }); ok {
+		d.Drain()
+	}
+}

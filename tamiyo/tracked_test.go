@@ -47,3 +47,36 @@ func TestTrackedDerivesSignals(t *testing.T) {
 	_, err = NewTracked(nil, TrackerOptions{})
 	require.Error(t, err)
 }
+
+// drainable is a controller with a Drain method, for TestTrackedForwardsDrain.
+type drainable struct {
+	Controller
+	drained int
+}
+
+func (d *drainable) Drain() { d.drained++ }
+
+// TestTrackedForwardsDrain: Tracked passes Drain to the controller it
+// wraps (the trainer drains Tracked, not the Service inside it), and does
+// nothing for one without Drain.
+func TestTrackedForwardsDrain(t *testing.T) {
+	h, err := NewHeuristic(HeuristicOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner := &drainable{Controller: h}
+	tr, err := NewTracked(inner, TrackerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.Drain()
+	tr.Drain()
+	if inner.drained != 2 {
+		t.Fatalf("drained %d times, want 2", inner.drained)
+	}
+	plain, err := NewTracked(h, TrackerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain.Drain()
+}

@@ -56,6 +56,15 @@ type Controller interface {
 	EvaluateEpoch(ctx context.Context, s leyline.EpochState) (leyline.Decision, error)
 }
 
+// Drainer is implemented by controllers that may leave work running after
+// a missed deadline (a policy's forward abandoned by EvaluateEpoch): Drain
+// returns once it has finished. The trainer drains its controller before
+// each epoch's training, so that no abandoned tensor work runs on the
+// shared backend beside the training step (which may be capturing).
+type Drainer interface {
+	Drain()
+}
+
 // DeadlineOptions configure Deadlines. The zero value gives both calls
 // DefaultDeadline and emits no events.
 type DeadlineOptions struct {

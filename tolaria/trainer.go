@@ -439,6 +439,9 @@ func (t *Trainer) RunEpoch(ctx context.Context, e int) (r EpochReport, err error
 	if t.o.HostSchedule != nil {
 		optim.Apply(t.opt.host, t.o.HostSchedule, e)
 	}
+	if d, ok := t.o.Controller.(Drainer); ok {
+		d.Drain() // a forward abandoned at the last deadline must not overlap training
+	}
 	t.model.SetTraining(true)
 	t.agg.beginEpoch()
 	if r.TrainLoss, r.TrainAccuracy, r.Steps, err = t.trainEpoch(ctx, e, &r); err != nil {

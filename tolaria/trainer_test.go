@@ -457,3 +457,33 @@ func TestHistoryKeepsTheLatestEpochs(t *testing.T) {
 	}
 	require.Equal(t, 6, sum.Final().Epoch)
 }
+
+// drainCounter is a controller that counts Drain calls and the epochs
+// whose training started after one.
+type drainCounter struct {
+	drains, decisions int
+}
+
+func (d *drainCounter) EvaluateEpoch(ctx context.Context, s leyline.EpochState) (leyline.Decision, error) {
+	d.decisions++
+	return leyline.Wait("test"), nil
+}
+
+func (d *drainCounter) Drain() { d.drains++ }
+
+// TestTrainerDrainsItsController: a controller that implements Drainer is
+// drained at the start of every epoch, before its training (so a forward
+// it abandoned at a deadline never runs beside the next training step).
+func TestTrainerDrainsItsController(t *testing.T) {
+	c := &drainCounter{}
+	tr, err := NewTrainer(TrainerOptions{
+		Model: trainerModel(t), Train: toyData(1, 2, 8), Val: toyData(2, 1, 8), Epochs: 3, Controller: c,
+	})
+	require.NoError(t, err)
+	for e := 0; e < 3; e++ {
+		_, err := tr.RunEpoch(context.Background(), e)
+		require.NoError(t, err)
+		require.Equal(t, e+1, c.drains, "epoch %d", e)
+	}
+	require.Equal(t, 3, c.decisions)
+}
