@@ -372,10 +372,7 @@ func packA[F tensor.Float](dst, a []F, lda int, trans bool, ic, pc, mb, kb, mr i
 // packB copies the kb×nb block of op(B) at (pc, jc) into panels of nr
 // columns (zero beyond nb).
 func packB[F tensor.Float](dst, b []F, ldb int, trans bool, pc, jc, kb, nb, nr int) {
-	jr0 := 0
-	if !trans {
-		jr0 = packBFast(dst, b, ldb, pc, jc, kb, nb, nr)
-	}
+	jr0 := packBFast(dst, b, ldb, trans, pc, jc, kb, nb, nr)
 	for jr := jr0; jr < nb; jr += nr {
 		pan := dst[jr*kb : (jr+nr)*kb]
 		cols := min(nr, nb-jr)

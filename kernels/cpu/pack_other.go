@@ -8,4 +8,6 @@ import "github.com/esper-go/esper/tensor"
 func packAFast[F tensor.Float](dst, a []F, lda, ic, pc, mb, kb, mr int) int { return 0 }
 
 // packBFast packs nothing on this build: packB's loops do it all.
-func packBFast[F tensor.Float](dst, b []F, ldb, pc, jc, kb, nb, nr int) int { return 0 }
+func packBFast[F tensor.Float](dst, b []F, ldb int, trans bool, pc, jc, kb, nb, nr int) int {
+	return 0
+}
