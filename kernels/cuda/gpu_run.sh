@@ -2,7 +2,7 @@
 # gpu/run.sh OUTDIR — the GPU run of a bundle made by `make gpu-bundle`
 # (GPU.md): correctness first (the cuda-tagged tests: CPU-vs-CUDA parity,
 # then compute-sanitizer memcheck on them), then the benchmarks. Results
-# and logs go to OUTDIR; the exit status is the tests'.
+# and logs go to OUTDIR; the exit status is the tests' and the peers'.and the peers'.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: gpu/run.sh OUTDIR}
@@ -35,5 +35,15 @@ if command -v compute-sanitizer >/dev/null 2>&1; then
 	tail -3 "$out/memcheck.log"
 else
 	echo "compute-sanitizer not found: memcheck skipped" | tee "$out/memcheck.log"
+fi
+# The PyTorch GPU peers (same run, so that ratios compare like with like).
+if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+	for w in w1 w6 w7 w8; do
+		echo "== PyTorch peer $w"
+		python3 "$here/pytorch/gpu_peers.py" "$w" --json "$out/pytorch_$w.json" >"$out/pytorch_$w.log" 2>&1 || status=1
+		tail -5 "$out/pytorch_$w.log"
+	done
+else
+	echo "no CUDA-enabled PyTorch: the GPU peers were skipped" | tee "$out/pytorch.log"
 fi
 exit $status
