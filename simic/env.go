@@ -3,6 +3,7 @@ package simic
 import (
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // EnvSpec describes an environment's factored discrete action: one
@@ -205,7 +206,7 @@ func NewVecEnv[O any](n int, make func(i int) (Env[O], error)) (*VecEnv[O], erro
 		}
 		if i == 0 {
 			v.spec = e.Spec()
-		} else if !sameSizes(v.spec.HeadSizes, e.Spec().HeadSizes) {
+		} else if !slices.Equal(v.spec.HeadSizes, e.Spec().HeadSizes) {
 			return nil, fmt.Errorf("simic: NewVecEnv: env %d has heads %v, env 0 has %v", i, e.Spec().HeadSizes, v.spec.HeadSizes)
 		}
 		v.envs[i] = e
@@ -217,18 +218,6 @@ func NewVecEnv[O any](n int, make func(i int) (Env[O], error)) (*VecEnv[O], erro
 }
 
 func newSlice[T any](n int) []T { return make([]T, n) }
-
-func sameSizes(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
 
 // Len is the number of environments.
 func (v *VecEnv[O]) Len() int { return len(v.envs) }

@@ -3,6 +3,7 @@ package simic
 import (
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // DefaultRolloutSteps is the rollout length per environment per update.
@@ -44,7 +45,7 @@ func NewTrainer[O any](ppo *PPO[O], vec *VecEnv[O], opts TrainerOptions[O]) (*Tr
 	if ppo == nil || vec == nil {
 		return nil, errors.New("simic: NewTrainer: nil PPO or VecEnv")
 	}
-	if !sameSizes(ppo.spec.HeadSizes, vec.Spec().HeadSizes) {
+	if !slices.Equal(ppo.spec.HeadSizes, vec.Spec().HeadSizes) {
 		return nil, fmt.Errorf("simic: NewTrainer: PPO heads %v, environments %v", ppo.spec.HeadSizes, vec.Spec().HeadSizes)
 	}
 	if opts.Steps == 0 {
