@@ -1327,3 +1327,81 @@ func TestConcatAndPadMatchCPU(t *testing.T) {
 	}
 	closeRel(t, "pad", fromDev(t, gotP), wantP, 0)
 }
+
+// TestStagerCopiesInOrder: batches staged through two pinned buffers
+// arrive intact, each visible to kernels enqueued after its Stage (a Fill
+// queued behind a staged copy overwrites it, never the reverse), and
+// misuse is an error.
+func TestStagerCopiesInOrder(t *testing.T) {
+	const n = 128 * 28 * 28
+	s, err := dev.NewStager(2, 4*n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	rng := tensor.NewRNG(12)
+	var want []*tensor.Tensor
+	var got []*tensor.Tensor
+	for i := 0; i < 5; i++ {
+		h := tensor.Normal(rng, tensor.F32, 0, 1, n)
+		d := poisoned(t, tensor.F32, n)
+		if err := s.Stage(d, h.Storage().Bytes()); err != nil {
+			t.Fatal(err)
+		}
+		want, got = append(want, h), append(got, d)
+	}
+	last := poisoned(t, tensor.F32, n)
+	if err := s.Stage(last, want[0].Storage().Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	if err := dev.Fill(last, 7); err != nil { // ordered after the staged copy
+		t.Fatal(err)
+	}
+	for i := range want {
+		closeRel(t, fmt.Sprintf("staged batch %d", i), fromDev(t, got[i]), want[i], 0)
+	}
+	closeRel(t, "fill after stage", fromDev(t, last), tensor.Full(tensor.F32, 7, n), 0)
+	if err := s.Stage(poisoned(t, tensor.F32, 3), make([]byte, 8)); err == nil {
+		t.Fatal("a size mismatch was accepted")
+	}
+	if err := s.Stage(poisoned(t, tensor.F32, 2*n), make([]byte, 8*n)); err == nil {
+		t.Fatal("a batch larger than the buffers was accepted")
+	}
+}
+
+// BenchmarkH2D compares host→device copies of a 128×1×28×28 F32 batch
+// through the Stager's pinned buffers and from pageable Go memory (PERF.md
+// W8: pinned ≥ 2× pageable), in GB/s.
+func BenchmarkH2D(b *testing.B) {
+	const n = 128 * 28 * 28
+	src := tensor.Normal(tensor.NewRNG(1), tensor.F32, 0, 1, n).Storage().Bytes()
+	dst, err := tensor.EmptyOn(tensor.CUDA(0), tensor.F32, n)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("pinned", func(b *testing.B) {
+		s, err := dev.NewStager(2, len(src))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s.Close()
+		b.SetBytes(int64(len(src)))
+		for i := 0; i < b.N; i++ {
+			if err := s.Stage(dst, src); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := dev.Synchronize(); err != nil {
+			b.Fatal(err)
+		}
+	})
+	b.Run("pageable", func(b *testing.B) {
+		m := memory{dev}
+		b.SetBytes(int64(len(src)))
+		for i := 0; i < b.N; i++ {
+			if err := m.CopyToDevice(dst.Storage().DevicePtr(), 0, src); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

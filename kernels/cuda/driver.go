@@ -48,6 +48,14 @@ static CUresult esper_graph_node_count(CUgraph g, size_t *n) { return cuGraphGet
 
 static CUresult esper_graph_exec_destroy(CUgraphExec e) { return cuGraphExecDestroy(e); }
 
+static CUresult esper_host_alloc(void **p, size_t n) { return cuMemHostAlloc(p, n, CU_MEMHOSTALLOC_PORTABLE); }
+
+static CUresult esper_host_free(void *p) { return cuMemFreeHost(p); }
+
+static CUresult esper_copy_h2d_async(uint64_t dst, void *src, size_t n, CUstream s) {
+	return cuMemcpyHtoDAsync((CUdeviceptr)dst, src, n, s);
+}
+
 static const char *esper_error_name(CUresult r) {
 	const char *s = NULL;
 	cuGetErrorName(r, &s);
@@ -188,4 +196,21 @@ func (g *graph) destroy() error {
 		err = e
 	}
 	return err
+}
+
+// hostAlloc returns n bytes of page-locked host memory (cuMemHostAlloc,
+// portable across contexts), which the device copies from asynchronously.
+func hostAlloc(n int) (unsafe.Pointer, error) {
+	var p unsafe.Pointer
+	err := check("cuMemHostAlloc", C.esper_host_alloc(&p, C.size_t(n)))
+	return p, err
+}
+
+// hostFree releases memory from hostAlloc.
+func hostFree(p unsafe.Pointer) error { return check("cuMemFreeHost", C.esper_host_free(p)) }
+
+// copyH2DAsync enqueues a copy of n bytes from page-locked host memory
+// at src to the device address dst on stream s.
+func copyH2DAsync(dst cu.DevicePtr, src unsafe.Pointer, n int, s cu.Stream) error {
+	return check("cuMemcpyHtoDAsync", C.esper_copy_h2d_async(C.uint64_t(dst), src, C.size_t(n), cstream(s)))
 }

@@ -36,6 +36,9 @@ if command -v compute-sanitizer >/dev/null 2>&1; then
 else
 	echo "compute-sanitizer not found: memcheck skipped" | tee "$out/memcheck.log"
 fi
+echo "== kernels/cuda benchmarks (H2D pinned vs pageable)"
+(cd "$here" && ./kernels_cuda.test -test.run '^$' -test.bench . -test.benchtime 200x) 2>&1 | tee "$out/kernels_cuda_bench.log" || status=1
+
 # The PyTorch GPU peers (same run, so that ratios compare like with like).
 if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
 	for w in w1 w6 w7 w8; do
