@@ -32,11 +32,7 @@ import statistics
 import sys
 import time
 
-
-def percentile(vals, p):
-    s = sorted(vals)
-    k = max(0, min(len(s) - 1, int(round(p / 100.0 * len(s) + 0.5)) - 1))
-    return s[k]
+from peer_common import percentile, write_json  # noqa: E402
 
 
 class Timer:
@@ -117,7 +113,7 @@ def w1(args, torch, dev, timer):
         for _ in range(args.warmup):
             fn()
         ts = timer.time(lambda: (fn(), met.tolist()), args.reps)
-        results[mode] = {"p50_us": statistics.median(ts), "p95_us": percentile(ts, 95)}
+        results[mode] = {"p50_us": statistics.median(ts), "p95_us": percentile(sorted(ts), 95)}
     return results
 
 
@@ -216,8 +212,7 @@ def main(argv):
               "results": res}
     print(json.dumps(report, indent=1))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=1)
+        write_json(args.json, report)
 
 
 if __name__ == "__main__":

@@ -16,12 +16,12 @@ accuracy) and keeps only the forward/backward/step and validation forwards.
 """
 
 import argparse
-import json
-import math
 import os
 import platform
 import sys
 import time
+
+from peer_common import percentile, write_json  # noqa: E402
 
 
 def parse_args(argv):
@@ -34,13 +34,6 @@ def parse_args(argv):
                     help="no epoch metrics (no loss/accuracy accumulation, no .item())")
     ap.add_argument("--json", metavar="PATH", help="write the result as JSON to PATH")
     return ap.parse_args(argv)
-
-
-def percentile(sorted_vals, p):
-    """Nearest-rank percentile of an ascending list."""
-    n = len(sorted_vals)
-    k = max(1, int(math.ceil(p / 100.0 * n)))
-    return sorted_vals[min(k, n) - 1]
 
 
 def main(argv=None):
@@ -142,11 +135,7 @@ def main(argv=None):
               args.epochs, args.warmup, result["p50_us"], result["p95_us"], result["p99_us"],
               result["max_us"], result["mean_us"]))
     if args.json:
-        d = os.path.dirname(os.path.abspath(args.json))
-        os.makedirs(d, exist_ok=True)
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2, sort_keys=False)
-            f.write("\n")
+        write_json(args.json, result)
     return 0
 
 

@@ -30,11 +30,12 @@ same network.
 
 import argparse
 import json
-import math
 import os
 import platform
 import sys
 import time
+
+from peer_common import percentile, write_json  # noqa: E402
 
 NODE_TYPES = ["global", "slot", "layer"]
 # (name, src type, dst type) in tamiyo.Relation order.
@@ -63,13 +64,6 @@ def parse_args(argv):
     ap.add_argument("--seed", type=int, default=0, help="seed of the weights (default 0)")
     ap.add_argument("--json", metavar="PATH", help="write the result as JSON to PATH")
     return ap.parse_args(argv)
-
-
-def percentile(sorted_vals, p):
-    """Nearest-rank percentile of an ascending list."""
-    n = len(sorted_vals)
-    k = max(1, int(math.ceil(p / 100.0 * n)))
-    return sorted_vals[min(k, n) - 1]
 
 
 def build(torch, opts):
@@ -271,11 +265,7 @@ def main(argv=None):
             torch.__version__, result["threads"], b, n, args.warmup,
             result["batches"][str(b)]["latency"]["p50_us"], result["batches"][str(b)]["latency"]["p95_us"]))
     if args.json:
-        d = os.path.dirname(os.path.abspath(args.json))
-        os.makedirs(d, exist_ok=True)
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2)
-            f.write("\n")
+        write_json(args.json, result)
     return 0
 
 

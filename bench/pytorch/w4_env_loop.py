@@ -66,6 +66,8 @@ import platform
 import sys
 import time
 
+from peer_common import write_json  # noqa: E402
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import w2_gnn  # noqa: E402  (the policy network and its graph input)
 import w5_host_train  # noqa: E402  (the CNN host)
@@ -286,11 +288,7 @@ def main(argv=None):
               torch.__version__, result["threads"], args.envs, args.steps, args.warmup, eps, eps / args.envs,
               host_params, policy_params, counts["configs"], counts["ablations"]))
     if args.json:
-        d = os.path.dirname(os.path.abspath(args.json))
-        os.makedirs(d, exist_ok=True)
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2)
-            f.write("\n")
+        write_json(args.json, result)
     return 0
 
 

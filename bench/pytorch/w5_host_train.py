@@ -30,13 +30,13 @@ does not depend on the content).
 
 import argparse
 import gzip
-import json
-import math
 import os
 import platform
 import struct
 import sys
 import time
+
+from peer_common import percentile, write_json  # noqa: E402
 
 POOL = 8
 MEAN, STD = 0.2860, 0.3530
@@ -59,13 +59,6 @@ def parse_args(argv):
     if min(args.batch, args.steps, args.eval_batches, args.threads) <= 0 or min(args.warmup, args.eval_warmup) < 0:
         ap.error("--batch, --steps, --eval-batches and --threads must be > 0, warm-ups >= 0")
     return args
-
-
-def percentile(sorted_vals, p):
-    """Nearest-rank percentile of an ascending list."""
-    n = len(sorted_vals)
-    k = max(1, int(math.ceil(p / 100.0 * n)))
-    return sorted_vals[min(k, n) - 1]
 
 
 def summary(lat_ns):
@@ -216,11 +209,7 @@ def main(argv=None):
               result["eval_samples_per_second"], eval_lat["p50_us"] / 1e3,
               first_loss if first_loss is not None else float("nan"), final_loss))
     if args.json:
-        d = os.path.dirname(os.path.abspath(args.json))
-        os.makedirs(d, exist_ok=True)
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2, sort_keys=False)
-            f.write("\n")
+        write_json(args.json, result)
     return 0
 
 

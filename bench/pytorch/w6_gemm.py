@@ -13,13 +13,13 @@ product and is reported for the best and the median time.
 """
 
 import argparse
-import json
-import math
 import os
 import platform
 import re
 import sys
 import time
+
+from peer_common import percentile, write_json  # noqa: E402
 
 
 def parse_args(argv):
@@ -34,13 +34,6 @@ def parse_args(argv):
     if args.size <= 0 or args.reps <= 0 or args.warmup < 0 or args.threads <= 0:
         ap.error("--size, --reps and --threads must be > 0 and --warmup >= 0")
     return args
-
-
-def percentile(sorted_vals, p):
-    """Nearest-rank percentile of an ascending list."""
-    n = len(sorted_vals)
-    k = max(1, int(math.ceil(p / 100.0 * n)))
-    return sorted_vals[min(k, n) - 1]
 
 
 def blas_info(torch):
@@ -111,11 +104,7 @@ def main(argv=None):
               torch.__version__, result["threads"], n, args.reps, args.warmup,
               result["best_gflops"], result["median_gflops"], result["p50_us"]))
     if args.json:
-        d = os.path.dirname(os.path.abspath(args.json))
-        os.makedirs(d, exist_ok=True)
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2, sort_keys=False)
-            f.write("\n")
+        write_json(args.json, result)
     return 0
 
 

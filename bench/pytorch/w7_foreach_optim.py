@@ -25,12 +25,13 @@ float32 tensor (default 40 MB), counting read plus written bytes.
 
 import argparse
 import inspect
-import json
 import math
 import os
 import platform
 import sys
 import time
+
+from peer_common import percentile, write_json  # noqa: E402
 
 
 def parse_args(argv):
@@ -52,13 +53,6 @@ def parse_args(argv):
     if args.steps <= 0 or args.warmup < 0 or args.threads <= 0 or args.copy_bytes < 4:
         ap.error("--steps and --threads must be > 0, --warmup >= 0, --copy-bytes >= 4")
     return args
-
-
-def percentile(sorted_vals, p):
-    """Nearest-rank percentile of an ascending list."""
-    n = len(sorted_vals)
-    k = max(1, int(math.ceil(p / 100.0 * n)))
-    return sorted_vals[min(k, n) - 1]
 
 
 def default_shapes(params, tensors):
@@ -185,11 +179,7 @@ def main(argv=None):
               results["AdamW"]["step_latency"]["p50_us"] / 1e3, results["AdamW"]["gbps"],
               results["AdamW"]["foreach"], copy_gbps))
     if args.json:
-        d = os.path.dirname(os.path.abspath(args.json))
-        os.makedirs(d, exist_ok=True)
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2, sort_keys=False)
-            f.write("\n")
+        write_json(args.json, result)
     return 0
 
 
