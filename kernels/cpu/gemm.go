@@ -225,15 +225,16 @@ func (g *gemmShared[F]) panels(lo, hi int) {
 // gemmSmallRows is the row count under which a float32 product with the
 // vector kernels skips packing whatever its size: packing B costs about
 // as much as multiplying a few rows by it (a policy network's batch of
-// one to three graph nodes against a 256×256 weight).
-const gemmSmallRows = 8
+// one to three graph nodes against a 256×256 weight). Tests set it to 0,
+// with gemmSmall, so that the micro-kernels also run on few rows.
+var gemmSmallRows = 8
 
 // directRows reports whether a product of m rows goes to gemmDirect for
 // its row count alone (float32 with the vector kernels, not both
-// operands transposed).
+// operands transposed, the assembly kernels not switched off).
 func directRows[F tensor.Float](m int, transA, transB bool, a []F) bool {
 	var z F
-	return vdotAsm && m < gemmSmallRows && unsafe.Sizeof(z) == 4 && !(transA && transB) && !gemmPureGo.Load() && gemmSmall > 0
+	return vdotAsm && m < gemmSmallRows && unsafe.Sizeof(z) == 4 && !(transA && transB) && !gemmPureGo.Load()
 }
 
 // gemmDirect adds op(A)·op(B) to C with plain loops, without packing:

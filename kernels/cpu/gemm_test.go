@@ -26,11 +26,11 @@ func gemmPaths(t *testing.T, f func(t *testing.T)) {
 }
 
 // withSgemm runs f with k as the float32 assembly kernel, on every
-// problem size (gemmSmall 0).
+// problem size and row count (gemmSmall and gemmSmallRows 0).
 func withSgemm(k sgemmKernel, f func()) {
-	saved, small := sgemmAsm, gemmSmall
-	sgemmAsm, gemmSmall = k, 0
-	defer func() { sgemmAsm, gemmSmall = saved, small }()
+	saved, small, rows := sgemmAsm, gemmSmall, gemmSmallRows
+	sgemmAsm, gemmSmall, gemmSmallRows = k, 0, 0
+	defer func() { sgemmAsm, gemmSmall, gemmSmallRows = saved, small, rows }()
 	f()
 }
 
