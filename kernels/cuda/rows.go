@@ -260,19 +260,31 @@ func (d *Device) CrossEntropyBackward(dlogits, logits, target, dloss *tensor.Ten
 	if err != nil {
 		return err
 	}
-	s, err := d.newCEScratch(n)
-	if err != nil {
-		return err
+	mean := p.Reduction == kernels.ReduceMean
+	var pcount cu.DevicePtr // the mean's divisor: the targets not ignored
+	if mean {
+		count, err := tensor.EmptyOn(tensor.CUDA(d.ordinal), tensor.F32, 1)
+		if err != nil {
+			return err
+		}
+		defer count.Storage().Free()
+		pcount, _ = d.ptrOf(op, "scratch", count, tensor.F32)
 	}
-	defer s.free()
-	if err := d.ceRows(s, logits, pt, t64, n, c, p); err != nil { // the kept count, for the mean
-		return err
-	}
-	pcount, _ := d.ptrOf(op, "scratch", s.out.Narrow(0, 1, 1), tensor.F32)
 	release := d.enter()
 	defer release()
+	if mean {
+		fn, err := d.kernel("ce_count_kept")
+		if err != nil {
+			return err
+		}
+		var k args
+		k.ptr(pcount).ptr(pt).i32(b2i(t64)).i64(int64(n)).i32(b2i(p.HasIgnore)).i64(p.IgnoreIndex)
+		if err := launchRaw(fn, [3]int{1, 1, 1}, [3]int{rowThreads, 1, 1}, 0, d.stream, &k); err != nil {
+			return err
+		}
+	}
 	var a args
-	a.ptr(pdx).ptr(px).ptr(pt).i32(b2i(t64)).ptr(pdl).i32(b2i(perRow)).ptr(pcount).i32(b2i(p.Reduction == kernels.ReduceMean))
+	a.ptr(pdx).ptr(px).ptr(pt).i32(b2i(t64)).ptr(pdl).i32(b2i(perRow)).ptr(pcount).i32(b2i(mean))
 	a.i64(int64(c)).f32(float32(p.LabelSmoothing)).i32(b2i(p.HasIgnore)).i64(p.IgnoreIndex)
 	return d.launchRows(name, n, &a)
 }

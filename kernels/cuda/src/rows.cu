@@ -413,6 +413,16 @@ __global__ void ce_finish(float* out, const float* per, const float* kept, int64
     }
 }
 
+// ce_count_kept writes the number of targets that are not ignored to
+// out[0] (one block of ROW_THREADS threads): the divisor of the mean
+// reduction, which the backward pass needs without the forward's losses.
+__global__ void ce_count_kept(float* out, const void* t, int t64, int64_t n, int has_ignore, int64_t ignore) {
+    float k = 0.f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) k += (has_ignore && ce_target(t, t64, i) == ignore) ? 0.f : 1.f;
+    k = block_sum(k);
+    if (threadIdx.x == 0) out[0] = k;
+}
+
 __global__ void ce_bwd_rows_f32(float* dx, const float* x, const void* t, int t64, const float* dloss, int per_row,
                                 const float* count, int mean, int64_t c, float eps, int has_ignore, int64_t ignore) {
     ce_bwd_rows(dx, x, t, t64, dloss, per_row, count, mean, c, eps, has_ignore, ignore);
