@@ -496,7 +496,7 @@ func TestIndexRowsMatchCPU(t *testing.T) {
 		want := tensor.Empty(tensor.F32, 6, 3, 7)
 		cpuBE.IndexSelect(want, table, 0, ix)
 		got := poisoned(t, tensor.F32, 6, 3, 7)
-		if err := dev.IndexSelectRows(got, toDev(t, table), toDev(t, ix)); err != nil {
+		if err := dev.IndexSelect(got, toDev(t, table), 0, toDev(t, ix)); err != nil {
 			t.Fatal(err)
 		}
 		closeRel(t, "index select", fromDev(t, got), want, 0)
@@ -504,7 +504,7 @@ func TestIndexRowsMatchCPU(t *testing.T) {
 		acc := tensor.Normal(rng, tensor.F32, 0, 1, 50, 3, 7)
 		accD := toDev(t, acc)
 		cpuBE.IndexAdd(acc, 0, ix, src)
-		if err := dev.IndexAddRows(accD, toDev(t, ix), toDev(t, src)); err != nil {
+		if err := dev.IndexAdd(accD, 0, toDev(t, ix), toDev(t, src)); err != nil {
 			t.Fatal(err)
 		}
 		closeRel(t, "index add", fromDev(t, accD), acc, 1e-6)

@@ -1,4 +1,4 @@
-// Dropout, layer norm and row indexing kernels of the Esper CUDA backend.
+// Dropout and layer norm kernels of the Esper CUDA backend.
 #include <cuda_bf16.h>
 #include <stdint.h>
 #include <math.h>
@@ -98,20 +98,6 @@ __device__ void layernorm_bwd_dwdb(T* dw, T* db, const T* dy, const T* x, const 
     }
 }
 
-// --- rows by index (axis 0 of a [rows, width] view) ---------------------
-
-// index_select_rows: dst[k, :] = src[idx[k], :]; idx is int64 or int32.
-// A row outside [0, rows) is written as NaN (kernels cannot panic).
-template <typename T>
-__device__ void index_select_rows(T* dst, const T* src, const void* idx, int i64, int64_t rows, int64_t width,
-                                  int64_t nidx) {
-    GRID_STRIDE(e, nidx * width) {
-        int64_t k = e / width, c = e % width;
-        int64_t r = i64 ? ((const int64_t*)idx)[k] : ((const int32_t*)idx)[k];
-        st(dst, e, (r < 0 || r >= rows) ? NAN : ld(src, r * width + c));
-    }
-}
-
 extern "C" {
 
 __global__ void dropout_f32(float* y, float* mask, const float* x, const int64_t* state, double p, int64_t n) {
@@ -147,26 +133,6 @@ __global__ void layernorm_bwd_dwdb_bf16(__nv_bfloat16* dw, __nv_bfloat16* db, co
                                         const __nv_bfloat16* x, const float* mean, const float* rstd, int64_t rows,
                                         int64_t n) {
     layernorm_bwd_dwdb(dw, db, dy, x, mean, rstd, rows, n);
-}
-
-__global__ void index_select_rows_f32(float* dst, const float* src, const void* idx, int i64, int64_t rows,
-                                      int64_t width, int64_t nidx) {
-    index_select_rows(dst, src, idx, i64, rows, width, nidx);
-}
-__global__ void index_select_rows_bf16(__nv_bfloat16* dst, const __nv_bfloat16* src, const void* idx, int i64,
-                                       int64_t rows, int64_t width, int64_t nidx) {
-    index_select_rows(dst, src, idx, i64, rows, width, nidx);
-}
-
-// index_add_rows_f32: dst[idx[k], :] += src[k, :] (atomically: rows may
-// repeat; the order of the additions is not fixed).
-__global__ void index_add_rows_f32(float* dst, const float* src, const void* idx, int i64, int64_t rows,
-                                   int64_t width, int64_t nidx) {
-    GRID_STRIDE(e, nidx * width) {
-        int64_t k = e / width, c = e % width;
-        int64_t r = i64 ? ((const int64_t*)idx)[k] : ((const int32_t*)idx)[k];
-        if (r >= 0 && r < rows) atomicAdd(&dst[r * width + c], src[e]);
-    }
 }
 
 }  // extern "C"
