@@ -354,7 +354,7 @@ func TestRowsMatchCPU(t *testing.T) {
 				want := tensor.Empty(d, keep...)
 				cpuBE.Reduce(op, want, x, []int{r})
 				got := poisoned(t, d, keep...)
-				if err := dev.ReduceLast(op, got, xd); err != nil {
+				if err := dev.Reduce(op, got, xd, []int{r}); err != nil {
 					t.Fatal(err)
 				}
 				closeRel(t, fmt.Sprintf("reduce %v %v %v", op, d, shape), fromDev(t, got), want, 4*tolOf(d))

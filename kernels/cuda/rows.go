@@ -39,35 +39,6 @@ func lastAxis(x *tensor.Tensor) (rows, n int) {
 	return x.Numel() / n, n
 }
 
-// ReduceLast reduces x along its last axis into dst (x's shape without
-// that axis, or with it of size 1) for Sum, Mean and Max (Max propagates
-// NaN); F32 or BF16, accumulating in fp32.
-func (d *Device) ReduceLast(op kernels.ReduceOp, dst, x *tensor.Tensor) error {
-	if op > kernels.Max {
-		return fmt.Errorf("cuda: ReduceLast: op %v (Sum, Mean and Max run here)", op)
-	}
-	name, err := floatKernel("ReduceLast", "reduce_rows", x.DType())
-	if err != nil {
-		return err
-	}
-	rows, n := lastAxis(x)
-	if dst.Numel() != rows {
-		return fmt.Errorf("cuda: ReduceLast: dst %v holds %d values, x %v has %d rows", dst.Shape(), dst.Numel(), x.Shape(), rows)
-	}
-	pd, err := d.ptrOf("ReduceLast", "dst", dst, x.DType())
-	if err != nil {
-		return err
-	}
-	px, err := d.ptrOf("ReduceLast", "x", x, x.DType())
-	if err != nil {
-		return err
-	}
-	release := d.enter()
-	defer release()
-	var a args
-	return d.launchRows(name, rows, a.i32(int32(op)).ptr(pd).ptr(px).i64(int64(n)))
-}
-
 // Softmax writes the softmax (or, with log, the log-softmax) of x along
 // its last axis into dst (same shape and dtype).
 func (d *Device) Softmax(dst, x *tensor.Tensor, log bool) error {

@@ -1,11 +1,11 @@
-// Row kernels of the Esper CUDA backend: reductions along the last axis,
-// softmax and log-softmax with their backward passes, the fused softmax
-// cross-entropy, arg-max along an axis and the accuracy counter; and
-// their forms along any axis of x viewed as [outer, n, inner] (the
-// reduction over any axes, softmax and log-softmax along a middle axis). x is viewed as [rows, n]; one block of
-// ROW_THREADS threads handles a row (gridDim.x = rows), reducing in
-// registers, then across warps through shared memory. All arithmetic is
-// fp32 (bf16 inputs are widened on load).
+// Row kernels of the Esper CUDA backend: softmax and log-softmax with
+// their backward passes, the fused softmax cross-entropy, arg-max and the
+// accuracy counter, with x viewed as [rows, n] and one block of
+// ROW_THREADS threads per row (gridDim.x = rows), reducing in registers,
+// then across warps through shared memory; and the forms along any axis
+// of x viewed as [outer, n, inner] (the reduction over any axes, softmax
+// and log-softmax along a middle axis). Arithmetic is fp32 (bf16 inputs
+// widened on load) except where a kernel says it accumulates in fp64.
 #include <cuda_bf16.h>
 #include <stdint.h>
 #include <math.h>
@@ -15,34 +15,6 @@
 
 // block_sum and block_max reduce v over the block and return the result
 // to every thread.
-
-// Reduction op codes: kernels.ReduceOp's Sum, Mean, Max.
-enum { R_SUM = 0, R_MEAN = 1, R_MAX = 2 };
-
-template <typename T>
-__device__ void reduce_rows(int op, T* y, const T* x, int64_t n) {
-    const T* r = x + (int64_t)blockIdx.x * n;
-    float acc = op == R_MAX ? -INFINITY : 0.f;
-    bool nan = false;
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-        float v = ld(r, j);
-        if (op == R_MAX) {
-            nan |= v != v;
-            acc = fmaxf(acc, v);
-        } else {
-            acc += v;
-        }
-    }
-    if (op == R_MAX) {
-        acc = block_max(acc);
-        nan = block_sum(nan ? 1.f : 0.f) > 0.f;  // max propagates NaN, as torch.amax
-        if (nan) acc = NAN;
-    } else {
-        acc = block_sum(acc);
-        if (op == R_MEAN) acc /= (float)n;
-    }
-    if (threadIdx.x == 0) st(y, blockIdx.x, acc);
-}
 
 template <typename T>
 __device__ void softmax_rows(int log, T* y, const T* x, int64_t n) {
@@ -374,8 +346,6 @@ __global__ void count_correct_rows_bf16(float* acc, const __nv_bfloat16* x, cons
     count_correct_rows(acc, x, t, t64, c);
 }
 
-__global__ void reduce_rows_f32(int op, float* y, const float* x, int64_t n) { reduce_rows(op, y, x, n); }
-__global__ void reduce_rows_bf16(int op, __nv_bfloat16* y, const __nv_bfloat16* x, int64_t n) { reduce_rows(op, y, x, n); }
 
 __global__ void softmax_rows_f32(int log, float* y, const float* x, int64_t n) { softmax_rows(log, y, x, n); }
 __global__ void softmax_rows_bf16(int log, __nv_bfloat16* y, const __nv_bfloat16* x, int64_t n) { softmax_rows(log, y, x, n); }
