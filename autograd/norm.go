@@ -3,6 +3,7 @@ package autograd
 import (
 	"fmt"
 
+	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/tensor"
 )
 
@@ -147,7 +148,30 @@ func GroupNorm(x, w, b *Var, groups int, eps float64) *Var {
 // momentum; in evaluation it uses runMean and runVar, which must then be
 // given, and the gradient treats them as constants.
 func BatchNorm(x, w, b *Var, runMean, runVar *tensor.Tensor, training bool, momentum, eps float64) *Var {
-	checkFloat("batch_norm", x, w, b)
+	return batchNorm(x, w, b, runMean, runVar, training, momentum, eps, false)
+}
+
+// BatchNormRelu is Relu(BatchNorm(x, w, b, ...)) — the same values, the
+// same gradients and the same running-statistics update — with the ReLU
+// folded into the batch norm's normalising pass and its gradient into
+// the batch norm's backward passes, where the backend supports it
+// (kernels.BatchNormReluer); otherwise it is the two ops. The backward
+// keeps the output (the ReLU's mask) instead of a separate ReLU node.
+func BatchNormRelu(x, w, b *Var, runMean, runVar *tensor.Tensor, training bool, momentum, eps float64) *Var {
+	return batchNorm(x, w, b, runMean, runVar, training, momentum, eps, true)
+}
+
+func batchNorm(x, w, b *Var, runMean, runVar *tensor.Tensor, training bool, momentum, eps float64, relu bool) *Var {
+	name := "batch_norm"
+	if relu {
+		name = "batch_norm_relu"
+	}
+	if relu {
+		if _, ok := backendOf(x.Value).(kernels.BatchNormReluer); !ok {
+			return Relu(BatchNorm(x, w, b, runMean, runVar, training, momentum, eps))
+		}
+	}
+	checkFloat(name, x, w, b)
 	xs := x.Shape()
 	if len(xs) < 2 {
 		panic(fmt.Sprintf("autograd: batch_norm: input shape %v, want [N,C,...]", xs))
@@ -169,13 +193,29 @@ func BatchNorm(x, w, b *Var, runMean, runVar *tensor.Tensor, training bool, mome
 	sdt := statsDType(xv.DType())
 	y := alloc(xv, xv.DType(), xs...)
 	mean, rstd := alloc(xv, sdt, c), alloc(xv, sdt, c)
-	backendOf(y).BatchNorm(y, mean, rstd, xv, wv, bv, runMean, runVar, training, momentum, eps)
+	if relu {
+		backendOf(y).(kernels.BatchNormReluer).BatchNormRelu(y, mean, rstd, xv, wv, bv, runMean, runVar, training, momentum, eps)
+	} else {
+		backendOf(y).BatchNorm(y, mean, rstd, xv, wv, bv, runMean, runVar, training, momentum, eps)
+	}
 	inputs, wi, bi := affineInputs(x, w, b)
-	return result("batch_norm", y, inputs, normSaved(wv), func() backwardFunc {
+	saved := normSaved(wv)
+	if relu {
+		saved++ // the output, the ReLU's mask
+	}
+	mk := func() backwardFunc {
 		return func(g *tensor.Tensor) []*tensor.Tensor {
 			grads, dx, dw, db := normGrads(x, w, b, xv, wv, bv, len(inputs), wi, bi, c)
-			backendOf(xv).BatchNormBackward(dx, dw, db, contig(g), xv, mean, rstd, wv, training)
+			if relu {
+				backendOf(xv).(kernels.BatchNormReluer).BatchNormReluBackward(dx, dw, db, contig(g), xv, y, mean, rstd, wv, training)
+			} else {
+				backendOf(xv).BatchNormBackward(dx, dw, db, contig(g), xv, mean, rstd, wv, training)
+			}
 			return grads
 		}
-	})
+	}
+	if relu {
+		return result("batch_norm_relu", y, inputs, saved, mk)
+	}
+	return result("batch_norm", y, inputs, saved, mk)
 }

@@ -274,6 +274,18 @@ var gradChecks = map[string]gcCase{
 			return Add(train, eval)
 		},
 	},
+	"batch_norm_relu": {
+		inputs: func(r *rand.Rand) []*tensor.Tensor {
+			return ins(uni(r, -1, 1, 3, 2, 2, 2), uni(r, 0.5, 1.5, 2), uni(r, -1, 1, 2))
+		},
+		f: func(in []*Var) *Var {
+			train := BatchNormRelu(in[0], in[1], in[2], tensor.Zeros(tensor.F64, 2), tensor.Ones(tensor.F64, 2), true, 0.1, 1e-5)
+			rm := tensor.FromSlice([]float64{0.1, -0.2}, 2)
+			rv := tensor.FromSlice([]float64{0.8, 1.3}, 2)
+			eval := BatchNormRelu(in[0], in[1], in[2], rm, rv, false, 0.1, 1e-5)
+			return Add(train, eval)
+		},
+	},
 
 	// --- indexing and message passing ---
 	"embedding": {

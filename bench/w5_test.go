@@ -6,6 +6,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/tensor"
 )
 
@@ -66,4 +68,49 @@ func TestW5FallsBackToRandomData(t *testing.T) {
 	require.Contains(t, d.note, "Fashion-MNIST unavailable")
 	require.Len(t, d.trainX, 2)
 	require.Equal(t, []int{4, 1, 28, 28}, d.trainX[0].Shape())
+}
+
+// benchmarkW5Train times one W5 training step (batch 128, random data),
+// eagerly or captured; b.N steps after two unmeasured ones.
+func benchmarkW5Train(b *testing.B, captured bool) {
+	m, err := newW5Model(1)
+	require.NoError(b, err)
+	o := W5Options{Batch: 128, Steps: 4, Warmup: 2, RandomData: true}
+	d := loadW5Data(o, tensor.NewRNG(2))
+	run := func(in []*tensor.Tensor) { m.step(in) }
+	if captured {
+		c := autograd.Capture(m.step, autograd.CaptureOptions{Policy: autograd.FailOnMismatch, Version: m.opt.Arena().Version})
+		run = func(in []*tensor.Tensor) {
+			_, err := c.Run(in...)
+			require.NoError(b, err)
+		}
+	}
+	in := []*tensor.Tensor{d.trainX[0], d.trainY[0]}
+	run(in)
+	run(in)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		run(in)
+	}
+	b.ReportMetric(float64(o.Batch)*float64(b.N)/b.Elapsed().Seconds(), "samples/s")
+}
+
+func BenchmarkW5TrainEager(b *testing.B)    { benchmarkW5Train(b, false) }
+func BenchmarkW5TrainCaptured(b *testing.B) { benchmarkW5Train(b, true) }
+
+// BenchmarkW5Eval times one W5 evaluation forward of batch 128 in
+// inference mode.
+func BenchmarkW5Eval(b *testing.B) {
+	m, err := newW5Model(1)
+	require.NoError(b, err)
+	o := W5Options{Batch: 128, EvalBatches: 1, EvalWarmup: 1, RandomData: true}
+	d := loadW5Data(o, tensor.NewRNG(2))
+	nn.Eval(m.host)
+	fwd := func() { autograd.InferenceMode(func() { m.host.Forward(autograd.Const(d.evalX[0])) }) }
+	fwd()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		fwd()
+	}
+	b.ReportMetric(float64(o.Batch)*float64(b.N)/b.Elapsed().Seconds(), "samples/s")
 }

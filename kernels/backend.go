@@ -263,3 +263,31 @@ const (
 type ConvAffineActer interface {
 	Conv2dAffineAct(dst, x, w, scale, shift *T, act UnaryOp, p Conv2dParams)
 }
+
+// BatchNormReluer is implemented by backends that fold a ReLU into batch
+// norm: BatchNormRelu is BatchNorm with y = max(y, +0) (NaN kept) in the
+// pass that writes y, and BatchNormReluBackward is BatchNormBackward with
+// dy taken as +0 wherever the fused output y is not > 0 — the ReLU's
+// gradient folded into the batch norm's two passes. It is an optional
+// capability (check with a type assertion); without it the same result
+// takes a ReLU pass each way. autograd.BatchNormRelu uses it for the
+// training-mode CNN block.
+type BatchNormReluer interface {
+	BatchNormRelu(y, saveMean, saveRstd, x, w, b, runMean, runVar *T, training bool, momentum, eps float64)
+	BatchNormReluBackward(dx, dw, db, dy, x, y, saveMean, saveRstd, w *T, training bool)
+}
+
+// ForeachStepper is implemented by backends that update a list of
+// separate parameter tensors with one launch per optimizer step, as
+// PyTorch's foreach optimizers do with multi-tensor apply. optim keeps its
+// parameters in a flat arena and uses SGDStep and AdamWStep instead; this
+// is for parameters that cannot share an arena (and for measuring the
+// foreach layout itself, PERF.md W7). It is an optional capability: check
+// with a type assertion. The arguments mean what they mean for SGDStep
+// and AdamWStep, element for element: params[i] is updated from grads[i]
+// and its state buffers (moms empty when Momentum is 0), hyper is the F64
+// [2] {lr, step} and foundInf (optional) skips the update when non-zero.
+type ForeachStepper interface {
+	ForeachSGDStep(params, grads, moms []*T, hyper, foundInf *T, o SGDOptions)
+	ForeachAdamWStep(params, grads, ms, vs []*T, hyper, foundInf *T, o AdamWOptions)
+}

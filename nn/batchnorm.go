@@ -83,6 +83,20 @@ func (b *BatchNorm2d) Options() BatchNorm2dOptions { return b.opts }
 // updates the running statistics in place (even under autograd.NoGrad, as
 // PyTorch does).
 func (b *BatchNorm2d) Forward(x *autograd.Var) *autograd.Var {
+	b.check(x)
+	return autograd.BatchNorm(x, b.Weight, b.Bias, b.RunningMean, b.RunningVar, b.Training(), b.opts.Momentum, b.opts.Eps)
+}
+
+// ForwardRelu is Relu(Forward(x)) with the ReLU folded into the batch
+// norm's passes (autograd.BatchNormRelu): the same values and gradients,
+// one pass fewer each way.
+func (b *BatchNorm2d) ForwardRelu(x *autograd.Var) *autograd.Var {
+	b.check(x)
+	return autograd.BatchNormRelu(x, b.Weight, b.Bias, b.RunningMean, b.RunningVar, b.Training(), b.opts.Momentum, b.opts.Eps)
+}
+
+// check panics on an input Forward cannot take.
+func (b *BatchNorm2d) check(x *autograd.Var) {
 	if x.Value.Rank() != 4 || x.Value.Dim(1) != b.opts.Channels {
 		panic(fmt.Sprintf("nn: BatchNorm2d(%d) got input of shape %v (want [N %d H W])", b.opts.Channels, x.Shape(), b.opts.Channels))
 	}
@@ -91,7 +105,6 @@ func (b *BatchNorm2d) Forward(x *autograd.Var) *autograd.Var {
 		// values (PyTorch raises the same error).
 		panic(fmt.Sprintf("nn: BatchNorm2d(%d) in training mode needs more than one value per channel, got input of shape %v", b.opts.Channels, s))
 	}
-	return autograd.BatchNorm(x, b.Weight, b.Bias, b.RunningMean, b.RunningVar, b.Training(), b.opts.Momentum, b.opts.Eps)
 }
 
 // EvalAffine returns the per-channel scale and shift that the layer
@@ -124,7 +137,7 @@ func ConvBNRelu(conv *Conv2d, bn *BatchNorm2d, x *autograd.Var) *autograd.Var {
 	fold := !autograd.GradEnabled() && !bn.Training() && autograd.AutocastDType() == 0 &&
 		x.Value.DType() == conv.Weight.Value.DType() && bn.opts.Channels == conv.opts.OutChannels
 	if !fold {
-		return autograd.Relu(bn.Forward(conv.Forward(x)))
+		return bn.ForwardRelu(conv.Forward(x))
 	}
 	if x.Value.Rank() != 4 || x.Value.Dim(1) != conv.opts.InChannels {
 		panic(fmt.Sprintf("nn: Conv2d(%d→%d) got input of shape %v (want [N %d H W])", conv.opts.InChannels, conv.opts.OutChannels, x.Shape(), conv.opts.InChannels))

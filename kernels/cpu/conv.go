@@ -69,6 +69,10 @@ func checkConv(name string, x, w, y *T, p kernels.Conv2dParams, xn, yn string) c
 // h·w) into cols [kdim, pixels] with row stride ld (≥ pixels).
 func im2col[F tensor.Float](g *convGeom, xg, cols []F, ld int) {
 	p := g.p
+	if g.sameWidth() {
+		im2colSame(g, xg, cols, ld)
+		return
+	}
 	for ci := 0; ci < g.cg; ci++ {
 		plane := xg[ci*g.h*g.w : (ci+1)*g.h*g.w]
 		for kh := 0; kh < g.kh; kh++ {
@@ -110,10 +114,121 @@ func im2col[F tensor.Float](g *convGeom, xg, cols []F, ld int) {
 	}
 }
 
+// sameWidth reports a stride-1 convolution whose output rows are as wide
+// as its input rows (a "same" padding along the width, any height and
+// dilation). Then output pixel d = oh·w+ow of the patch row for kernel
+// tap (kh, kw) reads input element d + (kh·dh−ph)·w + (kw·dw−pw): the
+// patch row is the plane shifted by a constant, with the rows that fall
+// outside the plane and the |kw·dw−pw| columns that wrap around an edge
+// zeroed. im2colSame and col2imSame move whole planes at a time instead
+// of a row of a few pixels at a time.
+func (g *convGeom) sameWidth() bool {
+	return g.p.StrideH == 1 && g.p.StrideW == 1 && g.wo == g.w
+}
+
+// tapShift returns, for kernel tap (kh, kw) of a sameWidth convolution,
+// the valid output rows [oh0, oh1), the shift from output to input index
+// and the column shift cs = kw·dw−pw (columns ow with ow+cs outside
+// [0, w) wrap).
+func (g *convGeom) tapShift(kh, kw int) (oh0, oh1, sh, cs int) {
+	p := g.p
+	rs := kh*p.DilationH - p.PadH
+	cs = kw*p.DilationW - p.PadW
+	oh0, oh1 = max(0, -rs), min(g.ho, g.h-rs)
+	return oh0, oh1, rs*g.w + cs, cs
+}
+
+// zeroWrapped zeroes, in rows [oh0, oh1) of a patch row r (w wide), the
+// columns that a column shift cs wraps around an edge: the first −cs
+// columns of each row for cs < 0, the last cs for cs > 0. (Plain stores:
+// one or two elements a row do not pay for a memclr call.)
+func zeroWrapped[F tensor.Float](r []F, w, oh0, oh1, cs int) {
+	if cs == 0 || oh0 >= oh1 {
+		return
+	}
+	n, first := min(abs(cs), w), 0
+	if cs > 0 {
+		first = w - n
+	}
+	r = r[:oh1*w]
+	for i := oh0*w + first; i < oh1*w; i += w {
+		for j := i; j < i+n; j++ {
+			r[j] = 0
+		}
+	}
+}
+
+// im2colSame is im2col for a sameWidth convolution: per kernel tap, one
+// shifted copy of the plane, then the out-of-plane rows and the wrapped
+// columns zeroed.
+func im2colSame[F tensor.Float](g *convGeom, xg, cols []F, ld int) {
+	hw := g.h * g.w
+	for ci := 0; ci < g.cg; ci++ {
+		plane := xg[ci*hw : (ci+1)*hw]
+		for kh := 0; kh < g.kh; kh++ {
+			for kw := 0; kw < g.kw; kw++ {
+				r := cols[((ci*g.kh+kh)*g.kw+kw)*ld:][:g.pixels]
+				oh0, oh1, sh, cs := g.tapShift(kh, kw)
+				if oh0 >= oh1 {
+					clear(r)
+					continue
+				}
+				clear(r[:oh0*g.w])
+				clear(r[oh1*g.w:])
+				// Output indices [a, b) read plane[a+sh : b+sh]; the
+				// ones clipped off at either end are wrapped columns.
+				a, b := max(oh0*g.w, -sh), min(oh1*g.w, hw-sh)
+				clear(r[oh0*g.w : a])
+				copy(r[a:b], plane[a+sh:b+sh])
+				clear(r[b : oh1*g.w])
+				zeroWrapped(r, g.w, oh0, oh1, cs)
+			}
+		}
+	}
+}
+
+// col2imSame is col2im for a sameWidth convolution: per kernel tap, the
+// wrapped columns of the (scratch) patch row are zeroed, and the valid
+// rows are then added into the plane as one shifted run.
+func col2imSame[F tensor.Float](g *convGeom, cols, dxg []F, ld int) {
+	hw := g.h * g.w
+	for ci := 0; ci < g.cg; ci++ {
+		plane := dxg[ci*hw : (ci+1)*hw]
+		for kh := 0; kh < g.kh; kh++ {
+			for kw := 0; kw < g.kw; kw++ {
+				r := cols[((ci*g.kh+kh)*g.kw+kw)*ld:][:g.pixels]
+				oh0, oh1, sh, cs := g.tapShift(kh, kw)
+				if oh0 >= oh1 {
+					continue
+				}
+				zeroWrapped(r, g.w, oh0, oh1, cs)
+				a, b := max(oh0*g.w, -sh), min(oh1*g.w, hw-sh)
+				addTo(plane[a+sh:b+sh], r[a:b])
+			}
+		}
+	}
+}
+
+// addTo adds x into y element by element (AVX2 for float32 on amd64).
+func addTo[F tensor.Float](y, x []F) {
+	if y32, ok := any(y).([]float32); ok {
+		axpyF32(1, any(x).([]float32), y32)
+		return
+	}
+	y = y[:len(x)]
+	for i, v := range x {
+		y[i] += v
+	}
+}
+
 // col2im adds cols [kdim, pixels] (row stride ld) back into one group's
 // planes (dxg, which the caller zeroed).
 func col2im[F tensor.Float](g *convGeom, cols, dxg []F, ld int) {
 	p := g.p
+	if g.sameWidth() {
+		col2imSame(g, cols, dxg, ld)
+		return
+	}
 	for ci := 0; ci < g.cg; ci++ {
 		plane := dxg[ci*g.h*g.w : (ci+1)*g.h*g.w]
 		for kh := 0; kh < g.kh; kh++ {
@@ -278,22 +393,26 @@ func convPrep[F tensor.Float](g *convGeom, dst, x, w, bias, scale, shift *T, act
 				dstg := ys[((n0+j)*g.cout+gi*g.og)*g.pixels:]
 				for o := 0; o < g.og; o++ {
 					r := dstg[o*g.pixels : (o+1)*g.pixels]
+					src := r
 					if nb > 1 {
-						copy(r, yb[o*ld+j*g.pixels:o*ld+(j+1)*g.pixels])
+						src = yb[o*ld+j*g.pixels : o*ld+(j+1)*g.pixels]
 					}
-					if bs != nil {
-						bv := bs[gi*g.og+o]
-						for i := range r {
-							r[i] += bv
+					// The bias or the folded affine map, and a ReLU, in
+					// the pass that moves the row out of the block.
+					relu := act == kernels.Relu
+					switch {
+					case scs != nil:
+						rowAffineAct(r, src, 0, float64(scs[gi*g.og+o]), float64(shs[gi*g.og+o]), relu)
+					case bs != nil:
+						rowAffineAct(r, src, 0, 1, float64(bs[gi*g.og+o]), relu)
+					case relu:
+						rowAffineAct(r, src, 0, 1, 0, true)
+					default:
+						if nb > 1 {
+							copy(r, src)
 						}
 					}
-					if scs != nil {
-						sv, hv := scs[gi*g.og+o], shs[gi*g.og+o]
-						for i, v := range r {
-							r[i] = v*sv + hv
-						}
-					}
-					if act != noAct {
+					if act != noAct && !relu {
 						unaryKernel(act, r, r)
 					}
 				}
@@ -436,4 +555,11 @@ func convBwdWeightPrep[F tensor.Float](g *convGeom, dw, x, dy *T) (run, release 
 		parallelFor(items, cost, body)
 		parallelFor(wsz, nch, combine)
 	})
+}
+
+func abs(v int) int {
+	if v < 0 {
+		return -v
+	}
+	return v
 }

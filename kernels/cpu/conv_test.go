@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"math"
+	"math/rand/v2"
 	"runtime"
 	"slices"
 	"testing"
@@ -64,6 +65,10 @@ var convCases = []convCase{
 	// Fewer patch rows than output channels: transposed weight partials.
 	{2, 1, 7, 6, 16, 3, 3, kernels.Conv2dParams{PadH: 1, PadW: 1}},
 	{2, 2, 6, 5, 32, 3, 3, kernels.Conv2dParams{PadH: 1, PadW: 1, Groups: 2}},
+	// Same-width planes (shifted whole-plane im2col/col2im): padding on
+	// the width only, and a kernel wider than the plane.
+	{2, 2, 5, 4, 3, 3, 3, kernels.Conv2dParams{PadW: 1}},
+	{2, 3, 4, 2, 2, 3, 5, kernels.Conv2dParams{PadH: 1, PadW: 2}},
 }
 
 func TestConv2d(t *testing.T) {
@@ -339,4 +344,65 @@ func TestConv2dAffineAct(t *testing.T) {
 	require.Panics(t, func() {
 		be.Conv2dAffineAct(dst, x, w, randT(3, tensor.F32, 2), randT(4, tensor.F32, 2), kernels.UnaryOp(99), kernels.Conv2dParams{})
 	})
+}
+
+// TestMaxPool2x2Rows checks the 2×2/2 max pool (the AVX-512 row kernel
+// on amd64, the Go loop under purego) on planes from 1 to 37 outputs
+// wide (full 16-output blocks and every tail), odd input sizes, values
+// drawn from a small set (ties) with NaN and ±0 mixed in: the maximum
+// with its own sign of zero, the first in scan order among ties, the
+// first NaN of a window, and the argmax, into int32, int64 and no index.
+func TestMaxPool2x2Rows(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	nan := float32(math.NaN())
+	pool := []float32{-2, -1, float32(math.Copysign(0, -1)), 0, 1, 2, nan}
+	p := kernels.Pool2dParams{KernelH: 2, KernelW: 2}
+	for wo := 1; wo <= 37; wo++ {
+		h, w := 5, 2*wo+wo%2 // an odd width drops the last column
+		x := make([]float32, 2*h*w)
+		for i := range x {
+			x[i] = pool[rng.IntN(len(pool))]
+		}
+		ho := h / 2
+		want := make([]float32, 2*ho*wo)
+		wantIdx := make([]int64, len(want))
+		for pl := 0; pl < 2; pl++ {
+			for oh := 0; oh < ho; oh++ {
+				for ow := 0; ow < wo; ow++ {
+					best, bi := float32(0), -1
+					for _, off := range []int{0, 1, w, w + 1} {
+						i := 2*oh*w + 2*ow + off
+						v := x[pl*h*w+i]
+						if bi < 0 || v > best || (v != v && best == best) {
+							best, bi = v, i
+						}
+					}
+					o := (pl*ho+oh)*wo + ow
+					want[o], wantIdx[o] = best, int64(bi)
+				}
+			}
+		}
+		xt := tensor.FromSlice(x, 1, 2, h, w)
+		for _, id := range []tensor.DType{tensor.I32, tensor.I64, tensor.Bool} {
+			y := tensor.Empty(tensor.F32, 1, 2, ho, wo)
+			var idx *tensor.Tensor
+			if id != tensor.Bool {
+				idx = tensor.Empty(id, 1, 2, ho, wo)
+			}
+			be.MaxPool2d(y, idx, xt, p)
+			for o, v := range y.F32() {
+				if want[o] != want[o] {
+					require.True(t, v != v, "wo=%d %v: output %d is %v, want NaN", wo, id, o, v)
+				} else {
+					require.Equal(t, math.Float32bits(want[o]), math.Float32bits(v), "wo=%d %v: output %d", wo, id, o)
+				}
+				switch id {
+				case tensor.I32:
+					require.Equal(t, wantIdx[o], int64(idx.I32()[o]), "wo=%d: argmax %d", wo, o)
+				case tensor.I64:
+					require.Equal(t, wantIdx[o], idx.I64()[o], "wo=%d: argmax %d", wo, o)
+				}
+			}
+		}
+	}
 }

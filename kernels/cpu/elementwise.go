@@ -115,9 +115,7 @@ func unaryKernel[F tensor.Float](op kernels.UnaryOp, d, x []F) {
 		// The builtin max is branch-free (a data-dependent branch costs
 		// a misprediction every other element) and keeps NaN; max(−0, 0)
 		// is +0.
-		for i, v := range x {
-			d[i] = max(v, 0)
-		}
+		rowAffineAct(d, x, 0, 1, 0, true)
 	case kernels.GeluTanh:
 		for i, v := range x {
 			f := float64(v)
@@ -289,11 +287,7 @@ func unaryBwdKernel[F tensor.Float](op kernels.UnaryOp, dx, x, y, dy []F) {
 	case kernels.Relu:
 		// dy where x > 0, else +0 (even for a NaN or infinite dy), by
 		// masking the bits: no data-dependent branch.
-		x = x[:len(dy)]
-		dx = dx[:len(dy)]
-		for i, g := range dy {
-			dx[i] = maskF(g, x[i] > 0)
-		}
+		rowReluBwd(dx, dy, x)
 	case kernels.GeluTanh:
 		// PyTorch's GeluBackward (approximate="tanh").
 		const kappa = 0.044715

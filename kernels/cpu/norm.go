@@ -386,7 +386,16 @@ func groupNormBwdPrep[F tensor.Float](dx, dw, db, dy, x, mean, rstd, w *T, group
 
 // BatchNorm implements kernels.Backend.
 func (be *Backend) BatchNorm(y, saveMean, saveRstd, x, w, b, runMean, runVar *T, training bool, momentum, eps float64) {
-	const name = "BatchNorm"
+	be.batchNorm("BatchNorm", y, saveMean, saveRstd, x, w, b, runMean, runVar, training, momentum, eps, false)
+}
+
+// BatchNormRelu implements kernels.BatchNormReluer: BatchNorm with the
+// ReLU applied in the normalising pass.
+func (be *Backend) BatchNormRelu(y, saveMean, saveRstd, x, w, b, runMean, runVar *T, training bool, momentum, eps float64) {
+	be.batchNorm("BatchNormRelu", y, saveMean, saveRstd, x, w, b, runMean, runVar, training, momentum, eps, true)
+}
+
+func (be *Backend) batchNorm(name string, y, saveMean, saveRstd, x, w, b, runMean, runVar *T, training bool, momentum, eps float64, relu bool) {
 	needCPU(name, y, saveMean, saveRstd, x, w, b, runMean, runVar)
 	_, c, _ := planes(name, x)
 	needShape(name, "y", y, x.Shape())
@@ -400,9 +409,9 @@ func (be *Backend) BatchNorm(y, saveMean, saveRstd, x, w, b, runMean, runVar *T,
 		fail(name, "evaluation needs runMean and runVar (x shape %v)", x.Shape())
 	}
 	if wide(x, y) {
-		be.launch(batchNormPrep[float64](y, saveMean, saveRstd, x, w, b, runMean, runVar, training, momentum, eps))
+		be.launch(batchNormPrep[float64](y, saveMean, saveRstd, x, w, b, runMean, runVar, training, momentum, eps, relu))
 	} else {
-		be.launch(batchNormPrep[float32](y, saveMean, saveRstd, x, w, b, runMean, runVar, training, momentum, eps))
+		be.launch(batchNormPrep[float32](y, saveMean, saveRstd, x, w, b, runMean, runVar, training, momentum, eps, relu))
 	}
 }
 
@@ -469,7 +478,7 @@ func gradSums4[F tensor.Float](gs, xs []F, mu, r float64) (sg, sgh float64) {
 	return (a0 + a1) + (a2 + a3), (b0 + b1) + (b2 + b3)
 }
 
-func batchNormPrep[F tensor.Float](y, saveMean, saveRstd, x, w, b, runMean, runVar *T, training bool, momentum, eps float64) func() {
+func batchNormPrep[F tensor.Float](y, saveMean, saveRstd, x, w, b, runMean, runVar *T, training bool, momentum, eps float64, relu bool) func() {
 	var s stage
 	n, c, hw := planes("BatchNorm", x)
 	xs, ws, bs := in[F](&s, x), in[F](&s, w), in[F](&s, b)
@@ -482,12 +491,12 @@ func batchNormPrep[F tensor.Float](y, saveMean, saveRstd, x, w, b, runMean, runV
 	cnt := float64(n * hw)
 	sumBody := func(lo, hi int) {
 		for it := lo; it < hi; it++ {
-			part[it] = sum4(xs[it*hw : (it+1)*hw])
+			part[it] = rowSum(xs[it*hw : (it+1)*hw])
 		}
 	}
 	sqBody := func(lo, hi int) {
 		for it := lo; it < hi; it++ {
-			part[it] = sqDev4(xs[it*hw:(it+1)*hw], mean[it%c])
+			part[it] = rowSqDev(xs[it*hw:(it+1)*hw], mean[it%c])
 		}
 	}
 	normBody := func(lo, hi int) {
@@ -501,10 +510,7 @@ func batchNormPrep[F tensor.Float](y, saveMean, saveRstd, x, w, b, runMean, runV
 			if bs != nil {
 				bk = float64(bs[ch])
 			}
-			yr := ys[it*hw : (it+1)*hw]
-			for j, v := range xs[it*hw : (it+1)*hw] {
-				yr[j] = F((float64(v)-mu)*r*wk + bk)
-			}
+			rowAffineAct(ys[it*hw:(it+1)*hw], xs[it*hw:(it+1)*hw], mu, r*wk, bk, relu)
 		}
 	}
 	sumOverN := func(ch int) float64 {
@@ -557,8 +563,22 @@ func batchNormPrep[F tensor.Float](y, saveMean, saveRstd, x, w, b, runMean, runV
 
 // BatchNormBackward implements kernels.Backend.
 func (be *Backend) BatchNormBackward(dx, dw, db, dy, x, saveMean, saveRstd, w *T, training bool) {
-	const name = "BatchNormBackward"
-	needCPU(name, dx, dw, db, dy, x, saveMean, saveRstd, w)
+	be.batchNormBackward("BatchNormBackward", dx, dw, db, dy, x, nil, saveMean, saveRstd, w, training)
+}
+
+// BatchNormReluBackward implements kernels.BatchNormReluer: the gradient
+// of BatchNormRelu, dy counted only where its output y is > 0.
+func (be *Backend) BatchNormReluBackward(dx, dw, db, dy, x, y, saveMean, saveRstd, w *T, training bool) {
+	const name = "BatchNormReluBackward"
+	if y == nil {
+		fail(name, "y (the forward's output) is required (x shape %v)", x.Shape())
+	}
+	needShape(name, "y", y, x.Shape())
+	be.batchNormBackward(name, dx, dw, db, dy, x, y, saveMean, saveRstd, w, training)
+}
+
+func (be *Backend) batchNormBackward(name string, dx, dw, db, dy, x, y, saveMean, saveRstd, w *T, training bool) {
+	needCPU(name, dx, dw, db, dy, x, y, saveMean, saveRstd, w)
 	_, c, _ := planes(name, x)
 	needShape(name, "dy", dy, x.Shape())
 	if dx != nil {
@@ -573,16 +593,25 @@ func (be *Backend) BatchNormBackward(dx, dw, db, dy, x, saveMean, saveRstd, w *T
 	optShape(name, "dw", dw, c)
 	optShape(name, "db", db, c)
 	if wide(x, dy) {
-		be.launch(batchNormBwdPrep[float64](dx, dw, db, dy, x, saveMean, saveRstd, w, training))
+		be.launch(batchNormBwdPrep[float64](dx, dw, db, dy, x, y, saveMean, saveRstd, w, training))
 	} else {
-		be.launch(batchNormBwdPrep[float32](dx, dw, db, dy, x, saveMean, saveRstd, w, training))
+		be.launch(batchNormBwdPrep[float32](dx, dw, db, dy, x, y, saveMean, saveRstd, w, training))
 	}
 }
 
-func batchNormBwdPrep[F tensor.Float](dx, dw, db, dy, x, saveMean, saveRstd, w *T, training bool) func() {
+// batchNormBwdPrep: with y (BatchNormReluBackward) dy counts only where
+// y > 0.
+func batchNormBwdPrep[F tensor.Float](dx, dw, db, dy, x, y, saveMean, saveRstd, w *T, training bool) func() {
 	var s stage
 	n, c, hw := planes("BatchNormBackward", x)
 	xs, gs, ms, rs, ws := in[F](&s, x), in[F](&s, dy), in[F](&s, saveMean), in[F](&s, saveRstd), in[F](&s, w)
+	yv := in[F](&s, y)
+	yrow := func(it int) []F {
+		if yv == nil {
+			return nil
+		}
+		return yv[it*hw : (it+1)*hw]
+	}
 	dxs, dws, dbs := out[F](&s, dx), out[F](&s, dw), out[F](&s, db)
 	pdy := make([]float64, n*c)
 	pdyx := make([]float64, n*c)
@@ -592,7 +621,8 @@ func batchNormBwdPrep[F tensor.Float](dx, dw, db, dy, x, saveMean, saveRstd, w *
 	sums := func(lo, hi int) {
 		for it := lo; it < hi; it++ {
 			ch := it % c
-			pdy[it], pdyx[it] = gradSums4(gs[it*hw:(it+1)*hw], xs[it*hw:(it+1)*hw], float64(ms[ch]), float64(rs[ch]))
+			sg, sgd := rowGradSums(gs[it*hw:(it+1)*hw], xs[it*hw:(it+1)*hw], yrow(it), float64(ms[ch]))
+			pdy[it], pdyx[it] = sg, sgd*float64(rs[ch])
 		}
 	}
 	dxBody := func(lo, hi int) {
@@ -605,16 +635,20 @@ func batchNormBwdPrep[F tensor.Float](dx, dw, db, dy, x, saveMean, saveRstd, w *
 			}
 			xr, gr, dr := xs[it*hw:(it+1)*hw], gs[it*hw:(it+1)*hw], dxs[it*hw:(it+1)*hw]
 			if !training {
+				// The statistics are constants: dx = dy·w·r.
+				yr := yrow(it)
 				for j, g := range gr {
+					if yr != nil && !(yr[j] > 0) {
+						g = 0
+					}
 					dr[j] = F(float64(g) * wk * r)
 				}
 				continue
 			}
+			// wk·r·(g − a − (x − mu)·r·b) with a, b the means of the
+			// two sums.
 			a, b := sdy[ch]/cnt, sdyx[ch]/cnt
-			for j, g := range gr {
-				h := (float64(xr[j]) - mu) * r
-				dr[j] = F(wk * r * (float64(g) - a - h*b))
-			}
+			rowBnDx(dr, gr, xr, yrow(it), mu, wk*r, -wk*r*r*b, -wk*r*a)
 		}
 	}
 	return func() {

@@ -77,10 +77,26 @@ func maxPoolPrep[F tensor.Float](g *poolGeom, dst, argmax, x *T) func() {
 	if p.KernelH == 2 && p.KernelW == 2 && p.StrideH == 2 && p.StrideW == 2 && p.PadH == 0 && p.PadW == 0 {
 		// The usual 2×2/2 pool: every window lies inside the plane;
 		// the same scan order and NaN rule as the general loop below.
+		ys32, vec := any(ys).([]float32)
+		vec = vec && poolAsm && a64 == nil
 		body := func(lo, hi int) {
 			for pl := lo; pl < hi; pl++ {
 				xp := xs[pl*g.h*g.w : (pl+1)*g.h*g.w]
 				ob := pl * g.ho * g.wo
+				if vec {
+					// A row at a time through maxPool2x2AVX512: the same
+					// maxima, offsets and NaN rule as the loop below.
+					xp32 := any(xp).([]float32)
+					for oh := 0; oh < g.ho; oh++ {
+						o := ob + oh*g.wo
+						var idx []int32
+						if a32 != nil {
+							idx = a32[o : o+g.wo]
+						}
+						maxPool2x2Row(ys32[o:o+g.wo], idx, xp32[2*oh*g.w:], xp32[(2*oh+1)*g.w:], g.wo, 2*oh*g.w, g.w)
+					}
+					continue
+				}
 				for oh := 0; oh < g.ho; oh++ {
 					r0 := xp[2*oh*g.w : 2*oh*g.w+2*g.wo]
 					r1 := xp[(2*oh+1)*g.w : (2*oh+1)*g.w+2*g.wo]

@@ -1,0 +1,258 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// The batch-norm and ReLU row kernels of norm_amd64.go. n is a positive
+// multiple of 8 in each; sums accumulate in float64 (each float32 widened
+// exactly) in four 4-lane accumulators, added pairwise at the end.
+
+// func sumAVX2(x *float32, n int) float64
+TEXT ·sumAVX2(SB), NOSPLIT, $0-24
+	MOVQ x+0(FP), SI
+	MOVQ n+8(FP), CX
+	VXORPD Y0, Y0, Y0
+	VXORPD Y1, Y1, Y1
+	VXORPD Y2, Y2, Y2
+	VXORPD Y3, Y3, Y3
+	CMPQ CX, $16
+	JLT  sum8
+
+sum16:
+	VCVTPS2PD 0(SI), Y4
+	VCVTPS2PD 16(SI), Y5
+	VCVTPS2PD 32(SI), Y6
+	VCVTPS2PD 48(SI), Y7
+	VADDPD Y4, Y0, Y0
+	VADDPD Y5, Y1, Y1
+	VADDPD Y6, Y2, Y2
+	VADDPD Y7, Y3, Y3
+	ADDQ $64, SI
+	SUBQ $16, CX
+	CMPQ CX, $16
+	JGE  sum16
+
+sum8:
+	TESTQ CX, CX
+	JZ    sumdone
+	VCVTPS2PD 0(SI), Y4
+	VCVTPS2PD 16(SI), Y5
+	VADDPD Y4, Y0, Y0
+	VADDPD Y5, Y1, Y1
+
+sumdone:
+	VADDPD Y1, Y0, Y0
+	VADDPD Y3, Y2, Y2
+	VADDPD Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPD X1, X0, X0
+	VUNPCKHPD X0, X0, X1
+	VADDSD X1, X0, X0
+	VMOVSD X0, ret+16(FP)
+	VZEROUPPER
+	RET
+
+// func sqDevAVX2(x *float32, n int, mu float64) float64
+//
+// Σ (x[i] − mu)², in float64.
+TEXT ·sqDevAVX2(SB), NOSPLIT, $0-32
+	MOVQ x+0(FP), SI
+	MOVQ n+8(FP), CX
+	VBROADCASTSD mu+16(FP), Y15
+	VXORPD Y0, Y0, Y0
+	VXORPD Y1, Y1, Y1
+	VXORPD Y2, Y2, Y2
+	VXORPD Y3, Y3, Y3
+	CMPQ CX, $16
+	JLT  sq8
+
+sq16:
+	VCVTPS2PD 0(SI), Y4
+	VCVTPS2PD 16(SI), Y5
+	VCVTPS2PD 32(SI), Y6
+	VCVTPS2PD 48(SI), Y7
+	VSUBPD Y15, Y4, Y4
+	VSUBPD Y15, Y5, Y5
+	VSUBPD Y15, Y6, Y6
+	VSUBPD Y15, Y7, Y7
+	VFMADD231PD Y4, Y4, Y0
+	VFMADD231PD Y5, Y5, Y1
+	VFMADD231PD Y6, Y6, Y2
+	VFMADD231PD Y7, Y7, Y3
+	ADDQ $64, SI
+	SUBQ $16, CX
+	CMPQ CX, $16
+	JGE  sq16
+
+sq8:
+	TESTQ CX, CX
+	JZ    sqdone
+	VCVTPS2PD 0(SI), Y4
+	VCVTPS2PD 16(SI), Y5
+	VSUBPD Y15, Y4, Y4
+	VSUBPD Y15, Y5, Y5
+	VFMADD231PD Y4, Y4, Y0
+	VFMADD231PD Y5, Y5, Y1
+
+sqdone:
+	VADDPD Y1, Y0, Y0
+	VADDPD Y3, Y2, Y2
+	VADDPD Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPD X1, X0, X0
+	VUNPCKHPD X0, X0, X1
+	VADDSD X1, X0, X0
+	VMOVSD X0, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// func gradSumsAVX2(dy, x, y *float32, n int, mu float64) (sg, sgd float64)
+//
+// Σ dy[i] and Σ dy[i]·(x[i] − mu) in float64, where dy[i] counts only where
+// y[i] > 0 when y is not nil (a ReLU after the batch norm).
+TEXT ·gradSumsAVX2(SB), NOSPLIT, $0-56
+	MOVQ dy+0(FP), SI
+	MOVQ x+8(FP), DI
+	MOVQ y+16(FP), R8
+	MOVQ n+24(FP), CX
+	VBROADCASTSD mu+32(FP), Y15
+	VXORPS Y14, Y14, Y14
+	VXORPD Y0, Y0, Y0
+	VXORPD Y1, Y1, Y1
+	VXORPD Y2, Y2, Y2
+	VXORPD Y3, Y3, Y3
+
+gsloop:
+	VMOVUPS 0(SI), Y4
+	TESTQ R8, R8
+	JZ    gsnomask
+	VMOVUPS 0(R8), Y6
+	VCMPPS  $0x1E, Y14, Y6, Y6 // y > 0 (GT, ordered)
+	VANDPS Y6, Y4, Y4
+	ADDQ   $32, R8
+
+gsnomask:
+	VEXTRACTF128 $1, Y4, X5
+	VCVTPS2PD X4, Y4
+	VCVTPS2PD X5, Y5
+	VCVTPS2PD 0(DI), Y6
+	VCVTPS2PD 16(DI), Y7
+	VSUBPD Y15, Y6, Y6
+	VSUBPD Y15, Y7, Y7
+	VADDPD Y4, Y0, Y0
+	VADDPD Y5, Y2, Y2
+	VFMADD231PD Y4, Y6, Y1
+	VFMADD231PD Y5, Y7, Y3
+	ADDQ $32, SI
+	ADDQ $32, DI
+	SUBQ $8, CX
+	JNZ  gsloop
+
+	VADDPD Y2, Y0, Y0
+	VADDPD Y3, Y1, Y1
+	VEXTRACTF128 $1, Y0, X2
+	VADDPD X2, X0, X0
+	VUNPCKHPD X0, X0, X2
+	VADDSD X2, X0, X0
+	VMOVSD X0, sg+40(FP)
+	VEXTRACTF128 $1, Y1, X3
+	VADDPD X3, X1, X1
+	VUNPCKHPD X1, X1, X3
+	VADDSD X3, X1, X1
+	VMOVSD X1, sgd+48(FP)
+	VZEROUPPER
+	RET
+
+// func affineActAVX2(y, x *float32, n int, mu, a, b float32, relu bool)
+//
+// y[i] = (x[i] − mu)·a + b, then max(·, +0) keeping NaN when relu.
+TEXT ·affineActAVX2(SB), NOSPLIT, $0-37
+	MOVQ y+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ n+16(FP), CX
+	VBROADCASTSS mu+24(FP), Y12
+	VBROADCASTSS a+28(FP), Y15
+	VBROADCASTSS b+32(FP), Y14
+	VXORPS Y13, Y13, Y13
+	MOVBLZX relu+36(FP), AX
+
+afloop:
+	VMOVUPS 0(SI), Y0
+	VSUBPS  Y12, Y0, Y0      // x − mu
+	VFMADD213PS Y14, Y15, Y0 // ·a + b
+	TESTQ AX, AX
+	JZ    afstore
+	VMAXPS Y13, Y0, Y1       // max(v, +0): +0 for −0, +0 for NaN
+	VCMPPS $0x03, Y0, Y0, Y2 // NaN lanes (unordered)
+	VBLENDVPS Y2, Y0, Y1, Y0 // NaN kept
+
+afstore:
+	VMOVUPS Y0, 0(DI)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	SUBQ $8, CX
+	JNZ  afloop
+	VZEROUPPER
+	RET
+
+// func bnDxAVX2(dx, dy, x, y *float32, n int, mu, c1, c2, c0 float32)
+//
+// dx[i] = c0 + c1·dy[i] + c2·(x[i] − mu), with dy[i] taken as +0 where
+// y[i] > 0 fails when y is not nil.
+TEXT ·bnDxAVX2(SB), NOSPLIT, $0-56
+	MOVQ dx+0(FP), DI
+	MOVQ dy+8(FP), SI
+	MOVQ x+16(FP), DX
+	MOVQ y+24(FP), R8
+	MOVQ n+32(FP), CX
+	VBROADCASTSS mu+40(FP), Y15
+	VBROADCASTSS c1+44(FP), Y14
+	VBROADCASTSS c2+48(FP), Y13
+	VBROADCASTSS c0+52(FP), Y12
+	VXORPS Y11, Y11, Y11
+
+dxloop:
+	VMOVUPS 0(SI), Y0
+	TESTQ R8, R8
+	JZ    dxnomask
+	VMOVUPS 0(R8), Y2
+	VCMPPS  $0x1E, Y11, Y2, Y2
+	VANDPS Y2, Y0, Y0
+	ADDQ   $32, R8
+
+dxnomask:
+	VMOVUPS 0(DX), Y1
+	VSUBPS Y15, Y1, Y1       // x − mu
+	VMOVAPS Y12, Y3
+	VFMADD231PS Y14, Y0, Y3  // c0 + c1·g
+	VFMADD231PS Y13, Y1, Y3  // + c2·(x − mu)
+	VMOVUPS Y3, 0(DI)
+	ADDQ $32, SI
+	ADDQ $32, DX
+	ADDQ $32, DI
+	SUBQ $8, CX
+	JNZ  dxloop
+	VZEROUPPER
+	RET
+
+// func reluBwdAVX2(dx, dy, x *float32, n int)
+//
+// dx[i] = dy[i] where x[i] > 0, else +0.
+TEXT ·reluBwdAVX2(SB), NOSPLIT, $0-32
+	MOVQ dx+0(FP), DI
+	MOVQ dy+8(FP), SI
+	MOVQ x+16(FP), DX
+	MOVQ n+24(FP), CX
+	VXORPS Y15, Y15, Y15
+
+rbloop:
+	VMOVUPS 0(DX), Y0
+	VCMPPS  $0x1E, Y15, Y0, Y0
+	VANDPS 0(SI), Y0, Y0
+	VMOVUPS Y0, 0(DI)
+	ADDQ $32, SI
+	ADDQ $32, DX
+	ADDQ $32, DI
+	SUBQ $8, CX
+	JNZ  rbloop
+	VZEROUPPER
+	RET

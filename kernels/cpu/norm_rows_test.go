@@ -1,0 +1,113 @@
+package cpu
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestNormRows checks the batch-norm and ReLU row kernels (the AVX2
+// assembly on amd64, the Go loops under purego) against float64
+// references on every length from 0 to 41 (multiple-of-8 bodies and all
+// tails), with ±0, NaN and ±Inf mixed into the data.
+func TestNormRows(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	special := []float32{0, float32(math.Copysign(0, -1)), float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1))}
+	row := func(n int, specials bool) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(rng.NormFloat64()*2 + 0.5)
+			if specials && rng.IntN(6) == 0 {
+				v[i] = special[rng.IntN(len(special))]
+			}
+		}
+		return v
+	}
+	near := func(what string, n int, got, want float64) {
+		t.Helper()
+		require.InDelta(t, want, got, 1e-5*(1+math.Abs(want)), "%s, n=%d", what, n)
+	}
+	same := func(what string, n, i int, got, want float32) {
+		t.Helper()
+		if math.IsNaN(float64(want)) {
+			require.True(t, math.IsNaN(float64(got)), "%s, n=%d, i=%d: got %v, want NaN", what, n, i, got)
+			return
+		}
+		require.Equal(t, math.Float32bits(want), math.Float32bits(got), "%s, n=%d, i=%d: got %v, want %v", what, n, i, got, want)
+	}
+	for n := 0; n <= 41; n++ {
+		x, g, y := row(n, false), row(n, false), row(n, false)
+		mu := 0.3
+		var s, sq, sg, sgd, sgm, sgdm float64
+		for i := range x {
+			s += float64(x[i])
+			d := float64(x[i]) - mu
+			sq += d * d
+			sg += float64(g[i])
+			sgd += float64(g[i]) * d
+			if y[i] > 0 {
+				sgm += float64(g[i])
+				sgdm += float64(g[i]) * d
+			}
+		}
+		near("sum", n, rowSum(x), s)
+		near("sqdev", n, rowSqDev(x, mu), sq)
+		a, b := rowGradSums(g, x, nil, mu)
+		near("Σg", n, a, sg)
+		near("Σg(x−mu)", n, b, sgd)
+		a, b = rowGradSums(g, x, y, mu)
+		near("Σg masked", n, a, sgm)
+		near("Σg(x−mu) masked", n, b, sgdm)
+
+		// Affine (+ ReLU) and the batch-norm input gradient, within
+		// float32 rounding of the float64 formula.
+		out := make([]float32, n)
+		for _, relu := range []bool{false, true} {
+			rowAffineAct(out, x, mu, 1.7, -0.2, relu)
+			for i, v := range x {
+				want := (float64(v)-mu)*1.7 - 0.2
+				if relu {
+					want = math.Max(want, 0)
+				}
+				near("affine", n, float64(out[i]), want)
+			}
+		}
+		for _, masked := range []bool{false, true} {
+			var ym []float32
+			if masked {
+				ym = y
+			}
+			rowBnDx(out, g, x, ym, mu, 0.9, -0.4, 0.05)
+			for i := range g {
+				gv := float64(g[i])
+				if masked && !(y[i] > 0) {
+					gv = 0
+				}
+				near("bn dx", n, float64(out[i]), 0.05+0.9*gv-0.4*(float64(x[i])-mu))
+			}
+		}
+
+		// ReLU forward and backward exactly, special values included:
+		// max(v, +0) keeps NaN and gives +0 for −0; the gradient passes
+		// where x > 0 only, +0 elsewhere.
+		xs, gs := row(n, true), row(n, true)
+		rowAffineAct(out, xs, 0, 1, 0, true)
+		for i, v := range xs {
+			want := v
+			if !(v > 0) && !math.IsNaN(float64(v)) {
+				want = 0
+			}
+			same("relu", n, i, out[i], want)
+		}
+		rowReluBwd(out, gs, xs)
+		for i := range gs {
+			want := float32(0)
+			if xs[i] > 0 {
+				want = gs[i]
+			}
+			same("relu backward", n, i, out[i], want)
+		}
+	}
+}
