@@ -69,10 +69,6 @@ func checkConv(name string, x, w, y *T, p kernels.Conv2dParams, xn, yn string) c
 // h·w) into cols [kdim, pixels] with row stride ld (≥ pixels).
 func im2col[F tensor.Float](g *convGeom, xg, cols []F, ld int) {
 	p := g.p
-	if g.sameWidth() {
-		im2colSame(g, xg, cols, ld)
-		return
-	}
 	for ci := 0; ci < g.cg; ci++ {
 		plane := xg[ci*g.h*g.w : (ci+1)*g.h*g.w]
 		for kh := 0; kh < g.kh; kh++ {
@@ -158,51 +154,78 @@ func zeroWrapped[F tensor.Float](r []F, w, oh0, oh1, cs int) {
 	}
 }
 
-// im2colSame is im2col for a sameWidth convolution: per kernel tap, one
-// shifted copy of the plane, then the out-of-plane rows and the wrapped
-// columns zeroed.
-func im2colSame[F tensor.Float](g *convGeom, xg, cols []F, ld int) {
+// im2colSame is blockCols for a sameWidth convolution: per kernel tap,
+// one shifted copy of each sample's plane, then the out-of-plane rows and
+// the wrapped columns zeroed.
+func im2colSame[F tensor.Float](g *convGeom, xs, cols []F, n0, nb, gi, ld int) {
 	hw := g.h * g.w
 	for ci := 0; ci < g.cg; ci++ {
-		plane := xg[ci*hw : (ci+1)*hw]
 		for kh := 0; kh < g.kh; kh++ {
 			for kw := 0; kw < g.kw; kw++ {
-				r := cols[((ci*g.kh+kh)*g.kw+kw)*ld:][:g.pixels]
+				row := cols[((ci*g.kh+kh)*g.kw+kw)*ld:]
 				oh0, oh1, sh, cs := g.tapShift(kh, kw)
-				if oh0 >= oh1 {
-					clear(r)
-					continue
-				}
-				clear(r[:oh0*g.w])
-				clear(r[oh1*g.w:])
 				// Output indices [a, b) read plane[a+sh : b+sh]; the
 				// ones clipped off at either end are wrapped columns.
 				a, b := max(oh0*g.w, -sh), min(oh1*g.w, hw-sh)
-				clear(r[oh0*g.w : a])
-				copy(r[a:b], plane[a+sh:b+sh])
-				clear(r[b : oh1*g.w])
-				zeroWrapped(r, g.w, oh0, oh1, cs)
+				for j := 0; j < nb; j++ {
+					r := row[j*g.pixels:][:g.pixels]
+					if a >= b {
+						clear(r)
+						continue
+					}
+					plane := xs[((n0+j)*g.cin+gi*g.cg+ci)*hw:][:hw]
+					clear(r[:a])
+					copy(r[a:b], plane[a+sh:b+sh])
+					clear(r[b:])
+					zeroWrapped(r, g.w, oh0, oh1, cs)
+				}
 			}
 		}
 	}
 }
 
-// col2imSame is col2im for a sameWidth convolution: per kernel tap, the
-// wrapped columns of the (scratch) patch row are zeroed, and the valid
-// rows are then added into the plane as one shifted run.
-func col2imSame[F tensor.Float](g *convGeom, cols, dxg []F, ld int) {
+// col2imSame is the col2im of a block of samples (n0..n0+nb−1, group gi)
+// for a sameWidth convolution, writing dx without the caller clearing
+// it: per input channel, the tap that maps every pixel to itself (the
+// centre of a "same" convolution) is copied in first (the planes are
+// cleared when there is none); then, per other tap, the wrapped columns
+// of the (scratch) patch row are zeroed and its valid rows added into the
+// plane as one shifted run.
+func col2imSame[F tensor.Float](g *convGeom, cols, dxs []F, n0, nb, gi, ld int) {
 	hw := g.h * g.w
+	taps := g.kh * g.kw
+	ident := -1
+	if g.ho == g.h {
+		for t := 0; t < taps; t++ {
+			if oh0, oh1, sh, cs := g.tapShift(t/g.kw, t%g.kw); sh == 0 && cs == 0 && oh0 == 0 && oh1 == g.ho {
+				ident = t
+				break
+			}
+		}
+	}
 	for ci := 0; ci < g.cg; ci++ {
-		plane := dxg[ci*hw : (ci+1)*hw]
-		for kh := 0; kh < g.kh; kh++ {
-			for kw := 0; kw < g.kw; kw++ {
-				r := cols[((ci*g.kh+kh)*g.kw+kw)*ld:][:g.pixels]
-				oh0, oh1, sh, cs := g.tapShift(kh, kw)
-				if oh0 >= oh1 {
-					continue
-				}
+		for j := 0; j < nb; j++ {
+			plane := dxs[((n0+j)*g.cin+gi*g.cg+ci)*hw:][:hw]
+			if ident >= 0 {
+				copy(plane, cols[(ci*taps+ident)*ld+j*g.pixels:][:hw])
+			} else {
+				clear(plane)
+			}
+		}
+		for t := 0; t < taps; t++ {
+			if t == ident {
+				continue
+			}
+			row := cols[(ci*taps+t)*ld:]
+			oh0, oh1, sh, cs := g.tapShift(t/g.kw, t%g.kw)
+			a, b := max(oh0*g.w, -sh), min(oh1*g.w, hw-sh)
+			if a >= b {
+				continue
+			}
+			for j := 0; j < nb; j++ {
+				r := row[j*g.pixels:][:g.pixels]
+				plane := dxs[((n0+j)*g.cin+gi*g.cg+ci)*hw:][:hw]
 				zeroWrapped(r, g.w, oh0, oh1, cs)
-				a, b := max(oh0*g.w, -sh), min(oh1*g.w, hw-sh)
 				addTo(plane[a+sh:b+sh], r[a:b])
 			}
 		}
@@ -225,10 +248,6 @@ func addTo[F tensor.Float](y, x []F) {
 // planes (dxg, which the caller zeroed).
 func col2im[F tensor.Float](g *convGeom, cols, dxg []F, ld int) {
 	p := g.p
-	if g.sameWidth() {
-		col2imSame(g, cols, dxg, ld)
-		return
-	}
 	for ci := 0; ci < g.cg; ci++ {
 		plane := dxg[ci*g.h*g.w : (ci+1)*g.h*g.w]
 		for kh := 0; kh < g.kh; kh++ {
@@ -302,6 +321,10 @@ func blockCols[F tensor.Float](g *convGeom, xs, cols []F, n0, nb, gi int) []F {
 		return xs[(n0*g.cin+gi*g.cg)*hw : (n0*g.cin+(gi+1)*g.cg)*hw]
 	}
 	ld := nb * g.pixels
+	if g.sameWidth() {
+		im2colSame(g, xs, cols, n0, nb, gi, ld)
+		return cols
+	}
 	for j := 0; j < nb; j++ {
 		n := n0 + j
 		xg := xs[(n*g.cin+gi*g.cg)*hw : (n*g.cin+(gi+1)*g.cg)*hw]
@@ -461,6 +484,10 @@ func convBwdInputPrep[F tensor.Float](g *convGeom, dx, dy, w *T) (run, release f
 				continue
 			}
 			gemm(g.kdim, ld, g.og, wg, g.kdim, true, dyb, ld, false, sc.cols, ld, false, sc.gemm)
+			if g.sameWidth() {
+				col2imSame(g, sc.cols, dxs, n0, nb, gi, ld)
+				continue
+			}
 			for j := 0; j < nb; j++ {
 				n := n0 + j
 				dxg := dxs[(n*g.cin+gi*g.cg)*hw : (n*g.cin+(gi+1)*g.cg)*hw]
