@@ -20,6 +20,7 @@ import (
 type Machine struct {
 	Name       string `json:"name"` // directory name under bench/baselines
 	CPU        string `json:"cpu"`
+	GPU        string `json:"gpu,omitempty"` // the device of a GPU run
 	GOOS       string `json:"goos"`
 	GOARCH     string `json:"goarch"`
 	NumCPU     int    `json:"num_cpu"`
@@ -42,6 +43,16 @@ func ThisMachine() Machine {
 		Date:       time.Now().UTC().Format(time.RFC3339),
 	}
 	m.Name = fmt.Sprintf("cpu-%s-%dc", slug(m.CPU), m.NumCPU)
+	return m
+}
+
+// ThisGPUMachine is ThisMachine for a run on a GPU: GPU names the device
+// as its driver reports it, and Name is "gpu-<device>", the directory
+// under bench/baselines that GPU.md files GPU figures in.
+func ThisGPUMachine(gpu string) Machine {
+	m := ThisMachine()
+	m.GPU = gpu
+	m.Name = "gpu-" + slug(gpu)
 	return m
 }
 

@@ -21,6 +21,11 @@ type W1Options struct {
 	Warmup   int  // unmeasured epochs (default 50)
 	Captured bool // replay a captured epoch instead of running eagerly
 	Seed     uint64
+	// Device runs the workload on a device other than the CPU (the zero
+	// value); its backend must be registered (kernels.Register, done by
+	// cuda.Backend.Register). The epoch is timed up to its metrics read
+	// back to the host, which waits for the device.
+	Device tensor.Device
 	// Emit receives each epoch's metrics (the workload's telemetry); nil
 	// keeps them in the result only.
 	Emit func(EpochMetrics)
@@ -50,6 +55,7 @@ type W1 struct {
 	opt     *optim.SGD
 	x, y    *tensor.Tensor
 	metrics *tensor.Tensor // F32 [3]: train loss sum, val loss sum, correct
+	correct *tensor.Tensor // F32 [4]: per-row correct counts (off the CPU)
 	ce      kernels.CrossEntropyParams
 	ceSum   kernels.CrossEntropyParams
 }
@@ -61,23 +67,45 @@ const (
 	w1Batch   = 4
 )
 
-// NewW1 builds the workload with PyTorch-style Linear initialisation.
-func NewW1(seed uint64) (*W1, error) {
+// NewW1 builds the workload on the CPU with PyTorch-style Linear
+// initialisation.
+func NewW1(seed uint64) (*W1, error) { return NewW1On(seed, tensor.CPU) }
+
+// NewW1On builds the workload on dev: the same initial weights and data
+// as NewW1 (drawn on the host, then copied), the parameters, data and
+// metrics on dev. dev's backend must be registered.
+func NewW1On(seed uint64, dev tensor.Device) (*W1, error) {
 	rng := tensor.NewRNG(seed)
 	bound := 1 / float64(4) // 1/sqrt(in)
-	w := autograd.Param(tensor.Uniform(rng, tensor.F32, -bound, bound, w1Out, w1In))
-	b := autograd.Param(tensor.Uniform(rng, tensor.F32, -bound, bound, w1Out))
+	wt := tensor.Uniform(rng, tensor.F32, -bound, bound, w1Out, w1In)
+	bt := tensor.Uniform(rng, tensor.F32, -bound, bound, w1Out)
+	x := tensor.Normal(rng, tensor.F32, 0, 1, w1Samples, w1In)
+	y := tensor.RandInt(rng, w1Out, w1Samples)
+	metrics := tensor.Zeros(tensor.F32, 3)
+	var correct *tensor.Tensor
+	if !dev.IsCPU() {
+		if _, err := kernels.Lookup(dev); err != nil {
+			return nil, fmt.Errorf("bench: W1 on %v: %w", dev, err)
+		}
+		ts := []*tensor.Tensor{wt, bt, x, y, metrics, tensor.Zeros(tensor.F32, w1Batch)}
+		for i, t := range ts {
+			d, err := t.ToDevice(dev)
+			if err != nil {
+				return nil, fmt.Errorf("bench: W1 on %v: %w", dev, err)
+			}
+			ts[i] = d
+		}
+		wt, bt, x, y, metrics, correct = ts[0], ts[1], ts[2], ts[3], ts[4], ts[5]
+	}
+	w, b := autograd.Param(wt), autograd.Param(bt)
 	w.Name, b.Name = "weight", "bias"
 	opt, err := optim.NewSGD([]*autograd.Var{w, b}, optim.SGDOptions{LR: 0.01, Momentum: 0.9})
 	if err != nil {
 		return nil, err
 	}
 	return &W1{
-		w: w, b: b, opt: opt,
-		x:       tensor.Normal(rng, tensor.F32, 0, 1, w1Samples, w1In),
-		y:       tensor.RandInt(rng, w1Out, w1Samples),
-		metrics: tensor.Zeros(tensor.F32, 3),
-		ceSum:   kernels.CrossEntropyParams{Reduction: kernels.ReduceSum},
+		w: w, b: b, opt: opt, x: x, y: y, metrics: metrics, correct: correct,
+		ceSum: kernels.CrossEntropyParams{Reduction: kernels.ReduceSum},
 	}, nil
 }
 
@@ -99,6 +127,10 @@ func (m *W1) Epoch(in []*tensor.Tensor) []*tensor.Tensor {
 		m.opt.Step()
 		be.Binary(kernels.Add, trainSum, trainSum, loss.Value.Reshape(1))
 	}
+	if m.correct != nil {
+		m.validateCounting(be, x, y, valSum, correct)
+		return []*tensor.Tensor{met}
+	}
 	autograd.InferenceMode(func() {
 		for s := 0; s < w1Samples/w1Batch; s++ {
 			xb := autograd.Const(x.Narrow(0, s*w1Batch, w1Batch))
@@ -119,8 +151,35 @@ func (m *W1) Epoch(in []*tensor.Tensor) []*tensor.Tensor {
 	return []*tensor.Tensor{met}
 }
 
-// read converts the metrics tensor into EpochMetrics (a host read).
+// validateCounting is Epoch's validation pass off the CPU: the backends
+// there have no integer comparison kernels, so the correct predictions
+// are counted per row with CountCorrect (argmax, comparison and count in
+// one launch) and summed into correct once.
+func (m *W1) validateCounting(be kernels.Backend, x, y, valSum, correct *tensor.Tensor) {
+	be.Fill(m.correct, 0)
+	autograd.InferenceMode(func() {
+		for s := 0; s < w1Samples/w1Batch; s++ {
+			xb := autograd.Const(x.Narrow(0, s*w1Batch, w1Batch))
+			yb := y.Narrow(0, s*w1Batch, w1Batch)
+			logits := autograd.Linear(xb, m.w, m.b)
+			l := autograd.CrossEntropy(logits, yb, m.ceSum)
+			be.Binary(kernels.Add, valSum, valSum, l.Value.Reshape(1))
+			be.CountCorrect(m.correct, logits.Value, yb)
+		}
+	})
+	be.Reduce(kernels.Sum, correct, m.correct, []int{0})
+}
+
+// read converts the metrics tensor into EpochMetrics (a host read, which
+// waits for a device).
 func (m *W1) read(epoch int, met *tensor.Tensor) EpochMetrics {
+	if !met.Device().IsCPU() {
+		h, err := met.ToDevice(tensor.CPU)
+		if err != nil {
+			panic(fmt.Sprintf("bench: W1 reading the epoch metrics: %v", err))
+		}
+		met = h
+	}
 	f := met.F32()
 	return EpochMetrics{
 		Epoch:       epoch,
@@ -150,7 +209,7 @@ func RunW1(o W1Options) (res W1Result, err error) {
 	if o, err = o.withDefaults(); err != nil {
 		return W1Result{}, err
 	}
-	m, err := NewW1(o.Seed)
+	m, err := NewW1On(o.Seed, o.Device)
 	if err != nil {
 		return W1Result{}, err
 	}

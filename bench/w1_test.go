@@ -120,3 +120,10 @@ func TestW1ThroughTrainer(t *testing.T) {
 	require.Less(t, eager[len(eager)-1].TrainLoss, eager[0].TrainLoss)
 	require.Equal(t, "trainer-captured", rc.Mode)
 }
+
+// TestW1OnDeviceWithoutBackend: W1 on a device whose backend is not
+// registered is an error naming the device, not a panic.
+func TestW1OnDeviceWithoutBackend(t *testing.T) {
+	_, err := RunW1(W1Options{Epochs: 1, Device: tensor.CUDA(0)})
+	require.ErrorContains(t, err, "cuda:0")
+}

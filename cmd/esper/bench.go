@@ -11,6 +11,7 @@ import (
 
 	"github.com/esper-go/esper/bench"
 	"github.com/esper-go/esper/data"
+	"github.com/esper-go/esper/tensor"
 )
 
 // benchConfig holds the parsed `esper bench` flags. Zero warm-up, reps
@@ -30,6 +31,10 @@ type benchConfig struct {
 	envs, baseChannels    int // W4
 	trainSize, valSize    int // W4
 	maxEpochs, ppoRounds  int // W4
+
+	// peerResults is --peer-results (--device cuda): a directory of
+	// gpu_peers.py results to compare with.
+	peerResults string
 }
 
 // allWorkloads is what --workload all runs, in order.
@@ -43,7 +48,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 	compare := fs.String("compare", "", "peer to run in the same process run: pytorch")
 	fs.StringVar(&c.jsonDir, "json", "", "directory to write <workload>.json into")
 	fs.IntVar(&c.epochs, "epochs", 2000, "measured epochs (W1)")
-	fs.IntVar(&c.warmup, "warmup", 0, "unmeasured warm-up iterations; 0 = the workload's default (W1 50 epochs, W2 5 forwards, W4 2 lock-step steps, W5 5 steps, W6 3 GEMMs, W7 5 steps)")
+	fs.IntVar(&c.warmup, "warmup", 0, "unmeasured warm-up iterations; 0 = the workload's default (W1 50 epochs, W2 5 forwards, W4 2 lock-step steps, W5 5 steps, W6 3 GEMMs, W7 5 steps; --device cuda: W6 10 GEMMs, W8 20 copies)")
 	fs.IntVar(&c.requests, "requests", 256, "germination requests (W3)")
 	fs.IntVar(&c.concurrency, "concurrency", 4, "germinations in flight at once (W3)")
 	fs.IntVar(&c.batch, "batch", 128, "batch size (W5; W4's host batch)")
@@ -58,21 +63,23 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&c.dataDir, "data-dir", "", "Fashion-MNIST directory (W5; default "+data.DefaultFashionMNISTDir+", random data when missing)")
 	fs.BoolVar(&c.randomData, "random-data", false, "train on random N(0,1) images instead of Fashion-MNIST (W5)")
 	fs.BoolVar(&c.capture, "capture", true, "also time captured (replayed) training steps (W5)")
-	fs.IntVar(&c.size, "size", 1024, "n of the n×n·n×n fp32 GEMM (W6)")
-	fs.IntVar(&c.reps, "reps", 0, "measured repetitions: W6 GEMMs per implementation (0 = 20); W2 forwards per batch size and mode (0 = 200 for batch 1, 50 for the large batch)")
+	fs.IntVar(&c.size, "size", 1024, "n of the n×n·n×n fp32 GEMM (W6; --device cuda: TF32 and BF16, 8192 unless given)")
+	fs.IntVar(&c.reps, "reps", 0, "measured repetitions: W6 GEMMs per implementation (0 = 20); W2 forwards per batch size and mode (0 = 200 for batch 1, 50 for the large batch); --device cuda: W6 GEMMs (0 = 50), W8 copies per path (0 = 200)")
 	fs.IntVar(&c.graphs, "graphs", 64, "the large batch of W2, in graphs (W2 times batch 1 and this)")
 	fs.IntVar(&c.params, "params", 10_000_000, "total fp32 parameters (W7)")
 	fs.IntVar(&c.tensors, "tensors", 200, "parameter tensors (W7)")
-	device := fs.String("device", "cpu", "device: cpu (cuda arrives with the CUDA issue)")
+	device := fs.String("device", "cpu", "device: cpu, or cuda[:N] for the GPU workloads W1, W6, W7, W8 (a binary built with -tags cuda; GPU.md)")
 	fs.StringVar(&c.peerDir, "peer-dir", "bench/pytorch", "directory of the PyTorch peer scripts")
+	fs.StringVar(&c.peerResults, "peer-results", "", "with --device cuda: a directory holding this run's gpu_peers.py results (pytorch_w1.json, ...) to compare with, read instead of running the peers (implies --compare pytorch)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	if *device != "cpu" {
-		return fmt.Errorf("device %q is not available yet (only cpu)", *device)
+	dev, err := tensor.ParseDevice(*device)
+	if err != nil {
+		return fmt.Errorf("device %q is not available (want cpu, or cuda[:N] in a binary built with -tags cuda)", *device)
 	}
 	if *compare != "" && *compare != "pytorch" {
 		return fmt.Errorf("unknown peer %q (want pytorch)", *compare)
@@ -98,6 +105,11 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	if c.envs <= 0 || c.baseChannels <= 0 || c.trainSize <= 0 || c.valSize <= 0 || c.maxEpochs <= 0 || c.ppoRounds < -1 || c.ppoRounds == 0 {
 		return fmt.Errorf("--envs, --base-channels, --train-size, --val-size, --max-epochs must be > 0 and --ppo-rounds > 0 or -1")
+	}
+	if !dev.IsCPU() {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		return benchDevice(dev, strings.ToUpper(*workload), c, set, stdout, stderr)
 	}
 	w := strings.ToUpper(*workload)
 	if w == "ALL" {

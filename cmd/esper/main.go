@@ -1,5 +1,6 @@
 // Command esper is the Esper-Go command-line tool: `esper bench` runs the
-// performance workloads of PERF.md (W1 to W7) and compares them with
+// performance workloads of PERF.md (W1 to W7 on the CPU; W1, W6, W7 and
+// W8 on a GPU in a binary built with -tags cuda) and compares them with
 // their PyTorch peers; `esper train` trains a host that grows seeds under
 // a controller.
 package main
@@ -16,6 +17,7 @@ usage:
   esper bench --workload W1 [--compare pytorch] [--json DIR] [--epochs N]
   esper bench --workload W3 [--requests N] [--concurrency N] [--json DIR]
   esper bench --workload W2|W4|W5|W6|W7|all [--compare pytorch] [--json DIR]  (esper bench -h: every flag)
+  esper bench --device cuda --workload W1|W6|W7|W8|all [--compare pytorch] [--json DIR]  (a -tags cuda build)
   esper train [--task synthetic|fashion-mnist] [--epochs N] [--controller heuristic|none]
               [--controller gnn --policy FILE [--policy-sample]]
               [--checkpoint DIR [--resume]] [--run-dir DIR] [--metrics-addr ADDR] [--device cpu]

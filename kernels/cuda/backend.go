@@ -27,7 +27,10 @@ type Backend struct {
 	prec atomic.Int32 // Precision of F32 matmuls and convolutions
 }
 
-var _ kernels.Backend = (*Backend)(nil)
+var (
+	_ kernels.Backend        = (*Backend)(nil)
+	_ kernels.ForeachStepper = (*Backend)(nil)
+)
 
 // T is the tensor type of kernels.Backend's methods.
 type T = kernels.T
@@ -280,6 +283,18 @@ func (b *Backend) SGDStep(param, grad, mom, hyper, foundInf *T, o kernels.SGDOpt
 // AdamWStep implements kernels.Backend (F32 arenas).
 func (b *Backend) AdamWStep(param, grad, m, v, hyper, foundInf *T, o kernels.AdamWOptions) {
 	must(b.d.AdamWStep(param, grad, m, v, hyper, foundInf, o))
+}
+
+// ForeachSGDStep implements kernels.ForeachStepper (F32 lists): one
+// multi-tensor launch for the whole list (Device.ForeachSGDStep).
+func (b *Backend) ForeachSGDStep(params, grads, moms []*T, hyper, foundInf *T, o kernels.SGDOptions) {
+	must(b.d.ForeachSGDStep(params, grads, moms, hyper, foundInf, o))
+}
+
+// ForeachAdamWStep implements kernels.ForeachStepper (F32 lists): one
+// multi-tensor launch for the whole list (Device.ForeachAdamWStep).
+func (b *Backend) ForeachAdamWStep(params, grads, ms, vs []*T, hyper, foundInf *T, o kernels.AdamWOptions) {
+	must(b.d.ForeachAdamWStep(params, grads, ms, vs, hyper, foundInf, o))
 }
 
 // UnscaleCheck implements kernels.Backend (F32).

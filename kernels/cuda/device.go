@@ -43,6 +43,7 @@ type Device struct {
 	alloc     *Allocator
 	blas      *blasHandle // cuBLAS, created on first use (under mu)
 	capturing bool        // a stream capture is running (under mu)
+	mt        mtCache     // multi-tensor tables (multi_tensor.go)
 }
 
 // Open initialises CUDA device ordinal: retains its primary context,

@@ -16,6 +16,14 @@
 // NewBackend opens the device and Register makes it the backend of
 // tensors on tensor.KindCUDA, so that autograd, nn and optim run on it.
 //
-// Without the cuda tag the package holds only this documentation and
-// the check that every PTX file was generated from the current source.
+// Lists of tensors (the foreach operations, ForeachSGDStep and
+// ForeachAdamWStep) are updated with one multi-tensor launch each
+// (multi_tensor.go); Stager and CopyHostToDevice move host batches,
+// CopyDeviceToDevice device buffers, and Timer times device work with CUDA
+// events (what `esper bench --device cuda` measures with).
+//
+// Without the cuda tag the package holds only this documentation, the
+// layout of the multi-tensor tables (mt_table.go, tested there without a
+// GPU) and the check that every PTX file was generated from the current
+// source.
 package cuda

@@ -3,6 +3,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 
 	"gorgonia.org/cu"
@@ -10,10 +11,13 @@ import (
 	"github.com/esper-go/esper/tensor"
 )
 
-// The foreach operations over lists of F32 tensors (one launch per
-// tensor: the optimizers keep their tensors in one arena, so a list is
-// short) and the GradScaler's device-side state (src/foreach.cu,
-// src/optim.cu).
+// The foreach operations over lists of F32 tensors and the GradScaler's
+// device-side state (src/foreach.cu, src/optim.cu). A list is one
+// multi-tensor launch (multi_tensor.go; ForeachNorm adds a zeroing fill
+// and a square root); a list of one tensor, or one first seen during a
+// graph capture, whose table cannot be uploaded then, takes one launch
+// per tensor instead (sumsqEach, each), with the same arithmetic.
+// Tensors a list op writes must not overlap one another.
 
 // ForeachNorm writes the L2 norm of each xs[i] (F32, contiguous) into
 // dst[i] (F32 or F64, len(xs) elements). The squares are summed by
@@ -31,7 +35,7 @@ func (d *Device) ForeachNorm(dst *tensor.Tensor, xs []*tensor.Tensor) error {
 	if err != nil {
 		return err
 	}
-	ptrs, err := d.foreachPtrs(op, "xs", xs)
+	ptrs, sizes, err := d.mtOperands(op, []string{"xs"}, xs)
 	if err != nil {
 		return err
 	}
@@ -44,16 +48,34 @@ func (d *Device) ForeachNorm(dst *tensor.Tensor, xs []*tensor.Tensor) error {
 		return err
 	}
 	ps, _ := d.ptrOf(op, "scratch", ss, tensor.F32)
+	tb, err := d.mtTableFor(ptrs, sizes)
+	switch {
+	case errors.Is(err, errMTEach):
+		err = d.sumsqEach(ps, ptrs[0], sizes)
+	case err == nil:
+		var a args
+		err = d.mtLaunch("mt_sumsq_f32", tb, a.ptr(ps).ptr(tb.ptr).i64(tb.tensors).i64(tb.chunks))
+	}
+	if err != nil {
+		return err
+	}
+	release := d.enter()
+	defer release()
+	var a args
+	return d.launch1D("sqrt_into", int64(len(xs)), a.ptr(pd).i32(b2i(wide)).ptr(ps).i64(int64(len(xs))))
+}
+
+// sumsqEach adds Σx² of each tensor into scratch[i], one launch each.
+func (d *Device) sumsqEach(ps cu.DevicePtr, ptrs []cu.DevicePtr, sizes []int64) error {
 	release := d.enter()
 	defer release()
 	for i, p := range ptrs {
 		var a args
-		if err := d.launch1D("sumsq_f32", int64(xs[i].Numel()), a.ptr(ps+cu.DevicePtr(4*i)).ptr(p).i64(int64(xs[i].Numel()))); err != nil {
+		if err := d.launch1D("sumsq_f32", sizes[i], a.ptr(ps+cu.DevicePtr(4*i)).ptr(p).i64(sizes[i])); err != nil {
 			return err
 		}
 	}
-	var a args
-	return d.launch1D("sqrt_into", int64(len(xs)), a.ptr(pd).i32(b2i(wide)).ptr(ps).i64(int64(len(xs))))
+	return nil
 }
 
 // ForeachScale multiplies every xs[i] (F32) in place by s (F32, one
@@ -64,49 +86,39 @@ func (d *Device) ForeachScale(xs []*tensor.Tensor, s *tensor.Tensor) error {
 	if err != nil {
 		return err
 	}
-	ptrs, err := d.foreachPtrs(op, "xs", xs)
+	ptrs, sizes, err := d.mtOperands(op, []string{"xs"}, xs)
 	if err != nil {
 		return err
 	}
-	release := d.enter()
-	defer release()
-	for i, p := range ptrs {
-		var a args
-		if err := d.launch1D("scale_f32", int64(xs[i].Numel()), a.ptr(p).ptr(ps).i64(int64(xs[i].Numel()))); err != nil {
-			return err
-		}
+	tb, err := d.mtTableFor(ptrs, sizes)
+	if errors.Is(err, errMTEach) {
+		return d.each("scale_f32", ptrs[0], sizes, func(a *args, i int) { a.ptr(ptrs[0][i]).ptr(ps).i64(sizes[i]) })
 	}
-	return nil
+	if err != nil {
+		return err
+	}
+	var a args
+	return d.mtLaunch("mt_scale_f32", tb, a.ptr(tb.ptr).i64(tb.tensors).i64(tb.chunks).ptr(ps))
 }
 
 // ForeachAxpy computes ys[i] += alpha·xs[i] (F32, pairwise same shapes).
 func (d *Device) ForeachAxpy(ys, xs []*tensor.Tensor, alpha float64) error {
 	const op = "ForeachAxpy"
-	if len(ys) != len(xs) {
-		return fmt.Errorf("cuda: %s: %d ys and %d xs", op, len(ys), len(xs))
-	}
-	for i := range ys {
-		if err := sameShape(op, ys[i], xs[i]); err != nil {
-			return err
-		}
-	}
-	py, err := d.foreachPtrs(op, "ys", ys)
+	ptrs, sizes, err := d.mtOperands(op, []string{"ys", "xs"}, ys, xs)
 	if err != nil {
 		return err
 	}
-	px, err := d.foreachPtrs(op, "xs", xs)
+	tb, err := d.mtTableFor(ptrs, sizes)
+	if errors.Is(err, errMTEach) {
+		return d.each("axpy_f32", ptrs[0], sizes, func(a *args, i int) {
+			a.ptr(ptrs[0][i]).ptr(ptrs[1][i]).f32(float32(alpha)).i64(sizes[i])
+		})
+	}
 	if err != nil {
 		return err
 	}
-	release := d.enter()
-	defer release()
-	for i := range py {
-		var a args
-		if err := d.launch1D("axpy_f32", int64(ys[i].Numel()), a.ptr(py[i]).ptr(px[i]).f32(float32(alpha)).i64(int64(ys[i].Numel()))); err != nil {
-			return err
-		}
-	}
-	return nil
+	var a args
+	return d.mtLaunch("mt_axpy_f32", tb, a.ptr(tb.ptr).i64(tb.tensors).i64(tb.chunks).f32(float32(alpha)))
 }
 
 // UnscaleCheck multiplies every xs[i] (F32) by invScale and sets
@@ -122,15 +134,30 @@ func (d *Device) UnscaleCheck(xs []*tensor.Tensor, invScale, foundInf *tensor.Te
 	if err != nil {
 		return err
 	}
-	ptrs, err := d.foreachPtrs(op, "xs", xs)
+	ptrs, sizes, err := d.mtOperands(op, []string{"xs"}, xs)
 	if err != nil {
 		return err
 	}
+	tb, err := d.mtTableFor(ptrs, sizes)
+	if errors.Is(err, errMTEach) {
+		return d.each("unscale_check_f32", ptrs[0], sizes, func(a *args, i int) { a.ptr(ptrs[0][i]).ptr(pi).ptr(pf).i64(sizes[i]) })
+	}
+	if err != nil {
+		return err
+	}
+	var a args
+	return d.mtLaunch("mt_unscale_check_f32", tb, a.ptr(tb.ptr).i64(tb.tensors).i64(tb.chunks).ptr(pi).ptr(pf))
+}
+
+// each launches the single-tensor kernel name once per tensor, with the
+// arguments fill writes for tensor i.
+func (d *Device) each(name string, ptrs []cu.DevicePtr, sizes []int64, fill func(a *args, i int)) error {
 	release := d.enter()
 	defer release()
-	for i, p := range ptrs {
+	for i := range ptrs {
 		var a args
-		if err := d.launch1D("unscale_check_f32", int64(xs[i].Numel()), a.ptr(p).ptr(pi).ptr(pf).i64(int64(xs[i].Numel()))); err != nil {
+		fill(&a, i)
+		if err := d.launch1D(name, sizes[i], &a); err != nil {
 			return err
 		}
 	}

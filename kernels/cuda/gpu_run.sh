@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # gpu/run.sh OUTDIR — the GPU run of a bundle made by `make gpu-bundle`
 # (GPU.md): correctness first (the cuda-tagged tests: CPU-vs-CUDA parity,
-# then compute-sanitizer memcheck on them), then the benchmarks. Results
-# and logs go to OUTDIR; the exit status is the tests' and the peers'.and the peers'.
+# then compute-sanitizer memcheck on them), then the benchmarks: the
+# PyTorch peers, then esper's side of the same workloads (W1, W6, W7, W8)
+# with the peers' figures of this run beside it. Results and logs go to
+# OUTDIR (esper's JSON reports under OUTDIR/esper); the exit status is
+# non-zero when a test, a peer or an esper workload failed.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: gpu/run.sh OUTDIR}
-mkdir -p "$out"
+mkdir -p "$out" && out=$(cd "$out" && pwd)
 
 # Find libcuda and cuBLAS where GPU images keep them.
 for d in /usr/local/nvidia/lib64 /usr/local/cuda/lib64 /usr/lib/x86_64-linux-gnu; do
@@ -49,4 +52,17 @@ if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1
 else
 	echo "no CUDA-enabled PyTorch: the GPU peers were skipped" | tee "$out/pytorch.log"
 fi
+
+# esper's side: each workload's JSON report carries the peer's figures of
+# this run (read from OUTDIR/pytorch_<w>.json when the peer wrote one) and
+# the ratios PERF.md's targets are stated in.
+mkdir -p "$out/esper"
+for w in w1 w6 w7 w8; do
+	echo "== esper bench --device cuda --workload $w"
+	peer=(--peer-dir "$here/pytorch")
+	[ -s "$out/pytorch_$w.json" ] && peer+=(--peer-results "$out")
+	"$here/esper" bench --device cuda --workload "$w" --json "$out/esper" "${peer[@]}" \
+		>"$out/esper_$w.log" 2>&1 || status=1
+	tail -12 "$out/esper_$w.log"
+done
 exit $status

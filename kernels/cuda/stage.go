@@ -70,19 +70,33 @@ func (d *Device) NewStager(slots, bytes int) (*Stager, error) {
 // may be reused as soon as Stage returns (it was copied into a pinned
 // buffer).
 func (s *Stager) Stage(dst *tensor.Tensor, src []byte) error {
+	if dst != nil && dst.Nbytes() != len(src) {
+		return fmt.Errorf("cuda: Stage: %d bytes into dst %v %v (%d bytes)", len(src), dst.DType(), dst.Shape(), dst.Nbytes())
+	}
+	return s.StageFunc(dst, func(pinned []byte) { copy(pinned, src) })
+}
+
+// StageFunc is Stage for a batch written straight into the pinned
+// buffer, saving Stage's host copy: fill receives the next pinned buffer,
+// dst.Nbytes() long, once the copy that last used it has finished, and
+// must fill it completely (a loader decoding a batch into it, say); the
+// buffer is then copied to dst as Stage copies. fill must not keep the
+// slice: the buffer is reused by later calls.
+func (s *Stager) StageFunc(dst *tensor.Tensor, fill func(pinned []byte)) error {
 	if s.slots == nil {
 		return errors.New("cuda: Stage on a closed Stager")
+	}
+	if fill == nil || dst == nil {
+		return errors.New("cuda: StageFunc with a nil dst or fill function")
 	}
 	pd, err := s.d.ptrOf("Stage", "dst", dst, dst.DType())
 	if err != nil {
 		return err
 	}
-	if dst.Nbytes() != len(src) {
-		return fmt.Errorf("cuda: Stage: %d bytes into dst %v %v (%d bytes)", len(src), dst.DType(), dst.Shape(), dst.Nbytes())
-	}
+	n := dst.Nbytes()
 	sl := &s.slots[s.next]
-	if len(src) > sl.n {
-		return fmt.Errorf("cuda: Stage: %d bytes exceed the Stager's %d-byte buffers", len(src), sl.n)
+	if n > sl.n {
+		return fmt.Errorf("cuda: Stage: %d bytes exceed the Stager's %d-byte buffers", n, sl.n)
 	}
 	s.next = (s.next + 1) % len(s.slots)
 	release := s.d.enter()
@@ -92,8 +106,11 @@ func (s *Stager) Stage(dst *tensor.Tensor, src []byte) error {
 			return err
 		}
 	}
-	copy(unsafe.Slice((*byte)(sl.p), len(src)), src)
-	if err := copyH2DAsync(pd, sl.p, len(src), s.copy); err != nil {
+	fill(unsafe.Slice((*byte)(sl.p), n))
+	if n == 0 {
+		return nil
+	}
+	if err := copyH2DAsync(pd, sl.p, n, s.copy); err != nil {
 		return err
 	}
 	if err := sl.done.Record(s.copy); err != nil {
