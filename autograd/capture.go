@@ -69,6 +69,12 @@ var ErrCaptureFailed = errors.New("autograd: capture failed, running eagerly")
 // captured with the graph, replays the launches, and returns the SAME
 // output tensors every time, overwritten by each replay. Copy an output
 // (Clone) to keep it past the next Run.
+//
+// The input copies can be avoided explicitly: Inputs returns the static
+// input buffers themselves, and Run copies nothing into a buffer that is
+// passed as its own input. A caller that writes each step's data straight
+// into them (or whose data never changes) saves one copy per input per
+// replay; see Inputs for the rules.
 type Captured struct {
 	step  StepFunc
 	opt   CaptureOptions
@@ -123,6 +129,38 @@ func (c *Captured) Launches() int {
 		return 0
 	}
 	return c.last.graph.Len()
+}
+
+// Inputs returns the static input buffers of the most recently used
+// graph, in the order of Run's inputs, or nil when there is none yet
+// (before the call that captures it, or when that capture fell back to
+// eager). The slice is a fresh copy; the tensors are the graph's own.
+//
+// Run copies each input into its static buffer before a replay unless
+// the input IS that buffer, so passing these tensors back to Run
+// (Run(c.Inputs()...), or a kept slice of them) replays without any
+// input copy. They hold whatever was last copied or written into them:
+// the inputs of the capture call, or of the last Run that copied, until
+// the caller overwrites them. This is the explicit way to skip the
+// copies; Run never skips a copy on its own, since a caller may have
+// written new data into the same input tensor since the previous call.
+//
+// Rules for writing into them: keep their shape, dtype and storage
+// (write their elements — tensor.CopyInto on the CPU, a backend Copy or
+// a staged host copy on a device — never replace or Free them); on a
+// device, order the write on the backend's stream before the next Run and
+// after the replay that last read them (kernels.Backend operations are
+// ordered so already; a copy on another stream, such as a cuda.Stager's,
+// must be ordered with events: Stager.Release and Await); and remember that a step which writes into its
+// inputs now writes into these buffers, which Run no longer refreshes.
+// Passing them to Run is always correct, also after the guard changed:
+// under another graph (a new parameter version, say) they are ordinary
+// inputs, copied like any other.
+func (c *Captured) Inputs() []*tensor.Tensor {
+	if c.last == nil || c.last.graph == nil {
+		return nil
+	}
+	return append([]*tensor.Tensor(nil), c.last.inputs...)
 }
 
 func (c *Captured) version() uint64 {
@@ -195,7 +233,7 @@ func (c *Captured) Run(inputs ...*tensor.Tensor) ([]*tensor.Tensor, error) {
 		fallthrough
 	default:
 		for i, t := range inputs {
-			if t != e.inputs[i] {
+			if t != e.inputs[i] { // the caller filled the buffer itself (Inputs)
 				copyStatic(e.backend, e.inputs[i], t)
 			}
 		}

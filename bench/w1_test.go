@@ -44,6 +44,22 @@ func TestW1CapturedMatchesEager(t *testing.T) {
 	require.Zero(t, allocs, "captured epochs allocate nothing")
 }
 
+// TestW1StaticInputsMatchesEager: feeding the replays through the
+// captured graph's static input buffers (no input copies) computes the
+// same metrics as the eager epoch, and says it did.
+func TestW1StaticInputsMatchesEager(t *testing.T) {
+	eager, static := make([]EpochMetrics, 0, 32), make([]EpochMetrics, 0, 32)
+	_, err := RunW1(W1Options{Epochs: 20, Warmup: 3, Emit: func(m EpochMetrics) { eager = append(eager, m) }})
+	require.NoError(t, err)
+	r, err := RunW1(W1Options{Epochs: 20, Warmup: 3, Captured: true, StaticInputs: true, Emit: func(m EpochMetrics) { static = append(static, m) }})
+	require.NoError(t, err)
+	require.True(t, r.StaticInputs)
+	require.Equal(t, eager, static)
+	r, err = RunW1(W1Options{Epochs: 2, Warmup: 1, StaticInputs: true})
+	require.NoError(t, err)
+	require.False(t, r.StaticInputs, "StaticInputs without Captured does nothing")
+}
+
 func TestSummarise(t *testing.T) {
 	require.Zero(t, Summarise(nil).N)
 	var d []time.Duration

@@ -137,20 +137,36 @@ func W5FwdFLOPPerSample() float64 {
 	return flop + 2*float64(in*w5Classes)
 }
 
-// w5Data is a pool of train and eval batches.
-type w5Data struct {
-	kind, note     string
-	trainX, trainY []*tensor.Tensor
-	evalX, evalY   []*tensor.Tensor
+// W5Data is the pool of host batches W5 cycles through, per phase at
+// most 8 (speed does not depend on the content, only the shape): images
+// F32 [Batch, 1, 28, 28] and labels I64 [Batch], contiguous on the CPU.
+type W5Data struct {
+	// Kind is "fashion-mnist" or "random-normal"; Note says where the
+	// data came from or why Fashion-MNIST was not used.
+	Kind, Note     string
+	TrainX, TrainY []*tensor.Tensor
+	EvalX, EvalY   []*tensor.Tensor
 }
 
-func loadW5Data(o W5Options, rng *rand.Rand) *w5Data {
-	d := &w5Data{}
+// NewW5Data returns the batches RunW5 trains and evaluates on for the
+// same options (Batch, Warmup+Steps and EvalWarmup+EvalBatches, data
+// source, Seed), so that another runner of the workload (the GPU one of
+// `esper bench --device cuda`) sees the same data.
+func NewW5Data(o W5Options) (*W5Data, error) {
+	o, err := o.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return loadW5Data(o, tensor.NewRNG(o.Seed+1)), nil
+}
+
+func loadW5Data(o W5Options, rng *rand.Rand) *W5Data {
+	d := &W5Data{}
 	nTrain, nEval := min(w5Pool, o.Warmup+o.Steps), min(w5Pool, o.EvalWarmup+o.EvalBatches)
 	if !o.RandomData {
 		train, test, err := data.OpenFashionMNIST(o.DataDir)
 		if err == nil && train.Len() >= o.Batch && test.Len() >= o.Batch {
-			d.kind, d.note = "fashion-mnist", "Fashion-MNIST from "+o.DataDir+" (train batches from the training set, eval batches from the test set, random order)"
+			d.Kind, d.Note = "fashion-mnist", "Fashion-MNIST from "+o.DataDir+" (train batches from the training set, eval batches from the test set, random order)"
 			fill := func(ds *data.TensorDataset, n int) (xs, ys []*tensor.Tensor) {
 				perm := rng.Perm(ds.Len())
 				for b := 0; b < n; b++ {
@@ -160,18 +176,18 @@ func loadW5Data(o W5Options, rng *rand.Rand) *w5Data {
 				}
 				return xs, ys
 			}
-			d.trainX, d.trainY = fill(train, nTrain)
-			d.evalX, d.evalY = fill(test, nEval)
+			d.TrainX, d.TrainY = fill(train, nTrain)
+			d.EvalX, d.EvalY = fill(test, nEval)
 			return d
 		}
 		if err == nil {
 			err = fmt.Errorf("fewer than %d samples", o.Batch)
 		}
-		d.note = fmt.Sprintf("random N(0,1) images and uniform labels: Fashion-MNIST unavailable (%v)", err)
+		d.Note = fmt.Sprintf("random N(0,1) images and uniform labels: Fashion-MNIST unavailable (%v)", err)
 	} else {
-		d.note = "random N(0,1) images and uniform labels (requested)"
+		d.Note = "random N(0,1) images and uniform labels (requested)"
 	}
-	d.kind = "random-normal"
+	d.Kind = "random-normal"
 	gen := func(n int) (xs, ys []*tensor.Tensor) {
 		for b := 0; b < n; b++ {
 			xs = append(xs, tensor.Normal(rng, tensor.F32, 0, 1, o.Batch, w5InChannels, w5Side, w5Side))
@@ -179,19 +195,29 @@ func loadW5Data(o W5Options, rng *rand.Rand) *w5Data {
 		}
 		return xs, ys
 	}
-	d.trainX, d.trainY = gen(nTrain)
-	d.evalX, d.evalY = gen(nEval)
+	d.TrainX, d.TrainY = gen(nTrain)
+	d.EvalX, d.EvalY = gen(nEval)
 	return d
 }
 
-// w5Model is the host with its optimizer.
-type w5Model struct {
+// W5Model is the W5 host (kasmina.CNNHost with W5's dimensions) with its
+// SGD optimizer (lr 0.01, momentum 0.9) over a flat parameter arena, on
+// one device, in training mode.
+type W5Model struct {
 	host *kasmina.CNNHost
 	opt  *optim.SGD
 	ce   kernels.CrossEntropyParams
 }
 
-func newW5Model(seed uint64) (*w5Model, error) {
+// NewW5Model builds the W5 model on the CPU, its weights drawn from seed.
+func NewW5Model(seed uint64) (*W5Model, error) { return NewW5ModelOn(seed, tensor.CPU) }
+
+// NewW5ModelOn builds the W5 model on dev: the same initial weights as
+// NewW5Model (drawn on the host, then copied), with the parameters, the
+// BatchNorm running statistics, the gradients and the optimizer state on
+// dev. dev's backend must be registered (kernels.Register, done by
+// cuda.Backend.Register).
+func NewW5ModelOn(seed uint64, dev tensor.Device) (*W5Model, error) {
 	host, err := kasmina.NewCNNHost(kasmina.CNNHostOptions{
 		InChannels: w5InChannels, Classes: w5Classes, Blocks: w5Blocks, BaseChannels: w5Base,
 		KernelSize: w5Kernel, RNG: tensor.NewRNG(seed),
@@ -199,18 +225,110 @@ func newW5Model(seed uint64) (*w5Model, error) {
 	if err != nil {
 		return nil, err
 	}
+	if !dev.IsCPU() {
+		if _, err := kernels.Lookup(dev); err != nil {
+			return nil, fmt.Errorf("bench: W5 on %v: %w", dev, err)
+		}
+		if err := w5MoveHost(host, dev); err != nil {
+			return nil, fmt.Errorf("bench: W5 on %v: %w", dev, err)
+		}
+	}
+	// The arena is laid out on the parameters' device.
 	opt, err := optim.NewSGD(host.Parameters(), optim.SGDOptions{LR: 0.01, Momentum: 0.9})
 	if err != nil {
 		return nil, err
 	}
 	nn.Train(host)
-	return &w5Model{host: host, opt: opt}, nil
+	return &W5Model{host: host, opt: opt}, nil
 }
+
+// w5MoveHost copies the host's parameters and buffers to dev and points
+// the host at the copies. nn has no module-to-device move yet, so the
+// buffers, which only the host's BatchNorm2d layers have (their running
+// statistics, exported fields), are reached by walking the module tree;
+// a host with any other buffer is an error rather than half moved. The
+// layers' NamedBuffers still list the host tensors afterwards (W5 never
+// reads them: no state dict is taken).
+func w5MoveHost(host *kasmina.CNNHost, dev tensor.Device) error {
+	to := func(what string, t *tensor.Tensor) (*tensor.Tensor, error) {
+		d, err := t.ToDevice(dev)
+		if err != nil {
+			return nil, fmt.Errorf("copying %s: %w", what, err)
+		}
+		return d, nil
+	}
+	var bns []*nn.BatchNorm2d
+	walkModules(host, func(m nn.Module) {
+		if bn, ok := m.(*nn.BatchNorm2d); ok {
+			bns = append(bns, bn)
+		}
+	})
+	if got, want := len(host.NamedBuffers()), 2*len(bns); got != want {
+		return fmt.Errorf("the host has %d buffers, %d of them outside BatchNorm2d running statistics, which cannot be moved", got, got-want)
+	}
+	for _, p := range host.NamedParameters() {
+		d, err := to(p.Name, p.Var.Value)
+		if err != nil {
+			return err
+		}
+		p.Var.Value = d
+	}
+	for i, bn := range bns {
+		mean, err := to(fmt.Sprintf("BatchNorm2d %d running_mean", i), bn.RunningMean)
+		if err != nil {
+			return err
+		}
+		vr, err := to(fmt.Sprintf("BatchNorm2d %d running_var", i), bn.RunningVar)
+		if err != nil {
+			return err
+		}
+		bn.RunningMean, bn.RunningVar = mean, vr
+	}
+	return nil
+}
+
+// walkModules calls f on m and on every module below it (children of
+// nn.Composite-based modules, depth first).
+func walkModules(m nn.Module, f func(nn.Module)) {
+	f(m)
+	if c, ok := m.(interface{ Children() []nn.Child }); ok {
+		for _, ch := range c.Children() {
+			walkModules(ch.Module, f)
+		}
+	}
+}
+
+// Step is one training step over in = {x [Batch,1,28,28] F32, y [Batch]
+// I64}, both on the model's device: zero the gradients, forward,
+// cross-entropy, backward, SGD step. It returns the loss (a one-element
+// tensor on the device) and does only tensor work, so it can be captured
+// (autograd.Capture).
+func (m *W5Model) Step(in []*tensor.Tensor) []*tensor.Tensor { return m.step(in) }
+
+// Predict returns the logits [Batch, 10] of the images x in inference
+// mode (no tape). Call SetTraining(false) first for evaluation mode (the
+// running statistics of the batch norms, folded into the convolutions).
+func (m *W5Model) Predict(x *tensor.Tensor) *tensor.Tensor {
+	var out *tensor.Tensor
+	autograd.InferenceMode(func() { out = m.host.Forward(autograd.Const(x)).Value })
+	return out
+}
+
+// SetTraining switches the host between training (the default) and
+// evaluation mode.
+func (m *W5Model) SetTraining(training bool) { m.host.SetTraining(training) }
+
+// Optimizer returns the model's SGD optimizer (its Arena().Version is the
+// parameter-set version a capture guard keys on).
+func (m *W5Model) Optimizer() *optim.SGD { return m.opt }
+
+// Params is the number of parameter elements.
+func (m *W5Model) Params() int { return m.opt.Arena().Len() }
 
 // step is one training step over in = {x, y}: zero the gradients,
 // forward, cross-entropy, backward, SGD step. It returns the loss and
 // does only tensor work, so it can be captured.
-func (m *w5Model) step(in []*tensor.Tensor) []*tensor.Tensor {
+func (m *W5Model) step(in []*tensor.Tensor) []*tensor.Tensor {
 	m.opt.ZeroGrad()
 	loss := autograd.CrossEntropy(m.host.Forward(autograd.Const(in[0])), in[1], m.ce)
 	autograd.Backward(loss)
@@ -220,7 +338,7 @@ func (m *w5Model) step(in []*tensor.Tensor) []*tensor.Tensor {
 
 // train runs warmup then steps training steps over the pool of batches,
 // eagerly or captured.
-func (m *w5Model) train(o W5Options, d *w5Data, captured bool, flopPerSample float64) (W5TrainResult, error) {
+func (m *W5Model) train(o W5Options, d *W5Data, captured bool, flopPerSample float64) (W5TrainResult, error) {
 	res := W5TrainResult{Mode: "eager"}
 	run := func(in []*tensor.Tensor) ([]*tensor.Tensor, error) { return m.step(in), nil }
 	var c *autograd.Captured
@@ -238,7 +356,7 @@ func (m *w5Model) train(o W5Options, d *w5Data, captured bool, flopPerSample flo
 	}
 	in := make([]*tensor.Tensor, 2)
 	batch := func(i int) []*tensor.Tensor {
-		in[0], in[1] = d.trainX[i%len(d.trainX)], d.trainY[i%len(d.trainY)]
+		in[0], in[1] = d.TrainX[i%len(d.TrainX)], d.TrainY[i%len(d.TrainY)]
 		return in
 	}
 	var out []*tensor.Tensor
@@ -283,11 +401,11 @@ func (m *w5Model) train(o W5Options, d *w5Data, captured bool, flopPerSample flo
 }
 
 // eval times the forward pass in evaluation and inference mode.
-func (m *w5Model) eval(o W5Options, d *w5Data, flopPerSample float64) W5EvalResult {
+func (m *W5Model) eval(o W5Options, d *W5Data, flopPerSample float64) W5EvalResult {
 	nn.Eval(m.host)
 	defer nn.Train(m.host)
 	fwd := func(i int) {
-		x := d.evalX[i%len(d.evalX)]
+		x := d.EvalX[i%len(d.EvalX)]
 		autograd.InferenceMode(func() { m.host.Forward(autograd.Const(x)) })
 	}
 	for i := 0; i < o.EvalWarmup; i++ {
@@ -322,15 +440,15 @@ func RunW5(o W5Options) (W5Result, error) {
 	fwd := W5FwdFLOPPerSample()
 	res := W5Result{
 		Batch: o.Batch, Steps: o.Steps, Warmup: o.Warmup, EvalBatches: o.EvalBatches, EvalWarmup: o.EvalWarmup,
-		Data: d.kind, DataNote: d.note, FwdFLOPPerSample: fwd, TrainFLOPPerSample: 3 * fwd,
+		Data: d.Kind, DataNote: d.Note, FwdFLOPPerSample: fwd, TrainFLOPPerSample: 3 * fwd,
 	}
 	modes := []bool{false}
 	if o.Captured {
 		modes = append(modes, true)
 	}
-	var evalModel *w5Model
+	var evalModel *W5Model
 	for _, captured := range modes {
-		m, err := newW5Model(o.Seed)
+		m, err := NewW5Model(o.Seed)
 		if err != nil {
 			return W5Result{}, err
 		}

@@ -64,16 +64,44 @@ func TestW5SmallRun(t *testing.T) {
 // fatal.
 func TestW5FallsBackToRandomData(t *testing.T) {
 	d := loadW5Data(W5Options{Batch: 4, Steps: 1, Warmup: 1, EvalBatches: 1, EvalWarmup: 1, DataDir: t.TempDir()}, tensor.NewRNG(1))
-	require.Equal(t, "random-normal", d.kind)
-	require.Contains(t, d.note, "Fashion-MNIST unavailable")
-	require.Len(t, d.trainX, 2)
-	require.Equal(t, []int{4, 1, 28, 28}, d.trainX[0].Shape())
+	require.Equal(t, "random-normal", d.Kind)
+	require.Contains(t, d.Note, "Fashion-MNIST unavailable")
+	require.Len(t, d.TrainX, 2)
+	require.Equal(t, []int{4, 1, 28, 28}, d.TrainX[0].Shape())
+}
+
+// TestW5ModelAndData: NewW5Data returns the batches RunW5 draws for the
+// same options, the exported model steps and predicts on them, and a
+// device without a registered backend is an error, not a panic.
+func TestW5ModelAndData(t *testing.T) {
+	o := W5Options{Batch: 4, Steps: 1, Warmup: 1, EvalBatches: 1, EvalWarmup: 1, RandomData: true, Seed: 3}
+	d, err := NewW5Data(o)
+	require.NoError(t, err)
+	od, err := o.withDefaults()
+	require.NoError(t, err)
+	ref := loadW5Data(od, tensor.NewRNG(o.Seed+1)) // as RunW5 draws them
+	require.Equal(t, ref.TrainX[1].F32(), d.TrainX[1].F32())
+	require.Equal(t, ref.EvalY[0].I64(), d.EvalY[0].I64())
+	_, err = NewW5Data(W5Options{Steps: -1})
+	require.Error(t, err)
+
+	m, err := NewW5Model(3)
+	require.NoError(t, err)
+	require.Equal(t, 9*(32+32*64+64*128)+2*(32+64+128)+128*10+10, m.Params())
+	require.Equal(t, uint64(1), m.Optimizer().Arena().Version())
+	loss := m.Step([]*tensor.Tensor{d.TrainX[0], d.TrainY[0]})[0].Item()
+	require.InDelta(t, math.Log(10), loss, 1.0)
+	m.SetTraining(false)
+	require.Equal(t, []int{4, 10}, m.Predict(d.EvalX[0]).Shape())
+
+	_, err = NewW5ModelOn(3, tensor.CUDA(0))
+	require.ErrorContains(t, err, "W5 on cuda:0")
 }
 
 // benchmarkW5Train times one W5 training step (batch 128, random data),
 // eagerly or captured; b.N steps after two unmeasured ones.
 func benchmarkW5Train(b *testing.B, captured bool) {
-	m, err := newW5Model(1)
+	m, err := NewW5Model(1)
 	require.NoError(b, err)
 	o := W5Options{Batch: 128, Steps: 4, Warmup: 2, RandomData: true}
 	d := loadW5Data(o, tensor.NewRNG(2))
@@ -85,7 +113,7 @@ func benchmarkW5Train(b *testing.B, captured bool) {
 			require.NoError(b, err)
 		}
 	}
-	in := []*tensor.Tensor{d.trainX[0], d.trainY[0]}
+	in := []*tensor.Tensor{d.TrainX[0], d.TrainY[0]}
 	run(in)
 	run(in)
 	b.ResetTimer()
@@ -101,12 +129,12 @@ func BenchmarkW5TrainCaptured(b *testing.B) { benchmarkW5Train(b, true) }
 // BenchmarkW5Eval times one W5 evaluation forward of batch 128 in
 // inference mode.
 func BenchmarkW5Eval(b *testing.B) {
-	m, err := newW5Model(1)
+	m, err := NewW5Model(1)
 	require.NoError(b, err)
 	o := W5Options{Batch: 128, EvalBatches: 1, EvalWarmup: 1, RandomData: true}
 	d := loadW5Data(o, tensor.NewRNG(2))
 	nn.Eval(m.host)
-	fwd := func() { autograd.InferenceMode(func() { m.host.Forward(autograd.Const(d.evalX[0])) }) }
+	fwd := func() { autograd.InferenceMode(func() { m.host.Forward(autograd.Const(d.EvalX[0])) }) }
 	fwd()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PERF.md GPU peers (W1, W6, W7, W8) for the CUDA issue, PyTorch 2.x.
+"""PERF.md GPU peers (W1, W5, W6, W7, W8) for the CUDA issue, PyTorch 2.x.
 
 One script, one workload per subcommand; each prints a short table and,
 with --json, writes its figures.  Timing uses CUDA events after warm-up;
@@ -10,6 +10,18 @@ medians and p95 are reported.  Inputs are random (never zeros).
       modes: eager, torch.compile(mode="reduce-overhead") of the epoch, and
       a CUDA graph of the epoch captured with torch.cuda.graph (static
       inputs, capturable optimizer).  Metric: epoch latency p50/p95 in us.
+  w5  the W5 host-train CNN (w5_host_train.py's build_host: 3 x [Conv3x3 no
+      bias -> BatchNorm2d -> ReLU -> MaxPool2d 2] of 32/64/128 channels, global
+      average pool, Linear(128->10)) on 1x28x28 batches of 128: training
+      (cross-entropy, SGD lr 0.01 momentum 0.9) and evaluation (eval mode,
+      inference_mode forward) in three modes: eager, torch.compile (default
+      mode) and torch.compile(mode="reduce-overhead").  TF32 on for matmuls
+      and convolutions, cudnn.benchmark on.  Batches come from pinned host
+      memory, copied on a side stream while the previous step computes (the
+      usual prefetcher: wait_stream + record_stream).  Timing: CUDA events
+      around windows of --window steps of the running pipeline.  Metric:
+      training and evaluation samples/s (batch x steps over the summed
+      window times), per-step p50/p95 of the windows.
   w6  bf16 and TF32 GEMM 8192^3 with torch.matmul (TF32 through
       torch.backends.cuda.matmul.allow_tf32).  Metric: TFLOP/s.
   w7  SGD-momentum and AdamW (foreach=True) steps over 200 fp32 tensors
@@ -117,6 +129,140 @@ def w1(args, torch, dev, timer):
     return results
 
 
+def w5_pools(args, torch):
+    """The W5 batch pools, as w5_host_train.py draws them: Fashion-MNIST
+    from --data-dir when its IDX files are there (unless --random), else
+    N(0, 1) images and uniform labels; at most POOL batches per phase."""
+    from w5_host_train import MEAN, POOL, STD, read_idx
+
+    b = args.batch
+    g = torch.Generator().manual_seed(args.seed + 1)
+    n_train, n_eval = min(POOL, args.warmup + args.steps), min(POOL, args.eval_warmup + args.eval_batches)
+    data, note = "random-normal", "random N(0,1) images and uniform labels (requested)"
+    sets = {}
+    if not args.random:
+        try:
+            for split, prefix in (("train", "train"), ("test", "t10k")):
+                sets[split] = (read_idx(torch, args.data_dir, prefix + "-images-idx3-ubyte"),
+                               read_idx(torch, args.data_dir, prefix + "-labels-idx1-ubyte"))
+            data, note = "fashion-mnist", "Fashion-MNIST from %s" % args.data_dir
+        except (OSError, ValueError, RuntimeError) as e:
+            note = "random N(0,1) images and uniform labels: Fashion-MNIST unavailable (%s)" % e
+
+    def pool(split, n):
+        if data == "fashion-mnist":
+            x, y = sets[split]
+            perm = torch.randperm(x.shape[0], generator=g)[:n * b]
+            xs = ((x[perm].float() / 255.0 - MEAN) / STD).reshape(n, b, 1, 28, 28)
+            ys = y[perm].long().reshape(n, b)
+            return [(xs[i].contiguous(), ys[i].contiguous()) for i in range(n)]
+        return [(torch.randn(b, 1, 28, 28, generator=g), torch.randint(0, 10, (b,), generator=g)) for _ in range(n)]
+
+    return pool("train", n_train), pool("test", n_eval), data, note
+
+
+def w5(args, torch, dev, timer):
+    import torch.nn.functional as F
+    from w5_host_train import build_host
+
+    cuda = dev.type == "cuda"
+    if args.smoke:
+        args.batch, args.steps, args.eval_batches, args.eval_warmup, args.window = 8, 2, 2, 1, 1
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+        torch.backends.cudnn.benchmark = True
+    train_pool, eval_pool, data, note = w5_pools(args, torch)
+    if cuda:
+        train_pool = [(x.pin_memory(), y.pin_memory()) for x, y in train_pool]
+        eval_pool = [(x.pin_memory(), y.pin_memory()) for x, y in eval_pool]
+    copy_stream = torch.cuda.Stream() if cuda else None
+
+    def fetch(pool, i, labels):
+        """Starts the copy of batch i on the side stream (returns the device tensors)."""
+        xh, yh = pool[i % len(pool)]
+        if not cuda:
+            return xh, yh
+        with torch.cuda.stream(copy_stream):
+            return xh.to(dev, non_blocking=True), (yh.to(dev, non_blocking=True) if labels else None)
+
+    def ready(batch):
+        """Orders the compute stream after the batch's copy."""
+        if cuda:
+            cur = torch.cuda.current_stream()
+            cur.wait_stream(copy_stream)
+            for t in batch:
+                if t is not None:
+                    t.record_stream(cur)
+        return batch
+
+    def windows(total, measured, step, pool, labels):
+        """Runs total steps as a pipeline (the copy of batch i+1 issued before
+        step i); the last `measured` are timed in windows of args.window."""
+        nxt = fetch(pool, 0, labels)
+        out, i, first = None, 0, None
+
+        def one():
+            nonlocal nxt, out, i
+            cur = ready(nxt)
+            if i + 1 < total:
+                nxt = fetch(pool, i + 1, labels)
+            out = step(*cur)
+            i += 1
+
+        for _ in range(total - measured):
+            one()
+            if first is None and out is not None and out.dim() == 0:
+                first = out.item()
+        win = max(1, min(args.window, measured))
+        n_win = max(1, measured // win)
+
+        def window():
+            for _ in range(win):
+                one()
+
+        ts = timer.time(window, n_win)
+        per_step = sorted(t / win for t in ts)
+        return {"samples_per_second": args.batch * win * n_win / (sum(ts) * 1e-6),
+                "p50_us": statistics.median(per_step), "p95_us": percentile(per_step, 95),
+                "window_steps": win, "windows": n_win}, first, out
+
+    modes = ["eager"] if args.smoke else ["eager", "compile", "reduce-overhead"]
+    out = {"batch": args.batch, "steps": args.steps, "warmup": args.warmup, "eval_batches": args.eval_batches,
+           "eval_warmup": args.eval_warmup, "data": data, "data_note": note,
+           "tf32": cuda, "cudnn_benchmark": cuda,
+           "feed": "pinned host batches, copied on a side stream one step ahead" if cuda else "host batches (CPU smoke run)"}
+    for mode in modes:
+        torch.manual_seed(args.seed)
+        model = build_host(torch).to(dev)
+        out["params"] = sum(p.numel() for p in model.parameters())
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        fwd = model
+        if mode == "compile":
+            fwd = torch.compile(model)
+        elif mode == "reduce-overhead":
+            fwd = torch.compile(model, mode="reduce-overhead")
+
+        def train_step(xb, yb):
+            opt.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(fwd(xb), yb)
+            loss.backward()
+            opt.step()
+            return loss.detach()
+
+        def eval_step(xb, _):
+            return fwd(xb)
+
+        model.train()
+        tr, first, last = windows(args.warmup + args.steps, args.steps, train_step, train_pool, True)
+        tr["first_loss"], tr["final_loss"] = first, last.item()
+        model.eval()
+        with torch.inference_mode():
+            ev, _, _ = windows(args.eval_warmup + args.eval_batches, args.eval_batches, eval_step, eval_pool, False)
+        out[mode] = {"train": tr, "eval": ev}
+    return out
+
+
 def w6(args, torch, dev, timer):
     n = 256 if args.smoke else args.size
     out = {}
@@ -188,12 +334,19 @@ def w8(args, torch, dev, timer):
 
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("workload", choices=["w1", "w6", "w7", "w8"])
+    ap.add_argument("workload", choices=["w1", "w5", "w6", "w7", "w8"])
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--reps", type=int, default=200)
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--size", type=int, default=8192, help="W6 n of n x n x n (default 8192)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--batch", type=int, default=128, help="W5 batch (default 128)")
+    ap.add_argument("--steps", type=int, default=200, help="W5 measured training steps (default 200; --warmup before)")
+    ap.add_argument("--eval-batches", type=int, default=200, help="W5 measured evaluation batches (default 200)")
+    ap.add_argument("--eval-warmup", type=int, default=5, help="W5 unmeasured evaluation batches (default 5)")
+    ap.add_argument("--window", type=int, default=10, help="W5 steps per timed window (default 10)")
+    ap.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist", help="W5 Fashion-MNIST IDX files")
+    ap.add_argument("--random", action="store_true", help="W5 on N(0,1) images and uniform labels")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes, eager only (checks the script)")
     ap.add_argument("--json", metavar="PATH")
     args = ap.parse_args(argv)
@@ -206,7 +359,7 @@ def main(argv):
     if dev.type == "cuda" and not torch.cuda.is_available():
         sys.exit("gpu_peers.py: no CUDA device (use --device cpu --smoke to check the script)")
     timer = Timer(torch, dev.type == "cuda")
-    res = {"w1": w1, "w6": w6, "w7": w7, "w8": w8}[args.workload](args, torch, dev, timer)
+    res = {"w1": w1, "w5": w5, "w6": w6, "w7": w7, "w8": w8}[args.workload](args, torch, dev, timer)
     report = {"workload": args.workload.upper(), "torch": torch.__version__, "device": str(dev),
               "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
               "results": res}

@@ -2,13 +2,13 @@
 
 package main
 
-// `esper bench --device cuda`: the GPU workloads of PERF.md (W1, W6, W7,
-// W8) on the CUDA backend, written as the CPU workloads' JSON reports
-// (bench.Report) with the PyTorch GPU peer (bench/pytorch/gpu_peers.py)
-// of the same run when --compare pytorch is given. Device work is timed
-// with CUDA events after warm-up and summarised by medians and
-// percentiles (GPU.md); W1 is timed by wall clock, as on the CPU, because
-// its epoch ends with a host read.
+// `esper bench --device cuda`: the GPU workloads of PERF.md (W1, W5, W6,
+// W7, W8; W5 in bench_cuda_w5.go) on the CUDA backend, written as the CPU
+// workloads' JSON reports (bench.Report) with the PyTorch GPU peer
+// (bench/pytorch/gpu_peers.py) of the same run when --compare pytorch is
+// given. Device work is timed with CUDA events after warm-up and
+// summarised by medians and percentiles (GPU.md); W1 is timed by wall
+// clock, as on the CPU, because its epoch ends with a host read.
 
 import (
 	"bytes"
@@ -34,7 +34,7 @@ import (
 )
 
 // gpuWorkloads is what --workload all runs on a GPU, in order.
-var gpuWorkloads = []string{"W1", "W6", "W7", "W8"}
+var gpuWorkloads = []string{"W1", "W5", "W6", "W7", "W8"}
 
 // PERF.md's GPU targets.
 const (
@@ -48,7 +48,7 @@ const (
 )
 
 // benchDevice runs the GPU workloads named by workload (upper case; "ALL"
-// runs W1, W6, W7 and W8) on dev, a CUDA device. A workload that fails,
+// runs W1, W5, W6, W7 and W8) on dev, a CUDA device. A workload that fails,
 // panics included, is an error naming it; with "all" the others still
 // run.
 func benchDevice(dev tensor.Device, workload string, c benchConfig, set map[string]bool, stdout, stderr io.Writer) error {
@@ -61,7 +61,7 @@ func benchDevice(dev tensor.Device, workload string, c benchConfig, set map[stri
 	}
 	for _, id := range ids {
 		if !slices.Contains(gpuWorkloads, id) {
-			return fmt.Errorf("unknown workload %q on %v (available there: W1, W6, W7, W8, all)", id, dev)
+			return fmt.Errorf("unknown workload %q on %v (available there: W1, W5, W6, W7, W8, all)", id, dev)
 		}
 	}
 	be, err := cuda.NewBackend(dev.Index)
@@ -108,6 +108,8 @@ func (g *gpuBench) run(id string) (err error) {
 	switch id {
 	case "W1":
 		return g.w1()
+	case "W5":
+		return g.w5()
 	case "W6":
 		return g.w6()
 	case "W7":
@@ -272,14 +274,14 @@ func (g *gpuBench) w1() error {
 	rep := g.report("W1", map[string]any{
 		"model": "Linear(16->4)+bias", "loss": "cross-entropy", "batch": 4, "samples_per_epoch": 16,
 		"optimizer": "SGD lr=0.01 momentum=0.9", "validation": "inference mode, 4 batches of 4 (correct counts with CountCorrect)",
-		"modes":  "eager: the bare engine loop launching every kernel; captured: the epoch captured once as a CUDA graph (autograd.Capture) and replayed, the inputs copied into its static buffers first",
+		"modes":  "eager: the bare engine loop launching every kernel; captured: the epoch captured once as a CUDA graph (autograd.Capture) and replayed, fed through the graph's own static input buffers (Captured.Inputs, holding x and y from the capture on), so a replay copies no input",
 		"timing": "wall clock per epoch, up to the epoch's metrics read back to the host (which waits for the device), as the peer times fn() + met.tolist()",
 		"epochs": c.epochs, "warmup": warmup,
 	})
 	var rows []gpuRow
 	byMode := map[string]bench.W1Result{}
 	for _, captured := range []bool{false, true} {
-		r, err := bench.RunW1(bench.W1Options{Epochs: c.epochs, Warmup: warmup, Captured: captured, Device: g.dev})
+		r, err := bench.RunW1(bench.W1Options{Epochs: c.epochs, Warmup: warmup, Captured: captured, StaticInputs: captured, Device: g.dev})
 		if err != nil {
 			return err
 		}

@@ -171,53 +171,89 @@ func TestBinaryMatchesCPU(t *testing.T) {
 	}
 }
 
+// optimLayouts are the operand layouts the arena optimizer kernels are
+// tested in: offsets (in elements) of param, grad and state views into
+// fresh device buffers. Offset 0 everywhere is 16-byte aligned and takes
+// the float4 path (n = 10007 leaves a scalar tail of 3); an offset of 1
+// on any operand takes the scalar path for every element.
+var optimLayouts = []struct {
+	name           string
+	param, grad, m int
+}{
+	{"aligned (float4 + tail)", 0, 0, 0},
+	{"all unaligned (scalar)", 1, 1, 1},
+	{"grad unaligned (scalar)", 0, 1, 0},
+	{"state unaligned (scalar)", 0, 0, 3},
+}
+
+// atOffset copies x to the device as a view starting off elements into a
+// buffer of x.Numel()+off elements (the elements before it poisoned).
+func atOffset(t *testing.T, x *tensor.Tensor, off int) *tensor.Tensor {
+	t.Helper()
+	n := x.Numel()
+	buf := poisoned(t, x.DType(), n+off)
+	v := buf.Narrow(0, off, n)
+	if err := dev.CopyHostToDevice(v, x.Contiguous().Storage().Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
 // TestOptimizersMatchCPU: SGD (plain, momentum, Nesterov with weight
 // decay, maximize; first step and later) and AdamW over 100 steps agree
-// with the CPU backend's fused loops; found_inf skips the update.
+// with the CPU backend's fused loops, in every optimLayouts layout (the
+// float4 path and the scalar one); found_inf skips the update.
 func TestOptimizersMatchCPU(t *testing.T) {
 	const n = 10007
 	rng := tensor.NewRNG(5)
-	for _, o := range []kernels.SGDOptions{{}, {Momentum: 0.9}, {Momentum: 0.9, Nesterov: true, WeightDecay: 1e-2}, {Momentum: 0.8, Dampening: 0.1, Maximize: true}} {
-		p := tensor.Normal(rng, tensor.F32, 0, 1, n)
-		pd := toDev(t, p)
-		var m, md *tensor.Tensor
-		if o.Momentum != 0 {
-			m = tensor.Zeros(tensor.F32, n)
-			md = toDev(t, m)
+	for _, l := range optimLayouts {
+		for _, o := range []kernels.SGDOptions{{}, {Momentum: 0.9}, {Momentum: 0.9, Nesterov: true, WeightDecay: 1e-2}, {Momentum: 0.8, Dampening: 0.1, Maximize: true}} {
+			p := tensor.Normal(rng, tensor.F32, 0, 1, n)
+			pd := atOffset(t, p, l.param)
+			var m, md *tensor.Tensor
+			if o.Momentum != 0 {
+				m = tensor.Zeros(tensor.F32, n)
+				md = atOffset(t, m, l.m)
+			}
+			for step := 1; step <= 5; step++ {
+				g := tensor.Normal(rng, tensor.F32, 0, 1, n)
+				hyper := tensor.FromSlice([]float64{0.01, float64(step)}, 2)
+				cpuBE.SGDStep(p, g, m, hyper, nil, o)
+				if err := dev.SGDStep(pd, atOffset(t, g, l.grad), md, toDev(t, hyper), nil, o); err != nil {
+					t.Fatal(err)
+				}
+			}
+			closeRel(t, fmt.Sprintf("sgd %+v, %s", o, l.name), fromDev(t, pd), p, 1e-5)
+			if md != nil {
+				closeRel(t, fmt.Sprintf("sgd %+v momentum, %s", o, l.name), fromDev(t, md), m, 1e-5)
+			}
 		}
-		for step := 1; step <= 5; step++ {
+		p := tensor.Normal(rng, tensor.F32, 0, 1, n)
+		m, v := tensor.Zeros(tensor.F32, n), tensor.Zeros(tensor.F32, n)
+		pd, md, vd := atOffset(t, p, l.param), atOffset(t, m, l.m), atOffset(t, v, l.m)
+		o := kernels.AdamWOptions{Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01}
+		inf := toDev(t, tensor.Zeros(tensor.F32, 1))
+		for step := 1; step <= 100; step++ {
 			g := tensor.Normal(rng, tensor.F32, 0, 1, n)
-			hyper := tensor.FromSlice([]float64{0.01, float64(step)}, 2)
-			cpuBE.SGDStep(p, g, m, hyper, nil, o)
-			if err := dev.SGDStep(pd, toDev(t, g), md, toDev(t, hyper), nil, o); err != nil {
+			hyper := tensor.FromSlice([]float64{1e-3, float64(step)}, 2)
+			cpuBE.AdamWStep(p, g, m, v, hyper, nil, o)
+			if err := dev.AdamWStep(pd, atOffset(t, g, l.grad), md, vd, toDev(t, hyper), inf, o); err != nil {
 				t.Fatal(err)
 			}
 		}
-		closeRel(t, fmt.Sprintf("sgd %+v", o), fromDev(t, pd), p, 1e-5)
-	}
-	p := tensor.Normal(rng, tensor.F32, 0, 1, n)
-	m, v := tensor.Zeros(tensor.F32, n), tensor.Zeros(tensor.F32, n)
-	pd, md, vd := toDev(t, p), toDev(t, m), toDev(t, v)
-	o := kernels.AdamWOptions{Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01}
-	inf := toDev(t, tensor.Zeros(tensor.F32, 1))
-	for step := 1; step <= 100; step++ {
-		g := tensor.Normal(rng, tensor.F32, 0, 1, n)
-		hyper := tensor.FromSlice([]float64{1e-3, float64(step)}, 2)
-		cpuBE.AdamWStep(p, g, m, v, hyper, nil, o)
-		if err := dev.AdamWStep(pd, toDev(t, g), md, vd, toDev(t, hyper), inf, o); err != nil {
+		closeRel(t, "adamw, "+l.name, fromDev(t, pd), p, 1e-5)
+		closeRel(t, "adamw m, "+l.name, fromDev(t, md), m, 1e-5)
+		closeRel(t, "adamw v, "+l.name, fromDev(t, vd), v, 1e-5)
+		before := fromDev(t, pd)
+		if err := dev.Fill(inf, 1); err != nil {
 			t.Fatal(err)
 		}
+		g := atOffset(t, tensor.Normal(rng, tensor.F32, 0, 1, n), l.grad)
+		if err := dev.AdamWStep(pd, g, md, vd, toDev(t, tensor.FromSlice([]float64{1e-3, 101}, 2)), inf, o); err != nil {
+			t.Fatal(err)
+		}
+		closeRel(t, "adamw skipped on found_inf, "+l.name, fromDev(t, pd), before, 0)
 	}
-	closeRel(t, "adamw", fromDev(t, pd), p, 1e-5)
-	before := fromDev(t, pd)
-	if err := dev.Fill(inf, 1); err != nil {
-		t.Fatal(err)
-	}
-	g := toDev(t, tensor.Normal(rng, tensor.F32, 0, 1, n))
-	if err := dev.AdamWStep(pd, g, md, vd, toDev(t, tensor.FromSlice([]float64{1e-3, 101}, 2)), inf, o); err != nil {
-		t.Fatal(err)
-	}
-	closeRel(t, "adamw skipped on found_inf", fromDev(t, pd), before, 0)
 }
 
 // TestMatMulMatchesCPU: cuBLAS products in fp32 (highest), TF32 and bf16,

@@ -18,12 +18,15 @@
 //
 // Lists of tensors (the foreach operations, ForeachSGDStep and
 // ForeachAdamWStep) are updated with one multi-tensor launch each
-// (multi_tensor.go); Stager and CopyHostToDevice move host batches,
-// CopyDeviceToDevice device buffers, and Timer times device work with CUDA
-// events (what `esper bench --device cuda` measures with).
+// (multi_tensor.go); Stager and CopyHostToDevice move host batches (the
+// Stager through pinned buffers on a copy stream of its own, ordered with
+// the device's stream by events: Release, StageAhead and Await let a
+// batch's copy hide behind the step before, and its trace measures how
+// much does), CopyDeviceToDevice device buffers, and Timer times device
+// work with CUDA events (what `esper bench --device cuda` measures with).
 //
 // Without the cuda tag the package holds only this documentation, the
 // layout of the multi-tensor tables (mt_table.go, tested there without a
-// GPU) and the check that every PTX file was generated from the current
-// source.
+// GPU), the arithmetic of a Stager trace (overlap.go, likewise) and the
+// check that every PTX file was generated from the current source.
 package cuda

@@ -2,7 +2,7 @@
 # gpu/run.sh OUTDIR — the GPU run of a bundle made by `make gpu-bundle`
 # (GPU.md): correctness first (the cuda-tagged tests: CPU-vs-CUDA parity,
 # then compute-sanitizer memcheck on them), then the benchmarks: the
-# PyTorch peers, then esper's side of the same workloads (W1, W6, W7, W8)
+# PyTorch peers, then esper's side of the same workloads (W1, W5, W6, W7, W8)
 # with the peers' figures of this run beside it. Results and logs go to
 # OUTDIR (esper's JSON reports under OUTDIR/esper); the exit status is
 # non-zero when a test, a peer or an esper workload failed.
@@ -44,7 +44,7 @@ echo "== kernels/cuda benchmarks (H2D pinned vs pageable)"
 
 # The PyTorch GPU peers (same run, so that ratios compare like with like).
 if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
-	for w in w1 w6 w7 w8; do
+	for w in w1 w5 w6 w7 w8; do
 		echo "== PyTorch peer $w"
 		python3 "$here/pytorch/gpu_peers.py" "$w" --json "$out/pytorch_$w.json" >"$out/pytorch_$w.log" 2>&1 || status=1
 		tail -5 "$out/pytorch_$w.log"
@@ -57,7 +57,7 @@ fi
 # this run (read from OUTDIR/pytorch_<w>.json when the peer wrote one) and
 # the ratios PERF.md's targets are stated in.
 mkdir -p "$out/esper"
-for w in w1 w6 w7 w8; do
+for w in w1 w5 w6 w7 w8; do
 	echo "== esper bench --device cuda --workload $w"
 	peer=(--peer-dir "$here/pytorch")
 	[ -s "$out/pytorch_$w.json" ] && peer+=(--peer-results "$out")

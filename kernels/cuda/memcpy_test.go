@@ -6,6 +6,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/tensor"
 )
 
@@ -52,5 +53,129 @@ func TestCopiesAndTimer(t *testing.T) {
 	closeRel(t, "staged in place", fromDev(t, c), h, 0)
 	if err := s.StageFunc(c, nil); err == nil {
 		t.Fatal("a nil fill function was accepted")
+	}
+}
+
+// TestStagerReleaseAndTrace: a batch staged into a buffer after Release
+// never overwrites it under the kernel that read the previous batch; a
+// trace times the copies and the marked steps on one clock, counts what
+// exceeds its capacity; a StageAhead copy is seen after its Await; and
+// misuse is an error.
+func TestStagerReleaseAndTrace(t *testing.T) {
+	const n = 1 << 20
+	s, err := dev.NewStager(2, 4*n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ones, threes := tensor.Full(tensor.F32, 1, n), tensor.Full(tensor.F32, 3, n)
+	a := poisoned(t, tensor.F32, n)
+	// A slow step first, so that an unordered copy would land under it.
+	big := toDev(t, tensor.Normal(tensor.NewRNG(311), tensor.F32, 0, 1, 2048, 2048))
+	prod := poisoned(t, tensor.F32, 2048, 2048)
+	if err := s.StartTrace(8, 4); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.StartTrace(8, 4); err == nil {
+		t.Fatal("a second StartTrace was accepted")
+	}
+	if err := s.Stage(a, ones.Storage().Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	b := poisoned(t, tensor.F32, n)
+	if err := s.BeginStep(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.BeginStep(); err == nil {
+		t.Fatal("BeginStep inside a step was accepted")
+	}
+	for i := 0; i < 4; i++ {
+		if err := dev.MatMul(prod, big, big, false, false, Highest); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := dev.BinaryScalar(kernels.Mul, b, a, 2, false); err != nil { // reads batch 1
+		t.Fatal(err)
+	}
+	if err := s.EndStep(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(a); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Stage(a, threes.Storage().Bytes()); err != nil { // waits for the step
+		t.Fatal(err)
+	}
+	c := poisoned(t, tensor.F32, n)
+	if err := s.BeginStep(); err != nil {
+		t.Fatal(err)
+	}
+	if err := dev.BinaryScalar(kernels.Mul, c, a, 2, false); err != nil { // reads batch 2
+		t.Fatal(err)
+	}
+	if err := s.EndStep(); err != nil {
+		t.Fatal(err)
+	}
+	o, err := s.StopTrace()
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeRel(t, "step over the released batch", fromDev(t, b), tensor.Full(tensor.F32, 2, n), 0)
+	closeRel(t, "step over the next batch", fromDev(t, c), tensor.Full(tensor.F32, 6, n), 0)
+	if o.Copies != 2 || o.Steps != 2 || o.Dropped != 0 {
+		t.Fatalf("trace counted %+v, want 2 copies and 2 steps", o)
+	}
+	if !(o.CopyTime > 0 && o.StepTime > 0 && o.Span >= o.StepTime && o.HiddenTime <= o.CopyTime) || !(o.Fraction >= 0 && o.Fraction <= 1) {
+		t.Fatalf("implausible trace %+v", o)
+	}
+	t.Logf("trace: %+v", o)
+
+	if _, err := s.StopTrace(); err == nil {
+		t.Fatal("StopTrace without a trace was accepted")
+	}
+	if err := s.EndStep(); err != nil {
+		t.Fatalf("EndStep without a trace must do nothing: %v", err)
+	}
+	if err := s.StartTrace(1, 1); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		if err := s.Stage(a, ones.Storage().Bytes()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.EndStep(); err == nil {
+		t.Fatal("EndStep without BeginStep was accepted")
+	}
+	if o, err = s.StopTrace(); err != nil || o.Copies != 1 || o.Dropped != 2 {
+		t.Fatalf("over capacity: %+v, %v (want 1 copy timed, 2 dropped)", o, err)
+	}
+	// StageAhead enqueues the copy; Await orders the device's stream
+	// after it, once.
+	if err := s.Release(a); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.StageAhead(a, func(p []byte) { copy(p, threes.Storage().Bytes()) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Await(a); err != nil {
+		t.Fatal(err)
+	}
+	d := poisoned(t, tensor.F32, n)
+	if err := dev.BinaryScalar(kernels.Mul, d, a, 2, false); err != nil {
+		t.Fatal(err)
+	}
+	closeRel(t, "step after Await", fromDev(t, d), tensor.Full(tensor.F32, 6, n), 0)
+	if err := s.Await(a); err == nil {
+		t.Fatal("a second Await of one StageAhead was accepted")
+	}
+	if err := s.Await(b); err == nil {
+		t.Fatal("Await of a buffer nothing was staged into was accepted")
+	}
+	if err := s.Release(nil); err == nil {
+		t.Fatal("Release(nil) was accepted")
+	}
+	if err := s.StartTrace(0, 1); err == nil {
+		t.Fatal("a trace of no copies was accepted")
 	}
 }

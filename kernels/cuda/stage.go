@@ -19,11 +19,43 @@ import (
 // finished), enqueues the copy on the copy stream, and makes the device's
 // stream wait for it: kernels enqueued afterwards see the batch, and no
 // host thread waits for the copy.
+//
+// The copy stream does not wait for the device's stream on its own: a
+// Stage into a device buffer that kernels still queued there are reading
+// would race with them. Stage batches into a ring of at least two device
+// buffers and Release a buffer once the steps reading it are enqueued;
+// the next Stage into it then waits (on the copy stream, not the host)
+// for those steps only. StageAhead and Await split a Stage in two, so
+// that the copy of batch i+1 can be enqueued before step i and hide
+// behind it, the device's stream waiting for it only before step i+1:
+//
+//	StageAhead(buf[0], batch 0)
+//	for i := range steps {
+//		Await(buf[i%2])
+//		Release(buf[(i+1)%2])             // read by step i−1, enqueued already
+//		StageAhead(buf[(i+1)%2], batch i+1) // runs while step i computes
+//		enqueue step i over buf[i%2]
+//	}
+//
+// StartTrace measures how much of the copying hides behind the steps
+// (PERF.md W8: "copy fully hidden behind compute in W5").
+//
+// A Stager is not safe for concurrent use.
 type Stager struct {
-	d     *Device
-	copy  cu.Stream
-	slots []pinnedSlot
-	next  int
+	d        *Device
+	copy     cu.Stream
+	slots    []pinnedSlot
+	next     int
+	released map[cu.DevicePtr]*releaseMark // by destination address
+	ahead    map[cu.DevicePtr]*pinnedSlot  // StageAhead copies not yet awaited, by destination
+	trace    *stageTrace                   // nil unless tracing
+}
+
+// releaseMark is an event recorded on the device's stream after the last
+// reader of a destination buffer; pending until a copy into it waited.
+type releaseMark struct {
+	ev      cu.Event
+	pending bool
 }
 
 // pinnedSlot is one page-locked buffer and the event recorded after the
@@ -43,7 +75,7 @@ func (d *Device) NewStager(slots, bytes int) (*Stager, error) {
 	}
 	release := d.enter()
 	defer release()
-	s := &Stager{d: d}
+	s := &Stager{d: d, released: map[cu.DevicePtr]*releaseMark{}, ahead: map[cu.DevicePtr]*pinnedSlot{}}
 	var err error
 	if s.copy, err = cu.MakeStream(cu.NonBlocking); err != nil {
 		return nil, fmt.Errorf("cuda: NewStager: copy stream: %w", err)
@@ -83,20 +115,73 @@ func (s *Stager) Stage(dst *tensor.Tensor, src []byte) error {
 // buffer is then copied to dst as Stage copies. fill must not keep the
 // slice: the buffer is reused by later calls.
 func (s *Stager) StageFunc(dst *tensor.Tensor, fill func(pinned []byte)) error {
+	return s.stage("StageFunc", dst, fill, false)
+}
+
+// StageAhead is StageFunc without the device stream's wait: the copy is
+// enqueued on the copy stream (after dst's Release, if any), and the
+// device's stream waits for it only at Await(dst). A training loop
+// enqueues the copy of the next batch this way before enqueuing the step
+// that should hide it, and Awaits it just before the step that reads it
+// (StageFunc's wait, inserted at once, would hold up that first step
+// until the copy is done).
+func (s *Stager) StageAhead(dst *tensor.Tensor, fill func(pinned []byte)) error {
+	return s.stage("StageAhead", dst, fill, true)
+}
+
+// Await makes the device's stream wait for the copy that StageAhead
+// enqueued into dst (the same tensor, or a view at the same device
+// address): kernels enqueued afterwards see the batch. The host does not
+// wait. dst with no StageAhead since its last Await is an error, as is a
+// call during a graph capture.
+func (s *Stager) Await(dst *tensor.Tensor) error {
 	if s.slots == nil {
-		return errors.New("cuda: Stage on a closed Stager")
+		return errors.New("cuda: Await on a closed Stager")
+	}
+	if dst == nil {
+		return errors.New("cuda: Await of a nil dst")
+	}
+	pd, err := s.d.ptrOf("Await", "dst", dst, dst.DType())
+	if err != nil {
+		return err
+	}
+	sl, ok := s.ahead[pd]
+	if !ok {
+		return fmt.Errorf("cuda: Await: nothing was staged ahead into dst %v %v", dst.DType(), dst.Shape())
+	}
+	if s.d.Capturing() {
+		return errors.New("cuda: Await during a graph capture")
+	}
+	delete(s.ahead, pd)
+	if sl == nil { // an empty batch: nothing was copied
+		return nil
+	}
+	release := s.d.enter()
+	defer release()
+	// The slot's event may have been recorded again since, by a later
+	// copy on the same stream: waiting for that one waits for this too.
+	if err := s.d.stream.Wait(sl.done, 0); err != nil {
+		return fmt.Errorf("cuda: Await: %w", err)
+	}
+	return nil
+}
+
+// stage is StageFunc (ahead false) and StageAhead (ahead true).
+func (s *Stager) stage(op string, dst *tensor.Tensor, fill func(pinned []byte), ahead bool) error {
+	if s.slots == nil {
+		return fmt.Errorf("cuda: %s on a closed Stager", op)
 	}
 	if fill == nil || dst == nil {
-		return errors.New("cuda: StageFunc with a nil dst or fill function")
+		return fmt.Errorf("cuda: %s with a nil dst or fill function", op)
 	}
-	pd, err := s.d.ptrOf("Stage", "dst", dst, dst.DType())
+	pd, err := s.d.ptrOf(op, "dst", dst, dst.DType())
 	if err != nil {
 		return err
 	}
 	n := dst.Nbytes()
 	sl := &s.slots[s.next]
 	if n > sl.n {
-		return fmt.Errorf("cuda: Stage: %d bytes exceed the Stager's %d-byte buffers", n, sl.n)
+		return fmt.Errorf("cuda: %s: %d bytes exceed the Stager's %d-byte buffers", op, n, sl.n)
 	}
 	s.next = (s.next + 1) % len(s.slots)
 	release := s.d.enter()
@@ -108,16 +193,82 @@ func (s *Stager) StageFunc(dst *tensor.Tensor, fill func(pinned []byte)) error {
 	}
 	fill(unsafe.Slice((*byte)(sl.p), n))
 	if n == 0 {
+		if ahead {
+			s.ahead[pd] = nil
+		}
 		return nil
+	}
+	if r := s.released[pd]; r != nil && r.pending {
+		// The step that last read dst must be done with it first.
+		if err := s.copy.Wait(r.ev, 0); err != nil {
+			return fmt.Errorf("cuda: %s: waiting for dst's release: %w", op, err)
+		}
+		r.pending = false
+	}
+	tr := s.trace
+	if tr != nil {
+		if err := tr.copyMark(s.copy, true); err != nil {
+			return err
+		}
 	}
 	if err := copyH2DAsync(pd, sl.p, n, s.copy); err != nil {
 		return err
+	}
+	if tr != nil {
+		if err := tr.copyMark(s.copy, false); err != nil {
+			return err
+		}
 	}
 	if err := sl.done.Record(s.copy); err != nil {
 		return err
 	}
 	sl.used = true
+	if ahead {
+		s.ahead[pd] = sl
+		return nil
+	}
+	delete(s.ahead, pd) // this copy comes after any staged ahead
 	return s.d.stream.Wait(sl.done, 0)
+}
+
+// Release records, on the device's stream, that the work enqueued there
+// so far is the last to read dst (typically the step just enqueued, which
+// consumes a staged batch): the next Stage, StageFunc or StageAhead into
+// dst (the same tensor, or any view starting at the same device address)
+// makes its copy wait for that work on the copy stream. The host does not
+// wait. Release dst after the steps that read it are enqueued, before
+// staging into it again; the wait applies to the next copy into dst only.
+// It may not be called during a graph capture.
+func (s *Stager) Release(dst *tensor.Tensor) error {
+	if s.slots == nil {
+		return errors.New("cuda: Release on a closed Stager")
+	}
+	if dst == nil {
+		return errors.New("cuda: Release of a nil dst")
+	}
+	pd, err := s.d.ptrOf("Release", "dst", dst, dst.DType())
+	if err != nil {
+		return err
+	}
+	if s.d.Capturing() {
+		return errors.New("cuda: Release during a graph capture (the event would be captured, not recorded)")
+	}
+	release := s.d.enter()
+	defer release()
+	r := s.released[pd]
+	if r == nil {
+		ev, err := cu.MakeEvent(cu.DisableTiming)
+		if err != nil {
+			return fmt.Errorf("cuda: Release: %w", err)
+		}
+		r = &releaseMark{ev: ev}
+		s.released[pd] = r
+	}
+	if err := r.ev.Record(s.d.stream); err != nil {
+		return fmt.Errorf("cuda: Release: %w", err)
+	}
+	r.pending = true
+	return nil
 }
 
 // Close waits for the copies in flight and frees the pinned buffers and
@@ -137,6 +288,16 @@ func (s *Stager) Close() error {
 
 func (s *Stager) closeLocked() error {
 	var first error
+	if s.trace != nil {
+		s.trace.destroy()
+		s.trace = nil
+	}
+	for _, r := range s.released {
+		if err := cu.DestroyEvent(&r.ev); err != nil && first == nil {
+			first = err
+		}
+	}
+	s.released = nil
 	for i := range s.slots {
 		if err := hostFree(s.slots[i].p); err != nil && first == nil {
 			first = err

@@ -9,6 +9,78 @@
 #include <stdint.h>
 #include "common.cuh"
 
+// The arena steps stream p, g and the state once per step: memory-bound
+// (PERF.md W7 wants them at >= 80% of the device's copy bandwidth), so
+// they move four floats per load and store (float4) when every buffer
+// they touch is 16-byte aligned, which the allocator's blocks are; a
+// view at an odd offset takes the scalar path. Both paths run the same
+// per-element function, so the arithmetic (and every rounding) is the
+// same whichever is taken; the n mod 4 elements after the float4 part
+// take the scalar path too.
+
+// aligned16 reports whether p may be read and written as float4.
+__device__ __forceinline__ bool aligned16(const void* p) { return ((uintptr_t)p & 15) == 0; }
+
+// sgd_elem is sgd_f32's update of one element: p and, with momentum
+// (MOM), its buffer m, in place.
+template <bool MOM>
+__device__ __forceinline__ void sgd_elem(float& p, float g, float& m, float lr, float mu, float damp, float wd,
+                                         int first, int nesterov, int maximize) {
+    float d = maximize ? -g : g;
+    if (wd != 0.f) d += wd * p;
+    if (MOM) {
+        float b = first ? d : mu * m + damp * d;
+        m = b;
+        d = nesterov ? d + mu * b : b;
+    }
+    p -= lr * d;
+}
+
+// sgd_apply runs sgd_elem over n elements across the grid: float4 where
+// p, g (and m) are aligned, scalar for the rest.
+template <bool MOM>
+__device__ __forceinline__ void sgd_apply(float* p, const float* g, float* m, float lr, float mu, float damp,
+                                          float wd, int first, int nesterov, int maximize, int64_t n) {
+    int64_t done = 0;
+    if (aligned16(p) && aligned16(g) && (!MOM || aligned16(m))) {
+        int64_t n4 = n >> 2;
+        float4* p4 = (float4*)p;
+        const float4* g4 = (const float4*)g;
+        float4* m4 = (float4*)m;
+        GRID_STRIDE(i, n4) {
+            float4 pv = p4[i], gv = g4[i];
+            float4 mv = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (MOM) mv = m4[i];
+            sgd_elem<MOM>(pv.x, gv.x, mv.x, lr, mu, damp, wd, first, nesterov, maximize);
+            sgd_elem<MOM>(pv.y, gv.y, mv.y, lr, mu, damp, wd, first, nesterov, maximize);
+            sgd_elem<MOM>(pv.z, gv.z, mv.z, lr, mu, damp, wd, first, nesterov, maximize);
+            sgd_elem<MOM>(pv.w, gv.w, mv.w, lr, mu, damp, wd, first, nesterov, maximize);
+            if (MOM) m4[i] = mv;
+            p4[i] = pv;
+        }
+        done = n4 << 2;
+    }
+    for (int64_t i = done + (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)blockDim.x * gridDim.x) {
+        float pi = p[i], mi = 0.f;
+        if (MOM) mi = m[i];
+        sgd_elem<MOM>(pi, g[i], mi, lr, mu, damp, wd, first, nesterov, maximize);
+        if (MOM) m[i] = mi;
+        p[i] = pi;
+    }
+}
+
+// adamw_elem is adamw_f32's update of one element: p, m and v in place.
+__device__ __forceinline__ void adamw_elem(float& p, float g, float& m, float& v, float b1, float b2, float c1,
+                                           float c2, float eps, float decay, float step_size, float bc2sqrt) {
+    float pi = p * decay;
+    float mi = b1 * m + c1 * g;
+    float vi = b2 * v + c2 * g * g;
+    m = mi;
+    v = vi;
+    p = pi - step_size * (mi / (sqrtf(vi) / bc2sqrt + eps));
+}
+
 extern "C" {
 
 // sgd_f32 follows torch.optim.SGD: d = ±g + wd·p; with momentum buffer m
@@ -20,15 +92,10 @@ __global__ void sgd_f32(float* p, const float* g, float* m, const double* hyper,
     if (found_inf != nullptr && *found_inf != 0.f) return;
     float lr = (float)hyper[0];
     int first = hyper[1] <= 1.0;
-    GRID_STRIDE(i, n) {
-        float d = maximize ? -g[i] : g[i];
-        if (wd != 0.f) d += wd * p[i];
-        if (m != nullptr) {
-            float b = first ? d : mu * m[i] + damp * d;
-            m[i] = b;
-            d = nesterov ? d + mu * b : b;
-        }
-        p[i] -= lr * d;
+    if (m != nullptr) {
+        sgd_apply<true>(p, g, m, lr, mu, damp, wd, first, nesterov, maximize, n);
+    } else {
+        sgd_apply<false>(p, g, m, lr, mu, damp, wd, first, nesterov, maximize, n);
     }
 }
 
@@ -36,7 +103,8 @@ __global__ void sgd_f32(float* p, const float* g, float* m, const double* hyper,
 // m = β1·m + (1−β1)·g; v = β2·v + (1−β2)·g²;
 // p −= lr/(1−β1^t) · m / (sqrt(v)/sqrt(1−β2^t) + eps). The scalar factors
 // are formed in fp64 and rounded once, as the CPU backend does; c1 and c2
-// are 1−β1 and 1−β2 rounded from fp64 by the caller.
+// are 1−β1 and 1−β2 rounded from fp64 by the caller. float4 where p, g,
+// m and v are aligned, scalar for the rest (sgd_apply's scheme).
 __global__ void adamw_f32(float* p, const float* g, float* m, float* v, const double* hyper, const float* found_inf,
                           float b1, float b2, float c1, float c2, float eps, double wd, double beta1, double beta2,
                           int64_t n) {
@@ -45,14 +113,32 @@ __global__ void adamw_f32(float* p, const float* g, float* m, float* v, const do
     float decay = (float)(1.0 - lr * wd);
     float step_size = (float)(lr / (1.0 - pow(beta1, t)));
     float bc2sqrt = (float)sqrt(1.0 - pow(beta2, t));
-    GRID_STRIDE(i, n) {
-        float gi = g[i];
-        float pi = p[i] * decay;
-        float mi = b1 * m[i] + c1 * gi;
-        float vi = b2 * v[i] + c2 * gi * gi;
+    int64_t done = 0;
+    if (aligned16(p) && aligned16(g) && aligned16(m) && aligned16(v)) {
+        int64_t n4 = n >> 2;
+        float4* p4 = (float4*)p;
+        const float4* g4 = (const float4*)g;
+        float4* m4 = (float4*)m;
+        float4* v4 = (float4*)v;
+        GRID_STRIDE(i, n4) {
+            float4 pv = p4[i], gv = g4[i], mv = m4[i], vv = v4[i];
+            adamw_elem(pv.x, gv.x, mv.x, vv.x, b1, b2, c1, c2, eps, decay, step_size, bc2sqrt);
+            adamw_elem(pv.y, gv.y, mv.y, vv.y, b1, b2, c1, c2, eps, decay, step_size, bc2sqrt);
+            adamw_elem(pv.z, gv.z, mv.z, vv.z, b1, b2, c1, c2, eps, decay, step_size, bc2sqrt);
+            adamw_elem(pv.w, gv.w, mv.w, vv.w, b1, b2, c1, c2, eps, decay, step_size, bc2sqrt);
+            m4[i] = mv;
+            v4[i] = vv;
+            p4[i] = pv;
+        }
+        done = n4 << 2;
+    }
+    for (int64_t i = done + (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)blockDim.x * gridDim.x) {
+        float pi = p[i], mi = m[i], vi = v[i];
+        adamw_elem(pi, g[i], mi, vi, b1, b2, c1, c2, eps, decay, step_size, bc2sqrt);
         m[i] = mi;
         v[i] = vi;
-        p[i] = pi - step_size * (mi / (sqrtf(vi) / bc2sqrt + eps));
+        p[i] = pi;
     }
 }
 
