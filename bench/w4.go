@@ -1,9 +1,13 @@
 package bench
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"os"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/esper-go/esper/leyline"
@@ -100,13 +104,19 @@ type W4LoopResult struct {
 type W4Work struct {
 	// Configs[i] is the number of alpha configurations the fused
 	// counterfactual validation evaluated in measured env-epoch i (0
-	// without live seeds), Ablations[i] the number of tolaria's
-	// per-seed alpha-0 validation passes (seeds BLENDING or HOLDING).
+	// without live seeds; the all-on configuration is the validation
+	// pass, not evaluated again), Ablations[i] the number of tolaria's
+	// own per-seed alpha-0 validation passes (none when the fused
+	// validation provides them: simic.EsperEpochWork).
 	Configs   []int `json:"configs"`
 	Ablations []int `json:"ablations"`
+	// Seeds[i] are the seeds measured env-epoch i ran (forward, and
+	// their own optimizer step when trainable), in slot order: the peer
+	// builds the same modules and replays them.
+	Seeds [][]W4Seed `json:"seeds"`
 	// LiveSeeds is the mean number of live seeds per measured env-epoch
-	// and SeedParams the mean of their parameter count: work our side
-	// does that the peer (a bare host) does not.
+	// (GERMINATED ones, which do not run yet, included) and SeedParams
+	// the mean of their parameter count.
 	LiveSeeds  float64 `json:"mean_live_seeds"`
 	SeedParams float64 `json:"mean_seed_params"`
 	// Germinations counts the germinations applied, Rollbacks the
@@ -115,6 +125,44 @@ type W4Work struct {
 	Germinations int `json:"germinations"`
 	Rollbacks    int `json:"rollbacks"`
 	Episodes     int `json:"episodes"`
+}
+
+// SeedTotals are the seed-epochs of the measured env-epochs (one per seed
+// an env-epoch ran) and the sum of their parameter counts: the peer
+// reports the same totals when it replayed the trace.
+func (w W4Work) SeedTotals() (seeds, params int) {
+	for _, ss := range w.Seeds {
+		seeds += len(ss)
+		for _, s := range ss {
+			params += s.Params
+		}
+	}
+	return seeds, params
+}
+
+// W4Seed is one seed an env-epoch ran, as the peer replays it: a
+// kasmina blueprint in the pre-pool slot of host block Slot, blended into
+// the host's activation by the slot's rules (kasmina.Slot.Forward).
+type W4Seed struct {
+	ID string `json:"id"`
+	// Slot is the host block whose pre-pool activation (after its ReLU,
+	// before its max-pool) the seed reads and blends into.
+	Slot      int    `json:"slot"`
+	Blueprint string `json:"blueprint"`
+	Channels  int    `json:"channels"`
+	// Training is the TRAINING stage: at Alpha 0 the blend is the
+	// straight-through h + (s − detach(s)).
+	Training bool    `json:"training"`
+	Alpha    float64 `json:"alpha"`
+	// Blend is the alpha algorithm: "add", "multiply" or "gate" (with
+	// kasmina's GatedBlend, whose parameters Params counts).
+	Blend string `json:"blend"`
+	// Isolate detaches the seed's input from the host's graph.
+	Isolate bool `json:"isolate"`
+	// Trainable: the seed's parameters take gradients and its own SGD
+	// steps them (not frozen).
+	Trainable bool `json:"trainable"`
+	Params    int  `json:"params"`
 }
 
 // W4Result is what RunW4 measured.
@@ -175,6 +223,94 @@ func (o W4Options) withDefaults() (W4Options, error) {
 	return o, nil
 }
 
+// w4Rig is the W4 set-up: the shared data stream, the environments in a
+// VecEnv and the policy, with the bare loop's lock-step step.
+type w4Rig struct {
+	o    W4Options
+	d    *simic.EsperData
+	envs []*simic.EsperEnv
+	vec  *simic.VecEnv[simic.TamiyoObs]
+	net  *tamiyo.Policy
+	pol  *simic.TamiyoPolicy
+	rng  *rand.Rand
+	// actTime is the time spent in the policy's Act by measured steps.
+	actTime time.Duration
+}
+
+// newW4Rig builds o's data, environments (reset, each parked at its
+// first decision point) and policy; o has its defaults filled in.
+func newW4Rig(o W4Options) (_ *w4Rig, err error) {
+	r := &w4Rig{o: o, rng: tensor.NewRNG(o.Seed + 2)}
+	defer func() {
+		if err != nil {
+			r.close()
+		}
+	}()
+	if r.d, err = simic.NewSyntheticData(simic.SyntheticDataOptions{Train: o.Train, Val: o.Val, Batch: o.Batch, Seed: o.Seed}); err != nil {
+		return nil, err
+	}
+	r.envs = make([]*simic.EsperEnv, o.Envs)
+	r.vec, err = simic.NewVecEnv(o.Envs, func(i int) (simic.Env[simic.TamiyoObs], error) {
+		e, err := simic.NewEsperEnv(simic.EsperEnvOptions{Data: r.d, Index: i, Seed: o.Seed, MaxEpochs: o.MaxEpochs,
+			Blocks: o.Blocks, BaseChannels: o.BaseChannels, Capture: o.Capture})
+		r.envs[i] = e
+		return e, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if r.net, err = tamiyo.NewPolicy(o.Policy); err != nil {
+		return nil, err
+	}
+	if r.pol, err = simic.NewTamiyoPolicy(r.net, simic.TamiyoPolicyOptions{}); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// close stops the environments' epoch goroutines and the data loaders.
+func (r *w4Rig) close() {
+	for _, e := range r.envs {
+		if e != nil {
+			e.Close()
+		}
+	}
+	r.d.Close()
+}
+
+// step is one lock-step step of the bare loop, the same as
+// simic.Trainer.Collect's without the buffer: the policy acts on every
+// environment's observation, then VecEnv.Step. A measured step (work
+// not nil) adds its policy time to actTime and its work to work.
+func (r *w4Rig) step(work *W4Work) error {
+	t0 := time.Now()
+	act, err := r.pol.Act(r.vec.Obs(), nil, r.rng, false)
+	if err != nil {
+		return err
+	}
+	if work != nil {
+		r.actTime += time.Since(t0)
+	}
+	vs, err := r.vec.Step(act.Actions)
+	if err != nil {
+		return err
+	}
+	if work == nil {
+		return nil
+	}
+	work.Episodes += len(vs.Episodes)
+	for i, e := range r.envs {
+		if vs.Rollback[i] {
+			work.Rollbacks++
+		}
+		if ls := e.LastStep(); ls.Decision.Op == leyline.OpGerminate && ls.Applied == tolaria.ApplyApplied {
+			work.Germinations++
+		}
+		w4Census(e, work)
+	}
+	return nil
+}
+
 // RunW4 builds o.Envs Esper environments on one synthetic data stream and
 // a policy, then times the bare loop (Warmup unmeasured and Steps
 // measured lock-step steps: one policy.Act over all environments, then
@@ -186,36 +322,12 @@ func RunW4(o W4Options) (W4Result, error) {
 	if err != nil {
 		return W4Result{}, err
 	}
-	d, err := simic.NewSyntheticData(simic.SyntheticDataOptions{Train: o.Train, Val: o.Val, Batch: o.Batch, Seed: o.Seed})
+	rig, err := newW4Rig(o)
 	if err != nil {
 		return W4Result{}, err
 	}
-	defer d.Close()
-	envs := make([]*simic.EsperEnv, o.Envs)
-	defer func() {
-		for _, e := range envs {
-			if e != nil {
-				e.Close()
-			}
-		}
-	}()
-	vec, err := simic.NewVecEnv(o.Envs, func(i int) (simic.Env[simic.TamiyoObs], error) {
-		e, err := simic.NewEsperEnv(simic.EsperEnvOptions{Data: d, Index: i, Seed: o.Seed, MaxEpochs: o.MaxEpochs,
-			Blocks: o.Blocks, BaseChannels: o.BaseChannels, Capture: o.Capture})
-		envs[i] = e
-		return e, err
-	})
-	if err != nil {
-		return W4Result{}, err
-	}
-	net, err := tamiyo.NewPolicy(o.Policy)
-	if err != nil {
-		return W4Result{}, err
-	}
-	pol, err := simic.NewTamiyoPolicy(net, simic.TamiyoPolicyOptions{})
-	if err != nil {
-		return W4Result{}, err
-	}
+	defer rig.close()
+	envs, vec, net, pol := rig.envs, rig.vec, rig.net, rig.pol
 	po := net.Options()
 	res := W4Result{
 		Envs: o.Envs, Slots: len(envs[0].Model().SlotIDs()), Blocks: o.Blocks, BaseChannels: o.BaseChannels,
@@ -230,40 +342,9 @@ func RunW4(o W4Options) (W4Result, error) {
 		res.PolicyParams += p.Value.Numel()
 	}
 
-	// The bare loop: the same lock-step as simic.Trainer.Collect without
-	// the buffer.
-	rng := tensor.NewRNG(o.Seed + 2)
-	var actTime time.Duration
-	step := func(work *W4Work) error {
-		t0 := time.Now()
-		act, err := pol.Act(vec.Obs(), nil, rng, false)
-		if err != nil {
-			return err
-		}
-		if work != nil {
-			actTime += time.Since(t0)
-		}
-		vs, err := vec.Step(act.Actions)
-		if err != nil {
-			return err
-		}
-		if work == nil {
-			return nil
-		}
-		work.Episodes += len(vs.Episodes)
-		for i, e := range envs {
-			if vs.Rollback[i] {
-				work.Rollbacks++
-			}
-			if ls := e.LastStep(); ls.Decision.Op == leyline.OpGerminate && ls.Applied == tolaria.ApplyApplied {
-				work.Germinations++
-			}
-			w4Census(e, work)
-		}
-		return nil
-	}
+	// The bare loop.
 	for i := 0; i < o.Warmup; i++ {
-		if err := step(nil); err != nil {
+		if err := rig.step(nil); err != nil {
 			return res, fmt.Errorf("bench: W4 warm-up: %w", err)
 		}
 	}
@@ -273,7 +354,7 @@ func RunW4(o W4Options) (W4Result, error) {
 	runtime.ReadMemStats(&ms0)
 	for i := range lat {
 		t0 := time.Now()
-		err := step(&res.Work)
+		err := rig.step(&res.Work)
 		lat[i] = time.Since(t0)
 		if err != nil {
 			return res, fmt.Errorf("bench: W4 bare loop: %w", err)
@@ -284,7 +365,7 @@ func RunW4(o W4Options) (W4Result, error) {
 	}
 	runtime.ReadMemStats(&ms1)
 	res.Bare = w4Loop("bare", lat, o.Steps*o.Envs, o.Envs, ms1.Mallocs-ms0.Mallocs)
-	res.Bare.PolicySeconds = actTime.Seconds()
+	res.Bare.PolicySeconds = rig.actTime.Seconds()
 	n := float64(len(res.Work.Configs))
 	res.Work.LiveSeeds /= n
 	res.Work.SeedParams /= n
@@ -337,33 +418,43 @@ func RunW4(o W4Options) (W4Result, error) {
 
 // w4Census records the work of the epoch env has just run to its
 // decision point: the fused validation's configurations, tolaria's
-// ablation passes and the live seeds.
+// ablation passes and the seeds. The seeds are as the epoch ran them:
+// nothing changes a stage or an alpha between the epoch's training and
+// its decision point.
 func w4Census(e *simic.EsperEnv, w *W4Work) {
-	k := 0
-	if cf := e.PendingCounterfactual(); cf != nil && cf.Matrix != nil {
-		k = len(cf.Matrix.Values)
-	}
-	abl, live, params := 0, 0, 0
+	pw := e.PendingWork()
+	live, params := 0, 0
+	var seeds []W4Seed
 	if m := e.Model(); m != nil {
-		for _, s := range m.Slots() {
-			if s.State() == nil {
+		ids := m.SlotIDs()
+		leyline.SortSlotIDs(ids)
+		for i, id := range ids {
+			s, err := m.Slot(id)
+			if err != nil || s.State() == nil || leyline.IsFailureStage(s.Stage()) {
 				continue
 			}
-			st := s.Stage()
-			if st == leyline.StageBlending || st == leyline.StageHolding {
-				abl++
-			}
-			if leyline.IsFailureStage(st) {
-				continue
+			n, trainable := 0, false
+			for _, p := range s.Parameters() {
+				n += p.Value.Numel()
+				trainable = trainable || p.RequiresGrad()
 			}
 			live++
-			for _, p := range s.Parameters() {
-				params += p.Value.Numel()
+			params += n
+			if !s.IsActive() {
+				continue
 			}
+			st := s.State()
+			seeds = append(seeds, W4Seed{
+				ID: st.SeedID, Slot: i, Blueprint: st.BlueprintID, Channels: s.Channels(),
+				Training: st.Stage == leyline.StageTraining, Alpha: s.Alpha(),
+				Blend: strings.ToLower(st.AlphaAlgorithm.String()), Isolate: s.IsolateGradients(),
+				Trainable: trainable, Params: n,
+			})
 		}
 	}
-	w.Configs = append(w.Configs, k)
-	w.Ablations = append(w.Ablations, abl)
+	w.Configs = append(w.Configs, pw.FusedConfigs)
+	w.Ablations = append(w.Ablations, pw.AblationPasses)
+	w.Seeds = append(w.Seeds, seeds)
 	w.LiveSeeds += float64(live)
 	w.SeedParams += float64(params)
 }
@@ -394,14 +485,35 @@ func W4PeerGraphs(path string, r W4Result) error {
 	return W2PeerGraphs(path, r.Policy, map[int]*tamiyo.Graph{r.Envs: r.Graph})
 }
 
+// W4PeerSeeds writes r's per-env-epoch seed trace (W4Work.Seeds) as the
+// peer's --seeds-file: {"seeds": [[seed, ...], ...]}.
+func W4PeerSeeds(path string, r W4Result) error {
+	seeds := r.Work.Seeds
+	if seeds == nil {
+		seeds = [][]W4Seed{}
+	}
+	for i, s := range seeds {
+		if s == nil {
+			seeds[i] = []W4Seed{}
+		}
+	}
+	b, err := json.Marshal(map[string]any{"seeds": seeds})
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
+}
+
 // W4PeerArgs are the peer script's arguments that make it run r's loop:
-// the sizes, the steps and the per-env-epoch work trace.
-func W4PeerArgs(r W4Result, graphsFile string) []string {
+// the sizes, the steps and the per-env-epoch work trace (the seeds in
+// seedsFile, written by W4PeerSeeds).
+func W4PeerArgs(r W4Result, graphsFile, seedsFile string) []string {
 	return []string{
 		"--envs", fmt.Sprint(r.Envs), "--blocks", fmt.Sprint(r.Blocks), "--base-channels", fmt.Sprint(r.BaseChannels),
 		"--train", fmt.Sprint(r.Train), "--val", fmt.Sprint(r.Val), "--batch", fmt.Sprint(r.Batch),
 		"--max-epochs", fmt.Sprint(r.MaxEpochs), "--steps", fmt.Sprint(r.Steps), "--warmup", fmt.Sprint(r.Warmup),
-		"--graphs-file", graphsFile, "--configs", intList(r.Work.Configs), "--ablations", intList(r.Work.Ablations),
+		"--graphs-file", graphsFile, "--seeds-file", seedsFile,
+		"--configs", intList(r.Work.Configs), "--ablations", intList(r.Work.Ablations),
 	}
 }
 

@@ -1,13 +1,22 @@
 package bench
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/esper-go/esper/kasmina"
+	"github.com/esper-go/esper/kasmina/blueprint"
+	"github.com/esper-go/esper/leyline"
+	"github.com/esper-go/esper/simic"
 	"github.com/esper-go/esper/tamiyo"
+	"github.com/esper-go/esper/tensor"
+	"github.com/esper-go/esper/tolaria"
 )
 
 // w4Tiny is a W4 that runs in a few seconds: 2 environments, a narrow
@@ -54,13 +63,15 @@ func TestW4SmallRun(t *testing.T) {
 	// episode (steps 3 of warm-up + measured).
 	require.GreaterOrEqual(t, r.Work.Episodes, 2)
 	for i, k := range r.Work.Configs {
-		// Full factorial over at most 3 seeds: 0 or 2^n configurations.
-		require.Contains(t, []int{0, 2, 4, 8}, k, "env-epoch %d", i)
+		// Full factorial over at most 3 seeds: 0 or 2^n configurations,
+		// less the all-on one (the validation pass).
+		require.Contains(t, []int{0, 1, 3, 7}, k, "env-epoch %d", i)
 	}
 	require.NotNil(t, r.Graph)
 	require.Equal(t, 2, r.Graph.NumGraphs)
 
-	args := W4PeerArgs(r, "g.json")
+	require.Len(t, r.Work.Seeds, 8)
+	args := W4PeerArgs(r, "g.json", "s.json")
 	require.Contains(t, args, "--configs")
 	require.Equal(t, len(args)%2, 0)
 }
@@ -85,18 +96,155 @@ func TestW4PeerSameModels(t *testing.T) {
 	r, err := RunW4(o)
 	require.NoError(t, err)
 	require.Nil(t, r.PPO)
-	// A trace with counterfactual work, whatever the tiny run's seeds
-	// did: the peer must replay it.
-	r.Work.Configs = []int{4, 0, 2, 0, 0, 8, 0, 0}
+	// A trace with counterfactual work and every cnn seed in every blend,
+	// whatever the tiny run's seeds did: the peer must replay it, with
+	// our parameter counts.
+	r.Work.Configs = []int{3, 0, 1, 0, 0, 7, 0, 0}
 	r.Work.Ablations = []int{1, 0, 0, 0, 2, 0, 0, 0}
-	gf := filepath.Join(t.TempDir(), "graphs.json")
+	r.Work.Seeds = w4EverySeed(t, len(r.Work.Configs))
+	dir := t.TempDir()
+	gf, sf := filepath.Join(dir, "graphs.json"), filepath.Join(dir, "seeds.json")
 	require.NoError(t, W4PeerGraphs(gf, r))
-	peer, err := RunPeer("pytorch", "w4_env_loop.py", 1, W4PeerArgs(r, gf)...)
+	require.NoError(t, W4PeerSeeds(sf, r))
+	peer, err := RunPeer("pytorch", "w4_env_loop.py", 1, W4PeerArgs(r, gf, sf)...)
 	require.NoError(t, err)
 	require.Equal(t, float64(r.HostParams), peer["host_params"])
 	require.Equal(t, float64(r.PolicyParams), peer["policy_params"])
 	require.Equal(t, float64(r.Bare.EnvEpochs), peer["env_epochs"])
-	require.Equal(t, 14.0, peer["configs_total"], "the peer replays the fused configurations of our measured env-epochs")
+	require.Equal(t, 11.0, peer["configs_total"], "the peer replays the fused configurations of our measured env-epochs")
 	require.Equal(t, 3.0, peer["ablations_total"])
+	seeds, params := r.Work.SeedTotals()
+	require.Equal(t, float64(seeds), peer["seeds_total"])
+	require.Equal(t, float64(params), peer["seed_params_total"])
 	require.Greater(t, peer["env_epochs_per_second"], 0.0)
+}
+
+// w4EverySeed is a seed trace of n env-epochs that runs every cnn
+// blueprint with every blend (for n ≥ 8), in the three pre-pool slots of
+// a base-2 host (w4Tiny's), with kasmina's parameter counts: in TRAINING
+// at alpha 0 (straight-through) with ADD, at alpha ½ with MULTIPLY, at
+// alpha 1 with GATE.
+func w4EverySeed(t *testing.T, n int) [][]W4Seed {
+	t.Helper()
+	specs, err := blueprint.List(kasmina.TopologyCNN)
+	require.NoError(t, err)
+	blends := []leyline.AlphaAlgorithm{leyline.BlendAdd, leyline.BlendMultiply, leyline.BlendGate}
+	var all []W4Seed
+	for i, sp := range specs {
+		for j, alg := range blends {
+			host, err := kasmina.NewCNNHost(kasmina.CNNHostOptions{InChannels: 1, Classes: 10, Blocks: 3, BaseChannels: w4Tiny.BaseChannels, RNG: tensor.NewRNG(1)})
+			require.NoError(t, err)
+			m, err := kasmina.NewMorphogeneticModel(host, kasmina.ModelOptions{Slots: []string{"r0c0", "r0c1", "r0c2"}})
+			require.NoError(t, err)
+			slot := (i + j) % 3
+			id := fmt.Sprintf("r0c%d", slot)
+			o := kasmina.GerminateOptions{Blueprint: sp.Name, AlphaAlgorithm: alg}
+			if alg == leyline.BlendGate {
+				o.BlendAlgorithmID = kasmina.BlendGated
+			}
+			require.NoError(t, m.GerminateSeed(id, o), "%s %v", sp.Name, alg)
+			s, err := m.Slot(id)
+			require.NoError(t, err)
+			p := 0
+			for _, v := range s.Parameters() {
+				p += v.Value.Numel()
+			}
+			all = append(all, W4Seed{ID: fmt.Sprintf("%s-%v", sp.Name, alg), Slot: slot, Blueprint: sp.Name, Channels: s.Channels(),
+				Training: j == 0, Alpha: float64(j) / 2, Blend: strings.ToLower(alg.String()), Isolate: j < 2, Trainable: true, Params: p})
+		}
+	}
+	var bySlot [3][]W4Seed
+	for _, c := range all {
+		bySlot[c.Slot] = append(bySlot[c.Slot], c)
+	}
+	// One seed per slot in each env-epoch, every seed at least once when
+	// n ≥ len(all)/3.
+	trace := make([][]W4Seed, n)
+	for i := range trace {
+		for k := range bySlot {
+			trace[i] = append(trace[i], bySlot[k][i%len(bySlot[k])])
+		}
+	}
+	return trace
+}
+
+// BenchmarkW4Step times one lock-step step of W4's bare loop at PERF.md's
+// sizes (4 environments, 3 slots, base 8, 8 training batches of 128, 512
+// validation samples): one env-epoch per environment, eager and with the
+// hosts' steps captured. It reports env-epochs/s; profile with
+//
+//	go test ./bench -run XXX -bench W4Step/eager -benchtime 6x -cpuprofile /tmp/w4.prof
+func BenchmarkW4Step(b *testing.B) {
+	for _, capture := range []bool{false, true} {
+		name := "eager"
+		if capture {
+			name = "captured"
+		}
+		b.Run(name, func(b *testing.B) {
+			o, err := W4Options{PPORounds: -1, Capture: capture}.withDefaults()
+			require.NoError(b, err)
+			rig, err := newW4Rig(o)
+			require.NoError(b, err)
+			defer rig.close()
+			for range o.Warmup {
+				require.NoError(b, rig.step(nil))
+			}
+			var w W4Work
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				require.NoError(b, rig.step(&w))
+			}
+			b.ReportMetric(float64(b.N*o.Envs)/b.Elapsed().Seconds(), "env-epochs/s")
+		})
+	}
+}
+
+// BenchmarkW4HostEpoch times what one W4 env-epoch spends on its host:
+// tolaria's epoch (8 training steps of 128 samples, the validation of 512,
+// the governor) of a seedless base-8 CNN host with 3 empty slots, without
+// the controller, the policy or the environment. The kernels' share of
+// W4 at its own shapes; profile with
+//
+//	go test ./bench -run XXX -bench W4HostEpoch/captured -benchtime 20x -cpuprofile /tmp/w4host.prof
+func BenchmarkW4HostEpoch(b *testing.B) {
+	for _, capture := range []bool{false, true} {
+		name := "eager"
+		if capture {
+			name = "captured"
+		}
+		b.Run(name, func(b *testing.B) {
+			d, err := simic.NewSyntheticData(simic.SyntheticDataOptions{Train: W4DefaultTrain, Val: W4DefaultVal, Batch: W4DefaultBatch})
+			require.NoError(b, err)
+			defer d.Close()
+			host, err := kasmina.NewCNNHost(kasmina.CNNHostOptions{InChannels: d.InChannels, Classes: d.Classes,
+				Blocks: W4DefaultBlocks, BaseChannels: W4DefaultBaseChannels, RNG: tensor.NewRNG(1)})
+			require.NoError(b, err)
+			var slots []string
+			for _, s := range host.InjectionSpecs() {
+				if s.Surface == leyline.SurfacePrePool {
+					slots = append(slots, s.SlotID)
+				}
+			}
+			m, err := kasmina.NewMorphogeneticModel(host, kasmina.ModelOptions{Slots: slots})
+			require.NoError(b, err)
+			tr, err := tolaria.NewTrainer(tolaria.TrainerOptions{Model: m, Train: d.Train, Val: d.Val, Epochs: 1 << 30,
+				Capture: capture, History: 4, Governor: &tolaria.GovernorOptions{Classes: d.Classes}})
+			require.NoError(b, err)
+			ctx := context.Background()
+			e := 0
+			for ; e < 2; e++ {
+				_, err := tr.RunEpoch(ctx, e)
+				require.NoError(b, err)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				_, err := tr.RunEpoch(ctx, e)
+				require.NoError(b, err)
+				e++
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "epochs/s")
+		})
+	}
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"math"
+	"slices"
 	"time"
 
 	"github.com/esper-go/esper/data"
@@ -185,18 +187,23 @@ type EsperStepInfo struct {
 // A step is one training epoch's decision: the trainer's epoch runs in
 // its own goroutine up to the point where it asks its controller (after
 // training, validation, the counterfactual measurements and the
-// governor), and stays parked there while the environment evaluates the
-// counterfactual configurations of the CounterfactualEngine's plan in one
-// fused pass (FusedForward over K·B samples, correct counts accumulated
-// on the device and read once), encodes the observation
-// (tamiyo.EncodeState) and returns it. Step hands the policy's decision
-// back after the governor's Preflight (a veto executes WAIT); the trainer
-// applies it through tolaria.ApplyDecision, ticks the slots and finishes
-// the epoch; the reward comes from the Rewarder; then the next epoch runs
-// to its decision point. An epoch the governor rolls back never asks its
-// controller: the step reports Rollback with the governor's penalty and
-// continues with the next epoch. The episode ends (truncated) after
-// MaxEpochs epochs; Reset builds a fresh host.
+// governor), and stays parked there while the environment encodes the
+// observation (tamiyo.EncodeState) and returns it. The counterfactual
+// measurements are the environment's (tolaria.TrainerOptions.
+// Counterfactuals): right after validation, the configurations of the
+// CounterfactualEngine's plan are evaluated in one fused pass
+// (FusedForward over K·B samples, correct counts accumulated on the
+// device and read once; the all-on configuration is the validation pass
+// itself), which also gives the trainer its BLENDING and HOLDING seeds'
+// alpha-0 accuracies, so it runs no ablation pass of its own. Step hands
+// the policy's decision back after the governor's Preflight (a veto
+// executes WAIT); the trainer applies it through tolaria.ApplyDecision,
+// ticks the slots and finishes the epoch; the reward comes from the
+// Rewarder; then the next epoch runs to its decision point. An epoch the
+// governor rolls back never asks its controller: the step reports
+// Rollback with the governor's penalty and continues with the next
+// epoch. The episode ends (truncated) after MaxEpochs epochs; Reset
+// builds a fresh host.
 //
 // Environments of a VecEnv step one after another, so they may share
 // EsperData; an EsperEnv is not safe for concurrent use.
@@ -209,16 +216,22 @@ type EsperEnv struct {
 	fused    *fusedValidator
 
 	// The running episode.
-	model      *kasmina.MorphogeneticModel
-	trainer    *tolaria.Trainer
-	bridge     *bridgeController
-	cancel     context.CancelFunc
-	runCtx     context.Context
-	done       chan epochResult
-	running    bool
-	epoch      int
-	state      *leyline.EpochState // the parked epoch's state
-	cfRes      *CounterfactualResult
+	model   *kasmina.MorphogeneticModel
+	trainer *tolaria.Trainer
+	bridge  *bridgeController
+	cancel  context.CancelFunc
+	runCtx  context.Context
+	done    chan epochResult
+	running bool
+	epoch   int
+	state   *leyline.EpochState // the parked epoch's state
+	cfRes   *CounterfactualResult
+	work    EsperEpochWork // the parked epoch's
+	// cfNext and cfConfigs are what the trainer's Counterfactuals hook
+	// measured in the running epoch (its goroutine writes them before it
+	// asks for the decision); parked takes them.
+	cfNext     *CounterfactualResult
+	cfConfigs  int
 	masks      leyline.ActionMasks
 	lastOp     leyline.LifecycleOp
 	lastFailed bool
@@ -227,6 +240,20 @@ type EsperEnv struct {
 	layers     []tamiyo.LayerState
 	info       EsperStepInfo
 	slotIDs    []string
+}
+
+// EsperEpochWork counts the validation work an epoch did beyond its
+// validation pass, for benchmarks and their peers.
+type EsperEpochWork struct {
+	// FusedConfigs is the number of alpha configurations the fused
+	// validation evaluated (each one forward of the validation set,
+	// batched together): the plan's configurations less the all-on one,
+	// which is the validation pass itself; 0 without seeds to attribute.
+	FusedConfigs int
+	// AblationPasses are the trainer's own per-seed validation passes
+	// (those the fused validation did not provide; see
+	// tolaria.Trainer.AblationPasses).
+	AblationPasses int
 }
 
 type epochResult struct {
@@ -324,13 +351,21 @@ func (e *EsperEnv) LastStep() EsperStepInfo { return e.info }
 // PendingCounterfactual is the attribution measured at the parked
 // epoch's decision point, before its decision is executed (LastStep
 // reports it after the Step): nil when no decision is pending or no seed
-// was attributed. Benchmarks read it to count the fused validation's
-// configurations.
+// was attributed.
 func (e *EsperEnv) PendingCounterfactual() *CounterfactualResult {
 	if e.state == nil {
 		return nil
 	}
 	return e.cfRes
+}
+
+// PendingWork is the counterfactual work of the parked epoch (zero when
+// no decision is pending).
+func (e *EsperEnv) PendingWork() EsperEpochWork {
+	if e.state == nil {
+		return EsperEpochWork{}
+	}
+	return e.work
 }
 
 // ActionMasks returns the current masks as simic Masks (see
@@ -399,7 +434,7 @@ func (e *EsperEnv) Reset() (TamiyoObs, error) {
 		Model: model, Train: e.o.Data.Train, Val: e.o.Data.Val, Epochs: e.o.MaxEpochs,
 		Controller: tracked, HostLR: e.o.HostLR, Capture: e.o.Capture, Sink: e.o.Sink, EnvID: e.o.Index,
 		Deadlines: tolaria.DeadlineOptions{Controller: esperDeadline, Apply: esperDeadline}, History: 4,
-		Seed: e.o.Seed + uint64(e.o.Index),
+		Seed: e.o.Seed + uint64(e.o.Index), Counterfactuals: e.counterfactuals,
 	}
 	if !e.o.NoGovernor {
 		g := tolaria.GovernorOptions{Classes: e.o.Data.Classes}
@@ -423,6 +458,7 @@ func (e *EsperEnv) Reset() (TamiyoObs, error) {
 	e.epoch, e.lastOp, e.lastFailed = 0, leyline.OpWait, false
 	e.accAtGerm = map[string]float64{}
 	e.info = EsperStepInfo{}
+	e.cfNext, e.cfConfigs = nil, 0
 	ctx, cancel := context.WithCancel(context.Background())
 	e.cancel, e.runCtx = cancel, ctx
 	e.done = make(chan epochResult, 1)
@@ -477,41 +513,68 @@ func (e *EsperEnv) encodeOptions() tamiyo.EncodeOptions {
 	return tamiyo.EncodeOptions{Layers: e.layers, LastOp: e.lastOp, LastActionFailed: e.lastFailed, MaxEpochs: e.o.MaxEpochs, MaxSeeds: e.o.MaxSeeds}
 }
 
-// parked runs at a decision point: it records the state and evaluates the
-// counterfactual plan's configurations.
+// parked runs at a decision point: it records the state and takes the
+// epoch's counterfactual attribution, measured by counterfactuals.
 func (e *EsperEnv) parked(st leyline.EpochState) error {
 	e.state = &st
-	e.cfRes = nil
+	e.cfRes, e.cfNext = e.cfNext, nil
+	e.work = EsperEpochWork{FusedConfigs: e.cfConfigs, AblationPasses: e.trainer.AblationPasses()}
+	return nil
+}
+
+// counterfactuals is the trainer's Counterfactuals hook, run after every
+// epoch's validation: it evaluates the counterfactual plan's alpha
+// configurations over the live, unfossilized seeds with alpha > 0 in one
+// fused pass (the all-on configuration is the validation itself, valAcc),
+// keeps the attribution for the decision point, and hands the trainer the
+// solo-off accuracies of the seeds it asks about, so that it runs no
+// ablation pass of its own for them.
+func (e *EsperEnv) counterfactuals(ep int, valAcc float64, want []*kasmina.Slot) (map[string]float64, error) {
+	e.cfNext, e.cfConfigs = nil, 0
 	var ids []string
-	slotOf := map[string]string{}
-	for _, s := range st.Seeds {
-		if leyline.IsFailureStage(s.Stage) || s.Stage == leyline.StageFossilized || s.Alpha <= 0 {
+	var slots []*kasmina.Slot
+	for _, s := range e.model.Slots() {
+		st := s.State()
+		if st == nil || leyline.IsFailureStage(st.Stage) || st.Stage == leyline.StageFossilized || s.Alpha() <= 0 {
 			continue
 		}
-		ids = append(ids, s.SeedID)
-		slotOf[s.SeedID] = s.SlotID
+		ids = append(ids, st.SeedID)
+		slots = append(slots, s)
 	}
 	if len(ids) == 0 {
-		return nil
+		return nil, nil
 	}
 	plan, err := e.cf.Plan(ids)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	slots := make([]*kasmina.Slot, len(ids))
-	for i, id := range ids {
-		if slots[i], err = e.model.Slot(slotOf[id]); err != nil {
-			return err
+	all := FullCoalition(len(ids))
+	known := -1
+	if i, ok := plan.Index(all); ok && !math.IsNaN(valAcc) {
+		known = i
+	}
+	vals, k, err := e.fused.evaluate(e.model, e.o.Data.Val, ep, slots, plan.Masks(), known, valAcc)
+	if err != nil {
+		return nil, fmt.Errorf("simic: EsperEnv %d: fused validation: %w", e.o.Index, err)
+	}
+	res, err := plan.Compute(vals)
+	if err != nil {
+		return nil, fmt.Errorf("simic: EsperEnv %d: counterfactual: %w", e.o.Index, err)
+	}
+	e.cfNext, e.cfConfigs = res, k
+	if len(want) == 0 {
+		return nil, nil
+	}
+	offs := make(map[string]float64, len(want))
+	for i, s := range slots {
+		if !slices.Contains(want, s) {
+			continue
+		}
+		if c, ok := plan.Index(all.Without(i)); ok {
+			offs[s.ID()] = vals[c]
 		}
 	}
-	vals, err := e.fused.evaluate(e.model, e.o.Data.Val, e.epoch, slots, plan.Masks())
-	if err != nil {
-		return fmt.Errorf("simic: EsperEnv %d: fused validation: %w", e.o.Index, err)
-	}
-	if e.cfRes, err = plan.Compute(vals); err != nil {
-		return fmt.Errorf("simic: EsperEnv %d: counterfactual: %w", e.o.Index, err)
-	}
-	return nil
+	return offs, nil
 }
 
 // decision maps a factored action to the trainer's Decision.

@@ -4,6 +4,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/esper-go/esper/kasmina"
 	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/tamiyo"
@@ -240,5 +241,81 @@ func TestCollectRollbackForfeitsPrefixAndBootstrapsTruncation(t *testing.T) {
 	}
 	if !last.Truncated || last.Done || last.Bootstrap != v[0] {
 		t.Errorf("truncation: truncated %v done %v bootstrap %v, want V(final) %v", last.Truncated, last.Done, last.Bootstrap, v[0])
+	}
+}
+
+// TestEsperEnvFusedCounterfactuals: with a BLENDING seed at alpha > 0,
+// the epoch's counterfactuals come from the fused validation alone — no
+// ablation pass of the trainer's, the all-on configuration taken from the
+// validation pass (and equal to evaluating it), the seed's recorded
+// contribution the validation accuracy less the fused solo-off accuracy.
+func TestEsperEnvFusedCounterfactuals(t *testing.T) {
+	d, _ := tinyEsper(t)
+	env := newTinyEnv(t, d, 0, 6)
+	if _, err := env.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	if w := env.PendingWork(); w != (EsperEpochWork{}) {
+		t.Fatalf("work without seeds: %+v", w)
+	}
+	// While epoch 0 waits for its decision: a seed driven to BLENDING.
+	m := env.Model()
+	id := env.slotIDs[0]
+	if err := m.GerminateSeed(id, kasmina.GerminateOptions{Blueprint: "conv_light"}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := m.Slot(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := s.State()
+	for s.Stage() != leyline.StageBlending {
+		if s.Stage() == leyline.StageTraining {
+			st.Metrics.EpochsInCurrentStage = kasmina.MinBlendingEpochs
+			st.Telemetry.HealthMeasured, st.Telemetry.GradientHealth = true, 1
+			ratio := 1.0
+			st.Metrics.SeedGradientNormRatio = &ratio
+			st.Metrics.CurrentValAccuracy = st.Metrics.AccuracyAtStageStart + 1
+		}
+		if res, err := s.AdvanceStage(0); err != nil || !res.Passed {
+			t.Fatalf("advance from %v: %+v, %v", s.Stage(), res, err)
+		}
+	}
+	// WAIT: the epoch ends (alpha ramps up), epoch 1 runs to its decision.
+	if _, err := env.Step(make([]int, leyline.NumActionHeads)); err != nil {
+		t.Fatal(err)
+	}
+	if s.Stage() != leyline.StageBlending || s.Alpha() <= 0 {
+		t.Fatalf("seed %v at alpha %v", s.Stage(), s.Alpha())
+	}
+	if w := env.PendingWork(); w != (EsperEpochWork{FusedConfigs: 1}) {
+		t.Fatalf("work %+v, want the solo-off configuration alone", w)
+	}
+	cf := env.PendingCounterfactual()
+	if cf == nil || len(cf.SeedIDs) != 1 {
+		t.Fatalf("counterfactual %+v", cf)
+	}
+	valAcc := env.state.Signals.Metrics.ValAccuracy
+	on, off := cf.Matrix.Values[FullCoalition(1)], cf.Matrix.Values[0]
+	if on != valAcc {
+		t.Errorf("all-on accuracy %v, validation %v", on, valAcc)
+	}
+	// Every configuration evaluated by the fused pass, the all-on one
+	// included: the same figures.
+	plan, err := env.cf.Plan(cf.SeedIDs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, k, err := newFusedValidator().evaluate(m, d.Val, env.Epoch(), []*kasmina.Slot{s}, plan.Masks(), -1, 0)
+	if err != nil || k != 2 {
+		t.Fatalf("full fused pass: %d configurations, %v", k, err)
+	}
+	onIdx, _ := plan.Index(FullCoalition(1))
+	offIdx, _ := plan.Index(0)
+	if all[onIdx] != valAcc || all[offIdx] != off {
+		t.Errorf("full fused pass on %v off %v, want %v and %v", all[onIdx], all[offIdx], valAcc, off)
+	}
+	if c := st.Metrics.CounterfactualContribution; c == nil || *c != valAcc-off {
+		t.Errorf("recorded contribution %v, want %v", c, valAcc-off)
 	}
 }

@@ -16,101 +16,172 @@ import (
 // samples is repeated K times, each attributed slot gets a per-sample
 // alpha override (its current alpha where the configuration has it on,
 // 0 where off), and one FusedForward of K·B samples serves all
-// configurations. Correct predictions are counted on the device into
-// per-batch-size accumulators that are read once, at the end.
+// configurations; the all-on configuration is the trainer's own
+// validation pass, so it is not evaluated again. Correct predictions are
+// counted on the device into per-batch-size accumulators that are read
+// once, at the end. The repeated batches, their index and the
+// accumulators are kept per K·B, so a pass allocates only the forward's
+// activations and the alpha overrides.
 type fusedValidator struct {
-	acc map[int]*tensor.Tensor // K·B → F32 [K·B] correct counts
+	bufs map[int]*fusedBufs // by K·B
 }
 
-func newFusedValidator() *fusedValidator { return &fusedValidator{acc: map[int]*tensor.Tensor{}} }
+// fusedBufs are the buffers of one K·B.
+type fusedBufs struct {
+	b    int
+	used bool           // in the running evaluate
+	idx  *tensor.Tensor // I64 [K·B]: 0..B−1, K times
+	x, y *tensor.Tensor // the batch repeated K times
+	acc  *tensor.Tensor // F32 [K·B] correct counts
+	// alphas are the per-sample overrides of the running evaluate, by
+	// slot id.
+	alphas map[string]*autograd.Var
+}
+
+func newFusedValidator() *fusedValidator { return &fusedValidator{bufs: map[int]*fusedBufs{}} }
+
+// buffers returns the buffers for k configurations of batch (x, y),
+// allocating them the first time; the running evaluate zeroes their
+// accumulator and fills their overrides when it first uses them.
+func (f *fusedValidator) buffers(k int, x, y *tensor.Tensor) (*fusedBufs, error) {
+	b := x.Dim(0)
+	kb := k * b
+	if fb := f.bufs[kb]; fb != nil && fb.b == b && tensor.SameShape(fb.x.Shape()[1:], x.Shape()[1:]) &&
+		fb.x.DType() == x.DType() && fb.y.DType() == y.DType() && fb.x.Device() == x.Device() {
+		return fb, nil
+	}
+	idx := make([]int64, kb)
+	for i := range idx {
+		idx[i] = int64(i % b)
+	}
+	xs := append([]int{kb}, x.Shape()[1:]...)
+	xk, err := tensor.EmptyOn(x.Device(), x.DType(), xs...)
+	if err != nil {
+		return nil, err
+	}
+	yk, err := tensor.EmptyOn(y.Device(), y.DType(), kb)
+	if err != nil {
+		return nil, err
+	}
+	acc, err := tensor.EmptyOn(x.Device(), tensor.F32, kb)
+	if err != nil {
+		return nil, err
+	}
+	fb := &fusedBufs{b: b, idx: tensor.FromSlice(idx, kb), x: xk, y: yk, acc: acc}
+	f.bufs[kb] = fb
+	return fb, nil
+}
 
 // evaluate returns the validation accuracy (percent) of each
 // configuration: masks[k][i] switches slots[i] on in configuration k.
-func (f *fusedValidator) evaluate(m *kasmina.MorphogeneticModel, val tolaria.Batches, epoch int, slots []*kasmina.Slot, masks [][]bool) ([]float64, error) {
-	k := len(masks)
-	if k == 0 {
-		return nil, errors.New("no configurations")
+// When known ≥ 0, configuration known is not evaluated: its accuracy is
+// knownAcc (the trainer's validation pass has just measured it), and the
+// fused pass runs the other configurations only. It also returns the
+// number of configurations the pass evaluated.
+func (f *fusedValidator) evaluate(m *kasmina.MorphogeneticModel, val tolaria.Batches, epoch int, slots []*kasmina.Slot, masks [][]bool, known int, knownAcc float64) ([]float64, int, error) {
+	if len(masks) == 0 {
+		return nil, 0, errors.New("no configurations")
 	}
 	for _, row := range masks {
 		if len(row) != len(slots) {
-			return nil, fmt.Errorf("configuration of %d slots for %d slots", len(row), len(slots))
+			return nil, 0, fmt.Errorf("configuration of %d slots for %d slots", len(row), len(slots))
 		}
 	}
-	alphas := make([]float64, len(slots))
-	for i, s := range slots {
-		alphas[i] = s.Alpha()
+	// cfgs are the configurations the pass evaluates, in order.
+	cfgs := make([]int, 0, len(masks))
+	for c := range masks {
+		if c != known {
+			cfgs = append(cfgs, c)
+		}
 	}
-	for _, a := range f.acc {
-		zeroTensor(a)
+	out := make([]float64, len(masks))
+	if known >= 0 && known < len(masks) {
+		out[known] = knownAcc
 	}
-	used := map[int]int{} // K·B → B
+	k := len(cfgs)
+	if k == 0 {
+		return out, 0, nil
+	}
+	for _, fb := range f.bufs {
+		fb.used = false
+	}
 	n := 0
 	wasTraining := m.Training()
 	m.SetTraining(false)
 	defer m.SetTraining(wasTraining)
 	var ferr error
 	for x, y := range val.Batches(epoch) {
-		b := x.Dim(0)
-		kb := k * b
-		idx := make([]int64, kb)
-		for i := range idx {
-			idx[i] = int64(i % b)
+		fb, err := f.buffers(k, x, y)
+		if err != nil {
+			return nil, 0, err
 		}
-		it := tensor.FromSlice(idx, kb)
-		overrides := make(map[string]*autograd.Var, len(slots))
-		for i, s := range slots {
-			a := make([]float64, kb)
-			for c := 0; c < k; c++ {
-				if masks[c][i] {
-					for j := 0; j < b; j++ {
-						a[c*b+j] = alphas[i]
-					}
-				}
-			}
-			shape := []int{kb, 1}
-			if s.Topology() == kasmina.TopologyCNN {
-				shape = []int{kb, 1, 1, 1}
-			}
-			overrides[s.ID()] = autograd.Const(tensor.FromFloat64s(x.DType(), a, shape...))
+		be := kernels.For(x.Device())
+		if !fb.used {
+			fb.used = true
+			zeroTensor(fb.acc)
+			fb.alphas = f.overrides(fb, slots, masks, cfgs)
 		}
-		acc := f.acc[kb]
-		if acc == nil {
-			acc = tensor.Zeros(tensor.F32, kb)
-			f.acc[kb] = acc
-		}
-		used[kb] = b
+		// The batch repeated K times: plain launches (the labels are
+		// integers, which autograd does not index).
+		be.IndexSelect(fb.x, x, 0, fb.idx)
+		kernels.For(y.Device()).IndexSelect(fb.y, y, 0, fb.idx)
 		autograd.InferenceMode(func() {
-			xk := autograd.IndexSelect(autograd.Const(x), 0, it)
-			yk := autograd.IndexSelect(autograd.Const(y), 0, it)
-			logits, err := m.FusedForward(xk, overrides)
+			logits, err := m.FusedForward(autograd.Const(fb.x), fb.alphas)
 			if err != nil {
 				ferr = err
 				return
 			}
-			kernels.For(acc.Device()).CountCorrect(acc, logits.Value, yk.Value)
+			kernels.For(fb.acc.Device()).CountCorrect(fb.acc, logits.Value, fb.y)
 		})
 		if ferr != nil {
-			return nil, ferr
+			return nil, 0, ferr
 		}
-		n += b
+		n += fb.b
 	}
 	if n == 0 {
-		return nil, errors.New("empty validation set")
+		return nil, 0, errors.New("empty validation set")
 	}
 	correct := make([]float64, k)
-	for kb, b := range used {
-		v := f.acc[kb].Float64s() // the one read per batch size
+	for _, fb := range f.bufs {
+		if !fb.used {
+			continue
+		}
+		v := fb.acc.Float64s() // the one read per batch size
 		for c := 0; c < k; c++ {
-			for j := 0; j < b; j++ {
-				correct[c] += v[c*b+j]
+			for j := 0; j < fb.b; j++ {
+				correct[c] += v[c*fb.b+j]
 			}
 		}
 	}
-	out := make([]float64, k)
-	for c := range out {
-		out[c] = 100 * correct[c] / float64(n)
+	for c, cfg := range cfgs {
+		out[cfg] = 100 * correct[c] / float64(n)
 	}
-	return out, nil
+	return out, k, nil
+}
+
+// overrides builds the per-sample alphas of configurations cfgs for fb's
+// batch size: slots[i] at its current alpha in the rows of the
+// configurations that switch it on, 0 elsewhere.
+func (f *fusedValidator) overrides(fb *fusedBufs, slots []*kasmina.Slot, masks [][]bool, cfgs []int) map[string]*autograd.Var {
+	b, kb := fb.b, fb.idx.Numel()
+	out := make(map[string]*autograd.Var, len(slots))
+	for i, s := range slots {
+		alpha := s.Alpha()
+		a := make([]float64, kb)
+		for c, cfg := range cfgs {
+			if masks[cfg][i] {
+				for j := 0; j < b; j++ {
+					a[c*b+j] = alpha
+				}
+			}
+		}
+		shape := []int{kb, 1}
+		if s.Topology() == kasmina.TopologyCNN {
+			shape = []int{kb, 1, 1, 1}
+		}
+		out[s.ID()] = autograd.Const(tensor.FromFloat64s(fb.x.DType(), a, shape...))
+	}
+	return out
 }
 
 func zeroTensor(t *tensor.Tensor) {

@@ -98,6 +98,14 @@ type TrainerOptions struct {
 	// CPU backend, which always computes in fp32.
 	TF32 bool
 
+	// Counterfactuals, when set, measures the BLENDING and HOLDING
+	// seeds' counterfactual accuracies in place of the trainer's own
+	// per-seed validation passes (see CounterfactualFunc): a vectorised
+	// environment's fused validation evaluates them together with its
+	// other alpha configurations in one pass. Nil means the trainer's
+	// passes.
+	Counterfactuals CounterfactualFunc
+
 	// Deadlines bound the controller's decision and its application.
 	Deadlines DeadlineOptions
 	// Governor, when set, watches the validation loss and rolls back on
@@ -160,6 +168,17 @@ type TrainerOptions struct {
 	// bars); it must be quick.
 	OnStep func(StepInfo)
 }
+
+// CounterfactualFunc measures the counterfactual accuracies of epoch e
+// after its validation (accuracy valAcc, percent): for each of slots
+// (seeds BLENDING or HOLDING with alpha > 0, in model order), the
+// validation accuracy with that seed's alpha forced to 0 and every other
+// seed as it is. It returns them by slot id; a slot it leaves out is
+// measured by the trainer's own validation pass. It is called every
+// epoch, with or without slots, so that it can evaluate the epoch's other
+// alpha configurations in the same pass; the model must be left as it
+// was found. An error fails the epoch.
+type CounterfactualFunc func(e int, valAcc float64, slots []*kasmina.Slot) (map[string]float64, error)
 
 // StepInfo describes one finished training step.
 type StepInfo struct {
@@ -261,6 +280,10 @@ type Trainer struct {
 	summary   Summary // Epochs is a ring starting at histHead when History is set
 	histHead  int
 	lastSeeds map[string]leyline.SeedStage // seed id → stage, for the counts
+	// cfSlots is measureCounterfactuals' scratch; ablations counts its
+	// validation passes in the latest epoch.
+	cfSlots   []*kasmina.Slot
+	ablations int
 	// status and changed are emitEpoch's scratch: the deadline and
 	// failure metrics, and those of them to send; sentStatus and sentAgg
 	// are the values of those and of the aggregation's as last sent.
@@ -449,7 +472,9 @@ func (t *Trainer) RunEpoch(ctx context.Context, e int) (r EpochReport, err error
 	}
 	t.aggReport = t.agg.finalize(&r)
 	r.ValLoss, r.ValAccuracy = t.evaluate(e)
-	t.measureCounterfactuals(e, r.ValAccuracy)
+	if err := t.measureCounterfactuals(e, r.ValAccuracy); err != nil {
+		return r, fmt.Errorf("tolaria: epoch %d: counterfactuals: %w", e, err)
+	}
 	for _, s := range t.opt.slots {
 		if s.State() != nil && leyline.IsActiveStage(s.Stage()) {
 			s.RecordAccuracy(r.ValAccuracy)
@@ -652,8 +677,13 @@ func (t *Trainer) countLifecycle(seeds []leyline.SeedReport) {
 }
 
 // measureCounterfactuals records, for every BLENDING or HOLDING seed, the
-// validation accuracy lost when its alpha is forced to 0.
-func (t *Trainer) measureCounterfactuals(e int, valAcc float64) {
+// validation accuracy lost when its alpha is forced to 0: measured by
+// TrainerOptions.Counterfactuals where it provides it, else by one more
+// validation pass with the alpha forced. A seed whose alpha is already 0
+// needs no pass (forcing changes nothing: it loses nothing).
+func (t *Trainer) measureCounterfactuals(e int, valAcc float64) error {
+	want := t.cfSlots[:0]
+	t.ablations = 0
 	for _, s := range t.opt.slots {
 		if s.State() == nil {
 			continue
@@ -663,13 +693,39 @@ func (t *Trainer) measureCounterfactuals(e int, valAcc float64) {
 		default:
 			continue
 		}
-		var off float64
-		s.ForceAlpha(0, func() { _, off = t.evaluate(e) })
+		if s.Alpha() == 0 {
+			if !math.IsNaN(valAcc) {
+				s.State().Metrics.RecordCounterfactual(0)
+			}
+			continue
+		}
+		want = append(want, s)
+	}
+	t.cfSlots = want
+	var offs map[string]float64
+	if t.o.Counterfactuals != nil {
+		var err error
+		if offs, err = t.o.Counterfactuals(e, valAcc, want); err != nil {
+			return err
+		}
+	}
+	for _, s := range want {
+		off, ok := offs[s.ID()]
+		if !ok {
+			s.ForceAlpha(0, func() { _, off = t.evaluate(e) })
+			t.ablations++
+		}
 		if !math.IsNaN(off) {
 			s.State().Metrics.RecordCounterfactual(valAcc - off)
 		}
 	}
+	return nil
 }
+
+// AblationPasses is the number of validation passes the latest epoch ran
+// to measure counterfactual accuracies (those TrainerOptions.Counterfactuals
+// did not provide). Read it between epochs, or from the controller.
+func (t *Trainer) AblationPasses() int { return t.ablations }
 
 // epochEvents holds what the epoch's two events point to, so that
 // emitEpoch allocates it once: the payloads and the optional fields.

@@ -20,10 +20,14 @@ func benchW4(stdout, stderr io.Writer, c benchConfig) error {
 	o := bench.W4Options{
 		Envs: c.envs, BaseChannels: c.baseChannels, Train: c.trainSize, Val: c.valSize, Batch: c.batch,
 		MaxEpochs: c.maxEpochs, Steps: c.steps, Warmup: c.warmup, PPORounds: c.ppoRounds,
-		Progress: progressEvery(stdout),
+		Capture: c.capture, Progress: progressEvery(stdout),
 	}
-	fmt.Fprintf(stdout, "  %d envs, CNN host of 3 blocks (3 slots), base %d, synthetic 1×28×28: %d train / %d val samples, batch %d ...\n",
-		c.envs, c.baseChannels, c.trainSize, c.valSize, c.batch)
+	mode := "eager"
+	if c.capture {
+		mode = "captured"
+	}
+	fmt.Fprintf(stdout, "  %d envs, CNN host of 3 blocks (3 slots), base %d, synthetic 1×28×28: %d train / %d val samples, batch %d, %s host steps ...\n",
+		c.envs, c.baseChannels, c.trainSize, c.valSize, c.batch, mode)
 	r, err := bench.RunW4(o)
 	if err != nil {
 		return err
@@ -42,7 +46,8 @@ func benchW4(stdout, stderr io.Writer, c benchConfig) error {
 			"train": r.Train, "val": r.Val, "batch": r.Batch, "max_epochs": r.MaxEpochs,
 			"steps": r.Steps, "warmup": r.Warmup, "ppo_rounds": r.PPORounds,
 			"host_params": r.HostParams, "policy": r.PolicyNote, "policy_params": r.PolicyParams,
-			"host_optimizer":        "SGD lr=0.01 momentum=0.9 (tolaria defaults)",
+			"host_optimizer":        "SGD lr=0.01 momentum=0.9 weight decay 5e-4, gradients clipped to norm 1 (tolaria defaults)",
+			"host_steps":            mode + " (--capture: tolaria captures each host's train step and validation batch and replays them, re-capturing when a seed's stage or alpha changes)",
 			"bare":                  "per lock-step step: TamiyoPolicy.Act over every environment's observation (one batched forward, sampled), then VecEnv.Step: each simic.EsperEnv executes its decision, finishes the epoch and runs the next one to its decision point (training, validation, tolaria's counterfactual passes, the fused counterfactual validation, governor, observation encoding); episodes reset as they end",
 			"ppo":                   "per round: simic.Trainer.Collect of max_epochs lock-step steps (the bare loop plus the rollout buffer and bootstrap values), then PPO.Update (as `esper ppo` configures it)",
 			"env_epochs_per_second": "lock-step steps × envs over their wall time",
@@ -56,11 +61,14 @@ func benchW4(stdout, stderr io.Writer, c benchConfig) error {
 			return err
 		}
 		defer os.RemoveAll(tmp)
-		gf := filepath.Join(tmp, "w4_graphs.json")
+		gf, sf := filepath.Join(tmp, "w4_graphs.json"), filepath.Join(tmp, "w4_seeds.json")
 		if err := bench.W4PeerGraphs(gf, r); err != nil {
 			return err
 		}
-		if peer, err = runPeer(c, stdout, stderr, &rep, "w4_env_loop.py", bench.W4PeerArgs(r, gf)...); err != nil {
+		if err := bench.W4PeerSeeds(sf, r); err != nil {
+			return err
+		}
+		if peer, err = runPeer(c, stdout, stderr, &rep, "w4_env_loop.py", bench.W4PeerArgs(r, gf, sf)...); err != nil {
 			return err
 		}
 		if peer != nil {
@@ -69,6 +77,10 @@ func benchW4(stdout, stderr io.Writer, c benchConfig) error {
 			}
 			if got := num(peer, "policy_params"); got != float64(r.PolicyParams) {
 				return fmt.Errorf("W4 peer policy has %v parameters, ours %d: the architectures differ", got, r.PolicyParams)
+			}
+			seeds, params := r.Work.SeedTotals()
+			if got, gotP := num(peer, "seeds_total"), num(peer, "seed_params_total"); got != float64(seeds) || gotP != float64(params) {
+				return fmt.Errorf("W4 peer ran %v seed-epochs of %v parameters, ours %d of %d: the seed traces differ", got, gotP, seeds, params)
 			}
 		}
 	}
@@ -103,8 +115,9 @@ func benchW4(stdout, stderr io.Writer, c benchConfig) error {
 		}
 		return s
 	}
-	fmt.Fprintf(stdout, "bare loop work (%d env-epochs): %.2f live seeds per env-epoch (%.0f seed parameters; host %d, policy %d), %d germinations, %d fused counterfactual configurations, %d ablation passes, %d rollbacks, %d episodes ended\n",
-		r.Bare.EnvEpochs, w.LiveSeeds, w.SeedParams, r.HostParams, r.PolicyParams, w.Germinations, total(w.Configs), total(w.Ablations), w.Rollbacks, w.Episodes)
+	seeds, _ := w.SeedTotals()
+	fmt.Fprintf(stdout, "bare loop work (%d env-epochs): %.2f live seeds per env-epoch (%.0f seed parameters; host %d, policy %d), %d seed-epochs run, %d germinations, %d fused counterfactual configurations, %d ablation passes, %d rollbacks, %d episodes ended\n",
+		r.Bare.EnvEpochs, w.LiveSeeds, w.SeedParams, r.HostParams, r.PolicyParams, seeds, w.Germinations, total(w.Configs), total(w.Ablations), w.Rollbacks, w.Episodes)
 	fmt.Fprintf(stdout, "bare loop time: %.2f s, of which %.2f s in the policy's batched Act\n", r.Bare.Seconds, r.Bare.PolicySeconds)
 	if peer != nil {
 		fmt.Fprintf(stdout, "pytorch bare loop time: %.2f s: policy %.2f s, training %.2f s, validation %.2f s, ablation passes %.2f s, fused counterfactual %.2f s\n",
@@ -115,7 +128,7 @@ func benchW4(stdout, stderr io.Writer, c benchConfig) error {
 		fmt.Fprintf(stdout, "ppo loop: %.1f s of %.1f s in PPO updates\n", r.PPO.UpdateSeconds, r.PPO.Seconds)
 	}
 	if peer != nil {
-		fmt.Fprintln(stdout, "the peer replays the fused configurations and ablation passes on seedless hosts (bench/pytorch/w4_env_loop.py says what differs)")
+		fmt.Fprintln(stdout, "the peer replays our seeds, fused configurations and ablation passes (bench/pytorch/w4_env_loop.py says what differs)")
 		q := r.Bare.EnvEpochsPerSec / peerEPS
 		fmt.Fprintf(stdout, "bare loop esper %.2f env-epochs/s vs pytorch %.2f: %.2f× %s the PERF.md target of ≥ %.0f×\n",
 			r.Bare.EnvEpochsPerSec, peerEPS, q, verdict(q >= w4TargetPeerRatio), w4TargetPeerRatio)
