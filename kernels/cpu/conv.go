@@ -35,6 +35,10 @@ func convBlock(g *convGeom) int {
 	return (g.n + blocks - 1) / blocks
 }
 
+// convPrepack lets the forward write its patches straight into the
+// GEMM's packed layout (a variable for tests and benchmarks).
+var convPrepack = true
+
 // convGeom holds the sizes of one convolution.
 type convGeom struct {
 	p                    kernels.Conv2dParams
@@ -165,32 +169,54 @@ func zeroWrapped[F tensor.Float](r []F, w, oh0, oh1, cs int) {
 	}
 }
 
-// im2colSame is blockCols for a sameWidth convolution: per kernel tap,
-// one shifted copy of each sample's plane, then the out-of-plane rows and
-// the wrapped columns zeroed.
+// im2colSame is blockCols for a sameWidth convolution, one patch row
+// (kernel tap) at a time.
 func im2colSame[F tensor.Float](g *convGeom, xs, cols []F, n0, nb, gi, ld int) {
+	for k := 0; k < g.kdim; k++ {
+		tapRow(g, xs, cols[k*ld:], n0, nb, gi, k)
+	}
+}
+
+// tapRow writes patch row k (input channel k/(kh·kw) of group gi, kernel
+// tap k%(kh·kw)) of samples n0..n0+nb−1 of a sameWidth convolution into
+// row, sample j at j·pixels: per sample one shifted copy of its plane,
+// then the out-of-plane rows and the wrapped columns zeroed.
+func tapRow[F tensor.Float](g *convGeom, xs, row []F, n0, nb, gi, k int) {
 	hw := g.h * g.w
-	for ci := 0; ci < g.cg; ci++ {
-		for kh := 0; kh < g.kh; kh++ {
-			for kw := 0; kw < g.kw; kw++ {
-				row := cols[((ci*g.kh+kh)*g.kw+kw)*ld:]
-				oh0, oh1, sh, cs := g.tapShift(kh, kw)
-				// Output indices [a, b) read plane[a+sh : b+sh]; the
-				// ones clipped off at either end are wrapped columns.
-				a, b := max(oh0*g.w, -sh), min(oh1*g.w, hw-sh)
-				for j := 0; j < nb; j++ {
-					r := row[j*g.pixels:][:g.pixels]
-					if a >= b {
-						clear(r)
-						continue
-					}
-					plane := xs[((n0+j)*g.cin+gi*g.cg+ci)*hw:][:hw]
-					clear(r[:a])
-					copy(r[a:b], plane[a+sh:b+sh])
-					clear(r[b:])
-					zeroWrapped(r, g.w, oh0, oh1, cs)
-				}
-			}
+	taps := g.kh * g.kw
+	ci, t := k/taps, k%taps
+	oh0, oh1, sh, cs := g.tapShift(t/g.kw, t%g.kw)
+	// Output indices [a, b) read plane[a+sh : b+sh]; the ones clipped off
+	// at either end are wrapped columns.
+	a, b := max(oh0*g.w, -sh), min(oh1*g.w, hw-sh)
+	for j := 0; j < nb; j++ {
+		r := row[j*g.pixels:][:g.pixels]
+		if a >= b {
+			clear(r)
+			continue
+		}
+		plane := xs[((n0+j)*g.cin+gi*g.cg+ci)*hw:][:hw]
+		clear(r[:a])
+		copy(r[a:b], plane[a+sh:b+sh])
+		clear(r[b:])
+		zeroWrapped(r, g.w, oh0, oh1, cs)
+	}
+}
+
+// im2colPacked writes the column matrix of samples n0..n0+nb−1, group gi
+// of a sameWidth convolution ([kdim, ld], ld = nb·pixels) straight into
+// gemmPrepacked's B layout in pb (panels of nr columns over the whole
+// depth, columns past ld zero), through one patch row at a time in tmp
+// (ld elements, in L1): the GEMM then packs no B of its own.
+func im2colPacked[F tensor.Float](g *convGeom, xs, pb, tmp []F, n0, nb, gi, ld, nr int) {
+	panels := (ld + nr - 1) / nr
+	tmp = tmp[:ld]
+	for k := 0; k < g.kdim; k++ {
+		tapRow(g, xs, tmp, n0, nb, gi, k)
+		for q := 0; q < panels; q++ {
+			d := pb[(q*g.kdim+k)*nr:][:nr]
+			n := copy(d, tmp[q*nr:])
+			clear(d[n:])
 		}
 	}
 }
@@ -299,6 +325,7 @@ func col2im[F tensor.Float](g *convGeom, cols, dxg []F, ld int) {
 // one sample), and the GEMM's packing.
 type convScratch[F tensor.Float] struct {
 	cols, ys []F
+	tmp      []F // one patch row of a block, for im2colPacked
 	gemm     gemmScratch[F]
 }
 
@@ -307,7 +334,10 @@ type convScratch[F tensor.Float] struct {
 func newConvScratch[F tensor.Float](g *convGeom, b, m, n, k int) convScratch[F] {
 	var sc convScratch[F]
 	if !g.direct || b > 1 {
-		sc.cols = getBuf[F](g.kdim * b * g.pixels)
+		sc.cols = getBuf[F](max(g.kdim*b*g.pixels, bPanelsLen[F](b*g.pixels, g.kdim)))
+	}
+	if g.sameWidth() {
+		sc.tmp = getBuf[F](b * g.pixels)
 	}
 	if b > 1 {
 		sc.ys = getBuf[F](g.og * b * g.pixels)
@@ -320,6 +350,7 @@ func newConvScratch[F tensor.Float](g *convGeom, b, m, n, k int) convScratch[F] 
 func (sc convScratch[F]) free() {
 	putBuf(sc.cols)
 	putBuf(sc.ys)
+	putBuf(sc.tmp)
 	sc.gemm.free()
 }
 
@@ -369,9 +400,12 @@ func (be *Backend) Conv2d(dst, x, w, bias *T, p kernels.Conv2dParams) {
 	if bias != nil && bias.Numel() != g.cout {
 		fail(name, "bias has shape %v, want [%d] (x %v, w %v)", bias.Shape(), g.cout, x.Shape(), w.Shape())
 	}
-	if wide(dst, x, w) {
+	switch {
+	case wide(dst, x, w):
 		be.launchScratch(convPrep[float64](&g, dst, x, w, bias, nil, nil, noAct))
-	} else {
+	case useDconv[float32](&g):
+		be.launchScratch(convDirectPrep(&g, dst, x, w, bias, nil, nil, noAct))
+	default:
 		be.launchScratch(convPrep[float32](&g, dst, x, w, bias, nil, nil, noAct))
 	}
 }
@@ -393,9 +427,12 @@ func (be *Backend) Conv2dAffineAct(dst, x, w, scale, shift *T, act kernels.Unary
 	if act >= kernels.UnaryOp(len(kernels.UnaryOps())) {
 		fail(name, "unknown activation %d", act)
 	}
-	if wide(dst, x, w) {
+	switch {
+	case wide(dst, x, w):
 		be.launchScratch(convPrep[float64](&g, dst, x, w, nil, scale, shift, act))
-	} else {
+	case useDconv[float32](&g):
+		be.launchScratch(convDirectPrep(&g, dst, x, w, nil, scale, shift, act))
+	default:
 		be.launchScratch(convPrep[float32](&g, dst, x, w, nil, scale, shift, act))
 	}
 }
@@ -410,6 +447,7 @@ func convPrep[F tensor.Float](g *convGeom, dst, x, w, bias, scale, shift *T, act
 	blocks := (g.n + B - 1) / B
 	items := blocks * G
 	slots := newScratchSet(items, func() convScratch[F] { return newConvScratch[F](g, B, g.og, B*g.pixels, g.kdim) })
+	nr := kernelFor[F]().nr
 	body := func(lo, hi int) {
 		sc := <-slots
 		for it := lo; it < hi; it++ {
@@ -417,12 +455,19 @@ func convPrep[F tensor.Float](g *convGeom, dst, x, w, bias, scale, shift *T, act
 			n0 := bi * B
 			nb := min(B, g.n-n0)
 			ld := nb * g.pixels
-			cols := blockCols(g, xs, sc.cols, n0, nb, gi)
 			yb := ys[(n0*g.cout+gi*g.og)*g.pixels:]
 			if nb > 1 {
 				yb = sc.ys
 			}
-			gemm(g.og, ld, g.kdim, ws[gi*g.og*g.kdim:], g.kdim, false, cols, ld, false, yb, ld, false, sc.gemm)
+			wg := ws[gi*g.og*g.kdim:]
+			if convPrepack && g.sameWidth() && !(nb == 1 && g.direct) && gemmPacks(g.og, ld, g.kdim, wg, false, false) {
+				// The patches go straight into the GEMM's packed layout.
+				im2colPacked(g, xs, sc.cols, sc.tmp, n0, nb, gi, ld, nr)
+				gemmPrepacked(g.og, ld, g.kdim, wg, g.kdim, false, sc.cols, yb, ld, false, sc.gemm)
+			} else {
+				cols := blockCols(g, xs, sc.cols, n0, nb, gi)
+				gemm(g.og, ld, g.kdim, wg, g.kdim, false, cols, ld, false, yb, ld, false, sc.gemm)
+			}
 			for j := 0; j < nb; j++ {
 				dstg := ys[((n0+j)*g.cout+gi*g.og)*g.pixels:]
 				for o := 0; o < g.og; o++ {
@@ -465,9 +510,17 @@ func (be *Backend) Conv2dBackwardInput(dx, dy, w *T, p kernels.Conv2dParams) {
 	g := checkConv(name, dx, w, dy, p, "dx", "dy")
 	if wide(dx, dy, w) {
 		be.launchScratch(convBwdInputPrep[float64](&g, dx, dy, w))
-	} else {
-		be.launchScratch(convBwdInputPrep[float32](&g, dx, dy, w))
+		return
 	}
+	if useDconv[float32](&g) {
+		// Measured on W5's layers: ahead of col2im while the flipped
+		// weights make one kc block (kdim ≤ 512), behind it beyond.
+		if t, ok := transposedGeom(&g); ok && useDconv[float32](&t) && t.kdim <= gemmKC {
+			be.launchScratch(convDirectBwdInputPrep(&t, dx, dy, w))
+			return
+		}
+	}
+	be.launchScratch(convBwdInputPrep[float32](&g, dx, dy, w))
 }
 
 func convBwdInputPrep[F tensor.Float](g *convGeom, dx, dy, w *T) (run, release func()) {
