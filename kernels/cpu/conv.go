@@ -35,10 +35,6 @@ func convBlock(g *convGeom) int {
 	return (g.n + blocks - 1) / blocks
 }
 
-// convPrepack lets the forward write its patches straight into the
-// GEMM's packed layout (a variable for tests and benchmarks).
-var convPrepack = true
-
 // convGeom holds the sizes of one convolution.
 type convGeom struct {
 	p                    kernels.Conv2dParams
@@ -203,24 +199,6 @@ func tapRow[F tensor.Float](g *convGeom, xs, row []F, n0, nb, gi, k int) {
 	}
 }
 
-// im2colPacked writes the column matrix of samples n0..n0+nb−1, group gi
-// of a sameWidth convolution ([kdim, ld], ld = nb·pixels) straight into
-// gemmPrepacked's B layout in pb (panels of nr columns over the whole
-// depth, columns past ld zero), through one patch row at a time in tmp
-// (ld elements, in L1): the GEMM then packs no B of its own.
-func im2colPacked[F tensor.Float](g *convGeom, xs, pb, tmp []F, n0, nb, gi, ld, nr int) {
-	panels := (ld + nr - 1) / nr
-	tmp = tmp[:ld]
-	for k := 0; k < g.kdim; k++ {
-		tapRow(g, xs, tmp, n0, nb, gi, k)
-		for q := 0; q < panels; q++ {
-			d := pb[(q*g.kdim+k)*nr:][:nr]
-			n := copy(d, tmp[q*nr:])
-			clear(d[n:])
-		}
-	}
-}
-
 // col2imSame is the col2im of a block of samples (n0..n0+nb−1, group gi)
 // for a sameWidth convolution, writing dx without the caller clearing
 // it: per input channel, the tap that maps every pixel to itself (the
@@ -325,7 +303,6 @@ func col2im[F tensor.Float](g *convGeom, cols, dxg []F, ld int) {
 // one sample), and the GEMM's packing.
 type convScratch[F tensor.Float] struct {
 	cols, ys []F
-	tmp      []F // one patch row of a block, for im2colPacked
 	gemm     gemmScratch[F]
 }
 
@@ -334,10 +311,7 @@ type convScratch[F tensor.Float] struct {
 func newConvScratch[F tensor.Float](g *convGeom, b, m, n, k int) convScratch[F] {
 	var sc convScratch[F]
 	if !g.direct || b > 1 {
-		sc.cols = getBuf[F](max(g.kdim*b*g.pixels, bPanelsLen[F](b*g.pixels, g.kdim)))
-	}
-	if g.sameWidth() {
-		sc.tmp = getBuf[F](b * g.pixels)
+		sc.cols = getBuf[F](g.kdim * b * g.pixels)
 	}
 	if b > 1 {
 		sc.ys = getBuf[F](g.og * b * g.pixels)
@@ -350,7 +324,6 @@ func newConvScratch[F tensor.Float](g *convGeom, b, m, n, k int) convScratch[F] 
 func (sc convScratch[F]) free() {
 	putBuf(sc.cols)
 	putBuf(sc.ys)
-	putBuf(sc.tmp)
 	sc.gemm.free()
 }
 
@@ -447,7 +420,6 @@ func convPrep[F tensor.Float](g *convGeom, dst, x, w, bias, scale, shift *T, act
 	blocks := (g.n + B - 1) / B
 	items := blocks * G
 	slots := newScratchSet(items, func() convScratch[F] { return newConvScratch[F](g, B, g.og, B*g.pixels, g.kdim) })
-	nr := kernelFor[F]().nr
 	body := func(lo, hi int) {
 		sc := <-slots
 		for it := lo; it < hi; it++ {
@@ -459,15 +431,8 @@ func convPrep[F tensor.Float](g *convGeom, dst, x, w, bias, scale, shift *T, act
 			if nb > 1 {
 				yb = sc.ys
 			}
-			wg := ws[gi*g.og*g.kdim:]
-			if convPrepack && g.sameWidth() && !(nb == 1 && g.direct) && gemmPacks(g.og, ld, g.kdim, wg, false, false) {
-				// The patches go straight into the GEMM's packed layout.
-				im2colPacked(g, xs, sc.cols, sc.tmp, n0, nb, gi, ld, nr)
-				gemmPrepacked(g.og, ld, g.kdim, wg, g.kdim, false, sc.cols, yb, ld, false, sc.gemm)
-			} else {
-				cols := blockCols(g, xs, sc.cols, n0, nb, gi)
-				gemm(g.og, ld, g.kdim, wg, g.kdim, false, cols, ld, false, yb, ld, false, sc.gemm)
-			}
+			cols := blockCols(g, xs, sc.cols, n0, nb, gi)
+			gemm(g.og, ld, g.kdim, ws[gi*g.og*g.kdim:], g.kdim, false, cols, ld, false, yb, ld, false, sc.gemm)
 			for j := 0; j < nb; j++ {
 				dstg := ys[((n0+j)*g.cout+gi*g.og)*g.pixels:]
 				for o := 0; o < g.og; o++ {

@@ -69,8 +69,8 @@ var convCases = []convCase{
 	// the width only, and a kernel wider than the plane.
 	{2, 2, 5, 4, 3, 3, 3, kernels.Conv2dParams{PadW: 1}},
 	{2, 3, 4, 2, 2, 3, 5, kernels.Conv2dParams{PadH: 1, PadW: 2}},
-	// Large enough for the micro-kernels, with ragged panels: the forward
-	// writes its patches straight into the GEMM's packed layout.
+	// Large enough for the micro-kernels (and the direct kernel), with
+	// ragged panels.
 	{3, 4, 9, 7, 20, 3, 3, kernels.Conv2dParams{PadH: 1, PadW: 1}},
 	{3, 3, 8, 9, 12, 3, 3, kernels.Conv2dParams{PadH: 2, PadW: 2, DilationH: 2, DilationW: 2}},
 }
@@ -418,6 +418,9 @@ func TestMaxPool2x2Rows(t *testing.T) {
 // 32-column tiles — for the plain forward with bias and for the folded
 // affine map with ReLU. It also checks that the direct route was taken.
 func TestConvDirect(t *testing.T) {
+	if !dconvAsm {
+		t.Skip("this build has no direct-convolution kernel (AVX-512 assembly)")
+	}
 	defer func(v bool) { convDirect = v }(convDirect)
 	cases := []convCase{
 		{3, 8, 9, 7, 20, 3, 3, kernels.Conv2dParams{PadH: 1, PadW: 1}},

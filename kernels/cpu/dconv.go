@@ -20,15 +20,15 @@ import (
 
 // dconv is one direct convolution's geometry and packed weights.
 type dconv struct {
-	g          *convGeom
-	hp, wp     int   // padded input plane
-	plane      int   // hp·wp
-	q, qt      int   // output positions per channel (ho·wp), rounded up to 32
-	mp         int   // output channels rounded up to the tile's 12
-	xlen       int   // one group's padded planes plus the kernel's overrun
-	offs       []int // per patch row k: ci·plane + kh·dh·wp + kw·dw
-	pa         []float32 // packed weights (packWeights)
-	wt         []float32 // flipped weights of a transposed geometry
+	g      *convGeom
+	hp, wp int       // padded input plane
+	plane  int       // hp·wp
+	q, qt  int       // output positions per channel (ho·wp), rounded up to 32
+	mp     int       // output channels rounded up to the tile's 12
+	xlen   int       // one group's padded planes plus the kernel's overrun
+	offs   []int     // per patch row k: ci·plane + kh·dh·wp + kw·dw
+	pa     []float32 // packed weights (packWeights)
+	wt     []float32 // flipped weights of a transposed geometry
 }
 
 // dconvMinWork is the smallest og·ho·wo·kdim multiply-add count per

@@ -137,43 +137,6 @@ func gemm[F tensor.Float](m, n, k int, a []F, lda int, transA bool, b []F, ldb i
 	}
 }
 
-// gemmPacks reports whether gemm would multiply m×k by k×n through the
-// packed micro-kernels (rather than gemmDirect's loops): callers that can
-// produce B already packed use gemmPrepacked only then.
-func gemmPacks[F tensor.Float](m, n, k int, a []F, transA, transB bool) bool {
-	return m > 0 && n > 0 && k > 0 && m*n*k >= gemmSmall && !directRows(m, transA, transB, a)
-}
-
-// bPanelsLen is the length of a pre-packed k×n B for gemmPrepacked: n
-// rounded up to the micro-kernel's nr, times k.
-func bPanelsLen[F tensor.Float](n, k int) int {
-	return roundUp(n, kernelFor[F]().nr) * k
-}
-
-// gemmPrepacked is gemm with B (k×n) already packed by the caller, as
-// panels of nr columns over the whole depth (nr the micro-kernel's:
-// kernelFor): element (p, j) at pb[(j/nr)·k·nr + p·nr + j%nr], the
-// columns past n zero. It saves gemm's packing pass over B when the
-// caller writes B anyway (the convolutions' im2col). Only for shapes
-// where gemmPacks holds. The blocking and the order of every sum are
-// gemm's.
-func gemmPrepacked[F tensor.Float](m, n, k int, a []F, lda int, transA bool, pb []F, c []F, ldc int, accumulate bool, sc gemmScratch[F]) {
-	kern := kernelFor[F]()
-	mr, nr := kern.mr, kern.nr
-	for jc := 0; jc < n; jc += gemmNC {
-		nb := min(gemmNC, n-jc)
-		for pc := 0; pc < k; pc += gemmKC {
-			kb := min(gemmKC, k-pc)
-			add := accumulate || pc > 0
-			for ic := 0; ic < m; ic += gemmMC {
-				mb := min(gemmMC, m-ic)
-				packA(sc.a, a, lda, transA, ic, pc, mb, kb, mr)
-				macroKernel(kern, kb, sc.a, pb[jc/nr*k*nr+pc*nr:], k*nr, c, ic*ldc+jc, ldc, mb, nb, add)
-			}
-		}
-	}
-}
-
 // gemmShared is one large product split over workers with B shared:
 // each (jc, pc) block of op(B) is packed once (its panels split among the
 // workers), then the mr-row panels of A are dealt out to workers in equal
@@ -523,7 +486,7 @@ func interleave[F tensor.Float](pan, src []F, base, ld, lines, kb, w int) {
 
 // macroKernel multiplies a packed mb×kb block of A (panels of kern.mr
 // rows) by a packed kb×nb block of B (panels of kern.nr columns, ps
-// elements apart: kb·nr when packed per block, k·nr pre-packed) into the
+// elements apart) into the
 // mb×nb block of C at ci: each tile with the micro-kernel, adding to C or
 // storing (add).
 func macroKernel[F tensor.Float](kern gemmKernel[F], kb int, pa, pb []F, ps int, c []F, ci, ldc, mb, nb int, add bool) {
