@@ -72,6 +72,9 @@ type W5TrainResult struct {
 
 // W5EvalResult is the timing of the evaluation forward pass.
 type W5EvalResult struct {
+	// Mode is "eager" or "captured" (the forward replayed from a graph
+	// captured in inference mode, with its output buffers reused).
+	Mode          string  `json:"mode"`
 	Latency       Latency `json:"batch_latency"`
 	SamplesPerSec float64 `json:"samples_per_second"`
 	GFLOPS        float64 `json:"effective_gflops"`
@@ -96,6 +99,8 @@ type W5Result struct {
 	TrainFLOPPerSample float64         `json:"train_flop_per_sample"`
 	Train              []W5TrainResult `json:"train"`
 	Eval               W5EvalResult    `json:"eval"`
+	// EvalCaptured is the captured evaluation forward (with Captured).
+	EvalCaptured *W5EvalResult `json:"eval_captured,omitempty"`
 }
 
 func (o W5Options) withDefaults() (W5Options, error) {
@@ -400,30 +405,71 @@ func (m *W5Model) train(o W5Options, d *W5Data, captured bool, flopPerSample flo
 	return res, nil
 }
 
-// eval times the forward pass in evaluation and inference mode.
-func (m *W5Model) eval(o W5Options, d *W5Data, flopPerSample float64) W5EvalResult {
+// evalForward is the evaluation forward over in = {x}: the logits of x
+// in inference mode (the host in whatever mode it is in; eval sets it to
+// evaluation). It does only tensor work, so it can be captured.
+func (m *W5Model) evalForward(in []*tensor.Tensor) []*tensor.Tensor {
+	var y *autograd.Var
+	autograd.InferenceMode(func() { y = m.host.Forward(autograd.Const(in[0])) })
+	return []*tensor.Tensor{y.Value}
+}
+
+// eval times the forward pass in evaluation and inference mode, eagerly
+// or replayed from a captured graph.
+func (m *W5Model) eval(o W5Options, d *W5Data, flopPerSample float64, captured bool) (W5EvalResult, error) {
 	nn.Eval(m.host)
 	defer nn.Train(m.host)
-	fwd := func(i int) {
-		x := d.EvalX[i%len(d.EvalX)]
-		autograd.InferenceMode(func() { m.host.Forward(autograd.Const(x)) })
-	}
-	for i := 0; i < o.EvalWarmup; i++ {
-		fwd(i)
-	}
-	lat := make([]time.Duration, o.EvalBatches)
-	for i := range lat {
-		t0 := time.Now()
-		fwd(o.EvalWarmup + i)
-		lat[i] = time.Since(t0)
-		if o.Progress != nil {
-			o.Progress("eval", i+1, o.EvalBatches)
+	forward := m.evalForward
+	res := W5EvalResult{Mode: "eager"}
+	run := func(in []*tensor.Tensor) error { forward(in); return nil }
+	warmup := o.EvalWarmup
+	if captured {
+		res.Mode = "captured"
+		warmup = max(warmup, 2) // one eager call, then capture + first replay
+		var fallback error
+		c := autograd.Capture(forward, autograd.CaptureOptions{
+			Policy: autograd.FailOnMismatch, OnFallback: func(err error) { fallback = err },
+		})
+		run = func(in []*tensor.Tensor) error {
+			if _, err := c.Run(in...); err != nil {
+				return err
+			}
+			if fallback != nil {
+				return fmt.Errorf("captured evaluation fell back to eager: %w", fallback)
+			}
+			return nil
 		}
 	}
-	r := W5EvalResult{Latency: Summarise(lat)}
-	r.SamplesPerSec = float64(o.Batch) / (r.Latency.MeanUs * 1e-6)
-	r.GFLOPS = r.SamplesPerSec * flopPerSample / 1e9
-	return r
+	in := make([]*tensor.Tensor, 1)
+	fwd := func(i int) error {
+		in[0] = d.EvalX[i%len(d.EvalX)]
+		return run(in)
+	}
+	for i := 0; i < warmup; i++ {
+		if err := fwd(i); err != nil {
+			return res, err
+		}
+	}
+	lat := make([]time.Duration, o.EvalBatches)
+	phase := "eval"
+	if captured {
+		phase = "eval captured"
+	}
+	for i := range lat {
+		t0 := time.Now()
+		err := fwd(warmup + i)
+		lat[i] = time.Since(t0)
+		if err != nil {
+			return res, err
+		}
+		if o.Progress != nil {
+			o.Progress(phase, i+1, o.EvalBatches)
+		}
+	}
+	res.Latency = Summarise(lat)
+	res.SamplesPerSec = float64(o.Batch) / (res.Latency.MeanUs * 1e-6)
+	res.GFLOPS = res.SamplesPerSec * flopPerSample / 1e9
+	return res, nil
 }
 
 // RunW5 trains the W5 host eagerly (and captured with o.Captured, on a
@@ -465,6 +511,15 @@ func RunW5(o W5Options) (W5Result, error) {
 			evalModel = m
 		}
 	}
-	res.Eval = evalModel.eval(o, d, fwd)
+	if res.Eval, err = evalModel.eval(o, d, fwd, false); err != nil {
+		return W5Result{}, err
+	}
+	if o.Captured {
+		ec, err := evalModel.eval(o, d, fwd, true)
+		if err != nil {
+			return W5Result{}, err
+		}
+		res.EvalCaptured = &ec
+	}
 	return res, nil
 }

@@ -33,7 +33,7 @@ func TestW5SmallRun(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "random-normal", r.Data)
 	require.Contains(t, r.DataNote, "requested")
-	require.Equal(t, []string{"train eager", "train captured", "eval"}, phases)
+	require.Equal(t, []string{"train eager", "train captured", "eval", "eval captured"}, phases)
 	// Conv 9·(1·32 + 32·64 + 64·128), BatchNorm 2·(32+64+128), Linear 128·10+10.
 	require.Equal(t, 9*(32+32*64+64*128)+2*(32+64+128)+128*10+10, r.Params)
 	require.Len(t, r.Train, 2)
@@ -55,6 +55,11 @@ func TestW5SmallRun(t *testing.T) {
 	require.InDelta(t, r.Train[0].FinalLoss, r.Train[1].FinalLoss, 1e-4)
 	require.Equal(t, 2, r.Eval.Latency.N)
 	require.Greater(t, r.Eval.SamplesPerSec, 0.0)
+	require.Equal(t, "eager", r.Eval.Mode)
+	require.NotNil(t, r.EvalCaptured)
+	require.Equal(t, "captured", r.EvalCaptured.Mode)
+	require.Equal(t, 2, r.EvalCaptured.Latency.N)
+	require.Greater(t, r.EvalCaptured.SamplesPerSec, 0.0)
 
 	_, err = RunW5(W5Options{Batch: -1})
 	require.Error(t, err)
@@ -141,4 +146,22 @@ func BenchmarkW5Eval(b *testing.B) {
 		fwd()
 	}
 	b.ReportMetric(float64(o.Batch)*float64(b.N)/b.Elapsed().Seconds(), "samples/s")
+}
+
+// TestW5CapturedEvalMatchesEager: the captured evaluation forward that
+// W5 times returns the eager logits, batch after batch (the replays read
+// each new batch and the host's running statistics).
+func TestW5CapturedEvalMatchesEager(t *testing.T) {
+	m, err := NewW5Model(4)
+	require.NoError(t, err)
+	d, err := NewW5Data(W5Options{Batch: 8, Steps: 1, Warmup: 1, EvalBatches: 3, EvalWarmup: 1, RandomData: true, Seed: 4})
+	require.NoError(t, err)
+	nn.Eval(m.host)
+	c := autograd.Capture(m.evalForward, autograd.CaptureOptions{Policy: autograd.FailOnMismatch})
+	for i, x := range append(d.EvalX, d.EvalX...) {
+		want := m.evalForward([]*tensor.Tensor{x})[0].Clone()
+		out, err := c.Run(x)
+		require.NoError(t, err)
+		require.Equal(t, want.F32(), out[0].F32(), "batch %d", i)
+	}
 }

@@ -214,23 +214,29 @@ func dconvPrep(g *convGeom, dst, x, w, bias, scale, shift *T, act kernels.UnaryO
 			d.block(gi, sc.xp, sc.cb)
 			for o := 0; o < g.og; o++ {
 				ch := gi*g.og + o
+				// The bias or affine map and a ReLU over the channel's
+				// whole padded-width block in place (one vector pass;
+				// the discarded columns ride along), then the valid
+				// columns of each row out.
+				cbo := sc.cb[o*d.qt:][:d.q]
+				switch {
+				case scs != nil:
+					rowAffineAct(cbo, cbo, 0, float64(scs[ch]), float64(shs[ch]), relu)
+				case bs != nil:
+					rowAffineAct(cbo, cbo, 0, 1, float64(bs[ch]), relu)
+				case relu:
+					rowAffineAct(cbo, cbo, 0, 1, 0, true)
+				}
 				dsto := ys[(n*g.cout+ch)*g.pixels:][:g.pixels]
 				for oh := 0; oh < g.ho; oh++ {
 					r := dsto[oh*g.wo : (oh+1)*g.wo]
-					src := sc.cb[o*d.qt+oh*d.wp:][:g.wo]
-					switch {
-					case scs != nil:
-						rowAffineAct(r, src, 0, float64(scs[ch]), float64(shs[ch]), relu)
-					case bs != nil:
-						rowAffineAct(r, src, 0, 1, float64(bs[ch]), relu)
-					case relu:
-						rowAffineAct(r, src, 0, 1, 0, true)
-					default:
-						copy(r, src)
+					src := cbo[oh*d.wp:][:len(r)]
+					for i := range r {
+						r[i] = src[i]
 					}
-					if act != noAct && !relu {
-						unaryKernel(act, r, r)
-					}
+				}
+				if act != noAct && !relu {
+					unaryKernel(act, dsto, dsto)
 				}
 			}
 		}
