@@ -478,9 +478,10 @@ func (be *Backend) Conv2dBackwardInput(dx, dy, w *T, p kernels.Conv2dParams) {
 		return
 	}
 	if useDconv[float32](&g) {
-		// Measured on W5's layers: ahead of col2im while the flipped
-		// weights make one kc block (kdim ≤ 512), behind it beyond.
-		if t, ok := transposedGeom(&g); ok && useDconv[float32](&t) && t.kdim <= gemmKC {
+		// Measured on W5's layers: ahead of col2im up to two kc blocks of
+		// flipped weights (64 channels of 3×3, kdim 576), behind it at
+		// three (128 channels, 1152).
+		if t, ok := transposedGeom(&g); ok && useDconv[float32](&t) && t.kdim <= 2*gemmKC {
 			be.launchScratch(convDirectBwdInputPrep(&t, dx, dy, w))
 			return
 		}
