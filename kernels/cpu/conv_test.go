@@ -476,3 +476,27 @@ func TestConvDirect(t *testing.T) {
 	}
 	require.GreaterOrEqual(t, bwdDirect, 3, "input gradients through the direct kernel")
 }
+
+// TestConvWeightGradDots: the weight gradient as dot products (small
+// [og, kdim], the default for every convCases geometry) agrees with the
+// packed-GEMM route (forced by convDotMax = 0), both orientations of it
+// included, in float32.
+func TestConvWeightGradDots(t *testing.T) {
+	defer func(v int) { convDotMax = v }(convDotMax)
+	for ci, c := range convCases {
+		g := max(c.p.Groups, 1)
+		n := c.n + 5
+		x := randT(uint64(ci), tensor.F32, n, c.cin, c.h, c.w)
+		pn := c.p.Norm()
+		ho := kernels.ConvOut(c.h, c.kh, pn.StrideH, pn.PadH, pn.DilationH)
+		wo := kernels.ConvOut(c.w, c.kw, pn.StrideW, pn.PadW, pn.DilationW)
+		dy := randT(uint64(ci+30), tensor.F32, n, c.cout, ho, wo)
+		run := func(max int) []float64 {
+			convDotMax = max
+			dw := tensor.Empty(tensor.F32, c.cout, c.cin/g, c.kh, c.kw)
+			be.Conv2dBackwardWeight(dw, x, dy, c.p)
+			return vals(dw)
+		}
+		closeTo(t, name("conv dw dots vs gemm ", ci, tensor.F32), run(1<<30), run(0), 1e-5)
+	}
+}

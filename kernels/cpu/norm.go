@@ -77,16 +77,8 @@ func layerNormPrep[F tensor.Float](y, mean, rstd, x, w, b *T, m, n int, eps floa
 // moments returns the mean and 1/sqrt(biased variance + eps) of v,
 // two-pass in float64.
 func moments[F tensor.Float](v []F, eps float64) (mu, rstd float64) {
-	var sum float64
-	for _, x := range v {
-		sum += float64(x)
-	}
-	mu = sum / float64(len(v))
-	var sq float64
-	for _, x := range v {
-		d := float64(x) - mu
-		sq += d * d
-	}
+	mu = rowSum(v) / float64(len(v))
+	sq := rowSqDev(v, mu)
 	return mu, 1 / math.Sqrt(sq/float64(len(v))+eps)
 }
 
@@ -274,9 +266,7 @@ func groupNormPrep[F tensor.Float](y, mean, rstd, x, w, b *T, groups int, eps fl
 				if bs != nil {
 					bk = float64(bs[c0+k])
 				}
-				for j := k * hw; j < (k+1)*hw; j++ {
-					yb[j] = F((float64(blk[j])-mu)*r*wk + bk)
-				}
+				rowAffineAct(yb[k*hw:(k+1)*hw], blk[k*hw:(k+1)*hw], mu, r*wk, bk, false)
 			}
 		}
 	}
@@ -334,13 +324,9 @@ func groupNormBwdPrep[F tensor.Float](dx, dw, db, dy, x, mean, rstd, w *T, group
 				if ws != nil {
 					wk = float64(ws[c0+k])
 				}
-				var a, bb float64
-				for j := k * hw; j < (k+1)*hw; j++ {
-					g := float64(gb[j])
-					h := (float64(xb[j]) - mu) * r
-					a += g
-					bb += g * h
-				}
+				// Σ dy and Σ dy·x̂ over the channel's plane (x̂ = (x − mu)·r).
+				a, bb := rowGradSums(gb[k*hw:(k+1)*hw], xb[k*hw:(k+1)*hw], nil, mu)
+				bb *= r
 				pdy[nn*c+c0+k] = a
 				pdyx[nn*c+c0+k] = bb
 				sa += a * wk
@@ -357,10 +343,8 @@ func groupNormBwdPrep[F tensor.Float](dx, dw, db, dy, x, mean, rstd, w *T, group
 				if ws != nil {
 					wk = float64(ws[c0+k])
 				}
-				for j := k * hw; j < (k+1)*hw; j++ {
-					h := (float64(xb[j]) - mu) * r
-					db[j] = F(r * (float64(gb[j])*wk - sa - h*sb))
-				}
+				// r·(dy·wk − sa − x̂·sb)
+				rowBnDx(db[k*hw:(k+1)*hw], gb[k*hw:(k+1)*hw], xb[k*hw:(k+1)*hw], nil, mu, r*wk, -r*r*sb, -r*sa)
 			}
 		}
 	}
