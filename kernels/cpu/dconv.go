@@ -230,10 +230,7 @@ func dconvPrep(g *convGeom, dst, x, w, bias, scale, shift *T, act kernels.UnaryO
 				dsto := ys[(n*g.cout+ch)*g.pixels:][:g.pixels]
 				for oh := 0; oh < g.ho; oh++ {
 					r := dsto[oh*g.wo : (oh+1)*g.wo]
-					src := cbo[oh*d.wp:][:len(r)]
-					for i := range r {
-						r[i] = src[i]
-					}
+					copy(r, cbo[oh*d.wp:][:len(r)])
 				}
 				if act != noAct && !relu {
 					unaryKernel(act, dsto, dsto)
