@@ -483,6 +483,31 @@ func binaryPrep[F tensor.Float](s *stage, op kernels.BinaryOp, dst *T, a, b oper
 // binaryRow computes d[i] = a[ia+i·sa] op b[ib+i·sb].
 func binaryRow[F tensor.Float](op kernels.BinaryOp, d []F, a []F, ia, sa int, b []F, ib, sb int) {
 	n := len(d)
+	if n8 := n &^ 7; n8 > 0 && vdotAsm && op <= kernels.Div {
+		if d32, ok := any(d).([]float32); ok {
+			// float32 add, subtract, multiply and divide of two rows or
+			// of a row and a scalar: eight lanes at a time (AVX2), the
+			// tail below.
+			mode := -1
+			switch {
+			case sa == 1 && sb == 1:
+				mode = 0
+			case sa == 1 && sb == 0:
+				mode = 1
+			case sa == 0 && sb == 1:
+				mode = 2
+			}
+			if mode >= 0 {
+				a32, b32 := any(a).([]float32), any(b).([]float32)
+				_, _ = a32[ia+sa*(n8-1)], b32[ib+sb*(n8-1)]
+				binAVX2(int(op-kernels.Add), mode, &d32[0], &a32[ia], &b32[ib], n8)
+				if n8 == n {
+					return
+				}
+				d, ia, ib, n = d[n8:], ia+sa*n8, ib+sb*n8, n-n8
+			}
+		}
+	}
 	if sa == 1 && sb == 1 {
 		av, bv := a[ia:ia+n], b[ib:ib+n]
 		switch op {
