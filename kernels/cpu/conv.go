@@ -588,6 +588,20 @@ func convBwdWeightPrep[F tensor.Float](g *convGeom, dw, x, dy *T) (run, release 
 				nb := min(B, n1-b0)
 				ld := nb * g.pixels
 				cols := blockCols(g, xs, sc.cols, b0, nb, gi)
+				if dots && g.pixels >= 256 {
+					// Sample by sample against its own dy rows (stride
+					// pixels), no gathered copy of dy: long enough dot
+					// products (on smaller planes the gathered block's
+					// longer dots measure faster).
+					if b0 == n0 {
+						clear(pg)
+					}
+					for j := 0; j < nb; j++ {
+						dyj := gs[((b0+j)*g.cout+gi*g.og)*g.pixels:]
+						gemmDirect(g.og, g.kdim, g.pixels, dyj, g.pixels, false, cols[j*g.pixels:], ld, true, pg, g.kdim)
+					}
+					continue
+				}
 				dyb := gatherDy(g, gs, sc.ys, b0, nb, gi)
 				switch {
 				case dots:

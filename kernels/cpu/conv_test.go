@@ -479,7 +479,12 @@ func TestConvDirect(t *testing.T) {
 // included, in float32.
 func TestConvWeightGradDots(t *testing.T) {
 	defer func(v int) { convDotMax = v }(convDotMax)
-	for ci, c := range convCases {
+	cases := append([]convCase{
+		// Planes of 256 pixels or more: dot products sample by sample.
+		{3, 2, 17, 16, 8, 3, 3, kernels.Conv2dParams{PadH: 1, PadW: 1}},
+		{2, 4, 20, 14, 6, 3, 3, kernels.Conv2dParams{PadW: 1, Groups: 2}},
+	}, convCases...)
+	for ci, c := range cases {
 		g := max(c.p.Groups, 1)
 		n := c.n + 5
 		x := randT(uint64(ci), tensor.F32, n, c.cin, c.h, c.w)

@@ -310,9 +310,27 @@ func gemmDirectF32(m, n, k int, a []float32, lda int, transA bool, b []float32, 
 				axpyF32(av, b[p*ldb:p*ldb+n], ci)
 			}
 		}
-	case !transA && transB: // c[i,j] += a[i,:]·b[j,:], four j at a time
+	case !transA && transB: // c[i,j] += a[i,:]·b[j,:], two i and four j at a time
 		var d4 [4]float32
-		for i := 0; i < m; i++ {
+		var d8 [8]float32
+		i := 0
+		for ; i+2 <= m && n >= 4; i += 2 {
+			c0, c1 := c[i*ldc:i*ldc+n], c[(i+1)*ldc:(i+1)*ldc+n]
+			j := 0
+			for ; j+4 <= n; j += 4 {
+				dot2x4F32(a[i*lda:], lda, k, b[j*ldb:], ldb, &d8)
+				for r := 0; r < 4; r++ {
+					c0[j+r] += d8[r]
+					c1[j+r] += d8[4+r]
+				}
+			}
+			for ; j < n; j++ {
+				bj := b[j*ldb : j*ldb+k]
+				c0[j] += dotF32(a[i*lda:i*lda+k], bj)
+				c1[j] += dotF32(a[(i+1)*lda:(i+1)*lda+k], bj)
+			}
+		}
+		for ; i < m; i++ {
 			ai := a[i*lda : i*lda+k]
 			ci := c[i*ldc : i*ldc+n]
 			j := 0

@@ -75,3 +75,32 @@ func axpyF32(alpha float32, x, y []float32) {
 		y[i] += alpha * x[i]
 	}
 }
+
+// dot2x4AVX2 sets out[4i+r] = Σ a[i·lda+p]·b[r·ldb+p] for i < 2, r < 4,
+// p < n (n a positive multiple of 8).
+//
+//go:noescape
+func dot2x4AVX2(a *float32, lda int, b *float32, ldb, n int, out *[8]float32)
+
+// dot2x4F32 sets out[4i+r] to the dot product of a[i·lda:][:n] with
+// b[r·ldb:][:n] for i < 2, r < 4: dot4F32 for two rows of a at once,
+// each row's sum formed exactly as dot4F32 forms it.
+func dot2x4F32(a []float32, lda, n int, b []float32, ldb int, out *[8]float32) {
+	_, _ = a[lda+n-1], b[3*ldb+n-1]
+	n8 := n &^ 7
+	if vdotAsm && n8 > 0 {
+		dot2x4AVX2(&a[0], lda, &b[0], ldb, n8, out)
+	} else {
+		n8 = 0
+		*out = [8]float32{}
+	}
+	for i := 0; i < 2; i++ {
+		ai := a[i*lda+n8 : i*lda+n]
+		for r := 0; r < 4; r++ {
+			row := b[r*ldb+n8 : r*ldb+n]
+			for p, v := range ai {
+				out[4*i+r] += v * row[p]
+			}
+		}
+	}
+}

@@ -30,3 +30,13 @@ func dot4F32(a, b []float32, ldb int, out *[4]float32) {
 		out[r] = dotF32(a, b[r*ldb:])
 	}
 }
+
+// dot2x4F32 sets out[4i+r] to the dot product of a[i·lda:][:n] with
+// b[r·ldb:][:n] for i < 2, r < 4.
+func dot2x4F32(a []float32, lda, n int, b []float32, ldb int, out *[8]float32) {
+	for i := 0; i < 2; i++ {
+		var d [4]float32
+		dot4F32(a[i*lda:i*lda+n], b, ldb, &d)
+		copy(out[4*i:4*i+4], d[:])
+	}
+}

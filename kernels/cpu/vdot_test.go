@@ -71,3 +71,30 @@ func TestDot4F32(t *testing.T) {
 		}
 	}
 }
+
+// TestDot2x4: dot2x4F32 gives, bit for bit, the two dot4F32 results of
+// its two rows of a, for every length from 1 to 40.
+func TestDot2x4(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	for n := 1; n <= 40; n++ {
+		lda, ldb := n+3, n+5
+		a, b := make([]float32, 2*lda), make([]float32, 4*ldb)
+		for i := range a {
+			a[i] = float32(rng.NormFloat64())
+		}
+		for i := range b {
+			b[i] = float32(rng.NormFloat64())
+		}
+		var got [8]float32
+		dot2x4F32(a, lda, n, b, ldb, &got)
+		for i := 0; i < 2; i++ {
+			var want [4]float32
+			dot4F32(a[i*lda:i*lda+n], b, ldb, &want)
+			for r := range want {
+				if math.Float32bits(got[4*i+r]) != math.Float32bits(want[r]) {
+					t.Fatalf("n=%d row %d col %d: %v, want %v", n, i, r, got[4*i+r], want[r])
+				}
+			}
+		}
+	}
+}
