@@ -62,7 +62,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&c.evalBatches, "eval-batches", 20, "measured evaluation batches (W5; --device cuda: 200 unless given)")
 	fs.StringVar(&c.dataDir, "data-dir", "", "Fashion-MNIST directory (W5; default "+data.DefaultFashionMNISTDir+", random data when missing)")
 	fs.BoolVar(&c.randomData, "random-data", false, "train on random N(0,1) images instead of Fashion-MNIST (W5)")
-	fs.BoolVar(&c.capture, "capture", true, "also time captured (replayed) training steps (W5)")
+	fs.BoolVar(&c.capture, "capture", true, "replay captured graphs: W5 also times captured training steps and evaluation forwards; W4 runs its environments captured (false: eager)")
 	fs.IntVar(&c.size, "size", 1024, "n of the n×n·n×n fp32 GEMM (W6; --device cuda: TF32 and BF16, 8192 unless given)")
 	fs.IntVar(&c.reps, "reps", 0, "measured repetitions: W6 GEMMs per implementation (0 = 20); W2 forwards per batch size and mode (0 = 200 for batch 1, 50 for the large batch); --device cuda: W6 GEMMs (0 = 50), W8 copies per path (0 = 200)")
 	fs.IntVar(&c.graphs, "graphs", 64, "the large batch of W2, in graphs (W2 times batch 1 and this)")
