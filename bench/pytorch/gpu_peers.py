@@ -129,41 +129,9 @@ def w1(args, torch, dev, timer):
     return results
 
 
-def w5_pools(args, torch):
-    """The W5 batch pools, as w5_host_train.py draws them: Fashion-MNIST
-    from --data-dir when its IDX files are there (unless --random), else
-    N(0, 1) images and uniform labels; at most POOL batches per phase."""
-    from w5_host_train import MEAN, POOL, STD, read_idx
-
-    b = args.batch
-    g = torch.Generator().manual_seed(args.seed + 1)
-    n_train, n_eval = min(POOL, args.warmup + args.steps), min(POOL, args.eval_warmup + args.eval_batches)
-    data, note = "random-normal", "random N(0,1) images and uniform labels (requested)"
-    sets = {}
-    if not args.random:
-        try:
-            for split, prefix in (("train", "train"), ("test", "t10k")):
-                sets[split] = (read_idx(torch, args.data_dir, prefix + "-images-idx3-ubyte"),
-                               read_idx(torch, args.data_dir, prefix + "-labels-idx1-ubyte"))
-            data, note = "fashion-mnist", "Fashion-MNIST from %s" % args.data_dir
-        except (OSError, ValueError, RuntimeError) as e:
-            note = "random N(0,1) images and uniform labels: Fashion-MNIST unavailable (%s)" % e
-
-    def pool(split, n):
-        if data == "fashion-mnist":
-            x, y = sets[split]
-            perm = torch.randperm(x.shape[0], generator=g)[:n * b]
-            xs = ((x[perm].float() / 255.0 - MEAN) / STD).reshape(n, b, 1, 28, 28)
-            ys = y[perm].long().reshape(n, b)
-            return [(xs[i].contiguous(), ys[i].contiguous()) for i in range(n)]
-        return [(torch.randn(b, 1, 28, 28, generator=g), torch.randint(0, 10, (b,), generator=g)) for _ in range(n)]
-
-    return pool("train", n_train), pool("test", n_eval), data, note
-
-
 def w5(args, torch, dev, timer):
     import torch.nn.functional as F
-    from w5_host_train import build_host
+    from w5_host_train import build_host, w5_pools
 
     cuda = dev.type == "cuda"
     if args.smoke:

@@ -100,28 +100,23 @@ def build_host(torch, in_channels=1, classes=10, blocks=3, base=32, kernel=3):
     return nn.Sequential(*layers)
 
 
-def main(argv=None):
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    # Must be set before torch creates its OpenMP pool.
-    os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
-
-    import torch
-    import torch.nn.functional as F
-
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
-    g = torch.Generator().manual_seed(args.seed + 1)
+def w5_pools(args, torch):
+    """The W5 batch pools (train, eval) with the data kind and a note:
+    Fashion-MNIST from --data-dir when its IDX files are there (unless
+    --random), train batches from the training set and eval batches from
+    the test set in random order, else N(0, 1) images and uniform labels;
+    at most POOL batches per phase, drawn from a generator seeded with
+    --seed + 1 (gpu_peers.py's w5 uses the same pools)."""
     b = args.batch
+    g = torch.Generator().manual_seed(args.seed + 1)
     n_train, n_eval = min(POOL, args.warmup + args.steps), min(POOL, args.eval_warmup + args.eval_batches)
-
     data, note = "random-normal", "random N(0,1) images and uniform labels (requested)"
+    sets = {}
     if not args.random:
         try:
-            sets = {}
             for split, prefix in (("train", "train"), ("test", "t10k")):
-                x = read_idx(torch, args.data_dir, prefix + "-images-idx3-ubyte")
-                y = read_idx(torch, args.data_dir, prefix + "-labels-idx1-ubyte")
-                sets[split] = (x, y)
+                sets[split] = (read_idx(torch, args.data_dir, prefix + "-images-idx3-ubyte"),
+                               read_idx(torch, args.data_dir, prefix + "-labels-idx1-ubyte"))
             data = "fashion-mnist"
             note = "Fashion-MNIST from %s (train batches from the training set, eval batches from the test set, random order)" % args.data_dir
         except (OSError, ValueError, RuntimeError) as e:
@@ -137,7 +132,21 @@ def main(argv=None):
         return [(torch.randn(b, 1, 28, 28, generator=g), torch.randint(0, 10, (b,), generator=g))
                 for _ in range(n)]
 
-    train_pool, eval_pool = pool("train", n_train), pool("test", n_eval)
+    return pool("train", n_train), pool("test", n_eval), data, note
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    # Must be set before torch creates its OpenMP pool.
+    os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
+
+    import torch
+    import torch.nn.functional as F
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    b = args.batch
+    train_pool, eval_pool, data, note = w5_pools(args, torch)
 
     model = build_host(torch)
     params = sum(p.numel() for p in model.parameters())
