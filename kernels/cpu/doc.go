@@ -9,5 +9,15 @@
 // any GOMAXPROCS gives bitwise identical results. Closures are built at
 // preparation time, so replaying a recorded launch allocates nothing.
 //
+// Convolutions take one of three routes, chosen per call from the shape:
+// the direct kernel for float32 stride-1 convolutions with AVX-512 and
+// enough output channels (dconv.go: the GEMM micro-kernel reads its B rows
+// in place from a zero-padded copy of each sample's planes; the input
+// gradient runs the same way over a transposed geometry), dot products
+// for small weight gradients, and im2col + GEMM otherwise (conv.go). Batch
+// norm, ReLU, max pooling and the common binary ops have AVX2/AVX-512 row
+// kernels (norm_amd64.s, pool_amd64.s, binary_amd64.s) with Go loops for
+// tails and for builds without them (-tags purego).
+//
 // Importing the package registers the backend for tensor.CPU.
 package cpu
