@@ -132,7 +132,8 @@ func (b *BatchNorm2d) EvalAffine() (scale, shift *autograd.Var) {
 // ReLU are folded into the convolution's epilogue
 // (autograd.Conv2dAffineAct): one pass over the output instead of three,
 // and one output tensor instead of three; the values agree with the three
-// layers to rounding. Otherwise the three layers run as usual.
+// layers to rounding. Otherwise the convolution runs, then the batch norm
+// with the ReLU folded into its passes (ForwardRelu).
 func ConvBNRelu(conv *Conv2d, bn *BatchNorm2d, x *autograd.Var) *autograd.Var {
 	fold := !autograd.GradEnabled() && !bn.Training() && autograd.AutocastDType() == 0 &&
 		x.Value.DType() == conv.Weight.Value.DType() && bn.opts.Channels == conv.opts.OutChannels
