@@ -54,6 +54,23 @@ func ExampleNewBatchNorm2d() {
 	// eval output [0.202 0.221 4.247 4.639]
 }
 
+func ExampleBatchNorm2d_ForwardRelu() {
+	bn := nn.MustBatchNorm2d(nn.BatchNorm2dOptions{Channels: 1})
+	// One channel, four values: normalised to zero mean and unit
+	// variance, then clipped at zero in the same pass.
+	x := autograd.Param(tensor.FromSlice([]float32{1, 2, 3, 4}, 4, 1, 1, 1))
+	y := bn.ForwardRelu(x)
+	fmt.Printf("%.3f\n", y.Value.Float64s())
+	// The gradient of Σy flows in only where the output is positive
+	// (dy = 0, 0, 1, 1), and then back through the normalisation:
+	// (dy − mean(dy) − x̂·mean(dy·x̂))/σ with x̂ = (x − 2.5)/√1.25.
+	autograd.Backward(autograd.Sum(y, []int{0, 1, 2, 3}, false))
+	fmt.Printf("%.3f\n", x.Grad.Float64s())
+	// Output:
+	// [0.000 0.000 0.447 1.342]
+	// [0.089 -0.268 0.268 -0.089]
+}
+
 func ExampleNewGroupNorm() {
 	gn := nn.MustGroupNorm(nn.GroupNormOptions{Groups: 2, Channels: 4})
 	y := gn.Forward(autograd.Const(tensor.Arange(tensor.F32, 0, 16, 1).Reshape(1, 4, 2, 2)))
