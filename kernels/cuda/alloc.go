@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"unsafe"
 
 	"gorgonia.org/cu"
 
@@ -308,10 +307,7 @@ func (m memory) CopyToDevice(p tensor.DevicePtr, off int, src []byte) error {
 	}
 	release := m.d.enter()
 	defer release()
-	if err := cu.MemcpyHtoDAsync(cu.DevicePtr(p)+cu.DevicePtr(off), unsafe.Pointer(&src[0]), int64(len(src)), m.d.stream); err != nil {
-		return err
-	}
-	return m.d.stream.Synchronize()
+	return copyH2DSync(cu.DevicePtr(p)+cu.DevicePtr(off), src, m.d.stream)
 }
 
 // CopyToHost copies device bytes at p+off into dst once the work enqueued
@@ -322,8 +318,5 @@ func (m memory) CopyToHost(dst []byte, p tensor.DevicePtr, off int) error {
 	}
 	release := m.d.enter()
 	defer release()
-	if err := cu.MemcpyDtoHAsync(unsafe.Pointer(&dst[0]), cu.DevicePtr(p)+cu.DevicePtr(off), int64(len(dst)), m.d.stream); err != nil {
-		return err
-	}
-	return m.d.stream.Synchronize()
+	return copyD2HSync(dst, cu.DevicePtr(p)+cu.DevicePtr(off), m.d.stream)
 }

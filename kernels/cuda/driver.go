@@ -11,6 +11,7 @@ package cuda
 #cgo LDFLAGS: -lcuda
 #include <cuda.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 // esper_launch launches f with up to 16 arguments held in the 8-byte
 // words of args, argument i starting at word offs[i] (narrower values in
@@ -55,6 +56,12 @@ static CUresult esper_host_free(void *p) { return cuMemFreeHost(p); }
 static CUresult esper_copy_h2d_async(uint64_t dst, void *src, size_t n, CUstream s) {
 	return cuMemcpyHtoDAsync((CUdeviceptr)dst, src, n, s);
 }
+
+static CUresult esper_copy_d2h_async(void *dst, uint64_t src, size_t n, CUstream s) {
+	return cuMemcpyDtoHAsync(dst, (CUdeviceptr)src, n, s);
+}
+
+static CUresult esper_stream_sync(CUstream s) { return cuStreamSynchronize(s); }
 
 static const char *esper_error_name(CUresult r) {
 	const char *s = NULL;
@@ -213,4 +220,60 @@ func hostFree(p unsafe.Pointer) error { return check("cuMemFreeHost", C.esper_ho
 // at src to the device address dst on stream s.
 func copyH2DAsync(dst cu.DevicePtr, src unsafe.Pointer, n int, s cu.Stream) error {
 	return check("cuMemcpyHtoDAsync", C.esper_copy_h2d_async(C.uint64_t(dst), src, C.size_t(n), cstream(s)))
+}
+
+// bounceMax is the largest host copy that goes through C memory (see
+// copyH2DSync).
+const bounceMax = 4096
+
+// copyH2DSync copies the host bytes src to the device at dst on stream s
+// and waits for it. A small copy goes through a C buffer: a small
+// tensor's storage shares one Go allocation with its header (which holds
+// pointers), and cgo rejects a pointer into such an object. Larger
+// buffers are allocations of their own and are passed as they are.
+func copyH2DSync(dst cu.DevicePtr, src []byte, s cu.Stream) error {
+	if len(src) == 0 {
+		return nil
+	}
+	p := unsafe.Pointer(&src[0])
+	if len(src) <= bounceMax {
+		b := C.malloc(C.size_t(len(src)))
+		if b == nil {
+			return fmt.Errorf("cuda: malloc of %d bytes failed", len(src))
+		}
+		defer C.free(b)
+		copy(unsafe.Slice((*byte)(b), len(src)), src)
+		p = b
+	}
+	if err := check("cuMemcpyHtoDAsync", C.esper_copy_h2d_async(C.uint64_t(dst), p, C.size_t(len(src)), cstream(s))); err != nil {
+		return err
+	}
+	return check("cuStreamSynchronize", C.esper_stream_sync(cstream(s)))
+}
+
+// copyD2HSync copies device bytes at src into dst once the work enqueued
+// on s before it has run, through a C buffer when small (copyH2DSync).
+func copyD2HSync(dst []byte, src cu.DevicePtr, s cu.Stream) error {
+	if len(dst) == 0 {
+		return nil
+	}
+	p := unsafe.Pointer(&dst[0])
+	var b unsafe.Pointer
+	if len(dst) <= bounceMax {
+		if b = C.malloc(C.size_t(len(dst))); b == nil {
+			return fmt.Errorf("cuda: malloc of %d bytes failed", len(dst))
+		}
+		defer C.free(b)
+		p = b
+	}
+	if err := check("cuMemcpyDtoHAsync", C.esper_copy_d2h_async(p, C.uint64_t(src), C.size_t(len(dst)), cstream(s))); err != nil {
+		return err
+	}
+	if err := check("cuStreamSynchronize", C.esper_stream_sync(cstream(s))); err != nil {
+		return err
+	}
+	if b != nil {
+		copy(dst, unsafe.Slice((*byte)(b), len(dst)))
+	}
+	return nil
 }

@@ -29,6 +29,7 @@ fi
 } | tee "$out/machine.txt"
 
 status=0
+export ESPER_GPU_BUNDLE=1 # TestPTXUpToDate skips away from the sources
 echo "== kernels/cuda tests"
 (cd "$here" && ./kernels_cuda.test -test.v -test.count=1) 2>&1 | tee "$out/kernels_cuda.log" || status=1
 if command -v compute-sanitizer >/dev/null 2>&1; then

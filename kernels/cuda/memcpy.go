@@ -4,7 +4,6 @@ package cuda
 
 import (
 	"fmt"
-	"unsafe"
 
 	"gorgonia.org/cu"
 
@@ -40,10 +39,10 @@ func (d *Device) CopyHostToDevice(dst *tensor.Tensor, src []byte) error {
 	}
 	release := d.enter()
 	defer release()
-	if err := cu.MemcpyHtoDAsync(pd, unsafe.Pointer(&src[0]), int64(len(src)), d.stream); err != nil {
+	if err := copyH2DSync(pd, src, d.stream); err != nil {
 		return fmt.Errorf("cuda: %s: %w", op, err)
 	}
-	return d.stream.Synchronize()
+	return nil
 }
 
 // CopyDeviceToDevice enqueues a copy of src into dst on the stream with

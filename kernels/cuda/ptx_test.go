@@ -21,6 +21,11 @@ const ptxHeader = "// esper-src-sha256: "
 // the cuda tag and without nvcc (CI), reading only the files. A source
 // edited without `make ptx` fails here.
 func TestPTXUpToDate(t *testing.T) {
+	if _, err := os.Stat("src"); os.IsNotExist(err) && os.Getenv("ESPER_GPU_BUNDLE") != "" {
+		// A test binary of `make gpu-bundle` run on the GPU machine, away
+		// from the sources: the freshness check ran where they are (CI).
+		t.Skip("no src/ beside the GPU bundle's test binary")
+	}
 	srcs, err := filepath.Glob("src/*.cu")
 	if err != nil || len(srcs) == 0 {
 		t.Fatalf("no kernel sources in src/ (%v)", err)
