@@ -443,20 +443,10 @@ func convPrep[F tensor.Float](g *convGeom, dst, x, w, bias, scale, shift *T, act
 					}
 					// The bias or the folded affine map, and a ReLU, in
 					// the pass that moves the row out of the block.
-					relu := act == kernels.Relu
-					switch {
-					case scs != nil:
-						rowAffineAct(r, src, 0, float64(scs[gi*g.og+o]), float64(shs[gi*g.og+o]), relu)
-					case bs != nil:
-						rowAffineAct(r, src, 0, 1, float64(bs[gi*g.og+o]), relu)
-					case relu:
-						rowAffineAct(r, src, 0, 1, 0, true)
-					default:
-						if nb > 1 {
-							copy(r, src)
-						}
+					if !convEpilogue(r, src, gi*g.og+o, bs, scs, shs, act) && nb > 1 {
+						copy(r, src)
 					}
-					if act != noAct && !relu {
+					if act != noAct && act != kernels.Relu {
 						unaryKernel(act, r, r)
 					}
 				}
@@ -536,6 +526,26 @@ func convBwdInputPrep[F tensor.Float](g *convGeom, dx, dy, w *T) (run, release f
 // 3×3 layers: 7× ahead of the GEMM at 8×9, 1.6× at 8×72, 1.2× at
 // 16×72, behind at 32×144.
 var convDotMax = 2048
+
+// convEpilogue writes into dst the row src of output channel ch with the
+// channel's bias (bs) or folded affine map (scs, shs: x·scale + shift)
+// and a ReLU when act is Relu, in one vector pass (dst may be src). It
+// reports false, writing nothing, when there is none of the three: the
+// caller copies, and applies any activation other than ReLU itself.
+func convEpilogue[F tensor.Float](dst, src []F, ch int, bs, scs, shs []F, act kernels.UnaryOp) bool {
+	relu := act == kernels.Relu
+	switch {
+	case scs != nil:
+		rowAffineAct(dst, src, 0, float64(scs[ch]), float64(shs[ch]), relu)
+	case bs != nil:
+		rowAffineAct(dst, src, 0, 1, float64(bs[ch]), relu)
+	case relu:
+		rowAffineAct(dst, src, 0, 1, 0, true)
+	default:
+		return false
+	}
+	return true
+}
 
 // convChunks is the number of weight-gradient partials for a batch of n:
 // a function of n only, so the summation order is fixed.

@@ -72,8 +72,15 @@ func newDconv(g *convGeom) *dconv {
 		ci, t := k/taps, k%taps
 		d.offs[k] = ci*d.plane + (t/g.kw)*p.DilationH*d.wp + (t%g.kw)*p.DilationW
 	}
-	d.pa = make([]float32, p.Groups*d.mp*g.kdim)
+	d.pa = getBuf[float32](p.Groups * d.mp * g.kdim) // packWeights writes every element
 	return d
+}
+
+// free returns the packed and flipped weights to the scratch pools.
+func (d *dconv) free() {
+	putBuf(d.pa)
+	putBuf(d.wt)
+	d.pa, d.wt = nil, nil
 }
 
 // packWeights packs ws ([cout, cg, kh, kw]) into 12-row A panels, block pc
@@ -96,7 +103,7 @@ func (d *dconv) flipWeights(ws []float32) []float32 {
 	g := d.g
 	taps := g.kh * g.kw
 	if d.wt == nil {
-		d.wt = make([]float32, g.p.Groups*g.og*g.kdim)
+		d.wt = getBuf[float32](g.p.Groups * g.og * g.kdim) // written in full below
 	}
 	for gi := 0; gi < g.p.Groups; gi++ {
 		for c := 0; c < g.og; c++ {
@@ -205,7 +212,6 @@ func dconvPrep(g *convGeom, dst, x, w, bias, scale, shift *T, act kernels.UnaryO
 	items := g.n * G
 	d := newDconv(g)
 	slots := newScratchSet(items, d.newScratch)
-	relu := act == kernels.Relu
 	body := func(lo, hi int) {
 		sc := <-slots
 		for it := lo; it < hi; it++ {
@@ -219,20 +225,13 @@ func dconvPrep(g *convGeom, dst, x, w, bias, scale, shift *T, act kernels.UnaryO
 				// the discarded columns ride along), then the valid
 				// columns of each row out.
 				cbo := sc.cb[o*d.qt:][:d.q]
-				switch {
-				case scs != nil:
-					rowAffineAct(cbo, cbo, 0, float64(scs[ch]), float64(shs[ch]), relu)
-				case bs != nil:
-					rowAffineAct(cbo, cbo, 0, 1, float64(bs[ch]), relu)
-				case relu:
-					rowAffineAct(cbo, cbo, 0, 1, 0, true)
-				}
+				convEpilogue(cbo, cbo, ch, bs, scs, shs, act)
 				dsto := ys[(n*g.cout+ch)*g.pixels:][:g.pixels]
 				for oh := 0; oh < g.ho; oh++ {
 					r := dsto[oh*g.wo : (oh+1)*g.wo]
 					copy(r, cbo[oh*d.wp:][:len(r)])
 				}
-				if act != noAct && !relu {
+				if act != noAct && act != kernels.Relu {
 					unaryKernel(act, dsto, dsto)
 				}
 			}
@@ -240,7 +239,7 @@ func dconvPrep(g *convGeom, dst, x, w, bias, scale, shift *T, act kernels.UnaryO
 		slots <- sc
 	}
 	cost := 2 * g.og * g.pixels * g.kdim
-	return scratchLaunch(&s, slots, dconvScratch.free, func() {
+	run, releaseSlots := scratchLaunch(&s, slots, dconvScratch.free, func() {
 		// The weights are packed per launch (a captured replay sees the
 		// weights of its own step).
 		if flip {
@@ -250,4 +249,8 @@ func dconvPrep(g *convGeom, dst, x, w, bias, scale, shift *T, act kernels.UnaryO
 		}
 		parallelFor(items, cost, body)
 	})
+	return run, func() {
+		releaseSlots()
+		d.free()
+	}
 }
