@@ -65,7 +65,7 @@ type W1 struct {
 	opt     *optim.SGD
 	x, y    *tensor.Tensor
 	metrics *tensor.Tensor // F32 [3]: train loss sum, val loss sum, correct
-	correct *tensor.Tensor // F32 [4]: per-row correct counts (off the CPU)
+	correct *tensor.Tensor // F32 [4]: per-row correct counts of the validation
 	ce      kernels.CrossEntropyParams
 	ceSum   kernels.CrossEntropyParams
 }
@@ -92,12 +92,12 @@ func NewW1On(seed uint64, dev tensor.Device) (*W1, error) {
 	x := tensor.Normal(rng, tensor.F32, 0, 1, w1Samples, w1In)
 	y := tensor.RandInt(rng, w1Out, w1Samples)
 	metrics := tensor.Zeros(tensor.F32, 3)
-	var correct *tensor.Tensor
+	correct := tensor.Zeros(tensor.F32, w1Batch)
 	if !dev.IsCPU() {
 		if _, err := kernels.Lookup(dev); err != nil {
 			return nil, fmt.Errorf("bench: W1 on %v: %w", dev, err)
 		}
-		ts := []*tensor.Tensor{wt, bt, x, y, metrics, tensor.Zeros(tensor.F32, w1Batch)}
+		ts := []*tensor.Tensor{wt, bt, x, y, metrics, correct}
 		for i, t := range ts {
 			d, err := t.ToDevice(dev)
 			if err != nil {
@@ -137,35 +137,17 @@ func (m *W1) Epoch(in []*tensor.Tensor) []*tensor.Tensor {
 		m.opt.Step()
 		be.Binary(kernels.Add, trainSum, trainSum, loss.Value.Reshape(1))
 	}
-	if m.correct != nil {
-		m.validateCounting(be, x, y, valSum, correct)
-		return []*tensor.Tensor{met}
-	}
-	autograd.InferenceMode(func() {
-		for s := 0; s < w1Samples/w1Batch; s++ {
-			xb := autograd.Const(x.Narrow(0, s*w1Batch, w1Batch))
-			yb := y.Narrow(0, s*w1Batch, w1Batch)
-			logits := autograd.Linear(xb, m.w, m.b)
-			l := autograd.CrossEntropy(logits, yb, m.ceSum)
-			be.Binary(kernels.Add, valSum, valSum, l.Value.Reshape(1))
-			pred := autograd.ArgMax(logits, 1)
-			eq := tensor.Empty(tensor.Bool, w1Batch)
-			be.Binary(kernels.Eq, eq, pred, yb)
-			eqf := tensor.Empty(tensor.F32, w1Batch)
-			be.Copy(eqf, eq)
-			n := tensor.Empty(tensor.F32, 1)
-			be.Reduce(kernels.Sum, n, eqf, []int{0})
-			be.Binary(kernels.Add, correct, correct, n)
-		}
-	})
+	m.validate(be, x, y, valSum, correct)
 	return []*tensor.Tensor{met}
 }
 
-// validateCounting is Epoch's validation pass off the CPU: the backends
-// there have no integer comparison kernels, so the correct predictions
-// are counted per row with CountCorrect (argmax, comparison and count in
-// one launch) and summed into correct once.
-func (m *W1) validateCounting(be kernels.Backend, x, y, valSum, correct *tensor.Tensor) {
+// validate is Epoch's validation pass: per batch the summed loss goes
+// into valSum and CountCorrect (argmax, comparison and count in one
+// launch) adds the batch's correct predictions to per-row counters,
+// summed into correct once at the end. The backends off the CPU have no
+// integer comparison kernels, and on the CPU the one launch replaces
+// five (argmax, compare, convert, sum, add) per batch.
+func (m *W1) validate(be kernels.Backend, x, y, valSum, correct *tensor.Tensor) {
 	be.Fill(m.correct, 0)
 	autograd.InferenceMode(func() {
 		for s := 0; s < w1Samples/w1Batch; s++ {

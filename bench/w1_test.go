@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -142,4 +143,57 @@ func TestW1ThroughTrainer(t *testing.T) {
 func TestW1OnDeviceWithoutBackend(t *testing.T) {
 	_, err := RunW1(W1Options{Epochs: 1, Device: tensor.CUDA(0)})
 	require.ErrorContains(t, err, "cuda:0")
+}
+
+// TestW1ValidationMetrics: the epoch's validation loss and accuracy equal
+// a float64 computation from the weights the training steps left (the
+// validation pass does not change them): mean cross-entropy and the share
+// of argmax predictions that match, over the 16 samples.
+func TestW1ValidationMetrics(t *testing.T) {
+	for _, captured := range []bool{false, true} {
+		m, err := NewW1(3)
+		require.NoError(t, err)
+		in := []*tensor.Tensor{m.x, m.y}
+		run := func() *tensor.Tensor { return m.Epoch(in)[0] }
+		if captured {
+			c := captureW1(m, func(err error) { t.Fatal(err) })
+			run = func() *tensor.Tensor {
+				out, err := c.Run(in...)
+				require.NoError(t, err)
+				return out[0]
+			}
+		}
+		var got EpochMetrics
+		for e := 0; e < 6; e++ { // several epochs, so that accuracy moves
+			got = m.read(e, run())
+		}
+		w, b, x, y := m.w.Value.F32(), m.b.Value.F32(), m.x.F32(), m.y.I64()
+		var loss float64
+		correct := 0
+		for i := 0; i < w1Samples; i++ {
+			var logits [w1Out]float64
+			best := 0
+			for o := range logits {
+				v := float64(b[o])
+				for k := 0; k < w1In; k++ {
+					v += float64(w[o*w1In+k]) * float64(x[i*w1In+k])
+				}
+				logits[o] = v
+				if v > logits[best] {
+					best = o
+				}
+			}
+			mx := logits[best]
+			var se float64
+			for _, v := range logits {
+				se += math.Exp(v - mx)
+			}
+			loss += mx + math.Log(se) - logits[y[i]]
+			if int64(best) == y[i] {
+				correct++
+			}
+		}
+		require.InDelta(t, loss/w1Samples, got.ValLoss, 1e-5, "captured %v", captured)
+		require.Equal(t, float64(correct)/w1Samples, got.ValAccuracy, "captured %v", captured)
+	}
 }

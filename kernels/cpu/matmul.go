@@ -217,6 +217,14 @@ func epilogue[F tensor.Float](c, bias []F, act kernels.UnaryOp, rows, n int) {
 // matmulSmall computes a batch of tiny products (m·n·k < gemmSmall) with
 // gemmDirect's loops on the calling goroutine, then runs the epilogue.
 func matmulSmall[F tensor.Float](av, bv, biasv, cv []F, act kernels.UnaryOp, batch int, bcA, bcB bool, m, n, k int, transA, transB bool) {
+	if a32 := asF32(av); a32 != nil && tinyAsm {
+		if matmulTinyF32(a32, asF32(bv), asF32(biasv), asF32(cv), batch, bcA, bcB, m, n, k, transA, transB) {
+			if act != noAct {
+				unaryKernel(act, cv[:batch*m*n], cv[:batch*m*n])
+			}
+			return
+		}
+	}
 	lda, ldb := matmulLD(m, n, k, transA, transB)
 	clear(cv[:batch*m*n])
 	for bi := 0; bi < batch; bi++ {

@@ -276,11 +276,24 @@ func ceRows[F tensor.Float](xs []F, c int, t64 []int64, t32 []int32, p kernels.C
 }
 
 // ceRowsF32 is ceRows for float32 logits: the exponentials come from
-// expF32, a block of rows at a time.
+// expF32, a block of rows at a time. For a reduced loss (p.Reduction not
+// ReduceNone) only the sum of per over each block is the rows' loss sum;
+// the single rows' values are not their losses.
 func ceRowsF32(x32 []float32, c int, t64 []int64, t32 []int32, p kernels.CrossEntropyParams, per []float64, kept []bool, lo, hi int) {
-	eps := p.LabelSmoothing
+	if tinyAsm && c <= 16 {
+		// Short rows: the kernel's maxima and sums, no exponentials kept.
+		var maxes [16]float32
+		var ses [16]float64
+		for b0 := lo; b0 < hi; b0 += len(maxes) {
+			b1 := min(hi, b0+len(maxes))
+			rowExps(x32, c, b0, b1, nil, maxes[:], ses[:])
+			ceBlockLoss(x32, c, t64, t32, p, per, kept, b0, b1, maxes[:], ses[:])
+		}
+		return
+	}
 	var x expScratch
 	if c > expRowBuf { // long rows: one at a time, in chunks
+		eps := p.LabelSmoothing
 		for i := lo; i < hi; i++ {
 			t, ok := ceTarget(t64, t32, i, c, p)
 			kept[i] = ok
@@ -298,28 +311,50 @@ func ceRowsF32(x32 []float32, c int, t64 []int64, t32 []int32, p kernels.CrossEn
 		return
 	}
 	z, block := x.stack[:], min(expRowBlock, expRowBuf/c)
+	var ses [expRowBlock]float64
 	for b0 := lo; b0 < hi; b0 += block {
 		b1 := min(hi, b0+block)
-		expBlockF32(x32, c, b0, b1, z, x.maxes[:])
-		for i := b0; i < b1; i++ {
-			t, ok := ceTarget(t64, t32, i, c, p)
-			kept[i] = ok
-			row := x32[i*c : (i+1)*c]
-			m := x.maxes[i-b0]
-			switch {
-			case !ok:
-				per[i] = 0
-			case !finite32(m): // a NaN or infinite row
-				lse, mean := lseMean(row)
-				per[i] = ceLoss(x32, c, i, t, eps, lse, mean)
-			default:
-				var se float64
-				for _, v := range z[(i-b0)*c : (i-b0+1)*c] {
-					se += float64(v)
-				}
-				per[i] = ceLoss(x32, c, i, t, eps, float64(m)+math.Log(se), smoothMean(row, eps))
+		rowExps(x32, c, b0, b1, z, x.maxes[:], ses[:])
+		ceBlockLoss(x32, c, t64, t32, p, per, kept, b0, b1, x.maxes[:], ses[:])
+	}
+}
+
+// ceBlockLoss sets per and kept for rows b0..b1−1 from their maxima and
+// softmax denominators (maxes and ses from rowExps, indexed from b0).
+//
+// A reduced loss needs only the sum of the rows' losses, and a row's loss
+// is its log-sum-exp m+log(se) plus terms free of it: for a reduced loss
+// the rows get their loss with lse = m, and the block's first of them the
+// log of the product of the se, one log per block instead of one per
+// row. Each se lies in [1, c] and a block has at most max(16,
+// expRowBuf/c) rows of c ≤ expRowBuf, so the product stays below 2^68.
+func ceBlockLoss(x32 []float32, c int, t64 []int64, t32 []int32, p kernels.CrossEntropyParams, per []float64, kept []bool, b0, b1 int, maxes []float32, ses []float64) {
+	eps := p.LabelSmoothing
+	reduced := p.Reduction != kernels.ReduceNone
+	prod, first := 1.0, -1
+	for i := b0; i < b1; i++ {
+		t, ok := ceTarget(t64, t32, i, c, p)
+		kept[i] = ok
+		row := x32[i*c : (i+1)*c]
+		m := maxes[i-b0]
+		switch {
+		case !ok:
+			per[i] = 0
+		case !finite32(m): // a NaN or infinite row
+			lse, mean := lseMean(row)
+			per[i] = ceLoss(x32, c, i, t, eps, lse, mean)
+		case !reduced:
+			per[i] = ceLoss(x32, c, i, t, eps, float64(m)+math.Log(ses[i-b0]), smoothMean(row, eps))
+		default:
+			per[i] = ceLoss(x32, c, i, t, eps, float64(m), smoothMean(row, eps))
+			prod *= ses[i-b0]
+			if first < 0 {
+				first = i
 			}
 		}
+	}
+	if first >= 0 {
+		per[first] += math.Log(prod)
 	}
 }
 
@@ -419,6 +454,78 @@ func expBlockF32(xs []float32, c, b0, b1 int, z, maxes []float32) {
 		}
 	}
 	expF32(z, z)
+}
+
+// rowExps sets, for the rows b0..b1−1 of the c-column row-major xs,
+// maxes[i−b0] to the row's maximum (NaN for a row holding a NaN) and, for
+// a row whose maximum is finite, z[(i−b0)·c+j] to e^(x_ij − max) and
+// ses[i−b0] to their sum in float64: the softmax denominators. Rows of at
+// most 16 columns run the AVX-512 kernel (a row per register, the sum a
+// pairwise tree), which leaves z alone when it is nil; the others run
+// expBlockF32 and a running sum, and need z.
+//
+// The kernel's 16-lane loads and stores are masked to the row, but the
+// CPU still orders them against other accesses to the whole 64 bytes: a
+// load reaching past the end of xs into a tensor just written waits for
+// that store. The last rows, whose 16 lanes would leave xs (or z), are
+// therefore read and written through the 16 lanes that end with the row
+// (the row in the top c lanes: where a row sits in the register does not
+// matter), and only a buffer of fewer than 16 elements goes through a
+// copy on the stack.
+func rowExps(xs []float32, c, b0, b1 int, z, maxes []float32, ses []float64) {
+	if b1 <= b0 {
+		return
+	}
+	if !tinyAsm || c > 16 {
+		expBlockF32(xs, c, b0, b1, z, maxes)
+		for i := b0; i < b1; i++ {
+			if !finite32(maxes[i-b0]) {
+				continue
+			}
+			var se float64
+			for _, v := range z[(i-b0)*c : (i-b0+1)*c] {
+				se += float64(v)
+			}
+			ses[i-b0] = se
+		}
+		return
+	}
+	_, _, _ = xs[b1*c-1], maxes[b1-b0-1], ses[b1-b0-1]
+	// Rows b0..in−1 read (and write) from their start; the rest end-aligned.
+	in := b1
+	if over := (b1-1)*c + 16 - len(xs); over > 0 {
+		in = b1 - (over+c-1)/c
+	}
+	if z != nil {
+		_ = z[(b1-b0)*c-1]
+		if over := (b1-b0-1)*c + 16 - len(z); over > 0 {
+			in = min(in, b1-(over+c-1)/c)
+		}
+	}
+	in = max(in, b0)
+	low := uint16(1)<<c - 1
+	if in > b0 {
+		rowExpsKernel(xs[b0*c:], c, in-b0, low, z, maxes, ses)
+	}
+	for i := in; i < b1; {
+		j, back := i-b0, 16-c
+		if i*c-back >= 0 && (z == nil || j*c-back >= 0) {
+			var zs []float32
+			if z != nil {
+				zs = z[j*c-back:]
+			}
+			rowExpsKernel(xs[i*c-back:], c, b1-i, low<<back, zs, maxes[j:], ses[j:])
+			return
+		}
+		// Fewer than 16 elements before the row's end: a stack copy.
+		var r [16]float32
+		copy(r[:], xs[i*c:(i+1)*c])
+		rowExpsKernel(r[:], c, 1, low, r[:], maxes[j:], ses[j:])
+		if z != nil {
+			copy(z[j*c:(j+1)*c], r[:c])
+		}
+		i++
+	}
 }
 
 // finite32 reports whether v is neither NaN nor ±Inf.
@@ -588,9 +695,10 @@ func (k *ceBwd[F]) rows(lo, hi int) {
 func (k *ceBwd[F]) rowsF32(x32, d32 []float32, lo, hi int) {
 	c, eps := k.c, k.p.LabelSmoothing
 	var maxes [expRowBlock]float32
+	var ses [expRowBlock]float64
 	for b0 := lo; b0 < hi; b0 += expRowBlock {
 		b1 := min(hi, b0+expRowBlock)
-		expBlockF32(x32, c, b0, b1, d32[b0*c:b1*c], maxes[:])
+		rowExps(x32, c, b0, b1, d32[b0*c:b1*c], maxes[:], ses[:])
 		for i := b0; i < b1; i++ {
 			t, g, ok := k.grad(i)
 			switch {
@@ -599,11 +707,7 @@ func (k *ceBwd[F]) rowsF32(x32, d32 []float32, lo, hi int) {
 				k.exact(i, t, g) // a NaN or infinite row
 			default:
 				drow := d32[i*c : (i+1)*c]
-				var se float64
-				for _, v := range drow {
-					se += float64(v)
-				}
-				inv, q0 := 1/se, eps/float64(c)
+				inv, q0 := 1/ses[i-b0], eps/float64(c)
 				for j, v := range drow {
 					q := q0
 					if j == t {

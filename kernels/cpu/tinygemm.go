@@ -1,0 +1,85 @@
+package cpu
+
+import "fmt"
+
+// sgemmTiny sets c[i·ldc+j] = Σ_{p<k} a[i·ai+p·ap]·b[p·ldb+j] + z_ij for
+// i < m, j < n, where z_ij is init[i·is+j] (is 0 repeats one row, a
+// bias; init nil adds nothing), added after the sum, as an epilogue
+// would. The sum runs in p order with one fused multiply-add per term, 16 columns at a time in AVX-512 registers.
+// It is part of matmulSmall's float32 path (see matmulTinyF32) and needs
+// tinyAsm; k must be positive.
+func sgemmTiny(m, n, k int, a []float32, ai, ap int, b []float32, ldb int, init []float32, is int, c []float32, ldc int) {
+	if m <= 0 || n <= 0 {
+		return
+	}
+	if k <= 0 || (m-1)*ai+(k-1)*ap >= len(a) || (k-1)*ldb+n > len(b) || (m-1)*ldc+n > len(c) ||
+		(init != nil && (m-1)*is+n > len(init)) {
+		panic(fmt.Sprintf("cpu: sgemmTiny m=%d n=%d k=%d out of range (len a %d, b %d, c %d, init %d)", m, n, k, len(a), len(b), len(c), len(init)))
+	}
+	for j0 := 0; j0 < n; j0 += 16 {
+		sgemmTinyChunk(m, min(16, n-j0), k, a, ai, ap, b, ldb, init, is, c, ldc, j0)
+	}
+}
+
+// sdot4x4 sets out[4i+j] = Σ_{p<k} a[i·lda+p]·b[j·ldb+p] for i, j < 4:
+// the sixteen dot products of four rows of A with four rows of B, the
+// block of A·Bᵀ that sgemmTiny cannot reach without transposing B. It
+// needs tinyAsm; k must be positive.
+func sdot4x4(a []float32, lda int, b []float32, ldb, k int, out *[16]float32) {
+	if k <= 0 || 3*lda+k > len(a) || 3*ldb+k > len(b) {
+		panic(fmt.Sprintf("cpu: sdot4x4 k=%d out of range (len a %d lda %d, len b %d ldb %d)", k, len(a), lda, len(b), ldb))
+	}
+	sdot4x4Kernel(a, lda, b, ldb, k, out)
+}
+
+// matmulTinyF32 is matmulSmall for float32 on the AVX-512 kernels, the
+// bias added to each finished product (bitwise MatMul then Add).
+// Without transB it runs sgemmTiny; A·Bᵀ with m and n multiples of 4
+// runs in 4×4 blocks of sdot4x4. It reports false, doing nothing, when
+// the kernels are missing, k is 0, or the product is another transposed
+// one.
+func matmulTinyF32(av, bv, biasv, cv []float32, batch int, bcA, bcB bool, m, n, k int, transA, transB bool) bool {
+	if !tinyAsm || k == 0 || (transB && (transA || m%4 != 0 || n%4 != 0)) {
+		return false
+	}
+	lda, ldb := matmulLD(m, n, k, transA, transB)
+	ai, ap := lda, 1
+	if transA {
+		ai, ap = 1, lda
+	}
+	for bi := 0; bi < batch; bi++ {
+		ao, bo := 0, 0
+		if bcA {
+			ao = bi * m * k
+		}
+		if bcB {
+			bo = bi * k * n
+		}
+		if transB {
+			dotBlocks(m, n, k, av[ao:], bv[bo:], biasv, cv[bi*m*n:])
+			continue
+		}
+		sgemmTiny(m, n, k, av[ao:], ai, ap, bv[bo:], ldb, biasv, 0, cv[bi*m*n:], n)
+	}
+	return true
+}
+
+// dotBlocks sets the m×n product c = a·bᵀ (+ bias) of a (m×k) and b
+// (n×k), both row-major, in 4×4 blocks (m and n multiples of 4).
+func dotBlocks(m, n, k int, a, b, bias, c []float32) {
+	var out [16]float32
+	for i := 0; i < m; i += 4 {
+		for j := 0; j < n; j += 4 {
+			sdot4x4(a[i*k:], k, b[j*k:], k, k, &out)
+			for r := 0; r < 4; r++ {
+				row := c[(i+r)*n+j : (i+r)*n+j+4]
+				copy(row, out[4*r:4*r+4])
+				if bias != nil {
+					for q, v := range bias[j : j+4] {
+						row[q] += v
+					}
+				}
+			}
+		}
+	}
+}

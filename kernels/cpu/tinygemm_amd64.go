@@ -1,0 +1,52 @@
+//go:build amd64 && !purego
+
+package cpu
+
+import "golang.org/x/sys/cpu"
+
+// tinyAsm reports whether sgemmTiny runs the AVX-512 kernel.
+var tinyAsm = cpu.X86.HasAVX512F && useAVX512
+
+// sgemmTinyAVX512 is the kernel behind sgemmTiny for one chunk of up to
+// 16 columns (mask has one bit per column); strides are in bytes.
+//
+//go:noescape
+func sgemmTinyAVX512(m, k int, a *float32, ai, ap int, b *float32, ldb int, init *float32, is int, c *float32, ldc int, mask uint16)
+
+// sdot4x4AVX512 is the kernel behind sdot4x4: kc full chunks of 16 and a
+// tail mask (strides in bytes).
+//
+//go:noescape
+func sdot4x4AVX512(a *float32, lda int, b *float32, ldb, kc int, tail uint16, out *[16]float32)
+
+// sgemmTinyChunk runs the kernel on columns j0..j0+n−1 (n ≤ 16) after the
+// caller's bounds checks.
+func sgemmTinyChunk(m, n, k int, a []float32, ai, ap int, b []float32, ldb int, init []float32, is int, c []float32, ldc, j0 int) {
+	var ip *float32
+	if init != nil {
+		ip = &init[j0]
+	}
+	sgemmTinyAVX512(m, k, &a[0], 4*ai, 4*ap, &b[j0], 4*ldb, ip, 4*is, &c[j0], 4*ldc, uint16(1)<<n-1)
+}
+
+// sdot4x4Kernel runs the kernel after the caller's bounds checks.
+func sdot4x4Kernel(a []float32, lda int, b []float32, ldb, k int, out *[16]float32) {
+	sdot4x4AVX512(&a[0], 4*lda, &b[0], 4*ldb, k/16, uint16(1)<<(k%16)-1, out)
+}
+
+// rowExpsAVX512 is the kernel behind rowExps for rows of at most 16
+// columns (mask has one bit per column).
+//
+//go:noescape
+func rowExpsAVX512(x *float32, c, n int, mask uint16, k *[14][8]float32, maxes *float32, ses *float64, e *float32)
+
+// rowExpsKernel runs the kernel on n rows of c columns starting at xs[0]
+// and, unless e is nil, e[0], with the lanes in mask, after the caller's
+// bounds checks.
+func rowExpsKernel(xs []float32, c, n int, mask uint16, e, maxes []float32, ses []float64) {
+	var ep *float32
+	if e != nil {
+		ep = &e[0]
+	}
+	rowExpsAVX512(&xs[0], c, n, mask, &expConsts, &maxes[0], &ses[0], ep)
+}

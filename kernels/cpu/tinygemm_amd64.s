@@ -1,0 +1,233 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// Adds the row of B in Z4 times A(i..i+3, p), broadcast from memory at AX,
+// AX+ai, R15 and R15+ai, to the accumulators Z0..Z3, then steps A and B
+// to the next p.
+#define FMA4 \
+	VFMADD231PS.BCST (AX), Z4, Z0; \
+	VFMADD231PS.BCST (AX)(R10*1), Z4, Z1; \
+	VFMADD231PS.BCST (R15), Z4, Z2; \
+	VFMADD231PS.BCST (R15)(R10*1), Z4, Z3; \
+	ADDQ R11, AX; \
+	ADDQ R11, R15; \
+	ADDQ R12, BX
+
+// FMA4 for one row.
+#define FMA1 \
+	VFMADD231PS.BCST (AX), Z4, Z0; \
+	ADDQ R11, AX; \
+	ADDQ R12, BX
+
+// Loads the masked row of B at BX into Z4.
+#define LOADB \
+	VMOVUPS.Z (BX), K1, Z4
+
+// func sgemmTinyAVX512(m, k int, a *float32, ai, ap int, b *float32, ldb int, init *float32, is int, c *float32, ldc int, mask uint16)
+//
+// Row i of C (the mask's n ≤ 16 columns) is Σ_p A(i,p)·B(p,:) plus the
+// row at init (added last; nothing when init is nil), one FMA per p with A(i,p)
+// broadcast from memory and B(p,:) the row at b+p·ldb. Rows go four at a
+// time, so that four independent FMA chains hide the latency, then one
+// at a time. Every stride is in bytes; masked-off lanes are neither
+// loaded nor stored.
+TEXT ·sgemmTinyAVX512(SB), NOSPLIT, $0-90
+	MOVQ  m+0(FP), R8
+	MOVQ  k+8(FP), R9
+	MOVQ  a+16(FP), SI
+	MOVQ  ai+24(FP), R10
+	MOVQ  ap+32(FP), R11
+	MOVQ  b+40(FP), DX
+	MOVQ  ldb+48(FP), R12
+	MOVQ  init+56(FP), R13
+	MOVQ  is+64(FP), R14
+	MOVQ  c+72(FP), DI
+	KMOVW mask+88(FP), K1
+
+four:
+	CMPQ   R8, $4
+	JLT    one
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	MOVQ SI, AX
+	LEAQ (SI)(R10*2), R15
+	MOVQ DX, BX
+	MOVQ R9, CX
+
+inner4:
+	LOADB
+	FMA4
+	DECQ CX
+	JNZ  inner4
+
+	TESTQ     R13, R13
+	JZ        store4
+	VADDPS.Z  (R13), Z0, K1, Z0
+	VADDPS.Z  (R13)(R14*1), Z1, K1, Z1
+	LEAQ      (R13)(R14*2), BX
+	VADDPS.Z  (BX), Z2, K1, Z2
+	VADDPS.Z  (BX)(R14*1), Z3, K1, Z3
+	LEAQ      (BX)(R14*2), R13
+
+store4:
+	MOVQ    ldc+80(FP), CX
+	VMOVUPS Z0, K1, (DI)
+	VMOVUPS Z1, K1, (DI)(CX*1)
+	LEAQ    (DI)(CX*2), BX
+	VMOVUPS Z2, K1, (BX)
+	VMOVUPS Z3, K1, (BX)(CX*1)
+	LEAQ    (BX)(CX*2), DI
+	LEAQ    (SI)(R10*4), SI
+	SUBQ    $4, R8
+	JMP     four
+
+one:
+	TESTQ R8, R8
+	JLE   done
+	VXORPS Z0, Z0, Z0
+	MOVQ SI, AX
+	MOVQ DX, BX
+	MOVQ R9, CX
+
+inner1:
+	LOADB
+	FMA1
+	DECQ CX
+	JNZ  inner1
+
+	TESTQ    R13, R13
+	JZ       store1
+	VADDPS.Z (R13), Z0, K1, Z0
+	ADDQ     R14, R13
+
+store1:
+	VMOVUPS Z0, K1, (DI)
+	ADDQ    ldc+80(FP), DI
+	ADDQ    R10, SI
+	DECQ    R8
+	JMP     one
+
+done:
+	VZEROUPPER
+	RET
+
+// Adds the products of the A rows Z16..Z19 and the B rows Z20..Z23 to
+// the accumulators: Z(4j+i) for row i of A and row j of B.
+#define DOT16 \
+	VFMADD231PS Z20, Z16, Z0; \
+	VFMADD231PS Z20, Z17, Z1; \
+	VFMADD231PS Z20, Z18, Z2; \
+	VFMADD231PS Z20, Z19, Z3; \
+	VFMADD231PS Z21, Z16, Z4; \
+	VFMADD231PS Z21, Z17, Z5; \
+	VFMADD231PS Z21, Z18, Z6; \
+	VFMADD231PS Z21, Z19, Z7; \
+	VFMADD231PS Z22, Z16, Z8; \
+	VFMADD231PS Z22, Z17, Z9; \
+	VFMADD231PS Z22, Z18, Z10; \
+	VFMADD231PS Z22, Z19, Z11; \
+	VFMADD231PS Z23, Z16, Z12; \
+	VFMADD231PS Z23, Z17, Z13; \
+	VFMADD231PS Z23, Z18, Z14; \
+	VFMADD231PS Z23, Z19, Z15
+
+// Folds two accumulators into one: the 128-bit lanes of x pick, with
+// imm0 and imm1, halves of x and y that are then added (VSHUFF32X4
+// across lanes, VSHUFPS within them).
+#define FOLD(op, imm0, imm1, y, x) \
+	op imm0, y, x, Z24; \
+	op imm1, y, x, Z25; \
+	VADDPS Z25, Z24, x
+
+// func sdot4x4AVX512(a *float32, lda int, b *float32, ldb, kc int, tail uint16, out *[16]float32)
+//
+// out[4i+j] = Σ_p a[i·lda+p]·b[j·ldb+p] for i, j < 4 over kc chunks of 16
+// p, then the tail chunk's masked p (no tail when the mask is 0): the
+// sixteen dot products of four rows of A with four rows of B (strides in
+// bytes). The accumulators are folded into one vector in four rounds of
+// shuffles and adds.
+TEXT ·sdot4x4AVX512(SB), NOSPLIT, $0-56
+	MOVQ  a+0(FP), SI
+	MOVQ  lda+8(FP), R8
+	MOVQ  b+16(FP), DX
+	MOVQ  ldb+24(FP), R9
+	MOVQ  kc+32(FP), CX
+	KMOVW tail+40(FP), K1
+	MOVQ  out+48(FP), DI
+	LEAQ  (SI)(R8*2), R10
+	LEAQ  (DX)(R9*2), R11
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	VXORPS Z6, Z6, Z6
+	VXORPS Z7, Z7, Z7
+	VXORPS Z8, Z8, Z8
+	VXORPS Z9, Z9, Z9
+	VXORPS Z10, Z10, Z10
+	VXORPS Z11, Z11, Z11
+	VXORPS Z12, Z12, Z12
+	VXORPS Z13, Z13, Z13
+	VXORPS Z14, Z14, Z14
+	VXORPS Z15, Z15, Z15
+	TESTQ CX, CX
+	JZ    tail
+
+full:
+	VMOVUPS (SI), Z16
+	VMOVUPS (SI)(R8*1), Z17
+	VMOVUPS (R10), Z18
+	VMOVUPS (R10)(R8*1), Z19
+	VMOVUPS (DX), Z20
+	VMOVUPS (DX)(R9*1), Z21
+	VMOVUPS (R11), Z22
+	VMOVUPS (R11)(R9*1), Z23
+	DOT16
+	ADDQ $64, SI
+	ADDQ $64, R10
+	ADDQ $64, DX
+	ADDQ $64, R11
+	DECQ CX
+	JNZ  full
+
+tail:
+	KORTESTW K1, K1
+	JZ       fold
+	VMOVUPS.Z (SI), K1, Z16
+	VMOVUPS.Z (SI)(R8*1), K1, Z17
+	VMOVUPS.Z (R10), K1, Z18
+	VMOVUPS.Z (R10)(R8*1), K1, Z19
+	VMOVUPS.Z (DX), K1, Z20
+	VMOVUPS.Z (DX)(R9*1), K1, Z21
+	VMOVUPS.Z (R11), K1, Z22
+	VMOVUPS.Z (R11)(R9*1), K1, Z23
+	DOT16
+
+fold:
+	// Pairs: lanes 0,1 the halves' sums of the first, 2,3 of the second.
+	FOLD(VSHUFF32X4, $0x44, $0xEE, Z1, Z0)
+	FOLD(VSHUFF32X4, $0x44, $0xEE, Z3, Z2)
+	FOLD(VSHUFF32X4, $0x44, $0xEE, Z5, Z4)
+	FOLD(VSHUFF32X4, $0x44, $0xEE, Z7, Z6)
+	FOLD(VSHUFF32X4, $0x44, $0xEE, Z9, Z8)
+	FOLD(VSHUFF32X4, $0x44, $0xEE, Z11, Z10)
+	FOLD(VSHUFF32X4, $0x44, $0xEE, Z13, Z12)
+	FOLD(VSHUFF32X4, $0x44, $0xEE, Z15, Z14)
+	// Quads: lane r holds four partial sums of accumulator 4q+r.
+	FOLD(VSHUFF32X4, $0x88, $0xDD, Z2, Z0)
+	FOLD(VSHUFF32X4, $0x88, $0xDD, Z6, Z4)
+	FOLD(VSHUFF32X4, $0x88, $0xDD, Z10, Z8)
+	FOLD(VSHUFF32X4, $0x88, $0xDD, Z14, Z12)
+	// Within the lanes: two partial sums, then one, of accumulators
+	// r, 4+r, 8+r and 12+r in lane r, so element 4i+j is Z(4j+i)'s sum.
+	FOLD(VSHUFPS, $0x44, $0xEE, Z4, Z0)
+	FOLD(VSHUFPS, $0x44, $0xEE, Z12, Z8)
+	FOLD(VSHUFPS, $0x88, $0xDD, Z8, Z0)
+	VMOVUPS Z0, (DI)
+	VZEROUPPER
+	RET

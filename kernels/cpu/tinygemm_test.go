@@ -1,0 +1,156 @@
+package cpu
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// FuzzTinyGEMM checks matmulSmall's AVX-512 float32 path (sgemmTiny for
+// A·B and Aᵀ·B, sdot4x4 blocks for A·Bᵀ) against float64 sums on random
+// shapes up to 40 with ragged edges: a row count that is not a multiple
+// of 4, more than 16 columns, k that is not a multiple of 16, a bias or
+// none, batched and broadcast operands. Each element must be within
+// 2.4e-7·(k+2) of Σ|a||b|+|bias|. The seed corpus runs in every `go test`;
+// without the kernels (purego, no AVX-512) the path reports false and
+// the test says so.
+func FuzzTinyGEMM(f *testing.F) {
+	for _, s := range [][3]int{{4, 4, 16}, {4, 16, 4}, {1, 1, 1}, {5, 17, 3}, {8, 12, 33}, {7, 40, 40}, {16, 8, 17}} {
+		for fl := 0; fl < 32; fl += 3 {
+			f.Add(uint64(s[0]+7*s[2]+fl), s[0], s[1], s[2], uint8(fl))
+		}
+	}
+	f.Fuzz(func(t *testing.T, seed uint64, m, n, k int, flags uint8) {
+		if m <= 0 || n <= 0 || k <= 0 || m > 40 || n > 40 || k > 40 {
+			t.Skip("shape outside 1..40")
+		}
+		ta, tb, withBias := flags&1 != 0, flags&2 != 0, flags&4 != 0
+		batch, bcA, bcB := 1, false, false
+		if flags&8 != 0 {
+			batch, bcA, bcB = 2, true, flags&16 != 0
+		}
+		rng := rand.New(rand.NewPCG(seed, 11))
+		fill := func(n int) []float32 {
+			x := make([]float32, n)
+			for i := range x {
+				x[i] = float32(rng.NormFloat64())
+			}
+			return x
+		}
+		nA, nB := 1, 1
+		if bcA {
+			nA = batch
+		}
+		if bcB {
+			nB = batch
+		}
+		a, b := fill(nA*m*k), fill(nB*k*n)
+		var bias []float32
+		if withBias {
+			bias = fill(n)
+		}
+		c := fill(batch * m * n) // stale values must be overwritten
+		if !matmulTinyF32(a, b, bias, c, batch, bcA, bcB, m, n, k, ta, tb) {
+			if tinyAsm && k > 0 && !(tb && (ta || m%4 != 0 || n%4 != 0)) {
+				t.Fatalf("matmulTinyF32 declined %dx%dx%d ta=%v tb=%v", m, n, k, ta, tb)
+			}
+			t.Skip("no AVX-512 tiny kernel for this product")
+		}
+		lda, ldb := matmulLD(m, n, k, ta, tb)
+		for bi := 0; bi < batch; bi++ {
+			ao, bo := 0, 0
+			if bcA {
+				ao = bi * m * k
+			}
+			if bcB {
+				bo = bi * k * n
+			}
+			for i := 0; i < m; i++ {
+				for j := 0; j < n; j++ {
+					var sum, scale float64
+					for p := 0; p < k; p++ {
+						var x, y float64
+						if ta {
+							x = float64(a[ao+p*lda+i])
+						} else {
+							x = float64(a[ao+i*lda+p])
+						}
+						if tb {
+							y = float64(b[bo+j*ldb+p])
+						} else {
+							y = float64(b[bo+p*ldb+j])
+						}
+						sum += x * y
+						scale += math.Abs(x * y)
+					}
+					if bias != nil {
+						sum += float64(bias[j])
+						scale += math.Abs(float64(bias[j]))
+					}
+					got := float64(c[bi*m*n+i*n+j])
+					if d := math.Abs(got - sum); d > 2.4e-7*float64(k+2)*scale+1e-30 {
+						t.Fatalf("%dx%dx%d batch %d ta=%v tb=%v bias=%v: C[%d][%d,%d] = %v, want %v", m, n, k, batch, ta, tb, withBias, bi, i, j, got, sum)
+					}
+				}
+			}
+		}
+	})
+}
+
+// TestRowExps: the softmax statistics of rows of 1..20 columns (the
+// AVX-512 kernel up to 16, expBlockF32 beyond) in buffers that end with
+// the last row, so that the last rows take the end-aligned and the stack
+// copy paths: maxima exact, exponentials within 2 ulp of math.Exp, sums
+// within 1e-6; a row holding a NaN reports a NaN maximum and an infinite
+// one a non-finite maximum, without disturbing the other rows.
+func TestRowExps(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for c := 1; c <= 20; c++ {
+		for n := 1; n <= 7; n++ {
+			xs := make([]float32, n*c)
+			for i := range xs {
+				xs[i] = float32(rng.NormFloat64() * 3)
+			}
+			bad := -1
+			if n > 2 {
+				bad = rng.IntN(n)
+				xs[bad*c+rng.IntN(c)] = float32(math.NaN())
+			}
+			inf := -1
+			if n > 3 {
+				inf = (bad + 1) % n
+				xs[inf*c+rng.IntN(c)] = float32(math.Inf(1))
+			}
+			z := make([]float32, n*c)
+			maxes := make([]float32, n)
+			ses := make([]float64, n)
+			rowExps(xs, c, 0, n, z, maxes, ses)
+			for i := 0; i < n; i++ {
+				row := xs[i*c : (i+1)*c]
+				switch i {
+				case bad:
+					require.True(t, math.IsNaN(float64(maxes[i])), "c=%d n=%d row %d: NaN row max %v", c, n, i, maxes[i])
+					continue
+				case inf:
+					require.False(t, finite32(maxes[i]), "c=%d n=%d row %d: Inf row max %v", c, n, i, maxes[i])
+					continue
+				}
+				m := float32(math.Inf(-1))
+				for _, v := range row {
+					m = max(m, v)
+				}
+				require.Equal(t, m, maxes[i], "c=%d n=%d row %d max", c, n, i)
+				var se float64
+				for j, v := range row {
+					want := math.Exp(float64(v - m))
+					got := float64(z[i*c+j])
+					require.InDelta(t, want, got, 2.4e-7*want+1e-37, "c=%d n=%d row %d col %d", c, n, i, j)
+					se += got
+				}
+				require.InDelta(t, se, ses[i], 1e-6*se, "c=%d n=%d row %d sum", c, n, i)
+			}
+		}
+	}
+}
