@@ -423,8 +423,10 @@ func TestConvDirect(t *testing.T) {
 		{2, 6, 8, 9, 12, 3, 3, kernels.Conv2dParams{PadH: 2, PadW: 2, DilationH: 2, DilationW: 2}},
 		{2, 16, 16, 12, 16, 3, 3, kernels.Conv2dParams{PadW: 1, Groups: 2}},
 		{2, 5, 11, 9, 13, 5, 3, kernels.Conv2dParams{PadH: 2}},
-		{2, 64, 7, 7, 24, 3, 3, kernels.Conv2dParams{PadH: 1, PadW: 1}}, // kdim 576: two kc blocks
-		{4, 1, 28, 28, 8, 3, 3, kernels.Conv2dParams{PadH: 1, PadW: 1}},
+		{2, 64, 7, 7, 24, 3, 3, kernels.Conv2dParams{PadH: 1, PadW: 1}},  // kdim 576: two kc blocks
+		{4, 1, 28, 28, 8, 3, 3, kernels.Conv2dParams{PadH: 1, PadW: 1}},  // 8 channels: 8-row tiles
+		{3, 8, 14, 14, 16, 3, 3, kernels.Conv2dParams{PadH: 1, PadW: 1}}, // 16 channels: two 8-row tiles
+		{2, 16, 7, 7, 32, 3, 3, kernels.Conv2dParams{PadH: 1, PadW: 1}},  // 32 channels: 12-row tiles
 	}
 	bwdDirect := 0
 	for ci, c := range cases {

@@ -24,7 +24,8 @@ type dconv struct {
 	hp, wp int       // padded input plane
 	plane  int       // hp·wp
 	q, qt  int       // output positions per channel (ho·wp), rounded up to 32
-	mp     int       // output channels rounded up to the tile's 12
+	mr     int       // tile rows: 12, or 8 for at most 16 output channels
+	mp     int       // output channels rounded up to mr
 	xlen   int       // one group's padded planes plus the kernel's overrun
 	offs   []int     // per patch row k: ci·plane + kh·dh·wp + kw·dw
 	pa     []float32 // packed weights (packWeights)
@@ -38,7 +39,7 @@ const dconvMinWork = 1 << 15
 // useDconv reports whether a float32 convolution of geometry g runs the
 // direct kernel: AVX-512, stride 1, a kernel larger than 1×1 (a 1×1
 // convolution's patch matrix is its input), and enough output channels
-// and work to fill the 12×32 tiles.
+// and work to fill the 12×32 or 8×32 tiles.
 func useDconv[F tensor.Float](g *convGeom) bool {
 	var z F
 	if _, ok := any(z).(float32); !ok || !dconvAsm || !convDirect || gemmPureGo.Load() {
@@ -54,7 +55,7 @@ func useDconv[F tensor.Float](g *convGeom) bool {
 var convDirect = true
 
 // newDconv lays out a direct convolution of geometry g: padded planes,
-// offsets, and space for the weights packed into 12-row A panels per
+// offsets, and space for the weights packed into mr-row A panels per
 // group and kc block (packWeights).
 func newDconv(g *convGeom) *dconv {
 	p := g.p
@@ -62,7 +63,11 @@ func newDconv(g *convGeom) *dconv {
 	d.plane = d.hp * d.wp
 	d.q = g.ho * d.wp
 	d.qt = roundUp(d.q, 32)
-	d.mp = roundUp(g.og, 12)
+	d.mr = 12
+	if g.og <= 16 && g.og%8 == 0 {
+		d.mr = 8 // 8 or 16 channels fill 8-row tiles, two thirds of 12-row ones
+	}
+	d.mp = roundUp(g.og, d.mr)
 	// Reads reach q < qt plus the largest offset: the last channel's
 	// plane, (kw−1)·dw columns into the next row, and the tile's 31.
 	d.xlen = g.cg*d.plane + (g.kw-1)*p.DilationW + 32
@@ -83,15 +88,15 @@ func (d *dconv) free() {
 	d.pa, d.wt = nil, nil
 }
 
-// packWeights packs ws ([cout, cg, kh, kw]) into 12-row A panels, block pc
-// of group gi at pa[gi·mp·kdim + pc·mp:] (rows past og zero).
+// packWeights packs ws ([cout, cg, kh, kw]) into mr-row A panels, block
+// pc of group gi at pa[gi·mp·kdim + pc·mp:] (rows past og zero).
 func (d *dconv) packWeights(ws []float32) {
 	g := d.g
 	for gi := 0; gi < g.p.Groups; gi++ {
 		wg := ws[gi*g.og*g.kdim : (gi+1)*g.og*g.kdim]
 		for pc := 0; pc < g.kdim; pc += gemmKC {
 			kb := min(gemmKC, g.kdim-pc)
-			packA(d.pa[gi*d.mp*g.kdim+pc*d.mp:], wg, g.kdim, false, 0, pc, g.og, kb, 12)
+			packA(d.pa[gi*d.mp*g.kdim+pc*d.mp:], wg, g.kdim, false, 0, pc, g.og, kb, d.mr)
 		}
 	}
 }
@@ -155,12 +160,16 @@ func (d *dconv) block(gi int, xp, cb []float32) {
 	for pc := 0; pc < g.kdim; pc += gemmKC {
 		kb := min(gemmKC, g.kdim-pc)
 		pa := d.pa[gi*d.mp*g.kdim+pc*d.mp:]
-		for ir := 0; ir < d.mp; ir += 12 {
-			a := pa[ir*kb : (ir+12)*kb]
+		for ir := 0; ir < d.mp; ir += d.mr {
+			a := pa[ir*kb : (ir+d.mr)*kb]
 			for jr := 0; jr < d.q; jr += 32 {
 				_ = xp[jr+d.offs[pc+kb-1]+31] // the last row read is in range
-				_ = cb[ir*d.qt+jr+11*d.qt+31]
-				sconv12x32AVX512(kb, &a[0], &xp[jr], &d.offs[pc], &cb[ir*d.qt+jr], d.qt, pc > 0)
+				_ = cb[ir*d.qt+jr+(d.mr-1)*d.qt+31]
+				if d.mr == 8 {
+					sconv8x32AVX512(kb, &a[0], &xp[jr], &d.offs[pc], &cb[ir*d.qt+jr], d.qt, pc > 0)
+				} else {
+					sconv12x32AVX512(kb, &a[0], &xp[jr], &d.offs[pc], &cb[ir*d.qt+jr], d.qt, pc > 0)
+				}
 			}
 		}
 	}

@@ -14,3 +14,9 @@ var dconvAsm = cpu.X86.HasAVX512F && useAVX512
 //
 //go:noescape
 func sconv12x32AVX512(kb int, pa, xq *float32, offs *int, c *float32, ldc int, add bool)
+
+// sconv8x32AVX512 is sconv12x32AVX512 for an 8×32 tile and an 8-row A
+// panel.
+//
+//go:noescape
+func sconv8x32AVX512(kb int, pa, xq *float32, offs *int, c *float32, ldc int, add bool)

@@ -8,3 +8,7 @@ const dconvAsm = false
 func sconv12x32AVX512(kb int, pa, xq *float32, offs *int, c *float32, ldc int, add bool) {
 	panic("unreachable")
 }
+
+func sconv8x32AVX512(kb int, pa, xq *float32, offs *int, c *float32, ldc int, add bool) {
+	panic("unreachable")
+}
