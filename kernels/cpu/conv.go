@@ -556,9 +556,12 @@ func (be *Backend) Conv2dBackwardWeight(dw, x, dy *T, p kernels.Conv2dParams) {
 	const name = "Conv2dBackwardWeight"
 	needCPU(name, dw, x, dy)
 	g := checkConv(name, x, dw, dy, p, "x", "dy")
-	if wide(dw, x, dy) {
+	switch {
+	case wide(dw, x, dy):
 		be.launchScratch(convBwdWeightPrep[float64](&g, dw, x, dy))
-	} else {
+	case useDwgrad[float32](&g):
+		be.launchScratch(dwgradPrep(&g, dw, x, dy))
+	default:
 		be.launchScratch(convBwdWeightPrep[float32](&g, dw, x, dy))
 	}
 }

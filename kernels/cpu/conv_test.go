@@ -481,6 +481,8 @@ func TestConvDirect(t *testing.T) {
 // included, in float32.
 func TestConvWeightGradDots(t *testing.T) {
 	defer func(v int) { convDotMax = v }(convDotMax)
+	defer func(v bool) { convDirect = v }(convDirect)
+	convDirect = false // the im2col route (stride 1 takes dwgrad otherwise)
 	cases := append([]convCase{
 		// Planes of 256 pixels or more: dot products sample by sample.
 		{3, 2, 17, 16, 8, 3, 3, kernels.Conv2dParams{PadH: 1, PadW: 1}},
@@ -502,4 +504,52 @@ func TestConvWeightGradDots(t *testing.T) {
 		}
 		closeTo(t, name("conv dw dots vs gemm ", ci, tensor.F32), run(1<<30), run(0), 1e-5)
 	}
+}
+
+// TestConvWeightGradDirect: the direct weight gradient (dwgrad.go, every
+// stride-1 float32 convolution with a kernel larger than 1×1) agrees with
+// the im2col route and with the float64 gradient, on the stride-1
+// convCases, W4's layers (1→8 at 28×28, 8→16 at 14×14, 16→32 at 7×7),
+// channel and patch counts that are not multiples of 4, groups, dilation
+// and a batch that does not divide into the kernel's sample blocks.
+func TestConvWeightGradDirect(t *testing.T) {
+	if !tinyAsm {
+		t.Skip("this build has no direct weight-gradient kernel (AVX-512 assembly)")
+	}
+	defer func(v bool) { convDirect = v }(convDirect)
+	cases := append([]convCase{
+		{37, 1, 28, 28, 8, 3, 3, kernels.Conv2dParams{PadH: 1, PadW: 1}},
+		{19, 8, 14, 14, 16, 3, 3, kernels.Conv2dParams{PadH: 1, PadW: 1}},
+		{11, 16, 7, 7, 32, 3, 3, kernels.Conv2dParams{PadH: 1, PadW: 1}},
+		{5, 3, 9, 11, 5, 3, 3, kernels.Conv2dParams{PadH: 1}},
+		{3, 6, 8, 9, 6, 5, 3, kernels.Conv2dParams{PadH: 2, PadW: 2, DilationH: 2, Groups: 3}},
+	}, convCases...)
+	direct := 0
+	for ci, c := range cases {
+		g := max(c.p.Groups, 1)
+		x := randT(uint64(ci+50), tensor.F32, c.n, c.cin, c.h, c.w)
+		w := tensor.Empty(tensor.F32, c.cout, c.cin/g, c.kh, c.kw)
+		pn := c.p.Norm()
+		ho := kernels.ConvOut(c.h, c.kh, pn.StrideH, pn.PadH, pn.DilationH)
+		wo := kernels.ConvOut(c.w, c.kw, pn.StrideW, pn.PadW, pn.DilationW)
+		dy := randT(uint64(ci+60), tensor.F32, c.n, c.cout, ho, wo)
+		geom := checkConv("test", x, w, dy, c.p, "x", "dy")
+		convDirect = true
+		if !useDwgrad[float32](&geom) {
+			continue
+		}
+		direct++
+		run := func(on bool) []float64 {
+			convDirect = on
+			dw := tensor.Empty(tensor.F32, c.cout, c.cin/g, c.kh, c.kw)
+			be.Conv2dBackwardWeight(dw, x, dy, c.p)
+			return vals(dw)
+		}
+		got := run(true)
+		closeTo(t, name("direct dw vs im2col ", ci, tensor.F32), got, run(false), 1e-5)
+		dw64 := tensor.Empty(tensor.F64, c.cout, c.cin/g, c.kh, c.kw)
+		be.Conv2dBackwardWeight(dw64, x.Cast(tensor.F64), dy.Cast(tensor.F64), c.p)
+		closeTo(t, name("direct dw vs float64 ", ci, tensor.F32), got, vals(dw64), 1e-4)
+	}
+	require.GreaterOrEqual(t, direct, 10, "weight gradients through the direct kernel")
 }

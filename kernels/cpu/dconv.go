@@ -58,6 +58,14 @@ var convDirect = true
 // offsets, and space for the weights packed into mr-row A panels per
 // group and kc block (packWeights).
 func newDconv(g *convGeom) *dconv {
+	d := dconvLayout(g)
+	d.pa = getBuf[float32](g.p.Groups * d.mp * g.kdim) // packWeights writes every element
+	return d
+}
+
+// dconvLayout is newDconv without the packed weights: the padded planes
+// and offsets, which the direct weight gradient (dwgrad.go) shares.
+func dconvLayout(g *convGeom) *dconv {
 	p := g.p
 	d := &dconv{g: g, hp: g.h + 2*p.PadH, wp: g.w + 2*p.PadW}
 	d.plane = d.hp * d.wp
@@ -77,7 +85,6 @@ func newDconv(g *convGeom) *dconv {
 		ci, t := k/taps, k%taps
 		d.offs[k] = ci*d.plane + (t/g.kw)*p.DilationH*d.wp + (t%g.kw)*p.DilationW
 	}
-	d.pa = getBuf[float32](p.Groups * d.mp * g.kdim) // packWeights writes every element
 	return d
 }
 

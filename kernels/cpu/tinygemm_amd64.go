@@ -50,3 +50,16 @@ func rowExpsKernel(xs []float32, c, n int, mask uint16, e, maxes []float32, ses 
 	}
 	rowExpsAVX512(&xs[0], c, n, mask, &expConsts, &maxes[0], &ses[0], ep)
 }
+
+// sdotOffs4x4AVX512 is the kernel behind dwgrad's dot blocks (strides and
+// offsets in bytes).
+//
+//go:noescape
+func sdotOffs4x4AVX512(a *float32, lda int, b *float32, boffs *[4]int, kc int, tail uint16, ns int, sa, sb int, out *[16]float32)
+
+// sdotOffs4x4Kernel runs sdotOffs4x4AVX512 with element strides (the
+// caller checks the bounds): rows of a every lda, samples of a every sa
+// and of b every sb, the B rows at the byte offsets boffs.
+func sdotOffs4x4Kernel(a *float32, lda int, b *float32, boffs *[4]int, kc int, tail uint16, ns, sa, sb int, out *[16]float32) {
+	sdotOffs4x4AVX512(a, 4*lda, b, boffs, kc, tail, ns, 4*sa, 4*sb, out)
+}

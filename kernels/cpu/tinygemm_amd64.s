@@ -142,6 +142,46 @@ done:
 	op imm1, y, x, Z25; \
 	VADDPS Z25, Z24, x
 
+// Folds the sixteen accumulators of DOT16 into Z0, element 4i+j the sum
+// of Z(4j+i): pairs (lanes 0,1 the halves' sums of the first, 2,3 of the
+// second), then quads (lane r four partial sums of accumulator 4q+r),
+// then within the lanes two partial sums and one.
+#define FOLD16 \
+	FOLD(VSHUFF32X4, $0x44, $0xEE, Z1, Z0); \
+	FOLD(VSHUFF32X4, $0x44, $0xEE, Z3, Z2); \
+	FOLD(VSHUFF32X4, $0x44, $0xEE, Z5, Z4); \
+	FOLD(VSHUFF32X4, $0x44, $0xEE, Z7, Z6); \
+	FOLD(VSHUFF32X4, $0x44, $0xEE, Z9, Z8); \
+	FOLD(VSHUFF32X4, $0x44, $0xEE, Z11, Z10); \
+	FOLD(VSHUFF32X4, $0x44, $0xEE, Z13, Z12); \
+	FOLD(VSHUFF32X4, $0x44, $0xEE, Z15, Z14); \
+	FOLD(VSHUFF32X4, $0x88, $0xDD, Z2, Z0); \
+	FOLD(VSHUFF32X4, $0x88, $0xDD, Z6, Z4); \
+	FOLD(VSHUFF32X4, $0x88, $0xDD, Z10, Z8); \
+	FOLD(VSHUFF32X4, $0x88, $0xDD, Z14, Z12); \
+	FOLD(VSHUFPS, $0x44, $0xEE, Z4, Z0); \
+	FOLD(VSHUFPS, $0x44, $0xEE, Z12, Z8); \
+	FOLD(VSHUFPS, $0x88, $0xDD, Z8, Z0)
+
+// Zeroes the accumulators Z0..Z15.
+#define ZERO16 \
+	VXORPS Z0, Z0, Z0; \
+	VXORPS Z1, Z1, Z1; \
+	VXORPS Z2, Z2, Z2; \
+	VXORPS Z3, Z3, Z3; \
+	VXORPS Z4, Z4, Z4; \
+	VXORPS Z5, Z5, Z5; \
+	VXORPS Z6, Z6, Z6; \
+	VXORPS Z7, Z7, Z7; \
+	VXORPS Z8, Z8, Z8; \
+	VXORPS Z9, Z9, Z9; \
+	VXORPS Z10, Z10, Z10; \
+	VXORPS Z11, Z11, Z11; \
+	VXORPS Z12, Z12, Z12; \
+	VXORPS Z13, Z13, Z13; \
+	VXORPS Z14, Z14, Z14; \
+	VXORPS Z15, Z15, Z15
+
 // func sdot4x4AVX512(a *float32, lda int, b *float32, ldb, kc int, tail uint16, out *[16]float32)
 //
 // out[4i+j] = Σ_p a[i·lda+p]·b[j·ldb+p] for i, j < 4 over kc chunks of 16
@@ -159,22 +199,7 @@ TEXT ·sdot4x4AVX512(SB), NOSPLIT, $0-56
 	MOVQ  out+48(FP), DI
 	LEAQ  (SI)(R8*2), R10
 	LEAQ  (DX)(R9*2), R11
-	VXORPS Z0, Z0, Z0
-	VXORPS Z1, Z1, Z1
-	VXORPS Z2, Z2, Z2
-	VXORPS Z3, Z3, Z3
-	VXORPS Z4, Z4, Z4
-	VXORPS Z5, Z5, Z5
-	VXORPS Z6, Z6, Z6
-	VXORPS Z7, Z7, Z7
-	VXORPS Z8, Z8, Z8
-	VXORPS Z9, Z9, Z9
-	VXORPS Z10, Z10, Z10
-	VXORPS Z11, Z11, Z11
-	VXORPS Z12, Z12, Z12
-	VXORPS Z13, Z13, Z13
-	VXORPS Z14, Z14, Z14
-	VXORPS Z15, Z15, Z15
+	ZERO16
 	TESTQ CX, CX
 	JZ    tail
 
@@ -209,25 +234,87 @@ tail:
 	DOT16
 
 fold:
-	// Pairs: lanes 0,1 the halves' sums of the first, 2,3 of the second.
-	FOLD(VSHUFF32X4, $0x44, $0xEE, Z1, Z0)
-	FOLD(VSHUFF32X4, $0x44, $0xEE, Z3, Z2)
-	FOLD(VSHUFF32X4, $0x44, $0xEE, Z5, Z4)
-	FOLD(VSHUFF32X4, $0x44, $0xEE, Z7, Z6)
-	FOLD(VSHUFF32X4, $0x44, $0xEE, Z9, Z8)
-	FOLD(VSHUFF32X4, $0x44, $0xEE, Z11, Z10)
-	FOLD(VSHUFF32X4, $0x44, $0xEE, Z13, Z12)
-	FOLD(VSHUFF32X4, $0x44, $0xEE, Z15, Z14)
-	// Quads: lane r holds four partial sums of accumulator 4q+r.
-	FOLD(VSHUFF32X4, $0x88, $0xDD, Z2, Z0)
-	FOLD(VSHUFF32X4, $0x88, $0xDD, Z6, Z4)
-	FOLD(VSHUFF32X4, $0x88, $0xDD, Z10, Z8)
-	FOLD(VSHUFF32X4, $0x88, $0xDD, Z14, Z12)
-	// Within the lanes: two partial sums, then one, of accumulators
-	// r, 4+r, 8+r and 12+r in lane r, so element 4i+j is Z(4j+i)'s sum.
-	FOLD(VSHUFPS, $0x44, $0xEE, Z4, Z0)
-	FOLD(VSHUFPS, $0x44, $0xEE, Z12, Z8)
-	FOLD(VSHUFPS, $0x88, $0xDD, Z8, Z0)
+	FOLD16
+	VMOVUPS Z0, (DI)
+	VZEROUPPER
+	RET
+
+// func sdotOffs4x4AVX512(a *float32, lda int, b *float32, boffs *[4]int, kc int, tail uint16, ns int, sa, sb int, out *[16]float32)
+//
+// sdot4x4AVX512 summed over ns samples, with the four B rows at arbitrary
+// byte offsets boffs from b: out[4i+j] = Σ_s Σ_p A_s(i,p)·B_s(j,p) with
+// A_s row i at a + s·sa + i·lda and B_s row j at b + s·sb + boffs[j], p
+// over kc chunks of 16 and the tail's masked lanes. The direct weight
+// gradient of a convolution: rows of the output gradient against the
+// shifted rows of the padded input.
+TEXT ·sdotOffs4x4AVX512(SB), NOSPLIT, $0-80
+	MOVQ  a+0(FP), AX
+	MOVQ  lda+8(FP), R8
+	MOVQ  b+16(FP), BX
+	MOVQ  boffs+24(FP), DI
+	MOVQ  kc+32(FP), DX
+	KMOVW tail+40(FP), K1
+	MOVQ  ns+48(FP), R14
+	ZERO16
+	TESTQ R14, R14
+	JLE   ofold
+
+sample:
+	MOVQ AX, SI
+	LEAQ (AX)(R8*2), R9
+	MOVQ BX, R10
+	ADDQ 0(DI), R10
+	MOVQ BX, R11
+	ADDQ 8(DI), R11
+	MOVQ BX, R12
+	ADDQ 16(DI), R12
+	MOVQ BX, R13
+	ADDQ 24(DI), R13
+	MOVQ DX, CX
+	TESTQ CX, CX
+	JZ    otail
+
+ofull:
+	VMOVUPS (SI), Z16
+	VMOVUPS (SI)(R8*1), Z17
+	VMOVUPS (R9), Z18
+	VMOVUPS (R9)(R8*1), Z19
+	VMOVUPS (R10), Z20
+	VMOVUPS (R11), Z21
+	VMOVUPS (R12), Z22
+	VMOVUPS (R13), Z23
+	DOT16
+	ADDQ $64, SI
+	ADDQ $64, R9
+	ADDQ $64, R10
+	ADDQ $64, R11
+	ADDQ $64, R12
+	ADDQ $64, R13
+	DECQ CX
+	JNZ  ofull
+
+otail:
+	KORTESTW K1, K1
+	JZ       onext
+	VMOVUPS.Z (SI), K1, Z16
+	VMOVUPS.Z (SI)(R8*1), K1, Z17
+	VMOVUPS.Z (R9), K1, Z18
+	VMOVUPS.Z (R9)(R8*1), K1, Z19
+	VMOVUPS.Z (R10), K1, Z20
+	VMOVUPS.Z (R11), K1, Z21
+	VMOVUPS.Z (R12), K1, Z22
+	VMOVUPS.Z (R13), K1, Z23
+	DOT16
+
+onext:
+	ADDQ sa+56(FP), AX
+	ADDQ sb+64(FP), BX
+	DECQ R14
+	JNZ  sample
+
+ofold:
+	FOLD16
+	MOVQ    out+72(FP), DI
 	VMOVUPS Z0, (DI)
 	VZEROUPPER
 	RET

@@ -17,3 +17,7 @@ func sdot4x4Kernel(a []float32, lda int, b []float32, ldb, k int, out *[16]float
 func rowExpsKernel(xs []float32, c, n int, mask uint16, e, maxes []float32, ses []float64) {
 	panic("cpu: rowExps without the AVX-512 kernel")
 }
+
+func sdotOffs4x4Kernel(a *float32, lda int, b *float32, boffs *[4]int, kc int, tail uint16, ns, sa, sb int, out *[16]float32) {
+	panic("cpu: sdotOffs4x4 without the AVX-512 kernel")
+}
