@@ -153,10 +153,7 @@ func (d *dconv) pad(xs, xp []float32, n, c0 int) {
 	clear(xp)
 	for ci := 0; ci < g.cg; ci++ {
 		src := xs[(n*g.cin+c0+ci)*hw:][:hw]
-		dst := xp[ci*d.plane:]
-		for ih := 0; ih < g.h; ih++ {
-			copy(dst[(ih+p.PadH)*d.wp+p.PadW:][:g.w], src[ih*g.w:(ih+1)*g.w])
-		}
+		copyRows(xp[ci*d.plane+p.PadH*d.wp+p.PadW:], d.wp, src, g.w, g.h, g.w)
 	}
 }
 
@@ -243,10 +240,7 @@ func dconvPrep(g *convGeom, dst, x, w, bias, scale, shift *T, act kernels.UnaryO
 				cbo := sc.cb[o*d.qt:][:d.q]
 				convEpilogue(cbo, cbo, ch, bs, scs, shs, act)
 				dsto := ys[(n*g.cout+ch)*g.pixels:][:g.pixels]
-				for oh := 0; oh < g.ho; oh++ {
-					r := dsto[oh*g.wo : (oh+1)*g.wo]
-					copy(r, cbo[oh*d.wp:][:len(r)])
-				}
+				copyRows(dsto, g.wo, cbo, d.wp, g.ho, g.wo)
 				if act != noAct && act != kernels.Relu {
 					unaryKernel(act, dsto, dsto)
 				}

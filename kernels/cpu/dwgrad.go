@@ -53,10 +53,7 @@ func (d *dconv) padDy(gs, dst []float32, n, gi, og4 int) {
 	clear(dst)
 	for o := 0; o < g.og; o++ {
 		src := gs[(n*g.cout+gi*g.og+o)*g.pixels:][:g.pixels]
-		row := dst[o*d.q:]
-		for oh := 0; oh < g.ho; oh++ {
-			copy(row[oh*d.wp:][:g.wo], src[oh*g.wo:(oh+1)*g.wo])
-		}
+		copyRows(dst[o*d.q:], d.wp, src, g.wo, g.ho, g.wo)
 	}
 }
 

@@ -469,18 +469,20 @@ func batchNormPrep[F tensor.Float](y, saveMean, saveRstd, x, w, b, runMean, runV
 	ys := out[F](&s, y)
 	sm, sr := out[F](&s, saveMean), out[F](&s, saveRstd)
 	rm, rv := inout[F](&s, runMean), inout[F](&s, runVar)
-	part := make([]float64, n*c)
+	// Per plane (sample, channel) its mean and the sum of squared
+	// deviations from it, in one pass over the input: the plane is still
+	// in cache for its second loop. The channel's variance then combines
+	// the planes' (Chan et al.): M2 = Σ M2_i + hw·Σ (m_i − mean)².
+	pmean := make([]float64, n*c)
+	pm2 := make([]float64, n*c)
 	mean := make([]float64, c)
 	rstd := make([]float64, c)
 	cnt := float64(n * hw)
-	sumBody := func(lo, hi int) {
+	statBody := func(lo, hi int) {
 		for it := lo; it < hi; it++ {
-			part[it] = rowSum(xs[it*hw : (it+1)*hw])
-		}
-	}
-	sqBody := func(lo, hi int) {
-		for it := lo; it < hi; it++ {
-			part[it] = rowSqDev(xs[it*hw:(it+1)*hw], mean[it%c])
+			row := xs[it*hw : (it+1)*hw]
+			m := rowSum(row) / float64(hw)
+			pmean[it], pm2[it] = m, rowSqDev(row, m)
 		}
 	}
 	normBody := func(lo, hi int) {
@@ -497,23 +499,22 @@ func batchNormPrep[F tensor.Float](y, saveMean, saveRstd, x, w, b, runMean, runV
 			rowAffineAct(ys[it*hw:(it+1)*hw], xs[it*hw:(it+1)*hw], mu, r*wk, bk, relu)
 		}
 	}
-	sumOverN := func(ch int) float64 {
-		var a float64
-		for i := 0; i < n; i++ {
-			a += part[i*c+ch]
-		}
-		return a
-	}
 	return func() {
 		s.load()
 		if training {
-			parallelFor(n*c, hw, sumBody)
-			for ch := range mean {
-				mean[ch] = sumOverN(ch) / cnt
-			}
-			parallelFor(n*c, 2*hw, sqBody)
+			parallelFor(n*c, 3*hw, statBody)
 			for ch := range rstd {
-				v := sumOverN(ch) / cnt
+				var sm, m2 float64
+				for i := 0; i < n; i++ {
+					sm += pmean[i*c+ch]
+				}
+				mu := sm / float64(n)
+				for i := 0; i < n; i++ {
+					d := pmean[i*c+ch] - mu
+					m2 += pm2[i*c+ch] + float64(hw)*d*d
+				}
+				mean[ch] = mu
+				v := m2 / cnt
 				rstd[ch] = 1 / math.Sqrt(v+eps)
 				if rm != nil {
 					rm[ch] = F((1-momentum)*float64(rm[ch]) + momentum*mean[ch])

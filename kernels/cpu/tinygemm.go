@@ -83,3 +83,21 @@ func dotBlocks(m, n, k int, a, b, bias, c []float32) {
 		}
 	}
 }
+
+// copyRows copies rows rows of w floats from src (a row every lds) to dst
+// (a row every ldd): the strided copies of convolution planes into and
+// out of their padded layout. Short rows take the AVX-512 kernel, whose
+// one call replaces a memmove per row.
+func copyRows(dst []float32, ldd int, src []float32, lds, rows, w int) {
+	if rows <= 0 || w <= 0 {
+		return
+	}
+	_, _ = dst[(rows-1)*ldd+w-1], src[(rows-1)*lds+w-1]
+	if !tinyAsm || w > 64 {
+		for r := 0; r < rows; r++ {
+			copy(dst[r*ldd:r*ldd+w], src[r*lds:r*lds+w])
+		}
+		return
+	}
+	copyRowsKernel(dst, ldd, src, lds, rows, w)
+}

@@ -63,3 +63,12 @@ func sdotOffs4x4AVX512(a *float32, lda int, b *float32, boffs *[4]int, kc int, t
 func sdotOffs4x4Kernel(a *float32, lda int, b *float32, boffs *[4]int, kc int, tail uint16, ns, sa, sb int, out *[16]float32) {
 	sdotOffs4x4AVX512(a, 4*lda, b, boffs, kc, tail, ns, 4*sa, 4*sb, out)
 }
+
+// copyRowsAVX512 is the kernel behind copyRows (strides in bytes).
+//
+//go:noescape
+func copyRowsAVX512(dst, src *float32, rows, w, ldd, lds int, tail uint16)
+
+func copyRowsKernel(dst []float32, ldd int, src []float32, lds, rows, w int) {
+	copyRowsAVX512(&dst[0], &src[0], rows, w, 4*ldd, 4*lds, uint16(1)<<(w%16)-1)
+}

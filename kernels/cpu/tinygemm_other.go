@@ -21,3 +21,7 @@ func rowExpsKernel(xs []float32, c, n int, mask uint16, e, maxes []float32, ses 
 func sdotOffs4x4Kernel(a *float32, lda int, b *float32, boffs *[4]int, kc int, tail uint16, ns, sa, sb int, out *[16]float32) {
 	panic("cpu: sdotOffs4x4 without the AVX-512 kernel")
 }
+
+func copyRowsKernel(dst []float32, ldd int, src []float32, lds, rows, w int) {
+	panic("cpu: copyRows without the AVX-512 kernel")
+}

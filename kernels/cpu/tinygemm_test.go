@@ -154,3 +154,31 @@ func TestRowExps(t *testing.T) {
 		}
 	}
 }
+
+// TestCopyRows: strided row copies of every width up to 70 (the kernel's
+// full moves, its tail mask, and the memmove fallback past 64) leave the
+// bytes between rows and after the last one alone.
+func TestCopyRows(t *testing.T) {
+	for w := 1; w <= 70; w++ {
+		for _, rows := range []int{1, 3} {
+			lds, ldd := w+3, w+5
+			src := make([]float32, rows*lds)
+			for i := range src {
+				src[i] = float32(i + 1)
+			}
+			dst := make([]float32, rows*ldd+20)
+			for i := range dst {
+				dst[i] = -1
+			}
+			copyRows(dst, ldd, src, lds, rows, w)
+			for i, v := range dst {
+				r, c := i/ldd, i%ldd
+				want := float32(-1)
+				if r < rows && c < w {
+					want = src[r*lds+c]
+				}
+				require.Equal(t, want, v, "w=%d rows=%d dst[%d]", w, rows, i)
+			}
+		}
+	}
+}
