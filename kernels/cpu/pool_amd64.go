@@ -16,20 +16,24 @@ var poolLanes = func() (t [2][16]int32) {
 	return t
 }()
 
-// maxPool2x2AVX512 pools one output row of a 2×2, stride-2 max pool: see
+// maxPool2x2AVX512 pools output rows of a 2×2, stride-2 max pool: see
 // pool_amd64.s.
 //
 //go:noescape
-func maxPool2x2AVX512(y *float32, idx *int32, r0, r1 *float32, blocks int, base, w int32, tab *[2][16]int32, maskOut, maskA, maskB uint16)
+func maxPool2x2AVX512(y *float32, idx *int32, x *float32, blocks int, base, w int32, tab *[2][16]int32, maskOut, maskA, maskB uint16, rows, wo int)
 
-// maxPool2x2Row pools n outputs of one row from input rows r0 and r1
-// (2n elements each) into y, and the flat input indices base + 2j +
-// offset of the maxima into idx unless it is nil (w the input width).
-func maxPool2x2Row(y []float32, idx []int32, r0, r1 []float32, n, base, w int) {
-	_, _, _ = y[n-1], r0[2*n-1], r1[2*n-1]
+// maxPool2x2Rows pools rows output rows of n outputs each (y, and idx
+// unless it is nil, hold rows·n) from the input rows 2·oh and 2·oh+1 of
+// x (w wide), and records in idx the flat input indices base + 2·oh·w +
+// 2j + offset of the maxima (base x's first index within its plane).
+func maxPool2x2Rows(y []float32, idx []int32, x []float32, rows, n, base, w int) {
+	if rows <= 0 || n <= 0 {
+		return
+	}
+	_, _ = y[rows*n-1], x[(2*rows-1)*w+2*n-1]
 	var ip *int32
 	if idx != nil {
-		_ = idx[n-1]
+		_ = idx[rows*n-1]
 		ip = &idx[0]
 	}
 	// The tail's t < 16 outputs and 2t inputs a row (uint16(1)<<16 is
@@ -39,5 +43,5 @@ func maxPool2x2Row(y []float32, idx []int32, r0, r1 []float32, n, base, w int) {
 	if 2*t > 16 {
 		maskB = uint16(1)<<(2*t-16) - 1
 	}
-	maxPool2x2AVX512(&y[0], ip, &r0[0], &r1[0], n>>4, int32(base), int32(w), &poolLanes, uint16(1)<<t-1, maskA, maskB)
+	maxPool2x2AVX512(&y[0], ip, &x[0], n>>4, int32(base), int32(w), &poolLanes, uint16(1)<<t-1, maskA, maskB, rows, n)
 }

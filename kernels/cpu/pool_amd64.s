@@ -28,33 +28,50 @@
 	STEP(Z6, Z25); \
 	STEP(Z7, Z26)
 
-// func maxPool2x2AVX512(y *float32, idx *int32, r0, r1 *float32, blocks int, base, w int32, tab *[2][16]int32, maskOut, maskA, maskB uint16)
+// func maxPool2x2AVX512(y *float32, idx *int32, x *float32, blocks int, base, w int32, tab *[2][16]int32, maskOut, maskA, maskB uint16, rows, wo int)
 //
-// The 2×2, stride-2 max pool of one output row: 16·blocks outputs, then
-// the outputs of maskOut (a tail of fewer than 16, its inputs under maskA
-// and maskB), from input rows r0 and r1 (two inputs per output). y gets
-// the maxima; idx (unless nil) the flat input index base + 2·j + offset
-// of output j's maximum in the plane (w its width). tab holds the even
-// and the odd lane indices 0, 2, …, 30 and 1, 3, …, 31.
-TEXT ·maxPool2x2AVX512(SB), NOSPLIT, $0-62
-	MOVQ y+0(FP), DI
-	MOVQ idx+8(FP), R9
-	MOVQ r0+16(FP), SI
-	MOVQ r1+24(FP), DX
-	MOVQ blocks+32(FP), CX
-	MOVQ tab+48(FP), R8
+// The 2×2, stride-2 max pool of rows output rows of wo outputs (a plane,
+// or part of one): per row 16·blocks outputs, then the outputs of
+// maskOut (a tail of fewer than 16, its inputs under maskA and maskB),
+// from the input rows 2·oh and 2·oh+1 of x (w floats wide, two inputs
+// per output). y gets the maxima (rows of wo); idx (unless nil) the flat
+// input index base + 2·oh·w + 2·j + offset of output j's maximum (base
+// the index of x's first element in its plane). tab holds the even and
+// the odd lane indices 0, 2, …, 30 and 1, 3, …, 31.
+TEXT ·maxPool2x2AVX512(SB), NOSPLIT, $0-72
+	MOVQ y+0(FP), R10
+	MOVQ idx+8(FP), R11
+	MOVQ x+16(FP), R12
+	MOVQ tab+40(FP), R8
 	VMOVDQU32 0(R8), Z20           // even lanes
 	VMOVDQU32 64(R8), Z21          // odd lanes
-	MOVL base+40(FP), AX
-	VPBROADCASTD AX, Z22
-	VPADDD Z20, Z22, Z22           // base + 2·j
+	MOVL base+32(FP), R14
 	MOVL $32, AX
 	VPBROADCASTD AX, Z23           // 32 inputs per block
 	MOVL $1, AX
 	VPBROADCASTD AX, Z24           // offset of b
-	MOVL w+44(FP), AX
+	MOVL w+36(FP), AX
 	VPBROADCASTD AX, Z25           // offset of c
 	VPADDD Z24, Z25, Z26           // offset of d
+	MOVLQSX w+36(FP), R13
+	SHLQ $2, R13                   // input row stride in bytes
+	MOVQ wo+64(FP), R15
+	SHLQ $2, R15                   // output row stride in bytes
+	KMOVW maskOut+48(FP), K5
+	KMOVW maskA+50(FP), K3
+	KMOVW maskB+52(FP), K4
+	MOVQ rows+56(FP), BX
+	TESTQ BX, BX
+	JLE   done
+
+row:
+	MOVQ R10, DI
+	MOVQ R11, R9
+	MOVQ R12, SI
+	LEAQ (R12)(R13*1), DX
+	VPBROADCASTD R14, Z22
+	VPADDD Z20, Z22, Z22           // base + 2·oh·w + 2·j
+	MOVQ blocks+24(FP), CX
 	TESTQ CX, CX
 	JZ    tail
 
@@ -80,11 +97,8 @@ noidx:
 	JNZ  loop
 
 tail:
-	KMOVW maskOut+56(FP), K5
 	KORTESTW K5, K5
-	JZ    done
-	KMOVW maskA+58(FP), K3
-	KMOVW maskB+60(FP), K4
+	JZ    next
 	VMOVUPS.Z 0(SI), K3, Z0
 	VMOVUPS.Z 64(SI), K4, Z1
 	VMOVUPS.Z 0(DX), K3, Z2
@@ -92,9 +106,22 @@ tail:
 	POOL16
 	VMOVUPS Z4, K5, 0(DI)
 	TESTQ R9, R9
-	JZ    done
+	JZ    next
 	VPADDD Z22, Z8, Z8
 	VMOVDQU32 Z8, K5, 0(R9)
+
+next:
+	ADDQ  R15, R10
+	TESTQ R11, R11
+	JZ    nextx
+	ADDQ  R15, R11
+
+nextx:
+	LEAQ (R12)(R13*2), R12
+	MOVL w+36(FP), AX
+	LEAL (R14)(AX*2), R14
+	DECQ BX
+	JNZ  row
 
 done:
 	VZEROUPPER

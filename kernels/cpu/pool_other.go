@@ -5,4 +5,4 @@ package cpu
 // poolAsm is false: max pools run the Go loops alone.
 const poolAsm = false
 
-func maxPool2x2Row(y []float32, idx []int32, r0, r1 []float32, n, base, w int) { panic("unreachable") }
+func maxPool2x2Rows(y []float32, idx []int32, x []float32, rows, n, base, w int) { panic("unreachable") }

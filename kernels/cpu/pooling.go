@@ -84,17 +84,13 @@ func maxPoolPrep[F tensor.Float](g *poolGeom, dst, argmax, x *T) func() {
 				xp := xs[pl*g.h*g.w : (pl+1)*g.h*g.w]
 				ob := pl * g.ho * g.wo
 				if vec {
-					// A row at a time through maxPool2x2AVX512: the same
+					// The plane in one maxPool2x2AVX512 call: the same
 					// maxima, offsets and NaN rule as the loop below.
-					xp32 := any(xp).([]float32)
-					for oh := 0; oh < g.ho; oh++ {
-						o := ob + oh*g.wo
-						var idx []int32
-						if a32 != nil {
-							idx = a32[o : o+g.wo]
-						}
-						maxPool2x2Row(ys32[o:o+g.wo], idx, xp32[2*oh*g.w:], xp32[(2*oh+1)*g.w:], g.wo, 2*oh*g.w, g.w)
+					var idx []int32
+					if a32 != nil {
+						idx = a32[ob : ob+g.ho*g.wo]
 					}
+					maxPool2x2Rows(ys32[ob:ob+g.ho*g.wo], idx, any(xp).([]float32), g.ho, g.wo, 0, g.w)
 					continue
 				}
 				for oh := 0; oh < g.ho; oh++ {
