@@ -553,3 +553,37 @@ func TestConvWeightGradDirect(t *testing.T) {
 	}
 	require.GreaterOrEqual(t, direct, 10, "weight gradients through the direct kernel")
 }
+
+// TestMaxPool2x2Backward: the 2×2/2 backward with int32 indices (the
+// AVX-512 kernel writing each input-gradient plane once) equals a plain
+// scatter into a zeroed gradient, for widths and heights odd and even
+// (the column and row the windows leave out stay zero) and stale values
+// in dx beforehand; indices that leave their windows (not this pool's
+// forward) take the scatter path and still come out right.
+func TestMaxPool2x2Backward(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	p := kernels.Pool2dParams{KernelH: 2, KernelW: 2}
+	for _, h := range []int{2, 5, 8} {
+		for w := 2; w <= 40; w++ {
+			x := randT(uint64(h*100+w), tensor.F32, 2, 3, h, w)
+			ho, wo := h/2, w/2
+			y := tensor.Empty(tensor.F32, 2, 3, ho, wo)
+			idx := tensor.Empty(tensor.I32, 2, 3, ho, wo)
+			be.MaxPool2d(y, idx, x, p)
+			dy := randT(uint64(w), tensor.F32, 2, 3, ho, wo)
+			for _, scramble := range []bool{false, true} {
+				if scramble { // an index outside its window
+					idx.I32()[rng.IntN(idx.Numel())] = int32(h*w - 1)
+				}
+				want := make([]float32, 2*3*h*w)
+				for o, g := range dy.F32() {
+					pl := o / (ho * wo)
+					want[pl*h*w+int(idx.I32()[o])] += g
+				}
+				dx := tensor.Full(tensor.F32, 7, 2, 3, h, w) // stale values
+				be.MaxPool2dBackward(dx, dy, idx, p)
+				require.Equal(t, want, dx.F32(), "h=%d w=%d scrambled=%v", h, w, scramble)
+			}
+		}
+	}
+}

@@ -20,8 +20,10 @@ import (
 // sdotOffs4x4AVX512 takes four of each (sixteen dot products) over a
 // block of samples and folds its accumulators once per block.
 
-// dwgradBlock is the number of samples per kernel call.
-const dwgradBlock = 8
+// dwgradScratchFloats bounds a worker's padded samples (inputs and
+// output gradients, in floats): a block of them stays in L2 while every
+// kernel call of the block streams over it.
+const dwgradScratchFloats = 64 << 10
 
 // useDwgrad reports whether a convolution's weight gradient runs the
 // direct path: float32 with the AVX-512 kernels, stride 1, a kernel
@@ -45,15 +47,17 @@ func (sc dwgradScratch) free() {
 }
 
 // padDy lays out the output gradient of group gi of sample n (og channels
-// of ho×wo in gs) as og4 rows of d.q on the padded width in dst, with
-// zeros in the discarded columns and in the rows past og.
-func (d *dconv) padDy(gs, dst []float32, n, gi, og4 int) {
+// of ho×wo in gs) as og4 rows of d.q on the padded width in dst, a row
+// every qs (d.q rounded up to 16, so that rows start on 64-byte
+// boundaries when dst does), with zeros in the discarded columns and in
+// the rows past og.
+func (d *dconv) padDy(gs, dst []float32, n, gi, og4, qs int) {
 	g := d.g
-	dst = dst[:og4*d.q]
+	dst = dst[:og4*qs]
 	clear(dst)
 	for o := 0; o < g.og; o++ {
 		src := gs[(n*g.cout+gi*g.og+o)*g.pixels:][:g.pixels]
-		copyRows(dst[o*d.q:], d.wp, src, g.wo, g.ho, g.wo)
+		copyRows(dst[o*qs:], d.wp, src, g.wo, g.ho, g.wo)
 	}
 }
 
@@ -73,13 +77,20 @@ func dwgradPrep(g *convGeom, dw, x, dy *T) (run, release func()) {
 	for k := range boffs {
 		boffs[k] = 4 * d.offs[min(k, g.kdim-1)]
 	}
-	nch := convChunks(g.n)
-	sb := max(1, min(dwgradBlock, (g.n+nch-1)/nch))
+	// As many samples per block as the scratch bound allows, so that each
+	// kernel call folds its accumulators over long sums; the blocks are
+	// the partial gradients' chunks, an even number of them (at most
+	// convChunks) to share between the workers.
+	qs := roundUp(d.q, 16)
+	per := d.xlen + og4*qs
+	sbMax := max(1, dwgradScratchFloats/per)
+	nch := min(convChunks(g.n), roundUp((g.n+sbMax-1)/sbMax, 2))
+	sb := (g.n + nch - 1) / nch
 	wsz := g.cout * g.kdim
 	part := make([]float32, nch*wsz)
 	items := nch * G
 	slots := newScratchSet(items, func() dwgradScratch {
-		return dwgradScratch{xp: getBuf[float32](sb * d.xlen), dy: getBuf[float32](sb * og4 * d.q)}
+		return dwgradScratch{xp: getBuf[float32](sb * d.xlen), dy: getBuf[float32](sb * og4 * qs)}
 	})
 	kc, tail := d.q/16, uint16(1)<<(d.q%16)-1
 	body := func(lo, hi int) {
@@ -94,14 +105,14 @@ func dwgradPrep(g *convGeom, dw, x, dy *T) (run, release func()) {
 				nb := min(sb, n1-b0)
 				for j := 0; j < nb; j++ {
 					d.pad(xs, sc.xp[j*d.xlen:], b0+j, gi*g.cg)
-					d.padDy(gs, sc.dy[j*og4*d.q:], b0+j, gi, og4)
+					d.padDy(gs, sc.dy[j*og4*qs:], b0+j, gi, og4, qs)
 				}
 				// The kernel reads rows o..o+3 of every sample's dyP and,
 				// per sample, up to xp[boffs/4 + q − 1] < xlen.
-				_, _ = sc.dy[(nb-1)*og4*d.q+og4*d.q-1], sc.xp[(nb-1)*d.xlen+d.xlen-1]
+				_, _ = sc.dy[nb*og4*qs-1], sc.xp[nb*d.xlen-1]
 				for o := 0; o < og4; o += 4 {
 					for k := 0; k < kd4; k += 4 {
-						sdotOffs4x4Kernel(&sc.dy[o*d.q], d.q, &sc.xp[0], (*[4]int)(unsafe.Pointer(&boffs[k])), kc, tail, nb, og4*d.q, d.xlen, &out)
+						sdotOffs4x4Kernel(&sc.dy[o*qs], qs, &sc.xp[0], (*[4]int)(unsafe.Pointer(&boffs[k])), kc, tail, nb, og4*qs, d.xlen, &out)
 						for i := 0; i < 4 && o+i < g.og; i++ {
 							row := pg[(o+i)*g.kdim:]
 							for j := 0; j < 4 && k+j < g.kdim; j++ {

@@ -196,9 +196,26 @@ func maxPoolBwdPrep[F tensor.Float](g *poolGeom, dx, dy, argmax *T) func() {
 	dxs := out[F](&s, dx)
 	a64, a32 := indexData("MaxPool2dBackward", "argmax", argmax)
 	hw, ohw := g.h*g.w, g.ho*g.wo
+	p := g.p
+	dx32, _ := any(dxs).([]float32)
+	g32, _ := any(gs).([]float32)
+	// The usual 2×2/2 pool with float32 gradients and int32 indices: each
+	// plane written once by the kernel, no clearing and no scatter.
+	vec := poolAsm && dx32 != nil && a32 != nil && p.KernelH == 2 && p.KernelW == 2 &&
+		p.StrideH == 2 && p.StrideW == 2 && p.PadH == 0 && p.PadW == 0
 	body := func(lo, hi int) {
 		for pl := lo; pl < hi; pl++ {
 			d := dxs[pl*hw : (pl+1)*hw]
+			if vec && maxPoolBwd2x2Rows(dx32[pl*hw:(pl+1)*hw], g32[pl*ohw:(pl+1)*ohw], a32[pl*ohw:(pl+1)*ohw], g.ho, g.wo, 0, g.w) {
+				// The column and row the windows leave out.
+				if g.w > 2*g.wo {
+					for r := 0; r < 2*g.ho; r++ {
+						clear(d[r*g.w+2*g.wo : (r+1)*g.w])
+					}
+				}
+				clear(d[2*g.ho*g.w:])
+				continue
+			}
 			clear(d)
 			for o := pl * ohw; o < (pl+1)*ohw; o++ {
 				if i := idxAt(a64, a32, o); i >= 0 {
