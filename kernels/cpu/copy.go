@@ -110,6 +110,16 @@ func copyFunc(dst, src *T) func() {
 		b := copyFunc(dst, tmp)
 		return func() { a(); b() }
 	}
+	if dst.DType() == src.DType() && dst.IsContiguous() && tensor.SameShape(dst.Shape(), src.Shape()) {
+		if outer, inner, ok := expandedInner(src); ok && inner > 1 {
+			switch dst.DType().Size() {
+			case 4:
+				return repeatEach(rawView[uint32](dst)[dst.Offset():], rawView[uint32](src)[src.Offset():], outer, inner)
+			case 8:
+				return repeatEach(rawView[uint64](dst)[dst.Offset():], rawView[uint64](src)[src.Offset():], outer, inner)
+			}
+		}
+	}
 	g := newGeom(shape, [][]int{dst_, sst}, []int{dst.Offset(), src.Offset()})
 	if dst.DType() == src.DType() {
 		switch dst.DType().Size() {
@@ -235,4 +245,42 @@ func copyConv[D, S tensor.Elem](g *geom, d []D, s []S, conv func(S) D) func() {
 		}
 	}
 	return func() { parallelFor(g.items, 4*min(g.inner, itemLen), body) }
+}
+
+// expandedInner reports whether t is a contiguous block broadcast along a
+// trailing run of dims (stride 0 there, size-1 dims anywhere): element
+// (o, i) of the [outer, inner] view is t's storage element o past its
+// offset. The backward of a global average pool copies such a tensor.
+func expandedInner(t *T) (outer, inner int, ok bool) {
+	sh, st := t.Shape(), t.Strides()
+	k := len(sh)
+	inner = 1
+	for k > 0 && (st[k-1] == 0 || sh[k-1] == 1) {
+		k--
+		inner *= sh[k]
+	}
+	outer, want := 1, 1
+	for i := k - 1; i >= 0; i-- {
+		if sh[i] != 1 && st[i] != want {
+			return 0, 0, false
+		}
+		want *= sh[i]
+		outer *= sh[i]
+	}
+	return outer, inner, k < len(sh)
+}
+
+// repeatEach sets d[o·inner + i] = s[o] for o < outer, i < inner.
+func repeatEach[E rawElem](d, s []E, outer, inner int) func() {
+	d, s = d[:outer*inner], s[:outer]
+	body := func(lo, hi int) {
+		for o := lo; o < hi; o++ {
+			v := s[o]
+			row := d[o*inner : (o+1)*inner]
+			for i := range row {
+				row[i] = v
+			}
+		}
+	}
+	return func() { parallelFor(outer, inner, body) }
 }

@@ -146,19 +146,7 @@ func reduceChunk[F tensor.Float](op kernels.ReduceOp, x []F, g *reduceGeom, base
 			switch op {
 			case kernels.Sum, kernels.Mean:
 				if sL == 1 {
-					var a0, a1, a2, a3 float64
-					v := x[off : off+n]
-					i := 0
-					for ; i+4 <= n; i += 4 {
-						a0 += float64(v[i])
-						a1 += float64(v[i+1])
-						a2 += float64(v[i+2])
-						a3 += float64(v[i+3])
-					}
-					for ; i < n; i++ {
-						a0 += float64(v[i])
-					}
-					acc += (a0 + a1) + (a2 + a3)
+					acc += sum4(x[off : off+n])
 				} else {
 					for i := 0; i < n; i, off = i+1, off+sL {
 						acc += float64(x[off])
@@ -247,6 +235,26 @@ func reducePrep[F tensor.Float](op kernels.ReduceOp, dst, x *T, red []bool) func
 				}
 				ds[j] = F(v)
 			}
+			s.store()
+		}
+	}
+	if r, ok := innerReduce(x, red); ok && (op == kernels.Sum || op == kernels.Mean) && r <= chunkLen {
+		// The reduced axes are the trailing ones of a contiguous x (a
+		// global average pool): output o sums the r elements from o·r,
+		// exactly as reduceChunk sums one chunk, without its per-output
+		// offset arithmetic or partials.
+		body := func(lo, hi int) {
+			for o := lo; o < hi; o++ {
+				v := sum4(xs[o*r : (o+1)*r])
+				if op == kernels.Mean {
+					v /= float64(r)
+				}
+				ds[o] = F(v)
+			}
+		}
+		return func() {
+			s.load()
+			parallelFor(len(ds), r, body)
 			s.store()
 		}
 	}
@@ -431,4 +439,28 @@ func countCorrectPrep[F tensor.Float](acc, logits *T, t64 []int64, t32 []int32) 
 			}
 		}
 	}
+}
+
+// innerReduce reports whether a reduction of x over the axes red is an
+// inner one: x contiguous and the reduced axes (at least one) a trailing
+// run, so that each output folds r consecutive elements.
+func innerReduce(x *T, red []bool) (r int, ok bool) {
+	if !x.IsContiguous() {
+		return 0, false
+	}
+	sh := x.Shape()
+	r = 1
+	i := len(sh) - 1
+	for ; i >= 0 && red[i]; i-- {
+		r *= sh[i]
+	}
+	if i == len(sh)-1 {
+		return 0, false
+	}
+	for ; i >= 0; i-- {
+		if red[i] && sh[i] != 1 {
+			return 0, false
+		}
+	}
+	return r, true
 }

@@ -229,3 +229,59 @@ func TestColumnSumsMatchGeneralPath(t *testing.T) {
 		}
 	}
 }
+
+// TestInnerReduceAndRepeat: reductions over a trailing run of axes (the
+// path without per-output offsets) give the float64 sums and means, with
+// size-1 axes reduced anywhere; copies of tensors broadcast along
+// trailing dims (repeatEach) match an element-wise expansion, and other
+// broadcasts still take the strided copy.
+func TestInnerReduceAndRepeat(t *testing.T) {
+	for _, c := range []struct {
+		shape []int
+		axes  []int
+	}{
+		{[]int{5, 3, 3, 3}, []int{2, 3}},
+		{[]int{4, 1, 7}, []int{1, 2}},
+		{[]int{6, 10}, []int{1}},
+		{[]int{2, 3, 4}, []int{1, 2}},
+	} {
+		x := randT(9, tensor.F32, c.shape...)
+		keep := append([]int(nil), c.shape...)
+		for _, a := range c.axes {
+			keep[a] = 1
+		}
+		r := 1
+		for _, a := range c.axes {
+			r *= c.shape[a]
+		}
+		xs := vals(x)
+		for _, op := range []kernels.ReduceOp{kernels.Sum, kernels.Mean} {
+			out := tensor.Empty(tensor.F32, keep...)
+			be.Reduce(op, out, x, c.axes)
+			for o, v := range vals(out) {
+				var want float64
+				for _, e := range xs[o*r : (o+1)*r] {
+					want += e
+				}
+				if op == kernels.Mean {
+					want /= float64(r)
+				}
+				require.InDelta(t, want, v, 1e-5, "%v over %v, output %d", c.shape, c.axes, o)
+			}
+		}
+	}
+	src := randT(4, tensor.F32, 3, 4, 1, 1)
+	for _, shape := range [][]int{{3, 4, 5, 2}, {3, 4, 1, 6}} {
+		got := tensor.Empty(tensor.F32, shape...)
+		be.Copy(got, src.Expand(shape...))
+		for i, v := range got.F32() {
+			require.Equal(t, src.F32()[i/(shape[2]*shape[3])], v, "expand to %v, element %d", shape, i)
+		}
+	}
+	mid := randT(5, tensor.F32, 3, 1, 4)
+	got := tensor.Empty(tensor.F32, 3, 5, 4)
+	be.Copy(got, mid.Expand(3, 5, 4)) // broadcast in the middle: the strided copy
+	for i, v := range got.F32() {
+		require.Equal(t, mid.F32()[(i/20)*4+i%4], v, "middle broadcast, element %d", i)
+	}
+}
