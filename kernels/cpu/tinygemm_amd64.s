@@ -322,27 +322,71 @@ ofold:
 // func copyRowsAVX512(dst, src *float32, rows, w, ldd, lds int, tail uint16)
 //
 // Copies rows of w floats from src (a row every lds bytes) to dst (every
-// ldd bytes): 16 floats per move, the last w mod 16 through the tail
-// mask. For the short rows of convolution planes (7 to 30 floats), where
-// a memmove call per row costs more than the copy.
+// ldd bytes), for the short rows of convolution planes (3 to 30 floats),
+// where a memmove call per row costs more than the copy. A row of w ≥ 16
+// moves 16 floats at a time and ends with the 16 that end the row
+// (overlapping the previous move, as memmove does: masked stores that
+// straddle cache lines are slow); 8 ≤ w < 16 and 4 ≤ w < 8 move two
+// overlapping 8 or 4; only w < 4 takes the tail mask.
 TEXT ·copyRowsAVX512(SB), NOSPLIT, $0-50
 	MOVQ  dst+0(FP), DI
 	MOVQ  src+8(FP), SI
 	MOVQ  rows+16(FP), R8
 	MOVQ  w+24(FP), R9
-	SHRQ  $4, R9
 	MOVQ  ldd+32(FP), R10
 	MOVQ  lds+40(FP), R11
 	KMOVW tail+48(FP), K1
 	TESTQ R8, R8
 	JLE   cdone
+	LEAQ  -64(R9*4), R12 // offset of the last 16 floats
+	LEAQ  -32(R9*4), R13 // of the last 8
+	LEAQ  -16(R9*4), R14 // of the last 4
+	CMPQ  R9, $16
+	JGE   c16
+	CMPQ  R9, $8
+	JGE   c8
+	CMPQ  R9, $4
+	JGE   c4
+
+cmask:
+	VMOVUPS.Z (SI), K1, Z0
+	VMOVUPS   Z0, K1, (DI)
+	ADDQ      R10, DI
+	ADDQ      R11, SI
+	DECQ      R8
+	JNZ       cmask
+	JMP       cdone
+
+c4:
+	VMOVUPS (SI), X0
+	VMOVUPS (SI)(R14*1), X1
+	VMOVUPS X0, (DI)
+	VMOVUPS X1, (DI)(R14*1)
+	ADDQ    R10, DI
+	ADDQ    R11, SI
+	DECQ    R8
+	JNZ     c4
+	JMP     cdone
+
+c8:
+	VMOVUPS (SI), Y0
+	VMOVUPS (SI)(R13*1), Y1
+	VMOVUPS Y0, (DI)
+	VMOVUPS Y1, (DI)(R13*1)
+	ADDQ    R10, DI
+	ADDQ    R11, SI
+	DECQ    R8
+	JNZ     c8
+	JMP     cdone
+
+c16:
+	MOVQ R9, R15
+	SHRQ $4, R15
 
 crow:
-	MOVQ  DI, AX
-	MOVQ  SI, BX
-	MOVQ  R9, CX
-	TESTQ CX, CX
-	JZ    ctail
+	MOVQ DI, AX
+	MOVQ SI, BX
+	MOVQ R15, CX
 
 cfull:
 	VMOVUPS (BX), Z0
@@ -351,18 +395,12 @@ cfull:
 	ADDQ    $64, BX
 	DECQ    CX
 	JNZ     cfull
-
-ctail:
-	KORTESTW  K1, K1
-	JZ        cnext
-	VMOVUPS.Z (BX), K1, Z0
-	VMOVUPS   Z0, K1, (AX)
-
-cnext:
-	ADDQ R10, DI
-	ADDQ R11, SI
-	DECQ R8
-	JNZ  crow
+	VMOVUPS (SI)(R12*1), Z1
+	VMOVUPS Z1, (DI)(R12*1)
+	ADDQ    R10, DI
+	ADDQ    R11, SI
+	DECQ    R8
+	JNZ     crow
 
 cdone:
 	VZEROUPPER
