@@ -9,13 +9,16 @@
 // outputs are left alone), e^(x−max) to the row of e unless e is nil
 // (expF32's algorithm on 16 lanes, with k its constants), and the sum of those exponentials
 // in float64 to ses. Masked-off lanes read as −Inf for the maximum and
-// count as 0 in the sum.
+// count as 0 in the sum. Rows of 4, 8 or 16 columns (c in bytes 16, 32,
+// 64; mask all of them) load and store exactly the row, the others
+// through the mask's 16-lane window.
 TEXT ·rowExpsAVX512(SB), NOSPLIT, $0-64
 	MOVQ  x+0(FP), SI
 	MOVQ  c+8(FP), R9
 	SHLQ  $2, R9
 	MOVQ  n+16(FP), CX
 	KMOVW mask+24(FP), K1
+	KNOTW K1, K4
 	MOVQ  k+32(FP), R8
 	MOVQ  maxes+40(FP), R10
 	MOVQ  ses+48(FP), R11
@@ -40,8 +43,31 @@ TEXT ·rowExpsAVX512(SB), NOSPLIT, $0-64
 	JLE          done
 
 row:
+	CMPQ     R9, $16
+	JEQ      load4
+	CMPQ     R9, $32
+	JEQ      load8
+	CMPQ     R9, $64
+	JEQ      load16
 	VMOVAPS  Z30, Z0
 	VMOVUPS  (SI), K1, Z0
+	JMP      loaded
+
+load4: // rows of 4, 8 or 16: a load of exactly the row (forwarded from a
+	// store of the row), −Inf above it
+	VMOVUPS (SI), X0
+	VMOVAPS Z30, K4, Z0
+	JMP     loaded
+
+load8:
+	VMOVUPS (SI), Y0
+	VMOVAPS Z30, K4, Z0
+	JMP     loaded
+
+load16:
+	VMOVUPS (SI), Z0
+
+loaded:
 	VCMPPS   $3, Z0, Z0, K2 // unordered: the NaN lanes
 	KORTESTW K2, K2
 	JNZ      nan
@@ -85,8 +111,22 @@ row:
 	VMOVAPS.Z    Z4, K3, Z4
 	TESTQ        DI, DI
 	JZ           sum
-	VMOVUPS      Z4, K1, (DI)
+	CMPQ         R9, $16
+	JEQ          store4
+	CMPQ         R9, $32
+	JEQ          store8
+	VMOVUPS      Z4, K1, (DI) // 16 columns: the full mask
 	ADDQ         R9, DI
+	JMP          sum
+
+store4:
+	VMOVUPS X4, (DI)
+	ADDQ    R9, DI
+	JMP     sum
+
+store8:
+	VMOVUPS Y4, (DI)
+	ADDQ    R9, DI
 
 sum:
 

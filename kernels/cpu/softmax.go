@@ -464,10 +464,11 @@ func expBlockF32(xs []float32, c, b0, b1 int, z, maxes []float32) {
 // pairwise tree), which leaves z alone when it is nil; the others run
 // expBlockF32 and a running sum, and need z.
 //
-// The kernel's 16-lane loads and stores are masked to the row, but the
-// CPU still orders them against other accesses to the whole 64 bytes: a
-// load reaching past the end of xs into a tensor just written waits for
-// that store. The last rows, whose 16 lanes would leave xs (or z), are
+// Rows of 4, 8 or 16 columns are loaded and stored exactly. Other rows go
+// through 16-lane loads and stores masked to the row, but the CPU still
+// orders them against other accesses to the whole 64 bytes: a load
+// reaching past the end of xs into a tensor just written waits for that
+// store. The last rows, whose 16 lanes would leave xs (or z), are
 // therefore read and written through the 16 lanes that end with the row
 // (the row in the top c lanes: where a row sits in the register does not
 // matter), and only a buffer of fewer than 16 elements goes through a
@@ -491,6 +492,15 @@ func rowExps(xs []float32, c, b0, b1 int, z, maxes []float32, ses []float64) {
 		return
 	}
 	_, _, _ = xs[b1*c-1], maxes[b1-b0-1], ses[b1-b0-1]
+	low := uint16(1)<<c - 1
+	if c == 4 || c == 8 || c == 16 {
+		// The kernel reads and writes exactly the rows.
+		if z != nil {
+			_ = z[(b1-b0)*c-1]
+		}
+		rowExpsKernel(xs[b0*c:], c, b1-b0, low, z, maxes, ses)
+		return
+	}
 	// Rows b0..in−1 read (and write) from their start; the rest end-aligned.
 	in := b1
 	if over := (b1-1)*c + 16 - len(xs); over > 0 {
@@ -503,7 +513,6 @@ func rowExps(xs []float32, c, b0, b1 int, z, maxes []float32, ses []float64) {
 		}
 	}
 	in = max(in, b0)
-	low := uint16(1)<<c - 1
 	if in > b0 {
 		rowExpsKernel(xs[b0*c:], c, in-b0, low, z, maxes, ses)
 	}

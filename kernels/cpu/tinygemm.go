@@ -21,15 +21,16 @@ func sgemmTiny(m, n, k int, a []float32, ai, ap int, b []float32, ldb int, init 
 	}
 }
 
-// sdot4x4 sets out[4i+j] = Σ_{p<k} a[i·lda+p]·b[j·ldb+p] for i, j < 4:
-// the sixteen dot products of four rows of A with four rows of B, the
-// block of A·Bᵀ that sgemmTiny cannot reach without transposing B. It
-// needs tinyAsm; k must be positive.
-func sdot4x4(a []float32, lda int, b []float32, ldb, k int, out *[16]float32) {
-	if k <= 0 || 3*lda+k > len(a) || 3*ldb+k > len(b) {
-		panic(fmt.Sprintf("cpu: sdot4x4 k=%d out of range (len a %d lda %d, len b %d ldb %d)", k, len(a), lda, len(b), ldb))
+// sdot4x4 sets the 4×4 block c[i·ldc+j] = Σ_{p<k} a[i·lda+p]·b[j·ldb+p]
+// (+ bias[j] unless bias is nil) for i, j < 4: the sixteen dot products
+// of four rows of A with four rows of B, the block of A·Bᵀ that
+// sgemmTiny cannot reach without transposing B. It needs tinyAsm; k must
+// be positive.
+func sdot4x4(a []float32, lda int, b []float32, ldb, k int, bias, c []float32, ldc int) {
+	if k <= 0 || 3*lda+k > len(a) || 3*ldb+k > len(b) || 3*ldc+4 > len(c) || (bias != nil && len(bias) < 4) {
+		panic(fmt.Sprintf("cpu: sdot4x4 k=%d out of range (len a %d lda %d, len b %d ldb %d, len c %d ldc %d)", k, len(a), lda, len(b), ldb, len(c), ldc))
 	}
-	sdot4x4Kernel(a, lda, b, ldb, k, out)
+	sdot4x4Kernel(a, lda, b, ldb, k, bias, c, ldc)
 }
 
 // matmulTinyF32 is matmulSmall for float32 on the AVX-512 kernels, the
@@ -67,23 +68,16 @@ func matmulTinyF32(av, bv, biasv, cv []float32, batch int, bcA, bcB bool, m, n, 
 // dotBlocks sets the m×n product c = a·bᵀ (+ bias) of a (m×k) and b
 // (n×k), both row-major, in 4×4 blocks (m and n multiples of 4).
 func dotBlocks(m, n, k int, a, b, bias, c []float32) {
-	var out [16]float32
 	for i := 0; i < m; i += 4 {
 		for j := 0; j < n; j += 4 {
-			sdot4x4(a[i*k:], k, b[j*k:], k, k, &out)
-			for r := 0; r < 4; r++ {
-				row := c[(i+r)*n+j : (i+r)*n+j+4]
-				copy(row, out[4*r:4*r+4])
-				if bias != nil {
-					for q, v := range bias[j : j+4] {
-						row[q] += v
-					}
-				}
+			var bj []float32
+			if bias != nil {
+				bj = bias[j : j+4]
 			}
+			sdot4x4(a[i*k:], k, b[j*k:], k, k, bj, c[i*n+j:], n)
 		}
 	}
 }
-
 // copyRows copies rows rows of w floats from src (a row every lds) to dst
 // (a row every ldd): the strided copies of convolution planes into and
 // out of their padded layout. Short rows take the AVX-512 kernel, whose

@@ -17,7 +17,7 @@ func sgemmTinyAVX512(m, k int, a *float32, ai, ap int, b *float32, ldb int, init
 // tail mask (strides in bytes).
 //
 //go:noescape
-func sdot4x4AVX512(a *float32, lda int, b *float32, ldb, kc int, tail uint16, out *[16]float32)
+func sdot4x4AVX512(a *float32, lda int, b *float32, ldb, kc int, tail uint16, bias, c *float32, ldc int)
 
 // sgemmTinyChunk runs the kernel on columns j0..j0+n−1 (n ≤ 16) after the
 // caller's bounds checks.
@@ -30,8 +30,12 @@ func sgemmTinyChunk(m, n, k int, a []float32, ai, ap int, b []float32, ldb int, 
 }
 
 // sdot4x4Kernel runs the kernel after the caller's bounds checks.
-func sdot4x4Kernel(a []float32, lda int, b []float32, ldb, k int, out *[16]float32) {
-	sdot4x4AVX512(&a[0], 4*lda, &b[0], 4*ldb, k/16, uint16(1)<<(k%16)-1, out)
+func sdot4x4Kernel(a []float32, lda int, b []float32, ldb, k int, bias, c []float32, ldc int) {
+	var bp *float32
+	if bias != nil {
+		bp = &bias[0]
+	}
+	sdot4x4AVX512(&a[0], 4*lda, &b[0], 4*ldb, k/16, uint16(1)<<(k%16)-1, bp, &c[0], 4*ldc)
 }
 
 // rowExpsAVX512 is the kernel behind rowExps for rows of at most 16

@@ -182,21 +182,23 @@ done:
 	VXORPS Z14, Z14, Z14; \
 	VXORPS Z15, Z15, Z15
 
-// func sdot4x4AVX512(a *float32, lda int, b *float32, ldb, kc int, tail uint16, out *[16]float32)
+// func sdot4x4AVX512(a *float32, lda int, b *float32, ldb, kc int, tail uint16, bias, c *float32, ldc int)
 //
-// out[4i+j] = Σ_p a[i·lda+p]·b[j·ldb+p] for i, j < 4 over kc chunks of 16
-// p, then the tail chunk's masked p (no tail when the mask is 0): the
-// sixteen dot products of four rows of A with four rows of B (strides in
-// bytes). The accumulators are folded into one vector in four rounds of
-// shuffles and adds.
-TEXT ·sdot4x4AVX512(SB), NOSPLIT, $0-56
+// C[i][j] = Σ_p a[i·lda+p]·b[j·ldb+p] (+ bias[j] unless bias is nil)
+// for i, j < 4 over kc chunks of 16 p, then the tail chunk's masked p (no
+// tail when the mask is 0): the sixteen dot products of four rows of A
+// with four rows of B (strides in bytes). The accumulators are folded
+// into one vector in four rounds of shuffles and adds; the bias is added
+// to the finished sums and each row of C is written with one 16-byte
+// store (which a following load of the row can take from the store
+// buffer).
+TEXT ·sdot4x4AVX512(SB), NOSPLIT, $0-72
 	MOVQ  a+0(FP), SI
 	MOVQ  lda+8(FP), R8
 	MOVQ  b+16(FP), DX
 	MOVQ  ldb+24(FP), R9
 	MOVQ  kc+32(FP), CX
 	KMOVW tail+40(FP), K1
-	MOVQ  out+48(FP), DI
 	LEAQ  (SI)(R8*2), R10
 	LEAQ  (DX)(R9*2), R11
 	ZERO16
@@ -235,7 +237,20 @@ tail:
 
 fold:
 	FOLD16
-	VMOVUPS Z0, (DI)
+	MOVQ  bias+48(FP), AX
+	TESTQ AX, AX
+	JZ    rows
+	VBROADCASTF32X4 (AX), Z1
+	VADDPS          Z1, Z0, Z0
+
+rows:
+	MOVQ          c+56(FP), DI
+	MOVQ          ldc+64(FP), BX
+	VMOVUPS       X0, (DI)
+	VEXTRACTF32X4 $1, Z0, (DI)(BX*1)
+	LEAQ          (DI)(BX*2), DI
+	VEXTRACTF32X4 $2, Z0, (DI)
+	VEXTRACTF32X4 $3, Z0, (DI)(BX*1)
 	VZEROUPPER
 	RET
 

@@ -10,7 +10,7 @@ func sgemmTinyChunk(m, n, k int, a []float32, ai, ap int, b []float32, ldb int, 
 	panic("cpu: sgemmTiny without the AVX-512 kernel")
 }
 
-func sdot4x4Kernel(a []float32, lda int, b []float32, ldb, k int, out *[16]float32) {
+func sdot4x4Kernel(a []float32, lda int, b []float32, ldb, k int, bias, c []float32, ldc int) {
 	panic("cpu: sdot4x4 without the AVX-512 kernel")
 }
 
