@@ -78,6 +78,7 @@ func dotBlocks(m, n, k int, a, b, bias, c []float32) {
 		}
 	}
 }
+
 // copyRows copies rows rows of w floats from src (a row every lds) to dst
 // (a row every ldd): the strided copies of convolution planes into and
 // out of their padded layout. Short rows take the AVX-512 kernel, whose
