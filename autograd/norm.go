@@ -200,14 +200,14 @@ func batchNorm(x, w, b *Var, runMean, runVar *tensor.Tensor, training bool, mome
 	}
 	inputs, wi, bi := affineInputs(x, w, b)
 	saved := normSaved(wv)
-	if relu {
-		saved++ // the output, the ReLU's mask
+	if relu && bv != nil {
+		saved++ // the shift, from which the backward rebuilds the ReLU's mask
 	}
 	mk := func() backwardFunc {
 		return func(g *tensor.Tensor) []*tensor.Tensor {
 			grads, dx, dw, db := normGrads(x, w, b, xv, wv, bv, len(inputs), wi, bi, c)
 			if relu {
-				backendOf(xv).(kernels.BatchNormReluer).BatchNormReluBackward(dx, dw, db, contig(g), xv, y, mean, rstd, wv, training)
+				backendOf(xv).(kernels.BatchNormReluer).BatchNormReluBackward(dx, dw, db, contig(g), xv, bv, mean, rstd, wv, training)
 			} else {
 				backendOf(xv).BatchNormBackward(dx, dw, db, contig(g), xv, mean, rstd, wv, training)
 			}

@@ -267,14 +267,16 @@ type ConvAffineActer interface {
 // BatchNormReluer is implemented by backends that fold a ReLU into batch
 // norm: BatchNormRelu is BatchNorm with y = max(y, +0) (NaN kept) in the
 // pass that writes y, and BatchNormReluBackward is BatchNormBackward with
-// dy taken as +0 wherever the fused output y is not > 0 — the ReLU's
-// gradient folded into the batch norm's two passes. It is an optional
-// capability (check with a type assertion); without it the same result
-// takes a ReLU pass each way. autograd.BatchNormRelu uses it for the
-// training-mode CNN block.
+// dy taken as +0 wherever the fused output was not > 0 — the ReLU's
+// gradient folded into the batch norm's two passes. The backward
+// recomputes that mask from x, the saved statistics, w and b (the
+// forward's shift; nil for none), rounding as its own forward did, so it
+// never reads the output. It is an optional capability (check with a
+// type assertion); without it the same result takes a ReLU pass each
+// way. autograd.BatchNormRelu uses it for the training-mode CNN block.
 type BatchNormReluer interface {
 	BatchNormRelu(y, saveMean, saveRstd, x, w, b, runMean, runVar *T, training bool, momentum, eps float64)
-	BatchNormReluBackward(dx, dw, db, dy, x, y, saveMean, saveRstd, w *T, training bool)
+	BatchNormReluBackward(dx, dw, db, dy, x, b, saveMean, saveRstd, w *T, training bool)
 }
 
 // ForeachStepper is implemented by backends that update a list of

@@ -325,7 +325,7 @@ func groupNormBwdPrep[F tensor.Float](dx, dw, db, dy, x, mean, rstd, w *T, group
 					wk = float64(ws[c0+k])
 				}
 				// Σ dy and Σ dy·x̂ over the channel's plane (x̂ = (x − mu)·r).
-				a, bb := rowGradSums(gb[k*hw:(k+1)*hw], xb[k*hw:(k+1)*hw], nil, mu)
+				a, bb := rowGradSums(gb[k*hw:(k+1)*hw], xb[k*hw:(k+1)*hw], reluMask{}, mu)
 				bb *= r
 				pdy[nn*c+c0+k] = a
 				pdyx[nn*c+c0+k] = bb
@@ -344,7 +344,7 @@ func groupNormBwdPrep[F tensor.Float](dx, dw, db, dy, x, mean, rstd, w *T, group
 					wk = float64(ws[c0+k])
 				}
 				// r·(dy·wk − sa − x̂·sb)
-				rowBnDx(db[k*hw:(k+1)*hw], gb[k*hw:(k+1)*hw], xb[k*hw:(k+1)*hw], nil, mu, r*wk, -r*r*sb, -r*sa)
+				rowBnDx(db[k*hw:(k+1)*hw], gb[k*hw:(k+1)*hw], xb[k*hw:(k+1)*hw], reluMask{}, mu, r*wk, -r*r*sb, -r*sa)
 			}
 		}
 	}
@@ -488,7 +488,9 @@ func batchNormPrep[F tensor.Float](y, saveMean, saveRstd, x, w, b, runMean, runV
 	normBody := func(lo, hi int) {
 		for it := lo; it < hi; it++ {
 			ch := it % c
-			mu, r := mean[ch], rstd[ch]
+			// The mean and the scale from the saved (rounded) mean and
+			// rstd, as the backward rebuilds the ReLU's mask from them.
+			mu, r := float64(F(mean[ch])), float64(F(rstd[ch]))
 			wk, bk := 1.0, 0.0
 			if ws != nil {
 				wk = float64(ws[ch])
@@ -548,22 +550,19 @@ func batchNormPrep[F tensor.Float](y, saveMean, saveRstd, x, w, b, runMean, runV
 
 // BatchNormBackward implements kernels.Backend.
 func (be *Backend) BatchNormBackward(dx, dw, db, dy, x, saveMean, saveRstd, w *T, training bool) {
-	be.batchNormBackward("BatchNormBackward", dx, dw, db, dy, x, nil, saveMean, saveRstd, w, training)
+	be.batchNormBackward("BatchNormBackward", dx, dw, db, dy, x, nil, false, saveMean, saveRstd, w, training)
 }
 
 // BatchNormReluBackward implements kernels.BatchNormReluer: the gradient
-// of BatchNormRelu, dy counted only where its output y is > 0.
-func (be *Backend) BatchNormReluBackward(dx, dw, db, dy, x, y, saveMean, saveRstd, w *T, training bool) {
-	const name = "BatchNormReluBackward"
-	if y == nil {
-		fail(name, "y (the forward's output) is required (x shape %v)", x.Shape())
-	}
-	needShape(name, "y", y, x.Shape())
-	be.batchNormBackward(name, dx, dw, db, dy, x, y, saveMean, saveRstd, w, training)
+// of BatchNormRelu, dy counted only where its output was > 0, which is
+// recomputed from x, the saved statistics, w and b exactly as the forward
+// computed the output (the output itself is not read).
+func (be *Backend) BatchNormReluBackward(dx, dw, db, dy, x, b, saveMean, saveRstd, w *T, training bool) {
+	be.batchNormBackward("BatchNormReluBackward", dx, dw, db, dy, x, b, true, saveMean, saveRstd, w, training)
 }
 
-func (be *Backend) batchNormBackward(name string, dx, dw, db, dy, x, y, saveMean, saveRstd, w *T, training bool) {
-	needCPU(name, dx, dw, db, dy, x, y, saveMean, saveRstd, w)
+func (be *Backend) batchNormBackward(name string, dx, dw, db, dy, x, b *T, relu bool, saveMean, saveRstd, w *T, training bool) {
+	needCPU(name, dx, dw, db, dy, x, b, saveMean, saveRstd, w)
 	_, c, _ := planes(name, x)
 	needShape(name, "dy", dy, x.Shape())
 	if dx != nil {
@@ -577,25 +576,34 @@ func (be *Backend) batchNormBackward(name string, dx, dw, db, dy, x, y, saveMean
 	optShape(name, "w", w, c)
 	optShape(name, "dw", dw, c)
 	optShape(name, "db", db, c)
+	optShape(name, "b", b, c)
 	if wide(x, dy) {
-		be.launch(batchNormBwdPrep[float64](dx, dw, db, dy, x, y, saveMean, saveRstd, w, training))
+		be.launch(batchNormBwdPrep[float64](dx, dw, db, dy, x, b, relu, saveMean, saveRstd, w, training))
 	} else {
-		be.launch(batchNormBwdPrep[float32](dx, dw, db, dy, x, y, saveMean, saveRstd, w, training))
+		be.launch(batchNormBwdPrep[float32](dx, dw, db, dy, x, b, relu, saveMean, saveRstd, w, training))
 	}
 }
 
-// batchNormBwdPrep: with y (BatchNormReluBackward) dy counts only where
-// y > 0.
-func batchNormBwdPrep[F tensor.Float](dx, dw, db, dy, x, y, saveMean, saveRstd, w *T, training bool) func() {
+// batchNormBwdPrep: with relu (BatchNormReluBackward) dy counts only where
+// the forward's output was > 0, that is where (x − mean)·rstd·w + b > 0
+// rounded as the forward rounded it (reluMask).
+func batchNormBwdPrep[F tensor.Float](dx, dw, db, dy, x, b *T, relu bool, saveMean, saveRstd, w *T, training bool) func() {
 	var s stage
 	n, c, hw := planes("BatchNormBackward", x)
 	xs, gs, ms, rs, ws := in[F](&s, x), in[F](&s, dy), in[F](&s, saveMean), in[F](&s, saveRstd), in[F](&s, w)
-	yv := in[F](&s, y)
-	yrow := func(it int) []F {
-		if yv == nil {
-			return nil
+	bs := in[F](&s, b)
+	mask := func(ch int) reluMask {
+		if !relu {
+			return reluMask{}
 		}
-		return yv[it*hw : (it+1)*hw]
+		m := reluMask{on: true, a: float64(rs[ch])}
+		if ws != nil {
+			m.a *= float64(ws[ch])
+		}
+		if bs != nil {
+			m.b = float64(bs[ch])
+		}
+		return m
 	}
 	dxs, dws, dbs := out[F](&s, dx), out[F](&s, dw), out[F](&s, db)
 	pdy := make([]float64, n*c)
@@ -606,7 +614,7 @@ func batchNormBwdPrep[F tensor.Float](dx, dw, db, dy, x, y, saveMean, saveRstd, 
 	sums := func(lo, hi int) {
 		for it := lo; it < hi; it++ {
 			ch := it % c
-			sg, sgd := rowGradSums(gs[it*hw:(it+1)*hw], xs[it*hw:(it+1)*hw], yrow(it), float64(ms[ch]))
+			sg, sgd := rowGradSums(gs[it*hw:(it+1)*hw], xs[it*hw:(it+1)*hw], mask(ch), float64(ms[ch]))
 			pdy[it], pdyx[it] = sg, sgd*float64(rs[ch])
 		}
 	}
@@ -621,19 +629,13 @@ func batchNormBwdPrep[F tensor.Float](dx, dw, db, dy, x, y, saveMean, saveRstd, 
 			xr, gr, dr := xs[it*hw:(it+1)*hw], gs[it*hw:(it+1)*hw], dxs[it*hw:(it+1)*hw]
 			if !training {
 				// The statistics are constants: dx = dy·w·r.
-				yr := yrow(it)
-				for j, g := range gr {
-					if yr != nil && !(yr[j] > 0) {
-						g = 0
-					}
-					dr[j] = F(float64(g) * wk * r)
-				}
+				rowBnDx(dr, gr, xr, mask(ch), mu, wk*r, 0, 0)
 				continue
 			}
 			// wk·r·(g − a − (x − mu)·r·b) with a, b the means of the
 			// two sums.
 			a, b := sdy[ch]/cnt, sdyx[ch]/cnt
-			rowBnDx(dr, gr, xr, yrow(it), mu, wk*r, -wk*r*r*b, -wk*r*a)
+			rowBnDx(dr, gr, xr, mask(ch), mu, wk*r, -wk*r*r*b, -wk*r*a)
 		}
 	}
 	return func() {

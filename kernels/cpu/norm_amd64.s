@@ -109,12 +109,15 @@ sqdone:
 //
 // Σ dy[i] and Σ dy[i]·(x[i] − mu) in float64, where dy[i] counts only where
 // y[i] > 0 when y is not nil (a ReLU after the batch norm).
-TEXT ·gradSumsAVX2(SB), NOSPLIT, $0-56
+TEXT ·gradSumsAVX2(SB), NOSPLIT, $0-64
 	MOVQ dy+0(FP), SI
 	MOVQ x+8(FP), DI
-	MOVQ y+16(FP), R8
-	MOVQ n+24(FP), CX
-	VBROADCASTSD mu+32(FP), Y15
+	MOVQ n+16(FP), CX
+	VBROADCASTSD mu+24(FP), Y15
+	VBROADCASTSS mu32+32(FP), Y13
+	VBROADCASTSS a+36(FP), Y12
+	VBROADCASTSS b+40(FP), Y11
+	MOVBQZX relu+44(FP), R8
 	VXORPS Y14, Y14, Y14
 	VXORPD Y0, Y0, Y0
 	VXORPD Y1, Y1, Y1
@@ -125,10 +128,11 @@ gsloop:
 	VMOVUPS 0(SI), Y4
 	TESTQ R8, R8
 	JZ    gsnomask
-	VMOVUPS 0(R8), Y6
-	VCMPPS  $0x1E, Y14, Y6, Y6 // y > 0 (GT, ordered)
+	VMOVUPS 0(DI), Y6
+	VSUBPS  Y13, Y6, Y6        // x − mu
+	VFMADD213PS Y11, Y12, Y6   // ·a + b: the forward's output before its ReLU
+	VCMPPS  $0x1E, Y14, Y6, Y6 // > 0 (GT, ordered)
 	VANDPS Y6, Y4, Y4
-	ADDQ   $32, R8
 
 gsnomask:
 	VEXTRACTF128 $1, Y4, X5
@@ -153,12 +157,12 @@ gsnomask:
 	VADDPD X2, X0, X0
 	VUNPCKHPD X0, X0, X2
 	VADDSD X2, X0, X0
-	VMOVSD X0, sg+40(FP)
+	VMOVSD X0, sg+48(FP)
 	VEXTRACTF128 $1, Y1, X3
 	VADDPD X3, X1, X1
 	VUNPCKHPD X1, X1, X3
 	VADDSD X3, X1, X1
-	VMOVSD X1, sgd+48(FP)
+	VMOVSD X1, sgd+56(FP)
 	VZEROUPPER
 	RET
 
@@ -198,30 +202,32 @@ afstore:
 //
 // dx[i] = c0 + c1·dy[i] + c2·(x[i] − mu), with dy[i] taken as +0 where
 // y[i] > 0 fails when y is not nil.
-TEXT ·bnDxAVX2(SB), NOSPLIT, $0-56
+TEXT ·bnDxAVX2(SB), NOSPLIT, $0-57
 	MOVQ dx+0(FP), DI
 	MOVQ dy+8(FP), SI
 	MOVQ x+16(FP), DX
-	MOVQ y+24(FP), R8
-	MOVQ n+32(FP), CX
-	VBROADCASTSS mu+40(FP), Y15
-	VBROADCASTSS c1+44(FP), Y14
-	VBROADCASTSS c2+48(FP), Y13
-	VBROADCASTSS c0+52(FP), Y12
+	MOVQ n+24(FP), CX
+	VBROADCASTSS mu+32(FP), Y15
+	VBROADCASTSS c1+36(FP), Y14
+	VBROADCASTSS c2+40(FP), Y13
+	VBROADCASTSS c0+44(FP), Y12
+	VBROADCASTSS a+48(FP), Y10
+	VBROADCASTSS b+52(FP), Y9
+	MOVBQZX relu+56(FP), R8
 	VXORPS Y11, Y11, Y11
 
 dxloop:
 	VMOVUPS 0(SI), Y0
-	TESTQ R8, R8
-	JZ    dxnomask
-	VMOVUPS 0(R8), Y2
-	VCMPPS  $0x1E, Y11, Y2, Y2
-	VANDPS Y2, Y0, Y0
-	ADDQ   $32, R8
-
-dxnomask:
 	VMOVUPS 0(DX), Y1
 	VSUBPS Y15, Y1, Y1       // x − mu
+	TESTQ R8, R8
+	JZ    dxnomask
+	VMOVAPS Y1, Y2
+	VFMADD213PS Y9, Y10, Y2  // ·a + b: the forward's output before its ReLU
+	VCMPPS  $0x1E, Y11, Y2, Y2
+	VANDPS Y2, Y0, Y0
+
+dxnomask:
 	VMOVAPS Y12, Y3
 	VFMADD231PS Y14, Y0, Y3  // c0 + c1·g
 	VFMADD231PS Y13, Y1, Y3  // + c2·(x − mu)
