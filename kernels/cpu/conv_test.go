@@ -427,6 +427,8 @@ func TestConvDirect(t *testing.T) {
 		{4, 1, 28, 28, 8, 3, 3, kernels.Conv2dParams{PadH: 1, PadW: 1}},  // 8 channels: 8-row tiles
 		{3, 8, 14, 14, 16, 3, 3, kernels.Conv2dParams{PadH: 1, PadW: 1}}, // 16 channels: two 8-row tiles
 		{2, 16, 7, 7, 32, 3, 3, kernels.Conv2dParams{PadH: 1, PadW: 1}},  // 32 channels: 12-row tiles
+		{3, 8, 28, 28, 8, 1, 1, kernels.Conv2dParams{}},                  // 1×1 (a seed's bottleneck)
+		{2, 12, 14, 13, 16, 1, 1, kernels.Conv2dParams{PadH: 1}},         // 1×1, padded
 	}
 	bwdDirect := 0
 	for ci, c := range cases {
