@@ -163,13 +163,7 @@ func matmulPrep[F tensor.Float](dst, a, b, bias *T, act kernels.UnaryOp, batch i
 			bi, blk := it/blocks, it%blocks
 			i0 := blk * gemmMC
 			rows := min(gemmMC, m-i0)
-			ao, bo := 0, 0
-			if bcA {
-				ao = bi * m * k
-			}
-			if bcB {
-				bo = bi * k * n
-			}
+			ao, bo := batchOffsets(bi, m, n, k, bcA, bcB)
 			if transA {
 				ao += i0
 			} else {
@@ -183,6 +177,18 @@ func matmulPrep[F tensor.Float](dst, a, b, bias *T, act kernels.UnaryOp, batch i
 	}
 	cost := 2 * gemmMC * n * k
 	return scratchLaunch(&s, slots, gemmScratch[F].free, func() { parallelFor(items, cost, body) })
+}
+
+// batchOffsets returns where product bi of a batch starts in A (m×k) and
+// B (k×n): 0 for an operand shared by every product (bcA, bcB false).
+func batchOffsets(bi, m, n, k int, bcA, bcB bool) (ao, bo int) {
+	if bcA {
+		ao = bi * m * k
+	}
+	if bcB {
+		bo = bi * k * n
+	}
+	return ao, bo
 }
 
 // matmulLD gives the leading dimensions of row-major op(A) (m×k) and
@@ -228,13 +234,7 @@ func matmulSmall[F tensor.Float](av, bv, biasv, cv []F, act kernels.UnaryOp, bat
 	lda, ldb := matmulLD(m, n, k, transA, transB)
 	clear(cv[:batch*m*n])
 	for bi := 0; bi < batch; bi++ {
-		ao, bo := 0, 0
-		if bcA {
-			ao = bi * m * k
-		}
-		if bcB {
-			bo = bi * k * n
-		}
+		ao, bo := batchOffsets(bi, m, n, k, bcA, bcB)
 		gemmDirect(m, n, k, av[ao:], lda, transA, bv[bo:], ldb, transB, cv[bi*m*n:], n)
 	}
 	epilogue(cv, biasv, act, batch*m, n)

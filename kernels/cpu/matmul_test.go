@@ -12,13 +12,7 @@ import (
 func refMatMul(a, b []float64, batch int, bcA, bcB bool, m, n, k int, ta, tb bool) []float64 {
 	c := make([]float64, batch*m*n)
 	for bi := 0; bi < batch; bi++ {
-		ao, bo := 0, 0
-		if bcA {
-			ao = bi * m * k
-		}
-		if bcB {
-			bo = bi * k * n
-		}
+		ao, bo := batchOffsets(bi, m, n, k, bcA, bcB)
 		for i := 0; i < m; i++ {
 			for j := 0; j < n; j++ {
 				var s float64

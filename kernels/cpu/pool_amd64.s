@@ -28,6 +28,27 @@
 	STEP(Z6, Z25); \
 	STEP(Z7, Z26)
 
+// The window constants both pool kernels share, from their common
+// arguments (base, w, wo, maskOut at the same frame offsets): R14 the
+// running flat index base, Z23 the 32 inputs a block advances, Z24..Z26
+// the offsets 1, w and w+1 of a window's b, c and d, R13 the input (dx)
+// row stride and R15 the output (dy, idx) row stride in bytes, K5 the
+// tail's outputs.
+#define WINDOW_CONSTS \
+	MOVL base+32(FP), R14; \
+	MOVL $32, AX; \
+	VPBROADCASTD AX, Z23; \
+	MOVL $1, AX; \
+	VPBROADCASTD AX, Z24; \
+	MOVL w+36(FP), AX; \
+	VPBROADCASTD AX, Z25; \
+	VPADDD Z24, Z25, Z26; \
+	MOVLQSX w+36(FP), R13; \
+	SHLQ $2, R13; \
+	MOVQ wo+64(FP), R15; \
+	SHLQ $2, R15; \
+	KMOVW maskOut+48(FP), K5
+
 // func maxPool2x2AVX512(y *float32, idx *int32, x *float32, blocks int, base, w int32, tab *[2][16]int32, maskOut, maskA, maskB uint16, rows, wo int)
 //
 // The 2×2, stride-2 max pool of rows output rows of wo outputs (a plane,
@@ -45,19 +66,7 @@ TEXT ·maxPool2x2AVX512(SB), NOSPLIT, $0-72
 	MOVQ tab+40(FP), R8
 	VMOVDQU32 0(R8), Z20           // even lanes
 	VMOVDQU32 64(R8), Z21          // odd lanes
-	MOVL base+32(FP), R14
-	MOVL $32, AX
-	VPBROADCASTD AX, Z23           // 32 inputs per block
-	MOVL $1, AX
-	VPBROADCASTD AX, Z24           // offset of b
-	MOVL w+36(FP), AX
-	VPBROADCASTD AX, Z25           // offset of c
-	VPADDD Z24, Z25, Z26           // offset of d
-	MOVLQSX w+36(FP), R13
-	SHLQ $2, R13                   // input row stride in bytes
-	MOVQ wo+64(FP), R15
-	SHLQ $2, R15                   // output row stride in bytes
-	KMOVW maskOut+48(FP), K5
+	WINDOW_CONSTS
 	KMOVW maskA+50(FP), K3
 	KMOVW maskB+52(FP), K4
 	MOVQ rows+56(FP), BX
@@ -173,19 +182,7 @@ TEXT ·maxPoolBwd2x2AVX512(SB), NOSPLIT, $0-73
 	VMOVDQU32 0(R8), Z20           // even lanes
 	VMOVDQU32 128(R8), Z27         // interleave, low half
 	VMOVDQU32 192(R8), Z28         // interleave, high half
-	MOVL base+32(FP), R14
-	MOVL $32, AX
-	VPBROADCASTD AX, Z23           // 32 inputs per block
-	MOVL $1, AX
-	VPBROADCASTD AX, Z24           // offset of b
-	MOVL w+36(FP), AX
-	VPBROADCASTD AX, Z25           // offset of c
-	VPADDD Z24, Z25, Z26           // offset of d
-	MOVLQSX w+36(FP), R13
-	SHLQ $2, R13                   // dx row stride in bytes
-	MOVQ wo+64(FP), R15
-	SHLQ $2, R15                   // dy and idx row stride in bytes
-	KMOVW maskOut+48(FP), K5
+	WINDOW_CONSTS
 	MOVQ rows+56(FP), BX
 	TESTQ BX, BX
 	JLE   bdone

@@ -49,13 +49,7 @@ func matmulTinyF32(av, bv, biasv, cv []float32, batch int, bcA, bcB bool, m, n, 
 		ai, ap = 1, lda
 	}
 	for bi := 0; bi < batch; bi++ {
-		ao, bo := 0, 0
-		if bcA {
-			ao = bi * m * k
-		}
-		if bcB {
-			bo = bi * k * n
-		}
+		ao, bo := batchOffsets(bi, m, n, k, bcA, bcB)
 		if transB {
 			dotBlocks(m, n, k, av[ao:], bv[bo:], biasv, cv[bi*m*n:])
 			continue
