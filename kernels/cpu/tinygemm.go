@@ -2,12 +2,16 @@ package cpu
 
 import "fmt"
 
+// The small float32 kernels of tinygemm_amd64.s: the products of
+// matmulSmall (a small model's linear layers), and copyRows, the strided
+// row copy of the direct convolution's planes.
+
 // sgemmTiny sets c[i·ldc+j] = Σ_{p<k} a[i·ai+p·ap]·b[p·ldb+j] + z_ij for
 // i < m, j < n, where z_ij is init[i·is+j] (is 0 repeats one row, a
 // bias; init nil adds nothing), added after the sum, as an epilogue
-// would. The sum runs in p order with one fused multiply-add per term, 16 columns at a time in AVX-512 registers.
-// It is part of matmulSmall's float32 path (see matmulTinyF32) and needs
-// tinyAsm; k must be positive.
+// would. The sum runs in p order with one fused multiply-add per term,
+// 16 columns at a time in AVX-512 registers. It is part of matmulSmall's
+// float32 path (see matmulTinyF32) and needs tinyAsm; k must be positive.
 func sgemmTiny(m, n, k int, a []float32, ai, ap int, b []float32, ldb int, init []float32, is int, c []float32, ldc int) {
 	if m <= 0 || n <= 0 {
 		return
