@@ -156,7 +156,8 @@ func BatchNorm(x, w, b *Var, runMean, runVar *tensor.Tensor, training bool, mome
 // folded into the batch norm's normalising pass and its gradient into
 // the batch norm's backward passes, where the backend supports it
 // (kernels.BatchNormReluer); otherwise it is the two ops. The backward
-// keeps the output (the ReLU's mask) instead of a separate ReLU node.
+// rebuilds the ReLU's mask from x instead of keeping a separate ReLU
+// node and its output.
 func BatchNormRelu(x, w, b *Var, runMean, runVar *tensor.Tensor, training bool, momentum, eps float64) *Var {
 	return batchNorm(x, w, b, runMean, runVar, training, momentum, eps, true)
 }
@@ -218,4 +219,61 @@ func batchNorm(x, w, b *Var, runMean, runVar *tensor.Tensor, training bool, mome
 		return result("batch_norm_relu", y, inputs, saved, mk)
 	}
 	return result("batch_norm", y, inputs, saved, mk)
+}
+
+// BatchNormReluMaxPool is MaxPool2d(BatchNormRelu(x, w, b, ...)) with a
+// 2×2, stride-2 pool: the same values, gradients and running-statistics
+// update, with the pool folded into the normalising pass where the
+// backend supports it (kernels.BatchNormReluPooler), so that the
+// full-size normalised activation is never written; otherwise it is the
+// two ops. x must be [N, C, H, W] with H, W ≥ 2. The backward runs the
+// pool's backward into a full-size gradient and the batch norm's
+// backward over it.
+func BatchNormReluMaxPool(x, w, b *Var, runMean, runVar *tensor.Tensor, training bool, momentum, eps float64) *Var {
+	const name = "batch_norm_relu_max_pool"
+	pp := kernels.Pool2dParams{KernelH: 2, KernelW: 2}
+	xs := x.Shape()
+	if len(xs) != 4 || xs[2] < 2 || xs[3] < 2 {
+		panic(fmt.Sprintf("autograd: %s: input shape %v, want [N,C,H,W] with H, W ≥ 2", name, xs))
+	}
+	be := backendOf(x.Value)
+	pooler, ok := be.(kernels.BatchNormReluPooler)
+	if _, relu := be.(kernels.BatchNormReluer); !ok || !relu {
+		return MaxPool2d(BatchNormRelu(x, w, b, runMean, runVar, training, momentum, eps), pp)
+	}
+	checkFloat(name, x, w, b)
+	c := xs[1]
+	checkAffine(name, xs, w, b, []int{c})
+	for _, r := range []*tensor.Tensor{runMean, runVar} {
+		if r != nil && r.Numel() != c {
+			panic(fmt.Sprintf("autograd: %s: running statistics shape %v does not match input shape %v", name, r.Shape(), xs))
+		}
+	}
+	if !training && (runMean == nil || runVar == nil) {
+		panic(fmt.Sprintf("autograd: %s: evaluation needs running statistics (input shape %v)", name, xs))
+	}
+	p := fp32Inputs(x, w, b)
+	x, w, b = p[0], p[1], p[2]
+	xv := contig(x.Value)
+	wv, bv := affineVals(w, b, c)
+	sdt := statsDType(xv.DType())
+	pooled := alloc(xv, xv.DType(), xs[0], c, xs[2]/2, xs[3]/2)
+	argmax := alloc(xv, tensor.I32, pooled.Shape()...)
+	mean, rstd := alloc(xv, sdt, c), alloc(xv, sdt, c)
+	pooler.BatchNormReluMaxPool2x2(pooled, argmax, mean, rstd, xv, wv, bv, runMean, runVar, training, momentum, eps)
+	inputs, wi, bi := affineInputs(x, w, b)
+	saved := normSaved(wv) + 1 // and the pool's indices
+	if bv != nil {
+		saved++ // the shift, from which the backward rebuilds the ReLU's mask
+	}
+	mk := func() backwardFunc {
+		return func(g *tensor.Tensor) []*tensor.Tensor {
+			grads, dx, dw, db := normGrads(x, w, b, xv, wv, bv, len(inputs), wi, bi, c)
+			dy := alloc(xv, xv.DType(), xs...)
+			be.MaxPool2dBackward(dy, contig(g), argmax, pp)
+			be.(kernels.BatchNormReluer).BatchNormReluBackward(dx, dw, db, dy, xv, bv, mean, rstd, wv, training)
+			return grads
+		}
+	}
+	return result("batch_norm_relu_max_pool", pooled, inputs, saved, mk)
 }

@@ -287,6 +287,21 @@ var gradChecks = map[string]gcCase{
 		},
 	},
 
+	"batch_norm_relu_max_pool": {
+		inputs: func(r *rand.Rand) []*tensor.Tensor {
+			// Distinct inputs: no window's maximum is a near-tie that
+			// low-precision rounding could move.
+			return ins(distinct(r, 3, 2, 4, 5), uni(r, 0.5, 1.5, 2), uni(r, -1, 1, 2))
+		},
+		f: func(in []*Var) *Var {
+			train := BatchNormReluMaxPool(in[0], in[1], in[2], tensor.Zeros(tensor.F64, 2), tensor.Ones(tensor.F64, 2), true, 0.1, 1e-5)
+			rm := tensor.FromSlice([]float64{0.1, -0.2}, 2)
+			rv := tensor.FromSlice([]float64{0.8, 1.3}, 2)
+			eval := BatchNormReluMaxPool(in[0], in[1], in[2], rm, rv, false, 0.1, 1e-5)
+			return Add(train, eval)
+		},
+	},
+
 	// --- indexing and message passing ---
 	"embedding": {
 		inputs: func(r *rand.Rand) []*tensor.Tensor { return ins(uni(r, -1, 1, 6, 3)) },

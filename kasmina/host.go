@@ -71,6 +71,24 @@ type segments struct {
 	cuts  []string
 	steps []step
 	tail  step
+	// fused, when non-nil, holds for step k (nil elsewhere) one step that
+	// computes steps k and k+1 together, for a run that crosses the cut
+	// between them without stopping there (a CNN block and its pool).
+	fused []step
+}
+
+// run applies steps lo..hi−1 to x, a fused pair where one is defined.
+func (s *segments) run(x *autograd.Var, lo, hi int) *autograd.Var {
+	for k := lo; k < hi; {
+		if k+1 < hi && k < len(s.fused) && s.fused[k] != nil {
+			x = s.fused[k](x)
+			k += 2
+			continue
+		}
+		x = s.steps[k](x)
+		k++
+	}
+	return x
 }
 
 func (s *segments) index(slot string) (int, error) {
@@ -83,10 +101,7 @@ func (s *segments) index(slot string) (int, error) {
 }
 
 func (s *segments) forward(x *autograd.Var) *autograd.Var {
-	for _, f := range s.steps {
-		x = f(x)
-	}
-	return s.tail(x)
+	return s.tail(s.run(x, 0, len(s.steps)))
 }
 
 func (s *segments) to(slot string, x *autograd.Var, from string) (out *autograd.Var, err error) {
@@ -106,11 +121,7 @@ func (s *segments) to(slot string, x *autograd.Var, from string) (out *autograd.
 	if x == nil {
 		return nil, errors.New("kasmina: ForwardToSegment of a nil input")
 	}
-	err = guard("ForwardToSegment", func() {
-		for k := start + 1; k <= end; k++ {
-			x = s.steps[k](x)
-		}
-	})
+	err = guard("ForwardToSegment", func() { x = s.run(x, start+1, end+1) })
 	return x, err
 }
 
@@ -122,12 +133,7 @@ func (s *segments) from(slot string, x *autograd.Var) (*autograd.Var, error) {
 	if x == nil {
 		return nil, errors.New("kasmina: ForwardFromSegment of a nil input")
 	}
-	err = guard("ForwardFromSegment", func() {
-		for k := i + 1; k < len(s.steps); k++ {
-			x = s.steps[k](x)
-		}
-		x = s.tail(x)
-	})
+	err = guard("ForwardFromSegment", func() { x = s.tail(s.run(x, i+1, len(s.steps))) })
 	return x, err
 }
 
@@ -195,6 +201,24 @@ func (h *hostBase) ForwardToSegment(slot string, x *autograd.Var, from string) (
 // ForwardFromSegment runs the activation at slot to the logits.
 func (h *hostBase) ForwardFromSegment(slot string, x *autograd.Var) (*autograd.Var, error) {
 	return h.segments.from(slot, x)
+}
+
+// ForwardWhole runs x through the whole host, as ForwardToSegment to
+// any slot and ForwardFromSegment from it would, but without stopping at
+// a cut (so that steps on either side of every cut may fuse).
+func (h *hostBase) ForwardWhole(x *autograd.Var) (out *autograd.Var, err error) {
+	if x == nil {
+		return nil, errors.New("kasmina: ForwardWhole of a nil input")
+	}
+	err = guard("ForwardWhole", func() { out = h.segments.forward(x) })
+	return out, err
+}
+
+// wholeForwarder is implemented by hosts that run their whole forward in
+// one call (hostBase); MorphogeneticModel uses it when no slot is in the
+// way.
+type wholeForwarder interface {
+	ForwardWhole(x *autograd.Var) (*autograd.Var, error)
 }
 
 // Blocks describes the host's blocks (depth, channels, attached slots).

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 
 	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/tensor"
@@ -155,9 +156,25 @@ func NewCNNHost(o CNNHostOptions) (*CNNHost, error) {
 		}
 		h.segments.cuts = append(h.segments.cuts, pre.SlotID)
 		h.segments.steps = append(h.segments.steps, convs[i].Forward)
+		h.segments.fused = append(h.segments.fused, nil)
 		info.Slots = append(info.Slots, pre.SlotID)
 		h.specs = append(h.specs, pre)
 		if i < o.PoolLayers {
+			// A run that passes the empty pre-pool slot pools in the
+			// batch norm's pass (nn.ConvBNReluMaxPool).
+			b := convs[i]
+			h.segments.fused[len(h.segments.fused)-1] = func(x *autograd.Var) *autograd.Var {
+				if s := x.Shape(); len(s) == 4 {
+					p := b.conv.Params().Norm()
+					co := b.conv.Options()
+					ho := kernels.ConvOut(s[2], co.KernelH, p.StrideH, p.PadH, p.DilationH)
+					wo := kernels.ConvOut(s[3], co.KernelW, p.StrideW, p.PadW, p.DilationW)
+					if ho >= 2 && wo >= 2 {
+						return nn.ConvBNReluMaxPool(b.conv, b.bn, x)
+					}
+				}
+				return poolStep(b.Forward(x))
+			}
 			post := leyline.InjectionSpec{
 				SlotID: leyline.FormatSlotID(1, i), Channels: ch,
 				Position: min(1, float64(2*i+1)/float64(positions)), LayerStart: i, LayerEnd: i,
@@ -165,6 +182,7 @@ func NewCNNHost(o CNNHostOptions) (*CNNHost, error) {
 			}
 			h.segments.cuts = append(h.segments.cuts, post.SlotID)
 			h.segments.steps = append(h.segments.steps, poolStep)
+			h.segments.fused = append(h.segments.fused, nil)
 			info.Slots = append(info.Slots, post.SlotID)
 			h.specs = append(h.specs, post)
 		}

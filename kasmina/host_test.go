@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/esper-go/esper/autograd"
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/tensor"
@@ -158,4 +160,60 @@ func TestMLPHost(t *testing.T) {
 	checkSplitForward(t, h, input(3, tensor.F32, 3, 16))
 	_, err = h.ForwardToSegment("r0c0", x, "r0c2")
 	wantErr(t, err, ErrRouting)
+}
+
+// TestCNNHostFusedPoolMatchesSegments: the whole forward, which runs each
+// block with its pool fused into the batch norm (nn.ConvBNReluMaxPool),
+// gives bitwise the logits and parameter gradients of the forward cut at
+// every slot (each block and pool a step of its own), in training mode
+// with gradients, and in inference.
+func TestCNNHostFusedPoolMatchesSegments(t *testing.T) {
+	x := input(5, tensor.F32, 3, 1, 12, 12)
+	run := func(whole bool) (logits []float32, grads [][]float32) {
+		h := smallCNN(t, 9, tensor.F32)
+		var out *autograd.Var
+		if whole {
+			var err error
+			out, err = h.ForwardWhole(x)
+			noErr(t, err)
+		} else {
+			v, prev := x, ""
+			for _, cut := range h.TimelineOrder() {
+				var err error
+				v, err = h.ForwardToSegment(cut, v, prev)
+				noErr(t, err)
+				prev = cut
+			}
+			var err error
+			out, err = h.ForwardFromSegment(prev, v)
+			noErr(t, err)
+		}
+		autograd.Backward(autograd.SumAll(out))
+		for _, p := range h.Parameters() {
+			grads = append(grads, p.Grad.F32())
+		}
+		return out.Value.F32(), grads
+	}
+	wl, wg := run(false)
+	gl, gg := run(true)
+	require.Equal(t, wl, gl, "logits")
+	require.Equal(t, wg, gg, "parameter gradients")
+
+	var seg, whole *autograd.Var
+	h := smallCNN(t, 9, tensor.F32)
+	h.SetTraining(false)
+	autograd.InferenceMode(func() {
+		var err error
+		whole, err = h.ForwardWhole(x)
+		noErr(t, err)
+		v, prev := x, ""
+		for _, cut := range h.TimelineOrder() {
+			v, err = h.ForwardToSegment(cut, v, prev)
+			noErr(t, err)
+			prev = cut
+		}
+		seg, err = h.ForwardFromSegment(prev, v)
+		noErr(t, err)
+	})
+	require.Equal(t, seg.Value.F32(), whole.Value.F32(), "inference logits")
 }

@@ -155,6 +155,11 @@ func (m *MorphogeneticModel) FusedForward(x *autograd.Var, overrides map[string]
 	prev := ""
 	var err error
 	for _, s := range m.slots {
+		if !s.IsActive() && overrides[s.id] == nil {
+			// An empty slot passes its input on: the host runs across it
+			// (and may fuse the steps on either side of its cut).
+			continue
+		}
 		if x, err = m.host.ForwardToSegment(s.id, x, prev); err != nil {
 			return nil, err
 		}
@@ -162,6 +167,16 @@ func (m *MorphogeneticModel) FusedForward(x *autograd.Var, overrides map[string]
 			return nil, err
 		}
 		prev = s.id
+	}
+	if prev == "" && len(m.slots) > 0 {
+		// Every slot is empty: the host's whole forward.
+		if h, ok := m.host.(wholeForwarder); ok {
+			return h.ForwardWhole(x)
+		}
+		prev = m.slots[len(m.slots)-1].id
+		if x, err = m.host.ForwardToSegment(prev, x, ""); err != nil {
+			return nil, err
+		}
 	}
 	return m.host.ForwardFromSegment(prev, x)
 }

@@ -279,6 +279,18 @@ type BatchNormReluer interface {
 	BatchNormReluBackward(dx, dw, db, dy, x, b, saveMean, saveRstd, w *T, training bool)
 }
 
+// BatchNormReluPooler is implemented by backends that fold a 2×2,
+// stride-2 max pool into BatchNormRelu: pooled and argmax (int32, the
+// flat index within the plane) are MaxPool2d of BatchNormRelu's output,
+// which is never written. The backward is MaxPool2dBackward followed by
+// BatchNormReluBackward (which does not need that output either). It is
+// an optional capability (check with a type assertion);
+// autograd.BatchNormReluMaxPool uses it for a CNN block whose pre-pool
+// slot is empty.
+type BatchNormReluPooler interface {
+	BatchNormReluMaxPool2x2(pooled, argmax, saveMean, saveRstd, x, w, b, runMean, runVar *T, training bool, momentum, eps float64)
+}
+
 // ForeachStepper is implemented by backends that update a list of
 // separate parameter tensors with one launch per optimizer step, as
 // PyTorch's foreach optimizers do with multi-tensor apply. optim keeps its

@@ -95,6 +95,15 @@ func (b *BatchNorm2d) ForwardRelu(x *autograd.Var) *autograd.Var {
 	return autograd.BatchNormRelu(x, b.Weight, b.Bias, b.RunningMean, b.RunningVar, b.Training(), b.opts.Momentum, b.opts.Eps)
 }
 
+// ForwardReluMaxPool is a 2×2, stride-2 max pool of ForwardRelu(x), the
+// pool folded into the batch norm's normalising pass
+// (autograd.BatchNormReluMaxPool): the same values and gradients without
+// writing the full-size activation. x's planes must be at least 2×2.
+func (b *BatchNorm2d) ForwardReluMaxPool(x *autograd.Var) *autograd.Var {
+	b.check(x)
+	return autograd.BatchNormReluMaxPool(x, b.Weight, b.Bias, b.RunningMean, b.RunningVar, b.Training(), b.opts.Momentum, b.opts.Eps)
+}
+
 // check panics on an input Forward cannot take.
 func (b *BatchNorm2d) check(x *autograd.Var) {
 	if x.Value.Rank() != 4 || x.Value.Dim(1) != b.opts.Channels {
@@ -125,6 +134,19 @@ func (b *BatchNorm2d) EvalAffine() (scale, shift *autograd.Var) {
 		}
 	})
 	return scale, shift
+}
+
+// ConvBNReluMaxPool is a 2×2, stride-2 max pool of ConvBNRelu(conv, bn,
+// x): with gradients on, the pool folds into the batch norm
+// (BatchNorm2d.ForwardReluMaxPool), so that the block's full-size
+// activation is never written; in inference, the convolution with the
+// folded batch norm and ReLU, then the pool. The output planes of the
+// convolution must be at least 2×2.
+func ConvBNReluMaxPool(conv *Conv2d, bn *BatchNorm2d, x *autograd.Var) *autograd.Var {
+	if !autograd.GradEnabled() && !bn.Training() {
+		return autograd.MaxPool2d(ConvBNRelu(conv, bn, x), kernels.Pool2dParams{KernelH: 2, KernelW: 2})
+	}
+	return bn.ForwardReluMaxPool(conv.Forward(x))
 }
 
 // ConvBNRelu is relu(bn(conv(x))), the usual CNN block. With gradients

@@ -3,6 +3,7 @@ package cpu
 import (
 	"math"
 
+	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/tensor"
 )
 
@@ -399,6 +400,47 @@ func (be *Backend) batchNorm(name string, y, saveMean, saveRstd, x, w, b, runMea
 	}
 }
 
+// BatchNormReluMaxPool2x2 implements kernels.BatchNormReluPooler:
+// BatchNormRelu followed by a 2×2, stride-2 max pool of its output, the
+// normalised planes pooled from a worker's scratch so that the full-size
+// output is neither written nor read back. pooled ([N, C, H/2, W/2]) and
+// argmax (int32, the flat index in the plane) are what MaxPool2d would
+// give for BatchNormRelu's y; the statistics and running statistics are
+// BatchNormRelu's. Other dtypes, and builds without the pool kernel, run
+// the two ops through a temporary y.
+func (be *Backend) BatchNormReluMaxPool2x2(pooled, argmax, saveMean, saveRstd, x, w, b, runMean, runVar *T, training bool, momentum, eps float64) {
+	const name = "BatchNormReluMaxPool2x2"
+	needCPU(name, pooled, argmax, saveMean, saveRstd, x, w, b, runMean, runVar)
+	xs := x.Shape()
+	if len(xs) != 4 {
+		fail(name, "x shape %v, want [N, C, H, W]", xs)
+	}
+	needShape(name, "pooled", pooled, []int{xs[0], xs[1], xs[2] / 2, xs[3] / 2})
+	needShape(name, "argmax", argmax, pooled.Shape())
+	if argmax.DType() != tensor.I32 {
+		fail(name, "argmax (shape %v) has dtype %v, want i32", argmax.Shape(), argmax.DType())
+	}
+	if x.DType() != tensor.F32 || pooled.DType() != tensor.F32 || !poolAsm || !x.IsContiguous() ||
+		!pooled.IsContiguous() || !argmax.IsContiguous() || xs[2] < 2 || xs[3] < 2 {
+		y := tensor.Empty(x.DType(), xs...)
+		be.batchNorm(name, y, saveMean, saveRstd, x, w, b, runMean, runVar, training, momentum, eps, true)
+		be.MaxPool2d(pooled, argmax, y, kernels.Pool2dParams{KernelH: 2, KernelW: 2})
+		return
+	}
+	_, c, _ := planes(name, x)
+	for _, p := range []struct {
+		n string
+		t *T
+	}{{"saveMean", saveMean}, {"saveRstd", saveRstd}, {"w", w}, {"b", b}, {"runMean", runMean}, {"runVar", runVar}} {
+		optShape(name, p.n+" (x shape "+tensor.ShapeString(xs)+")", p.t, c)
+	}
+	if !training && (runMean == nil || runVar == nil) {
+		fail(name, "evaluation needs runMean and runVar (x shape %v)", xs)
+	}
+	pool := &bnPool{pooled: pooled.F32(), idx: argmax.I32(), w: xs[3], ho: xs[2] / 2, wo: xs[3] / 2}
+	be.launch(batchNormPoolPrep[float32](nil, saveMean, saveRstd, x, w, b, runMean, runVar, training, momentum, eps, true, pool))
+}
+
 // The per-plane sums of the normalisations run four accumulators side by
 // side (element j into accumulator j mod 4, combined as (a0+a1)+(a2+a3)):
 // one float64 add chain is bound by the add latency, four are not. The
@@ -462,7 +504,23 @@ func gradSums4[F tensor.Float](gs, xs []F, mu, r float64) (sg, sgh float64) {
 	return (a0 + a1) + (a2 + a3), (b0 + b1) + (b2 + b3)
 }
 
+// bnPool is batchNormPrep's 2×2, stride-2 max pool of its output: the
+// normalised plane goes to a worker's scratch and only its pool is
+// written (pooled and its flat in-plane argmax, planes of ho×wo).
+type bnPool struct {
+	pooled []float32
+	idx    []int32
+	w      int // the input plane's width
+	ho, wo int
+}
+
 func batchNormPrep[F tensor.Float](y, saveMean, saveRstd, x, w, b, runMean, runVar *T, training bool, momentum, eps float64, relu bool) func() {
+	return batchNormPoolPrep[F](y, saveMean, saveRstd, x, w, b, runMean, runVar, training, momentum, eps, relu, nil)
+}
+
+// batchNormPoolPrep is batchNormPrep, with pool (float32 only, y nil)
+// pooling each normalised plane instead of writing it.
+func batchNormPoolPrep[F tensor.Float](y, saveMean, saveRstd, x, w, b, runMean, runVar *T, training bool, momentum, eps float64, relu bool, pool *bnPool) func() {
 	var s stage
 	n, c, hw := planes("BatchNorm", x)
 	xs, ws, bs := in[F](&s, x), in[F](&s, w), in[F](&s, b)
@@ -486,6 +544,11 @@ func batchNormPrep[F tensor.Float](y, saveMean, saveRstd, x, w, b, runMean, runV
 		}
 	}
 	normBody := func(lo, hi int) {
+		var plane []F
+		if pool != nil {
+			plane = getBuf[F](hw)
+			defer putBuf(plane)
+		}
 		for it := lo; it < hi; it++ {
 			ch := it % c
 			// The mean and the scale from the saved (rounded) mean and
@@ -498,7 +561,13 @@ func batchNormPrep[F tensor.Float](y, saveMean, saveRstd, x, w, b, runMean, runV
 			if bs != nil {
 				bk = float64(bs[ch])
 			}
-			rowAffineAct(ys[it*hw:(it+1)*hw], xs[it*hw:(it+1)*hw], mu, r*wk, bk, relu)
+			if pool == nil {
+				rowAffineAct(ys[it*hw:(it+1)*hw], xs[it*hw:(it+1)*hw], mu, r*wk, bk, relu)
+				continue
+			}
+			rowAffineAct(plane[:hw], xs[it*hw:(it+1)*hw], mu, r*wk, bk, relu)
+			o := it * pool.ho * pool.wo
+			maxPool2x2Rows(pool.pooled[o:o+pool.ho*pool.wo], pool.idx[o:o+pool.ho*pool.wo], any(plane).([]float32), pool.ho, pool.wo, 0, pool.w)
 		}
 	}
 	return func() {

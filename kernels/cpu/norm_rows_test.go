@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/esper-go/esper/kernels"
+	"github.com/esper-go/esper/tensor"
 )
 
 // TestNormRows checks the batch-norm and ReLU row kernels (the AVX2
@@ -159,6 +160,42 @@ func TestBinaryRowsF32(t *testing.T) {
 						continue
 					}
 					require.Equal(t, math.Float32bits(want), math.Float32bits(d[i]), "op %v n=%d strides %v i=%d", op, n, st, i)
+				}
+			}
+		}
+	}
+}
+
+// TestBatchNormReluMaxPool: the fused batch norm, ReLU and 2×2 pool gives
+// bitwise the pooled values, indices, statistics and running statistics
+// of BatchNormRelu followed by MaxPool2d, in training and evaluation, on
+// even and odd planes, in float32 (the fused kernel) and float64 (the
+// two ops through a temporary).
+func TestBatchNormReluMaxPool(t *testing.T) {
+	pp := kernels.Pool2dParams{KernelH: 2, KernelW: 2}
+	for _, dt := range []tensor.DType{tensor.F32, tensor.F64} {
+		for _, sh := range [][]int{{3, 4, 6, 8}, {2, 3, 7, 9}, {4, 8, 28, 28}} {
+			for _, training := range []bool{true, false} {
+				x := randT(1, dt, sh...)
+				w, b := randT(2, dt, sh[1]), randT(3, dt, sh[1])
+				ps := []int{sh[0], sh[1], sh[2] / 2, sh[3] / 2}
+				run := func(fused bool) (pooled, idx, mean, rstd, rm, rv *tensor.Tensor) {
+					rm, rv = randT(4, dt, sh[1]), tensor.Full(dt, 1.5, sh[1])
+					mean, rstd = tensor.Empty(dt, sh[1]), tensor.Empty(dt, sh[1])
+					pooled, idx = tensor.Empty(dt, ps...), tensor.Empty(tensor.I32, ps...)
+					if fused {
+						be.BatchNormReluMaxPool2x2(pooled, idx, mean, rstd, x, w, b, rm, rv, training, 0.1, 1e-5)
+						return
+					}
+					y := tensor.Empty(dt, sh...)
+					be.BatchNormRelu(y, mean, rstd, x, w, b, rm, rv, training, 0.1, 1e-5)
+					be.MaxPool2d(pooled, idx, y, pp)
+					return
+				}
+				gp, gi, gm, gr, grm, grv := run(true)
+				wp, wi, wm, wr, wrm, wrv := run(false)
+				for i, pair := range [][2]*tensor.Tensor{{gp, wp}, {gi, wi}, {gm, wm}, {gr, wr}, {grm, wrm}, {grv, wrv}} {
+					require.Equal(t, vals(pair[1]), vals(pair[0]), "%v %v training=%v output %d", dt, sh, training, i)
 				}
 			}
 		}
