@@ -55,6 +55,21 @@ func (m *smallCNN) step(in []*tensor.Tensor) []*tensor.Tensor {
 	return []*tensor.Tensor{loss.Value}
 }
 
+// fusedStep is step with the batch norm, ReLU and pool as one op
+// (BatchNormReluMaxPool).
+func (m *smallCNN) fusedStep(in []*tensor.Tensor) []*tensor.Tensor {
+	x, y := autograd.Const(in[0]), in[1]
+	m.opt.ZeroGrad()
+	h := autograd.Conv2d(x, m.conv, nil, kernels.Conv2dParams{PadH: 1, PadW: 1})
+	h = autograd.BatchNormReluMaxPool(h, m.gamma, m.beta, m.runMean, m.runVar, true, 0.1, 1e-5)
+	h = autograd.Flatten(h, 1)
+	logits := autograd.Linear(h, m.fc, m.fcb)
+	loss := autograd.CrossEntropy(logits, y, kernels.CrossEntropyParams{})
+	autograd.Backward(loss)
+	m.opt.Step()
+	return []*tensor.Tensor{loss.Value}
+}
+
 func (m *smallCNN) state() [][]float32 {
 	var out [][]float32
 	for _, p := range []*autograd.Var{m.conv, m.gamma, m.beta, m.fc, m.fcb} {
@@ -119,4 +134,15 @@ func TestCaptureParallelReplayAllocs(t *testing.T) {
 	in := []*tensor.Tensor{x, y}
 	allocs := testing.AllocsPerRun(20, func() { _, _ = c.Run(in...) })
 	require.Zero(t, allocs)
+
+	// The same with the fused batch norm, ReLU and pool, whose workers
+	// borrow plane scratch from their launch.
+	f := newSmallCNN(t, 3)
+	cf := autograd.Capture(f.fusedStep, autograd.CaptureOptions{})
+	for i := 0; i < 3; i++ {
+		_, err := cf.Run(x, y)
+		require.NoError(t, err)
+	}
+	allocs = testing.AllocsPerRun(20, func() { _, _ = cf.Run(in...) })
+	require.Zero(t, allocs, "fused batch norm and pool")
 }

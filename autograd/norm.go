@@ -226,9 +226,9 @@ func batchNorm(x, w, b *Var, runMean, runVar *tensor.Tensor, training bool, mome
 // update, with the pool folded into the normalising pass where the
 // backend supports it (kernels.BatchNormReluPooler), so that the
 // full-size normalised activation is never written; otherwise it is the
-// two ops. x must be [N, C, H, W] with H, W ≥ 2. The backward runs the
-// pool's backward into a full-size gradient and the batch norm's
-// backward over it.
+// two ops. x must be [N, C, H, W] with H, W ≥ 2. The backward is fused
+// the same way: the pool's gradient is spread plane by plane inside the
+// batch norm's backward passes.
 func BatchNormReluMaxPool(x, w, b *Var, runMean, runVar *tensor.Tensor, training bool, momentum, eps float64) *Var {
 	const name = "batch_norm_relu_max_pool"
 	pp := kernels.Pool2dParams{KernelH: 2, KernelW: 2}
@@ -269,9 +269,7 @@ func BatchNormReluMaxPool(x, w, b *Var, runMean, runVar *tensor.Tensor, training
 	mk := func() backwardFunc {
 		return func(g *tensor.Tensor) []*tensor.Tensor {
 			grads, dx, dw, db := normGrads(x, w, b, xv, wv, bv, len(inputs), wi, bi, c)
-			dy := alloc(xv, xv.DType(), xs...)
-			be.MaxPool2dBackward(dy, contig(g), argmax, pp)
-			be.(kernels.BatchNormReluer).BatchNormReluBackward(dx, dw, db, dy, xv, bv, mean, rstd, wv, training)
+			pooler.BatchNormReluMaxPool2x2Backward(dx, dw, db, contig(g), argmax, xv, bv, mean, rstd, wv, training)
 			return grads
 		}
 	}

@@ -283,12 +283,17 @@ type BatchNormReluer interface {
 // stride-2 max pool into BatchNormRelu: pooled and argmax (int32, the
 // flat index within the plane) are MaxPool2d of BatchNormRelu's output,
 // which is never written. The backward is MaxPool2dBackward followed by
-// BatchNormReluBackward (which does not need that output either). It is
+// BatchNormReluBackward (which does not need that output either), also
+// fused. It is
 // an optional capability (check with a type assertion);
 // autograd.BatchNormReluMaxPool uses it for a CNN block whose pre-pool
 // slot is empty.
 type BatchNormReluPooler interface {
 	BatchNormReluMaxPool2x2(pooled, argmax, saveMean, saveRstd, x, w, b, runMean, runVar *T, training bool, momentum, eps float64)
+	// BatchNormReluMaxPool2x2Backward is MaxPool2dBackward of the pool's
+	// gradient g followed by BatchNormReluBackward, without the
+	// full-size gradient between them.
+	BatchNormReluMaxPool2x2Backward(dx, dw, db, g, argmax, x, b, saveMean, saveRstd, w *T, training bool)
 }
 
 // ForeachStepper is implemented by backends that update a list of

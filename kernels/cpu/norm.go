@@ -441,6 +441,47 @@ func (be *Backend) BatchNormReluMaxPool2x2(pooled, argmax, saveMean, saveRstd, x
 	be.launch(batchNormPoolPrep[float32](nil, saveMean, saveRstd, x, w, b, runMean, runVar, training, momentum, eps, true, pool))
 }
 
+// BatchNormReluMaxPool2x2Backward implements kernels.BatchNormReluPooler:
+// the gradient of BatchNormReluMaxPool2x2 from the pool's output gradient
+// g and indices argmax, each plane's dy spread into a worker's scratch
+// as MaxPool2dBackward would write it, so that no full-size dy is written
+// or read. Other dtypes, and builds without the pool kernels, run
+// MaxPool2dBackward into a temporary and BatchNormReluBackward.
+func (be *Backend) BatchNormReluMaxPool2x2Backward(dx, dw, db, g, argmax, x, b, saveMean, saveRstd, w *T, training bool) {
+	const name = "BatchNormReluMaxPool2x2Backward"
+	needCPU(name, dx, dw, db, g, argmax, x, b, saveMean, saveRstd, w)
+	xs := x.Shape()
+	if len(xs) != 4 {
+		fail(name, "x shape %v, want [N, C, H, W]", xs)
+	}
+	needShape(name, "g", g, []int{xs[0], xs[1], xs[2] / 2, xs[3] / 2})
+	needShape(name, "argmax", argmax, g.Shape())
+	if argmax.DType() != tensor.I32 {
+		fail(name, "argmax (shape %v) has dtype %v, want i32", argmax.Shape(), argmax.DType())
+	}
+	if x.DType() != tensor.F32 || g.DType() != tensor.F32 || !poolAsm || !g.IsContiguous() || !argmax.IsContiguous() || xs[2] < 2 || xs[3] < 2 {
+		dy := tensor.Empty(x.DType(), xs...)
+		be.MaxPool2dBackward(dy, g, argmax, kernels.Pool2dParams{KernelH: 2, KernelW: 2})
+		be.BatchNormReluBackward(dx, dw, db, dy, x, b, saveMean, saveRstd, w, training)
+		return
+	}
+	_, c, _ := planes(name, x)
+	if dx != nil {
+		needShape(name, "dx", dx, xs)
+	}
+	if saveMean == nil || saveRstd == nil {
+		fail(name, "saveMean and saveRstd are required (x shape %v)", xs)
+	}
+	for _, p := range []struct {
+		n string
+		t *T
+	}{{"saveMean", saveMean}, {"saveRstd", saveRstd}, {"w", w}, {"dw", dw}, {"db", db}, {"b", b}} {
+		optShape(name, p.n, p.t, c)
+	}
+	pool := &bnPoolGrad{g: g.F32(), idx: argmax.I32(), h: xs[2], w: xs[3], ho: xs[2] / 2, wo: xs[3] / 2}
+	be.launch(batchNormPoolBwdPrep[float32](dx, dw, db, nil, x, b, true, saveMean, saveRstd, w, training, pool))
+}
+
 // The per-plane sums of the normalisations run four accumulators side by
 // side (element j into accumulator j mod 4, combined as (a0+a1)+(a2+a3)):
 // one float64 add chain is bound by the add latency, four are not. The
@@ -543,11 +584,16 @@ func batchNormPoolPrep[F tensor.Float](y, saveMean, saveRstd, x, w, b, runMean, 
 			pmean[it], pm2[it] = m, rowSqDev(row, m)
 		}
 	}
+	// With pool, each worker normalises into a plane of its own, held by
+	// the launch (a replay takes and returns them without allocating).
+	var planeSet scratchSet[[]F]
+	if pool != nil {
+		planeSet = newScratchSet(n*c, func() []F { return make([]F, hw) })
+	}
 	normBody := func(lo, hi int) {
 		var plane []F
 		if pool != nil {
-			plane = getBuf[F](hw)
-			defer putBuf(plane)
+			plane = <-planeSet
 		}
 		for it := lo; it < hi; it++ {
 			ch := it % c
@@ -568,6 +614,9 @@ func batchNormPoolPrep[F tensor.Float](y, saveMean, saveRstd, x, w, b, runMean, 
 			rowAffineAct(plane[:hw], xs[it*hw:(it+1)*hw], mu, r*wk, bk, relu)
 			o := it * pool.ho * pool.wo
 			maxPool2x2Rows(pool.pooled[o:o+pool.ho*pool.wo], pool.idx[o:o+pool.ho*pool.wo], any(plane).([]float32), pool.ho, pool.wo, 0, pool.w)
+		}
+		if pool != nil {
+			planeSet <- plane
 		}
 	}
 	return func() {
@@ -657,6 +706,42 @@ func (be *Backend) batchNormBackward(name string, dx, dw, db, dy, x, b *T, relu 
 // the forward's output was > 0, that is where (x − mean)·rstd·w + b > 0
 // rounded as the forward rounded it (reluMask).
 func batchNormBwdPrep[F tensor.Float](dx, dw, db, dy, x, b *T, relu bool, saveMean, saveRstd, w *T, training bool) func() {
+	return batchNormPoolBwdPrep[F](dx, dw, db, dy, x, b, relu, saveMean, saveRstd, w, training, nil)
+}
+
+// bnPoolGrad is batchNormPoolBwdPrep's source of dy: the gradient of a
+// 2×2, stride-2 max pool of the batch norm's output (g, planes of ho×wo,
+// with the pool's flat in-plane indices idx), spread into a worker's
+// plane scratch as the pool's backward would write it.
+type bnPoolGrad struct {
+	g      []float32
+	idx    []int32
+	h, w   int // the input plane
+	ho, wo int
+}
+
+// plane writes plane it's dy into d (h·w floats).
+func (p *bnPoolGrad) plane(it int, d []float32) {
+	o := it * p.ho * p.wo
+	g, idx := p.g[o:o+p.ho*p.wo], p.idx[o:o+p.ho*p.wo]
+	if !maxPool2x2Rows2(d, g, idx, p.ho, p.wo, p.w) {
+		clear(d)
+		for k, v := range g {
+			d[idx[k]] += v
+		}
+		return
+	}
+	if p.w > 2*p.wo {
+		for r := 0; r < 2*p.ho; r++ {
+			d[r*p.w+2*p.wo] = 0
+		}
+	}
+	clear(d[2*p.ho*p.w:])
+}
+
+// batchNormPoolBwdPrep is batchNormBwdPrep, with pool (float32 only, dy
+// nil) reading dy from a max pool's gradient instead of a full-size dy.
+func batchNormPoolBwdPrep[F tensor.Float](dx, dw, db, dy, x, b *T, relu bool, saveMean, saveRstd, w *T, training bool, pool *bnPoolGrad) func() {
 	var s stage
 	n, c, hw := planes("BatchNormBackward", x)
 	xs, gs, ms, rs, ws := in[F](&s, x), in[F](&s, dy), in[F](&s, saveMean), in[F](&s, saveRstd), in[F](&s, w)
@@ -680,14 +765,43 @@ func batchNormBwdPrep[F tensor.Float](dx, dw, db, dy, x, b *T, relu bool, saveMe
 	sdy := make([]float64, c)
 	sdyx := make([]float64, c)
 	cnt := float64(n * hw)
-	sums := func(lo, hi int) {
-		for it := lo; it < hi; it++ {
-			ch := it % c
-			sg, sgd := rowGradSums(gs[it*hw:(it+1)*hw], xs[it*hw:(it+1)*hw], mask(ch), float64(ms[ch]))
-			pdy[it], pdyx[it] = sg, sgd*float64(rs[ch])
+	// dyRow is plane it's dy: a slice of gs, or with pool the plane
+	// scratch d after the pool's gradient is spread into it.
+	dyRow := func(it int, d []F) []F {
+		if pool == nil {
+			return gs[it*hw : (it+1)*hw]
+		}
+		pool.plane(it, any(d).([]float32))
+		return d
+	}
+	// With pool, each worker spreads dy into a plane of its own, held by
+	// the launch (a replay takes and returns them without allocating).
+	var planeSet scratchSet[[]F]
+	if pool != nil {
+		planeSet = newScratchSet(n*c, func() []F { return make([]F, hw) })
+	}
+	scratch := func() []F {
+		if pool == nil {
+			return nil
+		}
+		return <-planeSet
+	}
+	done := func(d []F) {
+		if pool != nil {
+			planeSet <- d
 		}
 	}
+	sums := func(lo, hi int) {
+		d := scratch()
+		for it := lo; it < hi; it++ {
+			ch := it % c
+			sg, sgd := rowGradSums(dyRow(it, d), xs[it*hw:(it+1)*hw], mask(ch), float64(ms[ch]))
+			pdy[it], pdyx[it] = sg, sgd*float64(rs[ch])
+		}
+		done(d)
+	}
 	dxBody := func(lo, hi int) {
+		d := scratch()
 		for it := lo; it < hi; it++ {
 			ch := it % c
 			mu, r := float64(ms[ch]), float64(rs[ch])
@@ -695,7 +809,7 @@ func batchNormBwdPrep[F tensor.Float](dx, dw, db, dy, x, b *T, relu bool, saveMe
 			if ws != nil {
 				wk = float64(ws[ch])
 			}
-			xr, gr, dr := xs[it*hw:(it+1)*hw], gs[it*hw:(it+1)*hw], dxs[it*hw:(it+1)*hw]
+			xr, gr, dr := xs[it*hw:(it+1)*hw], dyRow(it, d), dxs[it*hw:(it+1)*hw]
 			if !training {
 				// The statistics are constants: dx = dy·w·r.
 				rowBnDx(dr, gr, xr, mask(ch), mu, wk*r, 0, 0)
@@ -706,6 +820,7 @@ func batchNormBwdPrep[F tensor.Float](dx, dw, db, dy, x, b *T, relu bool, saveMe
 			a, b := sdy[ch]/cnt, sdyx[ch]/cnt
 			rowBnDx(dr, gr, xr, mask(ch), mu, wk*r, -wk*r*r*b, -wk*r*a)
 		}
+		done(d)
 	}
 	return func() {
 		s.load()

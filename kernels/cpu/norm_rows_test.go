@@ -197,6 +197,24 @@ func TestBatchNormReluMaxPool(t *testing.T) {
 				for i, pair := range [][2]*tensor.Tensor{{gp, wp}, {gi, wi}, {gm, wm}, {gr, wr}, {grm, wrm}, {grv, wrv}} {
 					require.Equal(t, vals(pair[1]), vals(pair[0]), "%v %v training=%v output %d", dt, sh, training, i)
 				}
+				// The backward from the pool's gradient, against the
+				// pool's backward into a full-size dy and the batch norm's.
+				g := randT(6, dt, ps...)
+				back := func(fused bool) [3]*tensor.Tensor {
+					dx, dw, db := tensor.Empty(dt, sh...), tensor.Empty(dt, sh[1]), tensor.Empty(dt, sh[1])
+					if fused {
+						be.BatchNormReluMaxPool2x2Backward(dx, dw, db, g, gi, x, b, gm, gr, w, training)
+					} else {
+						dy := tensor.Empty(dt, sh...)
+						be.MaxPool2dBackward(dy, g, wi, pp)
+						be.BatchNormReluBackward(dx, dw, db, dy, x, b, wm, wr, w, training)
+					}
+					return [3]*tensor.Tensor{dx, dw, db}
+				}
+				fb, wb := back(true), back(false)
+				for i := range fb {
+					require.Equal(t, vals(wb[i]), vals(fb[i]), "%v %v training=%v gradient %d", dt, sh, training, i)
+				}
 			}
 		}
 	}
