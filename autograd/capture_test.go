@@ -40,28 +40,23 @@ func newSmallCNN(t testing.TB, seed uint64) *smallCNN {
 }
 
 // step is one training step: forward, loss, backward, SGD.
-func (m *smallCNN) step(in []*tensor.Tensor) []*tensor.Tensor {
-	x, y := autograd.Const(in[0]), in[1]
-	m.opt.ZeroGrad()
-	h := autograd.Conv2d(x, m.conv, nil, kernels.Conv2dParams{PadH: 1, PadW: 1})
-	h = autograd.BatchNorm(h, m.gamma, m.beta, m.runMean, m.runVar, true, 0.1, 1e-5)
-	h = autograd.Relu(h)
-	h = autograd.MaxPool2d(h, kernels.Pool2dParams{KernelH: 2, KernelW: 2})
-	h = autograd.Flatten(h, 1)
-	logits := autograd.Linear(h, m.fc, m.fcb)
-	loss := autograd.CrossEntropy(logits, y, kernels.CrossEntropyParams{})
-	autograd.Backward(loss)
-	m.opt.Step()
-	return []*tensor.Tensor{loss.Value}
-}
+func (m *smallCNN) step(in []*tensor.Tensor) []*tensor.Tensor { return m.train(in, false) }
 
 // fusedStep is step with the batch norm, ReLU and pool as one op
 // (BatchNormReluMaxPool).
-func (m *smallCNN) fusedStep(in []*tensor.Tensor) []*tensor.Tensor {
+func (m *smallCNN) fusedStep(in []*tensor.Tensor) []*tensor.Tensor { return m.train(in, true) }
+
+func (m *smallCNN) train(in []*tensor.Tensor, fused bool) []*tensor.Tensor {
 	x, y := autograd.Const(in[0]), in[1]
 	m.opt.ZeroGrad()
 	h := autograd.Conv2d(x, m.conv, nil, kernels.Conv2dParams{PadH: 1, PadW: 1})
-	h = autograd.BatchNormReluMaxPool(h, m.gamma, m.beta, m.runMean, m.runVar, true, 0.1, 1e-5)
+	if fused {
+		h = autograd.BatchNormReluMaxPool(h, m.gamma, m.beta, m.runMean, m.runVar, true, 0.1, 1e-5)
+	} else {
+		h = autograd.BatchNorm(h, m.gamma, m.beta, m.runMean, m.runVar, true, 0.1, 1e-5)
+		h = autograd.Relu(h)
+		h = autograd.MaxPool2d(h, kernels.Pool2dParams{KernelH: 2, KernelW: 2})
+	}
 	h = autograd.Flatten(h, 1)
 	logits := autograd.Linear(h, m.fc, m.fcb)
 	loss := autograd.CrossEntropy(logits, y, kernels.CrossEntropyParams{})

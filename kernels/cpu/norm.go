@@ -384,6 +384,18 @@ func (be *Backend) batchNorm(name string, y, saveMean, saveRstd, x, w, b, runMea
 	needCPU(name, y, saveMean, saveRstd, x, w, b, runMean, runVar)
 	_, c, _ := planes(name, x)
 	needShape(name, "y", y, x.Shape())
+	checkBNParams(name, x, c, saveMean, saveRstd, w, b, runMean, runVar, training)
+	if wide(x, y) {
+		be.launch(batchNormPrep[float64](y, saveMean, saveRstd, x, w, b, runMean, runVar, training, momentum, eps, relu))
+	} else {
+		be.launch(batchNormPrep[float32](y, saveMean, saveRstd, x, w, b, runMean, runVar, training, momentum, eps, relu))
+	}
+}
+
+// checkBNParams checks the per-channel tensors of a batch norm over x
+// (c channels): each nil or of c elements, and the running statistics
+// given in evaluation.
+func checkBNParams(name string, x *T, c int, saveMean, saveRstd, w, b, runMean, runVar *T, training bool) {
 	for _, p := range []struct {
 		n string
 		t *T
@@ -393,11 +405,22 @@ func (be *Backend) batchNorm(name string, y, saveMean, saveRstd, x, w, b, runMea
 	if !training && (runMean == nil || runVar == nil) {
 		fail(name, "evaluation needs runMean and runVar (x shape %v)", x.Shape())
 	}
-	if wide(x, y) {
-		be.launch(batchNormPrep[float64](y, saveMean, saveRstd, x, w, b, runMean, runVar, training, momentum, eps, relu))
-	} else {
-		be.launch(batchNormPrep[float32](y, saveMean, saveRstd, x, w, b, runMean, runVar, training, momentum, eps, relu))
+}
+
+// checkBNPool checks the 2×2/2 pool of a fused batch norm over x ([N, C,
+// H, W]): the pooled tensor (or its gradient, named what) of [N, C, H/2,
+// W/2] and its int32 argmax of the same shape. It returns x's shape.
+func checkBNPool(name string, x *T, what string, pooled, argmax *T) []int {
+	xs := x.Shape()
+	if len(xs) != 4 {
+		fail(name, "x shape %v, want [N, C, H, W]", xs)
 	}
+	needShape(name, what, pooled, []int{xs[0], xs[1], xs[2] / 2, xs[3] / 2})
+	needShape(name, "argmax", argmax, pooled.Shape())
+	if argmax.DType() != tensor.I32 {
+		fail(name, "argmax (shape %v) has dtype %v, want i32", argmax.Shape(), argmax.DType())
+	}
+	return xs
 }
 
 // BatchNormReluMaxPool2x2 implements kernels.BatchNormReluPooler:
@@ -411,15 +434,7 @@ func (be *Backend) batchNorm(name string, y, saveMean, saveRstd, x, w, b, runMea
 func (be *Backend) BatchNormReluMaxPool2x2(pooled, argmax, saveMean, saveRstd, x, w, b, runMean, runVar *T, training bool, momentum, eps float64) {
 	const name = "BatchNormReluMaxPool2x2"
 	needCPU(name, pooled, argmax, saveMean, saveRstd, x, w, b, runMean, runVar)
-	xs := x.Shape()
-	if len(xs) != 4 {
-		fail(name, "x shape %v, want [N, C, H, W]", xs)
-	}
-	needShape(name, "pooled", pooled, []int{xs[0], xs[1], xs[2] / 2, xs[3] / 2})
-	needShape(name, "argmax", argmax, pooled.Shape())
-	if argmax.DType() != tensor.I32 {
-		fail(name, "argmax (shape %v) has dtype %v, want i32", argmax.Shape(), argmax.DType())
-	}
+	xs := checkBNPool(name, x, "pooled", pooled, argmax)
 	if x.DType() != tensor.F32 || pooled.DType() != tensor.F32 || !poolAsm || !x.IsContiguous() ||
 		!pooled.IsContiguous() || !argmax.IsContiguous() || xs[2] < 2 || xs[3] < 2 {
 		y := tensor.Empty(x.DType(), xs...)
@@ -428,15 +443,7 @@ func (be *Backend) BatchNormReluMaxPool2x2(pooled, argmax, saveMean, saveRstd, x
 		return
 	}
 	_, c, _ := planes(name, x)
-	for _, p := range []struct {
-		n string
-		t *T
-	}{{"saveMean", saveMean}, {"saveRstd", saveRstd}, {"w", w}, {"b", b}, {"runMean", runMean}, {"runVar", runVar}} {
-		optShape(name, p.n+" (x shape "+tensor.ShapeString(xs)+")", p.t, c)
-	}
-	if !training && (runMean == nil || runVar == nil) {
-		fail(name, "evaluation needs runMean and runVar (x shape %v)", xs)
-	}
+	checkBNParams(name, x, c, saveMean, saveRstd, w, b, runMean, runVar, training)
 	pool := &bnPool{pooled: pooled.F32(), idx: argmax.I32(), w: xs[3], ho: xs[2] / 2, wo: xs[3] / 2}
 	be.launch(batchNormPoolPrep[float32](nil, saveMean, saveRstd, x, w, b, runMean, runVar, training, momentum, eps, true, pool))
 }
@@ -450,15 +457,7 @@ func (be *Backend) BatchNormReluMaxPool2x2(pooled, argmax, saveMean, saveRstd, x
 func (be *Backend) BatchNormReluMaxPool2x2Backward(dx, dw, db, g, argmax, x, b, saveMean, saveRstd, w *T, training bool) {
 	const name = "BatchNormReluMaxPool2x2Backward"
 	needCPU(name, dx, dw, db, g, argmax, x, b, saveMean, saveRstd, w)
-	xs := x.Shape()
-	if len(xs) != 4 {
-		fail(name, "x shape %v, want [N, C, H, W]", xs)
-	}
-	needShape(name, "g", g, []int{xs[0], xs[1], xs[2] / 2, xs[3] / 2})
-	needShape(name, "argmax", argmax, g.Shape())
-	if argmax.DType() != tensor.I32 {
-		fail(name, "argmax (shape %v) has dtype %v, want i32", argmax.Shape(), argmax.DType())
-	}
+	xs := checkBNPool(name, x, "g", g, argmax)
 	if x.DType() != tensor.F32 || g.DType() != tensor.F32 || !poolAsm || !g.IsContiguous() || !argmax.IsContiguous() || xs[2] < 2 || xs[3] < 2 {
 		dy := tensor.Empty(x.DType(), xs...)
 		be.MaxPool2dBackward(dy, g, argmax, kernels.Pool2dParams{KernelH: 2, KernelW: 2})

@@ -108,3 +108,22 @@
 	VPXORD Z25, Z25, Z25; \
 	VPXORD Z26, Z26, Z26; \
 	VPXORD Z27, Z27, Z27
+
+// One step p of a whole tile: rows 0..7 (and 8..11) from the packed A
+// column at SI (4 bytes a row), the broadcasts rotating through Z28..Z31.
+#define FMATILE8 \
+	FMAROW(0, Z28, Z4, Z5); \
+	FMAROW(4, Z29, Z6, Z7); \
+	FMAROW(8, Z30, Z8, Z9); \
+	FMAROW(12, Z31, Z10, Z11); \
+	FMAROW(16, Z28, Z12, Z13); \
+	FMAROW(20, Z29, Z14, Z15); \
+	FMAROW(24, Z30, Z16, Z17); \
+	FMAROW(28, Z31, Z18, Z19)
+
+#define FMATILE12 \
+	FMATILE8; \
+	FMAROW(32, Z28, Z20, Z21); \
+	FMAROW(36, Z29, Z22, Z23); \
+	FMAROW(40, Z30, Z24, Z25); \
+	FMAROW(44, Z31, Z26, Z27)
