@@ -172,3 +172,33 @@ func Conv2dAffineAct(x, w, scale, shift *Var, act kernels.UnaryOp, p kernels.Con
 	be.Unary(act, out, out)
 	return Const(out)
 }
+
+// Conv2dAffineActMaxPool is MaxPool2d(Conv2dAffineAct(x, w, scale, shift,
+// act, p)) with a 2×2, stride-2 pool (an eval-mode CNN block and its
+// pool), for inference like Conv2dAffineAct: where the backend supports
+// it (kernels.ConvAffineActPooler) the pool is taken in the
+// convolution's epilogue and the full-size output is never written;
+// otherwise it is the two ops. The convolution's output planes must be
+// at least 2×2.
+func Conv2dAffineActMaxPool(x, w, scale, shift *Var, act kernels.UnaryOp, p kernels.Conv2dParams) *Var {
+	pp := kernels.Pool2dParams{KernelH: 2, KernelW: 2}
+	f, ok := backendOf(x.Value).(kernels.ConvAffineActPooler)
+	xs, ws := x.Shape(), w.Shape()
+	if !ok || len(xs) != 4 || len(ws) != 4 || x.Value.DType() != w.Value.DType() {
+		return MaxPool2d(Conv2dAffineAct(x, w, scale, shift, act, p), pp)
+	}
+	checkFloat("conv2d_affine_act_max_pool", x, w, scale, shift)
+	if GradEnabled() && (x.RequiresGrad() || w.RequiresGrad() || scale.RequiresGrad() || shift.RequiresGrad()) {
+		panic("autograd: conv2d_affine_act_max_pool has no gradient: call it under NoGrad or InferenceMode")
+	}
+	pn := p.Norm()
+	ho := kernels.ConvOut(xs[2], ws[2], pn.StrideH, pn.PadH, pn.DilationH)
+	wo := kernels.ConvOut(xs[3], ws[3], pn.StrideW, pn.PadW, pn.DilationW)
+	if ho < 2 || wo < 2 {
+		panic(fmt.Sprintf("autograd: conv2d_affine_act_max_pool: input shape %v gives %d×%d output planes for weight shape %v (want at least 2×2)", xs, ho, wo, ws))
+	}
+	xv := contig(x.Value)
+	out := alloc(xv, xv.DType(), xs[0], ws[0], ho/2, wo/2)
+	f.Conv2dAffineActMaxPool2x2(out, xv, contig(w.Value), contig(scale.Value), contig(shift.Value), act, p)
+	return Const(out)
+}

@@ -264,6 +264,15 @@ type ConvAffineActer interface {
 	Conv2dAffineAct(dst, x, w, scale, shift *T, act UnaryOp, p Conv2dParams)
 }
 
+// ConvAffineActPooler is implemented by backends that fold a 2×2,
+// stride-2 max pool (without indices) into Conv2dAffineAct: dst ([N,
+// Cout, Ho/2, Wo/2]) is MaxPool2d of Conv2dAffineAct's output, which is
+// never written — an eval-mode CNN block and its pool. It is an optional
+// capability (check with a type assertion); there is no backward.
+type ConvAffineActPooler interface {
+	Conv2dAffineActMaxPool2x2(dst, x, w, scale, shift *T, act UnaryOp, p Conv2dParams)
+}
+
 // BatchNormReluer is implemented by backends that fold a ReLU into batch
 // norm: BatchNormRelu is BatchNorm with y = max(y, +0) (NaN kept) in the
 // pass that writes y, and BatchNormReluBackward is BatchNormBackward with

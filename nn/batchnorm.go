@@ -137,14 +137,18 @@ func (b *BatchNorm2d) EvalAffine() (scale, shift *autograd.Var) {
 }
 
 // ConvBNReluMaxPool is a 2×2, stride-2 max pool of ConvBNRelu(conv, bn,
-// x): with gradients on, the pool folds into the batch norm
-// (BatchNorm2d.ForwardReluMaxPool), so that the block's full-size
-// activation is never written; in inference, the convolution with the
-// folded batch norm and ReLU, then the pool. The output planes of the
-// convolution must be at least 2×2.
+// x), the block's full-size activation never written: with gradients
+// on, the pool folds into the batch norm (BatchNorm2d.ForwardReluMaxPool);
+// in inference with bn in eval mode, the batch norm, ReLU and pool fold
+// into the convolution's epilogue (autograd.Conv2dAffineActMaxPool). The
+// output planes of the convolution must be at least 2×2.
 func ConvBNReluMaxPool(conv *Conv2d, bn *BatchNorm2d, x *autograd.Var) *autograd.Var {
 	if !autograd.GradEnabled() && !bn.Training() {
-		return autograd.MaxPool2d(ConvBNRelu(conv, bn, x), kernels.Pool2dParams{KernelH: 2, KernelW: 2})
+		scale, shift, ok := convBNFold(conv, bn, x)
+		if !ok {
+			return autograd.MaxPool2d(ConvBNRelu(conv, bn, x), kernels.Pool2dParams{KernelH: 2, KernelW: 2})
+		}
+		return autograd.Conv2dAffineActMaxPool(x, conv.Weight, scale, shift, kernels.Relu, conv.params)
 	}
 	return bn.ForwardReluMaxPool(conv.Forward(x))
 }
@@ -157,17 +161,30 @@ func ConvBNReluMaxPool(conv *Conv2d, bn *BatchNorm2d, x *autograd.Var) *autograd
 // layers to rounding. Otherwise the convolution runs, then the batch norm
 // with the ReLU folded into its passes (ForwardRelu).
 func ConvBNRelu(conv *Conv2d, bn *BatchNorm2d, x *autograd.Var) *autograd.Var {
+	scale, shift, ok := convBNFold(conv, bn, x)
+	if !ok {
+		return bn.ForwardRelu(conv.Forward(x))
+	}
+	return autograd.Conv2dAffineAct(x, conv.Weight, scale, shift, kernels.Relu, conv.params)
+}
+
+// convBNFold returns the per-channel affine map of bn folded after conv
+// (the convolution's bias included) when the two can run as one
+// convolution with an epilogue: gradients off, bn in eval mode, no
+// autocast, matching dtypes and widths. It panics on an input conv
+// cannot take.
+func convBNFold(conv *Conv2d, bn *BatchNorm2d, x *autograd.Var) (scale, shift *autograd.Var, ok bool) {
 	fold := !autograd.GradEnabled() && !bn.Training() && autograd.AutocastDType() == 0 &&
 		x.Value.DType() == conv.Weight.Value.DType() && bn.opts.Channels == conv.opts.OutChannels
 	if !fold {
-		return bn.ForwardRelu(conv.Forward(x))
+		return nil, nil, false
 	}
 	if x.Value.Rank() != 4 || x.Value.Dim(1) != conv.opts.InChannels {
 		panic(fmt.Sprintf("nn: Conv2d(%d→%d) got input of shape %v (want [N %d H W])", conv.opts.InChannels, conv.opts.OutChannels, x.Shape(), conv.opts.InChannels))
 	}
-	scale, shift := bn.EvalAffine()
+	scale, shift = bn.EvalAffine()
 	if conv.Bias != nil {
 		autograd.NoGrad(func() { shift = autograd.Add(shift, autograd.Mul(conv.Bias, scale)) })
 	}
-	return autograd.Conv2dAffineAct(x, conv.Weight, scale, shift, kernels.Relu, conv.params)
+	return scale, shift, true
 }

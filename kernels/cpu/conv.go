@@ -410,6 +410,42 @@ func (be *Backend) Conv2dAffineAct(dst, x, w, scale, shift *T, act kernels.Unary
 	}
 }
 
+// Conv2dAffineActMaxPool2x2 implements kernels.ConvAffineActPooler:
+// Conv2dAffineAct followed by a 2×2, stride-2 max pool (no indices), the
+// pool taken from each output channel's block in the direct kernel's
+// scratch, so that the full-size output is never written. dst is [N,
+// Cout, Ho/2, Wo/2]. Convolutions off the direct kernel, and builds
+// without the pool kernel, run the two ops through a temporary.
+func (be *Backend) Conv2dAffineActMaxPool2x2(dst, x, w, scale, shift *T, act kernels.UnaryOp, p kernels.Conv2dParams) {
+	const name = "Conv2dAffineActMaxPool2x2"
+	needCPU(name, dst, x, w, scale, shift)
+	xs, ws := x.Shape(), w.Shape()
+	if len(xs) != 4 || len(ws) != 4 {
+		fail(name, "x shape %v and w shape %v, want rank 4", xs, ws)
+	}
+	pn := p.Norm()
+	ho := kernels.ConvOut(xs[2], ws[2], pn.StrideH, pn.PadH, pn.DilationH)
+	wo := kernels.ConvOut(xs[3], ws[3], pn.StrideW, pn.PadW, pn.DilationW)
+	// The convolution's output shape, for checkConv, without its storage.
+	outShape := tensor.Zeros(dst.DType(), 1).Reshape(1, 1, 1, 1).Expand(xs[0], ws[0], max(ho, 0), max(wo, 0))
+	g := checkConv(name, x, w, outShape, p, "x", "the convolution's output")
+	needShape(name, "dst", dst, []int{xs[0], ws[0], ho / 2, wo / 2})
+	needFloat(name, "scale", scale)
+	needFloat(name, "shift", shift)
+	needShape(name, "scale", scale, []int{g.cout})
+	needShape(name, "shift", shift, []int{g.cout})
+	if act >= kernels.UnaryOp(len(kernels.UnaryOps())) {
+		fail(name, "unknown activation %d", act)
+	}
+	if wide(dst, x, w) || !useDconv[float32](&g) || !poolAsm || !dst.IsContiguous() || ho < 2 || wo < 2 {
+		full := tensor.Empty(dst.DType(), xs[0], ws[0], ho, wo)
+		be.Conv2dAffineAct(full, x, w, scale, shift, act, p)
+		be.MaxPool2d(dst, nil, full, kernels.Pool2dParams{KernelH: 2, KernelW: 2})
+		return
+	}
+	be.launchScratch(dconvPoolPrep(&g, dst, x, w, nil, scale, shift, act, false, true))
+}
+
 func convPrep[F tensor.Float](g *convGeom, dst, x, w, bias, scale, shift *T, act kernels.UnaryOp) (run, release func()) {
 	var s stage
 	xs, ws, bs := in[F](&s, x), in[F](&s, w), in[F](&s, bias)

@@ -589,3 +589,34 @@ func TestMaxPool2x2Backward(t *testing.T) {
 		}
 	}
 }
+
+// TestConvAffineActMaxPool: the convolution with its affine map,
+// activation and 2×2 pool in the direct kernel's epilogue gives bitwise
+// Conv2dAffineAct followed by MaxPool2d, on even and odd output planes,
+// with ReLU and with another activation; a convolution off the direct
+// kernel takes the two ops.
+func TestConvAffineActMaxPool(t *testing.T) {
+	pp := kernels.Pool2dParams{KernelH: 2, KernelW: 2}
+	for ci, c := range []convCase{
+		{3, 8, 14, 14, 16, 3, 3, kernels.Conv2dParams{PadH: 1, PadW: 1}},
+		{2, 1, 28, 28, 8, 3, 3, kernels.Conv2dParams{PadH: 1, PadW: 1}},
+		{2, 16, 7, 7, 32, 3, 3, kernels.Conv2dParams{PadH: 1, PadW: 1}},
+		{2, 3, 9, 11, 4, 3, 3, kernels.Conv2dParams{PadH: 1, PadW: 1}}, // 4 channels: im2col
+	} {
+		x := randT(uint64(ci), tensor.F32, c.n, c.cin, c.h, c.w)
+		w := randT(uint64(ci+1), tensor.F32, c.cout, c.cin, c.kh, c.kw)
+		sc, sh := randT(uint64(ci+2), tensor.F32, c.cout), randT(uint64(ci+3), tensor.F32, c.cout)
+		pn := c.p.Norm()
+		ho := kernels.ConvOut(c.h, c.kh, 1, pn.PadH, 1)
+		wo := kernels.ConvOut(c.w, c.kw, 1, pn.PadW, 1)
+		for _, act := range []kernels.UnaryOp{kernels.Relu, kernels.Tanh} {
+			full := tensor.Empty(tensor.F32, c.n, c.cout, ho, wo)
+			be.Conv2dAffineAct(full, x, w, sc, sh, act, c.p)
+			want := tensor.Empty(tensor.F32, c.n, c.cout, ho/2, wo/2)
+			be.MaxPool2d(want, nil, full, pp)
+			got := tensor.Empty(tensor.F32, c.n, c.cout, ho/2, wo/2)
+			be.Conv2dAffineActMaxPool2x2(got, x, w, sc, sh, act, c.p)
+			require.Equal(t, vals(want), vals(got), "case %d act %v", ci, act)
+		}
+	}
+}

@@ -219,6 +219,13 @@ func convDirectBwdInputPrep(t *convGeom, dx, dy, w *T) (run, release func()) {
 // transposed geometry and w the original convolution's weights, flipped
 // into g's layout at each launch.
 func dconvPrep(g *convGeom, dst, x, w, bias, scale, shift *T, act kernels.UnaryOp, flip bool) (run, release func()) {
+	return dconvPoolPrep(g, dst, x, w, bias, scale, shift, act, flip, false)
+}
+
+// dconvPoolPrep is dconvPrep, with pool a 2×2, stride-2 max pool of each
+// output channel's block (after the epilogue and activation) written to
+// dst ([N, Cout, Ho/2, Wo/2]) instead of the block itself.
+func dconvPoolPrep(g *convGeom, dst, x, w, bias, scale, shift *T, act kernels.UnaryOp, flip, pool bool) (run, release func()) {
 	var s stage
 	xs, ws := in[float32](&s, x), in[float32](&s, w)
 	bs, scs, shs := in[float32](&s, bias), in[float32](&s, scale), in[float32](&s, shift)
@@ -241,6 +248,14 @@ func dconvPrep(g *convGeom, dst, x, w, bias, scale, shift *T, act kernels.UnaryO
 				// columns of each row out.
 				cbo := sc.cb[o*d.qt:][:d.q]
 				convEpilogue(cbo, cbo, ch, bs, scs, shs, act)
+				if pool {
+					if act != noAct && act != kernels.Relu {
+						unaryKernel(act, cbo, cbo)
+					}
+					ph, pw := g.ho/2, g.wo/2
+					maxPool2x2Rows(ys[(n*g.cout+ch)*ph*pw:][:ph*pw], nil, cbo, ph, pw, 0, d.wp)
+					continue
+				}
 				dsto := ys[(n*g.cout+ch)*g.pixels:][:g.pixels]
 				copyRows(dsto, g.wo, cbo, d.wp, g.ho, g.wo)
 				if act != noAct && act != kernels.Relu {
