@@ -137,25 +137,8 @@ func GlobalAvgPool(x *Var) *Var {
 // NoGrad or InferenceMode, or with inputs that need none); Autocast does
 // not apply (the inputs' own dtype is used).
 func Conv2dAffineAct(x, w, scale, shift *Var, act kernels.UnaryOp, p kernels.Conv2dParams) *Var {
-	checkFloat("conv2d_affine_act", x, w, scale, shift)
-	if GradEnabled() && (x.RequiresGrad() || w.RequiresGrad() || scale.RequiresGrad() || shift.RequiresGrad()) {
-		panic("autograd: conv2d_affine_act has no gradient: call it under NoGrad or InferenceMode")
-	}
+	xs, ws, ho, wo := checkConvAffineAct("conv2d_affine_act", x, w, scale, shift, p)
 	p = p.Norm()
-	xs, ws := x.Shape(), w.Shape()
-	if len(xs) != 4 || len(ws) != 4 || p.Groups < 1 || xs[1] != ws[1]*p.Groups || ws[0]%p.Groups != 0 {
-		panic(fmt.Sprintf("autograd: conv2d_affine_act: input shape %v does not match weight shape %v with %d groups", xs, ws, p.Groups))
-	}
-	for _, v := range []*Var{scale, shift} {
-		if s := v.Shape(); len(s) != 1 || s[0] != ws[0] {
-			panic(fmt.Sprintf("autograd: conv2d_affine_act: scale and shift must be [%d], got %v", ws[0], s))
-		}
-	}
-	ho := kernels.ConvOut(xs[2], ws[2], p.StrideH, p.PadH, p.DilationH)
-	wo := kernels.ConvOut(xs[3], ws[3], p.StrideW, p.PadW, p.DilationW)
-	if ho <= 0 || wo <= 0 {
-		panic(fmt.Sprintf("autograd: conv2d_affine_act: input shape %v too small for weight shape %v with %+v", xs, ws, p))
-	}
 	xv, wv := contig(x.Value), contig(w.Value)
 	out := alloc(xv, xv.DType(), xs[0], ws[0], ho, wo)
 	be := backendOf(out)
@@ -181,19 +164,11 @@ func Conv2dAffineAct(x, w, scale, shift *Var, act kernels.UnaryOp, p kernels.Con
 // otherwise it is the two ops. The convolution's output planes must be
 // at least 2×2.
 func Conv2dAffineActMaxPool(x, w, scale, shift *Var, act kernels.UnaryOp, p kernels.Conv2dParams) *Var {
-	pp := kernels.Pool2dParams{KernelH: 2, KernelW: 2}
 	f, ok := backendOf(x.Value).(kernels.ConvAffineActPooler)
-	xs, ws := x.Shape(), w.Shape()
-	if !ok || len(xs) != 4 || len(ws) != 4 || x.Value.DType() != w.Value.DType() {
-		return MaxPool2d(Conv2dAffineAct(x, w, scale, shift, act, p), pp)
+	if !ok || x.Value.DType() != w.Value.DType() {
+		return MaxPool2d(Conv2dAffineAct(x, w, scale, shift, act, p), kernels.Pool2dParams{KernelH: 2, KernelW: 2})
 	}
-	checkFloat("conv2d_affine_act_max_pool", x, w, scale, shift)
-	if GradEnabled() && (x.RequiresGrad() || w.RequiresGrad() || scale.RequiresGrad() || shift.RequiresGrad()) {
-		panic("autograd: conv2d_affine_act_max_pool has no gradient: call it under NoGrad or InferenceMode")
-	}
-	pn := p.Norm()
-	ho := kernels.ConvOut(xs[2], ws[2], pn.StrideH, pn.PadH, pn.DilationH)
-	wo := kernels.ConvOut(xs[3], ws[3], pn.StrideW, pn.PadW, pn.DilationW)
+	xs, ws, ho, wo := checkConvAffineAct("conv2d_affine_act_max_pool", x, w, scale, shift, p)
 	if ho < 2 || wo < 2 {
 		panic(fmt.Sprintf("autograd: conv2d_affine_act_max_pool: input shape %v gives %d×%d output planes for weight shape %v (want at least 2×2)", xs, ho, wo, ws))
 	}
@@ -201,4 +176,31 @@ func Conv2dAffineActMaxPool(x, w, scale, shift *Var, act kernels.UnaryOp, p kern
 	out := alloc(xv, xv.DType(), xs[0], ws[0], ho/2, wo/2)
 	f.Conv2dAffineActMaxPool2x2(out, xv, contig(w.Value), contig(scale.Value), contig(shift.Value), act, p)
 	return Const(out)
+}
+
+// checkConvAffineAct checks the inputs of an inference-only convolution
+// with an affine epilogue (op names it): float inputs needing no gradient,
+// x [N, C, H, W] matching w for the groups, scale and shift [Cout], a
+// non-empty output. It returns the shapes and the output's planes.
+func checkConvAffineAct(op string, x, w, scale, shift *Var, p kernels.Conv2dParams) (xs, ws []int, ho, wo int) {
+	checkFloat(op, x, w, scale, shift)
+	if GradEnabled() && (x.RequiresGrad() || w.RequiresGrad() || scale.RequiresGrad() || shift.RequiresGrad()) {
+		panic(fmt.Sprintf("autograd: %s has no gradient: call it under NoGrad or InferenceMode", op))
+	}
+	p = p.Norm()
+	xs, ws = x.Shape(), w.Shape()
+	if len(xs) != 4 || len(ws) != 4 || p.Groups < 1 || xs[1] != ws[1]*p.Groups || ws[0]%p.Groups != 0 {
+		panic(fmt.Sprintf("autograd: %s: input shape %v does not match weight shape %v with %d groups", op, xs, ws, p.Groups))
+	}
+	for _, v := range []*Var{scale, shift} {
+		if s := v.Shape(); len(s) != 1 || s[0] != ws[0] {
+			panic(fmt.Sprintf("autograd: %s: scale and shift must be [%d], got %v", op, ws[0], s))
+		}
+	}
+	ho = kernels.ConvOut(xs[2], ws[2], p.StrideH, p.PadH, p.DilationH)
+	wo = kernels.ConvOut(xs[3], ws[3], p.StrideW, p.PadW, p.DilationW)
+	if ho <= 0 || wo <= 0 {
+		panic(fmt.Sprintf("autograd: %s: input shape %v too small for weight shape %v with %+v", op, xs, ws, p))
+	}
+	return xs, ws, ho, wo
 }

@@ -393,13 +393,7 @@ func (be *Backend) Conv2dAffineAct(dst, x, w, scale, shift *T, act kernels.Unary
 	const name = "Conv2dAffineAct"
 	needCPU(name, dst, x, w, scale, shift)
 	g := checkConv(name, x, w, dst, p, "x", "dst")
-	needFloat(name, "scale", scale)
-	needFloat(name, "shift", shift)
-	needShape(name, "scale", scale, []int{g.cout})
-	needShape(name, "shift", shift, []int{g.cout})
-	if act >= kernels.UnaryOp(len(kernels.UnaryOps())) {
-		fail(name, "unknown activation %d", act)
-	}
+	checkAffineAct(name, g.cout, scale, shift, act)
 	switch {
 	case wide(dst, x, w):
 		be.launchScratch(convPrep[float64](&g, dst, x, w, nil, scale, shift, act))
@@ -407,6 +401,18 @@ func (be *Backend) Conv2dAffineAct(dst, x, w, scale, shift *T, act kernels.Unary
 		be.launchScratch(convDirectPrep(&g, dst, x, w, nil, scale, shift, act))
 	default:
 		be.launchScratch(convPrep[float32](&g, dst, x, w, nil, scale, shift, act))
+	}
+}
+
+// checkAffineAct checks the epilogue of Conv2dAffineAct: float scale and
+// shift of cout elements and a known activation.
+func checkAffineAct(name string, cout int, scale, shift *T, act kernels.UnaryOp) {
+	needFloat(name, "scale", scale)
+	needFloat(name, "shift", shift)
+	needShape(name, "scale", scale, []int{cout})
+	needShape(name, "shift", shift, []int{cout})
+	if act >= kernels.UnaryOp(len(kernels.UnaryOps())) {
+		fail(name, "unknown activation %d", act)
 	}
 }
 
@@ -430,13 +436,7 @@ func (be *Backend) Conv2dAffineActMaxPool2x2(dst, x, w, scale, shift *T, act ker
 	outShape := tensor.Zeros(dst.DType(), 1).Reshape(1, 1, 1, 1).Expand(xs[0], ws[0], max(ho, 0), max(wo, 0))
 	g := checkConv(name, x, w, outShape, p, "x", "the convolution's output")
 	needShape(name, "dst", dst, []int{xs[0], ws[0], ho / 2, wo / 2})
-	needFloat(name, "scale", scale)
-	needFloat(name, "shift", shift)
-	needShape(name, "scale", scale, []int{g.cout})
-	needShape(name, "shift", shift, []int{g.cout})
-	if act >= kernels.UnaryOp(len(kernels.UnaryOps())) {
-		fail(name, "unknown activation %d", act)
-	}
+	checkAffineAct(name, g.cout, scale, shift, act)
 	if wide(dst, x, w) || !useDconv[float32](&g) || !poolAsm || !dst.IsContiguous() || ho < 2 || wo < 2 {
 		full := tensor.Empty(dst.DType(), xs[0], ws[0], ho, wo)
 		be.Conv2dAffineAct(full, x, w, scale, shift, act, p)

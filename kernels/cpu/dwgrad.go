@@ -1,10 +1,6 @@
 package cpu
 
-import (
-	"unsafe"
-
-	"github.com/esper-go/esper/tensor"
-)
+import "github.com/esper-go/esper/tensor"
 
 // The direct weight gradient of a stride-1 convolution, the counterpart
 // of the direct kernel (dconv.go) without a patch matrix: on the padded
@@ -112,7 +108,7 @@ func dwgradPrep(g *convGeom, dw, x, dy *T) (run, release func()) {
 				_, _ = sc.dy[nb*og4*qs-1], sc.xp[nb*d.xlen-1]
 				for o := 0; o < og4; o += 4 {
 					for k := 0; k < kd4; k += 4 {
-						sdotOffs4x4Kernel(&sc.dy[o*qs], qs, &sc.xp[0], (*[4]int)(unsafe.Pointer(&boffs[k])), kc, tail, nb, og4*qs, d.xlen, &out)
+						sdotOffs4x4Kernel(&sc.dy[o*qs], qs, &sc.xp[0], (*[4]int)(boffs[k:k+4]), kc, tail, nb, og4*qs, d.xlen, &out)
 						for i := 0; i < 4 && o+i < g.og; i++ {
 							row := pg[(o+i)*g.kdim:]
 							for j := 0; j < 4 && k+j < g.kdim; j++ {

@@ -464,19 +464,7 @@ func (be *Backend) BatchNormReluMaxPool2x2Backward(dx, dw, db, g, argmax, x, b, 
 		be.BatchNormReluBackward(dx, dw, db, dy, x, b, saveMean, saveRstd, w, training)
 		return
 	}
-	_, c, _ := planes(name, x)
-	if dx != nil {
-		needShape(name, "dx", dx, xs)
-	}
-	if saveMean == nil || saveRstd == nil {
-		fail(name, "saveMean and saveRstd are required (x shape %v)", xs)
-	}
-	for _, p := range []struct {
-		n string
-		t *T
-	}{{"saveMean", saveMean}, {"saveRstd", saveRstd}, {"w", w}, {"dw", dw}, {"db", db}, {"b", b}} {
-		optShape(name, p.n, p.t, c)
-	}
+	checkBNBackward(name, dx, dw, db, x, b, saveMean, saveRstd, w)
 	pool := &bnPoolGrad{g: g.F32(), idx: argmax.I32(), h: xs[2], w: xs[3], ho: xs[2] / 2, wo: xs[3] / 2}
 	be.launch(batchNormPoolBwdPrep[float32](dx, dw, db, nil, x, b, true, saveMean, saveRstd, w, training, pool))
 }
@@ -678,22 +666,29 @@ func (be *Backend) BatchNormReluBackward(dx, dw, db, dy, x, b, saveMean, saveRst
 	be.batchNormBackward("BatchNormReluBackward", dx, dw, db, dy, x, b, true, saveMean, saveRstd, w, training)
 }
 
-func (be *Backend) batchNormBackward(name string, dx, dw, db, dy, x, b *T, relu bool, saveMean, saveRstd, w *T, training bool) {
-	needCPU(name, dx, dw, db, dy, x, b, saveMean, saveRstd, w)
+// checkBNBackward checks a batch-norm backward's tensors besides dy: dx
+// shaped like x, the saved statistics given, and every per-channel
+// tensor nil or of C elements.
+func checkBNBackward(name string, dx, dw, db, x, b, saveMean, saveRstd, w *T) {
 	_, c, _ := planes(name, x)
-	needShape(name, "dy", dy, x.Shape())
 	if dx != nil {
 		needShape(name, "dx", dx, x.Shape())
 	}
 	if saveMean == nil || saveRstd == nil {
 		fail(name, "saveMean and saveRstd are required (x shape %v)", x.Shape())
 	}
-	optShape(name, "saveMean", saveMean, c)
-	optShape(name, "saveRstd", saveRstd, c)
-	optShape(name, "w", w, c)
-	optShape(name, "dw", dw, c)
-	optShape(name, "db", db, c)
-	optShape(name, "b", b, c)
+	for _, p := range []struct {
+		n string
+		t *T
+	}{{"saveMean", saveMean}, {"saveRstd", saveRstd}, {"w", w}, {"dw", dw}, {"db", db}, {"b", b}} {
+		optShape(name, p.n, p.t, c)
+	}
+}
+
+func (be *Backend) batchNormBackward(name string, dx, dw, db, dy, x, b *T, relu bool, saveMean, saveRstd, w *T, training bool) {
+	needCPU(name, dx, dw, db, dy, x, b, saveMean, saveRstd, w)
+	needShape(name, "dy", dy, x.Shape())
+	checkBNBackward(name, dx, dw, db, x, b, saveMean, saveRstd, w)
 	if wide(x, dy) {
 		be.launch(batchNormBwdPrep[float64](dx, dw, db, dy, x, b, relu, saveMean, saveRstd, w, training))
 	} else {
@@ -722,20 +717,7 @@ type bnPoolGrad struct {
 // plane writes plane it's dy into d (h·w floats).
 func (p *bnPoolGrad) plane(it int, d []float32) {
 	o := it * p.ho * p.wo
-	g, idx := p.g[o:o+p.ho*p.wo], p.idx[o:o+p.ho*p.wo]
-	if !maxPool2x2Rows2(d, g, idx, p.ho, p.wo, p.w) {
-		clear(d)
-		for k, v := range g {
-			d[idx[k]] += v
-		}
-		return
-	}
-	if p.w > 2*p.wo {
-		for r := 0; r < 2*p.ho; r++ {
-			d[r*p.w+2*p.wo] = 0
-		}
-	}
-	clear(d[2*p.ho*p.w:])
+	poolGradPlane(d, p.g[o:o+p.ho*p.wo], p.idx[o:o+p.ho*p.wo], p.h, p.w, p.ho, p.wo)
 }
 
 // batchNormPoolBwdPrep is batchNormBwdPrep, with pool (float32 only, dy

@@ -82,10 +82,3 @@ func maxPool2x2Rows(y []float32, idx []int32, x []float32, rows, n, base, w int)
 	}
 	maxPool2x2AVX512(&y[0], ip, &x[0], n>>4, int32(base), int32(w), &poolLanes, uint16(1)<<t-1, maskA, maskB, rows, n)
 }
-
-// maxPool2x2Rows2 is maxPoolBwd2x2Rows for a whole plane of dx (h ≥ 2·ho
-// rows of w) from the pool's ho×wo gradients g and indices idx, reporting
-// false (dx partly written) when an index leaves its window.
-func maxPool2x2Rows2(dx, g []float32, idx []int32, ho, wo, w int) bool {
-	return maxPoolBwd2x2Rows(dx, g, idx, ho, wo, 0, w)
-}

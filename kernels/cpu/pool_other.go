@@ -12,5 +12,3 @@ func maxPool2x2Rows(y []float32, idx []int32, x []float32, rows, n, base, w int)
 func maxPoolBwd2x2Rows(dx, dy []float32, idx []int32, rows, n, base, w int) bool {
 	panic("unreachable")
 }
-
-func maxPool2x2Rows2(dx, g []float32, idx []int32, ho, wo, w int) bool { panic("unreachable") }

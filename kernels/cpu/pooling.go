@@ -205,17 +205,11 @@ func maxPoolBwdPrep[F tensor.Float](g *poolGeom, dx, dy, argmax *T) func() {
 		p.StrideH == 2 && p.StrideW == 2 && p.PadH == 0 && p.PadW == 0
 	body := func(lo, hi int) {
 		for pl := lo; pl < hi; pl++ {
-			d := dxs[pl*hw : (pl+1)*hw]
-			if vec && maxPoolBwd2x2Rows(dx32[pl*hw:(pl+1)*hw], g32[pl*ohw:(pl+1)*ohw], a32[pl*ohw:(pl+1)*ohw], g.ho, g.wo, 0, g.w) {
-				// The column and row the windows leave out.
-				if g.w > 2*g.wo {
-					for r := 0; r < 2*g.ho; r++ {
-						clear(d[r*g.w+2*g.wo : (r+1)*g.w])
-					}
-				}
-				clear(d[2*g.ho*g.w:])
+			if vec {
+				poolGradPlane(dx32[pl*hw:(pl+1)*hw], g32[pl*ohw:(pl+1)*ohw], a32[pl*ohw:(pl+1)*ohw], g.h, g.w, g.ho, g.wo)
 				continue
 			}
+			d := dxs[pl*hw : (pl+1)*hw]
 			clear(d)
 			for o := pl * ohw; o < (pl+1)*ohw; o++ {
 				if i := idxAt(a64, a32, o); i >= 0 {
@@ -228,6 +222,32 @@ func maxPoolBwdPrep[F tensor.Float](g *poolGeom, dx, dy, argmax *T) func() {
 		s.load()
 		parallelFor(g.planes, hw+ohw, body)
 		s.store()
+	}
+}
+
+// poolGradPlane writes one h×w plane d of a 2×2, stride-2 max pool's
+// input gradient from the plane's ho×wo output gradients g and their flat
+// in-plane indices idx: the AVX-512 kernel writes every window, and the
+// column and row the windows leave out are zeroed; when an index leaves
+// its window (not this pool's forward) the gradients are scattered into
+// the cleared plane instead. It needs poolAsm. MaxPool2dBackward and the
+// fused batch norm's backward (bnPoolGrad) share it.
+func poolGradPlane(d, g []float32, idx []int32, h, w, ho, wo int) {
+	d = d[:h*w]
+	if maxPoolBwd2x2Rows(d, g, idx, ho, wo, 0, w) {
+		if w > 2*wo {
+			for r := 0; r < 2*ho; r++ {
+				clear(d[r*w+2*wo : (r+1)*w])
+			}
+		}
+		clear(d[2*ho*w:])
+		return
+	}
+	clear(d)
+	for k, v := range g[:ho*wo] {
+		if i := idx[k]; i >= 0 {
+			d[i] += v
+		}
 	}
 }
 
