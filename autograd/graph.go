@@ -20,6 +20,10 @@ type node struct {
 	// during capture, never during replay.
 	backward func(g *tensor.Tensor) []*tensor.Tensor
 	saved    int // tensors retained for backward (for the statistics)
+	// sinks marks a node made by resultSink; sink holds, while its
+	// backward runs, the leaf Grads it may accumulate into.
+	sinks bool
+	sink  [3]*tensor.Tensor
 }
 
 var (
@@ -63,14 +67,42 @@ func needsGrad(inputs ...*Var) bool {
 //
 // result copies inputs, so callers may pass a slice literal.
 func result(op string, out *tensor.Tensor, inputs []*Var, saved int, mk func() func(g *tensor.Tensor) []*tensor.Tensor) *Var {
+	v, n := record(op, out, inputs, saved)
+	if n != nil {
+		n.backward = mk()
+	}
+	return v
+}
+
+// resultSink is result for an op whose backward can add an input's
+// gradient straight into that input's Grad: mk receives the node's sinks,
+// which Backward fills just before the backward runs. sink[j], when not
+// nil, is the Grad of input j, a leaf whose gradient is only summed
+// there (no hooks; contiguous, in its value's dtype, F32 or F64). The
+// backward may add input j's gradient into sink[j] and return nil for j,
+// or ignore the sink and return the gradient as usual. A linear layer
+// uses this to accumulate its weight and bias gradients with
+// kernels.GradAccumulator, saving a tensor and an addition each.
+func resultSink(op string, out *tensor.Tensor, inputs []*Var, saved int, mk func(sink *[3]*tensor.Tensor) func(g *tensor.Tensor) []*tensor.Tensor) *Var {
+	v, n := record(op, out, inputs, saved)
+	if n != nil {
+		n.backward, n.sinks = mk(&n.sink), true
+	}
+	return v
+}
+
+// record wraps out and, when any input requires a gradient and grad
+// mode is on, gives it a node named op over inputs (nil otherwise) whose
+// backward the caller sets.
+func record(op string, out *tensor.Tensor, inputs []*Var, saved int) (*Var, *node) {
 	if !needsGrad(inputs...) {
-		return &Var{Value: out}
+		return &Var{Value: out}, nil
 	}
 	// The output and its node are one allocation.
 	vn := &varNode{}
 	v, n := &vn.v, &vn.n
 	v.Value, v.requiresGrad, v.node = out, true, n
-	n.op, n.backward, n.saved = op, mk(), saved
+	n.op, n.saved = op, saved
 	if len(inputs) <= len(n.in) {
 		n.inputs = append(n.in[:0:len(inputs)], inputs...)
 	} else {
@@ -78,7 +110,23 @@ func result(op string, out *tensor.Tensor, inputs []*Var, saved int, mk func() f
 	}
 	nodesCreated.Add(1)
 	tensorsSaved.Add(int64(saved))
-	return v
+	return v, n
+}
+
+// fillSinks sets n.sink[j] to the Grad of each input j < 3 that can take
+// its gradient directly (see resultSink).
+func (n *node) fillSinks() {
+	for j, in := range n.inputs[:min(len(n.inputs), len(n.sink))] {
+		n.sink[j] = nil
+		if in == nil || in.node != nil || !in.requiresGrad || len(in.hooks) > 0 || in.Grad == nil {
+			continue
+		}
+		g, val := in.Grad, in.Value
+		if dt := g.DType(); (dt == tensor.F32 || dt == tensor.F64) && dt == val.DType() && g.Device() == val.Device() &&
+			g.IsContiguous() && tensor.SameShape(g.Shape(), val.Shape()) {
+			n.sink[j] = g
+		}
+	}
 }
 
 // varNode is an op's output Var allocated together with its node.
@@ -150,7 +198,11 @@ func Backward(root *Var, seed ...*tensor.Tensor) {
 		if v.retainGrad {
 			accumulateInto(v, gv)
 		}
+		if v.node.sinks {
+			v.node.fillSinks()
+		}
 		ins := v.node.backward(gv)
+		v.node.sink = [3]*tensor.Tensor{}
 		for j, in := range v.node.inputs {
 			if in == nil || !in.requiresGrad || j >= len(ins) || ins[j] == nil {
 				continue

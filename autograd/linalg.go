@@ -94,7 +94,7 @@ func linear(name string, x, w, b *Var, relu bool) *Var {
 	if b == nil {
 		nIn = 2
 	}
-	mk := func() backwardFunc {
+	mk := func(sink *[3]*tensor.Tensor) backwardFunc {
 		return func(g *tensor.Tensor) []*tensor.Tensor {
 			g2 := reshapeT(g, m, nOut)
 			if relu {
@@ -110,17 +110,31 @@ func linear(name string, x, w, b *Var, relu bool) *Var {
 			if needs(x) {
 				grads[0] = matmulT(g2, wv, false, false, dt).Reshape(xs...)
 			}
+			// The weight and bias gradients go straight into their Grad
+			// where Backward offers it and the backend can add there.
+			acc, _ := backendOf(g2).(kernels.GradAccumulator)
+			if acc != nil && (g2.DType() != dt || x2.DType() != dt || !g2.IsContiguous()) {
+				acc = nil
+			}
 			if needs(w) {
-				grads[1] = matmulT(g2, x2, true, false, dt)
+				if s := sink[1]; s != nil && acc != nil {
+					acc.MatMulAdd(s, g2, x2, true, false)
+				} else {
+					grads[1] = matmulT(g2, x2, true, false, dt)
+				}
 			}
 			if b != nil && needs(b) {
-				grads[2] = reduceKeep(kernels.Sum, g2, axis0).Reshape(nOut)
+				if s := sink[2]; s != nil && acc != nil && s.DType() == dt {
+					acc.SumRowsAdd(s, g2)
+				} else {
+					grads[2] = reduceKeep(kernels.Sum, g2, axis0).Reshape(nOut)
+				}
 			}
 			return grads
 		}
 	}
 	if relu {
-		return result("linear_relu", out, inputs[:nIn], 2, mk)
+		return resultSink("linear_relu", out, inputs[:nIn], 2, mk)
 	}
-	return result("linear", out, inputs[:nIn], 2, mk)
+	return resultSink("linear", out, inputs[:nIn], 2, mk)
 }

@@ -305,6 +305,23 @@ type BatchNormReluPooler interface {
 	BatchNormReluMaxPool2x2Backward(dx, dw, db, g, argmax, x, b, saveMean, saveRstd, w *T, training bool)
 }
 
+// GradAccumulator is implemented by backends that add a product or a
+// column sum into an existing tensor in the launch that computes it.
+// autograd accumulates the weight and bias gradients of a linear layer
+// straight into the parameters' Grad with it, instead of computing them
+// into new tensors and adding those. It is an optional capability (check
+// with a type assertion). dst must be contiguous, in the dtype of the
+// other operands, F32 or F64.
+type GradAccumulator interface {
+	// MatMulAdd is MatMul adding op(a)·op(b) to dst (2-D operands)
+	// instead of overwriting it.
+	MatMulAdd(dst, a, b *T, transA, transB bool)
+	// SumRowsAdd adds the column sums of x [M, N] (contiguous) to dst
+	// [N]: dst[j] += Σ_i x[i, j], the sum rounded once, as Reduce (Sum
+	// over axis 0) followed by Binary Add would give.
+	SumRowsAdd(dst, x *T)
+}
+
 // ForeachStepper is implemented by backends that update a list of
 // separate parameter tensors with one launch per optimizer step, as
 // PyTorch's foreach optimizers do with multi-tensor apply. optim keeps its

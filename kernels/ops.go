@@ -106,6 +106,15 @@ func (o ReduceOp) String() string {
 	return "reduce?"
 }
 
+// ReduceOps lists every ReduceOp.
+func ReduceOps() []ReduceOp {
+	out := make([]ReduceOp, numReduce)
+	for i := range out {
+		out[i] = ReduceOp(i)
+	}
+	return out
+}
+
 // Reduction says how a loss combines per-sample values.
 type Reduction uint8
 

@@ -3,13 +3,17 @@ package kernels
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/esper-go/esper/tensor"
 )
 
 var (
-	regMu    sync.RWMutex
-	registry = map[tensor.DeviceKind]Backend{}
+	regMu sync.Mutex
+	// registry maps a device kind to its backend. Register replaces the
+	// whole table, so that Lookup, called by every eager op, reads it
+	// without a lock.
+	registry atomic.Pointer[[256]Backend]
 )
 
 // Register makes b the backend for its device kind. Backends register
@@ -18,18 +22,22 @@ var (
 func Register(b Backend) {
 	regMu.Lock()
 	defer regMu.Unlock()
-	registry[b.Device().Kind] = b
+	var next [256]Backend
+	if cur := registry.Load(); cur != nil {
+		next = *cur
+	}
+	next[b.Device().Kind] = b
+	registry.Store(&next)
 }
 
 // Lookup returns the backend of d's kind.
 func Lookup(d tensor.Device) (Backend, error) {
-	regMu.RLock()
-	defer regMu.RUnlock()
-	b, ok := registry[d.Kind]
-	if !ok {
-		return nil, fmt.Errorf("kernels: no backend registered for device %v", d)
+	if reg := registry.Load(); reg != nil {
+		if b := reg[d.Kind]; b != nil {
+			return b, nil
+		}
 	}
-	return b, nil
+	return nil, fmt.Errorf("kernels: no backend registered for device %v", d)
 }
 
 // For returns the backend of d's kind and panics when there is none (a

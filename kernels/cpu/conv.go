@@ -411,7 +411,7 @@ func checkAffineAct(name string, cout int, scale, shift *T, act kernels.UnaryOp)
 	needFloat(name, "shift", shift)
 	needShape(name, "scale", scale, []int{cout})
 	needShape(name, "shift", shift, []int{cout})
-	if act >= kernels.UnaryOp(len(kernels.UnaryOps())) {
+	if int(act) >= len(unaryNames) {
 		fail(name, "unknown activation %d", act)
 	}
 }

@@ -19,12 +19,12 @@ func unaryCost(op kernels.UnaryOp) int {
 
 // Unary implements kernels.Backend.
 func (be *Backend) Unary(op kernels.UnaryOp, dst, x *T) {
-	name := "Unary " + op.String()
+	name := opName(unaryNames, "Unary ", op)
 	needCPU(name, dst, x)
 	if !tensor.SameShape(dst.Shape(), x.Shape()) {
 		fail(name, "dst shape %v and x shape %v differ", dst.Shape(), x.Shape())
 	}
-	if op >= kernels.UnaryOp(len(kernels.UnaryOps())) {
+	if int(op) >= len(unaryNames) {
 		fail(name, "unknown op %d", op)
 	}
 	if wide(dst, x) {
@@ -153,7 +153,7 @@ func unaryKernel[F tensor.Float](op kernels.UnaryOp, d, x []F) {
 
 // UnaryBackward implements kernels.Backend.
 func (be *Backend) UnaryBackward(op kernels.UnaryOp, dx, x, y, dy *T) {
-	name := "UnaryBackward " + op.String()
+	name := opName(unaryBackwardNames, "UnaryBackward ", op)
 	needCPU(name, dx, x, y, dy)
 	ref := x
 	if ref == nil {
@@ -395,7 +395,7 @@ func needBroadcast(op string, dst *T, ins ...*T) {
 
 // Binary implements kernels.Backend.
 func (be *Backend) Binary(op kernels.BinaryOp, dst, a, b *T) {
-	name := "Binary " + op.String()
+	name := opName(binaryNames, "Binary ", op)
 	needCPU(name, dst, a, b)
 	needBroadcast(name, dst, a, b)
 	checkBinaryDst(name, op, dst)
@@ -412,7 +412,7 @@ func (be *Backend) Binary(op kernels.BinaryOp, dst, a, b *T) {
 }
 
 func checkBinaryDst(name string, op kernels.BinaryOp, dst *T) {
-	if op >= kernels.BinaryOp(len(kernels.BinaryOps())) {
+	if int(op) >= len(binaryNames) {
 		fail(name, "unknown op %d", op)
 	}
 	needContig(name, "dst", dst)
@@ -423,7 +423,7 @@ func checkBinaryDst(name string, op kernels.BinaryOp, dst *T) {
 
 // BinaryScalar implements kernels.Backend.
 func (be *Backend) BinaryScalar(op kernels.BinaryOp, dst, a *T, v float64, swap bool) {
-	name := "BinaryScalar " + op.String()
+	name := opName(binaryScalarNames, "BinaryScalar ", op)
 	needCPU(name, dst, a)
 	needBroadcast(name, dst, a)
 	checkBinaryDst(name, op, dst)

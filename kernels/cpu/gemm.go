@@ -153,6 +153,7 @@ type gemmShared[F tensor.Float] struct {
 	ldb     int
 	ldc     int
 	ta, tb  bool
+	acc     bool // add the product to C (MatMulAdd) instead of storing it
 	kern    gemmKernel[F]
 	pb      []F              // the packed (jc, pc) block of B
 	pas     scratchSet[[]F]  // packed A blocks, one per worker
@@ -182,7 +183,7 @@ func (g *gemmShared[F]) free() {
 
 // run computes C = op(A)·op(B).
 func (g *gemmShared[F]) run() {
-	if g.k == 0 {
+	if g.k == 0 && !g.acc {
 		for i := 0; i < g.m; i++ {
 			clear(g.c[i*g.ldc : i*g.ldc+g.n])
 		}
@@ -212,7 +213,7 @@ func (g *gemmShared[F]) packBPanels(lo, hi int) {
 func (g *gemmShared[F]) panels(lo, hi int) {
 	pa := <-g.pas
 	mr, kb, nb := g.kern.mr, g.kb, g.nb
-	add := g.pc > 0
+	add := g.acc || g.pc > 0
 	end := min(hi*mr, g.m)
 	for ic := lo * mr; ic < end; ic += gemmMC {
 		mb := min(gemmMC, end-ic)

@@ -11,29 +11,47 @@ import (
 // gemmMC output rows); each block runs the serial GEMM with packing space
 // taken from a set prepared up front.
 func (be *Backend) MatMul(dst, a, b *T, transA, transB bool) {
-	be.matmul("MatMul", dst, a, b, nil, noAct, transA, transB)
+	be.matmul("MatMul", dst, a, b, nil, noAct, transA, transB, false)
+}
+
+// MatMulAdd implements kernels.GradAccumulator: MatMul adding into dst.
+// Large products accumulate in the GEMM itself (C += A·B); tiny ones are
+// computed into scratch, then added.
+func (be *Backend) MatMulAdd(dst, a, b *T, transA, transB bool) {
+	const name = "MatMulAdd"
+	if len(dst.Shape()) != 2 {
+		fail(name, "dst has shape %v, want 2-D", dst.Shape())
+	}
+	needCPU(name, dst)
+	if !(dst.DType() == tensor.F32 || dst.DType() == tensor.F64) || dst.DType() != a.DType() || dst.DType() != b.DType() {
+		fail(name, "dtypes dst %v, a %v, b %v: want one of f32 and f64", dst.DType(), a.DType(), b.DType())
+	}
+	needContig(name, "dst", dst)
+	be.matmul(name, dst, a, b, nil, noAct, transA, transB, true)
 }
 
 // MatMulBias implements kernels.Backend: the bias is added to each block
 // of output rows right after its GEMM, while the block is in cache.
 func (be *Backend) MatMulBias(dst, a, b, bias *T, transA, transB bool) {
-	be.matmul("MatMulBias", dst, a, b, bias, noAct, transA, transB)
+	be.matmul("MatMulBias", dst, a, b, bias, noAct, transA, transB, false)
 }
 
 // MatMulBiasAct implements kernels.Backend: the activation runs on each
 // block of output rows right after its bias (on the whole product for one
 // large product split by panels).
 func (be *Backend) MatMulBiasAct(dst, a, b, bias *T, act kernels.UnaryOp, transA, transB bool) {
-	if act >= kernels.UnaryOp(len(kernels.UnaryOps())) {
+	if int(act) >= len(unaryNames) {
 		fail("MatMulBiasAct", "unknown activation %d", act)
 	}
-	be.matmul("MatMulBiasAct", dst, a, b, bias, act, transA, transB)
+	be.matmul("MatMulBiasAct", dst, a, b, bias, act, transA, transB, false)
 }
 
 // noAct is the epilogue activation of a plain product: none.
 const noAct = kernels.UnaryOp(255)
 
-func (be *Backend) matmul(name string, dst, a, b, bias *T, act kernels.UnaryOp, transA, transB bool) {
+// matmul validates and runs a product; acc (MatMulAdd) adds it to dst,
+// which then has no bias or activation.
+func (be *Backend) matmul(name string, dst, a, b, bias *T, act kernels.UnaryOp, transA, transB, acc bool) {
 	needCPU(name, dst, a, b)
 	as, bs := a.Shape(), b.Shape()
 	bad := func() {
@@ -78,17 +96,17 @@ func (be *Backend) matmul(name string, dst, a, b, bias *T, act kernels.UnaryOp, 
 	}
 	if be.eager() && m*n*k < gemmSmall {
 		if wide(dst, a, b) {
-			if matmulEager[float64](dst, a, b, bias, act, max(batch, 1), batchA > 0, batchB > 0, m, n, k, transA, transB) {
+			if matmulEager[float64](dst, a, b, bias, act, max(batch, 1), batchA > 0, batchB > 0, m, n, k, transA, transB, acc) {
 				return
 			}
-		} else if matmulEager[float32](dst, a, b, bias, act, max(batch, 1), batchA > 0, batchB > 0, m, n, k, transA, transB) {
+		} else if matmulEager[float32](dst, a, b, bias, act, max(batch, 1), batchA > 0, batchB > 0, m, n, k, transA, transB, acc) {
 			return
 		}
 	}
 	if wide(dst, a, b) {
-		be.launchScratch(matmulPrep[float64](dst, a, b, bias, act, max(batch, 1), batchA > 0, batchB > 0, m, n, k, transA, transB))
+		be.launchScratch(matmulPrep[float64](dst, a, b, bias, act, max(batch, 1), batchA > 0, batchB > 0, m, n, k, transA, transB, acc))
 	} else {
-		be.launchScratch(matmulPrep[float32](dst, a, b, bias, act, max(batch, 1), batchA > 0, batchB > 0, m, n, k, transA, transB))
+		be.launchScratch(matmulPrep[float32](dst, a, b, bias, act, max(batch, 1), batchA > 0, batchB > 0, m, n, k, transA, transB, acc))
 	}
 }
 
@@ -127,7 +145,7 @@ func newScratchSet[S any](n int, mk func() S) scratchSet[S] {
 	return c
 }
 
-func matmulPrep[F tensor.Float](dst, a, b, bias *T, act kernels.UnaryOp, batch int, bcA, bcB bool, m, n, k int, transA, transB bool) (run, release func()) {
+func matmulPrep[F tensor.Float](dst, a, b, bias *T, act kernels.UnaryOp, batch int, bcA, bcB bool, m, n, k int, transA, transB, acc bool) (run, release func()) {
 	var s stage
 	av := in[F](&s, a)
 	bv := in[F](&s, b)
@@ -139,7 +157,7 @@ func matmulPrep[F tensor.Float](dst, a, b, bias *T, act kernels.UnaryOp, batch i
 		// serially: no packing scratch, no scratch hand-off, no split.
 		run = func() {
 			s.load()
-			matmulSmall(av, bv, biasv, cv, act, batch, bcA, bcB, m, n, k, transA, transB)
+			matmulSmall(av, bv, biasv, cv, act, batch, bcA, bcB, m, n, k, transA, transB, acc)
 			s.store()
 		}
 		return run, func() {}
@@ -148,6 +166,7 @@ func matmulPrep[F tensor.Float](dst, a, b, bias *T, act kernels.UnaryOp, batch i
 	if batch == 1 && blocks > 1 {
 		// One large product: B packed once per block, rows shared out.
 		g := newGemmShared(m, n, k, av, lda, transA, bv, ldb, transB, cv, n)
+		g.acc = acc
 		return func() {
 			s.load()
 			g.run()
@@ -170,7 +189,7 @@ func matmulPrep[F tensor.Float](dst, a, b, bias *T, act kernels.UnaryOp, batch i
 				ao += i0 * lda
 			}
 			co := bi*m*n + i0*n
-			gemm(rows, n, k, av[ao:], lda, transA, bv[bo:], ldb, transB, cv[co:], n, false, sc)
+			gemm(rows, n, k, av[ao:], lda, transA, bv[bo:], ldb, transB, cv[co:], n, acc, sc)
 			epilogue(cv[co:], biasv, act, rows, n)
 		}
 		slots <- sc
@@ -221,10 +240,28 @@ func epilogue[F tensor.Float](c, bias []F, act kernels.UnaryOp, rows, n int) {
 }
 
 // matmulSmall computes a batch of tiny products (m·n·k < gemmSmall) with
-// gemmDirect's loops on the calling goroutine, then runs the epilogue.
-func matmulSmall[F tensor.Float](av, bv, biasv, cv []F, act kernels.UnaryOp, batch int, bcA, bcB bool, m, n, k int, transA, transB bool) {
+// gemmDirect's loops on the calling goroutine, then runs the epilogue;
+// with acc it adds the products (computed apart, with no epilogue) to cv.
+func matmulSmall[F tensor.Float](av, bv, biasv, cv []F, act kernels.UnaryOp, batch int, bcA, bcB bool, m, n, k int, transA, transB, acc bool) {
+	if acc {
+		if a32 := asF32(av); a32 != nil && matmulTinyF32(a32, asF32(bv), nil, asF32(cv), batch, bcA, bcB, m, n, k, transA, transB, true) {
+			return
+		}
+		var stack [256]F
+		tmp := stack[:]
+		if batch*m*n > len(stack) {
+			tmp = getBuf[F](batch * m * n)
+			defer putBuf(tmp)
+		}
+		tmp = tmp[:batch*m*n]
+		matmulSmall(av, bv, nil, tmp, noAct, batch, bcA, bcB, m, n, k, transA, transB, false)
+		for i, v := range tmp {
+			cv[i] += v
+		}
+		return
+	}
 	if a32 := asF32(av); a32 != nil && tinyAsm {
-		if matmulTinyF32(a32, asF32(bv), asF32(biasv), asF32(cv), batch, bcA, bcB, m, n, k, transA, transB) {
+		if matmulTinyF32(a32, asF32(bv), asF32(biasv), asF32(cv), batch, bcA, bcB, m, n, k, transA, transB, false) {
 			if act != noAct {
 				unaryKernel(act, cv[:batch*m*n], cv[:batch*m*n])
 			}
@@ -244,7 +281,7 @@ func matmulSmall[F tensor.Float](av, bv, biasv, cv []F, act kernels.UnaryOp, bat
 // products whose operands are all contiguous in the compute dtype F: the
 // same loops as the prepared launch, run at once. It reports false,
 // doing nothing, for anything else.
-func matmulEager[F tensor.Float](dst, a, b, bias *T, act kernels.UnaryOp, batch int, bcA, bcB bool, m, n, k int, transA, transB bool) bool {
+func matmulEager[F tensor.Float](dst, a, b, bias *T, act kernels.UnaryOp, batch int, bcA, bcB bool, m, n, k int, transA, transB, acc bool) bool {
 	if !direct[F](dst) || !direct[F](a) || !direct[F](b) || (bias != nil && !direct[F](bias)) {
 		return false
 	}
@@ -252,6 +289,6 @@ func matmulEager[F tensor.Float](dst, a, b, bias *T, act kernels.UnaryOp, batch 
 	if bias != nil {
 		biasv = tensor.Data[F](bias)
 	}
-	matmulSmall(tensor.Data[F](a), tensor.Data[F](b), biasv, tensor.Data[F](dst), act, batch, bcA, bcB, m, n, k, transA, transB)
+	matmulSmall(tensor.Data[F](a), tensor.Data[F](b), biasv, tensor.Data[F](dst), act, batch, bcA, bcB, m, n, k, transA, transB, acc)
 	return true
 }

@@ -15,7 +15,7 @@ const chunkLen = 4096
 // Reduce implements kernels.Backend. Sums accumulate in float64 for every
 // dtype (then round once).
 func (be *Backend) Reduce(op kernels.ReduceOp, dst, x *T, axes []int) {
-	name := "Reduce " + op.String()
+	name := opName(reduceNames, "Reduce ", op)
 	needCPU(name, dst, x)
 	xs := x.Shape()
 	// Small ranks keep the masks on the stack.
@@ -419,6 +419,11 @@ func (be *Backend) CountCorrect(acc, logits, target *T) {
 	}
 	needContig(name, "acc", acc)
 	t64, t32 := indexData(name, "target", target)
+	if be.eager() && logits.DType() == tensor.F32 && logits.IsContiguous() {
+		// The eager fast path (eager.go): no staging, no closure.
+		countCorrectRows(acc.F32(), logits.F32(), ls[0], ls[1], t64, t32)
+		return
+	}
 	if wide(logits) {
 		be.launch(countCorrectPrep[float64](acc, logits, t64, t32))
 	} else {
@@ -433,10 +438,16 @@ func countCorrectPrep[F tensor.Float](acc, logits *T, t64 []int64, t32 []int32) 
 	n, c := logits.Dim(0), logits.Dim(1)
 	return func() {
 		s.load()
-		for i := 0; i < n; i++ {
-			if argMaxLine(xs, i*c, c, 1) == idxAt(t64, t32, i) {
-				a[i]++
-			}
+		countCorrectRows(a, xs, n, c, t64, t32)
+	}
+}
+
+// countCorrectRows adds 1 to a[i] for each of the n rows of c logits in
+// xs whose argmax is the row's target.
+func countCorrectRows[F tensor.Float](a []float32, xs []F, n, c int, t64 []int64, t32 []int32) {
+	for i := 0; i < n; i++ {
+		if argMaxLine(xs, i*c, c, 1) == idxAt(t64, t32, i) {
+			a[i]++
 		}
 	}
 }
@@ -463,4 +474,55 @@ func innerReduce(x *T, red []bool) (r int, ok bool) {
 		}
 	}
 	return r, true
+}
+
+// SumRowsAdd implements kernels.GradAccumulator: dst[j] += Σ_i x[i, j],
+// each column summed in float64 from row 0 down and rounded once, as
+// Reduce (Sum over axis 0) would, then added in dst's dtype, as Binary
+// Add would.
+func (be *Backend) SumRowsAdd(dst, x *T) {
+	const name = "SumRowsAdd"
+	needCPU(name, dst, x)
+	xs := x.Shape()
+	if len(xs) != 2 {
+		fail(name, "x has shape %v, want [M, N]", xs)
+	}
+	needShape(name, "dst", dst, xs[1:])
+	if !(dst.DType() == tensor.F32 || dst.DType() == tensor.F64) || dst.DType() != x.DType() {
+		fail(name, "dtypes dst %v and x %v: want one of f32 and f64", dst.DType(), x.DType())
+	}
+	needContig(name, "dst", dst)
+	needContig(name, "x", x)
+	m, n := xs[0], xs[1]
+	if dst.DType() == tensor.F64 {
+		d, v := dst.F64(), x.F64()
+		be.launch(func() { sumRowsAdd(d, v, m, n) })
+		return
+	}
+	d, v := dst.F32(), x.F32()
+	if be.eager() {
+		sumRowsAdd(d, v, m, n)
+		return
+	}
+	be.launch(func() { sumRowsAdd(d, v, m, n) })
+}
+
+// sumRowsAdd adds the column sums of the m×n row-major x to d, columns
+// in blocks of 64 float64 accumulators.
+func sumRowsAdd[F tensor.Float](d, x []F, m, n int) {
+	var acc [64]float64
+	for j0 := 0; j0 < n; j0 += len(acc) {
+		nb := min(len(acc), n-j0)
+		a := acc[:nb]
+		clear(a)
+		for i := 0; i < m; i++ {
+			row := x[i*n+j0 : i*n+j0+nb]
+			for j, v := range row {
+				a[j] += float64(v)
+			}
+		}
+		for j, s := range a {
+			d[j0+j] += F(s)
+		}
+	}
 }

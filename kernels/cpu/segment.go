@@ -60,7 +60,7 @@ func rowsOf(name, what string, t *T) (int, int) {
 
 // SegmentReduce implements kernels.Backend.
 func (be *Backend) SegmentReduce(op kernels.ReduceOp, dst, argmax, src, segIDs *T) {
-	name := "SegmentReduce " + op.String()
+	name := opName(segmentNames, "SegmentReduce ", op)
 	needCPU(name, dst, argmax, src, segIDs)
 	if op != kernels.Sum && op != kernels.Mean && op != kernels.Max {
 		fail(name, "op must be sum, mean or max (src %v, dst %v)", src.Shape(), dst.Shape())

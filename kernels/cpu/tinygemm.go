@@ -40,11 +40,13 @@ func sdot4x4(a []float32, lda int, b []float32, ldb, k int, bias, c []float32, l
 // matmulTinyF32 is matmulSmall for float32 on the AVX-512 kernels, the
 // bias added to each finished product (bitwise MatMul then Add).
 // Without transB it runs sgemmTiny; A·Bᵀ with m and n multiples of 4
-// runs in 4×4 blocks of sdot4x4. It reports false, doing nothing, when
-// the kernels are missing, k is 0, or the product is another transposed
-// one.
-func matmulTinyF32(av, bv, biasv, cv []float32, batch int, bcA, bcB bool, m, n, k int, transA, transB bool) bool {
-	if !tinyAsm || k == 0 || (transB && (transA || m%4 != 0 || n%4 != 0)) {
+// runs in 4×4 blocks of sdot4x4. With acc (and no bias) each product is
+// added to c instead, by sgemmTiny with c as its own epilogue (bitwise
+// MatMul then Add); A·Bᵀ is then declined. It reports false, doing
+// nothing, when the kernels are missing, k is 0, or the product is
+// another transposed one.
+func matmulTinyF32(av, bv, biasv, cv []float32, batch int, bcA, bcB bool, m, n, k int, transA, transB, acc bool) bool {
+	if !tinyAsm || k == 0 || (transB && (acc || transA || m%4 != 0 || n%4 != 0)) || (acc && biasv != nil) {
 		return false
 	}
 	lda, ldb := matmulLD(m, n, k, transA, transB)
@@ -58,7 +60,12 @@ func matmulTinyF32(av, bv, biasv, cv []float32, batch int, bcA, bcB bool, m, n, 
 			dotBlocks(m, n, k, av[ao:], bv[bo:], biasv, cv[bi*m*n:])
 			continue
 		}
-		sgemmTiny(m, n, k, av[ao:], ai, ap, bv[bo:], ldb, biasv, 0, cv[bi*m*n:], n)
+		c := cv[bi*m*n:]
+		if acc {
+			sgemmTiny(m, n, k, av[ao:], ai, ap, bv[bo:], ldb, c, n, c, n)
+			continue
+		}
+		sgemmTiny(m, n, k, av[ao:], ai, ap, bv[bo:], ldb, biasv, 0, c, n)
 	}
 	return true
 }

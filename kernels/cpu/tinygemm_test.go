@@ -52,7 +52,7 @@ func FuzzTinyGEMM(f *testing.F) {
 			bias = fill(n)
 		}
 		c := fill(batch * m * n) // stale values must be overwritten
-		if !matmulTinyF32(a, b, bias, c, batch, bcA, bcB, m, n, k, ta, tb) {
+		if !matmulTinyF32(a, b, bias, c, batch, bcA, bcB, m, n, k, ta, tb, false) {
 			if tinyAsm && k > 0 && !(tb && (ta || m%4 != 0 || n%4 != 0)) {
 				t.Fatalf("matmulTinyF32 declined %dx%dx%d ta=%v tb=%v", m, n, k, ta, tb)
 			}
