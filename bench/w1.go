@@ -65,7 +65,11 @@ type W1 struct {
 	opt     *optim.SGD
 	x, y    *tensor.Tensor
 	metrics *tensor.Tensor // F32 [3]: train loss sum, val loss sum, correct
-	correct *tensor.Tensor // F32 [4]: per-row correct counts of the validation
+	// trainSum and valSum are the scalar views of metrics[0] and
+	// metrics[1] that the losses (scalars) are added to; correctSum is
+	// metrics[2:3], the validation's correct count.
+	trainSum, valSum, correctSum *tensor.Tensor
+	correct                      *tensor.Tensor // F32 [4]: per-row correct counts of the validation
 	ce      kernels.CrossEntropyParams
 	ceSum   kernels.CrossEntropyParams
 }
@@ -115,6 +119,7 @@ func NewW1On(seed uint64, dev tensor.Device) (*W1, error) {
 	}
 	return &W1{
 		w: w, b: b, opt: opt, x: x, y: y, metrics: metrics, correct: correct,
+		trainSum: metrics.Select(0, 0), valSum: metrics.Select(0, 1), correctSum: metrics.Narrow(0, 2, 1),
 		ceSum: kernels.CrossEntropyParams{Reduction: kernels.ReduceSum},
 	}, nil
 }
@@ -127,7 +132,6 @@ func (m *W1) Epoch(in []*tensor.Tensor) []*tensor.Tensor {
 	be := kernels.For(x.Device())
 	met := m.metrics
 	be.Fill(met, 0)
-	trainSum, valSum, correct := met.Narrow(0, 0, 1), met.Narrow(0, 1, 1), met.Narrow(0, 2, 1)
 	for s := 0; s < w1Samples/w1Batch; s++ {
 		xb := autograd.Const(x.Narrow(0, s*w1Batch, w1Batch))
 		yb := y.Narrow(0, s*w1Batch, w1Batch)
@@ -135,9 +139,9 @@ func (m *W1) Epoch(in []*tensor.Tensor) []*tensor.Tensor {
 		loss := autograd.CrossEntropy(autograd.Linear(xb, m.w, m.b), yb, m.ce)
 		autograd.Backward(loss)
 		m.opt.Step()
-		be.Binary(kernels.Add, trainSum, trainSum, loss.Value.Reshape(1))
+		be.Binary(kernels.Add, m.trainSum, m.trainSum, loss.Value)
 	}
-	m.validate(be, x, y, valSum, correct)
+	m.validate(be, x, y)
 	return []*tensor.Tensor{met}
 }
 
@@ -147,7 +151,7 @@ func (m *W1) Epoch(in []*tensor.Tensor) []*tensor.Tensor {
 // summed into correct once at the end. The backends off the CPU have no
 // integer comparison kernels, and on the CPU the one launch replaces
 // five (argmax, compare, convert, sum, add) per batch.
-func (m *W1) validate(be kernels.Backend, x, y, valSum, correct *tensor.Tensor) {
+func (m *W1) validate(be kernels.Backend, x, y *tensor.Tensor) {
 	be.Fill(m.correct, 0)
 	autograd.InferenceMode(func() {
 		for s := 0; s < w1Samples/w1Batch; s++ {
@@ -155,12 +159,16 @@ func (m *W1) validate(be kernels.Backend, x, y, valSum, correct *tensor.Tensor) 
 			yb := y.Narrow(0, s*w1Batch, w1Batch)
 			logits := autograd.Linear(xb, m.w, m.b)
 			l := autograd.CrossEntropy(logits, yb, m.ceSum)
-			be.Binary(kernels.Add, valSum, valSum, l.Value.Reshape(1))
+			be.Binary(kernels.Add, m.valSum, m.valSum, l.Value)
 			be.CountCorrect(m.correct, logits.Value, yb)
 		}
 	})
-	be.Reduce(kernels.Sum, correct, m.correct, []int{0})
+	be.Reduce(kernels.Sum, m.correctSum, m.correct, axis0)
 }
+
+// axis0 is the axis list {0}: a literal passed through the
+// kernels.Backend interface would be allocated on every call.
+var axis0 = []int{0}
 
 // read converts the metrics tensor into EpochMetrics (a host read, which
 // waits for a device).

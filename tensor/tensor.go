@@ -3,6 +3,7 @@ package tensor
 import (
 	"fmt"
 	"strings"
+	"sync/atomic"
 )
 
 // Tensor is a strided view over a Storage. The zero value is not usable;
@@ -19,6 +20,11 @@ type Tensor struct {
 	// small tensor or view is one allocation instead of three (the eager
 	// path of a tiny model creates thousands of them per second).
 	dims [2 * inlineRank]int
+	// views remembers t's recent Narrow views (see Narrow); nil until t
+	// has been narrowed twice.
+	views atomic.Pointer[viewCache]
+	// narrowed is set by t's first Narrow.
+	narrowed atomic.Bool
 }
 
 // inlineRank is the highest rank whose shape and strides live inside the

@@ -1,6 +1,9 @@
 package tensor
 
-import "fmt"
+import (
+	"fmt"
+	"sync"
+)
 
 // Reshape returns a tensor with the same elements and a new shape. One
 // dimension may be -1 and is inferred. A contiguous tensor gives a view
@@ -69,16 +72,70 @@ func inferShape(out []int, n int, shape []int, op string, from []int) {
 func clone(s []int) []int { return append([]int(nil), s...) }
 
 // Narrow returns the view of elements start..start+length-1 along axis.
+//
+// A tensor narrowed more than once remembers its last few views and
+// returns the same view again for the same arguments: a training loop
+// that slices its batches out of the same tensors every epoch gets them
+// without allocating. (A tensor's shape, strides and offset never change
+// after it is made, so a view can be shared.)
 func (t *Tensor) Narrow(axis, start, length int) *Tensor {
 	a := t.Axis(axis)
 	if start < 0 || length < 0 || start+length > t.shape[a] {
 		panic(fmt.Sprintf("tensor: Narrow(axis %d, start %d, length %d) out of range for shape %v", axis, start, length, t.shape))
 	}
+	key := narrowKey{axis: a, start: start, length: length}
+	c := t.views.Load()
+	if c == nil && t.narrowed.Swap(true) {
+		// The second view of t: from now on t keeps a cache.
+		t.views.CompareAndSwap(nil, &viewCache{})
+		c = t.views.Load()
+	}
+	if c != nil {
+		if v := c.get(key); v != nil {
+			return v
+		}
+	}
 	v := newTensor(len(t.shape), t.storage, t.offset+start*t.strides[a])
 	copy(v.shape, t.shape)
 	copy(v.strides, t.strides)
 	v.shape[a] = length
+	if c != nil {
+		c.put(key, v)
+	}
 	return v
+}
+
+// narrowKey identifies a Narrow view of a tensor.
+type narrowKey struct{ axis, start, length int }
+
+// viewCacheLen is the number of views a tensor remembers: enough for
+// the batches of a small epoch and a metrics tensor's fields.
+const viewCacheLen = 8
+
+// viewCache holds a tensor's recent Narrow views, replaced round-robin.
+type viewCache struct {
+	mu    sync.Mutex
+	keys  [viewCacheLen]narrowKey
+	views [viewCacheLen]*Tensor
+	next  int
+}
+
+func (c *viewCache) get(k narrowKey) *Tensor {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, v := range c.views {
+		if v != nil && c.keys[i] == k {
+			return v
+		}
+	}
+	return nil
+}
+
+func (c *viewCache) put(k narrowKey, v *Tensor) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.keys[c.next], c.views[c.next] = k, v
+	c.next = (c.next + 1) % viewCacheLen
 }
 
 // Slice returns the view of indices [start, end) along axis.

@@ -1,7 +1,10 @@
 package tensor_test
 
 import (
+	"sync"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/esper-go/esper/tensor"
 )
@@ -229,4 +232,47 @@ func TestReshapeSameShape(t *testing.T) {
 		t.Fatal("a new shape must be a view over the same storage")
 	}
 	equal(t, testing.AllocsPerRun(100, func() { x.Reshape(3, -1) }), 0.0)
+}
+
+// TestNarrowCache: a tensor narrowed again with the same arguments gives
+// the same view (no allocation once it is cached), other arguments give
+// other views with the right elements, the cache forgets its oldest view
+// after eight, and concurrent Narrows of one tensor agree (run with
+// -race).
+func TestNarrowCache(t *testing.T) {
+	g := grid()
+	first := g.Narrow(0, 1, 1)
+	second := g.Narrow(0, 1, 1) // the cache starts here
+	require.NotSame(t, first, second)
+	require.Same(t, second, g.Narrow(0, 1, 1))
+	require.Equal(t, []float64{4, 5, 6, 7}, g.Narrow(0, 1, 1).F64())
+	require.Equal(t, []float64{1, 2, 5, 6, 9, 10}, g.Narrow(1, 1, 2).Contiguous().F64())
+	require.Equal(t, []int{3, 2}, g.Narrow(1, 1, 2).Shape())
+	require.Equal(t, []float64{8, 9, 10, 11}, g.Narrow(0, 2, 1).F64())
+	allocs := testing.AllocsPerRun(100, func() { _ = g.Narrow(0, 1, 1) })
+	require.Zero(t, allocs)
+
+	for i := 0; i < 8; i++ {
+		g.Narrow(1, i%4, 0) // eight other views
+		g.Narrow(1, 0, 1+i%3)
+	}
+	require.NotSame(t, second, g.Narrow(0, 1, 1), "evicted")
+
+	x := tensor.FromFloat64s(tensor.F64, iota64(64), 16, 4)
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 200; i++ {
+				r := (i + w) % 12
+				v := x.Narrow(0, r, 4)
+				if v.F64()[0] != float64(4*r) || v.Shape()[0] != 4 {
+					t.Errorf("Narrow(0, %d, 4) starts at %v, shape %v", r, v.F64()[0], v.Shape())
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
