@@ -20,10 +20,9 @@ type node struct {
 	// during capture, never during replay.
 	backward func(g *tensor.Tensor) []*tensor.Tensor
 	saved    int // tensors retained for backward (for the statistics)
-	// sinks marks a node made by resultSink; sink holds, while its
-	// backward runs, the leaf Grads it may accumulate into.
+	// sinks marks a node whose backward takes gradient sinks (opBufs).
 	sinks bool
-	sink  [3]*tensor.Tensor
+	bufs  opBufs
 }
 
 var (
@@ -74,21 +73,31 @@ func result(op string, out *tensor.Tensor, inputs []*Var, saved int, mk func() f
 	return v
 }
 
-// resultSink is result for an op whose backward can add an input's
-// gradient straight into that input's Grad: mk receives the node's sinks,
-// which Backward fills just before the backward runs. sink[j], when not
-// nil, is the Grad of input j, a leaf whose gradient is only summed
-// there (no hooks; contiguous, in its value's dtype, F32 or F64). The
-// backward may add input j's gradient into sink[j] and return nil for j,
-// or ignore the sink and return the gradient as usual. A linear layer
-// uses this to accumulate its weight and bias gradients with
-// kernels.GradAccumulator, saving a tensor and an addition each.
-func resultSink(op string, out *tensor.Tensor, inputs []*Var, saved int, mk func(sink *[3]*tensor.Tensor) func(g *tensor.Tensor) []*tensor.Tensor) *Var {
+// resultWith is result for an op whose backward uses the space its node
+// lends it (opBufs): grads, to return its gradients without allocating a
+// slice, and, when sinks is set, sink (see opBufs), to add gradients
+// straight into its inputs' Grad.
+func resultWith(op string, out *tensor.Tensor, inputs []*Var, saved int, sinks bool, mk func(b *opBufs) func(g *tensor.Tensor) []*tensor.Tensor) *Var {
 	v, n := record(op, out, inputs, saved)
 	if n != nil {
-		n.backward, n.sinks = mk(&n.sink), true
+		n.backward, n.sinks = mk(&n.bufs), sinks
 	}
 	return v
+}
+
+// opBufs is the space a node lends its backward while it runs.
+//
+// grads has room for the gradients the backward returns (grads[:len]).
+//
+// sink[j], filled by Backward for a node made with sinks, is the Grad of
+// input j when that input is a leaf whose gradient is only summed there
+// (no hooks; contiguous, in its value's dtype, F32 or F64); nil
+// otherwise. The backward may add input j's gradient into sink[j] and
+// return nil for j, or ignore the sink and return the gradient as usual.
+// A linear layer accumulates its weight and bias gradients this way with
+// kernels.GradAccumulator, saving a tensor and an addition each.
+type opBufs struct {
+	grads, sink [3]*tensor.Tensor
 }
 
 // record wraps out and, when any input requires a gradient and grad
@@ -113,18 +122,18 @@ func record(op string, out *tensor.Tensor, inputs []*Var, saved int) (*Var, *nod
 	return v, n
 }
 
-// fillSinks sets n.sink[j] to the Grad of each input j < 3 that can take
-// its gradient directly (see resultSink).
+// fillSinks sets n.bufs.sink[j] to the Grad of each input j < 3 that can
+// take its gradient directly (see opBufs).
 func (n *node) fillSinks() {
-	for j, in := range n.inputs[:min(len(n.inputs), len(n.sink))] {
-		n.sink[j] = nil
+	for j, in := range n.inputs[:min(len(n.inputs), len(n.bufs.sink))] {
+		n.bufs.sink[j] = nil
 		if in == nil || in.node != nil || !in.requiresGrad || len(in.hooks) > 0 || in.Grad == nil {
 			continue
 		}
 		g, val := in.Grad, in.Value
 		if dt := g.DType(); (dt == tensor.F32 || dt == tensor.F64) && dt == val.DType() && g.Device() == val.Device() &&
 			g.IsContiguous() && tensor.SameShape(g.Shape(), val.Shape()) {
-			n.sink[j] = g
+			n.bufs.sink[j] = g
 		}
 	}
 }
@@ -202,7 +211,7 @@ func Backward(root *Var, seed ...*tensor.Tensor) {
 			v.node.fillSinks()
 		}
 		ins := v.node.backward(gv)
-		v.node.sink = [3]*tensor.Tensor{}
+		v.node.bufs.sink = [3]*tensor.Tensor{}
 		for j, in := range v.node.inputs {
 			if in == nil || !in.requiresGrad || j >= len(ins) || ins[j] == nil {
 				continue
@@ -220,6 +229,7 @@ func Backward(root *Var, seed ...*tensor.Tensor) {
 				grads[k] = gi
 			}
 		}
+		v.node.bufs.grads = [3]*tensor.Tensor{} // ins may be this space
 	}
 }
 

@@ -94,7 +94,7 @@ func linear(name string, x, w, b *Var, relu bool) *Var {
 	if b == nil {
 		nIn = 2
 	}
-	mk := func(sink *[3]*tensor.Tensor) backwardFunc {
+	mk := func(bufs *opBufs) backwardFunc {
 		return func(g *tensor.Tensor) []*tensor.Tensor {
 			g2 := reshapeT(g, m, nOut)
 			if relu {
@@ -106,7 +106,7 @@ func linear(name string, x, w, b *Var, relu bool) *Var {
 				g2 = gm
 			}
 			dt := wv.DType()
-			grads := make([]*tensor.Tensor, nIn)
+			grads := bufs.grads[:nIn]
 			if needs(x) {
 				grads[0] = matmulT(g2, wv, false, false, dt).Reshape(xs...)
 			}
@@ -117,14 +117,14 @@ func linear(name string, x, w, b *Var, relu bool) *Var {
 				acc = nil
 			}
 			if needs(w) {
-				if s := sink[1]; s != nil && acc != nil {
+				if s := bufs.sink[1]; s != nil && acc != nil {
 					acc.MatMulAdd(s, g2, x2, true, false)
 				} else {
 					grads[1] = matmulT(g2, x2, true, false, dt)
 				}
 			}
 			if b != nil && needs(b) {
-				if s := sink[2]; s != nil && acc != nil && s.DType() == dt {
+				if s := bufs.sink[2]; s != nil && acc != nil && s.DType() == dt {
 					acc.SumRowsAdd(s, g2)
 				} else {
 					grads[2] = reduceKeep(kernels.Sum, g2, axis0).Reshape(nOut)
@@ -134,7 +134,7 @@ func linear(name string, x, w, b *Var, relu bool) *Var {
 		}
 	}
 	if relu {
-		return resultSink("linear_relu", out, inputs[:nIn], 2, mk)
+		return resultWith("linear_relu", out, inputs[:nIn], 2, true, mk)
 	}
-	return resultSink("linear", out, inputs[:nIn], 2, mk)
+	return resultWith("linear", out, inputs[:nIn], 2, true, mk)
 }

@@ -31,11 +31,12 @@ func CrossEntropy(logits *Var, target *tensor.Tensor, p kernels.CrossEntropyPara
 		loss = alloc(lv, lv.DType())
 	}
 	backendOf(loss).CrossEntropy(loss, lv, tv, p)
-	return result("cross_entropy", loss, []*Var{logits}, 2, func() backwardFunc {
+	return resultWith("cross_entropy", loss, []*Var{logits}, 2, false, func(bufs *opBufs) backwardFunc {
 		return func(g *tensor.Tensor) []*tensor.Tensor {
 			dl := alloc(lv, lv.DType(), ls...)
 			backendOf(dl).CrossEntropyBackward(dl, lv, tv, contig(g), p)
-			return []*tensor.Tensor{dl}
+			bufs.grads[0] = dl
+			return bufs.grads[:1]
 		}
 	})
 }

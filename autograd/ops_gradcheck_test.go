@@ -491,7 +491,7 @@ func TestGradCheckTableCoversEveryOp(t *testing.T) {
 				return true
 			}
 			id, ok := call.Fun.(*ast.Ident)
-			if !ok || (id.Name != "result" && id.Name != "resultSink") || len(call.Args) == 0 {
+			if !ok || (id.Name != "result" && id.Name != "resultWith") || len(call.Args) == 0 {
 				return true
 			}
 			lit, ok := call.Args[0].(*ast.BasicLit)

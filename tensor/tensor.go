@@ -156,7 +156,16 @@ func (t *Tensor) Axis(i int) int {
 }
 
 // Numel returns the number of elements.
-func (t *Tensor) Numel() int { return Numel(t.shape) }
+func (t *Tensor) Numel() int {
+	// Ranks 1 and 2 (most eager calls) without the loop.
+	switch len(t.shape) {
+	case 1:
+		return t.shape[0]
+	case 2:
+		return t.shape[0] * t.shape[1]
+	}
+	return Numel(t.shape)
+}
 
 // Nbytes returns the number of bytes the elements occupy when contiguous.
 func (t *Tensor) Nbytes() int { return t.Numel() * t.DType().Size() }
@@ -165,6 +174,15 @@ func (t *Tensor) Nbytes() int { return t.Numel() * t.DType().Size() }
 // gaps (dimensions of size 1 may have any stride). A tensor without
 // elements is contiguous whatever its strides, as in PyTorch.
 func (t *Tensor) IsContiguous() bool {
+	switch len(t.shape) {
+	case 0:
+		return true
+	case 1:
+		return t.shape[0] <= 1 || t.strides[0] == 1
+	case 2:
+		n0, n1 := t.shape[0], t.shape[1]
+		return n0*n1 == 0 || ((n1 == 1 || t.strides[1] == 1) && (n0 == 1 || t.strides[0] == n1))
+	}
 	if t.Numel() == 0 {
 		return true
 	}

@@ -276,3 +276,39 @@ func TestNarrowCache(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestIsContiguousRanks: IsContiguous's rank-1 and rank-2 shortcuts agree
+// with the general rule (row-major without gaps, size-1 axes with any
+// stride, empty tensors contiguous) on every shape up to 3×3 with strides
+// from 0 to 4, and Numel with the product of the shape.
+func TestIsContiguousRanks(t *testing.T) {
+	ref := func(shape, strides []int) bool {
+		if tensor.Numel(shape) == 0 {
+			return true
+		}
+		acc := 1
+		for i := len(shape) - 1; i >= 0; i-- {
+			if shape[i] != 1 && strides[i] != acc {
+				return false
+			}
+			acc *= shape[i]
+		}
+		return true
+	}
+	st := tensor.NewStorage(tensor.F32, 64)
+	for n0 := 0; n0 <= 3; n0++ {
+		for s0 := 0; s0 <= 4; s0++ {
+			v := tensor.New(st, ints(n0), ints(s0), 0)
+			equal(t, v.IsContiguous(), ref(ints(n0), ints(s0)), "rank 1")
+			equal(t, v.Numel(), n0, "numel rank 1")
+			for n1 := 0; n1 <= 3; n1++ {
+				for s1 := 0; s1 <= 4; s1++ {
+					sh, sd := ints(n0, n1), ints(s0, s1)
+					v := tensor.New(st, sh, sd, 0)
+					equal(t, v.IsContiguous(), ref(sh, sd), "rank 2")
+					equal(t, v.Numel(), n0*n1, "numel rank 2")
+				}
+			}
+		}
+	}
+}
