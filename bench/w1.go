@@ -70,8 +70,8 @@ type W1 struct {
 	// metrics[2:3], the validation's correct count.
 	trainSum, valSum, correctSum *tensor.Tensor
 	correct                      *tensor.Tensor // F32 [4]: per-row correct counts of the validation
-	ce      kernels.CrossEntropyParams
-	ceSum   kernels.CrossEntropyParams
+	ce                           kernels.CrossEntropyParams
+	ceSum                        kernels.CrossEntropyParams
 }
 
 const (
