@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/tensor"
 )
@@ -258,4 +260,28 @@ func TestViewsAsInputs(t *testing.T) {
 	if g[0] != 0 || g[2] != 0 || g[3] != 0 || g[5] != 0 || g[1] == 0 || g[4] == 0 {
 		t.Fatalf("gradient through a narrow view %v", g)
 	}
+}
+
+// TestScalarSeedShared: a scalar root's seed is one shared tensor of 1;
+// graphs that pass their incoming gradient on unchanged (a scalar leaf
+// as its own root, a retained root, sums and reshapes) leave it 1, and
+// neither a leaf's Grad nor a retained gradient is that tensor.
+func TestScalarSeedShared(t *testing.T) {
+	for round := 0; round < 2; round++ {
+		s := Param(tensor.Full(tensor.F32, 2))
+		Backward(s) // the root is the leaf
+		require.NotSame(t, oneF32, s.Grad)
+		require.Equal(t, []float32{1}, s.Grad.F32())
+		Backward(s)
+		require.Equal(t, []float32{2}, s.Grad.F32(), "accumulates into its own Grad")
+
+		w := Param(tensor.Full(tensor.F64, 3, 2, 2))
+		root := SumAll(Reshape(w, 4)).RetainGrad()
+		Backward(root)
+		require.NotSame(t, oneF64, root.Grad)
+		root.Grad.Fill(7) // the caller owns a retained gradient
+		require.Equal(t, []float64{1, 1, 1, 1}, w.Grad.F64())
+	}
+	require.Equal(t, []float32{1}, oneF32.F32())
+	require.Equal(t, []float64{1}, oneF64.F64())
 }

@@ -138,6 +138,30 @@ func (n *node) fillSinks() {
 	}
 }
 
+// The seeds of scalar CPU roots (a loss): 1, shared by every Backward
+// and never written. No backward writes into the gradient it receives (it
+// may pass it on as a view), and a leaf's first gradient is copied into
+// a Grad of its own, so a root's seed can be one read-only tensor.
+var (
+	oneF32 = tensor.Full(tensor.F32, 1)
+	oneF64 = tensor.Full(tensor.F64, 1)
+)
+
+// scalarOne returns the shared seed for a root shaped like v, or nil
+// when there is none (v not a CPU F32 or F64 scalar of shape []).
+func scalarOne(v *tensor.Tensor) *tensor.Tensor {
+	if v.Rank() != 0 || !v.Device().IsCPU() {
+		return nil
+	}
+	switch v.DType() {
+	case tensor.F32:
+		return oneF32
+	case tensor.F64:
+		return oneF64
+	}
+	return nil
+}
+
 // varNode is an op's output Var allocated together with its node.
 type varNode struct {
 	v Var
@@ -159,8 +183,11 @@ func Backward(root *Var, seed ...*tensor.Tensor) {
 			panic(fmt.Sprintf("autograd: Backward seed shape %v does not match root shape %v", g.Shape(), root.Shape()))
 		}
 	case root.Value.Numel() == 1:
-		g = newLike(root.Value)
-		backendOf(g).Fill(g, 1)
+		g = scalarOne(root.Value)
+		if g == nil {
+			g = newLike(root.Value)
+			backendOf(g).Fill(g, 1)
+		}
 	default:
 		panic(fmt.Sprintf("autograd: Backward of a non-scalar root of shape %v needs a seed gradient", root.Shape()))
 	}
