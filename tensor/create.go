@@ -34,7 +34,7 @@ func Empty(d DType, shape ...int) *Tensor {
 	}
 	t.initDims(len(shape))
 	t.setContiguous(shape)
-	return t
+	return t.seal()
 }
 
 // tensorStorage is a tensor allocated together with the Storage it owns.
@@ -67,7 +67,7 @@ func EmptyOn(dev Device, d DType, shape ...int) (*Tensor, error) {
 	}
 	t := newTensor(len(shape), s, 0)
 	t.setContiguous(shape)
-	return t, nil
+	return t.seal(), nil
 }
 
 // EmptyLike allocates a contiguous tensor with t's dtype, shape and device.

@@ -25,6 +25,21 @@ type Tensor struct {
 	views atomic.Pointer[viewCache]
 	// narrowed is set by t's first Narrow.
 	narrowed atomic.Bool
+	// numel and contig are Numel and IsContiguous, computed once by seal
+	// when t is made (shape and strides never change after that); an
+	// unsealed tensor computes them on each call.
+	sealed bool
+	contig bool
+	numel  int
+}
+
+// seal records t's element count and contiguity once its shape and
+// strides are final, and returns t. Every constructor calls it last.
+func (t *Tensor) seal() *Tensor {
+	t.numel = Numel(t.shape)
+	t.contig = t.computeContiguous()
+	t.sealed = true
+	return t
 }
 
 // inlineRank is the highest rank whose shape and strides live inside the
@@ -81,6 +96,7 @@ func New(s *Storage, shape, strides []int, offset int) *Tensor {
 	t := newTensor(len(shape), s, offset)
 	copy(t.shape, shape)
 	copy(t.strides, strides)
+	t.seal()
 	if n := t.Numel(); n > 0 {
 		lo, hi := offset, offset
 		for i, d := range shape {
@@ -157,12 +173,8 @@ func (t *Tensor) Axis(i int) int {
 
 // Numel returns the number of elements.
 func (t *Tensor) Numel() int {
-	// Ranks 1 and 2 (most eager calls) without the loop.
-	switch len(t.shape) {
-	case 1:
-		return t.shape[0]
-	case 2:
-		return t.shape[0] * t.shape[1]
+	if t.sealed {
+		return t.numel
 	}
 	return Numel(t.shape)
 }
@@ -174,16 +186,15 @@ func (t *Tensor) Nbytes() int { return t.Numel() * t.DType().Size() }
 // gaps (dimensions of size 1 may have any stride). A tensor without
 // elements is contiguous whatever its strides, as in PyTorch.
 func (t *Tensor) IsContiguous() bool {
-	switch len(t.shape) {
-	case 0:
-		return true
-	case 1:
-		return t.shape[0] <= 1 || t.strides[0] == 1
-	case 2:
-		n0, n1 := t.shape[0], t.shape[1]
-		return n0*n1 == 0 || ((n1 == 1 || t.strides[1] == 1) && (n0 == 1 || t.strides[0] == n1))
+	if t.sealed {
+		return t.contig
 	}
-	if t.Numel() == 0 {
+	return t.computeContiguous()
+}
+
+// computeContiguous is IsContiguous from the shape and strides.
+func (t *Tensor) computeContiguous() bool {
+	if Numel(t.shape) == 0 {
 		return true
 	}
 	acc := 1

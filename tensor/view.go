@@ -25,7 +25,7 @@ func (t *Tensor) Reshape(shape ...int) *Tensor {
 	v := newTensor(len(shape), t.storage, t.offset)
 	inferShape(v.shape, t.Numel(), shape, "Reshape", t.shape)
 	v.setContiguous(v.shape)
-	return v
+	return v.seal()
 }
 
 // InferShape resolves a single -1 in shape for n elements, panicking with
@@ -99,6 +99,7 @@ func (t *Tensor) Narrow(axis, start, length int) *Tensor {
 	copy(v.shape, t.shape)
 	copy(v.strides, t.strides)
 	v.shape[a] = length
+	v.seal()
 	if c != nil {
 		c.put(key, v)
 	}
@@ -178,7 +179,7 @@ func (t *Tensor) Permute(dims ...int) *Tensor {
 		shape[i] = t.shape[d]
 		strides[i] = t.strides[d]
 	}
-	return v
+	return v.seal()
 }
 
 // Transpose swaps two axes (a strided view).
@@ -218,7 +219,8 @@ func (t *Tensor) Squeeze(axes ...int) *Tensor {
 			strides = append(strides, t.strides[i])
 		}
 	}
-	return &Tensor{shape: shape, strides: strides, offset: t.offset, storage: t.storage}
+	v := &Tensor{shape: shape, strides: strides, offset: t.offset, storage: t.storage}
+	return v.seal()
 }
 
 // Unsqueeze inserts a size-1 axis at position axis (0..Rank()).
@@ -240,7 +242,7 @@ func (t *Tensor) Unsqueeze(axis int) *Tensor {
 	v.shape[axis], v.strides[axis] = 1, st
 	copy(v.shape[axis+1:], t.shape[axis:])
 	copy(v.strides[axis+1:], t.strides[axis:])
-	return v
+	return v.seal()
 }
 
 // Expand returns a broadcast view of t with the given shape: size-1 axes
@@ -275,7 +277,8 @@ func (t *Tensor) Expand(shape ...int) *Tensor {
 			panic(fmt.Sprintf("tensor: Expand of shape %v to %v: axis %d has size %d", t.shape, shape, i, src))
 		}
 	}
-	return &Tensor{shape: out, strides: strides, offset: t.offset, storage: t.storage}
+	v := &Tensor{shape: out, strides: strides, offset: t.offset, storage: t.storage}
+	return v.seal()
 }
 
 // Flatten reshapes to [Numel()].
