@@ -117,6 +117,24 @@ func LayerNorm(x, w, b *Var, normDims int, eps float64) *Var {
 // GroupNorm normalises x [N,C,*] over groups of C/groups channels and
 // applies the per-channel w and b ([C]; either may be nil).
 func GroupNorm(x, w, b *Var, groups int, eps float64) *Var {
+	return groupNorm(x, w, b, groups, eps, false)
+}
+
+// GroupNormRelu is Relu(GroupNorm(x, w, b, groups, eps)) with the ReLU
+// folded into the group norm's normalising pass and its gradient into
+// the group norm's backward, where the backend supports it
+// (kernels.GroupNormReluer); otherwise it is the two ops. The values
+// match the two ops' within rounding (the fused pass normalises with the
+// statistics rounded as they are saved) and the backward rebuilds the
+// ReLU's mask from x instead of keeping a separate ReLU node.
+func GroupNormRelu(x, w, b *Var, groups int, eps float64) *Var {
+	if _, ok := backendOf(x.Value).(kernels.GroupNormReluer); !ok {
+		return Relu(GroupNorm(x, w, b, groups, eps))
+	}
+	return groupNorm(x, w, b, groups, eps, true)
+}
+
+func groupNorm(x, w, b *Var, groups int, eps float64, relu bool) *Var {
 	checkFloat("group_norm", x, w, b)
 	xs := x.Shape()
 	if len(xs) < 2 || groups < 1 || xs[1]%groups != 0 {
@@ -131,15 +149,31 @@ func GroupNorm(x, w, b *Var, groups int, eps float64) *Var {
 	sdt := statsDType(xv.DType())
 	y := alloc(xv, xv.DType(), xs...)
 	mean, rstd := alloc(xv, sdt, xs[0]*groups), alloc(xv, sdt, xs[0]*groups)
-	backendOf(y).GroupNorm(y, mean, rstd, xv, wv, bv, groups, eps)
+	if relu {
+		backendOf(y).(kernels.GroupNormReluer).GroupNormRelu(y, mean, rstd, xv, wv, bv, groups, eps)
+	} else {
+		backendOf(y).GroupNorm(y, mean, rstd, xv, wv, bv, groups, eps)
+	}
 	inputs, wi, bi := affineInputs(x, w, b)
-	return result("group_norm", y, inputs, normSaved(wv), func() backwardFunc {
+	saved := normSaved(wv)
+	if relu && bv != nil {
+		saved++ // the shift, from which the backward rebuilds the ReLU's mask
+	}
+	mk := func() backwardFunc {
 		return func(g *tensor.Tensor) []*tensor.Tensor {
 			grads, dx, dw, db := normGrads(x, w, b, xv, wv, bv, len(inputs), wi, bi, c)
-			backendOf(xv).GroupNormBackward(dx, dw, db, contig(g), xv, mean, rstd, wv, groups)
+			if relu {
+				backendOf(xv).(kernels.GroupNormReluer).GroupNormReluBackward(dx, dw, db, contig(g), xv, bv, mean, rstd, wv, groups)
+			} else {
+				backendOf(xv).GroupNormBackward(dx, dw, db, contig(g), xv, mean, rstd, wv, groups)
+			}
 			return grads
 		}
-	})
+	}
+	if relu {
+		return result("group_norm_relu", y, inputs, saved, mk)
+	}
+	return result("group_norm", y, inputs, saved, mk)
 }
 
 // BatchNorm normalises x [N,C,*] per channel and applies w and b ([C];

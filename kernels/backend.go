@@ -288,6 +288,20 @@ type BatchNormReluer interface {
 	BatchNormReluBackward(dx, dw, db, dy, x, b, saveMean, saveRstd, w *T, training bool)
 }
 
+// GroupNormReluer is implemented by backends that fold a ReLU into group
+// norm, as BatchNormReluer does for batch norm: GroupNormRelu is
+// GroupNorm with y = max(y, +0) (NaN kept) in the pass that writes y, and
+// GroupNormReluBackward is GroupNormBackward with dy taken as +0 wherever
+// the fused output was not > 0, the mask rebuilt from x, the saved
+// statistics, w and b (the forward's shift; nil for none) as the forward
+// rounded it. It is an optional capability (check with a type
+// assertion); autograd.GroupNormRelu uses it for the seeds' GroupNorm →
+// ReLU.
+type GroupNormReluer interface {
+	GroupNormRelu(y, mean, rstd, x, w, b *T, groups int, eps float64)
+	GroupNormReluBackward(dx, dw, db, dy, x, b, mean, rstd, w *T, groups int)
+}
+
 // BatchNormReluPooler is implemented by backends that fold a 2×2,
 // stride-2 max pool into BatchNormRelu: pooled and argmax (int32, the
 // flat index within the plane) are MaxPool2d of BatchNormRelu's output,

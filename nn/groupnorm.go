@@ -67,8 +67,19 @@ func (g *GroupNorm) Options() GroupNormOptions { return g.opts }
 
 // Forward normalises x [N, Channels, ...].
 func (g *GroupNorm) Forward(x *autograd.Var) *autograd.Var {
+	g.checkInput(x)
+	return autograd.GroupNorm(x, g.Weight, g.Bias, g.opts.Groups, g.opts.Eps)
+}
+
+// ForwardRelu is Relu(Forward(x)) with the ReLU folded into the group
+// norm's passes where the backend supports it (autograd.GroupNormRelu).
+func (g *GroupNorm) ForwardRelu(x *autograd.Var) *autograd.Var {
+	g.checkInput(x)
+	return autograd.GroupNormRelu(x, g.Weight, g.Bias, g.opts.Groups, g.opts.Eps)
+}
+
+func (g *GroupNorm) checkInput(x *autograd.Var) {
 	if x.Value.Rank() < 2 || x.Value.Dim(1) != g.opts.Channels {
 		panic(fmt.Sprintf("nn: GroupNorm(%d groups, %d channels) got input of shape %v", g.opts.Groups, g.opts.Channels, x.Shape()))
 	}
-	return autograd.GroupNorm(x, g.Weight, g.Bias, g.opts.Groups, g.opts.Eps)
 }

@@ -110,7 +110,7 @@ func newDepthwise(o Options) (nn.Module, error) {
 	s.Register("gn", gn)
 	gain := l.outScale(s, 1)
 	s.forward = func(x *autograd.Var) *autograd.Var {
-		return autograd.Add(x, autograd.Mul(gain, autograd.Relu(gn.Forward(pw.Forward(dw.Forward(x))))))
+		return autograd.Add(x, autograd.Mul(gain, gn.ForwardRelu(pw.Forward(dw.Forward(x)))))
 	}
 	s.zeroFinal = zeroAffine(gain, nil)
 	return s, nil
@@ -176,7 +176,7 @@ func convBranch(o Options, name string, k int, gain float64) (*Seed, error) {
 	s.Register("gn", gn)
 	g := l.outScale(s, gain)
 	s.forward = func(x *autograd.Var) *autograd.Var {
-		return autograd.Add(x, autograd.Mul(g, autograd.Relu(gn.Forward(conv.Forward(x)))))
+		return autograd.Add(x, autograd.Mul(g, gn.ForwardRelu(conv.Forward(x))))
 	}
 	s.zeroFinal = zeroAffine(g, nil)
 	return s, nil
@@ -200,8 +200,8 @@ func newConvHeavy(o Options) (nn.Module, error) {
 	s.Register("gn2", gn2)
 	g := l.outScale(s, 1)
 	s.forward = func(x *autograd.Var) *autograd.Var {
-		h := autograd.Relu(gn1.Forward(conv1.Forward(x)))
-		return autograd.Add(x, autograd.Mul(g, autograd.Relu(gn2.Forward(conv2.Forward(h)))))
+		h := gn1.ForwardRelu(conv1.Forward(x))
+		return autograd.Add(x, autograd.Mul(g, gn2.ForwardRelu(conv2.Forward(h))))
 	}
 	s.zeroFinal = zeroAffine(g, nil)
 	return s, nil

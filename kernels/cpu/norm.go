@@ -221,7 +221,16 @@ func planes(name string, x *T) (n, c, hw int) {
 
 // GroupNorm implements kernels.Backend.
 func (be *Backend) GroupNorm(y, mean, rstd, x, w, b *T, groups int, eps float64) {
-	const name = "GroupNorm"
+	be.groupNorm("GroupNorm", y, mean, rstd, x, w, b, groups, eps, false)
+}
+
+// GroupNormRelu implements kernels.GroupNormReluer: GroupNorm with the
+// ReLU applied in the normalising pass.
+func (be *Backend) GroupNormRelu(y, mean, rstd, x, w, b *T, groups int, eps float64) {
+	be.groupNorm("GroupNormRelu", y, mean, rstd, x, w, b, groups, eps, true)
+}
+
+func (be *Backend) groupNorm(name string, y, mean, rstd, x, w, b *T, groups int, eps float64, relu bool) {
 	needCPU(name, y, mean, rstd, x, w, b)
 	n, c, _ := planes(name, x)
 	if groups <= 0 || c%groups != 0 {
@@ -233,13 +242,17 @@ func (be *Backend) GroupNorm(y, mean, rstd, x, w, b *T, groups int, eps float64)
 	optShape(name, "w", w, c)
 	optShape(name, "b", b, c)
 	if wide(x, y) {
-		be.launch(groupNormPrep[float64](y, mean, rstd, x, w, b, groups, eps))
+		be.launch(groupNormPrep[float64](y, mean, rstd, x, w, b, groups, eps, relu))
 	} else {
-		be.launch(groupNormPrep[float32](y, mean, rstd, x, w, b, groups, eps))
+		be.launch(groupNormPrep[float32](y, mean, rstd, x, w, b, groups, eps, relu))
 	}
 }
 
-func groupNormPrep[F tensor.Float](y, mean, rstd, x, w, b *T, groups int, eps float64) func() {
+// groupNormPrep normalises each (sample, group) block; with relu the
+// output is ReLU'd in the same pass, from the mean and rstd rounded to F
+// as they are saved, so that the backward (groupNormBwdPrep) rebuilds the
+// mask exactly.
+func groupNormPrep[F tensor.Float](y, mean, rstd, x, w, b *T, groups int, eps float64, relu bool) func() {
 	var s stage
 	n, c, hw := planes("GroupNorm", x)
 	xs, ws, bs := in[F](&s, x), in[F](&s, w), in[F](&s, b)
@@ -251,6 +264,9 @@ func groupNormPrep[F tensor.Float](y, mean, rstd, x, w, b *T, groups int, eps fl
 		for it := lo; it < hi; it++ {
 			blk := xs[it*size : (it+1)*size]
 			mu, r := moments(blk, eps)
+			if relu {
+				mu, r = float64(F(mu)), float64(F(r))
+			}
 			if ms != nil {
 				ms[it] = F(mu)
 			}
@@ -267,7 +283,7 @@ func groupNormPrep[F tensor.Float](y, mean, rstd, x, w, b *T, groups int, eps fl
 				if bs != nil {
 					bk = float64(bs[c0+k])
 				}
-				rowAffineAct(yb[k*hw:(k+1)*hw], blk[k*hw:(k+1)*hw], mu, r*wk, bk, false)
+				rowAffineAct(yb[k*hw:(k+1)*hw], blk[k*hw:(k+1)*hw], mu, r*wk, bk, relu)
 			}
 		}
 	}
@@ -280,8 +296,18 @@ func groupNormPrep[F tensor.Float](y, mean, rstd, x, w, b *T, groups int, eps fl
 
 // GroupNormBackward implements kernels.Backend.
 func (be *Backend) GroupNormBackward(dx, dw, db, dy, x, mean, rstd, w *T, groups int) {
-	const name = "GroupNormBackward"
-	needCPU(name, dx, dw, db, dy, x, mean, rstd, w)
+	be.groupNormBackward("GroupNormBackward", dx, dw, db, dy, x, nil, false, mean, rstd, w, groups)
+}
+
+// GroupNormReluBackward implements kernels.GroupNormReluer: the ReLU's
+// mask, rebuilt from x, the statistics, w and b, applied to dy in the
+// group norm's passes.
+func (be *Backend) GroupNormReluBackward(dx, dw, db, dy, x, b, mean, rstd, w *T, groups int) {
+	be.groupNormBackward("GroupNormReluBackward", dx, dw, db, dy, x, b, true, mean, rstd, w, groups)
+}
+
+func (be *Backend) groupNormBackward(name string, dx, dw, db, dy, x, b *T, relu bool, mean, rstd, w *T, groups int) {
+	needCPU(name, dx, dw, db, dy, x, b, mean, rstd, w)
 	n, c, _ := planes(name, x)
 	if groups <= 0 || c%groups != 0 {
 		fail(name, "x shape %v: %d channels do not split into %d groups", x.Shape(), c, groups)
@@ -295,17 +321,22 @@ func (be *Backend) GroupNormBackward(dx, dw, db, dy, x, mean, rstd, w *T, groups
 	optShape(name, "w", w, c)
 	optShape(name, "dw", dw, c)
 	optShape(name, "db", db, c)
+	optShape(name, "b", b, c)
+	if mean == nil || rstd == nil {
+		fail(name, "needs the forward's mean and rstd (x shape %v)", x.Shape())
+	}
 	if wide(x, dy) {
-		be.launch(groupNormBwdPrep[float64](dx, dw, db, dy, x, mean, rstd, w, groups))
+		be.launch(groupNormBwdPrep[float64](dx, dw, db, dy, x, b, relu, mean, rstd, w, groups))
 	} else {
-		be.launch(groupNormBwdPrep[float32](dx, dw, db, dy, x, mean, rstd, w, groups))
+		be.launch(groupNormBwdPrep[float32](dx, dw, db, dy, x, b, relu, mean, rstd, w, groups))
 	}
 }
 
-func groupNormBwdPrep[F tensor.Float](dx, dw, db, dy, x, mean, rstd, w *T, groups int) func() {
+func groupNormBwdPrep[F tensor.Float](dx, dw, db, dy, x, b *T, relu bool, mean, rstd, w *T, groups int) func() {
 	var s stage
 	n, c, hw := planes("GroupNormBackward", x)
 	xs, gs, ms, rs, ws := in[F](&s, x), in[F](&s, dy), in[F](&s, mean), in[F](&s, rstd), in[F](&s, w)
+	bs := in[F](&s, b)
 	dxs, dws, dbs := out[F](&s, dx), out[F](&s, dw), out[F](&s, db)
 	cg := c / groups
 	size := cg * hw
@@ -317,6 +348,18 @@ func groupNormBwdPrep[F tensor.Float](dx, dw, db, dy, x, mean, rstd, w *T, group
 		for it := lo; it < hi; it++ {
 			mu, r := float64(ms[it]), float64(rs[it])
 			c0 := (it % groups) * cg
+			// The ReLU's mask of channel c0+k: the forward's scale a and
+			// shift (groupNormPrep).
+			mask := func(k int, a float64) reluMask {
+				if !relu {
+					return reluMask{}
+				}
+				m := reluMask{on: true, a: a}
+				if bs != nil {
+					m.b = float64(bs[c0+k])
+				}
+				return m
+			}
 			nn := it / groups
 			xb, gb := xs[it*size:(it+1)*size], gs[it*size:(it+1)*size]
 			var sa, sb float64
@@ -326,7 +369,7 @@ func groupNormBwdPrep[F tensor.Float](dx, dw, db, dy, x, mean, rstd, w *T, group
 					wk = float64(ws[c0+k])
 				}
 				// Σ dy and Σ dy·x̂ over the channel's plane (x̂ = (x − mu)·r).
-				a, bb := rowGradSums(gb[k*hw:(k+1)*hw], xb[k*hw:(k+1)*hw], reluMask{}, mu)
+				a, bb := rowGradSums(gb[k*hw:(k+1)*hw], xb[k*hw:(k+1)*hw], mask(k, r*wk), mu)
 				bb *= r
 				pdy[nn*c+c0+k] = a
 				pdyx[nn*c+c0+k] = bb
@@ -345,7 +388,7 @@ func groupNormBwdPrep[F tensor.Float](dx, dw, db, dy, x, mean, rstd, w *T, group
 					wk = float64(ws[c0+k])
 				}
 				// r·(dy·wk − sa − x̂·sb)
-				rowBnDx(db[k*hw:(k+1)*hw], gb[k*hw:(k+1)*hw], xb[k*hw:(k+1)*hw], reluMask{}, mu, r*wk, -r*r*sb, -r*sa)
+				rowBnDx(db[k*hw:(k+1)*hw], gb[k*hw:(k+1)*hw], xb[k*hw:(k+1)*hw], mask(k, r*wk), mu, r*wk, -r*r*sb, -r*sa)
 			}
 		}
 	}

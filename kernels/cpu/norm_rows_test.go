@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -218,4 +219,69 @@ func TestBatchNormReluMaxPool(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestGroupNormRelu: the fused GroupNormRelu is GroupNorm followed by a
+// ReLU within rounding (it normalises with the statistics rounded as they
+// are saved), its statistics are GroupNorm's, every output it clamped is
+// +0, and GroupNormReluBackward is bitwise GroupNormBackward of dy masked
+// by the fused output (y > 0): the mask it rebuilds from x is the
+// forward's. Float32 (the vector rows, with tails) and float64, with and
+// without an affine map, on W4's seed shape and ragged ones.
+func TestGroupNormRelu(t *testing.T) {
+	for _, dt := range []tensor.DType{tensor.F32, tensor.F64} {
+		for _, c := range []struct{ n, ch, h, w, g int }{{8, 16, 14, 14, 4}, {3, 6, 5, 3, 2}, {2, 4, 9, 1, 4}} {
+			for _, affine := range []bool{true, false} {
+				sh := []int{c.n, c.ch, c.h, c.w}
+				x := randT(1, dt, sh...)
+				var w, b *tensor.Tensor
+				if affine {
+					w, b = randT(2, dt, c.ch), randT(3, dt, c.ch)
+				}
+				what := fmt.Sprintf("%v %v affine=%v", dt, sh, affine)
+				y, mean, rstd := tensor.Empty(dt, sh...), tensor.Empty(dt, c.n*c.g), tensor.Empty(dt, c.n*c.g)
+				be.GroupNormRelu(y, mean, rstd, x, w, b, c.g, 1e-5)
+				yu, mu, ru := tensor.Empty(dt, sh...), tensor.Empty(dt, c.n*c.g), tensor.Empty(dt, c.n*c.g)
+				be.GroupNorm(yu, mu, ru, x, w, b, c.g, 1e-5)
+				be.Unary(kernels.Relu, yu, yu)
+				require.Equal(t, vals(mu), vals(mean), "%s: statistics", what)
+				require.Equal(t, vals(ru), vals(rstd), "%s: statistics", what)
+				closeTo(t, what+": y", vals(y), vals(yu), 1e-6)
+				clamped := 0
+				for _, v := range vals(y) {
+					if v <= 0 {
+						require.True(t, v == 0 && !math.Signbit(v), "%s: a clamped output is +0, got %v", what, v)
+						clamped++
+					}
+				}
+				require.Greater(t, clamped, y.Numel()/4, "%s: the test needs clamped outputs", what)
+
+				dy := randT(4, dt, sh...)
+				dx, dw, db := tensor.Empty(dt, sh...), tensor.Empty(dt, c.ch), tensor.Empty(dt, c.ch)
+				be.GroupNormReluBackward(dx, dw, db, dy, x, b, mean, rstd, w, c.g)
+				masked := dy.Clone()
+				mv := vals(y)
+				for i, v := range mv {
+					if !(v > 0) {
+						masked.Set(0, tensorIndex(sh, i)...)
+					}
+				}
+				wx, ww, wb := tensor.Empty(dt, sh...), tensor.Empty(dt, c.ch), tensor.Empty(dt, c.ch)
+				be.GroupNormBackward(wx, ww, wb, masked, x, mean, rstd, w, c.g)
+				require.Equal(t, vals(wx), vals(dx), "%s: dx", what)
+				require.Equal(t, vals(ww), vals(dw), "%s: dw", what)
+				require.Equal(t, vals(wb), vals(db), "%s: db", what)
+			}
+		}
+	}
+}
+
+// tensorIndex is the multi-index of flat element i of a row-major shape.
+func tensorIndex(shape []int, i int) []int {
+	idx := make([]int, len(shape))
+	for a := len(shape) - 1; a >= 0; a-- {
+		idx[a] = i % shape[a]
+		i /= shape[a]
+	}
+	return idx
 }
