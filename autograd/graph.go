@@ -141,23 +141,33 @@ func (n *node) fillSinks() {
 // The seeds of scalar CPU roots (a loss): 1, shared by every Backward
 // and never written. No backward writes into the gradient it receives (it
 // may pass it on as a view), and a leaf's first gradient is copied into
-// a Grad of its own, so a root's seed can be one read-only tensor.
+// a Grad of its own, so a root's seed can be one read-only tensor. The
+// zeros are StraightThrough's scale, read only as well.
 var (
-	oneF32 = tensor.Full(tensor.F32, 1)
-	oneF64 = tensor.Full(tensor.F64, 1)
+	oneF32, oneF64   = tensor.Full(tensor.F32, 1), tensor.Full(tensor.F64, 1)
+	zeroF32, zeroF64 = tensor.Full(tensor.F32, 0), tensor.Full(tensor.F64, 0)
 )
 
 // scalarOne returns the shared seed for a root shaped like v, or nil
 // when there is none (v not a CPU F32 or F64 scalar of shape []).
 func scalarOne(v *tensor.Tensor) *tensor.Tensor {
-	if v.Rank() != 0 || !v.Device().IsCPU() {
+	if v.Rank() != 0 {
+		return nil
+	}
+	return sharedScalar(v, oneF32, oneF64)
+}
+
+// sharedScalar returns f32 or f64, read-only scalars shared by every
+// caller, for a CPU tensor like v of that dtype; nil otherwise.
+func sharedScalar(v, f32, f64 *tensor.Tensor) *tensor.Tensor {
+	if !v.Device().IsCPU() {
 		return nil
 	}
 	switch v.DType() {
 	case tensor.F32:
-		return oneF32
+		return f32
 	case tensor.F64:
-		return oneF64
+		return f64
 	}
 	return nil
 }

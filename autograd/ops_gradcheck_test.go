@@ -247,6 +247,26 @@ var gradChecks = map[string]gcCase{
 		},
 	},
 
+	"channel_axpy": {
+		inputs: func(r *rand.Rand) []*tensor.Tensor {
+			return ins(uni(r, -1, 1, 2, 3, 2, 2), uni(r, -1, 1, 1, 3, 1, 1), uni(r, -1, 1, 2, 3, 2, 2), uni(r, -1, 1, 1))
+		},
+		f: func(in []*Var) *Var {
+			return Add(ChannelAxpy(in[0], in[1], in[2]), ChannelAxpy(in[2], in[3], in[0]))
+		},
+	},
+	"straight_through": {
+		inputs: func(r *rand.Rand) []*tensor.Tensor {
+			return ins(uni(r, -1, 1, 2, 3, 2), uni(r, -1, 1, 2, 3, 2))
+		},
+		// Its value is h while the gradient flows to s unchanged, which
+		// no finite difference sees; subtracting s (and adding it back
+		// detached) cancels that gradient exactly when it is the
+		// identity, so the checked gradient of s is 0 and that of h 1.
+		f: func(in []*Var) *Var {
+			return MulScalar(Add(Sub(StraightThrough(in[0], in[1]), in[1]), Detach(in[1])), 3)
+		},
+	},
 	// --- normalisation ---
 	"layer_norm": {
 		inputs: func(r *rand.Rand) []*tensor.Tensor {

@@ -65,7 +65,7 @@ func BlendGate(h, s, gate *autograd.Var, a Alpha) *autograd.Var {
 // the seed still receives the full output gradient, and the host's
 // gradient through out is the identity, the same as without the seed.
 func StraightThrough(h, s *autograd.Var) *autograd.Var {
-	return autograd.Add(h, autograd.Sub(s, autograd.Detach(s)))
+	return autograd.StraightThrough(h, s)
 }
 
 // GatedBlendOptions configure a GatedBlend.

@@ -336,6 +336,20 @@ type GradAccumulator interface {
 	SumRowsAdd(dst, x *T)
 }
 
+// ChannelAxpyer is implemented by backends that fuse a residual branch's
+// output scale into the residual addition: ChannelAxpy sets
+// dst = x + s⊙y for x, y and dst of one shape [N, C, ...] and s of C
+// elements (one per channel, axis 1) or of one, and ChannelAxpyBackward
+// computes from the output gradient g the gradients dy = s⊙g and
+// ds[c] = Σ g⊙y over channel c (either may be nil). All contiguous, F32
+// or F64 alike. It is an optional capability (check with a type
+// assertion); autograd.ChannelAxpy uses it for the seeds' x + g⊙branch
+// and autograd.StraightThrough for the blend at α = 0.
+type ChannelAxpyer interface {
+	ChannelAxpy(dst, x, y, s *T)
+	ChannelAxpyBackward(dy, ds, g, y, s *T)
+}
+
 // ForeachStepper is implemented by backends that update a list of
 // separate parameter tensors with one launch per optimizer step, as
 // PyTorch's foreach optimizers do with multi-tensor apply. optim keeps its

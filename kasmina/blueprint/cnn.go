@@ -63,7 +63,7 @@ func newCNNNorm(o Options) (nn.Module, error) {
 	s.RegisterParameter("scale", mix)
 	s.Register("gn", gn)
 	s.forward = func(x *autograd.Var) *autograd.Var {
-		return autograd.Add(x, autograd.Mul(autograd.Tanh(mix), autograd.Sub(gn.Forward(x), x)))
+		return autograd.ChannelAxpy(x, autograd.Tanh(mix), autograd.Sub(gn.Forward(x), x))
 	}
 	return s, nil
 }
@@ -110,7 +110,7 @@ func newDepthwise(o Options) (nn.Module, error) {
 	s.Register("gn", gn)
 	gain := l.outScale(s, 1)
 	s.forward = func(x *autograd.Var) *autograd.Var {
-		return autograd.Add(x, autograd.Mul(gain, gn.ForwardRelu(pw.Forward(dw.Forward(x)))))
+		return autograd.ChannelAxpy(x, gain, gn.ForwardRelu(pw.Forward(dw.Forward(x))))
 	}
 	s.zeroFinal = zeroAffine(gain, nil)
 	return s, nil
@@ -176,7 +176,7 @@ func convBranch(o Options, name string, k int, gain float64) (*Seed, error) {
 	s.Register("gn", gn)
 	g := l.outScale(s, gain)
 	s.forward = func(x *autograd.Var) *autograd.Var {
-		return autograd.Add(x, autograd.Mul(g, gn.ForwardRelu(conv.Forward(x))))
+		return autograd.ChannelAxpy(x, g, gn.ForwardRelu(conv.Forward(x)))
 	}
 	s.zeroFinal = zeroAffine(g, nil)
 	return s, nil
@@ -201,7 +201,7 @@ func newConvHeavy(o Options) (nn.Module, error) {
 	g := l.outScale(s, 1)
 	s.forward = func(x *autograd.Var) *autograd.Var {
 		h := gn1.ForwardRelu(conv1.Forward(x))
-		return autograd.Add(x, autograd.Mul(g, gn2.ForwardRelu(conv2.Forward(h))))
+		return autograd.ChannelAxpy(x, g, gn2.ForwardRelu(conv2.Forward(h)))
 	}
 	s.zeroFinal = zeroAffine(g, nil)
 	return s, nil

@@ -50,7 +50,7 @@ func newMLPNorm(o Options) (nn.Module, error) {
 	s.RegisterParameter("scale", mix)
 	s.Register("ln", ln)
 	s.forward = func(x *autograd.Var) *autograd.Var {
-		return autograd.Add(x, autograd.Mul(autograd.Tanh(mix), autograd.Sub(ln.Forward(x), x)))
+		return autograd.ChannelAxpy(x, autograd.Tanh(mix), autograd.Sub(ln.Forward(x), x))
 	}
 	return s, nil
 }
