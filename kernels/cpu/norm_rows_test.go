@@ -285,3 +285,57 @@ func tensorIndex(shape []int, i int) []int {
 	}
 	return idx
 }
+
+// TestBatchNormChannelMajor: the channel-major batch norm (each channel's
+// two passes back to back) gives bitwise the plane-major passes' outputs,
+// statistics, running statistics and gradients: plain, with ReLU and with
+// the fused pool, forward and backward, in both float widths.
+func TestBatchNormChannelMajor(t *testing.T) {
+	defer func() { bnChannelMajor = true }()
+	for _, dt := range []tensor.DType{tensor.F32, tensor.F64} {
+		for _, sh := range [][]int{{6, 8, 14, 14}, {4, 5, 6, 8}} {
+			bnChannelMajor = true
+			require.True(t, channelMajor(sh[0], sh[1]))
+			x, g := randT(1, dt, sh...), randT(2, dt, sh...)
+			w, b := randT(3, dt, sh[1]), randT(4, dt, sh[1])
+			ps := []int{sh[0], sh[1], sh[2] / 2, sh[3] / 2}
+			gp := randT(5, dt, ps...)
+			run := func(major bool) []*tensor.Tensor {
+				bnChannelMajor = major
+				var outs []*tensor.Tensor
+				for _, mode := range []string{"plain", "relu", "pool"} {
+					rm, rv := randT(6, dt, sh[1]), tensor.Full(dt, 1.5, sh[1])
+					mean, rstd := tensor.Empty(dt, sh[1]), tensor.Empty(dt, sh[1])
+					dx, dw, db := tensor.Empty(dt, sh...), tensor.Empty(dt, sh[1]), tensor.Empty(dt, sh[1])
+					switch mode {
+					case "plain":
+						y := tensor.Empty(dt, sh...)
+						be.BatchNorm(y, mean, rstd, x, w, b, rm, rv, true, 0.1, 1e-5)
+						be.BatchNormBackward(dx, dw, db, g, x, mean, rstd, w, true)
+						outs = append(outs, y)
+					case "relu":
+						y := tensor.Empty(dt, sh...)
+						be.BatchNormRelu(y, mean, rstd, x, w, b, rm, rv, true, 0.1, 1e-5)
+						be.BatchNormReluBackward(dx, dw, db, g, x, b, mean, rstd, w, true)
+						outs = append(outs, y)
+					case "pool":
+						if dt != tensor.F32 {
+							continue // the fused pool is float32 only
+						}
+						pooled, idx := tensor.Empty(dt, ps...), tensor.Empty(tensor.I32, ps...)
+						be.BatchNormReluMaxPool2x2(pooled, idx, mean, rstd, x, w, b, rm, rv, true, 0.1, 1e-5)
+						be.BatchNormReluMaxPool2x2Backward(dx, dw, db, gp, idx, x, b, mean, rstd, w, true)
+						outs = append(outs, pooled, idx)
+					}
+					outs = append(outs, mean, rstd, rm, rv, dx, dw, db)
+				}
+				return outs
+			}
+			major, planes := run(true), run(false)
+			require.Len(t, major, len(planes))
+			for i := range major {
+				require.Equal(t, vals(planes[i]), vals(major[i]), "%v %v output %d", dt, sh, i)
+			}
+		}
+	}
+}
