@@ -105,6 +105,33 @@ sqdone:
 	VZEROUPPER
 	RET
 
+// RELUMASK zeroes the elements of dy in Y4 (eight, from byte offset off)
+// where the forward's output before its ReLU, (x − mu)·a + b with x at
+// off(DI), is not > 0 (mu, a, b in Y13, Y12, Y11; Y14 zero; Y5 scratch).
+#define RELUMASK(off) \
+	VMOVUPS     off(DI), Y5; \
+	VSUBPS      Y13, Y5, Y5; \
+	VFMADD213PS Y11, Y12, Y5; \
+	VCMPPS      $0x1E, Y14, Y5, Y5; \
+	VANDPS      Y5, Y4, Y4
+
+// GRADSUMS adds the eight dy in Y4 (float32) to gradSumsAVX2's sums as
+// float64: the low four to sg0, the high four to sg1, and dy·(x − mu)
+// with x at byte offset off of DI (mu in Y15) to sd0 and sd1. Y5, Y6 are
+// scratch.
+#define GRADSUMS(off, sg0, sg1, sd0, sd1) \
+	VEXTRACTF128 $1, Y4, X6; \
+	VCVTPS2PD    X4, Y4; \
+	VCVTPS2PD    X6, Y6; \
+	VADDPD       Y4, sg0, sg0; \
+	VADDPD       Y6, sg1, sg1; \
+	VCVTPS2PD    off(DI), Y5; \
+	VSUBPD       Y15, Y5, Y5; \
+	VFMADD231PD  Y4, Y5, sd0; \
+	VCVTPS2PD    off+16(DI), Y5; \
+	VSUBPD       Y15, Y5, Y5; \
+	VFMADD231PD  Y6, Y5, sd1
+
 // func gradSumsAVX2(dy, x, y *float32, n int, mu float64) (sg, sgd float64)
 //
 // Σ dy[i] and Σ dy[i]·(x[i] − mu) in float64, where dy[i] counts only where
@@ -123,36 +150,64 @@ TEXT ·gradSumsAVX2(SB), NOSPLIT, $0-64
 	VXORPD Y1, Y1, Y1
 	VXORPD Y2, Y2, Y2
 	VXORPD Y3, Y3, Y3
-
-gsloop:
-	VMOVUPS 0(SI), Y4
+	VXORPD Y7, Y7, Y7
+	VXORPD Y8, Y8, Y8
+	VXORPD Y9, Y9, Y9
+	VXORPD Y10, Y10, Y10
+	// Sixteen elements a step, each of the eight float64 accumulators
+	// (Σ dy in Y0, Y2, Y7, Y8; Σ dy·(x − mu) in Y1, Y3, Y9, Y10) taking
+	// one addition, so that their latency chains overlap; then at most
+	// one step of eight.
 	TESTQ R8, R8
-	JZ    gsnomask
-	VMOVUPS 0(DI), Y6
-	VSUBPS  Y13, Y6, Y6        // x − mu
-	VFMADD213PS Y11, Y12, Y6   // ·a + b: the forward's output before its ReLU
-	VCMPPS  $0x1E, Y14, Y6, Y6 // > 0 (GT, ordered)
-	VANDPS Y6, Y4, Y4
+	JNZ   gsmasked
 
-gsnomask:
-	VEXTRACTF128 $1, Y4, X5
-	VCVTPS2PD X4, Y4
-	VCVTPS2PD X5, Y5
-	VCVTPS2PD 0(DI), Y6
-	VCVTPS2PD 16(DI), Y7
-	VSUBPD Y15, Y6, Y6
-	VSUBPD Y15, Y7, Y7
-	VADDPD Y4, Y0, Y0
-	VADDPD Y5, Y2, Y2
-	VFMADD231PD Y4, Y6, Y1
-	VFMADD231PD Y5, Y7, Y3
-	ADDQ $32, SI
-	ADDQ $32, DI
-	SUBQ $8, CX
-	JNZ  gsloop
+gsplain:
+	CMPQ CX, $16
+	JLT  gsplain8
+	VMOVUPS 0(SI), Y4
+	GRADSUMS(0, Y0, Y2, Y1, Y3)
+	VMOVUPS 32(SI), Y4
+	GRADSUMS(32, Y7, Y8, Y9, Y10)
+	ADDQ $64, SI
+	ADDQ $64, DI
+	SUBQ $16, CX
+	JMP  gsplain
 
+gsplain8:
+	TESTQ CX, CX
+	JZ    gsdone
+	VMOVUPS 0(SI), Y4
+	GRADSUMS(0, Y0, Y2, Y1, Y3)
+	JMP   gsdone
+
+gsmasked:
+	CMPQ CX, $16
+	JLT  gsmasked8
+	VMOVUPS 0(SI), Y4
+	RELUMASK(0)
+	GRADSUMS(0, Y0, Y2, Y1, Y3)
+	VMOVUPS 32(SI), Y4
+	RELUMASK(32)
+	GRADSUMS(32, Y7, Y8, Y9, Y10)
+	ADDQ $64, SI
+	ADDQ $64, DI
+	SUBQ $16, CX
+	JMP  gsmasked
+
+gsmasked8:
+	TESTQ CX, CX
+	JZ    gsdone
+	VMOVUPS 0(SI), Y4
+	RELUMASK(0)
+	GRADSUMS(0, Y0, Y2, Y1, Y3)
+
+gsdone:
 	VADDPD Y2, Y0, Y0
+	VADDPD Y8, Y7, Y7
+	VADDPD Y7, Y0, Y0
 	VADDPD Y3, Y1, Y1
+	VADDPD Y10, Y9, Y9
+	VADDPD Y9, Y1, Y1
 	VEXTRACTF128 $1, Y0, X2
 	VADDPD X2, X0, X0
 	VUNPCKHPD X0, X0, X2
