@@ -607,52 +607,11 @@ func batchNormPoolPrep[F tensor.Float](y, saveMean, saveRstd, x, w, b, runMean, 
 	mean := make([]float64, c)
 	rstd := make([]float64, c)
 	cnt := float64(n * hw)
-	statPlane := func(it int) {
-		row := xs[it*hw : (it+1)*hw]
-		m := rowSum(row) / float64(hw)
-		pmean[it], pm2[it] = m, rowSqDev(row, m)
-	}
 	statBody := func(lo, hi int) {
 		for it := lo; it < hi; it++ {
-			statPlane(it)
-		}
-	}
-	// finish combines channel ch's plane statistics (in sample order)
-	// into its mean and rstd, updates its running statistics and saves
-	// the rounded mean and rstd.
-	finish := func(ch int) {
-		if training {
-			var sum, m2 float64
-			for i := 0; i < n; i++ {
-				sum += pmean[i*c+ch]
-			}
-			mu := sum / float64(n)
-			for i := 0; i < n; i++ {
-				d := pmean[i*c+ch] - mu
-				m2 += pm2[i*c+ch] + float64(hw)*d*d
-			}
-			mean[ch] = mu
-			v := m2 / cnt
-			rstd[ch] = 1 / math.Sqrt(v+eps)
-			if rm != nil {
-				rm[ch] = F((1-momentum)*float64(rm[ch]) + momentum*mean[ch])
-			}
-			if rv != nil {
-				unb := v
-				if cnt > 1 {
-					unb = v * cnt / (cnt - 1)
-				}
-				rv[ch] = F((1-momentum)*float64(rv[ch]) + momentum*unb)
-			}
-		} else {
-			mean[ch] = float64(rm[ch])
-			rstd[ch] = 1 / math.Sqrt(float64(rv[ch])+eps)
-		}
-		if sm != nil {
-			sm[ch] = F(mean[ch])
-		}
-		if sr != nil {
-			sr[ch] = F(rstd[ch])
+			row := xs[it*hw : (it+1)*hw]
+			m := rowSum(row) / float64(hw)
+			pmean[it], pm2[it] = m, rowSqDev(row, m)
 		}
 	}
 	// With pool, each worker normalises into a plane of its own, held by
@@ -661,88 +620,81 @@ func batchNormPoolPrep[F tensor.Float](y, saveMean, saveRstd, x, w, b, runMean, 
 	if pool != nil {
 		planeSet = newScratchSet(n*c, func() []F { return make([]F, hw) })
 	}
-	normPlane := func(it int, plane []F) {
-		ch := it % c
-		// The mean and the scale from the saved (rounded) mean and
-		// rstd, as the backward rebuilds the ReLU's mask from them.
-		mu, r := float64(F(mean[ch])), float64(F(rstd[ch]))
-		wk, bk := 1.0, 0.0
-		if ws != nil {
-			wk = float64(ws[ch])
+	normBody := func(lo, hi int) {
+		var plane []F
+		if pool != nil {
+			plane = <-planeSet
 		}
-		if bs != nil {
-			bk = float64(bs[ch])
+		for it := lo; it < hi; it++ {
+			ch := it % c
+			// The mean and the scale from the saved (rounded) mean and
+			// rstd, as the backward rebuilds the ReLU's mask from them.
+			mu, r := float64(F(mean[ch])), float64(F(rstd[ch]))
+			wk, bk := 1.0, 0.0
+			if ws != nil {
+				wk = float64(ws[ch])
+			}
+			if bs != nil {
+				bk = float64(bs[ch])
+			}
+			if pool == nil {
+				rowAffineAct(ys[it*hw:(it+1)*hw], xs[it*hw:(it+1)*hw], mu, r*wk, bk, relu)
+				continue
+			}
+			rowAffineAct(plane[:hw], xs[it*hw:(it+1)*hw], mu, r*wk, bk, relu)
+			o := it * pool.ho * pool.wo
+			maxPool2x2Rows(pool.pooled[o:o+pool.ho*pool.wo], pool.idx[o:o+pool.ho*pool.wo], any(plane).([]float32), pool.ho, pool.wo, 0, pool.w)
 		}
-		if pool == nil {
-			rowAffineAct(ys[it*hw:(it+1)*hw], xs[it*hw:(it+1)*hw], mu, r*wk, bk, relu)
-			return
-		}
-		rowAffineAct(plane[:hw], xs[it*hw:(it+1)*hw], mu, r*wk, bk, relu)
-		o := it * pool.ho * pool.wo
-		maxPool2x2Rows(pool.pooled[o:o+pool.ho*pool.wo], pool.idx[o:o+pool.ho*pool.wo], any(plane).([]float32), pool.ho, pool.wo, 0, pool.w)
-	}
-	takePlane := func() []F {
-		if pool == nil {
-			return nil
-		}
-		return <-planeSet
-	}
-	putPlane := func(plane []F) {
 		if pool != nil {
 			planeSet <- plane
 		}
 	}
-	normBody := func(lo, hi int) {
-		plane := takePlane()
-		for it := lo; it < hi; it++ {
-			normPlane(it, plane)
-		}
-		putPlane(plane)
-	}
-	// chanBody runs whole channels: the statistics of a channel's planes,
-	// then its normalisation while those planes are still in the
-	// worker's L2 (a channel of W4's first block is 400 KB), where
-	// plane-major passes read the input twice from memory.
-	chanBody := func(lo, hi int) {
-		plane := takePlane()
-		for ch := lo; ch < hi; ch++ {
-			for i := 0; i < n; i++ {
-				statPlane(i*c + ch)
-			}
-			finish(ch)
-			for i := 0; i < n; i++ {
-				normPlane(i*c+ch, plane)
-			}
-		}
-		putPlane(plane)
-	}
 	return func() {
 		s.load()
-		if training && channelMajor(n, c) {
-			parallelFor(c, 7*n*hw, chanBody)
-			s.store()
-			return
-		}
 		if training {
 			parallelFor(n*c, 3*hw, statBody)
+			for ch := range rstd {
+				var sm, m2 float64
+				for i := 0; i < n; i++ {
+					sm += pmean[i*c+ch]
+				}
+				mu := sm / float64(n)
+				for i := 0; i < n; i++ {
+					d := pmean[i*c+ch] - mu
+					m2 += pm2[i*c+ch] + float64(hw)*d*d
+				}
+				mean[ch] = mu
+				v := m2 / cnt
+				rstd[ch] = 1 / math.Sqrt(v+eps)
+				if rm != nil {
+					rm[ch] = F((1-momentum)*float64(rm[ch]) + momentum*mean[ch])
+				}
+				if rv != nil {
+					unb := v
+					if cnt > 1 {
+						unb = v * cnt / (cnt - 1)
+					}
+					rv[ch] = F((1-momentum)*float64(rv[ch]) + momentum*unb)
+				}
+			}
+		} else {
+			for ch := range mean {
+				mean[ch] = float64(rm[ch])
+				rstd[ch] = 1 / math.Sqrt(float64(rv[ch])+eps)
+			}
 		}
 		for ch := range mean {
-			finish(ch)
+			if sm != nil {
+				sm[ch] = F(mean[ch])
+			}
+			if sr != nil {
+				sr[ch] = F(rstd[ch])
+			}
 		}
 		parallelFor(n*c, 4*hw, normBody)
 		s.store()
 	}
 }
-
-// channelMajor reports whether a training batch norm over n samples of c
-// channels runs channel by channel (each channel's two passes back to
-// back) rather than plane by plane: with enough channels to share among
-// the workers and several samples per channel.
-func channelMajor(n, c int) bool { return bnChannelMajor && c >= 4 && n >= 4 }
-
-// bnChannelMajor enables the channel-major batch norm (a variable for
-// the test that checks it against the plane-major passes).
-var bnChannelMajor = true
 
 // BatchNormBackward implements kernels.Backend.
 func (be *Backend) BatchNormBackward(dx, dw, db, dy, x, saveMean, saveRstd, w *T, training bool) {
@@ -863,85 +815,53 @@ func batchNormPoolBwdPrep[F tensor.Float](dx, dw, db, dy, x, b *T, relu bool, sa
 			planeSet <- d
 		}
 	}
-	sumPlane := func(it int, d []F) {
-		ch := it % c
-		sg, sgd := rowGradSums(dyRow(it, d), xs[it*hw:(it+1)*hw], mask(ch), float64(ms[ch]))
-		pdy[it], pdyx[it] = sg, sgd*float64(rs[ch])
-	}
 	sums := func(lo, hi int) {
 		d := scratch()
 		for it := lo; it < hi; it++ {
-			sumPlane(it, d)
+			ch := it % c
+			sg, sgd := rowGradSums(dyRow(it, d), xs[it*hw:(it+1)*hw], mask(ch), float64(ms[ch]))
+			pdy[it], pdyx[it] = sg, sgd*float64(rs[ch])
 		}
 		done(d)
-	}
-	// finish combines channel ch's plane sums in sample order.
-	finish := func(ch int) {
-		var a, b float64
-		for i := 0; i < n; i++ {
-			a += pdy[i*c+ch]
-			b += pdyx[i*c+ch]
-		}
-		sdy[ch], sdyx[ch] = a, b
-		if dbs != nil {
-			dbs[ch] = F(a)
-		}
-		if dws != nil {
-			dws[ch] = F(b)
-		}
-	}
-	dxPlane := func(it int, d []F) {
-		ch := it % c
-		mu, r := float64(ms[ch]), float64(rs[ch])
-		wk := 1.0
-		if ws != nil {
-			wk = float64(ws[ch])
-		}
-		xr, gr, dr := xs[it*hw:(it+1)*hw], dyRow(it, d), dxs[it*hw:(it+1)*hw]
-		if !training {
-			// The statistics are constants: dx = dy·w·r.
-			rowBnDx(dr, gr, xr, mask(ch), mu, wk*r, 0, 0)
-			return
-		}
-		// wk·r·(g − a − (x − mu)·r·b) with a, b the means of the two
-		// sums.
-		a, b := sdy[ch]/cnt, sdyx[ch]/cnt
-		rowBnDx(dr, gr, xr, mask(ch), mu, wk*r, -wk*r*r*b, -wk*r*a)
 	}
 	dxBody := func(lo, hi int) {
 		d := scratch()
 		for it := lo; it < hi; it++ {
-			dxPlane(it, d)
-		}
-		done(d)
-	}
-	// chanBody runs whole channels, each channel's second pass while
-	// its planes are still in the worker's L2 (as the forward does).
-	chanBody := func(lo, hi int) {
-		d := scratch()
-		for ch := lo; ch < hi; ch++ {
-			for i := 0; i < n; i++ {
-				sumPlane(i*c+ch, d)
+			ch := it % c
+			mu, r := float64(ms[ch]), float64(rs[ch])
+			wk := 1.0
+			if ws != nil {
+				wk = float64(ws[ch])
 			}
-			finish(ch)
-			if dxs != nil {
-				for i := 0; i < n; i++ {
-					dxPlane(i*c+ch, d)
-				}
+			xr, gr, dr := xs[it*hw:(it+1)*hw], dyRow(it, d), dxs[it*hw:(it+1)*hw]
+			if !training {
+				// The statistics are constants: dx = dy·w·r.
+				rowBnDx(dr, gr, xr, mask(ch), mu, wk*r, 0, 0)
+				continue
 			}
+			// wk·r·(g − a − (x − mu)·r·b) with a, b the means of the
+			// two sums.
+			a, b := sdy[ch]/cnt, sdyx[ch]/cnt
+			rowBnDx(dr, gr, xr, mask(ch), mu, wk*r, -wk*r*r*b, -wk*r*a)
 		}
 		done(d)
 	}
 	return func() {
 		s.load()
-		if channelMajor(n, c) {
-			parallelFor(c, 8*n*hw, chanBody)
-			s.store()
-			return
-		}
 		parallelFor(n*c, 4*hw, sums)
 		for ch := 0; ch < c; ch++ {
-			finish(ch)
+			var a, b float64
+			for i := 0; i < n; i++ {
+				a += pdy[i*c+ch]
+				b += pdyx[i*c+ch]
+			}
+			sdy[ch], sdyx[ch] = a, b
+			if dbs != nil {
+				dbs[ch] = F(a)
+			}
+			if dws != nil {
+				dws[ch] = F(b)
+			}
 		}
 		if dxs != nil {
 			parallelFor(n*c, 4*hw, dxBody)
