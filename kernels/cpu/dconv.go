@@ -138,7 +138,9 @@ func (d *dconv) flipWeights(ws []float32) []float32 {
 type dconvScratch struct{ xp, cb []float32 }
 
 func (d *dconv) newScratch() dconvScratch {
-	return dconvScratch{xp: getBuf[float32](d.xlen), cb: getBuf[float32](d.mp * d.qt)}
+	xp := getBuf[float32](d.xlen)
+	clear(xp) // the borders, which pad never writes
+	return dconvScratch{xp: xp, cb: getBuf[float32](d.mp * d.qt)}
 }
 
 func (sc dconvScratch) free() {
@@ -147,12 +149,14 @@ func (sc dconvScratch) free() {
 }
 
 // pad copies channels [c0, c0+cg) of sample n of xs (n·cin + c planes of
-// h·w) into xp with zero borders.
+// h·w) into the interiors of xp's padded planes. It writes nothing else:
+// the borders and the overrun past the last plane must be zero already,
+// as they are in scratch cleared once when it is taken (newScratch,
+// dwgradPrep), since every sample's copy lands on the same interiors.
 func (d *dconv) pad(xs, xp []float32, n, c0 int) {
 	g, p := d.g, d.g.p
 	hw := g.h * g.w
 	xp = xp[:d.xlen]
-	clear(xp)
 	for ci := 0; ci < g.cg; ci++ {
 		src := xs[(n*g.cin+c0+ci)*hw:][:hw]
 		copyRows(xp[ci*d.plane+p.PadH*d.wp+p.PadW:], d.wp, src, g.w, g.h, g.w)

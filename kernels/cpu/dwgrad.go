@@ -45,12 +45,12 @@ func (sc dwgradScratch) free() {
 // padDy lays out the output gradient of group gi of sample n (og channels
 // of ho×wo in gs) as og4 rows of d.q on the padded width in dst, a row
 // every qs (d.q rounded up to 16, so that rows start on 64-byte
-// boundaries when dst does), with zeros in the discarded columns and in
-// the rows past og.
+// boundaries when dst does). It writes the valid columns only: the
+// discarded columns and the rows past og must be zero already (scratch
+// cleared once when it is taken, as for pad).
 func (d *dconv) padDy(gs, dst []float32, n, gi, og4, qs int) {
 	g := d.g
 	dst = dst[:og4*qs]
-	clear(dst)
 	for o := 0; o < g.og; o++ {
 		src := gs[(n*g.cout+gi*g.og+o)*g.pixels:][:g.pixels]
 		copyRows(dst[o*qs:], d.wp, src, g.wo, g.ho, g.wo)
@@ -86,7 +86,10 @@ func dwgradPrep(g *convGeom, dw, x, dy *T) (run, release func()) {
 	part := make([]float32, nch*wsz)
 	items := nch * G
 	slots := newScratchSet(items, func() dwgradScratch {
-		return dwgradScratch{xp: getBuf[float32](sb * d.xlen), dy: getBuf[float32](sb * og4 * qs)}
+		sc := dwgradScratch{xp: getBuf[float32](sb * d.xlen), dy: getBuf[float32](sb * og4 * qs)}
+		clear(sc.xp) // the padding, which pad and padDy never write
+		clear(sc.dy)
+		return sc
 	})
 	kc, tail := d.q/16, uint16(1)<<(d.q%16)-1
 	body := func(lo, hi int) {
