@@ -25,3 +25,42 @@ func Example() {
 	// loss 25.3750
 	// dL/dw -27.5000, dL/db -9.5000
 }
+
+// A residual branch with a learned per-channel output scale,
+// x + g⊙branch, in one op: here the branch is 2x, the scale 0.5 for
+// channel 0 and 0 for channel 1 (a branch that starts switched off).
+func ExampleChannelAxpy() {
+	x := autograd.Const(tensor.FromSlice([]float32{1, 2, 3, 4}, 1, 2, 2, 1))
+	g := autograd.Param(tensor.FromSlice([]float32{0.5, 0}, 1, 2, 1, 1))
+	y := autograd.ChannelAxpy(x, g, autograd.MulScalar(x, 2))
+	fmt.Println(y.Value.F32())
+	// The scale's gradient is Σ branch per channel: 2·(1+2), 2·(3+4).
+	autograd.Backward(autograd.SumAll(y))
+	fmt.Println(g.Grad.F32())
+	// Output:
+	// [2 4 3 4]
+	// [6 14]
+}
+
+// StraightThrough trains a seed on the host's errors without changing
+// the host's output: the value is the host's, the gradient reaches both.
+func ExampleStraightThrough() {
+	host := autograd.Param(tensor.FromSlice([]float32{1, 2}, 1, 2))
+	seed := autograd.Param(tensor.FromSlice([]float32{10, 20}, 1, 2))
+	y := autograd.StraightThrough(host, seed)
+	fmt.Println(y.Value.F32())
+	autograd.Backward(autograd.SumAll(autograd.MulScalar(y, 3)))
+	fmt.Println(host.Grad.F32(), seed.Grad.F32())
+	// Output:
+	// [1 2]
+	// [3 3] [3 3]
+}
+
+// GroupNormRelu normalises each group of channels and clips the result
+// at zero in the same pass.
+func ExampleGroupNormRelu() {
+	x := autograd.Const(tensor.FromSlice([]float32{1, 2, 3, 4}, 1, 1, 4))
+	y := autograd.GroupNormRelu(x, nil, nil, 1, 1e-5)
+	fmt.Printf("%.3f\n", y.Value.Float64s())
+	// Output: [0.000 0.000 0.447 1.342]
+}

@@ -78,6 +78,22 @@ func ExampleNewGroupNorm() {
 	// Output: [-1.528 -1.091 -0.655 -0.218 0.218 0.655 1.091 1.528]
 }
 
+func ExampleGroupNorm_ForwardRelu() {
+	gn := nn.MustGroupNorm(nn.GroupNormOptions{Groups: 2, Channels: 4})
+	x := autograd.Param(tensor.Arange(tensor.F32, 0, 16, 1).Reshape(1, 4, 2, 2))
+	// Each group of two channels normalised, then clipped at zero in the
+	// same pass.
+	y := gn.ForwardRelu(x)
+	fmt.Printf("%.3f\n", y.Value.Float64s()[:8])
+	// The gradient of Σy reaches only the positive outputs' inputs
+	// through the normalisation.
+	autograd.Backward(autograd.SumAll(y))
+	fmt.Printf("%.3f\n", x.Grad.Float64s()[:8])
+	// Output:
+	// [0.000 0.000 0.000 0.000 0.218 0.655 1.091 1.528]
+	// [0.073 -0.010 -0.094 -0.177 0.177 0.094 0.010 -0.073]
+}
+
 func ExampleNewLayerNorm() {
 	ln := nn.MustLayerNorm(nn.LayerNormOptions{Shape: []int{4}})
 	y := ln.Forward(autograd.Const(tensor.FromSlice([]float32{1, 2, 3, 4}, 1, 4)))
