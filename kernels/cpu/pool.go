@@ -3,39 +3,66 @@ package cpu
 import (
 	"runtime"
 	"sync"
+	"sync/atomic"
 )
 
 // The worker pool: persistent goroutines taking ranges from a channel.
 // parallelFor never allocates, so it can run inside replayed launches.
 
 type task struct {
+	st *forState
+}
+
+// forState is one parallelFor's shared state: its items are dealt out in
+// chunks from next, first come first served, so that a worker slowed by
+// another tenant of its core takes fewer of them instead of holding the
+// launch up (a static split waits for the slower half).
+type forState struct {
+	wg     sync.WaitGroup
+	next   atomic.Int64
+	n      int
+	chunk  int
+	chunks int64
 	body   func(lo, hi int)
-	lo, hi int
-	wg     *sync.WaitGroup
+}
+
+// run takes chunks until none are left.
+func (st *forState) run() {
+	for {
+		i := st.next.Add(1) - 1
+		if i >= st.chunks {
+			return
+		}
+		lo := int(i) * st.chunk
+		st.body(lo, min(lo+st.chunk, st.n))
+	}
 }
 
 var (
 	poolOnce sync.Once
 	tasks    chan task
-	wgFree   chan *sync.WaitGroup
+	stFree   chan *forState
 )
 
 func startPool() {
 	n := runtime.NumCPU()
 	tasks = make(chan task, 4*n)
-	wgFree = make(chan *sync.WaitGroup, 64)
-	for i := 0; i < cap(wgFree); i++ {
-		wgFree <- new(sync.WaitGroup)
+	stFree = make(chan *forState, 64)
+	for i := 0; i < cap(stFree); i++ {
+		stFree <- new(forState)
 	}
 	for i := 0; i < n; i++ {
 		go func() {
 			for t := range tasks {
-				t.body(t.lo, t.hi)
-				t.wg.Done()
+				t.st.run()
+				t.st.wg.Done()
 			}
 		}()
 	}
 }
+
+// chunksPerWorker is how many chunks parallelFor deals per worker.
+const chunksPerWorker = 8
 
 // minWork is the amount of work (items × cost) below which a launch runs
 // inline on the calling goroutine.
@@ -62,25 +89,27 @@ func parallelFor(n, cost int, body func(lo, hi int)) {
 	}
 	poolOnce.Do(startPool)
 	parts := min(p, n)
-	var wg *sync.WaitGroup
+	var st *forState
 	select {
-	case wg = <-wgFree:
+	case st = <-stFree:
 	default:
-		body(0, n) // every wait group busy: run inline rather than allocate
+		body(0, n) // every state busy: run inline rather than allocate
 		return
 	}
-	step := (n + parts - 1) / parts
-	for lo := step; lo < n; lo += step {
-		hi := min(lo+step, n)
-		wg.Add(1)
+	st.n, st.body = n, body
+	st.chunk = (n + parts*chunksPerWorker - 1) / (parts * chunksPerWorker)
+	st.chunks = int64((n + st.chunk - 1) / st.chunk)
+	st.next.Store(0)
+	for w := 1; w < parts; w++ {
+		st.wg.Add(1)
 		select {
-		case tasks <- task{body: body, lo: lo, hi: hi, wg: wg}:
+		case tasks <- task{st: st}:
 		default:
-			wg.Done()
-			body(lo, hi)
+			st.wg.Done() // the queue is full: the caller takes its share
 		}
 	}
-	body(0, min(step, n))
-	wg.Wait()
-	wgFree <- wg
+	st.run()
+	st.wg.Wait()
+	st.body = nil
+	stFree <- st
 }
