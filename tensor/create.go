@@ -21,7 +21,9 @@ func Empty(d DType, shape ...int) *Tensor {
 		// Small tensors (a tiny model's activations and gradients) are
 		// one allocation: the tensor, its Storage and the elements.
 		ts := &smallTensorStorage{}
-		ts.s.initHostIn(d, n, ts.buf[:])
+		if !ts.s.initHostIn(d, n, ts.buf[:]) {
+			ts.s.initHost(d, n) // buf off its usual alignment: storage of its own
+		}
 		t = &ts.t
 		t.storage = &ts.s
 	} else {
@@ -48,12 +50,15 @@ type tensorStorage struct {
 const smallBytes = 64
 
 // smallTensorStorage is a tensor allocated together with its Storage and
-// that storage's elements; buf has room for smallBytes at a hostAlign
-// boundary wherever the object starts.
+// that storage's elements. buf comes first and has no room to spare: the
+// object (304 bytes) falls in Go's 320-byte size class, whose objects
+// start on 64-byte boundaries, so buf is aligned as host storage wants
+// without the 64 bytes of slack an arbitrary start would need (Empty
+// gives the storage elements of their own if that ever fails).
 type smallTensorStorage struct {
+	buf [smallBytes]byte
 	t   Tensor
 	s   Storage
-	buf [smallBytes + hostAlign]byte
 }
 
 // EmptyOn allocates a contiguous tensor on device dev.

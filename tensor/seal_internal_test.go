@@ -1,6 +1,9 @@
 package tensor
 
-import "testing"
+import (
+	"testing"
+	"unsafe"
+)
 
 // TestConstructorsSeal: every way of making a tensor records its element
 // count and contiguity (seal), and the recorded values are those computed
@@ -44,6 +47,24 @@ func TestConstructorsSeal(t *testing.T) {
 		}
 		if v.numel != Numel(v.shape) || v.contig != v.computeContiguous() {
 			t.Errorf("%s: sealed numel %d contig %v, computed %d %v", name, v.numel, v.contig, Numel(v.shape), v.computeContiguous())
+		}
+	}
+}
+
+// TestSmallTensorOneAllocation: a small tensor is one allocation of
+// Go's 320-byte class with its elements 64-byte aligned inside it (no
+// fallback storage), for every small size.
+func TestSmallTensorOneAllocation(t *testing.T) {
+	for n := 1; n*4 <= smallBytes; n++ {
+		if a := testing.AllocsPerRun(50, func() { _ = Empty(F32, n) }); a != 1 {
+			t.Fatalf("Empty(F32, %d): %v allocations, want 1", n, a)
+		}
+		for i := 0; i < 100; i++ {
+			x := Empty(F32, n)
+			p := uintptr(unsafe.Pointer(&x.storage.host[0]))
+			if p%hostAlign != 0 {
+				t.Fatalf("Empty(F32, %d): elements at %#x, not %d-byte aligned", n, p, hostAlign)
+			}
 		}
 	}
 }

@@ -44,12 +44,17 @@ func (s *Storage) initHost(dtype DType, n int) {
 }
 
 // initHostIn makes s CPU storage for n elements of dtype inside raw
-// (zeroed, with room for the elements after aligning to hostAlign).
-func (s *Storage) initHostIn(dtype DType, n int, raw []byte) {
+// (zeroed) at its first hostAlign boundary, and reports whether they fit
+// there (false leaves s alone).
+func (s *Storage) initHostIn(dtype DType, n int, raw []byte) bool {
 	nb := n * dtype.Size()
 	base := uintptr(unsafe.Pointer(&raw[0]))
 	off := int((hostAlign - base%hostAlign) % hostAlign)
+	if off+nb > len(raw) {
+		return false
+	}
 	*s = Storage{dtype: dtype, device: CPU, n: n, host: raw[off : off+nb : off+nb]}
+	return true
 }
 
 // NewDeviceStorage allocates storage on a non-CPU device through its
