@@ -15,8 +15,9 @@ func (be *Backend) MatMul(dst, a, b *T, transA, transB bool) {
 }
 
 // MatMulAdd implements kernels.GradAccumulator: MatMul adding into dst.
-// Large products accumulate in the GEMM itself (C += A·B); tiny ones are
-// computed into scratch, then added.
+// Large products accumulate in the GEMM itself (C += A·B); tiny float32
+// ones take dst as the tiny kernel's epilogue (each product, summed,
+// then added), other tiny ones are computed into scratch, then added.
 func (be *Backend) MatMulAdd(dst, a, b *T, transA, transB bool) {
 	const name = "MatMulAdd"
 	if len(dst.Shape()) != 2 {
