@@ -69,7 +69,8 @@ type W1 struct {
 	// metrics[1] that the losses (scalars) are added to; correctSum is
 	// metrics[2:3], the validation's correct count.
 	trainSum, valSum, correctSum *tensor.Tensor
-	correct                      *tensor.Tensor // F32 [4]: per-row correct counts of the validation
+	correct                      *tensor.Tensor   // F32 [4]: per-row correct counts of the validation
+	out                          []*tensor.Tensor // {metrics}: what Epoch returns, made once
 	ce                           kernels.CrossEntropyParams
 	ceSum                        kernels.CrossEntropyParams
 }
@@ -120,6 +121,7 @@ func NewW1On(seed uint64, dev tensor.Device) (*W1, error) {
 	return &W1{
 		w: w, b: b, opt: opt, x: x, y: y, metrics: metrics, correct: correct,
 		trainSum: metrics.Select(0, 0), valSum: metrics.Select(0, 1), correctSum: metrics.Narrow(0, 2, 1),
+		out:   []*tensor.Tensor{metrics},
 		ceSum: kernels.CrossEntropyParams{Reduction: kernels.ReduceSum},
 	}, nil
 }
@@ -142,7 +144,7 @@ func (m *W1) Epoch(in []*tensor.Tensor) []*tensor.Tensor {
 		be.Binary(kernels.Add, m.trainSum, m.trainSum, loss.Value)
 	}
 	m.validate(be, x, y)
-	return []*tensor.Tensor{met}
+	return m.out
 }
 
 // validate is Epoch's validation pass: per batch the summed loss goes
