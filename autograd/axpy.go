@@ -12,7 +12,7 @@ import (
 // ([1, C, 1, ...]), or a single element: a residual branch y with its
 // output scale, added to the input x. Where the backend supports it
 // (kernels.ChannelAxpyer) this is one pass forward, bitwise
-// Add(x, Mul(s, y)), and one pass backward (dy = s⊙g with
+// Add(x, Mul(s, y)), and one launch backward (dy = s⊙g with
 // ds = Σ g⊙y over each channel, summed in float64); otherwise it is those
 // two ops.
 func ChannelAxpy(x, s, y *Var) *Var {

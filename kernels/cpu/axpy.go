@@ -54,7 +54,8 @@ func (be *Backend) ChannelAxpyBackward(dy, ds, g, y, s *T) {
 // the output gradient) of one shape [N, C, ...], contiguous, F32 or F64
 // alike; s contiguous in their dtype with 1 or C elements.
 func checkChannelAxpy(name string, x, y, s *T, outs ...*T) {
-	needCPU(name, append([]*T{x, y, s}, outs...)...)
+	needCPU(name, x, y, s)
+	needCPU(name, outs...)
 	_, c, _ := planes(name, y)
 	if !tensor.SameShape(x.Shape(), y.Shape()) {
 		fail(name, "operands of shapes %v and %v differ", x.Shape(), y.Shape())

@@ -6,12 +6,10 @@ import (
 	"sync/atomic"
 )
 
-// The worker pool: persistent goroutines taking ranges from a channel.
-// parallelFor never allocates, so it can run inside replayed launches.
-
-type task struct {
-	st *forState
-}
+// The worker pool: persistent goroutines that join a parallelFor when it
+// hands them its state on a channel and take chunks of its items until
+// none are left. parallelFor never allocates, so it can run inside
+// replayed launches.
 
 // forState is one parallelFor's shared state: its items are dealt out in
 // chunks from next, first come first served, so that a worker slowed by
@@ -40,22 +38,22 @@ func (st *forState) run() {
 
 var (
 	poolOnce sync.Once
-	tasks    chan task
+	tasks    chan *forState // a parallelFor for a worker to join
 	stFree   chan *forState
 )
 
 func startPool() {
 	n := runtime.NumCPU()
-	tasks = make(chan task, 4*n)
+	tasks = make(chan *forState, 4*n)
 	stFree = make(chan *forState, 64)
 	for i := 0; i < cap(stFree); i++ {
 		stFree <- new(forState)
 	}
 	for i := 0; i < n; i++ {
 		go func() {
-			for t := range tasks {
-				t.st.run()
-				t.st.wg.Done()
+			for st := range tasks {
+				st.run()
+				st.wg.Done()
 			}
 		}()
 	}
@@ -103,7 +101,7 @@ func parallelFor(n, cost int, body func(lo, hi int)) {
 	for w := 1; w < parts; w++ {
 		st.wg.Add(1)
 		select {
-		case tasks <- task{st: st}:
+		case tasks <- st:
 		default:
 			st.wg.Done() // the queue is full: the caller takes its share
 		}

@@ -493,18 +493,21 @@ func (be *Backend) SumRowsAdd(dst, x *T) {
 	}
 	needContig(name, "dst", dst)
 	needContig(name, "x", x)
-	m, n := xs[0], xs[1]
 	if dst.DType() == tensor.F64 {
-		d, v := dst.F64(), x.F64()
-		be.launch(func() { sumRowsAdd(d, v, m, n) })
-		return
+		launchSumRowsAdd(be, dst.F64(), x.F64(), xs[0], xs[1])
+	} else {
+		launchSumRowsAdd(be, dst.F32(), x.F32(), xs[0], xs[1])
 	}
-	d, v := dst.F32(), x.F32()
+}
+
+// launchSumRowsAdd runs sumRowsAdd at once when eager (no closure), or
+// records it.
+func launchSumRowsAdd[F tensor.Float](be *Backend, d, x []F, m, n int) {
 	if be.eager() {
-		sumRowsAdd(d, v, m, n)
+		sumRowsAdd(d, x, m, n)
 		return
 	}
-	be.launch(func() { sumRowsAdd(d, v, m, n) })
+	be.launch(func() { sumRowsAdd(d, x, m, n) })
 }
 
 // sumRowsAdd adds the column sums of the m×n row-major x to d, columns
