@@ -14,11 +14,14 @@ var (
 	segmentNames       = opNames("SegmentReduce ", kernels.ReduceOps())
 )
 
-// opNames is prefix followed by each op's name, indexed by op code.
-func opNames[O interface {
-	~uint8 | ~int
+// opCode is an op selector of kernels (UnaryOp, BinaryOp, ReduceOp).
+type opCode interface {
+	~uint8
 	String() string
-}](prefix string, ops []O) []string {
+}
+
+// opNames is prefix followed by each op's name, indexed by op code.
+func opNames[O opCode](prefix string, ops []O) []string {
 	out := make([]string, len(ops))
 	for _, o := range ops {
 		out[o] = prefix + o.String()
@@ -28,11 +31,8 @@ func opNames[O interface {
 
 // opName is names[op], or prefix and op's String for a code out of range
 // (an unknown op, which validation then rejects by that name).
-func opName[O interface {
-	~uint8 | ~int
-	String() string
-}](names []string, prefix string, op O) string {
-	if int(op) >= 0 && int(op) < len(names) {
+func opName[O opCode](names []string, prefix string, op O) string {
+	if int(op) < len(names) {
 		return names[op]
 	}
 	return prefix + op.String()
