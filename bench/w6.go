@@ -18,14 +18,25 @@ import (
 // the engine's CPU backend (kernels.Backend.MatMul) and through gonum's
 // pure-Go BLAS (Implementation.Sgemm) on the same operands, in the same
 // run. Zero values give the PERF.md definition.
+//
+// The engine is timed in Rounds blocks of Reps products, each after
+// Warmup unmeasured ones, and AfterRound runs after each block: the
+// harness runs its peer there, so that the engine and the peer alternate
+// and a change in the machine's speed during the run (a shared virtual
+// machine's cores) falls on both sides rather than on one. gonum, far
+// slower, is timed once, after the last round.
 type W6Options struct {
 	Size   int // n of the n×n·n×n product (default 1024)
-	Reps   int // measured products per implementation (default 20)
-	Warmup int // unmeasured products per implementation (default 3)
+	Reps   int // measured products per block (default 20)
+	Warmup int // unmeasured products before each block (default 3)
+	Rounds int // blocks of engine products (default 1)
 	Seed   uint64
-	// Progress, when set, is called once per implementation before it
-	// is timed ("esper", "gonum").
-	Progress func(impl string)
+	// Progress, when set, is called before each block is timed:
+	// ("esper", round) for round = 1..Rounds, then ("gonum", 0).
+	Progress func(impl string, round int)
+	// AfterRound, when set, is called after engine block round
+	// (1..Rounds); an error stops the run and is returned.
+	AfterRound func(round int) error
 }
 
 // GEMMTiming is the timing of one GEMM implementation. The GFLOP/s
@@ -39,23 +50,28 @@ type GEMMTiming struct {
 	MaxRelErr float64 `json:"max_rel_err"`
 }
 
-// W6Result is what RunW6 measured.
+// W6Result is what RunW6 measured. Esper pools the products of every
+// round; EsperRounds has each round on its own.
 type W6Result struct {
-	Size         int        `json:"size"`
-	Reps         int        `json:"reps"`
-	Warmup       int        `json:"warmup"`
-	FLOPPerGEMM  float64    `json:"flop_per_gemm"`
-	Esper        GEMMTiming `json:"esper"`
-	Gonum        GEMMTiming `json:"gonum"`
-	CheckedEntry int        `json:"checked_entries"`
+	Size         int          `json:"size"`
+	Reps         int          `json:"reps"`
+	Warmup       int          `json:"warmup"`
+	Rounds       int          `json:"rounds"`
+	FLOPPerGEMM  float64      `json:"flop_per_gemm"`
+	Esper        GEMMTiming   `json:"esper"`
+	EsperRounds  []GEMMTiming `json:"esper_rounds"`
+	Gonum        GEMMTiming   `json:"gonum"`
+	CheckedEntry int          `json:"checked_entries"`
 }
 
 // W6CheckEntries is the number of entries of C that RunW6 compares with
 // a float64 reference after timing each implementation.
 const W6CheckEntries = 64
 
-func (o W6Options) withDefaults() (W6Options, error) {
-	if o.Size < 0 || o.Reps < 0 || o.Warmup < 0 {
+// Resolve returns o with its zero fields set to their defaults, or an
+// error for a negative one.
+func (o W6Options) Resolve() (W6Options, error) {
+	if o.Size < 0 || o.Reps < 0 || o.Warmup < 0 || o.Rounds < 0 {
 		return o, fmt.Errorf("bench: W6 options must not be negative: %+v", o)
 	}
 	if o.Size == 0 {
@@ -66,6 +82,9 @@ func (o W6Options) withDefaults() (W6Options, error) {
 	}
 	if o.Warmup == 0 {
 		o.Warmup = 3
+	}
+	if o.Rounds == 0 {
+		o.Rounds = 1
 	}
 	return o, nil
 }
@@ -122,8 +141,8 @@ func (w *w6) checkEntries(c []float32, count int, seed uint64) float64 {
 	return worst
 }
 
-// timeGEMM runs f warmup times, then reps times, timing each call.
-func timeGEMM(f func(), warmup, reps int, flop float64) GEMMTiming {
+// timeReps runs f warmup times, then reps times, timing each call.
+func timeReps(f func(), warmup, reps int) []time.Duration {
 	for i := 0; i < warmup; i++ {
 		f()
 	}
@@ -133,6 +152,11 @@ func timeGEMM(f func(), warmup, reps int, flop float64) GEMMTiming {
 		f()
 		lat[i] = time.Since(t0)
 	}
+	return lat
+}
+
+// gemmTiming summarises the latencies of products of flop operations.
+func gemmTiming(lat []time.Duration, flop float64) GEMMTiming {
 	sorted := append([]time.Duration(nil), lat...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
 	l := Summarise(lat)
@@ -147,23 +171,38 @@ func timeGEMM(f func(), warmup, reps int, flop float64) GEMMTiming {
 // and checks W6CheckEntries entries of each product against a float64
 // reference.
 func RunW6(o W6Options) (W6Result, error) {
-	o, err := o.withDefaults()
+	o, err := o.Resolve()
 	if err != nil {
 		return W6Result{}, err
 	}
 	w := newW6(o.Size, o.Seed)
 	n := float64(o.Size)
 	flop := 2 * n * n * n
-	res := W6Result{Size: o.Size, Reps: o.Reps, Warmup: o.Warmup, FLOPPerGEMM: flop, CheckedEntry: W6CheckEntries}
-	if o.Progress != nil {
-		o.Progress("esper")
+	res := W6Result{Size: o.Size, Reps: o.Reps, Warmup: o.Warmup, Rounds: o.Rounds, FLOPPerGEMM: flop, CheckedEntry: W6CheckEntries}
+	var all []time.Duration
+	for r := 1; r <= o.Rounds; r++ {
+		if o.Progress != nil {
+			o.Progress("esper", r)
+		}
+		lat := timeReps(w.esper, o.Warmup, o.Reps)
+		all = append(all, lat...)
+		t := gemmTiming(lat, flop)
+		t.MaxRelErr = w.checkEntries(w.c.F32(), W6CheckEntries, o.Seed+uint64(r))
+		res.Esper.MaxRelErr = max(res.Esper.MaxRelErr, t.MaxRelErr)
+		res.EsperRounds = append(res.EsperRounds, t)
+		if o.AfterRound != nil {
+			if err := o.AfterRound(r); err != nil {
+				return res, err
+			}
+		}
 	}
-	res.Esper = timeGEMM(w.esper, o.Warmup, o.Reps, flop)
-	res.Esper.MaxRelErr = w.checkEntries(w.c.F32(), W6CheckEntries, o.Seed)
+	worst := res.Esper.MaxRelErr
+	res.Esper = gemmTiming(all, flop)
+	res.Esper.MaxRelErr = worst
 	if o.Progress != nil {
-		o.Progress("gonum")
+		o.Progress("gonum", 0)
 	}
-	res.Gonum = timeGEMM(w.gonum, o.Warmup, o.Reps, flop)
+	res.Gonum = gemmTiming(timeReps(w.gonum, o.Warmup, o.Reps), flop)
 	res.Gonum.MaxRelErr = w.checkEntries(w.gc, W6CheckEntries, o.Seed)
 	// fp32 accumulation over n terms: allow a generous n·ε bound before
 	// calling a product wrong.

@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"errors"
+	"fmt"
 	"math"
 	"testing"
 
@@ -51,10 +53,45 @@ func TestW6ComputesTheProduct(t *testing.T) {
 	require.True(t, math.IsInf(w.checkEntries(wrong, 1, 1), 1))
 }
 
+// TestW6Rounds: the engine is timed in Rounds blocks with AfterRound
+// after each, in order, before gonum; the pooled figures cover every
+// block; an AfterRound error stops the run.
+func TestW6Rounds(t *testing.T) {
+	var events []string
+	r, err := RunW6(W6Options{Size: 32, Reps: 4, Warmup: 1, Rounds: 3, Seed: 3,
+		Progress: func(impl string, round int) { events = append(events, fmt.Sprintf("%s %d", impl, round)) },
+		AfterRound: func(round int) error {
+			events = append(events, fmt.Sprintf("after %d", round))
+			return nil
+		},
+	})
+	require.NoError(t, err)
+	require.Equal(t, []string{"esper 1", "after 1", "esper 2", "after 2", "esper 3", "after 3", "gonum 0"}, events)
+	require.Equal(t, 3, r.Rounds)
+	require.Len(t, r.EsperRounds, 3)
+	require.Equal(t, 12, r.Esper.Latency.N)
+	require.Equal(t, 4, r.Gonum.Latency.N)
+	best := 0.0
+	for _, g := range r.EsperRounds {
+		require.Equal(t, 4, g.Latency.N)
+		require.Less(t, g.MaxRelErr, 1e-5)
+		best = max(best, g.BestGFLOPS)
+	}
+	require.InDelta(t, best, r.Esper.BestGFLOPS, 1e-9*best)
+
+	stop := errors.New("peer failed")
+	calls := 0
+	_, err = RunW6(W6Options{Size: 16, Reps: 1, Rounds: 3, AfterRound: func(int) error { calls++; return stop }})
+	require.ErrorIs(t, err, stop)
+	require.Equal(t, 1, calls)
+}
+
 func TestW6RejectsNegativeOptions(t *testing.T) {
 	_, err := RunW6(W6Options{Size: -1})
 	require.Error(t, err)
 	_, err = RunW6(W6Options{Reps: -2})
+	require.Error(t, err)
+	_, err = RunW6(W6Options{Rounds: -1})
 	require.Error(t, err)
 }
 

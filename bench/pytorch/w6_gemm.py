@@ -95,6 +95,7 @@ def main(argv=None):
         "max_us": round(us[-1], 3),
         "best_gflops": round(flop / (us[0] * 1e-6) / 1e9, 3),
         "median_gflops": round(flop / (percentile(us, 50) * 1e-6) / 1e9, 3),
+        "lat_us": [round(v / 1000.0, 3) for v in lat_ns],
         "max_rel_err": max_rel_err,
         "python": platform.python_version(),
         "machine": platform.machine(),

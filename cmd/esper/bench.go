@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/esper-go/esper/bench"
 	"github.com/esper-go/esper/data"
@@ -25,7 +26,7 @@ type benchConfig struct {
 	steps                 int // W5 training steps, W7 optimizer steps
 	dataDir               string
 	randomData, capture   bool
-	size, reps            int // W6 (reps also W2)
+	size, reps, rounds    int // W6 (reps also W2)
 	graphs                int // W2
 	params, tensors       int // W7
 	envs, baseChannels    int // W4
@@ -64,7 +65,8 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&c.randomData, "random-data", false, "train on random N(0,1) images instead of Fashion-MNIST (W5)")
 	fs.BoolVar(&c.capture, "capture", true, "replay captured graphs: W5 also times captured training steps and evaluation forwards; W4 runs its environments captured (false: eager)")
 	fs.IntVar(&c.size, "size", 1024, "n of the n×n·n×n fp32 GEMM (W6; --device cuda: TF32 and BF16, 8192 unless given)")
-	fs.IntVar(&c.reps, "reps", 0, "measured repetitions: W6 GEMMs per implementation (0 = 20); W2 forwards per batch size and mode (0 = 200 for batch 1, 50 for the large batch); --device cuda: W6 GEMMs (0 = 50), W8 copies per path (0 = 200)")
+	fs.IntVar(&c.rounds, "rounds", 3, "W6 (CPU): rounds of --reps engine GEMMs, each followed by one run of the peer, so that both sides see the same phases of a shared machine; gonum runs once")
+	fs.IntVar(&c.reps, "reps", 0, "measured repetitions: W6 GEMMs per implementation and round (0 = 20); W2 forwards per batch size and mode (0 = 200 for batch 1, 50 for the large batch); --device cuda: W6 GEMMs (0 = 50), W8 copies per path (0 = 200)")
 	fs.IntVar(&c.graphs, "graphs", 64, "the large batch of W2, in graphs (W2 times batch 1 and this)")
 	fs.IntVar(&c.params, "params", 10_000_000, "total fp32 parameters (W7)")
 	fs.IntVar(&c.tensors, "tensors", 200, "parameter tensors (W7)")
@@ -366,33 +368,64 @@ const w6TargetRatio = 1.0
 func benchW6(stdout, stderr io.Writer, c benchConfig) error {
 	m := bench.ThisMachine()
 	header(stdout, "W6 gemm (fp32, CPU)", m)
-	r, err := bench.RunW6(bench.W6Options{
-		Size: c.size, Reps: c.reps, Warmup: c.warmup,
-		Progress: func(impl string) {
-			fmt.Fprintf(stdout, "  %s: %d³ GEMMs ...\n", impl, c.size)
-		},
-	})
+	if c.rounds <= 0 {
+		return fmt.Errorf("--rounds must be positive, got %d", c.rounds)
+	}
+	o, err := bench.W6Options{Size: c.size, Reps: c.reps, Warmup: c.warmup, Rounds: c.rounds}.Resolve()
 	if err != nil {
 		return err
 	}
-	rep := bench.Report{
-		Workload: "W6",
-		Parameters: map[string]any{
-			"op": "C = A·B, fp32, contiguous row-major n×n", "size": r.Size, "reps": r.Reps, "warmup": r.Warmup,
-			"flop_per_gemm": r.FLOPPerGEMM, "esper": "kernels.For(tensor.CPU).MatMul", "gonum": "gonum.org/v1/gonum/blas/gonum Implementation.Sgemm (pure Go)",
-			"checked_entries": r.CheckedEntry,
-		},
-		Machine: m, Device: "cpu",
-		Results: map[string]any{"esper": r.Esper, "gonum": r.Gonum},
-		Ratios: map[string]any{
-			"esper_vs_gonum_median": r.Esper.MedianGFLOPS / r.Gonum.MedianGFLOPS,
-			"esper_vs_gonum_best":   r.Esper.BestGFLOPS / r.Gonum.BestGFLOPS,
-		},
+	rep := bench.Report{Workload: "W6", Machine: m, Device: "cpu"}
+	// The peer runs after each round of ours; its runs are pooled like
+	// our rounds.
+	var peers []map[string]any
+	peerOff := !c.compare
+	afterRound := func(round int) error {
+		if peerOff {
+			return nil
+		}
+		p, err := runPeer(c, stdout, stderr, &rep, "w6_gemm.py",
+			"--size", fmt.Sprint(o.Size), "--reps", fmt.Sprint(o.Reps), "--warmup", fmt.Sprint(o.Warmup), "--seed", fmt.Sprint(round))
+		if err != nil {
+			return err
+		}
+		if p == nil { // unavailable: said once, our side only
+			peerOff = true
+			return nil
+		}
+		peers = append(peers, p)
+		return nil
 	}
-	peer, err := runPeer(c, stdout, stderr, &rep, "w6_gemm.py",
-		"--size", fmt.Sprint(r.Size), "--reps", fmt.Sprint(r.Reps), "--warmup", fmt.Sprint(r.Warmup))
+	o.AfterRound = afterRound
+	o.Progress = func(impl string, round int) {
+		if round > 0 {
+			fmt.Fprintf(stdout, "  %s: %d³ GEMMs, round %d of %d ...\n", impl, o.Size, round, o.Rounds)
+		} else {
+			fmt.Fprintf(stdout, "  %s: %d³ GEMMs ...\n", impl, o.Size)
+		}
+	}
+	r, err := bench.RunW6(o)
 	if err != nil {
 		return err
+	}
+	rep.Parameters = map[string]any{
+		"op": "C = A·B, fp32, contiguous row-major n×n", "size": r.Size, "reps": r.Reps, "warmup": r.Warmup, "rounds": r.Rounds,
+		"flop_per_gemm": r.FLOPPerGEMM, "esper": "kernels.For(tensor.CPU).MatMul", "gonum": "gonum.org/v1/gonum/blas/gonum Implementation.Sgemm (pure Go)",
+		"checked_entries": r.CheckedEntry,
+		"method":          "rounds of reps engine GEMMs, each followed by one peer run of reps GEMMs; medians pool every round; gonum once at the end",
+	}
+	rep.Results = map[string]any{"esper": r.Esper, "esper_rounds": r.EsperRounds, "gonum": r.Gonum}
+	rep.Ratios = map[string]any{
+		"esper_vs_gonum_median": r.Esper.MedianGFLOPS / r.Gonum.MedianGFLOPS,
+		"esper_vs_gonum_best":   r.Esper.BestGFLOPS / r.Gonum.BestGFLOPS,
+	}
+	var peer map[string]any
+	if len(peers) > 0 {
+		peer, err = poolW6Peers(peers, r.FLOPPerGEMM)
+		if err != nil {
+			return err
+		}
+		rep.Peer = peer
 	}
 	type w6row struct {
 		name                string
@@ -406,6 +439,11 @@ func benchW6(stdout, stderr io.Writer, c benchConfig) error {
 		rows = append(rows, w6row{fmt.Sprintf("pytorch %v", peer["torch_version"]), num(peer, "best_gflops"), num(peer, "median_gflops"), num(peer, "p50_us")})
 		rep.Ratios["esper_vs_pytorch_median"] = r.Esper.MedianGFLOPS / num(peer, "median_gflops")
 		rep.Ratios["esper_vs_pytorch_best"] = r.Esper.BestGFLOPS / num(peer, "best_gflops")
+		fmt.Fprintln(stdout, "  median GFLOP/s by round (esper, then the peer run after it):")
+		for i, p := range peers {
+			e := r.EsperRounds[i].MedianGFLOPS
+			fmt.Fprintf(stdout, "    round %d: esper %.1f, pytorch %.1f (%s)\n", i+1, e, num(p, "median_gflops"), ratio(e, num(p, "median_gflops")))
+		}
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "\tbest GFLOP/s\tmedian GFLOP/s\tp50 ms\tesper ÷ it (median)\tesper ÷ it (best)\t")
@@ -416,9 +454,53 @@ func benchW6(stdout, stderr io.Writer, c benchConfig) error {
 	tw.Flush()
 	if peer != nil {
 		q := r.Esper.MedianGFLOPS / num(peer, "median_gflops")
-		fmt.Fprintf(stdout, "esper/pytorch median %.2f× %s the PERF.md target of ≥ %.1f×\n", q, verdict(q >= w6TargetRatio), w6TargetRatio)
+		fmt.Fprintf(stdout, "esper/pytorch median (%d rounds pooled) %.2f× %s the PERF.md target of ≥ %.1f×\n", r.Rounds, q, verdict(q >= w6TargetRatio), w6TargetRatio)
 	}
 	return writeReport(stdout, c.jsonDir, rep)
+}
+
+// poolW6Peers combines the peer's runs, one per round, into one result:
+// the fields of the first run, with best, median and p50 recomputed
+// over the products of every run (each run's lat_us) and the runs'
+// own figures under "runs".
+func poolW6Peers(runs []map[string]any, flop float64) (map[string]any, error) {
+	var lat []time.Duration
+	summaries := make([]map[string]any, len(runs))
+	for i, p := range runs {
+		us, ok := p["lat_us"].([]any)
+		if !ok || len(us) == 0 {
+			return nil, fmt.Errorf("W6 peer run %d wrote no lat_us list", i+1)
+		}
+		for _, v := range us {
+			f, ok := v.(float64)
+			if !ok || f <= 0 {
+				return nil, fmt.Errorf("W6 peer run %d: bad latency %v", i+1, v)
+			}
+			lat = append(lat, time.Duration(f*1e3))
+		}
+		summaries[i] = map[string]any{}
+		for k, v := range p {
+			if k != "lat_us" {
+				summaries[i][k] = v
+			}
+		}
+	}
+	l := bench.Summarise(lat)
+	best := lat[0]
+	for _, d := range lat {
+		best = min(best, d)
+	}
+	pooled := map[string]any{}
+	for k, v := range summaries[0] {
+		pooled[k] = v
+	}
+	pooled["reps"] = len(lat)
+	pooled["p50_us"] = l.P50us
+	pooled["p95_us"] = l.P95us
+	pooled["best_gflops"] = flop / best.Seconds() / 1e9
+	pooled["median_gflops"] = flop / (l.P50us * 1e-6) / 1e9
+	pooled["runs"] = summaries
+	return pooled, nil
 }
 
 // w7TargetFraction is PERF.md's W7 CPU target: ≥ 60% of the measured

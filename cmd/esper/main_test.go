@@ -168,14 +168,44 @@ func TestBenchW6WritesReport(t *testing.T) {
 	require.Contains(t, out.String(), "gonum")
 	rep := readReport(t, dir, "W6")
 	require.Equal(t, 64.0, rep["parameters"].(map[string]any)["size"])
+	require.Equal(t, 3.0, rep["parameters"].(map[string]any)["rounds"])
 	res := rep["results"].(map[string]any)
-	for _, impl := range []string{"esper", "gonum"} {
+	// Three rounds of 20 engine products, pooled; gonum once.
+	for impl, n := range map[string]float64{"esper": 60, "gonum": 20} {
 		g := res[impl].(map[string]any)
 		require.Greater(t, g["median_gflops"].(float64), 0.0, impl)
 		require.Less(t, g["max_rel_err"].(float64), 1e-5, impl)
-		require.Equal(t, 20.0, g["latency"].(map[string]any)["n"], impl)
+		require.Equal(t, n, g["latency"].(map[string]any)["n"], impl)
 	}
+	require.Len(t, res["esper_rounds"], 3)
 	require.Greater(t, rep["ratios"].(map[string]any)["esper_vs_gonum_median"].(float64), 0.0)
+}
+
+// TestPoolW6Peers: the peer's runs pool into figures over every product,
+// keep each run's own summary, and a run without latencies is an error.
+func TestPoolW6Peers(t *testing.T) {
+	const flop = 2e9 // 1 ms is 2000 GFLOP/s
+	runs := []map[string]any{
+		{"torch_version": "x", "median_gflops": 1.0, "lat_us": []any{1000.0, 4000.0, 2000.0}},
+		{"torch_version": "x", "median_gflops": 2.0, "lat_us": []any{500.0, 3000.0}},
+	}
+	p, err := poolW6Peers(runs, flop)
+	require.NoError(t, err)
+	require.Equal(t, "x", p["torch_version"])
+	require.Equal(t, 5, p["reps"])
+	require.InDelta(t, 2000.0, p["p50_us"].(float64), 1e-9) // 500 1000 [2000] 3000 4000
+	require.InDelta(t, 1000.0, p["median_gflops"].(float64), 1e-9)
+	require.InDelta(t, 4000.0, p["best_gflops"].(float64), 1e-9)
+	require.NotContains(t, p, "lat_us")
+	sums := p["runs"].([]map[string]any)
+	require.Len(t, sums, 2)
+	require.Equal(t, 2.0, sums[1]["median_gflops"])
+	require.NotContains(t, sums[0], "lat_us")
+
+	_, err = poolW6Peers([]map[string]any{{"median_gflops": 1.0}}, flop)
+	require.ErrorContains(t, err, "lat_us")
+	_, err = poolW6Peers([]map[string]any{{"lat_us": []any{-1.0}}}, flop)
+	require.ErrorContains(t, err, "bad latency")
 }
 
 func TestBenchW7WritesReport(t *testing.T) {
@@ -231,6 +261,7 @@ func TestBenchBadNewFlags(t *testing.T) {
 		msg  string
 	}{
 		{[]string{"bench", "--workload", "W6", "--size", "0"}, "--size"},
+		{[]string{"bench", "--workload", "W6", "--rounds", "0"}, "--rounds"},
 		{[]string{"bench", "--workload", "W7", "--params", "0"}, "--params"},
 		{[]string{"bench", "--workload", "W7", "--params", "100", "--tensors", "200"}, "16 parameters per tensor"},
 		{[]string{"bench", "--workload", "W5", "--batch", "0"}, "--batch"},
