@@ -1,6 +1,7 @@
 package tensor
 
 import (
+	"unsafe"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -17,16 +18,21 @@ func Empty(d DType, shape ...int) *Tensor {
 	}
 	n := Numel(shape)
 	var t *Tensor
-	if nb := n * d.Size(); nb > 0 && nb <= smallBytes {
-		// Small tensors (a tiny model's activations and gradients) are
-		// one allocation: the tensor, its Storage and the elements.
-		ts := &smallTensorStorage{}
-		if !ts.s.initHostIn(d, n, ts.buf[:]) {
-			ts.s.initHost(d, n) // buf off its usual alignment: storage of its own
-		}
+	switch nb := n * d.Size(); {
+	case nb > 0 && nb <= tinyBytes:
+		// Small tensors (a tiny model's activations, gradients and
+		// losses) are one allocation: the tensor, its Storage and the
+		// elements.
+		ts := &tinyTensorStorage{}
+		ts.s.initHostIn(d, n, unsafe.Slice((*byte)(unsafe.Pointer(&ts.buf)), tinyBytes))
 		t = &ts.t
 		t.storage = &ts.s
-	} else {
+	case nb > 0 && nb <= smallBytes:
+		ts := &smallTensorStorage{}
+		ts.s.initHostIn(d, n, unsafe.Slice((*byte)(unsafe.Pointer(&ts.buf)), smallBytes))
+		t = &ts.t
+		t.storage = &ts.s
+	default:
 		// The tensor and its Storage header share one allocation; the
 		// elements are a second one (see NewStorage).
 		ts := &tensorStorage{}
@@ -45,20 +51,32 @@ type tensorStorage struct {
 	s Storage
 }
 
-// smallBytes is the largest element buffer Empty allocates together with
-// its tensor (16 float32 values).
-const smallBytes = 64
+// tinyBytes and smallBytes are the element buffers Empty allocates
+// together with their tensor: a scalar or a few values, and up to 16
+// float32 values. Each tier is one allocation of the size class just
+// above its object (tinyTensorStorage 224 bytes, smallTensorStorage 280
+// in the 288-byte class): the elements of a tensor this small gain
+// nothing from the 64-byte alignment of larger storage, and every byte
+// of a tensor allocated per op in a tiny model's eager step is a byte
+// the allocator touches and the garbage collector recycles.
+const (
+	tinyBytes  = 8
+	smallBytes = 64
+)
 
-// smallTensorStorage is a tensor allocated together with its Storage and
-// that storage's elements. buf comes first and has no room to spare: the
-// object (304 bytes) falls in Go's 320-byte size class, whose objects
-// start on 64-byte boundaries, so buf is aligned as host storage wants
-// without the 64 bytes of slack an arbitrary start would need (Empty
-// gives the storage elements of their own if that ever fails).
-type smallTensorStorage struct {
-	buf [smallBytes]byte
+// tinyTensorStorage and smallTensorStorage are a tensor allocated
+// together with its Storage and that storage's elements (uint64 words,
+// so that they are aligned for every dtype).
+type tinyTensorStorage struct {
 	t   Tensor
 	s   Storage
+	buf [tinyBytes / 8]uint64
+}
+
+type smallTensorStorage struct {
+	t   Tensor
+	s   Storage
+	buf [smallBytes / 8]uint64
 }
 
 // EmptyOn allocates a contiguous tensor on device dev.

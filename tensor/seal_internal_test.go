@@ -1,6 +1,7 @@
 package tensor
 
 import (
+	"github.com/stretchr/testify/require"
 	"testing"
 	"unsafe"
 )
@@ -51,19 +52,25 @@ func TestConstructorsSeal(t *testing.T) {
 	}
 }
 
-// TestSmallTensorOneAllocation: a small tensor is one allocation of
-// Go's 320-byte class with its elements 64-byte aligned inside it (no
-// fallback storage), for every small size.
+// TestSmallTensorOneAllocation: a small tensor is one allocation, of
+// the size class just above its tier's object, with its elements inside
+// it, aligned for the dtype, for every small size and dtype.
 func TestSmallTensorOneAllocation(t *testing.T) {
-	for n := 1; n*4 <= smallBytes; n++ {
-		if a := testing.AllocsPerRun(50, func() { _ = Empty(F32, n) }); a != 1 {
-			t.Fatalf("Empty(F32, %d): %v allocations, want 1", n, a)
-		}
-		for i := 0; i < 100; i++ {
-			x := Empty(F32, n)
+	require.Equal(t, uintptr(224), unsafe.Sizeof(tinyTensorStorage{}))
+	require.Equal(t, uintptr(280), unsafe.Sizeof(smallTensorStorage{}))
+	for _, d := range []DType{F32, F64, I64, BF16} {
+		for n := 1; n*d.Size() <= smallBytes; n++ {
+			if a := testing.AllocsPerRun(50, func() { _ = Empty(d, n) }); a != 1 {
+				t.Fatalf("Empty(%v, %d): %v allocations, want 1", d, n, a)
+			}
+			x := Empty(d, n)
 			p := uintptr(unsafe.Pointer(&x.storage.host[0]))
-			if p%hostAlign != 0 {
-				t.Fatalf("Empty(F32, %d): elements at %#x, not %d-byte aligned", n, p, hostAlign)
+			base := uintptr(unsafe.Pointer(x))
+			if p < base || p >= base+unsafe.Sizeof(smallTensorStorage{}) {
+				t.Fatalf("Empty(%v, %d): elements at %#x, not inside the tensor's object at %#x", d, n, p, base)
+			}
+			if p%uintptr(d.Size()) != 0 || len(x.storage.host) != n*d.Size() || cap(x.storage.host) != n*d.Size() {
+				t.Fatalf("Empty(%v, %d): elements at %#x, len %d cap %d", d, n, p, len(x.storage.host), cap(x.storage.host))
 			}
 		}
 	}

@@ -10,13 +10,11 @@ import (
 // Storage is a flat buffer of elements of one dtype on one device. Several
 // tensors (views) may share one Storage.
 type Storage struct {
-	dtype  DType
 	device Device
-	n      int    // elements
-	host   []byte // CPU storage, 64-byte aligned
-	dev    DevicePtr
-	mem    DeviceMemory
-	block  *deviceBlock // device storage: freed once, by Free or the cleanup
+	n      int          // elements
+	host   []byte       // CPU storage (64-byte aligned unless small: see Empty)
+	block  *deviceBlock // device storage: its address and provider, freed once
+	dtype  DType
 }
 
 const hostAlign = 64
@@ -43,18 +41,11 @@ func (s *Storage) initHost(dtype DType, n int) {
 	*s = Storage{dtype: dtype, device: CPU, n: n, host: buf[off : off+nb : off+nb]}
 }
 
-// initHostIn makes s CPU storage for n elements of dtype inside raw
-// (zeroed) at its first hostAlign boundary, and reports whether they fit
-// there (false leaves s alone).
-func (s *Storage) initHostIn(dtype DType, n int, raw []byte) bool {
+// initHostIn makes s CPU storage for n elements of dtype in buf (zeroed,
+// at least n·size bytes, aligned for dtype).
+func (s *Storage) initHostIn(dtype DType, n int, buf []byte) {
 	nb := n * dtype.Size()
-	base := uintptr(unsafe.Pointer(&raw[0]))
-	off := int((hostAlign - base%hostAlign) % hostAlign)
-	if off+nb > len(raw) {
-		return false
-	}
-	*s = Storage{dtype: dtype, device: CPU, n: n, host: raw[off : off+nb : off+nb]}
-	return true
+	*s = Storage{dtype: dtype, device: CPU, n: n, host: buf[:nb:nb]}
 }
 
 // NewDeviceStorage allocates storage on a non-CPU device through its
@@ -71,24 +62,29 @@ func NewDeviceStorage(dtype DType, n int, d Device) (*Storage, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Storage{dtype: dtype, device: d, n: n, dev: p, mem: m, block: &deviceBlock{p: p}}
+	s := &Storage{dtype: dtype, device: d, n: n, block: &deviceBlock{p: p, mem: m}}
 	// The safety net: device memory of storage that became unreachable
 	// without Free goes back to its provider (whose Free must not need
 	// the calling goroutine's state: it runs on the cleanup goroutine).
-	runtime.AddCleanup(s, func(b *deviceBlock) {
-		if !b.freed.Swap(true) {
-			m.Free(b.p)
-		}
-	}, s.block)
+	runtime.AddCleanup(s, func(b *deviceBlock) { b.free() }, s.block)
 	return s, nil
 }
 
-// deviceBlock is a device allocation's address and whether it was freed,
-// shared by its Storage and the storage's cleanup so that a block is
-// freed once, by Free or by the cleanup.
+// deviceBlock is a device allocation's address, its provider and whether
+// it was freed, shared by its Storage and the storage's cleanup so that a
+// block is freed once, by Free or by the cleanup. (CPU storage has none:
+// the fields live here to keep the Storage of a small CPU tensor small.)
 type deviceBlock struct {
 	p     DevicePtr
+	mem   DeviceMemory
 	freed atomic.Bool
+}
+
+// free returns the block to its provider unless that was done already.
+func (b *deviceBlock) free() {
+	if !b.freed.Swap(true) {
+		b.mem.Free(b.p)
+	}
 }
 
 // DType returns the element type.
@@ -106,16 +102,19 @@ func (s *Storage) Bytes() []byte {
 	return s.host
 }
 
-// DevicePtr returns the device address (non-CPU storage only).
-func (s *Storage) DevicePtr() DevicePtr { return s.dev }
+// DevicePtr returns the device address (non-CPU storage only; 0 after
+// Free).
+func (s *Storage) DevicePtr() DevicePtr {
+	if s.block == nil || s.block.freed.Load() {
+		return 0
+	}
+	return s.block.p
+}
 
 // Free releases device memory early; CPU storage is left to the GC.
 func (s *Storage) Free() {
-	if s.mem != nil && s.dev != 0 {
-		if s.block == nil || !s.block.freed.Swap(true) {
-			s.mem.Free(s.dev)
-		}
-		s.dev = 0
+	if s.block != nil {
+		s.block.free()
 	}
 }
 
@@ -161,7 +160,7 @@ func (t *Tensor) ToDevice(dev Device) (*Tensor, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := out.storage.mem.CopyToDevice(out.storage.dev, 0, src.storage.host[src.offset*src.DType().Size():][:src.Nbytes()]); err != nil {
+	if err := out.storage.block.mem.CopyToDevice(out.storage.DevicePtr(), 0, src.storage.host[src.offset*src.DType().Size():][:src.Nbytes()]); err != nil {
 		return nil, fmt.Errorf("tensor: copying %v %v to %v: %w", src.DType(), src.shape, dev, err)
 	}
 	return out, nil
@@ -174,7 +173,7 @@ func (t *Tensor) toHost() (*Tensor, error) {
 	}
 	out := Empty(t.DType(), t.shape...)
 	if n := t.Nbytes(); n > 0 {
-		if err := t.storage.mem.CopyToHost(out.storage.host, t.storage.dev, t.offset*t.DType().Size()); err != nil {
+		if err := t.storage.block.mem.CopyToHost(out.storage.host, t.storage.DevicePtr(), t.offset*t.DType().Size()); err != nil {
 			return nil, fmt.Errorf("tensor: copying %v %v from %v: %w", t.DType(), t.shape, t.Device(), err)
 		}
 	}
