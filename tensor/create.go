@@ -1,10 +1,10 @@
 package tensor
 
 import (
-	"unsafe"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"unsafe"
 )
 
 // Empty allocates a contiguous CPU tensor. CPU storage is zeroed, so Empty

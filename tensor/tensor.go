@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"sync/atomic"
+	"unsafe"
 )
 
 // Tensor is a strided view over a Storage. The zero value is not usable;
@@ -239,6 +240,16 @@ func (t *Tensor) String() string {
 // F16). The slice aliases the storage. It panics on a dtype mismatch or a
 // non-contiguous tensor (call Contiguous first).
 func Data[T Elem](t *Tensor) []T {
+	// The common case, checked in a few instructions: a sealed,
+	// contiguous, non-empty CPU tensor of T inside its storage (the
+	// kernels of a tiny model's eager step ask for their operands'
+	// elements a hundred times per epoch). The slice's capacity is its
+	// length.
+	if s := t.storage; t.sealed && t.contig && t.numel > 0 && s.device.Kind == KindCPU && dtypeMatches[T](s.dtype) && uint(t.offset+t.numel) <= uint(s.n) {
+		var z T
+		p := unsafe.Add(unsafe.Pointer(unsafe.SliceData(s.host)), uintptr(t.offset)*unsafe.Sizeof(z))
+		return unsafe.Slice((*T)(p), t.numel)
+	}
 	if !t.IsContiguous() {
 		panic(fmt.Sprintf("tensor: Data of non-contiguous tensor shape %v strides %v (call Contiguous first)", t.shape, t.strides))
 	}
@@ -248,7 +259,7 @@ func Data[T Elem](t *Tensor) []T {
 		// its storage (a zero-length Narrow at the end).
 		return all[:0:0]
 	}
-	return all[t.offset : t.offset+t.Numel()]
+	return all[t.offset : t.offset+t.Numel() : t.offset+t.Numel()]
 }
 
 // F64 is Data[float64].

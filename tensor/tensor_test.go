@@ -114,6 +114,19 @@ func TestDataAliasesStorage(t *testing.T) {
 	equal(t, x.At(1, 2), 7.0)
 	equal(t, len(row.I32()), 3)
 	equal(t, tensor.Data[int32](x)[5], int32(7))
+	// A view's slice ends where the view does: its capacity is its
+	// length, small (elements in the tensor's own object) or not.
+	equal(t, cap(row.I32()), 3)
+	big := tensor.Arange(tensor.F64, 0, 40, 1).Reshape(8, 5)
+	mid := big.Narrow(0, 2, 3)
+	d := mid.F64()
+	equal(t, len(d), 15)
+	equal(t, cap(d), 15)
+	equal(t, d[0], 10.0)
+	equal(t, d[14], 24.0)
+	// Empty views, at the end of their storage too, give empty slices.
+	equal(t, len(big.Narrow(0, 8, 0).F64()), 0)
+	equal(t, len(tensor.Zeros(tensor.F32, 0).F32()), 0)
 }
 
 func TestHalfDataIsBits(t *testing.T) {
