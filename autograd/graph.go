@@ -127,7 +127,7 @@ func record(op string, out *tensor.Tensor, inputs []*Var, saved int) (*Var, *nod
 func (n *node) fillSinks() {
 	for j, in := range n.inputs[:min(len(n.inputs), len(n.bufs.sink))] {
 		n.bufs.sink[j] = nil
-		if in == nil || in.node != nil || !in.requiresGrad || len(in.hooks) > 0 || in.Grad == nil {
+		if in == nil || in.node != nil || !in.requiresGrad || in.hooks != nil || in.Grad == nil {
 			continue
 		}
 		g, val := in.Grad, in.Value
@@ -331,8 +331,10 @@ func topoOrder(root *Var, order []*Var) []*Var {
 
 func accumulateLeaf(v *Var, g *tensor.Tensor) {
 	accumulateInto(v, g)
-	for _, h := range v.hooks {
-		h(v)
+	if v.hooks != nil {
+		for _, h := range *v.hooks {
+			h(v)
+		}
 	}
 }
 

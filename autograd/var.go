@@ -23,7 +23,9 @@ type Var struct {
 	requiresGrad bool
 	retainGrad   bool
 	node         *node
-	hooks        []func(*Var)
+	// hooks are the post-accumulate hooks (a pointer: few Vars have
+	// any, and every op result is a Var).
+	hooks *[]func(*Var)
 }
 
 // NewVar wraps a tensor as a leaf that does not require a gradient.
@@ -86,7 +88,10 @@ func (v *Var) RegisterPostAccumulateHook(f func(*Var)) {
 	if v.node != nil {
 		panic("autograd: post-accumulate hooks are for leaves; this Var is the output of " + v.node.op)
 	}
-	v.hooks = append(v.hooks, f)
+	if v.hooks == nil {
+		v.hooks = new([]func(*Var))
+	}
+	*v.hooks = append(*v.hooks, f)
 }
 
 // Detach returns a leaf sharing v's value with no gradient history.
