@@ -248,13 +248,8 @@ func matmulSmall[F tensor.Float](av, bv, biasv, cv []F, act kernels.UnaryOp, bat
 		if a32 := asF32(av); a32 != nil && matmulTinyF32(a32, asF32(bv), nil, asF32(cv), batch, bcA, bcB, m, n, k, transA, transB, true) {
 			return
 		}
-		var stack [256]F
-		tmp := stack[:]
-		if batch*m*n > len(stack) {
-			tmp = getBuf[F](batch * m * n)
-			defer putBuf(tmp)
-		}
-		tmp = tmp[:batch*m*n]
+		tmp := getBuf[F](batch * m * n)
+		defer putBuf(tmp)
 		matmulSmall(av, bv, nil, tmp, noAct, batch, bcA, bcB, m, n, k, transA, transB, false)
 		for i, v := range tmp {
 			cv[i] += v

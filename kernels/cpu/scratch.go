@@ -18,9 +18,16 @@ import (
 // Buffers come back with stale contents: every user (packA, packB,
 // im2col) writes the whole region it reads, as it must anyway for
 // replays that reuse one buffer.
+//
+// A pool holds a buffer as a *[]F box (a slice does not fit in an
+// interface without an allocation of its own); emptied boxes go back to
+// boxes32 or boxes64 for the next putBuf, so that taking and returning
+// a buffer allocates nothing once the pools are warm.
 var (
 	pools32 [64]sync.Pool
 	pools64 [64]sync.Pool
+	boxes32 sync.Pool
+	boxes64 sync.Pool
 )
 
 // sizeClass is the power-of-two class holding n elements.
@@ -34,6 +41,15 @@ func poolFor[F tensor.Float](class int) *sync.Pool {
 	return &pools64[class]
 }
 
+// boxesFor is the pool of empty boxes for F's buffers.
+func boxesFor[F tensor.Float]() *sync.Pool {
+	var z F
+	if _, ok := any(z).(float32); ok {
+		return &boxes32
+	}
+	return &boxes64
+}
+
 // getBuf returns a buffer of n elements (contents unspecified).
 func getBuf[F tensor.Float](n int) []F {
 	if n <= 0 {
@@ -41,7 +57,11 @@ func getBuf[F tensor.Float](n int) []F {
 	}
 	c := sizeClass(n)
 	if v := poolFor[F](c).Get(); v != nil {
-		return (*v.(*[]F))[:n]
+		box := v.(*[]F)
+		b := *box
+		*box = nil
+		boxesFor[F]().Put(box)
+		return b[:n]
 	}
 	return make([]F, n, 1<<c)
 }
@@ -51,6 +71,10 @@ func putBuf[F tensor.Float](b []F) {
 	if cap(b) == 0 || cap(b)&(cap(b)-1) != 0 {
 		return // not from getBuf
 	}
-	b = b[:cap(b)]
-	poolFor[F](sizeClass(cap(b))).Put(&b)
+	box, _ := boxesFor[F]().Get().(*[]F)
+	if box == nil {
+		box = new([]F)
+	}
+	*box = b[:cap(b)]
+	poolFor[F](sizeClass(cap(b))).Put(box)
 }

@@ -1,6 +1,10 @@
 package cpu
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/esper-go/esper/tensor"
+)
 
 func TestScratchPoolsSizeClasses(t *testing.T) {
 	for _, tc := range []struct{ n, class int }{{1, 0}, {2, 1}, {3, 2}, {4, 2}, {5, 3}, {1000, 10}, {1024, 10}, {1025, 11}} {
@@ -30,5 +34,29 @@ func TestScratchPoolsSizeClasses(t *testing.T) {
 	d := getBuf[float64](257)
 	if len(d) != 257 || cap(d) != 512 {
 		t.Fatalf("getBuf[float64](257): len %d cap %d", len(d), cap(d))
+	}
+}
+
+// TestScratchPoolsAllocateNothingWarm: once a class has a buffer, taking
+// and returning one allocates nothing (no box per putBuf), and a tiny
+// float64 MatMulAdd (computed into a pooled temporary, then added)
+// allocates nothing either.
+func TestScratchPoolsAllocateNothingWarm(t *testing.T) {
+	putBuf(getBuf[float32](100))
+	putBuf(getBuf[float64](100))
+	if a := testing.AllocsPerRun(100, func() {
+		putBuf(getBuf[float32](100))
+		putBuf(getBuf[float64](100))
+	}); a != 0 {
+		t.Errorf("getBuf then putBuf: %v allocations per run, want 0", a)
+	}
+	be := &Backend{}
+	rng := tensor.NewRNG(1)
+	x := tensor.Normal(rng, tensor.F64, 0, 1, 4, 16)
+	g := tensor.Normal(rng, tensor.F64, 0, 1, 4, 4)
+	dw := tensor.Zeros(tensor.F64, 4, 16)
+	be.MatMulAdd(dw, g, x, true, false)
+	if a := testing.AllocsPerRun(100, func() { be.MatMulAdd(dw, g, x, true, false) }); a != 0 {
+		t.Errorf("tiny float64 MatMulAdd: %v allocations per run, want 0", a)
 	}
 }
