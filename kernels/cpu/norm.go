@@ -439,11 +439,13 @@ func (be *Backend) batchNorm(name string, y, saveMean, saveRstd, x, w, b, runMea
 // (c channels): each nil or of c elements, and the running statistics
 // given in evaluation.
 func checkBNParams(name string, x *T, c int, saveMean, saveRstd, w, b, runMean, runVar *T, training bool) {
-	for _, p := range []struct {
-		n string
-		t *T
-	}{{"saveMean", saveMean}, {"saveRstd", saveRstd}, {"w", w}, {"b", b}, {"runMean", runMean}, {"runVar", runVar}} {
-		optShape(name, p.n+" (x shape "+tensor.ShapeString(x.Shape())+")", p.t, c)
+	// The message is built only for a failure: these checks run on every
+	// eager batch norm.
+	for i, t := range [...]*T{saveMean, saveRstd, w, b, runMean, runVar} {
+		if t != nil && t.Numel() != c {
+			what := [...]string{"saveMean", "saveRstd", "w", "b", "runMean", "runVar"}[i]
+			fail(name, "%s (x shape %v) has shape %v, want %d elements", what, x.Shape(), t.Shape(), c)
+		}
 	}
 	if !training && (runMean == nil || runVar == nil) {
 		fail(name, "evaluation needs runMean and runVar (x shape %v)", x.Shape())
