@@ -15,26 +15,35 @@ import (
 // forState is one parallelFor's shared state: its items are dealt out in
 // chunks from next, first come first served, so that a worker slowed by
 // another tenant of its core takes fewer of them instead of holding the
-// launch up (a static split waits for the slower half).
+// launch up (a static split waits for the slower half). The chunks shrink
+// as the items run out (guided scheduling): each is the items left over
+// div (twice the workers), and at least chunk (a 32nd of a worker's
+// share). Large early chunks keep a GEMM's B panels in use over many A
+// panels; small late ones leave little for one worker to finish alone
+// (equal chunks of an eighth of a share left 1024³ GEMMs about 3% short of
+// this at their best).
 type forState struct {
 	wg     sync.WaitGroup
 	active atomic.Int32 // workers that joined and have not finished
-	next   atomic.Int64
+	next   atomic.Int64 // items taken
 	n      int
-	chunk  int
-	chunks int64
+	chunk  int // the smallest chunk
+	div    int
 	body   func(lo, hi int)
 }
 
 // run takes chunks until none are left.
 func (st *forState) run() {
 	for {
-		i := st.next.Add(1) - 1
-		if i >= st.chunks {
+		lo := st.next.Load()
+		left := int64(st.n) - lo
+		if left <= 0 {
 			return
 		}
-		lo := int(i) * st.chunk
-		st.body(lo, min(lo+st.chunk, st.n))
+		hi := lo + min(left, max(int64(st.chunk), left/int64(st.div)))
+		if st.next.CompareAndSwap(lo, hi) {
+			st.body(int(lo), int(hi))
+		}
 	}
 }
 
@@ -129,8 +138,9 @@ func (st *forState) waitWorkers() {
 	st.wg.Wait()
 }
 
-// chunksPerWorker is how many chunks parallelFor deals per worker.
-const chunksPerWorker = 8
+// minChunksPerWorker is how many of the smallest chunks make a worker's
+// share of a parallelFor.
+const minChunksPerWorker = 32
 
 // minWork is the amount of work (items × cost) below which a launch runs
 // inline on the calling goroutine.
@@ -165,8 +175,8 @@ func parallelFor(n, cost int, body func(lo, hi int)) {
 		return
 	}
 	st.n, st.body = n, body
-	st.chunk = (n + parts*chunksPerWorker - 1) / (parts * chunksPerWorker)
-	st.chunks = int64((n + st.chunk - 1) / st.chunk)
+	st.chunk = (n + parts*minChunksPerWorker - 1) / (parts * minChunksPerWorker)
+	st.div = 2 * parts
 	st.next.Store(0)
 	for w := 1; w < parts; w++ {
 		st.wg.Add(1)
