@@ -24,14 +24,10 @@ func Empty(d DType, shape ...int) *Tensor {
 		// losses) are one allocation: the tensor, its Storage and the
 		// elements.
 		ts := &tinyTensorStorage{}
-		ts.s.initHostIn(d, n, unsafe.Slice((*byte)(unsafe.Pointer(&ts.buf)), tinyBytes))
-		t = &ts.t
-		t.storage = &ts.s
+		t = ts.t.withElements(&ts.s, d, n, ts.buf[:])
 	case nb > 0 && nb <= smallBytes:
 		ts := &smallTensorStorage{}
-		ts.s.initHostIn(d, n, unsafe.Slice((*byte)(unsafe.Pointer(&ts.buf)), smallBytes))
-		t = &ts.t
-		t.storage = &ts.s
+		t = ts.t.withElements(&ts.s, d, n, ts.buf[:])
 	default:
 		// The tensor and its Storage header share one allocation; the
 		// elements are a second one (see NewStorage).
@@ -77,6 +73,14 @@ type smallTensorStorage struct {
 	t   Tensor
 	s   Storage
 	buf [smallBytes / 8]uint64
+}
+
+// withElements makes s CPU storage for n elements of dtype d in words (of
+// t's own allocation) and t's storage, and returns t.
+func (t *Tensor) withElements(s *Storage, d DType, n int, words []uint64) *Tensor {
+	s.initHostIn(d, n, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(words))), 8*len(words)))
+	t.storage = s
+	return t
 }
 
 // EmptyOn allocates a contiguous tensor on device dev.

@@ -8,9 +8,9 @@ import (
 )
 
 // The worker pool: persistent goroutines that join a parallelFor when it
-// hands them its state on a channel and take chunks of its items until
-// none are left. parallelFor never allocates, so it can run inside
-// replayed launches.
+// hands them its state (through the polling worker's slot or a channel,
+// see post) and take chunks of its items until none are left.
+// parallelFor never allocates, so it can run inside replayed launches.
 
 // forState is one parallelFor's shared state: its items are dealt out in
 // chunks from next, first come first served, so that a worker slowed by
@@ -20,8 +20,8 @@ import (
 // div (twice the workers), and at least chunk (a 32nd of a worker's
 // share). Large early chunks keep a GEMM's B panels in use over many A
 // panels; small late ones leave little for one worker to finish alone
-// (equal chunks of an eighth of a share left 1024³ GEMMs about 3% short of
-// this at their best).
+// (with equal chunks of an eighth of a worker's share, 1024³ GEMMs peaked
+// about 3% lower).
 type forState struct {
 	wg     sync.WaitGroup
 	active atomic.Int32 // workers that joined and have not finished
