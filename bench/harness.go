@@ -92,22 +92,51 @@ func slug(s string) string {
 }
 
 func commit() string {
+	if BuildCommit != "" {
+		return BuildCommit
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		rev, dirty := "", false
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.modified":
+				dirty = s.Value == "true"
+			}
+		}
+		if rev != "" {
+			rev = rev[:min(len(rev), 7)]
+			if dirty {
+				rev += "-dirty"
+			}
+			return rev
+		}
+	}
+	// Neither stamped nor built with VCS information (GOFLAGS=-buildvcs=false,
+	// go test, go run): the working directory's checkout, which is the
+	// binary's own only when it was built from there, said so.
 	if out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output(); err == nil {
 		c := strings.TrimSpace(string(out))
 		if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(bytes.TrimSpace(st)) > 0 {
 			c += "-dirty"
 		}
-		return c
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" {
-				return s.Value
-			}
-		}
+		return c + " (working directory)"
 	}
 	return "unknown"
 }
+
+// BuildCommit is the commit the binary was built from, when the build
+// stamps it:
+//
+//	go build -ldflags "-X github.com/esper-go/esper/bench.BuildCommit=$(git rev-parse --short HEAD)" ./cmd/esper
+//
+// (make esper and make gpu-bundle do). Reports record it as their commit;
+// without it they take the build's VCS information, else the HEAD of the
+// git checkout in the working directory, marked "(working directory)":
+// a binary built elsewhere and run there would otherwise report the
+// wrong commit.
+var BuildCommit string
 
 // Python is the interpreter of Debian's python3-torch (it installs into
 // the system Python, not a pyenv one first on PATH).
