@@ -40,8 +40,12 @@ func TestScratchPoolsSizeClasses(t *testing.T) {
 // TestScratchPoolsAllocateNothingWarm: once a class has a buffer, taking
 // and returning one allocates nothing (no box per putBuf), and a tiny
 // float64 MatMulAdd (computed into a pooled temporary, then added)
-// allocates nothing either.
+// allocates nothing either. (Not under the race detector, whose
+// sync.Pool drops a share of what it is given on purpose.)
 func TestScratchPoolsAllocateNothingWarm(t *testing.T) {
+	if raceEnabled {
+		t.Skip("sync.Pool drops items at random under the race detector")
+	}
 	putBuf(getBuf[float32](100))
 	putBuf(getBuf[float64](100))
 	if a := testing.AllocsPerRun(100, func() {
