@@ -311,10 +311,30 @@ func gemmDirectF32(m, n, k int, a []float32, lda int, transA bool, b []float32, 
 				axpyF32(av, b[p*ldb:p*ldb+n], ci)
 			}
 		}
-	case !transA && transB: // c[i,j] += a[i,:]·b[j,:], two i and four j at a time
+	case !transA && transB: // c[i,j] += a[i,:]·b[j,:], four or two i and four j at a time
 		var d4 [4]float32
 		var d8 [8]float32
 		i := 0
+		if tinyAsm && n >= 4 && k >= 16 {
+			// AVX-512: four rows per pass over b's rows, half the passes
+			// of the two-row loop below. A few rows against a large
+			// weight matrix (a policy network's batch of one) are bound by
+			// reading the weights, once per pass.
+			for ; i+4 <= m; i += 4 {
+				dot4Rows(4, n, k, a[i*lda:], lda, b, ldb, c[i*ldc:], ldc)
+			}
+			if m-i == 3 {
+				// Three rows are four with a zero row: one pass, not two.
+				pad := getBuf[float32](4 * k)
+				for r := 0; r < 3; r++ {
+					copy(pad[r*k:(r+1)*k], a[(i+r)*lda:(i+r)*lda+k])
+				}
+				clear(pad[3*k:])
+				dot4Rows(3, n, k, pad, k, b, ldb, c[i*ldc:], ldc)
+				putBuf(pad)
+				i = m
+			}
+		}
 		for ; i+2 <= m && n >= 4; i += 2 {
 			c0, c1 := c[i*ldc:i*ldc+n], c[(i+1)*ldc:(i+1)*ldc+n]
 			j := 0
@@ -352,6 +372,30 @@ func gemmDirectF32(m, n, k int, a []float32, lda int, transA bool, b []float32, 
 			for i, av := range a[p*lda : p*lda+m] {
 				axpyF32(av, bp, c[i*ldc:i*ldc+n])
 			}
+		}
+	}
+}
+
+// dot4Rows adds the products of rows (at most 4) rows of a by the n rows
+// of b to c, for the four rows a[0:4] (rows past rows may hold anything
+// readable: their products are dropped) with sdot4x4, 4×4 at a time.
+func dot4Rows(rows, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+	var t [16]float32
+	j := 0
+	for ; j+4 <= n; j += 4 {
+		sdot4x4(a, lda, b[j*ldb:], ldb, k, nil, t[:], 4)
+		for r := 0; r < rows; r++ {
+			cr := c[r*ldc+j:][:4]
+			cr[0] += t[4*r]
+			cr[1] += t[4*r+1]
+			cr[2] += t[4*r+2]
+			cr[3] += t[4*r+3]
+		}
+	}
+	for ; j < n; j++ {
+		bj := b[j*ldb : j*ldb+k]
+		for r := 0; r < rows; r++ {
+			c[r*ldc+j] += dotF32(a[r*lda:r*lda+k], bj)
 		}
 	}
 }

@@ -200,3 +200,56 @@ func TestMatMulConvBothKernels(t *testing.T) {
 		})
 	}
 }
+
+// TestGemmDirectFewRows: the direct path's A·Bᵀ for a few rows (four
+// rows per pass with AVX-512, then two, then one) adds the product to C
+// within float32 rounding of a float64 reference, for ragged row and
+// column counts and depths around the 16-lane chunks.
+func TestGemmDirectFewRows(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, m := range []int{1, 2, 3, 4, 5, 6, 7, 8} {
+		for _, n := range []int{3, 4, 5, 17, 64} {
+			for _, k := range []int{15, 16, 17, 100, 256} {
+				lda, ldb, ldc := k+3, k+1, n+2
+				a := make([]float32, m*lda)
+				b := make([]float32, n*ldb)
+				c := make([]float32, m*ldc)
+				for i := range a {
+					a[i] = float32(rng.NormFloat64())
+				}
+				for i := range b {
+					b[i] = float32(rng.NormFloat64())
+				}
+				for i := range c {
+					c[i] = float32(rng.NormFloat64())
+				}
+				want := make([]float64, len(c))
+				for i := 0; i < m; i++ {
+					for j := 0; j < n; j++ {
+						s := float64(c[i*ldc+j])
+						for p := 0; p < k; p++ {
+							s += float64(a[i*lda+p]) * float64(b[j*ldb+p])
+						}
+						want[i*ldc+j] = s
+					}
+				}
+				pad := append([]float32(nil), c...)
+				gemmDirectF32(m, n, k, a, lda, false, b, ldb, true, c, ldc)
+				for i := 0; i < m; i++ {
+					for j := 0; j < ldc; j++ {
+						got := float64(c[i*ldc+j])
+						if j >= n {
+							if c[i*ldc+j] != pad[i*ldc+j] {
+								t.Fatalf("m=%d n=%d k=%d: column %d past n written", m, n, k, j)
+							}
+							continue
+						}
+						if d := math.Abs(got - want[i*ldc+j]); d > 1e-4*(1+math.Abs(want[i*ldc+j])) {
+							t.Fatalf("m=%d n=%d k=%d: c[%d,%d] = %v, want %v", m, n, k, i, j, got, want[i*ldc+j])
+						}
+					}
+				}
+			}
+		}
+	}
+}

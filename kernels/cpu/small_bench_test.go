@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/esper-go/esper/kernels"
@@ -31,6 +32,23 @@ func BenchmarkTinyMatMul(b *testing.B) {
 			be.MatMul(dw, dy, x, true, false)
 		}
 	})
+}
+
+// BenchmarkFewRowsMatMul times x·Wᵀ for a few rows against a 256×256
+// weight (W2's policy layers at batch 1: one to three graph nodes per
+// type), the products that skip packing and run the direct path.
+func BenchmarkFewRowsMatMul(b *testing.B) {
+	w := randT(2, tensor.F32, 256, 256)
+	for _, m := range []int{1, 2, 3, 4, 8} {
+		x := randT(1, tensor.F32, m, 256)
+		y := tensor.Empty(tensor.F32, m, 256)
+		b.Run(fmt.Sprintf("rows=%d", m), func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				be.MatMul(y, x, w, false, true)
+			}
+		})
+	}
 }
 
 // BenchmarkCrossEntropySmall times W1's loss over 4 rows of 4 classes,
