@@ -376,9 +376,9 @@ func gemmDirectF32(m, n, k int, a []float32, lda int, transA bool, b []float32, 
 	}
 }
 
-// dot4Rows adds the products of rows (at most 4) rows of a by the n rows
-// of b to c, for the four rows a[0:4] (rows past rows may hold anything
-// readable: their products are dropped) with sdot4x4, 4×4 at a time.
+// dot4Rows adds to c the products of a's first rows rows (at most 4) by
+// the n rows of b, 4×4 at a time with sdot4x4. The kernel reads four rows
+// of a: those past rows must be readable, and their products are dropped.
 func dot4Rows(rows, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
 	var t [16]float32
 	j := 0
