@@ -5,6 +5,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
@@ -284,4 +285,13 @@ func TestScalarSeedShared(t *testing.T) {
 	}
 	require.Equal(t, []float32{1}, oneF32.F32())
 	require.Equal(t, []float64{1}, oneF64.F64())
+}
+
+// TestVarSizes: every op result is a Var (with its node when recorded),
+// allocated per op on the eager path, so their size classes matter: a
+// Var fits Go's 64-byte class and a recorded result's Var and node the
+// 192-byte one (the rarely used hooks sit behind a pointer).
+func TestVarSizes(t *testing.T) {
+	require.LessOrEqual(t, unsafe.Sizeof(Var{}), uintptr(64))
+	require.LessOrEqual(t, unsafe.Sizeof(varNode{}), uintptr(192))
 }
