@@ -10,8 +10,6 @@ import (
 	"github.com/esper-go/esper/tensor"
 )
 
-var _ kernels.ChannelAxpyer = (*Backend)(nil)
-
 // TestChannelAxpy: ChannelAxpy is bitwise Binary Mul of the broadcast
 // scale followed by Binary Add, with a scale per channel or one for all,
 // on planes shorter and longer than its product buffer; its backward's

@@ -25,7 +25,18 @@ func init() { kernels.Register(def) }
 // Default returns the process-wide CPU backend.
 func Default() *Backend { return def }
 
-var _ kernels.Backend = (*Backend)(nil)
+// The backend implements kernels.Backend and the optional interfaces of
+// its fused kernels (ForeachStepper is the CUDA backend's alone).
+var (
+	_ kernels.Backend             = (*Backend)(nil)
+	_ kernels.ConvAffineActer     = (*Backend)(nil)
+	_ kernels.ConvAffineActPooler = (*Backend)(nil)
+	_ kernels.BatchNormReluer     = (*Backend)(nil)
+	_ kernels.GroupNormReluer     = (*Backend)(nil)
+	_ kernels.BatchNormReluPooler = (*Backend)(nil)
+	_ kernels.GradAccumulator     = (*Backend)(nil)
+	_ kernels.ChannelAxpyer       = (*Backend)(nil)
+)
 
 // Name implements kernels.Backend.
 func (b *Backend) Name() string { return "cpu" }

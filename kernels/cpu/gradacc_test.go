@@ -10,8 +10,6 @@ import (
 	"github.com/esper-go/esper/tensor"
 )
 
-var _ kernels.GradAccumulator = (*Backend)(nil)
-
 // TestMatMulAdd: MatMulAdd adds op(a)·op(b) to what dst holds, against a
 // float64 reference, for the tiny kernels (W1's weight gradient, 4×4ᵀ by
 // 4×16), the serial GEMM, the shared GEMM over several k blocks, and
