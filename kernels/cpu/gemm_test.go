@@ -151,14 +151,7 @@ func asmMatchesPureGo(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	for _, s := range [][3]int{{1, 1, 1}, {6, 16, 7}, {31, 45, 29}, {128, 96, 300}} {
 		m, n, k := s[0], s[1], s[2]
-		a := make([]float32, m*k)
-		b := make([]float32, k*n)
-		for i := range a {
-			a[i] = float32(rng.NormFloat64())
-		}
-		for i := range b {
-			b[i] = float32(rng.NormFloat64())
-		}
+		a, b := normals32(rng, m*k), normals32(rng, k*n)
 		run := func(pure bool) []float32 {
 			defer ForcePureGoGEMM(ForcePureGoGEMM(pure))
 			c := make([]float32, m*n)
@@ -211,18 +204,7 @@ func TestGemmDirectFewRows(t *testing.T) {
 		for _, n := range []int{3, 4, 5, 17, 64} {
 			for _, k := range []int{15, 16, 17, 100, 256} {
 				lda, ldb, ldc := k+3, k+1, n+2
-				a := make([]float32, m*lda)
-				b := make([]float32, n*ldb)
-				c := make([]float32, m*ldc)
-				for i := range a {
-					a[i] = float32(rng.NormFloat64())
-				}
-				for i := range b {
-					b[i] = float32(rng.NormFloat64())
-				}
-				for i := range c {
-					c[i] = float32(rng.NormFloat64())
-				}
+				a, b, c := normals32(rng, m*lda), normals32(rng, n*ldb), normals32(rng, m*ldc)
 				want := make([]float64, len(c))
 				for i := 0; i < m; i++ {
 					for j := 0; j < n; j++ {
@@ -252,4 +234,13 @@ func TestGemmDirectFewRows(t *testing.T) {
 			}
 		}
 	}
+}
+
+// normals32 returns n standard normal float32 values from rng.
+func normals32(rng *rand.Rand, n int) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(rng.NormFloat64())
+	}
+	return v
 }
