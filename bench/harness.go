@@ -1,10 +1,12 @@
 package bench
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -185,6 +187,109 @@ func RunPeer(dir, script string, threads int, args ...string) (map[string]any, e
 		return nil, fmt.Errorf("bench: peer %s wrote invalid JSON: %v", script, err)
 	}
 	return res, nil
+}
+
+// PeerSession is a PyTorch peer script kept running between calls (its
+// --serve mode), so that the harness can alternate short blocks of its
+// own work with the peer's without paying Python's start-up, about two
+// seconds, between them. Requests and replies are lines: the harness
+// writes one request, the script answers with one JSON object.
+type PeerSession struct {
+	script string
+	cmd    *exec.Cmd
+	in     io.WriteCloser
+	out    *bufio.Reader
+	stderr *bytes.Buffer
+	done   bool // the script was stopped or has exited
+	// Ready is the script's first line, written once it is set up.
+	Ready map[string]any
+}
+
+// StartPeer starts script from dir with OMP_NUM_THREADS set to threads,
+// passing args plus --serve, and waits for its ready line. It returns an
+// error wrapping ErrNoPeer when the peer cannot run here.
+func StartPeer(dir, script string, threads int, args ...string) (*PeerSession, error) {
+	if err := PeerAvailable(); err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(Python, append([]string{filepath.Join(dir, script), "--threads", fmt.Sprint(threads), "--serve"}, args...)...)
+	cmd.Env = append(os.Environ(), fmt.Sprintf("OMP_NUM_THREADS=%d", threads))
+	return startSession(script, cmd)
+}
+
+// startSession starts cmd, a peer in its --serve mode, and waits for its
+// ready line.
+func startSession(script string, cmd *exec.Cmd) (*PeerSession, error) {
+	s := &PeerSession{script: script, cmd: cmd, stderr: new(bytes.Buffer)}
+	cmd.Stderr = s.stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	s.in, s.out = in, bufio.NewReader(out)
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("bench: starting peer %s: %w", script, err)
+	}
+	if s.Ready, err = s.readReply(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Call sends one request line to the peer and returns its JSON reply.
+// After an error the session is closed.
+func (s *PeerSession) Call(request string) (map[string]any, error) {
+	if s.done {
+		return nil, fmt.Errorf("bench: peer %s: call after the session ended", s.script)
+	}
+	if strings.ContainsRune(request, '\n') {
+		return nil, fmt.Errorf("bench: peer request %q spans lines", request)
+	}
+	if _, err := io.WriteString(s.in, request+"\n"); err != nil {
+		return nil, s.fail(fmt.Errorf("sending %q: %w", request, err))
+	}
+	return s.readReply()
+}
+
+// readReply reads one JSON line from the peer.
+func (s *PeerSession) readReply() (map[string]any, error) {
+	line, err := s.out.ReadBytes('\n')
+	if err != nil {
+		return nil, s.fail(fmt.Errorf("reading its reply: %w", err))
+	}
+	var res map[string]any
+	if err := json.Unmarshal(line, &res); err != nil {
+		return nil, s.fail(fmt.Errorf("it wrote %q, not a JSON object: %v", bytes.TrimSpace(line), err))
+	}
+	return res, nil
+}
+
+// fail stops the peer and returns err with what it wrote to stderr.
+func (s *PeerSession) fail(err error) error {
+	s.done = true
+	s.in.Close()
+	s.cmd.Process.Kill()
+	s.cmd.Wait()
+	return fmt.Errorf("bench: peer %s: %v\n%s", s.script, err, s.stderr.String())
+}
+
+// Close ends the session: it closes the peer's stdin and waits for the
+// script to exit. It does nothing after a failed call, which has
+// stopped the script already.
+func (s *PeerSession) Close() error {
+	if s.done {
+		return nil
+	}
+	s.done = true
+	s.in.Close()
+	if err := s.cmd.Wait(); err != nil {
+		return fmt.Errorf("bench: peer %s exited: %v\n%s", s.script, err, s.stderr.String())
+	}
+	return nil
 }
 
 // Report is the JSON written for one workload run.

@@ -65,7 +65,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&c.randomData, "random-data", false, "train on random N(0,1) images instead of Fashion-MNIST (W5)")
 	fs.BoolVar(&c.capture, "capture", true, "replay captured graphs: W5 also times captured training steps and evaluation forwards; W4 runs its environments captured (false: eager)")
 	fs.IntVar(&c.size, "size", 1024, "n of the n×n·n×n fp32 GEMM (W6; --device cuda: TF32 and BF16, 8192 unless given)")
-	fs.IntVar(&c.rounds, "rounds", 3, "W6 (CPU): rounds of --reps engine GEMMs, each followed by one run of the peer, so that both sides see the same phases of a shared machine; gonum runs once")
+	fs.IntVar(&c.rounds, "rounds", 10, "W6 (CPU): rounds of --reps engine GEMMs, each followed by a block of --reps peer GEMMs, so that both sides see the same phases of a shared machine; gonum runs once")
 	fs.IntVar(&c.reps, "reps", 0, "measured repetitions: W6 GEMMs per implementation and round (0 = 20); W2 forwards per batch size and mode (0 = 200 for batch 1, 50 for the large batch); --device cuda: W6 GEMMs (0 = 50), W8 copies per path (0 = 200)")
 	fs.IntVar(&c.graphs, "graphs", 64, "the large batch of W2, in graphs (W2 times batch 1 and this)")
 	fs.IntVar(&c.params, "params", 10_000_000, "total fp32 parameters (W7)")
@@ -376,22 +376,31 @@ func benchW6(stdout, stderr io.Writer, c benchConfig) error {
 		return err
 	}
 	rep := bench.Report{Workload: "W6", Machine: m, Device: "cpu"}
-	// The peer runs after each round of ours; its runs are pooled like
-	// our rounds.
+	// The peer stays up (its --serve mode) and runs a block of products
+	// after each round of ours; its blocks are pooled like our rounds.
 	var peers []map[string]any
-	peerOff := !c.compare
+	var sess *bench.PeerSession
+	if c.compare {
+		fmt.Fprintf(stdout, "  starting the PyTorch peer (%s/w6_gemm.py) ...\n", c.peerDir)
+		sess, err = bench.StartPeer(c.peerDir, "w6_gemm.py", runtime.GOMAXPROCS(0), "--size", fmt.Sprint(o.Size), "--seed", fmt.Sprint(o.Seed))
+		switch {
+		case errors.Is(err, bench.ErrNoPeer):
+			fmt.Fprintf(stderr, "%v\n(running our side only)\n", err)
+			rep.PeerError = err.Error()
+		case err != nil:
+			return err
+		default:
+			defer sess.Close()
+		}
+	}
 	afterRound := func(round int) error {
-		if peerOff {
+		if sess == nil {
 			return nil
 		}
-		p, err := runPeer(c, stdout, stderr, &rep, "w6_gemm.py",
-			"--size", fmt.Sprint(o.Size), "--reps", fmt.Sprint(o.Reps), "--warmup", fmt.Sprint(o.Warmup), "--seed", fmt.Sprint(round))
+		fmt.Fprintf(stdout, "  pytorch: %d³ GEMMs, round %d of %d ...\n", o.Size, round, o.Rounds)
+		p, err := sess.Call(fmt.Sprintf("%d %d", o.Warmup, o.Reps))
 		if err != nil {
 			return err
-		}
-		if p == nil { // unavailable: said once, our side only
-			peerOff = true
-			return nil
 		}
 		peers = append(peers, p)
 		return nil
@@ -408,11 +417,16 @@ func benchW6(stdout, stderr io.Writer, c benchConfig) error {
 	if err != nil {
 		return err
 	}
+	if sess != nil {
+		if err := sess.Close(); err != nil {
+			return err
+		}
+	}
 	rep.Parameters = map[string]any{
 		"op": "C = A·B, fp32, contiguous row-major n×n", "size": r.Size, "reps": r.Reps, "warmup": r.Warmup, "rounds": r.Rounds,
 		"flop_per_gemm": r.FLOPPerGEMM, "esper": "kernels.For(tensor.CPU).MatMul", "gonum": "gonum.org/v1/gonum/blas/gonum Implementation.Sgemm (pure Go)",
 		"checked_entries": r.CheckedEntry,
-		"method":          "rounds of reps engine GEMMs, each followed by one peer run of reps GEMMs; medians pool every round; gonum once at the end",
+		"method":          "rounds of warmup+reps engine GEMMs, each followed by a block of warmup+reps peer GEMMs in one long-running peer process (w6_gemm.py --serve); medians pool every round; gonum once at the end",
 	}
 	rep.Results = map[string]any{"esper": r.Esper, "esper_rounds": r.EsperRounds, "gonum": r.Gonum}
 	rep.Ratios = map[string]any{
@@ -439,7 +453,7 @@ func benchW6(stdout, stderr io.Writer, c benchConfig) error {
 		rows = append(rows, w6row{fmt.Sprintf("pytorch %v", peer["torch_version"]), num(peer, "best_gflops"), num(peer, "median_gflops"), num(peer, "p50_us")})
 		rep.Ratios["esper_vs_pytorch_median"] = r.Esper.MedianGFLOPS / num(peer, "median_gflops")
 		rep.Ratios["esper_vs_pytorch_best"] = r.Esper.BestGFLOPS / num(peer, "best_gflops")
-		fmt.Fprintln(stdout, "  median GFLOP/s by round (esper, then the peer run after it):")
+		fmt.Fprintln(stdout, "  median GFLOP/s by round (esper, then the peer's block after it):")
 		for i, p := range peers {
 			e := r.EsperRounds[i].MedianGFLOPS
 			fmt.Fprintf(stdout, "    round %d: esper %.1f, pytorch %.1f (%s)\n", i+1, e, num(p, "median_gflops"), ratio(e, num(p, "median_gflops")))

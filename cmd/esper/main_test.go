@@ -168,16 +168,16 @@ func TestBenchW6WritesReport(t *testing.T) {
 	require.Contains(t, out.String(), "gonum")
 	rep := readReport(t, dir, "W6")
 	require.Equal(t, 64.0, rep["parameters"].(map[string]any)["size"])
-	require.Equal(t, 3.0, rep["parameters"].(map[string]any)["rounds"])
+	require.Equal(t, 10.0, rep["parameters"].(map[string]any)["rounds"])
 	res := rep["results"].(map[string]any)
-	// Three rounds of 20 engine products, pooled; gonum once.
-	for impl, n := range map[string]float64{"esper": 60, "gonum": 20} {
+	// Ten rounds of 20 engine products, pooled; gonum once.
+	for impl, n := range map[string]float64{"esper": 200, "gonum": 20} {
 		g := res[impl].(map[string]any)
 		require.Greater(t, g["median_gflops"].(float64), 0.0, impl)
 		require.Less(t, g["max_rel_err"].(float64), 1e-5, impl)
 		require.Equal(t, n, g["latency"].(map[string]any)["n"], impl)
 	}
-	require.Len(t, res["esper_rounds"], 3)
+	require.Len(t, res["esper_rounds"], 10)
 	require.Greater(t, rep["ratios"].(map[string]any)["esper_vs_gonum_median"].(float64), 0.0)
 }
 
