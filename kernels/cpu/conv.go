@@ -507,7 +507,7 @@ func (be *Backend) Conv2dBackwardInput(dx, dy, w *T, p kernels.Conv2dParams) {
 		// Measured on W5's layers: ahead of col2im up to two kc blocks of
 		// flipped weights (64 channels of 3×3, kdim 576), behind it at
 		// three (128 channels, 1152).
-		if t, ok := transposedGeom(&g); ok && useDconv[float32](&t) && t.kdim <= 2*gemmKC {
+		if t, ok := transposedGeom(&g); ok && useDconv[float32](&t) && t.kdim <= 2*dconvKC {
 			be.launchScratch(convDirectBwdInputPrep(&t, dx, dy, w))
 			return
 		}

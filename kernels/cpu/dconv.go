@@ -16,7 +16,7 @@ import (
 // width (columns wo..wp−1 of each row are discarded), about wp/wo more
 // arithmetic than im2col+GEMM in exchange for no patch matrix at all:
 // every operand of a sample stays in L2. Each output element sums its k
-// terms in the same order, in the same kc blocks, as the im2col GEMM.
+// terms in order, in blocks of dconvKC.
 
 // dconv is one direct convolution's geometry and packed weights.
 type dconv struct {
@@ -31,6 +31,11 @@ type dconv struct {
 	pa     []float32 // packed weights (packWeights)
 	wt     []float32 // flipped weights of a transposed geometry
 }
+
+// dconvKC is the depth of the direct kernel's k blocks: 512, measured
+// on W5's layers (its thresholds, see Conv2dBackwardInput, count in
+// these blocks). The packed GEMM's blocks (gemmKC) are deeper.
+const dconvKC = 512
 
 // dconvMinWork is the smallest og·ho·wo·kdim multiply-add count per
 // sample that takes the direct kernel.
@@ -103,8 +108,8 @@ func (d *dconv) packWeights(ws []float32) {
 	g := d.g
 	for gi := 0; gi < g.p.Groups; gi++ {
 		wg := ws[gi*g.og*g.kdim : (gi+1)*g.og*g.kdim]
-		for pc := 0; pc < g.kdim; pc += gemmKC {
-			kb := min(gemmKC, g.kdim-pc)
+		for pc := 0; pc < g.kdim; pc += dconvKC {
+			kb := min(dconvKC, g.kdim-pc)
 			packA(d.pa[gi*d.mp*g.kdim+pc*d.mp:], wg, g.kdim, false, 0, pc, g.og, kb, d.mr)
 		}
 	}
@@ -167,8 +172,8 @@ func (d *dconv) pad(xs, xp []float32, n, c0 int) {
 // cb ([mp, qt]; rows past og are zero) from the padded input xp.
 func (d *dconv) block(gi int, xp, cb []float32) {
 	g := d.g
-	for pc := 0; pc < g.kdim; pc += gemmKC {
-		kb := min(gemmKC, g.kdim-pc)
+	for pc := 0; pc < g.kdim; pc += dconvKC {
+		kb := min(dconvKC, g.kdim-pc)
 		pa := d.pa[gi*d.mp*g.kdim+pc*d.mp:]
 		for ir := 0; ir < d.mp; ir += d.mr {
 			a := pa[ir*kb : (ir+d.mr)*kb]

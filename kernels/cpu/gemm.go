@@ -19,11 +19,12 @@ const (
 	gemmNR = 4 // columns of the pure-Go micro-tile
 
 	// gemmKC and gemmNC were tuned on W6 (1024³ on a 2-core AVX-512
-	// Xeon, bench/baselines): 512 and 1024 beat 256 and 512 by about
-	// 15%; fewer k blocks mean fewer passes over C and fewer hand-offs
-	// between workers, and the kernel streams a 64 KiB B panel from L2
-	// well. gemmMC mattered little between 48 and 192.
-	gemmKC = 512  // depth of a packed block
+	// Xeon, bench/baselines): k blocks of 1024 beat 512 once the kernel
+	// prefetched the next B panel (the product's whole depth in one block:
+	// C is written once, not read back and written again); 512 had beaten
+	// 256 by about 15%. The kernel streams its B panel (128 KiB) from L2.
+	// gemmMC mattered little between 36 and 96.
+	gemmKC = 1024 // depth of a packed block
 	gemmMC = 96   // rows of a packed A block (a multiple of every MR in use)
 	gemmNC = 1024 // columns of a packed B block
 )
@@ -32,8 +33,10 @@ const (
 // packed B panel to the mr×nr tile of C at ci (mr ≤ MR, nr ≤ NR), or
 // stores it there when add is false (the first k block of a product that
 // overwrites C, which then need not be cleared first). Each element is
-// summed in registers from p = 0 up and then added to C once.
-type microKernelFunc[F tensor.Float] func(kb int, pa, pb []F, c []F, ci, ldc, mr, nr int, add bool)
+// summed in registers from p = 0 up and then added to C once. pf is
+// packed B the caller multiplies next, or nil: a kernel may prefetch the
+// first half of it (macroKernel passes each half to one tile).
+type microKernelFunc[F tensor.Float] func(kb int, pa, pb, pf []F, c []F, ci, ldc, mr, nr int, add bool)
 
 // gemmKernel is a micro-kernel with its tile shape; packing follows it.
 // fn nil means the pure-Go microKernel (called directly: a generic function
@@ -60,7 +63,7 @@ var gemmSmall = 4096
 func kernelFor[F tensor.Float]() gemmKernel[F] {
 	var z F
 	if _, ok := any(z).(float32); ok && sgemmAsm.fn != nil && !gemmPureGo.Load() {
-		if fn, ok := any(sgemmAsm.fn).(func(int, []F, []F, []F, int, int, int, int, bool)); ok {
+		if fn, ok := any(sgemmAsm.fn).(func(int, []F, []F, []F, []F, int, int, int, int, bool)); ok {
 			return gemmKernel[F]{mr: sgemmAsm.mr, nr: sgemmAsm.nr, fn: fn}
 		}
 	}
@@ -71,7 +74,7 @@ func kernelFor[F tensor.Float]() gemmKernel[F] {
 type sgemmKernel struct {
 	name   string
 	mr, nr int
-	fn     func(kb int, pa, pb []float32, c []float32, ci, ldc, mr, nr int, add bool)
+	fn     func(kb int, pa, pb, pf []float32, c []float32, ci, ldc, mr, nr int, add bool)
 }
 
 // maxMR and maxNR bound the tile shapes of every kernel, for sizing scratch.
@@ -453,8 +456,8 @@ func packB[F tensor.Float](dst, b []F, ldb int, trans bool, pc, jc, kb, nb, nr i
 }
 
 // microKernel is the pure-Go 4×4 micro-kernel (a microKernelFunc with
-// MR = gemmMR, NR = gemmNR): the fallback on every platform and the test
-// oracle for the assembly kernels.
+// MR = gemmMR, NR = gemmNR, without the prefetch): the fallback on every
+// platform and the test oracle for the assembly kernels.
 func microKernel[F tensor.Float](kb int, pa, pb []F, c []F, ci, ldc, mr, nr int, add bool) {
 	var c00, c01, c02, c03, c10, c11, c12, c13, c20, c21, c22, c23, c30, c31, c32, c33 F
 	pa = pa[:kb*gemmMR]
@@ -549,23 +552,36 @@ func interleave[F tensor.Float](pan, src []F, base, ld, lines, kb, w int) {
 
 // macroKernel multiplies a packed mb×kb block of A (panels of kern.mr
 // rows) by a packed kb×nb block of B (panels of kern.nr columns, ps
-// elements apart) into the
-// mb×nb block of C at ci: each tile with the micro-kernel, adding to C or
-// storing (add).
+// elements apart) into the mb×nb block of C at ci: each tile with the
+// micro-kernel, adding to C or storing (add). Row tiles run innermost, so
+// each B panel is read from L2 by every A panel in turn; the last two
+// row tiles of a column hand the kernel the two halves of the next B
+// panel to prefetch.
 func macroKernel[F tensor.Float](kern gemmKernel[F], kb int, pa, pb []F, ps int, c []F, ci, ldc, mb, nb int, add bool) {
 	mr, nr := kern.mr, kern.nr
-	tile := func(ir, jr int) {
-		a := pa[ir*kb : (ir+mr)*kb]
-		b := pb[jr/nr*ps:][:nr*kb]
-		if kern.fn != nil {
-			kern.fn(kb, a, b, c, ci+ir*ldc+jr, ldc, min(mr, mb-ir), min(nr, nb-jr), add)
-		} else {
-			microKernel(kb, a, b, c, ci+ir*ldc+jr, ldc, min(mr, mb-ir), min(nr, nb-jr), add)
-		}
-	}
+	tiles := (mb + mr - 1) / mr
 	for jr := 0; jr < nb; jr += nr {
-		for ir := 0; ir < mb; ir += mr {
-			tile(ir, jr)
+		b := pb[jr/nr*ps:][:nr*kb]
+		var next []F
+		if jr+nr < nb {
+			next = pb[(jr/nr+1)*ps:][:nr*kb]
+		}
+		for t, ir := 0, 0; ir < mb; t, ir = t+1, ir+mr {
+			a := pa[ir*kb : (ir+mr)*kb]
+			rows, cols := min(mr, mb-ir), min(nr, nb-jr)
+			if kern.fn == nil {
+				microKernel(kb, a, b, c, ci+ir*ldc+jr, ldc, rows, cols, add)
+				continue
+			}
+			var pf []F
+			switch {
+			case next == nil:
+			case t == tiles-1 && tiles > 1:
+				pf = next[len(next)/2:]
+			case t == tiles-2 || tiles == 1:
+				pf = next
+			}
+			kern.fn(kb, a, b, pf, c, ci+ir*ldc+jr, ldc, rows, cols, add)
 		}
 	}
 }

@@ -128,7 +128,7 @@ func TestGemmEdges(t *testing.T) {
 func TestGemmLarge(t *testing.T) {
 	gemmPaths(t, func(t *testing.T) {
 		rng := rand.New(rand.NewPCG(3, 4))
-		for _, s := range [][3]int{{97, 33, 257}, {200, 530, 300}, {64, 1030, 40}, {193, 65, 600}, {12, 32, 513}} {
+		for _, s := range [][3]int{{97, 33, 257}, {200, 530, 300}, {64, gemmNC + 6, 40}, {193, 65, gemmKC + 88}, {12, 32, gemmKC + 1}} {
 			for tr := 0; tr < 8; tr++ {
 				checkGemm32(t, rng, s[0], s[1], s[2], tr&1 != 0, tr&2 != 0, tr&4 != 0)
 			}
