@@ -258,6 +258,22 @@ func reducePrep[F tensor.Float](op kernels.ReduceOp, dst, x *T, red []bool) func
 			s.store()
 		}
 	}
+	if a, r, b, ok := middleReduce(x, red); ok && op != kernels.LogSumExp && r <= chunkLen {
+		// One run of reduced axes between kept ones ([A, R, B], B > 1: a
+		// GAT layer's mean over its heads): each output row gathers R
+		// contiguous rows of B, in r order from the first, as reduceChunk
+		// folds one chunk, with no per-output offset arithmetic.
+		body := func(lo, hi int) {
+			for o := lo; o < hi; o++ {
+				middleFold(op, xs[o*r*b:(o+1)*r*b], r, b, ds[o*b:(o+1)*b])
+			}
+		}
+		return func() {
+			s.load()
+			parallelFor(a, r*b, body)
+			s.store()
+		}
+	}
 	nch := (g.r + chunkLen - 1) / chunkLen
 	part := make([]float64, g.outs*nch)
 	var aux []float64
@@ -474,6 +490,91 @@ func innerReduce(x *T, red []bool) (r int, ok bool) {
 		}
 	}
 	return r, true
+}
+
+// middleReduce reports whether x is contiguous and red reduces one run
+// of its axes with kept axes after it: x is then [a, r, b] (size-1 axes
+// ignored) with the r axis reduced, b > 1.
+func middleReduce(x *T, red []bool) (a, r, b int, ok bool) {
+	if !x.IsContiguous() {
+		return 0, 0, 0, false
+	}
+	a, r, b = 1, 1, 1
+	phase := 0 // 0: leading kept axes, 1: reduced run, 2: trailing kept axes
+	for d, s := range x.Shape() {
+		if s == 1 {
+			continue
+		}
+		switch {
+		case phase == 0 && !red[d]:
+			a *= s
+		case phase <= 1 && red[d]:
+			phase = 1
+			r *= s
+		case phase >= 1 && !red[d]:
+			phase = 2
+			b *= s
+		default: // a second reduced run
+			return 0, 0, 0, false
+		}
+	}
+	return a, r, b, phase == 2 && b > 1
+}
+
+// middleFold folds the r rows of b values in x ([r, b]) into dst (b):
+// each column in row order, in float64, from 0 (Sum, Mean: divided by r)
+// or −Inf (Max; Min from +Inf), a NaN winning, then rounded once, as
+// reduceChunk and its combine step compute one chunk of one output.
+// Columns go 64 at a time through an accumulator on the stack.
+func middleFold[F tensor.Float](op kernels.ReduceOp, x []F, r, b int, dst []F) {
+	var acc [64]float64
+	for j0 := 0; j0 < b; j0 += len(acc) {
+		w := min(len(acc), b-j0)
+		a := acc[:w]
+		switch op {
+		case kernels.Max:
+			for j := range a {
+				a[j] = math.Inf(-1)
+			}
+		case kernels.Min:
+			for j := range a {
+				a[j] = math.Inf(1)
+			}
+		default:
+			clear(a)
+		}
+		for i := 0; i < r; i++ {
+			row := x[i*b+j0 : i*b+j0+w]
+			switch op {
+			case kernels.Max:
+				for j, v := range row {
+					if f := float64(v); f > a[j] || f != f {
+						if a[j] == a[j] {
+							a[j] = f
+						}
+					}
+				}
+			case kernels.Min:
+				for j, v := range row {
+					if f := float64(v); f < a[j] || f != f {
+						if a[j] == a[j] {
+							a[j] = f
+						}
+					}
+				}
+			default:
+				for j, v := range row {
+					a[j] += float64(v)
+				}
+			}
+		}
+		for j, v := range a {
+			if op == kernels.Mean {
+				v /= float64(r)
+			}
+			dst[j0+j] = F(v)
+		}
+	}
 }
 
 // SumRowsAdd implements kernels.GradAccumulator: dst[j] += Σ_i x[i, j],

@@ -285,3 +285,59 @@ func TestInnerReduceAndRepeat(t *testing.T) {
 		require.Equal(t, mid.F32()[(i/20)*4+i%4], v, "middle broadcast, element %d", i)
 	}
 }
+
+// TestMiddleReduce: reductions over one run of axes with kept axes after
+// it (the [a, r, b] path, a GAT layer's mean over heads) give exactly the
+// float64 fold in element order, rounded to the dtype (bf16 through
+// float32), for every op but LogSumExp, with size-1 axes anywhere, more than 64 kept
+// columns (the accumulator's tiles) and a NaN that wins its column.
+func TestMiddleReduce(t *testing.T) {
+	cases := []struct {
+		shape []int
+		axes  []int
+	}{
+		{[]int{3, 4, 5}, []int{1}},
+		{[]int{2, 1, 6, 1, 70}, []int{2}},
+		{[]int{192, 4, 128}, []int{1}},
+		{[]int{5, 2, 3, 4}, []int{1, 2}},
+		{[]int{1, 4, 3}, []int{1}},
+		{[]int{4, 3}, []int{0}},
+	}
+	for _, op := range []kernels.ReduceOp{kernels.Sum, kernels.Mean, kernels.Max, kernels.Min} {
+		for _, d := range floatTypes {
+			for ci, c := range cases {
+				x := randT(uint64(ci+7), d, c.shape...)
+				if ci == 0 {
+					x.Set(math.NaN(), 1, 2, 3) // column (1, 3) of output row 1
+				}
+				red := make([]bool, len(c.shape))
+				for _, a := range c.axes {
+					red[a] = true
+				}
+				_, _, _, ok := middleReduce(x, red)
+				require.True(t, ok, "%v over %v should take the middle path", c.shape, c.axes)
+				want, os := refReduce(op, vals(x), c.shape, c.axes)
+				dst := tensor.Empty(d, os...)
+				be.Reduce(op, dst, x, c.axes)
+				got := vals(dst)
+				for i, w := range want {
+					switch d { // rounded as the kernel rounds: to float32, then to bf16
+					case tensor.F32:
+						w = float64(float32(w))
+					case tensor.BF16:
+						w = float64(tensor.BF16ToF32(tensor.F32ToBF16(float32(w))))
+					}
+					if math.IsNaN(w) {
+						require.True(t, math.IsNaN(got[i]), "%s: output %d", name(op, d, c.shape, c.axes), i)
+						continue
+					}
+					require.Equal(t, w, got[i], "%s: output %d", name(op, d, c.shape, c.axes), i)
+				}
+			}
+		}
+	}
+	_, _, _, ok := middleReduce(randT(1, tensor.F32, 3, 4, 5), []bool{true, false, true})
+	require.False(t, ok, "two reduced runs")
+	_, _, _, ok = middleReduce(randT(1, tensor.F32, 3, 4), []bool{false, true})
+	require.False(t, ok, "a trailing reduced run (innerReduce's)")
+}
