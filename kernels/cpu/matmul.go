@@ -163,6 +163,22 @@ func matmulPrep[F tensor.Float](dst, a, b, bias *T, act kernels.UnaryOp, batch i
 		}
 		return run, func() {}
 	}
+	if batch == 1 && m*n*k >= fewRowsSplit && n > fewRowsCols && directRows(m, transA, transB, av) {
+		// A few rows against a large B (a policy network's batch of one
+		// graph, bound by reading B): the columns of C are dealt out in
+		// blocks of fewRowsCols, each worker reading its part of B. Each
+		// block's columns take the kernels they take in one pass, so the
+		// result does not depend on the split.
+		body := func(lo, hi int) {
+			fewRowsColumns(av, bv, biasv, cv, act, m, n, k, transA, transB, acc, lo*fewRowsCols, min(hi*fewRowsCols, n))
+		}
+		cols := (n + fewRowsCols - 1) / fewRowsCols
+		return func() {
+			s.load()
+			parallelFor(cols, 2*m*k*fewRowsCols, body)
+			s.store()
+		}, func() {}
+	}
 	blocks := (m + gemmMC - 1) / gemmMC
 	if batch == 1 && blocks > 1 {
 		// One large product: B packed once per block, rows shared out.
@@ -197,6 +213,45 @@ func matmulPrep[F tensor.Float](dst, a, b, bias *T, act kernels.UnaryOp, batch i
 	}
 	cost := 2 * gemmMC * n * k
 	return scratchLaunch(&s, slots, gemmScratch[F].free, func() { parallelFor(items, cost, body) })
+}
+
+// fewRowsCols is the width of the column blocks a few-row product is
+// split into (a multiple of 4: gemmDirectF32 takes columns four at a
+// time), and fewRowsSplit the size m·n·k from which it is split.
+const (
+	fewRowsCols  = 64
+	fewRowsSplit = 1 << 16
+)
+
+// fewRowsColumns computes columns j0..j1−1 of the m×n product op(A)·op(B)
+// (m < gemmSmallRows, float32: gemmDirect's row loops) into C, adding
+// to it with acc, else storing it and applying the bias and activation.
+func fewRowsColumns[F tensor.Float](av, bv, biasv, cv []F, act kernels.UnaryOp, m, n, k int, transA, transB, acc bool, j0, j1 int) {
+	lda, ldb := matmulLD(m, n, k, transA, transB)
+	if !acc {
+		for i := 0; i < m; i++ {
+			clear(cv[i*n+j0 : i*n+j1])
+		}
+	}
+	bo := j0 // column j0 of B: B[p, j0], or row j0 of the stored Bᵀ
+	if transB {
+		bo = j0 * ldb
+	}
+	gemmDirect(m, j1-j0, k, av, lda, transA, bv[bo:], ldb, transB, cv[j0:], n)
+	if acc {
+		return
+	}
+	for i := 0; i < m; i++ {
+		row := cv[i*n+j0 : i*n+j1]
+		if biasv != nil {
+			for j, v := range biasv[j0:j1] {
+				row[j] += v
+			}
+		}
+		if act != noAct {
+			unaryKernel(act, row, row)
+		}
+	}
 }
 
 // batchOffsets returns where product bi of a batch starts in A (m×k) and

@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"fmt"
 	"runtime"
 	"testing"
 
@@ -192,4 +193,54 @@ func TestMatMulBiasAct(t *testing.T) {
 	require.Panics(t, func() {
 		be.MatMulBiasAct(tensor.Empty(tensor.F32, 2, 3), randT(1, tensor.F32, 2, 4), randT(2, tensor.F32, 4, 3), nil, kernels.UnaryOp(200), false, false)
 	})
+}
+
+// TestFewRowsSplit: a product of a few rows by a large B (split by
+// column blocks among the workers) matches the float64 reference and is
+// bitwise the same with one worker and with two, for B stored either way,
+// a width that is not a multiple of the block, with bias and activation,
+// and accumulating (MatMulAdd).
+func TestFewRowsSplit(t *testing.T) {
+	for _, m := range []int{1, 3, 4, 7} {
+		for _, n := range []int{fewRowsCols*4 + 9, fewRowsCols * 5} {
+			for _, tb := range []bool{false, true} {
+				k := 300
+				require.GreaterOrEqual(t, m*n*k, fewRowsSplit)
+				a := randT(uint64(m), tensor.F32, m, k)
+				bsh := []int{k, n}
+				if tb {
+					bsh = []int{n, k}
+				}
+				b := randT(uint64(n), tensor.F32, bsh...)
+				bias := randT(5, tensor.F32, n)
+				d0 := randT(6, tensor.F32, m, n)
+				run := func(p int) (plain, act, acc *tensor.Tensor) {
+					defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(p))
+					plain = tensor.Empty(tensor.F32, m, n)
+					be.MatMul(plain, a, b, false, tb)
+					act = tensor.Empty(tensor.F32, m, n)
+					be.MatMulBiasAct(act, a, b, bias, kernels.GeluErf, false, tb)
+					acc = d0.Clone()
+					be.MatMulAdd(acc, a, b, false, tb)
+					return plain, act, acc
+				}
+				x1, y1, z1 := run(1)
+				x2, y2, z2 := run(2)
+				what := fmt.Sprintf("m %d n %d transB %v", m, n, tb)
+				require.Equal(t, x1.F32(), x2.F32(), what)
+				require.Equal(t, y1.F32(), y2.F32(), what+" with bias and GELU")
+				require.Equal(t, z1.F32(), z2.F32(), what+" accumulated")
+				want := refMatMul(vals(a), vals(b), 1, false, false, m, n, k, false, tb)
+				closeTo(t, what, vals(x2), want, tol(tensor.F32))
+				ref := x2.Clone()
+				be.Binary(kernels.Add, ref, ref, bias)
+				be.Unary(kernels.GeluErf, ref, ref)
+				require.Equal(t, ref.F32(), y2.F32(), what+" with bias and GELU, against MatMul then Add then GELU")
+				for i := range want {
+					want[i] += float64(d0.F32()[i])
+				}
+				closeTo(t, what+" accumulated", vals(z2), want, tol(tensor.F32))
+			}
+		}
+	}
 }
