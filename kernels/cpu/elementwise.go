@@ -122,9 +122,13 @@ func unaryKernel[F tensor.Float](op kernels.UnaryOp, d, x []F) {
 			d[i] = F(0.5 * f * (1 + math.Tanh(sqrt2OverPi*(f+0.044715*f*f*f))))
 		}
 	case kernels.GeluErf:
+		if d32, x32 := asF32(d), asF32(x); x32 != nil {
+			geluErfF32(d32, x32) // float32: vectorised, see gelu.go
+			return
+		}
 		for i, v := range x {
 			f := float64(v)
-			d[i] = F(0.5 * f * (1 + math.Erf(f*math.Sqrt2/2)))
+			d[i] = F(f * 0.5 * math.Erfc(-f*math.Sqrt2/2))
 		}
 	case kernels.Silu:
 		for i, v := range x {

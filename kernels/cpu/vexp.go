@@ -69,22 +69,26 @@ func expF32(dst, src []float32) {
 // kernel runs.
 func expF32Go(dst, src []float32) {
 	for i, x := range src {
-		if x < expLo {
-			dst[i] = 0
-			continue
-		}
-		x = min(x, expHi)
-		fx := float32(math.Floor(float64(x*math.Log2E + 0.5)))
-		r := x - fx*0.693359375
-		r -= fx * -2.12194440e-4
-		z := r * r
-		p := float32(1.9875691500e-4)
-		p = p*r + 1.3981999507e-3
-		p = p*r + 8.3334519073e-3
-		p = p*r + 4.1665795894e-2
-		p = p*r + 1.6666665459e-1
-		p = p*r + 5.0000001201e-1
-		p = p*z + r + 1
-		dst[i] = p * math.Float32frombits(uint32(int32(fx)+127)<<23)
+		dst[i] = expOneF32(x)
 	}
+}
+
+// expOneF32 is expF32's algorithm on one value, in Go.
+func expOneF32(x float32) float32 {
+	if x < expLo {
+		return 0
+	}
+	x = min(x, expHi)
+	fx := float32(math.Floor(float64(x*math.Log2E + 0.5)))
+	r := x - fx*0.693359375
+	r -= fx * -2.12194440e-4
+	z := r * r
+	p := float32(1.9875691500e-4)
+	p = p*r + 1.3981999507e-3
+	p = p*r + 8.3334519073e-3
+	p = p*r + 4.1665795894e-2
+	p = p*r + 1.6666665459e-1
+	p = p*r + 5.0000001201e-1
+	p = p*z + r + 1
+	return p * math.Float32frombits(uint32(int32(fx)+127)<<23)
 }
