@@ -519,10 +519,19 @@ func (be *Backend) BatchNormReluMaxPool2x2Backward(dx, dw, db, g, argmax, x, b, 
 // one float64 add chain is bound by the add latency, four are not. The
 // order is fixed, so results stay deterministic.
 
-// sum4 returns Σ v.
+// sum4 returns Σ v: four float64 accumulators, element j into j mod 4
+// (the last len mod 4 into the first), combined as (a0+a1)+(a2+a3). For
+// float32 the accumulators are one vector of sum4AVX2 where it runs,
+// with the same sums.
 func sum4[F tensor.Float](xs []F) float64 {
 	var a0, a1, a2, a3 float64
 	j := 0
+	if x32 := asF32(xs); x32 != nil && vdotAsm && len(xs) >= 8 {
+		var a [4]float64
+		j = len(xs) &^ 3
+		sum4AVX2(&x32[0], j, &a)
+		a0, a1, a2, a3 = a[0], a[1], a[2], a[3]
+	}
 	for ; j+4 <= len(xs); j += 4 {
 		a0 += float64(xs[j])
 		a1 += float64(xs[j+1])

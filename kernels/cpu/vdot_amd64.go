@@ -104,3 +104,9 @@ func dot2x4F32(a []float32, lda, n int, b []float32, ldb int, out *[8]float32) {
 		}
 	}
 }
+
+// sum4AVX2 sets out[l] to Σ x[4i+l] over i < n/4 (n a positive multiple
+// of 4), in float64, each lane in order (sum4's accumulators).
+//
+//go:noescape
+func sum4AVX2(x *float32, n int, out *[4]float64)

@@ -208,3 +208,24 @@ loop2x4:
 	VMOVUPS X4, 16(DX)
 	VZEROUPPER
 	RET
+
+// func sum4AVX2(x *float32, n int, out *[4]float64)
+//
+// out[l] = Σ x[4i+l] over i < n/4 (n a positive multiple of 4), each
+// lane summed in float64 in order: sum4's four accumulators, one vector.
+TEXT ·sum4AVX2(SB), NOSPLIT, $0-24
+	MOVQ x+0(FP), SI
+	MOVQ n+8(FP), CX
+	MOVQ out+16(FP), DI
+	SHRQ $2, CX
+	VXORPD Y0, Y0, Y0
+
+loop:
+	VCVTPS2PD (SI), Y1
+	VADDPD    Y1, Y0, Y0
+	ADDQ      $16, SI
+	DECQ      CX
+	JNZ       loop
+	VMOVUPD   Y0, (DI)
+	VZEROUPPER
+	RET

@@ -4,6 +4,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 // TestDotAxpyF32: the vector dot product and axpy agree with float64
@@ -97,4 +99,36 @@ func TestDot2x4(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestSum4Kernel: sum4 on float32 (through sum4AVX2 where it runs) gives
+// bitwise the scalar four-accumulator sum, for lengths around the
+// kernel's 4-element steps, with large and small magnitudes mixed so
+// that the order of the additions shows, and infinities and NaN.
+func TestSum4Kernel(t *testing.T) {
+	scalar := func(xs []float32) float64 {
+		var a [4]float64
+		j := 0
+		for ; j+4 <= len(xs); j += 4 {
+			for l := range a {
+				a[l] += float64(xs[j+l])
+			}
+		}
+		for ; j < len(xs); j++ {
+			a[0] += float64(xs[j])
+		}
+		return (a[0] + a[1]) + (a[2] + a[3])
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, n := range []int{0, 1, 3, 4, 7, 8, 9, 12, 13, 127, 128, 1000, 4099} {
+		xs := make([]float32, n)
+		for i := range xs {
+			xs[i] = float32(rng.NormFloat64() * math.Pow(10, float64(rng.IntN(16)-8)))
+		}
+		require.Equal(t, math.Float64bits(scalar(xs)), math.Float64bits(sum4(xs)), "n = %d", n)
+	}
+	xs := []float32{1, 2, float32(math.Inf(1)), 4, 5, 6, 7, 8, 9}
+	require.True(t, math.IsInf(sum4(xs), 1))
+	xs[5] = float32(math.NaN())
+	require.True(t, math.IsNaN(sum4(xs)))
 }
