@@ -388,8 +388,17 @@ func gemmDirectF32(m, n, k int, a []float32, lda int, transA bool, b []float32, 
 // of a: those past rows must be readable, and their products are dropped.
 func dot4Rows(rows, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
 	var t [16]float32
+	lines := (k*4 + 63) / 64
 	j := 0
 	for ; j+4 <= n; j += 4 {
+		// The next four rows of b, into cache meanwhile: b (a weight
+		// matrix) streams from memory in rows too short for the
+		// hardware prefetchers to follow (W2 batch 1 about 12% faster).
+		if j+8 <= n {
+			for r := j + 4; r < j+8; r++ {
+				prefetchLines(unsafe.Pointer(&b[r*ldb]), lines)
+			}
+		}
 		sdot4x4(a, lda, b[j*ldb:], ldb, k, nil, t[:], 4)
 		for r := 0; r < rows; r++ {
 			cr := c[r*ldc+j:][:4]

@@ -191,8 +191,7 @@ done:
 // into one vector in four rounds of shuffles and adds; the bias is added
 // to the finished sums and each row of C is written with one 16-byte
 // store (which a following load of the row can take from the store
-// buffer). The four rows of B after these are fetched into cache along
-// the full chunks, as dot4AVX2 does (vdot_amd64.s).
+// buffer).
 TEXT ·sdot4x4AVX512(SB), NOSPLIT, $0-72
 	MOVQ  a+0(FP), SI
 	MOVQ  lda+8(FP), R8
@@ -202,19 +201,11 @@ TEXT ·sdot4x4AVX512(SB), NOSPLIT, $0-72
 	KMOVW tail+40(FP), K1
 	LEAQ  (SI)(R8*2), R10
 	LEAQ  (DX)(R9*2), R11
-	LEAQ  (DX)(R9*4), R12 // the next four rows of b, fetched ahead
-	LEAQ  (R12)(R9*2), R13
 	ZERO16
 	TESTQ CX, CX
 	JZ    tail
 
 full:
-	PREFETCHT0 (R12)
-	PREFETCHT0 (R12)(R9*1)
-	PREFETCHT0 (R13)
-	PREFETCHT0 (R13)(R9*1)
-	ADDQ $64, R12
-	ADDQ $64, R13
 	VMOVUPS (SI), Z16
 	VMOVUPS (SI)(R8*1), Z17
 	VMOVUPS (R10), Z18

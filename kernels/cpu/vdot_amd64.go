@@ -2,7 +2,11 @@
 
 package cpu
 
-import "golang.org/x/sys/cpu"
+import (
+	"unsafe"
+
+	"golang.org/x/sys/cpu"
+)
 
 // vdotAsm reports whether dotF32 and axpyF32 run the AVX2+FMA kernels.
 var vdotAsm = cpu.X86.HasAVX2 && cpu.X86.HasFMA
@@ -110,3 +114,9 @@ func dot2x4F32(a []float32, lda, n int, b []float32, ldb int, out *[8]float32) {
 //
 //go:noescape
 func sum4AVX2(x *float32, n int, out *[4]float64)
+
+// prefetchLines fetches the n cache lines from p on into cache; p need
+// not point at readable memory (prefetches never fault).
+//
+//go:noescape
+func prefetchLines(p unsafe.Pointer, n int)

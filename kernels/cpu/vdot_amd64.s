@@ -242,3 +242,21 @@ loop:
 	VMOVUPD   Y0, (DI)
 	VZEROUPPER
 	RET
+
+// func prefetchLines(p unsafe.Pointer, n int)
+//
+// Fetches the n cache lines from p on into L1 (prefetches never fault).
+TEXT ·prefetchLines(SB), NOSPLIT, $0-16
+	MOVQ  p+0(FP), AX
+	MOVQ  n+8(FP), CX
+	TESTQ CX, CX
+	JLE   pdone
+
+ploop:
+	PREFETCHT0 (AX)
+	ADDQ       $64, AX
+	DECQ       CX
+	JNZ        ploop
+
+pdone:
+	RET

@@ -2,6 +2,8 @@
 
 package cpu
 
+import "unsafe"
+
 // vdotAsm is false: no vector kernels on this build.
 const vdotAsm = false
 
@@ -44,3 +46,6 @@ func dot2x4F32(a []float32, lda, n int, b []float32, ldb int, out *[8]float32) {
 func sum4AVX2(x *float32, n int, out *[4]float64) {
 	panic("cpu: sum4AVX2 called without an assembly kernel")
 }
+
+// prefetchLines does nothing on this build.
+func prefetchLines(p unsafe.Pointer, n int) {}
