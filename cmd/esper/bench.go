@@ -195,9 +195,7 @@ func benchW1(stdout, stderr io.Writer, epochs, warmup int, compare bool, peerDir
 		fmt.Fprintf(stdout, "  running the PyTorch peer (%s/w1_tolaria_ref.py) ...\n", peerDir)
 		peer, err := bench.RunPeer(peerDir, "w1_tolaria_ref.py", runtime.GOMAXPROCS(0), "--epochs", fmt.Sprint(epochs), "--warmup", fmt.Sprint(warmup))
 		switch {
-		case errors.Is(err, bench.ErrNoPeer):
-			fmt.Fprintf(stderr, "%v\n(running our side only)\n", err)
-			rep.PeerError = err.Error()
+		case peerMissing(stderr, &rep, err):
 		case err != nil:
 			return err
 		default:
@@ -314,15 +312,25 @@ func runPeer(c benchConfig, stdout, stderr io.Writer, rep *bench.Report, script 
 	fmt.Fprintf(stdout, "  running the PyTorch peer (%s/%s) ...\n", c.peerDir, script)
 	peer, err := bench.RunPeer(c.peerDir, script, runtime.GOMAXPROCS(0), args...)
 	switch {
-	case errors.Is(err, bench.ErrNoPeer):
-		fmt.Fprintf(stderr, "%v\n(running our side only)\n", err)
-		rep.PeerError = err.Error()
+	case peerMissing(stderr, rep, err):
 		return nil, nil
 	case err != nil:
 		return nil, err
 	}
 	rep.Peer = peer
 	return peer, nil
+}
+
+// peerMissing reports whether err says that the PyTorch peer cannot run
+// here; it then says so on stderr (with how to install it) and records
+// it in rep, and the workload runs our side only.
+func peerMissing(stderr io.Writer, rep *bench.Report, err error) bool {
+	if !errors.Is(err, bench.ErrNoPeer) {
+		return false
+	}
+	fmt.Fprintf(stderr, "%v\n(running our side only)\n", err)
+	rep.PeerError = err.Error()
+	return true
 }
 
 // num reads a number at a path of keys in a decoded JSON object (0 when
@@ -384,9 +392,7 @@ func benchW6(stdout, stderr io.Writer, c benchConfig) error {
 		fmt.Fprintf(stdout, "  starting the PyTorch peer (%s/w6_gemm.py) ...\n", c.peerDir)
 		sess, err = bench.StartPeer(c.peerDir, "w6_gemm.py", runtime.GOMAXPROCS(0), "--size", fmt.Sprint(o.Size), "--seed", fmt.Sprint(o.Seed))
 		switch {
-		case errors.Is(err, bench.ErrNoPeer):
-			fmt.Fprintf(stderr, "%v\n(running our side only)\n", err)
-			rep.PeerError = err.Error()
+		case peerMissing(stderr, &rep, err):
 		case err != nil:
 			return err
 		default:

@@ -31,15 +31,9 @@ var geluConsts = func() (c [18][8]float32) {
 		0.022533923387527466, 0.0501326322555542, -0.0889596939086914, -0.164652481675148,
 		0.0644245594739914, 0.5435738563537598, 0.987693727016449, 1.1473166942596436,
 		0.9950337409973145, 0.6815909147262573, 0.18882128596305847,
+		math.Float32frombits(0x7fffffff),
 	}
-	for i, v := range vals {
-		for j := range c[i] {
-			c[i][j] = v
-		}
-	}
-	for j := range c[17] {
-		c[17][j] = math.Float32frombits(0x7fffffff)
-	}
+	fillLanes(c[:], vals[:])
 	return c
 }()
 
@@ -63,6 +57,8 @@ func geluErfF32(dst, src []float32) {
 		geluAVX2(&dst[0], &src[0], full, &geluConsts, &expConsts)
 	}
 	if full < n {
+		// The last n mod 8 values through a padded copy: the kernel
+		// reads and writes whole vectors (as expF32's tail).
 		var t [8]float32
 		copy(t[:], src[full:])
 		geluAVX2(&t[0], &t[0], 8, &geluConsts, &expConsts)

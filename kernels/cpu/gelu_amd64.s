@@ -1,13 +1,13 @@
 //go:build amd64 && !purego
 
 #include "textflag.h"
+#include "exp_amd64.h"
 
 // func geluAVX2(dst, src *float32, n int, k *[18][8]float32, e *[14][8]float32)
 //
 // Eight lanes per iteration of geluErfF32's algorithm (see gelu.go). k
 // holds, 32 bytes each: 14, −14, ¼, 1, ½, −½, R's coefficients c0..c10
-// and the mask 0x7fffffff; e is expConsts (vexp_amd64.s's exponential,
-// inlined).
+// and the mask 0x7fffffff; e is expConsts (for EXPPS, exp_amd64.h).
 TEXT ·geluAVX2(SB), NOSPLIT, $0-40
 	MOVQ dst+0(FP), DI
 	MOVQ src+8(FP), SI
@@ -46,30 +46,7 @@ loop:
 	VSUBPS  Y4, Y5, Y4              // 1 − lo/2: e^(−lo/2) to first order
 	VMULPS  160(R9), Y3, Y3         // y = −hi/2
 
-	// e^y as vexpAVX2 computes it, into Y6.
-	VMINPS  0(R8), Y3, Y7
-	VMAXPS  32(R8), Y7, Y7
-	VMULPS  64(R8), Y7, Y8
-	VADDPS  96(R8), Y8, Y8
-	VROUNDPS $1, Y8, Y8
-	VMOVAPS Y7, Y9
-	VFNMADD231PS 128(R8), Y8, Y9
-	VFNMADD231PS 160(R8), Y8, Y9
-	VMULPS  Y9, Y9, Y10
-	VMOVUPS 192(R8), Y11
-	VFMADD213PS 224(R8), Y9, Y11
-	VFMADD213PS 256(R8), Y9, Y11
-	VFMADD213PS 288(R8), Y9, Y11
-	VFMADD213PS 320(R8), Y9, Y11
-	VFMADD213PS 352(R8), Y9, Y11
-	VFMADD213PS Y9, Y10, Y11
-	VADDPS  384(R8), Y11, Y11
-	VCVTTPS2DQ Y8, Y12
-	VPADDD  416(R8), Y12, Y12
-	VPSLLD  $23, Y12, Y12
-	VMULPS  Y12, Y11, Y11
-	VCMPPS  $0x1D, 32(R8), Y3, Y12  // y ≥ lo, else 0
-	VANDPS  Y12, Y11, Y6
+	EXPPS(R8, Y3, Y7, Y8, Y9, Y10, Y11, Y12, Y6) // e^y
 
 	VMULPS  Y4, Y6, Y6              // e^(−x²/2)
 	VMULPS  Y2, Y6, Y6              // erfc(|x|/√2)

@@ -24,18 +24,21 @@ var expConsts = func() (c [14][8]float32) {
 		0.693359375, -2.12194440e-4, // ln2 = C1 + C2 (C1 exact in 9 bits)
 		1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1,
 		1,
-		0, // the lane value 127 as an int32, set below
+		math.Float32frombits(127), // the int32 127
 	}
-	for i, v := range vals {
-		for j := range c[i] {
-			c[i][j] = v
-		}
-	}
-	for j := range c[13] {
-		c[13][j] = math.Float32frombits(127)
-	}
+	fillLanes(c[:], vals[:])
 	return c
 }()
+
+// fillLanes sets every lane of row i of a kernel's constant table to
+// vals[i].
+func fillLanes(rows [][8]float32, vals []float32) {
+	for i, v := range vals {
+		for j := range rows[i] {
+			rows[i][j] = v
+		}
+	}
+}
 
 // expF32 sets dst[i] = e^src[i] for every i < len(src) (len(dst) ≥
 // len(src)): inputs must not be NaN; those above expHi are clamped to it,
