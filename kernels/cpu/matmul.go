@@ -180,8 +180,11 @@ func matmulPrep[F tensor.Float](dst, a, b, bias *T, act kernels.UnaryOp, batch i
 		}, func() {}
 	}
 	blocks := (m + gemmMC - 1) / gemmMC
-	if batch == 1 && blocks > 1 {
-		// One large product: B packed once per block, rows shared out.
+	if batch == 1 && (blocks > 1 || m*n*k >= sharedSplit) {
+		// One large product: B packed once per block, rows shared out
+		// (also within one block of rows, when the product is large
+		// enough to split: a policy's 64 graphs against a 256×256
+		// weight would otherwise run on one worker).
 		g := newGemmShared(m, n, k, av, lda, transA, bv, ldb, transB, cv, n)
 		g.acc = acc
 		return func() {
@@ -214,6 +217,11 @@ func matmulPrep[F tensor.Float](dst, a, b, bias *T, act kernels.UnaryOp, batch i
 	cost := 2 * gemmMC * n * k
 	return scratchLaunch(&s, slots, gemmScratch[F].free, func() { parallelFor(items, cost, body) })
 }
+
+// sharedSplit is the size m·n·k from which a product of one block of
+// rows (m ≤ gemmMC) is shared among the workers (gemmShared) rather than
+// run by one: about 2 MFLOP, some 15 µs of one worker's arithmetic.
+const sharedSplit = 1 << 20
 
 // fewRowsCols is the width of the column blocks a few-row product is
 // split into (a multiple of 4: gemmDirectF32 takes columns four at a

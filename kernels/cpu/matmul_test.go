@@ -196,16 +196,22 @@ func TestMatMulBiasAct(t *testing.T) {
 }
 
 // TestFewRowsSplit: a product of a few rows by a large B (split by
-// column blocks among the workers) matches the float64 reference and is
-// bitwise the same with one worker and with two, for B stored either way,
-// a width that is not a multiple of the block, with bias and activation,
-// and accumulating (MatMulAdd).
+// column blocks among the workers), and one of a single block of rows
+// large enough to share out (gemmShared with m ≤ gemmMC: 40 and 64
+// rows), matches the float64 reference and is bitwise the same with one
+// worker and with two, for B stored either way, a width that is not a
+// multiple of the block, with bias and activation, and accumulating
+// (MatMulAdd).
 func TestFewRowsSplit(t *testing.T) {
-	for _, m := range []int{1, 3, 4, 7} {
+	for _, m := range []int{1, 3, 4, 7, 40, 64} {
 		for _, n := range []int{fewRowsCols*4 + 9, fewRowsCols * 5} {
 			for _, tb := range []bool{false, true} {
 				k := 300
-				require.GreaterOrEqual(t, m*n*k, fewRowsSplit)
+				require.GreaterOrEqual(t, m*n*k, min(fewRowsSplit, sharedSplit))
+				if m >= gemmSmallRows {
+					require.GreaterOrEqual(t, m*n*k, sharedSplit)
+					require.LessOrEqual(t, m, gemmMC)
+				}
 				a := randT(uint64(m), tensor.F32, m, k)
 				bsh := []int{k, n}
 				if tb {
