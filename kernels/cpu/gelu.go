@@ -17,8 +17,8 @@ import "math"
 // order. Then Φ(x) = ½·erfc(z) for x < 0, else 1 − ½·erfc(z). Computed
 // in float32 throughout, the result is within 5e-7 of x·Φ(x) relative
 // (tested): unlike ½·x·(1 + erf(x/√2)) it keeps its relative accuracy
-// in the negative tail, where 1 + erf cancels (at x = −8 in float64 that
-// form is off by 10%). x is clamped to ±14 inside Φ, where e^(−x²/2)
+// in the negative tail, where 1 + erf cancels (in float64 that form is
+// off by 2% at x = −8 and gives 0 from x = −8.4 on). x is clamped to ±14 inside Φ, where e^(−x²/2)
 // has underflowed: GELU(−∞) is NaN (−∞·0, as in PyTorch), GELU(+∞) = +∞,
 // and NaN stays NaN.
 
