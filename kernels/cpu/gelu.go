@@ -43,27 +43,11 @@ var geluConsts = func() (c [18][8]float32) {
 // differ from the kernel's in the last bits: the kernel fuses
 // multiply-adds).
 func geluErfF32(dst, src []float32) {
-	n := len(src)
-	if n == 0 {
-		return
-	}
-	_ = dst[n-1]
 	if !vexpAsm {
 		geluErfF32Go(dst, src)
 		return
 	}
-	full := n &^ 7
-	if full > 0 {
-		geluAVX2(&dst[0], &src[0], full, &geluConsts, &expConsts)
-	}
-	if full < n {
-		// The last n mod 8 values through a padded copy: the kernel
-		// reads and writes whole vectors (as expF32's tail).
-		var t [8]float32
-		copy(t[:], src[full:])
-		geluAVX2(&t[0], &t[0], 8, &geluConsts, &expConsts)
-		copy(dst[full:n], t[:n-full])
-	}
+	lanes8(laneGelu, dst, src)
 }
 
 // geluErfF32Go is geluErfF32's algorithm in Go, the fallback where no

@@ -180,7 +180,7 @@ func matmulPrep[F tensor.Float](dst, a, b, bias *T, act kernels.UnaryOp, batch i
 		}, func() {}
 	}
 	blocks := (m + gemmMC - 1) / gemmMC
-	if batch == 1 && (blocks > 1 || m*n*k >= sharedSplit) {
+	if batch == 1 && (blocks > 1 || m*n*k >= sharedSplit && !directRows(m, transA, transB, av)) {
 		// One large product: B packed once per block, rows shared out
 		// (also within one block of rows, when the product is large
 		// enough to split: a policy's 64 graphs against a 256×256
@@ -190,7 +190,7 @@ func matmulPrep[F tensor.Float](dst, a, b, bias *T, act kernels.UnaryOp, batch i
 		return func() {
 			s.load()
 			g.run()
-			epilogue(cv, biasv, act, m, n)
+			epilogue(cv, n, biasv, act, m, n)
 			s.store()
 		}, g.free
 	}
@@ -210,7 +210,7 @@ func matmulPrep[F tensor.Float](dst, a, b, bias *T, act kernels.UnaryOp, batch i
 			}
 			co := bi*m*n + i0*n
 			gemm(rows, n, k, av[ao:], lda, transA, bv[bo:], ldb, transB, cv[co:], n, acc, sc)
-			epilogue(cv[co:], biasv, act, rows, n)
+			epilogue(cv[co:], n, biasv, act, rows, n)
 		}
 		slots <- sc
 	}
@@ -219,8 +219,9 @@ func matmulPrep[F tensor.Float](dst, a, b, bias *T, act kernels.UnaryOp, batch i
 }
 
 // sharedSplit is the size m·n·k from which a product of one block of
-// rows (m ≤ gemmMC) is shared among the workers (gemmShared) rather than
-// run by one: about 2 MFLOP, some 15 µs of one worker's arithmetic.
+// rows (m ≤ gemmMC, not so few that it skips packing: directRows) is
+// shared among the workers (gemmShared) rather than run by one: about 2
+// MFLOP, some 15 µs of one worker's arithmetic.
 const sharedSplit = 1 << 20
 
 // fewRowsCols is the width of the column blocks a few-row product is
@@ -246,19 +247,12 @@ func fewRowsColumns[F tensor.Float](av, bv, biasv, cv []F, act kernels.UnaryOp, 
 		bo = j0 * ldb
 	}
 	gemmDirect(m, j1-j0, k, av, lda, transA, bv[bo:], ldb, transB, cv[j0:], n)
-	if acc {
-		return
-	}
-	for i := 0; i < m; i++ {
-		row := cv[i*n+j0 : i*n+j1]
+	if !acc {
+		var bias []F
 		if biasv != nil {
-			for j, v := range biasv[j0:j1] {
-				row[j] += v
-			}
+			bias = biasv[j0:j1]
 		}
-		if act != noAct {
-			unaryKernel(act, row, row)
-		}
+		epilogue(cv[j0:], n, bias, act, m, j1-j0)
 	}
 }
 
@@ -288,18 +282,26 @@ func matmulLD(m, n, k int, transA, transB bool) (lda, ldb int) {
 }
 
 // epilogue adds bias (n values; nil adds nothing) to each of the rows
-// (n wide, consecutive) of c, then applies act (noAct: none).
-func epilogue[F tensor.Float](c, bias []F, act kernels.UnaryOp, rows, n int) {
+// (n wide, ldc apart) of c, then applies act (noAct: none): over the
+// whole block at once when the rows are consecutive (ldc = n).
+func epilogue[F tensor.Float](c []F, ldc int, bias []F, act kernels.UnaryOp, rows, n int) {
 	if bias != nil {
 		for i := 0; i < rows; i++ {
-			row := c[i*n : (i+1)*n]
-			for j, v := range bias[:len(row)] {
+			row := c[i*ldc : i*ldc+n]
+			for j, v := range bias[:n] {
 				row[j] += v
 			}
 		}
 	}
-	if act != noAct {
+	switch {
+	case act == noAct:
+	case ldc == n:
 		unaryKernel(act, c[:rows*n], c[:rows*n])
+	default:
+		for i := 0; i < rows; i++ {
+			row := c[i*ldc : i*ldc+n]
+			unaryKernel(act, row, row)
+		}
 	}
 }
 
@@ -333,7 +335,7 @@ func matmulSmall[F tensor.Float](av, bv, biasv, cv []F, act kernels.UnaryOp, bat
 		ao, bo := batchOffsets(bi, m, n, k, bcA, bcB)
 		gemmDirect(m, n, k, av[ao:], lda, transA, bv[bo:], ldb, transB, cv[bi*m*n:], n)
 	}
-	epilogue(cv, biasv, act, batch*m, n)
+	epilogue(cv, n, biasv, act, batch*m, n)
 }
 
 // matmulEager is MatMul's eager fast path (see eager.go) for tiny

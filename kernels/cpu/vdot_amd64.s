@@ -110,11 +110,6 @@ adone:
 //
 // out[r] = Σ a[i]·b[r·ldb + i] for r < 4, i < n (n a positive multiple
 // of 8): one load of a serves four rows of b, one accumulator per row.
-// The four rows after these are fetched into cache alongside, where the
-// caller's next call reads them: a few rows against a weight matrix
-// stream it from memory, and short rows end each hardware prefetch
-// stream early (W2 batch 1 about 12% faster). Prefetches do not fault,
-// so those rows need not exist.
 TEXT ·dot4AVX2(SB), NOSPLIT, $0-40
 	MOVQ a+0(FP), SI
 	MOVQ b+8(FP), DI
@@ -125,8 +120,6 @@ TEXT ·dot4AVX2(SB), NOSPLIT, $0-40
 	LEAQ (DI)(BX*1), R8
 	LEAQ (R8)(BX*1), R9
 	LEAQ (R9)(BX*1), R10
-	LEAQ (DI)(BX*4), R11 // the next four rows of b, fetched ahead
-	LEAQ (R11)(BX*2), R12
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -134,12 +127,6 @@ TEXT ·dot4AVX2(SB), NOSPLIT, $0-40
 	XORQ AX, AX
 
 loop4r:
-	PREFETCHT0 (R11)
-	PREFETCHT0 (R11)(BX*1)
-	PREFETCHT0 (R12)
-	PREFETCHT0 (R12)(BX*1)
-	ADDQ $32, R11
-	ADDQ $32, R12
 	VMOVUPS (SI)(AX*4), Y4
 	VFMADD231PS (DI)(AX*4), Y4, Y0
 	VFMADD231PS (R8)(AX*4), Y4, Y1

@@ -47,24 +47,52 @@ func fillLanes(rows [][8]float32, vals []float32) {
 // in Go (its results may differ from the kernel's in the last bit: the
 // kernel fuses multiply-adds).
 func expF32(dst, src []float32) {
+	if !vexpAsm {
+		expF32Go(dst, src)
+		return
+	}
+	lanes8(laneExp, dst, src)
+}
+
+// The eight-lane float32 kernels that lanes8 runs.
+const (
+	laneExp  = iota // vexpAVX2
+	laneGelu        // geluAVX2 (gelu.go)
+)
+
+// lanes8 runs the eight-lane kernel k over src into dst (len(dst) ≥
+// len(src); dst may be src): the whole multiple of 8 in one call, the
+// last len mod 8 values through a padded copy (the kernels read and
+// write whole vectors). It needs the kernels (vexpAsm).
+func lanes8(k int, dst, src []float32) {
 	n := len(src)
 	if n == 0 {
 		return
 	}
 	_ = dst[n-1]
-	if !vexpAsm {
-		expF32Go(dst, src)
-		return
-	}
 	full := n &^ 7
 	if full > 0 {
-		vexpAVX2(&dst[0], &src[0], full, &expConsts)
+		lane8Call(k, &dst[0], &src[0], full)
 	}
 	if full < n {
 		var t [8]float32
 		copy(t[:], src[full:])
-		vexpAVX2(&t[0], &t[0], 8, &expConsts)
+		lane8Call(k, &t[0], &t[0], 8)
 		copy(dst[full:n], t[:n-full])
+	}
+}
+
+// lane8Call calls kernel k on n values (a multiple of 8). A switch, not
+// a function value: the kernels do not keep their pointers, and lanes8's
+// padded copy then stays on the stack.
+func lane8Call(k int, d, s *float32, n int) {
+	switch k {
+	case laneExp:
+		vexpAVX2(d, s, n, &expConsts)
+	case laneGelu:
+		geluAVX2(d, s, n, &geluConsts, &expConsts)
+	default:
+		panic("cpu: unknown eight-lane kernel")
 	}
 }
 
