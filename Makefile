@@ -14,6 +14,9 @@ build:
 ## esper: bin/esper, stamped with its commit (the JSON of esper bench
 ## records it; see bench.BuildCommit)
 COMMIT_STAMP = -ldflags "-X github.com/esper-go/esper/bench.BuildCommit=$$(git rev-parse --short HEAD 2>/dev/null)$$(git diff --quiet HEAD -- 2>/dev/null || echo -dirty)"
+# The GPU bundle's binaries are stripped (-s -w): the device machine takes a
+# working tree of 64 MiB at most, and the symbol tables are a third of it.
+GPU_STAMP = -ldflags "-s -w -X github.com/esper-go/esper/bench.BuildCommit=$$(git rev-parse --short HEAD 2>/dev/null)$$(git diff --quiet HEAD -- 2>/dev/null || echo -dirty)"
 esper:
 	$(GO) build $(COMMIT_STAMP) -o bin/esper ./cmd/esper
 
@@ -101,8 +104,8 @@ cuda-check: cuda-deps
 ## gpu/run.sh (GPU.md). Run it there as: gpu/run.sh OUTDIR
 gpu-bundle: cuda-deps
 	rm -rf gpu && mkdir -p gpu/pytorch
-	$(CUDA_GO) test -tags cuda -c -o gpu/kernels_cuda.test ./kernels/cuda
-	$(CUDA_GO) build -tags cuda $(COMMIT_STAMP) -o gpu/esper ./cmd/esper
+	$(CUDA_GO) test -tags cuda -c -ldflags "-s -w" -o gpu/kernels_cuda.test ./kernels/cuda
+	$(CUDA_GO) build -tags cuda $(GPU_STAMP) -o gpu/esper ./cmd/esper
 	cp bench/pytorch/*.py gpu/pytorch/
 	cp kernels/cuda/gpu_run.sh gpu/run.sh
 	@echo "gpu-bundle: gpu/ is ready; on the GPU machine run gpu/run.sh OUTDIR"
