@@ -65,6 +65,13 @@ type PolicyOptions struct {
 	DType tensor.DType
 }
 
+// MaxPolicyWidth bounds every width of PolicyOptions (Hidden, GATHidden,
+// HeadHidden, BlueprintEmbedding) and the product GATHeads × GATHidden: a
+// policy 256 times the default's widths, far beyond what a controller
+// needs, and small enough that no size computed from the options
+// overflows. Options above it are refused before anything is allocated.
+const MaxPolicyWidth = 1 << 16
+
 // ErrPolicyOptions is wrapped by NewPolicy's errors.
 var ErrPolicyOptions = errors.New("invalid policy options")
 
@@ -91,6 +98,13 @@ func (o PolicyOptions) withDefaults() (PolicyOptions, error) {
 	switch {
 	case o.Hidden < 0 || o.GATHidden < 0 || o.GATHeads < 0 || o.HeadHidden < 0 || o.BlueprintEmbedding < 0:
 		return o, fmt.Errorf("tamiyo: NewPolicy: %w: negative width (%+v)", ErrPolicyOptions, o)
+	case o.Hidden > MaxPolicyWidth || o.GATHidden > MaxPolicyWidth || o.HeadHidden > MaxPolicyWidth ||
+		o.BlueprintEmbedding > MaxPolicyWidth:
+		return o, fmt.Errorf("tamiyo: NewPolicy: %w: a width above %d (hidden %d, gat_hidden %d, head_hidden %d, blueprint_embedding %d)",
+			ErrPolicyOptions, MaxPolicyWidth, o.Hidden, o.GATHidden, o.HeadHidden, o.BlueprintEmbedding)
+	case o.GATHeads > MaxPolicyWidth/o.GATHidden:
+		return o, fmt.Errorf("tamiyo: NewPolicy: %w: gat_heads %d × gat_hidden %d is above %d",
+			ErrPolicyOptions, o.GATHeads, o.GATHidden, MaxPolicyWidth)
 	case !(o.Dropout >= 0 && o.Dropout < 1):
 		return o, fmt.Errorf("tamiyo: NewPolicy: %w: dropout %v outside [0, 1)", ErrPolicyOptions, o.Dropout)
 	case !o.DType.IsFloat():
@@ -234,6 +248,44 @@ func NewPolicy(o PolicyOptions) (*Policy, error) {
 	p.value = newHead(c, 1, valueOutputGain)
 	p.Register("value", p.value)
 	return p, nil
+}
+
+// ParameterCount returns the number of parameters (elements of every
+// parameter tensor) of the policy NewPolicy builds with o, without
+// building it; o must have passed withDefaults, so that no term
+// overflows. A policy file's header is checked against its tensors with
+// it before anything is allocated.
+func ParameterCount(o PolicyOptions) (int64, error) {
+	o, err := o.withDefaults()
+	if err != nil {
+		return 0, err
+	}
+	h, c, hh, e := int64(o.Hidden), int64(o.GATHidden), int64(o.HeadHidden), int64(o.BlueprintEmbedding)
+	hc := int64(o.GATHeads) * c
+	var n int64
+	for t, w := range NodeFeatureWidths { // encoders: Linear(in, H) and LayerNorm(H)
+		in := int64(w)
+		if NodeType(t) == NodeSlot {
+			in += e
+		}
+		n += in*h + h + 2*h
+	}
+	n += (leyline.BlueprintNullIndex + 1) * e
+	n += 2 * NumRelations * (2*h*h + h) // two SAGE layers: lin_l with bias, lin_r without
+	gat := func(in int64) int64 {       // lin_src, lin_dst, lin_edge, three attention vectors, bias
+		return NumRelations * ((2*in+EdgeFeatures+3)*hc + c)
+	}
+	n += gat(h) + gat(c)
+	head := func(in, out int64) int64 { return in*hh + hh + hh*out + out }
+	for i, size := range leyline.HeadSizes(1) {
+		out := int64(size)
+		if i == leyline.HeadSlot {
+			out = 1
+		}
+		n += head(2*c, out)
+	}
+	n += head(c, 1)
+	return n, nil
 }
 
 // Options returns the options the policy was built with (defaults

@@ -236,6 +236,23 @@ func readPolicyFile(path string) (*safetensors.File, PolicyHeader, error) {
 	if err != nil {
 		return nil, PolicyHeader{}, corrupt("header options: %v", err)
 	}
+	// The options say what NewPolicy will allocate: it must be what the
+	// file holds, checked before anything is built (a header of a few
+	// bytes must not make the loader allocate gigabytes).
+	want, err := ParameterCount(o)
+	if err != nil {
+		return nil, PolicyHeader{}, corrupt("header options: %v", err)
+	}
+	var have int64
+	for _, t := range f.Tensors {
+		if t != nil {
+			have += int64(t.Numel())
+		}
+	}
+	if have != want {
+		return nil, PolicyHeader{}, corrupt("header options %s make a network of %d parameters, the file holds %d",
+			describeOptions(o), want, have)
+	}
 	if got := tensorsCRC(f.Tensors); got != *j.TensorsCRC32 {
 		return nil, PolicyHeader{}, corrupt("tensor checksum %08x, header says %08x", got, *j.TensorsCRC32)
 	}
