@@ -63,6 +63,9 @@ func NewBatchNorm2d(o BatchNorm2dOptions) (*BatchNorm2d, error) {
 	case !(o.Momentum > 0 && o.Momentum <= 1):
 		return nil, optionsErr(name, "Momentum must be in (0, 1], got %v", o.Momentum)
 	}
+	if err := checkSizes(name, dt, []int{4, o.Channels}); err != nil { // weight, bias and two running statistics
+		return nil, err
+	}
 	b := &BatchNorm2d{opts: o}
 	if !o.NoAffine {
 		b.Weight = b.addParam("weight", tensor.Ones(dt, o.Channels))

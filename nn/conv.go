@@ -75,6 +75,9 @@ func NewConv2d(rng *rand.Rand, o Conv2dOptions) (*Conv2d, error) {
 	case rng == nil:
 		return nil, optionsErr(name, "nil *rand.Rand (pass tensor.NewRNG(seed))")
 	}
+	if err := checkSizes(name, dt, []int{o.OutChannels, o.InChannels / o.Groups, o.KernelH, o.KernelW}, []int{o.OutChannels}); err != nil {
+		return nil, err
+	}
 	c := &Conv2d{opts: o, params: kernels.Conv2dParams{
 		StrideH: o.Stride, StrideW: o.Stride,
 		PadH: o.Padding, PadW: o.Padding,

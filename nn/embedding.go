@@ -41,6 +41,9 @@ func NewEmbedding(rng *rand.Rand, o EmbeddingOptions) (*Embedding, error) {
 	case rng == nil:
 		return nil, optionsErr(name, "nil *rand.Rand (pass tensor.NewRNG(seed))")
 	}
+	if err := checkSizes(name, dt, []int{o.Num, o.Dim}); err != nil {
+		return nil, err
+	}
 	e := &Embedding{opts: o}
 	w := tensor.Empty(dt, o.Num, o.Dim)
 	Normal(rng, w, 0, 1)

@@ -51,6 +51,9 @@ func NewGroupNorm(o GroupNormOptions) (*GroupNorm, error) {
 	case !(o.Eps > 0):
 		return nil, optionsErr(name, "Eps must be positive, got %v", o.Eps)
 	}
+	if err := checkSizes(name, dt, []int{2, o.Channels}); err != nil {
+		return nil, err
+	}
 	g := &GroupNorm{opts: o}
 	if !o.NoAffine {
 		g.Weight = g.addParam("weight", tensor.Ones(dt, o.Channels))

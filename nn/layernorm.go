@@ -54,6 +54,9 @@ func NewLayerNorm(o LayerNormOptions) (*LayerNorm, error) {
 	if !(o.Eps > 0) {
 		return nil, optionsErr(name, "Eps must be positive, got %v", o.Eps)
 	}
+	if err := checkSizes(name, dt, append([]int{2}, o.Shape...)); err != nil {
+		return nil, err
+	}
 	l := &LayerNorm{opts: o}
 	if !o.NoAffine {
 		l.Weight = l.addParam("weight", tensor.Ones(dt, o.Shape...))

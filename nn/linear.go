@@ -46,6 +46,9 @@ func NewLinear(rng *rand.Rand, o LinearOptions) (*Linear, error) {
 	if rng == nil {
 		return nil, optionsErr("Linear", "nil *rand.Rand (pass tensor.NewRNG(seed))")
 	}
+	if err := checkSizes("Linear", dt, []int{o.Out, o.In}, []int{o.Out}); err != nil {
+		return nil, err
+	}
 	o.DType = dt
 	l := &Linear{opts: o}
 	w := tensor.Empty(dt, o.Out, o.In)

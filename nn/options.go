@@ -16,6 +16,25 @@ func optionsErr(layer, format string, args ...any) error {
 	return fmt.Errorf("nn: %s: %w: %s", layer, ErrOptions, fmt.Sprintf(format, args...))
 }
 
+// checkSizes refuses, with an error wrapping ErrOptions, parameter shapes
+// that cannot be allocated: an overflowing size, or more bytes in all
+// than tensor.HostLimit (so that NewLinear with In = 2^40 is an error,
+// not a crash).
+func checkSizes(layer string, d tensor.DType, shapes ...[]int) error {
+	var total int64
+	for _, s := range shapes {
+		n, err := tensor.CheckShape(d, s...)
+		if err != nil {
+			return optionsErr(layer, "parameters too large: %v", err)
+		}
+		total += int64(n) * int64(d.Size())
+	}
+	if total > tensor.HostLimit() {
+		return optionsErr(layer, "parameters too large: %d bytes, more than this machine's limit of %d", total, tensor.HostLimit())
+	}
+	return nil
+}
+
 // paramDType resolves a layer's DType option: zero means F32, and
 // parameters must be floating point.
 func paramDType(layer string, d tensor.DType) (tensor.DType, error) {

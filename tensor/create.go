@@ -9,14 +9,14 @@ import (
 
 // Empty allocates a contiguous CPU tensor. CPU storage is zeroed, so Empty
 // and Zeros only differ in intent: Empty says the contents will be
-// overwritten.
+// overwritten. A shape with a negative dimension, an overflowing size or
+// more bytes than HostLimit panics with a *SizeError (CheckShape tells
+// beforehand).
 func Empty(d DType, shape ...int) *Tensor {
-	for _, s := range shape {
-		if s < 0 {
-			panic(fmt.Sprintf("tensor: negative dimension in shape %v", clone(shape)))
-		}
+	n, err := CheckShape(d, shape...)
+	if err != nil {
+		panic(err)
 	}
-	n := Numel(shape)
 	var t *Tensor
 	switch nb := n * d.Size(); {
 	case nb > 0 && nb <= tinyBytes:
@@ -83,12 +83,20 @@ func (t *Tensor) withElements(s *Storage, d DType, n int, words []uint64) *Tenso
 	return t
 }
 
-// EmptyOn allocates a contiguous tensor on device dev.
+// EmptyOn allocates a contiguous tensor on device dev; a shape that cannot
+// be allocated is a *SizeError.
 func EmptyOn(dev Device, d DType, shape ...int) (*Tensor, error) {
 	if dev.IsCPU() {
+		if _, err := CheckShape(d, shape...); err != nil {
+			return nil, err
+		}
 		return Empty(d, shape...), nil
 	}
-	s, err := NewDeviceStorage(d, Numel(shape), dev)
+	n, err := checkedNumel(d, shape)
+	if err != nil {
+		return nil, err
+	}
+	s, err := NewDeviceStorage(d, n, dev)
 	if err != nil {
 		return nil, err
 	}

@@ -28,8 +28,8 @@ func NewStorage(dtype DType, n int) *Storage {
 
 // initHost makes s zeroed CPU storage for n elements of dtype.
 func (s *Storage) initHost(dtype DType, n int) {
-	if n < 0 {
-		panic(fmt.Sprintf("tensor: NewStorage with negative length %d", n))
+	if _, err := CheckShape(dtype, n); err != nil {
+		panic(err)
 	}
 	nb := n * dtype.Size()
 	// Over-allocate so the data can start on a 64-byte boundary, which
@@ -56,6 +56,9 @@ func NewDeviceStorage(dtype DType, n int, d Device) (*Storage, error) {
 	}
 	m, err := deviceMemory(d)
 	if err != nil {
+		return nil, err
+	}
+	if _, err := checkedNumel(dtype, []int{n}); err != nil {
 		return nil, err
 	}
 	p, err := m.Alloc(n * dtype.Size())

@@ -147,7 +147,7 @@ func TestStorageAlignment(t *testing.T) {
 		equal(t, s.DType(), tensor.F32)
 	}
 	equal(t, len(tensor.NewStorage(tensor.I64, 0).Bytes()), 0)
-	mustPanicWith(t, "tensor: NewStorage with negative length -1", func() { tensor.NewStorage(tensor.F32, -1) })
+	mustPanicWith(t, "tensor: cannot allocate f32 [-1]: negative dimension", func() { tensor.NewStorage(tensor.F32, -1) })
 }
 
 func TestString(t *testing.T) {
