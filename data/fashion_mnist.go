@@ -46,7 +46,7 @@ func OpenFashionMNIST(dir string) (train, test *TensorDataset, err error) {
 		return nil, nil, fmt.Errorf("data: fashion-mnist: %s: %w; install it with `apt-get install dataset-fashion-mnist` (files in %s) or pass --data-dir with the four IDX files: %w",
 			dir, err, DefaultFashionMNISTDir, fs.ErrNotExist)
 	}
-	open := func(name, images, labels string) (*TensorDataset, error) {
+	open := func(name, images, labels string, maxN int) (*TensorDataset, error) {
 		ip, err := findIDX(dir, images)
 		if err != nil {
 			return nil, err
@@ -55,19 +55,12 @@ func OpenFashionMNIST(dir string) (train, test *TensorDataset, err error) {
 		if err != nil {
 			return nil, err
 		}
-		ds, err := OpenIDX(name, ip, lp, FashionMNISTClasses, FashionMNISTNormalization)
-		if err != nil {
-			return nil, err
-		}
-		if s := ds.Shape(); s[1] != 28 || s[2] != 28 {
-			return nil, &FormatError{File: ip, Offset: 8, Compressed: isGz(ip), Msg: fmt.Sprintf("images are %d×%d, Fashion-MNIST's are 28×28", s[1], s[2])}
-		}
-		return ds, nil
+		return openIDXSized(name, ip, lp, FashionMNISTClasses, FashionMNISTNormalization, idxShape{H: 28, W: 28, MaxN: maxN})
 	}
-	if train, err = open("fashion-mnist/train", fmTrainImages, fmTrainLabels); err != nil {
+	if train, err = open("fashion-mnist/train", fmTrainImages, fmTrainLabels, 60000); err != nil {
 		return nil, nil, err
 	}
-	if test, err = open("fashion-mnist/test", fmTestImages, fmTestLabels); err != nil {
+	if test, err = open("fashion-mnist/test", fmTestImages, fmTestLabels, 10000); err != nil {
 		return nil, nil, err
 	}
 	return train, test, nil
@@ -87,7 +80,3 @@ func findIDX(dir, base string) (string, error) {
 	return "", fmt.Errorf("data: fashion-mnist: %s has neither %s.gz nor %s; install the data with `apt-get install dataset-fashion-mnist` or pass --data-dir: %w",
 		dir, base, base, fs.ErrNotExist)
 }
-
-// isGz reports whether a path names a gzip file by its suffix (for error
-// messages only; the reader looks at the content).
-func isGz(p string) bool { return filepath.Ext(p) == ".gz" }
