@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/esper-go/esper/internal/strictjson"
 )
 
 // The JSON form of a TelemetryEvent is one object with the keys
@@ -83,9 +85,14 @@ func (e TelemetryEvent) MarshalJSON() ([]byte, error) {
 
 // UnmarshalJSON decodes an event. The payload type follows event_type;
 // an unknown event type, a missing envelope key (event_id, event_type,
-// timestamp, severity), an unknown key, or a missing required payload
-// field is an error naming the payload and the field.
+// timestamp, severity), an unknown key, a key given twice in one object
+// (anywhere in the event: encoding/json would keep the last silently), or
+// a missing required payload field is an error naming the payload and the
+// field.
 func (e *TelemetryEvent) UnmarshalJSON(b []byte) error {
+	if err := strictjson.NoDuplicateKeys(b); err != nil {
+		return fmt.Errorf("leyline: TelemetryEvent: %w", err)
+	}
 	var keys map[string]json.RawMessage
 	if err := json.Unmarshal(b, &keys); err != nil {
 		return fmt.Errorf("leyline: TelemetryEvent: %w", err)
@@ -167,8 +174,12 @@ func MarshalPayload(p Payload) ([]byte, error) {
 }
 
 // UnmarshalPayload decodes the payload of event type t from its JSON
-// object, failing on missing required fields and unknown keys.
+// object, failing on missing required fields, unknown keys and keys given
+// twice.
 func UnmarshalPayload(t EventType, b []byte) (Payload, error) {
+	if err := strictjson.NoDuplicateKeys(b); err != nil {
+		return nil, fmt.Errorf("leyline: payload %s: %w", t, err)
+	}
 	p, err := NewPayload(t)
 	if err != nil {
 		return nil, err

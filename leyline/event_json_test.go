@@ -277,6 +277,8 @@ func TestEventDecodeErrors(t *testing.T) {
 		{"bad float string", `{` + base + `,"event_type":"TAMIYO_INITIATED","data":{"env_id":1,"epoch":1,"stable_count":3,"stabilization_epochs":3,"val_loss":"nan"}}`, "val_loss"},
 		{"reserved stage name", `{` + base + `,"event_type":"SEED_STAGE_CHANGED","data":{"slot_id":"r0c0","env_id":1,"from_stage":"BLENDING","to_stage":"SHADOWING"}}`, "SHADOWING"},
 		{"nested required", `{` + base + `,"event_type":"COUNTERFACTUAL_MATRIX_COMPUTED","data":{"env_id":1,"slot_ids":["r0c0"],"configs":[{"val_accuracy":1}]}}`, "configs[0].enabled"},
+		{"duplicate envelope key", `{` + base + `,"event_type":"METRICS","event_type":"METRICS","data":null}`, `duplicate JSON key "event_type"`},
+		{"duplicate payload key", `{` + base + `,"event_type":"METRICS","data":{"source":"x","source":"y","metrics":[]}}`, `duplicate JSON key "source"`},
 		{"invalid payload", `{` + base + `,"event_type":"REWARD_HACKING_SUSPECTED","data":{"pattern":"greed","slot_id":"r0c0","seed_id":"s","seed_contribution":1,"total_improvement":1}}`, "pattern"},
 	}
 	for _, c := range cases {
@@ -307,4 +309,6 @@ func TestUnmarshalPayload(t *testing.T) {
 	assert.Equal(t, &CheckpointLoadedPayload{Path: "/x"}, p)
 	_, err = UnmarshalPayload(EventCheckpointLoaded, []byte(`{"path":"/x"}`))
 	assert.ErrorContains(t, err, `CheckpointLoaded payload: required field missing: "start_episode"`)
+	_, err = UnmarshalPayload(EventCheckpointLoaded, []byte(`{"path":"/x","start_episode":0,"path":"/y"}`))
+	assert.ErrorContains(t, err, `duplicate JSON key "path"`)
 }

@@ -2,6 +2,7 @@ package nn
 
 import (
 	"fmt"
+	"reflect"
 
 	"github.com/esper-go/esper/tensor/safetensors"
 )
@@ -11,6 +12,9 @@ import (
 // crash leaves either the old file or the new one, never half of one.
 // The file loads in PyTorch with safetensors.torch.load_file.
 func Save(path string, m Module, metadata map[string]string) error {
+	if isNilModule(m) {
+		return fmt.Errorf("nn: save %s: nil module", path)
+	}
 	if err := safetensors.WriteFile(path, StateDict(m), metadata); err != nil {
 		return fmt.Errorf("nn: save %s: %w", path, err)
 	}
@@ -30,6 +34,9 @@ func Load(path string, m Module) (err error) {
 			err = fmt.Errorf("nn: load %s: %v", path, r)
 		}
 	}()
+	if isNilModule(m) {
+		return fmt.Errorf("nn: load %s: nil module (build the module, then load into it)", path)
+	}
 	f, err := safetensors.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("nn: load: %w", err)
@@ -38,4 +45,13 @@ func Load(path string, m Module) (err error) {
 		return fmt.Errorf("nn: load %s: %w", path, err)
 	}
 	return nil
+}
+
+// isNilModule reports whether m is nil or a nil pointer in a Module.
+func isNilModule(m Module) bool {
+	if m == nil {
+		return true
+	}
+	v := reflect.ValueOf(m)
+	return v.Kind() == reflect.Pointer && v.IsNil()
 }

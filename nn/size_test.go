@@ -1,6 +1,7 @@
 package nn_test
 
 import (
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -30,4 +31,17 @@ func TestHugeLayersAreErrors(t *testing.T) {
 	assert.ErrorIs(t, err, nn.ErrOptions)
 	_, err = nn.NewLinear(rng, nn.LinearOptions{In: 300, Out: 200})
 	assert.NoError(t, err, "an ordinary layer still builds")
+}
+
+// TestNilModuleIsAnError: Save, Load and LoadStateDict of a nil module
+// (or a nil *Linear in the interface) say so instead of a nil-pointer
+// panic.
+func TestNilModuleIsAnError(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "m.safetensors")
+	var lin *nn.Linear
+	for _, m := range []nn.Module{nil, lin} {
+		assert.ErrorContains(t, nn.Save(path, m, nil), "nil module")
+		assert.ErrorContains(t, nn.Load(path, m), "nil module")
+		assert.ErrorContains(t, nn.LoadStateDict(m, nil, true), "nil module")
+	}
 }

@@ -55,6 +55,9 @@ func (e *StateDictError) Error() string {
 // keys the module lacks and module entries the dict lacks are errors too;
 // without it they are skipped.
 func LoadStateDict(m Module, sd map[string]*tensor.Tensor, strict bool) (err error) {
+	if isNilModule(m) {
+		return fmt.Errorf("nn: LoadStateDict: nil module")
+	}
 	dst := entries(m)
 	var e StateDictError
 	seen := make(map[string]bool, len(dst))

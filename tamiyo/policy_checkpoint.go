@@ -12,6 +12,7 @@ import (
 	"sort"
 
 	"github.com/esper-go/esper/internal/atomicfile"
+	"github.com/esper-go/esper/internal/strictjson"
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/tensor"
@@ -213,6 +214,9 @@ func readPolicyFile(path string) (*safetensors.File, PolicyHeader, error) {
 	raw, ok := f.Metadata[PolicyHeaderKey]
 	if !ok {
 		return nil, PolicyHeader{}, corrupt("no %q header in the safetensors metadata (not a policy checkpoint)", PolicyHeaderKey)
+	}
+	if err := strictjson.NoDuplicateKeys([]byte(raw)); err != nil {
+		return nil, PolicyHeader{}, corrupt("header: %v", err)
 	}
 	var j headerJSON
 	dec := json.NewDecoder(bytes.NewReader([]byte(raw)))

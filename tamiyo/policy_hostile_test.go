@@ -105,3 +105,12 @@ func TestNewPolicyRefusesHugeWidths(t *testing.T) {
 	_, err := NewPolicy(PolicyOptions{Hidden: 16, GATHidden: 8, GATHeads: 2, HeadHidden: 8, BlueprintEmbedding: 2})
 	assert.NoError(t, err)
 }
+
+// TestPolicyHeaderDuplicateKey: a header that gives a key twice is
+// corrupt (encoding/json would keep the last one silently).
+func TestPolicyHeaderDuplicateKey(t *testing.T) {
+	path := rawPolicyFile(t, `{"schema_version":1,"schema_version":1,"options":{"dtype":"F32"},"slots":["r0c0"],"tensors_crc32":0}`)
+	_, err := ReadPolicyHeader(path)
+	assert.ErrorIs(t, err, ErrCheckpointCorrupt)
+	assert.ErrorContains(t, err, "duplicate JSON key")
+}
