@@ -4,7 +4,7 @@ PKGS     ?= ./...
 PYTHON   ?= /usr/bin/python3
 BENCHTIME ?= 1x
 
-.PHONY: all build esper test race vet fmt-check bench demo fixtures cuda-deps ptx cuda-check gpu-bundle
+.PHONY: all build esper test race vet fmt-check bench demo fixtures cuda-deps ptx cuda-check gpu-bundle fuzz
 
 all: build test
 
@@ -25,6 +25,22 @@ esper:
 test: vet fmt-check
 	$(GO) test -count=1 $(PKGS)
 	@$(MAKE) --no-print-directory race
+
+## fuzz: every fuzz target of a reader a user can feed (package:target),
+## FUZZTIME each (60s by default; CI runs 10s). A failure leaves its
+## input under the package's testdata/fuzz and stops the run.
+FUZZTIME ?= 60s
+FUZZ_TARGETS ?= ./tensor/safetensors:FuzzParse ./nn:FuzzLoad ./tamiyo:FuzzLoadPolicy \
+	./data:FuzzOpenIDX ./leyline:FuzzEventJSON ./leyline:FuzzPayload
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	  pkg=$${t%%:*}; name=$${t##*:}; \
+	  echo "== $$name ($$pkg, $(FUZZTIME))"; \
+	  log=$$(mktemp); \
+	  if ! $(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg >$$log 2>&1; then \
+	    cat $$log; rm -f $$log; exit 1; fi; \
+	  grep -E 'elapsed: .*execs' $$log | tail -1; rm -f $$log; \
+	done
 
 ## race: the race detector over the packages that run goroutines. It needs
 ## cgo and a C compiler; without one it says so and skips.

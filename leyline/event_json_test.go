@@ -69,7 +69,7 @@ func fixPayload(p Payload) {
 	}
 }
 
-func fullPayload(t *testing.T, et EventType) Payload {
+func fullPayload(t testing.TB, et EventType) Payload {
 	p, err := NewPayload(et)
 	require.NoError(t, err)
 	n := int(et) * 10
@@ -79,7 +79,7 @@ func fullPayload(t *testing.T, et EventType) Payload {
 	return p
 }
 
-func fullEvent(t *testing.T, et EventType) TelemetryEvent {
+func fullEvent(t testing.TB, et EventType) TelemetryEvent {
 	e := NewEvent(et, fullPayload(t, et))
 	e.Timestamp = time.Date(2026, 3, 4, 5, 6, 7, 123456789, time.UTC)
 	e.SeedID, e.SlotID = "env1_seed_2", "r0c1"
