@@ -171,6 +171,9 @@ func parsePPO(args []string, stderr io.Writer) (ppoConfig, error) {
 }
 
 func runPPO(ctx context.Context, c ppoConfig, stdout io.Writer) error {
+	if err := checkPPOOutputs(c); err != nil {
+		return err
+	}
 	var st ppoState
 	if c.resume {
 		var err error
@@ -308,6 +311,25 @@ func runPPO(ctx context.Context, c ppoConfig, stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "policy: %s (load with: esper train --controller gnn --blocks %d --policy %s)\nrun directory: %s (events.jsonl, ppo.png)\n",
 		out, c.blocks, out, dirb.Dir())
+	return nil
+}
+
+// checkPPOOutputs checks, before any work, that the run can write its
+// run directory, checkpoints and policy (the directories first: --out
+// may name a file in one of them).
+func checkPPOOutputs(c ppoConfig) error {
+	if err := checkOutputDir("--run-dir", c.runRoot, true); err != nil {
+		return err
+	}
+	if c.checkpoint != "" {
+		// A resumed run reads the directory: it must be there already.
+		if err := checkOutputDir("--checkpoint", c.checkpoint, !c.resume); err != nil {
+			return err
+		}
+	}
+	if c.out != "" {
+		return checkOutputFile("--out", c.out)
+	}
 	return nil
 }
 

@@ -125,8 +125,9 @@ func TestPPOCheckpointSurvivesKillDuringSave(t *testing.T) {
 		{"moved " + ppoStateFile, 2},
 	} {
 		t.Run(tc.step, func(t *testing.T) {
-			ck := filepath.Join(dir, strings.ReplaceAll(tc.step, " ", "_"))
-			got := filepath.Join(ck, "final.safetensors")
+			name := strings.ReplaceAll(tc.step, " ", "_")
+			ck := filepath.Join(dir, name)
+			got := filepath.Join(dir, name+".safetensors")
 			args := tinyPPO(dir, append(flags, "--checkpoint", ck, "--checkpoint-every", "1", "--out", got)...)
 			saves := 0
 			ppoSaveHook = func(step string) error {
