@@ -27,7 +27,10 @@ var ErrTrainerState = errors.New("invalid trainer state")
 // needs to be rebuilt only from what it seeds its episodes with (an
 // EsperEnv from its Episode, see EsperEnvOptions.FirstEpisode), and a
 // trainer restored from the checkpoint continues bit for bit where the
-// saved one would have.
+// saved one would have. State the trainer does not own is the caller's to
+// save: an ObsTransform's (a VectorObsNormalizer's RunningMeanStd, which
+// NewTrainer also updates with the first observations) and a policy's
+// own randomness (dropout).
 type TrainerState struct {
 	// EnvSteps is Trainer.EnvSteps.
 	EnvSteps int `json:"env_steps"`
