@@ -237,6 +237,27 @@ func (v *VecEnv[O]) ActionMasks() []Masks {
 	return out
 }
 
+// ResetUnfinished resets the environments that are inside an episode
+// (that took a step since their last reset), dropping their unfinished
+// episodes unreported, and returns their indices in order. Afterwards
+// every environment stands at the start of an episode.
+func (v *VecEnv[O]) ResetUnfinished() ([]int, error) {
+	var idx []int
+	for i, e := range v.envs {
+		if v.epLen[i] == 0 {
+			continue
+		}
+		o, err := e.Reset()
+		if err != nil {
+			return idx, fmt.Errorf("simic: VecEnv.ResetUnfinished: env %d reset: %w", i, err)
+		}
+		v.obs[i] = o
+		v.epReturn[i], v.epLen[i] = 0, 0
+		idx = append(idx, i)
+	}
+	return idx, nil
+}
+
 // Step applies actions[i] to environment i, resets the environments
 // whose episode ended, and returns the results.
 func (v *VecEnv[O]) Step(actions [][]int) (*VecStep[O], error) {

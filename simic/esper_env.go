@@ -129,6 +129,12 @@ type EsperEnvOptions struct {
 	Index int
 	// Seed seeds the hosts' initialisation (with Index and the episode).
 	Seed uint64
+	// FirstEpisode is the number the first Reset gives its episode (0
+	// means 1). An episode's host and seed ids derive from Seed, Index
+	// and its number alone, so an environment built with FirstEpisode set
+	// to another one's Episode starts that episode exactly as the other
+	// did: a resumed run passes the Episode its checkpoint saved.
+	FirstEpisode int
 	// MaxEpochs is the episode length (default DefaultEsperMaxEpochs);
 	// the last epoch's step is truncated and bootstrapped.
 	MaxEpochs int
@@ -287,7 +293,7 @@ func NewEsperEnv(o EsperEnvOptions) (*EsperEnv, error) {
 	switch {
 	case o.Data == nil || o.Data.Train == nil || o.Data.Val == nil:
 		return nil, errors.New("simic: NewEsperEnv: Data with Train and Val batches is required")
-	case o.MaxEpochs < 0 || o.Blocks < 0 || o.BaseChannels < 0 || o.KernelSize < 0 || o.HostLR < 0 || o.MaxSeeds < 0 || o.Index < 0:
+	case o.MaxEpochs < 0 || o.Blocks < 0 || o.BaseChannels < 0 || o.KernelSize < 0 || o.HostLR < 0 || o.MaxSeeds < 0 || o.Index < 0 || o.FirstEpisode < 0:
 		return nil, fmt.Errorf("simic: NewEsperEnv: negative option in %+v", o)
 	}
 	if o.MaxEpochs == 0 {
@@ -308,7 +314,7 @@ func NewEsperEnv(o EsperEnvOptions) (*EsperEnv, error) {
 	if o.HostLR == 0 {
 		o.HostLR = 0.01
 	}
-	e := &EsperEnv{o: o, rewarder: o.Rewarder, cf: o.Counterfactual}
+	e := &EsperEnv{o: o, rewarder: o.Rewarder, cf: o.Counterfactual, episode: max(o.FirstEpisode, 1) - 1}
 	var err error
 	if e.rewarder == nil {
 		if e.rewarder, err = NewRewarder(RewardOptions{}); err != nil {
@@ -344,6 +350,15 @@ func (e *EsperEnv) Trainer() *tolaria.Trainer { return e.trainer }
 
 // Epoch is the number of epochs the current episode has run.
 func (e *EsperEnv) Epoch() int { return e.epoch }
+
+// Episode is the current episode's number: 1 for the first Reset (see
+// EsperEnvOptions.FirstEpisode), 0 before it.
+func (e *EsperEnv) Episode() int {
+	if e.model == nil {
+		return 0
+	}
+	return e.episode
+}
 
 // LastStep describes the last Step.
 func (e *EsperEnv) LastStep() EsperStepInfo { return e.info }

@@ -319,3 +319,46 @@ func TestEsperEnvFusedCounterfactuals(t *testing.T) {
 		t.Errorf("recorded contribution %v, want %v", c, valAcc-off)
 	}
 }
+
+// TestEsperEnvFirstEpisode: an environment built with FirstEpisode n
+// starts the episode another reaches after n resets: the same host, the
+// same first epoch.
+func TestEsperEnvFirstEpisode(t *testing.T) {
+	d, _ := tinyEsper(t)
+	a := newTinyEnv(t, d, 1, 3)
+	if a.Episode() != 0 {
+		t.Fatalf("episode %d before Reset", a.Episode())
+	}
+	for i := 0; i < 2; i++ {
+		if _, err := a.Reset(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := NewEsperEnv(EsperEnvOptions{Data: d, Index: 1, Seed: 11, MaxEpochs: 3, Blocks: 3, BaseChannels: 2, FirstEpisode: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	if _, err := b.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	if a.Episode() != 2 || b.Episode() != 2 {
+		t.Fatalf("episodes %d and %d, want 2", a.Episode(), b.Episode())
+	}
+	pa, pb := a.Model().HostParameters(), b.Model().HostParameters()
+	for i := range pa {
+		va, vb := pa[i].Value.Float64s(), pb[i].Value.Float64s()
+		for j := range va {
+			if math.Float64bits(va[j]) != math.Float64bits(vb[j]) {
+				t.Fatalf("host parameter %d differs at %d: %v vs %v", i, j, va[j], vb[j])
+			}
+		}
+	}
+	ma, mb := a.state.Signals.Metrics, b.state.Signals.Metrics
+	if ma.ValLoss != mb.ValLoss || ma.ValAccuracy != mb.ValAccuracy {
+		t.Fatalf("first epochs differ: %+v vs %+v", ma, mb)
+	}
+	if _, err := NewEsperEnv(EsperEnvOptions{Data: d, FirstEpisode: -1}); err == nil {
+		t.Fatal("negative FirstEpisode accepted")
+	}
+}

@@ -71,6 +71,12 @@ type NormState struct {
 	Count int64     `json:"count"`
 	Mean  []float64 `json:"mean"`
 	Var   []float64 `json:"var"`
+	// M2 is the RewardNormalizer's sum of squared deviations, from which
+	// Var is derived: Var does not give it back bit for bit, M2 does (a
+	// resumed run normalises exactly as the saved one). Absent (nil) in
+	// other normalisers' states and in states saved before it was added,
+	// which restore it from Var.
+	M2 []float64 `json:"m2,omitempty"`
 }
 
 // RunningMeanStd tracks per-feature mean and variance of a stream of
@@ -271,7 +277,7 @@ func (r *RewardNormalizer) State() NormState {
 	if r.count >= 2 {
 		v = r.m2 / float64(r.count-1)
 	}
-	return NormState{Count: r.count, Mean: []float64{r.mean}, Var: []float64{v}}
+	return NormState{Count: r.count, Mean: []float64{r.mean}, Var: []float64{v}, M2: []float64{r.m2}}
 }
 
 // LoadState restores statistics saved by State.
@@ -279,10 +285,17 @@ func (r *RewardNormalizer) LoadState(s NormState) error {
 	if err := checkScalarState(s); err != nil {
 		return err
 	}
+	if s.M2 != nil && (len(s.M2) != 1 || !finite(s.M2[0]) || s.M2[0] < 0) {
+		return fmt.Errorf("simic: %w: M2 %v, want one finite value >= 0", ErrNormalizerState, s.M2)
+	}
 	r.count, r.mean = s.Count, s.Mean[0]
-	r.m2 = 0
-	if s.Count >= 2 {
+	switch {
+	case s.M2 != nil:
+		r.m2 = s.M2[0]
+	case s.Count >= 2:
 		r.m2 = s.Var[0] * float64(s.Count-1)
+	default:
+		r.m2 = 0
 	}
 	return nil
 }

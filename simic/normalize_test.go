@@ -5,6 +5,8 @@ import (
 	"errors"
 	"math"
 	"testing"
+
+	"github.com/esper-go/esper/tensor"
 )
 
 func TestRunningMeanStdWelfordThenEMA(t *testing.T) {
@@ -165,5 +167,44 @@ func TestNormOptionsValidation(t *testing.T) {
 	}
 	if _, err := NewRunningMeanStd(0, NormOptions{}); err == nil {
 		t.Error("dim 0 accepted")
+	}
+}
+
+// TestRewardNormalizerStateIsExact: the reward normaliser's state restores
+// its sum of squares bit for bit, through JSON, where the sample variance
+// alone would not.
+func TestRewardNormalizerStateIsExact(t *testing.T) {
+	rn, _ := NewRewardNormalizer(NormOptions{})
+	rng := tensor.NewRNG(1)
+	lossy := 0
+	for i := 1; i <= 200; i++ {
+		if _, err := rn.Observe(3 * rng.NormFloat64()); err != nil {
+			t.Fatal(err)
+		}
+		blob, err := json.Marshal(rn.State())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s NormState
+		if err := json.Unmarshal(blob, &s); err != nil {
+			t.Fatal(err)
+		}
+		rn2, _ := NewRewardNormalizer(NormOptions{})
+		if err := rn2.LoadState(s); err != nil {
+			t.Fatal(err)
+		}
+		if rn2.m2 != rn.m2 || rn2.mean != rn.mean || rn2.count != rn.count {
+			t.Fatalf("after %d rewards: m2 %v, want %v", i, rn2.m2, rn.m2)
+		}
+		if s.Count >= 2 && s.Var[0]*float64(s.Count-1) != rn.m2 {
+			lossy++
+		}
+	}
+	if lossy == 0 {
+		t.Fatal("no case where the variance alone loses bits: the test proves nothing")
+	}
+	rn2, _ := NewRewardNormalizer(NormOptions{})
+	if err := rn2.LoadState(NormState{Count: 3, Mean: []float64{0}, Var: []float64{1}, M2: []float64{-1}}); !errors.Is(err, ErrNormalizerState) {
+		t.Fatalf("negative M2: %v", err)
 	}
 }

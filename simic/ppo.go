@@ -171,6 +171,7 @@ type PPO[O any] struct {
 	opts      PPOOptions
 	opt       *optim.AdamW
 	valueNorm *ValueNormalizer
+	pcg       *rand.PCG // rng's source, whose state a checkpoint saves
 	rng       *rand.Rand
 	updates   int // updates that took at least one optimiser step
 	skips     int // consecutive fully skipped updates
@@ -201,7 +202,8 @@ func NewPPO[O any](policy Policy[O], spec EnvSpec, o PPOOptions) (*PPO[O], error
 	if err != nil {
 		return nil, err
 	}
-	return &PPO[O]{policy: policy, spec: spec, opts: o, opt: opt, valueNorm: vn, rng: tensor.NewRNG(o.Seed)}, nil
+	pcg := newPCG(o.Seed)
+	return &PPO[O]{policy: policy, spec: spec, opts: o, opt: opt, valueNorm: vn, pcg: pcg, rng: rand.New(pcg)}, nil
 }
 
 // Policy returns the policy being trained.

@@ -21,6 +21,16 @@ type TrainerOptions[O any] struct {
 	// (configured by RewardNorm); episode returns stay raw.
 	NormalizeRewards bool
 	RewardNorm       NormOptions
+	// EpisodicRollouts ends every rollout at an episode boundary: the
+	// environments still inside an episode when a rollout ends are reset
+	// (VecEnv.ResetUnfinished) before Collect returns. Their unfinished
+	// episodes were stored as truncated and bootstrapped, as always at a
+	// rollout's end; they are dropped, not continued, and never reported
+	// in Episodes. Between iterations every environment then stands at
+	// the start of an episode, which is what makes a run resumable bit
+	// for bit from a checkpoint (see TrainerState). With rollouts as long
+	// as the episodes (and no governor rollbacks) no episode is cut.
+	EpisodicRollouts bool
 	// ObsTransform, if set, maps raw observations to what the policy
 	// sees (an observation normaliser, see VectorObsNormalizer); update
 	// reports whether the transform may learn from this batch (true in
@@ -204,7 +214,33 @@ func (t *Trainer[O]) Collect() ([]Episode, error) {
 		}
 		t.obs = next
 	}
+	if t.opts.EpisodicRollouts {
+		if err := t.resetUnfinished(); err != nil {
+			return nil, err
+		}
+	}
 	return episodes, nil
+}
+
+// resetUnfinished resets the environments inside an episode and takes
+// their first observations.
+func (t *Trainer[O]) resetUnfinished() error {
+	idx, err := t.vec.ResetUnfinished()
+	if err != nil || len(idx) == 0 {
+		return err
+	}
+	all := t.vec.Obs()
+	obs := make([]O, len(idx))
+	for j, i := range idx {
+		obs[j] = all[i]
+	}
+	if obs, err = t.transform(obs, true); err != nil {
+		return err
+	}
+	for j, i := range idx {
+		t.obs[i] = obs[j]
+	}
+	return nil
 }
 
 // Iterate collects one rollout and runs one PPO update on it.

@@ -108,12 +108,26 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 	if c.envs <= 0 || c.baseChannels <= 0 || c.trainSize <= 0 || c.valSize <= 0 || c.maxEpochs <= 0 || c.ppoRounds < -1 || c.ppoRounds == 0 {
 		return fmt.Errorf("--envs, --base-channels, --train-size, --val-size, --max-epochs must be > 0 and --ppo-rounds > 0 or -1")
 	}
+	if c.jsonDir != "" {
+		if err := checkOutputDir("--json", c.jsonDir, true); err != nil {
+			return err
+		}
+	}
 	if !dev.IsCPU() {
 		set := map[string]bool{}
 		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 		return benchDevice(dev, strings.ToUpper(*workload), c, set, stdout, stderr)
 	}
 	w := strings.ToUpper(*workload)
+	if c.compare {
+		ids := []string{w}
+		if w == "ALL" {
+			ids = allWorkloads
+		}
+		if err := checkPeerScripts(c.peerDir, ids...); err != nil {
+			return err
+		}
+	}
 	if w == "ALL" {
 		var errs []error
 		for i, id := range allWorkloads {

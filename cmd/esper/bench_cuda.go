@@ -64,6 +64,11 @@ func benchDevice(dev tensor.Device, workload string, c benchConfig, set map[stri
 			return fmt.Errorf("unknown workload %q on %v (available there: W1, W5, W6, W7, W8, all)", id, dev)
 		}
 	}
+	if c.compare && c.peerResults == "" {
+		if err := checkPeerScripts(c.peerDir, "GPU"); err != nil {
+			return err
+		}
+	}
 	be, err := cuda.NewBackend(dev.Index)
 	if err != nil {
 		return err

@@ -18,12 +18,10 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 
-	"github.com/esper-go/esper/internal/atomicfile"
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/nissa"
 	"github.com/esper-go/esper/simic"
 	"github.com/esper-go/esper/tamiyo"
-	"github.com/esper-go/esper/tensor/safetensors"
 )
 
 // ppoConfig is what the ppo command's flags set.
@@ -37,13 +35,6 @@ type ppoConfig struct {
 	out, checkpoint, runRoot, reward              string
 	resume, quiet, capture                        bool
 }
-
-// Checkpoint files inside --checkpoint.
-const (
-	ppoPolicyFile    = "policy.safetensors"
-	ppoOptimizerFile = "optimizer.safetensors"
-	ppoStateFile     = "state.json"
-)
 
 // ppoRound is one round's figures: the progress line, the plots and the
 // checkpoint's history (see MarshalJSON).
@@ -115,16 +106,6 @@ func (r *ppoRound) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// ppoState is the checkpoint's JSON part.
-type ppoState struct {
-	Round      int              `json:"round"` // rounds completed
-	Updates    int              `json:"updates"`
-	EnvSteps   int              `json:"env_steps"`
-	ValueNorm  simic.NormState  `json:"value_norm"`
-	RewardNorm *simic.NormState `json:"reward_norm,omitempty"`
-	History    []ppoRound       `json:"history"`
-}
-
 func ppoCmd(args []string, stdout, stderr io.Writer) error {
 	c, err := parsePPO(args, stderr)
 	if err != nil {
@@ -156,7 +137,7 @@ func parsePPO(args []string, stderr io.Writer) (ppoConfig, error) {
 	fs.StringVar(&c.reward, "reward", "shaped", "reward mode: shaped, simplified or sparse")
 	fs.Uint64Var(&c.seed, "seed", 42, "seed of the policy, the sampling, the hosts and the synthetic task")
 	fs.StringVar(&c.out, "out", "", "policy file written at the end (default RUN_DIR/policy.safetensors); `esper train --controller gnn --policy FILE` loads it")
-	fs.StringVar(&c.checkpoint, "checkpoint", "", "checkpoint directory (policy, optimizer and normaliser state)")
+	fs.StringVar(&c.checkpoint, "checkpoint", "", "checkpoint directory (policy, optimizer, sampler and normaliser state, the environments' episodes: --resume continues the run exactly)")
 	fs.IntVar(&c.checkpointEvery, "checkpoint-every", 5, "rounds between checkpoints (the last round is always checkpointed)")
 	fs.BoolVar(&c.resume, "resume", false, "continue from the checkpoint in --checkpoint")
 	fs.StringVar(&c.runRoot, "run-dir", "runs", "where the run directory (telemetry JSONL, ppo.png, the policy) is created")
@@ -190,6 +171,19 @@ func parsePPO(args []string, stderr io.Writer) (ppoConfig, error) {
 }
 
 func runPPO(ctx context.Context, c ppoConfig, stdout io.Writer) error {
+	if err := checkPPOOutputs(c); err != nil {
+		return err
+	}
+	var st ppoState
+	if c.resume {
+		var err error
+		if st, err = loadPPOState(c.checkpoint); err != nil {
+			return err
+		}
+		if len(st.Episodes) != c.envs {
+			return fmt.Errorf("--resume: the checkpoint in %s has %d environments, --envs is %d", c.checkpoint, len(st.Episodes), c.envs)
+		}
+	}
 	mode, _ := simic.ParseRewardMode(c.reward)
 	rewarder, err := simic.NewRewarder(simic.RewardOptions{Mode: mode})
 	if err != nil {
@@ -209,8 +203,12 @@ func runPPO(ctx context.Context, c ppoConfig, stdout io.Writer) error {
 		}
 	}()
 	vec, err := simic.NewVecEnv(c.envs, func(i int) (simic.Env[simic.TamiyoObs], error) {
-		e, err := simic.NewEsperEnv(simic.EsperEnvOptions{Data: d, Index: i, Seed: c.seed, MaxEpochs: c.maxEpochs,
-			Blocks: c.blocks, BaseChannels: c.baseChannels, Rewarder: rewarder, Capture: c.capture})
+		o := simic.EsperEnvOptions{Data: d, Index: i, Seed: c.seed, MaxEpochs: c.maxEpochs,
+			Blocks: c.blocks, BaseChannels: c.baseChannels, Rewarder: rewarder, Capture: c.capture}
+		if c.resume {
+			o.FirstEpisode = st.Episodes[i]
+		}
+		e, err := simic.NewEsperEnv(o)
 		envs[i] = e
 		return e, err
 	})
@@ -225,11 +223,10 @@ func runPPO(ctx context.Context, c ppoConfig, stdout io.Writer) error {
 	}
 
 	popts := tamiyo.PolicyOptions{Hidden: c.hidden, GATHidden: c.gatHidden, GATHeads: c.gatHeads, HeadHidden: c.headHidden, NoDropout: true, Seed: c.seed}
-	var st ppoState
 	var net *tamiyo.Policy
 	if c.resume {
-		if net, st, err = loadPPOPolicy(c.checkpoint, popts, slots); err != nil {
-			return err
+		if net, err = tamiyo.LoadPolicy(filepath.Join(c.checkpoint, ppoPolicyFile), popts, slots); err != nil {
+			return fmt.Errorf("--resume: %w", err)
 		}
 	} else if net, err = tamiyo.NewPolicy(popts); err != nil {
 		return err
@@ -246,7 +243,9 @@ func runPPO(ctx context.Context, c ppoConfig, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	tr, err := simic.NewTrainer(ppo, vec, simic.TrainerOptions[simic.TamiyoObs]{Steps: c.maxEpochs, NormalizeRewards: true})
+	// Episodic rollouts: every round starts each environment at an
+	// episode's start, which is what the checkpoint can rebuild.
+	tr, err := simic.NewTrainer(ppo, vec, simic.TrainerOptions[simic.TamiyoObs]{Steps: c.maxEpochs, NormalizeRewards: true, EpisodicRollouts: true})
 	if err != nil {
 		return err
 	}
@@ -288,9 +287,9 @@ func runPPO(ctx context.Context, c ppoConfig, stdout io.Writer) error {
 			fmt.Fprintln(stdout, formatRound(r, c.rounds))
 		}
 		emitRound(hub, r)
-		st.Round, st.Updates, st.EnvSteps = round, ppo.Updates(), tr.EnvSteps()
+		st.Round = round
 		if c.checkpoint != "" && (round%c.checkpointEvery == 0 || round == c.rounds) {
-			if err := savePPO(c.checkpoint, net, slots, st, tr); err != nil {
+			if err := savePPO(c.checkpoint, net, slots, &st, tr, envs); err != nil {
 				return err
 			}
 		}
@@ -312,6 +311,25 @@ func runPPO(ctx context.Context, c ppoConfig, stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "policy: %s (load with: esper train --controller gnn --blocks %d --policy %s)\nrun directory: %s (events.jsonl, ppo.png)\n",
 		out, c.blocks, out, dirb.Dir())
+	return nil
+}
+
+// checkPPOOutputs checks, before any work, that the run can write its
+// run directory, checkpoints and policy (the directories first: --out
+// may name a file in one of them).
+func checkPPOOutputs(c ppoConfig) error {
+	if err := checkOutputDir("--run-dir", c.runRoot, true); err != nil {
+		return err
+	}
+	if c.checkpoint != "" {
+		// A resumed run reads the directory: it must be there already.
+		if err := checkOutputDir("--checkpoint", c.checkpoint, !c.resume); err != nil {
+			return err
+		}
+	}
+	if c.out != "" {
+		return checkOutputFile("--out", c.out)
+	}
 	return nil
 }
 
@@ -360,71 +378,6 @@ func emitRound(hub *nissa.Hub, r ppoRound) {
 	ev := leyline.NewEvent(leyline.EventMetrics, &leyline.MetricsPayload{Source: "simic", Metrics: m})
 	ev.Message = fmt.Sprintf("simic.ppo.round %d", r.Round)
 	hub.Emit(ev)
-}
-
-func savePPO(dir string, net *tamiyo.Policy, slots leyline.SlotConfig, st ppoState, tr *simic.Trainer[simic.TamiyoObs]) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
-	}
-	st.ValueNorm = tr.PPO().ValueNormalizer().State()
-	if rn := tr.RewardNormalizer(); rn != nil {
-		s := rn.State()
-		st.RewardNorm = &s
-	}
-	if err := tamiyo.SavePolicy(filepath.Join(dir, ppoPolicyFile), net, slots); err != nil {
-		return err
-	}
-	sd := tr.PPO().Optimizer().StateDict()
-	err := atomicfile.Write(filepath.Join(dir, ppoOptimizerFile), func(w io.Writer) error {
-		return safetensors.Encode(w, sd, nil)
-	}, atomicfile.Options{})
-	if err != nil {
-		return fmt.Errorf("checkpoint optimizer: %w", err)
-	}
-	js, err := json.MarshalIndent(st, "", " ")
-	if err != nil {
-		return fmt.Errorf("checkpoint state: %w", err)
-	}
-	// The state file is written last: a checkpoint whose state names a
-	// round has that round's policy and optimizer.
-	return atomicfile.WriteBytes(filepath.Join(dir, ppoStateFile), js)
-}
-
-func loadPPOPolicy(dir string, o tamiyo.PolicyOptions, slots leyline.SlotConfig) (*tamiyo.Policy, ppoState, error) {
-	var st ppoState
-	js, err := os.ReadFile(filepath.Join(dir, ppoStateFile))
-	if err != nil {
-		return nil, st, fmt.Errorf("--resume: %w", err)
-	}
-	if err := json.Unmarshal(js, &st); err != nil {
-		return nil, st, fmt.Errorf("--resume: %s: %w", ppoStateFile, err)
-	}
-	p, err := tamiyo.LoadPolicy(filepath.Join(dir, ppoPolicyFile), o, slots)
-	if err != nil {
-		return nil, st, fmt.Errorf("--resume: %w", err)
-	}
-	return p, st, nil
-}
-
-func restorePPO(dir string, st ppoState, tr *simic.Trainer[simic.TamiyoObs]) error {
-	f, err := safetensors.ReadFile(filepath.Join(dir, ppoOptimizerFile))
-	if err != nil {
-		return fmt.Errorf("--resume: %w", err)
-	}
-	if err := tr.PPO().Optimizer().LoadStateDict(f.Tensors); err != nil {
-		return fmt.Errorf("--resume: optimizer: %w", err)
-	}
-	if err := tr.PPO().ValueNormalizer().LoadState(st.ValueNorm); err != nil {
-		return fmt.Errorf("--resume: value normaliser: %w", err)
-	}
-	if rn := tr.RewardNormalizer(); rn != nil && st.RewardNorm != nil {
-		if err := rn.LoadState(*st.RewardNorm); err != nil {
-			return fmt.Errorf("--resume: reward normaliser: %w", err)
-		}
-	}
-	tr.PPO().SetUpdates(st.Updates)
-	tr.SetEnvSteps(st.EnvSteps)
-	return nil
 }
 
 // writePPOPlot draws return, entropy per head, env-epochs per second, KL,
