@@ -9,10 +9,12 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 
 	"github.com/esper-go/esper/internal/atomicfile"
+	"github.com/esper-go/esper/internal/strictjson"
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/simic"
 	"github.com/esper-go/esper/tamiyo"
@@ -167,6 +169,9 @@ func loadPPOState(dir string) (ppoState, error) {
 	if err != nil {
 		return st, fmt.Errorf("--resume: %w", err)
 	}
+	if err := strictjson.NoDuplicateKeys(js); err != nil {
+		return st, fmt.Errorf("--resume: %s: %w", ppoStateFile, err)
+	}
 	if err := json.Unmarshal(js, &st); err != nil {
 		return st, fmt.Errorf("--resume: %s: %w", ppoStateFile, err)
 	}
@@ -174,7 +179,49 @@ func loadPPOState(dir string) (ppoState, error) {
 		return st, fmt.Errorf("--resume: %s is of version %d, not %d: it was written by an esper ppo that did not save the sampler's and the environments' state, so its run cannot be continued exactly (start it again without --resume)",
 			filepath.Join(dir, ppoStateFile), st.Version, ppoStateVersion)
 	}
+	if err := st.check(); err != nil {
+		return st, fmt.Errorf("--resume: %s: %w", filepath.Join(dir, ppoStateFile), err)
+	}
 	return st, nil
+}
+
+// maxPPORounds bounds a checkpoint's round counter: far beyond any run,
+// small enough that no count derived from it overflows.
+const maxPPORounds = 1 << 30
+
+// check validates a state read from disk beyond its syntax: the round
+// counter, the history (one entry per completed round, in order, each
+// figure finite or NaN and its counts non-negative) and the episode
+// numbers. The trainer's own part is checked by simic's LoadState.
+func (st *ppoState) check() error {
+	switch {
+	case st.Round < 0 || st.Round > maxPPORounds:
+		return fmt.Errorf("round %d outside [0, %d]", st.Round, maxPPORounds)
+	case len(st.History) != st.Round:
+		return fmt.Errorf("history of %d rounds for %d completed rounds", len(st.History), st.Round)
+	}
+	for i, r := range st.History {
+		if r.Round != i+1 {
+			return fmt.Errorf("history entry %d is round %d, want %d", i, r.Round, i+1)
+		}
+		if r.Episodes < 0 || r.Rollbacks < 0 {
+			return fmt.Errorf("round %d: negative episodes %d or rollbacks %d", r.Round, r.Episodes, r.Rollbacks)
+		}
+		if len(r.Entropy) > leyline.NumActionHeads {
+			return fmt.Errorf("round %d: %d head entropies, the policy has %d heads", r.Round, len(r.Entropy), leyline.NumActionHeads)
+		}
+		for _, v := range r.figures() {
+			if math.IsInf(v, 0) {
+				return fmt.Errorf("round %d: an infinite figure", r.Round)
+			}
+		}
+	}
+	for i, e := range st.Episodes {
+		if e < 0 || e > maxPPORounds {
+			return fmt.Errorf("environment %d at episode %d", i, e)
+		}
+	}
+	return nil
 }
 
 // restorePPO loads the checkpoint's optimizer state and st's trainer
@@ -191,4 +238,9 @@ func restorePPO(dir string, st ppoState, tr *simic.Trainer[simic.TamiyoObs]) err
 		return fmt.Errorf("--resume: %w", err)
 	}
 	return nil
+}
+
+// figures returns the round's floating-point figures.
+func (r ppoRound) figures() []float64 {
+	return append([]float64{r.Return, r.KL, r.ExplainedVariance, r.PolicyLoss, r.ValueLoss, r.EnvEpochsPerSec}, r.Entropy...)
 }

@@ -179,3 +179,45 @@ func TestPPOResumeRefusesOldCheckpoint(t *testing.T) {
 	require.Equal(t, 1, run(tinyPPO(dir, "--rounds", "2", "--checkpoint", ck, "--resume"), &out, &errb))
 	require.Contains(t, errb.String(), "cannot be continued exactly")
 }
+
+// TestPPOResumeRefusesForgedState: a state.json whose fields are out of
+// range — round -1000000 (which printed "after round -1000000" and ran a
+// million rounds), negative counters, a history that does not match the
+// rounds, a key given twice — is refused at once with the field named;
+// returns of ±1e308 in the history are figures the plot must survive.
+func TestPPOResumeRefusesForgedState(t *testing.T) {
+	dir := t.TempDir()
+	ck := filepath.Join(dir, "ck")
+	var out, errb bytes.Buffer
+	require.Equal(t, 0, run(tinyPPO(dir, "--rounds", "1", "--checkpoint", ck), &out, &errb), "%s\n%s", out.String(), errb.String())
+	path := filepath.Join(ck, ppoStateFile)
+	good, err := os.ReadFile(path)
+	require.NoError(t, err)
+	forge := func(edit func(st map[string]any)) []byte {
+		var st map[string]any
+		require.NoError(t, json.Unmarshal(good, &st))
+		edit(st)
+		js, err := json.Marshal(st)
+		require.NoError(t, err)
+		return js
+	}
+	history := func(st map[string]any) map[string]any { return st["history"].([]any)[0].(map[string]any) }
+	for _, tc := range []struct {
+		name, msg string
+		js        []byte
+	}{
+		{"negative round", "round -1000000", forge(func(st map[string]any) { st["round"] = -1000000 })},
+		{"round beyond history", "history of 1 rounds for 5", forge(func(st map[string]any) { st["round"] = 5 })},
+		{"negative updates", "negative counter", forge(func(st map[string]any) { st["updates"] = -3 })},
+		{"negative env steps", "negative counter", forge(func(st map[string]any) { st["env_steps"] = -1 })},
+		{"negative episodes", "negative episodes", forge(func(st map[string]any) { history(st)["episodes"] = -2 })},
+		{"negative episode number", "at episode -4", forge(func(st map[string]any) { st["episodes"].([]any)[0] = -4 })},
+		{"duplicate key", "duplicate JSON key", append([]byte(`{"round":1,`), good[1:]...)},
+	} {
+		require.NoError(t, os.WriteFile(path, tc.js, 0o644))
+		errb.Reset()
+		code := run(tinyPPO(dir, "--rounds", "2", "--checkpoint", ck, "--resume"), &out, &errb)
+		require.Equal(t, 1, code, "%s: %s", tc.name, errb.String())
+		require.Contains(t, errb.String(), tc.msg, tc.name)
+	}
+}
