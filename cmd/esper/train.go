@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"iter"
 	"math"
 	"os"
 	"os/signal"
@@ -190,19 +189,6 @@ func loadTask(c trainConfig) (train, test data.Dataset, err error) {
 	return nil, nil, fmt.Errorf("unknown task %q (synthetic or fashion-mnist)", c.task)
 }
 
-// loaderBatches adapts a data.Loader to tolaria.Batches.
-type loaderBatches struct{ l *data.Loader }
-
-func (b loaderBatches) Batches(e int) iter.Seq2[*tensor.Tensor, *tensor.Tensor] {
-	return func(yield func(*tensor.Tensor, *tensor.Tensor) bool) {
-		for bt := range b.l.Epoch(e) {
-			if !yield(bt.X, bt.Y) {
-				return
-			}
-		}
-	}
-}
-
 // runResult is one training run's outcome.
 type runResult struct {
 	summary tolaria.Summary
@@ -271,7 +257,7 @@ func runMorphogenetic(ctx context.Context, c trainConfig, train, test data.Datas
 		return nil, err
 	}
 	o := tolaria.TrainerOptions{
-		Model: model, Train: loaderBatches{trainLoader}, Val: loaderBatches{testLoader}, Epochs: c.epochs,
+		Model: model, Train: trainLoader, Val: testLoader, Epochs: c.epochs,
 		HostLR: c.lr, Capture: c.capture, Sink: hub,
 	}
 	if c.schedule == "cosine" {
