@@ -138,11 +138,10 @@ func ppoCmd(args []string, stdout, stderr io.Writer) error {
 func parsePPO(args []string, stderr io.Writer) (ppoConfig, error) {
 	var c ppoConfig
 	fs := flag.NewFlagSet("ppo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	fs.IntVar(&c.rounds, "rounds", 10, "PPO rounds; each round every environment runs --max-epochs epochs, then one update")
 	fs.IntVar(&c.envs, "envs", 4, "lock-step environments")
 	fs.IntVar(&c.maxEpochs, "max-epochs", simic.DefaultEsperMaxEpochs, "episode length in host epochs (the rollout length)")
-	fs.IntVar(&c.blocks, "blocks", simic.DefaultEsperBlocks, "CNN host blocks (one slot per block; `esper train --controller gnn` must use the same)")
+	fs.IntVar(&c.blocks, "blocks", simic.DefaultEsperBlocks, "CNN host blocks, one slot per block (esper train --controller gnn needs the same --blocks)")
 	fs.IntVar(&c.baseChannels, "base-channels", simic.DefaultEsperBaseChannels, "CNN host channels of the first block")
 	fs.IntVar(&c.trainSize, "train-size", simic.DefaultEsperTrain, "synthetic training samples (shared by all environments)")
 	fs.IntVar(&c.valSize, "val-size", simic.DefaultEsperVal, "synthetic validation samples")
@@ -155,14 +154,14 @@ func parsePPO(args []string, stderr io.Writer) (ppoConfig, error) {
 	fs.Float64Var(&c.lr, "lr", simic.DefaultLR, "policy Adam learning rate")
 	fs.StringVar(&c.reward, "reward", "shaped", "reward mode: shaped, simplified or sparse")
 	fs.Uint64Var(&c.seed, "seed", 42, "seed of the policy, the sampling, the hosts and the synthetic task")
-	fs.StringVar(&c.out, "out", "", "policy file written at the end (default RUN_DIR/policy.safetensors); `esper train --controller gnn --policy FILE` loads it")
+	fs.StringVar(&c.out, "out", "", "policy file written at the end (default RUN_DIR/policy.safetensors), for esper train --controller gnn --policy FILE")
 	fs.StringVar(&c.checkpoint, "checkpoint", "", "checkpoint directory (policy, optimizer and normaliser state)")
 	fs.IntVar(&c.checkpointEvery, "checkpoint-every", 5, "rounds between checkpoints (the last round is always checkpointed)")
 	fs.BoolVar(&c.resume, "resume", false, "continue from the checkpoint in --checkpoint")
 	fs.StringVar(&c.runRoot, "run-dir", "runs", "where the run directory (telemetry JSONL, ppo.png, the policy) is created")
 	fs.BoolVar(&c.capture, "capture", false, "capture and replay the hosts' train steps")
 	fs.BoolVar(&c.quiet, "quiet", false, "no per-round progress lines")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return c, err
 	}
 	switch {

@@ -90,7 +90,6 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 func parseTrain(args []string, stderr io.Writer) (trainConfig, error) {
 	var c trainConfig
 	fs := flag.NewFlagSet("train", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	fs.StringVar(&c.task, "task", "synthetic", "task: synthetic (embedded, the default) or fashion-mnist")
 	fs.StringVar(&c.dataDir, "data-dir", data.DefaultFashionMNISTDir, "directory of the Fashion-MNIST IDX files")
 	fs.StringVar(&c.device, "device", "cpu", "device: cpu or cuda (cuda needs a -tags cuda build)")
@@ -114,7 +113,7 @@ func parseTrain(args []string, stderr io.Writer) (trainConfig, error) {
 	fs.BoolVar(&c.resume, "resume", false, "continue from the latest checkpoint in --checkpoint")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at this address (e.g. 127.0.0.1:9464) during the run")
 	fs.BoolVar(&c.quiet, "quiet", false, "no progress bar")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return c, err
 	}
 	set := map[string]bool{}
