@@ -160,7 +160,7 @@ func parsePPO(args []string, stderr io.Writer) (ppoConfig, error) {
 	fs.BoolVar(&c.resume, "resume", false, "continue from the checkpoint in --checkpoint")
 	fs.StringVar(&c.runRoot, "run-dir", "runs", "where the run directory (telemetry JSONL, ppo.png, the policy) is created")
 	fs.BoolVar(&c.capture, "capture", false, "capture and replay the hosts' train steps")
-	fs.BoolVar(&c.quiet, "quiet", false, "no per-round progress lines")
+	fs.BoolVar(&c.quiet, "quiet", false, "print only errors, warnings and the final result (no per-round progress lines)")
 	if err := parseFlags(fs, args); err != nil {
 		return c, err
 	}
@@ -269,9 +269,12 @@ func runPPO(ctx context.Context, c ppoConfig, stdout io.Writer) error {
 	for _, p := range net.Parameters() {
 		params += p.Value.Numel()
 	}
-	fmt.Fprintf(stdout, "esper ppo: %d rounds × %d envs × %d epochs, CNN host %d blocks (%d slots %v), policy %d parameters, reward %s\n",
-		c.rounds, c.envs, c.maxEpochs, c.blocks, slots.Len(), slots.IDs(), params, mode)
+	if !c.quiet {
+		fmt.Fprintf(stdout, "esper ppo: %d rounds × %d envs × %d epochs, CNN host %d blocks (%d slots %v), policy %d parameters, reward %s\n",
+			c.rounds, c.envs, c.maxEpochs, c.blocks, slots.Len(), slots.IDs(), params, mode)
+	}
 
+	left := newETA()
 	for round := st.Round + 1; round <= c.rounds; round++ {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -283,8 +286,9 @@ func runPPO(ctx context.Context, c ppoConfig, stdout io.Writer) error {
 		}
 		r := summariseRound(round, it, c, time.Since(start), tr.Buffer().RollbackCount())
 		st.History = append(st.History, r)
+		eta := left.step(c.rounds - round)
 		if !c.quiet {
-			fmt.Fprintln(stdout, formatRound(r, c.rounds))
+			fmt.Fprintln(stdout, formatRound(r, c.rounds)+"  "+eta)
 		}
 		emitRound(hub, r)
 		st.Round, st.Updates, st.EnvSteps = round, ppo.Updates(), tr.EnvSteps()
