@@ -70,7 +70,7 @@ bench:
 ## stalls near chance; the heuristic germinates 3x3 seeds into its slots,
 ## blends and fossilizes them, and the run ends by comparing with the same
 ## host trained alone. About 15 seconds on 2 cores.
-DEMO_FLAGS ?= --kernel 1 --base-channels 4 --lr 0.05 --schedule cosine --train-size 3000 --epochs 45 --quiet
+DEMO_FLAGS ?= --kernel 1 --base-channels 4 --lr 0.05 --schedule cosine --train-size 3000 --epochs 45
 demo:
 	$(GO) run ./cmd/esper train $(DEMO_FLAGS)
 

@@ -354,6 +354,22 @@ func (l *Loader) Epoch(e int) iter.Seq[*Batch] {
 	}
 }
 
+// Batches resets the loader to epoch e and iterates over its batches as
+// (images, labels) pairs: Epoch without the Batch around them, each pair
+// valid for one iteration. It makes a *Loader the trainer's data source
+// (tolaria.Batches):
+//
+//	tolaria.TrainerOptions{Train: trainLoader, Val: valLoader, …}
+func (l *Loader) Batches(e int) iter.Seq2[*tensor.Tensor, *tensor.Tensor] {
+	return func(yield func(*tensor.Tensor, *tensor.Tensor) bool) {
+		for b := range l.Epoch(e) {
+			if !yield(b.X, b.Y) {
+				return
+			}
+		}
+	}
+}
+
 // Close stops the workers and waits for them; batches still being
 // assembled are abandoned. Close is idempotent; after it Next returns
 // false.

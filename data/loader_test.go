@@ -325,3 +325,33 @@ func TestLoaderWorkerPanic(t *testing.T) {
 	}()
 	l.Next()
 }
+
+// TestLoaderBatches: Batches delivers the same pairs as Epoch (what the
+// trainer reads through tolaria.Batches), and breaking out of it leaves
+// the loader usable.
+func TestLoaderBatches(t *testing.T) {
+	ds := countingSet(t, 23)
+	l := newLoader(t, ds, data.LoaderOptions{BatchSize: 5, Shuffle: true, Seed: 3, DropLast: true})
+	want, _ := epochOrder(t, l, 2)
+	var got []int
+	for x, y := range l.Batches(2) {
+		if x.Shape()[0] != y.Shape()[0] || x.Shape()[0] != 5 {
+			t.Fatalf("batch x %v y %v", x.Shape(), y.Shape())
+		}
+		xs := x.F32()
+		for r := range y.Shape()[0] {
+			got = append(got, int(xs[6*r]))
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("Batches(2) visited %v, Epoch(2) %v", got, want)
+	}
+	n := 0
+	for range l.Batches(0) {
+		n++
+		break
+	}
+	if again, _ := epochOrder(t, l, 2); n != 1 || !slices.Equal(again, want) {
+		t.Fatalf("after a break: %d batches, then epoch 2 %v", n, again)
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"iter"
 	"math"
 	"slices"
 	"time"
@@ -100,23 +99,10 @@ func NewSyntheticData(o SyntheticDataOptions) (*EsperData, error) {
 		return nil, fmt.Errorf("simic: NewSyntheticData: %w", err)
 	}
 	return &EsperData{
-		Train: loaderBatches{tl}, Val: loaderBatches{vl},
+		Train: tl, Val: vl,
 		InChannels: train.Shape()[0], Classes: train.Classes(),
 		close: func() { tl.Close(); vl.Close() },
 	}, nil
-}
-
-// loaderBatches adapts a data.Loader to tolaria.Batches.
-type loaderBatches struct{ l *data.Loader }
-
-func (b loaderBatches) Batches(e int) iter.Seq2[*tensor.Tensor, *tensor.Tensor] {
-	return func(yield func(*tensor.Tensor, *tensor.Tensor) bool) {
-		for bt := range b.l.Epoch(e) {
-			if !yield(bt.X, bt.Y) {
-				return
-			}
-		}
-	}
 }
 
 // EsperEnvOptions configure NewEsperEnv. Data is required; every other

@@ -15,7 +15,10 @@
 //     the host has stabilised, advance seeds through TRAINING and
 //     BLENDING, fossilize a HOLDING seed whose counterfactual contribution
 //     earns it, prune a failing one, and keep an embargo and per-blueprint
-//     penalties after a prune.
+//     penalties after a prune. NewHeuristic's Heuristic keeps a
+//     SignalTracker of its own, so a trainer, which passes each epoch's
+//     raw figures, can use it as it is; Tracked wraps any controller with
+//     a tracker (other TrackerOptions, or the GNN Service).
 //
 // The learned controller is a heterogeneous graph neural network over the
 // same action space (ESPER.md §Tamiyo):

@@ -1,7 +1,6 @@
 package tamiyo_test
 
 import (
-	"context"
 	"fmt"
 
 	"github.com/esper-go/esper/leyline"
@@ -13,7 +12,10 @@ import (
 // improvement; once the accuracy has plateaued for three epochs and the
 // fifth epoch is reached, the heuristic germinates the first blueprint of
 // the rotation in the first empty slot and then walks the new seed
-// through its stages.
+// through its stages. The tracker is run by hand here to show the
+// signals, and Decide takes them as they are; a trainer just calls the
+// heuristic's EvaluateEpoch with the raw figures, and the heuristic's own
+// tracker derives the same signals.
 func Example() {
 	tracker, err := tamiyo.NewSignalTracker(tamiyo.TrackerOptions{})
 	if err != nil {
@@ -37,12 +39,9 @@ func Example() {
 		if err != nil {
 			panic(err)
 		}
-		d, err := ctrl.EvaluateEpoch(context.Background(), leyline.EpochState{
+		d := ctrl.Decide(leyline.EpochState{
 			Signals: sig, Seeds: seeds, Slots: slots, Topology: leyline.TopologyCNN,
 		})
-		if err != nil {
-			panic(err)
-		}
 		fmt.Printf("epoch %d stabilized=%d plateau=%d: %v\n", epoch, sig.Metrics.HostStabilized, sig.Metrics.PlateauEpochs, d)
 
 		// Stand-in for Kasmina applying the decision.

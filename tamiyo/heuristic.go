@@ -288,6 +288,15 @@ func contains(list []string, s string) bool {
 // WAIT names no slot. Every decision has a reason and a confidence in
 // [0, 1] (1 unless stated above).
 //
+// The rules read derived signals (PlateauEpochs, HostStabilized, the
+// histories), while a trainer passes each epoch's raw figures (epoch,
+// step, losses, accuracies): EvaluateEpoch derives the signals from
+// those with the heuristic's own SignalTracker (default TrackerOptions)
+// before deciding, so a Heuristic is a trainer's controller as it is
+// (tolaria.TrainerOptions.Controller). Wrapped in a Tracked, it leaves
+// the tracking to the Tracked (for other TrackerOptions); Decide takes
+// signals already derived.
+//
 // A Heuristic is safe for concurrent use; calls are serialised. One
 // Heuristic serves one environment.
 type Heuristic struct {
@@ -295,6 +304,9 @@ type Heuristic struct {
 
 	mu sync.Mutex
 	st heuristicState
+	// tracker derives the signals EvaluateEpoch decides from; nil when
+	// the caller derives them (a Tracked wrapping the heuristic).
+	tracker *SignalTracker
 }
 
 // heuristicState is what a decision changes. EvaluateEpoch decides on a
@@ -326,16 +338,30 @@ func (s heuristicState) clone() heuristicState {
 
 var _ Controller = (*Heuristic)(nil)
 
-// NewHeuristic returns a Heuristic with opts' defaults applied. An
-// unknown topology, a rotation naming a blueprint the topology lacks (the
-// error lists the available ones), a topology without a default rotation
-// when none is given, or a non-finite or out-of-range value is an error.
+// NewHeuristic returns a Heuristic with opts' defaults applied, tracking
+// its own signals (see Heuristic): ready to be a trainer's controller.
+// An unknown topology, a rotation naming a blueprint the topology lacks
+// (the error lists the available ones), a topology without a default
+// rotation when none is given, or a non-finite or out-of-range value is
+// an error.
 func NewHeuristic(opts HeuristicOptions) (*Heuristic, error) {
 	o, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	return &Heuristic{opts: o, st: initialHeuristicState()}, nil
+	tr, err := NewSignalTracker(TrackerOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return &Heuristic{opts: o, st: initialHeuristicState(), tracker: tr}, nil
+}
+
+// leaveTracking makes the caller responsible for deriving the signals:
+// EvaluateEpoch then decides from s.Signals as given (NewTracked).
+func (h *Heuristic) leaveTracking() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.tracker = nil
 }
 
 // Options returns the heuristic's options with defaults applied (the
@@ -347,11 +373,15 @@ func (h *Heuristic) Options() HeuristicOptions {
 }
 
 // Reset forgets every decision: rotation position 0, no germinations, no
-// prune (last prune epoch −100), no penalties.
+// prune (last prune epoch −100), no penalties; and, for a heuristic that
+// tracks its own signals, every epoch its tracker has seen.
 func (h *Heuristic) Reset() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.st = initialHeuristicState()
+	if h.tracker != nil {
+		h.tracker.Reset()
+	}
 }
 
 // Penalties returns a copy of the current blueprint penalties, by
@@ -380,6 +410,8 @@ func (h *Heuristic) LastPruneEpoch() int {
 
 // Decide returns the decision for s and records it (embargo, penalties,
 // rotation). It trusts s: EvaluateEpoch is the checked entry point.
+// s.Signals must be derived signals (a SignalTracker's): Decide does not
+// track.
 // s.Topology is not consulted; the blueprints come from the rotation
 // validated for the heuristic's own topology.
 func (h *Heuristic) Decide(s leyline.EpochState) leyline.Decision {
@@ -394,9 +426,12 @@ func (h *Heuristic) Decide(s leyline.EpochState) leyline.Decision {
 // EvaluateEpoch implements Controller. It checks ctx first, then s (a
 // topology other than the heuristic's, an invalid stage, an empty or
 // duplicate seed id, a seed in a slot outside s.Slots or two seeds in one
-// slot, a negative AvailableSlots), decides, and commits the decision's
-// bookkeeping only if ctx is still live afterwards, so a decision the
-// trainer discards as late leaves no embargo or penalty behind.
+// slot, a negative AvailableSlots), derives the signals from
+// s.Signals.Metrics' raw figures, s.Seeds and s.Signals.AvailableSlots
+// with its tracker (unless a Tracked derives them), decides, and commits
+// the decision's bookkeeping only if ctx is still live afterwards, so a
+// decision the trainer discards as late leaves no embargo or penalty
+// behind. The tracker keeps the epoch either way, as Tracked's does.
 func (h *Heuristic) EvaluateEpoch(ctx context.Context, s leyline.EpochState) (leyline.Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return leyline.Wait("controller cancelled"), fmt.Errorf("tamiyo: heuristic: %w", err)
@@ -406,6 +441,19 @@ func (h *Heuristic) EvaluateEpoch(ctx context.Context, s leyline.EpochState) (le
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.tracker != nil {
+		m := s.Signals.Metrics
+		sig, err := h.tracker.Update(EpochResult{
+			Epoch: m.Epoch, GlobalStep: m.GlobalStep,
+			TrainLoss: m.TrainLoss, TrainAccuracy: m.TrainAccuracy,
+			ValLoss: m.ValLoss, ValAccuracy: m.ValAccuracy,
+			Seeds: s.Seeds, AvailableSlots: s.Signals.AvailableSlots,
+		})
+		if err != nil {
+			return leyline.Wait("invalid epoch state"), fmt.Errorf("tamiyo: heuristic: %w", err)
+		}
+		s.Signals = sig
+	}
 	st := h.st.clone()
 	d := h.decide(&st, s)
 	if err := ctx.Err(); err != nil {

@@ -664,24 +664,40 @@ func TestEvaluateEpochHonoursContext(t *testing.T) {
 	assert.Equal(t, 20, h.LastPruneEpoch())
 }
 
+// EvaluateEpoch, given an epoch's raw figures, decides as Decide does
+// on the signals a SignalTracker derives from them.
 func TestEvaluateEpochMatchesDecide(t *testing.T) {
-	states := []leyline.EpochState{
-		ready(10),
-		epochState(3, 0, false),
-		epochState(12, 0, true, training("t", "r0c1", "norm", 1, 0)),
-		epochState(12, 0, true, holding("h", "r0c2", "norm", cf(1), 1)),
+	raw := func(e int, seeds ...leyline.SeedReport) leyline.EpochState {
+		s := epochState(e, 0, false, seeds...)
+		s.Signals.Metrics = leyline.TrainingMetrics{Epoch: e, GlobalStep: 10 * e, TrainLoss: 1, ValLoss: 1, TrainAccuracy: 50, ValAccuracy: 50}
+		return s
 	}
+	var states []leyline.EpochState
+	for e := range 8 {
+		states = append(states, raw(e))
+	}
+	states = append(states, raw(8, training("t", "r0c1", "norm", 1, 0)), raw(9, holding("h", "r0c2", "norm", cf(1), 1)))
 	a := newHeuristic(t, HeuristicOptions{})
 	b := newHeuristic(t, HeuristicOptions{})
+	tracker, err := NewSignalTracker(TrackerOptions{})
+	require.NoError(t, err)
+	germinated := false
 	for _, s := range states {
 		d, err := a.EvaluateEpoch(context.Background(), s)
 		require.NoError(t, err)
-		assert.Equal(t, b.Decide(s), d)
+		m := s.Signals.Metrics
+		derived := s
+		derived.Signals, err = tracker.Update(EpochResult{Epoch: m.Epoch, GlobalStep: m.GlobalStep, TrainLoss: m.TrainLoss,
+			TrainAccuracy: m.TrainAccuracy, ValLoss: m.ValLoss, ValAccuracy: m.ValAccuracy, Seeds: s.Seeds, AvailableSlots: s.Signals.AvailableSlots})
+		require.NoError(t, err)
+		assert.Equal(t, b.Decide(derived), d, "epoch %d", m.Epoch)
+		germinated = germinated || d.Op == leyline.OpGerminate
 	}
+	assert.True(t, germinated, "the derived plateau and stabilisation reached the rules")
 	// An empty topology is accepted as the heuristic's own.
 	s := ready(10)
 	s.Topology = ""
-	_, err := a.EvaluateEpoch(context.Background(), s)
+	_, err = a.EvaluateEpoch(context.Background(), s)
 	assert.NoError(t, err)
 }
 

@@ -23,7 +23,9 @@ import (
 //	Heuristic:     {"version":1, "topology":"cnn", "rotation":[…],
 //	                "blueprint_index":n, "germinations":n,
 //	                "last_prune_epoch":n, "last_decay_epoch":n,
-//	                "penalties":{"blueprint":x, …}}
+//	                "penalties":{"blueprint":x, …},
+//	                "tracker":{SignalTracker state}}   (tracker: only when
+//	                the heuristic tracks its own signals, not in a Tracked)
 //	Tracked:       {"version":1, "tracker":{SignalTracker state},
 //	                "inner":{inner controller state}}   (inner optional)
 //
@@ -273,15 +275,25 @@ type heuristicStateJSON struct {
 	LastPruneEpoch *int                  `json:"last_prune_epoch"`
 	LastDecayEpoch *int                  `json:"last_decay_epoch"`
 	Penalties      map[string]stateFloat `json:"penalties"`
+	Tracker        json.RawMessage       `json:"tracker,omitempty"`
 }
 
 // MarshalState returns the heuristic's state (rotation position,
-// germination count, last prune and decay epochs, blueprint penalties),
-// with its topology and rotation for checking, as JSON; see StateVersion
-// for the format.
+// germination count, last prune and decay epochs, blueprint penalties,
+// and its tracker's state when it tracks its own signals), with its
+// topology and rotation for checking, as JSON; see StateVersion for the
+// format.
 func (h *Heuristic) MarshalState() ([]byte, error) {
 	h.mu.Lock()
 	st := h.st.clone()
+	var tr json.RawMessage
+	if h.tracker != nil {
+		var err error
+		if tr, err = h.tracker.MarshalState(); err != nil {
+			h.mu.Unlock()
+			return nil, fmt.Errorf("tamiyo: Heuristic state: %w", err)
+		}
+	}
 	h.mu.Unlock()
 	pen := make(map[string]stateFloat, len(st.penalties))
 	for k, v := range st.penalties {
@@ -296,14 +308,17 @@ func (h *Heuristic) MarshalState() ([]byte, error) {
 		LastPruneEpoch: &st.lastPruneEpoch,
 		LastDecayEpoch: &st.lastDecayEpoch,
 		Penalties:      pen,
+		Tracker:        tr,
 	})
 }
 
 // UnmarshalState replaces the heuristic's state with one made by
 // MarshalState. It fails, leaving the heuristic unchanged, on malformed
 // JSON, a missing or unknown version, a missing field, a negative
-// rotation index, germination count or penalty, or a state made under
-// another topology or blueprint rotation.
+// rotation index, germination count or penalty, a state made under
+// another topology or blueprint rotation, a tracker state for a
+// heuristic wrapped in a Tracked or none for one that tracks its own
+// signals, or an invalid tracker state.
 func (h *Heuristic) UnmarshalState(data []byte) error {
 	const what = "Heuristic"
 	var j heuristicStateJSON
@@ -349,8 +364,22 @@ func (h *Heuristic) UnmarshalState(data []byte) error {
 		}
 		st.penalties[k] = float64(v)
 	}
+	hasTracker := j.Tracker != nil && string(j.Tracker) != "null"
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	var ts trackerState
+	switch {
+	case hasTracker && h.tracker == nil:
+		return bad("carries a tracker state, but the heuristic's signals are derived by a Tracked")
+	case !hasTracker && h.tracker != nil:
+		return bad("missing field %q (the heuristic tracks its own signals)", "tracker")
+	case hasTracker:
+		var err error
+		if ts, err = h.tracker.decodeState(j.Tracker); err != nil {
+			return fmt.Errorf("tamiyo: %s state: tracker: %w", what, err)
+		}
+		h.tracker.st = ts
+	}
 	h.st = st
 	return nil
 }

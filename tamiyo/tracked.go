@@ -13,7 +13,9 @@ import (
 // losses and accuracies) and the seeds, and Tracked derives the signals
 // the inner controller needs (deltas, plateau, stabilisation, histories,
 // summary seed) before asking it. This is how tolaria.Trainer, which
-// knows nothing of Tamiyo's tracker, drives a Heuristic.
+// knows nothing of Tamiyo's tracker, drives a Service (a Heuristic
+// tracks its own signals, unless wrapped in a Tracked for other
+// TrackerOptions).
 //
 // The tracker observes every epoch it is asked about, whatever happens to
 // the decision: a late decision the trainer discards still leaves the
@@ -24,7 +26,10 @@ type Tracked struct {
 	inner   Controller
 }
 
-// NewTracked wraps inner with a tracker built from o.
+// NewTracked wraps inner with a tracker built from o. A *Heuristic
+// inner stops tracking its own signals: the Tracked's tracker derives
+// them instead (with o), and the heuristic's state no longer carries a
+// tracker.
 func NewTracked(inner Controller, o TrackerOptions) (*Tracked, error) {
 	if inner == nil {
 		return nil, fmt.Errorf("tamiyo: NewTracked: nil controller")
@@ -32,6 +37,9 @@ func NewTracked(inner Controller, o TrackerOptions) (*Tracked, error) {
 	t, err := NewSignalTracker(o)
 	if err != nil {
 		return nil, err
+	}
+	if h, ok := inner.(*Heuristic); ok {
+		h.leaveTracking()
 	}
 	return &Tracked{tracker: t, inner: inner}, nil
 }

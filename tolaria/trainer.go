@@ -19,7 +19,7 @@ import (
 
 // Batches is where the trainer reads data: one pass over an epoch's
 // batches, each (x, y) pair — images F32 [B, C, H, W] and labels I64 [B]
-// — valid until the loop body returns. data.Loader provides it.
+// — valid until the loop body returns. A *data.Loader is one.
 type Batches interface {
 	Batches(epoch int) iter.Seq2[*tensor.Tensor, *tensor.Tensor]
 }

@@ -43,7 +43,6 @@ var allWorkloads = []string{"W1", "W2", "W3", "W4", "W5", "W6", "W7"}
 
 func benchCmd(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	var c benchConfig
 	workload := fs.String("workload", "W1", "workload id: W1 (tolaria-ref epoch), W2 (tamiyo GNN policy inference), W3 (kasmina germination), W4 (vectorised Esper environments, env-epochs/s), W5 (CNN host training), W6 (fp32 GEMM), W7 (SGD/AdamW step), or all (W1 to W7 in turn)")
 	compare := fs.String("compare", "", "peer to run in the same process run: pytorch")
@@ -73,7 +72,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 	device := fs.String("device", "cpu", "device: cpu, or cuda[:N] for the GPU workloads W1, W5, W6, W7, W8 (a binary built with -tags cuda; GPU.md)")
 	fs.StringVar(&c.peerDir, "peer-dir", "bench/pytorch", "directory of the PyTorch peer scripts")
 	fs.StringVar(&c.peerResults, "peer-results", "", "with --device cuda: a directory holding this run's gpu_peers.py results (pytorch_w1.json, ...) to compare with, read instead of running the peers (implies --compare pytorch)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

@@ -34,7 +34,7 @@ func TestTrainGNNController(t *testing.T) {
 	var out, errb bytes.Buffer
 	code := run([]string{"train", "--controller", "gnn", "--policy", policy, "--policy-sample",
 		"--train-size", "128", "--test-size", "64", "--epochs", "2", "--batch", "64",
-		"--base-channels", "2", "--quiet", "--baseline=false", "--run-dir", dir}, &out, &errb)
+		"--base-channels", "2", "--baseline=false", "--run-dir", dir}, &out, &errb)
 	require.Equal(t, 0, code, "%s\n%s", out.String(), errb.String())
 	require.Contains(t, out.String(), "controller gnn")
 	require.Contains(t, out.String(), "epoch   2/2")

@@ -22,7 +22,8 @@ usage:
               [--controller gnn --policy FILE [--policy-sample]]
               [--checkpoint DIR [--resume]] [--run-dir DIR] [--metrics-addr ADDR] [--device cpu]
   esper ppo [--rounds N] [--envs N] [--max-epochs N] [--out FILE] [--checkpoint DIR [--resume]] [--run-dir DIR]
-  esper help
+  esper version
+  esper help [COMMAND]
 `
 
 func main() {
@@ -39,32 +40,26 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 		}
 	}()
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+		fmt.Fprint(stderr, usage+commandList())
 		return 2
 	}
 	switch args[0] {
 	case "bench":
-		if err := benchCmd(args[1:], stdout, stderr); err != nil {
-			fmt.Fprintf(stderr, "esper bench: %v\n", err)
-			return 1
-		}
-		return 0
+		return exitCode("bench", benchCmd(args[1:], stdout, stderr), stdout, stderr)
 	case "train":
-		if err := trainCmd(args[1:], stdout, stderr); err != nil {
-			fmt.Fprintf(stderr, "esper train: %v\n", err)
-			return 1
-		}
-		return 0
+		return exitCode("train", trainCmd(args[1:], stdout, stderr), stdout, stderr)
 	case "ppo":
-		if err := ppoCmd(args[1:], stdout, stderr); err != nil {
-			fmt.Fprintf(stderr, "esper ppo: %v\n", err)
-			return 1
-		}
+		return exitCode("ppo", ppoCmd(args[1:], stdout, stderr), stdout, stderr)
+	case "version", "--version":
+		versionCmd(stdout)
 		return 0
 	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
+		if len(args) > 1 && args[1] != "help" {
+			return run([]string{args[1], "-h"}, stdout, stderr)
+		}
+		fmt.Fprint(stdout, usage+commandList())
 		return 0
 	}
-	fmt.Fprintf(stderr, "esper: unknown command %q\n%s", args[0], usage)
+	fmt.Fprintf(stderr, "esper: unknown command %q\nrun 'esper help' for the commands\n", args[0])
 	return 2
 }

@@ -86,7 +86,7 @@ func TestTrainSmallRun(t *testing.T) {
 	dir := t.TempDir()
 	var out, errb bytes.Buffer
 	code := run([]string{"train", "--train-size", "256", "--test-size", "128", "--epochs", "2", "--batch", "64",
-		"--base-channels", "2", "--quiet", "--run-dir", dir, "--checkpoint", filepath.Join(dir, "ck")}, &out, &errb)
+		"--base-channels", "2", "--run-dir", dir, "--checkpoint", filepath.Join(dir, "ck")}, &out, &errb)
 	require.Equal(t, 0, code, "%s\n%s", out.String(), errb.String())
 	s := out.String()
 	require.Contains(t, s, "epoch   2/2")

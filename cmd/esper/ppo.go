@@ -119,11 +119,10 @@ func ppoCmd(args []string, stdout, stderr io.Writer) error {
 func parsePPO(args []string, stderr io.Writer) (ppoConfig, error) {
 	var c ppoConfig
 	fs := flag.NewFlagSet("ppo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	fs.IntVar(&c.rounds, "rounds", 10, "PPO rounds; each round every environment runs --max-epochs epochs, then one update")
 	fs.IntVar(&c.envs, "envs", 4, "lock-step environments")
 	fs.IntVar(&c.maxEpochs, "max-epochs", simic.DefaultEsperMaxEpochs, "episode length in host epochs (the rollout length)")
-	fs.IntVar(&c.blocks, "blocks", simic.DefaultEsperBlocks, "CNN host blocks (one slot per block; `esper train --controller gnn` must use the same)")
+	fs.IntVar(&c.blocks, "blocks", simic.DefaultEsperBlocks, "CNN host blocks, one slot per block (esper train --controller gnn needs the same --blocks)")
 	fs.IntVar(&c.baseChannels, "base-channels", simic.DefaultEsperBaseChannels, "CNN host channels of the first block")
 	fs.IntVar(&c.trainSize, "train-size", simic.DefaultEsperTrain, "synthetic training samples (shared by all environments)")
 	fs.IntVar(&c.valSize, "val-size", simic.DefaultEsperVal, "synthetic validation samples")
@@ -136,14 +135,14 @@ func parsePPO(args []string, stderr io.Writer) (ppoConfig, error) {
 	fs.Float64Var(&c.lr, "lr", simic.DefaultLR, "policy Adam learning rate")
 	fs.StringVar(&c.reward, "reward", "shaped", "reward mode: shaped, simplified or sparse")
 	fs.Uint64Var(&c.seed, "seed", 42, "seed of the policy, the sampling, the hosts and the synthetic task")
-	fs.StringVar(&c.out, "out", "", "policy file written at the end (default RUN_DIR/policy.safetensors); `esper train --controller gnn --policy FILE` loads it")
+	fs.StringVar(&c.out, "out", "", "policy file written at the end (default RUN_DIR/policy.safetensors), for esper train --controller gnn --policy FILE")
 	fs.StringVar(&c.checkpoint, "checkpoint", "", "checkpoint directory (policy, optimizer, sampler and normaliser state, the environments' episodes: --resume continues the run exactly)")
 	fs.IntVar(&c.checkpointEvery, "checkpoint-every", 5, "rounds between checkpoints (the last round is always checkpointed)")
 	fs.BoolVar(&c.resume, "resume", false, "continue from the checkpoint in --checkpoint")
 	fs.StringVar(&c.runRoot, "run-dir", "runs", "where the run directory (telemetry JSONL, ppo.png, the policy) is created")
 	fs.BoolVar(&c.capture, "capture", false, "capture and replay the hosts' train steps")
-	fs.BoolVar(&c.quiet, "quiet", false, "no per-round progress lines")
-	if err := fs.Parse(args); err != nil {
+	fs.BoolVar(&c.quiet, "quiet", false, "print only errors, warnings and the final result (no per-round progress lines)")
+	if err := parseFlags(fs, args); err != nil {
 		return c, err
 	}
 	switch {
@@ -269,9 +268,12 @@ func runPPO(ctx context.Context, c ppoConfig, stdout io.Writer) error {
 	for _, p := range net.Parameters() {
 		params += p.Value.Numel()
 	}
-	fmt.Fprintf(stdout, "esper ppo: %d rounds × %d envs × %d epochs, CNN host %d blocks (%d slots %v), policy %d parameters, reward %s\n",
-		c.rounds, c.envs, c.maxEpochs, c.blocks, slots.Len(), slots.IDs(), params, mode)
+	if !c.quiet {
+		fmt.Fprintf(stdout, "esper ppo: %d rounds × %d envs × %d epochs, CNN host %d blocks (%d slots %v), policy %d parameters, reward %s\n",
+			c.rounds, c.envs, c.maxEpochs, c.blocks, slots.Len(), slots.IDs(), params, mode)
+	}
 
+	left := newETA()
 	for round := st.Round + 1; round <= c.rounds; round++ {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -283,8 +285,9 @@ func runPPO(ctx context.Context, c ppoConfig, stdout io.Writer) error {
 		}
 		r := summariseRound(round, it, c, time.Since(start), tr.Buffer().RollbackCount())
 		st.History = append(st.History, r)
+		eta := left.step(c.rounds - round)
 		if !c.quiet {
-			fmt.Fprintln(stdout, formatRound(r, c.rounds))
+			fmt.Fprintln(stdout, formatRound(r, c.rounds)+"  "+eta)
 		}
 		emitRound(hub, r)
 		st.Round = round

@@ -42,7 +42,7 @@ func TestPPOWritesLoadablePolicy(t *testing.T) {
 	errb.Reset()
 	code = run([]string{"train", "--controller", "gnn", "--policy", policy, "--blocks", "3",
 		"--train-size", "128", "--test-size", "64", "--epochs", "2", "--batch", "64",
-		"--base-channels", "2", "--quiet", "--baseline=false", "--run-dir", dir}, &out, &errb)
+		"--base-channels", "2", "--baseline=false", "--run-dir", dir}, &out, &errb)
 	require.Equal(t, 0, code, "%s\n%s", out.String(), errb.String())
 	require.Contains(t, out.String(), "epoch   2/2")
 }

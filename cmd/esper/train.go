@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"iter"
 	"math"
 	"os"
 	"os/signal"
@@ -66,8 +65,10 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 
-	fmt.Fprintf(stdout, "esper train: task %s (%d train, %d test, %d classes), CNN host %d blocks from %d channels (kernel %d), %d epochs, lr %g (%s), controller %s\n",
-		c.task, train.Len(), test.Len(), train.Classes(), c.blocks, c.baseChannels, c.kernel, c.epochs, c.lr, c.schedule, c.controller)
+	if !c.quiet {
+		fmt.Fprintf(stdout, "esper train: task %s (%d train, %d test, %d classes), CNN host %d blocks from %d channels (kernel %d), %d epochs, lr %g (%s), controller %s\n",
+			c.task, train.Len(), test.Len(), train.Classes(), c.blocks, c.baseChannels, c.kernel, c.epochs, c.lr, c.schedule, c.controller)
+	}
 
 	run, err := runMorphogenetic(ctx, c, train, test, stdout)
 	if err != nil {
@@ -75,7 +76,9 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	var base *runResult
 	if c.baseline && c.controller != "none" && !c.resume {
-		fmt.Fprintf(stdout, "\nbaseline: the same host without seeds, %d epochs\n", c.epochs)
+		if !c.quiet {
+			fmt.Fprintf(stdout, "\nbaseline: the same host without seeds, %d epochs\n", c.epochs)
+		}
 		bc := c
 		bc.controller, bc.checkpoint, bc.metricsAddr = "none", "", ""
 		if base, err = runPlain(ctx, bc, train, test, stdout); err != nil {
@@ -91,7 +94,6 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 func parseTrain(args []string, stderr io.Writer) (trainConfig, error) {
 	var c trainConfig
 	fs := flag.NewFlagSet("train", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	fs.StringVar(&c.task, "task", "synthetic", "task: synthetic (embedded, the default) or fashion-mnist")
 	fs.StringVar(&c.dataDir, "data-dir", data.DefaultFashionMNISTDir, "directory of the Fashion-MNIST IDX files")
 	fs.StringVar(&c.device, "device", "cpu", "device: cpu or cuda (cuda needs a -tags cuda build)")
@@ -114,8 +116,8 @@ func parseTrain(args []string, stderr io.Writer) (trainConfig, error) {
 	fs.StringVar(&c.checkpoint, "checkpoint", "", "checkpoint directory (a checkpoint after every epoch)")
 	fs.BoolVar(&c.resume, "resume", false, "continue from the latest checkpoint in --checkpoint")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at this address (e.g. 127.0.0.1:9464) during the run")
-	fs.BoolVar(&c.quiet, "quiet", false, "no progress bar")
-	if err := fs.Parse(args); err != nil {
+	fs.BoolVar(&c.quiet, "quiet", false, "print only errors, warnings and the final result (no progress)")
+	if err := parseFlags(fs, args); err != nil {
 		return c, err
 	}
 	set := map[string]bool{}
@@ -190,19 +192,6 @@ func loadTask(c trainConfig) (train, test data.Dataset, err error) {
 	return nil, nil, fmt.Errorf("unknown task %q (synthetic or fashion-mnist)", c.task)
 }
 
-// loaderBatches adapts a data.Loader to tolaria.Batches.
-type loaderBatches struct{ l *data.Loader }
-
-func (b loaderBatches) Batches(e int) iter.Seq2[*tensor.Tensor, *tensor.Tensor] {
-	return func(yield func(*tensor.Tensor, *tensor.Tensor) bool) {
-		for bt := range b.l.Epoch(e) {
-			if !yield(bt.X, bt.Y) {
-				return
-			}
-		}
-	}
-}
-
 // runResult is one training run's outcome.
 type runResult struct {
 	summary tolaria.Summary
@@ -271,7 +260,7 @@ func runMorphogenetic(ctx context.Context, c trainConfig, train, test data.Datas
 		return nil, err
 	}
 	o := tolaria.TrainerOptions{
-		Model: model, Train: loaderBatches{trainLoader}, Val: loaderBatches{testLoader}, Epochs: c.epochs,
+		Model: model, Train: trainLoader, Val: testLoader, Epochs: c.epochs,
 		HostLR: c.lr, Capture: c.capture, Sink: hub,
 	}
 	if c.schedule == "cosine" {
@@ -301,7 +290,8 @@ func runMorphogenetic(ctx context.Context, c trainConfig, train, test data.Datas
 		}
 	}
 	steps := trainLoader.Len()
-	if !c.quiet {
+	showBar := !c.quiet && isTerminal(stdout)
+	if showBar {
 		o.OnStep = func(s tolaria.StepInfo) {
 			if s.Step%max(1, steps/20) == 0 || s.Step == steps {
 				fmt.Fprintf(stdout, "\r  epoch %3d/%d %s %d/%d", s.Epoch+1, c.epochs, bar(s.Step, steps, 20), s.Step, steps)
@@ -323,7 +313,7 @@ func runMorphogenetic(ctx context.Context, c trainConfig, train, test data.Datas
 			fmt.Fprintf(stdout, "resumed from the checkpoint of epoch %d\n", next)
 		}
 	}
-	start := time.Now()
+	start, left := time.Now(), newETA()
 	for e := tr.StartEpoch(); e < c.epochs; e++ {
 		r, err := tr.RunEpoch(ctx, e)
 		if err != nil {
@@ -336,11 +326,14 @@ func runMorphogenetic(ctx context.Context, c trainConfig, train, test data.Datas
 			}
 			return nil, err
 		}
-		if !c.quiet {
+		if showBar {
 			fmt.Fprint(stdout, "\r")
 		}
-		fmt.Fprintf(stdout, "  epoch %3d/%d  loss %.4f  val loss %.4f  val acc %5.2f%%  %5.1fs  %s%s\n",
-			e+1, c.epochs, r.TrainLoss, r.ValLoss, r.ValAccuracy, r.Duration.Seconds(), r.Decision, seedList(r.Seeds))
+		eta := left.step(c.epochs - e - 1)
+		if !c.quiet {
+			fmt.Fprintf(stdout, "  epoch %3d/%d  loss %.4f  val loss %.4f  val acc %5.2f%%  %5.1fs  %s  %s%s\n",
+				e+1, c.epochs, r.TrainLoss, r.ValLoss, r.ValAccuracy, r.Duration.Seconds(), eta, r.Decision, seedList(r.Seeds))
+		}
 	}
 	sum := tr.Summary()
 	if err := hub.Flush(ctx); err != nil {
@@ -415,7 +408,9 @@ func history(sum tolaria.Summary, title string) runHistory {
 
 // printSummary prints the end-of-run table.
 func printSummary(w io.Writer, c trainConfig, run, base *runResult) {
-	fmt.Fprintln(w)
+	if !c.quiet {
+		fmt.Fprintln(w)
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "run\tval acc\tval loss\tparameters\tgerminated\tfossilized\tpruned\ts/epoch\t")
 	row := func(name string, r *runResult) {
