@@ -739,7 +739,7 @@ type epochEvents struct {
 
 // numEpochMetrics is the number of tolaria.* metrics emitEpoch sends
 // before the deadlines' and the aggregation's.
-const numEpochMetrics = 12
+const numEpochMetrics = 14
 
 // sameMetrics reports whether a and b hold the same metrics in the same
 // order: names, units, attributes, and values bit for bit (a NaN equals
@@ -758,9 +758,9 @@ func sameMetrics(a, b []leyline.Metric) bool {
 }
 
 // emitEpoch sends EPOCH_COMPLETED and the epoch's metrics: every epoch
-// the training figures (loss, accuracy, latency, seeds, capture, AMP,
-// TF32, foreach), and the deadline, failure and aggregation figures when
-// they changed (see above).
+// the training and validation figures (losses, accuracies, latency,
+// seeds, capture, AMP, TF32, foreach), and the deadline, failure and
+// aggregation figures when they changed (see above).
 func (t *Trainer) emitEpoch(r EpochReport) {
 	if t.o.Sink == nil {
 		return
@@ -808,7 +808,9 @@ func (t *Trainer) emitEpoch(r EpochReport) {
 	metrics := make([]leyline.Metric, 0, n)
 	metrics = append(metrics,
 		leyline.Metric{Name: leyline.MetricTolariaTrainingLoss, Value: r.TrainLoss},
-		leyline.Metric{Name: leyline.MetricTolariaTrainingAccuracy, Value: r.TrainAccuracy},
+		leyline.Metric{Name: leyline.MetricTolariaTrainingAccuracy, Value: r.TrainAccuracy, Unit: "percent"},
+		leyline.Metric{Name: leyline.MetricTolariaValidationLoss, Value: r.ValLoss},
+		leyline.Metric{Name: leyline.MetricTolariaValidationAccuracy, Value: r.ValAccuracy, Unit: "percent"},
 		leyline.Metric{Name: leyline.MetricTolariaTrainingLatencyMs, Value: float64(r.Duration.Microseconds()) / 1e3, Unit: "ms"},
 		leyline.Metric{Name: leyline.MetricTolariaSeedsActive, Value: float64(active)},
 		leyline.Metric{Name: leyline.MetricTolariaEpochsTotal, Value: float64(r.Epoch + 1)},
