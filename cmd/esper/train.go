@@ -340,7 +340,7 @@ func runMorphogenetic(ctx context.Context, c trainConfig, train, test data.Datas
 			fmt.Fprint(stdout, "\r")
 		}
 		fmt.Fprintf(stdout, "  epoch %3d/%d  loss %.4f  val loss %.4f  val acc %5.2f%%  %5.1fs  %s%s\n",
-			e+1, c.epochs, r.TrainLoss, r.ValLoss, r.ValAccuracy, r.Duration.Seconds(), r.Decision, seedList(r.Seeds))
+			e+1, c.epochs, r.TrainLoss, r.ValLoss, r.ValAccuracy, r.Duration.Seconds(), decisionText(r), seedList(r.Seeds))
 	}
 	sum := tr.Summary()
 	if err := hub.Flush(ctx); err != nil {
@@ -371,6 +371,20 @@ func bar(done, total, width int) string {
 		n = done * width / total
 	}
 	return "[" + strings.Repeat("#", n) + strings.Repeat(".", width-n) + "]"
+}
+
+// decisionText renders the epoch's decision and what came of it: one
+// that Kasmina refused (a gate failed, the slot was busy) says so, with
+// Kasmina's reason, since the seed list then shows no change.
+func decisionText(r tolaria.EpochReport) string {
+	s := r.Decision.String()
+	if r.Applied == tolaria.ApplyRejected {
+		s += " → refused"
+		if r.ApplyReason != "" {
+			s += ": " + r.ApplyReason
+		}
+	}
+	return s
 }
 
 // seedList renders the seeds for the epoch line.
