@@ -399,17 +399,35 @@ func seedList(seeds []leyline.SeedReport) string {
 	return "  [" + strings.Join(parts, ", ") + "]"
 }
 
-// history turns the epoch reports into what the plots draw.
+// history turns the epoch reports into what the plots draw. A
+// germination is marked where the epoch's GERMINATE decision took
+// effect, not where a seed is first seen: a resumed run's first epoch
+// sees seeds that germinated before the resume. The other marks come
+// from stage changes between epochs (and, for a seed the history has
+// not seen yet, from the epoch's decision that moved it).
 func history(sum tolaria.Summary, title string) runHistory {
 	h := runHistory{Title: title, Alphas: map[string]plotter.XYs{}}
 	prev := map[string]leyline.SeedStage{}
 	for _, r := range sum.Epochs {
 		e := r.Epoch + 1
 		h.Epochs = append(h.Epochs, epochPoint{Epoch: e, TrainLoss: r.TrainLoss, ValLoss: r.ValLoss, TrainAcc: r.TrainAccuracy, ValAcc: r.ValAccuracy})
+		acted := "" // the slot the epoch's decision changed
+		if r.Applied == tolaria.ApplyApplied {
+			acted = r.Decision.SlotID
+		}
 		for _, s := range r.Seeds {
 			p, seen := prev[s.SeedID]
+			if !seen && s.SlotID == acted {
+				// Unseen but changed by this epoch's decision: a
+				// germination, or (the first epoch of a resumed run) a
+				// move to the stage it is in now.
+				p, seen = leyline.StageUnknown, true
+			}
 			switch {
 			case !seen:
+				// There before the history starts (a resumed run): no
+				// stage to compare with.
+			case p == leyline.StageUnknown && r.Decision.Op == leyline.OpGerminate:
 				h.Marks = append(h.Marks, lifecycleMark{Epoch: e, Kind: "germinated", Seed: s.SeedID})
 			case s.Stage != p && s.Stage == leyline.StageBlending:
 				h.Marks = append(h.Marks, lifecycleMark{Epoch: e, Kind: "blending", Seed: s.SeedID})
