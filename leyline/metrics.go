@@ -10,6 +10,14 @@ const (
 	MetricTolariaTrainingLoss = "tolaria.training.loss"
 	// MetricTolariaTrainingAccuracy is the metric "tolaria.training.accuracy".
 	MetricTolariaTrainingAccuracy = "tolaria.training.accuracy"
+	// MetricTolariaValidationLoss is the metric "tolaria.validation.loss",
+	// the epoch's validation loss (a Go addition: the reference reports
+	// validation figures in its packets, not as metrics).
+	MetricTolariaValidationLoss = "tolaria.validation.loss"
+	// MetricTolariaValidationAccuracy is the metric
+	// "tolaria.validation.accuracy", the epoch's validation accuracy in
+	// percent (a Go addition, as MetricTolariaValidationLoss).
+	MetricTolariaValidationAccuracy = "tolaria.validation.accuracy"
 	// MetricTolariaTrainingLatencyMs is the metric "tolaria.training.latency_ms".
 	MetricTolariaTrainingLatencyMs = "tolaria.training.latency_ms"
 	// MetricTolariaSeedsActive is the metric "tolaria.seeds.active".
@@ -98,6 +106,16 @@ const (
 	MetricTolariaTimeoutTamiyoLastMs = "tolaria.timeout.tamiyo_last_ms"
 	// MetricTolariaTimeoutKasminaLastMs is the metric "tolaria.timeout.kasmina_last_ms".
 	MetricTolariaTimeoutKasminaLastMs = "tolaria.timeout.kasmina_last_ms"
+	// MetricTolariaTimeoutLateDiscardedTotal is the metric
+	// "tolaria.timeout.late_discarded_total": decisions or applies that
+	// arrived after their deadline and were discarded (a Go addition).
+	MetricTolariaTimeoutLateDiscardedTotal = "tolaria.timeout.late_discarded_total"
+	// MetricTolariaErrorTamiyoTotal is the metric "tolaria.error.tamiyo_total":
+	// controller calls that failed (a Go addition).
+	MetricTolariaErrorTamiyoTotal = "tolaria.error.tamiyo_total"
+	// MetricTolariaErrorKasminaTotal is the metric "tolaria.error.kasmina_total":
+	// apply calls that failed (a Go addition).
+	MetricTolariaErrorKasminaTotal = "tolaria.error.kasmina_total"
 	// MetricTolariaProfilerEnabled is the metric "tolaria.profiler.enabled".
 	MetricTolariaProfilerEnabled = "tolaria.profiler.enabled"
 	// MetricTolariaProfilerTracesEmittedTotal is the metric "tolaria.profiler.traces_emitted_total".
@@ -278,6 +296,8 @@ func MetricNames() []string {
 	return []string{
 		MetricTolariaTrainingLoss,
 		MetricTolariaTrainingAccuracy,
+		MetricTolariaValidationLoss,
+		MetricTolariaValidationAccuracy,
 		MetricTolariaTrainingLatencyMs,
 		MetricTolariaSeedsActive,
 		MetricTolariaEpochHookLatencyMs,
@@ -322,6 +342,9 @@ func MetricNames() []string {
 		MetricTolariaTimeoutKasminaTotal,
 		MetricTolariaTimeoutTamiyoLastMs,
 		MetricTolariaTimeoutKasminaLastMs,
+		MetricTolariaTimeoutLateDiscardedTotal,
+		MetricTolariaErrorTamiyoTotal,
+		MetricTolariaErrorKasminaTotal,
 		MetricTolariaProfilerEnabled,
 		MetricTolariaProfilerTracesEmittedTotal,
 		MetricTolariaProfilerTracesFailedTotal,
@@ -402,3 +425,45 @@ func MetricNames() []string {
 		MetricKasminaRollbackLatencyMs,
 	}
 }
+
+// counterMetrics are the metrics that count since the emitter started:
+// they never decrease during a run (a new process, a resume included,
+// may start them again from its own count).
+var counterMetrics = map[string]bool{
+	MetricTolariaEpochsTotal:                     true,
+	MetricTolariaGraphReplaysTotal:               true,
+	MetricTolariaOptRebuildsTotal:                true,
+	MetricTolariaOptRebuildFailuresTotal:         true,
+	MetricTolariaOptRebuildSkippedTotal:          true,
+	MetricTolariaRollbackSnapshotsTotal:          true,
+	MetricTolariaRollbackFailuresTotal:           true,
+	MetricTolariaRollbackFastHitsTotal:           true,
+	MetricTolariaRollbackFastMissesTotal:         true,
+	MetricTolariaRollbackDeadlineExceededTotal:   true,
+	MetricTolariaTimeoutTamiyoTotal:              true,
+	MetricTolariaTimeoutKasminaTotal:             true,
+	MetricTolariaTimeoutLateDiscardedTotal:       true,
+	MetricTolariaErrorTamiyoTotal:                true,
+	MetricTolariaErrorKasminaTotal:               true,
+	MetricTolariaProfilerTracesEmittedTotal:      true,
+	MetricTolariaProfilerTracesFailedTotal:       true,
+	MetricTolariaEmergencyHaltsTotal:             true,
+	MetricTolariaEmergencyBroadcastsTotal:        true,
+	MetricTolariaEmergencyBroadcastFailuresTotal: true,
+	MetricTolariaEmergencyBypassAppliedTotal:     true,
+	MetricTamiyoGNNCompileFallbackTotal:          true,
+	MetricTamiyoFieldReportsPublishedTotal:       true,
+	MetricTamiyoFieldReportsRetriesTotal:         true,
+	MetricTamiyoFieldReportsDroppedTotal:         true,
+}
+
+// IsCounterMetric reports whether the named metric is a running count
+// that only grows during a run, such as tolaria.epochs.total or
+// tolaria.rollback.snapshots_total: a monitoring system may take its
+// rate, and the Prometheus exposition types it as a counter. Every other
+// metric is a gauge, the latest value of something that may go up and
+// down; that includes the few whose reference name ends in "_total" but
+// that are not running counts (tolaria.grad_agg.microbatches_total counts
+// one epoch's steps, tamiyo.field_reports.pending_total is a queue
+// length).
+func IsCounterMetric(name string) bool { return counterMetrics[name] }

@@ -2,6 +2,7 @@ package leyline
 
 import (
 	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -23,6 +24,28 @@ func TestMetricNames(t *testing.T) {
 		assert.False(t, seen[n], "duplicate %s", n)
 		seen[n] = true
 	}
+}
+
+// TestCounterMetrics: every metric named like a running count ("_total"
+// or ".total") is classified on purpose: a counter, or one of the few
+// that are not running counts.
+func TestCounterMetrics(t *testing.T) {
+	notCounters := map[string]bool{
+		MetricTolariaGradAggMicrobatchesTotal: true, // one epoch's steps
+		MetricTamiyoFieldReportsPendingTotal:  true, // a queue length
+	}
+	for _, n := range MetricNames() {
+		total := strings.HasSuffix(n, "_total") || strings.HasSuffix(n, ".total")
+		switch {
+		case notCounters[n]:
+			assert.False(t, IsCounterMetric(n), n)
+		case total:
+			assert.True(t, IsCounterMetric(n), "%s: a counter, or listed as not one", n)
+		default:
+			assert.False(t, IsCounterMetric(n), n)
+		}
+	}
+	assert.False(t, IsCounterMetric("simic.rollbacks"), "unknown names are gauges")
 }
 
 func TestConstants(t *testing.T) {

@@ -94,10 +94,10 @@ func ExamplePrometheusBackend() {
 	}
 
 	err := testutil.GatherAndCompare(reg, strings.NewReader(`
-# HELP esper_tolaria_training_latency_ms Last value of the Esper metric tolaria.training.latency_ms (ms).
-# TYPE esper_tolaria_training_latency_ms gauge
-esper_tolaria_training_latency_ms{source="tolaria"} 12.5
-`), "esper_tolaria_training_latency_ms")
+# HELP esper_tolaria_training_latency_seconds Last value of the Esper metric tolaria.training.latency_ms, in seconds.
+# TYPE esper_tolaria_training_latency_seconds gauge
+esper_tolaria_training_latency_seconds{source="tolaria"} 0.0125
+`), "esper_tolaria_training_latency_seconds")
 	fmt.Println(err)
 
 	families, err := reg.Gather()
@@ -115,5 +115,5 @@ esper_tolaria_training_latency_ms{source="tolaria"} 12.5
 	// esper_nissa_hub_dropped_total
 	// esper_nissa_hub_queue_depth
 	// esper_nissa_metrics_skipped_total
-	// esper_tolaria_training_latency_ms
+	// esper_tolaria_training_latency_seconds
 }

@@ -49,10 +49,19 @@ type PrometheusOptions struct {
 //
 //   - esper_nissa_events_total{event_type, severity}: a counter of every
 //     event it received;
-//   - for each metric of a METRICS event, a gauge holding the last value
-//     received, named by PrometheusMetricName ("tolaria.training.latency_ms"
-//     becomes esper_tolaria_training_latency_ms) and labelled by the
-//     payload's source plus the metric's attributes (see below);
+//   - for each metric of a METRICS event, the last value received, named
+//     by PrometheusMetricName and labelled by the payload's source plus
+//     the metric's attributes (see below). A running count
+//     (leyline.IsCounterMetric, such as tolaria.epochs.total) is a
+//     counter named with "_total"; every other metric is a gauge, and a
+//     gauge's name never ends in "_total" (tolaria.grad_agg.microbatches_total,
+//     one epoch's steps, becomes esper_tolaria_grad_agg_microbatches).
+//     Durations are in seconds, the base unit: a metric named in ms, µs
+//     or ns ("tolaria.training.latency_ms") is exported as
+//     esper_tolaria_training_latency_seconds, its value converted. So the
+//     exposition passes promlint (client_golang's testutil/promlint);
+//     the events themselves (JSONL, console) keep the Esper names and
+//     units;
 //   - esper_nissa_metrics_skipped_total: metrics not exported because their
 //     name maps into the reserved esper_nissa_ space;
 //   - with PrometheusOptions.Hub set: esper_nissa_hub_dropped_total,
@@ -70,6 +79,18 @@ type PrometheusOptions struct {
 // values (ids, timestamps) belong in the event, not in metric
 // attributes.
 //
+// Per-seed series labelled with both seed_id and stage (the
+// tolaria.grad_agg.seed.* metrics) follow the seed's current stage, so a
+// scrape never shows seed_alpha{stage="TRAINING"} beside
+// {stage="HOLDING"} for one seed. The backend learns the stage from
+// SEED_GERMINATED and SEED_STAGE_CHANGED events: a stage change deletes
+// the seed's series of every other stage, and a later sample from a
+// stage the seed has left (an epoch's figures, measured before the
+// epoch's decision moved the seed on) is not exported. A seed reset to
+// DORMANT loses all its stage-labelled series. For a seed with no such
+// event, a sample from a new stage deletes the seed's series of other
+// stages in that family.
+//
 // The family set grows with the metric names seen, so the collector is
 // "unchecked": Describe sends no descriptors, and the registry checks the
 // families at gather time instead. A registry therefore cannot refuse a
@@ -86,6 +107,9 @@ type PrometheusBackend struct {
 	events   map[eventKey]uint64
 	skipped  uint64
 	families map[string]*gaugeFamily
+	// stages holds each seed's stage (from its lifecycle events), by
+	// seed id.
+	stages map[string]string
 }
 
 var _ prometheus.Collector = (*PrometheusBackend)(nil)
@@ -95,12 +119,25 @@ type eventKey struct {
 	s leyline.Severity
 }
 
-// gaugeFamily is one exported gauge name and its series.
+// gaugeFamily is one exported metric name and its series: a gauge, or
+// a counter for a running count.
 type gaugeFamily struct {
-	desc     *prometheus.Desc
-	attrKeys []string // attribute key for each label after "source"
-	series   map[string]*gaugeSeries
+	desc      *prometheus.Desc
+	valueType prometheus.ValueType
+	perUnit   float64  // Esper units per exported unit: value / perUnit is exported
+	attrKeys  []string // attribute key for each label after "source"
+	// seedIdx and stageIdx are the positions of the seed_id and stage
+	// labels, -1 when the family lacks one.
+	seedIdx, stageIdx int
+	series            map[string]*gaugeSeries
 }
+
+// Label names of per-seed series (the attributes the aggregation's
+// tolaria.grad_agg.seed.* metrics carry).
+const (
+	seedLabel  = "seed_id"
+	stageLabel = "stage"
+)
 
 type gaugeSeries struct {
 	labels []string
@@ -131,6 +168,7 @@ func NewPrometheusBackend(opts PrometheusOptions) *PrometheusBackend {
 			"Events delivered to a Nissa backend.", []string{"backend"}, nil),
 		events:   make(map[eventKey]uint64),
 		families: make(map[string]*gaugeFamily),
+		stages:   make(map[string]string),
 	}
 }
 
@@ -143,11 +181,20 @@ func (p *PrometheusBackend) Start() error { return nil }
 // Close does nothing; the collected values stay exported.
 func (p *PrometheusBackend) Close() error { return nil }
 
-// Emit counts ev and, for a METRICS event, sets a gauge per metric.
+// Emit counts ev, follows the seeds' stages through their lifecycle
+// events and, for a METRICS event, sets each metric's series.
 func (p *PrometheusBackend) Emit(ev leyline.TelemetryEvent) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.events[eventKey{ev.Type, ev.Severity}]++
+	switch d := ev.Data.(type) {
+	case *leyline.SeedGerminatedPayload:
+		p.seedStageLocked(ev.SeedID, leyline.StageGerminated)
+	case *leyline.SeedStageChangedPayload:
+		if d != nil {
+			p.seedStageLocked(ev.SeedID, d.To)
+		}
+	}
 	mp, ok := ev.Data.(*leyline.MetricsPayload)
 	if !ok || mp == nil {
 		return nil
@@ -175,13 +222,51 @@ func (p *PrometheusBackend) setLocked(source string, m leyline.Metric) {
 	for i, k := range fam.attrKeys {
 		labels[i+1] = strings.ToValidUTF8(m.Attributes[k], "\uFFFD")
 	}
+	if fam.seedIdx >= 0 && fam.stageIdx >= 0 && labels[fam.stageIdx] != "" {
+		if cur, ok := p.stages[labels[fam.seedIdx]]; ok && cur != labels[fam.stageIdx] {
+			return // measured in a stage the seed has left
+		}
+	}
 	key := strings.Join(labels, "\xff")
 	s := fam.series[key]
 	if s == nil {
 		s = &gaugeSeries{labels: labels}
 		fam.series[key] = s
+		if fam.seedIdx >= 0 && fam.stageIdx >= 0 && labels[fam.seedIdx] != "" && labels[fam.stageIdx] != "" {
+			// The seed reports from a new stage: its other stages' series
+			// of this family are stale (the stage-change event may have
+			// been dropped, or not reached this family's labels).
+			fam.retire(labels[fam.seedIdx], labels[fam.stageIdx])
+		}
 	}
-	s.value = m.Value
+	s.value = m.Value / fam.perUnit
+}
+
+// seedStageLocked records that seed is now in stage and deletes, in
+// every family labelled by seed and stage, the seed's series of the
+// other stages (all of them for DORMANT: the seed is gone).
+func (p *PrometheusBackend) seedStageLocked(seed string, stage leyline.SeedStage) {
+	if seed == "" {
+		return
+	}
+	seed = strings.ToValidUTF8(seed, "\uFFFD")
+	st := stage.String()
+	p.stages[seed] = st
+	for _, fam := range p.families {
+		if fam.seedIdx >= 0 && fam.stageIdx >= 0 {
+			fam.retire(seed, st)
+		}
+	}
+}
+
+// retire deletes the series of seed whose stage label is set and is not
+// stage.
+func (fam *gaugeFamily) retire(seed, stage string) {
+	for k, s := range fam.series {
+		if s.labels[fam.seedIdx] == seed && s.labels[fam.stageIdx] != "" && s.labels[fam.stageIdx] != stage {
+			delete(fam.series, k)
+		}
+	}
 }
 
 func newGaugeFamily(name string, first leyline.Metric) *gaugeFamily {
@@ -208,16 +293,38 @@ func newGaugeFamily(name string, first leyline.Metric) *gaugeFamily {
 		labelNames = append(labelNames, pr.label)
 		attrKeys[i] = pr.key
 	}
+	_, counter, perUnit := prometheusFamily(first.Name)
 	help := "Last value of the Esper metric " + first.Name
-	if first.Unit != "" {
+	vt := prometheus.GaugeValue
+	if counter {
+		help = "Running count of the Esper metric " + first.Name
+		vt = prometheus.CounterValue
+	}
+	switch {
+	case perUnit != 1:
+		help += ", in seconds"
+	case first.Unit != "":
 		help += " (" + first.Unit + ")"
 	}
 	help += "."
-	return &gaugeFamily{
-		desc:     prometheus.NewDesc(name, help, labelNames, nil),
-		attrKeys: attrKeys,
-		series:   make(map[string]*gaugeSeries),
+	fam := &gaugeFamily{
+		desc:      prometheus.NewDesc(name, help, labelNames, nil),
+		valueType: vt,
+		perUnit:   perUnit,
+		attrKeys:  attrKeys,
+		seedIdx:   -1,
+		stageIdx:  -1,
+		series:    make(map[string]*gaugeSeries),
 	}
+	for i, l := range labelNames {
+		switch l {
+		case seedLabel:
+			fam.seedIdx = i
+		case stageLabel:
+			fam.stageIdx = i
+		}
+	}
+	return fam
 }
 
 // Describe sends nothing: the collector is unchecked because its gauge
@@ -245,17 +352,55 @@ func (p *PrometheusBackend) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(p.skippedDesc, prometheus.CounterValue, float64(p.skipped))
 	for _, fam := range p.families {
 		for _, s := range fam.series {
-			ch <- prometheus.MustNewConstMetric(fam.desc, prometheus.GaugeValue, s.value, s.labels...)
+			ch <- prometheus.MustNewConstMetric(fam.desc, fam.valueType, s.value, s.labels...)
 		}
 	}
 }
 
 // PrometheusMetricName maps an Esper metric name to its Prometheus
 // family name: "esper_" followed by the name with every character
-// outside [A-Za-z0-9_] replaced by '_'. So "tolaria.training.latency_ms"
-// becomes "esper_tolaria_training_latency_ms".
+// outside [A-Za-z0-9_] replaced by '_', then put in Prometheus' naming
+// conventions: a duration unit (the word ms, us or ns) becomes
+// "seconds", a running count (leyline.IsCounterMetric) ends in "_total"
+// and any other metric does not. So "tolaria.training.latency_ms"
+// becomes "esper_tolaria_training_latency_seconds", "tolaria.epochs.total"
+// "esper_tolaria_epochs_total" (a counter) and
+// "tamiyo.field_reports.pending_total" "esper_tamiyo_field_reports_pending"
+// (a gauge).
 func PrometheusMetricName(name string) string {
-	return metricPrefix + sanitize(name)
+	n, _, _ := prometheusFamily(name)
+	return n
+}
+
+// durationUnits are the duration words of Esper metric names and how
+// many of each make a second. (A division by 1000 keeps 12.5 ms exactly
+// 0.0125 s, which a multiplication by 1e-3 does not always.)
+var durationUnits = map[string]float64{"ms": 1e3, "us": 1e6, "ns": 1e9}
+
+// prometheusFamily returns the Prometheus family name of the Esper
+// metric name, whether it is a counter, and how many of the name's units
+// make one of the family's (1 unless the name is in a unit other than
+// the base unit): the family's value is the Esper value / perUnit.
+func prometheusFamily(name string) (family string, counter bool, perUnit float64) {
+	words := strings.Split(sanitize(name), "_")
+	perUnit = 1
+	for i := len(words) - 1; i >= 0; i-- {
+		if f, ok := durationUnits[words[i]]; ok {
+			words[i], perUnit = "seconds", f
+			break
+		}
+	}
+	s := strings.Join(words, "_")
+	counter = leyline.IsCounterMetric(name)
+	switch {
+	case counter && !strings.HasSuffix(s, "_total"):
+		s += "_total"
+	case !counter:
+		for strings.HasSuffix(s, "_total") && len(s) > len("_total") {
+			s = strings.TrimSuffix(s, "_total")
+		}
+	}
+	return metricPrefix + s, counter, perUnit
 }
 
 // PrometheusLabelName maps an attribute key to a Prometheus label name:

@@ -158,7 +158,10 @@ func ApplyDecision(m *kasmina.MorphogeneticModel, d leyline.Decision, o ApplyOpt
 		}
 		res.Gate = &gate
 		if !gate.Passed {
-			return reject("%v failed: %s", gate.Gate, gate.Message)
+			if gate.Message == "" {
+				return reject("%v failed", gate.Gate)
+			}
+			return reject("%s", gate.Message) // "G2 failed: insufficient_epochs_in_stage"
 		}
 		return applied()
 

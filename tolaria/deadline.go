@@ -15,18 +15,18 @@ import (
 // the Kasmina apply).
 const DefaultDeadline = 2 * time.Second
 
-// Metric names of the deadline machinery that leyline does not define
-// (the G1 prototype only had events for these). The others come from
-// leyline: tolaria.timeout.{tamiyo,kasmina}_total,
+// Metric names of the deadline machinery that the reference does not
+// define (the G1 prototype only had events for these); leyline holds
+// them with the others: tolaria.timeout.{tamiyo,kasmina}_total,
 // tolaria.timeout.{tamiyo,kasmina}_last_ms and tolaria.mode.conservative.
 const (
 	// MetricTamiyoErrorsTotal counts controller calls that failed.
-	MetricTamiyoErrorsTotal = "tolaria.error.tamiyo_total"
+	MetricTamiyoErrorsTotal = leyline.MetricTolariaErrorTamiyoTotal
 	// MetricKasminaErrorsTotal counts apply calls that failed.
-	MetricKasminaErrorsTotal = "tolaria.error.kasmina_total"
+	MetricKasminaErrorsTotal = leyline.MetricTolariaErrorKasminaTotal
 	// MetricLateResultsTotal counts results (decisions or applies) that
 	// arrived after their deadline and were discarded.
-	MetricLateResultsTotal = "tolaria.timeout.late_discarded_total"
+	MetricLateResultsTotal = leyline.MetricTolariaTimeoutLateDiscardedTotal
 )
 
 // Event names of the deadline machinery (esper-reference §3.1.7). They

@@ -95,6 +95,8 @@ func TestEpochBudgetRollsBackFromFastTier(t *testing.T) {
 	m := lastEpochMetrics(t, rec)
 	require.Equal(t, 1.0, m[leyline.MetricTolariaEpochsFailed])
 	require.Equal(t, 2.0, m[leyline.MetricTolariaEpochsTotal])
+	require.Equal(t, r1.ValLoss, m[leyline.MetricTolariaValidationLoss])
+	require.Equal(t, r1.ValAccuracy, m[leyline.MetricTolariaValidationAccuracy])
 	require.Equal(t, 1.0, m[leyline.MetricTolariaRollbackFastHitsTotal])
 	require.Equal(t, 0.0, m[leyline.MetricTolariaRollbackFastMissesTotal])
 	require.Equal(t, 1.0, m[leyline.MetricTolariaRollbackSnapshotsTotal], "the failed epoch is not snapshotted")

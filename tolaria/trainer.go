@@ -200,6 +200,11 @@ type EpochReport struct {
 	// and Applied tells whether it took effect.
 	Decision leyline.Decision
 	Applied  ApplyStatus
+	// ApplyReason says why Kasmina declined the decision when Applied is
+	// ApplyRejected: the failed gate and its checks ("G2 failed:
+	// insufficient_epochs_in_stage"), a busy or empty slot, a transition
+	// the seed's stage does not allow.
+	ApplyReason string
 	// Outcome is how the decision was reached (ok, skipped in
 	// conservative mode, timeout, error).
 	Outcome OutcomeStatus
@@ -497,7 +502,7 @@ func (t *Trainer) RunEpoch(ctx context.Context, e int) (r EpochReport, err error
 	r.Decision, r.Outcome, r.Applied = leyline.Wait("no controller"), OutcomeSkipped, ApplyNoop
 	stepReason := ""
 	if t.o.Controller != nil && !r.RolledBack {
-		r.Decision, r.Outcome, r.Applied, stepReason = t.decide(ctx, e, r)
+		r.Decision, r.Outcome, r.Applied, r.ApplyReason, stepReason = t.decide(ctx, e, r)
 	}
 	t.model.StepEpoch()
 	if err := t.opt.sync(t.model); err != nil {
@@ -538,35 +543,37 @@ func (t *Trainer) RunEpoch(ctx context.Context, e int) (r EpochReport, err error
 
 // decide asks the controller under its deadline and applies the decision
 // under the apply deadline. A timed-out or failed decision is WAIT; a
-// late decision is discarded by Deadlines and never applied. reason is
-// the epoch failure a deadline miss causes (FailureTamiyoTimeout or
-// FailureKasminaTimeout), "" otherwise. Conservative mode, which skips
-// the controller, is cleared by RunEpoch after a successful epoch.
-func (t *Trainer) decide(ctx context.Context, e int, r EpochReport) (_ leyline.Decision, _ OutcomeStatus, _ ApplyStatus, reason string) {
+// late decision is discarded by Deadlines and never applied. rejected is
+// why Kasmina declined the decision (ApplyRejected), "" otherwise;
+// reason is the epoch failure a deadline miss causes
+// (FailureTamiyoTimeout or FailureKasminaTimeout), "" otherwise.
+// Conservative mode, which skips the controller, is cleared by RunEpoch
+// after a successful epoch.
+func (t *Trainer) decide(ctx context.Context, e int, r EpochReport) (_ leyline.Decision, _ OutcomeStatus, _ ApplyStatus, rejected, reason string) {
 	st := t.epochState(e, r)
 	d, out := t.deadlines.Decide(ctx, t.o.Controller, st)
 	if out.Status != OutcomeOK {
 		if out.Status == OutcomeTimeout {
 			reason = FailureTamiyoTimeout
 		}
-		return d, out.Status, ApplyNoop, reason
+		return d, out.Status, ApplyNoop, "", reason
 	}
-	applied := ApplyNoop
+	var applied ApplyResult
 	aout := t.deadlines.Apply(ctx, func(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		res, err := ApplyDecision(t.model, d, ApplyOptions{})
-		applied = res.Status
+		applied = res
 		return err
 	})
 	if aout.Status != OutcomeOK {
 		if aout.Status == OutcomeTimeout {
 			reason = FailureKasminaTimeout
 		}
-		return d, out.Status, ApplyNoop, reason
+		return d, out.Status, ApplyNoop, "", reason
 	}
-	return d, out.Status, applied, ""
+	return d, out.Status, applied.Status, applied.Reason, ""
 }
 
 // epochState is the controller's view of the epoch.
@@ -739,7 +746,7 @@ type epochEvents struct {
 
 // numEpochMetrics is the number of tolaria.* metrics emitEpoch sends
 // before the deadlines' and the aggregation's.
-const numEpochMetrics = 12
+const numEpochMetrics = 14
 
 // sameMetrics reports whether a and b hold the same metrics in the same
 // order: names, units, attributes, and values bit for bit (a NaN equals
@@ -758,9 +765,9 @@ func sameMetrics(a, b []leyline.Metric) bool {
 }
 
 // emitEpoch sends EPOCH_COMPLETED and the epoch's metrics: every epoch
-// the training figures (loss, accuracy, latency, seeds, capture, AMP,
-// TF32, foreach), and the deadline, failure and aggregation figures when
-// they changed (see above).
+// the training and validation figures (losses, accuracies, latency,
+// seeds, capture, AMP, TF32, foreach), and the deadline, failure and
+// aggregation figures when they changed (see above).
 func (t *Trainer) emitEpoch(r EpochReport) {
 	if t.o.Sink == nil {
 		return
@@ -808,7 +815,9 @@ func (t *Trainer) emitEpoch(r EpochReport) {
 	metrics := make([]leyline.Metric, 0, n)
 	metrics = append(metrics,
 		leyline.Metric{Name: leyline.MetricTolariaTrainingLoss, Value: r.TrainLoss},
-		leyline.Metric{Name: leyline.MetricTolariaTrainingAccuracy, Value: r.TrainAccuracy},
+		leyline.Metric{Name: leyline.MetricTolariaTrainingAccuracy, Value: r.TrainAccuracy, Unit: "percent"},
+		leyline.Metric{Name: leyline.MetricTolariaValidationLoss, Value: r.ValLoss},
+		leyline.Metric{Name: leyline.MetricTolariaValidationAccuracy, Value: r.ValAccuracy, Unit: "percent"},
 		leyline.Metric{Name: leyline.MetricTolariaTrainingLatencyMs, Value: float64(r.Duration.Microseconds()) / 1e3, Unit: "ms"},
 		leyline.Metric{Name: leyline.MetricTolariaSeedsActive, Value: float64(active)},
 		leyline.Metric{Name: leyline.MetricTolariaEpochsTotal, Value: float64(r.Epoch + 1)},

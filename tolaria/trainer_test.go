@@ -132,6 +132,25 @@ func TestTrainerLearnsAndRunsTheLifecycle(t *testing.T) {
 	require.Equal(t, 4, latency, "tolaria.training.latency_ms once per epoch")
 }
 
+// TestTrainerReportsRefusedDecision: an ADVANCE that Kasmina's gate
+// refuses is reported as rejected with the gate's reason, so a log can
+// say what happened instead of repeating the controller's intent.
+func TestTrainerReportsRefusedDecision(t *testing.T) {
+	adv := leyline.Decision{Op: leyline.OpAdvance, SlotID: "r0c1", Reason: "Advance to BLENDING", Confidence: 1}
+	tr, err := NewTrainer(TrainerOptions{
+		Model: trainerModel(t), Train: toyData(1, 2, 8), Val: toyData(2, 1, 8), Epochs: 3,
+		Controller: scripted{0: script[0], 1: script[1], 2: adv},
+	})
+	require.NoError(t, err)
+	sum, err := tr.Fit(context.Background())
+	require.NoError(t, err)
+	require.Len(t, sum.Epochs, 3)
+	require.Equal(t, ApplyApplied, sum.Epochs[1].Applied, "GERMINATED → TRAINING through G1")
+	require.Empty(t, sum.Epochs[1].ApplyReason)
+	require.Equal(t, ApplyRejected, sum.Epochs[2].Applied, "one epoch in TRAINING is too early for G2")
+	require.Equal(t, "G2 failed: insufficient_epochs_in_stage, gradient_stats_never_measured", sum.Epochs[2].ApplyReason)
+}
+
 func TestTrainerRejectsBadOptions(t *testing.T) {
 	m := trainerModel(t)
 	d := toyData(1, 1, 4)

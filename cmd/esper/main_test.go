@@ -122,9 +122,9 @@ func TestTrainTaskDefaults(t *testing.T) {
 	c, err := parseTrain(nil, &errb)
 	require.NoError(t, err)
 	require.Equal(t, taskDefaults["synthetic"].epochs, c.epochs)
-	require.Equal(t, "constant", c.schedule)
+	require.Equal(t, "cosine", c.schedule)
 	require.True(t, c.baseline)
-	require.Equal(t, 2, c.blocks)
+	require.Equal(t, [2]int{2, 1}, [2]int{c.blocks, c.kernel})
 
 	c, err = parseTrain([]string{"--task", "fashion-mnist"}, &errb)
 	require.NoError(t, err)

@@ -6,6 +6,7 @@ import (
 	"image/color"
 	"math"
 	"sort"
+	"strconv"
 
 	"github.com/esper-go/esper/internal/atomicfile"
 	"gonum.org/v1/plot"
@@ -49,15 +50,20 @@ var markColors = map[string]color.RGBA{
 // the lifecycle events as vertical lines, and writes it as a PNG
 // atomically.
 func writeTrainingPlot(path string, h runHistory) error {
-	if len(h.Epochs) == 0 {
-		return fmt.Errorf("plot %s: no epochs to draw", path)
+	loss, acc, err := trainingPlots(h)
+	if err != nil {
+		return fmt.Errorf("plot %s: %w", path, err)
 	}
-	loss := plot.New()
-	loss.Title.Text = h.Title
-	loss.Y.Label.Text = "loss"
-	acc := plot.New()
-	acc.X.Label.Text = "epoch"
-	acc.Y.Label.Text = "accuracy %"
+	return savePNG(path, [][]*plot.Plot{{loss}, {acc}}, 800, 800)
+}
+
+// trainingPlots builds writeTrainingPlot's two plots.
+func trainingPlots(h runHistory) (loss, acc *plot.Plot, err error) {
+	if len(h.Epochs) == 0 {
+		return nil, nil, fmt.Errorf("no epochs to draw")
+	}
+	loss = newPlot(h.Title, "", "loss")
+	acc = newPlot("", "epoch", "accuracy %")
 	series := func(p *plot.Plot, name string, dash bool, y func(epochPoint) float64) error {
 		xys := make(plotter.XYs, len(h.Epochs))
 		for i, e := range h.Epochs {
@@ -87,7 +93,7 @@ func writeTrainingPlot(path string, h runHistory) error {
 		{acc, "validation", false, func(e epochPoint) float64 { return e.ValAcc }},
 	} {
 		if err := series(s.p, s.name, s.dash, s.y); err != nil {
-			return fmt.Errorf("plot %s: %w", path, err)
+			return nil, nil, err
 		}
 	}
 	lLo, lHi, aLo, aHi := math.Inf(1), math.Inf(-1), math.Inf(1), math.Inf(-1)
@@ -100,12 +106,10 @@ func writeTrainingPlot(path string, h runHistory) error {
 		lo, hi float64
 	}{{loss, lLo, lHi}, {acc, aLo, aHi}} {
 		if err := addMarks(m.p, h.Marks, m.lo, m.hi); err != nil {
-			return fmt.Errorf("plot %s: %w", path, err)
+			return nil, nil, err
 		}
 	}
-	// Loss falls and accuracy rises: legends where the curves are not.
-	loss.Legend.Top = true
-	return savePNG(path, [][]*plot.Plot{{loss}, {acc}}, 800, 800)
+	return loss, acc, nil
 }
 
 // addMarks draws each lifecycle event as a vertical line from lo to hi
@@ -138,13 +142,23 @@ func addMarks(p *plot.Plot, marks []lifecycleMark, lo, hi float64) error {
 	return nil
 }
 
-// writeAlphaPlot draws each seed's alpha per epoch and writes a PNG.
+// writeAlphaPlot draws each seed's alpha per epoch and writes a PNG. The
+// epoch axis spans the run's epochs, seeds or not.
 func writeAlphaPlot(path string, h runHistory) error {
-	p := plot.New()
-	p.Title.Text = "seed alpha"
-	p.X.Label.Text = "epoch"
-	p.Y.Label.Text = "alpha"
+	p, err := alphaPlot(h)
+	if err != nil {
+		return fmt.Errorf("plot %s: %w", path, err)
+	}
+	return savePNG(path, [][]*plot.Plot{{p}}, 800, 400)
+}
+
+// alphaPlot builds writeAlphaPlot's plot.
+func alphaPlot(h runHistory) (*plot.Plot, error) {
+	p := newPlot("seed alpha", "epoch", "alpha")
 	p.Y.Min, p.Y.Max = 0, 1.05
+	if lo, hi, ok := epochRange(h); ok {
+		p.X.Min, p.X.Max = lo, hi
+	}
 	ids := make([]string, 0, len(h.Alphas))
 	for id := range h.Alphas {
 		ids = append(ids, id)
@@ -157,39 +171,241 @@ func writeAlphaPlot(path string, h runHistory) error {
 	for i, id := range ids {
 		l, err := plotter.NewLine(h.Alphas[id])
 		if err != nil {
-			return fmt.Errorf("plot %s: seed %s: %w", path, id, err)
+			return nil, fmt.Errorf("seed %s: %w", id, err)
 		}
 		l.Width = vg.Points(1.5)
 		l.Color = plotColor(i)
 		p.Add(l)
 		p.Legend.Add(id, l)
 	}
-	p.Legend.Top = true
-	p.Legend.Left = true
-	return savePNG(path, [][]*plot.Plot{{p}}, 800, 400)
+	return p, nil
 }
 
-// plotColor is a fixed palette so a seed keeps its colour across runs.
-func plotColor(i int) color.RGBA {
-	palette := []color.RGBA{
-		{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}, {R: 0xff, G: 0x7f, B: 0x0e, A: 0xff},
-		{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff}, {R: 0xd6, G: 0x27, B: 0x28, A: 0xff},
-		{R: 0x94, G: 0x67, B: 0xbd, A: 0xff}, {R: 0x8c, G: 0x56, B: 0x4b, A: 0xff},
+// epochRange is the span of the run's epochs for an epoch axis (one
+// epoch gets half an epoch either side); ok is false with no epochs.
+func epochRange(h runHistory) (lo, hi float64, ok bool) {
+	if len(h.Epochs) == 0 {
+		return 0, 0, false
 	}
-	return palette[i%len(palette)]
+	lo, hi = math.Inf(1), math.Inf(-1)
+	for _, e := range h.Epochs {
+		lo, hi = math.Min(lo, float64(e.Epoch)), math.Max(hi, float64(e.Epoch))
+	}
+	if lo == hi {
+		lo, hi = lo-0.5, hi+0.5
+	}
+	return lo, hi, true
 }
 
-// savePNG lays plots out on a grid and writes the PNG atomically.
-func savePNG(path string, plots [][]*plot.Plot, w, h vg.Length) error {
-	img := vgimg.New(w, h)
-	dc := draw.New(img)
+// newPlot is a plot with our tick labels: whole numbers on the x axis
+// (epochs, rounds), and on both axes labels that never repeat.
+func newPlot(title, x, y string) *plot.Plot {
+	p := plot.New()
+	p.Title.Text = title
+	p.X.Label.Text = x
+	p.Y.Label.Text = y
+	p.X.Tick.Marker = distinctTicks{Integer: true}
+	p.Y.Tick.Marker = distinctTicks{}
+	return p
+}
+
+// palette holds the first line colours: ten hues far apart, so a seed
+// or a head keeps its colour across runs. plotColor makes more.
+var palette = []color.RGBA{
+	{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}, {R: 0xff, G: 0x7f, B: 0x0e, A: 0xff},
+	{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff}, {R: 0xd6, G: 0x27, B: 0x28, A: 0xff},
+	{R: 0x94, G: 0x67, B: 0xbd, A: 0xff}, {R: 0x8c, G: 0x56, B: 0x4b, A: 0xff},
+	{R: 0xe3, G: 0x77, B: 0xc2, A: 0xff}, {R: 0x7f, G: 0x7f, B: 0x7f, A: 0xff},
+	{R: 0xbc, G: 0xbd, B: 0x22, A: 0xff}, {R: 0x17, G: 0xbe, B: 0xcf, A: 0xff},
+}
+
+// plotColor returns the i-th line colour: the palette, then colours
+// whose hues step by the golden angle (each far from its neighbours)
+// with the lightness cycling over three levels, so no two lines of a
+// plot share a colour.
+func plotColor(i int) color.RGBA {
+	if i < len(palette) {
+		return palette[i]
+	}
+	k := i - len(palette)
+	hue := math.Mod(float64(k)*0.6180339887498949+0.1, 1)
+	light := []float64{0.45, 0.30, 0.60}[k%3]
+	return hsl(hue, 0.75, light)
+}
+
+// hsl converts a colour from hue, saturation and lightness (all in
+// [0, 1]) to RGB.
+func hsl(h, s, l float64) color.RGBA {
+	c := (1 - math.Abs(2*l-1)) * s
+	hp := h * 6
+	x := c * (1 - math.Abs(math.Mod(hp, 2)-1))
+	var r, g, b float64
+	switch int(hp) % 6 {
+	case 0:
+		r, g = c, x
+	case 1:
+		r, g = x, c
+	case 2:
+		g, b = c, x
+	case 3:
+		g, b = x, c
+	case 4:
+		r, b = x, c
+	default:
+		r, b = c, x
+	}
+	m := l - c/2
+	to8 := func(v float64) uint8 { return uint8(math.Round(255 * math.Min(1, math.Max(0, v+m)))) }
+	return color.RGBA{R: to8(r), G: to8(g), B: to8(b), A: 0xff}
+}
+
+// distinctTicks is a plot.Ticker: gonum's tick positions, labelled with
+// as many decimals as the spacing of the labelled ticks needs, so
+// labels never repeat ("2.30", "2.32", not "2.3", "2.3"). Integer keeps
+// labels on whole numbers only (epochs, rounds).
+type distinctTicks struct{ Integer bool }
+
+// Ticks implements plot.Ticker.
+func (t distinctTicks) Ticks(lo, hi float64) []plot.Tick {
+	ticks := plot.DefaultTicks{}.Ticks(lo, hi)
+	var values []float64
+	for i := range ticks {
+		if ticks[i].Label == "" {
+			continue
+		}
+		if t.Integer && ticks[i].Value != math.Round(ticks[i].Value) {
+			ticks[i].Label = "" // a minor tick between whole numbers
+			continue
+		}
+		values = append(values, ticks[i].Value)
+	}
+	if t.Integer && len(values) < 2 {
+		// A range of a few whole numbers: label each of them.
+		for v := math.Ceil(lo); v <= math.Floor(hi) && len(values) < 10; v++ {
+			if !slicesContain(values, v) {
+				ticks = append(ticks, plot.Tick{Value: v, Label: "?"})
+				values = append(values, v)
+			}
+		}
+	}
+	labels := tickLabels(values)
+	j := 0
+	for i := range ticks {
+		if ticks[i].Label != "" {
+			ticks[i].Label = labels[j]
+			j++
+		}
+	}
+	return ticks
+}
+
+func slicesContain(s []float64, v float64) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// tickLabels formats tick values with the fewest decimals that give
+// every value its own label, each within a thousandth of the smallest
+// spacing of its value; the exponent form ("2e-05") takes over when
+// that needs more than four decimals.
+func tickLabels(values []float64) []string {
+	if len(values) == 0 {
+		return nil
+	}
+	sorted := append([]float64(nil), values...)
+	sort.Float64s(sorted)
+	step := math.Inf(1)
+	for i := 1; i < len(sorted); i++ {
+		if d := sorted[i] - sorted[i-1]; d > 0 {
+			step = math.Min(step, d)
+		}
+	}
+	if math.IsInf(step, 1) {
+		// One value (or one repeated): its own magnitude sets the scale.
+		step = math.Abs(sorted[0])
+		if step == 0 {
+			step = 1
+		}
+	}
+	clean := make([]float64, len(values))
+	for i, v := range values {
+		if math.Abs(v) < step*1e-9 {
+			v = 0 // no "-0.00" from a rounding error
+		}
+		clean[i] = v
+	}
+	good := func(labels []string) bool {
+		seen := map[string]bool{}
+		for i, l := range labels {
+			back, err := strconv.ParseFloat(l, 64)
+			if seen[l] || err != nil || math.Abs(back-clean[i]) > step/1000 {
+				return false
+			}
+			seen[l] = true
+		}
+		return true
+	}
+	format := func(f byte, prec int) []string {
+		out := make([]string, len(clean))
+		for i, v := range clean {
+			out[i] = strconv.FormatFloat(v, f, prec, 64)
+		}
+		return out
+	}
+	for d := max(0, int(math.Ceil(-math.Log10(step)-1e-9))); d <= 4; d++ {
+		if l := format('f', d); good(l) {
+			return l
+		}
+	}
+	for sig := 1; sig <= 17; sig++ {
+		if l := format('g', sig); good(l) {
+			return l
+		}
+	}
+	return format('g', -1)
+}
+
+// legendGap separates a legend from the plot's data area.
+const legendGap = vg.Length(8)
+
+// drawGrid lays the plots out on a grid of tiles on dc and draws them,
+// each legend to the right of its plot's data area so that it never
+// covers a line: every plot of a column gives up the width of the
+// column's widest legend (the x axes of a column stay aligned). It
+// returns the canvas each plot was drawn on.
+func drawGrid(dc draw.Canvas, plots [][]*plot.Plot) [][]draw.Canvas {
 	tiles := draw.Tiles{Rows: len(plots), Cols: len(plots[0]), PadTop: vg.Points(4), PadBottom: vg.Points(4), PadLeft: vg.Points(4), PadRight: vg.Points(4), PadX: vg.Points(8), PadY: vg.Points(8)}
 	canvases := plot.Align(plots, tiles, dc)
+	for c := range plots[0] {
+		var w vg.Length
+		for r := range plots {
+			w = max(w, plots[r][c].Legend.Rectangle(canvases[r][c]).Size().X)
+		}
+		if w == 0 {
+			continue
+		}
+		for r := range plots {
+			l := &plots[r][c].Legend
+			l.Top, l.Left, l.XOffs = true, false, w+legendGap
+			canvases[r][c] = draw.Crop(canvases[r][c], 0, -(w + legendGap), 0, 0)
+		}
+	}
 	for r := range plots {
 		for c := range plots[r] {
 			plots[r][c].Draw(canvases[r][c])
 		}
 	}
+	return canvases
+}
+
+// savePNG lays plots out on a grid and writes the PNG atomically.
+func savePNG(path string, plots [][]*plot.Plot, w, h vg.Length) error {
+	img := vgimg.New(w, h)
+	drawGrid(draw.New(img), plots)
 	var buf bytes.Buffer
 	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(&buf); err != nil {
 		return fmt.Errorf("plot %s: %w", path, err)

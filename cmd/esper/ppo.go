@@ -386,10 +386,17 @@ func emitRound(hub *nissa.Hub, r ppoRound) {
 // writePPOPlot draws return, entropy per head, env-epochs per second, KL,
 // explained variance and the losses per round.
 func writePPOPlot(path string, h []ppoRound) error {
+	plots, err := ppoPlots(h)
+	if err != nil {
+		return fmt.Errorf("plot %s: %w", path, err)
+	}
+	return savePNG(path, plots, 18*vg.Inch, 9*vg.Inch)
+}
+
+// ppoPlots builds writePPOPlot's plots, in their rows.
+func ppoPlots(h []ppoRound) ([][]*plot.Plot, error) {
 	line := func(title string, series map[string]func(ppoRound) float64, order []string) (*plot.Plot, error) {
-		p := plot.New()
-		p.Title.Text = title
-		p.X.Label.Text = "round"
+		p := newPlot(title, "round", "")
 		for i, name := range order {
 			var xy plotter.XYs
 			for _, r := range h {
@@ -410,7 +417,6 @@ func writePPOPlot(path string, h []ppoRound) error {
 				p.Legend.Add(name, l)
 			}
 		}
-		p.Legend.Top = true
 		return p, nil
 	}
 	one := func(title string, f func(ppoRound) float64) (*plot.Plot, error) {
@@ -448,9 +454,9 @@ func writePPOPlot(path string, h []ppoRound) error {
 	} {
 		p, err := mk()
 		if err != nil {
-			return fmt.Errorf("plot %s: %w", path, err)
+			return nil, err
 		}
 		ps = append(ps, p)
 	}
-	return savePNG(path, [][]*plot.Plot{ps[:3], ps[3:]}, 18*vg.Inch, 9*vg.Inch)
+	return [][]*plot.Plot{ps[:3], ps[3:]}, nil
 }

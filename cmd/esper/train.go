@@ -100,16 +100,16 @@ func parseTrain(args []string, stderr io.Writer) (trainConfig, error) {
 	fs.StringVar(&c.controller, "controller", "heuristic", "controller: heuristic, gnn (the learned policy of --policy) or none (the host trains alone)")
 	fs.StringVar(&c.policy, "policy", "", "policy checkpoint (safetensors with its tamiyo header) for --controller gnn")
 	fs.BoolVar(&c.policySample, "policy-sample", false, "sample the policy's actions (seeded by --seed) instead of taking the most probable (--controller gnn)")
-	fs.IntVar(&c.epochs, "epochs", 0, "epochs (default per task: synthetic 30, fashion-mnist 15)")
+	fs.IntVar(&c.epochs, "epochs", 0, "epochs (default per task: synthetic 45, fashion-mnist 15)")
 	fs.IntVar(&c.batch, "batch", 128, "batch size")
 	fs.IntVar(&c.blocks, "blocks", 0, "CNN host blocks, ≥ 2 (default per task: synthetic 2, fashion-mnist 3)")
 	fs.IntVar(&c.baseChannels, "base-channels", 0, "CNN host channels of the first block, doubling per block (default per task: synthetic 4, fashion-mnist 16)")
-	fs.IntVar(&c.kernel, "kernel", 3, "CNN host convolution kernel size (1 gives an impaired host that cannot see spatial patterns, as the reference's cifar_impaired)")
-	fs.IntVar(&c.trainSize, "train-size", 0, "synthetic training samples (0 = the task default)")
+	fs.IntVar(&c.kernel, "kernel", 0, "CNN host convolution kernel size (default per task: synthetic 1, an impaired host that cannot see spatial patterns, as the reference's cifar_impaired, so seeds have something to add; fashion-mnist 3)")
+	fs.IntVar(&c.trainSize, "train-size", 0, "synthetic training samples (default 3000)")
 	fs.IntVar(&c.testSize, "test-size", 0, "synthetic test samples (0 = the task default)")
 	fs.Uint64Var(&c.seed, "seed", 1, "seed of the data order, the host's initialisation and the synthetic task")
-	fs.Float64Var(&c.lr, "lr", 0, "host learning rate, SGD with momentum 0.9 and weight decay 5e-4 (default per task: synthetic 0.01, fashion-mnist 0.05)")
-	fs.StringVar(&c.schedule, "schedule", "", "host learning-rate schedule: constant, or cosine (annealed to 0 over the epochs) (default per task: synthetic constant, fashion-mnist cosine)")
+	fs.Float64Var(&c.lr, "lr", 0, "host learning rate, SGD with momentum 0.9 and weight decay 5e-4 (default 0.05)")
+	fs.StringVar(&c.schedule, "schedule", "", "host learning-rate schedule: constant, or cosine (annealed to 0 over the epochs) (default cosine)")
 	fs.BoolVar(&c.capture, "capture", true, "capture and replay the train step")
 	fs.BoolVar(&c.baseline, "baseline", false, "also train the same host without seeds for the same epochs, and compare (default per task: synthetic true, fashion-mnist false)")
 	fs.StringVar(&c.runRoot, "run-dir", "runs", "where the run directory (telemetry JSONL and PNG plots) is created")
@@ -148,13 +148,17 @@ func parseTrain(args []string, stderr io.Writer) (trainConfig, error) {
 	return c, nil
 }
 
-// taskDefaults are the flags whose default depends on --task: the
-// synthetic task's are tuned for `make demo`'s host-alone comparison, and
-// Fashion-MNIST's reach ≥ 88% test accuracy (91.8% measured) in about 11
-// minutes on two cores.
+// taskDefaults are the flags whose default depends on --task. The
+// synthetic task's are `make demo`'s, so that a plain `esper train` shows
+// what Esper is for: a host impaired by 1×1 convolutions stalls near
+// chance alone, the heuristic germinates a 3×3 seed into it, blends and
+// fossilizes it, and the run ends +13.9 points of validation accuracy
+// over the same host trained alone (27.0% against 13.1%, 45 epochs and
+// the baseline's 45 in about 8 s on two cores). Fashion-MNIST's reach
+// ≥ 88% test accuracy (91.8% measured) in about 11 minutes on two cores.
 var taskDefaults = map[string]trainConfig{
-	"synthetic":     {epochs: 30, blocks: 2, baseChannels: 4, lr: 0.01, schedule: "constant", baseline: true},
-	"fashion-mnist": {epochs: 15, blocks: 3, baseChannels: 16, lr: 0.05, schedule: "cosine", baseline: false},
+	"synthetic":     {epochs: 45, blocks: 2, baseChannels: 4, kernel: 1, lr: 0.05, schedule: "cosine", baseline: true, trainSize: 3000},
+	"fashion-mnist": {epochs: 15, blocks: 3, baseChannels: 16, kernel: 3, lr: 0.05, schedule: "cosine", baseline: false},
 }
 
 // applyTaskDefaults fills the task-dependent flags the command line did
@@ -168,6 +172,8 @@ func (c *trainConfig) applyTaskDefaults(set map[string]bool) error {
 		"epochs":        func() { c.epochs = d.epochs },
 		"blocks":        func() { c.blocks = d.blocks },
 		"base-channels": func() { c.baseChannels = d.baseChannels },
+		"kernel":        func() { c.kernel = d.kernel },
+		"train-size":    func() { c.trainSize = d.trainSize },
 		"lr":            func() { c.lr = d.lr },
 		"schedule":      func() { c.schedule = d.schedule },
 		"baseline":      func() { c.baseline = d.baseline },
@@ -332,7 +338,7 @@ func runMorphogenetic(ctx context.Context, c trainConfig, train, test data.Datas
 		eta := left.step(c.epochs - e - 1)
 		if !c.quiet {
 			fmt.Fprintf(stdout, "  epoch %3d/%d  loss %.4f  val loss %.4f  val acc %5.2f%%  %5.1fs  %s  %s%s\n",
-				e+1, c.epochs, r.TrainLoss, r.ValLoss, r.ValAccuracy, r.Duration.Seconds(), eta, r.Decision, seedList(r.Seeds))
+				e+1, c.epochs, r.TrainLoss, r.ValLoss, r.ValAccuracy, r.Duration.Seconds(), eta, decisionText(r), seedList(r.Seeds))
 		}
 	}
 	sum := tr.Summary()
@@ -366,6 +372,20 @@ func bar(done, total, width int) string {
 	return "[" + strings.Repeat("#", n) + strings.Repeat(".", width-n) + "]"
 }
 
+// decisionText renders the epoch's decision and what came of it: one
+// that Kasmina refused (a gate failed, the slot was busy) says so, with
+// Kasmina's reason, since the seed list then shows no change.
+func decisionText(r tolaria.EpochReport) string {
+	s := r.Decision.String()
+	if r.Applied == tolaria.ApplyRejected {
+		s += " → refused"
+		if r.ApplyReason != "" {
+			s += ": " + r.ApplyReason
+		}
+	}
+	return s
+}
+
 // seedList renders the seeds for the epoch line.
 func seedList(seeds []leyline.SeedReport) string {
 	if len(seeds) == 0 {
@@ -378,17 +398,35 @@ func seedList(seeds []leyline.SeedReport) string {
 	return "  [" + strings.Join(parts, ", ") + "]"
 }
 
-// history turns the epoch reports into what the plots draw.
+// history turns the epoch reports into what the plots draw. A
+// germination is marked where the epoch's GERMINATE decision took
+// effect, not where a seed is first seen: a resumed run's first epoch
+// sees seeds that germinated before the resume. The other marks come
+// from stage changes between epochs (and, for a seed the history has
+// not seen yet, from the epoch's decision that moved it).
 func history(sum tolaria.Summary, title string) runHistory {
 	h := runHistory{Title: title, Alphas: map[string]plotter.XYs{}}
 	prev := map[string]leyline.SeedStage{}
 	for _, r := range sum.Epochs {
 		e := r.Epoch + 1
 		h.Epochs = append(h.Epochs, epochPoint{Epoch: e, TrainLoss: r.TrainLoss, ValLoss: r.ValLoss, TrainAcc: r.TrainAccuracy, ValAcc: r.ValAccuracy})
+		acted := "" // the slot the epoch's decision changed
+		if r.Applied == tolaria.ApplyApplied {
+			acted = r.Decision.SlotID
+		}
 		for _, s := range r.Seeds {
 			p, seen := prev[s.SeedID]
+			if !seen && s.SlotID == acted {
+				// Unseen but changed by this epoch's decision: a
+				// germination, or (the first epoch of a resumed run) a
+				// move to the stage it is in now.
+				p, seen = leyline.StageUnknown, true
+			}
 			switch {
 			case !seen:
+				// There before the history starts (a resumed run): no
+				// stage to compare with.
+			case p == leyline.StageUnknown && r.Decision.Op == leyline.OpGerminate:
 				h.Marks = append(h.Marks, lifecycleMark{Epoch: e, Kind: "germinated", Seed: s.SeedID})
 			case s.Stage != p && s.Stage == leyline.StageBlending:
 				h.Marks = append(h.Marks, lifecycleMark{Epoch: e, Kind: "blending", Seed: s.SeedID})
