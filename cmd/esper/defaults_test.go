@@ -31,7 +31,7 @@ func TestTrainDefaultsAreTheDemo(t *testing.T) {
 // taskDefaults' comment.)
 func TestTrainDefaultsGrowASeed(t *testing.T) {
 	var out bytes.Buffer
-	code := run([]string{"train", "--epochs", "12", "--baseline=false", "--quiet", "--run-dir", t.TempDir()}, &out, &out)
+	code := run([]string{"train", "--epochs", "12", "--baseline=false", "--run-dir", t.TempDir()}, &out, &out)
 	require.Equal(t, 0, code, out.String())
 	s := out.String()
 	require.Contains(t, s, "GERMINATE r0c0")
