@@ -57,6 +57,20 @@ func writeTrainingPlot(path string, h runHistory) error {
 	return savePNG(path, [][]*plot.Plot{{loss}, {acc}}, 800, 800)
 }
 
+// plotLimit bounds the values drawn: a range of ±1e308 overflows to an
+// infinite span, in which gonum's tick search never ends.
+const plotLimit = 1e300
+
+// plotValue returns v as drawn and whether it is drawn at all: NaN and
+// infinities (a diverged run) are left out, finite values are clamped to
+// ±plotLimit.
+func plotValue(v float64) (float64, bool) {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return 0, false
+	}
+	return max(-plotLimit, min(plotLimit, v)), true
+}
+
 // trainingPlots builds writeTrainingPlot's two plots.
 func trainingPlots(h runHistory) (loss, acc *plot.Plot, err error) {
 	if len(h.Epochs) == 0 {
@@ -65,9 +79,14 @@ func trainingPlots(h runHistory) (loss, acc *plot.Plot, err error) {
 	loss = newPlot(h.Title, "", "loss")
 	acc = newPlot("", "epoch", "accuracy %")
 	series := func(p *plot.Plot, name string, dash bool, y func(epochPoint) float64) error {
-		xys := make(plotter.XYs, len(h.Epochs))
-		for i, e := range h.Epochs {
-			xys[i] = plotter.XY{X: float64(e.Epoch), Y: y(e)}
+		var xys plotter.XYs
+		for _, e := range h.Epochs {
+			if v, ok := plotValue(y(e)); ok {
+				xys = append(xys, plotter.XY{X: float64(e.Epoch), Y: v})
+			}
+		}
+		if len(xys) == 0 { // a diverged run: nothing finite to draw
+			return nil
 		}
 		l, err := plotter.NewLine(xys)
 		if err != nil {
@@ -169,7 +188,16 @@ func alphaPlot(h runHistory) (*plot.Plot, error) {
 		p.Title.Text = "seed alpha (no seeds were germinated)"
 	}
 	for i, id := range ids {
-		l, err := plotter.NewLine(h.Alphas[id])
+		var xys plotter.XYs
+		for _, xy := range h.Alphas[id] {
+			if v, ok := plotValue(xy.Y); ok {
+				xys = append(xys, plotter.XY{X: xy.X, Y: v})
+			}
+		}
+		if len(xys) == 0 {
+			continue
+		}
+		l, err := plotter.NewLine(xys)
 		if err != nil {
 			return nil, fmt.Errorf("seed %s: %w", id, err)
 		}

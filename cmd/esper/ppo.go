@@ -400,7 +400,7 @@ func ppoPlots(h []ppoRound) ([][]*plot.Plot, error) {
 		for i, name := range order {
 			var xy plotter.XYs
 			for _, r := range h {
-				if v := series[name](r); !math.IsNaN(v) && !math.IsInf(v, 0) {
+				if v, ok := plotValue(series[name](r)); ok {
 					xy = append(xy, plotter.XY{X: float64(r.Round), Y: v})
 				}
 			}
