@@ -34,10 +34,16 @@ type trainerMeta struct {
 	EpochsFailed int `json:",omitempty"`
 	// AggRNG is the PCGrad order generator's state (rand.PCG binary).
 	AggRNG []byte `json:",omitempty"`
+	// OneBased tells that the State's Meta.Epoch is the epoch's 1-based
+	// number, as in the checkpoint's name; states written before it hold
+	// the epoch's 0-based index there.
+	OneBased bool `json:",omitempty"`
 }
 
-// State captures everything needed to continue training after epoch:
-// the host's parameters and buffers, every slot (seed weights and
+// State captures everything needed to continue training after epoch (the
+// epoch's index, as RunEpoch's e; the State's Meta.Epoch holds its 1-based
+// number, epoch+1, the number RunEpoch gives its checkpoint): the host's
+// parameters and buffers, every slot (seed weights and
 // lifecycle state), every optimizer's state, the fp16 GradScaler's scale
 // and growth tracker, the trainer's counters and PCGrad generator and,
 // for a StatefulController, the controller's state.
@@ -58,7 +64,7 @@ func (t *Trainer) State(epoch int) (rollback.State, error) {
 	if sc := t.prec.scaler; sc != nil {
 		st.Put(scalerPrefix, sc.StateDict())
 	}
-	st.Meta.Epoch = epoch
+	st.Meta.Epoch = epoch + 1
 	st.Meta.GlobalStep = int64(t.step.globalStep)
 	rng, err := t.agg.rngState()
 	if err != nil {
@@ -68,6 +74,7 @@ func (t *Trainer) State(epoch int) (rollback.State, error) {
 		Germinated: t.summary.Germinated, Fossilized: t.summary.Fossilized, Pruned: t.summary.Pruned,
 		CaptureFallbacks: t.summary.CaptureFallbacks, LastSeeds: t.lastSeeds,
 		Conservative: t.deadlines.Conservative(), AggRNG: rng, EpochsFailed: t.failed,
+		OneBased: true,
 	})
 	if err != nil {
 		return st, err
@@ -84,7 +91,9 @@ func (t *Trainer) State(epoch int) (rollback.State, error) {
 }
 
 // Resume loads the latest checkpoint of TrainerOptions.Checkpoints and
-// makes Fit continue with the epoch after it. It returns that epoch.
+// makes Fit continue with the epoch after it. It returns that epoch's
+// index, which is also the number of epochs done (the checkpoint's
+// number: ckpt-epoch-N is the state after epochs 1..N).
 // Without a checkpoint yet it returns rollback.ErrNoCheckpoint (check
 // with errors.Is) and changes nothing; a corrupt checkpoint or WAL is
 // refused (a *rollback.CorruptError) before anything is loaded.
@@ -96,11 +105,32 @@ func (t *Trainer) Resume() (next int, err error) {
 	if err != nil {
 		return 0, err
 	}
-	if err := t.LoadState(st); err != nil {
-		return 0, fmt.Errorf("tolaria: resume from epoch %d: %w", e, err)
+	last, err := stateEpoch(st)
+	if err == nil {
+		err = t.LoadState(st)
 	}
-	t.start = e + 1
+	if err != nil {
+		return 0, fmt.Errorf("tolaria: resume from the checkpoint of epoch %d: %w", e, err)
+	}
+	t.start = last + 1
 	return t.start, nil
+}
+
+// stateEpoch returns the index of the epoch st was taken after (see
+// trainerMeta.OneBased).
+func stateEpoch(st rollback.State) (int, error) {
+	var tm trainerMeta
+	raw, ok := st.Meta.Extra["trainer"]
+	if !ok {
+		return 0, fmt.Errorf("checkpoint has no trainer state")
+	}
+	if err := json.Unmarshal(raw, &tm); err != nil {
+		return 0, fmt.Errorf("trainer state: %w", err)
+	}
+	if tm.OneBased {
+		return st.Meta.Epoch - 1, nil
+	}
+	return st.Meta.Epoch, nil
 }
 
 // LoadState restores a State made by State: slots first (so the seeds

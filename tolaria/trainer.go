@@ -446,7 +446,7 @@ func (t *Trainer) Summary() Summary {
 func (t *Trainer) RunEpoch(ctx context.Context, e int) (r EpochReport, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("tolaria: epoch %d: %v", e, p)
+			err = fmt.Errorf("tolaria: epoch %d: %v", e+1, p)
 		}
 	}()
 	start := time.Now()
@@ -473,7 +473,7 @@ func (t *Trainer) RunEpoch(ctx context.Context, e int) (r EpochReport, err error
 	t.aggReport = t.agg.finalize(&r)
 	r.ValLoss, r.ValAccuracy = t.evaluate(e)
 	if err := t.measureCounterfactuals(e, r.ValAccuracy); err != nil {
-		return r, fmt.Errorf("tolaria: epoch %d: counterfactuals: %w", e, err)
+		return r, fmt.Errorf("tolaria: epoch %d: counterfactuals: %w", e+1, err)
 	}
 	for _, s := range t.opt.slots {
 		if s.State() != nil && leyline.IsActiveStage(s.Stage()) {
@@ -484,7 +484,7 @@ func (t *Trainer) RunEpoch(ctx context.Context, e int) (r EpochReport, err error
 	if t.governor != nil {
 		if panicked, _ := t.governor.CheckVitalSigns(r.ValLoss); panicked {
 			if _, err := t.governor.ExecuteRollback(t.o.EnvID, "cpu"); err != nil {
-				return r, fmt.Errorf("tolaria: epoch %d: rollback: %w", e, err)
+				return r, fmt.Errorf("tolaria: epoch %d: rollback: %w", e+1, err)
 			}
 			r.RolledBack = true
 		} else if e%5 == 0 {
@@ -520,16 +520,16 @@ func (t *Trainer) RunEpoch(ctx context.Context, e int) (r EpochReport, err error
 	if t.o.Checkpoints != nil || snapshot {
 		st, err := t.State(e)
 		if err != nil {
-			return r, fmt.Errorf("tolaria: epoch %d: state: %w", e, err)
+			return r, fmt.Errorf("tolaria: epoch %d: state: %w", e+1, err)
 		}
 		if t.o.Checkpoints != nil {
-			if err := t.o.Checkpoints.Write(e, st); err != nil {
-				return r, fmt.Errorf("tolaria: epoch %d: checkpoint: %w", e, err)
+			if err := t.o.Checkpoints.Write(e+1, st); err != nil {
+				return r, fmt.Errorf("tolaria: epoch %d: checkpoint: %w", e+1, err)
 			}
 		}
 		if snapshot {
 			if err := t.snapshotFast(e, st); err != nil {
-				return r, fmt.Errorf("tolaria: epoch %d: fast rollback snapshot: %w", e, err)
+				return r, fmt.Errorf("tolaria: epoch %d: fast rollback snapshot: %w", e+1, err)
 			}
 		}
 	}
@@ -765,9 +765,10 @@ func (t *Trainer) emitEpoch(r EpochReport) {
 	if t.o.Sink == nil {
 		return
 	}
-	p := &epochEvents{trainLoss: r.TrainLoss, trainAcc: r.TrainAccuracy, doneEpoch: r.Epoch, metsEpoch: r.Epoch}
+	// Events number epochs from 1, as people do (r.Epoch is the index).
+	p := &epochEvents{trainLoss: r.TrainLoss, trainAcc: r.TrainAccuracy, doneEpoch: r.Epoch + 1, metsEpoch: r.Epoch + 1}
 	p.done = leyline.EpochCompletedPayload{
-		EnvID: t.o.EnvID, ValAccuracy: r.ValAccuracy, ValLoss: r.ValLoss, InnerEpoch: r.Epoch,
+		EnvID: t.o.EnvID, ValAccuracy: r.ValAccuracy, ValLoss: r.ValLoss, InnerEpoch: r.Epoch + 1,
 		TrainLoss: &p.trainLoss, TrainAccuracy: &p.trainAcc,
 	}
 	ev := leyline.NewEvent(leyline.EventEpochCompleted, &p.done)
@@ -831,5 +832,5 @@ func (t *Trainer) emitEpoch(r EpochReport) {
 	mev := leyline.NewEvent(leyline.EventMetrics, &p.metrics)
 	mev.Epoch = &p.metsEpoch
 	t.o.Sink.Emit(mev)
-	t.emitAggWarnings(r.Epoch, t.aggReport.Events)
+	t.emitAggWarnings(r.Epoch+1, t.aggReport.Events)
 }

@@ -428,7 +428,7 @@ func TestStatusMetricsSentOnChange(t *testing.T) {
 		for _, mt := range p.Metrics {
 			got[mt.Name] = mt.Value
 		}
-		perEpoch[*e.Epoch] = got
+		perEpoch[*e.Epoch-1] = got // events number epochs from 1
 	}
 	require.Len(t, perEpoch, 4)
 	for e := 0; e < 4; e++ {
