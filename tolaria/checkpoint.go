@@ -3,6 +3,8 @@ package tolaria
 import (
 	"encoding/json"
 	"fmt"
+	"path/filepath"
+	"strings"
 
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/tolaria/rollback"
@@ -45,8 +47,7 @@ type trainerMeta struct {
 // number, epoch+1, the number RunEpoch gives its checkpoint): the host's
 // parameters and buffers, every slot (seed weights and
 // lifecycle state), every optimizer's state, the fp16 GradScaler's scale
-// and growth tracker, the trainer's counters and PCGrad generator and,
-// for a StatefulController, the controller's state.
+// and growth tracker, the trainer's counters and PCGrad generator and, for a StatefulController, the controller's state.
 func (t *Trainer) State(epoch int) (rollback.State, error) {
 	var st rollback.State
 	st.SetModule(t.model.Host())
@@ -90,27 +91,64 @@ func (t *Trainer) State(epoch int) (rollback.State, error) {
 	return st, nil
 }
 
-// Resume loads the latest checkpoint of TrainerOptions.Checkpoints and
-// makes Fit continue with the epoch after it. It returns that epoch's
+// Resume loads the latest intact checkpoint of TrainerOptions.Checkpoints
+// and makes Fit continue with the epoch after it. It returns that epoch's
 // index, which is also the number of epochs done (the checkpoint's
 // number: ckpt-epoch-N is the state after epochs 1..N).
+//
 // Without a checkpoint yet it returns rollback.ErrNoCheckpoint (check
-// with errors.Is) and changes nothing; a corrupt checkpoint or WAL is
-// refused (a *rollback.CorruptError) before anything is loaded.
+// with errors.Is) and changes nothing. When the latest checkpoint (or the
+// WAL) is corrupt, Resume falls back to the newest older one that
+// verifies (rollback.Store.LatestIntact) and sends a warning
+// CHECKPOINT_LOADED event naming both; when none does it returns the
+// *rollback.CorruptError before anything is loaded. Callers that must
+// see the fallback themselves (esper train prints it) call LatestIntact
+// and ResumeFrom.
 func (t *Trainer) Resume() (next int, err error) {
 	if t.o.Checkpoints == nil {
 		return 0, fmt.Errorf("%w: Resume needs Checkpoints", ErrOptions)
 	}
-	st, e, err := t.o.Checkpoints.Latest()
+	in, err := t.o.Checkpoints.LatestIntact()
 	if err != nil {
 		return 0, err
 	}
-	last, err := stateEpoch(st)
-	if err == nil {
-		err = t.LoadState(st)
+	if next, err = t.ResumeFrom(in.State); err != nil {
+		return 0, fmt.Errorf("tolaria: resume from %s: %w", filepath.Base(in.Path), err)
 	}
+	if len(in.Skipped) > 0 && t.o.Sink != nil {
+		ev := leyline.NewEvent(leyline.EventCheckpointLoaded, &leyline.CheckpointLoadedPayload{Path: in.Path, Source: "tolaria"})
+		ev.Severity, ev.Epoch = leyline.SeverityWarning, leyline.IntPtr(next)
+		ev.Message = FallbackMessage(in)
+		t.o.Sink.Emit(ev)
+	}
+	return next, nil
+}
+
+// FallbackMessage is the one line that says a resume skipped corrupt
+// checkpoints: which, why, and which checkpoint it used instead.
+func FallbackMessage(in rollback.Intact) string {
+	var b strings.Builder
+	for i, ce := range in.Skipped {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "%s is corrupt (%s)", filepath.Base(ce.File), ce.Reason)
+	}
+	fmt.Fprintf(&b, ": resuming from the previous intact checkpoint, %s", filepath.Base(in.Path))
+	return b.String()
+}
+
+// ResumeFrom loads st, a checkpoint of this run read by the caller (from
+// rollback.Store.LatestIntact, say), and makes Fit continue with the epoch
+// after it: it is Resume without the reading. It returns the next epoch's
+// index (the number of epochs done).
+func (t *Trainer) ResumeFrom(st rollback.State) (next int, err error) {
+	last, err := stateEpoch(st)
 	if err != nil {
-		return 0, fmt.Errorf("tolaria: resume from the checkpoint of epoch %d: %w", e, err)
+		return 0, err
+	}
+	if err := t.LoadState(st); err != nil {
+		return 0, err
 	}
 	t.start = last + 1
 	return t.start, nil
