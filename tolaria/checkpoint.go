@@ -40,6 +40,8 @@ type trainerMeta struct {
 	// number, as in the checkpoint's name; states written before it hold
 	// the epoch's 0-based index there.
 	OneBased bool `json:",omitempty"`
+	// History holds the summary's epoch reports (see history.go).
+	History []epochRecord `json:",omitempty"`
 }
 
 // State captures everything needed to continue training after epoch (the
@@ -47,7 +49,8 @@ type trainerMeta struct {
 // number, epoch+1, the number RunEpoch gives its checkpoint): the host's
 // parameters and buffers, every slot (seed weights and
 // lifecycle state), every optimizer's state, the fp16 GradScaler's scale
-// and growth tracker, the trainer's counters and PCGrad generator and, for a StatefulController, the controller's state.
+// and growth tracker, the trainer's counters, epoch reports and PCGrad
+// generator and, for a StatefulController, the controller's state.
 func (t *Trainer) State(epoch int) (rollback.State, error) {
 	var st rollback.State
 	st.SetModule(t.model.Host())
@@ -75,7 +78,7 @@ func (t *Trainer) State(epoch int) (rollback.State, error) {
 		Germinated: t.summary.Germinated, Fossilized: t.summary.Fossilized, Pruned: t.summary.Pruned,
 		CaptureFallbacks: t.summary.CaptureFallbacks, LastSeeds: t.lastSeeds,
 		Conservative: t.deadlines.Conservative(), AggRNG: rng, EpochsFailed: t.failed,
-		OneBased: true,
+		OneBased: true, History: t.historyRecords(),
 	})
 	if err != nil {
 		return st, err
@@ -141,7 +144,9 @@ func FallbackMessage(in rollback.Intact) string {
 // ResumeFrom loads st, a checkpoint of this run read by the caller (from
 // rollback.Store.LatestIntact, say), and makes Fit continue with the epoch
 // after it: it is Resume without the reading. It returns the next epoch's
-// index (the number of epochs done).
+// index (the number of epochs done). The summary's epoch reports and
+// counters become the checkpoint's, so that Summary covers the whole run
+// (for a run resumed after its last epoch, Summary is its final result).
 func (t *Trainer) ResumeFrom(st rollback.State) (next int, err error) {
 	last, err := stateEpoch(st)
 	if err != nil {
@@ -172,8 +177,8 @@ func stateEpoch(st rollback.State) (int, error) {
 }
 
 // LoadState restores a State made by State: slots first (so the seeds
-// exist), then the host, then the optimizers, the GradScaler, counters
-// and controller. A checkpoint of an fp16 run loads into a trainer
+// exist), then the host, then the optimizers, the GradScaler, counters,
+// epoch reports and controller. A checkpoint of an fp16 run loads into a trainer
 // without fp16 (the scaler state is ignored); an fp16 trainer refuses a
 // checkpoint without scaler state, since its first steps would otherwise
 // run at the initial scale and diverge from the saved run.
@@ -250,6 +255,7 @@ func (t *Trainer) loadState(st rollback.State, keepRun bool) error {
 	if keepRun {
 		return nil
 	}
+	t.restoreHistory(tm.History)
 	t.failed = tm.EpochsFailed
 	if tm.Conservative {
 		t.deadlines.EnterConservative("resumed in conservative mode")

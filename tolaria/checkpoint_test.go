@@ -3,8 +3,10 @@ package tolaria
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -76,4 +78,60 @@ func mustTrainer(t *testing.T, o TrainerOptions) *Trainer {
 	tr, err := NewTrainer(o)
 	require.NoError(t, err)
 	return tr
+}
+
+// TestResumedSummaryCoversTheRun: a checkpoint keeps the epoch reports, so
+// that a trainer resumed from it — even after the run's last epoch, with
+// nothing left to run — reports the whole run: the same epochs, figures,
+// decisions and seeds as the trainer that wrote it, and the same counters.
+func TestResumedSummaryCoversTheRun(t *testing.T) {
+	dir := t.TempDir()
+	o := crashOptions(t, dir)
+	o.Epochs = 3
+	tr := mustTrainer(t, o)
+	want, err := tr.Fit(context.Background())
+	require.NoError(t, err)
+	require.Len(t, want.Epochs, 3)
+	require.NotEmpty(t, want.Final().Seeds, "the scripted controller germinates")
+
+	o = crashOptions(t, dir)
+	o.Epochs = 3
+	resumed := mustTrainer(t, o)
+	next, err := resumed.Resume()
+	require.NoError(t, err)
+	require.Equal(t, 3, next, "nothing left to run")
+	got, err := resumed.Fit(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+	require.Equal(t, want.Final().ValAccuracy, got.Final().ValAccuracy)
+
+	// With History set, the latest History reports come back.
+	o = crashOptions(t, dir)
+	o.Epochs, o.History = 3, 2
+	short := mustTrainer(t, o)
+	_, err = short.Resume()
+	require.NoError(t, err)
+	require.Equal(t, want.Epochs[1:], short.Summary().Epochs)
+}
+
+// TestEpochRecordRoundTrip: a report's non-finite figures (a diverged
+// loss) survive the checkpoint's JSON.
+func TestEpochRecordRoundTrip(t *testing.T) {
+	c := math.Inf(-1)
+	r := EpochReport{
+		Epoch: 4, TrainLoss: math.NaN(), ValLoss: math.Inf(1), ValAccuracy: 12.5, Duration: 3 * time.Millisecond,
+		Decision: leyline.Decision{Op: leyline.OpGerminate, SlotID: "r0c1", Reason: "plateau", Confidence: math.NaN()},
+		Seeds:    []leyline.SeedReport{{SeedID: "s", SlotID: "r0c1", Stage: leyline.StageBlending, Alpha: 0.5, Counterfactual: &c}},
+		Failed:   true, FailureReason: FailureEpochBudget, RestoredFrom: 2,
+	}
+	b, err := json.Marshal(newEpochRecord(r))
+	require.NoError(t, err)
+	require.Contains(t, string(b), `"Epoch":5`, "stored with the epoch's number")
+	var back epochRecord
+	require.NoError(t, json.Unmarshal(b, &back))
+	got := back.report()
+	require.True(t, math.IsNaN(got.TrainLoss) && math.IsInf(got.ValLoss, 1) && math.IsNaN(got.Decision.Confidence))
+	require.True(t, math.IsInf(*got.Seeds[0].Counterfactual, -1))
+	got.TrainLoss, got.Decision.Confidence, r.TrainLoss, r.Decision.Confidence = 0, 0, 0, 0
+	require.Equal(t, r, got)
 }
