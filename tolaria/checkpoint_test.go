@@ -3,6 +3,8 @@ package tolaria
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"math"
 	"path/filepath"
 	"testing"
@@ -134,4 +136,36 @@ func TestEpochRecordRoundTrip(t *testing.T) {
 	require.True(t, math.IsInf(*got.Seeds[0].Counterfactual, -1))
 	got.TrainLoss, got.Decision.Confidence, r.TrainLoss, r.Decision.Confidence = 0, 0, 0, 0
 	require.Equal(t, r, got)
+}
+
+// TestBeforeCheckpointExtendsTheCheckpoint: BeforeCheckpoint runs after
+// the epoch's events and before its checkpoint, whose Meta.Extra carries
+// what it returns; the trainer's own keys are refused.
+func TestBeforeCheckpointExtendsTheCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	rec := &recorder{}
+	o := crashOptions(t, dir)
+	o.Epochs, o.Sink = 2, rec
+	var seen []int
+	o.BeforeCheckpoint = func(e int) (map[string]json.RawMessage, error) {
+		require.Equal(t, e+1, rec.count(leyline.EventEpochCompleted), "the epoch's events come first")
+		seen = append(seen, e)
+		return map[string]json.RawMessage{"app": json.RawMessage(fmt.Sprintf(`{"epoch":%d}`, e+1))}, nil
+	}
+	_, err := mustTrainer(t, o).Fit(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, []int{0, 1}, seen)
+	st, _, err := o.Checkpoints.Latest()
+	require.NoError(t, err)
+	require.JSONEq(t, `{"epoch":2}`, string(st.Meta.Extra["app"]))
+
+	o = crashOptions(t, t.TempDir())
+	o.BeforeCheckpoint = func(int) (map[string]json.RawMessage, error) {
+		return map[string]json.RawMessage{"trainer": json.RawMessage(`{}`)}, nil
+	}
+	_, err = mustTrainer(t, o).RunEpoch(context.Background(), 0)
+	require.ErrorContains(t, err, "reserved key")
+	o.BeforeCheckpoint = func(int) (map[string]json.RawMessage, error) { return nil, errors.New("disk full") }
+	_, err = mustTrainer(t, o).RunEpoch(context.Background(), 0)
+	require.ErrorContains(t, err, "disk full")
 }

@@ -2,6 +2,7 @@ package tolaria
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"iter"
@@ -115,6 +116,14 @@ type TrainerOptions struct {
 	// Resume continues from its latest one. It is also the slow rollback
 	// tier (RollbackOnFailure).
 	Checkpoints *rollback.Store
+	// BeforeCheckpoint, when set, is called with the epoch's index after
+	// the epoch's events were sent and before its checkpoint is written.
+	// The documents it returns join the checkpoint's Meta.Extra (the keys
+	// "trainer" and "controller" are the trainer's own). esper train
+	// flushes its telemetry there, so that the event log is never behind
+	// a checkpoint, and stores the run's configuration and the log's
+	// length. An error fails the epoch, as a failed write would.
+	BeforeCheckpoint func(e int) (map[string]json.RawMessage, error)
 
 	// EpochBudget fails an epoch whose wall time (training, validation,
 	// counterfactuals and the decision) exceeds it: reason "epoch_budget"
@@ -523,6 +532,9 @@ func (t *Trainer) RunEpoch(ctx context.Context, e int) (r EpochReport, err error
 			return r, fmt.Errorf("tolaria: epoch %d: state: %w", e+1, err)
 		}
 		if t.o.Checkpoints != nil {
+			if err := t.beforeCheckpoint(e, &st); err != nil {
+				return r, fmt.Errorf("tolaria: epoch %d: before the checkpoint: %w", e+1, err)
+			}
 			if err := t.o.Checkpoints.Write(e+1, st); err != nil {
 				return r, fmt.Errorf("tolaria: epoch %d: checkpoint: %w", e+1, err)
 			}
@@ -534,6 +546,24 @@ func (t *Trainer) RunEpoch(ctx context.Context, e int) (r EpochReport, err error
 		}
 	}
 	return r, nil
+}
+
+// beforeCheckpoint calls BeforeCheckpoint and adds its documents to st.
+func (t *Trainer) beforeCheckpoint(e int, st *rollback.State) error {
+	if t.o.BeforeCheckpoint == nil {
+		return nil
+	}
+	extra, err := t.o.BeforeCheckpoint(e)
+	if err != nil {
+		return err
+	}
+	for k, v := range extra {
+		if k == "trainer" || k == "controller" {
+			return fmt.Errorf("BeforeCheckpoint returned the reserved key %q", k)
+		}
+		st.Meta.Extra[k] = v
+	}
+	return nil
 }
 
 // decide asks the controller under its deadline and applies the decision
