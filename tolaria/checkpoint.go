@@ -159,6 +159,14 @@ func (t *Trainer) ResumeFrom(st rollback.State) (next int, err error) {
 	return t.start, nil
 }
 
+// EpochsDone returns the number of epochs a State (a checkpoint of a
+// Trainer) was taken after: its epoch's 1-based number, the index of the
+// epoch a resumed run starts with.
+func EpochsDone(st rollback.State) (int, error) {
+	last, err := stateEpoch(st)
+	return last + 1, err
+}
+
 // stateEpoch returns the index of the epoch st was taken after (see
 // trainerMeta.OneBased).
 func stateEpoch(st rollback.State) (int, error) {
