@@ -40,6 +40,9 @@ func TestEpochNumbersStartAtOne(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, e)
 	require.Equal(t, 2, st.Meta.Epoch)
+	n, err := EpochsDone(st)
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
 
 	var done, metrics []int
 	for _, ev := range rec.all() {
