@@ -161,7 +161,11 @@ func applyStored(fs *flag.FlagSet, set map[string]bool, stored map[string]string
 		switch {
 		case got == want:
 		case mayChangeOnResume[name]:
-			from.notes = append(from.notes, fmt.Sprintf("--%s %s (the run was started with --%s %s)", name, got, name, want))
+			note := fmt.Sprintf("--%s %s (the run was started with --%s %s)", name, got, name, want)
+			if name == "epochs" && stored["schedule"] == "cosine" {
+				note += ": the cosine schedule now anneals over " + got + " epochs"
+			}
+			from.notes = append(from.notes, note)
 		default:
 			conflicts = append(conflicts, "--"+name+" "+got)
 			was = append(was, "--"+name+" "+want)

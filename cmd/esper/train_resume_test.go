@@ -234,12 +234,13 @@ func TestTrainKillChild(t *testing.T) {
 	if dir == "" {
 		t.Skip("helper process of TestTrainResumeAfterKill")
 	}
-	run(tinyTrain(dir, "--epochs", "40", "--baseline=false"), os.Stdout, os.Stderr)
+	run(tinyTrain(dir, "--epochs", "40", "--baseline=false", "--schedule", "constant"), os.Stdout, os.Stderr)
 }
 
 // TestTrainResumeAfterKill: esper train killed with SIGKILL after its
-// second checkpoint and resumed leaves a log with every epoch once, the
-// resume marked, no torn line, and ends as an uninterrupted run does.
+// second checkpoint and resumed (to 6 epochs of its 40) leaves a log with
+// every epoch once, the resume marked, no torn line, and ends as an
+// uninterrupted 6-epoch run does.
 func TestTrainResumeAfterKill(t *testing.T) {
 	dir := t.TempDir()
 	cmd := exec.Command(os.Args[0], "-test.run", "^TestTrainKillChild$", "-test.count=1")
@@ -282,7 +283,9 @@ func TestTrainResumeAfterKill(t *testing.T) {
 	}
 	require.Equal(t, want, seq)
 
-	whole := mustRun(t, tinyTrain(t.TempDir(), "--epochs", "6", "--baseline=false"))
+	// A constant schedule: extending or cutting --epochs changes nothing
+	// else (a cosine schedule would anneal over the new length).
+	whole := mustRun(t, tinyTrain(t.TempDir(), "--epochs", "6", "--baseline=false", "--schedule", "constant"))
 	got, exp := strings.Fields(summaryRow(t, out, "with seeds")), strings.Fields(summaryRow(t, whole, "with seeds"))
 	require.Equal(t, exp[:len(exp)-1], got[:len(got)-1], "the resumed run ends as the uninterrupted one")
 }
@@ -346,7 +349,7 @@ func TestTrainResumeUsesTheStoredConfiguration(t *testing.T) {
 	// The same run continues from any --run-dir: it keeps its own.
 	out := mustRun(t, append(resumeOnly(dir, "--epochs", "3"), "--run-dir", t.TempDir()))
 	require.Contains(t, out, "(kernel 1), 3 epochs, lr 0.05 (cosine)")
-	require.Contains(t, out, "note: --epochs 3 (the run was started with --epochs 2)")
+	require.Contains(t, out, "note: --epochs 3 (the run was started with --epochs 2): the cosine schedule now anneals over 3 epochs")
 	require.Contains(t, out, "epoch   3/3")
 	require.Contains(t, out, runs[0])
 
