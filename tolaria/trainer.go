@@ -197,6 +197,8 @@ type StepInfo struct {
 
 // EpochReport is what one epoch did.
 type EpochReport struct {
+	// Epoch is the epoch's index, RunEpoch's e, from 0; its number, in
+	// events, checkpoint names and on the console, is Epoch+1.
 	Epoch              int
 	TrainLoss, ValLoss float64
 	// TrainAccuracy and ValAccuracy are percentages.
