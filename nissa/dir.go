@@ -71,6 +71,25 @@ func NewDirBackend(root string, opts DirOptions) (*DirBackend, error) {
 	return nil, fmt.Errorf("nissa: dir backend: %s: every suffix up to _%03d is taken", filepath.Join(root, base), maxDirSuffix)
 }
 
+// OpenDirBackend returns a backend that continues the run directory dir
+// (made by NewDirBackend): events are appended to its events.jsonl. A
+// resumed run uses it, after RepairJSONL has cut the file back to the
+// checkpoint it resumes from.
+func OpenDirBackend(dir string, opts DirOptions) (*DirBackend, error) {
+	if opts.Name == "" {
+		opts.Name = "dir"
+	}
+	fi, err := os.Stat(dir)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("nissa: dir backend: %w", err)
+	case !fi.IsDir():
+		return nil, fmt.Errorf("nissa: dir backend: %s is not a directory", dir)
+	}
+	j := NewJSONLBackend(filepath.Join(dir, "events.jsonl"), JSONLOptions{Name: opts.Name, FlushEvery: opts.FlushEvery})
+	return &DirBackend{dir: dir, j: j}, nil
+}
+
 // Dir returns the run directory.
 func (d *DirBackend) Dir() string { return d.dir }
 

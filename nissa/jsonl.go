@@ -2,6 +2,7 @@ package nissa
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,7 +30,9 @@ type JSONLOptions struct {
 // (json.Marshal of the leyline.TelemetryEvent). The file is created with
 // mode 0644 (and its directory with 0755) if missing, and appended to if
 // present. Rows are buffered and written every FlushEvery events, on
-// Hub.Flush and on Close.
+// Hub.Flush and on Close, always as whole lines: a process killed at any
+// point leaves at most one torn line at the end (from a write the system
+// cut short), which ReadJSONL skips and RepairJSONL removes.
 type JSONLBackend struct {
 	name       string
 	path       string
@@ -85,6 +88,13 @@ func (j *JSONLBackend) Emit(ev leyline.TelemetryEvent) error {
 		return fmt.Errorf("nissa: jsonl: encode %s event: %w", ev.Type, err)
 	}
 	row = append(row, '\n')
+	if len(row) > j.w.Available() && j.w.Buffered() > 0 {
+		// The buffer would write part of this row when it fills: write
+		// the whole rows before it first.
+		if err := j.w.Flush(); err != nil {
+			return fmt.Errorf("nissa: jsonl %s: %w", j.path, err)
+		}
+	}
 	if _, err := j.w.Write(row); err != nil {
 		return fmt.Errorf("nissa: jsonl %s: %w", j.path, err)
 	}
@@ -119,4 +129,99 @@ func (j *JSONLBackend) Close() error {
 		cerr = fmt.Errorf("nissa: jsonl %s: %w", j.path, cerr)
 	}
 	return errors.Join(ferr, cerr)
+}
+
+// JSONLRepair is what RepairJSONL did to a file.
+type JSONLRepair struct {
+	// Dropped is the number of bytes cut, and Lines the number of lines
+	// (a torn last one included).
+	Dropped int64
+	Lines   int
+	// Short is set when the file held fewer than the bytes asked to keep:
+	// rows its writer had flushed are missing.
+	Short bool
+}
+
+// RepairJSONL cuts the JSONL file at path back to its first keep bytes (a
+// length its writer recorded after a flush, such as the one a training
+// checkpoint stores, so that what was written after it goes), and then
+// back to its last whole line, so that a torn row left by a killed
+// process goes too. A negative keep only removes a torn last line. The
+// file must exist.
+func RepairJSONL(path string, keep int64) (JSONLRepair, error) {
+	var rep JSONLRepair
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return rep, fmt.Errorf("nissa: repair %s: %w", path, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return rep, fmt.Errorf("nissa: repair %s: %w", path, err)
+	}
+	size := fi.Size()
+	if keep < 0 || keep > size {
+		rep.Short = keep > size
+		keep = size
+	}
+	// Back to the last newline at or before keep.
+	cut := keep
+	buf := make([]byte, 4096)
+	for cut > 0 {
+		n := min(int64(len(buf)), cut)
+		if _, err := f.ReadAt(buf[:n], cut-n); err != nil {
+			return rep, fmt.Errorf("nissa: repair %s: %w", path, err)
+		}
+		if i := bytes.LastIndexByte(buf[:n], '\n'); i >= 0 {
+			cut = cut - n + int64(i) + 1
+			break
+		}
+		cut -= n
+	}
+	if cut == size {
+		return rep, nil
+	}
+	tail := make([]byte, size-cut)
+	if _, err := f.ReadAt(tail, cut); err != nil {
+		return rep, fmt.Errorf("nissa: repair %s: %w", path, err)
+	}
+	rep.Dropped = size - cut
+	rep.Lines = bytes.Count(tail, []byte{'\n'})
+	if tail[len(tail)-1] != '\n' {
+		rep.Lines++
+	}
+	if err := f.Truncate(cut); err != nil {
+		return rep, fmt.Errorf("nissa: repair %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		return rep, fmt.Errorf("nissa: repair %s: %w", path, err)
+	}
+	return rep, nil
+}
+
+// ReadJSONL decodes the events of a JSONL file written by JSONLBackend. A
+// torn last line (no final newline, as a killed writer may leave) is
+// skipped and reported by torn; any other line that does not decode is
+// an error naming the line.
+func ReadJSONL(path string) (events []leyline.TelemetryEvent, torn bool, err error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, false, fmt.Errorf("nissa: read %s: %w", path, err)
+	}
+	for n := 1; len(data) > 0; n++ {
+		line, rest, complete := bytes.Cut(data, []byte{'\n'})
+		data = rest
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		var ev leyline.TelemetryEvent
+		if err := json.Unmarshal(line, &ev); err != nil {
+			if !complete {
+				return events, true, nil
+			}
+			return events, false, fmt.Errorf("nissa: read %s: line %d: %w", path, n, err)
+		}
+		events = append(events, ev)
+	}
+	return events, false, nil
 }

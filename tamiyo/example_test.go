@@ -42,7 +42,7 @@ func Example() {
 		d := ctrl.Decide(leyline.EpochState{
 			Signals: sig, Seeds: seeds, Slots: slots, Topology: leyline.TopologyCNN,
 		})
-		fmt.Printf("epoch %d stabilized=%d plateau=%d: %v\n", epoch, sig.Metrics.HostStabilized, sig.Metrics.PlateauEpochs, d)
+		fmt.Printf("epoch %d stabilized=%d plateau=%d: %v\n", epoch+1, sig.Metrics.HostStabilized, sig.Metrics.PlateauEpochs, d)
 
 		// Stand-in for Kasmina applying the decision.
 		switch d.Op {
@@ -53,12 +53,12 @@ func Example() {
 		}
 	}
 	// Output:
-	// epoch 0 stabilized=0 plateau=0: WAIT (Host not stabilized)
 	// epoch 1 stabilized=0 plateau=0: WAIT (Host not stabilized)
-	// epoch 2 stabilized=0 plateau=1: WAIT (Host not stabilized)
-	// epoch 3 stabilized=0 plateau=2: WAIT (Host not stabilized)
-	// epoch 4 stabilized=1 plateau=3: WAIT (Too early (epoch 4 < 5))
-	// epoch 5 stabilized=1 plateau=4: GERMINATE r0c0 conv_light (Plateau detected (4 epochs))
-	// epoch 6 stabilized=1 plateau=5: ADVANCE r0c0 (Advance to TRAINING)
-	// epoch 7 stabilized=1 plateau=6: ADVANCE r0c0 (Advance to BLENDING (improvement +0.00%))
+	// epoch 2 stabilized=0 plateau=0: WAIT (Host not stabilized)
+	// epoch 3 stabilized=0 plateau=1: WAIT (Host not stabilized)
+	// epoch 4 stabilized=0 plateau=2: WAIT (Host not stabilized)
+	// epoch 5 stabilized=1 plateau=3: WAIT (Too early (epoch 5 ≤ 5))
+	// epoch 6 stabilized=1 plateau=4: GERMINATE r0c0 conv_light (Plateau detected (4 epochs))
+	// epoch 7 stabilized=1 plateau=5: ADVANCE r0c0 (Advance to TRAINING)
+	// epoch 8 stabilized=1 plateau=6: ADVANCE r0c0 (Advance to BLENDING (improvement +0.00%))
 }

@@ -536,7 +536,9 @@ func (h *Heuristic) decideGermination(st *heuristicState, s leyline.EpochState) 
 		return leyline.Wait("Host not stabilized")
 	}
 	if m.Epoch < h.opts.MinEpochsBeforeGerminate {
-		return leyline.Wait(fmt.Sprintf("Too early (epoch %d < %d)", m.Epoch, h.opts.MinEpochsBeforeGerminate))
+		// m.Epoch is the index; people count epochs from 1, and index <
+		// Min is number ≤ Min.
+		return leyline.Wait(fmt.Sprintf("Too early (epoch %d ≤ %d)", m.Epoch+1, h.opts.MinEpochsBeforeGerminate))
 	}
 	if s.Signals.AvailableSlots <= 0 {
 		return leyline.Wait("No available slot")

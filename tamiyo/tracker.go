@@ -110,6 +110,8 @@ func (o TrackerOptions) withDefaults() (TrackerOptions, error) {
 // EpochResult is what one epoch of training produced, as the tracker
 // reads it. Accuracies are on the 0–100 scale.
 type EpochResult struct {
+	// Epoch is the epoch's index, from 0; events show it as Epoch+1,
+	// the epoch's number.
 	Epoch         int
 	GlobalStep    int
 	TrainLoss     float64
@@ -328,12 +330,12 @@ func (t *SignalTracker) step(r EpochResult) (sig leyline.TrainingSignals, next t
 func (t *SignalTracker) initiatedEvent(r EpochResult, stableCount int) leyline.TelemetryEvent {
 	ev := leyline.NewEvent(leyline.EventTamiyoInitiated, &leyline.TamiyoInitiatedPayload{
 		EnvID:               t.opts.EnvID,
-		Epoch:               r.Epoch,
+		Epoch:               r.Epoch + 1, // events number epochs from 1
 		StableCount:         stableCount,
 		StabilizationEpochs: t.opts.StabilizationEpochs,
 		ValLoss:             r.ValLoss,
 	})
-	epoch := r.Epoch
+	epoch := r.Epoch + 1
 	ev.Epoch = &epoch
 	ev.Message = fmt.Sprintf("Host stabilized - germination now allowed (env_id=%d, stable_count=%d, stabilization_epochs=%d, val_loss=%.4f)",
 		t.opts.EnvID, stableCount, t.opts.StabilizationEpochs, r.ValLoss)

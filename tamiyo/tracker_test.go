@@ -207,8 +207,8 @@ func TestTrackerEmitsTamiyoInitiatedOnce(t *testing.T) {
 	ev := sink.events[0]
 	assert.Equal(t, leyline.EventTamiyoInitiated, ev.Type)
 	require.NotNil(t, ev.Epoch)
-	assert.Equal(t, 3, *ev.Epoch)
-	assert.Equal(t, &leyline.TamiyoInitiatedPayload{EnvID: 7, Epoch: 3, StableCount: 3, StabilizationEpochs: 3, ValLoss: 1.93}, ev.Data)
+	assert.Equal(t, 4, *ev.Epoch, "events number epochs from 1: index 3 is epoch 4")
+	assert.Equal(t, &leyline.TamiyoInitiatedPayload{EnvID: 7, Epoch: 4, StableCount: 3, StabilizationEpochs: 3, ValLoss: 1.93}, ev.Data)
 	assert.NoError(t, ev.Data.Validate())
 	assert.NotEmpty(t, ev.EventID)
 

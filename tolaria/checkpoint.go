@@ -3,6 +3,8 @@ package tolaria
 import (
 	"encoding/json"
 	"fmt"
+	"path/filepath"
+	"strings"
 
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/tolaria/rollback"
@@ -34,13 +36,21 @@ type trainerMeta struct {
 	EpochsFailed int `json:",omitempty"`
 	// AggRNG is the PCGrad order generator's state (rand.PCG binary).
 	AggRNG []byte `json:",omitempty"`
+	// OneBased tells that the State's Meta.Epoch is the epoch's 1-based
+	// number, as in the checkpoint's name; states written before it hold
+	// the epoch's 0-based index there.
+	OneBased bool `json:",omitempty"`
+	// History holds the summary's epoch reports (see history.go).
+	History []epochRecord `json:",omitempty"`
 }
 
-// State captures everything needed to continue training after epoch:
-// the host's parameters and buffers, every slot (seed weights and
+// State captures everything needed to continue training after epoch (the
+// epoch's index, as RunEpoch's e; the State's Meta.Epoch holds its 1-based
+// number, epoch+1, the number RunEpoch gives its checkpoint): the host's
+// parameters and buffers, every slot (seed weights and
 // lifecycle state), every optimizer's state, the fp16 GradScaler's scale
-// and growth tracker, the trainer's counters and PCGrad generator and,
-// for a StatefulController, the controller's state.
+// and growth tracker, the trainer's counters, epoch reports and PCGrad
+// generator and, for a StatefulController, the controller's state.
 func (t *Trainer) State(epoch int) (rollback.State, error) {
 	var st rollback.State
 	st.SetModule(t.model.Host())
@@ -58,7 +68,7 @@ func (t *Trainer) State(epoch int) (rollback.State, error) {
 	if sc := t.prec.scaler; sc != nil {
 		st.Put(scalerPrefix, sc.StateDict())
 	}
-	st.Meta.Epoch = epoch
+	st.Meta.Epoch = epoch + 1
 	st.Meta.GlobalStep = int64(t.step.globalStep)
 	rng, err := t.agg.rngState()
 	if err != nil {
@@ -68,6 +78,7 @@ func (t *Trainer) State(epoch int) (rollback.State, error) {
 		Germinated: t.summary.Germinated, Fossilized: t.summary.Fossilized, Pruned: t.summary.Pruned,
 		CaptureFallbacks: t.summary.CaptureFallbacks, LastSeeds: t.lastSeeds,
 		Conservative: t.deadlines.Conservative(), AggRNG: rng, EpochsFailed: t.failed,
+		OneBased: true, History: t.historyRecords(),
 	})
 	if err != nil {
 		return st, err
@@ -83,29 +94,99 @@ func (t *Trainer) State(epoch int) (rollback.State, error) {
 	return st, nil
 }
 
-// Resume loads the latest checkpoint of TrainerOptions.Checkpoints and
-// makes Fit continue with the epoch after it. It returns that epoch.
+// Resume loads the latest intact checkpoint of TrainerOptions.Checkpoints
+// and makes Fit continue with the epoch after it. It returns that epoch's
+// index, which is also the number of epochs done (the checkpoint's
+// number: ckpt-epoch-N is the state after epochs 1..N).
+//
 // Without a checkpoint yet it returns rollback.ErrNoCheckpoint (check
-// with errors.Is) and changes nothing; a corrupt checkpoint or WAL is
-// refused (a *rollback.CorruptError) before anything is loaded.
+// with errors.Is) and changes nothing. When the latest checkpoint (or the
+// WAL) is corrupt, Resume falls back to the newest older one that
+// verifies (rollback.Store.LatestIntact) and sends a warning
+// CHECKPOINT_LOADED event naming both; when none does it returns the
+// *rollback.CorruptError before anything is loaded. Callers that must
+// see the fallback themselves (esper train prints it) call LatestIntact
+// and ResumeFrom.
 func (t *Trainer) Resume() (next int, err error) {
 	if t.o.Checkpoints == nil {
 		return 0, fmt.Errorf("%w: Resume needs Checkpoints", ErrOptions)
 	}
-	st, e, err := t.o.Checkpoints.Latest()
+	in, err := t.o.Checkpoints.LatestIntact()
+	if err != nil {
+		return 0, err
+	}
+	if next, err = t.ResumeFrom(in.State); err != nil {
+		return 0, fmt.Errorf("tolaria: resume from %s: %w", filepath.Base(in.Path), err)
+	}
+	if len(in.Skipped) > 0 && t.o.Sink != nil {
+		ev := leyline.NewEvent(leyline.EventCheckpointLoaded, &leyline.CheckpointLoadedPayload{Path: in.Path, Source: "tolaria"})
+		ev.Severity, ev.Epoch = leyline.SeverityWarning, leyline.IntPtr(next)
+		ev.Message = FallbackMessage(in)
+		t.o.Sink.Emit(ev)
+	}
+	return next, nil
+}
+
+// FallbackMessage is the one line that says a resume skipped corrupt
+// checkpoints: which, why, and which checkpoint it used instead.
+func FallbackMessage(in rollback.Intact) string {
+	var b strings.Builder
+	for i, ce := range in.Skipped {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "%s is corrupt (%s)", filepath.Base(ce.File), ce.Reason)
+	}
+	fmt.Fprintf(&b, ": resuming from the previous intact checkpoint, %s", filepath.Base(in.Path))
+	return b.String()
+}
+
+// ResumeFrom loads st, a checkpoint of this run read by the caller (from
+// rollback.Store.LatestIntact, say), and makes Fit continue with the epoch
+// after it: it is Resume without the reading. It returns the next epoch's
+// index (the number of epochs done). The summary's epoch reports and
+// counters become the checkpoint's, so that Summary covers the whole run
+// (for a run resumed after its last epoch, Summary is its final result).
+func (t *Trainer) ResumeFrom(st rollback.State) (next int, err error) {
+	last, err := stateEpoch(st)
 	if err != nil {
 		return 0, err
 	}
 	if err := t.LoadState(st); err != nil {
-		return 0, fmt.Errorf("tolaria: resume from epoch %d: %w", e, err)
+		return 0, err
 	}
-	t.start = e + 1
+	t.start = last + 1
 	return t.start, nil
 }
 
+// EpochsDone returns the number of epochs a State (a checkpoint of a
+// Trainer) was taken after: its epoch's 1-based number, the index of the
+// epoch a resumed run starts with.
+func EpochsDone(st rollback.State) (int, error) {
+	last, err := stateEpoch(st)
+	return last + 1, err
+}
+
+// stateEpoch returns the index of the epoch st was taken after (see
+// trainerMeta.OneBased).
+func stateEpoch(st rollback.State) (int, error) {
+	var tm trainerMeta
+	raw, ok := st.Meta.Extra["trainer"]
+	if !ok {
+		return 0, fmt.Errorf("checkpoint has no trainer state")
+	}
+	if err := json.Unmarshal(raw, &tm); err != nil {
+		return 0, fmt.Errorf("trainer state: %w", err)
+	}
+	if tm.OneBased {
+		return st.Meta.Epoch - 1, nil
+	}
+	return st.Meta.Epoch, nil
+}
+
 // LoadState restores a State made by State: slots first (so the seeds
-// exist), then the host, then the optimizers, the GradScaler, counters
-// and controller. A checkpoint of an fp16 run loads into a trainer
+// exist), then the host, then the optimizers, the GradScaler, counters,
+// epoch reports and controller. A checkpoint of an fp16 run loads into a trainer
 // without fp16 (the scaler state is ignored); an fp16 trainer refuses a
 // checkpoint without scaler state, since its first steps would otherwise
 // run at the initial scale and diverge from the saved run.
@@ -182,6 +263,7 @@ func (t *Trainer) loadState(st rollback.State, keepRun bool) error {
 	if keepRun {
 		return nil
 	}
+	t.restoreHistory(tm.History)
 	t.failed = tm.EpochsFailed
 	if tm.Conservative {
 		t.deadlines.EnterConservative("resumed in conservative mode")

@@ -99,7 +99,7 @@ func (t *Trainer) failEpoch(ctx context.Context, r *EpochReport) error {
 	t.failed++
 	if r.FailureReason == FailureEpochBudget {
 		t.deadlines.emit(EventEpochBudgetExceeded, leyline.SeverityWarning,
-			fmt.Sprintf("epoch %d took %v, budget %v", r.Epoch, r.Duration, t.o.EpochBudget), t.failureMetrics(nil))
+			fmt.Sprintf("epoch %d took %v, budget %v", r.Epoch+1, r.Duration, t.o.EpochBudget), t.failureMetrics(nil))
 	}
 	if r.FailureReason != FailureBreakerOpen {
 		t.breaker.RecordFailure()
@@ -129,20 +129,21 @@ func (t *Trainer) rollbackAfter(ctx context.Context, r *EpochReport) error {
 	res, st, err := tt.Restore(ctx, int64(prev))
 	from := int(res.Step)
 	if err == nil && !res.UsedFast {
-		from = res.Epoch
-		if from > prev {
-			err = fmt.Errorf("rollback: latest checkpoint is of epoch %d, not before the failed epoch %d", from, r.Epoch)
+		// The store numbers checkpoints from 1 (see State); the fast
+		// tier and RestoredFrom use the epoch's index.
+		if from, err = stateEpoch(st); err == nil && from > prev {
+			err = fmt.Errorf("rollback: latest checkpoint is of epoch %d, not before the failed epoch %d", from+1, r.Epoch+1)
 		}
 	}
 	if err != nil {
 		if !errors.Is(err, rollback.ErrNoSnapshot) {
 			t.deadlines.emit(rollback.EventRestoreFailed, leyline.SeverityCritical,
-				fmt.Sprintf("epoch %d (%s): %v", r.Epoch, r.FailureReason, err), t.failureMetrics(nil))
+				fmt.Sprintf("epoch %d (%s): %v", r.Epoch+1, r.FailureReason, err), t.failureMetrics(nil))
 		}
 		return nil
 	}
 	if err := t.loadState(st, true); err != nil {
-		return fmt.Errorf("tolaria: epoch %d: rollback to epoch %d: %w", r.Epoch, from, err)
+		return fmt.Errorf("tolaria: epoch %d: rollback to epoch %d: %w", r.Epoch+1, from+1, err)
 	}
 	r.RestoredFrom, r.RestoredFast = from, res.UsedFast
 	r.Seeds = seedReports(t.opt.slots)

@@ -420,7 +420,8 @@ func (g *gradAgg) finalize(r *EpochReport) aggregation.EpochReport {
 // emitAggWarnings sends the accumulator's warnings as METRICS events
 // whose Message starts with the event name (seed_share_jump,
 // seed_conflict_high, grad_conflict_high), carrying the offending value
-// as a metric with the event's attributes.
+// as a metric with the event's attributes, the epoch's 1-based number
+// among them.
 func (t *Trainer) emitAggWarnings(epoch int, evs []aggregation.Event) {
 	for _, e := range evs {
 		name := leyline.MetricTolariaGradAggConflictRatio

@@ -27,13 +27,13 @@ func twoSeedModel(t *testing.T, seeds int) *kasmina.MorphogeneticModel {
 	return m
 }
 
-// epochMetrics returns the metrics of the epoch's METRICS event (the one
-// without a Message).
+// epochMetrics returns the metrics of the METRICS event (the one without
+// a Message) of the epoch of index epoch, which events number epoch+1.
 func epochMetrics(t *testing.T, rec *recorder, epoch int) []leyline.Metric {
 	t.Helper()
 	for _, e := range rec.all() {
 		p, ok := e.Data.(*leyline.MetricsPayload)
-		if ok && e.Type == leyline.EventMetrics && e.Message == "" && e.Epoch != nil && *e.Epoch == epoch {
+		if ok && e.Type == leyline.EventMetrics && e.Message == "" && e.Epoch != nil && *e.Epoch == epoch+1 {
 			return p.Metrics
 		}
 	}

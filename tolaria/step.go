@@ -352,7 +352,7 @@ func (s *stepRunner) trainBatch(x, y *tensor.Tensor) bool {
 	t0 := time.Now()
 	captured, combined, err := s.run(x, y)
 	if err != nil {
-		l.err = fmt.Errorf("tolaria: epoch %d step %d: %w", l.e, l.steps, err)
+		l.err = fmt.Errorf("tolaria: epoch %d step %d: %w", l.e+1, l.steps+1, err)
 		return false
 	}
 	d := time.Since(t0)
@@ -367,7 +367,7 @@ func (s *stepRunner) trainBatch(x, y *tensor.Tensor) bool {
 		t.model.CaptureGradientTelemetry()
 		if !combined && !t.prec.foundInf() {
 			if err := t.agg.observe(t.model, t.opt, x, y); err != nil {
-				l.err = fmt.Errorf("tolaria: epoch %d step %d: gradient aggregation: %w", l.e, l.steps, err)
+				l.err = fmt.Errorf("tolaria: epoch %d step %d: gradient aggregation: %w", l.e+1, l.steps, err)
 				return false
 			}
 		}

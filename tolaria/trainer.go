@@ -2,6 +2,7 @@ package tolaria
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"iter"
@@ -115,6 +116,14 @@ type TrainerOptions struct {
 	// Resume continues from its latest one. It is also the slow rollback
 	// tier (RollbackOnFailure).
 	Checkpoints *rollback.Store
+	// BeforeCheckpoint, when set, is called with the epoch's index after
+	// the epoch's events were sent and before its checkpoint is written.
+	// The documents it returns join the checkpoint's Meta.Extra (the keys
+	// "trainer" and "controller" are the trainer's own). esper train
+	// flushes its telemetry there, so that the event log is never behind
+	// a checkpoint, and stores the run's configuration and the log's
+	// length. An error fails the epoch, as a failed write would.
+	BeforeCheckpoint func(e int) (map[string]json.RawMessage, error)
 
 	// EpochBudget fails an epoch whose wall time (training, validation,
 	// counterfactuals and the decision) exceeds it: reason "epoch_budget"
@@ -188,6 +197,8 @@ type StepInfo struct {
 
 // EpochReport is what one epoch did.
 type EpochReport struct {
+	// Epoch is the epoch's index, RunEpoch's e, from 0; its number, in
+	// events, checkpoint names and on the console, is Epoch+1.
 	Epoch              int
 	TrainLoss, ValLoss float64
 	// TrainAccuracy and ValAccuracy are percentages.
@@ -451,7 +462,7 @@ func (t *Trainer) Summary() Summary {
 func (t *Trainer) RunEpoch(ctx context.Context, e int) (r EpochReport, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("tolaria: epoch %d: %v", e, p)
+			err = fmt.Errorf("tolaria: epoch %d: %v", e+1, p)
 		}
 	}()
 	start := time.Now()
@@ -478,7 +489,7 @@ func (t *Trainer) RunEpoch(ctx context.Context, e int) (r EpochReport, err error
 	t.aggReport = t.agg.finalize(&r)
 	r.ValLoss, r.ValAccuracy = t.evaluate(e)
 	if err := t.measureCounterfactuals(e, r.ValAccuracy); err != nil {
-		return r, fmt.Errorf("tolaria: epoch %d: counterfactuals: %w", e, err)
+		return r, fmt.Errorf("tolaria: epoch %d: counterfactuals: %w", e+1, err)
 	}
 	for _, s := range t.opt.slots {
 		if s.State() != nil && leyline.IsActiveStage(s.Stage()) {
@@ -489,7 +500,7 @@ func (t *Trainer) RunEpoch(ctx context.Context, e int) (r EpochReport, err error
 	if t.governor != nil {
 		if panicked, _ := t.governor.CheckVitalSigns(r.ValLoss); panicked {
 			if _, err := t.governor.ExecuteRollback(t.o.EnvID, "cpu"); err != nil {
-				return r, fmt.Errorf("tolaria: epoch %d: rollback: %w", e, err)
+				return r, fmt.Errorf("tolaria: epoch %d: rollback: %w", e+1, err)
 			}
 			r.RolledBack = true
 		} else if e%5 == 0 {
@@ -525,20 +536,41 @@ func (t *Trainer) RunEpoch(ctx context.Context, e int) (r EpochReport, err error
 	if t.o.Checkpoints != nil || snapshot {
 		st, err := t.State(e)
 		if err != nil {
-			return r, fmt.Errorf("tolaria: epoch %d: state: %w", e, err)
+			return r, fmt.Errorf("tolaria: epoch %d: state: %w", e+1, err)
 		}
 		if t.o.Checkpoints != nil {
-			if err := t.o.Checkpoints.Write(e, st); err != nil {
-				return r, fmt.Errorf("tolaria: epoch %d: checkpoint: %w", e, err)
+			if err := t.beforeCheckpoint(e, &st); err != nil {
+				return r, fmt.Errorf("tolaria: epoch %d: before the checkpoint: %w", e+1, err)
+			}
+			if err := t.o.Checkpoints.Write(e+1, st); err != nil {
+				return r, fmt.Errorf("tolaria: epoch %d: checkpoint: %w", e+1, err)
 			}
 		}
 		if snapshot {
 			if err := t.snapshotFast(e, st); err != nil {
-				return r, fmt.Errorf("tolaria: epoch %d: fast rollback snapshot: %w", e, err)
+				return r, fmt.Errorf("tolaria: epoch %d: fast rollback snapshot: %w", e+1, err)
 			}
 		}
 	}
 	return r, nil
+}
+
+// beforeCheckpoint calls BeforeCheckpoint and adds its documents to st.
+func (t *Trainer) beforeCheckpoint(e int, st *rollback.State) error {
+	if t.o.BeforeCheckpoint == nil {
+		return nil
+	}
+	extra, err := t.o.BeforeCheckpoint(e)
+	if err != nil {
+		return err
+	}
+	for k, v := range extra {
+		if k == "trainer" || k == "controller" {
+			return fmt.Errorf("BeforeCheckpoint returned the reserved key %q", k)
+		}
+		st.Meta.Extra[k] = v
+	}
+	return nil
 }
 
 // decide asks the controller under its deadline and applies the decision
@@ -772,9 +804,10 @@ func (t *Trainer) emitEpoch(r EpochReport) {
 	if t.o.Sink == nil {
 		return
 	}
-	p := &epochEvents{trainLoss: r.TrainLoss, trainAcc: r.TrainAccuracy, doneEpoch: r.Epoch, metsEpoch: r.Epoch}
+	// Events number epochs from 1, as people do (r.Epoch is the index).
+	p := &epochEvents{trainLoss: r.TrainLoss, trainAcc: r.TrainAccuracy, doneEpoch: r.Epoch + 1, metsEpoch: r.Epoch + 1}
 	p.done = leyline.EpochCompletedPayload{
-		EnvID: t.o.EnvID, ValAccuracy: r.ValAccuracy, ValLoss: r.ValLoss, InnerEpoch: r.Epoch,
+		EnvID: t.o.EnvID, ValAccuracy: r.ValAccuracy, ValLoss: r.ValLoss, InnerEpoch: r.Epoch + 1,
 		TrainLoss: &p.trainLoss, TrainAccuracy: &p.trainAcc,
 	}
 	ev := leyline.NewEvent(leyline.EventEpochCompleted, &p.done)
@@ -840,5 +873,5 @@ func (t *Trainer) emitEpoch(r EpochReport) {
 	mev := leyline.NewEvent(leyline.EventMetrics, &p.metrics)
 	mev.Epoch = &p.metsEpoch
 	t.o.Sink.Emit(mev)
-	t.emitAggWarnings(r.Epoch, t.aggReport.Events)
+	t.emitAggWarnings(r.Epoch+1, t.aggReport.Events)
 }

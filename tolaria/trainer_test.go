@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -319,7 +318,8 @@ func TestCrashChild(t *testing.T) {
 
 // TestResumeAfterSIGKILL: a run killed with SIGKILL mid-epoch and resumed
 // from its last checkpoint ends with parameters bitwise equal to an
-// uninterrupted run; a corrupted checkpoint is refused.
+// uninterrupted run; a corrupted newest checkpoint makes Resume fall back
+// to the previous one, with a warning; with both corrupted it is refused.
 func TestResumeAfterSIGKILL(t *testing.T) {
 	dir := t.TempDir()
 	cmd := exec.Command(os.Args[0], "-test.run", "^TestCrashChild$", "-test.count=1")
@@ -334,7 +334,7 @@ func TestResumeAfterSIGKILL(t *testing.T) {
 	require.NoError(t, err)
 	next, err := resumed.Resume()
 	require.NoError(t, err)
-	require.Equal(t, 2, next, "epochs 0 and 1 were checkpointed before the kill")
+	require.Equal(t, 2, next, "epochs 1 and 2 were checkpointed before the kill")
 	_, err = resumed.Fit(context.Background())
 	require.NoError(t, err)
 
@@ -348,24 +348,38 @@ func TestResumeAfterSIGKILL(t *testing.T) {
 		require.Equal(t, v, got[name], "parameter %s differs after resume", name)
 	}
 
-	// Corrupt the newest checkpoint: Resume refuses it.
-	files, _ := filepath.Glob(filepath.Join(dir, "ckpt-epoch-*.safetensors"))
-	require.NotEmpty(t, files)
-	newest := files[len(files)-1]
-	for _, f := range files {
-		if strings.Compare(f, newest) > 0 {
-			newest = f
+	// Corrupt the newest checkpoint (one flipped byte): Resume falls back
+	// to the previous one and says so.
+	corrupt := func(name string) {
+		path := filepath.Join(dir, name)
+		data, err := os.ReadFile(path)
+		require.NoError(t, err)
+		data[len(data)/2] ^= 0xff
+		require.NoError(t, os.WriteFile(path, data, 0o644))
+	}
+	corrupt("ckpt-epoch-4.safetensors")
+	rec := &recorder{}
+	o := crashOptions(t, dir)
+	o.Sink = rec
+	again, err := NewTrainer(o)
+	require.NoError(t, err)
+	next, err = again.Resume()
+	require.NoError(t, err)
+	require.Equal(t, 3, next, "the fallback is ckpt-epoch-3")
+	var warned []string
+	for _, e := range rec.all() {
+		if e.Type == leyline.EventCheckpointLoaded && e.Severity == leyline.SeverityWarning {
+			warned = append(warned, e.Message)
 		}
 	}
-	data, err := os.ReadFile(newest)
-	require.NoError(t, err)
-	data[len(data)/2] ^= 0xff
-	require.NoError(t, os.WriteFile(newest, data, 0o644))
-	again, err := NewTrainer(crashOptions(t, dir))
-	require.NoError(t, err)
-	_, err = again.Resume()
-	var corrupt *rollback.CorruptError
-	require.True(t, errors.As(err, &corrupt), "want a CorruptError, got %v", err)
+	require.Len(t, warned, 1)
+	require.Contains(t, warned[0], "ckpt-epoch-4.safetensors is corrupt (CRC32 mismatch")
+	require.Contains(t, warned[0], "resuming from the previous intact checkpoint, ckpt-epoch-3.safetensors")
+
+	corrupt("ckpt-epoch-3.safetensors")
+	_, err = mustTrainer(t, crashOptions(t, dir)).Resume()
+	var ce *rollback.CorruptError
+	require.True(t, errors.As(err, &ce), "want a CorruptError, got %v", err)
 }
 
 // TestEpochAccuracyIsCounted: the validation accuracy the trainer counts
@@ -447,7 +461,7 @@ func TestStatusMetricsSentOnChange(t *testing.T) {
 		for _, mt := range p.Metrics {
 			got[mt.Name] = mt.Value
 		}
-		perEpoch[*e.Epoch] = got
+		perEpoch[*e.Epoch-1] = got // events number epochs from 1
 	}
 	require.Len(t, perEpoch, 4)
 	for e := 0; e < 4; e++ {

@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"os/signal"
@@ -37,6 +39,12 @@ type trainConfig struct {
 	lr                                                                  float64
 	capture, baseline, resume, quiet                                    bool
 	trainSize, testSize                                                 int
+
+	// flags is the run's configuration as a checkpoint stores it (see
+	// train_resume.go), and from the checkpoint a --resume continues
+	// (nil for a new run).
+	flags map[string]string
+	from  *resumePoint
 }
 
 func trainCmd(args []string, stdout, stderr io.Writer) error {
@@ -65,6 +73,17 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 
+	if c.from != nil {
+		if len(c.from.in.Skipped) > 0 {
+			fmt.Fprintf(stdout, "warning: %s\n", tolaria.FallbackMessage(c.from.in))
+		}
+		if c.from.run == nil {
+			fmt.Fprintf(stdout, "note: %s stores no configuration (an older esper wrote it): the flags are taken as given\n", c.from.in.Path)
+		}
+		for _, n := range c.from.notes {
+			fmt.Fprintf(stdout, "note: %s\n", n)
+		}
+	}
 	if !c.quiet {
 		fmt.Fprintf(stdout, "esper train: task %s (%d train, %d test, %d classes), CNN host %d blocks from %d channels (kernel %d), %d epochs, lr %g (%s), controller %s\n",
 			c.task, train.Len(), test.Len(), train.Classes(), c.blocks, c.baseChannels, c.kernel, c.epochs, c.lr, c.schedule, c.controller)
@@ -75,14 +94,26 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	var base *runResult
-	if c.baseline && c.controller != "none" && !c.resume {
-		if !c.quiet {
-			fmt.Fprintf(stdout, "\nbaseline: the same host without seeds, %d epochs\n", c.epochs)
-		}
-		bc := c
-		bc.controller, bc.checkpoint, bc.metricsAddr = "none", "", ""
-		if base, err = runPlain(ctx, bc, train, test, stdout); err != nil {
-			return err
+	if c.baseline && c.controller != "none" {
+		if base = loadBaseline(c); base != nil {
+			if !c.quiet {
+				fmt.Fprintf(stdout, "\nbaseline: the same host without seeds, %d epochs, as trained before (%s)\n", c.epochs, base.dir)
+			}
+		} else {
+			if !c.quiet {
+				fmt.Fprintf(stdout, "\nbaseline: the same host without seeds, %d epochs\n", c.epochs)
+			}
+			bc := c
+			bc.controller, bc.policy, bc.checkpoint, bc.metricsAddr = "none", "", "", ""
+			bc.resume, bc.from = false, nil
+			bc.flags = maps.Clone(c.flags)
+			bc.flags["controller"], bc.flags["policy"], bc.flags["policy-sample"] = "none", "", "false"
+			if base, err = runPlain(ctx, bc, train, test, stdout); err != nil {
+				return err
+			}
+			if err := saveBaseline(c, base); err != nil {
+				fmt.Fprintf(stdout, "warning: keeping the baseline's result in %s: %v\n", c.checkpoint, err)
+			}
 		}
 	}
 	printSummary(stdout, c, run, base)
@@ -114,7 +145,7 @@ func parseTrain(args []string, stderr io.Writer) (trainConfig, error) {
 	fs.BoolVar(&c.baseline, "baseline", false, "also train the same host without seeds for the same epochs, and compare (default per task: synthetic true, fashion-mnist false)")
 	fs.StringVar(&c.runRoot, "run-dir", "runs", "where the run directory (telemetry JSONL and PNG plots) is created")
 	fs.StringVar(&c.checkpoint, "checkpoint", "", "checkpoint directory (a checkpoint after every epoch)")
-	fs.BoolVar(&c.resume, "resume", false, "continue from the latest checkpoint in --checkpoint")
+	fs.BoolVar(&c.resume, "resume", false, "continue the run in --checkpoint from its latest intact checkpoint, with the configuration stored there (a flag given again must agree, except --epochs, --baseline and --capture)")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at this address (e.g. 127.0.0.1:9464) during the run")
 	fs.BoolVar(&c.quiet, "quiet", false, "print only errors, warnings and the final result (no progress)")
 	if err := parseFlags(fs, args); err != nil {
@@ -122,6 +153,13 @@ func parseTrain(args []string, stderr io.Writer) (trainConfig, error) {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if c.resume && c.checkpoint != "" && fs.NArg() == 0 {
+		// The run's stored configuration fills what the command line
+		// leaves out (before the task defaults do).
+		if err := c.loadResume(fs, set); err != nil {
+			return c, err
+		}
+	}
 	if err := c.applyTaskDefaults(set); err != nil {
 		return c, err
 	}
@@ -144,7 +182,10 @@ func parseTrain(args []string, stderr io.Writer) (trainConfig, error) {
 		return c, fmt.Errorf("unknown schedule %q (constant or cosine)", c.schedule)
 	case !(c.lr > 0) || math.IsInf(c.lr, 0):
 		return c, fmt.Errorf("--lr %v must be finite and > 0", c.lr)
+	case c.from != nil && c.epochs < c.from.done:
+		return c, fmt.Errorf("--epochs %d: the run in %s has done %d epochs already, and a run cannot be shortened", c.epochs, c.checkpoint, c.from.done)
 	}
+	c.flags = storedFlags(fs)
 	return c, nil
 }
 
@@ -203,7 +244,9 @@ type runResult struct {
 	summary tolaria.Summary
 	params  int
 	dir     string
-	elapsed time.Duration
+	// secPerEpoch is the epochs' mean wall time (all of them, those
+	// before a resume included).
+	secPerEpoch float64
 }
 
 func runPlain(ctx context.Context, c trainConfig, train, test data.Dataset, stdout io.Writer) (*runResult, error) {
@@ -227,8 +270,11 @@ func runMorphogenetic(ctx context.Context, c trainConfig, train, test data.Datas
 
 	hub := nissa.NewHub(nissa.HubOptions{})
 	defer hub.Close(10 * time.Second)
-	dirb, err := nissa.NewDirBackend(c.runRoot, nissa.DirOptions{})
+	dirb, logNote, err := openRunDir(c, stdout)
 	if err != nil {
+		return nil, fmt.Errorf("run directory: %w", err)
+	}
+	if err := writeConfig(dirb.Dir(), configFile{Flags: c.flags, Checkpoint: c.checkpoint}); err != nil {
 		return nil, fmt.Errorf("run directory: %w", err)
 	}
 	if err := hub.AddBackend(dirb); err != nil {
@@ -291,8 +337,20 @@ func runMorphogenetic(ctx context.Context, c trainConfig, train, test data.Datas
 		}
 	}
 	if c.checkpoint != "" {
-		if o.Checkpoints, err = rollback.Open(c.checkpoint, rollback.StoreOptions{}); err != nil {
+		if c.from != nil {
+			o.Checkpoints = c.from.store
+		} else if o.Checkpoints, err = rollback.Open(c.checkpoint, rollback.StoreOptions{}); err != nil {
 			return nil, err
+		}
+		// The log is flushed before every checkpoint, so that it is never
+		// behind one, and the checkpoint records its length.
+		o.BeforeCheckpoint = func(e int) (map[string]json.RawMessage, error) {
+			fctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := hub.Flush(fctx); err != nil {
+				fmt.Fprintf(stdout, "\nwarning: telemetry flush before the checkpoint of epoch %d: %v\n", e+1, err)
+			}
+			return checkpointRecord(c, dirb)
 		}
 	}
 	steps := trainLoader.Len()
@@ -308,18 +366,23 @@ func runMorphogenetic(ctx context.Context, c trainConfig, train, test data.Datas
 	if err != nil {
 		return nil, err
 	}
-	if c.resume {
-		next, err := tr.Resume()
-		switch {
-		case errors.Is(err, rollback.ErrNoCheckpoint):
-			fmt.Fprintf(stdout, "no checkpoint in %s yet: starting from epoch 1\n", c.checkpoint)
-		case err != nil:
-			return nil, err
-		default:
-			fmt.Fprintf(stdout, "resumed from the checkpoint of epoch %d\n", next)
+	switch {
+	case c.from != nil:
+		if _, err := tr.ResumeFrom(c.from.in.State); err != nil {
+			if c.from.run == nil {
+				return nil, fmt.Errorf("resume from %s: %w (it stores no configuration: give the flags of the run that wrote it, such as --task, --blocks, --base-channels, --kernel and --controller)", c.from.in.Path, err)
+			}
+			return nil, fmt.Errorf("resume from %s: %w", c.from.in.Path, err)
 		}
+		hub.Emit(resumeEvent(c, logNote))
+		fmt.Fprintf(stdout, "resumed from the checkpoint of epoch %d (%s)\n", c.from.done, filepath.Base(c.from.in.Path))
+		if c.from.done >= c.epochs {
+			fmt.Fprintf(stdout, "the run has done its %d epochs: nothing is left to train\n", c.epochs)
+		}
+	case c.resume:
+		fmt.Fprintf(stdout, "no checkpoint in %s yet: starting from epoch 1\n", c.checkpoint)
 	}
-	start, left := time.Now(), newETA()
+	left := newETA()
 	for e := tr.StartEpoch(); e < c.epochs; e++ {
 		r, err := tr.RunEpoch(ctx, e)
 		if err != nil {
@@ -345,7 +408,14 @@ func runMorphogenetic(ctx context.Context, c trainConfig, train, test data.Datas
 	if err := hub.Flush(ctx); err != nil {
 		fmt.Fprintf(stdout, "warning: telemetry flush: %v\n", err)
 	}
-	res := &runResult{summary: sum, dir: dirb.Dir(), elapsed: time.Since(start)}
+	res := &runResult{summary: sum, dir: dirb.Dir()}
+	if n := len(sum.Epochs); n > 0 {
+		var d time.Duration
+		for _, r := range sum.Epochs {
+			d += r.Duration
+		}
+		res.secPerEpoch = d.Seconds() / float64(n)
+	}
 	for _, p := range model.Parameters() {
 		res.params += p.Value.Numel()
 	}
@@ -453,12 +523,8 @@ func printSummary(w io.Writer, c trainConfig, run, base *runResult) {
 	fmt.Fprintln(tw, "run\tval acc\tval loss\tparameters\tgerminated\tfossilized\tpruned\ts/epoch\t")
 	row := func(name string, r *runResult) {
 		f := r.summary.Final()
-		per := 0.0
-		if n := len(r.summary.Epochs); n > 0 {
-			per = r.elapsed.Seconds() / float64(n)
-		}
 		fmt.Fprintf(tw, "%s\t%.2f%%\t%.4f\t%d\t%d\t%d\t%d\t%.2f\t\n", name, f.ValAccuracy, f.ValLoss, r.params,
-			r.summary.Germinated, r.summary.Fossilized, r.summary.Pruned, per)
+			r.summary.Germinated, r.summary.Fossilized, r.summary.Pruned, r.secPerEpoch)
 	}
 	row("with seeds ("+c.controller+")", run)
 	if base != nil {

@@ -31,6 +31,13 @@ import (
 //	"esper.rollback.version"  "1"
 //	"esper.rollback.epoch"    the epoch, decimal
 //	"esper.rollback.meta"     the State's Meta as JSON
+//	"esper.rollback.crc32"    the file's own checksum: CRC-32 (IEEE) of
+//	                          the meta value followed by the data section
+//	                          (every tensor byte), decimal
+//
+// The WAL's CRC covers the checkpoint it names; a checkpoint's own
+// checksum lets an older one be verified without it (LatestIntact). Files
+// written before that key existed load through the WAL as ever.
 //
 // wal.json is the G1 write-ahead log record:
 //
@@ -52,6 +59,7 @@ const (
 	metaKeyVersion = "esper.rollback.version"
 	metaKeyEpoch   = "esper.rollback.epoch"
 	metaKeyMeta    = "esper.rollback.meta"
+	metaKeyCRC     = "esper.rollback.crc32"
 )
 
 // DefaultKeep is how many checkpoints a Store keeps when StoreOptions
@@ -220,10 +228,15 @@ func (st *Store) Write(epoch int, s State) error {
 	if err != nil {
 		return err
 	}
+	own, err := contentCRC(meta, s.Tensors)
+	if err != nil {
+		return fmt.Errorf("rollback: checksum: %w", err)
+	}
 	md := map[string]string{
 		metaKeyVersion: formatVersion,
 		metaKeyEpoch:   strconv.Itoa(epoch),
 		metaKeyMeta:    string(meta),
+		metaKeyCRC:     strconv.FormatUint(uint64(own), 10),
 	}
 	name := checkpointName(epoch)
 
@@ -432,14 +445,20 @@ func decodeCheckpoint(path string, data []byte, rec wal) (State, error) {
 		}
 		return State{}, &CorruptError{File: path, Offset: -1, Reason: err.Error(), Err: err}
 	}
+	return checkpointState(path, f, rec.epoch, "the WAL says")
+}
+
+// checkpointState checks a parsed checkpoint's format version and epoch
+// (the one that, per who, it should hold) and decodes its State.
+func checkpointState(path string, f *safetensors.File, epoch int, who string) (State, error) {
 	bad := func(format string, args ...any) (State, error) {
 		return State{}, &CorruptError{File: path, Offset: -1, Reason: fmt.Sprintf(format, args...)}
 	}
 	if v := f.Metadata[metaKeyVersion]; v != formatVersion {
 		return bad("%s = %q, want %q", metaKeyVersion, v, formatVersion)
 	}
-	if e := f.Metadata[metaKeyEpoch]; e != strconv.Itoa(rec.epoch) {
-		return bad("%s = %q, but the WAL says epoch %d", metaKeyEpoch, e, rec.epoch)
+	if e := f.Metadata[metaKeyEpoch]; e != strconv.Itoa(epoch) {
+		return bad("%s = %q, but %s epoch %d", metaKeyEpoch, e, who, epoch)
 	}
 	var m Meta
 	if err := json.Unmarshal([]byte(f.Metadata[metaKeyMeta]), &m); err != nil {

@@ -13,7 +13,10 @@
 // CRC-32s of the checkpoint and of itself; every file is written
 // atomically (temporary file, fsync, rename, fsync of the directory), and
 // a corrupt, truncated or missing file is refused with a *CorruptError
-// naming it, never half-loaded. TwoTier tries the fast tier, then reads
+// naming it, never half-loaded. Each checkpoint also carries a checksum of
+// its own, so that LatestIntact can fall back to the newest older one that
+// verifies when the latest is corrupt (a resume's choice; the failure
+// rollback stays with Latest). TwoTier tries the fast tier, then reads
 // the last checkpoint under a deadline, and reports the
 // tolaria.rollback.* metrics.
 package rollback
