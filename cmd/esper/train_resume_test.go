@@ -23,14 +23,14 @@ import (
 // dir (run directories) and dir/ck (checkpoints).
 func tinyTrain(dir string, extra ...string) []string {
 	return append([]string{"train", "--train-size", "256", "--test-size", "128", "--batch", "64",
-		"--base-channels", "2", "--kernel", "1", "--lr", "0.05", "--schedule", "cosine", "--quiet",
+		"--base-channels", "2", "--kernel", "1", "--lr", "0.05", "--schedule", "cosine",
 		"--run-dir", dir, "--checkpoint", filepath.Join(dir, "ck")}, extra...)
 }
 
 // resumeOnly are the flags of a resume of tinyTrain's run: the
 // per-invocation ones and --resume, nothing of the run's configuration.
 func resumeOnly(dir string, extra ...string) []string {
-	return append([]string{"train", "--quiet", "--run-dir", dir, "--checkpoint", filepath.Join(dir, "ck"), "--resume"}, extra...)
+	return append([]string{"train", "--run-dir", dir, "--checkpoint", filepath.Join(dir, "ck"), "--resume"}, extra...)
 }
 
 // runTrain runs esper with args and returns stdout, stderr and the code.
