@@ -31,7 +31,8 @@ test: vet fmt-check
 ## input under the package's testdata/fuzz and stops the run.
 FUZZTIME ?= 60s
 FUZZ_TARGETS ?= ./tensor/safetensors:FuzzParse ./nn:FuzzLoad ./tamiyo:FuzzLoadPolicy \
-	./data:FuzzOpenIDX ./leyline:FuzzEventJSON ./leyline:FuzzPayload
+	./data:FuzzOpenIDX ./leyline:FuzzEventJSON ./leyline:FuzzPayload \
+	./tolaria:FuzzResumeMeta ./tolaria:FuzzResumeFile ./cmd/esper:FuzzPPOState
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 	  pkg=$${t%%:*}; name=$${t##*:}; \
