@@ -2,6 +2,8 @@ package tensor
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 )
 
@@ -12,6 +14,14 @@ type DeviceKind uint8
 const (
 	KindCPU DeviceKind = iota
 	KindCUDA
+	// KindSim is the strict simulated accelerator: its storage is host
+	// memory, but its tensors are device tensors — the host accessors
+	// refuse them as they refuse CUDA tensors, crossing to the host is an
+	// explicit copy counted as a host sync (HostSyncs), and a backend
+	// reaches the elements through BackendView only. It runs on any
+	// machine, so that the code above the kernels proves every day that it
+	// does not read device tensors on the host.
+	KindSim
 )
 
 // Device identifies where a tensor's storage lives.
@@ -26,30 +36,54 @@ var CPU = Device{Kind: KindCPU}
 // CUDA returns the i-th CUDA device.
 func CUDA(i int) Device { return Device{Kind: KindCUDA, Index: i} }
 
+// Sim returns the i-th simulated device (each index is a device of its
+// own: tensors of sim:0 and sim:1 do not mix).
+func Sim(i int) Device { return Device{Kind: KindSim, Index: i} }
+
 // IsCPU reports whether d is the host.
 func (d Device) IsCPU() bool { return d.Kind == KindCPU }
 
-// String returns "cpu" or "cuda:N".
+// String returns "cpu", "cuda:N" or "sim:N".
 func (d Device) String() string {
-	if d.Kind == KindCPU {
+	switch d.Kind {
+	case KindCPU:
 		return "cpu"
+	case KindSim:
+		return fmt.Sprintf("sim:%d", d.Index)
 	}
 	return fmt.Sprintf("cuda:%d", d.Index)
 }
 
-// ParseDevice parses "cpu", "cuda" or "cuda:N".
+// maxDeviceIndex bounds the N of "cuda:N" and "sim:N".
+const maxDeviceIndex = 1 << 10
+
+// ParseDevice parses "cpu", "cuda", "cuda:N", "sim" or "sim:N" (N a
+// decimal index below 1024; "cuda" and "sim" are index 0). Whether such a
+// device exists is the backend's question (kernels), not the parser's.
 func ParseDevice(s string) (Device, error) {
-	switch s {
+	name, idx, hasIdx := strings.Cut(s, ":")
+	var kind DeviceKind
+	switch name {
 	case "cpu":
+		if hasIdx {
+			return Device{}, fmt.Errorf("tensor: device %q: the CPU has no index", s)
+		}
 		return CPU, nil
 	case "cuda":
-		return CUDA(0), nil
+		kind = KindCUDA
+	case "sim":
+		kind = KindSim
+	default:
+		return Device{}, fmt.Errorf("tensor: unknown device %q (want cpu, cuda, cuda:N, sim or sim:N)", s)
 	}
-	var i int
-	if _, err := fmt.Sscanf(s, "cuda:%d", &i); err == nil && i >= 0 {
-		return CUDA(i), nil
+	if !hasIdx {
+		return Device{Kind: kind}, nil
 	}
-	return Device{}, fmt.Errorf("tensor: unknown device %q (want cpu, cuda or cuda:N)", s)
+	i, err := strconv.Atoi(idx)
+	if err != nil || i < 0 || i >= maxDeviceIndex || strconv.Itoa(i) != idx {
+		return Device{}, fmt.Errorf("tensor: device %q: the index must be a number from 0 to %d", s, maxDeviceIndex-1)
+	}
+	return Device{Kind: kind, Index: i}, nil
 }
 
 // DeviceMemory is implemented by a non-CPU backend to give tensors storage

@@ -54,6 +54,9 @@ func NewDeviceStorage(dtype DType, n int, d Device) (*Storage, error) {
 	if d.IsCPU() {
 		return NewStorage(dtype, n), nil
 	}
+	if d.Kind == KindSim {
+		return newSimStorage(dtype, n, d)
+	}
 	m, err := deviceMemory(d)
 	if err != nil {
 		return nil, err
@@ -163,6 +166,10 @@ func (t *Tensor) ToDevice(dev Device) (*Tensor, error) {
 	if err != nil {
 		return nil, err
 	}
+	if dev.Kind == KindSim {
+		copy(out.storage.host, src.storage.host[src.offset*src.DType().Size():][:src.Nbytes()])
+		return out, nil
+	}
 	if err := out.storage.block.mem.CopyToDevice(out.storage.DevicePtr(), 0, src.storage.host[src.offset*src.DType().Size():][:src.Nbytes()]); err != nil {
 		return nil, fmt.Errorf("tensor: copying %v %v to %v: %w", src.DType(), src.shape, dev, err)
 	}
@@ -175,6 +182,11 @@ func (t *Tensor) toHost() (*Tensor, error) {
 		return nil, fmt.Errorf("tensor: copying a non-contiguous %v tensor %v off the device (make it contiguous there first)", t.Device(), t.shape)
 	}
 	out := Empty(t.DType(), t.shape...)
+	CountHostSync(t.Device())
+	if t.Device().Kind == KindSim {
+		copy(out.storage.host, t.storage.host[t.offset*t.DType().Size():][:t.Nbytes()])
+		return out, nil
+	}
 	if n := t.Nbytes(); n > 0 {
 		if err := t.storage.block.mem.CopyToHost(out.storage.host, t.storage.DevicePtr(), t.offset*t.DType().Size()); err != nil {
 			return nil, fmt.Errorf("tensor: copying %v %v from %v: %w", t.DType(), t.shape, t.Device(), err)

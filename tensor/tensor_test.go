@@ -168,15 +168,16 @@ func TestDimAndAxis(t *testing.T) {
 }
 
 func TestDevice(t *testing.T) {
-	for s, want := range map[string]tensor.Device{"cpu": tensor.CPU, "cuda": tensor.CUDA(0), "cuda:3": tensor.CUDA(3)} {
+	for s, want := range map[string]tensor.Device{"cpu": tensor.CPU, "cuda": tensor.CUDA(0), "cuda:3": tensor.CUDA(3),
+		"sim": tensor.Sim(0), "sim:0": tensor.Sim(0), "sim:2": tensor.Sim(2)} {
 		d, err := tensor.ParseDevice(s)
 		noErr(t, err)
 		equal(t, d, want, s)
-		if s != "cuda" {
+		if s != "cuda" && s != "sim" {
 			equal(t, d.String(), s)
 		}
 	}
-	for _, s := range []string{"gpu", "cuda:-1", ""} {
+	for _, s := range []string{"gpu", "cuda:-1", "", "sim:x", "sim:", "cuda:1x", "cuda:01", "cpu:0", "sim:1024", "SIM", "sim:+1"} {
 		if _, err := tensor.ParseDevice(s); err == nil {
 			t.Errorf("ParseDevice(%q): no error", s)
 		}

@@ -1,0 +1,74 @@
+package tensor
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+)
+
+// Host syncs: every copy that makes the host wait for a device (a
+// device-to-host read) is counted per device, like PyTorch's
+// torch.cuda.set_sync_debug_mode, so that a training loop can show how
+// often it stops for the device (tolaria emits the count per epoch).
+
+var hostSyncs sync.Map // Device → *atomic.Uint64
+
+func syncCounter(d Device) *atomic.Uint64 {
+	if c, ok := hostSyncs.Load(d); ok {
+		return c.(*atomic.Uint64)
+	}
+	c, _ := hostSyncs.LoadOrStore(d, new(atomic.Uint64))
+	return c.(*atomic.Uint64)
+}
+
+// HostSyncs returns the number of host syncs on device d so far: the
+// device-to-host copies (ToDevice(CPU), CopyToHost) and the waits a
+// backend reports with CountHostSync. Always 0 for the CPU.
+func HostSyncs(d Device) uint64 {
+	if d.IsCPU() {
+		return 0
+	}
+	return syncCounter(d).Load()
+}
+
+// CountHostSync records one host sync on d (a backend calls it when the
+// host waits for the device outside a copy, e.g. a stream synchronize).
+func CountHostSync(d Device) {
+	if !d.IsCPU() {
+		syncCounter(d).Add(1)
+	}
+}
+
+// newSimStorage makes zeroed storage for n elements of dtype on the
+// simulated device d: host memory the host accessors refuse.
+func newSimStorage(dtype DType, n int, d Device) (*Storage, error) {
+	if _, err := CheckShape(dtype, n); err != nil {
+		return nil, err
+	}
+	s := &Storage{}
+	s.initHost(dtype, n)
+	s.device = d
+	return s, nil
+}
+
+// BackendView returns a CPU tensor that aliases the elements of t, a
+// tensor on a simulated device, with t's shape, strides and offset: the
+// way the sim backend hands its operands to the CPU kernels. It is for
+// backends only — code above the kernels that reads device tensors
+// through it defeats the device's purpose. A CPU tensor is returned as
+// it is; a tensor on any other device panics.
+func BackendView(t *Tensor) *Tensor {
+	switch t.Device().Kind {
+	case KindCPU:
+		return t
+	case KindSim:
+	default:
+		panic(fmt.Sprintf("tensor: BackendView of a tensor on %v (only sim storage is host memory)", t.Device()))
+	}
+	s := t.storage
+	alias := &Storage{dtype: s.dtype, device: CPU, n: s.n, host: s.host}
+	v := newTensor(len(t.shape), alias, t.offset)
+	copy(v.shape, t.shape)
+	copy(v.strides, t.strides)
+	return v.seal()
+}
