@@ -5,6 +5,7 @@ import (
 
 	"github.com/esper-go/esper/kernels"
 	_ "github.com/esper-go/esper/kernels/cpu" // the CPU backend is always available
+	_ "github.com/esper-go/esper/kernels/sim" // and the strict simulated device (tensor.KindSim)
 	"github.com/esper-go/esper/tensor"
 )
 

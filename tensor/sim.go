@@ -55,9 +55,12 @@ func newSimStorage(dtype DType, n int, d Device) (*Storage, error) {
 // tensor on a simulated device, with t's shape, strides and offset: the
 // way the sim backend hands its operands to the CPU kernels. It is for
 // backends only — code above the kernels that reads device tensors
-// through it defeats the device's purpose. A CPU tensor is returned as
-// it is; a tensor on any other device panics.
+// through it defeats the device's purpose. A CPU tensor (or nil) is
+// returned as it is; a tensor on any other device panics.
 func BackendView(t *Tensor) *Tensor {
+	if t == nil {
+		return nil
+	}
 	switch t.Device().Kind {
 	case KindCPU:
 		return t

@@ -1,0 +1,114 @@
+// Package sim is the strict simulated accelerator (devices "sim",
+// "sim:1", …): the CPU backend's kernels behind device tensors. Its
+// tensors live in host memory, but the host accessors refuse them
+// (tensor.KindSim), every device-to-host copy is a counted host sync
+// (tensor.HostSyncs), and an op whose tensors are not all on one sim
+// device panics naming the devices, as it would on a GPU. Code above the
+// kernels that runs its tests on sim therefore runs on CUDA without host
+// reads — and computes bitwise what the CPU computes, since the kernels
+// are the same.
+//
+// Importing the package registers the backend for tensor.KindSim.
+package sim
+
+//go:generate go run gen.go
+
+import (
+	"fmt"
+	"sync/atomic"
+
+	"github.com/esper-go/esper/kernels"
+	"github.com/esper-go/esper/kernels/cpu"
+	"github.com/esper-go/esper/tensor"
+)
+
+// Backend is the sim backend. It holds a CPU backend of its own, so that
+// a capture on sim records sim's launches only.
+type Backend struct {
+	cpu  kernels.Backend
+	last atomic.Int32 // index of the sim device of the latest op
+}
+
+var def = &Backend{cpu: new(cpu.Backend)}
+
+func init() { kernels.Register(def) }
+
+// Default returns the process-wide sim backend.
+func Default() *Backend { return def }
+
+var _ kernels.Backend = (*Backend)(nil)
+
+// Name implements kernels.Backend.
+func (b *Backend) Name() string { return "sim" }
+
+// Device implements kernels.Backend: the backend serves every sim device
+// (the registry is keyed by kind); this is sim:0.
+func (b *Backend) Device() tensor.Device { return tensor.Sim(0) }
+
+// BeginCapture implements kernels.Backend.
+func (b *Backend) BeginCapture() error { return b.cpu.BeginCapture() }
+
+// EndCapture implements kernels.Backend.
+func (b *Backend) EndCapture() (kernels.Graph, error) { return b.cpu.EndCapture() }
+
+// Capturing implements kernels.Backend.
+func (b *Backend) Capturing() bool { return b.cpu.Capturing() }
+
+// Synchronize implements kernels.Backend: the CPU kernels have finished
+// when they return, but the host waited for the device all the same, so
+// it counts as a host sync of the device that ran the latest op.
+func (b *Backend) Synchronize() error {
+	tensor.CountHostSync(tensor.Sim(int(b.last.Load())))
+	return b.cpu.Synchronize()
+}
+
+// SetMatmulPrecision implements kernels.Backend (the CPU computes fp32
+// whatever is asked, as documented there).
+func (b *Backend) SetMatmulPrecision(p kernels.Precision) { b.cpu.SetMatmulPrecision(p) }
+
+// check panics unless every non-nil tensor of an op is on one sim device:
+// a CPU tensor or one of another device in a sim op is the mistake a GPU
+// would refuse.
+func (b *Backend) check(op string, ts []*tensor.Tensor, lists [][]*tensor.Tensor) {
+	var dev tensor.Device
+	found := false
+	see := func(t *tensor.Tensor) {
+		if t == nil {
+			return
+		}
+		d := t.Device()
+		switch {
+		case d.Kind != tensor.KindSim:
+			panic(fmt.Sprintf("kernels/sim: %s: a tensor on %v in an op on the sim device (copy it with ToDevice first)", op, d))
+		case !found:
+			dev, found = d, true
+		case d != dev:
+			panic(fmt.Sprintf("kernels/sim: %s: tensors on %v and %v in one op", op, dev, d))
+		}
+	}
+	for _, t := range ts {
+		see(t)
+	}
+	for _, l := range lists {
+		for _, t := range l {
+			see(t)
+		}
+	}
+	if found {
+		b.last.Store(int32(dev.Index))
+	}
+}
+
+// views returns the backend views of ts.
+func views(ts []*tensor.Tensor) []*tensor.Tensor {
+	if ts == nil {
+		return nil
+	}
+	out := make([]*tensor.Tensor, len(ts))
+	for i, t := range ts {
+		if t != nil {
+			out[i] = tensor.BackendView(t)
+		}
+	}
+	return out
+}

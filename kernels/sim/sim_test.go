@@ -1,0 +1,185 @@
+package sim_test
+
+import (
+	"bytes"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/kernels"
+	"github.com/esper-go/esper/kernels/cpu"
+	"github.com/esper-go/esper/kernels/sim"
+	"github.com/esper-go/esper/tensor"
+)
+
+// randn returns a CPU tensor of normal draws.
+func randn(seed uint64, shape ...int) *tensor.Tensor {
+	t := tensor.Empty(tensor.F32, shape...)
+	rng := tensor.NewRNG(seed)
+	for i := range t.F32() {
+		t.F32()[i] = float32(rng.NormFloat64())
+	}
+	return t
+}
+
+func toSim(t *testing.T, x *tensor.Tensor, dev tensor.Device) *tensor.Tensor {
+	t.Helper()
+	d, err := x.ToDevice(dev)
+	require.NoError(t, err)
+	return d
+}
+
+func toHost(t *testing.T, x *tensor.Tensor) []float32 {
+	t.Helper()
+	h, err := x.ToDevice(tensor.CPU)
+	require.NoError(t, err)
+	return h.F32()
+}
+
+// step is a small training computation through autograd: a linear layer,
+// ReLU, another, cross-entropy, backward. It returns the loss and the
+// gradients.
+func step(t *testing.T, dev tensor.Device) (loss float32, grads [][]float32) {
+	put := func(x *tensor.Tensor) *tensor.Tensor {
+		if dev.IsCPU() {
+			return x
+		}
+		return toSim(t, x, dev)
+	}
+	x := autograd.Const(put(randn(1, 8, 5)))
+	w1, b1 := autograd.Param(put(randn(2, 7, 5))), autograd.Param(put(randn(3, 7)))
+	w2, b2 := autograd.Param(put(randn(4, 3, 7))), autograd.Param(put(randn(5, 3)))
+	y := tensor.Empty(tensor.I64, 8)
+	for i := range y.I64() {
+		y.I64()[i] = int64(i % 3)
+	}
+	h := autograd.Relu(autograd.Linear(x, w1, b1))
+	l := autograd.CrossEntropy(autograd.Linear(h, w2, b2), put(y), kernels.CrossEntropyParams{})
+	autograd.Backward(l)
+	read := func(v *tensor.Tensor) []float32 {
+		if dev.IsCPU() {
+			return append([]float32(nil), v.F32()...)
+		}
+		return toHost(t, v)
+	}
+	for _, p := range []*autograd.Var{w1, b1, w2, b2} {
+		grads = append(grads, read(p.Grad))
+	}
+	return read(l.Value)[0], grads
+}
+
+// TestTrainingStepBitwiseCPU: a forward and backward pass on sim computes
+// bitwise what the CPU computes (the same kernels), reading the results
+// costs one host sync each, and the step itself none.
+func TestTrainingStepBitwiseCPU(t *testing.T) {
+	wantLoss, wantGrads := step(t, tensor.CPU)
+	dev := tensor.Sim(1)
+	before := tensor.HostSyncs(dev)
+	gotLoss, gotGrads := step(t, dev)
+	assert.Equal(t, wantLoss, gotLoss)
+	assert.Equal(t, wantGrads, gotGrads)
+	assert.Equal(t, uint64(5), tensor.HostSyncs(dev)-before, "one sync per result read, none in the step")
+}
+
+// TestMixedDevicesPanic: an op on tensors of two devices (sim and the
+// CPU, or sim:0 and sim:1) is refused naming both.
+func TestMixedDevicesPanic(t *testing.T) {
+	a := toSim(t, randn(1, 2, 3), tensor.Sim(0))
+	b := toSim(t, randn(2, 2, 3), tensor.Sim(1))
+	out, err := tensor.EmptyOn(tensor.Sim(0), tensor.F32, 2, 3)
+	require.NoError(t, err)
+	be := sim.Default()
+	assert.PanicsWithValue(t, "kernels/sim: Binary: tensors on sim:0 and sim:1 in one op", func() { be.Binary(kernels.Add, out, a, b) })
+	assert.Panics(t, func() { be.Binary(kernels.Add, out, a, randn(3, 2, 3)) })
+	msg := func() (m string) {
+		defer func() { m, _ = recover().(string) }()
+		be.Binary(kernels.Add, out, a, randn(3, 2, 3))
+		return ""
+	}()
+	assert.Contains(t, msg, "cpu")
+}
+
+// TestOptionalInterfacesMatchCPU: the sim backend offers exactly the
+// optional interfaces the CPU backend offers — every interface declared
+// in package kernels is listed here (a new one fails the test until it
+// is), and for each, sim implements it if and only if the CPU does.
+func TestOptionalInterfacesMatchCPU(t *testing.T) {
+	optional := map[string]reflect.Type{
+		"ConvAffineActer":     reflect.TypeFor[kernels.ConvAffineActer](),
+		"ConvAffineActPooler": reflect.TypeFor[kernels.ConvAffineActPooler](),
+		"BatchNormReluer":     reflect.TypeFor[kernels.BatchNormReluer](),
+		"GroupNormReluer":     reflect.TypeFor[kernels.GroupNormReluer](),
+		"BatchNormReluPooler": reflect.TypeFor[kernels.BatchNormReluPooler](),
+		"GradAccumulator":     reflect.TypeFor[kernels.GradAccumulator](),
+		"ChannelAxpyer":       reflect.TypeFor[kernels.ChannelAxpyer](),
+		"ForeachStepper":      reflect.TypeFor[kernels.ForeachStepper](),
+	}
+	for _, name := range kernelInterfaces(t) {
+		if name == "Backend" || name == "Graph" {
+			continue
+		}
+		it, ok := optional[name]
+		if !assert.True(t, ok, "kernels.%s is not listed in this test", name) {
+			continue
+		}
+		c := reflect.TypeOf(cpu.Default()).Implements(it)
+		s := reflect.TypeOf(sim.Default()).Implements(it)
+		assert.Equal(t, c, s, "kernels.%s: the CPU implements it %v, sim %v", name, c, s)
+	}
+}
+
+// kernelInterfaces returns the names of the exported interfaces declared
+// in package kernels.
+func kernelInterfaces(t *testing.T) []string {
+	fset := token.NewFileSet()
+	pkgs, err := parser.ParseDir(fset, "..", func(fi os.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, 0)
+	require.NoError(t, err)
+	var names []string
+	for _, f := range pkgs["kernels"].Files {
+		for _, d := range f.Decls {
+			if gd, ok := d.(*ast.GenDecl); ok && gd.Tok == token.TYPE {
+				for _, sp := range gd.Specs {
+					ts := sp.(*ast.TypeSpec)
+					if _, ok := ts.Type.(*ast.InterfaceType); ok && ts.Name.IsExported() {
+						names = append(names, ts.Name.Name)
+					}
+				}
+			}
+		}
+	}
+	require.NotEmpty(t, names)
+	return names
+}
+
+// TestGeneratedMethodsUpToDate: methods.go is what gen.go writes from the
+// current interfaces (run go generate ./kernels/sim after changing one).
+func TestGeneratedMethodsUpToDate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the generator (go run)")
+	}
+	dir := t.TempDir()
+	src, err := os.ReadFile("gen.go")
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "gen.go"), src, 0o644))
+	abs, err := filepath.Abs("..")
+	require.NoError(t, err)
+	cmd := exec.Command("go", "run", "gen.go", "-kernels", abs)
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	want, err := os.ReadFile(filepath.Join(dir, "methods.go"))
+	require.NoError(t, err)
+	got, err := os.ReadFile("methods.go")
+	require.NoError(t, err)
+	assert.True(t, bytes.Equal(want, got), "methods.go is stale: run go generate ./kernels/sim")
+}
