@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"reflect"
 
+	"github.com/esper-go/esper/tensor"
 	"github.com/esper-go/esper/tensor/safetensors"
 )
 
@@ -15,7 +16,19 @@ func Save(path string, m Module, metadata map[string]string) error {
 	if isNilModule(m) {
 		return fmt.Errorf("nn: save %s: nil module", path)
 	}
-	if err := safetensors.WriteFile(path, StateDict(m), metadata); err != nil {
+	sd := StateDict(m)
+	for name, t := range sd {
+		// The file is written from the host: device tensors are copied
+		// there explicitly (one host sync each).
+		if !t.Device().IsCPU() {
+			h, err := t.ToDevice(tensor.CPU)
+			if err != nil {
+				return fmt.Errorf("nn: save %s: %s: %w", path, name, err)
+			}
+			sd[name] = h
+		}
+	}
+	if err := safetensors.WriteFile(path, sd, metadata); err != nil {
 		return fmt.Errorf("nn: save %s: %w", path, err)
 	}
 	return nil
@@ -40,6 +53,18 @@ func Load(path string, m Module) (err error) {
 	f, err := safetensors.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("nn: load: %w", err)
+	}
+	// The file's tensors are on the host; a module on a device gets
+	// device copies of them (after the names, shapes and dtypes agree).
+	for _, e := range entries(m) {
+		if src, ok := f.Tensors[e.name]; ok && src != nil && src.Device() != e.t.Device() &&
+			tensor.SameShape(src.Shape(), e.t.Shape()) && src.DType() == e.t.DType() {
+			d, err := src.ToDevice(e.t.Device())
+			if err != nil {
+				return fmt.Errorf("nn: load %s: %s: %w", path, e.name, err)
+			}
+			f.Tensors[e.name] = d
+		}
 	}
 	if err := LoadStateDict(m, f.Tensors, true); err != nil {
 		return fmt.Errorf("nn: load %s: %w", path, err)

@@ -75,3 +75,30 @@ func BackendView(t *Tensor) *Tensor {
 	copy(v.strides, t.strides)
 	return v.seal()
 }
+
+// Relocate moves t's elements to dev in place: t keeps its identity (the
+// module fields and autograd variables that point to it stay valid) and
+// gets a contiguous copy of its storage on dev. Only a tensor that is its
+// whole storage (no view, never narrowed) can move, since views of the
+// old storage would not follow; moving to its own device is a no-op.
+// nn.To moves a module's parameters and buffers with it.
+func (t *Tensor) Relocate(dev Device) error {
+	if t.Device() == dev {
+		return nil
+	}
+	if !t.OwnsStorage() {
+		return fmt.Errorf("tensor: Relocate of a view (%v %v on %v): only a tensor that owns its whole storage can move", t.DType(), t.shape, t.Device())
+	}
+	moved, err := t.ToDevice(dev)
+	if err != nil {
+		return err
+	}
+	t.storage = moved.storage
+	return nil
+}
+
+// OwnsStorage reports whether t is the whole of its storage, not a view
+// of it (and has never been narrowed): what Relocate can move.
+func (t *Tensor) OwnsStorage() bool {
+	return t.offset == 0 && t.Numel() == t.storage.n && t.IsContiguous() && !t.narrowed.Load()
+}
