@@ -5,21 +5,12 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/esper-go/esper/data"
+	"github.com/esper-go/esper/internal/fuzzcheck"
 )
-
-// allocDuring returns the bytes allocated while f ran.
-func allocDuring(f func()) uint64 {
-	var a, b runtime.MemStats
-	runtime.ReadMemStats(&a)
-	f()
-	runtime.ReadMemStats(&b)
-	return b.TotalAlloc - a.TotalAlloc
-}
 
 // openPair writes images and labels into a directory and opens them with
 // OpenIDX.
@@ -51,7 +42,7 @@ func TestIDXHeaderOfHugePromise(t *testing.T) {
 			img = gzipBytes(t, hdr)
 		}
 		var err error
-		n := allocDuring(func() { err = openPair(t, img, idxBytes([]int{2}, lab)) })
+		n := fuzzcheck.Allocated(func() { err = openPair(t, img, idxBytes([]int{2}, lab)) })
 		var fe *data.FormatError
 		if !errors.As(err, &fe) || fe.Offset != 4 || !strings.Contains(fe.Msg, "promise") {
 			t.Errorf("gzip %v: %v, want a *FormatError at offset 4 about the promised size", gz, err)
@@ -63,7 +54,7 @@ func TestIDXHeaderOfHugePromise(t *testing.T) {
 	// 1000 images promised (784 000 bytes), 3 labels: refused before the
 	// images are read, though the image data is missing.
 	var err error
-	n := allocDuring(func() { err = openPair(t, idxBytes([]int{1000, 28, 28}, nil), idxBytes([]int{3}, lab[:2])) })
+	n := fuzzcheck.Allocated(func() { err = openPair(t, idxBytes([]int{1000, 28, 28}, nil), idxBytes([]int{3}, lab[:2])) })
 	if err == nil || !strings.Contains(err.Error(), "3 labels for the 1000 images") {
 		t.Errorf("count mismatch: %v", err)
 	}
@@ -109,7 +100,7 @@ func TestFashionMNISTChecksHeadersFirst(t *testing.T) {
 			t.Fatal(err)
 		}
 		var err error
-		n := allocDuring(func() { _, _, err = data.OpenFashionMNIST(dir) })
+		n := fuzzcheck.Allocated(func() { _, _, err = data.OpenFashionMNIST(dir) })
 		var fe *data.FormatError
 		if !errors.As(err, &fe) {
 			t.Errorf("dims %v: %v, want a *FormatError", dims, err)
