@@ -79,7 +79,7 @@ type ServiceOptions struct {
 	// Seed seeds the sampling (unused when Deterministic).
 	Seed uint64
 	// Floors are the per-head probability floors (nil: the G2 defaults,
-	// leyline.ProbabilityFloorPerHead).
+	// ProbabilityFloorPerHead).
 	Floors *[leyline.NumActionHeads]float32
 	// Deadline bounds one decision, graph building to sampled action
 	// (default DefaultServiceDeadline); the caller's context deadline
