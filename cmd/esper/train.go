@@ -13,11 +13,11 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"gonum.org/v1/plot/plotter"
 
+	"github.com/esper-go/esper/bench"
 	"github.com/esper-go/esper/data"
 	"github.com/esper-go/esper/kasmina"
 	"github.com/esper-go/esper/leyline"
@@ -519,7 +519,7 @@ func printSummary(w io.Writer, c trainConfig, run, base *runResult) {
 	if !c.quiet {
 		fmt.Fprintln(w)
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	tw := bench.NewTable(w, bench.AlignLeft)
 	fmt.Fprintln(tw, "run\tval acc\tval loss\tparameters\tgerminated\tfossilized\tpruned\ts/epoch\t")
 	row := func(name string, r *runResult) {
 		f := r.summary.Final()
