@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -154,6 +155,47 @@ func PeerAvailable() error {
 	}
 	if err := exec.Command(Python, "-c", "import torch").Run(); err != nil {
 		return ErrNoPeer
+	}
+	return nil
+}
+
+// Python files of the PyTorch peers (in the peer directory) by workload:
+// the script and the modules it imports.
+var peerScripts = map[string][]string{
+	"W1": {"w1_tolaria_ref.py", "peer_common.py"},
+	"W2": {"w2_gnn.py", "peer_common.py"},
+	"W4": {"w4_env_loop.py", "peer_common.py", "w2_gnn.py", "w4_seeds.py", "w5_host_train.py"},
+	"W5": {"w5_host_train.py", "peer_common.py"},
+	"W6": {"w6_gemm.py", "peer_common.py"},
+	"W7": {"w7_foreach_optim.py", "peer_common.py"},
+	// The GPU peers (--device cuda).
+	"GPU": {"gpu_peers.py", "peer_common.py", "w5_host_train.py"},
+}
+
+// CheckPeerScripts makes sure that the peer files of the workloads (W1
+// to W7, or GPU for the GPU peers) are in dir, so that --compare pytorch
+// cannot fail after our measurements for a missing script (the peers are
+// run from the working directory's bench/pytorch unless --peer-dir says
+// otherwise).
+func CheckPeerScripts(dir string, workloads ...string) error {
+	for _, w := range workloads {
+		for _, f := range peerScripts[w] {
+			path := filepath.Join(dir, f)
+			st, err := os.Stat(path)
+			if err == nil && st.Mode().IsRegular() {
+				continue
+			}
+			why := "not a regular file"
+			var pe *fs.PathError
+			switch {
+			case errors.As(err, &pe):
+				why = pe.Err.Error() // the reason, without the path again
+			case err != nil:
+				why = err.Error()
+			}
+			return fmt.Errorf("--compare pytorch: the %s peer needs %s: %s (the peers are in the repository's bench/pytorch: run from the repository's root or pass --peer-dir)",
+				w, path, why)
+		}
 	}
 	return nil
 }

@@ -48,8 +48,8 @@ func (h w1Host) ForwardFromSegment(slot string, x *autograd.Var) (*autograd.Var,
 	return h.Linear.Forward(x), nil
 }
 
-func (h w1Host) Blocks() []kasmina.BlockInfo {
-	return []kasmina.BlockInfo{{Depth: 0, Channels: w1Out, Slots: []string{"r0c0"}}}
+func (h w1Host) Blocks() []leyline.BlockInfo {
+	return []leyline.BlockInfo{{Depth: 0, Channels: w1Out, Slots: []string{"r0c0"}}}
 }
 
 // w1Batches serves W1's four batches of four, the same every epoch: the

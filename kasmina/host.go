@@ -46,18 +46,7 @@ type Host interface {
 	ForwardFromSegment(slot string, x *autograd.Var) (*autograd.Var, error)
 	// Blocks describes the host's blocks in depth order (for policies
 	// that read the host as a graph of layers).
-	Blocks() []BlockInfo
-}
-
-// BlockInfo describes one block of a host.
-type BlockInfo struct {
-	// Depth is the block's 0-based position from the input.
-	Depth int
-	// Channels is the block's output width.
-	Channels int
-	// Slots are the ids of the slots attached after this block, in
-	// timeline order.
-	Slots []string
+	Blocks() []leyline.BlockInfo
 }
 
 // step maps the activation at one cut point to the next.
@@ -159,10 +148,10 @@ func copyChannels(specs []leyline.InjectionSpec) map[string]int {
 }
 
 // copyBlocks returns a deep copy of block descriptions.
-func copyBlocks(bs []BlockInfo) []BlockInfo {
-	out := make([]BlockInfo, len(bs))
+func copyBlocks(bs []leyline.BlockInfo) []leyline.BlockInfo {
+	out := make([]leyline.BlockInfo, len(bs))
 	for i, b := range bs {
-		out[i] = BlockInfo{Depth: b.Depth, Channels: b.Channels, Slots: append([]string(nil), b.Slots...)}
+		out[i] = leyline.BlockInfo{Depth: b.Depth, Channels: b.Channels, Slots: append([]string(nil), b.Slots...)}
 	}
 	return out
 }
@@ -173,7 +162,7 @@ func copyBlocks(bs []BlockInfo) []BlockInfo {
 type hostBase struct {
 	nn.Composite
 	specs    []leyline.InjectionSpec
-	blocks   []BlockInfo
+	blocks   []leyline.BlockInfo
 	segments segments
 }
 
@@ -222,4 +211,4 @@ type wholeForwarder interface {
 }
 
 // Blocks describes the host's blocks (depth, channels, attached slots).
-func (h *hostBase) Blocks() []BlockInfo { return copyBlocks(h.blocks) }
+func (h *hostBase) Blocks() []leyline.BlockInfo { return copyBlocks(h.blocks) }

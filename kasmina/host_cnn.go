@@ -148,7 +148,7 @@ func NewCNNHost(o CNNHostOptions) (*CNNHost, error) {
 	}
 	for i := range o.Blocks {
 		ch := o.BaseChannels << i
-		info := BlockInfo{Depth: i, Channels: ch}
+		info := leyline.BlockInfo{Depth: i, Channels: ch}
 		pre := leyline.InjectionSpec{
 			SlotID: leyline.FormatSlotID(0, i), Channels: ch,
 			Position: float64(2*i) / float64(positions), LayerStart: i, LayerEnd: i,

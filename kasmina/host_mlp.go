@@ -94,7 +94,7 @@ func NewMLPHost(o MLPHostOptions) (*MLPHost, error) {
 			SlotID: id, Channels: o.Hidden, Position: pos, LayerStart: i, LayerEnd: i,
 			Surface: leyline.SurfaceBlockEnd, Order: i, Row: 0, Col: i,
 		})
-		h.blocks = append(h.blocks, BlockInfo{Depth: i, Channels: o.Hidden, Slots: []string{id}})
+		h.blocks = append(h.blocks, leyline.BlockInfo{Depth: i, Channels: o.Hidden, Slots: []string{id}})
 		h.segments.cuts = append(h.segments.cuts, id)
 		h.segments.steps = append(h.segments.steps, b.Forward)
 		in = o.Hidden

@@ -59,9 +59,13 @@ const (
 	DefaultBatchSize = 128 // G2 DEFAULT_BATCH_SIZE_TRAINING
 	// DefaultDropout is the task models' dropout.
 	DefaultDropout = 0.1 // G2 DEFAULT_DROPOUT
-	// DefaultHostLR is the host optimizer's learning rate.
+	// DefaultHostLR is the host's SGD learning rate when none is given,
+	// the one default of tolaria.TrainerOptions.HostLR and
+	// simic.EsperEnvOptions.HostLR (esper train's tasks choose their own,
+	// 0.05, from its task table).
 	DefaultHostLR = 0.01 // G2 DEFAULT_HOST_LR
-	// DefaultSeedLR is each seed optimizer's learning rate.
+	// DefaultSeedLR is each seed's SGD learning rate when none is given
+	// (tolaria.TrainerOptions.SeedLR).
 	DefaultSeedLR = 0.01 // G2 DEFAULT_SEED_LR
 )
 

@@ -67,3 +67,15 @@ func (s InjectionSpec) Validate() error {
 	}
 	return nil
 }
+
+// BlockInfo describes one block of a host (kasmina.Host.Blocks), for
+// the controllers that read the host as a graph of layers.
+type BlockInfo struct {
+	// Depth is the block's 0-based position from the input.
+	Depth int
+	// Channels is the block's output width.
+	Channels int
+	// Slots are the ids of the slots attached after this block, in
+	// timeline order.
+	Slots []string
+}

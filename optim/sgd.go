@@ -14,7 +14,9 @@ import (
 var ErrOptions = errors.New("optim: invalid options")
 
 // DefaultSGDLR is the learning rate SGDOptions.LR = 0 selects (PyTorch's
-// default since 2.2).
+// default since 2.2). It is the optimizer's generic default, not a
+// host's: tolaria trains hosts at leyline.DefaultHostLR unless told
+// otherwise, and always passes its rate.
 const DefaultSGDLR = 1e-3
 
 // SGDOptions configure SGD. The zero value is plain SGD with learning rate

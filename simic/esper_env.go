@@ -127,7 +127,8 @@ type EsperEnvOptions struct {
 	// Blocks, BaseChannels and KernelSize shape the CNN host (defaults
 	// DefaultEsperBlocks, DefaultEsperBaseChannels, 3).
 	Blocks, BaseChannels, KernelSize int
-	// HostLR is the host's SGD rate (default 0.01, G2 task host_lr).
+	// HostLR is the host's SGD rate (default leyline.DefaultHostLR, 0.01,
+	// G2 task host_lr).
 	HostLR float64
 	// Rewarder computes the rewards; nil means SHAPED with the reference
 	// defaults.
@@ -298,7 +299,7 @@ func NewEsperEnv(o EsperEnvOptions) (*EsperEnv, error) {
 		o.KernelSize = 3
 	}
 	if o.HostLR == 0 {
-		o.HostLR = 0.01
+		o.HostLR = leyline.DefaultHostLR
 	}
 	e := &EsperEnv{o: o, rewarder: o.Rewarder, cf: o.Counterfactual, episode: max(o.FirstEpisode, 1) - 1}
 	var err error

@@ -6,16 +6,13 @@ import (
 	"math/rand/v2"
 
 	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/tensor"
 )
 
 // DefaultMLPHidden are MLPPolicy's default hidden widths.
 var DefaultMLPHidden = []int{64, 64}
-
-// maskedLogit is the logit given to masked options (G2 MASKED_LOGIT_VALUE
-// −1e4, as leyline.MaskedLogitValue): finite, so gradients stay finite.
-const maskedLogit = -1e4
 
 // MLPPolicyOptions configure NewMLPPolicy.
 type MLPPolicyOptions struct {
@@ -200,13 +197,13 @@ func (p *MLPPolicy) Act(obs [][]float32, masks []Masks, rng *rand.Rand, determin
 }
 
 // maskedLogSoftmax is the host log-softmax of one head's logits with
-// masked options at maskedLogit.
+// masked options at leyline.MaskedLogitValue.
 func maskedLogSoftmax(row []float64, m Masks, h int) []float64 {
 	z := make([]float64, len(row))
 	mx := math.Inf(-1)
 	for i, v := range row {
 		if !m.valid(h, i) {
-			v = maskedLogit
+			v = float64(leyline.MaskedLogitValue)
 		}
 		z[i] = v
 		mx = math.Max(mx, v)
@@ -281,7 +278,7 @@ func headLogProbEntropy(lg *autograd.Var, masks []Masks, actions [][]int, h int)
 		idx[b] = int64(actions[b][h])
 	}
 	maskT := tensor.FromSlice(maskFlat, bsz, n)
-	masked := autograd.Where(maskT, lg, autograd.Const(tensor.Full(dt, maskedLogit, bsz, n)))
+	masked := autograd.Where(maskT, lg, autograd.Const(tensor.Full(dt, float64(leyline.MaskedLogitValue), bsz, n)))
 	lsm := autograd.LogSoftmax(masked, 1)
 	logp = autograd.Reshape(autograd.Gather(lsm, 1, tensor.FromSlice(idx, bsz, 1)), bsz)
 	plogp := autograd.Where(maskT, autograd.Mul(autograd.Exp(lsm), lsm), autograd.Const(tensor.Zeros(dt, bsz, n)))

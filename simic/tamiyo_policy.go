@@ -30,7 +30,7 @@ type TamiyoPolicy struct {
 // TamiyoPolicyOptions configure NewTamiyoPolicy.
 type TamiyoPolicyOptions struct {
 	// Floors are the per-head probability floors used both to act and to
-	// evaluate; nil means leyline.ProbabilityFloorPerHead.
+	// evaluate; nil means tamiyo.ProbabilityFloorPerHead.
 	Floors *[leyline.NumActionHeads]float32
 }
 

@@ -32,7 +32,9 @@
 //     over slot nodes (any slot count), and a value head.
 //   - Policy.Act samples masked, floored, canonicalised actions for a
 //     batch; Policy.Evaluate recomputes their log-probabilities and
-//     normalised entropies differentiably for PPO.
+//     normalised entropies differentiably for PPO. MaskedCategorical is
+//     the same masked, floored distribution for one row of host logits
+//     (ProbabilityFloorPerHead holds the G2 floors).
 //
 // The inference service makes the policy a Controller:
 //

@@ -2,6 +2,7 @@ package tamiyo_test
 
 import (
 	"fmt"
+	"math/rand/v2"
 
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/tamiyo"
@@ -61,4 +62,32 @@ func Example() {
 	// epoch 6 stabilized=1 plateau=4: GERMINATE r0c0 conv_light (Plateau detected (4 epochs))
 	// epoch 7 stabilized=1 plateau=5: ADVANCE r0c0 (Advance to TRAINING)
 	// epoch 8 stabilized=1 plateau=6: ADVANCE r0c0 (Advance to BLENDING (improvement +0.00%))
+}
+
+// Sampling the op head with its default probability floor: masked ops
+// get no probability and every valid op keeps at least the floor.
+func ExampleMaskedCategorical() {
+	logits := []float32{4, 0, -3, 1, -8, 0}
+	mask := []bool{true, false, false, true, true, false}
+	d, err := tamiyo.NewMaskedCategorical(logits, mask, tamiyo.ProbabilityFloorPerHead[leyline.HeadOp])
+	if err != nil {
+		panic(err)
+	}
+	for i, p := range d.Probs() {
+		fmt.Printf("%-16s %.3f\n", leyline.OpNames[i], p)
+	}
+	fmt.Println("mode:", leyline.OpNames[d.Mode()])
+	fmt.Printf("entropy: %.3f\n", d.Entropy())
+	r := rand.New(rand.NewPCG(1, 2))
+	fmt.Println("sample is valid:", mask[d.Sample(r)])
+	// Output:
+	// WAIT             0.700
+	// GERMINATE        0.000
+	// SET_ALPHA_TARGET 0.000
+	// PRUNE            0.150
+	// FOSSILIZE        0.150
+	// ADVANCE          0.000
+	// mode: WAIT
+	// entropy: 0.745
+	// sample is valid: true
 }

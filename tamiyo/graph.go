@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/esper-go/esper/kasmina"
 	"github.com/esper-go/esper/leyline"
 )
 
@@ -117,7 +116,7 @@ func (r Relation) Dst() NodeType { return relations[r].dst }
 // LayerState is one host block as the graph sees it: its shape from
 // Kasmina and its norms when they were measured (nil = not measured).
 type LayerState struct {
-	Block kasmina.BlockInfo
+	Block leyline.BlockInfo
 	// WeightNorm and GradNorm are the L2 norms of the block's weights
 	// and of their last gradient.
 	WeightNorm, GradNorm *float64

@@ -5,7 +5,6 @@ import (
 	"math"
 	"testing"
 
-	"github.com/esper-go/esper/kasmina"
 	"github.com/esper-go/esper/leyline"
 )
 
@@ -62,7 +61,7 @@ func testInput(t *testing.T, n int, seed int) GraphInput {
 	}
 	nl := n + seed%2
 	for l := 0; l < nl; l++ {
-		ls := LayerState{Block: kasmina.BlockInfo{Depth: l, Channels: 16 << (l % 3)}}
+		ls := LayerState{Block: leyline.BlockInfo{Depth: l, Channels: 16 << (l % 3)}}
 		if l < n {
 			ls.Block.Slots = []string{ids[l]}
 		}

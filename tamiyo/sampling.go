@@ -40,7 +40,7 @@ var ErrAction = errors.New("invalid action")
 // headFloors returns the floors in use: f, or the G2 defaults when nil.
 func headFloors(f *[leyline.NumActionHeads]float32) [leyline.NumActionHeads]float32 {
 	if f == nil {
-		return leyline.ProbabilityFloorPerHead
+		return ProbabilityFloorPerHead
 	}
 	return *f
 }
@@ -98,7 +98,7 @@ func effectiveMasks(m leyline.ActionMasks, op leyline.LifecycleOp) ([leyline.Num
 				}
 			}
 			if first < 0 {
-				return out, &leyline.InvalidStateMachineError{Row: -1, Size: len(m.Slot())}
+				return out, &InvalidStateMachineError{Row: -1, Size: len(m.Slot())}
 			}
 			out[h] = oneHot(len(m.Slot()), first)
 		case rel[h]:
@@ -124,7 +124,7 @@ type ActOptions struct {
 	// Rand draws the samples; required unless Deterministic.
 	Rand *rand.Rand
 	// Floors are the per-head probability floors in HeadNames order;
-	// nil means leyline.ProbabilityFloorPerHead, all zeros disables them.
+	// nil means ProbabilityFloorPerHead, all zeros disables them.
 	Floors *[leyline.NumActionHeads]float32
 }
 
@@ -184,8 +184,8 @@ func tensorRows(t *tensor.Tensor) [][]float32 {
 //
 // Errors: a malformed graph or masks, floors that are negative, no Rand
 // when sampling, a mask with no valid option
-// (*leyline.InvalidStateMachineError), or non-finite logits (wraps
-// leyline.ErrNonFiniteLogits).
+// (*InvalidStateMachineError), or non-finite logits (wraps
+// ErrNonFiniteLogits).
 func (p *Policy) Act(g *Graph, masks []leyline.ActionMasks, opt ActOptions) (*ActResult, error) {
 	floors, err := checkActInputs(g, masks, opt)
 	if err != nil {
@@ -240,7 +240,7 @@ func selectActions(lg *Logits, masks []leyline.ActionMasks, opt ActOptions, floo
 		Values:    lg.Values,
 		OpLogits:  lg.Heads[leyline.HeadOp],
 	}
-	choose := func(d *leyline.MaskedCategorical) int {
+	choose := func(d *MaskedCategorical) int {
 		if opt.Deterministic {
 			return d.Mode()
 		}
@@ -248,7 +248,7 @@ func selectActions(lg *Logits, masks []leyline.ActionMasks, opt ActOptions, floo
 	}
 	for b := 0; b < n; b++ {
 		m := masks[b]
-		opDist, err := leyline.NewMaskedCategorical(lg.Heads[leyline.HeadOp][b], m.Op(), floors[leyline.HeadOp])
+		opDist, err := NewMaskedCategorical(lg.Heads[leyline.HeadOp][b], m.Op(), floors[leyline.HeadOp])
 		if err != nil {
 			return nil, actErr(b, leyline.HeadOp, err)
 		}
@@ -260,7 +260,7 @@ func selectActions(lg *Logits, masks []leyline.ActionMasks, opt ActOptions, floo
 		for h := 0; h < leyline.NumActionHeads; h++ {
 			d := opDist
 			if h != leyline.HeadOp {
-				if d, err = leyline.NewMaskedCategorical(lg.Heads[h][b], eff[h], floors[h]); err != nil {
+				if d, err = NewMaskedCategorical(lg.Heads[h][b], eff[h], floors[h]); err != nil {
 					return nil, actErr(b, h, err)
 				}
 			}
@@ -373,7 +373,7 @@ func (p *Policy) Evaluate(g *Graph, masks []leyline.ActionMasks, actions [][leyl
 // per row. masks rows may be shorter than the logits' width (the padded
 // slot head); the rest is masked.
 //
-// The floor follows leyline.MaskedCategorical exactly: the set U of
+// The floor follows MaskedCategorical exactly: the set U of
 // valid options held at the floor f is found on the host from the
 // values (as leyline does, repeating the pass until none is under);
 // the floored logits are then log f on U and log p₀ᵢ + log(1 − |U|f) −
@@ -394,7 +394,7 @@ func headLogProbs(logits *autograd.Var, masks [][]bool, actions []int, minProb f
 			}
 		}
 		if nv == 0 {
-			return nil, nil, &leyline.InvalidStateMachineError{Row: b, Size: len(row)}
+			return nil, nil, &InvalidStateMachineError{Row: b, Size: len(row)}
 		}
 		if nv > 1 {
 			invLn[b] = 1 / math.Log(float64(nv))
@@ -455,7 +455,7 @@ const probFloorEps = 1e-8
 
 // floorSet returns which valid options of one masked row sit at the
 // probability floor, and the effective floor min(minProb,
-// 0.99/numValid), by the same passes as leyline.MaskedCategorical.
+// 0.99/numValid), by the same passes as MaskedCategorical.
 func floorSet(masked []float32, mask []bool, minProb float32) ([]bool, float64) {
 	nv := 0
 	for _, v := range mask {

@@ -152,7 +152,7 @@ func TestActDeterministicIsArgmax(t *testing.T) {
 		if r1.Actions[b] != r2.Actions[b] || r1.LogProbs[b] != r2.LogProbs[b] {
 			t.Fatalf("env %d: deterministic actions differ: %v vs %v", b, r1.Actions[b], r2.Actions[b])
 		}
-		d, err := leyline.NewMaskedCategorical(r1.OpLogits[b], masks[b].Op(), leyline.ProbabilityFloorPerHead[leyline.HeadOp])
+		d, err := NewMaskedCategorical(r1.OpLogits[b], masks[b].Op(), ProbabilityFloorPerHead[leyline.HeadOp])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -357,11 +357,11 @@ func TestEvaluateFloorsEveryValidOp(t *testing.T) {
 				out, _ := p.Run(g)
 				opLogits = hostRows(out.Logits[leyline.HeadOp])[0]
 			})
-			min := leyline.ProbabilityFloorPerHead[leyline.HeadOp]
+			min := ProbabilityFloorPerHead[leyline.HeadOp]
 			if floors != nil {
 				min = 0
 			}
-			d, err := leyline.NewMaskedCategorical(opLogits, masks[0].Op(), min)
+			d, err := NewMaskedCategorical(opLogits, masks[0].Op(), min)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -386,7 +386,7 @@ func TestActAndEvaluateErrors(t *testing.T) {
 	if _, err := p.Act(g, short, ActOptions{Deterministic: true}); err == nil {
 		t.Error("a slot mask of the wrong length should fail")
 	}
-	neg := leyline.ProbabilityFloorPerHead
+	neg := ProbabilityFloorPerHead
 	neg[leyline.HeadStyle] = -0.1
 	if _, err := p.Act(g, masks, ActOptions{Deterministic: true, Floors: &neg}); err == nil {
 		t.Error("a negative floor should fail")
@@ -396,7 +396,7 @@ func TestActAndEvaluateErrors(t *testing.T) {
 	empty := append([]leyline.ActionMasks(nil), masks...)
 	empty[2].Heads[leyline.HeadOp] = make([]bool, leyline.NumOps)
 	_, err := p.Act(g, empty, ActOptions{Deterministic: true})
-	var ism *leyline.InvalidStateMachineError
+	var ism *InvalidStateMachineError
 	if !errors.As(err, &ism) {
 		t.Errorf("all-false op mask: err = %v, want InvalidStateMachineError", err)
 	}
@@ -423,7 +423,7 @@ func TestActAndEvaluateErrors(t *testing.T) {
 	// Diverged weights give non-finite logits, reported as such.
 	w := p.heads[leyline.HeadOp].fc2.Bias.Value.F32()
 	w[0] = float32(math.NaN())
-	if _, err := p.Act(g, masks, ActOptions{Deterministic: true}); !errors.Is(err, leyline.ErrNonFiniteLogits) {
+	if _, err := p.Act(g, masks, ActOptions{Deterministic: true}); !errors.Is(err, ErrNonFiniteLogits) {
 		t.Errorf("NaN logits: err = %v, want ErrNonFiniteLogits", err)
 	}
 }

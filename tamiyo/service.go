@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/esper-go/esper/autograd"
-	"github.com/esper-go/esper/kasmina"
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/tensor"
 )
@@ -79,7 +78,7 @@ type ServiceOptions struct {
 	// Seed seeds the sampling (unused when Deterministic).
 	Seed uint64
 	// Floors are the per-head probability floors (nil: the G2 defaults,
-	// leyline.ProbabilityFloorPerHead).
+	// ProbabilityFloorPerHead).
 	Floors *[leyline.NumActionHeads]float32
 	// Deadline bounds one decision, graph building to sampled action
 	// (default DefaultServiceDeadline); the caller's context deadline
@@ -100,7 +99,7 @@ type ServiceOptions struct {
 // BlockLayers returns a Layers function that reports the given blocks
 // without norms, for hosts whose blocks do not change (kasmina
 // Host.Blocks()).
-func BlockLayers(blocks []kasmina.BlockInfo) func() []LayerState {
+func BlockLayers(blocks []leyline.BlockInfo) func() []LayerState {
 	ls := make([]LayerState, len(blocks))
 	for i, b := range blocks {
 		b.Slots = append([]string(nil), b.Slots...)

@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/esper-go/esper/kasmina"
 	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/tensor"
@@ -53,7 +52,7 @@ func metric(ev leyline.TelemetryEvent, name string) (float64, bool) {
 // testLayers is a three-block CNN host with one slot after each block
 // (the default slots r0c0..r0c2) and a slot id the configuration lacks.
 func testLayers() func() []LayerState {
-	return BlockLayers([]kasmina.BlockInfo{
+	return BlockLayers([]leyline.BlockInfo{
 		{Depth: 0, Channels: 16, Slots: []string{"r0c0"}},
 		{Depth: 1, Channels: 32, Slots: []string{"r0c1", "r9c9"}},
 		{Depth: 2, Channels: 64, Slots: []string{"r0c2"}},

@@ -1,6 +1,7 @@
 // Package tensor holds Esper-Go's n-dimensional array: shape, dtype,
-// device, storage and views, plus creation, copies, casts and interop
-// with gorgonia.org/tensor.
+// device, storage and views, plus creation, copies and casts. Interop
+// with gorgonia.org/tensor is in the subpackage tensor/gorgonia, so that
+// importing tensor costs no third-party module.
 //
 // A Tensor is a strided view over a Storage. Reshape of a contiguous
 // tensor, Slice (Narrow), Permute/Transpose, Expand, Squeeze and Unsqueeze

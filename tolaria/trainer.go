@@ -41,7 +41,8 @@ type TrainerOptions struct {
 	Controller Controller
 
 	// HostLR, HostMomentum and HostWeightDecay configure the host's SGD;
-	// zero means 0.01, 0.9 and 5e-4 (G2 per-batch step). A negative
+	// zero means leyline.DefaultHostLR (0.01), 0.9 and 5e-4 (G2 per-batch
+	// step). A negative
 	// HostMomentum or HostWeightDecay means none.
 	HostLR, HostMomentum, HostWeightDecay float64
 	// HostSchedule, when set, sets the host's learning rate at the start
@@ -51,7 +52,8 @@ type TrainerOptions struct {
 	// changing it does not re-capture the train step.
 	HostSchedule optim.Schedule
 	// SeedLR and SeedMomentum configure each slot's SGD, created when the
-	// slot first holds a seed; zero means 0.01 and 0.9.
+	// slot first holds a seed; zero means leyline.DefaultSeedLR (0.01) and
+	// 0.9.
 	SeedLR, SeedMomentum float64
 	// MaxGradNorm clips the host's and each seed's gradients separately;
 	// zero means 1.0, negative disables clipping.
@@ -337,10 +339,10 @@ func NewTrainer(o TrainerOptions) (*Trainer, error) {
 			*v = d
 		}
 	}
-	def(&o.HostLR, 0.01)
+	def(&o.HostLR, leyline.DefaultHostLR)
 	def(&o.HostMomentum, 0.9)
 	def(&o.HostWeightDecay, 5e-4)
-	def(&o.SeedLR, 0.01)
+	def(&o.SeedLR, leyline.DefaultSeedLR)
 	def(&o.SeedMomentum, 0.9)
 	def(&o.MaxGradNorm, 1.0)
 	for _, v := range []*float64{&o.HostMomentum, &o.HostWeightDecay} {

@@ -54,20 +54,3 @@ func TestTrainGNNController(t *testing.T) {
 	require.Equal(t, 1, code)
 	require.Contains(t, errb.String(), "written for slots [r0c0 r0c1 r0c2]")
 }
-
-// TestBenchW2WritesReport runs a tiny W2 (batch 1 and 2, two forwards
-// each) and reads its report.
-func TestBenchW2WritesReport(t *testing.T) {
-	dir := t.TempDir()
-	var out, errb bytes.Buffer
-	code := run([]string{"bench", "--workload", "w2", "--graphs", "2", "--reps", "2", "--warmup", "1", "--json", dir}, &out, &errb)
-	require.Equal(t, 0, code, errb.String())
-	require.Contains(t, out.String(), "batch 2 esper captured")
-	require.Contains(t, out.String(), "captured logits equal eager")
-	rep := readReport(t, dir, "W2")
-	res := rep["results"].(map[string]any)
-	for _, k := range []string{"batch1_eager", "batch1_captured", "batch2_eager", "batch2_captured"} {
-		require.Contains(t, res, k)
-	}
-	require.Greater(t, rep["parameters"].(map[string]any)["flop_per_graph"].(float64), 1e7)
-}

@@ -1,8 +1,14 @@
-// Command esper is the Esper-Go command-line tool: `esper bench` runs the
-// performance workloads of PERF.md (W1 to W7 on the CPU; W1, W6, W7 and
-// W8 on a GPU in a binary built with -tags cuda) and compares them with
-// their PyTorch peers; `esper train` trains a host that grows seeds under
-// a controller.
+// Command esper is the Esper-Go command-line tool: `esper train` trains
+// a host that grows seeds under a controller, `esper ppo` trains the GNN
+// controller's policy, and `esper bench` runs the performance workloads
+// of PERF.md (W1 to W7 on the CPU; W1, W5, W6, W7 and W8 on a GPU in a
+// binary built with -tags cuda) beside their PyTorch peers.
+//
+// The command is flags and wiring: the workloads, their tables and
+// reports are packages bench's and bench/gpu's, the run plots
+// internal/runplot's, and
+// device_cuda.go (with its twin device_nocuda.go) is the one file that
+// imports kernels/cuda, to open the device.
 package main
 
 import (

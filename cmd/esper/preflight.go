@@ -62,39 +62,3 @@ func pathErr(err error) error {
 	}
 	return err
 }
-
-// Python files of the PyTorch peers (in --peer-dir) by workload: the
-// script and the modules it imports.
-var peerScripts = map[string][]string{
-	"W1": {"w1_tolaria_ref.py", "peer_common.py"},
-	"W2": {"w2_gnn.py", "peer_common.py"},
-	"W4": {"w4_env_loop.py", "peer_common.py", "w2_gnn.py", "w4_seeds.py", "w5_host_train.py"},
-	"W5": {"w5_host_train.py", "peer_common.py"},
-	"W6": {"w6_gemm.py", "peer_common.py"},
-	"W7": {"w7_foreach_optim.py", "peer_common.py"},
-	// The GPU peers (--device cuda).
-	"GPU": {"gpu_peers.py", "peer_common.py", "w5_host_train.py"},
-}
-
-// checkPeerScripts makes sure that the peer files of the workloads are in
-// dir, so that --compare pytorch cannot fail after our measurements for a
-// missing script (the peers are run from the working directory's
-// bench/pytorch unless --peer-dir says otherwise).
-func checkPeerScripts(dir string, workloads ...string) error {
-	for _, w := range workloads {
-		for _, f := range peerScripts[w] {
-			path := filepath.Join(dir, f)
-			st, err := os.Stat(path)
-			if err == nil && st.Mode().IsRegular() {
-				continue
-			}
-			why := "not a regular file"
-			if err != nil {
-				why = pathErr(err).Error()
-			}
-			return fmt.Errorf("--compare pytorch: the %s peer needs %s: %s (the peers are in the repository's bench/pytorch: run from the repository's root or pass --peer-dir)",
-				w, path, why)
-		}
-	}
-	return nil
-}

@@ -13,12 +13,13 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"gonum.org/v1/plot/plotter"
 
+	"github.com/esper-go/esper/bench"
 	"github.com/esper-go/esper/data"
+	"github.com/esper-go/esper/internal/runplot"
 	"github.com/esper-go/esper/kasmina"
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/nissa"
@@ -421,11 +422,11 @@ func runMorphogenetic(ctx context.Context, c trainConfig, train, test data.Datas
 	}
 	if len(sum.Epochs) > 0 {
 		h := history(sum, fmt.Sprintf("%s, controller %s", c.task, c.controller))
-		if err := writeTrainingPlot(filepath.Join(res.dir, "training.png"), h); err != nil {
+		if err := runplot.WriteTraining(filepath.Join(res.dir, "training.png"), h); err != nil {
 			return nil, err
 		}
 		if c.controller != "none" {
-			if err := writeAlphaPlot(filepath.Join(res.dir, "alpha.png"), h); err != nil {
+			if err := runplot.WriteAlpha(filepath.Join(res.dir, "alpha.png"), h); err != nil {
 				return nil, err
 			}
 		}
@@ -474,12 +475,12 @@ func seedList(seeds []leyline.SeedReport) string {
 // sees seeds that germinated before the resume. The other marks come
 // from stage changes between epochs (and, for a seed the history has
 // not seen yet, from the epoch's decision that moved it).
-func history(sum tolaria.Summary, title string) runHistory {
-	h := runHistory{Title: title, Alphas: map[string]plotter.XYs{}}
+func history(sum tolaria.Summary, title string) runplot.History {
+	h := runplot.History{Title: title, Alphas: map[string]plotter.XYs{}}
 	prev := map[string]leyline.SeedStage{}
 	for _, r := range sum.Epochs {
 		e := r.Epoch + 1
-		h.Epochs = append(h.Epochs, epochPoint{Epoch: e, TrainLoss: r.TrainLoss, ValLoss: r.ValLoss, TrainAcc: r.TrainAccuracy, ValAcc: r.ValAccuracy})
+		h.Epochs = append(h.Epochs, runplot.Point{Epoch: e, TrainLoss: r.TrainLoss, ValLoss: r.ValLoss, TrainAcc: r.TrainAccuracy, ValAcc: r.ValAccuracy})
 		acted := "" // the slot the epoch's decision changed
 		if r.Applied == tolaria.ApplyApplied {
 			acted = r.Decision.SlotID
@@ -497,15 +498,15 @@ func history(sum tolaria.Summary, title string) runHistory {
 				// There before the history starts (a resumed run): no
 				// stage to compare with.
 			case p == leyline.StageUnknown && r.Decision.Op == leyline.OpGerminate:
-				h.Marks = append(h.Marks, lifecycleMark{Epoch: e, Kind: "germinated", Seed: s.SeedID})
+				h.Marks = append(h.Marks, runplot.Mark{Epoch: e, Kind: "germinated", Seed: s.SeedID})
 			case s.Stage != p && s.Stage == leyline.StageBlending:
-				h.Marks = append(h.Marks, lifecycleMark{Epoch: e, Kind: "blending", Seed: s.SeedID})
+				h.Marks = append(h.Marks, runplot.Mark{Epoch: e, Kind: "blending", Seed: s.SeedID})
 			case s.Stage != p && s.Stage == leyline.StageFossilized:
-				h.Marks = append(h.Marks, lifecycleMark{Epoch: e, Kind: "fossilized", Seed: s.SeedID})
+				h.Marks = append(h.Marks, runplot.Mark{Epoch: e, Kind: "fossilized", Seed: s.SeedID})
 			case s.Stage != p && leyline.IsFailureStage(s.Stage) && !leyline.IsFailureStage(p):
 				// Pruned: the slot's epoch tick may already have moved it
 				// on to EMBARGOED by the time the epoch reports.
-				h.Marks = append(h.Marks, lifecycleMark{Epoch: e, Kind: "pruned", Seed: s.SeedID})
+				h.Marks = append(h.Marks, runplot.Mark{Epoch: e, Kind: "pruned", Seed: s.SeedID})
 			}
 			prev[s.SeedID] = s.Stage
 			h.Alphas[s.SeedID] = append(h.Alphas[s.SeedID], plotter.XY{X: float64(e), Y: s.Alpha})
@@ -519,7 +520,7 @@ func printSummary(w io.Writer, c trainConfig, run, base *runResult) {
 	if !c.quiet {
 		fmt.Fprintln(w)
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	tw := bench.NewTable(w, bench.AlignLeft)
 	fmt.Fprintln(tw, "run\tval acc\tval loss\tparameters\tgerminated\tfossilized\tpruned\ts/epoch\t")
 	row := func(name string, r *runResult) {
 		f := r.summary.Final()

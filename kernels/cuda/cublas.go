@@ -196,17 +196,6 @@ func newBlasHandle(d *Device) (*blasHandle, error) {
 	return &b, nil
 }
 
-// Precision selects the arithmetic of float32 products (PyTorch's
-// torch.set_float32_matmul_precision).
-type Precision int
-
-// Precisions.
-const (
-	Highest Precision = iota // full fp32
-	High                     // TF32 tensor cores
-	Medium                   // bf16 tensor cores, fp32 accumulation
-)
-
 // gemmRowMajor computes C = op(A)·op(B) for row-major matrices: A is m×k
 // as op(A), B k×n, C m×n with leading dimensions lda, ldb, ldc (in
 // elements, as stored), batch ≥ 1 products at element strides sa, sb, sc.

@@ -1,7 +1,6 @@
-package main
+package runplot
 
 import (
-	"fmt"
 	"image/png"
 	"math"
 	"os"
@@ -17,23 +16,22 @@ import (
 	"gonum.org/v1/plot/vg/recorder"
 
 	"github.com/esper-go/esper/leyline"
-	"github.com/esper-go/esper/tolaria"
 )
 
 func TestPlotsWritePNGs(t *testing.T) {
 	dir := t.TempDir()
-	h := runHistory{Title: "test run", Alphas: map[string]plotter.XYs{}}
+	h := History{Title: "test run", Alphas: map[string]plotter.XYs{}}
 	for e := 0; e < 12; e++ {
-		h.Epochs = append(h.Epochs, epochPoint{Epoch: e, TrainLoss: 2.3 / float64(e+1), ValLoss: 2.4 / float64(e+1), TrainAcc: float64(10 + 5*e), ValAcc: float64(9 + 5*e)})
+		h.Epochs = append(h.Epochs, Point{Epoch: e, TrainLoss: 2.3 / float64(e+1), ValLoss: 2.4 / float64(e+1), TrainAcc: float64(10 + 5*e), ValAcc: float64(9 + 5*e)})
 	}
-	h.Marks = []lifecycleMark{{3, "germinated", "r0c0-conv_light"}, {5, "blending", "r0c0-conv_light"}, {9, "fossilized", "r0c0-conv_light"}, {6, "pruned", "r0c1-norm"}}
+	h.Marks = []Mark{{3, "germinated", "r0c0-conv_light"}, {5, "blending", "r0c0-conv_light"}, {9, "fossilized", "r0c0-conv_light"}, {6, "pruned", "r0c1-norm"}}
 	h.Alphas["r0c0-conv_light"] = plotter.XYs{{X: 5, Y: 0}, {X: 6, Y: 0.5}, {X: 7, Y: 1}}
 
 	for _, tc := range []struct {
 		name  string
-		write func(string, runHistory) error
+		write func(string, History) error
 		w, h  int
-	}{{"training.png", writeTrainingPlot, 800, 800}, {"alpha.png", writeAlphaPlot, 800, 400}} {
+	}{{"training.png", WriteTraining, 800, 800}, {"alpha.png", WriteAlpha, 800, 400}} {
 		path := filepath.Join(dir, tc.name)
 		require.NoError(t, tc.write(path, h))
 		f, err := os.Open(path)
@@ -47,64 +45,8 @@ func TestPlotsWritePNGs(t *testing.T) {
 	}
 	matches, _ := filepath.Glob(filepath.Join(dir, ".*"))
 	require.Empty(t, matches, "no temporary files left behind")
-	require.Error(t, writeTrainingPlot(filepath.Join(dir, "empty.png"), runHistory{}))
-	require.NoError(t, writeAlphaPlot(filepath.Join(dir, "none.png"), runHistory{}))
-}
-
-// TestHistoryMarks: lifecycle marks come from stage changes between
-// epochs, a prune included when the seed is already EMBARGOED when the
-// epoch reports.
-func TestHistoryMarks(t *testing.T) {
-	seed := func(stage leyline.SeedStage, alpha float64) []leyline.SeedReport {
-		return []leyline.SeedReport{{SeedID: "r0c0-norm", SlotID: "r0c0", Stage: stage, Alpha: alpha}}
-	}
-	germinate := leyline.Decision{Op: leyline.OpGerminate, SlotID: "r0c0", Blueprint: leyline.BlueprintNorm}
-	sum := tolaria.Summary{Epochs: []tolaria.EpochReport{
-		{Epoch: 0},
-		{Epoch: 1, Seeds: seed(leyline.StageGerminated, 0), Decision: germinate, Applied: tolaria.ApplyApplied},
-		{Epoch: 2, Seeds: seed(leyline.StageBlending, 0.5)},
-		{Epoch: 3, Seeds: seed(leyline.StageEmbargoed, 0)},
-	}}
-	h := history(sum, "t")
-	require.Equal(t, []string{"2:germinated", "3:blending", "4:pruned"}, markList(h))
-	require.Len(t, h.Alphas["r0c0-norm"], 3)
-	require.Len(t, h.Epochs, 4)
-}
-
-func markList(h runHistory) []string {
-	var kinds []string
-	for _, m := range h.Marks {
-		kinds = append(kinds, fmt.Sprintf("%d:%s", m.Epoch, m.Kind))
-	}
-	return kinds
-}
-
-// TestHistoryAfterResume: a resumed run's history starts with seeds it
-// has not seen germinate; none of them is marked germinated (the false
-// marker at the first epoch after a resume), a seed the first epoch's
-// decision moved is marked with its new stage, and a germination after
-// the resume is marked where the GERMINATE took effect.
-func TestHistoryAfterResume(t *testing.T) {
-	rep := func(slot, seed string, stage leyline.SeedStage) leyline.SeedReport {
-		return leyline.SeedReport{SeedID: seed, SlotID: slot, Stage: stage}
-	}
-	sum := tolaria.Summary{Epochs: []tolaria.EpochReport{
-		// The checkpoint's seeds: r0c0 germinated in the epoch before the
-		// resume (still GERMINATED), r0c1 is training, r1c0 blends in
-		// now through this epoch's ADVANCE.
-		{Epoch: 20, Seeds: []leyline.SeedReport{rep("r0c0", "a", leyline.StageGerminated), rep("r0c1", "b", leyline.StageTraining), rep("r1c0", "c", leyline.StageBlending)},
-			Decision: leyline.Decision{Op: leyline.OpAdvance, SlotID: "r1c0"}, Applied: tolaria.ApplyApplied},
-		// A refused GERMINATE marks nothing.
-		{Epoch: 21, Seeds: []leyline.SeedReport{rep("r0c0", "a", leyline.StageTraining), rep("r0c1", "b", leyline.StageTraining), rep("r1c0", "c", leyline.StageBlending)},
-			Decision: leyline.Decision{Op: leyline.OpGerminate, SlotID: "r0c1"}, Applied: tolaria.ApplyRejected},
-		{Epoch: 22, Seeds: []leyline.SeedReport{rep("r0c0", "a", leyline.StageTraining), rep("r0c1", "b", leyline.StageTraining), rep("r1c0", "c", leyline.StageBlending), rep("r1c1", "d", leyline.StageGerminated)},
-			Decision: leyline.Decision{Op: leyline.OpGerminate, SlotID: "r1c1"}, Applied: tolaria.ApplyApplied},
-	}}
-	var marks []string
-	for _, m := range history(sum, "resumed").Marks {
-		marks = append(marks, fmt.Sprintf("%d:%s:%s", m.Epoch, m.Kind, m.Seed))
-	}
-	require.Equal(t, []string{"21:blending:c", "23:germinated:d"}, marks)
+	require.Error(t, WriteTraining(filepath.Join(dir, "empty.png"), History{}))
+	require.NoError(t, WriteAlpha(filepath.Join(dir, "none.png"), History{}))
 }
 
 // TestTickLabelsDistinct: tick labels never repeat and say their value
@@ -152,7 +94,7 @@ func TestPlotColorsDistinct(t *testing.T) {
 	const n = 64
 	for i := 0; i < n; i++ {
 		for j := 0; j < i; j++ {
-			a, b := plotColor(i), plotColor(j)
+			a, b := lineColor(i), lineColor(j)
 			d := math.Abs(float64(a.R)-float64(b.R)) + math.Abs(float64(a.G)-float64(b.G)) + math.Abs(float64(a.B)-float64(b.B))
 			require.Greater(t, d, 12.0, "colours %d %v and %d %v", i, a, j, b)
 		}
@@ -162,17 +104,17 @@ func TestPlotColorsDistinct(t *testing.T) {
 // TestAlphaPlotEpochAxis: the alpha plot's epoch axis spans the run's
 // epochs even when no seed was germinated (it was -1 to 1).
 func TestAlphaPlotEpochAxis(t *testing.T) {
-	h := runHistory{}
+	h := History{}
 	for e := 1; e <= 8; e++ {
-		h.Epochs = append(h.Epochs, epochPoint{Epoch: e})
+		h.Epochs = append(h.Epochs, Point{Epoch: e})
 	}
 	lo, hi, ok := epochRange(h)
 	require.True(t, ok)
 	require.Equal(t, [2]float64{1, 8}, [2]float64{lo, hi})
-	lo, hi, ok = epochRange(runHistory{Epochs: []epochPoint{{Epoch: 5}}})
+	lo, hi, ok = epochRange(History{Epochs: []Point{{Epoch: 5}}})
 	require.True(t, ok)
 	require.Equal(t, [2]float64{4.5, 5.5}, [2]float64{lo, hi})
-	_, _, ok = epochRange(runHistory{})
+	_, _, ok = epochRange(History{})
 	require.False(t, ok)
 
 	// The drawn plot uses it.
@@ -194,19 +136,19 @@ func TestAlphaPlotEpochAxis(t *testing.T) {
 // plot's data area, so it covers no line (the PPO plot's legends sat on
 // its lines).
 func TestLegendOutsideData(t *testing.T) {
-	var rounds []ppoRound
+	var rounds []Round
 	for r := 1; r <= 12; r++ {
 		ent := make([]float64, leyline.NumActionHeads)
 		for h := range ent {
 			ent[h] = 1 - float64(r*h)/100
 		}
-		rounds = append(rounds, ppoRound{Round: r, Return: float64(r), Entropy: ent, KL: 1e-3, ExplainedVariance: 0.5, PolicyLoss: -0.01, ValueLoss: 0.2, EnvEpochsPerSec: 30})
+		rounds = append(rounds, Round{Round: r, Return: float64(r), Entropy: ent, KL: 1e-3, ExplainedVariance: 0.5, PolicyLoss: -0.01, ValueLoss: 0.2, EnvEpochsPerSec: 30})
 	}
 	plots, err := ppoPlots(rounds)
 	require.NoError(t, err)
-	h := runHistory{Title: "t", Alphas: map[string]plotter.XYs{"r0c0-norm": {{X: 1, Y: 0}, {X: 2, Y: 1}}}}
+	h := History{Title: "t", Alphas: map[string]plotter.XYs{"r0c0-norm": {{X: 1, Y: 0}, {X: 2, Y: 1}}}}
 	for e := 1; e <= 3; e++ {
-		h.Epochs = append(h.Epochs, epochPoint{Epoch: e, TrainLoss: 2, ValLoss: 2.1, TrainAcc: 10, ValAcc: 11})
+		h.Epochs = append(h.Epochs, Point{Epoch: e, TrainLoss: 2, ValLoss: 2.1, TrainAcc: 10, ValAcc: 11})
 	}
 	loss, acc, err := trainingPlots(h)
 	require.NoError(t, err)

@@ -1,23 +1,26 @@
-package leyline
+package tamiyo
+
+// MaskedCategorical, the G2 masked distribution of one head, with its
+// probability floors: what Act and Evaluate compute in batches over
+// tensors, for one row of host logits.
 
 import (
 	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
+
+	"github.com/esper-go/esper/leyline"
 )
 
 // ProbabilityFloorPerHead is each head's default probability floor, in
-// HeadNames order (G2 PROBABILITY_FLOOR_PER_HEAD: op .15, slot .05,
+// leyline.HeadNames order (G2 PROBABILITY_FLOOR_PER_HEAD: op .15, slot .05,
 // blueprint .12, style .08, tempo .12, alpha_target .08, alpha_speed .06,
 // alpha_curve .06). A floor keeps every valid option explorable.
-var ProbabilityFloorPerHead = [NumActionHeads]float32{
-	HeadSlot: 0.05, HeadBlueprint: 0.12, HeadStyle: 0.08, HeadTempo: 0.12,
-	HeadAlphaTarget: 0.08, HeadAlphaSpeed: 0.06, HeadAlphaCurve: 0.06, HeadOp: 0.15,
+var ProbabilityFloorPerHead = [leyline.NumActionHeads]float32{
+	leyline.HeadSlot: 0.05, leyline.HeadBlueprint: 0.12, leyline.HeadStyle: 0.08, leyline.HeadTempo: 0.12,
+	leyline.HeadAlphaTarget: 0.08, leyline.HeadAlphaSpeed: 0.06, leyline.HeadAlphaCurve: 0.06, leyline.HeadOp: 0.15,
 }
-
-// probFloorEps is the clamp inside the floor's rescale and log (G2 1e-8).
-const probFloorEps = 1e-8
 
 // InvalidStateMachineError reports a mask with no valid option: the
 // lifecycle state machine offered the policy nothing to do, which is a
@@ -32,9 +35,9 @@ type InvalidStateMachineError struct {
 // Error implements error.
 func (e *InvalidStateMachineError) Error() string {
 	if e.Row >= 0 {
-		return fmt.Sprintf("leyline: invalid state machine: mask row %d has no valid action (of %d)", e.Row, e.Size)
+		return fmt.Sprintf("tamiyo: invalid state machine: mask row %d has no valid action (of %d)", e.Row, e.Size)
 	}
-	return fmt.Sprintf("leyline: invalid state machine: mask has no valid action (of %d)", e.Size)
+	return fmt.Sprintf("tamiyo: invalid state machine: mask has no valid action (of %d)", e.Size)
 }
 
 // ErrNonFiniteLogits is wrapped when logits hold NaN or ±Inf, a sign that
@@ -78,7 +81,7 @@ func NewMaskedCategorical(logits []float32, mask []bool, minProb float32) (*Mask
 // batch, all with the same floor. An error names the failing row.
 func NewMaskedCategoricalBatch(logits [][]float32, masks [][]bool, minProb float32) ([]*MaskedCategorical, error) {
 	if len(logits) != len(masks) {
-		return nil, fmt.Errorf("leyline: MaskedCategorical batch: %d logit rows but %d mask rows", len(logits), len(masks))
+		return nil, fmt.Errorf("tamiyo: MaskedCategorical batch: %d logit rows but %d mask rows", len(logits), len(masks))
 	}
 	out := make([]*MaskedCategorical, len(logits))
 	for i := range logits {
@@ -98,10 +101,10 @@ func NewMaskedCategoricalBatch(logits [][]float32, masks [][]bool, minProb float
 func newMaskedCategorical(logits []float32, mask []bool, minProb float32, row int) (*MaskedCategorical, error) {
 	n := len(logits)
 	if n == 0 || len(mask) != n {
-		return nil, fmt.Errorf("leyline: MaskedCategorical: %d logits and %d mask entries (need the same, non-zero)", n, len(mask))
+		return nil, fmt.Errorf("tamiyo: MaskedCategorical: %d logits and %d mask entries (need the same, non-zero)", n, len(mask))
 	}
 	if !(minProb >= 0) || math.IsInf(float64(minProb), 0) {
-		return nil, fmt.Errorf("leyline: MaskedCategorical: probability floor %g must be finite and >= 0", minProb)
+		return nil, fmt.Errorf("tamiyo: MaskedCategorical: probability floor %g must be finite and >= 0", minProb)
 	}
 	if err := checkFiniteLogits(logits); err != nil {
 		return nil, err
@@ -121,7 +124,7 @@ func newMaskedCategorical(logits []float32, mask []bool, minProb float32, row in
 		if v {
 			masked[i] = logits[i]
 		} else {
-			masked[i] = MaskedLogitValue
+			masked[i] = leyline.MaskedLogitValue
 		}
 	}
 	d := &MaskedCategorical{mask: append([]bool(nil), mask...), numValid: numValid}
@@ -154,7 +157,7 @@ func checkFiniteLogits(logits []float32) error {
 	if nan == 0 && inf == 0 {
 		return nil
 	}
-	return fmt.Errorf("leyline: MaskedCategorical: %w (network instability): min=%.4g max=%.4g nan_count=%d inf_count=%d of %d",
+	return fmt.Errorf("tamiyo: MaskedCategorical: %w (network instability): min=%.4g max=%.4g nan_count=%d inf_count=%d of %d",
 		ErrNonFiniteLogits, lo, hi, nan, inf, len(logits))
 }
 
@@ -183,7 +186,7 @@ func logSoftmax(logits []float32) (logp, p []float32) {
 // floor_eff = min(minProb, 0.99/numValid); valid options under floor_eff
 // are raised to it and the others rescaled by
 // max(1 − n_under·floor_eff, 1e-8) / max(Σ p_over, 1e-8); the new logits
-// are log(max(p, 1e-8)) for valid options and MaskedLogitValue for the
+// are log(max(p, 1e-8)) for valid options and leyline.MaskedLogitValue for the
 // rest.
 //
 // The reference applies this once. One pass can push an option that was
@@ -241,7 +244,7 @@ func floorLogits(masked []float32, mask []bool, numValid int, minProb float32) [
 		if mask[i] {
 			out[i] = float32(math.Log(math.Max(p[i], probFloorEps)))
 		} else {
-			out[i] = MaskedLogitValue
+			out[i] = leyline.MaskedLogitValue
 		}
 	}
 	return out
@@ -265,10 +268,10 @@ func (d *MaskedCategorical) NumValid() int { return d.numValid }
 // must never take it.
 func (d *MaskedCategorical) LogProb(action int) (float32, error) {
 	if action < 0 || action >= len(d.probs) {
-		return 0, fmt.Errorf("leyline: MaskedCategorical.LogProb: action %d outside [0, %d)", action, len(d.probs))
+		return 0, fmt.Errorf("tamiyo: MaskedCategorical.LogProb: action %d outside [0, %d)", action, len(d.probs))
 	}
 	if !d.mask[action] {
-		return 0, fmt.Errorf("leyline: MaskedCategorical.LogProb: action %d is masked", action)
+		return 0, fmt.Errorf("tamiyo: MaskedCategorical.LogProb: action %d is masked", action)
 	}
 	return d.logProbs[action], nil
 }

@@ -1,4 +1,4 @@
-package main
+package runplot
 
 import (
 	"math"
@@ -29,12 +29,12 @@ func finishes(t *testing.T, d time.Duration, f func() error) error {
 // subnormal figures (a forged or diverged run) still plots.
 func TestPPOPlotSurvivesExtremeFigures(t *testing.T) {
 	vals := []float64{1e308, -1e308, math.Inf(1), math.NaN(), 5e-324, -math.MaxFloat64, 0}
-	var h []ppoRound
+	var h []Round
 	for i, v := range vals {
-		h = append(h, ppoRound{Round: i + 1, Return: v, KL: v, ExplainedVariance: -v, PolicyLoss: v, ValueLoss: v,
+		h = append(h, Round{Round: i + 1, Return: v, KL: v, ExplainedVariance: -v, PolicyLoss: v, ValueLoss: v,
 			EnvEpochsPerSec: v, Entropy: []float64{v, -v, 1}})
 	}
-	err := finishes(t, 20*time.Second, func() error { return writePPOPlot(filepath.Join(t.TempDir(), "ppo.png"), h) })
+	err := finishes(t, 20*time.Second, func() error { return WritePPO(filepath.Join(t.TempDir(), "ppo.png"), h) })
 	require.NoError(t, err)
 }
 
@@ -42,16 +42,16 @@ func TestPPOPlotSurvivesExtremeFigures(t *testing.T) {
 // train --lr 1e6 ended in "plotter: NaN data point" with no summary),
 // infinite or ±1e308 still writes both plots.
 func TestTrainingPlotsSurviveDivergence(t *testing.T) {
-	h := runHistory{Title: "diverged", Alphas: map[string]plotter.XYs{
+	h := History{Title: "diverged", Alphas: map[string]plotter.XYs{
 		"s1": {{X: 1, Y: math.NaN()}, {X: 2, Y: 0.5}},
 		"s2": {{X: 1, Y: math.Inf(1)}},
 	}}
 	for i, v := range []float64{2.3, 1e308, -1e308, math.Inf(1), math.NaN(), math.NaN()} {
-		h.Epochs = append(h.Epochs, epochPoint{Epoch: i + 1, TrainLoss: v, ValLoss: v, TrainAcc: 10, ValAcc: -v})
+		h.Epochs = append(h.Epochs, Point{Epoch: i + 1, TrainLoss: v, ValLoss: v, TrainAcc: 10, ValAcc: -v})
 	}
 	dir := t.TempDir()
-	require.NoError(t, finishes(t, 20*time.Second, func() error { return writeTrainingPlot(filepath.Join(dir, "training.png"), h) }))
-	require.NoError(t, finishes(t, 20*time.Second, func() error { return writeAlphaPlot(filepath.Join(dir, "alpha.png"), h) }))
-	all := runHistory{Title: "all NaN", Epochs: []epochPoint{{Epoch: 1, TrainLoss: math.NaN(), ValLoss: math.NaN(), TrainAcc: math.NaN(), ValAcc: math.NaN()}}}
-	require.NoError(t, finishes(t, 20*time.Second, func() error { return writeTrainingPlot(filepath.Join(dir, "nan.png"), all) }))
+	require.NoError(t, finishes(t, 20*time.Second, func() error { return WriteTraining(filepath.Join(dir, "training.png"), h) }))
+	require.NoError(t, finishes(t, 20*time.Second, func() error { return WriteAlpha(filepath.Join(dir, "alpha.png"), h) }))
+	all := History{Title: "all NaN", Epochs: []Point{{Epoch: 1, TrainLoss: math.NaN(), ValLoss: math.NaN(), TrainAcc: math.NaN(), ValAcc: math.NaN()}}}
+	require.NoError(t, finishes(t, 20*time.Second, func() error { return WriteTraining(filepath.Join(dir, "nan.png"), all) }))
 }

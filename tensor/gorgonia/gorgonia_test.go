@@ -1,12 +1,14 @@
-package tensor_test
+package gorgonia_test
 
 import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/require"
 	gt "gorgonia.org/tensor"
 
 	"github.com/esper-go/esper/tensor"
+	"github.com/esper-go/esper/tensor/gorgonia"
 )
 
 func TestDenseRoundTrip(t *testing.T) {
@@ -32,10 +34,10 @@ func TestDenseRoundTrip(t *testing.T) {
 				if len(shape) == 0 {
 					x = x.Reshape() // rank 0
 				}
-				dense := tensor.ToDense(x)
+				dense := gorgonia.ToDense(x)
 				equal(t, dense.Dtype(), denseType[d], "dense dtype")
 				equal(t, []int(dense.Shape()), append([]int{}, shape...), "dense shape")
-				y, err := tensor.FromDense(dense)
+				y, err := gorgonia.FromDense(dense)
 				noErr(t, err)
 				want := d
 				if b, ok := backType[d]; ok {
@@ -56,7 +58,7 @@ func TestDenseRoundTrip(t *testing.T) {
 
 func TestToDenseOfStridedView(t *testing.T) {
 	x := tensor.FromFloat64s(tensor.I64, iota64(6), 2, 3)
-	d := tensor.ToDense(x.T())
+	d := gorgonia.ToDense(x.T())
 	equal(t, []int(d.Shape()), []int{3, 2})
 	equal(t, d.Data(), []int64{0, 3, 1, 4, 2, 5})
 	equal(t, x.Float64s(), iota64(6), "source unchanged")
@@ -68,7 +70,7 @@ func TestFromDenseViews(t *testing.T) {
 	if err := d.T(); err != nil {
 		t.Fatal(err)
 	}
-	x, err := tensor.FromDense(d)
+	x, err := gorgonia.FromDense(d)
 	noErr(t, err)
 	sameInts(t, x.Shape(), ints(3, 2), "transposed shape")
 	equal(t, x.F32(), []float32{1, 4, 2, 5, 3, 6}, "transposed values")
@@ -77,7 +79,7 @@ func TestFromDenseViews(t *testing.T) {
 	e := gt.New(gt.WithShape(3, 3), gt.WithBacking([]int64{1, 2, 3, 4, 5, 6, 7, 8, 9}))
 	v, err := e.Slice(nil, gt.S(1, 3))
 	noErr(t, err)
-	x, err = tensor.FromDense(v.(*gt.Dense))
+	x, err = gorgonia.FromDense(v.(*gt.Dense))
 	noErr(t, err)
 	sameInts(t, x.Shape(), ints(3, 2), "sliced shape")
 	equal(t, x.I64(), []int64{2, 3, 5, 6, 8, 9}, "sliced values")
@@ -85,13 +87,13 @@ func TestFromDenseViews(t *testing.T) {
 	// A row slice (contiguous view starting inside the backing).
 	r, err := e.Slice(gt.S(1, 3))
 	noErr(t, err)
-	x, err = tensor.FromDense(r.(*gt.Dense))
+	x, err = gorgonia.FromDense(r.(*gt.Dense))
 	noErr(t, err)
 	equal(t, x.I64(), []int64{4, 5, 6, 7, 8, 9}, "row slice values")
 
 	// Scalars of every supported type become rank 0.
 	for _, v := range []any{float64(1.5), float32(2.5), int32(-3), int64(4), true} {
-		x, err := tensor.FromDense(gt.New(gt.FromScalar(v)))
+		x, err := gorgonia.FromDense(gt.New(gt.FromScalar(v)))
 		noErr(t, err)
 		equal(t, x.Rank(), 0, "scalar rank")
 		want := map[any]float64{float64(1.5): 1.5, float32(2.5): 2.5, int32(-3): -3, int64(4): 4, true: 1}[v]
@@ -100,12 +102,45 @@ func TestFromDenseViews(t *testing.T) {
 }
 
 func TestFromDenseErrors(t *testing.T) {
-	_, err := tensor.FromDense(gt.New(gt.WithShape(2), gt.WithBacking([]uint8{1, 2})))
-	if err == nil || !strings.Contains(err.Error(), "tensor: FromDense: unsupported element type uint8") {
+	_, err := gorgonia.FromDense(gt.New(gt.WithShape(2), gt.WithBacking([]uint8{1, 2})))
+	if err == nil || !strings.Contains(err.Error(), "gorgonia: FromDense: unsupported element type uint8") {
 		t.Errorf("FromDense(uint8) error = %v", err)
 	}
-	_, err = tensor.FromDense(gt.New(gt.WithShape(2), gt.WithBacking([]int{1, 2})))
+	_, err = gorgonia.FromDense(gt.New(gt.WithShape(2), gt.WithBacking([]int{1, 2})))
 	if err == nil || !strings.Contains(err.Error(), "unsupported element type int") {
 		t.Errorf("FromDense(int) error = %v", err)
 	}
+}
+
+// allDTypes lists every valid dtype.
+var allDTypes = []tensor.DType{tensor.F64, tensor.F32, tensor.BF16, tensor.F16, tensor.I32, tensor.I64, tensor.Bool}
+
+// equal fails the test when got and want differ.
+func equal(t *testing.T, got, want any, what ...any) {
+	t.Helper()
+	require.Equal(t, want, got, what...)
+}
+
+// noErr fails the test on a non-nil error.
+func noErr(t *testing.T, err error) {
+	t.Helper()
+	require.NoError(t, err)
+}
+
+// sameInts compares shapes, treating nil and empty as equal.
+func sameInts(t *testing.T, got, want []int, what ...any) {
+	t.Helper()
+	require.True(t, tensor.SameShape(got, want), "%v: got %v, want %v", what, got, want)
+}
+
+// ints is shorthand for a shape literal.
+func ints(v ...int) []int { return append([]int{}, v...) }
+
+// iota64 returns 0, 1, ..., n-1 as float64.
+func iota64(n int) []float64 {
+	out := make([]float64, n)
+	for i := range out {
+		out[i] = float64(i)
+	}
+	return out
 }

@@ -1,34 +1,35 @@
-package main
+package bench
+
+// W4 as esper bench runs it on the CPU: the vectorised Esper
+// environments' bare loop and PPO loop beside the PyTorch peer.
 
 import (
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"text/tabwriter"
-
-	"github.com/esper-go/esper/bench"
 )
 
 // w4TargetPeerRatio is PERF.md's W4 CPU target: ≥ 2× the env-epochs per
 // second of the PyTorch peer.
 const w4TargetPeerRatio = 2.0
 
-func benchW4(stdout, stderr io.Writer, c benchConfig) error {
-	m := bench.ThisMachine()
+// benchW4 runs W4, prints its table and verdicts and writes its report.
+func benchW4(stdout, stderr io.Writer, c Config) error {
+	m := ThisMachine()
 	header(stdout, "W4 simic-ppo (vectorised Esper environments, CPU)", m)
-	o := bench.W4Options{
-		Envs: c.envs, BaseChannels: c.baseChannels, Train: c.trainSize, Val: c.valSize, Batch: c.batch,
-		MaxEpochs: c.maxEpochs, Steps: c.steps, Warmup: c.warmup, PPORounds: c.ppoRounds,
-		Capture: c.capture, Progress: progressEvery(stdout),
+	o := W4Options{
+		Envs: c.Envs, BaseChannels: c.BaseChannels, Train: c.TrainSize, Val: c.ValSize, Batch: c.Batch,
+		MaxEpochs: c.MaxEpochs, Steps: c.Steps, Warmup: c.Warmup, PPORounds: c.PPORounds,
+		Capture: c.Capture, Progress: progressEvery(stdout),
 	}
 	mode := "eager"
-	if c.capture {
+	if c.Capture {
 		mode = "captured"
 	}
 	fmt.Fprintf(stdout, "  %d envs, CNN host of 3 blocks (3 slots), base %d, synthetic 1×28×28: %d train / %d val samples, batch %d, %s host steps ...\n",
-		c.envs, c.baseChannels, c.trainSize, c.valSize, c.batch, mode)
-	r, err := bench.RunW4(o)
+		c.Envs, c.BaseChannels, c.TrainSize, c.ValSize, c.Batch, mode)
+	r, err := RunW4(o)
 	if err != nil {
 		return err
 	}
@@ -37,7 +38,7 @@ func benchW4(stdout, stderr io.Writer, c benchConfig) error {
 	if r.PPO != nil {
 		results["ppo"] = r.PPO
 	}
-	rep := bench.Report{
+	rep := Report{
 		Workload: "W4",
 		Parameters: map[string]any{
 			"envs": r.Envs, "slots": r.Slots, "blocks": r.Blocks, "base_channels": r.BaseChannels,
@@ -55,36 +56,36 @@ func benchW4(stdout, stderr io.Writer, c benchConfig) error {
 		Machine: m, Device: "cpu", Results: results,
 	}
 	var peer map[string]any
-	if c.compare {
+	if c.Compare {
 		tmp, err := os.MkdirTemp("", "esper-w4-")
 		if err != nil {
 			return err
 		}
 		defer os.RemoveAll(tmp)
 		gf, sf := filepath.Join(tmp, "w4_graphs.json"), filepath.Join(tmp, "w4_seeds.json")
-		if err := bench.W4PeerGraphs(gf, r); err != nil {
+		if err := W4PeerGraphs(gf, r); err != nil {
 			return err
 		}
-		if err := bench.W4PeerSeeds(sf, r); err != nil {
+		if err := W4PeerSeeds(sf, r); err != nil {
 			return err
 		}
-		if peer, err = runPeer(c, stdout, stderr, &rep, "w4_env_loop.py", bench.W4PeerArgs(r, gf, sf)...); err != nil {
+		if peer, err = runPeer(c, stdout, stderr, &rep, "w4_env_loop.py", W4PeerArgs(r, gf, sf)...); err != nil {
 			return err
 		}
 		if peer != nil {
-			if got := num(peer, "host_params"); got != float64(r.HostParams) {
+			if got := Figure(peer, "host_params"); got != float64(r.HostParams) {
 				return fmt.Errorf("W4 peer host has %v parameters, ours %d: the architectures differ", got, r.HostParams)
 			}
-			if got := num(peer, "policy_params"); got != float64(r.PolicyParams) {
+			if got := Figure(peer, "policy_params"); got != float64(r.PolicyParams) {
 				return fmt.Errorf("W4 peer policy has %v parameters, ours %d: the architectures differ", got, r.PolicyParams)
 			}
 			seeds, params := r.Work.SeedTotals()
-			if got, gotP := num(peer, "seeds_total"), num(peer, "seed_params_total"); got != float64(seeds) || gotP != float64(params) {
+			if got, gotP := Figure(peer, "seeds_total"), Figure(peer, "seed_params_total"); got != float64(seeds) || gotP != float64(params) {
 				return fmt.Errorf("W4 peer ran %v seed-epochs of %v parameters, ours %d of %d: the seed traces differ", got, gotP, seeds, params)
 			}
 		}
 	}
-	peerEPS := num(peer, "env_epochs_per_second")
+	peerEPS := Figure(peer, "env_epochs_per_second")
 	if peer != nil {
 		rep.Ratios = map[string]any{"bare_vs_pytorch": r.Bare.EnvEpochsPerSec / peerEPS}
 		if r.PPO != nil {
@@ -92,11 +93,11 @@ func benchW4(stdout, stderr io.Writer, c benchConfig) error {
 		}
 	}
 
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	tw := NewTable(stdout, AlignRight)
 	fmt.Fprintln(tw, "\tenv-epochs/s\tper env\tenv-epochs\tp50 s\tp95 s\tallocs/env-epoch\tvs pytorch bare\t")
-	loopRow := func(name string, l bench.W4LoopResult) {
+	loopRow := func(name string, l W4LoopResult) {
 		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%d\t%.2f\t%.2f\t%.0f\t%s\t\n", name, l.EnvEpochsPerSec, l.PerEnv, l.EnvEpochs,
-			l.Latency.P50us/1e6, l.Latency.P95us/1e6, l.AllocsPerEnvEpoch, ratio(l.EnvEpochsPerSec, peerEPS))
+			l.Latency.P50us/1e6, l.Latency.P95us/1e6, l.AllocsPerEnvEpoch, Ratio(l.EnvEpochsPerSec, peerEPS))
 	}
 	loopRow("esper bare (per step)", r.Bare)
 	if r.PPO != nil {
@@ -104,8 +105,8 @@ func benchW4(stdout, stderr io.Writer, c benchConfig) error {
 	}
 	if peer != nil {
 		fmt.Fprintf(tw, "pytorch %v bare (per step)\t%.2f\t%.2f\t%.0f\t%.2f\t%.2f\t-\t\t\n", peer["torch_version"], peerEPS,
-			num(peer, "env_epochs_per_second_per_env"), num(peer, "env_epochs"),
-			num(peer, "latency", "p50_us")/1e6, num(peer, "latency", "p95_us")/1e6)
+			Figure(peer, "env_epochs_per_second_per_env"), Figure(peer, "env_epochs"),
+			Figure(peer, "latency", "p50_us")/1e6, Figure(peer, "latency", "p95_us")/1e6)
 	}
 	tw.Flush()
 	total := func(v []int) int {
@@ -121,8 +122,8 @@ func benchW4(stdout, stderr io.Writer, c benchConfig) error {
 	fmt.Fprintf(stdout, "bare loop time: %.2f s, of which %.2f s in the policy's batched Act\n", r.Bare.Seconds, r.Bare.PolicySeconds)
 	if peer != nil {
 		fmt.Fprintf(stdout, "pytorch bare loop time: %.2f s: policy %.2f s, training %.2f s, validation %.2f s, ablation passes %.2f s, fused counterfactual %.2f s\n",
-			num(peer, "seconds"), num(peer, "phase_seconds", "policy"), num(peer, "phase_seconds", "train"), num(peer, "phase_seconds", "validation"),
-			num(peer, "phase_seconds", "ablation"), num(peer, "phase_seconds", "fused"))
+			Figure(peer, "seconds"), Figure(peer, "phase_seconds", "policy"), Figure(peer, "phase_seconds", "train"), Figure(peer, "phase_seconds", "validation"),
+			Figure(peer, "phase_seconds", "ablation"), Figure(peer, "phase_seconds", "fused"))
 	}
 	if r.PPO != nil {
 		fmt.Fprintf(stdout, "ppo loop: %.1f s of %.1f s in PPO updates\n", r.PPO.UpdateSeconds, r.PPO.Seconds)
@@ -131,7 +132,7 @@ func benchW4(stdout, stderr io.Writer, c benchConfig) error {
 		fmt.Fprintln(stdout, "the peer replays our seeds, fused configurations and ablation passes (bench/pytorch/w4_env_loop.py says what differs)")
 		q := r.Bare.EnvEpochsPerSec / peerEPS
 		fmt.Fprintf(stdout, "bare loop esper %.2f env-epochs/s vs pytorch %.2f: %.2f× %s the PERF.md target of ≥ %.0f×\n",
-			r.Bare.EnvEpochsPerSec, peerEPS, q, verdict(q >= w4TargetPeerRatio), w4TargetPeerRatio)
+			r.Bare.EnvEpochsPerSec, peerEPS, q, Verdict(q >= w4TargetPeerRatio), w4TargetPeerRatio)
 	}
-	return writeReport(stdout, c.jsonDir, rep)
+	return SaveReport(stdout, c.JSONDir, rep)
 }

@@ -1,14 +1,9 @@
 //go:build cuda
 
-package main
+package gpu
 
-// `esper bench --device cuda`: the GPU workloads of PERF.md (W1, W5, W6,
-// W7, W8; W5 in bench_cuda_w5.go) on the CUDA backend, written as the CPU
-// workloads' JSON reports (bench.Report) with the PyTorch GPU peer
-// (bench/pytorch/gpu_peers.py) of the same run when --compare pytorch is
-// given. Device work is timed with CUDA events after warm-up and
-// summarised by medians and percentiles (GPU.md); W1 is timed by wall
-// clock, as on the CPU, because its epoch ends with a host read.
+// The GPU workloads W1, W6, W7 and W8 (W5 in w5.go) and what they share:
+// the peers, CUDA-event timing, the reports.
 
 import (
 	"bytes"
@@ -22,7 +17,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/esper-go/esper/autograd"
@@ -47,11 +41,14 @@ const (
 	w8GPUTargetPinnedRatio = 2    // pinned ≥ 2× pageable
 )
 
-// benchDevice runs the GPU workloads named by workload (upper case; "ALL"
-// runs W1, W5, W6, W7 and W8) on dev, a CUDA device. A workload that fails,
-// panics included, is an error naming it; with "all" the others still
-// run.
-func benchDevice(dev tensor.Device, workload string, c benchConfig, set map[string]bool, stdout, stderr io.Writer) error {
+// Run runs the GPU workloads named by workload (W1, W5, W6, W7, W8, or
+// all for each in turn; any case) on dev, a CUDA device, as esper bench
+// --device cuda does. Once workload, dev and the peers' scripts are
+// checked, open gives dev's backend, registered for the device's
+// tensors. A workload that fails, panics included, is an error naming
+// it; with all the others still run.
+func Run(dev tensor.Device, workload string, c bench.Config, open func(tensor.Device) (*cuda.Backend, error), stdout, stderr io.Writer) error {
+	workload = strings.ToUpper(workload)
 	if dev.Kind != tensor.KindCUDA {
 		return fmt.Errorf("device %v is not a CUDA device", dev)
 	}
@@ -64,17 +61,16 @@ func benchDevice(dev tensor.Device, workload string, c benchConfig, set map[stri
 			return fmt.Errorf("unknown workload %q on %v (available there: W1, W5, W6, W7, W8, all)", id, dev)
 		}
 	}
-	if c.compare && c.peerResults == "" {
-		if err := checkPeerScripts(c.peerDir, "GPU"); err != nil {
+	if c.Compare && c.PeerResults == "" {
+		if err := bench.CheckPeerScripts(c.PeerDir, "GPU"); err != nil {
 			return err
 		}
 	}
-	be, err := cuda.NewBackend(dev.Index)
+	be, err := open(dev)
 	if err != nil {
 		return err
 	}
-	be.Register()
-	g := &gpuBench{dev: dev, be: be, d: be.CUDADevice(), c: c, set: set, stdout: stdout, stderr: stderr}
+	g := &gpuBench{dev: dev, be: be, d: be.CUDADevice(), c: c, set: c.Set, stdout: stdout, stderr: stderr}
 	g.machine = bench.ThisGPUMachine(g.d.Name())
 	var errs []error
 	for i, id := range ids {
@@ -97,7 +93,7 @@ type gpuBench struct {
 	dev            tensor.Device
 	be             *cuda.Backend
 	d              *cuda.Device
-	c              benchConfig
+	c              bench.Config
 	set            map[string]bool // flags given on the command line
 	stdout, stderr io.Writer
 	machine        bench.Machine
@@ -154,13 +150,13 @@ func (g *gpuBench) report(workload string, params map[string]any) bench.Report {
 // peer that cannot run is no error: rep.PeerError says why, and nil is
 // returned.
 func (g *gpuBench) peer(rep *bench.Report, w string, args ...string) map[string]any {
-	if !g.c.compare && g.c.peerResults == "" {
+	if !g.c.Compare && g.c.PeerResults == "" {
 		return nil
 	}
 	var data []byte
 	var err error
-	if g.c.peerResults != "" {
-		path := filepath.Join(g.c.peerResults, "pytorch_"+w+".json")
+	if g.c.PeerResults != "" {
+		path := filepath.Join(g.c.PeerResults, "pytorch_"+w+".json")
 		data, err = os.ReadFile(path)
 		if err == nil {
 			fmt.Fprintf(g.stdout, "  PyTorch peer figures from %s\n", path)
@@ -206,7 +202,7 @@ func (g *gpuBench) runGPUPeer(w string, args ...string) ([]byte, error) {
 	}
 	tmp.Close()
 	defer os.Remove(tmp.Name())
-	script := filepath.Join(g.c.peerDir, "gpu_peers.py")
+	script := filepath.Join(g.c.PeerDir, "gpu_peers.py")
 	fmt.Fprintf(g.stdout, "  running the PyTorch peer (%s %s) ...\n", script, w)
 	cmd := exec.Command(py, append([]string{script, w, "--json", tmp.Name()}, args...)...)
 	var out bytes.Buffer
@@ -289,23 +285,23 @@ func toHost(t *tensor.Tensor) *tensor.Tensor {
 
 func (g *gpuBench) w1() error {
 	c := g.c
-	warmup := orDefault(c.warmup, 50)
+	warmup := orDefault(c.Warmup, 50)
 	g.header("W1 tolaria-ref (CUDA)")
 	rep := g.report("W1", map[string]any{
 		"model": "Linear(16->4)+bias", "loss": "cross-entropy", "batch": 4, "samples_per_epoch": 16,
 		"optimizer": "SGD lr=0.01 momentum=0.9", "validation": "inference mode, 4 batches of 4 (correct counts with CountCorrect)",
 		"modes":  "eager: the bare engine loop launching every kernel; captured: the epoch captured once as a CUDA graph (autograd.Capture) and replayed, fed through the graph's own static input buffers (Captured.Inputs, holding x and y from the capture on), so a replay copies no input",
 		"timing": "wall clock per epoch, up to the epoch's metrics read back to the host (which waits for the device), as the peer times fn() + met.tolist()",
-		"epochs": c.epochs, "warmup": warmup,
+		"epochs": c.Epochs, "warmup": warmup,
 	})
 	var rows []gpuRow
 	byMode := map[string]bench.W1Result{}
 	for _, captured := range []bool{false, true} {
-		r, err := bench.RunW1(bench.W1Options{Epochs: c.epochs, Warmup: warmup, Captured: captured, StaticInputs: captured, Device: g.dev})
+		r, err := bench.RunW1(bench.W1Options{Epochs: c.Epochs, Warmup: warmup, Captured: captured, StaticInputs: captured, Device: g.dev})
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(g.stdout, "  ran %s: %d warm-up + %d epochs", r.Mode, warmup, c.epochs)
+		fmt.Fprintf(g.stdout, "  ran %s: %d warm-up + %d epochs", r.Mode, warmup, c.Epochs)
 		if r.Launches > 0 {
 			fmt.Fprintf(g.stdout, " (%d graph nodes per epoch)", r.Launches)
 		}
@@ -316,7 +312,7 @@ func (g *gpuBench) w1() error {
 	}
 	// Correctness next to the figures: the same epochs on the CPU backend
 	// end at the same metrics.
-	ref, err := bench.RunW1(bench.W1Options{Epochs: c.epochs, Warmup: warmup})
+	ref, err := bench.RunW1(bench.W1Options{Epochs: c.Epochs, Warmup: warmup})
 	if err != nil {
 		return err
 	}
@@ -329,7 +325,7 @@ func (g *gpuBench) w1() error {
 		}
 	}
 	rep.Results["final_matches_cpu"] = len(mismatch) == 0
-	peer := g.peer(&rep, "w1", "--reps", fmt.Sprint(c.epochs), "--warmup", fmt.Sprint(warmup))
+	peer := g.peer(&rep, "w1", "--reps", fmt.Sprint(c.Epochs), "--warmup", fmt.Sprint(warmup))
 	capP95 := byMode["captured"].Latency.P95us
 	for _, m := range []string{"eager", "reduce-overhead", "cuda-graph"} {
 		if r, _ := peer[m].(map[string]any); r != nil {
@@ -337,23 +333,23 @@ func (g *gpuBench) w1() error {
 				fmt.Fprintf(g.stdout, "  PyTorch %s failed: %s\n", m, firstLine(e))
 			}
 		}
-		p95 := num(peer, m, "p95_us")
+		p95 := bench.Figure(peer, m, "p95_us")
 		if p95 == 0 {
 			continue
 		}
-		rows = append(rows, gpuRow{"pytorch " + m, num(peer, m, "p50_us"), p95, 0})
+		rows = append(rows, gpuRow{"pytorch " + m, bench.Figure(peer, m, "p50_us"), p95, 0})
 		rep.Ratios["captured_speedup_p95_vs_pytorch_"+m] = p95 / capP95
 		rep.Ratios["eager_speedup_p95_vs_pytorch_"+m] = p95 / byMode["eager"].Latency.P95us
 	}
 	printGPURows(g.stdout, "µs", rows)
-	fmt.Fprintf(g.stdout, "captured p95 %.1f µs %s the PERF.md target of ≤ %d µs\n", capP95, verdict(capP95 <= w1GPUTargetP95us), w1GPUTargetP95us)
-	if e := num(peer, "eager", "p95_us"); e > 0 {
-		fmt.Fprintf(g.stdout, "captured vs PyTorch eager %.1f× %s the target of ≥ %d×\n", e/capP95, verdict(e/capP95 >= w1GPUTargetVsEager), w1GPUTargetVsEager)
+	fmt.Fprintf(g.stdout, "captured p95 %.1f µs %s the PERF.md target of ≤ %d µs\n", capP95, bench.Verdict(capP95 <= w1GPUTargetP95us), w1GPUTargetP95us)
+	if e := bench.Figure(peer, "eager", "p95_us"); e > 0 {
+		fmt.Fprintf(g.stdout, "captured vs PyTorch eager %.1f× %s the target of ≥ %d×\n", e/capP95, bench.Verdict(e/capP95 >= w1GPUTargetVsEager), w1GPUTargetVsEager)
 	}
-	if r := num(peer, "reduce-overhead", "p95_us"); r > 0 {
-		fmt.Fprintf(g.stdout, "captured vs PyTorch reduce-overhead %.1f× %s the target of ≥ %d×\n", r/capP95, verdict(r/capP95 >= w1GPUTargetVsReduce), w1GPUTargetVsReduce)
+	if r := bench.Figure(peer, "reduce-overhead", "p95_us"); r > 0 {
+		fmt.Fprintf(g.stdout, "captured vs PyTorch reduce-overhead %.1f× %s the target of ≥ %d×\n", r/capP95, bench.Verdict(r/capP95 >= w1GPUTargetVsReduce), w1GPUTargetVsReduce)
 	}
-	if err := writeReport(g.stdout, c.jsonDir, rep); err != nil {
+	if err := bench.SaveReport(g.stdout, c.JSONDir, rep); err != nil {
 		return err
 	}
 	if len(mismatch) > 0 {
@@ -377,7 +373,7 @@ type gpuRow struct {
 
 // printGPURows prints latencies in the given unit (0 prints as "-").
 func printGPURows(w io.Writer, unit string, rows []gpuRow) {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	tw := bench.NewTable(w, bench.AlignRight)
 	fmt.Fprintf(tw, "\tp50 %s\tp95 %s\tp99 %s\t\n", unit, unit, unit)
 	cell := func(v float64) string {
 		if v == 0 {
@@ -418,9 +414,9 @@ func (g *gpuBench) w6() error {
 	c := g.c
 	n := 8192
 	if g.set["size"] {
-		n = c.size
+		n = c.Size
 	}
-	reps, warmup := orDefault(c.reps, 50), orDefault(c.warmup, 10)
+	reps, warmup := orDefault(c.Reps, 50), orDefault(c.Warmup, 10)
 	g.header("W6 gemm (TF32 and BF16 through cuBLAS)")
 	flop := 2 * float64(n) * float64(n) * float64(n)
 	rep := g.report("W6", map[string]any{
@@ -442,9 +438,9 @@ func (g *gpuBench) w6() error {
 	for _, p := range []struct {
 		name string
 		dt   tensor.DType
-		prec cuda.Precision
+		prec kernels.Precision
 		tol  float64
-	}{{"tf32", tensor.F32, cuda.High, 1e-2}, {"bf16", tensor.BF16, cuda.Highest, 3e-2}} {
+	}{{"tf32", tensor.F32, kernels.High, 1e-2}, {"bf16", tensor.BF16, kernels.Highest, 3e-2}} {
 		fmt.Fprintf(g.stdout, "  %s: %d³ GEMMs ...\n", p.name, n)
 		r, err := g.gemm(tm, ah, bh, p.dt, p.prec, warmup, reps, rng)
 		if err != nil {
@@ -462,13 +458,13 @@ func (g *gpuBench) w6() error {
 		}
 	}
 	peer := g.peer(&rep, "w6", "--size", fmt.Sprint(n), "--reps", fmt.Sprint(reps), "--warmup", fmt.Sprint(warmup))
-	tw := tabwriter.NewWriter(g.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	tw := bench.NewTable(g.stdout, bench.AlignRight)
 	fmt.Fprintln(tw, "\tmedian TFLOP/s\tbest TFLOP/s\tp50 ms\trel. error\tpytorch TFLOP/s\tesper ÷ pytorch\t")
 	for _, name := range []string{"tf32", "bf16"} {
 		r := rep.Results[name].(gemmResult)
-		pt := num(peer, name, "tflops")
+		pt := bench.Figure(peer, name, "tflops")
 		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.3f\t%.2g\t%s\t%s\t\n", name, r.MedianTFLOPS, r.BestTFLOPS, r.Latency.P50us/1e3,
-			r.SampledRelError, numOrDash(pt), ratio(r.MedianTFLOPS, pt))
+			r.SampledRelError, numOrDash(pt), bench.Ratio(r.MedianTFLOPS, pt))
 		if pt > 0 {
 			rep.Ratios[name+"_vs_pytorch_median"] = r.MedianTFLOPS / pt
 		}
@@ -476,10 +472,10 @@ func (g *gpuBench) w6() error {
 	tw.Flush()
 	for _, name := range []string{"tf32", "bf16"} {
 		if q, ok := rep.Ratios[name+"_vs_pytorch_median"].(float64); ok {
-			fmt.Fprintf(g.stdout, "%s at %.2f× PyTorch %s the PERF.md target of ≥ %.2f×\n", name, q, verdict(q >= w6GPUTargetRatio), w6GPUTargetRatio)
+			fmt.Fprintf(g.stdout, "%s at %.2f× PyTorch %s the PERF.md target of ≥ %.2f×\n", name, q, bench.Verdict(q >= w6GPUTargetRatio), w6GPUTargetRatio)
 		}
 	}
-	if err := writeReport(g.stdout, c.jsonDir, rep); err != nil {
+	if err := bench.SaveReport(g.stdout, c.JSONDir, rep); err != nil {
 		return err
 	}
 	if len(failed) > 0 {
@@ -498,7 +494,7 @@ func numOrDash(v float64) string {
 
 // gemm uploads ah and bh in dtype dt, checks one product against float64
 // (C poisoned with NaN first), then times reps products after warmup.
-func (g *gpuBench) gemm(tm *cuda.Timer, ah, bh *tensor.Tensor, dt tensor.DType, prec cuda.Precision, warmup, reps int, rng interface{ IntN(int) int }) (gemmResult, error) {
+func (g *gpuBench) gemm(tm *cuda.Timer, ah, bh *tensor.Tensor, dt tensor.DType, prec kernels.Precision, warmup, reps int, rng interface{ IntN(int) int }) (gemmResult, error) {
 	n := ah.Dim(0)
 	ac, bc := ah, bh
 	if dt != tensor.F32 {
@@ -577,14 +573,14 @@ type stepResult struct {
 
 func (g *gpuBench) w7() error {
 	c := g.c
-	steps, warmup := orDefault(c.steps, 50), orDefault(c.warmup, 5)
-	shapes, err := bench.W7Shapes(c.params, c.tensors)
+	steps, warmup := orDefault(c.Steps, 50), orDefault(c.Warmup, 5)
+	shapes, err := bench.W7Shapes(c.Params, c.Tensors)
 	if err != nil {
 		return err
 	}
 	g.header("W7 foreach-optim (fp32, CUDA)")
 	rep := g.report("W7", map[string]any{
-		"params": c.params, "tensors": c.tensors, "shapes": shapes, "steps": steps, "warmup": warmup,
+		"params": c.Params, "tensors": c.Tensors, "shapes": shapes, "steps": steps, "warmup": warmup,
 		"sgd":             "SGD lr=0.01 momentum=0.9",
 		"adamw":           "AdamW lr=1e-3 betas=(0.9,0.999) eps=1e-8 weight_decay=0.01",
 		"layouts":         "arena: optim.SGD/optim.AdamW over a flat parameter arena (step = counter increment + one fused kernel); foreach: the same update over 200 separately allocated tensors with one multi-tensor launch (Device.ForeachSGDStep/ForeachAdamWStep), PyTorch's foreach layout",
@@ -598,8 +594,8 @@ func (g *gpuBench) w7() error {
 		return err
 	}
 	defer tm.Close()
-	fmt.Fprintf(g.stdout, "  device copy bandwidth (%d MB buffer) ...\n", 4*c.params/1_000_000)
-	copyLat, copyGBps, err := g.copyBandwidth(tm, c.params, max(steps, 20))
+	fmt.Fprintf(g.stdout, "  device copy bandwidth (%d MB buffer) ...\n", 4*c.Params/1_000_000)
+	copyLat, copyGBps, err := g.copyBandwidth(tm, c.Params, max(steps, 20))
 	if err != nil {
 		return err
 	}
@@ -607,7 +603,7 @@ func (g *gpuBench) w7() error {
 	var all []stepResult
 	for i, name := range []string{"SGD-momentum", "AdamW"} {
 		for _, layout := range []string{"arena", "foreach"} {
-			fmt.Fprintf(g.stdout, "  %s steps (%s) over %d parameters in %d tensors ...\n", name, layout, c.params, c.tensors)
+			fmt.Fprintf(g.stdout, "  %s steps (%s) over %d parameters in %d tensors ...\n", name, layout, c.Params, c.Tensors)
 			r, err := g.optimSteps(tm, name, layout, shapes, uint64(70+i), warmup, steps)
 			if err != nil {
 				return fmt.Errorf("%s (%s): %w", name, layout, err)
@@ -626,27 +622,27 @@ func (g *gpuBench) w7() error {
 		}
 	}
 	peer := g.peer(&rep, "w7", "--reps", fmt.Sprint(steps), "--warmup", fmt.Sprint(warmup))
-	tw := tabwriter.NewWriter(g.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	tw := bench.NewTable(g.stdout, bench.AlignRight)
 	fmt.Fprintln(tw, "\tp50 ms\tp95 ms\tlaunches\tGB/s\t% of copy\t")
 	for _, r := range all {
 		fmt.Fprintf(tw, "esper %s (%s)\t%.3f\t%.3f\t%d\t%.0f\t%.0f%%\t\n", r.Optimizer, r.Layout, r.Latency.P50us/1e3, r.Latency.P95us/1e3,
 			r.Launches, r.GBps, 100*r.FractionOfCopy)
 	}
 	for _, k := range []string{"sgd_momentum", "adamw"} {
-		ms := num(peer, k, "median_ms")
+		ms := bench.Figure(peer, k, "median_ms")
 		if ms == 0 {
 			continue
 		}
 		launches := "-"
-		if l := num(peer, k, "launches"); l > 0 {
+		if l := bench.Figure(peer, k, "launches"); l > 0 {
 			launches = fmt.Sprint(l)
 		}
-		pcopy := num(peer, "copy", "gbps")
+		pcopy := bench.Figure(peer, "copy", "gbps")
 		frac := "-"
 		if pcopy > 0 {
-			frac = fmt.Sprintf("%.0f%%", 100*num(peer, k, "gbps")/pcopy)
+			frac = fmt.Sprintf("%.0f%%", 100*bench.Figure(peer, k, "gbps")/pcopy)
 		}
-		fmt.Fprintf(tw, "pytorch %s (foreach)\t%.3f\t-\t%s\t%.0f\t%s\t\n", k, ms, launches, num(peer, k, "gbps"), frac)
+		fmt.Fprintf(tw, "pytorch %s (foreach)\t%.3f\t-\t%s\t%.0f\t%s\t\n", k, ms, launches, bench.Figure(peer, k, "gbps"), frac)
 		for _, layout := range []string{"", "_foreach"} {
 			if r, ok := rep.Results[k+layout].(stepResult); ok {
 				rep.Ratios[k+layout+"_speedup_vs_pytorch_median"] = ms * 1e3 / r.Latency.P50us
@@ -654,17 +650,17 @@ func (g *gpuBench) w7() error {
 		}
 	}
 	tw.Flush()
-	fmt.Fprintf(g.stdout, "device copy (read+write, %d MB): %.0f GB/s", 4*c.params/1_000_000, copyGBps)
-	if p := num(peer, "copy", "gbps"); p > 0 {
+	fmt.Fprintf(g.stdout, "device copy (read+write, %d MB): %.0f GB/s", 4*c.Params/1_000_000, copyGBps)
+	if p := bench.Figure(peer, "copy", "gbps"); p > 0 {
 		fmt.Fprintf(g.stdout, ", torch copy_ %.0f GB/s", p)
 	}
 	fmt.Fprintln(g.stdout)
 	for _, r := range all {
 		fmt.Fprintf(g.stdout, "%s (%s): %d launches per step, %.0f%% of copy bandwidth: %s the PERF.md targets (≤ %d launches, ≥ %.0f%%)\n",
 			r.Optimizer, r.Layout, r.Launches, 100*r.FractionOfCopy,
-			verdict(r.Launches <= w7GPUTargetLaunches && r.FractionOfCopy >= w7GPUTargetFraction), w7GPUTargetLaunches, 100*w7GPUTargetFraction)
+			bench.Verdict(r.Launches <= w7GPUTargetLaunches && r.FractionOfCopy >= w7GPUTargetFraction), w7GPUTargetLaunches, 100*w7GPUTargetFraction)
 	}
-	return writeReport(g.stdout, c.jsonDir, rep)
+	return bench.SaveReport(g.stdout, c.JSONDir, rep)
 }
 
 // copyBandwidth times device-to-device copies of n fp32 values and
@@ -811,7 +807,7 @@ type copyResult struct {
 
 func (g *gpuBench) w8() error {
 	c := g.c
-	reps, warmup := orDefault(c.reps, 200), orDefault(c.warmup, 20)
+	reps, warmup := orDefault(c.Reps, 200), orDefault(c.Warmup, 20)
 	g.header("W8 h2d-staging (CUDA)")
 	shape := []int{128, 1, 28, 28}
 	host := tensor.Normal(tensor.NewRNG(8), tensor.F32, 0, 1, shape...)
@@ -877,20 +873,20 @@ func (g *gpuBench) w8() error {
 	rep.Ratios["pinned_vs_pageable"] = q
 	rep.Ratios["pinned_with_host_copy_vs_pageable"] = rs[2].GBps / rs[0].GBps
 	peer := g.peer(&rep, "w8", "--reps", fmt.Sprint(reps), "--warmup", fmt.Sprint(warmup))
-	tw := tabwriter.NewWriter(g.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	tw := bench.NewTable(g.stdout, bench.AlignRight)
 	fmt.Fprintln(tw, "\tp50 µs\tp95 µs\tGB/s\tpytorch GB/s\t")
 	for _, r := range rs {
 		key := r.Path
 		if key == "pinned_with_host_copy" {
 			key = "-"
 		}
-		pt := num(peer, key, "gbps")
+		pt := bench.Figure(peer, key, "gbps")
 		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.1f\t%s\t\n", r.Path, r.Latency.P50us, r.Latency.P95us, r.GBps, numOrDash(pt))
 		if pt > 0 {
 			rep.Ratios[r.Path+"_vs_pytorch"] = r.GBps / pt
 		}
 	}
 	tw.Flush()
-	fmt.Fprintf(g.stdout, "pinned at %.1f× pageable %s the PERF.md target of ≥ %d×\n", q, verdict(q >= w8GPUTargetPinnedRatio), w8GPUTargetPinnedRatio)
-	return writeReport(g.stdout, c.jsonDir, rep)
+	fmt.Fprintf(g.stdout, "pinned at %.1f× pageable %s the PERF.md target of ≥ %d×\n", q, bench.Verdict(q >= w8GPUTargetPinnedRatio), w8GPUTargetPinnedRatio)
+	return bench.SaveReport(g.stdout, c.JSONDir, rep)
 }

@@ -1,4 +1,10 @@
-package main
+// Package runplot draws the PNG plots of a run directory: esper train's
+// training.png (losses and accuracies per epoch with the seeds'
+// lifecycle events) and alpha.png (each seed's alpha), and esper ppo's
+// ppo.png (the figures of every round). The plots survive any figures:
+// NaN and infinities are left out, finite values clamped, and tick
+// labels never repeat.
+package runplot
 
 import (
 	"bytes"
@@ -6,7 +12,6 @@ import (
 	"image/color"
 	"math"
 	"sort"
-	"strconv"
 
 	"github.com/esper-go/esper/internal/atomicfile"
 	"gonum.org/v1/plot"
@@ -16,25 +21,25 @@ import (
 	"gonum.org/v1/plot/vg/vgimg"
 )
 
-// epochPoint is one epoch of a training run, as the plots need it.
-type epochPoint struct {
+// Point is one epoch of a training run, as the plots need it.
+type Point struct {
 	Epoch              int
 	TrainLoss, ValLoss float64
 	TrainAcc, ValAcc   float64 // percent
 }
 
-// lifecycleMark is a seed event to draw as a vertical line.
-type lifecycleMark struct {
+// Mark is a seed lifecycle event, drawn as a vertical line.
+type Mark struct {
 	Epoch int
 	Kind  string // "germinated", "blending", "fossilized", "pruned"
 	Seed  string
 }
 
-// runHistory is everything the plots of one run show.
-type runHistory struct {
+// History is everything the plots of one training run show.
+type History struct {
 	Title  string
-	Epochs []epochPoint
-	Marks  []lifecycleMark
+	Epochs []Point
+	Marks  []Mark
 	// Alphas holds each seed's alpha per epoch (seed id → points).
 	Alphas map[string]plotter.XYs
 }
@@ -46,10 +51,10 @@ var markColors = map[string]color.RGBA{
 	"pruned":     {R: 0xd6, G: 0x27, B: 0x28, A: 0xff},
 }
 
-// writeTrainingPlot draws loss (top) and accuracy (bottom) per epoch with
+// WriteTraining draws loss (top) and accuracy (bottom) per epoch with
 // the lifecycle events as vertical lines, and writes it as a PNG
-// atomically.
-func writeTrainingPlot(path string, h runHistory) error {
+// atomically. A history without epochs is an error.
+func WriteTraining(path string, h History) error {
 	loss, acc, err := trainingPlots(h)
 	if err != nil {
 		return fmt.Errorf("plot %s: %w", path, err)
@@ -61,27 +66,27 @@ func writeTrainingPlot(path string, h runHistory) error {
 // infinite span, in which gonum's tick search never ends.
 const plotLimit = 1e300
 
-// plotValue returns v as drawn and whether it is drawn at all: NaN and
+// value returns v as drawn and whether it is drawn at all: NaN and
 // infinities (a diverged run) are left out, finite values are clamped to
 // ±plotLimit.
-func plotValue(v float64) (float64, bool) {
+func value(v float64) (float64, bool) {
 	if math.IsNaN(v) || math.IsInf(v, 0) {
 		return 0, false
 	}
 	return max(-plotLimit, min(plotLimit, v)), true
 }
 
-// trainingPlots builds writeTrainingPlot's two plots.
-func trainingPlots(h runHistory) (loss, acc *plot.Plot, err error) {
+// trainingPlots builds WriteTraining's two plots.
+func trainingPlots(h History) (loss, acc *plot.Plot, err error) {
 	if len(h.Epochs) == 0 {
 		return nil, nil, fmt.Errorf("no epochs to draw")
 	}
 	loss = newPlot(h.Title, "", "loss")
 	acc = newPlot("", "epoch", "accuracy %")
-	series := func(p *plot.Plot, name string, dash bool, y func(epochPoint) float64) error {
+	series := func(p *plot.Plot, name string, dash bool, y func(Point) float64) error {
 		var xys plotter.XYs
 		for _, e := range h.Epochs {
-			if v, ok := plotValue(y(e)); ok {
+			if v, ok := value(y(e)); ok {
 				xys = append(xys, plotter.XY{X: float64(e.Epoch), Y: v})
 			}
 		}
@@ -104,12 +109,12 @@ func trainingPlots(h runHistory) (loss, acc *plot.Plot, err error) {
 		p    *plot.Plot
 		name string
 		dash bool
-		y    func(epochPoint) float64
+		y    func(Point) float64
 	}{
-		{loss, "train", true, func(e epochPoint) float64 { return e.TrainLoss }},
-		{loss, "validation", false, func(e epochPoint) float64 { return e.ValLoss }},
-		{acc, "train", true, func(e epochPoint) float64 { return e.TrainAcc }},
-		{acc, "validation", false, func(e epochPoint) float64 { return e.ValAcc }},
+		{loss, "train", true, func(e Point) float64 { return e.TrainLoss }},
+		{loss, "validation", false, func(e Point) float64 { return e.ValLoss }},
+		{acc, "train", true, func(e Point) float64 { return e.TrainAcc }},
+		{acc, "validation", false, func(e Point) float64 { return e.ValAcc }},
 	} {
 		if err := series(s.p, s.name, s.dash, s.y); err != nil {
 			return nil, nil, err
@@ -133,7 +138,7 @@ func trainingPlots(h runHistory) (loss, acc *plot.Plot, err error) {
 
 // addMarks draws each lifecycle event as a vertical line from lo to hi
 // (the data's range), with one legend entry per kind.
-func addMarks(p *plot.Plot, marks []lifecycleMark, lo, hi float64) error {
+func addMarks(p *plot.Plot, marks []Mark, lo, hi float64) error {
 	if len(marks) == 0 {
 		return nil
 	}
@@ -161,9 +166,9 @@ func addMarks(p *plot.Plot, marks []lifecycleMark, lo, hi float64) error {
 	return nil
 }
 
-// writeAlphaPlot draws each seed's alpha per epoch and writes a PNG. The
+// WriteAlpha draws each seed's alpha per epoch and writes a PNG. The
 // epoch axis spans the run's epochs, seeds or not.
-func writeAlphaPlot(path string, h runHistory) error {
+func WriteAlpha(path string, h History) error {
 	p, err := alphaPlot(h)
 	if err != nil {
 		return fmt.Errorf("plot %s: %w", path, err)
@@ -171,8 +176,8 @@ func writeAlphaPlot(path string, h runHistory) error {
 	return savePNG(path, [][]*plot.Plot{{p}}, 800, 400)
 }
 
-// alphaPlot builds writeAlphaPlot's plot.
-func alphaPlot(h runHistory) (*plot.Plot, error) {
+// alphaPlot builds WriteAlpha's plot.
+func alphaPlot(h History) (*plot.Plot, error) {
 	p := newPlot("seed alpha", "epoch", "alpha")
 	p.Y.Min, p.Y.Max = 0, 1.05
 	if lo, hi, ok := epochRange(h); ok {
@@ -190,7 +195,7 @@ func alphaPlot(h runHistory) (*plot.Plot, error) {
 	for i, id := range ids {
 		var xys plotter.XYs
 		for _, xy := range h.Alphas[id] {
-			if v, ok := plotValue(xy.Y); ok {
+			if v, ok := value(xy.Y); ok {
 				xys = append(xys, plotter.XY{X: xy.X, Y: v})
 			}
 		}
@@ -202,7 +207,7 @@ func alphaPlot(h runHistory) (*plot.Plot, error) {
 			return nil, fmt.Errorf("seed %s: %w", id, err)
 		}
 		l.Width = vg.Points(1.5)
-		l.Color = plotColor(i)
+		l.Color = lineColor(i)
 		p.Add(l)
 		p.Legend.Add(id, l)
 	}
@@ -211,7 +216,7 @@ func alphaPlot(h runHistory) (*plot.Plot, error) {
 
 // epochRange is the span of the run's epochs for an epoch axis (one
 // epoch gets half an epoch either side); ok is false with no epochs.
-func epochRange(h runHistory) (lo, hi float64, ok bool) {
+func epochRange(h History) (lo, hi float64, ok bool) {
 	if len(h.Epochs) == 0 {
 		return 0, 0, false
 	}
@@ -238,7 +243,7 @@ func newPlot(title, x, y string) *plot.Plot {
 }
 
 // palette holds the first line colours: ten hues far apart, so a seed
-// or a head keeps its colour across runs. plotColor makes more.
+// or a head keeps its colour across runs. lineColor makes more.
 var palette = []color.RGBA{
 	{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}, {R: 0xff, G: 0x7f, B: 0x0e, A: 0xff},
 	{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff}, {R: 0xd6, G: 0x27, B: 0x28, A: 0xff},
@@ -247,11 +252,11 @@ var palette = []color.RGBA{
 	{R: 0xbc, G: 0xbd, B: 0x22, A: 0xff}, {R: 0x17, G: 0xbe, B: 0xcf, A: 0xff},
 }
 
-// plotColor returns the i-th line colour: the palette, then colours
+// lineColor returns the i-th line colour: the palette, then colours
 // whose hues step by the golden angle (each far from its neighbours)
 // with the lightness cycling over three levels, so no two lines of a
 // plot share a colour.
-func plotColor(i int) color.RGBA {
+func lineColor(i int) color.RGBA {
 	if i < len(palette) {
 		return palette[i]
 	}
@@ -285,116 +290,6 @@ func hsl(h, s, l float64) color.RGBA {
 	m := l - c/2
 	to8 := func(v float64) uint8 { return uint8(math.Round(255 * math.Min(1, math.Max(0, v+m)))) }
 	return color.RGBA{R: to8(r), G: to8(g), B: to8(b), A: 0xff}
-}
-
-// distinctTicks is a plot.Ticker: gonum's tick positions, labelled with
-// as many decimals as the spacing of the labelled ticks needs, so
-// labels never repeat ("2.30", "2.32", not "2.3", "2.3"). Integer keeps
-// labels on whole numbers only (epochs, rounds).
-type distinctTicks struct{ Integer bool }
-
-// Ticks implements plot.Ticker.
-func (t distinctTicks) Ticks(lo, hi float64) []plot.Tick {
-	ticks := plot.DefaultTicks{}.Ticks(lo, hi)
-	var values []float64
-	for i := range ticks {
-		if ticks[i].Label == "" {
-			continue
-		}
-		if t.Integer && ticks[i].Value != math.Round(ticks[i].Value) {
-			ticks[i].Label = "" // a minor tick between whole numbers
-			continue
-		}
-		values = append(values, ticks[i].Value)
-	}
-	if t.Integer && len(values) < 2 {
-		// A range of a few whole numbers: label each of them.
-		for v := math.Ceil(lo); v <= math.Floor(hi) && len(values) < 10; v++ {
-			if !slicesContain(values, v) {
-				ticks = append(ticks, plot.Tick{Value: v, Label: "?"})
-				values = append(values, v)
-			}
-		}
-	}
-	labels := tickLabels(values)
-	j := 0
-	for i := range ticks {
-		if ticks[i].Label != "" {
-			ticks[i].Label = labels[j]
-			j++
-		}
-	}
-	return ticks
-}
-
-func slicesContain(s []float64, v float64) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
-}
-
-// tickLabels formats tick values with the fewest decimals that give
-// every value its own label, each within a thousandth of the smallest
-// spacing of its value; the exponent form ("2e-05") takes over when
-// that needs more than four decimals.
-func tickLabels(values []float64) []string {
-	if len(values) == 0 {
-		return nil
-	}
-	sorted := append([]float64(nil), values...)
-	sort.Float64s(sorted)
-	step := math.Inf(1)
-	for i := 1; i < len(sorted); i++ {
-		if d := sorted[i] - sorted[i-1]; d > 0 {
-			step = math.Min(step, d)
-		}
-	}
-	if math.IsInf(step, 1) {
-		// One value (or one repeated): its own magnitude sets the scale.
-		step = math.Abs(sorted[0])
-		if step == 0 {
-			step = 1
-		}
-	}
-	clean := make([]float64, len(values))
-	for i, v := range values {
-		if math.Abs(v) < step*1e-9 {
-			v = 0 // no "-0.00" from a rounding error
-		}
-		clean[i] = v
-	}
-	good := func(labels []string) bool {
-		seen := map[string]bool{}
-		for i, l := range labels {
-			back, err := strconv.ParseFloat(l, 64)
-			if seen[l] || err != nil || math.Abs(back-clean[i]) > step/1000 {
-				return false
-			}
-			seen[l] = true
-		}
-		return true
-	}
-	format := func(f byte, prec int) []string {
-		out := make([]string, len(clean))
-		for i, v := range clean {
-			out[i] = strconv.FormatFloat(v, f, prec, 64)
-		}
-		return out
-	}
-	for d := max(0, int(math.Ceil(-math.Log10(step)-1e-9))); d <= 4; d++ {
-		if l := format('f', d); good(l) {
-			return l
-		}
-	}
-	for sig := 1; sig <= 17; sig++ {
-		if l := format('g', sig); good(l) {
-			return l
-		}
-	}
-	return format('g', -1)
 }
 
 // legendGap separates a legend from the plot's data area.

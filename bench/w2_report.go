@@ -1,4 +1,7 @@
-package main
+package bench
+
+// W2 as esper bench runs it on the CPU: policy inference at batch 1 and
+// a large batch, eager and captured, beside the PyTorch peer.
 
 import (
 	"fmt"
@@ -6,9 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"text/tabwriter"
-
-	"github.com/esper-go/esper/bench"
 )
 
 // PERF.md W2 CPU targets: batch-1 p95 ≤ 1 ms, batch-64 p95 ≤ 40 ms,
@@ -20,15 +20,16 @@ const (
 	w2TargetPeerSpeedup  = 2.0
 )
 
-func benchW2(stdout, stderr io.Writer, c benchConfig) error {
-	m := bench.ThisMachine()
+// benchW2 runs W2, prints its table and verdicts and writes its report.
+func benchW2(stdout, stderr io.Writer, c Config) error {
+	m := ThisMachine()
 	header(stdout, "W2 tamiyo-gnn (policy inference, CPU)", m)
-	batches := []int{1, c.graphs}
-	if c.graphs == 1 {
+	batches := []int{1, c.Graphs}
+	if c.Graphs == 1 {
 		batches = []int{1}
 	}
 	fmt.Fprintf(stdout, "  hetero-GNN policy on the 3-slot CNN host graph (2 live seeds), batches %v, eager and captured ...\n", batches)
-	r, graphs, err := bench.RunW2(bench.W2Options{Batches: batches, Reps: c.reps, Warmup: c.warmup, Progress: progressEvery(stdout)})
+	r, graphs, err := RunW2(W2Options{Batches: batches, Reps: c.Reps, Warmup: c.Warmup, Progress: progressEvery(stdout)})
 	if err != nil {
 		return err
 	}
@@ -39,7 +40,7 @@ func benchW2(stdout, stderr io.Writer, c benchConfig) error {
 			fmt.Fprintf(stderr, "W2 batch %d: capture fell back to eager forwards: %s\n", x.Batch, x.Fallback)
 		}
 	}
-	rep := bench.Report{
+	rep := Report{
 		Workload: "W2",
 		Parameters: map[string]any{
 			"model":   "tamiyo.Policy: per-type encoders Linear→GELU→LayerNorm, GraphSAGE ×2, GAT ×2 (heads averaged, edge-aware attention), 8 action heads (slot as a pointer) + value; evaluation mode, inference mode",
@@ -52,14 +53,14 @@ func benchW2(stdout, stderr io.Writer, c benchConfig) error {
 		Ratios: map[string]any{},
 	}
 	var peer map[string]any
-	if c.compare {
+	if c.Compare {
 		tmp, err := os.MkdirTemp("", "esper-w2-")
 		if err != nil {
 			return err
 		}
 		defer os.RemoveAll(tmp)
 		gf := filepath.Join(tmp, "w2_graphs.json")
-		if err := bench.W2PeerGraphs(gf, r.Policy, graphs); err != nil {
+		if err := W2PeerGraphs(gf, r.Policy, graphs); err != nil {
 			return err
 		}
 		var bs, reps []string
@@ -67,7 +68,7 @@ func benchW2(stdout, stderr io.Writer, c benchConfig) error {
 			bs = append(bs, fmt.Sprint(b))
 			reps = append(reps, fmt.Sprint(r.Reps[i]))
 		}
-		warm := c.warmup
+		warm := c.Warmup
 		if warm == 0 {
 			warm = r.Warmup
 		}
@@ -76,28 +77,28 @@ func benchW2(stdout, stderr io.Writer, c benchConfig) error {
 			return err
 		}
 		if peer != nil {
-			if got := num(peer, "params"); got != float64(r.Params) {
+			if got := Figure(peer, "params"); got != float64(r.Params) {
 				return fmt.Errorf("W2 peer network has %v parameters, ours %d: the architectures differ", got, r.Params)
 			}
 		}
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	tw := NewTable(stdout, AlignRight)
 	fmt.Fprintln(tw, "\tp50 ms\tp95 ms\tgraphs/s\teff. GFLOP/s\tallocs/fwd\tvs pytorch p95\t")
 	for _, b := range r.Batches {
-		pp95 := num(peer, "batches", fmt.Sprint(b), "latency", "p95_us")
+		pp95 := Figure(peer, "batches", fmt.Sprint(b), "latency", "p95_us")
 		for _, mode := range []string{"eager", "captured"} {
 			x := r.Result(b, mode)
 			fmt.Fprintf(tw, "batch %d esper %s\t%.2f\t%.2f\t%.0f\t%.1f\t%.0f\t%s\t\n", b, mode, x.Latency.P50us/1e3, x.Latency.P95us/1e3,
-				x.GraphsPerSec, x.GFLOPS, x.AllocsPerForward, ratio(pp95, x.Latency.P95us))
+				x.GraphsPerSec, x.GFLOPS, x.AllocsPerForward, Ratio(pp95, x.Latency.P95us))
 			if peer != nil {
 				rep.Ratios[fmt.Sprintf("batch%d_%s_speedup_p95", b, mode)] = pp95 / x.Latency.P95us
-				rep.Ratios[fmt.Sprintf("batch%d_%s_speedup_p50", b, mode)] = num(peer, "batches", fmt.Sprint(b), "latency", "p50_us") / x.Latency.P50us
+				rep.Ratios[fmt.Sprintf("batch%d_%s_speedup_p50", b, mode)] = Figure(peer, "batches", fmt.Sprint(b), "latency", "p50_us") / x.Latency.P50us
 			}
 		}
 		if peer != nil {
 			fmt.Fprintf(tw, "batch %d pytorch %v\t%.2f\t%.2f\t%.0f\t%.1f\t-\t\t\n", b, peer["torch_version"],
-				num(peer, "batches", fmt.Sprint(b), "latency", "p50_us")/1e3, pp95/1e3, num(peer, "batches", fmt.Sprint(b), "graphs_per_second"),
-				r.FLOPPerGraph*num(peer, "batches", fmt.Sprint(b), "graphs_per_second")/1e9)
+				Figure(peer, "batches", fmt.Sprint(b), "latency", "p50_us")/1e3, pp95/1e3, Figure(peer, "batches", fmt.Sprint(b), "graphs_per_second"),
+				r.FLOPPerGraph*Figure(peer, "batches", fmt.Sprint(b), "graphs_per_second")/1e9)
 		}
 		e, cpt := r.Result(b, "eager"), r.Result(b, "captured")
 		rep.Ratios[fmt.Sprintf("batch%d_captured_over_eager_p95", b)] = cpt.Latency.P95us / e.Latency.P95us
@@ -110,19 +111,19 @@ func benchW2(stdout, stderr io.Writer, c benchConfig) error {
 		best := min(cpt.Latency.P95us, e.Latency.P95us)
 		switch b {
 		case 1:
-			fmt.Fprintf(stdout, "batch 1 p95 %.2f ms %s the PERF.md target of ≤ 1 ms\n", best/1e3, verdict(best <= w2TargetP95usBatch1))
+			fmt.Fprintf(stdout, "batch 1 p95 %.2f ms %s the PERF.md target of ≤ 1 ms\n", best/1e3, Verdict(best <= w2TargetP95usBatch1))
 		case 64:
-			fmt.Fprintf(stdout, "batch 64 p95 %.2f ms %s the PERF.md target of ≤ 40 ms\n", best/1e3, verdict(best <= w2TargetP95usBatch64))
+			fmt.Fprintf(stdout, "batch 64 p95 %.2f ms %s the PERF.md target of ≤ 40 ms\n", best/1e3, Verdict(best <= w2TargetP95usBatch64))
 		}
 		q := cpt.Latency.P95us / e.Latency.P95us
-		fmt.Fprintf(stdout, "batch %d captured/eager p95 %.2f %s the PERF.md target of ≤ %.1f\n", b, q, verdict(q <= w2TargetCapturedFrac), w2TargetCapturedFrac)
+		fmt.Fprintf(stdout, "batch %d captured/eager p95 %.2f %s the PERF.md target of ≤ %.1f\n", b, q, Verdict(q <= w2TargetCapturedFrac), w2TargetCapturedFrac)
 		if peer != nil {
-			s := num(peer, "batches", fmt.Sprint(b), "latency", "p95_us") / best
-			fmt.Fprintf(stdout, "batch %d speedup over pytorch (p95) %.2f× %s the PERF.md target of ≥ %.0f×\n", b, s, verdict(s >= w2TargetPeerSpeedup), w2TargetPeerSpeedup)
+			s := Figure(peer, "batches", fmt.Sprint(b), "latency", "p95_us") / best
+			fmt.Fprintf(stdout, "batch %d speedup over pytorch (p95) %.2f× %s the PERF.md target of ≥ %.0f×\n", b, s, Verdict(s >= w2TargetPeerSpeedup), w2TargetPeerSpeedup)
 		}
 	}
 	if !r.CapturedMatchesEager {
 		return fmt.Errorf("W2: captured logits differ from eager ones")
 	}
-	return writeReport(stdout, c.jsonDir, rep)
+	return SaveReport(stdout, c.JSONDir, rep)
 }

@@ -1,62 +1,67 @@
-package tensor
+// Package gorgonia converts between Esper-Go tensors and
+// gorgonia.org/tensor Denses. It lives apart from package tensor so that
+// importing tensor costs no third-party module.
+package gorgonia
 
 import (
 	"fmt"
 
 	gt "gorgonia.org/tensor"
+
+	"github.com/esper-go/esper/tensor"
 )
 
 // ToDense copies t into a gorgonia.org/tensor Dense with the matching Go
 // element type (BF16 and F16 become float32). A rank-0 tensor becomes a
 // scalar Dense (shape ()). CPU only.
-func ToDense(t *Tensor) *gt.Dense {
+func ToDense(t *tensor.Tensor) *gt.Dense {
 	c := t.Contiguous()
 	var backing any
 	switch t.DType() {
-	case F64:
+	case tensor.F64:
 		backing = append([]float64(nil), c.F64()...)
-	case F32:
+	case tensor.F32:
 		backing = append([]float32(nil), c.F32()...)
-	case BF16, F16:
-		backing = append([]float32(nil), c.Cast(F32).F32()...)
-	case I32:
+	case tensor.BF16, tensor.F16:
+		backing = append([]float32(nil), c.Cast(tensor.F32).F32()...)
+	case tensor.I32:
 		backing = append([]int32(nil), c.I32()...)
-	case I64:
+	case tensor.I64:
 		backing = append([]int64(nil), c.I64()...)
-	case Bool:
+	case tensor.Bool:
 		backing = append([]bool(nil), c.Bools()...)
 	default:
-		panic(fmt.Sprintf("tensor: ToDense of dtype %v", t.DType()))
+		panic(fmt.Sprintf("gorgonia: ToDense of dtype %v", t.DType()))
 	}
-	return gt.New(gt.WithShape(t.shape...), gt.WithBacking(backing))
+	return gt.New(gt.WithShape(t.Shape()...), gt.WithBacking(backing))
 }
 
 // denseDTypes maps the gorgonia element types FromDense accepts.
-var denseDTypes = map[gt.Dtype]DType{
-	gt.Float64: F64,
-	gt.Float32: F32,
-	gt.Int32:   I32,
-	gt.Int64:   I64,
-	gt.Bool:    Bool,
+var denseDTypes = map[gt.Dtype]tensor.DType{
+	gt.Float64: tensor.F64,
+	gt.Float32: tensor.F32,
+	gt.Int32:   tensor.I32,
+	gt.Int64:   tensor.I64,
+	gt.Bool:    tensor.Bool,
 }
 
 // FromDense copies a gorgonia.org/tensor Dense into a new CPU tensor. The
 // supported element types are float64, float32, int32, int64 and bool.
 // Views (transposed or sliced Denses) are copied in their logical
 // row-major order; a scalar Dense becomes a rank-0 tensor.
-func FromDense(d *gt.Dense) (*Tensor, error) {
+func FromDense(d *gt.Dense) (*tensor.Tensor, error) {
 	dt, ok := denseDTypes[d.Dtype()]
 	if !ok {
-		return nil, fmt.Errorf("tensor: FromDense: unsupported element type %v", d.Dtype())
+		return nil, fmt.Errorf("gorgonia: FromDense: unsupported element type %v", d.Dtype())
 	}
 	if !d.IsNativelyAccessible() {
-		return nil, fmt.Errorf("tensor: FromDense: dense tensor is not in host memory")
+		return nil, fmt.Errorf("gorgonia: FromDense: dense tensor is not in host memory")
 	}
 	shape := append([]int(nil), d.Shape()...)
 	if d.IsScalar() {
 		shape = nil
 	}
-	out := Empty(dt, shape...)
+	out := tensor.Empty(dt, shape...)
 	if out.Numel() == 0 {
 		// gorgonia's Data panics on an empty Dense; there is nothing to copy.
 		return out, nil
@@ -88,10 +93,10 @@ func FromDense(d *gt.Dense) (*Tensor, error) {
 	case bool:
 		out.Bools()[0], n = data, 1
 	default:
-		return nil, fmt.Errorf("tensor: FromDense: unexpected data %T for element type %v", data, d.Dtype())
+		return nil, fmt.Errorf("gorgonia: FromDense: unexpected data %T for element type %v", data, d.Dtype())
 	}
 	if n != out.Numel() {
-		return nil, fmt.Errorf("tensor: FromDense: dense of shape %v holds %d elements, want %d", d.Shape(), n, out.Numel())
+		return nil, fmt.Errorf("gorgonia: FromDense: dense of shape %v holds %d elements, want %d", d.Shape(), n, out.Numel())
 	}
 	return out, nil
 }

@@ -1,4 +1,4 @@
-package leyline
+package tamiyo
 
 import (
 	"errors"
@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/esper-go/esper/leyline"
 )
 
 func sum32(p []float32) float64 {
@@ -39,8 +41,8 @@ func TestMaskedCategoricalMasking(t *testing.T) {
 	require.NoError(t, err)
 	assert.InDelta(t, math.Log(1-want0), lp, 1e-5)
 	fl := d.FlooredLogits()
-	assert.Equal(t, MaskedLogitValue, fl[1])
-	assert.Equal(t, MaskedLogitValue, fl[2])
+	assert.Equal(t, leyline.MaskedLogitValue, fl[1])
+	assert.Equal(t, leyline.MaskedLogitValue, fl[2])
 }
 
 func TestMaskedCategoricalErrors(t *testing.T) {
@@ -116,7 +118,7 @@ func TestProbabilityFloorHolds(t *testing.T) {
 			mask[0] = true
 			valid = 1
 		}
-		floor := ProbabilityFloorPerHead[trial%NumActionHeads] * float32(1+r.IntN(4))
+		floor := ProbabilityFloorPerHead[trial%leyline.NumActionHeads] * float32(1+r.IntN(4))
 		d, err := NewMaskedCategorical(logits, mask, floor)
 		require.NoError(t, err)
 		eff := math.Min(float64(floor), 0.99/float64(valid))
@@ -203,7 +205,7 @@ func TestModeDeterministicTie(t *testing.T) {
 func TestBatchMaskedCategorical(t *testing.T) {
 	ds, err := NewMaskedCategoricalBatch(
 		[][]float32{{0, 0}, {5, -5, 0}},
-		[][]bool{{true, true}, {false, true, true}}, ProbabilityFloorPerHead[HeadOp])
+		[][]bool{{true, true}, {false, true, true}}, ProbabilityFloorPerHead[leyline.HeadOp])
 	require.NoError(t, err)
 	require.Len(t, ds, 2)
 	assert.InDelta(t, 0.5, ds[0].Probs()[0], 1e-6)
@@ -215,6 +217,6 @@ func TestProbabilityFloorDefaults(t *testing.T) {
 	want := map[string]float32{"op": .15, "slot": .05, "blueprint": .12, "style": .08, "tempo": .12,
 		"alpha_target": .08, "alpha_speed": .06, "alpha_curve": .06}
 	for name, v := range want {
-		assert.Equal(t, v, ProbabilityFloorPerHead[HeadIndex(name)], name)
+		assert.Equal(t, v, ProbabilityFloorPerHead[leyline.HeadIndex(name)], name)
 	}
 }

@@ -1,6 +1,6 @@
 //go:build cuda
 
-package main
+package gpu
 
 // W5 host-train on the GPU: the CPU workload's model and data
 // (bench.NewW5ModelOn, bench.NewW5Data) trained eagerly and as a captured
@@ -15,7 +15,6 @@ import (
 	"math"
 	"runtime"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/esper-go/esper/autograd"
@@ -296,11 +295,11 @@ func w5Pipeline(tm *cuda.Timer, f *w5Feed, total, measured int, step func(i int,
 func (g *gpuBench) w5() error {
 	c := g.c
 	o := bench.W5Options{
-		Batch: c.batch, Steps: orDefault(c.steps, 200), Warmup: orDefault(c.warmup, 20),
-		EvalBatches: 200, EvalWarmup: 5, Captured: c.capture, DataDir: c.dataDir, RandomData: c.randomData,
+		Batch: c.Batch, Steps: orDefault(c.Steps, 200), Warmup: orDefault(c.Warmup, 20),
+		EvalBatches: 200, EvalWarmup: 5, Captured: c.Capture, DataDir: c.DataDir, RandomData: c.RandomData,
 	}
 	if g.set["eval-batches"] {
-		o.EvalBatches = c.evalBatches
+		o.EvalBatches = c.EvalBatches
 	}
 	if o.Captured && o.Warmup < 2 {
 		o.Warmup = 2 // one eager call, then the capture
@@ -400,12 +399,12 @@ func (g *gpuBench) w5() error {
 
 	peerArgs := []string{"--batch", fmt.Sprint(o.Batch), "--steps", fmt.Sprint(o.Steps), "--warmup", fmt.Sprint(o.Warmup),
 		"--eval-batches", fmt.Sprint(o.EvalBatches), "--eval-warmup", fmt.Sprint(o.EvalWarmup), "--window", fmt.Sprint(w5Window)}
-	peer := g.peer(&rep, "w5", append(peerArgs, w5PeerData(d, c.dataDir)...)...)
+	peer := g.peer(&rep, "w5", append(peerArgs, w5PeerData(d, c.DataDir)...)...)
 	if peer != nil {
-		if got := num(peer, "params"); got != float64(evalModel.Params()) {
+		if got := bench.Figure(peer, "params"); got != float64(evalModel.Params()) {
 			return fmt.Errorf("W5 peer model has %v parameters, ours %d: the architectures differ", got, evalModel.Params())
 		}
-		if got := num(peer, "batch"); got != float64(o.Batch) {
+		if got := bench.Figure(peer, "batch"); got != float64(o.Batch) {
 			return fmt.Errorf("W5 peer ran batch %v, we ran %d (run gpu_peers.py w5 with --batch %d)", got, o.Batch, o.Batch)
 		}
 		if kind, _ := peer["data"].(string); kind != d.Kind {
@@ -413,7 +412,7 @@ func (g *gpuBench) w5() error {
 		}
 	}
 	g.w5Table(trains, ev, peer, &rep)
-	if err := writeReport(g.stdout, c.jsonDir, rep); err != nil {
+	if err := bench.SaveReport(g.stdout, c.JSONDir, rep); err != nil {
 		return err
 	}
 	if len(failed) > 0 {
@@ -530,15 +529,15 @@ func w5CPULosses(seed uint64, pool [][]*tensor.Tensor, n int) ([]float64, error)
 // fills rep's ratios.
 func (g *gpuBench) w5Table(trains []w5GPUTrain, ev w5GPUEval, peer map[string]any, rep *bench.Report) {
 	peerModes := []string{"eager", "compile", "reduce-overhead"}
-	tw := tabwriter.NewWriter(g.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	tw := bench.NewTable(g.stdout, bench.AlignRight)
 	fmt.Fprintln(tw, "\tsamples/s\tp50 ms/step\tp95 ms/step\teff. GFLOP/s\tcopy hidden\t")
 	for _, t := range trains {
 		fmt.Fprintf(tw, "train esper %s\t%.0f\t%.3f\t%.3f\t%.0f\t%.1f%%\t\n", t.Mode, t.SamplesPerSec, t.StepLatency.P50us/1e3,
 			t.StepLatency.P95us/1e3, t.GFLOPS, 100*t.Overlap.Fraction)
 	}
 	for _, pm := range peerModes {
-		if s := num(peer, pm, "train", "samples_per_second"); s > 0 {
-			fmt.Fprintf(tw, "train pytorch %s\t%.0f\t%.3f\t%.3f\t-\t-\t\n", pm, s, num(peer, pm, "train", "p50_us")/1e3, num(peer, pm, "train", "p95_us")/1e3)
+		if s := bench.Figure(peer, pm, "train", "samples_per_second"); s > 0 {
+			fmt.Fprintf(tw, "train pytorch %s\t%.0f\t%.3f\t%.3f\t-\t-\t\n", pm, s, bench.Figure(peer, pm, "train", "p50_us")/1e3, bench.Figure(peer, pm, "train", "p95_us")/1e3)
 			for _, t := range trains {
 				rep.Ratios["train_"+t.Mode+"_vs_pytorch_"+pm] = t.SamplesPerSec / s
 			}
@@ -547,8 +546,8 @@ func (g *gpuBench) w5Table(trains []w5GPUTrain, ev w5GPUEval, peer map[string]an
 	fmt.Fprintf(tw, "eval esper\t%.0f\t%.3f\t%.3f\t%.0f\t%.1f%%\t\n", ev.SamplesPerSec, ev.BatchLatency.P50us/1e3, ev.BatchLatency.P95us/1e3,
 		ev.GFLOPS, 100*ev.Overlap.Fraction)
 	for _, pm := range peerModes {
-		if s := num(peer, pm, "eval", "samples_per_second"); s > 0 {
-			fmt.Fprintf(tw, "eval pytorch %s\t%.0f\t%.3f\t%.3f\t-\t-\t\n", pm, s, num(peer, pm, "eval", "p50_us")/1e3, num(peer, pm, "eval", "p95_us")/1e3)
+		if s := bench.Figure(peer, pm, "eval", "samples_per_second"); s > 0 {
+			fmt.Fprintf(tw, "eval pytorch %s\t%.0f\t%.3f\t%.3f\t-\t-\t\n", pm, s, bench.Figure(peer, pm, "eval", "p50_us")/1e3, bench.Figure(peer, pm, "eval", "p95_us")/1e3)
 			rep.Ratios["eval_vs_pytorch_"+pm] = ev.SamplesPerSec / s
 		}
 	}
@@ -560,14 +559,14 @@ func (g *gpuBench) w5Table(trains []w5GPUTrain, ev w5GPUEval, peer map[string]an
 	}
 	compiled, which := 0.0, ""
 	for _, pm := range peerModes[1:] {
-		if s := num(peer, pm, "train", "samples_per_second"); s > compiled {
+		if s := bench.Figure(peer, pm, "train", "samples_per_second"); s > compiled {
 			compiled, which = s, pm
 		}
 	}
 	if compiled > 0 {
 		q := best / compiled
 		rep.Ratios["best_train_vs_best_torch_compile"] = q
-		fmt.Fprintf(g.stdout, "best esper training at %.2f× torch.compile (%s) %s the PERF.md target of ≥ %.1f×\n", q, which, verdict(q >= w5GPUTargetVsCompile), w5GPUTargetVsCompile)
+		fmt.Fprintf(g.stdout, "best esper training at %.2f× torch.compile (%s) %s the PERF.md target of ≥ %.1f×\n", q, which, bench.Verdict(q >= w5GPUTargetVsCompile), w5GPUTargetVsCompile)
 	}
 	hidden := ev.Overlap.Fraction
 	var parts []string
@@ -579,5 +578,5 @@ func (g *gpuBench) w5Table(trains []w5GPUTrain, ev w5GPUEval, peer map[string]an
 	parts = append(parts, fmt.Sprintf("eval %.1f%%", 100*ev.Overlap.Fraction))
 	rep.Ratios["copy_overlap_eval"] = ev.Overlap.Fraction
 	fmt.Fprintf(g.stdout, "copy hidden behind compute (%s) %s the PERF.md W8 target (fully hidden: ≥ %.0f%%)\n",
-		strings.Join(parts, ", "), verdict(hidden >= w8GPUTargetOverlap), 100*w8GPUTargetOverlap)
+		strings.Join(parts, ", "), bench.Verdict(hidden >= w8GPUTargetOverlap), 100*w8GPUTargetOverlap)
 }
