@@ -2,6 +2,8 @@ package tensor
 
 import (
 	"math"
+
+	"github.com/x448/float16"
 )
 
 // F32ToBF16 rounds a float32 to bfloat16 bits with round-to-nearest-even.
@@ -19,74 +21,11 @@ func F32ToBF16(f float32) uint16 {
 // BF16ToF32 widens bfloat16 bits to float32 exactly.
 func BF16ToF32(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }
 
-// F32ToF16 rounds a float32 to IEEE 754 binary16 bits, to nearest with
-// ties to even: magnitudes past the largest half (65504) become
-// infinite, those under half the smallest subnormal (2^-25) zero. NaN
-// stays NaN, quiet, with its sign and the top of its payload.
-func F32ToF16(f float32) uint16 {
-	b := math.Float32bits(f)
-	sign := uint16(b>>16) & 0x8000
-	exp := int(b>>23) & 0xff
-	man := b & 0x7fffff
-	if exp == 0xff {
-		if man == 0 {
-			return sign | 0x7c00 // ±Inf
-		}
-		return sign | 0x7e00 | uint16(man>>13) // quiet NaN
-	}
-	// e is the half-precision biased exponent (float32 bias 127, half 15).
-	e := exp - 127 + 15
-	switch {
-	case e >= 0x1f:
-		return sign | 0x7c00 // too large: ±Inf
-	case e <= 0:
-		// A half subnormal (or zero): the significand with its implicit
-		// bit, in units of 2^-24, is m >> (14 - e); rounding may carry
-		// into the smallest normal, which is the right result.
-		if e < -10 {
-			return sign // under 2^-25: rounds to ±0
-		}
-		return sign | uint16(roundShiftEven(man|0x800000, uint(14-e)))
-	}
-	// Normal: keep 10 of the 23 mantissa bits; a carry out of the
-	// mantissa steps the exponent, up to ±Inf, as it should.
-	return sign | uint16(roundShiftEven(uint32(e)<<23|man, 13))
-}
+// F32ToF16 rounds a float32 to IEEE half-precision bits (nearest-even).
+func F32ToF16(f float32) uint16 { return uint16(float16.Fromfloat32(f)) }
 
-// roundShiftEven returns v >> s rounded to nearest, ties to even.
-func roundShiftEven(v uint32, s uint) uint32 {
-	q, rem, half := v>>s, v&(1<<s-1), uint32(1)<<(s-1)
-	if rem > half || (rem == half && q&1 == 1) {
-		q++
-	}
-	return q
-}
-
-// F16ToF32 widens IEEE 754 binary16 bits to float32 exactly. NaN stays
-// NaN with its sign and payload, made quiet.
-func F16ToF32(h uint16) float32 {
-	sign := uint32(h&0x8000) << 16
-	exp := uint32(h>>10) & 0x1f
-	man := uint32(h & 0x3ff)
-	switch {
-	case exp == 0x1f && man == 0:
-		return math.Float32frombits(sign | 0x7f800000) // ±Inf
-	case exp == 0x1f:
-		return math.Float32frombits(sign | 0x7fc00000 | man<<13) // quiet NaN
-	case exp == 0 && man == 0:
-		return math.Float32frombits(sign) // ±0
-	case exp == 0:
-		// Subnormal, man·2^-24: normalise so that bit 10 is the implicit
-		// one, lowering the exponent of the smallest normal (2^-14).
-		e := uint32(127 - 14)
-		for man&0x400 == 0 {
-			man <<= 1
-			e--
-		}
-		return math.Float32frombits(sign | e<<23 | (man&0x3ff)<<13)
-	}
-	return math.Float32frombits(sign | (exp+127-15)<<23 | man<<13)
-}
+// F16ToF32 widens half-precision bits to float32 exactly.
+func F16ToF32(h uint16) float32 { return float16.Frombits(h).Float32() }
 
 // Cast returns a contiguous copy of t converted to dtype (t itself when the
 // dtype already matches and t is contiguous). Float to integer conversion

@@ -116,30 +116,6 @@ func TestF16(t *testing.T) {
 	}
 }
 
-// TestF16MatchesX448: our binary16 conversions agree bit for bit with
-// github.com/x448/float16, which package tensor used before it dropped
-// its third-party imports: every half widened (NaNs included), and
-// every float32 sign, exponent and kept mantissa with the dropped bits
-// at zero, just under, at and just over the tie, and all ones. (All 2^32
-// float32 inputs were compared once when the conversion was written.)
-func TestF16MatchesX448(t *testing.T) {
-	for h := 0; h <= 0xffff; h++ {
-		got, want := math.Float32bits(tensor.F16ToF32(uint16(h))), math.Float32bits(float16.Frombits(uint16(h)).Float32())
-		if got != want {
-			t.Fatalf("F16ToF32(%#04x) = %#08x, x448/float16 says %#08x", h, got, want)
-		}
-	}
-	for high := uint32(0); high < 1<<19; high++ {
-		for _, low := range []uint32{0, 1, 0xfff, 0x1000, 0x1001, 0x1fff} {
-			b := high<<13 | low
-			f := math.Float32frombits(b)
-			if got, want := tensor.F32ToF16(f), uint16(float16.Fromfloat32(f)); got != want {
-				t.Fatalf("F32ToF16(%#08x) = %#04x, x448/float16 says %#04x", b, got, want)
-			}
-		}
-	}
-}
-
 func TestCastAllPairs(t *testing.T) {
 	// Values every dtype represents exactly except Bool (non-zero → true).
 	src := []float64{0, 1, -2, 3, 100, -7}
