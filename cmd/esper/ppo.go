@@ -254,12 +254,20 @@ func runPPO(ctx context.Context, c ppoConfig, stdout io.Writer) error {
 
 	hub := nissa.NewHub(nissa.HubOptions{})
 	defer hub.Close(10 * time.Second)
-	dirb, err := nissa.NewDirBackend(c.runRoot, nissa.DirOptions{})
+	dirb, logNote, err := openPPORunDir(c.runRoot, st, c.resume, stdout)
 	if err != nil {
 		return fmt.Errorf("run directory: %w", err)
 	}
 	if err := hub.AddBackend(dirb); err != nil {
 		return err
+	}
+	if c.resume {
+		ev := leyline.NewEvent(leyline.EventCheckpointLoaded, &leyline.CheckpointLoadedPayload{Path: c.checkpoint, Source: "esper ppo --resume"})
+		ev.Message = fmt.Sprintf("resumed after round %d from %s", st.Round, c.checkpoint)
+		if logNote != "" {
+			ev.Message += "; " + logNote
+		}
+		hub.Emit(ev)
 	}
 	var params int
 	for _, p := range net.Parameters() {
@@ -289,6 +297,7 @@ func runPPO(ctx context.Context, c ppoConfig, stdout io.Writer) error {
 		emitRound(hub, r)
 		st.Round = round
 		if c.checkpoint != "" && (round%c.checkpointEvery == 0 || round == c.rounds) {
+			recordRunDir(hub, dirb, &st, stdout)
 			if err := savePPO(c.checkpoint, net, slots, &st, tr, envs); err != nil {
 				return err
 			}
@@ -309,8 +318,11 @@ func runPPO(ctx context.Context, c ppoConfig, stdout io.Writer) error {
 			return err
 		}
 	}
-	fmt.Fprintf(stdout, "policy: %s (load with: esper train --controller gnn --blocks %d --policy %s)\nrun directory: %s (events.jsonl, ppo.png)\n",
-		out, c.blocks, out, dirb.Dir())
+	// The environments train a 3×3 host at the host learning rate, held
+	// constant: esper train needs those flags to give the policy the
+	// host it learned on (its own defaults are the impaired demo host).
+	fmt.Fprintf(stdout, "policy: %s (load with: esper train --controller gnn --blocks %d --base-channels %d --kernel 3 --lr %g --schedule constant --policy %s)\nrun directory: %s (events.jsonl, ppo.png)\n",
+		out, c.blocks, c.baseChannels, leyline.DefaultHostLR, out, dirb.Dir())
 	return nil
 }
 

@@ -4,6 +4,7 @@ package main
 // for bit, and how it is written so that kill -9 never leaves a torn one.
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,10 +13,12 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/esper-go/esper/internal/atomicfile"
 	"github.com/esper-go/esper/internal/strictjson"
 	"github.com/esper-go/esper/leyline"
+	"github.com/esper-go/esper/nissa"
 	"github.com/esper-go/esper/simic"
 	"github.com/esper-go/esper/tamiyo"
 	"github.com/esper-go/esper/tensor/safetensors"
@@ -54,6 +57,12 @@ type ppoState struct {
 	// starts with.
 	Episodes []int      `json:"episodes"`
 	History  []ppoRound `json:"history"`
+	// RunDir is the run's telemetry directory and EventsBytes the length
+	// of its events.jsonl when the checkpoint was written (flushed just
+	// before): a resume continues that directory, its log cut back to
+	// this length. Absent in checkpoints written before.
+	RunDir      string `json:"run_dir,omitempty"`
+	EventsBytes int64  `json:"events_bytes,omitempty"`
 }
 
 // ppoSaveHook, when set by a test, runs after each step of savePPO; an
@@ -216,6 +225,9 @@ func (st *ppoState) check() error {
 			}
 		}
 	}
+	if st.EventsBytes < 0 {
+		return fmt.Errorf("events_bytes %d is negative", st.EventsBytes)
+	}
 	for i, e := range st.Episodes {
 		if e < 0 || e > maxPPORounds {
 			return fmt.Errorf("environment %d at episode %d", i, e)
@@ -243,4 +255,53 @@ func restorePPO(dir string, st ppoState, tr *simic.Trainer[simic.TamiyoObs]) err
 // figures returns the round's floating-point figures.
 func (r ppoRound) figures() []float64 {
 	return append([]float64{r.Return, r.KL, r.ExplainedVariance, r.PolicyLoss, r.ValueLoss, r.EnvEpochsPerSec}, r.Entropy...)
+}
+
+// openPPORunDir returns the run's telemetry directory: on a resume whose
+// checkpoint names one that still exists, that directory, its
+// events.jsonl cut back to the checkpoint (a note saying what was cut is
+// returned for the resume event); otherwise a new one under root.
+func openPPORunDir(root string, st ppoState, resume bool, stdout io.Writer) (*nissa.DirBackend, string, error) {
+	if !resume || st.RunDir == "" {
+		d, err := nissa.NewDirBackend(root, nissa.DirOptions{})
+		return d, "", err
+	}
+	if fi, err := os.Stat(st.RunDir); err != nil || !fi.IsDir() {
+		fmt.Fprintf(stdout, "note: the run directory %s is gone: the resumed run writes a new one\n", st.RunDir)
+		d, err := nissa.NewDirBackend(root, nissa.DirOptions{})
+		return d, "", err
+	}
+	d, err := nissa.OpenDirBackend(st.RunDir, nissa.DirOptions{})
+	if err != nil {
+		return nil, "", err
+	}
+	rep, err := nissa.RepairJSONL(d.Path(), st.EventsBytes)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return d, "events.jsonl was missing", nil
+	case err != nil:
+		return nil, "", err
+	case rep.Short:
+		fmt.Fprintf(stdout, "warning: %s is shorter than when the checkpoint was written: some events before it are missing\n", d.Path())
+		return d, "events.jsonl was shorter than at the checkpoint", nil
+	case rep.Lines > 0:
+		return d, fmt.Sprintf("events.jsonl cut back to the checkpoint (%d later lines dropped)", rep.Lines), nil
+	}
+	return d, "events.jsonl ends at the checkpoint", nil
+}
+
+// recordRunDir flushes the telemetry and records the run directory and
+// its log's length in st, before a checkpoint is written.
+func recordRunDir(hub *nissa.Hub, d *nissa.DirBackend, st *ppoState, stdout io.Writer) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := hub.Flush(ctx); err != nil {
+		fmt.Fprintf(stdout, "warning: telemetry flush before the checkpoint of round %d: %v\n", st.Round, err)
+	}
+	if abs, err := filepath.Abs(d.Dir()); err == nil {
+		st.RunDir = abs
+	}
+	if fi, err := os.Stat(d.Path()); err == nil {
+		st.EventsBytes = fi.Size()
+	}
 }

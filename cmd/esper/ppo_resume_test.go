@@ -221,3 +221,35 @@ func TestPPOResumeRefusesForgedState(t *testing.T) {
 		require.Contains(t, errb.String(), tc.msg, tc.name)
 	}
 }
+
+// TestPPOResumeContinuesTheRunDirectory: a resumed esper ppo writes into
+// the run directory it started (it wrote a new one on every resume), its
+// events.jsonl cut back to the checkpoint (a torn or later line goes) and
+// marked with the resume, one round event per round.
+func TestPPOResumeContinuesTheRunDirectory(t *testing.T) {
+	dir := t.TempDir()
+	ck := filepath.Join(dir, "ck")
+	var out, errb bytes.Buffer
+	require.Equal(t, 0, run(tinyPPO(dir, "--rounds", "1", "--checkpoint", ck), &out, &errb), "%s\n%s", out.String(), errb.String())
+	runs, err := filepath.Glob(filepath.Join(dir, "telemetry_*"))
+	require.NoError(t, err)
+	require.Len(t, runs, 1)
+	log := filepath.Join(runs[0], "events.jsonl")
+	f, err := os.OpenFile(log, os.O_APPEND|os.O_WRONLY, 0)
+	require.NoError(t, err)
+	_, err = f.WriteString(`{"event_type":"METRICS","torn`)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+
+	out.Reset()
+	require.Equal(t, 0, run(tinyPPO(dir, "--rounds", "2", "--checkpoint", ck, "--resume"), &out, &errb), "%s\n%s", out.String(), errb.String())
+	again, err := filepath.Glob(filepath.Join(dir, "telemetry_*"))
+	require.NoError(t, err)
+	require.Equal(t, runs, again, "the resume continues the run's directory")
+	data, err := os.ReadFile(log)
+	require.NoError(t, err)
+	require.NotContains(t, string(data), "torn")
+	require.Equal(t, 2, strings.Count(string(data), "simic.ppo.round "), "one round event per round")
+	require.Contains(t, string(data), "resumed after round 1")
+	require.Contains(t, out.String(), "--kernel 3 --lr 0.01 --schedule constant", "the load hint gives the host PPO trained")
+}
