@@ -34,7 +34,7 @@ type TrainerOptions struct {
 	// batches should all have the same size (drop the last partial
 	// batch): a captured step re-captures for every new shape.
 	Train, Val Batches
-	// Epochs is the number of epochs Fit runs; > 0.
+	// Epochs is the number of epochs Fit runs, from 1 to MaxEpochs.
 	Epochs int
 	// Controller decides each epoch's lifecycle operation (a Tamiyo
 	// controller); nil trains the host and its seeds without decisions.
@@ -54,7 +54,8 @@ type TrainerOptions struct {
 	// slot first holds a seed; zero means 0.01 and 0.9.
 	SeedLR, SeedMomentum float64
 	// MaxGradNorm clips the host's and each seed's gradients separately;
-	// zero means 1.0, negative disables clipping.
+	// zero means 1.0, negative disables clipping. NaN and ±Inf are
+	// errors.
 	MaxGradNorm float64
 
 	// Capture runs the train step captured after CaptureWarmup eager
@@ -309,6 +310,13 @@ type Trainer struct {
 // ErrOptions is wrapped by NewTrainer's option errors.
 var ErrOptions = errors.New("tolaria: invalid trainer options")
 
+// MaxEpochs bounds epoch counts and numbers everywhere the trainer takes
+// one: TrainerOptions.Epochs, RunEpoch's index and the epoch a checkpoint
+// holds. No run comes near it; a larger number is a mistake or a damaged
+// file, and refusing it keeps every epoch+1 and every loop over epochs
+// far from integer overflow.
+const MaxEpochs = 1<<31 - 1
+
 // NewTrainer validates o and builds the optimizers.
 func NewTrainer(o TrainerOptions) (*Trainer, error) {
 	switch {
@@ -316,8 +324,10 @@ func NewTrainer(o TrainerOptions) (*Trainer, error) {
 		return nil, fmt.Errorf("%w: Model is required", ErrOptions)
 	case o.Train == nil || o.Val == nil:
 		return nil, fmt.Errorf("%w: Train and Val batches are required", ErrOptions)
-	case o.Epochs <= 0:
-		return nil, fmt.Errorf("%w: Epochs %d must be > 0", ErrOptions, o.Epochs)
+	case o.Epochs <= 0 || o.Epochs > MaxEpochs:
+		return nil, fmt.Errorf("%w: Epochs %d must be in [1, %d]", ErrOptions, o.Epochs, MaxEpochs)
+	case math.IsNaN(o.MaxGradNorm) || math.IsInf(o.MaxGradNorm, 0):
+		return nil, fmt.Errorf("%w: MaxGradNorm %v must be finite (zero means 1.0, negative disables clipping)", ErrOptions, o.MaxGradNorm)
 	case o.History < 0:
 		return nil, fmt.Errorf("%w: History %d must be ≥ 0", ErrOptions, o.History)
 	}
@@ -460,6 +470,9 @@ func (t *Trainer) Summary() Summary {
 // rolled-back one with the restored state, which is what the next epoch
 // starts from).
 func (t *Trainer) RunEpoch(ctx context.Context, e int) (r EpochReport, err error) {
+	if e < 0 || e >= MaxEpochs {
+		return EpochReport{Epoch: e, RestoredFrom: -1}, fmt.Errorf("tolaria: RunEpoch: epoch index %d is out of range [0, %d)", e, MaxEpochs)
+	}
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("tolaria: epoch %d: %v", e+1, p)
@@ -487,7 +500,9 @@ func (t *Trainer) RunEpoch(ctx context.Context, e int) (r EpochReport, err error
 		return r, err
 	}
 	t.aggReport = t.agg.finalize(&r)
-	r.ValLoss, r.ValAccuracy = t.evaluate(e)
+	if r.ValLoss, r.ValAccuracy, err = t.evaluate(e); err != nil {
+		return r, err
+	}
 	if err := t.measureCounterfactuals(e, r.ValAccuracy); err != nil {
 		return r, fmt.Errorf("tolaria: epoch %d: counterfactuals: %w", e+1, err)
 	}
@@ -751,7 +766,11 @@ func (t *Trainer) measureCounterfactuals(e int, valAcc float64) error {
 	for _, s := range want {
 		off, ok := offs[s.ID()]
 		if !ok {
-			s.ForceAlpha(0, func() { _, off = t.evaluate(e) })
+			var err error
+			s.ForceAlpha(0, func() { _, off, err = t.evaluate(e) })
+			if err != nil {
+				return err
+			}
 			t.ablations++
 		}
 		if !math.IsNaN(off) {
