@@ -464,6 +464,11 @@ func checkpointState(path string, f *safetensors.File, epoch int, who string) (S
 	if err := json.Unmarshal([]byte(f.Metadata[metaKeyMeta]), &m); err != nil {
 		return State{}, &CorruptError{File: path, Offset: -1, Reason: fmt.Sprintf("%s does not decode: %v", metaKeyMeta, err), Err: err}
 	}
+	// A checksum proves the bytes are those written, not that they make
+	// sense: a writer (or a hand) can sign anything.
+	if err := m.validate(); err != nil {
+		return bad("%s: %v", metaKeyMeta, err)
+	}
 	return State{Tensors: f.Tensors, Meta: m}, nil
 }
 
