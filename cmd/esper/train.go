@@ -163,30 +163,44 @@ func parseTrain(args []string, stderr io.Writer) (trainConfig, error) {
 	if err := c.applyTaskDefaults(set); err != nil {
 		return c, err
 	}
-	switch {
-	case fs.NArg() > 0:
+	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
-	case c.epochs <= 0 || c.batch <= 0:
-		return c, errors.New("--epochs and --batch must be > 0")
-	case c.blocks < 2 || c.baseChannels <= 0 || c.kernel <= 0 || c.kernel%2 == 0:
-		return c, errors.New("--blocks must be ≥ 2, --base-channels > 0 and --kernel odd and > 0")
-	case c.resume && c.checkpoint == "":
-		return c, errors.New("--resume needs --checkpoint DIR")
-	case c.controller != "heuristic" && c.controller != "gnn" && c.controller != "none":
-		return c, fmt.Errorf("unknown controller %q (heuristic, gnn or none)", c.controller)
-	case c.controller == "gnn" && c.policy == "":
-		return c, errors.New("--controller gnn needs --policy FILE (a policy checkpoint)")
-	case c.controller != "gnn" && c.policy != "":
-		return c, errors.New("--policy is only used with --controller gnn")
-	case c.schedule != "constant" && c.schedule != "cosine":
-		return c, fmt.Errorf("unknown schedule %q (constant or cosine)", c.schedule)
-	case !(c.lr > 0) || math.IsInf(c.lr, 0):
-		return c, fmt.Errorf("--lr %v must be finite and > 0", c.lr)
-	case c.from != nil && c.epochs < c.from.done:
-		return c, fmt.Errorf("--epochs %d: the run in %s has done %d epochs already, and a run cannot be shortened", c.epochs, c.checkpoint, c.from.done)
+	}
+	if err := c.check(); err != nil {
+		return c, c.storedHint(err)
 	}
 	c.flags = storedFlags(fs)
 	return c, nil
+}
+
+// check checks the flags' values, the command line's and those a resume
+// took from the run's stored configuration alike.
+func (c *trainConfig) check() error {
+	switch {
+	case c.epochs <= 0:
+		return fmt.Errorf("--epochs %d must be > 0", c.epochs)
+	case c.batch <= 0:
+		return fmt.Errorf("--batch %d must be > 0", c.batch)
+	case c.epochs > tolaria.MaxEpochs:
+		return fmt.Errorf("--epochs %d is above the most a run may have, %d", c.epochs, tolaria.MaxEpochs)
+	case c.blocks < 2 || c.baseChannels <= 0 || c.kernel <= 0 || c.kernel%2 == 0:
+		return errors.New("--blocks must be ≥ 2, --base-channels > 0 and --kernel odd and > 0")
+	case c.resume && c.checkpoint == "":
+		return errors.New("--resume needs --checkpoint DIR")
+	case c.controller != "heuristic" && c.controller != "gnn" && c.controller != "none":
+		return fmt.Errorf("unknown controller %q (--controller heuristic, gnn or none)", c.controller)
+	case c.controller == "gnn" && c.policy == "":
+		return errors.New("--controller gnn needs --policy FILE (a policy checkpoint)")
+	case c.controller != "gnn" && c.policy != "":
+		return errors.New("--policy is only used with --controller gnn")
+	case c.schedule != "constant" && c.schedule != "cosine":
+		return fmt.Errorf("unknown schedule %q (--schedule constant or cosine)", c.schedule)
+	case !(c.lr > 0) || math.IsInf(c.lr, 0):
+		return fmt.Errorf("--lr %v must be finite and > 0", c.lr)
+	case c.from != nil && c.epochs < c.from.done:
+		return fmt.Errorf("--epochs %d: the run in %s has done %d epochs already, and a run cannot be shortened", c.epochs, c.checkpoint, c.from.done)
+	}
+	return nil
 }
 
 // taskDefaults are the flags whose default depends on --task. The
