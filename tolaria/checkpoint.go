@@ -150,15 +150,30 @@ func FallbackMessage(in rollback.Intact) string {
 // index (the number of epochs done). The summary's epoch reports and
 // counters become the checkpoint's, so that Summary covers the whole run
 // (for a run resumed after its last epoch, Summary is its final result).
+//
+// A checkpoint whose tensors hold NaN or ±Inf (written by a diverged run)
+// is refused. With a governor, the loaded state becomes its snapshot and
+// its loss history starts over.
 func (t *Trainer) ResumeFrom(st rollback.State) (next int, err error) {
 	last, err := stateEpoch(st)
 	if err != nil {
 		return 0, err
 	}
+	if err := checkFinite(st); err != nil {
+		return 0, err
+	}
 	if err := t.LoadState(st); err != nil {
 		return 0, err
 	}
-	t.start = last + 1
+	if t.governor != nil {
+		// Taken at NewTrainer, the snapshot holds the untrained model.
+		if err := t.governor.Reset(); err != nil {
+			return 0, err
+		}
+	}
+	// Meta.Epoch is the number in the checkpoint's name, in either
+	// numbering (see CheckIntact).
+	t.start, t.lastGood, t.rollbacksInRow = last+1, st.Meta.Epoch, 0
 	return t.start, nil
 }
 

@@ -220,8 +220,11 @@ type EpochReport struct {
 	// Outcome is how the decision was reached (ok, skipped in
 	// conservative mode, timeout, error).
 	Outcome OutcomeStatus
-	// RolledBack reports a governor rollback this epoch.
-	RolledBack bool
+	// RolledBack reports a governor rollback this epoch, and
+	// PanicReason the governor's reason (a leyline.PanicReason
+	// constant; "" without a rollback).
+	RolledBack  bool
+	PanicReason string
 	// Failed reports a failed epoch (esper-reference §3.1.6) and
 	// FailureReason why: FailureBreakerOpen, FailureEpochBudget,
 	// FailureTamiyoTimeout or FailureKasminaTimeout, the first that
@@ -292,11 +295,15 @@ type Trainer struct {
 	governor  *Governor
 	breaker   *Breaker
 	rollback  *rollback.TwoTier
-	failed    int     // epochs failed (tolaria.epochs.failed)
-	start     int     // first epoch Fit runs (after Resume)
-	summary   Summary // Epochs is a ring starting at histHead when History is set
-	histHead  int
-	lastSeeds map[string]leyline.SeedStage // seed id → stage, for the counts
+	failed    int // epochs failed (tolaria.epochs.failed)
+	// rollbacksInRow counts the governor's rollbacks since the last
+	// healthy epoch; lastGood is the number of the epoch of the latest
+	// checkpoint written for a healthy epoch, or resumed from (0: none).
+	rollbacksInRow, lastGood int
+	start                    int     // first epoch Fit runs (after Resume)
+	summary                  Summary // Epochs is a ring starting at histHead when History is set
+	histHead                 int
+	lastSeeds                map[string]leyline.SeedStage // seed id → stage, for the counts
 	// cfSlots is measureCounterfactuals' scratch; ablations counts its
 	// validation passes in the latest epoch.
 	cfSlots   []*kasmina.Slot
@@ -467,8 +474,16 @@ func (t *Trainer) Summary() Summary {
 // that the next epoch skips the controller; a success records a breaker
 // success and turns conservative mode off. Only a successful epoch's
 // state enters the fast rollback tier; every epoch is checkpointed (a
-// rolled-back one with the restored state, which is what the next epoch
-// starts from).
+// failed one rolled back with the restored state, which is what the next
+// epoch starts from) — except an epoch that diverged.
+//
+// Divergence (see divergence.go): an epoch whose validation loss is not
+// finite, or that the governor does not accept, is neither checkpointed
+// nor snapshotted; the governor rolls back on a panic, and the rollback
+// after MaxRollbacks in a row (or, without a governor, the first
+// non-finite validation loss) ends the run: RunEpoch returns the epoch's
+// report with a *DivergenceError (errors.Is(err, ErrDiverged)), the
+// epoch recorded in Summary as usual.
 func (t *Trainer) RunEpoch(ctx context.Context, e int) (r EpochReport, err error) {
 	if e < 0 || e >= MaxEpochs {
 		return EpochReport{Epoch: e, RestoredFrom: -1}, fmt.Errorf("tolaria: RunEpoch: epoch index %d is out of range [0, %d)", e, MaxEpochs)
@@ -512,22 +527,14 @@ func (t *Trainer) RunEpoch(ctx context.Context, e int) (r EpochReport, err error
 		}
 	}
 
-	if t.governor != nil {
-		if panicked, _ := t.governor.CheckVitalSigns(r.ValLoss); panicked {
-			if _, err := t.governor.ExecuteRollback(t.o.EnvID, "cpu"); err != nil {
-				return r, fmt.Errorf("tolaria: epoch %d: rollback: %w", e+1, err)
-			}
-			r.RolledBack = true
-		} else if e%5 == 0 {
-			if err := t.governor.Snapshot(); err != nil {
-				return r, err
-			}
-		}
+	healthy, diverged := t.watch(e, &r)
+	if diverged != nil && !errors.Is(diverged, ErrDiverged) {
+		return r, diverged
 	}
 
 	r.Decision, r.Outcome, r.Applied = leyline.Wait("no controller"), OutcomeSkipped, ApplyNoop
 	stepReason := ""
-	if t.o.Controller != nil && !r.RolledBack {
+	if t.o.Controller != nil && !r.RolledBack && diverged == nil {
 		r.Decision, r.Outcome, r.Applied, r.ApplyReason, stepReason = t.decide(ctx, e, r)
 	}
 	t.model.StepEpoch()
@@ -547,8 +554,8 @@ func (t *Trainer) RunEpoch(ctx context.Context, e int) (r EpochReport, err error
 	}
 	t.emitEpoch(r)
 	t.record(r)
-	snapshot := !r.Failed && t.rollback.Fast != nil
-	if t.o.Checkpoints != nil || snapshot {
+	snapshot := healthy && !r.Failed && t.rollback.Fast != nil
+	if (healthy && t.o.Checkpoints != nil) || snapshot {
 		st, err := t.State(e)
 		if err != nil {
 			return r, fmt.Errorf("tolaria: epoch %d: state: %w", e+1, err)
@@ -560,6 +567,7 @@ func (t *Trainer) RunEpoch(ctx context.Context, e int) (r EpochReport, err error
 			if err := t.o.Checkpoints.Write(e+1, st); err != nil {
 				return r, fmt.Errorf("tolaria: epoch %d: checkpoint: %w", e+1, err)
 			}
+			t.lastGood = e + 1
 		}
 		if snapshot {
 			if err := t.snapshotFast(e, st); err != nil {
@@ -567,7 +575,7 @@ func (t *Trainer) RunEpoch(ctx context.Context, e int) (r EpochReport, err error
 			}
 		}
 	}
-	return r, nil
+	return r, diverged
 }
 
 // beforeCheckpoint calls BeforeCheckpoint and adds its documents to st.

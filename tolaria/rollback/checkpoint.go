@@ -156,6 +156,10 @@ func Open(dir string, o StoreOptions) (*Store, error) {
 // Dir returns the store's directory.
 func (st *Store) Dir() string { return st.dir }
 
+// Path returns the path of the checkpoint file of epoch, whether or not
+// it exists.
+func (st *Store) Path(epoch int) string { return filepath.Join(st.dir, checkpointName(epoch)) }
+
 // isTemp reports whether name is a temporary file of ours:
 // ".{target}.tmp-{random}" for a WAL or checkpoint target.
 func isTemp(name string) bool {
