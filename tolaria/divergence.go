@@ -51,8 +51,9 @@ type DivergenceError struct {
 	// holds its snapshot, restored by the last rollback.
 	Governor bool
 	// Checkpoint is the last good checkpoint: the latest one written for
-	// a healthy epoch, or the one the run resumed from; "" when there is
-	// none. CheckpointEpoch is its epoch number.
+	// a healthy epoch (without a governor: one whose validation loss was
+	// finite), or the one the run resumed from; "" when there is none.
+	// CheckpointEpoch is its epoch number.
 	Checkpoint      string
 	CheckpointEpoch int
 	// Checkpoints tells whether the run kept checkpoints at all.
@@ -73,8 +74,11 @@ func (e *DivergenceError) Error() string {
 		b.WriteString(", and no governor watches the run to roll it back (TrainerOptions.Governor)")
 	}
 	switch {
-	case e.Checkpoint != "":
+	case e.Checkpoint != "" && e.Governor:
 		fmt.Fprintf(&b, "; the last good checkpoint is %s (epoch %d)", e.Checkpoint, e.CheckpointEpoch)
+	case e.Checkpoint != "":
+		// No governor judged it: its loss was finite, maybe no more.
+		fmt.Fprintf(&b, "; the last checkpoint with a finite loss is %s (epoch %d)", e.Checkpoint, e.CheckpointEpoch)
 	case e.Checkpoints:
 		b.WriteString("; no epoch was good enough to checkpoint")
 	default:
