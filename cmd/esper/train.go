@@ -37,7 +37,7 @@ type trainConfig struct {
 	epochs, batch, blocks, baseChannels, kernel                         int
 	seed                                                                uint64
 	lr                                                                  float64
-	capture, baseline, resume, quiet                                    bool
+	capture, baseline, resume, quiet, governor                          bool
 	trainSize, testSize                                                 int
 
 	// flags is the run's configuration as a checkpoint stores it (see
@@ -90,6 +90,10 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 	}
 
 	run, err := runMorphogenetic(ctx, c, train, test, stdout)
+	if errors.Is(err, tolaria.ErrDiverged) && run != nil {
+		printSummary(stdout, c, run, nil)
+		return divergedError(c, err)
+	}
 	if err != nil {
 		return err
 	}
@@ -108,7 +112,10 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 			bc.resume, bc.from = false, nil
 			bc.flags = maps.Clone(c.flags)
 			bc.flags["controller"], bc.flags["policy"], bc.flags["policy-sample"] = "none", "", "false"
-			if base, err = runPlain(ctx, bc, train, test, stdout); err != nil {
+			if base, err = runPlain(ctx, bc, train, test, stdout); errors.Is(err, tolaria.ErrDiverged) && base != nil {
+				printSummary(stdout, c, run, base)
+				return fmt.Errorf("baseline (the host alone): %w", divergedError(c, err))
+			} else if err != nil {
 				return err
 			}
 			if err := saveBaseline(c, base); err != nil {
@@ -118,6 +125,13 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	printSummary(stdout, c, run, base)
 	return nil
+}
+
+// divergedError is the one line that ends a run that diverged: the
+// trainer's account (the epoch, its loss, the rollbacks, the last good
+// checkpoint) and what to try.
+func divergedError(c trainConfig, err error) error {
+	return fmt.Errorf("%w (a smaller --lr than %g may train)", err, c.lr)
 }
 
 // parseTrain parses the train command's flags, fills the task-dependent
@@ -142,6 +156,7 @@ func parseTrain(args []string, stderr io.Writer) (trainConfig, error) {
 	fs.Float64Var(&c.lr, "lr", 0, "host learning rate, SGD with momentum 0.9 and weight decay 5e-4 (default 0.05)")
 	fs.StringVar(&c.schedule, "schedule", "", "host learning-rate schedule: constant, or cosine (annealed to 0 over the epochs) (default cosine)")
 	fs.BoolVar(&c.capture, "capture", true, "capture and replay the train step")
+	fs.BoolVar(&c.governor, "governor", true, "watch the validation loss and roll back to the last good state when it turns NaN or explodes; a run that diverges again after 3 rollbacks in a row stops with an error (without the governor, at its first NaN loss)")
 	fs.BoolVar(&c.baseline, "baseline", false, "also train the same host without seeds for the same epochs, and compare (default per task: synthetic true, fashion-mnist false)")
 	fs.StringVar(&c.runRoot, "run-dir", "runs", "where the run directory (telemetry JSONL and PNG plots) is created")
 	fs.StringVar(&c.checkpoint, "checkpoint", "", "checkpoint directory (a checkpoint after every epoch)")
@@ -269,7 +284,8 @@ func runPlain(ctx context.Context, c trainConfig, train, test data.Dataset, stdo
 
 // runMorphogenetic trains the host (with seeds under the controller
 // unless c.controller is "none"), printing progress, and writes the run
-// directory.
+// directory. A run that diverged (tolaria.ErrDiverged) returns what it
+// did, plots written, with the error.
 func runMorphogenetic(ctx context.Context, c trainConfig, train, test data.Dataset, stdout io.Writer) (*runResult, error) {
 	trainLoader, err := data.NewLoader(train, data.LoaderOptions{BatchSize: c.batch, Shuffle: true, Seed: c.seed, DropLast: true})
 	if err != nil {
@@ -328,6 +344,9 @@ func runMorphogenetic(ctx context.Context, c trainConfig, train, test data.Datas
 	o := tolaria.TrainerOptions{
 		Model: model, Train: trainLoader, Val: testLoader, Epochs: c.epochs,
 		HostLR: c.lr, Capture: c.capture, Sink: hub,
+	}
+	if c.governor {
+		o.Governor = &tolaria.GovernorOptions{Classes: train.Classes()}
 	}
 	if c.schedule == "cosine" {
 		o.HostSchedule = optim.Cosine{Base: c.lr, TMax: c.epochs}
@@ -397,8 +416,14 @@ func runMorphogenetic(ctx context.Context, c trainConfig, train, test data.Datas
 		fmt.Fprintf(stdout, "no checkpoint in %s yet: starting from epoch 1\n", c.checkpoint)
 	}
 	left := newETA()
-	for e := tr.StartEpoch(); e < c.epochs; e++ {
+	var diverged error
+	for e := tr.StartEpoch(); e < c.epochs && diverged == nil; e++ {
 		r, err := tr.RunEpoch(ctx, e)
+		if errors.Is(err, tolaria.ErrDiverged) {
+			// The epoch ran: its line is shown, and the run ends with
+			// what it has (summary, plots) and the divergence.
+			diverged, err = err, nil
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				fmt.Fprintf(stdout, "\ninterrupted during epoch %d", e+1)
@@ -444,7 +469,7 @@ func runMorphogenetic(ctx context.Context, c trainConfig, train, test data.Datas
 			}
 		}
 	}
-	return res, nil
+	return res, diverged
 }
 
 // bar draws a progress bar of width cells.
@@ -460,6 +485,9 @@ func bar(done, total, width int) string {
 // that Kasmina refused (a gate failed, the slot was busy) says so, with
 // Kasmina's reason, since the seed list then shows no change.
 func decisionText(r tolaria.EpochReport) string {
+	if r.RolledBack {
+		return "rolled back by the governor (" + r.PanicReason + ")"
+	}
 	s := r.Decision.String()
 	if r.Applied == tolaria.ApplyRejected {
 		s += " → refused"
