@@ -427,7 +427,9 @@ func (t *Trainer) StartEpoch() int { return t.start }
 
 // Fit runs the epochs from StartEpoch to Epochs−1 and returns what they
 // did. It stops early, returning ctx's error with the epochs completed,
-// when ctx ends; a stray panic inside an epoch becomes an error.
+// when ctx ends, and with a *DivergenceError (errors.Is(err,
+// ErrDiverged)) when training diverged beyond what the governor repairs
+// (see RunEpoch); a stray panic inside an epoch becomes an error.
 func (t *Trainer) Fit(ctx context.Context) (Summary, error) {
 	for e := t.start; e < t.o.Epochs; e++ {
 		if err := ctx.Err(); err != nil {
