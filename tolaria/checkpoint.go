@@ -115,6 +115,9 @@ func (t *Trainer) Resume() (next int, err error) {
 	if err != nil {
 		return 0, err
 	}
+	if err := CheckIntact(in); err != nil {
+		return 0, err
+	}
 	if next, err = t.ResumeFrom(in.State); err != nil {
 		return 0, fmt.Errorf("tolaria: resume from %s: %w", filepath.Base(in.Path), err)
 	}
@@ -147,41 +150,66 @@ func FallbackMessage(in rollback.Intact) string {
 // index (the number of epochs done). The summary's epoch reports and
 // counters become the checkpoint's, so that Summary covers the whole run
 // (for a run resumed after its last epoch, Summary is its final result).
+//
+// A checkpoint whose tensors hold NaN or ±Inf (written by a diverged run)
+// is refused. With a governor, the loaded state becomes its snapshot and
+// its loss history starts over.
 func (t *Trainer) ResumeFrom(st rollback.State) (next int, err error) {
 	last, err := stateEpoch(st)
 	if err != nil {
 		return 0, err
 	}
+	if err := checkFinite(st); err != nil {
+		return 0, err
+	}
 	if err := t.LoadState(st); err != nil {
 		return 0, err
 	}
-	t.start = last + 1
+	if t.governor != nil {
+		// Taken at NewTrainer, the snapshot holds the untrained model.
+		if err := t.governor.Reset(); err != nil {
+			return 0, err
+		}
+	}
+	// Meta.Epoch is the number in the checkpoint's name, in either
+	// numbering (see CheckIntact).
+	t.start, t.lastGood, t.rollbacksInRow = last+1, st.Meta.Epoch, 0
 	return t.start, nil
+}
+
+// CheckIntact checks that the checkpoint LatestIntact found is one a
+// Trainer wrote for its epoch: its metadata's epoch is the one its name
+// and its WAL record give (both the numbering from 1 and the older one
+// from 0 write the same number in both places), and every number of its
+// trainer state is in range (see EpochsDone). A resume from a store
+// should call it before ResumeFrom; Resume does.
+func CheckIntact(in rollback.Intact) error {
+	if in.State.Meta.Epoch != in.Epoch {
+		return fmt.Errorf("tolaria: %s: checkpoint field epoch = %d, but the checkpoint is of epoch %d", filepath.Base(in.Path), in.State.Meta.Epoch, in.Epoch)
+	}
+	if _, err := stateEpoch(in.State); err != nil {
+		return fmt.Errorf("tolaria: %s: %w", filepath.Base(in.Path), err)
+	}
+	return nil
 }
 
 // EpochsDone returns the number of epochs a State (a checkpoint of a
 // Trainer) was taken after: its epoch's 1-based number, the index of the
-// epoch a resumed run starts with.
+// epoch a resumed run starts with. A State whose epoch, global step,
+// counters or epoch reports are out of the range a trainer writes (an
+// epoch beyond MaxEpochs, a negative count, an accuracy above 100) is an
+// error naming the field; so it is for ResumeFrom and LoadState.
 func EpochsDone(st rollback.State) (int, error) {
 	last, err := stateEpoch(st)
 	return last + 1, err
 }
 
 // stateEpoch returns the index of the epoch st was taken after (see
-// trainerMeta.OneBased).
+// trainerMeta.OneBased), after checking every number of its trainer
+// state.
 func stateEpoch(st rollback.State) (int, error) {
-	var tm trainerMeta
-	raw, ok := st.Meta.Extra["trainer"]
-	if !ok {
-		return 0, fmt.Errorf("checkpoint has no trainer state")
-	}
-	if err := json.Unmarshal(raw, &tm); err != nil {
-		return 0, fmt.Errorf("trainer state: %w", err)
-	}
-	if tm.OneBased {
-		return st.Meta.Epoch - 1, nil
-	}
-	return st.Meta.Epoch, nil
+	_, last, err := decodeTrainerMeta(st)
+	return last, err
 }
 
 // LoadState restores a State made by State: slots first (so the seeds
@@ -201,13 +229,9 @@ func (t *Trainer) loadState(st rollback.State, keepRun bool) error {
 	if err != nil {
 		return err
 	}
-	var tm trainerMeta
-	if raw, ok := st.Meta.Extra["trainer"]; ok {
-		if err := json.Unmarshal(raw, &tm); err != nil {
-			return fmt.Errorf("trainer state: %w", err)
-		}
-	} else {
-		return fmt.Errorf("checkpoint has no trainer state")
+	tm, _, err := decodeTrainerMeta(st)
+	if err != nil {
+		return err
 	}
 	scalerState := st.Sub(scalerPrefix)
 	if t.prec.scaler != nil && len(scalerState) == 0 {

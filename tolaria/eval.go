@@ -1,7 +1,7 @@
 package tolaria
 
 import (
-	"math"
+	"fmt"
 
 	"github.com/esper-go/esper/autograd"
 	"github.com/esper-go/esper/kernels"
@@ -26,11 +26,11 @@ type evalRunner struct {
 	in       []*tensor.Tensor
 	ce       kernels.CrossEntropyParams
 	correctN correctCounter
-	// n counts the samples of the running evaluate, err its failure;
-	// body is r.batch, bound once.
-	n    int
-	err  error
-	body func(x, y *tensor.Tensor) bool
+	// n and batches count the samples and batches of the running
+	// evaluate, err its failure; body is r.batch, bound once.
+	n, batches int
+	err        error
+	body       func(x, y *tensor.Tensor) bool
 }
 
 func newEvalRunner(t *Trainer) *evalRunner {
@@ -69,6 +69,11 @@ func (r *evalRunner) fn(in []*tensor.Tensor) []*tensor.Tensor {
 // batch is the validation loop's body: one batch added to the
 // accumulator, replayed when captured.
 func (r *evalRunner) batch(x, y *tensor.Tensor) bool {
+	r.batches++
+	if err := checkBatch("validation", r.batches, x, y); err != nil {
+		r.err = err
+		return false
+	}
 	r.in[0], r.in[1] = x, y
 	if r.captured == nil {
 		r.fn(r.in)
@@ -82,22 +87,23 @@ func (r *evalRunner) batch(x, y *tensor.Tensor) bool {
 
 // evaluate runs the validation batches in inference mode and eval mode
 // and returns the mean loss and the accuracy in percent (one host read
-// of the accumulator per call).
-func (t *Trainer) evaluate(e int) (loss, acc float64) {
+// of the accumulator per call). A malformed batch, or no batch at all,
+// is an error naming epoch e.
+func (t *Trainer) evaluate(e int) (loss, acc float64, err error) {
 	t.model.SetTraining(false)
 	defer t.model.SetTraining(true)
 	r := t.eval
 	zeroMetrics(r.met)
 	r.correctN.reset()
-	r.n, r.err = 0, nil
+	r.n, r.batches, r.err = 0, 0, nil
 	t.o.Val.Batches(e)(r.body)
-	if r.err != nil {
-		panic(r.err) // Recapture never reports a guard mismatch
-	}
-	if r.n == 0 {
-		return math.NaN(), math.NaN()
+	switch {
+	case r.err != nil:
+		return 0, 0, fmt.Errorf("tolaria: epoch %d: %w", e+1, r.err)
+	case r.n == 0:
+		return 0, 0, fmt.Errorf("tolaria: the validation batches of epoch %d are empty", e+1)
 	}
 	m := r.met.F32()
 	correct := float64(m[1]) + r.correctN.total()
-	return float64(m[0]) / float64(r.n), 100 * correct / float64(r.n)
+	return float64(m[0]) / float64(r.n), 100 * correct / float64(r.n), nil
 }

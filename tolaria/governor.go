@@ -36,6 +36,12 @@ const (
 	// DefaultMinPanics is how many consecutive anomalies trigger a
 	// panic (G2 min_panics_before_rollback 3).
 	DefaultMinPanics = 3
+	// DefaultMaxRollbacks is how many rollbacks in a row, with no
+	// accepted epoch between them, a Trainer tries before it gives up
+	// with ErrDiverged. Not in G2, whose environments roll back for as
+	// long as an episode lasts; a run that diverges again from the
+	// same snapshot three times will not get better by a fourth try.
+	DefaultMaxRollbacks = 3
 	// DefaultClasses is the class count whose ln is the random-guess
 	// loss when neither is given (G2 random_guess_loss = ln(10)).
 	DefaultClasses = 10
@@ -77,6 +83,11 @@ type GovernorOptions struct {
 	// MinPanics is how many consecutive anomalies make a panic; zero
 	// means DefaultMinPanics. Must not be negative.
 	MinPanics int
+	// MaxRollbacks is how many rollbacks in a row (with no accepted
+	// epoch between them) a Trainer tries before RunEpoch fails with
+	// ErrDiverged; zero means DefaultMaxRollbacks. Must not be negative.
+	// The Governor itself does not count rollbacks.
+	MaxRollbacks int
 	// RandomGuessLoss is the loss of a uniform guess; zero means
 	// ln(Classes). Must be finite and not negative.
 	RandomGuessLoss float64
@@ -114,6 +125,9 @@ func (o GovernorOptions) withDefaults() (GovernorOptions, error) {
 	if o.MinPanics < 0 {
 		return o, fmt.Errorf("tolaria: NewGovernor: MinPanics %d must be ≥ 0", o.MinPanics)
 	}
+	if o.MaxRollbacks < 0 {
+		return o, fmt.Errorf("tolaria: NewGovernor: MaxRollbacks %d must be ≥ 0", o.MaxRollbacks)
+	}
 	if o.Classes < 0 || o.Classes == 1 {
 		return o, fmt.Errorf("tolaria: NewGovernor: Classes %d must be ≥ 2 (or 0 for %d)", o.Classes, DefaultClasses)
 	}
@@ -131,6 +145,9 @@ func (o GovernorOptions) withDefaults() (GovernorOptions, error) {
 	}
 	if o.MinPanics == 0 {
 		o.MinPanics = DefaultMinPanics
+	}
+	if o.MaxRollbacks == 0 {
+		o.MaxRollbacks = DefaultMaxRollbacks
 	}
 	if o.Classes == 0 {
 		o.Classes = DefaultClasses
@@ -235,13 +252,22 @@ func (g *Governor) SnapshotSlots() []string {
 //     below LobotomyAverageFraction·L, panics at once
 //     ("governor_lobotomy"): the model collapsed to guessing.
 //  3. With fewer than MinHistoryWindow losses, the loss is recorded and
-//     there is no panic.
+//     there is no panic — unless it is absurd: above AbsoluteThreshold
+//     AND above Multiplier times the larger of the random-guess loss
+//     and the average so far. That is an anomaly (see 4), so that a run
+//     that diverges from its first epoch (a learning rate far too
+//     high: a first loss of 4e30) never becomes the baseline the
+//     statistics and the snapshots start from. G2 records anything
+//     here; its rule 4 needs the baseline to be sane.
 //  4. A loss is an anomaly when it exceeds AbsoluteThreshold AND the
 //     average plus Sensitivity population standard deviations AND
 //     Multiplier times the average. An anomaly is not recorded; it
 //     counts up the consecutive anomalies and panics
 //     ("governor_divergence") once there are MinPanics in a row. Any
 //     other loss is recorded and resets the count.
+//
+// Pending reports whether the latest loss was an anomaly not yet acted
+// on.
 func (g *Governor) CheckVitalSigns(loss float64) (panicked bool, reason string) {
 	if math.IsNaN(loss) || math.IsInf(loss, 0) {
 		g.setPanic(leyline.PanicReasonNaN, loss)
@@ -255,12 +281,18 @@ func (g *Governor) CheckVitalSigns(loss float64) (panicked bool, reason string) 
 			return true, leyline.PanicReasonLobotomy
 		}
 	}
+	var anomaly bool
 	if len(g.history) < MinHistoryWindow {
-		g.record(loss)
-		return false, ""
+		ref := g.opts.RandomGuessLoss
+		if avg, _ := g.stats(); len(g.history) > 0 && avg > ref {
+			ref = avg
+		}
+		anomaly = loss > g.opts.AbsoluteThreshold && loss > g.opts.Multiplier*ref
+	} else {
+		avg, sd := g.stats()
+		anomaly = loss > g.opts.AbsoluteThreshold && loss > avg+g.opts.Sensitivity*sd && loss > g.opts.Multiplier*avg
 	}
-	avg, sd := g.stats()
-	if loss > g.opts.AbsoluteThreshold && loss > avg+g.opts.Sensitivity*sd && loss > g.opts.Multiplier*avg {
+	if anomaly {
 		g.consecutive++
 		g.setPanic(leyline.PanicReasonDivergence, loss)
 		if g.consecutive >= g.opts.MinPanics {
@@ -272,6 +304,12 @@ func (g *Governor) CheckVitalSigns(loss float64) (panicked bool, reason string) 
 	g.clearPanic()
 	return false, ""
 }
+
+// Pending reports whether the governor holds a panic-worthy observation
+// not yet acted on: the latest loss was an anomaly (below MinPanics in a
+// row) or a panic that no rollback has followed. A Trainer neither
+// checkpoints nor snapshots such an epoch.
+func (g *Governor) Pending() bool { return g.pending }
 
 // record appends loss to the history, keeping the last HistoryWindow.
 func (g *Governor) record(loss float64) {

@@ -45,7 +45,7 @@ func TestGovernorDefaults(t *testing.T) {
 	g, _ := newGovernor(t, GovernorOptions{})
 	o := g.Options()
 	if o.Sensitivity != 6 || o.Multiplier != 3 || o.AbsoluteThreshold != 12 || o.DeathPenalty != 10 ||
-		o.HistoryWindow != 20 || o.MinPanics != 3 || o.RandomGuessLoss != math.Log(10) {
+		o.HistoryWindow != 20 || o.MinPanics != 3 || o.MaxRollbacks != 3 || o.RandomGuessLoss != math.Log(10) {
 		t.Fatalf("defaults %+v", o)
 	}
 	if got := g.PunishmentReward(); got != -10 {
@@ -60,16 +60,17 @@ func TestGovernorDefaults(t *testing.T) {
 func TestGovernorOptionErrors(t *testing.T) {
 	m := newModel(t, nil)
 	for name, o := range map[string]GovernorOptions{
-		"window 9":          {HistoryWindow: 9},
-		"window 1":          {HistoryWindow: 1},
-		"negative window":   {HistoryWindow: -5},
-		"negative sens":     {Sensitivity: -1},
-		"nan threshold":     {AbsoluteThreshold: math.NaN()},
-		"inf guess":         {RandomGuessLoss: math.Inf(1)},
-		"one class":         {Classes: 1},
-		"negative panics":   {MinPanics: -1},
-		"negative penalty":  {DeathPenalty: -10},
-		"negative multiple": {Multiplier: -3},
+		"window 9":           {HistoryWindow: 9},
+		"window 1":           {HistoryWindow: 1},
+		"negative window":    {HistoryWindow: -5},
+		"negative sens":      {Sensitivity: -1},
+		"nan threshold":      {AbsoluteThreshold: math.NaN()},
+		"inf guess":          {RandomGuessLoss: math.Inf(1)},
+		"one class":          {Classes: 1},
+		"negative panics":    {MinPanics: -1},
+		"negative rollbacks": {MaxRollbacks: -1},
+		"negative penalty":   {DeathPenalty: -10},
+		"negative multiple":  {Multiplier: -3},
 	} {
 		if _, err := NewGovernor(m, o); err == nil {
 			t.Errorf("%s: expected an error", name)
@@ -100,10 +101,51 @@ func TestVitalSignsNaNInfImmediate(t *testing.T) {
 func TestVitalSignsFewSamplesNeverPanic(t *testing.T) {
 	g, _ := newGovernor(t, GovernorOptions{})
 	feed(t, g, repeat(1, 9)...)
-	// The 10th sample is recorded whatever it is: no statistics yet.
-	feed(t, g, 1e6)
+	// The 10th sample is recorded whatever it is, short of absurd: no
+	// statistics yet. 11.9 is ≥ 3·avg but not above the threshold 12.
+	feed(t, g, 11.9)
 	if n := len(g.History()); n != 10 {
 		t.Fatalf("history %d, want 10", n)
+	}
+}
+
+// TestVitalSignsAbsurdFirstLossIsNoBaseline (issue 20, point 6): a run
+// that diverges from its first epoch used to record its first loss
+// (4e30) as the baseline — the statistics then saw nothing wrong and
+// the snapshots kept the diverged state. With fewer than
+// MinHistoryWindow samples, a loss above AbsoluteThreshold and Multiplier
+// times the random-guess loss (or the average so far, when higher) is an
+// anomaly: not recorded, pending, a panic after MinPanics in a row.
+func TestVitalSignsAbsurdFirstLossIsNoBaseline(t *testing.T) {
+	g, _ := newGovernor(t, GovernorOptions{Classes: 3})
+	for i := 1; i <= 3; i++ {
+		p, r := g.CheckVitalSigns(3.97e30)
+		if want := i == 3; p != want || (p && r != leyline.PanicReasonDivergence) {
+			t.Fatalf("absurd loss %d: panic %v %q, want %v", i, p, r, want)
+		}
+		if !g.Pending() || len(g.History()) != 0 {
+			t.Fatalf("absurd loss %d: pending %v history %v; want pending and nothing recorded", i, g.Pending(), g.History())
+		}
+	}
+	// A sane loss after a few: recorded, and the count and pending
+	// state cleared.
+	g, _ = newGovernor(t, GovernorOptions{Classes: 3})
+	feed(t, g, 40, 1.2)
+	if g.Pending() || g.ConsecutivePanics() != 0 || len(g.History()) != 1 {
+		t.Fatalf("pending %v, consecutive %d, history %v", g.Pending(), g.ConsecutivePanics(), g.History())
+	}
+	// The reference is the higher of ln(classes) and the average so far:
+	// a task whose loss sits near 5 may see 14 (< 3·4.8) early on.
+	feed(t, g, 6, 6, 6, 14)
+	if g.Pending() || len(g.History()) != 5 {
+		t.Fatalf("14 after an average of 4.8: pending %v, history %v", g.Pending(), g.History())
+	}
+	// Below the absolute threshold nothing is absurd, whatever the
+	// ratio.
+	g, _ = newGovernor(t, GovernorOptions{Classes: 3})
+	feed(t, g, 11)
+	if g.Pending() || len(g.History()) != 1 {
+		t.Fatalf("11 < 12: pending %v, history %v", g.Pending(), g.History())
 	}
 }
 

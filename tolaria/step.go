@@ -2,7 +2,6 @@ package tolaria
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -331,7 +330,7 @@ func (t *Trainer) trainEpoch(ctx context.Context, e int, r *EpochReport) (loss, 
 		return 0, 0, l.steps, l.err
 	}
 	if l.steps == 0 || l.samples == 0 {
-		return 0, 0, 0, errors.New("tolaria: the training batches of epoch " + fmt.Sprint(e) + " are empty")
+		return 0, 0, 0, fmt.Errorf("tolaria: the training batches of epoch %d are empty", e+1)
 	}
 	r.Captured = l.replays > 0
 	r.StepP50, r.StepP95 = percentiles(s.lat)
@@ -347,6 +346,10 @@ func (s *stepRunner) trainBatch(x, y *tensor.Tensor) bool {
 	t, l := s.t, &s.loop
 	if err := l.ctx.Err(); err != nil {
 		l.err = err
+		return false
+	}
+	if err := checkBatch("training", l.steps+1, x, y); err != nil {
+		l.err = fmt.Errorf("tolaria: epoch %d: %w", l.e+1, err)
 		return false
 	}
 	t0 := time.Now()

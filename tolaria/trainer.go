@@ -34,7 +34,7 @@ type TrainerOptions struct {
 	// batches should all have the same size (drop the last partial
 	// batch): a captured step re-captures for every new shape.
 	Train, Val Batches
-	// Epochs is the number of epochs Fit runs; > 0.
+	// Epochs is the number of epochs Fit runs, from 1 to MaxEpochs.
 	Epochs int
 	// Controller decides each epoch's lifecycle operation (a Tamiyo
 	// controller); nil trains the host and its seeds without decisions.
@@ -56,7 +56,8 @@ type TrainerOptions struct {
 	// 0.9.
 	SeedLR, SeedMomentum float64
 	// MaxGradNorm clips the host's and each seed's gradients separately;
-	// zero means 1.0, negative disables clipping.
+	// zero means 1.0, negative disables clipping. NaN and ±Inf are
+	// errors.
 	MaxGradNorm float64
 
 	// Capture runs the train step captured after CaptureWarmup eager
@@ -221,8 +222,11 @@ type EpochReport struct {
 	// Outcome is how the decision was reached (ok, skipped in
 	// conservative mode, timeout, error).
 	Outcome OutcomeStatus
-	// RolledBack reports a governor rollback this epoch.
-	RolledBack bool
+	// RolledBack reports a governor rollback this epoch, and
+	// PanicReason the governor's reason (a leyline.PanicReason
+	// constant; "" without a rollback).
+	RolledBack  bool
+	PanicReason string
 	// Failed reports a failed epoch (esper-reference §3.1.6) and
 	// FailureReason why: FailureBreakerOpen, FailureEpochBudget,
 	// FailureTamiyoTimeout or FailureKasminaTimeout, the first that
@@ -293,11 +297,15 @@ type Trainer struct {
 	governor  *Governor
 	breaker   *Breaker
 	rollback  *rollback.TwoTier
-	failed    int     // epochs failed (tolaria.epochs.failed)
-	start     int     // first epoch Fit runs (after Resume)
-	summary   Summary // Epochs is a ring starting at histHead when History is set
-	histHead  int
-	lastSeeds map[string]leyline.SeedStage // seed id → stage, for the counts
+	failed    int // epochs failed (tolaria.epochs.failed)
+	// rollbacksInRow counts the governor's rollbacks since the last
+	// healthy epoch; lastGood is the number of the epoch of the latest
+	// checkpoint written for a healthy epoch, or resumed from (0: none).
+	rollbacksInRow, lastGood int
+	start                    int     // first epoch Fit runs (after Resume)
+	summary                  Summary // Epochs is a ring starting at histHead when History is set
+	histHead                 int
+	lastSeeds                map[string]leyline.SeedStage // seed id → stage, for the counts
 	// cfSlots is measureCounterfactuals' scratch; ablations counts its
 	// validation passes in the latest epoch.
 	cfSlots   []*kasmina.Slot
@@ -311,6 +319,13 @@ type Trainer struct {
 // ErrOptions is wrapped by NewTrainer's option errors.
 var ErrOptions = errors.New("tolaria: invalid trainer options")
 
+// MaxEpochs bounds epoch counts and numbers everywhere the trainer takes
+// one: TrainerOptions.Epochs, RunEpoch's index and the epoch a checkpoint
+// holds. No run comes near it; a larger number is a mistake or a damaged
+// file, and refusing it keeps every epoch+1 and every loop over epochs
+// far from integer overflow.
+const MaxEpochs = 1<<31 - 1
+
 // NewTrainer validates o and builds the optimizers.
 func NewTrainer(o TrainerOptions) (*Trainer, error) {
 	switch {
@@ -318,8 +333,10 @@ func NewTrainer(o TrainerOptions) (*Trainer, error) {
 		return nil, fmt.Errorf("%w: Model is required", ErrOptions)
 	case o.Train == nil || o.Val == nil:
 		return nil, fmt.Errorf("%w: Train and Val batches are required", ErrOptions)
-	case o.Epochs <= 0:
-		return nil, fmt.Errorf("%w: Epochs %d must be > 0", ErrOptions, o.Epochs)
+	case o.Epochs <= 0 || o.Epochs > MaxEpochs:
+		return nil, fmt.Errorf("%w: Epochs %d must be in [1, %d]", ErrOptions, o.Epochs, MaxEpochs)
+	case math.IsNaN(o.MaxGradNorm) || math.IsInf(o.MaxGradNorm, 0):
+		return nil, fmt.Errorf("%w: MaxGradNorm %v must be finite (zero means 1.0, negative disables clipping)", ErrOptions, o.MaxGradNorm)
 	case o.History < 0:
 		return nil, fmt.Errorf("%w: History %d must be ≥ 0", ErrOptions, o.History)
 	}
@@ -412,7 +429,9 @@ func (t *Trainer) StartEpoch() int { return t.start }
 
 // Fit runs the epochs from StartEpoch to Epochs−1 and returns what they
 // did. It stops early, returning ctx's error with the epochs completed,
-// when ctx ends; a stray panic inside an epoch becomes an error.
+// when ctx ends, and with a *DivergenceError (errors.Is(err,
+// ErrDiverged)) when training diverged beyond what the governor repairs
+// (see RunEpoch); a stray panic inside an epoch becomes an error.
 func (t *Trainer) Fit(ctx context.Context) (Summary, error) {
 	for e := t.start; e < t.o.Epochs; e++ {
 		if err := ctx.Err(); err != nil {
@@ -459,9 +478,20 @@ func (t *Trainer) Summary() Summary {
 // that the next epoch skips the controller; a success records a breaker
 // success and turns conservative mode off. Only a successful epoch's
 // state enters the fast rollback tier; every epoch is checkpointed (a
-// rolled-back one with the restored state, which is what the next epoch
-// starts from).
+// failed one rolled back with the restored state, which is what the next
+// epoch starts from) — except an epoch that diverged.
+//
+// Divergence (see divergence.go): an epoch whose validation loss is not
+// finite, or that the governor does not accept, is neither checkpointed
+// nor snapshotted; the governor rolls back on a panic, and the rollback
+// after MaxRollbacks in a row (or, without a governor, the first
+// non-finite validation loss) ends the run: RunEpoch returns the epoch's
+// report with a *DivergenceError (errors.Is(err, ErrDiverged)), the
+// epoch recorded in Summary as usual.
 func (t *Trainer) RunEpoch(ctx context.Context, e int) (r EpochReport, err error) {
+	if e < 0 || e >= MaxEpochs {
+		return EpochReport{Epoch: e, RestoredFrom: -1}, fmt.Errorf("tolaria: RunEpoch: epoch index %d is out of range [0, %d)", e, MaxEpochs)
+	}
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("tolaria: epoch %d: %v", e+1, p)
@@ -489,7 +519,9 @@ func (t *Trainer) RunEpoch(ctx context.Context, e int) (r EpochReport, err error
 		return r, err
 	}
 	t.aggReport = t.agg.finalize(&r)
-	r.ValLoss, r.ValAccuracy = t.evaluate(e)
+	if r.ValLoss, r.ValAccuracy, err = t.evaluate(e); err != nil {
+		return r, err
+	}
 	if err := t.measureCounterfactuals(e, r.ValAccuracy); err != nil {
 		return r, fmt.Errorf("tolaria: epoch %d: counterfactuals: %w", e+1, err)
 	}
@@ -499,22 +531,14 @@ func (t *Trainer) RunEpoch(ctx context.Context, e int) (r EpochReport, err error
 		}
 	}
 
-	if t.governor != nil {
-		if panicked, _ := t.governor.CheckVitalSigns(r.ValLoss); panicked {
-			if _, err := t.governor.ExecuteRollback(t.o.EnvID, "cpu"); err != nil {
-				return r, fmt.Errorf("tolaria: epoch %d: rollback: %w", e+1, err)
-			}
-			r.RolledBack = true
-		} else if e%5 == 0 {
-			if err := t.governor.Snapshot(); err != nil {
-				return r, err
-			}
-		}
+	healthy, diverged := t.watch(e, &r)
+	if diverged != nil && !errors.Is(diverged, ErrDiverged) {
+		return r, diverged
 	}
 
 	r.Decision, r.Outcome, r.Applied = leyline.Wait("no controller"), OutcomeSkipped, ApplyNoop
 	stepReason := ""
-	if t.o.Controller != nil && !r.RolledBack {
+	if t.o.Controller != nil && !r.RolledBack && diverged == nil {
 		r.Decision, r.Outcome, r.Applied, r.ApplyReason, stepReason = t.decide(ctx, e, r)
 	}
 	t.model.StepEpoch()
@@ -534,8 +558,8 @@ func (t *Trainer) RunEpoch(ctx context.Context, e int) (r EpochReport, err error
 	}
 	t.emitEpoch(r)
 	t.record(r)
-	snapshot := !r.Failed && t.rollback.Fast != nil
-	if t.o.Checkpoints != nil || snapshot {
+	snapshot := healthy && !r.Failed && t.rollback.Fast != nil
+	if (healthy && t.o.Checkpoints != nil) || snapshot {
 		st, err := t.State(e)
 		if err != nil {
 			return r, fmt.Errorf("tolaria: epoch %d: state: %w", e+1, err)
@@ -547,6 +571,7 @@ func (t *Trainer) RunEpoch(ctx context.Context, e int) (r EpochReport, err error
 			if err := t.o.Checkpoints.Write(e+1, st); err != nil {
 				return r, fmt.Errorf("tolaria: epoch %d: checkpoint: %w", e+1, err)
 			}
+			t.lastGood = e + 1
 		}
 		if snapshot {
 			if err := t.snapshotFast(e, st); err != nil {
@@ -554,7 +579,7 @@ func (t *Trainer) RunEpoch(ctx context.Context, e int) (r EpochReport, err error
 			}
 		}
 	}
-	return r, nil
+	return r, diverged
 }
 
 // beforeCheckpoint calls BeforeCheckpoint and adds its documents to st.
@@ -753,7 +778,11 @@ func (t *Trainer) measureCounterfactuals(e int, valAcc float64) error {
 	for _, s := range want {
 		off, ok := offs[s.ID()]
 		if !ok {
-			s.ForceAlpha(0, func() { _, off = t.evaluate(e) })
+			var err error
+			s.ForceAlpha(0, func() { _, off, err = t.evaluate(e) })
+			if err != nil {
+				return err
+			}
 			t.ablations++
 		}
 		if !math.IsNaN(off) {

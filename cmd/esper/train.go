@@ -38,7 +38,7 @@ type trainConfig struct {
 	epochs, batch, blocks, baseChannels, kernel                         int
 	seed                                                                uint64
 	lr                                                                  float64
-	capture, baseline, resume, quiet                                    bool
+	capture, baseline, resume, quiet, governor                          bool
 	trainSize, testSize                                                 int
 
 	// flags is the run's configuration as a checkpoint stores it (see
@@ -91,6 +91,10 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 	}
 
 	run, err := runMorphogenetic(ctx, c, train, test, stdout)
+	if errors.Is(err, tolaria.ErrDiverged) && run != nil {
+		printSummary(stdout, c, run, nil)
+		return divergedError(c, err)
+	}
 	if err != nil {
 		return err
 	}
@@ -109,7 +113,10 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 			bc.resume, bc.from = false, nil
 			bc.flags = maps.Clone(c.flags)
 			bc.flags["controller"], bc.flags["policy"], bc.flags["policy-sample"] = "none", "", "false"
-			if base, err = runPlain(ctx, bc, train, test, stdout); err != nil {
+			if base, err = runPlain(ctx, bc, train, test, stdout); errors.Is(err, tolaria.ErrDiverged) && base != nil {
+				printSummary(stdout, c, run, base)
+				return fmt.Errorf("baseline (the host alone): %w", divergedError(c, err))
+			} else if err != nil {
 				return err
 			}
 			if err := saveBaseline(c, base); err != nil {
@@ -119,6 +126,13 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	printSummary(stdout, c, run, base)
 	return nil
+}
+
+// divergedError is the one line that ends a run that diverged: the
+// trainer's account (the epoch, its loss, the rollbacks, the last good
+// checkpoint) and what to try.
+func divergedError(c trainConfig, err error) error {
+	return fmt.Errorf("%w (a smaller --lr than %g may train)", err, c.lr)
 }
 
 // parseTrain parses the train command's flags, fills the task-dependent
@@ -143,6 +157,7 @@ func parseTrain(args []string, stderr io.Writer) (trainConfig, error) {
 	fs.Float64Var(&c.lr, "lr", 0, "host learning rate, SGD with momentum 0.9 and weight decay 5e-4 (default 0.05)")
 	fs.StringVar(&c.schedule, "schedule", "", "host learning-rate schedule: constant, or cosine (annealed to 0 over the epochs) (default cosine)")
 	fs.BoolVar(&c.capture, "capture", true, "capture and replay the train step")
+	fs.BoolVar(&c.governor, "governor", true, "watch the validation loss and roll back to the last good state when it turns NaN or explodes; a run that diverges again after 3 rollbacks in a row stops with an error (without the governor, at its first NaN loss)")
 	fs.BoolVar(&c.baseline, "baseline", false, "also train the same host without seeds for the same epochs, and compare (default per task: synthetic true, fashion-mnist false)")
 	fs.StringVar(&c.runRoot, "run-dir", "runs", "where the run directory (telemetry JSONL and PNG plots) is created")
 	fs.StringVar(&c.checkpoint, "checkpoint", "", "checkpoint directory (a checkpoint after every epoch)")
@@ -164,30 +179,44 @@ func parseTrain(args []string, stderr io.Writer) (trainConfig, error) {
 	if err := c.applyTaskDefaults(set); err != nil {
 		return c, err
 	}
-	switch {
-	case fs.NArg() > 0:
+	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
-	case c.epochs <= 0 || c.batch <= 0:
-		return c, errors.New("--epochs and --batch must be > 0")
-	case c.blocks < 2 || c.baseChannels <= 0 || c.kernel <= 0 || c.kernel%2 == 0:
-		return c, errors.New("--blocks must be ≥ 2, --base-channels > 0 and --kernel odd and > 0")
-	case c.resume && c.checkpoint == "":
-		return c, errors.New("--resume needs --checkpoint DIR")
-	case c.controller != "heuristic" && c.controller != "gnn" && c.controller != "none":
-		return c, fmt.Errorf("unknown controller %q (heuristic, gnn or none)", c.controller)
-	case c.controller == "gnn" && c.policy == "":
-		return c, errors.New("--controller gnn needs --policy FILE (a policy checkpoint)")
-	case c.controller != "gnn" && c.policy != "":
-		return c, errors.New("--policy is only used with --controller gnn")
-	case c.schedule != "constant" && c.schedule != "cosine":
-		return c, fmt.Errorf("unknown schedule %q (constant or cosine)", c.schedule)
-	case !(c.lr > 0) || math.IsInf(c.lr, 0):
-		return c, fmt.Errorf("--lr %v must be finite and > 0", c.lr)
-	case c.from != nil && c.epochs < c.from.done:
-		return c, fmt.Errorf("--epochs %d: the run in %s has done %d epochs already, and a run cannot be shortened", c.epochs, c.checkpoint, c.from.done)
+	}
+	if err := c.check(); err != nil {
+		return c, c.storedHint(err)
 	}
 	c.flags = storedFlags(fs)
 	return c, nil
+}
+
+// check checks the flags' values, the command line's and those a resume
+// took from the run's stored configuration alike.
+func (c *trainConfig) check() error {
+	switch {
+	case c.epochs <= 0:
+		return fmt.Errorf("--epochs %d must be > 0", c.epochs)
+	case c.batch <= 0:
+		return fmt.Errorf("--batch %d must be > 0", c.batch)
+	case c.epochs > tolaria.MaxEpochs:
+		return fmt.Errorf("--epochs %d is above the most a run may have, %d", c.epochs, tolaria.MaxEpochs)
+	case c.blocks < 2 || c.baseChannels <= 0 || c.kernel <= 0 || c.kernel%2 == 0:
+		return errors.New("--blocks must be ≥ 2, --base-channels > 0 and --kernel odd and > 0")
+	case c.resume && c.checkpoint == "":
+		return errors.New("--resume needs --checkpoint DIR")
+	case c.controller != "heuristic" && c.controller != "gnn" && c.controller != "none":
+		return fmt.Errorf("unknown controller %q (--controller heuristic, gnn or none)", c.controller)
+	case c.controller == "gnn" && c.policy == "":
+		return errors.New("--controller gnn needs --policy FILE (a policy checkpoint)")
+	case c.controller != "gnn" && c.policy != "":
+		return errors.New("--policy is only used with --controller gnn")
+	case c.schedule != "constant" && c.schedule != "cosine":
+		return fmt.Errorf("unknown schedule %q (--schedule constant or cosine)", c.schedule)
+	case !(c.lr > 0) || math.IsInf(c.lr, 0):
+		return fmt.Errorf("--lr %v must be finite and > 0", c.lr)
+	case c.from != nil && c.epochs < c.from.done:
+		return fmt.Errorf("--epochs %d: the run in %s has done %d epochs already, and a run cannot be shortened", c.epochs, c.checkpoint, c.from.done)
+	}
+	return nil
 }
 
 // taskDefaults are the flags whose default depends on --task. The
@@ -256,7 +285,8 @@ func runPlain(ctx context.Context, c trainConfig, train, test data.Dataset, stdo
 
 // runMorphogenetic trains the host (with seeds under the controller
 // unless c.controller is "none"), printing progress, and writes the run
-// directory.
+// directory. A run that diverged (tolaria.ErrDiverged) returns what it
+// did, plots written, with the error.
 func runMorphogenetic(ctx context.Context, c trainConfig, train, test data.Dataset, stdout io.Writer) (*runResult, error) {
 	trainLoader, err := data.NewLoader(train, data.LoaderOptions{BatchSize: c.batch, Shuffle: true, Seed: c.seed, DropLast: true})
 	if err != nil {
@@ -315,6 +345,9 @@ func runMorphogenetic(ctx context.Context, c trainConfig, train, test data.Datas
 	o := tolaria.TrainerOptions{
 		Model: model, Train: trainLoader, Val: testLoader, Epochs: c.epochs,
 		HostLR: c.lr, Capture: c.capture, Sink: hub,
+	}
+	if c.governor {
+		o.Governor = &tolaria.GovernorOptions{Classes: train.Classes()}
 	}
 	if c.schedule == "cosine" {
 		o.HostSchedule = optim.Cosine{Base: c.lr, TMax: c.epochs}
@@ -384,8 +417,14 @@ func runMorphogenetic(ctx context.Context, c trainConfig, train, test data.Datas
 		fmt.Fprintf(stdout, "no checkpoint in %s yet: starting from epoch 1\n", c.checkpoint)
 	}
 	left := newETA()
-	for e := tr.StartEpoch(); e < c.epochs; e++ {
+	var diverged error
+	for e := tr.StartEpoch(); e < c.epochs && diverged == nil; e++ {
 		r, err := tr.RunEpoch(ctx, e)
+		if errors.Is(err, tolaria.ErrDiverged) {
+			// The epoch ran: its line is shown, and the run ends with
+			// what it has (summary, plots) and the divergence.
+			diverged, err = err, nil
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				fmt.Fprintf(stdout, "\ninterrupted during epoch %d", e+1)
@@ -431,7 +470,7 @@ func runMorphogenetic(ctx context.Context, c trainConfig, train, test data.Datas
 			}
 		}
 	}
-	return res, nil
+	return res, diverged
 }
 
 // bar draws a progress bar of width cells.
@@ -447,6 +486,9 @@ func bar(done, total, width int) string {
 // that Kasmina refused (a gate failed, the slot was busy) says so, with
 // Kasmina's reason, since the seed list then shows no change.
 func decisionText(r tolaria.EpochReport) string {
+	if r.RolledBack {
+		return "rolled back by the governor (" + r.PanicReason + ")"
+	}
 	s := r.Decision.String()
 	if r.Applied == tolaria.ApplyRejected {
 		s += " → refused"

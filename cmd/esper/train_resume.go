@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -73,6 +74,41 @@ type runRecord struct {
 	EventsBytes int64  `json:"events_bytes"`
 }
 
+// check refuses a record no esper train writes: another version, an
+// events length below -1 (unknown), a run directory that is not an
+// absolute path. The flags' values are checked as the command line's
+// are, once they are set (see storedHint).
+func (r runRecord) check() error {
+	switch {
+	case r.Version != 1:
+		return fmt.Errorf("version = %d is not one this esper reads (1)", r.Version)
+	case r.EventsBytes < -1:
+		return fmt.Errorf("events_bytes = %d is out of range (want -1, unknown, or a length ≥ 0)", r.EventsBytes)
+	case r.RunDir != "" && !filepath.IsAbs(r.RunDir):
+		return fmt.Errorf("run_dir = %q is not an absolute path", r.RunDir)
+	}
+	return nil
+}
+
+// storedHint adds to a refusal of the configuration which of the flags
+// it names came from the run's stored configuration, since the command
+// line did not give them.
+func (c *trainConfig) storedHint(err error) error {
+	if c.from == nil || len(c.from.stored) == 0 {
+		return err
+	}
+	var from []string
+	for _, name := range slices.Sorted(maps.Keys(c.from.stored)) {
+		if strings.Contains(err.Error(), "--"+name) {
+			from = append(from, c.from.stored[name])
+		}
+	}
+	if len(from) == 0 {
+		return err
+	}
+	return fmt.Errorf("%w (--resume took %s from the run's configuration stored in %s)", err, strings.Join(from, ", "), c.from.in.Path)
+}
+
 // configFile is the run directory's config.json: the run's flags and its
 // checkpoint directory, if any.
 type configFile struct {
@@ -91,6 +127,9 @@ type resumePoint struct {
 	done int
 	// notes are lines for the user (flags changed on purpose).
 	notes []string
+	// stored are the flags the run's stored configuration set (those
+	// the command line left out), as "--name value", by name.
+	stored map[string]string
 }
 
 // storedFlags returns the value of every flag a run stores.
@@ -121,15 +160,21 @@ func (c *trainConfig) loadResume(fs *flag.FlagSet, set map[string]bool) error {
 	case err != nil:
 		return fmt.Errorf("--resume: %w", err)
 	}
+	if err := tolaria.CheckIntact(in); err != nil {
+		return fmt.Errorf("--resume: %w", err)
+	}
 	done, err := tolaria.EpochsDone(in.State)
 	if err != nil {
 		return fmt.Errorf("--resume: %s: %w", in.Path, err)
 	}
-	from := &resumePoint{in: in, store: store, done: done}
+	from := &resumePoint{in: in, store: store, done: done, stored: map[string]string{}}
 	if raw, ok := in.State.Meta.Extra[runKey]; ok {
 		var rec runRecord
 		if err := json.Unmarshal(raw, &rec); err != nil {
 			return fmt.Errorf("--resume: %s: the run's configuration does not decode: %w", in.Path, err)
+		}
+		if err := rec.check(); err != nil {
+			return fmt.Errorf("--resume: %s: the run's configuration: %w", in.Path, err)
 		}
 		from.run = &rec
 		if err := applyStored(fs, set, rec.Flags, c.checkpoint, from); err != nil {
@@ -155,6 +200,7 @@ func applyStored(fs *flag.FlagSet, set map[string]bool, stored map[string]string
 				return fmt.Errorf("--resume: the run's --%s %q: %w", name, want, err)
 			}
 			set[name] = true
+			from.stored[name] = "--" + name + " " + want
 			continue
 		}
 		got := f.Value.String()
@@ -272,6 +318,16 @@ type baselineFile struct {
 
 const baselineName = "baseline.json"
 
+// valid reports whether every number of a baseline record is one a run
+// can have produced; a record that is not is ignored, and the baseline
+// trained again.
+func (bf baselineFile) valid() bool {
+	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+	return bf.Epochs > 0 && bf.Epochs <= tolaria.MaxEpochs && bf.Parameters >= 0 &&
+		finite(bf.ValAccuracy) && bf.ValAccuracy >= 0 && bf.ValAccuracy <= 100 &&
+		finite(bf.ValLoss) && bf.ValLoss >= 0 && finite(bf.SecPerEpoch) && bf.SecPerEpoch >= 0
+}
+
 // sameRun reports whether two configurations describe the same run for
 // the baseline (which neither --baseline nor --capture changes).
 func sameRun(a, b map[string]string) bool {
@@ -294,8 +350,8 @@ func loadBaseline(c trainConfig) *runResult {
 		return nil
 	}
 	var bf baselineFile
-	if json.Unmarshal(b, &bf) != nil || !sameRun(bf.Flags, c.flags) || bf.Epochs <= 0 {
-		return nil
+	if json.Unmarshal(b, &bf) != nil || !sameRun(bf.Flags, c.flags) || !bf.valid() {
+		return nil // trained again
 	}
 	return &runResult{
 		summary: tolaria.Summary{Epochs: []tolaria.EpochReport{{Epoch: bf.Epochs - 1, ValAccuracy: bf.ValAccuracy, ValLoss: bf.ValLoss}}},

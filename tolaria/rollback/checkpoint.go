@@ -156,6 +156,10 @@ func Open(dir string, o StoreOptions) (*Store, error) {
 // Dir returns the store's directory.
 func (st *Store) Dir() string { return st.dir }
 
+// Path returns the path of the checkpoint file of epoch, whether or not
+// it exists.
+func (st *Store) Path(epoch int) string { return filepath.Join(st.dir, checkpointName(epoch)) }
+
 // isTemp reports whether name is a temporary file of ours:
 // ".{target}.tmp-{random}" for a WAL or checkpoint target.
 func isTemp(name string) bool {
@@ -463,6 +467,11 @@ func checkpointState(path string, f *safetensors.File, epoch int, who string) (S
 	var m Meta
 	if err := json.Unmarshal([]byte(f.Metadata[metaKeyMeta]), &m); err != nil {
 		return State{}, &CorruptError{File: path, Offset: -1, Reason: fmt.Sprintf("%s does not decode: %v", metaKeyMeta, err), Err: err}
+	}
+	// A checksum proves the bytes are those written, not that they make
+	// sense: a writer (or a hand) can sign anything.
+	if err := m.validate(); err != nil {
+		return bad("%s: %v", metaKeyMeta, err)
 	}
 	return State{Tensors: f.Tensors, Meta: m}, nil
 }

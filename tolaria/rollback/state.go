@@ -40,7 +40,9 @@ type State struct {
 
 // Meta is the JSON part of a State.
 type Meta struct {
-	// Epoch and GlobalStep locate the snapshot in training.
+	// Epoch and GlobalStep locate the snapshot in training; neither is
+	// negative (Store.Write refuses, and a checkpoint that holds one is
+	// corrupt).
 	Epoch      int   `json:"epoch"`
 	GlobalStep int64 `json:"global_step"`
 	// RNG holds the words of the trainer's random generators (PCG state,
@@ -54,6 +56,18 @@ type Meta struct {
 	// Extra is free-form trainer state by key (LR controller, breaker,
 	// counters). Each value must be valid JSON.
 	Extra map[string]json.RawMessage `json:"extra,omitempty"`
+}
+
+// validate checks the ranges of Meta's numbers: an epoch or a step
+// count is never negative.
+func (m Meta) validate() error {
+	switch {
+	case m.Epoch < 0:
+		return fmt.Errorf("epoch = %d is negative", m.Epoch)
+	case m.GlobalStep < 0:
+		return fmt.Errorf("global_step = %d is negative", m.GlobalStep)
+	}
+	return nil
 }
 
 // Size is the number of bytes the state accounts for in a FastCache: the
@@ -136,8 +150,12 @@ func cloneTensor(t *tensor.Tensor) *tensor.Tensor {
 	return out
 }
 
-// validate checks the tensor names and that every tensor is present.
+// validate checks the tensor names, that every tensor is present, and
+// Meta's ranges.
 func (s State) validate() error {
+	if err := s.Meta.validate(); err != nil {
+		return fmt.Errorf("rollback: state metadata: %w", err)
+	}
 	for n, t := range s.Tensors {
 		switch {
 		case n == "":
