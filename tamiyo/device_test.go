@@ -1,7 +1,10 @@
 package tamiyo
 
 import (
+	"bytes"
 	"math"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -162,6 +165,53 @@ func TestEvaluateOnSimBitwiseCPU(t *testing.T) {
 		}
 	}
 	assert.Greater(t, withGrad, len(wp)/2, "parameters with a gradient")
+}
+
+// TestPolicySavedFromSimLoadsOnCPU: a policy with trained-looking
+// weights saved from sim (in one host sync) is byte for byte the file
+// its CPU copy saves and loads on the CPU bitwise, and loads onto sim
+// when its options name the device.
+func TestPolicySavedFromSimLoadsOnCPU(t *testing.T) {
+	dev := tensor.Sim(2)
+	p := mustPolicy(t, smallOptions(tensor.F32))
+	rng := tensor.NewRNG(12)
+	for _, v := range p.Parameters() { // weights that are not the seed's
+		nn.Uniform(rng, v.Value, -0.3, 0.3)
+	}
+	want := nn.StateDict(p)
+	dir := t.TempDir()
+	cpuPath, simPath := filepath.Join(dir, "cpu.safetensors"), filepath.Join(dir, "sim.safetensors")
+	require.NoError(t, SavePolicy(cpuPath, p, leyline.DefaultSlotConfig()))
+	require.NoError(t, nn.To(p, dev))
+	before := tensor.HostSyncs(dev)
+	require.NoError(t, SavePolicy(simPath, p, leyline.DefaultSlotConfig()))
+	assert.Equal(t, uint64(1), tensor.HostSyncs(dev)-before, "host syncs per save")
+	cpuFile, err := os.ReadFile(cpuPath)
+	require.NoError(t, err)
+	simFile, err := os.ReadFile(simPath)
+	require.NoError(t, err)
+	assert.True(t, bytes.Equal(cpuFile, simFile), "the file does not depend on the device it was saved from")
+
+	q, err := LoadPolicy(simPath, smallOptions(tensor.F32), leyline.DefaultSlotConfig())
+	require.NoError(t, err)
+	require.Equal(t, tensor.CPU, q.Device())
+	got := nn.StateDict(q)
+	require.Equal(t, len(want), len(got))
+	for name, w := range want {
+		require.Equal(t, w.Float64s(), got[name].Float64s(), name)
+	}
+
+	// Straight onto the device.
+	o := smallOptions(tensor.F32)
+	o.Device = dev
+	d, err := LoadPolicy(simPath, o, leyline.DefaultSlotConfig())
+	require.NoError(t, err)
+	require.Equal(t, dev, d.Device())
+	assert.Equal(t, dev, d.Options().Device)
+	for name, v := range nn.StateDict(d) {
+		require.Equal(t, dev, v.Device(), name)
+		require.Equal(t, want[name].Float64s(), hostFloats(t, v), name)
+	}
 }
 
 // TestNewPolicyOnDevice: PolicyOptions.Device builds the policy there
