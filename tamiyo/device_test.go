@@ -2,6 +2,7 @@ package tamiyo
 
 import (
 	"bytes"
+	"context"
 	"math"
 	"os"
 	"path/filepath"
@@ -235,4 +236,27 @@ func TestNewPolicyOnDevice(t *testing.T) {
 	b, err := nn.Eval(p).Run(g)
 	require.NoError(t, err)
 	assert.Equal(t, a.Value.Value.F32(), b.Value.Value.F32())
+}
+
+// TestServiceOnSim: the inference service follows its policy's device:
+// with the policy on sim it makes the CPU's decisions (captured), one
+// host sync per decision.
+func TestServiceOnSim(t *testing.T) {
+	dev := tensor.Sim(3)
+	cpu, sim, _, _ := devicePair(t, dev)
+	sc := newTestService(t, ServiceOptions{Policy: cpu, Seed: 5})
+	ss := newTestService(t, ServiceOptions{Policy: sim, Seed: 5})
+	for rep := 0; rep < 2; rep++ {
+		for i, st := range serviceStates() {
+			want, err := sc.EvaluateEpoch(context.Background(), st)
+			require.NoError(t, err)
+			before := tensor.HostSyncs(dev)
+			got, err := ss.EvaluateEpoch(context.Background(), st)
+			require.NoError(t, err)
+			assert.Equal(t, uint64(1), tensor.HostSyncs(dev)-before, "host syncs per decision")
+			require.Equal(t, want, got, "round %d state %d", rep, i)
+		}
+	}
+	assert.Positive(t, ss.Stats().Capture.Replays)
+	assert.Zero(t, ss.Stats().CaptureFallbacks)
 }
