@@ -18,7 +18,9 @@ import (
 // the same shape (same node and edge counts per type and relation) reuses
 // the capture with its own values. A capture that fails falls back to
 // eager execution for that shape, reported once through
-// InferenceOptions.OnFallback.
+// InferenceOptions.OnFallback. It runs on the policy's device, its
+// captured step's inputs copied there per forward (two copies) and its
+// outputs read back in one (one host sync).
 //
 // An Inference is not safe for concurrent use: the captured outputs are
 // static buffers overwritten by each replay. Service serialises its
