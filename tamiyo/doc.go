@@ -51,6 +51,14 @@
 //     checksum); a mismatch is refused (ErrCheckpointMismatch), a corrupt
 //     file too (ErrCheckpointCorrupt).
 //
+// A policy runs on any device (PolicyOptions.Device, Policy.To), and Act,
+// Evaluate, Inference and Service with it, bitwise as on the CPU: each
+// call puts its graph there in two copies (one host buffer of float
+// features, one of indices, the tensors views of their device copies) and
+// reads back once — Act's and a decision's logits and values together
+// (one host sync), Evaluate's floored heads' masked logits together (one),
+// SavePolicy's parameters together (one).
+//
 // Neither type is tied to a trainer: both are plain state machines driven
 // by the caller, deterministic for the same inputs. Their state (and a
 // Tracked's) can be saved with MarshalState and restored with

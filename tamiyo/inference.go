@@ -18,7 +18,9 @@ import (
 // the same shape (same node and edge counts per type and relation) reuses
 // the capture with its own values. A capture that fails falls back to
 // eager execution for that shape, reported once through
-// InferenceOptions.OnFallback.
+// InferenceOptions.OnFallback. It runs on the policy's device, its
+// captured step's inputs copied there per forward (two copies) and its
+// outputs read back in one (one host sync).
 //
 // An Inference is not safe for concurrent use: the captured outputs are
 // static buffers overwritten by each replay. Service serialises its
@@ -119,29 +121,18 @@ func (in *Inference) forward(g *Graph) (lg *Logits, err error) {
 			err = fmt.Errorf("tamiyo: inference forward: %v", r)
 		}
 	}()
-	inputs := flattenGraph(newGraphTensors(g, in.p.opts.DType))
+	gt, err := in.p.tensors(g)
+	if err != nil {
+		return nil, fmt.Errorf("tamiyo: inference forward: %w", err)
+	}
+	inputs := flattenGraph(gt)
 	var outs []*tensor.Tensor
 	if in.captured == nil {
 		outs = in.step(inputs)
 	} else if outs, err = in.captured.Run(inputs...); err != nil {
 		return nil, fmt.Errorf("tamiyo: inference forward: %w", err)
 	}
-	lg = &Logits{}
-	for h := range lg.Heads {
-		rows := tensorRows(outs[h])
-		if h == leyline.HeadSlot {
-			for b := range rows {
-				rows[b] = rows[b][:g.NumSlots(b)]
-			}
-		}
-		lg.Heads[h] = rows
-	}
-	v := outs[leyline.NumActionHeads].Float64s()
-	lg.Values = make([]float32, len(v))
-	for i, x := range v {
-		lg.Values[i] = float32(x)
-	}
-	return lg, nil
+	return readLogits(g, [leyline.NumActionHeads]*tensor.Tensor(outs[:leyline.NumActionHeads]), outs[leyline.NumActionHeads])
 }
 
 // Act runs Forward and chooses one action per environment exactly as
@@ -175,7 +166,8 @@ func (in *Inference) step(inputs []*tensor.Tensor) []*tensor.Tensor {
 }
 
 // Flattened graph tensors: the node features per type, the blueprint
-// rows, the slot nodes' environments, the padded slot index, then per
+// rows, the slot nodes' environments, the padded slot index, the
+// padding zero, then per
 // relation its sources, destinations and attributes (zero-length for a
 // relation without edges, so that which relations are empty is part of
 // the shape guard).
@@ -184,7 +176,8 @@ const (
 	flatBP        = NumNodeTypes
 	flatSlotGraph = flatBP + 1
 	flatSlotPad   = flatSlotGraph + 1
-	flatEdges     = flatSlotPad + 1
+	flatZero      = flatSlotPad + 1
+	flatEdges     = flatZero + 1
 	flatLen       = flatEdges + 3*NumRelations
 )
 
@@ -193,11 +186,11 @@ func flattenGraph(gt *graphTensors) []*tensor.Tensor {
 	for t := range gt.x {
 		out[flatX+t] = gt.x[t].Value
 	}
-	out[flatBP], out[flatSlotGraph], out[flatSlotPad] = gt.bp, gt.slotGraph, gt.slotPad
+	out[flatBP], out[flatSlotGraph], out[flatSlotPad], out[flatZero] = gt.bp, gt.slotGraph, gt.slotPad, gt.zero
 	dt := gt.x[NodeGlobal].DType()
 	for r := range gt.edges {
 		i := flatEdges + 3*r
-		if gt.edges[r] == 0 {
+		if gt.src[r] == nil { // an empty relation on the CPU
 			out[i] = tensor.FromSlice([]int64{}, 0)
 			out[i+1] = tensor.FromSlice([]int64{}, 0)
 			out[i+2] = tensor.Zeros(dt, 0, EdgeFeatures)
@@ -218,7 +211,7 @@ func unflattenGraph(in []*tensor.Tensor) *graphTensors {
 		gt.n[t] = in[flatX+t].Shape()[0]
 	}
 	gt.b = gt.n[NodeGlobal]
-	gt.bp, gt.slotGraph, gt.slotPad = in[flatBP], in[flatSlotGraph], in[flatSlotPad]
+	gt.bp, gt.slotGraph, gt.slotPad, gt.zero = in[flatBP], in[flatSlotGraph], in[flatSlotPad], in[flatZero]
 	gt.maxSlots = gt.slotPad.Shape()[0] / gt.b
 	for r := range gt.edges {
 		i := flatEdges + 3*r

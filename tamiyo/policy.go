@@ -63,6 +63,11 @@ type PolicyOptions struct {
 	Seed uint64
 	// DType of the parameters (default F32; F64 for gradient checks).
 	DType tensor.DType
+	// Device the policy is built on (default the CPU): its weights are
+	// initialised on the host, exactly as for the CPU, and moved there.
+	// A policy checkpoint does not record it; LoadPolicy loads onto the
+	// device its options name.
+	Device tensor.Device
 }
 
 // MaxPolicyWidth bounds every width of PolicyOptions (Hidden, GATHidden,
@@ -247,6 +252,11 @@ func NewPolicy(o PolicyOptions) (*Policy, error) {
 	}
 	p.value = newHead(c, 1, valueOutputGain)
 	p.Register("value", p.value)
+	if !o.Device.IsCPU() {
+		if err := p.To(o.Device); err != nil {
+			return nil, fmt.Errorf("tamiyo: NewPolicy: %w", err)
+		}
+	}
 	return p, nil
 }
 
@@ -289,8 +299,45 @@ func ParameterCount(o PolicyOptions) (int64, error) {
 }
 
 // Options returns the options the policy was built with (defaults
-// filled).
-func (p *Policy) Options() PolicyOptions { return p.opts }
+// filled), Device saying where the policy is now.
+func (p *Policy) Options() PolicyOptions {
+	o := p.opts
+	o.Device = p.Device()
+	return o
+}
+
+// Device returns the device of the policy's parameters: where it
+// computes, and where Run and Evaluate return their tensors.
+func (p *Policy) Device() tensor.Device { return p.bpEmbed.Weight.Value.Device() }
+
+// To moves the policy to dev in place (nn.To: its parameters, which
+// keep their identity, and their gradients dropped) together with its
+// dropout layers' random states, so that training-mode dropout draws the
+// same masks there. Build optimizers after moving. Moving with nn.To
+// alone works too: the dropout states follow the parameters at the next
+// call.
+func (p *Policy) To(dev tensor.Device) error {
+	if err := nn.To(p, dev); err != nil {
+		return fmt.Errorf("tamiyo: Policy.To: %w", err)
+	}
+	if _, err := p.followDevice(); err != nil {
+		return fmt.Errorf("tamiyo: Policy.To: %w", err)
+	}
+	return nil
+}
+
+// followDevice returns the policy's device after moving any dropout
+// state that is elsewhere (left behind by an nn.To) there: the dropout
+// kernel takes its state on its input's device.
+func (p *Policy) followDevice() (tensor.Device, error) {
+	dev := p.Device()
+	for _, d := range p.drop {
+		if err := d.State().Relocate(dev); err != nil {
+			return dev, fmt.Errorf("moving a dropout state to %v: %w", dev, err)
+		}
+	}
+	return dev, nil
+}
 
 // Forward is not the policy's entry point (it reads a Graph, not a
 // tensor); it panics. Use Run, Act or Evaluate.
@@ -313,7 +360,8 @@ type PolicyOutput struct {
 	Embeddings [NumNodeTypes]*autograd.Var
 }
 
-// graphTensors is a Graph as tensors of the policy's dtype.
+// graphTensors is a Graph as tensors of the policy's dtype on its
+// device.
 type graphTensors struct {
 	b, maxSlots int
 	n           [NumNodeTypes]int
@@ -321,9 +369,12 @@ type graphTensors struct {
 	bp          *tensor.Tensor // [S] I64 embedding rows
 	slotGraph   *tensor.Tensor // [S] I64
 	slotPad     *tensor.Tensor // [B·maxSlots] I64 into scores ⊕ [0]
-	src, dst    [NumRelations]*tensor.Tensor
-	attr        [NumRelations]*autograd.Var
-	edges       [NumRelations]int
+	zero        *tensor.Tensor // [1]: the slot logits' padding
+	// Per relation; nil for a relation without edges on the CPU,
+	// zero-length on a device.
+	src, dst [NumRelations]*tensor.Tensor
+	attr     [NumRelations]*autograd.Var
+	edges    [NumRelations]int
 }
 
 func floatTensor(dt tensor.DType, v []float32, shape ...int) *tensor.Tensor {
@@ -334,22 +385,30 @@ func floatTensor(dt tensor.DType, v []float32, shape ...int) *tensor.Tensor {
 	return tensor.FromFloat64s(dt, f, shape...)
 }
 
-func indexTensor(v []int64) *tensor.Tensor {
-	return tensor.FromSlice(append([]int64(nil), v...), len(v))
+func (p *Policy) tensors(g *Graph) (*graphTensors, error) {
+	dev, err := p.followDevice()
+	if err != nil {
+		return nil, err
+	}
+	return newGraphTensors(g, p.opts.DType, dev)
 }
 
-func (p *Policy) tensors(g *Graph) *graphTensors { return newGraphTensors(g, p.opts.DType) }
-
-// newGraphTensors converts a validated graph to tensors of dtype dt.
-func newGraphTensors(g *Graph, dt tensor.DType) *graphTensors {
+// newGraphTensors converts a validated graph to tensors of dtype dt on
+// dev. On a device the float tensors (node features, edge attributes,
+// the padding zero) are views of one buffer and the index tensors views
+// of another, each filled on the host and copied once (staging); on the
+// CPU each tensor is built on its own.
+func newGraphTensors(g *Graph, dt tensor.DType, dev tensor.Device) (*graphTensors, error) {
+	st := newStaging(dev, dt) // copies the graph's slices, never aliases them
 	gt := &graphTensors{b: g.NumGraphs, maxSlots: g.MaxSlots()}
-	for t := range gt.x {
+	var x [NumNodeTypes]*tensor.Tensor
+	for t := range x {
 		n := g.Nodes[t]
 		gt.n[t] = n.Count
-		gt.x[t] = autograd.Const(floatTensor(dt, n.Features, n.Count, NodeFeatureWidths[t]))
+		st.float32s(&x[t], n.Features, n.Count, NodeFeatureWidths[t])
 	}
-	gt.bp = indexTensor(g.SlotBlueprints)
-	gt.slotGraph = indexTensor(g.Nodes[NodeSlot].Graph)
+	st.int64s(&gt.bp, g.SlotBlueprints, len(g.SlotBlueprints))
+	st.int64s(&gt.slotGraph, g.Nodes[NodeSlot].Graph, len(g.Nodes[NodeSlot].Graph))
 	pad := make([]int64, gt.b*gt.maxSlots)
 	s := int64(g.Nodes[NodeSlot].Count) // the appended zero
 	for b := 0; b < gt.b; b++ {
@@ -361,28 +420,47 @@ func newGraphTensors(g *Graph, dt tensor.DType) *graphTensors {
 			}
 		}
 	}
-	gt.slotPad = tensor.FromSlice(pad, len(pad))
+	st.int64s(&gt.slotPad, pad, len(pad))
+	st.full(&gt.zero, 0, 1)
+	var attr [NumRelations]*tensor.Tensor
 	for r, e := range g.Edges {
 		gt.edges[r] = e.Len()
-		if e.Len() == 0 {
+		if e.Len() == 0 && dev.IsCPU() {
 			continue
 		}
-		gt.src[r] = indexTensor(e.Src)
-		gt.dst[r] = indexTensor(e.Dst)
-		gt.attr[r] = autograd.Const(floatTensor(dt, e.Attr, e.Len(), EdgeFeatures))
+		st.int64s(&gt.src[r], e.Src, e.Len())
+		st.int64s(&gt.dst[r], e.Dst, e.Len())
+		st.float32s(&attr[r], e.Attr, e.Len(), EdgeFeatures)
 	}
-	return gt
+	if err := st.upload(); err != nil {
+		return nil, err
+	}
+	for t := range x {
+		gt.x[t] = autograd.Const(x[t])
+	}
+	for r := range attr {
+		if attr[r] != nil {
+			gt.attr[r] = autograd.Const(attr[r])
+		}
+	}
+	return gt, nil
 }
 
 // Run checks g and computes the network's raw outputs for its B
 // environments, recording gradients when grad mode is on. Dropout is
 // active in training mode (the default for a new policy; call
-// SetTraining(false) for inference).
+// SetTraining(false) for inference). The outputs are on the policy's
+// device; the graph gets there in two copies (its float and its index
+// tensors).
 func (p *Policy) Run(g *Graph) (*PolicyOutput, error) {
 	if err := g.Validate(); err != nil {
 		return nil, err
 	}
-	return p.run(p.tensors(g)), nil
+	gt, err := p.tensors(g)
+	if err != nil {
+		return nil, err
+	}
+	return p.run(gt), nil
 }
 
 func (p *Policy) run(gt *graphTensors) *PolicyOutput {
@@ -426,7 +504,7 @@ func (p *Policy) run(gt *graphTensors) *PolicyOutput {
 	ptrIn := autograd.Concat([]*autograd.Var{h[NodeSlot], autograd.IndexSelect(glob, 0, gt.slotGraph)}, 1)
 	scores := autograd.Reshape(p.heads[leyline.HeadSlot].forward(ptrIn), gt.n[NodeSlot])
 	res.SlotScores = scores
-	zero := autograd.Const(tensor.Zeros(scores.DType(), 1))
+	zero := autograd.Const(gt.zero)
 	padded := autograd.IndexSelect(autograd.Concat([]*autograd.Var{scores, zero}, 0), 0, gt.slotPad)
 	res.Logits[leyline.HeadSlot] = autograd.Reshape(padded, gt.b, gt.maxSlots)
 	res.Value = autograd.Reshape(p.value.forward(glob), gt.b)

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/esper-go/esper/autograd"
 	"github.com/esper-go/esper/internal/atomicfile"
 	"github.com/esper-go/esper/internal/strictjson"
 	"github.com/esper-go/esper/leyline"
@@ -114,7 +115,9 @@ func (j *optionsJSON) options() (PolicyOptions, error) {
 
 // SavePolicy writes p's parameters and the header (schema version, p's
 // options, slots) to path atomically: a crash leaves the old file or the
-// new one, never part of one.
+// new one, never part of one. A policy on a device is copied to the host
+// explicitly, in one copy (one host sync); the file does not record the
+// device.
 func SavePolicy(path string, p *Policy, slots leyline.SlotConfig) error {
 	if p == nil {
 		return fmt.Errorf("tamiyo: SavePolicy %s: nil policy", path)
@@ -122,7 +125,10 @@ func SavePolicy(path string, p *Policy, slots leyline.SlotConfig) error {
 	if slots.Len() == 0 {
 		return fmt.Errorf("tamiyo: SavePolicy %s: empty slot configuration", path)
 	}
-	sd := nn.StateDict(p)
+	sd, err := hostStateDict(p)
+	if err != nil {
+		return fmt.Errorf("tamiyo: SavePolicy %s: %w", path, err)
+	}
 	ver := PolicyCheckpointVersion
 	crc := tensorsCRC(sd)
 	hdr, err := json.Marshal(headerJSON{
@@ -139,6 +145,43 @@ func SavePolicy(path string, p *Policy, slots leyline.SlotConfig) error {
 		return fmt.Errorf("tamiyo: SavePolicy %s: %w", path, err)
 	}
 	return nil
+}
+
+// hostStateDict returns p's state dict on the host: nn.StateDict's
+// copies on the CPU; on a device, its tensors concatenated there and
+// copied to the host at once (one host sync instead of one per tensor),
+// each entry a view of that copy.
+func hostStateDict(p *Policy) (map[string]*tensor.Tensor, error) {
+	sd := nn.StateDict(p)
+	if p.Device().IsCPU() {
+		return sd, nil
+	}
+	names := make([]string, 0, len(sd))
+	for n := range sd {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	parts := make([]*autograd.Var, len(names))
+	for i, n := range names {
+		t := sd[n]
+		if t.DType() != sd[names[0]].DType() {
+			return nil, fmt.Errorf("%s is %v, %s %v: a policy has one dtype", n, t.DType(), names[0], sd[names[0]].DType())
+		}
+		parts[i] = autograd.Const(t.Reshape(t.Numel()))
+	}
+	var flat *autograd.Var
+	autograd.InferenceMode(func() { flat = autograd.Concat(parts, 0) })
+	host, err := flat.Value.ToDevice(tensor.CPU)
+	if err != nil {
+		return nil, fmt.Errorf("copying the parameters to the host: %w", err)
+	}
+	off := 0
+	for _, n := range names {
+		t := sd[n]
+		sd[n] = host.Narrow(0, off, t.Numel()).Reshape(t.Shape()...)
+		off += t.Numel()
+	}
+	return sd, nil
 }
 
 // testHookBeforeRename, when set by a test, runs before SavePolicy's
@@ -161,7 +204,9 @@ func ReadPolicyHeader(path string) (PolicyHeader, error) {
 // than slots; and, with an error wrapping ErrCheckpointCorrupt, a file
 // that is truncated, malformed, fails its checksum or whose tensors do
 // not fit the network. The file is read and checked in full before
-// anything is built.
+// anything is built. The policy is loaded on the host and then moved to
+// o.Device (the CPU by default): a file saved from any device loads on
+// any device, bit for bit.
 func LoadPolicy(path string, o PolicyOptions, slots leyline.SlotConfig) (*Policy, error) {
 	want, err := o.withDefaults()
 	if err != nil {
@@ -175,19 +220,26 @@ func LoadPolicy(path string, o PolicyOptions, slots leyline.SlotConfig) (*Policy
 		return fmt.Errorf("tamiyo: LoadPolicy %s: %w: %s", path, ErrCheckpointMismatch, fmt.Sprintf(format, args...))
 	}
 	got := h.Options
-	got.Seed, got.NoDropout = want.Seed, want.NoDropout
+	got.Seed, got.NoDropout, got.Device = want.Seed, want.NoDropout, want.Device
 	if got != want {
 		return nil, mismatch("written with options %s, loading with %s", describeOptions(h.Options), describeOptions(want))
 	}
 	if !slices.Equal(h.Slots, slots.IDs()) {
 		return nil, mismatch("written for slots %v, loading for %v", h.Slots, slots.IDs())
 	}
-	p, err := NewPolicy(want)
+	host := want
+	host.Device = tensor.CPU
+	p, err := NewPolicy(host)
 	if err != nil {
 		return nil, fmt.Errorf("tamiyo: LoadPolicy %s: %w", path, err)
 	}
 	if err := nn.LoadStateDict(p, f.Tensors, true); err != nil {
 		return nil, fmt.Errorf("tamiyo: LoadPolicy %s: %w: tensors do not fit the network: %w", path, ErrCheckpointCorrupt, err)
+	}
+	if !want.Device.IsCPU() {
+		if err := p.To(want.Device); err != nil {
+			return nil, fmt.Errorf("tamiyo: LoadPolicy %s: %w", path, err)
+		}
 	}
 	return p, nil
 }

@@ -35,7 +35,10 @@ func layerCheck(t *testing.T, layer nn.Module, forward func([NumNodeTypes]*autog
 	if err != nil {
 		t.Fatal(err)
 	}
-	gt := newGraphTensors(g, tensor.F64)
+	gt, err := newGraphTensors(g, tensor.F64, tensor.CPU)
+	if err != nil {
+		t.Fatal(err)
+	}
 	rng := tensor.NewRNG(11)
 	vars := layer.Parameters()
 	var x [NumNodeTypes]*autograd.Var
@@ -75,7 +78,10 @@ func TestGATLayerGradCheck(t *testing.T) {
 // averages its sources.
 func TestGATAttentionNormalisesOverIncomingEdges(t *testing.T) {
 	g := mustGraph(t, testInput(t, 3, 0))
-	gt := newGraphTensors(g, tensor.F64)
+	gt, err := newGraphTensors(g, tensor.F64, tensor.CPU)
+	if err != nil {
+		t.Fatal(err)
+	}
 	l := newGATLayer(tensor.NewRNG(6), 2, 2, 1, tensor.F64)
 	for _, r := range l.rels {
 		for _, v := range []*autograd.Var{r.attSrc, r.attDst, r.attEdge} {

@@ -160,27 +160,96 @@ func (r *ActResult) Action(b int) leyline.FactoredAction {
 	}
 }
 
-// hostRows reads a [B, n] Var as float32 rows.
+// hostRows reads a [B, n] CPU Var as float32 rows.
 func hostRows(v *autograd.Var) [][]float32 { return tensorRows(v.Value) }
 
-// tensorRows reads a [B, n] tensor as float32 rows.
+// tensorRows reads a [B, n] CPU tensor as float32 rows.
 func tensorRows(t *tensor.Tensor) [][]float32 {
 	s := t.Shape()
-	vals := t.Float64s()
-	rows := make([][]float32, s[0])
-	for b := range rows {
-		rows[b] = make([]float32, s[1])
-		for i := range rows[b] {
-			rows[b][i] = float32(vals[b*s[1]+i])
+	return splitRows(t.Float64s(), 0, s[1], s[0], s[1])
+}
+
+// splitRows cuts b rows of n float32 values out of vals, a row-major
+// [b, width] matrix, starting at column off.
+func splitRows(vals []float64, off, n, b, width int) [][]float32 {
+	rows := make([][]float32, b)
+	for i := range rows {
+		rows[i] = make([]float32, n)
+		for j := range rows[i] {
+			rows[i][j] = float32(vals[i*width+off+j])
 		}
 	}
 	return rows
 }
 
+// readRows copies [B, n_i] tensors (one B, widths free) to the host as
+// float32 rows: the CPU's are read where they are; a device's are
+// concatenated there and copied at once, one host sync for them all.
+func readRows(ts []*tensor.Tensor) ([][][]float32, error) {
+	out := make([][][]float32, len(ts))
+	if len(ts) == 0 {
+		return out, nil
+	}
+	if dev := ts[0].Device(); dev.IsCPU() {
+		for i, t := range ts {
+			out[i] = tensorRows(t)
+		}
+		return out, nil
+	}
+	parts := make([]*autograd.Var, len(ts))
+	for i, t := range ts {
+		parts[i] = autograd.Const(t)
+	}
+	var cat *autograd.Var
+	autograd.InferenceMode(func() { cat = autograd.Concat(parts, 1) })
+	host, err := cat.Value.ToDevice(tensor.CPU)
+	if err != nil {
+		return nil, fmt.Errorf("tamiyo: reading the policy's outputs: %w", err)
+	}
+	b, width := host.Shape()[0], host.Shape()[1]
+	vals := host.Float64s()
+	off := 0
+	for i, t := range ts {
+		n := t.Shape()[1]
+		out[i] = splitRows(vals, off, n, b, width)
+		off += n
+	}
+	return out, nil
+}
+
+// readLogits copies a forward's head logits ([B, size] each; the slot
+// head's padded to the widest environment) and values ([B]) to the host
+// with readRows: one host sync on a device. The slot rows lose their
+// padding.
+func readLogits(g *Graph, logits [leyline.NumActionHeads]*tensor.Tensor, value *tensor.Tensor) (*Logits, error) {
+	ts := make([]*tensor.Tensor, 0, leyline.NumActionHeads+1)
+	ts = append(ts, logits[:]...)
+	ts = append(ts, value.Reshape(g.NumGraphs, 1))
+	rows, err := readRows(ts)
+	if err != nil {
+		return nil, err
+	}
+	lg := &Logits{Values: make([]float32, g.NumGraphs)}
+	for h := range lg.Heads {
+		lg.Heads[h] = rows[h]
+		if h == leyline.HeadSlot {
+			for b := range lg.Heads[h] {
+				lg.Heads[h][b] = lg.Heads[h][b][:g.NumSlots(b)] // drop the padding
+			}
+		}
+	}
+	for b, row := range rows[leyline.NumActionHeads] {
+		lg.Values[b] = row[0]
+	}
+	return lg, nil
+}
+
 // Act runs the policy on g without recording gradients and chooses one
 // action per environment with masks (one per environment, from
 // leyline.ComputeActionMasks). The network runs in its current mode;
-// call SetTraining(false) for rollouts without dropout.
+// call SetTraining(false) for rollouts without dropout. On a device the
+// graph goes there in two copies and the logits and values come back in
+// one (one host sync per call).
 //
 // Errors: a malformed graph or masks, floors that are negative, no Rand
 // when sampling, a mask with no valid option
@@ -191,20 +260,19 @@ func (p *Policy) Act(g *Graph, masks []leyline.ActionMasks, opt ActOptions) (*Ac
 	if err != nil {
 		return nil, err
 	}
-	var out *PolicyOutput
-	autograd.InferenceMode(func() { out = p.run(p.tensors(g)) })
-
-	lg := &Logits{}
-	for h := range lg.Heads {
-		lg.Heads[h] = hostRows(out.Logits[h])
-		if h == leyline.HeadSlot {
-			for b := range lg.Heads[h] {
-				lg.Heads[h][b] = lg.Heads[h][b][:g.NumSlots(b)] // drop the padding
-			}
-		}
+	gt, err := p.tensors(g)
+	if err != nil {
+		return nil, err
 	}
-	for _, v := range out.Value.Value.Float64s() {
-		lg.Values = append(lg.Values, float32(v))
+	var out *PolicyOutput
+	autograd.InferenceMode(func() { out = p.run(gt) })
+	var logits [leyline.NumActionHeads]*tensor.Tensor
+	for h, l := range out.Logits {
+		logits[h] = l.Value
+	}
+	lg, err := readLogits(g, logits, out.Value.Value)
+	if err != nil {
+		return nil, err
 	}
 	return selectActions(lg, masks, opt, floors)
 }
@@ -311,7 +379,9 @@ type Evaluation struct {
 // update calls on a minibatch. Logits are computed on in float32 (F64
 // for an F64 policy). An action that its masks forbid, or whose
 // irrelevant heads are not at their canonical options, is an error
-// wrapping ErrAction.
+// wrapping ErrAction. On a device the tensors it returns stay there; the
+// probability floors need the masked logits on the host, read in one
+// copy for all heads (one host sync, none when every floor is zero).
 func (p *Policy) Evaluate(g *Graph, masks []leyline.ActionMasks, actions [][leyline.NumActionHeads]int, opt EvaluateOptions) (*Evaluation, error) {
 	if err := g.Validate(); err != nil {
 		return nil, err
@@ -348,9 +418,18 @@ func (p *Policy) Evaluate(g *Graph, masks []leyline.ActionMasks, actions [][leyl
 		}
 	}
 
-	out := p.run(p.tensors(g))
+	gt, err := p.tensors(g)
+	if err != nil {
+		return nil, err
+	}
+	out := p.run(gt)
 	ev := &Evaluation{Value: out.Value}
-	for h := range ev.LogProbs {
+	// Every head's masks, actions and constants go to the device in one
+	// staging; the floored heads' masked logits come back in one read,
+	// and what the floors need in a second staging.
+	var heads [leyline.NumActionHeads]*headProbs
+	var st *staging
+	for h := range heads {
 		idx := make([]int, g.NumGraphs)
 		for b, a := range actions {
 			idx[b] = a[h]
@@ -359,19 +438,45 @@ func (p *Policy) Evaluate(g *Graph, masks []leyline.ActionMasks, actions [][leyl
 		if dt := logits.DType(); dt != tensor.F32 && dt != tensor.F64 {
 			logits = autograd.Cast(logits, tensor.F32)
 		}
-		lp, ent, err := headLogProbs(logits, eff[h], idx, floors[h])
-		if err != nil {
+		if st == nil {
+			st = newStaging(logits.Value.Device(), logits.DType())
+		}
+		if heads[h], err = newHeadProbs(st, logits, eff[h], idx, floors[h]); err != nil {
 			return nil, fmt.Errorf("tamiyo: Evaluate: head %s: %w", leyline.HeadNames[h], err)
 		}
-		ev.LogProbs[h], ev.Entropies[h] = lp, ent
+	}
+	if err := st.upload(); err != nil {
+		return nil, fmt.Errorf("tamiyo: Evaluate: %w", err)
+	}
+	var floored []*headProbs
+	var masked []*tensor.Tensor
+	for _, hp := range heads {
+		if hp.mask(); hp.minProb > 0 {
+			floored = append(floored, hp)
+			masked = append(masked, hp.masked.Value)
+		}
+	}
+	rows, err := readRows(masked)
+	if err != nil {
+		return nil, fmt.Errorf("tamiyo: Evaluate: %w", err)
+	}
+	for i, hp := range floored {
+		hp.stageFloor(st, rows[i])
+	}
+	if err := st.upload(); err != nil {
+		return nil, fmt.Errorf("tamiyo: Evaluate: %w", err)
+	}
+	for h, hp := range heads {
+		ev.LogProbs[h], ev.Entropies[h] = hp.finish()
 	}
 	return ev, nil
 }
 
-// headLogProbs computes, differentiably, the log-probability of actions
+// headProbs computes, differentiably, the log-probability of actions
 // and the normalised entropy of one head's masked, floored distribution
 // per row. masks rows may be shorter than the logits' width (the padded
-// slot head); the rest is masked.
+// slot head); the rest is masked. Its constants are staged (newHeadProbs,
+// stageFloor) so that all heads share the copies to the device.
 //
 // The floor follows MaskedCategorical exactly: the set U of
 // valid options held at the floor f is found on the host from the
@@ -380,9 +485,24 @@ func (p *Policy) Evaluate(g *Graph, masks []leyline.ActionMasks, actions [][leyl
 // log Σ_{valid∖U} p₀ elsewhere, masked options −1e4, and log-softmax
 // renormalises them. Gradients flow through p₀ for the options not on
 // the floor, as in the reference.
-func headLogProbs(logits *autograd.Var, masks [][]bool, actions []int, minProb float32) (logp, ent *autograd.Var, err error) {
-	dt := logits.DType()
-	bsz, n := logits.Shape()[0], logits.Shape()[1]
+type headProbs struct {
+	logits  *autograd.Var
+	masks   [][]bool
+	minProb float32
+	bsz, n  int
+	// Staged by newHeadProbs.
+	maskT, neg, idx, zero, invLn *tensor.Tensor
+	// Staged by stageFloor.
+	overT, underT, shift, floorLog *tensor.Tensor
+	// Set by mask.
+	masked, lsm *autograd.Var
+}
+
+// newHeadProbs checks one head's masks and stages its masks, actions and
+// constants.
+func newHeadProbs(st *staging, logits *autograd.Var, masks [][]bool, actions []int, minProb float32) (*headProbs, error) {
+	hp := &headProbs{logits: logits, masks: masks, minProb: minProb, bsz: logits.Shape()[0], n: logits.Shape()[1]}
+	bsz, n := hp.bsz, hp.n
 	maskFlat := make([]bool, bsz*n)
 	invLn := make([]float64, bsz)
 	for b, row := range masks {
@@ -394,60 +514,80 @@ func headLogProbs(logits *autograd.Var, masks [][]bool, actions []int, minProb f
 			}
 		}
 		if nv == 0 {
-			return nil, nil, &InvalidStateMachineError{Row: b, Size: len(row)}
+			return nil, &InvalidStateMachineError{Row: b, Size: len(row)}
 		}
 		if nv > 1 {
 			invLn[b] = 1 / math.Log(float64(nv))
 		}
 	}
-	maskT := tensor.FromSlice(maskFlat, bsz, n)
-	neg := autograd.Const(tensor.Full(dt, float64(leyline.MaskedLogitValue), bsz, n))
-	masked := autograd.Where(maskT, logits, neg)
-	lsm := autograd.LogSoftmax(masked, 1)
-	logp = lsm
-	if minProb > 0 {
-		hostMasked := hostRows(masked)
-		overFlat := make([]bool, bsz*n)
-		underFlat := make([]bool, bsz*n)
-		shift := make([]float64, bsz)      // log(1 − |U|·f) per row
-		floorLog := make([]float64, bsz*n) // log f on U
-		for b, row := range masks {
-			under, f := floorSet(hostMasked[b][:len(row)], row, minProb)
-			nu := 0
-			for i, v := range row {
-				switch {
-				case !v:
-				case under[i]:
-					underFlat[b*n+i] = true
-					nu++
-				default:
-					overFlat[b*n+i] = true
-				}
-			}
-			shift[b] = math.Log(math.Max(1-float64(nu)*f, probFloorEps))
-			for i := range row {
-				floorLog[b*n+i] = math.Log(math.Max(f, probFloorEps))
-			}
-		}
-		overT := tensor.FromSlice(overFlat, bsz, n)
-		underT := tensor.FromSlice(underFlat, bsz, n)
-		lseOver := autograd.LogSumExp(autograd.Where(overT, lsm, neg), []int{1}, true)
-		shiftV := autograd.Const(tensor.FromFloat64s(dt, shift, bsz, 1))
-		overL := autograd.Sub(autograd.Add(lsm, shiftV), lseOver)
-		floorV := autograd.Const(tensor.FromFloat64s(dt, floorLog, bsz, n))
-		floored := autograd.Where(overT, overL, autograd.Where(underT, floorV, neg))
-		logp = autograd.LogSoftmax(floored, 1)
-	}
 	idx := make([]int64, bsz)
 	for b, a := range actions {
 		idx[b] = int64(a)
 	}
-	sel := autograd.Reshape(autograd.Gather(logp, 1, tensor.FromSlice(idx, bsz, 1)), bsz)
-	zero := autograd.Const(tensor.Zeros(dt, bsz, n))
-	plogp := autograd.Where(maskT, autograd.Mul(autograd.Exp(logp), logp), zero)
+	st.boolMask(&hp.maskT, maskFlat, bsz, n)
+	st.full(&hp.neg, float64(leyline.MaskedLogitValue), bsz, n)
+	st.int64s(&hp.idx, idx, bsz, 1)
+	st.full(&hp.zero, 0, bsz, n)
+	st.float64s(&hp.invLn, invLn, bsz)
+	return hp, nil
+}
+
+// mask computes the masked logits and their log-softmax (after the
+// first upload).
+func (hp *headProbs) mask() {
+	hp.masked = autograd.Where(hp.maskT, hp.logits, autograd.Const(hp.neg))
+	hp.lsm = autograd.LogSoftmax(hp.masked, 1)
+}
+
+// stageFloor finds the options at the probability floor from the masked
+// logits read back to the host and stages the floor's constants.
+func (hp *headProbs) stageFloor(st *staging, hostMasked [][]float32) {
+	bsz, n := hp.bsz, hp.n
+	overFlat := make([]bool, bsz*n)
+	underFlat := make([]bool, bsz*n)
+	shift := make([]float64, bsz)      // log(1 − |U|·f) per row
+	floorLog := make([]float64, bsz*n) // log f on U
+	for b, row := range hp.masks {
+		under, f := floorSet(hostMasked[b][:len(row)], row, hp.minProb)
+		nu := 0
+		for i, v := range row {
+			switch {
+			case !v:
+			case under[i]:
+				underFlat[b*n+i] = true
+				nu++
+			default:
+				overFlat[b*n+i] = true
+			}
+		}
+		shift[b] = math.Log(math.Max(1-float64(nu)*f, probFloorEps))
+		for i := range row {
+			floorLog[b*n+i] = math.Log(math.Max(f, probFloorEps))
+		}
+	}
+	st.boolMask(&hp.overT, overFlat, bsz, n)
+	st.boolMask(&hp.underT, underFlat, bsz, n)
+	st.float64s(&hp.shift, shift, bsz, 1)
+	st.float64s(&hp.floorLog, floorLog, bsz, n)
+}
+
+// finish returns the actions' log-probabilities and the normalised
+// entropies (after the second upload).
+func (hp *headProbs) finish() (logp, ent *autograd.Var) {
+	bsz := hp.bsz
+	neg := autograd.Const(hp.neg)
+	logp = hp.lsm
+	if hp.minProb > 0 {
+		lseOver := autograd.LogSumExp(autograd.Where(hp.overT, hp.lsm, neg), []int{1}, true)
+		overL := autograd.Sub(autograd.Add(hp.lsm, autograd.Const(hp.shift)), lseOver)
+		floored := autograd.Where(hp.overT, overL, autograd.Where(hp.underT, autograd.Const(hp.floorLog), neg))
+		logp = autograd.LogSoftmax(floored, 1)
+	}
+	sel := autograd.Reshape(autograd.Gather(logp, 1, hp.idx), bsz)
+	plogp := autograd.Where(hp.maskT, autograd.Mul(autograd.Exp(logp), logp), autograd.Const(hp.zero))
 	h := autograd.Neg(autograd.Sum(plogp, []int{1}, false))
-	ent = autograd.Mul(h, autograd.Const(tensor.FromFloat64s(dt, invLn, bsz)))
-	return sel, ent, nil
+	ent = autograd.Mul(h, autograd.Const(hp.invLn))
+	return sel, ent
 }
 
 // probFloorEps is the clamp inside the floor's rescale and log (G2 1e-8).

@@ -65,6 +65,7 @@ var ErrServiceInput = errors.New("invalid state for the policy")
 // the other zero values are the defaults.
 type ServiceOptions struct {
 	// Policy is the network. NewService switches it to evaluation mode.
+	// The service runs it on its device (Policy.Device).
 	Policy *Policy
 	// Layers returns the host's blocks for each decision, with their
 	// weight and gradient norms where measured (nil norms are encoded as

@@ -1,0 +1,262 @@
+package tamiyo
+
+import (
+	"bytes"
+	"context"
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/leyline"
+	"github.com/esper-go/esper/nn"
+	"github.com/esper-go/esper/tensor"
+)
+
+// The policy on the strict simulated device (tensor.Sim): its tensors
+// refuse host reads, so these tests prove that Act, Evaluate, inference
+// and checkpoints cross to the host only by explicit copies, and that
+// the device computes bitwise what the CPU computes.
+
+// devicePair returns two copies of one policy (same options, so the same
+// initial weights and dropout seeds): one on the CPU and one moved to
+// dev with nn.To (the dropout states follow at the first call), with a
+// batch of four environments (3, 1, 5 and 2 slots) and their masks.
+func devicePair(t *testing.T, dev tensor.Device) (cpu, onDev *Policy, g *Graph, masks []leyline.ActionMasks) {
+	t.Helper()
+	cpu = mustPolicy(t, smallOptions(tensor.F32))
+	onDev = mustPolicy(t, smallOptions(tensor.F32))
+	require.NoError(t, nn.To(onDev, dev))
+	require.Equal(t, dev, onDev.Device())
+	var inputs []GraphInput
+	for i, n := range []int{3, 1, 5, 2} {
+		inputs = append(inputs, testInput(t, n, i))
+		masks = append(masks, testMasks(t, n, nil))
+	}
+	g, err := BuildGraphBatch(inputs)
+	require.NoError(t, err)
+	return cpu, onDev, g, masks
+}
+
+// hostFloats copies a tensor of any device to the host (counting a host
+// sync for a device's) and returns its values.
+func hostFloats(t *testing.T, x *tensor.Tensor) []float64 {
+	t.Helper()
+	h, err := x.ToDevice(tensor.CPU)
+	require.NoError(t, err)
+	return h.Float64s()
+}
+
+// TestActOnSimBitwiseCPU: Act on sim chooses the same actions with
+// bitwise the same log-probabilities, entropies, values and op logits as
+// on the CPU, sampling from a seeded Rand and deterministically, and
+// costs exactly one host sync (the logits and values read back together).
+func TestActOnSimBitwiseCPU(t *testing.T) {
+	dev := tensor.Sim(0)
+	cpu, sim, g, masks := devicePair(t, dev)
+	cpu.SetTraining(false)
+	sim.SetTraining(false)
+	for _, det := range []bool{false, true} {
+		rc, rs := tensor.NewRNG(7), tensor.NewRNG(7)
+		for i := 0; i < 3; i++ {
+			want, err := cpu.Act(g, masks, ActOptions{Rand: rc, Deterministic: det})
+			require.NoError(t, err)
+			before := tensor.HostSyncs(dev)
+			got, err := sim.Act(g, masks, ActOptions{Rand: rs, Deterministic: det})
+			require.NoError(t, err)
+			assert.Equal(t, uint64(1), tensor.HostSyncs(dev)-before, "host syncs per Act")
+			require.Equal(t, want, got, "deterministic %v, call %d", det, i)
+		}
+	}
+	// In training mode (dropout on) the masks are drawn on the device
+	// from the same states.
+	cpu.SetTraining(true)
+	sim.SetTraining(true)
+	want, err := cpu.Act(g, masks, ActOptions{Rand: tensor.NewRNG(8)})
+	require.NoError(t, err)
+	got, err := sim.Act(g, masks, ActOptions{Rand: tensor.NewRNG(8)})
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+}
+
+// TestInferenceOnSimBitwiseCPU: captured and eager inference of a policy
+// on sim give the CPU's logits and values bitwise, one host sync per
+// forward.
+func TestInferenceOnSimBitwiseCPU(t *testing.T) {
+	dev := tensor.Sim(1)
+	cpu, sim, g, _ := devicePair(t, dev)
+	want, err := NewInference(cpu, InferenceOptions{NoCapture: true})
+	require.NoError(t, err)
+	for _, o := range []InferenceOptions{{NoCapture: true}, {OnFallback: func(err error) { t.Errorf("capture fell back: %v", err) }}} {
+		in, err := NewInference(sim, o)
+		require.NoError(t, err)
+		for i := 0; i < 3; i++ {
+			w, err := want.Forward(g)
+			require.NoError(t, err)
+			before := tensor.HostSyncs(dev)
+			got, err := in.Forward(g)
+			require.NoError(t, err)
+			assert.Equal(t, uint64(1), tensor.HostSyncs(dev)-before, "host syncs per forward (capture %v)", in.Captures())
+			require.Equal(t, w, got, "capture %v, call %d", in.Captures(), i)
+		}
+		if in.Captures() {
+			assert.Positive(t, in.Stats().Replays)
+		}
+	}
+}
+
+// TestEvaluateOnSimBitwiseCPU: Evaluate on sim, in training mode with
+// dropout and the default floors, returns device Vars holding bitwise
+// the CPU's log-probabilities, entropies and values, with one host sync
+// (the floored heads' masked logits, read together); a PPO-style loss's
+// Backward gives bitwise the CPU's parameter gradients.
+func TestEvaluateOnSimBitwiseCPU(t *testing.T) {
+	dev := tensor.Sim(0)
+	cpu, sim, g, masks := devicePair(t, dev)
+	cpu.SetTraining(false)
+	r, err := cpu.Act(g, masks, ActOptions{Rand: tensor.NewRNG(4)})
+	require.NoError(t, err)
+	cpu.SetTraining(true)
+	sim.SetTraining(true)
+
+	run := func(p *Policy) (*Evaluation, *autograd.Var) {
+		ev, err := p.Evaluate(g, masks, r.Actions, EvaluateOptions{})
+		require.NoError(t, err)
+		loss := autograd.SumAll(autograd.MulScalar(ev.Value, 0.5))
+		for h := range ev.LogProbs {
+			loss = autograd.Add(loss, autograd.SumAll(ev.LogProbs[h]))
+			loss = autograd.Add(loss, autograd.SumAll(autograd.MulScalar(ev.Entropies[h], -0.01)))
+		}
+		autograd.Backward(loss)
+		return ev, loss
+	}
+	want, wantLoss := run(cpu)
+	before := tensor.HostSyncs(dev)
+	got, gotLoss := run(sim)
+	assert.Equal(t, uint64(1), tensor.HostSyncs(dev)-before, "host syncs per Evaluate and Backward")
+
+	require.Equal(t, dev, got.Value.Value.Device())
+	assert.Equal(t, want.Value.Value.Float64s(), hostFloats(t, got.Value.Value), "values")
+	for h := range want.LogProbs {
+		require.Equal(t, dev, got.LogProbs[h].Value.Device())
+		assert.Equal(t, want.LogProbs[h].Value.Float64s(), hostFloats(t, got.LogProbs[h].Value), "log-probs of %s", leyline.HeadNames[h])
+		assert.Equal(t, want.Entropies[h].Value.Float64s(), hostFloats(t, got.Entropies[h].Value), "entropies of %s", leyline.HeadNames[h])
+	}
+	assert.Equal(t, wantLoss.Value.Float64s(), hostFloats(t, gotLoss.Value), "loss")
+	wp, sp := cpu.NamedParameters(), sim.NamedParameters()
+	require.Equal(t, len(wp), len(sp))
+	withGrad := 0
+	for i := range wp {
+		if wp[i].Var.Grad == nil { // a relation without edges in this batch
+			require.Nil(t, sp[i].Var.Grad, sp[i].Name)
+			continue
+		}
+		withGrad++
+		require.NotNil(t, sp[i].Var.Grad, sp[i].Name)
+		require.Equal(t, dev, sp[i].Var.Grad.Device(), sp[i].Name)
+		w, s := wp[i].Var.Grad.Float64s(), hostFloats(t, sp[i].Var.Grad)
+		for j := range w {
+			if math.Float64bits(w[j]) != math.Float64bits(s[j]) {
+				t.Fatalf("%s: gradient element %d is %v on sim, %v on the CPU", wp[i].Name, j, s[j], w[j])
+			}
+		}
+	}
+	assert.Greater(t, withGrad, len(wp)/2, "parameters with a gradient")
+}
+
+// TestPolicySavedFromSimLoadsOnCPU: a policy with trained-looking
+// weights saved from sim (in one host sync) is byte for byte the file
+// its CPU copy saves and loads on the CPU bitwise, and loads onto sim
+// when its options name the device.
+func TestPolicySavedFromSimLoadsOnCPU(t *testing.T) {
+	dev := tensor.Sim(2)
+	p := mustPolicy(t, smallOptions(tensor.F32))
+	rng := tensor.NewRNG(12)
+	for _, v := range p.Parameters() { // weights that are not the seed's
+		nn.Uniform(rng, v.Value, -0.3, 0.3)
+	}
+	want := nn.StateDict(p)
+	dir := t.TempDir()
+	cpuPath, simPath := filepath.Join(dir, "cpu.safetensors"), filepath.Join(dir, "sim.safetensors")
+	require.NoError(t, SavePolicy(cpuPath, p, leyline.DefaultSlotConfig()))
+	require.NoError(t, nn.To(p, dev))
+	before := tensor.HostSyncs(dev)
+	require.NoError(t, SavePolicy(simPath, p, leyline.DefaultSlotConfig()))
+	assert.Equal(t, uint64(1), tensor.HostSyncs(dev)-before, "host syncs per save")
+	cpuFile, err := os.ReadFile(cpuPath)
+	require.NoError(t, err)
+	simFile, err := os.ReadFile(simPath)
+	require.NoError(t, err)
+	assert.True(t, bytes.Equal(cpuFile, simFile), "the file does not depend on the device it was saved from")
+
+	q, err := LoadPolicy(simPath, smallOptions(tensor.F32), leyline.DefaultSlotConfig())
+	require.NoError(t, err)
+	require.Equal(t, tensor.CPU, q.Device())
+	got := nn.StateDict(q)
+	require.Equal(t, len(want), len(got))
+	for name, w := range want {
+		require.Equal(t, w.Float64s(), got[name].Float64s(), name)
+	}
+
+	// Straight onto the device.
+	o := smallOptions(tensor.F32)
+	o.Device = dev
+	d, err := LoadPolicy(simPath, o, leyline.DefaultSlotConfig())
+	require.NoError(t, err)
+	require.Equal(t, dev, d.Device())
+	assert.Equal(t, dev, d.Options().Device)
+	for name, v := range nn.StateDict(d) {
+		require.Equal(t, dev, v.Device(), name)
+		require.Equal(t, want[name].Float64s(), hostFloats(t, v), name)
+	}
+}
+
+// TestNewPolicyOnDevice: PolicyOptions.Device builds the policy there
+// with the CPU's initial weights; Policy.To moves it back.
+func TestNewPolicyOnDevice(t *testing.T) {
+	dev := tensor.Sim(0)
+	o := smallOptions(tensor.F32)
+	cpu := mustPolicy(t, o)
+	o.Device = dev
+	p := mustPolicy(t, o)
+	require.Equal(t, dev, p.Device())
+	want := nn.StateDict(cpu)
+	for name, v := range nn.StateDict(p) {
+		require.Equal(t, want[name].Float64s(), hostFloats(t, v), name)
+	}
+	require.NoError(t, p.To(tensor.CPU))
+	assert.Equal(t, tensor.CPU, p.Device())
+	g := mustGraph(t, testInput(t, 3, 1))
+	a, err := nn.Eval(cpu).Run(g)
+	require.NoError(t, err)
+	b, err := nn.Eval(p).Run(g)
+	require.NoError(t, err)
+	assert.Equal(t, a.Value.Value.F32(), b.Value.Value.F32())
+}
+
+// TestServiceOnSim: the inference service follows its policy's device:
+// with the policy on sim it makes the CPU's decisions (captured), one
+// host sync per decision.
+func TestServiceOnSim(t *testing.T) {
+	dev := tensor.Sim(3)
+	cpu, sim, _, _ := devicePair(t, dev)
+	sc := newTestService(t, ServiceOptions{Policy: cpu, Seed: 5})
+	ss := newTestService(t, ServiceOptions{Policy: sim, Seed: 5})
+	for rep := 0; rep < 2; rep++ {
+		for i, st := range serviceStates() {
+			want, err := sc.EvaluateEpoch(context.Background(), st)
+			require.NoError(t, err)
+			before := tensor.HostSyncs(dev)
+			got, err := ss.EvaluateEpoch(context.Background(), st)
+			require.NoError(t, err)
+			assert.Equal(t, uint64(1), tensor.HostSyncs(dev)-before, "host syncs per decision")
+			require.Equal(t, want, got, "round %d state %d", rep, i)
+		}
+	}
+	assert.Positive(t, ss.Stats().Capture.Replays)
+	assert.Zero(t, ss.Stats().CaptureFallbacks)
+}

@@ -1,0 +1,141 @@
+package tamiyo
+
+import (
+	"fmt"
+
+	"github.com/esper-go/esper/tensor"
+)
+
+// staging gathers the small host-built tensors of one policy call (a
+// graph's features and indices, Evaluate's masks and constants) and puts
+// them on the policy's device with one host-to-device copy per element
+// kind: every float tensor is a view of one buffer of the policy's dtype,
+// every index tensor a view of one I64 buffer, every mask a view of one
+// Bool buffer (ARCHITECTURE.md "Devices": crossing is an explicit copy,
+// and few large copies beat many small ones). On the CPU there is nothing
+// to cross: each tensor is built on its own where it is asked for,
+// exactly as without staging, and upload has nothing left to do.
+type staging struct {
+	dev    tensor.Device
+	dt     tensor.DType // of the float tensors
+	floats []float64
+	ints   []int64
+	bools  []bool
+	// Views waiting for upload, per buffer.
+	fViews, iViews, bViews []stagedView
+}
+
+// stagedView is a tensor to be cut from a staging buffer: elements
+// [off, off+Numel(shape)) shaped as shape, written to *dst by upload.
+type stagedView struct {
+	dst   **tensor.Tensor
+	off   int
+	shape []int
+}
+
+func newStaging(dev tensor.Device, dt tensor.DType) *staging {
+	return &staging{dev: dev, dt: dt}
+}
+
+func (s *staging) host() bool { return s.dev.IsCPU() }
+
+func (s *staging) view(views *[]stagedView, dst **tensor.Tensor, off int, shape []int) {
+	*views = append(*views, stagedView{dst: dst, off: off, shape: append([]int(nil), shape...)})
+}
+
+// float32s stages v (converted to the float dtype) as a tensor of shape.
+func (s *staging) float32s(dst **tensor.Tensor, v []float32, shape ...int) {
+	if s.host() {
+		*dst = floatTensor(s.dt, v, shape...)
+		return
+	}
+	s.view(&s.fViews, dst, len(s.floats), shape)
+	for _, x := range v {
+		s.floats = append(s.floats, float64(x))
+	}
+}
+
+// float64s stages v (converted to the float dtype) as a tensor of shape.
+func (s *staging) float64s(dst **tensor.Tensor, v []float64, shape ...int) {
+	if s.host() {
+		*dst = tensor.FromFloat64s(s.dt, v, shape...)
+		return
+	}
+	s.view(&s.fViews, dst, len(s.floats), shape)
+	s.floats = append(s.floats, v...)
+}
+
+// full stages a tensor of shape filled with v.
+func (s *staging) full(dst **tensor.Tensor, v float64, shape ...int) {
+	if s.host() {
+		*dst = tensor.Full(s.dt, v, shape...)
+		return
+	}
+	s.view(&s.fViews, dst, len(s.floats), shape)
+	for range tensor.Numel(shape) {
+		s.floats = append(s.floats, v)
+	}
+}
+
+// int64s stages v as an I64 tensor of shape (a copy of v).
+func (s *staging) int64s(dst **tensor.Tensor, v []int64, shape ...int) {
+	if s.host() {
+		*dst = tensor.FromSlice(v, shape...)
+		return
+	}
+	s.view(&s.iViews, dst, len(s.ints), shape)
+	s.ints = append(s.ints, v...)
+}
+
+// boolMask stages v as a Bool tensor of shape.
+func (s *staging) boolMask(dst **tensor.Tensor, v []bool, shape ...int) {
+	if s.host() {
+		*dst = tensor.FromSlice(v, shape...)
+		return
+	}
+	s.view(&s.bViews, dst, len(s.bools), shape)
+	s.bools = append(s.bools, v...)
+}
+
+// upload copies each non-empty buffer to the device (one host-to-device
+// copy each) and points every staged tensor at its view. The buffers are
+// left empty, so the staging can be used again.
+func (s *staging) upload() error {
+	if s.host() {
+		return nil
+	}
+	put := func(host *tensor.Tensor, views []stagedView) error {
+		var buf *tensor.Tensor
+		var err error
+		if host.Numel() > 0 {
+			buf, err = host.ToDevice(s.dev)
+		} else {
+			buf, err = tensor.EmptyOn(s.dev, host.DType(), 0)
+		}
+		if err != nil {
+			return fmt.Errorf("tamiyo: copying the %v inputs to %v: %w", host.DType(), s.dev, err)
+		}
+		for _, v := range views {
+			*v.dst = buf.Narrow(0, v.off, tensor.Numel(v.shape)).Reshape(v.shape...)
+		}
+		return nil
+	}
+	if len(s.fViews) > 0 {
+		if err := put(tensor.FromFloat64s(s.dt, s.floats, len(s.floats)), s.fViews); err != nil {
+			return err
+		}
+	}
+	if len(s.iViews) > 0 {
+		if err := put(tensor.FromSlice(s.ints, len(s.ints)), s.iViews); err != nil {
+			return err
+		}
+	}
+	if len(s.bViews) > 0 {
+		if err := put(tensor.FromSlice(s.bools, len(s.bools)), s.bViews); err != nil {
+			return err
+		}
+	}
+	s.floats, s.ints, s.bools = s.floats[:0], s.ints[:0], s.bools[:0]
+	s.fViews, s.iViews, s.bViews = nil, nil, nil
+	return nil
+}
