@@ -6,7 +6,8 @@ import (
 	"github.com/esper-go/esper/tensor"
 )
 
-// To moves m's parameters and buffers to dev in place (the module, its
+// To moves m's parameters, buffers and device states (DeviceStater, such
+// as dropout's random state) to dev in place (the module, its
 // autograd variables and its buffer fields stay the same objects) and
 // drops the parameters' gradients, which belong to the old device. Build
 // optimizers after moving: an optimizer's arena turns parameters into
@@ -18,6 +19,9 @@ func To(m Module, dev tensor.Device) error {
 		return fmt.Errorf("nn: To %v: nil module", dev)
 	}
 	es := entries(m)
+	for i, t := range deviceStates(m) {
+		es = append(es, entry{fmt.Sprintf("device state %d", i), t})
+	}
 	for _, e := range es {
 		if e.t == nil {
 			return fmt.Errorf("nn: To %v: %s has no tensor", dev, e.name)
@@ -50,4 +54,26 @@ func Device(m Module) (tensor.Device, error) {
 		}
 	}
 	return dev, nil
+}
+
+// DeviceStater is implemented by a module that keeps tensors outside its
+// state dict which must live on its device, such as Dropout's random
+// state: To moves them with the parameters.
+type DeviceStater interface {
+	DeviceState() []*tensor.Tensor
+}
+
+// deviceStates returns the device states of m and of its children (a
+// Composite's, recursively).
+func deviceStates(m Module) []*tensor.Tensor {
+	var out []*tensor.Tensor
+	if ds, ok := m.(DeviceStater); ok {
+		out = append(out, ds.DeviceState()...)
+	}
+	if c, ok := m.(interface{ Children() []Child }); ok {
+		for _, ch := range c.Children() {
+			out = append(out, deviceStates(ch.Module)...)
+		}
+	}
+	return out
 }

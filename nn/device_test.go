@@ -92,3 +92,26 @@ func TestToRefusesViews(t *testing.T) {
 	assert.Equal(t, tensor.CPU, m.Weight.Value.Device(), "nothing moved")
 	require.ErrorContains(t, nn.To(nil, tensor.Sim(0)), "nil module")
 }
+
+// TestDropoutOnSim: To moves a dropout layer's random state with the
+// module, so an MLP with dropout trains on sim in training mode, bitwise
+// as on the CPU (masks included).
+func TestDropoutOnSim(t *testing.T) {
+	run := func(dev tensor.Device) []float32 {
+		m, err := nn.NewMLP(tensor.NewRNG(4), nn.MLPOptions{Sizes: []int{6, 16, 3}, Dropout: 0.5})
+		require.NoError(t, err)
+		require.NoError(t, nn.To(m, dev))
+		x := tensor.Empty(tensor.F32, 4, 6)
+		for i := range x.F32() {
+			x.F32()[i] = float32(i%7) - 3
+		}
+		xd, err := x.ToDevice(dev)
+		require.NoError(t, err)
+		var out []float32
+		for range 2 { // the state advances between calls
+			out = append(out, hostOf(t, m.Forward(autograd.Const(xd)).Value)...)
+		}
+		return out
+	}
+	assert.Equal(t, run(tensor.CPU), run(tensor.Sim(0)))
+}

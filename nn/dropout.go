@@ -40,6 +40,10 @@ func MustDropout(o DropoutOptions) *Dropout { return must(NewDropout(o)) }
 // Options returns the options the layer was built with.
 func (d *Dropout) Options() DropoutOptions { return d.opts }
 
+// DeviceState implements DeviceStater: the random state moves with the
+// module (To).
+func (d *Dropout) DeviceState() []*tensor.Tensor { return []*tensor.Tensor{d.state} }
+
 // State returns the layer's random state, an I64 [2] tensor {seed,
 // counter} that the kernel advances on every training-mode call. It is
 // not part of the state dict (PyTorch keeps none for dropout); save and
