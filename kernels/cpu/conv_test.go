@@ -508,7 +508,7 @@ func TestConvWeightGradDots(t *testing.T) {
 	}
 }
 
-// TestConvWeightGradDirect: the direct weight gradient (dwgrad.go, every
+// TestConvWeightGradDirect: the direct weight gradient (conv_dwgrad.go, every
 // stride-1 float32 convolution with a kernel larger than 1×1) agrees with
 // the im2col route and with the float64 gradient, on the stride-1
 // convCases, W4's layers (1→8 at 28×28, 8→16 at 14×14, 16→32 at 7×7),

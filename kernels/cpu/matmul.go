@@ -50,6 +50,10 @@ func (be *Backend) MatMulBiasAct(dst, a, b, bias *T, act kernels.UnaryOp, transA
 // noAct is the epilogue activation of a plain product: none.
 const noAct = kernels.UnaryOp(255)
 
+// SetMatmulPrecision implements kernels.Backend; the CPU always computes
+// F32 matmuls in fp32.
+func (b *Backend) SetMatmulPrecision(kernels.Precision) {}
+
 // matmul validates and runs a product; acc (MatMulAdd) adds it to dst,
 // which then has no bias or activation.
 func (be *Backend) matmul(name string, dst, a, b, bias *T, act kernels.UnaryOp, transA, transB, acc bool) {
@@ -352,4 +356,58 @@ func matmulEager[F tensor.Float](dst, a, b, bias *T, act kernels.UnaryOp, batch 
 	}
 	matmulSmall(tensor.Data[F](a), tensor.Data[F](b), biasv, tensor.Data[F](dst), act, batch, bcA, bcB, m, n, k, transA, transB, acc)
 	return true
+}
+
+// SumRowsAdd implements kernels.GradAccumulator: dst[j] += Σ_i x[i, j],
+// each column summed in float64 from row 0 down and rounded once, as
+// Reduce (Sum over axis 0) would, then added in dst's dtype, as Binary
+// Add would.
+func (be *Backend) SumRowsAdd(dst, x *T) {
+	const name = "SumRowsAdd"
+	needCPU(name, dst, x)
+	xs := x.Shape()
+	if len(xs) != 2 {
+		fail(name, "x has shape %v, want [M, N]", xs)
+	}
+	needShape(name, "dst", dst, xs[1:])
+	if !(dst.DType() == tensor.F32 || dst.DType() == tensor.F64) || dst.DType() != x.DType() {
+		fail(name, "dtypes dst %v and x %v: want one of f32 and f64", dst.DType(), x.DType())
+	}
+	needContig(name, "dst", dst)
+	needContig(name, "x", x)
+	if dst.DType() == tensor.F64 {
+		launchSumRowsAdd(be, dst.F64(), x.F64(), xs[0], xs[1])
+	} else {
+		launchSumRowsAdd(be, dst.F32(), x.F32(), xs[0], xs[1])
+	}
+}
+
+// launchSumRowsAdd runs sumRowsAdd at once when eager (no closure), or
+// records it.
+func launchSumRowsAdd[F tensor.Float](be *Backend, d, x []F, m, n int) {
+	if be.eager() {
+		sumRowsAdd(d, x, m, n)
+		return
+	}
+	be.launch(func() { sumRowsAdd(d, x, m, n) })
+}
+
+// sumRowsAdd adds the column sums of the m×n row-major x to d, columns
+// in blocks of 64 float64 accumulators.
+func sumRowsAdd[F tensor.Float](d, x []F, m, n int) {
+	var acc [64]float64
+	for j0 := 0; j0 < n; j0 += len(acc) {
+		nb := min(len(acc), n-j0)
+		a := acc[:nb]
+		clear(a)
+		for i := 0; i < m; i++ {
+			row := x[i*n+j0 : i*n+j0+nb]
+			for j, v := range row {
+				a[j] += float64(v)
+			}
+		}
+		for j, s := range a {
+			d[j0+j] += F(s)
+		}
+	}
 }

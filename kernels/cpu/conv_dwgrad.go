@@ -3,8 +3,8 @@ package cpu
 import "github.com/esper-go/esper/tensor"
 
 // The direct weight gradient of a stride-1 convolution, the counterpart
-// of the direct kernel (dconv.go) without a patch matrix: on the padded
-// width wp, output position q of a sample reads input element
+// of the direct kernel (conv_direct.go) without a patch matrix: on the
+// padded width wp, output position q of a sample reads input element
 // xp[offs[k] + q] at patch row k, so
 //
 //	dW[o, k] = Σ_n Σ_q dyP_n[o, q] · xp_n[offs[k] + q]

@@ -8,8 +8,7 @@ import (
 )
 
 // Pooling over NCHW planes; every (sample, channel) plane is one item.
-// (The worker pool lives in pool.go; this file holds the pooling
-// kernels.)
+// (The worker pool that runs the items lives in workers.go.)
 
 type poolGeom struct {
 	p            kernels.Pool2dParams

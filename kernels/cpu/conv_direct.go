@@ -71,7 +71,7 @@ func newDconv(g *convGeom) *dconv {
 }
 
 // dconvLayout is newDconv without the packed weights: the padded planes
-// and offsets, which the direct weight gradient (dwgrad.go) shares.
+// and offsets, which the direct weight gradient (conv_dwgrad.go) shares.
 func dconvLayout(g *convGeom) *dconv {
 	p := g.p
 	d := &dconv{g: g, hp: g.h + 2*p.PadH, wp: g.w + 2*p.PadW}
