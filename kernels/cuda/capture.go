@@ -8,7 +8,51 @@ import (
 	"runtime"
 
 	"gorgonia.org/cu"
+
+	"github.com/esper-go/esper/kernels"
 )
+
+// The capture family: the device's stream capture becomes a CUDA graph
+// (Graph), which kernels.Graph's Replay launches once per replay.
+
+// BeginCapture implements kernels.Backend: the stream enters capture
+// mode (Device.BeginCapture), for the calling goroutine.
+func (b *Backend) BeginCapture() error { return b.d.BeginCapture() }
+
+// EndCapture implements kernels.Backend: the captured launches become a
+// CUDA graph, which the returned kernels.Graph replays.
+func (b *Backend) EndCapture() (kernels.Graph, error) {
+	g, err := b.d.EndCapture()
+	if err != nil {
+		return nil, err
+	}
+	return backendGraph{g}, nil
+}
+
+// Capturing implements kernels.Backend.
+func (b *Backend) Capturing() bool { return b.d.Capturing() }
+
+// Synchronize implements kernels.Backend: it waits for the stream.
+func (b *Backend) Synchronize() error {
+	if b.d.Capturing() {
+		return ErrSyncInCapture
+	}
+	return b.d.Synchronize()
+}
+
+// ErrSyncInCapture is returned by Synchronize during a capture, where
+// waiting for the stream would invalidate the capture.
+var ErrSyncInCapture = errors.New("cuda: Synchronize during a graph capture")
+
+// backendGraph is a captured Graph as a kernels.Graph.
+type backendGraph struct{ g *Graph }
+
+// Replay implements kernels.Graph: one graph launch on the stream. A
+// failed launch panics (kernels.Graph.Replay returns nothing).
+func (g backendGraph) Replay() { must(g.g.Replay()) }
+
+// Len implements kernels.Graph: the graph's node count.
+func (g backendGraph) Len() int { return g.g.Nodes() }
 
 // Graph is work captured from the device's stream as a CUDA graph,
 // replayed with one launch. Replays read and write the same device

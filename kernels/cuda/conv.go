@@ -17,6 +17,21 @@ import (
 // and outputs share one dtype (F32, in the given precision, or BF16 with
 // fp32 accumulation).
 
+// Conv2d implements kernels.Backend.
+func (b *Backend) Conv2d(dst, x, w, bias *T, p kernels.Conv2dParams) {
+	must(b.d.Conv2d(dst, x, w, bias, p, b.precision()))
+}
+
+// Conv2dBackwardInput implements kernels.Backend.
+func (b *Backend) Conv2dBackwardInput(dx, dy, w *T, p kernels.Conv2dParams) {
+	must(b.d.Conv2dBackwardInput(dx, dy, w, p, b.precision()))
+}
+
+// Conv2dBackwardWeight implements kernels.Backend.
+func (b *Backend) Conv2dBackwardWeight(dw, x, dy *T, p kernels.Conv2dParams) {
+	must(b.d.Conv2dBackwardWeight(dw, x, dy, p, b.precision()))
+}
+
 // convGeom is struct Conv of src/conv.cu, word for word.
 type convGeom struct {
 	n, cin, h, w, kh, kw, ho, wo, sh, sw, ph, pw, dh, dw int64

@@ -16,6 +16,24 @@ import (
 // panic as on the CPU: selection and gather write zero bits for it, the
 // accumulating ops skip it.
 
+// IndexSelect implements kernels.Backend (any dtype).
+func (b *Backend) IndexSelect(dst, src *T, axis int, index *T) {
+	must(b.d.IndexSelect(dst, src, axis, index))
+}
+
+// IndexAdd implements kernels.Backend (F32).
+func (b *Backend) IndexAdd(dst *T, axis int, index, src *T) {
+	must(b.d.IndexAdd(dst, axis, index, src))
+}
+
+// Gather implements kernels.Backend (any dtype).
+func (b *Backend) Gather(dst, src *T, axis int, index *T) { must(b.d.Gather(dst, src, axis, index)) }
+
+// ScatterAdd implements kernels.Backend (F32).
+func (b *Backend) ScatterAdd(dst *T, axis int, index, src *T) {
+	must(b.d.ScatterAdd(dst, axis, index, src))
+}
+
 // indexPtr checks an index tensor and reports whether it is I64.
 func (d *Device) indexPtr(op, what string, index *tensor.Tensor) (cu.DevicePtr, bool, error) {
 	if index == nil {

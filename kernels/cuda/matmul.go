@@ -11,11 +11,43 @@ import (
 	"github.com/esper-go/esper/tensor"
 )
 
-// The fused forward of a linear layer: MatMul, then one epilogue kernel
-// (bias_act in src/elementwise.cu) that adds the bias along the last axis
-// and applies the activation in fp32 before storing dst once more. For
-// BF16 dst the product is rounded to bf16 before the epilogue, where the
-// CPU backend rounds once after it.
+// The matmul family: MatMul is cuBLAS (cublas.go) in the precision set
+// by SetMatmulPrecision; the fused forward of a linear layer is MatMul,
+// then one epilogue kernel (bias_act in src/matmul.cu) that adds the bias
+// along the last axis and applies the activation in fp32 before storing
+// dst once more. For BF16 dst the product is rounded to bf16 before the
+// epilogue, where the CPU backend rounds once after it.
+
+// MatMul implements kernels.Backend (F32 in the set precision, BF16 with
+// fp32 accumulation; a, b and dst of one dtype).
+func (b *Backend) MatMul(dst, x, y *T, transA, transB bool) {
+	must(b.d.MatMul(dst, x, y, transA, transB, b.precision()))
+}
+
+// MatMulBias implements kernels.Backend.
+func (b *Backend) MatMulBias(dst, x, y, bias *T, transA, transB bool) {
+	must(b.d.MatMulBias(dst, x, y, bias, transA, transB, b.precision()))
+}
+
+// MatMulBiasAct implements kernels.Backend.
+func (b *Backend) MatMulBiasAct(dst, x, y, bias *T, act kernels.UnaryOp, transA, transB bool) {
+	must(b.d.MatMulBiasAct(dst, x, y, bias, act, transA, transB, b.precision()))
+}
+
+// SetMatmulPrecision implements kernels.Backend: the cuBLAS arithmetic
+// of F32 MatMul and Conv2d (Highest fp32, High TF32, Medium bf16).
+func (b *Backend) SetMatmulPrecision(p kernels.Precision) {
+	switch p {
+	case kernels.Highest:
+		b.prec.Store(int32(Highest))
+	case kernels.High:
+		b.prec.Store(int32(High))
+	case kernels.Medium:
+		b.prec.Store(int32(Medium))
+	default:
+		panic(fmt.Sprintf("cuda: SetMatmulPrecision: unknown precision %d", p))
+	}
+}
 
 // MatMulBias is MatMul followed by dst[..., i, j] += bias[j] (bias [N],
 // F32 or BF16, optional).
@@ -75,4 +107,89 @@ func (d *Device) matmulEpilogue(op string, dst, a, b, bias *tensor.Tensor, act i
 	defer release()
 	var ar args
 	return d.launch1D(name, n, ar.ptr(pd).ptr(pbias).i32(b2i(biasBF16)).i32(act).i64(int64(max(cols, 1))).i64(n))
+}
+
+// MatMul sets dst = op(a)·op(b) for rank-2 or rank-3 (batched) F32 or
+// BF16 operands of one dtype through cuBLAS, in the given precision for
+// F32 (BF16 always accumulates in fp32). A rank-2 operand broadcasts over
+// the other's batch (a batch stride of 0); dst is rank 3 when either is.
+func (d *Device) MatMul(dst, a, b *tensor.Tensor, transA, transB bool, prec Precision) error {
+	const op = "MatMul"
+	dt := dst.DType()
+	var blasType int
+	switch dt {
+	case tensor.F32:
+		blasType = dataF32
+	case tensor.BF16:
+		blasType = dataBF16
+	default:
+		return fmt.Errorf("cuda: %s: dtype %v (F32 and BF16 run here)", op, dt)
+	}
+	as, bs, ds := a.Shape(), b.Shape(), dst.Shape()
+	ra, rb := len(as), len(bs)
+	if ra < 2 || ra > 3 || rb < 2 || rb > 3 || len(ds) != max(ra, rb) {
+		return fmt.Errorf("cuda: %s: shapes %v, %v into %v (rank 2, or rank 3 with one batch)", op, as, bs, ds)
+	}
+	m, k := as[ra-2], as[ra-1]
+	if transA {
+		m, k = k, m
+	}
+	k2, n := bs[rb-2], bs[rb-1]
+	if transB {
+		k2, n = n, k2
+	}
+	batch, r := 1, len(ds)
+	var sa, sb int64
+	if r == 3 {
+		batch = ds[0]
+		if ra == 3 {
+			sa = int64(m * k)
+		}
+		if rb == 3 {
+			sb = int64(k * n)
+		}
+		if (ra == 3 && as[0] != batch) || (rb == 3 && bs[0] != batch) {
+			return fmt.Errorf("cuda: %s: batches of %v and %v do not give %v", op, as, bs, ds)
+		}
+	}
+	if k != k2 || ds[r-2] != m || ds[r-1] != n {
+		return fmt.Errorf("cuda: %s: %v (transA %v) by %v (transB %v) does not give %v", op, as, transA, bs, transB, ds)
+	}
+	pd, err := d.ptrOf(op, "dst", dst, dt)
+	if err != nil {
+		return err
+	}
+	pa, err := d.ptrOf(op, "a", a, dt)
+	if err != nil {
+		return err
+	}
+	pb, err := d.ptrOf(op, "b", b, dt)
+	if err != nil {
+		return err
+	}
+	if k == 0 || batch == 0 {
+		return d.Fill(dst, 0)
+	}
+	h, err := d.blasHandle()
+	if err != nil {
+		return err
+	}
+	release := d.enter()
+	defer release()
+	return h.gemmRowMajor(transA, transB, m, n, k, pa, as[ra-1], sa, pb, bs[rb-1], sb, pd, n, int64(m*n), batch, blasType, prec)
+}
+
+// blasHandle returns the device's cuBLAS handle, creating it once.
+func (d *Device) blasHandle() (*blasHandle, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.blas != nil {
+		return d.blas, nil
+	}
+	h, err := newBlasHandle(d)
+	if err != nil {
+		return nil, err
+	}
+	d.blas = h
+	return h, nil
 }

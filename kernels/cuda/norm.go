@@ -10,9 +10,40 @@ import (
 	"github.com/esper-go/esper/tensor"
 )
 
-// Batch and group normalisation over x [N, C, *] (src/norm.cu). x, y,
-// dy, dx and the affine w, b, dw, db share x's dtype (F32 or BF16); the
+// The norm family (src/norm.cu): layer norm over the last n elements of
+// each row, batch and group normalisation over x [N, C, *]. x, y, dy, dx
+// and the affine w, b, dw, db share x's dtype (F32 or BF16); the
 // statistics (mean, rstd, running mean and variance) are F32.
+
+// LayerNorm implements kernels.Backend.
+func (b *Backend) LayerNorm(y, mean, rstd, x, w, bias *T, n int, eps float64) {
+	must(b.d.LayerNorm(y, mean, rstd, x, w, bias, n, eps))
+}
+
+// LayerNormBackward implements kernels.Backend.
+func (b *Backend) LayerNormBackward(dx, dw, db, dy, x, mean, rstd, w *T, n int) {
+	must(b.d.LayerNormBackward(dx, dw, db, dy, x, mean, rstd, w, n))
+}
+
+// GroupNorm implements kernels.Backend.
+func (b *Backend) GroupNorm(y, mean, rstd, x, w, bias *T, groups int, eps float64) {
+	must(b.d.GroupNorm(y, mean, rstd, x, w, bias, groups, eps))
+}
+
+// GroupNormBackward implements kernels.Backend.
+func (b *Backend) GroupNormBackward(dx, dw, db, dy, x, mean, rstd, w *T, groups int) {
+	must(b.d.GroupNormBackward(dx, dw, db, dy, x, mean, rstd, w, groups))
+}
+
+// BatchNorm implements kernels.Backend.
+func (b *Backend) BatchNorm(y, saveMean, saveRstd, x, w, bias, runMean, runVar *T, training bool, momentum, eps float64) {
+	must(b.d.BatchNorm(y, saveMean, saveRstd, x, w, bias, runMean, runVar, training, momentum, eps))
+}
+
+// BatchNormBackward implements kernels.Backend.
+func (b *Backend) BatchNormBackward(dx, dw, db, dy, x, saveMean, saveRstd, w *T, training bool) {
+	must(b.d.BatchNormBackward(dx, dw, db, dy, x, saveMean, saveRstd, w, training))
+}
 
 // planes views x [N, C, *] as N·C planes of hw elements.
 func planes(op string, x *tensor.Tensor) (n, c, hw int, err error) {
@@ -278,4 +309,85 @@ func groupPlanes(op string, x *tensor.Tensor, groups int) (n, c, hw int, err err
 		err = fmt.Errorf("cuda: %s: x %v: %d channels do not split into %d groups", op, x.Shape(), c, groups)
 	}
 	return
+}
+
+// LayerNorm normalises x viewed as [M, n] over its last n elements,
+// then applies w and b ([n], optional); mean and rstd (F32 [M]) are
+// saved for the backward pass.
+func (d *Device) LayerNorm(y, mean, rstd, x, w, b *tensor.Tensor, n int, eps float64) error {
+	const op = "LayerNorm"
+	dt := x.DType()
+	name, err := floatKernel(op, "layernorm_fwd", dt)
+	if err != nil {
+		return err
+	}
+	rows, err := lnRows(op, x, n)
+	if err != nil {
+		return err
+	}
+	if err := sameShape(op, y, x); err != nil {
+		return err
+	}
+	ptrs, err := d.ptrList(op, []string{"y", "mean", "rstd", "x", "w", "b"}, []*tensor.Tensor{y, mean, rstd, x, w, b},
+		[]tensor.DType{dt, tensor.F32, tensor.F32, dt, dt, dt}, []bool{false, false, false, false, true, true})
+	if err != nil {
+		return err
+	}
+	if mean.Numel() != rows || rstd.Numel() != rows || (w != nil && w.Numel() != n) || (b != nil && b.Numel() != n) {
+		return fmt.Errorf("cuda: %s: x %v over %d: mean %v, rstd %v, w and b of %d", op, x.Shape(), n, mean.Shape(), rstd.Shape(), n)
+	}
+	release := d.enter()
+	defer release()
+	var a args
+	for _, p := range ptrs {
+		a.ptr(p)
+	}
+	return d.launchRows(name, rows, a.i64(int64(n)).f32(float32(eps)))
+}
+
+// LayerNormBackward fills the non-nil of dx, dw, db (overwritten) from
+// dy and the forward's x, mean, rstd and w (optional).
+func (d *Device) LayerNormBackward(dx, dw, db, dy, x, mean, rstd, w *tensor.Tensor, n int) error {
+	const op = "LayerNormBackward"
+	dt := x.DType()
+	rows, err := lnRows(op, x, n)
+	if err != nil {
+		return err
+	}
+	ptrs, err := d.ptrList(op, []string{"dx", "dw", "db", "dy", "x", "mean", "rstd", "w"},
+		[]*tensor.Tensor{dx, dw, db, dy, x, mean, rstd, w},
+		[]tensor.DType{dt, dt, dt, dt, dt, tensor.F32, tensor.F32, dt}, []bool{true, true, true, false, false, false, false, true})
+	if err != nil {
+		return err
+	}
+	pdx, pdw, pdb, pdy, px, pmean, prstd, pw := ptrs[0], ptrs[1], ptrs[2], ptrs[3], ptrs[4], ptrs[5], ptrs[6], ptrs[7]
+	release := d.enter()
+	defer release()
+	if dx != nil {
+		name, err := floatKernel(op, "layernorm_bwd_dx", dt)
+		if err != nil {
+			return err
+		}
+		var a args
+		if err := d.launchRows(name, rows, a.ptr(pdx).ptr(pdy).ptr(px).ptr(pmean).ptr(prstd).ptr(pw).i64(int64(n))); err != nil {
+			return err
+		}
+	}
+	if dw != nil || db != nil {
+		name, err := floatKernel(op, "layernorm_bwd_dwdb", dt)
+		if err != nil {
+			return err
+		}
+		var a args
+		return d.launch1D(name, int64(n), a.ptr(pdw).ptr(pdb).ptr(pdy).ptr(px).ptr(pmean).ptr(prstd).i64(int64(rows)).i64(int64(n)))
+	}
+	return nil
+}
+
+// lnRows checks that x's trailing elements divide into rows of n.
+func lnRows(op string, x *tensor.Tensor, n int) (int, error) {
+	if n <= 0 || x.Numel()%n != 0 {
+		return 0, fmt.Errorf("cuda: %s: x %v does not split into rows of %d", op, x.Shape(), n)
+	}
+	return x.Numel() / n, nil
 }

@@ -8,16 +8,63 @@ import (
 
 	"gorgonia.org/cu"
 
+	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/tensor"
 )
 
-// The foreach operations over lists of F32 tensors and the GradScaler's
-// device-side state (src/foreach.cu, src/optim.cu). A list is one
-// multi-tensor launch (multi_tensor.go; ForeachNorm adds a zeroing fill
-// and a square root); a list of one tensor, or one first seen during a
-// graph capture, whose table cannot be uploaded then, takes one launch
-// per tensor instead (sumsqEach, each), with the same arithmetic.
+// The optim family (src/optim.cu): SGDStep and AdamWStep over F32
+// parameter arenas, the foreach operations over lists of F32 tensors and
+// the GradScaler's device-side state; ForeachSGDStep and ForeachAdamWStep
+// are in multi_tensor.go. A list is one multi-tensor launch
+// (multi_tensor.go; ForeachNorm adds a zeroing fill and a square root); a
+// list of one tensor, or one first seen during a graph capture, whose
+// table cannot be uploaded then, takes one launch per tensor instead
+// (sumsqEach, each), with the same arithmetic.
 // Tensors a list op writes must not overlap one another.
+
+// ForeachNorm implements kernels.Backend (F32 tensors).
+func (b *Backend) ForeachNorm(dst *T, xs []*T) { must(b.d.ForeachNorm(dst, xs)) }
+
+// ForeachScale implements kernels.Backend (F32 tensors, F32 factor).
+func (b *Backend) ForeachScale(xs []*T, s *T) { must(b.d.ForeachScale(xs, s)) }
+
+// ForeachAxpy implements kernels.Backend (F32 tensors).
+func (b *Backend) ForeachAxpy(ys, xs []*T, alpha float64) { must(b.d.ForeachAxpy(ys, xs, alpha)) }
+
+// Increment implements kernels.Backend.
+func (b *Backend) Increment(counter, skip *T) { must(b.d.Increment(counter, skip)) }
+
+// SGDStep implements kernels.Backend (F32 arenas).
+func (b *Backend) SGDStep(param, grad, mom, hyper, foundInf *T, o kernels.SGDOptions) {
+	must(b.d.SGDStep(param, grad, mom, hyper, foundInf, o))
+}
+
+// AdamWStep implements kernels.Backend (F32 arenas).
+func (b *Backend) AdamWStep(param, grad, m, v, hyper, foundInf *T, o kernels.AdamWOptions) {
+	must(b.d.AdamWStep(param, grad, m, v, hyper, foundInf, o))
+}
+
+// ForeachSGDStep implements kernels.ForeachStepper (F32 lists): one
+// multi-tensor launch for the whole list (Device.ForeachSGDStep).
+func (b *Backend) ForeachSGDStep(params, grads, moms []*T, hyper, foundInf *T, o kernels.SGDOptions) {
+	must(b.d.ForeachSGDStep(params, grads, moms, hyper, foundInf, o))
+}
+
+// ForeachAdamWStep implements kernels.ForeachStepper (F32 lists): one
+// multi-tensor launch for the whole list (Device.ForeachAdamWStep).
+func (b *Backend) ForeachAdamWStep(params, grads, ms, vs []*T, hyper, foundInf *T, o kernels.AdamWOptions) {
+	must(b.d.ForeachAdamWStep(params, grads, ms, vs, hyper, foundInf, o))
+}
+
+// UnscaleCheck implements kernels.Backend (F32).
+func (b *Backend) UnscaleCheck(xs []*T, invScale, foundInf *T) {
+	must(b.d.UnscaleCheck(xs, invScale, foundInf))
+}
+
+// ScalerUpdate implements kernels.Backend.
+func (b *Backend) ScalerUpdate(scale, tracker, foundInf *T, growth, backoff float64, interval int) {
+	must(b.d.ScalerUpdate(scale, tracker, foundInf, growth, backoff, interval))
+}
 
 // ForeachNorm writes the L2 norm of each xs[i] (F32, contiguous) into
 // dst[i] (F32 or F64, len(xs) elements). The squares are summed by
@@ -238,4 +285,85 @@ func (d *Device) foreachPtrs(op, what string, ts []*tensor.Tensor) ([]cu.DeviceP
 		out[i] = p
 	}
 	return out, nil
+}
+
+// SGDStep is kernels.Backend's SGDStep on F32 arenas: hyper is an F64
+// [2] tensor {lr, step} on the device, mom nil without momentum,
+// foundInf (F32, one element) optional.
+func (d *Device) SGDStep(param, grad, mom, hyper, foundInf *tensor.Tensor, o kernels.SGDOptions) error {
+	const op = "SGDStep"
+	pp, pg, pm, ph, pf, err := d.optimPtrs(op, param, grad, mom, hyper, foundInf)
+	if err != nil {
+		return err
+	}
+	if (mom == nil) != (o.Momentum == 0) {
+		return fmt.Errorf("cuda: %s: momentum %v with momentum buffer %v", op, o.Momentum, mom != nil)
+	}
+	release := d.enter()
+	defer release()
+	var a args
+	a.ptr(pp).ptr(pg).ptr(pm).ptr(ph).ptr(pf)
+	a.f32(float32(o.Momentum)).f32(float32(1 - o.Dampening)).f32(float32(o.WeightDecay))
+	a.i32(b2i(o.Nesterov)).i32(b2i(o.Maximize)).i64(int64(param.Numel()))
+	return d.launch1D("sgd_f32", int64(param.Numel()), &a)
+}
+
+// AdamWStep is kernels.Backend's AdamWStep on F32 arenas.
+func (d *Device) AdamWStep(param, grad, m, v, hyper, foundInf *tensor.Tensor, o kernels.AdamWOptions) error {
+	const op = "AdamWStep"
+	if m == nil || v == nil {
+		return fmt.Errorf("cuda: %s: m and v are required", op)
+	}
+	pp, pg, pm, ph, pf, err := d.optimPtrs(op, param, grad, m, hyper, foundInf)
+	if err != nil {
+		return err
+	}
+	pv, err := d.ptrOf(op, "v", v, tensor.F32)
+	if err != nil {
+		return err
+	}
+	if err := sameShape(op, param, v); err != nil {
+		return err
+	}
+	release := d.enter()
+	defer release()
+	var a args
+	a.ptr(pp).ptr(pg).ptr(pm).ptr(pv).ptr(ph).ptr(pf)
+	a.f32(float32(o.Beta1)).f32(float32(o.Beta2)).f32(float32(1 - o.Beta1)).f32(float32(1 - o.Beta2)).f32(float32(o.Eps))
+	a.f64(o.WeightDecay).f64(o.Beta1).f64(o.Beta2).i64(int64(param.Numel()))
+	return d.launch1D("adamw_f32", int64(param.Numel()), &a)
+}
+
+// optimPtrs checks an optimizer step's operands (F32 param, grad and
+// state of one shape; F64 [2] hyper; optional F32 foundInf) and returns
+// their addresses (0 for an absent state or foundInf).
+func (d *Device) optimPtrs(op string, param, grad, state, hyper, foundInf *tensor.Tensor) (pp, pg, ps, ph, pf cu.DevicePtr, err error) {
+	if pp, err = d.ptrOf(op, "param", param, tensor.F32); err != nil {
+		return
+	}
+	if pg, err = d.ptrOf(op, "grad", grad, tensor.F32); err != nil {
+		return
+	}
+	if err = sameShape(op, param, grad); err != nil {
+		return
+	}
+	if state != nil {
+		if ps, err = d.ptrOf(op, "state", state, tensor.F32); err != nil {
+			return
+		}
+		if err = sameShape(op, param, state); err != nil {
+			return
+		}
+	}
+	if ph, err = d.ptrOf(op, "hyper", hyper, tensor.F64); err != nil {
+		return
+	}
+	if hyper.Numel() != 2 {
+		err = fmt.Errorf("cuda: %s: hyper has %d elements, want 2 {lr, step}", op, hyper.Numel())
+		return
+	}
+	if foundInf != nil {
+		pf, err = d.ptrOf(op, "foundInf", foundInf, tensor.F32)
+	}
+	return
 }

@@ -9,6 +9,24 @@ import (
 	"github.com/esper-go/esper/tensor"
 )
 
+// MaxPool2d implements kernels.Backend.
+func (b *Backend) MaxPool2d(dst, argmax, x *T, p kernels.Pool2dParams) {
+	must(b.d.MaxPool2d(dst, argmax, x, p))
+}
+
+// MaxPool2dBackward implements kernels.Backend.
+func (b *Backend) MaxPool2dBackward(dx, dy, argmax *T, p kernels.Pool2dParams) {
+	must(b.d.MaxPool2dBackward(dx, dy, argmax, p))
+}
+
+// AvgPool2d implements kernels.Backend.
+func (b *Backend) AvgPool2d(dst, x *T, p kernels.Pool2dParams) { must(b.d.AvgPool2d(dst, x, p)) }
+
+// AvgPool2dBackward implements kernels.Backend.
+func (b *Backend) AvgPool2dBackward(dx, dy *T, p kernels.Pool2dParams) {
+	must(b.d.AvgPool2dBackward(dx, dy, p))
+}
+
 // poolGeom is struct Pool of src/pool.cu, word for word.
 type poolGeom struct {
 	planes, h, w, ho, wo, kh, kw, sh, sw, ph, pw, includePad int64

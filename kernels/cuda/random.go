@@ -5,17 +5,15 @@ package cuda
 import (
 	"fmt"
 
-	"gorgonia.org/cu"
-
 	"github.com/esper-go/esper/tensor"
 )
 
-// optPtr is ptrOf for an optional operand (0 when t is nil).
-func (d *Device) optPtr(op, what string, t *tensor.Tensor, dt tensor.DType) (cu.DevicePtr, error) {
-	if t == nil {
-		return 0, nil
-	}
-	return d.ptrOf(op, what, t, dt)
+// The random family (src/random.cu): dropout with the CPU backend's
+// counter-based draw.
+
+// Dropout implements kernels.Backend.
+func (b *Backend) Dropout(dst, mask, x, state *T, p float64) {
+	must(b.d.Dropout(dst, mask, x, state, p))
 }
 
 // Dropout zeroes each element of x with probability p and scales the
@@ -73,102 +71,4 @@ func (d *Device) Dropout(dst, mask, x, state *tensor.Tensor, p float64) error {
 	}
 	var b args
 	return launchRaw(fn, [3]int{1, 1, 1}, [3]int{1, 1, 1}, 0, d.stream, b.ptr(ps))
-}
-
-// LayerNorm normalises x viewed as [M, n] over its last n elements,
-// then applies w and b ([n], optional); mean and rstd (F32 [M]) are
-// saved for the backward pass.
-func (d *Device) LayerNorm(y, mean, rstd, x, w, b *tensor.Tensor, n int, eps float64) error {
-	const op = "LayerNorm"
-	dt := x.DType()
-	name, err := floatKernel(op, "layernorm_fwd", dt)
-	if err != nil {
-		return err
-	}
-	rows, err := lnRows(op, x, n)
-	if err != nil {
-		return err
-	}
-	if err := sameShape(op, y, x); err != nil {
-		return err
-	}
-	ptrs, err := d.ptrList(op, []string{"y", "mean", "rstd", "x", "w", "b"}, []*tensor.Tensor{y, mean, rstd, x, w, b},
-		[]tensor.DType{dt, tensor.F32, tensor.F32, dt, dt, dt}, []bool{false, false, false, false, true, true})
-	if err != nil {
-		return err
-	}
-	if mean.Numel() != rows || rstd.Numel() != rows || (w != nil && w.Numel() != n) || (b != nil && b.Numel() != n) {
-		return fmt.Errorf("cuda: %s: x %v over %d: mean %v, rstd %v, w and b of %d", op, x.Shape(), n, mean.Shape(), rstd.Shape(), n)
-	}
-	release := d.enter()
-	defer release()
-	var a args
-	for _, p := range ptrs {
-		a.ptr(p)
-	}
-	return d.launchRows(name, rows, a.i64(int64(n)).f32(float32(eps)))
-}
-
-// LayerNormBackward fills the non-nil of dx, dw, db (overwritten) from
-// dy and the forward's x, mean, rstd and w (optional).
-func (d *Device) LayerNormBackward(dx, dw, db, dy, x, mean, rstd, w *tensor.Tensor, n int) error {
-	const op = "LayerNormBackward"
-	dt := x.DType()
-	rows, err := lnRows(op, x, n)
-	if err != nil {
-		return err
-	}
-	ptrs, err := d.ptrList(op, []string{"dx", "dw", "db", "dy", "x", "mean", "rstd", "w"},
-		[]*tensor.Tensor{dx, dw, db, dy, x, mean, rstd, w},
-		[]tensor.DType{dt, dt, dt, dt, dt, tensor.F32, tensor.F32, dt}, []bool{true, true, true, false, false, false, false, true})
-	if err != nil {
-		return err
-	}
-	pdx, pdw, pdb, pdy, px, pmean, prstd, pw := ptrs[0], ptrs[1], ptrs[2], ptrs[3], ptrs[4], ptrs[5], ptrs[6], ptrs[7]
-	release := d.enter()
-	defer release()
-	if dx != nil {
-		name, err := floatKernel(op, "layernorm_bwd_dx", dt)
-		if err != nil {
-			return err
-		}
-		var a args
-		if err := d.launchRows(name, rows, a.ptr(pdx).ptr(pdy).ptr(px).ptr(pmean).ptr(prstd).ptr(pw).i64(int64(n))); err != nil {
-			return err
-		}
-	}
-	if dw != nil || db != nil {
-		name, err := floatKernel(op, "layernorm_bwd_dwdb", dt)
-		if err != nil {
-			return err
-		}
-		var a args
-		return d.launch1D(name, int64(n), a.ptr(pdw).ptr(pdb).ptr(pdy).ptr(px).ptr(pmean).ptr(prstd).i64(int64(rows)).i64(int64(n)))
-	}
-	return nil
-}
-
-// lnRows checks that x's trailing elements divide into rows of n.
-func lnRows(op string, x *tensor.Tensor, n int) (int, error) {
-	if n <= 0 || x.Numel()%n != 0 {
-		return 0, fmt.Errorf("cuda: %s: x %v does not split into rows of %d", op, x.Shape(), n)
-	}
-	return x.Numel() / n, nil
-}
-
-// ptrList checks a list of operands (optional ones may be nil) and
-// returns their addresses.
-func (d *Device) ptrList(op string, names []string, ts []*tensor.Tensor, dts []tensor.DType, optional []bool) ([]cu.DevicePtr, error) {
-	out := make([]cu.DevicePtr, len(ts))
-	for i, t := range ts {
-		if t == nil && optional[i] {
-			continue
-		}
-		p, err := d.ptrOf(op, names[i], t, dts[i])
-		if err != nil {
-			return nil, err
-		}
-		out[i] = p
-	}
-	return out, nil
 }

@@ -9,27 +9,22 @@ import (
 	"github.com/esper-go/esper/tensor"
 )
 
-// Reductions and softmax along any axis (src/rows.cu): x is viewed as
-// [outer, n, inner] around the axis. Lines along the last axis (inner =
-// 1) take one block each; lines along a middle axis one thread each, the
-// threads of a warp on neighbouring inner positions so loads coalesce.
+// The reduce family (src/reduce.cu): Reduce over any axes, ArgMax along
+// one, and CountCorrect. x is viewed as [outer, n, inner] around the
+// reduced axes. Lines along the last axis (inner = 1) take one block each;
+// lines along a middle axis one thread each, the threads of a warp on
+// neighbouring inner positions so loads coalesce.
 
-// split3 views shape as [outer, shape[axis], inner].
-func split3(shape []int, axis int) (outer, n, inner int) {
-	return tensor.Numel(shape[:axis]), shape[axis], tensor.Numel(shape[axis+1:])
+// Reduce implements kernels.Backend.
+func (b *Backend) Reduce(op kernels.ReduceOp, dst, x *T, axes []int) {
+	must(b.d.Reduce(op, dst, x, axes))
 }
 
-// normAxis resolves a possibly negative axis of shape.
-func normAxis(op string, axis int, shape []int) (int, error) {
-	a := axis
-	if a < 0 {
-		a += len(shape)
-	}
-	if a < 0 || a >= len(shape) {
-		return 0, fmt.Errorf("cuda: %s: axis %d out of range for shape %v", op, axis, shape)
-	}
-	return a, nil
-}
+// ArgMax implements kernels.Backend.
+func (b *Backend) ArgMax(dst, x *T, axis int) { must(b.d.ArgMax(dst, x, axis)) }
+
+// CountCorrect implements kernels.Backend.
+func (b *Backend) CountCorrect(acc, logits, target *T) { must(b.d.CountCorrect(acc, logits, target)) }
 
 // Reduce reduces x over axes into dst, which has x's rank with the
 // reduced axes of size 1 (kernels.Backend's keep-dims form), for every
@@ -136,67 +131,72 @@ func (d *Device) Reduce(op kernels.ReduceOp, dst, x *tensor.Tensor, axes []int) 
 	return d.launch1D(k, int64(outer*inner), a.i32(int32(op)).ptr(pd).ptr(ps).i64(int64(outer)).i64(int64(n)).i64(int64(inner)))
 }
 
-// SoftmaxAxis writes the softmax (or, with log, the log-softmax) of x
-// along axis into dst (same shape and dtype, F32 or BF16, contiguous).
-func (d *Device) SoftmaxAxis(dst, x *tensor.Tensor, axis int, log bool) error {
-	op := map[bool]string{false: "Softmax", true: "LogSoftmax"}[log]
-	a, err := normAxis(op, axis, x.Shape())
+// ArgMax writes into dst (I64, x's shape with axis of size 1) the index
+// of the first maximum of x (F32 or BF16) along axis, NaN counting as the
+// maximum as in PyTorch and the CPU backend.
+func (d *Device) ArgMax(dst, x *tensor.Tensor, axis int) error {
+	const op = "ArgMax"
+	if axis < -x.Rank() || axis >= x.Rank() {
+		return fmt.Errorf("cuda: %s: axis %d of x %v", op, axis, x.Shape())
+	}
+	a := x.Axis(axis)
+	want := append([]int(nil), x.Shape()...)
+	want[a] = 1
+	if !tensor.SameShape(dst.Shape(), want) {
+		return fmt.Errorf("cuda: %s: x %v along axis %d gives %v, dst is %v", op, x.Shape(), axis, want, dst.Shape())
+	}
+	n := x.Dim(a)
+	if n == 0 {
+		return fmt.Errorf("cuda: %s: axis %d of x %v is empty", op, axis, x.Shape())
+	}
+	name, err := floatKernel(op, "argmax_rows", x.DType())
 	if err != nil {
 		return err
 	}
-	outer, n, inner := split3(x.Shape(), a)
-	if inner == 1 {
-		return d.Softmax(dst, x, log)
-	}
-	dt := x.DType()
-	name, err := floatKernel(op, "softmax_axis", dt)
+	pd, err := d.ptrOf(op, "dst", dst, tensor.I64)
 	if err != nil {
 		return err
 	}
-	if err := sameShape(op, dst, x); err != nil {
-		return err
-	}
-	pd, err := d.ptrOf(op, "dst", dst, dt)
+	px, err := d.ptrOf(op, "x", x, x.DType())
 	if err != nil {
 		return err
 	}
-	px, err := d.ptrOf(op, "x", x, dt)
-	if err != nil {
-		return err
-	}
+	inner := tensor.Numel(x.Shape()[a+1:])
 	release := d.enter()
 	defer release()
 	var ar args
-	return d.launch1D(name, int64(outer*inner), ar.i32(b2i(log)).ptr(pd).ptr(px).i64(int64(outer)).i64(int64(n)).i64(int64(inner)))
+	return d.launchRows(name, dst.Numel(), ar.ptr(pd).ptr(px).i64(int64(n)).i64(int64(inner)))
 }
 
-// SoftmaxBackwardAxis is SoftmaxBackward along any axis.
-func (d *Device) SoftmaxBackwardAxis(dx, y, dy *tensor.Tensor, axis int, log bool) error {
-	op := map[bool]string{false: "SoftmaxBackward", true: "LogSoftmaxBackward"}[log]
-	a, err := normAxis(op, axis, y.Shape())
+// CountCorrect adds to acc (F32 [N]) 1 for each row i of logits [N, C]
+// (F32 or BF16) whose first maximum lies at target[i] (I64 or I32 [N]),
+// in one launch. A target outside [0, C) never matches.
+func (d *Device) CountCorrect(acc, logits, target *tensor.Tensor) error {
+	const op = "CountCorrect"
+	pt, t64, n, c, err := d.ceTargets(op, logits, target)
 	if err != nil {
 		return err
 	}
-	outer, n, inner := split3(y.Shape(), a)
-	if inner == 1 {
-		return d.SoftmaxBackward(dx, y, dy, log)
+	if c == 0 {
+		return fmt.Errorf("cuda: %s: logits %v has no classes", op, logits.Shape())
 	}
-	dt := y.DType()
-	name, err := floatKernel(op, "softmax_bwd_axis", dt)
+	if acc.Rank() != 1 || acc.Dim(0) != n {
+		return fmt.Errorf("cuda: %s: acc %v for logits %v, want [%d]", op, acc.Shape(), logits.Shape(), n)
+	}
+	name, err := floatKernel(op, "count_correct_rows", logits.DType())
 	if err != nil {
 		return err
 	}
-	for _, t := range []*tensor.Tensor{dx, dy} {
-		if err := sameShape(op, t, y); err != nil {
-			return err
-		}
+	pa, err := d.ptrOf(op, "acc", acc, tensor.F32)
+	if err != nil {
+		return err
 	}
-	ptrs, err := d.ptrList(op, []string{"dx", "y", "dy"}, []*tensor.Tensor{dx, y, dy}, []tensor.DType{dt, dt, dt}, []bool{false, false, false})
+	px, err := d.ptrOf(op, "logits", logits, logits.DType())
 	if err != nil {
 		return err
 	}
 	release := d.enter()
 	defer release()
-	var ar args
-	return d.launch1D(name, int64(outer*inner), ar.i32(b2i(log)).ptr(ptrs[0]).ptr(ptrs[1]).ptr(ptrs[2]).i64(int64(outer)).i64(int64(n)).i64(int64(inner)))
+	var a args
+	return d.launchRows(name, n, a.ptr(pa).ptr(px).ptr(pt).i32(b2i(t64)).i64(int64(c)))
 }

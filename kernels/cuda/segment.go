@@ -19,6 +19,26 @@ import (
 // segment ids I64 or I32 [E] in [0, S) (an id outside puts its row in no
 // segment: a kernel cannot panic).
 
+// SegmentReduce implements kernels.Backend.
+func (b *Backend) SegmentReduce(op kernels.ReduceOp, dst, argmax, src, segIDs *T) {
+	must(b.d.SegmentReduce(op, dst, argmax, src, segIDs))
+}
+
+// SegmentMaxBackward implements kernels.Backend.
+func (b *Backend) SegmentMaxBackward(dsrc, dy, argmax *T) {
+	must(b.d.SegmentMaxBackward(dsrc, dy, argmax))
+}
+
+// SegmentSoftmax implements kernels.Backend.
+func (b *Backend) SegmentSoftmax(dst, src, segIDs *T, numSegments int) {
+	must(b.d.SegmentSoftmax(dst, src, segIDs, numSegments))
+}
+
+// SegmentSoftmaxBackward implements kernels.Backend.
+func (b *Backend) SegmentSoftmaxBackward(dx, y, dy, segIDs *T, numSegments int) {
+	must(b.d.SegmentSoftmaxBackward(dx, y, dy, segIDs, numSegments))
+}
+
 // segCSR is a launch's bucketing: the scratch and its parts' addresses.
 type segCSR struct {
 	scratch            *tensor.Tensor

@@ -11,6 +11,12 @@ import (
 // Concat and Pad are strided copies (Copy's kernels) into views of dst,
 // one launch per source (and one fill for Pad).
 
+// Concat implements kernels.Backend.
+func (b *Backend) Concat(dst *T, srcs []*T, axis int) { must(b.d.Concat(dst, srcs, axis)) }
+
+// Pad implements kernels.Backend.
+func (b *Backend) Pad(dst, x *T, pads []int, value float64) { must(b.d.Pad(dst, x, pads, value)) }
+
 // Concat joins srcs (views of any strides, dst's dtype or one Copy
 // converts from) along axis into dst.
 func (d *Device) Concat(dst *tensor.Tensor, srcs []*tensor.Tensor, axis int) error {

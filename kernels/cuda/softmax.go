@@ -11,20 +11,36 @@ import (
 	"github.com/esper-go/esper/tensor"
 )
 
-// rowThreads is the block size of the row kernels (ROW_THREADS in
-// src/rows.cu).
-const rowThreads = 256
+// The softmax family (src/softmax.cu): softmax and log-softmax with
+// their gradients and the softmax cross-entropy. Along the last axis
+// every row is one block of rowThreads threads (launchRows); along a
+// middle axis, x viewed as [outer, n, inner], every line is one thread.
 
-// launchRows launches a row kernel: one block per row.
-func (d *Device) launchRows(name string, rows int, a *args) error {
-	if rows <= 0 {
-		return nil
-	}
-	fn, err := d.kernel(name)
-	if err != nil {
-		return err
-	}
-	return launchRaw(fn, [3]int{rows, 1, 1}, [3]int{rowThreads, 1, 1}, 0, d.stream, a)
+// Softmax implements kernels.Backend.
+func (b *Backend) Softmax(dst, x *T, axis int) { must(b.d.SoftmaxAxis(dst, x, axis, false)) }
+
+// LogSoftmax implements kernels.Backend.
+func (b *Backend) LogSoftmax(dst, x *T, axis int) { must(b.d.SoftmaxAxis(dst, x, axis, true)) }
+
+// SoftmaxBackward implements kernels.Backend.
+func (b *Backend) SoftmaxBackward(dx, y, dy *T, axis int) {
+	must(b.d.SoftmaxBackwardAxis(dx, y, dy, axis, false))
+}
+
+// LogSoftmaxBackward implements kernels.Backend.
+func (b *Backend) LogSoftmaxBackward(dx, y, dy *T, axis int) {
+	must(b.d.SoftmaxBackwardAxis(dx, y, dy, axis, true))
+}
+
+// CrossEntropy implements kernels.Backend (F32 loss; a target out of
+// range gives NaN where the CPU panics).
+func (b *Backend) CrossEntropy(loss, logits, target *T, p kernels.CrossEntropyParams) {
+	must(b.d.CrossEntropy(loss, logits, target, p))
+}
+
+// CrossEntropyBackward implements kernels.Backend.
+func (b *Backend) CrossEntropyBackward(dlogits, logits, target, dloss *T, p kernels.CrossEntropyParams) {
+	must(b.d.CrossEntropyBackward(dlogits, logits, target, dloss, p))
 }
 
 // lastAxis views x as [rows, n] over its last axis.
@@ -270,99 +286,67 @@ func (s ceScratch) free() {
 	}
 }
 
-// copyDevice copies src into dst (same element count and dtype, both
-// contiguous on the device) on the stream.
-func (d *Device) copyDevice(dst, src *tensor.Tensor) error {
-	if dst.Numel() != src.Numel() {
-		return fmt.Errorf("cuda: copy of %d values into %d", src.Numel(), dst.Numel())
-	}
-	pd, err := d.ptrOf("copy", "dst", dst, src.DType())
+// SoftmaxAxis writes the softmax (or, with log, the log-softmax) of x
+// along axis into dst (same shape and dtype, F32 or BF16, contiguous).
+func (d *Device) SoftmaxAxis(dst, x *tensor.Tensor, axis int, log bool) error {
+	op := map[bool]string{false: "Softmax", true: "LogSoftmax"}[log]
+	a, err := normAxis(op, axis, x.Shape())
 	if err != nil {
 		return err
 	}
-	ps, err := d.ptrOf("copy", "src", src, src.DType())
+	outer, n, inner := split3(x.Shape(), a)
+	if inner == 1 {
+		return d.Softmax(dst, x, log)
+	}
+	dt := x.DType()
+	name, err := floatKernel(op, "softmax_axis", dt)
 	if err != nil {
 		return err
 	}
-	release := d.enter()
-	defer release()
-	return cu.MemcpyDtoDAsync(pd, ps, int64(src.Nbytes()), d.stream)
-}
-
-// b2i is 1 for true, 0 for false (kernel flags).
-func b2i(b bool) int32 {
-	if b {
-		return 1
+	if err := sameShape(op, dst, x); err != nil {
+		return err
 	}
-	return 0
-}
-
-// ArgMax writes into dst (I64, x's shape with axis of size 1) the index
-// of the first maximum of x (F32 or BF16) along axis, NaN counting as the
-// maximum as in PyTorch and the CPU backend.
-func (d *Device) ArgMax(dst, x *tensor.Tensor, axis int) error {
-	const op = "ArgMax"
-	if axis < -x.Rank() || axis >= x.Rank() {
-		return fmt.Errorf("cuda: %s: axis %d of x %v", op, axis, x.Shape())
-	}
-	a := x.Axis(axis)
-	want := append([]int(nil), x.Shape()...)
-	want[a] = 1
-	if !tensor.SameShape(dst.Shape(), want) {
-		return fmt.Errorf("cuda: %s: x %v along axis %d gives %v, dst is %v", op, x.Shape(), axis, want, dst.Shape())
-	}
-	n := x.Dim(a)
-	if n == 0 {
-		return fmt.Errorf("cuda: %s: axis %d of x %v is empty", op, axis, x.Shape())
-	}
-	name, err := floatKernel(op, "argmax_rows", x.DType())
+	pd, err := d.ptrOf(op, "dst", dst, dt)
 	if err != nil {
 		return err
 	}
-	pd, err := d.ptrOf(op, "dst", dst, tensor.I64)
+	px, err := d.ptrOf(op, "x", x, dt)
 	if err != nil {
 		return err
 	}
-	px, err := d.ptrOf(op, "x", x, x.DType())
-	if err != nil {
-		return err
-	}
-	inner := tensor.Numel(x.Shape()[a+1:])
 	release := d.enter()
 	defer release()
 	var ar args
-	return d.launchRows(name, dst.Numel(), ar.ptr(pd).ptr(px).i64(int64(n)).i64(int64(inner)))
+	return d.launch1D(name, int64(outer*inner), ar.i32(b2i(log)).ptr(pd).ptr(px).i64(int64(outer)).i64(int64(n)).i64(int64(inner)))
 }
 
-// CountCorrect adds to acc (F32 [N]) 1 for each row i of logits [N, C]
-// (F32 or BF16) whose first maximum lies at target[i] (I64 or I32 [N]),
-// in one launch. A target outside [0, C) never matches.
-func (d *Device) CountCorrect(acc, logits, target *tensor.Tensor) error {
-	const op = "CountCorrect"
-	pt, t64, n, c, err := d.ceTargets(op, logits, target)
+// SoftmaxBackwardAxis is SoftmaxBackward along any axis.
+func (d *Device) SoftmaxBackwardAxis(dx, y, dy *tensor.Tensor, axis int, log bool) error {
+	op := map[bool]string{false: "SoftmaxBackward", true: "LogSoftmaxBackward"}[log]
+	a, err := normAxis(op, axis, y.Shape())
 	if err != nil {
 		return err
 	}
-	if c == 0 {
-		return fmt.Errorf("cuda: %s: logits %v has no classes", op, logits.Shape())
+	outer, n, inner := split3(y.Shape(), a)
+	if inner == 1 {
+		return d.SoftmaxBackward(dx, y, dy, log)
 	}
-	if acc.Rank() != 1 || acc.Dim(0) != n {
-		return fmt.Errorf("cuda: %s: acc %v for logits %v, want [%d]", op, acc.Shape(), logits.Shape(), n)
-	}
-	name, err := floatKernel(op, "count_correct_rows", logits.DType())
+	dt := y.DType()
+	name, err := floatKernel(op, "softmax_bwd_axis", dt)
 	if err != nil {
 		return err
 	}
-	pa, err := d.ptrOf(op, "acc", acc, tensor.F32)
-	if err != nil {
-		return err
+	for _, t := range []*tensor.Tensor{dx, dy} {
+		if err := sameShape(op, t, y); err != nil {
+			return err
+		}
 	}
-	px, err := d.ptrOf(op, "logits", logits, logits.DType())
+	ptrs, err := d.ptrList(op, []string{"dx", "y", "dy"}, []*tensor.Tensor{dx, y, dy}, []tensor.DType{dt, dt, dt}, []bool{false, false, false})
 	if err != nil {
 		return err
 	}
 	release := d.enter()
 	defer release()
-	var a args
-	return d.launchRows(name, n, a.ptr(pa).ptr(px).ptr(pt).i32(b2i(t64)).i64(int64(c)))
+	var ar args
+	return d.launch1D(name, int64(outer*inner), ar.i32(b2i(log)).ptr(ptrs[0]).ptr(ptrs[1]).ptr(ptrs[2]).i64(int64(outer)).i64(int64(n)).i64(int64(inner)))
 }
