@@ -1,5 +1,11 @@
 package kernels
 
+import (
+	"fmt"
+
+	"github.com/esper-go/esper/tensor"
+)
+
 // ElementwiseFamily is the elementwise op family: fills, copies and
 // casts, unary and binary maps, selection and clamping.
 type ElementwiseFamily interface {
@@ -125,4 +131,91 @@ func BinaryOps() []BinaryOp {
 		out[i] = BinaryOp(i)
 	}
 	return out
+}
+
+// UsesOutput reports whether op's derivative can be computed from its
+// output y = op(x) alone, so that UnaryBackward may be given y without x:
+// Exp, Sqrt, Rsqrt, Recip, Sigmoid and Tanh.
+func (o UnaryOp) UsesOutput() bool {
+	return o == Exp || o == Sigmoid || o == Tanh || o == Sqrt || o == Rsqrt || o == Recip
+}
+
+// CheckUnary checks a Unary (or Clamp, with any op that exists): dst of
+// x's shape and a known op.
+func CheckUnary(name string, op UnaryOp, dst, x *T) error {
+	if !tensor.SameShape(dst.Shape(), x.Shape()) {
+		return fmt.Errorf("%s: dst shape %v and x shape %v differ", name, dst.Shape(), x.Shape())
+	}
+	if op >= numUnary {
+		return fmt.Errorf("%s: unknown op %d", name, op)
+	}
+	return nil
+}
+
+// CheckUnaryBackward checks an UnaryBackward: a known op; x given, or y
+// for an op that UsesOutput; every given one of x, y and dy of dx's
+// shape. useY reports whether the kernel should read y (given, and of
+// use to op).
+func CheckUnaryBackward(name string, op UnaryOp, dx, x, y, dy *T) (useY bool, err error) {
+	if op >= numUnary {
+		return false, fmt.Errorf("%s: unknown op %d", name, op)
+	}
+	if x == nil && y == nil {
+		return false, fmt.Errorf("%s: x and y are both nil (dx shape %v)", name, dx.Shape())
+	}
+	useY = y != nil && op.UsesOutput()
+	if x == nil && !useY {
+		return false, fmt.Errorf("%s: op needs x (dx shape %v)", name, dx.Shape())
+	}
+	for _, t := range [...]*T{x, y, dy} {
+		if t != nil && !tensor.SameShape(t.Shape(), dx.Shape()) {
+			return false, fmt.Errorf("%s: shapes differ: dx %v, x %v, y %v, dy %v", name, dx.Shape(), shapeOf(x), shapeOf(y), shapeOf(dy))
+		}
+	}
+	if dy == nil {
+		return false, fmt.Errorf("%s: dy is nil (dx shape %v)", name, dx.Shape())
+	}
+	return useY, nil
+}
+
+// shapeOf is t's shape, nil for a nil t (for messages).
+func shapeOf(t *T) []int {
+	if t == nil {
+		return nil
+	}
+	return t.Shape()
+}
+
+// CheckBinary checks a Binary (b non-nil) or a BinaryScalar (b nil): a
+// known op, operands that broadcast to dst's shape, and a Bool dst for
+// the comparisons only.
+func CheckBinary(name string, op BinaryOp, dst, a, b *T) error {
+	var err error
+	if b != nil {
+		err = CheckBroadcast(name, dst, a, b)
+	} else {
+		err = CheckBroadcast(name, dst, a)
+	}
+	if err != nil {
+		return err
+	}
+	if op >= numBinary {
+		return fmt.Errorf("%s: unknown op %d", name, op)
+	}
+	if op.IsComparison() != (dst.DType() == tensor.Bool) {
+		return fmt.Errorf("%s: dst (shape %v) has dtype %v; comparisons write bool, arithmetic does not", name, dst.Shape(), dst.DType())
+	}
+	return nil
+}
+
+// CheckWhere checks a Where: cond, a and b broadcast to dst's shape and
+// cond is Bool.
+func CheckWhere(name string, dst, cond, a, b *T) error {
+	if err := CheckBroadcast(name, dst, cond, a, b); err != nil {
+		return err
+	}
+	if cond.DType() != tensor.Bool {
+		return fmt.Errorf("%s: cond (shape %v) has dtype %v, want bool", name, cond.Shape(), cond.DType())
+	}
+	return nil
 }

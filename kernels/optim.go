@@ -1,5 +1,11 @@
 package kernels
 
+import (
+	"fmt"
+
+	"github.com/esper-go/esper/tensor"
+)
+
 // OptimFamily is the optimizer op family: the multi-tensor (foreach)
 // primitives, the fused SGD and AdamW steps over a parameter arena and
 // the GradScaler's device-side state. Every scalar that changes between
@@ -66,4 +72,98 @@ type AdamWOptions struct {
 type ForeachStepper interface {
 	ForeachSGDStep(params, grads, moms []*T, hyper, foundInf *T, o SGDOptions)
 	ForeachAdamWStep(params, grads, ms, vs []*T, hyper, foundInf *T, o AdamWOptions)
+}
+
+// CheckSGDStep checks an SGDStep: a float param, grad (and mom, when
+// given) of its shape and dtype, mom given when Momentum is not 0 (with
+// Momentum 0 it is not used), and hyper of two elements {lr, step}.
+func CheckSGDStep(name string, param, grad, mom, hyper *T, o SGDOptions) error {
+	if param.DType().IsFloat() && sameState(param, grad) && (mom == nil || sameState(param, mom)) &&
+		(mom != nil || o.Momentum == 0) && hyper != nil && hyper.Numel() == 2 {
+		return nil
+	}
+	if err := checkOptimState(name, param, "grad", grad); err != nil {
+		return err
+	}
+	if o.Momentum != 0 && mom == nil {
+		return fmt.Errorf("%s: momentum %v needs a momentum buffer (param %v)", name, o.Momentum, param.Shape())
+	}
+	if mom != nil {
+		if err := checkOptimState(name, param, "mom", mom); err != nil {
+			return err
+		}
+	}
+	return CheckHyper(name, hyper)
+}
+
+// sameState reports whether t is non-nil and of param's shape and dtype.
+func sameState(param, t *T) bool {
+	return t != nil && t.DType() == param.DType() && tensor.SameShape(t.Shape(), param.Shape())
+}
+
+// CheckAdamWStep checks an AdamWStep: a float param, grad, m and v (both
+// required) of its shape and dtype, and hyper of two elements.
+func CheckAdamWStep(name string, param, grad, m, v, hyper *T) error {
+	if param.DType().IsFloat() && sameState(param, grad) && sameState(param, m) && sameState(param, v) &&
+		hyper != nil && hyper.Numel() == 2 {
+		return nil
+	}
+	if m == nil || v == nil {
+		return fmt.Errorf("%s: m and v are required (param %v)", name, param.Shape())
+	}
+	for _, s := range [...]struct {
+		what string
+		t    *T
+	}{{"grad", grad}, {"m", m}, {"v", v}} {
+		if err := checkOptimState(name, param, s.what, s.t); err != nil {
+			return err
+		}
+	}
+	return CheckHyper(name, hyper)
+}
+
+// checkOptimState checks a float param and a tensor t (named what) of
+// its shape and dtype.
+func checkOptimState(name string, param *T, what string, t *T) error {
+	if !param.DType().IsFloat() {
+		return floatError(name, "param", param)
+	}
+	if t == nil {
+		return fmt.Errorf("%s: %s is nil (param %v)", name, what, param.Shape())
+	}
+	if !tensor.SameShape(t.Shape(), param.Shape()) || t.DType() != param.DType() {
+		return fmt.Errorf("%s: param is %v %v but %s is %v %v", name, param.Shape(), param.DType(), what, t.Shape(), t.DType())
+	}
+	return nil
+}
+
+// CheckHyper checks an optimizer step's hyper tensor: two elements {lr,
+// step}.
+func CheckHyper(name string, hyper *T) error {
+	if hyper == nil || hyper.Numel() != 2 {
+		return fmt.Errorf("%s: hyper has shape %v, want [2] {lr, step}", name, shapeOf(hyper))
+	}
+	return nil
+}
+
+// CheckForeachNorm checks a ForeachNorm: dst of one element per tensor.
+func CheckForeachNorm(name string, dst *T, xs []*T) error {
+	if dst.Numel() != len(xs) {
+		return fmt.Errorf("%s: dst has shape %v (%d elements), want %d elements", name, dst.Shape(), dst.Numel(), len(xs))
+	}
+	return nil
+}
+
+// CheckForeachAxpy checks a ForeachAxpy: as many xs as ys, each xs[i]
+// of ys[i]'s shape and dtype.
+func CheckForeachAxpy(name string, ys, xs []*T) error {
+	if len(ys) != len(xs) {
+		return fmt.Errorf("%s: %d ys and %d xs", name, len(ys), len(xs))
+	}
+	for i := range ys {
+		if !tensor.SameShape(ys[i].Shape(), xs[i].Shape()) || ys[i].DType() != xs[i].DType() {
+			return fmt.Errorf("%s: ys[%d] (%v %v) and xs[%d] (%v %v) differ", name, i, ys[i].Shape(), ys[i].DType(), i, xs[i].Shape(), xs[i].DType())
+		}
+	}
+	return nil
 }

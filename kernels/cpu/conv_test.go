@@ -440,7 +440,7 @@ func TestConvDirect(t *testing.T) {
 		xs, ws := x.Shape(), w.Shape()
 		geom := checkConv("test", x, w, tensor.Empty(tensor.F32, c.n, c.cout,
 			kernels.ConvOut(xs[2], ws[2], 1, c.p.Norm().PadH, c.p.Norm().DilationH),
-			kernels.ConvOut(xs[3], ws[3], 1, c.p.Norm().PadW, c.p.Norm().DilationW)), c.p, "x", "y")
+			kernels.ConvOut(xs[3], ws[3], 1, c.p.Norm().PadW, c.p.Norm().DilationW)), c.p)
 		convDirect = true
 		require.True(t, useDconv[float32](&geom), "case %d should take the direct kernel", ci)
 		run := func(direct bool) (y, z []float64) {
@@ -535,7 +535,7 @@ func TestConvWeightGradDirect(t *testing.T) {
 		ho := kernels.ConvOut(c.h, c.kh, pn.StrideH, pn.PadH, pn.DilationH)
 		wo := kernels.ConvOut(c.w, c.kw, pn.StrideW, pn.PadW, pn.DilationW)
 		dy := randT(uint64(ci+60), tensor.F32, c.n, c.cout, ho, wo)
-		geom := checkConv("test", x, w, dy, c.p, "x", "dy")
+		geom := checkConv("test", x, w, dy, c.p)
 		convDirect = true
 		if !useDwgrad[float32](&geom) {
 			continue

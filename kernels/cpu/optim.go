@@ -38,12 +38,13 @@ func (be *Backend) Increment(counter, skip *T) {
 // hyperReader reads {lr, step} from hyper.
 func hyperReader(name string, hyper *T) (lr, step func() float64) {
 	needCPU(name, hyper)
-	if hyper.Numel() != 2 {
-		fail(name, "hyper has shape %v, want [2] {lr, step}", hyper.Shape())
-	}
+	must(kernels.CheckHyper(name, hyper))
 	return scalarReader(name, "hyper[0]", hyper.Flatten().Narrow(0, 0, 1)), scalarReader(name, "hyper[1]", hyper.Flatten().Narrow(0, 1, 1))
 }
 
+// checkOptim checks what is the CPU's own in an optimizer step's
+// operands (the shared rules are kernels.CheckSGDStep and
+// kernels.CheckAdamWStep): host tensors, contiguous, an F32 or F64 param.
 func checkOptim(name string, param *T, others ...*T) {
 	needCPU(name, param)
 	needCPU(name, others...)
@@ -52,12 +53,8 @@ func checkOptim(name string, param *T, others ...*T) {
 		fail(name, "param (shape %v) has dtype %v, want f32 or f64", param.Shape(), d)
 	}
 	for _, t := range others {
-		if t == nil {
-			continue
-		}
-		needContig(name, "state", t)
-		if !equalShape(t, param) || t.DType() != param.DType() {
-			fail(name, "param is %v %v but a gradient/state tensor is %v %v", param.Shape(), param.DType(), t.Shape(), t.DType())
+		if t != nil {
+			needContig(name, "state", t)
 		}
 	}
 }
@@ -65,10 +62,8 @@ func checkOptim(name string, param *T, others ...*T) {
 // SGDStep implements kernels.Backend, following torch.optim.SGD.
 func (be *Backend) SGDStep(param, grad, mom, hyper, foundInf *T, o kernels.SGDOptions) {
 	const name = "SGDStep"
+	must(kernels.CheckSGDStep(name, param, grad, mom, hyper, o))
 	checkOptim(name, param, grad, mom)
-	if o.Momentum != 0 && mom == nil {
-		fail(name, "momentum %v needs a momentum buffer (param %v)", o.Momentum, param.Shape())
-	}
 	if be.eager() && param.DType() == tensor.F64 && sgdEager[float64](param, grad, mom, hyper, foundInf, o) ||
 		be.eager() && param.DType() == tensor.F32 && sgdEager[float32](param, grad, mom, hyper, foundInf, o) {
 		return
@@ -226,10 +221,8 @@ func (k *sgdKernel[F]) body(lo, hi int) {
 // p −= lr/(1−β1^t) · m / (sqrt(v)/sqrt(1−β2^t) + eps).
 func (be *Backend) AdamWStep(param, grad, m, v, hyper, foundInf *T, o kernels.AdamWOptions) {
 	const name = "AdamWStep"
+	must(kernels.CheckAdamWStep(name, param, grad, m, v, hyper))
 	checkOptim(name, param, grad, m, v)
-	if m == nil || v == nil {
-		fail(name, "m and v are required (param %v)", param.Shape())
-	}
 	if param.DType() == tensor.F64 {
 		be.launch(adamwPrep[float64](param, grad, m, v, hyper, foundInf, o))
 	} else {

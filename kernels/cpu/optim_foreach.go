@@ -3,6 +3,7 @@ package cpu
 import (
 	"math"
 
+	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/tensor"
 )
 
@@ -83,7 +84,7 @@ func flats(op, what string, xs []*T) []flat {
 func (be *Backend) ForeachNorm(dst *T, xs []*T) {
 	const name = "ForeachNorm"
 	needCPU(name, dst)
-	needNumel(name, "dst", dst, len(xs))
+	must(kernels.CheckForeachNorm(name, dst, xs))
 	fs := flats(name, "xs[i]", xs)
 	cl := newChunkList(fs)
 	part := make([]float64, len(cl.lo))
@@ -171,16 +172,9 @@ func scaleChunk(f *flat, lo int, k float64) {
 // xs[i] of ys[i]'s shape and dtype.
 func (be *Backend) ForeachAxpy(ys, xs []*T, alpha float64) {
 	const name = "ForeachAxpy"
-	if len(ys) != len(xs) {
-		fail(name, "%d ys and %d xs", len(ys), len(xs))
-	}
+	must(kernels.CheckForeachAxpy(name, ys, xs))
 	fy := flats(name, "ys[i]", ys)
 	fx := flats(name, "xs[i]", xs)
-	for i := range ys {
-		if !equalShape(ys[i], xs[i]) || ys[i].DType() != xs[i].DType() {
-			fail(name, "ys[%d] (%v %v) and xs[%d] (%v %v) differ", i, ys[i].Shape(), ys[i].DType(), i, xs[i].Shape(), xs[i].DType())
-		}
-	}
 	cl := newChunkList(fy)
 	body := func(lo, hi int) {
 		for c := lo; c < hi; c++ {
@@ -210,5 +204,3 @@ func (be *Backend) ForeachAxpy(ys, xs []*T, alpha float64) {
 	}
 	be.launch(func() { parallelFor(len(cl.lo), chunkLen, body) })
 }
-
-func equalShape(a, b *T) bool { return tensor.SameShape(a.Shape(), b.Shape()) }

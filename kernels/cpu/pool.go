@@ -16,26 +16,11 @@ type poolGeom struct {
 	ho, wo       int
 }
 
-func checkPool(name string, x, y *T, p kernels.Pool2dParams, xn, yn string) poolGeom {
-	p = p.Norm()
-	xs, ys := x.Shape(), y.Shape()
-	bad := func(why string) {
-		fail(name, "%s: %s %v, %s %v (kernel %d,%d stride %d,%d pad %d,%d)", why, xn, xs, yn, ys,
-			p.KernelH, p.KernelW, p.StrideH, p.StrideW, p.PadH, p.PadW)
-	}
-	if len(xs) != 4 || len(ys) != 4 {
-		bad("want rank-4 tensors")
-	}
-	if p.KernelH <= 0 || p.KernelW <= 0 || p.StrideH <= 0 || p.StrideW <= 0 || p.PadH < 0 || p.PadW < 0 || 2*p.PadH > p.KernelH || 2*p.PadW > p.KernelW {
-		bad("invalid parameters")
-	}
-	g := poolGeom{p: p, planes: xs[0] * xs[1], h: xs[2], w: xs[3]}
-	g.ho = (g.h+2*p.PadH-p.KernelH)/p.StrideH + 1
-	g.wo = (g.w+2*p.PadW-p.KernelW)/p.StrideW + 1
-	if g.ho <= 0 || g.wo <= 0 || !tensor.SameShape(ys, []int{xs[0], xs[1], g.ho, g.wo}) {
-		bad("output shape mismatch")
-	}
-	return g
+// checkPool checks a pooling's input x (or dx) and output y (or dy)
+// against p (kernels.CheckPool2d) and returns the kernels' geometry.
+func checkPool(name string, x, y *T, p kernels.Pool2dParams) poolGeom {
+	k := must1(kernels.CheckPool2d(name, x.Shape(), y.Shape(), p))
+	return poolGeom{p: k.P, planes: k.Planes(), h: k.H, w: k.W, ho: k.Ho, wo: k.Wo}
 }
 
 // MaxPool2d implements kernels.Backend. argmax may be I32 (as documented)
@@ -43,10 +28,9 @@ func checkPool(name string, x, y *T, p kernels.Pool2dParams, xn, yn string) pool
 func (be *Backend) MaxPool2d(dst, argmax, x *T, p kernels.Pool2dParams) {
 	const name = "MaxPool2d"
 	needCPU(name, dst, argmax, x)
-	g := checkPool(name, x, dst, p, "x", "dst")
+	g := checkPool(name, x, dst, p)
 	if argmax != nil {
-		needShape(name, "argmax", argmax, dst.Shape())
-		needIndex(name, "argmax", argmax)
+		must(kernels.CheckPoolArgmax(name, argmax, dst.Shape()))
 		needContig(name, "argmax", argmax)
 	}
 	if wide(dst, x) {
@@ -180,8 +164,8 @@ func b2i(b bool) int {
 func (be *Backend) MaxPool2dBackward(dx, dy, argmax *T, p kernels.Pool2dParams) {
 	const name = "MaxPool2dBackward"
 	needCPU(name, dx, dy, argmax)
-	g := checkPool(name, dx, dy, p, "dx", "dy")
-	needShape(name, "argmax", argmax, dy.Shape())
+	g := checkPool(name, dx, dy, p)
+	must(kernels.CheckPoolArgmax(name, argmax, dy.Shape()))
 	if wide(dx, dy) {
 		be.launch(maxPoolBwdPrep[float64](&g, dx, dy, argmax))
 	} else {
@@ -269,7 +253,7 @@ func (g *poolGeom) avgWindow(oh, ow int) (h0, h1, w0, w1 int, div float64) {
 func (be *Backend) AvgPool2d(dst, x *T, p kernels.Pool2dParams) {
 	const name = "AvgPool2d"
 	needCPU(name, dst, x)
-	g := checkPool(name, x, dst, p, "x", "dst")
+	g := checkPool(name, x, dst, p)
 	if wide(dst, x) {
 		be.launch(avgPoolPrep[float64](&g, dst, x))
 	} else {
@@ -310,7 +294,7 @@ func avgPoolPrep[F tensor.Float](g *poolGeom, dst, x *T) func() {
 func (be *Backend) AvgPool2dBackward(dx, dy *T, p kernels.Pool2dParams) {
 	const name = "AvgPool2dBackward"
 	needCPU(name, dx, dy)
-	g := checkPool(name, dx, dy, p, "dx", "dy")
+	g := checkPool(name, dx, dy, p)
 	if wide(dx, dy) {
 		be.launch(avgPoolBwdPrep[float64](&g, dx, dy))
 	} else {

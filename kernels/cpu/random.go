@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/tensor"
 )
 
@@ -28,17 +29,8 @@ func dropUniform(key uint64, i int) float64 {
 func (be *Backend) Dropout(dst, mask, x, state *T, p float64) {
 	const name = "Dropout"
 	needCPU(name, dst, mask, x, state)
-	needShape(name, "dst", dst, x.Shape())
-	if mask != nil {
-		needShape(name, "mask", mask, x.Shape())
-	}
-	if state.DType() != tensor.I64 || state.Numel() != 2 {
-		fail(name, "state (shape %v, %v) must be an i64 [2] tensor {seed, counter} (x %v)", state.Shape(), state.DType(), x.Shape())
-	}
+	must(kernels.CheckDropout(name, dst, mask, x, state, p))
 	needContig(name, "state", state)
-	if p < 0 || p > 1 {
-		fail(name, "p = %v outside [0, 1] (x %v)", p, x.Shape())
-	}
 	if wide(dst, x) {
 		be.launch(dropoutPrep[float64](dst, mask, x, state, p))
 	} else {

@@ -5,9 +5,10 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/tensor"
-	"github.com/stretchr/testify/require"
 )
 
 // refReduce reduces x over axes with float64 loops over multi-indices.
@@ -147,7 +148,7 @@ func TestArgMax(t *testing.T) {
 			shape[axis] = 1
 			dst := tensor.Empty(tensor.I64, shape...)
 			be.ArgMax(dst, x, axis)
-			outer, A, inner := split3([]int{3, 8, 5}, axis)
+			outer, A, inner := kernels.Split3([]int{3, 8, 5}, axis)
 			xv := vals(x)
 			for o := 0; o < outer; o++ {
 				for i := 0; i < inner; i++ {

@@ -4,13 +4,14 @@ import (
 	"math"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/tensor"
-	"github.com/stretchr/testify/require"
 )
 
 func refSoftmax(x []float64, shape []int, axis int, log bool) []float64 {
-	outer, A, inner := split3(shape, axis)
+	outer, A, inner := kernels.Split3(shape, axis)
 	y := make([]float64, len(x))
 	for o := 0; o < outer; o++ {
 		for i := 0; i < inner; i++ {

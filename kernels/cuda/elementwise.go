@@ -206,14 +206,11 @@ var dtypeCode = map[tensor.DType]int32{tensor.F64: 0, tensor.F32: 1, tensor.BF16
 // Unary sets dst = op(x) elementwise (same shape and dtype, F32 or BF16;
 // bf16 values are computed in fp32).
 func (d *Device) Unary(op kernels.UnaryOp, dst, x *tensor.Tensor) error {
-	if op >= kernels.UnaryOp(len(kernels.UnaryOps())) {
-		return fmt.Errorf("cuda: Unary: unknown op %d", op)
+	if err := checked(kernels.CheckUnary("Unary", op, dst, x)); err != nil {
+		return err
 	}
 	name, err := floatKernel("Unary", "unary", x.DType())
 	if err != nil {
-		return err
-	}
-	if err := sameShape("Unary", dst, x); err != nil {
 		return err
 	}
 	pd, err := d.ptrOf("Unary", "dst", dst, x.DType())
@@ -237,27 +234,17 @@ func (d *Device) Unary(op kernels.UnaryOp, dst, x *tensor.Tensor) error {
 // shape and dtype (F32 or BF16, computed in fp32).
 func (d *Device) UnaryBackward(op kernels.UnaryOp, dx, x, y, dy *tensor.Tensor) error {
 	const name = "UnaryBackward"
-	if op >= kernels.UnaryOp(len(kernels.UnaryOps())) {
-		return fmt.Errorf("cuda: %s: unknown op %d", name, op)
+	useY, err := kernels.CheckUnaryBackward(name, op, dx, x, y, dy)
+	if err := checked(err); err != nil {
+		return err
+	}
+	if !useY {
+		y = nil
 	}
 	dt := dy.DType()
 	kernel, err := floatKernel(name, "unary_bwd", dt)
 	if err != nil {
 		return err
-	}
-	usesY := op == kernels.Exp || op == kernels.Sigmoid || op == kernels.Tanh || op == kernels.Sqrt || op == kernels.Rsqrt || op == kernels.Recip
-	if !usesY {
-		y = nil
-	}
-	if x == nil && y == nil {
-		return fmt.Errorf("cuda: %s %v: needs x (or y for the ops that reuse their output)", name, op)
-	}
-	for _, t := range []*tensor.Tensor{dx, x, y} {
-		if t != nil {
-			if err := sameShape(name, t, dy); err != nil {
-				return err
-			}
-		}
 	}
 	ptrs, err := d.ptrList(name, []string{"dx", "x", "y", "dy"}, []*tensor.Tensor{dx, x, y, dy},
 		[]tensor.DType{dt, dt, dt, dt}, []bool{false, true, true, false})
@@ -278,6 +265,9 @@ func (d *Device) UnaryBackward(op kernels.UnaryOp, dx, x, y, dy *tensor.Tensor) 
 // over the other, take the flat kernels; F32 full operands the 16-byte
 // vector kernel when aligned.
 func (d *Device) Binary(op kernels.BinaryOp, dst, x, y *tensor.Tensor) error {
+	if err := checked(kernels.CheckBinary("Binary", op, dst, x, y)); err != nil {
+		return err
+	}
 	if op.IsComparison() || !x.IsContiguous() || !y.IsContiguous() {
 		return d.binaryND("Binary", op, dst, x, y, 0, modeTensors)
 	}
@@ -332,12 +322,10 @@ const (
 	modeScalarLHS = 2 // s op a
 )
 
-// checkBinaryDst checks a binary op's dst: contiguous on d, Bool for the
-// comparisons and of the operands' dtype dt otherwise.
+// checkBinaryDst checks a binary op's dst (the op and the shapes checked
+// by kernels.CheckBinary): contiguous on d, Bool for the comparisons and
+// of the operands' dtype dt otherwise.
 func (d *Device) checkBinaryDst(name string, op kernels.BinaryOp, dst *tensor.Tensor, dt tensor.DType) error {
-	if op >= kernels.BinaryOp(len(kernels.BinaryOps())) {
-		return fmt.Errorf("cuda: %s: unknown op %d", name, op)
-	}
 	want := dt
 	if op.IsComparison() {
 		want = tensor.Bool
@@ -386,6 +374,9 @@ func (d *Device) binaryND(name string, op kernels.BinaryOp, dst, x, y *tensor.Te
 // BinaryOp (comparisons write a Bool dst); a is any view of F32 or BF16
 // broadcasting to dst's shape, and s is rounded to fp32 as on the CPU.
 func (d *Device) BinaryScalar(op kernels.BinaryOp, dst, x *tensor.Tensor, s float64, swap bool) error {
+	if err := checked(kernels.CheckBinary("BinaryScalar", op, dst, x, nil)); err != nil {
+		return err
+	}
 	mode := int32(modeScalar)
 	if swap {
 		mode = modeScalarLHS
@@ -398,6 +389,9 @@ func (d *Device) BinaryScalar(op kernels.BinaryOp, dst, x *tensor.Tensor, s floa
 // dtype (F32 or BF16).
 func (d *Device) Where(dst, cond, x, y *tensor.Tensor) error {
 	const op = "Where"
+	if err := checked(kernels.CheckWhere(op, dst, cond, x, y)); err != nil {
+		return err
+	}
 	dt := dst.DType()
 	kernel, err := floatKernel(op, "where_nd", dt)
 	if err != nil {
@@ -436,12 +430,12 @@ func (d *Device) Where(dst, cond, x, y *tensor.Tensor) error {
 // The bounds are rounded to fp32, as the CPU backend does for both.
 func (d *Device) Clamp(dst, x *tensor.Tensor, lo, hi float64) error {
 	const op = "Clamp"
+	if err := checked(kernels.CheckSameShape(op, "dst", dst, x.Shape())); err != nil {
+		return err
+	}
 	dt := x.DType()
 	name, err := floatKernel(op, "clamp", dt)
 	if err != nil {
-		return err
-	}
-	if err := sameShape(op, dst, x); err != nil {
 		return err
 	}
 	pd, err := d.ptrOf(op, "dst", dst, dt)

@@ -57,8 +57,8 @@ func (d *Device) MatMulBias(dst, a, b, bias *tensor.Tensor, transA, transB bool,
 
 // MatMulBiasAct is MatMulBias followed by dst = act(dst), any UnaryOp.
 func (d *Device) MatMulBiasAct(dst, a, b, bias *tensor.Tensor, act kernels.UnaryOp, transA, transB bool, prec Precision) error {
-	if act >= kernels.UnaryOp(len(kernels.UnaryOps())) {
-		return fmt.Errorf("cuda: MatMulBiasAct: unknown activation %d", act)
+	if err := checked(kernels.CheckActivation("MatMulBiasAct", act)); err != nil {
+		return err
 	}
 	return d.matmulEpilogue("MatMulBiasAct", dst, a, b, bias, int32(act), transA, transB, prec)
 }
@@ -66,16 +66,14 @@ func (d *Device) MatMulBiasAct(dst, a, b, bias *tensor.Tensor, act kernels.Unary
 // matmulEpilogue checks the bias, runs the product and the epilogue (act
 // < 0: none; nothing when there is neither bias nor act).
 func (d *Device) matmulEpilogue(op string, dst, a, b, bias *tensor.Tensor, act int32, transA, transB bool, prec Precision) error {
-	cols := 0
-	if dst.Rank() > 0 {
-		cols = dst.Dim(-1)
+	dims, err := kernels.CheckMatMul(op, dst, a, b, bias, transA, transB)
+	if err := checked(err); err != nil {
+		return err
 	}
+	cols := dims.N
 	var biasBF16 bool
 	var pbias cu.DevicePtr
 	if bias != nil {
-		if bias.Rank() != 1 || bias.Dim(0) != cols {
-			return fmt.Errorf("cuda: %s: bias %v for dst %v, want [%d]", op, bias.Shape(), dst.Shape(), cols)
-		}
 		switch bias.DType() {
 		case tensor.F32:
 		case tensor.BF16:
@@ -125,35 +123,18 @@ func (d *Device) MatMul(dst, a, b *tensor.Tensor, transA, transB bool, prec Prec
 	default:
 		return fmt.Errorf("cuda: %s: dtype %v (F32 and BF16 run here)", op, dt)
 	}
-	as, bs, ds := a.Shape(), b.Shape(), dst.Shape()
-	ra, rb := len(as), len(bs)
-	if ra < 2 || ra > 3 || rb < 2 || rb > 3 || len(ds) != max(ra, rb) {
-		return fmt.Errorf("cuda: %s: shapes %v, %v into %v (rank 2, or rank 3 with one batch)", op, as, bs, ds)
+	dims, err := kernels.CheckMatMul(op, dst, a, b, nil, transA, transB)
+	if err := checked(err); err != nil {
+		return err
 	}
-	m, k := as[ra-2], as[ra-1]
-	if transA {
-		m, k = k, m
-	}
-	k2, n := bs[rb-2], bs[rb-1]
-	if transB {
-		k2, n = n, k2
-	}
-	batch, r := 1, len(ds)
+	as, bs := a.Shape(), b.Shape()
+	m, n, k, batch := dims.M, dims.N, dims.K, dims.Batch
 	var sa, sb int64
-	if r == 3 {
-		batch = ds[0]
-		if ra == 3 {
-			sa = int64(m * k)
-		}
-		if rb == 3 {
-			sb = int64(k * n)
-		}
-		if (ra == 3 && as[0] != batch) || (rb == 3 && bs[0] != batch) {
-			return fmt.Errorf("cuda: %s: batches of %v and %v do not give %v", op, as, bs, ds)
-		}
+	if dims.BatchedA {
+		sa = int64(m * k)
 	}
-	if k != k2 || ds[r-2] != m || ds[r-1] != n {
-		return fmt.Errorf("cuda: %s: %v (transA %v) by %v (transB %v) does not give %v", op, as, transA, bs, transB, ds)
+	if dims.BatchedB {
+		sb = int64(k * n)
 	}
 	pd, err := d.ptrOf(op, "dst", dst, dt)
 	if err != nil {
@@ -176,7 +157,7 @@ func (d *Device) MatMul(dst, a, b *tensor.Tensor, transA, transB bool, prec Prec
 	}
 	release := d.enter()
 	defer release()
-	return h.gemmRowMajor(transA, transB, m, n, k, pa, as[ra-1], sa, pb, bs[rb-1], sb, pd, n, int64(m*n), batch, blasType, prec)
+	return h.gemmRowMajor(transA, transB, m, n, k, pa, as[len(as)-1], sa, pb, bs[len(bs)-1], sb, pd, n, int64(m*n), batch, blasType, prec)
 }
 
 // blasHandle returns the device's cuBLAS handle, creating it once.

@@ -3,10 +3,9 @@
 package cuda
 
 import (
-	"fmt"
-
 	"gorgonia.org/cu"
 
+	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/tensor"
 )
 
@@ -45,23 +44,6 @@ func (b *Backend) BatchNormBackward(dx, dw, db, dy, x, saveMean, saveRstd, w *T,
 	must(b.d.BatchNormBackward(dx, dw, db, dy, x, saveMean, saveRstd, w, training))
 }
 
-// planes views x [N, C, *] as N·C planes of hw elements.
-func planes(op string, x *tensor.Tensor) (n, c, hw int, err error) {
-	if x.Rank() < 2 {
-		return 0, 0, 0, fmt.Errorf("cuda: %s: x %v, want [N, C, ...]", op, x.Shape())
-	}
-	n, c = x.Dim(0), x.Dim(1)
-	return n, c, tensor.Numel(x.Shape()[2:]), nil
-}
-
-// checkLen reports an error unless t is nil or holds want elements.
-func checkLen(op, what string, t *tensor.Tensor, want int) error {
-	if t != nil && t.Numel() != want {
-		return fmt.Errorf("cuda: %s: %s %v, want %d elements", op, what, t.Shape(), want)
-	}
-	return nil
-}
-
 // scratchF32 allocates an F32 device tensor of n elements; free it with
 // its Storage().Free once the launches reading it are enqueued.
 func (d *Device) scratchF32(n int) (*tensor.Tensor, error) {
@@ -77,25 +59,12 @@ func (d *Device) scratchF32(n int) (*tensor.Tensor, error) {
 func (d *Device) BatchNorm(y, saveMean, saveRstd, x, w, b, runMean, runVar *tensor.Tensor, training bool, momentum, eps float64) error {
 	const op = "BatchNorm"
 	dt := x.DType()
-	n, c, hw, err := planes(op, x)
-	if err != nil {
+	n, c, hw, err := kernels.CheckBatchNorm(op, y, saveMean, saveRstd, x, w, b, runMean, runVar, training)
+	if err := checked(err); err != nil {
 		return err
-	}
-	if err := sameShape(op, y, x); err != nil {
-		return err
-	}
-	if !training && (runMean == nil || runVar == nil) {
-		return fmt.Errorf("cuda: %s: evaluation needs runMean and runVar (x %v)", op, x.Shape())
 	}
 	ts := []*tensor.Tensor{y, saveMean, saveRstd, x, w, b, runMean, runVar}
 	names := []string{"y", "saveMean", "saveRstd", "x", "w", "b", "runMean", "runVar"}
-	for i := 1; i < len(ts); i++ {
-		if i != 3 {
-			if err := checkLen(op, names[i], ts[i], c); err != nil {
-				return err
-			}
-		}
-	}
 	ptrs, err := d.ptrList(op, names, ts, []tensor.DType{dt, tensor.F32, tensor.F32, dt, dt, dt, tensor.F32, tensor.F32},
 		[]bool{false, true, true, false, true, true, true, true})
 	if err != nil {
@@ -140,28 +109,12 @@ func (d *Device) BatchNorm(y, saveMean, saveRstd, x, w, b, runMean, runVar *tens
 func (d *Device) BatchNormBackward(dx, dw, db, dy, x, saveMean, saveRstd, w *tensor.Tensor, training bool) error {
 	const op = "BatchNormBackward"
 	dt := x.DType()
-	n, c, hw, err := planes(op, x)
-	if err != nil {
+	n, c, hw, err := kernels.CheckBatchNormBackward(op, dx, dw, db, dy, x, nil, saveMean, saveRstd, w)
+	if err := checked(err); err != nil {
 		return err
-	}
-	if err := sameShape(op, dy, x); err != nil {
-		return err
-	}
-	if dx != nil {
-		if err := sameShape(op, dx, x); err != nil {
-			return err
-		}
-	}
-	if saveMean == nil || saveRstd == nil {
-		return fmt.Errorf("cuda: %s: saveMean and saveRstd are required (x %v)", op, x.Shape())
 	}
 	names := []string{"dx", "dw", "db", "dy", "x", "saveMean", "saveRstd", "w"}
 	ts := []*tensor.Tensor{dx, dw, db, dy, x, saveMean, saveRstd, w}
-	for _, i := range []int{1, 2, 5, 6, 7} {
-		if err := checkLen(op, names[i], ts[i], c); err != nil {
-			return err
-		}
-	}
 	ptrs, err := d.ptrList(op, names, ts, []tensor.DType{dt, dt, dt, dt, dt, tensor.F32, tensor.F32, dt},
 		[]bool{true, true, true, false, false, false, false, true})
 	if err != nil {
@@ -203,21 +156,9 @@ func (d *Device) BatchNormBackward(dx, dw, db, dy, x, saveMean, saveRstd, w *ten
 func (d *Device) GroupNorm(y, mean, rstd, x, w, b *tensor.Tensor, groups int, eps float64) error {
 	const op = "GroupNorm"
 	dt := x.DType()
-	n, c, hw, err := groupPlanes(op, x, groups)
-	if err != nil {
+	n, c, hw, err := kernels.CheckGroupNorm(op, y, mean, rstd, x, w, b, groups)
+	if err := checked(err); err != nil {
 		return err
-	}
-	if err := sameShape(op, y, x); err != nil {
-		return err
-	}
-	for _, p := range []struct {
-		what string
-		t    *tensor.Tensor
-		n    int
-	}{{"mean", mean, n * groups}, {"rstd", rstd, n * groups}, {"w", w, c}, {"b", b, c}} {
-		if err := checkLen(op, p.what, p.t, p.n); err != nil {
-			return err
-		}
 	}
 	ptrs, err := d.ptrList(op, []string{"y", "mean", "rstd", "x", "w", "b"}, []*tensor.Tensor{y, mean, rstd, x, w, b},
 		[]tensor.DType{dt, tensor.F32, tensor.F32, dt, dt, dt}, []bool{false, true, true, false, true, true})
@@ -243,29 +184,9 @@ func (d *Device) GroupNorm(y, mean, rstd, x, w, b *tensor.Tensor, groups int, ep
 func (d *Device) GroupNormBackward(dx, dw, db, dy, x, mean, rstd, w *tensor.Tensor, groups int) error {
 	const op = "GroupNormBackward"
 	dt := x.DType()
-	n, c, hw, err := groupPlanes(op, x, groups)
-	if err != nil {
+	n, c, hw, err := kernels.CheckGroupNormBackward(op, dx, dw, db, dy, x, nil, mean, rstd, w, groups)
+	if err := checked(err); err != nil {
 		return err
-	}
-	if err := sameShape(op, dy, x); err != nil {
-		return err
-	}
-	if dx != nil {
-		if err := sameShape(op, dx, x); err != nil {
-			return err
-		}
-	}
-	if mean == nil || rstd == nil {
-		return fmt.Errorf("cuda: %s: mean and rstd are required (x %v)", op, x.Shape())
-	}
-	for _, p := range []struct {
-		what string
-		t    *tensor.Tensor
-		n    int
-	}{{"mean", mean, n * groups}, {"rstd", rstd, n * groups}, {"w", w, c}, {"dw", dw, c}, {"db", db, c}} {
-		if err := checkLen(op, p.what, p.t, p.n); err != nil {
-			return err
-		}
 	}
 	ptrs, err := d.ptrList(op, []string{"dx", "dw", "db", "dy", "x", "mean", "rstd", "w"},
 		[]*tensor.Tensor{dx, dw, db, dy, x, mean, rstd, w},
@@ -300,41 +221,24 @@ func (d *Device) GroupNormBackward(dx, dw, db, dy, x, mean, rstd, w *tensor.Tens
 	return d.launch1D(dwdb, int64(c), e.ptr(pdw).ptr(pdb).ptr(pp).i64(int64(n)).i64(int64(c)))
 }
 
-// groupPlanes is planes for a group norm: C must split into groups.
-func groupPlanes(op string, x *tensor.Tensor, groups int) (n, c, hw int, err error) {
-	if n, c, hw, err = planes(op, x); err != nil {
-		return
-	}
-	if groups <= 0 || c%groups != 0 {
-		err = fmt.Errorf("cuda: %s: x %v: %d channels do not split into %d groups", op, x.Shape(), c, groups)
-	}
-	return
-}
-
 // LayerNorm normalises x viewed as [M, n] over its last n elements,
 // then applies w and b ([n], optional); mean and rstd (F32 [M]) are
 // saved for the backward pass.
 func (d *Device) LayerNorm(y, mean, rstd, x, w, b *tensor.Tensor, n int, eps float64) error {
 	const op = "LayerNorm"
 	dt := x.DType()
+	rows, err := kernels.CheckLayerNorm(op, y, mean, rstd, x, w, b, n)
+	if err := checked(err); err != nil {
+		return err
+	}
 	name, err := floatKernel(op, "layernorm_fwd", dt)
 	if err != nil {
-		return err
-	}
-	rows, err := lnRows(op, x, n)
-	if err != nil {
-		return err
-	}
-	if err := sameShape(op, y, x); err != nil {
 		return err
 	}
 	ptrs, err := d.ptrList(op, []string{"y", "mean", "rstd", "x", "w", "b"}, []*tensor.Tensor{y, mean, rstd, x, w, b},
 		[]tensor.DType{dt, tensor.F32, tensor.F32, dt, dt, dt}, []bool{false, false, false, false, true, true})
 	if err != nil {
 		return err
-	}
-	if mean.Numel() != rows || rstd.Numel() != rows || (w != nil && w.Numel() != n) || (b != nil && b.Numel() != n) {
-		return fmt.Errorf("cuda: %s: x %v over %d: mean %v, rstd %v, w and b of %d", op, x.Shape(), n, mean.Shape(), rstd.Shape(), n)
 	}
 	release := d.enter()
 	defer release()
@@ -350,8 +254,8 @@ func (d *Device) LayerNorm(y, mean, rstd, x, w, b *tensor.Tensor, n int, eps flo
 func (d *Device) LayerNormBackward(dx, dw, db, dy, x, mean, rstd, w *tensor.Tensor, n int) error {
 	const op = "LayerNormBackward"
 	dt := x.DType()
-	rows, err := lnRows(op, x, n)
-	if err != nil {
+	rows, err := kernels.CheckLayerNormBackward(op, dx, dw, db, dy, x, mean, rstd, w, n)
+	if err := checked(err); err != nil {
 		return err
 	}
 	ptrs, err := d.ptrList(op, []string{"dx", "dw", "db", "dy", "x", "mean", "rstd", "w"},
@@ -382,12 +286,4 @@ func (d *Device) LayerNormBackward(dx, dw, db, dy, x, mean, rstd, w *tensor.Tens
 		return d.launch1D(name, int64(n), a.ptr(pdw).ptr(pdb).ptr(pdy).ptr(px).ptr(pmean).ptr(prstd).i64(int64(rows)).i64(int64(n)))
 	}
 	return nil
-}
-
-// lnRows checks that x's trailing elements divide into rows of n.
-func lnRows(op string, x *tensor.Tensor, n int) (int, error) {
-	if n <= 0 || x.Numel()%n != 0 {
-		return 0, fmt.Errorf("cuda: %s: x %v does not split into rows of %d", op, x.Shape(), n)
-	}
-	return x.Numel() / n, nil
 }

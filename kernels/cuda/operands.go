@@ -53,21 +53,13 @@ func sameShape(op string, a, b *tensor.Tensor) error {
 	return nil
 }
 
-// split3 views shape as [outer, shape[axis], inner].
-func split3(shape []int, axis int) (outer, n, inner int) {
-	return tensor.Numel(shape[:axis]), shape[axis], tensor.Numel(shape[axis+1:])
-}
-
-// normAxis resolves a possibly negative axis of shape.
-func normAxis(op string, axis int, shape []int) (int, error) {
-	a := axis
-	if a < 0 {
-		a += len(shape)
+// checked names this backend in the error of a check of package kernels
+// (the rules every backend shares).
+func checked(err error) error {
+	if err != nil {
+		return fmt.Errorf("cuda: %w", err)
 	}
-	if a < 0 || a >= len(shape) {
-		return 0, fmt.Errorf("cuda: %s: axis %d out of range for shape %v", op, axis, shape)
-	}
-	return a, nil
+	return nil
 }
 
 // optPtr is ptrOf for an optional operand (0 when t is nil).

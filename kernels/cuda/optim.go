@@ -71,8 +71,8 @@ func (b *Backend) ScalerUpdate(scale, tracker, foundInf *T, growth, backoff floa
 // atomics, so the last bits may differ between runs.
 func (d *Device) ForeachNorm(dst *tensor.Tensor, xs []*tensor.Tensor) error {
 	const op = "ForeachNorm"
-	if dst.Numel() != len(xs) {
-		return fmt.Errorf("cuda: %s: dst %v for %d tensors", op, dst.Shape(), len(xs))
+	if err := checked(kernels.CheckForeachNorm(op, dst, xs)); err != nil {
+		return err
 	}
 	wide := dst.DType() == tensor.F64
 	if !wide && dst.DType() != tensor.F32 {
@@ -151,6 +151,9 @@ func (d *Device) ForeachScale(xs []*tensor.Tensor, s *tensor.Tensor) error {
 // ForeachAxpy computes ys[i] += alpha·xs[i] (F32, pairwise same shapes).
 func (d *Device) ForeachAxpy(ys, xs []*tensor.Tensor, alpha float64) error {
 	const op = "ForeachAxpy"
+	if err := checked(kernels.CheckForeachAxpy(op, ys, xs)); err != nil {
+		return err
+	}
 	ptrs, sizes, err := d.mtOperands(op, []string{"ys", "xs"}, ys, xs)
 	if err != nil {
 		return err
@@ -288,16 +291,20 @@ func (d *Device) foreachPtrs(op, what string, ts []*tensor.Tensor) ([]cu.DeviceP
 }
 
 // SGDStep is kernels.Backend's SGDStep on F32 arenas: hyper is an F64
-// [2] tensor {lr, step} on the device, mom nil without momentum,
-// foundInf (F32, one element) optional.
+// [2] tensor {lr, step} on the device, mom required with momentum (and
+// not used without, as on the CPU), foundInf (F32, one element)
+// optional.
 func (d *Device) SGDStep(param, grad, mom, hyper, foundInf *tensor.Tensor, o kernels.SGDOptions) error {
 	const op = "SGDStep"
+	if err := checked(kernels.CheckSGDStep(op, param, grad, mom, hyper, o)); err != nil {
+		return err
+	}
+	if o.Momentum == 0 {
+		mom = nil // sgd_f32 takes the momentum path for a non-null buffer
+	}
 	pp, pg, pm, ph, pf, err := d.optimPtrs(op, param, grad, mom, hyper, foundInf)
 	if err != nil {
 		return err
-	}
-	if (mom == nil) != (o.Momentum == 0) {
-		return fmt.Errorf("cuda: %s: momentum %v with momentum buffer %v", op, o.Momentum, mom != nil)
 	}
 	release := d.enter()
 	defer release()
@@ -311,8 +318,8 @@ func (d *Device) SGDStep(param, grad, mom, hyper, foundInf *tensor.Tensor, o ker
 // AdamWStep is kernels.Backend's AdamWStep on F32 arenas.
 func (d *Device) AdamWStep(param, grad, m, v, hyper, foundInf *tensor.Tensor, o kernels.AdamWOptions) error {
 	const op = "AdamWStep"
-	if m == nil || v == nil {
-		return fmt.Errorf("cuda: %s: m and v are required", op)
+	if err := checked(kernels.CheckAdamWStep(op, param, grad, m, v, hyper)); err != nil {
+		return err
 	}
 	pp, pg, pm, ph, pf, err := d.optimPtrs(op, param, grad, m, hyper, foundInf)
 	if err != nil {
@@ -320,9 +327,6 @@ func (d *Device) AdamWStep(param, grad, m, v, hyper, foundInf *tensor.Tensor, o 
 	}
 	pv, err := d.ptrOf(op, "v", v, tensor.F32)
 	if err != nil {
-		return err
-	}
-	if err := sameShape(op, param, v); err != nil {
 		return err
 	}
 	release := d.enter()
@@ -334,9 +338,10 @@ func (d *Device) AdamWStep(param, grad, m, v, hyper, foundInf *tensor.Tensor, o 
 	return d.launch1D("adamw_f32", int64(param.Numel()), &a)
 }
 
-// optimPtrs checks an optimizer step's operands (F32 param, grad and
-// state of one shape; F64 [2] hyper; optional F32 foundInf) and returns
-// their addresses (0 for an absent state or foundInf).
+// optimPtrs returns the addresses of an optimizer step's operands (their
+// shapes checked by kernels.CheckSGDStep or CheckAdamWStep) after checking
+// what is the device's own: F32 param, grad and state, F64 hyper,
+// optional F32 foundInf (0 for an absent state or foundInf).
 func (d *Device) optimPtrs(op string, param, grad, state, hyper, foundInf *tensor.Tensor) (pp, pg, ps, ph, pf cu.DevicePtr, err error) {
 	if pp, err = d.ptrOf(op, "param", param, tensor.F32); err != nil {
 		return
@@ -344,22 +349,10 @@ func (d *Device) optimPtrs(op string, param, grad, state, hyper, foundInf *tenso
 	if pg, err = d.ptrOf(op, "grad", grad, tensor.F32); err != nil {
 		return
 	}
-	if err = sameShape(op, param, grad); err != nil {
+	if ps, err = d.optPtr(op, "state", state, tensor.F32); err != nil {
 		return
-	}
-	if state != nil {
-		if ps, err = d.ptrOf(op, "state", state, tensor.F32); err != nil {
-			return
-		}
-		if err = sameShape(op, param, state); err != nil {
-			return
-		}
 	}
 	if ph, err = d.ptrOf(op, "hyper", hyper, tensor.F64); err != nil {
-		return
-	}
-	if hyper.Numel() != 2 {
-		err = fmt.Errorf("cuda: %s: hyper has %d elements, want 2 {lr, step}", op, hyper.Numel())
 		return
 	}
 	if foundInf != nil {

@@ -3,8 +3,7 @@
 package cuda
 
 import (
-	"fmt"
-
+	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/tensor"
 )
 
@@ -24,21 +23,13 @@ func (b *Backend) Dropout(dst, mask, x, state *T, p float64) {
 // captured step draws a fresh mask on every replay).
 func (d *Device) Dropout(dst, mask, x, state *tensor.Tensor, p float64) error {
 	const op = "Dropout"
-	if !(p >= 0 && p <= 1) {
-		return fmt.Errorf("cuda: %s: p = %v outside [0, 1]", op, p)
+	if err := checked(kernels.CheckDropout(op, dst, mask, x, state, p)); err != nil {
+		return err
 	}
 	dt := x.DType()
 	name, err := floatKernel(op, "dropout", dt)
 	if err != nil {
 		return err
-	}
-	if err := sameShape(op, dst, x); err != nil {
-		return err
-	}
-	if mask != nil {
-		if err := sameShape(op, mask, x); err != nil {
-			return err
-		}
 	}
 	pd, err := d.ptrOf(op, "dst", dst, dt)
 	if err != nil {
@@ -55,9 +46,6 @@ func (d *Device) Dropout(dst, mask, x, state *tensor.Tensor, p float64) error {
 	ps, err := d.ptrOf(op, "state", state, tensor.I64)
 	if err != nil {
 		return err
-	}
-	if state.Numel() != 2 {
-		return fmt.Errorf("cuda: %s: state has %d elements, want 2 {seed, counter}", op, state.Numel())
 	}
 	release := d.enter()
 	defer release()

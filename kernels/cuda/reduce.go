@@ -3,8 +3,6 @@
 package cuda
 
 import (
-	"fmt"
-
 	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/tensor"
 )
@@ -34,30 +32,14 @@ func (b *Backend) CountCorrect(acc, logits, target *T) { must(b.d.CountCorrect(a
 // dropping axes of size 1) x is first copied with them moved last.
 func (d *Device) Reduce(op kernels.ReduceOp, dst, x *tensor.Tensor, axes []int) error {
 	const name = "Reduce"
-	if op > kernels.LogSumExp {
-		return fmt.Errorf("cuda: %s: unknown op %d", name, op)
+	xs := x.Shape()
+	red := make([]bool, len(xs))
+	if err := checked(kernels.CheckReduce(name, op, dst, x, axes, red)); err != nil {
+		return err
 	}
 	dt := x.DType()
 	if _, err := floatKernel(name, "reduce", dt); err != nil {
 		return err
-	}
-	xs := x.Shape()
-	red := make([]bool, len(xs))
-	for _, ax := range axes {
-		a, err := normAxis(name, ax, xs)
-		if err != nil {
-			return err
-		}
-		red[a] = true
-	}
-	want := append([]int(nil), xs...)
-	for i := range want {
-		if red[i] {
-			want[i] = 1
-		}
-	}
-	if !tensor.SameShape(dst.Shape(), want) {
-		return fmt.Errorf("cuda: %s %v: x %v over axes %v gives %v, dst is %v", name, op, xs, axes, want, dst.Shape())
 	}
 	pd, err := d.ptrOf(name, "dst", dst, dt)
 	if err != nil {
@@ -136,19 +118,11 @@ func (d *Device) Reduce(op kernels.ReduceOp, dst, x *tensor.Tensor, axes []int) 
 // maximum as in PyTorch and the CPU backend.
 func (d *Device) ArgMax(dst, x *tensor.Tensor, axis int) error {
 	const op = "ArgMax"
-	if axis < -x.Rank() || axis >= x.Rank() {
-		return fmt.Errorf("cuda: %s: axis %d of x %v", op, axis, x.Shape())
-	}
-	a := x.Axis(axis)
-	want := append([]int(nil), x.Shape()...)
-	want[a] = 1
-	if !tensor.SameShape(dst.Shape(), want) {
-		return fmt.Errorf("cuda: %s: x %v along axis %d gives %v, dst is %v", op, x.Shape(), axis, want, dst.Shape())
+	a, err := kernels.CheckArgMax(op, dst, x, axis)
+	if err := checked(err); err != nil {
+		return err
 	}
 	n := x.Dim(a)
-	if n == 0 {
-		return fmt.Errorf("cuda: %s: axis %d of x %v is empty", op, axis, x.Shape())
-	}
 	name, err := floatKernel(op, "argmax_rows", x.DType())
 	if err != nil {
 		return err
@@ -173,15 +147,13 @@ func (d *Device) ArgMax(dst, x *tensor.Tensor, axis int) error {
 // in one launch. A target outside [0, C) never matches.
 func (d *Device) CountCorrect(acc, logits, target *tensor.Tensor) error {
 	const op = "CountCorrect"
-	pt, t64, n, c, err := d.ceTargets(op, logits, target)
-	if err != nil {
+	n, c, err := kernels.CheckCountCorrect(op, acc, logits, target)
+	if err := checked(err); err != nil {
 		return err
 	}
-	if c == 0 {
-		return fmt.Errorf("cuda: %s: logits %v has no classes", op, logits.Shape())
-	}
-	if acc.Rank() != 1 || acc.Dim(0) != n {
-		return fmt.Errorf("cuda: %s: acc %v for logits %v, want [%d]", op, acc.Shape(), logits.Shape(), n)
+	pt, t64, err := d.indexPtr(op, "target", target)
+	if err != nil {
+		return err
 	}
 	name, err := floatKernel(op, "count_correct_rows", logits.DType())
 	if err != nil {

@@ -3,8 +3,6 @@
 package cuda
 
 import (
-	"fmt"
-
 	"gorgonia.org/cu"
 
 	"github.com/esper-go/esper/kernels"
@@ -112,25 +110,15 @@ func (d *Device) SoftmaxBackward(dx, y, dy *tensor.Tensor, log bool) error {
 	return d.launchRows(name, rows, a.i32(b2i(log)).ptr(pdx).ptr(py).ptr(pdy).i64(int64(n)))
 }
 
-// ceTargets checks the target of a cross-entropy over logits [N, C] and
-// returns its address and whether it is int64.
-func (d *Device) ceTargets(op string, logits, target *tensor.Tensor) (p cu.DevicePtr, t64 bool, n, c int, err error) {
-	if logits.Rank() != 2 {
-		return 0, false, 0, 0, fmt.Errorf("cuda: %s: logits %v, want [N, C]", op, logits.Shape())
+// ceTargets checks a cross-entropy's loss (or dloss), logits [N, C] and
+// target (kernels.CheckCrossEntropy) and returns the target's address,
+// whether it is int64, N and C.
+func (d *Device) ceTargets(op string, loss, logits, target *tensor.Tensor, p kernels.CrossEntropyParams) (pt cu.DevicePtr, t64 bool, n, c int, err error) {
+	if n, c, err = kernels.CheckCrossEntropy(op, loss, logits, target, p); err != nil {
+		return 0, false, 0, 0, checked(err)
 	}
-	n, c = logits.Dim(0), logits.Dim(1)
-	if target.Rank() != 1 || target.Dim(0) != n {
-		return 0, false, 0, 0, fmt.Errorf("cuda: %s: target %v for logits %v, want [%d]", op, target.Shape(), logits.Shape(), n)
-	}
-	switch target.DType() {
-	case tensor.I64:
-		t64 = true
-	case tensor.I32:
-	default:
-		return 0, false, 0, 0, fmt.Errorf("cuda: %s: target dtype %v (I64 or I32)", op, target.DType())
-	}
-	p, err = d.ptrOf(op, "target", target, target.DType())
-	return p, t64, n, c, err
+	pt, t64, err = d.indexPtr(op, "target", target)
+	return pt, t64, n, c, err
 }
 
 // ceScratch holds a cross-entropy's per-row losses, kept flags and
@@ -187,16 +175,9 @@ func (d *Device) ceRows(s ceScratch, logits *tensor.Tensor, pt cu.DevicePtr, t64
 // [0, C) gives a NaN loss (a kernel cannot panic).
 func (d *Device) CrossEntropy(loss, logits, target *tensor.Tensor, p kernels.CrossEntropyParams) error {
 	const op = "CrossEntropy"
-	pt, t64, n, c, err := d.ceTargets(op, logits, target)
+	pt, t64, n, c, err := d.ceTargets(op, loss, logits, target, p)
 	if err != nil {
 		return err
-	}
-	want := 1
-	if p.Reduction == kernels.ReduceNone {
-		want = n
-	}
-	if loss.Numel() != want {
-		return fmt.Errorf("cuda: %s: loss %v, want %d values", op, loss.Shape(), want)
 	}
 	if _, err := d.ptrOf(op, "loss", loss, tensor.F32); err != nil {
 		return err
@@ -220,11 +201,11 @@ func (d *Device) CrossEntropy(loss, logits, target *tensor.Tensor, p kernels.Cro
 // shaped like loss).
 func (d *Device) CrossEntropyBackward(dlogits, logits, target, dloss *tensor.Tensor, p kernels.CrossEntropyParams) error {
 	const op = "CrossEntropyBackward"
-	pt, t64, n, c, err := d.ceTargets(op, logits, target)
+	pt, t64, n, c, err := d.ceTargets(op, dloss, logits, target, p)
 	if err != nil {
 		return err
 	}
-	if err := sameShape(op, dlogits, logits); err != nil {
+	if err := checked(kernels.CheckSameShape(op, "dlogits", dlogits, logits.Shape())); err != nil {
 		return err
 	}
 	name, err := floatKernel(op, "ce_bwd_rows", logits.DType())
@@ -232,9 +213,6 @@ func (d *Device) CrossEntropyBackward(dlogits, logits, target, dloss *tensor.Ten
 		return err
 	}
 	perRow := p.Reduction == kernels.ReduceNone
-	if want := map[bool]int{true: n, false: 1}[perRow]; dloss.Numel() != want {
-		return fmt.Errorf("cuda: %s: dloss %v, want %d values", op, dloss.Shape(), want)
-	}
 	pdl, err := d.ptrOf(op, "dloss", dloss, tensor.F32)
 	if err != nil {
 		return err
@@ -290,20 +268,17 @@ func (s ceScratch) free() {
 // along axis into dst (same shape and dtype, F32 or BF16, contiguous).
 func (d *Device) SoftmaxAxis(dst, x *tensor.Tensor, axis int, log bool) error {
 	op := map[bool]string{false: "Softmax", true: "LogSoftmax"}[log]
-	a, err := normAxis(op, axis, x.Shape())
-	if err != nil {
+	a, err := kernels.CheckSoftmax(op, dst, x, axis)
+	if err := checked(err); err != nil {
 		return err
 	}
-	outer, n, inner := split3(x.Shape(), a)
+	outer, n, inner := kernels.Split3(x.Shape(), a)
 	if inner == 1 {
 		return d.Softmax(dst, x, log)
 	}
 	dt := x.DType()
 	name, err := floatKernel(op, "softmax_axis", dt)
 	if err != nil {
-		return err
-	}
-	if err := sameShape(op, dst, x); err != nil {
 		return err
 	}
 	pd, err := d.ptrOf(op, "dst", dst, dt)
@@ -323,11 +298,11 @@ func (d *Device) SoftmaxAxis(dst, x *tensor.Tensor, axis int, log bool) error {
 // SoftmaxBackwardAxis is SoftmaxBackward along any axis.
 func (d *Device) SoftmaxBackwardAxis(dx, y, dy *tensor.Tensor, axis int, log bool) error {
 	op := map[bool]string{false: "SoftmaxBackward", true: "LogSoftmaxBackward"}[log]
-	a, err := normAxis(op, axis, y.Shape())
-	if err != nil {
+	a, err := kernels.CheckSoftmaxBackward(op, dx, y, dy, axis)
+	if err := checked(err); err != nil {
 		return err
 	}
-	outer, n, inner := split3(y.Shape(), a)
+	outer, n, inner := kernels.Split3(y.Shape(), a)
 	if inner == 1 {
 		return d.SoftmaxBackward(dx, y, dy, log)
 	}
@@ -335,11 +310,6 @@ func (d *Device) SoftmaxBackwardAxis(dx, y, dy *tensor.Tensor, axis int, log boo
 	name, err := floatKernel(op, "softmax_bwd_axis", dt)
 	if err != nil {
 		return err
-	}
-	for _, t := range []*tensor.Tensor{dx, dy} {
-		if err := sameShape(op, t, y); err != nil {
-			return err
-		}
 	}
 	ptrs, err := d.ptrList(op, []string{"dx", "y", "dy"}, []*tensor.Tensor{dx, y, dy}, []tensor.DType{dt, dt, dt}, []bool{false, false, false})
 	if err != nil {
