@@ -10,7 +10,8 @@
 // (Conv2dParams), its optional fused interfaces (ConvAffineActer) and its
 // checks (CheckConv2d); geometry.go holds the axis and broadcast rules
 // the checks share. kernels/backendtest is the conformance suite every
-// backend runs.
+// backend runs; kernels/device opens a device by name ("cpu", "cuda:1")
+// and registers its backend here (registry.go).
 //
 // Backends follow one convention: the caller allocates every output
 // (dst, and any saved statistics) with the right shape, dtype and device,

@@ -78,6 +78,15 @@ func Open(ordinal int) (*Device, error) {
 	return d, nil
 }
 
+// DeviceCount is the number of CUDA devices the driver sees.
+func DeviceCount() (int, error) {
+	n, err := cu.NumDevices()
+	if err != nil {
+		return 0, fmt.Errorf("cuda: counting devices: %w", err)
+	}
+	return n, nil
+}
+
 // Allocator returns the device's caching allocator.
 func (d *Device) Allocator() *Allocator { return d.alloc }
 
