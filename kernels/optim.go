@@ -82,11 +82,16 @@ func CheckSGDStep(name string, param, grad, mom, hyper *T, o SGDOptions) error {
 		(mom != nil || o.Momentum == 0) && hyper != nil && hyper.Numel() == 2 {
 		return nil
 	}
+	return sgdError(name, param, grad, mom, hyper, o.Momentum)
+}
+
+// sgdError is the error of a CheckSGDStep that failed.
+func sgdError(name string, param, grad, mom, hyper *T, momentum float64) error {
 	if err := checkOptimState(name, param, "grad", grad); err != nil {
 		return err
 	}
-	if o.Momentum != 0 && mom == nil {
-		return fmt.Errorf("%s: momentum %v needs a momentum buffer (param %v)", name, o.Momentum, param.Shape())
+	if momentum != 0 && mom == nil {
+		return fmt.Errorf("%s: momentum %v needs a momentum buffer (param %v)", name, momentum, param.Shape())
 	}
 	if mom != nil {
 		if err := checkOptimState(name, param, "mom", mom); err != nil {
@@ -108,6 +113,11 @@ func CheckAdamWStep(name string, param, grad, m, v, hyper *T) error {
 		hyper != nil && hyper.Numel() == 2 {
 		return nil
 	}
+	return adamwError(name, param, grad, m, v, hyper)
+}
+
+// adamwError is the error of a CheckAdamWStep that failed.
+func adamwError(name string, param, grad, m, v, hyper *T) error {
 	if m == nil || v == nil {
 		return fmt.Errorf("%s: m and v are required (param %v)", name, param.Shape())
 	}
