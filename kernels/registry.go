@@ -16,9 +16,11 @@ var (
 	registry atomic.Pointer[[256]Backend]
 )
 
-// Register makes b the backend for its device kind. Backends register
-// themselves when their package is imported (kernels/cpu always is, by
-// autograd), the way image decoders and database drivers do.
+// Register makes b the backend for its device kind (one per kind). The
+// CPU backend registers itself when kernels/cpu is imported (it always
+// is, by autograd), the way image decoders and database drivers do;
+// other devices are opened by name with kernels/device.Open ("cuda",
+// "cuda:1"), which registers the backend it opens.
 func Register(b Backend) {
 	regMu.Lock()
 	defer regMu.Unlock()

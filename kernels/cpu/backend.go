@@ -1,7 +1,6 @@
 package cpu
 
 import (
-	"errors"
 	"sync"
 
 	"github.com/esper-go/esper/kernels"
@@ -64,56 +63,3 @@ func (b *Backend) launchScratch(run, release func()) {
 	run()
 	release()
 }
-
-// graph is the CPU capture: the launches in order, each a closure over
-// static buffers.
-type graph struct{ launches []func() }
-
-func (g *graph) Replay() {
-	for _, f := range g.launches {
-		f()
-	}
-}
-
-func (g *graph) Len() int { return len(g.launches) }
-
-// ErrCaptureActive is returned by BeginCapture when a capture is running.
-var ErrCaptureActive = errors.New("cpu: a capture is already in progress")
-
-// ErrNoCapture is returned by EndCapture without a BeginCapture.
-var ErrNoCapture = errors.New("cpu: no capture in progress")
-
-// BeginCapture implements kernels.Backend. Capture is process-wide on the
-// CPU backend: eager work issued from other goroutines during a capture
-// would be recorded too, so capture from one goroutine at a time.
-func (b *Backend) BeginCapture() error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.rec != nil {
-		return ErrCaptureActive
-	}
-	b.rec = &graph{}
-	return nil
-}
-
-// EndCapture implements kernels.Backend.
-func (b *Backend) EndCapture() (kernels.Graph, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.rec == nil {
-		return nil, ErrNoCapture
-	}
-	g := b.rec
-	b.rec = nil
-	return g, nil
-}
-
-// Capturing implements kernels.Backend.
-func (b *Backend) Capturing() bool { return b.rec != nil }
-
-// Synchronize implements kernels.Backend; CPU launches are synchronous.
-func (b *Backend) Synchronize() error { return nil }
-
-// SetMatmulPrecision implements kernels.Backend; the CPU always computes
-// F32 matmuls in fp32.
-func (b *Backend) SetMatmulPrecision(kernels.Precision) {}

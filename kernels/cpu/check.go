@@ -9,7 +9,10 @@ import (
 
 // Validation helpers. Every method checks its arguments before it prepares
 // a launch; a mismatch is a programming error and panics with a message
-// naming the op and every shape involved.
+// naming the op and every shape involved. The shape and dtype rules every
+// backend shares are package kernels' checks (geometry.go and the family
+// files), which the methods call through must; the helpers here check
+// what is the CPU backend's own (host tensors, contiguity, its dtypes).
 
 func fail(op string, format string, args ...any) {
 	panic("cpu: " + op + ": " + fmt.Sprintf(format, args...))
@@ -52,13 +55,6 @@ func needIndex(op, name string, t *T) {
 	}
 }
 
-// needNumel panics unless t has n elements.
-func needNumel(op, name string, t *T, n int) {
-	if t.Numel() != n {
-		fail(op, "%s has shape %v (%d elements), want %d elements", name, t.Shape(), t.Numel(), n)
-	}
-}
-
 // wide reports whether a kernel over these tensors computes in float64:
 // any F64 or integer tensor makes it so (integers go through float64,
 // which is exact below 2^53).
@@ -74,29 +70,18 @@ func wide(ts ...*T) bool {
 	return false
 }
 
-// normAxis normalises a possibly negative axis of a rank-r tensor.
-func normAxis(op string, axis int, shape []int) int {
-	r := len(shape)
-	a := axis
-	if a < 0 {
-		a += r
+// must panics with the error of a check of package kernels (the rules
+// every backend shares), naming the backend as fail does.
+func must(err error) {
+	if err != nil {
+		panic("cpu: " + err.Error())
 	}
-	if a < 0 || a >= r {
-		fail(op, "axis %d out of range for shape %v", axis, shape)
-	}
-	return a
 }
 
-// split3 views shape as [outer, shape[axis], inner].
-func split3(shape []int, axis int) (outer, mid, inner int) {
-	outer, inner = 1, 1
-	for i := 0; i < axis; i++ {
-		outer *= shape[i]
-	}
-	for i := axis + 1; i < len(shape); i++ {
-		inner *= shape[i]
-	}
-	return outer, shape[axis], inner
+// must1 is must for a check that also returns a value.
+func must1[V any](v V, err error) V {
+	must(err)
+	return v
 }
 
 // scalarReader returns a function reading the single element of t at

@@ -44,36 +44,23 @@ type convGeom struct {
 	direct               bool // 1×1, stride 1, no padding: cols is x itself
 }
 
-func checkConv(name string, x, w, y *T, p kernels.Conv2dParams, xn, yn string) convGeom {
-	p = p.Norm()
-	xs, ws, ys := x.Shape(), w.Shape(), y.Shape()
-	bad := func(why string) {
-		fail(name, "%s: %s %v, w %v, %s %v (stride %d,%d pad %d,%d dilation %d,%d groups %d)", why, xn, xs, ws, yn, ys,
-			p.StrideH, p.StrideW, p.PadH, p.PadW, p.DilationH, p.DilationW, p.Groups)
-	}
-	if len(xs) != 4 || len(ws) != 4 || len(ys) != 4 {
-		bad("want rank-4 tensors")
-	}
-	g := convGeom{p: p, n: xs[0], cin: xs[1], h: xs[2], w: xs[3], cout: ws[0], kh: ws[2], kw: ws[3]}
-	if p.Groups <= 0 || g.cin%p.Groups != 0 || g.cout%p.Groups != 0 || ws[1] != g.cin/p.Groups {
-		bad("channels do not match groups")
-	}
-	if p.StrideH <= 0 || p.StrideW <= 0 || p.PadH < 0 || p.PadW < 0 || p.DilationH <= 0 || p.DilationW <= 0 {
-		bad("invalid parameters")
-	}
-	g.ho = kernels.ConvOut(g.h, g.kh, p.StrideH, p.PadH, p.DilationH)
-	g.wo = kernels.ConvOut(g.w, g.kw, p.StrideW, p.PadW, p.DilationW)
-	if g.ho <= 0 || g.wo <= 0 || !tensor.SameShape(ys, []int{g.n, g.cout, g.ho, g.wo}) {
-		bad("output shape mismatch")
-	}
-	g.cg, g.og = g.cin/p.Groups, g.cout/p.Groups
-	g.kdim = g.cg * g.kh * g.kw
-	g.pixels = g.ho * g.wo
-	g.direct = g.kh == 1 && g.kw == 1 && p.StrideH == 1 && p.StrideW == 1 && p.PadH == 0 && p.PadW == 0
+// checkConv checks a convolution's input x (or dx), weight w (or dw) and
+// output y (or dy) against p (kernels.CheckConv2d; float operands) and
+// returns the kernels' geometry.
+func checkConv(name string, x, w, y *T, p kernels.Conv2dParams) convGeom {
+	g := convGeomOf(must1(kernels.CheckConv2d(name, x.Shape(), w.Shape(), y.Shape(), p)))
 	for _, t := range []*T{x, w, y} {
 		needFloat(name, "operand", t)
 	}
 	return g
+}
+
+// convGeomOf is the kernels' view of a checked geometry.
+func convGeomOf(k kernels.Conv2dGeom) convGeom {
+	p := k.P
+	return convGeom{p: p, n: k.N, cin: k.Cin, h: k.H, w: k.W, cout: k.Cout, kh: k.KH, kw: k.KW, ho: k.Ho, wo: k.Wo,
+		cg: k.Cg, og: k.Og, kdim: k.KDim, pixels: k.Pixels,
+		direct: k.KH == 1 && k.KW == 1 && p.StrideH == 1 && p.StrideW == 1 && p.PadH == 0 && p.PadW == 0}
 }
 
 // im2col writes the patches of one group of one sample (xg: cg planes of
@@ -369,10 +356,8 @@ func gatherDy[F tensor.Float](g *convGeom, gs, buf []F, n0, nb, gi int) []F {
 func (be *Backend) Conv2d(dst, x, w, bias *T, p kernels.Conv2dParams) {
 	const name = "Conv2d"
 	needCPU(name, dst, x, w, bias)
-	g := checkConv(name, x, w, dst, p, "x", "dst")
-	if bias != nil && bias.Numel() != g.cout {
-		fail(name, "bias has shape %v, want [%d] (x %v, w %v)", bias.Shape(), g.cout, x.Shape(), w.Shape())
-	}
+	g := checkConv(name, x, w, dst, p)
+	must(kernels.CheckConvBias(name, bias, g.cout))
 	switch {
 	case wide(dst, x, w):
 		be.launchScratch(convPrep[float64](&g, dst, x, w, bias, nil, nil, noAct))
@@ -392,8 +377,8 @@ func (be *Backend) Conv2d(dst, x, w, bias *T, p kernels.Conv2dParams) {
 func (be *Backend) Conv2dAffineAct(dst, x, w, scale, shift *T, act kernels.UnaryOp, p kernels.Conv2dParams) {
 	const name = "Conv2dAffineAct"
 	needCPU(name, dst, x, w, scale, shift)
-	g := checkConv(name, x, w, dst, p, "x", "dst")
-	checkAffineAct(name, g.cout, scale, shift, act)
+	g := checkConv(name, x, w, dst, p)
+	must(kernels.CheckConvAffineAct(name, g.cout, scale, shift, act))
 	switch {
 	case wide(dst, x, w):
 		be.launchScratch(convPrep[float64](&g, dst, x, w, nil, scale, shift, act))
@@ -401,18 +386,6 @@ func (be *Backend) Conv2dAffineAct(dst, x, w, scale, shift *T, act kernels.Unary
 		be.launchScratch(convDirectPrep(&g, dst, x, w, nil, scale, shift, act))
 	default:
 		be.launchScratch(convPrep[float32](&g, dst, x, w, nil, scale, shift, act))
-	}
-}
-
-// checkAffineAct checks the epilogue of Conv2dAffineAct: float scale and
-// shift of cout elements and a known activation.
-func checkAffineAct(name string, cout int, scale, shift *T, act kernels.UnaryOp) {
-	needFloat(name, "scale", scale)
-	needFloat(name, "shift", shift)
-	needShape(name, "scale", scale, []int{cout})
-	needShape(name, "shift", shift, []int{cout})
-	if int(act) >= len(unaryNames) {
-		fail(name, "unknown activation %d", act)
 	}
 }
 
@@ -432,11 +405,13 @@ func (be *Backend) Conv2dAffineActMaxPool2x2(dst, x, w, scale, shift *T, act ker
 	pn := p.Norm()
 	ho := kernels.ConvOut(xs[2], ws[2], pn.StrideH, pn.PadH, pn.DilationH)
 	wo := kernels.ConvOut(xs[3], ws[3], pn.StrideW, pn.PadW, pn.DilationW)
-	// The convolution's output shape, for checkConv, without its storage.
-	outShape := tensor.Zeros(dst.DType(), 1).Reshape(1, 1, 1, 1).Expand(xs[0], ws[0], max(ho, 0), max(wo, 0))
-	g := checkConv(name, x, w, outShape, p, "x", "the convolution's output")
+	// The convolution's output, which is never written, checked by shape.
+	g := convGeomOf(must1(kernels.CheckConv2d(name, xs, ws, []int{xs[0], ws[0], max(ho, 0), max(wo, 0)}, p)))
+	for _, t := range []*T{x, w, dst} {
+		needFloat(name, "operand", t)
+	}
 	needShape(name, "dst", dst, []int{xs[0], ws[0], ho / 2, wo / 2})
-	checkAffineAct(name, g.cout, scale, shift, act)
+	must(kernels.CheckConvAffineAct(name, g.cout, scale, shift, act))
 	if wide(dst, x, w) || !useDconv[float32](&g) || !poolAsm || !dst.IsContiguous() || ho < 2 || wo < 2 {
 		full := tensor.Empty(dst.DType(), xs[0], ws[0], ho, wo)
 		be.Conv2dAffineAct(full, x, w, scale, shift, act, p)
@@ -498,7 +473,7 @@ func convPrep[F tensor.Float](g *convGeom, dst, x, w, bias, scale, shift *T, act
 func (be *Backend) Conv2dBackwardInput(dx, dy, w *T, p kernels.Conv2dParams) {
 	const name = "Conv2dBackwardInput"
 	needCPU(name, dx, dy, w)
-	g := checkConv(name, dx, w, dy, p, "dx", "dy")
+	g := checkConv(name, dx, w, dy, p)
 	if wide(dx, dy, w) {
 		be.launchScratch(convBwdInputPrep[float64](&g, dx, dy, w))
 		return
@@ -591,7 +566,7 @@ func convChunks(n int) int { return max(1, min(n, 16)) }
 func (be *Backend) Conv2dBackwardWeight(dw, x, dy *T, p kernels.Conv2dParams) {
 	const name = "Conv2dBackwardWeight"
 	needCPU(name, dw, x, dy)
-	g := checkConv(name, x, dw, dy, p, "x", "dy")
+	g := checkConv(name, x, dw, dy, p)
 	switch {
 	case wide(dw, x, dy):
 		be.launchScratch(convBwdWeightPrep[float64](&g, dw, x, dy))

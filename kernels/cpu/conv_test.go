@@ -120,91 +120,6 @@ func TestConv2dBackwardWeightDeterministic(t *testing.T) {
 	same(t, "conv dw", run(1), run(2))
 }
 
-func refPool(x []float64, planes, h, w int, p kernels.Pool2dParams, maxPool bool) ([]float64, []int, int, int) {
-	p = p.Norm()
-	ho := (h+2*p.PadH-p.KernelH)/p.StrideH + 1
-	wo := (w+2*p.PadW-p.KernelW)/p.StrideW + 1
-	y := make([]float64, planes*ho*wo)
-	am := make([]int, len(y))
-	for pl := 0; pl < planes; pl++ {
-		for oh := 0; oh < ho; oh++ {
-			for ow := 0; ow < wo; ow++ {
-				best, bi, sum, cnt := math.Inf(-1), -1, 0.0, 0
-				for a := 0; a < p.KernelH; a++ {
-					for b := 0; b < p.KernelW; b++ {
-						ih, iw := oh*p.StrideH-p.PadH+a, ow*p.StrideW-p.PadW+b
-						if ih < 0 || ih >= h || iw < 0 || iw >= w {
-							continue
-						}
-						v := x[(pl*h+ih)*w+iw]
-						sum += v
-						cnt++
-						if v > best {
-							best, bi = v, ih*w+iw
-						}
-					}
-				}
-				o := (pl*ho+oh)*wo + ow
-				if maxPool {
-					y[o], am[o] = best, bi
-				} else if p.CountIncludePad {
-					y[o] = sum / float64(p.KernelH*p.KernelW)
-				} else {
-					y[o] = sum / float64(cnt)
-				}
-			}
-		}
-	}
-	return y, am, ho, wo
-}
-
-func TestPool(t *testing.T) {
-	cases := []kernels.Pool2dParams{
-		{KernelH: 2, KernelW: 2},
-		{KernelH: 3, KernelW: 3, StrideH: 2, StrideW: 2, PadH: 1, PadW: 1},
-		{KernelH: 3, KernelW: 3, StrideH: 2, StrideW: 2, PadH: 1, PadW: 1, CountIncludePad: true},
-		{KernelH: 3, KernelW: 2, StrideH: 1, StrideW: 2, PadH: 1},
-	}
-	for ci, p := range cases {
-		for _, d := range floatTypes {
-			x := randT(uint64(ci), d, 2, 3, 7, 6)
-			for _, maxPool := range []bool{true, false} {
-				want, am, ho, wo := refPool(vals(x), 6, 7, 6, p, maxPool)
-				y := tensor.Empty(d, 2, 3, ho, wo)
-				idx := tensor.Empty(tensor.I32, 2, 3, ho, wo)
-				if maxPool {
-					be.MaxPool2d(y, idx, x, p)
-					for i, a := range am {
-						if int(idx.I32()[i]) != a && d != tensor.BF16 {
-							t.Fatalf("maxpool %d %v: argmax %d = %d, want %d", ci, d, i, idx.I32()[i], a)
-						}
-					}
-				} else {
-					be.AvgPool2d(y, x, p)
-				}
-				closeTo(t, name("pool ", ci, d, maxPool), vals(y), want, tol(d))
-
-				dy := randT(9, d, 2, 3, ho, wo)
-				dx := tensor.Empty(d, 2, 3, 7, 6)
-				if maxPool {
-					be.MaxPool2dBackward(dx, dy, idx, p)
-				} else {
-					be.AvgPool2dBackward(dx, dy, p)
-				}
-				x64 := asF64(x)
-				if maxPool && d == tensor.BF16 {
-					continue // ties in bf16 make the finite difference ambiguous
-				}
-				wantG := numGrad(x64, vals(dy), func() []float64 {
-					y, _, _, _ := refPool(x64.F64(), 6, 7, 6, p, maxPool)
-					return y
-				})
-				closeTo(t, name("pool bwd ", ci, d, maxPool), vals(dx), wantG, max(tol(d), 1e-7))
-			}
-		}
-	}
-}
-
 // BenchmarkConv2d is the W-class first layer: batch 128 of 1×28×28 into
 // 32 channels, 3×3, padding 1.
 // BenchmarkConv2d times the three passes on the convolutions of PERF.md's
@@ -440,7 +355,7 @@ func TestConvDirect(t *testing.T) {
 		xs, ws := x.Shape(), w.Shape()
 		geom := checkConv("test", x, w, tensor.Empty(tensor.F32, c.n, c.cout,
 			kernels.ConvOut(xs[2], ws[2], 1, c.p.Norm().PadH, c.p.Norm().DilationH),
-			kernels.ConvOut(xs[3], ws[3], 1, c.p.Norm().PadW, c.p.Norm().DilationW)), c.p, "x", "y")
+			kernels.ConvOut(xs[3], ws[3], 1, c.p.Norm().PadW, c.p.Norm().DilationW)), c.p)
 		convDirect = true
 		require.True(t, useDconv[float32](&geom), "case %d should take the direct kernel", ci)
 		run := func(direct bool) (y, z []float64) {
@@ -508,7 +423,7 @@ func TestConvWeightGradDots(t *testing.T) {
 	}
 }
 
-// TestConvWeightGradDirect: the direct weight gradient (dwgrad.go, every
+// TestConvWeightGradDirect: the direct weight gradient (conv_dwgrad.go, every
 // stride-1 float32 convolution with a kernel larger than 1×1) agrees with
 // the im2col route and with the float64 gradient, on the stride-1
 // convCases, W4's layers (1→8 at 28×28, 8→16 at 14×14, 16→32 at 7×7),
@@ -535,7 +450,7 @@ func TestConvWeightGradDirect(t *testing.T) {
 		ho := kernels.ConvOut(c.h, c.kh, pn.StrideH, pn.PadH, pn.DilationH)
 		wo := kernels.ConvOut(c.w, c.kw, pn.StrideW, pn.PadW, pn.DilationW)
 		dy := randT(uint64(ci+60), tensor.F32, c.n, c.cout, ho, wo)
-		geom := checkConv("test", x, w, dy, c.p, "x", "dy")
+		geom := checkConv("test", x, w, dy, c.p)
 		convDirect = true
 		if !useDwgrad[float32](&geom) {
 			continue

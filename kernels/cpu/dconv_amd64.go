@@ -5,7 +5,7 @@ package cpu
 import "golang.org/x/sys/cpu"
 
 // dconvAsm reports whether float32 stride-1 convolutions may run the
-// direct kernel (sconv12x32AVX512; dconv.go).
+// direct kernel (sconv12x32AVX512; conv_direct.go).
 var dconvAsm = cpu.X86.HasAVX512F && useAVX512
 
 // sconv12x32AVX512 adds to the 12×32 tile of C at c (row stride ldc) the

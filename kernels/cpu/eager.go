@@ -192,7 +192,7 @@ func argMaxEager(dst, x *T, axis int) bool {
 	if x.DType() != tensor.F32 || !x.IsContiguous() {
 		return false
 	}
-	outer, A, inner := split3(x.Shape(), axis)
+	outer, A, inner := kernels.Split3(x.Shape(), axis)
 	if outer*inner != 1 && outer*inner*A >= minWork {
 		return false
 	}

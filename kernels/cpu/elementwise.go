@@ -21,12 +21,7 @@ func unaryCost(op kernels.UnaryOp) int {
 func (be *Backend) Unary(op kernels.UnaryOp, dst, x *T) {
 	name := opName(unaryNames, "Unary ", op)
 	needCPU(name, dst, x)
-	if !tensor.SameShape(dst.Shape(), x.Shape()) {
-		fail(name, "dst shape %v and x shape %v differ", dst.Shape(), x.Shape())
-	}
-	if int(op) >= len(unaryNames) {
-		fail(name, "unknown op %d", op)
-	}
+	must(kernels.CheckUnary(name, op, dst, x))
 	if wide(dst, x) {
 		be.launch(unaryPrep[float64](op, dst, x))
 	} else {
@@ -159,22 +154,7 @@ func unaryKernel[F tensor.Float](op kernels.UnaryOp, d, x []F) {
 func (be *Backend) UnaryBackward(op kernels.UnaryOp, dx, x, y, dy *T) {
 	name := opName(unaryBackwardNames, "UnaryBackward ", op)
 	needCPU(name, dx, x, y, dy)
-	ref := x
-	if ref == nil {
-		ref = y
-	}
-	if ref == nil {
-		fail(name, "x and y are both nil (dx shape %v)", dx.Shape())
-	}
-	needY := y != nil && (op == kernels.Exp || op == kernels.Sigmoid || op == kernels.Tanh || op == kernels.Sqrt || op == kernels.Rsqrt || op == kernels.Recip)
-	if x == nil && !needY {
-		fail(name, "op needs x (dx shape %v)", dx.Shape())
-	}
-	for _, t := range []*T{x, y, dy} {
-		if t != nil && !tensor.SameShape(t.Shape(), dx.Shape()) {
-			fail(name, "shapes differ: dx %v, x %v, y %v, dy %v", dx.Shape(), shapeOf(x), shapeOf(y), dy.Shape())
-		}
-	}
+	needY := must1(kernels.CheckUnaryBackward(name, op, dx, x, y, dy))
 	if !needY {
 		y = nil
 	}
@@ -183,13 +163,6 @@ func (be *Backend) UnaryBackward(op kernels.UnaryOp, dx, x, y, dy *T) {
 	} else {
 		be.launch(unaryBwdPrep[float32](op, dx, x, y, dy))
 	}
-}
-
-func shapeOf(t *T) []int {
-	if t == nil {
-		return nil
-	}
-	return t.Shape()
 }
 
 func unaryBwdPrep[F tensor.Float](op kernels.UnaryOp, dx, x, y, dy *T) func() {
@@ -382,27 +355,12 @@ func scalarOperand[F tensor.Float](v float64, shape []int) operand[F] {
 	return operand[F]{data: []F{F(v)}, st: make([]int, len(shape))}
 }
 
-func needBroadcast(op string, dst *T, ins ...*T) {
-	for _, t := range ins {
-		if !expandsTo(t.Shape(), dst.Shape()) {
-			shapes := ""
-			for i, u := range ins {
-				if i > 0 {
-					shapes += " and "
-				}
-				shapes += tensor.ShapeString(u.Shape())
-			}
-			fail(op, "shapes %s do not broadcast to %v", shapes, dst.Shape())
-		}
-	}
-}
-
 // Binary implements kernels.Backend.
 func (be *Backend) Binary(op kernels.BinaryOp, dst, a, b *T) {
 	name := opName(binaryNames, "Binary ", op)
 	needCPU(name, dst, a, b)
-	needBroadcast(name, dst, a, b)
-	checkBinaryDst(name, op, dst)
+	must(kernels.CheckBinary(name, op, dst, a, b))
+	needContig(name, "dst", dst)
 	if be.eager() && binaryEager(op, dst, a, b) {
 		return
 	}
@@ -415,22 +373,12 @@ func (be *Backend) Binary(op kernels.BinaryOp, dst, a, b *T) {
 	}
 }
 
-func checkBinaryDst(name string, op kernels.BinaryOp, dst *T) {
-	if int(op) >= len(binaryNames) {
-		fail(name, "unknown op %d", op)
-	}
-	needContig(name, "dst", dst)
-	if op.IsComparison() != (dst.DType() == tensor.Bool) {
-		fail(name, "dst (shape %v) has dtype %v; comparisons write bool, arithmetic does not", dst.Shape(), dst.DType())
-	}
-}
-
 // BinaryScalar implements kernels.Backend.
 func (be *Backend) BinaryScalar(op kernels.BinaryOp, dst, a *T, v float64, swap bool) {
 	name := opName(binaryScalarNames, "BinaryScalar ", op)
 	needCPU(name, dst, a)
-	needBroadcast(name, dst, a)
-	checkBinaryDst(name, op, dst)
+	must(kernels.CheckBinary(name, op, dst, a, nil))
+	needContig(name, "dst", dst)
 	if wide(a) || (!op.IsComparison() && wide(dst)) {
 		var s stage
 		x, c := bcastOperand[float64](&s, name, a, dst.Shape()), scalarOperand[float64](v, dst.Shape())
@@ -631,11 +579,8 @@ func compareRow[F tensor.Float](op kernels.BinaryOp, d []bool, a []F, ia, sa int
 func (be *Backend) Where(dst, cond, a, b *T) {
 	const name = "Where"
 	needCPU(name, dst, cond, a, b)
-	needBroadcast(name, dst, cond, a, b)
+	must(kernels.CheckWhere(name, dst, cond, a, b))
 	needContig(name, "dst", dst)
-	if cond.DType() != tensor.Bool {
-		fail(name, "cond (shape %v) has dtype %v, want bool", cond.Shape(), cond.DType())
-	}
 	if wide(dst, a, b) {
 		be.launch(wherePrep[float64](dst, cond, a, b))
 	} else {
@@ -679,9 +624,7 @@ func wherePrep[F tensor.Float](dst, cond, a, b *T) func() {
 func (be *Backend) Clamp(dst, x *T, lo, hi float64) {
 	const name = "Clamp"
 	needCPU(name, dst, x)
-	if !tensor.SameShape(dst.Shape(), x.Shape()) {
-		fail(name, "dst shape %v and x shape %v differ", dst.Shape(), x.Shape())
-	}
+	must(kernels.CheckSameShape(name, "dst", dst, x.Shape()))
 	if wide(dst, x) {
 		be.launch(clampPrep[float64](dst, x, lo, hi))
 	} else {

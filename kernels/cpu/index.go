@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/tensor"
 )
 
@@ -19,22 +20,11 @@ func checkIndexValue(op string, v, n int) {
 func (be *Backend) IndexSelect(dst, src *T, axis int, index *T) {
 	const name = "IndexSelect"
 	needCPU(name, dst, src, index)
-	a := normAxis(name, axis, src.Shape())
+	a := must1(kernels.CheckIndexSelect(name, dst, src, axis, index))
 	i64, i32 := indexData(name, "index", index)
-	if index.Rank() != 1 {
-		fail(name, "index has shape %v, want [K]", index.Shape())
-	}
-	want := append([]int(nil), src.Shape()...)
-	want[a] = index.Numel()
-	if !tensor.SameShape(dst.Shape(), want) {
-		fail(name, "src %v with index %v along axis %d gives %v, dst has shape %v", src.Shape(), index.Shape(), axis, want, dst.Shape())
-	}
-	if dst.DType() != src.DType() {
-		fail(name, "dst (shape %v) is %v, src (shape %v) is %v", dst.Shape(), dst.DType(), src.Shape(), src.DType())
-	}
 	needContig(name, "dst", dst)
 	needContig(name, "src", src)
-	outer, A, inner := split3(src.Shape(), a)
+	outer, A, inner := kernels.Split3(src.Shape(), a)
 	k := index.Numel()
 	switch src.DType().Size() {
 	case 1:
@@ -69,16 +59,7 @@ func indexSelectPrep[E rawElem](d, s []E, i64 []int64, i32 []int32, outer, A, in
 func (be *Backend) IndexAdd(dst *T, axis int, index, src *T) {
 	const name = "IndexAdd"
 	needCPU(name, dst, src, index)
-	a := normAxis(name, axis, dst.Shape())
-	if index.Rank() != 1 {
-		fail(name, "index has shape %v, want [K]", index.Shape())
-	}
-	want := append([]int(nil), dst.Shape()...)
-	want[a] = index.Numel()
-	if !tensor.SameShape(src.Shape(), want) {
-		fail(name, "dst %v with index %v along axis %d wants src %v, src has shape %v", dst.Shape(), index.Shape(), axis, want, src.Shape())
-	}
-	needFloat(name, "dst", dst)
+	a := must1(kernels.CheckIndexAdd(name, dst, axis, index, src))
 	if wide(dst, src) {
 		be.launch(indexAddPrep[float64](dst, a, index, src))
 	} else {
@@ -93,7 +74,7 @@ func indexAddPrep[F tensor.Float](dst *T, axis int, index, src *T) func() {
 	ds := inout[F](&s, dst)
 	ss := in[F](&s, src)
 	i64, i32 := indexData("IndexAdd", "index", index)
-	outer, A, inner := split3(dst.Shape(), axis)
+	outer, A, inner := kernels.Split3(dst.Shape(), axis)
 	k := index.Numel()
 	blocks := (inner + indexAddBlock - 1) / indexAddBlock
 	body := func(lo, hi int) {
@@ -155,30 +136,12 @@ func (f *fibers) offsets(q int) (o [3]int) {
 	return o
 }
 
-// checkGatherShapes validates torch.gather/scatter_add shapes: index has
-// the rank of both tensors and fits inside them off the axis.
-func checkGatherShapes(name string, big, index *T, axis int, bigName string, other *T, otherName string) {
-	if index.Rank() != big.Rank() || other.Rank() != big.Rank() {
-		fail(name, "ranks differ: %s %v, index %v, %s %v", bigName, big.Shape(), index.Shape(), otherName, other.Shape())
-	}
-	for d, s := range index.Shape() {
-		if (d != axis && s > big.Shape()[d]) || s > other.Shape()[d] {
-			fail(name, "index %v does not fit %s %v and %s %v along axis %d", index.Shape(), bigName, big.Shape(), otherName, other.Shape(), d)
-		}
-	}
-}
-
 // Gather implements kernels.Backend (any dtype): dst has index's shape.
 func (be *Backend) Gather(dst, src *T, axis int, index *T) {
 	const name = "Gather"
 	needCPU(name, dst, src, index)
-	a := normAxis(name, axis, src.Shape())
+	a := must1(kernels.CheckGather(name, dst, src, axis, index))
 	i64, i32 := indexData(name, "index", index)
-	needShape(name, "dst (index shape)", dst, index.Shape())
-	checkGatherShapes(name, src, index, a, "src", dst, "dst")
-	if dst.DType() != src.DType() {
-		fail(name, "dst (shape %v) is %v, src (shape %v) is %v", dst.Shape(), dst.DType(), src.Shape(), src.DType())
-	}
 	needContig(name, "dst", dst)
 	needContig(name, "src", src)
 	f := newFibers(index.Shape(), a, contigStrides(index.Shape()), contigStrides(src.Shape()))
@@ -215,10 +178,7 @@ func gatherPrep[E rawElem](f *fibers, d, s []E, i64 []int64, i32 []int32, size i
 func (be *Backend) ScatterAdd(dst *T, axis int, index, src *T) {
 	const name = "ScatterAdd"
 	needCPU(name, dst, src, index)
-	a := normAxis(name, axis, dst.Shape())
-	needIndex(name, "index", index)
-	checkGatherShapes(name, dst, index, a, "dst", src, "src")
-	needFloat(name, "dst", dst)
+	a := must1(kernels.CheckScatterAdd(name, dst, axis, index, src))
 	if wide(dst, src) {
 		be.launch(scatterAddPrep[float64](dst, a, index, src))
 	} else {

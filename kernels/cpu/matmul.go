@@ -41,73 +41,40 @@ func (be *Backend) MatMulBias(dst, a, b, bias *T, transA, transB bool) {
 // block of output rows right after its bias (on the whole product for one
 // large product split by panels).
 func (be *Backend) MatMulBiasAct(dst, a, b, bias *T, act kernels.UnaryOp, transA, transB bool) {
-	if int(act) >= len(unaryNames) {
-		fail("MatMulBiasAct", "unknown activation %d", act)
-	}
+	must(kernels.CheckActivation("MatMulBiasAct", act))
 	be.matmul("MatMulBiasAct", dst, a, b, bias, act, transA, transB, false)
 }
 
 // noAct is the epilogue activation of a plain product: none.
 const noAct = kernels.UnaryOp(255)
 
+// SetMatmulPrecision implements kernels.Backend; the CPU always computes
+// F32 matmuls in fp32.
+func (b *Backend) SetMatmulPrecision(kernels.Precision) {}
+
 // matmul validates and runs a product; acc (MatMulAdd) adds it to dst,
 // which then has no bias or activation.
 func (be *Backend) matmul(name string, dst, a, b, bias *T, act kernels.UnaryOp, transA, transB, acc bool) {
-	needCPU(name, dst, a, b)
-	as, bs := a.Shape(), b.Shape()
-	bad := func() {
-		fail(name, "a %v (transA %v) and b %v (transB %v) do not multiply into dst %v", as, transA, bs, transB, dst.Shape())
-	}
-	if len(as) < 2 || len(as) > 3 || len(bs) < 2 || len(bs) > 3 {
-		bad()
-	}
-	m, k := as[len(as)-2], as[len(as)-1]
-	if transA {
-		m, k = k, m
-	}
-	k2, n := bs[len(bs)-2], bs[len(bs)-1]
-	if transB {
-		k2, n = n, k2
-	}
-	batchA, batchB := 0, 0
-	if len(as) == 3 {
-		batchA = as[0]
-	}
-	if len(bs) == 3 {
-		batchB = bs[0]
-	}
-	if k != k2 || (batchA != 0 && batchB != 0 && batchA != batchB) {
-		bad()
-	}
-	batch := max(batchA, batchB)
-	want := []int{m, n}
-	if batch > 0 || len(as) == 3 || len(bs) == 3 {
-		want = []int{batch, m, n}
-	}
-	if !tensor.SameShape(dst.Shape(), want) {
-		bad()
-	}
-	for _, t := range []*T{dst, a, b} {
-		needFloat(name, "operand", t)
-	}
-	if bias != nil {
-		needCPU(name, bias)
-		needFloat(name, "bias", bias)
-		needShape(name, "bias", bias, []int{n})
-	}
+	needCPU(name, dst, a, b, bias)
+	d, err := kernels.CheckMatMul(name, dst, a, b, bias, transA, transB)
+	must(err)
+	m, n, k := d.M, d.N, d.K
+	// The kernels take the batch as a count and whether each operand has
+	// its own (a 2-D one is shared); an empty batch runs as one.
+	batch, batchA, batchB := d.Batch, d.BatchedA && d.Batch > 0, d.BatchedB && d.Batch > 0
 	if be.eager() && m*n*k < gemmSmall {
 		if wide(dst, a, b) {
-			if matmulEager[float64](dst, a, b, bias, act, max(batch, 1), batchA > 0, batchB > 0, m, n, k, transA, transB, acc) {
+			if matmulEager[float64](dst, a, b, bias, act, max(batch, 1), batchA, batchB, m, n, k, transA, transB, acc) {
 				return
 			}
-		} else if matmulEager[float32](dst, a, b, bias, act, max(batch, 1), batchA > 0, batchB > 0, m, n, k, transA, transB, acc) {
+		} else if matmulEager[float32](dst, a, b, bias, act, max(batch, 1), batchA, batchB, m, n, k, transA, transB, acc) {
 			return
 		}
 	}
 	if wide(dst, a, b) {
-		be.launchScratch(matmulPrep[float64](dst, a, b, bias, act, max(batch, 1), batchA > 0, batchB > 0, m, n, k, transA, transB, acc))
+		be.launchScratch(matmulPrep[float64](dst, a, b, bias, act, max(batch, 1), batchA, batchB, m, n, k, transA, transB, acc))
 	} else {
-		be.launchScratch(matmulPrep[float32](dst, a, b, bias, act, max(batch, 1), batchA > 0, batchB > 0, m, n, k, transA, transB, acc))
+		be.launchScratch(matmulPrep[float32](dst, a, b, bias, act, max(batch, 1), batchA, batchB, m, n, k, transA, transB, acc))
 	}
 }
 
@@ -352,4 +319,58 @@ func matmulEager[F tensor.Float](dst, a, b, bias *T, act kernels.UnaryOp, batch 
 	}
 	matmulSmall(tensor.Data[F](a), tensor.Data[F](b), biasv, tensor.Data[F](dst), act, batch, bcA, bcB, m, n, k, transA, transB, acc)
 	return true
+}
+
+// SumRowsAdd implements kernels.GradAccumulator: dst[j] += Σ_i x[i, j],
+// each column summed in float64 from row 0 down and rounded once, as
+// Reduce (Sum over axis 0) would, then added in dst's dtype, as Binary
+// Add would.
+func (be *Backend) SumRowsAdd(dst, x *T) {
+	const name = "SumRowsAdd"
+	needCPU(name, dst, x)
+	xs := x.Shape()
+	if len(xs) != 2 {
+		fail(name, "x has shape %v, want [M, N]", xs)
+	}
+	needShape(name, "dst", dst, xs[1:])
+	if !(dst.DType() == tensor.F32 || dst.DType() == tensor.F64) || dst.DType() != x.DType() {
+		fail(name, "dtypes dst %v and x %v: want one of f32 and f64", dst.DType(), x.DType())
+	}
+	needContig(name, "dst", dst)
+	needContig(name, "x", x)
+	if dst.DType() == tensor.F64 {
+		launchSumRowsAdd(be, dst.F64(), x.F64(), xs[0], xs[1])
+	} else {
+		launchSumRowsAdd(be, dst.F32(), x.F32(), xs[0], xs[1])
+	}
+}
+
+// launchSumRowsAdd runs sumRowsAdd at once when eager (no closure), or
+// records it.
+func launchSumRowsAdd[F tensor.Float](be *Backend, d, x []F, m, n int) {
+	if be.eager() {
+		sumRowsAdd(d, x, m, n)
+		return
+	}
+	be.launch(func() { sumRowsAdd(d, x, m, n) })
+}
+
+// sumRowsAdd adds the column sums of the m×n row-major x to d, columns
+// in blocks of 64 float64 accumulators.
+func sumRowsAdd[F tensor.Float](d, x []F, m, n int) {
+	var acc [64]float64
+	for j0 := 0; j0 < n; j0 += len(acc) {
+		nb := min(len(acc), n-j0)
+		a := acc[:nb]
+		clear(a)
+		for i := 0; i < m; i++ {
+			row := x[i*n+j0 : i*n+j0+nb]
+			for j, v := range row {
+				a[j] += float64(v)
+			}
+		}
+		for j, s := range a {
+			d[j0+j] += F(s)
+		}
+	}
 }

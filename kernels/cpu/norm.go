@@ -14,25 +14,11 @@ import (
 
 const normRowChunk = 64 // rows per partial of LayerNorm's dw/db
 
-func optShape(name, what string, t *T, n int) {
-	if t != nil && t.Numel() != n {
-		fail(name, "%s has shape %v, want %d elements", what, t.Shape(), n)
-	}
-}
-
 // LayerNorm implements kernels.Backend.
 func (be *Backend) LayerNorm(y, mean, rstd, x, w, b *T, n int, eps float64) {
 	const name = "LayerNorm"
 	needCPU(name, y, mean, rstd, x, w, b)
-	if n <= 0 || x.Numel()%n != 0 {
-		fail(name, "x shape %v is not a whole number of rows of %d", x.Shape(), n)
-	}
-	m := x.Numel() / n
-	needShape(name, "y", y, x.Shape())
-	optShape(name, "mean", mean, m)
-	optShape(name, "rstd", rstd, m)
-	optShape(name, "w", w, n)
-	optShape(name, "b", b, n)
+	m := must1(kernels.CheckLayerNorm(name, y, mean, rstd, x, w, b, n))
 	if wide(x, y) {
 		be.launch(layerNormPrep[float64](y, mean, rstd, x, w, b, m, n, eps))
 	} else {
@@ -87,19 +73,7 @@ func moments[F tensor.Float](v []F, eps float64) (mu, rstd float64) {
 func (be *Backend) LayerNormBackward(dx, dw, db, dy, x, mean, rstd, w *T, n int) {
 	const name = "LayerNormBackward"
 	needCPU(name, dx, dw, db, dy, x, mean, rstd, w)
-	if n <= 0 || x.Numel()%n != 0 {
-		fail(name, "x shape %v is not a whole number of rows of %d", x.Shape(), n)
-	}
-	m := x.Numel() / n
-	needShape(name, "dy", dy, x.Shape())
-	if dx != nil {
-		needShape(name, "dx", dx, x.Shape())
-	}
-	optShape(name, "mean", mean, m)
-	optShape(name, "rstd", rstd, m)
-	optShape(name, "w", w, n)
-	optShape(name, "dw", dw, n)
-	optShape(name, "db", db, n)
+	m := must1(kernels.CheckLayerNormBackward(name, dx, dw, db, dy, x, mean, rstd, w, n))
 	if wide(x, dy) {
 		be.launch(layerNormBwdPrep[float64](dx, dw, db, dy, x, mean, rstd, w, m, n))
 	} else {
@@ -206,17 +180,11 @@ func layerNormBwdPrep[F tensor.Float](dx, dw, db, dy, x, mean, rstd, w *T, m, n 
 }
 
 // planes returns N, C and the elements per (sample, channel) plane of a
-// [N, C, *] tensor.
+// [N, C, *] tensor (kernels.Planes).
 func planes(name string, x *T) (n, c, hw int) {
-	sh := x.Shape()
-	if len(sh) < 2 {
-		fail(name, "x has shape %v, want [N C ...]", sh)
-	}
-	n, c, hw = sh[0], sh[1], 1
-	for _, d := range sh[2:] {
-		hw *= d
-	}
-	return
+	n, c, hw, err := kernels.Planes(name, x.Shape())
+	must(err)
+	return n, c, hw
 }
 
 // GroupNorm implements kernels.Backend.
@@ -232,15 +200,8 @@ func (be *Backend) GroupNormRelu(y, mean, rstd, x, w, b *T, groups int, eps floa
 
 func (be *Backend) groupNorm(name string, y, mean, rstd, x, w, b *T, groups int, eps float64, relu bool) {
 	needCPU(name, y, mean, rstd, x, w, b)
-	n, c, _ := planes(name, x)
-	if groups <= 0 || c%groups != 0 {
-		fail(name, "x shape %v: %d channels do not split into %d groups", x.Shape(), c, groups)
-	}
-	needShape(name, "y", y, x.Shape())
-	optShape(name, "mean", mean, n*groups)
-	optShape(name, "rstd", rstd, n*groups)
-	optShape(name, "w", w, c)
-	optShape(name, "b", b, c)
+	_, _, _, err := kernels.CheckGroupNorm(name, y, mean, rstd, x, w, b, groups)
+	must(err)
 	if wide(x, y) {
 		be.launch(groupNormPrep[float64](y, mean, rstd, x, w, b, groups, eps, relu))
 	} else {
@@ -308,23 +269,8 @@ func (be *Backend) GroupNormReluBackward(dx, dw, db, dy, x, b, mean, rstd, w *T,
 
 func (be *Backend) groupNormBackward(name string, dx, dw, db, dy, x, b *T, relu bool, mean, rstd, w *T, groups int) {
 	needCPU(name, dx, dw, db, dy, x, b, mean, rstd, w)
-	n, c, _ := planes(name, x)
-	if groups <= 0 || c%groups != 0 {
-		fail(name, "x shape %v: %d channels do not split into %d groups", x.Shape(), c, groups)
-	}
-	needShape(name, "dy", dy, x.Shape())
-	if dx != nil {
-		needShape(name, "dx", dx, x.Shape())
-	}
-	optShape(name, "mean", mean, n*groups)
-	optShape(name, "rstd", rstd, n*groups)
-	optShape(name, "w", w, c)
-	optShape(name, "dw", dw, c)
-	optShape(name, "db", db, c)
-	optShape(name, "b", b, c)
-	if mean == nil || rstd == nil {
-		fail(name, "needs the forward's mean and rstd (x shape %v)", x.Shape())
-	}
+	_, _, _, err := kernels.CheckGroupNormBackward(name, dx, dw, db, dy, x, b, mean, rstd, w, groups)
+	must(err)
 	if wide(x, dy) {
 		be.launch(groupNormBwdPrep[float64](dx, dw, db, dy, x, b, relu, mean, rstd, w, groups))
 	} else {
@@ -425,9 +371,8 @@ func (be *Backend) BatchNormRelu(y, saveMean, saveRstd, x, w, b, runMean, runVar
 
 func (be *Backend) batchNorm(name string, y, saveMean, saveRstd, x, w, b, runMean, runVar *T, training bool, momentum, eps float64, relu bool) {
 	needCPU(name, y, saveMean, saveRstd, x, w, b, runMean, runVar)
-	_, c, _ := planes(name, x)
-	needShape(name, "y", y, x.Shape())
-	checkBNParams(name, x, c, saveMean, saveRstd, w, b, runMean, runVar, training)
+	_, _, _, err := kernels.CheckBatchNorm(name, y, saveMean, saveRstd, x, w, b, runMean, runVar, training)
+	must(err)
 	if wide(x, y) {
 		be.launch(batchNormPrep[float64](y, saveMean, saveRstd, x, w, b, runMean, runVar, training, momentum, eps, relu))
 	} else {
@@ -435,37 +380,11 @@ func (be *Backend) batchNorm(name string, y, saveMean, saveRstd, x, w, b, runMea
 	}
 }
 
-// checkBNParams checks the per-channel tensors of a batch norm over x
-// (c channels): each nil or of c elements, and the running statistics
-// given in evaluation.
-func checkBNParams(name string, x *T, c int, saveMean, saveRstd, w, b, runMean, runVar *T, training bool) {
-	// The message is built only for a failure: these checks run on every
-	// eager batch norm.
-	for i, t := range [...]*T{saveMean, saveRstd, w, b, runMean, runVar} {
-		if t != nil && t.Numel() != c {
-			what := [...]string{"saveMean", "saveRstd", "w", "b", "runMean", "runVar"}[i]
-			fail(name, "%s (x shape %v) has shape %v, want %d elements", what, x.Shape(), t.Shape(), c)
-		}
-	}
-	if !training && (runMean == nil || runVar == nil) {
-		fail(name, "evaluation needs runMean and runVar (x shape %v)", x.Shape())
-	}
-}
-
-// checkBNPool checks the 2×2/2 pool of a fused batch norm over x ([N, C,
-// H, W]): the pooled tensor (or its gradient, named what) of [N, C, H/2,
-// W/2] and its int32 argmax of the same shape. It returns x's shape.
+// checkBNPool checks the 2×2/2 pool of a fused batch norm over x
+// (kernels.CheckBatchNormPool) and returns x's shape.
 func checkBNPool(name string, x *T, what string, pooled, argmax *T) []int {
-	xs := x.Shape()
-	if len(xs) != 4 {
-		fail(name, "x shape %v, want [N, C, H, W]", xs)
-	}
-	needShape(name, what, pooled, []int{xs[0], xs[1], xs[2] / 2, xs[3] / 2})
-	needShape(name, "argmax", argmax, pooled.Shape())
-	if argmax.DType() != tensor.I32 {
-		fail(name, "argmax (shape %v) has dtype %v, want i32", argmax.Shape(), argmax.DType())
-	}
-	return xs
+	must(kernels.CheckBatchNormPool(name, x, what, pooled, argmax))
+	return x.Shape()
 }
 
 // BatchNormReluMaxPool2x2 implements kernels.BatchNormReluPooler:
@@ -487,8 +406,8 @@ func (be *Backend) BatchNormReluMaxPool2x2(pooled, argmax, saveMean, saveRstd, x
 		be.MaxPool2d(pooled, argmax, y, kernels.Pool2dParams{KernelH: 2, KernelW: 2})
 		return
 	}
-	_, c, _ := planes(name, x)
-	checkBNParams(name, x, c, saveMean, saveRstd, w, b, runMean, runVar, training)
+	_, _, _, err := kernels.CheckBatchNorm(name, nil, saveMean, saveRstd, x, w, b, runMean, runVar, training)
+	must(err)
 	pool := &bnPool{pooled: pooled.F32(), idx: argmax.I32(), w: xs[3], ho: xs[2] / 2, wo: xs[3] / 2}
 	be.launch(batchNormPoolPrep[float32](nil, saveMean, saveRstd, x, w, b, runMean, runVar, training, momentum, eps, true, pool))
 }
@@ -509,7 +428,8 @@ func (be *Backend) BatchNormReluMaxPool2x2Backward(dx, dw, db, g, argmax, x, b, 
 		be.BatchNormReluBackward(dx, dw, db, dy, x, b, saveMean, saveRstd, w, training)
 		return
 	}
-	checkBNBackward(name, dx, dw, db, x, b, saveMean, saveRstd, w)
+	_, _, _, err := kernels.CheckBatchNormBackward(name, dx, dw, db, nil, x, b, saveMean, saveRstd, w)
+	must(err)
 	pool := &bnPoolGrad{g: g.F32(), idx: argmax.I32(), h: xs[2], w: xs[3], ho: xs[2] / 2, wo: xs[3] / 2}
 	be.launch(batchNormPoolBwdPrep[float32](dx, dw, db, nil, x, b, true, saveMean, saveRstd, w, training, pool))
 }
@@ -720,29 +640,10 @@ func (be *Backend) BatchNormReluBackward(dx, dw, db, dy, x, b, saveMean, saveRst
 	be.batchNormBackward("BatchNormReluBackward", dx, dw, db, dy, x, b, true, saveMean, saveRstd, w, training)
 }
 
-// checkBNBackward checks a batch-norm backward's tensors besides dy: dx
-// shaped like x, the saved statistics given, and every per-channel
-// tensor nil or of C elements.
-func checkBNBackward(name string, dx, dw, db, x, b, saveMean, saveRstd, w *T) {
-	_, c, _ := planes(name, x)
-	if dx != nil {
-		needShape(name, "dx", dx, x.Shape())
-	}
-	if saveMean == nil || saveRstd == nil {
-		fail(name, "saveMean and saveRstd are required (x shape %v)", x.Shape())
-	}
-	for _, p := range []struct {
-		n string
-		t *T
-	}{{"saveMean", saveMean}, {"saveRstd", saveRstd}, {"w", w}, {"dw", dw}, {"db", db}, {"b", b}} {
-		optShape(name, p.n, p.t, c)
-	}
-}
-
 func (be *Backend) batchNormBackward(name string, dx, dw, db, dy, x, b *T, relu bool, saveMean, saveRstd, w *T, training bool) {
 	needCPU(name, dx, dw, db, dy, x, b, saveMean, saveRstd, w)
-	needShape(name, "dy", dy, x.Shape())
-	checkBNBackward(name, dx, dw, db, x, b, saveMean, saveRstd, w)
+	_, _, _, err := kernels.CheckBatchNormBackward(name, dx, dw, db, dy, x, b, saveMean, saveRstd, w)
+	must(err)
 	if wide(x, dy) {
 		be.launch(batchNormBwdPrep[float64](dx, dw, db, dy, x, b, relu, saveMean, saveRstd, w, training))
 	} else {

@@ -1,7 +1,6 @@
 package cpu
 
 import (
-	"math"
 	"runtime"
 	"testing"
 
@@ -9,124 +8,6 @@ import (
 	"github.com/esper-go/esper/tensor"
 	"github.com/stretchr/testify/require"
 )
-
-func TestForeach(t *testing.T) {
-	for _, d := range floatTypes {
-		xs := []*T{randT(1, d, 5000), randT(2, d, 3, 7), randT(3, d, 1)}
-		dst := tensor.Empty(tensor.F32, 3)
-		be.ForeachNorm(dst, xs)
-		want := make([]float64, 3)
-		for i, x := range xs {
-			for _, v := range vals(x) {
-				want[i] += v * v
-			}
-			want[i] = math.Sqrt(want[i])
-		}
-		closeTo(t, name("norm ", d), vals(dst), want, 1e-6)
-
-		before := [][]float64{vals(xs[0]), vals(xs[1])}
-		be.ForeachScale(xs[:2], tensor.Scalar(tensor.F32, 0.5))
-		for i := range before {
-			for j := range before[i] {
-				before[i][j] *= 0.5
-			}
-			closeTo(t, name("scale ", d), vals(xs[i]), before[i], 0)
-		}
-		ys := []*T{randT(4, d, 5000), randT(5, d, 3, 7)}
-		exp := [][]float64{vals(ys[0]), vals(ys[1])}
-		be.ForeachAxpy(ys, xs[:2], -2)
-		for i := range ys {
-			xv := vals(xs[i])
-			for j := range exp[i] {
-				exp[i][j] += -2 * xv[j]
-			}
-			closeTo(t, name("axpy ", d), vals(ys[i]), exp[i], tol(d))
-		}
-	}
-}
-
-func TestIncrementScaler(t *testing.T) {
-	c := tensor.Scalar(tensor.F64, 3)
-	be.Increment(c, nil)
-	be.Increment(c, tensor.Scalar(tensor.F32, 1))
-	be.Increment(c, tensor.Scalar(tensor.F32, 0))
-	require.Equal(t, 5.0, c.Item())
-
-	xs := []*T{tensor.FromSlice([]float32{2, 4}), tensor.FromSlice([]float64{8})}
-	inf := tensor.Scalar(tensor.F32, 0)
-	be.UnscaleCheck(xs, tensor.Scalar(tensor.F32, 0.5), inf)
-	require.Equal(t, []float32{1, 2}, xs[0].F32())
-	require.Equal(t, 0.0, inf.Item())
-	xs[0].F32()[1] = float32(math.Inf(1))
-	be.UnscaleCheck(xs, tensor.Scalar(tensor.F32, 0.5), inf)
-	require.Equal(t, 1.0, inf.Item())
-
-	scale, tr := tensor.Scalar(tensor.F32, 65536), tensor.Scalar(tensor.I32, 0)
-	be.ScalerUpdate(scale, tr, inf, 2, 0.5, 3) // inf: back off
-	require.Equal(t, 32768.0, scale.Item())
-	require.Equal(t, 0.0, tr.Item())
-	inf.Fill(0)
-	for i := 0; i < 3; i++ {
-		be.ScalerUpdate(scale, tr, inf, 2, 0.5, 3)
-	}
-	require.Equal(t, 65536.0, scale.Item())
-	require.Equal(t, 0.0, tr.Item())
-	be.ScalerUpdate(scale, tr, inf, 2, 0.5, 3)
-	require.Equal(t, 1.0, tr.Item())
-}
-
-// refSGD mirrors torch.optim.SGD for one tensor.
-func refSGD(p, g, buf []float64, lr float64, step int, o kernels.SGDOptions) {
-	for i := range p {
-		d := g[i]
-		if o.Maximize {
-			d = -d
-		}
-		d += o.WeightDecay * p[i]
-		if o.Momentum != 0 {
-			if step == 1 {
-				buf[i] = d
-			} else {
-				buf[i] = o.Momentum*buf[i] + (1-o.Dampening)*d
-			}
-			if o.Nesterov {
-				d += o.Momentum * buf[i]
-			} else {
-				d = buf[i]
-			}
-		}
-		p[i] -= lr * d
-	}
-}
-
-func TestSGD(t *testing.T) {
-	opts := []kernels.SGDOptions{
-		{},
-		{Momentum: 0.9},
-		{Momentum: 0.9, WeightDecay: 5e-4},
-		{Momentum: 0.9, Dampening: 0.1, Nesterov: false, Maximize: true},
-		{Momentum: 0.8, WeightDecay: 0.01, Nesterov: true},
-	}
-	for oi, o := range opts {
-		for _, d := range []tensor.DType{tensor.F64, tensor.F32} {
-			p := randT(1, d, 1000)
-			m := tensor.Zeros(d, 1000)
-			rp, rb := vals(p), make([]float64, 1000)
-			hyper := tensor.FromSlice([]float64{0.1, 0})
-			for step := 1; step <= 3; step++ {
-				g := randT(uint64(10+step), d, 1000)
-				hyper.F64()[1] = float64(step)
-				be.SGDStep(p, g, m, hyper, nil, o)
-				refSGD(rp, vals(g), rb, 0.1, step, o)
-			}
-			closeTo(t, name("sgd ", oi, d), vals(p), rp, tol(d))
-			// foundInf skips the step.
-			before := vals(p)
-			be.SGDStep(p, randT(5, d, 1000), m, hyper, tensor.Scalar(tensor.F32, 1), o)
-			require.Equal(t, before, vals(p))
-		}
-	}
-}
 
 // TestOptimAsmBitwise: the AVX SGD-momentum and AdamW loops give bitwise
 // the Go loops' parameters and moments, for lengths around the 8-lane
@@ -152,32 +33,6 @@ func TestOptimAsmBitwise(t *testing.T) {
 	}
 	for _, n := range []int{1, 7, 8, 9, 63, 1000, 100003} {
 		require.Equal(t, run(false, n), run(true, n), "n=%d", n)
-	}
-}
-
-func TestAdamW(t *testing.T) {
-	o := kernels.AdamWOptions{Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01}
-	for _, d := range []tensor.DType{tensor.F64, tensor.F32} {
-		p := randT(1, d, 777)
-		m, v := tensor.Zeros(d, 777), tensor.Zeros(d, 777)
-		rp, rm, rv := vals(p), make([]float64, 777), make([]float64, 777)
-		hyper := tensor.FromSlice([]float64{0.01, 0})
-		for step := 1; step <= 3; step++ {
-			g := randT(uint64(20+step), d, 777)
-			hyper.F64()[1] = float64(step)
-			be.AdamWStep(p, g, m, v, hyper, nil, o)
-			gv := vals(g)
-			bc1 := 1 - math.Pow(o.Beta1, float64(step))
-			bc2 := 1 - math.Pow(o.Beta2, float64(step))
-			for i := range rp {
-				rp[i] *= 1 - 0.01*o.WeightDecay
-				rm[i] = o.Beta1*rm[i] + (1-o.Beta1)*gv[i]
-				rv[i] = o.Beta2*rv[i] + (1-o.Beta2)*gv[i]*gv[i]
-				rp[i] -= 0.01 / bc1 * rm[i] / (math.Sqrt(rv[i])/math.Sqrt(bc2) + o.Eps)
-			}
-		}
-		closeTo(t, name("adamw ", d), vals(p), rp, tol(d))
-		closeTo(t, name("adamw v ", d), vals(v), rv, tol(d))
 	}
 }
 

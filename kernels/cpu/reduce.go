@@ -17,32 +17,15 @@ const chunkLen = 4096
 func (be *Backend) Reduce(op kernels.ReduceOp, dst, x *T, axes []int) {
 	name := opName(reduceNames, "Reduce ", op)
 	needCPU(name, dst, x)
-	xs := x.Shape()
-	// Small ranks keep the masks on the stack.
+	// Small ranks keep the mask on the stack.
 	var redBuf [8]bool
-	var wantBuf [8]int
-	red, want := redBuf[:0], wantBuf[:0]
-	if len(xs) <= len(redBuf) {
-		red, want = redBuf[:len(xs)], wantBuf[:len(xs)]
+	var red []bool
+	if r := x.Rank(); r <= len(redBuf) {
+		red = redBuf[:r]
 	} else {
-		red, want = make([]bool, len(xs)), make([]int, len(xs))
+		red = make([]bool, r)
 	}
-	for _, a := range axes {
-		red[normAxis(name, a, xs)] = true
-	}
-	for i, s := range xs {
-		want[i] = s
-		if red[i] {
-			want[i] = 1
-		}
-	}
-	if !tensor.SameShape(dst.Shape(), want) {
-		fail(name, "x shape %v reduced over axes %v gives %v, dst has shape %v", xs, axes, append([]int(nil), want...), dst.Shape())
-	}
-	if op > kernels.LogSumExp {
-		fail(name, "unknown op %d", op)
-	}
-	needFloat(name, "x", x)
+	must(kernels.CheckReduce(name, op, dst, x, axes, red))
 	if be.eager() && reduceEager(op, dst, x, red) {
 		return
 	}
@@ -358,21 +341,8 @@ func reducePrep[F tensor.Float](op kernels.ReduceOp, dst, x *T, red []bool) func
 func (be *Backend) ArgMax(dst, x *T, axis int) {
 	const name = "ArgMax"
 	needCPU(name, dst, x)
-	a := normAxis(name, axis, x.Shape())
-	var wantBuf [8]int
-	want := append(wantBuf[:0], x.Shape()...)
-	want[a] = 1
-	if !tensor.SameShape(dst.Shape(), want) {
-		fail(name, "x shape %v along axis %d gives %v, dst has shape %v", x.Shape(), axis, append([]int(nil), want...), dst.Shape())
-	}
-	if dst.DType() != tensor.I64 {
-		fail(name, "dst (shape %v) has dtype %v, want i64", dst.Shape(), dst.DType())
-	}
+	a := must1(kernels.CheckArgMax(name, dst, x, axis))
 	needContig(name, "dst", dst)
-	needFloat(name, "x", x)
-	if x.Shape()[a] == 0 {
-		fail(name, "axis %d of shape %v is empty", axis, x.Shape())
-	}
 	if be.eager() && argMaxEager(dst, x, a) {
 		return
 	}
@@ -387,7 +357,7 @@ func argMaxPrep[F tensor.Float](dst, x *T, axis int) func() {
 	var s stage
 	xs := in[F](&s, x)
 	d := tensor.Data[int64](dst)
-	outer, A, inner := split3(x.Shape(), axis)
+	outer, A, inner := kernels.Split3(x.Shape(), axis)
 	body := func(lo, hi int) {
 		for it := lo; it < hi; it++ {
 			o, i := it, 0
@@ -423,21 +393,13 @@ func argMaxLine[F tensor.Float](xs []F, base, n, stride int) int {
 func (be *Backend) CountCorrect(acc, logits, target *T) {
 	const name = "CountCorrect"
 	needCPU(name, acc, logits, target)
-	ls := logits.Shape()
-	if len(ls) != 2 || ls[1] == 0 {
-		fail(name, "logits shape %v, want [N, C] with C > 0", ls)
-	}
-	needFloat(name, "logits", logits)
-	needShape(name, "target", target, []int{ls[0]})
-	needShape(name, "acc", acc, []int{ls[0]})
-	if acc.DType() != tensor.F32 {
-		fail(name, "acc (shape %v) has dtype %v, want f32", acc.Shape(), acc.DType())
-	}
+	n, c, err := kernels.CheckCountCorrect(name, acc, logits, target)
+	must(err)
 	needContig(name, "acc", acc)
 	t64, t32 := indexData(name, "target", target)
 	if be.eager() && logits.DType() == tensor.F32 && logits.IsContiguous() {
 		// The eager fast path (eager.go): no staging, no closure.
-		countCorrectRows(acc.F32(), logits.F32(), ls[0], ls[1], t64, t32)
+		countCorrectRows(acc.F32(), logits.F32(), n, c, t64, t32)
 		return
 	}
 	if wide(logits) {
@@ -573,60 +535,6 @@ func middleFold[F tensor.Float](op kernels.ReduceOp, x []F, r, b int, dst []F) {
 				v /= float64(r)
 			}
 			dst[j0+j] = F(v)
-		}
-	}
-}
-
-// SumRowsAdd implements kernels.GradAccumulator: dst[j] += Σ_i x[i, j],
-// each column summed in float64 from row 0 down and rounded once, as
-// Reduce (Sum over axis 0) would, then added in dst's dtype, as Binary
-// Add would.
-func (be *Backend) SumRowsAdd(dst, x *T) {
-	const name = "SumRowsAdd"
-	needCPU(name, dst, x)
-	xs := x.Shape()
-	if len(xs) != 2 {
-		fail(name, "x has shape %v, want [M, N]", xs)
-	}
-	needShape(name, "dst", dst, xs[1:])
-	if !(dst.DType() == tensor.F32 || dst.DType() == tensor.F64) || dst.DType() != x.DType() {
-		fail(name, "dtypes dst %v and x %v: want one of f32 and f64", dst.DType(), x.DType())
-	}
-	needContig(name, "dst", dst)
-	needContig(name, "x", x)
-	if dst.DType() == tensor.F64 {
-		launchSumRowsAdd(be, dst.F64(), x.F64(), xs[0], xs[1])
-	} else {
-		launchSumRowsAdd(be, dst.F32(), x.F32(), xs[0], xs[1])
-	}
-}
-
-// launchSumRowsAdd runs sumRowsAdd at once when eager (no closure), or
-// records it.
-func launchSumRowsAdd[F tensor.Float](be *Backend, d, x []F, m, n int) {
-	if be.eager() {
-		sumRowsAdd(d, x, m, n)
-		return
-	}
-	be.launch(func() { sumRowsAdd(d, x, m, n) })
-}
-
-// sumRowsAdd adds the column sums of the m×n row-major x to d, columns
-// in blocks of 64 float64 accumulators.
-func sumRowsAdd[F tensor.Float](d, x []F, m, n int) {
-	var acc [64]float64
-	for j0 := 0; j0 < n; j0 += len(acc) {
-		nb := min(len(acc), n-j0)
-		a := acc[:nb]
-		clear(a)
-		for i := 0; i < m; i++ {
-			row := x[i*n+j0 : i*n+j0+nb]
-			for j, v := range row {
-				a[j] += float64(v)
-			}
-		}
-		for j, s := range a {
-			d[j0+j] += F(s)
 		}
 	}
 }

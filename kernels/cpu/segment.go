@@ -21,11 +21,10 @@ type segSort struct {
 	op    string
 }
 
+// newSegSort prepares the bucketing of e rows into s segments by segIDs
+// (checked by the caller: kernels.CheckSegmentIDs).
 func newSegSort(op string, segIDs *T, e, s int) *segSort {
 	i64, i32 := indexData(op, "segIDs", segIDs)
-	if segIDs.Numel() != e {
-		fail(op, "segIDs has shape %v, want [%d]", segIDs.Shape(), e)
-	}
 	return &segSort{i64: i64, i32: i32, start: make([]int, s+1), next: make([]int, s), order: make([]int, e), op: op}
 }
 
@@ -51,36 +50,19 @@ func (ss *segSort) run() {
 
 func (ss *segSort) rows(s int) []int { return ss.order[ss.start[s]:ss.start[s+1]] }
 
-func rowsOf(name, what string, t *T) (int, int) {
-	if t.Rank() < 1 {
-		fail(name, "%s has shape %v, want [E, ...]", what, t.Shape())
-	}
-	return t.Shape()[0], t.Numel() / max(1, t.Shape()[0])
-}
-
 // SegmentReduce implements kernels.Backend.
 func (be *Backend) SegmentReduce(op kernels.ReduceOp, dst, argmax, src, segIDs *T) {
 	name := opName(segmentNames, "SegmentReduce ", op)
 	needCPU(name, dst, argmax, src, segIDs)
-	if op != kernels.Sum && op != kernels.Mean && op != kernels.Max {
-		fail(name, "op must be sum, mean or max (src %v, dst %v)", src.Shape(), dst.Shape())
-	}
-	e, _ := rowsOf(name, "src", src)
-	if dst.Rank() != src.Rank() || !tensor.SameShape(dst.Shape()[1:], src.Shape()[1:]) {
-		fail(name, "src %v and dst %v differ past the first axis", src.Shape(), dst.Shape())
-	}
+	e, _, s, err := kernels.CheckSegmentReduce(name, op, dst, argmax, src, segIDs)
+	must(err)
 	if op == kernels.Max && argmax != nil {
-		needShape(name, "argmax", argmax, dst.Shape())
-		if argmax.DType() != tensor.I64 {
-			fail(name, "argmax (shape %v) has dtype %v, want i64", argmax.Shape(), argmax.DType())
-		}
 		needContig(name, "argmax", argmax)
 	}
 	if op != kernels.Max {
 		argmax = nil
 	}
-	needFloat(name, "src", src)
-	ss := newSegSort(name, segIDs, e, dst.Shape()[0])
+	ss := newSegSort(name, segIDs, e, s)
 	if wide(dst, src) {
 		be.launch(segReducePrep[float64](op, ss, dst, argmax, src))
 	} else {
@@ -154,13 +136,7 @@ func segReducePrep[F tensor.Float](op kernels.ReduceOp, ss *segSort, dst, argmax
 func (be *Backend) SegmentMaxBackward(dsrc, dy, argmax *T) {
 	const name = "SegmentMaxBackward"
 	needCPU(name, dsrc, dy, argmax)
-	needShape(name, "argmax", argmax, dy.Shape())
-	if dsrc.Rank() != dy.Rank() || !tensor.SameShape(dsrc.Shape()[1:], dy.Shape()[1:]) {
-		fail(name, "dsrc %v and dy %v differ past the first axis", dsrc.Shape(), dy.Shape())
-	}
-	if argmax.DType() != tensor.I64 {
-		fail(name, "argmax (shape %v) has dtype %v, want i64", argmax.Shape(), argmax.DType())
-	}
+	must(kernels.CheckSegmentMaxBackward(name, dsrc, dy, argmax))
 	needContig(name, "argmax", argmax)
 	if wide(dsrc, dy) {
 		be.launch(segMaxBwdPrep[float64](dsrc, dy, argmax))
@@ -204,12 +180,8 @@ func segMaxBwdPrep[F tensor.Float](dsrc, dy, argmax *T) func() {
 func (be *Backend) SegmentSoftmax(dst, src, segIDs *T, numSegments int) {
 	const name = "SegmentSoftmax"
 	needCPU(name, dst, src, segIDs)
-	needShape(name, "dst", dst, src.Shape())
-	e, _ := rowsOf(name, "src", src)
-	needFloat(name, "src", src)
-	if numSegments < 0 {
-		fail(name, "negative numSegments %d (src %v)", numSegments, src.Shape())
-	}
+	e, _, err := kernels.CheckSegmentSoftmax(name, dst, src, nil, segIDs, numSegments)
+	must(err)
 	ss := newSegSort(name, segIDs, e, numSegments)
 	if wide(dst, src) {
 		be.launch(segSoftmaxPrep[float64](ss, dst, src, nil, false))
@@ -222,12 +194,8 @@ func (be *Backend) SegmentSoftmax(dst, src, segIDs *T, numSegments int) {
 func (be *Backend) SegmentSoftmaxBackward(dx, y, dy, segIDs *T, numSegments int) {
 	const name = "SegmentSoftmaxBackward"
 	needCPU(name, dx, y, dy, segIDs)
-	needShape(name, "dx", dx, y.Shape())
-	needShape(name, "dy", dy, y.Shape())
-	e, _ := rowsOf(name, "y", y)
-	if numSegments < 0 {
-		fail(name, "negative numSegments %d (y %v)", numSegments, y.Shape())
-	}
+	e, _, err := kernels.CheckSegmentSoftmax(name, dx, y, dy, segIDs, numSegments)
+	must(err)
 	ss := newSegSort(name, segIDs, e, numSegments)
 	if wide(dx, y, dy) {
 		be.launch(segSoftmaxPrep[float64](ss, dx, y, dy, true))

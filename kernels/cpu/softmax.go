@@ -13,12 +13,7 @@ import (
 
 func (be *Backend) softmaxLike(name string, dst, x *T, axis int, log bool) {
 	needCPU(name, dst, x)
-	if !tensor.SameShape(dst.Shape(), x.Shape()) {
-		fail(name, "dst shape %v and x shape %v differ", dst.Shape(), x.Shape())
-	}
-	needFloat(name, "x", x)
-	needFloat(name, "dst", dst)
-	a := normAxis(name, axis, x.Shape())
+	a := must1(kernels.CheckSoftmax(name, dst, x, axis))
 	if wide(dst, x) {
 		be.launch(softmaxPrep[float64](dst, x, a, log))
 	} else {
@@ -38,7 +33,7 @@ func softmaxPrep[F tensor.Float](dst, x *T, axis int, log bool) func() {
 	var s stage
 	xs := in[F](&s, x)
 	ds := out[F](&s, dst)
-	outer, A, inner := split3(x.Shape(), axis)
+	outer, A, inner := kernels.Split3(x.Shape(), axis)
 	body := func(lo, hi int) {
 		for it := lo; it < hi; it++ {
 			o, i := it/inner, it%inner
@@ -78,10 +73,7 @@ func softmaxPrep[F tensor.Float](dst, x *T, axis int, log bool) func() {
 
 func (be *Backend) softmaxBwd(name string, dx, y, dy *T, axis int, log bool) {
 	needCPU(name, dx, y, dy)
-	if !tensor.SameShape(dx.Shape(), y.Shape()) || !tensor.SameShape(dy.Shape(), y.Shape()) {
-		fail(name, "shapes differ: dx %v, y %v, dy %v", dx.Shape(), y.Shape(), dy.Shape())
-	}
-	a := normAxis(name, axis, y.Shape())
+	a := must1(kernels.CheckSoftmaxBackward(name, dx, y, dy, axis))
 	if wide(dx, y, dy) {
 		be.launch(softmaxBwdPrep[float64](dx, y, dy, a, log))
 	} else {
@@ -104,7 +96,7 @@ func softmaxBwdPrep[F tensor.Float](dx, y, dy *T, axis int, log bool) func() {
 	ys := in[F](&s, y)
 	gs := in[F](&s, dy)
 	ds := out[F](&s, dx)
-	outer, A, inner := split3(y.Shape(), axis)
+	outer, A, inner := kernels.Split3(y.Shape(), axis)
 	body := func(lo, hi int) {
 		for it := lo; it < hi; it++ {
 			o, i := it/inner, it%inner
@@ -134,28 +126,12 @@ func softmaxBwdPrep[F tensor.Float](dx, y, dy *T, axis int, log bool) func() {
 	}
 }
 
-// checkCE validates the cross-entropy arguments and returns N, C.
+// checkCE validates the cross-entropy arguments (kernels.CheckCrossEntropy
+// on host tensors) and returns N, C.
 func checkCE(name string, loss, logits, target *T, p kernels.CrossEntropyParams) (int, int) {
 	needCPU(name, loss, logits, target)
-	ls := logits.Shape()
-	if len(ls) != 2 {
-		fail(name, "logits has shape %v, want [N C]", ls)
-	}
-	n, c := ls[0], ls[1]
-	needShape(name, "target", target, []int{n})
-	needIndex(name, "target", target)
-	needFloat(name, "logits", logits)
-	needFloat(name, "loss", loss)
-	if p.Reduction == kernels.ReduceNone {
-		if !tensor.SameShape(loss.Shape(), []int{n}) {
-			fail(name, "logits %v, target %v: loss has shape %v, want [%d] for reduction none", ls, target.Shape(), loss.Shape(), n)
-		}
-	} else if loss.Numel() != 1 {
-		fail(name, "logits %v, target %v: loss has shape %v, want a scalar", ls, target.Shape(), loss.Shape())
-	}
-	if p.LabelSmoothing < 0 || p.LabelSmoothing >= 1 {
-		fail(name, "label smoothing %v outside [0, 1)", p.LabelSmoothing)
-	}
+	n, c, err := kernels.CheckCrossEntropy(name, loss, logits, target, p)
+	must(err)
 	return n, c
 }
 

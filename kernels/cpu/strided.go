@@ -141,21 +141,6 @@ func bcastStrides(t *T, shape []int) (st []int, ok bool) {
 	return st, true
 }
 
-// expandsTo reports whether a tensor of shape ts broadcasts to shape (the
-// test of bcastStrides, without building the strides).
-func expandsTo(ts, shape []int) bool {
-	if len(ts) > len(shape) {
-		return false
-	}
-	lead := len(shape) - len(ts)
-	for i, d := range ts {
-		if d != shape[lead+i] && d != 1 {
-			return false
-		}
-	}
-	return true
-}
-
 // contigStrides is tensor.ContiguousStrides, local for brevity.
 func contigStrides(shape []int) []int {
 	st := make([]int, len(shape))

@@ -17,6 +17,21 @@ import (
 // and outputs share one dtype (F32, in the given precision, or BF16 with
 // fp32 accumulation).
 
+// Conv2d implements kernels.Backend.
+func (b *Backend) Conv2d(dst, x, w, bias *T, p kernels.Conv2dParams) {
+	must(b.d.Conv2d(dst, x, w, bias, p, b.precision()))
+}
+
+// Conv2dBackwardInput implements kernels.Backend.
+func (b *Backend) Conv2dBackwardInput(dx, dy, w *T, p kernels.Conv2dParams) {
+	must(b.d.Conv2dBackwardInput(dx, dy, w, p, b.precision()))
+}
+
+// Conv2dBackwardWeight implements kernels.Backend.
+func (b *Backend) Conv2dBackwardWeight(dw, x, dy *T, p kernels.Conv2dParams) {
+	must(b.d.Conv2dBackwardWeight(dw, x, dy, p, b.precision()))
+}
+
 // convGeom is struct Conv of src/conv.cu, word for word.
 type convGeom struct {
 	n, cin, h, w, kh, kw, ho, wo, sh, sw, ph, pw, dh, dw int64
@@ -37,31 +52,16 @@ type convPlan struct {
 }
 
 // planConv checks x [N,Cin,H,W], w [Cout,Cin/groups,KH,KW] and y
-// [N,Cout,Ho,Wo] against p (the CPU backend's rules).
+// [N,Cout,Ho,Wo] against p (kernels.CheckConv2d) and plans the launches.
 func planConv(op string, x, w, y *tensor.Tensor, p kernels.Conv2dParams) (convPlan, error) {
-	p = p.Norm()
-	xs, ws, ys := x.Shape(), w.Shape(), y.Shape()
-	bad := func(why string) (convPlan, error) {
-		return convPlan{}, fmt.Errorf("cuda: %s: %s: input %v, w %v, output %v (stride %d,%d pad %d,%d dilation %d,%d groups %d)",
-			op, why, xs, ws, ys, p.StrideH, p.StrideW, p.PadH, p.PadW, p.DilationH, p.DilationW, p.Groups)
+	k, err := kernels.CheckConv2d(op, x.Shape(), w.Shape(), y.Shape(), p)
+	if err != nil {
+		return convPlan{}, checked(err)
 	}
-	if len(xs) != 4 || len(ws) != 4 || len(ys) != 4 {
-		return bad("want rank-4 tensors")
-	}
-	if p.Groups <= 0 || xs[1]%p.Groups != 0 || ws[0]%p.Groups != 0 || ws[1] != xs[1]/p.Groups {
-		return bad("channels do not match groups")
-	}
-	if p.StrideH <= 0 || p.StrideW <= 0 || p.PadH < 0 || p.PadW < 0 || p.DilationH <= 0 || p.DilationW <= 0 {
-		return bad("invalid parameters")
-	}
-	ho := kernels.ConvOut(xs[2], ws[2], p.StrideH, p.PadH, p.DilationH)
-	wo := kernels.ConvOut(xs[3], ws[3], p.StrideW, p.PadW, p.DilationW)
-	if ho <= 0 || wo <= 0 || !tensor.SameShape(ys, []int{xs[0], ws[0], ho, wo}) {
-		return bad("output shape mismatch")
-	}
-	c := convPlan{groups: p.Groups, cout: ws[0], og: ws[0] / p.Groups, kdim: ws[1] * ws[2] * ws[3], pixels: ho * wo}
-	c.g = convGeom{n: int64(xs[0]), cin: int64(xs[1]), h: int64(xs[2]), w: int64(xs[3]), kh: int64(ws[2]), kw: int64(ws[3]),
-		ho: int64(ho), wo: int64(wo), sh: int64(p.StrideH), sw: int64(p.StrideW), ph: int64(p.PadH), pw: int64(p.PadW),
+	p = k.P
+	c := convPlan{groups: p.Groups, cout: k.Cout, og: k.Og, kdim: k.KDim, pixels: k.Pixels}
+	c.g = convGeom{n: int64(k.N), cin: int64(k.Cin), h: int64(k.H), w: int64(k.W), kh: int64(k.KH), kw: int64(k.KW),
+		ho: int64(k.Ho), wo: int64(k.Wo), sh: int64(p.StrideH), sw: int64(p.StrideW), ph: int64(p.PadH), pw: int64(p.PadW),
 		dh: int64(p.DilationH), dw: int64(p.DilationW)}
 	switch x.DType() {
 	case tensor.F32:
@@ -116,8 +116,8 @@ func (d *Device) Conv2d(dst, x, w, bias *tensor.Tensor, p kernels.Conv2dParams, 
 	dt := x.DType()
 	var pb cu.DevicePtr
 	if bias != nil {
-		if bias.Numel() != c.cout {
-			return fmt.Errorf("cuda: %s: bias %v, want [%d]", op, bias.Shape(), c.cout)
+		if err := checked(kernels.CheckConvBias(op, bias, c.cout)); err != nil {
+			return err
 		}
 		if pb, err = d.ptrOf(op, "bias", bias, dt); err != nil {
 			return err

@@ -78,6 +78,15 @@ func Open(ordinal int) (*Device, error) {
 	return d, nil
 }
 
+// DeviceCount is the number of CUDA devices the driver sees.
+func DeviceCount() (int, error) {
+	n, err := cu.NumDevices()
+	if err != nil {
+		return 0, fmt.Errorf("cuda: counting devices: %w", err)
+	}
+	return n, nil
+}
+
 // Allocator returns the device's caching allocator.
 func (d *Device) Allocator() *Allocator { return d.alloc }
 
@@ -180,3 +189,20 @@ func (d *Device) Synchronize() error {
 
 // Name returns the device's name as the driver reports it.
 func (d *Device) Name() string { return d.name }
+
+// rowThreads is the block size of the row kernels (ROW_THREADS in
+// src/softmax.cu and src/reduce.cu; the norms' per-row and per-channel
+// launches take it too).
+const rowThreads = 256
+
+// launchRows launches a row kernel: one block per row.
+func (d *Device) launchRows(name string, rows int, a *args) error {
+	if rows <= 0 {
+		return nil
+	}
+	fn, err := d.kernel(name)
+	if err != nil {
+		return err
+	}
+	return launchRaw(fn, [3]int{rows, 1, 1}, [3]int{rowThreads, 1, 1}, 0, d.stream, a)
+}

@@ -15,6 +15,14 @@
 // Backend (backend.go) implements kernels.Backend over one Device:
 // NewBackend opens the device and Register makes it the backend of
 // tensors on tensor.KindCUDA, so that autograd, nn and optim run on it.
+// Each op family of kernels has its file under the same name, holding
+// the Backend methods, the Device methods they call and, in src/, the
+// kernels: elementwise, reduce, matmul, conv, pool, softmax, norm, index,
+// segment, shape, random, optim and capture (shape and capture have no
+// kernels of their own: Concat and Pad are strided copies, capture is
+// the driver's). The runtime around them: device.go (context, stream,
+// modules, launches), operands.go (operand checks), strided.go (strided
+// launch geometry), alloc.go, driver.go and cublas.go.
 //
 // Lists of tensors (the foreach operations, ForeachSGDStep and
 // ForeachAdamWStep) are updated with one multi-tensor launch each

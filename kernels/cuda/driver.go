@@ -277,3 +277,11 @@ func copyD2HSync(dst []byte, src cu.DevicePtr, s cu.Stream) error {
 	}
 	return nil
 }
+
+// b2i is 1 for true, 0 for false (kernel flags).
+func b2i(b bool) int32 {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -4,10 +4,228 @@ package cuda
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/tensor"
 )
+
+// The elementwise family (src/elementwise.cu): fills, casts and strided
+// copies between any dtypes, unary ops and their derivatives, binary ops
+// with broadcasting (flat kernels for contiguous operands of one shape or
+// a scalar, binary_nd over strided views otherwise), where and clamp. F32
+// and BF16 compute in fp32; Fill and Copy take every dtype.
+
+// Fill implements kernels.Backend (any dtype).
+func (b *Backend) Fill(dst *T, v float64) { must(b.d.Fill(dst, v)) }
+
+// Copy implements kernels.Backend (any dtypes, any strides, both on the
+// device).
+func (b *Backend) Copy(dst, src *T) { must(b.d.Copy(dst, src)) }
+
+// Unary implements kernels.Backend (F32, BF16).
+func (b *Backend) Unary(op kernels.UnaryOp, dst, x *T) { must(b.d.Unary(op, dst, x)) }
+
+// UnaryBackward implements kernels.Backend (F32, BF16).
+func (b *Backend) UnaryBackward(op kernels.UnaryOp, dx, x, y, dy *T) {
+	must(b.d.UnaryBackward(op, dx, x, y, dy))
+}
+
+// Binary implements kernels.Backend (F32, BF16; comparisons into Bool).
+func (b *Backend) Binary(op kernels.BinaryOp, dst, x, y *T) { must(b.d.Binary(op, dst, x, y)) }
+
+// BinaryScalar implements kernels.Backend.
+func (b *Backend) BinaryScalar(op kernels.BinaryOp, dst, x *T, s float64, swap bool) {
+	must(b.d.BinaryScalar(op, dst, x, s, swap))
+}
+
+// Where implements kernels.Backend.
+func (b *Backend) Where(dst, cond, x, y *T) { must(b.d.Where(dst, cond, x, y)) }
+
+// Clamp implements kernels.Backend.
+func (b *Backend) Clamp(dst, x *T, lo, hi float64) { must(b.d.Clamp(dst, x, lo, hi)) }
+
+// Fill sets every element of the contiguous dst to v, converted to dst's
+// dtype as the CPU backend converts (any dtype: F32 and BF16 take their
+// own kernels, the others a fill of v's bit pattern).
+func (d *Device) Fill(dst *tensor.Tensor, v float64) error {
+	p, err := d.ptrOf("Fill", "dst", dst, dst.DType())
+	if err != nil {
+		return err
+	}
+	n := int64(dst.Numel())
+	release := d.enter()
+	defer release()
+	var a args
+	if name, err := floatKernel("Fill", "fill", dst.DType()); err == nil {
+		return d.launch1D(name, n, a.ptr(p).f32(float32(v)).i64(n))
+	}
+	bits, err := fillBits("Fill", dst.DType(), v)
+	if err != nil {
+		return err
+	}
+	return d.launch1D(fmt.Sprintf("fill_raw%d", dst.DType().Size()), n, a.ptr(p).push(bits).i64(n))
+}
+
+// fillBits is v stored in dtype dt, as the bit pattern fill_raw writes.
+func fillBits(op string, dt tensor.DType, v float64) (uint64, error) {
+	switch dt {
+	case tensor.F64:
+		return math.Float64bits(v), nil
+	case tensor.F32:
+		return uint64(math.Float32bits(float32(v))), nil
+	case tensor.BF16:
+		return uint64(tensor.F32ToBF16(float32(v))), nil
+	case tensor.F16:
+		return uint64(tensor.F32ToF16(float32(v))), nil
+	case tensor.I32:
+		return uint64(uint32(int32(v))), nil
+	case tensor.I64:
+		return uint64(int64(v)), nil
+	case tensor.Bool:
+		if v != 0 {
+			return 1, nil
+		}
+		return 0, nil
+	}
+	return 0, fmt.Errorf("cuda: %s: invalid dtype %v", op, dt)
+}
+
+// Cast copies x into dst converting F32 to BF16 (round to nearest even)
+// or BF16 to F32.
+func (d *Device) Cast(dst, x *tensor.Tensor) error {
+	var name string
+	switch {
+	case x.DType() == tensor.F32 && dst.DType() == tensor.BF16:
+		name = "cast_f32_bf16"
+	case x.DType() == tensor.BF16 && dst.DType() == tensor.F32:
+		name = "cast_bf16_f32"
+	default:
+		return fmt.Errorf("cuda: Cast from %v to %v (F32↔BF16 run here)", x.DType(), dst.DType())
+	}
+	if err := sameShape("Cast", dst, x); err != nil {
+		return err
+	}
+	pd, err := d.ptrOf("Cast", "dst", dst, dst.DType())
+	if err != nil {
+		return err
+	}
+	px, err := d.ptrOf("Cast", "x", x, x.DType())
+	if err != nil {
+		return err
+	}
+	release := d.enter()
+	defer release()
+	var a args
+	return d.launch1D(name, int64(x.Numel()), a.ptr(pd).ptr(px).i64(int64(x.Numel())))
+}
+
+// Copy copies src into dst element by element in row-major order; both
+// may be views of any strides with equal element counts (dst must not
+// overlap src). Equal dtypes are copied as raw words; F32↔BF16 round to
+// nearest even into BF16; any other pair converts through fp64 as the CPU
+// backend does (float→int truncates, bool is v ≠ 0).
+func (d *Device) Copy(dst, src *tensor.Tensor) error {
+	const op = "Copy"
+	if dst.Numel() != src.Numel() {
+		return fmt.Errorf("cuda: %s: dst %v and src %v have different element counts", op, dst.Shape(), src.Shape())
+	}
+	name, err := copyKernel(dst.DType(), src.DType())
+	if err != nil {
+		return err
+	}
+	pd, err := d.viewPtr(op, "dst", dst, dst.DType())
+	if err != nil {
+		return err
+	}
+	ps, err := d.viewPtr(op, "src", src, src.DType())
+	if err != nil {
+		return err
+	}
+	n := int64(dst.Numel())
+	if n == 0 {
+		return nil
+	}
+	var shape, dstSt, srcSt []int
+	switch {
+	case tensor.SameShape(dst.Shape(), src.Shape()):
+		shape, dstSt, srcSt = dst.Shape(), dst.Strides(), src.Strides()
+	case src.IsContiguous():
+		shape, dstSt, srcSt = dst.Shape(), dst.Strides(), tensor.ContiguousStrides(dst.Shape())
+	case dst.IsContiguous():
+		shape, dstSt, srcSt = src.Shape(), tensor.ContiguousStrides(src.Shape()), src.Strides()
+	default:
+		// Both strided with different shapes: through a packed copy.
+		tmp, err := tensor.EmptyOn(tensor.CUDA(d.ordinal), src.DType(), src.Shape()...)
+		if err != nil {
+			return err
+		}
+		defer tmp.Storage().Free() // stream order keeps it alive for both launches
+		if err := d.Copy(tmp, src); err != nil {
+			return err
+		}
+		return d.Copy(dst, tmp)
+	}
+	g, err := newGeom(op, shape, dstSt, srcSt)
+	if err != nil {
+		return err
+	}
+	release := d.enter()
+	defer release()
+	var a args
+	if name == "copy_nd_cvt" {
+		return d.launch1D(name, n, a.ptr(pd).i32(dtypeCode[dst.DType()]).ptr(ps).i32(dtypeCode[src.DType()]).push(g.words()...).i64(n))
+	}
+	return d.launch1D(name, n, a.ptr(pd).ptr(ps).push(g.words()...).i64(n))
+}
+
+// copyKernel names the copy kernel from src's dtype to dst's; the
+// converting copy_nd_cvt (dtype codes after the geometry's pointers)
+// takes the pairs without a kernel of their own.
+func copyKernel(dst, src tensor.DType) (string, error) {
+	switch {
+	case dst == src && dst != tensor.Invalid:
+		return fmt.Sprintf("copy_nd_raw%d", dst.Size()), nil
+	case dst == tensor.BF16 && src == tensor.F32:
+		return "copy_nd_f32_bf16", nil
+	case dst == tensor.F32 && src == tensor.BF16:
+		return "copy_nd_bf16_f32", nil
+	}
+	if _, ok := dtypeCode[dst]; !ok {
+		return "", fmt.Errorf("cuda: Copy into invalid dtype %v", dst)
+	}
+	if _, ok := dtypeCode[src]; !ok {
+		return "", fmt.Errorf("cuda: Copy from invalid dtype %v", src)
+	}
+	return "copy_nd_cvt", nil
+}
+
+// dtypeCode numbers the dtypes as src/elementwise.cu's D_* codes.
+var dtypeCode = map[tensor.DType]int32{tensor.F64: 0, tensor.F32: 1, tensor.BF16: 2, tensor.F16: 3, tensor.I64: 4, tensor.I32: 5, tensor.Bool: 6}
+
+// Unary sets dst = op(x) elementwise (same shape and dtype, F32 or BF16;
+// bf16 values are computed in fp32).
+func (d *Device) Unary(op kernels.UnaryOp, dst, x *tensor.Tensor) error {
+	if err := checked(kernels.CheckUnary("Unary", op, dst, x)); err != nil {
+		return err
+	}
+	name, err := floatKernel("Unary", "unary", x.DType())
+	if err != nil {
+		return err
+	}
+	pd, err := d.ptrOf("Unary", "dst", dst, x.DType())
+	if err != nil {
+		return err
+	}
+	px, err := d.ptrOf("Unary", "x", x, x.DType())
+	if err != nil {
+		return err
+	}
+	release := d.enter()
+	defer release()
+	var a args
+	return d.launch1D(name, int64(x.Numel()), a.i32(int32(op)).ptr(pd).ptr(px).i64(int64(x.Numel())))
+}
 
 // UnaryBackward sets dx = dy·op'(x) elementwise with the CPU backend's
 // formulas (Sign's derivative is zero). y = op(x) is optional: Exp,
@@ -16,27 +234,17 @@ import (
 // shape and dtype (F32 or BF16, computed in fp32).
 func (d *Device) UnaryBackward(op kernels.UnaryOp, dx, x, y, dy *tensor.Tensor) error {
 	const name = "UnaryBackward"
-	if op >= kernels.UnaryOp(len(kernels.UnaryOps())) {
-		return fmt.Errorf("cuda: %s: unknown op %d", name, op)
+	useY, err := kernels.CheckUnaryBackward(name, op, dx, x, y, dy)
+	if err := checked(err); err != nil {
+		return err
+	}
+	if !useY {
+		y = nil
 	}
 	dt := dy.DType()
 	kernel, err := floatKernel(name, "unary_bwd", dt)
 	if err != nil {
 		return err
-	}
-	usesY := op == kernels.Exp || op == kernels.Sigmoid || op == kernels.Tanh || op == kernels.Sqrt || op == kernels.Rsqrt || op == kernels.Recip
-	if !usesY {
-		y = nil
-	}
-	if x == nil && y == nil {
-		return fmt.Errorf("cuda: %s %v: needs x (or y for the ops that reuse their output)", name, op)
-	}
-	for _, t := range []*tensor.Tensor{dx, x, y} {
-		if t != nil {
-			if err := sameShape(name, t, dy); err != nil {
-				return err
-			}
-		}
 	}
 	ptrs, err := d.ptrList(name, []string{"dx", "x", "y", "dy"}, []*tensor.Tensor{dx, x, y, dy},
 		[]tensor.DType{dt, dt, dt, dt}, []bool{false, true, true, false})
@@ -50,32 +258,61 @@ func (d *Device) UnaryBackward(op kernels.UnaryOp, dx, x, y, dy *tensor.Tensor) 
 	return d.launch1D(kernel, n, a.i32(int32(op)).ptr(ptrs[0]).ptr(ptrs[1]).ptr(ptrs[2]).ptr(ptrs[3]).i64(n))
 }
 
-// Clamp sets dst = min(max(x, lo), hi) elementwise (NaN stays NaN, as in
-// torch.clamp); dst and x contiguous, one shape and dtype (F32 or BF16).
-// The bounds are rounded to fp32, as the CPU backend does for both.
-func (d *Device) Clamp(dst, x *tensor.Tensor, lo, hi float64) error {
-	const op = "Clamp"
-	dt := x.DType()
-	name, err := floatKernel(op, "clamp", dt)
+// Binary sets dst = a op b elementwise for every BinaryOp (comparisons
+// write a Bool dst), with a and b views of any strides whose shapes
+// broadcast to dst's (NumPy rules; rank ≤ 6 after merging axes); dst is
+// contiguous. Contiguous operands of dst's shape, or a one-element scalar
+// over the other, take the flat kernels; F32 full operands the 16-byte
+// vector kernel when aligned.
+func (d *Device) Binary(op kernels.BinaryOp, dst, x, y *tensor.Tensor) error {
+	if err := checked(kernels.CheckBinary("Binary", op, dst, x, y)); err != nil {
+		return err
+	}
+	if op.IsComparison() || !x.IsContiguous() || !y.IsContiguous() {
+		return d.binaryND("Binary", op, dst, x, y, 0, modeTensors)
+	}
+	dt := dst.DType()
+	name, err := floatKernel("Binary", "binary", dt)
 	if err != nil {
 		return err
 	}
-	if err := sameShape(op, dst, x); err != nil {
+	n := int64(dst.Numel())
+	stride := func(t *tensor.Tensor) (int64, bool) {
+		switch {
+		case tensor.SameShape(t.Shape(), dst.Shape()):
+			return 1, true
+		case t.Numel() == 1:
+			return 0, true
+		}
+		return 0, false
+	}
+	sx, okx := stride(x)
+	sy, oky := stride(y)
+	if !okx || !oky {
+		return d.binaryND("Binary", op, dst, x, y, 0, modeTensors)
+	}
+	if err := d.checkBinaryDst("Binary", op, dst, dt); err != nil {
 		return err
 	}
-	pd, err := d.ptrOf(op, "dst", dst, dt)
+	pd, err := d.ptrOf("Binary", "dst", dst, dt)
 	if err != nil {
 		return err
 	}
-	px, err := d.ptrOf(op, "x", x, dt)
+	px, err := d.ptrOf("Binary", "a", x, dt)
 	if err != nil {
 		return err
 	}
-	n := int64(x.Numel())
+	py, err := d.ptrOf("Binary", "b", y, dt)
+	if err != nil {
+		return err
+	}
 	release := d.enter()
 	defer release()
 	var a args
-	return d.launch1D(name, n, a.ptr(pd).ptr(px).f32(float32(lo)).f32(float32(hi)).i64(n))
+	if dt == tensor.F32 && sx == 1 && sy == 1 && n%4 == 0 && (pd|px|py)%16 == 0 {
+		return d.launch1D("binary_f32_vec4", n/4, a.i32(int32(op)).ptr(pd).ptr(px).ptr(py).i64(n/4))
+	}
+	return d.launch1D(name, n, a.i32(int32(op)).ptr(pd).ptr(px).i64(sx).ptr(py).i64(sy).i64(n))
 }
 
 // Binary modes of binary_nd (src/elementwise.cu).
@@ -85,12 +322,10 @@ const (
 	modeScalarLHS = 2 // s op a
 )
 
-// checkBinaryDst checks a binary op's dst: contiguous on d, Bool for the
-// comparisons and of the operands' dtype dt otherwise.
+// checkBinaryDst checks a binary op's dst (the op and the shapes checked
+// by kernels.CheckBinary): contiguous on d, Bool for the comparisons and
+// of the operands' dtype dt otherwise.
 func (d *Device) checkBinaryDst(name string, op kernels.BinaryOp, dst *tensor.Tensor, dt tensor.DType) error {
-	if op >= kernels.BinaryOp(len(kernels.BinaryOps())) {
-		return fmt.Errorf("cuda: %s: unknown op %d", name, op)
-	}
 	want := dt
 	if op.IsComparison() {
 		want = tensor.Bool
@@ -139,6 +374,9 @@ func (d *Device) binaryND(name string, op kernels.BinaryOp, dst, x, y *tensor.Te
 // BinaryOp (comparisons write a Bool dst); a is any view of F32 or BF16
 // broadcasting to dst's shape, and s is rounded to fp32 as on the CPU.
 func (d *Device) BinaryScalar(op kernels.BinaryOp, dst, x *tensor.Tensor, s float64, swap bool) error {
+	if err := checked(kernels.CheckBinary("BinaryScalar", op, dst, x, nil)); err != nil {
+		return err
+	}
 	mode := int32(modeScalar)
 	if swap {
 		mode = modeScalarLHS
@@ -151,6 +389,9 @@ func (d *Device) BinaryScalar(op kernels.BinaryOp, dst, x *tensor.Tensor, s floa
 // dtype (F32 or BF16).
 func (d *Device) Where(dst, cond, x, y *tensor.Tensor) error {
 	const op = "Where"
+	if err := checked(kernels.CheckWhere(op, dst, cond, x, y)); err != nil {
+		return err
+	}
 	dt := dst.DType()
 	kernel, err := floatKernel(op, "where_nd", dt)
 	if err != nil {
@@ -182,4 +423,32 @@ func (d *Device) Where(dst, cond, x, y *tensor.Tensor) error {
 	defer release()
 	var a args
 	return d.launch1D(kernel, n, a.ptr(pd).ptr(pc).ptr(px).ptr(py).push(g.words()...).i64(n))
+}
+
+// Clamp sets dst = min(max(x, lo), hi) elementwise (NaN stays NaN, as in
+// torch.clamp); dst and x contiguous, one shape and dtype (F32 or BF16).
+// The bounds are rounded to fp32, as the CPU backend does for both.
+func (d *Device) Clamp(dst, x *tensor.Tensor, lo, hi float64) error {
+	const op = "Clamp"
+	if err := checked(kernels.CheckSameShape(op, "dst", dst, x.Shape())); err != nil {
+		return err
+	}
+	dt := x.DType()
+	name, err := floatKernel(op, "clamp", dt)
+	if err != nil {
+		return err
+	}
+	pd, err := d.ptrOf(op, "dst", dst, dt)
+	if err != nil {
+		return err
+	}
+	px, err := d.ptrOf(op, "x", x, dt)
+	if err != nil {
+		return err
+	}
+	n := int64(x.Numel())
+	release := d.enter()
+	defer release()
+	var a args
+	return d.launch1D(name, n, a.ptr(pd).ptr(px).f32(float32(lo)).f32(float32(hi)).i64(n))
 }

@@ -7,6 +7,7 @@ import (
 
 	"gorgonia.org/cu"
 
+	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/tensor"
 )
 
@@ -15,6 +16,24 @@ import (
 // time (a captured step sees new indices), so a value out of range cannot
 // panic as on the CPU: selection and gather write zero bits for it, the
 // accumulating ops skip it.
+
+// IndexSelect implements kernels.Backend (any dtype).
+func (b *Backend) IndexSelect(dst, src *T, axis int, index *T) {
+	must(b.d.IndexSelect(dst, src, axis, index))
+}
+
+// IndexAdd implements kernels.Backend (F32).
+func (b *Backend) IndexAdd(dst *T, axis int, index, src *T) {
+	must(b.d.IndexAdd(dst, axis, index, src))
+}
+
+// Gather implements kernels.Backend (any dtype).
+func (b *Backend) Gather(dst, src *T, axis int, index *T) { must(b.d.Gather(dst, src, axis, index)) }
+
+// ScatterAdd implements kernels.Backend (F32).
+func (b *Backend) ScatterAdd(dst *T, axis int, index, src *T) {
+	must(b.d.ScatterAdd(dst, axis, index, src))
+}
 
 // indexPtr checks an index tensor and reports whether it is I64.
 func (d *Device) indexPtr(op, what string, index *tensor.Tensor) (cu.DevicePtr, bool, error) {
@@ -35,17 +54,9 @@ func (d *Device) indexPtr(op, what string, index *tensor.Tensor) (cu.DevicePtr, 
 // contiguous.
 func (d *Device) IndexSelect(dst, src *tensor.Tensor, axis int, index *tensor.Tensor) error {
 	const op = "IndexSelect"
-	a, err := normAxis(op, axis, src.Shape())
-	if err != nil {
+	a, err := kernels.CheckIndexSelect(op, dst, src, axis, index)
+	if err := checked(err); err != nil {
 		return err
-	}
-	if index.Rank() != 1 {
-		return fmt.Errorf("cuda: %s: index has shape %v, want [K]", op, index.Shape())
-	}
-	want := append([]int(nil), src.Shape()...)
-	want[a] = index.Numel()
-	if !tensor.SameShape(dst.Shape(), want) {
-		return fmt.Errorf("cuda: %s: src %v with index %v along axis %d gives %v, dst is %v", op, src.Shape(), index.Shape(), axis, want, dst.Shape())
 	}
 	pi, i64, err := d.indexPtr(op, "index", index)
 	if err != nil {
@@ -59,7 +70,7 @@ func (d *Device) IndexSelect(dst, src *tensor.Tensor, axis int, index *tensor.Te
 	if err != nil {
 		return err
 	}
-	outer, n, inner := split3(src.Shape(), a)
+	outer, n, inner := kernels.Split3(src.Shape(), a)
 	k := index.Numel()
 	release := d.enter()
 	defer release()
@@ -72,17 +83,9 @@ func (d *Device) IndexSelect(dst, src *tensor.Tensor, axis int, index *tensor.Te
 // (F32, contiguous; atomics, so repeated indices add in no fixed order).
 func (d *Device) IndexAdd(dst *tensor.Tensor, axis int, index, src *tensor.Tensor) error {
 	const op = "IndexAdd"
-	a, err := normAxis(op, axis, dst.Shape())
-	if err != nil {
+	a, err := kernels.CheckIndexAdd(op, dst, axis, index, src)
+	if err := checked(err); err != nil {
 		return err
-	}
-	if index.Rank() != 1 {
-		return fmt.Errorf("cuda: %s: index has shape %v, want [K]", op, index.Shape())
-	}
-	want := append([]int(nil), dst.Shape()...)
-	want[a] = index.Numel()
-	if !tensor.SameShape(src.Shape(), want) {
-		return fmt.Errorf("cuda: %s: dst %v with index %v along axis %d wants src %v, src is %v", op, dst.Shape(), index.Shape(), axis, want, src.Shape())
 	}
 	pi, i64, err := d.indexPtr(op, "index", index)
 	if err != nil {
@@ -96,28 +99,13 @@ func (d *Device) IndexAdd(dst *tensor.Tensor, axis int, index, src *tensor.Tenso
 	if err != nil {
 		return err
 	}
-	outer, n, inner := split3(dst.Shape(), a)
+	outer, n, inner := kernels.Split3(dst.Shape(), a)
 	k := index.Numel()
 	release := d.enter()
 	defer release()
 	var ar args
 	ar.ptr(pd).ptr(ps).ptr(pi).i32(b2i(i64)).i64(int64(outer)).i64(int64(n)).i64(int64(inner)).i64(int64(k))
 	return d.launch1D("index_add_f32", int64(outer*k*inner), &ar)
-}
-
-// gatherShapes checks torch.gather/scatter_add shapes as the CPU backend
-// does: index has the rank of both tensors and fits inside them (inside
-// big off the axis).
-func gatherShapes(op string, big, index *tensor.Tensor, axis int, bigName string, other *tensor.Tensor, otherName string) error {
-	if index.Rank() != big.Rank() || other.Rank() != big.Rank() {
-		return fmt.Errorf("cuda: %s: ranks differ: %s %v, index %v, %s %v", op, bigName, big.Shape(), index.Shape(), otherName, other.Shape())
-	}
-	for i, s := range index.Shape() {
-		if (i != axis && s > big.Dim(i)) || s > other.Dim(i) {
-			return fmt.Errorf("cuda: %s: index %v does not fit %s %v and %s %v along axis %d", op, index.Shape(), bigName, big.Shape(), otherName, other.Shape(), i)
-		}
-	}
-	return nil
 }
 
 // axisZeroed returns t's strides with axis's set to 0.
@@ -132,14 +120,8 @@ func axisZeroed(t *tensor.Tensor, axis int) []int {
 // any dtype.
 func (d *Device) Gather(dst, src *tensor.Tensor, axis int, index *tensor.Tensor) error {
 	const op = "Gather"
-	a, err := normAxis(op, axis, src.Shape())
-	if err != nil {
-		return err
-	}
-	if !tensor.SameShape(dst.Shape(), index.Shape()) {
-		return fmt.Errorf("cuda: %s: dst %v must have index's shape %v", op, dst.Shape(), index.Shape())
-	}
-	if err := gatherShapes(op, src, index, a, "src", dst, "dst"); err != nil {
+	a, err := kernels.CheckGather(op, dst, src, axis, index)
+	if err := checked(err); err != nil {
 		return err
 	}
 	pi, i64, err := d.indexPtr(op, "index", index)
@@ -174,11 +156,8 @@ func (d *Device) Gather(dst, src *tensor.Tensor, axis int, index *tensor.Tensor)
 // strides; atomics, so repeated targets add in no fixed order).
 func (d *Device) ScatterAdd(dst *tensor.Tensor, axis int, index, src *tensor.Tensor) error {
 	const op = "ScatterAdd"
-	a, err := normAxis(op, axis, dst.Shape())
-	if err != nil {
-		return err
-	}
-	if err := gatherShapes(op, dst, index, a, "dst", src, "src"); err != nil {
+	a, err := kernels.CheckScatterAdd(op, dst, axis, index, src)
+	if err := checked(err); err != nil {
 		return err
 	}
 	pi, i64, err := d.indexPtr(op, "index", index)

@@ -76,3 +76,22 @@ func (d *Device) CopyDeviceToDevice(dst, src *tensor.Tensor) error {
 	}
 	return nil
 }
+
+// copyDevice copies src into dst (same element count and dtype, both
+// contiguous on the device) on the stream.
+func (d *Device) copyDevice(dst, src *tensor.Tensor) error {
+	if dst.Numel() != src.Numel() {
+		return fmt.Errorf("cuda: copy of %d values into %d", src.Numel(), dst.Numel())
+	}
+	pd, err := d.ptrOf("copy", "dst", dst, src.DType())
+	if err != nil {
+		return err
+	}
+	ps, err := d.ptrOf("copy", "src", src, src.DType())
+	if err != nil {
+		return err
+	}
+	release := d.enter()
+	defer release()
+	return cu.MemcpyDtoDAsync(pd, ps, int64(src.Nbytes()), d.stream)
+}

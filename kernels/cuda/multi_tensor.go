@@ -265,11 +265,11 @@ func (d *Device) ForeachAdamWStep(params, grads, ms, vs []*tensor.Tensor, hyper,
 // hyperPtrs checks an optimizer step's F64 [2] hyper tensor and its
 // optional F32 foundInf scalar.
 func (d *Device) hyperPtrs(op string, hyper, foundInf *tensor.Tensor) (ph, pf cu.DevicePtr, err error) {
-	if ph, err = d.ptrOf(op, "hyper", hyper, tensor.F64); err != nil {
+	if err := checked(kernels.CheckHyper(op, hyper)); err != nil {
 		return 0, 0, err
 	}
-	if hyper.Numel() != 2 {
-		return 0, 0, fmt.Errorf("cuda: %s: hyper has %d elements, want 2 {lr, step}", op, hyper.Numel())
+	if ph, err = d.ptrOf(op, "hyper", hyper, tensor.F64); err != nil {
+		return 0, 0, err
 	}
 	if foundInf != nil {
 		if pf, err = d.scalarPtr(op, "foundInf", foundInf); err != nil {

@@ -3,32 +3,45 @@
 package cuda
 
 import (
-	"fmt"
-
 	"gorgonia.org/cu"
 
+	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/tensor"
 )
 
-// Batch and group normalisation over x [N, C, *] (src/norm.cu). x, y,
-// dy, dx and the affine w, b, dw, db share x's dtype (F32 or BF16); the
+// The norm family (src/norm.cu): layer norm over the last n elements of
+// each row, batch and group normalisation over x [N, C, *]. x, y, dy, dx
+// and the affine w, b, dw, db share x's dtype (F32 or BF16); the
 // statistics (mean, rstd, running mean and variance) are F32.
 
-// planes views x [N, C, *] as N·C planes of hw elements.
-func planes(op string, x *tensor.Tensor) (n, c, hw int, err error) {
-	if x.Rank() < 2 {
-		return 0, 0, 0, fmt.Errorf("cuda: %s: x %v, want [N, C, ...]", op, x.Shape())
-	}
-	n, c = x.Dim(0), x.Dim(1)
-	return n, c, tensor.Numel(x.Shape()[2:]), nil
+// LayerNorm implements kernels.Backend.
+func (b *Backend) LayerNorm(y, mean, rstd, x, w, bias *T, n int, eps float64) {
+	must(b.d.LayerNorm(y, mean, rstd, x, w, bias, n, eps))
 }
 
-// checkLen reports an error unless t is nil or holds want elements.
-func checkLen(op, what string, t *tensor.Tensor, want int) error {
-	if t != nil && t.Numel() != want {
-		return fmt.Errorf("cuda: %s: %s %v, want %d elements", op, what, t.Shape(), want)
-	}
-	return nil
+// LayerNormBackward implements kernels.Backend.
+func (b *Backend) LayerNormBackward(dx, dw, db, dy, x, mean, rstd, w *T, n int) {
+	must(b.d.LayerNormBackward(dx, dw, db, dy, x, mean, rstd, w, n))
+}
+
+// GroupNorm implements kernels.Backend.
+func (b *Backend) GroupNorm(y, mean, rstd, x, w, bias *T, groups int, eps float64) {
+	must(b.d.GroupNorm(y, mean, rstd, x, w, bias, groups, eps))
+}
+
+// GroupNormBackward implements kernels.Backend.
+func (b *Backend) GroupNormBackward(dx, dw, db, dy, x, mean, rstd, w *T, groups int) {
+	must(b.d.GroupNormBackward(dx, dw, db, dy, x, mean, rstd, w, groups))
+}
+
+// BatchNorm implements kernels.Backend.
+func (b *Backend) BatchNorm(y, saveMean, saveRstd, x, w, bias, runMean, runVar *T, training bool, momentum, eps float64) {
+	must(b.d.BatchNorm(y, saveMean, saveRstd, x, w, bias, runMean, runVar, training, momentum, eps))
+}
+
+// BatchNormBackward implements kernels.Backend.
+func (b *Backend) BatchNormBackward(dx, dw, db, dy, x, saveMean, saveRstd, w *T, training bool) {
+	must(b.d.BatchNormBackward(dx, dw, db, dy, x, saveMean, saveRstd, w, training))
 }
 
 // scratchF32 allocates an F32 device tensor of n elements; free it with
@@ -46,25 +59,12 @@ func (d *Device) scratchF32(n int) (*tensor.Tensor, error) {
 func (d *Device) BatchNorm(y, saveMean, saveRstd, x, w, b, runMean, runVar *tensor.Tensor, training bool, momentum, eps float64) error {
 	const op = "BatchNorm"
 	dt := x.DType()
-	n, c, hw, err := planes(op, x)
-	if err != nil {
+	n, c, hw, err := kernels.CheckBatchNorm(op, y, saveMean, saveRstd, x, w, b, runMean, runVar, training)
+	if err := checked(err); err != nil {
 		return err
-	}
-	if err := sameShape(op, y, x); err != nil {
-		return err
-	}
-	if !training && (runMean == nil || runVar == nil) {
-		return fmt.Errorf("cuda: %s: evaluation needs runMean and runVar (x %v)", op, x.Shape())
 	}
 	ts := []*tensor.Tensor{y, saveMean, saveRstd, x, w, b, runMean, runVar}
 	names := []string{"y", "saveMean", "saveRstd", "x", "w", "b", "runMean", "runVar"}
-	for i := 1; i < len(ts); i++ {
-		if i != 3 {
-			if err := checkLen(op, names[i], ts[i], c); err != nil {
-				return err
-			}
-		}
-	}
 	ptrs, err := d.ptrList(op, names, ts, []tensor.DType{dt, tensor.F32, tensor.F32, dt, dt, dt, tensor.F32, tensor.F32},
 		[]bool{false, true, true, false, true, true, true, true})
 	if err != nil {
@@ -109,28 +109,12 @@ func (d *Device) BatchNorm(y, saveMean, saveRstd, x, w, b, runMean, runVar *tens
 func (d *Device) BatchNormBackward(dx, dw, db, dy, x, saveMean, saveRstd, w *tensor.Tensor, training bool) error {
 	const op = "BatchNormBackward"
 	dt := x.DType()
-	n, c, hw, err := planes(op, x)
-	if err != nil {
+	n, c, hw, err := kernels.CheckBatchNormBackward(op, dx, dw, db, dy, x, nil, saveMean, saveRstd, w)
+	if err := checked(err); err != nil {
 		return err
-	}
-	if err := sameShape(op, dy, x); err != nil {
-		return err
-	}
-	if dx != nil {
-		if err := sameShape(op, dx, x); err != nil {
-			return err
-		}
-	}
-	if saveMean == nil || saveRstd == nil {
-		return fmt.Errorf("cuda: %s: saveMean and saveRstd are required (x %v)", op, x.Shape())
 	}
 	names := []string{"dx", "dw", "db", "dy", "x", "saveMean", "saveRstd", "w"}
 	ts := []*tensor.Tensor{dx, dw, db, dy, x, saveMean, saveRstd, w}
-	for _, i := range []int{1, 2, 5, 6, 7} {
-		if err := checkLen(op, names[i], ts[i], c); err != nil {
-			return err
-		}
-	}
 	ptrs, err := d.ptrList(op, names, ts, []tensor.DType{dt, dt, dt, dt, dt, tensor.F32, tensor.F32, dt},
 		[]bool{true, true, true, false, false, false, false, true})
 	if err != nil {
@@ -172,21 +156,9 @@ func (d *Device) BatchNormBackward(dx, dw, db, dy, x, saveMean, saveRstd, w *ten
 func (d *Device) GroupNorm(y, mean, rstd, x, w, b *tensor.Tensor, groups int, eps float64) error {
 	const op = "GroupNorm"
 	dt := x.DType()
-	n, c, hw, err := groupPlanes(op, x, groups)
-	if err != nil {
+	n, c, hw, err := kernels.CheckGroupNorm(op, y, mean, rstd, x, w, b, groups)
+	if err := checked(err); err != nil {
 		return err
-	}
-	if err := sameShape(op, y, x); err != nil {
-		return err
-	}
-	for _, p := range []struct {
-		what string
-		t    *tensor.Tensor
-		n    int
-	}{{"mean", mean, n * groups}, {"rstd", rstd, n * groups}, {"w", w, c}, {"b", b, c}} {
-		if err := checkLen(op, p.what, p.t, p.n); err != nil {
-			return err
-		}
 	}
 	ptrs, err := d.ptrList(op, []string{"y", "mean", "rstd", "x", "w", "b"}, []*tensor.Tensor{y, mean, rstd, x, w, b},
 		[]tensor.DType{dt, tensor.F32, tensor.F32, dt, dt, dt}, []bool{false, true, true, false, true, true})
@@ -212,29 +184,9 @@ func (d *Device) GroupNorm(y, mean, rstd, x, w, b *tensor.Tensor, groups int, ep
 func (d *Device) GroupNormBackward(dx, dw, db, dy, x, mean, rstd, w *tensor.Tensor, groups int) error {
 	const op = "GroupNormBackward"
 	dt := x.DType()
-	n, c, hw, err := groupPlanes(op, x, groups)
-	if err != nil {
+	n, c, hw, err := kernels.CheckGroupNormBackward(op, dx, dw, db, dy, x, nil, mean, rstd, w, groups)
+	if err := checked(err); err != nil {
 		return err
-	}
-	if err := sameShape(op, dy, x); err != nil {
-		return err
-	}
-	if dx != nil {
-		if err := sameShape(op, dx, x); err != nil {
-			return err
-		}
-	}
-	if mean == nil || rstd == nil {
-		return fmt.Errorf("cuda: %s: mean and rstd are required (x %v)", op, x.Shape())
-	}
-	for _, p := range []struct {
-		what string
-		t    *tensor.Tensor
-		n    int
-	}{{"mean", mean, n * groups}, {"rstd", rstd, n * groups}, {"w", w, c}, {"dw", dw, c}, {"db", db, c}} {
-		if err := checkLen(op, p.what, p.t, p.n); err != nil {
-			return err
-		}
 	}
 	ptrs, err := d.ptrList(op, []string{"dx", "dw", "db", "dy", "x", "mean", "rstd", "w"},
 		[]*tensor.Tensor{dx, dw, db, dy, x, mean, rstd, w},
@@ -269,13 +221,69 @@ func (d *Device) GroupNormBackward(dx, dw, db, dy, x, mean, rstd, w *tensor.Tens
 	return d.launch1D(dwdb, int64(c), e.ptr(pdw).ptr(pdb).ptr(pp).i64(int64(n)).i64(int64(c)))
 }
 
-// groupPlanes is planes for a group norm: C must split into groups.
-func groupPlanes(op string, x *tensor.Tensor, groups int) (n, c, hw int, err error) {
-	if n, c, hw, err = planes(op, x); err != nil {
-		return
+// LayerNorm normalises x viewed as [M, n] over its last n elements,
+// then applies w and b ([n], optional); mean and rstd (F32 [M]) are
+// saved for the backward pass.
+func (d *Device) LayerNorm(y, mean, rstd, x, w, b *tensor.Tensor, n int, eps float64) error {
+	const op = "LayerNorm"
+	dt := x.DType()
+	rows, err := kernels.CheckLayerNorm(op, y, mean, rstd, x, w, b, n)
+	if err := checked(err); err != nil {
+		return err
 	}
-	if groups <= 0 || c%groups != 0 {
-		err = fmt.Errorf("cuda: %s: x %v: %d channels do not split into %d groups", op, x.Shape(), c, groups)
+	name, err := floatKernel(op, "layernorm_fwd", dt)
+	if err != nil {
+		return err
 	}
-	return
+	ptrs, err := d.ptrList(op, []string{"y", "mean", "rstd", "x", "w", "b"}, []*tensor.Tensor{y, mean, rstd, x, w, b},
+		[]tensor.DType{dt, tensor.F32, tensor.F32, dt, dt, dt}, []bool{false, false, false, false, true, true})
+	if err != nil {
+		return err
+	}
+	release := d.enter()
+	defer release()
+	var a args
+	for _, p := range ptrs {
+		a.ptr(p)
+	}
+	return d.launchRows(name, rows, a.i64(int64(n)).f32(float32(eps)))
+}
+
+// LayerNormBackward fills the non-nil of dx, dw, db (overwritten) from
+// dy and the forward's x, mean, rstd and w (optional).
+func (d *Device) LayerNormBackward(dx, dw, db, dy, x, mean, rstd, w *tensor.Tensor, n int) error {
+	const op = "LayerNormBackward"
+	dt := x.DType()
+	rows, err := kernels.CheckLayerNormBackward(op, dx, dw, db, dy, x, mean, rstd, w, n)
+	if err := checked(err); err != nil {
+		return err
+	}
+	ptrs, err := d.ptrList(op, []string{"dx", "dw", "db", "dy", "x", "mean", "rstd", "w"},
+		[]*tensor.Tensor{dx, dw, db, dy, x, mean, rstd, w},
+		[]tensor.DType{dt, dt, dt, dt, dt, tensor.F32, tensor.F32, dt}, []bool{true, true, true, false, false, false, false, true})
+	if err != nil {
+		return err
+	}
+	pdx, pdw, pdb, pdy, px, pmean, prstd, pw := ptrs[0], ptrs[1], ptrs[2], ptrs[3], ptrs[4], ptrs[5], ptrs[6], ptrs[7]
+	release := d.enter()
+	defer release()
+	if dx != nil {
+		name, err := floatKernel(op, "layernorm_bwd_dx", dt)
+		if err != nil {
+			return err
+		}
+		var a args
+		if err := d.launchRows(name, rows, a.ptr(pdx).ptr(pdy).ptr(px).ptr(pmean).ptr(prstd).ptr(pw).i64(int64(n))); err != nil {
+			return err
+		}
+	}
+	if dw != nil || db != nil {
+		name, err := floatKernel(op, "layernorm_bwd_dwdb", dt)
+		if err != nil {
+			return err
+		}
+		var a args
+		return d.launch1D(name, int64(n), a.ptr(pdw).ptr(pdb).ptr(pdy).ptr(px).ptr(pmean).ptr(prstd).i64(int64(rows)).i64(int64(n)))
+	}
+	return nil
 }

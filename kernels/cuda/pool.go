@@ -9,6 +9,24 @@ import (
 	"github.com/esper-go/esper/tensor"
 )
 
+// MaxPool2d implements kernels.Backend.
+func (b *Backend) MaxPool2d(dst, argmax, x *T, p kernels.Pool2dParams) {
+	must(b.d.MaxPool2d(dst, argmax, x, p))
+}
+
+// MaxPool2dBackward implements kernels.Backend.
+func (b *Backend) MaxPool2dBackward(dx, dy, argmax *T, p kernels.Pool2dParams) {
+	must(b.d.MaxPool2dBackward(dx, dy, argmax, p))
+}
+
+// AvgPool2d implements kernels.Backend.
+func (b *Backend) AvgPool2d(dst, x *T, p kernels.Pool2dParams) { must(b.d.AvgPool2d(dst, x, p)) }
+
+// AvgPool2dBackward implements kernels.Backend.
+func (b *Backend) AvgPool2dBackward(dx, dy *T, p kernels.Pool2dParams) {
+	must(b.d.AvgPool2dBackward(dx, dy, p))
+}
+
 // poolGeom is struct Pool of src/pool.cu, word for word.
 type poolGeom struct {
 	planes, h, w, ho, wo, kh, kw, sh, sw, ph, pw, includePad int64
@@ -19,31 +37,18 @@ func (g *poolGeom) words() []uint64 {
 		uint64(g.kw), uint64(g.sh), uint64(g.sw), uint64(g.ph), uint64(g.pw), uint64(g.includePad)}
 }
 
-// checkPool validates a pooling's input x [N,C,H,W] and output y
-// [N,C,Ho,Wo] against p (the CPU backend's rules: padding at most half
-// the kernel) and returns the launch geometry.
+// checkPool checks a pooling's input x [N,C,H,W] and output y
+// [N,C,Ho,Wo] against p (kernels.CheckPool2d) and returns the launch
+// geometry.
 func checkPool(op string, x, y *tensor.Tensor, p kernels.Pool2dParams) (poolGeom, error) {
-	p = p.Norm()
-	xs, ys := x.Shape(), y.Shape()
-	bad := func(why string) error {
-		return fmt.Errorf("cuda: %s: %s: input %v, output %v (kernel %d,%d stride %d,%d pad %d,%d)", op, why, xs, ys,
-			p.KernelH, p.KernelW, p.StrideH, p.StrideW, p.PadH, p.PadW)
+	k, err := kernels.CheckPool2d(op, x.Shape(), y.Shape(), p)
+	if err != nil {
+		return poolGeom{}, checked(err)
 	}
-	if len(xs) != 4 || len(ys) != 4 {
-		return poolGeom{}, bad("want rank-4 tensors")
-	}
-	if p.KernelH <= 0 || p.KernelW <= 0 || p.StrideH <= 0 || p.StrideW <= 0 || p.PadH < 0 || p.PadW < 0 || 2*p.PadH > p.KernelH || 2*p.PadW > p.KernelW {
-		return poolGeom{}, bad("invalid parameters")
-	}
-	g := poolGeom{planes: int64(xs[0] * xs[1]), h: int64(xs[2]), w: int64(xs[3]),
-		kh: int64(p.KernelH), kw: int64(p.KernelW), sh: int64(p.StrideH), sw: int64(p.StrideW),
-		ph: int64(p.PadH), pw: int64(p.PadW), includePad: int64(b2i(p.CountIncludePad))}
-	g.ho = (g.h+2*g.ph-g.kh)/g.sh + 1
-	g.wo = (g.w+2*g.pw-g.kw)/g.sw + 1
-	if g.ho <= 0 || g.wo <= 0 || !tensor.SameShape(ys, []int{xs[0], xs[1], int(g.ho), int(g.wo)}) {
-		return poolGeom{}, bad("output shape mismatch")
-	}
-	return g, nil
+	q := k.P
+	return poolGeom{planes: int64(k.Planes()), h: int64(k.H), w: int64(k.W), ho: int64(k.Ho), wo: int64(k.Wo),
+		kh: int64(q.KernelH), kw: int64(q.KernelW), sh: int64(q.StrideH), sw: int64(q.StrideW),
+		ph: int64(q.PadH), pw: int64(q.PadW), includePad: int64(b2i(q.CountIncludePad))}, nil
 }
 
 // poolIndex checks a max pooling's argmax (I32 or I64, the output's
@@ -55,18 +60,11 @@ func (d *Device) poolIndex(op string, argmax, out *tensor.Tensor, allowNil bool)
 		}
 		return 0, false, fmt.Errorf("cuda: %s: argmax is required", op)
 	}
-	switch argmax.DType() {
-	case tensor.I64:
-		a64 = true
-	case tensor.I32:
-	default:
-		return 0, false, fmt.Errorf("cuda: %s: argmax dtype %v (I32 or I64)", op, argmax.DType())
-	}
-	if err := sameShape(op, argmax, out); err != nil {
+	if err := checked(kernels.CheckPoolArgmax(op, argmax, out.Shape())); err != nil {
 		return 0, false, err
 	}
 	ptr, err := d.ptrOf(op, "argmax", argmax, argmax.DType())
-	return uint64(ptr), a64, err
+	return uint64(ptr), argmax.DType() == tensor.I64, err
 }
 
 // MaxPool2d writes the window maxima of x [N,C,H,W] into dst and, when

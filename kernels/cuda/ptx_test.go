@@ -66,3 +66,37 @@ func TestPTXUpToDate(t *testing.T) {
 		}
 	}
 }
+
+// TestPTXKernelNamesUnique: no two PTX modules define one kernel (Open
+// indexes the kernels of every module by name and refuses a second
+// definition), so a kernel moved between source files leaves its old one.
+func TestPTXKernelNamesUnique(t *testing.T) {
+	ptxs, err := filepath.Glob("ptx/*.ptx")
+	if err != nil || len(ptxs) == 0 {
+		t.Skipf("no PTX files beside the test (%v)", err)
+	}
+	seen := map[string]string{}
+	for _, p := range ptxs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			for i := 0; i+1 < len(f); i++ {
+				if f[i] != ".entry" {
+					continue
+				}
+				name := strings.TrimSuffix(f[i+1], "(")
+				if first, dup := seen[name]; dup {
+					t.Errorf("kernel %s is defined in %s and %s", name, first, p)
+				}
+				seen[name] = p
+				break
+			}
+		}
+	}
+	if len(seen) == 0 {
+		t.Fatal("no kernel entries found in ptx/*.ptx")
+	}
+}

@@ -19,6 +19,26 @@ import (
 // segment ids I64 or I32 [E] in [0, S) (an id outside puts its row in no
 // segment: a kernel cannot panic).
 
+// SegmentReduce implements kernels.Backend.
+func (b *Backend) SegmentReduce(op kernels.ReduceOp, dst, argmax, src, segIDs *T) {
+	must(b.d.SegmentReduce(op, dst, argmax, src, segIDs))
+}
+
+// SegmentMaxBackward implements kernels.Backend.
+func (b *Backend) SegmentMaxBackward(dsrc, dy, argmax *T) {
+	must(b.d.SegmentMaxBackward(dsrc, dy, argmax))
+}
+
+// SegmentSoftmax implements kernels.Backend.
+func (b *Backend) SegmentSoftmax(dst, src, segIDs *T, numSegments int) {
+	must(b.d.SegmentSoftmax(dst, src, segIDs, numSegments))
+}
+
+// SegmentSoftmaxBackward implements kernels.Backend.
+func (b *Backend) SegmentSoftmaxBackward(dx, y, dy, segIDs *T, numSegments int) {
+	must(b.d.SegmentSoftmaxBackward(dx, y, dy, segIDs, numSegments))
+}
+
 // segCSR is a launch's bucketing: the scratch and its parts' addresses.
 type segCSR struct {
 	scratch            *tensor.Tensor
@@ -29,22 +49,10 @@ type segCSR struct {
 // reading it have run).
 func (c segCSR) free() { c.scratch.Storage().Free() }
 
-// segmentRows checks that t is [E, F...] and returns E and F (the
-// product of the trailing axes).
-func segmentRows(op, what string, t *tensor.Tensor) (e, fw int, err error) {
-	if t.Rank() < 1 {
-		return 0, 0, fmt.Errorf("cuda: %s: %s has shape %v, want [E, ...]", op, what, t.Shape())
-	}
-	return t.Dim(0), tensor.Numel(t.Shape()[1:]), nil
-}
-
-// buildCSR checks segIDs ([E], I64 or I32, contiguous) and enqueues the
-// bucketing of E rows into S segments.
+// buildCSR enqueues the bucketing of E rows into S segments by segIDs
+// (checked by the caller: kernels.CheckSegmentIDs; contiguous here).
 func (d *Device) buildCSR(op string, segIDs *tensor.Tensor, e, s int) (segCSR, error) {
 	var c segCSR
-	if segIDs.Numel() != e || segIDs.Rank() != 1 {
-		return c, fmt.Errorf("cuda: %s: segIDs has shape %v, want [%d]", op, segIDs.Shape(), e)
-	}
 	pseg, i64, err := d.indexPtr(op, "segIDs", segIDs)
 	if err != nil {
 		return c, err
@@ -97,21 +105,12 @@ const scanThreads = 1024
 // first of equal maxima), or -1 for an empty segment.
 func (d *Device) SegmentReduce(op kernels.ReduceOp, dst, argmax, src, segIDs *tensor.Tensor) error {
 	name := "SegmentReduce " + op.String()
-	if op != kernels.Sum && op != kernels.Mean && op != kernels.Max {
-		return fmt.Errorf("cuda: %s: op must be sum, mean or max (src %v, dst %v)", name, src.Shape(), dst.Shape())
-	}
-	e, fw, err := segmentRows(name, "src", src)
-	if err != nil {
+	e, fw, s, err := kernels.CheckSegmentReduce(name, op, dst, argmax, src, segIDs)
+	if err := checked(err); err != nil {
 		return err
-	}
-	if dst.Rank() != src.Rank() || !tensor.SameShape(dst.Shape()[1:], src.Shape()[1:]) {
-		return fmt.Errorf("cuda: %s: src %v and dst %v differ past the first axis", name, src.Shape(), dst.Shape())
 	}
 	if op != kernels.Max {
 		argmax = nil
-	}
-	if argmax != nil && !tensor.SameShape(argmax.Shape(), dst.Shape()) {
-		return fmt.Errorf("cuda: %s: argmax has shape %v, want %v", name, argmax.Shape(), dst.Shape())
 	}
 	dt := src.DType()
 	kernel, err := floatKernel(name, "seg_reduce", dt)
@@ -130,7 +129,6 @@ func (d *Device) SegmentReduce(op kernels.ReduceOp, dst, argmax, src, segIDs *te
 	if err != nil {
 		return err
 	}
-	s := dst.Dim(0)
 	c, err := d.buildCSR(name, segIDs, e, s)
 	if err != nil {
 		return err
@@ -147,11 +145,8 @@ func (d *Device) SegmentReduce(op kernels.ReduceOp, dst, argmax, src, segIDs *te
 // to argmax (I64, dy's shape; -1 routes nothing).
 func (d *Device) SegmentMaxBackward(dsrc, dy, argmax *tensor.Tensor) error {
 	const op = "SegmentMaxBackward"
-	if !tensor.SameShape(argmax.Shape(), dy.Shape()) {
-		return fmt.Errorf("cuda: %s: argmax has shape %v, want %v", op, argmax.Shape(), dy.Shape())
-	}
-	if dsrc.Rank() != dy.Rank() || dsrc.Rank() < 1 || !tensor.SameShape(dsrc.Shape()[1:], dy.Shape()[1:]) {
-		return fmt.Errorf("cuda: %s: dsrc %v and dy %v differ past the first axis", op, dsrc.Shape(), dy.Shape())
+	if err := checked(kernels.CheckSegmentMaxBackward(op, dsrc, dy, argmax)); err != nil {
+		return err
 	}
 	dt := dy.DType()
 	kernel, err := floatKernel(op, "seg_max_bwd", dt)
@@ -193,20 +188,9 @@ func (d *Device) SegmentSoftmaxBackward(dx, y, dy, segIDs *tensor.Tensor, numSeg
 // softmax; x is src or y.
 func (d *Device) segSoftmax(op string, dst, x, dy, segIDs *tensor.Tensor, numSegments int) error {
 	bwd := dy != nil
-	e, fw, err := segmentRows(op, "x", x)
-	if err != nil {
+	e, fw, err := kernels.CheckSegmentSoftmax(op, dst, x, dy, segIDs, numSegments)
+	if err := checked(err); err != nil {
 		return err
-	}
-	if numSegments < 0 {
-		return fmt.Errorf("cuda: %s: negative numSegments %d (x %v)", op, numSegments, x.Shape())
-	}
-	if err := sameShape(op, dst, x); err != nil {
-		return err
-	}
-	if bwd {
-		if err := sameShape(op, dy, x); err != nil {
-			return err
-		}
 	}
 	dt := x.DType()
 	kernel, err := floatKernel(op, "seg_softmax", dt)

@@ -44,3 +44,33 @@ __device__ float block_max(float v) {
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, o));
     return v;
 }
+
+// Unary op codes: kernels.UnaryOp's values, in its order; unary_f is the
+// op (elementwise.cu's unary kernels, matmul.cu's epilogue activation).
+enum { U_NEG = 0, U_ABS, U_EXP, U_LOG, U_SQRT, U_RSQRT, U_SQUARE, U_RECIP, U_SIGN, U_RELU, U_GELU_TANH, U_GELU_ERF,
+       U_SILU, U_SIGMOID, U_TANH, U_SOFTPLUS };
+
+__device__ __forceinline__ float unary_f(int op, float x) {
+    switch (op) {
+    case U_NEG: return -x;
+    case U_ABS: return fabsf(x);
+    case U_EXP: return expf(x);
+    case U_LOG: return logf(x);
+    case U_SQRT: return sqrtf(x);
+    case U_RSQRT: return rsqrtf(x);
+    case U_SQUARE: return x * x;
+    case U_RECIP: return 1.f / x;
+    case U_SIGN: return x > 0.f ? 1.f : (x < 0.f ? -1.f : 0.f);
+    case U_RELU: return x > 0.f ? x : 0.f;
+    case U_GELU_TANH: {
+        const float k = 0.7978845608028654f;  // sqrt(2/pi)
+        return 0.5f * x * (1.f + tanhf(k * (x + 0.044715f * x * x * x)));
+    }
+    case U_GELU_ERF: return 0.5f * x * (1.f + erff(x * 0.7071067811865476f));
+    case U_SILU: return x / (1.f + expf(-x));
+    case U_SIGMOID: return 1.f / (1.f + expf(-x));
+    case U_TANH: return tanhf(x);
+    case U_SOFTPLUS: return x > 20.f ? x : log1pf(expf(x));  // linear above 20, as PyTorch
+    }
+    return x;
+}

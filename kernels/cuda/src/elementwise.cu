@@ -1,5 +1,5 @@
 // Elementwise kernels of the Esper CUDA backend: fill, casts, unary ops
-// and their derivatives, clamp, binary ops over contiguous buffers, and
+// (unary_f, in common.cuh) and their derivatives, clamp, binary ops over contiguous buffers, and
 // the strided forms (broadcasting binary ops and comparisons, where,
 // copies between any views), in fp32 and bf16 (bf16 math is done in
 // fp32). Every kernel is a grid-stride loop over n elements, so any
@@ -8,35 +8,6 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 #include "common.cuh"
-
-// Unary op codes: kernels.UnaryOp's values, in its order.
-enum { U_NEG = 0, U_ABS, U_EXP, U_LOG, U_SQRT, U_RSQRT, U_SQUARE, U_RECIP, U_SIGN, U_RELU, U_GELU_TANH, U_GELU_ERF,
-       U_SILU, U_SIGMOID, U_TANH, U_SOFTPLUS };
-
-__device__ __forceinline__ float unary_f(int op, float x) {
-    switch (op) {
-    case U_NEG: return -x;
-    case U_ABS: return fabsf(x);
-    case U_EXP: return expf(x);
-    case U_LOG: return logf(x);
-    case U_SQRT: return sqrtf(x);
-    case U_RSQRT: return rsqrtf(x);
-    case U_SQUARE: return x * x;
-    case U_RECIP: return 1.f / x;
-    case U_SIGN: return x > 0.f ? 1.f : (x < 0.f ? -1.f : 0.f);
-    case U_RELU: return x > 0.f ? x : 0.f;
-    case U_GELU_TANH: {
-        const float k = 0.7978845608028654f;  // sqrt(2/pi)
-        return 0.5f * x * (1.f + tanhf(k * (x + 0.044715f * x * x * x)));
-    }
-    case U_GELU_ERF: return 0.5f * x * (1.f + erff(x * 0.7071067811865476f));
-    case U_SILU: return x / (1.f + expf(-x));
-    case U_SIGMOID: return 1.f / (1.f + expf(-x));
-    case U_TANH: return tanhf(x);
-    case U_SOFTPLUS: return x > 20.f ? x : log1pf(expf(x));  // linear above 20, as PyTorch
-    }
-    return x;
-}
 
 // unary_bwd_f is dy·op'(x) with kernels/cpu's formulas; y = op(x) when
 // has_y (for the ops that reuse their output), else x alone is read.
@@ -248,22 +219,6 @@ __device__ __forceinline__ void st_any(void* p, int dt, int64_t i, double v) {
     }
 }
 
-// bias_act is the epilogue of MatMulBias and MatMulBiasAct over d viewed
-// as [rows, cols]: d = act(d + bias[col]) computed in fp32 (bias may be
-// null; act < 0 means none). bias is fp32, or bf16 when bias_bf16.
-template <typename T>
-__device__ void bias_act(T* d, const void* bias, int bias_bf16, int act, int64_t cols, int64_t n) {
-    GRID_STRIDE(i, n) {
-        float v = ld(d, i);
-        if (bias) {
-            int64_t j = i % cols;
-            v += bias_bf16 ? __bfloat162float(((const __nv_bfloat16*)bias)[j]) : ((const float*)bias)[j];
-        }
-        if (act >= 0) v = unary_f(act, v);
-        st(d, i, v);
-    }
-}
-
 extern "C" {
 
 __global__ void fill_f32(float* d, float v, int64_t n) {
@@ -373,13 +328,6 @@ __global__ void fill_raw4(uint32_t* d, uint64_t v, int64_t n) {
 }
 __global__ void fill_raw8(uint64_t* d, uint64_t v, int64_t n) {
     GRID_STRIDE(i, n) d[i] = v;
-}
-
-__global__ void bias_act_f32(float* d, const void* bias, int bias_bf16, int act, int64_t cols, int64_t n) {
-    bias_act(d, bias, bias_bf16, act, cols, n);
-}
-__global__ void bias_act_bf16(__nv_bfloat16* d, const void* bias, int bias_bf16, int act, int64_t cols, int64_t n) {
-    bias_act(d, bias, bias_bf16, act, cols, n);
 }
 
 }  // extern "C"

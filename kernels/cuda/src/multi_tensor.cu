@@ -12,8 +12,8 @@
 //
 // Blocks walk the chunk list with a grid stride; a chunk's threads stride
 // over its elements, four at a time where aligned. The per-element
-// arithmetic is the same as the arena kernels' (src/optim.cu,
-// src/foreach.cu), so a list and an arena give the same results.
+// arithmetic is the same as the arena kernels' (src/optim.cu), so a list
+// and an arena give the same results.
 #include <stdint.h>
 #include <math.h>
 #include "common.cuh"

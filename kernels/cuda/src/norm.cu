@@ -1,5 +1,6 @@
-// Batch and group normalisation over NCHW (x viewed as [N, C, HW]) in
-// fp32 and bf16, statistics in fp32. Reductions run one block of
+// Batch and group normalisation over NCHW (x viewed as [N, C, HW]) and
+// layer normalisation over the last n elements of each row, in fp32 and
+// bf16, statistics in fp32. Reductions run one block of
 // NORM_THREADS threads per channel (batch norm) or per (sample, group)
 // (group norm); the elementwise passes are grid-stride loops. Per-channel
 // weight gradients are summed over the samples in order, so every result
@@ -178,6 +179,74 @@ __device__ void gn_bwd_dwdb(T* dw, T* db, const float* part, int64_t nsamples, i
     }
 }
 
+// --- layer norm over the last n elements of each row -------------------
+
+// layernorm_fwd: one block per row; mean and rstd = 1/sqrt(var + eps)
+// (biased variance, two passes) are saved for the backward pass.
+template <typename T>
+__device__ void layernorm_fwd(T* y, float* mean, float* rstd, const T* x, const T* w, const T* b, int64_t n,
+                              float eps) {
+    int64_t base = (int64_t)blockIdx.x * n;
+    float s = 0.f;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) s += ld(x, base + j);
+    float mu = block_sum(s) / (float)n;
+    float q = 0.f;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+        float d = ld(x, base + j) - mu;
+        q += d * d;
+    }
+    float r = rsqrtf(block_sum(q) / (float)n + eps);
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+        float v = (ld(x, base + j) - mu) * r;
+        if (w) v *= ld(w, j);
+        if (b) v += ld(b, j);
+        st(y, base + j, v);
+    }
+    if (threadIdx.x == 0) {
+        mean[blockIdx.x] = mu;
+        rstd[blockIdx.x] = r;
+    }
+}
+
+// layernorm_bwd_dx: dx = r·(g − mean(g) − x̂·mean(g·x̂)), g = dy·w.
+template <typename T>
+__device__ void layernorm_bwd_dx(T* dx, const T* dy, const T* x, const float* mean, const float* rstd, const T* w,
+                                 int64_t n) {
+    int64_t base = (int64_t)blockIdx.x * n;
+    float mu = mean[blockIdx.x], r = rstd[blockIdx.x];
+    float sg = 0.f, sgx = 0.f;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+        float g = ld(dy, base + j) * (w ? ld(w, j) : 1.f);
+        float xh = (ld(x, base + j) - mu) * r;
+        sg += g;
+        sgx += g * xh;
+    }
+    sg = block_sum(sg) / (float)n;
+    sgx = block_sum(sgx) / (float)n;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+        float g = ld(dy, base + j) * (w ? ld(w, j) : 1.f);
+        float xh = (ld(x, base + j) - mu) * r;
+        st(dx, base + j, r * (g - sg - xh * sgx));
+    }
+}
+
+// layernorm_bwd_dwdb: one thread per column j sums over the rows in
+// order (deterministic): dw[j] = Σ dy·x̂, db[j] = Σ dy.
+template <typename T>
+__device__ void layernorm_bwd_dwdb(T* dw, T* db, const T* dy, const T* x, const float* mean, const float* rstd,
+                                   int64_t rows, int64_t n) {
+    GRID_STRIDE(j, n) {
+        float sw = 0.f, sb = 0.f;
+        for (int64_t i = 0; i < rows; i++) {
+            float g = ld(dy, i * n + j);
+            sw += g * (ld(x, i * n + j) - mean[i]) * rstd[i];
+            sb += g;
+        }
+        if (dw) st(dw, j, sw);
+        if (db) st(db, j, sb);
+    }
+}
+
 extern "C" {
 
 __global__ void bn_stats_f32(float* mean, float* rstd, float* rm, float* rv, const float* x, int64_t n, int64_t c,
@@ -241,6 +310,33 @@ __global__ void gn_bwd_dwdb_f32(float* dw, float* db, const float* part, int64_t
 __global__ void gn_bwd_dwdb_bf16(__nv_bfloat16* dw, __nv_bfloat16* db, const float* part, int64_t nsamples,
                                  int64_t c) {
     gn_bwd_dwdb(dw, db, part, nsamples, c);
+}
+
+
+__global__ void layernorm_fwd_f32(float* y, float* mean, float* rstd, const float* x, const float* w, const float* b,
+                                  int64_t n, float eps) {
+    layernorm_fwd(y, mean, rstd, x, w, b, n, eps);
+}
+__global__ void layernorm_fwd_bf16(__nv_bfloat16* y, float* mean, float* rstd, const __nv_bfloat16* x,
+                                   const __nv_bfloat16* w, const __nv_bfloat16* b, int64_t n, float eps) {
+    layernorm_fwd(y, mean, rstd, x, w, b, n, eps);
+}
+__global__ void layernorm_bwd_dx_f32(float* dx, const float* dy, const float* x, const float* mean, const float* rstd,
+                                     const float* w, int64_t n) {
+    layernorm_bwd_dx(dx, dy, x, mean, rstd, w, n);
+}
+__global__ void layernorm_bwd_dx_bf16(__nv_bfloat16* dx, const __nv_bfloat16* dy, const __nv_bfloat16* x,
+                                      const float* mean, const float* rstd, const __nv_bfloat16* w, int64_t n) {
+    layernorm_bwd_dx(dx, dy, x, mean, rstd, w, n);
+}
+__global__ void layernorm_bwd_dwdb_f32(float* dw, float* db, const float* dy, const float* x, const float* mean,
+                                       const float* rstd, int64_t rows, int64_t n) {
+    layernorm_bwd_dwdb(dw, db, dy, x, mean, rstd, rows, n);
+}
+__global__ void layernorm_bwd_dwdb_bf16(__nv_bfloat16* dw, __nv_bfloat16* db, const __nv_bfloat16* dy,
+                                        const __nv_bfloat16* x, const float* mean, const float* rstd, int64_t rows,
+                                        int64_t n) {
+    layernorm_bwd_dwdb(dw, db, dy, x, mean, rstd, rows, n);
 }
 
 }  // extern "C"

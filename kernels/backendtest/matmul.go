@@ -1,0 +1,200 @@
+package backendtest
+
+import (
+	"github.com/esper-go/esper/kernels"
+	"github.com/esper-go/esper/tensor"
+)
+
+// The matmul family: MatMul, MatMulBias, MatMulBiasAct,
+// SetMatmulPrecision and the optional GradAccumulator.
+
+var matmulCases = []conformance{
+	of(checkMatMul, "MatMul"),
+	of(checkMatMulBias, "MatMulBias", "MatMulBiasAct"),
+	of(checkSetMatmulPrecision, "SetMatmulPrecision"),
+	optional[kernels.GradAccumulator](checkGradAccumulator, "MatMulAdd", "SumRowsAdd"),
+}
+
+// product is a product's shapes: a and b as stored, dst, and the flags.
+type product struct {
+	a, b, dst      []int
+	transA, transB bool
+}
+
+var products = []product{
+	{[]int{5, 7}, []int{7, 3}, []int{5, 3}, false, false},
+	{[]int{7, 5}, []int{7, 3}, []int{5, 3}, true, false},
+	{[]int{5, 7}, []int{3, 7}, []int{5, 3}, false, true},
+	{[]int{7, 5}, []int{3, 7}, []int{5, 3}, true, true},
+	{[]int{4, 16}, []int{4, 16}, []int{4, 4}, false, true},
+	{[]int{33, 70}, []int{70, 20}, []int{33, 20}, false, false},
+	{[]int{2, 5, 7}, []int{2, 7, 3}, []int{2, 5, 3}, false, false},
+	{[]int{2, 5, 7}, []int{7, 3}, []int{2, 5, 3}, false, false},
+	{[]int{5, 7}, []int{3, 4, 7}, []int{3, 5, 4}, false, true},
+	{[]int{3, 7, 5}, []int{3, 6, 7}, []int{3, 5, 6}, true, true},
+}
+
+// refMatMul is p's product of av and bv in float64.
+func refMatMul(p product, av, bv []float64) []float64 {
+	r := len(p.dst)
+	m, n := p.dst[r-2], p.dst[r-1]
+	k := p.a[len(p.a)-1]
+	if p.transA {
+		k = p.a[len(p.a)-2]
+	}
+	batch := 1
+	if r == 3 {
+		batch = p.dst[0]
+	}
+	out := make([]float64, batch*m*n)
+	at := func(bi, i, j int) float64 { // op(a)[bi, i, j]
+		base := 0
+		if len(p.a) == 3 {
+			base = bi * p.a[1] * p.a[2]
+		}
+		cols := p.a[len(p.a)-1]
+		if p.transA {
+			return av[base+j*cols+i]
+		}
+		return av[base+i*cols+j]
+	}
+	bt := func(bi, i, j int) float64 { // op(b)[bi, i, j]
+		base := 0
+		if len(p.b) == 3 {
+			base = bi * p.b[1] * p.b[2]
+		}
+		cols := p.b[len(p.b)-1]
+		if p.transB {
+			return bv[base+j*cols+i]
+		}
+		return bv[base+i*cols+j]
+	}
+	for bi := 0; bi < batch; bi++ {
+		for i := 0; i < m; i++ {
+			for j := 0; j < n; j++ {
+				var sum float64
+				for q := 0; q < k; q++ {
+					sum += at(bi, i, q) * bt(bi, q, j)
+				}
+				out[(bi*m+i)*n+j] = sum
+			}
+		}
+	}
+	return out
+}
+
+func checkMatMul(s *suite) {
+	for _, p := range products {
+		for _, d := range s.floats("MatMul") {
+			a, av := s.in(d, p.a...)
+			b, bv := s.in(d, p.b...)
+			want := refMatMul(p, av, bv)
+			dst := s.out(d, p.dst...)
+			what := name("MatMul", d, p.a, p.b, p.transA, p.transB)
+			s.check(call{what: what, launch: func() { s.b.MatMul(dst, a, b, p.transA, p.transB) }, writes: []*T{dst}}, func(got [][]float64) {
+				s.close(what, got[0], want, 2*tol(d))
+			})
+		}
+	}
+	s.panics("MatMul", func() {
+		s.b.MatMul(s.out(tensor.F32, 2, 5), s.out(tensor.F32, 2, 3), s.out(tensor.F32, 4, 5), false, false)
+	})
+}
+
+func checkMatMulBias(s *suite) {
+	for _, p := range products {
+		for _, d := range s.floats("MatMulBias") {
+			a, av := s.in(d, p.a...)
+			b, bv := s.in(d, p.b...)
+			n := p.dst[len(p.dst)-1]
+			bias, biv := s.in(d, n)
+			prod := refMatMul(p, av, bv)
+			withBias := make([]float64, len(prod))
+			for i, v := range prod {
+				withBias[i] = v + biv[i%n]
+			}
+			dst := s.out(d, p.dst...)
+			what := name("MatMulBias", d, p.a, p.b, p.transA, p.transB)
+			s.check(call{what: what, launch: func() { s.b.MatMulBias(dst, a, b, bias, p.transA, p.transB) }, writes: []*T{dst}}, func(got [][]float64) {
+				s.close(what, got[0], withBias, 2*tol(d))
+			})
+			dst = s.out(d, p.dst...)
+			what = name("MatMulBias nil bias", d, p.a, p.b)
+			s.check(call{what: what, launch: func() { s.b.MatMulBias(dst, a, b, nil, p.transA, p.transB) }, writes: []*T{dst}}, func(got [][]float64) {
+				s.close(what, got[0], prod, 2*tol(d))
+			})
+			for _, act := range []kernels.UnaryOp{kernels.Relu, kernels.GeluTanh, kernels.Sigmoid} {
+				want := make([]float64, len(withBias))
+				for i, v := range withBias {
+					want[i] = refUnary(act, v)
+				}
+				dst := s.out(d, p.dst...)
+				what := name("MatMulBiasAct", act, d, p.a, p.b, p.transA, p.transB)
+				s.check(call{what: what, launch: func() { s.b.MatMulBiasAct(dst, a, b, bias, act, p.transA, p.transB) }, writes: []*T{dst}}, func(got [][]float64) {
+					s.close(what, got[0], want, 2*tol(d))
+				})
+			}
+		}
+	}
+}
+
+// checkSetMatmulPrecision: every precision is accepted and F32 products
+// stay within its rounding (bf16 inputs for Medium), and Highest is
+// fp32 again.
+func checkSetMatmulPrecision(s *suite) {
+	if !contains(s.floats("SetMatmulPrecision"), tensor.F32) {
+		s.t.Skip("no F32 products")
+	}
+	defer s.b.SetMatmulPrecision(kernels.Highest)
+	p := products[5]
+	a, av := s.in(tensor.F32, p.a...)
+	b, bv := s.in(tensor.F32, p.b...)
+	want := refMatMul(p, av, bv)
+	for _, c := range []struct {
+		prec kernels.Precision
+		tol  float64
+	}{{kernels.High, 4e-3}, {kernels.Medium, 3e-2}, {kernels.Highest, 2 * tol(tensor.F32)}} {
+		s.b.SetMatmulPrecision(c.prec)
+		dst := s.out(tensor.F32, p.dst...)
+		s.b.MatMul(dst, a, b, false, false)
+		s.close(name("MatMul in precision", c.prec), s.get(dst), want, c.tol)
+	}
+}
+
+func checkGradAccumulator(s *suite) {
+	ga := s.b.(kernels.GradAccumulator)
+	for _, d := range s.floats("MatMulAdd", tensor.F64, tensor.F32) {
+		for _, p := range products[:6] {
+			a, av := s.in(d, p.a...)
+			b, bv := s.in(d, p.b...)
+			dst, dv := s.in(d, p.dst...)
+			prod := refMatMul(p, av, bv)
+			want := make([]float64, len(prod))
+			for i := range want {
+				want[i] = dv[i] + prod[i]
+			}
+			what := name("MatMulAdd", d, p.a, p.b, p.transA, p.transB)
+			s.check(call{what: what, launch: func() { ga.MatMulAdd(dst, a, b, p.transA, p.transB) }, writes: []*T{dst}}, func(got [][]float64) {
+				s.close(what, got[0], want, 2*tol(d))
+			})
+		}
+	}
+	for _, d := range s.floats("SumRowsAdd", tensor.F64, tensor.F32) {
+		for _, sh := range [][2]int{{5, 7}, {130, 3}, {1, 200}} {
+			x, xv := s.in(d, sh[0], sh[1])
+			dst, dv := s.in(d, sh[1])
+			want := make([]float64, sh[1])
+			for j := range want {
+				var sum float64
+				for i := 0; i < sh[0]; i++ {
+					sum += xv[i*sh[1]+j]
+				}
+				want[j] = dv[j] + sum
+			}
+			what := name("SumRowsAdd", d, sh)
+			s.check(call{what: what, launch: func() { ga.SumRowsAdd(dst, x) }, writes: []*T{dst}}, func(got [][]float64) {
+				s.close(what, got[0], want, 2*tol(d))
+			})
+		}
+	}
+}

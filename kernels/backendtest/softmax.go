@@ -1,0 +1,217 @@
+package backendtest
+
+import (
+	"math"
+
+	"github.com/esper-go/esper/kernels"
+	"github.com/esper-go/esper/tensor"
+)
+
+// The softmax family: Softmax, LogSoftmax, their gradients and the
+// softmax cross-entropy.
+
+var softmaxCases = []conformance{
+	of(checkSoftmax, "Softmax", "LogSoftmax", "SoftmaxBackward", "LogSoftmaxBackward"),
+	of(checkCrossEntropy, "CrossEntropy", "CrossEntropyBackward"),
+}
+
+// refSoftmax is the softmax (or log-softmax) of x (shape) along axis.
+func refSoftmax(x []float64, shape []int, axis int, log bool) []float64 {
+	outer, n, inner := kernels.Split3(shape, axis)
+	y := make([]float64, len(x))
+	for o := 0; o < outer; o++ {
+		for i := 0; i < inner; i++ {
+			at := func(k int) int { return (o*n+k)*inner + i }
+			m := math.Inf(-1)
+			for k := 0; k < n; k++ {
+				m = math.Max(m, x[at(k)])
+			}
+			var sum float64
+			for k := 0; k < n; k++ {
+				sum += math.Exp(x[at(k)] - m)
+			}
+			for k := 0; k < n; k++ {
+				if log {
+					y[at(k)] = x[at(k)] - m - math.Log(sum)
+				} else {
+					y[at(k)] = math.Exp(x[at(k)]-m) / sum
+				}
+			}
+		}
+	}
+	return y
+}
+
+// refSoftmaxBackward is dx for y = softmax(x) (or log-softmax) along
+// axis: y·(dy − Σ y·dy), or dy − e^y·Σ dy.
+func refSoftmaxBackward(y, dy []float64, shape []int, axis int, log bool) []float64 {
+	outer, n, inner := kernels.Split3(shape, axis)
+	dx := make([]float64, len(y))
+	for o := 0; o < outer; o++ {
+		for i := 0; i < inner; i++ {
+			at := func(k int) int { return (o*n+k)*inner + i }
+			var sum float64
+			for k := 0; k < n; k++ {
+				if log {
+					sum += dy[at(k)]
+				} else {
+					sum += y[at(k)] * dy[at(k)]
+				}
+			}
+			for k := 0; k < n; k++ {
+				j := at(k)
+				if log {
+					dx[j] = dy[j] - math.Exp(y[j])*sum
+				} else {
+					dx[j] = y[j] * (dy[j] - sum)
+				}
+			}
+		}
+	}
+	return dx
+}
+
+func checkSoftmax(s *suite) {
+	for _, c := range []struct {
+		shape []int
+		axis  int
+	}{{[]int{7, 5}, 1}, {[]int{7, 5}, -1}, {[]int{3, 4, 6}, 1}, {[]int{3, 4, 6}, 0}, {[]int{2, 1, 9}, 2}, {[]int{4, 300}, 1}} {
+		a := (c.axis + len(c.shape)) % len(c.shape)
+		for _, d := range s.floats("Softmax") {
+			for _, log := range []bool{false, true} {
+				op, bop := "Softmax", "SoftmaxBackward"
+				if log {
+					op, bop = "LogSoftmax", "LogSoftmaxBackward"
+				}
+				xvals := s.normals(tensor.Numel(c.shape))
+				xvals[0] += 100 // the maximum must be shifted out
+				x, xv := s.put(d, xvals, c.shape...)
+				want := refSoftmax(xv, c.shape, a, log)
+				dst := s.out(d, c.shape...)
+				what := name(op, d, c.shape, "axis", c.axis)
+				s.check(call{what: what, launch: func() {
+					if log {
+						s.b.LogSoftmax(dst, x, c.axis)
+					} else {
+						s.b.Softmax(dst, x, c.axis)
+					}
+				}, writes: []*T{dst}}, func(got [][]float64) {
+					s.close(what, got[0], want, 2*tol(d))
+				})
+
+				y, yv := s.put(d, want, c.shape...)
+				dy, gv := s.in(d, c.shape...)
+				wantDx := refSoftmaxBackward(yv, gv, c.shape, a, log)
+				dx := s.out(d, c.shape...)
+				what = name(bop, d, c.shape, "axis", c.axis)
+				s.check(call{what: what, launch: func() {
+					if log {
+						s.b.LogSoftmaxBackward(dx, y, dy, c.axis)
+					} else {
+						s.b.SoftmaxBackward(dx, y, dy, c.axis)
+					}
+				}, writes: []*T{dx}}, func(got [][]float64) {
+					s.close(what, got[0], wantDx, 4*tol(d))
+				})
+			}
+		}
+	}
+	s.panics("Softmax", func() { s.b.Softmax(s.out(tensor.F32, 3, 4), s.out(tensor.F32, 3, 4), 2) })
+}
+
+// refCrossEntropy is the per-sample loss and the reduced loss of logits
+// x [n, c] against tg, and the kept (not ignored) count.
+func refCrossEntropy(x, tg []float64, n, c int, p kernels.CrossEntropyParams) (per []float64, loss float64, kept int) {
+	lp := refSoftmax(x, []int{n, c}, 1, true)
+	per = make([]float64, n)
+	for i := 0; i < n; i++ {
+		if p.HasIgnore && int64(tg[i]) == p.IgnoreIndex {
+			continue
+		}
+		var smooth float64
+		for j := 0; j < c; j++ {
+			smooth -= lp[i*c+j]
+		}
+		per[i] = (1-p.LabelSmoothing)*(-lp[i*c+int(tg[i])]) + p.LabelSmoothing*smooth/float64(c)
+		loss += per[i]
+		kept++
+	}
+	if p.Reduction == kernels.ReduceMean {
+		loss /= float64(kept)
+	}
+	return per, loss, kept
+}
+
+func checkCrossEntropy(s *suite) {
+	for _, c := range [][2]int{{6, 5}, {3, 70}, {2, 300}} {
+		n, cl := c[0], c[1]
+		for _, p := range []kernels.CrossEntropyParams{
+			{},
+			{Reduction: kernels.ReduceSum},
+			{Reduction: kernels.ReduceNone},
+			{LabelSmoothing: 0.1},
+			{Reduction: kernels.ReduceNone, LabelSmoothing: 0.2, HasIgnore: true, IgnoreIndex: -100},
+			{HasIgnore: true, IgnoreIndex: 1},
+		} {
+			for _, d := range s.floats("CrossEntropy") {
+				for _, idt := range []tensor.DType{tensor.I64, tensor.I32} {
+					logits, xv := s.in(d, n, cl)
+					tv := make([]float64, n)
+					for i := range tv {
+						tv[i] = float64(s.rng.IntN(cl))
+					}
+					if p.HasIgnore {
+						tv[0] = float64(p.IgnoreIndex)
+						if p.IgnoreIndex < 0 {
+							tv[n-1] = float64(p.IgnoreIndex)
+						}
+					}
+					target, _ := s.put(idt, tv, n)
+					per, total, kept := refCrossEntropy(xv, tv, n, cl, p)
+					lshape := []int{}
+					want := []float64{total}
+					if p.Reduction == kernels.ReduceNone {
+						lshape, want = []int{n}, per
+					}
+					loss := s.out(wideOf(d), lshape...)
+					what := name("CrossEntropy", d, idt, n, cl, p)
+					s.check(call{what: what, launch: func() { s.b.CrossEntropy(loss, logits, target, p) }, writes: []*T{loss}}, func(got [][]float64) {
+						s.close(what, got[0], want, 2*tol(d))
+					})
+
+					// dlogits = g·(softmax − (1−ε)·onehot − ε/C), g the
+					// loss gradient of the row (dloss, or dloss/kept for
+					// the mean), 0 for an ignored row.
+					dlv := s.uniform(max(1, tensor.Numel(lshape)), 0.5, 2)
+					dloss, dlr := s.put(wideOf(d), dlv, lshape...)
+					sm := refSoftmax(xv, []int{n, cl}, 1, false)
+					wantD := make([]float64, n*cl)
+					for i := 0; i < n; i++ {
+						if p.HasIgnore && int64(tv[i]) == p.IgnoreIndex {
+							continue
+						}
+						g := dlr[0]
+						switch p.Reduction {
+						case kernels.ReduceNone:
+							g = dlr[i]
+						case kernels.ReduceMean:
+							g /= float64(kept)
+						}
+						for j := 0; j < cl; j++ {
+							q := p.LabelSmoothing / float64(cl)
+							if j == int(tv[i]) {
+								q += 1 - p.LabelSmoothing
+							}
+							wantD[i*cl+j] = g * (sm[i*cl+j] - q)
+						}
+					}
+					dlogits := s.out(d, n, cl)
+					what = name("CrossEntropyBackward", d, idt, n, cl, p)
+					s.check(call{what: what, launch: func() { s.b.CrossEntropyBackward(dlogits, logits, target, dloss, p) }, writes: []*T{dlogits}}, func(got [][]float64) {
+						s.close(what, got[0], wantD, 2*tol(d))
+					})
+				}
+			}
+		}
+	}
+}

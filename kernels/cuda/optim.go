@@ -1,0 +1,362 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"errors"
+	"fmt"
+
+	"gorgonia.org/cu"
+
+	"github.com/esper-go/esper/kernels"
+	"github.com/esper-go/esper/tensor"
+)
+
+// The optim family (src/optim.cu): SGDStep and AdamWStep over F32
+// parameter arenas, the foreach operations over lists of F32 tensors and
+// the GradScaler's device-side state; ForeachSGDStep and ForeachAdamWStep
+// are in multi_tensor.go. A list is one multi-tensor launch
+// (multi_tensor.go; ForeachNorm adds a zeroing fill and a square root); a
+// list of one tensor, or one first seen during a graph capture, whose
+// table cannot be uploaded then, takes one launch per tensor instead
+// (sumsqEach, each), with the same arithmetic.
+// Tensors a list op writes must not overlap one another.
+
+// ForeachNorm implements kernels.Backend (F32 tensors).
+func (b *Backend) ForeachNorm(dst *T, xs []*T) { must(b.d.ForeachNorm(dst, xs)) }
+
+// ForeachScale implements kernels.Backend (F32 tensors, F32 factor).
+func (b *Backend) ForeachScale(xs []*T, s *T) { must(b.d.ForeachScale(xs, s)) }
+
+// ForeachAxpy implements kernels.Backend (F32 tensors).
+func (b *Backend) ForeachAxpy(ys, xs []*T, alpha float64) { must(b.d.ForeachAxpy(ys, xs, alpha)) }
+
+// Increment implements kernels.Backend.
+func (b *Backend) Increment(counter, skip *T) { must(b.d.Increment(counter, skip)) }
+
+// SGDStep implements kernels.Backend (F32 arenas).
+func (b *Backend) SGDStep(param, grad, mom, hyper, foundInf *T, o kernels.SGDOptions) {
+	must(b.d.SGDStep(param, grad, mom, hyper, foundInf, o))
+}
+
+// AdamWStep implements kernels.Backend (F32 arenas).
+func (b *Backend) AdamWStep(param, grad, m, v, hyper, foundInf *T, o kernels.AdamWOptions) {
+	must(b.d.AdamWStep(param, grad, m, v, hyper, foundInf, o))
+}
+
+// ForeachSGDStep implements kernels.ForeachStepper (F32 lists): one
+// multi-tensor launch for the whole list (Device.ForeachSGDStep).
+func (b *Backend) ForeachSGDStep(params, grads, moms []*T, hyper, foundInf *T, o kernels.SGDOptions) {
+	must(b.d.ForeachSGDStep(params, grads, moms, hyper, foundInf, o))
+}
+
+// ForeachAdamWStep implements kernels.ForeachStepper (F32 lists): one
+// multi-tensor launch for the whole list (Device.ForeachAdamWStep).
+func (b *Backend) ForeachAdamWStep(params, grads, ms, vs []*T, hyper, foundInf *T, o kernels.AdamWOptions) {
+	must(b.d.ForeachAdamWStep(params, grads, ms, vs, hyper, foundInf, o))
+}
+
+// UnscaleCheck implements kernels.Backend (F32).
+func (b *Backend) UnscaleCheck(xs []*T, invScale, foundInf *T) {
+	must(b.d.UnscaleCheck(xs, invScale, foundInf))
+}
+
+// ScalerUpdate implements kernels.Backend.
+func (b *Backend) ScalerUpdate(scale, tracker, foundInf *T, growth, backoff float64, interval int) {
+	must(b.d.ScalerUpdate(scale, tracker, foundInf, growth, backoff, interval))
+}
+
+// ForeachNorm writes the L2 norm of each xs[i] (F32, contiguous) into
+// dst[i] (F32 or F64, len(xs) elements). The squares are summed by
+// atomics, so the last bits may differ between runs.
+func (d *Device) ForeachNorm(dst *tensor.Tensor, xs []*tensor.Tensor) error {
+	const op = "ForeachNorm"
+	if err := checked(kernels.CheckForeachNorm(op, dst, xs)); err != nil {
+		return err
+	}
+	wide := dst.DType() == tensor.F64
+	if !wide && dst.DType() != tensor.F32 {
+		return fmt.Errorf("cuda: %s: dst dtype %v (F32 or F64)", op, dst.DType())
+	}
+	pd, err := d.ptrOf(op, "dst", dst, dst.DType())
+	if err != nil {
+		return err
+	}
+	ptrs, sizes, err := d.mtOperands(op, []string{"xs"}, xs)
+	if err != nil {
+		return err
+	}
+	ss, err := d.scratchF32(len(xs))
+	if err != nil {
+		return err
+	}
+	defer ss.Storage().Free()
+	if err := d.Fill(ss, 0); err != nil {
+		return err
+	}
+	ps, _ := d.ptrOf(op, "scratch", ss, tensor.F32)
+	tb, err := d.mtTableFor(ptrs, sizes)
+	switch {
+	case errors.Is(err, errMTEach):
+		err = d.sumsqEach(ps, ptrs[0], sizes)
+	case err == nil:
+		var a args
+		err = d.mtLaunch("mt_sumsq_f32", tb, a.ptr(ps).ptr(tb.ptr).i64(tb.tensors).i64(tb.chunks))
+	}
+	if err != nil {
+		return err
+	}
+	release := d.enter()
+	defer release()
+	var a args
+	return d.launch1D("sqrt_into", int64(len(xs)), a.ptr(pd).i32(b2i(wide)).ptr(ps).i64(int64(len(xs))))
+}
+
+// sumsqEach adds Σx² of each tensor into scratch[i], one launch each.
+func (d *Device) sumsqEach(ps cu.DevicePtr, ptrs []cu.DevicePtr, sizes []int64) error {
+	release := d.enter()
+	defer release()
+	for i, p := range ptrs {
+		var a args
+		if err := d.launch1D("sumsq_f32", sizes[i], a.ptr(ps+cu.DevicePtr(4*i)).ptr(p).i64(sizes[i])); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ForeachScale multiplies every xs[i] (F32) in place by s (F32, one
+// element on the device, read when the kernels run).
+func (d *Device) ForeachScale(xs []*tensor.Tensor, s *tensor.Tensor) error {
+	const op = "ForeachScale"
+	ps, err := d.scalarPtr(op, "s", s)
+	if err != nil {
+		return err
+	}
+	ptrs, sizes, err := d.mtOperands(op, []string{"xs"}, xs)
+	if err != nil {
+		return err
+	}
+	tb, err := d.mtTableFor(ptrs, sizes)
+	if errors.Is(err, errMTEach) {
+		return d.each("scale_f32", ptrs[0], sizes, func(a *args, i int) { a.ptr(ptrs[0][i]).ptr(ps).i64(sizes[i]) })
+	}
+	if err != nil {
+		return err
+	}
+	var a args
+	return d.mtLaunch("mt_scale_f32", tb, a.ptr(tb.ptr).i64(tb.tensors).i64(tb.chunks).ptr(ps))
+}
+
+// ForeachAxpy computes ys[i] += alpha·xs[i] (F32, pairwise same shapes).
+func (d *Device) ForeachAxpy(ys, xs []*tensor.Tensor, alpha float64) error {
+	const op = "ForeachAxpy"
+	if err := checked(kernels.CheckForeachAxpy(op, ys, xs)); err != nil {
+		return err
+	}
+	ptrs, sizes, err := d.mtOperands(op, []string{"ys", "xs"}, ys, xs)
+	if err != nil {
+		return err
+	}
+	tb, err := d.mtTableFor(ptrs, sizes)
+	if errors.Is(err, errMTEach) {
+		return d.each("axpy_f32", ptrs[0], sizes, func(a *args, i int) {
+			a.ptr(ptrs[0][i]).ptr(ptrs[1][i]).f32(float32(alpha)).i64(sizes[i])
+		})
+	}
+	if err != nil {
+		return err
+	}
+	var a args
+	return d.mtLaunch("mt_axpy_f32", tb, a.ptr(tb.ptr).i64(tb.tensors).i64(tb.chunks).f32(float32(alpha)))
+}
+
+// UnscaleCheck multiplies every xs[i] (F32) by invScale and sets
+// foundInf to 1 when any value is NaN or infinite (both F32, one element;
+// foundInf is only ever set, never cleared).
+func (d *Device) UnscaleCheck(xs []*tensor.Tensor, invScale, foundInf *tensor.Tensor) error {
+	const op = "UnscaleCheck"
+	pi, err := d.scalarPtr(op, "invScale", invScale)
+	if err != nil {
+		return err
+	}
+	pf, err := d.scalarPtr(op, "foundInf", foundInf)
+	if err != nil {
+		return err
+	}
+	ptrs, sizes, err := d.mtOperands(op, []string{"xs"}, xs)
+	if err != nil {
+		return err
+	}
+	tb, err := d.mtTableFor(ptrs, sizes)
+	if errors.Is(err, errMTEach) {
+		return d.each("unscale_check_f32", ptrs[0], sizes, func(a *args, i int) { a.ptr(ptrs[0][i]).ptr(pi).ptr(pf).i64(sizes[i]) })
+	}
+	if err != nil {
+		return err
+	}
+	var a args
+	return d.mtLaunch("mt_unscale_check_f32", tb, a.ptr(tb.ptr).i64(tb.tensors).i64(tb.chunks).ptr(pi).ptr(pf))
+}
+
+// each launches the single-tensor kernel name once per tensor, with the
+// arguments fill writes for tensor i.
+func (d *Device) each(name string, ptrs []cu.DevicePtr, sizes []int64, fill func(a *args, i int)) error {
+	release := d.enter()
+	defer release()
+	for i := range ptrs {
+		var a args
+		fill(&a, i)
+		if err := d.launch1D(name, sizes[i], &a); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ScalerUpdate is the GradScaler state machine on the device (scale,
+// tracker and foundInf F32, one element each): on foundInf the scale is
+// multiplied by backoff and the tracker reset; otherwise the tracker
+// counts up and after interval clean steps the scale is multiplied by
+// growth (kept when that would overflow fp32) and the tracker reset.
+func (d *Device) ScalerUpdate(scale, tracker, foundInf *tensor.Tensor, growth, backoff float64, interval int) error {
+	const op = "ScalerUpdate"
+	ptrs := make([]cu.DevicePtr, 3)
+	for i, t := range []*tensor.Tensor{scale, tracker, foundInf} {
+		p, err := d.scalarPtr(op, []string{"scale", "tracker", "foundInf"}[i], t)
+		if err != nil {
+			return err
+		}
+		ptrs[i] = p
+	}
+	fn, err := d.kernel("scaler_update_f32")
+	if err != nil {
+		return err
+	}
+	release := d.enter()
+	defer release()
+	var a args
+	a.ptr(ptrs[0]).ptr(ptrs[1]).ptr(ptrs[2]).f64(growth).f64(backoff).i64(int64(interval))
+	return launchRaw(fn, [3]int{1, 1, 1}, [3]int{1, 1, 1}, 0, d.stream, &a)
+}
+
+// Increment adds one to counter (one element, F32, F64 or I64) unless
+// skip (optional, F32, one element) is non-zero.
+func (d *Device) Increment(counter, skip *tensor.Tensor) error {
+	const op = "Increment"
+	kind := map[tensor.DType]int32{tensor.F32: 0, tensor.F64: 1, tensor.I64: 2}
+	k, ok := kind[counter.DType()]
+	if !ok || counter.Numel() != 1 {
+		return fmt.Errorf("cuda: %s: counter %v %v (one F32, F64 or I64 element)", op, counter.DType(), counter.Shape())
+	}
+	pc, err := d.ptrOf(op, "counter", counter, counter.DType())
+	if err != nil {
+		return err
+	}
+	var ps cu.DevicePtr
+	if skip != nil {
+		if ps, err = d.scalarPtr(op, "skip", skip); err != nil {
+			return err
+		}
+	}
+	fn, err := d.kernel("increment")
+	if err != nil {
+		return err
+	}
+	release := d.enter()
+	defer release()
+	var a args
+	return launchRaw(fn, [3]int{1, 1, 1}, [3]int{1, 1, 1}, 0, d.stream, a.ptr(pc).i32(k).ptr(ps))
+}
+
+// scalarPtr checks a one-element F32 device scalar.
+func (d *Device) scalarPtr(op, what string, t *tensor.Tensor) (cu.DevicePtr, error) {
+	if t != nil && t.Numel() != 1 {
+		return 0, fmt.Errorf("cuda: %s: %s %v, want one element", op, what, t.Shape())
+	}
+	return d.ptrOf(op, what, t, tensor.F32)
+}
+
+// foreachPtrs checks a list of contiguous F32 tensors.
+func (d *Device) foreachPtrs(op, what string, ts []*tensor.Tensor) ([]cu.DevicePtr, error) {
+	out := make([]cu.DevicePtr, len(ts))
+	for i, t := range ts {
+		p, err := d.ptrOf(op, fmt.Sprintf("%s[%d]", what, i), t, tensor.F32)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = p
+	}
+	return out, nil
+}
+
+// SGDStep is kernels.Backend's SGDStep on F32 arenas: hyper is an F64
+// [2] tensor {lr, step} on the device, mom required with momentum (and
+// not used without, as on the CPU), foundInf (F32, one element)
+// optional.
+func (d *Device) SGDStep(param, grad, mom, hyper, foundInf *tensor.Tensor, o kernels.SGDOptions) error {
+	const op = "SGDStep"
+	if err := checked(kernels.CheckSGDStep(op, param, grad, mom, hyper, o)); err != nil {
+		return err
+	}
+	if o.Momentum == 0 {
+		mom = nil // sgd_f32 takes the momentum path for a non-null buffer
+	}
+	pp, pg, pm, ph, pf, err := d.optimPtrs(op, param, grad, mom, hyper, foundInf)
+	if err != nil {
+		return err
+	}
+	release := d.enter()
+	defer release()
+	var a args
+	a.ptr(pp).ptr(pg).ptr(pm).ptr(ph).ptr(pf)
+	a.f32(float32(o.Momentum)).f32(float32(1 - o.Dampening)).f32(float32(o.WeightDecay))
+	a.i32(b2i(o.Nesterov)).i32(b2i(o.Maximize)).i64(int64(param.Numel()))
+	return d.launch1D("sgd_f32", int64(param.Numel()), &a)
+}
+
+// AdamWStep is kernels.Backend's AdamWStep on F32 arenas.
+func (d *Device) AdamWStep(param, grad, m, v, hyper, foundInf *tensor.Tensor, o kernels.AdamWOptions) error {
+	const op = "AdamWStep"
+	if err := checked(kernels.CheckAdamWStep(op, param, grad, m, v, hyper)); err != nil {
+		return err
+	}
+	pp, pg, pm, ph, pf, err := d.optimPtrs(op, param, grad, m, hyper, foundInf)
+	if err != nil {
+		return err
+	}
+	pv, err := d.ptrOf(op, "v", v, tensor.F32)
+	if err != nil {
+		return err
+	}
+	release := d.enter()
+	defer release()
+	var a args
+	a.ptr(pp).ptr(pg).ptr(pm).ptr(pv).ptr(ph).ptr(pf)
+	a.f32(float32(o.Beta1)).f32(float32(o.Beta2)).f32(float32(1 - o.Beta1)).f32(float32(1 - o.Beta2)).f32(float32(o.Eps))
+	a.f64(o.WeightDecay).f64(o.Beta1).f64(o.Beta2).i64(int64(param.Numel()))
+	return d.launch1D("adamw_f32", int64(param.Numel()), &a)
+}
+
+// optimPtrs returns the addresses of an optimizer step's operands (their
+// shapes checked by kernels.CheckSGDStep or CheckAdamWStep) after checking
+// what is the device's own: F32 param, grad and state, F64 hyper,
+// optional F32 foundInf (0 for an absent state or foundInf).
+func (d *Device) optimPtrs(op string, param, grad, state, hyper, foundInf *tensor.Tensor) (pp, pg, ps, ph, pf cu.DevicePtr, err error) {
+	if pp, err = d.ptrOf(op, "param", param, tensor.F32); err != nil {
+		return
+	}
+	if pg, err = d.ptrOf(op, "grad", grad, tensor.F32); err != nil {
+		return
+	}
+	if ps, err = d.optPtr(op, "state", state, tensor.F32); err != nil {
+		return
+	}
+	if ph, err = d.ptrOf(op, "hyper", hyper, tensor.F64); err != nil {
+		return
+	}
+	if foundInf != nil {
+		pf, err = d.ptrOf(op, "foundInf", foundInf, tensor.F32)
+	}
+	return
+}

@@ -1,0 +1,322 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"gorgonia.org/cu"
+
+	"github.com/esper-go/esper/kernels"
+	"github.com/esper-go/esper/tensor"
+)
+
+// The softmax family (src/softmax.cu): softmax and log-softmax with
+// their gradients and the softmax cross-entropy. Along the last axis
+// every row is one block of rowThreads threads (launchRows); along a
+// middle axis, x viewed as [outer, n, inner], every line is one thread.
+
+// Softmax implements kernels.Backend.
+func (b *Backend) Softmax(dst, x *T, axis int) { must(b.d.SoftmaxAxis(dst, x, axis, false)) }
+
+// LogSoftmax implements kernels.Backend.
+func (b *Backend) LogSoftmax(dst, x *T, axis int) { must(b.d.SoftmaxAxis(dst, x, axis, true)) }
+
+// SoftmaxBackward implements kernels.Backend.
+func (b *Backend) SoftmaxBackward(dx, y, dy *T, axis int) {
+	must(b.d.SoftmaxBackwardAxis(dx, y, dy, axis, false))
+}
+
+// LogSoftmaxBackward implements kernels.Backend.
+func (b *Backend) LogSoftmaxBackward(dx, y, dy *T, axis int) {
+	must(b.d.SoftmaxBackwardAxis(dx, y, dy, axis, true))
+}
+
+// CrossEntropy implements kernels.Backend (F32 loss; a target out of
+// range gives NaN where the CPU panics).
+func (b *Backend) CrossEntropy(loss, logits, target *T, p kernels.CrossEntropyParams) {
+	must(b.d.CrossEntropy(loss, logits, target, p))
+}
+
+// CrossEntropyBackward implements kernels.Backend.
+func (b *Backend) CrossEntropyBackward(dlogits, logits, target, dloss *T, p kernels.CrossEntropyParams) {
+	must(b.d.CrossEntropyBackward(dlogits, logits, target, dloss, p))
+}
+
+// lastAxis views x as [rows, n] over its last axis.
+func lastAxis(x *tensor.Tensor) (rows, n int) {
+	if x.Rank() == 0 {
+		return 1, 1
+	}
+	n = x.Dim(-1)
+	if n == 0 {
+		return 0, 0
+	}
+	return x.Numel() / n, n
+}
+
+// Softmax writes the softmax (or, with log, the log-softmax) of x along
+// its last axis into dst (same shape and dtype).
+func (d *Device) Softmax(dst, x *tensor.Tensor, log bool) error {
+	name, err := floatKernel("Softmax", "softmax_rows", x.DType())
+	if err != nil {
+		return err
+	}
+	if err := sameShape("Softmax", dst, x); err != nil {
+		return err
+	}
+	pd, err := d.ptrOf("Softmax", "dst", dst, x.DType())
+	if err != nil {
+		return err
+	}
+	px, err := d.ptrOf("Softmax", "x", x, x.DType())
+	if err != nil {
+		return err
+	}
+	rows, n := lastAxis(x)
+	release := d.enter()
+	defer release()
+	var a args
+	return d.launchRows(name, rows, a.i32(b2i(log)).ptr(pd).ptr(px).i64(int64(n)))
+}
+
+// SoftmaxBackward writes dx = y·(dy − Σy·dy) for y = softmax(x), or with
+// log dx = dy − e^y·Σdy for y = log-softmax(x), along the last axis.
+func (d *Device) SoftmaxBackward(dx, y, dy *tensor.Tensor, log bool) error {
+	dt := y.DType()
+	name, err := floatKernel("SoftmaxBackward", "softmax_bwd_rows", dt)
+	if err != nil {
+		return err
+	}
+	for _, t := range []*tensor.Tensor{dx, dy} {
+		if err := sameShape("SoftmaxBackward", t, y); err != nil {
+			return err
+		}
+	}
+	pdx, err := d.ptrOf("SoftmaxBackward", "dx", dx, dt)
+	if err != nil {
+		return err
+	}
+	py, err := d.ptrOf("SoftmaxBackward", "y", y, dt)
+	if err != nil {
+		return err
+	}
+	pdy, err := d.ptrOf("SoftmaxBackward", "dy", dy, dt)
+	if err != nil {
+		return err
+	}
+	rows, n := lastAxis(y)
+	release := d.enter()
+	defer release()
+	var a args
+	return d.launchRows(name, rows, a.i32(b2i(log)).ptr(pdx).ptr(py).ptr(pdy).i64(int64(n)))
+}
+
+// ceTargets checks a cross-entropy's loss (or dloss), logits [N, C] and
+// target (kernels.CheckCrossEntropy) and returns the target's address,
+// whether it is int64, N and C.
+func (d *Device) ceTargets(op string, loss, logits, target *tensor.Tensor, p kernels.CrossEntropyParams) (pt cu.DevicePtr, t64 bool, n, c int, err error) {
+	if n, c, err = kernels.CheckCrossEntropy(op, loss, logits, target, p); err != nil {
+		return 0, false, 0, 0, checked(err)
+	}
+	pt, t64, err = d.indexPtr(op, "target", target)
+	return pt, t64, n, c, err
+}
+
+// ceScratch holds a cross-entropy's per-row losses, kept flags and
+// {total, count}: F32 device tensors.
+type ceScratch struct{ per, kept, out *tensor.Tensor }
+
+func (d *Device) newCEScratch(n int) (ceScratch, error) {
+	var s ceScratch
+	var err error
+	dev := tensor.CUDA(d.ordinal)
+	if s.per, err = tensor.EmptyOn(dev, tensor.F32, n); err != nil {
+		return s, err
+	}
+	if s.kept, err = tensor.EmptyOn(dev, tensor.F32, n); err != nil {
+		return s, err
+	}
+	s.out, err = tensor.EmptyOn(dev, tensor.F32, 2)
+	return s, err
+}
+
+// ceRows runs the per-row forward and the reduction into s.
+func (d *Device) ceRows(s ceScratch, logits *tensor.Tensor, pt cu.DevicePtr, t64 bool, n, c int, p kernels.CrossEntropyParams) error {
+	name, err := floatKernel("CrossEntropy", "ce_rows", logits.DType())
+	if err != nil {
+		return err
+	}
+	px, err := d.ptrOf("CrossEntropy", "logits", logits, logits.DType())
+	if err != nil {
+		return err
+	}
+	pper, _ := d.ptrOf("CrossEntropy", "scratch", s.per, tensor.F32)
+	pkept, _ := d.ptrOf("CrossEntropy", "scratch", s.kept, tensor.F32)
+	pout, _ := d.ptrOf("CrossEntropy", "scratch", s.out, tensor.F32)
+	release := d.enter()
+	defer release()
+	var a args
+	a.ptr(pper).ptr(pkept).ptr(px).ptr(pt).i32(b2i(t64)).i64(int64(c)).f32(float32(p.LabelSmoothing)).i32(b2i(p.HasIgnore)).i64(p.IgnoreIndex)
+	if err := d.launchRows(name, n, &a); err != nil {
+		return err
+	}
+	fn, err := d.kernel("ce_finish")
+	if err != nil {
+		return err
+	}
+	var f args
+	f.ptr(pout).ptr(pper).ptr(pkept).i64(int64(n)).i32(b2i(p.Reduction == kernels.ReduceMean))
+	return launchRaw(fn, [3]int{1, 1, 1}, [3]int{rowThreads, 1, 1}, 0, d.stream, &f)
+}
+
+// CrossEntropy writes the softmax cross-entropy of logits [N, C] (F32 or
+// BF16) against target [N] (I64 or I32) into loss (F32: a scalar for the
+// mean and sum reductions, [N] for none), with label smoothing and an
+// ignored index as kernels.CrossEntropyParams says. A target outside
+// [0, C) gives a NaN loss (a kernel cannot panic).
+func (d *Device) CrossEntropy(loss, logits, target *tensor.Tensor, p kernels.CrossEntropyParams) error {
+	const op = "CrossEntropy"
+	pt, t64, n, c, err := d.ceTargets(op, loss, logits, target, p)
+	if err != nil {
+		return err
+	}
+	if _, err := d.ptrOf(op, "loss", loss, tensor.F32); err != nil {
+		return err
+	}
+	s, err := d.newCEScratch(n)
+	if err != nil {
+		return err
+	}
+	defer s.free()
+	if err := d.ceRows(s, logits, pt, t64, n, c, p); err != nil {
+		return err
+	}
+	src := s.out.Narrow(0, 0, 1)
+	if p.Reduction == kernels.ReduceNone {
+		src = s.per
+	}
+	return d.copyDevice(loss, src)
+}
+
+// CrossEntropyBackward writes dlogits = dloss·∂loss/∂logits (dloss F32,
+// shaped like loss).
+func (d *Device) CrossEntropyBackward(dlogits, logits, target, dloss *tensor.Tensor, p kernels.CrossEntropyParams) error {
+	const op = "CrossEntropyBackward"
+	pt, t64, n, c, err := d.ceTargets(op, dloss, logits, target, p)
+	if err != nil {
+		return err
+	}
+	if err := checked(kernels.CheckSameShape(op, "dlogits", dlogits, logits.Shape())); err != nil {
+		return err
+	}
+	name, err := floatKernel(op, "ce_bwd_rows", logits.DType())
+	if err != nil {
+		return err
+	}
+	perRow := p.Reduction == kernels.ReduceNone
+	pdl, err := d.ptrOf(op, "dloss", dloss, tensor.F32)
+	if err != nil {
+		return err
+	}
+	pdx, err := d.ptrOf(op, "dlogits", dlogits, logits.DType())
+	if err != nil {
+		return err
+	}
+	px, err := d.ptrOf(op, "logits", logits, logits.DType())
+	if err != nil {
+		return err
+	}
+	mean := p.Reduction == kernels.ReduceMean
+	var pcount cu.DevicePtr // the mean's divisor: the targets not ignored
+	if mean {
+		count, err := tensor.EmptyOn(tensor.CUDA(d.ordinal), tensor.F32, 1)
+		if err != nil {
+			return err
+		}
+		defer count.Storage().Free()
+		pcount, _ = d.ptrOf(op, "scratch", count, tensor.F32)
+	}
+	release := d.enter()
+	defer release()
+	if mean {
+		fn, err := d.kernel("ce_count_kept")
+		if err != nil {
+			return err
+		}
+		var k args
+		k.ptr(pcount).ptr(pt).i32(b2i(t64)).i64(int64(n)).i32(b2i(p.HasIgnore)).i64(p.IgnoreIndex)
+		if err := launchRaw(fn, [3]int{1, 1, 1}, [3]int{rowThreads, 1, 1}, 0, d.stream, &k); err != nil {
+			return err
+		}
+	}
+	var a args
+	a.ptr(pdx).ptr(px).ptr(pt).i32(b2i(t64)).ptr(pdl).i32(b2i(perRow)).ptr(pcount).i32(b2i(mean))
+	a.i64(int64(c)).f32(float32(p.LabelSmoothing)).i32(b2i(p.HasIgnore)).i64(p.IgnoreIndex)
+	return d.launchRows(name, n, &a)
+}
+
+// free returns the scratch to the allocator (stream order keeps it from
+// being reused before the launches that read it have run).
+func (s ceScratch) free() {
+	for _, t := range []*tensor.Tensor{s.per, s.kept, s.out} {
+		if t != nil {
+			t.Storage().Free()
+		}
+	}
+}
+
+// SoftmaxAxis writes the softmax (or, with log, the log-softmax) of x
+// along axis into dst (same shape and dtype, F32 or BF16, contiguous).
+func (d *Device) SoftmaxAxis(dst, x *tensor.Tensor, axis int, log bool) error {
+	op := map[bool]string{false: "Softmax", true: "LogSoftmax"}[log]
+	a, err := kernels.CheckSoftmax(op, dst, x, axis)
+	if err := checked(err); err != nil {
+		return err
+	}
+	outer, n, inner := kernels.Split3(x.Shape(), a)
+	if inner == 1 {
+		return d.Softmax(dst, x, log)
+	}
+	dt := x.DType()
+	name, err := floatKernel(op, "softmax_axis", dt)
+	if err != nil {
+		return err
+	}
+	pd, err := d.ptrOf(op, "dst", dst, dt)
+	if err != nil {
+		return err
+	}
+	px, err := d.ptrOf(op, "x", x, dt)
+	if err != nil {
+		return err
+	}
+	release := d.enter()
+	defer release()
+	var ar args
+	return d.launch1D(name, int64(outer*inner), ar.i32(b2i(log)).ptr(pd).ptr(px).i64(int64(outer)).i64(int64(n)).i64(int64(inner)))
+}
+
+// SoftmaxBackwardAxis is SoftmaxBackward along any axis.
+func (d *Device) SoftmaxBackwardAxis(dx, y, dy *tensor.Tensor, axis int, log bool) error {
+	op := map[bool]string{false: "SoftmaxBackward", true: "LogSoftmaxBackward"}[log]
+	a, err := kernels.CheckSoftmaxBackward(op, dx, y, dy, axis)
+	if err := checked(err); err != nil {
+		return err
+	}
+	outer, n, inner := kernels.Split3(y.Shape(), a)
+	if inner == 1 {
+		return d.SoftmaxBackward(dx, y, dy, log)
+	}
+	dt := y.DType()
+	name, err := floatKernel(op, "softmax_bwd_axis", dt)
+	if err != nil {
+		return err
+	}
+	ptrs, err := d.ptrList(op, []string{"dx", "y", "dy"}, []*tensor.Tensor{dx, y, dy}, []tensor.DType{dt, dt, dt}, []bool{false, false, false})
+	if err != nil {
+		return err
+	}
+	release := d.enter()
+	defer release()
+	var ar args
+	return d.launch1D(name, int64(outer*inner), ar.i32(b2i(log)).ptr(ptrs[0]).ptr(ptrs[1]).ptr(ptrs[2]).i64(int64(outer)).i64(int64(n)).i64(int64(inner)))
+}

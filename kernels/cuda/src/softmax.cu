@@ -1,0 +1,228 @@
+// Softmax kernels of the Esper CUDA backend: softmax and log-softmax
+// with their backward passes and the fused softmax cross-entropy, with x
+// viewed as [rows, n] and one block of ROW_THREADS threads per row
+// (gridDim.x = rows), reducing in registers, then across warps through
+// shared memory; and softmax and log-softmax along a middle axis of x
+// viewed as [outer, n, inner], one thread per line. Arithmetic is fp32
+// (bf16 inputs widened on load).
+#include <cuda_bf16.h>
+#include <stdint.h>
+#include <math.h>
+#include "common.cuh"
+
+#define ROW_THREADS 256
+
+// block_sum and block_max (common.cuh) reduce v over the block and return
+// the result to every thread.
+
+template <typename T>
+__device__ void softmax_rows(int log, T* y, const T* x, int64_t n) {
+    const T* r = x + (int64_t)blockIdx.x * n;
+    T* out = y + (int64_t)blockIdx.x * n;
+    float m = -INFINITY;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) m = fmaxf(m, ld(r, j));
+    m = block_max(m);
+    float s = 0.f;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) s += expf(ld(r, j) - m);
+    s = block_sum(s);
+    float ls = logf(s), inv = 1.f / s;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+        float v = ld(r, j) - m;
+        st(out, j, log ? v - ls : expf(v) * inv);
+    }
+}
+
+// softmax_bwd_rows: dx = y·(dy − Σ y·dy) (softmax) or dx = dy − e^y·Σdy
+// (log-softmax, y its output).
+template <typename T>
+__device__ void softmax_bwd_rows(int log, T* dx, const T* y, const T* dy, int64_t n) {
+    int64_t base = (int64_t)blockIdx.x * n;
+    float s = 0.f;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) s += log ? ld(dy, base + j) : ld(y, base + j) * ld(dy, base + j);
+    s = block_sum(s);
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+        float yv = ld(y, base + j), g = ld(dy, base + j);
+        st(dx, base + j, log ? g - expf(yv) * s : yv * (g - s));
+    }
+}
+
+// ce_target reads target i (int64 when t64, else int32).
+__device__ __forceinline__ int64_t ce_target(const void* t, int t64, int64_t i) {
+    return t64 ? ((const int64_t*)t)[i] : (int64_t)((const int32_t*)t)[i];
+}
+
+// ce_rows writes per-row losses (0 for an ignored row, NaN for a target
+// outside [0, c)) and kept flags: loss = (1−ε)(lse − x_t) + ε(lse − mean x).
+template <typename T>
+__device__ void ce_rows(float* per, float* kept, const T* x, const void* t, int t64, int64_t c, float eps,
+                        int has_ignore, int64_t ignore) {
+    int64_t i = blockIdx.x;
+    const T* r = x + i * c;
+    int64_t tg = ce_target(t, t64, i);
+    bool ignored = has_ignore && tg == ignore;
+    float m = -INFINITY, sx = 0.f;
+    for (int64_t j = threadIdx.x; j < c; j += blockDim.x) {
+        float v = ld(r, j);
+        m = fmaxf(m, v);
+        sx += v;
+    }
+    m = block_max(m);
+    sx = block_sum(sx);
+    float s = 0.f;
+    for (int64_t j = threadIdx.x; j < c; j += blockDim.x) s += expf(ld(r, j) - m);
+    s = block_sum(s);
+    if (threadIdx.x == 0) {
+        float loss;
+        if (ignored) {
+            loss = 0.f;
+        } else if (tg < 0 || tg >= c) {
+            loss = NAN;
+        } else {
+            float lse = m + logf(s);
+            loss = (1.f - eps) * (lse - ld(r, tg)) + eps * (lse - sx / (float)c);
+        }
+        per[i] = loss;
+        kept[i] = ignored ? 0.f : 1.f;
+    }
+}
+
+// ce_bwd_rows: dlogits[i, j] = g_i · (softmax_ij − (1−ε)[j = t_i] − ε/c),
+// g_i = dloss[i] (reduction none), dloss (sum) or dloss/count (mean);
+// zero for an ignored row. count is Σ kept, from the forward pass.
+template <typename T>
+__device__ void ce_bwd_rows(T* dx, const T* x, const void* t, int t64, const float* dloss, int per_row,
+                            const float* count, int mean, int64_t c, float eps, int has_ignore, int64_t ignore) {
+    int64_t i = blockIdx.x;
+    const T* r = x + i * c;
+    T* d = dx + i * c;
+    int64_t tg = ce_target(t, t64, i);
+    bool ignored = has_ignore && tg == ignore;
+    float g = per_row ? dloss[i] : dloss[0];
+    if (mean) g /= *count;
+    float m = -INFINITY;
+    for (int64_t j = threadIdx.x; j < c; j += blockDim.x) m = fmaxf(m, ld(r, j));
+    m = block_max(m);
+    float s = 0.f;
+    for (int64_t j = threadIdx.x; j < c; j += blockDim.x) s += expf(ld(r, j) - m);
+    s = block_sum(s);
+    float inv = 1.f / s;
+    for (int64_t j = threadIdx.x; j < c; j += blockDim.x) {
+        float v = ignored ? 0.f : g * (expf(ld(r, j) - m) * inv - (j == tg ? 1.f - eps : 0.f) - eps / (float)c);
+        st(d, j, v);
+    }
+}
+
+// --- along any axis: x viewed as [outer, n, inner] ----------------------
+
+// softmax_axis: softmax (or log-softmax) of each line (o, :, i), one
+// thread per line; the CPU's convention for an all −inf line (NaN).
+template <typename T>
+__device__ void softmax_axis(int log, T* y, const T* x, int64_t outer, int64_t n, int64_t inner) {
+    for (int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; r < outer * inner;
+         r += (int64_t)blockDim.x * gridDim.x) {
+        int64_t b = (r / inner) * n * inner + r % inner;
+        float m = -INFINITY;
+        for (int64_t k = 0; k < n; k++) {
+            float v = ld(x, b + k * inner);
+            if (v > m || v != v) m = v;
+        }
+        if (m == -INFINITY) m = 0.f;
+        float s = 0.f;
+        for (int64_t k = 0; k < n; k++) s += expf(ld(x, b + k * inner) - m);
+        float ls = m + logf(s), inv = 1.f / s;
+        for (int64_t k = 0; k < n; k++) {
+            float v = ld(x, b + k * inner);
+            st(y, b + k * inner, log ? v - ls : expf(v - m) * inv);
+        }
+    }
+}
+
+// softmax_bwd_axis is softmax_bwd_rows along a middle axis.
+template <typename T>
+__device__ void softmax_bwd_axis(int log, T* dx, const T* y, const T* dy, int64_t outer, int64_t n, int64_t inner) {
+    for (int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; r < outer * inner;
+         r += (int64_t)blockDim.x * gridDim.x) {
+        int64_t b = (r / inner) * n * inner + r % inner;
+        float s = 0.f;
+        for (int64_t k = 0; k < n; k++) {
+            int64_t j = b + k * inner;
+            s += log ? ld(dy, j) : ld(y, j) * ld(dy, j);
+        }
+        for (int64_t k = 0; k < n; k++) {
+            int64_t j = b + k * inner;
+            float yv = ld(y, j), g = ld(dy, j);
+            st(dx, j, log ? g - expf(yv) * s : yv * (g - s));
+        }
+    }
+}
+
+extern "C" {
+
+__global__ void softmax_rows_f32(int log, float* y, const float* x, int64_t n) { softmax_rows(log, y, x, n); }
+__global__ void softmax_rows_bf16(int log, __nv_bfloat16* y, const __nv_bfloat16* x, int64_t n) { softmax_rows(log, y, x, n); }
+
+__global__ void softmax_bwd_rows_f32(int log, float* dx, const float* y, const float* dy, int64_t n) {
+    softmax_bwd_rows(log, dx, y, dy, n);
+}
+__global__ void softmax_bwd_rows_bf16(int log, __nv_bfloat16* dx, const __nv_bfloat16* y, const __nv_bfloat16* dy,
+                                      int64_t n) {
+    softmax_bwd_rows(log, dx, y, dy, n);
+}
+
+__global__ void ce_rows_f32(float* per, float* kept, const float* x, const void* t, int t64, int64_t c, float eps,
+                            int has_ignore, int64_t ignore) {
+    ce_rows(per, kept, x, t, t64, c, eps, has_ignore, ignore);
+}
+__global__ void ce_rows_bf16(float* per, float* kept, const __nv_bfloat16* x, const void* t, int t64, int64_t c,
+                             float eps, int has_ignore, int64_t ignore) {
+    ce_rows(per, kept, x, t, t64, c, eps, has_ignore, ignore);
+}
+
+// ce_finish reduces the per-row losses: out[0] = Σ per (or its mean over
+// the kept rows), out[1] = Σ kept (one block of ROW_THREADS threads).
+__global__ void ce_finish(float* out, const float* per, const float* kept, int64_t n, int mean) {
+    float s = 0.f, k = 0.f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        s += per[i];
+        k += kept[i];
+    }
+    s = block_sum(s);
+    k = block_sum(k);
+    if (threadIdx.x == 0) {
+        out[0] = mean ? s / k : s;
+        out[1] = k;
+    }
+}
+
+// ce_count_kept writes the number of targets that are not ignored to
+// out[0] (one block of ROW_THREADS threads): the divisor of the mean
+// reduction, which the backward pass needs without the forward's losses.
+__global__ void ce_count_kept(float* out, const void* t, int t64, int64_t n, int has_ignore, int64_t ignore) {
+    float k = 0.f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) k += (has_ignore && ce_target(t, t64, i) == ignore) ? 0.f : 1.f;
+    k = block_sum(k);
+    if (threadIdx.x == 0) out[0] = k;
+}
+
+__global__ void ce_bwd_rows_f32(float* dx, const float* x, const void* t, int t64, const float* dloss, int per_row,
+                                const float* count, int mean, int64_t c, float eps, int has_ignore, int64_t ignore) {
+    ce_bwd_rows(dx, x, t, t64, dloss, per_row, count, mean, c, eps, has_ignore, ignore);
+}
+__global__ void ce_bwd_rows_bf16(__nv_bfloat16* dx, const __nv_bfloat16* x, const void* t, int t64,
+                                 const float* dloss, int per_row, const float* count, int mean, int64_t c, float eps,
+                                 int has_ignore, int64_t ignore) {
+    ce_bwd_rows(dx, x, t, t64, dloss, per_row, count, mean, c, eps, has_ignore, ignore);
+}
+
+#define SOFTMAX_AXIS_KERNELS(SUF, T)                                                                           \
+    __global__ void softmax_axis_##SUF(int log, T* y, const T* x, int64_t outer, int64_t n, int64_t inner) {   \
+        softmax_axis(log, y, x, outer, n, inner);                                                              \
+    }                                                                                                          \
+    __global__ void softmax_bwd_axis_##SUF(int log, T* dx, const T* y, const T* dy, int64_t outer, int64_t n,  \
+                                           int64_t inner) {                                                    \
+        softmax_bwd_axis(log, dx, y, dy, outer, n, inner);                                                     \
+    }
+SOFTMAX_AXIS_KERNELS(f32, float)
+SOFTMAX_AXIS_KERNELS(bf16, __nv_bfloat16)
+
+}  // extern "C"

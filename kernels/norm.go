@@ -1,0 +1,292 @@
+package kernels
+
+import (
+	"fmt"
+
+	"github.com/esper-go/esper/tensor"
+)
+
+// NormFamily is the normalisation op family: layer, group and batch
+// norm with their gradients.
+type NormFamily interface {
+	// LayerNorm normalises x viewed as [M, n] over its last n elements
+	// (n = product of the normalised trailing axes), then applies w and
+	// b ([n], optional). mean and rstd ([M], F32, or F64 for F64 input)
+	// are saved for the backward pass.
+	LayerNorm(y, mean, rstd, x, w, b *T, n int, eps float64)
+	// LayerNormBackward fills the non-nil of dx, dw, db (all
+	// overwritten).
+	LayerNormBackward(dx, dw, db, dy, x, mean, rstd, w *T, n int)
+	// GroupNorm normalises x [N,C,*] over groups of C/groups channels;
+	// w, b are [C] (optional); mean, rstd are [N*groups].
+	GroupNorm(y, mean, rstd, x, w, b *T, groups int, eps float64)
+	// GroupNormBackward fills the non-nil of dx, dw, db.
+	GroupNormBackward(dx, dw, db, dy, x, mean, rstd, w *T, groups int)
+	// BatchNorm normalises x [N,C,*] per channel. In training it uses the
+	// batch statistics and updates runMean/runVar (if non-nil) with
+	// momentum (running = (1-m)·running + m·batch, unbiased variance);
+	// in evaluation it uses the running statistics. saveMean/saveRstd
+	// ([C]) receive the statistics used.
+	BatchNorm(y, saveMean, saveRstd, x, w, b, runMean, runVar *T, training bool, momentum, eps float64)
+	// BatchNormBackward fills the non-nil of dx, dw, db. With training
+	// false the statistics are constants.
+	BatchNormBackward(dx, dw, db, dy, x, saveMean, saveRstd, w *T, training bool)
+}
+
+// BatchNormReluer is implemented by backends that fold a ReLU into batch
+// norm: BatchNormRelu is BatchNorm with y = max(y, +0) (NaN kept) in the
+// pass that writes y, and BatchNormReluBackward is BatchNormBackward with
+// dy taken as +0 wherever the fused output was not > 0 — the ReLU's
+// gradient folded into the batch norm's two passes. The backward
+// recomputes that mask from x, the saved statistics, w and b (the
+// forward's shift; nil for none), rounding as its own forward did, so it
+// never reads the output. It is an optional capability (check with a
+// type assertion); without it the same result takes a ReLU pass each
+// way. autograd.BatchNormRelu uses it for the training-mode CNN block.
+type BatchNormReluer interface {
+	BatchNormRelu(y, saveMean, saveRstd, x, w, b, runMean, runVar *T, training bool, momentum, eps float64)
+	BatchNormReluBackward(dx, dw, db, dy, x, b, saveMean, saveRstd, w *T, training bool)
+}
+
+// GroupNormReluer is implemented by backends that fold a ReLU into group
+// norm, as BatchNormReluer does for batch norm: GroupNormRelu is
+// GroupNorm with y = max(y, +0) (NaN kept) in the pass that writes y, and
+// GroupNormReluBackward is GroupNormBackward with dy taken as +0 wherever
+// the fused output was not > 0, the mask rebuilt from x, the saved
+// statistics, w and b (the forward's shift; nil for none) as the forward
+// rounded it. It is an optional capability (check with a type
+// assertion); autograd.GroupNormRelu uses it for the seeds' GroupNorm →
+// ReLU.
+type GroupNormReluer interface {
+	GroupNormRelu(y, mean, rstd, x, w, b *T, groups int, eps float64)
+	GroupNormReluBackward(dx, dw, db, dy, x, b, mean, rstd, w *T, groups int)
+}
+
+// BatchNormReluPooler is implemented by backends that fold a 2×2,
+// stride-2 max pool into BatchNormRelu: pooled and argmax (int32, the
+// flat index within the plane) are MaxPool2d of BatchNormRelu's output,
+// which is never written. The backward is MaxPool2dBackward followed by
+// BatchNormReluBackward (which does not need that output either), also
+// fused. It is
+// an optional capability (check with a type assertion);
+// autograd.BatchNormReluMaxPool uses it for a CNN block whose pre-pool
+// slot is empty.
+type BatchNormReluPooler interface {
+	BatchNormReluMaxPool2x2(pooled, argmax, saveMean, saveRstd, x, w, b, runMean, runVar *T, training bool, momentum, eps float64)
+	// BatchNormReluMaxPool2x2Backward is MaxPool2dBackward of the pool's
+	// gradient g followed by BatchNormReluBackward, without the
+	// full-size gradient between them.
+	BatchNormReluMaxPool2x2Backward(dx, dw, db, g, argmax, x, b, saveMean, saveRstd, w *T, training bool)
+}
+
+// Planes views x [N, C, *] as N·C planes of hw elements (hw the product
+// of the trailing axes, 1 for a 2-D x).
+func Planes(name string, x []int) (n, c, hw int, err error) {
+	if len(x) < 2 {
+		return 0, 0, 0, fmt.Errorf("%s: x has shape %v, want [N C ...]", name, x)
+	}
+	n, c, hw = x[0], x[1], 1
+	for _, d := range x[2:] {
+		hw *= d
+	}
+	return n, c, hw, nil
+}
+
+// CheckLayerNorm checks a LayerNorm and returns its rows m: x a whole
+// number of rows of n, y of x's shape, mean and rstd nil or of m
+// elements, w and b nil or of n.
+func CheckLayerNorm(name string, y, mean, rstd, x, w, b *T, n int) (m int, err error) {
+	if m, err = layerNormRows(name, x, n); err != nil {
+		return 0, err
+	}
+	if !tensor.SameShape(y.Shape(), x.Shape()) {
+		return 0, shapeError(name, "y", y, x.Shape())
+	}
+	for _, p := range [...]struct {
+		what string
+		t    *T
+		n    int
+	}{{"mean", mean, m}, {"rstd", rstd, m}, {"w", w, n}, {"b", b, n}} {
+		if p.t != nil && p.t.Numel() != p.n {
+			return 0, lenError(name, p.what, p.t, p.n)
+		}
+	}
+	return m, nil
+}
+
+// CheckLayerNormBackward checks a LayerNormBackward and returns its rows
+// m: dy (and dx, when given) of x's shape, the statistics nil or of m
+// elements, w, dw and db nil or of n.
+func CheckLayerNormBackward(name string, dx, dw, db, dy, x, mean, rstd, w *T, n int) (m int, err error) {
+	if m, err = layerNormRows(name, x, n); err != nil {
+		return 0, err
+	}
+	if !tensor.SameShape(dy.Shape(), x.Shape()) {
+		return 0, shapeError(name, "dy", dy, x.Shape())
+	}
+	if dx != nil {
+		if !tensor.SameShape(dx.Shape(), x.Shape()) {
+			return 0, shapeError(name, "dx", dx, x.Shape())
+		}
+	}
+	for _, p := range [...]struct {
+		what string
+		t    *T
+		n    int
+	}{{"mean", mean, m}, {"rstd", rstd, m}, {"w", w, n}, {"dw", dw, n}, {"db", db, n}} {
+		if p.t != nil && p.t.Numel() != p.n {
+			return 0, lenError(name, p.what, p.t, p.n)
+		}
+	}
+	return m, nil
+}
+
+// layerNormRows is the number of rows of n elements x splits into.
+func layerNormRows(name string, x *T, n int) (int, error) {
+	if n <= 0 || x.Numel()%n != 0 {
+		return 0, fmt.Errorf("%s: x shape %v is not a whole number of rows of %d", name, x.Shape(), n)
+	}
+	return x.Numel() / n, nil
+}
+
+// CheckGroupNorm checks a GroupNorm (or GroupNormRelu) and returns x's
+// planes: x [N, C, *] with C a multiple of groups, y of x's shape, mean
+// and rstd nil or of N·groups elements, w and b nil or of C.
+func CheckGroupNorm(name string, y, mean, rstd, x, w, b *T, groups int) (n, c, hw int, err error) {
+	if n, c, hw, err = groupPlanes(name, x, groups); err != nil {
+		return 0, 0, 0, err
+	}
+	if !tensor.SameShape(y.Shape(), x.Shape()) {
+		return 0, 0, 0, shapeError(name, "y", y, x.Shape())
+	}
+	for _, p := range [...]struct {
+		what string
+		t    *T
+		n    int
+	}{{"mean", mean, n * groups}, {"rstd", rstd, n * groups}, {"w", w, c}, {"b", b, c}} {
+		if p.t != nil && p.t.Numel() != p.n {
+			return 0, 0, 0, lenError(name, p.what, p.t, p.n)
+		}
+	}
+	return n, c, hw, nil
+}
+
+// CheckGroupNormBackward checks a GroupNormBackward (b nil) or a
+// GroupNormReluBackward and returns x's planes: dy (and dx, when given)
+// of x's shape, the forward's mean and rstd given, of N·groups elements,
+// w, dw, db and b nil or of C.
+func CheckGroupNormBackward(name string, dx, dw, db, dy, x, b, mean, rstd, w *T, groups int) (n, c, hw int, err error) {
+	if n, c, hw, err = groupPlanes(name, x, groups); err != nil {
+		return 0, 0, 0, err
+	}
+	if !tensor.SameShape(dy.Shape(), x.Shape()) {
+		return 0, 0, 0, shapeError(name, "dy", dy, x.Shape())
+	}
+	if dx != nil {
+		if !tensor.SameShape(dx.Shape(), x.Shape()) {
+			return 0, 0, 0, shapeError(name, "dx", dx, x.Shape())
+		}
+	}
+	for _, p := range [...]struct {
+		what string
+		t    *T
+		n    int
+	}{{"mean", mean, n * groups}, {"rstd", rstd, n * groups}, {"w", w, c}, {"dw", dw, c}, {"db", db, c}, {"b", b, c}} {
+		if p.t != nil && p.t.Numel() != p.n {
+			return 0, 0, 0, lenError(name, p.what, p.t, p.n)
+		}
+	}
+	if mean == nil || rstd == nil {
+		return 0, 0, 0, fmt.Errorf("%s: needs the forward's mean and rstd (x shape %v)", name, x.Shape())
+	}
+	return n, c, hw, nil
+}
+
+// groupPlanes is Planes for a group norm: C must split into groups.
+func groupPlanes(name string, x *T, groups int) (n, c, hw int, err error) {
+	if n, c, hw, err = Planes(name, x.Shape()); err != nil {
+		return 0, 0, 0, err
+	}
+	if groups <= 0 || c%groups != 0 {
+		return 0, 0, 0, fmt.Errorf("%s: x shape %v: %d channels do not split into %d groups", name, x.Shape(), c, groups)
+	}
+	return n, c, hw, nil
+}
+
+// CheckBatchNorm checks a BatchNorm (or BatchNormRelu; y nil for the
+// pooled form, whose output is checked by the caller) and returns x's
+// planes: x [N, C, *], y of x's shape, every per-channel tensor nil or
+// of C elements, and the running statistics given in evaluation.
+func CheckBatchNorm(name string, y, saveMean, saveRstd, x, w, b, runMean, runVar *T, training bool) (n, c, hw int, err error) {
+	if n, c, hw, err = Planes(name, x.Shape()); err != nil {
+		return 0, 0, 0, err
+	}
+	if y != nil {
+		if !tensor.SameShape(y.Shape(), x.Shape()) {
+			return 0, 0, 0, shapeError(name, "y", y, x.Shape())
+		}
+	}
+	// The message is built only for a failure: these checks run on every
+	// eager batch norm.
+	for i, t := range [...]*T{saveMean, saveRstd, w, b, runMean, runVar} {
+		if t != nil && t.Numel() != c {
+			what := [...]string{"saveMean", "saveRstd", "w", "b", "runMean", "runVar"}[i]
+			return 0, 0, 0, fmt.Errorf("%s: %s (x shape %v) has shape %v, want %d elements", name, what, x.Shape(), t.Shape(), c)
+		}
+	}
+	if !training && (runMean == nil || runVar == nil) {
+		return 0, 0, 0, fmt.Errorf("%s: evaluation needs runMean and runVar (x shape %v)", name, x.Shape())
+	}
+	return n, c, hw, nil
+}
+
+// CheckBatchNormBackward checks a BatchNormBackward (b nil), a
+// BatchNormReluBackward or, with dy nil, the pooled form (whose gradient
+// is checked by the caller) and returns x's planes: dy and dx (when
+// given) of x's shape, the saved statistics given, and every per-channel
+// tensor nil or of C elements.
+func CheckBatchNormBackward(name string, dx, dw, db, dy, x, b, saveMean, saveRstd, w *T) (n, c, hw int, err error) {
+	if n, c, hw, err = Planes(name, x.Shape()); err != nil {
+		return 0, 0, 0, err
+	}
+	if dy != nil {
+		if !tensor.SameShape(dy.Shape(), x.Shape()) {
+			return 0, 0, 0, shapeError(name, "dy", dy, x.Shape())
+		}
+	}
+	if dx != nil {
+		if !tensor.SameShape(dx.Shape(), x.Shape()) {
+			return 0, 0, 0, shapeError(name, "dx", dx, x.Shape())
+		}
+	}
+	if saveMean == nil || saveRstd == nil {
+		return 0, 0, 0, fmt.Errorf("%s: saveMean and saveRstd are required (x shape %v)", name, x.Shape())
+	}
+	for i, t := range [...]*T{saveMean, saveRstd, w, dw, db, b} {
+		if t != nil && t.Numel() != c {
+			what := [...]string{"saveMean", "saveRstd", "w", "dw", "db", "b"}[i]
+			return 0, 0, 0, fmt.Errorf("%s: %s has shape %v, want %d elements", name, what, t.Shape(), c)
+		}
+	}
+	return n, c, hw, nil
+}
+
+// CheckBatchNormPool checks the 2×2, stride-2 pool of a fused batch norm
+// over x [N, C, H, W]: pooled (or its gradient, named what) [N, C, H/2,
+// W/2] and its I32 argmax of the same shape.
+func CheckBatchNormPool(name string, x *T, what string, pooled, argmax *T) error {
+	xs := x.Shape()
+	if len(xs) != 4 {
+		return fmt.Errorf("%s: x shape %v, want [N, C, H, W]", name, xs)
+	}
+	if ps := pooled.Shape(); len(ps) != 4 || ps[0] != xs[0] || ps[1] != xs[1] || ps[2] != xs[2]/2 || ps[3] != xs[3]/2 {
+		return fmt.Errorf("%s: %s has shape %v, want [%d %d %d %d]", name, what, ps, xs[0], xs[1], xs[2]/2, xs[3]/2)
+	}
+	if !tensor.SameShape(argmax.Shape(), pooled.Shape()) {
+		return shapeError(name, "argmax", argmax, pooled.Shape())
+	}
+	if argmax.DType() != tensor.I32 {
+		return fmt.Errorf("%s: argmax (shape %v) has dtype %v, want i32", name, argmax.Shape(), argmax.DType())
+	}
+	return nil
+}

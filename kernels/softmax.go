@@ -1,0 +1,106 @@
+package kernels
+
+import (
+	"fmt"
+
+	"github.com/esper-go/esper/tensor"
+)
+
+// SoftmaxFamily is the softmax op family: softmax and log-softmax along
+// an axis with their gradients, and the softmax cross-entropy loss.
+type SoftmaxFamily interface {
+	// Softmax and LogSoftmax normalise along axis.
+	Softmax(dst, x *T, axis int)
+	LogSoftmax(dst, x *T, axis int)
+	// SoftmaxBackward computes dx = y*(dy - Σ y·dy) from y = softmax(x).
+	SoftmaxBackward(dx, y, dy *T, axis int)
+	// LogSoftmaxBackward computes dx = dy - exp(y)·Σdy from y = logsoftmax(x).
+	LogSoftmaxBackward(dx, y, dy *T, axis int)
+	// CrossEntropy computes the softmax cross-entropy of logits [N,C]
+	// against class indices target [N] (I64 or I32). loss is a scalar
+	// (shape []) for mean/sum, [N] for none. Out-of-range targets panic.
+	CrossEntropy(loss, logits, target *T, p CrossEntropyParams)
+	// CrossEntropyBackward overwrites dlogits given dloss (shaped like
+	// loss).
+	CrossEntropyBackward(dlogits, logits, target, dloss *T, p CrossEntropyParams)
+}
+
+// Reduction says how a loss combines per-sample values.
+type Reduction uint8
+
+// Loss reductions (zero value = mean, as in PyTorch).
+const (
+	ReduceMean Reduction = iota
+	ReduceSum
+	ReduceNone
+)
+
+// CrossEntropyParams configures softmax cross-entropy over class indices.
+type CrossEntropyParams struct {
+	Reduction      Reduction
+	LabelSmoothing float64 // in [0, 1)
+	// IgnoreIndex: targets equal to it contribute nothing (and are left
+	// out of the mean). Use a negative value such as -100 (PyTorch's
+	// default); HasIgnore enables it.
+	IgnoreIndex int64
+	HasIgnore   bool
+}
+
+// CheckSoftmax checks a Softmax or LogSoftmax and returns the axis
+// resolved: float dst and x of one shape.
+func CheckSoftmax(name string, dst, x *T, axis int) (int, error) {
+	if !tensor.SameShape(dst.Shape(), x.Shape()) {
+		return 0, fmt.Errorf("%s: dst shape %v and x shape %v differ", name, dst.Shape(), x.Shape())
+	}
+	if !x.DType().IsFloat() {
+		return 0, floatError(name, "x", x)
+	}
+	if !dst.DType().IsFloat() {
+		return 0, floatError(name, "dst", dst)
+	}
+	return NormAxis(name, axis, x.Shape())
+}
+
+// CheckSoftmaxBackward checks a SoftmaxBackward or LogSoftmaxBackward and
+// returns the axis resolved: dx, y and dy of one shape.
+func CheckSoftmaxBackward(name string, dx, y, dy *T, axis int) (int, error) {
+	if !tensor.SameShape(dx.Shape(), y.Shape()) || !tensor.SameShape(dy.Shape(), y.Shape()) {
+		return 0, fmt.Errorf("%s: shapes differ: dx %v, y %v, dy %v", name, dx.Shape(), y.Shape(), dy.Shape())
+	}
+	return NormAxis(name, axis, y.Shape())
+}
+
+// CheckCrossEntropy checks a CrossEntropy (or, with dloss for loss, the
+// loss side of its backward) and returns N and C: float logits [N, C],
+// target [N] of I64 or I32 indices, a float loss of one element for the
+// mean and sum reductions and [N] for none, label smoothing in [0, 1).
+func CheckCrossEntropy(name string, loss, logits, target *T, p CrossEntropyParams) (n, c int, err error) {
+	ls := logits.Shape()
+	if len(ls) != 2 {
+		return 0, 0, fmt.Errorf("%s: logits has shape %v, want [N C]", name, ls)
+	}
+	n, c = ls[0], ls[1]
+	if ts := target.Shape(); len(ts) != 1 || ts[0] != n {
+		return 0, 0, fmt.Errorf("%s: target has shape %v, want [%d] (logits %v)", name, ts, n, ls)
+	}
+	if !isIndex(target) {
+		return 0, 0, indexError(name, "target", target)
+	}
+	if !logits.DType().IsFloat() {
+		return 0, 0, floatError(name, "logits", logits)
+	}
+	if !loss.DType().IsFloat() {
+		return 0, 0, floatError(name, "loss", loss)
+	}
+	if p.Reduction == ReduceNone {
+		if s := loss.Shape(); len(s) != 1 || s[0] != n {
+			return 0, 0, fmt.Errorf("%s: logits %v, target %v: loss has shape %v, want [%d] for reduction none", name, ls, target.Shape(), s, n)
+		}
+	} else if loss.Numel() != 1 {
+		return 0, 0, fmt.Errorf("%s: logits %v, target %v: loss has shape %v, want a scalar", name, ls, target.Shape(), loss.Shape())
+	}
+	if p.LabelSmoothing < 0 || p.LabelSmoothing >= 1 {
+		return 0, 0, fmt.Errorf("%s: label smoothing %v outside [0, 1)", name, p.LabelSmoothing)
+	}
+	return n, c, nil
+}
