@@ -7,318 +7,6 @@ import (
 	"github.com/esper-go/esper/tensor"
 )
 
-// Fill implements kernels.Backend on the CPU kernels.
-func (sb *Backend) Fill(dst *kernels.T, v float64) {
-	sb.check("Fill", []*tensor.Tensor{dst}, nil)
-	sb.cpu.Fill(tensor.BackendView(dst), v)
-}
-
-// Copy implements kernels.Backend on the CPU kernels.
-func (sb *Backend) Copy(dst *kernels.T, src *kernels.T) {
-	sb.check("Copy", []*tensor.Tensor{dst, src}, nil)
-	sb.cpu.Copy(tensor.BackendView(dst), tensor.BackendView(src))
-}
-
-// Unary implements kernels.Backend on the CPU kernels.
-func (sb *Backend) Unary(op kernels.UnaryOp, dst *kernels.T, x *kernels.T) {
-	sb.check("Unary", []*tensor.Tensor{dst, x}, nil)
-	sb.cpu.Unary(op, tensor.BackendView(dst), tensor.BackendView(x))
-}
-
-// UnaryBackward implements kernels.Backend on the CPU kernels.
-func (sb *Backend) UnaryBackward(op kernels.UnaryOp, dx *kernels.T, x *kernels.T, y *kernels.T, dy *kernels.T) {
-	sb.check("UnaryBackward", []*tensor.Tensor{dx, x, y, dy}, nil)
-	sb.cpu.UnaryBackward(op, tensor.BackendView(dx), tensor.BackendView(x), tensor.BackendView(y), tensor.BackendView(dy))
-}
-
-// Binary implements kernels.Backend on the CPU kernels.
-func (sb *Backend) Binary(op kernels.BinaryOp, dst *kernels.T, a *kernels.T, b *kernels.T) {
-	sb.check("Binary", []*tensor.Tensor{dst, a, b}, nil)
-	sb.cpu.Binary(op, tensor.BackendView(dst), tensor.BackendView(a), tensor.BackendView(b))
-}
-
-// BinaryScalar implements kernels.Backend on the CPU kernels.
-func (sb *Backend) BinaryScalar(op kernels.BinaryOp, dst *kernels.T, a *kernels.T, s float64, swap bool) {
-	sb.check("BinaryScalar", []*tensor.Tensor{dst, a}, nil)
-	sb.cpu.BinaryScalar(op, tensor.BackendView(dst), tensor.BackendView(a), s, swap)
-}
-
-// Where implements kernels.Backend on the CPU kernels.
-func (sb *Backend) Where(dst *kernels.T, cond *kernels.T, a *kernels.T, b *kernels.T) {
-	sb.check("Where", []*tensor.Tensor{dst, cond, a, b}, nil)
-	sb.cpu.Where(tensor.BackendView(dst), tensor.BackendView(cond), tensor.BackendView(a), tensor.BackendView(b))
-}
-
-// Clamp implements kernels.Backend on the CPU kernels.
-func (sb *Backend) Clamp(dst *kernels.T, x *kernels.T, lo float64, hi float64) {
-	sb.check("Clamp", []*tensor.Tensor{dst, x}, nil)
-	sb.cpu.Clamp(tensor.BackendView(dst), tensor.BackendView(x), lo, hi)
-}
-
-// Reduce implements kernels.Backend on the CPU kernels.
-func (sb *Backend) Reduce(op kernels.ReduceOp, dst *kernels.T, x *kernels.T, axes []int) {
-	sb.check("Reduce", []*tensor.Tensor{dst, x}, nil)
-	sb.cpu.Reduce(op, tensor.BackendView(dst), tensor.BackendView(x), axes)
-}
-
-// ArgMax implements kernels.Backend on the CPU kernels.
-func (sb *Backend) ArgMax(dst *kernels.T, x *kernels.T, axis int) {
-	sb.check("ArgMax", []*tensor.Tensor{dst, x}, nil)
-	sb.cpu.ArgMax(tensor.BackendView(dst), tensor.BackendView(x), axis)
-}
-
-// CountCorrect implements kernels.Backend on the CPU kernels.
-func (sb *Backend) CountCorrect(acc *kernels.T, logits *kernels.T, target *kernels.T) {
-	sb.check("CountCorrect", []*tensor.Tensor{acc, logits, target}, nil)
-	sb.cpu.CountCorrect(tensor.BackendView(acc), tensor.BackendView(logits), tensor.BackendView(target))
-}
-
-// MatMul implements kernels.Backend on the CPU kernels.
-func (sb *Backend) MatMul(dst *kernels.T, a *kernels.T, b *kernels.T, transA bool, transB bool) {
-	sb.check("MatMul", []*tensor.Tensor{dst, a, b}, nil)
-	sb.cpu.MatMul(tensor.BackendView(dst), tensor.BackendView(a), tensor.BackendView(b), transA, transB)
-}
-
-// MatMulBias implements kernels.Backend on the CPU kernels.
-func (sb *Backend) MatMulBias(dst *kernels.T, a *kernels.T, b *kernels.T, bias *kernels.T, transA bool, transB bool) {
-	sb.check("MatMulBias", []*tensor.Tensor{dst, a, b, bias}, nil)
-	sb.cpu.MatMulBias(tensor.BackendView(dst), tensor.BackendView(a), tensor.BackendView(b), tensor.BackendView(bias), transA, transB)
-}
-
-// MatMulBiasAct implements kernels.Backend on the CPU kernels.
-func (sb *Backend) MatMulBiasAct(dst *kernels.T, a *kernels.T, b *kernels.T, bias *kernels.T, act kernels.UnaryOp, transA bool, transB bool) {
-	sb.check("MatMulBiasAct", []*tensor.Tensor{dst, a, b, bias}, nil)
-	sb.cpu.MatMulBiasAct(tensor.BackendView(dst), tensor.BackendView(a), tensor.BackendView(b), tensor.BackendView(bias), act, transA, transB)
-}
-
-// Conv2d implements kernels.Backend on the CPU kernels.
-func (sb *Backend) Conv2d(dst *kernels.T, x *kernels.T, w *kernels.T, bias *kernels.T, p kernels.Conv2dParams) {
-	sb.check("Conv2d", []*tensor.Tensor{dst, x, w, bias}, nil)
-	sb.cpu.Conv2d(tensor.BackendView(dst), tensor.BackendView(x), tensor.BackendView(w), tensor.BackendView(bias), p)
-}
-
-// Conv2dBackwardInput implements kernels.Backend on the CPU kernels.
-func (sb *Backend) Conv2dBackwardInput(dx *kernels.T, dy *kernels.T, w *kernels.T, p kernels.Conv2dParams) {
-	sb.check("Conv2dBackwardInput", []*tensor.Tensor{dx, dy, w}, nil)
-	sb.cpu.Conv2dBackwardInput(tensor.BackendView(dx), tensor.BackendView(dy), tensor.BackendView(w), p)
-}
-
-// Conv2dBackwardWeight implements kernels.Backend on the CPU kernels.
-func (sb *Backend) Conv2dBackwardWeight(dw *kernels.T, x *kernels.T, dy *kernels.T, p kernels.Conv2dParams) {
-	sb.check("Conv2dBackwardWeight", []*tensor.Tensor{dw, x, dy}, nil)
-	sb.cpu.Conv2dBackwardWeight(tensor.BackendView(dw), tensor.BackendView(x), tensor.BackendView(dy), p)
-}
-
-// MaxPool2d implements kernels.Backend on the CPU kernels.
-func (sb *Backend) MaxPool2d(dst *kernels.T, argmax *kernels.T, x *kernels.T, p kernels.Pool2dParams) {
-	sb.check("MaxPool2d", []*tensor.Tensor{dst, argmax, x}, nil)
-	sb.cpu.MaxPool2d(tensor.BackendView(dst), tensor.BackendView(argmax), tensor.BackendView(x), p)
-}
-
-// MaxPool2dBackward implements kernels.Backend on the CPU kernels.
-func (sb *Backend) MaxPool2dBackward(dx *kernels.T, dy *kernels.T, argmax *kernels.T, p kernels.Pool2dParams) {
-	sb.check("MaxPool2dBackward", []*tensor.Tensor{dx, dy, argmax}, nil)
-	sb.cpu.MaxPool2dBackward(tensor.BackendView(dx), tensor.BackendView(dy), tensor.BackendView(argmax), p)
-}
-
-// AvgPool2d implements kernels.Backend on the CPU kernels.
-func (sb *Backend) AvgPool2d(dst *kernels.T, x *kernels.T, p kernels.Pool2dParams) {
-	sb.check("AvgPool2d", []*tensor.Tensor{dst, x}, nil)
-	sb.cpu.AvgPool2d(tensor.BackendView(dst), tensor.BackendView(x), p)
-}
-
-// AvgPool2dBackward implements kernels.Backend on the CPU kernels.
-func (sb *Backend) AvgPool2dBackward(dx *kernels.T, dy *kernels.T, p kernels.Pool2dParams) {
-	sb.check("AvgPool2dBackward", []*tensor.Tensor{dx, dy}, nil)
-	sb.cpu.AvgPool2dBackward(tensor.BackendView(dx), tensor.BackendView(dy), p)
-}
-
-// Softmax implements kernels.Backend on the CPU kernels.
-func (sb *Backend) Softmax(dst *kernels.T, x *kernels.T, axis int) {
-	sb.check("Softmax", []*tensor.Tensor{dst, x}, nil)
-	sb.cpu.Softmax(tensor.BackendView(dst), tensor.BackendView(x), axis)
-}
-
-// LogSoftmax implements kernels.Backend on the CPU kernels.
-func (sb *Backend) LogSoftmax(dst *kernels.T, x *kernels.T, axis int) {
-	sb.check("LogSoftmax", []*tensor.Tensor{dst, x}, nil)
-	sb.cpu.LogSoftmax(tensor.BackendView(dst), tensor.BackendView(x), axis)
-}
-
-// SoftmaxBackward implements kernels.Backend on the CPU kernels.
-func (sb *Backend) SoftmaxBackward(dx *kernels.T, y *kernels.T, dy *kernels.T, axis int) {
-	sb.check("SoftmaxBackward", []*tensor.Tensor{dx, y, dy}, nil)
-	sb.cpu.SoftmaxBackward(tensor.BackendView(dx), tensor.BackendView(y), tensor.BackendView(dy), axis)
-}
-
-// LogSoftmaxBackward implements kernels.Backend on the CPU kernels.
-func (sb *Backend) LogSoftmaxBackward(dx *kernels.T, y *kernels.T, dy *kernels.T, axis int) {
-	sb.check("LogSoftmaxBackward", []*tensor.Tensor{dx, y, dy}, nil)
-	sb.cpu.LogSoftmaxBackward(tensor.BackendView(dx), tensor.BackendView(y), tensor.BackendView(dy), axis)
-}
-
-// CrossEntropy implements kernels.Backend on the CPU kernels.
-func (sb *Backend) CrossEntropy(loss *kernels.T, logits *kernels.T, target *kernels.T, p kernels.CrossEntropyParams) {
-	sb.check("CrossEntropy", []*tensor.Tensor{loss, logits, target}, nil)
-	sb.cpu.CrossEntropy(tensor.BackendView(loss), tensor.BackendView(logits), tensor.BackendView(target), p)
-}
-
-// CrossEntropyBackward implements kernels.Backend on the CPU kernels.
-func (sb *Backend) CrossEntropyBackward(dlogits *kernels.T, logits *kernels.T, target *kernels.T, dloss *kernels.T, p kernels.CrossEntropyParams) {
-	sb.check("CrossEntropyBackward", []*tensor.Tensor{dlogits, logits, target, dloss}, nil)
-	sb.cpu.CrossEntropyBackward(tensor.BackendView(dlogits), tensor.BackendView(logits), tensor.BackendView(target), tensor.BackendView(dloss), p)
-}
-
-// LayerNorm implements kernels.Backend on the CPU kernels.
-func (sb *Backend) LayerNorm(y *kernels.T, mean *kernels.T, rstd *kernels.T, x *kernels.T, w *kernels.T, b *kernels.T, n int, eps float64) {
-	sb.check("LayerNorm", []*tensor.Tensor{y, mean, rstd, x, w, b}, nil)
-	sb.cpu.LayerNorm(tensor.BackendView(y), tensor.BackendView(mean), tensor.BackendView(rstd), tensor.BackendView(x), tensor.BackendView(w), tensor.BackendView(b), n, eps)
-}
-
-// LayerNormBackward implements kernels.Backend on the CPU kernels.
-func (sb *Backend) LayerNormBackward(dx *kernels.T, dw *kernels.T, db *kernels.T, dy *kernels.T, x *kernels.T, mean *kernels.T, rstd *kernels.T, w *kernels.T, n int) {
-	sb.check("LayerNormBackward", []*tensor.Tensor{dx, dw, db, dy, x, mean, rstd, w}, nil)
-	sb.cpu.LayerNormBackward(tensor.BackendView(dx), tensor.BackendView(dw), tensor.BackendView(db), tensor.BackendView(dy), tensor.BackendView(x), tensor.BackendView(mean), tensor.BackendView(rstd), tensor.BackendView(w), n)
-}
-
-// GroupNorm implements kernels.Backend on the CPU kernels.
-func (sb *Backend) GroupNorm(y *kernels.T, mean *kernels.T, rstd *kernels.T, x *kernels.T, w *kernels.T, b *kernels.T, groups int, eps float64) {
-	sb.check("GroupNorm", []*tensor.Tensor{y, mean, rstd, x, w, b}, nil)
-	sb.cpu.GroupNorm(tensor.BackendView(y), tensor.BackendView(mean), tensor.BackendView(rstd), tensor.BackendView(x), tensor.BackendView(w), tensor.BackendView(b), groups, eps)
-}
-
-// GroupNormBackward implements kernels.Backend on the CPU kernels.
-func (sb *Backend) GroupNormBackward(dx *kernels.T, dw *kernels.T, db *kernels.T, dy *kernels.T, x *kernels.T, mean *kernels.T, rstd *kernels.T, w *kernels.T, groups int) {
-	sb.check("GroupNormBackward", []*tensor.Tensor{dx, dw, db, dy, x, mean, rstd, w}, nil)
-	sb.cpu.GroupNormBackward(tensor.BackendView(dx), tensor.BackendView(dw), tensor.BackendView(db), tensor.BackendView(dy), tensor.BackendView(x), tensor.BackendView(mean), tensor.BackendView(rstd), tensor.BackendView(w), groups)
-}
-
-// BatchNorm implements kernels.Backend on the CPU kernels.
-func (sb *Backend) BatchNorm(y *kernels.T, saveMean *kernels.T, saveRstd *kernels.T, x *kernels.T, w *kernels.T, b *kernels.T, runMean *kernels.T, runVar *kernels.T, training bool, momentum float64, eps float64) {
-	sb.check("BatchNorm", []*tensor.Tensor{y, saveMean, saveRstd, x, w, b, runMean, runVar}, nil)
-	sb.cpu.BatchNorm(tensor.BackendView(y), tensor.BackendView(saveMean), tensor.BackendView(saveRstd), tensor.BackendView(x), tensor.BackendView(w), tensor.BackendView(b), tensor.BackendView(runMean), tensor.BackendView(runVar), training, momentum, eps)
-}
-
-// BatchNormBackward implements kernels.Backend on the CPU kernels.
-func (sb *Backend) BatchNormBackward(dx *kernels.T, dw *kernels.T, db *kernels.T, dy *kernels.T, x *kernels.T, saveMean *kernels.T, saveRstd *kernels.T, w *kernels.T, training bool) {
-	sb.check("BatchNormBackward", []*tensor.Tensor{dx, dw, db, dy, x, saveMean, saveRstd, w}, nil)
-	sb.cpu.BatchNormBackward(tensor.BackendView(dx), tensor.BackendView(dw), tensor.BackendView(db), tensor.BackendView(dy), tensor.BackendView(x), tensor.BackendView(saveMean), tensor.BackendView(saveRstd), tensor.BackendView(w), training)
-}
-
-// IndexSelect implements kernels.Backend on the CPU kernels.
-func (sb *Backend) IndexSelect(dst *kernels.T, src *kernels.T, axis int, index *kernels.T) {
-	sb.check("IndexSelect", []*tensor.Tensor{dst, src, index}, nil)
-	sb.cpu.IndexSelect(tensor.BackendView(dst), tensor.BackendView(src), axis, tensor.BackendView(index))
-}
-
-// IndexAdd implements kernels.Backend on the CPU kernels.
-func (sb *Backend) IndexAdd(dst *kernels.T, axis int, index *kernels.T, src *kernels.T) {
-	sb.check("IndexAdd", []*tensor.Tensor{dst, index, src}, nil)
-	sb.cpu.IndexAdd(tensor.BackendView(dst), axis, tensor.BackendView(index), tensor.BackendView(src))
-}
-
-// Gather implements kernels.Backend on the CPU kernels.
-func (sb *Backend) Gather(dst *kernels.T, src *kernels.T, axis int, index *kernels.T) {
-	sb.check("Gather", []*tensor.Tensor{dst, src, index}, nil)
-	sb.cpu.Gather(tensor.BackendView(dst), tensor.BackendView(src), axis, tensor.BackendView(index))
-}
-
-// ScatterAdd implements kernels.Backend on the CPU kernels.
-func (sb *Backend) ScatterAdd(dst *kernels.T, axis int, index *kernels.T, src *kernels.T) {
-	sb.check("ScatterAdd", []*tensor.Tensor{dst, index, src}, nil)
-	sb.cpu.ScatterAdd(tensor.BackendView(dst), axis, tensor.BackendView(index), tensor.BackendView(src))
-}
-
-// SegmentReduce implements kernels.Backend on the CPU kernels.
-func (sb *Backend) SegmentReduce(op kernels.ReduceOp, dst *kernels.T, argmax *kernels.T, src *kernels.T, segIDs *kernels.T) {
-	sb.check("SegmentReduce", []*tensor.Tensor{dst, argmax, src, segIDs}, nil)
-	sb.cpu.SegmentReduce(op, tensor.BackendView(dst), tensor.BackendView(argmax), tensor.BackendView(src), tensor.BackendView(segIDs))
-}
-
-// SegmentMaxBackward implements kernels.Backend on the CPU kernels.
-func (sb *Backend) SegmentMaxBackward(dsrc *kernels.T, dy *kernels.T, argmax *kernels.T) {
-	sb.check("SegmentMaxBackward", []*tensor.Tensor{dsrc, dy, argmax}, nil)
-	sb.cpu.SegmentMaxBackward(tensor.BackendView(dsrc), tensor.BackendView(dy), tensor.BackendView(argmax))
-}
-
-// SegmentSoftmax implements kernels.Backend on the CPU kernels.
-func (sb *Backend) SegmentSoftmax(dst *kernels.T, src *kernels.T, segIDs *kernels.T, numSegments int) {
-	sb.check("SegmentSoftmax", []*tensor.Tensor{dst, src, segIDs}, nil)
-	sb.cpu.SegmentSoftmax(tensor.BackendView(dst), tensor.BackendView(src), tensor.BackendView(segIDs), numSegments)
-}
-
-// SegmentSoftmaxBackward implements kernels.Backend on the CPU kernels.
-func (sb *Backend) SegmentSoftmaxBackward(dx *kernels.T, y *kernels.T, dy *kernels.T, segIDs *kernels.T, numSegments int) {
-	sb.check("SegmentSoftmaxBackward", []*tensor.Tensor{dx, y, dy, segIDs}, nil)
-	sb.cpu.SegmentSoftmaxBackward(tensor.BackendView(dx), tensor.BackendView(y), tensor.BackendView(dy), tensor.BackendView(segIDs), numSegments)
-}
-
-// Concat implements kernels.Backend on the CPU kernels.
-func (sb *Backend) Concat(dst *kernels.T, srcs []*kernels.T, axis int) {
-	sb.check("Concat", []*tensor.Tensor{dst}, [][]*tensor.Tensor{srcs})
-	sb.cpu.Concat(tensor.BackendView(dst), views(srcs), axis)
-}
-
-// Pad implements kernels.Backend on the CPU kernels.
-func (sb *Backend) Pad(dst *kernels.T, x *kernels.T, pads []int, value float64) {
-	sb.check("Pad", []*tensor.Tensor{dst, x}, nil)
-	sb.cpu.Pad(tensor.BackendView(dst), tensor.BackendView(x), pads, value)
-}
-
-// Dropout implements kernels.Backend on the CPU kernels.
-func (sb *Backend) Dropout(dst *kernels.T, mask *kernels.T, x *kernels.T, state *kernels.T, p float64) {
-	sb.check("Dropout", []*tensor.Tensor{dst, mask, x, state}, nil)
-	sb.cpu.Dropout(tensor.BackendView(dst), tensor.BackendView(mask), tensor.BackendView(x), tensor.BackendView(state), p)
-}
-
-// ForeachNorm implements kernels.Backend on the CPU kernels.
-func (sb *Backend) ForeachNorm(dst *kernels.T, xs []*kernels.T) {
-	sb.check("ForeachNorm", []*tensor.Tensor{dst}, [][]*tensor.Tensor{xs})
-	sb.cpu.ForeachNorm(tensor.BackendView(dst), views(xs))
-}
-
-// ForeachScale implements kernels.Backend on the CPU kernels.
-func (sb *Backend) ForeachScale(xs []*kernels.T, s *kernels.T) {
-	sb.check("ForeachScale", []*tensor.Tensor{s}, [][]*tensor.Tensor{xs})
-	sb.cpu.ForeachScale(views(xs), tensor.BackendView(s))
-}
-
-// ForeachAxpy implements kernels.Backend on the CPU kernels.
-func (sb *Backend) ForeachAxpy(ys []*kernels.T, xs []*kernels.T, alpha float64) {
-	sb.check("ForeachAxpy", []*tensor.Tensor{}, [][]*tensor.Tensor{ys, xs})
-	sb.cpu.ForeachAxpy(views(ys), views(xs), alpha)
-}
-
-// Increment implements kernels.Backend on the CPU kernels.
-func (sb *Backend) Increment(counter *kernels.T, skip *kernels.T) {
-	sb.check("Increment", []*tensor.Tensor{counter, skip}, nil)
-	sb.cpu.Increment(tensor.BackendView(counter), tensor.BackendView(skip))
-}
-
-// SGDStep implements kernels.Backend on the CPU kernels.
-func (sb *Backend) SGDStep(param *kernels.T, grad *kernels.T, mom *kernels.T, hyper *kernels.T, foundInf *kernels.T, o kernels.SGDOptions) {
-	sb.check("SGDStep", []*tensor.Tensor{param, grad, mom, hyper, foundInf}, nil)
-	sb.cpu.SGDStep(tensor.BackendView(param), tensor.BackendView(grad), tensor.BackendView(mom), tensor.BackendView(hyper), tensor.BackendView(foundInf), o)
-}
-
-// AdamWStep implements kernels.Backend on the CPU kernels.
-func (sb *Backend) AdamWStep(param *kernels.T, grad *kernels.T, m *kernels.T, v *kernels.T, hyper *kernels.T, foundInf *kernels.T, o kernels.AdamWOptions) {
-	sb.check("AdamWStep", []*tensor.Tensor{param, grad, m, v, hyper, foundInf}, nil)
-	sb.cpu.AdamWStep(tensor.BackendView(param), tensor.BackendView(grad), tensor.BackendView(m), tensor.BackendView(v), tensor.BackendView(hyper), tensor.BackendView(foundInf), o)
-}
-
-// UnscaleCheck implements kernels.Backend on the CPU kernels.
-func (sb *Backend) UnscaleCheck(xs []*kernels.T, invScale *kernels.T, foundInf *kernels.T) {
-	sb.check("UnscaleCheck", []*tensor.Tensor{invScale, foundInf}, [][]*tensor.Tensor{xs})
-	sb.cpu.UnscaleCheck(views(xs), tensor.BackendView(invScale), tensor.BackendView(foundInf))
-}
-
-// ScalerUpdate implements kernels.Backend on the CPU kernels.
-func (sb *Backend) ScalerUpdate(scale *kernels.T, tracker *kernels.T, foundInf *kernels.T, growth float64, backoff float64, interval int) {
-	sb.check("ScalerUpdate", []*tensor.Tensor{scale, tracker, foundInf}, nil)
-	sb.cpu.ScalerUpdate(tensor.BackendView(scale), tensor.BackendView(tracker), tensor.BackendView(foundInf), growth, backoff, interval)
-}
-
 // BatchNormReluMaxPool2x2 implements kernels.BatchNormReluPooler on the CPU kernels.
 func (sb *Backend) BatchNormReluMaxPool2x2(pooled *kernels.T, argmax *kernels.T, saveMean *kernels.T, saveRstd *kernels.T, x *kernels.T, w *kernels.T, b *kernels.T, runMean *kernels.T, runVar *kernels.T, training bool, momentum float64, eps float64) {
 	sb.check("BatchNormReluMaxPool2x2", []*tensor.Tensor{pooled, argmax, saveMean, saveRstd, x, w, b, runMean, runVar}, nil)
@@ -367,6 +55,72 @@ func (sb *Backend) Conv2dAffineAct(dst *kernels.T, x *kernels.T, w *kernels.T, s
 	sb.cpu.(kernels.ConvAffineActer).Conv2dAffineAct(tensor.BackendView(dst), tensor.BackendView(x), tensor.BackendView(w), tensor.BackendView(scale), tensor.BackendView(shift), act, p)
 }
 
+// Conv2d implements kernels.ConvFamily on the CPU kernels.
+func (sb *Backend) Conv2d(dst *kernels.T, x *kernels.T, w *kernels.T, bias *kernels.T, p kernels.Conv2dParams) {
+	sb.check("Conv2d", []*tensor.Tensor{dst, x, w, bias}, nil)
+	sb.cpu.(kernels.ConvFamily).Conv2d(tensor.BackendView(dst), tensor.BackendView(x), tensor.BackendView(w), tensor.BackendView(bias), p)
+}
+
+// Conv2dBackwardInput implements kernels.ConvFamily on the CPU kernels.
+func (sb *Backend) Conv2dBackwardInput(dx *kernels.T, dy *kernels.T, w *kernels.T, p kernels.Conv2dParams) {
+	sb.check("Conv2dBackwardInput", []*tensor.Tensor{dx, dy, w}, nil)
+	sb.cpu.(kernels.ConvFamily).Conv2dBackwardInput(tensor.BackendView(dx), tensor.BackendView(dy), tensor.BackendView(w), p)
+}
+
+// Conv2dBackwardWeight implements kernels.ConvFamily on the CPU kernels.
+func (sb *Backend) Conv2dBackwardWeight(dw *kernels.T, x *kernels.T, dy *kernels.T, p kernels.Conv2dParams) {
+	sb.check("Conv2dBackwardWeight", []*tensor.Tensor{dw, x, dy}, nil)
+	sb.cpu.(kernels.ConvFamily).Conv2dBackwardWeight(tensor.BackendView(dw), tensor.BackendView(x), tensor.BackendView(dy), p)
+}
+
+// Fill implements kernels.ElementwiseFamily on the CPU kernels.
+func (sb *Backend) Fill(dst *kernels.T, v float64) {
+	sb.check("Fill", []*tensor.Tensor{dst}, nil)
+	sb.cpu.(kernels.ElementwiseFamily).Fill(tensor.BackendView(dst), v)
+}
+
+// Copy implements kernels.ElementwiseFamily on the CPU kernels.
+func (sb *Backend) Copy(dst *kernels.T, src *kernels.T) {
+	sb.check("Copy", []*tensor.Tensor{dst, src}, nil)
+	sb.cpu.(kernels.ElementwiseFamily).Copy(tensor.BackendView(dst), tensor.BackendView(src))
+}
+
+// Unary implements kernels.ElementwiseFamily on the CPU kernels.
+func (sb *Backend) Unary(op kernels.UnaryOp, dst *kernels.T, x *kernels.T) {
+	sb.check("Unary", []*tensor.Tensor{dst, x}, nil)
+	sb.cpu.(kernels.ElementwiseFamily).Unary(op, tensor.BackendView(dst), tensor.BackendView(x))
+}
+
+// UnaryBackward implements kernels.ElementwiseFamily on the CPU kernels.
+func (sb *Backend) UnaryBackward(op kernels.UnaryOp, dx *kernels.T, x *kernels.T, y *kernels.T, dy *kernels.T) {
+	sb.check("UnaryBackward", []*tensor.Tensor{dx, x, y, dy}, nil)
+	sb.cpu.(kernels.ElementwiseFamily).UnaryBackward(op, tensor.BackendView(dx), tensor.BackendView(x), tensor.BackendView(y), tensor.BackendView(dy))
+}
+
+// Binary implements kernels.ElementwiseFamily on the CPU kernels.
+func (sb *Backend) Binary(op kernels.BinaryOp, dst *kernels.T, a *kernels.T, b *kernels.T) {
+	sb.check("Binary", []*tensor.Tensor{dst, a, b}, nil)
+	sb.cpu.(kernels.ElementwiseFamily).Binary(op, tensor.BackendView(dst), tensor.BackendView(a), tensor.BackendView(b))
+}
+
+// BinaryScalar implements kernels.ElementwiseFamily on the CPU kernels.
+func (sb *Backend) BinaryScalar(op kernels.BinaryOp, dst *kernels.T, a *kernels.T, s float64, swap bool) {
+	sb.check("BinaryScalar", []*tensor.Tensor{dst, a}, nil)
+	sb.cpu.(kernels.ElementwiseFamily).BinaryScalar(op, tensor.BackendView(dst), tensor.BackendView(a), s, swap)
+}
+
+// Where implements kernels.ElementwiseFamily on the CPU kernels.
+func (sb *Backend) Where(dst *kernels.T, cond *kernels.T, a *kernels.T, b *kernels.T) {
+	sb.check("Where", []*tensor.Tensor{dst, cond, a, b}, nil)
+	sb.cpu.(kernels.ElementwiseFamily).Where(tensor.BackendView(dst), tensor.BackendView(cond), tensor.BackendView(a), tensor.BackendView(b))
+}
+
+// Clamp implements kernels.ElementwiseFamily on the CPU kernels.
+func (sb *Backend) Clamp(dst *kernels.T, x *kernels.T, lo float64, hi float64) {
+	sb.check("Clamp", []*tensor.Tensor{dst, x}, nil)
+	sb.cpu.(kernels.ElementwiseFamily).Clamp(tensor.BackendView(dst), tensor.BackendView(x), lo, hi)
+}
+
 // MatMulAdd implements kernels.GradAccumulator on the CPU kernels.
 func (sb *Backend) MatMulAdd(dst *kernels.T, a *kernels.T, b *kernels.T, transA bool, transB bool) {
 	sb.check("MatMulAdd", []*tensor.Tensor{dst, a, b}, nil)
@@ -391,14 +145,273 @@ func (sb *Backend) GroupNormReluBackward(dx *kernels.T, dw *kernels.T, db *kerne
 	sb.cpu.(kernels.GroupNormReluer).GroupNormReluBackward(tensor.BackendView(dx), tensor.BackendView(dw), tensor.BackendView(db), tensor.BackendView(dy), tensor.BackendView(x), tensor.BackendView(b), tensor.BackendView(mean), tensor.BackendView(rstd), tensor.BackendView(w), groups)
 }
 
+// IndexSelect implements kernels.IndexFamily on the CPU kernels.
+func (sb *Backend) IndexSelect(dst *kernels.T, src *kernels.T, axis int, index *kernels.T) {
+	sb.check("IndexSelect", []*tensor.Tensor{dst, src, index}, nil)
+	sb.cpu.(kernels.IndexFamily).IndexSelect(tensor.BackendView(dst), tensor.BackendView(src), axis, tensor.BackendView(index))
+}
+
+// IndexAdd implements kernels.IndexFamily on the CPU kernels.
+func (sb *Backend) IndexAdd(dst *kernels.T, axis int, index *kernels.T, src *kernels.T) {
+	sb.check("IndexAdd", []*tensor.Tensor{dst, index, src}, nil)
+	sb.cpu.(kernels.IndexFamily).IndexAdd(tensor.BackendView(dst), axis, tensor.BackendView(index), tensor.BackendView(src))
+}
+
+// Gather implements kernels.IndexFamily on the CPU kernels.
+func (sb *Backend) Gather(dst *kernels.T, src *kernels.T, axis int, index *kernels.T) {
+	sb.check("Gather", []*tensor.Tensor{dst, src, index}, nil)
+	sb.cpu.(kernels.IndexFamily).Gather(tensor.BackendView(dst), tensor.BackendView(src), axis, tensor.BackendView(index))
+}
+
+// ScatterAdd implements kernels.IndexFamily on the CPU kernels.
+func (sb *Backend) ScatterAdd(dst *kernels.T, axis int, index *kernels.T, src *kernels.T) {
+	sb.check("ScatterAdd", []*tensor.Tensor{dst, index, src}, nil)
+	sb.cpu.(kernels.IndexFamily).ScatterAdd(tensor.BackendView(dst), axis, tensor.BackendView(index), tensor.BackendView(src))
+}
+
+// MatMul implements kernels.MatMulFamily on the CPU kernels.
+func (sb *Backend) MatMul(dst *kernels.T, a *kernels.T, b *kernels.T, transA bool, transB bool) {
+	sb.check("MatMul", []*tensor.Tensor{dst, a, b}, nil)
+	sb.cpu.(kernels.MatMulFamily).MatMul(tensor.BackendView(dst), tensor.BackendView(a), tensor.BackendView(b), transA, transB)
+}
+
+// MatMulBias implements kernels.MatMulFamily on the CPU kernels.
+func (sb *Backend) MatMulBias(dst *kernels.T, a *kernels.T, b *kernels.T, bias *kernels.T, transA bool, transB bool) {
+	sb.check("MatMulBias", []*tensor.Tensor{dst, a, b, bias}, nil)
+	sb.cpu.(kernels.MatMulFamily).MatMulBias(tensor.BackendView(dst), tensor.BackendView(a), tensor.BackendView(b), tensor.BackendView(bias), transA, transB)
+}
+
+// MatMulBiasAct implements kernels.MatMulFamily on the CPU kernels.
+func (sb *Backend) MatMulBiasAct(dst *kernels.T, a *kernels.T, b *kernels.T, bias *kernels.T, act kernels.UnaryOp, transA bool, transB bool) {
+	sb.check("MatMulBiasAct", []*tensor.Tensor{dst, a, b, bias}, nil)
+	sb.cpu.(kernels.MatMulFamily).MatMulBiasAct(tensor.BackendView(dst), tensor.BackendView(a), tensor.BackendView(b), tensor.BackendView(bias), act, transA, transB)
+}
+
+// LayerNorm implements kernels.NormFamily on the CPU kernels.
+func (sb *Backend) LayerNorm(y *kernels.T, mean *kernels.T, rstd *kernels.T, x *kernels.T, w *kernels.T, b *kernels.T, n int, eps float64) {
+	sb.check("LayerNorm", []*tensor.Tensor{y, mean, rstd, x, w, b}, nil)
+	sb.cpu.(kernels.NormFamily).LayerNorm(tensor.BackendView(y), tensor.BackendView(mean), tensor.BackendView(rstd), tensor.BackendView(x), tensor.BackendView(w), tensor.BackendView(b), n, eps)
+}
+
+// LayerNormBackward implements kernels.NormFamily on the CPU kernels.
+func (sb *Backend) LayerNormBackward(dx *kernels.T, dw *kernels.T, db *kernels.T, dy *kernels.T, x *kernels.T, mean *kernels.T, rstd *kernels.T, w *kernels.T, n int) {
+	sb.check("LayerNormBackward", []*tensor.Tensor{dx, dw, db, dy, x, mean, rstd, w}, nil)
+	sb.cpu.(kernels.NormFamily).LayerNormBackward(tensor.BackendView(dx), tensor.BackendView(dw), tensor.BackendView(db), tensor.BackendView(dy), tensor.BackendView(x), tensor.BackendView(mean), tensor.BackendView(rstd), tensor.BackendView(w), n)
+}
+
+// GroupNorm implements kernels.NormFamily on the CPU kernels.
+func (sb *Backend) GroupNorm(y *kernels.T, mean *kernels.T, rstd *kernels.T, x *kernels.T, w *kernels.T, b *kernels.T, groups int, eps float64) {
+	sb.check("GroupNorm", []*tensor.Tensor{y, mean, rstd, x, w, b}, nil)
+	sb.cpu.(kernels.NormFamily).GroupNorm(tensor.BackendView(y), tensor.BackendView(mean), tensor.BackendView(rstd), tensor.BackendView(x), tensor.BackendView(w), tensor.BackendView(b), groups, eps)
+}
+
+// GroupNormBackward implements kernels.NormFamily on the CPU kernels.
+func (sb *Backend) GroupNormBackward(dx *kernels.T, dw *kernels.T, db *kernels.T, dy *kernels.T, x *kernels.T, mean *kernels.T, rstd *kernels.T, w *kernels.T, groups int) {
+	sb.check("GroupNormBackward", []*tensor.Tensor{dx, dw, db, dy, x, mean, rstd, w}, nil)
+	sb.cpu.(kernels.NormFamily).GroupNormBackward(tensor.BackendView(dx), tensor.BackendView(dw), tensor.BackendView(db), tensor.BackendView(dy), tensor.BackendView(x), tensor.BackendView(mean), tensor.BackendView(rstd), tensor.BackendView(w), groups)
+}
+
+// BatchNorm implements kernels.NormFamily on the CPU kernels.
+func (sb *Backend) BatchNorm(y *kernels.T, saveMean *kernels.T, saveRstd *kernels.T, x *kernels.T, w *kernels.T, b *kernels.T, runMean *kernels.T, runVar *kernels.T, training bool, momentum float64, eps float64) {
+	sb.check("BatchNorm", []*tensor.Tensor{y, saveMean, saveRstd, x, w, b, runMean, runVar}, nil)
+	sb.cpu.(kernels.NormFamily).BatchNorm(tensor.BackendView(y), tensor.BackendView(saveMean), tensor.BackendView(saveRstd), tensor.BackendView(x), tensor.BackendView(w), tensor.BackendView(b), tensor.BackendView(runMean), tensor.BackendView(runVar), training, momentum, eps)
+}
+
+// BatchNormBackward implements kernels.NormFamily on the CPU kernels.
+func (sb *Backend) BatchNormBackward(dx *kernels.T, dw *kernels.T, db *kernels.T, dy *kernels.T, x *kernels.T, saveMean *kernels.T, saveRstd *kernels.T, w *kernels.T, training bool) {
+	sb.check("BatchNormBackward", []*tensor.Tensor{dx, dw, db, dy, x, saveMean, saveRstd, w}, nil)
+	sb.cpu.(kernels.NormFamily).BatchNormBackward(tensor.BackendView(dx), tensor.BackendView(dw), tensor.BackendView(db), tensor.BackendView(dy), tensor.BackendView(x), tensor.BackendView(saveMean), tensor.BackendView(saveRstd), tensor.BackendView(w), training)
+}
+
+// ForeachNorm implements kernels.OptimFamily on the CPU kernels.
+func (sb *Backend) ForeachNorm(dst *kernels.T, xs []*kernels.T) {
+	sb.check("ForeachNorm", []*tensor.Tensor{dst}, [][]*tensor.Tensor{xs})
+	sb.cpu.(kernels.OptimFamily).ForeachNorm(tensor.BackendView(dst), views(xs))
+}
+
+// ForeachScale implements kernels.OptimFamily on the CPU kernels.
+func (sb *Backend) ForeachScale(xs []*kernels.T, s *kernels.T) {
+	sb.check("ForeachScale", []*tensor.Tensor{s}, [][]*tensor.Tensor{xs})
+	sb.cpu.(kernels.OptimFamily).ForeachScale(views(xs), tensor.BackendView(s))
+}
+
+// ForeachAxpy implements kernels.OptimFamily on the CPU kernels.
+func (sb *Backend) ForeachAxpy(ys []*kernels.T, xs []*kernels.T, alpha float64) {
+	sb.check("ForeachAxpy", []*tensor.Tensor{}, [][]*tensor.Tensor{ys, xs})
+	sb.cpu.(kernels.OptimFamily).ForeachAxpy(views(ys), views(xs), alpha)
+}
+
+// Increment implements kernels.OptimFamily on the CPU kernels.
+func (sb *Backend) Increment(counter *kernels.T, skip *kernels.T) {
+	sb.check("Increment", []*tensor.Tensor{counter, skip}, nil)
+	sb.cpu.(kernels.OptimFamily).Increment(tensor.BackendView(counter), tensor.BackendView(skip))
+}
+
+// SGDStep implements kernels.OptimFamily on the CPU kernels.
+func (sb *Backend) SGDStep(param *kernels.T, grad *kernels.T, mom *kernels.T, hyper *kernels.T, foundInf *kernels.T, o kernels.SGDOptions) {
+	sb.check("SGDStep", []*tensor.Tensor{param, grad, mom, hyper, foundInf}, nil)
+	sb.cpu.(kernels.OptimFamily).SGDStep(tensor.BackendView(param), tensor.BackendView(grad), tensor.BackendView(mom), tensor.BackendView(hyper), tensor.BackendView(foundInf), o)
+}
+
+// AdamWStep implements kernels.OptimFamily on the CPU kernels.
+func (sb *Backend) AdamWStep(param *kernels.T, grad *kernels.T, m *kernels.T, v *kernels.T, hyper *kernels.T, foundInf *kernels.T, o kernels.AdamWOptions) {
+	sb.check("AdamWStep", []*tensor.Tensor{param, grad, m, v, hyper, foundInf}, nil)
+	sb.cpu.(kernels.OptimFamily).AdamWStep(tensor.BackendView(param), tensor.BackendView(grad), tensor.BackendView(m), tensor.BackendView(v), tensor.BackendView(hyper), tensor.BackendView(foundInf), o)
+}
+
+// UnscaleCheck implements kernels.OptimFamily on the CPU kernels.
+func (sb *Backend) UnscaleCheck(xs []*kernels.T, invScale *kernels.T, foundInf *kernels.T) {
+	sb.check("UnscaleCheck", []*tensor.Tensor{invScale, foundInf}, [][]*tensor.Tensor{xs})
+	sb.cpu.(kernels.OptimFamily).UnscaleCheck(views(xs), tensor.BackendView(invScale), tensor.BackendView(foundInf))
+}
+
+// ScalerUpdate implements kernels.OptimFamily on the CPU kernels.
+func (sb *Backend) ScalerUpdate(scale *kernels.T, tracker *kernels.T, foundInf *kernels.T, growth float64, backoff float64, interval int) {
+	sb.check("ScalerUpdate", []*tensor.Tensor{scale, tracker, foundInf}, nil)
+	sb.cpu.(kernels.OptimFamily).ScalerUpdate(tensor.BackendView(scale), tensor.BackendView(tracker), tensor.BackendView(foundInf), growth, backoff, interval)
+}
+
+// MaxPool2d implements kernels.PoolFamily on the CPU kernels.
+func (sb *Backend) MaxPool2d(dst *kernels.T, argmax *kernels.T, x *kernels.T, p kernels.Pool2dParams) {
+	sb.check("MaxPool2d", []*tensor.Tensor{dst, argmax, x}, nil)
+	sb.cpu.(kernels.PoolFamily).MaxPool2d(tensor.BackendView(dst), tensor.BackendView(argmax), tensor.BackendView(x), p)
+}
+
+// MaxPool2dBackward implements kernels.PoolFamily on the CPU kernels.
+func (sb *Backend) MaxPool2dBackward(dx *kernels.T, dy *kernels.T, argmax *kernels.T, p kernels.Pool2dParams) {
+	sb.check("MaxPool2dBackward", []*tensor.Tensor{dx, dy, argmax}, nil)
+	sb.cpu.(kernels.PoolFamily).MaxPool2dBackward(tensor.BackendView(dx), tensor.BackendView(dy), tensor.BackendView(argmax), p)
+}
+
+// AvgPool2d implements kernels.PoolFamily on the CPU kernels.
+func (sb *Backend) AvgPool2d(dst *kernels.T, x *kernels.T, p kernels.Pool2dParams) {
+	sb.check("AvgPool2d", []*tensor.Tensor{dst, x}, nil)
+	sb.cpu.(kernels.PoolFamily).AvgPool2d(tensor.BackendView(dst), tensor.BackendView(x), p)
+}
+
+// AvgPool2dBackward implements kernels.PoolFamily on the CPU kernels.
+func (sb *Backend) AvgPool2dBackward(dx *kernels.T, dy *kernels.T, p kernels.Pool2dParams) {
+	sb.check("AvgPool2dBackward", []*tensor.Tensor{dx, dy}, nil)
+	sb.cpu.(kernels.PoolFamily).AvgPool2dBackward(tensor.BackendView(dx), tensor.BackendView(dy), p)
+}
+
+// Dropout implements kernels.RandomFamily on the CPU kernels.
+func (sb *Backend) Dropout(dst *kernels.T, mask *kernels.T, x *kernels.T, state *kernels.T, p float64) {
+	sb.check("Dropout", []*tensor.Tensor{dst, mask, x, state}, nil)
+	sb.cpu.(kernels.RandomFamily).Dropout(tensor.BackendView(dst), tensor.BackendView(mask), tensor.BackendView(x), tensor.BackendView(state), p)
+}
+
+// Reduce implements kernels.ReduceFamily on the CPU kernels.
+func (sb *Backend) Reduce(op kernels.ReduceOp, dst *kernels.T, x *kernels.T, axes []int) {
+	sb.check("Reduce", []*tensor.Tensor{dst, x}, nil)
+	sb.cpu.(kernels.ReduceFamily).Reduce(op, tensor.BackendView(dst), tensor.BackendView(x), axes)
+}
+
+// ArgMax implements kernels.ReduceFamily on the CPU kernels.
+func (sb *Backend) ArgMax(dst *kernels.T, x *kernels.T, axis int) {
+	sb.check("ArgMax", []*tensor.Tensor{dst, x}, nil)
+	sb.cpu.(kernels.ReduceFamily).ArgMax(tensor.BackendView(dst), tensor.BackendView(x), axis)
+}
+
+// CountCorrect implements kernels.ReduceFamily on the CPU kernels.
+func (sb *Backend) CountCorrect(acc *kernels.T, logits *kernels.T, target *kernels.T) {
+	sb.check("CountCorrect", []*tensor.Tensor{acc, logits, target}, nil)
+	sb.cpu.(kernels.ReduceFamily).CountCorrect(tensor.BackendView(acc), tensor.BackendView(logits), tensor.BackendView(target))
+}
+
+// SegmentReduce implements kernels.SegmentFamily on the CPU kernels.
+func (sb *Backend) SegmentReduce(op kernels.ReduceOp, dst *kernels.T, argmax *kernels.T, src *kernels.T, segIDs *kernels.T) {
+	sb.check("SegmentReduce", []*tensor.Tensor{dst, argmax, src, segIDs}, nil)
+	sb.cpu.(kernels.SegmentFamily).SegmentReduce(op, tensor.BackendView(dst), tensor.BackendView(argmax), tensor.BackendView(src), tensor.BackendView(segIDs))
+}
+
+// SegmentMaxBackward implements kernels.SegmentFamily on the CPU kernels.
+func (sb *Backend) SegmentMaxBackward(dsrc *kernels.T, dy *kernels.T, argmax *kernels.T) {
+	sb.check("SegmentMaxBackward", []*tensor.Tensor{dsrc, dy, argmax}, nil)
+	sb.cpu.(kernels.SegmentFamily).SegmentMaxBackward(tensor.BackendView(dsrc), tensor.BackendView(dy), tensor.BackendView(argmax))
+}
+
+// SegmentSoftmax implements kernels.SegmentFamily on the CPU kernels.
+func (sb *Backend) SegmentSoftmax(dst *kernels.T, src *kernels.T, segIDs *kernels.T, numSegments int) {
+	sb.check("SegmentSoftmax", []*tensor.Tensor{dst, src, segIDs}, nil)
+	sb.cpu.(kernels.SegmentFamily).SegmentSoftmax(tensor.BackendView(dst), tensor.BackendView(src), tensor.BackendView(segIDs), numSegments)
+}
+
+// SegmentSoftmaxBackward implements kernels.SegmentFamily on the CPU kernels.
+func (sb *Backend) SegmentSoftmaxBackward(dx *kernels.T, y *kernels.T, dy *kernels.T, segIDs *kernels.T, numSegments int) {
+	sb.check("SegmentSoftmaxBackward", []*tensor.Tensor{dx, y, dy, segIDs}, nil)
+	sb.cpu.(kernels.SegmentFamily).SegmentSoftmaxBackward(tensor.BackendView(dx), tensor.BackendView(y), tensor.BackendView(dy), tensor.BackendView(segIDs), numSegments)
+}
+
+// Concat implements kernels.ShapeFamily on the CPU kernels.
+func (sb *Backend) Concat(dst *kernels.T, srcs []*kernels.T, axis int) {
+	sb.check("Concat", []*tensor.Tensor{dst}, [][]*tensor.Tensor{srcs})
+	sb.cpu.(kernels.ShapeFamily).Concat(tensor.BackendView(dst), views(srcs), axis)
+}
+
+// Pad implements kernels.ShapeFamily on the CPU kernels.
+func (sb *Backend) Pad(dst *kernels.T, x *kernels.T, pads []int, value float64) {
+	sb.check("Pad", []*tensor.Tensor{dst, x}, nil)
+	sb.cpu.(kernels.ShapeFamily).Pad(tensor.BackendView(dst), tensor.BackendView(x), pads, value)
+}
+
+// Softmax implements kernels.SoftmaxFamily on the CPU kernels.
+func (sb *Backend) Softmax(dst *kernels.T, x *kernels.T, axis int) {
+	sb.check("Softmax", []*tensor.Tensor{dst, x}, nil)
+	sb.cpu.(kernels.SoftmaxFamily).Softmax(tensor.BackendView(dst), tensor.BackendView(x), axis)
+}
+
+// LogSoftmax implements kernels.SoftmaxFamily on the CPU kernels.
+func (sb *Backend) LogSoftmax(dst *kernels.T, x *kernels.T, axis int) {
+	sb.check("LogSoftmax", []*tensor.Tensor{dst, x}, nil)
+	sb.cpu.(kernels.SoftmaxFamily).LogSoftmax(tensor.BackendView(dst), tensor.BackendView(x), axis)
+}
+
+// SoftmaxBackward implements kernels.SoftmaxFamily on the CPU kernels.
+func (sb *Backend) SoftmaxBackward(dx *kernels.T, y *kernels.T, dy *kernels.T, axis int) {
+	sb.check("SoftmaxBackward", []*tensor.Tensor{dx, y, dy}, nil)
+	sb.cpu.(kernels.SoftmaxFamily).SoftmaxBackward(tensor.BackendView(dx), tensor.BackendView(y), tensor.BackendView(dy), axis)
+}
+
+// LogSoftmaxBackward implements kernels.SoftmaxFamily on the CPU kernels.
+func (sb *Backend) LogSoftmaxBackward(dx *kernels.T, y *kernels.T, dy *kernels.T, axis int) {
+	sb.check("LogSoftmaxBackward", []*tensor.Tensor{dx, y, dy}, nil)
+	sb.cpu.(kernels.SoftmaxFamily).LogSoftmaxBackward(tensor.BackendView(dx), tensor.BackendView(y), tensor.BackendView(dy), axis)
+}
+
+// CrossEntropy implements kernels.SoftmaxFamily on the CPU kernels.
+func (sb *Backend) CrossEntropy(loss *kernels.T, logits *kernels.T, target *kernels.T, p kernels.CrossEntropyParams) {
+	sb.check("CrossEntropy", []*tensor.Tensor{loss, logits, target}, nil)
+	sb.cpu.(kernels.SoftmaxFamily).CrossEntropy(tensor.BackendView(loss), tensor.BackendView(logits), tensor.BackendView(target), p)
+}
+
+// CrossEntropyBackward implements kernels.SoftmaxFamily on the CPU kernels.
+func (sb *Backend) CrossEntropyBackward(dlogits *kernels.T, logits *kernels.T, target *kernels.T, dloss *kernels.T, p kernels.CrossEntropyParams) {
+	sb.check("CrossEntropyBackward", []*tensor.Tensor{dlogits, logits, target, dloss}, nil)
+	sb.cpu.(kernels.SoftmaxFamily).CrossEntropyBackward(tensor.BackendView(dlogits), tensor.BackendView(logits), tensor.BackendView(target), tensor.BackendView(dloss), p)
+}
+
 // The optional interfaces the sim backend offers: all of them, each
 // served by the CPU backend (a method the CPU lacks panics when called).
 var (
 	_ kernels.BatchNormReluPooler = (*Backend)(nil)
 	_ kernels.BatchNormReluer     = (*Backend)(nil)
+	_ kernels.CaptureFamily       = (*Backend)(nil)
 	_ kernels.ChannelAxpyer       = (*Backend)(nil)
 	_ kernels.ConvAffineActPooler = (*Backend)(nil)
 	_ kernels.ConvAffineActer     = (*Backend)(nil)
+	_ kernels.ConvFamily          = (*Backend)(nil)
+	_ kernels.ElementwiseFamily   = (*Backend)(nil)
 	_ kernels.GradAccumulator     = (*Backend)(nil)
 	_ kernels.GroupNormReluer     = (*Backend)(nil)
+	_ kernels.IndexFamily         = (*Backend)(nil)
+	_ kernels.MatMulFamily        = (*Backend)(nil)
+	_ kernels.NormFamily          = (*Backend)(nil)
+	_ kernels.OptimFamily         = (*Backend)(nil)
+	_ kernels.PoolFamily          = (*Backend)(nil)
+	_ kernels.RandomFamily        = (*Backend)(nil)
+	_ kernels.ReduceFamily        = (*Backend)(nil)
+	_ kernels.SegmentFamily       = (*Backend)(nil)
+	_ kernels.ShapeFamily         = (*Backend)(nil)
+	_ kernels.SoftmaxFamily       = (*Backend)(nil)
 )
