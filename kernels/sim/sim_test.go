@@ -17,6 +17,7 @@ import (
 
 	"github.com/esper-go/esper/autograd"
 	"github.com/esper-go/esper/kernels"
+	"github.com/esper-go/esper/kernels/backendtest"
 	"github.com/esper-go/esper/kernels/cpu"
 	"github.com/esper-go/esper/kernels/sim"
 	"github.com/esper-go/esper/tensor"
@@ -193,4 +194,11 @@ func TestGeneratedMethodsUpToDate(t *testing.T) {
 	got, err := os.ReadFile("methods.go")
 	require.NoError(t, err)
 	assert.True(t, bytes.Equal(want, got), "methods.go is stale: run go generate ./kernels/sim")
+}
+
+// TestConformance runs the backends' conformance suite on sim: every
+// method and optional interface in every float dtype, eager and
+// captured, with every operand a sim tensor.
+func TestConformance(t *testing.T) {
+	backendtest.RunAll(t, sim.Default(), backendtest.Options{})
 }
