@@ -15,6 +15,7 @@ import (
 	"sync"
 
 	"github.com/esper-go/esper/kernels"
+	"github.com/esper-go/esper/kernels/sim"
 	_ "github.com/esper-go/esper/kernels/cpu" // registers the CPU backend
 	"github.com/esper-go/esper/tensor"
 )
@@ -39,16 +40,17 @@ func unavailablef(format string, args ...any) error {
 }
 
 // kinds are the device kinds by name.
-var kinds = map[string]tensor.DeviceKind{"cpu": tensor.KindCPU, "cuda": tensor.KindCUDA}
+var kinds = map[string]tensor.DeviceKind{"cpu": tensor.KindCPU, "cuda": tensor.KindCUDA, "sim": tensor.KindSim}
 
-// Parse parses a device name: "cpu" (or "cpu:0"), "cuda" (device 0) or
-// "cuda:N". A malformed name ("cuda0", "cuda:", "cuda:-1", " cpu",
-// "gpu") is an error wrapping ErrSyntax.
+// Parse parses a device name: "cpu" (or "cpu:0"), "cuda" (device 0),
+// "cuda:N", "sim" (sim:0) or "sim:N" (the strict simulated devices of
+// kernels/sim). A malformed name ("cuda0", "cuda:", "cuda:-1", "sim:x",
+// " cpu", "gpu") is an error wrapping ErrSyntax.
 func Parse(name string) (tensor.Device, error) {
 	typ, idx, hasIdx := strings.Cut(name, ":")
 	kind, ok := kinds[typ]
 	if !ok {
-		return tensor.Device{}, fmt.Errorf("device %q: %w: want cpu, cuda or cuda:N", name, ErrSyntax)
+		return tensor.Device{}, fmt.Errorf("device %q: %w: want cpu, cuda, cuda:N, sim or sim:N", name, ErrSyntax)
 	}
 	i := 0
 	if hasIdx {
@@ -95,6 +97,11 @@ func OpenDevice(d tensor.Device) (kernels.Backend, error) { return open(d, d.Str
 func open(d tensor.Device, name string) (kernels.Backend, error) {
 	mu.Lock()
 	defer mu.Unlock()
+	if d.Kind == tensor.KindSim {
+		// One backend serves every simulated device (tensors of two
+		// indices still do not mix: the backend checks each op).
+		return sim.Default(), nil
+	}
 	if b, err := kernels.Lookup(tensor.Device{Kind: d.Kind}); err == nil {
 		if b.Device() == d {
 			return b, nil
