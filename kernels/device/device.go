@@ -15,8 +15,8 @@ import (
 	"sync"
 
 	"github.com/esper-go/esper/kernels"
-	"github.com/esper-go/esper/kernels/sim"
 	_ "github.com/esper-go/esper/kernels/cpu" // registers the CPU backend
+	"github.com/esper-go/esper/kernels/sim"
 	"github.com/esper-go/esper/tensor"
 )
 
