@@ -47,7 +47,8 @@ type GradientHealth struct {
 // MeasureGradientHealth reads the gradients of params (parameters
 // without a gradient are skipped) and returns their health; ok is false
 // when none had a gradient, meaning "not measured". It reads values on
-// the host (CPU tensors), outside any captured region.
+// the host, outside any captured region: a gradient on a device is copied
+// to the host first, one host sync per parameter.
 func MeasureGradientHealth(params []*autograd.Var) (h GradientHealth, ok bool) {
 	var scale, ssq float64 = 0, 1
 	vanish, explode := 0, 0
@@ -104,8 +105,17 @@ func GradNorm(params []*autograd.Var) float64 {
 }
 
 // tensorNorm is the L2 norm of t's elements, scaled LAPACK-style (dnrm2)
-// so that large values do not overflow; Inf or NaN if any element is.
+// so that large values do not overflow; Inf or NaN if any element is. A
+// tensor on a device is first copied to the host explicitly (one host
+// sync of that device, tensor.HostSyncs); NaN if the copy fails.
 func tensorNorm(t *tensor.Tensor) float64 {
+	if !t.Device().IsCPU() {
+		h, err := t.ToDevice(tensor.CPU)
+		if err != nil {
+			return math.NaN()
+		}
+		t = h
+	}
 	var scale, ssq float64 = 0, 1
 	for _, v := range t.Float64s() {
 		if math.IsNaN(v) || math.IsInf(v, 0) {
