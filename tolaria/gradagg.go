@@ -362,8 +362,13 @@ func (g *gradAgg) observeOne(m *kasmina.MorphogeneticModel, opt *optimizers, x, 
 	return nil
 }
 
-// gradSumSq returns ‖g‖² in float64.
+// gradSumSq returns ‖g‖² in float64. A gradient on a device is copied to
+// the host first (one host sync); NaN if the copy fails.
 func gradSumSq(g *tensor.Tensor) float64 {
+	g, err := hostCopy(g)
+	if err != nil {
+		return math.NaN()
+	}
 	s := 0.0
 	if g.DType() == tensor.F32 && g.IsContiguous() && g.Device().IsCPU() {
 		for _, v := range g.F32() {

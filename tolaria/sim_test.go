@@ -1,0 +1,141 @@
+package tolaria
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/esper-go/esper/leyline"
+	"github.com/esper-go/esper/nn"
+	"github.com/esper-go/esper/tensor"
+)
+
+// simRun trains a fresh trainerModel on dev (moved there before the
+// trainer is built, the batches staying CPU tensors the trainer copies)
+// under the lifecycle script, and returns the summary and the final
+// parameters (copied to the host).
+func simRun(t *testing.T, dev tensor.Device, o TrainerOptions) (Summary, map[string][]float32) {
+	t.Helper()
+	m := trainerModel(t)
+	require.NoError(t, nn.To(m, dev))
+	o.Model = m
+	tr, err := NewTrainer(o)
+	require.NoError(t, err)
+	sum, err := tr.Fit(context.Background())
+	require.NoError(t, err)
+	return sum, hostParams(t, m)
+}
+
+// hostParams is params for a model on any device: each parameter and F32
+// buffer copied to the host explicitly.
+func hostParams(t *testing.T, m nn.Module) map[string][]float32 {
+	t.Helper()
+	out := map[string][]float32{}
+	read := func(x *tensor.Tensor) []float32 {
+		h, err := x.ToDevice(tensor.CPU)
+		require.NoError(t, err)
+		return h.F32()
+	}
+	for _, p := range m.NamedParameters() {
+		out[p.Name] = read(p.Var.Value)
+	}
+	for _, b := range m.NamedBuffers() {
+		if b.Tensor.DType() == tensor.F32 {
+			out["buffer:"+b.Name] = read(b.Tensor)
+		}
+	}
+	return out
+}
+
+// sameReports requires the epoch reports of two runs to be equal bit
+// for bit, the wall times and host syncs aside.
+func sameReports(t *testing.T, want, got []EpochReport) {
+	t.Helper()
+	require.Equal(t, len(want), len(got))
+	for i := range want {
+		w, g := want[i], got[i]
+		for _, r := range []*EpochReport{&w, &g} {
+			r.Duration, r.StepP50, r.StepP95, r.HostSyncs = 0, 0, 0, 0
+		}
+		require.Equal(t, w, g, "epoch %d", i)
+	}
+}
+
+// TestTrainerOnSimEqualsCPU: the lifecycle run (germinate r0c1 after
+// epoch 0, advance it to TRAINING after epoch 1, germinate r0c0 after
+// epoch 2) with the model moved to sim gives the CPU's epoch reports
+// (losses, accuracies, decisions, seeds, aggregation figures) and final
+// parameters bit for bit — the same kernels on device tensors, every
+// host read explicit — and a bounded number of host syncs per epoch.
+//
+// The syncs per epoch on sim (5 steps of 8, GradientTelemetryStride 10,
+// so the gradient telemetry runs at global steps 10 and 20, the last
+// steps of epochs 1 and 3):
+//   - 1: the training pass's loss sum and correct count (one read of the
+//     accumulator after the last step);
+//   - 1: the validation pass's (one read after the last batch);
+//   - at a telemetry step, one per gradient that kasmina's gradient
+//     telemetry reads (each slot's seed parameters and the host
+//     parameters it compares them with, copied one by one: 12 with
+//     r0c1's seed, 23 with both seeds) and one per trainable gradient
+//     of the per-seed aggregation metrics (gradSumSq, only with a
+//     TRAINING seed: 15).
+//
+// That is 2 in epochs 0 and 2, 2+12 = 14 in epoch 1 (r0c1 GERMINATED)
+// and 2+23+15 = 40 in epoch 3 (r0c1 TRAINING, r0c0 GERMINATED); the
+// telemetry's per-parameter reads are what is left to move onto the
+// device (one reduction and one read per telemetry step).
+func TestTrainerOnSimEqualsCPU(t *testing.T) {
+	o := TrainerOptions{Train: toyData(1, 5, 8), Val: toyData(2, 2, 8), Epochs: 4, Controller: script, HostLR: 0.05}
+	want, wp := simRun(t, tensor.CPU, o)
+	got, gp := simRun(t, tensor.Sim(0), o)
+	sameReports(t, want.Epochs, got.Epochs)
+	require.Equal(t, wp, gp, "final parameters")
+	require.Equal(t, want.Germinated, got.Germinated)
+	syncs := make([]uint64, len(got.Epochs))
+	for i, r := range got.Epochs {
+		require.Zero(t, want.Epochs[i].HostSyncs, "the cpu never syncs")
+		syncs[i] = r.HostSyncs
+	}
+	t.Logf("host syncs per epoch on sim: %v", syncs)
+	require.Equal(t, []uint64{2, 14, 2, 40}, syncs)
+}
+
+// TestTrainerOnSimNoSeedsTwoSyncs: without seeds (no controller) every
+// epoch on sim costs exactly two host syncs — the training and the
+// validation accumulators, read once each — and tolaria.host_syncs says
+// so; the CPU run it equals bit for bit sends 0.
+func TestTrainerOnSimNoSeedsTwoSyncs(t *testing.T) {
+	for _, dev := range []tensor.Device{tensor.CPU, tensor.Sim(1)} {
+		rec := &recorder{}
+		o := TrainerOptions{Train: toyData(1, 5, 8), Val: toyData(2, 2, 8), Epochs: 3, Sink: rec}
+		sum, _ := simRun(t, dev, o)
+		want := 2.0
+		if dev.IsCPU() {
+			want = 0
+		}
+		for _, r := range sum.Epochs {
+			require.Equal(t, uint64(want), r.HostSyncs, "%v epoch %d", dev, r.Epoch)
+		}
+		var sent []float64
+		for _, e := range rec.all() {
+			if p, ok := e.Data.(*leyline.MetricsPayload); ok && e.Type == leyline.EventMetrics && p.Source == "tolaria" {
+				sent = append(sent, metricValue(t, p.Metrics, leyline.MetricTolariaHostSyncs))
+			}
+		}
+		require.Equal(t, []float64{want, want, want}, sent, "%v: tolaria.host_syncs per epoch", dev)
+	}
+}
+
+// TestTrainerRefusesPCGradOnADevice: PCGrad combines gradients on the
+// host, so NewTrainer refuses it for a model on sim with a line naming
+// the option and the device.
+func TestTrainerRefusesPCGradOnADevice(t *testing.T) {
+	m := trainerModel(t)
+	require.NoError(t, nn.To(m, tensor.Sim(0)))
+	_, err := NewTrainer(TrainerOptions{Model: m, Train: toyData(1, 1, 4), Val: toyData(2, 1, 4), Epochs: 1, PCGrad: true})
+	require.ErrorIs(t, err, ErrOptions)
+	require.ErrorContains(t, err, "PCGrad")
+	require.ErrorContains(t, err, "sim:0")
+}
