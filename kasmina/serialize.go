@@ -64,12 +64,25 @@ func (s *Slot) SaveState() (SlotCheckpoint, error) {
 	}
 	w := map[string]*tensor.Tensor{}
 	for _, p := range s.NamedParameters() {
-		w[p.Name] = p.Var.Value.Clone()
+		if w[p.Name], err = hostCopy(p.Var.Value); err != nil {
+			return SlotCheckpoint{}, fmt.Errorf("kasmina: save slot %s: %s: %w", s.id, p.Name, err)
+		}
 	}
 	for _, b := range s.NamedBuffers() {
-		w[b.Name] = b.Tensor.Clone()
+		if w[b.Name], err = hostCopy(b.Tensor); err != nil {
+			return SlotCheckpoint{}, fmt.Errorf("kasmina: save slot %s: %s: %w", s.id, b.Name, err)
+		}
 	}
 	return SlotCheckpoint{Extra: b, Weights: w}, nil
+}
+
+// hostCopy returns a copy of t in host memory: a clone on the CPU, an
+// explicit device-to-host copy (one host sync) on a device.
+func hostCopy(t *tensor.Tensor) (*tensor.Tensor, error) {
+	if t.Device().IsCPU() {
+		return t.Clone(), nil
+	}
+	return t.Contiguous().ToDevice(tensor.CPU)
 }
 
 // LoadState restores a checkpoint written by SaveState into the slot,
@@ -158,6 +171,15 @@ func (s *Slot) LoadState(ck SlotCheckpoint) error {
 			return fmt.Errorf("kasmina: load slot %s gate: %w", s.id, err)
 		}
 		gate.SetTraining(s.training)
+	}
+	if seed != nil {
+		if err := s.toHostDevice(seed, gate); err != nil {
+			return fmt.Errorf("kasmina: load slot %s: %w", s.id, err)
+		}
+	} else if gate != nil {
+		if err := nn.To(gate, s.device()); err != nil {
+			return fmt.Errorf("kasmina: load slot %s: %w", s.id, err)
+		}
 	}
 	s.state, s.seed, s.schedule = ex.State, seed, gate
 	s.isolate, s.blendID = *ex.IsolateGradients, *ex.BlendAlgorithmID
