@@ -139,3 +139,29 @@ func TestTrainerRefusesPCGradOnADevice(t *testing.T) {
 	require.ErrorContains(t, err, "PCGrad")
 	require.ErrorContains(t, err, "sim:0")
 }
+
+// TestCheckpointResumeOnSim: a run on sim that stops after 2 of 4
+// epochs, resumed on sim from its checkpoint by a fresh trainer, ends
+// with the uninterrupted CPU run's reports and parameters bit for bit.
+func TestCheckpointResumeOnSim(t *testing.T) {
+	cpu := crashOptions(t, t.TempDir())
+	want, wp := simRun(t, tensor.CPU, cpu)
+
+	dir := t.TempDir()
+	first := crashOptions(t, dir)
+	first.Epochs = 2
+	simRun(t, tensor.Sim(0), first)
+
+	o := crashOptions(t, dir)
+	m := o.Model
+	require.NoError(t, nn.To(m, tensor.Sim(0)))
+	tr, err := NewTrainer(o)
+	require.NoError(t, err)
+	next, err := tr.Resume()
+	require.NoError(t, err)
+	require.Equal(t, 2, next)
+	got, err := tr.Fit(context.Background())
+	require.NoError(t, err)
+	sameReports(t, want.Epochs, got.Epochs)
+	require.Equal(t, wp, hostParams(t, m), "final parameters")
+}
