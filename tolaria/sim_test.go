@@ -165,3 +165,38 @@ func TestCheckpointResumeOnSim(t *testing.T) {
 	sameReports(t, want.Epochs, got.Epochs)
 	require.Equal(t, wp, hostParams(t, m), "final parameters")
 }
+
+// TestTrainerVariantsOnSimEqualCPU: the lifecycle run of
+// TestTrainerOnSimEqualsCPU with the governor, fp16 and bf16 autocast,
+// the captured step, and the fast rollback tier: on sim each gives the
+// CPU's reports and final parameters bit for bit. fp16 adds one host
+// sync per telemetry step (the scaler's found-inf flag, read before the
+// gradients are measured); the others sync as the plain run does.
+func TestTrainerVariantsOnSimEqualCPU(t *testing.T) {
+	plain := []uint64{2, 14, 2, 40}
+	for _, tc := range []struct {
+		name  string
+		o     TrainerOptions
+		syncs []uint64
+	}{
+		{"governor", TrainerOptions{Governor: &GovernorOptions{Classes: 3}}, plain},
+		{"fp16", TrainerOptions{AMP: AMPFP16}, []uint64{2, 15, 2, 41}},
+		{"bf16", TrainerOptions{AMP: AMPBF16}, plain},
+		{"capture", TrainerOptions{Capture: true}, plain},
+		{"fast rollback", TrainerOptions{FastRollbackMB: 8, RollbackOnFailure: true}, plain},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := tc.o
+			o.Train, o.Val, o.Epochs, o.Controller, o.HostLR = toyData(1, 5, 8), toyData(2, 2, 8), 4, script, 0.05
+			want, wp := simRun(t, tensor.CPU, o)
+			got, gp := simRun(t, tensor.Sim(0), o)
+			sameReports(t, want.Epochs, got.Epochs)
+			require.Equal(t, wp, gp, "final parameters")
+			var syncs []uint64
+			for _, r := range got.Epochs {
+				syncs = append(syncs, r.HostSyncs)
+			}
+			require.Equal(t, tc.syncs, syncs, "host syncs per epoch")
+		})
+	}
+}
