@@ -200,3 +200,30 @@ func TestTrainerVariantsOnSimEqualCPU(t *testing.T) {
 		})
 	}
 }
+
+// TestTwoTrainingSeedsOnSim: with both seeds TRAINING (r0c0 advanced
+// after epoch 3), the per-seed aggregation metrics go through
+// GradsToFlat (two participants), which reads the device gradients with
+// explicit copies; the run still equals the CPU's bit for bit, aggregation
+// figures included. Epoch 5 (its last step is global step 30, a
+// telemetry step) costs 40 syncs: the two accumulator reads and 38 for
+// kasmina's telemetry and the flattened gradients.
+func TestTwoTrainingSeedsOnSim(t *testing.T) {
+	sc := scripted{3: {Op: leyline.OpAdvance, SlotID: "r0c0", Reason: "script", Confidence: 1}}
+	for k, v := range script {
+		sc[k] = v
+	}
+	o := TrainerOptions{Train: toyData(1, 5, 8), Val: toyData(2, 2, 8), Epochs: 6, Controller: sc, HostLR: 0.05}
+	want, wp := simRun(t, tensor.CPU, o)
+	got, gp := simRun(t, tensor.Sim(0), o)
+	sameReports(t, want.Epochs, got.Epochs)
+	require.Equal(t, wp, gp, "final parameters")
+	var syncs []uint64
+	for _, r := range got.Epochs {
+		syncs = append(syncs, r.HostSyncs)
+	}
+	require.Equal(t, []uint64{2, 14, 2, 40, 2, 40}, syncs)
+	for _, s := range got.Final().Seeds {
+		require.Equal(t, leyline.StageTraining, s.Stage, s.SlotID)
+	}
+}

@@ -1,6 +1,8 @@
 package aggregation
 
 import (
+	"fmt"
+
 	"strconv"
 
 	"github.com/esper-go/esper/autograd"
@@ -29,8 +31,9 @@ func flatLen(op string, params []*autograd.Var) (int, error) {
 // GradsToFlat copies the gradients of params into dst, one after the
 // other in parameter order (each in row-major order); a parameter without
 // a gradient contributes zeros (G1 grads_to_flat). dst must have exactly
-// FlatLen(params) elements. Gradients must live in host memory and share
-// one float dtype; BF16, F16 and F64 gradients are converted to float32.
+// FlatLen(params) elements. Gradients share one float dtype and one
+// device (a gradient on a device is copied to the host explicitly, one
+// host sync each); BF16, F16 and F64 gradients are converted to float32.
 //
 // It fails, leaving dst untouched, when params is empty, when no
 // parameter has a gradient, when gradients mix dtypes or devices, when a
@@ -47,7 +50,7 @@ func GradsToFlat(params []*autograd.Var, dst []float32) error {
 	if len(dst) != total {
 		return invalid(op, "destination has %d elements, the parameters' gradients have %d", len(dst), total)
 	}
-	if _, err := gradLayout(op, params, false); err != nil {
+	if _, err := gradLayout(op, params, false, true); err != nil {
 		return err
 	}
 	off := 0
@@ -59,7 +62,9 @@ func GradsToFlat(params []*autograd.Var, dst []float32) error {
 			clear(seg)
 			continue
 		}
-		readGrad(seg, p.Grad)
+		if err := readGrad(seg, p.Grad); err != nil {
+			return fmt.Errorf("aggregation: %s: %w", op, err)
+		}
 	}
 	return nil
 }
@@ -79,7 +84,7 @@ func FlatToGrads(flat []float32, params []*autograd.Var) error {
 	if len(flat) != total {
 		return invalid(op, "flat gradient has %d elements, the parameters have %d", len(flat), total)
 	}
-	if _, err := gradLayout(op, params, true); err != nil {
+	if _, err := gradLayout(op, params, true, false); err != nil {
 		return err
 	}
 	off := 0
@@ -131,10 +136,12 @@ func FlatGradView(params []*autograd.Var) (view []float32, ok bool) {
 }
 
 // gradLayout checks that the existing gradients of params share one
-// float dtype and the host device and match their parameters in size. It
+// float dtype and one device and match their parameters in size. It
 // returns that dtype. With allowNone, a list without any gradient is
-// accepted (FlatToGrads creates them).
-func gradLayout(op string, params []*autograd.Var, allowNone bool) (tensor.DType, error) {
+// accepted (FlatToGrads creates them). Without deviceOK the device must
+// be the host (FlatToGrads writes them there); GradsToFlat reads
+// gradients on a device through explicit copies.
+func gradLayout(op string, params []*autograd.Var, allowNone, deviceOK bool) (tensor.DType, error) {
 	var dt tensor.DType
 	var dev tensor.Device
 	first := -1
@@ -151,7 +158,7 @@ func gradLayout(op string, params []*autograd.Var, allowNone bool) (tensor.DType
 		}
 		if first < 0 {
 			first, dt, dev = i, g.DType(), g.Device()
-			if !dev.IsCPU() {
+			if !dev.IsCPU() && !deviceOK {
 				return 0, invalid(op, "gradient of parameter %s is on %v; aggregation works on host memory", paramLabel(p, i), dev)
 			}
 			continue
@@ -169,10 +176,19 @@ func gradLayout(op string, params []*autograd.Var, allowNone bool) (tensor.DType
 	return dt, nil
 }
 
-// readGrad copies gradient g (host, float) into seg as float32.
-func readGrad(seg []float32, g *tensor.Tensor) {
+// readGrad copies gradient g (float) into seg as float32; a gradient on
+// a device is copied to the host first, explicitly (one host sync).
+func readGrad(seg []float32, g *tensor.Tensor) error {
 	if !g.IsContiguous() {
 		g = g.Contiguous()
+	}
+	if !g.Device().IsCPU() {
+		// A gradient on a device: one explicit copy (a host sync).
+		h, err := g.ToDevice(tensor.CPU)
+		if err != nil {
+			return err
+		}
+		g = h
 	}
 	switch g.DType() {
 	case tensor.F32:
@@ -190,6 +206,7 @@ func readGrad(seg []float32, g *tensor.Tensor) {
 			seg[i] = tensor.F16ToF32(v)
 		}
 	}
+	return nil
 }
 
 // writeGrad copies seg into gradient g (host, float), converting from
