@@ -931,7 +931,17 @@ func (s *Slot) CaptureGradientTelemetry() {
 	}
 	st := s.state
 	seedParams := s.Parameters()
-	health, ok := MeasureGradientHealth(seedParams)
+	// The seed's and the host's gradients reach the host together: one
+	// host sync per slot on a device.
+	grads, err := nn.HostCopies(append(gradsOf(seedParams), gradsOf(s.host)...))
+	if err != nil {
+		grads = nil
+	}
+	var health GradientHealth
+	ok := false
+	if grads != nil {
+		health, ok = gradientHealth(grads[:len(seedParams)])
+	}
 	if !ok {
 		return
 	}
@@ -944,7 +954,7 @@ func (s *Slot) CaptureGradientTelemetry() {
 	t.GradientHealth = health.Health
 	t.HasVanishing, t.HasExploding = health.HasVanishing, health.HasExploding
 	seedNorm := health.Norm
-	hostNorm := GradNorm(s.host)
+	hostNorm := gradNorm(grads[len(seedParams):])
 	if !isFinite(seedNorm) || !isFinite(hostNorm) {
 		t.GradientNorm = 0
 		t.HasExploding = true

@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/tensor"
 )
 
@@ -32,8 +33,9 @@ func flatLen(op string, params []*autograd.Var) (int, error) {
 // other in parameter order (each in row-major order); a parameter without
 // a gradient contributes zeros (G1 grads_to_flat). dst must have exactly
 // FlatLen(params) elements. Gradients share one float dtype and one
-// device (a gradient on a device is copied to the host explicitly, one
-// host sync each); BF16, F16 and F64 gradients are converted to float32.
+// device (gradients on a device are gathered there and copied to the host
+// at once, nn.HostCopies: one host sync); BF16, F16 and F64 gradients are
+// converted to float32.
 //
 // It fails, leaving dst untouched, when params is empty, when no
 // parameter has a gradient, when gradients mix dtypes or devices, when a
@@ -53,18 +55,33 @@ func GradsToFlat(params []*autograd.Var, dst []float32) error {
 	if _, err := gradLayout(op, params, false, true); err != nil {
 		return err
 	}
-	off := 0
+	var host []*tensor.Tensor // the gradients copied from a device, at once
 	for _, p := range params {
+		if p.Grad != nil && !p.Grad.Device().IsCPU() {
+			host = make([]*tensor.Tensor, len(params))
+			for i, q := range params {
+				host[i] = q.Grad
+			}
+			if host, err = nn.HostCopies(host); err != nil {
+				return fmt.Errorf("aggregation: %s: %w", op, err)
+			}
+			break
+		}
+	}
+	off := 0
+	for i, p := range params {
 		n := p.Value.Numel()
 		seg := dst[off : off+n]
 		off += n
-		if p.Grad == nil {
+		g := p.Grad
+		if host != nil {
+			g = host[i]
+		}
+		if g == nil {
 			clear(seg)
 			continue
 		}
-		if err := readGrad(seg, p.Grad); err != nil {
-			return fmt.Errorf("aggregation: %s: %w", op, err)
-		}
+		readGrad(seg, g)
 	}
 	return nil
 }
@@ -176,19 +193,10 @@ func gradLayout(op string, params []*autograd.Var, allowNone, deviceOK bool) (te
 	return dt, nil
 }
 
-// readGrad copies gradient g (float) into seg as float32; a gradient on
-// a device is copied to the host first, explicitly (one host sync).
-func readGrad(seg []float32, g *tensor.Tensor) error {
+// readGrad copies gradient g (float, host memory) into seg as float32.
+func readGrad(seg []float32, g *tensor.Tensor) {
 	if !g.IsContiguous() {
 		g = g.Contiguous()
-	}
-	if !g.Device().IsCPU() {
-		// A gradient on a device: one explicit copy (a host sync).
-		h, err := g.ToDevice(tensor.CPU)
-		if err != nil {
-			return err
-		}
-		g = h
 	}
 	switch g.DType() {
 	case tensor.F32:
@@ -206,7 +214,6 @@ func readGrad(seg []float32, g *tensor.Tensor) error {
 			seg[i] = tensor.F16ToF32(v)
 		}
 	}
-	return nil
 }
 
 // writeGrad copies seg into gradient g (host, float), converting from
