@@ -62,27 +62,29 @@ func (s *Slot) SaveState() (SlotCheckpoint, error) {
 	if err != nil {
 		return SlotCheckpoint{}, fmt.Errorf("kasmina: save slot %s: %w", s.id, err)
 	}
-	w := map[string]*tensor.Tensor{}
+	// Host copies of the weights: clones on the CPU; on a device gathered
+	// and copied at once (nn.HostCopies, one host sync per slot).
+	var names []string
+	var ts []*tensor.Tensor
 	for _, p := range s.NamedParameters() {
-		if w[p.Name], err = hostCopy(p.Var.Value); err != nil {
-			return SlotCheckpoint{}, fmt.Errorf("kasmina: save slot %s: %s: %w", s.id, p.Name, err)
-		}
+		names, ts = append(names, p.Name), append(ts, p.Var.Value)
 	}
 	for _, b := range s.NamedBuffers() {
-		if w[b.Name], err = hostCopy(b.Tensor); err != nil {
-			return SlotCheckpoint{}, fmt.Errorf("kasmina: save slot %s: %s: %w", s.id, b.Name, err)
+		names, ts = append(names, b.Name), append(ts, b.Tensor)
+	}
+	host, err := nn.HostCopies(ts)
+	if err != nil {
+		return SlotCheckpoint{}, fmt.Errorf("kasmina: save slot %s: %w", s.id, err)
+	}
+	w := make(map[string]*tensor.Tensor, len(names))
+	for i, name := range names {
+		if ts[i].Device().IsCPU() {
+			w[name] = ts[i].Clone()
+		} else {
+			w[name] = host[i]
 		}
 	}
 	return SlotCheckpoint{Extra: b, Weights: w}, nil
-}
-
-// hostCopy returns a copy of t in host memory: a clone on the CPU, an
-// explicit device-to-host copy (one host sync) on a device.
-func hostCopy(t *tensor.Tensor) (*tensor.Tensor, error) {
-	if t.Device().IsCPU() {
-		return t.Clone(), nil
-	}
-	return t.Contiguous().ToDevice(tensor.CPU)
 }
 
 // LoadState restores a checkpoint written by SaveState into the slot,

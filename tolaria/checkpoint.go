@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/esper-go/esper/leyline"
+	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/tensor"
 	"github.com/esper-go/esper/tolaria/rollback"
 )
@@ -98,20 +99,28 @@ func (t *Trainer) State(epoch int) (rollback.State, error) {
 	return st, nil
 }
 
-// stateToHost replaces every tensor of st that lives on a device with an
-// explicit host copy (one host sync each), so that a State is always host
-// memory: checkpoints are written from it and the fast rollback tier
-// keeps it, whatever the model's device.
+// stateToHost replaces every tensor of st that lives on a device with a
+// host copy, all of them gathered and copied at once (nn.HostCopies: one
+// host sync per device and dtype), so that a State is always host memory:
+// checkpoints are written from it and the fast rollback tier keeps it,
+// whatever the model's device.
 func stateToHost(st *rollback.State) error {
+	var names []string
+	var ts []*tensor.Tensor
 	for name, x := range st.Tensors {
-		if x == nil || x.Device().IsCPU() {
-			continue
+		if x != nil && !x.Device().IsCPU() {
+			names, ts = append(names, name), append(ts, x)
 		}
-		h, err := x.ToDevice(tensor.CPU)
-		if err != nil {
-			return fmt.Errorf("state tensor %s to the host: %w", name, err)
-		}
-		st.Tensors[name] = h
+	}
+	if len(ts) == 0 {
+		return nil
+	}
+	host, err := nn.HostCopies(ts)
+	if err != nil {
+		return fmt.Errorf("state to the host: %w", err)
+	}
+	for i, name := range names {
+		st.Tensors[name] = host[i]
 	}
 	return nil
 }
