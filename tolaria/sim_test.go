@@ -256,3 +256,33 @@ func TestGovernorRollbackOnSim(t *testing.T) {
 	}
 	require.Equal(t, []string{"sim:0"}, devices, "the rollback event names the model's device")
 }
+
+// TestHostReadInsideAStepOnSim: the sync counter catches a host read the
+// step should not make. An explicit copy of a gradient after backward
+// (the test hook) adds one host sync per step to the epoch's count; a
+// host accessor on a device tensor instead fails the epoch, naming the
+// device.
+func TestHostReadInsideAStepOnSim(t *testing.T) {
+	build := func() *Trainer {
+		m := trainerModel(t)
+		require.NoError(t, nn.To(m, tensor.Sim(0)))
+		tr, err := NewTrainer(TrainerOptions{Model: m, Train: toyData(1, 5, 8), Val: toyData(2, 2, 8), Epochs: 1})
+		require.NoError(t, err)
+		return tr
+	}
+	tr := build()
+	w := tr.model.HostParameters()[0]
+	tr.step.afterBackward = func() {
+		_, err := w.Grad.ToDevice(tensor.CPU)
+		require.NoError(t, err)
+	}
+	r, err := tr.RunEpoch(context.Background(), 0)
+	require.NoError(t, err)
+	require.Equal(t, uint64(2+5), r.HostSyncs, "the two accumulator reads and one per step")
+
+	tr = build()
+	w = tr.model.HostParameters()[0]
+	tr.step.afterBackward = func() { _ = w.Grad.F32() }
+	_, err = tr.RunEpoch(context.Background(), 0)
+	require.ErrorContains(t, err, "sim:0")
+}

@@ -92,7 +92,9 @@ type TrainerOptions struct {
 	// written back. Those steps read gradients on the host, so they run
 	// eagerly even with Capture; steps with fewer than two seeds keep
 	// their captured graph. Default off (G1 TOLARIA_PCGRAD_ENABLED). The
-	// per-seed metrics (tolaria.grad_agg.*) are kept either way.
+	// per-seed metrics (tolaria.grad_agg.*) are kept either way. The
+	// combination works on host memory: NewTrainer refuses PCGrad for a
+	// model on a device other than the cpu.
 	PCGrad bool
 	// Seed seeds the trainer's own randomness: PCGrad's projection
 	// order. Zero is a valid seed.
