@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/tensor"
 )
 
@@ -47,17 +48,41 @@ type GradientHealth struct {
 // MeasureGradientHealth reads the gradients of params (parameters
 // without a gradient are skipped) and returns their health; ok is false
 // when none had a gradient, meaning "not measured". It reads values on
-// the host (CPU tensors), outside any captured region.
+// the host, outside any captured region: gradients on a device are
+// gathered there and copied to the host at once (nn.HostCopies, one host
+// sync).
 func MeasureGradientHealth(params []*autograd.Var) (h GradientHealth, ok bool) {
+	grads, err := nn.HostCopies(gradsOf(params))
+	if err != nil {
+		return GradientHealth{Norm: math.NaN()}, true
+	}
+	return gradientHealth(grads)
+}
+
+// gradsOf returns the gradients of params (nil where a parameter, or its
+// gradient, is missing).
+func gradsOf(params []*autograd.Var) []*tensor.Tensor {
+	out := make([]*tensor.Tensor, len(params))
+	for i, p := range params {
+		if p != nil {
+			out[i] = p.Grad
+		}
+	}
+	return out
+}
+
+// gradientHealth is MeasureGradientHealth over host gradients (nil ones
+// skipped).
+func gradientHealth(grads []*tensor.Tensor) (h GradientHealth, ok bool) {
 	var scale, ssq float64 = 0, 1
 	vanish, explode := 0, 0
 	finite := true
-	for _, p := range params {
-		if p == nil || p.Grad == nil {
+	for _, g := range grads {
+		if g == nil {
 			continue
 		}
 		h.Params++
-		n := tensorNorm(p.Grad)
+		n := tensorNorm(g)
 		switch {
 		case math.IsNaN(n) || math.IsInf(n, 0):
 			explode++
@@ -87,14 +112,24 @@ func MeasureGradientHealth(params []*autograd.Var) (h GradientHealth, ok bool) {
 }
 
 // GradNorm is the global L2 norm of the gradients of params (those with
-// one), overflow-safe; NaN if any element is not finite.
+// one), overflow-safe; NaN if any element is not finite. Gradients on a
+// device are copied to the host at once (nn.HostCopies, one host sync).
 func GradNorm(params []*autograd.Var) float64 {
+	grads, err := nn.HostCopies(gradsOf(params))
+	if err != nil {
+		return math.NaN()
+	}
+	return gradNorm(grads)
+}
+
+// gradNorm is GradNorm over host gradients (nil ones skipped).
+func gradNorm(grads []*tensor.Tensor) float64 {
 	var scale, ssq float64 = 0, 1
-	for _, p := range params {
-		if p == nil || p.Grad == nil {
+	for _, g := range grads {
+		if g == nil {
 			continue
 		}
-		n := tensorNorm(p.Grad)
+		n := tensorNorm(g)
 		if math.IsNaN(n) || math.IsInf(n, 0) {
 			return math.NaN()
 		}
@@ -103,8 +138,9 @@ func GradNorm(params []*autograd.Var) float64 {
 	return scale * math.Sqrt(ssq)
 }
 
-// tensorNorm is the L2 norm of t's elements, scaled LAPACK-style (dnrm2)
-// so that large values do not overflow; Inf or NaN if any element is.
+// tensorNorm is the L2 norm of t's elements (a host tensor), scaled
+// LAPACK-style (dnrm2) so that large values do not overflow; Inf or NaN
+// if any element is.
 func tensorNorm(t *tensor.Tensor) float64 {
 	var scale, ssq float64 = 0, 1
 	for _, v := range t.Float64s() {

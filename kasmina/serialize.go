@@ -62,12 +62,27 @@ func (s *Slot) SaveState() (SlotCheckpoint, error) {
 	if err != nil {
 		return SlotCheckpoint{}, fmt.Errorf("kasmina: save slot %s: %w", s.id, err)
 	}
-	w := map[string]*tensor.Tensor{}
+	// Host copies of the weights: clones on the CPU; on a device gathered
+	// and copied at once (nn.HostCopies, one host sync per slot).
+	var names []string
+	var ts []*tensor.Tensor
 	for _, p := range s.NamedParameters() {
-		w[p.Name] = p.Var.Value.Clone()
+		names, ts = append(names, p.Name), append(ts, p.Var.Value)
 	}
 	for _, b := range s.NamedBuffers() {
-		w[b.Name] = b.Tensor.Clone()
+		names, ts = append(names, b.Name), append(ts, b.Tensor)
+	}
+	host, err := nn.HostCopies(ts)
+	if err != nil {
+		return SlotCheckpoint{}, fmt.Errorf("kasmina: save slot %s: %w", s.id, err)
+	}
+	w := make(map[string]*tensor.Tensor, len(names))
+	for i, name := range names {
+		if ts[i].Device().IsCPU() {
+			w[name] = ts[i].Clone()
+		} else {
+			w[name] = host[i]
+		}
 	}
 	return SlotCheckpoint{Extra: b, Weights: w}, nil
 }
@@ -158,6 +173,15 @@ func (s *Slot) LoadState(ck SlotCheckpoint) error {
 			return fmt.Errorf("kasmina: load slot %s gate: %w", s.id, err)
 		}
 		gate.SetTraining(s.training)
+	}
+	if seed != nil {
+		if err := s.toHostDevice(seed, gate); err != nil {
+			return fmt.Errorf("kasmina: load slot %s: %w", s.id, err)
+		}
+	} else if gate != nil {
+		if err := nn.To(gate, s.device()); err != nil {
+			return fmt.Errorf("kasmina: load slot %s: %w", s.id, err)
+		}
 	}
 	s.state, s.seed, s.schedule = ex.State, seed, gate
 	s.isolate, s.blendID = *ex.IsolateGradients, *ex.BlendAlgorithmID

@@ -338,6 +338,9 @@ func (s *Slot) Germinate(o GerminateOptions) error {
 			return fmt.Errorf("kasmina: germinate %s: %w", s.id, err)
 		}
 	}
+	if err := s.toHostDevice(seed, gate); err != nil {
+		return fmt.Errorf("kasmina: germinate %s: %w", s.id, err)
+	}
 	st := NewSeedState(o.SeedID, o.Blueprint, s.id)
 	st.AlphaAlgorithm = o.AlphaAlgorithm
 	st.BlendTempoEpochs = o.Tempo
@@ -372,6 +375,34 @@ func (s *Slot) Germinate(o GerminateOptions) error {
 		SlotID: s.id, EnvID: leyline.EnvIDUnset, BlueprintID: o.Blueprint, Params: st.Metrics.SeedParamCount,
 		BlendTempoEpochs: o.Tempo, AlphaCurve: s.blendCurve().String(),
 	})
+	return nil
+}
+
+// device is the device of the slot's host parameters (the CPU when it
+// has none): where a seed it builds must live.
+func (s *Slot) device() tensor.Device {
+	for _, p := range s.host {
+		if p != nil && p.Value != nil {
+			return p.Value.Device()
+		}
+	}
+	return tensor.CPU
+}
+
+// toHostDevice moves a freshly built seed and its gate (nil when none)
+// to the device of the slot's host (nn.To), so that a model moved to a
+// device grows seeds there.
+func (s *Slot) toHostDevice(seed nn.Module, gate *GatedBlend) error {
+	dev := s.device()
+	if dev.IsCPU() {
+		return nil
+	}
+	if err := nn.To(seed, dev); err != nil {
+		return err
+	}
+	if gate != nil {
+		return nn.To(gate, dev)
+	}
 	return nil
 }
 
@@ -900,7 +931,17 @@ func (s *Slot) CaptureGradientTelemetry() {
 	}
 	st := s.state
 	seedParams := s.Parameters()
-	health, ok := MeasureGradientHealth(seedParams)
+	// The seed's and the host's gradients reach the host together: one
+	// host sync per slot on a device.
+	grads, err := nn.HostCopies(append(gradsOf(seedParams), gradsOf(s.host)...))
+	if err != nil {
+		grads = nil
+	}
+	var health GradientHealth
+	ok := false
+	if grads != nil {
+		health, ok = gradientHealth(grads[:len(seedParams)])
+	}
 	if !ok {
 		return
 	}
@@ -913,7 +954,7 @@ func (s *Slot) CaptureGradientTelemetry() {
 	t.GradientHealth = health.Health
 	t.HasVanishing, t.HasExploding = health.HasVanishing, health.HasExploding
 	seedNorm := health.Norm
-	hostNorm := GradNorm(s.host)
+	hostNorm := gradNorm(grads[len(seedParams):])
 	if !isFinite(seedNorm) || !isFinite(hostNorm) {
 		t.GradientNorm = 0
 		t.HasExploding = true

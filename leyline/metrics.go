@@ -42,6 +42,10 @@ const (
 	MetricTolariaTrainTF32Enabled = "tolaria.train.tf32_enabled"
 	// MetricTolariaTrainForeachEnabled is the metric "tolaria.train.foreach_enabled".
 	MetricTolariaTrainForeachEnabled = "tolaria.train.foreach_enabled"
+	// MetricTolariaHostSyncs is the metric "tolaria.host_syncs": the
+	// host syncs (device-to-host reads, tensor.HostSyncs) of the model's
+	// device during an epoch; always 0 on the cpu.
+	MetricTolariaHostSyncs = "tolaria.host_syncs"
 	// MetricTolariaTrainPinMemory is the metric "tolaria.train.pin_memory".
 	MetricTolariaTrainPinMemory = "tolaria.train.pin_memory"
 	// MetricTolariaTrainGraphEnabled is the metric "tolaria.train.graph_enabled".
@@ -310,6 +314,7 @@ func MetricNames() []string {
 		MetricTolariaTrainAMPEnabled,
 		MetricTolariaTrainTF32Enabled,
 		MetricTolariaTrainForeachEnabled,
+		MetricTolariaHostSyncs,
 		MetricTolariaTrainPinMemory,
 		MetricTolariaTrainGraphEnabled,
 		MetricTolariaCompileEnabled,

@@ -3,6 +3,7 @@ package nn
 import (
 	"fmt"
 
+	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/tensor"
 )
 
@@ -76,4 +77,76 @@ func deviceStates(m Module) []*tensor.Tensor {
 		}
 	}
 	return out
+}
+
+// HostCopies returns ts readable on the host, in order (nil entries stay
+// nil): CPU tensors as they are (callers only read them), and the tensors
+// of a device gathered into one flat buffer there with the backend's
+// Copy and brought over with a single device-to-host copy — one host sync
+// for the lot instead of one per tensor. Tensors of several devices or
+// dtypes are copied one device-and-dtype group at a time; a device
+// without a registered backend (nothing to gather with) gets one copy per
+// tensor.
+func HostCopies(ts []*tensor.Tensor) ([]*tensor.Tensor, error) {
+	out := make([]*tensor.Tensor, len(ts))
+	type group struct {
+		dev tensor.Device
+		dt  tensor.DType
+	}
+	var order []group
+	members := map[group][]int{}
+	for i, t := range ts {
+		switch {
+		case t == nil:
+		case t.Device().IsCPU():
+			out[i] = t
+		default:
+			g := group{t.Device(), t.DType()}
+			if _, ok := members[g]; !ok {
+				order = append(order, g)
+			}
+			members[g] = append(members[g], i)
+		}
+	}
+	for _, g := range order {
+		idx := members[g]
+		total := 0
+		for _, i := range idx {
+			total += ts[i].Numel()
+		}
+		be, err := kernels.Lookup(g.dev)
+		if total == 0 || err != nil {
+			// Nothing to gather, or no backend to gather with: one copy
+			// per tensor.
+			for _, i := range idx {
+				if out[i], err = ts[i].Contiguous().ToDevice(tensor.CPU); err != nil {
+					return nil, fmt.Errorf("nn: HostCopies: %w", err)
+				}
+			}
+			continue
+		}
+		flat, err := tensor.EmptyOn(g.dev, g.dt, total)
+		if err != nil {
+			return nil, fmt.Errorf("nn: HostCopies: %w", err)
+		}
+		off := 0
+		for _, i := range idx {
+			n := ts[i].Numel()
+			if n > 0 {
+				be.Copy(flat.Narrow(0, off, n), ts[i])
+			}
+			off += n
+		}
+		host, err := flat.ToDevice(tensor.CPU)
+		if err != nil {
+			return nil, fmt.Errorf("nn: HostCopies: %w", err)
+		}
+		off = 0
+		for _, i := range idx {
+			n := ts[i].Numel()
+			out[i] = host.Narrow(0, off, n).Reshape(ts[i].Shape()...)
+			off += n
+		}
+	}
+	return out, nil
 }

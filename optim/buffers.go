@@ -1,6 +1,8 @@
 package optim
 
 import (
+	"math"
+
 	"fmt"
 
 	"github.com/esper-go/esper/kernels"
@@ -69,8 +71,10 @@ func readScalar(t *tensor.Tensor) float64 {
 	if t.Device().IsCPU() {
 		return t.Item()
 	}
-	host := tensor.Empty(t.DType(), t.Shape()...)
-	copyTensor(host, t)
+	host, err := t.Contiguous().ToDevice(tensor.CPU)
+	if err != nil {
+		return math.NaN()
+	}
 	return host.Item()
 }
 

@@ -34,3 +34,31 @@ func checkBatch(kind string, i int, x, y *tensor.Tensor) error {
 	}
 	return nil
 }
+
+// toDevice returns the batch (x, y) on dev: as it is when it already
+// lives there, else explicit host-to-device copies (a Batches source such
+// as data.Loader yields CPU tensors; the trainer moves them to the
+// model's device). Copies towards a device are not host syncs.
+func toDevice(dev tensor.Device, x, y *tensor.Tensor) (*tensor.Tensor, *tensor.Tensor, error) {
+	var err error
+	if x.Device() != dev {
+		if x, err = x.ToDevice(dev); err != nil {
+			return nil, nil, fmt.Errorf("images to %v: %w", dev, err)
+		}
+	}
+	if y.Device() != dev {
+		if y, err = y.ToDevice(dev); err != nil {
+			return nil, nil, fmt.Errorf("labels to %v: %w", dev, err)
+		}
+	}
+	return x, y, nil
+}
+
+// hostCopy returns t readable on the host: t itself on the CPU, else one
+// explicit device-to-host copy (one host sync of t's device).
+func hostCopy(t *tensor.Tensor) (*tensor.Tensor, error) {
+	if t.Device().IsCPU() {
+		return t, nil
+	}
+	return t.ToDevice(tensor.CPU)
+}

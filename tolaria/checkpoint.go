@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/esper-go/esper/leyline"
+	"github.com/esper-go/esper/nn"
+	"github.com/esper-go/esper/tensor"
 	"github.com/esper-go/esper/tolaria/rollback"
 )
 
@@ -68,6 +70,9 @@ func (t *Trainer) State(epoch int) (rollback.State, error) {
 	if sc := t.prec.scaler; sc != nil {
 		st.Put(scalerPrefix, sc.StateDict())
 	}
+	if err := stateToHost(&st); err != nil {
+		return st, err
+	}
 	st.Meta.Epoch = epoch + 1
 	st.Meta.GlobalStep = int64(t.step.globalStep)
 	rng, err := t.agg.rngState()
@@ -92,6 +97,56 @@ func (t *Trainer) State(epoch int) (rollback.State, error) {
 		st.Meta.Extra["controller"] = json.RawMessage(cs)
 	}
 	return st, nil
+}
+
+// stateToHost replaces every tensor of st that lives on a device with a
+// host copy, all of them gathered and copied at once (nn.HostCopies: one
+// host sync per device and dtype), so that a State is always host memory:
+// checkpoints are written from it and the fast rollback tier keeps it,
+// whatever the model's device.
+func stateToHost(st *rollback.State) error {
+	var names []string
+	var ts []*tensor.Tensor
+	for name, x := range st.Tensors {
+		if x != nil && !x.Device().IsCPU() {
+			names, ts = append(names, name), append(ts, x)
+		}
+	}
+	if len(ts) == 0 {
+		return nil
+	}
+	host, err := nn.HostCopies(ts)
+	if err != nil {
+		return fmt.Errorf("state to the host: %w", err)
+	}
+	for i, name := range names {
+		st.Tensors[name] = host[i]
+	}
+	return nil
+}
+
+// stateToDevice returns st with its host's and optimizers' tensors copied
+// to dev (host-to-device copies; st itself is left as it is): what the
+// model's and optimizers' state dicts load, on their device. The slots'
+// weights stay on the host: kasmina builds each seed on the host, loads
+// it and moves it to the slot's device. On the CPU st is returned as is.
+func stateToDevice(st rollback.State, dev tensor.Device) (rollback.State, error) {
+	if dev.IsCPU() {
+		return st, nil
+	}
+	out := st
+	out.Tensors = make(map[string]*tensor.Tensor, len(st.Tensors))
+	for name, x := range st.Tensors {
+		if x != nil && x.Device() != dev && !strings.HasPrefix(name, rollback.PrefixSlots) {
+			d, err := x.ToDevice(dev)
+			if err != nil {
+				return st, fmt.Errorf("state tensor %s to %v: %w", name, dev, err)
+			}
+			x = d
+		}
+		out.Tensors[name] = x
+	}
+	return out, nil
 }
 
 // Resume loads the latest intact checkpoint of TrainerOptions.Checkpoints
@@ -225,6 +280,10 @@ func (t *Trainer) LoadState(st rollback.State) error { return t.loadState(st, fa
 // run rather than the snapshot. The seeds, the lifecycle counters and
 // everything else revert with the snapshot.
 func (t *Trainer) loadState(st rollback.State, keepRun bool) error {
+	st, err := stateToDevice(st, t.dev)
+	if err != nil {
+		return err
+	}
 	cks, err := st.SlotCheckpoints()
 	if err != nil {
 		return err

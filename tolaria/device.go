@@ -42,8 +42,9 @@ type deviceCounter interface {
 }
 
 // ParseDevice validates a device string the way G2 Tolaria does and
-// returns the device: "cpu" (or "cpu:0"), "cuda" (device 0) and "cuda:N"
-// parse. A malformed string ("cuda0", "cuda:", "cuda:x", " cpu") wraps
+// returns the device: "cpu" (or "cpu:0"), "sim" (sim:0) and "sim:N" (the
+// strict simulated accelerators, tensor.Sim), "cuda" (device 0) and
+// "cuda:N" parse. A malformed string ("cuda0", "cuda:", "cuda:x", " cpu") wraps
 // ErrDeviceSyntax; meta, xla, xpu, hpu, privateuseone and mps (any index)
 // wrap ErrDeviceUnsupported; a CUDA device when the build has no CUDA
 // backend (build with -tags cuda on a GPU machine) or an index at or past
@@ -73,7 +74,7 @@ func cudaDeviceCount() (int, error) {
 func parseDevice(s string, cudaCount func() (int, error)) (tensor.Device, error) {
 	typ, idxStr, hasIdx := strings.Cut(s, ":")
 	if typ == "" || strings.IndexFunc(typ, func(r rune) bool { return !(r >= 'a' && r <= 'z') }) >= 0 {
-		return tensor.Device{}, fmt.Errorf("tolaria: device %q: %w: want cpu, cuda or cuda:N", s, ErrDeviceSyntax)
+		return tensor.Device{}, fmt.Errorf("tolaria: device %q: %w: want cpu, sim, sim:N, cuda or cuda:N", s, ErrDeviceSyntax)
 	}
 	idx := 0
 	if hasIdx {
@@ -95,6 +96,8 @@ func parseDevice(s string, cudaCount func() (int, error)) (tensor.Device, error)
 			return tensor.Device{}, fmt.Errorf("tolaria: device %q: %w: there is one cpu device (cpu or cpu:0)", s, ErrDeviceUnavailable)
 		}
 		return tensor.CPU, nil
+	case "sim":
+		return tensor.Sim(idx), nil
 	case "cuda":
 		n, err := cudaCount()
 		if err != nil {
@@ -108,5 +111,5 @@ func parseDevice(s string, cudaCount func() (int, error)) (tensor.Device, error)
 		}
 		return tensor.CUDA(idx), nil
 	}
-	return tensor.Device{}, fmt.Errorf("tolaria: device %q: %w: unknown device type %q (want cpu, cuda or cuda:N)", s, ErrDeviceSyntax, typ)
+	return tensor.Device{}, fmt.Errorf("tolaria: device %q: %w: unknown device type %q (want cpu, sim, sim:N, cuda or cuda:N)", s, ErrDeviceSyntax, typ)
 }

@@ -87,3 +87,18 @@ func TestParseDeviceStrings(t *testing.T) {
 		t.Errorf("zero devices: %v", err)
 	}
 }
+
+// TestParseDeviceSim: "sim" is sim:0 and "sim:N" the Nth simulated
+// device; a malformed index is a syntax error.
+func TestParseDeviceSim(t *testing.T) {
+	for s, want := range map[string]tensor.Device{"sim": tensor.Sim(0), "sim:0": tensor.Sim(0), "sim:3": tensor.Sim(3)} {
+		if d, err := ParseDevice(s); err != nil || d != want {
+			t.Fatalf("%q: %v %v, want %v", s, d, err, want)
+		}
+	}
+	for _, s := range []string{"sim:", "sim:x", "sim:-1", "sim0"} {
+		if _, err := ParseDevice(s); !errors.Is(err, ErrDeviceSyntax) {
+			t.Fatalf("%q: %v, want ErrDeviceSyntax", s, err)
+		}
+	}
+}

@@ -117,7 +117,7 @@ func (t *Trainer) watch(e int, r *EpochReport) (healthy bool, diverged error) {
 		}
 		return true, nil
 	}
-	if _, err := g.ExecuteRollback(t.o.EnvID, "cpu"); err != nil {
+	if _, err := g.ExecuteRollback(t.o.EnvID, t.dev.String()); err != nil {
 		return false, fmt.Errorf("tolaria: epoch %d: rollback: %w", e+1, err)
 	}
 	r.RolledBack, r.PanicReason = true, reason

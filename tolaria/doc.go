@@ -8,8 +8,20 @@
 // gradient aggregation over the seeds (PCGrad through package
 // aggregation, with per-seed tolaria.grad_agg.* metrics every epoch),
 // validation in inference mode, counterfactuals, the controller's
-// decision under a deadline, and checkpoints that resume bitwise. It is
-// built on:
+// decision under a deadline, and checkpoints that resume bitwise.
+//
+// The Trainer trains the model on its device (nn.Device; move it with
+// nn.To first): batches are copied there, the loss and accuracy
+// accumulate there and are read back once per training or validation
+// pass, and every other device-to-host read is an explicit copy — the
+// gradient telemetry and the per-seed aggregation metrics (one gathered
+// copy each, every GradientTelemetryStride steps), fp16's found-inf flag
+// on those steps, checkpoints and snapshots. EpochReport.HostSyncs and
+// tolaria.host_syncs count them per epoch (tensor.HostSyncs); on the
+// strict "sim" device a run is bitwise the CPU's. PCGrad combines
+// gradients on the host and is refused off the CPU.
+//
+// It is built on:
 //
 //   - Governor: the G2 training governor. CheckVitalSigns watches the
 //     validation loss for NaN/Inf, divergence spikes and collapse to
@@ -29,8 +41,8 @@
 //     the checkpoints; tolaria.rollback.*).
 //   - ApplyDecision: carries a leyline.Decision out on a
 //     kasmina.MorphogeneticModel.
-//   - ParseDevice: validates "cpu", "cuda" and "cuda:N" against the
-//     backends this build has.
+//   - ParseDevice: validates "cpu", "sim", "sim:N", "cuda" and "cuda:N"
+//     against the backends this build has.
 //
 // Tolaria never makes policy decisions: those come from a Controller
 // (Tamiyo), which this package sees only through its own small interface.

@@ -35,7 +35,7 @@ type evalRunner struct {
 
 func newEvalRunner(t *Trainer) *evalRunner {
 	r := &evalRunner{
-		t: t, met: tensor.Zeros(tensor.F32, 2), in: make([]*tensor.Tensor, 2),
+		t: t, met: zerosOn(t.dev, 2), in: make([]*tensor.Tensor, 2),
 		ce: kernels.CrossEntropyParams{Reduction: kernels.ReduceSum},
 	}
 	r.lossSum, r.correct = r.met.Narrow(0, 0, 1), r.met.Narrow(0, 1, 1)
@@ -74,6 +74,11 @@ func (r *evalRunner) batch(x, y *tensor.Tensor) bool {
 		r.err = err
 		return false
 	}
+	x, y, err := toDevice(r.t.dev, x, y)
+	if err != nil {
+		r.err = fmt.Errorf("validation batch %d: %w", r.batches, err)
+		return false
+	}
 	r.in[0], r.in[1] = x, y
 	if r.captured == nil {
 		r.fn(r.in)
@@ -103,7 +108,9 @@ func (t *Trainer) evaluate(e int) (loss, acc float64, err error) {
 	case r.n == 0:
 		return 0, 0, fmt.Errorf("tolaria: the validation batches of epoch %d are empty", e+1)
 	}
-	m := r.met.F32()
-	correct := float64(m[1]) + r.correctN.total()
-	return float64(m[0]) / float64(r.n), 100 * correct / float64(r.n), nil
+	m, err := readMetrics(r.met, r.correct, &r.correctN)
+	if err != nil {
+		return 0, 0, fmt.Errorf("tolaria: epoch %d: reading the validation metrics: %w", e+1, err)
+	}
+	return m[0] / float64(r.n), 100 * m[1] / float64(r.n), nil
 }

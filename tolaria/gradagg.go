@@ -10,6 +10,7 @@ import (
 	"github.com/esper-go/esper/autograd"
 	"github.com/esper-go/esper/kasmina"
 	"github.com/esper-go/esper/leyline"
+	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/tensor"
 	"github.com/esper-go/esper/tolaria/aggregation"
 )
@@ -85,6 +86,7 @@ type gradAgg struct {
 	alphas map[string]float64
 	attrib map[string]float64
 	micro  [][]float32
+	grads  []*tensor.Tensor // hostGrads' scratch
 	one    [1][]float32
 	proxy  [1]float32
 	names  [1]string
@@ -328,12 +330,17 @@ func (g *gradAgg) observeOne(m *kasmina.MorphogeneticModel, opt *optimizers, x, 
 		return err
 	}
 	uses := g.prepare(m, x, y, nil)
+	grads, err := g.hostGrads(l.params)
+	if err != nil {
+		return err
+	}
+	defer clear(g.grads)
 	var teacher, own float64
-	for i, p := range l.params {
-		if p.Grad == nil {
+	for i, gr := range grads {
+		if gr == nil {
 			continue
 		}
-		sq := gradSumSq(p.Grad)
+		sq := gradSumSq(gr)
 		if l.owner[i] < 0 {
 			teacher += sq
 		} else {
@@ -362,7 +369,24 @@ func (g *gradAgg) observeOne(m *kasmina.MorphogeneticModel, opt *optimizers, x, 
 	return nil
 }
 
-// gradSumSq returns ‖g‖² in float64.
+// hostGrads returns the gradients of params readable on the host (nil
+// where a parameter has none): as they are on the CPU; on a device
+// gathered and copied at once (nn.HostCopies, one host sync).
+// The CPU case reuses g.grads, allocating nothing.
+func (g *gradAgg) hostGrads(params []*autograd.Var) ([]*tensor.Tensor, error) {
+	g.grads = g.grads[:0]
+	onDevice := false
+	for _, p := range params {
+		g.grads = append(g.grads, p.Grad)
+		onDevice = onDevice || (p.Grad != nil && !p.Grad.Device().IsCPU())
+	}
+	if !onDevice {
+		return g.grads, nil
+	}
+	return nn.HostCopies(g.grads)
+}
+
+// gradSumSq returns ‖g‖² (g a host tensor) in float64.
 func gradSumSq(g *tensor.Tensor) float64 {
 	s := 0.0
 	if g.DType() == tensor.F32 && g.IsContiguous() && g.Device().IsCPU() {

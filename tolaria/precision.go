@@ -145,9 +145,16 @@ func (p *precision) update() {
 }
 
 // foundInf reads the last step's found-inf flag back to the host (false
-// without a scaler). A device read: only outside a captured region.
+// without a scaler): one explicit copy, a host sync on a device. Only
+// outside a captured region; the trainer asks only on the steps that
+// need the answer (a PCGrad combination, a gradient telemetry step). A
+// failed copy counts as found (the step's gradients are not trusted).
 func (p *precision) foundInf() bool {
-	return p.scaler != nil && p.scaler.FoundInf().Item() != 0
+	if p.scaler == nil {
+		return false
+	}
+	h, err := hostCopy(p.scaler.FoundInf())
+	return err != nil || h.Item() != 0
 }
 
 // Scaler returns the fp16 loss scaler (its scale and growth tracker), or

@@ -168,7 +168,7 @@ type stepRunner struct {
 }
 
 func newStepRunner(t *Trainer) *stepRunner {
-	s := &stepRunner{t: t, met: tensor.Zeros(tensor.F32, 2), in: make([]*tensor.Tensor, 2)}
+	s := &stepRunner{t: t, met: zerosOn(t.dev, 2), in: make([]*tensor.Tensor, 2)}
 	s.lossSum, s.correct = s.met.Narrow(0, 0, 1), s.met.Narrow(0, 1, 1)
 	s.out = []*tensor.Tensor{s.met}
 	if t.o.Capture {
@@ -334,9 +334,11 @@ func (t *Trainer) trainEpoch(ctx context.Context, e int, r *EpochReport) (loss, 
 	}
 	r.Captured = l.replays > 0
 	r.StepP50, r.StepP95 = percentiles(s.lat)
-	m := s.met.F32()
-	correct := float64(m[1]) + s.correctN.total()
-	return float64(m[0]) / float64(l.steps), 100 * correct / float64(l.samples), l.steps, nil
+	m, err := readMetrics(s.met, s.correct, &s.correctN)
+	if err != nil {
+		return 0, 0, l.steps, fmt.Errorf("tolaria: epoch %d: reading the training metrics: %w", e+1, err)
+	}
+	return m[0] / float64(l.steps), 100 * m[1] / float64(l.samples), l.steps, nil
 }
 
 // trainBatch is the training loop's body: one step on (x, y), its
@@ -350,6 +352,11 @@ func (s *stepRunner) trainBatch(x, y *tensor.Tensor) bool {
 	}
 	if err := checkBatch("training", l.steps+1, x, y); err != nil {
 		l.err = fmt.Errorf("tolaria: epoch %d: %w", l.e+1, err)
+		return false
+	}
+	x, y, err := toDevice(t.dev, x, y)
+	if err != nil {
+		l.err = fmt.Errorf("tolaria: epoch %d: training batch %d: %w", l.e+1, l.steps+1, err)
 		return false
 	}
 	t0 := time.Now()
@@ -422,6 +429,7 @@ type correctBufs struct {
 	n   int
 	dev tensor.Device
 	acc *tensor.Tensor // F32 [n]: the epoch's correct predictions per row
+	sum *tensor.Tensor // F32 [1]: sumInto's scratch
 }
 
 // maxCorrectBufs bounds the batch sizes correctCounter keeps buffers for
@@ -454,6 +462,31 @@ func (c *correctCounter) get(dev tensor.Device, n int) *correctBufs {
 	return &c.bufs[len(c.bufs)-1]
 }
 
+// readMetrics reads an epoch's accumulators with one device-to-host copy
+// (one host sync on a device; none on the CPU): met is F32 [2] (Σ loss,
+// Σ correct) and correct its element 1, into which the counter's
+// accumulators are first summed on the device (exact: counts below
+// 2^24). It returns met's two values. Only outside a captured region.
+func readMetrics(met, correct *tensor.Tensor, c *correctCounter) ([2]float64, error) {
+	c.sumInto(correct)
+	h, err := hostCopy(met)
+	if err != nil {
+		return [2]float64{}, err
+	}
+	m := h.F32()
+	return [2]float64{float64(m[0]), float64(m[1])}, nil
+}
+
+// zerosOn returns a zeroed F32 [n] tensor on dev.
+func zerosOn(dev tensor.Device, n int) *tensor.Tensor {
+	t, err := tensor.EmptyOn(dev, tensor.F32, n)
+	if err != nil {
+		panic(err)
+	}
+	zeroMetrics(t)
+	return t
+}
+
 // reset zeroes the accumulators (outside any captured region).
 func (c *correctCounter) reset() {
 	for i := range c.bufs {
@@ -461,16 +494,23 @@ func (c *correctCounter) reset() {
 	}
 }
 
-// total returns the correct predictions accumulated since reset (a host
-// read of each accumulator; exact while each holds fewer than 2^24).
-func (c *correctCounter) total() float64 {
-	sum := 0.0
+// sumInto adds the correct predictions accumulated since reset to dst
+// (F32 [1] on the accumulators' device) with device ops: one sum per
+// accumulator, no host read (exact while the totals stay below 2^24).
+// Only outside a captured region.
+func (c *correctCounter) sumInto(dst *tensor.Tensor) {
+	be := kernels.For(dst.Device())
 	for i := range c.bufs {
-		for _, v := range c.bufs[i].acc.F32() {
-			sum += float64(v)
+		b := &c.bufs[i]
+		if b.dev != dst.Device() {
+			continue // a device the trainer no longer uses: reset keeps it zero
 		}
+		if b.sum == nil {
+			b.sum = zerosOn(b.dev, 1)
+		}
+		be.Reduce(kernels.Sum, b.sum, b.acc, []int{0})
+		be.Binary(kernels.Add, dst, dst, b.sum)
 	}
-	return sum
 }
 
 // add counts the rows of logits ([n, C]) whose argmax equals y ([n]).

@@ -12,6 +12,7 @@ import (
 
 	"github.com/esper-go/esper/kasmina"
 	"github.com/esper-go/esper/leyline"
+	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/optim"
 	"github.com/esper-go/esper/tensor"
 	"github.com/esper-go/esper/tolaria/aggregation"
@@ -28,7 +29,12 @@ type Batches interface {
 // TrainerOptions configures a Trainer. Model, Train, Val and Epochs are
 // required; every other zero value is the documented default.
 type TrainerOptions struct {
-	// Model is the host with its slots.
+	// Model is the host with its slots. The trainer trains it on its
+	// device (nn.Device; move it with nn.To before building the trainer):
+	// batches are copied there, the loss and accuracy accumulate there and
+	// are read back once per pass (the training pass, each validation
+	// pass), and tolaria.host_syncs reports each epoch's device-to-host
+	// reads. PCGrad runs only on the cpu.
 	Model *kasmina.MorphogeneticModel
 	// Train and Val are the training and validation batches. Training
 	// batches should all have the same size (drop the last partial
@@ -86,7 +92,9 @@ type TrainerOptions struct {
 	// written back. Those steps read gradients on the host, so they run
 	// eagerly even with Capture; steps with fewer than two seeds keep
 	// their captured graph. Default off (G1 TOLARIA_PCGRAD_ENABLED). The
-	// per-seed metrics (tolaria.grad_agg.*) are kept either way.
+	// per-seed metrics (tolaria.grad_agg.*) are kept either way. The
+	// combination works on host memory: NewTrainer refuses PCGrad for a
+	// model on a device other than the cpu.
 	PCGrad bool
 	// Seed seeds the trainer's own randomness: PCGrad's projection
 	// order. Zero is a valid seed.
@@ -243,6 +251,10 @@ type EpochReport struct {
 	Seeds []leyline.SeedReport
 	// Captured reports whether the epoch's steps ran captured.
 	Captured bool
+	// HostSyncs is the number of host syncs of the model's device during
+	// the epoch (tensor.HostSyncs before and after; tolaria.host_syncs):
+	// the device-to-host reads the epoch waited for. Always 0 on the cpu.
+	HostSyncs uint64
 
 	// ConflictRatio is the epoch's gradient conflict ratio
 	// (tolaria.grad_agg.conflict_ratio): PCGrad's conflicting pairs over
@@ -285,8 +297,11 @@ func (s Summary) Final() EpochReport {
 // counterfactual contribution, let the controller decide under a deadline,
 // apply the decision, tick the slots, and checkpoint.
 type Trainer struct {
-	o         TrainerOptions
-	model     *kasmina.MorphogeneticModel
+	o     TrainerOptions
+	model *kasmina.MorphogeneticModel
+	// dev is the model's device (nn.Device): batches are copied there,
+	// the metric accumulators live there.
+	dev       tensor.Device
 	opt       *optimizers
 	step      *stepRunner
 	eval      *evalRunner
@@ -373,11 +388,18 @@ func NewTrainer(o TrainerOptions) (*Trainer, error) {
 	if o.GradientTelemetryStride == 0 {
 		o.GradientTelemetryStride = 10
 	}
+	dev, err := nn.Device(o.Model)
+	if err != nil {
+		return nil, fmt.Errorf("%w: Model: %v", ErrOptions, err)
+	}
+	if o.PCGrad && !dev.IsCPU() {
+		return nil, fmt.Errorf("%w: PCGrad combines gradients on the host and runs only on the cpu; the model is on %v (turn PCGrad off or train on the cpu)", ErrOptions, dev)
+	}
 	dl, err := NewDeadlines(DeadlineOptions{Controller: o.Deadlines.Controller, Apply: o.Deadlines.Apply, Sink: o.Sink})
 	if err != nil {
 		return nil, err
 	}
-	t := &Trainer{o: o, model: o.Model, deadlines: dl, lastSeeds: map[string]leyline.SeedStage{}}
+	t := &Trainer{o: o, model: o.Model, dev: dev, deadlines: dl, lastSeeds: map[string]leyline.SeedStage{}}
 	if o.History > 0 {
 		t.summary.Epochs = make([]EpochReport, 0, o.History)
 	}
@@ -498,6 +520,7 @@ func (t *Trainer) RunEpoch(ctx context.Context, e int) (r EpochReport, err error
 		}
 	}()
 	start := time.Now()
+	syncs0 := tensor.HostSyncs(t.dev)
 	r.Epoch, r.RestoredFrom = e, -1
 	allowed := t.breaker.Allow()
 	if !allowed {
@@ -548,6 +571,7 @@ func (t *Trainer) RunEpoch(ctx context.Context, e int) (r EpochReport, err error
 	r.Seeds = seedReports(t.opt.slots)
 	t.countLifecycle(r.Seeds)
 	r.Duration = time.Since(start)
+	r.HostSyncs = tensor.HostSyncs(t.dev) - syncs0
 	if r.FailureReason = t.failureReason(allowed, r.Duration, stepReason); r.FailureReason != "" {
 		r.Failed = true
 		if err := t.failEpoch(ctx, &r); err != nil {
@@ -809,7 +833,7 @@ type epochEvents struct {
 
 // numEpochMetrics is the number of tolaria.* metrics emitEpoch sends
 // before the deadlines' and the aggregation's.
-const numEpochMetrics = 14
+const numEpochMetrics = 15
 
 // sameMetrics reports whether a and b hold the same metrics in the same
 // order: names, units, attributes, and values bit for bit (a NaN equals
@@ -894,6 +918,7 @@ func (t *Trainer) emitEpoch(r EpochReport) {
 		// The optimizers step their flat arenas with one fused kernel
 		// each: always foreach.
 		leyline.Metric{Name: leyline.MetricTolariaTrainForeachEnabled, Value: 1},
+		leyline.Metric{Name: leyline.MetricTolariaHostSyncs, Value: float64(r.HostSyncs)},
 	)
 	metrics = append(metrics, t.changed...)
 	if sendAgg {

@@ -4,6 +4,7 @@ package main
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -24,5 +25,17 @@ func TestBenchCUDAWithoutTag(t *testing.T) {
 		var out, errb bytes.Buffer
 		require.Equal(t, 1, run(tc.args, &out, &errb), "%v", tc.args)
 		require.Contains(t, errb.String(), tc.msg, "%v", tc.args)
+	}
+}
+
+// TestTrainCUDAWithoutTag: without the cuda tag, esper train --device
+// cuda (or cuda:N) fails at start with one line naming -tags cuda.
+func TestTrainCUDAWithoutTag(t *testing.T) {
+	for _, dev := range []string{"cuda", "cuda:7"} {
+		var out, errb bytes.Buffer
+		require.Equal(t, 1, run([]string{"train", "--device", dev, "--run-dir", t.TempDir()}, &out, &errb), dev)
+		require.Contains(t, errb.String(), "-tags cuda", dev)
+		require.Equal(t, 1, strings.Count(strings.TrimSpace(errb.String()), "\n")+1, "one line: %q", errb.String())
+		require.Empty(t, out.String(), dev)
 	}
 }

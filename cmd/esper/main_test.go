@@ -32,6 +32,8 @@ func TestBadInput(t *testing.T) {
 		{[]string{"train", "--controller", "gnn", "--policy", "/nonexistent.safetensors", "--epochs", "1", "--quiet", "--run-dir", "/nonexistent/runs"}, 1, "--policy"},
 		{[]string{"bench", "--workload", "W2", "--graphs", "0"}, 1, "--graphs"},
 		{[]string{"train", "--device", "cuda0"}, 1, "cuda0"},
+		{[]string{"train", "--device", "sim:x"}, 1, "sim:x"},
+		{[]string{"train", "--device", "sim:-1"}, 1, "sim:-1"},
 		{[]string{"train", "--task", "fashion-mnist", "--data-dir", "/nonexistent"}, 1, "dataset-fashion-mnist"},
 	} {
 		var out, errb bytes.Buffer

@@ -23,6 +23,7 @@ import (
 	"github.com/esper-go/esper/kasmina"
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/nissa"
+	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/optim"
 	"github.com/esper-go/esper/tamiyo"
 	"github.com/esper-go/esper/tensor"
@@ -40,6 +41,8 @@ type trainConfig struct {
 	lr                                                                  float64
 	capture, baseline, resume, quiet, governor                          bool
 	trainSize, testSize                                                 int
+	// dev is the parsed --device: the model moves there before training.
+	dev tensor.Device
 
 	// flags is the run's configuration as a checkpoint stores it (see
 	// train_resume.go), and from the checkpoint a --resume continues
@@ -57,9 +60,10 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if !dev.IsCPU() {
-		return fmt.Errorf("device %s: the CUDA backend is not built yet (CUDA issue)", c.device)
+	if dev.Kind == tensor.KindCUDA {
+		return fmt.Errorf("device %s: training on CUDA is not wired yet (CUDA issue); use --device cpu or sim", c.device)
 	}
+	c.dev = dev
 	if c.controller == "gnn" {
 		// Refuse an unreadable policy before anything is created (the
 		// slot check needs the host and comes later).
@@ -142,7 +146,7 @@ func parseTrain(args []string, stderr io.Writer) (trainConfig, error) {
 	fs := flag.NewFlagSet("train", flag.ContinueOnError)
 	fs.StringVar(&c.task, "task", "synthetic", "task: synthetic (embedded, the default) or fashion-mnist")
 	fs.StringVar(&c.dataDir, "data-dir", data.DefaultFashionMNISTDir, "directory of the Fashion-MNIST IDX files")
-	fs.StringVar(&c.device, "device", "cpu", "device: cpu or cuda (cuda needs a -tags cuda build)")
+	fs.StringVar(&c.device, "device", "cpu", "device: cpu, sim or sim:N (the strict simulated accelerator: CPU kernels, every host read explicit and counted), or cuda (needs a -tags cuda build; not wired for training yet)")
 	fs.StringVar(&c.controller, "controller", "heuristic", "controller: heuristic, gnn (the learned policy of --policy) or none (the host trains alone)")
 	fs.StringVar(&c.policy, "policy", "", "policy checkpoint (safetensors with its tamiyo header) for --controller gnn")
 	fs.BoolVar(&c.policySample, "policy-sample", false, "sample the policy's actions (seeded by --seed) instead of taking the most probable (--controller gnn)")
@@ -340,6 +344,9 @@ func runMorphogenetic(ctx context.Context, c trainConfig, train, test data.Datas
 	}
 	model, err := kasmina.NewMorphogeneticModel(host, kasmina.ModelOptions{Slots: slots, Sink: hub})
 	if err != nil {
+		return nil, err
+	}
+	if err := nn.To(model, c.dev); err != nil {
 		return nil, err
 	}
 	o := tolaria.TrainerOptions{
@@ -578,7 +585,29 @@ func printSummary(w io.Writer, c trainConfig, run, base *runResult) {
 		fmt.Fprintf(w, "seeds: %+.2f points of validation accuracy over the host alone\n",
 			run.summary.Final().ValAccuracy-base.summary.Final().ValAccuracy)
 	}
+	if !c.dev.IsCPU() {
+		fmt.Fprintf(w, "host syncs on %v: %s", c.dev, syncText(run.summary))
+		if base != nil {
+			fmt.Fprintf(w, "; host alone %s", syncText(base.summary))
+		}
+		fmt.Fprintln(w)
+	}
 	fmt.Fprintf(w, "run directory: %s (events.jsonl, training.png, alpha.png)\n", run.dir)
+}
+
+// syncText summarises a run's host syncs per epoch (tolaria.host_syncs):
+// the total over its epochs and the per-epoch range.
+func syncText(s tolaria.Summary) string {
+	if len(s.Epochs) == 0 {
+		return "no epoch"
+	}
+	var total, lo, hi uint64
+	lo = math.MaxUint64
+	for _, r := range s.Epochs {
+		total += r.HostSyncs
+		lo, hi = min(lo, r.HostSyncs), max(hi, r.HostSyncs)
+	}
+	return fmt.Sprintf("%d over %d epochs (%d to %d per epoch)", total, len(s.Epochs), lo, hi)
 }
 
 // policyService loads c.policy for the model's slots (in the order the

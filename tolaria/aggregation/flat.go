@@ -1,9 +1,12 @@
 package aggregation
 
 import (
+	"fmt"
+
 	"strconv"
 
 	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/tensor"
 )
 
@@ -29,8 +32,10 @@ func flatLen(op string, params []*autograd.Var) (int, error) {
 // GradsToFlat copies the gradients of params into dst, one after the
 // other in parameter order (each in row-major order); a parameter without
 // a gradient contributes zeros (G1 grads_to_flat). dst must have exactly
-// FlatLen(params) elements. Gradients must live in host memory and share
-// one float dtype; BF16, F16 and F64 gradients are converted to float32.
+// FlatLen(params) elements. Gradients share one float dtype and one
+// device (gradients on a device are gathered there and copied to the host
+// at once, nn.HostCopies: one host sync); BF16, F16 and F64 gradients are
+// converted to float32.
 //
 // It fails, leaving dst untouched, when params is empty, when no
 // parameter has a gradient, when gradients mix dtypes or devices, when a
@@ -47,19 +52,36 @@ func GradsToFlat(params []*autograd.Var, dst []float32) error {
 	if len(dst) != total {
 		return invalid(op, "destination has %d elements, the parameters' gradients have %d", len(dst), total)
 	}
-	if _, err := gradLayout(op, params, false); err != nil {
+	if _, err := gradLayout(op, params, false, true); err != nil {
 		return err
 	}
-	off := 0
+	var host []*tensor.Tensor // the gradients copied from a device, at once
 	for _, p := range params {
+		if p.Grad != nil && !p.Grad.Device().IsCPU() {
+			host = make([]*tensor.Tensor, len(params))
+			for i, q := range params {
+				host[i] = q.Grad
+			}
+			if host, err = nn.HostCopies(host); err != nil {
+				return fmt.Errorf("aggregation: %s: %w", op, err)
+			}
+			break
+		}
+	}
+	off := 0
+	for i, p := range params {
 		n := p.Value.Numel()
 		seg := dst[off : off+n]
 		off += n
-		if p.Grad == nil {
+		g := p.Grad
+		if host != nil {
+			g = host[i]
+		}
+		if g == nil {
 			clear(seg)
 			continue
 		}
-		readGrad(seg, p.Grad)
+		readGrad(seg, g)
 	}
 	return nil
 }
@@ -79,7 +101,7 @@ func FlatToGrads(flat []float32, params []*autograd.Var) error {
 	if len(flat) != total {
 		return invalid(op, "flat gradient has %d elements, the parameters have %d", len(flat), total)
 	}
-	if _, err := gradLayout(op, params, true); err != nil {
+	if _, err := gradLayout(op, params, true, false); err != nil {
 		return err
 	}
 	off := 0
@@ -131,10 +153,12 @@ func FlatGradView(params []*autograd.Var) (view []float32, ok bool) {
 }
 
 // gradLayout checks that the existing gradients of params share one
-// float dtype and the host device and match their parameters in size. It
+// float dtype and one device and match their parameters in size. It
 // returns that dtype. With allowNone, a list without any gradient is
-// accepted (FlatToGrads creates them).
-func gradLayout(op string, params []*autograd.Var, allowNone bool) (tensor.DType, error) {
+// accepted (FlatToGrads creates them). Without deviceOK the device must
+// be the host (FlatToGrads writes them there); GradsToFlat reads
+// gradients on a device through explicit copies.
+func gradLayout(op string, params []*autograd.Var, allowNone, deviceOK bool) (tensor.DType, error) {
 	var dt tensor.DType
 	var dev tensor.Device
 	first := -1
@@ -151,7 +175,7 @@ func gradLayout(op string, params []*autograd.Var, allowNone bool) (tensor.DType
 		}
 		if first < 0 {
 			first, dt, dev = i, g.DType(), g.Device()
-			if !dev.IsCPU() {
+			if !dev.IsCPU() && !deviceOK {
 				return 0, invalid(op, "gradient of parameter %s is on %v; aggregation works on host memory", paramLabel(p, i), dev)
 			}
 			continue
@@ -169,7 +193,7 @@ func gradLayout(op string, params []*autograd.Var, allowNone bool) (tensor.DType
 	return dt, nil
 }
 
-// readGrad copies gradient g (host, float) into seg as float32.
+// readGrad copies gradient g (float, host memory) into seg as float32.
 func readGrad(seg []float32, g *tensor.Tensor) {
 	if !g.IsContiguous() {
 		g = g.Contiguous()

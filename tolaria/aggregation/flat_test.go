@@ -2,6 +2,7 @@ package aggregation
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 
@@ -127,14 +128,15 @@ func TestFlatRejects(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			flat := make([]float32, c.n)
-			err := GradsToFlat(c.params, flat)
-			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), c.want) {
+			// GradsToFlat reads gradients on a device (explicit copies:
+			// TestGradsToFlatOnSim); FlatToGrads writes only host memory.
+			if err := GradsToFlat(c.params, flat); c.name != "device" && (!errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), c.want)) {
 				t.Fatalf("GradsToFlat: %v, want ErrInvalid containing %q", err, c.want)
 			}
 			if c.name == "no gradients" {
 				return // FlatToGrads creates missing gradients
 			}
-			err = FlatToGrads(flat, c.params)
+			err := FlatToGrads(flat, c.params)
 			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("FlatToGrads: %v, want ErrInvalid containing %q", err, c.want)
 			}
@@ -198,5 +200,38 @@ func TestFlatCopiesAllocateNothing(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Fatalf("GradsToFlat+FlatToGrads: %v allocations, want 0", allocs)
+	}
+}
+
+// TestGradsToFlatOnSim: gradients on the strict sim device are gathered
+// there and read with one explicit device-to-host copy (one counted host
+// sync), giving the host gradients' flat vector.
+func TestGradsToFlatOnSim(t *testing.T) {
+	rng := tensor.NewRNG(3)
+	ps := params(rng, []int{2}, []int{3})
+	want := make([]float32, 5)
+	if err := GradsToFlat(ps, want); err != nil {
+		t.Fatal(err)
+	}
+	dev := tensor.Sim(5)
+	for _, p := range ps {
+		g, err := p.Grad.ToDevice(dev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Grad = g
+	}
+	before := tensor.HostSyncs(dev)
+	got := make([]float32, 5)
+	if err := GradsToFlat(ps, got); err != nil {
+		t.Fatal(err)
+	}
+	if n := tensor.HostSyncs(dev) - before; n != 1 {
+		t.Fatalf("%d host syncs, want 1 (the gradients gathered, one copy)", n)
+	}
+	for i := range want {
+		if math.Float32bits(want[i]) != math.Float32bits(got[i]) {
+			t.Fatalf("element %d: %v, want %v", i, got[i], want[i])
+		}
 	}
 }

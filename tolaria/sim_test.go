@@ -1,0 +1,288 @@
+package tolaria
+
+import (
+	"context"
+	"math"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/esper-go/esper/leyline"
+	"github.com/esper-go/esper/nn"
+	"github.com/esper-go/esper/tensor"
+)
+
+// simRun trains a fresh trainerModel on dev (moved there before the
+// trainer is built, the batches staying CPU tensors the trainer copies)
+// under the lifecycle script, and returns the summary and the final
+// parameters (copied to the host).
+func simRun(t *testing.T, dev tensor.Device, o TrainerOptions) (Summary, map[string][]float32) {
+	t.Helper()
+	m := trainerModel(t)
+	require.NoError(t, nn.To(m, dev))
+	o.Model = m
+	tr, err := NewTrainer(o)
+	require.NoError(t, err)
+	sum, err := tr.Fit(context.Background())
+	require.NoError(t, err)
+	return sum, hostParams(t, m)
+}
+
+// hostParams is params for a model on any device: each parameter and F32
+// buffer copied to the host explicitly.
+func hostParams(t *testing.T, m nn.Module) map[string][]float32 {
+	t.Helper()
+	out := map[string][]float32{}
+	read := func(x *tensor.Tensor) []float32 {
+		h, err := x.ToDevice(tensor.CPU)
+		require.NoError(t, err)
+		return h.F32()
+	}
+	for _, p := range m.NamedParameters() {
+		out[p.Name] = read(p.Var.Value)
+	}
+	for _, b := range m.NamedBuffers() {
+		if b.Tensor.DType() == tensor.F32 {
+			out["buffer:"+b.Name] = read(b.Tensor)
+		}
+	}
+	return out
+}
+
+// sameReports requires the epoch reports of two runs to be equal bit
+// for bit, the wall times and host syncs aside.
+func sameReports(t *testing.T, want, got []EpochReport) {
+	t.Helper()
+	require.Equal(t, len(want), len(got))
+	for i := range want {
+		w, g := want[i], got[i]
+		for _, r := range []*EpochReport{&w, &g} {
+			r.Duration, r.StepP50, r.StepP95, r.HostSyncs = 0, 0, 0, 0
+		}
+		if math.IsNaN(w.ValLoss) && math.IsNaN(g.ValLoss) {
+			w.ValLoss, g.ValLoss = 0, 0 // NaN on both: equal, as far as a run goes
+		}
+		require.Equal(t, w, g, "epoch %d", i)
+	}
+}
+
+// TestTrainerOnSimEqualsCPU: the lifecycle run (germinate r0c1 after
+// epoch 0, advance it to TRAINING after epoch 1, germinate r0c0 after
+// epoch 2) with the model moved to sim gives the CPU's epoch reports
+// (losses, accuracies, decisions, seeds, aggregation figures) and final
+// parameters bit for bit — the same kernels on device tensors, every
+// host read explicit — and a bounded number of host syncs per epoch.
+//
+// The syncs per epoch on sim (5 steps of 8, GradientTelemetryStride 10,
+// so the gradient telemetry runs at global steps 10 and 20, the last
+// steps of epochs 1 and 3):
+//   - 1: the training pass's loss sum and correct count (one read of the
+//     accumulator after the last step);
+//   - 1: the validation pass's (one read after the last batch);
+//   - at a telemetry step, 1 per slot holding a seed: kasmina's gradient
+//     telemetry reads the seed's and the host's gradients, gathered on
+//     the device and copied at once (nn.HostCopies);
+//   - at a telemetry step with a TRAINING seed, 1 more: the per-seed
+//     aggregation metrics read the trainable gradients the same way.
+//
+// That is 2 in epochs 0 and 2, 2+1 = 3 in epoch 1 (r0c1 GERMINATED) and
+// 2+2+1 = 5 in epoch 3 (r0c1 TRAINING, r0c0 GERMINATED). The telemetry's
+// reads stay host reads because its figures are float64 reductions the
+// CPU computes on the host: doing them on the device would change their
+// bits.
+func TestTrainerOnSimEqualsCPU(t *testing.T) {
+	o := TrainerOptions{Train: toyData(1, 5, 8), Val: toyData(2, 2, 8), Epochs: 4, Controller: script, HostLR: 0.05}
+	want, wp := simRun(t, tensor.CPU, o)
+	got, gp := simRun(t, tensor.Sim(0), o)
+	sameReports(t, want.Epochs, got.Epochs)
+	require.Equal(t, wp, gp, "final parameters")
+	require.Equal(t, want.Germinated, got.Germinated)
+	syncs := make([]uint64, len(got.Epochs))
+	for i, r := range got.Epochs {
+		require.Zero(t, want.Epochs[i].HostSyncs, "the cpu never syncs")
+		syncs[i] = r.HostSyncs
+	}
+	t.Logf("host syncs per epoch on sim: %v", syncs)
+	require.Equal(t, []uint64{2, 3, 2, 5}, syncs)
+}
+
+// TestTrainerOnSimNoSeedsTwoSyncs: without seeds (no controller) every
+// epoch on sim costs exactly two host syncs — the training and the
+// validation accumulators, read once each — and tolaria.host_syncs says
+// so; the CPU run it equals bit for bit sends 0.
+func TestTrainerOnSimNoSeedsTwoSyncs(t *testing.T) {
+	for _, dev := range []tensor.Device{tensor.CPU, tensor.Sim(1)} {
+		rec := &recorder{}
+		o := TrainerOptions{Train: toyData(1, 5, 8), Val: toyData(2, 2, 8), Epochs: 3, Sink: rec}
+		sum, _ := simRun(t, dev, o)
+		want := 2.0
+		if dev.IsCPU() {
+			want = 0
+		}
+		for _, r := range sum.Epochs {
+			require.Equal(t, uint64(want), r.HostSyncs, "%v epoch %d", dev, r.Epoch)
+		}
+		var sent []float64
+		for _, e := range rec.all() {
+			if p, ok := e.Data.(*leyline.MetricsPayload); ok && e.Type == leyline.EventMetrics && p.Source == "tolaria" {
+				sent = append(sent, metricValue(t, p.Metrics, leyline.MetricTolariaHostSyncs))
+			}
+		}
+		require.Equal(t, []float64{want, want, want}, sent, "%v: tolaria.host_syncs per epoch", dev)
+	}
+}
+
+// TestTrainerRefusesPCGradOnADevice: PCGrad combines gradients on the
+// host, so NewTrainer refuses it for a model on sim with a line naming
+// the option and the device.
+func TestTrainerRefusesPCGradOnADevice(t *testing.T) {
+	m := trainerModel(t)
+	require.NoError(t, nn.To(m, tensor.Sim(0)))
+	_, err := NewTrainer(TrainerOptions{Model: m, Train: toyData(1, 1, 4), Val: toyData(2, 1, 4), Epochs: 1, PCGrad: true})
+	require.ErrorIs(t, err, ErrOptions)
+	require.ErrorContains(t, err, "PCGrad")
+	require.ErrorContains(t, err, "sim:0")
+}
+
+// TestCheckpointResumeOnSim: a run on sim that stops after 2 of 4
+// epochs, resumed on sim from its checkpoint by a fresh trainer, ends
+// with the uninterrupted CPU run's reports and parameters bit for bit.
+func TestCheckpointResumeOnSim(t *testing.T) {
+	cpu := crashOptions(t, t.TempDir())
+	want, wp := simRun(t, tensor.CPU, cpu)
+
+	dir := t.TempDir()
+	first := crashOptions(t, dir)
+	first.Epochs = 2
+	simRun(t, tensor.Sim(0), first)
+
+	o := crashOptions(t, dir)
+	m := o.Model
+	require.NoError(t, nn.To(m, tensor.Sim(0)))
+	tr, err := NewTrainer(o)
+	require.NoError(t, err)
+	next, err := tr.Resume()
+	require.NoError(t, err)
+	require.Equal(t, 2, next)
+	got, err := tr.Fit(context.Background())
+	require.NoError(t, err)
+	sameReports(t, want.Epochs, got.Epochs)
+	require.Equal(t, wp, hostParams(t, m), "final parameters")
+}
+
+// TestTrainerVariantsOnSimEqualCPU: the lifecycle run of
+// TestTrainerOnSimEqualsCPU with the governor, fp16 and bf16 autocast,
+// the captured step, and the fast rollback tier: on sim each gives the
+// CPU's reports and final parameters bit for bit. fp16 adds one host
+// sync per telemetry step (the scaler's found-inf flag, read before the
+// gradients are measured); the others sync as the plain run does.
+func TestTrainerVariantsOnSimEqualCPU(t *testing.T) {
+	plain := []uint64{2, 3, 2, 5}
+	for _, tc := range []struct {
+		name  string
+		o     TrainerOptions
+		syncs []uint64
+	}{
+		{"governor", TrainerOptions{Governor: &GovernorOptions{Classes: 3}}, plain},
+		{"fp16", TrainerOptions{AMP: AMPFP16}, []uint64{2, 4, 2, 6}},
+		{"bf16", TrainerOptions{AMP: AMPBF16}, plain},
+		{"capture", TrainerOptions{Capture: true}, plain},
+		{"fast rollback", TrainerOptions{FastRollbackMB: 8, RollbackOnFailure: true}, plain},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := tc.o
+			o.Train, o.Val, o.Epochs, o.Controller, o.HostLR = toyData(1, 5, 8), toyData(2, 2, 8), 4, script, 0.05
+			want, wp := simRun(t, tensor.CPU, o)
+			got, gp := simRun(t, tensor.Sim(0), o)
+			sameReports(t, want.Epochs, got.Epochs)
+			require.Equal(t, wp, gp, "final parameters")
+			var syncs []uint64
+			for _, r := range got.Epochs {
+				syncs = append(syncs, r.HostSyncs)
+			}
+			require.Equal(t, tc.syncs, syncs, "host syncs per epoch")
+		})
+	}
+}
+
+// TestTwoTrainingSeedsOnSim: with both seeds TRAINING (r0c0 advanced
+// after epoch 3), the per-seed aggregation metrics go through
+// GradsToFlat (two participants), which reads the device gradients with
+// one gathered copy; the run still equals the CPU's bit for bit,
+// aggregation figures included. Epoch 5 (its last step is global step
+// 30, a telemetry step) costs 5 syncs: the two accumulator reads, one
+// per seed's telemetry and one for the flattened gradients.
+func TestTwoTrainingSeedsOnSim(t *testing.T) {
+	sc := scripted{3: {Op: leyline.OpAdvance, SlotID: "r0c0", Reason: "script", Confidence: 1}}
+	for k, v := range script {
+		sc[k] = v
+	}
+	o := TrainerOptions{Train: toyData(1, 5, 8), Val: toyData(2, 2, 8), Epochs: 6, Controller: sc, HostLR: 0.05}
+	want, wp := simRun(t, tensor.CPU, o)
+	got, gp := simRun(t, tensor.Sim(0), o)
+	sameReports(t, want.Epochs, got.Epochs)
+	require.Equal(t, wp, gp, "final parameters")
+	var syncs []uint64
+	for _, r := range got.Epochs {
+		syncs = append(syncs, r.HostSyncs)
+	}
+	require.Equal(t, []uint64{2, 3, 2, 5, 2, 5}, syncs)
+	for _, s := range got.Final().Seeds {
+		require.Equal(t, leyline.StageTraining, s.Stage, s.SlotID)
+	}
+}
+
+// TestGovernorRollbackOnSim: a NaN validation loss at epoch 2 makes the
+// governor roll the model on sim back to its snapshot, as on the CPU:
+// the same reports (the rollback, its reason, the pruned seed) and final
+// parameters bit for bit; GOVERNOR_ROLLBACK names sim:0.
+func TestGovernorRollbackOnSim(t *testing.T) {
+	o := TrainerOptions{
+		Train: toyData(1, 3, 8), Val: poisonedVal{toyData(2, 1, 8), 2}, Epochs: 4,
+		Controller: script, Governor: &GovernorOptions{Classes: 3},
+	}
+	want, wp := simRun(t, tensor.CPU, o)
+	rec := &recorder{}
+	o.Sink = rec
+	got, gp := simRun(t, tensor.Sim(0), o)
+	require.True(t, want.Epochs[2].RolledBack)
+	sameReports(t, want.Epochs, got.Epochs)
+	require.Equal(t, wp, gp, "final parameters")
+	var devices []string
+	for _, e := range rec.all() {
+		if p, ok := e.Data.(*leyline.GovernorRollbackPayload); ok {
+			devices = append(devices, p.Device)
+		}
+	}
+	require.Equal(t, []string{"sim:0"}, devices, "the rollback event names the model's device")
+}
+
+// TestHostReadInsideAStepOnSim: the sync counter catches a host read the
+// step should not make. An explicit copy of a gradient after backward
+// (the test hook) adds one host sync per step to the epoch's count; a
+// host accessor on a device tensor instead fails the epoch, naming the
+// device.
+func TestHostReadInsideAStepOnSim(t *testing.T) {
+	build := func() *Trainer {
+		m := trainerModel(t)
+		require.NoError(t, nn.To(m, tensor.Sim(0)))
+		tr, err := NewTrainer(TrainerOptions{Model: m, Train: toyData(1, 5, 8), Val: toyData(2, 2, 8), Epochs: 1})
+		require.NoError(t, err)
+		return tr
+	}
+	tr := build()
+	w := tr.model.HostParameters()[0]
+	tr.step.afterBackward = func() {
+		_, err := w.Grad.ToDevice(tensor.CPU)
+		require.NoError(t, err)
+	}
+	r, err := tr.RunEpoch(context.Background(), 0)
+	require.NoError(t, err)
+	require.Equal(t, uint64(2+5), r.HostSyncs, "the two accumulator reads and one per step")
+
+	tr = build()
+	w = tr.model.HostParameters()[0]
+	tr.step.afterBackward = func() { _ = w.Grad.F32() }
+	_, err = tr.RunEpoch(context.Background(), 0)
+	require.ErrorContains(t, err, "sim:0")
+}
