@@ -53,6 +53,12 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("device %q is not available (want cpu, or cuda[:N] in a binary built with -tags cuda)", *device)
 	}
+	if dev.Kind == tensor.KindSim {
+		// The simulated device proves the code device-clean in tests and
+		// in esper train --device sim; its speed is the CPU's plus copies,
+		// which no workload's target is about.
+		return fmt.Errorf("--device %v: the workloads run on cpu or cuda[:N]; the sim device is for esper train and the tests (its host syncs are in esper train's output)", dev)
+	}
 	if *compare != "" && *compare != "pytorch" {
 		return fmt.Errorf("unknown peer %q (want pytorch)", *compare)
 	}

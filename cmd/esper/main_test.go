@@ -21,6 +21,7 @@ func TestBadInput(t *testing.T) {
 		{[]string{"bench", "--epochs", "0"}, 1, "--epochs"},
 		{[]string{"bench", "--workload", "W3", "--requests", "0"}, 1, "--requests"},
 		{[]string{"bench", "--device", "tpu"}, 1, "not available"},
+		{[]string{"bench", "--device", "sim"}, 1, "the sim device is for esper train"},
 		{[]string{"bench", "--compare", "jax"}, 1, "unknown peer"},
 		{[]string{"bench", "--bogus"}, 1, "flag provided but not defined"},
 		{[]string{"train", "--epochs", "0"}, 1, "--epochs"},
