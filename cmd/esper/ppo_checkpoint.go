@@ -258,36 +258,14 @@ func (r ppoRound) figures() []float64 {
 }
 
 // openPPORunDir returns the run's telemetry directory: on a resume whose
-// checkpoint names one that still exists, that directory, its
-// events.jsonl cut back to the checkpoint (a note saying what was cut is
-// returned for the resume event); otherwise a new one under root.
+// checkpoint names one, that directory continued (continueRunDir);
+// otherwise a new one under root.
 func openPPORunDir(root string, st ppoState, resume bool, stdout io.Writer) (*nissa.DirBackend, string, error) {
 	if !resume || st.RunDir == "" {
 		d, err := nissa.NewDirBackend(root, nissa.DirOptions{})
 		return d, "", err
 	}
-	if fi, err := os.Stat(st.RunDir); err != nil || !fi.IsDir() {
-		fmt.Fprintf(stdout, "note: the run directory %s is gone: the resumed run writes a new one\n", st.RunDir)
-		d, err := nissa.NewDirBackend(root, nissa.DirOptions{})
-		return d, "", err
-	}
-	d, err := nissa.OpenDirBackend(st.RunDir, nissa.DirOptions{})
-	if err != nil {
-		return nil, "", err
-	}
-	rep, err := nissa.RepairJSONL(d.Path(), st.EventsBytes)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return d, "events.jsonl was missing", nil
-	case err != nil:
-		return nil, "", err
-	case rep.Short:
-		fmt.Fprintf(stdout, "warning: %s is shorter than when the checkpoint was written: some events before it are missing\n", d.Path())
-		return d, "events.jsonl was shorter than at the checkpoint", nil
-	case rep.Lines > 0:
-		return d, fmt.Sprintf("events.jsonl cut back to the checkpoint (%d later lines dropped)", rep.Lines), nil
-	}
-	return d, "events.jsonl ends at the checkpoint", nil
+	return continueRunDir(root, st.RunDir, st.EventsBytes, stdout)
 }
 
 // recordRunDir flushes the telemetry and records the run directory and

@@ -236,17 +236,25 @@ func openRunDir(c trainConfig, stdout io.Writer) (*nissa.DirBackend, string, err
 		d, err := nissa.NewDirBackend(c.runRoot, nissa.DirOptions{})
 		return d, "", err
 	}
-	dir := c.from.run.RunDir
+	return continueRunDir(c.runRoot, c.from.run.RunDir, c.from.run.EventsBytes, stdout)
+}
+
+// continueRunDir reopens a resumed run's telemetry directory dir, its
+// events.jsonl cut back to keep bytes (the length a checkpoint recorded
+// after a flush) and to its last whole line, and says what it did for the
+// resume event; when dir is gone, a new directory under root takes its
+// place (with a note). esper train and esper ppo resume through it.
+func continueRunDir(root, dir string, keep int64, stdout io.Writer) (*nissa.DirBackend, string, error) {
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 		fmt.Fprintf(stdout, "note: the run directory %s is gone: the resumed run writes a new one\n", dir)
-		d, err := nissa.NewDirBackend(c.runRoot, nissa.DirOptions{})
+		d, err := nissa.NewDirBackend(root, nissa.DirOptions{})
 		return d, "", err
 	}
 	d, err := nissa.OpenDirBackend(dir, nissa.DirOptions{})
 	if err != nil {
 		return nil, "", err
 	}
-	rep, err := nissa.RepairJSONL(d.Path(), c.from.run.EventsBytes)
+	rep, err := nissa.RepairJSONL(d.Path(), keep)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		return d, "events.jsonl was missing", nil
