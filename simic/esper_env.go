@@ -201,6 +201,9 @@ type EsperStepInfo struct {
 // Environments of a VecEnv step one after another, so they may share
 // EsperData; an EsperEnv is not safe for concurrent use.
 type EsperEnv struct {
+	// diverged is set when the episode's host diverged past the
+	// governor's rollbacks (tolaria.ErrDiverged): the episode ends there.
+	diverged bool
 	o        EsperEnvOptions
 	spec     EnvSpec
 	rewarder *Rewarder
@@ -418,6 +421,7 @@ func (e *EsperEnv) Close() {
 func (e *EsperEnv) Reset() (TamiyoObs, error) {
 	e.Close()
 	e.episode++
+	e.diverged = false
 	host, err := e.newHost()
 	if err != nil {
 		return TamiyoObs{}, fmt.Errorf("simic: EsperEnv.Reset: %w", err)
@@ -499,6 +503,14 @@ func (e *EsperEnv) advance(ctx context.Context) (obs TamiyoObs, rollbacks int, e
 		case res := <-e.done:
 			e.running = false
 			if res.err != nil {
+				if errors.Is(res.err, tolaria.ErrDiverged) {
+					// The host diverged past the governor's rollbacks (the
+					// last one restored it): the episode ends here, a
+					// terminal state with the rollback's penalty, and the
+					// other environments train on.
+					e.diverged = true
+					return TamiyoObs{}, rollbacks + 1, true, nil
+				}
 				return TamiyoObs{}, rollbacks, false, fmt.Errorf("simic: EsperEnv %d: epoch %d: %w", e.o.Index, ep, res.err)
 			}
 			if res.r.RolledBack {
@@ -639,6 +651,14 @@ func (e *EsperEnv) Step(action []int) (StepResult[TamiyoObs], error) {
 	out := <-e.done
 	e.running, e.state = false, nil
 	if out.err != nil {
+		if errors.Is(out.err, tolaria.ErrDiverged) { // as in advance
+			e.diverged = true
+			e.info = info
+			res.Rollback, res.Terminated = true, true
+			res.Reward = e.trainer.Governor().PunishmentReward()
+			res.Obs, err = e.finalObs(st, out.r)
+			return res, err
+		}
 		return res, fmt.Errorf("simic: EsperEnv %d: epoch %d: %w", e.o.Index, e.epoch, out.err)
 	}
 	r := out.r
@@ -672,7 +692,9 @@ func (e *EsperEnv) Step(action []int) (StepResult[TamiyoObs], error) {
 	}
 	e.info = info
 	if end {
-		res.Truncated = true
+		// A diverged host ends the episode (terminal); otherwise the
+		// episode ran out of epochs (truncated, bootstrapped).
+		res.Truncated, res.Terminated = !e.diverged, e.diverged
 		res.Obs, err = e.finalObs(st, r)
 		return res, err
 	}

@@ -362,3 +362,40 @@ func TestEsperEnvFirstEpisode(t *testing.T) {
 		t.Fatal("negative FirstEpisode accepted")
 	}
 }
+
+// TestEsperEnvDivergedHostEndsTheEpisode: a host that diverges past the
+// governor's rollbacks (tolaria.ErrDiverged, at a host rate of 1e6) ends
+// its episode as a terminal state with the rollback penalty — it used to
+// be an error that stopped the whole PPO run — and the next Reset starts
+// a fresh episode.
+func TestEsperEnvDivergedHostEndsTheEpisode(t *testing.T) {
+	d, _ := tinyEsper(t)
+	env, err := NewEsperEnv(EsperEnvOptions{Data: d, Index: 0, Seed: 11, MaxEpochs: 8, Blocks: 3, BaseChannels: 2, HostLR: 1e6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(env.Close)
+	if _, err := env.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	var last StepResult[TamiyoObs]
+	for i := 0; i < 8; i++ {
+		r, err := env.Step(make([]int, leyline.NumActionHeads)) // WAIT
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		last = r
+		if r.Terminated || r.Truncated {
+			break
+		}
+	}
+	if !last.Terminated || last.Truncated || !last.Rollback || last.Reward != env.Trainer().Governor().PunishmentReward() {
+		t.Fatalf("last step: terminated %v truncated %v rollback %v reward %v", last.Terminated, last.Truncated, last.Rollback, last.Reward)
+	}
+	if last.Obs.Graph == nil {
+		t.Fatal("a terminal step still carries its final observation")
+	}
+	if _, err := env.Reset(); err != nil {
+		t.Fatalf("the next episode: %v", err)
+	}
+}
