@@ -441,15 +441,25 @@ func decodeCheckpoint(path string, data []byte, rec wal) (State, error) {
 		}
 		return State{}, ce
 	}
+	f, err := parseCheckpoint(path, data)
+	if err != nil {
+		return State{}, err
+	}
+	return checkpointState(path, f, rec.epoch, "the WAL says")
+}
+
+// parseCheckpoint parses a checkpoint file's bytes, a malformed one being
+// a *CorruptError at the parser's offset.
+func parseCheckpoint(path string, data []byte) (*safetensors.File, error) {
 	f, err := safetensors.Parse(data, path)
 	if err != nil {
 		var fe *safetensors.FormatError
 		if errors.As(err, &fe) {
-			return State{}, &CorruptError{File: path, Offset: fe.Offset, Reason: fe.Msg, Err: fe}
+			return nil, &CorruptError{File: path, Offset: fe.Offset, Reason: fe.Msg, Err: fe}
 		}
-		return State{}, &CorruptError{File: path, Offset: -1, Reason: err.Error(), Err: err}
+		return nil, &CorruptError{File: path, Offset: -1, Reason: err.Error(), Err: err}
 	}
-	return checkpointState(path, f, rec.epoch, "the WAL says")
+	return f, nil
 }
 
 // checkpointState checks a parsed checkpoint's format version and epoch

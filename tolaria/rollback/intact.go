@@ -102,13 +102,9 @@ func (st *Store) loadSelfVerified(path string, epoch int) (State, error) {
 		}
 		return State{}, fmt.Errorf("rollback: read checkpoint: %w", err)
 	}
-	f, err := safetensors.Parse(data, path)
+	f, err := parseCheckpoint(path, data)
 	if err != nil {
-		var fe *safetensors.FormatError
-		if errors.As(err, &fe) {
-			return State{}, &CorruptError{File: path, Offset: fe.Offset, Reason: fe.Msg, Err: fe}
-		}
-		return State{}, &CorruptError{File: path, Offset: -1, Reason: err.Error(), Err: err}
+		return State{}, err
 	}
 	want, ok := f.Metadata[metaKeyCRC]
 	if !ok {
