@@ -16,17 +16,9 @@ func Save(path string, m Module, metadata map[string]string) error {
 	if isNilModule(m) {
 		return fmt.Errorf("nn: save %s: nil module", path)
 	}
-	sd := StateDict(m)
-	for name, t := range sd {
-		// The file is written from the host: device tensors are copied
-		// there explicitly (one host sync each).
-		if !t.Device().IsCPU() {
-			h, err := t.ToDevice(tensor.CPU)
-			if err != nil {
-				return fmt.Errorf("nn: save %s: %s: %w", path, name, err)
-			}
-			sd[name] = h
-		}
+	sd, err := HostStateDict(m)
+	if err != nil {
+		return fmt.Errorf("nn: save %s: %w", path, err)
 	}
 	if err := safetensors.WriteFile(path, sd, metadata); err != nil {
 		return fmt.Errorf("nn: save %s: %w", path, err)

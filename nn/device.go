@@ -79,6 +79,30 @@ func deviceStates(m Module) []*tensor.Tensor {
 	return out
 }
 
+// HostStateDict returns m's parameters and buffers by state-dict name,
+// readable on the host, for writing (not copies to modify): CPU tensors
+// are m's own, a device's are brought over with HostCopies (one host
+// sync per device and dtype).
+func HostStateDict(m Module) (map[string]*tensor.Tensor, error) {
+	if isNilModule(m) {
+		return nil, fmt.Errorf("nn: HostStateDict: nil module")
+	}
+	es := entries(m)
+	ts := make([]*tensor.Tensor, len(es))
+	for i, e := range es {
+		ts[i] = e.t
+	}
+	host, err := HostCopies(ts)
+	if err != nil {
+		return nil, err
+	}
+	sd := make(map[string]*tensor.Tensor, len(es))
+	for i, e := range es {
+		sd[e.name] = host[i]
+	}
+	return sd, nil
+}
+
 // HostCopies returns ts readable on the host, in order (nil entries stay
 // nil): CPU tensors as they are (callers only read them), and the tensors
 // of a device gathered into one flat buffer there with the backend's

@@ -11,7 +11,6 @@ import (
 	"slices"
 	"sort"
 
-	"github.com/esper-go/esper/autograd"
 	"github.com/esper-go/esper/internal/atomicfile"
 	"github.com/esper-go/esper/internal/strictjson"
 	"github.com/esper-go/esper/leyline"
@@ -125,7 +124,7 @@ func SavePolicy(path string, p *Policy, slots leyline.SlotConfig) error {
 	if slots.Len() == 0 {
 		return fmt.Errorf("tamiyo: SavePolicy %s: empty slot configuration", path)
 	}
-	sd, err := hostStateDict(p)
+	sd, err := nn.HostStateDict(p)
 	if err != nil {
 		return fmt.Errorf("tamiyo: SavePolicy %s: %w", path, err)
 	}
@@ -145,43 +144,6 @@ func SavePolicy(path string, p *Policy, slots leyline.SlotConfig) error {
 		return fmt.Errorf("tamiyo: SavePolicy %s: %w", path, err)
 	}
 	return nil
-}
-
-// hostStateDict returns p's state dict on the host: nn.StateDict's
-// copies on the CPU; on a device, its tensors concatenated there and
-// copied to the host at once (one host sync instead of one per tensor),
-// each entry a view of that copy.
-func hostStateDict(p *Policy) (map[string]*tensor.Tensor, error) {
-	sd := nn.StateDict(p)
-	if p.Device().IsCPU() {
-		return sd, nil
-	}
-	names := make([]string, 0, len(sd))
-	for n := range sd {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	parts := make([]*autograd.Var, len(names))
-	for i, n := range names {
-		t := sd[n]
-		if t.DType() != sd[names[0]].DType() {
-			return nil, fmt.Errorf("%s is %v, %s %v: a policy has one dtype", n, t.DType(), names[0], sd[names[0]].DType())
-		}
-		parts[i] = autograd.Const(t.Reshape(t.Numel()))
-	}
-	var flat *autograd.Var
-	autograd.InferenceMode(func() { flat = autograd.Concat(parts, 0) })
-	host, err := flat.Value.ToDevice(tensor.CPU)
-	if err != nil {
-		return nil, fmt.Errorf("copying the parameters to the host: %w", err)
-	}
-	off := 0
-	for _, n := range names {
-		t := sd[n]
-		sd[n] = host.Narrow(0, off, t.Numel()).Reshape(t.Shape()...)
-		off += t.Numel()
-	}
-	return sd, nil
 }
 
 // testHookBeforeRename, when set by a test, runs before SavePolicy's
