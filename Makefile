@@ -4,7 +4,7 @@ PKGS     ?= ./...
 PYTHON   ?= /usr/bin/python3
 BENCHTIME ?= 1x
 
-.PHONY: all build esper test race vet fmt-check bench demo fixtures cuda-deps ptx cuda-check gpu-bundle fuzz
+.PHONY: all build esper test test-sim race vet fmt-check bench demo fixtures cuda-deps ptx cuda-check gpu-bundle fuzz
 
 all: build test
 
@@ -24,7 +24,15 @@ esper:
 ## packages with goroutines (what CI runs)
 test: vet fmt-check
 	$(GO) test -count=1 $(PKGS)
+	@$(MAKE) --no-print-directory test-sim
 	@$(MAKE) --no-print-directory race
+
+## test-sim: the suites of the domains above the kernels again on the
+## strict simulated device (internal/testdevice: ESPER_TEST_DEVICE=sim),
+## whose host accessors refuse device tensors
+SIM_PKGS ?= ./internal/testdevice
+test-sim:
+	ESPER_TEST_DEVICE=sim $(GO) test -count=1 $(SIM_PKGS)
 
 ## fuzz: every fuzz target of a reader a user can feed (package:target),
 ## FUZZTIME each (60s by default; CI runs 10s). A failure leaves its
