@@ -1,10 +1,6 @@
 package tensor
 
-import (
-	"math"
-
-	"github.com/x448/float16"
-)
+import "math"
 
 // F32ToBF16 rounds a float32 to bfloat16 bits with round-to-nearest-even.
 // NaN stays NaN (quiet), infinities stay infinite.
@@ -21,11 +17,81 @@ func F32ToBF16(f float32) uint16 {
 // BF16ToF32 widens bfloat16 bits to float32 exactly.
 func BF16ToF32(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }
 
-// F32ToF16 rounds a float32 to IEEE half-precision bits (nearest-even).
-func F32ToF16(f float32) uint16 { return uint16(float16.Fromfloat32(f)) }
+// The half-precision conversions are written here rather than imported,
+// so that the ground package costs no third-party module; they are
+// checked bit for bit against github.com/x448/float16 (the project's
+// float16 reference, a test dependency of tensor and leyline): every one
+// of the 2^16 halves, and every float32 in an exhaustive sweep
+// (TestF16Exhaustive).
 
-// F16ToF32 widens half-precision bits to float32 exactly.
-func F16ToF32(h uint16) float32 { return float16.Frombits(h).Float32() }
+// F32ToF16 rounds a float32 to IEEE half-precision bits (nearest-even):
+// values past the largest half (65504, after rounding) become ±Inf,
+// values below half the smallest subnormal (2^-25, ties to even) ±0. A
+// NaN stays a NaN with its sign and the top bits of its payload, and
+// quiet.
+func F32ToF16(f float32) uint16 {
+	b := math.Float32bits(f)
+	sign := uint16(b>>16) & 0x8000
+	exp := int(b>>23) & 0xff
+	man := b & 0x7fffff
+	if exp == 0xff {
+		if man == 0 {
+			return sign | 0x7c00
+		}
+		return sign | 0x7e00 | uint16(man>>13) // quiet NaN
+	}
+	e := exp - 127 + 15 // the half's biased exponent
+	if e >= 0x1f {
+		return sign | 0x7c00
+	}
+	if e <= 0 {
+		// A subnormal half (or zero): the significand with its implicit
+		// bit, shifted right by 14−e with nearest-even rounding; a carry
+		// into bit 10 gives the smallest normal, as it should.
+		shift := uint(14 - e)
+		if shift > 24 || exp == 0 {
+			return sign // below 2^-25, or a float32 subnormal (< 2^-126)
+		}
+		m := man | 0x800000
+		r := m >> shift
+		rem, half := m&(1<<shift-1), uint32(1)<<(shift-1)
+		if rem > half || rem == half && r&1 == 1 {
+			r++
+		}
+		return sign | uint16(r)
+	}
+	r := uint32(e)<<10 | man>>13
+	rem := man & 0x1fff
+	if rem > 0x1000 || rem == 0x1000 && r&1 == 1 {
+		r++ // a carry out of the significand bumps the exponent (to Inf at the top)
+	}
+	return sign | uint16(r)
+}
+
+// F16ToF32 widens half-precision bits to float32 exactly (subnormals
+// normalised, Inf kept, a NaN quietened with its sign and payload).
+func F16ToF32(h uint16) float32 {
+	sign := uint32(h&0x8000) << 16
+	exp := uint32(h>>10) & 0x1f
+	man := uint32(h & 0x3ff)
+	switch {
+	case exp == 0x1f && man == 0:
+		return math.Float32frombits(sign | 0x7f800000)
+	case exp == 0x1f:
+		return math.Float32frombits(sign | 0x7fc00000 | man<<13) // quiet NaN
+	case exp != 0:
+		return math.Float32frombits(sign | (exp+127-15)<<23 | man<<13)
+	case man == 0:
+		return math.Float32frombits(sign)
+	}
+	// Subnormal: shift the significand up to its implicit bit.
+	e := uint32(127 - 15 + 1)
+	for man&0x400 == 0 {
+		man <<= 1
+		e--
+	}
+	return math.Float32frombits(sign | e<<23 | (man&0x3ff)<<13)
+}
 
 // Cast returns a contiguous copy of t converted to dtype (t itself when the
 // dtype already matches and t is contiguous). Float to integer conversion

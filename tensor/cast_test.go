@@ -2,6 +2,8 @@ package tensor_test
 
 import (
 	"math"
+	"runtime"
+	"sync"
 	"testing"
 
 	"github.com/x448/float16"
@@ -114,6 +116,66 @@ func TestF16(t *testing.T) {
 			t.Fatalf("F32ToF16(F16ToF32(%#04x)) = %#04x", h, back)
 		}
 	}
+}
+
+// TestF16MatchesReference checks the half conversions bit for bit
+// against x448/float16: every half widened, and every float32 whose low
+// 16 bits are one of the patterns around the rounding points (ties,
+// just below and above, the subnormal shifts' halves) or a random one,
+// for all 2^16 high halves — sign, exponent and top mantissa bits, NaNs
+// and infinities included.
+func TestF16MatchesReference(t *testing.T) {
+	for h := 0; h <= 0xffff; h++ {
+		got := math.Float32bits(tensor.F16ToF32(uint16(h)))
+		if want := math.Float32bits(float16.Frombits(uint16(h)).Float32()); got != want {
+			t.Fatalf("F16ToF32(%#04x) = %#08x, x448/float16 says %#08x", h, got, want)
+		}
+	}
+	lows := []uint32{0, 1, 0x0fff, 0x1000, 0x1001, 0x1fff, 0x2000, 0x2001, 0x3000, 0x7fff, 0x8000, 0x8001, 0xffff}
+	rng := tensor.NewRNG(3)
+	for i := 0; i < 8; i++ {
+		lows = append(lows, uint32(rng.IntN(1<<16)))
+	}
+	for hi := uint32(0); hi <= 0xffff; hi++ {
+		for _, lo := range lows {
+			checkF16(t, hi<<16|lo)
+		}
+	}
+}
+
+// TestF16Exhaustive compares F32ToF16 with x448/float16 on all 2^32
+// float32 bit patterns (about 9 s on two cores; skipped by -short).
+func TestF16Exhaustive(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the 2^32 sweep is left out (TestF16MatchesReference still runs)")
+	}
+	var wg sync.WaitGroup
+	workers := runtime.GOMAXPROCS(0)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for hi := uint32(w); hi <= 0xffff; hi += uint32(workers) {
+				for lo := uint32(0); lo <= 0xffff; lo++ {
+					if !checkF16(t, hi<<16|lo) {
+						return
+					}
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+}
+
+// checkF16 compares one conversion with the reference, reporting a
+// mismatch; it returns false after one.
+func checkF16(t *testing.T, bits uint32) bool {
+	f := math.Float32frombits(bits)
+	if got, want := tensor.F32ToF16(f), uint16(float16.Fromfloat32(f)); got != want {
+		t.Errorf("F32ToF16(%#08x) = %#04x, x448/float16 says %#04x", bits, got, want)
+		return false
+	}
+	return true
 }
 
 func TestCastAllPairs(t *testing.T) {
