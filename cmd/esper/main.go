@@ -28,6 +28,7 @@ usage:
               [--controller gnn --policy FILE [--policy-sample]]
               [--checkpoint DIR [--resume]] [--run-dir DIR] [--metrics-addr ADDR] [--device cpu]
   esper ppo [--rounds N] [--envs N] [--max-epochs N] [--out FILE] [--checkpoint DIR [--resume]] [--run-dir DIR]
+  esper eval [--controllers heuristic,gnn:FILE,none] [--seeds 101-120] [--task ...] [--out DIR]
   esper version
   esper help [COMMAND]
 `
@@ -56,6 +57,8 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 		return exitCode("train", trainCmd(args[1:], stdout, stderr), stdout, stderr)
 	case "ppo":
 		return exitCode("ppo", ppoCmd(args[1:], stdout, stderr), stdout, stderr)
+	case "eval":
+		return exitCode("eval", evalCmd(args[1:], stdout, stderr), stdout, stderr)
 	case "version", "--version":
 		versionCmd(stdout)
 		return 0

@@ -183,3 +183,23 @@ func TestLegendOutsideData(t *testing.T) {
 		require.Equal(t, tc.legend, found, "every legend entry is drawn")
 	}
 }
+
+// TestWriteEval writes the evaluation plot, NaN points and a missing
+// value included, and checks a PNG came out.
+func TestWriteEval(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "eval.png")
+	err := WriteEval(path, []uint64{101, 102, 103}, []EvalSeries{
+		{Controller: "heuristic", Accuracy: []float64{27, 26.5, math.NaN()}},
+		{Controller: "none", Accuracy: []float64{13.1, 12}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) < 8 || string(b[1:4]) != "PNG" {
+		t.Fatalf("%s is not a PNG", path)
+	}
+}
