@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/esper-go/esper/internal/testdevice"
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/tensor"
@@ -33,7 +34,7 @@ func (p poisonedFrom) Batches(e int) iter.Seq2[*tensor.Tensor, *tensor.Tensor] {
 func hostFinite(t *testing.T, m nn.Module) {
 	t.Helper()
 	for name, x := range nn.StateDict(m) {
-		for _, v := range x.Contiguous().F32() {
+		for _, v := range testdevice.F32(t, x) {
 			require.False(t, math.IsNaN(float64(v)) || math.IsInf(float64(v), 0), "host %s is not finite", name)
 		}
 	}
@@ -54,7 +55,7 @@ func TestFitFailsWhenTrainingDivergesFromTheStart(t *testing.T) {
 	require.NoError(t, err)
 	rec := &recorder{}
 	tr, err := NewTrainer(TrainerOptions{
-		Model: m, Train: toyData(1, 3, 8), Val: toyData(2, 1, 8), Epochs: 20, HostLR: 1e6,
+		Model: m, Train: toyData(t, 1, 3, 8), Val: toyData(t, 2, 1, 8), Epochs: 20, HostLR: 1e6,
 		Governor: &GovernorOptions{Classes: 3}, Checkpoints: store, Sink: rec,
 	})
 	require.NoError(t, err)
@@ -105,7 +106,7 @@ func TestDivergenceNamesTheLastGoodCheckpoint(t *testing.T) {
 			store, err := rollback.Open(dir, rollback.StoreOptions{})
 			require.NoError(t, err)
 			tr, err := NewTrainer(TrainerOptions{
-				Model: trainerModel(t), Train: toyData(1, 3, 8), Val: poisonedFrom{toyData(2, 1, 8), 2}, Epochs: 10,
+				Model: trainerModel(t), Train: toyData(t, 1, 3, 8), Val: poisonedFrom{toyData(t, 2, 1, 8), 2}, Epochs: 10,
 				Governor: c.gov, Checkpoints: store,
 			})
 			require.NoError(t, err)
@@ -162,7 +163,7 @@ func TestResumedGovernorRollsBackToTheCheckpoint(t *testing.T) {
 
 	o = crashOptions(t, dir)
 	o.Epochs, o.Controller = 4, nil
-	o.Val = poisonedFrom{toyData(2, 1, 8), 2}
+	o.Val = poisonedFrom{toyData(t, 2, 1, 8), 2}
 	o.Governor = &GovernorOptions{Classes: 3}
 	tr := mustTrainer(t, o)
 	next, err := tr.Resume()
