@@ -176,3 +176,64 @@ func TestResumedGovernorRollsBackToTheCheckpoint(t *testing.T) {
 	want := st.Sub(rollback.PrefixModel)
 	sameBits(t, want, nn.StateDict(o.Model.Host()))
 }
+
+// deviceState returns a copy of st whose tensors all live on dev.
+func deviceState(t *testing.T, st rollback.State, dev tensor.Device) rollback.State {
+	t.Helper()
+	out := st
+	out.Tensors = map[string]*tensor.Tensor{}
+	for name, x := range st.Tensors {
+		d, err := x.ToDevice(dev)
+		require.NoError(t, err)
+		out.Tensors[name] = d
+	}
+	return out
+}
+
+// TestResumeFromADeviceState: ResumeFrom takes a State whose tensors a
+// caller put on a device (a Trainer's own States are host memory): it
+// checks them with one gathered copy per dtype (nn.HostCopies, counted
+// as host syncs of that device) instead of reading device tensors on the
+// host, refuses a NaN weight naming it as for a host State, and resumes
+// a finite one exactly as from the host State, on the test device;
+// LoadState loads one as it loads the host State.
+func TestResumeFromADeviceState(t *testing.T) {
+	st := trainedCheckpoint(t, t.TempDir())
+	sim := tensor.Sim(3)
+	dtypes := map[tensor.DType]bool{}
+	for _, x := range st.Tensors {
+		dtypes[x.DType()] = true
+	}
+
+	bad := deviceState(t, st, sim)
+	var err error
+	w := st.Tensors[rollback.PrefixModel+"classifier.weight"].Clone()
+	w.F32()[2] = float32(math.NaN())
+	bad.Tensors[rollback.PrefixModel+"classifier.weight"], err = w.ToDevice(sim)
+	require.NoError(t, err)
+	tr := mustTrainer(t, crashOptions(t, t.TempDir()))
+	syncs := tensor.HostSyncs(sim)
+	_, err = tr.ResumeFrom(bad)
+	require.ErrorContains(t, err, "checkpoint tensor model/classifier.weight holds NaN (element 2): the run had diverged")
+	require.Equal(t, uint64(len(dtypes)), tensor.HostSyncs(sim)-syncs, "one gathered copy per dtype")
+
+	want := mustTrainer(t, crashOptions(t, t.TempDir()))
+	next, err := want.ResumeFrom(st)
+	require.NoError(t, err)
+	got := mustTrainer(t, crashOptions(t, t.TempDir()))
+	gotNext, err := got.ResumeFrom(deviceState(t, st, sim))
+	require.NoError(t, err)
+	require.Equal(t, next, gotNext)
+	ws, err := want.State(next - 1)
+	require.NoError(t, err)
+	gs, err := got.State(next - 1)
+	require.NoError(t, err)
+	requireSameState(t, ws, gs)
+
+	// LoadState, too, takes a State on a device.
+	loaded := mustTrainer(t, crashOptions(t, t.TempDir()))
+	require.NoError(t, loaded.LoadState(deviceState(t, st, sim)))
+	ls, err := loaded.State(next - 1)
+	require.NoError(t, err)
+	requireSameState(t, ws, ls)
+}
