@@ -162,18 +162,23 @@ func TestTrainerLearnsAndRunsTheLifecycle(t *testing.T) {
 		}
 	}
 	require.Equal(t, 4, latency, "tolaria.training.latency_ms once per epoch")
-	// Host syncs per epoch: none on the CPU; on a device the figures
+	// Host syncs per epoch: none on the CPU; on sim the figures
 	// TestTrainerOnSimEqualsCPU explains (the same lifecycle, 6 steps
-	// per epoch putting the telemetry steps 10 and 20 in epochs 1 and 3).
+	// per epoch putting the telemetry steps 10 and 20 in epochs 1 and 3);
+	// a CUDA backend may add waits of its own (CountHostSync), not fewer.
+	dev := testdevice.Device(t)
 	want := []uint64{0, 0, 0, 0}
-	if testdevice.OnDevice(t) {
+	if !dev.IsCPU() {
 		want = []uint64{2, 3, 2, 5}
 	}
 	var syncs []uint64
-	for _, r := range sum.Epochs {
+	for i, r := range sum.Epochs {
 		syncs = append(syncs, r.HostSyncs)
+		require.GreaterOrEqual(t, r.HostSyncs, want[i], "host syncs of epoch %d on %v", i, dev)
 	}
-	require.Equal(t, want, syncs, "host syncs per epoch on %v", testdevice.Device(t))
+	if dev.IsCPU() || dev.Kind == tensor.KindSim {
+		require.Equal(t, want, syncs, "host syncs per epoch on %v", dev)
+	}
 }
 
 // TestTrainerReportsRefusedDecision: an ADVANCE that Kasmina's gate
