@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/esper-go/esper/internal/testdevice"
 	"github.com/esper-go/esper/tensor"
 )
 
@@ -15,7 +16,7 @@ import (
 // arguments that used to pass silently are refused up front, each with
 // an error that names what is wrong.
 func TestTrainerRefusesBadArguments(t *testing.T) {
-	d := toyData(1, 1, 4)
+	d := toyData(t, 1, 1, 4)
 	for name, mg := range map[string]float64{"NaN": math.NaN(), "+Inf": math.Inf(1), "-Inf": math.Inf(-1)} {
 		_, err := NewTrainer(TrainerOptions{Model: trainerModel(t), Train: d, Val: d, Epochs: 1, MaxGradNorm: mg})
 		require.ErrorIs(t, err, ErrOptions, "MaxGradNorm %s", name)
@@ -39,8 +40,9 @@ func TestTrainerRefusesBadArguments(t *testing.T) {
 // message that says which batch and what is wrong, instead of a
 // recovered nil dereference or integer division by zero.
 func TestTrainerRefusesBadBatches(t *testing.T) {
-	good := toyData(1, 1, 4)
-	empty := fixedBatches{x: []*tensor.Tensor{tensor.Zeros(tensor.F32, 0, 1, 8, 8)}, y: []*tensor.Tensor{tensor.Zeros(tensor.I64, 0)}}
+	good := toyData(t, 1, 1, 4)
+	zeros := func(d tensor.DType, shape ...int) *tensor.Tensor { return testdevice.To(t, tensor.Zeros(d, shape...)) }
+	empty := fixedBatches{x: []*tensor.Tensor{zeros(tensor.F32, 0, 1, 8, 8)}, y: []*tensor.Tensor{zeros(tensor.I64, 0)}}
 	for _, c := range []struct {
 		name       string
 		train, val fixedBatches
@@ -49,9 +51,9 @@ func TestTrainerRefusesBadBatches(t *testing.T) {
 		{"nil images", fixedBatches{x: []*tensor.Tensor{nil}, y: good.y}, good, "training batch 1: nil images"},
 		{"nil labels", fixedBatches{x: good.x, y: []*tensor.Tensor{nil}}, good, "training batch 1: nil labels"},
 		{"0 rows", empty, good, "training batch 1 has no rows"},
-		{"rows differ", fixedBatches{x: good.x, y: []*tensor.Tensor{tensor.Zeros(tensor.I64, 3)}}, good, "4 images but 3 labels"},
-		{"labels not a vector", fixedBatches{x: good.x, y: []*tensor.Tensor{tensor.Zeros(tensor.I64, 4, 1)}}, good, "labels of shape [4 1]"},
-		{"float labels", fixedBatches{x: good.x, y: []*tensor.Tensor{tensor.Zeros(tensor.F32, 4)}}, good, "labels of dtype f32"},
+		{"rows differ", fixedBatches{x: good.x, y: []*tensor.Tensor{zeros(tensor.I64, 3)}}, good, "4 images but 3 labels"},
+		{"labels not a vector", fixedBatches{x: good.x, y: []*tensor.Tensor{zeros(tensor.I64, 4, 1)}}, good, "labels of shape [4 1]"},
+		{"float labels", fixedBatches{x: good.x, y: []*tensor.Tensor{zeros(tensor.F32, 4)}}, good, "labels of dtype f32"},
 		{"nil validation images", good, fixedBatches{x: []*tensor.Tensor{nil}, y: good.y}, "validation batch 1: nil images"},
 		{"0-row validation batch", good, empty, "validation batch 1 has no rows"},
 		{"no validation batches", good, fixedBatches{}, "validation batches of epoch 1 are empty"},

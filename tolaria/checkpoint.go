@@ -3,6 +3,7 @@ package tolaria
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"strings"
 
@@ -125,6 +126,29 @@ func stateToHost(st *rollback.State) error {
 	return nil
 }
 
+// stateOnHost returns st with its tensors readable on the host: st
+// itself when they all are (every State a Trainer makes is host memory),
+// else a copy (a new Tensors map; st is left as it is) whose device
+// tensors were gathered and copied at once (stateToHost: one host sync
+// per device and dtype). ResumeFrom and LoadState take a State a caller
+// may have put on a device; what they check and load must not read a
+// device tensor on the host.
+func stateOnHost(st rollback.State) (rollback.State, error) {
+	onDevice := false
+	for _, x := range st.Tensors {
+		onDevice = onDevice || (x != nil && !x.Device().IsCPU())
+	}
+	if !onDevice {
+		return st, nil
+	}
+	out := st
+	out.Tensors = maps.Clone(st.Tensors)
+	if err := stateToHost(&out); err != nil {
+		return st, err
+	}
+	return out, nil
+}
+
 // stateToDevice returns st with its host's and optimizers' tensors copied
 // to dev (host-to-device copies; st itself is left as it is): what the
 // model's and optimizers' state dicts load, on their device. The slots'
@@ -207,11 +231,16 @@ func FallbackMessage(in rollback.Intact) string {
 // (for a run resumed after its last epoch, Summary is its final result).
 //
 // A checkpoint whose tensors hold NaN or ±Inf (written by a diverged run)
-// is refused. With a governor, the loaded state becomes its snapshot and
-// its loss history starts over.
+// is refused. st's tensors may live on a device: they are checked through
+// one gathered copy per device and dtype (host syncs of that device).
+// With a governor, the loaded state becomes its snapshot and its loss
+// history starts over.
 func (t *Trainer) ResumeFrom(st rollback.State) (next int, err error) {
 	last, err := stateEpoch(st)
 	if err != nil {
+		return 0, err
+	}
+	if st, err = stateOnHost(st); err != nil {
 		return 0, err
 	}
 	if err := checkFinite(st); err != nil {
@@ -272,7 +301,9 @@ func stateEpoch(st rollback.State) (int, error) {
 // epoch reports and controller. A checkpoint of an fp16 run loads into a trainer
 // without fp16 (the scaler state is ignored); an fp16 trainer refuses a
 // checkpoint without scaler state, since its first steps would otherwise
-// run at the initial scale and diverge from the saved run.
+// run at the initial scale and diverge from the saved run. st's tensors
+// may live on any device (State's are host memory): they are copied to
+// the trainer's, through the host.
 func (t *Trainer) LoadState(st rollback.State) error { return t.loadState(st, false) }
 
 // loadState is LoadState; a failure rollback (keepRun set) keeps the
@@ -280,8 +311,11 @@ func (t *Trainer) LoadState(st rollback.State) error { return t.loadState(st, fa
 // run rather than the snapshot. The seeds, the lifecycle counters and
 // everything else revert with the snapshot.
 func (t *Trainer) loadState(st rollback.State, keepRun bool) error {
-	st, err := stateToDevice(st, t.dev)
+	st, err := stateOnHost(st)
 	if err != nil {
+		return err
+	}
+	if st, err = stateToDevice(st, t.dev); err != nil {
 		return err
 	}
 	cks, err := st.SlotCheckpoints()

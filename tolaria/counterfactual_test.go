@@ -37,7 +37,7 @@ func counterfactualModel(t *testing.T) (m *kasmina.MorphogeneticModel, blending,
 // measured by the trainer exactly as without a hook, and a seed at alpha
 // 0 needs no pass at all.
 func TestCounterfactualsHookReplacesAblationPasses(t *testing.T) {
-	data := toyData(3, 2, 8)
+	data := toyData(t, 3, 2, 8)
 	run := func(hook CounterfactualFunc) (EpochReport, *Trainer, [3]*kasmina.Slot) {
 		m, b, h, f := counterfactualModel(t)
 		tr, err := NewTrainer(TrainerOptions{Model: m, Train: data, Val: data, Epochs: 1, Counterfactuals: hook})
@@ -76,7 +76,7 @@ func TestCounterfactualsHookReplacesAblationPasses(t *testing.T) {
 // TestCounterfactualsHookErrorFailsTheEpoch: the hook's error is the
 // epoch's.
 func TestCounterfactualsHookErrorFailsTheEpoch(t *testing.T) {
-	data := toyData(3, 1, 8)
+	data := toyData(t, 3, 1, 8)
 	boom := errors.New("boom")
 	tr, err := NewTrainer(TrainerOptions{Model: trainerModel(t), Train: data, Val: data, Epochs: 1,
 		Counterfactuals: func(int, float64, []*kasmina.Slot) (map[string]float64, error) { return nil, boom }})

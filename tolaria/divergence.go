@@ -155,7 +155,8 @@ func (t *Trainer) divergence(r *EpochReport, reason string) error {
 // checkFinite refuses a checkpoint whose weights, buffers or optimizer
 // state hold NaN or ±Inf: a diverged run wrote it (before the trainer
 // stopped checkpointing diverged epochs), and training on from it would
-// only produce NaN.
+// only produce NaN. st's tensors must be host tensors: ResumeFrom brings
+// a State on a device over first (stateOnHost).
 func checkFinite(st rollback.State) error {
 	for _, name := range slices.Sorted(maps.Keys(st.Tensors)) {
 		x := st.Tensors[name]

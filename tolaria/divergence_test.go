@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/esper-go/esper/internal/testdevice"
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/tensor"
@@ -33,7 +34,7 @@ func (p poisonedFrom) Batches(e int) iter.Seq2[*tensor.Tensor, *tensor.Tensor] {
 func hostFinite(t *testing.T, m nn.Module) {
 	t.Helper()
 	for name, x := range nn.StateDict(m) {
-		for _, v := range x.Contiguous().F32() {
+		for _, v := range testdevice.F32(t, x) {
 			require.False(t, math.IsNaN(float64(v)) || math.IsInf(float64(v), 0), "host %s is not finite", name)
 		}
 	}
@@ -54,7 +55,7 @@ func TestFitFailsWhenTrainingDivergesFromTheStart(t *testing.T) {
 	require.NoError(t, err)
 	rec := &recorder{}
 	tr, err := NewTrainer(TrainerOptions{
-		Model: m, Train: toyData(1, 3, 8), Val: toyData(2, 1, 8), Epochs: 20, HostLR: 1e6,
+		Model: m, Train: toyData(t, 1, 3, 8), Val: toyData(t, 2, 1, 8), Epochs: 20, HostLR: 1e6,
 		Governor: &GovernorOptions{Classes: 3}, Checkpoints: store, Sink: rec,
 	})
 	require.NoError(t, err)
@@ -105,7 +106,7 @@ func TestDivergenceNamesTheLastGoodCheckpoint(t *testing.T) {
 			store, err := rollback.Open(dir, rollback.StoreOptions{})
 			require.NoError(t, err)
 			tr, err := NewTrainer(TrainerOptions{
-				Model: trainerModel(t), Train: toyData(1, 3, 8), Val: poisonedFrom{toyData(2, 1, 8), 2}, Epochs: 10,
+				Model: trainerModel(t), Train: toyData(t, 1, 3, 8), Val: poisonedFrom{toyData(t, 2, 1, 8), 2}, Epochs: 10,
 				Governor: c.gov, Checkpoints: store,
 			})
 			require.NoError(t, err)
@@ -162,7 +163,7 @@ func TestResumedGovernorRollsBackToTheCheckpoint(t *testing.T) {
 
 	o = crashOptions(t, dir)
 	o.Epochs, o.Controller = 4, nil
-	o.Val = poisonedFrom{toyData(2, 1, 8), 2}
+	o.Val = poisonedFrom{toyData(t, 2, 1, 8), 2}
 	o.Governor = &GovernorOptions{Classes: 3}
 	tr := mustTrainer(t, o)
 	next, err := tr.Resume()
@@ -174,4 +175,65 @@ func TestResumedGovernorRollsBackToTheCheckpoint(t *testing.T) {
 	require.Equal(t, leyline.PanicReasonNaN, r.PanicReason)
 	want := st.Sub(rollback.PrefixModel)
 	sameBits(t, want, nn.StateDict(o.Model.Host()))
+}
+
+// deviceState returns a copy of st whose tensors all live on dev.
+func deviceState(t *testing.T, st rollback.State, dev tensor.Device) rollback.State {
+	t.Helper()
+	out := st
+	out.Tensors = map[string]*tensor.Tensor{}
+	for name, x := range st.Tensors {
+		d, err := x.ToDevice(dev)
+		require.NoError(t, err)
+		out.Tensors[name] = d
+	}
+	return out
+}
+
+// TestResumeFromADeviceState: ResumeFrom takes a State whose tensors a
+// caller put on a device (a Trainer's own States are host memory): it
+// checks them with one gathered copy per dtype (nn.HostCopies, counted
+// as host syncs of that device) instead of reading device tensors on the
+// host, refuses a NaN weight naming it as for a host State, and resumes
+// a finite one exactly as from the host State, on the test device;
+// LoadState loads one as it loads the host State.
+func TestResumeFromADeviceState(t *testing.T) {
+	st := trainedCheckpoint(t, t.TempDir())
+	sim := tensor.Sim(3)
+	dtypes := map[tensor.DType]bool{}
+	for _, x := range st.Tensors {
+		dtypes[x.DType()] = true
+	}
+
+	bad := deviceState(t, st, sim)
+	var err error
+	w := st.Tensors[rollback.PrefixModel+"classifier.weight"].Clone()
+	w.F32()[2] = float32(math.NaN())
+	bad.Tensors[rollback.PrefixModel+"classifier.weight"], err = w.ToDevice(sim)
+	require.NoError(t, err)
+	tr := mustTrainer(t, crashOptions(t, t.TempDir()))
+	syncs := tensor.HostSyncs(sim)
+	_, err = tr.ResumeFrom(bad)
+	require.ErrorContains(t, err, "checkpoint tensor model/classifier.weight holds NaN (element 2): the run had diverged")
+	require.Equal(t, uint64(len(dtypes)), tensor.HostSyncs(sim)-syncs, "one gathered copy per dtype")
+
+	want := mustTrainer(t, crashOptions(t, t.TempDir()))
+	next, err := want.ResumeFrom(st)
+	require.NoError(t, err)
+	got := mustTrainer(t, crashOptions(t, t.TempDir()))
+	gotNext, err := got.ResumeFrom(deviceState(t, st, sim))
+	require.NoError(t, err)
+	require.Equal(t, next, gotNext)
+	ws, err := want.State(next - 1)
+	require.NoError(t, err)
+	gs, err := got.State(next - 1)
+	require.NoError(t, err)
+	requireSameState(t, ws, gs)
+
+	// LoadState, too, takes a State on a device.
+	loaded := mustTrainer(t, crashOptions(t, t.TempDir()))
+	require.NoError(t, loaded.LoadState(deviceState(t, st, sim)))
+	ls, err := loaded.State(next - 1)
+	require.NoError(t, err)
+	requireSameState(t, ws, ls)
 }

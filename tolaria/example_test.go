@@ -4,11 +4,27 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"testing"
 
+	"github.com/esper-go/esper/internal/testdevice"
 	"github.com/esper-go/esper/kasmina"
 	"github.com/esper-go/esper/leyline"
+	"github.com/esper-go/esper/nn"
+	"github.com/esper-go/esper/tensor"
 	"github.com/esper-go/esper/tolaria"
 )
+
+// exampleDevice is the device the examples run on: testdevice.Device,
+// which needs a testing.TB that an example does not have. exampleTB
+// provides the two methods Device calls (the embedded nil TB is never
+// reached); a bad ESPER_TEST_DEVICE panics, failing the example.
+func exampleDevice() tensor.Device { return testdevice.Device(exampleTB{}) }
+
+type exampleTB struct{ testing.TB }
+
+func (exampleTB) Helper()                        {}
+func (exampleTB) Fatal(args ...any)              { panic(fmt.Sprint(args...)) }
+func (exampleTB) Fatalf(format string, a ...any) { panic(fmt.Sprintf(format, a...)) }
 
 // germinateController always asks for a conv_light seed in slot r0c0.
 type germinateController struct{}
@@ -23,6 +39,10 @@ func (germinateController) EvaluateEpoch(context.Context, leyline.EpochState) (l
 func Example() {
 	host := kasmina.MustCNNHost(kasmina.CNNHostOptions{InChannels: 1, Blocks: 2, BaseChannels: 4})
 	model, _ := kasmina.NewMorphogeneticModel(host, kasmina.ModelOptions{Slots: []string{"r0c0"}})
+	dev := exampleDevice() // tensor.CPU, or a device: the seeds follow the model
+	if err := nn.To(model, dev); err != nil {
+		panic(err)
+	}
 	gov, _ := tolaria.NewGovernor(model, tolaria.GovernorOptions{})
 	deadlines, _ := tolaria.NewDeadlines(tolaria.DeadlineOptions{})
 
@@ -31,7 +51,7 @@ func Example() {
 	fmt.Println(out.Status, dec.Op, res.Status)
 
 	if panicked, reason := gov.CheckVitalSigns(math.NaN()); panicked {
-		rep, _ := gov.ExecuteRollback(0, "cpu")
+		rep, _ := gov.ExecuteRollback(0, dev.String())
 		fmt.Println(reason, rep.Reason, rep.PrunedSlots, gov.PunishmentReward())
 	}
 	// Output:

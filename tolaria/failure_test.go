@@ -50,7 +50,7 @@ func requireSameState(t *testing.T, want, now rollback.State) {
 
 func failureOptions(t *testing.T, rec *recorder) TrainerOptions {
 	return TrainerOptions{
-		Model: trainerModel(t), Train: toyData(1, 3, 8), Val: toyData(2, 1, 8), Epochs: 8,
+		Model: trainerModel(t), Train: toyData(t, 1, 3, 8), Val: toyData(t, 2, 1, 8), Epochs: 8,
 		Controller: script, Sink: rec,
 	}
 }
@@ -304,7 +304,7 @@ func TestRolledBackRunMatchesSkippedEpoch(t *testing.T) {
 		m := trainerModel(t)
 		germinate(t, m, "r0c1")
 		tr, err := NewTrainer(TrainerOptions{
-			Model: m, Train: toyData(1, 3, 8), Val: toyData(2, 1, 8), Epochs: 3,
+			Model: m, Train: toyData(t, 1, 3, 8), Val: toyData(t, 2, 1, 8), Epochs: 3,
 			Capture: true, FastRollbackMB: 4, RollbackOnFailure: true,
 		})
 		require.NoError(t, err)
@@ -322,7 +322,7 @@ func TestRolledBackRunMatchesSkippedEpoch(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, r.Captured)
 		require.Zero(t, tr.Summary().CaptureFallbacks)
-		return params(m)
+		return params(t, m)
 	}
 	want, got := run(false), run(true)
 	require.Equal(t, len(want), len(got))

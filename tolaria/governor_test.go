@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/esper-go/esper/internal/testdevice"
 	"github.com/esper-go/esper/kasmina"
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/nn"
@@ -300,16 +301,16 @@ func newRollbackScene(t *testing.T, gsink EventSink) *rollbackScene {
 		t.Fatalf("snapshot slots %v, want only the fossilized %s", got, ids[0])
 	}
 	sc := &rollbackScene{m: m, g: g, sink: rec, slotSink: slotSink, ids: ids,
-		host: nn.StateDict(m.Host()), fossil: slotWeights(slot(t, m, ids[0]))}
+		host: nn.StateDict(m.Host()), fossil: slotWeights(t, slot(t, m, ids[0]))}
 	advanceTo(t, slot(t, m, ids[1]), leyline.StageTraining)
 	advanceTo(t, germinate(t, m, ids[2]), leyline.StageBlending)
 	advanceTo(t, germinate(t, m, ids[3]), leyline.StageHolding)
 	// Training went wrong: every weight moved.
 	for _, p := range m.Host().NamedParameters() {
-		p.Var.Value.Fill(0.125)
+		fill(p.Var.Value, 0.125)
 	}
 	for _, b := range m.Host().NamedBuffers() {
-		b.Tensor.Fill(3)
+		fill(b.Tensor, 3)
 	}
 	scribbleSlot(slot(t, m, ids[0]), -0.5)
 	return sc
@@ -323,9 +324,10 @@ func TestRollbackRestoresAndPrunes(t *testing.T) {
 	if p, r := g.CheckVitalSigns(100); !p || r != leyline.PanicReasonDivergence {
 		t.Fatalf("expected a divergence panic, got %v %q", p, r)
 	}
+	dev := testdevice.Device(t).String()
 	var hooked *RollbackReport
 	g.opts.OnRollback = func(r RollbackReport) { hooked = &r }
-	rep, err := g.ExecuteRollback(3, "cpu")
+	rep, err := g.ExecuteRollback(3, dev)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,7 +338,7 @@ func TestRollbackRestoresAndPrunes(t *testing.T) {
 	if f.Stage() != leyline.StageFossilized {
 		t.Fatalf("fossilized slot is %v", f.Stage())
 	}
-	sameBits(t, sc.fossil, slotWeights(f))
+	sameBits(t, sc.fossil, slotWeights(t, f))
 	// Every live non-fossilized seed is pruned by the governor.
 	for _, id := range ids[1:4] {
 		s := slot(t, m, id)
@@ -364,11 +366,11 @@ func TestRollbackRestoresAndPrunes(t *testing.T) {
 	if err := pl.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if pl.EnvID != 3 || pl.Device != "cpu" || pl.PanicReason != leyline.PanicReasonDivergence || *pl.LossAtPanic != 100 {
+	if pl.EnvID != 3 || pl.Device != dev || pl.PanicReason != leyline.PanicReasonDivergence || *pl.LossAtPanic != 100 {
 		t.Fatalf("payload %+v", pl)
 	}
 	// The report.
-	if rep.Reason != "Structural Collapse" || !rep.RollbackOccurred || rep.EnvID != 3 || rep.Device != "cpu" ||
+	if rep.Reason != "Structural Collapse" || !rep.RollbackOccurred || rep.EnvID != 3 || rep.Device != dev ||
 		rep.LossAtPanic != 100 || rep.LossThreshold != 2+6*1 || rep.ConsecutivePanics != 0 || rep.PanicsAtRollback != 3 {
 		t.Fatalf("report %+v", rep)
 	}
@@ -391,7 +393,7 @@ func TestRollbackRestoresAndPrunes(t *testing.T) {
 func TestRollbackWithoutPanic(t *testing.T) {
 	g, m := newGovernor(t, GovernorOptions{})
 	germinate(t, m, m.SlotIDs()[0])
-	rep, err := g.ExecuteRollback(0, "cpu")
+	rep, err := g.ExecuteRollback(0, testdevice.Device(t).String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -408,7 +410,7 @@ func TestRollbackSurvivesPanickingSink(t *testing.T) {
 	if p, _ := sc.g.CheckVitalSigns(math.NaN()); !p {
 		t.Fatal("NaN must panic")
 	}
-	rep, err := sc.g.ExecuteRollback(1, "cpu")
+	rep, err := sc.g.ExecuteRollback(1, testdevice.Device(t).String())
 	if err != nil {
 		t.Fatalf("a failing telemetry sink aborted the rollback: %v", err)
 	}
@@ -425,7 +427,7 @@ func TestRollbackSlotMismatchTolerated(t *testing.T) {
 	sc := newRollbackScene(t, nil)
 	// A snapshot slot the model does not have is skipped.
 	sc.g.snap.slots["r9c9"] = sc.g.snap.slots[sc.ids[0]]
-	rep, err := sc.g.ExecuteRollback(0, "cpu")
+	rep, err := sc.g.ExecuteRollback(0, testdevice.Device(t).String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -440,9 +442,11 @@ func TestRollbackSlotMismatchTolerated(t *testing.T) {
 }
 
 func TestRollbackHostMismatchFails(t *testing.T) {
-	for name, tamper := range map[string]func(map[string]*tensor.Tensor){
-		"unexpected key": func(sd map[string]*tensor.Tensor) { sd["bogus.weight"] = tensor.Zeros(tensor.F32, 1) },
-		"missing key": func(sd map[string]*tensor.Tensor) {
+	for name, tamper := range map[string]func(*testing.T, map[string]*tensor.Tensor){
+		"unexpected key": func(t *testing.T, sd map[string]*tensor.Tensor) {
+			sd["bogus.weight"] = testdevice.To(t, tensor.Zeros(tensor.F32, 1))
+		},
+		"missing key": func(_ *testing.T, sd map[string]*tensor.Tensor) {
 			for k := range sd {
 				delete(sd, k)
 				return
@@ -452,8 +456,8 @@ func TestRollbackHostMismatchFails(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			sc := newRollbackScene(t, nil)
 			before := nn.StateDict(sc.m.Host())
-			tamper(sc.g.snap.host)
-			if _, err := sc.g.ExecuteRollback(0, "cpu"); err == nil {
+			tamper(t, sc.g.snap.host)
+			if _, err := sc.g.ExecuteRollback(0, testdevice.Device(t).String()); err == nil {
 				t.Fatal("expected an error for a host key mismatch")
 			}
 			// Nothing changed: no restore, no prune, no event.
@@ -472,7 +476,7 @@ func TestSnapshotIsIndependentCopy(t *testing.T) {
 	g, m := newGovernor(t, GovernorOptions{})
 	want := nn.StateDict(m.Host())
 	for _, p := range m.Host().NamedParameters() {
-		p.Var.Value.Fill(9)
+		fill(p.Var.Value, 9)
 	}
 	sameBits(t, want, g.snap.host)
 }
@@ -482,7 +486,7 @@ func TestGovernorReset(t *testing.T) {
 	feed(t, g, repeat(1, 10)...)
 	feed(t, g, 100)
 	for _, p := range m.Host().NamedParameters() {
-		p.Var.Value.Fill(0.5)
+		fill(p.Var.Value, 0.5)
 	}
 	if err := g.Reset(); err != nil {
 		t.Fatal(err)

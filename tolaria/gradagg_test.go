@@ -9,22 +9,53 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/esper-go/esper/internal/testdevice"
 	"github.com/esper-go/esper/kasmina"
 	"github.com/esper-go/esper/leyline"
+	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/tensor"
 	"github.com/esper-go/esper/tolaria/aggregation"
 	"github.com/esper-go/esper/tolaria/rollback"
 )
 
-// twoSeedModel is trainerModel with a conv_light seed in TRAINING in
-// each of its two slots (or only r0c1 with one seed).
+// twoSeedModel is trainerModel (on the test device) with a conv_light
+// seed in TRAINING in each of its two slots (or only r0c1 with one seed).
 func twoSeedModel(t *testing.T, seeds int) *kasmina.MorphogeneticModel {
 	t.Helper()
-	m := trainerModel(t)
+	return twoSeedModelOn(t, testdevice.Device(t), seeds)
+}
+
+// twoSeedModelOn is twoSeedModel on dev. The PCGrad tests build it on
+// the CPU whatever the test device: PCGrad combines the gradients on the
+// host, and NewTrainer refuses it for a model on a device
+// (TestTrainerRefusesPCGradOnADevice).
+func twoSeedModelOn(t *testing.T, dev tensor.Device, seeds int) *kasmina.MorphogeneticModel {
+	t.Helper()
+	m := hostTrainerModel(t)
+	require.NoError(t, nn.To(m, dev))
 	for _, id := range []string{"r0c1", "r0c0"}[:seeds] {
 		advanceTo(t, germinate(t, m, id), leyline.StageTraining)
 	}
 	return m
+}
+
+// pcgradDevice is where a test with PCGrad pc builds its model: the CPU
+// with PCGrad on (see twoSeedModelOn), else the test device.
+func pcgradDevice(t *testing.T, pc bool) tensor.Device {
+	if pc {
+		return tensor.CPU
+	}
+	return testdevice.Device(t)
+}
+
+// toyDataOn is the toy task's batches for a model on dev: host tensors
+// for the CPU, the test device's otherwise.
+func toyDataOn(t *testing.T, dev tensor.Device, seed uint64, batches, batch int) fixedBatches {
+	t.Helper()
+	if dev.IsCPU() {
+		return hostToyData(seed, batches, batch)
+	}
+	return toyData(t, seed, batches, batch)
 }
 
 // epochMetrics returns the metrics of the METRICS event (the one without
@@ -46,10 +77,10 @@ func epochMetrics(t *testing.T, rec *recorder, epoch int) []leyline.Metric {
 // pooled buffer, and the epoch's METRICS event carries tolaria.grad_agg.*
 // and per-seed tolaria.grad_agg.seed.* metrics with seed_id and stage.
 func TestPCGradTwoSeedsEmitsAggregationMetrics(t *testing.T) {
-	m := twoSeedModel(t, 2)
+	m := twoSeedModelOn(t, tensor.CPU, 2)
 	rec := &recorder{}
 	tr, err := NewTrainer(TrainerOptions{
-		Model: m, Train: toyData(1, 6, 16), Val: toyData(2, 2, 16), Epochs: 3,
+		Model: m, Train: hostToyData(1, 6, 16), Val: hostToyData(2, 2, 16), Epochs: 3,
 		PCGrad: true, Seed: 5, Sink: rec, HostLR: 0.05,
 	})
 	require.NoError(t, err)
@@ -149,8 +180,8 @@ func fillGrads(t *testing.T, tr *Trainer, seed uint64) []float32 {
 // back is PCGrad's, as aggregation.Combine computes it with the same
 // generator.
 func TestCombineStepCountsConflicts(t *testing.T) {
-	m := twoSeedModel(t, 2)
-	tr, err := NewTrainer(TrainerOptions{Model: m, Train: toyData(1, 1, 4), Val: toyData(2, 1, 4), Epochs: 1, PCGrad: true, Seed: 9})
+	m := twoSeedModelOn(t, tensor.CPU, 2)
+	tr, err := NewTrainer(TrainerOptions{Model: m, Train: hostToyData(1, 1, 4), Val: hostToyData(2, 1, 4), Epochs: 1, PCGrad: true, Seed: 9})
 	require.NoError(t, err)
 	require.NoError(t, tr.opt.sync(m))
 	tr.agg.beginEpoch()
@@ -209,31 +240,34 @@ func TestCombineStepCountsConflicts(t *testing.T) {
 	}
 }
 
-// TestSingleSeedFastPath: with one seed, PCGrad on or not, no step
-// combines and no buffer is acquired, yet the per-seed metrics are kept
-// (share 1, the whole gradient's norm).
+// TestSingleSeedFastPath: with one seed, PCGrad on (on the CPU) or off
+// (on the test device), no step combines and no buffer is acquired, yet
+// the per-seed metrics are kept (share 1, the whole gradient's norm).
 func TestSingleSeedFastPath(t *testing.T) {
-	m := twoSeedModel(t, 1)
-	rec := &recorder{}
-	tr, err := NewTrainer(TrainerOptions{
-		Model: m, Train: toyData(1, 6, 8), Val: toyData(2, 1, 8), Epochs: 2,
-		PCGrad: true, Capture: true, GradientTelemetryStride: 2, Sink: rec,
-	})
-	require.NoError(t, err)
-	sum, err := tr.Fit(context.Background())
-	require.NoError(t, err)
-	require.Equal(t, aggregation.PoolStats{}, tr.PoolStats(), "no buffer acquired")
-	require.Zero(t, sum.Final().AggregatedSteps)
-	require.True(t, sum.Final().Captured, "one seed keeps the captured step")
-	require.Greater(t, sum.Final().TeacherShare, 0.0)
-	ms := epochMetrics(t, rec, 1)
-	share := math.NaN()
-	for _, mt := range ms {
-		if mt.Name == leyline.MetricTolariaGradAggSeedShare {
-			share = mt.Value
+	for _, pc := range []bool{true, false} {
+		dev := pcgradDevice(t, pc)
+		m := twoSeedModelOn(t, dev, 1)
+		rec := &recorder{}
+		tr, err := NewTrainer(TrainerOptions{
+			Model: m, Train: toyDataOn(t, dev, 1, 6, 8), Val: toyDataOn(t, dev, 2, 1, 8), Epochs: 2,
+			PCGrad: pc, Capture: true, GradientTelemetryStride: 2, Sink: rec,
+		})
+		require.NoError(t, err)
+		sum, err := tr.Fit(context.Background())
+		require.NoError(t, err)
+		require.Equal(t, aggregation.PoolStats{}, tr.PoolStats(), "PCGrad %v: no buffer acquired", pc)
+		require.Zero(t, sum.Final().AggregatedSteps)
+		require.True(t, sum.Final().Captured, "PCGrad %v: one seed keeps the captured step", pc)
+		require.Greater(t, sum.Final().TeacherShare, 0.0)
+		ms := epochMetrics(t, rec, 1)
+		share := math.NaN()
+		for _, mt := range ms {
+			if mt.Name == leyline.MetricTolariaGradAggSeedShare {
+				share = mt.Value
+			}
 		}
+		require.Equal(t, 1.0, share, "PCGrad %v", pc)
 	}
-	require.Equal(t, 1.0, share)
 }
 
 // TestAggregationPoolDoesNotGrow: a thousand combining steps use one
@@ -242,8 +276,8 @@ func TestAggregationPoolDoesNotGrow(t *testing.T) {
 	if testing.Short() {
 		t.Skip("1000 training steps")
 	}
-	m := twoSeedModel(t, 2)
-	d := toyData(1, 4, 4)
+	m := twoSeedModelOn(t, tensor.CPU, 2)
+	d := hostToyData(1, 4, 4)
 	tr, err := NewTrainer(TrainerOptions{Model: m, Train: d, Val: d, Epochs: 1, PCGrad: true})
 	require.NoError(t, err)
 	require.NoError(t, tr.opt.sync(m))
@@ -261,12 +295,14 @@ func TestAggregationPoolDoesNotGrow(t *testing.T) {
 }
 
 // TestPCGradStepsRunEagerUnderCapture: with Capture on, a two-seed PCGrad
-// epoch runs eagerly (no replay, no fallback), and PCGrad off keeps the
-// captured step with the metrics-only accounting.
+// epoch runs eagerly (no replay, no fallback; on the CPU), and PCGrad off
+// keeps the captured step with the metrics-only accounting (on the test
+// device).
 func TestPCGradStepsRunEagerUnderCapture(t *testing.T) {
 	for _, pc := range []bool{true, false} {
-		m := twoSeedModel(t, 2)
-		tr, err := NewTrainer(TrainerOptions{Model: m, Train: toyData(1, 5, 8), Val: toyData(2, 1, 8), Epochs: 2, PCGrad: pc, Capture: true, GradientTelemetryStride: 1})
+		dev := pcgradDevice(t, pc)
+		m := twoSeedModelOn(t, dev, 2)
+		tr, err := NewTrainer(TrainerOptions{Model: m, Train: toyDataOn(t, dev, 1, 5, 8), Val: toyDataOn(t, dev, 2, 1, 8), Epochs: 2, PCGrad: pc, Capture: true, GradientTelemetryStride: 1})
 		require.NoError(t, err)
 		sum, err := tr.Fit(context.Background())
 		require.NoError(t, err)
@@ -288,7 +324,7 @@ func TestPCGradCheckpointResumeIsExact(t *testing.T) {
 	opts := func(dir string) TrainerOptions {
 		store, err := rollback.Open(dir, rollback.StoreOptions{})
 		require.NoError(t, err)
-		return TrainerOptions{Model: twoSeedModel(t, 2), Train: toyData(1, 4, 8), Val: toyData(2, 1, 8), Epochs: 3, PCGrad: true, Seed: 3, Checkpoints: store}
+		return TrainerOptions{Model: twoSeedModelOn(t, tensor.CPU, 2), Train: hostToyData(1, 4, 8), Val: hostToyData(2, 1, 8), Epochs: 3, PCGrad: true, Seed: 3, Checkpoints: store}
 	}
 	dir := t.TempDir()
 	first, err := NewTrainer(opts(dir))
@@ -307,7 +343,7 @@ func TestPCGradCheckpointResumeIsExact(t *testing.T) {
 	require.NoError(t, err)
 	_, err = whole.Fit(context.Background())
 	require.NoError(t, err)
-	want, got := params(whole.model), params(resumed.model)
+	want, got := params(t, whole.model), params(t, resumed.model)
 	for name, v := range want {
 		require.Equal(t, v, got[name], "parameter %s differs after resume", name)
 	}
@@ -321,8 +357,8 @@ func TestPCGradCheckpointResumeIsExact(t *testing.T) {
 func BenchmarkTrainStepAggregation(b *testing.B) {
 	setup := func(b *testing.B, pcgrad bool) (*Trainer, fixedBatches) {
 		t := &testing.T{} // the germination helpers take a *testing.T; they do not fail here
-		m := twoSeedModel(t, 2)
-		d := toyData(1, 4, 16)
+		m := twoSeedModelOn(t, tensor.CPU, 2)
+		d := hostToyData(1, 4, 16)
 		tr, err := NewTrainer(TrainerOptions{Model: m, Train: d, Val: d, Epochs: 1, PCGrad: pcgrad})
 		if err != nil {
 			b.Fatal(err)

@@ -6,8 +6,11 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/esper-go/esper/internal/testdevice"
 	"github.com/esper-go/esper/kasmina"
+	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/leyline"
+	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/tensor"
 )
 
@@ -57,11 +60,15 @@ type panicSink struct{}
 func (panicSink) Emit(leyline.TelemetryEvent) { panic("telemetry backend exploded") }
 
 // newModel is a 2-block CNN host over 1-channel images (4 and 8
-// channels) with a seed slot at every cut point.
+// channels) with a seed slot at every cut point, on the test device
+// (testdevice.Device: the seeds germinated later follow it).
 func newModel(t *testing.T, sink kasmina.EventSink) *kasmina.MorphogeneticModel {
 	t.Helper()
 	host, err := kasmina.NewCNNHost(kasmina.CNNHostOptions{InChannels: 1, Classes: 3, Blocks: 2, BaseChannels: 4, RNG: tensor.NewRNG(7)})
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nn.To(host, testdevice.Device(t)); err != nil {
 		t.Fatal(err)
 	}
 	m, err := kasmina.NewMorphogeneticModel(host, kasmina.ModelOptions{Slots: host.TimelineOrder(), Sink: sink})
@@ -125,7 +132,8 @@ func advanceTo(t *testing.T, s *kasmina.Slot, stage leyline.SeedStage) {
 }
 
 // sameBits reports whether two state maps hold the same keys and
-// bit-identical tensors.
+// bit-identical tensors, on whatever device (read back with explicit
+// copies).
 func sameBits(t *testing.T, want, got map[string]*tensor.Tensor) {
 	t.Helper()
 	if len(want) != len(got) {
@@ -139,7 +147,7 @@ func sameBits(t *testing.T, want, got map[string]*tensor.Tensor) {
 		if !tensor.SameShape(w.Shape(), g.Shape()) || w.DType() != g.DType() {
 			t.Fatalf("%s: shape/dtype %v %v, want %v %v", k, g.Shape(), g.DType(), w.Shape(), w.DType())
 		}
-		x, y := w.Float64s(), g.Float64s()
+		x, y := testdevice.F64(t, w), testdevice.F64(t, g)
 		for i := range x {
 			if math.Float64bits(x[i]) != math.Float64bits(y[i]) {
 				t.Fatalf("%s[%d] = %v, want %v (bitwise)", k, i, y[i], x[i])
@@ -148,25 +156,49 @@ func sameBits(t *testing.T, want, got map[string]*tensor.Tensor) {
 	}
 }
 
-// slotWeights copies a slot's parameters and buffers by name.
-func slotWeights(s *kasmina.Slot) map[string]*tensor.Tensor {
+// slotWeights copies a slot's parameters and buffers by name to the
+// host.
+func slotWeights(t *testing.T, s *kasmina.Slot) map[string]*tensor.Tensor {
+	t.Helper()
 	out := map[string]*tensor.Tensor{}
 	for _, p := range s.NamedParameters() {
-		out[p.Name] = p.Var.Value.Clone()
+		out[p.Name] = hostClone(t, p.Var.Value)
 	}
 	for _, b := range s.NamedBuffers() {
-		out[b.Name] = b.Tensor.Clone()
+		out[b.Name] = hostClone(t, b.Tensor)
 	}
 	return out
 }
 
-// scribble overwrites a slot's or host's tensors with v.
+// hostClone returns a host copy of x that x's later changes leave alone.
+func hostClone(t *testing.T, x *tensor.Tensor) *tensor.Tensor {
+	t.Helper()
+	if x.Device().IsCPU() {
+		return x.Clone()
+	}
+	return testdevice.Host(t, x)
+}
+
+// fill sets every element of x to v on x's device (the backend's Fill).
+func fill(x *tensor.Tensor, v float64) { kernels.For(x.Device()).Fill(x, v) }
+
+// filledLike returns a new tensor shaped like x, on x's device, holding v.
+func filledLike(x *tensor.Tensor, v float64) *tensor.Tensor {
+	y, err := tensor.EmptyOn(x.Device(), x.DType(), x.Shape()...)
+	if err != nil {
+		panic(err)
+	}
+	fill(y, v)
+	return y
+}
+
+// scribbleSlot overwrites a slot's tensors with v.
 func scribbleSlot(s *kasmina.Slot, v float64) {
 	for _, p := range s.NamedParameters() {
-		p.Var.Value.Fill(v)
+		fill(p.Var.Value, v)
 	}
 	for _, b := range s.NamedBuffers() {
-		b.Tensor.Fill(v)
+		fill(b.Tensor, v)
 	}
 }
 

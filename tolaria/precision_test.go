@@ -26,7 +26,7 @@ func TestAMPTrains(t *testing.T) {
 		t.Run(fmt.Sprintf("%s/capture=%v", tc.amp, tc.capture), func(t *testing.T) {
 			rec := &recorder{}
 			tr, err := NewTrainer(TrainerOptions{
-				Model: trainerModel(t), Train: toyData(1, 6, 16), Val: toyData(2, 2, 16), Epochs: 4,
+				Model: trainerModel(t), Train: toyData(t, 1, 6, 16), Val: toyData(t, 2, 2, 16), Epochs: 4,
 				Controller: script, HostLR: 0.05, AMP: tc.amp, Capture: tc.capture, TF32: true, Sink: rec,
 			})
 			require.NoError(t, err)
@@ -50,7 +50,7 @@ func TestAMPTrains(t *testing.T) {
 }
 
 func TestAMPRejectsUnknownMode(t *testing.T) {
-	d := toyData(1, 1, 4)
+	d := toyData(t, 1, 1, 4)
 	_, err := NewTrainer(TrainerOptions{Model: trainerModel(t), Train: d, Val: d, Epochs: 1, AMP: "fp8"})
 	require.ErrorIs(t, err, ErrOptions)
 }
@@ -61,23 +61,23 @@ func TestAMPRejectsUnknownMode(t *testing.T) {
 // again.
 func TestFP16InfGradientSkipsTheStep(t *testing.T) {
 	m := twoSeedModel(t, 1)
-	d := toyData(1, 4, 8)
+	d := toyData(t, 1, 4, 8)
 	tr, err := NewTrainer(TrainerOptions{Model: m, Train: d, Val: d, Epochs: 1, AMP: AMPFP16})
 	require.NoError(t, err)
 	_, err = tr.RunEpoch(context.Background(), 0)
 	require.NoError(t, err)
 
-	before := weightsOnly(params(m))
+	before := weightsOnly(params(t, m))
 	hostSteps, seedSteps := tr.opt.host.StepCount(), tr.opt.seeds["r0c1"].sgd.StepCount()
 	scale := tr.Scaler().CurrentScale()
 	tr.step.afterBackward = func() {
-		tr.opt.host.Arena().Params()[0].Grad.F32()[0] = float32(math.Inf(1))
+		setFirst(tr.opt.host.Arena().Params()[0].Grad, math.Inf(1))
 	}
 	_, _, err = tr.step.run(d.x[0], d.y[0])
 	require.NoError(t, err)
 	// The forward pass still updates batch-norm statistics, as PyTorch's
 	// does on a skipped step; the parameters do not move.
-	require.Equal(t, before, weightsOnly(params(m)), "a skipped step changes no parameter")
+	require.Equal(t, before, weightsOnly(params(t, m)), "a skipped step changes no parameter")
 	require.Equal(t, hostSteps, tr.opt.host.StepCount())
 	require.Equal(t, seedSteps, tr.opt.seeds["r0c1"].sgd.StepCount(), "the seed skips too")
 	require.Equal(t, scale*0.5, tr.Scaler().CurrentScale(), "the scale backs off")
@@ -86,7 +86,7 @@ func TestFP16InfGradientSkipsTheStep(t *testing.T) {
 	tr.step.afterBackward = nil
 	_, _, err = tr.step.run(d.x[1], d.y[1])
 	require.NoError(t, err)
-	require.NotEqual(t, before, weightsOnly(params(m)), "a clean step trains")
+	require.NotEqual(t, before, weightsOnly(params(t, m)), "a clean step trains")
 	require.Equal(t, hostSteps+1, tr.opt.host.StepCount())
 	require.Equal(t, 1, tr.Scaler().GrowthTracker())
 }
@@ -101,7 +101,7 @@ func TestFP16ResumeIsExact(t *testing.T) {
 		store, err := rollback.Open(dir, rollback.StoreOptions{})
 		require.NoError(t, err)
 		return TrainerOptions{
-			Model: trainerModel(t), Train: toyData(1, 5, 8), Val: toyData(2, 1, 8), Epochs: 4,
+			Model: trainerModel(t), Train: toyData(t, 1, 5, 8), Val: toyData(t, 2, 1, 8), Epochs: 4,
 			Controller: script, Checkpoints: store, AMP: AMPFP16,
 		}
 	}
@@ -114,7 +114,7 @@ func TestFP16ResumeIsExact(t *testing.T) {
 	steps := 0
 	whole.step.afterBackward = func() {
 		if steps++; steps == 2 {
-			whole.opt.host.Arena().Params()[0].Grad.F32()[0] = float32(math.NaN())
+			setFirst(whole.opt.host.Arena().Params()[0].Grad, math.NaN())
 		}
 	}
 	_, err = whole.RunEpoch(context.Background(), 1)
@@ -143,7 +143,7 @@ func TestFP16ResumeIsExact(t *testing.T) {
 	}
 	require.Equal(t, whole.Scaler().CurrentScale(), resumed.Scaler().CurrentScale())
 	require.Equal(t, whole.Scaler().GrowthTracker(), resumed.Scaler().GrowthTracker())
-	want, got := params(whole.model), params(resumed.model)
+	want, got := params(t, whole.model), params(t, resumed.model)
 	require.Equal(t, len(want), len(got))
 	for name, v := range want {
 		require.Equal(t, v, got[name], "parameter %s differs after resume", name)
@@ -164,7 +164,7 @@ func TestFP16ResumeIsExact(t *testing.T) {
 // TestAMPAutocastsTheForward: under bf16 and fp16 the logits come out in
 // the low-precision dtype while the loss stays fp32.
 func TestAMPAutocastsTheForward(t *testing.T) {
-	d := toyData(1, 1, 4)
+	d := toyData(t, 1, 1, 4)
 	for _, tc := range []struct {
 		amp  AMPMode
 		want tensor.DType
@@ -179,6 +179,12 @@ func TestAMPAutocastsTheForward(t *testing.T) {
 		require.Equal(t, tc.want, logits.DType(), "%q logits", tc.amp)
 		require.Equal(t, tensor.F32, loss.DType(), "%q loss", tc.amp)
 	}
+}
+
+// setFirst sets the first element of the contiguous tensor x to v, on
+// x's device.
+func setFirst(x *tensor.Tensor, v float64) {
+	fill(x.Reshape(x.Numel()).Narrow(0, 0, 1), v)
 }
 
 // weightsOnly drops the buffers from a params map.

@@ -12,41 +12,21 @@ import (
 	"github.com/esper-go/esper/tensor"
 )
 
-// simRun trains a fresh trainerModel on dev (moved there before the
-// trainer is built, the batches staying CPU tensors the trainer copies)
+// simRun trains a fresh hostTrainerModel on dev (moved there before the
+// trainer is built; the batches are o's, hostToyData's CPU tensors but
+// for crashOptions' test-device ones, which the trainer copies to dev)
 // under the lifecycle script, and returns the summary and the final
 // parameters (copied to the host).
 func simRun(t *testing.T, dev tensor.Device, o TrainerOptions) (Summary, map[string][]float32) {
 	t.Helper()
-	m := trainerModel(t)
+	m := hostTrainerModel(t)
 	require.NoError(t, nn.To(m, dev))
 	o.Model = m
 	tr, err := NewTrainer(o)
 	require.NoError(t, err)
 	sum, err := tr.Fit(context.Background())
 	require.NoError(t, err)
-	return sum, hostParams(t, m)
-}
-
-// hostParams is params for a model on any device: each parameter and F32
-// buffer copied to the host explicitly.
-func hostParams(t *testing.T, m nn.Module) map[string][]float32 {
-	t.Helper()
-	out := map[string][]float32{}
-	read := func(x *tensor.Tensor) []float32 {
-		h, err := x.ToDevice(tensor.CPU)
-		require.NoError(t, err)
-		return h.F32()
-	}
-	for _, p := range m.NamedParameters() {
-		out[p.Name] = read(p.Var.Value)
-	}
-	for _, b := range m.NamedBuffers() {
-		if b.Tensor.DType() == tensor.F32 {
-			out["buffer:"+b.Name] = read(b.Tensor)
-		}
-	}
-	return out
+	return sum, params(t, m)
 }
 
 // sameReports requires the epoch reports of two runs to be equal bit
@@ -91,7 +71,7 @@ func sameReports(t *testing.T, want, got []EpochReport) {
 // CPU computes on the host: doing them on the device would change their
 // bits.
 func TestTrainerOnSimEqualsCPU(t *testing.T) {
-	o := TrainerOptions{Train: toyData(1, 5, 8), Val: toyData(2, 2, 8), Epochs: 4, Controller: script, HostLR: 0.05}
+	o := TrainerOptions{Train: hostToyData(1, 5, 8), Val: hostToyData(2, 2, 8), Epochs: 4, Controller: script, HostLR: 0.05}
 	want, wp := simRun(t, tensor.CPU, o)
 	got, gp := simRun(t, tensor.Sim(0), o)
 	sameReports(t, want.Epochs, got.Epochs)
@@ -113,7 +93,7 @@ func TestTrainerOnSimEqualsCPU(t *testing.T) {
 func TestTrainerOnSimNoSeedsTwoSyncs(t *testing.T) {
 	for _, dev := range []tensor.Device{tensor.CPU, tensor.Sim(1)} {
 		rec := &recorder{}
-		o := TrainerOptions{Train: toyData(1, 5, 8), Val: toyData(2, 2, 8), Epochs: 3, Sink: rec}
+		o := TrainerOptions{Train: hostToyData(1, 5, 8), Val: hostToyData(2, 2, 8), Epochs: 3, Sink: rec}
 		sum, _ := simRun(t, dev, o)
 		want := 2.0
 		if dev.IsCPU() {
@@ -136,9 +116,9 @@ func TestTrainerOnSimNoSeedsTwoSyncs(t *testing.T) {
 // host, so NewTrainer refuses it for a model on sim with a line naming
 // the option and the device.
 func TestTrainerRefusesPCGradOnADevice(t *testing.T) {
-	m := trainerModel(t)
+	m := hostTrainerModel(t)
 	require.NoError(t, nn.To(m, tensor.Sim(0)))
-	_, err := NewTrainer(TrainerOptions{Model: m, Train: toyData(1, 1, 4), Val: toyData(2, 1, 4), Epochs: 1, PCGrad: true})
+	_, err := NewTrainer(TrainerOptions{Model: m, Train: hostToyData(1, 1, 4), Val: hostToyData(2, 1, 4), Epochs: 1, PCGrad: true})
 	require.ErrorIs(t, err, ErrOptions)
 	require.ErrorContains(t, err, "PCGrad")
 	require.ErrorContains(t, err, "sim:0")
@@ -167,7 +147,7 @@ func TestCheckpointResumeOnSim(t *testing.T) {
 	got, err := tr.Fit(context.Background())
 	require.NoError(t, err)
 	sameReports(t, want.Epochs, got.Epochs)
-	require.Equal(t, wp, hostParams(t, m), "final parameters")
+	require.Equal(t, wp, params(t, m), "final parameters")
 }
 
 // TestTrainerVariantsOnSimEqualCPU: the lifecycle run of
@@ -191,7 +171,7 @@ func TestTrainerVariantsOnSimEqualCPU(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := tc.o
-			o.Train, o.Val, o.Epochs, o.Controller, o.HostLR = toyData(1, 5, 8), toyData(2, 2, 8), 4, script, 0.05
+			o.Train, o.Val, o.Epochs, o.Controller, o.HostLR = hostToyData(1, 5, 8), hostToyData(2, 2, 8), 4, script, 0.05
 			want, wp := simRun(t, tensor.CPU, o)
 			got, gp := simRun(t, tensor.Sim(0), o)
 			sameReports(t, want.Epochs, got.Epochs)
@@ -217,7 +197,7 @@ func TestTwoTrainingSeedsOnSim(t *testing.T) {
 	for k, v := range script {
 		sc[k] = v
 	}
-	o := TrainerOptions{Train: toyData(1, 5, 8), Val: toyData(2, 2, 8), Epochs: 6, Controller: sc, HostLR: 0.05}
+	o := TrainerOptions{Train: hostToyData(1, 5, 8), Val: hostToyData(2, 2, 8), Epochs: 6, Controller: sc, HostLR: 0.05}
 	want, wp := simRun(t, tensor.CPU, o)
 	got, gp := simRun(t, tensor.Sim(0), o)
 	sameReports(t, want.Epochs, got.Epochs)
@@ -238,7 +218,7 @@ func TestTwoTrainingSeedsOnSim(t *testing.T) {
 // parameters bit for bit; GOVERNOR_ROLLBACK names sim:0.
 func TestGovernorRollbackOnSim(t *testing.T) {
 	o := TrainerOptions{
-		Train: toyData(1, 3, 8), Val: poisonedVal{toyData(2, 1, 8), 2}, Epochs: 4,
+		Train: hostToyData(1, 3, 8), Val: poisonedVal{hostToyData(2, 1, 8), 2}, Epochs: 4,
 		Controller: script, Governor: &GovernorOptions{Classes: 3},
 	}
 	want, wp := simRun(t, tensor.CPU, o)
@@ -264,9 +244,9 @@ func TestGovernorRollbackOnSim(t *testing.T) {
 // device.
 func TestHostReadInsideAStepOnSim(t *testing.T) {
 	build := func() *Trainer {
-		m := trainerModel(t)
+		m := hostTrainerModel(t)
 		require.NoError(t, nn.To(m, tensor.Sim(0)))
-		tr, err := NewTrainer(TrainerOptions{Model: m, Train: toyData(1, 5, 8), Val: toyData(2, 2, 8), Epochs: 1})
+		tr, err := NewTrainer(TrainerOptions{Model: m, Train: hostToyData(1, 5, 8), Val: hostToyData(2, 2, 8), Epochs: 1})
 		require.NoError(t, err)
 		return tr
 	}

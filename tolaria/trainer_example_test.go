@@ -6,6 +6,7 @@ import (
 	"iter"
 
 	"github.com/esper-go/esper/kasmina"
+	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/tensor"
 	"github.com/esper-go/esper/tolaria"
 )
@@ -45,6 +46,10 @@ func ExampleTrainer() {
 	host := kasmina.MustCNNHost(kasmina.CNNHostOptions{InChannels: 1, Classes: 2, Blocks: 2, BaseChannels: 4, RNG: tensor.NewRNG(1)})
 	model, err := kasmina.NewMorphogeneticModel(host, kasmina.ModelOptions{Slots: []string{"r0c0", "r0c1"}})
 	if err != nil {
+		panic(err)
+	}
+	// The trainer runs on the model's device and copies each batch there.
+	if err := nn.To(model, exampleDevice()); err != nil {
 		panic(err)
 	}
 	tr, err := tolaria.NewTrainer(tolaria.TrainerOptions{

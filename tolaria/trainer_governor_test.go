@@ -8,13 +8,15 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/esper-go/esper/internal/testdevice"
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/tensor"
 )
 
-// poisonedVal serves toy validation batches, with NaN images at one
-// epoch, so that the validation loss is NaN there.
+// poisonedVal serves toy validation batches, with NaN images (on the
+// batches' device) at one epoch, so that the validation loss is NaN
+// there.
 type poisonedVal struct {
 	fixedBatches
 	at int
@@ -26,9 +28,7 @@ func (p poisonedVal) Batches(e int) iter.Seq2[*tensor.Tensor, *tensor.Tensor] {
 	}
 	return func(yield func(*tensor.Tensor, *tensor.Tensor) bool) {
 		for i := range p.x {
-			bad := p.x[i].Clone()
-			bad.Fill(math.NaN())
-			if !yield(bad, p.y[i]) {
+			if !yield(filledLike(p.x[i], math.NaN()), p.y[i]) {
 				return
 			}
 		}
@@ -42,7 +42,7 @@ func TestTrainerGovernorRollback(t *testing.T) {
 	m := trainerModel(t)
 	rec := &recorder{}
 	tr, err := NewTrainer(TrainerOptions{
-		Model: m, Train: toyData(1, 3, 8), Val: poisonedVal{toyData(2, 1, 8), 2}, Epochs: 3,
+		Model: m, Train: toyData(t, 1, 3, 8), Val: poisonedVal{toyData(t, 2, 1, 8), 2}, Epochs: 3,
 		Controller: script, Sink: rec, Governor: &GovernorOptions{Classes: 3},
 	})
 	require.NoError(t, err)
@@ -57,7 +57,7 @@ func TestTrainerGovernorRollback(t *testing.T) {
 	mom := tr.opt.host.StateDict()["momentum_buffer.f32"]
 	require.NotNil(t, mom)
 	nonzero := false
-	for _, x := range mom.F32() {
+	for _, x := range testdevice.F32(t, mom) {
 		nonzero = nonzero || x != 0
 	}
 	require.True(t, nonzero, "momentum has built up before the rollback")
@@ -69,10 +69,10 @@ func TestTrainerGovernorRollback(t *testing.T) {
 	require.Equal(t, leyline.OpWait, r2.Decision.Op, "no decision in a rollback epoch")
 	for name, want := range snapshot {
 		got := nn.StateDict(m.Host())[name]
-		require.Equal(t, want.Contiguous().F32(), got.Contiguous().F32(), "host %s not restored bit-exactly", name)
+		require.Equal(t, testdevice.F32(t, want), testdevice.F32(t, got), "host %s not restored bit-exactly", name)
 	}
 	require.True(t, s.Stage() == leyline.StagePruned || s.Stage() == leyline.StageEmbargoed, "live seed pruned (stage %v)", s.Stage())
-	for _, x := range tr.opt.host.StateDict()["momentum_buffer.f32"].F32() {
+	for _, x := range testdevice.F32(t, tr.opt.host.StateDict()["momentum_buffer.f32"]) {
 		require.Zero(t, x, "host momentum not cleared by the rollback")
 	}
 	require.Equal(t, 1, rec.count(leyline.EventGovernorRollback))

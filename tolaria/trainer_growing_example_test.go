@@ -7,6 +7,7 @@ import (
 	"github.com/esper-go/esper/data"
 	"github.com/esper-go/esper/kasmina"
 	"github.com/esper-go/esper/leyline"
+	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/tamiyo"
 	"github.com/esper-go/esper/tensor"
 	"github.com/esper-go/esper/tolaria"
@@ -39,6 +40,10 @@ func ExampleTrainer_growing() {
 	host := must(kasmina.NewCNNHost(kasmina.CNNHostOptions{InChannels: 1, Classes: train.Classes(), Blocks: 2,
 		BaseChannels: 4, KernelSize: 1, RNG: tensor.NewRNG(1)}))
 	model := must(kasmina.NewMorphogeneticModel(host, kasmina.ModelOptions{Slots: []string{"r0c0", "r0c1"}}))
+	// On a device the trainer copies the loaders' batches to it.
+	if err := nn.To(model, exampleDevice()); err != nil {
+		panic(err)
+	}
 	trainer := must(tolaria.NewTrainer(tolaria.TrainerOptions{
 		Model: model, Train: trainLoader, Val: valLoader, Epochs: 10, HostLR: 0.05,
 		Controller: must(tamiyo.NewHeuristic(tamiyo.HeuristicOptions{})),

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/internal/testdevice"
 	"github.com/esper-go/esper/kasmina"
 	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/leyline"
@@ -38,9 +39,27 @@ func (b fixedBatches) Batches(int) iter.Seq2[*tensor.Tensor, *tensor.Tensor] {
 	}
 }
 
-// toyData is a learnable 3-class task on 1×8×8 images: the class is
-// which third of the image (top, middle, bottom rows) is brightest.
-func toyData(seed uint64, batches, batch int) fixedBatches {
+// toyData is hostToyData on the test device (testdevice.Device), as a
+// source that yields device tensors hands them to the trainer.
+func toyData(t testing.TB, seed uint64, batches, batch int) fixedBatches {
+	t.Helper()
+	return hostToyData(seed, batches, batch).to(t)
+}
+
+// to returns the batches copied to the test device.
+func (b fixedBatches) to(t testing.TB) fixedBatches {
+	t.Helper()
+	var out fixedBatches
+	for i := range b.x {
+		out.x, out.y = append(out.x, testdevice.To(t, b.x[i])), append(out.y, testdevice.To(t, b.y[i]))
+	}
+	return out
+}
+
+// hostToyData is a learnable 3-class task on 1×8×8 images: the class is
+// which third of the image (top, middle, bottom rows) is brightest. Its
+// tensors are CPU tensors, as a data.Loader yields them.
+func hostToyData(seed uint64, batches, batch int) fixedBatches {
 	rng := tensor.NewRNG(seed)
 	var out fixedBatches
 	for b := 0; b < batches; b++ {
@@ -60,7 +79,18 @@ func toyData(seed uint64, batches, batch int) fixedBatches {
 	return out
 }
 
+// trainerModel is hostTrainerModel moved to the test device
+// (testdevice.Device); the trainer takes the model's device.
 func trainerModel(t testing.TB) *kasmina.MorphogeneticModel {
+	t.Helper()
+	m := hostTrainerModel(t)
+	require.NoError(t, nn.To(m, testdevice.Device(t)))
+	return m
+}
+
+// hostTrainerModel is a 2-block CNN host (4 and 8 channels) on the CPU
+// with seed slots r0c0 and r0c1, for the toy task's 3 classes.
+func hostTrainerModel(t testing.TB) *kasmina.MorphogeneticModel {
 	t.Helper()
 	host, err := kasmina.NewCNNHost(kasmina.CNNHostOptions{InChannels: 1, Classes: 3, Blocks: 2, BaseChannels: 4, RNG: tensor.NewRNG(11)})
 	require.NoError(t, err)
@@ -85,14 +115,17 @@ var script = scripted{
 	2: {Op: leyline.OpGerminate, SlotID: "r0c0", Blueprint: leyline.BlueprintNorm, Style: leyline.StyleSigmoidAdd, Tempo: leyline.TempoFast, AlphaTarget: leyline.AlphaTargetFull, Reason: "script", Confidence: 1},
 }
 
-func params(m nn.Module) map[string][]float32 {
+// params copies a model's parameters and F32 buffers, on any device, to
+// the host (explicit copies), by name; buffers are named "buffer:NAME".
+func params(t testing.TB, m nn.Module) map[string][]float32 {
+	t.Helper()
 	out := map[string][]float32{}
 	for _, p := range m.NamedParameters() {
-		out[p.Name] = append([]float32(nil), p.Var.Value.Contiguous().F32()...)
+		out[p.Name] = testdevice.F32(t, p.Var.Value)
 	}
 	for _, b := range m.NamedBuffers() {
 		if b.Tensor.DType() == tensor.F32 {
-			out["buffer:"+b.Name] = append([]float32(nil), b.Tensor.Contiguous().F32()...)
+			out["buffer:"+b.Name] = testdevice.F32(t, b.Tensor)
 		}
 	}
 	return out
@@ -102,7 +135,7 @@ func TestTrainerLearnsAndRunsTheLifecycle(t *testing.T) {
 	m := trainerModel(t)
 	rec := &recorder{}
 	tr, err := NewTrainer(TrainerOptions{
-		Model: m, Train: toyData(1, 6, 16), Val: toyData(2, 2, 16), Epochs: 4,
+		Model: m, Train: toyData(t, 1, 6, 16), Val: toyData(t, 2, 2, 16), Epochs: 4,
 		Controller: script, Sink: rec, HostLR: 0.05,
 	})
 	require.NoError(t, err)
@@ -129,6 +162,23 @@ func TestTrainerLearnsAndRunsTheLifecycle(t *testing.T) {
 		}
 	}
 	require.Equal(t, 4, latency, "tolaria.training.latency_ms once per epoch")
+	// Host syncs per epoch: none on the CPU; on sim the figures
+	// TestTrainerOnSimEqualsCPU explains (the same lifecycle, 6 steps
+	// per epoch putting the telemetry steps 10 and 20 in epochs 1 and 3);
+	// a CUDA backend may add waits of its own (CountHostSync), not fewer.
+	dev := testdevice.Device(t)
+	want := []uint64{0, 0, 0, 0}
+	if !dev.IsCPU() {
+		want = []uint64{2, 3, 2, 5}
+	}
+	var syncs []uint64
+	for i, r := range sum.Epochs {
+		syncs = append(syncs, r.HostSyncs)
+		require.GreaterOrEqual(t, r.HostSyncs, want[i], "host syncs of epoch %d on %v", i, dev)
+	}
+	if dev.IsCPU() || dev.Kind == tensor.KindSim {
+		require.Equal(t, want, syncs, "host syncs per epoch on %v", dev)
+	}
 }
 
 // TestTrainerReportsRefusedDecision: an ADVANCE that Kasmina's gate
@@ -137,7 +187,7 @@ func TestTrainerLearnsAndRunsTheLifecycle(t *testing.T) {
 func TestTrainerReportsRefusedDecision(t *testing.T) {
 	adv := leyline.Decision{Op: leyline.OpAdvance, SlotID: "r0c1", Reason: "Advance to BLENDING", Confidence: 1}
 	tr, err := NewTrainer(TrainerOptions{
-		Model: trainerModel(t), Train: toyData(1, 2, 8), Val: toyData(2, 1, 8), Epochs: 3,
+		Model: trainerModel(t), Train: toyData(t, 1, 2, 8), Val: toyData(t, 2, 1, 8), Epochs: 3,
 		Controller: scripted{0: script[0], 1: script[1], 2: adv},
 	})
 	require.NoError(t, err)
@@ -152,7 +202,7 @@ func TestTrainerReportsRefusedDecision(t *testing.T) {
 
 func TestTrainerRejectsBadOptions(t *testing.T) {
 	m := trainerModel(t)
-	d := toyData(1, 1, 4)
+	d := toyData(t, 1, 1, 4)
 	for _, o := range []TrainerOptions{
 		{Train: d, Val: d, Epochs: 1},
 		{Model: m, Val: d, Epochs: 1},
@@ -178,7 +228,7 @@ func TestCapturedTrainingEqualsEager(t *testing.T) {
 	run := func(capture bool) (map[string][]float32, Summary) {
 		m := trainerModel(t)
 		tr, err := NewTrainer(TrainerOptions{
-			Model: m, Train: toyData(1, 5, 8), Val: toyData(2, 1, 8), Epochs: 3,
+			Model: m, Train: toyData(t, 1, 5, 8), Val: toyData(t, 2, 1, 8), Epochs: 3,
 			Controller: script, Capture: capture,
 			HostSchedule: optim.StepLR{Base: 0.04, StepSize: 1, Gamma: 0.5},
 		})
@@ -186,7 +236,7 @@ func TestCapturedTrainingEqualsEager(t *testing.T) {
 		sum, err := tr.Fit(context.Background())
 		require.NoError(t, err)
 		require.Equal(t, 0.01, tr.opt.host.LR(), "the schedule's rate of the last epoch (0.04·0.5²)")
-		return params(m), sum
+		return params(t, m), sum
 	}
 	eager, esum := run(false)
 	captured, sum := run(true)
@@ -211,7 +261,7 @@ func TestCaptureFailureFallsBackOnce(t *testing.T) {
 	m := trainerModel(t)
 	rec := &recorder{}
 	tr, err := NewTrainer(TrainerOptions{
-		Model: m, Train: toyData(1, 4, 8), Val: toyData(2, 1, 8), Epochs: 2, Capture: true, Sink: rec,
+		Model: m, Train: toyData(t, 1, 4, 8), Val: toyData(t, 2, 1, 8), Epochs: 2, Capture: true, Sink: rec,
 	})
 	require.NoError(t, err)
 	inner := tr.step.fn
@@ -258,7 +308,7 @@ func TestLateControllerIsNeverApplied(t *testing.T) {
 	m := trainerModel(t)
 	c := &lateGerminator{release: make(chan struct{})}
 	tr, err := NewTrainer(TrainerOptions{
-		Model: m, Train: toyData(1, 2, 8), Val: toyData(2, 1, 8), Epochs: 2,
+		Model: m, Train: toyData(t, 1, 2, 8), Val: toyData(t, 2, 1, 8), Epochs: 2,
 		Controller: c, Deadlines: DeadlineOptions{Controller: 20 * time.Millisecond},
 	})
 	require.NoError(t, err)
@@ -292,7 +342,7 @@ func crashOptions(t testing.TB, dir string) TrainerOptions {
 	store, err := rollback.Open(dir, rollback.StoreOptions{})
 	require.NoError(t, err)
 	return TrainerOptions{
-		Model: trainerModel(t), Train: toyData(1, 5, 8), Val: toyData(2, 1, 8), Epochs: 4,
+		Model: trainerModel(t), Train: toyData(t, 1, 5, 8), Val: toyData(t, 2, 1, 8), Epochs: 4,
 		Controller: script, Checkpoints: store,
 	}
 }
@@ -342,7 +392,7 @@ func TestResumeAfterSIGKILL(t *testing.T) {
 	require.NoError(t, err)
 	_, err = whole.Fit(context.Background())
 	require.NoError(t, err)
-	want, got := params(whole.model), params(resumed.model)
+	want, got := params(t, whole.model), params(t, resumed.model)
 	require.Equal(t, len(want), len(got))
 	for name, v := range want {
 		require.Equal(t, v, got[name], "parameter %s differs after resume", name)
@@ -388,8 +438,8 @@ func TestResumeAfterSIGKILL(t *testing.T) {
 // the training accuracy is a whole number of correct samples.
 func TestEpochAccuracyIsCounted(t *testing.T) {
 	m := trainerModel(t)
-	val := toyData(2, 3, 8)
-	tr, err := NewTrainer(TrainerOptions{Model: m, Train: toyData(1, 5, 8), Val: val, Epochs: 2, Capture: true})
+	val := toyData(t, 2, 3, 8)
+	tr, err := NewTrainer(TrainerOptions{Model: m, Train: toyData(t, 1, 5, 8), Val: val, Epochs: 2, Capture: true})
 	require.NoError(t, err)
 	sum, err := tr.Fit(context.Background())
 	require.NoError(t, err)
@@ -400,8 +450,8 @@ func TestEpochAccuracyIsCounted(t *testing.T) {
 	correct, total := 0, 0
 	autograd.NoGrad(func() {
 		for i, x := range val.x {
-			logits := m.Forward(autograd.Const(x)).Value.F32()
-			for r, y := range val.y[i].I64() {
+			logits := testdevice.F32(t, m.Forward(autograd.Const(x)).Value)
+			for r, y := range testdevice.Host(t, val.y[i]).I64() {
 				row := logits[r*3 : r*3+3]
 				best := 0
 				for j := range row {
@@ -444,7 +494,7 @@ func TestStatusMetricsSentOnChange(t *testing.T) {
 	rec := &recorder{}
 	ctl := lateOnce{at: 2, sleep: 80 * time.Millisecond}
 	tr, err := NewTrainer(TrainerOptions{
-		Model: m, Train: toyData(1, 2, 8), Val: toyData(2, 1, 8), Epochs: 4, Sink: rec,
+		Model: m, Train: toyData(t, 1, 2, 8), Val: toyData(t, 2, 1, 8), Epochs: 4, Sink: rec,
 		Controller: ctl, Deadlines: DeadlineOptions{Controller: 30 * time.Millisecond},
 	})
 	require.NoError(t, err)
@@ -478,9 +528,9 @@ func TestStatusMetricsSentOnChange(t *testing.T) {
 // TestHistoryKeepsTheLatestEpochs: with History set, Summary holds the
 // latest History reports, oldest first; a negative History is refused.
 func TestHistoryKeepsTheLatestEpochs(t *testing.T) {
-	_, err := NewTrainer(TrainerOptions{Model: trainerModel(t), Train: toyData(1, 1, 4), Val: toyData(2, 1, 4), Epochs: 1, History: -1})
+	_, err := NewTrainer(TrainerOptions{Model: trainerModel(t), Train: toyData(t, 1, 1, 4), Val: toyData(t, 2, 1, 4), Epochs: 1, History: -1})
 	require.ErrorIs(t, err, ErrOptions)
-	tr, err := NewTrainer(TrainerOptions{Model: trainerModel(t), Train: toyData(1, 1, 4), Val: toyData(2, 1, 4), Epochs: 7, History: 3})
+	tr, err := NewTrainer(TrainerOptions{Model: trainerModel(t), Train: toyData(t, 1, 1, 4), Val: toyData(t, 2, 1, 4), Epochs: 7, History: 3})
 	require.NoError(t, err)
 	sum, err := tr.Fit(context.Background())
 	require.NoError(t, err)
@@ -510,7 +560,7 @@ func (d *drainCounter) Drain() { d.drains++ }
 func TestTrainerDrainsItsController(t *testing.T) {
 	c := &drainCounter{}
 	tr, err := NewTrainer(TrainerOptions{
-		Model: trainerModel(t), Train: toyData(1, 2, 8), Val: toyData(2, 1, 8), Epochs: 3, Controller: c,
+		Model: trainerModel(t), Train: toyData(t, 1, 2, 8), Val: toyData(t, 2, 1, 8), Epochs: 3, Controller: c,
 	})
 	require.NoError(t, err)
 	for e := 0; e < 3; e++ {
