@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"testing"
 
 	"github.com/esper-go/esper/internal/testdevice"
 	"github.com/esper-go/esper/kasmina"
@@ -14,17 +13,9 @@ import (
 	"github.com/esper-go/esper/tolaria"
 )
 
-// exampleDevice is the device the examples run on: testdevice.Device,
-// which needs a testing.TB that an example does not have. exampleTB
-// provides the two methods Device calls (the embedded nil TB is never
-// reached); a bad ESPER_TEST_DEVICE panics, failing the example.
-func exampleDevice() tensor.Device { return testdevice.Device(exampleTB{}) }
-
-type exampleTB struct{ testing.TB }
-
-func (exampleTB) Helper()                        {}
-func (exampleTB) Fatal(args ...any)              { panic(fmt.Sprint(args...)) }
-func (exampleTB) Fatalf(format string, a ...any) { panic(fmt.Sprintf(format, a...)) }
+// exampleDevice is the device the examples run on (testdevice.Must: a
+// bad ESPER_TEST_DEVICE panics, failing the example).
+func exampleDevice() tensor.Device { return testdevice.Must() }
 
 // germinateController always asks for a conv_light seed in slot r0c0.
 type germinateController struct{}

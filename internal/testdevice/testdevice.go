@@ -68,6 +68,17 @@ func Device(t testing.TB) tensor.Device {
 	return d
 }
 
+// Must returns the device the tests run on, for code without a
+// testing.TB (an Example): it panics, failing the example, when Env names
+// no usable device.
+func Must() tensor.Device {
+	d, err := resolve()
+	if err != nil {
+		panic(err)
+	}
+	return d
+}
+
 // OnDevice reports whether the tests run on a device other than the CPU.
 func OnDevice(t testing.TB) bool { return !Device(t).IsCPU() }
 
