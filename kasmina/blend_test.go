@@ -5,32 +5,34 @@ import (
 	"testing"
 
 	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/internal/testdevice"
 	"github.com/esper-go/esper/kasmina/blueprint"
 	"github.com/esper-go/esper/tensor"
 )
 
+// f64 is a uniform random F64 host tensor in [−1, 1).
 func f64(seed uint64, shape ...int) *tensor.Tensor {
 	return tensor.Uniform(tensor.NewRNG(seed), tensor.F64, -1, 1, shape...)
 }
 
 func TestBlendIdentities(t *testing.T) {
-	h, s := autograd.Const(f64(1, 2, 3, 4, 4)), autograd.Const(f64(2, 2, 3, 4, 4))
-	x := autograd.Const(f64(3, 2, 3, 4, 4))
-	check(t, bitwiseEqual(BlendAdd(h, s, ScalarAlpha(0)).Value, h.Value), "ADD at α=0 is not the host")
-	check(t, maxAbsDiff(BlendAdd(h, s, ScalarAlpha(1)).Value, s.Value) < 1e-15, "ADD at α=1 is not the seed")
+	h, s := onDevice(t, f64(1, 2, 3, 4, 4)), onDevice(t, f64(2, 2, 3, 4, 4))
+	x := onDevice(t, f64(3, 2, 3, 4, 4))
+	check(t, bitwiseEqual(t, BlendAdd(h, s, ScalarAlpha(0)).Value, h.Value), "ADD at α=0 is not the host")
+	check(t, maxAbsDiff(t, BlendAdd(h, s, ScalarAlpha(1)).Value, s.Value) < 1e-15, "ADD at α=1 is not the seed")
 	mean := autograd.MulScalar(autograd.Add(h, s), 0.5)
-	check(t, maxAbsDiff(BlendAdd(h, s, ScalarAlpha(0.5)).Value, mean.Value) < 1e-15, "ADD at α=½ is not the mean")
+	check(t, maxAbsDiff(t, BlendAdd(h, s, ScalarAlpha(0.5)).Value, mean.Value) < 1e-15, "ADD at α=½ is not the mean")
 	// Alpha is clamped.
-	check(t, bitwiseEqual(BlendAdd(h, s, ScalarAlpha(-0.1)).Value, h.Value), "α=−0.1 not clamped to 0")
-	check(t, maxAbsDiff(BlendAdd(h, s, ScalarAlpha(1.5)).Value, s.Value) < 1e-15, "α=1.5 not clamped to 1")
+	check(t, bitwiseEqual(t, BlendAdd(h, s, ScalarAlpha(-0.1)).Value, h.Value), "α=−0.1 not clamped to 0")
+	check(t, maxAbsDiff(t, BlendAdd(h, s, ScalarAlpha(1.5)).Value, s.Value) < 1e-15, "α=1.5 not clamped to 1")
 
-	check(t, bitwiseEqual(BlendMultiply(h, s, x, ScalarAlpha(0)).Value, h.Value), "MULTIPLY at α=0 is not the host")
-	check(t, bitwiseEqual(BlendMultiply(h, x, x, ScalarAlpha(0.8)).Value, h.Value), "MULTIPLY with an identity seed is not the host")
+	check(t, bitwiseEqual(t, BlendMultiply(h, s, x, ScalarAlpha(0)).Value, h.Value), "MULTIPLY at α=0 is not the host")
+	check(t, bitwiseEqual(t, BlendMultiply(h, x, x, ScalarAlpha(0.8)).Value, h.Value), "MULTIPLY with an identity seed is not the host")
 	// Affine in α and multiplier within [1−α, 1+α].
-	m0 := BlendMultiply(h, s, x, ScalarAlpha(0)).Value.Float64s()
-	m3 := BlendMultiply(h, s, x, ScalarAlpha(0.3)).Value.Float64s()
-	m6 := BlendMultiply(h, s, x, ScalarAlpha(0.6)).Value.Float64s()
-	hv := h.Value.Float64s()
+	m0 := testdevice.F64(t, BlendMultiply(h, s, x, ScalarAlpha(0)).Value)
+	m3 := testdevice.F64(t, BlendMultiply(h, s, x, ScalarAlpha(0.3)).Value)
+	m6 := testdevice.F64(t, BlendMultiply(h, s, x, ScalarAlpha(0.6)).Value)
+	hv := testdevice.F64(t, h.Value)
 	for i := range m0 {
 		check(t, math.Abs((m6[i]-m3[i])-(m3[i]-m0[i])) < 1e-12, "MULTIPLY not affine in α at %d", i)
 		if hv[i] != 0 {
@@ -40,62 +42,67 @@ func TestBlendIdentities(t *testing.T) {
 	}
 
 	// GATE is a convex mix: between h and s elementwise.
-	gate := autograd.Const(tensor.FromFloat64s(tensor.F64, []float64{0.3, 1.7}, 2, 1, 1, 1))
-	g := BlendGate(h, s, gate, ScalarAlpha(0.9)).Value.Float64s()
-	sv := s.Value.Float64s()
+	gate := onDevice(t, tensor.FromFloat64s(tensor.F64, []float64{0.3, 1.7}, 2, 1, 1, 1))
+	g := testdevice.F64(t, BlendGate(h, s, gate, ScalarAlpha(0.9)).Value)
+	sv := testdevice.F64(t, s.Value)
 	for i := range g {
 		lo, hi := math.Min(hv[i], sv[i]), math.Max(hv[i], sv[i])
 		check(t, g[i] >= lo-1e-15 && g[i] <= hi+1e-15, "GATE not convex at %d", i)
 	}
 	// Sample 1's gate is clamped to 1: α_eff = 0.9.
-	want := BlendAdd(h, s, ScalarAlpha(0.9)).Value.Float64s()
+	want := testdevice.F64(t, BlendAdd(h, s, ScalarAlpha(0.9)).Value)
 	per := len(g) / 2
 	check(t, math.Abs(g[per]-want[per]) < 1e-15, "GATE with gate 1.7 not clamped")
-	check(t, bitwiseEqual(BlendGate(h, s, gate, ScalarAlpha(0)).Value, h.Value), "GATE at α=0 is not the host")
+	check(t, bitwiseEqual(t, BlendGate(h, s, gate, ScalarAlpha(0)).Value, h.Value), "GATE at α=0 is not the host")
 
 	// Straight-through: value exactly h.
-	check(t, bitwiseEqual(StraightThrough(h, s).Value, h.Value), "STE value is not the host")
+	check(t, bitwiseEqual(t, StraightThrough(h, s).Value, h.Value), "STE value is not the host")
 }
 
 func TestBlendPerSampleAlpha(t *testing.T) {
-	h, s := autograd.Const(f64(1, 3, 2)), autograd.Const(f64(2, 3, 2))
-	a := autograd.Const(tensor.FromFloat64s(tensor.F64, []float64{0, 1, 2}, 3, 1))
+	h, s := onDevice(t, f64(1, 3, 2)), onDevice(t, f64(2, 3, 2))
+	a := onDevice(t, tensor.FromFloat64s(tensor.F64, []float64{0, 1, 2}, 3, 1))
 	out := BlendAdd(h, s, SampleAlpha(a)).Value
-	hv, sv, o := h.Value.Float64s(), s.Value.Float64s(), out.Float64s()
+	hv, sv, o := testdevice.F64(t, h.Value), testdevice.F64(t, s.Value), testdevice.F64(t, out)
 	check(t, o[0] == hv[0] && o[1] == hv[1], "sample 0 (α=0) is not the host")
 	check(t, math.Abs(o[2]-sv[2]) < 1e-15 && math.Abs(o[5]-sv[5]) < 1e-15, "samples 1, 2 (α=1, 2→1) are not the seed")
 }
 
 func TestBlendPropagatesNonFinite(t *testing.T) {
-	h := autograd.Const(f64(1, 2, 2))
-	s := autograd.Const(f64(2, 2, 2))
-	s.Value.Set(math.NaN(), 0, 0)
-	s.Value.Set(math.Inf(1), 1, 1)
-	x := autograd.Const(f64(3, 2, 2))
-	gate := autograd.Const(tensor.Full(tensor.F64, 0.5, 2, 1))
+	h := onDevice(t, f64(1, 2, 2))
+	sh := f64(2, 2, 2)
+	sh.Set(math.NaN(), 0, 0)
+	sh.Set(math.Inf(1), 1, 1)
+	s := onDevice(t, sh)
+	x := onDevice(t, f64(3, 2, 2))
+	gate := onDevice(t, tensor.Full(tensor.F64, 0.5, 2, 1))
 	for name, out := range map[string]*autograd.Var{
 		"ADD":      BlendAdd(h, s, ScalarAlpha(0)),
 		"MULTIPLY": BlendMultiply(h, s, x, ScalarAlpha(0)),
 		"GATE":     BlendGate(h, s, gate, ScalarAlpha(0)),
 		"STE":      StraightThrough(h, s),
 	} {
-		v := out.Value
+		v := testdevice.Host(t, out.Value)
 		check(t, math.IsNaN(v.At(0, 0)), "%s: NaN in the seed masked at α=0: %g", name, v.At(0, 0))
 		if name != "MULTIPLY" { // tanh(+Inf) = 1 is finite: the valve saturates.
 			check(t, math.IsNaN(v.At(1, 1)) || math.IsInf(v.At(1, 1), 0), "%s: Inf in the seed masked at α=0: %g", name, v.At(1, 1))
 		}
 	}
-	hn := autograd.Const(f64(1, 2, 2))
-	hn.Value.Set(math.NaN(), 0, 1)
-	check(t, math.IsNaN(BlendAdd(hn, s, ScalarAlpha(0.5)).Value.At(0, 1)), "NaN in the host masked")
+	hh := f64(1, 2, 2)
+	hh.Set(math.NaN(), 0, 1)
+	hn := onDevice(t, hh)
+	check(t, math.IsNaN(testdevice.Host(t, BlendAdd(hn, s, ScalarAlpha(0.5)).Value).At(0, 1)), "NaN in the host masked")
 	// Finite inputs never give NaN.
 	for _, a := range []float64{0, 0.5, 1} {
-		for _, v := range BlendMultiply(h, x, autograd.Const(f64(4, 2, 2)), ScalarAlpha(a)).Value.Float64s() {
+		for _, v := range testdevice.F64(t, BlendMultiply(h, x, onDevice(t, f64(4, 2, 2)), ScalarAlpha(a)).Value) {
 			check(t, !math.IsNaN(v), "NaN from finite inputs")
 		}
 	}
 }
 
+// TestBlendGradients checks the blends' gradients against central
+// differences. It runs on the CPU on purpose: autograd.GradCheck perturbs
+// its F64 inputs element by element on the host.
 func TestBlendGradients(t *testing.T) {
 	opt := autograd.GradCheckOptions{Tol: 1e-7}
 	shape := []int{2, 3, 2, 2}
@@ -122,7 +129,7 @@ func TestBlendGradients(t *testing.T) {
 		return BlendGate(h, s, g.Forward(x), ScalarAlpha(0.8))
 	}, vars, opt))
 	for _, v := range vars {
-		check(t, v.Grad != nil && !allZero(v.Grad), "no gradient reached %q", v.Name)
+		check(t, v.Grad != nil && !allZero(t, v.Grad), "no gradient reached %q", v.Name)
 	}
 
 	// MLP gate.
@@ -137,6 +144,7 @@ func TestBlendGradients(t *testing.T) {
 // TestStraightThroughGradient checks the STE path: its gradients are those
 // of the surrogate h + seed(x) − c (c the seed's output held constant),
 // which GradCheck verifies numerically, while its value is exactly h.
+// Like every gradient check it runs on the CPU on purpose.
 func TestStraightThroughGradient(t *testing.T) {
 	seed, err := blueprint.Build(TopologyCNN, "conv_light", blueprint.Options{Channels: 3, RNG: tensor.NewRNG(3), DType: tensor.F64})
 	noErr(t, err)
@@ -154,7 +162,7 @@ func TestStraightThroughGradient(t *testing.T) {
 	}
 	r := f64(9, shape...) // GradCheck's seed differs; compare under one r.
 	out := StraightThrough(h, seed.Forward(x))
-	check(t, bitwiseEqual(out.Value, h.Value), "STE value is not h")
+	check(t, bitwiseEqual(t, out.Value, h.Value), "STE value is not h")
 	autograd.Backward(out, r)
 	got := make([]*tensor.Tensor, len(vars))
 	for i, v := range vars {
@@ -164,8 +172,8 @@ func TestStraightThroughGradient(t *testing.T) {
 	sur := surrogate()
 	autograd.Backward(sur, r)
 	for i, v := range vars {
-		check(t, maxAbsDiff(got[i], v.Grad) < 1e-12, "STE gradient of %q differs from the surrogate's", v.Name)
-		check(t, !allZero(got[i]), "no STE gradient for %q", v.Name)
+		check(t, maxAbsDiff(t, got[i], v.Grad) < 1e-12, "STE gradient of %q differs from the surrogate's", v.Name)
+		check(t, !allZero(t, got[i]), "no STE gradient for %q", v.Name)
 	}
 }
 
@@ -175,7 +183,8 @@ func TestStraightThroughGradient(t *testing.T) {
 // h + (s − h)·clamp(α_i)·g_i sample by sample, and the gradients of h,
 // s, the gate's input, the gate's parameters and α itself match central
 // differences. A sample with α > 1 is clamped, so its α gets exactly no
-// gradient.
+// gradient. It runs on the CPU on purpose: its Vars are GradCheck's,
+// which perturbs them on the host.
 func TestBlendGatePerSampleAlphaGradients(t *testing.T) {
 	opt := autograd.GradCheckOptions{Tol: 1e-7}
 	for _, c := range []struct {
@@ -214,7 +223,7 @@ func TestBlendGatePerSampleAlphaGradients(t *testing.T) {
 				return BlendGate(h, s, g.Forward(x), SampleAlpha(a))
 			}, vars, opt))
 			for _, v := range vars {
-				check(t, v.Grad != nil && !allZero(v.Grad), "no gradient reached %q", v.Name)
+				check(t, v.Grad != nil && !allZero(t, v.Grad), "no gradient reached %q", v.Name)
 			}
 			ag := a.Grad.Float64s()
 			for b, av := range c.alphas {

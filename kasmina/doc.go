@@ -27,5 +27,12 @@
 // for optimizers, captured steps and Tolaria's per-seed gradient
 // handling.
 //
+// A model lives on the device of its host: move the host (or the model)
+// with nn.To and every seed and gate is created there (built on the CPU,
+// then moved in one host-to-device copy); forward and backward passes
+// read nothing back. Gradient telemetry (CaptureGradientTelemetry) and
+// SaveState read device tensors back in one host sync per slot that
+// holds a seed.
+//
 // Nothing here is safe for concurrent use; one goroutine drives a model.
 package kasmina

@@ -6,13 +6,19 @@ import (
 	"github.com/esper-go/esper/autograd"
 	"github.com/esper-go/esper/kasmina"
 	"github.com/esper-go/esper/leyline"
+	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/tensor"
 )
 
 // A seed's life on a small CNN host: germinate, train in isolation, blend
-// in over three epochs, hold, and fossilize once it measurably helps.
+// in over three epochs, hold, and fossilize once it measurably helps. The
+// host may live on any device; its seeds are created there.
 func Example() {
+	dev := exampleDevice() // tensor.CPU, tensor.Sim(0), a CUDA device, …
 	host := kasmina.MustCNNHost(kasmina.CNNHostOptions{InChannels: 1, Classes: 10, Blocks: 2, BaseChannels: 4})
+	if err := nn.To(host, dev); err != nil {
+		panic(err)
+	}
 	model, err := kasmina.NewMorphogeneticModel(host, kasmina.ModelOptions{Slots: []string{"r0c1"}})
 	if err != nil {
 		panic(err)
@@ -21,7 +27,11 @@ func Example() {
 		panic(err)
 	}
 	slot, _ := model.Slot("r0c1")
-	x := autograd.Const(tensor.Uniform(tensor.NewRNG(1), tensor.F32, -1, 1, 2, 1, 28, 28))
+	batch, err := tensor.Uniform(tensor.NewRNG(1), tensor.F32, -1, 1, 2, 1, 28, 28).ToDevice(dev)
+	if err != nil {
+		panic(err)
+	}
+	x := autograd.Const(batch)
 
 	res, _ := slot.AdvanceStage(0) // G1 → TRAINING
 	fmt.Println(res.Gate, res.Passed, slot.Stage())

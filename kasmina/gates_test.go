@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/internal/testdevice"
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/tensor"
 )
@@ -163,15 +164,23 @@ func TestG5(t *testing.T) {
 	check(t, !r.Passed && containsStr(r.ChecksFailed, "seed_unhealthy"), "unhealthy: %+v", r)
 }
 
+// TestGradientHealth measures gradients on the test device: on a device
+// each measurement reads them all back in one host sync.
 func TestGradientHealth(t *testing.T) {
+	dev := testdevice.Device(t)
 	mk := func(vals ...float64) *autograd.Var {
-		p := autograd.Param(tensor.Zeros(tensor.F64, len(vals)))
-		p.Grad = tensor.FromFloat64s(tensor.F64, vals, len(vals))
+		p := autograd.Param(testdevice.To(t, tensor.Zeros(tensor.F64, len(vals))))
+		p.Grad = testdevice.To(t, tensor.FromFloat64s(tensor.F64, vals, len(vals)))
 		return p
 	}
-	_, ok := MeasureGradientHealth([]*autograd.Var{autograd.Param(tensor.Zeros(tensor.F64, 2))})
+	_, ok := MeasureGradientHealth([]*autograd.Var{autograd.Param(testdevice.To(t, tensor.Zeros(tensor.F64, 2)))})
 	check(t, !ok, "no gradients counted as measured")
-	h, ok := MeasureGradientHealth([]*autograd.Var{mk(1, 1), mk(1e-9), mk(20), mk(0.5)})
+	params := []*autograd.Var{mk(1, 1), mk(1e-9), mk(20), mk(0.5)}
+	before := tensor.HostSyncs(dev)
+	h, ok := MeasureGradientHealth(params)
+	if testdevice.OnDevice(t) {
+		check(t, tensor.HostSyncs(dev)-before == 1, "%d host syncs per measurement, want 1", tensor.HostSyncs(dev)-before)
+	}
 	check(t, ok && h.Params == 4, "params %d", h.Params)
 	check(t, h.HasVanishing && h.HasExploding && h.VanishingRatio == 0.25 && h.ExplodingRatio == 0.25, "%+v", h)
 	check(t, math.Abs(h.Health-(1-0.5*0.25-0.8*0.25)) < 1e-12, "health %g", h.Health)
@@ -182,7 +191,12 @@ func TestGradientHealth(t *testing.T) {
 	check(t, h.HasExploding && h.Health == 0, "NaN gradient: %+v", h)
 	h, _ = MeasureGradientHealth([]*autograd.Var{mk(1), mk(2)})
 	check(t, h.Health == 1 && !h.HasVanishing && !h.HasExploding, "healthy: %+v", h)
-	check(t, math.Abs(GradNorm([]*autograd.Var{mk(3), mk(4)})-5) < 1e-12, "GradNorm")
+	params = []*autograd.Var{mk(3), mk(4)}
+	before = tensor.HostSyncs(dev)
+	check(t, math.Abs(GradNorm(params)-5) < 1e-12, "GradNorm")
+	if testdevice.OnDevice(t) {
+		check(t, tensor.HostSyncs(dev)-before == 1, "%d host syncs per GradNorm, want 1", tensor.HostSyncs(dev)-before)
+	}
 }
 
 // TestG3Tolerance pins G3's 1e-6 tolerance (§2.5) in both modes: a

@@ -7,7 +7,9 @@ import (
 	"testing"
 
 	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/internal/testdevice"
 	"github.com/esper-go/esper/leyline"
+	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/tensor"
 )
 
@@ -35,12 +37,15 @@ func check(t *testing.T, ok bool, format string, args ...any) {
 	}
 }
 
-// bitwiseEqual reports whether a and b have the same shape and bits.
-func bitwiseEqual(a, b *tensor.Tensor) bool {
+// bitwiseEqual reports whether a and b (of any device) have the same
+// shape, dtype and bits, reading them through the test device's
+// explicit copies.
+func bitwiseEqual(t *testing.T, a, b *tensor.Tensor) bool {
+	t.Helper()
 	if !tensor.SameShape(a.Shape(), b.Shape()) || a.DType() != b.DType() {
 		return false
 	}
-	x, y := a.Float64s(), b.Float64s()
+	x, y := testdevice.F64(t, a), testdevice.F64(t, b)
 	for i := range x {
 		if math.Float64bits(x[i]) != math.Float64bits(y[i]) {
 			return false
@@ -49,8 +54,10 @@ func bitwiseEqual(a, b *tensor.Tensor) bool {
 	return true
 }
 
-func maxAbsDiff(a, b *tensor.Tensor) float64 {
-	x, y := a.Float64s(), b.Float64s()
+// maxAbsDiff is the largest |a − b| over the elements (of any device).
+func maxAbsDiff(t *testing.T, a, b *tensor.Tensor) float64 {
+	t.Helper()
+	x, y := testdevice.F64(t, a), testdevice.F64(t, b)
 	d := 0.0
 	for i := range x {
 		d = math.Max(d, math.Abs(x[i]-y[i]))
@@ -58,8 +65,10 @@ func maxAbsDiff(a, b *tensor.Tensor) float64 {
 	return d
 }
 
-func allZero(t *tensor.Tensor) bool {
-	for _, v := range t.Float64s() {
+// allZero reports whether every element of x (of any device) is zero.
+func allZero(t *testing.T, x *tensor.Tensor) bool {
+	t.Helper()
+	for _, v := range testdevice.F64(t, x) {
 		if v != 0 {
 			return false
 		}
@@ -67,16 +76,32 @@ func allZero(t *tensor.Tensor) bool {
 	return true
 }
 
-// smallCNN is a 2-block host over 1×8×8 inputs with 4/8 channels.
+// toDevice moves m to the test device (nn.To).
+func toDevice(t *testing.T, m nn.Module) {
+	t.Helper()
+	noErr(t, nn.To(m, testdevice.Device(t)))
+}
+
+// smallCNN is a 2-block host over 1×8×8 inputs with 4/8 channels, on the
+// test device.
 func smallCNN(t *testing.T, seed uint64, dt tensor.DType) *CNNHost {
 	t.Helper()
 	h, err := NewCNNHost(CNNHostOptions{InChannels: 1, Classes: 3, Blocks: 2, BaseChannels: 4, RNG: tensor.NewRNG(seed), DType: dt})
 	noErr(t, err)
+	toDevice(t, h)
 	return h
 }
 
-func input(seed uint64, dt tensor.DType, shape ...int) *autograd.Var {
-	return autograd.Const(tensor.Uniform(tensor.NewRNG(seed), dt, -1, 1, shape...))
+// input is a uniform random activation in [−1, 1) on the test device.
+func input(t *testing.T, seed uint64, dt tensor.DType, shape ...int) *autograd.Var {
+	t.Helper()
+	return autograd.Const(testdevice.To(t, tensor.Uniform(tensor.NewRNG(seed), dt, -1, 1, shape...)))
+}
+
+// onDevice is x on the test device, as a constant.
+func onDevice(t *testing.T, x *tensor.Tensor) *autograd.Var {
+	t.Helper()
+	return autograd.Const(testdevice.To(t, x))
 }
 
 // recorder is an EventSink that keeps every event.

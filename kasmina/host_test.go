@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/internal/testdevice"
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/tensor"
 )
@@ -76,13 +77,13 @@ func checkSplitForward(t *testing.T, h Host, x *autograd.Var) {
 		noErr(t, err)
 		out, err := h.ForwardFromSegment(slot, mid)
 		noErr(t, err)
-		check(t, bitwiseEqual(out.Value, full.Value), "split at %s differs from the full forward", slot)
+		check(t, bitwiseEqual(t, out.Value, full.Value), "split at %s differs from the full forward", slot)
 		for _, next := range order[i+1:] {
 			mid2, err := h.ForwardToSegment(next, mid, slot)
 			noErr(t, err)
 			out, err := h.ForwardFromSegment(next, mid2)
 			noErr(t, err)
-			check(t, bitwiseEqual(out.Value, full.Value), "route %s → %s differs", slot, next)
+			check(t, bitwiseEqual(t, out.Value, full.Value), "route %s → %s differs", slot, next)
 		}
 	}
 }
@@ -105,7 +106,8 @@ func TestCNNHostSplitForwardEqualsForward(t *testing.T) {
 			c.opts.RNG = tensor.NewRNG(uint64(i))
 			h, err := NewCNNHost(c.opts)
 			noErr(t, err)
-			x := input(uint64(10+i), tensor.F32, c.shape...)
+			toDevice(t, h)
+			x := input(t, uint64(10+i), tensor.F32, c.shape...)
 			out := h.Forward(x)
 			check(t, slices.Equal(out.Shape(), []int{c.shape[0], h.Options().Classes}), "output shape %v", out.Shape())
 			checkSplitForward(t, h, x)
@@ -121,13 +123,14 @@ func TestCNNHostLargeInput(t *testing.T) {
 	}
 	h, err := NewCNNHost(CNNHostOptions{BaseChannels: 2, Blocks: 2, Classes: 2})
 	noErr(t, err)
-	out := h.Forward(input(1, tensor.F32, 2, 3, 256, 256))
+	toDevice(t, h)
+	out := h.Forward(input(t, 1, tensor.F32, 2, 3, 256, 256))
 	check(t, slices.Equal(out.Shape(), []int{2, 2}), "shape %v", out.Shape())
 }
 
 func TestHostRoutingErrors(t *testing.T) {
 	h := smallCNN(t, 1, tensor.F32)
-	x := input(1, tensor.F32, 2, 1, 8, 8)
+	x := input(t, 1, tensor.F32, 2, 1, 8, 8)
 	mid, err := h.ForwardToSegment("r0c1", x, "")
 	noErr(t, err)
 	_, err = h.ForwardToSegment("r0c0", mid, "r0c1") // backwards
@@ -139,13 +142,14 @@ func TestHostRoutingErrors(t *testing.T) {
 	_, err = h.ForwardFromSegment("r5c0", mid)
 	wantErr(t, err, ErrRouting)
 	// A wrongly shaped input is an error, not a panic.
-	_, err = h.ForwardToSegment("r0c0", input(1, tensor.F32, 2, 3, 8, 8), "")
+	_, err = h.ForwardToSegment("r0c0", input(t, 1, tensor.F32, 2, 3, 8, 8), "")
 	check(t, err != nil, "3-channel input to a 1-channel host accepted")
 }
 
 func TestMLPHost(t *testing.T) {
 	h, err := NewMLPHost(MLPHostOptions{InFeatures: 16, Hidden: 6, Blocks: 3, Classes: 4})
 	noErr(t, err)
+	toDevice(t, h)
 	check(t, h.Topology() == TopologyMLP, "topology")
 	check(t, slices.Equal(h.TimelineOrder(), []string{"r0c0", "r0c1", "r0c2"}), "timeline %v", h.TimelineOrder())
 	for _, s := range h.InjectionSpecs() {
@@ -153,11 +157,11 @@ func TestMLPHost(t *testing.T) {
 		check(t, s.Channels == 6, "channels %d", s.Channels)
 	}
 	check(t, len(h.Blocks()) == 3, "blocks")
-	x := input(2, tensor.F32, 3, 1, 4, 4) // flattened to 16 features
+	x := input(t, 2, tensor.F32, 3, 1, 4, 4) // flattened to 16 features
 	out := h.Forward(x)
 	check(t, slices.Equal(out.Shape(), []int{3, 4}), "shape %v", out.Shape())
 	checkSplitForward(t, h, x)
-	checkSplitForward(t, h, input(3, tensor.F32, 3, 16))
+	checkSplitForward(t, h, input(t, 3, tensor.F32, 3, 16))
 	_, err = h.ForwardToSegment("r0c0", x, "r0c2")
 	wantErr(t, err, ErrRouting)
 }
@@ -168,7 +172,7 @@ func TestMLPHost(t *testing.T) {
 // every slot (each block and pool a step of its own), in training mode
 // with gradients, and in inference.
 func TestCNNHostFusedPoolMatchesSegments(t *testing.T) {
-	x := input(5, tensor.F32, 3, 1, 12, 12)
+	x := input(t, 5, tensor.F32, 3, 1, 12, 12)
 	run := func(whole bool) (logits []float32, grads [][]float32) {
 		h := smallCNN(t, 9, tensor.F32)
 		var out *autograd.Var
@@ -190,9 +194,9 @@ func TestCNNHostFusedPoolMatchesSegments(t *testing.T) {
 		}
 		autograd.Backward(autograd.SumAll(out))
 		for _, p := range h.Parameters() {
-			grads = append(grads, p.Grad.F32())
+			grads = append(grads, testdevice.F32(t, p.Grad))
 		}
-		return out.Value.F32(), grads
+		return testdevice.F32(t, out.Value), grads
 	}
 	wl, wg := run(false)
 	gl, gg := run(true)
@@ -215,5 +219,5 @@ func TestCNNHostFusedPoolMatchesSegments(t *testing.T) {
 		seg, err = h.ForwardFromSegment(prev, v)
 		noErr(t, err)
 	})
-	require.Equal(t, seg.Value.F32(), whole.Value.F32(), "inference logits")
+	require.Equal(t, testdevice.F32(t, seg.Value), testdevice.F32(t, whole.Value), "inference logits")
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/internal/testdevice"
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/tensor"
@@ -17,10 +18,11 @@ func newModel(t *testing.T, hostSeed uint64, slots ...string) *MorphogeneticMode
 	return m
 }
 
-// lossOf is Σ out·r, a loss whose gradient is r.
-func lossOf(out *autograd.Var, seed uint64) *autograd.Var {
+// lossOf is Σ out·r, a loss whose gradient is r (on out's device).
+func lossOf(t *testing.T, out *autograd.Var, seed uint64) *autograd.Var {
+	t.Helper()
 	r := tensor.Uniform(tensor.NewRNG(seed), out.DType(), -1, 1, out.Shape()...)
-	return autograd.SumAll(autograd.Mul(out, autograd.Const(r)))
+	return autograd.SumAll(autograd.Mul(out, onDevice(t, r)))
 }
 
 func TestModelSlotsValidation(t *testing.T) {
@@ -44,10 +46,10 @@ func TestModelSlotsValidation(t *testing.T) {
 func TestModelNoActiveSeedsIsHost(t *testing.T) {
 	m := newModel(t, 1, "r0c0", "r1c0", "r0c1", "r1c1")
 	bare := smallCNN(t, 1, tensor.F32)
-	x := input(2, tensor.F32, 2, 1, 8, 8)
-	check(t, bitwiseEqual(m.Forward(x).Value, bare.Forward(x).Value), "empty model differs from the host")
+	x := input(t, 2, tensor.F32, 2, 1, 8, 8)
+	check(t, bitwiseEqual(t, m.Forward(x).Value, bare.Forward(x).Value), "empty model differs from the host")
 	noErr(t, m.GerminateSeed("r0c1", GerminateOptions{Blueprint: "conv_light"}))
-	check(t, bitwiseEqual(m.Forward(x).Value, bare.Forward(x).Value), "GERMINATED seed changed the output")
+	check(t, bitwiseEqual(t, m.Forward(x).Value, bare.Forward(x).Value), "GERMINATED seed changed the output")
 	check(t, m.ActiveSeedCount() == 0, "GERMINATED counted active")
 }
 
@@ -62,27 +64,27 @@ func TestIsolationHostGradientsBitwise(t *testing.T) {
 		advanceTo(t, s, leyline.StageTraining)
 	}
 	check(t, m.ActiveSeedCount() == 4, "active %d", m.ActiveSeedCount())
-	x := input(3, tensor.F32, 4, 1, 8, 8)
+	x := input(t, 3, tensor.F32, 4, 1, 8, 8)
 	out, want := m.Forward(x), bare.Forward(x)
-	check(t, bitwiseEqual(out.Value, want.Value), "STE forward differs from the host")
-	autograd.Backward(lossOf(out, 11))
-	autograd.Backward(lossOf(want, 11))
+	check(t, bitwiseEqual(t, out.Value, want.Value), "STE forward differs from the host")
+	autograd.Backward(lossOf(t, out, 11))
+	autograd.Backward(lossOf(t, want, 11))
 	hp, bp := m.HostParameters(), bare.Parameters()
 	check(t, len(hp) == len(bp), "host parameter count")
 	for i := range hp {
-		check(t, hp[i].Grad != nil && bitwiseEqual(hp[i].Grad, bp[i].Grad), "host gradient of %q differs from the bare host's", bp[i].Name)
+		check(t, hp[i].Grad != nil && bitwiseEqual(t, hp[i].Grad, bp[i].Grad), "host gradient of %q differs from the bare host's", bp[i].Name)
 	}
 	for _, s := range m.Slots() {
 		some := false
 		for _, p := range s.Parameters() {
-			some = some || (p.Grad != nil && !allZero(p.Grad))
+			some = some || (p.Grad != nil && !allZero(t, p.Grad))
 		}
 		check(t, some, "seed in %s received no gradient", s.ID())
 	}
 	// BatchNorm running statistics moved identically too.
 	hb, bb := m.Host().NamedBuffers(), bare.NamedBuffers()
 	for i := range hb {
-		check(t, bitwiseEqual(hb[i].Tensor, bb[i].Tensor), "buffer %s differs", hb[i].Name)
+		check(t, bitwiseEqual(t, hb[i].Tensor, bb[i].Tensor), "buffer %s differs", hb[i].Name)
 	}
 }
 
@@ -94,10 +96,10 @@ func TestSTEOffInBlending(t *testing.T) {
 	noErr(t, s.Germinate(GerminateOptions{Blueprint: "conv_light"}))
 	advanceTo(t, s, leyline.StageBlending)
 	check(t, s.State().Alpha == 0, "alpha %g", s.State().Alpha)
-	out := m.Forward(input(4, tensor.F32, 2, 1, 8, 8))
-	autograd.Backward(lossOf(out, 5))
+	out := m.Forward(input(t, 4, tensor.F32, 2, 1, 8, 8))
+	autograd.Backward(lossOf(t, out, 5))
 	for _, p := range s.Parameters() {
-		check(t, p.Grad == nil || allZero(p.Grad), "seed parameter %q got gradient at α=0 in BLENDING", p.Name)
+		check(t, p.Grad == nil || allZero(t, p.Grad), "seed parameter %q got gradient at α=0 in BLENDING", p.Name)
 	}
 }
 
@@ -116,15 +118,15 @@ func TestMultiSeedIndependence(t *testing.T) {
 	check(t, m.AttributeBatch(nil, nil)["r0c0-conv_light"] == 0.5, "attribution %v", m.AttributeBatch(nil, nil))
 	// Pruning one leaves the other untouched, and the forward without
 	// it equals the forward with it forced off.
-	x := input(2, tensor.F32, 2, 1, 8, 8)
+	x := input(t, 2, tensor.F32, 2, 1, 8, 8)
 	var forcedOff *autograd.Var
 	a.ForceAlpha(0, func() { forcedOff = m.Forward(x) })
 	ok, err := m.PruneSeed("r0c0", "test", "")
 	noErr(t, err)
 	check(t, ok && b.Stage() == leyline.StageTraining && b.IsActive(), "pruning a affected b")
-	check(t, bitwiseEqual(m.Forward(x).Value, forcedOff.Value), "forward after pruning a differs from a forced off")
+	check(t, bitwiseEqual(t, m.Forward(x).Value, forcedOff.Value), "forward after pruning a differs from a forced off")
 	out := m.Forward(x)
-	autograd.Backward(lossOf(out, 3))
+	autograd.Backward(lossOf(t, out, 3))
 	for _, p := range b.Parameters() {
 		check(t, p.Grad != nil, "b's parameter %q got no gradient", p.Name)
 	}
@@ -136,9 +138,9 @@ func TestFossilizedSeedsStayInForward(t *testing.T) {
 	noErr(t, s.Germinate(GerminateOptions{Blueprint: "conv_light", Tempo: 1}))
 	advanceTo(t, s, leyline.StageFossilized)
 	check(t, m.FossilizedSeedCount() == 1 && m.ActiveSeedCount() == 1, "counts %d %d", m.FossilizedSeedCount(), m.ActiveSeedCount())
-	x := input(2, tensor.F32, 2, 1, 8, 8)
+	x := input(t, 2, tensor.F32, 2, 1, 8, 8)
 	bare := smallCNN(t, 2, tensor.F32)
-	check(t, !bitwiseEqual(m.Forward(x).Value, bare.Forward(x).Value), "fossilized seed not in forward")
+	check(t, !bitwiseEqual(t, m.Forward(x).Value, bare.Forward(x).Value), "fossilized seed not in forward")
 	for i := 0; i < 20; i++ {
 		m.StepEpoch()
 	}
@@ -152,11 +154,11 @@ func TestFusedForwardOverrides(t *testing.T) {
 		noErr(t, s.Germinate(GerminateOptions{Blueprint: "conv_light", Tempo: 1}))
 		advanceTo(t, s, leyline.StageHolding)
 	}
-	x := input(5, tensor.F32, 2, 1, 8, 8)
+	x := input(t, 5, tensor.F32, 2, 1, 8, 8)
 	// K = 2 configurations stacked: all on, then r0c0 off.
 	xx := autograd.Concat([]*autograd.Var{x, x}, 0)
-	ones := tensor.Ones(tensor.F32, 4, 1, 1, 1)
-	off := tensor.FromFloat64s(tensor.F32, []float64{1, 1, 0, 0}, 4, 1, 1, 1)
+	ones := testdevice.To(t, tensor.Ones(tensor.F32, 4, 1, 1, 1))
+	off := testdevice.To(t, tensor.FromFloat64s(tensor.F32, []float64{1, 1, 0, 0}, 4, 1, 1, 1))
 	s0, _ := m.Slot("r0c0")
 	var main, solo *autograd.Var
 	m.SetTraining(false) // batch statistics would differ between batch sizes
@@ -164,36 +166,39 @@ func TestFusedForwardOverrides(t *testing.T) {
 	noErr(t, err)
 	main = m.Forward(x)
 	s0.ForceAlpha(0, func() { solo = m.Forward(x) })
-	check(t, maxAbsDiff(out.Value.Narrow(0, 0, 2).Contiguous(), main.Value) < 1e-6, "fused main config differs")
-	check(t, maxAbsDiff(out.Value.Narrow(0, 2, 2).Contiguous(), solo.Value) < 1e-6, "fused solo-off config differs")
+	fused := testdevice.Host(t, out.Value)
+	check(t, maxAbsDiff(t, fused.Narrow(0, 0, 2).Contiguous(), main.Value) < 1e-6, "fused main config differs")
+	check(t, maxAbsDiff(t, fused.Narrow(0, 2, 2).Contiguous(), solo.Value) < 1e-6, "fused solo-off config differs")
 
 	_, err = m.FusedForward(x, nil)
 	noErr(t, err)
 	_, err = m.FusedForward(x, map[string]*autograd.Var{})
 	noErr(t, err)
-	_, err = m.FusedForward(x, map[string]*autograd.Var{"r1c1": autograd.Const(tensor.Ones(tensor.F32, 2, 1, 1, 1))})
+	_, err = m.FusedForward(x, map[string]*autograd.Var{"r1c1": onDevice(t, tensor.Ones(tensor.F32, 2, 1, 1, 1))})
 	check(t, err != nil, "unknown override key accepted")
 	for _, bad := range [][]int{{2, 1}, {2, 1, 1}, {3, 1, 1, 1}, {2, 2, 1, 1}} {
-		_, err = m.FusedForward(x, map[string]*autograd.Var{"r0c0": autograd.Const(tensor.Ones(tensor.F32, bad...))})
+		_, err = m.FusedForward(x, map[string]*autograd.Var{"r0c0": onDevice(t, tensor.Ones(tensor.F32, bad...))})
 		check(t, err != nil, "override of shape %v accepted", bad)
 	}
 
 	// mlp overrides are [B, 1].
 	mh, err := NewMLPHost(MLPHostOptions{InFeatures: 6, Hidden: 4, Blocks: 2})
 	noErr(t, err)
+	toDevice(t, mh)
 	mm, err := NewMorphogeneticModel(mh, ModelOptions{Slots: []string{"r0c1"}})
 	noErr(t, err)
 	noErr(t, mm.GerminateSeed("r0c1", GerminateOptions{Blueprint: "lora"}))
-	xm := input(1, tensor.F32, 3, 6)
-	_, err = mm.FusedForward(xm, map[string]*autograd.Var{"r0c1": autograd.Const(tensor.Ones(tensor.F32, 3, 1))})
+	xm := input(t, 1, tensor.F32, 3, 6)
+	_, err = mm.FusedForward(xm, map[string]*autograd.Var{"r0c1": onDevice(t, tensor.Ones(tensor.F32, 3, 1))})
 	noErr(t, err)
-	_, err = mm.FusedForward(xm, map[string]*autograd.Var{"r0c1": autograd.Const(tensor.Ones(tensor.F32, 3, 1, 1, 1))})
+	_, err = mm.FusedForward(xm, map[string]*autograd.Var{"r0c1": onDevice(t, tensor.Ones(tensor.F32, 3, 1, 1, 1))})
 	check(t, err != nil, "cnn-shaped override accepted by an mlp model")
 }
 
 func TestMLPBlendingCoAdapts(t *testing.T) {
 	mh, err := NewMLPHost(MLPHostOptions{InFeatures: 6, Hidden: 4, Blocks: 2})
 	noErr(t, err)
+	toDevice(t, mh)
 	m, err := NewMorphogeneticModel(mh, ModelOptions{Slots: []string{"r0c0"}})
 	noErr(t, err)
 	s, _ := m.Slot("r0c0")
@@ -280,7 +285,7 @@ func TestModelForwardInjectionOrder(t *testing.T) {
 		// Fresh seeds start as the identity; randomise them so that each
 		// has an effect and the effects do not commute.
 		for _, p := range s.Seed().Parameters() {
-			p.Value = tensor.Uniform(rng, p.DType(), -0.8, 0.8, p.Shape()...)
+			p.Value = testdevice.To(t, tensor.Uniform(rng, p.DType(), -0.8, 0.8, p.Shape()...))
 		}
 		s.SetAlpha(alphas[id])
 	}
@@ -288,7 +293,7 @@ func TestModelForwardInjectionOrder(t *testing.T) {
 	s00, _ := m.Slot("r0c0")
 	s10, _ := m.Slot("r1c0")
 	s01, _ := m.Slot("r0c1")
-	x := input(8, tensor.F32, 3, 1, 8, 8)
+	x := input(t, 8, tensor.F32, 3, 1, 8, 8)
 
 	// walk runs the host cut by cut, applying at each cut the slots
 	// listed for it, in that order.
@@ -311,16 +316,16 @@ func TestModelForwardInjectionOrder(t *testing.T) {
 	cuts := []string{"r0c0", "r1c0", "r0c1"}
 	got := m.Forward(x)
 	want := walk(cuts, map[string][]*Slot{"r0c0": {s00}, "r1c0": {s10}, "r0c1": {s01}})
-	check(t, bitwiseEqual(got.Value, want.Value), "Forward differs from the timeline-order walk by %g", maxAbsDiff(got.Value, want.Value))
+	check(t, bitwiseEqual(t, got.Value, want.Value), "Forward differs from the timeline-order walk by %g", maxAbsDiff(t, got.Value, want.Value))
 
 	// The seeds matter, and their order matters.
-	check(t, maxAbsDiff(got.Value, host.Forward(x).Value) > 1e-3, "seeds have no effect")
+	check(t, maxAbsDiff(t, got.Value, host.Forward(x).Value) > 1e-3, "seeds have no effect")
 	for name, at := range map[string]map[string][]*Slot{
 		"r0c0 and r1c0 seeds swapped":    {"r0c0": {s10}, "r1c0": {s00}, "r0c1": {s01}},
 		"r1c0 before r0c0 after pooling": {"r1c0": {s10, s00}, "r0c1": {s01}},
 		"r0c0 after pooling":             {"r1c0": {s00, s10}, "r0c1": {s01}},
 	} {
 		wrong := walk(cuts, at)
-		check(t, maxAbsDiff(got.Value, wrong.Value) > 1e-3, "%s: output unchanged (diff %g)", name, maxAbsDiff(got.Value, wrong.Value))
+		check(t, maxAbsDiff(t, got.Value, wrong.Value) > 1e-3, "%s: output unchanged (diff %g)", name, maxAbsDiff(t, got.Value, wrong.Value))
 	}
 }

@@ -174,14 +174,8 @@ func (s *Slot) LoadState(ck SlotCheckpoint) error {
 		}
 		gate.SetTraining(s.training)
 	}
-	if seed != nil {
-		if err := s.toHostDevice(seed, gate); err != nil {
-			return fmt.Errorf("kasmina: load slot %s: %w", s.id, err)
-		}
-	} else if gate != nil {
-		if err := nn.To(gate, s.device()); err != nil {
-			return fmt.Errorf("kasmina: load slot %s: %w", s.id, err)
-		}
+	if err := s.toHostDevice(seed, gate); err != nil {
+		return fmt.Errorf("kasmina: load slot %s: %w", s.id, err)
 	}
 	s.state, s.seed, s.schedule = ex.State, seed, gate
 	s.isolate, s.blendID = *ex.IsolateGradients, *ex.BlendAlgorithmID

@@ -63,6 +63,11 @@ type SlotOptions struct {
 	HostParams []*autograd.Var
 	// DType of the seeds' parameters; zero means F32.
 	DType tensor.DType
+	// Device is where a slot without HostParams builds its seeds and
+	// gates; zero means the CPU. A slot with HostParams ignores it: its
+	// seeds and gates are built on the device of the host's parameters,
+	// wherever the host has been moved (nn.To) by then.
+	Device tensor.Device
 	// Sink receives the slot's events; nil means none.
 	Sink EventSink
 }
@@ -79,6 +84,7 @@ type Slot struct {
 	auto     map[GateLevel]bool
 	host     []*autograd.Var
 	dtype    tensor.DType
+	dev      tensor.Device
 	sink     EventSink
 
 	state    *SeedState
@@ -121,7 +127,7 @@ func NewSlot(o SlotOptions) (*Slot, error) {
 	s := &Slot{
 		id: o.ID, channels: o.Channels, topology: o.Topology,
 		gates: QualityGates{Permissive: !o.StrictGates}, auto: map[GateLevel]bool{},
-		host: append([]*autograd.Var(nil), o.HostParams...), dtype: o.DType, sink: o.Sink,
+		host: append([]*autograd.Var(nil), o.HostParams...), dtype: o.DType, dev: o.Device, sink: o.Sink,
 		training: true,
 	}
 	for _, g := range o.AutoForward {
@@ -378,27 +384,30 @@ func (s *Slot) Germinate(o GerminateOptions) error {
 	return nil
 }
 
-// device is the device of the slot's host parameters (the CPU when it
-// has none): where a seed it builds must live.
-func (s *Slot) device() tensor.Device {
+// Device returns where the slot builds its seeds and gates: the device
+// of its host's parameters, or SlotOptions.Device for a slot without
+// them.
+func (s *Slot) Device() tensor.Device {
 	for _, p := range s.host {
 		if p != nil && p.Value != nil {
 			return p.Value.Device()
 		}
 	}
-	return tensor.CPU
+	return s.dev
 }
 
-// toHostDevice moves a freshly built seed and its gate (nil when none)
-// to the device of the slot's host (nn.To), so that a model moved to a
-// device grows seeds there.
+// toHostDevice moves a freshly built seed and its gate (either nil when
+// absent) to the slot's Device (nn.To: one host-to-device copy of their
+// initial weights), so that a model moved to a device grows seeds there.
 func (s *Slot) toHostDevice(seed nn.Module, gate *GatedBlend) error {
-	dev := s.device()
+	dev := s.Device()
 	if dev.IsCPU() {
 		return nil
 	}
-	if err := nn.To(seed, dev); err != nil {
-		return err
+	if seed != nil {
+		if err := nn.To(seed, dev); err != nil {
+			return err
+		}
 	}
 	if gate != nil {
 		return nn.To(gate, dev)
@@ -547,6 +556,10 @@ func (s *Slot) ensureSchedule() error {
 	}
 	g, err := NewGatedBlend(GatedBlendOptions{Channels: s.channels, Topology: s.topology, RNG: rng, DType: s.dtype})
 	if err != nil {
+		return err
+	}
+	// The gate joins the seed on the host's device.
+	if err := s.toHostDevice(nil, g); err != nil {
 		return err
 	}
 	g.SetTraining(s.training)

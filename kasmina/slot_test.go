@@ -6,15 +6,18 @@ import (
 	"testing"
 
 	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/internal/testdevice"
 	"github.com/esper-go/esper/kasmina/blueprint"
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/tensor"
 )
 
-// newSlot is a cnn slot of 4 channels with a recorder.
+// newSlot is a cnn slot of 4 channels with a recorder, building its
+// seeds on the test device.
 func newSlot(t *testing.T, o SlotOptions) (*Slot, *recorder) {
 	t.Helper()
 	rec := &recorder{}
+	o.Device = testdevice.Device(t)
 	if o.ID == "" {
 		o.ID = "r0c0"
 	}
@@ -266,7 +269,7 @@ func TestSchedulePruneFreezesAndPrunes(t *testing.T) {
 	s, _ := newSlot(t, SlotOptions{})
 	noErr(t, s.Germinate(GerminateOptions{Blueprint: "conv_light", Tempo: 1}))
 	advanceTo(t, s, leyline.StageHolding)
-	h := input(1, tensor.F32, 2, 4, 3, 3)
+	h := input(t, 1, tensor.F32, 2, 4, 3, 3)
 	v := s.Version()
 	check(t, s.SchedulePrune("", RampOptions{Steps: 2}), "schedule prune from HOLDING failed")
 	check(t, s.Stage() == leyline.StageBlending && s.Frozen() && s.Version() != v, "not blending out")
@@ -276,7 +279,7 @@ func TestSchedulePruneFreezesAndPrunes(t *testing.T) {
 	}
 	out, err := s.Forward(h, nil)
 	noErr(t, err)
-	check(t, !bitwiseEqual(out.Value, h.Value), "frozen seed no longer in the forward pass")
+	check(t, !bitwiseEqual(t, out.Value, h.Value), "frozen seed no longer in the forward pass")
 	s.StepEpoch()
 	check(t, s.State().Alpha == 0.5 && s.Stage() == leyline.StageBlending, "half way: %g", s.State().Alpha)
 	s.StepEpoch()
@@ -381,7 +384,7 @@ func TestSetAlphaTarget(t *testing.T) {
 	s.StepEpoch()
 	s.StepEpoch()
 	check(t, s.State().Alpha == 0.5 && !s.Frozen(), "alpha %g frozen %v", s.State().Alpha, s.Frozen())
-	_, err = s.Forward(input(1, tensor.F32, 2, 4, 3, 3), nil)
+	_, err = s.Forward(input(t, 1, tensor.F32, 2, 4, 3, 3), nil)
 	noErr(t, err)
 	ok, _ = s.SetAlphaTarget(1, leyline.BlendAdd, RampOptions{Steps: 1})
 	check(t, ok && s.AlphaSchedule() == nil && !s.Frozen(), "back to ADD")
@@ -391,7 +394,7 @@ func TestSetAlphaTarget(t *testing.T) {
 
 func TestSlotForwardAlpha(t *testing.T) {
 	s, _ := newSlot(t, SlotOptions{})
-	h := input(1, tensor.F32, 2, 4, 3, 3)
+	h := input(t, 1, tensor.F32, 2, 4, 3, 3)
 	out, err := s.Forward(h, nil)
 	noErr(t, err)
 	check(t, out == h, "empty slot changed the activation")
@@ -405,20 +408,20 @@ func TestSlotForwardAlpha(t *testing.T) {
 	s.SetAlpha(-0.1)
 	check(t, s.State().Alpha == 0 && s.State().AlphaController.Alpha == 0 && s.State().Metrics.CurrentAlpha == 0, "−0.1 not clamped")
 	out, _ = s.Forward(h, nil)
-	check(t, bitwiseEqual(out.Value, h.Value), "α=0 output is not the host")
+	check(t, bitwiseEqual(t, out.Value, h.Value), "α=0 output is not the host")
 	s.SetAlpha(1.5)
 	check(t, s.State().Alpha == 1, "1.5 not clamped")
 	out, _ = s.Forward(h, nil)
-	check(t, maxAbsDiff(out.Value, seedOut.Value) < 1e-6, "α=1 output is not the seed")
+	check(t, maxAbsDiff(t, out.Value, seedOut.Value) < 1e-6, "α=1 output is not the seed")
 	s.SetAlpha(0.5)
 	out, _ = s.Forward(h, nil)
 	mean := autograd.MulScalar(autograd.Add(h, seedOut), 0.5)
-	check(t, maxAbsDiff(out.Value, mean.Value) < 1e-6, "α=½ output is not the mean")
+	check(t, maxAbsDiff(t, out.Value, mean.Value) < 1e-6, "α=½ output is not the mean")
 
 	// ForceAlpha overrides and restores, also on panic.
 	s.ForceAlpha(0, func() {
 		out, _ := s.Forward(h, nil)
-		check(t, bitwiseEqual(out.Value, h.Value), "forced α=0 is not the host")
+		check(t, bitwiseEqual(t, out.Value, h.Value), "forced α=0 is not the host")
 		check(t, s.Alpha() == 0, "Alpha under force")
 	})
 	check(t, s.Alpha() == 0.5, "alpha not restored: %g", s.Alpha())
@@ -429,16 +432,16 @@ func TestSlotForwardAlpha(t *testing.T) {
 	check(t, s.Alpha() == 0.5, "alpha not restored after a panic")
 
 	// Per-sample override: sample 0 host, sample 1 seed.
-	a := autograd.Const(tensor.FromFloat64s(tensor.F32, []float64{0, 1}, 2, 1, 1, 1))
+	a := onDevice(t, tensor.FromFloat64s(tensor.F32, []float64{0, 1}, 2, 1, 1, 1))
 	out, err = s.Forward(h, a)
 	noErr(t, err)
-	check(t, bitwiseEqual(out.Value.Narrow(0, 0, 1).Contiguous(), h.Value.Narrow(0, 0, 1).Contiguous()), "override α=0 sample is not the host")
+	check(t, bitwiseEqual(t, testdevice.Host(t, out.Value).Narrow(0, 0, 1).Contiguous(), testdevice.Host(t, h.Value).Narrow(0, 0, 1).Contiguous()), "override α=0 sample is not the host")
 	for _, bad := range [][]int{{2, 1}, {3, 1, 1, 1}, {2, 1, 1}, {2, 4, 1, 1}} {
-		_, err = s.Forward(h, autograd.Const(tensor.Zeros(tensor.F32, bad...)))
+		_, err = s.Forward(h, onDevice(t, tensor.Zeros(tensor.F32, bad...)))
 		check(t, err != nil, "override of shape %v accepted", bad)
 	}
 	// A wrongly shaped activation is an error, not a panic.
-	_, err = s.Forward(input(1, tensor.F32, 2, 5, 3, 3), nil)
+	_, err = s.Forward(input(t, 1, tensor.F32, 2, 5, 3, 3), nil)
 	check(t, err != nil, "5-channel activation accepted by a 4-channel seed")
 }
 
@@ -447,12 +450,15 @@ func TestMultiplySeedStartsAsIdentity(t *testing.T) {
 	noErr(t, s.Germinate(GerminateOptions{Blueprint: "conv_light", AlphaAlgorithm: leyline.BlendMultiply, BlendAlgorithmID: BlendLinear}))
 	advanceTo(t, s, leyline.StageBlending)
 	s.SetAlpha(1)
-	h := input(3, tensor.F32, 2, 4, 3, 3)
+	h := input(t, 3, tensor.F32, 2, 4, 3, 3)
 	out, err := s.Forward(h, nil)
 	noErr(t, err)
-	check(t, bitwiseEqual(out.Value, h.Value), "MULTIPLY seed with a zeroed final layer is not the identity valve")
+	check(t, bitwiseEqual(t, out.Value, h.Value), "MULTIPLY seed with a zeroed final layer is not the identity valve")
 }
 
+// TestGradientTelemetry: the seed-to-host gradient ratio and the seed's
+// gradient health, measured on the test device in one host sync per
+// capture there.
 func TestGradientTelemetry(t *testing.T) {
 	host := smallCNN(t, 1, tensor.F32)
 	s, _ := newSlot(t, SlotOptions{HostParams: host.Parameters()})
@@ -461,9 +467,14 @@ func TestGradientTelemetry(t *testing.T) {
 	s.CaptureGradientTelemetry()
 	check(t, s.State().Metrics.SeedGradientNormRatio == nil && !s.State().Telemetry.HealthMeasured, "measured without gradients")
 	for _, p := range append(host.Parameters(), s.Parameters()...) {
-		p.Grad = tensor.Full(p.DType(), 0.01, p.Shape()...)
+		p.Grad = testdevice.To(t, tensor.Full(p.DType(), 0.01, p.Shape()...))
 	}
+	dev := testdevice.Device(t)
+	before := tensor.HostSyncs(dev)
 	s.CaptureGradientTelemetry()
+	if testdevice.OnDevice(t) {
+		check(t, tensor.HostSyncs(dev)-before == 1, "%d host syncs per capture, want 1", tensor.HostSyncs(dev)-before)
+	}
 	st := s.State()
 	check(t, st.Metrics.SeedGradientNormRatio != nil && *st.Metrics.SeedGradientNormRatio > 0, "ratio not measured")
 	// Equal per-element gradients: the normalised ratio is 1.

@@ -9,9 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/esper-go/esper/internal/testdevice"
 	"github.com/esper-go/esper/kasmina"
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/nissa"
+	"github.com/esper-go/esper/nn"
 )
 
 // TestLifecycleEventsThroughNissa drives a seed from germination to
@@ -31,6 +33,9 @@ func TestLifecycleEventsThroughNissa(t *testing.T) {
 	}
 
 	host := kasmina.MustCNNHost(kasmina.CNNHostOptions{InChannels: 1, Blocks: 2, BaseChannels: 4})
+	if err := nn.To(host, testdevice.Device(t)); err != nil {
+		t.Fatal(err)
+	}
 	model, err := kasmina.NewMorphogeneticModel(host, kasmina.ModelOptions{Slots: []string{"r0c0", "r0c1"}, Sink: hub})
 	if err != nil {
 		t.Fatal(err)

@@ -17,10 +17,11 @@ import (
 	"github.com/esper-go/esper/tensor"
 )
 
-// The policy on the strict simulated device (tensor.Sim): its tensors
-// refuse host reads, so these tests prove that Act, Evaluate, inference
-// and checkpoints cross to the host only by explicit copies, and that
-// the device computes bitwise what the CPU computes.
+// The policy on the strict simulated device (tensor.Sim) beside a CPU
+// twin, whatever ESPER_TEST_DEVICE says: its tensors refuse host reads,
+// so these tests prove that Act, Evaluate, inference and checkpoints
+// cross to the host only by explicit copies, and that the device
+// computes bitwise what the CPU computes.
 
 // devicePair returns two copies of one policy (same options, so the same
 // initial weights and dropout seeds): one on the CPU and one moved to
@@ -28,8 +29,8 @@ import (
 // batch of four environments (3, 1, 5 and 2 slots) and their masks.
 func devicePair(t *testing.T, dev tensor.Device) (cpu, onDev *Policy, g *Graph, masks []leyline.ActionMasks) {
 	t.Helper()
-	cpu = mustPolicy(t, smallOptions(tensor.F32))
-	onDev = mustPolicy(t, smallOptions(tensor.F32))
+	cpu = newPolicy(t, smallOptions(tensor.F32))
+	onDev = newPolicy(t, smallOptions(tensor.F32))
 	require.NoError(t, nn.To(onDev, dev))
 	require.Equal(t, dev, onDev.Device())
 	var inputs []GraphInput
@@ -174,7 +175,7 @@ func TestEvaluateOnSimBitwiseCPU(t *testing.T) {
 // when its options name the device.
 func TestPolicySavedFromSimLoadsOnCPU(t *testing.T) {
 	dev := tensor.Sim(2)
-	p := mustPolicy(t, smallOptions(tensor.F32))
+	p := newPolicy(t, smallOptions(tensor.F32))
 	rng := tensor.NewRNG(12)
 	for _, v := range p.Parameters() { // weights that are not the seed's
 		nn.Uniform(rng, v.Value, -0.3, 0.3)
@@ -220,9 +221,9 @@ func TestPolicySavedFromSimLoadsOnCPU(t *testing.T) {
 func TestNewPolicyOnDevice(t *testing.T) {
 	dev := tensor.Sim(0)
 	o := smallOptions(tensor.F32)
-	cpu := mustPolicy(t, o)
+	cpu := newPolicy(t, o)
 	o.Device = dev
-	p := mustPolicy(t, o)
+	p := newPolicy(t, o)
 	require.Equal(t, dev, p.Device())
 	want := nn.StateDict(cpu)
 	for name, v := range nn.StateDict(p) {

@@ -5,8 +5,10 @@ import (
 	"testing"
 
 	"github.com/esper-go/esper/data"
+	"github.com/esper-go/esper/internal/testdevice"
 	"github.com/esper-go/esper/kasmina"
 	"github.com/esper-go/esper/leyline"
+	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/optim"
 	"github.com/esper-go/esper/tamiyo"
 	"github.com/esper-go/esper/tensor"
@@ -39,6 +41,9 @@ func TestNewHeuristicGrowsUnderTrainer(t *testing.T) {
 		KernelSize: 1, RNG: tensor.NewRNG(1)})
 	model, err := kasmina.NewMorphogeneticModel(host, kasmina.ModelOptions{Slots: []string{"r0c0", "r0c1"}})
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nn.To(model, testdevice.Device(t)); err != nil { // the trainer runs where its model is
 		t.Fatal(err)
 	}
 	h, err := tamiyo.NewHeuristic(tamiyo.HeuristicOptions{})

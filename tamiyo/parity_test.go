@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/internal/testdevice"
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/tensor"
@@ -76,8 +77,10 @@ func parityOptions() PolicyOptions {
 	return PolicyOptions{Hidden: 8, GATHidden: 4, GATHeads: 2, HeadHidden: 6, NoDropout: true, Seed: 21}
 }
 
+// writeParity writes the fixture's input from a CPU policy (a file
+// generator, run by hand with -write-parity-input).
 func writeParity(t *testing.T) {
-	p := mustPolicy(t, parityOptions())
+	p := newPolicy(t, parityOptions())
 	// Random biases and norms everywhere, so no term hides behind a zero.
 	rng := tensor.NewRNG(77)
 	for _, n := range p.NamedParameters() {
@@ -167,15 +170,16 @@ func TestPolicyParity(t *testing.T) {
 	if len(in.Params) != len(params) {
 		t.Fatalf("fixture has %d parameters, the policy %d", len(in.Params), len(params))
 	}
+	sd := map[string]*tensor.Tensor{}
 	for _, pp := range in.Params {
 		v, ok := params[pp.Name]
 		if !ok || !tensor.SameShape(v.Shape(), pp.Shape) {
 			t.Fatalf("fixture parameter %s %v does not match the policy", pp.Name, pp.Shape)
 		}
-		dst := v.Value.F32()
-		for i, x := range pp.Data {
-			dst[i] = float32(x)
-		}
+		sd[pp.Name] = testdevice.To(t, tensor.FromFloat64s(tensor.F32, pp.Data, pp.Shape...))
+	}
+	if err := nn.LoadStateDict(p, sd, false); err != nil {
+		t.Fatal(err)
 	}
 
 	out, err := p.Run(in.Graph)
@@ -186,14 +190,14 @@ func TestPolicyParity(t *testing.T) {
 	var loss *autograd.Var
 	for name, v := range outs {
 		want := fx.Outputs[name]
-		got := v.Value.Float64s()
+		got := testdevice.F64(t, v.Value)
 		if len(got) != len(want) {
 			t.Fatalf("output %s: %d values, fixture %d", name, len(got), len(want))
 		}
 		if e := relErr(got, want, 0); e > parityTol {
 			t.Errorf("output %s: relative error %.3g > %g", name, e, parityTol)
 		}
-		w := autograd.Const(tensor.FromFloat64s(tensor.F32, in.LossWeights[name], v.Shape()...))
+		w := autograd.Const(testdevice.To(t, tensor.FromFloat64s(tensor.F32, in.LossWeights[name], v.Shape()...)))
 		term := autograd.SumAll(autograd.Mul(v, w))
 		if loss == nil {
 			loss = term
@@ -214,7 +218,7 @@ func TestPolicyParity(t *testing.T) {
 		}
 		got := make([]float64, len(want))
 		if v.Grad != nil {
-			got = v.Grad.Float64s()
+			got = testdevice.F64(t, v.Grad)
 		}
 		e := relErr(got, want, parityGradFloor*scale)
 		if e > worst {

@@ -13,14 +13,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/esper-go/esper/internal/atomicfile"
+	"github.com/esper-go/esper/internal/testdevice"
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/tensor"
 	"github.com/esper-go/esper/tensor/safetensors"
 )
 
-// savedPolicy writes a small policy for the default slots and returns it
-// with the file's path.
+// savedPolicy writes a small policy on the test device for the default
+// slots and returns it with the file's path.
 func savedPolicy(t *testing.T) (*Policy, string) {
 	t.Helper()
 	p := mustPolicy(t, smallOptions(tensor.F32))
@@ -29,23 +30,26 @@ func savedPolicy(t *testing.T) (*Policy, string) {
 	return p, path
 }
 
-// TestPolicyCheckpointRoundTrip: a loaded policy has bitwise the saved
-// weights and computes bitwise the same outputs; the header records the
-// schema version, options and slots.
+// TestPolicyCheckpointRoundTrip: a loaded policy (loaded onto the test
+// device) has bitwise the saved weights and computes bitwise the same
+// outputs; the header records the schema version, options (not the
+// device) and slots.
 func TestPolicyCheckpointRoundTrip(t *testing.T) {
 	p, path := savedPolicy(t)
 	// Another seed: the seed is not part of the match.
 	o := smallOptions(tensor.F32)
 	o.Seed = 99
+	o.Device = testdevice.Device(t)
 	q, err := LoadPolicy(path, o, leyline.DefaultSlotConfig())
 	require.NoError(t, err)
+	require.Equal(t, o.Device, q.Device())
 	want, got := nn.StateDict(p), nn.StateDict(q)
 	require.Equal(t, len(want), len(got))
 	for name, w := range want {
 		g := got[name]
 		require.NotNil(t, g, name)
 		require.Equal(t, w.Shape(), g.Shape(), name)
-		require.True(t, bytes.Equal(w.Storage().Bytes(), g.Storage().Bytes()), "%s differs", name)
+		require.True(t, bytes.Equal(testdevice.Host(t, w).Storage().Bytes(), testdevice.Host(t, g).Storage().Bytes()), "%s differs", name)
 	}
 	g := mustGraph(t, testInput(t, 3, 1))
 	a, err := nn.Eval(p).Run(g)
@@ -53,7 +57,7 @@ func TestPolicyCheckpointRoundTrip(t *testing.T) {
 	b, err := nn.Eval(q).Run(g)
 	require.NoError(t, err)
 	for h := range a.Logits {
-		require.Equal(t, a.Logits[h].Value.F32(), b.Logits[h].Value.F32())
+		require.Equal(t, testdevice.F32(t, a.Logits[h].Value), testdevice.F32(t, b.Logits[h].Value))
 	}
 
 	h, err := ReadPolicyHeader(path)
@@ -61,7 +65,9 @@ func TestPolicyCheckpointRoundTrip(t *testing.T) {
 	assert.Equal(t, PolicyCheckpointVersion, h.SchemaVersion)
 	assert.Equal(t, PolicyVersion, h.PolicyVersion)
 	assert.Equal(t, leyline.DefaultSlotConfig().IDs(), h.Slots)
-	assert.Equal(t, p.Options(), h.Options)
+	wantOpts := p.Options()
+	wantOpts.Device = tensor.CPU // not recorded
+	assert.Equal(t, wantOpts, h.Options)
 
 	// Saving over an existing file replaces it.
 	require.NoError(t, SavePolicy(path, q, leyline.DefaultSlotConfig()))

@@ -18,15 +18,15 @@ import (
 
 // TestParameterCountMatchesNetwork: ParameterCount, which the loader
 // checks a file's header against, counts exactly the elements of the
-// network NewPolicy builds, for the defaults and for odd widths.
+// network NewPolicy builds (on the test device), for the defaults and
+// for odd widths.
 func TestParameterCountMatchesNetwork(t *testing.T) {
 	for _, o := range []PolicyOptions{
 		{},
 		{Hidden: 8, GATHidden: 4, GATHeads: 2, HeadHidden: 6, BlueprintEmbedding: 3},
 		{Hidden: 5, GATHidden: 7, GATHeads: 3, HeadHidden: 2, BlueprintEmbedding: 1, DType: tensor.F64},
 	} {
-		p, err := NewPolicy(o)
-		require.NoError(t, err)
+		p := mustPolicy(t, o)
 		var have int64
 		for _, v := range nn.StateDict(p) {
 			have += int64(v.Numel())

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/internal/testdevice"
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/tensor"
@@ -17,7 +18,18 @@ func smallOptions(dt tensor.DType) PolicyOptions {
 	return PolicyOptions{Hidden: 16, GATHidden: 8, GATHeads: 2, HeadHidden: 8, Seed: 3, DType: dt}
 }
 
+// mustPolicy builds a policy with options o on the test device
+// (ESPER_TEST_DEVICE; a device o names itself wins).
 func mustPolicy(t *testing.T, o PolicyOptions) *Policy {
+	t.Helper()
+	if o.Device.IsCPU() {
+		o.Device = testdevice.Device(t)
+	}
+	return newPolicy(t, o)
+}
+
+// newPolicy builds a policy with options o as they are (on o.Device).
+func newPolicy(t *testing.T, o PolicyOptions) *Policy {
 	t.Helper()
 	p, err := NewPolicy(o)
 	if err != nil {
@@ -28,7 +40,8 @@ func mustPolicy(t *testing.T, o PolicyOptions) *Policy {
 
 // layerCheck gradient-checks one message-passing layer in F64 with
 // respect to its parameters and its input node features, on a batch of
-// two graphs (one with a single slot, so one relation has no edges).
+// two graphs (one with a single slot, so one relation has no edges). It
+// runs on the CPU on purpose: GradCheck perturbs its leaves on the host.
 func layerCheck(t *testing.T, layer nn.Module, forward func([NumNodeTypes]*autograd.Var, *graphTensors) [NumNodeTypes]*autograd.Var, width int) {
 	t.Helper()
 	g, err := BuildGraphBatch([]GraphInput{testInput(t, 3, 1), testInput(t, 1, 0)})
@@ -75,10 +88,11 @@ func TestGATLayerGradCheck(t *testing.T) {
 
 // TestGATAttentionNormalisesOverIncomingEdges checks the attention by
 // hand on one relation: with equal attention logits every destination
-// averages its sources.
+// averages its sources. The layer runs on the test device.
 func TestGATAttentionNormalisesOverIncomingEdges(t *testing.T) {
 	g := mustGraph(t, testInput(t, 3, 0))
-	gt, err := newGraphTensors(g, tensor.F64, tensor.CPU)
+	dev := testdevice.Device(t)
+	gt, err := newGraphTensors(g, tensor.F64, dev)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,17 +102,20 @@ func TestGATAttentionNormalisesOverIncomingEdges(t *testing.T) {
 			v.Value.Fill(0) // uniform attention
 		}
 	}
+	if err := nn.To(l, dev); err != nil {
+		t.Fatal(err)
+	}
 	var x [NumNodeTypes]*autograd.Var
 	rng := tensor.NewRNG(2)
 	for nt := range x {
-		x[nt] = autograd.Const(tensor.Uniform(rng, tensor.F64, -1, 1, gt.n[nt], 2))
+		x[nt] = autograd.Const(testdevice.To(t, tensor.Uniform(rng, tensor.F64, -1, 1, gt.n[nt], 2)))
 	}
 	out := l.forward(x, gt)
 	// Global: mean over its two relations (slot→global, layer→global)
 	// of the mean of W_s x over the sources, plus bias (zero).
 	mean := func(r Relation) []float64 {
-		w := l.rels[r].linSrc.Weight.Value.F64() // [2, 2]
-		xs := x[r.Src()].Value.F64()
+		w := testdevice.F64(t, l.rels[r].linSrc.Weight.Value) // [2, 2]
+		xs := testdevice.F64(t, x[r.Src()].Value)
 		n := gt.n[r.Src()]
 		m := make([]float64, 2)
 		for j := 0; j < n; j++ {
@@ -109,7 +126,7 @@ func TestGATAttentionNormalisesOverIncomingEdges(t *testing.T) {
 		return m
 	}
 	a, b := mean(RelSlotToGlobal), mean(RelLayerToGlobal)
-	got := out[NodeGlobal].Value.F64()
+	got := testdevice.F64(t, out[NodeGlobal].Value)
 	for c := 0; c < 2; c++ {
 		if want := (a[c] + b[c]) / 2; math.Abs(got[c]-want) > 1e-12 {
 			t.Fatalf("global output %v, want %v", got, want)
@@ -147,9 +164,9 @@ func TestBatchedEqualsSingles(t *testing.T) {
 	for b, in := range inputs {
 		so := forwardF64(t, p, mustGraph(t, in))
 		for h := range so.Logits {
-			single := so.Logits[h].Value.F64()
+			single := testdevice.F64(t, so.Logits[h].Value)
 			width := bo.Logits[h].Shape()[1]
-			row := bo.Logits[h].Value.F64()[b*width : (b+1)*width]
+			row := testdevice.F64(t, bo.Logits[h].Value)[b*width : (b+1)*width]
 			for i := range single {
 				if math.Abs(row[i]-single[i]) > 1e-12 {
 					t.Fatalf("env %d (%d slots) head %s option %d: batched %v, single %v", b, counts[b], leyline.HeadNames[h], i, row[i], single[i])
@@ -163,7 +180,7 @@ func TestBatchedEqualsSingles(t *testing.T) {
 				}
 			}
 		}
-		if bv, sv := bo.Value.Value.F64()[b], so.Value.Value.F64()[0]; math.Abs(bv-sv) > 1e-12 {
+		if bv, sv := testdevice.F64(t, bo.Value.Value)[b], testdevice.F64(t, so.Value.Value)[0]; math.Abs(bv-sv) > 1e-12 {
 			t.Fatalf("env %d value: batched %v, single %v", b, bv, sv)
 		}
 	}
@@ -242,18 +259,19 @@ func TestPolicyDefaultsAndNames(t *testing.T) {
 func TestPolicyDropoutOnlyInTraining(t *testing.T) {
 	p := mustPolicy(t, smallOptions(tensor.F64))
 	g := mustGraph(t, testInput(t, 3, 0))
+	value := func(out *PolicyOutput) float64 { return testdevice.F64(t, out.Value.Value)[0] }
 	a, b := forwardF64(t, p, g), forwardF64(t, p, g)
-	if a.Value.Value.F64()[0] == b.Value.Value.F64()[0] {
+	if value(a) == value(b) {
 		t.Error("two training-mode passes gave the same value: dropout inactive")
 	}
 	p.SetTraining(false)
 	a, b = forwardF64(t, p, g), forwardF64(t, p, g)
-	if a.Value.Value.F64()[0] != b.Value.Value.F64()[0] {
+	if value(a) != value(b) {
 		t.Error("evaluation-mode passes differ")
 	}
 	q := mustPolicy(t, func() PolicyOptions { o := smallOptions(tensor.F64); o.NoDropout = true; return o }())
 	a, b = forwardF64(t, q, g), forwardF64(t, q, g)
-	if a.Value.Value.F64()[0] != b.Value.Value.F64()[0] || q.Options().Dropout != 0 {
+	if value(a) != value(b) || q.Options().Dropout != 0 {
 		t.Error("NoDropout policy is not deterministic in training mode")
 	}
 }

@@ -160,9 +160,6 @@ func (r *ActResult) Action(b int) leyline.FactoredAction {
 	}
 }
 
-// hostRows reads a [B, n] CPU Var as float32 rows.
-func hostRows(v *autograd.Var) [][]float32 { return tensorRows(v.Value) }
-
 // tensorRows reads a [B, n] CPU tensor as float32 rows.
 func tensorRows(t *tensor.Tensor) [][]float32 {
 	s := t.Shape()

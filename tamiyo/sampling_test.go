@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/internal/testdevice"
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/tensor"
@@ -40,8 +41,9 @@ func testMasks(t *testing.T, n int, edit func(*leyline.MaskInput)) leyline.Actio
 	return m
 }
 
-// samplingFixture is a small F32 policy in evaluation mode with a batch
-// of three environments (3, 1 and 5 slots) and their masks.
+// samplingFixture is a small F32 policy on the test device in
+// evaluation mode with a batch of three environments (3, 1 and 5 slots)
+// and their masks.
 func samplingFixture(t *testing.T) (*Policy, *Graph, []leyline.ActionMasks) {
 	t.Helper()
 	p := nn.Eval(mustPolicy(t, smallOptions(tensor.F32)))
@@ -57,6 +59,24 @@ func samplingFixture(t *testing.T) (*Policy, *Graph, []leyline.ActionMasks) {
 		t.Fatal(err)
 	}
 	return p, g, masks
+}
+
+// editParam rewrites the F32 parameter name of p in place, on its device:
+// f edits a host copy of its values, which is copied back.
+func editParam(t *testing.T, p *Policy, name string, f func([]float32)) {
+	t.Helper()
+	for _, n := range p.NamedParameters() {
+		if n.Name != name {
+			continue
+		}
+		h := testdevice.Host(t, n.Var.Value).Clone()
+		f(h.F32())
+		if err := nn.LoadStateDict(p, map[string]*tensor.Tensor{name: testdevice.To(t, h)}, false); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	t.Fatalf("no parameter %s", name)
 }
 
 // checkCanonical verifies that an action respects its masks and that
@@ -197,7 +217,7 @@ func TestActWaitCanonicalisesHeads(t *testing.T) {
 		t.Fatal(err)
 	}
 	for h := range ev.LogProbs {
-		if v := ev.LogProbs[h].Value.Float64s()[0]; v != 0 {
+		if v := testdevice.F64(t, ev.LogProbs[h].Value)[0]; v != 0 {
 			t.Errorf("Evaluate head %s log-prob %v, want 0", leyline.HeadNames[h], v)
 		}
 	}
@@ -236,8 +256,8 @@ func TestEvaluateMatchesAct(t *testing.T) {
 			t.Fatal(err)
 		}
 		for h := 0; h < leyline.NumActionHeads; h++ {
-			lp := ev.LogProbs[h].Value.Float64s()
-			ent := ev.Entropies[h].Value.Float64s()
+			lp := testdevice.F64(t, ev.LogProbs[h].Value)
+			ent := testdevice.F64(t, ev.Entropies[h].Value)
 			for b := range masks {
 				if d := math.Abs(lp[b] - float64(r.LogProbs[b][h])); d > 1e-5 {
 					t.Errorf("env %d head %s: Evaluate log-prob %v, Act %v", b, leyline.HeadNames[h], lp[b], r.LogProbs[b][h])
@@ -247,7 +267,7 @@ func TestEvaluateMatchesAct(t *testing.T) {
 				}
 			}
 		}
-		vals := ev.Value.Value.Float64s()
+		vals := testdevice.F64(t, ev.Value.Value)
 		for b := range masks {
 			if math.Abs(vals[b]-float64(r.Values[b])) > 1e-6 {
 				t.Errorf("env %d: Evaluate value %v, Act %v", b, vals[b], r.Values[b])
@@ -285,7 +305,7 @@ func TestEvaluateGradientsReachEveryPart(t *testing.T) {
 				continue
 			}
 			nz := false
-			for _, v := range n.Var.Grad.Float64s() {
+			for _, v := range testdevice.F64(t, n.Var.Grad) {
 				if v != 0 {
 					nz = true
 					break
@@ -304,10 +324,11 @@ func TestEvaluateGradientsReachEveryPart(t *testing.T) {
 func TestEvaluateFloorsEveryValidOp(t *testing.T) {
 	p, g, masks := samplingFixture(t)
 	// Make the op head decisive so the floor binds: scale its output.
-	w := p.heads[leyline.HeadOp].fc2.Weight.Value.F32()
-	for i := range w {
-		w[i] *= 400
-	}
+	editParam(t, p, "head_op.fc2.weight", func(w []float32) {
+		for i := range w {
+			w[i] *= 400
+		}
+	})
 	for _, floors := range []*[leyline.NumActionHeads]float32{nil, {}} {
 		for op := leyline.LifecycleOp(0); op < leyline.NumOps; op++ {
 			if !masks[0].OpValid(op) {
@@ -347,7 +368,7 @@ func TestEvaluateFloorsEveryValidOp(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			prob := math.Exp(ev.LogProbs[leyline.HeadOp].Value.Float64s()[0])
+			prob := math.Exp(testdevice.F64(t, ev.LogProbs[leyline.HeadOp].Value)[0])
 			if floors == nil && prob < 0.15*(1-1e-4) {
 				t.Errorf("valid op %v has probability %v under the 0.15 floor", op, prob)
 			}
@@ -355,7 +376,7 @@ func TestEvaluateFloorsEveryValidOp(t *testing.T) {
 			var opLogits []float32
 			autograd.NoGrad(func() {
 				out, _ := p.Run(g)
-				opLogits = hostRows(out.Logits[leyline.HeadOp])[0]
+				opLogits = tensorRows(testdevice.Host(t, out.Logits[leyline.HeadOp].Value))[0]
 			})
 			min := ProbabilityFloorPerHead[leyline.HeadOp]
 			if floors != nil {
@@ -366,7 +387,7 @@ func TestEvaluateFloorsEveryValidOp(t *testing.T) {
 				t.Fatal(err)
 			}
 			want, _ := d.LogProb(int(op))
-			if got := ev.LogProbs[leyline.HeadOp].Value.Float64s()[0]; math.Abs(got-float64(want)) > 1e-4 {
+			if got := testdevice.F64(t, ev.LogProbs[leyline.HeadOp].Value)[0]; math.Abs(got-float64(want)) > 1e-4 {
 				t.Errorf("floors %v op %v: Evaluate log-prob %v, leyline %v", floors, op, got, want)
 			}
 		}
@@ -421,8 +442,7 @@ func TestActAndEvaluateErrors(t *testing.T) {
 	}
 
 	// Diverged weights give non-finite logits, reported as such.
-	w := p.heads[leyline.HeadOp].fc2.Bias.Value.F32()
-	w[0] = float32(math.NaN())
+	editParam(t, p, "head_op.fc2.bias", func(b []float32) { b[0] = float32(math.NaN()) })
 	if _, err := p.Act(g, masks, ActOptions{Deterministic: true}); !errors.Is(err, ErrNonFiniteLogits) {
 		t.Errorf("NaN logits: err = %v, want ErrNonFiniteLogits", err)
 	}

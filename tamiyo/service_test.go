@@ -345,7 +345,7 @@ func TestServiceCaptureFallback(t *testing.T) {
 	sink := &syncSink{}
 	s := newTestService(t, ServiceOptions{Policy: p, Sink: sink, Deterministic: true})
 	s.infer.stepHook = func() {
-		if kernels.For(tensor.CPU).Capturing() {
+		if kernels.For(p.Device()).Capturing() {
 			panic("injected capture failure")
 		}
 	}

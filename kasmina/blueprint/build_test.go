@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/internal/testdevice"
 	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/tensor"
@@ -128,7 +129,7 @@ func TestBuildDeterministic(t *testing.T) {
 	}
 	pa, pb := a.NamedParameters(), b.NamedParameters()
 	for i := range pa {
-		if !equalValues(pa[i].Var.Value, pb[i].Var.Value) {
+		if !equalValues(t, pa[i].Var.Value, pb[i].Var.Value) {
 			t.Errorf("%s differs between builds from equal RNGs", pa[i].Name)
 		}
 	}
@@ -168,12 +169,14 @@ func TestParamCount(t *testing.T) {
 	}
 }
 
-// equalValues reports whether a and b hold the same elements.
-func equalValues(a, b *tensor.Tensor) bool {
+// equalValues reports whether a and b (of any device) hold the same
+// elements.
+func equalValues(t *testing.T, a, b *tensor.Tensor) bool {
+	t.Helper()
 	if !tensor.SameShape(a.Shape(), b.Shape()) {
 		return false
 	}
-	av, bv := a.Float64s(), b.Float64s()
+	av, bv := testdevice.F64(t, a), testdevice.F64(t, b)
 	for i := range av {
 		if av[i] != bv[i] && !(math.IsNaN(av[i]) && math.IsNaN(bv[i])) {
 			return false

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/internal/testdevice"
 	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/tensor"
 )
@@ -33,10 +34,24 @@ func forEachBlueprint(t *testing.T, f func(t *testing.T, spec Spec)) {
 	}
 }
 
-// forward runs m on x without recording a graph.
-func forward(m nn.Module, x *tensor.Tensor) *tensor.Tensor {
+// build is MustBuild moved to the test device (nn.To), as kasmina
+// moves a seed it germinates to its host's device.
+func build(t *testing.T, topology, name string, opts Options) nn.Module {
+	t.Helper()
+	m := MustBuild(topology, name, opts)
+	if err := nn.To(m, testdevice.Device(t)); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// forward runs m on a test-device copy of the host tensor x without
+// recording a graph; the result is on the test device.
+func forward(t *testing.T, m nn.Module, x *tensor.Tensor) *tensor.Tensor {
+	t.Helper()
 	var y *autograd.Var
-	autograd.NoGrad(func() { y = m.Forward(autograd.Const(x)) })
+	xd := testdevice.To(t, x)
+	autograd.NoGrad(func() { y = m.Forward(autograd.Const(xd)) })
 	return y.Value
 }
 
@@ -51,7 +66,7 @@ func TestParamCountsAtReferenceWidth(t *testing.T) {
 		"mlp:mlp_small": 590976, "mlp:mlp": 1181568,
 	}
 	forEachBlueprint(t, func(t *testing.T, spec Spec) {
-		m := MustBuild(spec.Topology, spec.Name, Options{Channels: referenceWidth(spec.Topology), RNG: testRNG()})
+		m := build(t, spec.Topology, spec.Name, Options{Channels: referenceWidth(spec.Topology), RNG: testRNG()})
 		got := ParamCount(m)
 		if got != want[spec.Key()] {
 			t.Errorf("ParamCount = %d, want %d", got, want[spec.Key()])
@@ -80,7 +95,7 @@ func TestStateDictNames(t *testing.T) {
 		"mlp:mlp":        {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"},
 	}
 	forEachBlueprint(t, func(t *testing.T, spec Spec) {
-		m := MustBuild(spec.Topology, spec.Name, Options{Channels: 8, RNG: testRNG()})
+		m := build(t, spec.Topology, spec.Name, Options{Channels: 8, RNG: testRNG()})
 		var got []string
 		for _, p := range m.NamedParameters() {
 			got = append(got, p.Name)
@@ -108,9 +123,9 @@ func TestShapePreservedCNN(t *testing.T) {
 	rng := testRNG()
 	for _, c := range []int{1, 3, 8, 32, 64} {
 		for _, spec := range list {
-			m := MustBuild(TopologyCNN, spec.Name, Options{Channels: c, RNG: rng})
+			m := build(t, TopologyCNN, spec.Name, Options{Channels: c, RNG: rng})
 			for _, shape := range [][]int{{2, c, 8, 8}, {2, c, 16, 16}, {1, c, 32, 32}, {3, c, 7, 5}, {1, c, 1, 1}} {
-				y := forward(m, tensor.Normal(rng, tensor.F32, 0, 1, shape...))
+				y := forward(t, m, tensor.Normal(rng, tensor.F32, 0, 1, shape...))
 				if !tensor.SameShape(y.Shape(), shape) {
 					t.Errorf("%s at %d channels: input %v, output %v", spec.Key(), c, shape, y.Shape())
 				}
@@ -127,9 +142,9 @@ func TestShapePreservedMLP(t *testing.T) {
 	rng := testRNG()
 	for _, c := range []int{1, 3, 7, 64, 384} {
 		for _, spec := range list {
-			m := MustBuild(TopologyMLP, spec.Name, Options{Channels: c, RNG: rng})
+			m := build(t, TopologyMLP, spec.Name, Options{Channels: c, RNG: rng})
 			for _, shape := range [][]int{{1, c}, {5, c}, {2, 3, c}} {
-				y := forward(m, tensor.Normal(rng, tensor.F32, 0, 1, shape...))
+				y := forward(t, m, tensor.Normal(rng, tensor.F32, 0, 1, shape...))
 				if !tensor.SameShape(y.Shape(), shape) {
 					t.Errorf("%s at %d channels: input %v, output %v", spec.Key(), c, shape, y.Shape())
 				}
@@ -159,24 +174,24 @@ func TestIdentityAtInit(t *testing.T) {
 	forEachBlueprint(t, func(t *testing.T, spec Spec) {
 		for _, zeroFinal := range []bool{false, true} {
 			for _, dt := range []tensor.DType{tensor.F32, tensor.F64} {
-				m := MustBuild(spec.Topology, spec.Name, Options{Channels: 8, RNG: testRNG(), ZeroFinal: zeroFinal, DType: dt})
+				m := build(t, spec.Topology, spec.Name, Options{Channels: 8, RNG: testRNG(), ZeroFinal: zeroFinal, DType: dt})
 				x := testInput(spec.Topology, 8, dt)
-				y := forward(m, x)
+				y := forward(t, m, x)
 				if y.DType() != dt {
 					t.Errorf("ZeroFinal=%v %v: output dtype %v", zeroFinal, dt, y.DType())
 				}
 				switch {
 				case spec.Key() == "cnn:attention":
 					gate := 1 / (1 + math.Exp(-seGateBias))
-					if d := maxAbsDiff(y, scaled(x, gate)); d > 1e-6 {
+					if d := maxAbsDiff(t, y, scaled(x, gate)); d > 1e-6 {
 						t.Errorf("ZeroFinal=%v %v: |y − σ(3)·x| = %g", zeroFinal, dt, d)
 					}
 				case identity[spec.Key()] || zeroFinal:
-					if !equalValues(y, x) {
-						t.Errorf("ZeroFinal=%v %v: not the identity (max |y − x| = %g)", zeroFinal, dt, maxAbsDiff(y, x))
+					if !equalValues(t, y, x) {
+						t.Errorf("ZeroFinal=%v %v: not the identity (max |y − x| = %g)", zeroFinal, dt, maxAbsDiff(t, y, x))
 					}
 				default:
-					if maxAbsDiff(y, x) == 0 {
+					if maxAbsDiff(t, y, x) == 0 {
 						t.Errorf("ZeroFinal=%v %v: randomly initialised seed is the identity", zeroFinal, dt)
 					}
 				}
@@ -201,14 +216,14 @@ func TestZeroFinalKeepsEarlierLayers(t *testing.T) {
 		"mlp:mlp":        {"fc2.weight", "fc2.bias"},
 	}
 	forEachBlueprint(t, func(t *testing.T, spec Spec) {
-		plain := MustBuild(spec.Topology, spec.Name, Options{Channels: 8, RNG: testRNG()}).NamedParameters()
-		zero := MustBuild(spec.Topology, spec.Name, Options{Channels: 8, RNG: testRNG(), ZeroFinal: true}).NamedParameters()
+		plain := build(t, spec.Topology, spec.Name, Options{Channels: 8, RNG: testRNG()}).NamedParameters()
+		zero := build(t, spec.Topology, spec.Name, Options{Channels: 8, RNG: testRNG(), ZeroFinal: true}).NamedParameters()
 		for i, p := range zero {
 			if slices.Contains(zeroed[spec.Key()], p.Name) {
-				if m := maxAbs(p.Var.Value); m != 0 {
+				if m := maxAbs(t, p.Var.Value); m != 0 {
 					t.Errorf("%s: max |element| %g after ZeroFinal, want 0", p.Name, m)
 				}
-			} else if !equalValues(p.Var.Value, plain[i].Var.Value) {
+			} else if !equalValues(t, p.Var.Value, plain[i].Var.Value) {
 				t.Errorf("%s changed by ZeroFinal", p.Name)
 			}
 		}
@@ -217,10 +232,10 @@ func TestZeroFinalKeepsEarlierLayers(t *testing.T) {
 
 func TestAttentionGateBias(t *testing.T) {
 	for _, zeroFinal := range []bool{false, true} {
-		m := MustBuild(TopologyCNN, "attention", Options{Channels: 8, RNG: testRNG(), ZeroFinal: zeroFinal})
+		m := build(t, TopologyCNN, "attention", Options{Channels: 8, RNG: testRNG(), ZeroFinal: zeroFinal})
 		for _, p := range m.NamedParameters() {
 			if p.Name == "fc2.bias" {
-				for _, v := range p.Var.Value.Float64s() {
+				for _, v := range testdevice.F64(t, p.Var.Value) {
 					if v != seGateBias {
 						t.Fatalf("ZeroFinal=%v: fc2.bias element %g, want %g", zeroFinal, v, seGateBias)
 					}
@@ -233,7 +248,7 @@ func TestAttentionGateBias(t *testing.T) {
 func TestDTypeOfParameters(t *testing.T) {
 	forEachBlueprint(t, func(t *testing.T, spec Spec) {
 		for _, dt := range []tensor.DType{0, tensor.F32, tensor.F64} {
-			m := MustBuild(spec.Topology, spec.Name, Options{Channels: 4, RNG: testRNG(), DType: dt})
+			m := build(t, spec.Topology, spec.Name, Options{Channels: 4, RNG: testRNG(), DType: dt})
 			want := dt
 			if want == 0 {
 				want = tensor.F32
@@ -260,20 +275,20 @@ func TestSeedForwardRejectsWrongLayout(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(fmt.Sprint(tt.topology, tt.shape), func(t *testing.T) {
 			// noop would otherwise pass any shape through silently.
-			m := MustBuild(tt.topology, "noop", Options{Channels: 8, RNG: testRNG()})
+			m := build(t, tt.topology, "noop", Options{Channels: 8, RNG: testRNG()})
 			defer func() {
 				r := recover()
 				if r == nil || !strings.Contains(fmt.Sprint(r), tt.want) || !strings.Contains(fmt.Sprint(r), tt.topology+":noop") {
 					t.Errorf("panic %v, want one naming the seed and %q", r, tt.want)
 				}
 			}()
-			m.Forward(autograd.Const(tensor.Zeros(tensor.F32, tt.shape...)))
+			m.Forward(autograd.Const(testdevice.To(t, tensor.Zeros(tensor.F32, tt.shape...))))
 		})
 	}
 }
 
 func TestTrainingModeSwitches(t *testing.T) {
-	m := MustBuild(TopologyCNN, "conv_heavy", Options{Channels: 8, RNG: testRNG()})
+	m := build(t, TopologyCNN, "conv_heavy", Options{Channels: 8, RNG: testRNG()})
 	nn.Eval(m)
 	for _, ch := range m.(*Seed).Children() {
 		if ch.Module.Training() {
@@ -298,18 +313,21 @@ func TestNumGroups(t *testing.T) {
 	}
 }
 
-// maxAbs returns the largest |element| of t.
-func maxAbs(t *tensor.Tensor) float64 {
+// maxAbs returns the largest |element| of x (of any device).
+func maxAbs(t *testing.T, x *tensor.Tensor) float64 {
+	t.Helper()
 	m := 0.0
-	for _, v := range t.Float64s() {
+	for _, v := range testdevice.F64(t, x) {
 		m = math.Max(m, math.Abs(v))
 	}
 	return m
 }
 
-// maxAbsDiff returns the largest |a − b| over the elements.
-func maxAbsDiff(a, b *tensor.Tensor) float64 {
-	av, bv := a.Float64s(), b.Float64s()
+// maxAbsDiff returns the largest |a − b| over the elements (of any
+// device).
+func maxAbsDiff(t *testing.T, a, b *tensor.Tensor) float64 {
+	t.Helper()
+	av, bv := testdevice.F64(t, a), testdevice.F64(t, b)
 	m := 0.0
 	for i := range av {
 		m = math.Max(m, math.Abs(av[i]-bv[i]))
@@ -317,7 +335,7 @@ func maxAbsDiff(a, b *tensor.Tensor) float64 {
 	return m
 }
 
-// scaled returns s·x.
+// scaled returns s·x for a host tensor x.
 func scaled(x *tensor.Tensor, s float64) *tensor.Tensor {
 	v := x.Float64s()
 	for i := range v {

@@ -6,9 +6,13 @@ import (
 
 	"github.com/esper-go/esper/autograd"
 	"github.com/esper-go/esper/kasmina/blueprint"
+	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/tensor"
 )
 
+// Build returns a seed on the CPU; nn.To moves it to its host's device
+// (here the examples' device: the CPU unless ESPER_TEST_DEVICE names
+// another).
 func ExampleBuild() {
 	seed, err := blueprint.Build(blueprint.TopologyCNN, "conv_light", blueprint.Options{
 		Channels: 32,
@@ -17,8 +21,15 @@ func ExampleBuild() {
 	if err != nil {
 		panic(err)
 	}
-	x := autograd.Const(tensor.Normal(tensor.NewRNG(2), tensor.F32, 0, 1, 8, 32, 16, 16))
-	y := seed.Forward(x)
+	dev := exampleDevice()
+	if err := nn.To(seed, dev); err != nil {
+		panic(err)
+	}
+	x, err := tensor.Normal(tensor.NewRNG(2), tensor.F32, 0, 1, 8, 32, 16, 16).ToDevice(dev)
+	if err != nil {
+		panic(err)
+	}
+	y := seed.Forward(autograd.Const(x))
 	fmt.Println(y.Shape(), blueprint.ParamCount(seed))
 	for _, p := range seed.NamedParameters() {
 		fmt.Println(p.Name, p.Var.Shape())
@@ -65,10 +76,21 @@ func ExampleOptions_zeroFinal() {
 		RNG:       tensor.NewRNG(1),
 		ZeroFinal: true,
 	})
+	dev := exampleDevice()
+	if err := nn.To(seed, dev); err != nil {
+		panic(err)
+	}
 	x := tensor.Normal(tensor.NewRNG(2), tensor.F32, 0, 1, 2, 16, 8, 8)
-	y := seed.Forward(autograd.Const(x))
+	xd, err := x.ToDevice(dev)
+	if err != nil {
+		panic(err)
+	}
+	y, err := seed.Forward(autograd.Const(xd)).Value.ToDevice(tensor.CPU) // one explicit copy back
+	if err != nil {
+		panic(err)
+	}
 	same := true
-	for i, v := range y.Value.F32() {
+	for i, v := range y.F32() {
 		same = same && v == x.F32()[i]
 	}
 	fmt.Println(same)

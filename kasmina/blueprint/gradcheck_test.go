@@ -18,6 +18,9 @@ import (
 // The default tolerance (1e-6) applies: the worst errors measured are
 // below 1e-8 (GroupNorm over 25 elements, the sigmoid gate and the
 // 1/√var of the norms included), so it leaves a hundredfold margin.
+//
+// It runs on the CPU on purpose: GradCheck perturbs its F64 leaves
+// element by element on the host.
 func TestGradCheck(t *testing.T) {
 	forEachBlueprint(t, func(t *testing.T, spec Spec) {
 		rng := tensor.NewRNG(11)

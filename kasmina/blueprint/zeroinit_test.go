@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/internal/testdevice"
 	"github.com/esper-go/esper/tensor"
 )
 
@@ -28,28 +29,29 @@ func TestZeroStartedSeedsStillLearn(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m := MustBuild(TopologyCNN, tt.name, Options{Channels: 8, RNG: testRNG(), ZeroFinal: tt.zeroFinal, DType: tensor.F64})
+			m := build(t, TopologyCNN, tt.name, Options{Channels: 8, RNG: testRNG(), ZeroFinal: tt.zeroFinal, DType: tensor.F64})
 			x := tensor.Normal(tensor.NewRNG(5), tensor.F64, 0, 1, 2, 8, 6, 6)
-			if !equalValues(forward(m, x), x) {
+			if !equalValues(t, forward(t, m, x), x) {
 				t.Fatal("seed is not the identity at germination")
 			}
 			target := tensor.Normal(tensor.NewRNG(6), tensor.F64, 0, 1, 2, 8, 6, 6)
-			loss := autograd.SumAll(autograd.Square(autograd.Sub(m.Forward(autograd.Const(x)), autograd.Const(target))))
+			out := m.Forward(autograd.Const(testdevice.To(t, x)))
+			loss := autograd.SumAll(autograd.Square(autograd.Sub(out, autograd.Const(testdevice.To(t, target)))))
 			autograd.Backward(loss)
 			total := 0.0
 			for _, p := range m.Parameters() {
 				if p.Grad != nil {
-					total += maxAbs(p.Grad)
-					v, g := p.Value.F64(), p.Grad.Float64s()
-					for i := range v {
-						v[i] -= 0.01 * g[i]
-					}
+					total += maxAbs(t, p.Grad)
+					// One SGD step, on the parameters' device.
+					autograd.NoGrad(func() {
+						p.Value = autograd.Sub(autograd.Const(p.Value), autograd.MulScalar(autograd.Const(p.Grad), 0.01)).Value
+					})
 				}
 			}
 			if total == 0 {
 				t.Fatal("every parameter gradient is zero: the seed can never leave the identity")
 			}
-			if equalValues(forward(m, x), x) {
+			if equalValues(t, forward(t, m, x), x) {
 				t.Error("still the identity after one SGD step")
 			}
 		})
