@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/internal/testdevice"
 	"github.com/esper-go/esper/kasmina"
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/nn"
@@ -14,7 +15,7 @@ import (
 // in over three epochs, hold, and fossilize once it measurably helps. The
 // host may live on any device; its seeds are created there.
 func Example() {
-	dev := exampleDevice() // tensor.CPU, tensor.Sim(0), a CUDA device, …
+	dev := testdevice.Must() // tensor.CPU, tensor.Sim(0), a CUDA device, …
 	host := kasmina.MustCNNHost(kasmina.CNNHostOptions{InChannels: 1, Classes: 10, Blocks: 2, BaseChannels: 4})
 	if err := nn.To(host, dev); err != nil {
 		panic(err)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/internal/testdevice"
 	"github.com/esper-go/esper/kasmina/blueprint"
 	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/tensor"
@@ -21,7 +22,7 @@ func ExampleBuild() {
 	if err != nil {
 		panic(err)
 	}
-	dev := exampleDevice()
+	dev := testdevice.Must()
 	if err := nn.To(seed, dev); err != nil {
 		panic(err)
 	}
@@ -76,7 +77,7 @@ func ExampleOptions_zeroFinal() {
 		RNG:       tensor.NewRNG(1),
 		ZeroFinal: true,
 	})
-	dev := exampleDevice()
+	dev := testdevice.Must()
 	if err := nn.To(seed, dev); err != nil {
 		panic(err)
 	}
