@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/esper-go/esper/internal/testdevice"
 	"github.com/esper-go/esper/tensor"
 )
 
@@ -200,4 +201,65 @@ func TestDefaultLayerInit(t *testing.T) {
 	bn := MustBatchNorm2d(BatchNorm2dOptions{Channels: 3})
 	check(t, reflect.DeepEqual(bn.Weight.Value.Float64s(), []float64{1, 1, 1}) && reflect.DeepEqual(bn.Bias.Value.Float64s(), []float64{0, 0, 0}), "BatchNorm affine init is not 1, 0")
 	check(t, reflect.DeepEqual(bn.RunningMean.Float64s(), []float64{0, 0, 0}) && reflect.DeepEqual(bn.RunningVar.Float64s(), []float64{1, 1, 1}), "BatchNorm running stats init is not 0, 1")
+}
+
+// TestInitOnDevice: every scheme fills a tensor on the sim device (no
+// host accessor refuses it) with bitwise the values a CPU tensor of the
+// same dtype and layout gets from the same seed, for contiguous tensors,
+// strided views (the slow path, which must not change to the fast one)
+// and BF16; Constant, Zeros and Ones fill through the backend.
+func TestInitOnDevice(t *testing.T) {
+	dev := tensor.Sim(3)
+	schemes := []struct {
+		name string
+		f    func(w *tensor.Tensor)
+	}{
+		{"kaiming uniform", func(w *tensor.Tensor) { KaimingUniform(tensor.NewRNG(1), w, KaimingOptions{A: math.Sqrt(5)}) }},
+		{"kaiming normal", func(w *tensor.Tensor) { KaimingNormal(tensor.NewRNG(2), w, KaimingOptions{}) }},
+		{"xavier uniform", func(w *tensor.Tensor) { XavierUniform(tensor.NewRNG(3), w, 1) }},
+		{"xavier normal", func(w *tensor.Tensor) { XavierNormal(tensor.NewRNG(4), w, 2) }},
+		{"orthogonal", func(w *tensor.Tensor) { Orthogonal(tensor.NewRNG(5), w, 1) }},
+		{"uniform", func(w *tensor.Tensor) { Uniform(tensor.NewRNG(6), w, -1, 1) }},
+		{"normal", func(w *tensor.Tensor) { Normal(tensor.NewRNG(7), w, 0, 0.02) }},
+		{"constant", func(w *tensor.Tensor) { Constant(w, 0.5) }},
+		{"zeros", func(w *tensor.Tensor) { Ones(w); Zeros(w) }},
+		{"ones", func(w *tensor.Tensor) { Ones(w) }},
+	}
+	layouts := []struct {
+		name string
+		dt   tensor.DType
+		view func(x *tensor.Tensor) *tensor.Tensor // of a [6, 10] tensor
+	}{
+		{"f32", tensor.F32, func(x *tensor.Tensor) *tensor.Tensor { return x }},
+		{"f64", tensor.F64, func(x *tensor.Tensor) *tensor.Tensor { return x }},
+		{"bf16", tensor.BF16, func(x *tensor.Tensor) *tensor.Tensor { return x }},
+		{"strided", tensor.F32, func(x *tensor.Tensor) *tensor.Tensor { return x.Narrow(1, 2, 5) }},
+	}
+	for _, s := range schemes {
+		for _, l := range layouts {
+			t.Run(s.name+"/"+l.name, func(t *testing.T) {
+				host := tensor.Zeros(l.dt, 6, 10)
+				s.f(l.view(host))
+				onDev, err := tensor.Zeros(l.dt, 6, 10).ToDevice(dev)
+				noErr(t, err)
+				s.f(l.view(onDev))
+				check(t, onDev.Device() == dev, "the tensor left the device")
+				got, want := testdevice.Host(t, onDev).Float64s(), host.Float64s()
+				for i := range want {
+					if math.Float64bits(got[i]) != math.Float64bits(want[i]) {
+						t.Fatalf("element %d: %v on %v, %v on the CPU", i, got[i], dev, want[i])
+					}
+				}
+			})
+		}
+	}
+	x, err := tensor.Zeros(tensor.I64, 4, 4).ToDevice(dev)
+	noErr(t, err)
+	before := tensor.HostSyncs(dev)
+	func() {
+		defer func() { check(t, recover() != nil, "init of an I64 device tensor did not panic") }()
+		Uniform(tensor.NewRNG(1), x, 0, 1)
+	}()
+	check(t, tensor.HostSyncs(dev) == before, "init read the device back")
+	check(t, reflect.DeepEqual(testdevice.Host(t, x).Float64s(), make([]float64, 16)), "a refused init wrote the tensor")
 }
