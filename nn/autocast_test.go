@@ -5,14 +5,16 @@ import (
 	"testing"
 
 	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/internal/testdevice"
 	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/tensor"
 )
 
-// relNorm is ‖a-b‖/‖b‖ over two tensors' values.
-func relNorm(a, b *tensor.Tensor) float64 {
-	x, y := a.Float64s(), b.Float64s()
+// relNorm is ‖a-b‖/‖b‖ over two tensors' values (host copies).
+func relNorm(t testing.TB, a, b *tensor.Tensor) float64 {
+	t.Helper()
+	x, y := testdevice.F64(t, a), testdevice.F64(t, b)
 	var num, den float64
 	for i := range x {
 		num += (x[i] - y[i]) * (x[i] - y[i])
@@ -29,9 +31,9 @@ func relNorm(a, b *tensor.Tensor) float64 {
 // gradients in the first layers (measured here); we bound ours at 10%.
 func TestAutocastMLP(t *testing.T) {
 	rng := tensor.NewRNG(11)
-	mlp := nn.MustMLP(rng, nn.MLPOptions{Sizes: []int{32, 64, 64, 10}})
-	x := autograd.Const(tensor.Normal(rng, tensor.F32, 0, 1, 64, 32))
-	y := tensor.RandInt(rng, 10, 64)
+	mlp := onDevice(t, nn.MustMLP(rng, nn.MLPOptions{Sizes: []int{32, 64, 64, 10}}))
+	x := autograd.Const(testdevice.To(t, tensor.Normal(rng, tensor.F32, 0, 1, 64, 32)))
+	y := testdevice.To(t, tensor.RandInt(rng, 10, 64))
 	ce := kernels.CrossEntropyParams{}
 
 	var acts []*autograd.Var
@@ -62,21 +64,22 @@ func TestAutocastMLP(t *testing.T) {
 		if p.Var.Grad.DType() != tensor.F32 {
 			t.Fatalf("%s grad dtype %v, want f32", p.Name, p.Var.Grad.DType())
 		}
-		lowGrads[p.Name] = p.Var.Grad.Clone()
+		lowGrads[p.Name] = testdevice.Host(t, p.Var.Grad).Clone()
 		p.Var.ZeroGrad()
 	}
 
 	ref := mlp.Forward(x)
 	refLoss := autograd.CrossEntropy(ref, y, ce)
 	autograd.Backward(refLoss)
-	if e := relNorm(logits.Value, ref.Value); e > 1e-2 {
+	if e := relNorm(t, logits.Value, ref.Value); e > 1e-2 {
 		t.Errorf("bf16 logits relative error %.3g > 1e-2", e)
 	}
-	if e := math.Abs(loss.Item()-refLoss.Item()) / math.Abs(refLoss.Item()); e > 1e-2 {
-		t.Errorf("bf16 loss %v vs f32 %v: relative error %.3g > 1e-2", loss.Item(), refLoss.Item(), e)
+	low, full := testdevice.Item(t, loss.Value), testdevice.Item(t, refLoss.Value)
+	if e := math.Abs(low-full) / math.Abs(full); e > 1e-2 {
+		t.Errorf("bf16 loss %v vs f32 %v: relative error %.3g > 1e-2", low, full, e)
 	}
 	for _, p := range mlp.NamedParameters() {
-		if e := relNorm(lowGrads[p.Name], p.Var.Grad); e > 0.1 {
+		if e := relNorm(t, lowGrads[p.Name], p.Var.Grad); e > 0.1 {
 			t.Errorf("%s gradient relative error %.3g > 0.1", p.Name, e)
 		}
 	}

@@ -10,14 +10,15 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/esper-go/esper/internal/testdevice"
 	"github.com/esper-go/esper/tensor"
 	"github.com/esper-go/esper/tensor/safetensors"
 )
 
 func TestSaveLoad(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "cnn.safetensors")
-	src := newFixtureCNN()
-	src.At(1).(*BatchNorm2d).RunningVar.Fill(2.5)
+	src := onDev(t, newFixtureCNN())
+	Constant(src.At(1).(*BatchNorm2d).RunningVar, 2.5)
 	noErr(t, Save(path, src, map[string]string{"epoch": "3"}))
 
 	f, err := safetensors.ReadFile(path)
@@ -25,14 +26,18 @@ func TestSaveLoad(t *testing.T) {
 	check(t, f.Metadata["epoch"] == "3", "metadata %v lost the epoch", f.Metadata)
 	check(t, len(f.Tensors) == 7, "file holds %d tensors, want 7", len(f.Tensors))
 
-	dst := NewSequential(
+	dst := onDev(t, NewSequential(
 		MustConv2d(tensor.NewRNG(7), Conv2dOptions{InChannels: 1, OutChannels: 4, KernelH: 3, Padding: 1, NoBias: true}),
 		MustBatchNorm2d(BatchNorm2dOptions{Channels: 4}),
 		&ReLU{}, MustMaxPool2d(Pool2dOptions{Kernel: 2}), &Flatten{},
 		MustLinear(tensor.NewRNG(8), LinearOptions{In: 64, Out: 3}),
-	)
+	))
+	check(t, !reflect.DeepEqual(bits(t, src), bits(t, dst)), "differently seeded models are identical")
 	noErr(t, Load(path, dst))
-	check(t, reflect.DeepEqual(bits(src), bits(dst)), "Load did not restore the saved state bitwise")
+	check(t, reflect.DeepEqual(bits(t, src), bits(t, dst)), "Load did not restore the saved state bitwise")
+	d, err := Device(dst)
+	noErr(t, err)
+	check(t, d == testdevice.Device(t), "Load moved the module to %v", d)
 
 	// Overwriting an existing checkpoint is atomic and leaves no temp file.
 	noErr(t, Save(path, dst, nil))
@@ -41,13 +46,13 @@ func TestSaveLoad(t *testing.T) {
 	check(t, len(ents) == 1, "directory holds %d entries after a re-save", len(ents))
 
 	// A checkpoint of another architecture is refused as a whole.
-	other := MustMLP(tensor.NewRNG(9), MLPOptions{Sizes: []int{4, 3}})
-	before := bits(other)
+	other := onDev(t, MustMLP(tensor.NewRNG(9), MLPOptions{Sizes: []int{4, 3}}))
+	before := bits(t, other)
 	err = Load(path, other)
 	var se *StateDictError
 	check(t, errors.As(err, &se), "loading a CNN checkpoint into an MLP gave %v", err)
 	check(t, strings.Contains(err.Error(), path), "error %q does not name the file", err)
-	check(t, reflect.DeepEqual(before, bits(other)), "a refused load changed the module")
+	check(t, reflect.DeepEqual(before, bits(t, other)), "a refused load changed the module")
 
 	err = Load(filepath.Join(t.TempDir(), "absent.safetensors"), other)
 	check(t, errors.Is(err, os.ErrNotExist), "loading a missing file gave %v", err)
@@ -97,8 +102,8 @@ func TestLoadCorrupt(t *testing.T) {
 		t.Run(v.name, func(t *testing.T) {
 			path := filepath.Join(dir, "bad.safetensors")
 			noErr(t, os.WriteFile(path, v.data, 0o644))
-			m := newFixtureCNN()
-			before := bits(m)
+			m := onDev(t, newFixtureCNN())
+			before := bits(t, m)
 			err := Load(path, m)
 			check(t, err != nil, "Load accepted a corrupt file")
 			var fe *safetensors.FormatError
@@ -106,7 +111,7 @@ func TestLoadCorrupt(t *testing.T) {
 			check(t, fe.File == path, "FormatError names %q, want %q", fe.File, path)
 			check(t, fe.Offset >= 0 && fe.Offset <= int64(len(data)), "FormatError offset %d outside the file", fe.Offset)
 			check(t, strings.Contains(err.Error(), path) && strings.Contains(err.Error(), "offset"), "error %q does not name the file and offset", err)
-			check(t, reflect.DeepEqual(before, bits(m)), "a rejected file changed the module")
+			check(t, reflect.DeepEqual(before, bits(t, m)), "a rejected file changed the module")
 		})
 	}
 }

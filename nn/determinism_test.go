@@ -1,11 +1,14 @@
 package nn_test
 
 import (
+	"math"
 	"reflect"
 	"runtime"
+	"strconv"
 	"testing"
 
 	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/internal/testdevice"
 	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/optim"
@@ -18,18 +21,28 @@ type sgdStep interface {
 	Step()
 }
 
-// inlineSGD is SGD with momentum written out (p −= lr·(buf = 0.9·buf + g)),
-// so that one determinism variant covers nn, autograd and the kernels only.
+// inlineSGD is SGD with momentum written out with elementwise backend ops
+// on the parameters' device (p −= lr·(buf = 0.9·buf + g)), so that one
+// determinism variant covers nn, autograd and the kernels only.
 type inlineSGD struct {
-	params []*autograd.Var
-	bufs   [][]float32
-	lr     float32
+	params    []*autograd.Var
+	bufs, tmp []*tensor.Tensor
+	lr        float64
 }
 
-func newInlineSGD(ps []*autograd.Var, lr float32) *inlineSGD {
+func newInlineSGD(t *testing.T, ps []*autograd.Var, lr float64) *inlineSGD {
 	s := &inlineSGD{params: ps, lr: lr}
+	zeros := func(p *autograd.Var) *tensor.Tensor {
+		z, err := tensor.EmptyOn(p.Value.Device(), p.Value.DType(), p.Value.Shape()...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kernels.For(z.Device()).Fill(z, 0)
+		return z
+	}
 	for _, p := range ps {
-		s.bufs = append(s.bufs, make([]float32, p.Value.Numel()))
+		s.bufs = append(s.bufs, zeros(p))
+		s.tmp = append(s.tmp, zeros(p))
 	}
 	return s
 }
@@ -42,35 +55,36 @@ func (s *inlineSGD) ZeroGrad() {
 
 func (s *inlineSGD) Step() {
 	for i, p := range s.params {
-		w, g, b := p.Value.F32(), p.Grad.F32(), s.bufs[i]
-		for j := range w {
-			b[j] = 0.9*b[j] + g[j]
-			w[j] -= s.lr * b[j]
-		}
+		be, b := kernels.For(p.Value.Device()), s.bufs[i]
+		be.BinaryScalar(kernels.Mul, b, b, 0.9, false)
+		be.Binary(kernels.Add, b, b, p.Grad)
+		be.BinaryScalar(kernels.Mul, s.tmp[i], b, s.lr, false)
+		be.Binary(kernels.Sub, p.Value, p.Value, s.tmp[i])
 	}
 }
 
 // trainCNN trains a small Conv-BN-ReLU-MaxPool-Flatten-Linear network on a
 // fixed random batch of 16 1×12×12 images for steps steps under GOMAXPROCS
-// procs and returns the raw bytes of its final state dict (parameters and
-// running statistics). It fails the test when the loss does not fall.
+// procs on the test device and returns the raw bytes of its final state
+// dict (parameters and running statistics, host copies). It fails the
+// test when the loss does not fall.
 func trainCNN(t *testing.T, useOptim bool, procs int, seed uint64, steps int) map[string]string {
 	t.Helper()
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
 
 	rng := tensor.NewRNG(seed)
-	net := nn.NewSequential(
+	net := onDevice(t, nn.NewSequential(
 		nn.MustConv2d(rng, nn.Conv2dOptions{InChannels: 1, OutChannels: 16, KernelH: 3, Padding: 1}),
 		nn.MustBatchNorm2d(nn.BatchNorm2dOptions{Channels: 16}),
 		&nn.ReLU{},
 		nn.MustMaxPool2d(nn.Pool2dOptions{Kernel: 2}),
 		&nn.Flatten{},
 		nn.MustLinear(rng, nn.LinearOptions{In: 16 * 6 * 6, Out: 10}),
-	)
-	x := autograd.Const(tensor.Normal(rng, tensor.F32, 0, 1, 16, 1, 12, 12))
-	target := tensor.RandInt(rng, 10, 16)
+	))
+	x := autograd.Const(testdevice.To(t, tensor.Normal(rng, tensor.F32, 0, 1, 16, 1, 12, 12)))
+	target := testdevice.To(t, tensor.RandInt(rng, 10, 16))
 
-	var opt sgdStep = newInlineSGD(net.Parameters(), 0.05)
+	var opt sgdStep = newInlineSGD(t, net.Parameters(), 0.05)
 	if useOptim {
 		o, err := optim.NewSGD(net.Parameters(), optim.SGDOptions{LR: 0.05, Momentum: 0.9})
 		if err != nil {
@@ -84,16 +98,22 @@ func trainCNN(t *testing.T, useOptim bool, procs int, seed uint64, steps int) ma
 		loss := autograd.CrossEntropy(net.Forward(x), target, kernels.CrossEntropyParams{})
 		autograd.Backward(loss)
 		opt.Step()
-		if last = loss.Item(); step == 0 {
+		if last = testdevice.Item(t, loss.Value); step == 0 {
 			first = last
 		}
 	}
 	if steps > 1 && !(last < first/2) {
 		t.Fatalf("loss went from %v to %v in %d steps", first, last, steps)
 	}
+	sd, err := nn.HostStateDict(net)
+	if err != nil {
+		t.Fatal(err)
+	}
 	out := map[string]string{}
-	for k, v := range nn.StateDict(net) {
-		out[k] = string(v.Storage().Bytes())
+	for k, v := range sd {
+		for _, f := range v.Float64s() { // float32 widens exactly
+			out[k] += strconv.FormatUint(math.Float64bits(f), 16) + " "
+		}
 	}
 	return out
 }

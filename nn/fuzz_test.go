@@ -22,7 +22,8 @@ func fuzzModule() nn.Module {
 }
 
 // FuzzLoad feeds nn.Load arbitrary files: it returns an error or loads,
-// never panics, and allocates in proportion to the file.
+// never panics, and allocates in proportion to the file. The module
+// loaded into is on the test device.
 func FuzzLoad(f *testing.F) {
 	dir := f.TempDir()
 	seed := filepath.Join(dir, "seed.safetensors")
@@ -36,7 +37,7 @@ func FuzzLoad(f *testing.F) {
 	f.Add(good)
 	f.Add(good[:len(good)/2])
 	f.Add([]byte{})
-	m := fuzzModule()
+	m := onDevice(f, fuzzModule())
 	path := filepath.Join(dir, "fuzz.safetensors")
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if err := os.WriteFile(path, data, 0o644); err != nil {

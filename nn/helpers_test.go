@@ -7,9 +7,53 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/esper-go/esper/internal/testdevice"
+	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/tensor"
 	"github.com/esper-go/esper/tensor/safetensors"
 )
+
+// The tests compute on testdevice.Device (the CPU, or the device
+// ESPER_TEST_DEVICE names): modules are built on the CPU and moved there
+// with onDev, inputs copied there with testdevice.To, and results read
+// back only through testdevice's explicit copies.
+
+// onDev moves m to the test device and returns it.
+func onDev[M Module](t testing.TB, m M) M {
+	t.Helper()
+	noErr(t, To(m, testdevice.Device(t)))
+	return m
+}
+
+// devDict returns copies of sd's tensors on the test device.
+func devDict(t testing.TB, sd map[string]*tensor.Tensor) map[string]*tensor.Tensor {
+	t.Helper()
+	out := make(map[string]*tensor.Tensor, len(sd))
+	for k, v := range sd {
+		out[k] = testdevice.To(t, v)
+	}
+	return out
+}
+
+// setAt writes v into element idx of x where x lives: a host Set on the
+// CPU, the backend's Fill of that one element on a device.
+func setAt(x *tensor.Tensor, v float64, idx ...int) {
+	if x.Device().IsCPU() {
+		x.Set(v, idx...)
+		return
+	}
+	e := x
+	for axis, i := range idx {
+		e = e.Narrow(axis, i, 1)
+	}
+	kernels.For(x.Device()).Fill(e, v)
+}
+
+// at reads element idx of x (a host copy of x on a device).
+func at(t testing.TB, x *tensor.Tensor, idx ...int) float64 {
+	t.Helper()
+	return testdevice.Host(t, x).At(idx...)
+}
 
 // f32Tol is the per-tensor relative tolerance of the PyTorch parity tests:
 // max|got−want| / max(max|want|, tiny).
@@ -44,12 +88,13 @@ func withPrefix(f *safetensors.File, prefix string) map[string]*tensor.Tensor {
 }
 
 // relErr is max|got−want| / max(max|want|, tiny), and +Inf when the shapes
-// differ.
-func relErr(got, want *tensor.Tensor) float64 {
+// differ; either tensor may be on the test device.
+func relErr(t testing.TB, got, want *tensor.Tensor) float64 {
+	t.Helper()
 	if got == nil || !tensor.SameShape(got.Shape(), want.Shape()) {
 		return math.Inf(1)
 	}
-	g, w := got.Float64s(), want.Float64s()
+	g, w := testdevice.F64(t, got), testdevice.F64(t, want)
 	var diff, scale float64
 	for i := range w {
 		diff = math.Max(diff, math.Abs(g[i]-w[i]))
@@ -73,7 +118,7 @@ func newParity(t *testing.T) *parity { return &parity{t: t} }
 
 func (p *parity) check(key string, got, want *tensor.Tensor) {
 	p.t.Helper()
-	e := relErr(got, want)
+	e := relErr(p.t, got, want)
 	if e > p.worst || p.worstKey == "" {
 		p.worst, p.worstKey = e, key
 	}
@@ -91,12 +136,17 @@ func (p *parity) report() {
 	p.t.Logf("worst relative error %.3g (%s)", p.worst, p.worstKey)
 }
 
-// bits returns the raw bytes of every state-dict entry, for bitwise
-// comparisons.
-func bits(m Module) map[string]string {
+// bits returns the raw bytes of every state-dict entry (host copies of a
+// module on a device), for bitwise comparisons.
+func bits(t testing.TB, m Module) map[string]string {
+	t.Helper()
+	sd, err := HostStateDict(m)
+	noErr(t, err)
 	out := map[string]string{}
-	for k, v := range StateDict(m) {
-		out[k] = string(v.Storage().Bytes())
+	for k, v := range sd {
+		c := v.Contiguous()
+		sz := c.DType().Size()
+		out[k] = string(c.Storage().Bytes()[c.Offset()*sz : (c.Offset()+c.Numel())*sz])
 	}
 	return out
 }

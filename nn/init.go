@@ -6,14 +6,17 @@ import (
 	mbits "math/bits"
 	"math/rand/v2"
 
+	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/tensor"
 )
 
-// Initialisation schemes. Each overwrites a CPU tensor of any float dtype
+// Initialisation schemes. Each overwrites a tensor of any float dtype
 // (views included) in place, drawing values in row-major order from an
 // explicit random source, so a seed fixes the result. They mirror
 // torch.nn.init; a tensor of the wrong rank is a programming error and
-// panics.
+// panics. The values are drawn on the host; a tensor on a device gets
+// them through one explicit host-to-device copy, bitwise the values a
+// CPU tensor of the same dtype, shape and layout gets.
 
 // Nonlinearity selects the gain of the Kaiming schemes (torch.nn.init's
 // calculate_gain). The zero value is NonlinearityLeakyReLU, PyTorch's
@@ -185,43 +188,74 @@ func Orthogonal(rng *rand.Rand, t *tensor.Tensor, gain float64) {
 	for i := range flat {
 		flat[i] *= gain
 	}
-	store(t, flat)
+	h, done := hostTarget(t)
+	store(h, flat)
+	done()
 }
 
 // Uniform fills t from U(lo, hi).
 func Uniform(rng *rand.Rand, t *tensor.Tensor, lo, hi float64) {
 	checkRNG(rng, "Uniform")
-	if uniformDirect(rng, t, lo, hi) {
-		return
+	h, done := hostTarget(t)
+	if !t.IsContiguous() || !uniformDirect(rng, h, lo, hi) {
+		v := make([]float64, t.Numel())
+		for i := range v {
+			v[i] = lo + (hi-lo)*rng.Float64()
+		}
+		store(h, v)
 	}
-	v := make([]float64, t.Numel())
-	for i := range v {
-		v[i] = lo + (hi-lo)*rng.Float64()
-	}
-	store(t, v)
+	done()
 }
 
 // Normal fills t from N(mean, std²).
 func Normal(rng *rand.Rand, t *tensor.Tensor, mean, std float64) {
 	checkRNG(rng, "Normal")
-	if fillDirect(t, func() float64 { return mean + std*rng.NormFloat64() }) {
-		return
+	h, done := hostTarget(t)
+	if !t.IsContiguous() || !fillDirect(h, func() float64 { return mean + std*rng.NormFloat64() }) {
+		v := make([]float64, t.Numel())
+		for i := range v {
+			v[i] = mean + std*rng.NormFloat64()
+		}
+		store(h, v)
 	}
-	v := make([]float64, t.Numel())
-	for i := range v {
-		v[i] = mean + std*rng.NormFloat64()
-	}
-	store(t, v)
+	done()
 }
 
-// Constant fills t with v.
-func Constant(t *tensor.Tensor, v float64) { t.Fill(v) }
+// Constant fills t with v (on a device, with the backend's Fill).
+func Constant(t *tensor.Tensor, v float64) {
+	if t.Device().IsCPU() {
+		t.Fill(v)
+		return
+	}
+	kernels.For(t.Device()).Fill(t, v)
+}
 
 // Zeros fills t with 0.
-func Zeros(t *tensor.Tensor) { t.Fill(0) }
+func Zeros(t *tensor.Tensor) { Constant(t, 0) }
 
 // Ones fills t with 1.
-func Ones(t *tensor.Tensor) { t.Fill(1) }
+func Ones(t *tensor.Tensor) { Constant(t, 1) }
+
+// hostTarget returns the tensor an init scheme writes: t itself on the
+// CPU; for a tensor on a device, a contiguous host tensor of its dtype and
+// shape, and done copies it into t (one host-to-device copy, then the
+// backend's Copy, which follows t's strides). The schemes take their fast
+// path only when t is contiguous, so a device tensor gets the values a
+// CPU tensor of the same layout would.
+func hostTarget(t *tensor.Tensor) (h *tensor.Tensor, done func()) {
+	dev := t.Device()
+	if dev.IsCPU() {
+		return t, func() {}
+	}
+	h = tensor.Empty(t.DType(), t.Shape()...)
+	return h, func() {
+		d, err := h.ToDevice(dev)
+		if err != nil {
+			panic(fmt.Sprintf("nn: init of a %v %v tensor on %v: %v", t.DType(), t.Shape(), dev, err))
+		}
+		kernels.For(dev).Copy(t, d)
+	}
+}
 
 // uniformDirect fills a contiguous CPU F32 or F64 tensor from U(lo, hi)
 // and reports whether it handled t. Parameter init is on the germination

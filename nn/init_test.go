@@ -5,12 +5,14 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/esper-go/esper/internal/testdevice"
 	"github.com/esper-go/esper/tensor"
 )
 
-// moments returns the mean and standard deviation of t's elements.
-func moments(t *tensor.Tensor) (mean, std float64) {
-	v := t.Float64s()
+// moments returns the mean and standard deviation of x's elements.
+func moments(t testing.TB, x *tensor.Tensor) (mean, std float64) {
+	t.Helper()
+	v := testdevice.F64(t, x)
 	for _, x := range v {
 		mean += x
 	}
@@ -47,13 +49,13 @@ func TestInitStatistics(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			w := tensor.Empty(tensor.F32, rows, cols)
+			w := devEmpty(t, tensor.F32, rows, cols)
 			c.init(w)
-			mean, std := moments(w)
+			mean, std := moments(t, w)
 			check(t, math.Abs(std/c.std-1) < 0.03, "std %.5g, want %.5g within 3%%", std, c.std)
 			check(t, math.Abs(mean) < 4*c.std/math.Sqrt(rows*cols), "mean %.3g is not ≈ 0", mean)
 			if c.bound > 0 {
-				for _, v := range w.Float64s() {
+				for _, v := range testdevice.F64(t, w) {
 					if math.Abs(v) > c.bound*(1+1e-6) {
 						t.Fatalf("value %v outside ±%v", v, c.bound)
 					}
@@ -64,20 +66,21 @@ func TestInitStatistics(t *testing.T) {
 }
 
 func TestInitDeterministic(t *testing.T) {
-	a, b := tensor.Empty(tensor.F32, 8, 5), tensor.Empty(tensor.F32, 8, 5)
+	a, b := devEmpty(t, tensor.F32, 8, 5), devEmpty(t, tensor.F32, 8, 5)
 	KaimingUniform(tensor.NewRNG(11), a, KaimingOptions{})
 	KaimingUniform(tensor.NewRNG(11), b, KaimingOptions{})
-	check(t, reflect.DeepEqual(a.F32(), b.F32()), "same seed gave different values")
+	check(t, reflect.DeepEqual(testdevice.F32(t, a), testdevice.F32(t, b)), "same seed gave different values")
 	KaimingUniform(tensor.NewRNG(12), b, KaimingOptions{})
-	check(t, !reflect.DeepEqual(a.F32(), b.F32()), "different seeds gave the same values")
+	check(t, !reflect.DeepEqual(testdevice.F32(t, a), testdevice.F32(t, b)), "different seeds gave the same values")
 }
 
-// gram returns W·Wᵀ of t viewed as [rows, numel/rows], or Wᵀ·W when
-// transpose is set.
-func gram(t *tensor.Tensor, transpose bool) [][]float64 {
-	rows := t.Dim(0)
-	cols := t.Numel() / rows
-	v := t.Float64s()
+// gram returns W·Wᵀ of w viewed as [rows, numel/rows], or Wᵀ·W when
+// transpose is set (computed on the host in float64).
+func gram(t testing.TB, w *tensor.Tensor, transpose bool) [][]float64 {
+	t.Helper()
+	rows := w.Dim(0)
+	cols := w.Numel() / rows
+	v := testdevice.F64(t, w)
 	at := func(i, j int) float64 { return v[i*cols+j] }
 	n, k := rows, cols
 	if transpose {
@@ -109,10 +112,10 @@ func TestOrthogonal(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(tensor.ShapeString(c.shape), func(t *testing.T) {
-			w := tensor.Empty(tensor.F64, c.shape...)
+			w := devEmpty(t, tensor.F64, c.shape...)
 			Orthogonal(tensor.NewRNG(13), w, c.gain)
 			rows := c.shape[0]
-			g := gram(w, rows > w.Numel()/rows)
+			g := gram(t, w, rows > w.Numel()/rows)
 			worst := 0.0
 			for i := range g {
 				for j := range g[i] {
@@ -127,9 +130,9 @@ func TestOrthogonal(t *testing.T) {
 		})
 	}
 	// F32: orthogonal to float32 rounding.
-	w := tensor.Empty(tensor.F32, 32, 48)
+	w := devEmpty(t, tensor.F32, 32, 48)
 	Orthogonal(tensor.NewRNG(14), w, 1)
-	for i, row := range gram(w, false) {
+	for i, row := range gram(t, w, false) {
 		for j, v := range row {
 			want := 0.0
 			if i == j {
@@ -174,8 +177,8 @@ func TestGainAndFans(t *testing.T) {
 
 func TestDefaultLayerInit(t *testing.T) {
 	rng := tensor.NewRNG(15)
-	l := MustLinear(rng, LinearOptions{In: 100, Out: 300})
-	c := MustConv2d(rng, Conv2dOptions{InChannels: 8, OutChannels: 64, KernelH: 3, Groups: 2})
+	l := onDev(t, MustLinear(rng, LinearOptions{In: 100, Out: 300}))
+	c := onDev(t, MustConv2d(rng, Conv2dOptions{InChannels: 8, OutChannels: 64, KernelH: 3, Groups: 2}))
 	cases := []struct {
 		name  string
 		t     *tensor.Tensor
@@ -188,16 +191,86 @@ func TestDefaultLayerInit(t *testing.T) {
 	}
 	for _, cs := range cases {
 		max := 0.0
-		for _, v := range cs.t.Float64s() {
+		for _, v := range testdevice.F64(t, cs.t) {
 			max = math.Max(max, math.Abs(v))
 		}
 		// U(±b) fills the range: the largest of n draws is close to b.
 		check(t, max <= cs.bound && max > 0.9*cs.bound, "%s: max |w| %v, want just below %v", cs.name, max, cs.bound)
 	}
-	e := MustEmbedding(rng, EmbeddingOptions{Num: 200, Dim: 50})
-	_, std := moments(e.Weight.Value)
+	e := onDev(t, MustEmbedding(rng, EmbeddingOptions{Num: 200, Dim: 50}))
+	_, std := moments(t, e.Weight.Value)
 	check(t, math.Abs(std-1) < 0.03, "embedding std %v, want ≈ 1", std)
-	bn := MustBatchNorm2d(BatchNorm2dOptions{Channels: 3})
-	check(t, reflect.DeepEqual(bn.Weight.Value.Float64s(), []float64{1, 1, 1}) && reflect.DeepEqual(bn.Bias.Value.Float64s(), []float64{0, 0, 0}), "BatchNorm affine init is not 1, 0")
-	check(t, reflect.DeepEqual(bn.RunningMean.Float64s(), []float64{0, 0, 0}) && reflect.DeepEqual(bn.RunningVar.Float64s(), []float64{1, 1, 1}), "BatchNorm running stats init is not 0, 1")
+	bn := onDev(t, MustBatchNorm2d(BatchNorm2dOptions{Channels: 3}))
+	f64 := func(x *tensor.Tensor) []float64 { return testdevice.F64(t, x) }
+	check(t, reflect.DeepEqual(f64(bn.Weight.Value), []float64{1, 1, 1}) && reflect.DeepEqual(f64(bn.Bias.Value), []float64{0, 0, 0}), "BatchNorm affine init is not 1, 0")
+	check(t, reflect.DeepEqual(f64(bn.RunningMean), []float64{0, 0, 0}) && reflect.DeepEqual(f64(bn.RunningVar), []float64{1, 1, 1}), "BatchNorm running stats init is not 0, 1")
+}
+
+// devEmpty allocates a zeroed tensor on the test device.
+func devEmpty(t testing.TB, dt tensor.DType, shape ...int) *tensor.Tensor {
+	t.Helper()
+	x, err := tensor.EmptyOn(testdevice.Device(t), dt, shape...)
+	noErr(t, err)
+	return x
+}
+
+// TestInitOnDevice: every scheme fills a tensor on the sim device (no
+// host accessor refuses it) with bitwise the values a CPU tensor of the
+// same dtype and layout gets from the same seed, for contiguous tensors,
+// strided views (the slow path, which must not change to the fast one)
+// and BF16; Constant, Zeros and Ones fill through the backend.
+func TestInitOnDevice(t *testing.T) {
+	dev := tensor.Sim(3)
+	schemes := []struct {
+		name string
+		f    func(w *tensor.Tensor)
+	}{
+		{"kaiming uniform", func(w *tensor.Tensor) { KaimingUniform(tensor.NewRNG(1), w, KaimingOptions{A: math.Sqrt(5)}) }},
+		{"kaiming normal", func(w *tensor.Tensor) { KaimingNormal(tensor.NewRNG(2), w, KaimingOptions{}) }},
+		{"xavier uniform", func(w *tensor.Tensor) { XavierUniform(tensor.NewRNG(3), w, 1) }},
+		{"xavier normal", func(w *tensor.Tensor) { XavierNormal(tensor.NewRNG(4), w, 2) }},
+		{"orthogonal", func(w *tensor.Tensor) { Orthogonal(tensor.NewRNG(5), w, 1) }},
+		{"uniform", func(w *tensor.Tensor) { Uniform(tensor.NewRNG(6), w, -1, 1) }},
+		{"normal", func(w *tensor.Tensor) { Normal(tensor.NewRNG(7), w, 0, 0.02) }},
+		{"constant", func(w *tensor.Tensor) { Constant(w, 0.5) }},
+		{"zeros", func(w *tensor.Tensor) { Ones(w); Zeros(w) }},
+		{"ones", func(w *tensor.Tensor) { Ones(w) }},
+	}
+	layouts := []struct {
+		name string
+		dt   tensor.DType
+		view func(x *tensor.Tensor) *tensor.Tensor // of a [6, 10] tensor
+	}{
+		{"f32", tensor.F32, func(x *tensor.Tensor) *tensor.Tensor { return x }},
+		{"f64", tensor.F64, func(x *tensor.Tensor) *tensor.Tensor { return x }},
+		{"bf16", tensor.BF16, func(x *tensor.Tensor) *tensor.Tensor { return x }},
+		{"strided", tensor.F32, func(x *tensor.Tensor) *tensor.Tensor { return x.Narrow(1, 2, 5) }},
+	}
+	for _, s := range schemes {
+		for _, l := range layouts {
+			t.Run(s.name+"/"+l.name, func(t *testing.T) {
+				host := tensor.Zeros(l.dt, 6, 10)
+				s.f(l.view(host))
+				onDev, err := tensor.Zeros(l.dt, 6, 10).ToDevice(dev)
+				noErr(t, err)
+				s.f(l.view(onDev))
+				check(t, onDev.Device() == dev, "the tensor left the device")
+				got, want := testdevice.Host(t, onDev).Float64s(), host.Float64s()
+				for i := range want {
+					if math.Float64bits(got[i]) != math.Float64bits(want[i]) {
+						t.Fatalf("element %d: %v on %v, %v on the CPU", i, got[i], dev, want[i])
+					}
+				}
+			})
+		}
+	}
+	x, err := tensor.Zeros(tensor.I64, 4, 4).ToDevice(dev)
+	noErr(t, err)
+	before := tensor.HostSyncs(dev)
+	func() {
+		defer func() { check(t, recover() != nil, "init of an I64 device tensor did not panic") }()
+		Uniform(tensor.NewRNG(1), x, 0, 1)
+	}()
+	check(t, tensor.HostSyncs(dev) == before, "init read the device back")
+	check(t, reflect.DeepEqual(testdevice.Host(t, x).Float64s(), make([]float64, 16)), "a refused init wrote the tensor")
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/internal/testdevice"
 	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/tensor"
 )
@@ -77,6 +78,7 @@ func TestNames(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			onDev(t, c.m) // moving keeps the variables and their names
 			np := c.m.NamedParameters()
 			if got := names(np); !reflect.DeepEqual(got, c.params) && (len(got) > 0 || len(c.params) > 0) {
 				t.Errorf("parameters %q, want %q", got, c.params)
@@ -117,30 +119,32 @@ func TestTrainEval(t *testing.T) {
 	// Running statistics chosen so that eval output is known exactly.
 	copy(bn.RunningMean.F32(), []float32{1, -2})
 	copy(bn.RunningVar.F32(), []float32{4, 0.25})
-	x := tensor.Normal(rng, tensor.F32, 0.5, 2, 3, 2, 4, 4)
+	onDev(t, net)
+	xh := tensor.Normal(rng, tensor.F32, 0.5, 2, 3, 2, 4, 4)
+	x := testdevice.To(t, xh)
 
 	Eval(net)
 	check(t, !net.Training() && !bn.Training() && !drop.Training(), "Eval did not reach the children")
 	var y *autograd.Var
 	autograd.NoGrad(func() { y = net.Forward(autograd.Const(x)) })
 	mean, vr := []float64{1, -2}, []float64{4, 0.25}
-	xs, ys := x.Float64s(), y.Value.Float64s()
+	xs, ys := xh.Float64s(), testdevice.F64(t, y.Value)
 	for i := range xs {
 		c := (i / 16) % 2
 		want := (xs[i] - mean[c]) / sqrt(vr[c]+1e-5)
 		check(t, abs(ys[i]-want) <= 1e-5*(1+abs(want)), "eval BatchNorm element %d = %v, want %v", i, ys[i], want)
 	}
-	check(t, bn.RunningMean.At(0) == 1 && bn.RunningVar.At(1) == 0.25, "eval forward changed the running statistics")
+	check(t, at(t, bn.RunningMean, 0) == 1 && at(t, bn.RunningVar, 1) == 0.25, "eval forward changed the running statistics")
 	check(t, drop.Forward(autograd.Const(x)).Value == x, "eval Dropout is not the identity")
 
 	Train(net)
 	check(t, net.Training() && bn.Training() && drop.Training(), "Train did not reach the children")
 	autograd.NoGrad(func() { y = net.Forward(autograd.Const(x)) })
-	check(t, bn.RunningMean.At(0) != 1, "train forward did not update the running mean")
+	check(t, at(t, bn.RunningMean, 0) != 1, "train forward did not update the running mean")
 	// Train-mode BatchNorm output has per-channel batch mean 0; dropout
 	// then zeroes about half the elements and doubles the others.
 	zeros := 0
-	for _, v := range y.Value.Float64s() {
+	for _, v := range testdevice.F64(t, y.Value) {
 		if v == 0 {
 			zeros++
 		}
@@ -150,12 +154,12 @@ func TestTrainEval(t *testing.T) {
 }
 
 func TestDropoutDeterministic(t *testing.T) {
-	x := tensor.Ones(tensor.F32, 64)
+	x := testdevice.To(t, tensor.Ones(tensor.F32, 64))
 	run := func() [][]float64 {
-		d := MustDropout(DropoutOptions{P: 0.3, Seed: 42})
+		d := onDev(t, MustDropout(DropoutOptions{P: 0.3, Seed: 42}))
 		var out [][]float64
 		for i := 0; i < 3; i++ {
-			out = append(out, d.Forward(autograd.Const(x)).Value.Float64s())
+			out = append(out, testdevice.F64(t, d.Forward(autograd.Const(x)).Value))
 		}
 		return out
 	}
@@ -169,7 +173,7 @@ func TestDropoutDeterministic(t *testing.T) {
 
 func TestForwardShapes(t *testing.T) {
 	rng := tensor.NewRNG(5)
-	x4 := autograd.Const(tensor.Normal(rng, tensor.F32, 0, 1, 2, 4, 9, 8))
+	x4 := autograd.Const(testdevice.To(t, tensor.Normal(rng, tensor.F32, 0, 1, 2, 4, 9, 8)))
 	cases := []struct {
 		name string
 		m    Module
@@ -188,13 +192,14 @@ func TestForwardShapes(t *testing.T) {
 		{"groupnorm", MustGroupNorm(GroupNormOptions{Groups: 2, Channels: 4}), x4, []int{2, 4, 9, 8}},
 		{"layernorm 2d", MustLayerNorm(LayerNormOptions{Shape: []int{9, 8}}), x4, []int{2, 4, 9, 8}},
 		{"batchnorm", MustBatchNorm2d(BatchNorm2dOptions{Channels: 4}), x4, []int{2, 4, 9, 8}},
-		{"embedding", MustEmbedding(rng, EmbeddingOptions{Num: 10, Dim: 3}), autograd.Const(tensor.RandInt(rng, 10, 2, 5)), []int{2, 5, 3}},
+		{"embedding", MustEmbedding(rng, EmbeddingOptions{Num: 10, Dim: 3}), autograd.Const(testdevice.To(t, tensor.RandInt(rng, 10, 2, 5))), []int{2, 5, 3}},
 		{"mlp", MustMLP(rng, MLPOptions{Sizes: []int{8, 5, 2}, Activation: func() Module { return &Tanh{} }}), x4, []int{2, 4, 9, 2}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			y := c.m.Forward(c.x)
+			y := onDev(t, c.m).Forward(c.x)
 			check(t, tensor.SameShape(y.Shape(), c.want), "output shape %v, want %v", y.Shape(), c.want)
+			check(t, y.Value.Device() == testdevice.Device(t), "output on %v, want %v", y.Value.Device(), testdevice.Device(t))
 		})
 	}
 }
@@ -242,13 +247,13 @@ func TestMustPanics(t *testing.T) {
 // TestLinearForwardRelu: the fused ForwardRelu equals a Linear followed by
 // ReLU, value and gradients, and checks its input like Forward.
 func TestLinearForwardRelu(t *testing.T) {
-	l := MustLinear(tensor.NewRNG(3), LinearOptions{In: 6, Out: 5})
-	x := tensor.Uniform(tensor.NewRNG(4), tensor.F32, -2, 2, 7, 6)
+	l := onDev(t, MustLinear(tensor.NewRNG(3), LinearOptions{In: 6, Out: 5}))
+	x := testdevice.To(t, tensor.Uniform(tensor.NewRNG(4), tensor.F32, -2, 2, 7, 6))
 	run := func(f func(*autograd.Var) *autograd.Var) ([]float32, []float32) {
 		l.Weight.Grad = nil
 		y := f(autograd.Const(x))
 		autograd.Backward(autograd.SumAll(y))
-		return append([]float32(nil), y.Value.F32()...), append([]float32(nil), l.Weight.Grad.F32()...)
+		return testdevice.F32(t, y.Value), testdevice.F32(t, l.Weight.Grad)
 	}
 	y, g := run(l.ForwardRelu)
 	yRef, gRef := run(func(v *autograd.Var) *autograd.Var { return autograd.Relu(l.Forward(v)) })
@@ -256,7 +261,7 @@ func TestLinearForwardRelu(t *testing.T) {
 	require.Equal(t, gRef, g)
 	require.Contains(t, yRef, float32(0), "some outputs clamped")
 	require.PanicsWithValue(t, "nn: Linear(6→5) got input of shape [7 4]", func() {
-		l.ForwardRelu(autograd.Const(tensor.Empty(tensor.F32, 7, 4)))
+		l.ForwardRelu(autograd.Const(testdevice.To(t, tensor.Empty(tensor.F32, 7, 4))))
 	})
 }
 
@@ -268,16 +273,16 @@ func TestLinearForwardRelu(t *testing.T) {
 func TestConvBNReluFolds(t *testing.T) {
 	for _, c := range []struct{ bias, affine bool }{{false, true}, {true, true}, {false, false}} {
 		rng := tensor.NewRNG(8)
-		conv := MustConv2d(rng, Conv2dOptions{InChannels: 3, OutChannels: 5, KernelH: 3, Padding: 1, NoBias: !c.bias})
-		bn := MustBatchNorm2d(BatchNorm2dOptions{Channels: 5, NoAffine: !c.affine})
-		x := autograd.Const(tensor.Normal(rng, tensor.F32, 0, 1, 4, 3, 6, 6))
+		conv := onDev(t, MustConv2d(rng, Conv2dOptions{InChannels: 3, OutChannels: 5, KernelH: 3, Padding: 1, NoBias: !c.bias}))
+		bn := onDev(t, MustBatchNorm2d(BatchNorm2dOptions{Channels: 5, NoAffine: !c.affine}))
+		x := autograd.Const(testdevice.To(t, tensor.Normal(rng, tensor.F32, 0, 1, 4, 3, 6, 6)))
 		// Train a few steps so the running statistics are not 0 and 1.
 		for i := 0; i < 3; i++ {
 			bn.Forward(conv.Forward(x))
 		}
 		if c.affine {
-			bn.Weight.Value.Set(1.5, 0)
-			bn.Bias.Value.Set(-0.25, 2)
+			setAt(bn.Weight.Value, 1.5, 0)
+			setAt(bn.Bias.Value, -0.25, 2)
 		}
 		bn.SetTraining(false)
 		var fused, ref *autograd.Var
@@ -285,7 +290,7 @@ func TestConvBNReluFolds(t *testing.T) {
 			fused = ConvBNRelu(conv, bn, x)
 			ref = autograd.Relu(bn.Forward(conv.Forward(x)))
 		})
-		f, r := fused.Value.F32(), ref.Value.F32()
+		f, r := testdevice.F32(t, fused.Value), testdevice.F32(t, ref.Value)
 		require.Equal(t, len(r), len(f))
 		zeros := 0
 		for i := range r {
@@ -296,21 +301,21 @@ func TestConvBNReluFolds(t *testing.T) {
 		}
 		require.True(t, zeros > 0 && zeros < len(r), "relu clamps some outputs")
 		// Statistics changed after a fold are used by the next one.
-		bn.RunningMean.Set(3, 1)
+		setAt(bn.RunningMean, 3, 1)
 		var again, ref2 *autograd.Var
 		autograd.InferenceMode(func() {
 			again = ConvBNRelu(conv, bn, x)
 			ref2 = autograd.Relu(bn.Forward(conv.Forward(x)))
 		})
-		require.InDeltaSlice(t, ref2.Value.Float64s(), again.Value.Float64s(), 1e-4)
+		require.InDeltaSlice(t, testdevice.F64(t, ref2.Value), testdevice.F64(t, again.Value), 1e-4)
 
 		bn.SetTraining(true)
 		y := ConvBNRelu(conv, bn, x)
 		require.True(t, y.RequiresGrad(), "training mode keeps the graph")
 	}
-	conv := MustConv2d(tensor.NewRNG(1), Conv2dOptions{InChannels: 1, OutChannels: 2, KernelH: 3})
+	conv := onDev(t, MustConv2d(tensor.NewRNG(1), Conv2dOptions{InChannels: 1, OutChannels: 2, KernelH: 3}))
 	require.PanicsWithValue(t, "autograd: conv2d_affine_act has no gradient: call it under NoGrad or InferenceMode", func() {
-		s := autograd.Const(tensor.Ones(tensor.F32, 2))
-		autograd.Conv2dAffineAct(autograd.Const(tensor.Zeros(tensor.F32, 1, 1, 4, 4)), conv.Weight, s, s, kernels.Relu, conv.Params())
+		s := autograd.Const(testdevice.To(t, tensor.Ones(tensor.F32, 2)))
+		autograd.Conv2dAffineAct(autograd.Const(testdevice.To(t, tensor.Zeros(tensor.F32, 1, 1, 4, 4))), conv.Weight, s, s, kernels.Relu, conv.Params())
 	})
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/internal/testdevice"
 	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/optim"
@@ -42,18 +43,18 @@ func TestCNNOptimizerTrajectories(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.prefix, func(t *testing.T) {
 			rng := tensor.NewRNG(2)
-			net := nn.NewSequential(
+			net := onDevice(t, nn.NewSequential(
 				nn.MustConv2d(rng, nn.Conv2dOptions{InChannels: 1, OutChannels: 4, KernelH: 3, Padding: 1, NoBias: true}),
 				nn.MustBatchNorm2d(nn.BatchNorm2dOptions{Channels: 4}),
 				&nn.ReLU{},
 				nn.MustMaxPool2d(nn.Pool2dOptions{Kernel: 2}),
 				&nn.Flatten{},
 				nn.MustLinear(rng, nn.LinearOptions{In: 64, Out: 3}),
-			)
+			))
 			init := map[string]*tensor.Tensor{}
 			for _, k := range f.Names() {
 				if len(k) > 6 && k[:6] == "param." {
-					init[k[6:]] = f.Tensors[k]
+					init[k[6:]] = testdevice.To(t, f.Tensors[k])
 				}
 			}
 			if err := nn.LoadStateDict(net, init, true); err != nil {
@@ -63,15 +64,22 @@ func TestCNNOptimizerTrajectories(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			x := autograd.Const(f.Tensors["input.x"])
-			target := f.Tensors["input.target"]
+			if d := opt.(interface{ Arena() *optim.Arena }).Arena().Device(); d != testdevice.Device(t) {
+				t.Fatalf("the optimizer's arena is on %v, want %v", d, testdevice.Device(t))
+			}
+			x := autograd.Const(testdevice.To(t, f.Tensors["input.x"]))
+			target := testdevice.To(t, f.Tensors["input.target"])
 			worst := 0.0
 			for step := 1; step <= 3; step++ {
 				opt.ZeroGrad()
 				loss := autograd.CrossEntropy(net.Forward(x), target, kernels.CrossEntropyParams{})
 				autograd.Backward(loss)
 				opt.Step()
-				for name, got := range nn.StateDict(net) {
+				sd, err := nn.HostStateDict(net)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for name, got := range sd {
 					key := c.prefix + ".step" + strconv.Itoa(step) + "." + name
 					want, ok := f.Tensors[key]
 					if !ok {

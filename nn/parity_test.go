@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/internal/testdevice"
 	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/tensor"
 )
@@ -15,16 +16,16 @@ import (
 func TestMLPParity(t *testing.T) {
 	f := readFixture(t, "mlp.safetensors")
 	rng := tensor.NewRNG(1)
-	net := NewSequential(
+	net := onDev(t, NewSequential(
 		MustLinear(rng, LinearOptions{In: 8, Out: 16}),
 		&ReLU{},
 		MustLinear(rng, LinearOptions{In: 16, Out: 4}),
-	)
-	noErr(t, LoadStateDict(net, withPrefix(f, "param."), true))
+	))
+	noErr(t, LoadStateDict(net, devDict(t, withPrefix(f, "param.")), true))
 
-	x := autograd.Param(fixture(t, f, "input.x").Clone())
+	x := autograd.Param(testdevice.To(t, fixture(t, f, "input.x").Clone()))
 	logits := net.Forward(x)
-	loss := autograd.CrossEntropy(logits, fixture(t, f, "input.target"), kernels.CrossEntropyParams{})
+	loss := autograd.CrossEntropy(logits, testdevice.To(t, fixture(t, f, "input.target")), kernels.CrossEntropyParams{})
 	autograd.Backward(loss)
 
 	p := newParity(t)
@@ -53,13 +54,13 @@ func newFixtureCNN() *Sequential {
 
 func TestCNNParity(t *testing.T) {
 	f := readFixture(t, "cnn.safetensors")
-	net := newFixtureCNN()
-	noErr(t, LoadStateDict(net, withPrefix(f, "param."), true))
+	net := onDev(t, newFixtureCNN())
+	noErr(t, LoadStateDict(net, devDict(t, withPrefix(f, "param.")), true))
 	check(t, net.Training(), "a new Sequential is not in training mode")
 
-	x := autograd.Param(fixture(t, f, "input.x").Clone())
+	x := autograd.Param(testdevice.To(t, fixture(t, f, "input.x").Clone()))
 	logits := net.Forward(x)
-	loss := autograd.CrossEntropy(logits, fixture(t, f, "input.target"), kernels.CrossEntropyParams{})
+	loss := autograd.CrossEntropy(logits, testdevice.To(t, fixture(t, f, "input.target")), kernels.CrossEntropyParams{})
 	autograd.Backward(loss)
 
 	p := newParity(t)
@@ -78,10 +79,10 @@ func TestCNNParity(t *testing.T) {
 	Eval(net)
 	before := StateDict(net)
 	var eval *autograd.Var
-	autograd.NoGrad(func() { eval = net.Forward(autograd.Const(fixture(t, f, "input.x"))) })
+	autograd.NoGrad(func() { eval = net.Forward(autograd.Const(testdevice.To(t, fixture(t, f, "input.x")))) })
 	p.check("output.eval_logits", eval.Value, fixture(t, f, "output.eval_logits"))
 	for k, v := range StateDict(net) {
-		check(t, relErr(v, before[k]) == 0, "%s changed in an eval forward", k)
+		check(t, relErr(t, v, before[k]) == 0, "%s changed in an eval forward", k)
 	}
 	p.report()
 }
@@ -121,15 +122,16 @@ func TestLayersParity(t *testing.T) {
 			for _, n := range append(append([]string(nil), c.params...), c.buffers...) {
 				sd[n] = fixture(t, f, c.prefix+"."+n)
 			}
-			noErr(t, LoadStateDict(c.mod, sd, true))
+			onDev(t, c.mod)
+			noErr(t, LoadStateDict(c.mod, devDict(t, sd), true))
 
 			xt := fixture(t, f, c.prefix+".x")
-			x := autograd.Const(xt)
+			x := autograd.Const(testdevice.To(t, xt))
 			if xt.DType().IsFloat() {
-				x = autograd.Param(xt.Clone())
+				x = autograd.Param(testdevice.To(t, xt.Clone()))
 			}
 			y := c.mod.Forward(x)
-			autograd.Backward(y, fixture(t, f, c.prefix+".dy"))
+			autograd.Backward(y, testdevice.To(t, fixture(t, f, c.prefix+".dy")))
 
 			p := newParity(t)
 			p.check(c.prefix+".y", y.Value, fixture(t, f, c.prefix+".y"))

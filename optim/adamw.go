@@ -181,10 +181,11 @@ func (o *AdamW) LoadStateDict(sd map[string]*tensor.Tensor) error {
 	if err != nil {
 		return err
 	}
-	if err := o.state.check(sd); err != nil {
+	bufs, err := o.state.check(sd)
+	if err != nil {
 		return err
 	}
-	o.state.load(sd)
+	o.state.load(bufs)
 	o.hyp.load(lr, step)
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/internal/testdevice"
 	"github.com/esper-go/esper/optim"
 	"github.com/esper-go/esper/tensor"
 )
@@ -26,7 +27,7 @@ func TestAdamWMatchesReference(t *testing.T) {
 			t.Run(fmt.Sprintf("%v/%s", dt, c.name), func(t *testing.T) {
 				defer failOnPanic(t)
 				rng := tensor.NewRNG(uint64(200 + ci))
-				ps := randParams(rng, dt, refShapes...)
+				ps := randParams(t, rng, dt, refShapes...)
 				opt, err := optim.NewAdamW(ps, c.o)
 				if err != nil {
 					t.Fatal(err)
@@ -36,7 +37,7 @@ func TestAdamWMatchesReference(t *testing.T) {
 				if c.o.NoWeightDecay && ref.wd != 0 {
 					t.Fatalf("NoWeightDecay left WeightDecay %v", ref.wd)
 				}
-				want := values(ps)
+				want := values(t, ps)
 				for step := 1; step <= 5; step++ {
 					if step == 3 {
 						opt.SetLR(eff.LR * 0.3)
@@ -44,11 +45,11 @@ func TestAdamWMatchesReference(t *testing.T) {
 					}
 					gs := randGrads(rng, ps)
 					opt.ZeroGrad()
-					setGrads(ps, gs)
+					setGrads(t, ps, gs)
 					opt.Step()
 					ref.update(want, gs)
 					for i, p := range ps {
-						if e := relErr(p.Value.Float64s(), want[i]); e > refTol(dt) {
+						if e := relErr(f64(t, p.Value), want[i]); e > refTol(dt) {
 							t.Fatalf("step %d param %d %v: rel err %.3g > %.3g", step, i, p.Shape(), e, refTol(dt))
 						}
 					}
@@ -71,7 +72,7 @@ func TestAdamWMatchesReference(t *testing.T) {
 					// factor rounded to float32 shows here first: 1−β2 must
 					// be formed in float64 (float32(1−float32(0.999)) is off
 					// by 1.3e-5), as PyTorch forms its Python-float scalars.
-					if e := relErr(st.Float64s(), flat); e > refTol(dt) {
+					if e := relErr(f64(t, st), flat); e > refTol(dt) {
 						t.Errorf("state %q: rel err %.3g > %.3g (a float32-rounded 1−β gives 1.3e-5 for β2 = 0.999)", k, e, refTol(dt))
 					}
 				}
@@ -84,41 +85,41 @@ func TestAdamWSkipIfAndStateDict(t *testing.T) {
 	defer failOnPanic(t)
 	rng := tensor.NewRNG(21)
 	o := optim.AdamWOptions{LR: 0.01, WeightDecay: 0.05}
-	ps := randParams(rng, tensor.F32, []int{33, 7}, []int{7})
+	ps := randParams(t, rng, tensor.F32, []int{33, 7}, []int{7})
 	opt, err := optim.NewAdamW(ps, o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	grads := [][][]float64{randGrads(rng, ps), randGrads(rng, ps), randGrads(rng, ps)}
-	setGrads(ps, grads[0])
+	setGrads(t, ps, grads[0])
 	opt.Step()
 
 	// A skipped step changes nothing.
-	before, sd := values(ps), opt.StateDict()
-	setGrads(ps, grads[1])
-	opt.StepSkipIf(tensor.Full(tensor.F32, 1, 1))
+	before, sd := values(t, ps), opt.StateDict()
+	setGrads(t, ps, grads[1])
+	opt.StepSkipIf(testdevice.To(t, tensor.Full(tensor.F32, 1, 1)))
 	if opt.StepCount() != 1 {
 		t.Errorf("skipped step counted")
 	}
 	for i := range ps {
-		if relErr(ps[i].Value.Float64s(), before[i]) != 0 {
+		if relErr(f64(t, ps[i].Value), before[i]) != 0 {
 			t.Errorf("skipped step changed param %d", i)
 		}
 	}
 	for _, k := range []string{"exp_avg.f32", "exp_avg_sq.f32"} {
-		if relErr(opt.StateDict()[k].Float64s(), sd[k].Float64s()) != 0 {
+		if relErr(f64(t, opt.StateDict()[k]), f64(t, sd[k])) != 0 {
 			t.Errorf("skipped step changed %s", k)
 		}
 	}
 
 	// Resume from the state dict in a second optimizer.
 	for _, g := range grads[1:] {
-		setGrads(ps, g)
+		setGrads(t, ps, g)
 		opt.Step()
 	}
 	qs := make([]*autograd.Var, len(ps))
 	for i := range ps {
-		qs[i] = autograd.Param(tensor.FromFloat64s(tensor.F32, before[i], ps[i].Shape()...))
+		qs[i] = autograd.Param(testdevice.To(t, tensor.FromFloat64s(tensor.F32, before[i], ps[i].Shape()...)))
 	}
 	opt2, err := optim.NewAdamW(qs, o)
 	if err != nil {
@@ -128,11 +129,11 @@ func TestAdamWSkipIfAndStateDict(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, g := range grads[1:] {
-		setGrads(qs, g)
+		setGrads(t, qs, g)
 		opt2.Step()
 	}
 	for i := range qs {
-		if e := relErr(qs[i].Value.Float64s(), ps[i].Value.Float64s()); e != 0 {
+		if e := relErr(f64(t, qs[i].Value), f64(t, ps[i].Value)); e != 0 {
 			t.Errorf("resumed param %d differs: rel err %.3g", i, e)
 		}
 	}
@@ -145,7 +146,7 @@ func TestAdamWSkipIfAndStateDict(t *testing.T) {
 	if opt2.StepCount() != 0 {
 		t.Errorf("StepCount %d after ResetState", opt2.StepCount())
 	}
-	for _, v := range opt2.StateDict()["exp_avg_sq.f32"].Float64s() {
+	for _, v := range f64(t, opt2.StateDict()["exp_avg_sq.f32"]) {
 		if v != 0 {
 			t.Fatal("ResetState left a non-zero moment")
 		}
@@ -155,14 +156,14 @@ func TestAdamWSkipIfAndStateDict(t *testing.T) {
 func TestAdamWCaptureReplay(t *testing.T) {
 	defer failOnPanic(t)
 	rng := tensor.NewRNG(22)
-	ps := randParams(rng, tensor.F32, []int{100, 40}, []int{40})
+	ps := randParams(t, rng, tensor.F32, []int{100, 40}, []int{40})
 	opt, err := optim.NewAdamW(ps, optim.AdamWOptions{LR: 0.01})
 	if err != nil {
 		t.Fatal(err)
 	}
 	eff := opt.Options()
 	ref := &refAdamW{lr: eff.LR, beta1: eff.Beta1, beta2: eff.Beta2, eps: eff.Eps, wd: eff.WeightDecay}
-	want := values(ps)
+	want := values(t, ps)
 	g := capture(t, opt.Step)
 	if g.Len() != 2 {
 		t.Errorf("captured AdamW step has %d launches, want 2", g.Len())
@@ -174,11 +175,11 @@ func TestAdamWCaptureReplay(t *testing.T) {
 			ref.lr = 0.001
 		}
 		gs := randGrads(rng, ps)
-		setGrads(ps, gs)
+		setGrads(t, ps, gs)
 		g.Replay()
 		ref.update(want, gs)
 		for i, p := range ps {
-			if e := relErr(p.Value.Float64s(), want[i]); e > 1e-5 {
+			if e := relErr(f64(t, p.Value), want[i]); e > 1e-5 {
 				t.Fatalf("replay %d param %d: rel err %.3g", r, i, e)
 			}
 		}
@@ -186,7 +187,7 @@ func TestAdamWCaptureReplay(t *testing.T) {
 }
 
 func TestAdamWOptions(t *testing.T) {
-	ps := func() []*autograd.Var { return randParams(tensor.NewRNG(23), tensor.F32, []int{2}) }
+	ps := func() []*autograd.Var { return randParams(t, tensor.NewRNG(23), tensor.F32, []int{2}) }
 	bad := []struct {
 		name string
 		o    optim.AdamWOptions

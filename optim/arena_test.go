@@ -6,14 +6,15 @@ import (
 	"testing"
 
 	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/internal/testdevice"
 	"github.com/esper-go/esper/optim"
 	"github.com/esper-go/esper/tensor"
 )
 
 func TestArenaViewsShareMemory(t *testing.T) {
 	rng := tensor.NewRNG(1)
-	ps := randParams(rng, tensor.F32, []int{3, 4}, []int{5}, []int{}, []int{2, 3, 2})
-	want := values(ps)
+	ps := randParams(t, rng, tensor.F32, []int{3, 4}, []int{5}, []int{}, []int{2, 3, 2})
+	want := values(t, ps)
 	a, err := optim.NewArena(ps)
 	if err != nil {
 		t.Fatal(err)
@@ -28,7 +29,7 @@ func TestArenaViewsShareMemory(t *testing.T) {
 	off := 0
 	for i, p := range ps {
 		// Values were copied in, in order, without gaps.
-		if got := p.Value.Float64s(); relErr(got, want[i]) != 0 {
+		if got := f64(t, p.Value); relErr(got, want[i]) != 0 {
 			t.Errorf("param %d value changed by NewArena", i)
 		}
 		if p.Value.Storage() != flat.Storage() || p.Value.Offset() != off || !p.Value.IsContiguous() {
@@ -43,12 +44,12 @@ func TestArenaViewsShareMemory(t *testing.T) {
 		off += p.Value.Numel()
 	}
 	// Writing Flat changes v.Value, and writing v.Grad changes FlatGrad.
-	flat.F32()[12+5] = 42
-	if got := ps[2].Value.Item(); got != 42 {
+	setAt(flat, 42, 12+5)
+	if got := item(t, ps[2].Value); got != 42 {
 		t.Errorf("scalar param reads %v after writing Flat, want 42", got)
 	}
-	ps[3].Grad.Set(7, 1, 2, 1)
-	if got := grad.F32()[12+5+1+(1*6+2*2+1)]; got != 7 {
+	setAt(ps[3].Grad, 7, 1, 2, 1)
+	if got := f64(t, grad)[12+5+1+(1*6+2*2+1)]; got != 7 {
 		t.Errorf("FlatGrad reads %v after writing Grad, want 7", got)
 	}
 	if err := a.Verify(); err != nil {
@@ -58,17 +59,18 @@ func TestArenaViewsShareMemory(t *testing.T) {
 
 func TestArenaZeroGrad(t *testing.T) {
 	defer failOnPanic(t)
-	ps := randParams(tensor.NewRNG(2), tensor.F32, []int{100}, []int{7, 3})
+	ps := randParams(t, tensor.NewRNG(2), tensor.F32, []int{100}, []int{7, 3})
 	a, err := optim.NewArena(ps)
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := a.FlatGrad().F32()
-	for i := range g {
-		g[i] = float32(i + 1)
+	g := tensor.Arange(tensor.F32, 1, float64(a.Len()+1), 1)
+	write(t, a.FlatGrad(), g)
+	if f64(t, a.FlatGrad())[a.Len()-1] != float64(a.Len()) {
+		t.Fatal("the gradients were not written")
 	}
 	a.ZeroGrad()
-	for i, v := range g {
+	for i, v := range f64(t, a.FlatGrad()) {
 		if v != 0 {
 			t.Fatalf("grad[%d] = %v after ZeroGrad", i, v)
 		}
@@ -77,8 +79,8 @@ func TestArenaZeroGrad(t *testing.T) {
 
 func TestArenaMixedDTypes(t *testing.T) {
 	rng := tensor.NewRNG(3)
-	p32 := randParams(rng, tensor.F32, []int{4}, []int{2, 2})
-	p64 := randParams(rng, tensor.F64, []int{3})
+	p32 := randParams(t, rng, tensor.F32, []int{4}, []int{2, 2})
+	p64 := randParams(t, rng, tensor.F64, []int{3})
 	ps := []*autograd.Var{p32[0], p64[0], p32[1]}
 	a, err := optim.NewArena(ps)
 	if err != nil {
@@ -100,13 +102,13 @@ func TestArenaMixedDTypes(t *testing.T) {
 
 func TestArenaRebuild(t *testing.T) {
 	rng := tensor.NewRNG(4)
-	ps := randParams(rng, tensor.F32, []int{3}, []int{2, 2}, []int{5})
+	ps := randParams(t, rng, tensor.F32, []int{3}, []int{2, 2}, []int{5})
 	a, err := optim.NewArena(ps[:2])
 	if err != nil {
 		t.Fatal(err)
 	}
-	ps[0].Value.Set(11, 1) // train a little: the arena holds the truth
-	want := values(ps)
+	setAt(ps[0].Value, 11, 1) // train a little: the arena holds the truth
+	want := values(t, ps)
 	oldFlat := a.Flat()
 	if err := a.Rebuild([]*autograd.Var{ps[2], ps[0]}); err != nil {
 		t.Fatal(err)
@@ -114,7 +116,7 @@ func TestArenaRebuild(t *testing.T) {
 	if a.Version() != 2 || a.Len() != 8 {
 		t.Fatalf("Version %d Len %d after Rebuild", a.Version(), a.Len())
 	}
-	if relErr(ps[0].Value.Float64s(), want[0]) != 0 || relErr(ps[2].Value.Float64s(), want[2]) != 0 {
+	if relErr(f64(t, ps[0].Value), want[0]) != 0 || relErr(f64(t, ps[2].Value), want[2]) != 0 {
 		t.Errorf("Rebuild lost values")
 	}
 	if ps[0].Value.Storage() == oldFlat.Storage() || ps[0].Value.Offset() != 5 {
@@ -130,12 +132,12 @@ func TestArenaRebuild(t *testing.T) {
 }
 
 func TestArenaVerify(t *testing.T) {
-	ps := randParams(tensor.NewRNG(5), tensor.F32, []int{3}, []int{4})
+	ps := randParams(t, tensor.NewRNG(5), tensor.F32, []int{3}, []int{4})
 	a, err := optim.NewArena(ps)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ps[1].Value = ps[1].Value.Clone()
+	ps[1].Value = testdevice.To(t, testdevice.Host(t, ps[1].Value).Clone())
 	if err := a.Verify(); err == nil || !strings.Contains(err.Error(), `"p1"`) {
 		t.Errorf("Verify after replacing a Value: %v", err)
 	}
@@ -160,9 +162,9 @@ func (m *fakeDeviceMemory) CopyToHost([]byte, tensor.DevicePtr, int) error   { r
 
 func TestArenaRejects(t *testing.T) {
 	rng := tensor.NewRNG(6)
-	ok := randParams(rng, tensor.F32, []int{2}, []int{3})
-	frozen := autograd.NewVar(tensor.Zeros(tensor.F32, 2))
-	ints := autograd.Param(tensor.Zeros(tensor.I64, 2))
+	ok := randParams(t, rng, tensor.F32, []int{2}, []int{3})
+	frozen := autograd.NewVar(testdevice.To(t, tensor.Zeros(tensor.F32, 2)))
+	ints := autograd.Param(testdevice.To(t, tensor.Zeros(tensor.I64, 2)))
 	var nonLeaf *autograd.Var
 	func() {
 		defer failOnPanic(t)

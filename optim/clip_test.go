@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/internal/testdevice"
 	"github.com/esper-go/esper/optim"
 	"github.com/esper-go/esper/tensor"
 )
@@ -26,16 +27,16 @@ func TestClipGradNorm(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			defer failOnPanic(t)
-			ps := randParams(rng, tensor.F32, []int{200, 30}, []int{30}, []int{})
+			ps := randParams(t, rng, tensor.F32, []int{200, 30}, []int{30}, []int{})
 			if c.mixed {
-				ps = append(ps, randParams(rng, tensor.F64, []int{9, 9})...)
+				ps = append(ps, randParams(t, rng, tensor.F64, []int{9, 9})...)
 			}
 			a, err := optim.NewArena(ps)
 			if err != nil {
 				t.Fatal(err)
 			}
 			gs := randGrads(rng, ps)
-			setGrads(ps, gs)
+			setGrads(t, ps, gs)
 			var ss float64
 			for _, g := range gs {
 				for _, v := range g {
@@ -45,8 +46,8 @@ func TestClipGradNorm(t *testing.T) {
 			norm := math.Sqrt(ss)
 			maxNorm := c.maxNorm * norm
 			got := optim.ClipGradNorm(a, maxNorm)
-			if got.Rank() != 0 || math.Abs(got.Item()-norm) > 1e-5*norm {
-				t.Fatalf("norm %v (shape %v), want %v", got.Item(), got.Shape(), norm)
+			if got.Rank() != 0 || math.Abs(item(t, got)-norm) > 1e-5*norm {
+				t.Fatalf("norm %v (shape %v), want %v", item(t, got), got.Shape(), norm)
 			}
 			coef := math.Min(1, maxNorm/(norm+1e-6))
 			for i, p := range ps {
@@ -54,11 +55,11 @@ func TestClipGradNorm(t *testing.T) {
 				for j := range want {
 					want[j] *= coef
 				}
-				if e := relErr(p.Grad.Float64s(), want); e > 1e-6 {
+				if e := relErr(f64(t, p.Grad), want); e > 1e-6 {
 					t.Errorf("grad %d: rel err %.3g (coef %v)", i, e, coef)
 				}
 			}
-			if g := optim.GradNorm(a).Item(); math.Abs(g-math.Min(norm, maxNorm)) > 1e-5*norm {
+			if g := item(t, optim.GradNorm(a)); math.Abs(g-math.Min(norm, maxNorm)) > 1e-5*norm {
 				t.Errorf("norm after clipping %v, want %v", g, math.Min(norm, maxNorm))
 			}
 		})
@@ -67,22 +68,22 @@ func TestClipGradNorm(t *testing.T) {
 
 func TestClipGradNormNonFinite(t *testing.T) {
 	defer failOnPanic(t)
-	ps := []*autograd.Var{autograd.Param(tensor.Zeros(tensor.F32, 3))}
+	ps := []*autograd.Var{autograd.Param(testdevice.To(t, tensor.Zeros(tensor.F32, 3)))}
 	a, err := optim.NewArena(ps)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Zero gradients stay zero (the 1e-6 keeps the coefficient finite).
-	if n := optim.ClipGradNorm(a, 1).Item(); n != 0 {
+	if n := item(t, optim.ClipGradNorm(a, 1)); n != 0 {
 		t.Errorf("norm of zero gradients %v", n)
 	}
-	for _, v := range ps[0].Grad.Float64s() {
+	for _, v := range f64(t, ps[0].Grad) {
 		if v != 0 {
 			t.Fatal("clipping zero gradients changed them")
 		}
 	}
-	ps[0].Grad.Set(math.Inf(1), 1)
-	if n := optim.ClipGradNorm(a, 1).Item(); !math.IsInf(n, 1) && !math.IsNaN(n) {
+	setAt(ps[0].Grad, math.Inf(1), 1)
+	if n := item(t, optim.ClipGradNorm(a, 1)); !math.IsInf(n, 1) && !math.IsNaN(n) {
 		t.Errorf("norm with an inf gradient %v", n)
 	}
 	mustPanic(t, "maxNorm", func() { optim.ClipGradNorm(a, -1) })
@@ -94,7 +95,7 @@ func TestClipGradNormNonFinite(t *testing.T) {
 func TestClipGradNormCapture(t *testing.T) {
 	defer failOnPanic(t)
 	rng := tensor.NewRNG(42)
-	ps := randParams(rng, tensor.F32, []int{50, 4})
+	ps := randParams(t, rng, tensor.F32, []int{50, 4})
 	a, err := optim.NewArena(ps)
 	if err != nil {
 		t.Fatal(err)
@@ -106,17 +107,17 @@ func TestClipGradNormCapture(t *testing.T) {
 		for j := range gs[0] {
 			gs[0][j] *= float64(r) * 0.05 // norms ≈ 0, 0.7, 1.4
 		}
-		setGrads(ps, gs)
+		setGrads(t, ps, gs)
 		g.Replay()
 		var ss float64
 		for _, v := range gs[0] {
 			ss += v * v
 		}
 		n := math.Sqrt(ss)
-		if math.Abs(norm.Item()-n) > 1e-5*math.Max(n, 1) {
-			t.Fatalf("replay %d: norm %v, want %v", r, norm.Item(), n)
+		if math.Abs(item(t, norm)-n) > 1e-5*math.Max(n, 1) {
+			t.Fatalf("replay %d: norm %v, want %v", r, item(t, norm), n)
 		}
-		if got := optim.GradNorm(a).Item(); math.Abs(got-math.Min(n, 1)) > 1e-5 {
+		if got := item(t, optim.GradNorm(a)); math.Abs(got-math.Min(n, 1)) > 1e-5 {
 			t.Fatalf("replay %d: clipped norm %v, want %v", r, got, math.Min(n, 1))
 		}
 	}

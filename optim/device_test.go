@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/optim"
 	"github.com/esper-go/esper/tensor"
@@ -56,4 +57,94 @@ func TestOptimizersOnSim(t *testing.T) {
 	got, dev := trainSteps(t, tensor.Sim(1))
 	assert.Equal(t, tensor.Sim(1), dev)
 	assert.Equal(t, want, got)
+}
+
+// TestLoadHostStateDictOnSim: an optimizer on the sim device loads a
+// state dict whose tensors are on the host (a checkpoint read from disk)
+// by copying them over explicitly, and resumes bitwise where the saved
+// optimizer goes on; a sim state dict loads into a CPU optimizer too.
+func TestLoadHostStateDictOnSim(t *testing.T) {
+	dev := tensor.Sim(4)
+	mk := map[string]func(ps []*autograd.Var) (optim.Optimizer, error){
+		"sgd": func(ps []*autograd.Var) (optim.Optimizer, error) {
+			return optim.NewSGD(ps, optim.SGDOptions{LR: 0.1, Momentum: 0.9, WeightDecay: 1e-3})
+		},
+		"adamw": func(ps []*autograd.Var) (optim.Optimizer, error) {
+			return optim.NewAdamW(ps, optim.AdamWOptions{LR: 0.01})
+		},
+	}
+	for name, newOpt := range mk {
+		t.Run(name, func(t *testing.T) {
+			rng := tensor.NewRNG(17)
+			init := []*tensor.Tensor{tensor.Normal(rng, tensor.F32, 0, 1, 5, 3), tensor.Normal(rng, tensor.F32, 0, 1, 3)}
+			grads := [][]*tensor.Tensor{}
+			for range 4 {
+				grads = append(grads, []*tensor.Tensor{tensor.Normal(rng, tensor.F32, 0, 1, 5, 3), tensor.Normal(rng, tensor.F32, 0, 1, 3)})
+			}
+			params := func(d tensor.Device, vals []*tensor.Tensor) []*autograd.Var {
+				ps := make([]*autograd.Var, len(vals))
+				for i, v := range vals {
+					x, err := v.ToDevice(d)
+					require.NoError(t, err)
+					ps[i] = autograd.Param(x)
+				}
+				return ps
+			}
+			step := func(opt optim.Optimizer, ps []*autograd.Var, g []*tensor.Tensor) {
+				for i, p := range ps {
+					x, err := g[i].ToDevice(p.Grad.Device())
+					require.NoError(t, err)
+					kernels.For(p.Grad.Device()).Copy(p.Grad, x)
+				}
+				opt.Step()
+			}
+			host := func(ps []*autograd.Var) [][]float32 {
+				var out [][]float32
+				for _, p := range ps {
+					h, err := p.Value.ToDevice(tensor.CPU)
+					require.NoError(t, err)
+					out = append(out, append([]float32(nil), h.F32()...))
+				}
+				return out
+			}
+
+			ps := params(dev, init)
+			opt, err := newOpt(ps)
+			require.NoError(t, err)
+			step(opt, ps, grads[0])
+			step(opt, ps, grads[1])
+			saved := host(ps)
+			sd := map[string]*tensor.Tensor{}
+			for k, v := range opt.StateDict() {
+				h, err := v.ToDevice(tensor.CPU)
+				require.NoError(t, err)
+				sd[k] = h
+			}
+			step(opt, ps, grads[2])
+			step(opt, ps, grads[3])
+
+			for _, d := range []tensor.Device{dev, tensor.CPU} {
+				vals := make([]*tensor.Tensor, len(saved))
+				for i, s := range saved {
+					vals[i] = tensor.FromSlice(s, init[i].Shape()...)
+				}
+				qs := params(d, vals)
+				resumed, err := newOpt(qs)
+				require.NoError(t, err)
+				from := sd
+				if d.IsCPU() { // the other way: a device state dict into a CPU optimizer
+					from = map[string]*tensor.Tensor{}
+					for k, v := range sd {
+						x, err := v.ToDevice(dev)
+						require.NoError(t, err)
+						from[k] = x
+					}
+				}
+				require.NoError(t, resumed.LoadStateDict(from), "load into an optimizer on %v", d)
+				step(resumed, qs, grads[2])
+				step(resumed, qs, grads[3])
+				assert.Equal(t, host(ps), host(qs), "resumed on %v", d)
+			}
+		})
+	}
 }

@@ -28,9 +28,9 @@ func ExampleWarmup() {
 }
 
 // Minimise (w−3)² by gradient descent. NewSGD moves w into the optimizer's
-// arena; the model keeps using w as before.
+// arena, on w's device; the model keeps using w as before.
 func ExampleNewSGD() {
-	w := autograd.Param(tensor.Scalar(tensor.F32, 0))
+	w := autograd.Param(toDevice(tensor.Scalar(tensor.F32, 0)))
 	opt, err := optim.NewSGD([]*autograd.Var{w}, optim.SGDOptions{LR: 0.1, Momentum: 0.5})
 	if err != nil {
 		panic(err)
@@ -41,6 +41,6 @@ func ExampleNewSGD() {
 		autograd.Backward(autograd.Mul(d, d))
 		opt.Step()
 	}
-	fmt.Printf("w = %.4f after %d steps\n", w.Item(), opt.StepCount())
+	fmt.Printf("w = %.4f after %d steps\n", onHost(w.Value).Item(), opt.StepCount())
 	// Output: w = 3.0000 after 60 steps
 }

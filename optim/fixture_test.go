@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/internal/testdevice"
 	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/optim"
 	"github.com/esper-go/esper/tensor"
@@ -55,13 +56,13 @@ func TestMLPTrajectories(t *testing.T) {
 			return optim.NewAdamW(ps, optim.AdamWOptions{LR: 0.01, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01})
 		}},
 	}
-	x, target := autograd.Const(get("input.x")), get("input.target")
+	x, target := autograd.Const(testdevice.To(t, get("input.x"))), testdevice.To(t, get("input.target"))
 	for _, c := range cases {
 		t.Run(c.prefix, func(t *testing.T) {
 			defer failOnPanic(t)
 			ps := make([]*autograd.Var, len(mlpParams))
 			for i, n := range mlpParams {
-				ps[i] = autograd.Param(get("param." + n).Clone())
+				ps[i] = autograd.Param(testdevice.To(t, get("param."+n).Clone()))
 				ps[i].Name = n
 			}
 			opt, err := c.mk(ps)
@@ -78,14 +79,14 @@ func TestMLPTrajectories(t *testing.T) {
 					// The first forward and backward match the fixture's
 					// single-step tensors; check them so that a failure
 					// below points at the optimizer.
-					if e := relErr(loss.Value.Float64s(), get("output.loss").Float64s()); e > fixtureTol {
+					if e := relErr(f64(t, loss.Value), f64(t, get("output.loss"))); e > fixtureTol {
 						t.Fatalf("initial loss rel err %.3g", e)
 					}
 				}
 				autograd.Backward(loss)
 				if step == 1 {
 					for i, n := range mlpParams {
-						if e := relErr(ps[i].Grad.Float64s(), get("grad."+n).Float64s()); e > fixtureTol {
+						if e := relErr(f64(t, ps[i].Grad), f64(t, get("grad."+n))); e > fixtureTol {
 							t.Fatalf("initial grad %s rel err %.3g", n, e)
 						}
 					}
@@ -93,7 +94,7 @@ func TestMLPTrajectories(t *testing.T) {
 				opt.Step()
 				for i, n := range mlpParams {
 					want := get(fmt.Sprintf("%s.step%d.%s", c.prefix, step, n))
-					e := relErr(ps[i].Value.Float64s(), want.Float64s())
+					e := relErr(f64(t, ps[i].Value), f64(t, want))
 					worst = max(worst, e)
 					if e > fixtureTol {
 						t.Errorf("step %d %s: rel err %.3g > %g", step, n, e, fixtureTol)
@@ -120,7 +121,7 @@ func TestMLPCapturedTrajectories(t *testing.T) {
 			defer failOnPanic(t)
 			ps := make([]*autograd.Var, len(mlpParams))
 			for i, n := range mlpParams {
-				ps[i] = autograd.Param(f.Tensors["param."+n].Clone())
+				ps[i] = autograd.Param(testdevice.To(t, f.Tensors["param."+n].Clone()))
 			}
 			var opt optim.Optimizer
 			if prefix == "sgd" {
@@ -131,7 +132,7 @@ func TestMLPCapturedTrajectories(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			target := f.Tensors["input.target"]
+			target := testdevice.To(t, f.Tensors["input.target"])
 			step := autograd.Capture(func(in []*tensor.Tensor) []*tensor.Tensor {
 				opt.ZeroGrad()
 				h := autograd.Relu(autograd.Linear(autograd.Const(in[0]), ps[0], ps[1]))
@@ -140,14 +141,14 @@ func TestMLPCapturedTrajectories(t *testing.T) {
 				opt.Step()
 				return []*tensor.Tensor{loss.Value}
 			}, autograd.CaptureOptions{Version: opt.Arena().Version, Policy: autograd.FailOnMismatch})
-			in := []*tensor.Tensor{f.Tensors["input.x"]}
+			in := []*tensor.Tensor{testdevice.To(t, f.Tensors["input.x"])}
 			for k := 1; k <= 3; k++ {
 				if _, err := step.Run(in...); err != nil {
 					t.Fatal(err)
 				}
 				for i, n := range mlpParams {
 					want := f.Tensors[fmt.Sprintf("%s.step%d.%s", prefix, k, n)]
-					if e := relErr(ps[i].Value.Float64s(), want.Float64s()); e > fixtureTol {
+					if e := relErr(f64(t, ps[i].Value), f64(t, want)); e > fixtureTol {
 						t.Errorf("step %d %s: rel err %.3g", k, n, e)
 					}
 				}
@@ -157,7 +158,7 @@ func TestMLPCapturedTrajectories(t *testing.T) {
 			}
 			// Growing the parameter set changes the version: the guard
 			// refuses the stale graph instead of replaying it.
-			extra := autograd.Param(tensor.Zeros(tensor.F32, 2))
+			extra := autograd.Param(testdevice.To(t, tensor.Zeros(tensor.F32, 2)))
 			if err := opt.Arena().Rebuild(append(opt.Arena().Params(), extra)); err != nil {
 				t.Fatal(err)
 			}

@@ -9,12 +9,19 @@ import (
 	"testing"
 
 	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/internal/testdevice"
 	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/tensor"
 )
 
 // The tests use only the standard library: testify's own dependencies are
 // not in go.sum, and this package must not change the module files.
+//
+// The tests compute on testdevice.Device (the CPU, or the device
+// ESPER_TEST_DEVICE names): parameters, gradients and flags are put
+// there with explicit copies (randParams, setGrads, testdevice.To), and
+// results read back only through explicit copies (values,
+// testdevice.F64 and Item). The float64 references stay on the host.
 
 // failOnPanic, deferred first in a test, turns a panic into a failure
 // that shows its stack.
@@ -63,35 +70,82 @@ func relErr(a, b []float64) float64 {
 }
 
 // randParams makes leaf parameters of the given shapes and dtype with
-// N(0,1) values.
-func randParams(rng *rand.Rand, dt tensor.DType, shapes ...[]int) []*autograd.Var {
+// N(0,1) values, on the test device.
+func randParams(t testing.TB, rng *rand.Rand, dt tensor.DType, shapes ...[]int) []*autograd.Var {
+	t.Helper()
 	ps := make([]*autograd.Var, len(shapes))
 	for i, s := range shapes {
-		ps[i] = autograd.Param(tensor.Normal(rng, dt, 0, 1, s...))
+		ps[i] = autograd.Param(testdevice.To(t, tensor.Normal(rng, dt, 0, 1, s...)))
 		ps[i].Name = fmt.Sprintf("p%d", i)
 	}
 	return ps
 }
 
-// setGrads writes host values into each parameter's Grad (an arena view).
-func setGrads(ps []*autograd.Var, gs [][]float64) {
+// setGrads writes host values into each parameter's Grad (an arena view)
+// where it lives: directly on the CPU, with one host-to-device copy and
+// the backend's Copy on a device.
+func setGrads(t testing.TB, ps []*autograd.Var, gs [][]float64) {
+	t.Helper()
 	for i, p := range ps {
-		for j, v := range gs[i] {
-			setFlat(p.Grad, j, v)
-		}
+		write(t, p.Grad, tensor.FromFloat64s(p.Grad.DType(), gs[i], p.Grad.Shape()...))
 	}
 }
 
-// setFlat sets element j (row-major) of a contiguous CPU tensor.
-func setFlat(t *tensor.Tensor, j int, v float64) {
-	switch t.DType() {
-	case tensor.F64:
-		t.F64()[j] = v
-	case tensor.F32:
-		t.F32()[j] = float32(v)
-	default:
-		panic("setFlat: unsupported dtype " + t.DType().String())
+// write copies the host tensor h into x (same element count) where x
+// lives.
+func write(t testing.TB, x, h *tensor.Tensor) {
+	t.Helper()
+	if x.Device().IsCPU() {
+		tensor.CopyInto(x, h)
+		return
 	}
+	kernels.For(x.Device()).Copy(x, testdevice.To(t, h))
+}
+
+// setAt writes v into element idx of x where x lives: a host Set on the
+// CPU, the backend's Fill of that one element on a device.
+func setAt(x *tensor.Tensor, v float64, idx ...int) {
+	if x.Device().IsCPU() {
+		x.Set(v, idx...)
+		return
+	}
+	e := x
+	for axis, i := range idx {
+		e = e.Narrow(axis, i, 1)
+	}
+	kernels.For(x.Device()).Fill(e, v)
+}
+
+// fill sets every element of x to v where x lives.
+func fill(x *tensor.Tensor, v float64) {
+	if x.Device().IsCPU() {
+		x.Fill(v)
+		return
+	}
+	kernels.For(x.Device()).Fill(x, v)
+}
+
+// hostDict returns host copies of sd's tensors (sd's own on the CPU).
+func hostDict(t testing.TB, sd map[string]*tensor.Tensor) map[string]*tensor.Tensor {
+	t.Helper()
+	out := make(map[string]*tensor.Tensor, len(sd))
+	for k, v := range sd {
+		out[k] = testdevice.Host(t, v)
+	}
+	return out
+}
+
+// item is testdevice.Item: the value of a one-element tensor, copied to
+// the host.
+func item(t testing.TB, x *tensor.Tensor) float64 {
+	t.Helper()
+	return testdevice.Item(t, x)
+}
+
+// f64 is testdevice.F64: x's elements as float64s, copied to the host.
+func f64(t testing.TB, x *tensor.Tensor) []float64 {
+	t.Helper()
+	return testdevice.F64(t, x)
 }
 
 // randGrads draws gradients shaped like ps, rounded to each parameter's
@@ -114,11 +168,12 @@ func roundTo(dt tensor.DType, v float64) float64 {
 	return v
 }
 
-// values returns every parameter's value as float64s.
-func values(ps []*autograd.Var) [][]float64 {
+// values returns every parameter's value as float64s (host copies).
+func values(t testing.TB, ps []*autograd.Var) [][]float64 {
+	t.Helper()
 	out := make([][]float64, len(ps))
 	for i, p := range ps {
-		out[i] = p.Value.Float64s()
+		out[i] = f64(t, p.Value)
 	}
 	return out
 }
@@ -131,11 +186,28 @@ func cloneVals(v [][]float64) [][]float64 {
 	return out
 }
 
-// capture records f with the CPU backend's capture. The capture is ended
-// even when f panics (a missing kernel), so later tests run eagerly.
+// The examples get no *testing.T; exampleTB lets them ask testdevice for
+// the device all the same (a failure panics, which fails the example).
+type exampleTB struct{ testing.TB }
+
+func (exampleTB) Helper()                           {}
+func (exampleTB) Fatal(args ...any)                 { panic(fmt.Sprint(args...)) }
+func (exampleTB) Fatalf(format string, args ...any) { panic(fmt.Sprintf(format, args...)) }
+
+// toDevice copies an example's tensor to the test device (x itself on
+// the CPU); a program names its device instead.
+func toDevice(x *tensor.Tensor) *tensor.Tensor { return testdevice.To(exampleTB{}, x) }
+
+// onHost returns x readable on the host: x itself on the CPU, an
+// explicit copy (a host sync) from a device.
+func onHost(x *tensor.Tensor) *tensor.Tensor { return testdevice.Host(exampleTB{}, x) }
+
+// capture records f with the test device's backend's capture. The
+// capture is ended even when f panics (a missing kernel), so later tests
+// run eagerly.
 func capture(t *testing.T, f func()) kernels.Graph {
 	t.Helper()
-	be := kernels.For(tensor.CPU)
+	be := kernels.For(testdevice.Device(t))
 	if err := be.BeginCapture(); err != nil {
 		t.Fatal(err)
 	}

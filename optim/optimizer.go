@@ -34,7 +34,10 @@ type Optimizer interface {
 	StateDict() map[string]*tensor.Tensor
 	// LoadStateDict copies state saved by StateDict into the optimizer's
 	// buffers in place (captured steps keep seeing them). It validates
-	// every key, shape and value before changing anything.
+	// every key, shape and value before changing anything. The state
+	// dict may be on another device than the optimizer (a checkpoint
+	// read on the host, for an optimizer on a device): its tensors are
+	// copied over explicitly.
 	LoadStateDict(sd map[string]*tensor.Tensor) error
 	// ResetState forgets the step count and every state buffer, as if
 	// no step had been taken (the governor's rollback uses it).

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/internal/testdevice"
 	"github.com/esper-go/esper/optim"
 	"github.com/esper-go/esper/tensor"
 )
@@ -13,7 +14,8 @@ import (
 // scalerIteration runs one unscale/step/update iteration with gradients
 // gs multiplied by the current scale (what Backward of a scaled loss
 // gives).
-func scalerIteration(s *optim.GradScaler, opt optim.Optimizer, ps []*autograd.Var, gs [][]float64) {
+func scalerIteration(t *testing.T, s *optim.GradScaler, opt optim.Optimizer, ps []*autograd.Var, gs [][]float64) {
+	t.Helper()
 	sc := s.CurrentScale()
 	scaled := cloneVals(gs)
 	for i := range scaled {
@@ -21,7 +23,7 @@ func scalerIteration(s *optim.GradScaler, opt optim.Optimizer, ps []*autograd.Va
 			scaled[i][j] *= sc
 		}
 	}
-	setGrads(ps, scaled)
+	setGrads(t, ps, scaled)
 	s.Step(opt)
 	s.Update()
 }
@@ -29,17 +31,17 @@ func scalerIteration(s *optim.GradScaler, opt optim.Optimizer, ps []*autograd.Va
 func TestGradScalerStateMachine(t *testing.T) {
 	defer failOnPanic(t)
 	rng := tensor.NewRNG(31)
-	ps := randParams(rng, tensor.F32, []int{10, 10}, []int{10})
+	ps := randParams(t, rng, tensor.F32, []int{10, 10}, []int{10})
 	opt, err := optim.NewSGD(ps, optim.SGDOptions{LR: 0.1, Momentum: 0.9})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := optim.NewGradScaler(optim.GradScalerOptions{InitScale: 1024, GrowthInterval: 3})
+	s, err := optim.NewGradScaler(optim.GradScalerOptions{InitScale: 1024, GrowthInterval: 3, Device: testdevice.Device(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ref := &refSGD{lr: 0.1, momentum: 0.9}
-	want := values(ps)
+	want := values(t, ps)
 
 	// Clean steps: unscaled updates, the tracker counts, growth at 3.
 	for i, w := range []struct {
@@ -47,16 +49,16 @@ func TestGradScalerStateMachine(t *testing.T) {
 		tracker int
 	}{{1024, 1}, {1024, 2}, {2048, 0}, {2048, 1}} {
 		gs := randGrads(rng, ps)
-		scalerIteration(s, opt, ps, gs)
+		scalerIteration(t, s, opt, ps, gs)
 		ref.update(want, gs)
 		if s.CurrentScale() != w.scale || s.GrowthTracker() != w.tracker {
 			t.Fatalf("clean step %d: scale %v tracker %d, want %v %d", i, s.CurrentScale(), s.GrowthTracker(), w.scale, w.tracker)
 		}
-		if s.FoundInf().Item() != 0 {
+		if item(t, s.FoundInf()) != 0 {
 			t.Fatalf("clean step %d: found inf", i)
 		}
 		for j, p := range ps {
-			if e := relErr(p.Value.Float64s(), want[j]); e > 1e-5 {
+			if e := relErr(f64(t, p.Value), want[j]); e > 1e-5 {
 				t.Fatalf("clean step %d param %d: rel err %.3g", i, j, e)
 			}
 		}
@@ -64,30 +66,30 @@ func TestGradScalerStateMachine(t *testing.T) {
 
 	// An inf gradient: skip (nothing changes), back off, reset the tracker.
 	for k, bad := range []float64{math.Inf(1), math.NaN()} {
-		before, sd := values(ps), opt.StateDict()
+		before, sd := values(t, ps), opt.StateDict()
 		gs := randGrads(rng, ps)
 		gs[1][3] = bad
-		scalerIteration(s, opt, ps, gs)
+		scalerIteration(t, s, opt, ps, gs)
 		wantScale := 2048 * math.Pow(0.5, float64(k+1))
-		if s.CurrentScale() != wantScale || s.GrowthTracker() != 0 || s.FoundInf().Item() != 1 {
-			t.Fatalf("%v gradient: scale %v tracker %d foundInf %v, want %v 0 1", bad, s.CurrentScale(), s.GrowthTracker(), s.FoundInf().Item(), wantScale)
+		if s.CurrentScale() != wantScale || s.GrowthTracker() != 0 || item(t, s.FoundInf()) != 1 {
+			t.Fatalf("%v gradient: scale %v tracker %d foundInf %v, want %v 0 1", bad, s.CurrentScale(), s.GrowthTracker(), item(t, s.FoundInf()), wantScale)
 		}
 		for j := range ps {
-			if relErr(ps[j].Value.Float64s(), before[j]) != 0 {
+			if relErr(f64(t, ps[j].Value), before[j]) != 0 {
 				t.Fatalf("%v gradient changed param %d", bad, j)
 			}
 		}
-		if opt.StepCount() != 4 || relErr(opt.StateDict()["momentum_buffer.f32"].Float64s(), sd["momentum_buffer.f32"].Float64s()) != 0 {
+		if opt.StepCount() != 4 || relErr(f64(t, opt.StateDict()["momentum_buffer.f32"]), f64(t, sd["momentum_buffer.f32"])) != 0 {
 			t.Fatalf("%v gradient changed the optimizer state", bad)
 		}
 	}
 
 	// Training resumes cleanly at the reduced scale.
 	gs := randGrads(rng, ps)
-	scalerIteration(s, opt, ps, gs)
+	scalerIteration(t, s, opt, ps, gs)
 	ref.update(want, gs)
 	for j, p := range ps {
-		if e := relErr(p.Value.Float64s(), want[j]); e > 1e-5 {
+		if e := relErr(f64(t, p.Value), want[j]); e > 1e-5 {
 			t.Fatalf("after the skips, param %d: rel err %.3g", j, e)
 		}
 	}
@@ -98,29 +100,29 @@ func TestGradScalerStateMachine(t *testing.T) {
 
 func TestGradScalerUnscaleThenClip(t *testing.T) {
 	defer failOnPanic(t)
-	ps := randParams(tensor.NewRNG(32), tensor.F32, []int{4})
+	ps := randParams(t, tensor.NewRNG(32), tensor.F32, []int{4})
 	opt, err := optim.NewSGD(ps, optim.SGDOptions{LR: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := optim.NewGradScaler(optim.GradScalerOptions{InitScale: 8})
+	s, err := optim.NewGradScaler(optim.GradScalerOptions{InitScale: 8, Device: testdevice.Device(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := ps[0].Value.Float64s()
-	setGrads(ps, [][]float64{{24, 0, 0, 32}}) // 8·{3, 0, 0, 4}
+	before := f64(t, ps[0].Value)
+	setGrads(t, ps, [][]float64{{24, 0, 0, 32}}) // 8·{3, 0, 0, 4}
 	s.Unscale(opt)
-	if got := ps[0].Grad.Float64s(); relErr(got, []float64{3, 0, 0, 4}) != 0 {
+	if got := f64(t, ps[0].Grad); relErr(got, []float64{3, 0, 0, 4}) != 0 {
 		t.Fatalf("unscaled grad %v", got)
 	}
 	norm := optim.ClipGradNorm(opt.Arena(), 1)
-	if math.Abs(norm.Item()-5) > 1e-6 {
-		t.Errorf("norm %v, want 5", norm.Item())
+	if math.Abs(item(t, norm)-5) > 1e-6 {
+		t.Errorf("norm %v, want 5", item(t, norm))
 	}
 	mustPanic(t, "twice", func() { s.Unscale(opt) })
 	s.Step(opt) // must not unscale again
 	s.Update()
-	got := ps[0].Value.Float64s()
+	got := f64(t, ps[0].Value)
 	for j, d := range []float64{0.6, 0, 0, 0.8} {
 		if math.Abs(before[j]-got[j]-d) > 1e-5 {
 			t.Errorf("param[%d] moved by %v, want %v", j, before[j]-got[j], d)
@@ -132,19 +134,19 @@ func TestGradScalerUnscaleThenClip(t *testing.T) {
 func TestGradScalerScaleLoss(t *testing.T) {
 	defer failOnPanic(t)
 	for _, dt := range []tensor.DType{tensor.F32, tensor.F64} {
-		w := autograd.Param(tensor.Scalar(dt, 3))
-		s, err := optim.NewGradScaler(optim.GradScalerOptions{InitScale: 4})
+		w := autograd.Param(testdevice.To(t, tensor.Scalar(dt, 3)))
+		s, err := optim.NewGradScaler(optim.GradScalerOptions{InitScale: 4, Device: testdevice.Device(t)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		loss := autograd.Mul(w, w) // 9, d/dw = 6
 		scaled := s.Scale(loss)
-		if scaled.DType() != dt || scaled.Item() != 36 {
+		if scaled.DType() != dt || item(t, scaled.Value) != 36 {
 			t.Fatalf("%v: scaled loss %v", dt, scaled)
 		}
 		autograd.Backward(scaled)
-		if w.Grad.Item() != 24 {
-			t.Errorf("%v: scaled grad %v, want 24", dt, w.Grad.Item())
+		if item(t, w.Grad) != 24 {
+			t.Errorf("%v: scaled grad %v, want 24", dt, item(t, w.Grad))
 		}
 	}
 }
@@ -152,12 +154,12 @@ func TestGradScalerScaleLoss(t *testing.T) {
 func TestGradScalerCaptureReplay(t *testing.T) {
 	defer failOnPanic(t)
 	rng := tensor.NewRNG(33)
-	ps := randParams(rng, tensor.F32, []int{64})
+	ps := randParams(t, rng, tensor.F32, []int{64})
 	opt, err := optim.NewSGD(ps, optim.SGDOptions{LR: 0.1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := optim.NewGradScaler(optim.GradScalerOptions{InitScale: 16, GrowthInterval: 2})
+	s, err := optim.NewGradScaler(optim.GradScalerOptions{InitScale: 16, GrowthInterval: 2, Device: testdevice.Device(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +173,7 @@ func TestGradScalerCaptureReplay(t *testing.T) {
 		bad   bool
 		scale float64
 	}{{false, 16}, {false, 32}, {true, 16}, {false, 16}} {
-		before := values(ps)
+		before := values(t, ps)
 		gs := randGrads(rng, ps)
 		sc := s.CurrentScale()
 		for j := range gs[0] {
@@ -180,12 +182,12 @@ func TestGradScalerCaptureReplay(t *testing.T) {
 		if w.bad {
 			gs[0][5] = math.Inf(-1)
 		}
-		setGrads(ps, gs)
+		setGrads(t, ps, gs)
 		g.Replay()
 		if s.CurrentScale() != w.scale {
 			t.Fatalf("replay %d: scale %v, want %v", i, s.CurrentScale(), w.scale)
 		}
-		moved := relErr(ps[0].Value.Float64s(), before[0]) != 0
+		moved := relErr(f64(t, ps[0].Value), before[0]) != 0
 		if moved == w.bad {
 			t.Fatalf("replay %d: params moved = %v with an inf gradient = %v", i, moved, w.bad)
 		}
@@ -194,7 +196,7 @@ func TestGradScalerCaptureReplay(t *testing.T) {
 
 func TestGradScalerStateDict(t *testing.T) {
 	defer failOnPanic(t)
-	s, err := optim.NewGradScaler(optim.GradScalerOptions{})
+	s, err := optim.NewGradScaler(optim.GradScalerOptions{Device: testdevice.Device(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,14 +212,14 @@ func TestGradScalerStateDict(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := s.StateDict()
-	if got["scale"].Item() != 128 || got["growth_tracker"].Item() != 17 || got["growth_tracker"].DType() != tensor.I32 {
+	if item(t, got["scale"]) != 128 || item(t, got["growth_tracker"]) != 17 || got["growth_tracker"].DType() != tensor.I32 {
 		t.Fatalf("round trip: %v %v", got["scale"], got["growth_tracker"])
 	}
-	s2, _ := optim.NewGradScaler(optim.GradScalerOptions{})
+	s2, _ := optim.NewGradScaler(optim.GradScalerOptions{Device: testdevice.Device(t)})
 	if err := s2.LoadStateDict(got); err != nil || s2.CurrentScale() != 128 || s2.GrowthTracker() != 17 {
 		t.Fatalf("load into a fresh scaler: %v", err)
 	}
-	got["scale"].Fill(-1) // a copy: the scaler is unaffected
+	fill(got["scale"], -1) // a copy: the scaler is unaffected
 	if s.CurrentScale() != 128 {
 		t.Errorf("StateDict returned a view, not a copy")
 	}
@@ -240,23 +242,24 @@ func TestGradScalerStateDict(t *testing.T) {
 
 func TestGradScalerDisabled(t *testing.T) {
 	defer failOnPanic(t)
-	ps := randParams(tensor.NewRNG(34), tensor.F32, []int{3})
+	ps := randParams(t, tensor.NewRNG(34), tensor.F32, []int{3})
 	opt, _ := optim.NewSGD(ps, optim.SGDOptions{LR: 0.5})
-	s, err := optim.NewGradScaler(optim.GradScalerOptions{Disabled: true})
+	s, err := optim.NewGradScaler(optim.GradScalerOptions{Disabled: true, Device: testdevice.Device(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	loss := autograd.Param(tensor.Scalar(tensor.F32, 2))
+	loss := autograd.Param(testdevice.To(t, tensor.Scalar(tensor.F32, 2)))
 	if s.Enabled() || s.Scale(loss) != loss {
 		t.Fatal("disabled scaler scaled the loss")
 	}
-	before := ps[0].Value.Float64s()
-	setGrads(ps, [][]float64{{1, 2, 3}})
+	before := f64(t, ps[0].Value)
+	setGrads(t, ps, [][]float64{{1, 2, 3}})
 	s.Unscale(opt)
 	s.Step(opt)
 	s.Update()
+	after := f64(t, ps[0].Value)
 	for j, g := range []float64{1, 2, 3} {
-		if got := ps[0].Value.At(j); math.Abs(before[j]-0.5*g-got) > 1e-6 {
+		if got := after[j]; math.Abs(before[j]-0.5*g-got) > 1e-6 {
 			t.Errorf("param[%d] = %v, want %v", j, got, before[j]-0.5*g)
 		}
 	}

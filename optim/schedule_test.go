@@ -81,7 +81,7 @@ func TestScheduleValidation(t *testing.T) {
 
 func TestApplySchedule(t *testing.T) {
 	defer failOnPanic(t)
-	ps := randParams(tensor.NewRNG(51), tensor.F32, []int{4})
+	ps := randParams(t, tensor.NewRNG(51), tensor.F32, []int{4})
 	opt, err := optim.NewAdamW(ps, optim.AdamWOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -89,7 +89,7 @@ func TestApplySchedule(t *testing.T) {
 	s := optim.StepLR{Base: 0.2, StepSize: 2, Gamma: 0.5}
 	for e, want := range []float64{0.2, 0.2, 0.1, 0.1, 0.05} {
 		optim.Apply(opt, s, e)
-		if opt.LR() != want || opt.StateDict()["lr"].Item() != want {
+		if opt.LR() != want || item(t, opt.StateDict()["lr"]) != want {
 			t.Errorf("epoch %d: LR %v, want %v", e, opt.LR(), want)
 		}
 	}

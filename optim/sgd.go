@@ -182,10 +182,11 @@ func (s *SGD) LoadStateDict(sd map[string]*tensor.Tensor) error {
 		return err
 	}
 	if s.state != nil {
-		if err := s.state.check(sd); err != nil {
+		bufs, err := s.state.check(sd)
+		if err != nil {
 			return err
 		}
-		s.state.load(sd)
+		s.state.load(bufs)
 	}
 	s.hyp.load(lr, step)
 	return nil

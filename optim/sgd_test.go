@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/internal/testdevice"
 	"github.com/esper-go/esper/optim"
 	"github.com/esper-go/esper/tensor"
 )
@@ -43,13 +44,13 @@ func TestSGDMatchesReference(t *testing.T) {
 			t.Run(fmt.Sprintf("%v/%s", dt, c.name), func(t *testing.T) {
 				defer failOnPanic(t)
 				rng := tensor.NewRNG(uint64(100 + ci))
-				ps := randParams(rng, dt, refShapes...)
+				ps := randParams(t, rng, dt, refShapes...)
 				opt, err := optim.NewSGD(ps, c.o)
 				if err != nil {
 					t.Fatal(err)
 				}
 				ref := &refSGD{lr: c.o.LR, momentum: c.o.Momentum, dampening: c.o.Dampening, wd: c.o.WeightDecay, nesterov: c.o.Nesterov, maximize: c.o.Maximize}
-				want := values(ps)
+				want := values(t, ps)
 				for step := 1; step <= 5; step++ {
 					if step == 4 { // a schedule change between steps
 						opt.SetLR(c.o.LR / 2)
@@ -57,11 +58,11 @@ func TestSGDMatchesReference(t *testing.T) {
 					}
 					gs := randGrads(rng, ps)
 					opt.ZeroGrad()
-					setGrads(ps, gs)
+					setGrads(t, ps, gs)
 					opt.Step()
 					ref.update(want, gs)
 					for i, p := range ps {
-						if e := relErr(p.Value.Float64s(), want[i]); e > refTol(dt) {
+						if e := relErr(f64(t, p.Value), want[i]); e > refTol(dt) {
 							t.Fatalf("step %d param %d %v: rel err %.3g > %.3g", step, i, p.Shape(), e, refTol(dt))
 						}
 					}
@@ -77,8 +78,8 @@ func TestSGDMatchesReference(t *testing.T) {
 func TestSGDMixedDTypes(t *testing.T) {
 	defer failOnPanic(t)
 	rng := tensor.NewRNG(7)
-	p32 := randParams(rng, tensor.F32, []int{40, 3}, []int{5})
-	p64 := randParams(rng, tensor.F64, []int{6, 6})
+	p32 := randParams(t, rng, tensor.F32, []int{40, 3}, []int{5})
+	p64 := randParams(t, rng, tensor.F64, []int{6, 6})
 	ps := []*autograd.Var{p32[0], p64[0], p32[1]}
 	o := optim.SGDOptions{LR: 0.1, Momentum: 0.9, Nesterov: true, WeightDecay: 1e-3}
 	opt, err := optim.NewSGD(ps, o)
@@ -86,15 +87,15 @@ func TestSGDMixedDTypes(t *testing.T) {
 		t.Fatal(err)
 	}
 	ref := &refSGD{lr: o.LR, momentum: o.Momentum, wd: o.WeightDecay, nesterov: true}
-	want := values(ps)
+	want := values(t, ps)
 	for step := 0; step < 3; step++ {
 		gs := randGrads(rng, ps)
-		setGrads(ps, gs)
+		setGrads(t, ps, gs)
 		opt.Step()
 		ref.update(want, gs)
 	}
 	for i, p := range ps {
-		if e := relErr(p.Value.Float64s(), want[i]); e > refTol(p.DType()) {
+		if e := relErr(f64(t, p.Value), want[i]); e > refTol(p.DType()) {
 			t.Errorf("param %d (%v): rel err %.3g", i, p.DType(), e)
 		}
 	}
@@ -115,31 +116,31 @@ func keys(m map[string]*tensor.Tensor) []string {
 func TestSGDSkipIf(t *testing.T) {
 	defer failOnPanic(t)
 	rng := tensor.NewRNG(8)
-	ps := randParams(rng, tensor.F32, []int{50}, []int{3, 3})
+	ps := randParams(t, rng, tensor.F32, []int{50}, []int{3, 3})
 	opt, err := optim.NewSGD(ps, optim.SGDOptions{LR: 0.1, Momentum: 0.9})
 	if err != nil {
 		t.Fatal(err)
 	}
-	setGrads(ps, randGrads(rng, ps))
+	setGrads(t, ps, randGrads(rng, ps))
 	opt.Step()
-	before, sd := values(ps), opt.StateDict()
-	foundInf := tensor.Full(tensor.F32, 1, 1)
-	setGrads(ps, randGrads(rng, ps))
+	before, sd := values(t, ps), opt.StateDict()
+	foundInf := testdevice.To(t, tensor.Full(tensor.F32, 1, 1))
+	setGrads(t, ps, randGrads(rng, ps))
 	opt.StepSkipIf(foundInf)
 	if opt.StepCount() != 1 {
 		t.Errorf("a skipped step counted: StepCount = %d", opt.StepCount())
 	}
 	for i, p := range ps {
-		if relErr(p.Value.Float64s(), before[i]) != 0 {
+		if relErr(f64(t, p.Value), before[i]) != 0 {
 			t.Errorf("a skipped step changed param %d", i)
 		}
 	}
-	if relErr(opt.StateDict()["momentum_buffer.f32"].Float64s(), sd["momentum_buffer.f32"].Float64s()) != 0 {
+	if relErr(f64(t, opt.StateDict()["momentum_buffer.f32"]), f64(t, sd["momentum_buffer.f32"])) != 0 {
 		t.Errorf("a skipped step changed the momentum")
 	}
-	foundInf.Fill(0)
+	fill(foundInf, 0)
 	opt.StepSkipIf(foundInf)
-	if opt.StepCount() != 2 || relErr(ps[0].Value.Float64s(), before[0]) == 0 {
+	if opt.StepCount() != 2 || relErr(f64(t, ps[0].Value), before[0]) == 0 {
 		t.Errorf("StepSkipIf with a zero flag did not step")
 	}
 }
@@ -151,48 +152,49 @@ func TestSGDStateDict(t *testing.T) {
 	defer failOnPanic(t)
 	rng := tensor.NewRNG(9)
 	o := optim.SGDOptions{LR: 0.1, Momentum: 0.9, Dampening: 0.1, WeightDecay: 1e-3}
-	ps := randParams(rng, tensor.F64, []int{20}, []int{4, 5})
+	ps := randParams(t, rng, tensor.F64, []int{20}, []int{4, 5})
 	opt, err := optim.NewSGD(ps, o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	grads := [][][]float64{randGrads(rng, ps), randGrads(rng, ps), randGrads(rng, ps)}
-	setGrads(ps, grads[0])
+	setGrads(t, ps, grads[0])
 	opt.Step()
 	opt.SetLR(0.05)
 	sd := opt.StateDict()
-	if sd["lr"].Item() != 0.05 || sd["step"].Item() != 1 || sd["step"].Rank() != 0 {
+	if item(t, sd["lr"]) != 0.05 || item(t, sd["step"]) != 1 || sd["step"].Rank() != 0 {
 		t.Fatalf("state dict lr %v step %v", sd["lr"], sd["step"])
 	}
-	saved := values(ps)
+	saved := values(t, ps)
 
 	for _, g := range grads[1:] {
-		setGrads(ps, g)
+		setGrads(t, ps, g)
 		opt.Step()
 	}
-	want := values(ps)
+	want := values(t, ps)
 
 	// A second model starting from the saved parameters and state.
 	qs := make([]*autograd.Var, len(ps))
 	for i := range ps {
-		qs[i] = autograd.Param(tensor.FromSlice(saved[i], ps[i].Shape()...))
+		qs[i] = autograd.Param(testdevice.To(t, tensor.FromSlice(saved[i], ps[i].Shape()...)))
 	}
 	opt2, err := optim.NewSGD(qs, optim.SGDOptions{Momentum: 0.9, Dampening: 0.1, WeightDecay: 1e-3})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := opt2.LoadStateDict(sd); err != nil {
+	// Loaded from host copies, as a checkpoint read back from disk is.
+	if err := opt2.LoadStateDict(hostDict(t, sd)); err != nil {
 		t.Fatal(err)
 	}
 	if opt2.LR() != 0.05 || opt2.StepCount() != 1 {
 		t.Fatalf("loaded LR %v StepCount %d", opt2.LR(), opt2.StepCount())
 	}
 	for _, g := range grads[1:] {
-		setGrads(qs, g)
+		setGrads(t, qs, g)
 		opt2.Step()
 	}
 	for i := range qs {
-		if e := relErr(qs[i].Value.Float64s(), want[i]); e > 1e-15 {
+		if e := relErr(f64(t, qs[i].Value), want[i]); e > 1e-15 {
 			t.Errorf("resumed param %d: rel err %.3g", i, e)
 		}
 	}
@@ -203,19 +205,19 @@ func TestSGDStateDict(t *testing.T) {
 		t.Errorf("after ResetState: StepCount %d LR %v", opt2.StepCount(), opt2.LR())
 	}
 	ref := &refSGD{lr: 0.05, momentum: 0.9, dampening: 0.1, wd: 1e-3}
-	cur := values(qs)
-	setGrads(qs, grads[0])
+	cur := values(t, qs)
+	setGrads(t, qs, grads[0])
 	opt2.Step()
 	ref.update(cur, grads[0])
 	for i := range qs {
-		if e := relErr(qs[i].Value.Float64s(), cur[i]); e > 1e-12 {
+		if e := relErr(f64(t, qs[i].Value), cur[i]); e > 1e-12 {
 			t.Errorf("first step after ResetState, param %d: rel err %.3g", i, e)
 		}
 	}
 }
 
 func TestSGDLoadStateDictRejects(t *testing.T) {
-	ps := randParams(tensor.NewRNG(10), tensor.F32, []int{4}, []int{2})
+	ps := randParams(t, tensor.NewRNG(10), tensor.F32, []int{4}, []int{2})
 	opt, err := optim.NewSGD(ps, optim.SGDOptions{Momentum: 0.9})
 	if err != nil {
 		t.Fatal(err)
@@ -258,7 +260,7 @@ func TestSGDLoadStateDictRejects(t *testing.T) {
 }
 
 func TestSGDOptions(t *testing.T) {
-	ps := func() []*autograd.Var { return randParams(tensor.NewRNG(11), tensor.F32, []int{2}) }
+	ps := func() []*autograd.Var { return randParams(t, tensor.NewRNG(11), tensor.F32, []int{2}) }
 	bad := []struct {
 		name string
 		o    optim.SGDOptions
@@ -279,7 +281,7 @@ func TestSGDOptions(t *testing.T) {
 			}
 		})
 	}
-	half := []*autograd.Var{autograd.Param(tensor.Zeros(tensor.BF16, 4))}
+	half := []*autograd.Var{autograd.Param(testdevice.To(t, tensor.Zeros(tensor.BF16, 4)))}
 	if _, err := optim.NewSGD(half, optim.SGDOptions{}); !errors.Is(err, optim.ErrOptions) {
 		t.Errorf("NewSGD over BF16 parameters: %v, want ErrOptions", err)
 	}
@@ -305,27 +307,27 @@ func TestSGDOptions(t *testing.T) {
 func TestSGDCaptureReplay(t *testing.T) {
 	defer failOnPanic(t)
 	rng := tensor.NewRNG(12)
-	ps := randParams(rng, tensor.F32, []int{300, 30}, []int{30})
+	ps := randParams(t, rng, tensor.F32, []int{300, 30}, []int{30})
 	o := optim.SGDOptions{LR: 0.1, Momentum: 0.9, WeightDecay: 1e-3}
 	opt, err := optim.NewSGD(ps, o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ref := &refSGD{lr: o.LR, momentum: o.Momentum, wd: o.WeightDecay}
-	want := values(ps)
+	want := values(t, ps)
 
 	gs := randGrads(rng, ps)
-	setGrads(ps, gs)
+	setGrads(t, ps, gs)
 	opt.Step() // eager warm-up
 	ref.update(want, gs)
 
-	before := values(ps)
+	before := values(t, ps)
 	g := capture(t, opt.Step)
 	if g.Len() != 2 {
 		t.Errorf("captured SGD step has %d launches, want 2 (Increment, SGDStep)", g.Len())
 	}
 	for i := range ps {
-		if relErr(ps[i].Value.Float64s(), before[i]) != 0 {
+		if relErr(f64(t, ps[i].Value), before[i]) != 0 {
 			t.Fatal("capture executed the step")
 		}
 	}
@@ -335,11 +337,11 @@ func TestSGDCaptureReplay(t *testing.T) {
 			ref.lr = 0.01
 		}
 		gs := randGrads(rng, ps)
-		setGrads(ps, gs)
+		setGrads(t, ps, gs)
 		g.Replay()
 		ref.update(want, gs)
 		for i, p := range ps {
-			if e := relErr(p.Value.Float64s(), want[i]); e > 1e-5 {
+			if e := relErr(f64(t, p.Value), want[i]); e > 1e-5 {
 				t.Fatalf("replay %d param %d: rel err %.3g", r, i, e)
 			}
 		}
@@ -354,17 +356,17 @@ func TestSGDCaptureReplay(t *testing.T) {
 func TestSGDFollowsRebuild(t *testing.T) {
 	defer failOnPanic(t)
 	rng := tensor.NewRNG(13)
-	ps := randParams(rng, tensor.F64, []int{10}, []int{3, 4}, []int{6})
+	ps := randParams(t, rng, tensor.F64, []int{10}, []int{3, 4}, []int{6})
 	o := optim.SGDOptions{LR: 0.1, Momentum: 0.9}
 	opt, err := optim.NewSGD(ps[:2], o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ref := &refSGD{lr: o.LR, momentum: o.Momentum}
-	want := values(ps[:2])
+	want := values(t, ps[:2])
 	for i := 0; i < 2; i++ {
 		gs := randGrads(rng, ps[:2])
-		setGrads(ps[:2], gs)
+		setGrads(t, ps[:2], gs)
 		opt.Step()
 		ref.update(want, gs)
 	}
@@ -372,16 +374,16 @@ func TestSGDFollowsRebuild(t *testing.T) {
 		t.Fatal(err)
 	}
 	gs := randGrads(rng, ps)
-	setGrads(ps, gs)
+	setGrads(t, ps, gs)
 	opt.Step()
 	ref.update(want, gs[:2])
 	for i := 0; i < 2; i++ {
-		if e := relErr(ps[i].Value.Float64s(), want[i]); e > 1e-12 {
+		if e := relErr(f64(t, ps[i].Value), want[i]); e > 1e-12 {
 			t.Errorf("kept param %d lost its momentum: rel err %.3g", i, e)
 		}
 	}
 	// The new parameter's buffer was zero at step 3 (not 1): buf = g.
-	sd := opt.StateDict()["momentum_buffer.f64"].Float64s()
+	sd := f64(t, opt.StateDict()["momentum_buffer.f64"])
 	for j, v := range sd[:6] {
 		if math.Abs(v-gs[2][j]) > 1e-12 {
 			t.Fatalf("new param momentum[%d] = %v, want the gradient %v", j, v, gs[2][j])
@@ -394,7 +396,7 @@ func TestSGDFollowsRebuild(t *testing.T) {
 func TestCapturedStepAllocatesNothing(t *testing.T) {
 	defer failOnPanic(t)
 	rng := tensor.NewRNG(14)
-	ps := randParams(rng, tensor.F32, []int{16, 4}, []int{4})
+	ps := randParams(t, rng, tensor.F32, []int{16, 4}, []int{4})
 	for _, mk := range []func() (optim.Optimizer, error){
 		func() (optim.Optimizer, error) { return optim.NewSGD(ps, optim.SGDOptions{Momentum: 0.9}) },
 		func() (optim.Optimizer, error) { return optim.NewAdamW(ps, optim.AdamWOptions{}) },
@@ -403,11 +405,11 @@ func TestCapturedStepAllocatesNothing(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s, err := optim.NewGradScaler(optim.GradScalerOptions{})
+		s, err := optim.NewGradScaler(optim.GradScalerOptions{Device: testdevice.Device(t)})
 		if err != nil {
 			t.Fatal(err)
 		}
-		setGrads(ps, randGrads(rng, ps))
+		setGrads(t, ps, randGrads(rng, ps))
 		g := capture(t, func() {
 			s.Unscale(opt)
 			optim.ClipGradNorm(opt.Arena(), 1)

@@ -95,29 +95,44 @@ func (s *flatState) stateDict(sd map[string]*tensor.Tensor) {
 }
 
 // check validates that sd has a buffer of the right size for every state
-// name and bucket.
-func (s *flatState) check(sd map[string]*tensor.Tensor) error {
+// name and bucket, and returns those buffers on the arena's device, ready
+// for load: a buffer on another device (a state dict read from a file on
+// the host, for an optimizer on a device) is copied there explicitly, so
+// a failed copy is an error before anything changed.
+func (s *flatState) check(sd map[string]*tensor.Tensor) (map[string]*tensor.Tensor, error) {
 	s.sync()
+	out := make(map[string]*tensor.Tensor, len(s.arena.buckets)*len(s.names))
 	for bi, b := range s.arena.buckets {
 		for ni := range s.names {
 			k := s.key(ni, b.dtype)
 			t, ok := sd[k]
 			if !ok || t == nil {
-				return fmt.Errorf("optim: state dict has no %q", k)
+				return nil, fmt.Errorf("optim: state dict has no %q", k)
 			}
 			want := s.bufs[bi][ni]
 			if !tensor.SameShape(t.Shape(), want.Shape()) {
-				return fmt.Errorf("optim: state dict %q has shape %v, want %v", k, t.Shape(), want.Shape())
+				return nil, fmt.Errorf("optim: state dict %q has shape %v, want %v", k, t.Shape(), want.Shape())
 			}
 			if !t.DType().IsFloat() {
-				return fmt.Errorf("optim: state dict %q has non-float dtype %v", k, t.DType())
+				return nil, fmt.Errorf("optim: state dict %q has non-float dtype %v", k, t.DType())
 			}
+			if dev := want.Device(); t.Device() != dev {
+				if !t.IsContiguous() {
+					t = cloneTensor(t)
+				}
+				moved, err := t.ToDevice(dev)
+				if err != nil {
+					return nil, fmt.Errorf("optim: state dict %q: copying it from %v to %v: %w", k, t.Device(), dev, err)
+				}
+				t = moved
+			}
+			out[k] = t
 		}
 	}
-	return nil
+	return out, nil
 }
 
-// load copies checked buffers from sd in place.
+// load copies the buffers check returned into the state in place.
 func (s *flatState) load(sd map[string]*tensor.Tensor) {
 	for bi, b := range s.arena.buckets {
 		for ni := range s.names {
