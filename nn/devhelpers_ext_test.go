@@ -1,7 +1,6 @@
 package nn_test
 
 import (
-	"fmt"
 	"testing"
 
 	"github.com/esper-go/esper/internal/testdevice"
@@ -19,19 +18,11 @@ func onDevice[M nn.Module](t testing.TB, m M) M {
 	return m
 }
 
-// The examples get no *testing.T; exampleTB lets them ask testdevice for
-// the device all the same (a failure panics, which fails the example).
-type exampleTB struct{ testing.TB }
-
-func (exampleTB) Helper()                           {}
-func (exampleTB) Fatal(args ...any)                 { panic(fmt.Sprint(args...)) }
-func (exampleTB) Fatalf(format string, args ...any) { panic(fmt.Sprintf(format, args...)) }
-
 // exampleDevice is where the examples compute: the CPU, or the device
 // ESPER_TEST_DEVICE names (the examples print the same on both). A
 // program names its device instead: tensor.CPU, tensor.Sim(0), a CUDA
 // device.
-func exampleDevice() tensor.Device { return testdevice.Device(exampleTB{}) }
+func exampleDevice() tensor.Device { return testdevice.Must() }
 
 // moveTo moves an example's module to exampleDevice (nn.To).
 func moveTo(m nn.Module) {
@@ -42,8 +33,8 @@ func moveTo(m nn.Module) {
 
 // toDevice copies an example's input to exampleDevice (x itself on the
 // CPU).
-func toDevice(x *tensor.Tensor) *tensor.Tensor { return testdevice.To(exampleTB{}, x) }
+func toDevice(x *tensor.Tensor) *tensor.Tensor { return testdevice.To(testdevice.Example{}, x) }
 
 // onHost returns x readable on the host: x itself on the CPU, an
 // explicit copy (a host sync) from a device.
-func onHost(x *tensor.Tensor) *tensor.Tensor { return testdevice.Host(exampleTB{}, x) }
+func onHost(x *tensor.Tensor) *tensor.Tensor { return testdevice.Host(testdevice.Example{}, x) }

@@ -186,21 +186,13 @@ func cloneVals(v [][]float64) [][]float64 {
 	return out
 }
 
-// The examples get no *testing.T; exampleTB lets them ask testdevice for
-// the device all the same (a failure panics, which fails the example).
-type exampleTB struct{ testing.TB }
-
-func (exampleTB) Helper()                           {}
-func (exampleTB) Fatal(args ...any)                 { panic(fmt.Sprint(args...)) }
-func (exampleTB) Fatalf(format string, args ...any) { panic(fmt.Sprintf(format, args...)) }
-
 // toDevice copies an example's tensor to the test device (x itself on
 // the CPU); a program names its device instead.
-func toDevice(x *tensor.Tensor) *tensor.Tensor { return testdevice.To(exampleTB{}, x) }
+func toDevice(x *tensor.Tensor) *tensor.Tensor { return testdevice.To(testdevice.Example{}, x) }
 
 // onHost returns x readable on the host: x itself on the CPU, an
 // explicit copy (a host sync) from a device.
-func onHost(x *tensor.Tensor) *tensor.Tensor { return testdevice.Host(exampleTB{}, x) }
+func onHost(x *tensor.Tensor) *tensor.Tensor { return testdevice.Host(testdevice.Example{}, x) }
 
 // capture records f with the test device's backend's capture. The
 // capture is ended even when f panics (a missing kernel), so later tests

@@ -79,6 +79,21 @@ func Must() tensor.Device {
 	return d
 }
 
+// Example is the testing.TB the helpers take, for code that has none
+// (an Example function): Helper does nothing, Fatal and Fatalf panic,
+// which fails the example. The helpers of this package call nothing
+// else on it.
+type Example struct{ testing.TB }
+
+// Helper does nothing.
+func (Example) Helper() {}
+
+// Fatal panics with its arguments.
+func (Example) Fatal(args ...any) { panic(fmt.Sprint(args...)) }
+
+// Fatalf panics with the formatted message.
+func (Example) Fatalf(format string, args ...any) { panic(fmt.Sprintf(format, args...)) }
+
 // OnDevice reports whether the tests run on a device other than the CPU.
 func OnDevice(t testing.TB) bool { return !Device(t).IsCPU() }
 
