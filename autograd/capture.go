@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/tensor"
@@ -82,6 +83,7 @@ type Captured struct {
 	last  *entry
 	// Stats for telemetry.
 	captures, replays, eagerCalls int
+	captureTime                   time.Duration
 }
 
 type entry struct {
@@ -115,11 +117,15 @@ func Capture(step StepFunc, opt CaptureOptions) *Captured {
 // CaptureStats counts what Run has done.
 type CaptureStats struct {
 	Captures, Replays, EagerCalls, CachedGraphs int
+	// CaptureTime is the wall time spent capturing (recording steps into
+	// graphs, failed attempts included), not the warm-up's eager calls
+	// nor the replays.
+	CaptureTime time.Duration
 }
 
 // Stats returns the counters.
 func (c *Captured) Stats() CaptureStats {
-	return CaptureStats{Captures: c.captures, Replays: c.replays, EagerCalls: c.eagerCalls, CachedGraphs: len(c.cache)}
+	return CaptureStats{Captures: c.captures, Replays: c.replays, EagerCalls: c.eagerCalls, CachedGraphs: len(c.cache), CaptureTime: c.captureTime}
 }
 
 // Launches returns the number of launches of the most recently used
@@ -221,7 +227,10 @@ func (c *Captured) Run(inputs ...*tensor.Tensor) ([]*tensor.Tensor, error) {
 		c.eagerCalls++
 		return c.step(inputs), nil
 	case e.graph == nil:
-		if err := c.capture(e, inputs); err != nil {
+		start := time.Now()
+		err := c.capture(e, inputs)
+		c.captureTime += time.Since(start)
+		if err != nil {
 			e.fallback = true
 			if c.opt.OnFallback != nil {
 				c.opt.OnFallback(err)

@@ -10,6 +10,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/esper-go/esper/autograd"
 	"github.com/esper-go/esper/kasmina"
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/nn"
@@ -833,7 +834,7 @@ type epochEvents struct {
 
 // numEpochMetrics is the number of tolaria.* metrics emitEpoch sends
 // before the deadlines' and the aggregation's.
-const numEpochMetrics = 15
+const numEpochMetrics = 19
 
 // sameMetrics reports whether a and b hold the same metrics in the same
 // order: names, units, attributes, and values bit for bit (a NaN equals
@@ -900,6 +901,7 @@ func (t *Trainer) emitEpoch(r EpochReport) {
 	if sendAgg {
 		n += len(t.aggReport.Metrics)
 	}
+	cs := t.captureStats()
 	metrics := make([]leyline.Metric, 0, n)
 	metrics = append(metrics,
 		leyline.Metric{Name: leyline.MetricTolariaTrainingLoss, Value: r.TrainLoss},
@@ -919,6 +921,12 @@ func (t *Trainer) emitEpoch(r EpochReport) {
 		// each: always foreach.
 		leyline.Metric{Name: leyline.MetricTolariaTrainForeachEnabled, Value: 1},
 		leyline.Metric{Name: leyline.MetricTolariaHostSyncs, Value: float64(r.HostSyncs)},
+		// In Go a captured step is both the "compiled" step and the
+		// device graph: the graph figures are those of the captures.
+		leyline.Metric{Name: leyline.MetricTolariaTrainGraphEnabled, Value: b2f(t.o.Capture)},
+		leyline.Metric{Name: leyline.MetricTolariaGraphFallback, Value: float64(t.summary.CaptureFallbacks)},
+		leyline.Metric{Name: leyline.MetricTolariaGraphCaptureMs, Value: float64(cs.CaptureTime.Microseconds()) / 1e3, Unit: "ms"},
+		leyline.Metric{Name: leyline.MetricTolariaGraphReplaysTotal, Value: float64(cs.Replays)},
 	)
 	metrics = append(metrics, t.changed...)
 	if sendAgg {
@@ -930,4 +938,22 @@ func (t *Trainer) emitEpoch(r EpochReport) {
 	mev.Epoch = &p.metsEpoch
 	t.o.Sink.Emit(mev)
 	t.emitAggWarnings(r.Epoch+1, t.aggReport.Events)
+}
+
+// captureStats sums the train step's and the evaluation's capture
+// figures (both zero without TrainerOptions.Capture).
+func (t *Trainer) captureStats() autograd.CaptureStats {
+	var s autograd.CaptureStats
+	for _, c := range []*autograd.Captured{t.step.captured, t.eval.captured} {
+		if c == nil {
+			continue
+		}
+		cs := c.Stats()
+		s.Captures += cs.Captures
+		s.Replays += cs.Replays
+		s.EagerCalls += cs.EagerCalls
+		s.CachedGraphs += cs.CachedGraphs
+		s.CaptureTime += cs.CaptureTime
+	}
+	return s
 }

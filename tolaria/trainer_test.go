@@ -570,3 +570,44 @@ func TestTrainerDrainsItsController(t *testing.T) {
 	}
 	require.Equal(t, 3, c.decisions)
 }
+
+// TestGraphTelemetry: every epoch reports tolaria.train.graph_enabled,
+// tolaria.graph_fallback, tolaria.graph.capture_ms and
+// tolaria.graph.replays_total — with capture on, graphs are recorded
+// (capture time > 0 after the first epoch) and replayed (the count grows
+// every epoch); with capture off, all four are 0.
+func TestGraphTelemetry(t *testing.T) {
+	for _, capture := range []bool{true, false} {
+		rec := &recorder{}
+		tr, err := NewTrainer(TrainerOptions{
+			Model: trainerModel(t), Train: toyData(t, 1, 4, 8), Val: toyData(t, 2, 2, 8),
+			Epochs: 3, HostLR: 0.05, Capture: capture, Sink: rec,
+		})
+		require.NoError(t, err)
+		for e := 0; e < 3; e++ {
+			_, err := tr.RunEpoch(context.Background(), e)
+			require.NoError(t, err)
+		}
+		var enabled, fallback, captureMs, replays []float64
+		for _, e := range rec.all() {
+			if p, ok := e.Data.(*leyline.MetricsPayload); ok && e.Type == leyline.EventMetrics && p.Source == "tolaria" {
+				enabled = append(enabled, metricValue(t, p.Metrics, leyline.MetricTolariaTrainGraphEnabled))
+				fallback = append(fallback, metricValue(t, p.Metrics, leyline.MetricTolariaGraphFallback))
+				captureMs = append(captureMs, metricValue(t, p.Metrics, leyline.MetricTolariaGraphCaptureMs))
+				replays = append(replays, metricValue(t, p.Metrics, leyline.MetricTolariaGraphReplaysTotal))
+			}
+		}
+		require.Len(t, enabled, 3, "capture %v", capture)
+		require.Equal(t, []float64{0, 0, 0}, fallback)
+		if !capture {
+			require.Equal(t, []float64{0, 0, 0}, enabled)
+			require.Equal(t, []float64{0, 0, 0}, captureMs)
+			require.Equal(t, []float64{0, 0, 0}, replays)
+			continue
+		}
+		require.Equal(t, []float64{1, 1, 1}, enabled)
+		require.Greater(t, captureMs[2], 0.0, "graphs were recorded")
+		require.Less(t, replays[0], replays[1], "replays grow every epoch: %v", replays)
+		require.Less(t, replays[1], replays[2], "replays grow every epoch: %v", replays)
+	}
+}
