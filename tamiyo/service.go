@@ -338,6 +338,12 @@ func (s *Service) metricsLocked(lat time.Duration, cov Coverage, value float32) 
 		{Name: leyline.MetricTamiyoGNNInferenceLatencyMs, Value: ms(lat), Unit: "ms"},
 		{Name: leyline.MetricTamiyoGNNFeatureCoverage, Value: cov.Mean(), Unit: "ratio"},
 	}
+	if s.infer.Captures() {
+		// The time spent capturing the forward graphs so far (each
+		// batch shape's once): Go's counterpart of torch.compile's
+		// warm-up.
+		m = append(m, leyline.Metric{Name: leyline.MetricTamiyoGNNCompileWarmMs, Value: ms(s.infer.Stats().CaptureTime), Unit: "ms"})
+	}
 	if s.fallbacks > 0 {
 		m = append(m, leyline.Metric{Name: leyline.MetricTamiyoGNNCompileFallbackTotal, Value: float64(s.fallbacks), Unit: "count"})
 	}

@@ -288,6 +288,14 @@ func TestServiceTelemetry(t *testing.T) {
 	// The layers have no norms and the seeds no gradient telemetry.
 	v, _ := metric(evs[0], leyline.MetricTamiyoGNNFeatureCoverage+".node.layer")
 	assert.Equal(t, 0.0, v)
+	// tamiyo.gnn.compile_warm_ms: nothing captured at the warm-up
+	// decision, the capture's time from the second on.
+	warm0, ok0 := metric(evs[0], leyline.MetricTamiyoGNNCompileWarmMs)
+	warm1, ok1 := metric(evs[1], leyline.MetricTamiyoGNNCompileWarmMs)
+	require.True(t, ok0 && ok1)
+	assert.Equal(t, 0.0, warm0)
+	assert.Greater(t, warm1, 0.0)
+	assert.Equal(t, s.infer.Stats().CaptureTime.Seconds()*1e3, warm1)
 }
 
 // TestInferenceCapturedEqualsEager: captured forwards (warm-up, capture,
