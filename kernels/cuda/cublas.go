@@ -202,6 +202,13 @@ func newBlasHandle(d *Device) (*blasHandle, error) {
 // cuBLAS is column-major, so it is asked for Cᵀ = op(B)ᵀ·op(A)ᵀ.
 func (b *blasHandle) gemmRowMajor(transA, transB bool, m, n, k int, a cu.DevicePtr, lda int, sa int64,
 	bp cu.DevicePtr, ldb int, sb int64, c cu.DevicePtr, ldc int, sc int64, batch int, dt int, prec Precision) error {
+	return b.gemmRowMajorBeta(transA, transB, m, n, k, a, lda, sa, bp, ldb, sb, c, ldc, sc, batch, dt, prec, 0)
+}
+
+// gemmRowMajorBeta is gemmRowMajor computing C = op(A)·op(B) + beta·C
+// (beta 1: MatMulAdd's accumulation into C).
+func (b *blasHandle) gemmRowMajorBeta(transA, transB bool, m, n, k int, a cu.DevicePtr, lda int, sa int64,
+	bp cu.DevicePtr, ldb int, sb int64, c cu.DevicePtr, ldc int, sc int64, batch int, dt int, prec Precision, beta float32) error {
 	if m == 0 || n == 0 {
 		return nil
 	}
@@ -233,9 +240,9 @@ func (b *blasHandle) gemmRowMajor(transA, transB bool, m, n, k int, a cu.DeviceP
 	t := C.int(dt)
 	if batch == 1 {
 		return blasCheck("cublasGemmEx", C.esper_blas_gemm(b.h, opB, opA, C.int(n), C.int(m), C.int(k), 1,
-			C.uint64_t(bp), t, C.int(ldb), C.uint64_t(a), t, C.int(lda), 0, C.uint64_t(c), t, C.int(ldc), compute))
+			C.uint64_t(bp), t, C.int(ldb), C.uint64_t(a), t, C.int(lda), C.float(beta), C.uint64_t(c), t, C.int(ldc), compute))
 	}
 	return blasCheck("cublasGemmStridedBatchedEx", C.esper_blas_gemm_batched(b.h, opB, opA, C.int(n), C.int(m), C.int(k), 1,
-		C.uint64_t(bp), t, C.int(ldb), C.longlong(sb), C.uint64_t(a), t, C.int(lda), C.longlong(sa), 0,
+		C.uint64_t(bp), t, C.int(ldb), C.longlong(sb), C.uint64_t(a), t, C.int(lda), C.longlong(sa), C.float(beta),
 		C.uint64_t(c), t, C.int(ldc), C.longlong(sc), C.int(batch), compute))
 }

@@ -64,6 +64,66 @@ __device__ void sum_batches(T* d, const T* s, int64_t nb, int64_t m) {
     }
 }
 
+// --- the affine epilogue of kernels.ConvAffineActer and ConvAffineActPooler
+
+// ld_flt reads element i of an fp32 array, or of a bf16 one when bf16.
+__device__ __forceinline__ float ld_flt(const void* p, int bf16, int64_t i) {
+    return bf16 ? __bfloat162float(((const __nv_bfloat16*)p)[i]) : ((const float*)p)[i];
+}
+
+// epilogue_act is act(v·scale + shift): the activation unary_f, its ReLU
+// max(v, +0) with NaN kept (kernels.Relu, as the CPU backend's epilogue).
+__device__ __forceinline__ float epilogue_act(int act, float v, float scale, float shift) {
+    v = v * scale + shift;
+    if (act == U_RELU) return v > 0.f || v != v ? v : 0.f;
+    return unary_f(act, v);
+}
+
+// round_to is v as a T element holds it (bf16 rounded to nearest even).
+__device__ __forceinline__ float round_to(const float*, float v) { return v; }
+__device__ __forceinline__ float round_to(const __nv_bfloat16*, float v) {
+    return __bfloat162float(__float2bfloat16_rn(v));
+}
+
+// affine_act_nchw: y[n, c, p] = act(y[n, c, p]·scale[c] + shift[c]) over
+// planes of P pixels, in place on the convolution's output; scale and
+// shift are fp32, or bf16 where their flag says so.
+template <typename T>
+__device__ void affine_act_nchw(T* y, const void* scale, int scale16, const void* shift, int shift16, int act,
+                                int64_t c, int64_t P, int64_t total) {
+    GRID_STRIDE(e, total) {
+        int64_t ch = (e / P) % c;
+        st(y, e, epilogue_act(act, ld(y, e), ld_flt(scale, scale16, ch), ld_flt(shift, shift16, ch)));
+    }
+}
+
+// affine_act_pool2: one thread per output o of dst's planes (ho/2 ×
+// wo/2): the 2×2, stride-2 max over y's planes (ho×wo, the convolution's
+// output) of affine_act_nchw's values, which are never written: each
+// rounded as a T element would hold it and compared as MaxPool2d compares
+// (the first maximum in scan order, the first NaN at once).
+template <typename T>
+__device__ void affine_act_pool2(T* dst, const T* y, const void* scale, int scale16, const void* shift, int shift16,
+                                 int act, int64_t c, int64_t ho, int64_t wo, int64_t pho, int64_t pwo, int64_t total) {
+    GRID_STRIDE(o, total) {
+        int64_t ow = o % pwo, oh = (o / pwo) % pho, pl = o / (pwo * pho);
+        int64_t ch = pl % c;
+        float sc = ld_flt(scale, scale16, ch), sh = ld_flt(shift, shift16, ch);
+        const T* yp = y + pl * ho * wo;
+        float best = 0.f;
+        bool have = false;
+        for (int k = 0; k < 4; k++) {
+            float v = round_to(y, epilogue_act(act, ld(yp, (2 * oh + (k >> 1)) * wo + 2 * ow + (k & 1)), sc, sh));
+            if (!have || v > best || v != v) {
+                best = v;
+                have = true;
+                if (v != v) break;
+            }
+        }
+        st(dst, o, best);
+    }
+}
+
 extern "C" {
 
 __global__ void im2col_f32(float* cols, const float* x, Conv g) { im2col(cols, x, g); }
@@ -79,6 +139,26 @@ __global__ void bias_nchw_bf16(__nv_bfloat16* y, const __nv_bfloat16* bias, int6
 __global__ void sum_batches_f32(float* d, const float* s, int64_t nb, int64_t m) { sum_batches(d, s, nb, m); }
 __global__ void sum_batches_bf16(__nv_bfloat16* d, const __nv_bfloat16* s, int64_t nb, int64_t m) {
     sum_batches(d, s, nb, m);
+}
+
+// The epilogues of Conv2dAffineAct and Conv2dAffineActMaxPool2x2.
+__global__ void affine_act_nchw_f32(float* y, const void* scale, int scale16, const void* shift, int shift16, int act,
+                                    int64_t c, int64_t P, int64_t total) {
+    affine_act_nchw(y, scale, scale16, shift, shift16, act, c, P, total);
+}
+__global__ void affine_act_nchw_bf16(__nv_bfloat16* y, const void* scale, int scale16, const void* shift, int shift16,
+                                     int act, int64_t c, int64_t P, int64_t total) {
+    affine_act_nchw(y, scale, scale16, shift, shift16, act, c, P, total);
+}
+__global__ void affine_act_pool2_f32(float* dst, const float* y, const void* scale, int scale16, const void* shift,
+                                     int shift16, int act, int64_t c, int64_t ho, int64_t wo, int64_t pho,
+                                     int64_t pwo, int64_t total) {
+    affine_act_pool2(dst, y, scale, scale16, shift, shift16, act, c, ho, wo, pho, pwo, total);
+}
+__global__ void affine_act_pool2_bf16(__nv_bfloat16* dst, const __nv_bfloat16* y, const void* scale, int scale16,
+                                      const void* shift, int shift16, int act, int64_t c, int64_t ho, int64_t wo,
+                                      int64_t pho, int64_t pwo, int64_t total) {
+    affine_act_pool2(dst, y, scale, scale16, shift, shift16, act, c, ho, wo, pho, pwo, total);
 }
 
 }  // extern "C"

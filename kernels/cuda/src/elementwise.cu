@@ -330,4 +330,59 @@ __global__ void fill_raw8(uint64_t* d, uint64_t v, int64_t n) {
     GRID_STRIDE(i, n) d[i] = v;
 }
 
+// --- kernels.ChannelAxpyer (fp32) ---------------------------------------
+// x, y, d and g are [N, C, hw] (planes = N·C); s holds ns = C scales (one
+// per channel, plane pl's being s[pl % C]) or ns = 1 for all.
+
+// channel_axpy: d = x + s⊙y, the product and the sum each rounded as
+// Binary Mul and Binary Add round them (no fused multiply-add).
+__global__ void channel_axpy_f32(float* d, const float* x, const float* y, const float* s, int64_t ns, int64_t c,
+                                 int64_t hw, int64_t n) {
+    GRID_STRIDE(i, n) {
+        int64_t k = ns > 1 ? (i / hw) % c : 0;
+        d[i] = __fadd_rn(x[i], __fmul_rn(s[k], y[i]));
+    }
+}
+
+// block_sum_f64 is block_sum in fp64.
+__device__ double block_sum_f64(double v) {
+    __shared__ double part[32];
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    __syncthreads();
+    if (lane == 0) part[w] = v;
+    __syncthreads();
+    v = lane < (int)(blockDim.x >> 5) ? part[lane] : 0.0;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
+    return v;
+}
+
+// channel_axpy_bwd: block pl (one per plane) writes dy = s⊙g over its
+// plane (dy optional) and, when part is given, part[pl] = Σ g⊙y over it
+// in fp64.
+__global__ void channel_axpy_bwd_f32(float* dy, double* part, const float* g, const float* y, const float* s,
+                                     int64_t ns, int64_t c, int64_t hw) {
+    int64_t pl = blockIdx.x, base = pl * hw;
+    float sk = s[ns > 1 ? pl % c : 0];
+    double acc = 0.0;
+    for (int64_t j = threadIdx.x; j < hw; j += blockDim.x) {
+        float gv = g[base + j];
+        if (dy) dy[base + j] = __fmul_rn(sk, gv);
+        if (part) acc += (double)gv * (double)y[base + j];
+    }
+    if (!part) return;
+    acc = block_sum_f64(acc);
+    if (threadIdx.x == 0) part[pl] = acc;
+}
+
+// channel_axpy_ds: one thread per scale k: ds[k] = Σ part[pl] over the
+// planes of k (pl ≡ k mod ns) in sample order, rounded once.
+__global__ void channel_axpy_ds_f32(float* ds, const double* part, int64_t ns, int64_t planes) {
+    GRID_STRIDE(k, ns) {
+        double a = 0.0;
+        for (int64_t pl = k; pl < planes; pl += ns) a += part[pl];
+        ds[k] = (float)a;
+    }
+}
+
 }  // extern "C"

@@ -31,4 +31,24 @@ __global__ void bias_act_bf16(__nv_bfloat16* d, const void* bias, int bias_bf16,
     bias_act(d, bias, bias_bf16, act, cols, n);
 }
 
+// sum_rows_add is kernels.GradAccumulator's SumRowsAdd over x [m, n]
+// (fp32): d[j] += Σ_i x[i, j]. A block of 32×8 threads takes 32 columns;
+// row lane ty sums the rows i ≡ ty (mod 8) of its column in fp64, the
+// eight lanes are added in order, and the sum, rounded once to fp32, is
+// added to d[j] in fp32 (as Reduce and then Binary Add round).
+__global__ void sum_rows_add_f32(float* d, const float* x, int64_t m, int64_t n) {
+    __shared__ double part[8][32];
+    int64_t j = (int64_t)blockIdx.x * 32 + threadIdx.x;
+    double s = 0.0;
+    if (j < n)
+        for (int64_t i = threadIdx.y; i < m; i += 8) s += (double)x[i * n + j];
+    part[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && j < n) {
+        double t = 0.0;
+        for (int k = 0; k < 8; k++) t += part[k][threadIdx.x];
+        d[j] = __fadd_rn(d[j], (float)t);
+    }
+}
+
 }  // extern "C"

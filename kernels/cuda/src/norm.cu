@@ -12,6 +12,67 @@
 
 // block_sum reduces v over the block and returns the sum to every thread.
 
+// --- the fused ReLU (and 2×2 max pool) of batch and group norm ----------
+//
+// The *_relu entry points are the existing kernels with a ReLU folded in
+// (kernels.BatchNormReluer, GroupNormReluer, BatchNormReluPooler): the
+// forward writes max(v, +0) (NaN kept) of the normalised value v, and the
+// backward takes dy as +0 wherever that output was not > 0, rebuilding v
+// from x, the saved statistics, w and b exactly as the forward rounded it
+// (norm_out), so that the output is never read. The template parameter
+// RELU of the shared device functions is 0 for the plain kernels (whose
+// code is unchanged), 1 with the ReLU, 2 with the ReLU and dy gathered
+// from a 2×2, stride-2 max pool's gradient.
+
+// norm_out is the fused output's pre-activation (x − mu)·r·w + b, each
+// step rounded by an intrinsic (never contracted otherwise), so that the
+// forward and the backward's mask compute it bit for bit alike.
+__device__ __forceinline__ float norm_out(float x, float mu, float r, float wk, float bk) {
+    return __fmaf_rn(__fmul_rn(__fsub_rn(x, mu), r), wk, bk);
+}
+
+// relu_nan is max(v, +0) with NaN kept.
+__device__ __forceinline__ float relu_nan(float v) { return v > 0.f || v != v ? v : 0.f; }
+
+// round_as is v as a T element holds it (bf16 rounded to nearest even).
+__device__ __forceinline__ float round_as(const float*, float v) { return v; }
+__device__ __forceinline__ float round_as(const __nv_bfloat16*, float v) {
+    return __bfloat162float(__float2bfloat16_rn(v));
+}
+
+// NormRelu is what a fused backward needs beyond the plain one: the
+// forward's shift b (null for none) for the ReLU's mask and, with the
+// pool (RELU 2), the pool's gradient g and int32 argmax over pooled
+// planes of ho×wo, the input planes being wd wide.
+template <typename T>
+struct NormRelu {
+    const T* b;
+    const T* g;
+    const int32_t* argmax;
+    int64_t wd, ho, wo;
+};
+
+// relu_dy is the gradient reaching the fused output at x[i] (planes of
+// hw): dy[i] or, pooled, g at the window holding i when its argmax is i
+// (a 2×2, stride-2 window holds each element at most once, so this
+// gathers what MaxPool2dBackward scatters), taken as +0 where the output
+// (x[i] − mu)·r·wk + bk was not > 0.
+template <typename T, int RELU>
+__device__ __forceinline__ float relu_dy(const NormRelu<T>& m, const T* dy, const T* x, int64_t i, int64_t hw, float mu,
+                                         float r, float wk, float bk) {
+    float g = 0.f;
+    if (RELU == 2) {
+        int64_t pl = i / hw, p = i - pl * hw, ph = p / m.wd, pw = p - ph * m.wd;
+        if (ph < 2 * m.ho && pw < 2 * m.wo) {
+            int64_t o = (pl * m.ho + (ph >> 1)) * m.wo + (pw >> 1);
+            if ((int64_t)m.argmax[o] == p) g = ld(m.g, o);
+        }
+    } else {
+        g = ld(dy, i);
+    }
+    return norm_out(ld(x, i), mu, r, wk, bk) > 0.f ? g : 0.f;
+}
+
 // --- batch norm ---------------------------------------------------------
 
 // bn_stats: block ch writes mean[ch] and rstd[ch]: the batch statistics
@@ -46,12 +107,16 @@ __device__ void bn_stats(float* mean, float* rstd, float* rm, float* rv, const T
     }
 }
 
-// bn_apply: y = (x − mean)·rstd·w + b per channel.
-template <typename T>
+// bn_apply: y = (x − mean)·rstd·w + b per channel (RELU: its ReLU).
+template <typename T, int RELU = 0>
 __device__ void bn_apply(T* y, const T* x, const float* mean, const float* rstd, const T* w, const T* b, int64_t c,
                          int64_t hw, int64_t n) {
     GRID_STRIDE(i, n) {
         int64_t ch = (i / hw) % c;
+        if (RELU) {
+            st(y, i, relu_nan(norm_out(ld(x, i), mean[ch], rstd[ch], w ? ld(w, ch) : 1.f, b ? ld(b, ch) : 0.f)));
+            continue;
+        }
         float v = (ld(x, i) - mean[ch]) * rstd[ch];
         if (w) v *= ld(w, ch);
         if (b) v += ld(b, ch);
@@ -59,16 +124,46 @@ __device__ void bn_apply(T* y, const T* x, const float* mean, const float* rstd,
     }
 }
 
-// bn_bwd_sums: block ch writes sums[ch] = Σ dy and sums[c + ch] = Σ dy·x̂
-// over the batch, and db, dw (optional) from them.
+// bn_relu_pool: one thread per output o of the pooled planes (N·C of
+// ho×wo): the 2×2, stride-2 max pool of bn_apply<T, 1>'s output, which is
+// never written: the window's four outputs, rounded as y would store them,
+// compared as MaxPool2d compares (the first maximum in scan order, the
+// first NaN at once), with the flat index in the h×wd plane of the winner.
 template <typename T>
+__device__ void bn_relu_pool(T* pooled, int32_t* argmax, const T* x, const float* mean, const float* rstd, const T* w,
+                             const T* b, int64_t c, int64_t h, int64_t wd, int64_t ho, int64_t wo, int64_t n) {
+    GRID_STRIDE(o, n) {
+        int64_t ow = o % wo, oh = (o / wo) % ho, pl = o / (wo * ho), ch = pl % c;
+        float mu = mean[ch], r = rstd[ch], wk = w ? ld(w, ch) : 1.f, bk = b ? ld(b, ch) : 0.f;
+        const T* xp = x + pl * h * wd;
+        float best = 0.f;
+        int64_t bi = -1;
+        for (int k = 0; k < 4; k++) {
+            int64_t idx = (2 * oh + (k >> 1)) * wd + 2 * ow + (k & 1);
+            float v = round_as(x, relu_nan(norm_out(ld(xp, idx), mu, r, wk, bk)));
+            if (bi < 0 || v > best || v != v) {
+                best = v;
+                bi = idx;
+                if (v != v) break;
+            }
+        }
+        st(pooled, o, best);
+        argmax[o] = (int32_t)bi;
+    }
+}
+
+// bn_bwd_sums: block ch writes sums[ch] = Σ dy and sums[c + ch] = Σ dy·x̂
+// over the batch, and db, dw (optional) from them (RELU: dy as relu_dy
+// gives it, w being the forward's).
+template <typename T, int RELU = 0>
 __device__ void bn_bwd_sums(float* sums, T* dw, T* db, const T* dy, const T* x, const float* mean, const float* rstd,
-                            int64_t n, int64_t c, int64_t hw) {
+                            int64_t n, int64_t c, int64_t hw, const T* w = nullptr, NormRelu<T> m = NormRelu<T>()) {
     int64_t ch = blockIdx.x, cnt = n * hw;
     float mu = mean[ch], r = rstd[ch], a = 0.f, b = 0.f;
+    float mwk = RELU && w ? ld(w, ch) : 1.f, mbk = RELU && m.b ? ld(m.b, ch) : 0.f;
     for (int64_t e = threadIdx.x; e < cnt; e += blockDim.x) {
         int64_t i = ((e / hw) * c + ch) * hw + e % hw;
-        float g = ld(dy, i);
+        float g = RELU ? relu_dy<T, RELU>(m, dy, x, i, hw, mu, r, mwk, mbk) : ld(dy, i);
         a += g;
         b += g * (ld(x, i) - mu) * r;
     }
@@ -83,13 +178,16 @@ __device__ void bn_bwd_sums(float* sums, T* dw, T* db, const T* dy, const T* x, 
 }
 
 // bn_bwd_dx: dx = w·r·(dy − Σdy/cnt − x̂·Σdy·x̂/cnt) in training, w·r·dy
-// in evaluation (the statistics are constants then).
-template <typename T>
+// in evaluation (the statistics are constants then); RELU: dy as relu_dy
+// gives it.
+template <typename T, int RELU = 0>
 __device__ void bn_bwd_dx(T* dx, const T* dy, const T* x, const float* mean, const float* rstd, const T* w,
-                          const float* sums, int training, int64_t c, int64_t hw, int64_t cnt, int64_t n) {
+                          const float* sums, int training, int64_t c, int64_t hw, int64_t cnt, int64_t n,
+                          NormRelu<T> m = NormRelu<T>()) {
     GRID_STRIDE(i, n) {
         int64_t ch = (i / hw) % c;
-        float r = rstd[ch], wk = w ? ld(w, ch) : 1.f, g = ld(dy, i);
+        float r = rstd[ch], wk = w ? ld(w, ch) : 1.f,
+              g = RELU ? relu_dy<T, RELU>(m, dy, x, i, hw, mean[ch], r, wk, m.b ? ld(m.b, ch) : 0.f) : ld(dy, i);
         if (!training) {
             st(dx, i, g * wk * r);
             continue;
@@ -102,8 +200,9 @@ __device__ void bn_bwd_dx(T* dx, const T* dy, const T* x, const float* mean, con
 // --- group norm ---------------------------------------------------------
 
 // gn_fwd: block it = (sample, group) normalises its cg·hw contiguous
-// elements and applies the per-channel w, b; mean and rstd optional.
-template <typename T>
+// elements and applies the per-channel w, b (RELU: and the ReLU); mean
+// and rstd optional.
+template <typename T, int RELU = 0>
 __device__ void gn_fwd(T* y, float* mean, float* rstd, const T* x, const T* w, const T* b, int64_t groups, int64_t cg,
                        int64_t hw, float eps) {
     int64_t it = blockIdx.x, size = cg * hw, base = it * size, c0 = (it % groups) * cg;
@@ -118,6 +217,10 @@ __device__ void gn_fwd(T* y, float* mean, float* rstd, const T* x, const T* w, c
     float r = 1.f / sqrtf(block_sum(q) / (float)size + eps);
     for (int64_t j = threadIdx.x; j < size; j += blockDim.x) {
         int64_t ch = c0 + j / hw;
+        if (RELU) {
+            st(y, base + j, relu_nan(norm_out(ld(x, base + j), mu, r, w ? ld(w, ch) : 1.f, b ? ld(b, ch) : 0.f)));
+            continue;
+        }
         float v = (ld(x, base + j) - mu) * r;
         if (w) v *= ld(w, ch);
         if (b) v += ld(b, ch);
@@ -131,17 +234,20 @@ __device__ void gn_fwd(T* y, float* mean, float* rstd, const T* x, const T* w, c
 
 // gn_bwd: block it = (sample, group) writes the per-(sample, channel)
 // sums part[nn·c + ch] = Σ dy, part[N·c + nn·c + ch] = Σ dy·x̂ and, when
-// dx is wanted, dx = r·(dy·w − mean(dy·w) − x̂·mean(dy·w·x̂)).
-template <typename T>
+// dx is wanted, dx = r·(dy·w − mean(dy·w) − x̂·mean(dy·w·x̂)) (RELU: dy as
+// relu_dy gives it, from the forward's shift m.b).
+template <typename T, int RELU = 0>
 __device__ void gn_bwd(T* dx, float* part, const T* dy, const T* x, const float* mean, const float* rstd, const T* w,
-                       int64_t nsamples, int64_t c, int64_t groups, int64_t cg, int64_t hw) {
+                       int64_t nsamples, int64_t c, int64_t groups, int64_t cg, int64_t hw,
+                       NormRelu<T> m = NormRelu<T>()) {
     int64_t it = blockIdx.x, size = cg * hw, base = it * size, c0 = (it % groups) * cg, nn = it / groups;
     float mu = mean[it], r = rstd[it], sa = 0.f, sb = 0.f;
     for (int64_t k = 0; k < cg; k++) {
         float a = 0.f, b = 0.f;
+        float mwk = RELU && w ? ld(w, c0 + k) : 1.f, mbk = RELU && m.b ? ld(m.b, c0 + k) : 0.f;
         for (int64_t j = threadIdx.x; j < hw; j += blockDim.x) {
             int64_t i = base + k * hw + j;
-            float g = ld(dy, i);
+            float g = RELU ? relu_dy<T, RELU>(m, dy, x, i, hw, mu, r, mwk, mbk) : ld(dy, i);
             a += g;
             b += g * (ld(x, i) - mu) * r;
         }
@@ -161,7 +267,8 @@ __device__ void gn_bwd(T* dx, float* part, const T* dy, const T* x, const float*
     for (int64_t j = threadIdx.x; j < size; j += blockDim.x) {
         int64_t ch = c0 + j / hw;
         float wk = w ? ld(w, ch) : 1.f, h = (ld(x, base + j) - mu) * r;
-        st(dx, base + j, r * (ld(dy, base + j) * wk - sa - h * sb));
+        float g = RELU ? relu_dy<T, RELU>(m, dy, x, base + j, hw, mu, r, wk, m.b ? ld(m.b, ch) : 0.f) : ld(dy, base + j);
+        st(dx, base + j, r * (g * wk - sa - h * sb));
     }
 }
 
@@ -337,6 +444,90 @@ __global__ void layernorm_bwd_dwdb_bf16(__nv_bfloat16* dw, __nv_bfloat16* db, co
                                         const __nv_bfloat16* x, const float* mean, const float* rstd, int64_t rows,
                                         int64_t n) {
     layernorm_bwd_dwdb(dw, db, dy, x, mean, rstd, rows, n);
+}
+
+// The fused ReLU (and pool) of batch norm.
+__global__ void bn_apply_relu_f32(float* y, const float* x, const float* mean, const float* rstd, const float* w,
+                                  const float* b, int64_t c, int64_t hw, int64_t n) {
+    bn_apply<float, 1>(y, x, mean, rstd, w, b, c, hw, n);
+}
+__global__ void bn_apply_relu_bf16(__nv_bfloat16* y, const __nv_bfloat16* x, const float* mean, const float* rstd,
+                                   const __nv_bfloat16* w, const __nv_bfloat16* b, int64_t c, int64_t hw, int64_t n) {
+    bn_apply<__nv_bfloat16, 1>(y, x, mean, rstd, w, b, c, hw, n);
+}
+__global__ void bn_relu_pool_f32(float* pooled, int32_t* argmax, const float* x, const float* mean, const float* rstd,
+                                 const float* w, const float* b, int64_t c, int64_t h, int64_t wd, int64_t ho,
+                                 int64_t wo, int64_t n) {
+    bn_relu_pool(pooled, argmax, x, mean, rstd, w, b, c, h, wd, ho, wo, n);
+}
+__global__ void bn_relu_pool_bf16(__nv_bfloat16* pooled, int32_t* argmax, const __nv_bfloat16* x, const float* mean,
+                                  const float* rstd, const __nv_bfloat16* w, const __nv_bfloat16* b, int64_t c,
+                                  int64_t h, int64_t wd, int64_t ho, int64_t wo, int64_t n) {
+    bn_relu_pool(pooled, argmax, x, mean, rstd, w, b, c, h, wd, ho, wo, n);
+}
+__global__ void bn_bwd_sums_relu_f32(float* sums, float* dw, float* db, const float* dy, const float* x,
+                                     const float* mean, const float* rstd, int64_t n, int64_t c, int64_t hw,
+                                     const float* w, NormRelu<float> m) {
+    bn_bwd_sums<float, 1>(sums, dw, db, dy, x, mean, rstd, n, c, hw, w, m);
+}
+__global__ void bn_bwd_sums_relu_bf16(float* sums, __nv_bfloat16* dw, __nv_bfloat16* db, const __nv_bfloat16* dy,
+                                      const __nv_bfloat16* x, const float* mean, const float* rstd, int64_t n,
+                                      int64_t c, int64_t hw, const __nv_bfloat16* w, NormRelu<__nv_bfloat16> m) {
+    bn_bwd_sums<__nv_bfloat16, 1>(sums, dw, db, dy, x, mean, rstd, n, c, hw, w, m);
+}
+__global__ void bn_bwd_sums_relupool_f32(float* sums, float* dw, float* db, const float* x, const float* mean,
+                                         const float* rstd, int64_t n, int64_t c, int64_t hw, const float* w,
+                                         NormRelu<float> m) {
+    bn_bwd_sums<float, 2>(sums, dw, db, nullptr, x, mean, rstd, n, c, hw, w, m);
+}
+__global__ void bn_bwd_sums_relupool_bf16(float* sums, __nv_bfloat16* dw, __nv_bfloat16* db, const __nv_bfloat16* x,
+                                          const float* mean, const float* rstd, int64_t n, int64_t c, int64_t hw,
+                                          const __nv_bfloat16* w, NormRelu<__nv_bfloat16> m) {
+    bn_bwd_sums<__nv_bfloat16, 2>(sums, dw, db, nullptr, x, mean, rstd, n, c, hw, w, m);
+}
+__global__ void bn_bwd_dx_relu_f32(float* dx, const float* dy, const float* x, const float* mean, const float* rstd,
+                                   const float* w, const float* sums, int training, int64_t c, int64_t hw,
+                                   int64_t cnt, int64_t n, NormRelu<float> m) {
+    bn_bwd_dx<float, 1>(dx, dy, x, mean, rstd, w, sums, training, c, hw, cnt, n, m);
+}
+__global__ void bn_bwd_dx_relu_bf16(__nv_bfloat16* dx, const __nv_bfloat16* dy, const __nv_bfloat16* x,
+                                    const float* mean, const float* rstd, const __nv_bfloat16* w, const float* sums,
+                                    int training, int64_t c, int64_t hw, int64_t cnt, int64_t n,
+                                    NormRelu<__nv_bfloat16> m) {
+    bn_bwd_dx<__nv_bfloat16, 1>(dx, dy, x, mean, rstd, w, sums, training, c, hw, cnt, n, m);
+}
+__global__ void bn_bwd_dx_relupool_f32(float* dx, const float* x, const float* mean, const float* rstd,
+                                       const float* w, const float* sums, int training, int64_t c, int64_t hw,
+                                       int64_t cnt, int64_t n, NormRelu<float> m) {
+    bn_bwd_dx<float, 2>(dx, nullptr, x, mean, rstd, w, sums, training, c, hw, cnt, n, m);
+}
+__global__ void bn_bwd_dx_relupool_bf16(__nv_bfloat16* dx, const __nv_bfloat16* x, const float* mean,
+                                        const float* rstd, const __nv_bfloat16* w, const float* sums, int training,
+                                        int64_t c, int64_t hw, int64_t cnt, int64_t n, NormRelu<__nv_bfloat16> m) {
+    bn_bwd_dx<__nv_bfloat16, 2>(dx, nullptr, x, mean, rstd, w, sums, training, c, hw, cnt, n, m);
+}
+
+// The fused ReLU of group norm.
+__global__ void gn_fwd_relu_f32(float* y, float* mean, float* rstd, const float* x, const float* w, const float* b,
+                                int64_t groups, int64_t cg, int64_t hw, float eps) {
+    gn_fwd<float, 1>(y, mean, rstd, x, w, b, groups, cg, hw, eps);
+}
+__global__ void gn_fwd_relu_bf16(__nv_bfloat16* y, float* mean, float* rstd, const __nv_bfloat16* x,
+                                 const __nv_bfloat16* w, const __nv_bfloat16* b, int64_t groups, int64_t cg,
+                                 int64_t hw, float eps) {
+    gn_fwd<__nv_bfloat16, 1>(y, mean, rstd, x, w, b, groups, cg, hw, eps);
+}
+__global__ void gn_bwd_relu_f32(float* dx, float* part, const float* dy, const float* x, const float* mean,
+                                const float* rstd, const float* w, int64_t nsamples, int64_t c, int64_t groups,
+                                int64_t cg, int64_t hw, const float* b) {
+    NormRelu<float> m = {b, nullptr, nullptr, 0, 0, 0};
+    gn_bwd<float, 1>(dx, part, dy, x, mean, rstd, w, nsamples, c, groups, cg, hw, m);
+}
+__global__ void gn_bwd_relu_bf16(__nv_bfloat16* dx, float* part, const __nv_bfloat16* dy, const __nv_bfloat16* x,
+                                 const float* mean, const float* rstd, const __nv_bfloat16* w, int64_t nsamples,
+                                 int64_t c, int64_t groups, int64_t cg, int64_t hw, const __nv_bfloat16* b) {
+    NormRelu<__nv_bfloat16> m = {b, nullptr, nullptr, 0, 0, 0};
+    gn_bwd<__nv_bfloat16, 1>(dx, part, dy, x, mean, rstd, w, nsamples, c, groups, cg, hw, m);
 }
 
 }  // extern "C"
