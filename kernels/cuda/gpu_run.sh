@@ -11,14 +11,16 @@
 # device machine's lease is short): every step runs under `timeout` with at
 # most the time that is left, a step that has no time left is skipped and
 # listed as such in the summary, and what finished is kept.
-# ESPER_GPU_PHASES picks the phases (default "tests memcheck bench");
+# ESPER_GPU_PHASES picks the phases (default "tests train memcheck bench":
+# train is `esper train` with the demo's flags on cuda beside the same on
+# the CPU, with --amp bf16 and fp16, and `esper ppo --rounds 3` on cuda);
 # ESPER_GPU_WORKLOADS the workloads (default "w1 w5 w6 w7 w8").
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: gpu/run.sh OUTDIR}
 mkdir -p "$out" && out=$(cd "$out" && pwd)
 budget=${ESPER_GPU_BUDGET:-450}
-phases=${ESPER_GPU_PHASES:-tests memcheck bench}
+phases=${ESPER_GPU_PHASES:-tests train memcheck bench}
 workloads=${ESPER_GPU_WORKLOADS:-w1 w5 w6 w7 w8}
 start=$SECONDS
 summary="$out/summary.txt"
@@ -77,6 +79,30 @@ if has tests; then
 	step "kernels/cuda tests" 120 "$out/kernels_cuda.log" \
 		"$here/kernels_cuda.test" -test.v -test.count=1
 	grep -E '^(--- |ok|FAIL|PASS)' "$out/kernels_cuda.log" | grep -v -- '--- PASS' | tail -20
+fi
+if has train; then
+	# The demo (esper train's defaults: 45 epochs and the host alone
+	# beside) on the GPU and on this machine's CPU: the final table must
+	# agree within a point. Then autocast, then three PPO rounds.
+	mkdir -p "$out/runs"
+	echo "== esper train --device cuda (the demo's flags)"
+	step "esper train cuda" 120 "$out/train_cuda.log" \
+		"$here/esper" train --device cuda --quiet --run-dir "$out/runs"
+	tail -6 "$out/train_cuda.log"
+	echo "== esper train --device cpu (the same, for comparison)"
+	step "esper train cpu" 60 "$out/train_cpu.log" \
+		"$here/esper" train --device cpu --quiet --run-dir "$out/runs"
+	tail -6 "$out/train_cpu.log"
+	for amp in bf16 fp16; do
+		echo "== esper train --device cuda --amp $amp"
+		step "esper train cuda amp $amp" 60 "$out/train_cuda_$amp.log" \
+			"$here/esper" train --device cuda --amp "$amp" --quiet --run-dir "$out/runs"
+		tail -4 "$out/train_cuda_$amp.log"
+	done
+	echo "== esper ppo --device cuda --rounds 3"
+	step "esper ppo cuda" 120 "$out/ppo_cuda.log" \
+		"$here/esper" ppo --device cuda --rounds 3 --run-dir "$out/runs"
+	tail -6 "$out/ppo_cuda.log"
 fi
 if has memcheck; then
 	if command -v compute-sanitizer >/dev/null 2>&1; then
