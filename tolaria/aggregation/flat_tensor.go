@@ -135,3 +135,64 @@ func gradsOn(op string, params []*autograd.Var, dev tensor.Device) error {
 	}
 	return nil
 }
+
+// GroupNorms writes into dst, a contiguous F64 tensor of G elements on
+// the gradients' device, the L2 norm of each group of gradients:
+// dst[g] = ‖grads[i] for every i with group[i] = g‖ (the norm of their
+// concatenation; 0 for an empty group), summed in float64 by the
+// backend's ForeachNorm. nil gradients and those of group −1 are left
+// out. It reads nothing on the host: the single-seed observing path
+// (one participant's and the teacher's norm, straight from the
+// gradients) takes both norms this way on a device, and ForeachNorm of
+// dst itself gives the norm of their union. It fails when the lists
+// differ in length, a group lies outside [−1, G), dst is not a
+// contiguous F64 tensor, or the gradients lie elsewhere than dst.
+func GroupNorms(dst *tensor.Tensor, grads []*tensor.Tensor, group []int) error {
+	const op = "GroupNorms"
+	if dst == nil || dst.DType() != tensor.F64 || !dst.IsContiguous() {
+		return invalid(op, "dst must be a contiguous f64 tensor")
+	}
+	if len(grads) != len(group) {
+		return invalid(op, "%d gradients and %d groups", len(grads), len(group))
+	}
+	g := dst.Numel()
+	dev := dst.Device()
+	for i, x := range grads {
+		if group[i] < -1 || group[i] >= g {
+			return invalid(op, "gradient %d has group %d, dst has %d", i, group[i], g)
+		}
+		if x == nil || group[i] < 0 {
+			continue
+		}
+		if x.Device() != dev || !x.DType().IsFloat() || !x.IsContiguous() {
+			return invalid(op, "gradient %d is a %v tensor on %v (contiguous %v); want a contiguous float tensor on %v", i, x.DType(), x.Device(), x.IsContiguous(), dev)
+		}
+	}
+	be, err := backendFor(op, dev)
+	if err != nil {
+		return err
+	}
+	be.Fill(dst, 0)
+	out := elemViews(dst)
+	var xs []*tensor.Tensor
+	for k := range g {
+		xs = xs[:0]
+		for i, x := range grads {
+			if x != nil && group[i] == k {
+				xs = append(xs, x)
+			}
+		}
+		if len(xs) == 0 {
+			continue
+		}
+		// ‖concatenation‖ = ‖(‖x_1‖, …, ‖x_m‖)‖: the per-tensor norms,
+		// then the norm of those.
+		part, err := emptyOn(op, dev, tensor.F64, len(xs))
+		if err != nil {
+			return err
+		}
+		be.ForeachNorm(part, xs)
+		be.ForeachNorm(out[k], []*tensor.Tensor{part})
+	}
+	return nil
+}

@@ -792,3 +792,59 @@ func TestSeedStepHostSyncsOnSim(t *testing.T) {
 		t.Fatalf("microbatches_total %v, want 2", v)
 	}
 }
+
+// GroupNorms gives each group's norm where the gradients lie: the
+// single-seed observing path's two norms, and their union's by a second
+// ForeachNorm, against the host sums of squares.
+func TestGroupNorms(t *testing.T) {
+	host, ps := devParams(t, tensor.NewRNG(12), []int{3, 2}, []int{4}, []int{5}, []int{2})
+	group := []int{0, 1, 0, -1}
+	grads := make([]*tensor.Tensor, len(ps))
+	for i, p := range ps {
+		grads[i] = p.Grad
+	}
+	grads[2] = nil // no gradient: left out
+	var want [2]float64
+	for i, p := range host {
+		if group[i] < 0 || grads[i] == nil {
+			continue
+		}
+		for _, v := range p.Grad.F32() {
+			want[group[i]] += float64(v) * float64(v)
+		}
+	}
+	dst := testdevice.To(t, tensor.Zeros(tensor.F64, 3))
+	if err := GroupNorms(dst, grads, group); err != nil {
+		t.Fatal(err)
+	}
+	got := testdevice.F64(t, dst)
+	for k, w := range []float64{math.Sqrt(want[0]), math.Sqrt(want[1]), 0} {
+		if !near(got[k], w, 1e-12*(1+w)) {
+			t.Fatalf("group %d: %v, want %v", k, got[k], w)
+		}
+	}
+	both := testdevice.To(t, tensor.Zeros(tensor.F64, 1))
+	tensorForeachNorm(t, both, dst)
+	if u := testdevice.Item(t, both); !near(u, math.Sqrt(want[0]+want[1]), 1e-12*u) {
+		t.Fatalf("union norm %v, want %v", u, math.Sqrt(want[0]+want[1]))
+	}
+	for name, err := range map[string]error{
+		"dtype":  GroupNorms(testdevice.To(t, tensor.Zeros(tensor.F32, 2)), grads, group),
+		"counts": GroupNorms(dst, grads, group[:2]),
+		"group":  GroupNorms(dst, grads, []int{0, 3, 0, 0}),
+	} {
+		if !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+// tensorForeachNorm writes ‖x‖ into dst with x's backend.
+func tensorForeachNorm(t *testing.T, dst, x *tensor.Tensor) {
+	t.Helper()
+	be, err := backendFor("test", x.Device())
+	if err != nil {
+		t.Fatal(err)
+	}
+	be.ForeachNorm(dst, []*tensor.Tensor{x})
+}
