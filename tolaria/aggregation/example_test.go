@@ -73,3 +73,45 @@ func Example_step() {
 	// combined [2.000 -1.000 0.667 -1.000], 0 conflicts
 	// 30 metrics, conflict ratio 0
 }
+
+// The seed step's tensor path, on the device of the gradients (here the
+// CPU; on a GPU or the sim device the same calls read nothing back until
+// Finalize): the gradients are flattened into a pooled buffer on that
+// device, split per seed, recorded, combined with PCGrad in place and
+// written back.
+func ExampleTensorCombiner() {
+	dev := tensor.CPU
+	host := autograd.Param(tensor.Zeros(tensor.F32, 2))
+	seedA := autograd.Param(tensor.Zeros(tensor.F32, 1))
+	seedB := autograd.Param(tensor.Zeros(tensor.F32, 1))
+	params := []*autograd.Var{host, seedA, seedB}
+	host.Grad = tensor.FromSlice([]float32{4, -2})
+	seedA.Grad = tensor.FromSlice([]float32{1})
+	seedB.Grad = tensor.FromSlice([]float32{-3})
+	masks, _ := aggregation.SegmentMasks(params, []string{"host", "a", "b"})
+
+	var pool aggregation.GradientBufferPool
+	buf, _ := pool.AcquireOn(dev, masks.Total(), tensor.F32)
+	_ = aggregation.GradsToFlatTensor(params, buf)
+	var split aggregation.SeedTensors
+	// Seed b takes the host's gradient against a's share of it.
+	attribution := map[string]float64{"a": 2, "b": -1}
+	_ = aggregation.PerSeedTensors(&split, []*tensor.Tensor{buf}, masks, attribution, 1, nil)
+
+	acc, _ := aggregation.NewSeedMetricsAccumulator(aggregation.AccumulatorOptions{})
+	acc.SetMasks(masks)
+	_ = acc.RecordTensors(split.Names, split.Flats, split.Weights, nil, attribution, 1)
+	_ = acc.RecordTeacherNormTensor(split.TeacherNorm)
+	var comb aggregation.TensorCombiner
+	conflicts, _ := comb.CombineInto(buf, split.Flats, true, nil, tensor.NewRNG(1))
+	_ = acc.RecordCombineTensor(1, conflicts)
+	_ = aggregation.FlatTensorToGrads(buf, params)
+	_ = pool.Release(buf)
+
+	report := acc.Finalize(nil) // the one read of the epoch's device sums
+	fmt.Println(split.Names, "conflict ratio", report.ConflictRatio)
+	fmt.Printf("host %.3f, a %.3f, b %.3f\n", host.Grad.F32(), seedA.Grad.F32(), seedB.Grad.F32())
+	// Output:
+	// [a b] conflict ratio 0.5
+	// host [-1.517 0.759], a [1.000], b [-7.138]
+}

@@ -158,6 +158,8 @@ type SeedMetricsAccumulator struct {
 
 	norms     []float64 // Record scratch
 	conflicts []int
+
+	dev devSums // RecordTensors' pending device sums (metrics_tensor.go)
 }
 
 // NewSeedMetricsAccumulator returns an empty accumulator. It fails on
@@ -374,10 +376,15 @@ type EpochReport struct {
 	// tolaria.grad_agg.conflict_ratio (the state packet's
 	// grad_conflict_rate).
 	ConflictRatio float64
+	// Err is the error of the Flush Finalize ran first, when the device
+	// sums could not be read; the report then leaves them out. It is nil
+	// when nothing was recorded on a device or the read succeeded.
+	Err error
 }
 
 // Finalize reduces the epoch (G1 finalize plus the trainer's telemetry
-// builders). stages gives each seed's stage for the stage attribute
+// builders), after a Flush of the figures recorded on a device (its
+// error, if any, in EpochReport.Err). stages gives each seed's stage for the stage attribute
 // (seeds without one get none; the teacher's is TEACHER). Finalize
 // records every seed's share as the baseline of the next epoch's
 // share_delta and does not clear the sums: call Reset before the next
@@ -395,6 +402,7 @@ type EpochReport struct {
 // weight, norm, params and mask_fraction.
 func (a *SeedMetricsAccumulator) Finalize(stages map[string]leyline.SeedStage) EpochReport {
 	var r EpochReport
+	r.Err = a.Flush()
 	// One allocation for the usual epoch: the six totals and about ten
 	// figures per seed (more grow the slice).
 	perSeed := 10 + max(a.opts.LayerTopK, 0)
@@ -530,17 +538,20 @@ func (a *SeedMetricsAccumulator) paramMetrics(metric func(string, float64, strin
 	metric(leyline.MetricTolariaGradAggSeedMaskFraction, elems/float64(a.masks.Total()), "ratio", at())
 }
 
-// Reset clears the epoch's sums for the next epoch. The masks, the
-// options and each seed's last share (the share_delta baseline) stay.
 // Empty reports whether nothing has been recorded since the last Reset
 // and no seed masks are set: Finalize then reports only the six epoch
 // totals, all zero.
 func (a *SeedMetricsAccumulator) Empty() bool {
 	return len(a.totals) == 0 && a.masks == nil && a.weightsUses == 0 && a.teacherUses == 0 &&
-		a.microTotal == 0 && a.conflictsTotal == 0 && a.attribUses == 0
+		a.microTotal == 0 && a.conflictsTotal == 0 && a.attribUses == 0 &&
+		len(a.dev.blocks) == 0 && a.dev.glob == nil
 }
 
+// Reset clears the epoch's sums for the next epoch, pending device sums
+// included (dropped unread). The masks, the options and each seed's last
+// share (the share_delta baseline) stay.
 func (a *SeedMetricsAccumulator) Reset() {
+	a.dropDevice()
 	clear(a.totals)
 	a.weightsSum, a.weightsUses = 0, 0
 	a.teacherNormSum, a.teacherUses = 0, 0

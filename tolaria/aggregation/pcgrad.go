@@ -118,11 +118,18 @@ func checkCombine(flats [][]float32, weights []float64) (float64, error) {
 			return 0, invalid(op, "gradient %d has %d elements, gradient 0 has %d", i, len(f), n)
 		}
 	}
+	return checkWeights(op, len(flats), weights)
+}
+
+// checkWeights validates the weights of k gradients (nil, or k finite
+// numbers whose sum is not within 1e-12 of zero) and returns their sum
+// (0 when weights is nil).
+func checkWeights(op string, k int, weights []float64) (float64, error) {
 	if weights == nil {
 		return 0, nil
 	}
-	if len(weights) != len(flats) {
-		return 0, invalid(op, "%d weights for %d gradients", len(weights), len(flats))
+	if len(weights) != k {
+		return 0, invalid(op, "%d weights for %d gradients", len(weights), k)
 	}
 	sum := 0.0
 	for i, w := range weights {
@@ -160,16 +167,7 @@ func (c *Combiner) combineInto(out []float32, flats [][]float32, usePCGrad bool,
 func (c *Combiner) project(rng *rand.Rand) int {
 	k := len(c.cur)
 	n := len(c.cur[0])
-	c.order = c.order[:0]
-	for i := range k {
-		c.order = append(c.order, i)
-	}
-	// Fisher–Yates with the caller's rng (rng.Shuffle would need a
-	// closure; this keeps the pass allocation-free).
-	for i := k - 1; i > 0; i-- {
-		j := rng.IntN(i + 1)
-		c.order[i], c.order[j] = c.order[j], c.order[i]
-	}
+	c.order = projectionOrder(c.order, k, rng)
 	if cap(c.pairs) < k*k {
 		c.pairs = make([]bool, k*k)
 	}
@@ -272,4 +270,21 @@ func sumInto(out []float32, flats [][]float32, weights []float64, wsum float64) 
 			o[i] = float32(v * scale)
 		}
 	}
+}
+
+// projectionOrder returns the order of a PCGrad pass over k gradients in
+// order (reused): a permutation of 0…k−1 drawn from rng by Fisher–Yates
+// (rng.Shuffle would need a closure; this keeps the pass
+// allocation-free). Combiner and TensorCombiner draw it alike, so one rng
+// state gives both the same order.
+func projectionOrder(order []int, k int, rng *rand.Rand) []int {
+	order = order[:0]
+	for i := range k {
+		order = append(order, i)
+	}
+	for i := k - 1; i > 0; i-- {
+		j := rng.IntN(i + 1)
+		order[i], order[j] = order[j], order[i]
+	}
+	return order
 }

@@ -102,40 +102,9 @@ func PerSeed(dst *SeedGrads, micro [][]float32, masks *Masks, attribSums map[str
 			return invalid(op, "microbatch gradient %d has %d elements, the masks cover %d", i, len(f), total)
 		}
 	}
-	attribTotal := 0.0
-	for sid, v := range attribSums {
-		if !finite(v) {
-			return invalid(op, "attribution of seed %q is %v", sid, v)
-		}
-		if sid == TeacherID {
-			return invalid(op, "attribution names the teacher %q", sid)
-		}
-		attribTotal += v
-	}
-	for sid, s := range seeds {
-		if !finite(s.Alpha) {
-			return invalid(op, "alpha of seed %q is %v", sid, s.Alpha)
-		}
-	}
-	redistribute := attribUses > 0 && attribTotal > 0 && masks.Has(TeacherID)
-
-	// Participants.
-	dst.Names = dst.Names[:0]
-	for _, o := range masks.owners {
-		if o == TeacherID && redistribute {
-			continue
-		}
-		dst.Names = append(dst.Names, o)
-	}
-	if redistribute {
-		dst.extra = dst.extra[:0]
-		for sid := range attribSums {
-			if !masks.Has(sid) {
-				dst.extra = append(dst.extra, sid)
-			}
-		}
-		slices.Sort(dst.extra)
-		dst.Names = append(dst.Names, dst.extra...)
+	redistribute, attribTotal, err := planSplit(op, &dst.Names, &dst.extra, masks, attribSums, attribUses, seeds)
+	if err != nil {
+		return err
 	}
 
 	// Masked sums.
@@ -173,16 +142,63 @@ func PerSeed(dst *SeedGrads, micro [][]float32, masks *Masks, attribSums map[str
 		}
 	}
 
-	// Weights.
-	dst.Weights = dst.Weights[:0]
-	for _, name := range dst.Names {
+	dst.Weights = splitWeights(dst.Weights[:0], dst.Names, seeds)
+	return nil
+}
+
+// planSplit validates PerSeed's attribution and seed infos and fills
+// names with the split's participants (extra is scratch for the seeds
+// that only appear in the attribution). It returns whether the teacher
+// is redistributed and the attribution's sum. It allocates nothing once
+// names and extra have grown.
+func planSplit(op string, names, extra *[]string, masks *Masks, attribSums map[string]float64, attribUses int, seeds map[string]SeedInfo) (redistribute bool, attribTotal float64, err error) {
+	for sid, v := range attribSums {
+		if !finite(v) {
+			return false, 0, invalid(op, "attribution of seed %q is %v", sid, v)
+		}
+		if sid == TeacherID {
+			return false, 0, invalid(op, "attribution names the teacher %q", sid)
+		}
+		attribTotal += v
+	}
+	for sid, s := range seeds {
+		if !finite(s.Alpha) {
+			return false, 0, invalid(op, "alpha of seed %q is %v", sid, s.Alpha)
+		}
+	}
+	redistribute = attribUses > 0 && attribTotal > 0 && masks.Has(TeacherID)
+
+	*names = (*names)[:0]
+	for _, o := range masks.owners {
+		if o == TeacherID && redistribute {
+			continue
+		}
+		*names = append(*names, o)
+	}
+	if redistribute {
+		*extra = (*extra)[:0]
+		for sid := range attribSums {
+			if !masks.Has(sid) {
+				*extra = append(*extra, sid)
+			}
+		}
+		slices.Sort(*extra)
+		*names = append(*names, *extra...)
+	}
+	return redistribute, attribTotal, nil
+}
+
+// splitWeights appends one aggregation weight per name to dst: SeedWeight
+// for seeds with a SeedInfo, 1.0 for the teacher and unknown names.
+func splitWeights(dst []float64, names []string, seeds map[string]SeedInfo) []float64 {
+	for _, name := range names {
 		w := 1.0
 		if s, ok := seeds[name]; ok && name != TeacherID {
 			w = SeedWeight(s.Stage, s.Alpha)
 		}
-		dst.Weights = append(dst.Weights, w)
+		dst = append(dst, w)
 	}
-	return nil
+	return dst
 }
 
 // maskedSum writes buf = Σ_m micro[m] on ranges and 0 elsewhere.

@@ -3,15 +3,19 @@ package aggregation
 import (
 	"sync"
 
+	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/tensor"
 )
 
-// GradientBufferPool hands out flat host buffers for per-microbatch
+// GradientBufferPool hands out flat buffers for per-microbatch
 // gradients, so the trainer does not allocate a model-sized buffer every
-// step (G1 GradientBufferPool). Acquire reuses the first cached buffer
-// with the same element count and dtype, or allocates a new zeroed one;
-// Release zeroes a buffer and caches it again. A buffer whose size is no
-// longer asked for (the model grew) stays cached until Drain.
+// step (G1 GradientBufferPool): host buffers with Acquire, buffers on a
+// device (the model's, for the tensor path) with AcquireOn. Acquire and
+// AcquireOn reuse the first cached buffer with the same device, element
+// count and dtype, or allocate a new zeroed one; Release zeroes a buffer
+// (with the device's backend off the host: no host sync) and caches it
+// again. A buffer whose size is no longer asked for (the model grew)
+// stays cached until Drain.
 //
 // The zero value is an empty pool ready to use. A pool is safe for
 // concurrent use.
@@ -40,11 +44,31 @@ type PoolStats struct {
 // dtype: the first cached buffer of that size and dtype, or a new one.
 // numel may be 0 but not negative; dtype must be a float dtype.
 func (p *GradientBufferPool) Acquire(numel int, dtype tensor.DType) (*tensor.Tensor, error) {
+	return p.acquire("GradientBufferPool.Acquire", tensor.CPU, numel, dtype)
+}
+
+// AcquireOn is Acquire on device dev: a zeroed contiguous buffer of shape
+// [numel] on dev, cached or new (allocated with tensor.EmptyOn and zeroed
+// by the device's backend). AcquireOn(tensor.CPU, …) is Acquire. It fails
+// on a negative size, a non-float dtype, a device without a registered
+// backend or a failed allocation.
+func (p *GradientBufferPool) AcquireOn(dev tensor.Device, numel int, dtype tensor.DType) (*tensor.Tensor, error) {
+	return p.acquire("GradientBufferPool.AcquireOn", dev, numel, dtype)
+}
+
+func (p *GradientBufferPool) acquire(op string, dev tensor.Device, numel int, dtype tensor.DType) (*tensor.Tensor, error) {
 	if numel < 0 {
-		return nil, invalid("GradientBufferPool.Acquire", "negative element count %d", numel)
+		return nil, invalid(op, "negative element count %d", numel)
 	}
 	if !dtype.IsFloat() {
-		return nil, invalid("GradientBufferPool.Acquire", "dtype %v is not a float dtype", dtype)
+		return nil, invalid(op, "dtype %v is not a float dtype", dtype)
+	}
+	var be kernels.Backend
+	if !dev.IsCPU() {
+		var err error
+		if be, err = backendFor(op, dev); err != nil {
+			return nil, err
+		}
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -52,7 +76,7 @@ func (p *GradientBufferPool) Acquire(numel int, dtype tensor.DType) (*tensor.Ten
 		p.inUse = make(map[*tensor.Tensor]struct{})
 	}
 	for i, t := range p.free {
-		if t.Numel() == numel && t.DType() == dtype {
+		if t.Numel() == numel && t.DType() == dtype && t.Device() == dev {
 			// Keep the cache in release order: the oldest match goes
 			// first, as the reference's list.pop(idx) does.
 			copy(p.free[i:], p.free[i+1:])
@@ -64,15 +88,24 @@ func (p *GradientBufferPool) Acquire(numel int, dtype tensor.DType) (*tensor.Ten
 			return t, nil
 		}
 	}
-	t := tensor.Zeros(dtype, numel)
+	var t *tensor.Tensor
+	if be == nil {
+		t = tensor.Zeros(dtype, numel)
+	} else {
+		var err error
+		if t, err = filledOn(op, be, dev, dtype, 0, numel); err != nil {
+			return nil, err
+		}
+	}
 	p.stats.Allocated++
 	p.inUse[t] = struct{}{}
 	return t, nil
 }
 
 // Release zeroes t and returns it to the cache. t must have come from
-// this pool's Acquire and not have been released since; otherwise Release
-// returns an error and leaves the pool unchanged.
+// this pool's Acquire or AcquireOn and not have been released since;
+// otherwise Release returns an error and leaves the pool unchanged. A
+// device buffer is zeroed by its backend (a Fill launch, no host sync).
 func (p *GradientBufferPool) Release(t *tensor.Tensor) error {
 	if t == nil {
 		return invalid("GradientBufferPool.Release", "nil buffer")
@@ -82,10 +115,19 @@ func (p *GradientBufferPool) Release(t *tensor.Tensor) error {
 	if _, ok := p.inUse[t]; !ok {
 		return invalid("GradientBufferPool.Release", "buffer of %d elements was not acquired from this pool or was already released", t.Numel())
 	}
+	if dev := t.Device(); !dev.IsCPU() {
+		// The backend existed when AcquireOn made the buffer.
+		be, err := backendFor("GradientBufferPool.Release", dev)
+		if err != nil {
+			return err
+		}
+		be.Fill(t, 0)
+	} else {
+		// The pool made the buffer, so it owns its whole storage:
+		// clearing the bytes zeroes any dtype without a per-dtype loop.
+		clear(t.Storage().Bytes())
+	}
 	delete(p.inUse, t)
-	// The pool made the buffer, so it owns its whole storage: clearing
-	// the bytes zeroes any dtype without a per-dtype loop.
-	clear(t.Storage().Bytes())
 	p.free = append(p.free, t)
 	p.stats.CachedBytes += t.Nbytes()
 	return nil

@@ -218,9 +218,11 @@ func walCRC(name string, epoch int, ckptCRC uint32) uint32 {
 // the WAL; a crash in between leaves a WAL whose CRC no longer matches,
 // which Latest reports as a *CorruptError rather than loading it.
 //
-// Tensors must be on the CPU. On an error after the WAL was written (old
-// checkpoints could not be deleted) the new checkpoint is in place and
-// the error says so.
+// Tensors may lie on any device: those off the CPU are brought over
+// first, all of them at once (nn.HostCopies: one host sync per device and
+// dtype), and s itself is left as it is. On an error after the WAL was
+// written (old checkpoints could not be deleted) the new checkpoint is in
+// place and the error says so.
 func (st *Store) Write(epoch int, s State) error {
 	if epoch < 0 {
 		return fmt.Errorf("rollback: checkpoint epoch %d is negative", epoch)
@@ -232,6 +234,11 @@ func (st *Store) Write(epoch int, s State) error {
 	if err != nil {
 		return err
 	}
+	tensors, err := hostTensors(s.Tensors)
+	if err != nil {
+		return err
+	}
+	s.Tensors = tensors
 	own, err := contentCRC(meta, s.Tensors)
 	if err != nil {
 		return fmt.Errorf("rollback: checksum: %w", err)

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/esper-go/esper/internal/testdevice"
 	"github.com/esper-go/esper/tensor"
 	"github.com/esper-go/esper/tensor/safetensors"
 )
@@ -29,13 +30,13 @@ func storeWith(t *testing.T) (st *Store, ckpt, wal string) {
 	t.Helper()
 	dir := t.TempDir()
 	st = openStore(t, dir, StoreOptions{})
-	noErr(t, st.Write(3, mixedState()))
+	noErr(t, st.Write(3, mixedState(t)))
 	return st, filepath.Join(dir, "ckpt-epoch-3.safetensors"), filepath.Join(dir, "wal.json")
 }
 
 func TestCheckpointRoundTrip(t *testing.T) {
 	st, ckpt, walPath := storeWith(t)
-	want := mixedState()
+	want := mixedState(t)
 	got, epoch, err := st.Latest()
 	noErr(t, err)
 	check(t, epoch == 3, "epoch %d", epoch)
@@ -213,13 +214,13 @@ func TestWALCorruption(t *testing.T) {
 func TestCrashBeforeWAL(t *testing.T) {
 	dir := t.TempDir()
 	st := openStore(t, dir, StoreOptions{Keep: 5})
-	first := sized(10, 1)
+	first := sized(t, 10, 1)
 	first.Meta.Epoch = 1
 	noErr(t, st.Write(1, first))
 
 	crash := errors.New("power cut")
 	st.beforeWAL = func(string) error { return crash }
-	check(t, errors.Is(st.Write(2, sized(10, 2)), crash), "the simulated crash did not abort the write")
+	check(t, errors.Is(st.Write(2, sized(t, 10, 2)), crash), "the simulated crash did not abort the write")
 	st.beforeWAL = nil
 	_, err := os.Stat(filepath.Join(dir, "ckpt-epoch-2.safetensors"))
 	noErr(t, err) // the new checkpoint is on disk, the WAL does not know it
@@ -233,10 +234,10 @@ func TestCrashBeforeWAL(t *testing.T) {
 	check(t, epoch == 1 && sameTensors(got.Tensors, first.Tensors) == "" && got.Meta.Epoch == 1, "Latest returned epoch %d, not the last good checkpoint", epoch)
 
 	// The next successful write supersedes the orphans.
-	noErr(t, st.Write(3, sized(10, 3)))
+	noErr(t, st.Write(3, sized(t, 10, 3)))
 	got, epoch, err = st.Latest()
 	noErr(t, err)
-	check(t, epoch == 3 && got.Tensors["w"].F32()[0] == 3, "epoch %d after rewriting", epoch)
+	check(t, epoch == 3 && w0(t, got) == 3, "epoch %d after rewriting", epoch)
 }
 
 func TestAtomicWrites(t *testing.T) {
@@ -250,7 +251,7 @@ func TestAtomicWrites(t *testing.T) {
 	check(t, reflect.DeepEqual(dirNames(t, dir), []string{".notes.tmp-1"}), "Open left %v", dirNames(t, dir))
 
 	for e := 0; e < 3; e++ {
-		noErr(t, st.Write(e, sized(100, float64(e))))
+		noErr(t, st.Write(e, sized(t, 100, float64(e))))
 	}
 	// A temporary file appearing later (another crash) is ignored by Latest.
 	noErr(t, os.WriteFile(filepath.Join(dir, stale[1]), []byte(`{"wal_version":1`), 0o644))
@@ -274,10 +275,10 @@ func TestAtomicWrites(t *testing.T) {
 	check(t, len(dirNames(t, dir)) == 4, "a failed write left %v", dirNames(t, dir))
 
 	// A state that cannot be written is refused before touching the disk.
-	bad := sized(1, 0)
+	bad := sized(t, 1, 0)
 	bad.Meta.Extra = map[string]json.RawMessage{"x": json.RawMessage("{")}
 	check(t, st.Write(3, bad) != nil, "invalid meta accepted")
-	check(t, st.Write(-1, sized(1, 0)) != nil, "negative epoch accepted")
+	check(t, st.Write(-1, sized(t, 1, 0)) != nil, "negative epoch accepted")
 	check(t, st.Write(3, State{Tensors: map[string]*tensor.Tensor{"__metadata__": tensor.Scalar(tensor.F32, 0)}}) != nil, "reserved name accepted")
 	check(t, len(dirNames(t, dir)) == 4, "refused writes left %v", dirNames(t, dir))
 }
@@ -287,7 +288,7 @@ func TestRetention(t *testing.T) {
 		t.Run(fmt.Sprintf("keep %d", keep), func(t *testing.T) {
 			st := openStore(t, t.TempDir(), StoreOptions{Keep: keep})
 			for e := 0; e < 6; e++ {
-				noErr(t, st.Write(e, sized(4, float64(e))))
+				noErr(t, st.Write(e, sized(t, 4, float64(e))))
 			}
 			k := keep
 			if k == 0 {
@@ -307,15 +308,15 @@ func TestRetention(t *testing.T) {
 	// of the abandoned timeline above it go.
 	st := openStore(t, t.TempDir(), StoreOptions{Keep: 3})
 	for e := 0; e < 6; e++ {
-		noErr(t, st.Write(e, sized(4, float64(e))))
+		noErr(t, st.Write(e, sized(t, 4, float64(e))))
 	}
-	noErr(t, st.Write(4, sized(4, 40)))
+	noErr(t, st.Write(4, sized(t, 4, 40)))
 	got, err := st.Checkpoints()
 	noErr(t, err)
 	check(t, reflect.DeepEqual(got, []int{3, 4}), "after rewriting epoch 4 kept %v", got)
 	s, epoch, err := st.Latest()
 	noErr(t, err)
-	check(t, epoch == 4 && s.Tensors["w"].F32()[0] == 40, "Latest after rewrite: epoch %d", epoch)
+	check(t, epoch == 4 && w0(t, s) == 40, "Latest after rewrite: epoch %d", epoch)
 
 	_, err = Open(t.TempDir(), StoreOptions{Keep: -1})
 	check(t, err != nil, "negative Keep accepted")
@@ -356,4 +357,31 @@ func leUint64(b []byte) uint64 {
 		v = v<<8 | uint64(b[i])
 	}
 	return v
+}
+
+// TestWriteFromDevice: a state whose tensors lie on the test device is
+// written with one host sync per dtype (nn.HostCopies gathers each dtype
+// on the device and copies it over once), and reads back bitwise; the
+// state itself keeps its device tensors.
+func TestWriteFromDevice(t *testing.T) {
+	dev := testdevice.Device(t)
+	s := mixedState(t)
+	dtypes := map[tensor.DType]bool{}
+	for _, x := range s.Tensors {
+		dtypes[x.DType()] = true
+	}
+	st := openStore(t, t.TempDir(), StoreOptions{})
+	before := tensor.HostSyncs(dev)
+	noErr(t, st.Write(1, s))
+	want := uint64(0)
+	if testdevice.OnDevice(t) {
+		want = uint64(len(dtypes))
+	}
+	check(t, tensor.HostSyncs(dev)-before == want, "Write: %d host syncs, want %d (one per dtype)", tensor.HostSyncs(dev)-before, want)
+	for n, x := range s.Tensors {
+		check(t, x.Device() == dev, "Write moved %s to %v", n, x.Device())
+	}
+	got, _, err := st.Latest()
+	noErr(t, err)
+	check(t, sameTensors(got.Tensors, s.Tensors) == "", "round trip from %v: %s", dev, sameTensors(got.Tensors, s.Tensors))
 }

@@ -19,4 +19,10 @@
 // rollback stays with Latest). TwoTier tries the fast tier, then reads
 // the last checkpoint under a deadline, and reports the
 // tolaria.rollback.* metrics.
+//
+// A State's tensors may lie on a device (the model's): the fast tier
+// copies them there with the device's backend, Write brings them to the
+// host in one copy per device and dtype (nn.HostCopies), and ApplyModule
+// and ApplyOptimizer copy a state read from disk to the module's or the
+// optimizer's device before loading it.
 package rollback

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/esper-go/esper/internal/testdevice"
 	"github.com/esper-go/esper/tensor"
 )
 
@@ -36,35 +37,35 @@ func TestFastOptions(t *testing.T) {
 // elements of F32 plus the zero Meta's JSON per state.
 func TestFastEvictsByCapacity(t *testing.T) {
 	unit := 4000 + zeroMetaLen(t)
-	sz, err := sized(1000, 0).Size()
+	sz, err := sized(t, 1000, 0).Size()
 	noErr(t, err)
 	check(t, sz == unit, "Size = %d, want %d", sz, unit)
 
 	c := newFast(t, 3*unit) // exactly three states
 	for step := int64(1); step <= 3; step++ {
-		noErr(t, c.Put(step, sized(1000, float64(step))))
+		noErr(t, c.Put(step, sized(t, 1000, float64(step))))
 	}
 	st := c.Stats()
 	check(t, st.SizeBytes == 3*unit && st.Snapshots == 3 && st.Evictions == 0, "a full cache evicted: %+v", st)
 
-	noErr(t, c.Put(4, sized(1000, 4))) // evicts 1, the oldest
+	noErr(t, c.Put(4, sized(t, 1000, 4))) // evicts 1, the oldest
 	check(t, reflect.DeepEqual(c.Steps(), []int64{4, 3, 2}), "steps %v after the 4th put", c.Steps())
 	check(t, c.Stats().Evictions == 1 && c.Stats().SizeBytes == 3*unit, "stats %+v", c.Stats())
 
 	_, _, ok := c.Nearest(2) // touching 2 makes 3 the least recently used
 	check(t, ok, "Nearest(2) missed")
-	noErr(t, c.Put(5, sized(1000, 5)))
+	noErr(t, c.Put(5, sized(t, 1000, 5)))
 	check(t, reflect.DeepEqual(c.Steps(), []int64{5, 2, 4}), "steps %v: LRU did not evict 3", c.Steps())
 
 	// A state of two units evicts the two least recently used.
-	noErr(t, c.Put(6, sized(2000, 6)))
+	noErr(t, c.Put(6, sized(t, 2000, 6)))
 	big := 8000 + zeroMetaLen(t)
 	check(t, reflect.DeepEqual(c.Steps(), []int64{6, 5}), "steps %v after a double-size put", c.Steps())
 	st = c.Stats()
 	check(t, st.SizeBytes == big+unit && st.Evictions == 4 && st.SnapshotsTotal == 6, "stats %+v", st)
 
 	// One byte over the capacity on its own is refused; nothing changes.
-	over := State{Tensors: sized(1000, 0).Tensors, Meta: Meta{GlobalStep: 1}}
+	over := State{Tensors: sized(t, 1000, 0).Tensors, Meta: Meta{GlobalStep: 1}}
 	small := newFast(t, unit)
 	err = small.Put(1, over) // "global_step":1 is as long as 0: still fits
 	noErr(t, err)
@@ -77,22 +78,22 @@ func TestFastEvictsByCapacity(t *testing.T) {
 func TestFastReplaceSameStep(t *testing.T) {
 	unit := 4000 + zeroMetaLen(t)
 	c := newFast(t, 3*unit)
-	noErr(t, c.Put(7, sized(1000, 1)))
-	noErr(t, c.Put(7, sized(500, 2)))
+	noErr(t, c.Put(7, sized(t, 1000, 1)))
+	noErr(t, c.Put(7, sized(t, 500, 2)))
 	st := c.Stats()
 	half := 2000 + zeroMetaLen(t)
 	check(t, st.SizeBytes == half && st.Snapshots == 1 && st.Evictions == 0 && st.SnapshotsTotal == 2, "after replacing: %+v", st)
 	s, step, ok := c.Nearest(7)
-	check(t, ok && step == 7 && s.Tensors["w"].Numel() == 500 && s.Tensors["w"].F32()[0] == 2, "Nearest returned the replaced state")
+	check(t, ok && step == 7 && s.Tensors["w"].Numel() == 500 && w0(t, s) == 2, "Nearest returned the replaced state")
 
 	// Replacing in a full cache frees the old size first: 1,2,3 of one
 	// unit, then 3 again with two units, evicts only 1.
 	c = newFast(t, 3*unit)
 	for step := int64(1); step <= 3; step++ {
-		noErr(t, c.Put(step, sized(1000, 0)))
+		noErr(t, c.Put(step, sized(t, 1000, 0)))
 	}
-	double := sized(2000, 0) // plus one Meta's worth of Bool bytes: exactly two units
-	double.Tensors["pad"] = tensor.Empty(tensor.Bool, int(zeroMetaLen(t)))
+	double := sized(t, 2000, 0) // plus one Meta's worth of Bool bytes: exactly two units
+	double.Tensors["pad"] = testdevice.To(t, tensor.Empty(tensor.Bool, int(zeroMetaLen(t))))
 	dsz, err := double.Size()
 	noErr(t, err)
 	check(t, dsz == 2*unit, "double size %d, want %d", dsz, 2*unit)
@@ -101,7 +102,7 @@ func TestFastReplaceSameStep(t *testing.T) {
 	check(t, c.Stats().Evictions == 1 && c.Stats().SizeBytes == 3*unit, "stats %+v", c.Stats())
 
 	// An oversized replacement is refused and the old snapshot stays.
-	err = c.Put(2, sized(4000, 0))
+	err = c.Put(2, sized(t, 4000, 0))
 	check(t, errors.Is(err, ErrTooLarge), "got %v", err)
 	check(t, reflect.DeepEqual(c.Steps(), []int64{3, 2}), "refused replacement dropped the old one: %v", c.Steps())
 }
@@ -111,7 +112,7 @@ func TestFastNearest(t *testing.T) {
 	_, _, ok := c.Nearest(100)
 	check(t, !ok, "empty cache hit")
 	for _, s := range []int64{10, 30, 20} {
-		noErr(t, c.Put(s, sized(1, float64(s))))
+		noErr(t, c.Put(s, sized(t, 1, float64(s))))
 	}
 	for _, tc := range []struct {
 		leq, want int64
@@ -120,7 +121,7 @@ func TestFastNearest(t *testing.T) {
 		s, step, ok := c.Nearest(tc.leq)
 		check(t, ok == tc.ok && step == tc.want, "Nearest(%d) = %d, %v; want %d, %v", tc.leq, step, ok, tc.want, tc.ok)
 		if ok {
-			check(t, s.Tensors["w"].F32()[0] == float32(tc.want), "Nearest(%d) returned the state of another step", tc.leq)
+			check(t, w0(t, s) == float32(tc.want), "Nearest(%d) returned the state of another step", tc.leq)
 		}
 	}
 	st := c.Stats()
@@ -133,12 +134,12 @@ func TestFastNearest(t *testing.T) {
 
 func TestFastCopiesAreIndependent(t *testing.T) {
 	c := newFast(t, 1<<20)
-	src := mixedState()
+	src := mixedState(t)
 	want := src.Clone()
 	noErr(t, c.Put(1, src))
 
 	// Training goes on: the source changes in place.
-	src.Tensors["model/w.f64"].F64()[0] = -1
+	fill(src.Tensors["model/w.f64"], -1)
 	src.Meta.RNG[0] = 7
 	src.Meta.Extra["lr_controller"][2] = 'X'
 	src.Tensors["model/new"] = src.Tensors["optim/step"]
@@ -149,7 +150,7 @@ func TestFastCopiesAreIndependent(t *testing.T) {
 	check(t, reflect.DeepEqual(got.Meta, want.Meta), "cache meta changed: %+v", got.Meta)
 
 	// The restorer changes what it was given: the cache is unaffected.
-	got.Tensors["model/w.f32"].F32()[0] = 123
+	fill(got.Tensors["model/w.f32"], 123)
 	got.Meta.RNG[1] = 5
 	delete(got.Tensors, "model/w.bf16")
 	again, _, _ := c.Nearest(1)
@@ -167,11 +168,11 @@ func TestFastConcurrent(t *testing.T) {
 			defer wg.Done()
 			for i := 0; i < 50; i++ {
 				step := int64(g*100 + i)
-				if err := c.Put(step, sized(100, float64(step))); err != nil {
+				if err := c.Put(step, sized(t, 100, float64(step))); err != nil {
 					t.Error(err)
 					return
 				}
-				if s, at, ok := c.Nearest(step); ok && s.Tensors["w"].F32()[0] != float32(at) {
+				if s, at, ok := c.Nearest(step); ok && w0(t, s) != float32(at) {
 					t.Errorf("step %d holds the state of another", at)
 				}
 				c.Stats()

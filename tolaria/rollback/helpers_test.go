@@ -12,19 +12,50 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/esper-go/esper/internal/testdevice"
+	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/tensor"
 )
 
 // raw returns t's element bytes in row-major order (a copy for strided
-// views, else a view of the storage).
+// views, else a view of the storage; for a tensor on a device, of a host
+// copy).
 func raw(t *tensor.Tensor) []byte {
-	c := t.Contiguous()
+	c := hostContiguous(t)
 	sz := c.DType().Size()
 	return c.Storage().Bytes()[c.Offset()*sz : (c.Offset()+c.Numel())*sz]
 }
 
+// hostContiguous returns t's elements as a contiguous host tensor: t
+// itself or t.Contiguous() on the CPU; on a device, t made contiguous
+// there by its backend, then copied over explicitly (a counted host
+// sync). A failed copy panics: the tests' devices (cpu, sim) cannot fail
+// one.
+func hostContiguous(t *tensor.Tensor) *tensor.Tensor {
+	if t.Device().IsCPU() {
+		return t.Contiguous()
+	}
+	if !t.IsContiguous() {
+		c := tensor.EmptyLike(t)
+		kernels.For(t.Device()).Copy(c, t)
+		t = c
+	}
+	h, err := t.ToDevice(tensor.CPU)
+	if err != nil {
+		panic(err)
+	}
+	return h
+}
+
+// fill sets every element of t to v where t lies, with its backend.
+func fill(t *tensor.Tensor, v float64) { kernels.For(t.Device()).Fill(t, v) }
+
+// w0 is the first element of s's tensor "w", read on the host.
+func w0(t *testing.T, s State) float32 { return testdevice.F32(t, s.Tensors["w"])[0] }
+
 // sameTensors reports the first difference between two tensor maps, by
-// name, shape, dtype and bytes; "" when bitwise equal.
+// name, shape, dtype and bytes, wherever the tensors lie; "" when bitwise
+// equal.
 func sameTensors(a, b map[string]*tensor.Tensor) string {
 	if len(a) != len(b) {
 		return "different tensor counts: " + strings.Join(names(a), ",") + " vs " + strings.Join(names(b), ",")
@@ -64,20 +95,23 @@ func f32Bits(bits ...uint32) *tensor.Tensor {
 }
 
 // mixedState is a state with F32 (odd bit patterns), F64, BF16, I64,
-// Bool, scalar, empty and strided tensors, and every Meta field set.
-func mixedState() State {
+// Bool, scalar, empty and strided tensors on the test device
+// (testdevice), and every Meta field set.
+func mixedState(t *testing.T) State {
 	bf := tensor.Empty(tensor.BF16, 2, 3)
 	copy(bf.U16(), []uint16{0x3f80, 0xbf80, 0x7fc1, 0x0001, 0x8000, 0x7f80})
-	strided := tensor.FromSlice([]float64{1, 2, 3, 4, 5, 6}, 2, 3).T() // [3,2] view
+	// A [3,2] view of a [2,3] tensor, made where the tensor lies.
+	strided := testdevice.To(t, tensor.FromSlice([]float64{1, 2, 3, 4, 5, 6}, 2, 3)).T()
+	on := func(x *tensor.Tensor) *tensor.Tensor { return testdevice.To(t, x) }
 	return State{
 		Tensors: map[string]*tensor.Tensor{
-			"model/w.f32":   f32Bits(0x3f800000, 0x80000000, 0x7fc00123, 0xff800000, 0x00000001),
-			"model/w.f64":   tensor.FromSlice([]float64{math.Pi, math.Copysign(0, -1), math.SmallestNonzeroFloat64, math.MaxFloat64}, 2, 2),
-			"model/w.bf16":  bf,
-			"optim/step":    tensor.Scalar(tensor.F64, 7),
-			"optim/ids":     tensor.FromSlice([]int64{-1, math.MaxInt64}, 2),
-			"model/mask":    tensor.FromSlice([]bool{true, false, true}, 3),
-			"model/empty":   tensor.Empty(tensor.F32, 0, 4),
+			"model/w.f32":   on(f32Bits(0x3f800000, 0x80000000, 0x7fc00123, 0xff800000, 0x00000001)),
+			"model/w.f64":   on(tensor.FromSlice([]float64{math.Pi, math.Copysign(0, -1), math.SmallestNonzeroFloat64, math.MaxFloat64}, 2, 2)),
+			"model/w.bf16":  on(bf),
+			"optim/step":    on(tensor.Scalar(tensor.F64, 7)),
+			"optim/ids":     on(tensor.FromSlice([]int64{-1, math.MaxInt64}, 2)),
+			"model/mask":    on(tensor.FromSlice([]bool{true, false, true}, 3)),
+			"model/empty":   on(tensor.Empty(tensor.F32, 0, 4)),
 			"model/strided": strided,
 		},
 		Meta: Meta{
@@ -90,9 +124,9 @@ func mixedState() State {
 }
 
 // sized returns a state with one F32 tensor of n elements filled with v
-// and a zero Meta.
-func sized(n int, v float64) State {
-	return State{Tensors: map[string]*tensor.Tensor{"w": tensor.Full(tensor.F32, v, n)}}
+// on the test device, and a zero Meta.
+func sized(t *testing.T, n int, v float64) State {
+	return State{Tensors: map[string]*tensor.Tensor{"w": testdevice.To(t, tensor.Full(tensor.F32, v, n))}}
 }
 
 // zeroMetaLen is the JSON length of a zero Meta, part of every Size.

@@ -18,7 +18,7 @@ func intactStore(t *testing.T) (st *Store, ckpt1, ckpt2 string) {
 	dir := t.TempDir()
 	st = openStore(t, dir, StoreOptions{})
 	for e := 1; e <= 2; e++ {
-		s := mixedState()
+		s := mixedState(t)
 		s.Meta.Epoch = e
 		noErr(t, st.Write(e, s))
 	}
@@ -54,7 +54,7 @@ func TestLatestIntactFallsBack(t *testing.T) {
 			in, err := st.LatestIntact()
 			noErr(t, err)
 			check(t, in.Epoch == tc.wantEpoch && in.State.Meta.Epoch == tc.wantEpoch, "fell back to epoch %d (meta %d), want %d", in.Epoch, in.State.Meta.Epoch, tc.wantEpoch)
-			want := mixedState()
+			want := mixedState(t)
 			check(t, sameTensors(in.State.Tensors, want.Tensors) == "", "fallback state: %s", sameTensors(in.State.Tensors, want.Tensors))
 			check(t, len(in.Skipped) == 1 && filepath.Base(in.Skipped[0].File) == tc.skipped, "skipped %v", in.Skipped)
 			if tc.wantEpoch == 1 {
@@ -92,7 +92,7 @@ func TestLatestIntactAnswersLikeLatest(t *testing.T) {
 	st, _, ckpt2 = intactStore(t)
 	crash := errors.New("power cut")
 	st.beforeWAL = func(string) error { return crash }
-	check(t, errors.Is(st.Write(3, sized(4, 3)), crash), "the simulated crash did not abort the write")
+	check(t, errors.Is(st.Write(3, sized(t, 4, 3)), crash), "the simulated crash did not abort the write")
 	d, err := os.ReadFile(ckpt2)
 	noErr(t, err)
 	noErr(t, os.WriteFile(ckpt2, d[:len(d)/2], 0o644))
@@ -107,7 +107,7 @@ func TestLatestIntactAnswersLikeLatest(t *testing.T) {
 	noErr(t, safetensors.Encode(&buf, map[string]*tensor.Tensor{"x": tensor.Scalar(tensor.F32, 1)},
 		map[string]string{metaKeyVersion: formatVersion, metaKeyEpoch: "1", metaKeyMeta: "{}"}))
 	noErr(t, os.WriteFile(filepath.Join(dir, "ckpt-epoch-1.safetensors"), []byte(buf.String()), 0o644))
-	noErr(t, st.Write(2, sized(4, 2)))
+	noErr(t, st.Write(2, sized(t, 4, 2)))
 	noErr(t, os.WriteFile(filepath.Join(dir, "ckpt-epoch-2.safetensors"), []byte("x"), 0o644))
 	_, err = st.LatestIntact()
 	check(t, err != nil && strings.Contains(err.Error(), "no checksum of its own"), "old-format fallback: %v", err)

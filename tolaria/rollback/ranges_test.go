@@ -55,7 +55,7 @@ func TestMetaOutOfRangeIsCorrupt(t *testing.T) {
 		check(t, err != nil && strings.Contains(err.Error(), c.field), "LatestIntact without the WAL: %v", err)
 	}
 	st := openStore(t, t.TempDir(), StoreOptions{})
-	s := sized(1, 0)
+	s := sized(t, 1, 0)
 	s.Meta.Epoch = -1
 	check(t, st.Write(1, s) != nil, "a negative Meta.Epoch was written")
 	s.Meta.Epoch, s.Meta.GlobalStep = 1, -5

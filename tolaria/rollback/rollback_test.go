@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/internal/testdevice"
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/optim"
@@ -31,16 +32,16 @@ func TestTwoTierFastThenSlow(t *testing.T) {
 	st := openStore(t, t.TempDir(), StoreOptions{})
 	tt := &TwoTier{Fast: fast, Store: st}
 
-	noErr(t, fast.Put(10, sized(4, 10)))
-	noErr(t, st.Write(2, sized(4, 2)))
+	noErr(t, fast.Put(10, sized(t, 4, 10)))
+	noErr(t, st.Write(2, sized(t, 4, 2)))
 
 	res, s, err := tt.Restore(context.Background(), 15)
 	noErr(t, err)
-	check(t, res.UsedFast && res.Hit && res.Step == 10 && s.Tensors["w"].F32()[0] == 10, "fast restore %+v", res)
+	check(t, res.UsedFast && res.Hit && res.Step == 10 && w0(t, s) == 10, "fast restore %+v", res)
 
 	res, s, err = tt.Restore(context.Background(), 5) // nothing ≤ 5 in memory
 	noErr(t, err)
-	check(t, !res.UsedFast && res.Hit && res.Epoch == 2 && s.Tensors["w"].F32()[0] == 2, "slow restore %+v", res)
+	check(t, !res.UsedFast && res.Hit && res.Epoch == 2 && w0(t, s) == 2, "slow restore %+v", res)
 	check(t, res.Latency > 0, "latency not measured")
 
 	check(t, metric(t, tt, leyline.MetricTolariaRollbackFastHitsTotal) == 1, "hits")
@@ -85,7 +86,7 @@ func TestTwoTierDeadline(t *testing.T) {
 	defer close(release)
 	dir := t.TempDir()
 	st := openStore(t, dir, StoreOptions{ReadFile: blockingRead(entered, release)})
-	noErr(t, st.Write(1, sized(4, 1)))
+	noErr(t, st.Write(1, sized(t, 4, 1)))
 	tt := &TwoTier{Fast: newFast(t, 1<<20), Store: st, Deadline: 10 * time.Millisecond}
 
 	res, s, err := tt.Restore(context.Background(), 100)
@@ -109,7 +110,7 @@ func TestTwoTierDeadline(t *testing.T) {
 func TestTwoTierSlowReadWithinDeadline(t *testing.T) {
 	entered, release := make(chan string, 1), make(chan struct{})
 	st := openStore(t, t.TempDir(), StoreOptions{ReadFile: blockingRead(entered, release)})
-	noErr(t, st.Write(4, sized(4, 4)))
+	noErr(t, st.Write(4, sized(t, 4, 4)))
 	tt := &TwoTier{Store: st, Deadline: time.Minute}
 	go func() {
 		<-entered // the read is in flight: let it finish
@@ -117,12 +118,12 @@ func TestTwoTierSlowReadWithinDeadline(t *testing.T) {
 	}()
 	res, s, err := tt.Restore(context.Background(), 0)
 	noErr(t, err)
-	check(t, res.Hit && res.Epoch == 4 && s.Tensors["w"].F32()[0] == 4, "result %+v", res)
+	check(t, res.Hit && res.Epoch == 4 && w0(t, s) == 4, "result %+v", res)
 }
 
 func TestTwoTierMetricNames(t *testing.T) {
 	tt := &TwoTier{Fast: newFast(t, 1<<20)}
-	noErr(t, tt.Fast.Put(1, sized(4, 1)))
+	noErr(t, tt.Fast.Put(1, sized(t, 4, 1)))
 	var got []string
 	for _, m := range tt.Metrics() {
 		got = append(got, m.Name)
@@ -133,7 +134,7 @@ func TestTwoTierMetricNames(t *testing.T) {
 		"tolaria.rollback.deadline_exceeded_total",
 	}
 	check(t, strings.Join(got, ",") == strings.Join(want, ","), "metric names %v", got)
-	size, err := sized(4, 1).Size()
+	size, err := sized(t, 4, 1).Size()
 	noErr(t, err)
 	check(t, metric(t, tt, leyline.MetricTolariaRollbackFastSizeBytes) == float64(size), "size metric")
 	check(t, metric(t, tt, leyline.MetricTolariaRollbackSnapshotsTotal) == 1, "snapshots metric")
@@ -145,10 +146,12 @@ func TestTwoTierMetricNames(t *testing.T) {
 // come back bitwise, and training from the restored state repeats the
 // original trajectory exactly.
 func TestRestoreModelAndSGD(t *testing.T) {
+	dev := testdevice.Device(t)
 	m := nn.MustMLP(tensor.NewRNG(1), nn.MLPOptions{Sizes: []int{4, 8, 3}})
+	noErr(t, nn.To(m, dev))
 	opt, err := optim.NewSGD(m.Parameters(), optim.SGDOptions{LR: 0.05, Momentum: 0.9})
 	noErr(t, err)
-	x := tensor.Normal(tensor.NewRNG(2), tensor.F32, 0, 1, 5, 4)
+	x := testdevice.To(t, tensor.Normal(tensor.NewRNG(2), tensor.F32, 0, 1, 5, 4))
 	step := func() {
 		opt.ZeroGrad()
 		y := m.Forward(autograd.NewVar(x))
@@ -203,6 +206,7 @@ func TestRestoreModelAndSGD(t *testing.T) {
 
 	// A state of another architecture is refused and changes nothing.
 	other := nn.MustMLP(tensor.NewRNG(3), nn.MLPOptions{Sizes: []int{4, 3}})
+	noErr(t, nn.To(other, dev))
 	before := nn.StateDict(other)
 	var sde *nn.StateDictError
 	check(t, errors.As(snap.ApplyModule(other), &sde), "a mismatched state was applied")
@@ -215,7 +219,7 @@ func TestRestoreModelAndSGD(t *testing.T) {
 func TestLatestRacesWrite(t *testing.T) {
 	entered, release := make(chan string, 4), make(chan struct{})
 	st := openStore(t, t.TempDir(), StoreOptions{Keep: 1, ReadFile: blockingRead(entered, release)})
-	noErr(t, st.Write(1, sized(4, 1)))
+	noErr(t, st.Write(1, sized(t, 4, 1)))
 
 	type loaded struct {
 		s     State
@@ -228,9 +232,9 @@ func TestLatestRacesWrite(t *testing.T) {
 		done <- loaded{s, e, err}
 	}()
 	check(t, strings.HasSuffix(<-entered, "ckpt-epoch-1.safetensors"), "Latest read another file first")
-	noErr(t, st.Write(2, sized(4, 2))) // deletes epoch 1 while it is being read
+	noErr(t, st.Write(2, sized(t, 4, 2))) // deletes epoch 1 while it is being read
 	close(release)
 	r := <-done
 	noErr(t, r.err)
-	check(t, r.epoch == 2 && r.s.Tensors["w"].F32()[0] == 2, "Latest returned epoch %d", r.epoch)
+	check(t, r.epoch == 2 && w0(t, r.s) == 2, "Latest returned epoch %d", r.epoch)
 }

@@ -150,6 +150,61 @@ func cloneTensor(t *tensor.Tensor) *tensor.Tensor {
 	return out
 }
 
+// hostTensors returns ts readable on the host: ts itself when every
+// tensor is on the CPU, else a new map whose device tensors are host
+// copies, gathered and copied at once (nn.HostCopies: one host sync per
+// device and dtype).
+func hostTensors(ts map[string]*tensor.Tensor) (map[string]*tensor.Tensor, error) {
+	var names []string
+	var dev []*tensor.Tensor
+	for n, t := range ts {
+		if t != nil && !t.Device().IsCPU() {
+			names, dev = append(names, n), append(dev, t)
+		}
+	}
+	if len(dev) == 0 {
+		return ts, nil
+	}
+	host, err := nn.HostCopies(dev)
+	if err != nil {
+		return nil, fmt.Errorf("rollback: copying the state to the host: %w", err)
+	}
+	out := make(map[string]*tensor.Tensor, len(ts))
+	for n, t := range ts {
+		out[n] = t
+	}
+	for i, n := range names {
+		out[n] = host[i]
+	}
+	return out, nil
+}
+
+// onDevice returns ts with every tensor that lies elsewhere than dev
+// copied there (host-to-device copies, no host sync; ts itself is left as
+// it is): what a module's or an optimizer's LoadStateDict wants, whose
+// tensors live on dev.
+func onDevice(ts map[string]*tensor.Tensor, dev tensor.Device) (map[string]*tensor.Tensor, error) {
+	moved := false
+	for _, t := range ts {
+		moved = moved || (t != nil && t.Device() != dev)
+	}
+	if !moved {
+		return ts, nil
+	}
+	out := make(map[string]*tensor.Tensor, len(ts))
+	for n, t := range ts {
+		if t != nil && t.Device() != dev {
+			c, err := t.ToDevice(dev)
+			if err != nil {
+				return nil, fmt.Errorf("rollback: copying state tensor %q to %v: %w", n, dev, err)
+			}
+			t = c
+		}
+		out[n] = t
+	}
+	return out, nil
+}
+
 // validate checks the tensor names, that every tensor is present, and
 // Meta's ranges.
 func (s State) validate() error {
@@ -198,9 +253,18 @@ func (s State) Sub(prefix string) map[string]*tensor.Tensor {
 func (s *State) SetModule(m nn.Module) { s.Put(PrefixModel, nn.StateDict(m)) }
 
 // ApplyModule copies the PrefixModel tensors into m strictly (see
-// nn.LoadStateDict): on error m is unchanged.
+// nn.LoadStateDict): on error m is unchanged. Tensors that lie elsewhere
+// than m (a checkpoint read to the host, m on a device) are copied to m's
+// device first; a module whose tensors span several devices gets them as
+// they are.
 func (s State) ApplyModule(m nn.Module) error {
-	if err := nn.LoadStateDict(m, s.Sub(PrefixModel), true); err != nil {
+	sd := s.Sub(PrefixModel)
+	if dev, err := nn.Device(m); err == nil {
+		if sd, err = onDevice(sd, dev); err != nil {
+			return err
+		}
+	}
+	if err := nn.LoadStateDict(m, sd, true); err != nil {
 		return fmt.Errorf("rollback: restore model: %w", err)
 	}
 	return nil
@@ -211,9 +275,17 @@ func (s State) ApplyModule(m nn.Module) error {
 func (s *State) SetOptimizer(o optim.Optimizer) { s.Put(PrefixOptim, o.StateDict()) }
 
 // ApplyOptimizer loads the PrefixOptim tensors into o, which validates
-// everything before changing anything.
+// everything before changing anything. Tensors that lie elsewhere than
+// o's parameter arena are copied to its device first.
 func (s State) ApplyOptimizer(o optim.Optimizer) error {
-	if err := o.LoadStateDict(s.Sub(PrefixOptim)); err != nil {
+	sd := s.Sub(PrefixOptim)
+	if a := o.Arena(); a != nil {
+		var err error
+		if sd, err = onDevice(sd, a.Device()); err != nil {
+			return err
+		}
+	}
+	if err := o.LoadStateDict(sd); err != nil {
 		return fmt.Errorf("rollback: restore optimizer: %w", err)
 	}
 	return nil

@@ -5,12 +5,13 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/esper-go/esper/internal/testdevice"
 	"github.com/esper-go/esper/kasmina"
 	"github.com/esper-go/esper/tensor"
 )
 
 func TestStateSize(t *testing.T) {
-	s := mixedState()
+	s := mixedState(t)
 	got, err := s.Size()
 	noErr(t, err)
 	meta, err := json.Marshal(s.Meta)
@@ -25,17 +26,18 @@ func TestStateSize(t *testing.T) {
 }
 
 func TestStateCloneIsDeep(t *testing.T) {
-	s := mixedState()
+	s := mixedState(t)
 	c := s.Clone()
 	check(t, sameTensors(s.Tensors, c.Tensors) == "", "clone differs: %s", sameTensors(s.Tensors, c.Tensors))
 	check(t, reflect.DeepEqual(s.Meta, c.Meta), "clone meta %+v differs from %+v", c.Meta, s.Meta)
 	check(t, c.Tensors["model/strided"].IsContiguous(), "Clone kept a strided view")
 
-	s.Tensors["model/w.f64"].F64()[0] = 42
+	fill(s.Tensors["model/w.f64"], 42)
 	s.Meta.RNG[0] = 99
 	s.Meta.Slots["r0c1"][0] = '['
 	s.Meta.Extra["new"] = json.RawMessage(`1`)
-	check(t, c.Tensors["model/w.f64"].F64()[0] != 42, "clone shares tensor storage")
+	check(t, testdevice.F64(t, c.Tensors["model/w.f64"])[0] != 42, "clone shares tensor storage")
+	check(t, c.Tensors["model/w.f64"].Device() == testdevice.Device(t), "clone on %v", c.Tensors["model/w.f64"].Device())
 	check(t, c.Meta.RNG[0] == 0, "clone shares the RNG slice")
 	check(t, c.Meta.Slots["r0c1"][0] == '{', "clone shares slot documents")
 	check(t, len(c.Meta.Extra) == 1, "clone shares the Extra map")
@@ -56,8 +58,8 @@ func TestStatePutSub(t *testing.T) {
 func TestStateSlots(t *testing.T) {
 	cks := map[string]kasmina.SlotCheckpoint{
 		"r0c0": {Extra: []byte(`{"schema_version":1,"has_seed":true}`), Weights: map[string]*tensor.Tensor{
-			"seed.0.weight": tensor.FromSlice([]float32{1, 2}, 2),
-			"seed.0.bias":   tensor.FromSlice([]float32{3}, 1),
+			"seed.0.weight": testdevice.To(t, tensor.FromSlice([]float32{1, 2}, 2)),
+			"seed.0.bias":   testdevice.To(t, tensor.FromSlice([]float32{3}, 1)),
 		}},
 		"r0c1": {Extra: []byte(`{"schema_version":1,"has_seed":false}`), Weights: map[string]*tensor.Tensor{}},
 	}
