@@ -23,6 +23,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/kernels/device"
 	"github.com/esper-go/esper/tensor"
 )
@@ -118,6 +119,16 @@ func Host(t testing.TB, x *tensor.Tensor) *tensor.Tensor {
 	t.Helper()
 	if x == nil || x.Device().IsCPU() {
 		return x
+	}
+	if !x.IsContiguous() {
+		// Pack a strided view on its device first (the copy to the
+		// host takes a contiguous tensor).
+		c, err := tensor.EmptyOn(x.Device(), x.DType(), x.Shape()...)
+		if err != nil {
+			t.Fatalf("testdevice: packing a %s view: %v", x.Device(), err)
+		}
+		kernels.For(x.Device()).Copy(c, x)
+		x = c
 	}
 	y, err := x.ToDevice(tensor.CPU)
 	if err != nil {

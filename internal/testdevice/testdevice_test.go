@@ -23,6 +23,7 @@ func TestRoundTrip(t *testing.T) {
 	assert.Equal(t, []float32{1, 2, 3, 4}, F32(t, y))
 	assert.Equal(t, []float64{1, 2, 3, 4}, F64(t, y))
 	assert.Equal(t, 3.0, Item(t, To(t, tensor.FromSlice([]float32{3}, 1))))
+	assert.Equal(t, []float32{1, 3, 2, 4}, F32(t, y.T()), "a strided view reads in logical order")
 	if OnDevice(t) {
 		assert.Panics(t, func() { y.F32() }, "a device tensor refuses the host accessor")
 		assert.GreaterOrEqual(t, tensor.HostSyncs(d)-before, uint64(3), "each read back is a host sync")
