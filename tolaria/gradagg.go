@@ -27,9 +27,12 @@ import (
 //     buffer, splits it per seed with the seed masks (the host's part, the
 //     teacher, redistributed by attribution), records the step's per-seed
 //     figures, combines the seeds' vectors with PCGrad and writes the
-//     result back into the gradients, then releases the buffer. It reads
-//     and writes gradients on the host, so such a step always runs eagerly,
-//     never captured or replayed.
+//     result back into the gradients, then releases the buffer. On the CPU
+//     it works on the host's float32 vectors with float64 sums; on a
+//     device (devicePath) through backend ops on device buffers, reading
+//     nothing back per step. Its projection order is drawn from the
+//     host RNG every step, so such a step always runs eagerly, never
+//     captured or replayed.
 //   - The observing path (metrics only) runs when the combining path does
 //     not: PCGrad off, or a single participant. It runs after the step,
 //     outside any captured region, every GradientTelemetryStride steps
@@ -74,6 +77,12 @@ type gradAgg struct {
 	pool   aggregation.GradientBufferPool
 	split  aggregation.SeedGrads
 	comb   aggregation.Combiner
+	// The device path's counterparts (a model off the CPU): the split's
+	// vectors, the combiner's scratch and the one-buffer micro list live
+	// on the device; nothing is read back per step.
+	splitT aggregation.SeedTensors
+	combT  aggregation.TensorCombiner
+	microT [1]*tensor.Tensor
 	acc    *aggregation.SeedMetricsAccumulator
 	empty  *aggregation.EpochReport // Finalize of an empty epoch, kept
 	pcg    *rand.PCG
@@ -260,13 +269,17 @@ func (g *gradAgg) observe(m *kasmina.MorphogeneticModel, opt *optimizers, x, y *
 }
 
 // seedPath flattens the gradient, splits it per seed, records the
-// metrics and, with combine, runs PCGrad and writes the result back.
+// metrics and, with combine, runs PCGrad and writes the result back. A
+// model on a device takes devicePath.
 func (g *gradAgg) seedPath(m *kasmina.MorphogeneticModel, opt *optimizers, x, y *tensor.Tensor, attrib map[string]float64, combine bool) (res aggStepResult, err error) {
 	l, err := g.layout(m, opt)
 	if err != nil {
 		return res, err
 	}
 	uses := g.prepare(m, x, y, attrib)
+	if len(l.params) > 0 && !l.params[0].Value.Device().IsCPU() {
+		return g.devicePath(l, uses, combine)
+	}
 	buf, err := g.pool.Acquire(l.masks.Total(), tensor.F32)
 	if err != nil {
 		return res, err
@@ -310,6 +323,58 @@ func (g *gradAgg) seedPath(m *kasmina.MorphogeneticModel, opt *optimizers, x, y 
 		return res, err
 	}
 	if err := aggregation.FlatToGrads(flat, l.params); err != nil {
+		return res, err
+	}
+	g.combined++
+	return res, nil
+}
+
+// devicePath is seedPath for a model on a device: the flat buffer, the
+// per-seed split, PCGrad and the metrics' sums stay on the device, so a
+// step reads nothing back (the accumulator's sums are read once, when
+// the epoch is finalized). res.Conflicts is not known on the host and
+// stays 0; the epoch's conflict figures come from the accumulator. The
+// device ops round in float32 where the host path sums in float64, so
+// the two agree within float32 rounding, not bit for bit.
+func (g *gradAgg) devicePath(l *aggLayout, uses int, combine bool) (res aggStepResult, err error) {
+	dev := l.params[0].Value.Device()
+	buf, err := g.pool.AcquireOn(dev, l.masks.Total(), tensor.F32)
+	if err != nil {
+		return res, err
+	}
+	defer func() {
+		if rerr := g.pool.Release(buf); err == nil {
+			err = rerr
+		}
+	}()
+	if err := aggregation.GradsToFlatTensor(l.params, buf); err != nil {
+		return res, err
+	}
+	g.microT[0] = buf
+	if err := aggregation.PerSeedTensors(&g.splitT, g.microT[:], l.masks, g.attrib, uses, g.seeds); err != nil {
+		return res, err
+	}
+	g.acc.SetMasks(l.masks)
+	if err := g.acc.RecordTensors(g.splitT.Names, g.splitT.Flats, g.splitT.Weights, g.alphas, g.attrib, g.attribUses); err != nil {
+		return res, err
+	}
+	if g.splitT.Redistributed {
+		if err := g.acc.RecordTeacherNormTensor(g.splitT.TeacherNorm); err != nil {
+			return res, err
+		}
+	}
+	res.Participants = len(g.splitT.Flats)
+	if !combine {
+		return res, nil
+	}
+	conflicts, err := g.combT.CombineInto(buf, g.splitT.Flats, true, nil, g.rng)
+	if err != nil {
+		return res, err
+	}
+	if err := g.acc.RecordCombineTensor(1, conflicts); err != nil {
+		return res, err
+	}
+	if err := aggregation.FlatTensorToGrads(buf, l.params); err != nil {
 		return res, err
 	}
 	g.combined++

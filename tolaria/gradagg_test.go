@@ -25,10 +25,7 @@ func twoSeedModel(t *testing.T, seeds int) *kasmina.MorphogeneticModel {
 	return twoSeedModelOn(t, testdevice.Device(t), seeds)
 }
 
-// twoSeedModelOn is twoSeedModel on dev. The PCGrad tests build it on
-// the CPU whatever the test device: PCGrad combines the gradients on the
-// host, and NewTrainer refuses it for a model on a device
-// (TestTrainerRefusesPCGradOnADevice).
+// twoSeedModelOn is twoSeedModel on dev.
 func twoSeedModelOn(t *testing.T, dev tensor.Device, seeds int) *kasmina.MorphogeneticModel {
 	t.Helper()
 	m := hostTrainerModel(t)
@@ -39,14 +36,9 @@ func twoSeedModelOn(t *testing.T, dev tensor.Device, seeds int) *kasmina.Morphog
 	return m
 }
 
-// pcgradDevice is where a test with PCGrad pc builds its model: the CPU
-// with PCGrad on (see twoSeedModelOn), else the test device.
-func pcgradDevice(t *testing.T, pc bool) tensor.Device {
-	if pc {
-		return tensor.CPU
-	}
-	return testdevice.Device(t)
-}
+// pcgradDevice is where a test with PCGrad on or off builds its model:
+// the test device either way (PCGrad combines on the device there).
+func pcgradDevice(t *testing.T, _ bool) tensor.Device { return testdevice.Device(t) }
 
 // toyDataOn is the toy task's batches for a model on dev: host tensors
 // for the CPU, the test device's otherwise.
@@ -77,10 +69,10 @@ func epochMetrics(t *testing.T, rec *recorder, epoch int) []leyline.Metric {
 // pooled buffer, and the epoch's METRICS event carries tolaria.grad_agg.*
 // and per-seed tolaria.grad_agg.seed.* metrics with seed_id and stage.
 func TestPCGradTwoSeedsEmitsAggregationMetrics(t *testing.T) {
-	m := twoSeedModelOn(t, tensor.CPU, 2)
+	m := twoSeedModel(t, 2)
 	rec := &recorder{}
 	tr, err := NewTrainer(TrainerOptions{
-		Model: m, Train: hostToyData(1, 6, 16), Val: hostToyData(2, 2, 16), Epochs: 3,
+		Model: m, Train: toyData(t, 1, 6, 16), Val: toyData(t, 2, 2, 16), Epochs: 3,
 		PCGrad: true, Seed: 5, Sink: rec, HostLR: 0.05,
 	})
 	require.NoError(t, err)
@@ -276,8 +268,8 @@ func TestAggregationPoolDoesNotGrow(t *testing.T) {
 	if testing.Short() {
 		t.Skip("1000 training steps")
 	}
-	m := twoSeedModelOn(t, tensor.CPU, 2)
-	d := hostToyData(1, 4, 4)
+	m := twoSeedModel(t, 2)
+	d := toyData(t, 1, 4, 4)
 	tr, err := NewTrainer(TrainerOptions{Model: m, Train: d, Val: d, Epochs: 1, PCGrad: true})
 	require.NoError(t, err)
 	require.NoError(t, tr.opt.sync(m))
@@ -324,7 +316,7 @@ func TestPCGradCheckpointResumeIsExact(t *testing.T) {
 	opts := func(dir string) TrainerOptions {
 		store, err := rollback.Open(dir, rollback.StoreOptions{})
 		require.NoError(t, err)
-		return TrainerOptions{Model: twoSeedModelOn(t, tensor.CPU, 2), Train: hostToyData(1, 4, 8), Val: hostToyData(2, 1, 8), Epochs: 3, PCGrad: true, Seed: 3, Checkpoints: store}
+		return TrainerOptions{Model: twoSeedModel(t, 2), Train: toyData(t, 1, 4, 8), Val: toyData(t, 2, 1, 8), Epochs: 3, PCGrad: true, Seed: 3, Checkpoints: store}
 	}
 	dir := t.TempDir()
 	first, err := NewTrainer(opts(dir))
