@@ -21,6 +21,7 @@ import (
 	"github.com/esper-go/esper/data"
 	"github.com/esper-go/esper/internal/runplot"
 	"github.com/esper-go/esper/kasmina"
+	"github.com/esper-go/esper/kernels/device"
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/nissa"
 	"github.com/esper-go/esper/nn"
@@ -56,8 +57,11 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	dev, err := tolaria.ParseDevice(c.device)
+	dev, err := device.Parse(c.device)
 	if err != nil {
+		return err
+	}
+	if _, err := device.Open(c.device); err != nil {
 		return err
 	}
 	if dev.Kind == tensor.KindCUDA {
