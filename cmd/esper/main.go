@@ -27,7 +27,8 @@ usage:
   esper bench --device sim --workload W1 [--epochs N]  (host syncs per epoch)
   esper train [--task synthetic|fashion-mnist] [--epochs N] [--controller heuristic|none]
               [--controller gnn --policy FILE [--policy-sample]]
-              [--checkpoint DIR [--resume]] [--run-dir DIR] [--metrics-addr ADDR] [--device cpu]
+              [--checkpoint DIR [--resume]] [--run-dir DIR] [--metrics-addr ADDR]
+              [--device cpu|sim[:N]|cuda[:N]] [--amp off|bf16|fp16] [--tf32[=false]]
   esper ppo [--rounds N] [--envs N] [--max-epochs N] [--out FILE] [--checkpoint DIR [--resume]] [--run-dir DIR]
   esper version
   esper help [COMMAND]
