@@ -29,9 +29,10 @@ type W1Options struct {
 	StaticInputs bool
 	Seed         uint64
 	// Device runs the workload on a device other than the CPU (the zero
-	// value); its backend must be registered (kernels.Register, done by
-	// cuda.Backend.Register). The epoch is timed up to its metrics read
-	// back to the host, which waits for the device.
+	// value); its backend must be registered (kernels/device.Open does
+	// it). The epoch is timed up to its metrics read back to the host,
+	// which waits for the device; W1Result.HostSyncsPerEpoch counts the
+	// reads.
 	Device tensor.Device
 	// Emit receives each epoch's metrics (the workload's telemetry); nil
 	// keeps them in the result only.
@@ -55,8 +56,12 @@ type W1Result struct {
 	Launches       int     `json:"launches_per_epoch,omitempty"`
 	// StaticInputs is set when the replays were fed through the graph's
 	// static input buffers (W1Options.StaticInputs).
-	StaticInputs bool         `json:"static_inputs,omitempty"`
-	Final        EpochMetrics `json:"final"`
+	StaticInputs bool `json:"static_inputs,omitempty"`
+	// HostSyncsPerEpoch is the mean number of host syncs (device-to-host
+	// reads that wait for the device, tensor.HostSyncs) per measured
+	// epoch on a device other than the CPU, which has none (0, left out).
+	HostSyncsPerEpoch float64      `json:"host_syncs_per_epoch,omitempty"`
+	Final             EpochMetrics `json:"final"`
 }
 
 // W1 is the W1 model, data and optimizer, ready to run epochs.
@@ -261,6 +266,7 @@ func RunW1(o W1Options) (res W1Result, err error) {
 	}
 	lat := make([]time.Duration, o.Epochs)
 	var ms0, ms1 runtime.MemStats
+	syncs0 := tensor.HostSyncs(o.Device)
 	runtime.ReadMemStats(&ms0)
 	for i := range lat {
 		t0 := time.Now()
@@ -268,7 +274,9 @@ func RunW1(o W1Options) (res W1Result, err error) {
 		lat[i] = time.Since(t0)
 	}
 	runtime.ReadMemStats(&ms1)
+	syncs := tensor.HostSyncs(o.Device) - syncs0
 	res.Latency = Summarise(lat)
+	res.HostSyncsPerEpoch = float64(syncs) / float64(o.Epochs)
 	res.AllocsPerEpoch = float64(ms1.Mallocs-ms0.Mallocs) / float64(o.Epochs)
 	res.BytesPerEpoch = float64(ms1.TotalAlloc-ms0.TotalAlloc) / float64(o.Epochs)
 	return res, err

@@ -23,3 +23,13 @@ type Graph interface {
 	// Len is the number of recorded launches.
 	Len() int
 }
+
+// GraphCloser is implemented by a Graph that holds device resources (a
+// driver graph and the memory its launches use) and can free them at
+// once, instead of when the Graph is collected. It is an optional
+// capability (check with a type assertion); call Close once the graph
+// will not be replayed again.
+type GraphCloser interface {
+	// Close frees the graph; it may not be replayed afterwards.
+	Close() error
+}

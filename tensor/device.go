@@ -1,6 +1,7 @@
 package tensor
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -57,33 +58,75 @@ func (d Device) String() string {
 // maxDeviceIndex bounds the N of "cuda:N" and "sim:N".
 const maxDeviceIndex = 1 << 10
 
-// ParseDevice parses "cpu", "cuda", "cuda:N", "sim" or "sim:N" (N a
-// decimal index below 1024; "cuda" and "sim" are index 0). Whether such a
-// device exists is the backend's question (kernels), not the parser's.
+// The errors of ParseDevice, to match with errors.Is.
+var (
+	// ErrDeviceSyntax is wrapped by the error of a malformed device name
+	// ("cuda0", "cuda:", "cuda:-1", "cuda:01", "sim:x", " cpu", "CPU",
+	// "gpu"): PyTorch's ValueError for a device string.
+	ErrDeviceSyntax = errors.New("malformed device name")
+	// ErrDeviceUnsupported is wrapped by the error of a device type that
+	// PyTorch knows and this engine does not run on (meta, xla, xpu, hpu,
+	// privateuseone, mps, with or without an index); the error says why.
+	ErrDeviceUnsupported = errors.New("unsupported device type")
+	// ErrDeviceUnavailable is wrapped by the error of a well-formed
+	// device that cannot exist or be used: cpu:N for N > 0 here (there is
+	// one CPU), and, from kernels/device's Open and OpenDevice, a CUDA
+	// device in a build without CUDA or past the device count.
+	ErrDeviceUnavailable = errors.New("device unavailable")
+)
+
+// unsupportedDevices are the PyTorch device types ParseDevice refuses
+// outright (esper-reference §3.2 "Device validation", G2 Tolaria), with
+// why.
+var unsupportedDevices = map[string]string{
+	"meta":          "meta tensors hold no data and cannot train",
+	"xla":           "XLA devices are not supported",
+	"xpu":           "Intel XPU devices are not supported",
+	"hpu":           "Habana HPU devices are not supported",
+	"privateuseone": "privateuseone backends are not supported",
+	"mps":           "Apple MPS is not supported in the Go port (use cpu or sim)",
+}
+
+// deviceNames is what ParseDevice accepts, for its errors.
+const deviceNames = "want cpu, sim, sim:N, cuda or cuda:N"
+
+// ParseDevice parses a device name, the one parser of device names in
+// the engine: "cpu" (or "cpu:0"), "sim" (sim:0), "sim:N", "cuda" (cuda:0)
+// and "cuda:N", N a decimal index from 0 to 1023 without sign or leading
+// zeros. Its errors are one line naming the input and wrap
+// ErrDeviceSyntax (a malformed name), ErrDeviceUnsupported (meta, xla,
+// xpu, hpu, privateuseone, mps: a device type PyTorch has and this
+// engine does not, with the reason) or ErrDeviceUnavailable (cpu:N, N >
+// 0). Whether a parsed device exists on this machine and build is not
+// the parser's question: kernels/device.Open and OpenDevice answer it.
 func ParseDevice(s string) (Device, error) {
-	name, idx, hasIdx := strings.Cut(s, ":")
-	var kind DeviceKind
-	switch name {
+	typ, idx, hasIdx := strings.Cut(s, ":")
+	if typ == "" || strings.IndexFunc(typ, func(r rune) bool { return r < 'a' || r > 'z' }) >= 0 {
+		return Device{}, fmt.Errorf("device %q: %w: %s", s, ErrDeviceSyntax, deviceNames)
+	}
+	i := 0
+	if hasIdx {
+		n, err := strconv.Atoi(idx)
+		if err != nil || n < 0 || n >= maxDeviceIndex || strconv.Itoa(n) != idx {
+			return Device{}, fmt.Errorf("device %q: %w: the index after ':' must be a number from 0 to %d", s, ErrDeviceSyntax, maxDeviceIndex-1)
+		}
+		i = n
+	}
+	if why, ok := unsupportedDevices[typ]; ok {
+		return Device{}, fmt.Errorf("device %q: %w: %s", s, ErrDeviceUnsupported, why)
+	}
+	switch typ {
 	case "cpu":
-		if hasIdx {
-			return Device{}, fmt.Errorf("tensor: device %q: the CPU has no index", s)
+		if i != 0 {
+			return Device{}, fmt.Errorf("device %q: %w: there is one cpu device (cpu or cpu:0)", s, ErrDeviceUnavailable)
 		}
 		return CPU, nil
 	case "cuda":
-		kind = KindCUDA
+		return CUDA(i), nil
 	case "sim":
-		kind = KindSim
-	default:
-		return Device{}, fmt.Errorf("tensor: unknown device %q (want cpu, cuda, cuda:N, sim or sim:N)", s)
+		return Sim(i), nil
 	}
-	if !hasIdx {
-		return Device{Kind: kind}, nil
-	}
-	i, err := strconv.Atoi(idx)
-	if err != nil || i < 0 || i >= maxDeviceIndex || strconv.Itoa(i) != idx {
-		return Device{}, fmt.Errorf("tensor: device %q: the index must be a number from 0 to %d", s, maxDeviceIndex-1)
-	}
-	return Device{Kind: kind, Index: i}, nil
+	return Device{}, fmt.Errorf("device %q: %w: unknown device type %q (%s)", s, ErrDeviceSyntax, typ, deviceNames)
 }
 
 // DeviceMemory is implemented by a non-CPU backend to give tensors storage

@@ -167,28 +167,6 @@ func TestDimAndAxis(t *testing.T) {
 	mustPanicWith(t, "tensor: axis 3 out of range for shape [2 3 4]", func() { x.Axis(3) })
 }
 
-func TestDevice(t *testing.T) {
-	for s, want := range map[string]tensor.Device{"cpu": tensor.CPU, "cuda": tensor.CUDA(0), "cuda:3": tensor.CUDA(3),
-		"sim": tensor.Sim(0), "sim:0": tensor.Sim(0), "sim:2": tensor.Sim(2)} {
-		d, err := tensor.ParseDevice(s)
-		noErr(t, err)
-		equal(t, d, want, s)
-		if s != "cuda" && s != "sim" {
-			equal(t, d.String(), s)
-		}
-	}
-	for _, s := range []string{"gpu", "cuda:-1", "", "sim:x", "sim:", "cuda:1x", "cuda:01", "cpu:0", "sim:1024", "SIM", "sim:+1"} {
-		if _, err := tensor.ParseDevice(s); err == nil {
-			t.Errorf("ParseDevice(%q): no error", s)
-		}
-	}
-	// Without a registered provider a device allocation is an error, not
-	// a panic.
-	if _, err := tensor.EmptyOn(tensor.Device{Kind: 7}, tensor.F32, 2); err == nil {
-		t.Error("EmptyOn an unregistered device kind: no error")
-	}
-}
-
 // TestEmptySmallInline: tensors of up to 64 bytes, allocated in one piece
 // with their storage, are zeroed, aligned for their dtype, one
 // allocation, and do not share elements with one another; larger ones

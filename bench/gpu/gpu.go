@@ -1,9 +1,8 @@
-//go:build cuda
-
 package gpu
 
 // The GPU workloads W1, W6, W7 and W8 (W5 in w5.go) and what they share:
-// the peers, CUDA-event timing, the reports.
+// the peers, event timing, the reports, and the backend's optional
+// interfaces each workload needs.
 
 import (
 	"bytes"
@@ -15,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -22,7 +22,7 @@ import (
 	"github.com/esper-go/esper/autograd"
 	"github.com/esper-go/esper/bench"
 	"github.com/esper-go/esper/kernels"
-	"github.com/esper-go/esper/kernels/cuda"
+	"github.com/esper-go/esper/kernels/device"
 	"github.com/esper-go/esper/optim"
 	"github.com/esper-go/esper/tensor"
 )
@@ -44,10 +44,13 @@ const (
 // Run runs the GPU workloads named by workload (W1, W5, W6, W7, W8, or
 // all for each in turn; any case) on dev, a CUDA device, as esper bench
 // --device cuda does. Once workload, dev and the peers' scripts are
-// checked, open gives dev's backend, registered for the device's
-// tensors. A workload that fails, panics included, is an error naming
-// it; with all the others still run.
-func Run(dev tensor.Device, workload string, c bench.Config, open func(tensor.Device) (*cuda.Backend, error), stdout, stderr io.Writer) error {
+// checked, kernels/device.OpenDevice opens dev (and registers its
+// backend for the device's tensors; in a build without the cuda tag it
+// says how to get one), and the backend must have the optional
+// interfaces of kernels the workloads use (needs). A workload that
+// fails, panics included, is an error naming it; with all the others
+// still run.
+func Run(dev tensor.Device, workload string, c bench.Config, stdout, stderr io.Writer) error {
 	workload = strings.ToUpper(workload)
 	if dev.Kind != tensor.KindCUDA {
 		return fmt.Errorf("device %v is not a CUDA device", dev)
@@ -66,12 +69,15 @@ func Run(dev tensor.Device, workload string, c bench.Config, open func(tensor.De
 			return err
 		}
 	}
-	be, err := open(dev)
+	be, err := device.OpenDevice(dev)
 	if err != nil {
 		return err
 	}
-	g := &gpuBench{dev: dev, be: be, d: be.CUDADevice(), c: c, set: c.Set, stdout: stdout, stderr: stderr}
-	g.machine = bench.ThisGPUMachine(g.d.Name())
+	g := &gpuBench{dev: dev, be: be, c: c, set: c.Set, stdout: stdout, stderr: stderr}
+	if err := g.interfaces(ids); err != nil {
+		return err
+	}
+	g.machine = bench.ThisGPUMachine(g.desc.DeviceName())
 	var errs []error
 	for i, id := range ids {
 		if i > 0 {
@@ -90,9 +96,16 @@ func Run(dev tensor.Device, workload string, c bench.Config, open func(tensor.De
 
 // gpuBench is one `esper bench --device cuda` run.
 type gpuBench struct {
-	dev            tensor.Device
-	be             *cuda.Backend
-	d              *cuda.Device
+	dev tensor.Device
+	be  kernels.Backend
+	// The backend's optional interfaces (nil when a workload that needs
+	// one does not run, see needs).
+	desc    kernels.DeviceDescriber
+	timers  kernels.EventTimers
+	stagers kernels.Stagers
+	copier  kernels.ByteCopier
+	foreach kernels.ForeachStepper
+
 	c              bench.Config
 	set            map[string]bool // flags given on the command line
 	stdout, stderr io.Writer
@@ -119,6 +132,64 @@ func (g *gpuBench) run(id string) (err error) {
 		return g.w8()
 	}
 	return fmt.Errorf("unknown workload %q", id)
+}
+
+// needs are the optional interfaces of kernels each workload uses beside
+// kernels.Backend (every one names the device: DeviceDescriber).
+var needs = map[string][]reflect.Type{
+	"W1": nil,
+	"W5": {reflect.TypeFor[kernels.EventTimers](), reflect.TypeFor[kernels.Stagers]()},
+	"W6": {reflect.TypeFor[kernels.EventTimers]()},
+	"W7": {reflect.TypeFor[kernels.EventTimers](), reflect.TypeFor[kernels.ByteCopier](), reflect.TypeFor[kernels.ForeachStepper]()},
+	"W8": {reflect.TypeFor[kernels.EventTimers](), reflect.TypeFor[kernels.Stagers](), reflect.TypeFor[kernels.ByteCopier]()},
+}
+
+// interfaces sets g's optional interfaces from its backend, or says which
+// one the backend lacks for the workloads ids (before any runs).
+func (g *gpuBench) interfaces(ids []string) error {
+	want := []reflect.Type{reflect.TypeFor[kernels.DeviceDescriber]()}
+	for _, id := range ids {
+		want = append(want, needs[id]...)
+	}
+	bt := reflect.TypeOf(g.be)
+	for _, it := range want {
+		if !bt.Implements(it) {
+			return fmt.Errorf("the %s backend of %v has no kernels.%s, which %s needs", g.be.Name(), g.dev, it.Name(), strings.Join(ids, ", "))
+		}
+	}
+	g.desc = g.be.(kernels.DeviceDescriber)
+	g.timers, _ = g.be.(kernels.EventTimers)
+	g.stagers, _ = g.be.(kernels.Stagers)
+	g.copier, _ = g.be.(kernels.ByteCopier)
+	g.foreach, _ = g.be.(kernels.ForeachStepper)
+	return nil
+}
+
+// capture records step as a graph of the backend (BeginCapture, step,
+// EndCapture): an error from step, or from the backend, ends the capture
+// and is returned, the graph closed.
+func (g *gpuBench) capture(step func() error) (kernels.Graph, error) {
+	if err := g.be.BeginCapture(); err != nil {
+		return nil, err
+	}
+	stepErr := step()
+	gr, err := g.be.EndCapture()
+	if stepErr != nil {
+		if gr != nil {
+			closeGraph(gr)
+		}
+		return nil, fmt.Errorf("capture: %w", stepErr)
+	}
+	return gr, err
+}
+
+// closeGraph frees a graph at once when it can (kernels.GraphCloser);
+// otherwise it goes when collected.
+func closeGraph(gr kernels.Graph) error {
+	if c, ok := gr.(kernels.GraphCloser); ok {
+		return c.Close()
+	}
+	return nil
 }
 
 // orDefault is v, or def when v is 0 (the flags' "workload default").
@@ -234,7 +305,7 @@ func firstLine(s string) string {
 
 // timeReps runs f warmup times, then times reps runs with t and returns
 // their summary and the fastest.
-func timeReps(t *cuda.Timer, warmup, reps int, f func() error) (bench.Latency, time.Duration, error) {
+func timeReps(t kernels.EventTimer, warmup, reps int, f func() error) (bench.Latency, time.Duration, error) {
 	for i := 0; i < warmup; i++ {
 		if err := f(); err != nil {
 			return bench.Latency{}, 0, err
@@ -421,15 +492,15 @@ func (g *gpuBench) w6() error {
 	flop := 2 * float64(n) * float64(n) * float64(n)
 	rep := g.report("W6", map[string]any{
 		"op": "C = A·B, n×n row-major, A and B uniform in [-1, 1]", "size": n, "reps": reps, "warmup": warmup,
-		"flop_per_gemm": flop, "tf32": "F32 operands, cuBLAS COMPUTE_32F_FAST_TF32 (Device.MatMul, precision High)",
-		"bf16": "BF16 operands and result, fp32 accumulation (Device.MatMul)", "timing": "CUDA events around each GEMM, median",
+		"flop_per_gemm": flop, "tf32": "F32 operands, cuBLAS COMPUTE_32F_FAST_TF32 (Backend.MatMul, matmul precision High)",
+		"bf16": "BF16 operands and result, fp32 accumulation (Backend.MatMul)", "timing": "CUDA events around each GEMM, median",
 		"check": fmt.Sprintf("%d random entries against a float64 product of the rounded inputs", w6Checked),
 	})
 	fmt.Fprintf(g.stdout, "  drawing two %d×%d matrices ...\n", n, n)
 	rng := tensor.NewRNG(6)
 	ah := tensor.Uniform(rng, tensor.F32, -1, 1, n, n)
 	bh := tensor.Uniform(rng, tensor.F32, -1, 1, n, n)
-	tm, err := g.d.NewTimer()
+	tm, err := g.timers.NewEventTimer()
 	if err != nil {
 		return err
 	}
@@ -494,8 +565,11 @@ func numOrDash(v float64) string {
 
 // gemm uploads ah and bh in dtype dt, checks one product against float64
 // (C poisoned with NaN first), then times reps products after warmup.
-func (g *gpuBench) gemm(tm *cuda.Timer, ah, bh *tensor.Tensor, dt tensor.DType, prec kernels.Precision, warmup, reps int, rng interface{ IntN(int) int }) (gemmResult, error) {
+func (g *gpuBench) gemm(tm kernels.EventTimer, ah, bh *tensor.Tensor, dt tensor.DType, prec kernels.Precision, warmup, reps int, rng interface{ IntN(int) int }) (gemmResult, error) {
 	n := ah.Dim(0)
+	// The products in prec; the backend's default after.
+	g.be.SetMatmulPrecision(prec)
+	defer g.be.SetMatmulPrecision(kernels.Highest)
 	ac, bc := ah, bh
 	if dt != tensor.F32 {
 		ac, bc = ah.Cast(dt), bh.Cast(dt)
@@ -508,10 +582,10 @@ func (g *gpuBench) gemm(tm *cuda.Timer, ah, bh *tensor.Tensor, dt tensor.DType, 
 		return gemmResult{}, err
 	}
 	defer cd.Storage().Free()
-	if err := g.d.Fill(cd, math.NaN()); err != nil {
+	if err := catch(func() { g.be.Fill(cd, math.NaN()) }); err != nil {
 		return gemmResult{}, err
 	}
-	mm := func() error { return g.d.MatMul(cd, a, b, false, false, prec) }
+	mm := func() error { return catch(func() { g.be.MatMul(cd, a, b, false, false) }) }
 	if err := mm(); err != nil {
 		return gemmResult{}, err
 	}
@@ -583,13 +657,13 @@ func (g *gpuBench) w7() error {
 		"params": c.Params, "tensors": c.Tensors, "shapes": shapes, "steps": steps, "warmup": warmup,
 		"sgd":             "SGD lr=0.01 momentum=0.9",
 		"adamw":           "AdamW lr=1e-3 betas=(0.9,0.999) eps=1e-8 weight_decay=0.01",
-		"layouts":         "arena: optim.SGD/optim.AdamW over a flat parameter arena (step = counter increment + one fused kernel); foreach: the same update over 200 separately allocated tensors with one multi-tensor launch (Device.ForeachSGDStep/ForeachAdamWStep), PyTorch's foreach layout",
+		"layouts":         "arena: optim.SGD/optim.AdamW over a flat parameter arena (step = counter increment + one fused kernel); foreach: the same update over 200 separately allocated tensors with one multi-tensor launch (kernels.ForeachStepper's ForeachSGDStep/ForeachAdamWStep), PyTorch's foreach layout",
 		"bytes_per_param": map[string]any{"sgd_momentum": bench.W7SGDBytesPerParam, "adamw": bench.W7AdamWBytesPerParam},
 		"copy":            "cuMemcpyDtoDAsync of params fp32 values, read+write bytes over the median time",
 		"launches":        "nodes of one step captured as a CUDA graph",
 		"timing":          "CUDA events around each step, median",
 	})
-	tm, err := g.d.NewTimer()
+	tm, err := g.timers.NewEventTimer()
 	if err != nil {
 		return err
 	}
@@ -665,7 +739,7 @@ func (g *gpuBench) w7() error {
 
 // copyBandwidth times device-to-device copies of n fp32 values and
 // returns the latencies and the read+write bandwidth at the median.
-func (g *gpuBench) copyBandwidth(tm *cuda.Timer, n, reps int) (bench.Latency, float64, error) {
+func (g *gpuBench) copyBandwidth(tm kernels.EventTimer, n, reps int) (bench.Latency, float64, error) {
 	src := g.toDev(tensor.Normal(tensor.NewRNG(7), tensor.F32, 0, 1, n))
 	defer src.Storage().Free()
 	dst, err := tensor.EmptyOn(g.dev, tensor.F32, n)
@@ -673,7 +747,7 @@ func (g *gpuBench) copyBandwidth(tm *cuda.Timer, n, reps int) (bench.Latency, fl
 		return bench.Latency{}, 0, err
 	}
 	defer dst.Storage().Free()
-	lat, _, err := timeReps(tm, 3, reps, func() error { return g.d.CopyDeviceToDevice(dst, src) })
+	lat, _, err := timeReps(tm, 3, reps, func() error { return g.copier.CopyDeviceToDevice(dst, src) })
 	if err != nil {
 		return bench.Latency{}, 0, err
 	}
@@ -683,7 +757,7 @@ func (g *gpuBench) copyBandwidth(tm *cuda.Timer, n, reps int) (bench.Latency, fl
 // optimSteps builds one optimizer over fresh parameters (N(0, 0.02²))
 // with fixed gradients (N(0, 0.01²)) in the given layout, counts the
 // launches of a captured step, and times warmup+steps eager steps.
-func (g *gpuBench) optimSteps(tm *cuda.Timer, name, layout string, shapes [][]int, seed uint64, warmup, steps int) (stepResult, error) {
+func (g *gpuBench) optimSteps(tm kernels.EventTimer, name, layout string, shapes [][]int, seed uint64, warmup, steps int) (stepResult, error) {
 	rng := tensor.NewRNG(seed)
 	hostParams := make([]*tensor.Tensor, len(shapes))
 	total := 0
@@ -737,13 +811,14 @@ func (g *gpuBench) optimSteps(tm *cuda.Timer, name, layout string, shapes [][]in
 		sgd := kernels.SGDOptions{Momentum: 0.9}
 		adamw := kernels.AdamWOptions{Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01}
 		step = func() error {
-			if err := g.d.Increment(counter, nil); err != nil {
-				return err
-			}
-			if name == "AdamW" {
-				return g.d.ForeachAdamWStep(params, grads, ms, vs, hyper, nil, adamw)
-			}
-			return g.d.ForeachSGDStep(params, grads, ms, hyper, nil, sgd)
+			return catch(func() {
+				g.be.Increment(counter, nil)
+				if name == "AdamW" {
+					g.foreach.ForeachAdamWStep(params, grads, ms, vs, hyper, nil, adamw)
+					return
+				}
+				g.foreach.ForeachSGDStep(params, grads, ms, hyper, nil, sgd)
+			})
 		}
 	default:
 		return r, fmt.Errorf("unknown layout %q", layout)
@@ -755,12 +830,12 @@ func (g *gpuBench) optimSteps(tm *cuda.Timer, name, layout string, shapes [][]in
 	if err := step(); err != nil { // eager first: caches a foreach table
 		return r, err
 	}
-	gr, err := g.d.Capture(step)
+	gr, err := g.capture(step)
 	if err != nil {
 		return r, fmt.Errorf("capturing a step to count its launches: %w", err)
 	}
-	r.Launches = gr.Nodes()
-	if err := gr.Close(); err != nil {
+	r.Launches = gr.Len()
+	if err := closeGraph(gr); err != nil {
 		return r, err
 	}
 	lat, _, err := timeReps(tm, warmup, steps, step)
@@ -814,7 +889,7 @@ func (g *gpuBench) w8() error {
 	src := host.Storage().Bytes()
 	rep := g.report("W8", map[string]any{
 		"batch": "128×1×28×28 fp32", "bytes": len(src), "reps": reps, "warmup": warmup,
-		"pageable":              "Device.CopyHostToDevice from Go memory (the driver stages it; the copy is waited for)",
+		"pageable":              "kernels.ByteCopier's CopyHostToDevice from Go memory (the driver stages it; the copy is waited for)",
 		"pinned":                "Stager.StageFunc of a batch already in its pinned buffer (as a loader writing into pinned memory, or PyTorch's pin_memory'd tensor): the DMA alone",
 		"pinned_with_host_copy": "Stager.Stage: the host copy into the pinned buffer, then the DMA",
 		"timing":                "CUDA events on the compute stream around each copy (the Stager's copy runs on its own stream, which the compute stream waits for), median",
@@ -824,13 +899,13 @@ func (g *gpuBench) w8() error {
 		return err
 	}
 	defer dst.Storage().Free()
-	tm, err := g.d.NewTimer()
+	tm, err := g.timers.NewEventTimer()
 	if err != nil {
 		return err
 	}
 	defer tm.Close()
 	const slots = 2
-	st, err := g.d.NewStager(slots, len(src))
+	st, err := g.stagers.NewStager(slots, len(src))
 	if err != nil {
 		return err
 	}
@@ -840,7 +915,7 @@ func (g *gpuBench) w8() error {
 		name string
 		f    func() error
 	}{
-		{"pageable", func() error { return g.d.CopyHostToDevice(dst, src) }},
+		{"pageable", func() error { return g.copier.CopyHostToDevice(dst, src) }},
 		{"pinned", func() error {
 			return st.StageFunc(dst, func(pinned []byte) {
 				if filled < slots { // each pinned buffer gets the batch once
@@ -854,7 +929,7 @@ func (g *gpuBench) w8() error {
 	var rs []copyResult
 	for _, p := range paths {
 		fmt.Fprintf(g.stdout, "  %s copies ...\n", p.name)
-		if err := g.d.Fill(dst, math.NaN()); err != nil {
+		if err := catch(func() { g.be.Fill(dst, math.NaN()) }); err != nil {
 			return err
 		}
 		lat, _, err := timeReps(tm, warmup, reps, p.f)

@@ -1,11 +1,9 @@
-//go:build cuda
-
 package gpu
 
 // W5 host-train on the GPU: the CPU workload's model and data
 // (bench.NewW5ModelOn, bench.NewW5Data) trained eagerly and as a captured
 // CUDA graph, then evaluated, every batch fed from pinned host memory
-// through a cuda.Stager one step ahead, so that its copy runs while the
+// through the backend's kernels.Stager one step ahead, so that its copy runs while the
 // previous step computes (PERF.md W8: "copy fully hidden behind compute
 // in W5"); the Stager's trace measures how much of the copying hid.
 
@@ -21,7 +19,6 @@ import (
 	"github.com/esper-go/esper/bench"
 	"github.com/esper-go/esper/data"
 	"github.com/esper-go/esper/kernels"
-	"github.com/esper-go/esper/kernels/cuda"
 	"github.com/esper-go/esper/tensor"
 )
 
@@ -70,7 +67,7 @@ type w5GPUEval struct {
 	Overlap       overlapResult `json:"copy_overlap"`
 }
 
-// overlapResult is a cuda.Overlap in microseconds, with the copies'
+// overlapResult is a kernels.Overlap in microseconds, with the copies'
 // bandwidth.
 type overlapResult struct {
 	Fraction   float64 `json:"fraction"`
@@ -85,7 +82,7 @@ type overlapResult struct {
 	CopyGBps   float64 `json:"copy_gbps"`
 }
 
-func newOverlapResult(o cuda.Overlap, bytesPerCopy float64) overlapResult {
+func newOverlapResult(o kernels.Overlap, bytesPerCopy float64) overlapResult {
 	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
 	r := overlapResult{Fraction: o.Fraction, Copies: o.Copies, Steps: o.Steps, Dropped: o.Dropped,
 		CopyUs: us(o.CopyTime), HiddenUs: us(o.HiddenTime), StepUs: us(o.StepTime), SpanUs: us(o.Span)}
@@ -103,7 +100,7 @@ func newOverlapResult(o cuda.Overlap, bytesPerCopy float64) overlapResult {
 // pinned memory off the training goroutine would fill it (and as the
 // peer's pin_memory'd batches are): a step's staging is the DMA alone.
 type w5Feed struct {
-	st     *cuda.Stager
+	st     kernels.Stager
 	pool   [][]*tensor.Tensor
 	src    [][][]byte // the pool's bytes
 	bufs   [2][]*tensor.Tensor
@@ -146,7 +143,7 @@ func (g *gpuBench) newW5Feed(pool [][]*tensor.Tensor) (*w5Feed, error) {
 			f.bufs[r] = append(f.bufs[r], d)
 		}
 	}
-	st, err := g.d.NewStager(f.slots, most)
+	st, err := g.stagers.NewStager(f.slots, most)
 	if err != nil {
 		f.close()
 		return nil, err
@@ -210,7 +207,7 @@ type pipelineResult struct {
 	lat     bench.Latency // per step, one value per window
 	elapsed time.Duration // the windows' device time
 	timed   int           // steps timed
-	overlap cuda.Overlap
+	overlap kernels.Overlap
 }
 
 // w5Pipeline runs total steps over the feed's batches (batch i for step
@@ -223,7 +220,7 @@ type pipelineResult struct {
 // last reader of its buffer, and is enqueued before step i, so that it
 // runs while step i computes. The last `measured` steps are timed with tm
 // in windows of w5Window steps and traced by the Stager.
-func w5Pipeline(tm *cuda.Timer, f *w5Feed, total, measured int, step func(i int, in []*tensor.Tensor) error) (pipelineResult, error) {
+func w5Pipeline(tm kernels.EventTimer, f *w5Feed, total, measured int, step func(i int, in []*tensor.Tensor) error) (pipelineResult, error) {
 	var r pipelineResult
 	one := func(i int) error {
 		if err := f.await(i); err != nil {
@@ -318,7 +315,7 @@ func (g *gpuBench) w5() error {
 		"eval":                "evaluation mode, inference mode, forward only (BatchNorm folded into the convolutions)",
 		"precision":           "TF32 (kernels.High) for the convolutions and matmuls; the peer sets allow_tf32 for cuBLAS and cuDNN",
 		"modes":               "eager: every kernel launched by the engine; captured: the whole step captured once as a CUDA graph (autograd.Capture) and replayed, Run copying the staged batch into the graph's static inputs first (one device copy per input: the staged buffers cannot be the static ones, which the running step reads while the next batch arrives)",
-		"feed":                "each batch staged from pinned host memory by a cuda.Stager on its own stream (StageAhead after Release of the buffer read by the step before, Await before the step that reads it), two device buffer sets; the pinned buffers hold the pool's batches (filled once), so staging is the DMA",
+		"feed":                "each batch staged from pinned host memory by the backend's kernels.Stager on its own stream (StageAhead after Release of the buffer read by the step before, Await before the step that reads it), two device buffer sets; the pinned buffers hold the pool's batches (filled once), so staging is the DMA",
 		"overlap":             "Stager trace: CUDA events around each copy (copy stream) and each step (compute stream) on one clock; fraction = copy time inside a step / copy time",
 		"timing":              fmt.Sprintf("CUDA events around windows of %d steps of the running pipeline; samples/s = batch × timed steps / summed window time", w5Window),
 		"fwd_flop_per_sample": fwd, "train_flop_per_sample": 3 * fwd,
@@ -327,7 +324,7 @@ func (g *gpuBench) w5() error {
 	// it on for its matmuls too); the backend's default is restored after.
 	g.be.SetMatmulPrecision(kernels.High)
 	defer g.be.SetMatmulPrecision(kernels.Highest)
-	tm, err := g.d.NewTimer()
+	tm, err := g.timers.NewEventTimer()
 	if err != nil {
 		return err
 	}
@@ -434,7 +431,7 @@ func w5PeerData(d *bench.W5Data, dir string) []string {
 
 // w5Train trains a fresh model on the device, eagerly or captured, over
 // the pipelined feed, and returns its figures and the model.
-func (g *gpuBench) w5Train(tm *cuda.Timer, o bench.W5Options, pool [][]*tensor.Tensor, captured bool) (w5GPUTrain, *bench.W5Model, error) {
+func (g *gpuBench) w5Train(tm kernels.EventTimer, o bench.W5Options, pool [][]*tensor.Tensor, captured bool) (w5GPUTrain, *bench.W5Model, error) {
 	r := w5GPUTrain{Mode: "eager"}
 	m, err := bench.NewW5ModelOn(o.Seed, g.dev)
 	if err != nil {
@@ -489,7 +486,7 @@ func (g *gpuBench) w5Train(tm *cuda.Timer, o bench.W5Options, pool [][]*tensor.T
 
 // w5Eval times the evaluation forward of m (evaluation and inference
 // mode) over the pipelined feed of the eval batches.
-func (g *gpuBench) w5Eval(tm *cuda.Timer, o bench.W5Options, m *bench.W5Model, pool [][]*tensor.Tensor) (w5GPUEval, error) {
+func (g *gpuBench) w5Eval(tm kernels.EventTimer, o bench.W5Options, m *bench.W5Model, pool [][]*tensor.Tensor) (w5GPUEval, error) {
 	var r w5GPUEval
 	f, err := g.newW5Feed(pool)
 	if err != nil {

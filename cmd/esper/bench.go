@@ -5,13 +5,19 @@ import (
 	"fmt"
 	"io"
 
+	"strings"
+
 	"github.com/esper-go/esper/bench"
+	"github.com/esper-go/esper/bench/gpu"
 	"github.com/esper-go/esper/data"
+	"github.com/esper-go/esper/kernels/device"
 	"github.com/esper-go/esper/tensor"
 )
 
 // benchCmd is `esper bench`: its flags make a bench.Config, checked
-// here; bench.Run runs the CPU workloads, benchDevice the GPU ones.
+// here; bench.Run runs the CPU workloads, bench.BenchW1 W1 on a sim
+// device and gpu.Run the GPU ones (each opening its device through
+// kernels/device).
 func benchCmd(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	c := bench.DefaultConfig()
@@ -40,7 +46,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&c.Graphs, "graphs", c.Graphs, "the large batch of W2, in graphs (W2 times batch 1 and this)")
 	fs.IntVar(&c.Params, "params", c.Params, "total fp32 parameters (W7)")
 	fs.IntVar(&c.Tensors, "tensors", c.Tensors, "parameter tensors (W7)")
-	device := fs.String("device", "cpu", "device: cpu, or cuda[:N] for the GPU workloads W1, W5, W6, W7, W8 (a binary built with -tags cuda; GPU.md)")
+	devName := fs.String("device", "cpu", "device: cpu; cuda[:N] for the GPU workloads W1, W5, W6, W7, W8 (a binary built with -tags cuda; GPU.md); or sim[:N] for W1, to count its host syncs per epoch")
 	fs.StringVar(&c.PeerDir, "peer-dir", c.PeerDir, "directory of the PyTorch peer scripts")
 	fs.StringVar(&c.PeerResults, "peer-results", c.PeerResults, "with --device cuda: a directory holding this run's gpu_peers.py results (pytorch_w1.json, ...) to compare with, read instead of running the peers (implies --compare pytorch)")
 	if err := parseFlags(fs, args); err != nil {
@@ -49,15 +55,15 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	dev, err := tensor.ParseDevice(*device)
+	dev, err := device.Parse(*devName)
 	if err != nil {
-		return fmt.Errorf("device %q is not available (want cpu, or cuda[:N] in a binary built with -tags cuda)", *device)
+		return err
 	}
-	if dev.Kind == tensor.KindSim {
-		// The simulated device proves the code device-clean in tests and
-		// in esper train --device sim; its speed is the CPU's plus copies,
-		// which no workload's target is about.
-		return fmt.Errorf("--device %v: the workloads run on cpu or cuda[:N]; the sim device is for esper train and the tests (its host syncs are in esper train's output)", dev)
+	if dev.Kind == tensor.KindSim && strings.ToUpper(*workload) != "W1" {
+		// The simulated device proves the code device-clean; its speed is
+		// the CPU's plus copies, which no workload's target is about, but
+		// W1's host syncs per epoch are.
+		return fmt.Errorf("--device %v runs W1 only (its host syncs per epoch); run %s on cpu or cuda[:N]", dev, *workload)
 	}
 	if *compare != "" && *compare != "pytorch" {
 		return fmt.Errorf("unknown peer %q (want pytorch)", *compare)
@@ -89,10 +95,16 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	if !dev.IsCPU() {
-		c.Set = map[string]bool{}
-		fs.Visit(func(f *flag.Flag) { c.Set[f.Name] = true })
-		return benchDevice(dev, *workload, c, stdout, stderr)
+	switch dev.Kind {
+	case tensor.KindCPU:
+		return bench.Run(*workload, c, stdout, stderr)
+	case tensor.KindSim:
+		if _, err := device.OpenDevice(dev); err != nil {
+			return err
+		}
+		return bench.BenchW1(dev, c, stdout, stderr)
 	}
-	return bench.Run(*workload, c, stdout, stderr)
+	c.Set = map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { c.Set[f.Name] = true })
+	return gpu.Run(dev, *workload, c, stdout, stderr)
 }

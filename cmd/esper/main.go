@@ -6,9 +6,9 @@
 //
 // The command is flags and wiring: the workloads, their tables and
 // reports are packages bench's and bench/gpu's, the run plots
-// internal/runplot's, and
-// device_cuda.go (with its twin device_nocuda.go) is the one file that
-// imports kernels/cuda, to open the device.
+// internal/runplot's, and devices are parsed and opened by
+// kernels/device (Parse, Open), whose cuda twin file is the only
+// importer of kernels/cuda.
 package main
 
 import (
@@ -23,10 +23,12 @@ usage:
   esper bench --workload W1 [--compare pytorch] [--json DIR] [--epochs N]
   esper bench --workload W3 [--requests N] [--concurrency N] [--json DIR]
   esper bench --workload W2|W4|W5|W6|W7|all [--compare pytorch] [--json DIR]  (esper bench -h: every flag)
-  esper bench --device cuda --workload W1|W6|W7|W8|all [--compare pytorch] [--json DIR]  (a -tags cuda build)
+  esper bench --device cuda --workload W1|W5|W6|W7|W8|all [--compare pytorch] [--json DIR]  (a -tags cuda build)
+  esper bench --device sim --workload W1 [--epochs N]  (host syncs per epoch)
   esper train [--task synthetic|fashion-mnist] [--epochs N] [--controller heuristic|none]
               [--controller gnn --policy FILE [--policy-sample]]
-              [--checkpoint DIR [--resume]] [--run-dir DIR] [--metrics-addr ADDR] [--device cpu]
+              [--checkpoint DIR [--resume]] [--run-dir DIR] [--metrics-addr ADDR]
+              [--device cpu|sim[:N]|cuda[:N]] [--amp off|bf16|fp16] [--tf32[=false]]
   esper ppo [--rounds N] [--envs N] [--max-epochs N] [--out FILE] [--checkpoint DIR [--resume]] [--run-dir DIR]
   esper eval [--controllers heuristic,gnn:FILE,none] [--seeds 101-120] [--task ...] [--out DIR]
   esper version

@@ -21,6 +21,7 @@ import (
 	"github.com/esper-go/esper/data"
 	"github.com/esper-go/esper/internal/runplot"
 	"github.com/esper-go/esper/kasmina"
+	"github.com/esper-go/esper/kernels/device"
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/nissa"
 	"github.com/esper-go/esper/nn"
@@ -41,8 +42,15 @@ type trainConfig struct {
 	lr                                                                  float64
 	capture, baseline, resume, quiet, governor                          bool
 	trainSize, testSize                                                 int
+	// amp is --amp (off, bf16 or fp16); tf32 is --tf32, and tf32Set
+	// whether the command line gave it (its default depends on the
+	// device: see resolvePrecision).
+	amp           string
+	tf32, tf32Set bool
 	// dev is the parsed --device: the model moves there before training.
 	dev tensor.Device
+	// prec is the precision resolved for dev from --amp and --tf32.
+	prec precision
 
 	// flags is the run's configuration as a checkpoint stores it (see
 	// train_resume.go), and from the checkpoint a --resume continues
@@ -56,12 +64,24 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	dev, err := tolaria.ParseDevice(c.device)
+	// The device and what it can do are settled before anything is
+	// created: every combination it cannot do fails here, in one line.
+	dev, err := device.Parse(c.device)
 	if err != nil {
 		return err
 	}
+	be, err := device.Open(c.device)
+	if err != nil {
+		return err
+	}
+	if c.prec, err = resolvePrecision(dev, be, c.amp, c.tf32, c.tf32Set); err != nil {
+		return err
+	}
 	if dev.Kind == tensor.KindCUDA {
-		return fmt.Errorf("device %s: training on CUDA is not wired yet (CUDA issue); use --device cpu or sim", c.device)
+		// The device opened, and --amp and --tf32 are settled for it
+		// (TF32 on by default from compute capability 8.0); the trainer's
+		// path on it has not yet run on a GPU (README "On a device").
+		return fmt.Errorf("--device %v: training on CUDA is refused until the trainer's CUDA path has run on a GPU (the CUDA issue); use --device cpu or sim", dev)
 	}
 	c.dev = dev
 	if c.controller == "gnn" {
@@ -90,8 +110,15 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	if !c.quiet {
-		fmt.Fprintf(stdout, "esper train: task %s (%d train, %d test, %d classes), CNN host %d blocks from %d channels (kernel %d), %d epochs, lr %g (%s), controller %s\n",
-			c.task, train.Len(), test.Len(), train.Classes(), c.blocks, c.baseChannels, c.kernel, c.epochs, c.lr, c.schedule, c.controller)
+		amp := ""
+		if c.prec.amp != tolaria.AMPOff {
+			amp = ", amp " + c.amp
+		}
+		fmt.Fprintf(stdout, "esper train: task %s (%d train, %d test, %d classes), CNN host %d blocks from %d channels (kernel %d), %d epochs, lr %g (%s), controller %s%s\n",
+			c.task, train.Len(), test.Len(), train.Classes(), c.blocks, c.baseChannels, c.kernel, c.epochs, c.lr, c.schedule, c.controller, amp)
+		if c.prec.note != "" {
+			fmt.Fprintln(stdout, c.prec.note)
+		}
 	}
 
 	run, err := runMorphogenetic(ctx, c, train, test, stdout)
@@ -146,7 +173,9 @@ func parseTrain(args []string, stderr io.Writer) (trainConfig, error) {
 	fs := flag.NewFlagSet("train", flag.ContinueOnError)
 	fs.StringVar(&c.task, "task", "synthetic", "task: synthetic (embedded, the default) or fashion-mnist")
 	fs.StringVar(&c.dataDir, "data-dir", data.DefaultFashionMNISTDir, "directory of the Fashion-MNIST IDX files")
-	fs.StringVar(&c.device, "device", "cpu", "device: cpu, sim or sim:N (the strict simulated accelerator: CPU kernels, every host read explicit and counted), or cuda (needs a -tags cuda build; not wired for training yet)")
+	fs.StringVar(&c.device, "device", "cpu", "device: cpu, sim or sim:N (the strict simulated accelerator: CPU kernels, every host read explicit and counted), or cuda or cuda:N (a -tags cuda build on a GPU machine; GPU.md; refused for training until the trainer's CUDA path has run on a GPU)")
+	fs.StringVar(&c.amp, "amp", "off", "automatic mixed precision: off (fp32), bf16 (matmuls and convolutions in bf16 with fp32 accumulation; no loss scaling) or fp16 (the same in fp16, with a loss scaler; cpu and sim only until the CUDA backend has fp16 kernels)")
+	fs.BoolVar(&c.tf32, "tf32", false, "let F32 matmuls and convolutions use TF32; on by default on a CUDA device of compute capability 8.0 or newer (--tf32=false turns it off there); cpu and sim always compute fp32, where --tf32 is an error")
 	fs.StringVar(&c.controller, "controller", "heuristic", "controller: heuristic, gnn (the learned policy of --policy) or none (the host trains alone)")
 	fs.StringVar(&c.policy, "policy", "", "policy checkpoint (safetensors with its tamiyo header) for --controller gnn")
 	fs.BoolVar(&c.policySample, "policy-sample", false, "sample the policy's actions (seeded by --seed) instead of taking the most probable (--controller gnn)")
@@ -173,6 +202,7 @@ func parseTrain(args []string, stderr io.Writer) (trainConfig, error) {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	c.tf32Set = set["tf32"]
 	if c.resume && c.checkpoint != "" && fs.NArg() == 0 {
 		// The run's stored configuration fills what the command line
 		// leaves out (before the task defaults do).
@@ -213,6 +243,8 @@ func (c *trainConfig) check() error {
 		return errors.New("--controller gnn needs --policy FILE (a policy checkpoint)")
 	case c.controller != "gnn" && c.policy != "":
 		return errors.New("--policy is only used with --controller gnn")
+	case c.amp != "off" && c.amp != "bf16" && c.amp != "fp16":
+		return fmt.Errorf("unknown --amp %q (off, bf16 or fp16)", c.amp)
 	case c.schedule != "constant" && c.schedule != "cosine":
 		return fmt.Errorf("unknown schedule %q (--schedule constant or cosine)", c.schedule)
 	case !(c.lr > 0) || math.IsInf(c.lr, 0):
@@ -351,7 +383,7 @@ func runMorphogenetic(ctx context.Context, c trainConfig, train, test data.Datas
 	}
 	o := tolaria.TrainerOptions{
 		Model: model, Train: trainLoader, Val: testLoader, Epochs: c.epochs,
-		HostLR: c.lr, Capture: c.capture, Sink: hub,
+		HostLR: c.lr, Capture: c.capture, Sink: hub, AMP: c.prec.amp, TF32: c.prec.tf32,
 	}
 	if c.governor {
 		o.Governor = &tolaria.GovernorOptions{Classes: train.Classes()}

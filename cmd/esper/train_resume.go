@@ -39,7 +39,8 @@ import (
 //   - --capture, which changes how steps run, not what they compute.
 //
 // The per-invocation flags (--checkpoint, --resume, --run-dir,
-// --metrics-addr, --quiet, --device, --data-dir) are not stored.
+// --metrics-addr, --quiet, --device, --data-dir, --tf32) are not stored:
+// --tf32's default depends on the device, which a resume may change.
 //
 // The resumed run continues in its run directory: events.jsonl is cut back
 // to the checkpoint it resumes from (what a killed run wrote after it —
@@ -56,7 +57,7 @@ const runKey = "esper.train"
 // this machine and how this invocation reports.
 var perInvocation = map[string]bool{
 	"checkpoint": true, "resume": true, "run-dir": true, "metrics-addr": true,
-	"quiet": true, "device": true, "data-dir": true,
+	"quiet": true, "device": true, "data-dir": true, "tf32": true,
 }
 
 // mayChangeOnResume are the stored flags a resume may give another value.

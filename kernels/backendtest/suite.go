@@ -79,7 +79,7 @@ func (c conformance) name() string { return strings.Join(c.methods, "+") }
 
 // cases are the checks of every method, family by family.
 var cases = slices.Concat(elementwiseCases, reduceCases, matmulCases, convCases, poolCases, softmaxCases,
-	normCases, indexCases, segmentCases, shapeCases, randomCases, optimCases, captureCases)
+	normCases, indexCases, segmentCases, shapeCases, randomCases, optimCases, captureCases, streamCases)
 
 // of is the check of methods of kernels.Backend.
 func of(run func(s *suite), methods ...string) conformance {
@@ -102,6 +102,15 @@ var optionals = []reflect.Type{
 	reflect.TypeFor[kernels.GroupNormReluer](),
 	reflect.TypeFor[kernels.BatchNormReluPooler](),
 	reflect.TypeFor[kernels.ForeachStepper](),
+	// The stream interfaces (stream.go): a backend's device, copies,
+	// timers and staging, and a captured graph's Close.
+	reflect.TypeFor[kernels.DeviceDescriber](),
+	reflect.TypeFor[kernels.ByteCopier](),
+	reflect.TypeFor[kernels.EventTimers](),
+	reflect.TypeFor[kernels.EventTimer](),
+	reflect.TypeFor[kernels.Stagers](),
+	reflect.TypeFor[kernels.Stager](),
+	reflect.TypeFor[kernels.GraphCloser](),
 }
 
 // methodSet is every method of kernels.Backend and of the optional

@@ -1,30 +1,18 @@
 package cuda
 
-import "time"
+import (
+	"time"
+
+	"github.com/esper-go/esper/kernels"
+)
 
 // The arithmetic of a Stager trace (stage_trace.go): how much of the
 // copy intervals the step intervals cover. It needs no GPU, so it builds
 // and is tested without the cuda tag.
 
-// Overlap is what a Stager's trace measured (Stager.StopTrace): when each
-// timed copy ran on the copy stream and each timed step on the device's
-// stream, on one clock, and how much of the copying ran while a step was
-// running (PERF.md W8's overlap fraction).
-type Overlap struct {
-	Copies, Steps int // the copies and steps timed
-	// Dropped counts copies and steps not timed because the trace's
-	// capacity was used up.
-	Dropped int
-	// CopyTime is the time the copies took, summed; HiddenTime is the
-	// part of it during which a step was running on the device's stream
-	// (between its BeginStep and EndStep); StepTime is the time covered
-	// by the steps (their union), and Span the time from the first begin
-	// to the last end of anything timed.
-	CopyTime, HiddenTime, StepTime, Span time.Duration
-	// Fraction is HiddenTime / CopyTime: 1 when every copy ran entirely
-	// behind a step, 0 when none overlapped one (and 0 with no copies).
-	Fraction float64
-}
+// Overlap is what a Stager's trace measured (Stager.StopTrace): see
+// kernels.Overlap, the type the kernels.Stager interface returns.
+type Overlap = kernels.Overlap
 
 // interval is a time span in milliseconds since a trace's origin.
 type interval struct{ a, b float64 }

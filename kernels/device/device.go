@@ -1,17 +1,16 @@
 // Package device opens a compute device by name: Open("cpu"),
-// Open("cuda"), Open("cuda:1") return the kernels.Backend of that device,
-// opening and registering it (kernels.Register) the first time, so that
-// tensors on it work everywhere. It is the one place that parses device
-// names and the only importer of kernels/cuda (in a file built with the
-// cuda tag; without it, CUDA names give an error that says how to get
-// one). Programs, the CLI and the benchmarks open their devices here.
+// Open("sim:1"), Open("cuda"), Open("cuda:1") return the kernels.Backend
+// of that device, opening and registering it (kernels.Register) the
+// first time, so that tensors on it work everywhere. Names are parsed by
+// tensor.ParseDevice (Parse here); this package answers whether the
+// device exists in this build and on this machine. It is the only
+// importer of kernels/cuda (in a file built with the cuda tag; without
+// it, CUDA names give an error that says how to get one). Programs, the
+// CLI and the benchmarks open their devices here.
 package device
 
 import (
-	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync"
 
 	"github.com/esper-go/esper/kernels"
@@ -20,13 +19,21 @@ import (
 	"github.com/esper-go/esper/tensor"
 )
 
-// ErrSyntax is wrapped by the errors of a malformed device name.
-var ErrSyntax = errors.New("malformed device name")
-
-// ErrUnavailable matches (errors.Is) the errors of a well-formed device
-// this process cannot use: a build without its backend, an index past
-// the device count, a second device of a kind of which one is open.
-var ErrUnavailable = errors.New("device unavailable")
+// The errors of Parse, Open and OpenDevice, to match with errors.Is:
+// tensor.ParseDevice's sentinels under this package's names.
+var (
+	// ErrSyntax is wrapped by the errors of a malformed device name
+	// (tensor.ErrDeviceSyntax).
+	ErrSyntax = tensor.ErrDeviceSyntax
+	// ErrUnsupported is wrapped by the errors of a device type the
+	// engine does not run on, such as mps (tensor.ErrDeviceUnsupported).
+	ErrUnsupported = tensor.ErrDeviceUnsupported
+	// ErrUnavailable matches the errors of a well-formed device this
+	// process cannot use: a build without its backend, an index past the
+	// device count, a second device of a kind of which one is open, cpu:N
+	// for N > 0 (tensor.ErrDeviceUnavailable).
+	ErrUnavailable = tensor.ErrDeviceUnavailable
+)
 
 // unavailable is an error matching ErrUnavailable whose message is the
 // device's name and why.
@@ -39,35 +46,12 @@ func unavailablef(format string, args ...any) error {
 	return &unavailable{fmt.Sprintf(format, args...)}
 }
 
-// kinds are the device kinds by name.
-var kinds = map[string]tensor.DeviceKind{"cpu": tensor.KindCPU, "cuda": tensor.KindCUDA, "sim": tensor.KindSim}
-
-// Parse parses a device name: "cpu" (or "cpu:0"), "cuda" (device 0),
-// "cuda:N", "sim" (sim:0) or "sim:N" (the strict simulated devices of
-// kernels/sim). A malformed name ("cuda0", "cuda:", "cuda:-1", "sim:x",
-// " cpu", "gpu") is an error wrapping ErrSyntax.
-func Parse(name string) (tensor.Device, error) {
-	typ, idx, hasIdx := strings.Cut(name, ":")
-	kind, ok := kinds[typ]
-	if !ok {
-		return tensor.Device{}, fmt.Errorf("device %q: %w: want cpu, cuda, cuda:N, sim or sim:N", name, ErrSyntax)
-	}
-	i := 0
-	if hasIdx {
-		n, err := strconv.Atoi(idx)
-		if err != nil || n < 0 || idx != strconv.Itoa(n) {
-			return tensor.Device{}, fmt.Errorf("device %q: %w: the index after ':' must be a non-negative integer", name, ErrSyntax)
-		}
-		i = n
-	}
-	if kind == tensor.KindCPU {
-		if i != 0 {
-			return tensor.Device{}, unavailablef("%s: there is one cpu device (cpu or cpu:0)", name)
-		}
-		return tensor.CPU, nil
-	}
-	return tensor.Device{Kind: kind, Index: i}, nil
-}
+// Parse parses a device name with tensor.ParseDevice, the one parser of
+// device names (its rules and errors: "cpu", "cpu:0", "sim", "sim:N",
+// "cuda", "cuda:N"). It is here so that a program that opens its device
+// with this package needs no other; whether the device exists is Open's
+// and OpenDevice's question.
+func Parse(name string) (tensor.Device, error) { return tensor.ParseDevice(name) }
 
 // Open returns the backend of the device named (Parse's names), opening
 // and registering it when it is not yet: see OpenDevice. Its errors name

@@ -3,6 +3,7 @@ package device_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/esper-go/esper/kernels/device"
@@ -19,13 +20,37 @@ func TestParse(t *testing.T) {
 			t.Errorf("Parse(%q) = %v, %v; want %v", c.name, d, err, c.want)
 		}
 	}
-	for _, name := range []string{"", "cuda0", "cuda:", "cuda:-1", "cuda:x", "cuda:01", " cpu", "CPU", "gpu", "cuda:1:2", "mps", "sim:x", "sim:", "sim:+1"} {
+	for _, name := range []string{"", "cuda0", "cuda:", "cuda:-1", "cuda:x", "cuda:01", " cpu", "CPU", "gpu", "cuda:1:2", "sim:x", "sim:", "sim:+1"} {
 		if _, err := device.Parse(name); !errors.Is(err, device.ErrSyntax) {
 			t.Errorf("Parse(%q) error %v, want one wrapping ErrSyntax", name, err)
 		}
 	}
+	for _, name := range []string{"mps", "xla", "meta:0"} {
+		if _, err := device.Parse(name); !errors.Is(err, device.ErrUnsupported) {
+			t.Errorf("Parse(%q) error %v, want one wrapping ErrUnsupported", name, err)
+		}
+	}
 	if _, err := device.Parse("cpu:1"); !errors.Is(err, device.ErrUnavailable) {
 		t.Errorf("Parse(cpu:1) error %v, want one wrapping ErrUnavailable", err)
+	}
+	// Parse is tensor.ParseDevice: the same device, the same error.
+	for _, name := range []string{"cpu", "sim:3", "cuda:2", "cuda0", "mps", "cpu:1"} {
+		d1, e1 := device.Parse(name)
+		d2, e2 := tensor.ParseDevice(name)
+		if d1 != d2 || fmt.Sprint(e1) != fmt.Sprint(e2) {
+			t.Errorf("Parse(%q) = %v, %v; tensor.ParseDevice %v, %v", name, d1, e1, d2, e2)
+		}
+	}
+}
+
+// TestOpenErrors: Open refuses what Parse refuses, with the same
+// sentinel, and names the device as given.
+func TestOpenErrors(t *testing.T) {
+	for name, want := range map[string]error{"sim:x": device.ErrSyntax, "mps": device.ErrUnsupported, "cpu:1": device.ErrUnavailable} {
+		_, err := device.Open(name)
+		if !errors.Is(err, want) || !strings.Contains(err.Error(), name) {
+			t.Errorf("Open(%q) error %v, want one wrapping %v naming %q", name, err, want, name)
+		}
 	}
 }
 

@@ -124,6 +124,13 @@ func TestOptionalInterfacesMatchCPU(t *testing.T) {
 		"GradAccumulator":     reflect.TypeFor[kernels.GradAccumulator](),
 		"ChannelAxpyer":       reflect.TypeFor[kernels.ChannelAxpyer](),
 		"ForeachStepper":      reflect.TypeFor[kernels.ForeachStepper](),
+		"DeviceDescriber":     reflect.TypeFor[kernels.DeviceDescriber](),
+		"ByteCopier":          reflect.TypeFor[kernels.ByteCopier](),
+		"EventTimers":         reflect.TypeFor[kernels.EventTimers](),
+		"EventTimer":          reflect.TypeFor[kernels.EventTimer](),
+		"Stagers":             reflect.TypeFor[kernels.Stagers](),
+		"Stager":              reflect.TypeFor[kernels.Stager](),
+		"GraphCloser":         reflect.TypeFor[kernels.GraphCloser](),
 	}
 	names, embedded := kernelInterfaces(t)
 	for _, name := range names {
