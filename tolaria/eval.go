@@ -20,6 +20,7 @@ type evalRunner struct {
 	t        *Trainer
 	captured *autograd.Captured
 	met      *tensor.Tensor // F32 [2]: Σ loss, Σ correct
+	both     *tensor.Tensor // F32 [4]: met and the training pass's, read together
 	lossSum  *tensor.Tensor // met[0:1]
 	correct  *tensor.Tensor // met[1:2]
 	out      []*tensor.Tensor
@@ -95,6 +96,14 @@ func (r *evalRunner) batch(x, y *tensor.Tensor) bool {
 // of the accumulator per call). A malformed batch, or no batch at all,
 // is an error naming epoch e.
 func (t *Trainer) evaluate(e int) (loss, acc float64, err error) {
+	loss, acc, _, err = t.evaluateWith(e, nil)
+	return loss, acc, err
+}
+
+// evaluateWith is evaluate reading, in the same device-to-host copy,
+// the two sums of also (an F32 [2] accumulator on the model's device:
+// the training pass's), which it returns; nil reads nothing more.
+func (t *Trainer) evaluateWith(e int, also *tensor.Tensor) (loss, acc float64, alsoVals [2]float64, err error) {
 	t.model.SetTraining(false)
 	defer t.model.SetTraining(true)
 	r := t.eval
@@ -104,13 +113,29 @@ func (t *Trainer) evaluate(e int) (loss, acc float64, err error) {
 	t.o.Val.Batches(e)(r.body)
 	switch {
 	case r.err != nil:
-		return 0, 0, fmt.Errorf("tolaria: epoch %d: %w", e+1, r.err)
+		return 0, 0, alsoVals, fmt.Errorf("tolaria: epoch %d: %w", e+1, r.err)
 	case r.n == 0:
-		return 0, 0, fmt.Errorf("tolaria: the validation batches of epoch %d are empty", e+1)
+		return 0, 0, alsoVals, fmt.Errorf("tolaria: the validation batches of epoch %d are empty", e+1)
 	}
-	m, err := readMetrics(r.met, r.correct, &r.correctN)
+	r.correctN.sumInto(r.correct)
+	src := r.met
+	if also != nil {
+		// Both accumulators side by side in one buffer, one copy.
+		if r.both == nil {
+			r.both = zerosOn(r.met.Device(), 4)
+		}
+		be := kernels.For(r.both.Device())
+		be.Copy(r.both.Narrow(0, 0, 2), r.met)
+		be.Copy(r.both.Narrow(0, 2, 2), also)
+		src = r.both
+	}
+	h, err := hostCopy(src)
 	if err != nil {
-		return 0, 0, fmt.Errorf("tolaria: epoch %d: reading the validation metrics: %w", e+1, err)
+		return 0, 0, alsoVals, fmt.Errorf("tolaria: epoch %d: reading the validation metrics: %w", e+1, err)
 	}
-	return m[0] / float64(r.n), 100 * m[1] / float64(r.n), nil
+	m := h.F32()
+	if also != nil {
+		alsoVals = [2]float64{float64(m[2]), float64(m[3])}
+	}
+	return float64(m[0]) / float64(r.n), 100 * float64(m[1]) / float64(r.n), alsoVals, nil
 }

@@ -312,9 +312,11 @@ type trainLoop struct {
 	err                     error
 }
 
-// trainEpoch runs the epoch's training steps and returns the mean loss,
-// the accuracy in percent and the number of steps.
-func (t *Trainer) trainEpoch(ctx context.Context, e int, r *EpochReport) (loss, acc float64, steps int, err error) {
+// trainEpoch runs the epoch's training steps and returns the number of
+// steps and samples; the loss and correct-prediction sums are left in
+// the step runner's accumulator (met), on the device, for evaluate to
+// read with the validation's.
+func (t *Trainer) trainEpoch(ctx context.Context, e int, r *EpochReport) (steps, samples int, err error) {
 	s := t.step
 	zeroMetrics(s.met)
 	s.correctN.reset()
@@ -327,18 +329,17 @@ func (t *Trainer) trainEpoch(ctx context.Context, e int, r *EpochReport) (loss, 
 	l := s.loop
 	s.loop.ctx = nil
 	if l.err != nil {
-		return 0, 0, l.steps, l.err
+		return l.steps, 0, l.err
 	}
 	if l.steps == 0 || l.samples == 0 {
-		return 0, 0, 0, fmt.Errorf("tolaria: the training batches of epoch %d are empty", e+1)
+		return 0, 0, fmt.Errorf("tolaria: the training batches of epoch %d are empty", e+1)
 	}
 	r.Captured = l.replays > 0
 	r.StepP50, r.StepP95 = percentiles(s.lat)
-	m, err := readMetrics(s.met, s.correct, &s.correctN)
-	if err != nil {
-		return 0, 0, l.steps, fmt.Errorf("tolaria: epoch %d: reading the training metrics: %w", e+1, err)
-	}
-	return m[0] / float64(l.steps), 100 * m[1] / float64(l.samples), l.steps, nil
+	// The sums stay on the device: evaluate reads them with the
+	// validation's, in one copy (one host sync per epoch on a device).
+	s.correctN.sumInto(s.correct)
+	return l.steps, l.samples, nil
 }
 
 // trainBatch is the training loop's body: one step on (x, y), its
@@ -460,21 +461,6 @@ func (c *correctCounter) get(dev tensor.Device, n int) *correctBufs {
 	zeroMetrics(b.acc)
 	c.bufs = append(c.bufs, b)
 	return &c.bufs[len(c.bufs)-1]
-}
-
-// readMetrics reads an epoch's accumulators with one device-to-host copy
-// (one host sync on a device; none on the CPU): met is F32 [2] (Σ loss,
-// Σ correct) and correct its element 1, into which the counter's
-// accumulators are first summed on the device (exact: counts below
-// 2^24). It returns met's two values. Only outside a captured region.
-func readMetrics(met, correct *tensor.Tensor, c *correctCounter) ([2]float64, error) {
-	c.sumInto(correct)
-	h, err := hostCopy(met)
-	if err != nil {
-		return [2]float64{}, err
-	}
-	m := h.F32()
-	return [2]float64{float64(m[0]), float64(m[1])}, nil
 }
 
 // zerosOn returns a zeroed F32 [n] tensor on dev.

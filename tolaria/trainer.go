@@ -539,13 +539,16 @@ func (t *Trainer) RunEpoch(ctx context.Context, e int) (r EpochReport, err error
 	}
 	t.model.SetTraining(true)
 	t.agg.beginEpoch()
-	if r.TrainLoss, r.TrainAccuracy, r.Steps, err = t.trainEpoch(ctx, e, &r); err != nil {
+	samples := 0
+	if r.Steps, samples, err = t.trainEpoch(ctx, e, &r); err != nil {
 		return r, err
 	}
 	t.aggReport = t.agg.finalize(&r)
-	if r.ValLoss, r.ValAccuracy, err = t.evaluate(e); err != nil {
+	var train [2]float64
+	if r.ValLoss, r.ValAccuracy, train, err = t.evaluateWith(e, t.step.met); err != nil {
 		return r, err
 	}
+	r.TrainLoss, r.TrainAccuracy = train[0]/float64(r.Steps), 100*train[1]/float64(samples)
 	if err := t.measureCounterfactuals(e, r.ValAccuracy); err != nil {
 		return r, fmt.Errorf("tolaria: epoch %d: counterfactuals: %w", e+1, err)
 	}
