@@ -77,12 +77,6 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 	if c.prec, err = resolvePrecision(dev, be, c.amp, c.tf32, c.tf32Set); err != nil {
 		return err
 	}
-	if dev.Kind == tensor.KindCUDA {
-		// The device opened, and --amp and --tf32 are settled for it
-		// (TF32 on by default from compute capability 8.0); the trainer's
-		// path on it has not yet run on a GPU (README "On a device").
-		return fmt.Errorf("--device %v: training on CUDA is refused until the trainer's CUDA path has run on a GPU (the CUDA issue); use --device cpu or sim", dev)
-	}
 	c.dev = dev
 	if c.controller == "gnn" {
 		// Refuse an unreadable policy before anything is created (the
@@ -173,7 +167,7 @@ func parseTrain(args []string, stderr io.Writer) (trainConfig, error) {
 	fs := flag.NewFlagSet("train", flag.ContinueOnError)
 	fs.StringVar(&c.task, "task", "synthetic", "task: synthetic (embedded, the default) or fashion-mnist")
 	fs.StringVar(&c.dataDir, "data-dir", data.DefaultFashionMNISTDir, "directory of the Fashion-MNIST IDX files")
-	fs.StringVar(&c.device, "device", "cpu", "device: cpu, sim or sim:N (the strict simulated accelerator: CPU kernels, every host read explicit and counted), or cuda or cuda:N (a -tags cuda build on a GPU machine; GPU.md; refused for training until the trainer's CUDA path has run on a GPU)")
+	fs.StringVar(&c.device, "device", "cpu", "device: cpu, sim or sim:N (the strict simulated accelerator: CPU kernels, every host read explicit and counted), or cuda or cuda:N (a -tags cuda build on a GPU machine; GPU.md)")
 	fs.StringVar(&c.amp, "amp", "off", "automatic mixed precision: off (fp32), bf16 (matmuls and convolutions in bf16 with fp32 accumulation; no loss scaling) or fp16 (the same in fp16, with a loss scaler; cpu and sim only until the CUDA backend has fp16 kernels)")
 	fs.BoolVar(&c.tf32, "tf32", false, "let F32 matmuls and convolutions use TF32; on by default on a CUDA device of compute capability 8.0 or newer (--tf32=false turns it off there); cpu and sim always compute fp32, where --tf32 is an error")
 	fs.StringVar(&c.controller, "controller", "heuristic", "controller: heuristic, gnn (the learned policy of --policy) or none (the host trains alone)")
