@@ -34,6 +34,11 @@
 //   - Trainer alternates rollouts and updates; CartPole (Gym's
 //     CartPole-v1) is the validation environment and TrainCartPole the
 //     acceptance run.
+//   - EsperPPO is the run `esper ppo` trains: Tamiyo's policy over
+//     vectorised EsperEnvs, a Round at a time. Its checkpoint
+//     (SavePPOCheckpoint, LoadPPOCheckpoint, RestorePPOCheckpoint) is
+//     staged and committed by its state file, so kill -9 at any point
+//     leaves a whole one, and a resumed run continues bit for bit.
 //
 // Everything random draws from generators seeded by the options, so a run
 // is reproducible from its seed.

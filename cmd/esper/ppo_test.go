@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/esper-go/esper/simic"
 )
 
 // tinyPPO are the flags of a few-second esper ppo run.
@@ -55,7 +58,7 @@ func TestPPOResume(t *testing.T) {
 	var out, errb bytes.Buffer
 	code := run(tinyPPO(dir, "--rounds", "1", "--checkpoint", ck), &out, &errb)
 	require.Equal(t, 0, code, "%s\n%s", out.String(), errb.String())
-	for _, f := range []string{ppoPolicyFile, ppoOptimizerFile, ppoStateFile} {
+	for _, f := range []string{simic.PPOPolicyFile, simic.PPOOptimizerFile, simic.PPOStateFile} {
 		require.FileExists(t, filepath.Join(ck, f))
 	}
 
@@ -66,9 +69,9 @@ func TestPPOResume(t *testing.T) {
 	require.Contains(t, out.String(), "resumed from "+ck+" after round 1")
 	require.NotContains(t, out.String(), "round   1/2")
 	require.Contains(t, out.String(), "round   2/2")
-	js, err := os.ReadFile(filepath.Join(ck, ppoStateFile))
+	js, err := os.ReadFile(filepath.Join(ck, simic.PPOStateFile))
 	require.NoError(t, err)
-	var st ppoState
+	var st simic.PPOCheckpoint
 	require.NoError(t, json.Unmarshal(js, &st))
 	require.Equal(t, 2, st.Round)
 	require.Len(t, st.History, 2)
@@ -76,10 +79,15 @@ func TestPPOResume(t *testing.T) {
 	require.Equal(t, 2*2*3, st.EnvSteps)
 	require.Greater(t, st.ValueNorm.Count, int64(0))
 
-	// A resume with other policy widths is refused, not silently reset.
+	// A resume with other policy widths (a policy trained for another
+	// architecture) is refused in one line naming both, not silently
+	// reset.
 	out.Reset()
 	errb.Reset()
 	code = run(append(tinyPPO(dir, "--rounds", "3", "--checkpoint", ck, "--resume"), "--hidden", "32"), &out, &errb)
 	require.Equal(t, 1, code)
 	require.Contains(t, errb.String(), "--resume")
+	require.Contains(t, errb.String(), "hidden 16")
+	require.Contains(t, errb.String(), "hidden 32")
+	require.Equal(t, 1, strings.Count(errb.String(), "\n"), errb.String())
 }
