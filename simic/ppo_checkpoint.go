@@ -327,6 +327,20 @@ func hostStateDict(sd map[string]*tensor.Tensor) (map[string]*tensor.Tensor, err
 	return out, nil
 }
 
+// stateDictTo returns sd with every tensor on dev (copies towards the
+// device: a module's or an optimizer's LoadStateDict takes its state on
+// its own device).
+func stateDictTo(sd map[string]*tensor.Tensor, dev tensor.Device) (map[string]*tensor.Tensor, error) {
+	out := make(map[string]*tensor.Tensor, len(sd))
+	for k, t := range sd {
+		var err error
+		if out[k], err = toDevice(t, dev); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
 // movePPOCheckpoint moves the committed checkpoint in dir/.next into dir,
 // the files still there, in order, and removes .next.
 func movePPOCheckpoint(dir string) error {
@@ -406,14 +420,9 @@ func RestorePPOCheckpoint(dir string, c PPOCheckpoint, tr *Trainer[TamiyoObs]) e
 		return fmt.Errorf("simic: checkpoint: %w", err)
 	}
 	opt := tr.PPO().Optimizer()
-	sd := f.Tensors
-	if dev := opt.Arena().Device(); !dev.IsCPU() {
-		sd = make(map[string]*tensor.Tensor, len(f.Tensors))
-		for k, t := range f.Tensors {
-			if sd[k], err = t.ToDevice(dev); err != nil {
-				return fmt.Errorf("simic: checkpoint optimizer: %w", err)
-			}
-		}
+	sd, err := stateDictTo(f.Tensors, opt.Arena().Device())
+	if err != nil {
+		return fmt.Errorf("simic: checkpoint optimizer: %w", err)
 	}
 	if err := opt.LoadStateDict(sd); err != nil {
 		return fmt.Errorf("simic: checkpoint optimizer: %w", err)
