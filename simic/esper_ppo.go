@@ -3,7 +3,11 @@ package simic
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
+
+	"github.com/esper-go/esper/kernels"
+	"github.com/esper-go/esper/tensor"
 
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/tamiyo"
@@ -42,6 +46,16 @@ type EsperPPOOptions struct {
 	Seed uint64
 	// Capture captures the hosts' train steps (EsperEnvOptions.Capture).
 	Capture bool
+	// Devices are where the run computes (nil: the CPU alone): the
+	// environments' hosts are spread over them round-robin (environment i
+	// on Devices[i mod len]), the policy and its update run on the first.
+	// They must be distinct, and their kernels registered
+	// (kernels/device.OpenDevice). The environments' observations are
+	// graphs built on the host from each environment's own per-epoch
+	// reads, so the policy's batch gathers them on the host and copies it
+	// to its device once per decision; a run is bitwise the same on any
+	// devices whose kernels are the CPU's (sim).
+	Devices []tensor.Device
 	// Resume, when set, is a checkpoint directory (SavePPOCheckpoint) the
 	// run continues from, bit for bit: its environments, policy widths and
 	// slots must be this run's.
@@ -83,6 +97,17 @@ func NewEsperPPO(o EsperPPOOptions) (_ *EsperPPO, err error) {
 	if o.Envs == 0 {
 		o.Envs = 4
 	}
+	if len(o.Devices) == 0 {
+		o.Devices = []tensor.Device{tensor.CPU}
+	}
+	for i, d := range o.Devices {
+		if slices.Contains(o.Devices[:i], d) {
+			return nil, fmt.Errorf("simic: NewEsperPPO: device %v is given twice in %v", d, o.Devices)
+		}
+		if _, err := kernels.Lookup(d); err != nil {
+			return nil, fmt.Errorf("simic: NewEsperPPO: device %v: %w", d, err)
+		}
+	}
 	if o.MaxEpochs == 0 {
 		o.MaxEpochs = DefaultEsperMaxEpochs
 	}
@@ -110,7 +135,7 @@ func NewEsperPPO(o EsperPPOOptions) (_ *EsperPPO, err error) {
 	r.Envs = make([]*EsperEnv, o.Envs)
 	r.Vec, err = NewVecEnv(o.Envs, func(i int) (Env[TamiyoObs], error) {
 		eo := EsperEnvOptions{Data: r.Data, Index: i, Seed: o.Seed, MaxEpochs: o.MaxEpochs,
-			Blocks: o.Blocks, BaseChannels: o.BaseChannels, Rewarder: rewarder, Capture: o.Capture}
+			Blocks: o.Blocks, BaseChannels: o.BaseChannels, Rewarder: rewarder, Capture: o.Capture, Device: o.Devices[i%len(o.Devices)]}
 		if o.Resume != "" {
 			eo.FirstEpisode = r.State.Episodes[i]
 		}
@@ -127,7 +152,7 @@ func NewEsperPPO(o EsperPPOOptions) (_ *EsperPPO, err error) {
 		return nil, err
 	}
 	po := o.Policy
-	po.NoDropout, po.Seed = true, o.Seed
+	po.NoDropout, po.Seed, po.Device = true, o.Seed, o.Devices[0]
 	if o.Resume != "" {
 		r.Net, err = LoadPPOCheckpointPolicy(o.Resume, po, r.Slots)
 	} else {
@@ -163,6 +188,16 @@ func NewEsperPPO(o EsperPPOOptions) (_ *EsperPPO, err error) {
 
 // Options returns the options in effect (defaults filled in).
 func (r *EsperPPO) Options() EsperPPOOptions { return r.o }
+
+// EnvsPerDevice returns how many environments each of Options().Devices
+// holds, in that order.
+func (r *EsperPPO) EnvsPerDevice() []int {
+	n := make([]int, len(r.o.Devices))
+	for i := range r.o.Envs {
+		n[i%len(n)]++
+	}
+	return n
+}
 
 // Round runs the next round (a rollout of one episode per environment,
 // then the PPO update) and records its figures in State.

@@ -13,14 +13,19 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/esper-go/esper/internal/testdevice"
+	"github.com/esper-go/esper/kernels"
+	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/tamiyo"
+	"github.com/esper-go/esper/tensor"
 )
 
 // tinyPPO are the options of a few-second EsperPPO run: 2 environments
 // of 3-epoch episodes on a narrow host and policy.
 func tinyPPO(t testing.TB, rounds int, seed uint64) EsperPPOOptions {
 	return EsperPPOOptions{Rounds: rounds, Envs: 2, MaxEpochs: 3, Blocks: 3, BaseChannels: 2, Train: 128, Val: 64, Batch: 32,
-		Policy: tamiyo.PolicyOptions{Hidden: 16, GATHidden: 8, GATHeads: 2, HeadHidden: 16}, Seed: seed}
+		Policy: tamiyo.PolicyOptions{Hidden: 16, GATHidden: 8, GATHeads: 2, HeadHidden: 16}, Seed: seed,
+		Devices: []tensor.Device{testdevice.Device(t)}}
 }
 
 // runTinyPPO runs o from its start (or o.Resume) to o.Rounds, writing a
@@ -220,4 +225,55 @@ func TestPPORoundJSON(t *testing.T) {
 	var back PPORound
 	require.NoError(t, json.Unmarshal(js, &back))
 	require.Equal(t, fmt.Sprint(r), fmt.Sprint(back))
+}
+
+// TestEsperPPOOnDevicesIsTheCPUBitForBit is the device acceptance at the
+// library's level: the same run with everything on the cpu, on sim, and
+// with its environments spread over sim:0 and sim:1 (the policy on sim:0)
+// writes the same policy file, byte for byte.
+func TestEsperPPOOnDevicesIsTheCPUBitForBit(t *testing.T) {
+	var want []byte
+	for _, tc := range []struct {
+		devs []tensor.Device
+		envs []int
+	}{
+		{[]tensor.Device{tensor.CPU}, []int{2}},
+		{[]tensor.Device{tensor.Sim(0)}, []int{2}},
+		{[]tensor.Device{tensor.Sim(0), tensor.Sim(1)}, []int{1, 1}},
+	} {
+		o := tinyPPO(t, 2, 1)
+		o.Devices = tc.devs
+		r, err := NewEsperPPO(o)
+		require.NoError(t, err)
+		require.Equal(t, tc.envs, r.EnvsPerDevice())
+		require.Equal(t, tc.devs[0], r.Net.Device())
+		for i, e := range r.Envs {
+			dev, err := nn.Device(e.Model())
+			require.NoError(t, err)
+			require.Equal(t, tc.devs[i%len(tc.devs)], dev, "env %d", i)
+		}
+		r.Close()
+		got, _, err := runTinyPPO(t, o, "", 0)
+		require.NoError(t, err)
+		if want == nil {
+			want = got
+			continue
+		}
+		require.True(t, bytes.Equal(want, got), "the policy trained on %v differs from the cpu's", tc.devs)
+	}
+}
+
+// TestEsperPPORefusesBadDevices: a device given twice, or one whose
+// kernels are not registered (CUDA in a build without it), is refused
+// before anything is built.
+func TestEsperPPORefusesBadDevices(t *testing.T) {
+	o := tinyPPO(t, 1, 1)
+	o.Devices = []tensor.Device{tensor.Sim(0), tensor.Sim(1), tensor.Sim(0)}
+	_, err := NewEsperPPO(o)
+	require.ErrorContains(t, err, "device sim:0 is given twice")
+	if _, err := kernels.Lookup(tensor.CUDA(0)); err != nil {
+		o.Devices = []tensor.Device{tensor.CUDA(0)}
+		_, err := NewEsperPPO(o)
+		require.ErrorContains(t, err, "device cuda:0")
+	}
 }

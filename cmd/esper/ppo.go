@@ -10,14 +10,17 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/esper-go/esper/internal/runplot"
+	kdevice "github.com/esper-go/esper/kernels/device"
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/nissa"
 	"github.com/esper-go/esper/simic"
 	"github.com/esper-go/esper/tamiyo"
+	"github.com/esper-go/esper/tensor"
 )
 
 // ppoConfig is what the ppo command's flags set.
@@ -29,7 +32,10 @@ type ppoConfig struct {
 	seed                                          uint64
 	lr                                            float64
 	out, checkpoint, runRoot, reward              string
+	device, devices                               string
 	resume, quiet, capture                        bool
+	// devs are the parsed and opened --device or --devices.
+	devs []tensor.Device
 }
 
 func ppoCmd(args []string, stdout, stderr io.Writer) error {
@@ -68,7 +74,13 @@ func parsePPO(args []string, stderr io.Writer) (ppoConfig, error) {
 	fs.StringVar(&c.runRoot, "run-dir", "runs", "where the run directory (telemetry JSONL, ppo.png, the policy) is created")
 	fs.BoolVar(&c.capture, "capture", false, "capture and replay the hosts' train steps")
 	fs.BoolVar(&c.quiet, "quiet", false, "print only errors, warnings and the final result (no per-round progress lines)")
+	fs.StringVar(&c.device, "device", "cpu", "where the policy and every environment's host compute: cpu, sim or sim:N (the strict simulated accelerator: the CPU's kernels, every host read explicit and counted, the same policy bit for bit), or cuda[:N] (a -tags cuda build)")
+	fs.StringVar(&c.devices, "devices", "", "comma-separated distinct devices (e.g. sim:0,sim:1) in place of --device: the environments spread over them round-robin, the policy on the first")
 	if err := parseFlags(fs, args); err != nil {
+		return c, err
+	}
+	var err error
+	if c.devs, err = ppoDevices(fs, c.device, c.devices); err != nil {
 		return c, err
 	}
 	switch {
@@ -100,7 +112,7 @@ func runPPO(ctx context.Context, c ppoConfig, stdout io.Writer) error {
 		return err
 	}
 	mode, _ := simic.ParseRewardMode(c.reward)
-	o := simic.EsperPPOOptions{Rounds: c.rounds, Envs: c.envs, MaxEpochs: c.maxEpochs, Blocks: c.blocks, BaseChannels: c.baseChannels,
+	o := simic.EsperPPOOptions{Devices: c.devs, Rounds: c.rounds, Envs: c.envs, MaxEpochs: c.maxEpochs, Blocks: c.blocks, BaseChannels: c.baseChannels,
 		Train: c.trainSize, Val: c.valSize, Batch: c.batch, MinibatchSize: c.minibatch, LR: c.lr, Reward: mode, Seed: c.seed, Capture: c.capture,
 		Policy: tamiyo.PolicyOptions{Hidden: c.hidden, GATHidden: c.gatHidden, GATHeads: c.gatHeads, HeadHidden: c.headHidden}}
 	if c.resume {
@@ -143,6 +155,18 @@ func runPPO(ctx context.Context, c ppoConfig, stdout io.Writer) error {
 	if !c.quiet {
 		fmt.Fprintf(stdout, "esper ppo: %d rounds × %d envs × %d epochs, CNN host %d blocks (%d slots %v), policy %d parameters, reward %s\n",
 			c.rounds, c.envs, c.maxEpochs, c.blocks, r.Slots.Len(), r.Slots.IDs(), params, mode)
+		var per []string
+		for i, n := range r.EnvsPerDevice() {
+			role, envs := "", "envs"
+			if i == 0 {
+				role = "policy, "
+			}
+			if n == 1 {
+				envs = "env"
+			}
+			per = append(per, fmt.Sprintf("%v (%s%d %s)", c.devs[i], role, n, envs))
+		}
+		fmt.Fprintf(stdout, "devices: %s\n", strings.Join(per, ", "))
 	}
 
 	left := newETA()
@@ -187,6 +211,36 @@ func runPPO(ctx context.Context, c ppoConfig, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "policy: %s (load with: esper train --controller gnn --blocks %d --base-channels %d --kernel 3 --lr %g --schedule constant --policy %s)\nrun directory: %s (events.jsonl, ppo.png)\n",
 		out, c.blocks, c.baseChannels, leyline.DefaultHostLR, out, dirb.Dir())
 	return nil
+}
+
+// ppoDevices parses and opens --device, or --devices when given (then
+// --device must not be), refusing a malformed or unknown device, one
+// this build cannot open and a device given twice, each in one line.
+func ppoDevices(fs *flag.FlagSet, device, devices string) ([]tensor.Device, error) {
+	flagName, names := "--device", []string{device}
+	if devices != "" {
+		explicit := false
+		fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "device" })
+		if explicit {
+			return nil, errors.New("give --device or --devices, not both")
+		}
+		flagName, names = "--devices", strings.Split(devices, ",")
+	}
+	var devs []tensor.Device
+	for _, name := range names {
+		d, err := kdevice.Parse(name)
+		if err == nil {
+			_, err = kdevice.OpenDevice(d)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", flagName, err)
+		}
+		if slices.Contains(devs, d) {
+			return nil, fmt.Errorf("%s %s: %v is given twice", flagName, devices, d)
+		}
+		devs = append(devs, d)
+	}
+	return devs, nil
 }
 
 // checkPPOOutputs checks, before any work, that the run can write its
