@@ -66,7 +66,8 @@ func runTinyPPO(t *testing.T, o EsperPPOOptions, ck string, stop int) ([]byte, [
 
 // TestPPOCheckpointResumeIsBitwise: a 3-round run stopped after round 1
 // and resumed from its checkpoint writes a policy byte-identical to the
-// uninterrupted run's, with the same per-round returns.
+// uninterrupted run's, with the same per-round returns, also when it
+// resumes on another device.
 func TestPPOCheckpointResumeIsBitwise(t *testing.T) {
 	o := tinyPPO(t, 3, 9)
 	want, wantReturns, err := runTinyPPO(t, o, "", 0)
@@ -82,6 +83,17 @@ func TestPPOCheckpointResumeIsBitwise(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, fmt.Sprint(wantReturns), fmt.Sprint(append(first, rest...)), "per-round returns")
 	require.True(t, bytes.Equal(want, got), "the resumed run's policy differs from the uninterrupted run's")
+	// The checkpoint is the devices': resumed after round 1 on another
+	// device (sim:1), the run still ends with the same policy.
+	ck2 := filepath.Join(t.TempDir(), "ck")
+	o.Resume = ""
+	_, _, err = runTinyPPO(t, o, ck2, 1)
+	require.NoError(t, err)
+	o.Resume, o.Devices = ck2, []tensor.Device{tensor.Sim(1)}
+	got, _, err = runTinyPPO(t, o, "", 0)
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(want, got), "the run resumed on sim:1 differs from the uninterrupted run")
+
 	st, err := LoadPPOCheckpoint(ck)
 	require.NoError(t, err)
 	require.Equal(t, 3, st.Round)
