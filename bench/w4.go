@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/simic"
 	"github.com/esper-go/esper/tamiyo"
@@ -71,6 +72,11 @@ type W4Options struct {
 	Policy tamiyo.PolicyOptions
 	// Capture captures and replays the hosts' training steps.
 	Capture bool
+	// Device is where every environment's host and the policy compute
+	// (the CPU by default); its kernels must be registered
+	// (kernels/device.OpenDevice). On a device other than the CPU the
+	// results count its host syncs (tensor.HostSyncs).
+	Device tensor.Device
 	// Seed seeds the data, the hosts, the policy and its sampling.
 	Seed uint64
 	// Progress, when set, is called after each measured lock-step step
@@ -97,6 +103,39 @@ type W4LoopResult struct {
 	// only); UpdateSeconds the time spent in PPO updates (ppo only).
 	PolicySeconds float64 `json:"policy_seconds,omitempty"`
 	UpdateSeconds float64 `json:"update_seconds,omitempty"`
+	// Syncs are the loop's host syncs of the device (zero on the CPU).
+	Syncs W4Syncs `json:"host_syncs"`
+}
+
+// W4Syncs are a loop's host syncs of the device (tensor.HostSyncs: the
+// device-to-host reads it waited for), split by who read.
+type W4Syncs struct {
+	// Total is every host sync of the loop; PerEnvEpoch that over its
+	// env-epochs.
+	Total       uint64  `json:"total"`
+	PerEnvEpoch float64 `json:"per_env_epoch"`
+	// Envs are the environments' own (their hosts' epochs, resets
+	// included: tolaria's reads of each training and validation pass, the
+	// gradient telemetry, the fused counterfactual validation's one read)
+	// and EnvPerEnvEpoch that over the env-epochs: each environment reads
+	// its own host, so these are per env-epoch by nature, and must not
+	// depend on the number of environments.
+	Envs           uint64  `json:"envs"`
+	EnvPerEnvEpoch float64 `json:"env_per_env_epoch"`
+	// Policy are the rollout's policy reads outside the environments
+	// (the batched Act's one read per lock-step step for every
+	// environment together; in the ppo loop also the bootstrap values'
+	// read per round) and PolicyPerStep that per lock-step step.
+	Policy        uint64  `json:"policy"`
+	PolicyPerStep float64 `json:"policy_per_step"`
+	// Updates are the PPO updates' reads (ppo loop only), PerUpdate their
+	// mean per update and MinibatchesPerUpdate the update's minibatches:
+	// PPO.Update's one read of its statistics, plus what the policy's
+	// Evaluate reads per minibatch (Tamiyo's probability floors: one per
+	// minibatch, the reference pass's included).
+	Updates              uint64  `json:"updates,omitempty"`
+	PerUpdate            float64 `json:"per_update,omitempty"`
+	MinibatchesPerUpdate int     `json:"minibatches_per_update,omitempty"`
 }
 
 // W4Work counts what the measured bare loop did beyond training and
@@ -125,6 +164,10 @@ type W4Work struct {
 	Germinations int `json:"germinations"`
 	Rollbacks    int `json:"rollbacks"`
 	Episodes     int `json:"episodes"`
+	// Syncs[i] are the host syncs of the device measured env-epoch i
+	// waited for (its environment's step, and the reset when its episode
+	// ended there): 0 on the CPU.
+	Syncs []int `json:"host_syncs"`
 }
 
 // SeedTotals are the seed-epochs of the measured env-epochs (one per seed
@@ -192,6 +235,8 @@ type W4Result struct {
 	// PPO is nil when PPORounds is negative.
 	PPO  *W4LoopResult `json:"ppo,omitempty"`
 	Work W4Work        `json:"work"`
+	// Device is where the environments and the policy ran.
+	Device string `json:"device"`
 }
 
 func (o W4Options) withDefaults() (W4Options, error) {
@@ -219,8 +264,40 @@ func (o W4Options) withDefaults() (W4Options, error) {
 	if o.Policy == (tamiyo.PolicyOptions{}) {
 		o.Policy = W4DefaultPolicy
 	}
-	o.Policy.NoDropout, o.Policy.Seed = true, o.Seed
+	o.Policy.NoDropout, o.Policy.Seed, o.Policy.Device = true, o.Seed, o.Device
+	if _, err := kernels.Lookup(o.Device); err != nil {
+		return o, fmt.Errorf("bench: W4 on %v: %w", o.Device, err)
+	}
 	return o, nil
+}
+
+// w4Env is an environment of the rig: it counts the host syncs of the
+// device its steps and resets wait for (environments step one after
+// another, so the device's counter before and after is theirs alone).
+type w4Env struct {
+	*simic.EsperEnv
+	dev tensor.Device
+	// syncs are the environment's since the census took them last.
+	syncs uint64
+}
+
+func (e *w4Env) Reset() (simic.TamiyoObs, error) {
+	s0 := tensor.HostSyncs(e.dev)
+	defer func() { e.syncs += tensor.HostSyncs(e.dev) - s0 }()
+	return e.EsperEnv.Reset()
+}
+
+func (e *w4Env) Step(a []int) (simic.StepResult[simic.TamiyoObs], error) {
+	s0 := tensor.HostSyncs(e.dev)
+	defer func() { e.syncs += tensor.HostSyncs(e.dev) - s0 }()
+	return e.EsperEnv.Step(a)
+}
+
+// take returns the syncs counted since the last take.
+func (e *w4Env) take() uint64 {
+	n := e.syncs
+	e.syncs = 0
+	return n
 }
 
 // w4Rig is the W4 set-up: the shared data stream, the environments in a
@@ -229,12 +306,15 @@ type w4Rig struct {
 	o    W4Options
 	d    *simic.EsperData
 	envs []*simic.EsperEnv
+	wrap []*w4Env
 	vec  *simic.VecEnv[simic.TamiyoObs]
 	net  *tamiyo.Policy
 	pol  *simic.TamiyoPolicy
 	rng  *rand.Rand
-	// actTime is the time spent in the policy's Act by measured steps.
-	actTime time.Duration
+	// actTime is the time spent in the policy's Act by measured steps,
+	// actSyncs its host syncs.
+	actTime  time.Duration
+	actSyncs uint64
 }
 
 // newW4Rig builds o's data, environments (reset, each parked at its
@@ -250,11 +330,16 @@ func newW4Rig(o W4Options) (_ *w4Rig, err error) {
 		return nil, err
 	}
 	r.envs = make([]*simic.EsperEnv, o.Envs)
+	r.wrap = make([]*w4Env, o.Envs)
 	r.vec, err = simic.NewVecEnv(o.Envs, func(i int) (simic.Env[simic.TamiyoObs], error) {
 		e, err := simic.NewEsperEnv(simic.EsperEnvOptions{Data: r.d, Index: i, Seed: o.Seed, MaxEpochs: o.MaxEpochs,
-			Blocks: o.Blocks, BaseChannels: o.BaseChannels, Capture: o.Capture})
+			Blocks: o.Blocks, BaseChannels: o.BaseChannels, Capture: o.Capture, Device: o.Device})
 		r.envs[i] = e
-		return e, err
+		if err != nil {
+			return nil, err
+		}
+		r.wrap[i] = &w4Env{EsperEnv: e, dev: o.Device}
+		return r.wrap[i], nil
 	})
 	if err != nil {
 		return nil, err
@@ -284,12 +369,14 @@ func (r *w4Rig) close() {
 // not nil) adds its policy time to actTime and its work to work.
 func (r *w4Rig) step(work *W4Work) error {
 	t0 := time.Now()
+	s0 := tensor.HostSyncs(r.o.Device)
 	act, err := r.pol.Act(r.vec.Obs(), nil, r.rng, false)
 	if err != nil {
 		return err
 	}
 	if work != nil {
 		r.actTime += time.Since(t0)
+		r.actSyncs += tensor.HostSyncs(r.o.Device) - s0
 	}
 	vs, err := r.vec.Step(act.Actions)
 	if err != nil {
@@ -307,8 +394,18 @@ func (r *w4Rig) step(work *W4Work) error {
 			work.Germinations++
 		}
 		w4Census(e, work)
+		work.Syncs = append(work.Syncs, int(r.wrap[i].take()))
 	}
 	return nil
+}
+
+// takeSyncs returns the environments' host syncs since the last take.
+func (r *w4Rig) takeSyncs() uint64 {
+	var n uint64
+	for _, w := range r.wrap {
+		n += w.take()
+	}
+	return n
 }
 
 // RunW4 builds o.Envs Esper environments on one synthetic data stream and
@@ -332,7 +429,7 @@ func RunW4(o W4Options) (W4Result, error) {
 	res := W4Result{
 		Envs: o.Envs, Slots: len(envs[0].Model().SlotIDs()), Blocks: o.Blocks, BaseChannels: o.BaseChannels,
 		Train: o.Train, Val: o.Val, Batch: o.Batch, MaxEpochs: o.MaxEpochs, Steps: o.Steps, Warmup: o.Warmup,
-		PPORounds: max(o.PPORounds, 0), Policy: po,
+		PPORounds: max(o.PPORounds, 0), Policy: po, Device: o.Device.String(),
 		PolicyNote: fmt.Sprintf("tamiyo.Policy hidden %d, GAT %d×%d heads, head hidden %d, %v", po.Hidden, po.GATHidden, po.GATHeads, po.HeadHidden, po.DType),
 	}
 	for _, p := range envs[0].Model().HostParameters() {
@@ -343,11 +440,14 @@ func RunW4(o W4Options) (W4Result, error) {
 	}
 
 	// The bare loop.
+	dev := o.Device
 	for i := 0; i < o.Warmup; i++ {
 		if err := rig.step(nil); err != nil {
 			return res, fmt.Errorf("bench: W4 warm-up: %w", err)
 		}
 	}
+	rig.takeSyncs()
+	syncs0 := tensor.HostSyncs(dev)
 	runtime.GC()
 	lat := make([]time.Duration, o.Steps)
 	var ms0, ms1 runtime.MemStats
@@ -366,6 +466,11 @@ func RunW4(o W4Options) (W4Result, error) {
 	runtime.ReadMemStats(&ms1)
 	res.Bare = w4Loop("bare", lat, o.Steps*o.Envs, o.Envs, ms1.Mallocs-ms0.Mallocs)
 	res.Bare.PolicySeconds = rig.actTime.Seconds()
+	var envSyncs uint64
+	for _, n := range res.Work.Syncs {
+		envSyncs += uint64(n)
+	}
+	res.Bare.Syncs = w4Syncs(tensor.HostSyncs(dev)-syncs0, envSyncs, rig.actSyncs, o.Steps, o.Envs)
 	n := float64(len(res.Work.Configs))
 	res.Work.LiveSeeds /= n
 	res.Work.SeedParams /= n
@@ -381,29 +486,42 @@ func RunW4(o W4Options) (W4Result, error) {
 	}
 
 	// The loop with the update, configured as `esper ppo` configures it.
+	mb := max(1, o.Envs*o.MaxEpochs/4)
 	ppo, err := simic.NewPPO[simic.TamiyoObs](pol, vec.Spec(), simic.PPOOptions{Relevance: simic.TamiyoRelevance, Seed: o.Seed,
-		TotalUpdates: o.PPORounds, MinibatchSize: max(1, o.Envs*o.MaxEpochs/4)})
+		TotalUpdates: o.PPORounds, MinibatchSize: mb})
 	if err != nil {
 		return res, err
 	}
-	tr, err := simic.NewTrainer(ppo, vec, simic.TrainerOptions[simic.TamiyoObs]{Steps: o.MaxEpochs, NormalizeRewards: true})
+	// Episodic rollouts, as esper ppo's: every environment starts the
+	// loop, and each round, at an episode's start (the resets here are
+	// not measured).
+	if _, err := vec.ResetUnfinished(); err != nil {
+		return res, fmt.Errorf("bench: W4 ppo reset: %w", err)
+	}
+	tr, err := simic.NewTrainer(ppo, vec, simic.TrainerOptions[simic.TamiyoObs]{Steps: o.MaxEpochs, NormalizeRewards: true, EpisodicRollouts: true})
 	if err != nil {
 		return res, err
 	}
 	runtime.GC()
 	lat = make([]time.Duration, o.PPORounds)
 	var upd time.Duration
+	var rollout, updates uint64
+	rig.takeSyncs()
 	runtime.ReadMemStats(&ms0)
 	for i := range lat {
 		t0 := time.Now()
+		s0 := tensor.HostSyncs(dev)
 		if _, err := tr.Collect(); err != nil {
 			return res, fmt.Errorf("bench: W4 ppo rollout: %w", err)
 		}
 		t1 := time.Now()
+		s1 := tensor.HostSyncs(dev)
 		if _, err := ppo.Update(tr.Buffer()); err != nil {
 			return res, fmt.Errorf("bench: W4 ppo update: %w", err)
 		}
 		upd += time.Since(t1)
+		rollout += s1 - s0
+		updates += tensor.HostSyncs(dev) - s1
 		lat[i] = time.Since(t0)
 		if o.Progress != nil {
 			o.Progress("ppo loop", i+1, o.PPORounds)
@@ -412,6 +530,11 @@ func RunW4(o W4Options) (W4Result, error) {
 	runtime.ReadMemStats(&ms1)
 	p := w4Loop("ppo", lat, o.PPORounds*o.MaxEpochs*o.Envs, o.Envs, ms1.Mallocs-ms0.Mallocs)
 	p.UpdateSeconds = upd.Seconds()
+	envSyncs = rig.takeSyncs()
+	p.Syncs = w4Syncs(rollout+updates, envSyncs, rollout-envSyncs, o.PPORounds*o.MaxEpochs, o.Envs)
+	p.Syncs.Updates = updates
+	p.Syncs.PerUpdate = float64(updates) / float64(max(o.PPORounds, 1))
+	p.Syncs.MinibatchesPerUpdate = (o.Envs*o.MaxEpochs + mb - 1) / mb
 	res.PPO = &p
 	return res, nil
 }
@@ -457,6 +580,18 @@ func w4Census(e *simic.EsperEnv, w *W4Work) {
 	w.Seeds = append(w.Seeds, seeds)
 	w.LiveSeeds += float64(live)
 	w.SeedParams += float64(params)
+}
+
+// w4Syncs splits a loop's total host syncs over steps lock-step steps of
+// envs environments.
+func w4Syncs(total, envs, policy uint64, steps, n int) W4Syncs {
+	s := W4Syncs{Total: total, Envs: envs, Policy: policy}
+	if steps > 0 {
+		s.PerEnvEpoch = float64(total) / float64(steps*n)
+		s.EnvPerEnvEpoch = float64(envs) / float64(steps*n)
+		s.PolicyPerStep = float64(policy) / float64(steps)
+	}
+	return s
 }
 
 func w4Loop(mode string, lat []time.Duration, envEpochs, envs int, mallocs uint64) W4LoopResult {

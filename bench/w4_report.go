@@ -1,27 +1,38 @@
 package bench
 
-// W4 as esper bench runs it on the CPU: the vectorised Esper
-// environments' bare loop and PPO loop beside the PyTorch peer.
+// W4 as esper bench runs it: the vectorised Esper environments' bare
+// loop and PPO loop beside the PyTorch peer, on the CPU or (BenchW4) on
+// another device with its host syncs.
 
 import (
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+
+	"github.com/esper-go/esper/tensor"
 )
 
 // w4TargetPeerRatio is PERF.md's W4 CPU target: ≥ 2× the env-epochs per
 // second of the PyTorch peer.
 const w4TargetPeerRatio = 2.0
 
-// benchW4 runs W4, prints its table and verdicts and writes its report.
-func benchW4(stdout, stderr io.Writer, c Config) error {
+// benchW4 runs W4 on the CPU, prints its table and verdicts and writes
+// its report.
+func benchW4(stdout, stderr io.Writer, c Config) error { return BenchW4(stdout, stderr, c, tensor.CPU) }
+
+// BenchW4 is `esper bench --workload W4` on dev (whose kernels must be
+// registered: kernels/device.OpenDevice): W4 with every environment and
+// the policy there, its table, verdicts and report (the report's device
+// is dev), with the host syncs per env-epoch and per PPO update when dev
+// is not the CPU.
+func BenchW4(stdout, stderr io.Writer, c Config, dev tensor.Device) error {
 	m := ThisMachine()
-	header(stdout, "W4 simic-ppo (vectorised Esper environments, CPU)", m)
+	header(stdout, fmt.Sprintf("W4 simic-ppo (vectorised Esper environments, %v)", dev), m)
 	o := W4Options{
 		Envs: c.Envs, BaseChannels: c.BaseChannels, Train: c.TrainSize, Val: c.ValSize, Batch: c.Batch,
 		MaxEpochs: c.MaxEpochs, Steps: c.Steps, Warmup: c.Warmup, PPORounds: c.PPORounds,
-		Capture: c.Capture, Progress: progressEvery(stdout),
+		Capture: c.Capture, Device: dev, Progress: progressEvery(stdout),
 	}
 	mode := "eager"
 	if c.Capture {
@@ -50,10 +61,11 @@ func benchW4(stdout, stderr io.Writer, c Config) error {
 			"host_optimizer":        "SGD lr=0.01 momentum=0.9 weight decay 5e-4, gradients clipped to norm 1 (tolaria defaults)",
 			"host_steps":            mode + " (--capture: tolaria captures each host's train step and validation batch and replays them, re-capturing when a seed's stage or alpha changes)",
 			"bare":                  "per lock-step step: TamiyoPolicy.Act over every environment's observation (one batched forward, sampled), then VecEnv.Step: each simic.EsperEnv executes its decision, finishes the epoch and runs the next one to its decision point (training, validation, tolaria's counterfactual passes, the fused counterfactual validation, governor, observation encoding); episodes reset as they end",
-			"ppo":                   "per round: simic.Trainer.Collect of max_epochs lock-step steps (the bare loop plus the rollout buffer and bootstrap values), then PPO.Update (as `esper ppo` configures it)",
+			"ppo":                   "per round: simic.Trainer.Collect of max_epochs lock-step steps (the bare loop plus the rollout buffer and bootstrap values; episodic rollouts, every environment reset to an episode's start before the loop), then PPO.Update (as `esper ppo` configures it)",
+			"host_syncs":            "device-to-host reads (tensor.HostSyncs) split into the environments' own (per env-epoch), the policy's in the rollout (per lock-step step: the batched Act, and the bootstrap values once per ppo round) and the PPO updates' (per update); zero on the cpu",
 			"env_epochs_per_second": "lock-step steps × envs over their wall time",
 		},
-		Machine: m, Device: "cpu", Results: results,
+		Machine: m, Device: r.Device, Results: results,
 	}
 	var peer map[string]any
 	if c.Compare {
@@ -127,6 +139,16 @@ func benchW4(stdout, stderr io.Writer, c Config) error {
 	}
 	if r.PPO != nil {
 		fmt.Fprintf(stdout, "ppo loop: %.1f s of %.1f s in PPO updates\n", r.PPO.UpdateSeconds, r.PPO.Seconds)
+	}
+	if !dev.IsCPU() {
+		b := r.Bare.Syncs
+		fmt.Fprintf(stdout, "host syncs, bare loop: %.2f per env-epoch (environments %.2f per env-epoch, policy %.2f per lock-step step)\n",
+			b.PerEnvEpoch, b.EnvPerEnvEpoch, b.PolicyPerStep)
+		if r.PPO != nil {
+			p := r.PPO.Syncs
+			fmt.Fprintf(stdout, "host syncs, ppo loop: %.2f per env-epoch (environments %.2f per env-epoch, policy %.2f per lock-step step), %.1f per PPO update of %d minibatches\n",
+				p.PerEnvEpoch, p.EnvPerEnvEpoch, p.PolicyPerStep, p.PerUpdate, p.MinibatchesPerUpdate)
+		}
 	}
 	if peer != nil {
 		fmt.Fprintln(stdout, "the peer replays our seeds, fused configurations and ablation passes (bench/pytorch/w4_env_loop.py says what differs)")

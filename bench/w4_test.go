@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,8 +11,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	_ "github.com/esper-go/esper/internal/testdevice" // registers the sim backend
 	"github.com/esper-go/esper/kasmina"
 	"github.com/esper-go/esper/kasmina/blueprint"
+	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/simic"
 	"github.com/esper-go/esper/tamiyo"
@@ -76,11 +79,79 @@ func TestW4SmallRun(t *testing.T) {
 	require.Equal(t, len(args)%2, 0)
 }
 
+// TestW4HostSyncsOnSim: W4 on the strict simulated device counts its
+// host syncs, and none of them is per environment where it should be
+// batched: with 1 and with 3 environments, the batched Act reads once per
+// lock-step step for all of them, the PPO rollout adds one read per round
+// (the bootstrap values) and an update reads the same, however many
+// environments — PPO.Update's one read plus the policy's Evaluate's per
+// minibatch (Tamiyo's probability floors, the reference pass included).
+// Each env-epoch reads its own host exactly as tolaria and the fused
+// counterfactual validation justify: one read per training and per
+// validation pass, one for the fused configurations when there are
+// seeds to attribute, one per ablation pass (no gradient telemetry at
+// these sizes: an episode has fewer steps than its stride).
+func TestW4HostSyncsOnSim(t *testing.T) {
+	var updates []uint64
+	for _, envs := range []int{1, 3} {
+		o := w4Tiny
+		o.Envs, o.Train, o.Steps, o.Warmup, o.MaxEpochs, o.PPORounds = envs, 32, 12, 2, 4, 2
+		o.Device = tensor.Sim(0)
+		r, err := RunW4(o)
+		require.NoError(t, err)
+		require.Equal(t, "sim:0", r.Device)
+		b, p := r.Bare.Syncs, r.PPO.Syncs
+		require.Equal(t, uint64(o.Steps), b.Policy, "%d envs: one policy read per lock-step step", envs)
+		require.Equal(t, 1.0, b.PolicyPerStep)
+		require.Equal(t, b.Total, b.Envs+b.Policy, "every bare-loop read is an environment's or the policy's")
+		require.Len(t, r.Work.Syncs, o.Steps*envs)
+		for i, n := range r.Work.Syncs {
+			want := 2 + r.Work.Ablations[i]
+			if r.Work.Configs[i] > 0 {
+				want++
+			}
+			require.Equal(t, want, n, "%d envs: env-epoch %d (configs %d, ablations %d)", envs, i, r.Work.Configs[i], r.Work.Ablations[i])
+		}
+		require.GreaterOrEqual(t, b.EnvPerEnvEpoch, 2.0)
+		require.Equal(t, uint64(o.PPORounds*(o.MaxEpochs+1)), p.Policy, "%d envs: per round one Act read per step and one bootstrap read", envs)
+		require.Equal(t, 2.0, p.EnvPerEnvEpoch, "%d envs: seedless episodic rollouts read each host twice per epoch", envs)
+		require.Equal(t, 4, p.MinibatchesPerUpdate)
+		require.LessOrEqual(t, p.PerUpdate, float64(1+2*p.MinibatchesPerUpdate))
+		require.Equal(t, p.Total, p.Envs+p.Policy+p.Updates)
+		updates = append(updates, p.Updates)
+	}
+	require.Equal(t, updates[0], updates[1], "an update's reads do not depend on the number of environments")
+}
+
+// TestBenchW4OnSim: esper bench's W4 on sim prints its host syncs per
+// env-epoch and per PPO update, and its report names the device and
+// carries the counts.
+func TestBenchW4OnSim(t *testing.T) {
+	c := DefaultConfig()
+	c.Envs, c.BaseChannels, c.TrainSize, c.ValSize = 2, 2, 32, 16
+	c.Batch, c.MaxEpochs, c.Steps, c.Warmup, c.PPORounds = 16, 2, 2, 1, 1
+	c.JSONDir = t.TempDir()
+	var out, errb bytes.Buffer
+	require.NoError(t, BenchW4(&out, &errb, c, tensor.Sim(0)), errb.String())
+	require.Contains(t, out.String(), "W4 simic-ppo (vectorised Esper environments, sim:0)")
+	require.Contains(t, out.String(), "host syncs, bare loop: ")
+	require.Contains(t, out.String(), "per PPO update of 4 minibatches")
+	rep := readReport(t, c.JSONDir, "W4")
+	require.Equal(t, "sim:0", rep["device"])
+	syncs := rep["results"].(map[string]any)["ppo"].(map[string]any)["host_syncs"].(map[string]any)
+	require.Greater(t, syncs["per_update"], 0.0)
+	require.Equal(t, 2.0, syncs["env_per_env_epoch"])
+}
+
 func TestW4RejectsBadOptions(t *testing.T) {
 	_, err := RunW4(W4Options{Envs: -1})
 	require.Error(t, err)
 	_, err = RunW4(W4Options{Train: 64, Batch: 128})
 	require.ErrorContains(t, err, "smaller than a batch")
+	if _, err := kernels.Lookup(tensor.CUDA(0)); err != nil {
+		_, err = RunW4(W4Options{Device: tensor.CUDA(0)})
+		require.ErrorContains(t, err, "W4 on cuda:0")
+	}
 	require.Error(t, W4PeerGraphs(filepath.Join(t.TempDir(), "g.json"), W4Result{}))
 }
 

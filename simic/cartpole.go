@@ -133,6 +133,10 @@ type CartPoleOptions struct {
 	PPO *PPOOptions
 	// Hidden are the MLP widths; nil means DefaultMLPHidden.
 	Hidden []int
+	// Device is where the policy computes and PPO updates it (the CPU by
+	// default; MLPPolicyOptions.Device). The environments are host
+	// simulations.
+	Device tensor.Device
 	// EvalEvery runs a quick deterministic check (QuickEvalEpisodes
 	// episodes) every EvalEvery updates; 0 means 5.
 	EvalEvery int
@@ -220,7 +224,7 @@ func TrainCartPole(o CartPoleOptions) (*CartPoleResult, error) {
 	po.Seed = o.Seed
 	annealLR := o.PPO == nil
 	spec := (&CartPole{}).Spec()
-	policy, err := NewMLPPolicy(MLPPolicyOptions{ObsDim: CartPoleObsDim, Spec: spec, Hidden: o.Hidden, Seed: o.Seed + 1})
+	policy, err := NewMLPPolicy(MLPPolicyOptions{ObsDim: CartPoleObsDim, Spec: spec, Hidden: o.Hidden, Seed: o.Seed + 1, Device: o.Device})
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package simic
 
 import (
+	"github.com/esper-go/esper/internal/testdevice"
 	"math"
 	"os"
 	"testing"
@@ -76,7 +77,7 @@ func TestCartPoleTerminationAndTimeLimit(t *testing.T) {
 // must lift the mean training return well above the random policy's
 // (about 22).
 func TestCartPoleLearns(t *testing.T) {
-	res, err := TrainCartPole(CartPoleOptions{Seed: 3, MaxEnvSteps: 16_384, EvalEpisodes: 10, EvalEvery: 1000})
+	res, err := TrainCartPole(CartPoleOptions{Seed: 3, MaxEnvSteps: 16_384, EvalEpisodes: 10, EvalEvery: 1000, Device: testdevice.Device(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +99,7 @@ func TestCartPoleAcceptance(t *testing.T) {
 	if os.Getenv("ESPER_CARTPOLE_ACCEPT") == "" {
 		t.Skip("set ESPER_CARTPOLE_ACCEPT=1 to run the CartPole acceptance run")
 	}
-	res, err := TrainCartPole(CartPoleOptions{Seed: 1, Logf: t.Logf})
+	res, err := TrainCartPole(CartPoleOptions{Seed: 1, Logf: t.Logf, Device: testdevice.Device(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

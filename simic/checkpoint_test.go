@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"github.com/esper-go/esper/internal/testdevice"
 	"math"
 	"testing"
 
@@ -22,7 +23,7 @@ func scriptedTrainer(t *testing.T, episodic bool) (*Trainer[[]float32], *MLPPoli
 	if err != nil {
 		t.Fatal(err)
 	}
-	pol, err := NewMLPPolicy(MLPPolicyOptions{ObsDim: 1, Spec: vec.Spec(), Hidden: []int{8}, Seed: 3})
+	pol, err := NewMLPPolicy(MLPPolicyOptions{ObsDim: 1, Spec: vec.Spec(), Hidden: []int{8}, Seed: 3, Device: testdevice.Device(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,10 +46,18 @@ func saveCheckpoint(t *testing.T, tr *Trainer[[]float32], pol *MLPPolicy) checkp
 	t.Helper()
 	var c checkpoint
 	var pb, ob bytes.Buffer
-	if err := safetensors.Encode(&pb, nn.StateDict(pol), nil); err != nil {
+	psd, err := nn.HostStateDict(pol)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := safetensors.Encode(&ob, tr.PPO().Optimizer().StateDict(), nil); err != nil {
+	if err := safetensors.Encode(&pb, psd, nil); err != nil {
+		t.Fatal(err)
+	}
+	osd, err := hostStateDict(tr.PPO().Optimizer().StateDict())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := safetensors.Encode(&ob, osd, nil); err != nil {
 		t.Fatal(err)
 	}
 	st, err := tr.State()
@@ -68,14 +77,22 @@ func loadCheckpoint(t *testing.T, c checkpoint, tr *Trainer[[]float32], pol *MLP
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := nn.LoadStateDict(pol, pf.Tensors, true); err != nil {
+	psd, err := stateDictTo(pf.Tensors, pol.Device())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nn.LoadStateDict(pol, psd, true); err != nil {
 		t.Fatal(err)
 	}
 	of, err := safetensors.Decode(bytes.NewReader(c.optimizer), int64(len(c.optimizer)), "optimizer")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := tr.PPO().Optimizer().LoadStateDict(of.Tensors); err != nil {
+	osd, err := stateDictTo(of.Tensors, pol.Device())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.PPO().Optimizer().LoadStateDict(osd); err != nil {
 		t.Fatal(err)
 	}
 	var st TrainerState
@@ -105,10 +122,10 @@ func iterate(t *testing.T, tr *Trainer[[]float32], n int) []float64 {
 	return out
 }
 
-func sameParams(a, b *MLPPolicy) bool {
+func sameParams(t *testing.T, a, b *MLPPolicy) bool {
 	pa, pb := a.Parameters(), b.Parameters()
 	for i := range pa {
-		va, vb := pa[i].Value.Float64s(), pb[i].Value.Float64s()
+		va, vb := testdevice.F64(t, pa[i].Value), testdevice.F64(t, pb[i].Value)
 		for j := range va {
 			if math.Float64bits(va[j]) != math.Float64bits(vb[j]) {
 				return false
@@ -142,7 +159,7 @@ func TestTrainerResumeIsBitwise(t *testing.T) {
 				t.Fatalf("stopped after %d: figure %d is %v, want %v", k, i, got[i], want[i])
 			}
 		}
-		if !sameParams(bPol, refPol) {
+		if !sameParams(t, bPol, refPol) {
 			t.Fatalf("stopped after %d: the resumed policy differs", k)
 		}
 		if b.EnvSteps() != ref.EnvSteps() || b.PPO().Updates() != ref.PPO().Updates() {

@@ -34,6 +34,26 @@
 //   - Trainer alternates rollouts and updates; CartPole (Gym's
 //     CartPole-v1) is the validation environment and TrainCartPole the
 //     acceptance run.
+//   - EsperPPO is the run `esper ppo` trains: Tamiyo's policy over
+//     vectorised EsperEnvs, a Round at a time. Its checkpoint
+//     (SavePPOCheckpoint, LoadPPOCheckpoint, RestorePPOCheckpoint) is
+//     staged and committed by its state file, so kill -9 at any point
+//     leaves a whole one, and a resumed run continues bit for bit.
+//
+// Devices: an EsperEnv's host trains on EsperEnvOptions.Device, the
+// policies compute on theirs (tamiyo.PolicyOptions.Device,
+// MLPPolicyOptions.Device) and PPO.Update runs on its policy's, so a run
+// is bitwise the same on the cpu and on sim, and EsperPPOOptions.Devices
+// spreads the environments over several. Every read of a device is an
+// explicit copy, and few: per env-epoch an environment reads its host
+// once per training and validation pass (tolaria) and once for the fused
+// counterfactual configurations, and builds the observation, the reward
+// and the masks on the host from those reads; per lock-step step the
+// batched Act reads once for every environment; per rollout the bootstrap
+// values are read once per step that has any; PPO.Update reads its
+// statistics once (plus what the policy's Evaluate reads: Tamiyo's
+// probability floors, once per minibatch). GAE, the normalisers and the
+// advantage normalisation work on those host figures.
 //
 // Everything random draws from generators seeded by the options, so a run
 // is reproducible from its seed.

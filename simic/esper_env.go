@@ -11,6 +11,7 @@ import (
 	"github.com/esper-go/esper/data"
 	"github.com/esper-go/esper/kasmina"
 	"github.com/esper-go/esper/leyline"
+	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/tamiyo"
 	"github.com/esper-go/esper/tensor"
 	"github.com/esper-go/esper/tolaria"
@@ -144,6 +145,17 @@ type EsperEnvOptions struct {
 	MaxSeeds int
 	// Capture captures the training step (tolaria.TrainerOptions.Capture).
 	Capture bool
+	// Device is where every episode's host model trains (the CPU by
+	// default): the host is built and initialised on the CPU, exactly as
+	// for the CPU, then moved there (nn.To), and the tolaria.Trainer
+	// trains it there, the fused counterfactual validation included. The
+	// device's kernels must be registered (kernels/device.OpenDevice).
+	// The environment reads the device back once per pass of an epoch
+	// (tolaria's training and validation passes, EpochReport.HostSyncs)
+	// and once per epoch for the counterfactual configurations; the
+	// observation, the reward and the masks are built on the host from
+	// those reads.
+	Device tensor.Device
 	// Sink receives the trainer's telemetry; nil sends none.
 	Sink tolaria.EventSink
 }
@@ -430,6 +442,11 @@ func (e *EsperEnv) Reset() (TamiyoObs, error) {
 	model, err := kasmina.NewMorphogeneticModel(host, kasmina.ModelOptions{Slots: slots})
 	if err != nil {
 		return TamiyoObs{}, fmt.Errorf("simic: EsperEnv.Reset: %w", err)
+	}
+	if !e.o.Device.IsCPU() {
+		if err := nn.To(model, e.o.Device); err != nil {
+			return TamiyoObs{}, fmt.Errorf("simic: EsperEnv.Reset: %w", err)
+		}
 	}
 	e.bridge = &bridgeController{states: make(chan leyline.EpochState), decisions: make(chan leyline.Decision)}
 	tracked, err := tamiyo.NewTracked(e.bridge, tamiyo.TrackerOptions{})

@@ -4,9 +4,11 @@ import (
 	"math"
 	"testing"
 
+	"github.com/esper-go/esper/internal/testdevice"
 	"github.com/esper-go/esper/kasmina"
 	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/leyline"
+	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/tamiyo"
 	"github.com/esper-go/esper/tensor"
 )
@@ -20,7 +22,7 @@ func tinyEsper(t *testing.T) (*EsperData, *TamiyoPolicy) {
 		t.Fatal(err)
 	}
 	t.Cleanup(d.Close)
-	p, err := tamiyo.NewPolicy(tamiyo.PolicyOptions{Hidden: 16, GATHidden: 8, GATHeads: 2, HeadHidden: 16, NoDropout: true, Seed: 5})
+	p, err := tamiyo.NewPolicy(tamiyo.PolicyOptions{Hidden: 16, GATHidden: 8, GATHeads: 2, HeadHidden: 16, NoDropout: true, Seed: 5, Device: testdevice.Device(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +35,7 @@ func tinyEsper(t *testing.T) (*EsperData, *TamiyoPolicy) {
 
 func newTinyEnv(t *testing.T, d *EsperData, i, maxEpochs int) *EsperEnv {
 	t.Helper()
-	e, err := NewEsperEnv(EsperEnvOptions{Data: d, Index: i, Seed: 11, MaxEpochs: maxEpochs, Blocks: 3, BaseChannels: 2})
+	e, err := NewEsperEnv(EsperEnvOptions{Data: d, Index: i, Seed: 11, MaxEpochs: maxEpochs, Blocks: 3, BaseChannels: 2, Device: testdevice.Device(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,14 +69,14 @@ func TestTamiyoPolicyActEvaluateConsistency(t *testing.T) {
 		t.Fatalf("evaluation has %d log-prob heads", len(ev.LogProbs))
 	}
 	for h := range ev.LogProbs {
-		lp := ev.LogProbs[h].Value.Float64s()
+		lp := testdevice.F64(t, ev.LogProbs[h].Value)
 		for b := range obs {
 			if math.Abs(lp[b]-act.LogProbs[b][h]) > 1e-4 {
 				t.Errorf("env %d head %s: Evaluate log-prob %v, Act %v", b, leyline.HeadNames[h], lp[b], act.LogProbs[b][h])
 			}
 		}
 	}
-	v := ev.Value.Value.Float64s()
+	v := testdevice.F64(t, ev.Value.Value)
 	for b := range obs {
 		if math.Abs(v[b]-act.Values[b]) > 1e-4 || math.Abs(vals[b]-act.Values[b]) > 1e-4 {
 			t.Errorf("env %d: values Act %v, Evaluate %v, Values %v", b, act.Values[b], v[b], vals[b])
@@ -100,6 +102,9 @@ func TestEsperEnvStepShapesAndTruncation(t *testing.T) {
 	obs, err := env.Reset()
 	if err != nil {
 		t.Fatal(err)
+	}
+	if dev, err := nn.Device(env.Model()); err != nil || dev != testdevice.Device(t) {
+		t.Fatalf("host on %v (%v), want %v", dev, err, testdevice.Device(t))
 	}
 	spec := env.Spec()
 	if len(spec.HeadSizes) != leyline.NumActionHeads || spec.HeadSizes[leyline.HeadSlot] != 3 {
@@ -177,7 +182,7 @@ func TestEsperEnvGovernorRollback(t *testing.T) {
 	if env.Epoch() != 2 || env.LastStep().Rollbacks != 1 {
 		t.Fatalf("parked at epoch %d after %d rollbacks, want 2 and 1", env.Epoch(), env.LastStep().Rollbacks)
 	}
-	if v := p.Value.Float64s()[0]; math.IsNaN(v) {
+	if v := testdevice.F64(t, p.Value)[0]; math.IsNaN(v) {
 		t.Fatal("the rollback did not restore the host")
 	}
 	if r.Obs.Graph == nil || r.Truncated || r.Terminated {
@@ -209,7 +214,7 @@ func TestCollectRollbackForfeitsPrefixAndBootstrapsTruncation(t *testing.T) {
 		t.Fatal(err)
 	}
 	spec := vec.Spec()
-	pol, err := NewMLPPolicy(MLPPolicyOptions{ObsDim: 1, Spec: spec, Seed: 1})
+	pol, err := NewMLPPolicy(MLPPolicyOptions{ObsDim: 1, Spec: spec, Seed: 1, Device: testdevice.Device(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,8 +287,16 @@ func TestEsperEnvFusedCounterfactuals(t *testing.T) {
 		}
 	}
 	// WAIT: the epoch ends (alpha ramps up), epoch 1 runs to its decision.
+	// On a device it reads the host back three times: tolaria's training
+	// and validation passes, and the fused validation's one read of every
+	// configuration's correct counts.
+	dev := testdevice.Device(t)
+	s0 := tensor.HostSyncs(dev)
 	if _, err := env.Step(make([]int, leyline.NumActionHeads)); err != nil {
 		t.Fatal(err)
+	}
+	if syncs := tensor.HostSyncs(dev) - s0; !dev.IsCPU() && syncs != 3 {
+		t.Errorf("the epoch read %v back %d times, want 3", dev, syncs)
 	}
 	if s.Stage() != leyline.StageBlending || s.Alpha() <= 0 {
 		t.Fatalf("seed %v at alpha %v", s.Stage(), s.Alpha())
@@ -334,7 +347,7 @@ func TestEsperEnvFirstEpisode(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	b, err := NewEsperEnv(EsperEnvOptions{Data: d, Index: 1, Seed: 11, MaxEpochs: 3, Blocks: 3, BaseChannels: 2, FirstEpisode: 2})
+	b, err := NewEsperEnv(EsperEnvOptions{Data: d, Index: 1, Seed: 11, MaxEpochs: 3, Blocks: 3, BaseChannels: 2, FirstEpisode: 2, Device: testdevice.Device(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -347,7 +360,7 @@ func TestEsperEnvFirstEpisode(t *testing.T) {
 	}
 	pa, pb := a.Model().HostParameters(), b.Model().HostParameters()
 	for i := range pa {
-		va, vb := pa[i].Value.Float64s(), pb[i].Value.Float64s()
+		va, vb := testdevice.F64(t, pa[i].Value), testdevice.F64(t, pb[i].Value)
 		for j := range va {
 			if math.Float64bits(va[j]) != math.Float64bits(vb[j]) {
 				t.Fatalf("host parameter %d differs at %d: %v vs %v", i, j, va[j], vb[j])
@@ -370,7 +383,7 @@ func TestEsperEnvFirstEpisode(t *testing.T) {
 // a fresh episode.
 func TestEsperEnvDivergedHostEndsTheEpisode(t *testing.T) {
 	d, _ := tinyEsper(t)
-	env, err := NewEsperEnv(EsperEnvOptions{Data: d, Index: 0, Seed: 11, MaxEpochs: 8, Blocks: 3, BaseChannels: 2, HostLR: 1e6})
+	env, err := NewEsperEnv(EsperEnvOptions{Data: d, Index: 0, Seed: 11, MaxEpochs: 8, Blocks: 3, BaseChannels: 2, HostLR: 1e6, Device: testdevice.Device(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

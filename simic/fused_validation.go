@@ -7,6 +7,7 @@ import (
 	"github.com/esper-go/esper/autograd"
 	"github.com/esper-go/esper/kasmina"
 	"github.com/esper-go/esper/kernels"
+	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/tensor"
 	"github.com/esper-go/esper/tolaria"
 )
@@ -17,11 +18,13 @@ import (
 // alpha override (its current alpha where the configuration has it on,
 // 0 where off), and one FusedForward of K·B samples serves all
 // configurations; the all-on configuration is the trainer's own
-// validation pass, so it is not evaluated again. Correct predictions are
-// counted on the device into per-batch-size accumulators that are read
-// once, at the end. The repeated batches, their index and the
-// accumulators are kept per K·B, so a pass allocates only the forward's
-// activations and the alpha overrides.
+// validation pass, so it is not evaluated again. Everything runs on the
+// model's device: the validation batches are copied there, correct
+// predictions are counted there into per-batch-size accumulators, which
+// are summed there per configuration at the end and read back in one
+// copy (the pass's one host sync). The repeated batches, their index and
+// the accumulators are kept per K·B, so a pass allocates only the
+// forward's activations, the batches' copies and the alpha overrides.
 type fusedValidator struct {
 	bufs map[int]*fusedBufs // by K·B
 }
@@ -40,9 +43,10 @@ type fusedBufs struct {
 
 func newFusedValidator() *fusedValidator { return &fusedValidator{bufs: map[int]*fusedBufs{}} }
 
-// buffers returns the buffers for k configurations of batch (x, y),
-// allocating them the first time; the running evaluate zeroes their
-// accumulator and fills their overrides when it first uses them.
+// buffers returns the buffers for k configurations of batch (x, y) (on
+// the model's device), allocating them the first time; the running
+// evaluate zeroes their accumulator and fills their overrides when it
+// first uses them.
 func (f *fusedValidator) buffers(k int, x, y *tensor.Tensor) (*fusedBufs, error) {
 	b := x.Dim(0)
 	kb := k * b
@@ -67,7 +71,11 @@ func (f *fusedValidator) buffers(k int, x, y *tensor.Tensor) (*fusedBufs, error)
 	if err != nil {
 		return nil, err
 	}
-	fb := &fusedBufs{b: b, idx: tensor.FromSlice(idx, kb), x: xk, y: yk, acc: acc}
+	idxd, err := toDevice(tensor.FromSlice(idx, kb), x.Device())
+	if err != nil {
+		return nil, err
+	}
+	fb := &fusedBufs{b: b, idx: idxd, x: xk, y: yk, acc: acc}
 	f.bufs[kb] = fb
 	return fb, nil
 }
@@ -77,7 +85,8 @@ func (f *fusedValidator) buffers(k int, x, y *tensor.Tensor) (*fusedBufs, error)
 // When known ≥ 0, configuration known is not evaluated: its accuracy is
 // knownAcc (the trainer's validation pass has just measured it), and the
 // fused pass runs the other configurations only. It also returns the
-// number of configurations the pass evaluated.
+// number of configurations the pass evaluated. m is evaluated on its
+// device (nn.Device).
 func (f *fusedValidator) evaluate(m *kasmina.MorphogeneticModel, val tolaria.Batches, epoch int, slots []*kasmina.Slot, masks [][]bool, known int, knownAcc float64) ([]float64, int, error) {
 	if len(masks) == 0 {
 		return nil, 0, errors.New("no configurations")
@@ -105,26 +114,38 @@ func (f *fusedValidator) evaluate(m *kasmina.MorphogeneticModel, val tolaria.Bat
 	for _, fb := range f.bufs {
 		fb.used = false
 	}
+	dev, err := nn.Device(m)
+	if err != nil {
+		return nil, 0, err
+	}
 	n := 0
 	wasTraining := m.Training()
 	m.SetTraining(false)
 	defer m.SetTraining(wasTraining)
 	var ferr error
 	for x, y := range val.Batches(epoch) {
+		if x, err = toDevice(x, dev); err != nil {
+			return nil, 0, err
+		}
+		if y, err = toDevice(y, dev); err != nil {
+			return nil, 0, err
+		}
 		fb, err := f.buffers(k, x, y)
 		if err != nil {
 			return nil, 0, err
 		}
-		be := kernels.For(x.Device())
+		be := kernels.For(dev)
 		if !fb.used {
 			fb.used = true
 			zeroTensor(fb.acc)
-			fb.alphas = f.overrides(fb, slots, masks, cfgs)
+			if fb.alphas, err = f.overrides(fb, slots, masks, cfgs); err != nil {
+				return nil, 0, err
+			}
 		}
 		// The batch repeated K times: plain launches (the labels are
 		// integers, which autograd does not index).
 		be.IndexSelect(fb.x, x, 0, fb.idx)
-		kernels.For(y.Device()).IndexSelect(fb.y, y, 0, fb.idx)
+		be.IndexSelect(fb.y, y, 0, fb.idx)
 		autograd.InferenceMode(func() {
 			logits, err := m.FusedForward(autograd.Const(fb.x), fb.alphas)
 			if err != nil {
@@ -141,17 +162,26 @@ func (f *fusedValidator) evaluate(m *kasmina.MorphogeneticModel, val tolaria.Bat
 	if n == 0 {
 		return nil, 0, errors.New("empty validation set")
 	}
-	correct := make([]float64, k)
-	for _, fb := range f.bufs {
-		if !fb.used {
-			continue
-		}
-		v := fb.acc.Float64s() // the one read per batch size
-		for c := 0; c < k; c++ {
-			for j := 0; j < fb.b; j++ {
-				correct[c] += v[c*fb.b+j]
+	// Per configuration, the correct counts of every batch size summed on
+	// the device (whole numbers, exact in F32 in any order), then the
+	// one read.
+	var total *autograd.Var
+	autograd.NoGrad(func() {
+		for _, fb := range f.bufs {
+			if !fb.used {
+				continue
+			}
+			s := autograd.Sum(autograd.Const(fb.acc.Reshape(k, fb.b)), []int{1}, false)
+			if total == nil {
+				total = s
+			} else {
+				total = autograd.Add(total, s)
 			}
 		}
+	})
+	correct, err := hostFloat64s(total.Value)
+	if err != nil {
+		return nil, 0, err
 	}
 	for c, cfg := range cfgs {
 		out[cfg] = 100 * correct[c] / float64(n)
@@ -161,8 +191,9 @@ func (f *fusedValidator) evaluate(m *kasmina.MorphogeneticModel, val tolaria.Bat
 
 // overrides builds the per-sample alphas of configurations cfgs for fb's
 // batch size: slots[i] at its current alpha in the rows of the
-// configurations that switch it on, 0 elsewhere.
-func (f *fusedValidator) overrides(fb *fusedBufs, slots []*kasmina.Slot, masks [][]bool, cfgs []int) map[string]*autograd.Var {
+// configurations that switch it on, 0 elsewhere; built on the host (the
+// alphas are host state) and copied to fb's device.
+func (f *fusedValidator) overrides(fb *fusedBufs, slots []*kasmina.Slot, masks [][]bool, cfgs []int) (map[string]*autograd.Var, error) {
 	b, kb := fb.b, fb.idx.Numel()
 	out := make(map[string]*autograd.Var, len(slots))
 	for i, s := range slots {
@@ -179,9 +210,13 @@ func (f *fusedValidator) overrides(fb *fusedBufs, slots []*kasmina.Slot, masks [
 		if s.Topology() == kasmina.TopologyCNN {
 			shape = []int{kb, 1, 1, 1}
 		}
-		out[s.ID()] = autograd.Const(tensor.FromFloat64s(fb.x.DType(), a, shape...))
+		t, err := constOn(fb.x.Device(), fb.x.DType(), a, shape...)
+		if err != nil {
+			return nil, err
+		}
+		out[s.ID()] = autograd.Const(t)
 	}
-	return out
+	return out, nil
 }
 
 func zeroTensor(t *tensor.Tensor) {

@@ -29,6 +29,11 @@ type MLPPolicyOptions struct {
 	// default initialisation so the first policy is near-uniform; 0 means
 	// 0.01.
 	ActorOutScale float64
+	// Device is where the policy computes (the CPU by default): it is
+	// initialised on the host, exactly as for the CPU, then moved there.
+	// Act and Values read their results back in one copy per call; the
+	// observations, masks and actions go there in copies.
+	Device tensor.Device
 }
 
 // MLPPolicy is a feed-forward actor-critic over vector observations: an
@@ -75,8 +80,13 @@ func NewMLPPolicy(o MLPPolicyOptions) (*MLPPolicy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("simic: MLPPolicy critic: %w", err)
 	}
+	// The output layer is scaled on the host, where nn.NewMLP builds
+	// every parameter, before the policy moves to its device.
 	ps := actor.Parameters()
 	for _, p := range ps[len(ps)-2:] { // output weight and bias
+		if !p.Value.Device().IsCPU() {
+			return nil, fmt.Errorf("simic: MLPPolicy: the actor was built on %v, not the host", p.Value.Device())
+		}
 		w := p.Value.F32()
 		for i := range w {
 			w[i] *= float32(o.ActorOutScale)
@@ -85,15 +95,24 @@ func NewMLPPolicy(o MLPPolicyOptions) (*MLPPolicy, error) {
 	p := &MLPPolicy{actor: actor, critic: critic, spec: o.Spec, obsDim: o.ObsDim}
 	p.Register("actor", actor)
 	p.Register("critic", critic)
+	if !o.Device.IsCPU() {
+		if err := nn.To(p, o.Device); err != nil {
+			return nil, fmt.Errorf("simic: MLPPolicy: %w", err)
+		}
+	}
 	return p, nil
 }
+
+// Device is where the policy computes: its parameters' device.
+func (p *MLPPolicy) Device() tensor.Device { return p.Parameters()[0].Value.Device() }
 
 // Forward is not used: the policy has two outputs (see Evaluate).
 func (p *MLPPolicy) Forward(*autograd.Var) *autograd.Var {
 	panic("simic: MLPPolicy has no single output; use Act or Evaluate")
 }
 
-// input stacks obs into a [B, ObsDim] constant.
+// input stacks obs into a [B, ObsDim] constant on the policy's device
+// (one copy).
 func (p *MLPPolicy) input(obs [][]float32) (*autograd.Var, error) {
 	flat := make([]float32, 0, len(obs)*p.obsDim)
 	for i, o := range obs {
@@ -102,7 +121,11 @@ func (p *MLPPolicy) input(obs [][]float32) (*autograd.Var, error) {
 		}
 		flat = append(flat, o...)
 	}
-	return autograd.Const(tensor.FromSlice(flat, len(obs), p.obsDim)), nil
+	x, err := toDevice(tensor.FromSlice(flat, len(obs), p.obsDim), p.Device())
+	if err != nil {
+		return nil, err
+	}
+	return autograd.Const(x), nil
 }
 
 func (p *MLPPolicy) checkMasks(n int, masks []Masks) error {
@@ -142,18 +165,26 @@ func (p *MLPPolicy) Act(obs [][]float32, masks []Masks, rng *rand.Rand, determin
 	if err != nil {
 		return nil, err
 	}
-	var logits, values []float64
+	// The logits and the value of each observation, [B, width+1], read
+	// back in one copy.
+	var both *tensor.Tensor
 	autograd.InferenceMode(func() {
-		logits = p.actor.Forward(x).Value.Float64s()
-		values = p.critic.Forward(x).Value.Float64s()
+		both = autograd.Concat([]*autograd.Var{p.actor.Forward(x), p.critic.Forward(x)}, 1).Value
 	})
-	width := len(logits) / len(obs)
-	out := &ActOutput{Actions: make([][]int, len(obs)), LogProbs: make([][]float64, len(obs)), Values: values}
+	rows, err := hostFloat64s(both)
+	if err != nil {
+		return nil, err
+	}
+	width := len(rows)/len(obs) - 1
+	out := &ActOutput{Actions: make([][]int, len(obs)), LogProbs: make([][]float64, len(obs)), Values: make([]float64, len(obs))}
 	for b := range obs {
 		m := maskAt(masks, b)
 		out.Actions[b] = make([]int, len(p.spec.HeadSizes))
 		out.LogProbs[b] = make([]float64, len(p.spec.HeadSizes))
-		off := b * width
+		off := b * (width + 1)
+		logits := rows[off : off+width]
+		out.Values[b] = rows[off+width]
+		off = 0
 		for h, n := range p.spec.HeadSizes {
 			row := logits[off : off+n]
 			off += n
@@ -251,7 +282,10 @@ func (p *MLPPolicy) Evaluate(obs [][]float32, masks []Masks, actions [][]int) (*
 	for h, n := range p.spec.HeadSizes {
 		lg := autograd.Narrow(logits, 1, off, n)
 		off += n
-		lp, ent := headLogProbEntropy(lg, masks, actions, h)
+		lp, ent, err := headLogProbEntropy(lg, masks, actions, h)
+		if err != nil {
+			return nil, err
+		}
 		ev.LogProbs = append(ev.LogProbs, lp)
 		ev.Entropies = append(ev.Entropies, ent)
 	}
@@ -260,8 +294,9 @@ func (p *MLPPolicy) Evaluate(obs [][]float32, masks []Masks, actions [][]int) (*
 
 // headLogProbEntropy computes, differentiably, the log-probability of
 // each row's action on head h and the head's entropy normalised by
-// ln(valid options) (0 with a single valid option).
-func headLogProbEntropy(lg *autograd.Var, masks []Masks, actions [][]int, h int) (logp, ent *autograd.Var) {
+// ln(valid options) (0 with a single valid option). The masks, actions
+// and constants are built on the host and copied to lg's device.
+func headLogProbEntropy(lg *autograd.Var, masks []Masks, actions [][]int, h int) (logp, ent *autograd.Var, err error) {
 	bsz, n := lg.Shape()[0], lg.Shape()[1]
 	dt := lg.DType()
 	maskFlat := make([]bool, bsz*n)
@@ -277,14 +312,22 @@ func headLogProbEntropy(lg *autograd.Var, masks []Masks, actions [][]int, h int)
 		}
 		idx[b] = int64(actions[b][h])
 	}
-	maskT := tensor.FromSlice(maskFlat, bsz, n)
-	masked := autograd.Where(maskT, lg, autograd.Const(tensor.Full(dt, float64(leyline.MaskedLogitValue), bsz, n)))
+	dev := lg.Value.Device()
+	var ts [5]*tensor.Tensor
+	for i, t := range []*tensor.Tensor{tensor.FromSlice(maskFlat, bsz, n), tensor.Full(dt, float64(leyline.MaskedLogitValue), bsz, n),
+		tensor.FromSlice(idx, bsz, 1), tensor.Zeros(dt, bsz, n), tensor.FromFloat64s(dt, invLn, bsz)} {
+		if ts[i], err = toDevice(t, dev); err != nil {
+			return nil, nil, err
+		}
+	}
+	maskT, neg, idxT, zeros, inv := ts[0], ts[1], ts[2], ts[3], ts[4]
+	masked := autograd.Where(maskT, lg, autograd.Const(neg))
 	lsm := autograd.LogSoftmax(masked, 1)
-	logp = autograd.Reshape(autograd.Gather(lsm, 1, tensor.FromSlice(idx, bsz, 1)), bsz)
-	plogp := autograd.Where(maskT, autograd.Mul(autograd.Exp(lsm), lsm), autograd.Const(tensor.Zeros(dt, bsz, n)))
+	logp = autograd.Reshape(autograd.Gather(lsm, 1, idxT), bsz)
+	plogp := autograd.Where(maskT, autograd.Mul(autograd.Exp(lsm), lsm), autograd.Const(zeros))
 	raw := autograd.Neg(autograd.Sum(plogp, []int{1}, false))
-	ent = autograd.Mul(raw, autograd.Const(tensor.FromFloat64s(dt, invLn, bsz)))
-	return logp, ent
+	ent = autograd.Mul(raw, autograd.Const(inv))
+	return logp, ent, nil
 }
 
 // Values implements Policy.
@@ -296,7 +339,7 @@ func (p *MLPPolicy) Values(obs [][]float32) ([]float64, error) {
 	if err != nil {
 		return nil, err
 	}
-	var v []float64
-	autograd.InferenceMode(func() { v = p.critic.Forward(x).Value.Float64s() })
-	return v, nil
+	var v *tensor.Tensor
+	autograd.InferenceMode(func() { v = p.critic.Forward(x).Value })
+	return hostFloat64s(v) // one read
 }

@@ -2,6 +2,7 @@ package simic
 
 import (
 	"errors"
+	"github.com/esper-go/esper/internal/testdevice"
 	"math"
 	"testing"
 
@@ -11,7 +12,7 @@ import (
 
 func TestMLPPolicyMaskedSampling(t *testing.T) {
 	spec := EnvSpec{HeadSizes: []int{3, 2}}
-	pol, err := NewMLPPolicy(MLPPolicyOptions{ObsDim: 2, Spec: spec, Seed: 1, ActorOutScale: 1})
+	pol, err := NewMLPPolicy(MLPPolicyOptions{ObsDim: 2, Spec: spec, Seed: 1, ActorOutScale: 1, Device: testdevice.Device(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,8 +43,8 @@ func TestMLPPolicyMaskedSampling(t *testing.T) {
 		t.Fatal(err)
 	}
 	for h := range spec.HeadSizes {
-		lp := ev.LogProbs[h].Value.Float64s()
-		ent := ev.Entropies[h].Value.Float64s()
+		lp := testdevice.F64(t, ev.LogProbs[h].Value)
+		ent := testdevice.F64(t, ev.Entropies[h].Value)
 		for b := range obs {
 			if math.Abs(lp[b]-out.LogProbs[b][h]) > 1e-5 {
 				t.Errorf("head %d row %d: Act log-prob %v, Evaluate %v", h, b, out.LogProbs[b][h], lp[b])
@@ -53,12 +54,12 @@ func TestMLPPolicyMaskedSampling(t *testing.T) {
 			}
 		}
 	}
-	if e := ev.Entropies[1].Value.Float64s()[0]; e != 0 {
+	if e := testdevice.F64(t, ev.Entropies[1].Value)[0]; e != 0 {
 		t.Fatalf("single valid option entropy %v, want 0", e)
 	}
 	vals, _ := pol.Values(obs)
 	for b, v := range vals {
-		if math.Abs(v-out.Values[b]) > 1e-6 || math.Abs(v-ev.Value.Value.Float64s()[b]) > 1e-6 {
+		if math.Abs(v-out.Values[b]) > 1e-6 || math.Abs(v-testdevice.F64(t, ev.Value.Value)[b]) > 1e-6 {
 			t.Fatalf("values disagree: Values %v, Act %v", vals, out.Values)
 		}
 	}
@@ -156,7 +157,7 @@ func TestCollectMarksRolloutEndTruncated(t *testing.T) {
 
 func TestSeededReproducibility(t *testing.T) {
 	run := func(seed uint64) *CartPoleResult {
-		r, err := TrainCartPole(CartPoleOptions{Seed: seed, Envs: 4, Steps: 64, MaxEnvSteps: 1024, EvalEpisodes: 3})
+		r, err := TrainCartPole(CartPoleOptions{Seed: seed, Envs: 4, Steps: 64, MaxEnvSteps: 1024, EvalEpisodes: 3, Device: testdevice.Device(t)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -174,7 +175,7 @@ func TestSeededReproducibility(t *testing.T) {
 		}
 		px, py := x.Policy.Parameters(), y.Policy.Parameters()
 		for i := range px {
-			vx, vy := px[i].Value.Float64s(), py[i].Value.Float64s()
+			vx, vy := testdevice.F64(t, px[i].Value), testdevice.F64(t, py[i].Value)
 			for j := range vx {
 				if vx[j] != vy[j] {
 					return false

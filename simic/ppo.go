@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 
 	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/optim"
 	"github.com/esper-go/esper/tensor"
 )
@@ -362,6 +363,23 @@ type sample struct{ env, t int }
 
 // Update runs one PPO update on the contents of buf and returns its
 // statistics (it does not reset buf). See esper-reference.md §5.4.
+//
+// The update runs on the policy's device with no host read per
+// minibatch: the per-sample constants (advantages, return targets,
+// rollout values, the causal relevance weights) go there in one copy,
+// the reference log-probabilities are computed and kept there, and every
+// figure UpdateStats reports is accumulated there and read back in one
+// copy at the end. The finiteness gate and the KL early stop are decided
+// there too: a minibatch whose loss or gradient norm is not finite, or
+// that comes after the KL stop in its epoch, is still computed but its
+// optimiser step is skipped on the device (optim.AdamW.StepSkipIf), so
+// the parameters, the optimiser's state and its step count are those of
+// the minibatches that stepped. Between epochs (Epochs > 1 with the KL
+// stop on) one read of the stop flag ends the update early rather than
+// computing whole epochs to discard. What stays on the host is host data
+// by construction: GAE over the rollout's rewards and values, the value
+// normaliser's statistics of the returns, the advantage normalisation
+// and the explained variance.
 func (p *PPO[O]) Update(buf *Buffer[O]) (*UpdateStats, error) {
 	o := p.opts
 	nh := len(p.spec.HeadSizes)
@@ -381,7 +399,7 @@ func (p *PPO[O]) Update(buf *Buffer[O]) (*UpdateStats, error) {
 			vals = append(vals, buf.At(env, t).Value*p.valueScale())
 		}
 	}
-	st := &UpdateStats{Transitions: len(idx), EntropyCoef: p.EntropyCoef(), RatioMin: math.Inf(1), RatioMax: math.Inf(-1)}
+	st := &UpdateStats{Transitions: len(idx), EntropyCoef: p.EntropyCoef()}
 	st.ExplainedVariance, st.EVFloored, _ = ExplainedVariance(vals, rets)
 	for _, r := range rets {
 		st.ReturnMean += r
@@ -404,43 +422,49 @@ func (p *PPO[O]) Update(buf *Buffer[O]) (*UpdateStats, error) {
 	if mb == 0 || mb > n {
 		mb = n
 	}
-	// Per-sample constants.
-	rel := make([][]float64, n) // [n][h] 0/1 causal relevance
-	forced := make([]bool, n)
+	// Per-sample constants, on the host.
+	hc := hostConsts{rel: make([][]float64, n), forced: make([]bool, n), adv: make([]float64, n), returns: make([]float64, n), oldValues: make([]float64, n)}
+	scale := p.valueScale()
 	for i, s := range idx {
 		tr := buf.At(s.env, s.t)
-		rel[i] = make([]float64, nh)
-		forced[i] = true
+		hc.rel[i] = make([]float64, nh)
+		hc.forced[i] = true
 		for h := 0; h < nh; h++ {
 			if tr.Relevant == nil || tr.Relevant[h] {
-				rel[i][h] = 1
+				hc.rel[i][h] = 1
 				if tr.Masks.numValid(h, p.spec.HeadSizes[h]) > 1 {
-					forced[i] = false
+					hc.forced[i] = false
 				}
 			}
 		}
+		hc.adv[i] = buf.Advantage(s.env, s.t)
+		hc.returns[i] = buf.Return(s.env, s.t) / scale
+		hc.oldValues[i] = tr.Value
 	}
-	// 3. Anchored reference pass at θ0.
-	ref := make([][]float64, n)
+	// 3. Anchored reference pass at θ0, kept on the device.
+	var refs []*autograd.Var
+	var uc *updateConsts
 	var err error
 	autograd.NoGrad(func() {
 		for lo := 0; lo < n && err == nil; lo += mb {
 			hi := min(lo+mb, n)
 			var ev *Evaluation
-			ev, err = p.evaluate(buf, idx[lo:hi])
-			if err != nil {
+			if ev, err = p.evaluate(buf, idx[lo:hi]); err != nil {
 				return
 			}
-			cols := make([][]float64, nh)
-			for h := range cols {
-				cols[h] = ev.LogProbs[h].Value.Float64s()
-			}
-			for i := lo; i < hi; i++ {
-				ref[i] = make([]float64, nh)
-				for h := range cols {
-					ref[i][h] = cols[h][i-lo]
+			if uc == nil {
+				if uc, err = hc.toDevice(ev.Value.Value.Device(), ev.Value.DType()); err != nil {
+					return
 				}
 			}
+			cols := make([]*autograd.Var, nh)
+			for h := range cols {
+				cols[h] = autograd.Const(ev.LogProbs[h].Value)
+			}
+			refs = append(refs, autograd.Stack(cols, 0)) // [H, b]
+		}
+		if err == nil {
+			uc.ref = autograd.Concat(refs, 1).Value // [H, n]
 		}
 	})
 	if err != nil {
@@ -450,71 +474,66 @@ func (p *PPO[O]) Update(buf *Buffer[O]) (*UpdateStats, error) {
 	if o.TotalUpdates > 0 {
 		floorS, _ = EntropyFloorSchedule(p.updates, o.TotalUpdates)
 	}
-	st.Entropy = make([]float64, nh)
-	st.ClipFraction = make([]float64, nh)
+	lp := lossParams{clip: o.ClipRatio, valueCoef: o.ValueCoef, entropyCoef: st.EntropyCoef,
+		headEntropy: o.HeadEntropyWeights, floors: o.EntropyFloors, floorCoefs: o.FloorPenaltyCoefs, floorScale: floorS,
+		clipValue: o.ClipValue, valueClip: o.ValueClip}
+	acc := newUpdateAcc(uc.dev, nh)
 	perm := make([]int, n)
 	for i := range perm {
 		perm[i] = i
 	}
+	rowIdx := make([]int64, n)
 	first := true
-epochs:
 	for k := 0; k < o.Epochs; k++ {
+		if k > 0 && !o.NoKLStop {
+			// The early stop between epochs: one read of the stop flag.
+			live, err := hostFloat64s(acc.live.Value)
+			if err != nil {
+				return nil, err
+			}
+			if live[0] == 0 {
+				break
+			}
+		}
 		st.Epochs = k + 1
 		if mb < n {
 			p.rng.Shuffle(n, func(i, j int) { perm[i], perm[j] = perm[j], perm[i] })
 		}
+		for i, r := range perm {
+			rowIdx[i] = int64(r)
+		}
+		rows, err := toDevice(tensor.FromSlice(rowIdx, n), uc.dev)
+		if err != nil {
+			return nil, err
+		}
 		for lo := 0; lo < n; lo += mb {
 			hi := min(lo+mb, n)
-			rows := perm[lo:hi]
-			batch := make([]sample, len(rows))
-			for i, r := range rows {
+			batch := make([]sample, hi-lo)
+			for i, r := range perm[lo:hi] {
 				batch[i] = idx[r]
 			}
 			ev, err := p.evaluate(buf, batch)
 			if err != nil {
 				return nil, err
 			}
-			in := p.lossInputs(buf, rows, batch, rel, forced, ref)
-			lp := lossParams{clip: o.ClipRatio, valueCoef: o.ValueCoef, entropyCoef: st.EntropyCoef,
-				headEntropy: o.HeadEntropyWeights, floors: o.EntropyFloors, floorCoefs: o.FloorPenaltyCoefs, floorScale: floorS,
-				clipValue: o.ClipValue, valueClip: o.ValueClip}
+			in := uc.gather(rows.Narrow(0, lo, hi-lo), perm[lo:hi], &hc)
 			loss, parts := ppoLoss(ev, in, lp)
 			if first {
-				st.FirstRatioMaxDev = parts.ratioMaxDev
 				st.NotLearnable = parts.notLearnable
+				acc.firstDev = parts.ratioMaxDev
 				first = false
-			}
-			st.ApproxKL = parts.kl
-			st.MaxKL = math.Max(st.MaxKL, parts.kl)
-			if !o.NoKLStop && parts.kl > KLStopFactor*o.TargetKL {
-				st.EarlyStopped, st.StopEpoch = true, k
-				break epochs
-			}
-			lv := loss.Item()
-			if !finite(lv) {
-				st.Skipped++
-				continue
 			}
 			p.opt.ZeroGrad()
 			autograd.Backward(loss)
-			st.GradNorm = optim.ClipGradNorm(p.opt.Arena(), o.MaxGradNorm).Item()
-			if !finite(st.GradNorm) {
-				st.Skipped++
-				continue
-			}
-			p.opt.Step()
-			st.Steps++
-			st.PolicyLoss += parts.policy
-			st.ValueLoss += parts.value
-			st.EntropyLoss += parts.entropy
-			st.FloorPenalty += parts.floor
-			st.RatioMax = math.Max(st.RatioMax, parts.ratioMax)
-			st.RatioMin = math.Min(st.RatioMin, parts.ratioMin)
-			for h := 0; h < nh; h++ {
-				st.Entropy[h] += parts.headEntropy[h]
-				st.ClipFraction[h] += parts.clipFrac[h]
-			}
+			gn := optim.ClipGradNorm(p.opt.Arena(), o.MaxGradNorm)
+			skip := acc.gate(loss, gn, parts, k, o.NoKLStop, KLStopFactor*o.TargetKL)
+			p.opt.StepSkipIf(skip)
+			acc.add(parts)
 		}
+	}
+	// The update's one read.
+	if err := acc.read(st); err != nil {
+		return nil, err
 	}
 	if st.Steps > 0 {
 		f := 1 / float64(st.Steps)
@@ -567,31 +586,118 @@ func (p *PPO[O]) evaluate(buf *Buffer[O], batch []sample) (*Evaluation, error) {
 	return ev, nil
 }
 
-// lossInputs gathers a minibatch's constants.
-func (p *PPO[O]) lossInputs(buf *Buffer[O], rows []int, batch []sample, rel [][]float64, forced []bool, ref [][]float64) lossInputs {
-	in := lossInputs{oldLogp: make([][]float64, len(rows)), adv: make([]float64, len(rows)), rel: make([][]float64, len(rows)),
-		forced: make([]bool, len(rows)), returns: make([]float64, len(rows)), oldValues: make([]float64, len(rows))}
-	scale := p.valueScale()
-	for i, r := range rows {
-		s := batch[i]
-		in.oldLogp[i] = ref[r]
-		in.adv[i] = buf.Advantage(s.env, s.t)
-		in.rel[i] = rel[r]
-		in.forced[i] = forced[r]
-		in.returns[i] = buf.Return(s.env, s.t) / scale
-		in.oldValues[i] = buf.At(s.env, s.t).Value
+// hostConsts are an update's per-sample constants on the host.
+type hostConsts struct {
+	rel       [][]float64 // [n][H] causal relevance 0/1
+	forced    []bool      // [n]
+	adv       []float64   // [n] advantages
+	returns   []float64   // [n] normalised return targets
+	oldValues []float64   // [n] rollout values (normalised units)
+}
+
+// Rows of updateConsts.samples.
+const (
+	rowAdv = iota
+	rowReturns
+	rowOldValues
+	rowValueW
+	rowHeads // then H rows of actor weights, then H rows of entropy weights
+)
+
+// weights returns a sample's loss weights: per head the actor's (its
+// relevance, 0 on a forced step) and the entropy's (its relevance), and
+// the value's (1, ForcedValueWeight on a forced step).
+func (c *hostConsts) weights(i, h int) (actor, ent float64) {
+	ent = c.rel[i][h]
+	if !c.forced[i] {
+		actor = ent
+	}
+	return actor, ent
+}
+
+func (c *hostConsts) valueWeight(i int) float64 {
+	if c.forced[i] {
+		return ForcedValueWeight
+	}
+	return 1
+}
+
+// toDevice copies the constants to dev, in dtype dt, in one copy.
+func (c *hostConsts) toDevice(dev tensor.Device, dt tensor.DType) (*updateConsts, error) {
+	n, nh := len(c.adv), 0
+	if n > 0 {
+		nh = len(c.rel[0])
+	}
+	rows := rowHeads + 2*nh
+	v := make([]float64, rows*n)
+	for i := 0; i < n; i++ {
+		v[rowAdv*n+i] = c.adv[i]
+		v[rowReturns*n+i] = c.returns[i]
+		v[rowOldValues*n+i] = c.oldValues[i]
+		v[rowValueW*n+i] = c.valueWeight(i)
+		for h := 0; h < nh; h++ {
+			v[(rowHeads+h)*n+i], v[(rowHeads+nh+h)*n+i] = c.weights(i, h)
+		}
+	}
+	t, err := constOn(dev, dt, v, rows, n)
+	if err != nil {
+		return nil, err
+	}
+	return &updateConsts{dev: dev, nh: nh, samples: t}, nil
+}
+
+// updateConsts are an update's per-sample constants on the policy's
+// device: the rows of samples (see rowAdv) and the reference
+// log-probabilities ref [H, n], gathered per minibatch.
+type updateConsts struct {
+	dev     tensor.Device
+	nh      int
+	samples *tensor.Tensor // [rowHeads + 2H, n]
+	ref     *tensor.Tensor // [H, n]
+}
+
+// gather returns the loss inputs of the minibatch whose rows are the
+// device index rows (I64 [B]) and, on the host, hostRows.
+func (u *updateConsts) gather(rows *tensor.Tensor, hostRows []int, c *hostConsts) lossInputs {
+	bsz := len(hostRows)
+	var s, ref *tensor.Tensor
+	autograd.NoGrad(func() {
+		s = autograd.IndexSelect(autograd.Const(u.samples), 1, rows).Value
+		ref = autograd.IndexSelect(autograd.Const(u.ref), 1, rows).Value
+	})
+	row := func(t *tensor.Tensor, r int) *tensor.Tensor { return t.Narrow(0, r, 1).Reshape(bsz) }
+	in := lossInputs{adv: row(s, rowAdv), returns: row(s, rowReturns), oldValues: row(s, rowOldValues), valueW: row(s, rowValueW),
+		actorSum: make([]float64, u.nh), entSum: make([]float64, u.nh)}
+	for h := 0; h < u.nh; h++ {
+		in.oldLogp = append(in.oldLogp, row(ref, h))
+		in.actorW = append(in.actorW, row(s, rowHeads+h))
+		in.entW = append(in.entW, row(s, rowHeads+u.nh+h))
+	}
+	for _, r := range hostRows {
+		in.valueSum += c.valueWeight(r)
+		for h := 0; h < u.nh; h++ {
+			a, e := c.weights(r, h)
+			in.actorSum[h] += a
+			in.entSum[h] += e
+		}
 	}
 	return in
 }
 
-// lossInputs are the per-sample constants of a minibatch.
+// lossInputs are the per-sample constants of a minibatch: tensors of B
+// elements on the policy's device, with the sums of the weights (host
+// data, known from the relevance) that normalise the masked means and
+// decide which terms exist.
 type lossInputs struct {
-	oldLogp   [][]float64 // [B][H] reference log-probs
-	adv       []float64   // [B]
-	rel       [][]float64 // [B][H] causal relevance 0/1
-	forced    []bool      // [B]
-	returns   []float64   // [B] normalised return targets
-	oldValues []float64   // [B] rollout values (normalised units)
+	oldLogp      []*tensor.Tensor // [H] of [B] reference log-probs
+	adv          *tensor.Tensor   // [B]
+	actorW, entW []*tensor.Tensor // [H] of [B]: relevance (0 on forced steps for the actor)
+	valueW       *tensor.Tensor   // [B]: 1, ForcedValueWeight on forced steps
+	returns      *tensor.Tensor   // [B] normalised return targets
+	oldValues    *tensor.Tensor   // [B] rollout values (normalised units)
+	actorSum     []float64        // [H] Σ actorW
+	entSum       []float64        // [H] Σ entW
+	valueSum     float64          // Σ valueW
 }
 
 // lossParams are the loss coefficients.
@@ -604,34 +710,59 @@ type lossParams struct {
 	valueClip                    float64
 }
 
-// lossParts are a minibatch's loss terms and host statistics.
+// lossParts are a minibatch's loss terms and statistics: F64 scalars on
+// the policy's device (nil where the term does not exist), and which
+// heads had nothing to learn (host, from the relevance).
 type lossParts struct {
-	policy, value, entropy, floor float64
-	kl                            float64
-	headEntropy, clipFrac         []float64
+	policy, value, entropy, floor *autograd.Var
+	kl                            *autograd.Var
+	headEntropy, clipFrac         []*autograd.Var
 	notLearnable                  []bool
-	ratioMaxDev                   float64
-	ratioMax, ratioMin            float64
+	ratioMaxDev                   *autograd.Var
+	ratioMax, ratioMin            *autograd.Var
 }
 
-func constVec(dt tensor.DType, v []float64) *autograd.Var {
-	return autograd.Const(tensor.FromFloat64s(dt, v, len(v)))
+// maskedMean is Σ x·w / s, s = Σ w (w constant, s > 0).
+func maskedMean(x *autograd.Var, w *tensor.Tensor, s float64) *autograd.Var {
+	wv := autograd.Const(w)
+	if w.DType() != x.DType() {
+		wv = autograd.Cast(wv, x.DType())
+	}
+	return autograd.MulScalar(autograd.SumAll(autograd.Mul(x, wv)), 1/s)
 }
 
-// maskedMean is Σ x·w / Σ w (w constant), or nil when Σ w = 0.
-func maskedMean(x *autograd.Var, w []float64) *autograd.Var {
-	s := 0.0
-	for _, v := range w {
-		s += v
+// fullOn returns a one-element F64 tensor of value v, shape [], on dev
+// (a fill: no copy).
+func fullOn(dev tensor.Device, v float64) *autograd.Var {
+	t, err := tensor.EmptyOn(dev, tensor.F64)
+	if err != nil {
+		panic(fmt.Sprintf("simic: allocating a scalar on %v: %v", dev, err))
 	}
-	if s == 0 {
-		return nil
+	if dev.IsCPU() {
+		t.Fill(v)
+	} else {
+		kernels.For(dev).Fill(t, v)
 	}
-	return autograd.MulScalar(autograd.SumAll(autograd.Mul(x, constVec(x.DType(), w))), 1/s)
+	return autograd.Const(t)
+}
+
+// stat returns x's value as an F64 constant (detached from the graph).
+func stat(x *autograd.Var) *autograd.Var {
+	return autograd.Cast(autograd.Const(x.Value), tensor.F64)
+}
+
+// flag is 1 where cond holds, else 0 (F64).
+func flag(cond *tensor.Tensor, one, zero *autograd.Var) *autograd.Var {
+	return autograd.Where(cond, one, zero)
+}
+
+// isFinite is the Bool of x − x = 0: false for NaN and ±Inf.
+func isFinite(x, zero *autograd.Var) *tensor.Tensor {
+	return autograd.Compare(kernels.Eq, autograd.Sub(x, x), zero)
 }
 
 // ppoLoss builds the PPO loss of one minibatch (esper-reference.md §5.4
-// step 4) and measures its KL and ratio statistics:
+// step 4) and measures its KL and ratio statistics on the device:
 //
 //	policy  = Σ_h masked-mean_h(−min(r_h·A, clip(r_h, 1±ε)·A)), actor weight 0 on forced steps
 //	value   = 0.5·weighted-mean((V − R̂)²), weight ForcedValueWeight on forced steps
@@ -639,12 +770,14 @@ func maskedMean(x *autograd.Var, w []float64) *autograd.Var {
 //	floor   = Σ_h c_h·s·max(0, floor_h − masked-mean_h(H_h))²
 //	total   = policy + valueCoef·value + entropyCoef·entropy + floor
 func ppoLoss(ev *Evaluation, in lossInputs, lp lossParams) (*autograd.Var, lossParts) {
-	bsz := len(in.adv)
 	nh := len(ev.LogProbs)
 	dt := ev.Value.DType()
-	parts := lossParts{headEntropy: make([]float64, nh), clipFrac: make([]float64, nh), notLearnable: make([]bool, nh),
-		ratioMax: math.Inf(-1), ratioMin: math.Inf(1)}
-	joint := make([]float64, bsz)
+	dev := ev.Value.Value.Device()
+	bsz := in.adv.Numel()
+	parts := lossParts{headEntropy: make([]*autograd.Var, nh), clipFrac: make([]*autograd.Var, nh), notLearnable: make([]bool, nh)}
+	zero, one := fullOn(dev, 0), fullOn(dev, 1)
+	var joint *autograd.Var
+	parts.kl, parts.ratioMaxDev = zero, zero
 	var policy, entropy, floor *autograd.Var
 	add := func(acc, x *autograd.Var) *autograd.Var {
 		if acc == nil {
@@ -652,49 +785,40 @@ func ppoLoss(ev *Evaluation, in lossInputs, lp lossParams) (*autograd.Var, lossP
 		}
 		return autograd.Add(acc, x)
 	}
+	A := autograd.Const(in.adv)
+	if in.adv.DType() != dt {
+		A = autograd.Cast(A, dt)
+	}
 	for h := 0; h < nh; h++ {
-		old := make([]float64, bsz)
-		actorW := make([]float64, bsz) // relevance, 0 on forced steps
-		entW := make([]float64, bsz)   // relevance
-		for b := 0; b < bsz; b++ {
-			old[b] = in.oldLogp[b][h]
-			entW[b] = in.rel[b][h]
-			if !in.forced[b] {
-				actorW[b] = in.rel[b][h]
-			}
-		}
-		logr := autograd.Clamp(autograd.Sub(ev.LogProbs[h], constVec(dt, old)), -LogRatioClamp, LogRatioClamp)
+		old := autograd.Const(in.oldLogp[h])
+		logr := autograd.Clamp(autograd.Sub(ev.LogProbs[h], old), -LogRatioClamp, LogRatioClamp)
 		ratio := autograd.Exp(logr)
-		// Host statistics from the forward values.
-		lr := logr.Value.Float64s()
-		clipped := 0.0
-		relN := 0.0
-		for b, v := range lr {
-			r := math.Exp(v)
-			if entW[b] > 0 {
-				parts.kl += ((r - 1) - v) / float64(bsz)
-				relN++
-				if math.Abs(r-1) > lp.clip {
-					clipped++
-				}
-				parts.ratioMaxDev = math.Max(parts.ratioMaxDev, math.Abs(r-1))
-				joint[b] += v
+		// Statistics from the forward values, in F64 on the device, over
+		// the relevant steps.
+		autograd.NoGrad(func() {
+			v := stat(logr)
+			r := autograd.Exp(v)
+			rel := autograd.Compare(kernels.Gt, autograd.Cast(autograd.Const(in.entW[h]), tensor.F64), zero)
+			kl := autograd.Sub(autograd.AddScalar(r, -1), v)
+			parts.kl = autograd.Add(parts.kl, autograd.MulScalar(autograd.SumAll(autograd.Where(rel, kl, zero)), 1/float64(bsz)))
+			drift := autograd.Abs(autograd.AddScalar(r, -1))
+			parts.ratioMaxDev = autograd.Maximum(parts.ratioMaxDev, autograd.Max(autograd.Where(rel, drift, zero), nil, false))
+			if in.entSum[h] > 0 {
+				out := flag(autograd.Compare(kernels.Gt, autograd.AddScalar(drift, -lp.clip), zero), one, zero)
+				parts.clipFrac[h] = autograd.MulScalar(autograd.SumAll(autograd.Where(rel, out, zero)), 1/in.entSum[h])
 			}
-		}
-		if relN > 0 {
-			parts.clipFrac[h] = clipped / relN
-		}
-		A := constVec(dt, in.adv)
+			joint = add(joint, autograd.Where(rel, v, zero))
+		})
 		surr := autograd.Minimum(autograd.Mul(ratio, A), autograd.Mul(autograd.Clamp(ratio, 1-lp.clip, 1+lp.clip), A))
-		if m := maskedMean(autograd.Neg(surr), actorW); m != nil {
-			policy = add(policy, m)
+		if in.actorSum[h] > 0 {
+			policy = add(policy, maskedMean(autograd.Neg(surr), in.actorW[h], in.actorSum[h]))
 		}
-		meanEnt := maskedMean(ev.Entropies[h], entW)
-		if meanEnt == nil {
+		if in.entSum[h] == 0 {
 			parts.notLearnable[h] = true
 			continue
 		}
-		parts.headEntropy[h] = meanEnt.Item()
+		meanEnt := maskedMean(ev.Entropies[h], in.entW[h], in.entSum[h])
+		parts.headEntropy[h] = stat(meanEnt)
 		w := 1.0
 		if lp.headEntropy != nil {
 			w = lp.headEntropy[h]
@@ -705,42 +829,155 @@ func ppoLoss(ev *Evaluation, in lossInputs, lp lossParams) (*autograd.Var, lossP
 			floor = add(floor, autograd.MulScalar(autograd.Square(gap), lp.floorCoefs[h]*lp.floorScale))
 		}
 	}
-	for _, v := range joint {
-		r := math.Exp(math.Max(-JointLogRatioClamp, math.Min(JointLogRatioClamp, v)))
-		parts.ratioMax = math.Max(parts.ratioMax, r)
-		parts.ratioMin = math.Min(parts.ratioMin, r)
-	}
+	autograd.NoGrad(func() {
+		rj := autograd.Exp(autograd.Clamp(joint, -JointLogRatioClamp, JointLogRatioClamp))
+		parts.ratioMax = autograd.Max(rj, nil, false)
+		parts.ratioMin = autograd.Min(rj, nil, false)
+	})
 	// Value loss.
-	vw := make([]float64, bsz)
-	for b := range vw {
-		vw[b] = 1
-		if in.forced[b] {
-			vw[b] = ForcedValueWeight
-		}
+	ret := autograd.Const(in.returns)
+	if in.returns.DType() != dt {
+		ret = autograd.Cast(ret, dt)
 	}
-	diff := autograd.Sub(ev.Value, constVec(dt, in.returns))
+	diff := autograd.Sub(ev.Value, ret)
 	sq := autograd.Square(diff)
 	if lp.clipValue {
-		old := constVec(dt, in.oldValues)
+		old := autograd.Const(in.oldValues)
+		if in.oldValues.DType() != dt {
+			old = autograd.Cast(old, dt)
+		}
 		vc := autograd.Add(old, autograd.Clamp(autograd.Sub(ev.Value, old), -lp.valueClip, lp.valueClip))
-		sq = autograd.Maximum(sq, autograd.Square(autograd.Sub(vc, constVec(dt, in.returns))))
+		sq = autograd.Maximum(sq, autograd.Square(autograd.Sub(vc, ret)))
 	}
-	value := autograd.MulScalar(maskedMean(sq, vw), 0.5)
+	value := autograd.MulScalar(maskedMean(sq, in.valueW, in.valueSum), 0.5)
 	total := autograd.MulScalar(value, lp.valueCoef)
-	parts.value = value.Item()
+	parts.value = stat(value)
 	if policy != nil {
 		total = autograd.Add(total, policy)
-		parts.policy = policy.Item()
+		parts.policy = stat(policy)
 	}
 	if entropy != nil {
-		parts.entropy = entropy.Item()
+		parts.entropy = stat(entropy)
 		if lp.entropyCoef != 0 {
 			total = autograd.Add(total, autograd.MulScalar(entropy, lp.entropyCoef))
 		}
 	}
 	if floor != nil {
-		parts.floor = floor.Item()
+		parts.floor = stat(floor)
 		total = autograd.Add(total, floor)
 	}
 	return total, parts
+}
+
+// updateAcc accumulates an update's figures on the policy's device, as
+// F64 scalars, gated per minibatch on the device by the KL early stop
+// and the finiteness of the loss and the gradient norm.
+type updateAcc struct {
+	zero, one *autograd.Var
+	// live is 1 until the KL early stop; ok is 1 for the minibatch being
+	// accumulated when it stepped.
+	live, ok                                    *autograd.Var
+	steps, skipped                              *autograd.Var
+	policy, value, entropy, floor               *autograd.Var
+	approxKL, maxKL, gradNorm, early, stopEpoch *autograd.Var
+	firstDev, ratioMax, ratioMin                *autograd.Var
+	entropyH, clipH                             []*autograd.Var
+}
+
+func newUpdateAcc(dev tensor.Device, nh int) *updateAcc {
+	z := fullOn(dev, 0)
+	a := &updateAcc{zero: z, one: fullOn(dev, 1), live: fullOn(dev, 1), steps: z, skipped: z, policy: z, value: z, entropy: z, floor: z,
+		approxKL: z, maxKL: z, gradNorm: z, early: z, stopEpoch: z, firstDev: z,
+		ratioMax: fullOn(dev, math.Inf(-1)), ratioMin: fullOn(dev, math.Inf(1))}
+	for h := 0; h < nh; h++ {
+		a.entropyH = append(a.entropyH, z)
+		a.clipH = append(a.clipH, z)
+	}
+	return a
+}
+
+// gate decides on the device whether the minibatch of epoch k steps —
+// the update still live, its KL not past the stop (unless noStop), its
+// loss and its gradient norm gn finite — and returns the one-element
+// skip flag for optim's StepSkipIf. It records the minibatch's KL, its
+// gradient norm, the counts and the stop.
+func (a *updateAcc) gate(loss *autograd.Var, gn *tensor.Tensor, parts lossParts, k int, noStop bool, klLimit float64) *tensor.Tensor {
+	var skip *tensor.Tensor
+	autograd.NoGrad(func() {
+		z, one := a.zero, a.one
+		live := autograd.Compare(kernels.Gt, a.live, z)
+		a.approxKL = autograd.Where(live, parts.kl, a.approxKL)
+		a.maxKL = autograd.Where(live, autograd.Maximum(a.maxKL, parts.kl), a.maxKL)
+		proceed := a.live
+		if !noStop {
+			over := flag(autograd.Compare(kernels.Gt, autograd.AddScalar(parts.kl, -klLimit), z), one, z)
+			stop := autograd.Mul(a.live, over)
+			a.early = autograd.Maximum(a.early, stop)
+			a.stopEpoch = autograd.Where(autograd.Compare(kernels.Gt, stop, z), fullOn(z.Value.Device(), float64(k)), a.stopEpoch)
+			proceed = autograd.Sub(a.live, stop)
+		}
+		lossOK := flag(isFinite(stat(loss), z), one, z)
+		g := autograd.Cast(autograd.Const(gn), tensor.F64)
+		gnOK := flag(isFinite(g, z), one, z)
+		measured := autograd.Mul(proceed, lossOK)
+		a.gradNorm = autograd.Where(autograd.Compare(kernels.Gt, measured, z), g, a.gradNorm)
+		a.ok = autograd.Mul(measured, gnOK)
+		a.steps = autograd.Add(a.steps, a.ok)
+		a.skipped = autograd.Add(a.skipped, autograd.Sub(proceed, a.ok))
+		a.live = proceed
+		skip = autograd.Sub(one, a.ok).Value
+	})
+	return skip
+}
+
+// add accumulates the figures of a minibatch that stepped (gate's ok).
+func (a *updateAcc) add(parts lossParts) {
+	autograd.NoGrad(func() {
+		ok := autograd.Compare(kernels.Gt, a.ok, a.zero)
+		sum := func(acc, x *autograd.Var) *autograd.Var {
+			if x == nil {
+				return acc
+			}
+			return autograd.Where(ok, autograd.Add(acc, x), acc)
+		}
+		a.policy = sum(a.policy, parts.policy)
+		a.value = sum(a.value, parts.value)
+		a.entropy = sum(a.entropy, parts.entropy)
+		a.floor = sum(a.floor, parts.floor)
+		a.ratioMax = autograd.Where(ok, autograd.Maximum(a.ratioMax, parts.ratioMax), a.ratioMax)
+		a.ratioMin = autograd.Where(ok, autograd.Minimum(a.ratioMin, parts.ratioMin), a.ratioMin)
+		for h := range a.entropyH {
+			a.entropyH[h] = sum(a.entropyH[h], parts.headEntropy[h])
+			a.clipH[h] = sum(a.clipH[h], parts.clipFrac[h])
+		}
+	})
+}
+
+// read copies every figure to the host in one read and fills st's sums
+// (Update divides them by the steps).
+func (a *updateAcc) read(st *UpdateStats) error {
+	fields := []*autograd.Var{a.steps, a.skipped, a.policy, a.value, a.entropy, a.floor, a.approxKL, a.maxKL, a.gradNorm,
+		a.early, a.stopEpoch, a.firstDev, a.ratioMax, a.ratioMin}
+	fields = append(append(fields, a.entropyH...), a.clipH...)
+	var all *tensor.Tensor
+	autograd.NoGrad(func() {
+		flat := make([]*autograd.Var, len(fields))
+		for i, f := range fields {
+			flat[i] = autograd.Reshape(f, 1)
+		}
+		all = autograd.Concat(flat, 0).Value
+	})
+	v, err := hostFloat64s(all)
+	if err != nil {
+		return err
+	}
+	st.Steps, st.Skipped = int(v[0]), int(v[1])
+	st.PolicyLoss, st.ValueLoss, st.EntropyLoss, st.FloorPenalty = v[2], v[3], v[4], v[5]
+	st.ApproxKL, st.MaxKL, st.GradNorm = v[6], v[7], v[8]
+	st.EarlyStopped, st.StopEpoch = v[9] != 0, int(v[10])
+	st.FirstRatioMaxDev, st.RatioMax, st.RatioMin = v[11], v[12], v[13]
+	nh := len(a.entropyH)
+	st.Entropy = append([]float64(nil), v[14:14+nh]...)
+	st.ClipFraction = append([]float64(nil), v[14+nh:14+2*nh]...)
+	return nil
 }

@@ -6,18 +6,19 @@ import (
 	"testing"
 
 	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/internal/testdevice"
 	"github.com/esper-go/esper/tensor"
 )
 
-func param(v ...float64) *autograd.Var {
-	return autograd.Param(tensor.FromFloat64s(tensor.F64, v, len(v)))
+func param(t *testing.T, v ...float64) *autograd.Var {
+	return autograd.Param(testdevice.To(t, tensor.FromFloat64s(tensor.F64, v, len(v))))
 }
 
 // oneHeadEval builds an Evaluation of one head with log-probs logp and
-// entropies ent, value zeros.
-func oneHeadEval(logp, ent []float64) *Evaluation {
-	return &Evaluation{LogProbs: []*autograd.Var{param(logp...)}, Entropies: []*autograd.Var{param(ent...)},
-		Value: param(make([]float64, len(logp))...)}
+// entropies ent, value zeros, on the test device.
+func oneHeadEval(t *testing.T, logp, ent []float64) *Evaluation {
+	return &Evaluation{LogProbs: []*autograd.Var{param(t, logp...)}, Entropies: []*autograd.Var{param(t, ent...)},
+		Value: param(t, make([]float64, len(logp))...)}
 }
 
 func onesRel(b, h int) [][]float64 {
@@ -31,21 +32,80 @@ func onesRel(b, h int) [][]float64 {
 	return r
 }
 
+// testInputs are a minibatch's constants on the host: oldLogp[b][h],
+// and hostConsts' fields.
+type testInputs struct {
+	oldLogp, rel            [][]float64
+	adv, returns, oldValues []float64
+	forced                  []bool
+}
+
+// device builds the loss inputs on the test device the way Update does
+// (hostConsts.toDevice, then gather), in dtype F64.
+func (ti testInputs) device(t *testing.T) lossInputs {
+	t.Helper()
+	hc := hostConsts{rel: ti.rel, forced: ti.forced, adv: ti.adv, returns: ti.returns, oldValues: ti.oldValues}
+	dev := testdevice.Device(t)
+	uc, err := hc.toDevice(dev, tensor.F64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, nh := len(ti.adv), len(ti.rel[0])
+	ref := make([]float64, nh*n)
+	rows := make([]int64, n)
+	hostRows := make([]int, n)
+	for b := 0; b < n; b++ {
+		rows[b], hostRows[b] = int64(b), b
+		for h := 0; h < nh; h++ {
+			ref[h*n+b] = ti.oldLogp[b][h]
+		}
+	}
+	if uc.ref, err = constOn(dev, tensor.F64, ref, nh, n); err != nil {
+		t.Fatal(err)
+	}
+	return uc.gather(testdevice.To(t, tensor.FromSlice(rows, n)), hostRows, &hc)
+}
+
+// hostParts are lossParts read back (0 for a term that does not exist).
+type hostParts struct {
+	policy, value, entropy, floor, kl, ratioMaxDev, ratioMax, ratioMin float64
+	headEntropy, clipFrac                                              []float64
+	notLearnable                                                       []bool
+}
+
+func readParts(t *testing.T, p lossParts) hostParts {
+	t.Helper()
+	get := func(v *autograd.Var) float64 {
+		if v == nil {
+			return 0
+		}
+		return testdevice.Item(t, v.Value)
+	}
+	h := hostParts{policy: get(p.policy), value: get(p.value), entropy: get(p.entropy), floor: get(p.floor), kl: get(p.kl),
+		ratioMaxDev: get(p.ratioMaxDev), ratioMax: get(p.ratioMax), ratioMin: get(p.ratioMin), notLearnable: p.notLearnable}
+	for i := range p.headEntropy {
+		h.headEntropy = append(h.headEntropy, get(p.headEntropy[i]))
+		h.clipFrac = append(h.clipFrac, get(p.clipFrac[i]))
+	}
+	return h
+}
+
 func TestClippedSurrogate(t *testing.T) {
 	// Ratios e^{0.5}≈1.65 (clipped for A>0), e^{-0.5}≈0.61 (clipped for
 	// A<0), and 1.1 (inside), with ε = 0.2.
 	logNew := []float64{0.5, -0.5, math.Log(1.1)}
-	ev := oneHeadEval(logNew, []float64{0, 0, 0})
-	in := lossInputs{oldLogp: [][]float64{{0}, {0}, {0}}, adv: []float64{1, -1, 2}, rel: onesRel(3, 1),
+	ev := oneHeadEval(t, logNew, []float64{0, 0, 0})
+	in := testInputs{oldLogp: [][]float64{{0}, {0}, {0}}, adv: []float64{1, -1, 2}, rel: onesRel(3, 1),
 		forced: make([]bool, 3), returns: make([]float64, 3), oldValues: make([]float64, 3)}
-	loss, parts := ppoLoss(ev, in, lossParams{clip: 0.2, valueCoef: 0.5})
+	loss, p := ppoLoss(ev, in.device(t), lossParams{clip: 0.2, valueCoef: 0.5})
+	parts := readParts(t, p)
 	// −mean(min(rA, clip(r)A)): 1.2·1, 0.8·(−1)... min(0.61·−1, 0.8·−1) = −0.8; 1.1·2.
 	want := -(1.2 + -0.8 + 2.2) / 3
 	if !near(parts.policy, want, 1e-12) {
 		t.Fatalf("policy loss %v, want %v", parts.policy, want)
 	}
 	autograd.Backward(loss)
-	g := ev.LogProbs[0].Grad.Float64s()
+	g := testdevice.F64(t, ev.LogProbs[0].Grad)
 	if g[0] != 0 || g[1] != 0 {
 		t.Fatalf("clipped samples still get gradient: %v", g)
 	}
@@ -58,10 +118,11 @@ func TestClippedSurrogate(t *testing.T) {
 }
 
 func TestLogRatioClampAndKL(t *testing.T) {
-	ev := oneHeadEval([]float64{50, -50, 0}, []float64{0, 0, 0})
-	in := lossInputs{oldLogp: [][]float64{{0}, {0}, {0}}, adv: []float64{1, 1, 1}, rel: onesRel(3, 1),
+	ev := oneHeadEval(t, []float64{50, -50, 0}, []float64{0, 0, 0})
+	in := testInputs{oldLogp: [][]float64{{0}, {0}, {0}}, adv: []float64{1, 1, 1}, rel: onesRel(3, 1),
 		forced: make([]bool, 3), returns: make([]float64, 3), oldValues: make([]float64, 3)}
-	_, parts := ppoLoss(ev, in, lossParams{clip: 0.2, valueCoef: 0.5})
+	_, p := ppoLoss(ev, in.device(t), lossParams{clip: 0.2, valueCoef: 0.5})
+	parts := readParts(t, p)
 	if !near(parts.ratioMax, math.Exp(20), 1e-3) || !near(parts.ratioMin, math.Exp(-20), 1e-20) {
 		t.Fatalf("ratio extremes %v %v, want e^±20", parts.ratioMax, parts.ratioMin)
 	}
@@ -71,12 +132,12 @@ func TestLogRatioClampAndKL(t *testing.T) {
 	}
 	// KL ≥ 0 for any drift, 0 for identical policies.
 	for _, d := range []float64{-3, -0.1, 0, 0.1, 3} {
-		ev := oneHeadEval([]float64{d, -d}, []float64{0, 0})
-		in := lossInputs{oldLogp: [][]float64{{0}, {0}}, adv: []float64{1, 1}, rel: onesRel(2, 1),
+		ev := oneHeadEval(t, []float64{d, -d}, []float64{0, 0})
+		in := testInputs{oldLogp: [][]float64{{0}, {0}}, adv: []float64{1, 1}, rel: onesRel(2, 1),
 			forced: make([]bool, 2), returns: make([]float64, 2), oldValues: make([]float64, 2)}
-		_, p := ppoLoss(ev, in, lossParams{clip: 0.2, valueCoef: 0.5})
-		if p.kl < 0 || (d == 0 && p.kl != 0) {
-			t.Fatalf("drift %v: KL %v", d, p.kl)
+		_, p := ppoLoss(ev, in.device(t), lossParams{clip: 0.2, valueCoef: 0.5})
+		if kl := readParts(t, p).kl; kl < 0 || (d == 0 && kl != 0) {
+			t.Fatalf("drift %v: KL %v", d, kl)
 		}
 	}
 }
@@ -86,26 +147,31 @@ func TestLogRatioClampAndKL(t *testing.T) {
 // steps get no actor gradient and value weight 0.2.
 func TestHeadMasksForcedStepsAndFloors(t *testing.T) {
 	ev := &Evaluation{
-		LogProbs:  []*autograd.Var{param(0.1, 0.2), param(0.3, 0.4)},
-		Entropies: []*autograd.Var{param(0.1, 0.5), param(0.9, 0.9)},
-		Value:     param(1, 1),
+		LogProbs:  []*autograd.Var{param(t, 0.1, 0.2), param(t, 0.3, 0.4)},
+		Entropies: []*autograd.Var{param(t, 0.1, 0.5), param(t, 0.9, 0.9)},
+		Value:     param(t, 1, 1),
 	}
-	in := lossInputs{oldLogp: [][]float64{{0, 0}, {0, 0}}, adv: []float64{1, 1},
+	in := testInputs{oldLogp: [][]float64{{0, 0}, {0, 0}}, adv: []float64{1, 1},
 		rel: [][]float64{{1, 0}, {1, 0}}, forced: []bool{false, true},
 		returns: []float64{0, 0}, oldValues: []float64{0, 0}}
 	lp := lossParams{clip: 0.2, valueCoef: 1, entropyCoef: 0.1,
 		floors: []float64{0.5, 0.5}, floorCoefs: []float64{0.3, 0.3}, floorScale: 1.5}
-	loss, parts := ppoLoss(ev, in, lp)
+	loss, p := ppoLoss(ev, in.device(t), lp)
+	parts := readParts(t, p)
 	autograd.Backward(loss)
-	g0, g1 := ev.LogProbs[0].Grad.Float64s(), ev.LogProbs[1].Grad
+	g0, g1 := testdevice.F64(t, ev.LogProbs[0].Grad), ev.LogProbs[1].Grad
 	if g0[0] == 0 || g0[1] != 0 {
 		t.Fatalf("head 0 gradients %v: want non-zero on the free step, zero on the forced one", g0)
 	}
-	if g1 != nil && (g1.Float64s()[0] != 0 || g1.Float64s()[1] != 0) {
-		t.Fatalf("irrelevant head got gradient %v", g1.Float64s())
+	if g1 != nil {
+		if g := testdevice.F64(t, g1); g[0] != 0 || g[1] != 0 {
+			t.Fatalf("irrelevant head got gradient %v", g)
+		}
 	}
-	if eg := ev.Entropies[1].Grad; eg != nil && (eg.Float64s()[0] != 0 || eg.Float64s()[1] != 0) {
-		t.Fatal("irrelevant head's entropy got gradient")
+	if eg := ev.Entropies[1].Grad; eg != nil {
+		if g := testdevice.F64(t, eg); g[0] != 0 || g[1] != 0 {
+			t.Fatal("irrelevant head's entropy got gradient")
+		}
 	}
 	if !parts.notLearnable[1] || parts.notLearnable[0] {
 		t.Fatalf("notLearnable %v, want [false true]", parts.notLearnable)
@@ -120,17 +186,17 @@ func TestHeadMasksForcedStepsAndFloors(t *testing.T) {
 		t.Fatalf("floor penalty %v, want %v", parts.floor, 0.3*1.5*0.04)
 	}
 	// Quadratic: above the floor, no penalty.
-	ev2 := oneHeadEval([]float64{0}, []float64{0.8})
-	in2 := lossInputs{oldLogp: [][]float64{{0}}, adv: []float64{0}, rel: onesRel(1, 1), forced: []bool{false}, returns: []float64{0}, oldValues: []float64{0}}
-	if _, p := ppoLoss(ev2, in2, lossParams{clip: 0.2, valueCoef: 1, floors: []float64{0.5}, floorCoefs: []float64{1}, floorScale: 1}); p.floor != 0 {
-		t.Fatalf("penalty %v above the floor", p.floor)
+	ev2 := oneHeadEval(t, []float64{0}, []float64{0.8})
+	in2 := testInputs{oldLogp: [][]float64{{0}}, adv: []float64{0}, rel: onesRel(1, 1), forced: []bool{false}, returns: []float64{0}, oldValues: []float64{0}}
+	if _, p := ppoLoss(ev2, in2.device(t), lossParams{clip: 0.2, valueCoef: 1, floors: []float64{0.5}, floorCoefs: []float64{1}, floorScale: 1}); readParts(t, p).floor != 0 {
+		t.Fatalf("penalty %v above the floor", readParts(t, p).floor)
 	}
 	// A fully masked batch reports KL 0.
 	in3 := in2
 	in3.rel = [][]float64{{0}}
-	ev3 := oneHeadEval([]float64{3}, []float64{0.8})
-	if _, p := ppoLoss(ev3, in3, lossParams{clip: 0.2, valueCoef: 1}); p.kl != 0 {
-		t.Fatalf("fully masked KL %v", p.kl)
+	ev3 := oneHeadEval(t, []float64{3}, []float64{0.8})
+	if _, p := ppoLoss(ev3, in3.device(t), lossParams{clip: 0.2, valueCoef: 1}); readParts(t, p).kl != 0 {
+		t.Fatalf("fully masked KL %v", readParts(t, p).kl)
 	}
 }
 
@@ -165,7 +231,7 @@ func TestExplainedVariance(t *testing.T) {
 
 func TestPPOOptionErrors(t *testing.T) {
 	spec := EnvSpec{HeadSizes: []int{2}}
-	pol, _ := NewMLPPolicy(MLPPolicyOptions{ObsDim: 4, Spec: spec})
+	pol, _ := NewMLPPolicy(MLPPolicyOptions{ObsDim: 4, Spec: spec, Device: testdevice.Device(t)})
 	for name, o := range map[string]PPOOptions{
 		"epochs<1":        {Epochs: -1},
 		"clipvalue K>1":   {ClipValue: true, Epochs: 2},
@@ -190,7 +256,7 @@ func TestPPOOptionErrors(t *testing.T) {
 func newCartPoleTrainer(t *testing.T, o PPOOptions, envs, steps int) (*Trainer[[]float32], *PPO[[]float32], *MLPPolicy) {
 	t.Helper()
 	spec := (&CartPole{}).Spec()
-	pol, err := NewMLPPolicy(MLPPolicyOptions{ObsDim: 4, Spec: spec, Seed: 5})
+	pol, err := NewMLPPolicy(MLPPolicyOptions{ObsDim: 4, Spec: spec, Seed: 5, Device: testdevice.Device(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,14 +327,14 @@ func (p nanPolicy) Evaluate(obs [][]float32, m []Masks, a [][]int) (*Evaluation,
 
 func TestNonFiniteLossSkipsStepAndErrorsAfterThree(t *testing.T) {
 	spec := (&CartPole{}).Spec()
-	pol, _ := NewMLPPolicy(MLPPolicyOptions{ObsDim: 4, Spec: spec, Seed: 5})
+	pol, _ := NewMLPPolicy(MLPPolicyOptions{ObsDim: 4, Spec: spec, Seed: 5, Device: testdevice.Device(t)})
 	agent, err := NewPPO[[]float32](nanPolicy{pol}, spec, PPOOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	vec, _ := NewVecEnv(1, func(i int) (Env[[]float32], error) { return NewCartPole(1), nil })
 	tr, _ := NewTrainer(agent, vec, TrainerOptions[[]float32]{Steps: 8})
-	before := append([]float64(nil), pol.Parameters()[0].Value.Float64s()...)
+	before := testdevice.F64(t, pol.Parameters()[0].Value)
 	for i := 1; i <= 3; i++ {
 		tr.Collect()
 		st, err := agent.Update(tr.Buffer())
@@ -283,7 +349,7 @@ func TestNonFiniteLossSkipsStepAndErrorsAfterThree(t *testing.T) {
 	if agent.Updates() != 0 {
 		t.Fatalf("skipped updates counted: %d", agent.Updates())
 	}
-	for i, v := range pol.Parameters()[0].Value.Float64s() {
+	for i, v := range testdevice.F64(t, pol.Parameters()[0].Value) {
 		if v != before[i] {
 			t.Fatal("a skipped update changed the parameters")
 		}
@@ -292,7 +358,7 @@ func TestNonFiniteLossSkipsStepAndErrorsAfterThree(t *testing.T) {
 
 func TestEntropyAnneal(t *testing.T) {
 	spec := EnvSpec{HeadSizes: []int{2}}
-	pol, _ := NewMLPPolicy(MLPPolicyOptions{ObsDim: 4, Spec: spec})
+	pol, _ := NewMLPPolicy(MLPPolicyOptions{ObsDim: 4, Spec: spec, Device: testdevice.Device(t)})
 	a, _ := NewPPO[[]float32](pol, spec, PPOOptions{EntropyCoef: 0.1, EntropyCoefEnd: 0.02, EntropyAnnealUpdates: 4})
 	if a.EntropyCoef() != 0.1 {
 		t.Fatal("anneal does not start at EntropyCoef")

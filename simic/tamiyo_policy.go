@@ -144,7 +144,8 @@ func (t *TamiyoPolicy) Evaluate(obs []TamiyoObs, _ []Masks, actions [][]int) (*E
 	return &Evaluation{LogProbs: ev.LogProbs[:], Entropies: ev.Entropies[:], Value: ev.Value}, nil
 }
 
-// Values returns V(s) per observation without recording gradients.
+// Values returns V(s) per observation without recording gradients: on a
+// device, read back in one copy (one host sync).
 func (t *TamiyoPolicy) Values(obs []TamiyoObs) ([]float64, error) {
 	g, _, err := t.batch(obs)
 	if err != nil {
@@ -155,7 +156,7 @@ func (t *TamiyoPolicy) Values(obs []TamiyoObs) ([]float64, error) {
 	if err != nil {
 		return nil, fmt.Errorf("simic: TamiyoPolicy.Values: %w", err)
 	}
-	return out.Value.Value.Float64s(), nil
+	return hostFloat64s(out.Value.Value)
 }
 
 // Parameters are the network's trainable parameters.

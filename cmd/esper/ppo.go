@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -11,14 +10,17 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/esper-go/esper/internal/runplot"
+	kdevice "github.com/esper-go/esper/kernels/device"
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/nissa"
 	"github.com/esper-go/esper/simic"
 	"github.com/esper-go/esper/tamiyo"
+	"github.com/esper-go/esper/tensor"
 )
 
 // ppoConfig is what the ppo command's flags set.
@@ -30,77 +32,10 @@ type ppoConfig struct {
 	seed                                          uint64
 	lr                                            float64
 	out, checkpoint, runRoot, reward              string
+	device, devices                               string
 	resume, quiet, capture                        bool
-}
-
-// ppoRound is one round's figures: the progress line, the plots and the
-// checkpoint's history (see MarshalJSON).
-type ppoRound struct {
-	Round             int
-	Return            float64
-	Episodes          int
-	Entropy           []float64
-	KL                float64
-	ExplainedVariance float64
-	PolicyLoss        float64
-	ValueLoss         float64
-	EnvEpochsPerSec   float64
-	Rollbacks         int
-}
-
-// ppoRoundJSON is ppoRound as JSON: NaN (a head with nothing to learn,
-// a round without finished episodes) is null.
-type ppoRoundJSON struct {
-	Round             int        `json:"round"`
-	Return            *float64   `json:"return"`
-	Episodes          int        `json:"episodes"`
-	Entropy           []*float64 `json:"entropy"`
-	KL                *float64   `json:"kl"`
-	ExplainedVariance *float64   `json:"explained_variance"`
-	PolicyLoss        *float64   `json:"policy_loss"`
-	ValueLoss         *float64   `json:"value_loss"`
-	EnvEpochsPerSec   *float64   `json:"eps"`
-	Rollbacks         int        `json:"rollbacks"`
-}
-
-func nullable(v float64) *float64 {
-	if math.IsNaN(v) || math.IsInf(v, 0) {
-		return nil
-	}
-	return &v
-}
-
-func fromNullable(v *float64) float64 {
-	if v == nil {
-		return math.NaN()
-	}
-	return *v
-}
-
-// MarshalJSON writes non-finite figures as null.
-func (r ppoRound) MarshalJSON() ([]byte, error) {
-	j := ppoRoundJSON{Round: r.Round, Return: nullable(r.Return), Episodes: r.Episodes, KL: nullable(r.KL),
-		ExplainedVariance: nullable(r.ExplainedVariance), PolicyLoss: nullable(r.PolicyLoss), ValueLoss: nullable(r.ValueLoss),
-		EnvEpochsPerSec: nullable(r.EnvEpochsPerSec), Rollbacks: r.Rollbacks}
-	for _, v := range r.Entropy {
-		j.Entropy = append(j.Entropy, nullable(v))
-	}
-	return json.Marshal(j)
-}
-
-// UnmarshalJSON reads what MarshalJSON wrote.
-func (r *ppoRound) UnmarshalJSON(b []byte) error {
-	var j ppoRoundJSON
-	if err := json.Unmarshal(b, &j); err != nil {
-		return err
-	}
-	*r = ppoRound{Round: j.Round, Return: fromNullable(j.Return), Episodes: j.Episodes, KL: fromNullable(j.KL),
-		ExplainedVariance: fromNullable(j.ExplainedVariance), PolicyLoss: fromNullable(j.PolicyLoss), ValueLoss: fromNullable(j.ValueLoss),
-		EnvEpochsPerSec: fromNullable(j.EnvEpochsPerSec), Rollbacks: j.Rollbacks}
-	for _, v := range j.Entropy {
-		r.Entropy = append(r.Entropy, fromNullable(v))
-	}
-	return nil
+	// devs are the parsed and opened --device or --devices.
+	devs []tensor.Device
 }
 
 func ppoCmd(args []string, stdout, stderr io.Writer) error {
@@ -139,7 +74,13 @@ func parsePPO(args []string, stderr io.Writer) (ppoConfig, error) {
 	fs.StringVar(&c.runRoot, "run-dir", "runs", "where the run directory (telemetry JSONL, ppo.png, the policy) is created")
 	fs.BoolVar(&c.capture, "capture", false, "capture and replay the hosts' train steps")
 	fs.BoolVar(&c.quiet, "quiet", false, "print only errors, warnings and the final result (no per-round progress lines)")
+	fs.StringVar(&c.device, "device", "cpu", "where the policy and every environment's host compute: cpu, sim or sim:N (the strict simulated accelerator: the CPU's kernels, every host read explicit and counted, the same policy bit for bit), or cuda[:N] (a -tags cuda build)")
+	fs.StringVar(&c.devices, "devices", "", "comma-separated distinct devices (e.g. sim:0,sim:1) in place of --device: the environments spread over them round-robin, the policy on the first")
 	if err := parseFlags(fs, args); err != nil {
+		return c, err
+	}
+	var err error
+	if c.devs, err = ppoDevices(fs, c.device, c.devices); err != nil {
 		return c, err
 	}
 	switch {
@@ -170,91 +111,29 @@ func runPPO(ctx context.Context, c ppoConfig, stdout io.Writer) error {
 	if err := checkPPOOutputs(c); err != nil {
 		return err
 	}
-	var st ppoState
-	if c.resume {
-		var err error
-		if st, err = loadPPOState(c.checkpoint); err != nil {
-			return err
-		}
-		if len(st.Episodes) != c.envs {
-			return fmt.Errorf("--resume: the checkpoint in %s has %d environments, --envs is %d", c.checkpoint, len(st.Episodes), c.envs)
-		}
-	}
 	mode, _ := simic.ParseRewardMode(c.reward)
-	rewarder, err := simic.NewRewarder(simic.RewardOptions{Mode: mode})
-	if err != nil {
-		return err
-	}
-	d, err := simic.NewSyntheticData(simic.SyntheticDataOptions{Train: c.trainSize, Val: c.valSize, Batch: c.batch, Seed: c.seed})
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	envs := make([]*simic.EsperEnv, c.envs)
-	defer func() {
-		for _, e := range envs {
-			if e != nil {
-				e.Close()
-			}
-		}
-	}()
-	vec, err := simic.NewVecEnv(c.envs, func(i int) (simic.Env[simic.TamiyoObs], error) {
-		o := simic.EsperEnvOptions{Data: d, Index: i, Seed: c.seed, MaxEpochs: c.maxEpochs,
-			Blocks: c.blocks, BaseChannels: c.baseChannels, Rewarder: rewarder, Capture: c.capture}
-		if c.resume {
-			o.FirstEpisode = st.Episodes[i]
-		}
-		e, err := simic.NewEsperEnv(o)
-		envs[i] = e
-		return e, err
-	})
-	if err != nil {
-		return err
-	}
-	ids := envs[0].Model().SlotIDs()
-	leyline.SortSlotIDs(ids)
-	slots, err := leyline.NewSlotConfig(ids...)
-	if err != nil {
-		return err
-	}
-
-	popts := tamiyo.PolicyOptions{Hidden: c.hidden, GATHidden: c.gatHidden, GATHeads: c.gatHeads, HeadHidden: c.headHidden, NoDropout: true, Seed: c.seed}
-	var net *tamiyo.Policy
+	o := simic.EsperPPOOptions{Devices: c.devs, Rounds: c.rounds, Envs: c.envs, MaxEpochs: c.maxEpochs, Blocks: c.blocks, BaseChannels: c.baseChannels,
+		Train: c.trainSize, Val: c.valSize, Batch: c.batch, MinibatchSize: c.minibatch, LR: c.lr, Reward: mode, Seed: c.seed, Capture: c.capture,
+		Policy: tamiyo.PolicyOptions{Hidden: c.hidden, GATHidden: c.gatHidden, GATHeads: c.gatHeads, HeadHidden: c.headHidden}}
 	if c.resume {
-		if net, err = tamiyo.LoadPolicy(filepath.Join(c.checkpoint, ppoPolicyFile), popts, slots); err != nil {
+		o.Resume = c.checkpoint
+	}
+	r, err := simic.NewEsperPPO(o)
+	if err != nil {
+		if c.resume {
 			return fmt.Errorf("--resume: %w", err)
 		}
-	} else if net, err = tamiyo.NewPolicy(popts); err != nil {
 		return err
 	}
-	pol, err := simic.NewTamiyoPolicy(net, simic.TamiyoPolicyOptions{})
-	if err != nil {
-		return err
-	}
-	mb := c.minibatch
-	if mb == 0 {
-		mb = max(1, c.envs*c.maxEpochs/4)
-	}
-	ppo, err := simic.NewPPO[simic.TamiyoObs](pol, vec.Spec(), simic.PPOOptions{LR: c.lr, Relevance: simic.TamiyoRelevance, Seed: c.seed, TotalUpdates: c.rounds, MinibatchSize: mb})
-	if err != nil {
-		return err
-	}
-	// Episodic rollouts: every round starts each environment at an
-	// episode's start, which is what the checkpoint can rebuild.
-	tr, err := simic.NewTrainer(ppo, vec, simic.TrainerOptions[simic.TamiyoObs]{Steps: c.maxEpochs, NormalizeRewards: true, EpisodicRollouts: true})
-	if err != nil {
-		return err
-	}
+	defer r.Close()
+	st := &r.State
 	if c.resume {
-		if err := restorePPO(c.checkpoint, st, tr); err != nil {
-			return err
-		}
 		fmt.Fprintf(stdout, "resumed from %s after round %d\n", c.checkpoint, st.Round)
 	}
 
 	hub := nissa.NewHub(nissa.HubOptions{})
 	defer hub.Close(10 * time.Second)
-	dirb, logNote, err := openPPORunDir(c.runRoot, st, c.resume, stdout)
+	dirb, logNote, err := openPPORunDir(c.runRoot, *st, c.resume, stdout)
 	if err != nil {
 		return fmt.Errorf("run directory: %w", err)
 	}
@@ -270,12 +149,24 @@ func runPPO(ctx context.Context, c ppoConfig, stdout io.Writer) error {
 		hub.Emit(ev)
 	}
 	var params int
-	for _, p := range net.Parameters() {
+	for _, p := range r.Net.Parameters() {
 		params += p.Value.Numel()
 	}
 	if !c.quiet {
 		fmt.Fprintf(stdout, "esper ppo: %d rounds × %d envs × %d epochs, CNN host %d blocks (%d slots %v), policy %d parameters, reward %s\n",
-			c.rounds, c.envs, c.maxEpochs, c.blocks, slots.Len(), slots.IDs(), params, mode)
+			c.rounds, c.envs, c.maxEpochs, c.blocks, r.Slots.Len(), r.Slots.IDs(), params, mode)
+		var per []string
+		for i, n := range r.EnvsPerDevice() {
+			role, envs := "", "envs"
+			if i == 0 {
+				role = "policy, "
+			}
+			if n == 1 {
+				envs = "env"
+			}
+			per = append(per, fmt.Sprintf("%v (%s%d %s)", c.devs[i], role, n, envs))
+		}
+		fmt.Fprintf(stdout, "devices: %s\n", strings.Join(per, ", "))
 	}
 
 	left := newETA()
@@ -283,22 +174,18 @@ func runPPO(ctx context.Context, c ppoConfig, stdout io.Writer) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		start := time.Now()
-		it, err := tr.Iterate()
+		rr, err := r.Round()
 		if err != nil {
-			return fmt.Errorf("round %d: %w", round, err)
+			return err
 		}
-		r := summariseRound(round, it, c, time.Since(start), tr.Buffer().RollbackCount())
-		st.History = append(st.History, r)
 		eta := left.step(c.rounds - round)
 		if !c.quiet {
-			fmt.Fprintln(stdout, formatRound(r, c.rounds)+"  "+eta)
+			fmt.Fprintln(stdout, formatRound(rr, c.rounds)+"  "+eta)
 		}
-		emitRound(hub, r)
-		st.Round = round
+		emitRound(hub, rr)
 		if c.checkpoint != "" && (round%c.checkpointEvery == 0 || round == c.rounds) {
-			recordRunDir(hub, dirb, &st, stdout)
-			if err := savePPO(c.checkpoint, net, slots, &st, tr, envs); err != nil {
+			recordRunDir(hub, dirb, st, stdout)
+			if err := r.SaveCheckpoint(c.checkpoint); err != nil {
 				return err
 			}
 		}
@@ -307,7 +194,7 @@ func runPPO(ctx context.Context, c ppoConfig, stdout io.Writer) error {
 	if out == "" {
 		out = filepath.Join(dirb.Dir(), "policy.safetensors")
 	}
-	if err := tamiyo.SavePolicy(out, net, slots); err != nil {
+	if err := r.SavePolicy(out); err != nil {
 		return err
 	}
 	if err := hub.Flush(ctx); err != nil {
@@ -324,6 +211,36 @@ func runPPO(ctx context.Context, c ppoConfig, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "policy: %s (load with: esper train --controller gnn --blocks %d --base-channels %d --kernel 3 --lr %g --schedule constant --policy %s)\nrun directory: %s (events.jsonl, ppo.png)\n",
 		out, c.blocks, c.baseChannels, leyline.DefaultHostLR, out, dirb.Dir())
 	return nil
+}
+
+// ppoDevices parses and opens --device, or --devices when given (then
+// --device must not be), refusing a malformed or unknown device, one
+// this build cannot open and a device given twice, each in one line.
+func ppoDevices(fs *flag.FlagSet, device, devices string) ([]tensor.Device, error) {
+	flagName, names := "--device", []string{device}
+	if devices != "" {
+		explicit := false
+		fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "device" })
+		if explicit {
+			return nil, errors.New("give --device or --devices, not both")
+		}
+		flagName, names = "--devices", strings.Split(devices, ",")
+	}
+	var devs []tensor.Device
+	for _, name := range names {
+		d, err := kdevice.Parse(name)
+		if err == nil {
+			_, err = kdevice.OpenDevice(d)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", flagName, err)
+		}
+		if slices.Contains(devs, d) {
+			return nil, fmt.Errorf("%s %s: %v is given twice", flagName, devices, d)
+		}
+		devs = append(devs, d)
+	}
+	return devs, nil
 }
 
 // checkPPOOutputs checks, before any work, that the run can write its
@@ -345,27 +262,10 @@ func checkPPOOutputs(c ppoConfig) error {
 	return nil
 }
 
-func summariseRound(round int, it *simic.Iteration, c ppoConfig, took time.Duration, rollbacks int) ppoRound {
-	r := ppoRound{Round: round, Episodes: len(it.Episodes), Rollbacks: rollbacks, Return: math.NaN()}
-	if len(it.Episodes) > 0 {
-		r.Return = 0
-		for _, e := range it.Episodes {
-			r.Return += e.Return
-		}
-		r.Return /= float64(len(it.Episodes))
-	}
-	if u := it.Update; u != nil {
-		r.Entropy, r.KL, r.ExplainedVariance = u.Entropy, u.ApproxKL, u.ExplainedVariance
-		r.PolicyLoss, r.ValueLoss = u.PolicyLoss, u.ValueLoss
-	}
-	r.EnvEpochsPerSec = float64(c.envs*c.maxEpochs) / took.Seconds()
-	return r
-}
-
 // headAbbrev shortens the head names for the progress line.
 var headAbbrev = [leyline.NumActionHeads]string{"slot", "bp", "style", "tempo", "αtgt", "αspd", "αcrv", "op"}
 
-func formatRound(r ppoRound, rounds int) string {
+func formatRound(r simic.PPORound, rounds int) string {
 	var ent []string
 	for h, v := range r.Entropy {
 		ent = append(ent, fmt.Sprintf("%s %.2f", headAbbrev[h], v))
@@ -374,7 +274,7 @@ func formatRound(r ppoRound, rounds int) string {
 		r.Round, rounds, r.Return, r.Episodes, strings.Join(ent, " "), r.KL, r.ExplainedVariance, r.EnvEpochsPerSec, r.Rollbacks)
 }
 
-func emitRound(hub *nissa.Hub, r ppoRound) {
+func emitRound(hub *nissa.Hub, r simic.PPORound) {
 	m := []leyline.Metric{
 		{Name: "simic.ppo.return_mean", Value: r.Return},
 		{Name: "simic.ppo.approx_kl", Value: r.KL},
@@ -393,11 +293,38 @@ func emitRound(hub *nissa.Hub, r ppoRound) {
 }
 
 // writePPOPlot writes the rounds' figures as ppo.png (runplot.WritePPO).
-func writePPOPlot(path string, h []ppoRound) error {
+func writePPOPlot(path string, h []simic.PPORound) error {
 	rounds := make([]runplot.Round, len(h))
 	for i, r := range h {
 		rounds[i] = runplot.Round{Round: r.Round, Return: r.Return, Entropy: r.Entropy, KL: r.KL, ExplainedVariance: r.ExplainedVariance,
 			PolicyLoss: r.PolicyLoss, ValueLoss: r.ValueLoss, EnvEpochsPerSec: r.EnvEpochsPerSec}
 	}
 	return runplot.WritePPO(path, rounds)
+}
+
+// openPPORunDir returns the run's telemetry directory: on a resume whose
+// checkpoint names one, that directory continued (continueRunDir);
+// otherwise a new one under root.
+func openPPORunDir(root string, st simic.PPOCheckpoint, resume bool, stdout io.Writer) (*nissa.DirBackend, string, error) {
+	if !resume || st.RunDir == "" {
+		d, err := nissa.NewDirBackend(root, nissa.DirOptions{})
+		return d, "", err
+	}
+	return continueRunDir(root, st.RunDir, st.EventsBytes, stdout)
+}
+
+// recordRunDir flushes the telemetry and records the run directory and
+// its log's length in st, before a checkpoint is written.
+func recordRunDir(hub *nissa.Hub, d *nissa.DirBackend, st *simic.PPOCheckpoint, stdout io.Writer) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := hub.Flush(ctx); err != nil {
+		fmt.Fprintf(stdout, "warning: telemetry flush before the checkpoint of round %d: %v\n", st.Round, err)
+	}
+	if abs, err := filepath.Abs(d.Dir()); err == nil {
+		st.RunDir = abs
+	}
+	if fi, err := os.Stat(d.Path()); err == nil {
+		st.EventsBytes = fi.Size()
+	}
 }

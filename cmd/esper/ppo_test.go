@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/esper-go/esper/simic"
 )
 
 // tinyPPO are the flags of a few-second esper ppo run.
@@ -55,7 +58,7 @@ func TestPPOResume(t *testing.T) {
 	var out, errb bytes.Buffer
 	code := run(tinyPPO(dir, "--rounds", "1", "--checkpoint", ck), &out, &errb)
 	require.Equal(t, 0, code, "%s\n%s", out.String(), errb.String())
-	for _, f := range []string{ppoPolicyFile, ppoOptimizerFile, ppoStateFile} {
+	for _, f := range []string{simic.PPOPolicyFile, simic.PPOOptimizerFile, simic.PPOStateFile} {
 		require.FileExists(t, filepath.Join(ck, f))
 	}
 
@@ -66,9 +69,9 @@ func TestPPOResume(t *testing.T) {
 	require.Contains(t, out.String(), "resumed from "+ck+" after round 1")
 	require.NotContains(t, out.String(), "round   1/2")
 	require.Contains(t, out.String(), "round   2/2")
-	js, err := os.ReadFile(filepath.Join(ck, ppoStateFile))
+	js, err := os.ReadFile(filepath.Join(ck, simic.PPOStateFile))
 	require.NoError(t, err)
-	var st ppoState
+	var st simic.PPOCheckpoint
 	require.NoError(t, json.Unmarshal(js, &st))
 	require.Equal(t, 2, st.Round)
 	require.Len(t, st.History, 2)
@@ -76,10 +79,67 @@ func TestPPOResume(t *testing.T) {
 	require.Equal(t, 2*2*3, st.EnvSteps)
 	require.Greater(t, st.ValueNorm.Count, int64(0))
 
-	// A resume with other policy widths is refused, not silently reset.
+	// A resume with other policy widths (a policy trained for another
+	// architecture) is refused in one line naming both, not silently
+	// reset.
 	out.Reset()
 	errb.Reset()
 	code = run(append(tinyPPO(dir, "--rounds", "3", "--checkpoint", ck, "--resume"), "--hidden", "32"), &out, &errb)
 	require.Equal(t, 1, code)
 	require.Contains(t, errb.String(), "--resume")
+	require.Contains(t, errb.String(), "hidden 16")
+	require.Contains(t, errb.String(), "hidden 32")
+	require.Equal(t, 1, strings.Count(errb.String(), "\n"), errb.String())
+}
+
+// TestPPODeviceAcceptance: esper ppo --device sim --rounds 3 --seed 1
+// (at tinyPPO's sizes) writes a policy file bitwise-equal to --device
+// cpu's; --devices sim:0,sim:1 runs, reports how many environments each
+// device holds, and writes the same policy too.
+func TestPPODeviceAcceptance(t *testing.T) {
+	dir := t.TempDir()
+	policies := map[string][]byte{}
+	outs := map[string]string{}
+	for _, dev := range [][]string{{"--device", "cpu"}, {"--device", "sim"}, {"--devices", "sim:0,sim:1"}} {
+		path := filepath.Join(dir, strings.ReplaceAll(dev[1], ":", "_")+".safetensors")
+		var out, errb bytes.Buffer
+		code := run(append(tinyPPO(dir, "--rounds", "3", "--seed", "1", "--out", path), dev...), &out, &errb)
+		require.Equal(t, 0, code, "%v\n%s\n%s", dev, out.String(), errb.String())
+		b, err := os.ReadFile(path)
+		require.NoError(t, err)
+		policies[dev[1]], outs[dev[1]] = b, out.String()
+	}
+	require.Contains(t, outs["cpu"], "devices: cpu (policy, 2 envs)\n")
+	require.Contains(t, outs["sim"], "devices: sim:0 (policy, 2 envs)\n")
+	require.Contains(t, outs["sim:0,sim:1"], "devices: sim:0 (policy, 1 env), sim:1 (1 env)\n")
+	require.True(t, bytes.Equal(policies["cpu"], policies["sim"]), "--device sim's policy differs from --device cpu's")
+	require.True(t, bytes.Equal(policies["cpu"], policies["sim:0,sim:1"]), "--devices sim:0,sim:1's policy differs from --device cpu's")
+}
+
+// TestPPORefusesBadDevices: a malformed or unknown device, a device given
+// twice, both flags, or CUDA in a build without it: one line on stderr,
+// exit 1, before any work (no run directory).
+func TestPPORefusesBadDevices(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"--devices", "sim:0,sim"}, "sim:0 is given twice"},
+		{[]string{"--devices", "sim:1,sim:0,sim:1"}, "sim:1 is given twice"},
+		{[]string{"--devices", "sim:0,gpu:1"}, `device "gpu:1": malformed device name`},
+		{[]string{"--devices", "sim:0,,sim:1"}, `device "": malformed device name`},
+		{[]string{"--device", "cuda0"}, `device "cuda0": malformed device name`},
+		{[]string{"--device", "sim", "--devices", "sim:0,sim:1"}, "give --device or --devices, not both"},
+	} {
+		dir := t.TempDir()
+		var out, errb bytes.Buffer
+		code := run(append(tinyPPO(dir, "--rounds", "1"), tc.args...), &out, &errb)
+		require.Equal(t, 1, code, "%v: %s", tc.args, errb.String())
+		require.Contains(t, errb.String(), tc.msg, tc.args)
+		require.Equal(t, 1, strings.Count(errb.String(), "\n"), errb.String())
+		require.Empty(t, out.String(), tc.args)
+		runs, err := filepath.Glob(filepath.Join(dir, "telemetry_*"))
+		require.NoError(t, err)
+		require.Empty(t, runs, "%v: a run directory was created", tc.args)
+	}
 }
