@@ -30,7 +30,7 @@ test: vet fmt-check
 ## test-sim: the suites of the domains above the kernels again on the
 ## strict simulated device (internal/testdevice: ESPER_TEST_DEVICE=sim),
 ## whose host accessors refuse device tensors
-SIM_PKGS ?= ./internal/testdevice ./nn/... ./optim/... ./tolaria/... ./kasmina/... ./tamiyo
+SIM_PKGS ?= ./internal/testdevice ./nn/... ./optim/... ./tolaria/... ./kasmina/... ./tamiyo/... ./simic/...
 test-sim:
 	ESPER_TEST_DEVICE=sim $(GO) test -count=1 $(SIM_PKGS)
 
@@ -40,7 +40,7 @@ test-sim:
 FUZZTIME ?= 60s
 FUZZ_TARGETS ?= ./tensor/safetensors:FuzzParse ./nn:FuzzLoad ./tamiyo:FuzzLoadPolicy \
 	./data:FuzzOpenIDX ./leyline:FuzzEventJSON ./leyline:FuzzPayload \
-	./tolaria:FuzzResumeMeta ./tolaria:FuzzResumeFile ./cmd/esper:FuzzPPOState
+	./tolaria:FuzzResumeMeta ./tolaria:FuzzResumeFile ./simic:FuzzPPOState
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 	  pkg=$${t%%:*}; name=$${t##*:}; \

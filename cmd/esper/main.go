@@ -30,6 +30,7 @@ usage:
               [--checkpoint DIR [--resume]] [--run-dir DIR] [--metrics-addr ADDR]
               [--device cpu|sim[:N]|cuda[:N]] [--amp off|bf16|fp16] [--tf32[=false]]
   esper ppo [--rounds N] [--envs N] [--max-epochs N] [--out FILE] [--checkpoint DIR [--resume]] [--run-dir DIR]
+            [--device cpu|sim|cuda[:N] | --devices sim:0,sim:1]
   esper eval [--controllers heuristic,gnn:FILE,none] [--seeds 101-120] [--task ...] [--out DIR]
   esper version
   esper help [COMMAND]
