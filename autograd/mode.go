@@ -12,6 +12,12 @@ var (
 	autocastDType  atomic.Uint32 // tensor.DType; Invalid = off
 )
 
+// The modes below (NoGrad, InferenceMode, Autocast) are process-wide,
+// not per goroutine: Go has no goroutine-local state. A region in one
+// goroutine changes what ops record in every other, so two models must
+// not train (or one train while another evaluates) concurrently in one
+// process; run them one after another, or in separate processes.
+
 // GradEnabled reports whether ops record nodes for backward.
 func GradEnabled() bool { return noGradDepth.Load() == 0 && inferenceDepth.Load() == 0 }
 

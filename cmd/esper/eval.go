@@ -36,7 +36,6 @@ func evalCmd(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&c.schedule, "schedule", "", "host learning-rate schedule: constant or cosine (default cosine)")
 	governor := fs.Bool("governor", true, "roll back diverging runs, as esper train does")
 	capture := fs.Bool("capture", true, "capture and replay the train step")
-	parallel := fs.Int("parallel", 0, "runs trained at once (0 = one per two cores)")
 	out := fs.String("out", "", "directory for eval.json and eval.png (default runs/eval_TIMESTAMP)")
 	quiet := fs.Bool("quiet", false, "print only errors and the final table")
 	if err := parseFlags(fs, args); err != nil {
@@ -59,14 +58,11 @@ func evalCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("--seeds: %w", err)
 	}
-	if *parallel < 0 || *parallel > 1024 {
-		return fmt.Errorf("--parallel %d: want 0 to 1024", *parallel)
-	}
 	if c.schedule != "cosine" && c.schedule != "constant" {
 		return fmt.Errorf("--schedule %q: want constant or cosine", c.schedule)
 	}
 	o := evaluate.Options{
-		Controllers: ctls, Seeds: sd, Parallel: *parallel,
+		Controllers: ctls, Seeds: sd,
 		Run: evaluate.RunConfig{
 			Task: c.task, DataDir: *dataDir, TrainSize: c.trainSize, TestSize: c.testSize,
 			Epochs: c.epochs, Batch: c.batch, Blocks: c.blocks, BaseChannels: c.baseChannels, Kernel: c.kernel,

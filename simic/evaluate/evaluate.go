@@ -20,8 +20,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
-	"sync"
 	"time"
 
 	"github.com/esper-go/esper/autograd"
@@ -77,16 +75,12 @@ type Options struct {
 	Controllers []Controller
 	Seeds       []uint64
 	Run         RunConfig
-	// Parallel is the number of runs trained at once (0: one per two
-	// cores, at least one). The kernels share the machine's cores among
-	// them; results do not depend on it.
-	Parallel int
 	// BootstrapSamples and BootstrapSeed set the intervals' resampling
 	// (0: DefaultBootstrapSamples, and seed 1).
 	BootstrapSamples int
 	BootstrapSeed    uint64
-	// Progress, when set, is called after every run (from one goroutine
-	// at a time) with the runs done and the total.
+	// Progress, when set, is called after every run with the runs done
+	// and the total.
 	Progress func(done, total int, r Result)
 }
 
@@ -179,66 +173,35 @@ func (r RunConfig) check() error {
 	return nil
 }
 
-// Run trains every controller on every seed and returns the report. It
-// checks o first (Check); a run that fails stops the evaluation with an
-// error naming its controller and seed. Cancelling ctx stops it.
+// Run trains every controller on every seed, one run after another,
+// and returns the report. It checks o first (Check); a run that fails
+// stops the evaluation with an error naming its controller and seed.
+// Cancelling ctx stops it.
+//
+// The runs go in sequence, each using every core through the kernels:
+// autograd's gradient and inference modes are process-wide, so two
+// trainers must not train at once in one process (one's validation
+// would switch the other's gradient recording off). Parallel runs need
+// separate processes.
 func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := o.Check(); err != nil {
 		return nil, err
 	}
-	if o.Parallel <= 0 {
-		o.Parallel = max(1, runtime.NumCPU()/2)
-	}
-	type job struct{ c, s int }
-	jobs := make(chan job)
-	results := make([]Result, len(o.Controllers)*len(o.Seeds))
-	var (
-		mu    sync.Mutex
-		done  int
-		first error
-		wg    sync.WaitGroup
-	)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	for range min(o.Parallel, len(results)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for j := range jobs {
-				r, err := RunOne(ctx, o.Run, o.Controllers[j.c], o.Seeds[j.s])
-				mu.Lock()
-				if err != nil && first == nil {
-					first = fmt.Errorf("evaluate: controller %s, seed %d: %w", o.Controllers[j.c].Name, o.Seeds[j.s], err)
-					cancel()
-				}
-				if err == nil {
-					results[j.s*len(o.Controllers)+j.c] = r
-					done++
-					if o.Progress != nil {
-						o.Progress(done, len(results), r)
-					}
-				}
-				mu.Unlock()
+	results := make([]Result, 0, len(o.Controllers)*len(o.Seeds))
+	for _, seed := range o.Seeds {
+		for _, c := range o.Controllers {
+			if err := ctx.Err(); err != nil {
+				return nil, err
 			}
-		}()
-	}
-feed:
-	for s := range o.Seeds {
-		for c := range o.Controllers {
-			select {
-			case jobs <- job{c, s}:
-			case <-ctx.Done():
-				break feed
+			r, err := RunOne(ctx, o.Run, c, seed)
+			if err != nil {
+				return nil, fmt.Errorf("evaluate: controller %s, seed %d: %w", c.Name, seed, err)
+			}
+			results = append(results, r)
+			if o.Progress != nil {
+				o.Progress(len(results), cap(results), r)
 			}
 		}
-	}
-	close(jobs)
-	wg.Wait()
-	if first != nil {
-		return nil, first
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
 	}
 	return newReport(o, results), nil
 }

@@ -126,7 +126,7 @@ func TestRunPairsSeeds(t *testing.T) {
 	var calls int
 	o := Options{
 		Controllers: []Controller{{Name: "heuristic", Kind: "heuristic"}, {Name: "none", Kind: "none"}},
-		Seeds:       []uint64{5, 6}, Run: tiny(), Parallel: 2, BootstrapSamples: 200,
+		Seeds:       []uint64{5, 6}, Run: tiny(), BootstrapSamples: 200,
 		Progress: func(done, total int, r Result) { calls++; assert.Equal(t, 4, total) },
 	}
 	rep, err := Run(context.Background(), o)
