@@ -41,8 +41,8 @@
 //     the checkpoints; tolaria.rollback.*).
 //   - ApplyDecision: carries a leyline.Decision out on a
 //     kasmina.MorphogeneticModel.
-//   - ParseDevice: validates "cpu", "sim", "sim:N", "cuda" and "cuda:N"
-//     against the backends this build has.
+//   - ParseDevice (deprecated): tensor.ParseDevice's syntax rules;
+//     whether a device exists is kernels/device.Open's question.
 //
 // Tolaria never makes policy decisions: those come from a Controller
 // (Tamiyo), which this package sees only through its own small interface.
