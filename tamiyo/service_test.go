@@ -295,7 +295,7 @@ func TestServiceTelemetry(t *testing.T) {
 	require.True(t, ok0 && ok1)
 	assert.Equal(t, 0.0, warm0)
 	assert.Greater(t, warm1, 0.0)
-	assert.Equal(t, s.infer.Stats().CaptureTime.Seconds()*1e3, warm1)
+	assert.Equal(t, ms(s.infer.Stats().CaptureTime), warm1)
 }
 
 // TestInferenceCapturedEqualsEager: captured forwards (warm-up, capture,
