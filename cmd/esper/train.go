@@ -15,17 +15,13 @@ import (
 	"strings"
 	"time"
 
-	"gonum.org/v1/plot/plotter"
-
 	"github.com/esper-go/esper/bench"
 	"github.com/esper-go/esper/data"
 	"github.com/esper-go/esper/internal/runplot"
-	"github.com/esper-go/esper/kasmina"
 	"github.com/esper-go/esper/kernels/device"
-	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/nissa"
-	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/optim"
+	"github.com/esper-go/esper/recipe"
 	"github.com/esper-go/esper/tamiyo"
 	"github.com/esper-go/esper/tensor"
 	"github.com/esper-go/esper/tolaria"
@@ -288,15 +284,7 @@ func (c *trainConfig) applyTaskDefaults(set map[string]bool) error {
 
 // loadTask returns the training and test datasets of c.task.
 func loadTask(c trainConfig) (train, test data.Dataset, err error) {
-	switch c.task {
-	case "synthetic":
-		tr, te, err := data.Synthetic(data.SyntheticOptions{Train: c.trainSize, Test: c.testSize, Seed: c.seed})
-		return tr, te, err
-	case "fashion-mnist":
-		tr, te, err := data.OpenFashionMNIST(c.dataDir)
-		return tr, te, err
-	}
-	return nil, nil, fmt.Errorf("unknown task %q (synthetic or fashion-mnist)", c.task)
+	return recipe.LoadTask(c.task, c.dataDir, c.trainSize, c.testSize, c.seed)
 }
 
 // runResult is one training run's outcome.
@@ -354,25 +342,10 @@ func runMorphogenetic(ctx context.Context, c trainConfig, train, test data.Datas
 		fmt.Fprintf(stdout, "metrics at %s\n", srv.URL())
 	}
 
-	shape := train.Shape()
-	host, err := kasmina.NewCNNHost(kasmina.CNNHostOptions{
-		InChannels: shape[0], Classes: train.Classes(), Blocks: c.blocks, BaseChannels: c.baseChannels,
-		KernelSize: c.kernel, RNG: tensor.NewRNG(c.seed),
+	model, err := recipe.NewModel(train, recipe.ModelOptions{
+		Blocks: c.blocks, BaseChannels: c.baseChannels, Kernel: c.kernel, Seed: c.seed, Sink: hub, Device: c.dev,
 	})
 	if err != nil {
-		return nil, err
-	}
-	var slots []string
-	for _, s := range host.InjectionSpecs() {
-		if s.Surface == leyline.SurfacePrePool {
-			slots = append(slots, s.SlotID)
-		}
-	}
-	model, err := kasmina.NewMorphogeneticModel(host, kasmina.ModelOptions{Slots: slots, Sink: hub})
-	if err != nil {
-		return nil, err
-	}
-	if err := nn.To(model, c.dev); err != nil {
 		return nil, err
 	}
 	o := tolaria.TrainerOptions{
@@ -385,23 +358,13 @@ func runMorphogenetic(ctx context.Context, c trainConfig, train, test data.Datas
 	if c.schedule == "cosine" {
 		o.HostSchedule = optim.Cosine{Base: c.lr, TMax: c.epochs}
 	}
-	switch c.controller {
-	case "heuristic":
-		h, err := tamiyo.NewHeuristic(tamiyo.HeuristicOptions{Topology: host.Topology()})
-		if err != nil {
-			return nil, err
+	if o.Controller, err = recipe.NewController(model, recipe.ControllerOptions{
+		Kind: c.controller, Policy: c.policy, Sample: c.policySample, Seed: c.seed, Epochs: c.epochs, Sink: hub,
+	}); err != nil {
+		if pe := (*recipe.PolicyError)(nil); errors.As(err, &pe) {
+			return nil, fmt.Errorf("--policy: %w", pe.Err)
 		}
-		if o.Controller, err = tamiyo.NewTracked(h, tamiyo.TrackerOptions{}); err != nil {
-			return nil, err
-		}
-	case "gnn":
-		svc, err := policyService(c, model, hub)
-		if err != nil {
-			return nil, err
-		}
-		if o.Controller, err = tamiyo.NewTracked(svc, tamiyo.TrackerOptions{}); err != nil {
-			return nil, err
-		}
+		return nil, err
 	}
 	if c.checkpoint != "" {
 		if c.from != nil {
@@ -474,7 +437,7 @@ func runMorphogenetic(ctx context.Context, c trainConfig, train, test data.Datas
 		eta := left.step(c.epochs - e - 1)
 		if !c.quiet {
 			fmt.Fprintf(stdout, "  epoch %3d/%d  loss %.4f  val loss %.4f  val acc %5.2f%%  %5.1fs  %s  %s%s\n",
-				e+1, c.epochs, r.TrainLoss, r.ValLoss, r.ValAccuracy, r.Duration.Seconds(), eta, decisionText(r), seedList(r.Seeds))
+				e+1, c.epochs, r.TrainLoss, r.ValLoss, r.ValAccuracy, r.Duration.Seconds(), eta, r.DecisionText(), r.SeedsText())
 		}
 	}
 	sum := tr.Summary()
@@ -493,7 +456,7 @@ func runMorphogenetic(ctx context.Context, c trainConfig, train, test data.Datas
 		res.params += p.Value.Numel()
 	}
 	if len(sum.Epochs) > 0 {
-		h := history(sum, fmt.Sprintf("%s, controller %s", c.task, c.controller))
+		h := runplot.FromSummary(sum, fmt.Sprintf("%s, controller %s", c.task, c.controller))
 		if err := runplot.WriteTraining(filepath.Join(res.dir, "training.png"), h); err != nil {
 			return nil, err
 		}
@@ -513,81 +476,6 @@ func bar(done, total, width int) string {
 		n = done * width / total
 	}
 	return "[" + strings.Repeat("#", n) + strings.Repeat(".", width-n) + "]"
-}
-
-// decisionText renders the epoch's decision and what came of it: one
-// that Kasmina refused (a gate failed, the slot was busy) says so, with
-// Kasmina's reason, since the seed list then shows no change.
-func decisionText(r tolaria.EpochReport) string {
-	if r.RolledBack {
-		return "rolled back by the governor (" + r.PanicReason + ")"
-	}
-	s := r.Decision.String()
-	if r.Applied == tolaria.ApplyRejected {
-		s += " → refused"
-		if r.ApplyReason != "" {
-			s += ": " + r.ApplyReason
-		}
-	}
-	return s
-}
-
-// seedList renders the seeds for the epoch line.
-func seedList(seeds []leyline.SeedReport) string {
-	if len(seeds) == 0 {
-		return ""
-	}
-	parts := make([]string, len(seeds))
-	for i, s := range seeds {
-		parts[i] = fmt.Sprintf("%s:%s α=%.2f", s.SlotID, s.Stage, s.Alpha)
-	}
-	return "  [" + strings.Join(parts, ", ") + "]"
-}
-
-// history turns the epoch reports into what the plots draw. A
-// germination is marked where the epoch's GERMINATE decision took
-// effect, not where a seed is first seen: a resumed run's first epoch
-// sees seeds that germinated before the resume. The other marks come
-// from stage changes between epochs (and, for a seed the history has
-// not seen yet, from the epoch's decision that moved it).
-func history(sum tolaria.Summary, title string) runplot.History {
-	h := runplot.History{Title: title, Alphas: map[string]plotter.XYs{}}
-	prev := map[string]leyline.SeedStage{}
-	for _, r := range sum.Epochs {
-		e := r.Epoch + 1
-		h.Epochs = append(h.Epochs, runplot.Point{Epoch: e, TrainLoss: r.TrainLoss, ValLoss: r.ValLoss, TrainAcc: r.TrainAccuracy, ValAcc: r.ValAccuracy})
-		acted := "" // the slot the epoch's decision changed
-		if r.Applied == tolaria.ApplyApplied {
-			acted = r.Decision.SlotID
-		}
-		for _, s := range r.Seeds {
-			p, seen := prev[s.SeedID]
-			if !seen && s.SlotID == acted {
-				// Unseen but changed by this epoch's decision: a
-				// germination, or (the first epoch of a resumed run) a
-				// move to the stage it is in now.
-				p, seen = leyline.StageUnknown, true
-			}
-			switch {
-			case !seen:
-				// There before the history starts (a resumed run): no
-				// stage to compare with.
-			case p == leyline.StageUnknown && r.Decision.Op == leyline.OpGerminate:
-				h.Marks = append(h.Marks, runplot.Mark{Epoch: e, Kind: "germinated", Seed: s.SeedID})
-			case s.Stage != p && s.Stage == leyline.StageBlending:
-				h.Marks = append(h.Marks, runplot.Mark{Epoch: e, Kind: "blending", Seed: s.SeedID})
-			case s.Stage != p && s.Stage == leyline.StageFossilized:
-				h.Marks = append(h.Marks, runplot.Mark{Epoch: e, Kind: "fossilized", Seed: s.SeedID})
-			case s.Stage != p && leyline.IsFailureStage(s.Stage) && !leyline.IsFailureStage(p):
-				// Pruned: the slot's epoch tick may already have moved it
-				// on to EMBARGOED by the time the epoch reports.
-				h.Marks = append(h.Marks, runplot.Mark{Epoch: e, Kind: "pruned", Seed: s.SeedID})
-			}
-			prev[s.SeedID] = s.Stage
-			h.Alphas[s.SeedID] = append(h.Alphas[s.SeedID], plotter.XY{X: float64(e), Y: s.Alpha})
-		}
-	}
-	return h
 }
 
 // printSummary prints the end-of-run table.
@@ -612,49 +500,11 @@ func printSummary(w io.Writer, c trainConfig, run, base *runResult) {
 			run.summary.Final().ValAccuracy-base.summary.Final().ValAccuracy)
 	}
 	if !c.dev.IsCPU() {
-		fmt.Fprintf(w, "host syncs on %v: %s", c.dev, syncText(run.summary))
+		fmt.Fprintf(w, "host syncs on %v: %s", c.dev, run.summary.HostSyncsText())
 		if base != nil {
-			fmt.Fprintf(w, "; host alone %s", syncText(base.summary))
+			fmt.Fprintf(w, "; host alone %s", base.summary.HostSyncsText())
 		}
 		fmt.Fprintln(w)
 	}
 	fmt.Fprintf(w, "run directory: %s (events.jsonl, training.png, alpha.png)\n", run.dir)
-}
-
-// syncText summarises a run's host syncs per epoch (tolaria.host_syncs):
-// the total over its epochs and the per-epoch range.
-func syncText(s tolaria.Summary) string {
-	if len(s.Epochs) == 0 {
-		return "no epoch"
-	}
-	var total, lo, hi uint64
-	lo = math.MaxUint64
-	for _, r := range s.Epochs {
-		total += r.HostSyncs
-		lo, hi = min(lo, r.HostSyncs), max(hi, r.HostSyncs)
-	}
-	return fmt.Sprintf("%d over %d epochs (%d to %d per epoch)", total, len(s.Epochs), lo, hi)
-}
-
-// policyService loads c.policy for the model's slots (in the order the
-// trainer presents them) and wraps it in Tamiyo's inference service.
-func policyService(c trainConfig, model *kasmina.MorphogeneticModel, sink tamiyo.EventSink) (*tamiyo.Service, error) {
-	ids := model.SlotIDs()
-	leyline.SortSlotIDs(ids)
-	slots, err := leyline.NewSlotConfig(ids...)
-	if err != nil {
-		return nil, err
-	}
-	hdr, err := tamiyo.ReadPolicyHeader(c.policy)
-	if err != nil {
-		return nil, fmt.Errorf("--policy: %w", err)
-	}
-	p, err := tamiyo.LoadPolicy(c.policy, hdr.Options, slots)
-	if err != nil {
-		return nil, fmt.Errorf("--policy: %w", err)
-	}
-	return tamiyo.NewService(tamiyo.ServiceOptions{
-		Policy: p, Layers: tamiyo.BlockLayers(model.Host().Blocks()),
-		Deterministic: !c.policySample, Seed: c.seed, MaxEpochs: c.epochs, Sink: sink,
-	})
 }

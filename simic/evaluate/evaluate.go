@@ -26,9 +26,8 @@ import (
 	"github.com/esper-go/esper/data"
 	"github.com/esper-go/esper/kasmina"
 	"github.com/esper-go/esper/leyline"
-	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/optim"
-	"github.com/esper-go/esper/tamiyo"
+	"github.com/esper-go/esper/recipe"
 	"github.com/esper-go/esper/tensor"
 	"github.com/esper-go/esper/tolaria"
 )
@@ -148,12 +147,12 @@ func (o Options) Check() error {
 		if c.Kind != "gnn" {
 			continue
 		}
-		model, err := buildModel(o.Run, nil, 1)
+		model, err := o.Run.model(nil, 1)
 		if err != nil {
 			return err
 		}
-		if _, err := policyService(o.Run, c, model, 1); err != nil {
-			return err
+		if _, err := recipe.PolicyService(model, recipe.ControllerOptions{Policy: c.Policy, Epochs: o.Run.Epochs}); err != nil {
+			return fmt.Errorf("controller %s: %w", c.Name, err)
 		}
 	}
 	return nil
@@ -261,7 +260,7 @@ func RunOne(ctx context.Context, cfg RunConfig, c Controller, seed uint64) (Resu
 		return Result{}, err
 	}
 	start := time.Now()
-	train, test, err := loadTask(cfg, seed)
+	train, test, err := recipe.LoadTask(cfg.Task, cfg.DataDir, cfg.TrainSize, cfg.TestSize, seed)
 	if err != nil {
 		return Result{}, err
 	}
@@ -275,7 +274,7 @@ func RunOne(ctx context.Context, cfg RunConfig, c Controller, seed uint64) (Resu
 		return Result{}, err
 	}
 	defer testLoader.Close()
-	model, err := buildModel(cfg, train, seed)
+	model, err := cfg.model(train, seed)
 	if err != nil {
 		return Result{}, err
 	}
@@ -290,26 +289,10 @@ func RunOne(ctx context.Context, cfg RunConfig, c Controller, seed uint64) (Resu
 	if cfg.Cosine {
 		o.HostSchedule = optim.Cosine{Base: cfg.LR, TMax: cfg.Epochs}
 	}
-	switch c.Kind {
-	case "heuristic":
-		h, err := tamiyo.NewHeuristic(tamiyo.HeuristicOptions{Topology: model.Host().Topology()})
-		if err != nil {
-			return Result{}, err
-		}
-		if o.Controller, err = tamiyo.NewTracked(h, tamiyo.TrackerOptions{}); err != nil {
-			return Result{}, err
-		}
-	case "gnn":
-		svc, err := policyService(cfg, c, model, seed)
-		if err != nil {
-			return Result{}, err
-		}
-		if o.Controller, err = tamiyo.NewTracked(svc, tamiyo.TrackerOptions{}); err != nil {
-			return Result{}, err
-		}
-	case "none":
-	default:
-		return Result{}, fmt.Errorf("evaluate: controller %q has unknown kind %q", c.Name, c.Kind)
+	if o.Controller, err = recipe.NewController(model, recipe.ControllerOptions{
+		Kind: c.Kind, Policy: c.Policy, Sample: c.Sample, Seed: seed, Epochs: cfg.Epochs,
+	}); err != nil {
+		return Result{}, fmt.Errorf("controller %s: %w", c.Name, err)
 	}
 	tr, err := tolaria.NewTrainer(o)
 	if err != nil {
@@ -336,75 +319,11 @@ func RunOne(ctx context.Context, cfg RunConfig, c Controller, seed uint64) (Resu
 	}, nil
 }
 
-// loadTask returns the datasets of cfg's task for seed.
-func loadTask(cfg RunConfig, seed uint64) (train, test data.Dataset, err error) {
-	switch cfg.Task {
-	case "synthetic":
-		tr, te, err := data.Synthetic(data.SyntheticOptions{Train: cfg.TrainSize, Test: cfg.TestSize, Seed: seed})
-		return tr, te, err
-	case "fashion-mnist":
-		tr, te, err := data.OpenFashionMNIST(cfg.DataDir)
-		return tr, te, err
-	}
-	return nil, nil, fmt.Errorf("evaluate: unknown task %q", cfg.Task)
-}
-
-// buildModel builds the CNN host with one slot per block (before its
-// pool) on cfg's device. With a nil dataset it assumes the synthetic
-// task's input and class count (Check's model, which trains nothing).
-func buildModel(cfg RunConfig, train data.Dataset, seed uint64) (*kasmina.MorphogeneticModel, error) {
-	in, classes := 1, 10
-	if train != nil {
-		in, classes = train.Shape()[0], train.Classes()
-	}
-	host, err := kasmina.NewCNNHost(kasmina.CNNHostOptions{
-		InChannels: in, Classes: classes, Blocks: cfg.Blocks, BaseChannels: cfg.BaseChannels,
-		KernelSize: cfg.Kernel, RNG: tensor.NewRNG(seed),
-	})
-	if err != nil {
-		return nil, err
-	}
-	var slots []string
-	for _, s := range host.InjectionSpecs() {
-		if s.Surface == leyline.SurfacePrePool {
-			slots = append(slots, s.SlotID)
-		}
-	}
-	model, err := kasmina.NewMorphogeneticModel(host, kasmina.ModelOptions{Slots: slots})
-	if err != nil {
-		return nil, err
-	}
-	if err := nn.To(model, cfg.Device); err != nil {
-		return nil, err
-	}
-	return model, nil
-}
-
-// policyService loads c's policy for the model's slots and wraps it in
-// Tamiyo's inference service.
-func policyService(cfg RunConfig, c Controller, model *kasmina.MorphogeneticModel, seed uint64) (*tamiyo.Service, error) {
-	ids := model.SlotIDs()
-	leyline.SortSlotIDs(ids)
-	slots, err := leyline.NewSlotConfig(ids...)
-	if err != nil {
-		return nil, err
-	}
-	hdr, err := tamiyo.ReadPolicyHeader(c.Policy)
-	if err != nil {
-		return nil, fmt.Errorf("controller %s: %w", c.Name, err)
-	}
-	p, err := tamiyo.LoadPolicy(c.Policy, hdr.Options, slots)
-	if err != nil {
-		return nil, fmt.Errorf("controller %s: %w", c.Name, err)
-	}
-	if !cfg.Device.IsCPU() {
-		if err := p.To(cfg.Device); err != nil {
-			return nil, err
-		}
-	}
-	return tamiyo.NewService(tamiyo.ServiceOptions{
-		Policy: p, Layers: tamiyo.BlockLayers(model.Host().Blocks()),
-		Deterministic: !c.Sample, Seed: seed, MaxEpochs: cfg.Epochs,
+// model builds cfg's host for seed (recipe.NewModel; nil train: the
+// synthetic task's shape, for Check).
+func (cfg RunConfig) model(train data.Dataset, seed uint64) (*kasmina.MorphogeneticModel, error) {
+	return recipe.NewModel(train, recipe.ModelOptions{
+		Blocks: cfg.Blocks, BaseChannels: cfg.BaseChannels, Kernel: cfg.Kernel, Seed: seed, Device: cfg.Device,
 	})
 }
 

@@ -1,4 +1,4 @@
-package main
+package runplot
 
 import (
 	"fmt"
@@ -6,7 +6,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/esper-go/esper/internal/runplot"
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/tolaria"
 )
@@ -25,13 +24,13 @@ func TestHistoryMarks(t *testing.T) {
 		{Epoch: 2, Seeds: seed(leyline.StageBlending, 0.5)},
 		{Epoch: 3, Seeds: seed(leyline.StageEmbargoed, 0)},
 	}}
-	h := history(sum, "t")
+	h := FromSummary(sum, "t")
 	require.Equal(t, []string{"2:germinated", "3:blending", "4:pruned"}, markList(h))
 	require.Len(t, h.Alphas["r0c0-norm"], 3)
 	require.Len(t, h.Epochs, 4)
 }
 
-func markList(h runplot.History) []string {
+func markList(h History) []string {
 	var kinds []string
 	for _, m := range h.Marks {
 		kinds = append(kinds, fmt.Sprintf("%d:%s", m.Epoch, m.Kind))
@@ -61,7 +60,7 @@ func TestHistoryAfterResume(t *testing.T) {
 			Decision: leyline.Decision{Op: leyline.OpGerminate, SlotID: "r1c1"}, Applied: tolaria.ApplyApplied},
 	}}
 	var marks []string
-	for _, m := range history(sum, "resumed").Marks {
+	for _, m := range FromSummary(sum, "resumed").Marks {
 		marks = append(marks, fmt.Sprintf("%d:%s:%s", m.Epoch, m.Kind, m.Seed))
 	}
 	require.Equal(t, []string{"21:blending:c", "23:germinated:d"}, marks)
