@@ -94,14 +94,17 @@ func open(d tensor.Device, name string) (kernels.Backend, error) {
 	}
 	switch d.Kind {
 	case tensor.KindCUDA:
-		n, err := cudaDevices()
+		n, err := cudaCount()
 		if err != nil {
 			return nil, unavailablef("%s: %v", name, err)
+		}
+		if n == 0 {
+			return nil, unavailablef("%s: this machine has no CUDA device", name)
 		}
 		if d.Index >= n {
 			return nil, unavailablef("%s: only %d device%s", name, n, plural(n))
 		}
-		b, err := openCUDA(d.Index)
+		b, err := cudaOpen(d.Index)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
@@ -110,6 +113,14 @@ func open(d tensor.Device, name string) (kernels.Backend, error) {
 	}
 	return nil, unavailablef("%s: no backend serves this kind of device", name)
 }
+
+// cudaCount and cudaOpen are the build's CUDA device count and opener
+// (cuda.go with the cuda tag, nocuda.go without), variables so that the
+// tests can stand in a machine with a given number of GPUs.
+var (
+	cudaCount = cudaDevices
+	cudaOpen  = openCUDA
+)
 
 func plural(n int) string {
 	if n == 1 {
