@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/esper-go/esper/internal/testdevice"
-	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/tensor"
 	"github.com/esper-go/esper/tensor/safetensors"
 )
@@ -33,20 +32,6 @@ func devDict(t testing.TB, sd map[string]*tensor.Tensor) map[string]*tensor.Tens
 		out[k] = testdevice.To(t, v)
 	}
 	return out
-}
-
-// setAt writes v into element idx of x where x lives: a host Set on the
-// CPU, the backend's Fill of that one element on a device.
-func setAt(x *tensor.Tensor, v float64, idx ...int) {
-	if x.Device().IsCPU() {
-		x.Set(v, idx...)
-		return
-	}
-	e := x
-	for axis, i := range idx {
-		e = e.Narrow(axis, i, 1)
-	}
-	kernels.For(x.Device()).Fill(e, v)
 }
 
 // at reads element idx of x (a host copy of x on a device).

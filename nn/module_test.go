@@ -281,8 +281,8 @@ func TestConvBNReluFolds(t *testing.T) {
 			bn.Forward(conv.Forward(x))
 		}
 		if c.affine {
-			setAt(bn.Weight.Value, 1.5, 0)
-			setAt(bn.Bias.Value, -0.25, 2)
+			testdevice.Set(bn.Weight.Value, 1.5, 0)
+			testdevice.Set(bn.Bias.Value, -0.25, 2)
 		}
 		bn.SetTraining(false)
 		var fused, ref *autograd.Var
@@ -301,7 +301,7 @@ func TestConvBNReluFolds(t *testing.T) {
 		}
 		require.True(t, zeros > 0 && zeros < len(r), "relu clamps some outputs")
 		// Statistics changed after a fold are used by the next one.
-		setAt(bn.RunningMean, 3, 1)
+		testdevice.Set(bn.RunningMean, 3, 1)
 		var again, ref2 *autograd.Var
 		autograd.InferenceMode(func() {
 			again = ConvBNRelu(conv, bn, x)

@@ -44,11 +44,11 @@ func TestArenaViewsShareMemory(t *testing.T) {
 		off += p.Value.Numel()
 	}
 	// Writing Flat changes v.Value, and writing v.Grad changes FlatGrad.
-	setAt(flat, 42, 12+5)
+	testdevice.Set(flat, 42, 12+5)
 	if got := item(t, ps[2].Value); got != 42 {
 		t.Errorf("scalar param reads %v after writing Flat, want 42", got)
 	}
-	setAt(ps[3].Grad, 7, 1, 2, 1)
+	testdevice.Set(ps[3].Grad, 7, 1, 2, 1)
 	if got := f64(t, grad)[12+5+1+(1*6+2*2+1)]; got != 7 {
 		t.Errorf("FlatGrad reads %v after writing Grad, want 7", got)
 	}
@@ -107,7 +107,7 @@ func TestArenaRebuild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	setAt(ps[0].Value, 11, 1) // train a little: the arena holds the truth
+	testdevice.Set(ps[0].Value, 11, 1) // train a little: the arena holds the truth
 	want := values(t, ps)
 	oldFlat := a.Flat()
 	if err := a.Rebuild([]*autograd.Var{ps[2], ps[0]}); err != nil {

@@ -102,29 +102,6 @@ func write(t testing.TB, x, h *tensor.Tensor) {
 	kernels.For(x.Device()).Copy(x, testdevice.To(t, h))
 }
 
-// setAt writes v into element idx of x where x lives: a host Set on the
-// CPU, the backend's Fill of that one element on a device.
-func setAt(x *tensor.Tensor, v float64, idx ...int) {
-	if x.Device().IsCPU() {
-		x.Set(v, idx...)
-		return
-	}
-	e := x
-	for axis, i := range idx {
-		e = e.Narrow(axis, i, 1)
-	}
-	kernels.For(x.Device()).Fill(e, v)
-}
-
-// fill sets every element of x to v where x lives.
-func fill(x *tensor.Tensor, v float64) {
-	if x.Device().IsCPU() {
-		x.Fill(v)
-		return
-	}
-	kernels.For(x.Device()).Fill(x, v)
-}
-
 // hostDict returns host copies of sd's tensors (sd's own on the CPU).
 func hostDict(t testing.TB, sd map[string]*tensor.Tensor) map[string]*tensor.Tensor {
 	t.Helper()

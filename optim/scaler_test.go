@@ -219,7 +219,7 @@ func TestGradScalerStateDict(t *testing.T) {
 	if err := s2.LoadStateDict(got); err != nil || s2.CurrentScale() != 128 || s2.GrowthTracker() != 17 {
 		t.Fatalf("load into a fresh scaler: %v", err)
 	}
-	fill(got["scale"], -1) // a copy: the scaler is unaffected
+	testdevice.Fill(got["scale"], -1) // a copy: the scaler is unaffected
 	if s.CurrentScale() != 128 {
 		t.Errorf("StateDict returned a view, not a copy")
 	}

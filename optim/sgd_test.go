@@ -138,7 +138,7 @@ func TestSGDSkipIf(t *testing.T) {
 	if relErr(f64(t, opt.StateDict()["momentum_buffer.f32"]), f64(t, sd["momentum_buffer.f32"])) != 0 {
 		t.Errorf("a skipped step changed the momentum")
 	}
-	fill(foundInf, 0)
+	testdevice.Fill(foundInf, 0)
 	opt.StepSkipIf(foundInf)
 	if opt.StepCount() != 2 || relErr(f64(t, ps[0].Value), before[0]) == 0 {
 		t.Errorf("StepSkipIf with a zero flag did not step")

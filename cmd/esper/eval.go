@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/esper-go/esper/data"
 	"github.com/esper-go/esper/internal/runplot"
 	"github.com/esper-go/esper/simic/evaluate"
 )
@@ -22,18 +21,8 @@ func evalCmd(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("eval", flag.ContinueOnError)
 	controllers := fs.String("controllers", "heuristic,none", "controllers to compare, comma-separated: heuristic, none (the host alone), gnn:POLICY_FILE, gnn-sample:POLICY_FILE")
 	seeds := fs.String("seeds", "101-120", "seeds, e.g. 101-120 or 1,5,7-9: each seed is one task instance, data order and host initialisation, shared by every controller")
-	task := fs.String("task", "synthetic", "task: synthetic (embedded) or fashion-mnist")
-	dataDir := fs.String("data-dir", data.DefaultFashionMNISTDir, "directory of the Fashion-MNIST IDX files")
 	var c trainConfig
-	fs.IntVar(&c.epochs, "epochs", 0, "epochs per run (default per task, as esper train: synthetic 45, fashion-mnist 15)")
-	fs.IntVar(&c.batch, "batch", 128, "batch size")
-	fs.IntVar(&c.blocks, "blocks", 0, "CNN host blocks (default per task)")
-	fs.IntVar(&c.baseChannels, "base-channels", 0, "CNN host channels of the first block (default per task)")
-	fs.IntVar(&c.kernel, "kernel", 0, "CNN host convolution kernel size (default per task)")
-	fs.IntVar(&c.trainSize, "train-size", 0, "synthetic training samples (default 3000)")
-	fs.IntVar(&c.testSize, "test-size", 0, "synthetic test samples (0 = the task default)")
-	fs.Float64Var(&c.lr, "lr", 0, "host learning rate (default 0.05)")
-	fs.StringVar(&c.schedule, "schedule", "", "host learning-rate schedule: constant or cosine (default cosine)")
+	c.runFlags(fs)
 	governor := fs.Bool("governor", true, "roll back diverging runs, as esper train does")
 	capture := fs.Bool("capture", true, "capture and replay the train step")
 	out := fs.String("out", "", "directory for eval.json and eval.png (default runs/eval_TIMESTAMP)")
@@ -46,7 +35,6 @@ func evalCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	c.task = *task
 	if err := c.applyTaskDefaults(set); err != nil {
 		return err
 	}
@@ -64,7 +52,7 @@ func evalCmd(args []string, stdout, stderr io.Writer) error {
 	o := evaluate.Options{
 		Controllers: ctls, Seeds: sd,
 		Run: evaluate.RunConfig{
-			Task: c.task, DataDir: *dataDir, TrainSize: c.trainSize, TestSize: c.testSize,
+			Task: c.task, DataDir: c.dataDir, TrainSize: c.trainSize, TestSize: c.testSize,
 			Epochs: c.epochs, Batch: c.batch, Blocks: c.blocks, BaseChannels: c.baseChannels, Kernel: c.kernel,
 			LR: c.lr, Cosine: c.schedule == "cosine", Governor: *governor, Capture: *capture,
 		},

@@ -28,6 +28,23 @@ import (
 	"github.com/esper-go/esper/tolaria/rollback"
 )
 
+// runFlags registers the flags of the task and the host a run trains
+// (esper train's and esper eval's): their zero defaults are filled per
+// task by applyTaskDefaults.
+func (c *trainConfig) runFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.task, "task", "synthetic", "task: synthetic (embedded, the default) or fashion-mnist")
+	fs.StringVar(&c.dataDir, "data-dir", data.DefaultFashionMNISTDir, "directory of the Fashion-MNIST IDX files")
+	fs.IntVar(&c.epochs, "epochs", 0, "epochs (default per task: synthetic 45, fashion-mnist 15)")
+	fs.IntVar(&c.batch, "batch", 128, "batch size")
+	fs.IntVar(&c.blocks, "blocks", 0, "CNN host blocks, ≥ 2 (default per task: synthetic 2, fashion-mnist 3)")
+	fs.IntVar(&c.baseChannels, "base-channels", 0, "CNN host channels of the first block, doubling per block (default per task: synthetic 4, fashion-mnist 16)")
+	fs.IntVar(&c.kernel, "kernel", 0, "CNN host convolution kernel size (default per task: synthetic 1, an impaired host that cannot see spatial patterns, as the reference's cifar_impaired, so seeds have something to add; fashion-mnist 3)")
+	fs.IntVar(&c.trainSize, "train-size", 0, "synthetic training samples (default 3000)")
+	fs.IntVar(&c.testSize, "test-size", 0, "synthetic test samples (0 = the task default)")
+	fs.Float64Var(&c.lr, "lr", 0, "host learning rate, SGD with momentum 0.9 and weight decay 5e-4 (default 0.05)")
+	fs.StringVar(&c.schedule, "schedule", "", "host learning-rate schedule: constant, or cosine (annealed to 0 over the epochs) (default cosine)")
+}
+
 // trainConfig is what the train command's flags set.
 type trainConfig struct {
 	task, dataDir, device, runRoot, checkpoint, metricsAddr, controller string
@@ -161,24 +178,14 @@ func divergedError(c trainConfig, err error) error {
 func parseTrain(args []string, stderr io.Writer) (trainConfig, error) {
 	var c trainConfig
 	fs := flag.NewFlagSet("train", flag.ContinueOnError)
-	fs.StringVar(&c.task, "task", "synthetic", "task: synthetic (embedded, the default) or fashion-mnist")
-	fs.StringVar(&c.dataDir, "data-dir", data.DefaultFashionMNISTDir, "directory of the Fashion-MNIST IDX files")
+	c.runFlags(fs)
 	fs.StringVar(&c.device, "device", "cpu", "device: cpu, sim or sim:N (the strict simulated accelerator: CPU kernels, every host read explicit and counted), or cuda or cuda:N (a -tags cuda build on a GPU machine; GPU.md)")
 	fs.StringVar(&c.amp, "amp", "off", "automatic mixed precision: off (fp32), bf16 (matmuls and convolutions in bf16 with fp32 accumulation; no loss scaling) or fp16 (the same in fp16, with a loss scaler; cpu and sim only until the CUDA backend has fp16 kernels)")
 	fs.BoolVar(&c.tf32, "tf32", false, "let F32 matmuls and convolutions use TF32; on by default on a CUDA device of compute capability 8.0 or newer (--tf32=false turns it off there); cpu and sim always compute fp32, where --tf32 is an error")
 	fs.StringVar(&c.controller, "controller", "heuristic", "controller: heuristic, gnn (the learned policy of --policy) or none (the host trains alone)")
 	fs.StringVar(&c.policy, "policy", "", "policy checkpoint (safetensors with its tamiyo header) for --controller gnn")
 	fs.BoolVar(&c.policySample, "policy-sample", false, "sample the policy's actions (seeded by --seed) instead of taking the most probable (--controller gnn)")
-	fs.IntVar(&c.epochs, "epochs", 0, "epochs (default per task: synthetic 45, fashion-mnist 15)")
-	fs.IntVar(&c.batch, "batch", 128, "batch size")
-	fs.IntVar(&c.blocks, "blocks", 0, "CNN host blocks, ≥ 2 (default per task: synthetic 2, fashion-mnist 3)")
-	fs.IntVar(&c.baseChannels, "base-channels", 0, "CNN host channels of the first block, doubling per block (default per task: synthetic 4, fashion-mnist 16)")
-	fs.IntVar(&c.kernel, "kernel", 0, "CNN host convolution kernel size (default per task: synthetic 1, an impaired host that cannot see spatial patterns, as the reference's cifar_impaired, so seeds have something to add; fashion-mnist 3)")
-	fs.IntVar(&c.trainSize, "train-size", 0, "synthetic training samples (default 3000)")
-	fs.IntVar(&c.testSize, "test-size", 0, "synthetic test samples (0 = the task default)")
 	fs.Uint64Var(&c.seed, "seed", 1, "seed of the data order, the host's initialisation and the synthetic task")
-	fs.Float64Var(&c.lr, "lr", 0, "host learning rate, SGD with momentum 0.9 and weight decay 5e-4 (default 0.05)")
-	fs.StringVar(&c.schedule, "schedule", "", "host learning-rate schedule: constant, or cosine (annealed to 0 over the epochs) (default cosine)")
 	fs.BoolVar(&c.capture, "capture", true, "capture and replay the train step")
 	fs.BoolVar(&c.governor, "governor", true, "watch the validation loss and roll back to the last good state when it turns NaN or explodes; a run that diverges again after 3 rollbacks in a row stops with an error (without the governor, at its first NaN loss)")
 	fs.BoolVar(&c.baseline, "baseline", false, "also train the same host without seeds for the same epochs, and compare (default per task: synthetic true, fashion-mnist false)")

@@ -154,6 +154,30 @@ func F64(t testing.TB, x *tensor.Tensor) []float64 {
 	return Host(t, x).Float64s()
 }
 
+// Fill sets every element of x to v where x lives: a host fill on the
+// CPU, the backend's Fill on a device (no copy, no host sync).
+func Fill(x *tensor.Tensor, v float64) {
+	if x.Device().IsCPU() {
+		x.Fill(v)
+		return
+	}
+	kernels.For(x.Device()).Fill(x, v)
+}
+
+// Set writes v into element idx of x where x lives: a host Set on the
+// CPU, the backend's Fill of that one element on a device.
+func Set(x *tensor.Tensor, v float64, idx ...int) {
+	if x.Device().IsCPU() {
+		x.Set(v, idx...)
+		return
+	}
+	e := x
+	for axis, i := range idx {
+		e = e.Narrow(axis, i, 1)
+	}
+	kernels.For(x.Device()).Fill(e, v)
+}
+
 // Item returns the value of a one-element tensor, copying it to the host.
 func Item(t testing.TB, x *tensor.Tensor) float64 {
 	t.Helper()
