@@ -233,19 +233,9 @@ func (a *SeedMetricsAccumulator) Record(names []string, flats [][]float32, weigh
 		if len(flats[i]) != size {
 			return invalid(op, "gradient %d has %d elements, gradient 0 has %d", i, len(flats[i]), size)
 		}
-		if !finite(weights[i]) {
-			return invalid(op, "weight of %q is %v", names[i], weights[i])
-		}
-		for j := range i {
-			if names[j] == names[i] {
-				return invalid(op, "participant %q appears twice", names[i])
-			}
-		}
 	}
-	for i, l := range a.opts.Layers {
-		if l.End > size {
-			return invalid(op, "layer %d (%q) ends at %d, the gradients have %d elements", i, l.Name, l.End, size)
-		}
+	if err := a.checkParticipants(op, names, weights, size); err != nil {
+		return err
 	}
 
 	wmean := 0.0
@@ -301,6 +291,28 @@ func (a *SeedMetricsAccumulator) Record(names []string, flats [][]float32, weigh
 	}
 	if attribUses > a.attribUses {
 		a.attribUses = attribUses
+	}
+	return nil
+}
+
+// checkParticipants is Record's and RecordTensors' check of the
+// participant list: finite weights, no name twice, and every layer
+// range within the gradients' size elements.
+func (a *SeedMetricsAccumulator) checkParticipants(op string, names []string, weights []float64, size int) error {
+	for i := range names {
+		if !finite(weights[i]) {
+			return invalid(op, "weight of %q is %v", names[i], weights[i])
+		}
+		for j := range i {
+			if names[j] == names[i] {
+				return invalid(op, "participant %q appears twice", names[i])
+			}
+		}
+	}
+	for i, l := range a.opts.Layers {
+		if l.End > size {
+			return invalid(op, "layer %d (%q) ends at %d, the gradients have %d elements", i, l.Name, l.End, size)
+		}
 	}
 	return nil
 }

@@ -86,19 +86,9 @@ func (a *SeedMetricsAccumulator) RecordTensors(names []string, flats []*tensor.T
 		if flats[i].Device() != dev || flats[i].DType() != dt {
 			return invalid(op, "gradient %d is %v on %v, gradient 0 %v on %v", i, flats[i].DType(), flats[i].Device(), dt, dev)
 		}
-		if !finite(weights[i]) {
-			return invalid(op, "weight of %q is %v", names[i], weights[i])
-		}
-		for j := range i {
-			if names[j] == names[i] {
-				return invalid(op, "participant %q appears twice", names[i])
-			}
-		}
 	}
-	for i, l := range a.opts.Layers {
-		if l.End > size {
-			return invalid(op, "layer %d (%q) ends at %d, the gradients have %d elements", i, l.Name, l.End, size)
-		}
+	if err := a.checkParticipants(op, names, weights, size); err != nil {
+		return err
 	}
 	be, err := backendFor(op, dev)
 	if err != nil {
