@@ -1195,6 +1195,43 @@ func TestSoftmaxAxisMatchesCPU(t *testing.T) {
 	}
 }
 
+// TestEpilogueSideDTypes: the epilogues' side operands (MatMulBias's
+// bias, Conv2dAffineAct's scale and shift) in any of F32, BF16 and F16
+// whatever the product's dtype (an F16 one widened to F32 for the F32 and
+// BF16 kernels, read by its dtype code in the F16 ones), against the CPU
+// backend.
+func TestEpilogueSideDTypes(t *testing.T) {
+	rng := tensor.NewRNG(91)
+	x := tensor.Normal(rng, tensor.F32, 0, 1, 13, 9)
+	w := tensor.Normal(rng, tensor.F32, 0, 1, 7, 9)
+	bias := tensor.Normal(rng, tensor.F32, 0, 1, 7)
+	cx := tensor.Normal(rng, tensor.F32, 0, 1, 2, 3, 6, 6)
+	cw := tensor.Normal(rng, tensor.F32, 0, 0.5, 4, 3, 3, 3)
+	scale := tensor.Normal(rng, tensor.F32, 1, 0.2, 4)
+	shift := tensor.Normal(rng, tensor.F32, 0, 0.2, 4)
+	p := kernels.Conv2dParams{PadH: 1, PadW: 1}
+	for _, d := range floatDTypes {
+		xc, wc, cxc, cwc := x.Cast(d), w.Cast(d), cx.Cast(d), cw.Cast(d)
+		for _, sd := range floatDTypes {
+			bc, sc, sh := bias.Cast(sd), scale.Cast(sd), shift.Cast(sd)
+			want := tensor.Empty(d, 13, 7)
+			cpuBE.MatMulBias(want, xc, wc, bc, false, true)
+			got := poisoned(t, d, 13, 7)
+			if err := dev.MatMulBias(got, toDev(t, xc), toDev(t, wc), toDev(t, bc), false, true, Highest); err != nil {
+				t.Fatal(err)
+			}
+			closeRel(t, fmt.Sprintf("matmul %v bias %v", d, sd), fromDev(t, got), want, 2*tolOf(d))
+			wantY := tensor.Empty(d, 2, 4, 6, 6)
+			cpuBE.Conv2dAffineAct(wantY, cxc, cwc, sc, sh, kernels.Relu, p)
+			gotY := poisoned(t, d, 2, 4, 6, 6)
+			if err := dev.Conv2dAffineAct(gotY, toDev(t, cxc), toDev(t, cwc), toDev(t, sc), toDev(t, sh), kernels.Relu, p, Highest); err != nil {
+				t.Fatal(err)
+			}
+			closeRel(t, fmt.Sprintf("conv %v scale and shift %v", d, sd), fromDev(t, gotY), wantY, 2*tolOf(d))
+		}
+	}
+}
+
 // TestMatMulBiasActMatchesCPU: the fused linear forward with and without
 // a bias and an activation, and a rank-2 operand broadcast over a batch.
 func TestMatMulBiasActMatchesCPU(t *testing.T) {
