@@ -105,8 +105,9 @@ func (d *Device) matmulEpilogue(op string, dst, a, b, bias *tensor.Tensor, act i
 // MatMul sets dst = op(a)·op(b) for rank-2 or rank-3 (batched) F32,
 // BF16 or F16 operands of one dtype through cuBLAS, in the given
 // precision for F32 (BF16 and F16 always accumulate in fp32: GemmEx with
-// CUDA_R_16BF or CUDA_R_16F and CUBLAS_COMPUTE_32F). A rank-2 operand broadcasts over
-// the other's batch (a batch stride of 0); dst is rank 3 when either is.
+// CUDA_R_16BF or CUDA_R_16F and CUBLAS_COMPUTE_32F). A rank-2 operand
+// broadcasts over the other's batch (a batch stride of 0); dst is rank 3
+// when either is.
 func (d *Device) MatMul(dst, a, b *tensor.Tensor, transA, transB bool, prec Precision) error {
 	const op = "MatMul"
 	dt := dst.DType()
