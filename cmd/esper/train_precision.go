@@ -25,8 +25,6 @@ var ampModes = map[string]tolaria.AMPMode{"off": tolaria.AMPOff, "bf16": tolaria
 // command line) for dev, whose backend be is open, or says in one line
 // why the device cannot do what was asked:
 //
-//   - --amp fp16 on a CUDA device: the CUDA backend has no fp16 kernels
-//     yet (bf16 it has).
 //   - --tf32 on cpu or sim: they compute F32 products in fp32 always
 //     (kernels' SetMatmulPrecision is a no-op there), so asking for TF32
 //     would be a run that silently does not do what its command line
@@ -34,8 +32,10 @@ var ampModes = map[string]tolaria.AMPMode{"off": tolaria.AMPOff, "bf16": tolaria
 //   - --tf32 on a CUDA device of compute capability below 8.0, which has
 //     no TF32 arithmetic.
 //
-// On a CUDA device of compute capability 8.0 or newer TF32 is on unless
-// --tf32=false, as PyTorch's cuDNN convolutions are by default.
+// Every --amp mode runs on every device (the CUDA backend has F16 kernels
+// beside its BF16 ones, so fp16 autocast with the GradScaler trains
+// there). On a CUDA device of compute capability 8.0 or newer TF32 is on
+// unless --tf32=false, as PyTorch's cuDNN convolutions are by default.
 func resolvePrecision(dev tensor.Device, be kernels.Backend, amp string, tf32, tf32Set bool) (precision, error) {
 	mode, ok := ampModes[amp]
 	if !ok {
@@ -47,9 +47,6 @@ func resolvePrecision(dev tensor.Device, be kernels.Backend, amp string, tf32, t
 			return p, fmt.Errorf("--tf32 on %v: TF32 is a matmul mode of CUDA devices of compute capability 8.0 or newer, and %v always computes in fp32 (leave --tf32 out)", dev, dev)
 		}
 		return p, nil
-	}
-	if mode == tolaria.AMPFP16 {
-		return p, fmt.Errorf("--amp fp16 on %v: the CUDA backend has no fp16 kernels yet (use --amp bf16 there, or fp16 on cpu or sim)", dev)
 	}
 	desc, ok := be.(kernels.DeviceDescriber)
 	if !ok {

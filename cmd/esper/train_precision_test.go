@@ -81,8 +81,8 @@ func (f fakeCUDA) ComputeCapability() (int, int, error) {
 
 // TestResolvePrecision: --amp and --tf32 per device. TF32 is on by
 // default on a CUDA device of compute capability ≥ 8.0, reported in one
-// note, and off below; asking for it where it does not exist, or for
-// fp16 on CUDA, is an error at start.
+// note, and off below; asking for it where it does not exist is an error
+// at start. fp16 runs on CUDA as bf16 does.
 func TestResolvePrecision(t *testing.T) {
 	cpu, err := device.Open("cpu")
 	require.NoError(t, err)
@@ -110,7 +110,8 @@ func TestResolvePrecision(t *testing.T) {
 		{name: "sm90 --tf32=false", dev: tensor.CUDA(0), be: h100, amp: "off", tf32Set: true, note: "TF32 off on cuda:0 (Fake GPU, compute capability 9.0) (--tf32=false): F32 matmuls and convolutions in fp32"},
 		{name: "sm70 default", dev: tensor.CUDA(0), be: v100, amp: "off", note: "TF32 off on cuda:0 (Fake GPU, compute capability 7.0), which has none: F32 matmuls and convolutions in fp32"},
 		{name: "sm70 --tf32", dev: tensor.CUDA(0), be: v100, amp: "off", tf32: true, tf32Set: true, err: "--tf32 on cuda:0 (Fake GPU, compute capability 7.0): TF32 needs compute capability 8.0 or newer"},
-		{name: "cuda fp16", dev: tensor.CUDA(0), be: h100, amp: "fp16", err: "--amp fp16 on cuda:0: the CUDA backend has no fp16 kernels yet"},
+		{name: "sm90 fp16", dev: tensor.CUDA(0), be: h100, amp: "fp16", want: precision{amp: tolaria.AMPFP16, tf32: true},
+			note: "TF32 on for F32 matmuls and convolutions on cuda:0 (Fake GPU, compute capability 9.0), the default from compute capability 8.0 (--tf32=false turns it off)"},
 		{name: "cuda without a describer", dev: tensor.CUDA(0), be: cpu, amp: "off", err: "cannot say its compute capability"},
 		{name: "capability unreadable", dev: tensor.CUDA(0), be: fakeCUDA{err: errors.New("driver says no")}, amp: "off", err: "driver says no"},
 		{name: "bad amp", dev: tensor.CPU, be: cpu, amp: "fp8", err: `unknown --amp "fp8"`},

@@ -9,14 +9,14 @@ import (
 	"github.com/esper-go/esper/tensor"
 )
 
-// conformanceOptions are what the CUDA backend computes in: F32 and BF16
-// kernels, the accumulating index ops (atomics) in F32 alone.
+// conformanceOptions are what the CUDA backend computes in: F32, BF16 and
+// F16 kernels for every method (no F64). None is narrower: the methods
+// that stay F32 alone on the device (the optimizers, the foreach ops,
+// UnscaleCheck, GradAccumulator, ChannelAxpyer) are the ones the suite
+// checks in F64 and F32 only, and the accumulating index ops (IndexAdd,
+// ScatterAdd) add with atomics in all three.
 var conformanceOptions = backendtest.Options{
-	Floats: []tensor.DType{tensor.F32, tensor.BF16},
-	Narrow: map[string][]tensor.DType{
-		"IndexAdd":   {tensor.F32},
-		"ScatterAdd": {tensor.F32},
-	},
+	Floats: []tensor.DType{tensor.F32, tensor.BF16, tensor.F16},
 }
 
 // TestConformance runs the conformance suite of kernels.Backend on the

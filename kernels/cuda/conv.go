@@ -14,8 +14,8 @@ import (
 // 2-D convolution (NCHW) as im2col/col2im kernels (src/conv.cu) around
 // cuBLAS: per group g, the strided-batched product over the samples of
 // W_g [og, cg·kh·kw] and the columns [cg·kh·kw, ho·wo]. Inputs, weights
-// and outputs share one dtype (F32, in the given precision, or BF16 with
-// fp32 accumulation).
+// and outputs share one dtype (F32, in the given precision, or BF16 or
+// F16 with fp32 accumulation; the bias too).
 
 // Conv2d implements kernels.Backend.
 func (b *Backend) Conv2d(dst, x, w, bias *T, p kernels.Conv2dParams) {
@@ -68,8 +68,10 @@ func planConv(op string, x, w, y *tensor.Tensor, p kernels.Conv2dParams) (convPl
 		c.blasType = dataF32
 	case tensor.BF16:
 		c.blasType = dataBF16
+	case tensor.F16:
+		c.blasType = dataF16
 	default:
-		return convPlan{}, fmt.Errorf("cuda: %s: dtype %v (F32 and BF16 run here)", op, x.DType())
+		return convPlan{}, fmt.Errorf("cuda: %s: dtype %v (F32, BF16 and F16 run here)", op, x.DType())
 	}
 	return c, nil
 }

@@ -17,9 +17,10 @@ import (
 // in fp32: in place on dst (affine_act_nchw), or, pooled, from the
 // convolution's output in a scratch buffer to the 2×2, stride-2 max of
 // the epilogue's values in dst (affine_act_pool2), the full-size
-// epilogue output never written. x, w and dst share one dtype (F32 or
-// BF16, as Conv2d); scale and shift are F32 or BF16 each. A ReLU keeps
-// NaN (max(v, +0), as kernels.Relu is defined).
+// epilogue output never written. x, w and dst share one dtype (F32, BF16
+// or F16, as Conv2d); scale and shift are F32, BF16 or F16 each
+// (sideOperand). A ReLU keeps NaN (max(v, +0), as kernels.Relu is
+// defined).
 
 var (
 	_ kernels.ConvAffineActer     = (*Backend)(nil)
@@ -38,27 +39,23 @@ func (b *Backend) Conv2dAffineActMaxPool2x2(dst, x, w, scale, shift *T, act kern
 
 // affineOperands checks the epilogue's scale and shift (kernels
 // .CheckConvAffineAct: [cout] each, and act) and returns their addresses
-// and whether each is BF16 (else F32).
-func (d *Device) affineOperands(op string, cout int, scale, shift *tensor.Tensor, act kernels.UnaryOp) (ps, ph cu.DevicePtr, s16, h16 int32, err error) {
+// and the codes the epilogue kernel of dtype kdt reads them by
+// (sideOperand); call free when the launch is queued (never nil).
+func (d *Device) affineOperands(op string, cout int, scale, shift *tensor.Tensor, act kernels.UnaryOp, kdt tensor.DType) (ps, ph cu.DevicePtr, sc, hc int32, free func(), err error) {
+	free = func() {}
 	if err := checked(kernels.CheckConvAffineAct(op, cout, scale, shift, act)); err != nil {
-		return 0, 0, 0, 0, err
+		return 0, 0, 0, 0, free, err
 	}
-	ptr := func(what string, t *tensor.Tensor) (cu.DevicePtr, int32, error) {
-		switch dt := t.DType(); dt {
-		case tensor.F32, tensor.BF16:
-			p, err := d.ptrOf(op, what, t, dt)
-			return p, b2i(dt == tensor.BF16), err
-		default:
-			return 0, 0, fmt.Errorf("cuda: %s: %s dtype %v (F32 or BF16)", op, what, dt)
-		}
+	ps, sc, freeS, err := d.sideOperand(op, "scale", scale, kdt)
+	if err != nil {
+		return 0, 0, 0, 0, free, err
 	}
-	if ps, s16, err = ptr("scale", scale); err != nil {
-		return 0, 0, 0, 0, err
+	ph, hc, freeH, err := d.sideOperand(op, "shift", shift, kdt)
+	if err != nil {
+		freeS()
+		return 0, 0, 0, 0, free, err
 	}
-	if ph, h16, err = ptr("shift", shift); err != nil {
-		return 0, 0, 0, 0, err
-	}
-	return ps, ph, s16, h16, nil
+	return ps, ph, sc, hc, func() { freeS(); freeH() }, nil
 }
 
 // Conv2dAffineAct computes Conv2d(x, w) (no bias) into dst [N, Cout, Ho,
@@ -74,15 +71,16 @@ func (d *Device) Conv2dAffineAct(dst, x, w, scale, shift *tensor.Tensor, act ker
 	if err != nil {
 		return err
 	}
-	ps, ph, s16, h16, err := d.affineOperands(op, c.cout, scale, shift, act)
-	if err != nil {
-		return err
-	}
 	dt := x.DType()
 	name, err := floatKernel(op, "affine_act_nchw", dt)
 	if err != nil {
 		return err
 	}
+	ps, ph, sc, hc, free, err := d.affineOperands(op, c.cout, scale, shift, act, dt)
+	if err != nil {
+		return err
+	}
+	defer free()
 	if err := d.Conv2d(dst, x, w, nil, p, prec); err != nil {
 		return fmt.Errorf("%w (in %s)", err, op)
 	}
@@ -90,7 +88,7 @@ func (d *Device) Conv2dAffineAct(dst, x, w, scale, shift *tensor.Tensor, act ker
 	release := d.enter()
 	defer release()
 	var a args
-	a.ptr(ptrs[2]).ptr(ps).i32(s16).ptr(ph).i32(h16).i32(int32(act)).i64(int64(c.cout)).i64(int64(c.pixels)).i64(total)
+	a.ptr(ptrs[2]).ptr(ps).i32(sc).ptr(ph).i32(hc).i32(int32(act)).i64(int64(c.cout)).i64(int64(c.pixels)).i64(total)
 	return d.launch1D(name, total, &a)
 }
 
@@ -126,10 +124,11 @@ func (d *Device) Conv2dAffineActMaxPool2x2(dst, x, w, scale, shift *tensor.Tenso
 	if err != nil {
 		return err
 	}
-	ps, ph, s16, h16, err := d.affineOperands(op, g.Cout, scale, shift, act)
+	ps, ph, sc, hc, free, err := d.affineOperands(op, g.Cout, scale, shift, act, dt)
 	if err != nil {
 		return err
 	}
+	defer free()
 	total := int64(dst.Numel())
 	if total == 0 {
 		return nil
@@ -146,7 +145,7 @@ func (d *Device) Conv2dAffineActMaxPool2x2(dst, x, w, scale, shift *tensor.Tenso
 	release := d.enter()
 	defer release()
 	var a args
-	a.ptr(ptrs[2]).ptr(py).ptr(ps).i32(s16).ptr(ph).i32(h16).i32(int32(act)).i64(int64(g.Cout))
+	a.ptr(ptrs[2]).ptr(py).ptr(ps).i32(sc).ptr(ph).i32(hc).i32(int32(act)).i64(int64(g.Cout))
 	a.i64(int64(ho)).i64(int64(wo)).i64(int64(ho / 2)).i64(int64(wo / 2)).i64(total)
 	return d.launch1D(name, total, &a)
 }

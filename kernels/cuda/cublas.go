@@ -96,6 +96,7 @@ const (
 	blasOpT = 1
 
 	dataF32  = 0  // CUDA_R_32F
+	dataF16  = 2  // CUDA_R_16F
 	dataBF16 = 14 // CUDA_R_16BF
 
 	computeF32       = 68 // CUBLAS_COMPUTE_32F

@@ -97,8 +97,11 @@ func closeRel(t *testing.T, what string, got, want *tensor.Tensor, tol float64) 
 }
 
 func tolOf(d tensor.DType) float64 {
-	if d == tensor.BF16 {
+	switch d {
+	case tensor.BF16:
 		return 1e-2
+	case tensor.F16:
+		return 2e-3
 	}
 	return 1e-5
 }
@@ -117,7 +120,20 @@ func TestFillAndCast(t *testing.T) {
 		t.Fatal(err)
 	}
 	closeRel(t, "cast bf16→f32", fromDev(t, f), x.Cast(tensor.BF16).Cast(tensor.F32), 0)
-	for _, d := range []tensor.DType{tensor.F32, tensor.BF16} {
+	h := poisoned(t, tensor.F16, 1000)
+	if err := dev.Cast(h, xd); err != nil {
+		t.Fatal(err)
+	}
+	closeRel(t, "cast f32→f16", fromDev(t, h), x.Cast(tensor.F16), 0)
+	if err := dev.Cast(f, h); err != nil {
+		t.Fatal(err)
+	}
+	closeRel(t, "cast f16→f32", fromDev(t, f), x.Cast(tensor.F16).Cast(tensor.F32), 0)
+	if err := dev.Cast(b, h); err != nil { // no kernel of its own: Copy's conversion
+		t.Fatal(err)
+	}
+	closeRel(t, "cast f16→bf16", fromDev(t, b), x.Cast(tensor.F16).Cast(tensor.BF16), 0)
+	for _, d := range floatDTypes {
 		y := poisoned(t, d, 77)
 		if err := dev.Fill(y, 2.5); err != nil {
 			t.Fatal(err)
@@ -127,7 +143,7 @@ func TestFillAndCast(t *testing.T) {
 }
 
 func TestUnaryMatchesCPU(t *testing.T) {
-	for _, d := range []tensor.DType{tensor.F32, tensor.BF16} {
+	for _, d := range floatDTypes {
 		for _, op := range kernels.UnaryOps() {
 			rng := tensor.NewRNG(uint64(op) + 10)
 			x := tensor.Uniform(rng, tensor.F32, 0.1, 3, 4097) // positive: log, sqrt, rsqrt defined
@@ -147,7 +163,7 @@ func TestUnaryMatchesCPU(t *testing.T) {
 }
 
 func TestBinaryMatchesCPU(t *testing.T) {
-	for _, d := range []tensor.DType{tensor.F32, tensor.BF16} {
+	for _, d := range floatDTypes {
 		for op := kernels.Add; op <= kernels.Minimum; op++ {
 			rng := tensor.NewRNG(uint64(op) + 20)
 			for _, n := range []int{4096, 4097} { // vectorised and not
@@ -256,8 +272,8 @@ func TestOptimizersMatchCPU(t *testing.T) {
 	}
 }
 
-// TestMatMulMatchesCPU: cuBLAS products in fp32 (highest), TF32 and bf16,
-// plain, transposed and batched, against the CPU backend.
+// TestMatMulMatchesCPU: cuBLAS products in fp32 (highest), TF32, bf16
+// and fp16, plain, transposed and batched, against the CPU backend.
 func TestMatMulMatchesCPU(t *testing.T) {
 	rng := tensor.NewRNG(7)
 	for _, c := range []struct {
@@ -288,7 +304,8 @@ func TestMatMulMatchesCPU(t *testing.T) {
 			d    tensor.DType
 			prec Precision
 			tol  float64
-		}{{"fp32", tensor.F32, Highest, 1e-5}, {"tf32", tensor.F32, High, 1e-3}, {"bf16", tensor.BF16, Highest, 1e-2}} {
+		}{{"fp32", tensor.F32, Highest, 1e-5}, {"tf32", tensor.F32, High, 1e-3}, {"bf16", tensor.BF16, Highest, 1e-2},
+			{"fp16", tensor.F16, Highest, 2e-3}} {
 			ac, bc := a.Cast(pc.d), b.Cast(pc.d)
 			want := tensor.Empty(tensor.F32, shape...)
 			cpuBE.MatMul(want, ac.Cast(tensor.F32), bc.Cast(tensor.F32), c.ta, c.tb)
@@ -376,10 +393,10 @@ func TestGraphReplayEqualsEager(t *testing.T) {
 }
 
 // TestRowsMatchCPU: last-axis Sum/Mean/Max, softmax and log-softmax with
-// their backward passes, on rows shorter and longer than a block, in F32
-// and BF16.
+// their backward passes, on rows shorter and longer than a block, in
+// every float dtype.
 func TestRowsMatchCPU(t *testing.T) {
-	for _, d := range []tensor.DType{tensor.F32, tensor.BF16} {
+	for _, d := range floatDTypes {
 		for _, shape := range [][]int{{37, 10}, {5, 1000}, {3, 4, 257}} {
 			rng := tensor.NewRNG(uint64(len(shape)*100 + shape[len(shape)-1]))
 			x := tensor.Normal(rng, tensor.F32, 0, 2, shape...).Cast(d)
@@ -462,7 +479,7 @@ func TestCrossEntropyMatchesCPU(t *testing.T) {
 // TestDropoutMatchesCPU: the device drops exactly the elements the CPU
 // backend drops for the same {seed, counter}, and advances the counter.
 func TestDropoutMatchesCPU(t *testing.T) {
-	for _, d := range []tensor.DType{tensor.F32, tensor.BF16} {
+	for _, d := range floatDTypes {
 		x := tensor.Normal(tensor.NewRNG(3), tensor.F32, 0, 1, 5000).Cast(d)
 		state := tensor.FromSlice([]int64{42, 7}, 2)
 		stateD := toDev(t, state)
@@ -483,7 +500,7 @@ func TestDropoutMatchesCPU(t *testing.T) {
 // TestLayerNormMatchesCPU: forward (with and without affine) and the
 // backward's dx, dw, db.
 func TestLayerNormMatchesCPU(t *testing.T) {
-	for _, d := range []tensor.DType{tensor.F32, tensor.BF16} {
+	for _, d := range floatDTypes {
 		for _, affine := range []bool{true, false} {
 			const rows, n = 33, 300
 			rng := tensor.NewRNG(4)
@@ -548,7 +565,7 @@ func TestIndexRowsMatchCPU(t *testing.T) {
 }
 
 // floatDTypes are the dtypes every float kernel runs in.
-var floatDTypes = []tensor.DType{tensor.F32, tensor.BF16}
+var floatDTypes = []tensor.DType{tensor.F32, tensor.BF16, tensor.F16}
 
 // TestUnaryBackwardMatchesCPU: dy·op'(x) for every op, from x alone and
 // with y = op(x) given (the ops that reuse it read it then).
@@ -679,8 +696,8 @@ func TestWhereMatchesCPU(t *testing.T) {
 }
 
 // TestCopyMatchesCPU: strided views into contiguous and strided
-// destinations, with and without an F32↔BF16 conversion, and two
-// strided views of different shapes.
+// destinations, with and without an F32↔BF16 or F32↔F16 conversion, and
+// two strided views of different shapes.
 func TestCopyMatchesCPU(t *testing.T) {
 	rng := tensor.NewRNG(60)
 	src := tensor.Normal(rng, tensor.F32, 0, 1, 6, 5, 4)
@@ -700,6 +717,10 @@ func TestCopyMatchesCPU(t *testing.T) {
 			func(x *tensor.Tensor) *tensor.Tensor { return x.Narrow(1, 2, 3) }, tensor.F32, tensor.F32},
 		{"bf16 transposed into strided f32", func(x *tensor.Tensor) *tensor.Tensor { return x.Transpose(0, 2) }, []int{4, 5, 9},
 			func(x *tensor.Tensor) *tensor.Tensor { return x.Narrow(2, 1, 6) }, tensor.BF16, tensor.F32},
+		{"permuted to f16", func(x *tensor.Tensor) *tensor.Tensor { return x.Permute(1, 2, 0) }, []int{5, 4, 6},
+			func(x *tensor.Tensor) *tensor.Tensor { return x }, tensor.F32, tensor.F16},
+		{"f16 transposed into strided f32", func(x *tensor.Tensor) *tensor.Tensor { return x.Transpose(0, 2) }, []int{4, 5, 9},
+			func(x *tensor.Tensor) *tensor.Tensor { return x.Narrow(2, 1, 6) }, tensor.F16, tensor.F32},
 		{"different shapes, both strided", func(x *tensor.Tensor) *tensor.Tensor { return x.Permute(2, 1, 0) }, []int{10, 13},
 			func(x *tensor.Tensor) *tensor.Tensor { return x.Narrow(1, 0, 12) }, tensor.F32, tensor.F32},
 	} {
@@ -923,7 +944,7 @@ func TestGroupNormMatchesCPU(t *testing.T) {
 
 // TestConv2dMatchesCPU: forward (with and without bias), input and
 // weight gradients over strides, padding, dilation and groups, in fp32,
-// TF32 and bf16.
+// TF32, bf16 and fp16.
 func TestConv2dMatchesCPU(t *testing.T) {
 	for ci, c := range []struct {
 		x, w []int
@@ -948,7 +969,8 @@ func TestConv2dMatchesCPU(t *testing.T) {
 			d    tensor.DType
 			prec Precision
 			tol  float64
-		}{{"fp32", tensor.F32, Highest, 1e-5}, {"tf32", tensor.F32, High, 1e-3}, {"bf16", tensor.BF16, Highest, 1e-2}} {
+		}{{"fp32", tensor.F32, Highest, 1e-5}, {"tf32", tensor.F32, High, 1e-3}, {"bf16", tensor.BF16, Highest, 1e-2},
+			{"fp16", tensor.F16, Highest, 2e-3}} {
 			xc, wc, bc, dyc := x.Cast(pc.d), w.Cast(pc.d), bias.Cast(pc.d), dy.Cast(pc.d)
 			f32 := func(t *tensor.Tensor) *tensor.Tensor { return t.Cast(tensor.F32) }
 			what := fmt.Sprintf("conv %s %v %v %+v", pc.name, c.x, c.w, c.p)
@@ -1100,6 +1122,7 @@ func TestFillAndCopyAnyDType(t *testing.T) {
 	for _, c := range []struct{ from, to tensor.DType }{
 		{tensor.F32, tensor.I64}, {tensor.F32, tensor.I32}, {tensor.I64, tensor.F32}, {tensor.Bool, tensor.F32},
 		{tensor.F64, tensor.F32}, {tensor.F32, tensor.F16}, {tensor.BF16, tensor.F64}, {tensor.F32, tensor.Bool},
+		{tensor.F16, tensor.BF16}, {tensor.BF16, tensor.F16}, {tensor.F16, tensor.I32},
 	} {
 		s := src.Cast(c.from)
 		want := tensor.Empty(c.to, 7, 6)
@@ -1114,7 +1137,7 @@ func TestFillAndCopyAnyDType(t *testing.T) {
 
 // TestReduceAxesMatchCPU: every ReduceOp over single axes (first,
 // middle, last), neighbouring pairs, a non-neighbouring pair (through a
-// permuted copy), all axes and none, in F32 and BF16.
+// permuted copy), all axes and none, in every float dtype.
 func TestReduceAxesMatchCPU(t *testing.T) {
 	for _, d := range floatDTypes {
 		rng := tensor.NewRNG(81)
@@ -1168,6 +1191,43 @@ func TestSoftmaxAxisMatchesCPU(t *testing.T) {
 				}
 				closeRel(t, fmt.Sprintf("softmax backward %v axis %d log=%v", d, axis, log), fromDev(t, gotDx), dx, 4*tolOf(d))
 			}
+		}
+	}
+}
+
+// TestEpilogueSideDTypes: the epilogues' side operands (MatMulBias's
+// bias, Conv2dAffineAct's scale and shift) in any of F32, BF16 and F16
+// whatever the product's dtype (an F16 one widened to F32 for the F32 and
+// BF16 kernels, read by its dtype code in the F16 ones), against the CPU
+// backend.
+func TestEpilogueSideDTypes(t *testing.T) {
+	rng := tensor.NewRNG(91)
+	x := tensor.Normal(rng, tensor.F32, 0, 1, 13, 9)
+	w := tensor.Normal(rng, tensor.F32, 0, 1, 7, 9)
+	bias := tensor.Normal(rng, tensor.F32, 0, 1, 7)
+	cx := tensor.Normal(rng, tensor.F32, 0, 1, 2, 3, 6, 6)
+	cw := tensor.Normal(rng, tensor.F32, 0, 0.5, 4, 3, 3, 3)
+	scale := tensor.Normal(rng, tensor.F32, 1, 0.2, 4)
+	shift := tensor.Normal(rng, tensor.F32, 0, 0.2, 4)
+	p := kernels.Conv2dParams{PadH: 1, PadW: 1}
+	for _, d := range floatDTypes {
+		xc, wc, cxc, cwc := x.Cast(d), w.Cast(d), cx.Cast(d), cw.Cast(d)
+		for _, sd := range floatDTypes {
+			bc, sc, sh := bias.Cast(sd), scale.Cast(sd), shift.Cast(sd)
+			want := tensor.Empty(d, 13, 7)
+			cpuBE.MatMulBias(want, xc, wc, bc, false, true)
+			got := poisoned(t, d, 13, 7)
+			if err := dev.MatMulBias(got, toDev(t, xc), toDev(t, wc), toDev(t, bc), false, true, Highest); err != nil {
+				t.Fatal(err)
+			}
+			closeRel(t, fmt.Sprintf("matmul %v bias %v", d, sd), fromDev(t, got), want, 2*tolOf(d))
+			wantY := tensor.Empty(d, 2, 4, 6, 6)
+			cpuBE.Conv2dAffineAct(wantY, cxc, cwc, sc, sh, kernels.Relu, p)
+			gotY := poisoned(t, d, 2, 4, 6, 6)
+			if err := dev.Conv2dAffineAct(gotY, toDev(t, cxc), toDev(t, cwc), toDev(t, sc), toDev(t, sh), kernels.Relu, p, Highest); err != nil {
+				t.Fatal(err)
+			}
+			closeRel(t, fmt.Sprintf("conv %v scale and shift %v", d, sd), fromDev(t, gotY), wantY, 2*tolOf(d))
 		}
 	}
 }

@@ -4,6 +4,14 @@
 // driver for the device at Open), cuBLAS reached through dlopen, a
 // stream-ordered caching allocator, and CUDA graph capture and replay.
 //
+// Float kernels come in F32, BF16 and F16 (the half types computed in
+// fp32 and rounded to nearest even on store; matmuls and convolutions
+// through cuBLAS with fp32 accumulation), so both bf16 and fp16 autocast
+// run here. What stays F32 alone: the optimizers, the foreach operations
+// and UnscaleCheck (autocast keeps parameters, gradients and optimizer
+// state in F32), and the fused GradAccumulator and ChannelAxpyer (their
+// interfaces take F32 and F64). The device has no F64 kernels.
+//
 // gorgonia.org/cu provides the driver API (devices, contexts, memory,
 // streams, modules); driver.go binds the few calls it lacks (kernel
 // launch without per-launch allocation, stream capture, graphs, pinned

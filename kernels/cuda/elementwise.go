@@ -13,8 +13,9 @@ import (
 // The elementwise family (src/elementwise.cu): fills, casts and strided
 // copies between any dtypes, unary ops and their derivatives, binary ops
 // with broadcasting (flat kernels for contiguous operands of one shape or
-// a scalar, binary_nd over strided views otherwise), where and clamp. F32
-// and BF16 compute in fp32; Fill and Copy take every dtype.
+// a scalar, binary_nd over strided views otherwise), where and clamp. F32,
+// BF16 and F16 compute in fp32 (the half types rounded to nearest even on
+// store); Fill and Copy take every dtype.
 
 // Fill implements kernels.Backend (any dtype).
 func (b *Backend) Fill(dst *T, v float64) { must(b.d.Fill(dst, v)) }
@@ -23,15 +24,16 @@ func (b *Backend) Fill(dst *T, v float64) { must(b.d.Fill(dst, v)) }
 // device).
 func (b *Backend) Copy(dst, src *T) { must(b.d.Copy(dst, src)) }
 
-// Unary implements kernels.Backend (F32, BF16).
+// Unary implements kernels.Backend (F32, BF16, F16).
 func (b *Backend) Unary(op kernels.UnaryOp, dst, x *T) { must(b.d.Unary(op, dst, x)) }
 
-// UnaryBackward implements kernels.Backend (F32, BF16).
+// UnaryBackward implements kernels.Backend (F32, BF16, F16).
 func (b *Backend) UnaryBackward(op kernels.UnaryOp, dx, x, y, dy *T) {
 	must(b.d.UnaryBackward(op, dx, x, y, dy))
 }
 
-// Binary implements kernels.Backend (F32, BF16; comparisons into Bool).
+// Binary implements kernels.Backend (F32, BF16, F16; comparisons into
+// Bool).
 func (b *Backend) Binary(op kernels.BinaryOp, dst, x, y *T) { must(b.d.Binary(op, dst, x, y)) }
 
 // BinaryScalar implements kernels.Backend.
@@ -46,8 +48,8 @@ func (b *Backend) Where(dst, cond, x, y *T) { must(b.d.Where(dst, cond, x, y)) }
 func (b *Backend) Clamp(dst, x *T, lo, hi float64) { must(b.d.Clamp(dst, x, lo, hi)) }
 
 // Fill sets every element of the contiguous dst to v, converted to dst's
-// dtype as the CPU backend converts (any dtype: F32 and BF16 take their
-// own kernels, the others a fill of v's bit pattern).
+// dtype as the CPU backend converts (any dtype: F32, BF16 and F16 take
+// their own kernels, the others a fill of v's bit pattern).
 func (d *Device) Fill(dst *tensor.Tensor, v float64) error {
 	p, err := d.ptrOf("Fill", "dst", dst, dst.DType())
 	if err != nil {
@@ -91,8 +93,9 @@ func fillBits(op string, dt tensor.DType, v float64) (uint64, error) {
 	return 0, fmt.Errorf("cuda: %s: invalid dtype %v", op, dt)
 }
 
-// Cast copies x into dst converting F32 to BF16 (round to nearest even)
-// or BF16 to F32.
+// Cast copies x into dst (contiguous, one shape) converting its dtype:
+// F32 to BF16 or F16 (round to nearest even) and back by kernels of their
+// own, any other pair as Copy converts.
 func (d *Device) Cast(dst, x *tensor.Tensor) error {
 	var name string
 	switch {
@@ -100,11 +103,19 @@ func (d *Device) Cast(dst, x *tensor.Tensor) error {
 		name = "cast_f32_bf16"
 	case x.DType() == tensor.BF16 && dst.DType() == tensor.F32:
 		name = "cast_bf16_f32"
-	default:
-		return fmt.Errorf("cuda: Cast from %v to %v (F32↔BF16 run here)", x.DType(), dst.DType())
+	case x.DType() == tensor.F32 && dst.DType() == tensor.F16:
+		name = "cast_f32_f16"
+	case x.DType() == tensor.F16 && dst.DType() == tensor.F32:
+		name = "cast_f16_f32"
 	}
 	if err := sameShape("Cast", dst, x); err != nil {
 		return err
+	}
+	if name == "" {
+		if !dst.IsContiguous() || !x.IsContiguous() {
+			return fmt.Errorf("cuda: Cast: dst (shape %v) and x must be contiguous", dst.Shape())
+		}
+		return d.Copy(dst, x)
 	}
 	pd, err := d.ptrOf("Cast", "dst", dst, dst.DType())
 	if err != nil {
@@ -122,9 +133,11 @@ func (d *Device) Cast(dst, x *tensor.Tensor) error {
 
 // Copy copies src into dst element by element in row-major order; both
 // may be views of any strides with equal element counts (dst must not
-// overlap src). Equal dtypes are copied as raw words; F32↔BF16 round to
-// nearest even into BF16; any other pair converts through fp64 as the CPU
-// backend does (float→int truncates, bool is v ≠ 0).
+// overlap src). Equal dtypes are copied as raw words; F32↔BF16 and
+// F32↔F16 by kernels of their own, rounding to nearest even into the half
+// type; any other pair converts through fp64 as the CPU backend does
+// (float→int truncates, bool is v ≠ 0; into a half type through fp32,
+// rounded to nearest even).
 func (d *Device) Copy(dst, src *tensor.Tensor) error {
 	const op = "Copy"
 	if dst.Numel() != src.Numel() {
@@ -190,6 +203,10 @@ func copyKernel(dst, src tensor.DType) (string, error) {
 		return "copy_nd_f32_bf16", nil
 	case dst == tensor.F32 && src == tensor.BF16:
 		return "copy_nd_bf16_f32", nil
+	case dst == tensor.F16 && src == tensor.F32:
+		return "copy_nd_f32_f16", nil
+	case dst == tensor.F32 && src == tensor.F16:
+		return "copy_nd_f16_f32", nil
 	}
 	if _, ok := dtypeCode[dst]; !ok {
 		return "", fmt.Errorf("cuda: Copy into invalid dtype %v", dst)
@@ -203,8 +220,8 @@ func copyKernel(dst, src tensor.DType) (string, error) {
 // dtypeCode numbers the dtypes as src/elementwise.cu's D_* codes.
 var dtypeCode = map[tensor.DType]int32{tensor.F64: 0, tensor.F32: 1, tensor.BF16: 2, tensor.F16: 3, tensor.I64: 4, tensor.I32: 5, tensor.Bool: 6}
 
-// Unary sets dst = op(x) elementwise (same shape and dtype, F32 or BF16;
-// bf16 values are computed in fp32).
+// Unary sets dst = op(x) elementwise (same shape and dtype, F32, BF16 or
+// F16; half values are computed in fp32).
 func (d *Device) Unary(op kernels.UnaryOp, dst, x *tensor.Tensor) error {
 	if err := checked(kernels.CheckUnary("Unary", op, dst, x)); err != nil {
 		return err
@@ -231,7 +248,7 @@ func (d *Device) Unary(op kernels.UnaryOp, dst, x *tensor.Tensor) error {
 // formulas (Sign's derivative is zero). y = op(x) is optional: Exp,
 // Sigmoid, Tanh, Sqrt, Rsqrt and Recip use it when given, and x may then
 // be nil; every other op needs x. All operands are contiguous, of one
-// shape and dtype (F32 or BF16, computed in fp32).
+// shape and dtype (F32, BF16 or F16, computed in fp32).
 func (d *Device) UnaryBackward(op kernels.UnaryOp, dx, x, y, dy *tensor.Tensor) error {
 	const name = "UnaryBackward"
 	useY, err := kernels.CheckUnaryBackward(name, op, dx, x, y, dy)
@@ -371,8 +388,8 @@ func (d *Device) binaryND(name string, op kernels.BinaryOp, dst, x, y *tensor.Te
 }
 
 // BinaryScalar sets dst = a op s, or s op a when swap is set, for every
-// BinaryOp (comparisons write a Bool dst); a is any view of F32 or BF16
-// broadcasting to dst's shape, and s is rounded to fp32 as on the CPU.
+// BinaryOp (comparisons write a Bool dst); a is any view of F32, BF16 or
+// F16 broadcasting to dst's shape, and s is rounded to fp32 as on the CPU.
 func (d *Device) BinaryScalar(op kernels.BinaryOp, dst, x *tensor.Tensor, s float64, swap bool) error {
 	if err := checked(kernels.CheckBinary("BinaryScalar", op, dst, x, nil)); err != nil {
 		return err
@@ -386,7 +403,7 @@ func (d *Device) BinaryScalar(op kernels.BinaryOp, dst, x *tensor.Tensor, s floa
 
 // Where sets dst = cond ? a : b elementwise, with cond (Bool), a and b
 // any views broadcasting to dst's shape; dst contiguous, a and b of its
-// dtype (F32 or BF16).
+// dtype (F32, BF16 or F16).
 func (d *Device) Where(dst, cond, x, y *tensor.Tensor) error {
 	const op = "Where"
 	if err := checked(kernels.CheckWhere(op, dst, cond, x, y)); err != nil {
@@ -426,7 +443,8 @@ func (d *Device) Where(dst, cond, x, y *tensor.Tensor) error {
 }
 
 // Clamp sets dst = min(max(x, lo), hi) elementwise (NaN stays NaN, as in
-// torch.clamp); dst and x contiguous, one shape and dtype (F32 or BF16).
+// torch.clamp); dst and x contiguous, one shape and dtype (F32, BF16 or
+// F16).
 // The bounds are rounded to fp32, as the CPU backend does for both.
 func (d *Device) Clamp(dst, x *tensor.Tensor, lo, hi float64) error {
 	const op = "Clamp"

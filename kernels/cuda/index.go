@@ -22,7 +22,7 @@ func (b *Backend) IndexSelect(dst, src *T, axis int, index *T) {
 	must(b.d.IndexSelect(dst, src, axis, index))
 }
 
-// IndexAdd implements kernels.Backend (F32).
+// IndexAdd implements kernels.Backend (F32, BF16, F16).
 func (b *Backend) IndexAdd(dst *T, axis int, index, src *T) {
 	must(b.d.IndexAdd(dst, axis, index, src))
 }
@@ -30,7 +30,7 @@ func (b *Backend) IndexAdd(dst *T, axis int, index, src *T) {
 // Gather implements kernels.Backend (any dtype).
 func (b *Backend) Gather(dst, src *T, axis int, index *T) { must(b.d.Gather(dst, src, axis, index)) }
 
-// ScatterAdd implements kernels.Backend (F32).
+// ScatterAdd implements kernels.Backend (F32, BF16, F16).
 func (b *Backend) ScatterAdd(dst *T, axis int, index, src *T) {
 	must(b.d.ScatterAdd(dst, axis, index, src))
 }
@@ -80,22 +80,28 @@ func (d *Device) IndexSelect(dst, src *tensor.Tensor, axis int, index *tensor.Te
 }
 
 // IndexAdd accumulates dst.select(axis, index[k]) += src.select(axis, k)
-// (F32, contiguous; atomics, so repeated indices add in no fixed order).
+// (F32, BF16 or F16, contiguous; atomics, so repeated indices add in no
+// fixed order, each addition rounded to the dtype).
 func (d *Device) IndexAdd(dst *tensor.Tensor, axis int, index, src *tensor.Tensor) error {
 	const op = "IndexAdd"
 	a, err := kernels.CheckIndexAdd(op, dst, axis, index, src)
 	if err := checked(err); err != nil {
 		return err
 	}
+	dt := dst.DType()
+	kernel, err := floatKernel(op, "index_add", dt)
+	if err != nil {
+		return err
+	}
 	pi, i64, err := d.indexPtr(op, "index", index)
 	if err != nil {
 		return err
 	}
-	pd, err := d.ptrOf(op, "dst", dst, tensor.F32)
+	pd, err := d.ptrOf(op, "dst", dst, dt)
 	if err != nil {
 		return err
 	}
-	ps, err := d.ptrOf(op, "src", src, tensor.F32)
+	ps, err := d.ptrOf(op, "src", src, dt)
 	if err != nil {
 		return err
 	}
@@ -105,7 +111,7 @@ func (d *Device) IndexAdd(dst *tensor.Tensor, axis int, index, src *tensor.Tenso
 	defer release()
 	var ar args
 	ar.ptr(pd).ptr(ps).ptr(pi).i32(b2i(i64)).i64(int64(outer)).i64(int64(n)).i64(int64(inner)).i64(int64(k))
-	return d.launch1D("index_add_f32", int64(outer*k*inner), &ar)
+	return d.launch1D(kernel, int64(outer*k*inner), &ar)
 }
 
 // axisZeroed returns t's strides with axis's set to 0.
@@ -152,23 +158,29 @@ func (d *Device) Gather(dst, src *tensor.Tensor, axis int, index *tensor.Tensor)
 }
 
 // ScatterAdd follows torch.scatter_add_: dst[..., index[...], ...] +=
-// src[...] along axis over index's extent (F32; dst and src views of any
-// strides; atomics, so repeated targets add in no fixed order).
+// src[...] along axis over index's extent (F32, BF16 or F16; dst and src
+// views of any strides; atomics, so repeated targets add in no fixed
+// order, each addition rounded to the dtype).
 func (d *Device) ScatterAdd(dst *tensor.Tensor, axis int, index, src *tensor.Tensor) error {
 	const op = "ScatterAdd"
 	a, err := kernels.CheckScatterAdd(op, dst, axis, index, src)
 	if err := checked(err); err != nil {
 		return err
 	}
+	dt := dst.DType()
+	kernel, err := floatKernel(op, "scatter_add", dt)
+	if err != nil {
+		return err
+	}
 	pi, i64, err := d.indexPtr(op, "index", index)
 	if err != nil {
 		return err
 	}
-	pd, err := d.viewPtr(op, "dst", dst, tensor.F32)
+	pd, err := d.viewPtr(op, "dst", dst, dt)
 	if err != nil {
 		return err
 	}
-	ps, err := d.viewPtr(op, "src", src, tensor.F32)
+	ps, err := d.viewPtr(op, "src", src, dt)
 	if err != nil {
 		return err
 	}
@@ -184,5 +196,5 @@ func (d *Device) ScatterAdd(dst *tensor.Tensor, axis int, index, src *tensor.Ten
 	defer release()
 	var ar args
 	ar.ptr(pd).ptr(ps).ptr(pi).i32(b2i(i64)).push(g.words()...).i64(int64(dst.Strides()[a])).i64(int64(dst.Dim(a))).i64(n)
-	return d.launch1D("scatter_add_f32", n, &ar)
+	return d.launch1D(kernel, n, &ar)
 }

@@ -15,11 +15,11 @@ import (
 // by SetMatmulPrecision; the fused forward of a linear layer is MatMul,
 // then one epilogue kernel (bias_act in src/matmul.cu) that adds the bias
 // along the last axis and applies the activation in fp32 before storing
-// dst once more. For BF16 dst the product is rounded to bf16 before the
-// epilogue, where the CPU backend rounds once after it.
+// dst once more. For BF16 and F16 dst the product is rounded to the half
+// type before the epilogue, where the CPU backend rounds once after it.
 
-// MatMul implements kernels.Backend (F32 in the set precision, BF16 with
-// fp32 accumulation; a, b and dst of one dtype).
+// MatMul implements kernels.Backend (F32 in the set precision, BF16 and
+// F16 with fp32 accumulation; a, b and dst of one dtype).
 func (b *Backend) MatMul(dst, x, y *T, transA, transB bool) {
 	must(b.d.MatMul(dst, x, y, transA, transB, b.precision()))
 }
@@ -50,7 +50,7 @@ func (b *Backend) SetMatmulPrecision(p kernels.Precision) {
 }
 
 // MatMulBias is MatMul followed by dst[..., i, j] += bias[j] (bias [N],
-// F32 or BF16, optional).
+// F32, BF16 or F16 whatever dst's dtype, optional).
 func (d *Device) MatMulBias(dst, a, b, bias *tensor.Tensor, transA, transB bool, prec Precision) error {
 	return d.matmulEpilogue("MatMulBias", dst, a, b, bias, -1, transA, transB, prec)
 }
@@ -71,20 +71,15 @@ func (d *Device) matmulEpilogue(op string, dst, a, b, bias *tensor.Tensor, act i
 		return err
 	}
 	cols := dims.N
-	var biasBF16 bool
+	var biasCode int32
 	var pbias cu.DevicePtr
 	if bias != nil {
-		switch bias.DType() {
-		case tensor.F32:
-		case tensor.BF16:
-			biasBF16 = true
-		default:
-			return fmt.Errorf("cuda: %s: bias dtype %v (F32 or BF16)", op, bias.DType())
-		}
+		var free func()
 		var err error
-		if pbias, err = d.ptrOf(op, "bias", bias, bias.DType()); err != nil {
+		if pbias, biasCode, free, err = d.sideOperand(op, "bias", bias, dst.DType()); err != nil {
 			return err
 		}
+		defer free()
 	}
 	if err := d.MatMul(dst, a, b, transA, transB, prec); err != nil {
 		return fmt.Errorf("%w (in %s)", err, op)
@@ -104,13 +99,15 @@ func (d *Device) matmulEpilogue(op string, dst, a, b, bias *tensor.Tensor, act i
 	release := d.enter()
 	defer release()
 	var ar args
-	return d.launch1D(name, n, ar.ptr(pd).ptr(pbias).i32(b2i(biasBF16)).i32(act).i64(int64(max(cols, 1))).i64(n))
+	return d.launch1D(name, n, ar.ptr(pd).ptr(pbias).i32(biasCode).i32(act).i64(int64(max(cols, 1))).i64(n))
 }
 
-// MatMul sets dst = op(a)·op(b) for rank-2 or rank-3 (batched) F32 or
-// BF16 operands of one dtype through cuBLAS, in the given precision for
-// F32 (BF16 always accumulates in fp32). A rank-2 operand broadcasts over
-// the other's batch (a batch stride of 0); dst is rank 3 when either is.
+// MatMul sets dst = op(a)·op(b) for rank-2 or rank-3 (batched) F32,
+// BF16 or F16 operands of one dtype through cuBLAS, in the given
+// precision for F32 (BF16 and F16 always accumulate in fp32: GemmEx with
+// CUDA_R_16BF or CUDA_R_16F and CUBLAS_COMPUTE_32F). A rank-2 operand
+// broadcasts over the other's batch (a batch stride of 0); dst is rank 3
+// when either is.
 func (d *Device) MatMul(dst, a, b *tensor.Tensor, transA, transB bool, prec Precision) error {
 	const op = "MatMul"
 	dt := dst.DType()
@@ -120,8 +117,10 @@ func (d *Device) MatMul(dst, a, b *tensor.Tensor, transA, transB bool, prec Prec
 		blasType = dataF32
 	case tensor.BF16:
 		blasType = dataBF16
+	case tensor.F16:
+		blasType = dataF16
 	default:
-		return fmt.Errorf("cuda: %s: dtype %v (F32 and BF16 run here)", op, dt)
+		return fmt.Errorf("cuda: %s: dtype %v (F32, BF16 and F16 run here)", op, dt)
 	}
 	dims, err := kernels.CheckMatMul(op, dst, a, b, nil, transA, transB)
 	if err := checked(err); err != nil {

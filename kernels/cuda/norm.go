@@ -11,7 +11,7 @@ import (
 
 // The norm family (src/norm.cu): layer norm over the last n elements of
 // each row, batch and group normalisation over x [N, C, *]. x, y, dy, dx
-// and the affine w, b, dw, db share x's dtype (F32 or BF16); the
+// and the affine w, b, dw, db share x's dtype (F32, BF16 or F16); the
 // statistics (mean, rstd, running mean and variance) are F32.
 
 // LayerNorm implements kernels.Backend.

@@ -21,8 +21,8 @@ import (
 // argmax inside the same two passes. The launches are those of BatchNorm,
 // BatchNormBackward, GroupNorm and GroupNormBackward, with the *_relu
 // (and *_relupool) kernels in place of the plain ones; dtypes as there
-// (x, y, dy, dx and the affine tensors F32 or BF16 alike, the statistics
-// F32).
+// (x, y, dy, dx and the affine tensors F32, BF16 or F16 alike, the
+// statistics F32).
 
 var (
 	_ kernels.BatchNormReluer     = (*Backend)(nil)

@@ -13,7 +13,8 @@ import (
 // Operand checks shared by every op of the device: ptrOf and its variants
 // turn a tensor into a device address after checking that it is on this
 // device, contiguous and of the dtype the kernel takes; floatKernel names
-// the F32 or BF16 variant of a kernel. An error names the op and the
+// the F32, BF16 or F16 variant of a kernel; sideOperand passes a bias,
+// scale or shift of its own float dtype. An error names the op and the
 // operand. The shape rules every backend shares are in package kernels.
 
 // ptrOf returns t's device address (its storage's plus its offset) after
@@ -34,15 +35,59 @@ func (d *Device) ptrOf(op, what string, t *tensor.Tensor, dt tensor.DType) (cu.D
 	return cu.DevicePtr(t.Storage().DevicePtr()) + cu.DevicePtr(t.Offset()*dt.Size()), nil
 }
 
-// floatKernel names the F32 or BF16 variant of kernel base.
+// floatKernel names the F32, BF16 or F16 variant of kernel base (every
+// float kernel has the three; F64 does not run here).
 func floatKernel(op, base string, dt tensor.DType) (string, error) {
 	switch dt {
 	case tensor.F32:
 		return base + "_f32", nil
 	case tensor.BF16:
 		return base + "_bf16", nil
+	case tensor.F16:
+		return base + "_f16", nil
 	}
-	return "", fmt.Errorf("cuda: %s: dtype %v (F32 and BF16 run here)", op, dt)
+	return "", fmt.Errorf("cuda: %s: dtype %v (F32, BF16 and F16 run here)", op, dt)
+}
+
+// sideOperand checks a side operand of an epilogue (a bias, a scale, a
+// shift: contiguous on d, of any of F32, BF16 and F16, whatever the
+// kernel's dtype kdt) and returns its address and the code the kernel
+// reads it by: the F16 kernels take ld_side's codes (src/common.cuh: 0
+// F32, 1 BF16, 2 F16), the F32 and BF16 kernels a flag (1 for BF16, else
+// F32), so an F16 operand of theirs is first copied into an F32 scratch
+// tensor (exactly: F32 holds every F16 value), which free releases
+// (stream order keeps it until the kernel has run). free is never nil.
+func (d *Device) sideOperand(op, what string, t *tensor.Tensor, kdt tensor.DType) (p cu.DevicePtr, code int32, free func(), err error) {
+	free = func() {}
+	if t == nil {
+		return 0, 0, free, fmt.Errorf("cuda: %s: %s is nil", op, what)
+	}
+	dt := t.DType()
+	switch dt {
+	case tensor.F32:
+	case tensor.BF16:
+		code = 1
+	case tensor.F16:
+		code = 2
+	default:
+		return 0, 0, free, fmt.Errorf("cuda: %s: %s dtype %v (F32, BF16 or F16)", op, what, dt)
+	}
+	if p, err = d.ptrOf(op, what, t, dt); err != nil {
+		return 0, 0, free, err
+	}
+	if dt != tensor.F16 || kdt == tensor.F16 {
+		return p, code, free, nil
+	}
+	wide, err := tensor.EmptyOn(tensor.CUDA(d.ordinal), tensor.F32, t.Shape()...)
+	if err != nil {
+		return 0, 0, free, err
+	}
+	if err := d.Copy(wide, t); err != nil {
+		wide.Storage().Free()
+		return 0, 0, free, fmt.Errorf("%w (widening %s in %s)", err, what, op)
+	}
+	p, _ = d.ptrOf(op, what, wide, tensor.F32)
+	return p, 0, func() { wide.Storage().Free() }, nil
 }
 
 // sameShape reports an error unless a and b have one shape.

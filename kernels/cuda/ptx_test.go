@@ -100,3 +100,42 @@ func TestPTXKernelNamesUnique(t *testing.T) {
 		t.Fatal("no kernel entries found in ptx/*.ptx")
 	}
 }
+
+// TestPTXHalfTwins: every bf16 kernel has an fp16 twin and every fp16
+// kernel a bf16 one (base_bf16 beside base_f16), so that floatKernel,
+// which names either for any float kernel, never names a missing one,
+// and fp16 autocast reaches every op bf16 autocast does.
+func TestPTXHalfTwins(t *testing.T) {
+	ptxs, err := filepath.Glob("ptx/*.ptx")
+	if err != nil || len(ptxs) == 0 {
+		t.Skipf("no PTX files beside the test (%v)", err)
+	}
+	entries := map[string]bool{}
+	for _, p := range ptxs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if _, rest, ok := strings.Cut(line, ".entry "); ok {
+				name, _, _ := strings.Cut(rest, "(")
+				entries[strings.TrimSpace(name)] = true
+			}
+		}
+	}
+	pairs := 0
+	for name := range entries {
+		if base, ok := strings.CutSuffix(name, "_bf16"); ok {
+			pairs++
+			if !entries[base+"_f16"] {
+				t.Errorf("kernel %s has no fp16 twin %s_f16", name, base)
+			}
+		}
+		if base, ok := strings.CutSuffix(name, "_f16"); ok && !entries[base+"_bf16"] {
+			t.Errorf("kernel %s has no bf16 twin %s_bf16", name, base)
+		}
+	}
+	if pairs == 0 {
+		t.Fatal("no bf16 kernels found in ptx/*.ptx")
+	}
+}

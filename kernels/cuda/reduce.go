@@ -27,8 +27,8 @@ func (b *Backend) CountCorrect(acc, logits, target *T) { must(b.d.CountCorrect(a
 // Reduce reduces x over axes into dst, which has x's rank with the
 // reduced axes of size 1 (kernels.Backend's keep-dims form), for every
 // ReduceOp: sums, means and the log-sum-exp accumulate in fp64, max and
-// min propagate NaN. x and dst are contiguous, of one dtype (F32 or
-// BF16). When the reduced axes are not one run of neighbours (after
+// min propagate NaN. x and dst are contiguous, of one dtype (F32, BF16
+// or F16). When the reduced axes are not one run of neighbours (after
 // dropping axes of size 1) x is first copied with them moved last.
 func (d *Device) Reduce(op kernels.ReduceOp, dst, x *tensor.Tensor, axes []int) error {
 	const name = "Reduce"
@@ -114,7 +114,7 @@ func (d *Device) Reduce(op kernels.ReduceOp, dst, x *tensor.Tensor, axes []int) 
 }
 
 // ArgMax writes into dst (I64, x's shape with axis of size 1) the index
-// of the first maximum of x (F32 or BF16) along axis, NaN counting as the
+// of the first maximum of x (F32, BF16 or F16) along axis, NaN counting as the
 // maximum as in PyTorch and the CPU backend.
 func (d *Device) ArgMax(dst, x *tensor.Tensor, axis int) error {
 	const op = "ArgMax"
@@ -143,7 +143,7 @@ func (d *Device) ArgMax(dst, x *tensor.Tensor, axis int) error {
 }
 
 // CountCorrect adds to acc (F32 [N]) 1 for each row i of logits [N, C]
-// (F32 or BF16) whose first maximum lies at target[i] (I64 or I32 [N]),
+// (F32, BF16 or F16) whose first maximum lies at target[i] (I64 or I32 [N]),
 // in one launch. A target outside [0, C) never matches.
 func (d *Device) CountCorrect(acc, logits, target *tensor.Tensor) error {
 	const op = "CountCorrect"

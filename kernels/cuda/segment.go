@@ -15,7 +15,7 @@ import (
 // (src/segment.cu): each launch first buckets the rows by segment with a
 // stable counting sort on the device, into an I32 scratch of S+1 offsets,
 // S cursors and E row numbers, then visits every segment's rows in row
-// order, as the CPU backend does. Values are F32 or BF16 (fp32 math);
+// order, as the CPU backend does. Values are F32, BF16 or F16 (fp32 math);
 // segment ids I64 or I32 [E] in [0, S) (an id outside puts its row in no
 // segment: a kernel cannot panic).
 

@@ -168,8 +168,8 @@ func (d *Device) ceRows(s ceScratch, logits *tensor.Tensor, pt cu.DevicePtr, t64
 	return launchRaw(fn, [3]int{1, 1, 1}, [3]int{rowThreads, 1, 1}, 0, d.stream, &f)
 }
 
-// CrossEntropy writes the softmax cross-entropy of logits [N, C] (F32 or
-// BF16) against target [N] (I64 or I32) into loss (F32: a scalar for the
+// CrossEntropy writes the softmax cross-entropy of logits [N, C] (F32,
+// BF16 or F16) against target [N] (I64 or I32) into loss (F32: a scalar for the
 // mean and sum reductions, [N] for none), with label smoothing and an
 // ignored index as kernels.CrossEntropyParams says. A target outside
 // [0, C) gives a NaN loss (a kernel cannot panic).
@@ -265,7 +265,8 @@ func (s ceScratch) free() {
 }
 
 // SoftmaxAxis writes the softmax (or, with log, the log-softmax) of x
-// along axis into dst (same shape and dtype, F32 or BF16, contiguous).
+// along axis into dst (same shape and dtype, F32, BF16 or F16,
+// contiguous).
 func (d *Device) SoftmaxAxis(dst, x *tensor.Tensor, axis int, log bool) error {
 	op := map[bool]string{false: "Softmax", true: "LogSoftmax"}[log]
 	a, err := kernels.CheckSoftmax(op, dst, x, axis)

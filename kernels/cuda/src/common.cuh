@@ -3,6 +3,7 @@
 // each source, so an edit here makes TestPTXUpToDate ask for make ptx.
 #pragma once
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <math.h>
 #include <stdint.h>
 
@@ -12,12 +13,27 @@
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
          i += (int64_t)blockDim.x * gridDim.x)
 
-// ld and st read and write fp32 or bf16 elements as fp32 (bf16 rounded
-// to nearest even on store).
+// ld and st read and write fp32, bf16 or fp16 elements as fp32 (the half
+// types rounded to nearest even on store, as tensor.F32ToBF16 and
+// tensor.F32ToF16 round).
 __device__ __forceinline__ float ld(const float* p, int64_t i) { return p[i]; }
 __device__ __forceinline__ float ld(const __nv_bfloat16* p, int64_t i) { return __bfloat162float(p[i]); }
+__device__ __forceinline__ float ld(const __half* p, int64_t i) { return __half2float(p[i]); }
 __device__ __forceinline__ void st(float* p, int64_t i, float v) { p[i] = v; }
 __device__ __forceinline__ void st(__nv_bfloat16* p, int64_t i, float v) { p[i] = __float2bfloat16_rn(v); }
+__device__ __forceinline__ void st(__half* p, int64_t i, float v) { p[i] = __float2half_rn(v); }
+
+// ld_side reads element i of a side operand (a bias, a scale, a shift)
+// whose dtype is given at run time: code 0 fp32, 1 bf16, 2 fp16 (the Go
+// sideCode). The fp16 entry points take it; the fp32 and bf16 ones keep
+// their own two-way flag.
+__device__ __forceinline__ float ld_side(const void* p, int code, int64_t i) {
+    switch (code) {
+    case 1: return __bfloat162float(((const __nv_bfloat16*)p)[i]);
+    case 2: return __half2float(((const __half*)p)[i]);
+    }
+    return ((const float*)p)[i];
+}
 
 // block_sum and block_max reduce v over the block (blockDim.x a multiple
 // of 32) and return the result to every thread.

@@ -1,4 +1,4 @@
-// The data-movement half of 2-D convolution (NCHW) in fp32 and bf16:
+// The data-movement half of 2-D convolution (NCHW) in fp32, bf16 and fp16:
 // im2col unfolds the input windows into columns for cuBLAS, col2im folds
 // column gradients back into the input gradient (one thread per input
 // element gathering its taps: no atomics, deterministic), plus the bias
@@ -71,6 +71,16 @@ __device__ __forceinline__ float ld_flt(const void* p, int bf16, int64_t i) {
     return bf16 ? __bfloat162float(((const __nv_bfloat16*)p)[i]) : ((const float*)p)[i];
 }
 
+// SideFlag and SideCode read scale and shift for the epilogues: the fp32
+// and bf16 entry points by their bf16 flag (ld_flt), the fp16 ones by a
+// dtype code (ld_side: fp32, bf16 or fp16).
+struct SideFlag {
+    static __device__ __forceinline__ float at(const void* p, int f, int64_t i) { return ld_flt(p, f, i); }
+};
+struct SideCode {
+    static __device__ __forceinline__ float at(const void* p, int c, int64_t i) { return ld_side(p, c, i); }
+};
+
 // epilogue_act is act(v·scale + shift): the activation unary_f, its ReLU
 // max(v, +0) with NaN kept (kernels.Relu, as the CPU backend's epilogue).
 __device__ __forceinline__ float epilogue_act(int act, float v, float scale, float shift) {
@@ -84,16 +94,17 @@ __device__ __forceinline__ float round_to(const float*, float v) { return v; }
 __device__ __forceinline__ float round_to(const __nv_bfloat16*, float v) {
     return __bfloat162float(__float2bfloat16_rn(v));
 }
+__device__ __forceinline__ float round_to(const __half*, float v) { return __half2float(__float2half_rn(v)); }
 
 // affine_act_nchw: y[n, c, p] = act(y[n, c, p]·scale[c] + shift[c]) over
 // planes of P pixels, in place on the convolution's output; scale and
-// shift are fp32, or bf16 where their flag says so.
-template <typename T>
+// shift are fp32, or bf16 where their flag says so (S reads them).
+template <typename T, typename S = SideFlag>
 __device__ void affine_act_nchw(T* y, const void* scale, int scale16, const void* shift, int shift16, int act,
                                 int64_t c, int64_t P, int64_t total) {
     GRID_STRIDE(e, total) {
         int64_t ch = (e / P) % c;
-        st(y, e, epilogue_act(act, ld(y, e), ld_flt(scale, scale16, ch), ld_flt(shift, shift16, ch)));
+        st(y, e, epilogue_act(act, ld(y, e), S::at(scale, scale16, ch), S::at(shift, shift16, ch)));
     }
 }
 
@@ -102,13 +113,13 @@ __device__ void affine_act_nchw(T* y, const void* scale, int scale16, const void
 // output) of affine_act_nchw's values, which are never written: each
 // rounded as a T element would hold it and compared as MaxPool2d compares
 // (the first maximum in scan order, the first NaN at once).
-template <typename T>
+template <typename T, typename S = SideFlag>
 __device__ void affine_act_pool2(T* dst, const T* y, const void* scale, int scale16, const void* shift, int shift16,
                                  int act, int64_t c, int64_t ho, int64_t wo, int64_t pho, int64_t pwo, int64_t total) {
     GRID_STRIDE(o, total) {
         int64_t ow = o % pwo, oh = (o / pwo) % pho, pl = o / (pwo * pho);
         int64_t ch = pl % c;
-        float sc = ld_flt(scale, scale16, ch), sh = ld_flt(shift, shift16, ch);
+        float sc = S::at(scale, scale16, ch), sh = S::at(shift, shift16, ch);
         const T* yp = y + pl * ho * wo;
         float best = 0.f;
         bool have = false;
@@ -159,6 +170,25 @@ __global__ void affine_act_pool2_bf16(__nv_bfloat16* dst, const __nv_bfloat16* y
                                       const void* shift, int shift16, int act, int64_t c, int64_t ho, int64_t wo,
                                       int64_t pho, int64_t pwo, int64_t total) {
     affine_act_pool2(dst, y, scale, scale16, shift, shift16, act, c, ho, wo, pho, pwo, total);
+}
+
+// --- fp16 (appended so that the entry points above keep their code and
+// labels); scale and shift take ld_side's dtype codes.
+
+__global__ void im2col_f16(__half* cols, const __half* x, Conv g) { im2col(cols, x, g); }
+__global__ void col2im_f16(__half* dx, const __half* cols, Conv g) { col2im(dx, cols, g); }
+__global__ void bias_nchw_f16(__half* y, const __half* bias, int64_t c, int64_t P, int64_t total) {
+    bias_nchw(y, bias, c, P, total);
+}
+__global__ void sum_batches_f16(__half* d, const __half* s, int64_t nb, int64_t m) { sum_batches(d, s, nb, m); }
+__global__ void affine_act_nchw_f16(__half* y, const void* scale, int scale_code, const void* shift, int shift_code,
+                                    int act, int64_t c, int64_t P, int64_t total) {
+    affine_act_nchw<__half, SideCode>(y, scale, scale_code, shift, shift_code, act, c, P, total);
+}
+__global__ void affine_act_pool2_f16(__half* dst, const __half* y, const void* scale, int scale_code,
+                                     const void* shift, int shift_code, int act, int64_t c, int64_t ho, int64_t wo,
+                                     int64_t pho, int64_t pwo, int64_t total) {
+    affine_act_pool2<__half, SideCode>(dst, y, scale, scale_code, shift, shift_code, act, c, ho, wo, pho, pwo, total);
 }
 
 }  // extern "C"

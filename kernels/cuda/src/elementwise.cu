@@ -1,8 +1,8 @@
 // Elementwise kernels of the Esper CUDA backend: fill, casts, unary ops
 // (unary_f, in common.cuh) and their derivatives, clamp, binary ops over contiguous buffers, and
 // the strided forms (broadcasting binary ops and comparisons, where,
-// copies between any views), in fp32 and bf16 (bf16 math is done in
-// fp32). Every kernel is a grid-stride loop over n elements, so any
+// copies between any views), in fp32, bf16 and fp16 (half math is done
+// in fp32). Every kernel is a grid-stride loop over n elements, so any
 // launch shape covers any n; the Go side picks the shape.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -168,6 +168,8 @@ __device__ void where_nd(T* d, const uint8_t* c, const T* a, const T* b, const G
 __device__ __forceinline__ float conv(float v, float*) { return v; }
 __device__ __forceinline__ __nv_bfloat16 conv(float v, __nv_bfloat16*) { return __float2bfloat16_rn(v); }
 __device__ __forceinline__ float conv(__nv_bfloat16 v, float*) { return __bfloat162float(v); }
+__device__ __forceinline__ __half conv(float v, __half*) { return __float2half_rn(v); }
+__device__ __forceinline__ float conv(__half v, float*) { return __half2float(v); }
 
 template <typename D, typename S>
 __device__ void copy_nd(D* d, const S* s, const Geom& g, int64_t n) {
@@ -384,5 +386,46 @@ __global__ void channel_axpy_ds_f32(float* ds, const double* part, int64_t ns, i
         ds[k] = (float)a;
     }
 }
+
+// --- fp16 (the entry points above in __half, appended so that the
+// existing ones keep their code and labels) ------------------------------
+
+__global__ void fill_f16(__half* d, float v, int64_t n) {
+    __half h = __float2half_rn(v);
+    GRID_STRIDE(i, n) d[i] = h;
+}
+
+__global__ void cast_f32_f16(__half* d, const float* x, int64_t n) {
+    GRID_STRIDE(i, n) d[i] = __float2half_rn(x[i]);
+}
+
+__global__ void cast_f16_f32(float* d, const __half* x, int64_t n) {
+    GRID_STRIDE(i, n) d[i] = __half2float(x[i]);
+}
+
+__global__ void unary_f16(int op, __half* d, const __half* x, int64_t n) {
+    GRID_STRIDE(i, n) d[i] = __float2half_rn(unary_f(op, __half2float(x[i])));
+}
+
+__global__ void binary_f16(int op, __half* d, const __half* a, int64_t sa, const __half* b, int64_t sb, int64_t n) {
+    GRID_STRIDE(i, n) d[i] = __float2half_rn(binary_f(op, __half2float(a[i * sa]), __half2float(b[i * sb])));
+}
+
+__global__ void unary_bwd_f16(int op, __half* dx, const __half* x, const __half* y, const __half* dy, int64_t n) {
+    unary_bwd(op, dx, x, y, dy, n);
+}
+
+__global__ void clamp_f16(__half* d, const __half* x, float lo, float hi, int64_t n) { clamp(d, x, lo, hi, n); }
+
+__global__ void binary_nd_f16(int op, void* d, const __half* a, const __half* b, float s, int mode, Geom g, int64_t n) {
+    binary_nd(op, d, a, b, s, mode, g, n);
+}
+
+__global__ void where_nd_f16(__half* d, const uint8_t* c, const __half* a, const __half* b, Geom g, int64_t n) {
+    where_nd(d, c, a, b, g, n);
+}
+
+__global__ void copy_nd_f32_f16(__half* d, const float* s, Geom g, int64_t n) { copy_nd(d, s, g, n); }
+__global__ void copy_nd_f16_f32(float* d, const __half* s, Geom g, int64_t n) { copy_nd(d, s, g, n); }
 
 }  // extern "C"

@@ -2,9 +2,12 @@
 // select and index add over x viewed as [outer, n, inner], torch.gather
 // and torch.scatter_add_ over views of any strides. Selection and gather
 // copy raw elements (any dtype, by element size); the accumulating
-// kernels are fp32 with atomics. Index values are int64 or int32; a value
+// kernels are fp32, bf16 and fp16 with atomics (each addition rounded to
+// the element type). Index values are int64 or int32; a value
 // out of range cannot panic in a kernel: selection writes zero bits and
 // accumulation skips it.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <stdint.h>
 #include "common.cuh"
 
@@ -55,6 +58,31 @@ __device__ void gather(W* d, const W* s, const void* idx, int i64, Geom g, int64
     }
 }
 
+// index_add: d[o, idx[k], i] += s[o, k, i] (atomically: indices may
+// repeat, so the order of the additions is not fixed).
+template <typename T>
+__device__ void index_add(T* d, const T* s, const void* idx, int i64, int64_t outer, int64_t n, int64_t inner,
+                          int64_t nidx) {
+    GRID_STRIDE(e, outer * nidx * inner) {
+        int64_t i = e % inner, k = (e / inner) % nidx, o = e / (inner * nidx);
+        int64_t r = index_at(idx, i64, k);
+        if (r >= 0 && r < n) atomicAdd(&d[(o * n + r) * inner + i], s[e]);
+    }
+}
+
+// scatter_add: over the contiguous index, element e adds s (operand 0 of
+// g) into d (operand 1, the axis zeroed) at idx[e] along the axis.
+template <typename T>
+__device__ void scatter_add(T* d, const T* s, const void* idx, int i64, Geom g, int64_t axis_stride, int64_t axis_n,
+                            int64_t n) {
+    GRID_STRIDE(e, n) {
+        int64_t o[2];
+        geom_offsets(g, e, 2, o);
+        int64_t r = index_at(idx, i64, e);
+        if (r >= 0 && r < axis_n) atomicAdd(&d[o[1] + r * axis_stride], s[o[0]]);
+    }
+}
+
 extern "C" {
 
 #define RAW_KERNELS(SUF, W)                                                                                    \
@@ -71,27 +99,35 @@ RAW_KERNELS(2, uint16_t)
 RAW_KERNELS(4, uint32_t)
 RAW_KERNELS(8, uint64_t)
 
-// index_add_f32: d[o, idx[k], i] += s[o, k, i] (atomically: indices may
-// repeat, so the order of the additions is not fixed).
 __global__ void index_add_f32(float* d, const float* s, const void* idx, int i64, int64_t outer, int64_t n,
                               int64_t inner, int64_t nidx) {
-    GRID_STRIDE(e, outer * nidx * inner) {
-        int64_t i = e % inner, k = (e / inner) % nidx, o = e / (inner * nidx);
-        int64_t r = index_at(idx, i64, k);
-        if (r >= 0 && r < n) atomicAdd(&d[(o * n + r) * inner + i], s[e]);
-    }
+    index_add(d, s, idx, i64, outer, n, inner, nidx);
 }
-
-// scatter_add_f32: over the contiguous index, element e adds s (operand
-// 0 of g) into d (operand 1, the axis zeroed) at idx[e] along the axis.
 __global__ void scatter_add_f32(float* d, const float* s, const void* idx, int i64, Geom g, int64_t axis_stride,
                                 int64_t axis_n, int64_t n) {
-    GRID_STRIDE(e, n) {
-        int64_t o[2];
-        geom_offsets(g, e, 2, o);
-        int64_t r = index_at(idx, i64, e);
-        if (r >= 0 && r < axis_n) atomicAdd(&d[o[1] + r * axis_stride], s[o[0]]);
-    }
+    scatter_add(d, s, idx, i64, g, axis_stride, axis_n, n);
+}
+
+// --- bf16 and fp16 (appended so that the entry points above keep their
+// code and labels): index_add and scatter_add with the half types' atomic
+// additions (sm_80's native bf16 and fp16 atomics), each addition rounded
+// to nearest even.
+
+__global__ void index_add_bf16(__nv_bfloat16* d, const __nv_bfloat16* s, const void* idx, int i64, int64_t outer,
+                               int64_t n, int64_t inner, int64_t nidx) {
+    index_add(d, s, idx, i64, outer, n, inner, nidx);
+}
+__global__ void index_add_f16(__half* d, const __half* s, const void* idx, int i64, int64_t outer, int64_t n,
+                              int64_t inner, int64_t nidx) {
+    index_add(d, s, idx, i64, outer, n, inner, nidx);
+}
+__global__ void scatter_add_bf16(__nv_bfloat16* d, const __nv_bfloat16* s, const void* idx, int i64, Geom g,
+                                 int64_t axis_stride, int64_t axis_n, int64_t n) {
+    scatter_add(d, s, idx, i64, g, axis_stride, axis_n, n);
+}
+__global__ void scatter_add_f16(__half* d, const __half* s, const void* idx, int i64, Geom g, int64_t axis_stride,
+                                int64_t axis_n, int64_t n) {
+    scatter_add(d, s, idx, i64, g, axis_stride, axis_n, n);
 }
 
 }  // extern "C"

@@ -1,21 +1,23 @@
 // The epilogue of the Esper CUDA backend's matrix products (the products
 // themselves are cuBLAS calls): bias_act adds the bias along the last axis
 // and applies the activation (unary_f, in common.cuh) in fp32 over the
-// product that cuBLAS stored, in fp32 and bf16.
+// product that cuBLAS stored, in fp32, bf16 and fp16.
 #include <cuda_bf16.h>
 #include <stdint.h>
 #include "common.cuh"
 
 // bias_act is the epilogue of MatMulBias and MatMulBiasAct over d viewed
 // as [rows, cols]: d = act(d + bias[col]) computed in fp32 (bias may be
-// null; act < 0 means none). bias is fp32, or bf16 when bias_bf16.
-template <typename T>
+// null; act < 0 means none). bias is fp32, or bf16 when bias_bf16; with
+// CODE (the fp16 entry point) bias_bf16 is ld_side's dtype code instead.
+template <typename T, int CODE = 0>
 __device__ void bias_act(T* d, const void* bias, int bias_bf16, int act, int64_t cols, int64_t n) {
     GRID_STRIDE(i, n) {
         float v = ld(d, i);
         if (bias) {
             int64_t j = i % cols;
-            v += bias_bf16 ? __bfloat162float(((const __nv_bfloat16*)bias)[j]) : ((const float*)bias)[j];
+            if (CODE) v += ld_side(bias, bias_bf16, j);
+            else v += bias_bf16 ? __bfloat162float(((const __nv_bfloat16*)bias)[j]) : ((const float*)bias)[j];
         }
         if (act >= 0) v = unary_f(act, v);
         st(d, i, v);
@@ -49,6 +51,12 @@ __global__ void sum_rows_add_f32(float* d, const float* x, int64_t m, int64_t n)
         for (int k = 0; k < 8; k++) t += part[k][threadIdx.x];
         d[j] = __fadd_rn(d[j], (float)t);
     }
+}
+
+// bias_act_f16 is bias_act for fp16 d; bias_code is ld_side's (fp32,
+// bf16 or fp16 bias).
+__global__ void bias_act_f16(__half* d, const void* bias, int bias_code, int act, int64_t cols, int64_t n) {
+    bias_act<__half, 1>(d, bias, bias_code, act, cols, n);
 }
 
 }  // extern "C"

@@ -1,11 +1,12 @@
 // Batch and group normalisation over NCHW (x viewed as [N, C, HW]) and
-// layer normalisation over the last n elements of each row, in fp32 and
-// bf16, statistics in fp32. Reductions run one block of
+// layer normalisation over the last n elements of each row, in fp32,
+// bf16 and fp16, statistics in fp32. Reductions run one block of
 // NORM_THREADS threads per channel (batch norm) or per (sample, group)
 // (group norm); the elementwise passes are grid-stride loops. Per-channel
 // weight gradients are summed over the samples in order, so every result
 // is deterministic.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <stdint.h>
 #include <math.h>
 #include "common.cuh"
@@ -39,6 +40,7 @@ __device__ __forceinline__ float round_as(const float*, float v) { return v; }
 __device__ __forceinline__ float round_as(const __nv_bfloat16*, float v) {
     return __bfloat162float(__float2bfloat16_rn(v));
 }
+__device__ __forceinline__ float round_as(const __half*, float v) { return __half2float(__float2half_rn(v)); }
 
 // NormRelu is what a fused backward needs beyond the plain one: the
 // forward's shift b (null for none) for the ReLU's mask and, with the
@@ -528,6 +530,89 @@ __global__ void gn_bwd_relu_bf16(__nv_bfloat16* dx, float* part, const __nv_bflo
                                  int64_t c, int64_t groups, int64_t cg, int64_t hw, const __nv_bfloat16* b) {
     NormRelu<__nv_bfloat16> m = {b, nullptr, nullptr, 0, 0, 0};
     gn_bwd<__nv_bfloat16, 1>(dx, part, dy, x, mean, rstd, w, nsamples, c, groups, cg, hw, m);
+}
+
+// fp16 (appended so that the entry points above keep their code and
+// labels).
+__global__ void bn_stats_f16(float* mean, float* rstd, float* rm, float* rv, const __half* x, int64_t n, int64_t c,
+                             int64_t hw, int training, float momentum, float eps) {
+    bn_stats(mean, rstd, rm, rv, x, n, c, hw, training, momentum, eps);
+}
+__global__ void bn_apply_f16(__half* y, const __half* x, const float* mean, const float* rstd, const __half* w,
+                             const __half* b, int64_t c, int64_t hw, int64_t n) {
+    bn_apply(y, x, mean, rstd, w, b, c, hw, n);
+}
+__global__ void bn_bwd_sums_f16(float* sums, __half* dw, __half* db, const __half* dy, const __half* x,
+                                const float* mean, const float* rstd, int64_t n, int64_t c, int64_t hw) {
+    bn_bwd_sums(sums, dw, db, dy, x, mean, rstd, n, c, hw);
+}
+__global__ void bn_bwd_dx_f16(__half* dx, const __half* dy, const __half* x, const float* mean, const float* rstd,
+                              const __half* w, const float* sums, int training, int64_t c, int64_t hw, int64_t cnt,
+                              int64_t n) {
+    bn_bwd_dx(dx, dy, x, mean, rstd, w, sums, training, c, hw, cnt, n);
+}
+__global__ void gn_fwd_f16(__half* y, float* mean, float* rstd, const __half* x, const __half* w, const __half* b,
+                           int64_t groups, int64_t cg, int64_t hw, float eps) {
+    gn_fwd(y, mean, rstd, x, w, b, groups, cg, hw, eps);
+}
+__global__ void gn_bwd_f16(__half* dx, float* part, const __half* dy, const __half* x, const float* mean,
+                           const float* rstd, const __half* w, int64_t nsamples, int64_t c, int64_t groups, int64_t cg,
+                           int64_t hw) {
+    gn_bwd(dx, part, dy, x, mean, rstd, w, nsamples, c, groups, cg, hw);
+}
+__global__ void gn_bwd_dwdb_f16(__half* dw, __half* db, const float* part, int64_t nsamples, int64_t c) {
+    gn_bwd_dwdb(dw, db, part, nsamples, c);
+}
+__global__ void layernorm_fwd_f16(__half* y, float* mean, float* rstd, const __half* x, const __half* w,
+                                  const __half* b, int64_t n, float eps) {
+    layernorm_fwd(y, mean, rstd, x, w, b, n, eps);
+}
+__global__ void layernorm_bwd_dx_f16(__half* dx, const __half* dy, const __half* x, const float* mean,
+                                     const float* rstd, const __half* w, int64_t n) {
+    layernorm_bwd_dx(dx, dy, x, mean, rstd, w, n);
+}
+__global__ void layernorm_bwd_dwdb_f16(__half* dw, __half* db, const __half* dy, const __half* x, const float* mean,
+                                       const float* rstd, int64_t rows, int64_t n) {
+    layernorm_bwd_dwdb(dw, db, dy, x, mean, rstd, rows, n);
+}
+__global__ void bn_apply_relu_f16(__half* y, const __half* x, const float* mean, const float* rstd, const __half* w,
+                                  const __half* b, int64_t c, int64_t hw, int64_t n) {
+    bn_apply<__half, 1>(y, x, mean, rstd, w, b, c, hw, n);
+}
+__global__ void bn_relu_pool_f16(__half* pooled, int32_t* argmax, const __half* x, const float* mean, const float* rstd,
+                                 const __half* w, const __half* b, int64_t c, int64_t h, int64_t wd, int64_t ho,
+                                 int64_t wo, int64_t n) {
+    bn_relu_pool(pooled, argmax, x, mean, rstd, w, b, c, h, wd, ho, wo, n);
+}
+__global__ void bn_bwd_sums_relu_f16(float* sums, __half* dw, __half* db, const __half* dy, const __half* x,
+                                     const float* mean, const float* rstd, int64_t n, int64_t c, int64_t hw,
+                                     const __half* w, NormRelu<__half> m) {
+    bn_bwd_sums<__half, 1>(sums, dw, db, dy, x, mean, rstd, n, c, hw, w, m);
+}
+__global__ void bn_bwd_sums_relupool_f16(float* sums, __half* dw, __half* db, const __half* x, const float* mean,
+                                         const float* rstd, int64_t n, int64_t c, int64_t hw, const __half* w,
+                                         NormRelu<__half> m) {
+    bn_bwd_sums<__half, 2>(sums, dw, db, nullptr, x, mean, rstd, n, c, hw, w, m);
+}
+__global__ void bn_bwd_dx_relu_f16(__half* dx, const __half* dy, const __half* x, const float* mean, const float* rstd,
+                                   const __half* w, const float* sums, int training, int64_t c, int64_t hw, int64_t cnt,
+                                   int64_t n, NormRelu<__half> m) {
+    bn_bwd_dx<__half, 1>(dx, dy, x, mean, rstd, w, sums, training, c, hw, cnt, n, m);
+}
+__global__ void bn_bwd_dx_relupool_f16(__half* dx, const __half* x, const float* mean, const float* rstd,
+                                       const __half* w, const float* sums, int training, int64_t c, int64_t hw,
+                                       int64_t cnt, int64_t n, NormRelu<__half> m) {
+    bn_bwd_dx<__half, 2>(dx, nullptr, x, mean, rstd, w, sums, training, c, hw, cnt, n, m);
+}
+__global__ void gn_fwd_relu_f16(__half* y, float* mean, float* rstd, const __half* x, const __half* w, const __half* b,
+                                int64_t groups, int64_t cg, int64_t hw, float eps) {
+    gn_fwd<__half, 1>(y, mean, rstd, x, w, b, groups, cg, hw, eps);
+}
+__global__ void gn_bwd_relu_f16(__half* dx, float* part, const __half* dy, const __half* x, const float* mean,
+                                const float* rstd, const __half* w, int64_t nsamples, int64_t c, int64_t groups,
+                                int64_t cg, int64_t hw, const __half* b) {
+    NormRelu<__half> m = {b, nullptr, nullptr, 0, 0, 0};
+    gn_bwd<__half, 1>(dx, part, dy, x, mean, rstd, w, nsamples, c, groups, cg, hw, m);
 }
 
 }  // extern "C"

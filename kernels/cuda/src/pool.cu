@@ -1,9 +1,10 @@
 // 2-D max and average pooling over NCHW planes, forward and backward, in
-// fp32 and bf16 (fp32 math). The forward passes run one thread per output
+// fp32, bf16 and fp16 (fp32 math). The forward passes run one thread per output
 // element; the backward passes one thread per input element, gathering
 // from the outputs whose windows hold it (no atomics, so the sums are
 // deterministic and in the CPU backend's order).
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <stdint.h>
 #include <math.h>
 #include "common.cuh"
@@ -145,5 +146,15 @@ __global__ void avgpool_fwd_f32(float* y, const float* x, Pool g) { avgpool_fwd(
 __global__ void avgpool_fwd_bf16(__nv_bfloat16* y, const __nv_bfloat16* x, Pool g) { avgpool_fwd(y, x, g); }
 __global__ void avgpool_bwd_f32(float* dx, const float* dy, Pool g) { avgpool_bwd(dx, dy, g); }
 __global__ void avgpool_bwd_bf16(__nv_bfloat16* dx, const __nv_bfloat16* dy, Pool g) { avgpool_bwd(dx, dy, g); }
+
+// fp16 (appended so that the entry points above keep their code and labels).
+__global__ void maxpool_fwd_f16(__half* y, void* argmax, int a64, const __half* x, Pool g) {
+    maxpool_fwd(y, argmax, a64, x, g);
+}
+__global__ void maxpool_bwd_f16(__half* dx, const __half* dy, const void* argmax, int a64, Pool g) {
+    maxpool_bwd(dx, dy, argmax, a64, g);
+}
+__global__ void avgpool_fwd_f16(__half* y, const __half* x, Pool g) { avgpool_fwd(y, x, g); }
+__global__ void avgpool_bwd_f16(__half* dx, const __half* dy, Pool g) { avgpool_bwd(dx, dy, g); }
 
 }  // extern "C"

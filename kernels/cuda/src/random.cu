@@ -1,6 +1,7 @@
 // Random kernels of the Esper CUDA backend: dropout, with the CPU
 // backend's counter-based draw, bit for bit.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <stdint.h>
 #include <math.h>
 #include "common.cuh"
@@ -39,5 +40,10 @@ __global__ void dropout_bf16(__nv_bfloat16* y, __nv_bfloat16* mask, const __nv_b
     dropout(y, mask, x, state, p, n);
 }
 __global__ void dropout_advance(int64_t* state) { state[1]++; }
+
+// fp16 (appended so that the entry points above keep their code and labels).
+__global__ void dropout_f16(__half* y, __half* mask, const __half* x, const int64_t* state, double p, int64_t n) {
+    dropout(y, mask, x, state, p, n);
+}
 
 }  // extern "C"

@@ -6,6 +6,7 @@
 // (gridDim.x = lines), reducing in registers, then across warps through
 // shared memory; lines along a middle axis one thread each.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <stdint.h>
 #include <math.h>
 #include "common.cuh"
@@ -217,5 +218,14 @@ __global__ void count_correct_rows_bf16(float* acc, const __nv_bfloat16* x, cons
     }
 REDUCE_AXIS_KERNELS(f32, float)
 REDUCE_AXIS_KERNELS(bf16, __nv_bfloat16)
+
+// fp16 (appended so that the entry points above keep their code and labels).
+__global__ void argmax_rows_f16(int64_t* dst, const __half* x, int64_t n, int64_t inner) {
+    argmax_rows(dst, x, n, inner);
+}
+__global__ void count_correct_rows_f16(float* acc, const __half* x, const void* t, int t64, int64_t c) {
+    count_correct_rows(acc, x, t, t64, c);
+}
+REDUCE_AXIS_KERNELS(f16, __half)
 
 }  // extern "C"

@@ -5,9 +5,11 @@
 // order), then one thread per (segment, feature) visits its segment's
 // rows in row order, exactly as the CPU backend does: the sums, means,
 // maxima and arg-maxima are the CPU's, bit for bit in fp32. Softmax sums
-// run in fp64, as on the CPU. A segment id outside [0, S) cannot panic in
-// a kernel: its row belongs to no segment.
+// run in fp64, as on the CPU. Values are fp32, bf16 or fp16 (fp32 math).
+// A segment id outside [0, S) cannot panic in a kernel: its row belongs
+// to no segment.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <stdint.h>
 #include <math.h>
 #include "common.cuh"
@@ -185,6 +187,27 @@ __global__ void seg_max_bwd_f32(float* dsrc, const float* dy, const int64_t* arg
 }
 __global__ void seg_max_bwd_bf16(__nv_bfloat16* dsrc, const __nv_bfloat16* dy, const int64_t* argmax, int64_t E,
                                  int64_t S, int64_t fw) {
+    GRID_STRIDE(q, S * fw) {
+        int64_t a = argmax[q];
+        if (a >= 0 && a < E) {
+            int64_t j = a * fw + q % fw;
+            st(dsrc, j, ld(dsrc, j) + ld(dy, q));
+        }
+    }
+}
+
+// fp16 (appended so that the entry points above keep their code and
+// labels); seg_max_bwd_f16 adds without atomics, as the bf16 one.
+__global__ void seg_reduce_f16(int op, __half* d, int64_t* argmax, const __half* x, const int32_t* start,
+                               const int32_t* order, int64_t S, int64_t fw) {
+    seg_reduce(op, d, argmax, x, start, order, S, fw);
+}
+__global__ void seg_softmax_f16(int bwd, __half* d, const __half* x, const __half* dy, const int32_t* start,
+                                const int32_t* order, int64_t S, int64_t fw) {
+    seg_softmax(bwd, d, x, dy, start, order, S, fw);
+}
+__global__ void seg_max_bwd_f16(__half* dsrc, const __half* dy, const int64_t* argmax, int64_t E, int64_t S,
+                                int64_t fw) {
     GRID_STRIDE(q, S * fw) {
         int64_t a = argmax[q];
         if (a >= 0 && a < E) {

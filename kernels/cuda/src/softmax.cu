@@ -4,8 +4,9 @@
 // (gridDim.x = rows), reducing in registers, then across warps through
 // shared memory; and softmax and log-softmax along a middle axis of x
 // viewed as [outer, n, inner], one thread per line. Arithmetic is fp32
-// (bf16 inputs widened on load).
+// (bf16 and fp16 inputs widened on load).
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <stdint.h>
 #include <math.h>
 #include "common.cuh"
@@ -224,5 +225,20 @@ __global__ void ce_bwd_rows_bf16(__nv_bfloat16* dx, const __nv_bfloat16* x, cons
     }
 SOFTMAX_AXIS_KERNELS(f32, float)
 SOFTMAX_AXIS_KERNELS(bf16, __nv_bfloat16)
+
+// fp16 (appended so that the entry points above keep their code and labels).
+__global__ void softmax_rows_f16(int log, __half* y, const __half* x, int64_t n) { softmax_rows(log, y, x, n); }
+__global__ void softmax_bwd_rows_f16(int log, __half* dx, const __half* y, const __half* dy, int64_t n) {
+    softmax_bwd_rows(log, dx, y, dy, n);
+}
+__global__ void ce_rows_f16(float* per, float* kept, const __half* x, const void* t, int t64, int64_t c, float eps,
+                            int has_ignore, int64_t ignore) {
+    ce_rows(per, kept, x, t, t64, c, eps, has_ignore, ignore);
+}
+__global__ void ce_bwd_rows_f16(__half* dx, const __half* x, const void* t, int t64, const float* dloss, int per_row,
+                                const float* count, int mean, int64_t c, float eps, int has_ignore, int64_t ignore) {
+    ce_bwd_rows(dx, x, t, t64, dloss, per_row, count, mean, c, eps, has_ignore, ignore);
+}
+SOFTMAX_AXIS_KERNELS(f16, __half)
 
 }  // extern "C"
