@@ -180,7 +180,7 @@ func parseTrain(args []string, stderr io.Writer) (trainConfig, error) {
 	fs := flag.NewFlagSet("train", flag.ContinueOnError)
 	c.runFlags(fs)
 	fs.StringVar(&c.device, "device", "cpu", "device: cpu, sim or sim:N (the strict simulated accelerator: CPU kernels, every host read explicit and counted), or cuda or cuda:N (a -tags cuda build on a GPU machine; GPU.md)")
-	fs.StringVar(&c.amp, "amp", "off", "automatic mixed precision: off (fp32), bf16 (matmuls and convolutions in bf16 with fp32 accumulation; no loss scaling) or fp16 (the same in fp16, with a loss scaler; cpu and sim only until the CUDA backend has fp16 kernels)")
+	fs.StringVar(&c.amp, "amp", "off", "automatic mixed precision: off (fp32), bf16 (matmuls and convolutions in bf16 with fp32 accumulation; no loss scaling) or fp16 (the same in fp16, with the device-side loss scaler)")
 	fs.BoolVar(&c.tf32, "tf32", false, "let F32 matmuls and convolutions use TF32; on by default on a CUDA device of compute capability 8.0 or newer (--tf32=false turns it off there); cpu and sim always compute fp32, where --tf32 is an error")
 	fs.StringVar(&c.controller, "controller", "heuristic", "controller: heuristic, gnn (the learned policy of --policy) or none (the host trains alone)")
 	fs.StringVar(&c.policy, "policy", "", "policy checkpoint (safetensors with its tamiyo header) for --controller gnn")
