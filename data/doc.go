@@ -31,4 +31,35 @@
 // the next call to Next (or until it is Released), and the steady state
 // allocates nothing. Shuffling is a deterministic function of the seed
 // and the epoch number.
+//
+// # Batches on a device
+//
+// With LoaderOptions.Device set to a device other than the CPU, the
+// loader delivers its batches there, in device buffers it owns, and the
+// consumer (tolaria's trainer) copies nothing. There are two ways:
+//
+//   - Copied ahead (the default): the workers assemble each batch on the host
+//     as above, and Next copies it to the device one batch ahead of the
+//     consumer — when it returns batch i, batch i+1's copy has been
+//     issued, so that on CUDA it runs behind step i. With Pinned on a
+//     backend that stages (kernels.Stagers, the CUDA backend) the copies
+//     go through page-locked buffers on the backend's copy stream into
+//     two device buffer sets, double-buffered with events: Next awaits
+//     batch i's copy (the device's stream waits, the host does not),
+//     releases the set batch i−1 was read from (its steps are enqueued:
+//     the consumer asked for the next batch) and stages batch i+1 into
+//     it. On any other backend (sim) the same sequence runs with
+//     synchronous copies (tensor.ToDevice). Either way the host batch
+//     goes back to the workers as soon as its copy is issued.
+//   - Resident: the whole dataset is copied to the device once; each
+//     epoch's order is copied there once (a single I64 [N] copy) and
+//     every batch is two index selects (images and labels) of the
+//     dataset by a slice of it, on the device's stream.
+//
+// Both give the batches of the host loader with the same options bit
+// for bit, and neither reads anything back from the device: they add no
+// host sync (tensor.HostSyncs). LoaderStats says how many copies were
+// issued and how long the consumer spent issuing them (CopyTime, what
+// tolaria reports as tolaria.h2d_copy_ms); Loader.Pinned whether they
+// went through pinned staging (tolaria.train.pin_memory).
 package data

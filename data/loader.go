@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/tensor"
 )
 
@@ -41,12 +42,29 @@ type LoaderOptions struct {
 	// one, which keeps up with any in-memory dataset (a batch is a
 	// gather-copy).
 	Workers int
-	// Pinned asks for page-locked batch buffers, so that a CUDA backend
-	// can copy them to the device asynchronously. It is a placeholder
-	// for the CUDA backend: on the CPU there is nothing to pin, and today
-	// the option is accepted and has no effect (Loader.Pinned reports
-	// false). Batches are ordinary Go memory either way.
+	// Device is where the batches are delivered. The zero value, the
+	// CPU, delivers the host buffers themselves. On another device (sim,
+	// cuda) each batch is assembled on the host as above and copied to the
+	// device one batch ahead of the consumer, into device buffers the
+	// loader owns (see the package documentation, "Batches on a device");
+	// the device must be open (kernels/device.Open). Resident changes how.
+	Device tensor.Device
+	// Pinned, on a Device whose backend stages copies
+	// (kernels.Stagers: the CUDA backend), copies the batches through
+	// page-locked host buffers on the backend's copy stream, so that the
+	// copy of batch i+1 runs behind step i. On a backend without staging
+	// (sim), on the CPU and with Resident it has no effect: the copies
+	// are synchronous. Loader.Pinned reports whether it took effect.
 	Pinned bool
+	// Resident, on a Device other than the CPU, copies the whole dataset
+	// to the device once, when the loader is made, and assembles every
+	// batch there: an index select (the backend's IndexSelect) of the
+	// epoch's order, which is copied to the device once per epoch (once
+	// for all epochs without Shuffle). The batches are bitwise those of
+	// the host loader with the same options. It suits a small dataset
+	// (Fashion-MNIST's 60 000 images are 188 MB in F32); Prefetch,
+	// Workers and Pinned do not apply. On the CPU it has no effect.
+	Resident bool
 }
 
 // Batch is one batch of a Loader. Its tensors and Indices belong to the
@@ -55,7 +73,8 @@ type LoaderOptions struct {
 // refilled with a later batch. Copy what must outlive it.
 type Batch struct {
 	// X holds the images, F32 [B, C, H, W]; Y the labels, I64 [B]. B is
-	// BatchSize except for a partial last batch.
+	// BatchSize except for a partial last batch. They live on
+	// LoaderOptions.Device.
 	X, Y *tensor.Tensor
 	// Epoch and Index locate the batch: the Index-th batch of Epoch.
 	Epoch, Index int
@@ -63,7 +82,8 @@ type Batch struct {
 	Indices []int
 	// InputWait is how long Next waited for this batch to be ready (the
 	// consumer's input stall; zero or near zero when prefetching keeps
-	// up).
+	// up). On a device it is the wait of this call for the host batch it
+	// staged ahead (zero with Resident).
 	InputWait time.Duration
 
 	l *Loader
@@ -73,9 +93,11 @@ type Batch struct {
 // Release hands the batch's buffers back before the next call to Next,
 // so the loader can start refilling them at once. The batch must not be
 // used afterwards. Releasing a batch twice, or one that Next has already
-// recycled, does nothing.
+// recycled, does nothing. A batch on a device holds no host buffer (its
+// host batch went back when its copy was issued): Release does nothing,
+// and its device buffers are recycled by the next Next.
 func (b *Batch) Release() {
-	if b.l != nil && b.l.held == b.s {
+	if b.l != nil && b.s != nil && b.l.held == b.s {
 		b.l.releaseHeld()
 	}
 }
@@ -87,6 +109,17 @@ type LoaderStats struct {
 	// InputWait is the total time Next waited for batches, and
 	// MaxInputWait the longest single wait.
 	InputWait, MaxInputWait time.Duration
+	// Copies counts the host-to-device copies the loader issued (two per
+	// batch — images and labels — on a device; with Resident two for the
+	// dataset and one per epoch's order), and CopyTime is the time the
+	// consumer spent issuing them: the wall time of the synchronous
+	// copies, or with pinned staging the host time of the staging calls
+	// (filling the pinned buffers, enqueuing the copies and the device
+	// stream's waits for them) but not the transfers, which run behind
+	// the steps. CopyTime includes ResidentCopyTime, the one-time copy of
+	// a Resident dataset when the loader was made.
+	Copies                     int
+	CopyTime, ResidentCopyTime time.Duration
 }
 
 // slot is one batch buffer of the ring.
@@ -115,8 +148,11 @@ type job struct {
 //
 // Next, Reset, Epoch, Release and Close belong to one consumer goroutine;
 // a Loader is not safe for concurrent use by several. In steady state
-// Next allocates nothing. Close stops the goroutines; a Loader that is
-// not closed keeps them alive.
+// Next allocates nothing on the CPU and with pinned staging; the
+// synchronous copies to a device allocate each batch's device tensors
+// (tensor.ToDevice), and a Resident loader a view of the order per
+// batch. Close stops the goroutines; a Loader that is not closed keeps
+// them alive.
 type Loader struct {
 	ds       Dataset
 	o        LoaderOptions
@@ -137,11 +173,33 @@ type Loader struct {
 	held     *slot
 	closed   bool
 	stats    LoaderStats
+	// dp is the device input path (nil on the CPU or with Resident), res
+	// the resident dataset (nil without Resident).
+	dp  *devicePath
+	res *resident
 }
 
 // NewLoader validates the options, allocates the batch buffers, starts
-// the workers and begins prefetching epoch 0.
+// the workers and begins prefetching epoch 0. On a device it allocates
+// the device buffers (and with Resident copies the dataset there); a
+// device that is not open, or memory it cannot give, is an error.
 func NewLoader(ds Dataset, o LoaderOptions) (*Loader, error) {
+	var stagers kernels.Stagers
+	if !o.Device.IsCPU() {
+		be, err := kernels.Lookup(o.Device)
+		if err != nil {
+			return nil, fmt.Errorf("data: NewLoader: device %v: %w (open it with kernels/device.Open first)", o.Device, err)
+		}
+		if o.Pinned && !o.Resident {
+			stagers, _ = be.(kernels.Stagers)
+		}
+	}
+	return newLoader(ds, o, stagers)
+}
+
+// newLoader is NewLoader staging through stagers on a device when it is
+// not nil (a test passes its own).
+func newLoader(ds Dataset, o LoaderOptions, stagers kernels.Stagers) (*Loader, error) {
 	if ds == nil {
 		return nil, errors.New("data: NewLoader: nil dataset")
 	}
@@ -179,6 +237,22 @@ func NewLoader(ds Dataset, o LoaderOptions) (*Loader, error) {
 	}
 	l.pcg = rand.NewPCG(0, 0)
 	l.rng = rand.New(l.pcg)
+	if !o.Device.IsCPU() {
+		var err error
+		if o.Resident {
+			l.res, err = newResident(l, b, shape)
+		} else {
+			l.dp, err = newDevicePath(l, b, shape, stagers)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("data: NewLoader: %w", err)
+		}
+	}
+	if l.res != nil { // batches are assembled on the device: no host ring
+		l.jobs = make(chan job)
+		l.Reset(0)
+		return l, nil
+	}
 	l.slots = make([]*slot, o.Prefetch+1)
 	for i := range l.slots {
 		s := &slot{
@@ -226,9 +300,18 @@ func (l *Loader) Len() int { return l.batches }
 // Options returns the options with defaults filled in.
 func (l *Loader) Options() LoaderOptions { return l.o }
 
-// Pinned reports whether the batch buffers are page-locked host memory.
-// It is always false today: see LoaderOptions.Pinned.
-func (l *Loader) Pinned() bool { return false }
+// Pinned reports whether the batches reach the device through pinned
+// buffers on a staging stream (see LoaderOptions.Pinned).
+func (l *Loader) Pinned() bool { return l.dp != nil && l.dp.cp.pinned() }
+
+// Device is the device the batches are delivered on
+// (LoaderOptions.Device).
+func (l *Loader) Device() tensor.Device { return l.o.Device }
+
+// CopyTime is the time spent issuing host-to-device copies since the
+// loader was made (LoaderStats.CopyTime): what a trainer reports as its
+// input copy time.
+func (l *Loader) CopyTime() time.Duration { return l.stats.CopyTime }
 
 // Stats returns the cumulative figures.
 func (l *Loader) Stats() LoaderStats { return l.stats }
@@ -244,6 +327,11 @@ func (l *Loader) Reset(e int) {
 	}
 	if l.started && e == l.epoch && l.consumed == 0 {
 		return
+	}
+	if l.dp != nil {
+		if err := l.dp.reset(); err != nil {
+			panic(err.Error())
+		}
 	}
 	l.drain()
 	l.epoch, l.started = e, true
@@ -307,11 +395,30 @@ func (l *Loader) releaseHeld() {
 // Next returns the next batch of the current epoch, waiting for it if it
 // is not ready yet, and false when the epoch is exhausted (or the loader
 // closed). The previous batch is recycled. A panic of the dataset's
-// Batch on a worker is raised here.
+// Batch on a worker is raised here, as is a failed copy to the device.
 func (l *Loader) Next() (*Batch, bool) {
 	if l.closed {
 		return nil, false
 	}
+	var b *Batch
+	var ok bool
+	switch {
+	case l.res != nil:
+		b, ok = l.nextResident()
+	case l.dp != nil:
+		b, ok = l.nextDevice()
+	default:
+		b, ok = l.nextHost()
+	}
+	if ok {
+		l.stats.Batches++
+	}
+	return b, ok
+}
+
+// nextHost is Next on the host ring: the next host batch, held by the
+// consumer until the next call.
+func (l *Loader) nextHost() (*Batch, bool) {
 	if l.held != nil {
 		l.releaseHeld()
 	}
@@ -330,7 +437,6 @@ func (l *Loader) Next() (*Batch, bool) {
 	l.consumed++
 	l.held = s
 	s.batch.InputWait = wait
-	l.stats.Batches++
 	l.stats.InputWait += wait
 	l.stats.MaxInputWait = max(l.stats.MaxInputWait, wait)
 	return &s.batch, true
@@ -382,4 +488,10 @@ func (l *Loader) Close() {
 	l.gen.Add(1)
 	close(l.jobs)
 	l.wg.Wait()
+	if l.dp != nil {
+		l.dp.close()
+	}
+	if l.res != nil {
+		l.res.free()
+	}
 }

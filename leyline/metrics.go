@@ -48,6 +48,10 @@ const (
 	MetricTolariaHostSyncs = "tolaria.host_syncs"
 	// MetricTolariaTrainPinMemory is the metric "tolaria.train.pin_memory".
 	MetricTolariaTrainPinMemory = "tolaria.train.pin_memory"
+	// MetricTolariaH2DCopyMs is the metric "tolaria.h2d_copy_ms": the
+	// time an epoch's input spent on host-to-device copies (the G1 step
+	// metric h2d_copy_ms, summed over the epoch's steps and passes).
+	MetricTolariaH2DCopyMs = "tolaria.h2d_copy_ms"
 	// MetricTolariaTrainGraphEnabled is the metric "tolaria.train.graph_enabled".
 	MetricTolariaTrainGraphEnabled = "tolaria.train.graph_enabled"
 	// MetricTolariaCompileEnabled is the metric "tolaria.compile_enabled".
@@ -316,6 +320,7 @@ func MetricNames() []string {
 		MetricTolariaTrainForeachEnabled,
 		MetricTolariaHostSyncs,
 		MetricTolariaTrainPinMemory,
+		MetricTolariaH2DCopyMs,
 		MetricTolariaTrainGraphEnabled,
 		MetricTolariaCompileEnabled,
 		MetricTolariaCompileFallback,

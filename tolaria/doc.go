@@ -11,7 +11,12 @@
 // decision under a deadline, and checkpoints that resume bitwise.
 //
 // The Trainer trains the model on its device (nn.Device; move it with
-// nn.To first): batches are copied there, the loss and accuracy
+// nn.To first): batches are copied there — by the trainer, one explicit
+// copy per tensor, unless the data source delivers them there itself
+// (InputSource: a data.Loader with LoaderOptions.Device, copying one
+// batch ahead through pinned staging on CUDA, or from a dataset Resident
+// on the device), the epoch's copy time reported as tolaria.h2d_copy_ms
+// and the staging as tolaria.train.pin_memory — the loss and accuracy
 // accumulate there and are read back once per training or validation
 // pass, and every other device-to-host read is an explicit copy — the
 // gradient telemetry and the per-seed aggregation metrics (one gathered

@@ -75,7 +75,7 @@ func (r *evalRunner) batch(x, y *tensor.Tensor) bool {
 		r.err = err
 		return false
 	}
-	x, y, err := toDevice(r.t.dev, x, y)
+	x, y, err := r.t.input(x, y)
 	if err != nil {
 		r.err = fmt.Errorf("validation batch %d: %w", r.batches, err)
 		return false

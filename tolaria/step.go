@@ -355,7 +355,7 @@ func (s *stepRunner) trainBatch(x, y *tensor.Tensor) bool {
 		l.err = fmt.Errorf("tolaria: epoch %d: %w", l.e+1, err)
 		return false
 	}
-	x, y, err := toDevice(t.dev, x, y)
+	x, y, err := t.input(x, y)
 	if err != nil {
 		l.err = fmt.Errorf("tolaria: epoch %d: training batch %d: %w", l.e+1, l.steps+1, err)
 		return false

@@ -27,6 +27,25 @@ type Batches interface {
 	Batches(epoch int) iter.Seq2[*tensor.Tensor, *tensor.Tensor]
 }
 
+// InputSource is implemented by a Batches source that delivers its
+// batches on a device itself — a *data.Loader with LoaderOptions.Device
+// (copied one batch ahead, through pinned staging where the backend has
+// it, or from a Resident dataset). The trainer then copies nothing; it
+// refuses a source on a device other than the CPU and the model's, and
+// reads the source's figures for its telemetry: Pinned for
+// tolaria.train.pin_memory (the training source's), CopyTime for
+// tolaria.h2d_copy_ms.
+type InputSource interface {
+	// Device is where the batches are delivered.
+	Device() tensor.Device
+	// Pinned reports whether they come through pinned buffers on a
+	// staging stream.
+	Pinned() bool
+	// CopyTime is the time the source has spent on host-to-device
+	// copies so far, cumulative (the trainer reports each epoch's share).
+	CopyTime() time.Duration
+}
+
 // TrainerOptions configures a Trainer. Model, Train, Val and Epochs are
 // required; every other zero value is the documented default.
 type TrainerOptions struct {
@@ -39,7 +58,12 @@ type TrainerOptions struct {
 	Model *kasmina.MorphogeneticModel
 	// Train and Val are the training and validation batches. Training
 	// batches should all have the same size (drop the last partial
-	// batch): a captured step re-captures for every new shape.
+	// batch): a captured step re-captures for every new shape. Batches
+	// on the CPU are copied to the model's device, one explicit copy per
+	// tensor and batch; a source that delivers them on the model's device
+	// itself (InputSource: a *data.Loader with LoaderOptions.Device, and
+	// Pinned or Resident) spares those copies. Either way the epoch's
+	// copy time is reported (EpochReport.H2DCopy, tolaria.h2d_copy_ms).
 	Train, Val Batches
 	// Epochs is the number of epochs Fit runs, from 1 to MaxEpochs.
 	Epochs int
@@ -259,6 +283,14 @@ type EpochReport struct {
 	// the epoch (tensor.HostSyncs before and after; tolaria.host_syncs):
 	// the device-to-host reads the epoch waited for. Always 0 on the cpu.
 	HostSyncs uint64
+	// H2DCopy is the time the epoch's input (its training, validation
+	// and counterfactual passes) spent on host-to-device copies
+	// (tolaria.h2d_copy_ms): the trainer's own copies of CPU batches, and
+	// the CopyTime of InputSource sources — the wall time of synchronous
+	// copies, or with pinned staging the host time of the staging calls
+	// (the transfers run behind the steps and are not in it). Zero on
+	// the cpu.
+	H2DCopy time.Duration
 
 	// ConflictRatio is the epoch's gradient conflict ratio
 	// (tolaria.grad_agg.conflict_ratio): PCGrad's conflicting pairs over
@@ -305,7 +337,11 @@ type Trainer struct {
 	model *kasmina.MorphogeneticModel
 	// dev is the model's device (nn.Device): batches are copied there,
 	// the metric accumulators live there.
-	dev       tensor.Device
+	dev tensor.Device
+	// sources are the distinct InputSource data sources (Train, Val);
+	// copyTime is the time the trainer spent copying batches itself.
+	sources   []InputSource
+	copyTime  time.Duration
 	opt       *optimizers
 	step      *stepRunner
 	eval      *evalRunner
@@ -396,11 +432,15 @@ func NewTrainer(o TrainerOptions) (*Trainer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: Model: %v", ErrOptions, err)
 	}
+	sources, err := inputSources(dev, o.Train, o.Val)
+	if err != nil {
+		return nil, err
+	}
 	dl, err := NewDeadlines(DeadlineOptions{Controller: o.Deadlines.Controller, Apply: o.Deadlines.Apply, Sink: o.Sink})
 	if err != nil {
 		return nil, err
 	}
-	t := &Trainer{o: o, model: o.Model, dev: dev, deadlines: dl, lastSeeds: map[string]leyline.SeedStage{}}
+	t := &Trainer{o: o, model: o.Model, dev: dev, sources: sources, deadlines: dl, lastSeeds: map[string]leyline.SeedStage{}}
 	if o.History > 0 {
 		t.summary.Epochs = make([]EpochReport, 0, o.History)
 	}
@@ -522,6 +562,7 @@ func (t *Trainer) RunEpoch(ctx context.Context, e int) (r EpochReport, err error
 	}()
 	start := time.Now()
 	syncs0 := tensor.HostSyncs(t.dev)
+	copy0 := t.inputCopyTime()
 	r.Epoch, r.RestoredFrom = e, -1
 	allowed := t.breaker.Allow()
 	if !allowed {
@@ -576,6 +617,7 @@ func (t *Trainer) RunEpoch(ctx context.Context, e int) (r EpochReport, err error
 	t.countLifecycle(r.Seeds)
 	r.Duration = time.Since(start)
 	r.HostSyncs = tensor.HostSyncs(t.dev) - syncs0
+	r.H2DCopy = t.inputCopyTime() - copy0
 	if r.FailureReason = t.failureReason(allowed, r.Duration, stepReason); r.FailureReason != "" {
 		r.Failed = true
 		if err := t.failEpoch(ctx, &r); err != nil {
@@ -837,7 +879,7 @@ type epochEvents struct {
 
 // numEpochMetrics is the number of tolaria.* metrics emitEpoch sends
 // before the deadlines' and the aggregation's.
-const numEpochMetrics = 19
+const numEpochMetrics = 21
 
 // sameMetrics reports whether a and b hold the same metrics in the same
 // order: names, units, attributes, and values bit for bit (a NaN equals
@@ -924,6 +966,10 @@ func (t *Trainer) emitEpoch(r EpochReport) {
 		// each: always foreach.
 		leyline.Metric{Name: leyline.MetricTolariaTrainForeachEnabled, Value: 1},
 		leyline.Metric{Name: leyline.MetricTolariaHostSyncs, Value: float64(r.HostSyncs)},
+		leyline.Metric{Name: leyline.MetricTolariaTrainPinMemory, Value: b2f(t.pinnedInput())},
+		// In nanoseconds over 1e6: a copy of a tiny batch takes less
+		// than the microsecond the other latencies are counted in.
+		leyline.Metric{Name: leyline.MetricTolariaH2DCopyMs, Value: float64(r.H2DCopy.Nanoseconds()) / 1e6, Unit: "ms"},
 		// In Go a captured step is both the "compiled" step and the
 		// device graph: the graph figures are those of the captures.
 		leyline.Metric{Name: leyline.MetricTolariaTrainGraphEnabled, Value: b2f(t.o.Capture)},
