@@ -30,7 +30,7 @@ test: vet fmt-check
 ## test-sim: the suites of the domains above the kernels again on the
 ## strict simulated device (internal/testdevice: ESPER_TEST_DEVICE=sim),
 ## whose host accessors refuse device tensors
-SIM_PKGS ?= ./internal/testdevice ./recipe ./nn/... ./optim/... ./tolaria/... ./kasmina/... ./tamiyo/... ./simic/...
+SIM_PKGS ?= ./internal/testdevice ./recipe ./data ./nn/... ./optim/... ./tolaria/... ./kasmina/... ./tamiyo/... ./simic/...
 test-sim:
 	ESPER_TEST_DEVICE=sim $(GO) test -count=1 $(SIM_PKGS)
 

@@ -17,14 +17,18 @@
 // batch ahead through pinned staging on CUDA, or from a dataset Resident
 // on the device), the epoch's copy time reported as tolaria.h2d_copy_ms
 // and the staging as tolaria.train.pin_memory — the loss and accuracy
-// accumulate there and are read back once per training or validation
-// pass, and every other device-to-host read is an explicit copy — the
+// accumulate there and are read back together once per epoch, and every
+// other device-to-host read is an explicit copy — the
 // gradient telemetry and the per-seed aggregation metrics (one gathered
 // copy each, every GradientTelemetryStride steps), fp16's found-inf flag
 // on those steps, checkpoints and snapshots. EpochReport.HostSyncs and
 // tolaria.host_syncs count them per epoch (tensor.HostSyncs); on the
-// strict "sim" device a run is bitwise the CPU's. PCGrad combines
-// gradients on the host and is refused off the CPU.
+// strict "sim" device a run is bitwise the CPU's. On a device PCGrad
+// combines the seeds' gradients there (package aggregation's device
+// path), agreeing with the CPU's host combination within float32
+// rounding. Batches that a data.Loader delivers on the model's device
+// (LoaderOptions.Device, Pinned, Resident) are not copied again; the
+// input copies' time is tolaria.h2d_copy_ms.
 //
 // It is built on:
 //

@@ -54,7 +54,10 @@ type trainConfig struct {
 	seed                                                                uint64
 	lr                                                                  float64
 	capture, baseline, resume, quiet, governor                          bool
-	trainSize, testSize                                                 int
+	// pinMemory and dataOnDevice choose how batches reach a device
+	// (data.LoaderOptions.Pinned and Resident).
+	pinMemory, dataOnDevice bool
+	trainSize, testSize     int
 	// amp is --amp (off, bf16 or fp16); tf32 is --tf32, and tf32Set
 	// whether the command line gave it (its default depends on the
 	// device: see resolvePrecision).
@@ -126,6 +129,9 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 		if c.prec.note != "" {
 			fmt.Fprintln(stdout, c.prec.note)
 		}
+		if !c.dev.IsCPU() {
+			fmt.Fprintf(stdout, "input on %v: %s\n", c.dev, inputMode(c))
+		}
 	}
 
 	run, err := runMorphogenetic(ctx, c, train, test, stdout)
@@ -193,6 +199,8 @@ func parseTrain(args []string, stderr io.Writer) (trainConfig, error) {
 	fs.StringVar(&c.checkpoint, "checkpoint", "", "checkpoint directory (a checkpoint after every epoch)")
 	fs.BoolVar(&c.resume, "resume", false, "continue the run in --checkpoint from its latest intact checkpoint, with the configuration stored there (a flag given again must agree, except --epochs, --baseline and --capture)")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at this address (e.g. 127.0.0.1:9464) during the run")
+	fs.BoolVar(&c.pinMemory, "pin-memory", true, "on a device: stage the batches from pinned host memory one batch ahead (CUDA; synchronous copies on sim)")
+	fs.BoolVar(&c.dataOnDevice, "data-on-device", false, "on a device: copy the whole dataset there once and gather each batch on the device (small datasets)")
 	fs.BoolVar(&c.quiet, "quiet", false, "print only errors, warnings and the final result (no progress)")
 	if err := parseFlags(fs, args); err != nil {
 		return c, err
@@ -294,6 +302,17 @@ func loadTask(c trainConfig) (train, test data.Dataset, err error) {
 	return recipe.LoadTask(c.task, c.dataDir, c.trainSize, c.testSize, c.seed)
 }
 
+// inputMode says how batches reach a device (printed once at start).
+func inputMode(c trainConfig) string {
+	switch {
+	case c.dataOnDevice:
+		return "the dataset resident on the device, batches gathered there"
+	case c.pinMemory && c.dev.Kind == tensor.KindCUDA:
+		return "batches staged from pinned host memory one batch ahead"
+	}
+	return "batches copied one batch ahead"
+}
+
 // runResult is one training run's outcome.
 type runResult struct {
 	summary tolaria.Summary
@@ -313,12 +332,14 @@ func runPlain(ctx context.Context, c trainConfig, train, test data.Dataset, stdo
 // directory. A run that diverged (tolaria.ErrDiverged) returns what it
 // did, plots written, with the error.
 func runMorphogenetic(ctx context.Context, c trainConfig, train, test data.Dataset, stdout io.Writer) (*runResult, error) {
-	trainLoader, err := data.NewLoader(train, data.LoaderOptions{BatchSize: c.batch, Shuffle: true, Seed: c.seed, DropLast: true})
+	onDev := data.LoaderOptions{Device: c.dev, Pinned: c.pinMemory, Resident: c.dataOnDevice}
+	trainLoader, err := data.NewLoader(train, data.LoaderOptions{BatchSize: c.batch, Shuffle: true, Seed: c.seed, DropLast: true,
+		Device: onDev.Device, Pinned: onDev.Pinned, Resident: onDev.Resident})
 	if err != nil {
 		return nil, err
 	}
 	defer trainLoader.Close()
-	testLoader, err := data.NewLoader(test, data.LoaderOptions{BatchSize: 500})
+	testLoader, err := data.NewLoader(test, data.LoaderOptions{BatchSize: 500, Device: onDev.Device, Pinned: onDev.Pinned, Resident: onDev.Resident})
 	if err != nil {
 		return nil, err
 	}
