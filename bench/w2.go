@@ -39,6 +39,9 @@ type W2Options struct {
 	Policy tamiyo.PolicyOptions
 	// Seed seeds the policy's weights.
 	Seed uint64
+	// Device is where the policy runs (zero: the CPU); each forward's
+	// device-to-host reads are counted (W2ModeResult.HostSyncsPerForward).
+	Device tensor.Device
 	// Progress, when set, is called after each measured forward of a
 	// phase ("batch 64 eager").
 	Progress func(phase string, done, total int)
@@ -55,6 +58,9 @@ type W2ModeResult struct {
 	GraphsPerSec     float64 `json:"graphs_per_second"`
 	GFLOPS           float64 `json:"gflops"`
 	AllocsPerForward float64 `json:"allocs_per_forward"`
+	// HostSyncsPerForward are the device-to-host reads per forward on
+	// W2Options.Device (0 on the CPU).
+	HostSyncsPerForward float64 `json:"host_syncs_per_forward"`
 	// Fallback is the capture failure, when the captured mode fell back
 	// to eager forwards.
 	Fallback string `json:"fallback,omitempty"`
@@ -256,7 +262,7 @@ func RunW2(o W2Options) (W2Result, map[int]*tamiyo.Graph, error) {
 		}
 	}
 	po := o.Policy
-	po.NoDropout, po.Seed = true, o.Seed
+	po.NoDropout, po.Seed, po.Device = true, o.Seed, o.Device
 	p, err := tamiyo.NewPolicy(po)
 	if err != nil {
 		return W2Result{}, nil, err
@@ -321,6 +327,7 @@ func RunW2(o W2Options) (W2Result, map[int]*tamiyo.Graph, error) {
 			var ms0, ms1 runtime.MemStats
 			runtime.GC()
 			runtime.ReadMemStats(&ms0)
+			syncs0 := tensor.HostSyncs(o.Device)
 			for i := range lat {
 				t0 := time.Now()
 				out, err = in.Forward(g)
@@ -333,6 +340,7 @@ func RunW2(o W2Options) (W2Result, map[int]*tamiyo.Graph, error) {
 				}
 			}
 			runtime.ReadMemStats(&ms1)
+			syncs := tensor.HostSyncs(o.Device) - syncs0
 			if mode == "eager" {
 				eagerOut = out
 			} else if out != nil && !reflect.DeepEqual(eagerOut, out) {
@@ -342,6 +350,7 @@ func RunW2(o W2Options) (W2Result, map[int]*tamiyo.Graph, error) {
 			r := W2ModeResult{Batch: b, Mode: mode, Latency: l}
 			if reps > 0 {
 				r.AllocsPerForward = float64(ms1.Mallocs-ms0.Mallocs) / float64(reps)
+				r.HostSyncsPerForward = float64(syncs) / float64(reps)
 				r.GraphsPerSec = float64(b) / (l.MeanUs / 1e6)
 				r.GFLOPS = res.FLOPPerGraph * float64(b) / (l.MeanUs * 1e3)
 			}

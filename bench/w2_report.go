@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/esper-go/esper/tensor"
 )
 
 // PERF.md W2 CPU targets: batch-1 p95 ≤ 1 ms, batch-64 p95 ≤ 40 ms,
@@ -20,16 +22,24 @@ const (
 	w2TargetPeerSpeedup  = 2.0
 )
 
-// benchW2 runs W2, prints its table and verdicts and writes its report.
-func benchW2(stdout, stderr io.Writer, c Config) error {
+// benchW2 runs W2 on the CPU.
+func benchW2(stdout, stderr io.Writer, c Config) error { return BenchW2(stdout, stderr, c, tensor.CPU) }
+
+// BenchW2 runs W2 with the policy on dev, prints its table and verdicts
+// and writes its report; on a device other than the CPU the table gives
+// the host syncs per forward (esper bench --workload W2 --device sim).
+func BenchW2(stdout, stderr io.Writer, c Config, dev tensor.Device) error {
+	if !dev.IsCPU() && c.Compare {
+		return fmt.Errorf("W2 on %v: --compare pytorch compares the CPU's speed; run W2 on cpu to compare", dev)
+	}
 	m := ThisMachine()
-	header(stdout, "W2 tamiyo-gnn (policy inference, CPU)", m)
+	header(stdout, fmt.Sprintf("W2 tamiyo-gnn (policy inference, %v)", dev), m)
 	batches := []int{1, c.Graphs}
 	if c.Graphs == 1 {
 		batches = []int{1}
 	}
 	fmt.Fprintf(stdout, "  hetero-GNN policy on the 3-slot CNN host graph (2 live seeds), batches %v, eager and captured ...\n", batches)
-	r, graphs, err := RunW2(W2Options{Batches: batches, Reps: c.Reps, Warmup: c.Warmup, Progress: progressEvery(stdout)})
+	r, graphs, err := RunW2(W2Options{Batches: batches, Reps: c.Reps, Warmup: c.Warmup, Device: dev, Progress: progressEvery(stdout)})
 	if err != nil {
 		return err
 	}
@@ -49,7 +59,7 @@ func benchW2(stdout, stderr io.Writer, c Config) error {
 			"batches": r.Batches, "reps": r.Reps, "warmup": r.Warmup,
 			"timed": "tamiyo.Inference.Forward: graph check, conversion to tensors, forward (replayed when captured), logits and value copied to the host",
 		},
-		Machine: m, Device: "cpu", Results: results,
+		Machine: m, Device: dev.String(), Results: results,
 		Ratios: map[string]any{},
 	}
 	var peer map[string]any
@@ -104,6 +114,11 @@ func benchW2(stdout, stderr io.Writer, c Config) error {
 		rep.Ratios[fmt.Sprintf("batch%d_captured_over_eager_p95", b)] = cpt.Latency.P95us / e.Latency.P95us
 	}
 	tw.Flush()
+	if !dev.IsCPU() {
+		for _, x := range r.Results {
+			fmt.Fprintf(stdout, "host syncs per forward, batch %d %s: %.2f\n", x.Batch, x.Mode, x.HostSyncsPerForward)
+		}
+	}
 	fmt.Fprintf(stdout, "%.1f MFLOP per graph (matrix products); captured logits %s eager\n", r.FLOPPerGraph/1e6,
 		map[bool]string{true: "equal", false: "DIFFER from"}[r.CapturedMatchesEager])
 	for _, b := range r.Batches {

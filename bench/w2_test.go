@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"errors"
 	"path/filepath"
 	"testing"
@@ -8,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/esper-go/esper/tamiyo"
+	"github.com/esper-go/esper/tensor"
 )
 
 // w2Small is a narrow network that keeps the test fast.
@@ -78,4 +80,31 @@ func TestW2PeerSameNetwork(t *testing.T) {
 	require.Len(t, shapes, 9)
 	require.Equal(t, []any{3.0, 3.0}, shapes[0], "slot logits [B, max slots]")
 	require.Equal(t, []any{3.0}, shapes[8], "value [B]")
+}
+
+// TestW2OnSimOneSyncPerForward: the policy on the sim device reads its
+// logits and values back once per forward, eager or captured, at any
+// batch size; the CPU reads nothing. BenchW2 on sim prints the counts
+// and refuses --compare.
+func TestW2OnSimOneSyncPerForward(t *testing.T) {
+	for _, dev := range []tensor.Device{tensor.CPU, tensor.Sim(0)} {
+		r, _, err := RunW2(W2Options{Batches: []int{1, 3}, Reps: 3, Warmup: 1, Policy: w2Small, Device: dev})
+		require.NoError(t, err)
+		require.True(t, r.CapturedMatchesEager)
+		for _, x := range r.Results {
+			want := 1.0
+			if dev.IsCPU() {
+				want = 0
+			}
+			require.Equal(t, want, x.HostSyncsPerForward, "%v batch %d %s", dev, x.Batch, x.Mode)
+		}
+	}
+	c := DefaultConfig()
+	c.Graphs, c.Reps, c.Warmup, c.JSONDir = 2, 2, 1, t.TempDir()
+	var out, errb bytes.Buffer
+	require.NoError(t, BenchW2(&out, &errb, c, tensor.Sim(0)))
+	require.Contains(t, out.String(), "host syncs per forward, batch 2 captured: 1.00")
+	require.Equal(t, "sim:0", readReport(t, c.JSONDir, "W2")["device"])
+	c.Compare = true
+	require.ErrorContains(t, BenchW2(&out, &errb, c, tensor.Sim(0)), "--compare pytorch")
 }

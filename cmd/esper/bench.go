@@ -46,7 +46,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&c.Graphs, "graphs", c.Graphs, "the large batch of W2, in graphs (W2 times batch 1 and this)")
 	fs.IntVar(&c.Params, "params", c.Params, "total fp32 parameters (W7)")
 	fs.IntVar(&c.Tensors, "tensors", c.Tensors, "parameter tensors (W7)")
-	devName := fs.String("device", "cpu", "device: cpu; cuda[:N] for the GPU workloads W1, W5, W6, W7, W8 (a binary built with -tags cuda; GPU.md); or sim[:N] for W1 and W4, to count their host syncs")
+	devName := fs.String("device", "cpu", "device: cpu; cuda[:N] for the GPU workloads W1, W5, W6, W7, W8 (a binary built with -tags cuda; GPU.md); or sim[:N] for W1, W2 and W4, to count their host syncs")
 	fs.StringVar(&c.PeerDir, "peer-dir", c.PeerDir, "directory of the PyTorch peer scripts")
 	fs.StringVar(&c.PeerResults, "peer-results", c.PeerResults, "with --device cuda: a directory holding this run's gpu_peers.py results (pytorch_w1.json, ...) to compare with, read instead of running the peers (implies --compare pytorch)")
 	if err := parseFlags(fs, args); err != nil {
@@ -59,11 +59,11 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if w := strings.ToUpper(*workload); dev.Kind == tensor.KindSim && w != "W1" && w != "W4" {
+	if w := strings.ToUpper(*workload); dev.Kind == tensor.KindSim && w != "W1" && w != "W2" && w != "W4" {
 		// The simulated device proves the code device-clean; its speed is
 		// the CPU's plus copies, which no workload's target is about, but
-		// W1's and W4's host syncs are.
-		return fmt.Errorf("--device %v runs W1 and W4 only (their host syncs); run %s on cpu or cuda[:N]", dev, *workload)
+		// W1's, W2's and W4's host syncs are.
+		return fmt.Errorf("--device %v runs W1, W2 and W4 only (their host syncs); run %s on cpu or cuda[:N]", dev, *workload)
 	}
 	if *compare != "" && *compare != "pytorch" {
 		return fmt.Errorf("unknown peer %q (want pytorch)", *compare)
@@ -102,7 +102,10 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 		if _, err := device.OpenDevice(dev); err != nil {
 			return err
 		}
-		if strings.ToUpper(*workload) == "W4" {
+		switch strings.ToUpper(*workload) {
+		case "W2":
+			return bench.BenchW2(stdout, stderr, c, dev)
+		case "W4":
 			return bench.BenchW4(stdout, stderr, c, dev)
 		}
 		return bench.BenchW1(dev, c, stdout, stderr)

@@ -24,7 +24,7 @@ usage:
   esper bench --workload W3 [--requests N] [--concurrency N] [--json DIR]
   esper bench --workload W2|W4|W5|W6|W7|all [--compare pytorch] [--json DIR]  (esper bench -h: every flag)
   esper bench --device cuda --workload W1|W5|W6|W7|W8|all [--compare pytorch] [--json DIR]  (a -tags cuda build)
-  esper bench --device sim --workload W1|W4  (their host syncs)
+  esper bench --device sim --workload W1|W2|W4  (their host syncs)
   esper train [--task synthetic|fashion-mnist] [--epochs N] [--controller heuristic|none]
               [--controller gnn --policy FILE [--policy-sample]]
               [--checkpoint DIR [--resume]] [--run-dir DIR] [--metrics-addr ADDR]
