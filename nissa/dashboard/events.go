@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"reflect"
 	"strconv"
 	"time"
@@ -105,7 +106,8 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 			slow = slow || errors.Is(a.sub.Err(), nissa.ErrSlowSubscriber)
 			a.sub.Close()
 		}
-		if slow {
+		// A write that outlived the write timeout is a slow browser too.
+		if slow || errors.Is(c.err, os.ErrDeadlineExceeded) {
 			s.clientsDropped.Add(1)
 		}
 	}()

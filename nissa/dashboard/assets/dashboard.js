@@ -27,7 +27,7 @@
   // state is the page's model; tests read it as window.esperDash.
   const state = {
     title: 'esper', runs: new Map(), order: [], connection: 'connecting', live: false,
-    historyEvents: 0, liveEvents: 0, resets: 0, renders: 0,
+    historyEvents: 0, liveEvents: 0, resets: 0, renders: 0, renderMs: 0,
   };
   window.esperDash = state;
 
@@ -95,6 +95,7 @@
       rounds: new Map(), // round → {round, t, ret, kl, ev, eps, pl, vl, rollbacks, entropy}
       lastRound: 0,
       passedGate: new Map(), // slot → message of the latest passed gate
+      pendingGates: new Map(), // seed id → gates evaluated before its germination (G0)
     };
   }
 
@@ -110,8 +111,12 @@
       seed = {
         id, slot, blueprint: '', stage: 'DORMANT', alpha: 0, alphaEpoch: 0, params: null,
         improvement: null, counterfactual: null, segments: [], alphaPts: new Map(), gates: new Map(),
-        born: epoch, ended: null, reason: '',
+        born: epoch, ended: null, reason: '', outcome: '',
       };
+      if (run.pendingGates.has(id)) {
+        seed.gates = run.pendingGates.get(id);
+        run.pendingGates.delete(id);
+      }
       run.seeds.set(id, seed);
       if (!run.slotSeeds.has(slot)) run.slotSeeds.set(slot, []);
       run.slotSeeds.get(slot).push(id);
@@ -130,6 +135,14 @@
     seed.alpha = alpha;
     seed.alphaEpoch = epoch;
     seed.alphaPts.set(epoch, alpha);
+  }
+
+  // takeGate returns (and forgets) the message of the gate a slot last
+  // passed: the reason of the transition that follows it.
+  function takeGate(run, slot) {
+    const m = run.passedGate.get(slot);
+    run.passedGate.delete(slot);
+    return m;
   }
 
   function addLog(run, epoch, kind, slot, text) {
@@ -191,7 +204,7 @@
         setStage(seed, 'GERMINATED', epoch);
         setAlpha(seed, d.alpha || 0, epoch);
         run.markers.push({ epoch, kind: 'germinate', slot: seed.slot, text: `germinate ${seed.slot} ${seed.blueprint}` });
-        const why = run.passedGate.get(seed.slot);
+        const why = takeGate(run, seed.slot);
         addLog(run, epoch, 'GERMINATE', seed.slot,
           `${seed.slot} ${seed.blueprint} (${d.params} parameters; ${d.alpha_curve || 'LINEAR'} blend over ${d.blend_tempo_epochs} epochs)` + (why ? ` — ${why}` : ''));
         break;
@@ -199,22 +212,37 @@
       case 'SEED_STAGE_CHANGED': {
         const seed = seedOf(run, e, epoch);
         setStage(seed, d.to_stage, epoch);
+        if (d.to_stage === 'PRUNED') seed.outcome = 'pruned';
+        if (d.to_stage === 'DORMANT') seed.gone = true; // the slot was reset: the seed is no more
         setAlpha(seed, d.alpha, epoch);
         if (finite(d.accuracy_delta)) seed.improvement = d.accuracy_delta;
-        if (d.to_stage !== 'FOSSILIZED' && d.to_stage !== 'PRUNED') {
-          const why = run.passedGate.get(seed.slot);
+        if (['EMBARGOED', 'RESETTING', 'DORMANT'].includes(d.to_stage)) {
+          addLog(run, epoch, 'SLOT', seed.slot, `${seed.slot} ${d.from_stage} → ${d.to_stage}` + (d.to_stage === 'DORMANT' ? ': the slot is free again' : ''));
+        } else if (d.to_stage !== 'FOSSILIZED' && d.to_stage !== 'PRUNED') {
+          const why = takeGate(run, seed.slot);
           addLog(run, epoch, 'ADVANCE', seed.slot,
             `${seed.slot} ${d.from_stage} → ${d.to_stage} (α ${fixed(d.alpha, 2)}, accuracy ${signed(d.accuracy_delta)} since germination)` + (why ? ` — ${why}` : ''));
         }
         break;
       }
       case 'SEED_GATE_EVALUATED': {
-        const seed = seedOf(run, e, epoch);
-        const g = seed.gates.get(d.gate) || { gate: d.gate, passed: false, fails: 0, message: '' };
+        // G0 comes before its seed exists (and a failed G0 means it never
+        // will): its result waits for the germination.
+        const known = e.seed_id && run.seeds.get(e.seed_id);
+        const slot = e.slot_id || d.slot_id || '?';
+        let gates;
+        if (known) {
+          gates = known.gates;
+        } else {
+          if (!run.pendingGates.has(e.seed_id)) run.pendingGates.set(e.seed_id, new Map());
+          gates = run.pendingGates.get(e.seed_id);
+        }
+        const seed = known || { slot };
+        const g = gates.get(d.gate) || { gate: d.gate, passed: false, fails: 0, message: '' };
         g.passed = !!d.passed;
         g.message = d.message || e.message || '';
         if (!d.passed) g.fails++;
-        seed.gates.set(d.gate, g);
+        gates.set(d.gate, g);
         if (d.passed) {
           run.passedGate.set(seed.slot, g.message);
         } else {
@@ -227,12 +255,13 @@
         const seed = seedOf(run, e, epoch);
         seed.blueprint = d.blueprint_id || seed.blueprint;
         setStage(seed, 'FOSSILIZED', epoch);
+        seed.outcome = 'fossilized';
         setAlpha(seed, finite(d.alpha) ? d.alpha : 1, epoch);
         seed.improvement = d.improvement;
         if (finite(d.counterfactual)) seed.counterfactual = d.counterfactual;
         if (finite(d.params_added)) seed.params = d.params_added;
         run.markers.push({ epoch, kind: 'fossilize', slot: seed.slot, text: `fossilize ${seed.slot} ${seed.blueprint}` });
-        const why = run.passedGate.get(seed.slot);
+        const why = takeGate(run, seed.slot);
         addLog(run, epoch, 'FOSSILIZE', seed.slot,
           `${seed.slot} ${seed.blueprint}: accuracy ${signed(d.improvement)} since germination` +
           (finite(d.counterfactual) ? `, ${signed(d.counterfactual)} with it than without` : '') + (why ? ` — ${why}` : ''));
@@ -241,6 +270,7 @@
       case 'SEED_PRUNED': {
         const seed = seedOf(run, e, epoch);
         setStage(seed, 'PRUNED', epoch);
+        seed.outcome = 'pruned';
         setAlpha(seed, 0, epoch);
         seed.ended = epoch;
         seed.reason = d.reason || '';
@@ -389,6 +419,7 @@
     fig.append(svg);
     const legend = h('div', { class: 'legend' });
     for (const se of o.series) {
+      if (!se.points.some((q) => finite(q[0]) && finite(q[1]))) continue;
       const sw = h('i', { class: se.dashed ? 'dashed' : '' });
       sw.style.borderTopColor = se.color;
       legend.append(h('span', {}, sw, se.name));
@@ -439,9 +470,9 @@
       for (const id of run.slotSeeds.get(slot)) {
         const seed = run.seeds.get(id);
         seed.segments.forEach((seg, j) => {
+          if (seg.stage === 'DORMANT') return; // an empty slot
           const next = seed.segments[j + 1];
           let to = next ? next.from : end;
-          if (seg.stage === 'PRUNED') to = seg.from + 0.5;
           if (to <= seg.from) to = seg.from + 0.5;
           svg.append(s('rect', {
             class: 'seg', 'data-slot': slot, 'data-seed': id, 'data-stage': seg.stage,
@@ -469,7 +500,7 @@
     fig.append(svg);
     const legend = h('div', { class: 'legend' });
     const seen = new Set();
-    for (const seed of run.seeds.values()) for (const seg of seed.segments) seen.add(seg.stage);
+    for (const seed of run.seeds.values()) for (const seg of seed.segments) if (seg.stage !== 'DORMANT') seen.add(seg.stage);
     for (const st of Object.keys(STAGE_COLORS)) {
       if (!seen.has(st)) continue;
       const sw = h('i', { class: 'block' });
@@ -503,8 +534,10 @@
     const body = h('tbody');
     const seeds = [...run.seeds.values()].sort((a, b) => (a.slot < b.slot ? -1 : a.slot > b.slot ? 1 : a.born - b.born));
     for (const seed of seeds) {
-      const stage = h('span', { class: 'stage', text: seed.stage });
-      stage.style.background = STAGE_COLORS[seed.stage] || '#999';
+      // A pruned seed whose slot was reset is gone: it shows as pruned.
+      const shown = seed.gone ? 'PRUNED' : seed.stage;
+      const stage = h('span', { class: 'stage', text: shown });
+      stage.style.background = STAGE_COLORS[shown] || '#999';
       let contrib = '–', contribTitle = 'not measured yet';
       if (finite(seed.counterfactual)) {
         contrib = signed(seed.counterfactual) + ' pp';
@@ -518,7 +551,7 @@
         const label = g.gate + (g.passed ? '✓' : '✗') + (g.fails && g.passed ? ` (${g.fails}✗)` : g.fails > 1 ? `×${g.fails}` : '');
         gates.append(h('span', { class: 'gate ' + (g.passed ? 'pass' : 'fail'), title: g.message, text: label }));
       }
-      body.append(h('tr', { 'data-slot': seed.slot, 'data-seed': seed.id, 'data-stage': seed.stage },
+      body.append(h('tr', { 'data-slot': seed.slot, 'data-seed': seed.id, 'data-stage': shown, 'data-outcome': seed.outcome },
         h('td', { text: seed.slot }), h('td', { text: seed.id }), h('td', { text: seed.blueprint || '–' }),
         h('td', { class: 'stage-cell' }, stage), h('td', { class: 'alpha', text: finite(seed.alpha) ? seed.alpha.toFixed(2) : '–' }),
         h('td', { class: 'params', text: seed.params ?? '–' }), h('td', { class: 'contribution', title: contribTitle, text: contrib }), gates));
@@ -666,7 +699,12 @@
 
   state.openConfig = {};
   function render() {
+    const t0 = performance.now();
+    draw();
     state.renders++;
+    state.renderMs += performance.now() - t0;
+  }
+  function draw() {
     const runs = state.order.map((id) => state.runs.get(id));
     document.getElementById('empty').hidden = runs.length > 0;
     document.getElementById('cards').replaceChildren(...runs.map(card));
@@ -676,17 +714,27 @@
     const running = runs.some((r) => !r.ended);
     const text = {
       connecting: 'connecting…', live: running ? 'live' : 'connected', reconnecting: 'reconnecting…',
-      closed: 'the server has stopped', disconnected: 'disconnected',
+      closed: running ? 'the server has stopped' : 'finished · the server has stopped', disconnected: 'disconnected',
     }[state.connection];
     st.textContent = text;
     st.className = 'status ' + state.connection;
   }
+  // Redraws are batched: at most one every renderEvery ms, none while the
+  // tab is hidden (one on its return). A redraw rebuilds the page's SVG,
+  // some 20 ms of the browser's time: batching keeps a browser on the
+  // training machine from taking its cores.
+  const renderEvery = 400;
   let pending = false;
+  let hiddenDirty = false;
   function schedule() {
+    if (document.hidden) { hiddenDirty = true; return; }
     if (pending) return;
     pending = true;
-    setTimeout(() => { pending = false; render(); }, 120);
+    setTimeout(() => { pending = false; render(); }, renderEvery);
   }
+  document.addEventListener('visibilitychange', () => {
+    if (!document.hidden && hiddenDirty) { hiddenDirty = false; schedule(); }
+  });
 
   // ---- the stream -------------------------------------------------------
   function connect() {
