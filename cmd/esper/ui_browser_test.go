@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,10 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/esper-go/esper/leyline"
+	"github.com/esper-go/esper/nissa"
+	"github.com/esper-go/esper/simic"
 )
 
 // The browser test drives Debian's chromium (headless) with chromedp: it
@@ -40,6 +45,81 @@ func chromiumPath(t *testing.T) string {
 	}
 	t.Skip("browser test skipped: no Chromium on PATH (make chromium-deps installs Debian's chromium; ESPER_CHROMIUM names another)")
 	return ""
+}
+
+// writeRunEvents writes the events a function emits into a new run
+// directory, through a hub and its directory backend as a run does.
+func writeRunEvents(t *testing.T, emit func(hub *nissa.Hub)) string {
+	t.Helper()
+	hub := nissa.NewHub(nissa.HubOptions{})
+	dirb, err := nissa.NewDirBackend(t.TempDir(), nissa.DirOptions{})
+	require.NoError(t, err)
+	require.NoError(t, hub.AddBackend(dirb))
+	emit(hub)
+	require.NoError(t, hub.Close(10*time.Second))
+	return dirb.Dir()
+}
+
+// writeLifecycleRun writes a training run in which slot r0c0's seed is
+// fossilized and slot r0c1's is pruned, embargoed, reset and replaced,
+// with a rollback and a decision logged with its reason.
+func writeLifecycleRun(t *testing.T) string {
+	return writeRunEvents(t, func(hub *nissa.Hub) {
+		seed := func(typ leyline.EventType, slot, id string, p leyline.Payload) {
+			ev := leyline.NewEvent(typ, p)
+			ev.SlotID, ev.SeedID = slot, id
+			hub.Emit(ev)
+		}
+		gate := func(slot, id, g string, passed bool, msg string) {
+			seed(leyline.EventSeedGateEvaluated, slot, id, &leyline.SeedGateEvaluatedPayload{SlotID: slot, Gate: g, Passed: passed, TargetStage: leyline.StageGerminated,
+				ChecksPassed: []string{}, ChecksFailed: []string{}, Message: msg})
+		}
+		stage := func(slot, id string, from, to leyline.SeedStage, alpha float64) {
+			seed(leyline.EventSeedStageChanged, slot, id, &leyline.SeedStageChangedPayload{SlotID: slot, From: from, To: to, Alpha: alpha})
+		}
+		epoch := func(e int) {
+			loss := 2.3 - 0.05*float64(e)
+			ev := leyline.NewEvent(leyline.EventEpochCompleted, &leyline.EpochCompletedPayload{InnerEpoch: e, ValAccuracy: 10 + float64(e), ValLoss: loss, TrainLoss: &loss})
+			ev.Epoch = leyline.IntPtr(e)
+			hub.Emit(ev)
+		}
+		epoch(1)
+		gate("r0c0", "r0c0-a", "G0", true, "G0 passed")
+		seed(leyline.EventSeedGerminated, "r0c0", "r0c0-a", &leyline.SeedGerminatedPayload{SlotID: "r0c0", BlueprintID: "conv_light", Params: 156})
+		gate("r0c1", "r0c1-b", "G0", true, "G0 passed")
+		seed(leyline.EventSeedGerminated, "r0c1", "r0c1-b", &leyline.SeedGerminatedPayload{SlotID: "r0c1", BlueprintID: "norm", Params: 40})
+		epoch(2)
+		stage("r0c0", "r0c0-a", leyline.StageGerminated, leyline.StageTraining, 0)
+		stage("r0c1", "r0c1-b", leyline.StageGerminated, leyline.StageTraining, 0)
+		epoch(3)
+		stage("r0c1", "r0c1-b", leyline.StageTraining, leyline.StagePruned, 0)
+		seed(leyline.EventSeedPruned, "r0c1", "r0c1-b", &leyline.SeedPrunedPayload{SlotID: "r0c1", Reason: "no improvement after 3 epochs", BlueprintID: "norm", Initiator: "policy"})
+		cl := leyline.NewEvent(leyline.EventMorphologyCausalLog, &leyline.MorphologyCausalLogPayload{Epoch: 4, Op: "PRUNE", Success: true, SlotID: "r0c1", Reason: "Plateau detected (5 epochs)"})
+		hub.Emit(cl)
+		epoch(4)
+		stage("r0c1", "r0c1-b", leyline.StagePruned, leyline.StageEmbargoed, 0)
+		stage("r0c0", "r0c0-a", leyline.StageTraining, leyline.StageFossilized, 1)
+		seed(leyline.EventSeedFossilized, "r0c0", "r0c0-a", &leyline.SeedFossilizedPayload{SlotID: "r0c0", BlueprintID: "conv_light", Improvement: 2, ParamsAdded: 156, Alpha: 1})
+		epoch(5)
+		hub.Emit(leyline.NewEvent(leyline.EventGovernorRollback, &leyline.GovernorRollbackPayload{Device: "cpu", Reason: "loss exploded", PanicReason: leyline.PanicReasonDivergence}))
+		stage("r0c1", "r0c1-b", leyline.StageEmbargoed, leyline.StageResetting, 0)
+		epoch(6)
+		stage("r0c1", "r0c1-b", leyline.StageResetting, leyline.StageDormant, 0)
+		gate("r0c1", "r0c1-x", "G0", false, "G0 failed: blueprint_id_present")
+		gate("r0c1", "r0c1-c", "G0", true, "G0 passed")
+		seed(leyline.EventSeedGerminated, "r0c1", "r0c1-c", &leyline.SeedGerminatedPayload{SlotID: "r0c1", BlueprintID: "conv_heavy", Params: 900})
+		epoch(7)
+	})
+}
+
+// writePPORun writes a PPO run of three rounds, as esper ppo emits them.
+func writePPORun(t *testing.T) string {
+	return writeRunEvents(t, func(hub *nissa.Hub) {
+		for r := 1; r <= 3; r++ {
+			ent := []float64{0.5, math.NaN(), math.NaN(), math.NaN(), math.NaN(), math.NaN(), math.NaN(), 1}
+			emitRound(hub, simic.PPORound{Round: r, Return: float64(r), KL: 1e-4, ExplainedVariance: 0.5, EnvEpochsPerSec: 40, Entropy: ent})
+		}
+	})
 }
 
 // evalInt evaluates a JavaScript expression giving a number.
@@ -170,8 +250,8 @@ func TestUIBrowser(t *testing.T) {
 	fossilized, _ := strconv.Atoi(summary[2])
 	pruned, _ := strconv.Atoi(summary[3])
 	assert.Equal(t, germinated, count(""), "seeds in the table vs germinated")
-	assert.Equal(t, fossilized, count(`[data-stage="FOSSILIZED"]`), "fossilized seeds")
-	assert.Equal(t, pruned, count(`[data-stage="PRUNED"]`), "pruned seeds")
+	assert.Equal(t, fossilized, count(`[data-outcome="fossilized"]`), "fossilized seeds")
+	assert.Equal(t, pruned, count(`[data-outcome="pruned"]`), "pruned seeds")
 	// The lifecycle shows on the curves and in the log.
 	assert.Positive(t, evalInt(t, ctx, `document.querySelectorAll('figure[data-chart="accuracy"] .mark[data-kind="germinate"]').length`))
 	assert.Positive(t, evalInt(t, ctx, `document.querySelectorAll('ol.log[data-run="r0"] li[data-kind="GERMINATE"]').length`))
@@ -205,6 +285,40 @@ func TestUIBrowser(t *testing.T) {
 	assert.Contains(t, warns, "line 11")
 	assert.Contains(t, warns, "torn line")
 	shoot(t, ctx, shots, "esper-ui.png")
+	stopUI()
+	require.NoError(t, <-uiDone)
+
+	// The paths the demo does not take: a seed pruned, its slot embargoed,
+	// reset and seeded again, a rollback, a decision with its reason; and
+	// a PPO run.
+	uiCtx, stopUI = context.WithCancel(context.Background())
+	uiOut = syncBuffer{}
+	go func() {
+		uiDone <- serveUI(uiCtx, []string{"--addr", "127.0.0.1:0", writeLifecycleRun(t), writePPORun(t)}, &uiOut, nil)
+	}()
+	url = waitURL(t, &uiOut, nil)
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(url), chromedp.WaitVisible(chromedp.CSS(`article.card[data-run="r1"]`))))
+	waitTrue(t, ctx, "the lifecycle run", `document.querySelectorAll('table.seeds[data-run="r0"] tbody tr').length === 3`, 10*time.Second)
+	rowsOf := func(slot string) []string {
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](fmt.Sprintf(
+			`[...document.querySelectorAll('table.seeds[data-run="r0"] tbody tr[data-slot="%s"]')].map(r => r.dataset.seed + ' ' + r.dataset.stage + ' ' + r.dataset.outcome)`, slot)))
+		require.NoError(t, err)
+		return v
+	}
+	assert.Equal(t, []string{"r0c0-a FOSSILIZED fossilized"}, rowsOf("r0c0"))
+	assert.Equal(t, []string{"r0c1-b PRUNED pruned", "r0c1-c GERMINATED "}, rowsOf("r0c1"), "the pruned seed, then the new one")
+	for kind, want := range map[string]int{"germinate": 3, "fossilize": 1, "prune": 1, "rollback": 2 /* one per lane */} {
+		assert.Equal(t, want, evalInt(t, ctx, fmt.Sprintf(`document.querySelectorAll('figure.timeline[data-run="r0"] .mark[data-kind="%s"]').length`, kind)), kind)
+	}
+	assert.Positive(t, evalInt(t, ctx, `document.querySelectorAll('figure.timeline[data-run="r0"] rect.seg[data-stage="EMBARGOED"]').length`))
+	logText, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector('ol.log[data-run="r0"]').textContent`))
+	require.NoError(t, err)
+	for _, want := range []string{"no improvement after 3 epochs (by the policy)", "governor_divergence", "Plateau detected (5 epochs)", "G0 failed: blueprint_id_present"} {
+		assert.Contains(t, logText, want)
+	}
+	assert.Equal(t, 3, evalInt(t, ctx, `Number(document.querySelector('figure[data-chart="return"] .series[data-run="r1"]').dataset.points)`))
+	assert.Equal(t, 2, evalInt(t, ctx, `document.querySelectorAll('figure[data-chart="entropy"] path.series').length`), "the heads with an entropy")
+	shoot(t, ctx, shots, "lifecycle-and-ppo.png")
 	stopUI()
 	require.NoError(t, <-uiDone)
 	t.Logf("browser test took %v", time.Since(start).Round(time.Millisecond))
