@@ -4,7 +4,7 @@ PKGS     ?= ./...
 PYTHON   ?= /usr/bin/python3
 BENCHTIME ?= 1x
 
-.PHONY: all build esper test test-sim race vet fmt-check bench demo fixtures cuda-deps ptx cuda-check gpu-bundle fuzz
+.PHONY: all build esper test test-sim race vet fmt-check bench demo fixtures cuda-deps chromium-deps ptx cuda-check gpu-bundle fuzz
 
 all: build test
 
@@ -53,7 +53,7 @@ fuzz:
 
 ## race: the race detector over the packages that run goroutines. It needs
 ## cgo and a C compiler; without one it says so and skips.
-RACE_PKGS ?= ./nissa ./kasmina/... ./leyline ./bench ./kernels/cpu ./tolaria/... ./tamiyo ./data
+RACE_PKGS ?= ./nissa/... ./kasmina/... ./leyline ./bench ./kernels/cpu ./tolaria/... ./tamiyo ./data
 race:
 	@if command -v $${CC:-cc} >/dev/null 2>&1 || command -v gcc >/dev/null 2>&1; then \
 	  echo "$(GO) test -race -count=1 $(RACE_PKGS)"; \
@@ -105,6 +105,19 @@ cuda-deps:
 	    | $(SUDO) tee $(CUDA_SOURCES) >/dev/null && \
 	  $(SUDO) apt-get update -qq && \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nvidia-cuda-toolkit nvidia-cuda-toolkit-gcc; \
+	fi
+
+## chromium-deps: Debian's chromium, for the dashboard's browser test
+## (cmd/esper TestUIBrowser, driven with chromedp; without a Chromium it
+## skips in one line); a no-op when one is on PATH. Needs root (or sudo)
+## and network.
+chromium-deps:
+	@if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || command -v google-chrome >/dev/null 2>&1; then \
+	  echo "chromium-deps: a Chromium is installed"; \
+	else \
+	  echo "chromium-deps: installing Debian's chromium (about 300 MB)"; \
+	  $(SUDO) apt-get update -qq && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
 	fi
 
 ## ptx: regenerate kernels/cuda/ptx/*.ptx from kernels/cuda/src/*.cu (commit

@@ -37,6 +37,7 @@ var (
 	_ Backend = (*DirBackend)(nil)
 	_ Backend = (*MemoryBackend)(nil)
 	_ Backend = (*PrometheusBackend)(nil)
+	_ Backend = (*StreamBackend)(nil)
 	_ Flusher = (*JSONLBackend)(nil)
 	_ Flusher = (*DirBackend)(nil)
 )

@@ -1,8 +1,9 @@
 // Package nissa is Esper's telemetry hub: it takes the events every other
 // domain emits (leyline.TelemetryEvent) and fans them out to backends —
 // a console summary, a JSONL file, a per-run directory, an in-memory
-// recorder for tests, and Prometheus — without ever blocking the training
-// loop that emits them.
+// recorder for tests, Prometheus, and a stream for live readers (the
+// dashboard of package nissa/dashboard) — without ever blocking the
+// training loop that emits them.
 //
 // # Delivery model
 //

@@ -14,6 +14,7 @@ var commands = []struct{ name, summary string }{
 	{"train", "train a host that grows seeds under a controller (heuristic, GNN policy or none) and compare it with the host alone"},
 	{"ppo", "train the GNN controller policy with PPO on vectorised copies of the synthetic task"},
 	{"eval", "compare controllers on held-out seeds: one run per controller per seed, a paired table with bootstrap intervals"},
+	{"ui", "serve the dashboard of finished runs (their events.jsonl) side by side; esper train and esper ppo serve a live one with --ui ADDR"},
 	{"bench", "run the performance workloads of PERF.md, optionally beside their PyTorch peers"},
 	{"version", "print this build's commit, Go version, build tags and whether it has the CUDA backend"},
 	{"help", "print this help, or a command's flags (esper help train)"},

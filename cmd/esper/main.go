@@ -31,6 +31,7 @@ usage:
               [--device cpu|sim[:N]|cuda[:N]] [--amp off|bf16|fp16] [--tf32[=false]]
   esper ppo [--rounds N] [--envs N] [--max-epochs N] [--out FILE] [--checkpoint DIR [--resume]] [--run-dir DIR]
             [--device cpu|sim|cuda[:N] | --devices sim:0,sim:1]
+  esper ui [--addr 127.0.0.1:8080] RUN_DIR [RUN_DIR...]  (finished runs side by side; train and ppo serve a live one with --ui ADDR)
   esper eval [--controllers heuristic,gnn:FILE,none] [--seeds 101-120] [--task ...] [--out DIR]
   esper version
   esper help [COMMAND]
@@ -60,6 +61,8 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 		return exitCode("train", trainCmd(args[1:], stdout, stderr), stdout, stderr)
 	case "ppo":
 		return exitCode("ppo", ppoCmd(args[1:], stdout, stderr), stdout, stderr)
+	case "ui":
+		return exitCode("ui", uiCmd(args[1:], stdout, stderr), stdout, stderr)
 	case "eval":
 		return exitCode("eval", evalCmd(args[1:], stdout, stderr), stdout, stderr)
 	case "version", "--version":

@@ -34,6 +34,7 @@ type ppoConfig struct {
 	out, checkpoint, runRoot, reward              string
 	device, devices                               string
 	resume, quiet, capture                        bool
+	ui                                            string // --ui (ppo_ui.go)
 	// devs are the parsed and opened --device or --devices.
 	devs []tensor.Device
 }
@@ -75,6 +76,7 @@ func parsePPO(args []string, stderr io.Writer) (ppoConfig, error) {
 	fs.BoolVar(&c.capture, "capture", false, "capture and replay the hosts' train steps")
 	fs.BoolVar(&c.quiet, "quiet", false, "print only errors, warnings and the final result (no per-round progress lines)")
 	fs.StringVar(&c.device, "device", "cpu", "where the policy and every environment's host compute: cpu, sim or sim:N (the strict simulated accelerator: the CPU's kernels, every host read explicit and counted, the same policy bit for bit), or cuda[:N] (a -tags cuda build)")
+	fs.StringVar(&c.ui, "ui", "", uiFlagUsage)
 	fs.StringVar(&c.devices, "devices", "", "comma-separated distinct devices (e.g. sim:0,sim:1) in place of --device: the environments spread over them round-robin, the policy on the first")
 	if err := parseFlags(fs, args); err != nil {
 		return c, err
@@ -140,6 +142,11 @@ func runPPO(ctx context.Context, c ppoConfig, stdout io.Writer) error {
 	if err := hub.AddBackend(dirb); err != nil {
 		return err
 	}
+	stopUI, err := startPPOUI(c, hub, dirb, stdout)
+	if err != nil {
+		return err
+	}
+	defer stopUI()
 	if c.resume {
 		ev := leyline.NewEvent(leyline.EventCheckpointLoaded, &leyline.CheckpointLoadedPayload{Path: c.checkpoint, Source: "esper ppo --resume"})
 		ev.Message = fmt.Sprintf("resumed after round %d from %s", st.Round, c.checkpoint)

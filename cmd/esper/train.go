@@ -73,6 +73,9 @@ type trainConfig struct {
 	// (nil for a new run).
 	flags map[string]string
 	from  *resumePoint
+	// ui is --ui, and dash the dashboard it serves (nil without).
+	ui   string
+	dash *liveUI
 }
 
 func trainCmd(args []string, stdout, stderr io.Writer) error {
@@ -101,6 +104,10 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("--policy: %w", err)
 		}
 	}
+	if c.dash, err = startUI(c.ui, stdout); err != nil {
+		return err
+	}
+	defer c.dash.close()
 	train, test, err := loadTask(c)
 	if err != nil {
 		return err
@@ -201,6 +208,7 @@ func parseTrain(args []string, stderr io.Writer) (trainConfig, error) {
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at this address (e.g. 127.0.0.1:9464) during the run")
 	fs.BoolVar(&c.pinMemory, "pin-memory", true, "on a device: stage the batches from pinned host memory one batch ahead (CUDA; synchronous copies on sim)")
 	fs.BoolVar(&c.dataOnDevice, "data-on-device", false, "on a device: copy the whole dataset there once and gather each batch on the device (small datasets)")
+	fs.StringVar(&c.ui, "ui", "", uiFlagUsage)
 	fs.BoolVar(&c.quiet, "quiet", false, "print only errors, warnings and the final result (no progress)")
 	if err := parseFlags(fs, args); err != nil {
 		return c, err
@@ -355,6 +363,9 @@ func runMorphogenetic(ctx context.Context, c trainConfig, train, test data.Datas
 		return nil, fmt.Errorf("run directory: %w", err)
 	}
 	if err := hub.AddBackend(dirb); err != nil {
+		return nil, err
+	}
+	if err := addTrainRun(c, hub, dirb); err != nil {
 		return nil, err
 	}
 	if c.metricsAddr != "" {
