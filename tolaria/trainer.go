@@ -652,6 +652,35 @@ func (t *Trainer) RunEpoch(ctx context.Context, e int) (r EpochReport, err error
 	return r, diverged
 }
 
+// emitDecision sends the epoch's structural decision (any but WAIT) as
+// MORPHOLOGY_CAUSAL_LOG: the operation, its slot and blueprint, the
+// controller's reason (with Kasmina's when it refused), whether it was
+// carried out, and the validation accuracy it was decided on — the
+// decision log of dashboards and causal analysis.
+func (t *Trainer) emitDecision(r EpochReport) {
+	d := r.Decision
+	if d.Op == leyline.OpWait || r.RolledBack {
+		return
+	}
+	reason := d.Reason
+	if r.Applied == ApplyRejected && r.ApplyReason != "" {
+		reason += " (refused: " + r.ApplyReason + ")"
+	}
+	acc := r.ValAccuracy
+	p := &leyline.MorphologyCausalLogPayload{
+		EnvID: t.o.EnvID, Epoch: r.Epoch + 1, Op: d.Op.String(), Success: r.Applied == ApplyApplied,
+		SlotID: d.SlotID, Reason: reason, AccuracyBefore: &acc,
+	}
+	if d.Op == leyline.OpGerminate {
+		p.BlueprintID = d.Blueprint.String()
+	}
+	ev := leyline.NewEvent(leyline.EventMorphologyCausalLog, p)
+	epoch := r.Epoch + 1
+	ev.Epoch = &epoch
+	ev.SlotID = d.SlotID
+	t.o.Sink.Emit(ev)
+}
+
 // beforeCheckpoint calls BeforeCheckpoint and adds its documents to st.
 func (t *Trainer) beforeCheckpoint(e int, st *rollback.State) error {
 	if t.o.BeforeCheckpoint == nil {
@@ -914,6 +943,7 @@ func (t *Trainer) emitEpoch(r EpochReport) {
 	ev := leyline.NewEvent(leyline.EventEpochCompleted, &p.done)
 	ev.Epoch = &p.doneEpoch
 	t.o.Sink.Emit(ev)
+	t.emitDecision(r)
 
 	active := 0
 	for _, s := range r.Seeds {

@@ -611,3 +611,40 @@ func TestGraphTelemetry(t *testing.T) {
 		require.Less(t, replays[1], replays[2], "replays grow every epoch: %v", replays)
 	}
 }
+
+// TestDecisionsAreLogged: every structural decision goes out as
+// MORPHOLOGY_CAUSAL_LOG with its epoch, slot, blueprint, the
+// controller's reason and whether Kasmina carried it out (a refused one
+// says why); WAITs send none.
+func TestDecisionsAreLogged(t *testing.T) {
+	rec := &recorder{}
+	ctl := scripted{
+		0: script[0],
+		1: {Op: leyline.OpGerminate, SlotID: "r0c1", Blueprint: leyline.BlueprintNorm, Reason: "again", Confidence: 1},
+		2: script[1],
+	}
+	tr, err := NewTrainer(TrainerOptions{Model: trainerModel(t), Train: toyData(t, 1, 2, 8), Val: toyData(t, 2, 1, 8), Epochs: 4, Controller: ctl, Sink: rec, HostLR: 0.05})
+	require.NoError(t, err)
+	sum, err := tr.Fit(context.Background())
+	require.NoError(t, err)
+	var logs []*leyline.MorphologyCausalLogPayload
+	for _, e := range rec.all() {
+		if p, ok := e.Data.(*leyline.MorphologyCausalLogPayload); ok {
+			require.Equal(t, leyline.EventMorphologyCausalLog, e.Type)
+			require.Equal(t, p.Epoch, *e.Epoch)
+			logs = append(logs, p)
+		}
+	}
+	require.Len(t, logs, 3, "three decisions, the WAIT of epoch 4 not logged")
+	require.Equal(t, "GERMINATE", logs[0].Op)
+	require.True(t, logs[0].Success)
+	require.Equal(t, 1, logs[0].Epoch)
+	require.Equal(t, "r0c1", logs[0].SlotID)
+	require.Equal(t, leyline.BlueprintConvLight.String(), logs[0].BlueprintID)
+	require.Equal(t, "script", logs[0].Reason)
+	require.Equal(t, sum.Epochs[0].ValAccuracy, *logs[0].AccuracyBefore)
+	require.False(t, logs[1].Success, "the slot is taken")
+	require.Contains(t, logs[1].Reason, "again (refused: ")
+	require.Equal(t, "ADVANCE", logs[2].Op)
+	require.Empty(t, logs[2].BlueprintID)
+}
