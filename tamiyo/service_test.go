@@ -221,8 +221,10 @@ func TestServiceHonoursContext(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 	assert.Zero(t, s.Stats().Timeouts, "a call cancelled before it starts is not a timeout")
 
-	s.infer.stepHook = func() { time.Sleep(40 * time.Millisecond) }
-	ctx, cancel = context.WithTimeout(context.Background(), 2*time.Millisecond)
+	// The caller's deadline must outlast the encoding (slow under the
+	// race detector on a loaded machine) and expire in the forward.
+	s.infer.stepHook = func() { time.Sleep(time.Second) }
+	ctx, cancel = context.WithTimeout(context.Background(), 150*time.Millisecond)
 	defer cancel()
 	_, err = s.EvaluateEpoch(ctx, serviceStates()[0])
 	require.ErrorIs(t, err, context.DeadlineExceeded)
