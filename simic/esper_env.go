@@ -12,6 +12,7 @@ import (
 	"github.com/esper-go/esper/kasmina"
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/nn"
+	"github.com/esper-go/esper/optim"
 	"github.com/esper-go/esper/tamiyo"
 	"github.com/esper-go/esper/tensor"
 	"github.com/esper-go/esper/tolaria"
@@ -106,11 +107,20 @@ func NewSyntheticData(o SyntheticDataOptions) (*EsperData, error) {
 	}, nil
 }
 
-// EsperEnvOptions configure NewEsperEnv. Data is required; every other
-// zero value is the documented default.
+// EsperEnvOptions configure NewEsperEnv. Data or NewData is required;
+// every other zero value is the documented default.
 type EsperEnvOptions struct {
 	// Data is the shared data stream.
 	Data *EsperData
+	// NewData, in place of Data, gives every episode its own data stream:
+	// Reset calls it with the episode's number and closes the previous
+	// episode's stream (NewEsperEnv calls it once for the first episode's
+	// number to read the image shape). It must depend on the episode
+	// alone, so that a resumed run sees the same data (episode training
+	// over a mix of task instances: a policy trained on one instance of
+	// the synthetic task learns that instance's timing). The streams of
+	// every episode must share the image shape and class count.
+	NewData func(episode int) (*EsperData, error)
 	// Index is the environment's index in its VecEnv (telemetry EnvID,
 	// seed ids, initialisation).
 	Index int
@@ -131,6 +141,9 @@ type EsperEnvOptions struct {
 	// HostLR is the host's SGD rate (default leyline.DefaultHostLR, 0.01,
 	// G2 task host_lr).
 	HostLR float64
+	// Cosine anneals the host's rate from HostLR to 0 over MaxEpochs
+	// (optim.Cosine, as esper train --schedule cosine); false holds it.
+	Cosine bool
 	// Rewarder computes the rewards; nil means SHAPED with the reference
 	// defaults.
 	Rewarder *Rewarder
@@ -222,6 +235,9 @@ type EsperEnv struct {
 	cf       *CounterfactualEngine
 	episode  int
 	fused    *fusedValidator
+	// data is the running episode's stream: Options().Data, or the one
+	// NewData made for the episode (owned, closed by the next Reset).
+	data *EsperData
 
 	// The running episode.
 	model   *kasmina.MorphogeneticModel
@@ -242,12 +258,17 @@ type EsperEnv struct {
 	cfConfigs  int
 	masks      leyline.ActionMasks
 	lastOp     leyline.LifecycleOp
-	lastFailed bool
 	accAtGerm  map[string]float64
 	hostParams int
 	layers     []tamiyo.LayerState
 	info       EsperStepInfo
 	slotIDs    []string
+	// ep is the running episode's summary, finished the summaries of the
+	// episodes that ended since the last TakeEpisodes.
+	ep       EsperEpisode
+	finished []EsperEpisode
+	// blended holds the ids of the episode's seeds that reached BLENDING.
+	blended map[string]bool
 }
 
 // EsperEpochWork counts the validation work an epoch did beyond its
@@ -293,7 +314,9 @@ func (b *bridgeController) EvaluateEpoch(ctx context.Context, st leyline.EpochSt
 // NewEsperEnv validates o; Reset starts the first episode.
 func NewEsperEnv(o EsperEnvOptions) (*EsperEnv, error) {
 	switch {
-	case o.Data == nil || o.Data.Train == nil || o.Data.Val == nil:
+	case (o.Data == nil) == (o.NewData == nil):
+		return nil, errors.New("simic: NewEsperEnv: one of Data and NewData is required")
+	case o.Data != nil && (o.Data.Train == nil || o.Data.Val == nil):
 		return nil, errors.New("simic: NewEsperEnv: Data with Train and Val batches is required")
 	case o.MaxEpochs < 0 || o.Blocks < 0 || o.BaseChannels < 0 || o.KernelSize < 0 || o.HostLR < 0 || o.MaxSeeds < 0 || o.Index < 0 || o.FirstEpisode < 0:
 		return nil, fmt.Errorf("simic: NewEsperEnv: negative option in %+v", o)
@@ -316,8 +339,16 @@ func NewEsperEnv(o EsperEnvOptions) (*EsperEnv, error) {
 	if o.HostLR == 0 {
 		o.HostLR = leyline.DefaultHostLR
 	}
-	e := &EsperEnv{o: o, rewarder: o.Rewarder, cf: o.Counterfactual, episode: max(o.FirstEpisode, 1) - 1}
+	e := &EsperEnv{o: o, rewarder: o.Rewarder, cf: o.Counterfactual, episode: max(o.FirstEpisode, 1) - 1, data: o.Data}
 	var err error
+	if o.NewData != nil {
+		// The first episode's stream gives the image shape; Reset builds
+		// it again (the streams are cheap, and a function of the episode).
+		if e.data, err = e.episodeData(e.episode + 1); err != nil {
+			return nil, err
+		}
+		e.data.Close()
+	}
 	if e.rewarder == nil {
 		if e.rewarder, err = NewRewarder(RewardOptions{}); err != nil {
 			return nil, err
@@ -397,7 +428,7 @@ func (e *EsperEnv) ActionMasks() Masks {
 func (e *EsperEnv) newHost() (*kasmina.CNNHost, error) {
 	seed := e.o.Seed*1_000_003 + uint64(e.o.Index)*7919 + uint64(e.episode)
 	return kasmina.NewCNNHost(kasmina.CNNHostOptions{
-		InChannels: e.o.Data.InChannels, Classes: e.o.Data.Classes, Blocks: e.o.Blocks,
+		InChannels: e.data.InChannels, Classes: e.data.Classes, Blocks: e.o.Blocks,
 		BaseChannels: e.o.BaseChannels, KernelSize: e.o.KernelSize, RNG: tensor.NewRNG(seed),
 	})
 }
@@ -412,8 +443,35 @@ func prePoolSlots(h kasmina.Host) []string {
 	return slots
 }
 
-// Close stops the running episode's epoch goroutine.
+// episodeData calls NewData for an episode and checks the stream.
+func (e *EsperEnv) episodeData(episode int) (*EsperData, error) {
+	d, err := e.o.NewData(episode)
+	if err != nil {
+		return nil, fmt.Errorf("simic: EsperEnv %d: episode %d's data: %w", e.o.Index, episode, err)
+	}
+	if d == nil || d.Train == nil || d.Val == nil {
+		d.Close()
+		return nil, fmt.Errorf("simic: EsperEnv %d: episode %d's data has no Train or Val batches", e.o.Index, episode)
+	}
+	if e.data != nil && (d.InChannels != e.data.InChannels || d.Classes != e.data.Classes) {
+		d.Close()
+		return nil, fmt.Errorf("simic: EsperEnv %d: episode %d's data has %d channels and %d classes, the first episode's %d and %d",
+			e.o.Index, episode, d.InChannels, d.Classes, e.data.InChannels, e.data.Classes)
+	}
+	return d, nil
+}
+
+// Close stops the running episode's epoch goroutine (and releases the
+// episode's own data stream, with NewData).
 func (e *EsperEnv) Close() {
+	e.closeEpisode()
+	if e.o.NewData != nil && e.data != nil {
+		e.data.Close()
+	}
+}
+
+// closeEpisode stops the running episode's epoch goroutine.
+func (e *EsperEnv) closeEpisode() {
 	if e.cancel == nil {
 		return
 	}
@@ -431,9 +489,17 @@ func (e *EsperEnv) Close() {
 // Reset ends the running episode and starts a new one on a fresh host,
 // running its first epoch to the decision point.
 func (e *EsperEnv) Reset() (TamiyoObs, error) {
-	e.Close()
+	e.closeEpisode()
 	e.episode++
 	e.diverged = false
+	if e.o.NewData != nil {
+		e.data.Close()
+		d, err := e.episodeData(e.episode)
+		if err != nil {
+			return TamiyoObs{}, fmt.Errorf("simic: EsperEnv.Reset: %w", err)
+		}
+		e.data = d
+	}
 	host, err := e.newHost()
 	if err != nil {
 		return TamiyoObs{}, fmt.Errorf("simic: EsperEnv.Reset: %w", err)
@@ -454,13 +520,16 @@ func (e *EsperEnv) Reset() (TamiyoObs, error) {
 		return TamiyoObs{}, err
 	}
 	to := tolaria.TrainerOptions{
-		Model: model, Train: e.o.Data.Train, Val: e.o.Data.Val, Epochs: e.o.MaxEpochs,
+		Model: model, Train: e.data.Train, Val: e.data.Val, Epochs: e.o.MaxEpochs,
 		Controller: tracked, HostLR: e.o.HostLR, Capture: e.o.Capture, Sink: e.o.Sink, EnvID: e.o.Index,
 		Deadlines: tolaria.DeadlineOptions{Controller: esperDeadline, Apply: esperDeadline}, History: 4,
 		Seed: e.o.Seed + uint64(e.o.Index), Counterfactuals: e.counterfactuals,
 	}
+	if e.o.Cosine {
+		to.HostSchedule = optim.Cosine{Base: e.o.HostLR, TMax: e.o.MaxEpochs}
+	}
 	if !e.o.NoGovernor {
-		g := tolaria.GovernorOptions{Classes: e.o.Data.Classes}
+		g := tolaria.GovernorOptions{Classes: e.data.Classes}
 		if e.o.Governor != nil {
 			g = *e.o.Governor
 		}
@@ -478,9 +547,11 @@ func (e *EsperEnv) Reset() (TamiyoObs, error) {
 	for _, p := range model.HostParameters() {
 		e.hostParams += p.Value.Numel()
 	}
-	e.epoch, e.lastOp, e.lastFailed = 0, leyline.OpWait, false
+	e.epoch, e.lastOp = 0, leyline.OpWait
 	e.accAtGerm = map[string]float64{}
 	e.info = EsperStepInfo{}
+	e.ep = EsperEpisode{Env: e.o.Index, Episode: e.episode}
+	e.blended = map[string]bool{}
 	e.cfNext, e.cfConfigs = nil, 0
 	ctx, cancel := context.WithCancel(context.Background())
 	e.cancel, e.runCtx = cancel, ctx
@@ -533,7 +604,7 @@ func (e *EsperEnv) advance(ctx context.Context) (obs TamiyoObs, rollbacks int, e
 			if res.r.RolledBack {
 				rollbacks++
 			}
-			e.lastOp, e.lastFailed = leyline.OpWait, false
+			e.lastOp = leyline.OpWait
 			e.epoch++
 		}
 	}
@@ -541,7 +612,9 @@ func (e *EsperEnv) advance(ctx context.Context) (obs TamiyoObs, rollbacks int, e
 }
 
 func (e *EsperEnv) encodeOptions() tamiyo.EncodeOptions {
-	return tamiyo.EncodeOptions{Layers: e.layers, LastOp: e.lastOp, LastActionFailed: e.lastFailed, MaxEpochs: e.o.MaxEpochs, MaxSeeds: e.o.MaxSeeds}
+	// LastActionFailed stays false, as the inference service encodes it
+	// (see Step).
+	return tamiyo.EncodeOptions{Layers: e.layers, LastOp: e.lastOp, MaxEpochs: e.o.MaxEpochs, MaxSeeds: e.o.MaxSeeds}
 }
 
 // parked runs at a decision point: it records the state and takes the
@@ -584,7 +657,7 @@ func (e *EsperEnv) counterfactuals(ep int, valAcc float64, want []*kasmina.Slot)
 	if i, ok := plan.Index(all); ok && !math.IsNaN(valAcc) {
 		known = i
 	}
-	vals, k, err := e.fused.evaluate(e.model, e.o.Data.Val, ep, slots, plan.Masks(), known, valAcc)
+	vals, k, err := e.fused.evaluate(e.model, e.data.Val, ep, slots, plan.Masks(), known, valAcc)
 	if err != nil {
 		return nil, fmt.Errorf("simic: EsperEnv %d: fused validation: %w", e.o.Index, err)
 	}
@@ -673,6 +746,7 @@ func (e *EsperEnv) Step(action []int) (StepResult[TamiyoObs], error) {
 			e.info = info
 			res.Rollback, res.Terminated = true, true
 			res.Reward = e.trainer.Governor().PunishmentReward()
+			e.record(info, res.Reward, true)
 			res.Obs, err = e.finalObs(st, out.r)
 			return res, err
 		}
@@ -680,7 +754,17 @@ func (e *EsperEnv) Step(action []int) (StepResult[TamiyoObs], error) {
 	}
 	r := out.r
 	info.Applied = r.Applied
-	e.lastOp, e.lastFailed = d.Op, d.Op != leyline.OpWait && r.Applied != tolaria.ApplyApplied
+	for _, s := range r.Seeds {
+		switch s.Stage {
+		case leyline.StageBlending, leyline.StageHolding, leyline.StageFossilized:
+			e.blended[s.SeedID] = true
+		}
+	}
+	// The observation reports the last op as a success whatever became
+	// of it, as the inference service must (a trainer does not tell its
+	// controller): a policy trained on "the ADVANCE failed" would be
+	// deployed on a feature that never says so.
+	e.lastOp = d.Op
 	if d.Op == leyline.OpGerminate && r.Applied == tolaria.ApplyApplied {
 		e.accAtGerm[d.SeedID] = m.ValAccuracy
 	}
@@ -708,6 +792,7 @@ func (e *EsperEnv) Step(action []int) (StepResult[TamiyoObs], error) {
 		info.Reward = Reward{}
 	}
 	e.info = info
+	e.record(info, res.Reward, end)
 	if end {
 		// A diverged host ends the episode (terminal); otherwise the
 		// episode ran out of epochs (truncated, bootstrapped).
@@ -806,6 +891,19 @@ func (e *EsperEnv) rewardInputs(st leyline.EpochState, r tolaria.EpochReport, d 
 		}
 	}
 	in.EffectiveSeedParams = EffectiveSeedParams(e.hostParams, slots)
+	before, after := map[string]leyline.SeedStage{}, map[string]leyline.SeedStage{}
+	for _, s := range st.Seeds {
+		before[s.SlotID] = s.Stage
+	}
+	for i, s := range r.Seeds {
+		after[s.SlotID] = s.Stage
+		if !leyline.IsFailureStage(s.Stage) {
+			in.AddedParams += slots[i].SeedParams
+		}
+	}
+	for _, id := range e.slotIDs {
+		in.Transitions = append(in.Transitions, StageTransition{Before: before[id], After: after[id]})
+	}
 	in.AlphaDeltaSqSum = AlphaDeltaSqSum(e.hostParams, slots)
 	return in, nil
 }

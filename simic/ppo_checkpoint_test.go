@@ -15,6 +15,7 @@ import (
 
 	"github.com/esper-go/esper/internal/testdevice"
 	"github.com/esper-go/esper/kernels"
+	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/tamiyo"
 	"github.com/esper-go/esper/tensor"
@@ -287,5 +288,58 @@ func TestEsperPPORefusesBadDevices(t *testing.T) {
 		o.Devices = []tensor.Device{tensor.CUDA(0)}
 		_, err := NewEsperPPO(o)
 		require.ErrorContains(t, err, "device cuda:0")
+	}
+}
+
+// TestEsperPPOTaskPerEpisode: a run whose episodes each train on their
+// own task instance, with the ACCURACY reward, two update passes and
+// lower op floors, resumes bit for bit (an episode's data is a function
+// of its number), reports its episodes and the update's figures per
+// round, and its task seeds are distinct and far from the held-out ones.
+func TestEsperPPOTaskPerEpisode(t *testing.T) {
+	o := tinyPPO(t, 2, 4)
+	o.TaskPerEpisode, o.Reward, o.Epochs, o.Kernel, o.Cosine, o.HostLR = true, RewardAccuracy, 2, 1, true, 0.05
+	floors := tamiyo.ProbabilityFloorPerHead
+	floors[leyline.HeadOp] = 0.01
+	o.Floors = &floors
+	want, wantReturns, err := runTinyPPO(t, o, "", 0)
+	require.NoError(t, err)
+	ck := filepath.Join(t.TempDir(), "ck")
+	_, first, err := runTinyPPO(t, o, ck, 1)
+	require.NoError(t, err)
+	o.Resume = ck
+	got, rest, err := runTinyPPO(t, o, "", 0)
+	require.NoError(t, err)
+	require.Equal(t, fmt.Sprint(wantReturns), fmt.Sprint(append(first, rest...)), "per-round returns")
+	require.True(t, bytes.Equal(want, got), "the resumed run's policy differs")
+
+	o.Resume = ""
+	r, err := NewEsperPPO(o)
+	require.NoError(t, err)
+	defer r.Close()
+	require.Nil(t, r.Data, "a run of one task per episode shares no stream")
+	_, err = r.Round()
+	require.NoError(t, err)
+	require.Equal(t, o.Envs, r.LastStats.Episodes)
+	require.NotNil(t, r.LastUpdate)
+	// Two passes over 2×3 transitions in minibatches of 1 (a quarter):
+	// 12 steps unless the KL stopped the update.
+	require.True(t, r.LastUpdate.Steps == 12 || r.LastUpdate.EarlyStopped, "steps %d", r.LastUpdate.Steps)
+	share := 0.0
+	for _, v := range r.LastStats.OpShare {
+		share += v
+	}
+	require.InDelta(t, 1, share, 1e-12)
+
+	seen := map[uint64]bool{}
+	for _, seed := range []uint64{0, 4, 42} {
+		for env := 0; env < 3; env++ {
+			for ep := 1; ep <= 3; ep++ {
+				s := TaskSeed(seed, env, ep)
+				require.False(t, seen[s], "task seed %d repeats", s)
+				require.Greater(t, s, uint64(1)<<32)
+				seen[s] = true
+			}
+		}
 	}
 }
