@@ -133,7 +133,7 @@ type EsperEnvOptions struct {
 	// did: a resumed run passes the Episode its checkpoint saved.
 	FirstEpisode int
 	// MaxEpochs is the episode length (default DefaultEsperMaxEpochs);
-	// the last epoch's step is truncated and bootstrapped.
+	// the last epoch's step ends the episode (terminated: see EsperEnv).
 	MaxEpochs int
 	// Blocks, BaseChannels and KernelSize shape the CNN host (defaults
 	// DefaultEsperBlocks, DefaultEsperBaseChannels, 3).
@@ -220,8 +220,18 @@ type EsperStepInfo struct {
 // Rewarder; then the next epoch runs to its decision point. An epoch the
 // governor rolls back never asks its controller: the step reports
 // Rollback with the governor's penalty and continues with the next
-// epoch. The episode ends (truncated) after MaxEpochs epochs; Reset
-// builds a fresh host.
+// epoch. The episode ends after MaxEpochs epochs; Reset builds a fresh
+// host.
+//
+// The last epoch is a terminal state, not a truncation: the training run
+// is over and nothing more is earned after it (the observation carries
+// the epoch's fraction of the run, so the critic sees the end coming).
+// G2 stores it as truncated and bootstraps it with V of the state after
+// it; but that state looks like the last decision's, so the bootstrap
+// feeds the critic's own estimate back into its target every round, and
+// the returns drift towards reward/(1 − γ), 200 times the last reward
+// at γ = 0.995 (esper ppo's return means rose round after round while
+// the episodes' returns stayed flat: bench/baselines/ppo/2026-11-26).
 //
 // Environments of a VecEnv step one after another, so they may share
 // EsperData; an EsperEnv is not safe for concurrent use.
@@ -794,9 +804,9 @@ func (e *EsperEnv) Step(action []int) (StepResult[TamiyoObs], error) {
 	e.info = info
 	e.record(info, res.Reward, end)
 	if end {
-		// A diverged host ends the episode (terminal); otherwise the
-		// episode ran out of epochs (truncated, bootstrapped).
-		res.Truncated, res.Terminated = !e.diverged, e.diverged
+		// A diverged host or the run's last epoch ends the episode: both
+		// are terminal (see EsperEnv).
+		res.Terminated = true
 		res.Obs, err = e.finalObs(st, r)
 		return res, err
 	}
@@ -804,9 +814,8 @@ func (e *EsperEnv) Step(action []int) (StepResult[TamiyoObs], error) {
 	return res, nil
 }
 
-// finalObs is the observation after the episode's last epoch (the
-// truncation's bootstrap state): the last decision point's signals with
-// the seeds as the epoch left them.
+// finalObs is the observation after the episode's last epoch: the last
+// decision point's signals with the seeds as the epoch left them.
 func (e *EsperEnv) finalObs(st leyline.EpochState, r tolaria.EpochReport) (TamiyoObs, error) {
 	st.Seeds = r.Seeds
 	st.Signals.ActiveSeeds = st.Signals.ActiveSeeds[:0:0]

@@ -149,8 +149,10 @@ func TestEsperEnvStepShapesAndTruncation(t *testing.T) {
 		if step == 0 && a[leyline.HeadOp] == int(leyline.OpGerminate) && info.Applied.String() != "applied" {
 			t.Errorf("germination %v: %v (veto %q)", info.Decision, info.Applied, info.VetoReason)
 		}
-		if want := step == 2; r.Truncated != want {
-			t.Fatalf("step %d truncated %v", step, r.Truncated)
+		// The run's last epoch is terminal, never a truncation to
+		// bootstrap (see EsperEnv).
+		if want := step == 2; r.Terminated != want || r.Truncated {
+			t.Fatalf("step %d terminated %v truncated %v", step, r.Terminated, r.Truncated)
 		}
 		if r.Obs.Graph == nil {
 			t.Fatalf("step %d: no observation", step)
@@ -470,15 +472,15 @@ func TestEsperEnvEpisodeData(t *testing.T) {
 			t.Fatal(err)
 		}
 		info := e.LastStep()
-		// ACCURACY pays the germination's potential: 0.1·0.995·1.
-		if info.Applied != tolaria.ApplyApplied || !near(info.Reward.Terms.PBRS, 0.0995, 1e-12) {
+		// ACCURACY pays the germination's potential: 0.3·0.995·1.
+		if info.Applied != tolaria.ApplyApplied || !near(info.Reward.Terms.PBRS, 0.2985, 1e-12) {
 			t.Fatalf("episode %d germination: %v, terms %+v", ep, info.Applied, info.Reward.Terms)
 		}
 		r, err = e.Step(scriptedAction(r.Obs.Masks, leyline.OpAdvance))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !r.Truncated {
+		if !r.Terminated {
 			t.Fatal("the 2-epoch episode did not end")
 		}
 		info = e.LastStep()
@@ -490,9 +492,9 @@ func TestEsperEnvEpisodeData(t *testing.T) {
 			seeds -= p.Value.Numel()
 		}
 		// The last epoch: GERMINATED → TRAINING's potential is taken back
-		// (0.1·(0 − 1)), the accuracy of both epochs in the window of 5
+		// (0.3·(0 − 1)), the accuracy of both epochs in the window of 5
 		// paid (0.1·acc/2), and the seed's parameters charged.
-		want := -0.1 + 0.1*info.ValAccuracy/2 - 0.05*float64(seeds)/1000
+		want := -0.3 + 0.1*info.ValAccuracy/2 - 0.05*float64(seeds)/1000
 		if seeds <= 0 || !near(info.Reward.Total, want, 1e-9) {
 			t.Fatalf("episode %d last step: reward %v, want %v (%d seed parameters, terms %+v)", ep, info.Reward.Total, want, seeds, info.Reward.Terms)
 		}

@@ -62,6 +62,12 @@ type EsperPPOOptions struct {
 	// defaults, no annealing).
 	EntropyCoef, EntropyCoefEnd float64
 	EntropyAnnealRounds         int
+	// OpPrior, when set, is added to a new policy's op-head output
+	// biases (the op logits, about 0 at initialisation): an exploration
+	// prior that forbids nothing (PPO moves it like any weight). A
+	// resumed policy keeps its trained biases. See esper ppo
+	// --prune-prior for why PRUNE needs one.
+	OpPrior *[leyline.NumOps]float64
 	// Floors are the per-head probability floors the policy samples and
 	// is evaluated with (TamiyoPolicyOptions.Floors; nil: G2's,
 	// tamiyo.ProbabilityFloorPerHead).
@@ -198,7 +204,7 @@ func NewEsperPPO(o EsperPPOOptions) (_ *EsperPPO, err error) {
 	if o.Resume != "" {
 		r.Net, err = LoadPPOCheckpointPolicy(o.Resume, po, r.Slots)
 	} else {
-		r.Net, err = tamiyo.NewPolicy(po)
+		r.Net, err = newPolicyWithPrior(po, o.OpPrior)
 	}
 	if err != nil {
 		return nil, err
@@ -327,4 +333,46 @@ func opFigures[O any](buf *Buffer[O]) (adv, ret [leyline.NumOps]float64) {
 		ret[op] /= float64(n[op])
 	}
 	return adv, ret
+}
+
+// OpHeadBias is the name of the op head's output bias among a
+// tamiyo.Policy's named parameters: the op logits' offsets.
+const OpHeadBias = "head_op.fc2.bias"
+
+// newPolicyWithPrior builds the policy of po and adds prior (if any) to
+// its op-head output biases: built on the CPU, set there, then moved to
+// po.Device, so a run is the same on any device.
+func newPolicyWithPrior(po tamiyo.PolicyOptions, prior *[leyline.NumOps]float64) (*tamiyo.Policy, error) {
+	if prior == nil {
+		return tamiyo.NewPolicy(po)
+	}
+	for op, v := range prior {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return nil, fmt.Errorf("simic: OpPrior[%v] = %v must be finite", leyline.LifecycleOp(op), v)
+		}
+	}
+	dev := po.Device
+	po.Device = tensor.CPU
+	p, err := tamiyo.NewPolicy(po)
+	if err != nil {
+		return nil, err
+	}
+	var bias *tensor.Tensor
+	for _, n := range p.NamedParameters() {
+		if n.Name == OpHeadBias {
+			bias = n.Var.Value
+		}
+	}
+	if bias == nil || bias.Numel() != leyline.NumOps {
+		return nil, fmt.Errorf("simic: the policy has no %d-option %s to set the op prior on", leyline.NumOps, OpHeadBias)
+	}
+	for op, v := range prior {
+		bias.Set(bias.At(op)+v, op)
+	}
+	if !dev.IsCPU() {
+		if err := p.To(dev); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
 }

@@ -325,6 +325,12 @@ func TestEsperPPOTaskPerEpisode(t *testing.T) {
 	// Two passes over 2×3 transitions in minibatches of 1 (a quarter):
 	// 12 steps unless the KL stopped the update.
 	require.True(t, r.LastUpdate.Steps == 12 || r.LastUpdate.EarlyStopped, "steps %d", r.LastUpdate.Steps)
+	// Each environment's episode ends in a terminal step: no bootstrap.
+	buf := r.Trainer.Buffer()
+	for env := 0; env < o.Envs; env++ {
+		last := buf.At(env, buf.Len(env)-1)
+		require.True(t, last.Done && !last.Truncated && last.Bootstrap == 0, "env %d's last step: done %v truncated %v bootstrap %v", env, last.Done, last.Truncated, last.Bootstrap)
+	}
 	share := 0.0
 	for _, v := range r.LastStats.OpShare {
 		share += v
@@ -342,4 +348,36 @@ func TestEsperPPOTaskPerEpisode(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestEsperPPOOpPrior: OpPrior moves a new policy's op logits by the
+// prior (PRUNE's down by 2 here, every other op unchanged), the same on
+// the test device as on the CPU; a non-finite prior is refused.
+func TestEsperPPOOpPrior(t *testing.T) {
+	po := tamiyo.PolicyOptions{Hidden: 16, GATHidden: 8, GATHeads: 2, HeadHidden: 16, NoDropout: true, Seed: 3, Device: testdevice.Device(t)}
+	plain, err := tamiyo.NewPolicy(po)
+	require.NoError(t, err)
+	var prior [leyline.NumOps]float64
+	prior[leyline.OpPrune] = -2
+	biased, err := newPolicyWithPrior(po, &prior)
+	require.NoError(t, err)
+	bias := func(p *tamiyo.Policy) []float64 {
+		for _, n := range p.NamedParameters() {
+			if n.Name == OpHeadBias {
+				return testdevice.F64(t, n.Var.Value)
+			}
+		}
+		t.Fatalf("no %s", OpHeadBias)
+		return nil
+	}
+	b0, b1 := bias(plain), bias(biased)
+	for op := range b0 {
+		require.InDelta(t, b0[op]+prior[op], b1[op], 1e-7, "op %v", leyline.LifecycleOp(op))
+	}
+	for _, n := range biased.NamedParameters() {
+		require.Equal(t, testdevice.Device(t), n.Var.Value.Device(), n.Name)
+	}
+	prior[leyline.OpWait] = math.Inf(1)
+	_, err = newPolicyWithPrior(po, &prior)
+	require.Error(t, err)
 }

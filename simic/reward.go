@@ -104,9 +104,10 @@ const (
 	// gains about 8 points per thousand on the demo task).
 	DefaultParamCost = 0.05
 	// DefaultStagePotentialWeight scales ACCURACY's stage potentials
-	// (StagePotential): a seed blended into the host is worth 0.35, a
-	// fossil 0.6, until the last epoch takes them back.
-	DefaultStagePotentialWeight = 0.1
+	// (StagePotential), as G2's PBRS weight scales SHAPED's: a seed
+	// blended into the host is worth 1.05, a fossil 1.8, until the last
+	// epoch takes them back.
+	DefaultStagePotentialWeight = 0.3
 )
 
 // Fixed SHAPED, SIMPLIFIED and SPARSE constants (esper-reference.md §5.6,

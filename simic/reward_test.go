@@ -621,7 +621,7 @@ func TestEffectiveSeedParamsAndAlphaShock(t *testing.T) {
 func TestAccuracyReward(t *testing.T) {
 	r := mustRewarder(t, RewardOptions{Mode: RewardAccuracy})
 	o := r.Options()
-	if o.AccuracyScale != 0.1 || o.AccuracyWindow != 5 || o.ParamCost != 0.05 || o.StagePotentialWeight != 0.1 {
+	if o.AccuracyScale != 0.1 || o.AccuracyWindow != 5 || o.ParamCost != 0.05 || o.StagePotentialWeight != 0.3 {
 		t.Fatalf("defaults %+v", o)
 	}
 	// Mid-run, no seed: nothing.
@@ -636,29 +636,29 @@ func TestAccuracyReward(t *testing.T) {
 	if got := mustReward(t, r, RewardInputs{Op: leyline.OpWait, Epoch: 40, MaxEpochs: 45, ValAcc: 30}); got.Total != 0 {
 		t.Errorf("epoch 40 paid %v", got.Total)
 	}
-	// A germination in one slot, the other empty: 0.1·(0.995·1 − 0) = 0.0995.
+	// A germination in one slot, the other empty: 0.3·(0.995·1 − 0) = 0.2985.
 	germ := RewardInputs{Op: leyline.OpGerminate, Epoch: 3, MaxEpochs: 45, ValAcc: 12,
 		Transitions: []StageTransition{{Before: leyline.StageUnknown, After: leyline.StageGerminated}, {}}}
-	if got := mustReward(t, r, germ); !near(got.Terms.PBRS, 0.0995, 1e-12) || !near(got.Total, 0.0995, 1e-12) {
+	if got := mustReward(t, r, germ); !near(got.Terms.PBRS, 0.2985, 1e-12) || !near(got.Total, 0.2985, 1e-12) {
 		t.Errorf("germination: %+v", got)
 	}
-	// BLENDING → HOLDING beside a TRAINING seed: 0.1·(0.995·5.5 − 3.5) + 0.1·(0.995·2 − 2) = 0.19725 − 0.001.
+	// BLENDING → HOLDING beside a TRAINING seed: 0.3·(0.995·5.5 − 3.5) + 0.3·(0.995·2 − 2) = 0.59175 − 0.003.
 	adv := RewardInputs{Op: leyline.OpAdvance, Epoch: 20, MaxEpochs: 45,
 		Transitions: []StageTransition{{Before: leyline.StageBlending, After: leyline.StageHolding}, {Before: leyline.StageTraining, After: leyline.StageTraining}}}
-	if got := mustReward(t, r, adv); !near(got.Terms.PBRS, 0.19625, 1e-12) {
-		t.Errorf("advance: PBRS %v, want 0.19625", got.Terms.PBRS)
+	if got := mustReward(t, r, adv); !near(got.Terms.PBRS, 0.58875, 1e-12) {
+		t.Errorf("advance: PBRS %v, want 0.58875", got.Terms.PBRS)
 	}
-	// A prune forfeits the potential: 0.1·(0 − 2).
+	// A prune forfeits the potential: 0.3·(0 − 2).
 	prune := RewardInputs{Op: leyline.OpPrune, Epoch: 20, MaxEpochs: 45, Transitions: []StageTransition{{Before: leyline.StageTraining, After: leyline.StagePruned}}}
-	if got := mustReward(t, r, prune); !near(got.Terms.PBRS, -0.2, 1e-12) {
-		t.Errorf("prune: PBRS %v, want -0.2", got.Terms.PBRS)
+	if got := mustReward(t, r, prune); !near(got.Terms.PBRS, -0.6, 1e-12) {
+		t.Errorf("prune: PBRS %v, want -0.6", got.Terms.PBRS)
 	}
-	// The last epoch: the potentials go back (0.1·(0 − 6) for a fossil),
+	// The last epoch: the potentials go back (0.3·(0 − 6) for a fossil),
 	// 0.1·25/5 = 0.5 of accuracy, and 0.05·1.348 for 1348 added parameters.
 	last := RewardInputs{Op: leyline.OpWait, Epoch: 45, MaxEpochs: 45, ValAcc: 25, AddedParams: 1348,
 		Transitions: []StageTransition{{Before: leyline.StageFossilized, After: leyline.StageFossilized}}}
 	got = mustReward(t, r, last)
-	if !near(got.Terms.PBRS, -0.6, 1e-12) || !near(got.Terms.Terminal, 0.5, 1e-12) || !near(got.Terms.Rent, -0.0674, 1e-12) || !near(got.Total, -0.6+0.5-0.0674, 1e-12) {
+	if !near(got.Terms.PBRS, -1.8, 1e-12) || !near(got.Terms.Terminal, 0.5, 1e-12) || !near(got.Terms.Rent, -0.0674, 1e-12) || !near(got.Total, -1.8+0.5-0.0674, 1e-12) {
 		t.Errorf("last epoch: %+v", got.Terms)
 	}
 	// No parameter cost, no shaping: only the accuracy.

@@ -33,7 +33,7 @@ type ppoConfig struct {
 	taskPerEpisode, diagnose                      bool
 	updateEpochs, entropyAnneal                   int
 	entropyCoef, entropyCoefEnd, opFloor          float64
-	paramCost                                     float64
+	paramCost, prunePrior                         float64
 	hidden, gatHidden, gatHeads, headHidden       int
 	checkpointEvery, minibatch                    int
 	seed                                          uint64
@@ -81,6 +81,7 @@ func parsePPO(args []string, stderr io.Writer) (ppoConfig, error) {
 	fs.Float64Var(&c.lr, "lr", simic.DefaultLR, "policy Adam learning rate")
 	fs.StringVar(&c.reward, "reward", "shaped", "reward mode: shaped, simplified, sparse or accuracy")
 	fs.Float64Var(&c.paramCost, "param-cost", simic.DefaultParamCost, "--reward accuracy: cost per thousand parameters the seeds added by the end of the run (0: none), against 0.1 per point of final accuracy")
+	fs.Float64Var(&c.prunePrior, "prune-prior", 0, "added to a new policy's PRUNE logit (0 at initialisation): an exploration prior, not a mask (a policy that prunes a TRAINING seed with probability 1/3 every epoch from age 5 almost never sees a seed blend)")
 	fs.IntVar(&c.updateEpochs, "update-epochs", 1, "passes over a round's transitions per PPO update")
 	fs.Float64Var(&c.entropyCoef, "entropy-coef", simic.DefaultEntropyCoef, "entropy bonus weight")
 	fs.Float64Var(&c.entropyCoefEnd, "entropy-coef-end", simic.DefaultEntropyCoefMin, "entropy bonus weight at the end of --entropy-anneal")
@@ -126,6 +127,8 @@ func parsePPO(args []string, stderr io.Writer) (ppoConfig, error) {
 		return c, errors.New("--entropy-coef and --entropy-coef-end must be finite and > 0")
 	case !(c.opFloor >= 0 && c.opFloor < 1):
 		return c, fmt.Errorf("--op-floor %v must lie in [0, 1)", c.opFloor)
+	case math.IsNaN(c.prunePrior) || math.IsInf(c.prunePrior, 0):
+		return c, fmt.Errorf("--prune-prior %v must be finite", c.prunePrior)
 	case !(c.paramCost >= 0) || math.IsInf(c.paramCost, 0):
 		return c, fmt.Errorf("--param-cost %v must be finite and ≥ 0", c.paramCost)
 	case c.checkpointEvery <= 0:
@@ -155,6 +158,11 @@ func runPPO(ctx context.Context, c ppoConfig, stdout io.Writer) error {
 	floors := tamiyo.ProbabilityFloorPerHead
 	floors[leyline.HeadOp] = float32(c.opFloor)
 	o.Floors = &floors
+	if c.prunePrior != 0 {
+		var prior [leyline.NumOps]float64
+		prior[leyline.OpPrune] = c.prunePrior
+		o.OpPrior = &prior
+	}
 	if c.resume {
 		o.Resume = c.checkpoint
 	}
