@@ -62,12 +62,14 @@ type EsperPPOOptions struct {
 	// defaults, no annealing).
 	EntropyCoef, EntropyCoefEnd float64
 	EntropyAnnealRounds         int
-	// OpPrior, when set, is added to a new policy's op-head output
-	// biases (the op logits, about 0 at initialisation): an exploration
-	// prior that forbids nothing (PPO moves it like any weight). A
+	// Priors, per head, are added to a new policy's output biases of
+	// that head (its logits, about 0 at initialisation): exploration
+	// priors that forbid nothing (PPO moves them like any weight). A nil
+	// row leaves the head alone; a row must have the head's size, and the
+	// slot head (a pointer, one score per slot node) takes none. A
 	// resumed policy keeps its trained biases. See esper ppo
-	// --prune-prior for why PRUNE needs one.
-	OpPrior *[leyline.NumOps]float64
+	// --prune-prior and --germinate-prior for why they help.
+	Priors [leyline.NumActionHeads][]float64
 	// Floors are the per-head probability floors the policy samples and
 	// is evaluated with (TamiyoPolicyOptions.Floors; nil: G2's,
 	// tamiyo.ProbabilityFloorPerHead).
@@ -204,7 +206,7 @@ func NewEsperPPO(o EsperPPOOptions) (_ *EsperPPO, err error) {
 	if o.Resume != "" {
 		r.Net, err = LoadPPOCheckpointPolicy(o.Resume, po, r.Slots)
 	} else {
-		r.Net, err = newPolicyWithPrior(po, o.OpPrior)
+		r.Net, err = newPolicyWithPriors(po, o.Priors)
 	}
 	if err != nil {
 		return nil, err
@@ -335,21 +337,31 @@ func opFigures[O any](buf *Buffer[O]) (adv, ret [leyline.NumOps]float64) {
 	return adv, ret
 }
 
-// OpHeadBias is the name of the op head's output bias among a
-// tamiyo.Policy's named parameters: the op logits' offsets.
-const OpHeadBias = "head_op.fc2.bias"
+// HeadBias returns the name of head h's output bias among a
+// tamiyo.Policy's named parameters: that head's logit offsets.
+func HeadBias(h int) string { return "head_" + leyline.HeadNames[h] + ".fc2.bias" }
 
-// newPolicyWithPrior builds the policy of po and adds prior (if any) to
-// its op-head output biases: built on the CPU, set there, then moved to
-// po.Device, so a run is the same on any device.
-func newPolicyWithPrior(po tamiyo.PolicyOptions, prior *[leyline.NumOps]float64) (*tamiyo.Policy, error) {
-	if prior == nil {
-		return tamiyo.NewPolicy(po)
-	}
-	for op, v := range prior {
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return nil, fmt.Errorf("simic: OpPrior[%v] = %v must be finite", leyline.LifecycleOp(op), v)
+// newPolicyWithPriors builds the policy of po and adds each head's prior
+// (if any) to its output biases: built on the CPU, set there, then moved
+// to po.Device, so a run is the same on any device.
+func newPolicyWithPriors(po tamiyo.PolicyOptions, priors [leyline.NumActionHeads][]float64) (*tamiyo.Policy, error) {
+	any := false
+	for h, row := range priors {
+		if row == nil {
+			continue
 		}
+		any = true
+		if h == leyline.HeadSlot {
+			return nil, errors.New("simic: the slot head (a pointer over slot nodes) takes no prior")
+		}
+		for i, v := range row {
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				return nil, fmt.Errorf("simic: prior of %s option %d = %v must be finite", leyline.HeadNames[h], i, v)
+			}
+		}
+	}
+	if !any {
+		return tamiyo.NewPolicy(po)
 	}
 	dev := po.Device
 	po.Device = tensor.CPU
@@ -357,17 +369,21 @@ func newPolicyWithPrior(po tamiyo.PolicyOptions, prior *[leyline.NumOps]float64)
 	if err != nil {
 		return nil, err
 	}
-	var bias *tensor.Tensor
+	params := map[string]*tensor.Tensor{}
 	for _, n := range p.NamedParameters() {
-		if n.Name == OpHeadBias {
-			bias = n.Var.Value
+		params[n.Name] = n.Var.Value
+	}
+	for h, row := range priors {
+		if row == nil {
+			continue
 		}
-	}
-	if bias == nil || bias.Numel() != leyline.NumOps {
-		return nil, fmt.Errorf("simic: the policy has no %d-option %s to set the op prior on", leyline.NumOps, OpHeadBias)
-	}
-	for op, v := range prior {
-		bias.Set(bias.At(op)+v, op)
+		bias := params[HeadBias(h)]
+		if bias == nil || bias.Numel() != len(row) {
+			return nil, fmt.Errorf("simic: a prior of %d options for head %s, whose output bias %s has %v", len(row), leyline.HeadNames[h], HeadBias(h), bias)
+		}
+		for i, v := range row {
+			bias.Set(bias.At(i)+v, i)
+		}
 	}
 	if !dev.IsCPU() {
 		if err := p.To(dev); err != nil {

@@ -350,34 +350,56 @@ func TestEsperPPOTaskPerEpisode(t *testing.T) {
 	}
 }
 
-// TestEsperPPOOpPrior: OpPrior moves a new policy's op logits by the
-// prior (PRUNE's down by 2 here, every other op unchanged), the same on
-// the test device as on the CPU; a non-finite prior is refused.
-func TestEsperPPOOpPrior(t *testing.T) {
+// TestEsperPPOPriors: Priors move a new policy's logits by the prior
+// (PRUNE's down by 2 and conv_light's up by 1 here, every other option
+// unchanged), the same on the test device as on the CPU; a non-finite
+// prior, one of the wrong size and one on the slot head are refused.
+func TestEsperPPOPriors(t *testing.T) {
 	po := tamiyo.PolicyOptions{Hidden: 16, GATHidden: 8, GATHeads: 2, HeadHidden: 16, NoDropout: true, Seed: 3, Device: testdevice.Device(t)}
 	plain, err := tamiyo.NewPolicy(po)
 	require.NoError(t, err)
-	var prior [leyline.NumOps]float64
-	prior[leyline.OpPrune] = -2
-	biased, err := newPolicyWithPrior(po, &prior)
+	var priors [leyline.NumActionHeads][]float64
+	priors[leyline.HeadOp] = make([]float64, leyline.NumOps)
+	priors[leyline.HeadOp][leyline.OpPrune] = -2
+	priors[leyline.HeadBlueprint] = make([]float64, leyline.NumBlueprints)
+	priors[leyline.HeadBlueprint][leyline.BlueprintConvLight] = 1
+	biased, err := newPolicyWithPriors(po, priors)
 	require.NoError(t, err)
-	bias := func(p *tamiyo.Policy) []float64 {
+	bias := func(p *tamiyo.Policy, h int) []float64 {
 		for _, n := range p.NamedParameters() {
-			if n.Name == OpHeadBias {
+			if n.Name == HeadBias(h) {
 				return testdevice.F64(t, n.Var.Value)
 			}
 		}
-		t.Fatalf("no %s", OpHeadBias)
+		t.Fatalf("no %s", HeadBias(h))
 		return nil
 	}
-	b0, b1 := bias(plain), bias(biased)
-	for op := range b0 {
-		require.InDelta(t, b0[op]+prior[op], b1[op], 1e-7, "op %v", leyline.LifecycleOp(op))
+	for h := range priors {
+		if h == leyline.HeadSlot {
+			continue
+		}
+		b0, b1 := bias(plain, h), bias(biased, h)
+		for i := range b0 {
+			want := b0[i]
+			if priors[h] != nil {
+				want += priors[h][i]
+			}
+			require.InDelta(t, want, b1[i], 1e-7, "%s option %d", leyline.HeadNames[h], i)
+		}
 	}
 	for _, n := range biased.NamedParameters() {
 		require.Equal(t, testdevice.Device(t), n.Var.Value.Device(), n.Name)
 	}
-	prior[leyline.OpWait] = math.Inf(1)
-	_, err = newPolicyWithPrior(po, &prior)
+	bad := priors
+	bad[leyline.HeadOp] = []float64{math.Inf(1), 0, 0, 0, 0, 0}
+	_, err = newPolicyWithPriors(po, bad)
+	require.Error(t, err)
+	bad = priors
+	bad[leyline.HeadOp] = []float64{1}
+	_, err = newPolicyWithPriors(po, bad)
+	require.Error(t, err)
+	bad = priors
+	bad[leyline.HeadSlot] = []float64{1, 0, 0}
+	_, err = newPolicyWithPriors(po, bad)
 	require.Error(t, err)
 }

@@ -33,7 +33,7 @@ type ppoConfig struct {
 	taskPerEpisode, diagnose                      bool
 	updateEpochs, entropyAnneal                   int
 	entropyCoef, entropyCoefEnd, opFloor          float64
-	paramCost, prunePrior                         float64
+	paramCost, prunePrior, germinatePrior         float64
 	hidden, gatHidden, gatHeads, headHidden       int
 	checkpointEvery, minibatch                    int
 	seed                                          uint64
@@ -82,6 +82,7 @@ func parsePPO(args []string, stderr io.Writer) (ppoConfig, error) {
 	fs.StringVar(&c.reward, "reward", "shaped", "reward mode: shaped, simplified, sparse or accuracy")
 	fs.Float64Var(&c.paramCost, "param-cost", simic.DefaultParamCost, "--reward accuracy: cost per thousand parameters the seeds added by the end of the run (0: none), against 0.1 per point of final accuracy")
 	fs.Float64Var(&c.prunePrior, "prune-prior", 0, "added to a new policy's PRUNE logit (0 at initialisation): an exploration prior, not a mask (a policy that prunes a TRAINING seed with probability 1/3 every epoch from age 5 almost never sees a seed blend)")
+	fs.Float64Var(&c.germinatePrior, "germinate-prior", 0, "added to a new policy's logits of the heuristic's germination arguments (SIGMOID_ADD, STANDARD tempo, FULL alpha target, conv_light and conv_heavy): an exploration prior, not a mask (a seed germinated with a half alpha target never passes G3)")
 	fs.IntVar(&c.updateEpochs, "update-epochs", 1, "passes over a round's transitions per PPO update")
 	fs.Float64Var(&c.entropyCoef, "entropy-coef", simic.DefaultEntropyCoef, "entropy bonus weight")
 	fs.Float64Var(&c.entropyCoefEnd, "entropy-coef-end", simic.DefaultEntropyCoefMin, "entropy bonus weight at the end of --entropy-anneal")
@@ -129,6 +130,8 @@ func parsePPO(args []string, stderr io.Writer) (ppoConfig, error) {
 		return c, fmt.Errorf("--op-floor %v must lie in [0, 1)", c.opFloor)
 	case math.IsNaN(c.prunePrior) || math.IsInf(c.prunePrior, 0):
 		return c, fmt.Errorf("--prune-prior %v must be finite", c.prunePrior)
+	case math.IsNaN(c.germinatePrior) || math.IsInf(c.germinatePrior, 0):
+		return c, fmt.Errorf("--germinate-prior %v must be finite", c.germinatePrior)
 	case !(c.paramCost >= 0) || math.IsInf(c.paramCost, 0):
 		return c, fmt.Errorf("--param-cost %v must be finite and ≥ 0", c.paramCost)
 	case c.checkpointEvery <= 0:
@@ -158,11 +161,7 @@ func runPPO(ctx context.Context, c ppoConfig, stdout io.Writer) error {
 	floors := tamiyo.ProbabilityFloorPerHead
 	floors[leyline.HeadOp] = float32(c.opFloor)
 	o.Floors = &floors
-	if c.prunePrior != 0 {
-		var prior [leyline.NumOps]float64
-		prior[leyline.OpPrune] = c.prunePrior
-		o.OpPrior = &prior
-	}
+	o.Priors = ppoPriors(c.prunePrior, c.germinatePrior)
 	if c.resume {
 		o.Resume = c.checkpoint
 	}
@@ -477,4 +476,27 @@ func paramCostOption(v float64) float64 {
 		return -1
 	}
 	return v
+}
+
+// ppoPriors returns the heads' priors of --prune-prior and
+// --germinate-prior (nil rows where they are 0).
+func ppoPriors(prune, germinate float64) [leyline.NumActionHeads][]float64 {
+	var p [leyline.NumActionHeads][]float64
+	sizes := leyline.HeadSizes(1)
+	set := func(h, option int, v float64) {
+		if v == 0 {
+			return
+		}
+		if p[h] == nil {
+			p[h] = make([]float64, sizes[h])
+		}
+		p[h][option] += v
+	}
+	set(leyline.HeadOp, int(leyline.OpPrune), prune)
+	set(leyline.HeadStyle, int(tamiyo.GerminateStyle), germinate)
+	set(leyline.HeadTempo, int(tamiyo.GerminateTempo), germinate)
+	set(leyline.HeadAlphaTarget, int(tamiyo.GerminateAlphaTarget), germinate)
+	set(leyline.HeadBlueprint, int(leyline.BlueprintConvLight), germinate)
+	set(leyline.HeadBlueprint, int(leyline.BlueprintConvHeavy), germinate)
+	return p
 }

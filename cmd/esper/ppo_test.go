@@ -152,7 +152,7 @@ func TestPPODiagnoseAndAccuracyReward(t *testing.T) {
 	dir := t.TempDir()
 	var out, errb bytes.Buffer
 	code := run(tinyPPO(dir, "--rounds", "1", "--reward", "accuracy", "--diagnose", "--update-epochs", "2", "--op-floor", "0.02",
-		"--entropy-anneal", "1", "--param-cost", "0", "--prune-prior", "-2", "--kernel", "3", "--host-lr", "0.02", "--schedule", "constant"), &out, &errb)
+		"--entropy-anneal", "1", "--param-cost", "0", "--prune-prior", "-2", "--germinate-prior", "1", "--kernel", "3", "--host-lr", "0.02", "--schedule", "constant"), &out, &errb)
 	require.Equal(t, 0, code, "%s\n%s", out.String(), errb.String())
 	s := out.String()
 	require.Contains(t, s, "reward ACCURACY")
@@ -185,6 +185,7 @@ func TestPPORefusesBadLearningFlags(t *testing.T) {
 		{[]string{"--op-floor", "1"}, "--op-floor"},
 		{[]string{"--param-cost", "-0.5"}, "--param-cost"},
 		{[]string{"--prune-prior", "NaN"}, "--prune-prior"},
+		{[]string{"--germinate-prior", "Inf"}, "--germinate-prior"},
 		{[]string{"--reward", "escrow"}, "--reward"},
 	} {
 		dir := t.TempDir()
