@@ -279,6 +279,8 @@ type EsperEnv struct {
 	finished []EsperEpisode
 	// blended holds the ids of the episode's seeds that reached BLENDING.
 	blended map[string]bool
+	// lastSeeds are the seeds of the last decision, by id (SHAPED's PBRS).
+	lastSeeds map[string]leyline.SeedReport
 }
 
 // EsperEpochWork counts the validation work an epoch did beyond its
@@ -562,6 +564,7 @@ func (e *EsperEnv) Reset() (TamiyoObs, error) {
 	e.info = EsperStepInfo{}
 	e.ep = EsperEpisode{Env: e.o.Index, Episode: e.episode}
 	e.blended = map[string]bool{}
+	e.lastSeeds = nil
 	e.cfNext, e.cfConfigs = nil, 0
 	ctx, cancel := context.WithCancel(context.Background())
 	e.cancel, e.runCtx = cancel, ctx
@@ -789,6 +792,10 @@ func (e *EsperEnv) Step(action []int) (StepResult[TamiyoObs], error) {
 	}
 	info.Reward = rw
 	res.Reward = rw.Total
+	e.lastSeeds = map[string]leyline.SeedReport{}
+	for _, s := range st.Seeds {
+		e.lastSeeds[s.SeedID] = s
+	}
 	e.epoch++
 
 	obs, rollbacks, end, err := e.advance(e.runCtx)
@@ -850,8 +857,19 @@ func (e *EsperEnv) rewardInputs(st leyline.EpochState, r tolaria.EpochReport, d 
 		if s.SlotID != slotID || leyline.IsFailureStage(s.Stage) {
 			continue
 		}
-		rs := &RewardSeed{Stage: s.Stage, EpochsInStage: s.EpochsInStage, PreviousStage: s.Stage, PreviousEpochsInStage: s.EpochsInStage,
-			SeedAgeEpochs: s.EpochsTotal, ImprovementSinceStageStart: s.ImprovementSinceStageStart}
+		rs := &RewardSeed{Stage: s.Stage, EpochsInStage: s.EpochsInStage, PreviousStage: s.Stage, PreviousEpochsInStage: max(0, s.EpochsInStage-1),
+			SeedAgeEpochs: s.EpochsTotal, ImprovementSinceStageStart: s.ImprovementSinceStageStart, PreviousIsLastStep: true}
+		if p, ok := e.lastSeeds[s.SeedID]; ok {
+			// The stage the seed was seen in at the last decision: PBRS
+			// pays the transition between (SeedReport has no previous
+			// stage, and at a decision a seed is already one epoch into
+			// its new stage).
+			rs.PreviousStage, rs.PreviousEpochsInStage = p.Stage, p.EpochsInStage
+		} else {
+			// Not seen before (germinated at the last step, whose
+			// ActionPBRS paid the germination): the same-stage step.
+			rs.PreviousIsLastStep = false
+		}
 		if i, ok := cfIndex[s.SeedID]; ok {
 			rs.Contribution, rs.ContributionMeasured = e.cfRes.Removal[i], true
 			rs.TotalImprovement, rs.TotalImprovementMeasured = e.cfRes.FullAccuracy-e.cfRes.BaselineAccuracy, true

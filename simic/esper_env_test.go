@@ -571,3 +571,51 @@ func TestEsperEnvLastActionAsDeployed(t *testing.T) {
 		obs = r.Obs
 	}
 }
+
+// TestEsperEnvShapedPBRSPaysTransitions: SHAPED's stage PBRS pays the
+// step after an ADVANCE the potential jump of the transition,
+// γ·φ(TRAINING, e) − φ(GERMINATED, e'), with the stages and epochs seen
+// at the two decisions; before the fix the previous stage was the
+// current one and no transition was ever paid.
+func TestEsperEnvShapedPBRSPaysTransitions(t *testing.T) {
+	d, _ := tinyEsper(t)
+	env := newTinyEnv(t, d, 0, 5)
+	obs, err := env.Reset()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen []leyline.SeedReport
+	for _, op := range []leyline.LifecycleOp{leyline.OpGerminate, leyline.OpAdvance, leyline.OpWait} {
+		a := scriptedAction(obs.Masks, op)
+		if op == leyline.OpWait {
+			a[leyline.HeadSlot] = seenSlot(t, env, seen)
+		}
+		for _, s := range env.state.Seeds {
+			seen = append(seen, s)
+		}
+		r, err := env.Step(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		obs = r.Obs
+	}
+	if len(seen) != 2 || seen[0].Stage != leyline.StageGerminated || seen[1].Stage != leyline.StageTraining {
+		t.Fatalf("seeds at the decisions %+v, want GERMINATED then TRAINING", seen)
+	}
+	want := 0.3 * (0.995*seedPotential(leyline.StageTraining, seen[1].EpochsInStage) - seedPotential(leyline.StageGerminated, seen[0].EpochsInStage))
+	if got := env.LastStep().Reward.Terms.PBRS; !near(got, want, 1e-12) || got < 0.25 {
+		t.Errorf("PBRS after the ADVANCE %v, want %v", got, want)
+	}
+}
+
+// seenSlot is the slot index of the first seed seen.
+func seenSlot(t *testing.T, env *EsperEnv, seen []leyline.SeedReport) int {
+	t.Helper()
+	for i, id := range env.slotIDs {
+		if len(seen) > 0 && id == seen[0].SlotID {
+			return i
+		}
+	}
+	t.Fatal("no seed seen")
+	return 0
+}

@@ -223,6 +223,13 @@ type RewardSeed struct {
 	// left; PBRS uses them when EpochsInStage is 0.
 	PreviousStage         leyline.SeedStage
 	PreviousEpochsInStage int
+	// PreviousIsLastStep says that PreviousStage and
+	// PreviousEpochsInStage are the seed's stage and epochs in it at the
+	// previous step instead: PBRS is then γ·φ(Stage, EpochsInStage) −
+	// φ(PreviousStage, PreviousEpochsInStage), whatever EpochsInStage
+	// (an environment that observes a seed only at its decisions sees it
+	// one epoch into its new stage, never at 0).
+	PreviousIsLastStep bool
 	// SeedAgeEpochs is the seed's age; Epoch − SeedAgeEpochs is its
 	// germination epoch.
 	SeedAgeEpochs int
@@ -575,7 +582,7 @@ func (in *RewardInputs) validate() error {
 func (r *Rewarder) pbrs(s *RewardSeed) float64 {
 	cur := seedPotential(s.Stage, s.EpochsInStage)
 	var prev float64
-	if s.EpochsInStage == 0 {
+	if s.PreviousIsLastStep || s.EpochsInStage == 0 {
 		prev = seedPotential(s.PreviousStage, s.PreviousEpochsInStage)
 	} else {
 		prev = seedPotential(s.Stage, s.EpochsInStage-1)
