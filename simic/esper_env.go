@@ -132,9 +132,12 @@ type EsperEnvOptions struct {
 	// to another one's Episode starts that episode exactly as the other
 	// did: a resumed run passes the Episode its checkpoint saved.
 	FirstEpisode int
-	// MaxEpochs is the episode length (default DefaultEsperMaxEpochs);
-	// the last epoch's step ends the episode (terminated: see EsperEnv).
+	// MaxEpochs is the episode length (default DefaultEsperMaxEpochs).
 	MaxEpochs int
+	// Terminal ends the episode at its last epoch as a terminal state
+	// (what EsperPPO uses: see EsperEnv); false stores it truncated, to be
+	// bootstrapped, as G2 does.
+	Terminal bool
 	// Blocks, BaseChannels and KernelSize shape the CNN host (defaults
 	// DefaultEsperBlocks, DefaultEsperBaseChannels, 3).
 	Blocks, BaseChannels, KernelSize int
@@ -223,15 +226,16 @@ type EsperStepInfo struct {
 // epoch. The episode ends after MaxEpochs epochs; Reset builds a fresh
 // host.
 //
-// The last epoch is a terminal state, not a truncation: the training run
-// is over and nothing more is earned after it (the observation carries
-// the epoch's fraction of the run, so the critic sees the end coming).
-// G2 stores it as truncated and bootstraps it with V of the state after
-// it; but that state looks like the last decision's, so the bootstrap
-// feeds the critic's own estimate back into its target every round, and
-// the returns drift towards reward/(1 − γ), 200 times the last reward
-// at γ = 0.995 (esper ppo's return means rose round after round while
-// the episodes' returns stayed flat: bench/baselines/ppo/2026-11-26).
+// With Options().Terminal the last epoch is a terminal state: the
+// training run is over and nothing more is earned after it (the
+// observation carries the epoch's fraction of the run, so the critic
+// sees the end coming). G2 stores it as truncated and bootstraps it with
+// V of the state after it (Terminal false); but that state looks like
+// the last decision's, so the bootstrap feeds the critic's own estimate
+// back into its target every round, and the returns drift towards
+// reward/(1 − γ), 200 times the last reward at γ = 0.995 (esper ppo's
+// return means rose round after round while the episodes' returns
+// stayed flat: bench/baselines/ppo/2026-11-26).
 //
 // Environments of a VecEnv step one after another, so they may share
 // EsperData; an EsperEnv is not safe for concurrent use.
@@ -811,9 +815,11 @@ func (e *EsperEnv) Step(action []int) (StepResult[TamiyoObs], error) {
 	e.info = info
 	e.record(info, res.Reward, end)
 	if end {
-		// A diverged host or the run's last epoch ends the episode: both
-		// are terminal (see EsperEnv).
-		res.Terminated = true
+		// A diverged host ends the episode (terminal); the run's last
+		// epoch too with Terminal, else it is truncated, bootstrapped
+		// (see EsperEnv).
+		res.Terminated = e.diverged || e.o.Terminal
+		res.Truncated = !res.Terminated
 		res.Obs, err = e.finalObs(st, r)
 		return res, err
 	}

@@ -149,9 +149,8 @@ func TestEsperEnvStepShapesAndTruncation(t *testing.T) {
 		if step == 0 && a[leyline.HeadOp] == int(leyline.OpGerminate) && info.Applied.String() != "applied" {
 			t.Errorf("germination %v: %v (veto %q)", info.Decision, info.Applied, info.VetoReason)
 		}
-		// The run's last epoch is terminal, never a truncation to
-		// bootstrap (see EsperEnv).
-		if want := step == 2; r.Terminated != want || r.Truncated {
+		// Without Terminal the run's last epoch is truncated, as in G2.
+		if want := step == 2; r.Truncated != want || r.Terminated {
 			t.Fatalf("step %d terminated %v truncated %v", step, r.Terminated, r.Truncated)
 		}
 		if r.Obs.Graph == nil {
@@ -446,7 +445,7 @@ func TestEsperEnvEpisodeData(t *testing.T) {
 		return d, err
 	}
 	rw := mustRewarder(t, RewardOptions{Mode: RewardAccuracy})
-	e, err := NewEsperEnv(EsperEnvOptions{NewData: newData, Seed: 3, MaxEpochs: 2, Blocks: 2, BaseChannels: 2, KernelSize: 1,
+	e, err := NewEsperEnv(EsperEnvOptions{NewData: newData, Seed: 3, MaxEpochs: 2, Terminal: true, Blocks: 2, BaseChannels: 2, KernelSize: 1,
 		HostLR: 0.05, Cosine: true, Rewarder: rw, Device: testdevice.Device(t)})
 	if err != nil {
 		t.Fatal(err)

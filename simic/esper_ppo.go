@@ -178,7 +178,7 @@ func NewEsperPPO(o EsperPPOOptions) (_ *EsperPPO, err error) {
 	}
 	r.Envs = make([]*EsperEnv, o.Envs)
 	r.Vec, err = NewVecEnv(o.Envs, func(i int) (Env[TamiyoObs], error) {
-		eo := EsperEnvOptions{Data: r.Data, Index: i, Seed: o.Seed, MaxEpochs: o.MaxEpochs,
+		eo := EsperEnvOptions{Data: r.Data, Index: i, Seed: o.Seed, MaxEpochs: o.MaxEpochs, Terminal: true,
 			Blocks: o.Blocks, BaseChannels: o.BaseChannels, KernelSize: o.Kernel, HostLR: o.HostLR, Cosine: o.Cosine,
 			Rewarder: rewarder, Capture: o.Capture, Device: o.Devices[i%len(o.Devices)]}
 		if o.TaskPerEpisode {
