@@ -244,9 +244,10 @@ func NewEsperPPO(o EsperPPOOptions) (_ *EsperPPO, err error) {
 }
 
 // TaskSeed is the synthetic task instance of episode number episode of
-// environment env in a TaskPerEpisode run of seed seed. It stays above
-// 2^32 for any seed > 0, so it is never one of the small seeds an
-// evaluation holds out (esper eval --seeds 101-120).
+// environment env in a TaskPerEpisode run of seed seed: distinct for
+// distinct (env < 2^12, episode < 2^20) and at least 2^32 (for seeds
+// below 2^32 − 1), so never one of the small seeds an evaluation holds
+// out (esper eval --seeds 101-120).
 func TaskSeed(seed uint64, env, episode int) uint64 {
 	return (seed+1)<<32 + uint64(env)<<20 + uint64(episode)
 }
