@@ -12,6 +12,7 @@ import (
 	"github.com/esper-go/esper/kasmina"
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/nn"
+	"github.com/esper-go/esper/optim"
 	"github.com/esper-go/esper/tamiyo"
 	"github.com/esper-go/esper/tensor"
 	"github.com/esper-go/esper/tolaria"
@@ -106,11 +107,20 @@ func NewSyntheticData(o SyntheticDataOptions) (*EsperData, error) {
 	}, nil
 }
 
-// EsperEnvOptions configure NewEsperEnv. Data is required; every other
-// zero value is the documented default.
+// EsperEnvOptions configure NewEsperEnv. Data or NewData is required;
+// every other zero value is the documented default.
 type EsperEnvOptions struct {
 	// Data is the shared data stream.
 	Data *EsperData
+	// NewData, in place of Data, gives every episode its own data stream:
+	// Reset calls it with the episode's number and closes the previous
+	// episode's stream (NewEsperEnv calls it once for the first episode's
+	// number to read the image shape). It must depend on the episode
+	// alone, so that a resumed run sees the same data (episode training
+	// over a mix of task instances: a policy trained on one instance of
+	// the synthetic task learns that instance's timing). The streams of
+	// every episode must share the image shape and class count.
+	NewData func(episode int) (*EsperData, error)
 	// Index is the environment's index in its VecEnv (telemetry EnvID,
 	// seed ids, initialisation).
 	Index int
@@ -122,15 +132,21 @@ type EsperEnvOptions struct {
 	// to another one's Episode starts that episode exactly as the other
 	// did: a resumed run passes the Episode its checkpoint saved.
 	FirstEpisode int
-	// MaxEpochs is the episode length (default DefaultEsperMaxEpochs);
-	// the last epoch's step is truncated and bootstrapped.
+	// MaxEpochs is the episode length (default DefaultEsperMaxEpochs).
 	MaxEpochs int
+	// Terminal ends the episode at its last epoch as a terminal state
+	// (what EsperPPO uses: see EsperEnv); false stores it truncated, to be
+	// bootstrapped, as G2 does.
+	Terminal bool
 	// Blocks, BaseChannels and KernelSize shape the CNN host (defaults
 	// DefaultEsperBlocks, DefaultEsperBaseChannels, 3).
 	Blocks, BaseChannels, KernelSize int
 	// HostLR is the host's SGD rate (default leyline.DefaultHostLR, 0.01,
 	// G2 task host_lr).
 	HostLR float64
+	// Cosine anneals the host's rate from HostLR to 0 over MaxEpochs
+	// (optim.Cosine, as esper train --schedule cosine); false holds it.
+	Cosine bool
 	// Rewarder computes the rewards; nil means SHAPED with the reference
 	// defaults.
 	Rewarder *Rewarder
@@ -207,8 +223,19 @@ type EsperStepInfo struct {
 // Rewarder; then the next epoch runs to its decision point. An epoch the
 // governor rolls back never asks its controller: the step reports
 // Rollback with the governor's penalty and continues with the next
-// epoch. The episode ends (truncated) after MaxEpochs epochs; Reset
-// builds a fresh host.
+// epoch. The episode ends after MaxEpochs epochs; Reset builds a fresh
+// host.
+//
+// With Options().Terminal the last epoch is a terminal state: the
+// training run is over and nothing more is earned after it (the
+// observation carries the epoch's fraction of the run, so the critic
+// sees the end coming). G2 stores it as truncated and bootstraps it with
+// V of the state after it (Terminal false); but that state looks like
+// the last decision's, so the bootstrap feeds the critic's own estimate
+// back into its target every round, and the returns drift towards
+// reward/(1 − γ), 200 times the last reward at γ = 0.995 (esper ppo's
+// return means rose round after round while the episodes' returns
+// stayed flat: bench/baselines/ppo/2026-11-26).
 //
 // Environments of a VecEnv step one after another, so they may share
 // EsperData; an EsperEnv is not safe for concurrent use.
@@ -222,6 +249,9 @@ type EsperEnv struct {
 	cf       *CounterfactualEngine
 	episode  int
 	fused    *fusedValidator
+	// data is the running episode's stream: Options().Data, or the one
+	// NewData made for the episode (owned, closed by the next Reset).
+	data *EsperData
 
 	// The running episode.
 	model   *kasmina.MorphogeneticModel
@@ -242,12 +272,19 @@ type EsperEnv struct {
 	cfConfigs  int
 	masks      leyline.ActionMasks
 	lastOp     leyline.LifecycleOp
-	lastFailed bool
 	accAtGerm  map[string]float64
 	hostParams int
 	layers     []tamiyo.LayerState
 	info       EsperStepInfo
 	slotIDs    []string
+	// ep is the running episode's summary, finished the summaries of the
+	// episodes that ended since the last TakeEpisodes.
+	ep       EsperEpisode
+	finished []EsperEpisode
+	// blended holds the ids of the episode's seeds that reached BLENDING.
+	blended map[string]bool
+	// lastSeeds are the seeds of the last decision, by id (SHAPED's PBRS).
+	lastSeeds map[string]leyline.SeedReport
 }
 
 // EsperEpochWork counts the validation work an epoch did beyond its
@@ -293,7 +330,9 @@ func (b *bridgeController) EvaluateEpoch(ctx context.Context, st leyline.EpochSt
 // NewEsperEnv validates o; Reset starts the first episode.
 func NewEsperEnv(o EsperEnvOptions) (*EsperEnv, error) {
 	switch {
-	case o.Data == nil || o.Data.Train == nil || o.Data.Val == nil:
+	case (o.Data == nil) == (o.NewData == nil):
+		return nil, errors.New("simic: NewEsperEnv: one of Data and NewData is required")
+	case o.Data != nil && (o.Data.Train == nil || o.Data.Val == nil):
 		return nil, errors.New("simic: NewEsperEnv: Data with Train and Val batches is required")
 	case o.MaxEpochs < 0 || o.Blocks < 0 || o.BaseChannels < 0 || o.KernelSize < 0 || o.HostLR < 0 || o.MaxSeeds < 0 || o.Index < 0 || o.FirstEpisode < 0:
 		return nil, fmt.Errorf("simic: NewEsperEnv: negative option in %+v", o)
@@ -316,8 +355,16 @@ func NewEsperEnv(o EsperEnvOptions) (*EsperEnv, error) {
 	if o.HostLR == 0 {
 		o.HostLR = leyline.DefaultHostLR
 	}
-	e := &EsperEnv{o: o, rewarder: o.Rewarder, cf: o.Counterfactual, episode: max(o.FirstEpisode, 1) - 1}
+	e := &EsperEnv{o: o, rewarder: o.Rewarder, cf: o.Counterfactual, episode: max(o.FirstEpisode, 1) - 1, data: o.Data}
 	var err error
+	if o.NewData != nil {
+		// The first episode's stream gives the image shape; Reset builds
+		// it again (the streams are cheap, and a function of the episode).
+		if e.data, err = e.episodeData(e.episode + 1); err != nil {
+			return nil, err
+		}
+		e.data.Close()
+	}
 	if e.rewarder == nil {
 		if e.rewarder, err = NewRewarder(RewardOptions{}); err != nil {
 			return nil, err
@@ -397,7 +444,7 @@ func (e *EsperEnv) ActionMasks() Masks {
 func (e *EsperEnv) newHost() (*kasmina.CNNHost, error) {
 	seed := e.o.Seed*1_000_003 + uint64(e.o.Index)*7919 + uint64(e.episode)
 	return kasmina.NewCNNHost(kasmina.CNNHostOptions{
-		InChannels: e.o.Data.InChannels, Classes: e.o.Data.Classes, Blocks: e.o.Blocks,
+		InChannels: e.data.InChannels, Classes: e.data.Classes, Blocks: e.o.Blocks,
 		BaseChannels: e.o.BaseChannels, KernelSize: e.o.KernelSize, RNG: tensor.NewRNG(seed),
 	})
 }
@@ -412,8 +459,35 @@ func prePoolSlots(h kasmina.Host) []string {
 	return slots
 }
 
-// Close stops the running episode's epoch goroutine.
+// episodeData calls NewData for an episode and checks the stream.
+func (e *EsperEnv) episodeData(episode int) (*EsperData, error) {
+	d, err := e.o.NewData(episode)
+	if err != nil {
+		return nil, fmt.Errorf("simic: EsperEnv %d: episode %d's data: %w", e.o.Index, episode, err)
+	}
+	if d == nil || d.Train == nil || d.Val == nil {
+		d.Close()
+		return nil, fmt.Errorf("simic: EsperEnv %d: episode %d's data has no Train or Val batches", e.o.Index, episode)
+	}
+	if e.data != nil && (d.InChannels != e.data.InChannels || d.Classes != e.data.Classes) {
+		d.Close()
+		return nil, fmt.Errorf("simic: EsperEnv %d: episode %d's data has %d channels and %d classes, the first episode's %d and %d",
+			e.o.Index, episode, d.InChannels, d.Classes, e.data.InChannels, e.data.Classes)
+	}
+	return d, nil
+}
+
+// Close stops the running episode's epoch goroutine (and releases the
+// episode's own data stream, with NewData).
 func (e *EsperEnv) Close() {
+	e.closeEpisode()
+	if e.o.NewData != nil && e.data != nil {
+		e.data.Close()
+	}
+}
+
+// closeEpisode stops the running episode's epoch goroutine.
+func (e *EsperEnv) closeEpisode() {
 	if e.cancel == nil {
 		return
 	}
@@ -431,9 +505,17 @@ func (e *EsperEnv) Close() {
 // Reset ends the running episode and starts a new one on a fresh host,
 // running its first epoch to the decision point.
 func (e *EsperEnv) Reset() (TamiyoObs, error) {
-	e.Close()
+	e.closeEpisode()
 	e.episode++
 	e.diverged = false
+	if e.o.NewData != nil {
+		e.data.Close()
+		d, err := e.episodeData(e.episode)
+		if err != nil {
+			return TamiyoObs{}, fmt.Errorf("simic: EsperEnv.Reset: %w", err)
+		}
+		e.data = d
+	}
 	host, err := e.newHost()
 	if err != nil {
 		return TamiyoObs{}, fmt.Errorf("simic: EsperEnv.Reset: %w", err)
@@ -454,13 +536,16 @@ func (e *EsperEnv) Reset() (TamiyoObs, error) {
 		return TamiyoObs{}, err
 	}
 	to := tolaria.TrainerOptions{
-		Model: model, Train: e.o.Data.Train, Val: e.o.Data.Val, Epochs: e.o.MaxEpochs,
+		Model: model, Train: e.data.Train, Val: e.data.Val, Epochs: e.o.MaxEpochs,
 		Controller: tracked, HostLR: e.o.HostLR, Capture: e.o.Capture, Sink: e.o.Sink, EnvID: e.o.Index,
 		Deadlines: tolaria.DeadlineOptions{Controller: esperDeadline, Apply: esperDeadline}, History: 4,
 		Seed: e.o.Seed + uint64(e.o.Index), Counterfactuals: e.counterfactuals,
 	}
+	if e.o.Cosine {
+		to.HostSchedule = optim.Cosine{Base: e.o.HostLR, TMax: e.o.MaxEpochs}
+	}
 	if !e.o.NoGovernor {
-		g := tolaria.GovernorOptions{Classes: e.o.Data.Classes}
+		g := tolaria.GovernorOptions{Classes: e.data.Classes}
 		if e.o.Governor != nil {
 			g = *e.o.Governor
 		}
@@ -478,9 +563,12 @@ func (e *EsperEnv) Reset() (TamiyoObs, error) {
 	for _, p := range model.HostParameters() {
 		e.hostParams += p.Value.Numel()
 	}
-	e.epoch, e.lastOp, e.lastFailed = 0, leyline.OpWait, false
+	e.epoch, e.lastOp = 0, leyline.OpWait
 	e.accAtGerm = map[string]float64{}
 	e.info = EsperStepInfo{}
+	e.ep = EsperEpisode{Env: e.o.Index, Episode: e.episode}
+	e.blended = map[string]bool{}
+	e.lastSeeds = nil
 	e.cfNext, e.cfConfigs = nil, 0
 	ctx, cancel := context.WithCancel(context.Background())
 	e.cancel, e.runCtx = cancel, ctx
@@ -533,7 +621,7 @@ func (e *EsperEnv) advance(ctx context.Context) (obs TamiyoObs, rollbacks int, e
 			if res.r.RolledBack {
 				rollbacks++
 			}
-			e.lastOp, e.lastFailed = leyline.OpWait, false
+			e.lastOp = leyline.OpWait
 			e.epoch++
 		}
 	}
@@ -541,7 +629,9 @@ func (e *EsperEnv) advance(ctx context.Context) (obs TamiyoObs, rollbacks int, e
 }
 
 func (e *EsperEnv) encodeOptions() tamiyo.EncodeOptions {
-	return tamiyo.EncodeOptions{Layers: e.layers, LastOp: e.lastOp, LastActionFailed: e.lastFailed, MaxEpochs: e.o.MaxEpochs, MaxSeeds: e.o.MaxSeeds}
+	// LastActionFailed stays false, as the inference service encodes it
+	// (see Step).
+	return tamiyo.EncodeOptions{Layers: e.layers, LastOp: e.lastOp, MaxEpochs: e.o.MaxEpochs, MaxSeeds: e.o.MaxSeeds}
 }
 
 // parked runs at a decision point: it records the state and takes the
@@ -584,7 +674,7 @@ func (e *EsperEnv) counterfactuals(ep int, valAcc float64, want []*kasmina.Slot)
 	if i, ok := plan.Index(all); ok && !math.IsNaN(valAcc) {
 		known = i
 	}
-	vals, k, err := e.fused.evaluate(e.model, e.o.Data.Val, ep, slots, plan.Masks(), known, valAcc)
+	vals, k, err := e.fused.evaluate(e.model, e.data.Val, ep, slots, plan.Masks(), known, valAcc)
 	if err != nil {
 		return nil, fmt.Errorf("simic: EsperEnv %d: fused validation: %w", e.o.Index, err)
 	}
@@ -673,6 +763,7 @@ func (e *EsperEnv) Step(action []int) (StepResult[TamiyoObs], error) {
 			e.info = info
 			res.Rollback, res.Terminated = true, true
 			res.Reward = e.trainer.Governor().PunishmentReward()
+			e.record(info, res.Reward, true)
 			res.Obs, err = e.finalObs(st, out.r)
 			return res, err
 		}
@@ -680,7 +771,17 @@ func (e *EsperEnv) Step(action []int) (StepResult[TamiyoObs], error) {
 	}
 	r := out.r
 	info.Applied = r.Applied
-	e.lastOp, e.lastFailed = d.Op, d.Op != leyline.OpWait && r.Applied != tolaria.ApplyApplied
+	for _, s := range r.Seeds {
+		switch s.Stage {
+		case leyline.StageBlending, leyline.StageHolding, leyline.StageFossilized:
+			e.blended[s.SeedID] = true
+		}
+	}
+	// The observation reports the last op as a success whatever became
+	// of it, as the inference service must (a trainer does not tell its
+	// controller): a policy trained on "the ADVANCE failed" would be
+	// deployed on a feature that never says so.
+	e.lastOp = d.Op
 	if d.Op == leyline.OpGerminate && r.Applied == tolaria.ApplyApplied {
 		e.accAtGerm[d.SeedID] = m.ValAccuracy
 	}
@@ -695,6 +796,10 @@ func (e *EsperEnv) Step(action []int) (StepResult[TamiyoObs], error) {
 	}
 	info.Reward = rw
 	res.Reward = rw.Total
+	e.lastSeeds = map[string]leyline.SeedReport{}
+	for _, s := range st.Seeds {
+		e.lastSeeds[s.SeedID] = s
+	}
 	e.epoch++
 
 	obs, rollbacks, end, err := e.advance(e.runCtx)
@@ -708,10 +813,13 @@ func (e *EsperEnv) Step(action []int) (StepResult[TamiyoObs], error) {
 		info.Reward = Reward{}
 	}
 	e.info = info
+	e.record(info, res.Reward, end)
 	if end {
-		// A diverged host ends the episode (terminal); otherwise the
-		// episode ran out of epochs (truncated, bootstrapped).
-		res.Truncated, res.Terminated = !e.diverged, e.diverged
+		// A diverged host ends the episode (terminal); the run's last
+		// epoch too with Terminal, else it is truncated, bootstrapped
+		// (see EsperEnv).
+		res.Terminated = e.diverged || e.o.Terminal
+		res.Truncated = !res.Terminated
 		res.Obs, err = e.finalObs(st, r)
 		return res, err
 	}
@@ -719,9 +827,8 @@ func (e *EsperEnv) Step(action []int) (StepResult[TamiyoObs], error) {
 	return res, nil
 }
 
-// finalObs is the observation after the episode's last epoch (the
-// truncation's bootstrap state): the last decision point's signals with
-// the seeds as the epoch left them.
+// finalObs is the observation after the episode's last epoch: the last
+// decision point's signals with the seeds as the epoch left them.
 func (e *EsperEnv) finalObs(st leyline.EpochState, r tolaria.EpochReport) (TamiyoObs, error) {
 	st.Seeds = r.Seeds
 	st.Signals.ActiveSeeds = st.Signals.ActiveSeeds[:0:0]
@@ -756,8 +863,19 @@ func (e *EsperEnv) rewardInputs(st leyline.EpochState, r tolaria.EpochReport, d 
 		if s.SlotID != slotID || leyline.IsFailureStage(s.Stage) {
 			continue
 		}
-		rs := &RewardSeed{Stage: s.Stage, EpochsInStage: s.EpochsInStage, PreviousStage: s.Stage, PreviousEpochsInStage: s.EpochsInStage,
-			SeedAgeEpochs: s.EpochsTotal, ImprovementSinceStageStart: s.ImprovementSinceStageStart}
+		rs := &RewardSeed{Stage: s.Stage, EpochsInStage: s.EpochsInStage, PreviousStage: s.Stage, PreviousEpochsInStage: max(0, s.EpochsInStage-1),
+			SeedAgeEpochs: s.EpochsTotal, ImprovementSinceStageStart: s.ImprovementSinceStageStart, PreviousIsLastStep: true}
+		if p, ok := e.lastSeeds[s.SeedID]; ok {
+			// The stage the seed was seen in at the last decision: PBRS
+			// pays the transition between (SeedReport has no previous
+			// stage, and at a decision a seed is already one epoch into
+			// its new stage).
+			rs.PreviousStage, rs.PreviousEpochsInStage = p.Stage, p.EpochsInStage
+		} else {
+			// Not seen before (germinated at the last step, whose
+			// ActionPBRS paid the germination): the same-stage step.
+			rs.PreviousIsLastStep = false
+		}
 		if i, ok := cfIndex[s.SeedID]; ok {
 			rs.Contribution, rs.ContributionMeasured = e.cfRes.Removal[i], true
 			rs.TotalImprovement, rs.TotalImprovementMeasured = e.cfRes.FullAccuracy-e.cfRes.BaselineAccuracy, true
@@ -806,6 +924,19 @@ func (e *EsperEnv) rewardInputs(st leyline.EpochState, r tolaria.EpochReport, d 
 		}
 	}
 	in.EffectiveSeedParams = EffectiveSeedParams(e.hostParams, slots)
+	before, after := map[string]leyline.SeedStage{}, map[string]leyline.SeedStage{}
+	for _, s := range st.Seeds {
+		before[s.SlotID] = s.Stage
+	}
+	for i, s := range r.Seeds {
+		after[s.SlotID] = s.Stage
+		if !leyline.IsFailureStage(s.Stage) {
+			in.AddedParams += slots[i].SeedParams
+		}
+	}
+	for _, id := range e.slotIDs {
+		in.Transitions = append(in.Transitions, StageTransition{Before: before[id], After: after[id]})
+	}
 	in.AlphaDeltaSqSum = AlphaDeltaSqSum(e.hostParams, slots)
 	return in, nil
 }

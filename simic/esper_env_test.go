@@ -11,6 +11,7 @@ import (
 	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/tamiyo"
 	"github.com/esper-go/esper/tensor"
+	"github.com/esper-go/esper/tolaria"
 )
 
 // tinyEsper builds the shared data and a small policy for the Esper
@@ -148,8 +149,9 @@ func TestEsperEnvStepShapesAndTruncation(t *testing.T) {
 		if step == 0 && a[leyline.HeadOp] == int(leyline.OpGerminate) && info.Applied.String() != "applied" {
 			t.Errorf("germination %v: %v (veto %q)", info.Decision, info.Applied, info.VetoReason)
 		}
-		if want := step == 2; r.Truncated != want {
-			t.Fatalf("step %d truncated %v", step, r.Truncated)
+		// Without Terminal the run's last epoch is truncated, as in G2.
+		if want := step == 2; r.Truncated != want || r.Terminated {
+			t.Fatalf("step %d terminated %v truncated %v", step, r.Terminated, r.Truncated)
 		}
 		if r.Obs.Graph == nil {
 			t.Fatalf("step %d: no observation", step)
@@ -411,4 +413,208 @@ func TestEsperEnvDivergedHostEndsTheEpisode(t *testing.T) {
 	if _, err := env.Reset(); err != nil {
 		t.Fatalf("the next episode: %v", err)
 	}
+}
+
+// scriptedAction returns the action that takes op in the first slot
+// where the masks allow it (WAIT when none does), germinating conv_light.
+func scriptedAction(m leyline.ActionMasks, op leyline.LifecycleOp) []int {
+	a := make([]int, leyline.NumActionHeads)
+	a[leyline.HeadBlueprint] = int(leyline.BlueprintConvLight)
+	a[leyline.HeadStyle] = int(leyline.StyleSigmoidAdd)
+	a[leyline.HeadAlphaTarget] = int(leyline.AlphaTargetFull)
+	a[leyline.HeadTempo] = int(leyline.TempoFast)
+	for i, ok := range m.SlotByOp[op] {
+		if ok {
+			a[leyline.HeadSlot], a[leyline.HeadOp] = i, int(op)
+			return a
+		}
+	}
+	return a
+}
+
+// TestEsperEnvEpisodeData: with NewData every episode trains on the
+// stream made for its number (and the previous one is closed), and the
+// episode summaries count what the episode did.
+func TestEsperEnvEpisodeData(t *testing.T) {
+	var asked []int
+	var made []*EsperData
+	newData := func(episode int) (*EsperData, error) {
+		asked = append(asked, episode)
+		d, err := NewSyntheticData(SyntheticDataOptions{Train: 64, Val: 32, Batch: 32, Seed: uint64(episode)})
+		made = append(made, d)
+		return d, err
+	}
+	rw := mustRewarder(t, RewardOptions{Mode: RewardAccuracy})
+	e, err := NewEsperEnv(EsperEnvOptions{NewData: newData, Seed: 3, MaxEpochs: 2, Terminal: true, Blocks: 2, BaseChannels: 2, KernelSize: 1,
+		HostLR: 0.05, Cosine: true, Rewarder: rw, Device: testdevice.Device(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if _, err := NewEsperEnv(EsperEnvOptions{NewData: newData, Data: made[0]}); err == nil {
+		t.Error("Data and NewData together accepted")
+	}
+	for ep := 1; ep <= 2; ep++ {
+		obs, err := e.Reset()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.data != made[len(made)-1] || asked[len(asked)-1] != ep {
+			t.Fatalf("episode %d trains on the stream of episode %d", ep, asked[len(asked)-1])
+		}
+		if prev := made[len(made)-2]; prev.close != nil {
+			t.Fatalf("episode %d: the previous stream is still open", ep)
+		}
+		// GERMINATE, then ADVANCE.
+		r, err := e.Step(scriptedAction(obs.Masks, leyline.OpGerminate))
+		if err != nil {
+			t.Fatal(err)
+		}
+		info := e.LastStep()
+		// ACCURACY pays the germination's potential: 0.3·0.995·1.
+		if info.Applied != tolaria.ApplyApplied || !near(info.Reward.Terms.PBRS, 0.2985, 1e-12) {
+			t.Fatalf("episode %d germination: %v, terms %+v", ep, info.Applied, info.Reward.Terms)
+		}
+		r, err = e.Step(scriptedAction(r.Obs.Masks, leyline.OpAdvance))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !r.Terminated {
+			t.Fatal("the 2-epoch episode did not end")
+		}
+		info = e.LastStep()
+		seeds := 0
+		for _, p := range e.Model().Parameters() {
+			seeds += p.Value.Numel()
+		}
+		for _, p := range e.Model().HostParameters() {
+			seeds -= p.Value.Numel()
+		}
+		// The last epoch: GERMINATED → TRAINING's potential is taken back
+		// (0.3·(0 − 1)), the accuracy of both epochs in the window of 5
+		// paid (0.1·acc/2), and the seed's parameters charged.
+		want := -0.3 + 0.1*info.ValAccuracy/2 - 0.05*float64(seeds)/1000
+		if seeds <= 0 || !near(info.Reward.Total, want, 1e-9) {
+			t.Fatalf("episode %d last step: reward %v, want %v (%d seed parameters, terms %+v)", ep, info.Reward.Total, want, seeds, info.Reward.Terms)
+		}
+		eps := e.TakeEpisodes()
+		if len(eps) != 1 || len(e.TakeEpisodes()) != 0 {
+			t.Fatalf("episode %d: %d summaries", ep, len(eps))
+		}
+		s := eps[0]
+		if s.Episode != ep || s.Steps != 2 || s.Ops[leyline.OpGerminate] != 1 || s.Ops[leyline.OpAdvance] != 1 ||
+			s.Applied[leyline.OpGerminate] != 1 || s.Applied[leyline.OpAdvance] != 1 || s.Germinated != 1 || s.AddedParams != seeds ||
+			s.FinalAccuracy != e.Trainer().Summary().Final().ValAccuracy {
+			t.Errorf("episode %d summary %+v", ep, s)
+		}
+		if st := NewEsperRoundStats(eps); st.Episodes != 1 || st.OpShare[leyline.OpGerminate] != 0.5 || !math.IsNaN(st.OpReward[leyline.OpPrune]) ||
+			!near(st.Terms.Sum(), s.Return, 1e-9) {
+			t.Errorf("round stats %+v", st)
+		}
+	}
+}
+
+// TestEsperEnvCosine: Cosine anneals the host's rate over the episode:
+// the first epoch (full rate) trains exactly as without it, the second
+// (half the rate, of 2) does not.
+func TestEsperEnvCosine(t *testing.T) {
+	d, _ := tinyEsper(t)
+	var loss [2][2]float64
+	for i, cosine := range []bool{false, true} {
+		e, err := NewEsperEnv(EsperEnvOptions{Data: d, Seed: 11, MaxEpochs: 2, Blocks: 2, BaseChannels: 2, HostLR: 0.05, Cosine: cosine, Device: testdevice.Device(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.Reset(); err != nil {
+			t.Fatal(err)
+		}
+		for ep := 0; ep < 2; ep++ {
+			if _, err := e.Step(make([]int, leyline.NumActionHeads)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for ep, r := range e.Trainer().Summary().Epochs {
+			loss[i][ep] = r.TrainLoss
+		}
+		e.Close()
+	}
+	if loss[0][0] != loss[1][0] || loss[0][1] == loss[1][1] {
+		t.Errorf("train losses constant %v, cosine %v: want the first epochs equal and the second different", loss[0], loss[1])
+	}
+}
+
+// TestEsperEnvLastActionAsDeployed: an op the host rejects (ADVANCE of a
+// seed one epoch into TRAINING: G2 wants 10) is still reported as a
+// success in the next observation, as the inference service reports
+// every op: the policy is trained on the features it is deployed on.
+func TestEsperEnvLastActionAsDeployed(t *testing.T) {
+	d, _ := tinyEsper(t)
+	env := newTinyEnv(t, d, 0, 4)
+	obs, err := env.Reset()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, op := range []leyline.LifecycleOp{leyline.OpGerminate, leyline.OpAdvance, leyline.OpAdvance} {
+		r, err := env.Step(scriptedAction(obs.Masks, op))
+		if err != nil {
+			t.Fatal(err)
+		}
+		info := env.LastStep()
+		if want := i < 2; (info.Applied == tolaria.ApplyApplied) != want {
+			t.Fatalf("step %d (%v): %v, want applied %v", i, op, info.Applied, want)
+		}
+		g := r.Obs.Graph.Nodes[tamiyo.NodeGlobal].Features
+		if g[16] != 1 || g[17+int(op)] != 1 {
+			t.Errorf("step %d (%v, %v): last-action features success %v, op one-hot %v", i, op, info.Applied, g[16], g[17:23])
+		}
+		obs = r.Obs
+	}
+}
+
+// TestEsperEnvShapedPBRSPaysTransitions: SHAPED's stage PBRS pays the
+// step after an ADVANCE the potential jump of the transition,
+// γ·φ(TRAINING, e) − φ(GERMINATED, e'), with the stages and epochs seen
+// at the two decisions; before the fix the previous stage was the
+// current one and no transition was ever paid.
+func TestEsperEnvShapedPBRSPaysTransitions(t *testing.T) {
+	d, _ := tinyEsper(t)
+	env := newTinyEnv(t, d, 0, 5)
+	obs, err := env.Reset()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen []leyline.SeedReport
+	for _, op := range []leyline.LifecycleOp{leyline.OpGerminate, leyline.OpAdvance, leyline.OpWait} {
+		a := scriptedAction(obs.Masks, op)
+		if op == leyline.OpWait {
+			a[leyline.HeadSlot] = seenSlot(t, env, seen)
+		}
+		for _, s := range env.state.Seeds {
+			seen = append(seen, s)
+		}
+		r, err := env.Step(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		obs = r.Obs
+	}
+	if len(seen) != 2 || seen[0].Stage != leyline.StageGerminated || seen[1].Stage != leyline.StageTraining {
+		t.Fatalf("seeds at the decisions %+v, want GERMINATED then TRAINING", seen)
+	}
+	want := 0.3 * (0.995*seedPotential(leyline.StageTraining, seen[1].EpochsInStage) - seedPotential(leyline.StageGerminated, seen[0].EpochsInStage))
+	if got := env.LastStep().Reward.Terms.PBRS; !near(got, want, 1e-12) || got < 0.25 {
+		t.Errorf("PBRS after the ADVANCE %v, want %v", got, want)
+	}
+}
+
+// seenSlot is the slot index of the first seed seen.
+func seenSlot(t *testing.T, env *EsperEnv, seen []leyline.SeedReport) int {
+	t.Helper()
+	for i, id := range env.slotIDs {
+		if len(seen) > 0 && id == seen[0].SlotID {
+			return i
+		}
+	}
+	t.Fatal("no seed seen")
+	return 0
 }

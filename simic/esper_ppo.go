@@ -3,6 +3,7 @@ package simic
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -25,8 +26,19 @@ type EsperPPOOptions struct {
 	// rollout length: every round runs one whole episode per environment
 	// (default DefaultEsperMaxEpochs).
 	MaxEpochs int
-	// Blocks and BaseChannels shape the CNN hosts (EsperEnvOptions).
-	Blocks, BaseChannels int
+	// Blocks, BaseChannels and Kernel shape the CNN hosts
+	// (EsperEnvOptions' Blocks, BaseChannels and KernelSize).
+	Blocks, BaseChannels, Kernel int
+	// HostLR and Cosine are the hosts' learning rate and its schedule
+	// (EsperEnvOptions).
+	HostLR float64
+	Cosine bool
+	// TaskPerEpisode gives every episode of every environment its own
+	// instance of the synthetic task (its seed a function of Seed, the
+	// environment and the episode: see TaskSeed), in place of one
+	// instance, Seed's, shared by all: a policy then learns what growth
+	// does to the task, not to one instance of it.
+	TaskPerEpisode bool
 	// Train, Val and Batch size the shared synthetic data
 	// (SyntheticDataOptions).
 	Train, Val, Batch int
@@ -40,8 +52,32 @@ type EsperPPOOptions struct {
 	MinibatchSize int
 	// LR is the policy's Adam rate (0: DefaultLR).
 	LR float64
-	// Reward is the reward function (zero: RewardShaped).
-	Reward RewardMode
+	// Epochs is the number of passes over a round's transitions in its
+	// update (PPOOptions.Epochs; 0: 1).
+	Epochs int
+	// EntropyCoef, EntropyCoefEnd and EntropyAnnealRounds are the entropy
+	// bonus's weight, annealed linearly to EntropyCoefEnd over that many
+	// rounds when EntropyAnnealRounds > 0 (PPOOptions' EntropyCoef,
+	// EntropyCoefEnd and EntropyAnnealUpdates; zero values: the
+	// defaults, no annealing).
+	EntropyCoef, EntropyCoefEnd float64
+	EntropyAnnealRounds         int
+	// Priors, per head, are added to a new policy's output biases of
+	// that head (its logits, about 0 at initialisation): exploration
+	// priors that forbid nothing (PPO moves them like any weight). A nil
+	// row leaves the head alone; a row must have the head's size, and the
+	// slot head (a pointer, one score per slot node) takes none. A
+	// resumed policy keeps its trained biases. See esper ppo
+	// --prune-prior and --germinate-prior for why they help.
+	Priors [leyline.NumActionHeads][]float64
+	// Floors are the per-head probability floors the policy samples and
+	// is evaluated with (TamiyoPolicyOptions.Floors; nil: G2's,
+	// tamiyo.ProbabilityFloorPerHead).
+	Floors *[leyline.NumActionHeads]float32
+	// Reward is the reward function (zero: RewardShaped), RewardOptions
+	// its other options (their Mode is Reward's).
+	Reward        RewardMode
+	RewardOptions RewardOptions
 	// Seed seeds the policy, its sampling, the hosts and the data.
 	Seed uint64
 	// Capture captures the hosts' train steps (EsperEnvOptions.Capture).
@@ -81,7 +117,11 @@ type EsperPPO struct {
 	// State is the run's checkpoint state: the rounds completed and their
 	// history (restored by a resume; Round appends to it).
 	State PPOCheckpoint
-	o     EsperPPOOptions
+	// LastStats are the last round's episode means and per-op figures,
+	// LastUpdate its PPO update's full statistics (nil before a round).
+	LastStats  EsperRoundStats
+	LastUpdate *UpdateStats
+	o          EsperPPOOptions
 }
 
 // NewEsperPPO builds the data, the environments (each reset to its first
@@ -125,17 +165,27 @@ func NewEsperPPO(o EsperPPOOptions) (_ *EsperPPO, err error) {
 			return nil, fmt.Errorf("simic: checkpoint %s: %w: it has %d environments, the run %d", o.Resume, ErrPPOCheckpoint, len(r.State.Episodes), o.Envs)
 		}
 	}
-	rewarder, err := NewRewarder(RewardOptions{Mode: o.Reward})
+	ro := o.RewardOptions
+	ro.Mode = o.Reward
+	rewarder, err := NewRewarder(ro)
 	if err != nil {
 		return nil, err
 	}
-	if r.Data, err = NewSyntheticData(SyntheticDataOptions{Train: o.Train, Val: o.Val, Batch: o.Batch, Seed: o.Seed}); err != nil {
-		return nil, err
+	if !o.TaskPerEpisode {
+		if r.Data, err = NewSyntheticData(SyntheticDataOptions{Train: o.Train, Val: o.Val, Batch: o.Batch, Seed: o.Seed}); err != nil {
+			return nil, err
+		}
 	}
 	r.Envs = make([]*EsperEnv, o.Envs)
 	r.Vec, err = NewVecEnv(o.Envs, func(i int) (Env[TamiyoObs], error) {
-		eo := EsperEnvOptions{Data: r.Data, Index: i, Seed: o.Seed, MaxEpochs: o.MaxEpochs,
-			Blocks: o.Blocks, BaseChannels: o.BaseChannels, Rewarder: rewarder, Capture: o.Capture, Device: o.Devices[i%len(o.Devices)]}
+		eo := EsperEnvOptions{Data: r.Data, Index: i, Seed: o.Seed, MaxEpochs: o.MaxEpochs, Terminal: true,
+			Blocks: o.Blocks, BaseChannels: o.BaseChannels, KernelSize: o.Kernel, HostLR: o.HostLR, Cosine: o.Cosine,
+			Rewarder: rewarder, Capture: o.Capture, Device: o.Devices[i%len(o.Devices)]}
+		if o.TaskPerEpisode {
+			eo.NewData = func(episode int) (*EsperData, error) {
+				return NewSyntheticData(SyntheticDataOptions{Train: o.Train, Val: o.Val, Batch: o.Batch, Seed: TaskSeed(o.Seed, i, episode)})
+			}
+		}
 		if o.Resume != "" {
 			eo.FirstEpisode = r.State.Episodes[i]
 		}
@@ -156,12 +206,12 @@ func NewEsperPPO(o EsperPPOOptions) (_ *EsperPPO, err error) {
 	if o.Resume != "" {
 		r.Net, err = LoadPPOCheckpointPolicy(o.Resume, po, r.Slots)
 	} else {
-		r.Net, err = tamiyo.NewPolicy(po)
+		r.Net, err = newPolicyWithPriors(po, o.Priors)
 	}
 	if err != nil {
 		return nil, err
 	}
-	pol, err := NewTamiyoPolicy(r.Net, TamiyoPolicyOptions{})
+	pol, err := NewTamiyoPolicy(r.Net, TamiyoPolicyOptions{Floors: o.Floors})
 	if err != nil {
 		return nil, err
 	}
@@ -169,13 +219,20 @@ func NewEsperPPO(o EsperPPOOptions) (_ *EsperPPO, err error) {
 	if mb == 0 {
 		mb = max(1, o.Envs*o.MaxEpochs/4)
 	}
-	ppo, err := NewPPO[TamiyoObs](pol, r.Vec.Spec(), PPOOptions{LR: o.LR, Relevance: TamiyoRelevance, Seed: o.Seed, TotalUpdates: o.Rounds, MinibatchSize: mb})
+	ppo, err := NewPPO[TamiyoObs](pol, r.Vec.Spec(), PPOOptions{LR: o.LR, Relevance: TamiyoRelevance, Seed: o.Seed, TotalUpdates: o.Rounds, MinibatchSize: mb,
+		Epochs: o.Epochs, EntropyCoef: o.EntropyCoef, EntropyCoefEnd: o.EntropyCoefEnd, EntropyAnnealUpdates: o.EntropyAnnealRounds})
 	if err != nil {
 		return nil, err
 	}
 	// Episodic rollouts: every round starts each environment at an
 	// episode's start, which is what the checkpoint can rebuild.
-	if r.Trainer, err = NewTrainer(ppo, r.Vec, TrainerOptions[TamiyoObs]{Steps: o.MaxEpochs, NormalizeRewards: true, EpisodicRollouts: true}); err != nil {
+	// ACCURACY's rewards have a fixed scale (0.1 per point) and are zero
+	// for most steps: a running reward normaliser would rescale the few
+	// that are not round after round as its statistics drift, and the
+	// critic would chase moving targets. The value normaliser scales the
+	// returns.
+	norm := o.Reward != RewardAccuracy
+	if r.Trainer, err = NewTrainer(ppo, r.Vec, TrainerOptions[TamiyoObs]{Steps: o.MaxEpochs, NormalizeRewards: norm, EpisodicRollouts: true}); err != nil {
 		return nil, err
 	}
 	if o.Resume != "" {
@@ -184,6 +241,15 @@ func NewEsperPPO(o EsperPPOOptions) (_ *EsperPPO, err error) {
 		}
 	}
 	return r, nil
+}
+
+// TaskSeed is the synthetic task instance of episode number episode of
+// environment env in a TaskPerEpisode run of seed seed: distinct for
+// distinct (env < 2^12, episode < 2^20) and at least 2^32 (for seeds
+// below 2^32 − 1), so never one of the small seeds an evaluation holds
+// out (esper eval --seeds 101-120).
+func TaskSeed(seed uint64, env, episode int) uint64 {
+	return (seed+1)<<32 + uint64(env)<<20 + uint64(episode)
 }
 
 // Options returns the options in effect (defaults filled in).
@@ -212,6 +278,13 @@ func (r *EsperPPO) Round() (PPORound, error) {
 		return PPORound{}, fmt.Errorf("round %d: %w", round, err)
 	}
 	rr := NewPPORound(round, it, r.o.Envs*r.o.MaxEpochs, time.Since(start), r.Trainer.Buffer().RollbackCount())
+	var eps []EsperEpisode
+	for _, e := range r.Envs {
+		eps = append(eps, e.TakeEpisodes()...)
+	}
+	r.LastStats = NewEsperRoundStats(eps)
+	r.LastStats.OpAdvantage, r.LastStats.OpReturn = opFigures(r.Trainer.Buffer())
+	r.LastUpdate = it.Update
 	r.State.History = append(r.State.History, rr)
 	r.State.Round = round
 	return rr, nil
@@ -236,4 +309,87 @@ func (r *EsperPPO) Close() {
 	}
 	r.Data.Close()
 	r.Trainer = nil
+}
+
+// opFigures returns the mean advantage and return of the buffer's steps
+// by the op they took (NaN for an op never taken).
+func opFigures[O any](buf *Buffer[O]) (adv, ret [leyline.NumOps]float64) {
+	var n [leyline.NumOps]int
+	for env := 0; env < buf.NumEnvs(); env++ {
+		for t := 0; t < buf.Len(env); t++ {
+			a := buf.At(env, t).Actions
+			if len(a) <= leyline.HeadOp || a[leyline.HeadOp] < 0 || a[leyline.HeadOp] >= leyline.NumOps {
+				continue
+			}
+			op := a[leyline.HeadOp]
+			n[op]++
+			adv[op] += buf.Advantage(env, t)
+			ret[op] += buf.Return(env, t)
+		}
+	}
+	for op := range n {
+		if n[op] == 0 {
+			adv[op], ret[op] = math.NaN(), math.NaN()
+			continue
+		}
+		adv[op] /= float64(n[op])
+		ret[op] /= float64(n[op])
+	}
+	return adv, ret
+}
+
+// HeadBias returns the name of head h's output bias among a
+// tamiyo.Policy's named parameters: that head's logit offsets.
+func HeadBias(h int) string { return "head_" + leyline.HeadNames[h] + ".fc2.bias" }
+
+// newPolicyWithPriors builds the policy of po and adds each head's prior
+// (if any) to its output biases: built on the CPU, set there, then moved
+// to po.Device, so a run is the same on any device.
+func newPolicyWithPriors(po tamiyo.PolicyOptions, priors [leyline.NumActionHeads][]float64) (*tamiyo.Policy, error) {
+	any := false
+	for h, row := range priors {
+		if row == nil {
+			continue
+		}
+		any = true
+		if h == leyline.HeadSlot {
+			return nil, errors.New("simic: the slot head (a pointer over slot nodes) takes no prior")
+		}
+		for i, v := range row {
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				return nil, fmt.Errorf("simic: prior of %s option %d = %v must be finite", leyline.HeadNames[h], i, v)
+			}
+		}
+	}
+	if !any {
+		return tamiyo.NewPolicy(po)
+	}
+	dev := po.Device
+	po.Device = tensor.CPU
+	p, err := tamiyo.NewPolicy(po)
+	if err != nil {
+		return nil, err
+	}
+	params := map[string]*tensor.Tensor{}
+	for _, n := range p.NamedParameters() {
+		params[n.Name] = n.Var.Value
+	}
+	for h, row := range priors {
+		if row == nil {
+			continue
+		}
+		bias := params[HeadBias(h)]
+		if bias == nil || bias.Numel() != len(row) {
+			return nil, fmt.Errorf("simic: a prior of %d options for head %s, whose output bias %s has %v", len(row), leyline.HeadNames[h], HeadBias(h), bias)
+		}
+		for i, v := range row {
+			bias.Set(bias.At(i)+v, i)
+		}
+	}
+	if !dev.IsCPU() {
+		if err := p.To(dev); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/esper-go/esper/internal/testdevice"
 	"github.com/esper-go/esper/kernels"
+	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/tamiyo"
 	"github.com/esper-go/esper/tensor"
@@ -288,4 +289,117 @@ func TestEsperPPORefusesBadDevices(t *testing.T) {
 		_, err := NewEsperPPO(o)
 		require.ErrorContains(t, err, "device cuda:0")
 	}
+}
+
+// TestEsperPPOTaskPerEpisode: a run whose episodes each train on their
+// own task instance, with the ACCURACY reward, two update passes and
+// lower op floors, resumes bit for bit (an episode's data is a function
+// of its number), reports its episodes and the update's figures per
+// round, and its task seeds are distinct and far from the held-out ones.
+func TestEsperPPOTaskPerEpisode(t *testing.T) {
+	o := tinyPPO(t, 2, 4)
+	o.TaskPerEpisode, o.Reward, o.Epochs, o.Kernel, o.Cosine, o.HostLR = true, RewardAccuracy, 2, 1, true, 0.05
+	floors := tamiyo.ProbabilityFloorPerHead
+	floors[leyline.HeadOp] = 0.01
+	o.Floors = &floors
+	want, wantReturns, err := runTinyPPO(t, o, "", 0)
+	require.NoError(t, err)
+	ck := filepath.Join(t.TempDir(), "ck")
+	_, first, err := runTinyPPO(t, o, ck, 1)
+	require.NoError(t, err)
+	o.Resume = ck
+	got, rest, err := runTinyPPO(t, o, "", 0)
+	require.NoError(t, err)
+	require.Equal(t, fmt.Sprint(wantReturns), fmt.Sprint(append(first, rest...)), "per-round returns")
+	require.True(t, bytes.Equal(want, got), "the resumed run's policy differs")
+
+	o.Resume = ""
+	r, err := NewEsperPPO(o)
+	require.NoError(t, err)
+	defer r.Close()
+	require.Nil(t, r.Data, "a run of one task per episode shares no stream")
+	_, err = r.Round()
+	require.NoError(t, err)
+	require.Equal(t, o.Envs, r.LastStats.Episodes)
+	require.NotNil(t, r.LastUpdate)
+	// Two passes over 2×3 transitions in minibatches of 1 (a quarter):
+	// 12 steps unless the KL stopped the update.
+	require.True(t, r.LastUpdate.Steps == 12 || r.LastUpdate.EarlyStopped, "steps %d", r.LastUpdate.Steps)
+	// Each environment's episode ends in a terminal step: no bootstrap.
+	buf := r.Trainer.Buffer()
+	for env := 0; env < o.Envs; env++ {
+		last := buf.At(env, buf.Len(env)-1)
+		require.True(t, last.Done && !last.Truncated && last.Bootstrap == 0, "env %d's last step: done %v truncated %v bootstrap %v", env, last.Done, last.Truncated, last.Bootstrap)
+	}
+	share := 0.0
+	for _, v := range r.LastStats.OpShare {
+		share += v
+	}
+	require.InDelta(t, 1, share, 1e-12)
+
+	seen := map[uint64]bool{}
+	for _, seed := range []uint64{0, 4, 42} {
+		for env := 0; env < 3; env++ {
+			for ep := 1; ep <= 3; ep++ {
+				s := TaskSeed(seed, env, ep)
+				require.False(t, seen[s], "task seed %d repeats", s)
+				require.Greater(t, s, uint64(1)<<32)
+				seen[s] = true
+			}
+		}
+	}
+}
+
+// TestEsperPPOPriors: Priors move a new policy's logits by the prior
+// (PRUNE's down by 2 and conv_light's up by 1 here, every other option
+// unchanged), the same on the test device as on the CPU; a non-finite
+// prior, one of the wrong size and one on the slot head are refused.
+func TestEsperPPOPriors(t *testing.T) {
+	po := tamiyo.PolicyOptions{Hidden: 16, GATHidden: 8, GATHeads: 2, HeadHidden: 16, NoDropout: true, Seed: 3, Device: testdevice.Device(t)}
+	plain, err := tamiyo.NewPolicy(po)
+	require.NoError(t, err)
+	var priors [leyline.NumActionHeads][]float64
+	priors[leyline.HeadOp] = make([]float64, leyline.NumOps)
+	priors[leyline.HeadOp][leyline.OpPrune] = -2
+	priors[leyline.HeadBlueprint] = make([]float64, leyline.NumBlueprints)
+	priors[leyline.HeadBlueprint][leyline.BlueprintConvLight] = 1
+	biased, err := newPolicyWithPriors(po, priors)
+	require.NoError(t, err)
+	bias := func(p *tamiyo.Policy, h int) []float64 {
+		for _, n := range p.NamedParameters() {
+			if n.Name == HeadBias(h) {
+				return testdevice.F64(t, n.Var.Value)
+			}
+		}
+		t.Fatalf("no %s", HeadBias(h))
+		return nil
+	}
+	for h := range priors {
+		if h == leyline.HeadSlot {
+			continue
+		}
+		b0, b1 := bias(plain, h), bias(biased, h)
+		for i := range b0 {
+			want := b0[i]
+			if priors[h] != nil {
+				want += priors[h][i]
+			}
+			require.InDelta(t, want, b1[i], 1e-7, "%s option %d", leyline.HeadNames[h], i)
+		}
+	}
+	for _, n := range biased.NamedParameters() {
+		require.Equal(t, testdevice.Device(t), n.Var.Value.Device(), n.Name)
+	}
+	bad := priors
+	bad[leyline.HeadOp] = []float64{math.Inf(1), 0, 0, 0, 0, 0}
+	_, err = newPolicyWithPriors(po, bad)
+	require.Error(t, err)
+	bad = priors
+	bad[leyline.HeadOp] = []float64{1}
+	_, err = newPolicyWithPriors(po, bad)
+	require.Error(t, err)
+	bad = priors
+	bad[leyline.HeadSlot] = []float64{1, 0, 0}
+	_, err = newPolicyWithPriors(po, bad)
+	require.Error(t, err)
 }

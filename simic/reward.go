@@ -24,9 +24,18 @@ const (
 	// RewardSparse pays nothing before the last epoch and then the
 	// committed accuracy minus a parameter cost, clamped to [−1, 1].
 	RewardSparse
+	// RewardAccuracy pays what an evaluation measures: the validation
+	// accuracy at the end of the run (averaged over its last
+	// AccuracyWindow epochs, AccuracyScale per point) less ParamCost per
+	// thousand parameters the seeds added by then, with potential-based
+	// stage shaping over every slot (StagePotentialWeight) whose
+	// potentials fall to zero at the last epoch, so that it credits
+	// progress early without changing which run pays most. Not a G2
+	// mode: see esper ppo's notes (bench/baselines/ppo) for why.
+	RewardAccuracy
 )
 
-var rewardModeNames = [...]string{"SHAPED", "SIMPLIFIED", "SPARSE"}
+var rewardModeNames = [...]string{"SHAPED", "SIMPLIFIED", "SPARSE", "ACCURACY"}
 
 // String returns the mode's upper-case name ("SHAPED").
 func (m RewardMode) String() string {
@@ -85,6 +94,20 @@ const (
 	// AutoPrunePenalty is the reward added once for every seed the slot
 	// pruned by itself (safety or timeout) since the last step.
 	AutoPrunePenalty = -0.2 // G2 auto_prune_penalty
+	// DefaultAccuracyScale is ACCURACY's reward per point of accuracy: a
+	// run that ends 10 points higher earns 1 more.
+	DefaultAccuracyScale = 0.1
+	// DefaultAccuracyWindow is ACCURACY's averaging window (epochs).
+	DefaultAccuracyWindow = 5
+	// DefaultParamCost is ACCURACY's cost per thousand added parameters:
+	// half a point of accuracy per thousand parameters (the heuristic
+	// gains about 8 points per thousand on the demo task).
+	DefaultParamCost = 0.05
+	// DefaultStagePotentialWeight scales ACCURACY's stage potentials
+	// (StagePotential), as G2's PBRS weight scales SHAPED's: a seed
+	// blended into the host is worth 1.05, a fossil 1.8, until the last
+	// epoch takes them back.
+	DefaultStagePotentialWeight = 0.3
 )
 
 // Fixed SHAPED, SIMPLIFIED and SPARSE constants (esper-reference.md §5.6,
@@ -200,6 +223,13 @@ type RewardSeed struct {
 	// left; PBRS uses them when EpochsInStage is 0.
 	PreviousStage         leyline.SeedStage
 	PreviousEpochsInStage int
+	// PreviousIsLastStep says that PreviousStage and
+	// PreviousEpochsInStage are the seed's stage and epochs in it at the
+	// previous step instead: PBRS is then γ·φ(Stage, EpochsInStage) −
+	// φ(PreviousStage, PreviousEpochsInStage), whatever EpochsInStage
+	// (an environment that observes a seed only at its decisions sees it
+	// one epoch into its new stage, never at 0).
+	PreviousIsLastStep bool
 	// SeedAgeEpochs is the seed's age; Epoch − SeedAgeEpochs is its
 	// germination epoch.
 	SeedAgeEpochs int
@@ -260,6 +290,19 @@ type RewardInputs struct {
 	// PendingAutoPrunes counts seeds the slots pruned by themselves since
 	// the last step; each adds AutoPrunePenalty in every mode.
 	PendingAutoPrunes int
+	// Transitions are every slot's stage before the action and after the
+	// epoch's tick (an empty slot is the zero stage, UNKNOWN, of potential
+	// 0): ACCURACY's stage shaping.
+	Transitions []StageTransition
+	// AddedParams are the parameters of the seeds in the model after the
+	// step (every seed not on the failure path, fossils included): what
+	// an evaluation counts as added (ACCURACY's parameter cost).
+	AddedParams int
+}
+
+// StageTransition is one slot's stage before and after a step.
+type StageTransition struct {
+	Before, After leyline.SeedStage
 }
 
 // RewardTerms are the separately reported terms of one reward; Total is
@@ -280,7 +323,8 @@ type RewardTerms struct {
 	PBRS float64
 	// Synergy rewards positive interactions with other seeds (≥ 0).
 	Synergy float64
-	// Rent is the logarithmic parameter rent (≤ 0).
+	// Rent is the logarithmic parameter rent (≤ 0); ACCURACY's cost of
+	// the parameters added by the end of the run.
 	Rent float64
 	// AlphaShock penalises fast alpha changes (≤ 0).
 	AlphaShock float64
@@ -300,7 +344,8 @@ type RewardTerms struct {
 	// FossilizeBonus is the immediate bonus for a legitimate FOSSILIZE
 	// (SHAPED), or SIMPLIFIED's terminal bonus for contributing fossils.
 	FossilizeBonus float64
-	// Terminal is the accuracy bonus of the last epoch.
+	// Terminal is the accuracy bonus of the last epoch (ACCURACY: of each
+	// of the last AccuracyWindow epochs).
 	Terminal float64
 	// AutoPrune is AutoPrunePenalty per pending automatic prune.
 	AutoPrune float64
@@ -371,6 +416,20 @@ type RewardOptions struct {
 	// SparseScale scales SPARSE's terminal reward (> 0); 0 means
 	// DefaultSparseRewardScale.
 	SparseScale float64
+	// AccuracyScale is ACCURACY's reward per point of validation accuracy
+	// (> 0); 0 means DefaultAccuracyScale.
+	AccuracyScale float64
+	// AccuracyWindow is how many of the last epochs ACCURACY averages the
+	// validation accuracy over (≥ 1; one noisy final epoch is a poor
+	// estimate of where the run ended); 0 means DefaultAccuracyWindow.
+	AccuracyWindow int
+	// ParamCost is ACCURACY's cost per thousand parameters the seeds
+	// added by the end of the run (≥ 0); 0 means DefaultParamCost and a
+	// negative value no cost.
+	ParamCost float64
+	// StagePotentialWeight scales ACCURACY's stage shaping (≥ 0); 0 means
+	// DefaultStagePotentialWeight and a negative value none.
+	StagePotentialWeight float64
 	// DisablePBRS, DisableTerminalReward, DisableAntiGaming (ratio penalty
 	// and alpha shock) and DisableTimingDiscount are the G2 ablation flags.
 	DisablePBRS           bool
@@ -411,6 +470,18 @@ func NewRewarder(o RewardOptions) (*Rewarder, error) {
 	if o.SparseScale == 0 {
 		o.SparseScale = DefaultSparseRewardScale
 	}
+	if o.AccuracyScale == 0 {
+		o.AccuracyScale = DefaultAccuracyScale
+	}
+	if o.AccuracyWindow == 0 {
+		o.AccuracyWindow = DefaultAccuracyWindow
+	}
+	if o.ParamCost == 0 {
+		o.ParamCost = DefaultParamCost
+	}
+	if o.StagePotentialWeight == 0 {
+		o.StagePotentialWeight = DefaultStagePotentialWeight
+	}
 	switch {
 	case o.Mode < 0 || int(o.Mode) >= len(rewardModeNames):
 		return nil, fmt.Errorf("simic: unknown reward mode %d", int(o.Mode))
@@ -424,6 +495,12 @@ func NewRewarder(o RewardOptions) (*Rewarder, error) {
 		return nil, fmt.Errorf("simic: RentHostParamsFloor %d must be ≥ 1", o.RentHostParamsFloor)
 	case o.ParamBudget < 1:
 		return nil, fmt.Errorf("simic: ParamBudget %d must be positive", o.ParamBudget)
+	case !positiveFinite(o.AccuracyScale):
+		return nil, fmt.Errorf("simic: AccuracyScale %v must be positive and finite", o.AccuracyScale)
+	case o.AccuracyWindow < 1:
+		return nil, fmt.Errorf("simic: AccuracyWindow %d must be ≥ 1", o.AccuracyWindow)
+	case math.IsNaN(o.ParamCost) || math.IsInf(o.ParamCost, 0) || math.IsNaN(o.StagePotentialWeight) || math.IsInf(o.StagePotentialWeight, 0):
+		return nil, fmt.Errorf("simic: ParamCost %v and StagePotentialWeight %v must be finite", o.ParamCost, o.StagePotentialWeight)
 	}
 	return &Rewarder{o: o}, nil
 }
@@ -446,6 +523,8 @@ func (r *Rewarder) Compute(in RewardInputs) (Reward, error) {
 		r.simplified(&in, &out)
 	case RewardSparse:
 		r.sparse(&in, &out)
+	case RewardAccuracy:
+		r.accuracy(&in, &out)
 	default:
 		r.shaped(&in, &out)
 	}
@@ -466,7 +545,7 @@ func (in *RewardInputs) validate() error {
 	case in.Epoch < 0 || in.Epoch > in.MaxEpochs:
 		return bad("Epoch %d outside 0..MaxEpochs (%d)", in.Epoch, in.MaxEpochs)
 	case in.HostParams < 0 || in.NumActiveSeeds < 0 || in.NumFossilizedSeeds < 0 ||
-		in.NumContributingFossilized < 0 || in.FossilizedSeedParams < 0 || in.PendingAutoPrunes < 0:
+		in.NumContributingFossilized < 0 || in.FossilizedSeedParams < 0 || in.PendingAutoPrunes < 0 || in.AddedParams < 0:
 		return bad("counts must be non-negative")
 	case !finite(in.ValAcc) || !finite(in.AccAtGermination) || !finite(in.CommittedValAcc):
 		return bad("accuracies must be finite")
@@ -474,6 +553,11 @@ func (in *RewardInputs) validate() error {
 		return bad("EffectiveSeedParams %v must be finite and non-negative", in.EffectiveSeedParams)
 	case !(in.AlphaDeltaSqSum >= 0) || math.IsInf(in.AlphaDeltaSqSum, 0):
 		return bad("AlphaDeltaSqSum %v must be finite and non-negative", in.AlphaDeltaSqSum)
+	}
+	for _, tr := range in.Transitions {
+		if !tr.Before.Valid() || !tr.After.Valid() {
+			return bad("transition %v → %v has an invalid stage", tr.Before, tr.After)
+		}
 	}
 	if s := in.Seed; s != nil {
 		switch {
@@ -498,7 +582,7 @@ func (in *RewardInputs) validate() error {
 func (r *Rewarder) pbrs(s *RewardSeed) float64 {
 	cur := seedPotential(s.Stage, s.EpochsInStage)
 	var prev float64
-	if s.EpochsInStage == 0 {
+	if s.PreviousIsLastStep || s.EpochsInStage == 0 {
 		prev = seedPotential(s.PreviousStage, s.PreviousEpochsInStage)
 	} else {
 		prev = seedPotential(s.Stage, s.EpochsInStage-1)
@@ -749,6 +833,35 @@ func (r *Rewarder) sparse(in *RewardInputs, out *Reward) {
 	}
 	base := in.CommittedValAcc/100 - r.o.ParamPenaltyWeight*float64(in.FossilizedSeedParams)/float64(r.o.ParamBudget)
 	out.Terms.Terminal = r.o.SparseScale * math.Max(-1, math.Min(1, base))
+}
+
+// accuracy is RewardAccuracy: the stage shaping Σ_slots w·(γ·φ(after) −
+// φ(before)) with φ(after) = 0 at the last epoch (so the shaping of a
+// whole episode sums to −φ at its start, zero for a run that starts
+// without seeds, whatever the policy did), AccuracyScale·ValAcc/window
+// in each of the last window epochs, and at the last epoch the
+// parameter cost ParamCost·AddedParams/1000.
+func (r *Rewarder) accuracy(in *RewardInputs, out *Reward) {
+	o := &r.o
+	t := &out.Terms
+	out.AttributionDiscount, out.TimingDiscount = 1, 1
+	last := in.Epoch == in.MaxEpochs
+	if w := o.StagePotentialWeight; w > 0 && !o.DisablePBRS {
+		for _, tr := range in.Transitions {
+			after := StagePotential(tr.After)
+			if last {
+				after = 0
+			}
+			t.PBRS += w * (o.Gamma*after - StagePotential(tr.Before))
+		}
+	}
+	window := min(o.AccuracyWindow, in.MaxEpochs)
+	if in.Epoch > in.MaxEpochs-window && !o.DisableTerminalReward {
+		t.Terminal = o.AccuracyScale * in.ValAcc / float64(window)
+	}
+	if last && o.ParamCost > 0 && in.AddedParams > 0 {
+		t.Rent = -o.ParamCost * float64(in.AddedParams) / 1000
+	}
 }
 
 // SlotParams describes one slot for EffectiveSeedParams and

@@ -544,6 +544,8 @@ func TestRewardErrors(t *testing.T) {
 		"reserved stage": {Op: leyline.OpWait, Epoch: 1, MaxEpochs: 10, Seed: &RewardSeed{Stage: leyline.SeedStage(5)}},
 		"NaN accuracy":   {Op: leyline.OpWait, Epoch: 1, MaxEpochs: 10, ValAcc: math.NaN()},
 		"negative rent":  {Op: leyline.OpWait, Epoch: 1, MaxEpochs: 10, EffectiveSeedParams: -1},
+		"negative added": {Op: leyline.OpWait, Epoch: 1, MaxEpochs: 10, AddedParams: -1},
+		"bad transition": {Op: leyline.OpWait, Epoch: 1, MaxEpochs: 10, Transitions: []StageTransition{{Before: leyline.SeedStage(5)}}},
 	}
 	for name, in := range cases {
 		if _, err := r.Compute(in); !errors.Is(err, ErrRewardInput) {
@@ -556,6 +558,9 @@ func TestRewardErrors(t *testing.T) {
 		"weight": {PBRSWeight: -1},
 		"floor":  {RentHostParamsFloor: -2},
 		"budget": {ParamBudget: -1},
+		"scale":  {AccuracyScale: -0.1},
+		"window": {AccuracyWindow: -1},
+		"cost":   {ParamCost: math.NaN()},
 	} {
 		if _, err := NewRewarder(o); err == nil {
 			t.Errorf("options %s accepted", name)
@@ -568,7 +573,7 @@ func TestRewardErrors(t *testing.T) {
 }
 
 func TestRewardModeNames(t *testing.T) {
-	for _, m := range []RewardMode{RewardShaped, RewardSimplified, RewardSparse} {
+	for _, m := range []RewardMode{RewardShaped, RewardSimplified, RewardSparse, RewardAccuracy} {
 		got, err := ParseRewardMode(m.String())
 		if err != nil || got != m {
 			t.Errorf("round trip of %v: %v, %v", m, got, err)
@@ -607,5 +612,86 @@ func TestEffectiveSeedParamsAndAlphaShock(t *testing.T) {
 	anti := mustRewarder(t, RewardOptions{DisableAntiGaming: true})
 	if got := mustReward(t, anti, RewardInputs{Op: leyline.OpWait, Epoch: 2, MaxEpochs: 10, AlphaDeltaSqSum: 100}); got.Terms.AlphaShock != 0 {
 		t.Errorf("anti-gaming disabled: alpha shock %v", got.Terms.AlphaShock)
+	}
+}
+
+// TestAccuracyReward checks ACCURACY term by term against hand-computed
+// values: the accuracy paid over the last AccuracyWindow epochs, the
+// parameter cost at the last one, and the stage shaping of every slot.
+func TestAccuracyReward(t *testing.T) {
+	r := mustRewarder(t, RewardOptions{Mode: RewardAccuracy})
+	o := r.Options()
+	if o.AccuracyScale != 0.1 || o.AccuracyWindow != 5 || o.ParamCost != 0.05 || o.StagePotentialWeight != 0.3 {
+		t.Fatalf("defaults %+v", o)
+	}
+	// Mid-run, no seed: nothing.
+	got := mustReward(t, r, RewardInputs{Op: leyline.OpWait, Epoch: 10, MaxEpochs: 45, ValAcc: 30})
+	if got.Total != 0 {
+		t.Errorf("mid-run WAIT paid %v", got.Total)
+	}
+	// Epoch 41 of 45 is in the window of 5: 0.1·30/5 = 0.6; epoch 40 is not.
+	if got := mustReward(t, r, RewardInputs{Op: leyline.OpWait, Epoch: 41, MaxEpochs: 45, ValAcc: 30}); !near(got.Terms.Terminal, 0.6, 1e-12) || got.Total != got.Terms.Terminal {
+		t.Errorf("epoch 41: %+v", got)
+	}
+	if got := mustReward(t, r, RewardInputs{Op: leyline.OpWait, Epoch: 40, MaxEpochs: 45, ValAcc: 30}); got.Total != 0 {
+		t.Errorf("epoch 40 paid %v", got.Total)
+	}
+	// A germination in one slot, the other empty: 0.3·(0.995·1 − 0) = 0.2985.
+	germ := RewardInputs{Op: leyline.OpGerminate, Epoch: 3, MaxEpochs: 45, ValAcc: 12,
+		Transitions: []StageTransition{{Before: leyline.StageUnknown, After: leyline.StageGerminated}, {}}}
+	if got := mustReward(t, r, germ); !near(got.Terms.PBRS, 0.2985, 1e-12) || !near(got.Total, 0.2985, 1e-12) {
+		t.Errorf("germination: %+v", got)
+	}
+	// BLENDING → HOLDING beside a TRAINING seed: 0.3·(0.995·5.5 − 3.5) + 0.3·(0.995·2 − 2) = 0.59175 − 0.003.
+	adv := RewardInputs{Op: leyline.OpAdvance, Epoch: 20, MaxEpochs: 45,
+		Transitions: []StageTransition{{Before: leyline.StageBlending, After: leyline.StageHolding}, {Before: leyline.StageTraining, After: leyline.StageTraining}}}
+	if got := mustReward(t, r, adv); !near(got.Terms.PBRS, 0.58875, 1e-12) {
+		t.Errorf("advance: PBRS %v, want 0.58875", got.Terms.PBRS)
+	}
+	// A prune forfeits the potential: 0.3·(0 − 2).
+	prune := RewardInputs{Op: leyline.OpPrune, Epoch: 20, MaxEpochs: 45, Transitions: []StageTransition{{Before: leyline.StageTraining, After: leyline.StagePruned}}}
+	if got := mustReward(t, r, prune); !near(got.Terms.PBRS, -0.6, 1e-12) {
+		t.Errorf("prune: PBRS %v, want -0.6", got.Terms.PBRS)
+	}
+	// The last epoch: the potentials go back (0.3·(0 − 6) for a fossil),
+	// 0.1·25/5 = 0.5 of accuracy, and 0.05·1.348 for 1348 added parameters.
+	last := RewardInputs{Op: leyline.OpWait, Epoch: 45, MaxEpochs: 45, ValAcc: 25, AddedParams: 1348,
+		Transitions: []StageTransition{{Before: leyline.StageFossilized, After: leyline.StageFossilized}}}
+	got = mustReward(t, r, last)
+	if !near(got.Terms.PBRS, -1.8, 1e-12) || !near(got.Terms.Terminal, 0.5, 1e-12) || !near(got.Terms.Rent, -0.0674, 1e-12) || !near(got.Total, -1.8+0.5-0.0674, 1e-12) {
+		t.Errorf("last epoch: %+v", got.Terms)
+	}
+	// No parameter cost, no shaping: only the accuracy.
+	bare := mustRewarder(t, RewardOptions{Mode: RewardAccuracy, ParamCost: -1, StagePotentialWeight: -1, AccuracyWindow: 1})
+	if got := mustReward(t, bare, last); got.Total != 0.1*25 {
+		t.Errorf("bare last epoch: %+v", got.Terms)
+	}
+}
+
+// TestAccuracyRewardShapingTelescopes: over a whole episode the stage
+// shaping of ACCURACY sums to −φ of the first state (0 from empty slots)
+// up to the discount's leak, whatever the lifecycle, so the episode with
+// the higher final accuracy is the one that pays more (here: a seed
+// germinated, advanced, blended, held and fossilized, against none).
+func TestAccuracyRewardShapingTelescopes(t *testing.T) {
+	r := mustRewarder(t, RewardOptions{Mode: RewardAccuracy, Gamma: 1})
+	const epochs = 12
+	path := []leyline.SeedStage{leyline.StageUnknown, leyline.StageGerminated, leyline.StageTraining, leyline.StageTraining,
+		leyline.StageBlending, leyline.StageBlending, leyline.StageHolding, leyline.StageFossilized}
+	shaping, total := 0.0, 0.0
+	for e := 1; e <= epochs; e++ {
+		before := path[min(e-1, len(path)-1)]
+		after := path[min(e, len(path)-1)]
+		got := mustReward(t, r, RewardInputs{Op: leyline.OpWait, Epoch: e, MaxEpochs: epochs, ValAcc: 30, AddedParams: 200,
+			Transitions: []StageTransition{{Before: before, After: after}, {}}})
+		shaping += got.Terms.PBRS
+		total += got.Total
+	}
+	if !near(shaping, 0, 1e-12) {
+		t.Errorf("shaping over the episode = %v, want 0", shaping)
+	}
+	// 5 epochs × 0.1·30/5 − 0.05·0.2 = 2.99.
+	if !near(total, 2.99, 1e-12) {
+		t.Errorf("episode return %v, want 2.99", total)
 	}
 }

@@ -26,7 +26,14 @@ import (
 // ppoConfig is what the ppo command's flags set.
 type ppoConfig struct {
 	rounds, envs, maxEpochs, blocks, baseChannels int
+	kernel                                        int
 	trainSize, valSize, batch                     int
+	hostLR                                        float64
+	schedule                                      string
+	taskPerEpisode, diagnose                      bool
+	updateEpochs, entropyAnneal                   int
+	entropyCoef, entropyCoefEnd, opFloor          float64
+	paramCost, prunePrior, germinatePrior         float64
 	hidden, gatHidden, gatHeads, headHidden       int
 	checkpointEvery, minibatch                    int
 	seed                                          uint64
@@ -54,19 +61,34 @@ func parsePPO(args []string, stderr io.Writer) (ppoConfig, error) {
 	fs := flag.NewFlagSet("ppo", flag.ContinueOnError)
 	fs.IntVar(&c.rounds, "rounds", 10, "PPO rounds; each round every environment runs --max-epochs epochs, then one update")
 	fs.IntVar(&c.envs, "envs", 4, "lock-step environments")
-	fs.IntVar(&c.maxEpochs, "max-epochs", simic.DefaultEsperMaxEpochs, "episode length in host epochs (the rollout length)")
-	fs.IntVar(&c.blocks, "blocks", simic.DefaultEsperBlocks, "CNN host blocks, one slot per block (esper train --controller gnn needs the same --blocks)")
-	fs.IntVar(&c.baseChannels, "base-channels", simic.DefaultEsperBaseChannels, "CNN host channels of the first block")
-	fs.IntVar(&c.trainSize, "train-size", simic.DefaultEsperTrain, "synthetic training samples (shared by all environments)")
-	fs.IntVar(&c.valSize, "val-size", simic.DefaultEsperVal, "synthetic validation samples")
-	fs.IntVar(&c.batch, "batch", simic.DefaultEsperBatch, "host batch size")
+	// The task defaults are esper train's and esper eval's synthetic
+	// task (make demo's impaired host), where growth pays.
+	fs.IntVar(&c.maxEpochs, "max-epochs", ppoDefaultEpochs, "episode length in host epochs (the rollout length); esper eval --epochs should match")
+	fs.IntVar(&c.blocks, "blocks", ppoDefaultBlocks, "CNN host blocks, one slot per block (esper train --controller gnn needs the same --blocks)")
+	fs.IntVar(&c.baseChannels, "base-channels", ppoDefaultBaseChannels, "CNN host channels of the first block")
+	fs.IntVar(&c.kernel, "kernel", ppoDefaultKernel, "CNN host convolution kernel size (1: the impaired host of make demo)")
+	fs.IntVar(&c.trainSize, "train-size", ppoDefaultTrain, "synthetic training samples per task instance")
+	fs.IntVar(&c.valSize, "val-size", ppoDefaultVal, "synthetic validation samples per task instance")
+	fs.IntVar(&c.batch, "batch", ppoDefaultBatch, "host batch size")
+	fs.Float64Var(&c.hostLR, "host-lr", ppoDefaultHostLR, "hosts' SGD learning rate")
+	fs.StringVar(&c.schedule, "schedule", "cosine", "hosts' learning-rate schedule over --max-epochs: cosine or constant")
+	fs.BoolVar(&c.taskPerEpisode, "task-per-episode", true, "every episode trains on its own instance of the synthetic task (false: all on the instance of --seed)")
+	fs.BoolVar(&c.diagnose, "diagnose", false, "print a second line per round: the episodes' final accuracy, added parameters and lifecycle counts, each op's share, advantage and return, and the reward terms")
 	fs.IntVar(&c.hidden, "hidden", 64, "policy encoder and GraphSAGE width")
 	fs.IntVar(&c.gatHidden, "gat-hidden", 32, "policy GAT width")
 	fs.IntVar(&c.gatHeads, "gat-heads", 2, "policy attention heads")
 	fs.IntVar(&c.headHidden, "head-hidden", 64, "policy head width")
 	fs.IntVar(&c.minibatch, "minibatch", 0, "PPO minibatch size (0 = a quarter of the round's transitions, so the update takes several steps and KL is measured after the first)")
 	fs.Float64Var(&c.lr, "lr", simic.DefaultLR, "policy Adam learning rate")
-	fs.StringVar(&c.reward, "reward", "shaped", "reward mode: shaped, simplified or sparse")
+	fs.StringVar(&c.reward, "reward", "shaped", "reward mode: shaped, simplified, sparse or accuracy")
+	fs.Float64Var(&c.paramCost, "param-cost", simic.DefaultParamCost, "--reward accuracy: cost per thousand parameters the seeds added by the end of the run (0: none), against 0.1 per point of final accuracy")
+	fs.Float64Var(&c.prunePrior, "prune-prior", 0, "added to a new policy's PRUNE logit (0 at initialisation): an exploration prior, not a mask (a policy that prunes a TRAINING seed with probability 1/3 every epoch from age 5 almost never sees a seed blend)")
+	fs.Float64Var(&c.germinatePrior, "germinate-prior", 0, "added to a new policy's logits of the heuristic's germination arguments (SIGMOID_ADD, STANDARD tempo, FULL alpha target, conv_light and conv_heavy): an exploration prior, not a mask (a seed germinated with a half alpha target never passes G3)")
+	fs.IntVar(&c.updateEpochs, "update-epochs", 1, "passes over a round's transitions per PPO update")
+	fs.Float64Var(&c.entropyCoef, "entropy-coef", simic.DefaultEntropyCoef, "entropy bonus weight")
+	fs.Float64Var(&c.entropyCoefEnd, "entropy-coef-end", simic.DefaultEntropyCoefMin, "entropy bonus weight at the end of --entropy-anneal")
+	fs.IntVar(&c.entropyAnneal, "entropy-anneal", 0, "rounds over which the entropy weight falls linearly from --entropy-coef to --entropy-coef-end (0: constant)")
+	fs.Float64Var(&c.opFloor, "op-floor", float64(tamiyo.ProbabilityFloorPerHead[leyline.HeadOp]), "probability floor of each valid op while sampling and in the update (G2: 0.15, which makes a seed in TRAINING pruned with at least that probability every epoch)")
 	fs.Uint64Var(&c.seed, "seed", 42, "seed of the policy, the sampling, the hosts and the synthetic task")
 	fs.StringVar(&c.out, "out", "", "policy file written at the end (default RUN_DIR/policy.safetensors), for esper train --controller gnn --policy FILE")
 	fs.StringVar(&c.checkpoint, "checkpoint", "", "checkpoint directory (policy, optimizer, sampler and normaliser state, the environments' episodes: --resume continues the run exactly)")
@@ -92,10 +114,28 @@ func parsePPO(args []string, stderr io.Writer) (ppoConfig, error) {
 		return c, errors.New("--rounds, --envs and --max-epochs must be > 0")
 	case c.blocks < 2 || c.baseChannels <= 0 || c.trainSize <= 0 || c.valSize <= 0 || c.batch <= 0:
 		return c, errors.New("--blocks must be ≥ 2; --base-channels, --train-size, --val-size and --batch > 0")
+	case c.kernel <= 0 || c.kernel%2 == 0:
+		return c, fmt.Errorf("--kernel %d must be odd and > 0", c.kernel)
+	case !(c.hostLR > 0) || math.IsInf(c.hostLR, 0):
+		return c, fmt.Errorf("--host-lr %v must be finite and > 0", c.hostLR)
+	case c.schedule != "cosine" && c.schedule != "constant":
+		return c, fmt.Errorf("--schedule %q: want cosine or constant", c.schedule)
 	case c.hidden <= 0 || c.gatHidden <= 0 || c.gatHeads <= 0 || c.headHidden <= 0:
 		return c, errors.New("policy widths must be > 0")
 	case c.minibatch < 0:
 		return c, errors.New("--minibatch must be ≥ 0")
+	case c.updateEpochs <= 0 || c.entropyAnneal < 0:
+		return c, errors.New("--update-epochs must be > 0 and --entropy-anneal ≥ 0")
+	case !(c.entropyCoef > 0) || !(c.entropyCoefEnd > 0) || math.IsInf(c.entropyCoef, 0) || math.IsInf(c.entropyCoefEnd, 0):
+		return c, errors.New("--entropy-coef and --entropy-coef-end must be finite and > 0")
+	case !(c.opFloor >= 0 && c.opFloor < 1):
+		return c, fmt.Errorf("--op-floor %v must lie in [0, 1)", c.opFloor)
+	case math.IsNaN(c.prunePrior) || math.IsInf(c.prunePrior, 0):
+		return c, fmt.Errorf("--prune-prior %v must be finite", c.prunePrior)
+	case math.IsNaN(c.germinatePrior) || math.IsInf(c.germinatePrior, 0):
+		return c, fmt.Errorf("--germinate-prior %v must be finite", c.germinatePrior)
+	case !(c.paramCost >= 0) || math.IsInf(c.paramCost, 0):
+		return c, fmt.Errorf("--param-cost %v must be finite and ≥ 0", c.paramCost)
 	case c.checkpointEvery <= 0:
 		return c, errors.New("--checkpoint-every must be > 0")
 	case c.resume && c.checkpoint == "":
@@ -115,8 +155,15 @@ func runPPO(ctx context.Context, c ppoConfig, stdout io.Writer) error {
 	}
 	mode, _ := simic.ParseRewardMode(c.reward)
 	o := simic.EsperPPOOptions{Devices: c.devs, Rounds: c.rounds, Envs: c.envs, MaxEpochs: c.maxEpochs, Blocks: c.blocks, BaseChannels: c.baseChannels,
-		Train: c.trainSize, Val: c.valSize, Batch: c.batch, MinibatchSize: c.minibatch, LR: c.lr, Reward: mode, Seed: c.seed, Capture: c.capture,
+		Kernel: c.kernel, HostLR: c.hostLR, Cosine: c.schedule == "cosine", TaskPerEpisode: c.taskPerEpisode,
+		Epochs: c.updateEpochs, EntropyCoef: c.entropyCoef, EntropyCoefEnd: c.entropyCoefEnd, EntropyAnnealRounds: c.entropyAnneal,
+		RewardOptions: simic.RewardOptions{ParamCost: paramCostOption(c.paramCost)},
+		Train:         c.trainSize, Val: c.valSize, Batch: c.batch, MinibatchSize: c.minibatch, LR: c.lr, Reward: mode, Seed: c.seed, Capture: c.capture,
 		Policy: tamiyo.PolicyOptions{Hidden: c.hidden, GATHidden: c.gatHidden, GATHeads: c.gatHeads, HeadHidden: c.headHidden}}
+	floors := tamiyo.ProbabilityFloorPerHead
+	floors[leyline.HeadOp] = float32(c.opFloor)
+	o.Floors = &floors
+	o.Priors = ppoPriors(c.prunePrior, c.germinatePrior)
 	if c.resume {
 		o.Resume = c.checkpoint
 	}
@@ -188,8 +235,12 @@ func runPPO(ctx context.Context, c ppoConfig, stdout io.Writer) error {
 		eta := left.step(c.rounds - round)
 		if !c.quiet {
 			fmt.Fprintln(stdout, formatRound(rr, c.rounds)+"  "+eta)
+			if c.diagnose {
+				fmt.Fprintln(stdout, formatDiagnosis(r.LastStats, r.LastUpdate))
+			}
 		}
 		emitRound(hub, rr)
+		emitDiagnosis(hub, rr.Round, r.LastStats, r.LastUpdate)
 		if c.checkpoint != "" && (round%c.checkpointEvery == 0 || round == c.rounds) {
 			recordRunDir(hub, dirb, st, stdout)
 			if err := r.SaveCheckpoint(c.checkpoint); err != nil {
@@ -212,11 +263,12 @@ func runPPO(ctx context.Context, c ppoConfig, stdout io.Writer) error {
 			return err
 		}
 	}
-	// The environments train a 3×3 host at the host learning rate, held
-	// constant: esper train needs those flags to give the policy the
-	// host it learned on (its own defaults are the impaired demo host).
-	fmt.Fprintf(stdout, "policy: %s (load with: esper train --controller gnn --blocks %d --base-channels %d --kernel 3 --lr %g --schedule constant --policy %s)\nrun directory: %s (events.jsonl, ppo.png)\n",
-		out, c.blocks, c.baseChannels, leyline.DefaultHostLR, out, dirb.Dir())
+	// esper train and esper eval need these flags to give the policy the
+	// host and the schedule it learned on.
+	host := fmt.Sprintf("--epochs %d --blocks %d --base-channels %d --kernel %d --lr %g --schedule %s --train-size %d --batch %d",
+		c.maxEpochs, c.blocks, c.baseChannels, c.kernel, c.hostLR, c.schedule, c.trainSize, c.batch)
+	fmt.Fprintf(stdout, "policy: %s (load with: esper train --controller gnn %s --policy %s; compare with: esper eval --controllers heuristic,gnn:%s,none %s)\nrun directory: %s (events.jsonl, ppo.png)\n",
+		out, host, out, out, host, dirb.Dir())
 	return nil
 }
 
@@ -334,4 +386,124 @@ func recordRunDir(hub *nissa.Hub, d *nissa.DirBackend, st *simic.PPOCheckpoint, 
 	if fi, err := os.Stat(d.Path()); err == nil {
 		st.EventsBytes = fi.Size()
 	}
+}
+
+// esper ppo's task defaults: esper train's and esper eval's synthetic
+// task, the impaired host of make demo (2 blocks of 1×1 convolutions, 4
+// base channels, 3000 samples, 45 epochs at a cosine-annealed 0.05),
+// where growth pays (bench/baselines/eval/2026-11-26: the heuristic
+// +6.8 points over the host alone). The validation split is the
+// synthetic task's default test split.
+const (
+	ppoDefaultEpochs       = 45
+	ppoDefaultBlocks       = 2
+	ppoDefaultBaseChannels = 4
+	ppoDefaultKernel       = 1
+	ppoDefaultTrain        = 3000
+	ppoDefaultVal          = 1000
+	ppoDefaultBatch        = 128
+	ppoDefaultHostLR       = 0.05
+)
+
+// formatDiagnosis is --diagnose's second line of a round.
+func formatDiagnosis(s simic.EsperRoundStats, u *simic.UpdateStats) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "    eps %d  final acc %.2f%%  added %.0f  germ/blend/foss/prune %.2f/%.2f/%.2f/%.2f\n", s.Episodes, s.FinalAccuracy, s.AddedParams,
+		s.Germinated, s.Blended, s.Fossilized, s.Pruned)
+	b.WriteString("    op share/applied/reward/adv/return:")
+	for op := range s.OpShare {
+		if s.OpShare[op] == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, " %s %.2f/%.2f/%+.2f/%+.2f/%+.1f", leyline.LifecycleOp(op), s.OpShare[op], s.OpApplied[op], s.OpReward[op], s.OpAdvantage[op], s.OpReturn[op])
+	}
+	b.WriteString("\n    terms/episode:")
+	for i, v := range s.Terms.Values() {
+		if v != 0 {
+			fmt.Fprintf(&b, " %s %+.2f", simic.TermNames[i], v)
+		}
+	}
+	if u != nil {
+		b.WriteString("\n    update: clip")
+		for h, v := range u.ClipFraction {
+			if u.NotLearnable == nil || !u.NotLearnable[h] {
+				fmt.Fprintf(&b, " %s %.2f", headAbbrev[h], v)
+			}
+		}
+		fmt.Fprintf(&b, "  maxKL %.2e early %v  gradnorm %.2f  adv std %.3f  return mean %+.3f  value std %.3f  ent coef %.3f  steps %d",
+			u.MaxKL, u.EarlyStopped, u.GradNorm, u.AdvStd, u.ReturnMean, u.ValueStd, u.EntropyCoef, u.Steps)
+	}
+	return b.String()
+}
+
+// emitDiagnosis sends the round's diagnosis as metrics (simic.esper.*).
+func emitDiagnosis(hub *nissa.Hub, round int, s simic.EsperRoundStats, u *simic.UpdateStats) {
+	m := []leyline.Metric{
+		{Name: "simic.esper.final_accuracy", Value: s.FinalAccuracy, Unit: "%"},
+		{Name: "simic.esper.added_params", Value: s.AddedParams, Unit: "count"},
+		{Name: "simic.esper.germinated", Value: s.Germinated, Unit: "count"},
+		{Name: "simic.esper.blended", Value: s.Blended, Unit: "count"},
+		{Name: "simic.esper.fossilized", Value: s.Fossilized, Unit: "count"},
+		{Name: "simic.esper.pruned", Value: s.Pruned, Unit: "count"},
+	}
+	fin := func(name string, v float64) {
+		if !math.IsNaN(v) && !math.IsInf(v, 0) {
+			m = append(m, leyline.Metric{Name: name, Value: v})
+		}
+	}
+	for op := range s.OpShare {
+		name := strings.ToLower(leyline.LifecycleOp(op).String())
+		fin("simic.esper.op_share."+name, s.OpShare[op])
+		fin("simic.esper.op_reward."+name, s.OpReward[op])
+		fin("simic.esper.op_advantage."+name, s.OpAdvantage[op])
+		fin("simic.esper.op_return."+name, s.OpReturn[op])
+	}
+	for i, v := range s.Terms.Values() {
+		fin("simic.esper.reward."+simic.TermNames[i], v)
+	}
+	if u != nil {
+		for h, v := range u.ClipFraction {
+			if u.NotLearnable == nil || !u.NotLearnable[h] {
+				fin("simic.ppo.clip_fraction."+leyline.HeadNames[h], v)
+			}
+		}
+		fin("simic.ppo.max_kl", u.MaxKL)
+		fin("simic.ppo.grad_norm", u.GradNorm)
+		fin("simic.ppo.entropy_coef", u.EntropyCoef)
+	}
+	ev := leyline.NewEvent(leyline.EventMetrics, &leyline.MetricsPayload{Source: "simic", Metrics: m})
+	ev.Message = fmt.Sprintf("simic.esper.round %d", round)
+	hub.Emit(ev)
+}
+
+// paramCostOption maps --param-cost to RewardOptions.ParamCost, whose
+// zero value means the default: a flag of 0 asks for no cost.
+func paramCostOption(v float64) float64 {
+	if v == 0 {
+		return -1
+	}
+	return v
+}
+
+// ppoPriors returns the heads' priors of --prune-prior and
+// --germinate-prior (nil rows where they are 0).
+func ppoPriors(prune, germinate float64) [leyline.NumActionHeads][]float64 {
+	var p [leyline.NumActionHeads][]float64
+	sizes := leyline.HeadSizes(1)
+	set := func(h, option int, v float64) {
+		if v == 0 {
+			return
+		}
+		if p[h] == nil {
+			p[h] = make([]float64, sizes[h])
+		}
+		p[h][option] += v
+	}
+	set(leyline.HeadOp, int(leyline.OpPrune), prune)
+	set(leyline.HeadStyle, int(tamiyo.GerminateStyle), germinate)
+	set(leyline.HeadTempo, int(tamiyo.GerminateTempo), germinate)
+	set(leyline.HeadAlphaTarget, int(tamiyo.GerminateAlphaTarget), germinate)
+	set(leyline.HeadBlueprint, int(leyline.BlueprintConvLight), germinate)
+	set(leyline.HeadBlueprint, int(leyline.BlueprintConvHeavy), germinate)
+	return p
 }

@@ -182,5 +182,5 @@ func TestPPOResumeContinuesTheRunDirectory(t *testing.T) {
 	require.NotContains(t, string(data), "torn")
 	require.Equal(t, 2, strings.Count(string(data), "simic.ppo.round "), "one round event per round")
 	require.Contains(t, string(data), "resumed after round 1")
-	require.Contains(t, out.String(), "--kernel 3 --lr 0.01 --schedule constant", "the load hint gives the host PPO trained")
+	require.Contains(t, out.String(), "--epochs 3 --blocks 3 --base-channels 2 --kernel 1 --lr 0.05 --schedule cosine", "the load hint gives the host PPO trained")
 }

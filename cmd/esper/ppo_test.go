@@ -15,7 +15,7 @@ import (
 
 // tinyPPO are the flags of a few-second esper ppo run.
 func tinyPPO(dir string, extra ...string) []string {
-	return append([]string{"ppo", "--envs", "2", "--max-epochs", "3", "--train-size", "128", "--val-size", "64", "--batch", "32",
+	return append([]string{"ppo", "--envs", "2", "--max-epochs", "3", "--blocks", "3", "--train-size", "128", "--val-size", "64", "--batch", "32",
 		"--base-channels", "2", "--hidden", "16", "--gat-hidden", "8", "--gat-heads", "2", "--head-hidden", "16", "--run-dir", dir}, extra...)
 }
 
@@ -141,5 +141,59 @@ func TestPPORefusesBadDevices(t *testing.T) {
 		runs, err := filepath.Glob(filepath.Join(dir, "telemetry_*"))
 		require.NoError(t, err)
 		require.Empty(t, runs, "%v: a run directory was created", tc.args)
+	}
+}
+
+// TestPPODiagnoseAndAccuracyReward: --reward accuracy with --diagnose
+// prints, after each round's line, the episodes' outcome, each op's
+// figures, the reward terms and the update's; the policy's load hint
+// names the host and schedule it was trained on.
+func TestPPODiagnoseAndAccuracyReward(t *testing.T) {
+	dir := t.TempDir()
+	var out, errb bytes.Buffer
+	code := run(tinyPPO(dir, "--rounds", "1", "--reward", "accuracy", "--diagnose", "--update-epochs", "2", "--op-floor", "0.02",
+		"--entropy-anneal", "1", "--param-cost", "0", "--prune-prior", "-2", "--germinate-prior", "1", "--kernel", "3", "--host-lr", "0.02", "--schedule", "constant"), &out, &errb)
+	require.Equal(t, 0, code, "%s\n%s", out.String(), errb.String())
+	s := out.String()
+	require.Contains(t, s, "reward ACCURACY")
+	require.Contains(t, s, "    eps 2  final acc ")
+	require.Contains(t, s, "    op share/applied/reward/adv/return: WAIT ")
+	require.Contains(t, s, "    terms/episode:")
+	require.Contains(t, s, "    update: clip ")
+	require.Contains(t, s, "--epochs 3 --blocks 3 --base-channels 2 --kernel 3 --lr 0.02 --schedule constant --train-size 128 --batch 32")
+	events, err := filepath.Glob(filepath.Join(dir, "telemetry_*", "events.jsonl"))
+	require.NoError(t, err)
+	require.Len(t, events, 1)
+	ev, err := os.ReadFile(events[0])
+	require.NoError(t, err)
+	require.Contains(t, string(ev), "simic.esper.final_accuracy")
+	require.Contains(t, string(ev), "simic.esper.op_share.wait")
+}
+
+// TestPPORefusesBadLearningFlags: each bad value of the task and update
+// flags is one line before any work.
+func TestPPORefusesBadLearningFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"--kernel", "2"}, "--kernel 2"},
+		{[]string{"--host-lr", "0"}, "--host-lr"},
+		{[]string{"--schedule", "step"}, "--schedule"},
+		{[]string{"--update-epochs", "0"}, "--update-epochs"},
+		{[]string{"--entropy-coef", "-1"}, "--entropy-coef"},
+		{[]string{"--op-floor", "1"}, "--op-floor"},
+		{[]string{"--param-cost", "-0.5"}, "--param-cost"},
+		{[]string{"--prune-prior", "NaN"}, "--prune-prior"},
+		{[]string{"--germinate-prior", "Inf"}, "--germinate-prior"},
+		{[]string{"--reward", "escrow"}, "--reward"},
+	} {
+		dir := t.TempDir()
+		var out, errb bytes.Buffer
+		code := run(append(tinyPPO(dir, "--rounds", "1"), tc.args...), &out, &errb)
+		require.Equal(t, 1, code, "%v: %s", tc.args, errb.String())
+		require.Contains(t, errb.String(), tc.msg, tc.args)
+		require.Equal(t, 1, strings.Count(errb.String(), "\n"), errb.String())
+		require.Empty(t, out.String(), tc.args)
 	}
 }
