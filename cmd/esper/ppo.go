@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -163,7 +162,7 @@ func runPPO(ctx context.Context, c ppoConfig, stdout io.Writer) error {
 	floors := tamiyo.ProbabilityFloorPerHead
 	floors[leyline.HeadOp] = float32(c.opFloor)
 	o.Floors = &floors
-	o.Priors = ppoPriors(c.prunePrior, c.germinatePrior)
+	o.Priors = simic.OpPriors(c.prunePrior, c.germinatePrior)
 	if c.resume {
 		o.Resume = c.checkpoint
 	}
@@ -234,13 +233,13 @@ func runPPO(ctx context.Context, c ppoConfig, stdout io.Writer) error {
 		}
 		eta := left.step(c.rounds - round)
 		if !c.quiet {
-			fmt.Fprintln(stdout, formatRound(rr, c.rounds)+"  "+eta)
+			fmt.Fprintln(stdout, rr.Line(c.rounds)+"  "+eta)
 			if c.diagnose {
-				fmt.Fprintln(stdout, formatDiagnosis(r.LastStats, r.LastUpdate))
+				fmt.Fprintln(stdout, r.LastStats.Diagnosis(r.LastUpdate))
 			}
 		}
-		emitRound(hub, rr)
-		emitDiagnosis(hub, rr.Round, r.LastStats, r.LastUpdate)
+		rr.Emit(hub)
+		r.LastStats.EmitDiagnosis(hub, rr.Round, r.LastUpdate)
 		if c.checkpoint != "" && (round%c.checkpointEvery == 0 || round == c.rounds) {
 			recordRunDir(hub, dirb, st, stdout)
 			if err := r.SaveCheckpoint(c.checkpoint); err != nil {
@@ -259,7 +258,7 @@ func runPPO(ctx context.Context, c ppoConfig, stdout io.Writer) error {
 		fmt.Fprintf(stdout, "warning: telemetry flush: %v\n", err)
 	}
 	if len(st.History) > 0 {
-		if err := writePPOPlot(filepath.Join(dirb.Dir(), "ppo.png"), st.History); err != nil {
+		if err := runplot.WritePPORounds(filepath.Join(dirb.Dir(), "ppo.png"), st.History); err != nil {
 			return err
 		}
 	}
@@ -285,19 +284,9 @@ func ppoDevices(fs *flag.FlagSet, device, devices string) ([]tensor.Device, erro
 		}
 		flagName, names = "--devices", strings.Split(devices, ",")
 	}
-	var devs []tensor.Device
-	for _, name := range names {
-		d, err := kdevice.Parse(name)
-		if err == nil {
-			_, err = kdevice.OpenDevice(d)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", flagName, err)
-		}
-		if slices.Contains(devs, d) {
-			return nil, fmt.Errorf("%s %s: %v is given twice", flagName, devices, d)
-		}
-		devs = append(devs, d)
+	devs, err := kdevice.OpenList(names)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", flagName, err)
 	}
 	return devs, nil
 }
@@ -319,46 +308,6 @@ func checkPPOOutputs(c ppoConfig) error {
 		return checkOutputFile("--out", c.out)
 	}
 	return nil
-}
-
-// headAbbrev shortens the head names for the progress line.
-var headAbbrev = [leyline.NumActionHeads]string{"slot", "bp", "style", "tempo", "αtgt", "αspd", "αcrv", "op"}
-
-func formatRound(r simic.PPORound, rounds int) string {
-	var ent []string
-	for h, v := range r.Entropy {
-		ent = append(ent, fmt.Sprintf("%s %.2f", headAbbrev[h], v))
-	}
-	return fmt.Sprintf("round %3d/%d  return %+8.3f (%d eps)  entropy [%s]  KL %.2e  EV %+.3f  %.1f env-epochs/s  rollbacks %d",
-		r.Round, rounds, r.Return, r.Episodes, strings.Join(ent, " "), r.KL, r.ExplainedVariance, r.EnvEpochsPerSec, r.Rollbacks)
-}
-
-func emitRound(hub *nissa.Hub, r simic.PPORound) {
-	m := []leyline.Metric{
-		{Name: "simic.ppo.return_mean", Value: r.Return},
-		{Name: "simic.ppo.approx_kl", Value: r.KL},
-		{Name: "simic.ppo.explained_variance", Value: r.ExplainedVariance},
-		{Name: "simic.ppo.policy_loss", Value: r.PolicyLoss},
-		{Name: "simic.ppo.value_loss", Value: r.ValueLoss},
-		{Name: "simic.env_epochs_per_second", Value: r.EnvEpochsPerSec},
-		{Name: "simic.rollbacks", Value: float64(r.Rollbacks), Unit: "count"},
-	}
-	for h, v := range r.Entropy {
-		m = append(m, leyline.Metric{Name: "simic.ppo.entropy." + leyline.HeadNames[h], Value: v})
-	}
-	ev := leyline.NewEvent(leyline.EventMetrics, &leyline.MetricsPayload{Source: "simic", Metrics: m})
-	ev.Message = fmt.Sprintf("simic.ppo.round %d", r.Round)
-	hub.Emit(ev)
-}
-
-// writePPOPlot writes the rounds' figures as ppo.png (runplot.WritePPO).
-func writePPOPlot(path string, h []simic.PPORound) error {
-	rounds := make([]runplot.Round, len(h))
-	for i, r := range h {
-		rounds[i] = runplot.Round{Round: r.Round, Return: r.Return, Entropy: r.Entropy, KL: r.KL, ExplainedVariance: r.ExplainedVariance,
-			PolicyLoss: r.PolicyLoss, ValueLoss: r.ValueLoss, EnvEpochsPerSec: r.EnvEpochsPerSec}
-	}
-	return runplot.WritePPO(path, rounds)
 }
 
 // openPPORunDir returns the run's telemetry directory: on a resume whose
@@ -405,77 +354,6 @@ const (
 	ppoDefaultHostLR       = 0.05
 )
 
-// formatDiagnosis is --diagnose's second line of a round.
-func formatDiagnosis(s simic.EsperRoundStats, u *simic.UpdateStats) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "    eps %d  final acc %.2f%%  added %.0f  germ/blend/foss/prune %.2f/%.2f/%.2f/%.2f\n", s.Episodes, s.FinalAccuracy, s.AddedParams,
-		s.Germinated, s.Blended, s.Fossilized, s.Pruned)
-	b.WriteString("    op share/applied/reward/adv/return:")
-	for op := range s.OpShare {
-		if s.OpShare[op] == 0 {
-			continue
-		}
-		fmt.Fprintf(&b, " %s %.2f/%.2f/%+.2f/%+.2f/%+.1f", leyline.LifecycleOp(op), s.OpShare[op], s.OpApplied[op], s.OpReward[op], s.OpAdvantage[op], s.OpReturn[op])
-	}
-	b.WriteString("\n    terms/episode:")
-	for i, v := range s.Terms.Values() {
-		if v != 0 {
-			fmt.Fprintf(&b, " %s %+.2f", simic.TermNames[i], v)
-		}
-	}
-	if u != nil {
-		b.WriteString("\n    update: clip")
-		for h, v := range u.ClipFraction {
-			if u.NotLearnable == nil || !u.NotLearnable[h] {
-				fmt.Fprintf(&b, " %s %.2f", headAbbrev[h], v)
-			}
-		}
-		fmt.Fprintf(&b, "  maxKL %.2e early %v  gradnorm %.2f  adv std %.3f  return mean %+.3f  value std %.3f  ent coef %.3f  steps %d",
-			u.MaxKL, u.EarlyStopped, u.GradNorm, u.AdvStd, u.ReturnMean, u.ValueStd, u.EntropyCoef, u.Steps)
-	}
-	return b.String()
-}
-
-// emitDiagnosis sends the round's diagnosis as metrics (simic.esper.*).
-func emitDiagnosis(hub *nissa.Hub, round int, s simic.EsperRoundStats, u *simic.UpdateStats) {
-	m := []leyline.Metric{
-		{Name: "simic.esper.final_accuracy", Value: s.FinalAccuracy, Unit: "%"},
-		{Name: "simic.esper.added_params", Value: s.AddedParams, Unit: "count"},
-		{Name: "simic.esper.germinated", Value: s.Germinated, Unit: "count"},
-		{Name: "simic.esper.blended", Value: s.Blended, Unit: "count"},
-		{Name: "simic.esper.fossilized", Value: s.Fossilized, Unit: "count"},
-		{Name: "simic.esper.pruned", Value: s.Pruned, Unit: "count"},
-	}
-	fin := func(name string, v float64) {
-		if !math.IsNaN(v) && !math.IsInf(v, 0) {
-			m = append(m, leyline.Metric{Name: name, Value: v})
-		}
-	}
-	for op := range s.OpShare {
-		name := strings.ToLower(leyline.LifecycleOp(op).String())
-		fin("simic.esper.op_share."+name, s.OpShare[op])
-		fin("simic.esper.op_reward."+name, s.OpReward[op])
-		fin("simic.esper.op_advantage."+name, s.OpAdvantage[op])
-		fin("simic.esper.op_return."+name, s.OpReturn[op])
-	}
-	for i, v := range s.Terms.Values() {
-		fin("simic.esper.reward."+simic.TermNames[i], v)
-	}
-	if u != nil {
-		for h, v := range u.ClipFraction {
-			if u.NotLearnable == nil || !u.NotLearnable[h] {
-				fin("simic.ppo.clip_fraction."+leyline.HeadNames[h], v)
-			}
-		}
-		fin("simic.ppo.max_kl", u.MaxKL)
-		fin("simic.ppo.grad_norm", u.GradNorm)
-		fin("simic.ppo.entropy_coef", u.EntropyCoef)
-	}
-	ev := leyline.NewEvent(leyline.EventMetrics, &leyline.MetricsPayload{Source: "simic", Metrics: m})
-	ev.Message = fmt.Sprintf("simic.esper.round %d", round)
-	hub.Emit(ev)
-}
-
 // paramCostOption maps --param-cost to RewardOptions.ParamCost, whose
 // zero value means the default: a flag of 0 asks for no cost.
 func paramCostOption(v float64) float64 {
@@ -483,27 +361,4 @@ func paramCostOption(v float64) float64 {
 		return -1
 	}
 	return v
-}
-
-// ppoPriors returns the heads' priors of --prune-prior and
-// --germinate-prior (nil rows where they are 0).
-func ppoPriors(prune, germinate float64) [leyline.NumActionHeads][]float64 {
-	var p [leyline.NumActionHeads][]float64
-	sizes := leyline.HeadSizes(1)
-	set := func(h, option int, v float64) {
-		if v == 0 {
-			return
-		}
-		if p[h] == nil {
-			p[h] = make([]float64, sizes[h])
-		}
-		p[h][option] += v
-	}
-	set(leyline.HeadOp, int(leyline.OpPrune), prune)
-	set(leyline.HeadStyle, int(tamiyo.GerminateStyle), germinate)
-	set(leyline.HeadTempo, int(tamiyo.GerminateTempo), germinate)
-	set(leyline.HeadAlphaTarget, int(tamiyo.GerminateAlphaTarget), germinate)
-	set(leyline.HeadBlueprint, int(leyline.BlueprintConvLight), germinate)
-	set(leyline.HeadBlueprint, int(leyline.BlueprintConvHeavy), germinate)
-	return p
 }

@@ -117,7 +117,7 @@ func writePPORun(t *testing.T) string {
 	return writeRunEvents(t, func(hub *nissa.Hub) {
 		for r := 1; r <= 3; r++ {
 			ent := []float64{0.5, math.NaN(), math.NaN(), math.NaN(), math.NaN(), math.NaN(), math.NaN(), 1}
-			emitRound(hub, simic.PPORound{Round: r, Return: float64(r), KL: 1e-4, ExplainedVariance: 0.5, EnvEpochsPerSec: 40, Entropy: ent})
+			simic.PPORound{Round: r, Return: float64(r), KL: 1e-4, ExplainedVariance: 0.5, EnvEpochsPerSec: 40, Entropy: ent}.Emit(hub)
 		}
 	})
 }

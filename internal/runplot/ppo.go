@@ -9,6 +9,7 @@ import (
 	"gonum.org/v1/plot/vg"
 
 	"github.com/esper-go/esper/leyline"
+	"github.com/esper-go/esper/simic"
 )
 
 // Round is one PPO round's figures, as the PPO plot draws them (NaN:
@@ -101,4 +102,14 @@ func ppoPlots(h []Round) ([][]*plot.Plot, error) {
 		ps = append(ps, p)
 	}
 	return [][]*plot.Plot{ps[:3], ps[3:]}, nil
+}
+
+// WritePPORounds writes simic's rounds as the PPO plot (WritePPO).
+func WritePPORounds(path string, h []simic.PPORound) error {
+	rounds := make([]Round, len(h))
+	for i, r := range h {
+		rounds[i] = Round{Round: r.Round, Return: r.Return, Entropy: r.Entropy, KL: r.KL, ExplainedVariance: r.ExplainedVariance,
+			PolicyLoss: r.PolicyLoss, ValueLoss: r.ValueLoss, EnvEpochsPerSec: r.EnvEpochsPerSec}
+	}
+	return WritePPO(path, rounds)
 }

@@ -2,6 +2,7 @@ package device
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -27,4 +28,16 @@ func TestOpenCUDAPastTheDeviceCount(t *testing.T) {
 	_, err := Open("cuda")
 	require.EqualError(t, err, "cuda: this machine has no CUDA device")
 	require.Zero(t, opened, "nothing past the count is opened")
+}
+
+// TestOpenList: distinct devices open in order; a repeat (sim and sim:0
+// are one device) or a bad name is an error naming it.
+func TestOpenList(t *testing.T) {
+	devs, err := OpenList([]string{"sim:1", "sim", "cpu"})
+	require.NoError(t, err)
+	require.Equal(t, "[sim:1 sim:0 cpu]", fmt.Sprint(devs))
+	_, err = OpenList([]string{"sim:0", "sim"})
+	require.EqualError(t, err, "sim:0 is given twice")
+	_, err = OpenList([]string{"sim:0", "gpu"})
+	require.ErrorIs(t, err, ErrSyntax)
 }

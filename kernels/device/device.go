@@ -11,6 +11,7 @@ package device
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/esper-go/esper/kernels"
@@ -127,4 +128,26 @@ func plural(n int) string {
 		return ""
 	}
 	return "s"
+}
+
+// OpenList parses and opens distinct devices ("sim:0", "sim:1"), in
+// order: a malformed or unusable name is Parse's or Open's error, and a
+// device named twice ("sim:0,sim" names sim:0 twice) is an error naming
+// it.
+func OpenList(names []string) ([]tensor.Device, error) {
+	var devs []tensor.Device
+	for _, name := range names {
+		d, err := Parse(name)
+		if err == nil {
+			_, err = open(d, name)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if slices.Contains(devs, d) {
+			return nil, fmt.Errorf("%v is given twice", d)
+		}
+		devs = append(devs, d)
+	}
+	return devs, nil
 }
