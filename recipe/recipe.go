@@ -13,6 +13,7 @@
 package recipe
 
 import (
+	_ "embed"
 	"fmt"
 
 	"github.com/esper-go/esper/data"
@@ -88,13 +89,24 @@ func NewModel(train data.Dataset, o ModelOptions) (*kasmina.MorphogeneticModel, 
 	return model, nil
 }
 
+// defaultPolicy is the shipped policy: trained by esper ppo on the
+// default task's host (the impaired 2-block host of make demo, slots
+// r0c0 and r0c1); how, in policies/README.md.
+//
+//go:embed policies/default.safetensors
+var defaultPolicy []byte
+
+// DefaultPolicyName names the shipped policy in messages.
+const DefaultPolicyName = "the shipped policy (recipe/policies/default.safetensors)"
+
 // ControllerOptions configure NewController.
 type ControllerOptions struct {
 	// Kind is "heuristic" (tamiyo.NewHeuristic), "gnn" (the policy in
 	// Policy, served by tamiyo.Service) or "none" (no controller: the
 	// host trains alone).
 	Kind string
-	// Policy is a gnn controller's policy checkpoint.
+	// Policy is a gnn controller's policy checkpoint; empty means the
+	// shipped policy (trained for the default task's 2-slot host).
 	Policy string
 	// Sample samples the policy's actions (seeded by Seed) instead of
 	// taking the most likely one.
@@ -143,7 +155,8 @@ func NewController(model *kasmina.MorphogeneticModel, o ControllerOptions) (tola
 	return tamiyo.NewTracked(inner, tamiyo.TrackerOptions{})
 }
 
-// PolicyService loads o.Policy for the model's slots (in the order the
+// PolicyService loads o.Policy (the shipped policy when empty) for the
+// model's slots (in the order the
 // trainer presents them), places it on the model's device and wraps it
 // in Tamiyo's inference service.
 func PolicyService(model *kasmina.MorphogeneticModel, o ControllerOptions) (*tamiyo.Service, error) {
@@ -153,13 +166,23 @@ func PolicyService(model *kasmina.MorphogeneticModel, o ControllerOptions) (*tam
 	if err != nil {
 		return nil, err
 	}
-	hdr, err := tamiyo.ReadPolicyHeader(o.Policy)
-	if err != nil {
-		return nil, &PolicyError{err}
-	}
-	p, err := tamiyo.LoadPolicy(o.Policy, hdr.Options, slots)
-	if err != nil {
-		return nil, &PolicyError{err}
+	var p *tamiyo.Policy
+	if o.Policy == "" {
+		hdr, err := tamiyo.ReadPolicyHeaderData(defaultPolicy, DefaultPolicyName)
+		if err != nil {
+			return nil, &PolicyError{err}
+		}
+		if p, err = tamiyo.LoadPolicyData(defaultPolicy, DefaultPolicyName, hdr.Options, slots); err != nil {
+			return nil, &PolicyError{err}
+		}
+	} else {
+		hdr, err := tamiyo.ReadPolicyHeader(o.Policy)
+		if err != nil {
+			return nil, &PolicyError{err}
+		}
+		if p, err = tamiyo.LoadPolicy(o.Policy, hdr.Options, slots); err != nil {
+			return nil, &PolicyError{err}
+		}
 	}
 	dev, err := nn.Device(model)
 	if err != nil {

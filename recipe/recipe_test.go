@@ -1,16 +1,19 @@
 package recipe
 
 import (
+	"context"
 	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/esper-go/esper/data"
 	"github.com/esper-go/esper/internal/testdevice"
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/tamiyo"
+	"github.com/esper-go/esper/tolaria"
 )
 
 // TestNewModelSlotPerBlock: the CNN host has one slot before each
@@ -64,4 +67,42 @@ func TestNewController(t *testing.T) {
 	require.ErrorAs(t, err, &pe)
 	_, err = NewController(m, ControllerOptions{Kind: "rules"})
 	assert.ErrorContains(t, err, "unknown controller")
+}
+
+// TestShippedPolicy: the shipped policy loads for the default task's
+// host, acts deterministically (two runs of the same seed make the same
+// decisions), and grows the host; a host with other slots refuses it.
+func TestShippedPolicy(t *testing.T) {
+	run := func() []string {
+		train, test, err := LoadTask("synthetic", "", 512, 100, 5)
+		require.NoError(t, err)
+		m, err := NewModel(train, ModelOptions{Blocks: 2, BaseChannels: 4, Kernel: 1, Seed: 5, Device: testdevice.Device(t)})
+		require.NoError(t, err)
+		ctl, err := NewController(m, ControllerOptions{Kind: "gnn", Seed: 5, Epochs: 6})
+		require.NoError(t, err)
+		tl, err := data.NewLoader(train, data.LoaderOptions{BatchSize: 128, Shuffle: true, Seed: 5, DropLast: true})
+		require.NoError(t, err)
+		vl, err := data.NewLoader(test, data.LoaderOptions{BatchSize: 100})
+		require.NoError(t, err)
+		defer tl.Close()
+		defer vl.Close()
+		tr, err := tolaria.NewTrainer(tolaria.TrainerOptions{Model: m, Train: tl, Val: vl, Epochs: 6, Controller: ctl})
+		require.NoError(t, err)
+		sum, err := tr.Fit(context.Background())
+		require.NoError(t, err)
+		var ds []string
+		for _, r := range sum.Epochs {
+			ds = append(ds, r.DecisionText())
+		}
+		require.Positive(t, sum.Germinated, "the shipped policy grows the host: %v", ds)
+		return ds
+	}
+	require.Equal(t, run(), run())
+
+	three, err := NewModel(nil, ModelOptions{Blocks: 3, BaseChannels: 4, Kernel: 1, Seed: 1})
+	require.NoError(t, err)
+	var pe *PolicyError
+	_, err = NewController(three, ControllerOptions{Kind: "gnn"})
+	require.ErrorAs(t, err, &pe)
+	require.ErrorContains(t, err, "shipped policy")
 }

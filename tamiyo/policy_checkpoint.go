@@ -170,13 +170,43 @@ func ReadPolicyHeader(path string) (PolicyHeader, error) {
 // o.Device (the CPU by default): a file saved from any device loads on
 // any device, bit for bit.
 func LoadPolicy(path string, o PolicyOptions, slots leyline.SlotConfig) (*Policy, error) {
-	want, err := o.withDefaults()
-	if err != nil {
+	if _, err := o.withDefaults(); err != nil {
 		return nil, fmt.Errorf("tamiyo: LoadPolicy %s: %w", path, err)
 	}
 	f, h, err := readPolicyFile(path)
 	if err != nil {
 		return nil, err
+	}
+	return loadPolicy(f, h, path, o, slots)
+}
+
+// LoadPolicyData is LoadPolicy for a checkpoint held in memory (an
+// embedded policy, say); name identifies it in errors.
+func LoadPolicyData(data []byte, name string, o PolicyOptions, slots leyline.SlotConfig) (*Policy, error) {
+	if _, err := o.withDefaults(); err != nil {
+		return nil, fmt.Errorf("tamiyo: LoadPolicy %s: %w", name, err)
+	}
+	f, err := safetensors.Parse(data, name)
+	f, h, err := checkPolicyFile(f, err, name)
+	if err != nil {
+		return nil, err
+	}
+	return loadPolicy(f, h, name, o, slots)
+}
+
+// ReadPolicyHeaderData is ReadPolicyHeader for a checkpoint held in
+// memory.
+func ReadPolicyHeaderData(data []byte, name string) (PolicyHeader, error) {
+	f, err := safetensors.Parse(data, name)
+	_, h, err := checkPolicyFile(f, err, name)
+	return h, err
+}
+
+// loadPolicy is LoadPolicy's work on a read and checked file.
+func loadPolicy(f *safetensors.File, h PolicyHeader, path string, o PolicyOptions, slots leyline.SlotConfig) (*Policy, error) {
+	want, err := o.withDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("tamiyo: LoadPolicy %s: %w", path, err)
 	}
 	mismatch := func(format string, args ...any) error {
 		return fmt.Errorf("tamiyo: LoadPolicy %s: %w: %s", path, ErrCheckpointMismatch, fmt.Sprintf(format, args...))
@@ -214,10 +244,17 @@ func describeOptions(o PolicyOptions) string {
 // readPolicyFile reads the safetensors file, decodes the header strictly
 // and checks the schema version and the checksum.
 func readPolicyFile(path string) (*safetensors.File, PolicyHeader, error) {
+	f, err := safetensors.ReadFile(path)
+	return checkPolicyFile(f, err, path)
+}
+
+// checkPolicyFile decodes the header of f (read from path, with the
+// reader's error err) strictly and checks the schema version and the
+// checksum.
+func checkPolicyFile(f *safetensors.File, err error, path string) (*safetensors.File, PolicyHeader, error) {
 	corrupt := func(format string, args ...any) error {
 		return fmt.Errorf("tamiyo: policy checkpoint %s: %w: %s", path, ErrCheckpointCorrupt, fmt.Sprintf(format, args...))
 	}
-	f, err := safetensors.ReadFile(path)
 	if err != nil {
 		var fe *safetensors.FormatError
 		if errors.As(err, &fe) {

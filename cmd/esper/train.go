@@ -100,7 +100,7 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 	if c.controller == "gnn" {
 		// Refuse an unreadable policy before anything is created (the
 		// slot check needs the host and comes later).
-		if _, err := tamiyo.ReadPolicyHeader(c.policy); err != nil {
+		if _, err := tamiyo.ReadPolicyHeader(c.policy); c.policy != "" && err != nil {
 			return fmt.Errorf("--policy: %w", err)
 		}
 	}
@@ -195,8 +195,8 @@ func parseTrain(args []string, stderr io.Writer) (trainConfig, error) {
 	fs.StringVar(&c.device, "device", "cpu", "device: cpu, sim or sim:N (the strict simulated accelerator: CPU kernels, every host read explicit and counted), or cuda or cuda:N (a -tags cuda build on a GPU machine; GPU.md)")
 	fs.StringVar(&c.amp, "amp", "off", "automatic mixed precision: off (fp32), bf16 (matmuls and convolutions in bf16 with fp32 accumulation; no loss scaling) or fp16 (the same in fp16, with the device-side loss scaler)")
 	fs.BoolVar(&c.tf32, "tf32", false, "let F32 matmuls and convolutions use TF32; on by default on a CUDA device of compute capability 8.0 or newer (--tf32=false turns it off there); cpu and sim always compute fp32, where --tf32 is an error")
-	fs.StringVar(&c.controller, "controller", "heuristic", "controller: heuristic, gnn (the learned policy of --policy) or none (the host trains alone)")
-	fs.StringVar(&c.policy, "policy", "", "policy checkpoint (safetensors with its tamiyo header) for --controller gnn")
+	fs.StringVar(&c.controller, "controller", "heuristic", "controller: heuristic, gnn (a learned policy: --policy, or the shipped one, trained for the default task's host) or none (the host trains alone)")
+	fs.StringVar(&c.policy, "policy", "", "policy checkpoint (safetensors with its tamiyo header) for --controller gnn (default: the shipped policy)")
 	fs.BoolVar(&c.policySample, "policy-sample", false, "sample the policy's actions (seeded by --seed) instead of taking the most probable (--controller gnn)")
 	fs.Uint64Var(&c.seed, "seed", 1, "seed of the data order, the host's initialisation and the synthetic task")
 	fs.BoolVar(&c.capture, "capture", true, "capture and replay the train step")
@@ -252,8 +252,6 @@ func (c *trainConfig) check() error {
 		return errors.New("--resume needs --checkpoint DIR")
 	case c.controller != "heuristic" && c.controller != "gnn" && c.controller != "none":
 		return fmt.Errorf("unknown controller %q (--controller heuristic, gnn or none)", c.controller)
-	case c.controller == "gnn" && c.policy == "":
-		return errors.New("--controller gnn needs --policy FILE (a policy checkpoint)")
 	case c.controller != "gnn" && c.policy != "":
 		return errors.New("--policy is only used with --controller gnn")
 	case c.amp != "off" && c.amp != "bf16" && c.amp != "fp16":

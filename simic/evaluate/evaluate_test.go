@@ -76,7 +76,10 @@ func TestParseControllers(t *testing.T) {
 		{Name: "none", Kind: "none"},
 		{Name: "gnn-sample:p.safetensors", Kind: "gnn", Policy: "p.safetensors", Sample: true},
 	}, cs)
-	for _, bad := range []string{"", "gnn", "gnn:", "rules", "heuristic:x", "none,none"} {
+	cs, err = ParseControllers("gnn")
+	require.NoError(t, err)
+	assert.Equal(t, []Controller{{Name: "gnn", Kind: "gnn"}}, cs, "a bare gnn is the shipped policy")
+	for _, bad := range []string{"", "gnn:", "rules", "heuristic:x", "none,none", "gnn,gnn"} {
 		_, err := ParseControllers(bad)
 		assert.Error(t, err, bad)
 	}

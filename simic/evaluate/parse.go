@@ -14,7 +14,8 @@ type Controller struct {
 	// Kind is "heuristic" (tamiyo's rules), "gnn" (a learned policy) or
 	// "none" (the host trained alone, no seeds).
 	Kind string
-	// Policy is the policy checkpoint of a gnn controller.
+	// Policy is the policy checkpoint of a gnn controller; empty means
+	// the shipped policy (recipe.DefaultPolicyName).
 	Policy string
 	// Sample samples the policy's actions (seeded by the run's seed)
 	// instead of taking the most likely one.
@@ -22,7 +23,8 @@ type Controller struct {
 }
 
 // ParseControllers parses a comma-separated list such as
-// "heuristic,gnn:policy.safetensors,none" ("gnn-sample:FILE" samples the
+// "heuristic,gnn:policy.safetensors,none" (a bare "gnn" is the shipped
+// policy; "gnn-sample:FILE" samples the
 // policy's actions). Names must be distinct.
 func ParseControllers(s string) ([]Controller, error) {
 	var out []Controller
@@ -37,13 +39,15 @@ func ParseControllers(s string) ([]Controller, error) {
 		switch {
 		case kind == "heuristic" && !hasFile, kind == "none" && !hasFile:
 			c.Kind = kind
+		case (kind == "gnn" || kind == "gnn-sample") && !hasFile:
+			c.Kind, c.Sample = "gnn", kind == "gnn-sample" // the shipped policy
 		case kind == "gnn" || kind == "gnn-sample":
 			if file == "" {
-				return nil, fmt.Errorf("controller %q: want %s:POLICY_FILE", f, kind)
+				return nil, fmt.Errorf("controller %q: want %s:POLICY_FILE, or %s for the shipped policy", f, kind, kind)
 			}
 			c.Kind, c.Policy, c.Sample = "gnn", file, kind == "gnn-sample"
 		default:
-			return nil, fmt.Errorf("controller %q: want heuristic, none, gnn:FILE or gnn-sample:FILE", f)
+			return nil, fmt.Errorf("controller %q: want heuristic, none, gnn, gnn:FILE or gnn-sample:FILE", f)
 		}
 		if seen[c.Name] {
 			return nil, fmt.Errorf("controller %q is listed twice", f)
