@@ -26,7 +26,7 @@ usage:
   esper bench --device cuda --workload W1|W5|W6|W7|W8|all [--compare pytorch] [--json DIR]  (a -tags cuda build)
   esper bench --device sim --workload W1|W2|W4  (their host syncs)
   esper train [--task synthetic|fashion-mnist] [--epochs N] [--controller heuristic|none]
-              [--controller gnn --policy FILE [--policy-sample]]
+              [--controller gnn [--policy FILE] [--policy-sample]]
               [--checkpoint DIR [--resume]] [--run-dir DIR] [--metrics-addr ADDR]
               [--device cpu|sim[:N]|cuda[:N]] [--amp off|bf16|fp16] [--tf32[=false]]
   esper ppo [--rounds N] [--envs N] [--max-epochs N] [--out FILE] [--checkpoint DIR [--resume]] [--run-dir DIR]
