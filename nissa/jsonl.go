@@ -208,6 +208,20 @@ func ReadJSONL(path string) (events []leyline.TelemetryEvent, torn bool, err err
 	if err != nil {
 		return nil, false, fmt.Errorf("nissa: read %s: %w", path, err)
 	}
+	events, tornLine, err := DecodeJSONL(data, func(n int, err error) error {
+		return fmt.Errorf("nissa: read %s: line %d: %w", path, n, err)
+	})
+	return events, tornLine > 0, err
+}
+
+// DecodeJSONL decodes the events of JSONL data line by line (blank lines
+// skipped). A last line without its newline that does not decode is a
+// torn write: it is left out and its number returned as tornLine (0
+// when there is none). Any other line that
+// does not decode goes to bad with its 1-based number: a non-nil error
+// from bad stops the decoding with that error, nil leaves the line out
+// and goes on (a reader that shows what it can).
+func DecodeJSONL(data []byte, bad func(line int, err error) error) (events []leyline.TelemetryEvent, tornLine int, err error) {
 	for n := 1; len(data) > 0; n++ {
 		line, rest, complete := bytes.Cut(data, []byte{'\n'})
 		data = rest
@@ -217,11 +231,14 @@ func ReadJSONL(path string) (events []leyline.TelemetryEvent, torn bool, err err
 		var ev leyline.TelemetryEvent
 		if err := json.Unmarshal(line, &ev); err != nil {
 			if !complete {
-				return events, true, nil
+				return events, n, nil
 			}
-			return events, false, fmt.Errorf("nissa: read %s: line %d: %w", path, n, err)
+			if err := bad(n, err); err != nil {
+				return events, 0, err
+			}
+			continue
 		}
 		events = append(events, ev)
 	}
-	return events, false, nil
+	return events, 0, nil
 }

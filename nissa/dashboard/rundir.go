@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/esper-go/esper/leyline"
+	"github.com/esper-go/esper/nissa"
 )
 
 // RunDir is a finished run read back from its directory.
@@ -87,25 +88,15 @@ func readEvents(path string) (evs []leyline.TelemetryEvent, warns []string, err 
 	name := filepath.Base(path)
 	var bad []string
 	nbad := 0
-	for n := 1; len(data) > 0; n++ {
-		line, rest, complete := bytes.Cut(data, []byte{'\n'})
-		data = rest
-		if len(bytes.TrimSpace(line)) == 0 {
-			continue
+	evs, torn, _ := nissa.DecodeJSONL(data, func(n int, err error) error {
+		nbad++
+		if len(bad) < maxShownBadLines {
+			bad = append(bad, fmt.Sprintf("line %d: %v", n, err))
 		}
-		var ev leyline.TelemetryEvent
-		if err := json.Unmarshal(line, &ev); err != nil {
-			if !complete {
-				warns = append(warns, fmt.Sprintf("%s ends in a torn line %d (the run was stopped while writing it): it is left out", name, n))
-				break
-			}
-			nbad++
-			if len(bad) < maxShownBadLines {
-				bad = append(bad, fmt.Sprintf("line %d: %v", n, err))
-			}
-			continue
-		}
-		evs = append(evs, ev)
+		return nil
+	})
+	if torn > 0 {
+		warns = append(warns, fmt.Sprintf("%s ends in a torn line %d (the run was stopped while writing it): it is left out", name, torn))
 	}
 	if nbad > 0 {
 		more := ""
