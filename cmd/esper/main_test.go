@@ -31,7 +31,7 @@ func TestBadInput(t *testing.T) {
 		{[]string{"train", "--task", "cifar"}, 1, "unknown task"},
 		{[]string{"train", "--resume"}, 1, "--resume needs --checkpoint"},
 		{[]string{"train", "--controller", "mlp"}, 1, "unknown controller"},
-		{[]string{"train", "--controller", "gnn"}, 1, "--controller gnn needs --policy"},
+		{[]string{"train", "--controller", "gnn", "--blocks", "3", "--epochs", "1", "--quiet", "--baseline=false", "--run-dir", "RUNDIR"}, 1, "the shipped policy"},
 		{[]string{"train", "--policy", "p.safetensors"}, 1, "only used with --controller gnn"},
 		{[]string{"train", "--controller", "gnn", "--policy", "/nonexistent.safetensors", "--epochs", "1", "--quiet", "--run-dir", "/nonexistent/runs"}, 1, "--policy"},
 		{[]string{"bench", "--workload", "W2", "--graphs", "0"}, 1, "--graphs"},
@@ -40,6 +40,11 @@ func TestBadInput(t *testing.T) {
 		{[]string{"train", "--device", "sim:-1"}, 1, "sim:-1"},
 		{[]string{"train", "--task", "fashion-mnist", "--data-dir", "/nonexistent"}, 1, "dataset-fashion-mnist"},
 	} {
+		for i, a := range tc.args {
+			if a == "RUNDIR" {
+				tc.args[i] = t.TempDir()
+			}
+		}
 		var out, errb bytes.Buffer
 		code := run(tc.args, &out, &errb)
 		require.Equal(t, tc.code, code, "%v", tc.args)

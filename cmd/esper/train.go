@@ -399,6 +399,9 @@ func runMorphogenetic(ctx context.Context, c trainConfig, train, test data.Datas
 		Kind: c.controller, Policy: c.policy, Sample: c.policySample, Seed: c.seed, Epochs: c.epochs, Sink: hub,
 	}); err != nil {
 		if pe := (*recipe.PolicyError)(nil); errors.As(err, &pe) {
+			if c.policy == "" {
+				return nil, fmt.Errorf("--controller gnn: %w (the shipped policy serves the default task's 2-block host; give --policy FILE for another)", pe.Err)
+			}
 			return nil, fmt.Errorf("--policy: %w", pe.Err)
 		}
 		return nil, err
