@@ -212,3 +212,16 @@ type wholeForwarder interface {
 
 // Blocks describes the host's blocks (depth, channels, attached slots).
 func (h *hostBase) Blocks() []leyline.BlockInfo { return copyBlocks(h.blocks) }
+
+// PrePoolSlots returns the ids of h's slots on the pre-pool surface (one
+// per CNN block, before its pool), in action order: the slots the
+// standard runs grow seeds in.
+func PrePoolSlots(h Host) []string {
+	var slots []string
+	for _, s := range h.InjectionSpecs() {
+		if s.Surface == leyline.SurfacePrePool {
+			slots = append(slots, s.SlotID)
+		}
+	}
+	return slots
+}

@@ -221,3 +221,15 @@ func TestCNNHostFusedPoolMatchesSegments(t *testing.T) {
 	})
 	require.Equal(t, testdevice.F32(t, seg.Value), testdevice.F32(t, whole.Value), "inference logits")
 }
+
+// TestPrePoolSlots: a CNN host's pre-pool slots are one per block, in
+// action order.
+func TestPrePoolSlots(t *testing.T) {
+	h, err := NewCNNHost(CNNHostOptions{InChannels: 1, Classes: 3, Blocks: 3, BaseChannels: 2, RNG: tensor.NewRNG(1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := PrePoolSlots(h); fmt.Sprint(got) != "[r0c0 r0c1 r0c2]" {
+		t.Fatalf("PrePoolSlots = %v", got)
+	}
+}

@@ -73,13 +73,7 @@ func NewModel(train data.Dataset, o ModelOptions) (*kasmina.MorphogeneticModel, 
 	if err != nil {
 		return nil, err
 	}
-	var slots []string
-	for _, s := range host.InjectionSpecs() {
-		if s.Surface == leyline.SurfacePrePool {
-			slots = append(slots, s.SlotID)
-		}
-	}
-	model, err := kasmina.NewMorphogeneticModel(host, kasmina.ModelOptions{Slots: slots, Sink: o.Sink})
+	model, err := kasmina.NewMorphogeneticModel(host, kasmina.ModelOptions{Slots: kasmina.PrePoolSlots(host), Sink: o.Sink})
 	if err != nil {
 		return nil, err
 	}

@@ -380,7 +380,7 @@ func NewEsperEnv(o EsperEnvOptions) (*EsperEnv, error) {
 	if err != nil {
 		return nil, err
 	}
-	e.spec = TamiyoSpec(len(prePoolSlots(host)))
+	e.spec = TamiyoSpec(len(kasmina.PrePoolSlots(host)))
 	e.fused = newFusedValidator()
 	return e, nil
 }
@@ -449,16 +449,6 @@ func (e *EsperEnv) newHost() (*kasmina.CNNHost, error) {
 	})
 }
 
-func prePoolSlots(h kasmina.Host) []string {
-	var slots []string
-	for _, s := range h.InjectionSpecs() {
-		if s.Surface == leyline.SurfacePrePool {
-			slots = append(slots, s.SlotID)
-		}
-	}
-	return slots
-}
-
 // episodeData calls NewData for an episode and checks the stream.
 func (e *EsperEnv) episodeData(episode int) (*EsperData, error) {
 	d, err := e.o.NewData(episode)
@@ -520,7 +510,7 @@ func (e *EsperEnv) Reset() (TamiyoObs, error) {
 	if err != nil {
 		return TamiyoObs{}, fmt.Errorf("simic: EsperEnv.Reset: %w", err)
 	}
-	slots := prePoolSlots(host)
+	slots := kasmina.PrePoolSlots(host)
 	model, err := kasmina.NewMorphogeneticModel(host, kasmina.ModelOptions{Slots: slots})
 	if err != nil {
 		return TamiyoObs{}, fmt.Errorf("simic: EsperEnv.Reset: %w", err)
