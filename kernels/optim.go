@@ -20,14 +20,14 @@ type OptimFamily interface {
 	// ForeachAxpy computes ys[i] += alpha·xs[i].
 	ForeachAxpy(ys, xs []*T, alpha float64)
 	// Increment adds one to counter (one element) unless skip (optional,
-	// one element) is non-zero.
+	// one F32 element, as every flag of this file: CheckFlag) is non-zero.
 	Increment(counter, skip *T)
 	// SGDStep updates param in place from grad and the momentum buffer
 	// mom (nil when Momentum is 0), all the same shape (a flat arena in
 	// practice). hyper is an F64 [2] tensor {lr, step} with step already
 	// counting this update (the first update sees 1 and initialises
-	// mom to the gradient, as PyTorch does). When foundInf (optional) is
-	// non-zero nothing changes.
+	// mom to the gradient, as PyTorch does). When foundInf (optional, one
+	// F32 element) is non-zero nothing changes.
 	SGDStep(param, grad, mom, hyper, foundInf *T, o SGDOptions)
 	// AdamWStep is the fused AdamW update with bias corrections derived
 	// from hyper {lr, step}; m and v are the moment buffers.
@@ -143,6 +143,23 @@ func checkOptimState(name string, param *T, what string, t *T) error {
 	}
 	if !tensor.SameShape(t.Shape(), param.Shape()) || t.DType() != param.DType() {
 		return fmt.Errorf("%s: param is %v %v but %s is %v %v", name, param.Shape(), param.DType(), what, t.Shape(), t.DType())
+	}
+	return nil
+}
+
+// CheckFlag checks a one-element flag operand (Increment's skip, the
+// optimizers' and the GradScaler's foundInf): one F32 element, or nil
+// when optional. Every backend reads flags as F32, so a flag of another
+// dtype (a float64 statistic used as a skip, say) is refused on every
+// device alike, not only on the one whose kernel reads four bytes.
+func CheckFlag(name, what string, t *T, optional bool) error {
+	switch {
+	case t == nil && optional:
+		return nil
+	case t == nil:
+		return fmt.Errorf("%s: %s is nil, want one F32 element", name, what)
+	case t.Numel() != 1 || t.DType() != tensor.F32:
+		return fmt.Errorf("%s: %s is %v %v, want one F32 element (cast the flag to F32)", name, what, t.DType(), t.Shape())
 	}
 	return nil
 }

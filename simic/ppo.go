@@ -925,7 +925,8 @@ func (a *updateAcc) gate(loss *autograd.Var, gn *tensor.Tensor, parts lossParts,
 		a.steps = autograd.Add(a.steps, a.ok)
 		a.skipped = autograd.Add(a.skipped, autograd.Sub(proceed, a.ok))
 		a.live = proceed
-		skip = autograd.Sub(one, a.ok).Value
+		// optim reads the skip flag as one F32 element (kernels.CheckFlag).
+		skip = autograd.Cast(autograd.Sub(one, a.ok), tensor.F32).Value
 	})
 	return skip
 }

@@ -2,7 +2,9 @@
 // (W1, W5, W6, W7, W8) on the CUDA backend, written as the CPU
 // workloads' JSON reports (bench.Report) beside the PyTorch GPU peer
 // (bench/pytorch/gpu_peers.py) of the same run when --compare pytorch is
-// given. Device work is timed with events after warm-up and summarised
+// given; and W2 and W4, the CPU's workloads run on the device
+// (bench.BenchW2, bench.BenchW4: timed, with their host syncs, without a
+// GPU peer). Device work is timed with events after warm-up and summarised
 // by medians and percentiles (GPU.md); W1 is timed by wall clock, as on
 // the CPU, because its epoch ends with a host read.
 //

@@ -28,7 +28,7 @@ import (
 )
 
 // gpuWorkloads is what --workload all runs on a GPU, in order.
-var gpuWorkloads = []string{"W1", "W5", "W6", "W7", "W8"}
+var gpuWorkloads = []string{"W1", "W2", "W4", "W5", "W6", "W7", "W8"}
 
 // PERF.md's GPU targets.
 const (
@@ -41,8 +41,8 @@ const (
 	w8GPUTargetPinnedRatio = 2    // pinned ≥ 2× pageable
 )
 
-// Run runs the GPU workloads named by workload (W1, W5, W6, W7, W8, or
-// all for each in turn; any case) on dev, a CUDA device, as esper bench
+// Run runs the GPU workloads named by workload (W1, W2, W4, W5, W6, W7,
+// W8, or all for each in turn; any case) on dev, a CUDA device, as esper bench
 // --device cuda does. Once workload, dev and the peers' scripts are
 // checked, kernels/device.OpenDevice opens dev (and registers its
 // backend for the device's tensors; in a build without the cuda tag it
@@ -61,7 +61,7 @@ func Run(dev tensor.Device, workload string, c bench.Config, stdout, stderr io.W
 	}
 	for _, id := range ids {
 		if !slices.Contains(gpuWorkloads, id) {
-			return fmt.Errorf("unknown workload %q on %v (available there: W1, W5, W6, W7, W8, all)", id, dev)
+			return fmt.Errorf("unknown workload %q on %v (available there: W1, W2, W4, W5, W6, W7, W8, all)", id, dev)
 		}
 	}
 	if c.Compare && c.PeerResults == "" {
@@ -122,6 +122,13 @@ func (g *gpuBench) run(id string) (err error) {
 	switch id {
 	case "W1":
 		return g.w1()
+	case "W2":
+		// The policy's forwards, eager and captured, and W4's
+		// environments and PPO: the CPU's workloads on the device,
+		// timed and with their host syncs (no PyTorch peer on the GPU).
+		return bench.BenchW2(g.stdout, g.stderr, g.c, g.dev)
+	case "W4":
+		return bench.BenchW4(g.stdout, g.stderr, g.c, g.dev)
 	case "W5":
 		return g.w5()
 	case "W6":
@@ -138,6 +145,8 @@ func (g *gpuBench) run(id string) (err error) {
 // kernels.Backend (every one names the device: DeviceDescriber).
 var needs = map[string][]reflect.Type{
 	"W1": nil,
+	"W2": nil,
+	"W4": nil,
 	"W5": {reflect.TypeFor[kernels.EventTimers](), reflect.TypeFor[kernels.Stagers]()},
 	"W6": {reflect.TypeFor[kernels.EventTimers]()},
 	"W7": {reflect.TypeFor[kernels.EventTimers](), reflect.TypeFor[kernels.ByteCopier](), reflect.TypeFor[kernels.ForeachStepper]()},

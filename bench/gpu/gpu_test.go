@@ -45,7 +45,7 @@ func TestRunRefusesBeforeOpening(t *testing.T) {
 		msg      string
 	}{
 		{tensor.Sim(0), "W1", "is not a CUDA device"},
-		{tensor.CUDA(0), "W2", "unknown workload"},
+		{tensor.CUDA(0), "W3", "unknown workload"},
 	} {
 		err := Run(c.dev, c.workload, bench.DefaultConfig(), &out, &errb)
 		if err == nil || !strings.Contains(err.Error(), c.msg) {

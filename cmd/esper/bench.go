@@ -46,7 +46,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&c.Graphs, "graphs", c.Graphs, "the large batch of W2, in graphs (W2 times batch 1 and this)")
 	fs.IntVar(&c.Params, "params", c.Params, "total fp32 parameters (W7)")
 	fs.IntVar(&c.Tensors, "tensors", c.Tensors, "parameter tensors (W7)")
-	devName := fs.String("device", "cpu", "device: cpu; cuda[:N] for the GPU workloads W1, W5, W6, W7, W8 (a binary built with -tags cuda; GPU.md); or sim[:N] for W1, W2 and W4, to count their host syncs")
+	devName := fs.String("device", "cpu", "device: cpu; cuda[:N] for the GPU workloads W1, W2, W4, W5, W6, W7, W8 (a binary built with -tags cuda; GPU.md); or sim[:N] for W1, W2 and W4, to count their host syncs")
 	fs.StringVar(&c.PeerDir, "peer-dir", c.PeerDir, "directory of the PyTorch peer scripts")
 	fs.StringVar(&c.PeerResults, "peer-results", c.PeerResults, "with --device cuda: a directory holding this run's gpu_peers.py results (pytorch_w1.json, ...) to compare with, read instead of running the peers (implies --compare pytorch)")
 	if err := parseFlags(fs, args); err != nil {

@@ -21,7 +21,7 @@ func TestBenchCUDAWithoutTag(t *testing.T) {
 		{[]string{"bench", "--device", "cuda"}, "cuda:0: this build has no CUDA support (build with -tags cuda"},
 		{[]string{"bench", "--device", "cuda:1", "--workload", "W8"}, "GPU.md"},
 		{[]string{"bench", "--device", "cuda", "--epochs", "0"}, "--epochs"},
-		{[]string{"bench", "--device", "cuda", "--workload", "W2"}, "unknown workload"},
+		{[]string{"bench", "--device", "cuda", "--workload", "W3"}, "unknown workload"},
 		{[]string{"bench", "--device", "gpu"}, "malformed device name"},
 	} {
 		var out, errb bytes.Buffer

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 )
 
 const usage = `esper — morphogenetic training in Go
@@ -47,6 +48,9 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 	defer func() {
 		if r := recover(); r != nil {
 			fmt.Fprintf(stderr, "esper: internal error: %v\n", r)
+			if os.Getenv("ESPER_TRACE") != "" {
+				stderr.Write(debug.Stack())
+			}
 			code = 3
 		}
 	}()

@@ -267,14 +267,17 @@ func checkScalerUpdate(s *suite) {
 		{1024, 0, 0, 1, 2048, 0},                   // an interval of one
 		{float64(float32(0.5)), 3, 2, 10, 0.25, 0}, // any non-zero foundInf
 	} {
-		scale, _ := s.put(tensor.F32, []float64{c.scale}, 1)
-		tracker, _ := s.put(tensor.F32, []float64{c.tracker}, 1)
-		found, _ := s.put(tensor.F32, []float64{c.found}, 1)
-		what := name("ScalerUpdate", c.scale, c.tracker, c.found, c.interval)
-		s.check(call{what: what, launch: func() { s.b.ScalerUpdate(scale, tracker, found, 2, 0.5, c.interval) }, writes: []*T{scale, tracker}}, func(got [][]float64) {
-			same(s.t, what+" scale", got[0], []float64{float64(float32(c.wantScale))})
-			same(s.t, what+" tracker", got[1], []float64{c.wantTrack})
-		})
+		// optim.GradScaler keeps an I32 tracker; F32 ones count too.
+		for _, tdt := range []tensor.DType{tensor.I32, tensor.F32} {
+			scale, _ := s.put(tensor.F32, []float64{c.scale}, 1)
+			tracker, _ := s.put(tdt, []float64{c.tracker}, 1)
+			found, _ := s.put(tensor.F32, []float64{c.found}, 1)
+			what := name("ScalerUpdate", tdt, c.scale, c.tracker, c.found, c.interval)
+			s.check(call{what: what, launch: func() { s.b.ScalerUpdate(scale, tracker, found, 2, 0.5, c.interval) }, writes: []*T{scale, tracker}}, func(got [][]float64) {
+				same(s.t, what+" scale", got[0], []float64{float64(float32(c.wantScale))})
+				same(s.t, what+" tracker", got[1], []float64{c.wantTrack})
+			})
+		}
 	}
 }
 

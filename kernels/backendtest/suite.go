@@ -24,6 +24,10 @@ type Options struct {
 	// (the CUDA backend's accumulating index ops are F32 only), by method
 	// name. A name that is no method is an error.
 	Narrow map[string][]tensor.DType
+	// Wide lists the methods that take float dtypes beyond Floats (the
+	// CUDA backend's elementwise ops and Reduce take F64 too), by method
+	// name. A name that is no method is an error.
+	Wide map[string][]tensor.DType
 	// NoCapture leaves out the captured replays (for a backend whose
 	// BeginCapture always fails).
 	NoCapture bool
@@ -44,9 +48,11 @@ type Options struct {
 // RunAll sets the backend's matmul precision to Highest.
 func RunAll(t *testing.T, b kernels.Backend, o Options) {
 	t.Helper()
-	for name := range o.Narrow {
-		if _, ok := methodSet()[name]; !ok {
-			t.Fatalf("backendtest: Options.Narrow names %q, which is no method of kernels.Backend or its optional interfaces", name)
+	for field, m := range map[string]map[string][]tensor.DType{"Narrow": o.Narrow, "Wide": o.Wide} {
+		for name := range m {
+			if _, ok := methodSet()[name]; !ok {
+				t.Fatalf("backendtest: Options.%s names %q, which is no method of kernels.Backend or its optional interfaces", field, name)
+			}
 		}
 	}
 	if len(o.Floats) == 0 {
@@ -138,14 +144,15 @@ type suite struct {
 type T = tensor.Tensor
 
 // floats is the float dtypes method is checked in: those of want (all
-// four when empty) that Options allows for it.
+// four when empty) that Options allows for it (Floats and the method's
+// Wide, less what Narrow leaves out).
 func (s *suite) floats(method string, want ...tensor.DType) []tensor.DType {
 	if len(want) == 0 {
 		want = []tensor.DType{tensor.F64, tensor.F32, tensor.BF16, tensor.F16}
 	}
 	var out []tensor.DType
 	for _, d := range want {
-		if !contains(s.o.Floats, d) {
+		if !contains(s.o.Floats, d) && !contains(s.o.Wide[method], d) {
 			continue
 		}
 		if n, ok := s.o.Narrow[method]; ok && !contains(n, d) {

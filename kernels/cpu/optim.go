@@ -15,6 +15,7 @@ import (
 func (be *Backend) Increment(counter, skip *T) {
 	const name = "Increment"
 	needCPU(name, counter, skip)
+	must(kernels.CheckFlag(name, "skip", skip, true))
 	if be.eager() && counter.Numel() == 1 && (skip == nil || skip.Numel() == 1) {
 		if skip == nil || scalarAt(skip, 0) == 0 {
 			scalarSet(counter, scalarAt(counter, 0)+1)
@@ -63,6 +64,7 @@ func checkOptim(name string, param *T, others ...*T) {
 func (be *Backend) SGDStep(param, grad, mom, hyper, foundInf *T, o kernels.SGDOptions) {
 	const name = "SGDStep"
 	must(kernels.CheckSGDStep(name, param, grad, mom, hyper, o))
+	must(kernels.CheckFlag(name, "foundInf", foundInf, true))
 	checkOptim(name, param, grad, mom)
 	if be.eager() && param.DType() == tensor.F64 && sgdEager[float64](param, grad, mom, hyper, foundInf, o) ||
 		be.eager() && param.DType() == tensor.F32 && sgdEager[float32](param, grad, mom, hyper, foundInf, o) {
@@ -222,6 +224,7 @@ func (k *sgdKernel[F]) body(lo, hi int) {
 func (be *Backend) AdamWStep(param, grad, m, v, hyper, foundInf *T, o kernels.AdamWOptions) {
 	const name = "AdamWStep"
 	must(kernels.CheckAdamWStep(name, param, grad, m, v, hyper))
+	must(kernels.CheckFlag(name, "foundInf", foundInf, true))
 	checkOptim(name, param, grad, m, v)
 	if param.DType() == tensor.F64 {
 		be.launch(adamwPrep[float64](param, grad, m, v, hyper, foundInf, o))
@@ -283,6 +286,7 @@ func adamwPrep[F tensor.Float](param, grad, mt, vt, hyper, foundInf *T, o kernel
 func (be *Backend) UnscaleCheck(xs []*T, invScale, foundInf *T) {
 	const name = "UnscaleCheck"
 	needCPU(name, invScale, foundInf)
+	must(kernels.CheckFlag(name, "foundInf", foundInf, false))
 	inv := scalarReader(name, "invScale", invScale)
 	set := scalarWriter(name, "foundInf", foundInf)
 	fs := flats(name, "xs[i]", xs)
@@ -343,6 +347,7 @@ func (be *Backend) UnscaleCheck(xs []*T, invScale, foundInf *T) {
 func (be *Backend) ScalerUpdate(scale, tracker, foundInf *T, growth, backoff float64, interval int) {
 	const name = "ScalerUpdate"
 	needCPU(name, scale, tracker, foundInf)
+	must(kernels.CheckFlag(name, "foundInf", foundInf, false))
 	getS, setS := scalarReader(name, "scale", scale), scalarWriter(name, "scale", scale)
 	getT, setT := scalarReader(name, "tracker", tracker), scalarWriter(name, "tracker", tracker)
 	inf := scalarReader(name, "foundInf", foundInf)

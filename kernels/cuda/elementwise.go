@@ -24,7 +24,7 @@ func (b *Backend) Fill(dst *T, v float64) { must(b.d.Fill(dst, v)) }
 // device).
 func (b *Backend) Copy(dst, src *T) { must(b.d.Copy(dst, src)) }
 
-// Unary implements kernels.Backend (F32, BF16, F16).
+// Unary implements kernels.Backend (F64, F32, BF16, F16).
 func (b *Backend) Unary(op kernels.UnaryOp, dst, x *T) { must(b.d.Unary(op, dst, x)) }
 
 // UnaryBackward implements kernels.Backend (F32, BF16, F16).
@@ -32,7 +32,7 @@ func (b *Backend) UnaryBackward(op kernels.UnaryOp, dx, x, y, dy *T) {
 	must(b.d.UnaryBackward(op, dx, x, y, dy))
 }
 
-// Binary implements kernels.Backend (F32, BF16, F16; comparisons into
+// Binary implements kernels.Backend (F64, F32, BF16, F16; comparisons into
 // Bool).
 func (b *Backend) Binary(op kernels.BinaryOp, dst, x, y *T) { must(b.d.Binary(op, dst, x, y)) }
 
@@ -220,13 +220,13 @@ func copyKernel(dst, src tensor.DType) (string, error) {
 // dtypeCode numbers the dtypes as src/elementwise.cu's D_* codes.
 var dtypeCode = map[tensor.DType]int32{tensor.F64: 0, tensor.F32: 1, tensor.BF16: 2, tensor.F16: 3, tensor.I64: 4, tensor.I32: 5, tensor.Bool: 6}
 
-// Unary sets dst = op(x) elementwise (same shape and dtype, F32, BF16 or
-// F16; half values are computed in fp32).
+// Unary sets dst = op(x) elementwise (same shape and dtype, F64, F32,
+// BF16 or F16; half values are computed in fp32, F64 in double).
 func (d *Device) Unary(op kernels.UnaryOp, dst, x *tensor.Tensor) error {
 	if err := checked(kernels.CheckUnary("Unary", op, dst, x)); err != nil {
 		return err
 	}
-	name, err := floatKernel("Unary", "unary", x.DType())
+	name, err := wideKernel("Unary", "unary", x.DType())
 	if err != nil {
 		return err
 	}
@@ -289,7 +289,7 @@ func (d *Device) Binary(op kernels.BinaryOp, dst, x, y *tensor.Tensor) error {
 		return d.binaryND("Binary", op, dst, x, y, 0, modeTensors)
 	}
 	dt := dst.DType()
-	name, err := floatKernel("Binary", "binary", dt)
+	name, err := wideKernel("Binary", "binary", dt)
 	if err != nil {
 		return err
 	}
@@ -356,7 +356,7 @@ func (d *Device) checkBinaryDst(name string, op kernels.BinaryOp, dst *tensor.Te
 // scalar modes).
 func (d *Device) binaryND(name string, op kernels.BinaryOp, dst, x, y *tensor.Tensor, s float64, mode int32) error {
 	dt := x.DType()
-	kernel, err := floatKernel(name, "binary_nd", dt)
+	kernel, err := wideKernel(name, "binary_nd", dt)
 	if err != nil {
 		return err
 	}
@@ -383,13 +383,20 @@ func (d *Device) binaryND(name string, op kernels.BinaryOp, dst, x, y *tensor.Te
 	release := d.enter()
 	defer release()
 	var a args
-	a.i32(int32(op)).ptr(pd).ptr(px).ptr(py).f32(float32(s)).i32(mode).push(g.words()...).i64(n)
+	a.i32(int32(op)).ptr(pd).ptr(px).ptr(py)
+	if dt == tensor.F64 {
+		a.f64(s) // the F64 kernel takes the scalar in double, as the CPU's float64 path
+	} else {
+		a.f32(float32(s))
+	}
+	a.i32(mode).push(g.words()...).i64(n)
 	return d.launch1D(kernel, n, &a)
 }
 
 // BinaryScalar sets dst = a op s, or s op a when swap is set, for every
-// BinaryOp (comparisons write a Bool dst); a is any view of F32, BF16 or
-// F16 broadcasting to dst's shape, and s is rounded to fp32 as on the CPU.
+// BinaryOp (comparisons write a Bool dst); a is any view of F64, F32,
+// BF16 or F16 broadcasting to dst's shape, and s is rounded to fp32 (kept
+// in double for F64) as on the CPU.
 func (d *Device) BinaryScalar(op kernels.BinaryOp, dst, x *tensor.Tensor, s float64, swap bool) error {
 	if err := checked(kernels.CheckBinary("BinaryScalar", op, dst, x, nil)); err != nil {
 		return err
@@ -403,14 +410,14 @@ func (d *Device) BinaryScalar(op kernels.BinaryOp, dst, x *tensor.Tensor, s floa
 
 // Where sets dst = cond ? a : b elementwise, with cond (Bool), a and b
 // any views broadcasting to dst's shape; dst contiguous, a and b of its
-// dtype (F32, BF16 or F16).
+// dtype (F64, F32, BF16 or F16).
 func (d *Device) Where(dst, cond, x, y *tensor.Tensor) error {
 	const op = "Where"
 	if err := checked(kernels.CheckWhere(op, dst, cond, x, y)); err != nil {
 		return err
 	}
 	dt := dst.DType()
-	kernel, err := floatKernel(op, "where_nd", dt)
+	kernel, err := wideKernel(op, "where_nd", dt)
 	if err != nil {
 		return err
 	}
@@ -443,16 +450,16 @@ func (d *Device) Where(dst, cond, x, y *tensor.Tensor) error {
 }
 
 // Clamp sets dst = min(max(x, lo), hi) elementwise (NaN stays NaN, as in
-// torch.clamp); dst and x contiguous, one shape and dtype (F32, BF16 or
-// F16).
-// The bounds are rounded to fp32, as the CPU backend does for both.
+// torch.clamp); dst and x contiguous, one shape and dtype (F64, F32, BF16
+// or F16). The bounds are rounded to x's dtype's compute type (fp32, or
+// double for F64), as the CPU backend does.
 func (d *Device) Clamp(dst, x *tensor.Tensor, lo, hi float64) error {
 	const op = "Clamp"
 	if err := checked(kernels.CheckSameShape(op, "dst", dst, x.Shape())); err != nil {
 		return err
 	}
 	dt := x.DType()
-	name, err := floatKernel(op, "clamp", dt)
+	name, err := wideKernel(op, "clamp", dt)
 	if err != nil {
 		return err
 	}
@@ -468,5 +475,11 @@ func (d *Device) Clamp(dst, x *tensor.Tensor, lo, hi float64) error {
 	release := d.enter()
 	defer release()
 	var a args
-	return d.launch1D(name, n, a.ptr(pd).ptr(px).f32(float32(lo)).f32(float32(hi)).i64(n))
+	a.ptr(pd).ptr(px)
+	if dt == tensor.F64 {
+		a.f64(lo).f64(hi)
+	} else {
+		a.f32(float32(lo)).f32(float32(hi))
+	}
+	return d.launch1D(name, n, a.i64(n))
 }

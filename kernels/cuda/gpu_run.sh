@@ -14,14 +14,15 @@
 # ESPER_GPU_PHASES picks the phases (default "tests train memcheck bench":
 # train is `esper train` with the demo's flags on cuda beside the same on
 # the CPU, with --amp bf16 and fp16, and `esper ppo --rounds 3` on cuda);
-# ESPER_GPU_WORKLOADS the workloads (default "w1 w5 w6 w7 w8").
+# ESPER_GPU_WORKLOADS the workloads (default "w1 w2 w4 w5 w6 w7 w8"; W2
+# and W4 have no PyTorch peer on the GPU).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: gpu/run.sh OUTDIR}
 mkdir -p "$out" && out=$(cd "$out" && pwd)
 budget=${ESPER_GPU_BUDGET:-450}
 phases=${ESPER_GPU_PHASES:-tests train memcheck bench}
-workloads=${ESPER_GPU_WORKLOADS:-w1 w5 w6 w7 w8}
+workloads=${ESPER_GPU_WORKLOADS:-w1 w2 w4 w5 w6 w7 w8}
 start=$SECONDS
 summary="$out/summary.txt"
 : >"$summary"
@@ -101,7 +102,7 @@ if has train; then
 	done
 	echo "== esper ppo --device cuda --rounds 3"
 	step "esper ppo cuda" 120 "$out/ppo_cuda.log" \
-		"$here/esper" ppo --device cuda --rounds 3 --run-dir "$out/runs"
+		env ESPER_TRACE=1 "$here/esper" ppo --device cuda --rounds 3 --run-dir "$out/runs"
 	tail -6 "$out/ppo_cuda.log"
 fi
 if has memcheck; then
@@ -129,7 +130,8 @@ if has bench; then
 	# One workload at a time, the peer first, so that each pair that
 	# finishes compares like with like even when the budget runs out.
 	for w in $workloads; do
-		if ((torch_ok)); then
+		case $w in w2 | w4) peerless=1 ;; *) peerless=0 ;; esac # no GPU peer for W2, W4
+		if ((torch_ok && !peerless)); then
 			echo "== PyTorch peer $w"
 			step "PyTorch peer $w" 150 "$out/pytorch_$w.log" \
 				python3 "$here/pytorch/gpu_peers.py" "$w" --json "$out/pytorch_$w.json"

@@ -49,6 +49,20 @@ func floatKernel(op, base string, dt tensor.DType) (string, error) {
 	return "", fmt.Errorf("cuda: %s: dtype %v (F32, BF16 and F16 run here)", op, dt)
 }
 
+// wideKernel is floatKernel for the kernels that also have an F64
+// variant (base_f64): the elementwise ops (Unary, Binary, BinaryScalar,
+// Where, Clamp) and Reduce, which float64 statistics on the device use.
+func wideKernel(op, base string, dt tensor.DType) (string, error) {
+	if dt == tensor.F64 {
+		return base + "_f64", nil
+	}
+	name, err := floatKernel(op, base, dt)
+	if err != nil {
+		return "", fmt.Errorf("cuda: %s: dtype %v (F64, F32, BF16 and F16 run here)", op, dt)
+	}
+	return name, nil
+}
+
 // sideOperand checks a side operand of an epilogue (a bias, a scale, a
 // shift: contiguous on d, of any of F32, BF16 and F16, whatever the
 // kernel's dtype kdt) and returns its address and the code the kernel

@@ -221,13 +221,24 @@ func (d *Device) each(name string, ptrs []cu.DevicePtr, sizes []int64, fill func
 // growth (kept when that would overflow fp32) and the tracker reset.
 func (d *Device) ScalerUpdate(scale, tracker, foundInf *tensor.Tensor, growth, backoff float64, interval int) error {
 	const op = "ScalerUpdate"
-	ptrs := make([]cu.DevicePtr, 3)
-	for i, t := range []*tensor.Tensor{scale, tracker, foundInf} {
-		p, err := d.scalarPtr(op, []string{"scale", "tracker", "foundInf"}[i], t)
-		if err != nil {
-			return err
-		}
-		ptrs[i] = p
+	ps, err := d.scalarPtr(op, "scale", scale)
+	if err != nil {
+		return err
+	}
+	pf, err := d.scalarPtr(op, "foundInf", foundInf)
+	if err != nil {
+		return err
+	}
+	if tracker == nil || tracker.Numel() != 1 || (tracker.DType() != tensor.F32 && tracker.DType() != tensor.I32) {
+		return fmt.Errorf("cuda: %s: tracker must be one F32 or I32 element", op)
+	}
+	pt, err := d.ptrOf(op, "tracker", tracker, tracker.DType())
+	if err != nil {
+		return err
+	}
+	var i32 int32
+	if tracker.DType() == tensor.I32 {
+		i32 = 1
 	}
 	fn, err := d.kernel("scaler_update_f32")
 	if err != nil {
@@ -236,7 +247,7 @@ func (d *Device) ScalerUpdate(scale, tracker, foundInf *tensor.Tensor, growth, b
 	release := d.enter()
 	defer release()
 	var a args
-	a.ptr(ptrs[0]).ptr(ptrs[1]).ptr(ptrs[2]).f64(growth).f64(backoff).i64(int64(interval))
+	a.ptr(ps).ptr(pt).i32(i32).ptr(pf).f64(growth).f64(backoff).i64(int64(interval))
 	return launchRaw(fn, [3]int{1, 1, 1}, [3]int{1, 1, 1}, 0, d.stream, &a)
 }
 

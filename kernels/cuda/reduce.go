@@ -27,8 +27,8 @@ func (b *Backend) CountCorrect(acc, logits, target *T) { must(b.d.CountCorrect(a
 // Reduce reduces x over axes into dst, which has x's rank with the
 // reduced axes of size 1 (kernels.Backend's keep-dims form), for every
 // ReduceOp: sums, means and the log-sum-exp accumulate in fp64, max and
-// min propagate NaN. x and dst are contiguous, of one dtype (F32, BF16
-// or F16). When the reduced axes are not one run of neighbours (after
+// min propagate NaN. x and dst are contiguous, of one dtype (F64, F32,
+// BF16 or F16). When the reduced axes are not one run of neighbours (after
 // dropping axes of size 1) x is first copied with them moved last.
 func (d *Device) Reduce(op kernels.ReduceOp, dst, x *tensor.Tensor, axes []int) error {
 	const name = "Reduce"
@@ -38,7 +38,7 @@ func (d *Device) Reduce(op kernels.ReduceOp, dst, x *tensor.Tensor, axes []int) 
 		return err
 	}
 	dt := x.DType()
-	if _, err := floatKernel(name, "reduce", dt); err != nil {
+	if _, err := wideKernel(name, "reduce", dt); err != nil {
 		return err
 	}
 	pd, err := d.ptrOf(name, "dst", dst, dt)
@@ -106,10 +106,10 @@ func (d *Device) Reduce(op kernels.ReduceOp, dst, x *tensor.Tensor, axes []int) 
 	defer release()
 	var a args
 	if inner == 1 && n >= 32 {
-		k, _ := floatKernel(name, "reduce_axis_block", dt)
+		k, _ := wideKernel(name, "reduce_axis_block", dt)
 		return d.launchRows(k, outer, a.i32(int32(op)).ptr(pd).ptr(ps).i64(int64(n)).i64(1))
 	}
-	k, _ := floatKernel(name, "reduce_axis_thread", dt)
+	k, _ := wideKernel(name, "reduce_axis_thread", dt)
 	return d.launch1D(k, int64(outer*inner), a.i32(int32(op)).ptr(pd).ptr(ps).i64(int64(outer)).i64(int64(n)).i64(int64(inner)))
 }
 

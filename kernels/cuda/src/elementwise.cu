@@ -221,6 +221,57 @@ __device__ __forceinline__ void st_any(void* p, int dt, int64_t i, double v) {
     }
 }
 
+// The fp64 kernels (appended below the others) compute in double with
+// the CPU backend's float64 formulas: unary_d, binary_d and compare_d are
+// unary_f, binary_f and compare_f in double, except that Sign and ReLU
+// keep NaN as the CPU's float64 path does.
+__device__ __forceinline__ double unary_d(int op, double x) {
+    switch (op) {
+    case U_NEG: return -x;
+    case U_ABS: return fabs(x);
+    case U_EXP: return exp(x);
+    case U_LOG: return log(x);
+    case U_SQRT: return sqrt(x);
+    case U_RSQRT: return 1.0 / sqrt(x);
+    case U_SQUARE: return x * x;
+    case U_RECIP: return 1.0 / x;
+    case U_SIGN: return x > 0.0 ? 1.0 : (x < 0.0 ? -1.0 : x);
+    case U_RELU: return x != x ? x : (x > 0.0 ? x : 0.0);
+    case U_GELU_TANH: return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+    case U_GELU_ERF: return x * 0.5 * erfc(-x * 0.7071067811865476);
+    case U_SILU: return x / (1.0 + exp(-x));
+    case U_SIGMOID: return 1.0 / (1.0 + exp(-x));
+    case U_TANH: return tanh(x);
+    case U_SOFTPLUS: return x > 20.0 ? x : log1p(exp(x));
+    }
+    return x;
+}
+
+__device__ __forceinline__ double binary_d(int op, double a, double b) {
+    switch (op) {
+    case B_ADD: return a + b;
+    case B_SUB: return a - b;
+    case B_MUL: return a * b;
+    case B_DIV: return a / b;
+    case B_POW: return pow(a, b);
+    case B_MAX: return (a != a || a > b) ? a : b;
+    case B_MIN: return (a != a || a < b) ? a : b;
+    }
+    return a;
+}
+
+__device__ __forceinline__ bool compare_d(int op, double a, double b) {
+    switch (op) {
+    case B_EQ: return a == b;
+    case B_NE: return a != b;
+    case B_LT: return a < b;
+    case B_LE: return a <= b;
+    case B_GT: return a > b;
+    case B_GE: return a >= b;
+    }
+    return false;
+}
+
 extern "C" {
 
 __global__ void fill_f32(float* d, float v, int64_t n) {
@@ -427,5 +478,46 @@ __global__ void where_nd_f16(__half* d, const uint8_t* c, const __half* a, const
 
 __global__ void copy_nd_f32_f16(__half* d, const float* s, Geom g, int64_t n) { copy_nd(d, s, g, n); }
 __global__ void copy_nd_f16_f32(float* d, const __half* s, Geom g, int64_t n) { copy_nd(d, s, g, n); }
+
+// fp64 (appended so that the entry points above keep their code): the
+// elementwise ops the float64 statistics of the trainer and of PPO use.
+__global__ void unary_f64(int op, double* d, const double* x, int64_t n) {
+    GRID_STRIDE(i, n) d[i] = unary_d(op, x[i]);
+}
+
+__global__ void binary_f64(int op, double* d, const double* a, int64_t sa, const double* b, int64_t sb, int64_t n) {
+    GRID_STRIDE(i, n) d[i] = binary_d(op, a[i * sa], b[i * sb]);
+}
+
+__global__ void binary_nd_f64(int op, void* d, const double* a, const double* b, double s, int mode, Geom g, int64_t n) {
+    GRID_STRIDE(i, n) {
+        int64_t o[3];
+        geom_offsets(g, i, 3, o);
+        double x = a[o[1]], y = mode == 0 ? b[o[2]] : s;
+        if (mode == 2) {
+            double t = x;
+            x = y;
+            y = t;
+        }
+        if (op >= B_EQ) {
+            ((uint8_t*)d)[o[0]] = compare_d(op, x, y);
+        } else {
+            ((double*)d)[o[0]] = binary_d(op, x, y);
+        }
+    }
+}
+
+__global__ void where_nd_f64(double* d, const uint8_t* c, const double* a, const double* b, Geom g, int64_t n) {
+    where_nd(d, c, a, b, g, n);
+}
+
+__global__ void clamp_f64(double* d, const double* x, double lo, double hi, int64_t n) {
+    GRID_STRIDE(i, n) {
+        double v = x[i];
+        if (v < lo) v = lo;
+        if (v > hi) v = hi;
+        d[i] = v;
+    }
+}
 
 }  // extern "C"

@@ -201,21 +201,24 @@ __global__ void sqrt_into(void* dst, int wide, const float* ss, int64_t n) {
 // found_inf the scale is multiplied by backoff and the tracker reset;
 // otherwise the tracker counts up and after interval clean steps the
 // scale grows by growth (unless that overflows) and the tracker resets.
-__global__ void scaler_update_f32(float* scale, float* tracker, const float* found_inf, double growth, double backoff,
-                                  int64_t interval) {
+// The tracker is an int32 count when tracker_i32 (optim.GradScaler's),
+// else an fp32 one.
+__global__ void scaler_update_f32(float* scale, void* tracker, int tracker_i32, const float* found_inf, double growth,
+                                  double backoff, int64_t interval) {
+    float* tf = (float*)tracker;
+    int32_t* ti = (int32_t*)tracker;
     if (*found_inf != 0.f) {
         *scale = (float)((double)*scale * backoff);
-        *tracker = 0.f;
+        if (tracker_i32) *ti = 0; else *tf = 0.f;
         return;
     }
-    float n = *tracker + 1.f;
-    if (n >= (float)interval) {
+    double n = (tracker_i32 ? (double)*ti : (double)*tf) + 1.0;
+    if (n >= (double)interval) {
         double g = (double)*scale * growth;
         if (isfinite(g) && isfinite((float)g)) *scale = (float)g;
-        *tracker = 0.f;
-        return;
+        n = 0.0;
     }
-    *tracker = n;
+    if (tracker_i32) *ti = (int32_t)n; else *tf = (float)n;
 }
 
 // increment: *counter += 1 unless *skip (optional) is non-zero; kind 0
