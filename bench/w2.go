@@ -64,6 +64,9 @@ type W2ModeResult struct {
 	// Fallback is the capture failure, when the captured mode fell back
 	// to eager forwards.
 	Fallback string `json:"fallback,omitempty"`
+	// GraphNodes is the captured forward's launch count (CUDA graph
+	// nodes on CUDA; 0 in the eager mode).
+	GraphNodes int `json:"graph_nodes,omitempty"`
 }
 
 // W2Result is what RunW2 measured.
@@ -357,6 +360,7 @@ func RunW2(o W2Options) (W2Result, map[int]*tamiyo.Graph, error) {
 			if fallback != nil {
 				r.Fallback = fallback.Error()
 			}
+			r.GraphNodes = in.GraphNodes()
 			res.Results = append(res.Results, r)
 		}
 	}

@@ -119,6 +119,11 @@ func BenchW2(stdout, stderr io.Writer, c Config, dev tensor.Device) error {
 			fmt.Fprintf(stdout, "host syncs per forward, batch %d %s: %.2f\n", x.Batch, x.Mode, x.HostSyncsPerForward)
 		}
 	}
+	for _, x := range r.Results {
+		if x.GraphNodes > 0 {
+			fmt.Fprintf(stdout, "batch %d captured: %d graph nodes per forward\n", x.Batch, x.GraphNodes)
+		}
+	}
 	fmt.Fprintf(stdout, "%.1f MFLOP per graph (matrix products); captured logits %s eager\n", r.FLOPPerGraph/1e6,
 		map[bool]string{true: "equal", false: "DIFFER from"}[r.CapturedMatchesEager])
 	for _, b := range r.Batches {

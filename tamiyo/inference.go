@@ -93,6 +93,16 @@ func (in *Inference) Stats() autograd.CaptureStats {
 	return in.captured.Stats()
 }
 
+// GraphNodes is the number of launches in the captured forward of the
+// latest graph shape (a CUDA graph's node count on CUDA); 0 before the
+// first capture or without capture.
+func (in *Inference) GraphNodes() int {
+	if in.captured == nil {
+		return 0
+	}
+	return in.captured.Launches()
+}
+
 // Logits are the host copies of one forward pass over B environments.
 type Logits struct {
 	// Heads holds, per head in HeadNames order, one row of unmasked
