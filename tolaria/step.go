@@ -376,7 +376,9 @@ func (s *stepRunner) trainBatch(x, y *tensor.Tensor) bool {
 	s.globalStep++
 	if st := t.o.GradientTelemetryStride; st > 0 && s.globalStep%st == 0 {
 		t.model.CaptureGradientTelemetry()
-		if !combined && !t.prec.foundInf() {
+		// The found-inf read (a host sync under fp16) only when there
+		// are seeds to observe.
+		if !combined && t.agg.participants(t.model, t.opt) > 0 && !t.prec.foundInf() {
 			if err := t.agg.observe(t.model, t.opt, x, y); err != nil {
 				l.err = fmt.Errorf("tolaria: epoch %d step %d: gradient aggregation: %w", l.e+1, l.steps, err)
 				return false
