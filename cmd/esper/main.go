@@ -1,8 +1,12 @@
 // Command esper is the Esper-Go command-line tool: `esper train` trains
 // a host that grows seeds under a controller, `esper ppo` trains the GNN
 // controller's policy, and `esper bench` runs the performance workloads
-// of PERF.md (W1 to W7 on the CPU; W1, W5, W6, W7 and W8 on a GPU in a
-// binary built with -tags cuda) beside their PyTorch peers.
+// of PERF.md (W1 to W7 on the CPU; W1, W2, W4, W5, W6, W7 and W8 on a GPU
+// in a binary built with -tags cuda) beside their PyTorch peers.
+//
+// Two environment variables help diagnose a run: ESPER_TRACE=1 prints
+// the stack of an internal error, and ESPER_CPUPROFILE=FILE writes a Go
+// CPU profile of the command to FILE (go tool pprof reads it).
 //
 // The command is flags and wiring: the workloads, their tables and
 // reports are packages bench's and bench/gpu's, the run plots
@@ -16,6 +20,7 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
+	"runtime/pprof"
 )
 
 const usage = `esper — morphogenetic training in Go
@@ -24,7 +29,7 @@ usage:
   esper bench --workload W1 [--compare pytorch] [--json DIR] [--epochs N]
   esper bench --workload W3 [--requests N] [--concurrency N] [--json DIR]
   esper bench --workload W2|W4|W5|W6|W7|all [--compare pytorch] [--json DIR]  (esper bench -h: every flag)
-  esper bench --device cuda --workload W1|W5|W6|W7|W8|all [--compare pytorch] [--json DIR]  (a -tags cuda build)
+  esper bench --device cuda --workload W1|W2|W4|W5|W6|W7|W8|all [--compare pytorch] [--json DIR]  (a -tags cuda build)
   esper bench --device sim --workload W1|W2|W4  (their host syncs)
   esper train [--task synthetic|fashion-mnist] [--epochs N] [--controller heuristic|none]
               [--controller gnn [--policy FILE] [--policy-sample]]
@@ -58,6 +63,14 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 		fmt.Fprint(stderr, usage+commandList())
 		return 2
 	}
+	if path := os.Getenv("ESPER_CPUPROFILE"); path != "" {
+		stop, err := startCPUProfile(path)
+		if err != nil {
+			fmt.Fprintf(stderr, "esper: ESPER_CPUPROFILE: %v\n", err)
+			return 1
+		}
+		defer stop()
+	}
 	switch args[0] {
 	case "bench":
 		return exitCode("bench", benchCmd(args[1:], stdout, stderr), stdout, stderr)
@@ -81,4 +94,21 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 	}
 	fmt.Fprintf(stderr, "esper: unknown command %q\nrun 'esper help' for the commands\n", args[0])
 	return 2
+}
+
+// startCPUProfile starts a CPU profile written to path and returns the
+// function that ends it (ESPER_CPUPROFILE).
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
