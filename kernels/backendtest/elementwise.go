@@ -210,6 +210,23 @@ func checkUnary(s *suite) {
 			}
 		}
 	}
+	// NaN stays NaN through every op (the CPU's float64 and float32
+	// paths both keep it: ReLU and Sign included).
+	for _, op := range kernels.UnaryOps() {
+		for _, d := range s.floats("Unary") {
+			vals := s.unaryInputs(op, 3)
+			vals[1] = math.NaN()
+			x, xv := s.put(d, vals, 3)
+			y, _ := s.put(d, []float64{-7, -7, -7}, 3) // a finite poison: NaN would pass unwritten
+			what := name("Unary NaN", op, d)
+			s.check(call{what: what, launch: func() { s.b.Unary(op, y, x) }, writes: []*T{y}}, func(got [][]float64) {
+				if !math.IsNaN(got[0][1]) {
+					s.t.Errorf("%s: NaN in gave %v, want NaN", what, got[0][1])
+				}
+				s.close(what+" (the other elements)", []float64{got[0][0], got[0][2]}, []float64{refUnary(op, xv[0]), refUnary(op, xv[2])}, tol(d))
+			})
+		}
+	}
 	// dst may alias x.
 	for _, d := range s.floats("Unary") {
 		x, xv := s.in(d, 4, 7)

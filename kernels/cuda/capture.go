@@ -10,6 +10,7 @@ import (
 	"gorgonia.org/cu"
 
 	"github.com/esper-go/esper/kernels"
+	"github.com/esper-go/esper/tensor"
 )
 
 // The capture family: the device's stream capture becomes a CUDA graph
@@ -32,12 +33,19 @@ func (b *Backend) EndCapture() (kernels.Graph, error) {
 // Capturing implements kernels.Backend.
 func (b *Backend) Capturing() bool { return b.d.Capturing() }
 
-// Synchronize implements kernels.Backend: it waits for the stream.
+// Synchronize implements kernels.Backend: it waits for the stream and
+// counts a host sync of the device.
 func (b *Backend) Synchronize() error {
 	if b.d.Capturing() {
 		return ErrSyncInCapture
 	}
-	return b.d.Synchronize()
+	if err := b.d.Synchronize(); err != nil {
+		return err
+	}
+	// The host waited for the device: a host sync, counted as sim counts
+	// its own (tensor.HostSyncs).
+	tensor.CountHostSync(tensor.CUDA(b.d.ordinal))
+	return nil
 }
 
 // ErrSyncInCapture is returned by Synchronize during a capture, where

@@ -76,8 +76,8 @@ __device__ __forceinline__ float unary_f(int op, float x) {
     case U_RSQRT: return rsqrtf(x);
     case U_SQUARE: return x * x;
     case U_RECIP: return 1.f / x;
-    case U_SIGN: return x > 0.f ? 1.f : (x < 0.f ? -1.f : 0.f);
-    case U_RELU: return x > 0.f ? x : 0.f;
+    case U_SIGN: return x > 0.f ? 1.f : (x < 0.f ? -1.f : x);  // ±0 and NaN stay, as on the CPU
+    case U_RELU: return (x > 0.f || x != x) ? x : 0.f;        // NaN stays, as the CPU's max(x, 0)
     case U_GELU_TANH: {
         const float k = 0.7978845608028654f;  // sqrt(2/pi)
         return 0.5f * x * (1.f + tanhf(k * (x + 0.044715f * x * x * x)));
