@@ -53,7 +53,14 @@ type W1Result struct {
 	Latency        Latency `json:"latency"`
 	AllocsPerEpoch float64 `json:"allocs_per_epoch"`
 	BytesPerEpoch  float64 `json:"bytes_per_epoch"`
-	Launches       int     `json:"launches_per_epoch,omitempty"`
+	// Launches are the captured epoch's launches (CUDA graph nodes on
+	// CUDA): the bare loop's one graph, or through the trainer its step's
+	// graph times the training batches plus its validation graph times
+	// the validation batches.
+	Launches int `json:"launches_per_epoch,omitempty"`
+	// GraphReplays is the number of graph replays per captured epoch (1
+	// for the bare loop, one per batch through the trainer).
+	GraphReplays int `json:"graph_replays_per_epoch,omitempty"`
 	// StaticInputs is set when the replays were fed through the graph's
 	// static input buffers (W1Options.StaticInputs).
 	StaticInputs bool `json:"static_inputs,omitempty"`
@@ -262,7 +269,7 @@ func RunW1(o W1Options) (res W1Result, err error) {
 		emit(run()[0])
 	}
 	if cap != nil {
-		res.Launches = cap.Launches()
+		res.Launches, res.GraphReplays = cap.Launches(), 1
 	}
 	lat := make([]time.Duration, o.Epochs)
 	var ms0, ms1 runtime.MemStats

@@ -206,6 +206,11 @@ func RunW1Trainer(o W1Options) (res W1Result, err error) {
 	if o.Captured && captured != o.Epochs {
 		return W1Result{}, fmt.Errorf("bench: W1 through the trainer replayed a captured step in %d of %d epochs (fallbacks %d)", captured, o.Epochs, tr.Summary().CaptureFallbacks)
 	}
+	if o.Captured {
+		batches := w1Samples / w1Batch // the same for training and validation
+		step, val := tr.GraphNodes()
+		res.Launches, res.GraphReplays = batches*(step+val), 2*batches
+	}
 	res.Latency = Summarise(lat)
 	res.HostSyncsPerEpoch = float64(syncs) / float64(o.Epochs)
 	res.AllocsPerEpoch = float64(ms1.Mallocs-ms0.Mallocs) / float64(o.Epochs)

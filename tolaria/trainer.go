@@ -1019,6 +1019,21 @@ func (t *Trainer) emitEpoch(r EpochReport) {
 	t.emitAggWarnings(r.Epoch+1, t.aggReport.Events)
 }
 
+// GraphNodes returns the launch counts (CUDA graph nodes on CUDA) of
+// the latest captured training step and validation batch; 0 for one not
+// captured (yet, or without TrainerOptions.Capture). An epoch replays
+// the step once per training batch and the validation graph once per
+// validation batch.
+func (t *Trainer) GraphNodes() (step, validation int) {
+	if c := t.step.captured; c != nil {
+		step = c.Launches()
+	}
+	if c := t.eval.captured; c != nil {
+		validation = c.Launches()
+	}
+	return step, validation
+}
+
 // captureStats sums the train step's and the evaluation's capture
 // figures (both zero without TrainerOptions.Capture).
 func (t *Trainer) captureStats() autograd.CaptureStats {

@@ -464,7 +464,7 @@ func (g *gpuBench) w1() error {
 		"optimizer": "SGD lr=0.01 momentum=0.9", "validation": "inference mode, 4 batches of 4 (correct counts with CountCorrect)",
 		"modes": "eager: the bare engine loop launching every kernel; captured: the bare epoch captured once as a CUDA graph (autograd.Capture) and replayed, fed through the graph's own static input buffers (Captured.Inputs, holding x and y from the capture on), so a replay copies no input; " +
 			"trainer-eager / trainer-captured: the same epoch run by tolaria.Trainer.RunEpoch (bench.RunW1Trainer: its train step and validation captured and replayed with trainer-captured, the epoch's telemetry into a nissa hub, the data resident on the device so no batch is copied)",
-		"graph_nodes": "launches_per_epoch of the bare captured epoch's graph; the trainer's graphs are not counted (tolaria.Trainer does not expose them)",
+		"graph_nodes": "launches_per_epoch: the bare captured epoch's one graph; through the trainer its step graph × 4 training batches + its validation graph × 4 validation batches (tolaria.Trainer.GraphNodes), replayed as 8 graphs (graph_replays_per_epoch)",
 		"targets":     "PERF.md W1 GPU, for the trainer-captured epoch: p95 ≤ 50 µs, ≥ 5× PyTorch eager, ≥ 2× PyTorch's best mode (the lowest p95 of eager, reduce-overhead and cuda-graph that ran)",
 		"timing":      "wall clock per epoch, up to the epoch's metrics read back to the host (which waits for the device), as the peer times fn() + met.tolist()",
 		"epochs":      c.Epochs, "warmup": warmup,
