@@ -10,6 +10,7 @@ import (
 
 	_ "github.com/esper-go/esper/internal/testdevice" // registers the sim backend
 	"github.com/esper-go/esper/tensor"
+	"github.com/esper-go/esper/tolaria"
 )
 
 // cartPoleOn is newCartPoleTrainer's trainer with the policy on dev.
@@ -95,6 +96,42 @@ func TestPPOOnSimIsTheCPUBitForBit(t *testing.T) {
 			for j := range cp[i] {
 				require.Equal(t, math.Float64bits(cp[i][j]), math.Float64bits(sp[i][j]), "parameter %d[%d]", i, j)
 			}
+		}
+	}
+}
+
+// TestSyntheticDataResidentOnDevice: with a Device, NewSyntheticData's
+// batches are gathered on that device (no copy from the host per batch)
+// and are bitwise the host loader's, training and validation alike.
+func TestSyntheticDataResidentOnDevice(t *testing.T) {
+	o := SyntheticDataOptions{Train: 96, Val: 40, Batch: 32, Seed: 3}
+	host, err := NewSyntheticData(o)
+	require.NoError(t, err)
+	defer host.Close()
+	o.Device = tensor.Sim(0)
+	dev, err := NewSyntheticData(o)
+	require.NoError(t, err)
+	defer dev.Close()
+	for _, pair := range [][2]tolaria.Batches{{host.Train, dev.Train}, {host.Val, dev.Val}} {
+		for e := 0; e < 2; e++ {
+			var hx, hy []*tensor.Tensor
+			for x, y := range pair[0].Batches(e) {
+				hx, hy = append(hx, x.Clone()), append(hy, y.Clone())
+			}
+			i := 0
+			for x, y := range pair[1].Batches(e) {
+				require.Equal(t, tensor.Sim(0), x.Device())
+				require.Equal(t, tensor.Sim(0), y.Device())
+				gx, err := x.ToDevice(tensor.CPU)
+				require.NoError(t, err)
+				gy, err := y.ToDevice(tensor.CPU)
+				require.NoError(t, err)
+				require.Less(t, i, len(hx), "more batches on the device")
+				require.Equal(t, hx[i].F32(), gx.F32(), "epoch %d batch %d images", e, i)
+				require.Equal(t, hy[i].Float64s(), gy.Float64s(), "epoch %d batch %d labels", e, i)
+				i++
+			}
+			require.Equal(t, len(hx), i, "epoch %d batches", e)
 		}
 	}
 }

@@ -70,6 +70,13 @@ type SyntheticDataOptions struct {
 	Train, Val, Batch int
 	// Seed selects the task instance and the shuffle order.
 	Seed uint64
+	// Device, other than the CPU (the zero value), keeps the whole
+	// dataset resident there (data.LoaderOptions.Resident: the batches
+	// are gathered on the device, bitwise those of the host loader), so
+	// that no batch is copied from the host: on CUDA a synchronous copy
+	// per batch would wait for the previous step. The device must be
+	// open (kernels/device.Open).
+	Device tensor.Device
 }
 
 // NewSyntheticData returns the embedded synthetic task as a shared data
@@ -91,11 +98,12 @@ func NewSyntheticData(o SyntheticDataOptions) (*EsperData, error) {
 	if err != nil {
 		return nil, fmt.Errorf("simic: NewSyntheticData: %w", err)
 	}
-	tl, err := data.NewLoader(train, data.LoaderOptions{BatchSize: o.Batch, Shuffle: true, Seed: o.Seed, DropLast: true})
+	resident := !o.Device.IsCPU()
+	tl, err := data.NewLoader(train, data.LoaderOptions{BatchSize: o.Batch, Shuffle: true, Seed: o.Seed, DropLast: true, Device: o.Device, Resident: resident})
 	if err != nil {
 		return nil, fmt.Errorf("simic: NewSyntheticData: %w", err)
 	}
-	vl, err := data.NewLoader(val, data.LoaderOptions{BatchSize: o.Batch})
+	vl, err := data.NewLoader(val, data.LoaderOptions{BatchSize: o.Batch, Device: o.Device, Resident: resident})
 	if err != nil {
 		tl.Close()
 		return nil, fmt.Errorf("simic: NewSyntheticData: %w", err)

@@ -171,8 +171,14 @@ func NewEsperPPO(o EsperPPOOptions) (_ *EsperPPO, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// One device: the data lives there (resident); environments spread
+	// over several devices share a host stream.
+	var dataDev tensor.Device
+	if len(o.Devices) == 1 {
+		dataDev = o.Devices[0]
+	}
 	if !o.TaskPerEpisode {
-		if r.Data, err = NewSyntheticData(SyntheticDataOptions{Train: o.Train, Val: o.Val, Batch: o.Batch, Seed: o.Seed}); err != nil {
+		if r.Data, err = NewSyntheticData(SyntheticDataOptions{Train: o.Train, Val: o.Val, Batch: o.Batch, Seed: o.Seed, Device: dataDev}); err != nil {
 			return nil, err
 		}
 	}
@@ -183,7 +189,7 @@ func NewEsperPPO(o EsperPPOOptions) (_ *EsperPPO, err error) {
 			Rewarder: rewarder, Capture: o.Capture, Device: o.Devices[i%len(o.Devices)]}
 		if o.TaskPerEpisode {
 			eo.NewData = func(episode int) (*EsperData, error) {
-				return NewSyntheticData(SyntheticDataOptions{Train: o.Train, Val: o.Val, Batch: o.Batch, Seed: TaskSeed(o.Seed, i, episode)})
+				return NewSyntheticData(SyntheticDataOptions{Train: o.Train, Val: o.Val, Batch: o.Batch, Seed: TaskSeed(o.Seed, i, episode), Device: eo.Device})
 			}
 		}
 		if o.Resume != "" {
