@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -141,9 +142,11 @@ func commit() string {
 // wrong commit.
 var BuildCommit string
 
-// Python is the interpreter of Debian's python3-torch (it installs into
-// the system Python, not a pyenv one first on PATH).
-var Python = "/usr/bin/python3"
+// Python is the interpreter that runs the peers: $ESPER_PYTHON when set
+// (a GPU machine's PyTorch need not be the system one; bench/gpu reads
+// the same variable), else that of Debian's python3-torch (it installs
+// into the system Python, not a pyenv one first on PATH).
+var Python = cmp.Or(os.Getenv("ESPER_PYTHON"), "/usr/bin/python3")
 
 // ErrNoPeer means the PyTorch peer cannot run here.
 var ErrNoPeer = errors.New("bench: PyTorch peer unavailable: install it with `apt-get install python3-torch libopenblas0-pthread` (Debian), then rerun with --compare pytorch")

@@ -227,11 +227,20 @@ func W2FLOPs(g *tamiyo.Graph, o tamiyo.PolicyOptions) float64 {
 // network and inputs: the options and, per batch size, the batched graph
 // (tamiyo.Graph as JSON).
 func W2PeerGraphs(path string, o tamiyo.PolicyOptions, graphs map[int]*tamiyo.Graph) error {
+	data, err := w2PeerGraphsJSON(o, graphs)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, data, 0o644)
+}
+
+// w2PeerGraphsJSON is W2PeerGraphs' file.
+func w2PeerGraphsJSON(o tamiyo.PolicyOptions, graphs map[int]*tamiyo.Graph) ([]byte, error) {
 	gs := map[string]*tamiyo.Graph{}
 	for b, g := range graphs {
 		gs[strconv.Itoa(b)] = g
 	}
-	data, err := json.Marshal(map[string]any{
+	return json.Marshal(map[string]any{
 		"options": map[string]any{
 			"hidden": o.Hidden, "gat_hidden": o.GATHidden, "gat_heads": o.GATHeads,
 			"head_hidden": o.HeadHidden, "blueprint_embedding": o.BlueprintEmbedding,
@@ -240,10 +249,6 @@ func W2PeerGraphs(path string, o tamiyo.PolicyOptions, graphs map[int]*tamiyo.Gr
 		},
 		"graphs": gs,
 	})
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, data, 0o644)
 }
 
 // RunW2 times the policy's inference forward (tamiyo.Inference.Forward)

@@ -28,9 +28,16 @@ func benchW2(stdout, stderr io.Writer, c Config) error { return BenchW2(stdout, 
 // BenchW2 runs W2 with the policy on dev, prints its table and verdicts
 // and writes its report; on a device other than the CPU the table gives
 // the host syncs per forward (esper bench --workload W2 --device sim).
+// On a CUDA device the verdicts are PERF.md's GPU ones, and the PyTorch
+// peer is read from c.PeerResults (DIR/pytorch_w2.json, written by
+// bench/pytorch/w2_gnn.py --device cuda before esper runs: gpu/run.sh)
+// or, with c.Compare alone, run on the device after our measurements; a
+// peer that cannot be had there is no error (the report's peer_error
+// says why).
 func BenchW2(stdout, stderr io.Writer, c Config, dev tensor.Device) error {
-	if !dev.IsCPU() && c.Compare {
-		return fmt.Errorf("W2 on %v: --compare pytorch compares the CPU's speed; run W2 on cpu to compare", dev)
+	cuda := dev.Kind == tensor.KindCUDA
+	if !dev.IsCPU() && !cuda && c.Compare {
+		return fmt.Errorf("W2 on %v: --compare pytorch compares the CPU's or a GPU's speed; run W2 on cpu or cuda to compare", dev)
 	}
 	m := ThisMachine()
 	header(stdout, fmt.Sprintf("W2 tamiyo-gnn (policy inference, %v)", dev), m)
@@ -63,7 +70,16 @@ func BenchW2(stdout, stderr io.Writer, c Config, dev tensor.Device) error {
 		Ratios: map[string]any{},
 	}
 	var peer map[string]any
-	if c.Compare {
+	devicePeerFailed := func(err error) {
+		rep.PeerError = err.Error()
+		fmt.Fprintf(stderr, "PyTorch peer for W2 unavailable: %v\n(running our side only)\n", err)
+	}
+	if cuda && c.PeerResults != "" {
+		if peer, err = w2DevicePeer(stdout, c.PeerResults, r.Params); err != nil {
+			devicePeerFailed(err)
+		}
+		rep.Peer = peer
+	} else if c.Compare {
 		tmp, err := os.MkdirTemp("", "esper-w2-")
 		if err != nil {
 			return err
@@ -82,9 +98,16 @@ func BenchW2(stdout, stderr io.Writer, c Config, dev tensor.Device) error {
 		if warm == 0 {
 			warm = r.Warmup
 		}
-		if peer, err = runPeer(c, stdout, stderr, &rep, "w2_gnn.py", "--graphs-file", gf,
-			"--batches", strings.Join(bs, ","), "--reps", strings.Join(reps, ","), "--warmup", fmt.Sprint(warm)); err != nil {
-			return err
+		args := []string{"--graphs-file", gf,
+			"--batches", strings.Join(bs, ","), "--reps", strings.Join(reps, ","), "--warmup", fmt.Sprint(warm)}
+		if cuda {
+			args = append(args, "--device", dev.String())
+		}
+		if peer, err = runPeer(c, stdout, stderr, &rep, "w2_gnn.py", args...); err != nil {
+			if !cuda {
+				return err
+			}
+			devicePeerFailed(err)
 		}
 		if peer != nil {
 			if got := Figure(peer, "params"); got != float64(r.Params) {
@@ -96,16 +119,29 @@ func BenchW2(stdout, stderr io.Writer, c Config, dev tensor.Device) error {
 	fmt.Fprintln(tw, "\tp50 ms\tp95 ms\tgraphs/s\teff. GFLOP/s\tallocs/fwd\tvs pytorch p95\t")
 	for _, b := range r.Batches {
 		pp95 := Figure(peer, "batches", fmt.Sprint(b), "latency", "p95_us")
+		vs := pp95 // the column "vs pytorch": its eager p95 on the CPU, its best mode's on a GPU
+		if best, ok := w2PeerBest(w2PeerFigures(peer, b)); cuda && ok {
+			vs = best.P95us
+		}
 		for _, mode := range []string{"eager", "captured"} {
 			x := r.Result(b, mode)
 			fmt.Fprintf(tw, "batch %d esper %s\t%.2f\t%.2f\t%.0f\t%.1f\t%.0f\t%s\t\n", b, mode, x.Latency.P50us/1e3, x.Latency.P95us/1e3,
-				x.GraphsPerSec, x.GFLOPS, x.AllocsPerForward, Ratio(pp95, x.Latency.P95us))
-			if peer != nil {
+				x.GraphsPerSec, x.GFLOPS, x.AllocsPerForward, Ratio(vs, x.Latency.P95us))
+			if peer != nil && pp95 > 0 { // against the peer's eager mode
 				rep.Ratios[fmt.Sprintf("batch%d_%s_speedup_p95", b, mode)] = pp95 / x.Latency.P95us
 				rep.Ratios[fmt.Sprintf("batch%d_%s_speedup_p50", b, mode)] = Figure(peer, "batches", fmt.Sprint(b), "latency", "p50_us") / x.Latency.P50us
 			}
 		}
-		if peer != nil {
+		if peer != nil && cuda {
+			for _, f := range w2PeerFigures(peer, b) {
+				if f.Err != "" {
+					fmt.Fprintf(tw, "batch %d pytorch %v %s\tfailed\t\t\t\t\t\t\n", b, peer["torch_version"], f.Mode)
+					continue
+				}
+				fmt.Fprintf(tw, "batch %d pytorch %v %s\t%.2f\t%.2f\t%.0f\t%.1f\t-\t\t\n", b, peer["torch_version"], f.Mode,
+					f.P50us/1e3, f.P95us/1e3, f.GraphsPerSec, r.FLOPPerGraph*f.GraphsPerSec/1e9)
+			}
+		} else if peer != nil {
 			fmt.Fprintf(tw, "batch %d pytorch %v\t%.2f\t%.2f\t%.0f\t%.1f\t-\t\t\n", b, peer["torch_version"],
 				Figure(peer, "batches", fmt.Sprint(b), "latency", "p50_us")/1e3, pp95/1e3, Figure(peer, "batches", fmt.Sprint(b), "graphs_per_second"),
 				r.FLOPPerGraph*Figure(peer, "batches", fmt.Sprint(b), "graphs_per_second")/1e9)
@@ -126,6 +162,20 @@ func BenchW2(stdout, stderr io.Writer, c Config, dev tensor.Device) error {
 	}
 	fmt.Fprintf(stdout, "%.1f MFLOP per graph (matrix products); captured logits %s eager\n", r.FLOPPerGraph/1e6,
 		map[bool]string{true: "equal", false: "DIFFER from"}[r.CapturedMatchesEager])
+	if cuda {
+		w2GPUVerdicts(stdout, &r, peer, rep.Ratios)
+	} else {
+		w2CPUVerdicts(stdout, &r, peer)
+	}
+	if !r.CapturedMatchesEager {
+		return fmt.Errorf("W2: captured logits differ from eager ones")
+	}
+	return SaveReport(stdout, c.JSONDir, rep)
+}
+
+// w2CPUVerdicts prints W2's verdicts against PERF.md's CPU targets (also
+// on sim, whose kernels are the CPU's).
+func w2CPUVerdicts(stdout io.Writer, r *W2Result, peer map[string]any) {
 	for _, b := range r.Batches {
 		cpt, e := r.Result(b, "captured"), r.Result(b, "eager")
 		best := min(cpt.Latency.P95us, e.Latency.P95us)
@@ -142,8 +192,4 @@ func BenchW2(stdout, stderr io.Writer, c Config, dev tensor.Device) error {
 			fmt.Fprintf(stdout, "batch %d speedup over pytorch (p95) %.2f× %s the PERF.md target of ≥ %.0f×\n", b, s, Verdict(s >= w2TargetPeerSpeedup), w2TargetPeerSpeedup)
 		}
 	}
-	if !r.CapturedMatchesEager {
-		return fmt.Errorf("W2: captured logits differ from eager ones")
-	}
-	return SaveReport(stdout, c.JSONDir, rep)
 }

@@ -17,6 +17,13 @@ import (
 // second of the PyTorch peer.
 const w4TargetPeerRatio = 2.0
 
+// PERF.md's W4 GPU targets: ≥ 200 env-epochs per second, and at least
+// the PyTorch peer's bare loop on the same GPU.
+const (
+	w4GPUTargetEPS       = 200.0
+	w4GPUTargetPeerRatio = 1.0
+)
+
 // benchW4 runs W4 on the CPU, prints its table and verdicts and writes
 // its report.
 func benchW4(stdout, stderr io.Writer, c Config) error { return BenchW4(stdout, stderr, c, tensor.CPU) }
@@ -25,8 +32,20 @@ func benchW4(stdout, stderr io.Writer, c Config) error { return BenchW4(stdout, 
 // registered: kernels/device.OpenDevice): W4 with every environment and
 // the policy there, its table, verdicts and report (the report's device
 // is dev), with the host syncs per env-epoch and per PPO update when dev
-// is not the CPU.
+// is not the CPU. On a CUDA device the verdicts are PERF.md's GPU ones,
+// and the PyTorch peer (bench/pytorch/w4_env_loop.py --device cuda) is
+// read from c.PeerResults (DIR/pytorch_w4.json) or, with c.Compare
+// alone, run on the device after our measurements with this run's work
+// trace (gpu/run.sh does this); a peer that cannot be had there is no
+// error (the report's peer_error says why).
 func BenchW4(stdout, stderr io.Writer, c Config, dev tensor.Device) error {
+	cuda := dev.Kind == tensor.KindCUDA
+	if cuda && c.Compare && c.PeerResults == "" {
+		// Before the measurements, which a missing script would waste.
+		if err := CheckPeerScripts(c.PeerDir, "W4"); err != nil {
+			return err
+		}
+	}
 	m := ThisMachine()
 	header(stdout, fmt.Sprintf("W4 simic-ppo (vectorised Esper environments, %v)", dev), m)
 	o := W4Options{
@@ -68,7 +87,17 @@ func BenchW4(stdout, stderr io.Writer, c Config, dev tensor.Device) error {
 		Machine: m, Device: r.Device, Results: results,
 	}
 	var peer map[string]any
-	if c.Compare {
+	devicePeerFailed := func(err error) {
+		rep.PeerError = err.Error()
+		fmt.Fprintf(stderr, "PyTorch peer for W4 unavailable: %v\n(running our side only)\n", err)
+	}
+	peerReplays := false // the peer ran this run's work trace
+	if cuda && c.PeerResults != "" {
+		if peer, err = w4DevicePeer(stdout, c.PeerResults, r); err != nil {
+			devicePeerFailed(err)
+		}
+		rep.Peer = peer
+	} else if c.Compare {
 		tmp, err := os.MkdirTemp("", "esper-w4-")
 		if err != nil {
 			return err
@@ -81,10 +110,18 @@ func BenchW4(stdout, stderr io.Writer, c Config, dev tensor.Device) error {
 		if err := W4PeerSeeds(sf, r); err != nil {
 			return err
 		}
-		if peer, err = runPeer(c, stdout, stderr, &rep, "w4_env_loop.py", W4PeerArgs(r, gf, sf)...); err != nil {
-			return err
+		args := W4PeerArgs(r, gf, sf)
+		if cuda {
+			args = append(args, "--device", dev.String())
+		}
+		if peer, err = runPeer(c, stdout, stderr, &rep, "w4_env_loop.py", args...); err != nil {
+			if !cuda {
+				return err
+			}
+			devicePeerFailed(err)
 		}
 		if peer != nil {
+			peerReplays = true
 			if got := Figure(peer, "host_params"); got != float64(r.HostParams) {
 				return fmt.Errorf("W4 peer host has %v parameters, ours %d: the architectures differ", got, r.HostParams)
 			}
@@ -98,8 +135,14 @@ func BenchW4(stdout, stderr io.Writer, c Config, dev tensor.Device) error {
 		}
 	}
 	peerEPS := Figure(peer, "env_epochs_per_second")
+	if cuda {
+		rep.Ratios = map[string]any{}
+	}
 	if peer != nil {
-		rep.Ratios = map[string]any{"bare_vs_pytorch": r.Bare.EnvEpochsPerSec / peerEPS}
+		if rep.Ratios == nil {
+			rep.Ratios = map[string]any{}
+		}
+		rep.Ratios["bare_vs_pytorch"] = r.Bare.EnvEpochsPerSec / peerEPS
 		if r.PPO != nil {
 			rep.Ratios["ppo_vs_pytorch_bare"] = r.PPO.EnvEpochsPerSec / peerEPS
 		}
@@ -150,11 +193,68 @@ func BenchW4(stdout, stderr io.Writer, c Config, dev tensor.Device) error {
 				p.PerEnvEpoch, p.EnvPerEnvEpoch, p.PolicyPerStep, p.PerUpdate, p.MinibatchesPerUpdate)
 		}
 	}
-	if peer != nil {
+	if peerReplays {
 		fmt.Fprintln(stdout, "the peer replays our seeds, fused configurations and ablation passes (bench/pytorch/w4_env_loop.py says what differs)")
+	}
+	if cuda {
+		ppo := 0.0
+		if r.PPO != nil {
+			ppo = r.PPO.EnvEpochsPerSec
+		}
+		w4GPUVerdicts(stdout, r.Bare.EnvEpochsPerSec, ppo, peerEPS, rep.Ratios)
+	} else if peer != nil {
 		q := r.Bare.EnvEpochsPerSec / peerEPS
 		fmt.Fprintf(stdout, "bare loop esper %.2f env-epochs/s vs pytorch %.2f: %.2f× %s the PERF.md target of ≥ %.0f×\n",
 			r.Bare.EnvEpochsPerSec, peerEPS, q, Verdict(q >= w4TargetPeerRatio), w4TargetPeerRatio)
 	}
 	return SaveReport(stdout, c.JSONDir, rep)
+}
+
+// w4DevicePeer reads W4's peer from dir (--peer-results: the peer ran
+// before esper, so not this run's work trace) and checks that it built
+// our host and policy; the seed-epochs both sides ran are printed.
+func w4DevicePeer(stdout io.Writer, dir string, r W4Result) (map[string]any, error) {
+	peer, path, err := readDevicePeer(dir, "w4")
+	if err != nil {
+		return nil, err
+	}
+	if got := Figure(peer, "host_params"); got != float64(r.HostParams) {
+		return nil, fmt.Errorf("%s: the peer's host has %v parameters, ours %d: the architectures differ", path, got, r.HostParams)
+	}
+	if got := Figure(peer, "policy_params"); got != float64(r.PolicyParams) {
+		return nil, fmt.Errorf("%s: the peer's policy has %v parameters, ours %d: the architectures differ", path, got, r.PolicyParams)
+	}
+	if Figure(peer, "env_epochs_per_second") <= 0 {
+		return nil, fmt.Errorf("%s: the peer's report has no env_epochs_per_second", path)
+	}
+	fmt.Fprintf(stdout, "  PyTorch peer figures from %s\n", path)
+	seeds, params := r.Work.SeedTotals()
+	fmt.Fprintf(stdout, "  the peer ran %v seed-epochs of %v parameters, %v fused configurations and %v ablation passes; our bare loop %d seed-epochs of %d parameters\n",
+		Figure(peer, "seeds_total"), Figure(peer, "seed_params_total"), Figure(peer, "configs_total"), Figure(peer, "ablations_total"), seeds, params)
+	return peer, nil
+}
+
+// w4GPUVerdicts prints W4's verdicts against PERF.md's GPU targets: the
+// bare loop's env-epochs per second (and the PPO loop's, when ppo > 0)
+// against ≥ 200, and the bare loop against the peer's (when peer > 0),
+// recorded in ratios.
+func w4GPUVerdicts(w io.Writer, bare, ppo, peer float64, ratios map[string]any) {
+	loops := []struct {
+		name string
+		eps  float64
+	}{{"bare", bare}, {"ppo", ppo}}
+	for _, l := range loops {
+		if l.eps <= 0 {
+			continue
+		}
+		ratios[l.name+"_over_gpu_target"] = l.eps / w4GPUTargetEPS
+		fmt.Fprintf(w, "%s loop %.2f env-epochs/s %s the PERF.md GPU target of ≥ %.0f\n", l.name, l.eps,
+			Verdict(l.eps >= w4GPUTargetEPS), w4GPUTargetEPS)
+	}
+	if peer > 0 && bare > 0 {
+		q := bare / peer
+		ratios["bare_vs_pytorch"] = q
+		fmt.Fprintf(w, "bare loop esper %.2f env-epochs/s vs pytorch %.2f on the GPU: %.2f× %s the PERF.md GPU target of ≥ %.0f×\n",
+			bare, peer, q, Verdict(q >= w4GPUTargetPeerRatio), w4GPUTargetPeerRatio)
+	}
 }

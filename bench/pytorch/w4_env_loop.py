@@ -2,7 +2,10 @@
 """PERF.md W4 "simic-ppo" workload, PyTorch peer: the bare env-epoch loop.
 
 The bare loop of `esper bench --workload W4` (bench/w4.go) in plain torch
-on the CPU: --envs environments stepped in lock-step, each with its own
+on the CPU, or with --device cuda on the GPU (every host, seed, optimizer,
+the policy and the data there; the epoch's permutation drawn on the host
+and uploaded once per epoch; the device waited for at the end of each
+env-epoch and lock-step step, so that the clock covers its work): --envs environments stepped in lock-step, each with its own
 CNN host and SGD optimizer, sharing one data stream.  One lock-step step
 is one batched policy forward over every environment's observation graph
 (an action sampled from each head's softmax, no masks), then, for
@@ -118,6 +121,8 @@ def parse_args(argv):
     ap.add_argument("--ablations", default="0", help="per-seed ablation validation passes per env-epoch, comma-separated, cycled")
     ap.add_argument("--threads", type=int, default=2, help="torch intra-op threads (default 2)")
     ap.add_argument("--seed", type=int, default=0, help="seed (default 0)")
+    ap.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]: every model, optimizer and "
+                    "data tensor there")
     ap.add_argument("--json", metavar="PATH", help="write the result as JSON to PATH")
     args = ap.parse_args(argv)
     if min(args.envs, args.blocks, args.base_channels, args.train, args.val, args.batch, args.max_epochs,
@@ -139,25 +144,40 @@ def main(argv=None):
     import torch
     import torch.nn.functional as F
 
+    dev = torch.device(args.device)
+    cuda = dev.type == "cuda"
+    if cuda and not torch.cuda.is_available():
+        raise SystemExit("w4_env_loop.py: no CUDA device (--device cpu runs the CPU peer)")
+    if not cuda and dev.type != "cpu":
+        raise SystemExit("w4_env_loop.py: --device must be cpu or cuda[:N]")
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
+    # The host generator draws the data and the permutations (uploaded
+    # once per epoch); the device one samples the policy's actions.
     g = torch.Generator().manual_seed(args.seed + 1)
+    gd = torch.Generator(device=dev).manual_seed(args.seed + 2) if cuda else g
     infer = torch.inference_mode if hasattr(torch, "inference_mode") else torch.no_grad
     clock = time.perf_counter_ns
 
-    train_x = torch.randn(args.train, 1, SIDE, SIDE, generator=g)
-    train_y = torch.randint(0, CLASSES, (args.train,), generator=g)
-    val_x = torch.randn(args.val, 1, SIDE, SIDE, generator=g)
-    val_y = torch.randint(0, CLASSES, (args.val,), generator=g)
+    def sync():
+        """Waits for the device, so that a clock reading covers its work."""
+        if cuda:
+            torch.cuda.synchronize(dev)
+
+    train_x = torch.randn(args.train, 1, SIDE, SIDE, generator=g).to(dev)
+    train_y = torch.randint(0, CLASSES, (args.train,), generator=g).to(dev)
+    val_x = torch.randn(args.val, 1, SIDE, SIDE, generator=g).to(dev)
+    val_y = torch.randint(0, CLASSES, (args.val,), generator=g).to(dev)
     val_batches = [(val_x[i:i + args.batch], val_y[i:i + args.batch]) for i in range(0, args.val, args.batch)]
     n_train_batches = args.train // args.batch
 
     with open(args.graphs_file) as f:
         spec = json.load(f)
     popts = spec["options"]
-    policy = w2_gnn.build(torch, popts).eval()
+    policy = w2_gnn.build(torch, popts).eval().to(dev)
     policy_params = sum(p.numel() for p in policy.parameters())
-    graph = w2_gnn.graph_tensors(torch, spec["graphs"][str(args.envs)], popts["node_widths"], popts["edge_features"])
+    graph = w2_gnn.graph_tensors(torch, spec["graphs"][str(args.envs)], popts["node_widths"], popts["edge_features"],
+                                 dev)
 
     seed_trace = [[]]
     if args.seeds_file:
@@ -165,7 +185,8 @@ def main(argv=None):
             seed_trace = json.load(f)["seeds"] or [[]]
 
     def new_host():
-        m = w5_host_train.build_host(torch, in_channels=1, classes=CLASSES, blocks=args.blocks, base=args.base_channels)
+        m = w5_host_train.build_host(torch, in_channels=1, classes=CLASSES, blocks=args.blocks,
+                                     base=args.base_channels).to(dev)
         return m, torch.optim.SGD(m.parameters(), lr=HOST_LR, momentum=HOST_MOMENTUM, weight_decay=HOST_WEIGHT_DECAY)
 
     envs = [dict(zip(("model", "opt"), new_host()), epoch=0, seeds={}) for _ in range(args.envs)]
@@ -184,8 +205,8 @@ def main(argv=None):
         for sp in specs:
             sd = env["seeds"].get(sp["id"])
             if sd is None:
-                mod = w4_seeds.build_seed(torch, sp["blueprint"], sp["channels"])
-                gate = w4_seeds.build_gate(torch, sp["channels"]) if sp["blend"] == "gate" else None
+                mod = w4_seeds.build_seed(torch, sp["blueprint"], sp["channels"]).to(dev)
+                gate = w4_seeds.build_gate(torch, sp["channels"]).to(dev) if sp["blend"] == "gate" else None
                 params = list(mod.parameters()) + (list(gate.parameters()) if gate is not None else [])
                 n = sum(p.numel() for p in params)
                 if n != sp["params"]:
@@ -226,13 +247,13 @@ def main(argv=None):
                 sd["gate"].train(train)
 
     def validate(model, seeds, forced=None):
-        loss = torch.zeros(())
-        correct = torch.zeros(())
+        loss = torch.zeros((), device=dev)
+        correct = torch.zeros((), device=dev)
         alphas = None
         with infer():
             for xb, yb in val_batches:
                 if forced is not None:
-                    alphas = {forced: torch.zeros(xb.shape[0], 1, 1, 1)}
+                    alphas = {forced: torch.zeros(xb.shape[0], 1, 1, 1, device=dev)}
                 logits = forward(model, seeds, xb, alphas)
                 loss += F.cross_entropy(logits, yb, reduction="sum")
                 correct += (logits.argmax(1) == yb).sum()
@@ -244,17 +265,17 @@ def main(argv=None):
         with infer():
             for xb, yb in val_batches:
                 b = xb.shape[0]
-                idx = torch.arange(k * b) % b
+                idx = torch.arange(k * b, device=dev) % b
                 # Configuration c switches seed j on where bit j of c + 1
                 # is set (the configurations other than all-on).
                 alphas = {}
                 for j, sp in enumerate(attributed):
-                    on = torch.tensor([float(((c + 1) >> j) & 1) * sp["alpha"] for c in range(k)])
+                    on = torch.tensor([float(((c + 1) >> j) & 1) * sp["alpha"] for c in range(k)], device=dev)
                     alphas[sp["id"]] = on.repeat_interleave(b).reshape(k * b, 1, 1, 1)
                 logits = forward(model, seeds, xb.index_select(0, idx), alphas)
                 hit = (logits.argmax(1) == yb.index_select(0, idx)).float()
                 if k * b not in acc:
-                    acc[k * b] = torch.zeros(k * b)
+                    acc[k * b] = torch.zeros(k * b, device=dev)
                 acc[k * b] += hit
         return [a.tolist() for a in acc.values()]  # the one read per batch size
 
@@ -268,8 +289,8 @@ def main(argv=None):
         seeds = sync_seeds(env, specs)
         t0 = clock()
         set_mode(model, seeds, True)
-        perm = torch.randperm(args.train, generator=g)
-        loss_sum = torch.zeros(())
+        perm = torch.randperm(args.train, generator=g).to(dev)
+        loss_sum = torch.zeros((), device=dev)
         for b in range(n_train_batches):
             idx = perm[b * args.batch:(b + 1) * args.batch]
             xb, yb = train_x.index_select(0, idx), train_y.index_select(0, idx)
@@ -300,6 +321,7 @@ def main(argv=None):
         t4 = clock()
         if env["epoch"] % SNAPSHOT_EVERY == 0:
             {n: v.clone() for n, v in model.state_dict().items()}
+        sync()  # the snapshot's copies are the epoch's last device work
         env["epoch"] += 1
         if env["epoch"] >= args.max_epochs:
             env["model"], env["opt"] = new_host()
@@ -320,7 +342,7 @@ def main(argv=None):
         t0 = clock()
         with infer():
             logits, value = policy(graph)
-            actions = [torch.multinomial(F.softmax(l, dim=1), 1, generator=g) for l in logits]
+            actions = [torch.multinomial(F.softmax(l, dim=1), 1, generator=gd) for l in logits]
         torch.cat(actions, dim=1).tolist()
         value.tolist()
         if measured:
@@ -330,9 +352,11 @@ def main(argv=None):
         act(measured)
         for env in envs:
             env_epoch(env, measured)
+        sync()
 
     for _ in range(args.warmup):
         lockstep(False)
+    sync()
     # The work trace is of the measured env-epochs: replay it from its
     # start.
     work["i"] = 0
@@ -355,6 +379,8 @@ def main(argv=None):
         "peer": "pytorch",
         "loop": "bare",
         "torch_version": torch.__version__,
+        "device": str(dev),
+        "device_name": torch.cuda.get_device_name(dev) if cuda else "cpu",
         "threads": torch.get_num_threads(),
         "envs": args.envs,
         "blocks": args.blocks,
@@ -387,10 +413,10 @@ def main(argv=None):
         "python": platform.python_version(),
         "machine": platform.machine(),
     }
-    print("W4 pytorch %s (%d threads): %d envs x %d lock-step steps after %d warm-up: %.2f env-epochs/s "
+    print("W4 pytorch %s on %s (%d threads): %d envs x %d lock-step steps after %d warm-up: %.2f env-epochs/s "
           "(%.2f per env); host %d params, policy %d params; %d fused configurations, %d ablation passes, "
           "%d seed-epochs" % (
-              torch.__version__, result["threads"], args.envs, args.steps, args.warmup, eps, eps / args.envs,
+              torch.__version__, dev, result["threads"], args.envs, args.steps, args.warmup, eps, eps / args.envs,
               host_params, policy_params, counts["configs"], counts["ablations"], counts["seeds"]))
     if args.json:
         write_json(args.json, result)

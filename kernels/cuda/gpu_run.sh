@@ -14,8 +14,18 @@
 # ESPER_GPU_PHASES picks the phases (default "tests train memcheck bench":
 # train is `esper train` with the demo's flags on cuda beside the same on
 # the CPU, with --amp bf16 and fp16, and `esper ppo --rounds 3` on cuda);
-# ESPER_GPU_WORKLOADS the workloads (default "w1 w2 w4 w5 w6 w7 w8"; W2
-# and W4 have no PyTorch peer on the GPU).
+# ESPER_GPU_WORKLOADS the workloads (default "w1 w2 w4 w5 w6 w7 w8").
+#
+# The peers: gpu_peers.py for W1, W5-W8 and w2_gnn.py --device cuda for
+# W2 (its built-in W2 graph replicated to batches 1 and 64: the graphs
+# are a fixed function of the batch size, so the peer needs nothing from
+# esper) run before esper, which reads their OUTDIR/pytorch_<w>.json
+# (--peer-results). W4's peer replays the work trace of esper's own run
+# (its seeds, counterfactual configurations and ablation passes), known
+# only once esper has run: esper runs it (--compare pytorch: after its
+# measurements, w4_env_loop.py --device cuda, with ESPER_PYTHON, the
+# python3 of PATH) and its figures are copied from esper's report to
+# OUTDIR/pytorch_w4.json.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: gpu/run.sh OUTDIR}
@@ -75,6 +85,9 @@ fi
 } | tee "$out/machine.txt"
 
 export ESPER_GPU_BUNDLE=1 # TestPTXUpToDate skips away from the sources
+# The python3 that esper runs a peer with (W4's), the one the peers below
+# run with.
+[ -z "${ESPER_PYTHON:-}" ] && ESPER_PYTHON=$(command -v python3) && export ESPER_PYTHON
 if has tests; then
 	echo "== kernels/cuda tests"
 	step "kernels/cuda tests" 120 "$out/kernels_cuda.log" \
@@ -130,19 +143,42 @@ if has bench; then
 	# One workload at a time, the peer first, so that each pair that
 	# finishes compares like with like even when the budget runs out.
 	for w in $workloads; do
-		case $w in w2 | w4) peerless=1 ;; *) peerless=0 ;; esac # no GPU peer for W2, W4
-		if ((torch_ok && !peerless)); then
+		rm -f "$out/pytorch_$w.json" # a previous run's, in the same OUTDIR
+		# The peer's command, run before esper (none for W4: esper runs
+		# its peer itself, with its run's work trace).
+		case $w in
+		w2) peercmd=(python3 "$here/pytorch/w2_gnn.py" --device cuda --json "$out/pytorch_$w.json") ;;
+		w4) peercmd=() ;;
+		*) peercmd=(python3 "$here/pytorch/gpu_peers.py" "$w" --json "$out/pytorch_$w.json") ;;
+		esac
+		if ((torch_ok && ${#peercmd[@]})); then
 			echo "== PyTorch peer $w"
-			step "PyTorch peer $w" 150 "$out/pytorch_$w.log" \
-				python3 "$here/pytorch/gpu_peers.py" "$w" --json "$out/pytorch_$w.json"
+			# w2_gnn.py rewrites its JSON after each mode: a peer stopped
+			# by its time limit (the compiled mode compiles per batch
+			# size) still leaves the modes that finished.
+			step "PyTorch peer $w" 150 "$out/pytorch_$w.log" "${peercmd[@]}"
 			tail -5 "$out/pytorch_$w.log"
 		fi
 		echo "== esper bench --device cuda --workload $w"
 		peer=(--peer-dir "$here/pytorch")
-		[ -s "$out/pytorch_$w.json" ] && peer+=(--peer-results "$out")
-		step "esper $w" 150 "$out/esper_$w.log" \
+		cap=150
+		if [ -s "$out/pytorch_$w.json" ]; then
+			peer+=(--peer-results "$out")
+		elif [ "$w" = w4 ] && ((torch_ok)); then
+			peer+=(--compare pytorch)
+			cap=240 # esper's run, then its peer's
+		fi
+		step "esper $w" "$cap" "$out/esper_$w.log" \
 			"$here/esper" bench --device cuda --workload "$w" --json "$out/esper" "${peer[@]}"
-		tail -12 "$out/esper_$w.log"
+		rc=$?
+		tail -14 "$out/esper_$w.log"
+		if [ "$w" = w4 ] && ((rc == 0)) && [ ! -e "$out/pytorch_w4.json" ] && [ -s "$out/esper/W4.json" ]; then
+			# The W4 peer's figures, beside the others' (none when it did
+			# not run).
+			python3 -c 'import json, sys
+p = json.load(open(sys.argv[1])).get("peer")
+p and json.dump(p, open(sys.argv[2], "w"), indent=2)' "$out/esper/W4.json" "$out/pytorch_w4.json"
+		fi
 	done
 fi
 echo "== summary ($((SECONDS - start))s of ${budget}s)"
