@@ -326,7 +326,9 @@ func newW4Rig(o W4Options) (_ *w4Rig, err error) {
 			r.close()
 		}
 	}()
-	if r.d, err = simic.NewSyntheticData(simic.SyntheticDataOptions{Train: o.Train, Val: o.Val, Batch: o.Batch, Seed: o.Seed}); err != nil {
+	// On a device the dataset is resident there (no batch copied from
+	// the host), as esper ppo keeps it.
+	if r.d, err = simic.NewSyntheticData(simic.SyntheticDataOptions{Train: o.Train, Val: o.Val, Batch: o.Batch, Seed: o.Seed, Device: o.Device}); err != nil {
 		return nil, err
 	}
 	r.envs = make([]*simic.EsperEnv, o.Envs)
