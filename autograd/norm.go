@@ -309,3 +309,55 @@ func BatchNormReluMaxPool(x, w, b *Var, runMean, runVar *tensor.Tensor, training
 	}
 	return result("batch_norm_relu_max_pool", pooled, inputs, saved, mk)
 }
+
+// BatchNormEvalAffine returns batch norm's evaluation-mode affine map
+// per channel, as constants (no gradient flows through it): scale =
+// w·rsqrt(runVar + eps) and shift = b − runMean·scale, with w = 1 and
+// b = 0 when nil. On a backend with kernels.BatchNormEvalAffiner and F32
+// operands it is one launch; otherwise the five elementwise ops it
+// stands for, which give the same values. It may run inside a captured
+// region (a replay reads the running statistics of its own time).
+func BatchNormEvalAffine(w, b *Var, runMean, runVar *tensor.Tensor, eps float64) (scale, shift *Var) {
+	if f, ok := backendOf(runVar).(kernels.BatchNormEvalAffiner); ok && evalAffineFused(w, b, runMean, runVar) {
+		var wt, bt *tensor.Tensor
+		if w != nil {
+			wt = w.Value
+		}
+		if b != nil {
+			bt = b.Value
+		}
+		sc := alloc(runVar, runVar.DType(), runVar.Numel())
+		sh := alloc(runVar, runVar.DType(), runVar.Numel())
+		f.BatchNormEvalAffine(sc, sh, wt, bt, runMean, runVar, eps)
+		return Const(sc), Const(sh)
+	}
+	NoGrad(func() {
+		rstd := Rsqrt(AddScalar(Const(runVar), eps))
+		scale = rstd
+		if w != nil {
+			scale = Mul(w, rstd)
+		}
+		shift = Neg(Mul(Const(runMean), scale))
+		if b != nil {
+			shift = Add(b, shift)
+		}
+	})
+	return Detach(scale), Detach(shift)
+}
+
+// evalAffineFused reports whether BatchNormEvalAffine's operands suit
+// the fused launch: all F32, contiguous, one-dimensional of one length.
+func evalAffineFused(w, b *Var, runMean, runVar *tensor.Tensor) bool {
+	ts := []*tensor.Tensor{runMean, runVar}
+	for _, v := range []*Var{w, b} {
+		if v != nil {
+			ts = append(ts, v.Value)
+		}
+	}
+	for _, t := range ts {
+		if t == nil || t.DType() != tensor.F32 || !t.IsContiguous() || t.Rank() != 1 || t.Numel() != runVar.Numel() {
+			return false
+		}
+	}
+	return true
+}

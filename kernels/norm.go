@@ -79,6 +79,48 @@ type BatchNormReluPooler interface {
 	BatchNormReluMaxPool2x2Backward(dx, dw, db, g, argmax, x, b, saveMean, saveRstd, w *T, training bool)
 }
 
+// BatchNormEvalAffiner is implemented by backends that compute batch
+// norm's evaluation-mode affine map in one launch: per channel
+// scale = w·rsqrt(runVar + ε) and shift = b − runMean·scale (w = 1 and
+// b = 0 when nil), each step rounded to the operands' dtype as the
+// unfused ops (BinaryScalar Add, Unary Rsqrt, Binary Mul, Unary Neg,
+// Binary Add) round it, so that either way gives the same values on a
+// backend. Every operand is [C], contiguous and of one float dtype (F32
+// on every backend that has it; F64 where the backend computes F64). It
+// is an optional capability (check with a type assertion);
+// autograd.BatchNormEvalAffine uses it for nn.BatchNorm2d.EvalAffine,
+// the scale and shift an inference-mode CNN block folds into its
+// convolution's epilogue (six launches otherwise, per block and batch).
+type BatchNormEvalAffiner interface {
+	BatchNormEvalAffine(scale, shift, w, b, runMean, runVar *T, eps float64)
+}
+
+// CheckBatchNormEvalAffine checks a BatchNormEvalAffine: scale, shift,
+// runMean and runVar (w and b when not nil) one-dimensional of one
+// length C and one float dtype. It returns C.
+func CheckBatchNormEvalAffine(name string, scale, shift, w, b, runMean, runVar *T) (int, error) {
+	if scale == nil || shift == nil || runMean == nil || runVar == nil {
+		return 0, fmt.Errorf("%s: scale, shift, runMean and runVar are required", name)
+	}
+	c := runVar.Numel()
+	dt := runVar.DType()
+	if !dt.IsFloat() {
+		return 0, fmt.Errorf("%s: runVar is %v, want a float dtype", name, dt)
+	}
+	for _, o := range []struct {
+		what string
+		t    *T
+	}{{"scale", scale}, {"shift", shift}, {"w", w}, {"b", b}, {"runMean", runMean}, {"runVar", runVar}} {
+		if o.t == nil {
+			continue
+		}
+		if o.t.Rank() != 1 || o.t.Numel() != c || o.t.DType() != dt {
+			return 0, fmt.Errorf("%s: %s is %v %v, want [%d] %v (runVar's)", name, o.what, o.t.DType(), o.t.Shape(), c, dt)
+		}
+	}
+	return c, nil
+}
+
 // Planes views x [N, C, *] as N·C planes of hw elements (hw the product
 // of the trailing axes, 1 for a 2-D x).
 func Planes(name string, x []int) (n, c, hw int, err error) {

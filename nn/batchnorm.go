@@ -121,22 +121,12 @@ func (b *BatchNorm2d) check(x *autograd.Var) {
 
 // EvalAffine returns the per-channel scale and shift that the layer
 // applies in eval mode, y = x·scale + shift with scale = w/√(var + ε) and
-// shift = b − mean·scale (w = 1, b = 0 without affine), computed by
-// tensor ops on the layer's device without gradient (so a captured step
-// reads the running statistics of its replay, not of its capture).
+// shift = b − mean·scale (w = 1, b = 0 without affine), computed on the
+// layer's device without gradient (autograd.BatchNormEvalAffine: one
+// launch where the backend fuses it), so that a captured step reads the
+// running statistics of its replay, not of its capture.
 func (b *BatchNorm2d) EvalAffine() (scale, shift *autograd.Var) {
-	autograd.NoGrad(func() {
-		rstd := autograd.Rsqrt(autograd.AddScalar(autograd.Const(b.RunningVar), b.opts.Eps))
-		scale = rstd
-		if b.Weight != nil {
-			scale = autograd.Mul(b.Weight, rstd)
-		}
-		shift = autograd.Neg(autograd.Mul(autograd.Const(b.RunningMean), scale))
-		if b.Bias != nil {
-			shift = autograd.Add(b.Bias, shift)
-		}
-	})
-	return scale, shift
+	return autograd.BatchNormEvalAffine(b.Weight, b.Bias, b.RunningMean, b.RunningVar, b.opts.Eps)
 }
 
 // ConvBNReluMaxPool is a 2×2, stride-2 max pool of ConvBNRelu(conv, bn,

@@ -18,6 +18,68 @@ var normCases = []conformance{
 	optional[kernels.GroupNormReluer](checkGroupNormRelu, "GroupNormRelu", "GroupNormReluBackward"),
 	optional[kernels.BatchNormReluer](checkBatchNormRelu, "BatchNormRelu", "BatchNormReluBackward"),
 	optional[kernels.BatchNormReluPooler](checkBatchNormReluPool, "BatchNormReluMaxPool2x2", "BatchNormReluMaxPool2x2Backward"),
+	optional[kernels.BatchNormEvalAffiner](checkBatchNormEvalAffine, "BatchNormEvalAffine"),
+}
+
+// checkBatchNormEvalAffine: scale and shift against float64, and bit
+// for bit against the same backend's unfused ops (BinaryScalar Add,
+// Unary Rsqrt, Binary Mul, Unary Neg, Binary Add), with and without w
+// and b.
+func checkBatchNormEvalAffine(s *suite) {
+	be := s.b.(kernels.BatchNormEvalAffiner)
+	for _, d := range s.floats("BatchNormEvalAffine", tensor.F64, tensor.F32) {
+		for _, c := range []int{1, 7, 300} {
+			for _, affine := range []bool{false, true} {
+				vv := s.uniform(c, 0.05, 3)
+				runVar, vv := s.put(d, vv, c)
+				runMean, mv := s.in(d, c)
+				var w, b *T
+				wv, bv := make([]float64, c), make([]float64, c)
+				for i := range wv {
+					wv[i] = 1
+				}
+				if affine {
+					w, wv = s.in(d, c)
+					b, bv = s.in(d, c)
+				}
+				scale, shift := s.out(d, c), s.out(d, c)
+				what := name("BatchNormEvalAffine", d, c, "affine", affine)
+				// The unfused ops on the same backend.
+				v := s.out(d, c)
+				s.b.BinaryScalar(kernels.Add, v, runVar, normEps, false)
+				r := s.out(d, c)
+				s.b.Unary(kernels.Rsqrt, r, v)
+				us := r
+				if affine {
+					us = s.out(d, c)
+					s.b.Binary(kernels.Mul, us, w, r)
+				}
+				ms, ush := s.out(d, c), s.out(d, c)
+				s.b.Binary(kernels.Mul, ms, runMean, us)
+				s.b.Unary(kernels.Neg, ush, ms)
+				if affine {
+					t := s.out(d, c)
+					s.b.Binary(kernels.Add, t, b, ush)
+					ush = t
+				}
+				unfused := s.read([]*T{us, ush})
+				s.check(call{what: what, launch: func() { be.BatchNormEvalAffine(scale, shift, w, b, runMean, runVar, normEps) }, writes: []*T{scale, shift}}, func(got [][]float64) {
+					ws, wsh := make([]float64, c), make([]float64, c)
+					for i := range ws {
+						ws[i] = wv[i] / math.Sqrt(vv[i]+normEps)
+						wsh[i] = bv[i] - mv[i]*ws[i]
+					}
+					s.close(what+" scale", got[0], ws, tol(d))
+					s.close(what+" shift", got[1], wsh, tol(d))
+					same(s.t, what+" scale against the unfused ops", got[0], unfused[0])
+					same(s.t, what+" shift against the unfused ops", got[1], unfused[1])
+				})
+			}
+		}
+	}
+	s.panics("BatchNormEvalAffine", func() {
+		be.BatchNormEvalAffine(s.out(tensor.F32, 3), s.out(tensor.F32, 4), nil, nil, s.out(tensor.F32, 3), s.out(tensor.F32, 3), normEps)
+	})
 }
 
 const normEps = 1e-5

@@ -27,14 +27,15 @@ func Default() *Backend { return def }
 // The backend implements kernels.Backend and the optional interfaces of
 // its fused kernels (ForeachStepper is the CUDA backend's alone).
 var (
-	_ kernels.Backend             = (*Backend)(nil)
-	_ kernels.ConvAffineActer     = (*Backend)(nil)
-	_ kernels.ConvAffineActPooler = (*Backend)(nil)
-	_ kernels.BatchNormReluer     = (*Backend)(nil)
-	_ kernels.GroupNormReluer     = (*Backend)(nil)
-	_ kernels.BatchNormReluPooler = (*Backend)(nil)
-	_ kernels.GradAccumulator     = (*Backend)(nil)
-	_ kernels.ChannelAxpyer       = (*Backend)(nil)
+	_ kernels.Backend              = (*Backend)(nil)
+	_ kernels.ConvAffineActer      = (*Backend)(nil)
+	_ kernels.ConvAffineActPooler  = (*Backend)(nil)
+	_ kernels.BatchNormReluer      = (*Backend)(nil)
+	_ kernels.GroupNormReluer      = (*Backend)(nil)
+	_ kernels.BatchNormReluPooler  = (*Backend)(nil)
+	_ kernels.BatchNormEvalAffiner = (*Backend)(nil)
+	_ kernels.GradAccumulator      = (*Backend)(nil)
+	_ kernels.ChannelAxpyer        = (*Backend)(nil)
 )
 
 // Name implements kernels.Backend.

@@ -781,3 +781,51 @@ func batchNormPoolBwdPrep[F tensor.Float](dx, dw, db, dy, x, b *T, relu bool, sa
 		s.store()
 	}
 }
+
+// BatchNormEvalAffine implements kernels.BatchNormEvalAffiner for F32
+// and F64, rounding every step to the dtype as the unfused ops do (each
+// product and sum converted explicitly, so the compiler fuses nothing):
+// v = runVar + ε, r = 1/√v (in float64, rounded), scale = w·r,
+// shift = b + (−runMean·scale).
+func (be *Backend) BatchNormEvalAffine(scale, shift, w, b, runMean, runVar *T, eps float64) {
+	const name = "BatchNormEvalAffine"
+	needCPU(name, scale, shift, w, b, runMean, runVar)
+	_, err := kernels.CheckBatchNormEvalAffine(name, scale, shift, w, b, runMean, runVar)
+	must(err)
+	for _, t := range []*T{scale, shift, w, b, runMean, runVar} {
+		if t != nil {
+			needContig(name, "operand", t)
+		}
+	}
+	switch runVar.DType() {
+	case tensor.F64:
+		be.launch(bnEvalAffinePrep[float64](scale, shift, w, b, runMean, runVar, eps))
+	case tensor.F32:
+		be.launch(bnEvalAffinePrep[float32](scale, shift, w, b, runMean, runVar, eps))
+	default:
+		fail(name, "dtype %v (F32 and F64 run here)", runVar.DType())
+	}
+}
+
+func bnEvalAffinePrep[F tensor.Float](scale, shift, w, b, runMean, runVar *T, eps float64) func() {
+	var s stage
+	sc, sh := out[F](&s, scale), out[F](&s, shift)
+	wv, bv, mv, vv := in[F](&s, w), in[F](&s, b), in[F](&s, runMean), in[F](&s, runVar)
+	e := F(eps)
+	return func() {
+		s.load()
+		for i := range vv {
+			v := F(vv[i] + e)
+			r := F(1 / math.Sqrt(float64(v)))
+			if wv != nil {
+				r = F(wv[i] * r)
+			}
+			t := -F(mv[i] * r)
+			if bv != nil {
+				t = F(bv[i] + t)
+			}
+			sc[i], sh[i] = r, t
+		}
+		s.store()
+	}
+}

@@ -3,6 +3,8 @@
 package cuda
 
 import (
+	"fmt"
+
 	"gorgonia.org/cu"
 
 	"github.com/esper-go/esper/kernels"
@@ -25,9 +27,10 @@ import (
 // statistics F32).
 
 var (
-	_ kernels.BatchNormReluer     = (*Backend)(nil)
-	_ kernels.GroupNormReluer     = (*Backend)(nil)
-	_ kernels.BatchNormReluPooler = (*Backend)(nil)
+	_ kernels.BatchNormReluer      = (*Backend)(nil)
+	_ kernels.GroupNormReluer      = (*Backend)(nil)
+	_ kernels.BatchNormReluPooler  = (*Backend)(nil)
+	_ kernels.BatchNormEvalAffiner = (*Backend)(nil)
 )
 
 // BatchNormRelu implements kernels.BatchNormReluer.
@@ -313,4 +316,41 @@ func (d *Device) GroupNormReluBackward(dx, dw, db, dy, x, b, mean, rstd, w *tens
 	}
 	var e args
 	return d.launch1D(dwdb, int64(c), e.ptr(pdw).ptr(pdb).ptr(pp).i64(int64(n)).i64(int64(c)))
+}
+
+// BatchNormEvalAffine implements kernels.BatchNormEvalAffiner (F32).
+func (b *Backend) BatchNormEvalAffine(scale, shift, w, bias, runMean, runVar *T, eps float64) {
+	must(b.d.BatchNormEvalAffine(scale, shift, w, bias, runMean, runVar, eps))
+}
+
+// BatchNormEvalAffine writes batch norm's evaluation-mode scale and
+// shift per channel in one launch (bn_eval_affine_f32), bit for bit what
+// the unfused BinaryScalar, Unary and Binary kernels compute. Every
+// operand is a contiguous F32 [C]; w and b may be nil.
+func (d *Device) BatchNormEvalAffine(scale, shift, w, b, runMean, runVar *tensor.Tensor, eps float64) error {
+	const op = "BatchNormEvalAffine"
+	c, err := kernels.CheckBatchNormEvalAffine(op, scale, shift, w, b, runMean, runVar)
+	if err := checked(err); err != nil {
+		return err
+	}
+	if dt := runVar.DType(); dt != tensor.F32 {
+		return fmt.Errorf("cuda: %s: dtype %v (F32 runs here)", op, dt)
+	}
+	var ptrs [6]cu.DevicePtr
+	for i, o := range []struct {
+		what string
+		t    *tensor.Tensor
+	}{{"scale", scale}, {"shift", shift}, {"w", w}, {"b", b}, {"runMean", runMean}, {"runVar", runVar}} {
+		if ptrs[i], err = d.optPtr(op, o.what, o.t, tensor.F32); err != nil {
+			return err
+		}
+	}
+	if c == 0 {
+		return nil
+	}
+	release := d.enter()
+	defer release()
+	var a args
+	a.ptr(ptrs[0]).ptr(ptrs[1]).ptr(ptrs[2]).ptr(ptrs[3]).ptr(ptrs[4]).ptr(ptrs[5]).f32(float32(eps)).i64(int64(c))
+	return d.launch1D("bn_eval_affine_f32", int64(c), &a)
 }

@@ -7,6 +7,12 @@ import (
 	"github.com/esper-go/esper/tensor"
 )
 
+// BatchNormEvalAffine implements kernels.BatchNormEvalAffiner on the CPU kernels.
+func (sb *Backend) BatchNormEvalAffine(scale *kernels.T, shift *kernels.T, w *kernels.T, b *kernels.T, runMean *kernels.T, runVar *kernels.T, eps float64) {
+	sb.check("BatchNormEvalAffine", []*tensor.Tensor{scale, shift, w, b, runMean, runVar}, nil)
+	sb.cpu.(kernels.BatchNormEvalAffiner).BatchNormEvalAffine(tensor.BackendView(scale), tensor.BackendView(shift), tensor.BackendView(w), tensor.BackendView(b), tensor.BackendView(runMean), tensor.BackendView(runVar), eps)
+}
+
 // BatchNormReluMaxPool2x2 implements kernels.BatchNormReluPooler on the CPU kernels.
 func (sb *Backend) BatchNormReluMaxPool2x2(pooled *kernels.T, argmax *kernels.T, saveMean *kernels.T, saveRstd *kernels.T, x *kernels.T, w *kernels.T, b *kernels.T, runMean *kernels.T, runVar *kernels.T, training bool, momentum float64, eps float64) {
 	sb.check("BatchNormReluMaxPool2x2", []*tensor.Tensor{pooled, argmax, saveMean, saveRstd, x, w, b, runMean, runVar}, nil)
@@ -394,24 +400,25 @@ func (sb *Backend) CrossEntropyBackward(dlogits *kernels.T, logits *kernels.T, t
 // The optional interfaces the sim backend offers: all of them, each
 // served by the CPU backend (a method the CPU lacks panics when called).
 var (
-	_ kernels.BatchNormReluPooler = (*Backend)(nil)
-	_ kernels.BatchNormReluer     = (*Backend)(nil)
-	_ kernels.CaptureFamily       = (*Backend)(nil)
-	_ kernels.ChannelAxpyer       = (*Backend)(nil)
-	_ kernels.ConvAffineActPooler = (*Backend)(nil)
-	_ kernels.ConvAffineActer     = (*Backend)(nil)
-	_ kernels.ConvFamily          = (*Backend)(nil)
-	_ kernels.ElementwiseFamily   = (*Backend)(nil)
-	_ kernels.GradAccumulator     = (*Backend)(nil)
-	_ kernels.GroupNormReluer     = (*Backend)(nil)
-	_ kernels.IndexFamily         = (*Backend)(nil)
-	_ kernels.MatMulFamily        = (*Backend)(nil)
-	_ kernels.NormFamily          = (*Backend)(nil)
-	_ kernels.OptimFamily         = (*Backend)(nil)
-	_ kernels.PoolFamily          = (*Backend)(nil)
-	_ kernels.RandomFamily        = (*Backend)(nil)
-	_ kernels.ReduceFamily        = (*Backend)(nil)
-	_ kernels.SegmentFamily       = (*Backend)(nil)
-	_ kernels.ShapeFamily         = (*Backend)(nil)
-	_ kernels.SoftmaxFamily       = (*Backend)(nil)
+	_ kernels.BatchNormEvalAffiner = (*Backend)(nil)
+	_ kernels.BatchNormReluPooler  = (*Backend)(nil)
+	_ kernels.BatchNormReluer      = (*Backend)(nil)
+	_ kernels.CaptureFamily        = (*Backend)(nil)
+	_ kernels.ChannelAxpyer        = (*Backend)(nil)
+	_ kernels.ConvAffineActPooler  = (*Backend)(nil)
+	_ kernels.ConvAffineActer      = (*Backend)(nil)
+	_ kernels.ConvFamily           = (*Backend)(nil)
+	_ kernels.ElementwiseFamily    = (*Backend)(nil)
+	_ kernels.GradAccumulator      = (*Backend)(nil)
+	_ kernels.GroupNormReluer      = (*Backend)(nil)
+	_ kernels.IndexFamily          = (*Backend)(nil)
+	_ kernels.MatMulFamily         = (*Backend)(nil)
+	_ kernels.NormFamily           = (*Backend)(nil)
+	_ kernels.OptimFamily          = (*Backend)(nil)
+	_ kernels.PoolFamily           = (*Backend)(nil)
+	_ kernels.RandomFamily         = (*Backend)(nil)
+	_ kernels.ReduceFamily         = (*Backend)(nil)
+	_ kernels.SegmentFamily        = (*Backend)(nil)
+	_ kernels.ShapeFamily          = (*Backend)(nil)
+	_ kernels.SoftmaxFamily        = (*Backend)(nil)
 )

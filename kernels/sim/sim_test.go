@@ -116,21 +116,22 @@ func TestMixedDevicesPanic(t *testing.T) {
 // is), and for each, sim implements it if and only if the CPU does.
 func TestOptionalInterfacesMatchCPU(t *testing.T) {
 	optional := map[string]reflect.Type{
-		"ConvAffineActer":     reflect.TypeFor[kernels.ConvAffineActer](),
-		"ConvAffineActPooler": reflect.TypeFor[kernels.ConvAffineActPooler](),
-		"BatchNormReluer":     reflect.TypeFor[kernels.BatchNormReluer](),
-		"GroupNormReluer":     reflect.TypeFor[kernels.GroupNormReluer](),
-		"BatchNormReluPooler": reflect.TypeFor[kernels.BatchNormReluPooler](),
-		"GradAccumulator":     reflect.TypeFor[kernels.GradAccumulator](),
-		"ChannelAxpyer":       reflect.TypeFor[kernels.ChannelAxpyer](),
-		"ForeachStepper":      reflect.TypeFor[kernels.ForeachStepper](),
-		"DeviceDescriber":     reflect.TypeFor[kernels.DeviceDescriber](),
-		"ByteCopier":          reflect.TypeFor[kernels.ByteCopier](),
-		"EventTimers":         reflect.TypeFor[kernels.EventTimers](),
-		"EventTimer":          reflect.TypeFor[kernels.EventTimer](),
-		"Stagers":             reflect.TypeFor[kernels.Stagers](),
-		"Stager":              reflect.TypeFor[kernels.Stager](),
-		"GraphCloser":         reflect.TypeFor[kernels.GraphCloser](),
+		"ConvAffineActer":      reflect.TypeFor[kernels.ConvAffineActer](),
+		"ConvAffineActPooler":  reflect.TypeFor[kernels.ConvAffineActPooler](),
+		"BatchNormReluer":      reflect.TypeFor[kernels.BatchNormReluer](),
+		"GroupNormReluer":      reflect.TypeFor[kernels.GroupNormReluer](),
+		"BatchNormReluPooler":  reflect.TypeFor[kernels.BatchNormReluPooler](),
+		"BatchNormEvalAffiner": reflect.TypeFor[kernels.BatchNormEvalAffiner](),
+		"GradAccumulator":      reflect.TypeFor[kernels.GradAccumulator](),
+		"ChannelAxpyer":        reflect.TypeFor[kernels.ChannelAxpyer](),
+		"ForeachStepper":       reflect.TypeFor[kernels.ForeachStepper](),
+		"DeviceDescriber":      reflect.TypeFor[kernels.DeviceDescriber](),
+		"ByteCopier":           reflect.TypeFor[kernels.ByteCopier](),
+		"EventTimers":          reflect.TypeFor[kernels.EventTimers](),
+		"EventTimer":           reflect.TypeFor[kernels.EventTimer](),
+		"Stagers":              reflect.TypeFor[kernels.Stagers](),
+		"Stager":               reflect.TypeFor[kernels.Stager](),
+		"GraphCloser":          reflect.TypeFor[kernels.GraphCloser](),
 	}
 	names, embedded := kernelInterfaces(t)
 	for _, name := range names {

@@ -615,4 +615,22 @@ __global__ void gn_bwd_relu_f16(__half* dx, float* part, const __half* dy, const
     gn_bwd<__half, 1>(dx, part, dy, x, mean, rstd, w, nsamples, c, groups, cg, hw, m);
 }
 
+// bn_eval_affine_f32 is batch norm's evaluation-mode affine map per
+// channel (kernels.BatchNormEvalAffiner): scale = w·rsqrt(var + eps),
+// shift = b − mean·scale, w and b optional (null). Each step is rounded
+// as the unfused kernels round it (explicit _rn operations, so nothing
+// is contracted into an fma; rsqrtf as unary_f's Rsqrt), so the fused
+// and unfused paths agree bit for bit.
+__global__ void bn_eval_affine_f32(float* scale, float* shift, const float* w, const float* b, const float* mean,
+                                   const float* var, float eps, int64_t c) {
+    GRID_STRIDE(i, c) {
+        float r = rsqrtf(__fadd_rn(var[i], eps));
+        if (w) r = __fmul_rn(w[i], r);
+        float t = -__fmul_rn(mean[i], r);
+        if (b) t = __fadd_rn(b[i], t);
+        scale[i] = r;
+        shift[i] = t;
+    }
+}
+
 }  // extern "C"
