@@ -71,15 +71,7 @@ func TestCapturedCNNStepEqualsEagerAndHoldsMemory(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	memFree := func() int64 {
-		release := dev.enter() // cuMemGetInfo reads the current context
-		defer release()
-		free, _, err := cu.MemInfo()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return free
-	}
+	memFree := func() int64 { return driverFree(t) }
 	replay(10)
 	before, free0 := dev.Allocator().Stats(), memFree()
 	replay(10000)
@@ -91,4 +83,16 @@ func TestCapturedCNNStepEqualsEagerAndHoldsMemory(t *testing.T) {
 		t.Fatalf("driver free memory fell %d bytes over 10 000 replays (%d → %d)", free0-free1, free0, free1)
 	}
 	t.Logf("10 000 replays: reserved %d bytes before and after; driver free %d → %d bytes", before.Reserved, free0, free1)
+}
+
+// driverFree is the driver's free device memory (cuMemGetInfo).
+func driverFree(t *testing.T) int64 {
+	t.Helper()
+	release := dev.enter() // cuMemGetInfo reads the current context
+	defer release()
+	free, _, err := cu.MemInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return free
 }

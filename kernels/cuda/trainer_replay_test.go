@@ -7,7 +7,6 @@ import (
 
 	"github.com/esper-go/esper/bench"
 	"github.com/esper-go/esper/tensor"
-	"gorgonia.org/cu"
 )
 
 // TestTrainerCapturedStepHoldsMemory is issue 24's memory check on the
@@ -21,15 +20,7 @@ import (
 // end where the CPU's run ends.
 func TestTrainerCapturedStepHoldsMemory(t *testing.T) {
 	const warmup, epochs = 2, 2500
-	memFree := func() int64 {
-		release := dev.enter() // cuMemGetInfo reads the current context
-		defer release()
-		free, _, err := cu.MemInfo()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return free
-	}
+	memFree := func() int64 { return driverFree(t) }
 	var calls int
 	var before, after AllocStats
 	var free0, free1 int64
