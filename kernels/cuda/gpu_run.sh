@@ -26,10 +26,33 @@
 # measurements, w4_env_loop.py --device cuda, with ESPER_PYTHON, the
 # python3 of PATH) and its figures are copied from esper's report to
 # OUTDIR/pytorch_w4.json.
+#
+# On the lent device machine, whose $OUT brings back at most 8 files, no
+# more than two folders down: run as `gpu/run.sh $OUT`, the script works
+# in a scratch folder and leaves in OUTDIR only summary.txt, machine.txt
+# and results.tgz (every log, report and run directory, under results/),
+# packed on exit whatever stopped it. ESPER_GPU_PACK=1 packs the same way
+# into any OUTDIR, ESPER_GPU_PACK=0 never.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: gpu/run.sh OUTDIR}
 mkdir -p "$out" && out=$(cd "$out" && pwd)
+pack=${ESPER_GPU_PACK:-}
+if [ -z "$pack" ]; then
+	pack=0
+	[ -n "${OUT:-}" ] && [ -d "$OUT" ] && [ "$(cd "$OUT" && pwd)" = "$out" ] && pack=1
+fi
+if [ "$pack" = 1 ]; then
+	final=$out
+	out=$(mktemp -d)/results
+	mkdir -p "$out"
+	packup() {
+		tar czf "$final/results.tgz" -C "$(dirname "$out")" results
+		cp "$out/summary.txt" "$out/machine.txt" "$final/" 2>/dev/null
+	}
+	trap packup EXIT
+	trap 'exit 143' TERM INT
+fi
 budget=${ESPER_GPU_BUDGET:-450}
 phases=${ESPER_GPU_PHASES:-tests train memcheck bench}
 workloads=${ESPER_GPU_WORKLOADS:-w1 w2 w4 w5 w6 w7 w8}
