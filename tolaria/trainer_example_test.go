@@ -67,9 +67,13 @@ func ExampleTrainer() {
 	fmt.Println("loss fell:", last.TrainLoss < first.TrainLoss)
 	fmt.Println("captured:", last.Captured)
 	fmt.Println("validation accuracy above 90%:", last.ValAccuracy > 90)
+	// The launches each replay runs (CUDA graph nodes on a GPU).
+	step, val := tr.GraphNodes()
+	fmt.Println("step and validation graphs recorded:", step > 0 && val > 0)
 	// Output:
 	// epochs: 5
 	// loss fell: true
 	// captured: true
 	// validation accuracy above 90%: true
+	// step and validation graphs recorded: true
 }
