@@ -64,3 +64,18 @@ func ExampleGroupNormRelu() {
 	fmt.Printf("%.3f\n", y.Value.Float64s())
 	// Output: [0.000 0.000 0.447 1.342]
 }
+
+// Batch norm's evaluation-mode affine map, the per-channel scale and
+// shift an inference CNN block folds into its convolution: one launch on
+// a backend that fuses it (the CPU's, CUDA's), the same values as the
+// elementwise ops otherwise.
+func ExampleBatchNormEvalAffine() {
+	w := autograd.Param(tensor.FromSlice([]float32{2, 1}, 2))
+	b := autograd.Param(tensor.FromSlice([]float32{0, 0.5}, 2))
+	mean := tensor.FromSlice([]float32{1, -2}, 2)
+	variance := tensor.FromSlice([]float32{4, 0.25}, 2)
+	scale, shift := autograd.BatchNormEvalAffine(w, b, mean, variance, 0)
+	fmt.Printf("scale %.3f shift %.3f\n", scale.Value.F32(), shift.Value.F32())
+	// Output:
+	// scale [1.000 2.000] shift [-1.000 4.500]
+}
