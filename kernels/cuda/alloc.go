@@ -5,7 +5,9 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
+	"time"
 
 	"gorgonia.org/cu"
 
@@ -54,6 +56,10 @@ type AllocStats struct {
 	CacheHits    int64 // Allocs served from the cache
 	DriverAllocs int64 // cuMemAlloc calls
 	DriverFrees  int64 // cuMemFree calls
+	// GCRetries counts the allocations that found the device full and
+	// ran the Go collector to get back the blocks of unreachable
+	// tensors before trying again.
+	GCRetries int64
 }
 
 func newAllocator(d *Device) *Allocator {
@@ -81,16 +87,7 @@ func (a *Allocator) Alloc(n int64) (cu.DevicePtr, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.stats.Allocs++
-	if l := a.free[c]; len(l) > 0 {
-		p := l[len(l)-1]
-		a.free[c] = l[:len(l)-1]
-		a.size[p] = c
-		a.stats.CacheHits++
-		a.stats.Allocated += c
-		if a.capturing {
-			a.recording = append(a.recording, p)
-			a.graphRefs[p]++
-		}
+	if p, ok := a.takeLocked(c); ok {
 		return p, nil
 	}
 	release := a.d.enter()
@@ -119,12 +116,67 @@ func (a *Allocator) Alloc(n int64) (cu.DevicePtr, error) {
 	p, err := cu.MemAlloc(c)
 	if err != nil {
 		a.emptyLocked()
+		p, err = cu.MemAlloc(c)
+	}
+	if err != nil {
+		// Tensors that became unreachable give their blocks back only
+		// once the Go collector has run their cleanups (FreeLater): on a
+		// full device, collect, let the cleanups queue their frees, and
+		// try the cache and the driver once more.
+		a.mu.Unlock()
+		collectDeviceGarbage(func() int {
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			return len(a.pending)
+		})
+		a.mu.Lock()
+		a.stats.GCRetries++
+		a.drainLocked()
+		if p, ok := a.takeLocked(c); ok {
+			return p, nil
+		}
+		a.emptyLocked()
 		if p, err = cu.MemAlloc(c); err != nil {
-			return 0, fmt.Errorf("cuda: allocating %d bytes (%d reserved): %w", n, a.stats.Reserved, err)
+			return 0, fmt.Errorf("cuda: allocating %d bytes (%d reserved, after a garbage collection): %w", n, a.stats.Reserved, err)
 		}
 	}
 	a.addLocked(p, c)
 	return p, nil
+}
+
+// takeLocked hands out a cached block of class c, if there is one.
+func (a *Allocator) takeLocked(c int64) (cu.DevicePtr, bool) {
+	l := a.free[c]
+	if len(l) == 0 {
+		return 0, false
+	}
+	p := l[len(l)-1]
+	a.free[c] = l[:len(l)-1]
+	a.size[p] = c
+	a.stats.CacheHits++
+	a.stats.Allocated += c
+	if a.capturing {
+		a.recording = append(a.recording, p)
+		a.graphRefs[p]++
+	}
+	return p, true
+}
+
+// collectDeviceGarbage runs the Go collector and waits, up to 100 ms,
+// until the number of frees queued by storage cleanups (pending) has
+// stopped growing for 3 ms: the cleanups run on their own goroutine
+// after the collection, and nothing reports when they are done.
+func collectDeviceGarbage(pending func() int) {
+	runtime.GC()
+	last, still := pending(), 0
+	for i := 0; i < 100 && still < 3; i++ {
+		time.Sleep(time.Millisecond)
+		if n := pending(); n == last {
+			still++
+		} else {
+			last, still = n, 0
+		}
+	}
 }
 
 // addLocked counts a block of class c fresh from the driver as live.
