@@ -19,3 +19,16 @@ def write_json(path, result):
     with open(path, "w") as f:
         json.dump(result, f, indent=2)
         f.write("\n")
+
+
+def peer_device(torch, script, name):
+    """The torch device a peer runs on (--device): cpu or cuda[:N], the
+    latter only where PyTorch sees a CUDA device. Returns (device, is_cuda)
+    or exits naming the script."""
+    dev = torch.device(name)
+    cuda = dev.type == "cuda"
+    if cuda and not torch.cuda.is_available():
+        raise SystemExit("%s: no CUDA device (--device cpu runs the CPU peer)" % script)
+    if not cuda and dev.type != "cpu":
+        raise SystemExit("%s: --device must be cpu or cuda[:N]" % script)
+    return dev, cuda

@@ -52,7 +52,7 @@ import platform
 import sys
 import time
 
-from peer_common import percentile, write_json  # noqa: E402
+from peer_common import peer_device, percentile, write_json  # noqa: E402
 
 NODE_TYPES = ["global", "slot", "layer"]
 # (name, src type, dst type) in tamiyo.Relation order.
@@ -398,12 +398,7 @@ def main(argv=None):
 
     import torch
 
-    dev = torch.device(args.device)
-    cuda = dev.type == "cuda"
-    if cuda and not torch.cuda.is_available():
-        raise SystemExit("w2_gnn.py: no CUDA device (--device cpu runs the CPU peer)")
-    if not cuda and dev.type != "cpu":
-        raise SystemExit("w2_gnn.py: --device must be cpu or cuda[:N]")
+    dev, cuda = peer_device(torch, "w2_gnn.py", args.device)
     modes = args.modes.split(",") if args.modes else (["eager", "cuda-graph", "reduce-overhead"] if cuda else ["eager"])
     for m in modes:
         if m not in ("eager", "cuda-graph", "reduce-overhead"):

@@ -85,7 +85,7 @@ import platform
 import sys
 import time
 
-from peer_common import write_json  # noqa: E402
+from peer_common import peer_device, write_json  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import w2_gnn  # noqa: E402  (the policy network and its graph input)
@@ -144,12 +144,7 @@ def main(argv=None):
     import torch
     import torch.nn.functional as F
 
-    dev = torch.device(args.device)
-    cuda = dev.type == "cuda"
-    if cuda and not torch.cuda.is_available():
-        raise SystemExit("w4_env_loop.py: no CUDA device (--device cpu runs the CPU peer)")
-    if not cuda and dev.type != "cpu":
-        raise SystemExit("w4_env_loop.py: --device must be cpu or cuda[:N]")
+    dev, cuda = peer_device(torch, "w4_env_loop.py", args.device)
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     # The host generator draws the data and the permutations (uploaded
