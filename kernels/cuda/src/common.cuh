@@ -22,6 +22,19 @@ __device__ __forceinline__ float ld(const __half* p, int64_t i) { return __half2
 __device__ __forceinline__ void st(float* p, int64_t i, float v) { p[i] = v; }
 __device__ __forceinline__ void st(__nv_bfloat16* p, int64_t i, float v) { p[i] = __float2bfloat16_rn(v); }
 __device__ __forceinline__ void st(__half* p, int64_t i, float v) { p[i] = __float2half_rn(v); }
+// fp64 elements are read and written as double (the kernels with an fp64
+// variant compute in Compute<T>::type: float for the three float types,
+// double for double).
+__device__ __forceinline__ double ld(const double* p, int64_t i) { return p[i]; }
+__device__ __forceinline__ void st(double* p, int64_t i, double v) { p[i] = v; }
+template <typename T>
+struct Compute {
+    typedef float type;
+};
+template <>
+struct Compute<double> {
+    typedef double type;
+};
 
 // ld_side reads element i of a side operand (a bias, a scale, a shift)
 // whose dtype is given at run time: code 0 fp32, 1 bf16, 2 fp16 (the Go

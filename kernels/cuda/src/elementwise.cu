@@ -64,7 +64,8 @@ __device__ __forceinline__ float unary_bwd_f(int op, float x, float y, int has_y
 // comparisons, from B_EQ on, write bool).
 enum { B_ADD = 0, B_SUB, B_MUL, B_DIV, B_POW, B_MAX, B_MIN, B_EQ, B_NE, B_LT, B_LE, B_GT, B_GE };
 
-__device__ __forceinline__ bool compare_f(int op, float a, float b) {
+template <typename C>
+__device__ __forceinline__ bool compare_f(int op, C a, C b) {
     switch (op) {
     case B_EQ: return a == b;
     case B_NE: return a != b;
@@ -76,13 +77,18 @@ __device__ __forceinline__ bool compare_f(int op, float a, float b) {
     return false;
 }
 
-__device__ __forceinline__ float binary_f(int op, float a, float b) {
+__device__ __forceinline__ float pw(float a, float b) { return powf(a, b); }
+__device__ __forceinline__ double pw(double a, double b) { return pow(a, b); }
+
+// binary_f is a op b in the compute type C (float, or double for fp64).
+template <typename C>
+__device__ __forceinline__ C binary_f(int op, C a, C b) {
     switch (op) {
     case B_ADD: return a + b;
     case B_SUB: return a - b;
     case B_MUL: return a * b;
     case B_DIV: return a / b;
-    case B_POW: return powf(a, b);
+    case B_POW: return pw(a, b);
     case B_MAX: return (a != a || a > b) ? a : b;  // NaN propagates, as torch.maximum
     case B_MIN: return (a != a || a < b) ? a : b;
     }
@@ -122,9 +128,9 @@ __device__ void unary_bwd(int op, T* dx, const T* x, const T* y, const T* dy, in
 
 // clamp: min(max(x, lo), hi) with NaN kept, as torch.clamp.
 template <typename T>
-__device__ void clamp(T* d, const T* x, float lo, float hi, int64_t n) {
+__device__ void clamp(T* d, const T* x, typename Compute<T>::type lo, typename Compute<T>::type hi, int64_t n) {
     GRID_STRIDE(i, n) {
-        float v = ld(x, i);
+        typename Compute<T>::type v = ld(x, i);
         if (v < lo) v = lo;
         if (v > hi) v = hi;
         st(d, i, v);
@@ -135,13 +141,15 @@ __device__ void clamp(T* d, const T* x, float lo, float hi, int64_t n) {
 // mode 0 is a op b, 1 is a op s, 2 is s op a (b unused then). Comparisons
 // write one byte (bool) per element, arithmetic a T.
 template <typename T>
-__device__ void binary_nd(int op, void* d, const T* a, const T* b, float s, int mode, const Geom& g, int64_t n) {
+__device__ void binary_nd(int op, void* d, const T* a, const T* b, typename Compute<T>::type s, int mode, const Geom& g,
+                          int64_t n) {
+    typedef typename Compute<T>::type C;
     GRID_STRIDE(i, n) {
         int64_t o[3];
         geom_offsets(g, i, 3, o);
-        float x = ld(a, o[1]), y = mode == 0 ? ld(b, o[2]) : s;
+        C x = ld(a, o[1]), y = mode == 0 ? ld(b, o[2]) : s;
         if (mode == 2) {
-            float t = x;
+            C t = x;
             x = y;
             y = t;
         }
@@ -221,11 +229,9 @@ __device__ __forceinline__ void st_any(void* p, int dt, int64_t i, double v) {
     }
 }
 
-// The fp64 kernels (appended below the others) compute in double with
-// the CPU backend's float64 formulas: unary_d, binary_d and compare_d are
-// unary_f, binary_f and compare_f in double, except that Sign and ReLU
-// keep NaN as the CPU's float64 path does.
-__device__ __forceinline__ double unary_d(int op, double x) {
+// unary_f in double, for the fp64 kernels (appended below the others),
+// with the CPU backend's float64 formulas.
+__device__ __forceinline__ double unary_f(int op, double x) {
     switch (op) {
     case U_NEG: return -x;
     case U_ABS: return fabs(x);
@@ -245,31 +251,6 @@ __device__ __forceinline__ double unary_d(int op, double x) {
     case U_SOFTPLUS: return x > 20.0 ? x : log1p(exp(x));
     }
     return x;
-}
-
-__device__ __forceinline__ double binary_d(int op, double a, double b) {
-    switch (op) {
-    case B_ADD: return a + b;
-    case B_SUB: return a - b;
-    case B_MUL: return a * b;
-    case B_DIV: return a / b;
-    case B_POW: return pow(a, b);
-    case B_MAX: return (a != a || a > b) ? a : b;
-    case B_MIN: return (a != a || a < b) ? a : b;
-    }
-    return a;
-}
-
-__device__ __forceinline__ bool compare_d(int op, double a, double b) {
-    switch (op) {
-    case B_EQ: return a == b;
-    case B_NE: return a != b;
-    case B_LT: return a < b;
-    case B_LE: return a <= b;
-    case B_GT: return a > b;
-    case B_GE: return a >= b;
-    }
-    return false;
 }
 
 extern "C" {
@@ -482,42 +463,21 @@ __global__ void copy_nd_f16_f32(float* d, const __half* s, Geom g, int64_t n) { 
 // fp64 (appended so that the entry points above keep their code): the
 // elementwise ops the float64 statistics of the trainer and of PPO use.
 __global__ void unary_f64(int op, double* d, const double* x, int64_t n) {
-    GRID_STRIDE(i, n) d[i] = unary_d(op, x[i]);
+    GRID_STRIDE(i, n) d[i] = unary_f(op, x[i]);
 }
 
 __global__ void binary_f64(int op, double* d, const double* a, int64_t sa, const double* b, int64_t sb, int64_t n) {
-    GRID_STRIDE(i, n) d[i] = binary_d(op, a[i * sa], b[i * sb]);
+    GRID_STRIDE(i, n) d[i] = binary_f(op, a[i * sa], b[i * sb]);
 }
 
 __global__ void binary_nd_f64(int op, void* d, const double* a, const double* b, double s, int mode, Geom g, int64_t n) {
-    GRID_STRIDE(i, n) {
-        int64_t o[3];
-        geom_offsets(g, i, 3, o);
-        double x = a[o[1]], y = mode == 0 ? b[o[2]] : s;
-        if (mode == 2) {
-            double t = x;
-            x = y;
-            y = t;
-        }
-        if (op >= B_EQ) {
-            ((uint8_t*)d)[o[0]] = compare_d(op, x, y);
-        } else {
-            ((double*)d)[o[0]] = binary_d(op, x, y);
-        }
-    }
+    binary_nd(op, d, a, b, s, mode, g, n);
 }
 
 __global__ void where_nd_f64(double* d, const uint8_t* c, const double* a, const double* b, Geom g, int64_t n) {
     where_nd(d, c, a, b, g, n);
 }
 
-__global__ void clamp_f64(double* d, const double* x, double lo, double hi, int64_t n) {
-    GRID_STRIDE(i, n) {
-        double v = x[i];
-        if (v < lo) v = lo;
-        if (v > hi) v = hi;
-        d[i] = v;
-    }
-}
+__global__ void clamp_f64(double* d, const double* x, double lo, double hi, int64_t n) { clamp(d, x, lo, hi, n); }
 
 }  // extern "C"

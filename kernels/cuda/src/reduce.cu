@@ -151,16 +151,18 @@ __device__ __forceinline__ Fold fold_merge(int op, Fold a, Fold b) {
     return a;
 }
 
-// fold_result finishes a line of n values.
-__device__ __forceinline__ float fold_result(int op, Fold f, int64_t n) {
-    if (f.nan && op != RA_SUM && op != RA_MEAN) return NAN;
+// fold_result finishes a line of n values in R (float, or double for
+// the fp64 kernels).
+template <typename R>
+__device__ __forceinline__ R fold_result(int op, Fold f, int64_t n) {
+    if (f.nan && op != RA_SUM && op != RA_MEAN) return (R)NAN;
     switch (op) {
-    case RA_MEAN: return (float)(f.acc / (double)n);
+    case RA_MEAN: return (R)(f.acc / (double)n);
     case RA_LSE:
-        if (f.acc == -INFINITY || f.acc == INFINITY) return (float)f.acc;
-        return (float)(f.acc + log(f.aux));
+        if (f.acc == -INFINITY || f.acc == INFINITY) return (R)f.acc;
+        return (R)(f.acc + log(f.aux));
     }
-    return (float)f.acc;
+    return (R)f.acc;
 }
 
 // reduce_axis_block: one block per line (inner = 1 in practice, long
@@ -179,7 +181,7 @@ __device__ void reduce_axis_block(int op, T* y, const T* x, int64_t n, int64_t i
         if ((int)threadIdx.x < s) part[threadIdx.x] = fold_merge(op, part[threadIdx.x], part[threadIdx.x + s]);
         __syncthreads();
     }
-    if (threadIdx.x == 0) st(y, r, fold_result(op, part[0], n));
+    if (threadIdx.x == 0) st(y, r, fold_result<typename Compute<T>::type>(op, part[0], n));
 }
 
 template <typename T>
@@ -190,21 +192,8 @@ __device__ void reduce_axis_thread(int op, T* y, const T* x, int64_t outer, int6
         const T* base = x + o * n * inner + i;
         Fold f = fold_init(op);
         for (int64_t k = 0; k < n; k++) fold_add(op, f, ld(base, k * inner));
-        st(y, r, fold_result(op, f, n));
+        st(y, r, fold_result<typename Compute<T>::type>(op, f, n));
     }
-}
-
-// reduce_f64_block and reduce_f64_thread are the reductions of fp64
-// tensors: the folds above, finished in double.
-__device__ __forceinline__ double fold_result_d(int op, Fold f, int64_t n) {
-    if (f.nan && op != RA_SUM && op != RA_MEAN) return NAN;
-    switch (op) {
-    case RA_MEAN: return f.acc / (double)n;
-    case RA_LSE:
-        if (f.acc == -INFINITY || f.acc == INFINITY) return f.acc;
-        return f.acc + log(f.aux);
-    }
-    return f.acc;
 }
 
 extern "C" {
@@ -242,30 +231,6 @@ __global__ void count_correct_rows_f16(float* acc, const __half* x, const void* 
 REDUCE_AXIS_KERNELS(f16, __half)
 
 // fp64 (appended so that the entry points above keep their code).
-__global__ void reduce_axis_block_f64(int op, double* y, const double* x, int64_t n, int64_t inner) {
-    __shared__ Fold part[ROW_THREADS];
-    int64_t r = blockIdx.x, o = r / inner, i = r % inner;
-    const double* base = x + o * n * inner + i;
-    Fold f = fold_init(op);
-    for (int64_t k = threadIdx.x; k < n; k += blockDim.x) fold_add(op, f, base[k * inner]);
-    part[threadIdx.x] = f;
-    __syncthreads();
-    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-        if ((int)threadIdx.x < s) part[threadIdx.x] = fold_merge(op, part[threadIdx.x], part[threadIdx.x + s]);
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) y[r] = fold_result_d(op, part[0], n);
-}
-
-__global__ void reduce_axis_thread_f64(int op, double* y, const double* x, int64_t outer, int64_t n, int64_t inner) {
-    for (int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; r < outer * inner;
-         r += (int64_t)blockDim.x * gridDim.x) {
-        int64_t o = r / inner, i = r % inner;
-        const double* base = x + o * n * inner + i;
-        Fold f = fold_init(op);
-        for (int64_t k = 0; k < n; k++) fold_add(op, f, base[k * inner]);
-        y[r] = fold_result_d(op, f, n);
-    }
-}
+REDUCE_AXIS_KERNELS(f64, double)
 
 }  // extern "C"
