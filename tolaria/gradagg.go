@@ -258,7 +258,13 @@ func (g *gradAgg) combine(m *kasmina.MorphogeneticModel, opt *optimizers, x, y *
 // gradients the optimizers used. With one participant it is the fast
 // path (observeOne).
 func (g *gradAgg) observe(m *kasmina.MorphogeneticModel, opt *optimizers, x, y *tensor.Tensor) error {
-	switch g.participants(m, opt) {
+	return g.observeParticipants(g.participants(m, opt), m, opt, x, y)
+}
+
+// observeParticipants is observe for the n participants participants
+// has just listed in g.cur.
+func (g *gradAgg) observeParticipants(n int, m *kasmina.MorphogeneticModel, opt *optimizers, x, y *tensor.Tensor) error {
+	switch n {
 	case 0:
 		return nil
 	case 1:

@@ -378,8 +378,12 @@ func (s *stepRunner) trainBatch(x, y *tensor.Tensor) bool {
 		t.model.CaptureGradientTelemetry()
 		// The found-inf read (a host sync under fp16) only when there
 		// are seeds to observe.
-		if !combined && t.agg.participants(t.model, t.opt) > 0 && !t.prec.foundInf() {
-			if err := t.agg.observe(t.model, t.opt, x, y); err != nil {
+		n := 0
+		if !combined {
+			n = t.agg.participants(t.model, t.opt)
+		}
+		if n > 0 && !t.prec.foundInf() {
+			if err := t.agg.observeParticipants(n, t.model, t.opt, x, y); err != nil {
 				l.err = fmt.Errorf("tolaria: epoch %d step %d: gradient aggregation: %w", l.e+1, l.steps, err)
 				return false
 			}
