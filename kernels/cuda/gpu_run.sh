@@ -130,6 +130,16 @@ if has train; then
 	step "esper train cpu" 60 "$out/train_cpu.log" \
 		"$here/esper" train --device cpu --quiet --run-dir "$out/runs"
 	tail -6 "$out/train_cpu.log"
+	# Issue 24's check: the final validation accuracies with seeds within
+	# one point of each other (a missing table fails it too).
+	step "train cuda within 1 point of cpu" 10 "$out/train_compare.log" \
+		awk '/^with seeds/ { gsub("%", "", $4); acc[FILENAME] = $4 }
+			END { c = acc[ARGV[1]]; p = acc[ARGV[2]]
+				if (c == "" || p == "") { print "no table in one of the logs"; exit 1 }
+				d = c - p; if (d < 0) d = -d
+				printf "cuda %.2f%%, cpu %.2f%%: %.2f points apart\n", c, p, d
+				exit d > 1 }' "$out/train_cuda.log" "$out/train_cpu.log"
+	cat "$out/train_compare.log"
 	for amp in bf16 fp16; do
 		echo "== esper train --device cuda --amp $amp"
 		step "esper train cuda amp $amp" 60 "$out/train_cuda_$amp.log" \
