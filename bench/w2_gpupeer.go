@@ -27,22 +27,33 @@ const (
 var w2PeerModes = []string{"eager", "cuda-graph", "reduce-overhead"}
 
 // readDevicePeer reads the PyTorch peer's report of workload w ("w2",
-// "w4") from a GPU run's --peer-results directory: dir/pytorch_<w>.json,
-// which must be a JSON object whose "workload" is w (any case).
+// "w4") from a GPU run's --peer-results directory: dir/pytorch_<w>.json
+// (ParsePeerReport).
 func readDevicePeer(dir, w string) (map[string]any, string, error) {
 	path := filepath.Join(dir, "pytorch_"+w+".json")
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, path, err
 	}
-	var peer map[string]any
-	if err := json.Unmarshal(data, &peer); err != nil {
-		return nil, path, fmt.Errorf("%s is not a JSON object: %w", path, err)
-	}
-	if got, _ := peer["workload"].(string); !strings.EqualFold(got, w) {
-		return nil, path, fmt.Errorf("%s is the report of workload %q, not %s", path, got, strings.ToUpper(w))
+	peer, err := ParsePeerReport(data, w)
+	if err != nil {
+		return nil, path, fmt.Errorf("%s: %w", path, err)
 	}
 	return peer, path, nil
+}
+
+// ParsePeerReport parses a PyTorch peer's JSON report of workload w (a
+// GPU peer's, bench/pytorch/gpu_peers.py and the others with --json):
+// a JSON object whose "workload" is w, in any case.
+func ParsePeerReport(data []byte, w string) (map[string]any, error) {
+	var peer map[string]any
+	if err := json.Unmarshal(data, &peer); err != nil {
+		return nil, fmt.Errorf("the peer wrote invalid JSON: %w", err)
+	}
+	if got, _ := peer["workload"].(string); !strings.EqualFold(got, w) {
+		return nil, fmt.Errorf("the peer's report is for workload %q, not %s", got, strings.ToUpper(w))
+	}
+	return peer, nil
 }
 
 // w2PeerFigure is one mode's figures at one batch size in the GPU peer's

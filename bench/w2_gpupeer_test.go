@@ -52,7 +52,7 @@ func TestReadDevicePeer(t *testing.T) {
 	require.ErrorContains(t, err, `workload "W4", not W2`)
 	writeFakePeer(t, dir, "w2", `[1, 2]`)
 	_, _, err = readDevicePeer(dir, "w2")
-	require.ErrorContains(t, err, "pytorch_w2.json is not a JSON object")
+	require.ErrorContains(t, err, "pytorch_w2.json: the peer wrote invalid JSON")
 	writeFakePeer(t, dir, "w2", w2FakeGPUPeer)
 	peer, path, err := readDevicePeer(dir, "w2")
 	require.NoError(t, err)

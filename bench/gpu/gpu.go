@@ -6,7 +6,6 @@ package gpu
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -246,14 +245,7 @@ func (g *gpuBench) peer(rep *bench.Report, w string, args ...string) map[string]
 	}
 	var res map[string]any
 	if err == nil {
-		if err = json.Unmarshal(data, &res); err != nil {
-			err = fmt.Errorf("the peer wrote invalid JSON: %w", err)
-		}
-	}
-	if err == nil {
-		if got, _ := res["workload"].(string); !strings.EqualFold(got, w) {
-			err = fmt.Errorf("the peer's report is for workload %q, not %s", got, strings.ToUpper(w))
-		}
+		res, err = bench.ParsePeerReport(data, w)
 	}
 	if err != nil {
 		rep.PeerError = err.Error()
