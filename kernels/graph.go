@@ -1,0 +1,256 @@
+package kernels
+
+import (
+	"fmt"
+
+	"github.com/esper-go/esper/tensor"
+)
+
+// GraphAggregator is the fused message passing of a graph network's
+// inference forward, an optional capability (check with a type
+// assertion; F32 on every backend that has it, F64 where the backend
+// computes F64). Each method reads one relation's edges grouped by
+// destination node, in compressed-sparse-row form:
+//
+//   - src [E] I64: the source node of every edge;
+//   - rowPtr [Nd+1] I64: destination node i's edges are
+//     order[rowPtr[i]:rowPtr[i+1]], rowPtr[0] = 0 and rowPtr[Nd] = E;
+//   - order [E] I64: the edge ids grouped by destination, in ascending
+//     edge id within a destination (a stable sort by destination).
+//
+// The host builds the three once per graph (tamiyo's graph tensors do),
+// so a device computes each relation's aggregation in one launch instead
+// of the gather, segment and softmax launches the unfused ops take. The
+// CPU checks the CSR's values; a device reads them as given (a CSR that
+// breaks the rules above gives undefined results there, as an index out
+// of range does in IndexSelect). Neither method records gradients:
+// autograd uses them when nothing needs a gradient and composes the
+// unfused ops otherwise.
+type GraphAggregator interface {
+	// GATAggregate is one relation of a GAT layer (separate source and
+	// destination projections, edge attributes, heads averaged, no self
+	// loops). With H = heads and C = out's width, hs [Ns, H·C] the
+	// projected sources, hd [Nd, H·C] the projected destinations, attr
+	// [E, F] the edge attributes and we [H·C, F] the edge projection's
+	// weight (an nn.Linear weight, [out, in]), the logit of edge k = j→i
+	// and head h is
+	//
+	//	l[k,h] = max(z, slope·z),  z = Σ_c hs[j,h,c]·attSrc[h,c]
+	//	         + Σ_c hd[i,h,c]·attDst[h,c] + Σ_f attr[k,f]·v[h,f]
+	//
+	// with v[h,f] = Σ_c attEdge[h,c]·we[h·C+c, f] (the edge projection
+	// folded into its attention vector); α is the softmax of l over i's
+	// incoming edges, per head, and
+	//
+	//	out[i,c] = bias[c] + (1/H)·Σ_h Σ_k α[k,h]·hs[j,h,c]
+	//
+	// (bias[c] alone for a node without incoming edges). attSrc, attDst
+	// and attEdge hold H·C elements each ([1, H, C] parameters), bias C.
+	GATAggregate(out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order *T, heads int, slope float64)
+	// GatherMean writes out[i] = the mean of x[src[k]] over i's incoming
+	// edges k, 0 for a node without any: x [Ns, F], out [Nd, F] (the
+	// IndexSelect and SegmentReduce Mean of a GraphSAGE aggregation in
+	// one launch).
+	GatherMean(out, x, src, rowPtr, order *T)
+}
+
+// GraphCSR are the sizes CheckGATAggregate and CheckGatherMean find.
+type GraphCSR struct {
+	// Src, Dst: source and destination node counts; Edges: E.
+	Src, Dst, Edges int
+}
+
+// checkCSR checks src [E], rowPtr [nd+1] and order [E], all I64 and
+// contiguous, and returns E.
+func checkCSR(name string, src, rowPtr, order *T, nd int) (int, error) {
+	if src == nil || rowPtr == nil || order == nil {
+		return 0, fmt.Errorf("%s: src, rowPtr and order are required", name)
+	}
+	for _, o := range []struct {
+		what string
+		t    *T
+	}{{"src", src}, {"rowPtr", rowPtr}, {"order", order}} {
+		if o.t.DType() != tensor.I64 || o.t.Rank() != 1 || !o.t.IsContiguous() {
+			return 0, fmt.Errorf("%s: %s is %v %v, want a contiguous one-dimensional i64 tensor", name, o.what, o.t.DType(), o.t.Shape())
+		}
+	}
+	e := src.Numel()
+	if order.Numel() != e {
+		return 0, lenError(name, "order", order, e)
+	}
+	if rowPtr.Numel() != nd+1 {
+		return 0, lenError(name, "rowPtr", rowPtr, nd+1)
+	}
+	return e, nil
+}
+
+// rows2 checks that t (named what) is a contiguous [rows, cols] tensor of
+// dtype dt; rows or cols < 0 take t's.
+func rows2(name, what string, t *T, dt tensor.DType, rows, cols int) (int, int, error) {
+	if t == nil {
+		return 0, 0, fmt.Errorf("%s: %s is required", name, what)
+	}
+	s := t.Shape()
+	if len(s) != 2 || (rows >= 0 && s[0] != rows) || (cols >= 0 && s[1] != cols) {
+		want := fmt.Sprintf("[%s, %s]", dimOr(rows, "N"), dimOr(cols, "F"))
+		return 0, 0, fmt.Errorf("%s: %s has shape %v, want %s", name, what, s, want)
+	}
+	if t.DType() != dt || !t.IsContiguous() {
+		return 0, 0, fmt.Errorf("%s: %s is %v (contiguous %v), want contiguous %v", name, what, t.DType(), t.IsContiguous(), dt)
+	}
+	return s[0], s[1], nil
+}
+
+func dimOr(d int, name string) string {
+	if d < 0 {
+		return name
+	}
+	return fmt.Sprint(d)
+}
+
+// CheckGATAggregate checks a GATAggregate and returns its sizes: one
+// float dtype (out's) for every float operand, all contiguous; out [Nd,
+// C], hs [Ns, heads·C], hd [Nd, heads·C], attr [E, F], we [heads·C, F],
+// attSrc, attDst and attEdge heads·C elements, bias C; src, rowPtr and
+// order as GraphAggregator says; heads ≥ 1; slope finite.
+func CheckGATAggregate(name string, out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order *T, heads int, slope float64) (GraphCSR, error) {
+	var g GraphCSR
+	if out == nil {
+		return g, fmt.Errorf("%s: out is required", name)
+	}
+	dt := out.DType()
+	if !dt.IsFloat() {
+		return g, floatError(name, "out", out)
+	}
+	if heads < 1 {
+		return g, fmt.Errorf("%s: heads %d, want ≥ 1", name, heads)
+	}
+	if slope != slope || slope > 1e300 || slope < -1e300 {
+		return g, fmt.Errorf("%s: slope %v is not finite", name, slope)
+	}
+	nd, c, err := rows2(name, "out", out, dt, -1, -1)
+	if err != nil {
+		return g, err
+	}
+	hc := heads * c
+	ns, _, err := rows2(name, "hs", hs, dt, -1, hc)
+	if err != nil {
+		return g, err
+	}
+	if _, _, err := rows2(name, "hd", hd, dt, nd, hc); err != nil {
+		return g, err
+	}
+	e, f, err := rows2(name, "attr", attr, dt, -1, -1)
+	if err != nil {
+		return g, err
+	}
+	if _, _, err := rows2(name, "we", we, dt, hc, f); err != nil {
+		return g, err
+	}
+	for _, o := range []struct {
+		what string
+		t    *T
+		n    int
+	}{{"attSrc", attSrc, hc}, {"attDst", attDst, hc}, {"attEdge", attEdge, hc}, {"bias", bias, c}} {
+		if o.t == nil {
+			return g, fmt.Errorf("%s: %s is required", name, o.what)
+		}
+		if o.t.Numel() != o.n || o.t.DType() != dt || !o.t.IsContiguous() {
+			return g, fmt.Errorf("%s: %s is %v %v, want %d contiguous %v elements", name, o.what, o.t.DType(), o.t.Shape(), o.n, dt)
+		}
+	}
+	ne, err := checkCSR(name, src, rowPtr, order, nd)
+	if err != nil {
+		return g, err
+	}
+	if ne != e {
+		return g, fmt.Errorf("%s: src has %d edges, attr %v", name, ne, attr.Shape())
+	}
+	return GraphCSR{Src: ns, Dst: nd, Edges: e}, nil
+}
+
+// CheckGatherMean checks a GatherMean and returns its sizes and the row
+// width F: x [Ns, F] and out [Nd, F] of one float dtype, contiguous; src,
+// rowPtr and order as GraphAggregator says.
+func CheckGatherMean(name string, out, x, src, rowPtr, order *T) (GraphCSR, int, error) {
+	var g GraphCSR
+	if out == nil || x == nil {
+		return g, 0, fmt.Errorf("%s: out and x are required", name)
+	}
+	dt := x.DType()
+	if !dt.IsFloat() {
+		return g, 0, floatError(name, "x", x)
+	}
+	ns, f, err := rows2(name, "x", x, dt, -1, -1)
+	if err != nil {
+		return g, 0, err
+	}
+	nd, _, err := rows2(name, "out", out, dt, -1, f)
+	if err != nil {
+		return g, 0, err
+	}
+	e, err := checkCSR(name, src, rowPtr, order, nd)
+	if err != nil {
+		return g, 0, err
+	}
+	return GraphCSR{Src: ns, Dst: nd, Edges: e}, f, nil
+}
+
+// CheckCSRValues checks the values of a host-readable CSR (the CPU's
+// check; a device cannot read them without a sync): rowPtr starts at 0,
+// never decreases and ends at E; order is a permutation of the edges
+// whose destinations follow rowPtr's rows in ascending edge id; every
+// src below ns.
+func CheckCSRValues(name string, src, rowPtr, order []int64, ns int) error {
+	e := len(src)
+	nd := len(rowPtr) - 1
+	if nd < 0 || rowPtr[0] != 0 || rowPtr[nd] != int64(e) {
+		return fmt.Errorf("%s: rowPtr must start at 0 and end at %d edges", name, e)
+	}
+	seen := make([]bool, e)
+	for i := 0; i < nd; i++ {
+		lo, hi := rowPtr[i], rowPtr[i+1]
+		if hi < lo {
+			return fmt.Errorf("%s: rowPtr decreases at node %d (%d → %d)", name, i, lo, hi)
+		}
+		for p := lo; p < hi; p++ {
+			k := order[p]
+			if k < 0 || k >= int64(e) || seen[k] {
+				return fmt.Errorf("%s: order[%d] = %d is not a new edge id below %d", name, p, k, e)
+			}
+			if p > lo && order[p-1] > k {
+				return fmt.Errorf("%s: order is not ascending within node %d's edges", name, i)
+			}
+			seen[k] = true
+		}
+	}
+	for k, j := range src {
+		if j < 0 || j >= int64(ns) {
+			return fmt.Errorf("%s: src[%d] = %d outside [0, %d)", name, k, j, ns)
+		}
+	}
+	return nil
+}
+
+// BuildCSR groups the edges of dst (each in [0, nd)) by destination: it
+// returns rowPtr [nd+1] and order [E] as GraphAggregator reads them, or
+// an error naming the first destination out of range.
+func BuildCSR(dst []int64, nd int) (rowPtr, order []int64, err error) {
+	rowPtr = make([]int64, nd+1)
+	for k, i := range dst {
+		if i < 0 || i >= int64(nd) {
+			return nil, nil, fmt.Errorf("kernels: BuildCSR: dst[%d] = %d outside [0, %d)", k, i, nd)
+		}
+		rowPtr[i+1]++
+	}
+	for i := 0; i < nd; i++ {
+		rowPtr[i+1] += rowPtr[i]
+	}
+	order = make([]int64, len(dst))
+	next := append([]int64(nil), rowPtr[:nd]...)
+	for k, i := range dst {
+		order[next[i]] = int64(k)
+		next[i]++
+	}
+	return rowPtr, order, nil
+}
