@@ -200,14 +200,18 @@ func CheckGatherMean(name string, out, x, src, rowPtr, order *T) (GraphCSR, int,
 // check; a device cannot read them without a sync): rowPtr starts at 0,
 // never decreases and ends at E; order is a permutation of the edges
 // whose destinations follow rowPtr's rows in ascending edge id; every
-// src below ns.
-func CheckCSRValues(name string, src, rowPtr, order []int64, ns int) error {
+// src below ns. seen is scratch of E elements (nil: allocated), so that
+// a kernel checking at every launch allocates nothing.
+func CheckCSRValues(name string, src, rowPtr, order []int64, ns int, seen []bool) error {
 	e := len(src)
 	nd := len(rowPtr) - 1
-	if nd < 0 || rowPtr[0] != 0 || rowPtr[nd] != int64(e) {
+	if nd < 0 || len(order) != e || rowPtr[0] != 0 || rowPtr[nd] != int64(e) {
 		return fmt.Errorf("%s: rowPtr must start at 0 and end at %d edges", name, e)
 	}
-	seen := make([]bool, e)
+	if len(seen) != e {
+		seen = make([]bool, e)
+	}
+	clear(seen)
 	for i := 0; i < nd; i++ {
 		lo, hi := rowPtr[i], rowPtr[i+1]
 		if hi < lo {

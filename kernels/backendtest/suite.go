@@ -85,7 +85,7 @@ func (c conformance) name() string { return strings.Join(c.methods, "+") }
 
 // cases are the checks of every method, family by family.
 var cases = slices.Concat(elementwiseCases, reduceCases, matmulCases, convCases, poolCases, softmaxCases,
-	normCases, indexCases, segmentCases, shapeCases, randomCases, optimCases, captureCases, streamCases)
+	normCases, indexCases, segmentCases, graphCases, shapeCases, randomCases, optimCases, captureCases, streamCases)
 
 // of is the check of methods of kernels.Backend.
 func of(run func(s *suite), methods ...string) conformance {
@@ -108,6 +108,7 @@ var optionals = []reflect.Type{
 	reflect.TypeFor[kernels.GroupNormReluer](),
 	reflect.TypeFor[kernels.BatchNormReluPooler](),
 	reflect.TypeFor[kernels.BatchNormEvalAffiner](),
+	reflect.TypeFor[kernels.GraphAggregator](),
 	reflect.TypeFor[kernels.ForeachStepper](),
 	// The stream interfaces (stream.go): a backend's device, copies,
 	// timers and staging, and a captured graph's Close.

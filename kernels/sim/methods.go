@@ -139,6 +139,18 @@ func (sb *Backend) SumRowsAdd(dst *kernels.T, x *kernels.T) {
 	sb.cpu.(kernels.GradAccumulator).SumRowsAdd(tensor.BackendView(dst), tensor.BackendView(x))
 }
 
+// GATAggregate implements kernels.GraphAggregator on the CPU kernels.
+func (sb *Backend) GATAggregate(out *kernels.T, hs *kernels.T, hd *kernels.T, attr *kernels.T, we *kernels.T, attSrc *kernels.T, attDst *kernels.T, attEdge *kernels.T, bias *kernels.T, src *kernels.T, rowPtr *kernels.T, order *kernels.T, heads int, slope float64) {
+	sb.check("GATAggregate", []*tensor.Tensor{out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order}, nil)
+	sb.cpu.(kernels.GraphAggregator).GATAggregate(tensor.BackendView(out), tensor.BackendView(hs), tensor.BackendView(hd), tensor.BackendView(attr), tensor.BackendView(we), tensor.BackendView(attSrc), tensor.BackendView(attDst), tensor.BackendView(attEdge), tensor.BackendView(bias), tensor.BackendView(src), tensor.BackendView(rowPtr), tensor.BackendView(order), heads, slope)
+}
+
+// GatherMean implements kernels.GraphAggregator on the CPU kernels.
+func (sb *Backend) GatherMean(out *kernels.T, x *kernels.T, src *kernels.T, rowPtr *kernels.T, order *kernels.T) {
+	sb.check("GatherMean", []*tensor.Tensor{out, x, src, rowPtr, order}, nil)
+	sb.cpu.(kernels.GraphAggregator).GatherMean(tensor.BackendView(out), tensor.BackendView(x), tensor.BackendView(src), tensor.BackendView(rowPtr), tensor.BackendView(order))
+}
+
 // GroupNormRelu implements kernels.GroupNormReluer on the CPU kernels.
 func (sb *Backend) GroupNormRelu(y *kernels.T, mean *kernels.T, rstd *kernels.T, x *kernels.T, w *kernels.T, b *kernels.T, groups int, eps float64) {
 	sb.check("GroupNormRelu", []*tensor.Tensor{y, mean, rstd, x, w, b}, nil)
@@ -410,6 +422,7 @@ var (
 	_ kernels.ConvFamily           = (*Backend)(nil)
 	_ kernels.ElementwiseFamily    = (*Backend)(nil)
 	_ kernels.GradAccumulator      = (*Backend)(nil)
+	_ kernels.GraphAggregator      = (*Backend)(nil)
 	_ kernels.GroupNormReluer      = (*Backend)(nil)
 	_ kernels.IndexFamily          = (*Backend)(nil)
 	_ kernels.MatMulFamily         = (*Backend)(nil)

@@ -122,6 +122,7 @@ func TestOptionalInterfacesMatchCPU(t *testing.T) {
 		"GroupNormReluer":      reflect.TypeFor[kernels.GroupNormReluer](),
 		"BatchNormReluPooler":  reflect.TypeFor[kernels.BatchNormReluPooler](),
 		"BatchNormEvalAffiner": reflect.TypeFor[kernels.BatchNormEvalAffiner](),
+		"GraphAggregator":      reflect.TypeFor[kernels.GraphAggregator](),
 		"GradAccumulator":      reflect.TypeFor[kernels.GradAccumulator](),
 		"ChannelAxpyer":        reflect.TypeFor[kernels.ChannelAxpyer](),
 		"ForeachStepper":       reflect.TypeFor[kernels.ForeachStepper](),

@@ -1,0 +1,154 @@
+package backendtest
+
+import (
+	"math"
+
+	"github.com/esper-go/esper/kernels"
+	"github.com/esper-go/esper/tensor"
+)
+
+// The optional GraphAggregator: GATAggregate and GatherMean against a
+// float64 reference computed from the definition, over edges in no
+// particular order, nodes without incoming edges, a node with many, and
+// relations without edges.
+
+var graphCases = []conformance{
+	optional[kernels.GraphAggregator](checkGraphAggregate, "GATAggregate", "GatherMean"),
+}
+
+// graphLayout is a relation: ns sources, nd destinations, e edges, and
+// for GATAggregate heads, per-head width c and edge attribute width f.
+type graphLayout struct{ ns, nd, e, heads, c, f int }
+
+var graphLayouts = []graphLayout{
+	{ns: 5, nd: 4, e: 9, heads: 2, c: 3, f: 3},
+	{ns: 7, nd: 6, e: 0, heads: 1, c: 4, f: 2},       // no edges: bias (GAT), zeros (mean)
+	{ns: 3, nd: 5, e: 40, heads: 4, c: 33, f: 3},     // one node takes 20+ edges: 80+ weights per node
+	{ns: 64, nd: 70, e: 150, heads: 4, c: 128, f: 3}, // the policy's widths
+}
+
+// graphEdges draws e edges src → dst leaving destination 1 (when nd > 2)
+// without incoming edges and sending half the edges to destination 0,
+// and returns them with their CSR on the device.
+func (s *suite) graphEdges(l graphLayout) (src, dst []int64, srcT, rowPtrT, orderT *T) {
+	src, dst = make([]int64, l.e), make([]int64, l.e)
+	for k := range src {
+		src[k] = int64(s.rng.IntN(l.ns))
+		d := s.rng.IntN(l.nd)
+		if k%2 == 0 {
+			d = 0
+		}
+		if l.nd > 2 && d == 1 {
+			d = 2
+		}
+		dst[k] = int64(d)
+	}
+	rowPtr, order, err := kernels.BuildCSR(dst, l.nd)
+	if err != nil {
+		s.t.Fatalf("BuildCSR: %v", err)
+	}
+	put := func(v []int64) *T {
+		f := make([]float64, len(v))
+		for i, x := range v {
+			f[i] = float64(x)
+		}
+		t, _ := s.put(tensor.I64, f, len(v))
+		return t
+	}
+	return src, dst, put(src), put(rowPtr), put(order)
+}
+
+func checkGraphAggregate(s *suite) {
+	ga := s.b.(kernels.GraphAggregator)
+	for _, d := range s.floats("GATAggregate", tensor.F64, tensor.F32) {
+		for _, l := range graphLayouts {
+			src, dst, srcT, rowPtr, order := s.graphEdges(l)
+			hc := l.heads * l.c
+			hs, hsv := s.in(d, l.ns, hc)
+			hd, hdv := s.in(d, l.nd, hc)
+			attr, av := s.in(d, l.e, l.f)
+			we, wv := s.in(d, hc, l.f)
+			aS, asv := s.in(d, 1, l.heads, l.c)
+			aD, adv := s.in(d, 1, l.heads, l.c)
+			aE, aev := s.in(d, 1, l.heads, l.c)
+			bias, bv := s.in(d, l.c)
+			const slope = 0.2
+			out := s.out(d, l.nd, l.c)
+			what := name("GATAggregate", d, l.ns, l.nd, l.e, l.heads, l.c, l.f)
+			s.check(call{what: what, launch: func() {
+				ga.GATAggregate(out, hs, hd, attr, we, aS, aD, aE, bias, srcT, rowPtr, order, l.heads, slope)
+			}, writes: []*T{out}}, func(got [][]float64) {
+				want := make([]float64, l.nd*l.c)
+				for i := 0; i < l.nd; i++ {
+					for c := 0; c < l.c; c++ {
+						want[i*l.c+c] = bv[c]
+					}
+				}
+				for h := 0; h < l.heads; h++ {
+					// he = attr·weᵀ, then the three attention terms.
+					logit := make([]float64, l.e)
+					m := make([]float64, l.nd)
+					for i := range m {
+						m[i] = math.Inf(-1)
+					}
+					for k := 0; k < l.e; k++ {
+						j, i := int(src[k]), int(dst[k])
+						var z float64
+						for c := 0; c < l.c; c++ {
+							o := h*l.c + c
+							var he float64
+							for f := 0; f < l.f; f++ {
+								he += av[k*l.f+f] * wv[o*l.f+f]
+							}
+							z += hsv[j*hc+o]*asv[o] + hdv[i*hc+o]*adv[o] + he*aev[o]
+						}
+						logit[k] = math.Max(z, slope*z)
+						m[i] = math.Max(m[i], logit[k])
+					}
+					sum := make([]float64, l.nd)
+					for k := range logit {
+						logit[k] = math.Exp(logit[k] - m[dst[k]])
+						sum[dst[k]] += logit[k]
+					}
+					for k := range logit {
+						j, i := int(src[k]), int(dst[k])
+						alpha := logit[k] / sum[i]
+						for c := 0; c < l.c; c++ {
+							want[i*l.c+c] += alpha * hsv[j*hc+h*l.c+c] / float64(l.heads)
+						}
+					}
+				}
+				s.close(what, got[0], want, 4*tol(d))
+			})
+
+			// GatherMean over the same edges, rows of the sources.
+			x, xv := s.in(d, l.ns, l.c)
+			mean := s.out(d, l.nd, l.c)
+			mwhat := name("GatherMean", d, l.ns, l.nd, l.e, l.c)
+			s.check(call{what: mwhat, launch: func() { ga.GatherMean(mean, x, srcT, rowPtr, order) }, writes: []*T{mean}}, func(got [][]float64) {
+				want := make([]float64, l.nd*l.c)
+				count := make([]int, l.nd)
+				for k := range src {
+					count[dst[k]]++
+					for c := 0; c < l.c; c++ {
+						want[int(dst[k])*l.c+c] += xv[int(src[k])*l.c+c]
+					}
+				}
+				for i, n := range count {
+					for c := 0; c < l.c && n > 0; c++ {
+						want[i*l.c+c] /= float64(n)
+					}
+				}
+				s.close(mwhat, got[0], want, tol(d))
+			})
+		}
+	}
+	s.panics("GATAggregate", func() { // hd's rows differ from out's
+		src, rp, ord := s.out(tensor.I64, 2), s.out(tensor.I64, 4), s.out(tensor.I64, 2)
+		f := func(shape ...int) *T { return s.out(tensor.F32, shape...) }
+		ga.GATAggregate(f(3, 2), f(2, 4), f(4, 4), f(2, 3), f(4, 3), f(4), f(4), f(4), f(2), src, rp, ord, 2, 0.2)
+	})
+	s.panics("GatherMean", func() { // rowPtr of the wrong length
+		ga.GatherMean(s.out(tensor.F32, 3, 2), s.out(tensor.F32, 2, 2), s.out(tensor.I64, 2), s.out(tensor.I64, 3), s.out(tensor.I64, 2))
+	})
+}
