@@ -178,9 +178,9 @@ func (in *Inference) step(inputs []*tensor.Tensor) []*tensor.Tensor {
 // Flattened graph tensors: the node features per type, the blueprint
 // rows, the slot nodes' environments, the padded slot index, the
 // padding zero, then per
-// relation its sources, destinations and attributes (zero-length for a
-// relation without edges, so that which relations are empty is part of
-// the shape guard).
+// relation its sources, destinations, attributes and CSR (row pointers
+// and order; zero-length for a relation without edges, so that which
+// relations are empty is part of the shape guard).
 const (
 	flatX         = 0
 	flatBP        = NumNodeTypes
@@ -188,7 +188,8 @@ const (
 	flatSlotPad   = flatSlotGraph + 1
 	flatZero      = flatSlotPad + 1
 	flatEdges     = flatZero + 1
-	flatLen       = flatEdges + 3*NumRelations
+	flatPerRel    = 5 // src, dst, attr, rowPtr, order
+	flatLen       = flatEdges + flatPerRel*NumRelations
 )
 
 func flattenGraph(gt *graphTensors) []*tensor.Tensor {
@@ -199,14 +200,16 @@ func flattenGraph(gt *graphTensors) []*tensor.Tensor {
 	out[flatBP], out[flatSlotGraph], out[flatSlotPad], out[flatZero] = gt.bp, gt.slotGraph, gt.slotPad, gt.zero
 	dt := gt.x[NodeGlobal].DType()
 	for r := range gt.edges {
-		i := flatEdges + 3*r
+		i := flatEdges + flatPerRel*r
 		if gt.src[r] == nil { // an empty relation on the CPU
 			out[i] = tensor.FromSlice([]int64{}, 0)
 			out[i+1] = tensor.FromSlice([]int64{}, 0)
 			out[i+2] = tensor.Zeros(dt, 0, EdgeFeatures)
+			out[i+3] = tensor.FromSlice([]int64{}, 0)
+			out[i+4] = tensor.FromSlice([]int64{}, 0)
 			continue
 		}
-		out[i], out[i+1], out[i+2] = gt.src[r], gt.dst[r], gt.attr[r].Value
+		out[i], out[i+1], out[i+2], out[i+3], out[i+4] = gt.src[r], gt.dst[r], gt.attr[r].Value, gt.rowPtr[r], gt.order[r]
 	}
 	return out
 }
@@ -224,10 +227,11 @@ func unflattenGraph(in []*tensor.Tensor) *graphTensors {
 	gt.bp, gt.slotGraph, gt.slotPad, gt.zero = in[flatBP], in[flatSlotGraph], in[flatSlotPad], in[flatZero]
 	gt.maxSlots = gt.slotPad.Shape()[0] / gt.b
 	for r := range gt.edges {
-		i := flatEdges + 3*r
+		i := flatEdges + flatPerRel*r
 		gt.edges[r] = in[i].Shape()[0]
 		if gt.edges[r] > 0 {
 			gt.src[r], gt.dst[r], gt.attr[r] = in[i], in[i+1], autograd.Const(in[i+2])
+			gt.rowPtr[r], gt.order[r] = in[i+3], in[i+4]
 		}
 	}
 	return gt

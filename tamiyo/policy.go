@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 
 	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/tensor"
@@ -146,7 +147,7 @@ type mlp struct {
 }
 
 func (m *mlp) forward(x *autograd.Var) *autograd.Var {
-	return m.fc2.Forward(autograd.Relu(m.fc1.Forward(x)))
+	return m.fc2.Forward(m.fc1.ForwardRelu(x))
 }
 
 // Policy is Tamiyo's learned controller network (ESPER.md §Tamiyo): a
@@ -371,10 +372,16 @@ type graphTensors struct {
 	slotPad     *tensor.Tensor // [B·maxSlots] I64 into scores ⊕ [0]
 	zero        *tensor.Tensor // [1]: the slot logits' padding
 	// Per relation; nil for a relation without edges on the CPU,
-	// zero-length on a device.
-	src, dst [NumRelations]*tensor.Tensor
-	attr     [NumRelations]*autograd.Var
-	edges    [NumRelations]int
+	// zero-length on a device. rowPtr and order group the edges by
+	// destination (kernels.BuildCSR), for the fused aggregations.
+	src, dst, rowPtr, order [NumRelations]*tensor.Tensor
+	attr                    [NumRelations]*autograd.Var
+	edges                   [NumRelations]int
+}
+
+// relEdges returns relation r's edges for autograd's graph ops.
+func (gt *graphTensors) relEdges(r Relation) autograd.GraphEdges {
+	return autograd.GraphEdges{Src: gt.src[r], Dst: gt.dst[r], RowPtr: gt.rowPtr[r], Order: gt.order[r], NumDst: gt.n[r.Dst()]}
 }
 
 func floatTensor(dt tensor.DType, v []float32, shape ...int) *tensor.Tensor {
@@ -428,8 +435,14 @@ func newGraphTensors(g *Graph, dt tensor.DType, dev tensor.Device) (*graphTensor
 		if e.Len() == 0 && dev.IsCPU() {
 			continue
 		}
+		rowPtr, order, err := kernels.BuildCSR(e.Dst, g.Nodes[Relation(r).Dst()].Count)
+		if err != nil { // Validate has checked every destination
+			return nil, fmt.Errorf("tamiyo: relation %v: %w", Relation(r), err)
+		}
 		st.int64s(&gt.src[r], e.Src, e.Len())
 		st.int64s(&gt.dst[r], e.Dst, e.Len())
+		st.int64s(&gt.rowPtr[r], rowPtr, len(rowPtr))
+		st.int64s(&gt.order[r], order, len(order))
 		st.float32s(&attr[r], e.Attr, e.Len(), EdgeFeatures)
 	}
 	if err := st.upload(); err != nil {
@@ -560,7 +573,7 @@ func (l *sageLayer) forward(x [NumNodeTypes]*autograd.Var, gt *graphTensors) [Nu
 			// No neighbours: the mean is 0 and lin_l gives its bias.
 			o = autograd.Add(root, l.linL[r].Bias)
 		} else {
-			agg := autograd.SegmentMean(autograd.IndexSelect(xs, 0, gt.src[r]), gt.dst[r], gt.n[rel.Dst()])
+			agg := autograd.GatherMean(xs, gt.relEdges(rel))
 			o = autograd.Add(l.linL[r].Forward(agg), root)
 		}
 		outs[rel.Dst()] = append(outs[rel.Dst()], o)
@@ -620,37 +633,18 @@ func newGATLayer(rng *rand.Rand, in, out, heads int, dt tensor.DType) *gatLayer 
 	return l
 }
 
-// attend returns Σ_c x[n, h, c]·att[h, c]: [N, H].
-func attend(x, att *autograd.Var) *autograd.Var {
-	return autograd.Sum(autograd.Mul(x, att), []int{2}, false)
-}
-
-func leakyRelu(x *autograd.Var, slope float64) *autograd.Var {
-	return autograd.Maximum(x, autograd.MulScalar(x, slope))
-}
-
 func (l *gatLayer) forward(x [NumNodeTypes]*autograd.Var, gt *graphTensors) [NumNodeTypes]*autograd.Var {
 	var outs [NumNodeTypes][]*autograd.Var
-	hh, c := l.heads, l.out
 	for r, g := range l.rels {
 		rel := Relation(r)
-		nd := gt.n[rel.Dst()]
 		var o *autograd.Var
-		if e := gt.edges[r]; e == 0 {
-			o = autograd.Expand(autograd.Reshape(g.bias, 1, c), nd, c)
+		if gt.edges[r] == 0 {
+			o = autograd.GATAggregate(nil, nil, nil, nil, nil, nil, nil, g.bias, gt.relEdges(rel), l.heads, gatNegativeSlope)
 		} else {
-			xs, xd := x[rel.Src()], x[rel.Dst()]
-			hs := autograd.Reshape(g.linSrc.Forward(xs), gt.n[rel.Src()], hh, c)
-			hd := autograd.Reshape(g.linDst.Forward(xd), nd, hh, c)
-			he := autograd.Reshape(g.linEdge.Forward(gt.attr[r]), e, hh, c)
-			logit := autograd.Add(autograd.Add(
-				autograd.IndexSelect(attend(hs, g.attSrc), 0, gt.src[r]),
-				autograd.IndexSelect(attend(hd, g.attDst), 0, gt.dst[r])),
-				attend(he, g.attEdge))
-			alpha := autograd.SegmentSoftmax(leakyRelu(logit, gatNegativeSlope), gt.dst[r], nd) // [E, H]
-			msg := autograd.Mul(autograd.IndexSelect(hs, 0, gt.src[r]), autograd.Reshape(alpha, e, hh, 1))
-			agg := autograd.SegmentSum(msg, gt.dst[r], nd) // [Nd, H, C]
-			o = autograd.Add(autograd.Mean(agg, []int{1}, false), g.bias)
+			hs := g.linSrc.Forward(x[rel.Src()])
+			hd := g.linDst.Forward(x[rel.Dst()])
+			o = autograd.GATAggregate(hs, hd, gt.attr[r], g.linEdge.Weight, g.attSrc, g.attDst, g.attEdge, g.bias,
+				gt.relEdges(rel), l.heads, gatNegativeSlope)
 		}
 		outs[rel.Dst()] = append(outs[rel.Dst()], o)
 	}

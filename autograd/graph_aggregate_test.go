@@ -1,0 +1,96 @@
+package autograd
+
+import (
+	"math"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/esper-go/esper/kernels"
+	"github.com/esper-go/esper/tensor"
+)
+
+// gatCase is a random relation: ns sources, nd destinations (node 1
+// without incoming edges), e edges.
+func gatCase(t *testing.T, rng interface{ IntN(int) int }, ns, nd, e int) GraphEdges {
+	src, dst := make([]int64, e), make([]int64, e)
+	for k := range src {
+		src[k] = int64(rng.IntN(ns))
+		d := rng.IntN(nd)
+		if d == 1 {
+			d = 0
+		}
+		dst[k] = int64(d)
+	}
+	rowPtr, order, err := kernels.BuildCSR(dst, nd)
+	require.NoError(t, err)
+	return GraphEdges{Src: tensor.FromSlice(src, e), Dst: tensor.FromSlice(dst, e),
+		RowPtr: tensor.FromSlice(rowPtr, nd+1), Order: tensor.FromSlice(order, e), NumDst: nd}
+}
+
+// TestGATAggregateFusedMatchesUnfused: in inference mode GATAggregate and
+// GatherMean are one launch each on the CPU (kernels.GraphAggregator)
+// and agree with the unfused ops (the path that records gradients) to
+// float32 rounding; a relation without edges gives the bias (zeros for
+// the mean) in no launch beyond the fill.
+func TestGATAggregateFusedMatchesUnfused(t *testing.T) {
+	rng := tensor.NewRNG(5)
+	const ns, nd, e, heads, c, f = 6, 5, 17, 4, 8, 3
+	edges := gatCase(t, rng, ns, nd, e)
+	p := func(shape ...int) *Var { return Param(tensor.Normal(rng, tensor.F32, 0, 1, shape...)) }
+	hs, hd, attr, we := p(ns, heads*c), p(nd, heads*c), p(e, f), p(heads*c, f)
+	as, ad, ae, bias := p(1, heads, c), p(1, heads, c), p(1, heads, c), p(c)
+	x := p(ns, c)
+
+	unfused := GATAggregate(hs, hd, attr, we, as, ad, ae, bias, edges, heads, 0.2)
+	require.True(t, unfused.RequiresGrad(), "with gradients: the unfused ops")
+	unfusedMean := GatherMean(x, edges)
+	var fused, fusedMean *Var
+	fn := func([]*tensor.Tensor) []*tensor.Tensor {
+		InferenceMode(func() {
+			fused = GATAggregate(hs, hd, attr, we, as, ad, ae, bias, edges, heads, 0.2)
+			fusedMean = GatherMean(x, edges)
+		})
+		return []*tensor.Tensor{fused.Value, fusedMean.Value}
+	}
+	cap := Capture(fn, CaptureOptions{OnFallback: func(err error) { t.Fatal(err) }})
+	for i := 0; i < 3; i++ {
+		_, err := cap.Run(hs.Value) // an input to pick the device
+		require.NoError(t, err)
+	}
+	require.Equal(t, 2, cap.Launches(), "one launch per op")
+	fn(nil)
+	for _, pair := range [][2]*Var{{fused, unfused}, {fusedMean, unfusedMean}} {
+		got, want := pair[0].Value.Float64s(), pair[1].Value.Float64s()
+		require.Len(t, got, len(want))
+		for i := range got {
+			require.InDelta(t, want[i], got[i], 1e-5*math.Max(1, math.Abs(want[i])), "element %d", i)
+		}
+	}
+	// Node 1 has no incoming edge: the bias, and a zero mean.
+	require.Equal(t, bias.Value.Float64s(), fused.Value.Float64s()[c:2*c])
+	require.Equal(t, make([]float64, c), fusedMean.Value.Float64s()[c:2*c])
+
+	empty := GraphEdges{NumDst: 3}
+	InferenceMode(func() {
+		require.Equal(t, []int{3, c}, GATAggregate(hs, hd, attr, we, as, ad, ae, bias, empty, heads, 0.2).Shape())
+		require.Equal(t, make([]float64, 3*c), GatherMean(x, empty).Value.Float64s())
+	})
+}
+
+// TestGATAggregateGradients: the path that records gradients agrees with
+// float64 finite differences for every input.
+func TestGATAggregateGradients(t *testing.T) {
+	rng := tensor.NewRNG(6)
+	const ns, nd, e, heads, c, f = 4, 4, 9, 2, 3, 2
+	edges := gatCase(t, rng, ns, nd, e)
+	n := func(shape ...int) *tensor.Tensor { return tensor.Normal(rng, tensor.F64, 0, 1, shape...) }
+	ins := []*tensor.Tensor{n(ns, heads*c), n(nd, heads*c), n(e, f), n(heads*c, f), n(1, heads, c), n(1, heads, c), n(1, heads, c), n(c)}
+	w := Const(n(nd, c)) // a weighted sum, so that every output element counts
+	require.NoError(t, GradCheck(func(in []*Var) *Var {
+		return SumAll(Mul(GATAggregate(in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], edges, heads, 0.2), w))
+	}, ins, GradCheckOptions{}))
+	require.NoError(t, GradCheck(func(in []*Var) *Var {
+		return SumAll(Mul(GatherMean(in[0], edges), w))
+	}, []*tensor.Tensor{n(ns, c)}, GradCheckOptions{}))
+}
