@@ -26,11 +26,12 @@
 // Each op family of kernels has its file under the same name, holding
 // the Backend methods, the Device methods they call and, in src/, the
 // kernels: elementwise, reduce, matmul, conv, pool, softmax, norm, index,
-// segment, shape, random, optim and capture (shape and capture have no
-// kernels of their own: Concat and Pad are strided copies, capture is
-// the driver's). The runtime around them: device.go (context, stream,
-// modules, launches), operands.go (operand checks), strided.go (strided
-// launch geometry), alloc.go, driver.go and cublas.go.
+// segment, graph (kernels.GraphAggregator, F32), shape, random, optim
+// and capture (shape and capture have no kernels of their own: Concat
+// and Pad are strided copies, capture is the driver's). The runtime
+// around them: device.go (context, stream, modules, launches),
+// operands.go (operand checks), strided.go (strided launch geometry),
+// alloc.go, driver.go and cublas.go.
 //
 // Lists of tensors (the foreach operations, ForeachSGDStep and
 // ForeachAdamWStep) are updated with one multi-tensor launch each

@@ -1,0 +1,143 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"fmt"
+	"math"
+
+	"gorgonia.org/cu"
+
+	"github.com/esper-go/esper/kernels"
+	"github.com/esper-go/esper/tensor"
+)
+
+// kernels.GraphAggregator on the device (src/graph.cu), F32 only: one
+// launch per relation over the host-built CSR (src, rowPtr and order,
+// I64, read as given: a CSR that breaks kernels.GraphAggregator's rules
+// gives undefined results here, as the interface says).
+// gat_aggregate_f32 runs one block per destination node with an online
+// softmax per head; gather_mean_f32 one thread per output element.
+
+var _ kernels.GraphAggregator = (*Backend)(nil)
+
+// GATAggregate implements kernels.GraphAggregator.
+func (b *Backend) GATAggregate(out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order *T, heads int, slope float64) {
+	must(b.d.GATAggregate(out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order, heads, slope))
+}
+
+// GatherMean implements kernels.GraphAggregator.
+func (b *Backend) GatherMean(out, x, src, rowPtr, order *T) {
+	must(b.d.GatherMean(out, x, src, rowPtr, order))
+}
+
+// gatGeom is struct GatGeom of src/graph.cu, word for word.
+type gatGeom struct {
+	nd, heads, c, f int64
+	slope           float64
+}
+
+func (g *gatGeom) words() []uint64 {
+	return []uint64{uint64(g.nd), uint64(g.heads), uint64(g.c), uint64(g.f), math.Float64bits(g.slope)}
+}
+
+// gatShared is the dynamic shared memory of a gat_aggregate_f32 block in
+// bytes: heads·f + 7·heads + heads·c floats (src/graph.cu).
+func gatShared(heads, c, f int) int {
+	return 4 * (heads*f + 7*heads + heads*c)
+}
+
+// Launch bounds of gat_aggregate_f32: its shared memory must fit the 48
+// KiB a block gets without opting in (heads·(c + f + 7) ≤ 12288 floats),
+// and it runs gatMaxThreads threads a block at most, one warp at least.
+const (
+	gatMaxShared  = 48 << 10
+	gatMaxThreads = 256
+	gatMaxBlocks  = 1 << 20
+)
+
+// gatThreads is a gat_aggregate_f32 block's thread count: a warp per head
+// for the logits or a thread per (head, channel) accumulator, whichever
+// is more, rounded up to whole warps, within [32, gatMaxThreads].
+func gatThreads(heads, c int) int {
+	n := max(heads*c, 32*heads)
+	n = (n + 31) &^ 31
+	return min(max(n, 32), gatMaxThreads)
+}
+
+// GATAggregate is one GAT relation as kernels.GraphAggregator defines
+// it, F32: out [Nd, C] from hs [Ns, heads·C], hd [Nd, heads·C], attr [E,
+// F], we [heads·C, F], attSrc, attDst and attEdge (heads·C each), bias
+// [C] and the CSR. heads·(C + F + 7) must stay within 12288 (the kernel's
+// shared memory).
+func (d *Device) GATAggregate(out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order *tensor.Tensor, heads int, slope float64) error {
+	const op = "GATAggregate"
+	g, err := kernels.CheckGATAggregate(op, out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order, heads, slope)
+	if err := checked(err); err != nil {
+		return err
+	}
+	if dt := out.DType(); dt != tensor.F32 {
+		return fmt.Errorf("cuda: %s: dtype %v (F32 runs here)", op, dt)
+	}
+	c, f := out.Dim(1), attr.Dim(1)
+	shared := gatShared(heads, c, f)
+	if shared > gatMaxShared {
+		return fmt.Errorf("cuda: %s: heads %d, C %d and F %d need %d bytes of shared memory a block, more than %d (heads·(C + F + 7) ≤ %d)",
+			op, heads, c, f, shared, gatMaxShared, gatMaxShared/4)
+	}
+	var ptrs [12]cu.DevicePtr
+	for i, o := range []struct {
+		what string
+		t    *tensor.Tensor
+		dt   tensor.DType
+	}{
+		{"out", out, tensor.F32}, {"hs", hs, tensor.F32}, {"hd", hd, tensor.F32}, {"attr", attr, tensor.F32},
+		{"we", we, tensor.F32}, {"attSrc", attSrc, tensor.F32}, {"attDst", attDst, tensor.F32},
+		{"attEdge", attEdge, tensor.F32}, {"bias", bias, tensor.F32},
+		{"src", src, tensor.I64}, {"rowPtr", rowPtr, tensor.I64}, {"order", order, tensor.I64},
+	} {
+		if ptrs[i], err = d.ptrOf(op, o.what, o.t, o.dt); err != nil {
+			return err
+		}
+	}
+	if g.Dst == 0 || c == 0 {
+		return nil // nothing to write
+	}
+	fn, err := d.kernel("gat_aggregate_f32")
+	if err != nil {
+		return err
+	}
+	geom := gatGeom{nd: int64(g.Dst), heads: int64(heads), c: int64(c), f: int64(f), slope: slope}
+	release := d.enter()
+	defer release()
+	var a args
+	for _, p := range ptrs {
+		a.ptr(p)
+	}
+	a.push(geom.words()...)
+	blocks := min(g.Dst, gatMaxBlocks)
+	return launchRaw(fn, [3]int{blocks, 1, 1}, [3]int{gatThreads(heads, c), 1, 1}, shared, d.stream, &a)
+}
+
+// GatherMean writes out [Nd, F] = the mean of x [Ns, F]'s rows src[k]
+// over each node's incoming edges k (0 for a node without any), F32.
+func (d *Device) GatherMean(out, x, src, rowPtr, order *tensor.Tensor) error {
+	const op = "GatherMean"
+	g, fw, err := kernels.CheckGatherMean(op, out, x, src, rowPtr, order)
+	if err := checked(err); err != nil {
+		return err
+	}
+	if dt := x.DType(); dt != tensor.F32 {
+		return fmt.Errorf("cuda: %s: dtype %v (F32 runs here)", op, dt)
+	}
+	ptrs, err := d.ptrList(op, []string{"out", "x", "src", "rowPtr", "order"}, []*tensor.Tensor{out, x, src, rowPtr, order},
+		[]tensor.DType{tensor.F32, tensor.F32, tensor.I64, tensor.I64, tensor.I64}, []bool{false, false, false, false, false})
+	if err != nil {
+		return err
+	}
+	release := d.enter()
+	defer release()
+	var a args
+	a.ptr(ptrs[0]).ptr(ptrs[1]).ptr(ptrs[2]).ptr(ptrs[3]).ptr(ptrs[4]).i64(int64(g.Dst)).i64(int64(fw))
+	return d.launch1D("gather_mean_f32", int64(g.Dst)*int64(fw), &a)
+}

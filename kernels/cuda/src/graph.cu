@@ -1,0 +1,165 @@
+// Fused message passing of a graph network's inference forward
+// (kernels.GraphAggregator), fp32: one relation's edges grouped by
+// destination node in host-built CSR form (src [E], rowPtr [Nd+1] and
+// order [E], all int64, read as given). gat_aggregate_f32 is one GAT
+// relation (logits, a softmax over each node's incoming edges per head,
+// the weighted sum of the sources, heads averaged, bias) in one launch;
+// gather_mean_f32 the mean of the sources' rows per node. Every sum runs
+// in a fixed order (warp butterflies and per-thread loops, no atomics),
+// so the results are deterministic.
+#include <stdint.h>
+#include <math.h>
+#include "common.cuh"
+
+// GatGeom is gat_aggregate_f32's sizes (the Go gatGeom, word for word):
+// nd destination nodes, heads, c = out's width (hs and hd are [·,
+// heads·c]), f = attr's width, and the leaky slope.
+struct GatGeom {
+    int64_t nd, heads, c, f;
+    double slope;
+};
+
+// warp_sum returns the sum of v over the warp's 32 lanes to every lane
+// (a butterfly: every lane adds in the same order, so all agree).
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
+    return v;
+}
+
+extern "C" {
+
+// gat_aggregate_f32: one block per destination node i (a block-stride
+// loop over the nodes; blockDim.x a multiple of 32, any size), with
+// dynamic shared memory of (heads·f + 7·heads + heads·c) floats laid out
+// (H = heads, C = c, F = f)
+//
+//	v [H·F]          v[h,f] = Σ_c attEdge[h,c]·we[h·C+c, f] (per block)
+//	dterm [H]        Σ_c hd[i,h,c]·attDst[h,c]
+//	m, s [H]         the running maximum and sum of the online softmax
+//	sc, wt [2·H]     the edge's rescale and weight per head (two
+//	                 buffers, by the edge's parity)
+//	acc [H·C]        Σ_k exp(l[k,h] − m[h])·hs[j,h,c] so far
+//
+// Per incoming edge p (k = order[p], j = src[k]) warp w computes the
+// logits of heads w, w + warps, …: z = Σ_c hs[j,h,c]·attSrc[h,c] (lanes
+// striding over c, then a warp butterfly) + dterm[h] + Σ_f attr[k,f]·
+// v[h,f], l = max(z, slope·z); its lane 0 alone keeps head h's m and s
+// and publishes the rescale exp(m_old − m_new) and the weight
+// exp(l − m_new); after a barrier every thread rescales its own acc
+// elements (q = tid, tid + blockDim, …) and adds the weight times
+// hs[j, q]. No barrier follows that update: sc and wt alternate between
+// two buffers, and edge p + 2 overwrites edge p's only after edge p + 1's
+// barrier, which each thread reaches after its reads of edge p. At the end
+// out[i,c] = bias[c] + (Σ_h acc[h,c]/s[h])·(1/H), or bias[c] for a node
+// without incoming edges. H·C must fit an int (the Go side bounds the
+// shared memory far below that).
+__global__ void gat_aggregate_f32(float* out, const float* hs, const float* hd, const float* attr, const float* we,
+                                  const float* attSrc, const float* attDst, const float* attEdge, const float* bias,
+                                  const int64_t* src, const int64_t* rowPtr, const int64_t* order, GatGeom g) {
+    extern __shared__ float sh[];
+    const int H = (int)g.heads, C = (int)g.c, F = (int)g.f;
+    const int64_t HC = g.heads * g.c;
+    float* v = sh;
+    float* dterm = v + H * F;
+    float* m = dterm + H;
+    float* s = m + H;
+    float* sc = s + H;
+    float* wt = sc + 2 * H;
+    float* acc = wt + 2 * H;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, warps = blockDim.x >> 5;
+    const float slope = (float)g.slope;
+
+    // v is the same for every node: once per block.
+    for (int t = warp; t < H * F; t += warps) {
+        int h = t / F, f = t % F;
+        float part = 0.f;
+        for (int c = lane; c < C; c += 32) part += attEdge[h * C + c] * we[((int64_t)h * C + c) * F + f];
+        part = warp_sum(part);
+        if (lane == 0) v[t] = part;
+    }
+
+    for (int64_t i = blockIdx.x; i < g.nd; i += gridDim.x) {
+        const int64_t a = rowPtr[i], b = rowPtr[i + 1];
+        for (int h = warp; h < H; h += warps) {
+            const float* hdi = hd + i * HC + (int64_t)h * C;
+            float part = 0.f;
+            for (int c = lane; c < C; c += 32) part += hdi[c] * attDst[h * C + c];
+            part = warp_sum(part);
+            if (lane == 0) {
+                dterm[h] = part;
+                m[h] = -INFINITY;
+                s[h] = 0.f;
+            }
+        }
+        for (int64_t q = tid; q < HC; q += blockDim.x) acc[q] = 0.f;
+        __syncthreads();  // v, dterm, m, s and acc are set
+
+        for (int64_t p = a; p < b; p++) {
+            const int64_t k = order[p];
+            const float* hj = hs + src[k] * HC;
+            float* scp = sc + (p & 1) * H;
+            float* wtp = wt + (p & 1) * H;
+            for (int h = warp; h < H; h += warps) {
+                float part = 0.f;
+                for (int c = lane; c < C; c += 32) part += hj[h * C + c] * attSrc[h * C + c];
+                part = warp_sum(part);
+                if (lane == 0) {
+                    float z = part + dterm[h];
+                    for (int f = 0; f < F; f++) z += attr[k * F + f] * v[h * F + f];
+                    float l = fmaxf(z, slope * z);
+                    float mo = m[h];
+                    // The new maximum; a NaN logit takes over (and stays:
+                    // nothing compares above it), so that it reaches the
+                    // output as it does through the unfused softmax.
+                    float mn = (l > mo || l != l) ? l : mo;
+                    // mo == mn: no rescale (also when both are −∞ or +∞,
+                    // where exp(mo − mn) would be NaN); a −∞ logit weighs 0.
+                    scp[h] = mo == mn ? 1.f : expf(mo - mn);
+                    float w = l == -INFINITY ? 0.f : expf(l - mn);
+                    wtp[h] = w;
+                    s[h] = s[h] * scp[h] + w;
+                    m[h] = mn;
+                }
+            }
+            __syncthreads();  // this edge's sc and wt are published
+            for (int64_t q = tid; q < HC; q += blockDim.x) {
+                int h = (int)(q / C);
+                acc[q] = acc[q] * scp[h] + wtp[h] * hj[q];
+            }
+        }
+        __syncthreads();  // acc and s are final
+
+        const float inv = 1.f / (float)H;
+        for (int c = tid; c < C; c += blockDim.x) {
+            float r = bias[c];
+            if (b > a) {
+                float t = 0.f;
+                for (int h = 0; h < H; h++) t += acc[h * C + c] / s[h];
+                r += t * inv;
+            }
+            out[i * C + c] = r;
+        }
+        __syncthreads();  // acc, s and the buffers are free for the next node
+    }
+}
+
+// gather_mean_f32: out[i,f] = the mean of x[src[order[p]], f] over p in
+// [rowPtr[i], rowPtr[i+1]), 0 for a node without edges; one thread per
+// (i, f), summing in p order from the first value and scaling by
+// 1/count, as the CPU's IndexSelect and SegmentReduce Mean do.
+__global__ void gather_mean_f32(float* out, const float* x, const int64_t* src, const int64_t* rowPtr,
+                                const int64_t* order, int64_t nd, int64_t fw) {
+    GRID_STRIDE(q, nd * fw) {
+        int64_t i = q / fw, f = q % fw;
+        int64_t a = rowPtr[i], b = rowPtr[i + 1];
+        if (b <= a) {
+            out[q] = 0.f;
+            continue;
+        }
+        float acc = x[src[order[a]] * fw + f];
+        for (int64_t p = a + 1; p < b; p++) acc += x[src[order[p]] * fw + f];
+        out[q] = acc * (1.f / (float)(b - a));
+    }
+}
+
+}  // extern "C"
