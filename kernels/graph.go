@@ -30,7 +30,9 @@ type GraphAggregator interface {
 	// GATAggregate is one relation of a GAT layer (separate source and
 	// destination projections, edge attributes, heads averaged, no self
 	// loops). With H = heads and C = out's width, hs [Ns, H·C] the
-	// projected sources, hd [Nd, H·C] the projected destinations, attr
+	// projected sources, hd [Nd, H·C] the projected destinations (each
+	// contiguous or a row-strided view, strides [ld, 1] with ld ≥ H·C:
+	// column blocks of one stacked projection), attr
 	// [E, F] the edge attributes and we [H·C, F] the edge projection's
 	// weight (an nn.Linear weight, [out, in]), the logit of edge k = j→i
 	// and head h is
@@ -42,11 +44,14 @@ type GraphAggregator interface {
 	// folded into its attention vector); α is the softmax of l over i's
 	// incoming edges, per head, and
 	//
-	//	out[i,c] = bias[c] + (1/H)·Σ_h Σ_k α[k,h]·hs[j,h,c]
+	//	r[i,c] = bias[c] + (1/H)·Σ_h Σ_k α[k,h]·hs[j,h,c]
 	//
-	// (bias[c] alone for a node without incoming edges). attSrc, attDst
-	// and attEdge hold H·C elements each ([1, H, C] parameters), bias C.
-	GATAggregate(out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order *T, heads int, slope float64)
+	// (bias[c] alone for a node without incoming edges), written as
+	// out = alpha·r, or added as out += alpha·r with accumulate (the mean
+	// over the relations into one node type: alpha = 1/R, the first
+	// relation writes and the others accumulate). attSrc, attDst and
+	// attEdge hold H·C elements each ([1, H, C] parameters), bias C.
+	GATAggregate(out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order *T, heads int, slope, alpha float64, accumulate bool)
 	// GatherMean writes out[i] = the mean of x[src[k]] over i's incoming
 	// edges k, 0 for a node without any: x [Ns, F], out [Nd, F] (the
 	// IndexSelect and SegmentReduce Mean of a GraphSAGE aggregation in
@@ -101,6 +106,34 @@ func rows2(name, what string, t *T, dt tensor.DType, rows, cols int) (int, int, 
 	return s[0], s[1], nil
 }
 
+// strided2 is rows2 for an operand that may also be a row-strided view
+// (RowStride).
+func strided2(name, what string, t *T, dt tensor.DType, rows, cols int) (int, int, error) {
+	if t != nil && !t.IsContiguous() {
+		if _, ok := RowStride(t); ok && t.DType() == dt && (rows < 0 || t.Shape()[0] == rows) && (cols < 0 || t.Shape()[1] == cols) {
+			return t.Shape()[0], t.Shape()[1], nil
+		}
+	}
+	return rows2(name, what, t, dt, rows, cols)
+}
+
+// RowStride returns the row stride of a two-dimensional t whose rows are
+// contiguous (strides [ld, 1], ld ≥ its width; ld = width when t is
+// contiguous), and whether t is such a tensor.
+func RowStride(t *T) (int, bool) {
+	if t.Rank() != 2 {
+		return 0, false
+	}
+	s, st := t.Shape(), t.Strides()
+	if t.IsContiguous() {
+		return s[1], true
+	}
+	if (st[1] != 1 && s[1] > 1) || st[0] < s[1] {
+		return 0, false
+	}
+	return st[0], true
+}
+
 func dimOr(d int, name string) string {
 	if d < 0 {
 		return name
@@ -109,11 +142,12 @@ func dimOr(d int, name string) string {
 }
 
 // CheckGATAggregate checks a GATAggregate and returns its sizes: one
-// float dtype (out's) for every float operand, all contiguous; out [Nd,
-// C], hs [Ns, heads·C], hd [Nd, heads·C], attr [E, F], we [heads·C, F],
-// attSrc, attDst and attEdge heads·C elements, bias C; src, rowPtr and
-// order as GraphAggregator says; heads ≥ 1; slope finite.
-func CheckGATAggregate(name string, out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order *T, heads int, slope float64) (GraphCSR, error) {
+// float dtype (out's) for every float operand, all contiguous but hs and
+// hd, which may be row-strided (RowStride); out [Nd, C], hs [Ns,
+// heads·C], hd [Nd, heads·C], attr [E, F], we [heads·C, F], attSrc,
+// attDst and attEdge heads·C elements, bias C; src, rowPtr and order as
+// GraphAggregator says; heads ≥ 1; slope and alpha finite.
+func CheckGATAggregate(name string, out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order *T, heads int, slope, alpha float64) (GraphCSR, error) {
 	var g GraphCSR
 	if out == nil {
 		return g, fmt.Errorf("%s: out is required", name)
@@ -125,19 +159,24 @@ func CheckGATAggregate(name string, out, hs, hd, attr, we, attSrc, attDst, attEd
 	if heads < 1 {
 		return g, fmt.Errorf("%s: heads %d, want ≥ 1", name, heads)
 	}
-	if slope != slope || slope > 1e300 || slope < -1e300 {
-		return g, fmt.Errorf("%s: slope %v is not finite", name, slope)
+	for _, v := range []struct {
+		what string
+		v    float64
+	}{{"slope", slope}, {"alpha", alpha}} {
+		if v.v != v.v || v.v > 1e300 || v.v < -1e300 {
+			return g, fmt.Errorf("%s: %s %v is not finite", name, v.what, v.v)
+		}
 	}
 	nd, c, err := rows2(name, "out", out, dt, -1, -1)
 	if err != nil {
 		return g, err
 	}
 	hc := heads * c
-	ns, _, err := rows2(name, "hs", hs, dt, -1, hc)
+	ns, _, err := strided2(name, "hs", hs, dt, -1, hc)
 	if err != nil {
 		return g, err
 	}
-	if _, _, err := rows2(name, "hd", hd, dt, nd, hc); err != nil {
+	if _, _, err := strided2(name, "hd", hd, dt, nd, hc); err != nil {
 		return g, err
 	}
 	e, f, err := rows2(name, "attr", attr, dt, -1, -1)
