@@ -27,23 +27,42 @@ func (e GraphEdges) Len() int {
 	return e.Src.Numel()
 }
 
-// fusedGraph reports whether a GraphAggregator launch may replace the
+// fusedGraph reports whether GraphAggregator launches may replace the
 // unfused ops: nothing records a gradient, the backend has the fused
-// kernels, every float operand is contiguous F32 and the CSR is given.
-func fusedGraph(e GraphEdges, vs ...*Var) (kernels.GraphAggregator, bool) {
-	if e.RowPtr == nil || e.Order == nil {
-		return nil, false
-	}
-	for _, v := range vs {
-		if v.Value.DType() != tensor.F32 || !v.Value.IsContiguous() {
+// kernels, every float operand is F32 and contiguous (strided ones may be
+// row-strided views, kernels.RowStride) and every relation's CSR is
+// given.
+func fusedGraph(es []GraphEdges, vs, strided []*Var) (kernels.GraphAggregator, bool) {
+	for _, e := range es {
+		if e.Src == nil || e.RowPtr == nil || e.Order == nil {
 			return nil, false
 		}
-		if GradEnabled() && v.RequiresGrad() {
+	}
+	for _, v := range vs {
+		if v.Value.DType() != tensor.F32 || !v.Value.IsContiguous() || (GradEnabled() && v.RequiresGrad()) {
+			return nil, false
+		}
+	}
+	for _, v := range strided {
+		if _, ok := kernels.RowStride(v.Value); !ok || v.Value.DType() != tensor.F32 || (GradEnabled() && v.RequiresGrad()) {
 			return nil, false
 		}
 	}
 	g, ok := backendOf(vs[0].Value).(kernels.GraphAggregator)
 	return g, ok
+}
+
+// GATRelation is one relation's operands of a GAT layer (GATAggregate
+// documents them): the projections Hs [Ns, heads·C] and Hd [NumDst,
+// heads·C] (column blocks of a stacked projection, LinearStack, are
+// fine), the edge attributes Attr [E, F] with the edge projection's
+// weight We [heads·C, F], the attention vectors [1, heads, C] and Bias
+// [C]. For a relation without edges only Bias and Edges.NumDst are read.
+type GATRelation struct {
+	Hs, Hd, Attr, We        *Var
+	AttSrc, AttDst, AttEdge *Var
+	Bias                    *Var
+	Edges                   GraphEdges
 }
 
 // GATAggregate is one relation of a GAT layer (PyG GATConv with separate
@@ -62,34 +81,100 @@ func fusedGraph(e GraphEdges, vs ...*Var) (kernels.GraphAggregator, bool) {
 // kernels.GraphAggregator, it is one launch; otherwise the gather,
 // segment-softmax and reduction ops, with their gradients.
 func GATAggregate(hs, hd, attr, we, attSrc, attDst, attEdge, bias *Var, e GraphEdges, heads int, slope float64) *Var {
-	if heads < 1 || bias.Value.Rank() != 1 {
-		panic(fmt.Sprintf("autograd: gat_aggregate: heads %d and bias %v, want heads ≥ 1 and a [C] bias", heads, bias.Shape()))
+	return GATMean([]GATRelation{{Hs: hs, Hd: hd, Attr: attr, We: we, AttSrc: attSrc, AttDst: attDst, AttEdge: attEdge, Bias: bias, Edges: e}}, heads, slope)
+}
+
+// GATMean is the mean of GATAggregate over relations into one node type
+// (all of one NumDst and width C), as a heterogeneous GAT layer combines
+// them. Fused (no gradient recorded, a kernels.GraphAggregator device,
+// F32, every relation's CSR given), it is one launch per relation, each
+// adding its share into one output; otherwise GATAggregate per relation,
+// summed left to right and scaled by 1/len(rels).
+func GATMean(rels []GATRelation, heads int, slope float64) *Var {
+	if len(rels) == 0 {
+		panic("autograd: gat_mean: no relations")
 	}
-	c := bias.Shape()[0]
-	nd := e.NumDst
-	n := e.Len()
-	if n == 0 {
-		return Expand(Reshape(bias, 1, c), nd, c)
+	c, nd := -1, rels[0].Edges.NumDst
+	for _, r := range rels {
+		if heads < 1 || r.Bias == nil || r.Bias.Value.Rank() != 1 || (c >= 0 && r.Bias.Shape()[0] != c) || r.Edges.NumDst != nd {
+			panic(fmt.Sprintf("autograd: gat_mean: heads %d, want ≥ 1, and relations into one node type (%d nodes) with [C] biases of one width", heads, nd))
+		}
+		c = r.Bias.Shape()[0]
 	}
-	if g, ok := fusedGraph(e, hs, hd, attr, we, attSrc, attDst, attEdge, bias); ok {
-		out := alloc(hs.Value, hs.Value.DType(), nd, c)
-		g.GATAggregate(out, hs.Value, hd.Value, attr.Value, we.Value, attSrc.Value, attDst.Value, attEdge.Value,
-			bias.Value, e.Src, e.RowPtr, e.Order, heads, slope)
+	if g, ok := fusedGATMean(rels); ok {
+		out := alloc(rels[0].Bias.Value, rels[0].Bias.Value.DType(), nd, c)
+		alpha := 1 / float64(len(rels))
+		for i, r := range rels {
+			hs, hd, attr, we, as, ad, ae := r.Hs, r.Hd, r.Attr, r.We, r.AttSrc, r.AttDst, r.AttEdge
+			if r.Edges.Len() == 0 { // only the bias is read: any operands of the right shapes
+				hs, hd, attr, we, as, ad, ae = emptyGAT(r.Bias.Value, heads, c, nd)
+			}
+			g.GATAggregate(out, hs.Value, hd.Value, attr.Value, we.Value, as.Value, ad.Value, ae.Value, r.Bias.Value,
+				r.Edges.Src, r.Edges.RowPtr, r.Edges.Order, heads, slope, alpha, i > 0)
+		}
 		return Const(out)
 	}
-	ns := hs.Shape()[0]
-	hsv := Reshape(hs, ns, heads, c)
-	hdv := Reshape(hd, nd, heads, c)
-	he := Reshape(MatMulT(attr, we, false, true), n, heads, c)
+	var acc *Var
+	for i, r := range rels {
+		o := gatUnfused(r, heads, slope, c)
+		if i == 0 {
+			acc = o
+		} else {
+			acc = Add(acc, o)
+		}
+	}
+	if len(rels) > 1 {
+		acc = MulScalar(acc, 1/float64(len(rels)))
+	}
+	return acc
+}
+
+// fusedGATMean is fusedGraph over every operand of rels.
+func fusedGATMean(rels []GATRelation) (kernels.GraphAggregator, bool) {
+	es := make([]GraphEdges, len(rels))
+	var vs, strided []*Var
+	for i, r := range rels {
+		es[i] = r.Edges
+		vs = append(vs, r.Bias)
+		if r.Edges.Len() > 0 {
+			vs = append(vs, r.Attr, r.We, r.AttSrc, r.AttDst, r.AttEdge)
+			strided = append(strided, r.Hs, r.Hd)
+		}
+	}
+	return fusedGraph(es, vs, strided)
+}
+
+// emptyGAT returns stand-ins for the operands of a relation without
+// edges: GATAggregate reads only its bias then, so they are allocated
+// without being written (no launch), and the edge attributes have no
+// columns.
+func emptyGAT(like *tensor.Tensor, heads, c, nd int) (hs, hd, attr, we, as, ad, ae *Var) {
+	dt := like.DType()
+	z := func(shape ...int) *Var { return Const(alloc(like, dt, shape...)) }
+	hc := heads * c
+	as = z(hc)
+	return z(0, hc), z(nd, hc), z(0, 0), z(hc, 0), as, as, as
+}
+
+// gatUnfused is one relation through the unfused ops (with gradients).
+func gatUnfused(r GATRelation, heads int, slope float64, c int) *Var {
+	e, nd, n := r.Edges, r.Edges.NumDst, r.Edges.Len()
+	if n == 0 {
+		return Expand(Reshape(r.Bias, 1, c), nd, c)
+	}
+	ns := r.Hs.Shape()[0]
+	hsv := Reshape(r.Hs, ns, heads, c)
+	hdv := Reshape(r.Hd, nd, heads, c)
+	he := Reshape(Linear(r.Attr, r.We, nil), n, heads, c)
 	logit := Add(Add(
-		IndexSelect(attend(hsv, attSrc), 0, e.Src),
-		IndexSelect(attend(hdv, attDst), 0, e.Dst)),
-		attend(he, attEdge))
+		IndexSelect(attend(hsv, r.AttSrc), 0, e.Src),
+		IndexSelect(attend(hdv, r.AttDst), 0, e.Dst)),
+		attend(he, r.AttEdge))
 	leaky := Maximum(logit, MulScalar(logit, slope))
 	alpha := SegmentSoftmax(leaky, e.Dst, nd) // [E, heads]
 	msg := Mul(IndexSelect(hsv, 0, e.Src), Reshape(alpha, n, heads, 1))
 	agg := SegmentSum(msg, e.Dst, nd) // [NumDst, heads, C]
-	return Add(Mean(agg, []int{1}, false), bias)
+	return Add(Mean(agg, []int{1}, false), r.Bias)
 }
 
 // attend returns Σ_c x[n, h, c]·att[h, c]: [N, H].
@@ -110,7 +195,7 @@ func GatherMean(x *Var, e GraphEdges) *Var {
 	if e.Len() == 0 {
 		return Const(full(x.Value, x.Value.DType(), 0, e.NumDst, f))
 	}
-	if g, ok := fusedGraph(e, x); ok {
+	if g, ok := fusedGraph([]GraphEdges{e}, []*Var{x}, nil); ok {
 		out := alloc(x.Value, x.Value.DType(), e.NumDst, f)
 		g.GatherMean(out, x.Value, e.Src, e.RowPtr, e.Order)
 		return Const(out)

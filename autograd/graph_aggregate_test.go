@@ -94,3 +94,52 @@ func TestGATAggregateGradients(t *testing.T) {
 		return SumAll(Mul(GatherMean(in[0], edges), w))
 	}, []*tensor.Tensor{n(ns, c)}, GradCheckOptions{}))
 }
+
+// TestGATMeanStridedFusedMatchesUnfused: the mean over two relations into
+// one node type (one without edges), their projections column blocks of
+// stacked products (LinearStack's views), is one launch per relation
+// fused and agrees with the unfused ops.
+func TestGATMeanStridedFusedMatchesUnfused(t *testing.T) {
+	rng := tensor.NewRNG(8)
+	const ns, nd, e, heads, c, f, in = 6, 5, 17, 2, 4, 3, 7
+	edges := gatCase(t, rng, ns, nd, e)
+	p := func(shape ...int) *Var { return Param(tensor.Normal(rng, tensor.F32, 0, 1, shape...)) }
+	xs, xd := p(ns, in), p(nd, in)
+	wS, wD, wX := p(heads*c, in), p(heads*c, in), p(heads*c, in)
+	rel := func(hs, hd *Var) []GATRelation {
+		return []GATRelation{
+			{Hs: hs, Hd: hd, Attr: p(e, f), We: p(heads*c, f), AttSrc: p(1, heads, c), AttDst: p(1, heads, c), AttEdge: p(1, heads, c), Bias: p(c), Edges: edges},
+			{Bias: p(c), Edges: GraphEdges{NumDst: nd, Src: tensor.FromSlice([]int64{}, 0), RowPtr: tensor.Zeros(tensor.I64, nd+1), Order: tensor.FromSlice([]int64{}, 0)}},
+		}
+	}
+	// The same parameters for both paths: draw once, then reuse.
+	rels := rel(nil, nil)
+	unfused := GATMean([]GATRelation{withProj(rels[0], Linear(xs, wS, nil), Linear(xd, wD, nil)), rels[1]}, heads, 0.2)
+	require.True(t, unfused.RequiresGrad())
+	var fused *Var
+	fn := func([]*tensor.Tensor) []*tensor.Tensor {
+		InferenceMode(func() {
+			// Column blocks of stacked products: [ns, 2·HC] and [nd, 2·HC].
+			s := Linear(xs, Concat([]*Var{wX, wS}, 0), nil)
+			d := Linear(xd, Concat([]*Var{wD, wX}, 0), nil)
+			hs, hd := Narrow(s, 1, heads*c, heads*c), Narrow(d, 1, 0, heads*c)
+			require.False(t, hs.Value.IsContiguous())
+			fused = GATMean([]GATRelation{withProj(rels[0], hs, hd), rels[1]}, heads, 0.2)
+		})
+		return []*tensor.Tensor{fused.Value}
+	}
+	cap := Capture(fn, CaptureOptions{OnFallback: func(err error) { t.Fatal(err) }})
+	for i := 0; i < 3; i++ {
+		_, err := cap.Run(xs.Value)
+		require.NoError(t, err)
+	}
+	require.Equal(t, 6, cap.Launches(), "two concats, two products, one launch per relation")
+	fn(nil)
+	closeVars(t, "GATMean", fused, unfused)
+}
+
+// withProj returns r with the projections hs and hd.
+func withProj(r GATRelation, hs, hd *Var) GATRelation {
+	r.Hs, r.Hd = hs, hd
+	return r
+}

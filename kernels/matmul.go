@@ -55,6 +55,19 @@ type GradAccumulator interface {
 	SumRowsAdd(dst, x *T)
 }
 
+// LaunchBounder is implemented by a backend whose launches cost more
+// than copying a small layer's weights (a GPU, where each launch takes
+// microseconds of host and device time): autograd.LinearStack joins the
+// products of one input there into one product over stacked weights,
+// paying a copy of the weights per call. The CPU backend does not
+// implement it, nor does sim, which computes bit for bit what the CPU
+// computes (a stacked product may sum in another order than separate
+// ones where the CPU picks its kernel by size).
+type LaunchBounder interface {
+	// LaunchBound reports whether products should be joined.
+	LaunchBound() bool
+}
+
 // MatMulDims are the sizes of a checked product: dst [Batch,] M×N from
 // op(a) M×K and op(b) K×N.
 type MatMulDims struct {

@@ -198,17 +198,8 @@ func flattenGraph(gt *graphTensors) []*tensor.Tensor {
 		out[flatX+t] = gt.x[t].Value
 	}
 	out[flatBP], out[flatSlotGraph], out[flatSlotPad], out[flatZero] = gt.bp, gt.slotGraph, gt.slotPad, gt.zero
-	dt := gt.x[NodeGlobal].DType()
 	for r := range gt.edges {
 		i := flatEdges + flatPerRel*r
-		if gt.src[r] == nil { // an empty relation on the CPU
-			out[i] = tensor.FromSlice([]int64{}, 0)
-			out[i+1] = tensor.FromSlice([]int64{}, 0)
-			out[i+2] = tensor.Zeros(dt, 0, EdgeFeatures)
-			out[i+3] = tensor.FromSlice([]int64{}, 0)
-			out[i+4] = tensor.FromSlice([]int64{}, 0)
-			continue
-		}
 		out[i], out[i+1], out[i+2], out[i+3], out[i+4] = gt.src[r], gt.dst[r], gt.attr[r].Value, gt.rowPtr[r], gt.order[r]
 	}
 	return out
@@ -229,10 +220,8 @@ func unflattenGraph(in []*tensor.Tensor) *graphTensors {
 	for r := range gt.edges {
 		i := flatEdges + flatPerRel*r
 		gt.edges[r] = in[i].Shape()[0]
-		if gt.edges[r] > 0 {
-			gt.src[r], gt.dst[r], gt.attr[r] = in[i], in[i+1], autograd.Const(in[i+2])
-			gt.rowPtr[r], gt.order[r] = in[i+3], in[i+4]
-		}
+		gt.src[r], gt.dst[r], gt.attr[r] = in[i], in[i+1], autograd.Const(in[i+2])
+		gt.rowPtr[r], gt.order[r] = in[i+3], in[i+4]
 	}
 	return gt
 }

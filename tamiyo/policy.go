@@ -371,9 +371,9 @@ type graphTensors struct {
 	slotGraph   *tensor.Tensor // [S] I64
 	slotPad     *tensor.Tensor // [B·maxSlots] I64 into scores ⊕ [0]
 	zero        *tensor.Tensor // [1]: the slot logits' padding
-	// Per relation; nil for a relation without edges on the CPU,
-	// zero-length on a device. rowPtr and order group the edges by
-	// destination (kernels.BuildCSR), for the fused aggregations.
+	// Per relation (zero-length for a relation without edges). rowPtr
+	// and order group the edges by destination (kernels.BuildCSR), for
+	// the fused aggregations.
 	src, dst, rowPtr, order [NumRelations]*tensor.Tensor
 	attr                    [NumRelations]*autograd.Var
 	edges                   [NumRelations]int
@@ -432,9 +432,6 @@ func newGraphTensors(g *Graph, dt tensor.DType, dev tensor.Device) (*graphTensor
 	var attr [NumRelations]*tensor.Tensor
 	for r, e := range g.Edges {
 		gt.edges[r] = e.Len()
-		if e.Len() == 0 && dev.IsCPU() {
-			continue
-		}
 		rowPtr, order, err := kernels.BuildCSR(e.Dst, g.Nodes[Relation(r).Dst()].Count)
 		if err != nil { // Validate has checked every destination
 			return nil, fmt.Errorf("tamiyo: relation %v: %w", Relation(r), err)
@@ -524,22 +521,6 @@ func (p *Policy) run(gt *graphTensors) *PolicyOutput {
 	return res
 }
 
-// meanOver averages the per-relation outputs into each node type.
-func meanOver(outs [NumNodeTypes][]*autograd.Var) [NumNodeTypes]*autograd.Var {
-	var res [NumNodeTypes]*autograd.Var
-	for t, os := range outs {
-		acc := os[0]
-		for _, o := range os[1:] {
-			acc = autograd.Add(acc, o)
-		}
-		if len(os) > 1 {
-			acc = autograd.MulScalar(acc, 1/float64(len(os)))
-		}
-		res[t] = acc
-	}
-	return res
-}
-
 // sageLayer is a heterogeneous GraphSAGE layer: per relation
 // lin_l(mean of the sources' features over incoming edges) +
 // lin_r(destination features) (PyG SAGEConv, mean aggregation, root
@@ -562,23 +543,34 @@ func newSAGELayer(rng *rand.Rand, in, out int, dt tensor.DType) *sageLayer {
 	return l
 }
 
+// forward sums, per destination type, lin_l(mean of the sources) +
+// lin_r(destination) over the relations into it (autograd.LinearSum,
+// which adds the products in place in inference) and averages.
 func (l *sageLayer) forward(x [NumNodeTypes]*autograd.Var, gt *graphTensors) [NumNodeTypes]*autograd.Var {
-	var outs [NumNodeTypes][]*autograd.Var
+	var terms [NumNodeTypes][]autograd.LinearTerm
+	var rels [NumNodeTypes]int
 	for r := range l.linL {
 		rel := Relation(r)
-		xs, xd := x[rel.Src()], x[rel.Dst()]
-		root := l.linR[r].Forward(xd)
-		var o *autograd.Var
+		t := rel.Dst()
+		rels[t]++
 		if gt.edges[r] == 0 {
 			// No neighbours: the mean is 0 and lin_l gives its bias.
-			o = autograd.Add(root, l.linL[r].Bias)
-		} else {
-			agg := autograd.GatherMean(xs, gt.relEdges(rel))
-			o = autograd.Add(l.linL[r].Forward(agg), root)
+			terms[t] = append(terms[t], autograd.LinearTerm{X: x[t], W: l.linR[r].Weight, B: l.linL[r].Bias})
+			continue
 		}
-		outs[rel.Dst()] = append(outs[rel.Dst()], o)
+		agg := autograd.GatherMean(x[rel.Src()], gt.relEdges(rel))
+		terms[t] = append(terms[t],
+			autograd.LinearTerm{X: agg, W: l.linL[r].Weight, B: l.linL[r].Bias},
+			autograd.LinearTerm{X: x[t], W: l.linR[r].Weight})
 	}
-	return meanOver(outs)
+	var res [NumNodeTypes]*autograd.Var
+	for t, ts := range terms {
+		res[t] = autograd.LinearSum(ts)
+		if rels[t] > 1 {
+			res[t] = autograd.MulScalar(res[t], 1/float64(rels[t]))
+		}
+	}
+	return res
 }
 
 // gatLayer is a heterogeneous GAT layer (PyG GATConv with separate
@@ -634,19 +626,40 @@ func newGATLayer(rng *rand.Rand, in, out, heads int, dt tensor.DType) *gatLayer 
 }
 
 func (l *gatLayer) forward(x [NumNodeTypes]*autograd.Var, gt *graphTensors) [NumNodeTypes]*autograd.Var {
-	var outs [NumNodeTypes][]*autograd.Var
+	// The projections, per node type: lin_src of the relations leaving
+	// it and lin_dst of those entering it (autograd.LinearStack: one
+	// product per type on a device in inference).
+	var hs, hd [NumRelations]*autograd.Var
+	for t := range x {
+		var ws []*autograd.Var
+		var dst []**autograd.Var
+		for r, g := range l.rels {
+			rel := Relation(r)
+			if gt.edges[r] == 0 {
+				continue // only the bias is read
+			}
+			if rel.Src() == NodeType(t) {
+				ws, dst = append(ws, g.linSrc.Weight), append(dst, &hs[r])
+			}
+			if rel.Dst() == NodeType(t) {
+				ws, dst = append(ws, g.linDst.Weight), append(dst, &hd[r])
+			}
+		}
+		for i, o := range autograd.LinearStack(x[t], ws) {
+			*dst[i] = o
+		}
+	}
+	var rels [NumNodeTypes][]autograd.GATRelation
 	for r, g := range l.rels {
 		rel := Relation(r)
-		var o *autograd.Var
-		if gt.edges[r] == 0 {
-			o = autograd.GATAggregate(nil, nil, nil, nil, nil, nil, nil, g.bias, gt.relEdges(rel), l.heads, gatNegativeSlope)
-		} else {
-			hs := g.linSrc.Forward(x[rel.Src()])
-			hd := g.linDst.Forward(x[rel.Dst()])
-			o = autograd.GATAggregate(hs, hd, gt.attr[r], g.linEdge.Weight, g.attSrc, g.attDst, g.attEdge, g.bias,
-				gt.relEdges(rel), l.heads, gatNegativeSlope)
-		}
-		outs[rel.Dst()] = append(outs[rel.Dst()], o)
+		rels[rel.Dst()] = append(rels[rel.Dst()], autograd.GATRelation{
+			Hs: hs[r], Hd: hd[r], Attr: gt.attr[r], We: g.linEdge.Weight,
+			AttSrc: g.attSrc, AttDst: g.attDst, AttEdge: g.attEdge, Bias: g.bias, Edges: gt.relEdges(rel),
+		})
 	}
-	return meanOver(outs)
+	var res [NumNodeTypes]*autograd.Var
+	for t, rs := range rels {
+		res[t] = autograd.GATMean(rs, l.heads, gatNegativeSlope)
+	}
+	return res
 }

@@ -58,70 +58,38 @@ func (s *suite) graphEdges(l graphLayout) (src, dst []int64, srcT, rowPtrT, orde
 	return src, dst, put(src), put(rowPtr), put(order)
 }
 
+// block returns columns [off, off+w) of a fresh [rows, cols] device
+// tensor as a row-strided view, with the view's values row by row.
+func (s *suite) block(d tensor.DType, rows, cols, off, w int) (*T, []float64) {
+	t, v := s.in(d, rows, cols)
+	vals := make([]float64, 0, rows*w)
+	for r := 0; r < rows; r++ {
+		vals = append(vals, v[r*cols+off:r*cols+off+w]...)
+	}
+	return t.Narrow(1, off, w), vals
+}
+
+// gatVariant is how a GATAggregate check passes its projections and
+// stores its result.
+type gatVariant struct {
+	strided    bool // hs and hd column blocks of wider tensors
+	alpha      float64
+	accumulate bool
+}
+
+var gatVariants = []gatVariant{{alpha: 1}, {strided: true, alpha: 0.25, accumulate: true}}
+
 func checkGraphAggregate(s *suite) {
 	ga := s.b.(kernels.GraphAggregator)
 	for _, d := range s.floats("GATAggregate", tensor.F64, tensor.F32) {
 		for _, l := range graphLayouts {
+			for _, vr := range gatVariants {
+				s.checkGAT(ga, d, l, vr)
+			}
+		}
+		for _, l := range graphLayouts {
+			// GatherMean: rows of the sources averaged over the edges.
 			src, dst, srcT, rowPtr, order := s.graphEdges(l)
-			hc := l.heads * l.c
-			hs, hsv := s.in(d, l.ns, hc)
-			hd, hdv := s.in(d, l.nd, hc)
-			attr, av := s.in(d, l.e, l.f)
-			we, wv := s.in(d, hc, l.f)
-			aS, asv := s.in(d, 1, l.heads, l.c)
-			aD, adv := s.in(d, 1, l.heads, l.c)
-			aE, aev := s.in(d, 1, l.heads, l.c)
-			bias, bv := s.in(d, l.c)
-			const slope = 0.2
-			out := s.out(d, l.nd, l.c)
-			what := name("GATAggregate", d, l.ns, l.nd, l.e, l.heads, l.c, l.f)
-			s.check(call{what: what, launch: func() {
-				ga.GATAggregate(out, hs, hd, attr, we, aS, aD, aE, bias, srcT, rowPtr, order, l.heads, slope)
-			}, writes: []*T{out}}, func(got [][]float64) {
-				want := make([]float64, l.nd*l.c)
-				for i := 0; i < l.nd; i++ {
-					for c := 0; c < l.c; c++ {
-						want[i*l.c+c] = bv[c]
-					}
-				}
-				for h := 0; h < l.heads; h++ {
-					// he = attr·weᵀ, then the three attention terms.
-					logit := make([]float64, l.e)
-					m := make([]float64, l.nd)
-					for i := range m {
-						m[i] = math.Inf(-1)
-					}
-					for k := 0; k < l.e; k++ {
-						j, i := int(src[k]), int(dst[k])
-						var z float64
-						for c := 0; c < l.c; c++ {
-							o := h*l.c + c
-							var he float64
-							for f := 0; f < l.f; f++ {
-								he += av[k*l.f+f] * wv[o*l.f+f]
-							}
-							z += hsv[j*hc+o]*asv[o] + hdv[i*hc+o]*adv[o] + he*aev[o]
-						}
-						logit[k] = math.Max(z, slope*z)
-						m[i] = math.Max(m[i], logit[k])
-					}
-					sum := make([]float64, l.nd)
-					for k := range logit {
-						logit[k] = math.Exp(logit[k] - m[dst[k]])
-						sum[dst[k]] += logit[k]
-					}
-					for k := range logit {
-						j, i := int(src[k]), int(dst[k])
-						alpha := logit[k] / sum[i]
-						for c := 0; c < l.c; c++ {
-							want[i*l.c+c] += alpha * hsv[j*hc+h*l.c+c] / float64(l.heads)
-						}
-					}
-				}
-				s.close(what, got[0], want, 4*tol(d))
-			})
-
-			// GatherMean over the same edges, rows of the sources.
 			x, xv := s.in(d, l.ns, l.c)
 			mean := s.out(d, l.nd, l.c)
 			mwhat := name("GatherMean", d, l.ns, l.nd, l.e, l.c)
@@ -146,9 +114,87 @@ func checkGraphAggregate(s *suite) {
 	s.panics("GATAggregate", func() { // hd's rows differ from out's
 		src, rp, ord := s.out(tensor.I64, 2), s.out(tensor.I64, 4), s.out(tensor.I64, 2)
 		f := func(shape ...int) *T { return s.out(tensor.F32, shape...) }
-		ga.GATAggregate(f(3, 2), f(2, 4), f(4, 4), f(2, 3), f(4, 3), f(4), f(4), f(4), f(2), src, rp, ord, 2, 0.2)
+		ga.GATAggregate(f(3, 2), f(2, 4), f(4, 4), f(2, 3), f(4, 3), f(4), f(4), f(4), f(2), src, rp, ord, 2, 0.2, 1, false)
 	})
 	s.panics("GatherMean", func() { // rowPtr of the wrong length
 		ga.GatherMean(s.out(tensor.F32, 3, 2), s.out(tensor.F32, 2, 2), s.out(tensor.I64, 2), s.out(tensor.I64, 3), s.out(tensor.I64, 2))
+	})
+}
+
+// checkGATAggregate checks one GATAggregate variant against the float64
+// reference: out = alpha·r, or out₀ + alpha·r with accumulate over an out
+// holding normal values.
+func (s *suite) checkGAT(ga kernels.GraphAggregator, d tensor.DType, l graphLayout, vr gatVariant) {
+	src, dst, srcT, rowPtr, order := s.graphEdges(l)
+	hc := l.heads * l.c
+	var hs, hd *T
+	var hsv, hdv []float64
+	if vr.strided {
+		hs, hsv = s.block(d, l.ns, 3*hc+1, hc+1, hc) // the middle of three
+		hd, hdv = s.block(d, l.nd, 2*hc, hc, hc)     // the second of two
+	} else {
+		hs, hsv = s.in(d, l.ns, hc)
+		hd, hdv = s.in(d, l.nd, hc)
+	}
+	attr, av := s.in(d, l.e, l.f)
+	we, wv := s.in(d, hc, l.f)
+	aS, asv := s.in(d, 1, l.heads, l.c)
+	aD, adv := s.in(d, 1, l.heads, l.c)
+	aE, aev := s.in(d, 1, l.heads, l.c)
+	bias, bv := s.in(d, l.c)
+	const slope = 0.2
+	out := s.out(d, l.nd, l.c)
+	outv := make([]float64, l.nd*l.c)
+	if vr.accumulate {
+		out, outv = s.in(d, l.nd, l.c)
+	}
+	what := name("GATAggregate", d, l.ns, l.nd, l.e, l.heads, l.c, l.f, "strided", vr.strided, "alpha", vr.alpha, "accumulate", vr.accumulate)
+	s.check(call{what: what, launch: func() {
+		ga.GATAggregate(out, hs, hd, attr, we, aS, aD, aE, bias, srcT, rowPtr, order, l.heads, slope, vr.alpha, vr.accumulate)
+	}, writes: []*T{out}}, func(got [][]float64) {
+		want := make([]float64, l.nd*l.c)
+		for i := 0; i < l.nd; i++ {
+			for c := 0; c < l.c; c++ {
+				want[i*l.c+c] = bv[c]
+			}
+		}
+		for h := 0; h < l.heads; h++ {
+			// he = attr·weᵀ, then the three attention terms.
+			logit := make([]float64, l.e)
+			m := make([]float64, l.nd)
+			for i := range m {
+				m[i] = math.Inf(-1)
+			}
+			for k := 0; k < l.e; k++ {
+				j, i := int(src[k]), int(dst[k])
+				var z float64
+				for c := 0; c < l.c; c++ {
+					o := h*l.c + c
+					var he float64
+					for f := 0; f < l.f; f++ {
+						he += av[k*l.f+f] * wv[o*l.f+f]
+					}
+					z += hsv[j*hc+o]*asv[o] + hdv[i*hc+o]*adv[o] + he*aev[o]
+				}
+				logit[k] = math.Max(z, slope*z)
+				m[i] = math.Max(m[i], logit[k])
+			}
+			sum := make([]float64, l.nd)
+			for k := range logit {
+				logit[k] = math.Exp(logit[k] - m[dst[k]])
+				sum[dst[k]] += logit[k]
+			}
+			for k := range logit {
+				j, i := int(src[k]), int(dst[k])
+				alpha := logit[k] / sum[i]
+				for c := 0; c < l.c; c++ {
+					want[i*l.c+c] += alpha * hsv[j*hc+h*l.c+c] / float64(l.heads)
+				}
+			}
+		}
+		for i := range want {
+			want[i] = outv[i] + vr.alpha*want[i]
+		}
+		s.close(what, got[0], want, 4*tol(d))
 	})
 }

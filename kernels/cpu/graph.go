@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"math"
+	"unsafe"
 
 	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/tensor"
@@ -20,13 +21,17 @@ func graphDType(name string, t *T) tensor.DType {
 }
 
 // GATAggregate implements kernels.GraphAggregator (F32, F64): dot
-// products and sums in float64, rounded once into out.
-func (be *Backend) GATAggregate(out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order *T, heads int, slope float64) {
+// products and sums in float64, alpha·r rounded once (added to out's
+// value with accumulate, in float64, then rounded).
+func (be *Backend) GATAggregate(out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order *T, heads int, slope, alpha float64, accumulate bool) {
 	const name = "GATAggregate"
 	needCPU(name, out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order)
-	g, err := kernels.CheckGATAggregate(name, out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order, heads, slope)
+	g, err := kernels.CheckGATAggregate(name, out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order, heads, slope, alpha)
 	must(err)
-	a := gatArgs{g: g, heads: heads, c: out.Shape()[1], f: attr.Shape()[1], slope: slope,
+	lds, _ := kernels.RowStride(hs)
+	ldd, _ := kernels.RowStride(hd)
+	a := gatArgs{g: g, heads: heads, c: out.Shape()[1], f: attr.Shape()[1], slope: slope, alpha: alpha, acc: accumulate,
+		lds: lds, ldd: ldd,
 		src: tensor.Data[int64](src), rowPtr: tensor.Data[int64](rowPtr), order: tensor.Data[int64](order)}
 	if graphDType(name, out) == tensor.F64 {
 		be.launch(gatAggregatePrep[float64](a, out, hs, hd, attr, we, attSrc, attDst, attEdge, bias))
@@ -39,86 +44,139 @@ func (be *Backend) GATAggregate(out, hs, hd, attr, we, attSrc, attDst, attEdge, 
 type gatArgs struct {
 	g                  kernels.GraphCSR
 	heads, c, f        int
-	slope              float64
+	lds, ldd           int // hs's and hd's row strides
+	slope, alpha       float64
+	acc                bool
 	src, rowPtr, order []int64
 }
 
+// rowsView returns the elements of a row-strided t (kernels.RowStride)
+// from its first to its last, read in place: row i starts at i·ld.
+func rowsView[F tensor.Float](t *T, ld int) []F {
+	n := t.Shape()[0]
+	if n == 0 {
+		return nil
+	}
+	b := t.Storage().Bytes()
+	var z F
+	all := unsafe.Slice((*F)(unsafe.Pointer(&b[0])), len(b)/int(unsafe.Sizeof(z)))
+	return all[t.Offset() : t.Offset()+(n-1)*ld+t.Shape()[1]]
+}
+
+// put returns what GATAggregate stores for a result r over out's value
+// old: alpha·r, or old + alpha·r with accumulate.
+func gatPut[F tensor.Float](a *gatArgs, old F, r float64) F {
+	if a.acc {
+		return F(float64(old) + a.alpha*r)
+	}
+	return F(a.alpha * r)
+}
+
 // gatScratch is the per-node stack space for the attention weights; a
-// node with more heads × incoming edges allocates.
-const gatScratch = 64
+// node with more heads × incoming edges allocates. gatRow is the stack
+// space of an accumulated row (wider rows allocate).
+const (
+	gatScratch = 64
+	gatRow     = 256
+)
+
+// gdot returns Σ x[c]·y[c] (float32 lanes for F32, float64 for F64).
+func gdot[F tensor.Float](x, y []F) float64 {
+	if a, ok := any(x).([]float32); ok {
+		return float64(dotF32(a, any(y).([]float32)))
+	}
+	var t float64
+	for c := range x {
+		t += float64(x[c]) * float64(y[c])
+	}
+	return t
+}
+
+// gaxpy adds a·x[c] to y[c].
+func gaxpy[F tensor.Float](a float64, x, y []F) {
+	if xs, ok := any(x).([]float32); ok {
+		axpyF32(float32(a), xs, any(y).([]float32))
+		return
+	}
+	for c := range x {
+		y[c] += F(a) * x[c]
+	}
+}
 
 func gatAggregatePrep[F tensor.Float](a gatArgs, out, hs, hd, attr, we, attSrc, attDst, attEdge, bias *T) func() {
 	var s stage
 	o := tensor.Data[F](out)
-	xs, xd, ea, w := in[F](&s, hs), in[F](&s, hd), in[F](&s, attr), in[F](&s, we)
+	xs, xd := rowsView[F](hs, a.lds), rowsView[F](hd, a.ldd)
+	ea, w := in[F](&s, attr), in[F](&s, we)
 	as, ad, ae, bv := in[F](&s, attSrc), in[F](&s, attDst), in[F](&s, attEdge), in[F](&s, bias)
 	H, C, nf := a.heads, a.c, a.f
-	hc := H * C
-	v := make([]float64, H*nf) // the edge projection folded into attEdge
+	v := make([]float64, H*nf)            // the edge projection folded into attEdge
+	srcTerm := make([]float64, a.g.Src*H) // Σ_c hs[j,h,c]·attSrc[h,c]
 	seen := make([]bool, a.g.Edges)
-	// dot is Σ_c x[c]·y[c] over one head's C elements, in float64.
-	dot := func(x, y []F) float64 {
-		var t float64
-		for c := range x {
-			t += float64(x[c]) * float64(y[c])
+	// Source terms, once per source node and head.
+	sources := func(lo, hi int) {
+		for j := lo; j < hi; j++ {
+			for h := 0; h < H; h++ {
+				srcTerm[j*H+h] = gdot(xs[j*a.lds+h*C:j*a.lds+(h+1)*C], as[h*C:(h+1)*C])
+			}
 		}
-		return t
-	}
-	logit := func(k int64, j int64, h int, dterm float64) float64 {
-		z := dot(xs[int(j)*hc+h*C:int(j)*hc+(h+1)*C], as[h*C:(h+1)*C]) + dterm
-		for f := 0; f < nf; f++ {
-			z += float64(ea[int(k)*nf+f]) * v[h*nf+f]
-		}
-		return max(z, a.slope*z)
 	}
 	body := func(lo, hi int) {
+		if C == 0 {
+			return
+		}
 		var buf [gatScratch]float64
+		var rowBuf [gatRow]F
 		for i := lo; i < hi; i++ {
 			row := o[i*C : (i+1)*C]
 			p0, p1 := a.rowPtr[i], a.rowPtr[i+1]
 			deg := int(p1 - p0)
-			if deg == 0 {
-				for c := range row {
-					row[c] = bv[c]
+			// r accumulates bias + the heads' mean in F: out's row itself
+			// when it is overwritten and alpha is 1, else scratch.
+			r := row
+			if a.acc || a.alpha != 1 {
+				r = rowBuf[:]
+				if C > len(r) {
+					r = make([]F, C)
 				}
-				continue
+				r = r[:C]
 			}
-			wts := buf[:]
-			if H*deg > len(wts) {
-				wts = make([]float64, H*deg)
-			}
-			// wts[h·deg + q]: the softmax weight of the q-th incoming edge
-			// for head h, divided by H (the heads' mean).
-			for h := 0; h < H; h++ {
-				dterm := dot(xd[i*hc+h*C:i*hc+(h+1)*C], ad[h*C:(h+1)*C])
-				m := math.Inf(-1)
-				for q := 0; q < deg; q++ {
-					k := a.order[int(p0)+q]
-					l := logit(k, a.src[k], h, dterm)
-					wts[h*deg+q] = l
-					m = max(m, l)
+			copy(r, bv[:C])
+			if deg > 0 {
+				wts := buf[:]
+				if H*deg > len(wts) {
+					wts = make([]float64, H*deg)
 				}
-				var sum float64
-				for q := 0; q < deg; q++ {
-					e := math.Exp(wts[h*deg+q] - m)
-					wts[h*deg+q] = e
-					sum += e
-				}
-				for q := 0; q < deg; q++ {
-					wts[h*deg+q] /= sum * float64(H)
-				}
-			}
-			for c := range row {
-				t := float64(bv[c])
 				for h := 0; h < H; h++ {
-					var acc float64
+					dterm := gdot(xd[i*a.ldd+h*C:i*a.ldd+(h+1)*C], ad[h*C:(h+1)*C])
+					m := math.Inf(-1)
+					for q := 0; q < deg; q++ {
+						k := a.order[int(p0)+q]
+						z := srcTerm[int(a.src[k])*H+h] + dterm
+						for f := 0; f < nf; f++ {
+							z += float64(ea[int(k)*nf+f]) * v[h*nf+f]
+						}
+						l := max(z, a.slope*z)
+						wts[h*deg+q] = l
+						m = max(m, l)
+					}
+					var sum float64
+					for q := 0; q < deg; q++ {
+						e := math.Exp(wts[h*deg+q] - m)
+						wts[h*deg+q] = e
+						sum += e
+					}
+					// Each weight divided by H: the heads' mean.
 					for q := 0; q < deg; q++ {
 						j := int(a.src[a.order[int(p0)+q]])
-						acc += wts[h*deg+q] * float64(xs[j*hc+h*C+c])
+						gaxpy(wts[h*deg+q]/(sum*float64(H)), xs[j*a.lds+h*C:j*a.lds+(h+1)*C], r)
 					}
-					t += acc
 				}
-				row[c] = F(t)
+			}
+			if &r[0] != &row[0] {
+				for c := range row {
+					row[c] = gatPut(&a, row[c], float64(r[c]))
+				}
 			}
 		}
 	}
@@ -134,7 +192,8 @@ func gatAggregatePrep[F tensor.Float](a gatArgs, out, hs, hd, attr, we, attSrc, 
 				v[h*nf+f] = t
 			}
 		}
-		parallelFor(a.g.Dst, max(1, (a.g.Edges/max(1, a.g.Dst)+1)*hc*3), body)
+		parallelFor(a.g.Src, H*C, sources)
+		parallelFor(a.g.Dst, max(1, (a.g.Edges/max(1, a.g.Dst)+1)*H*C), body)
 	}
 }
 

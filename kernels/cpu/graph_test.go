@@ -24,6 +24,6 @@ func TestGraphAggregateRefusesBadCSR(t *testing.T) {
 	v3 := func() *tensor.Tensor { return tensor.Zeros(tensor.F32, 3) }
 	bad := tensor.FromSlice([]int64{0, 2, 1}, 3) // rowPtr decreasing
 	assert.PanicsWithValue(t, "cpu: GATAggregate: rowPtr must start at 0 and end at 2 edges", func() {
-		be.GATAggregate(out, hc, hc, attr, we, v3(), v3(), v3(), v3(), tensor.FromSlice([]int64{0, 1}, 2), bad, order, 1, 0.2)
+		be.GATAggregate(out, hc, hc, attr, we, v3(), v3(), v3(), v3(), tensor.FromSlice([]int64{0, 1}, 2), bad, order, 1, 0.2, 1, false)
 	})
 }

@@ -37,7 +37,10 @@ var notBackend = map[string]bool{"Graph": true, "ForeachStepper": true,
 	// The stream interfaces (kernels/stream.go) and a graph's Close: a
 	// device's queue, which the CPU has not.
 	"DeviceDescriber": true, "ByteCopier": true, "EventTimers": true, "EventTimer": true,
-	"Stagers": true, "Stager": true, "GraphCloser": true}
+	"Stagers": true, "Stager": true, "GraphCloser": true,
+	// A GPU's launch cost, which sim, computing what the CPU computes,
+	// does not model.
+	"LaunchBounder": true}
 
 func main() {
 	dir := flag.String("kernels", "..", "the directory of package kernels")

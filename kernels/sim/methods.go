@@ -140,9 +140,9 @@ func (sb *Backend) SumRowsAdd(dst *kernels.T, x *kernels.T) {
 }
 
 // GATAggregate implements kernels.GraphAggregator on the CPU kernels.
-func (sb *Backend) GATAggregate(out *kernels.T, hs *kernels.T, hd *kernels.T, attr *kernels.T, we *kernels.T, attSrc *kernels.T, attDst *kernels.T, attEdge *kernels.T, bias *kernels.T, src *kernels.T, rowPtr *kernels.T, order *kernels.T, heads int, slope float64) {
+func (sb *Backend) GATAggregate(out *kernels.T, hs *kernels.T, hd *kernels.T, attr *kernels.T, we *kernels.T, attSrc *kernels.T, attDst *kernels.T, attEdge *kernels.T, bias *kernels.T, src *kernels.T, rowPtr *kernels.T, order *kernels.T, heads int, slope float64, alpha float64, accumulate bool) {
 	sb.check("GATAggregate", []*tensor.Tensor{out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order}, nil)
-	sb.cpu.(kernels.GraphAggregator).GATAggregate(tensor.BackendView(out), tensor.BackendView(hs), tensor.BackendView(hd), tensor.BackendView(attr), tensor.BackendView(we), tensor.BackendView(attSrc), tensor.BackendView(attDst), tensor.BackendView(attEdge), tensor.BackendView(bias), tensor.BackendView(src), tensor.BackendView(rowPtr), tensor.BackendView(order), heads, slope)
+	sb.cpu.(kernels.GraphAggregator).GATAggregate(tensor.BackendView(out), tensor.BackendView(hs), tensor.BackendView(hd), tensor.BackendView(attr), tensor.BackendView(we), tensor.BackendView(attSrc), tensor.BackendView(attDst), tensor.BackendView(attEdge), tensor.BackendView(bias), tensor.BackendView(src), tensor.BackendView(rowPtr), tensor.BackendView(order), heads, slope, alpha, accumulate)
 }
 
 // GatherMean implements kernels.GraphAggregator on the CPU kernels.

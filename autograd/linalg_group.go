@@ -1,0 +1,140 @@
+package autograd
+
+import (
+	"fmt"
+
+	"github.com/esper-go/esper/kernels"
+	"github.com/esper-go/esper/tensor"
+)
+
+// Grouped linear maps. A graph network's layer applies many small
+// products per node type (one per relation); on a GPU each is a launch
+// whose cost exceeds its arithmetic. In inference LinearStack joins the
+// products of one input into one product over concatenated weights on a
+// launch-bound backend (a copy of the weights per call: cheap on a GPU,
+// not on the CPU, which keeps the separate products), and LinearSum adds
+// products in place instead of launching an Add for each.
+
+// stackable reports whether LinearStack joins its products: the backend
+// is launch-bound (kernels.LaunchBounder), nothing records a gradient
+// for vs, all F32.
+func stackable(vs ...*Var) bool {
+	lb, ok := backendOf(vs[0].Value).(kernels.LaunchBounder)
+	if !stackAnywhere && (!ok || !lb.LaunchBound()) {
+		return false
+	}
+	for _, v := range vs {
+		if v.Value.DType() != tensor.F32 || (GradEnabled() && v.RequiresGrad()) {
+			return false
+		}
+	}
+	return true
+}
+
+// stackAnywhere makes LinearStack join products on any backend (tests).
+var stackAnywhere bool
+
+// LinearStack returns x·w_iᵀ for every weight of ws (x [N, in], each w_i
+// [out_i, in]): the products of one input through several bias-free
+// linear maps. On a kernels.LaunchBounder backend, with nothing
+// recording a gradient, it is one product with the stacked weights, each
+// result a column block of it (a row-strided view, which GATMean reads
+// in place); otherwise one Linear per weight.
+func LinearStack(x *Var, ws []*Var) []*Var {
+	outs := make([]*Var, len(ws))
+	if len(ws) > 1 && stackable(append([]*Var{x}, ws...)...) {
+		y := Linear(x, Concat(ws, 0), nil)
+		off := 0
+		for i, w := range ws {
+			n := w.Shape()[0]
+			outs[i] = Narrow(y, 1, off, n)
+			off += n
+		}
+		return outs
+	}
+	for i, w := range ws {
+		outs[i] = Linear(x, w, nil)
+	}
+	return outs
+}
+
+// LinearTerm is one term X·Wᵀ + B of LinearSum; B may be nil, and a term
+// with X and W nil is the bias B alone (broadcast over the rows).
+type LinearTerm struct{ X, W, B *Var }
+
+// LinearSum returns Σ_i (X_i·W_iᵀ + B_i) over terms of one output width
+// and one row count N, in a fixed order: the first term as Linear(X, W,
+// B), then for each further term its product added, then its bias
+// added. When nothing records a gradient and the backend has
+// kernels.GradAccumulator, each further product is added in place
+// (MatMulAdd: one launch where a product and an Add take two), bit for
+// bit the same sums as the ops it replaces; otherwise Linear and Add.
+func LinearSum(terms []LinearTerm) *Var {
+	if len(terms) == 0 {
+		panic("autograd: linear_sum: no terms")
+	}
+	n, out := -1, -1
+	var vs []*Var
+	for _, t := range terms {
+		if (t.X == nil) != (t.W == nil) || (t.X == nil && t.B == nil) {
+			panic("autograd: linear_sum: a term needs X and W together, or a bias alone")
+		}
+		var w int
+		if t.W != nil {
+			w = t.W.Shape()[0]
+			if t.X.Value.Rank() != 2 || (n >= 0 && t.X.Shape()[0] != n) {
+				panic(fmt.Sprintf("autograd: linear_sum: input %v, want [N, in] with N = %d", t.X.Shape(), n))
+			}
+			n = t.X.Shape()[0]
+		} else {
+			w = t.B.Shape()[0]
+		}
+		if out >= 0 && w != out {
+			panic(fmt.Sprintf("autograd: linear_sum: terms of widths %d and %d", out, w))
+		}
+		out = w
+		vs = append(vs, t.X, t.W, t.B)
+	}
+	if n < 0 {
+		panic("autograd: linear_sum: no term has an input (the row count)")
+	}
+	first := terms[0]
+	var acc *Var
+	owned := first.X != nil // acc is a fresh tensor of LinearSum's own, which it may write
+	if owned {
+		acc = Linear(first.X, first.W, first.B)
+	} else {
+		acc = Expand(Reshape(first.B, 1, out), n, out) // a view of the bias
+	}
+	ga, fused := backendOf(acc.Value).(kernels.GradAccumulator)
+	fused = fused && accumulable(vs...)
+	for _, t := range terms[1:] {
+		if t.X != nil {
+			if fused && t.X.Value.IsContiguous() && t.W.Value.IsContiguous() {
+				if !owned {
+					c := alloc(acc.Value, acc.Value.DType(), n, out)
+					backendOf(c).Copy(c, acc.Value)
+					acc, owned = Const(c), true
+				}
+				ga.MatMulAdd(acc.Value, t.X.Value, t.W.Value, false, true)
+			} else {
+				acc, owned = Add(acc, Linear(t.X, t.W, nil)), true
+			}
+		}
+		if t.B != nil {
+			acc, owned = Add(acc, t.B), true
+		}
+	}
+	return acc
+}
+
+// accumulable reports whether LinearSum may add products in place: no
+// gradient recorded for vs and all F32.
+func accumulable(vs ...*Var) bool {
+	for _, v := range vs {
+		if v != nil && (v.Value.DType() != tensor.F32 || (GradEnabled() && v.RequiresGrad())) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,114 @@
+package autograd
+
+import (
+	"math"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	_ "github.com/esper-go/esper/kernels/sim"
+	"github.com/esper-go/esper/tensor"
+)
+
+// sameVars requires got and want equal bit for bit.
+func sameVars(t *testing.T, what string, got, want *Var) {
+	t.Helper()
+	g, err := contig(got.Value).ToDevice(tensor.CPU)
+	require.NoError(t, err)
+	w, err := want.Value.ToDevice(tensor.CPU)
+	require.NoError(t, err)
+	require.Equal(t, w.Shape(), g.Shape(), what)
+	require.Equal(t, w.Float64s(), g.Float64s(), what)
+}
+
+// closeVars requires got and want equal to float32 rounding of sums.
+func closeVars(t *testing.T, what string, got, want *Var) {
+	t.Helper()
+	g, err := contig(got.Value).ToDevice(tensor.CPU)
+	require.NoError(t, err)
+	w, err := want.Value.ToDevice(tensor.CPU)
+	require.NoError(t, err)
+	require.Equal(t, w.Shape(), g.Shape(), what)
+	gv, wv := g.Float64s(), w.Float64s()
+	for i := range gv {
+		require.InDelta(t, wv[i], gv[i], 1e-5*math.Max(1, math.Abs(wv[i])), "%s element %d", what, i)
+	}
+}
+
+// TestLinearGroups: in inference, where it joins products (a
+// launch-bound backend; here sim with stackAnywhere), LinearStack is one
+// product (weights concatenated, results column views) agreeing with the
+// separate products to rounding; elsewhere it is the separate products,
+// bit for bit the CPU's. LinearSum adds its further products in place
+// (MatMulAdd), bit for bit what the separate products and Adds compute
+// on the CPU with gradients.
+func TestLinearGroups(t *testing.T) {
+	rng := tensor.NewRNG(3)
+	dev := tensor.Sim(0)
+	host := func(shape ...int) *Var { return Param(tensor.Normal(rng, tensor.F32, 0, 1, shape...)) }
+	on := func(v *Var) *Var {
+		d, err := v.Value.ToDevice(dev)
+		require.NoError(t, err)
+		return Param(d)
+	}
+	x, x2 := host(5, 7), host(5, 3)
+	ws := []*Var{host(4, 7), host(6, 7), host(2, 7)}
+	b1, b2 := host(4), host(4)
+	terms := func(x, x2, w0, w3, b1, b2 *Var) []LinearTerm {
+		return []LinearTerm{{X: x, W: w0, B: b1}, {B: b2}, {X: x2, W: w3}}
+	}
+	w3 := host(4, 3)
+
+	// The CPU's separate products, with gradients.
+	want := LinearStack(x, ws)
+	wantSum := LinearSum(terms(x, x2, ws[0], w3, b1, b2))
+	require.True(t, wantSum.RequiresGrad())
+
+	dws := []*Var{on(ws[0]), on(ws[1]), on(ws[2])}
+	dx, dx2, dw3, db1, db2 := on(x), on(x2), on(w3), on(b1), on(b2)
+	var got []*Var
+	var gotSum *Var
+	fn := func([]*tensor.Tensor) []*tensor.Tensor {
+		InferenceMode(func() {
+			got = LinearStack(dx, dws)
+			gotSum = LinearSum(terms(dx, dx2, dws[0], dw3, db1, db2))
+		})
+		return []*tensor.Tensor{got[0].Value, gotSum.Value}
+	}
+	t.Cleanup(func() { stackAnywhere = false })
+	for _, stack := range []bool{true, false} {
+		stackAnywhere = stack
+		cap := Capture(fn, CaptureOptions{OnFallback: func(err error) { t.Fatal(err) }})
+		for i := 0; i < 3; i++ {
+			_, err := cap.Run(dx.Value)
+			require.NoError(t, err)
+		}
+		// Stack: concat + product, or three products; sum: product with
+		// bias, bias add, MatMulAdd.
+		if stack {
+			require.Equal(t, 5, cap.Launches())
+		} else {
+			require.Equal(t, 6, cap.Launches())
+		}
+		fn(nil)
+		for i := range ws {
+			if stack {
+				require.False(t, got[i].Value.IsContiguous() && i > 0, "a column view of the stacked product")
+				closeVars(t, "LinearStack", got[i], want[i])
+			} else {
+				sameVars(t, "LinearStack", got[i], want[i])
+			}
+		}
+		sameVars(t, "LinearSum", gotSum, wantSum)
+	}
+	stackAnywhere = false
+
+	// On the CPU in inference: the separate products, bitwise.
+	var cpuSum *Var
+	InferenceMode(func() { cpuSum = LinearSum(terms(x, x2, ws[0], w3, b1, b2)) })
+	require.Equal(t, wantSum.Value.Float64s(), cpuSum.Value.Float64s())
+
+	// A bias-only first term broadcasts over the rows.
+	s := LinearSum([]LinearTerm{{B: b1}, {X: x, W: ws[0]}})
+	closeVars(t, "bias first", s, Add(Linear(x, ws[0], nil), b1))
+}
