@@ -28,10 +28,12 @@
 // kernels: elementwise, reduce, matmul, conv, pool, softmax, norm, index,
 // segment, graph (kernels.GraphAggregator, F32), shape, random, optim
 // and capture (shape and capture have no kernels of their own: Concat
-// and Pad are strided copies, capture is the driver's). The runtime
-// around them: device.go (context, stream, modules, launches),
-// operands.go (operand checks), strided.go (strided launch geometry),
-// alloc.go, driver.go and cublas.go.
+// is one copy_blocks launch of src/elementwise.cu where its operands
+// allow (laid out by copy_blocks.go) and strided copies otherwise, Pad a
+// fill and a strided copy, capture is the driver's). The runtime around
+// them: device.go (context, stream, modules, launches), operands.go
+// (operand checks), strided.go (strided launch geometry), alloc.go,
+// driver.go and cublas.go.
 //
 // Lists of tensors (the foreach operations, ForeachSGDStep and
 // ForeachAdamWStep) are updated with one multi-tensor launch each
@@ -44,6 +46,7 @@
 //
 // Without the cuda tag the package holds only this documentation, the
 // layout of the multi-tensor tables (mt_table.go, tested there without a
-// GPU), the arithmetic of a Stager trace (overlap.go, likewise) and the
+// GPU) and of a copy_blocks launch (copy_blocks.go, likewise), the
+// arithmetic of a Stager trace (overlap.go, likewise) and the
 // check that every PTX file was generated from the current source.
 package cuda

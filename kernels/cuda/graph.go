@@ -17,13 +17,16 @@ import (
 // I64, read as given: a CSR that breaks kernels.GraphAggregator's rules
 // gives undefined results here, as the interface says).
 // gat_aggregate_f32 runs one block per destination node with an online
-// softmax per head; gather_mean_f32 one thread per output element.
+// softmax per head, reading hs and hd through their row strides (column
+// blocks of a stacked projection need no copy) and writing or
+// accumulating alpha times its result; gather_mean_f32 one thread per
+// output element.
 
 var _ kernels.GraphAggregator = (*Backend)(nil)
 
 // GATAggregate implements kernels.GraphAggregator.
-func (b *Backend) GATAggregate(out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order *T, heads int, slope float64) {
-	must(b.d.GATAggregate(out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order, heads, slope))
+func (b *Backend) GATAggregate(out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order *T, heads int, slope, alpha float64, accumulate bool) {
+	must(b.d.GATAggregate(out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order, heads, slope, alpha, accumulate))
 }
 
 // GatherMean implements kernels.GraphAggregator.
@@ -31,14 +34,19 @@ func (b *Backend) GatherMean(out, x, src, rowPtr, order *T) {
 	must(b.d.GatherMean(out, x, src, rowPtr, order))
 }
 
-// gatGeom is struct GatGeom of src/graph.cu, word for word.
+// gatGeom is struct GatGeom of src/graph.cu, word for word (nine 8-byte
+// words: nd, heads, c, f, slope, lds, ldd, alpha, accumulate).
 type gatGeom struct {
 	nd, heads, c, f int64
 	slope           float64
+	lds, ldd        int64 // hs's and hd's row strides in elements
+	alpha           float64
+	accumulate      int64 // 1: out += alpha·r, 0: out = alpha·r
 }
 
 func (g *gatGeom) words() []uint64 {
-	return []uint64{uint64(g.nd), uint64(g.heads), uint64(g.c), uint64(g.f), math.Float64bits(g.slope)}
+	return []uint64{uint64(g.nd), uint64(g.heads), uint64(g.c), uint64(g.f), math.Float64bits(g.slope),
+		uint64(g.lds), uint64(g.ldd), math.Float64bits(g.alpha), uint64(g.accumulate)}
 }
 
 // gatShared is the dynamic shared memory of a gat_aggregate_f32 block in
@@ -66,13 +74,16 @@ func gatThreads(heads, c int) int {
 }
 
 // GATAggregate is one GAT relation as kernels.GraphAggregator defines
-// it, F32: out [Nd, C] from hs [Ns, heads·C], hd [Nd, heads·C], attr [E,
-// F], we [heads·C, F], attSrc, attDst and attEdge (heads·C each), bias
-// [C] and the CSR. heads·(C + F + 7) must stay within 12288 (the kernel's
-// shared memory).
-func (d *Device) GATAggregate(out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order *tensor.Tensor, heads int, slope float64) error {
+// it, F32: out [Nd, C] = alpha·r, or out += alpha·r with accumulate, r
+// from hs [Ns, heads·C], hd [Nd, heads·C] (each contiguous or a
+// row-strided view, kernels.RowStride), attr [E, F], we [heads·C, F],
+// attSrc, attDst and attEdge (heads·C each), bias [C] and the CSR. A
+// relation without edges still launches (every row alpha·bias, or
+// alpha·bias added). heads·(C + F + 7) must stay within 12288 (the
+// kernel's shared memory).
+func (d *Device) GATAggregate(out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order *tensor.Tensor, heads int, slope, alpha float64, accumulate bool) error {
 	const op = "GATAggregate"
-	g, err := kernels.CheckGATAggregate(op, out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order, heads, slope)
+	g, err := kernels.CheckGATAggregate(op, out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order, heads, slope, alpha)
 	if err := checked(err); err != nil {
 		return err
 	}
@@ -86,6 +97,7 @@ func (d *Device) GATAggregate(out, hs, hd, attr, we, attSrc, attDst, attEdge, bi
 			op, heads, c, f, shared, gatMaxShared, gatMaxShared/4)
 	}
 	var ptrs [12]cu.DevicePtr
+	var lds [3]int // hs's and hd's row strides, at their ptrs indices
 	for i, o := range []struct {
 		what string
 		t    *tensor.Tensor
@@ -96,6 +108,18 @@ func (d *Device) GATAggregate(out, hs, hd, attr, we, attSrc, attDst, attEdge, bi
 		{"attEdge", attEdge, tensor.F32}, {"bias", bias, tensor.F32},
 		{"src", src, tensor.I64}, {"rowPtr", rowPtr, tensor.I64}, {"order", order, tensor.I64},
 	} {
+		if i == 1 || i == 2 {
+			// hs and hd: rows of ld elements, contiguous within a row.
+			ld, ok := kernels.RowStride(o.t)
+			if !ok {
+				return fmt.Errorf("cuda: %s: %s (shape %v, strides %v) is not row-strided", op, o.what, o.t.Shape(), o.t.Strides())
+			}
+			lds[i] = ld
+			if ptrs[i], err = d.viewPtr(op, o.what, o.t, o.dt); err != nil {
+				return err
+			}
+			continue
+		}
 		if ptrs[i], err = d.ptrOf(op, o.what, o.t, o.dt); err != nil {
 			return err
 		}
@@ -107,7 +131,11 @@ func (d *Device) GATAggregate(out, hs, hd, attr, we, attSrc, attDst, attEdge, bi
 	if err != nil {
 		return err
 	}
-	geom := gatGeom{nd: int64(g.Dst), heads: int64(heads), c: int64(c), f: int64(f), slope: slope}
+	geom := gatGeom{nd: int64(g.Dst), heads: int64(heads), c: int64(c), f: int64(f), slope: slope,
+		lds: int64(lds[1]), ldd: int64(lds[2]), alpha: alpha}
+	if accumulate {
+		geom.accumulate = 1
+	}
 	release := d.enter()
 	defer release()
 	var a args

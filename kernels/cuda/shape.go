@@ -9,8 +9,12 @@ import (
 	"github.com/esper-go/esper/tensor"
 )
 
-// Concat and Pad are strided copies (Copy's kernels) into views of dst,
-// one launch per source (and one fill for Pad).
+// Concat copies its sources in one copy_blocks launch (src/elementwise.cu)
+// when dst is contiguous: every contiguous source of dst's dtype is a
+// 2-D block of it (copy_blocks.go lays the launch out), up to cbMax a
+// launch; the other sources (strided views, other dtypes) are copied by
+// Copy's kernels into views of dst, one launch each. Pad is a fill and a
+// strided copy.
 
 // Concat implements kernels.Backend.
 func (b *Backend) Concat(dst *T, srcs []*T, axis int) { must(b.d.Concat(dst, srcs, axis)) }
@@ -19,24 +23,92 @@ func (b *Backend) Concat(dst *T, srcs []*T, axis int) { must(b.d.Concat(dst, src
 func (b *Backend) Pad(dst, x *T, pads []int, value float64) { must(b.d.Pad(dst, x, pads, value)) }
 
 // Concat joins srcs (views of any strides, dst's dtype or one Copy
-// converts from) along axis into dst.
+// converts from) along axis into dst. With dst contiguous, its
+// contiguous sources of dst's dtype are copied together, up to cbMax in
+// one launch (dst seen as [outer, total·inner] and source t as [outer,
+// n_t·inner], outer and inner the products of the dims before and after
+// axis: source t fills columns [off_t·inner, (off_t + n_t)·inner) of
+// every row); every other non-empty source takes a Copy of its own into
+// its view of dst.
 func (d *Device) Concat(dst *tensor.Tensor, srcs []*tensor.Tensor, axis int) error {
 	const op = "Concat"
 	a, err := kernels.CheckConcat(op, dst, srcs, axis)
 	if err := checked(err); err != nil {
 		return err
 	}
+	var blocks []byteBlock
+	var together []bool // together[i]: source i is one of blocks
+	if dst.IsContiguous() && dst.Numel() > 0 {
+		if blocks, together, err = d.concatBlocks(op, dst, srcs, a); err != nil {
+			return err
+		}
+	}
 	off := 0
-	for _, t := range srcs {
+	for i, t := range srcs {
 		n := t.Dim(a)
-		if n > 0 {
+		if n > 0 && (together == nil || !together[i]) {
 			if err := d.Copy(dst.Narrow(a, off, n), t); err != nil {
 				return fmt.Errorf("%w (in %s)", err, op)
 			}
 		}
 		off += n
 	}
+	if len(blocks) == 0 {
+		return nil
+	}
+	fn, err := d.kernel("copy_blocks")
+	if err != nil {
+		return err
+	}
+	release := d.enter()
+	defer release()
+	var w [cbWords]uint64
+	for len(blocks) > 0 {
+		k := min(cbMax, len(blocks))
+		_, most := cbPack(&w, blocks[:k])
+		grid := [3]int{cbGrid(most, k, blockSize, d.sms), k, 1}
+		if err := launchStruct(fn, grid, [3]int{blockSize, 1, 1}, d.stream, w[:]); err != nil {
+			return err
+		}
+		blocks = blocks[k:]
+	}
 	return nil
+}
+
+// concatBlocks returns the copy_blocks blocks of the non-empty contiguous
+// sources of dst's dtype of a Concat into contiguous, non-empty dst along
+// axis a, and which sources they are.
+func (d *Device) concatBlocks(op string, dst *tensor.Tensor, srcs []*tensor.Tensor, a int) ([]byteBlock, []bool, error) {
+	dt := dst.DType()
+	pd, err := d.viewPtr(op, "dst", dst, dt)
+	if err != nil {
+		return nil, nil, err
+	}
+	outer, inner := int64(1), int64(1)
+	for i, n := range dst.Shape() {
+		if i < a {
+			outer *= int64(n)
+		} else if i > a {
+			inner *= int64(n)
+		}
+	}
+	total, esize := int64(dst.Dim(a)), int64(dt.Size())
+	blocks := make([]byteBlock, 0, len(srcs))
+	together := make([]bool, len(srcs))
+	off := int64(0)
+	for i, t := range srcs {
+		n := int64(t.Dim(a))
+		if n > 0 && t.DType() == dt && t.IsContiguous() {
+			ps, err := d.viewPtr(op, fmt.Sprintf("source %d", i), t, dt)
+			if err != nil {
+				return nil, nil, err
+			}
+			blocks = append(blocks, concatBlock(uint64(pd), uint64(ps), outer, inner, total, off, n, esize))
+			together[i] = true
+		}
+		off += n
+	}
+	return blocks, together, nil
 }
 
 // Pad writes x into contiguous dst with pads[2i], pads[2i+1] elements of

@@ -1,9 +1,10 @@
 // Elementwise kernels of the Esper CUDA backend: fill, casts, unary ops
 // (unary_f, in common.cuh) and their derivatives, clamp, binary ops over contiguous buffers, and
 // the strided forms (broadcasting binary ops and comparisons, where,
-// copies between any views), in fp32, bf16 and fp16 (half math is done
-// in fp32). Every kernel is a grid-stride loop over n elements, so any
-// launch shape covers any n; the Go side picks the shape.
+// copies between any views, copy_blocks' several 2-D blocks in one
+// launch), in fp32, bf16 and fp16 (half math is done in fp32). Every
+// kernel is a grid-stride loop over n elements, so any launch shape
+// covers any n; the Go side picks the shape.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
@@ -197,6 +198,46 @@ __device__ void copy_raw_nd(W* d, const W* s, const Geom& g, int64_t n) {
     }
 }
 
+// CopyBlocks is copy_blocks's parameter (the Go cbPack writes it, word
+// for word; byte offsets on the right): n ≤ CB_MAX blocks of unit-byte
+// words (unit 1, 2, 4, 8 or 16; every address, width and row stride of
+// the launch a multiple of it), block t copying rows rows of width words
+// each from src (its rows sld words apart) to dst (dld words apart). A
+// concatenation into a contiguous tensor is one block per source (its
+// rows go to one column range of dst's rows).
+#define CB_MAX 32
+struct CopyBlock {
+    uint64_t src, dst;    // +0, +8
+    int64_t rows, width;  // +16, +24
+    int64_t sld, dld;     // +32, +40 (48 bytes a block)
+};
+struct CopyBlocks {
+    int64_t n, unit;     // 0, 8
+    CopyBlock b[CB_MAX];  // 16 + 48·t (1552 bytes in all)
+};
+
+// copy_block copies block b in words of type W over the x dimension of
+// the grid (a grid-stride loop over its rows·width words; one row alone
+// is a flat copy, rows·width below 2^32 divides in 32 bits).
+template <typename W>
+__device__ __forceinline__ void copy_block(const W* s, W* d, int64_t rows, int64_t width, int64_t sld, int64_t dld) {
+    const int64_t n = rows * width;
+    if (rows == 1) {
+        GRID_STRIDE(i, n) d[i] = s[i];
+    } else if (n <= (int64_t)UINT32_MAX) {
+        const uint32_t w = (uint32_t)width;
+        GRID_STRIDE(i, n) {
+            const uint32_t r = (uint32_t)i / w, c = (uint32_t)i - r * w;
+            d[(int64_t)r * dld + c] = s[(int64_t)r * sld + c];
+        }
+    } else {
+        GRID_STRIDE(i, n) {
+            const int64_t r = i / width, c = i - r * width;
+            d[r * dld + c] = s[r * sld + c];
+        }
+    }
+}
+
 // Dtype codes of the converting copy (the Go dtypeCode, value for value).
 enum { D_F64 = 0, D_F32, D_BF16, D_F16, D_I64, D_I32, D_BOOL };
 
@@ -339,6 +380,23 @@ __global__ void copy_nd_raw1(uint8_t* d, const uint8_t* s, Geom g, int64_t n) { 
 __global__ void copy_nd_raw2(uint16_t* d, const uint16_t* s, Geom g, int64_t n) { copy_raw_nd(d, s, g, n); }
 __global__ void copy_nd_raw4(uint32_t* d, const uint32_t* s, Geom g, int64_t n) { copy_raw_nd(d, s, g, n); }
 __global__ void copy_nd_raw8(uint64_t* d, const uint64_t* s, Geom g, int64_t n) { copy_raw_nd(d, s, g, n); }
+
+// copy_blocks copies block blockIdx.y of p (the grid's y dimension is p.n;
+// its x dimension walks each block's words): a whole concatenation in
+// one launch.
+__global__ void copy_blocks(CopyBlocks p) {
+    const int t = blockIdx.y;
+    if (t >= p.n) return;
+    const uint64_t s = p.b[t].src, d = p.b[t].dst;
+    const int64_t rows = p.b[t].rows, width = p.b[t].width, sld = p.b[t].sld, dld = p.b[t].dld;
+    switch (p.unit) {
+    case 16: copy_block((const uint4*)s, (uint4*)d, rows, width, sld, dld); break;
+    case 8: copy_block((const uint64_t*)s, (uint64_t*)d, rows, width, sld, dld); break;
+    case 4: copy_block((const uint32_t*)s, (uint32_t*)d, rows, width, sld, dld); break;
+    case 2: copy_block((const uint16_t*)s, (uint16_t*)d, rows, width, sld, dld); break;
+    default: copy_block((const uint8_t*)s, (uint8_t*)d, rows, width, sld, dld); break;
+    }
+}
 
 // copy_nd_cvt copies between views of any two dtypes (codes above).
 __global__ void copy_nd_cvt(void* d, int dt, const void* s, int st_, Geom g, int64_t n) {

@@ -11,12 +11,18 @@
 #include <math.h>
 #include "common.cuh"
 
-// GatGeom is gat_aggregate_f32's sizes (the Go gatGeom, word for word):
-// nd destination nodes, heads, c = out's width (hs and hd are [·,
-// heads·c]), f = attr's width, and the leaky slope.
+// GatGeom is gat_aggregate_f32's sizes and scalars (the Go gatGeom, word
+// for word; byte offsets on the right): nd destination nodes, heads, c =
+// out's width (hs and hd are [·, heads·c]), f = attr's width, the leaky
+// slope, the row strides lds of hs and ldd of hd in elements (≥ heads·c:
+// row-strided views), and the output's scale alpha and accumulate flag
+// (nonzero: out += alpha·r, else out = alpha·r).
 struct GatGeom {
-    int64_t nd, heads, c, f;
-    double slope;
+    int64_t nd, heads, c, f;  //  0,  8, 16, 24
+    double slope;             // 32
+    int64_t lds, ldd;         // 40, 48
+    double alpha;             // 56
+    int64_t accumulate;       // 64 (72 bytes in all)
 };
 
 // warp_sum returns the sum of v over the warp's 32 lanes to every lane
@@ -47,12 +53,15 @@ extern "C" {
 // and publishes the rescale exp(m_old − m_new) and the weight
 // exp(l − m_new); after a barrier every thread rescales its own acc
 // elements (q = tid, tid + blockDim, …) and adds the weight times
-// hs[j, q]. No barrier follows that update: sc and wt alternate between
-// two buffers, and edge p + 2 overwrites edge p's only after edge p + 1's
-// barrier, which each thread reaches after its reads of edge p. At the end
-// out[i,c] = bias[c] + (Σ_h acc[h,c]/s[h])·(1/H), or bias[c] for a node
-// without incoming edges. H·C must fit an int (the Go side bounds the
-// shared memory far below that).
+// hs[j, q] (hs's row j starts at hs + j·lds, hd's row i at hd + i·ldd:
+// either may be a column block of a wider projection). No barrier
+// follows that update: sc and wt alternate between two buffers, and edge
+// p + 2 overwrites edge p's only after edge p + 1's barrier, which each
+// thread reaches after its reads of edge p. At the end
+// r = bias[c] + (Σ_h acc[h,c]/s[h])·(1/H), or bias[c] for a node without
+// incoming edges, and out[i,c] = alpha·r, or out[i,c] + alpha·r with
+// accumulate (alpha·r rounded to fp32 first). H·C must fit an int (the
+// Go side bounds the shared memory far below that).
 __global__ void gat_aggregate_f32(float* out, const float* hs, const float* hd, const float* attr, const float* we,
                                   const float* attSrc, const float* attDst, const float* attEdge, const float* bias,
                                   const int64_t* src, const int64_t* rowPtr, const int64_t* order, GatGeom g) {
@@ -67,7 +76,8 @@ __global__ void gat_aggregate_f32(float* out, const float* hs, const float* hd, 
     float* wt = sc + 2 * H;
     float* acc = wt + 2 * H;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, warps = blockDim.x >> 5;
-    const float slope = (float)g.slope;
+    const float slope = (float)g.slope, alpha = (float)g.alpha;
+    const bool accumulate = g.accumulate != 0;
 
     // v is the same for every node: once per block.
     for (int t = warp; t < H * F; t += warps) {
@@ -81,7 +91,7 @@ __global__ void gat_aggregate_f32(float* out, const float* hs, const float* hd, 
     for (int64_t i = blockIdx.x; i < g.nd; i += gridDim.x) {
         const int64_t a = rowPtr[i], b = rowPtr[i + 1];
         for (int h = warp; h < H; h += warps) {
-            const float* hdi = hd + i * HC + (int64_t)h * C;
+            const float* hdi = hd + i * g.ldd + (int64_t)h * C;
             float part = 0.f;
             for (int c = lane; c < C; c += 32) part += hdi[c] * attDst[h * C + c];
             part = warp_sum(part);
@@ -96,7 +106,7 @@ __global__ void gat_aggregate_f32(float* out, const float* hs, const float* hd, 
 
         for (int64_t p = a; p < b; p++) {
             const int64_t k = order[p];
-            const float* hj = hs + src[k] * HC;
+            const float* hj = hs + src[k] * g.lds;
             float* scp = sc + (p & 1) * H;
             float* wtp = wt + (p & 1) * H;
             for (int h = warp; h < H; h += warps) {
@@ -137,7 +147,11 @@ __global__ void gat_aggregate_f32(float* out, const float* hs, const float* hd, 
                 for (int h = 0; h < H; h++) t += acc[h * C + c] / s[h];
                 r += t * inv;
             }
-            out[i * C + c] = r;
+            // alpha·r rounded before the add (_rn: never fused into an fma),
+            // as the CPU computes it.
+            float* o = out + i * C + c;
+            const float ar = __fmul_rn(alpha, r);
+            *o = accumulate ? __fadd_rn(*o, ar) : ar;
         }
         __syncthreads();  // acc, s and the buffers are free for the next node
     }
