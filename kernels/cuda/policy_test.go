@@ -1,0 +1,70 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"testing"
+
+	"github.com/esper-go/esper/bench"
+	"github.com/esper-go/esper/leyline"
+	"github.com/esper-go/esper/tamiyo"
+	"github.com/esper-go/esper/tensor"
+)
+
+// TestPolicyInferenceOnCUDA: W2's policy on the GPU, in inference —
+// the GAT projections joined per node type (autograd.LinearStack, this
+// backend being launch-bound), one GATAggregate launch per relation
+// accumulating the node type's mean over row-strided projections, SAGE
+// products added in place, Concat in one launch — gives the logits and
+// values of the CPU's policy with the same weights, captured and eager,
+// at batch 1 and 64. It logs the captured forward's graph nodes.
+func TestPolicyInferenceOnCUDA(t *testing.T) {
+	for _, n := range []int{1, 64} {
+		g, err := bench.W2Graph(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cpu, err := tamiyo.NewPolicy(tamiyo.PolicyOptions{Seed: 4, NoDropout: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		onDev, err := tamiyo.NewPolicy(tamiyo.PolicyOptions{Seed: 4, NoDropout: true, Device: tensor.CUDA(0)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := tamiyo.NewInference(cpu, tamiyo.InferenceOptions{NoCapture: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := want.Forward(g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, noCapture := range []bool{true, false} {
+			in, err := tamiyo.NewInference(onDev, tamiyo.InferenceOptions{NoCapture: noCapture, OnFallback: func(err error) { t.Errorf("capture fell back: %v", err) }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got *tamiyo.Logits
+			for i := 0; i < 3; i++ {
+				if got, err = in.Forward(g); err != nil {
+					t.Fatal(err)
+				}
+			}
+			what := func(s string) string {
+				return s + map[bool]string{true: " (eager", false: " (captured"}[noCapture] + ", batch " + map[bool]string{true: "1)", false: "64)"}[n == 1]
+			}
+			closeRel(t, what("values"), tensor.FromSlice(got.Values, len(got.Values)), tensor.FromSlice(w.Values, len(w.Values)), 1e-3)
+			for h := 0; h < leyline.NumActionHeads; h++ {
+				var gf, wf []float32
+				for b := range got.Heads[h] {
+					gf, wf = append(gf, got.Heads[h][b]...), append(wf, w.Heads[h][b]...)
+				}
+				closeRel(t, what("logits of head "+leyline.HeadNames[h]), tensor.FromSlice(gf, len(gf)), tensor.FromSlice(wf, len(wf)), 1e-3)
+			}
+			if !noCapture {
+				t.Logf("batch %d: captured inference forward of %d graph nodes", n, in.GraphNodes())
+			}
+		}
+	}
+}
