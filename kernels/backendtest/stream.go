@@ -22,6 +22,35 @@ var streamCases = []conformance{
 	provided[kernels.Stagers](checkStager, "NewStager", "Stage", "StageFunc", "StageAhead", "Await", "Release",
 		"StartTrace", "BeginStep", "EndStep", "StopTrace", "Close"),
 	of(checkGraphCloser, "Close"),
+	provided[kernels.LaunchBounder](checkLaunchBounder, "LaunchBound"),
+}
+
+// checkLaunchBounder: the answer does not change between calls, and a
+// backend that calls itself launch-bound captures graphs (what makes its
+// joined launches pay: a captured step replays them as graph nodes).
+func checkLaunchBounder(s *suite) {
+	lb := s.b.(kernels.LaunchBounder)
+	bound := lb.LaunchBound()
+	if lb.LaunchBound() != bound {
+		s.t.Error("LaunchBound changed between two calls")
+	}
+	if !bound {
+		return
+	}
+	x := s.out(tensor.F32, 4)
+	if err := s.b.BeginCapture(); err != nil {
+		s.t.Fatalf("a launch-bound backend refuses BeginCapture: %v", err)
+	}
+	s.b.Fill(x, 1)
+	g, err := s.b.EndCapture()
+	if err != nil || g.Len() != 1 {
+		s.t.Fatalf("a launch-bound backend's capture of one Fill: graph %v, err %v", g, err)
+	}
+	if c, ok := g.(kernels.GraphCloser); ok {
+		if err := c.Close(); err != nil {
+			s.t.Error(err)
+		}
+	}
 }
 
 // provided is the check of the methods of the optional interface P and
