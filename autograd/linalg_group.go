@@ -63,12 +63,16 @@ func LinearStack(x *Var, ws []*Var) []*Var {
 type LinearTerm struct{ X, W, B *Var }
 
 // LinearSum returns Σ_i (X_i·W_iᵀ + B_i) over terms of one output width
-// and one row count N, in a fixed order: the first term as Linear(X, W,
-// B), then for each further term its product added, then its bias
-// added. When nothing records a gradient and the backend has
+// and one row count N. On a kernels.LaunchBounder backend with nothing
+// recording a gradient it is one product: the inputs side by side with a
+// column of ones per bias, times the weights side by side with the
+// biases as columns (four launches whatever the number of terms).
+// Otherwise it sums in a fixed order: the first term as Linear(X, W, B),
+// then for each further term its product added, then its bias added;
+// when nothing records a gradient and the backend has
 // kernels.GradAccumulator, each further product is added in place
 // (MatMulAdd: one launch where a product and an Add take two), bit for
-// bit the same sums as the ops it replaces; otherwise Linear and Add.
+// bit the same sums as Linear and Add, which compute it otherwise.
 func LinearSum(terms []LinearTerm) *Var {
 	if len(terms) == 0 {
 		panic("autograd: linear_sum: no terms")
@@ -97,6 +101,9 @@ func LinearSum(terms []LinearTerm) *Var {
 	}
 	if n < 0 {
 		panic("autograd: linear_sum: no term has an input (the row count)")
+	}
+	if len(terms) > 1 && stackable(nonNil(vs)...) {
+		return linearSumStacked(terms, n, out)
 	}
 	first := terms[0]
 	var acc *Var
@@ -137,4 +144,41 @@ func accumulable(vs ...*Var) bool {
 		}
 	}
 	return true
+}
+
+// nonNil returns the non-nil Vars of vs.
+func nonNil(vs []*Var) []*Var {
+	out := vs[:0:0]
+	for _, v := range vs {
+		if v != nil {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// linearSumStacked is LinearSum's joined form: one product of K = Σ in_i
+// + (number of biases).
+func linearSumStacked(terms []LinearTerm, n, out int) *Var {
+	var xs, ws []*Var
+	var like *Var
+	nb := 0
+	for _, t := range terms {
+		if t.X != nil {
+			xs, ws = append(xs, t.X), append(ws, t.W)
+			like = t.X
+		}
+		if t.B != nil {
+			nb++
+		}
+	}
+	if nb > 0 {
+		xs = append(xs, Const(full(like.Value, like.Value.DType(), 1, n, nb)))
+		for _, t := range terms {
+			if t.B != nil {
+				ws = append(ws, Reshape(t.B, out, 1))
+			}
+		}
+	}
+	return Linear(Concat(xs, 1), Concat(ws, 1), nil)
 }
