@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/tensor"
@@ -48,6 +49,20 @@ type CaptureOptions struct {
 	// OnFallback is called once when capture fails and the step falls
 	// back to eager execution for that guard key (telemetry hook).
 	OnFallback func(err error)
+	// BoundInputs, when positive, lets replays read their inputs in
+	// place. An input set passed again by identity — the same tensor
+	// storage, offset, shape and strides for every input as in one of
+	// the recent calls, such as the fixed batch views of a dataset that
+	// stays on the device — gets a graph of its own, warmed up and
+	// captured over those very tensors instead of static buffers, whose
+	// replays copy nothing: each sees what the tensors hold when it runs.
+	// Up to BoundInputs such graphs are kept beside the CacheSize others,
+	// each keeping its tensors' memory alive; once that many exist for
+	// the current parameter version, further input sets take the copying
+	// path (no graph is evicted for another: cycling through more sets
+	// than BoundInputs would capture on every call). Inputs that are new
+	// tensors every call never match and take the copying path.
+	BoundInputs int
 }
 
 // GuardError reports inputs that match no captured graph under
@@ -80,14 +95,23 @@ type Captured struct {
 	step  StepFunc
 	opt   CaptureOptions
 	cache []*entry // most recently used first
+	bound []*entry // graphs over bound inputs, most recently used first
 	last  *entry
+	// recent are the identity hashes of the latest input sets that took
+	// the copying path (BoundInputs): one seen again gets bound.
+	recent     [recentInputs]uint64
+	recentNext int
 	// Stats for telemetry.
 	captures, replays, eagerCalls int
 	captureTime                   time.Duration
 }
 
+// recentInputs is how many input identities Run remembers for binding.
+const recentInputs = 32
+
 type entry struct {
 	sig      signature
+	bound    bool // inputs are the caller's tensors, read in place
 	calls    int
 	graph    kernels.Graph
 	backend  kernels.Backend
@@ -117,6 +141,9 @@ func Capture(step StepFunc, opt CaptureOptions) *Captured {
 // CaptureStats counts what Run has done.
 type CaptureStats struct {
 	Captures, Replays, EagerCalls, CachedGraphs int
+	// BoundGraphs are the cached graphs over bound inputs (BoundInputs),
+	// counted in CachedGraphs too.
+	BoundGraphs int
 	// CaptureTime is the wall time spent capturing (recording steps into
 	// graphs, failed attempts included), not the warm-up's eager calls
 	// nor the replays.
@@ -125,7 +152,8 @@ type CaptureStats struct {
 
 // Stats returns the counters.
 func (c *Captured) Stats() CaptureStats {
-	return CaptureStats{Captures: c.captures, Replays: c.replays, EagerCalls: c.eagerCalls, CachedGraphs: len(c.cache), CaptureTime: c.captureTime}
+	return CaptureStats{Captures: c.captures, Replays: c.replays, EagerCalls: c.eagerCalls, CachedGraphs: len(c.cache) + len(c.bound),
+		BoundGraphs: len(c.bound), CaptureTime: c.captureTime}
 }
 
 // Launches returns the number of launches of the most recently used
@@ -140,7 +168,9 @@ func (c *Captured) Launches() int {
 // Inputs returns the static input buffers of the most recently used
 // graph, in the order of Run's inputs, or nil when there is none yet
 // (before the call that captures it, or when that capture fell back to
-// eager). The slice is a fresh copy; the tensors are the graph's own.
+// eager). The slice is a fresh copy; the tensors are the graph's own (a
+// graph over bound inputs, CaptureOptions.BoundInputs, returns the
+// caller's tensors it reads in place).
 //
 // Run copies each input into its static buffer before a replay unless
 // the input IS that buffer, so passing these tensors back to Run
@@ -215,7 +245,7 @@ func (s *signature) String() string {
 func (c *Captured) Run(inputs ...*tensor.Tensor) ([]*tensor.Tensor, error) {
 	v := c.version()
 	e := c.last
-	if e == nil || !e.sig.matches(v, inputs) {
+	if e == nil || !e.matches(v, inputs) || (!e.bound && c.opt.BoundInputs > 0) {
 		var err error
 		if e, err = c.lookup(v, inputs); err != nil {
 			return nil, err
@@ -242,7 +272,7 @@ func (c *Captured) Run(inputs ...*tensor.Tensor) ([]*tensor.Tensor, error) {
 		fallthrough
 	default:
 		for i, t := range inputs {
-			if t != e.inputs[i] { // the caller filled the buffer itself (Inputs)
+			if !e.bound && t != e.inputs[i] { // else the graph reads t, or the caller filled the buffer itself (Inputs)
 				copyStatic(e.backend, e.inputs[i], t)
 			}
 		}
@@ -252,8 +282,116 @@ func (c *Captured) Run(inputs ...*tensor.Tensor) ([]*tensor.Tensor, error) {
 	}
 }
 
+// matches reports whether e serves inputs under version v: the
+// signature, and for a bound entry the inputs' identity.
+func (e *entry) matches(v uint64, inputs []*tensor.Tensor) bool {
+	if !e.sig.matches(v, inputs) {
+		return false
+	}
+	if !e.bound {
+		return true
+	}
+	for i, t := range inputs {
+		if !sameView(t, e.inputs[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// sameView reports whether a and b are the same view of one storage
+// (the shapes are compared by the signature).
+func sameView(a, b *tensor.Tensor) bool {
+	if a == b {
+		return true
+	}
+	if a.Storage() != b.Storage() || a.Offset() != b.Offset() {
+		return false
+	}
+	as, bs := a.Strides(), b.Strides()
+	if len(as) != len(bs) {
+		return false
+	}
+	for i := range as {
+		if as[i] != bs[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// identity hashes the inputs' storages, offsets, shapes and strides
+// (without allocating).
+func identity(inputs []*tensor.Tensor) uint64 {
+	h := uint64(14695981039346656037)
+	mix := func(v uint64) {
+		h ^= v
+		h *= 1099511628211
+	}
+	for _, t := range inputs {
+		mix(uint64(uintptr(unsafe.Pointer(t.Storage()))))
+		mix(uint64(t.Offset()))
+		for _, d := range t.Shape() {
+			mix(uint64(d))
+		}
+		for _, d := range t.Strides() {
+			mix(uint64(d) + 1<<32)
+		}
+	}
+	return h
+}
+
+// lookupBound finds the bound entry for inputs, or makes one when they
+// were seen recently (BoundInputs); ok false sends them to the copying
+// path, after remembering them.
+func (c *Captured) lookupBound(v uint64, inputs []*tensor.Tensor) (e *entry, ok bool) {
+	for i, e := range c.bound {
+		if e.matches(v, inputs) {
+			copy(c.bound[1:i+1], c.bound[:i])
+			c.bound[0] = e
+			c.last = e
+			return e, true
+		}
+	}
+	id := identity(inputs)
+	seen := false
+	for _, r := range c.recent {
+		seen = seen || (r == id && id != 0)
+	}
+	if !seen {
+		c.recent[c.recentNext] = id
+		c.recentNext = (c.recentNext + 1) % recentInputs
+		return nil, false
+	}
+	if len(c.bound) >= c.opt.BoundInputs {
+		// Full: drop the graphs of an older parameter version; if none,
+		// copy rather than evict a live graph (more input sets than
+		// BoundInputs would otherwise capture on every call).
+		live := c.bound[:0]
+		for _, b := range c.bound {
+			if b.sig.version == v {
+				live = append(live, b)
+			}
+		}
+		clear(c.bound[len(live):])
+		c.bound = live
+		if len(c.bound) >= c.opt.BoundInputs {
+			return nil, false
+		}
+	}
+	e = &entry{sig: newSignature(v, inputs), bound: true, inputs: append([]*tensor.Tensor(nil), inputs...)}
+	c.bound = append([]*entry{e}, c.bound...)
+	c.last = e
+	return e, true
+}
+
 // lookup finds or creates the cache entry for the inputs.
 func (c *Captured) lookup(v uint64, inputs []*tensor.Tensor) (*entry, error) {
+	if c.opt.BoundInputs > 0 {
+		if e, ok := c.lookupBound(v, inputs); ok {
+			return e, nil
+		}
+	}
 	for i, e := range c.cache {
 		if e.sig.matches(v, inputs) {
 			copy(c.cache[1:i+1], c.cache[:i])
@@ -285,10 +423,12 @@ func (c *Captured) capture(e *entry, inputs []*tensor.Tensor) (err error) {
 		return fmt.Errorf("%w: %v", ErrCaptureFailed, err)
 	}
 	e.backend = b
-	e.inputs = make([]*tensor.Tensor, len(inputs))
-	for i, t := range inputs {
-		e.inputs[i] = tensor.EmptyLike(t)
-		b.Copy(e.inputs[i], t)
+	if !e.bound {
+		e.inputs = make([]*tensor.Tensor, len(inputs))
+		for i, t := range inputs {
+			e.inputs[i] = tensor.EmptyLike(t)
+			b.Copy(e.inputs[i], t)
+		}
 	}
 	if err := b.BeginCapture(); err != nil {
 		return fmt.Errorf("%w: %v", ErrCaptureFailed, err)

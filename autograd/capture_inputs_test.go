@@ -142,3 +142,65 @@ func TestCaptureInputsAcrossRecapture(t *testing.T) {
 	require.Equal(t, 2, c.Stats().Captures)
 	require.NotSame(t, old[0], c.Inputs()[0], "the new graph has buffers of its own")
 }
+
+// BoundInputs: fixed batch views passed again by identity get graphs of
+// their own that read them in place (Inputs gives the caller's tensors
+// back), see whatever the tensors hold when they replay, and replay
+// without allocating; tensors that are new every call never bind.
+func TestCaptureBoundInputs(t *testing.T) {
+	data := tensor.FromSlice([]float32{1, 2, 3, 4, 5, 6})
+	batches := []*tensor.Tensor{data.Narrow(0, 0, 2), data.Narrow(0, 2, 2), data.Narrow(0, 4, 2)}
+	c := autograd.Capture(doubleStep, autograd.CaptureOptions{BoundInputs: 3})
+	for epoch := 0; epoch < 4; epoch++ {
+		for _, b := range batches {
+			out, err := c.Run(b)
+			require.NoError(t, err)
+			require.Equal(t, []float32{2 * b.F32()[0], 2 * b.F32()[1]}, out[0].F32(), "epoch %d", epoch)
+		}
+	}
+	st := c.Stats()
+	require.Equal(t, 3, st.BoundGraphs, "one graph per batch view")
+	// A view made anew over the same elements is the same input.
+	again := data.Narrow(0, 2, 2)
+	_, err := c.Run(again)
+	require.NoError(t, err)
+	require.Same(t, batches[1], c.Inputs()[0], "the bound graph reads the caller's tensor")
+	require.Equal(t, st.Captures, c.Stats().Captures, "no capture for a fresh view of a bound input")
+
+	// The replay reads the tensor as it is now.
+	data.F32()[4] = -7
+	out, err := c.Run(batches[2])
+	require.NoError(t, err)
+	require.Equal(t, []float32{-14, 12}, out[0].F32())
+	in0 := []*tensor.Tensor{batches[0]} // a kept slice: a literal argument list allocates
+	allocs := testing.AllocsPerRun(20, func() {
+		if _, err := c.Run(in0...); err != nil {
+			t.Fatal(err)
+		}
+	})
+	require.Zero(t, allocs, "a bound replay allocates nothing")
+
+	// New tensors every call: the copying path, never bound.
+	fresh := autograd.Capture(doubleStep, autograd.CaptureOptions{BoundInputs: 3})
+	for i := 0; i < 10; i++ {
+		x := tensor.FromSlice([]float32{float32(i), 1})
+		out, err := fresh.Run(x)
+		require.NoError(t, err)
+		require.Equal(t, []float32{float32(2 * i), 2}, out[0].F32())
+	}
+	require.Zero(t, fresh.Stats().BoundGraphs)
+	require.Equal(t, 1, fresh.Stats().Captures)
+
+	// More batch views than BoundInputs: the first ones bind, the rest
+	// copy into the shared graph, and nothing is captured again.
+	few := autograd.Capture(doubleStep, autograd.CaptureOptions{BoundInputs: 2})
+	for epoch := 0; epoch < 4; epoch++ {
+		for _, b := range batches {
+			out, err := few.Run(b)
+			require.NoError(t, err)
+			require.Equal(t, []float32{2 * b.F32()[0], 2 * b.F32()[1]}, out[0].F32())
+		}
+	}
+	require.Equal(t, 2, few.Stats().BoundGraphs)
+	require.Equal(t, 3, few.Stats().Captures, "the copying graph and two bound ones, once each")
+}
