@@ -380,6 +380,13 @@ func (c *Captured) lookupBound(v uint64, inputs []*tensor.Tensor) (e *entry, ok 
 		}
 	}
 	e = &entry{sig: newSignature(v, inputs), bound: true, inputs: append([]*tensor.Tensor(nil), inputs...)}
+	for _, u := range c.cache {
+		if u.sig.matches(v, inputs) && u.calls >= c.opt.Warmup {
+			// The copying path has warmed this signature up (the lazily
+			// made state exists): capture at the next call.
+			e.calls = c.opt.Warmup
+		}
+	}
 	c.bound = append([]*entry{e}, c.bound...)
 	c.last = e
 	return e, true

@@ -295,6 +295,9 @@ func captureW1(m *W1, onFallback func(error)) *autograd.Captured {
 		Policy:     autograd.FailOnMismatch,
 		Version:    m.opt.Arena().Version,
 		OnFallback: onFallback,
+		// The epoch's x and y are the same tensors every call: the graph
+		// reads them in place, no input copies per epoch.
+		BoundInputs: 1,
 	})
 }
 
