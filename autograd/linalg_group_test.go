@@ -10,28 +10,30 @@ import (
 	"github.com/esper-go/esper/tensor"
 )
 
+// hostPair returns got's and want's values on the host (of one shape).
+func hostPair(t *testing.T, what string, got, want *Var) (g, w []float64) {
+	t.Helper()
+	gh, err := contig(got.Value).ToDevice(tensor.CPU)
+	require.NoError(t, err)
+	wh, err := contig(want.Value).ToDevice(tensor.CPU)
+	require.NoError(t, err)
+	require.Equal(t, wh.Shape(), gh.Shape(), what)
+	return gh.Float64s(), wh.Float64s()
+}
+
 // sameVars requires got and want equal bit for bit.
 func sameVars(t *testing.T, what string, got, want *Var) {
 	t.Helper()
-	g, err := contig(got.Value).ToDevice(tensor.CPU)
-	require.NoError(t, err)
-	w, err := want.Value.ToDevice(tensor.CPU)
-	require.NoError(t, err)
-	require.Equal(t, w.Shape(), g.Shape(), what)
-	require.Equal(t, w.Float64s(), g.Float64s(), what)
+	g, w := hostPair(t, what, got, want)
+	require.Equal(t, w, g, what)
 }
 
 // closeVars requires got and want equal to float32 rounding of sums.
 func closeVars(t *testing.T, what string, got, want *Var) {
 	t.Helper()
-	g, err := contig(got.Value).ToDevice(tensor.CPU)
-	require.NoError(t, err)
-	w, err := want.Value.ToDevice(tensor.CPU)
-	require.NoError(t, err)
-	require.Equal(t, w.Shape(), g.Shape(), what)
-	gv, wv := g.Float64s(), w.Float64s()
-	for i := range gv {
-		require.InDelta(t, wv[i], gv[i], 1e-5*math.Max(1, math.Abs(wv[i])), "%s element %d", what, i)
+	g, w := hostPair(t, what, got, want)
+	for i := range g {
+		require.InDelta(t, w[i], g[i], 1e-5*math.Max(1, math.Abs(w[i])), "%s element %d", what, i)
 	}
 }
 
