@@ -261,3 +261,33 @@ func TestServiceOnSim(t *testing.T) {
 	assert.Positive(t, ss.Stats().Capture.Replays)
 	assert.Zero(t, ss.Stats().CaptureFallbacks)
 }
+
+// TestInferenceReadsNewGraphsInPlace: on sim, graphs of the same sizes
+// with other values are uploaded into the buffers of the previous one,
+// which the captured graph for them reads in place (no input copies): a
+// replay over each new graph gives the CPU's logits and values bitwise,
+// and the step holds a graph bound to its inputs.
+func TestInferenceReadsNewGraphsInPlace(t *testing.T) {
+	dev := tensor.Sim(0)
+	cpu, onDev, _, _ := devicePair(t, dev)
+	want, err := NewInference(cpu, InferenceOptions{NoCapture: true})
+	require.NoError(t, err)
+	in, err := NewInference(onDev, InferenceOptions{OnFallback: func(err error) { t.Errorf("capture fell back: %v", err) }})
+	require.NoError(t, err)
+	for call := 0; call < 8; call++ {
+		var inputs []GraphInput
+		for i, n := range []int{3, 1, 5, 2} {
+			inputs = append(inputs, testInput(t, n, i+call)) // the same sizes, other values
+		}
+		g, err := BuildGraphBatch(inputs)
+		require.NoError(t, err)
+		w, err := want.Forward(g)
+		require.NoError(t, err)
+		got, err := in.Forward(g)
+		require.NoError(t, err)
+		require.Equal(t, w, got, "call %d", call)
+	}
+	st := in.Stats()
+	assert.Equal(t, 1, st.BoundGraphs, "one graph bound to the reused buffers")
+	assert.GreaterOrEqual(t, st.Replays, 5)
+}

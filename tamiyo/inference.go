@@ -19,8 +19,10 @@ import (
 // the capture with its own values. A capture that fails falls back to
 // eager execution for that shape, reported once through
 // InferenceOptions.OnFallback. It runs on the policy's device, its
-// captured step's inputs copied there per forward (two copies) and its
-// outputs read back in one (one host sync).
+// captured step's inputs copied there per forward (two copies, into the
+// buffers of the previous graph of the same sizes, which the graph
+// captured for them reads in place) and its outputs read back in one
+// (one host sync).
 //
 // An Inference is not safe for concurrent use: the captured outputs are
 // static buffers overwritten by each replay. Service serialises its
@@ -31,6 +33,11 @@ type Inference struct {
 	// stepHook, when set (tests), runs at the start of every forward,
 	// eager or being captured.
 	stepHook func()
+	// staged are the device buffers the graphs are uploaded into, reused
+	// by the next graph of the same sizes: its tensors are at the same
+	// addresses, which the captured graph for them reads in place
+	// (autograd's BoundInputs), so a replay copies no inputs.
+	staged stagingBuffers
 }
 
 // DefaultInferenceCacheSize is the number of batch shapes an Inference
@@ -73,6 +80,7 @@ func NewInference(p *Policy, o InferenceOptions) (*Inference, error) {
 	if !o.NoCapture {
 		in.captured = autograd.Capture(in.step, autograd.CaptureOptions{
 			Warmup: o.Warmup, Policy: autograd.Recapture, CacheSize: o.CacheSize, OnFallback: o.OnFallback,
+			BoundInputs: o.CacheSize,
 		})
 	}
 	return in, nil
@@ -131,7 +139,11 @@ func (in *Inference) forward(g *Graph) (lg *Logits, err error) {
 			err = fmt.Errorf("tamiyo: inference forward: %v", r)
 		}
 	}()
-	gt, err := in.p.tensors(g)
+	dev, err := in.p.followDevice()
+	if err != nil {
+		return nil, fmt.Errorf("tamiyo: inference forward: %w", err)
+	}
+	gt, err := newGraphTensors(g, in.p.opts.DType, dev, &in.staged)
 	if err != nil {
 		return nil, fmt.Errorf("tamiyo: inference forward: %w", err)
 	}

@@ -397,7 +397,7 @@ func (p *Policy) tensors(g *Graph) (*graphTensors, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newGraphTensors(g, p.opts.DType, dev)
+	return newGraphTensors(g, p.opts.DType, dev, nil)
 }
 
 // newGraphTensors converts a validated graph to tensors of dtype dt on
@@ -405,8 +405,9 @@ func (p *Policy) tensors(g *Graph) (*graphTensors, error) {
 // the padding zero) are views of one buffer and the index tensors views
 // of another, each filled on the host and copied once (staging); on the
 // CPU each tensor is built on its own.
-func newGraphTensors(g *Graph, dt tensor.DType, dev tensor.Device) (*graphTensors, error) {
+func newGraphTensors(g *Graph, dt tensor.DType, dev tensor.Device, reuse *stagingBuffers) (*graphTensors, error) {
 	st := newStaging(dev, dt) // copies the graph's slices, never aliases them
+	st.reuse = reuse
 	gt := &graphTensors{b: g.NumGraphs, maxSlots: g.MaxSlots()}
 	var x [NumNodeTypes]*tensor.Tensor
 	for t := range x {

@@ -48,7 +48,7 @@ func layerCheck(t *testing.T, layer nn.Module, forward func([NumNodeTypes]*autog
 	if err != nil {
 		t.Fatal(err)
 	}
-	gt, err := newGraphTensors(g, tensor.F64, tensor.CPU)
+	gt, err := newGraphTensors(g, tensor.F64, tensor.CPU, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func TestGATLayerGradCheck(t *testing.T) {
 func TestGATAttentionNormalisesOverIncomingEdges(t *testing.T) {
 	g := mustGraph(t, testInput(t, 3, 0))
 	dev := testdevice.Device(t)
-	gt, err := newGraphTensors(g, tensor.F64, dev)
+	gt, err := newGraphTensors(g, tensor.F64, dev, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,47 @@ type staging struct {
 	bools  []bool
 	// Views waiting for upload, per buffer.
 	fViews, iViews, bViews []stagedView
+	// reuse, when set, keeps the device buffers of earlier uploads for
+	// upload to copy into (see stagingBuffers).
+	reuse *stagingBuffers
+}
+
+// stagingBuffers are device buffers a staging copies into instead of
+// allocating new ones, one per dtype and length: a call whose buffers
+// have the lengths of an earlier call's gets tensors at the same device
+// addresses, which a captured graph bound to them (autograd's
+// BoundInputs) reads in place, with no copy into static buffers. Only
+// for a user that is done with the previous call's tensors when it
+// stages the next (tamiyo.Inference).
+type stagingBuffers struct {
+	bufs []*tensor.Tensor // most recently used first
+}
+
+// maxStagingBuffers bounds the buffers kept (graph sizes vary as seeds
+// come and go; each buffer is a few kilobytes).
+const maxStagingBuffers = 24
+
+// take returns a kept buffer of dtype dt and n elements (moved to the
+// front), or nil.
+func (b *stagingBuffers) take(dt tensor.DType, n int) *tensor.Tensor {
+	for i, t := range b.bufs {
+		if t.DType() == dt && t.Numel() == n {
+			copy(b.bufs[1:i+1], b.bufs[:i])
+			b.bufs[0] = t
+			return t
+		}
+	}
+	return nil
+}
+
+// keep adds a new buffer, dropping the least recently used past the
+// bound.
+func (b *stagingBuffers) keep(t *tensor.Tensor) {
+	b.bufs = append([]*tensor.Tensor{t}, b.bufs...)
+	if len(b.bufs) > maxStagingBuffers {
+		clear(b.bufs[maxStagingBuffers:])
+		b.bufs = b.bufs[:maxStagingBuffers]
+	}
 }
 
 // stagedView is a tensor to be cut from a staging buffer: elements
@@ -107,10 +148,19 @@ func (s *staging) upload() error {
 	put := func(host *tensor.Tensor, views []stagedView) error {
 		var buf *tensor.Tensor
 		var err error
-		if host.Numel() > 0 {
+		if s.reuse != nil {
+			buf = s.reuse.take(host.DType(), host.Numel())
+		}
+		switch {
+		case buf != nil:
+			err = tensor.CopyFromHost(buf, host)
+		case host.Numel() > 0:
 			buf, err = host.ToDevice(s.dev)
-		} else {
+		default:
 			buf, err = tensor.EmptyOn(s.dev, host.DType(), 0)
+		}
+		if err == nil && s.reuse != nil && (len(s.reuse.bufs) == 0 || s.reuse.bufs[0] != buf) {
+			s.reuse.keep(buf) // a new buffer (a reused one is already first)
 		}
 		if err != nil {
 			return fmt.Errorf("tamiyo: copying the %v inputs to %v: %w", host.DType(), s.dev, err)

@@ -176,6 +176,41 @@ func (t *Tensor) ToDevice(dev Device) (*Tensor, error) {
 	return out, nil
 }
 
+// CopyFromHost copies the elements of src, a CPU tensor, into dst, an
+// existing contiguous tensor of src's dtype and element count on any
+// device — the host-to-device copy into memory a captured graph already
+// reads, where ToDevice would allocate anew. On the CPU it is CopyInto.
+// On a device it follows the work already queued there, as ToDevice
+// does.
+func CopyFromHost(dst, src *Tensor) error {
+	switch {
+	case !src.Device().IsCPU():
+		return fmt.Errorf("tensor: CopyFromHost: the source is on %v, not the CPU", src.Device())
+	case src.DType() != dst.DType() || src.Numel() != dst.Numel():
+		return fmt.Errorf("tensor: CopyFromHost: %v %v into %v %v (want one dtype and element count)", src.DType(), src.shape, dst.DType(), dst.shape)
+	case !dst.IsContiguous():
+		return fmt.Errorf("tensor: CopyFromHost: the destination %v on %v is not contiguous", dst.shape, dst.Device())
+	}
+	if dst.Device().IsCPU() {
+		CopyInto(dst, src)
+		return nil
+	}
+	src = src.Contiguous()
+	bytes := src.storage.host[src.offset*src.DType().Size():][:src.Nbytes()]
+	off := dst.offset * dst.DType().Size()
+	if dst.Device().Kind == KindSim {
+		copy(dst.storage.host[off:], bytes)
+		return nil
+	}
+	if len(bytes) == 0 {
+		return nil
+	}
+	if err := dst.storage.block.mem.CopyToDevice(dst.storage.DevicePtr(), off, bytes); err != nil {
+		return fmt.Errorf("tensor: copying %v %v to %v: %w", src.DType(), src.shape, dst.Device(), err)
+	}
+	return nil
+}
+
 // toHost copies a contiguous device tensor into a new CPU tensor.
 func (t *Tensor) toHost() (*Tensor, error) {
 	if !t.IsContiguous() {

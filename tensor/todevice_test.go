@@ -98,3 +98,45 @@ func TestToDeviceRoundTrip(t *testing.T) {
 	}
 	equal(t, mem.freed(), before+1)
 }
+
+// TestCopyFromHost: host elements land in an existing device tensor (a
+// view at an offset of a larger one, on the stand-in device and on sim,
+// and on the CPU), the rest of the storage untouched; a mismatched
+// dtype, element count, non-contiguous destination or device source is
+// an error.
+func TestCopyFromHost(t *testing.T) {
+	mem := &hostDeviceMemory{bufs: map[tensor.DevicePtr][]byte{}}
+	tensor.RegisterDeviceMemory(tensor.KindCUDA, mem)
+	for _, dev := range []tensor.Device{tensor.CUDA(0), tensor.Sim(0), tensor.CPU} {
+		buf, err := tensor.FromSlice([]float32{0, 0, 0, 0, 0, 0}, 6).ToDevice(dev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		view := buf.Narrow(0, 2, 3)
+		src := tensor.FromSlice([]float32{7, 8, 9, 10}, 2, 2).Narrow(1, 0, 1) // strided: 7, 9
+		if err := tensor.CopyFromHost(buf.Narrow(0, 4, 2), src); err != nil {
+			t.Fatal(err)
+		}
+		if err := tensor.CopyFromHost(view.Narrow(0, 0, 2), tensor.FromSlice([]float32{1, 2}, 2)); err != nil {
+			t.Fatal(err)
+		}
+		back, err := buf.ToDevice(tensor.CPU)
+		if err != nil {
+			t.Fatal(err)
+		}
+		equal(t, back.Float64s(), []float64{0, 0, 1, 2, 7, 9})
+		bad := []func() error{
+			func() error { return tensor.CopyFromHost(buf, tensor.FromSlice([]float32{1}, 1)) },
+			func() error { return tensor.CopyFromHost(buf.Narrow(0, 0, 1), tensor.FromSlice([]float64{1}, 1)) },
+			func() error { return tensor.CopyFromHost(buf.Reshape(2, 3).T(), tensor.Zeros(tensor.F32, 3, 2)) },
+		}
+		if !dev.IsCPU() {
+			bad = append(bad, func() error { return tensor.CopyFromHost(buf, buf) }) // a device source
+		}
+		for i, f := range bad {
+			if f() == nil {
+				t.Errorf("%v: bad CopyFromHost %d accepted", dev, i)
+			}
+		}
+	}
+}
