@@ -10,8 +10,9 @@ import (
 
 // evalRunner runs validation batches: the forward pass in inference
 // mode, the batch's summed cross-entropy and its correct count added to
-// a device-resident accumulator that evaluate reads once, after the last
-// batch. Like the train step it only launches kernels, so with
+// the validation pass's device-resident accumulators (the trainer's
+// metricsBuf), which evaluate reads once, after the last batch. Like
+// the train step it only launches kernels, so with
 // TrainerOptions.Capture each batch is replayed from a captured graph
 // (same guard as the train step: the parameter set and every seed's
 // stage, alpha and isolation, so a counterfactual's forced alpha gets a
@@ -19,14 +20,12 @@ import (
 type evalRunner struct {
 	t        *Trainer
 	captured *autograd.Captured
-	met      *tensor.Tensor // F32 [2]: Σ loss, Σ correct
-	both     *tensor.Tensor // F32 [4]: met and the training pass's, read together
-	lossSum  *tensor.Tensor // met[0:1]
-	correct  *tensor.Tensor // met[1:2]
-	out      []*tensor.Tensor
-	in       []*tensor.Tensor
-	ce       kernels.CrossEntropyParams
-	correctN correctCounter
+	// met is the validation pass's part of the trainer's epoch metrics
+	// (Σ loss, Σ correct, the per-row correct counters).
+	met *passMetrics
+	out []*tensor.Tensor
+	in  []*tensor.Tensor
+	ce  kernels.CrossEntropyParams
 	// n and batches count the samples and batches of the running
 	// evaluate, err its failure; body is r.batch, bound once.
 	n, batches int
@@ -36,11 +35,10 @@ type evalRunner struct {
 
 func newEvalRunner(t *Trainer) *evalRunner {
 	r := &evalRunner{
-		t: t, met: zerosOn(t.dev, 2), in: make([]*tensor.Tensor, 2),
+		t: t, met: &t.met.val, in: make([]*tensor.Tensor, 2),
 		ce: kernels.CrossEntropyParams{Reduction: kernels.ReduceSum},
 	}
-	r.lossSum, r.correct = r.met.Narrow(0, 0, 1), r.met.Narrow(0, 1, 1)
-	r.out = []*tensor.Tensor{r.met}
+	r.out = []*tensor.Tensor{r.met.sums}
 	r.body = r.batch
 	if t.o.Capture {
 		r.captured = autograd.Capture(r.fn, autograd.CaptureOptions{
@@ -57,12 +55,13 @@ func newEvalRunner(t *Trainer) *evalRunner {
 // fn is one validation batch over in = {x, y}.
 func (r *evalRunner) fn(in []*tensor.Tensor) []*tensor.Tensor {
 	x, y := in[0], in[1]
-	be := kernels.For(r.met.Device())
+	m := r.met
+	be := kernels.For(m.sums.Device())
 	autograd.InferenceMode(func() {
 		logits := r.t.model.Forward(autograd.Const(x))
 		l := autograd.CrossEntropy(logits, y, r.ce)
-		be.Binary(kernels.Add, r.lossSum, r.lossSum, l.Value.Reshape(1))
-		r.correctN.add(be, r.correct, logits, y)
+		be.Binary(kernels.Add, m.lossSum, m.lossSum, l.Value.Reshape(1))
+		m.correctN.add(be, m.correct, logits, y)
 	})
 	return r.out
 }
@@ -93,49 +92,35 @@ func (r *evalRunner) batch(x, y *tensor.Tensor) bool {
 
 // evaluate runs the validation batches in inference mode and eval mode
 // and returns the mean loss and the accuracy in percent (one host read
-// of the accumulator per call). A malformed batch, or no batch at all,
-// is an error naming epoch e.
+// of the validation accumulators per call; they are zeroed first, one
+// Fill on a device). A malformed batch, or no batch at all, is an error
+// naming epoch e.
 func (t *Trainer) evaluate(e int) (loss, acc float64, err error) {
-	loss, acc, _, err = t.evaluateWith(e, nil)
+	loss, acc, _, err = t.evaluateWith(e, false)
 	return loss, acc, err
 }
 
-// evaluateWith is evaluate reading, in the same device-to-host copy,
-// the two sums of also (an F32 [2] accumulator on the model's device:
-// the training pass's), which it returns; nil reads nothing more.
-func (t *Trainer) evaluateWith(e int, also *tensor.Tensor) (loss, acc float64, alsoVals [2]float64, err error) {
+// evaluateWith is evaluate reading, withTrain, the training pass's loss
+// sum and correct count in the same device-to-host copy, which it
+// returns (zeros without). RunEpoch calls it after trainEpoch, whose
+// beginEpoch left the validation accumulators zeroed: that pass needs
+// no Fill of its own.
+func (t *Trainer) evaluateWith(e int, withTrain bool) (loss, acc float64, train [2]float64, err error) {
 	t.model.SetTraining(false)
 	defer t.model.SetTraining(true)
 	r := t.eval
-	zeroMetrics(r.met)
-	r.correctN.reset()
+	t.met.beginValidation()
 	r.n, r.batches, r.err = 0, 0, nil
 	t.o.Val.Batches(e)(r.body)
 	switch {
 	case r.err != nil:
-		return 0, 0, alsoVals, fmt.Errorf("tolaria: epoch %d: %w", e+1, r.err)
+		return 0, 0, train, fmt.Errorf("tolaria: epoch %d: %w", e+1, r.err)
 	case r.n == 0:
-		return 0, 0, alsoVals, fmt.Errorf("tolaria: the validation batches of epoch %d are empty", e+1)
+		return 0, 0, train, fmt.Errorf("tolaria: the validation batches of epoch %d are empty", e+1)
 	}
-	r.correctN.sumInto(r.correct)
-	src := r.met
-	if also != nil {
-		// Both accumulators side by side in one buffer, one copy.
-		if r.both == nil {
-			r.both = zerosOn(r.met.Device(), 4)
-		}
-		be := kernels.For(r.both.Device())
-		be.Copy(r.both.Narrow(0, 0, 2), r.met)
-		be.Copy(r.both.Narrow(0, 2, 2), also)
-		src = r.both
-	}
-	h, err := hostCopy(src)
+	val, train, err := t.met.read(withTrain)
 	if err != nil {
-		return 0, 0, alsoVals, fmt.Errorf("tolaria: epoch %d: reading the validation metrics: %w", e+1, err)
+		return 0, 0, [2]float64{}, fmt.Errorf("tolaria: epoch %d: reading the validation metrics: %w", e+1, err)
 	}
-	m := h.F32()
-	if also != nil {
-		alsoVals = [2]float64{float64(m[2]), float64(m[3])}
-	}
-	return float64(m[0]) / float64(r.n), 100 * float64(m[1]) / float64(r.n), alsoVals, nil
+	return val[0] / float64(r.n), 100 * val[1] / float64(r.n), train, nil
 }

@@ -143,12 +143,11 @@ func (p *optimizers) slotIDs() []string {
 type stepRunner struct {
 	t        *Trainer
 	captured *autograd.Captured
-	met      *tensor.Tensor // F32 [2]: Σ batch-mean loss, Σ correct
-	lossSum  *tensor.Tensor // met[0:1]
-	correct  *tensor.Tensor // met[1:2]
-	out      []*tensor.Tensor
-	in       []*tensor.Tensor
-	correctN correctCounter
+	// met is the training pass's part of the trainer's epoch metrics
+	// (Σ batch-mean loss, Σ correct, the per-row correct counters).
+	met *passMetrics
+	out []*tensor.Tensor
+	in  []*tensor.Tensor
 	// loop is the running epoch's loop state and body its loop body
 	// (s.trainBatch, bound once).
 	loop       trainLoop
@@ -168,9 +167,8 @@ type stepRunner struct {
 }
 
 func newStepRunner(t *Trainer) *stepRunner {
-	s := &stepRunner{t: t, met: zerosOn(t.dev, 2), in: make([]*tensor.Tensor, 2)}
-	s.lossSum, s.correct = s.met.Narrow(0, 0, 1), s.met.Narrow(0, 1, 1)
-	s.out = []*tensor.Tensor{s.met}
+	s := &stepRunner{t: t, met: &t.met.train, in: make([]*tensor.Tensor, 2)}
+	s.out = []*tensor.Tensor{s.met.sums}
 	if t.o.Capture {
 		s.captured = autograd.Capture(s.fn, autograd.CaptureOptions{
 			Warmup:     t.o.CaptureWarmup,
@@ -235,9 +233,9 @@ func (s *stepRunner) fn(in []*tensor.Tensor) []*tensor.Tensor {
 		}
 	})
 	t.prec.update()
-	be := kernels.For(s.met.Device())
-	be.Binary(kernels.Add, s.lossSum, s.lossSum, loss.Value.Reshape(1))
-	s.correctN.add(be, s.correct, logits, y)
+	be := kernels.For(s.met.sums.Device())
+	be.Binary(kernels.Add, s.met.lossSum, s.met.lossSum, loss.Value.Reshape(1))
+	s.met.correctN.add(be, s.met.correct, logits, y)
 	return s.out
 }
 
@@ -312,14 +310,14 @@ type trainLoop struct {
 	err                     error
 }
 
-// trainEpoch runs the epoch's training steps and returns the number of
-// steps and samples; the loss and correct-prediction sums are left in
-// the step runner's accumulator (met), on the device, for evaluate to
-// read with the validation's.
+// trainEpoch zeroes the epoch's accumulators (both passes', one Fill on
+// a device), runs the epoch's training steps and returns the number of
+// steps and samples; the loss sum and correct counts are left in the
+// training pass's accumulators, on the device, for evaluateWith to read
+// with the validation's.
 func (t *Trainer) trainEpoch(ctx context.Context, e int, r *EpochReport) (steps, samples int, err error) {
 	s := t.step
-	zeroMetrics(s.met)
-	s.correctN.reset()
+	t.met.beginEpoch()
 	s.lat = s.lat[:0]
 	s.loop = trainLoop{ctx: ctx, e: e}
 	if s.body == nil {
@@ -336,9 +334,8 @@ func (t *Trainer) trainEpoch(ctx context.Context, e int, r *EpochReport) (steps,
 	}
 	r.Captured = l.replays > 0
 	r.StepP50, r.StepP95 = percentiles(s.lat)
-	// The sums stay on the device: evaluate reads them with the
+	// The sums stay on the device: evaluateWith reads them with the
 	// validation's, in one copy (one host sync per epoch on a device).
-	s.correctN.sumInto(s.correct)
 	return l.steps, l.samples, nil
 }
 
@@ -395,17 +392,6 @@ func (s *stepRunner) trainBatch(x, y *tensor.Tensor) bool {
 	return true
 }
 
-// zeroMetrics zeroes a metrics accumulator: in place for a contiguous
-// F32 tensor on the CPU, with the backend's Fill elsewhere. Only outside
-// a captured region.
-func zeroMetrics(m *tensor.Tensor) {
-	if m.Device().IsCPU() && m.DType() == tensor.F32 && m.IsContiguous() {
-		clear(m.F32())
-		return
-	}
-	kernels.For(m.Device()).Fill(m, 0)
-}
-
 // percentiles returns the nearest-rank p50 and p95 of d (sorted in place).
 func percentiles(d []time.Duration) (p50, p95 time.Duration) {
 	if len(d) == 0 {
@@ -417,125 +403,4 @@ func percentiles(d []time.Duration) (p50, p95 time.Duration) {
 		return d[max(0, min(k, len(d)-1))]
 	}
 	return at(50), at(95)
-}
-
-// correctCounter counts correct predictions on the device with one
-// launch per batch — kernels.Backend.CountCorrect into a per-batch-size
-// F32 [n] accumulator — instead of reducing every batch to a scalar. The accumulators are summed once, when the epoch's
-// figures are read (total), and zeroed by reset. It keeps one set of
-// buffers per batch size and device (up to maxCorrectBufs; further sizes
-// take a slower path that counts straight into the fallback scalar), so
-// it allocates nothing once a size has been seen. A captured graph keeps
-// using the accumulator it was recorded with, and steps run one at a
-// time.
-type correctCounter struct {
-	bufs []correctBufs
-}
-
-type correctBufs struct {
-	n   int
-	dev tensor.Device
-	acc *tensor.Tensor // F32 [n]: the epoch's correct predictions per row
-	sum *tensor.Tensor // F32 [1]: sumInto's scratch
-}
-
-// maxCorrectBufs bounds the batch sizes correctCounter keeps buffers for
-// (training batches, the last partial batch, validation batches).
-const maxCorrectBufs = 8
-
-func (c *correctCounter) get(dev tensor.Device, n int) *correctBufs {
-	for i := range c.bufs {
-		if b := &c.bufs[i]; b.n == n && b.dev == dev {
-			return b
-		}
-	}
-	if len(c.bufs) == maxCorrectBufs || kernels.For(dev).Capturing() {
-		// Full, or inside a capture (a Captured warms every new shape up
-		// eagerly first, so this is rare): the slow path, whose launches
-		// a graph may record.
-		return nil
-	}
-	alloc := func(d tensor.DType, shape ...int) *tensor.Tensor {
-		t, err := tensor.EmptyOn(dev, d, shape...)
-		if err != nil {
-			panic(err)
-		}
-		return t
-	}
-	b := correctBufs{n: n, dev: dev, acc: alloc(tensor.F32, n)}
-	// A new accumulator may appear mid-epoch: it starts at zero.
-	zeroMetrics(b.acc)
-	c.bufs = append(c.bufs, b)
-	return &c.bufs[len(c.bufs)-1]
-}
-
-// zerosOn returns a zeroed F32 [n] tensor on dev.
-func zerosOn(dev tensor.Device, n int) *tensor.Tensor {
-	t, err := tensor.EmptyOn(dev, tensor.F32, n)
-	if err != nil {
-		panic(err)
-	}
-	zeroMetrics(t)
-	return t
-}
-
-// reset zeroes the accumulators (outside any captured region).
-func (c *correctCounter) reset() {
-	for i := range c.bufs {
-		zeroMetrics(c.bufs[i].acc)
-	}
-}
-
-// sumInto adds the correct predictions accumulated since reset to dst
-// (F32 [1] on the accumulators' device) with device ops: one sum per
-// accumulator, no host read (exact while the totals stay below 2^24).
-// Only outside a captured region.
-func (c *correctCounter) sumInto(dst *tensor.Tensor) {
-	be := kernels.For(dst.Device())
-	for i := range c.bufs {
-		b := &c.bufs[i]
-		if b.dev != dst.Device() {
-			continue // a device the trainer no longer uses: reset keeps it zero
-		}
-		if b.sum == nil {
-			b.sum = zerosOn(b.dev, 1)
-		}
-		be.Reduce(kernels.Sum, b.sum, b.acc, []int{0})
-		be.Binary(kernels.Add, dst, dst, b.sum)
-	}
-}
-
-// add counts the rows of logits ([n, C]) whose argmax equals y ([n]).
-// Past maxCorrectBufs batch sizes it adds the count to fallback ([1])
-// instead, through temporaries. It only launches kernels.
-func (c *correctCounter) add(be kernels.Backend, fallback *tensor.Tensor, logits *autograd.Var, y *tensor.Tensor) {
-	n := y.Dim(0)
-	lv := logits.Value
-	b := c.get(y.Device(), n)
-	if b == nil || lv.Rank() != 2 || lv.Dim(0) != n || !lv.IsContiguous() || !y.DType().IsInt() {
-		addCorrect(be, fallback, logits, y)
-		return
-	}
-	be.CountCorrect(b.acc, lv, y)
-}
-
-// addCorrect adds the number of rows of logits whose argmax equals y to
-// dst ([1]), through freshly allocated temporaries.
-func addCorrect(be kernels.Backend, dst *tensor.Tensor, logits *autograd.Var, y *tensor.Tensor) {
-	n := y.Dim(0)
-	alloc := func(d tensor.DType, n int) *tensor.Tensor {
-		t, err := tensor.EmptyOn(y.Device(), d, n)
-		if err != nil {
-			panic(err)
-		}
-		return t
-	}
-	pred := autograd.ArgMax(logits, 1).Reshape(n)
-	eq := alloc(tensor.Bool, n)
-	be.Binary(kernels.Eq, eq, pred, y)
-	eqf := alloc(tensor.F32, n)
-	be.Copy(eqf, eq)
-	c := alloc(tensor.F32, 1)
-	be.Reduce(kernels.Sum, c, eqf, []int{0})
-	be.Binary(kernels.Add, dst, dst, c)
 }

@@ -51,9 +51,11 @@ type InputSource interface {
 type TrainerOptions struct {
 	// Model is the host with its slots. The trainer trains it on its
 	// device (nn.Device; move it with nn.To before building the trainer):
-	// batches are copied there, the loss and accuracy accumulate there and
-	// are read back once per pass (the training pass, each validation
-	// pass), and tolaria.host_syncs reports each epoch's device-to-host
+	// batches are copied there, the loss and accuracy accumulate there —
+	// both passes' in one device buffer, zeroed with one Fill per epoch —
+	// and are read back in one copy per epoch (the training and
+	// validation passes together) plus one per counterfactual validation
+	// pass, and tolaria.host_syncs reports each epoch's device-to-host
 	// reads.
 	Model *kasmina.MorphogeneticModel
 	// Train and Val are the training and validation batches. Training
@@ -340,9 +342,12 @@ type Trainer struct {
 	dev tensor.Device
 	// sources are the distinct InputSource data sources (Train, Val);
 	// copyTime is the time the trainer spent copying batches itself.
-	sources   []InputSource
-	copyTime  time.Duration
-	opt       *optimizers
+	sources  []InputSource
+	copyTime time.Duration
+	opt      *optimizers
+	// met holds the training and validation passes' accumulators, in
+	// one device buffer (one Fill and one read per epoch).
+	met       *metricsBuf
 	step      *stepRunner
 	eval      *evalRunner
 	agg       *gradAgg
@@ -457,6 +462,7 @@ func NewTrainer(o TrainerOptions) (*Trainer, error) {
 	if t.agg, err = newGradAgg(o); err != nil {
 		return nil, err
 	}
+	t.met = newMetricsBuf(dev)
 	t.step = newStepRunner(t)
 	t.eval = newEvalRunner(t)
 	if o.Governor != nil {
@@ -586,7 +592,7 @@ func (t *Trainer) RunEpoch(ctx context.Context, e int) (r EpochReport, err error
 	}
 	t.aggReport = t.agg.finalize(&r)
 	var train [2]float64
-	if r.ValLoss, r.ValAccuracy, train, err = t.evaluateWith(e, t.step.met); err != nil {
+	if r.ValLoss, r.ValAccuracy, train, err = t.evaluateWith(e, true); err != nil {
 		return r, err
 	}
 	r.TrainLoss, r.TrainAccuracy = train[0]/float64(r.Steps), 100*train[1]/float64(samples)

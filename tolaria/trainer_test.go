@@ -433,42 +433,59 @@ func TestResumeAfterSIGKILL(t *testing.T) {
 }
 
 // TestEpochAccuracyIsCounted: the validation accuracy the trainer counts
-// on the device (kernels.Backend.CountCorrect, captured) equals the one
-// computed here on the host from the same model's eval-mode logits, and
-// the training accuracy is a whole number of correct samples.
+// on the device (kernels.Backend.CountCorrect into per-row counters,
+// captured, summed on the host) equals the one computed here on the host
+// from the same model's eval-mode logits, and the training accuracy is a
+// whole number of correct samples — with one batch size, with more sizes
+// than the trainer keeps counters for (maxCorrectBufs), and with a batch
+// larger than the counters' capacity (correctRows): the last two take the
+// slow path for some batches.
 func TestEpochAccuracyIsCounted(t *testing.T) {
-	m := trainerModel(t)
-	val := toyData(t, 2, 3, 8)
-	tr, err := NewTrainer(TrainerOptions{Model: m, Train: toyData(t, 1, 5, 8), Val: val, Epochs: 2, Capture: true})
-	require.NoError(t, err)
-	sum, err := tr.Fit(context.Background())
-	require.NoError(t, err)
-	last := sum.Final()
-	require.True(t, last.Captured)
-
-	m.SetTraining(false)
-	correct, total := 0, 0
-	autograd.NoGrad(func() {
-		for i, x := range val.x {
-			logits := testdevice.F32(t, m.Forward(autograd.Const(x)).Value)
-			for r, y := range testdevice.Host(t, val.y[i]).I64() {
-				row := logits[r*3 : r*3+3]
-				best := 0
-				for j := range row {
-					if row[j] > row[best] {
-						best = j
-					}
-				}
-				if int64(best) == y {
-					correct++
-				}
-				total++
-			}
+	sized := func(seed uint64, sizes ...int) fixedBatches {
+		var out fixedBatches
+		for i, n := range sizes {
+			b := toyData(t, seed+uint64(i), 1, n)
+			out.x, out.y = append(out.x, b.x...), append(out.y, b.y...)
 		}
-	})
-	require.Equal(t, 100*float64(correct)/float64(total), last.ValAccuracy)
-	trainCorrect := last.TrainAccuracy * 40 / 100
-	require.InDelta(t, math.Round(trainCorrect), trainCorrect, 1e-9, "train accuracy %v of 40 samples", last.TrainAccuracy)
+		return out
+	}
+	for name, val := range map[string]fixedBatches{
+		"one size":      toyData(t, 2, 3, 8),
+		"many sizes":    sized(2, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10),
+		"over capacity": sized(2, correctRows+1, 5),
+	} {
+		m := trainerModel(t)
+		tr, err := NewTrainer(TrainerOptions{Model: m, Train: toyData(t, 1, 5, 8), Val: val, Epochs: 2, Capture: true})
+		require.NoError(t, err)
+		sum, err := tr.Fit(context.Background())
+		require.NoError(t, err)
+		last := sum.Final()
+		require.True(t, last.Captured, name)
+
+		m.SetTraining(false)
+		correct, total := 0, 0
+		autograd.NoGrad(func() {
+			for i, x := range val.x {
+				logits := testdevice.F32(t, m.Forward(autograd.Const(x)).Value)
+				for r, y := range testdevice.Host(t, val.y[i]).I64() {
+					row := logits[r*3 : r*3+3]
+					best := 0
+					for j := range row {
+						if row[j] > row[best] {
+							best = j
+						}
+					}
+					if int64(best) == y {
+						correct++
+					}
+					total++
+				}
+			}
+		})
+		require.Equal(t, 100*float64(correct)/float64(total), last.ValAccuracy, name)
+		trainCorrect := last.TrainAccuracy * 40 / 100
+		require.InDelta(t, math.Round(trainCorrect), trainCorrect, 1e-9, "%s: train accuracy %v of 40 samples", name, last.TrainAccuracy)
+	}
 }
 
 // lateOnce waits (WAIT) at once, except in epoch at, where it sleeps
