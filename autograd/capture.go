@@ -52,10 +52,11 @@ type CaptureOptions struct {
 	// BoundInputs, when positive, lets replays read their inputs in
 	// place. An input set passed again by identity — the same tensor
 	// storage, offset, shape and strides for every input as in one of
-	// the recent calls, such as the fixed batch views of a dataset that
-	// stays on the device — gets a graph of its own, warmed up and
-	// captured over those very tensors instead of static buffers, whose
-	// replays copy nothing: each sees what the tensors hold when it runs.
+	// the recent calls under the same parameter version, such as the
+	// fixed batch views of a dataset that stays on the device — once its
+	// signature has been warmed up, gets a graph of its own captured
+	// over those very tensors instead of static buffers, whose replays
+	// copy nothing: each sees what the tensors hold when it runs.
 	// Up to BoundInputs such graphs are kept beside the CacheSize others,
 	// each keeping its tensors' memory alive; once that many exist for
 	// the current parameter version, further input sets take the copying
@@ -320,14 +321,15 @@ func sameView(a, b *tensor.Tensor) bool {
 	return true
 }
 
-// identity hashes the inputs' storages, offsets, shapes and strides
-// (without allocating).
-func identity(inputs []*tensor.Tensor) uint64 {
+// identity hashes the parameter version and the inputs' storages,
+// offsets, shapes and strides (without allocating).
+func identity(version uint64, inputs []*tensor.Tensor) uint64 {
 	h := uint64(14695981039346656037)
 	mix := func(v uint64) {
 		h ^= v
 		h *= 1099511628211
 	}
+	mix(version)
 	for _, t := range inputs {
 		mix(uint64(uintptr(unsafe.Pointer(t.Storage()))))
 		mix(uint64(t.Offset()))
@@ -353,7 +355,7 @@ func (c *Captured) lookupBound(v uint64, inputs []*tensor.Tensor) (e *entry, ok 
 			return e, true
 		}
 	}
-	id := identity(inputs)
+	id := identity(v, inputs)
 	seen := false
 	for _, r := range c.recent {
 		seen = seen || (r == id && id != 0)
@@ -379,14 +381,17 @@ func (c *Captured) lookupBound(v uint64, inputs []*tensor.Tensor) (e *entry, ok 
 			return nil, false
 		}
 	}
-	e = &entry{sig: newSignature(v, inputs), bound: true, inputs: append([]*tensor.Tensor(nil), inputs...)}
+	// Bind only once the copying path has warmed this signature up (the
+	// lazily made state exists), so that the bound graph is captured at
+	// once and binding never delays a capture.
+	warm := false
 	for _, u := range c.cache {
-		if u.sig.matches(v, inputs) && u.calls >= c.opt.Warmup {
-			// The copying path has warmed this signature up (the lazily
-			// made state exists): capture at the next call.
-			e.calls = c.opt.Warmup
-		}
+		warm = warm || (u.sig.matches(v, inputs) && u.calls >= c.opt.Warmup)
 	}
+	if !warm {
+		return nil, false
+	}
+	e = &entry{sig: newSignature(v, inputs), bound: true, inputs: append([]*tensor.Tensor(nil), inputs...), calls: c.opt.Warmup}
 	c.bound = append([]*entry{e}, c.bound...)
 	c.last = e
 	return e, true

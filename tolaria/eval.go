@@ -42,11 +42,12 @@ func newEvalRunner(t *Trainer) *evalRunner {
 	r.body = r.batch
 	if t.o.Capture {
 		r.captured = autograd.Capture(r.fn, autograd.CaptureOptions{
-			Warmup:     t.o.CaptureWarmup,
-			Policy:     autograd.Recapture,
-			CacheSize:  4,
-			Version:    t.step.guard,
-			OnFallback: t.captureFallback,
+			Warmup:      t.o.CaptureWarmup,
+			Policy:      autograd.Recapture,
+			CacheSize:   4,
+			Version:     t.step.guard,
+			OnFallback:  t.captureFallback,
+			BoundInputs: boundBatches,
 		})
 	}
 	return r

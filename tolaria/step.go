@@ -166,16 +166,24 @@ type stepRunner struct {
 	afterBackward func()
 }
 
+// boundBatches is how many batches' input tensors a captured step or
+// validation batch reads in place (autograd's BoundInputs): batches the
+// loader yields as the same device tensors every epoch (fixed views of
+// data kept on the device, a stager's ring of buffers) replay without
+// copying their inputs, each through a graph of its own.
+const boundBatches = 8
+
 func newStepRunner(t *Trainer) *stepRunner {
 	s := &stepRunner{t: t, met: &t.met.train, in: make([]*tensor.Tensor, 2)}
 	s.out = []*tensor.Tensor{s.met.sums}
 	if t.o.Capture {
 		s.captured = autograd.Capture(s.fn, autograd.CaptureOptions{
-			Warmup:     t.o.CaptureWarmup,
-			Policy:     autograd.Recapture,
-			CacheSize:  4,
-			Version:    s.guard,
-			OnFallback: t.captureFallback,
+			Warmup:      t.o.CaptureWarmup,
+			Policy:      autograd.Recapture,
+			CacheSize:   4,
+			Version:     s.guard,
+			OnFallback:  t.captureFallback,
+			BoundInputs: boundBatches,
 		})
 	}
 	return s
