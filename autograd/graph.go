@@ -2,6 +2,7 @@ package autograd
 
 import (
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"github.com/esper-go/esper/kernels"
@@ -149,13 +150,54 @@ var (
 )
 
 // scalarOne returns the shared seed for a root shaped like v, or nil
-// when there is none (v not a CPU F32 or F64 scalar of shape []).
+// when there is none (v not an F32 or F64 scalar of shape []): on the
+// CPU the package's, on a device one per device and dtype, copied there
+// at the first Backward outside a capture (a capture's root gets a Fill
+// of its own instead: a copy cannot be recorded), so that a captured
+// step's backward starts without a launch.
 func scalarOne(v *tensor.Tensor) *tensor.Tensor {
 	if v.Rank() != 0 {
 		return nil
 	}
-	return sharedScalar(v, oneF32, oneF64)
+	if v.Device().IsCPU() {
+		return sharedScalar(v, oneF32, oneF64)
+	}
+	dt := v.DType()
+	if dt != tensor.F32 && dt != tensor.F64 {
+		return nil
+	}
+	key := deviceScalarKey{v.Device(), dt}
+	deviceOnesMu.Lock()
+	defer deviceOnesMu.Unlock()
+	if t, ok := deviceOnes[key]; ok {
+		return t
+	}
+	if backendOf(v).Capturing() {
+		return nil
+	}
+	host := oneF32
+	if dt == tensor.F64 {
+		host = oneF64
+	}
+	t, err := host.ToDevice(v.Device())
+	if err != nil {
+		return nil // the Fill path reports the device's trouble
+	}
+	deviceOnes[key] = t
+	return t
 }
+
+// deviceScalarKey names a device's shared seed.
+type deviceScalarKey struct {
+	dev tensor.Device
+	dt  tensor.DType
+}
+
+// deviceOnes are the shared seeds on devices (scalarOne), never written.
+var (
+	deviceOnesMu sync.Mutex
+	deviceOnes   = map[deviceScalarKey]*tensor.Tensor{}
+)
 
 // sharedScalar returns f32 or f64, read-only scalars shared by every
 // caller, for a CPU tensor like v of that dtype; nil otherwise.

@@ -123,3 +123,45 @@ func TestLinearGroups(t *testing.T) {
 		closeVars(t, "bias first", got2, want2)
 	}
 }
+
+// TestDeviceSeedShared: a scalar root on a device starts its backward
+// from one shared seed per device and dtype (no Fill launch per
+// Backward, so a captured step records none), which stays 1.
+func TestDeviceSeedShared(t *testing.T) {
+	dev := tensor.Sim(0)
+	x, err := tensor.FromSlice([]float32{1, 2, 3}, 3).ToDevice(dev)
+	require.NoError(t, err)
+	w := Param(x)
+	var loss *Var
+	step := func(in []*tensor.Tensor) []*tensor.Tensor {
+		w.ZeroGrad()
+		loss = SumAll(Mul(w, Const(in[0])))
+		Backward(loss)
+		return []*tensor.Tensor{w.Grad}
+	}
+	seed := scalarOne(SumAll(Const(x)).Value)
+	require.NotNil(t, seed)
+	require.Same(t, seed, scalarOne(SumAll(Const(x)).Value), "one seed per device and dtype")
+	cap := Capture(step, CaptureOptions{OnFallback: func(err error) { t.Fatal(err) }})
+	for i := 0; i < 3; i++ {
+		out, err := cap.Run(x)
+		require.NoError(t, err)
+		g, err := out[0].ToDevice(tensor.CPU)
+		require.NoError(t, err)
+		require.Equal(t, []float32{1, 2, 3}, g.F32())
+	}
+	h, err := seed.ToDevice(tensor.CPU)
+	require.NoError(t, err)
+	require.Equal(t, []float32{1}, h.F32(), "the seed is never written")
+	// A capture before the seed exists records a Fill of its own: one
+	// launch more than the step above.
+	deviceOnesMu.Lock()
+	delete(deviceOnes, deviceScalarKey{dev, tensor.F32})
+	deviceOnesMu.Unlock()
+	be := backendOf(x)
+	require.NoError(t, be.BeginCapture())
+	step([]*tensor.Tensor{x})
+	g, err := be.EndCapture()
+	require.NoError(t, err)
+	require.Equal(t, cap.Launches()+1, g.Len())
+}
