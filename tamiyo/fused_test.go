@@ -8,6 +8,8 @@ import (
 
 	"github.com/esper-go/esper/autograd"
 	"github.com/esper-go/esper/leyline"
+	"github.com/esper-go/esper/optim"
+	"github.com/esper-go/esper/tensor"
 )
 
 // TestInferenceFusedMatchesTraining: in inference mode the message
@@ -53,4 +55,35 @@ func TestInferenceFusedMatchesTraining(t *testing.T) {
 	}
 	t.Logf("captured inference forward: %d launches", in.GraphNodes())
 	require.Less(t, in.GraphNodes(), 300, "fused message passing (the unfused forward takes over 600 launches)")
+}
+
+// TestInferenceFollowsRepointedParameters: an optimizer's arena moves
+// the parameters into buffers of its own after the forward was captured;
+// the next forward recaptures and reads them there (with the values
+// changed since), instead of replaying over the old tensors.
+func TestInferenceFollowsRepointedParameters(t *testing.T) {
+	p := mustPolicy(t, smallOptions(tensor.F32))
+	g, err := BuildGraphBatch([]GraphInput{testInput(t, 3, 0), testInput(t, 2, 1)})
+	require.NoError(t, err)
+	in, err := NewInference(p, InferenceOptions{OnFallback: func(err error) { t.Errorf("capture fell back: %v", err) }})
+	require.NoError(t, err)
+	for i := 0; i < 3; i++ {
+		_, err := in.Forward(g)
+		require.NoError(t, err)
+	}
+	before := in.Stats().Captures
+	_, err = optim.NewSGD(p.Parameters(), optim.SGDOptions{LR: 0.1}) // repoints Value and Grad
+	require.NoError(t, err)
+	w := p.heads[leyline.HeadOp].fc2.Bias // the op logits' bias, now a view of the arena
+	require.NoError(t, tensor.CopyFromHost(w.Value, tensor.Full(tensor.F32, 0.5, w.Value.Shape()...)))
+	eager, err := NewInference(p, InferenceOptions{NoCapture: true})
+	require.NoError(t, err)
+	want, err := eager.Forward(g)
+	require.NoError(t, err)
+	for i := 0; i < 3; i++ { // a warm-up under the new version, a capture, a replay
+		got, err := in.Forward(g)
+		require.NoError(t, err)
+		require.Equal(t, want, got, "call %d after the move", i)
+	}
+	require.Greater(t, in.Stats().Captures, before, "recaptured over the moved parameters")
 }

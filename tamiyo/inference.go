@@ -3,6 +3,7 @@ package tamiyo
 import (
 	"errors"
 	"fmt"
+	"unsafe"
 
 	"github.com/esper-go/esper/autograd"
 	"github.com/esper-go/esper/leyline"
@@ -38,6 +39,12 @@ type Inference struct {
 	// addresses, which the captured graph for them reads in place
 	// (autograd's BoundInputs), so a replay copies no inputs.
 	staged stagingBuffers
+	// params are the policy's parameters, whose tensors a captured
+	// forward reads at the addresses it recorded: version hashes where
+	// they are, so that a move (an optimizer's arena repointing them, a
+	// checkpoint load replacing them) recaptures instead of reading stale
+	// memory.
+	params []*autograd.Var
 }
 
 // DefaultInferenceCacheSize is the number of batch shapes an Inference
@@ -78,9 +85,10 @@ func NewInference(p *Policy, o InferenceOptions) (*Inference, error) {
 	p.SetTraining(false)
 	in := &Inference{p: p}
 	if !o.NoCapture {
+		in.params = p.Parameters()
 		in.captured = autograd.Capture(in.step, autograd.CaptureOptions{
 			Warmup: o.Warmup, Policy: autograd.Recapture, CacheSize: o.CacheSize, OnFallback: o.OnFallback,
-			BoundInputs: o.CacheSize,
+			BoundInputs: o.CacheSize, Version: in.version,
 		})
 	}
 	return in, nil
@@ -169,6 +177,20 @@ func (in *Inference) Act(g *Graph, masks []leyline.ActionMasks, opt ActOptions) 
 		return nil, err
 	}
 	return selectActions(lg, masks, opt, floors)
+}
+
+// version hashes the storage and offset of every parameter (without
+// allocating): it changes when a parameter's tensor is replaced or
+// repointed, not when its values are updated in place.
+func (in *Inference) version() uint64 {
+	h := uint64(14695981039346656037)
+	for _, v := range in.params {
+		for _, x := range [2]uint64{uint64(uintptr(unsafe.Pointer(v.Value.Storage()))), uint64(v.Value.Offset())} {
+			h ^= x
+			h *= 1099511628211
+		}
+	}
+	return h
 }
 
 // step is the captured unit: the graph's tensors in, the head logits and
