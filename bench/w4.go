@@ -349,7 +349,7 @@ func newW4Rig(o W4Options) (_ *w4Rig, err error) {
 	if r.net, err = tamiyo.NewPolicy(o.Policy); err != nil {
 		return nil, err
 	}
-	if r.pol, err = simic.NewTamiyoPolicy(r.net, simic.TamiyoPolicyOptions{}); err != nil {
+	if r.pol, err = simic.NewTamiyoPolicy(r.net, simic.TamiyoPolicyOptions{Capture: true}); err != nil {
 		return nil, err
 	}
 	return r, nil

@@ -2,6 +2,8 @@ package simic
 
 import (
 	"math"
+	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/esper-go/esper/internal/testdevice"
@@ -617,4 +619,48 @@ func seenSlot(t *testing.T, env *EsperEnv, seen []leyline.SeedReport) int {
 	}
 	t.Fatal("no seed seen")
 	return 0
+}
+
+// TestTamiyoPolicyCaptureActsAlike: Act through the captured forward
+// (TamiyoPolicyOptions.Capture) samples the same actions with bitwise the
+// same log-probabilities and values as the eager Act, call after call
+// (warm-up, capture, replays), on the test device; a policy with dropout
+// is refused.
+func TestTamiyoPolicyCaptureActsAlike(t *testing.T) {
+	d, eager := tinyEsper(t)
+	captured, err := NewTamiyoPolicy(eager.Network(), TamiyoPolicyOptions{Capture: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var obs []TamiyoObs
+	for i := 0; i < 2; i++ {
+		o, err := newTinyEnv(t, d, i, 4).Reset()
+		if err != nil {
+			t.Fatal(err)
+		}
+		obs = append(obs, o)
+	}
+	for call := 0; call < 4; call++ {
+		want, err := eager.Act(obs, nil, tensor.NewRNG(uint64(call)), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := captured.Act(obs, nil, tensor.NewRNG(uint64(call)), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(want, got) {
+			t.Fatalf("call %d: captured Act %+v, eager %+v", call, got, want)
+		}
+	}
+	if st := captured.ActStats(); st.Captures != 1 || st.Replays < 2 {
+		t.Errorf("captured Act stats %+v, want one capture and replays", st)
+	}
+	withDropout, err := tamiyo.NewPolicy(tamiyo.PolicyOptions{Hidden: 16, GATHidden: 8, GATHeads: 2, HeadHidden: 16, Seed: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewTamiyoPolicy(withDropout, TamiyoPolicyOptions{Capture: true}); err == nil || !strings.Contains(err.Error(), "dropout") {
+		t.Errorf("a policy with dropout and Capture: err = %v", err)
+	}
 }

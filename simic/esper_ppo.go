@@ -217,7 +217,7 @@ func NewEsperPPO(o EsperPPOOptions) (_ *EsperPPO, err error) {
 	if err != nil {
 		return nil, err
 	}
-	pol, err := NewTamiyoPolicy(r.Net, TamiyoPolicyOptions{Floors: o.Floors})
+	pol, err := NewTamiyoPolicy(r.Net, TamiyoPolicyOptions{Floors: o.Floors, Capture: true})
 	if err != nil {
 		return nil, err
 	}

@@ -25,6 +25,7 @@ type TamiyoObs struct {
 type TamiyoPolicy struct {
 	p      *tamiyo.Policy
 	floors *[leyline.NumActionHeads]float32
+	inf    *tamiyo.Inference // Capture: Act's captured forward
 }
 
 // TamiyoPolicyOptions configure NewTamiyoPolicy.
@@ -32,6 +33,14 @@ type TamiyoPolicyOptions struct {
 	// Floors are the per-head probability floors used both to act and to
 	// evaluate; nil means tamiyo.ProbabilityFloorPerHead.
 	Floors *[leyline.NumActionHeads]float32
+	// Capture makes Act replay a forward captured per batch shape
+	// (tamiyo.Inference: each graph uploaded into the buffers the
+	// captured forward reads) instead of dispatching its ops one by one:
+	// on a device, a replay and two copies per decision instead of a
+	// hundred-odd launches. The actions, log-probabilities and values are
+	// those Act computes without it. It needs a policy without dropout:
+	// the inference runs in evaluation mode.
+	Capture bool
 }
 
 var _ Policy[TamiyoObs] = (*TamiyoPolicy)(nil)
@@ -41,7 +50,27 @@ func NewTamiyoPolicy(p *tamiyo.Policy, o TamiyoPolicyOptions) (*TamiyoPolicy, er
 	if p == nil {
 		return nil, errors.New("simic: NewTamiyoPolicy: nil policy")
 	}
-	return &TamiyoPolicy{p: p, floors: o.Floors}, nil
+	t := &TamiyoPolicy{p: p, floors: o.Floors}
+	if o.Capture {
+		if d := p.Options().Dropout; d != 0 {
+			return nil, fmt.Errorf("simic: NewTamiyoPolicy: Capture needs a policy without dropout (dropout %v)", d)
+		}
+		inf, err := tamiyo.NewInference(p, tamiyo.InferenceOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("simic: NewTamiyoPolicy: %w", err)
+		}
+		t.inf = inf
+	}
+	return t, nil
+}
+
+// ActStats returns the capture counters of Act's captured forward (the
+// zero value without TamiyoPolicyOptions.Capture).
+func (t *TamiyoPolicy) ActStats() autograd.CaptureStats {
+	if t.inf == nil {
+		return autograd.CaptureStats{}
+	}
+	return t.inf.Stats()
 }
 
 // Network returns the wrapped tamiyo.Policy.
@@ -97,13 +126,20 @@ func (t *TamiyoPolicy) batch(obs []TamiyoObs) (*tamiyo.Graph, []leyline.ActionMa
 }
 
 // Act samples (or, deterministic, takes the modes of) one action per
-// observation with tamiyo.Policy.Act on the batched graph.
+// observation with tamiyo.Policy.Act on the batched graph (or its
+// captured twin, tamiyo.Inference.Act, with Capture).
 func (t *TamiyoPolicy) Act(obs []TamiyoObs, _ []Masks, rng *rand.Rand, deterministic bool) (*ActOutput, error) {
 	g, masks, err := t.batch(obs)
 	if err != nil {
 		return nil, err
 	}
-	ar, err := t.p.Act(g, masks, tamiyo.ActOptions{Deterministic: deterministic, Rand: rng, Floors: t.floors})
+	ao := tamiyo.ActOptions{Deterministic: deterministic, Rand: rng, Floors: t.floors}
+	var ar *tamiyo.ActResult
+	if t.inf != nil {
+		ar, err = t.inf.Act(g, masks, ao)
+	} else {
+		ar, err = t.p.Act(g, masks, ao)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("simic: TamiyoPolicy.Act: %w", err)
 	}
