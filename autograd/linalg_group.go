@@ -2,6 +2,7 @@ package autograd
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/tensor"
@@ -173,7 +174,7 @@ func linearSumStacked(terms []LinearTerm, n, out int) *Var {
 		}
 	}
 	if nb > 0 {
-		xs = append(xs, Const(full(like.Value, like.Value.DType(), 1, n, nb)))
+		xs = append(xs, Const(onesBlock(like.Value, n, nb)))
 		for _, t := range terms {
 			if t.B != nil {
 				ws = append(ws, Reshape(t.B, out, 1))
@@ -182,3 +183,51 @@ func linearSumStacked(terms []LinearTerm, n, out int) *Var {
 	}
 	return Linear(Concat(xs, 1), Concat(ws, 1), nil)
 }
+
+// onesBlock returns an [n, nb] tensor of ones on like's device and of its
+// dtype, shared by the calls that ask for that size (never written:
+// Concat only reads it), so that a joined LinearSum launches no Fill
+// once it exists. A block is made outside a capture when it can be (a
+// Fill recorded in a graph would run at every replay); the most recent
+// maxOnesBlocks are kept.
+func onesBlock(like *tensor.Tensor, n, nb int) *tensor.Tensor {
+	key := onesKey{like.Device(), like.DType(), n, nb}
+	onesMu.Lock()
+	defer onesMu.Unlock()
+	for i, b := range onesBlocks {
+		if b.key == key {
+			copy(onesBlocks[1:i+1], onesBlocks[:i])
+			onesBlocks[0] = b
+			return b.t
+		}
+	}
+	t := full(like, like.DType(), 1, n, nb)
+	if backendOf(like).Capturing() {
+		return t // this graph's own: a later call outside a capture shares one
+	}
+	onesBlocks = append([]onesEntry{{key, t}}, onesBlocks...)
+	if len(onesBlocks) > maxOnesBlocks {
+		onesBlocks = onesBlocks[:maxOnesBlocks]
+	}
+	return t
+}
+
+// maxOnesBlocks bounds the shared blocks of ones (a few node counts per
+// graph size, a graph size per batch shape).
+const maxOnesBlocks = 32
+
+type onesKey struct {
+	dev   tensor.Device
+	dt    tensor.DType
+	n, nb int
+}
+
+type onesEntry struct {
+	key onesKey
+	t   *tensor.Tensor
+}
+
+var (
+	onesMu     sync.Mutex
+	onesBlocks []onesEntry
+)
