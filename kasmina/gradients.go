@@ -1,9 +1,11 @@
 package kasmina
 
 import (
+	"fmt"
 	"math"
 
 	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/tensor"
 )
@@ -45,18 +47,106 @@ type GradientHealth struct {
 	Health float64
 }
 
-// MeasureGradientHealth reads the gradients of params (parameters
+// MeasureGradientHealth measures the gradients of params (parameters
 // without a gradient are skipped) and returns their health; ok is false
-// when none had a gradient, meaning "not measured". It reads values on
-// the host, outside any captured region: gradients on a device are
-// gathered there and copied to the host at once (nn.HostCopies, one host
-// sync).
+// when none had a gradient, meaning "not measured". Call it outside any
+// captured region: the per-parameter norms are computed where the
+// gradients are and read back at once (TensorNorms, one host sync on a
+// device).
 func MeasureGradientHealth(params []*autograd.Var) (h GradientHealth, ok bool) {
-	grads, err := nn.HostCopies(gradsOf(params))
+	norms, err := TensorNorms(gradsOf(params))
 	if err != nil {
 		return GradientHealth{Norm: math.NaN()}, true
 	}
-	return gradientHealth(grads)
+	return gradientHealth(norms)
+}
+
+// TensorNorms returns the L2 norm of each tensor of ts in float64, -1
+// for a nil one, computed where the tensors are: per device one
+// kernels.Backend ForeachNorm into a float64 vector, read back in one
+// copy (one host sync on a device; the tensors themselves never cross),
+// the same kernel on the CPU, so that a device and the CPU agree bit for
+// bit (sim). A tensor holding a NaN has a NaN norm, one holding an Inf
+// (or, where the device sums squares in float32, an element beyond
+// ~1.8e19) an infinite one. If a device's kernel refuses the tensors
+// (a dtype it does not reduce), their norms are taken on the host from
+// one gathered copy instead.
+func TensorNorms(ts []*tensor.Tensor) ([]float64, error) {
+	out := make([]float64, len(ts))
+	type group struct {
+		dev tensor.Device
+		idx []int
+		ts  []*tensor.Tensor
+	}
+	var groups []*group
+	for i, t := range ts {
+		out[i] = -1
+		if t == nil {
+			continue
+		}
+		var g *group
+		for _, c := range groups {
+			if c.dev == t.Device() {
+				g = c
+			}
+		}
+		if g == nil {
+			g = &group{dev: t.Device()}
+			groups = append(groups, g)
+		}
+		g.idx, g.ts = append(g.idx, i), append(g.ts, t.Contiguous())
+	}
+	for _, g := range groups {
+		norms, err := deviceNorms(g.dev, g.ts)
+		if err != nil {
+			if norms, err = hostNorms(g.ts); err != nil {
+				return nil, err
+			}
+		}
+		for k, i := range g.idx {
+			out[i] = norms[k]
+		}
+	}
+	return out, nil
+}
+
+// deviceNorms is TensorNorms over tensors of one device, with its
+// backend's ForeachNorm.
+func deviceNorms(dev tensor.Device, ts []*tensor.Tensor) (norms []float64, err error) {
+	be, err := kernels.Lookup(dev)
+	if err != nil {
+		return nil, err
+	}
+	dst, err := tensor.EmptyOn(dev, tensor.F64, len(ts))
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			norms, err = nil, fmt.Errorf("kasmina: norms on %v: %v", dev, r)
+		}
+	}()
+	be.ForeachNorm(dst, ts)
+	if !dev.IsCPU() {
+		if dst, err = dst.ToDevice(tensor.CPU); err != nil {
+			return nil, err
+		}
+	}
+	return dst.Float64s(), nil
+}
+
+// hostNorms is TensorNorms's fallback: the tensors copied to the host at
+// once (nn.HostCopies) and their norms taken there.
+func hostNorms(ts []*tensor.Tensor) ([]float64, error) {
+	hs, err := nn.HostCopies(ts)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]float64, len(hs))
+	for i, h := range hs {
+		out[i] = tensorNorm(h)
+	}
+	return out, nil
 }
 
 // gradsOf returns the gradients of params (nil where a parameter, or its
@@ -71,18 +161,17 @@ func gradsOf(params []*autograd.Var) []*tensor.Tensor {
 	return out
 }
 
-// gradientHealth is MeasureGradientHealth over host gradients (nil ones
-// skipped).
-func gradientHealth(grads []*tensor.Tensor) (h GradientHealth, ok bool) {
+// gradientHealth is MeasureGradientHealth over per-parameter norms
+// (TensorNorms; negative ones, the missing gradients, skipped).
+func gradientHealth(norms []float64) (h GradientHealth, ok bool) {
 	var scale, ssq float64 = 0, 1
 	vanish, explode := 0, 0
 	finite := true
-	for _, g := range grads {
-		if g == nil {
+	for _, n := range norms {
+		if n < 0 {
 			continue
 		}
 		h.Params++
-		n := tensorNorm(g)
 		switch {
 		case math.IsNaN(n) || math.IsInf(n, 0):
 			explode++
@@ -112,24 +201,24 @@ func gradientHealth(grads []*tensor.Tensor) (h GradientHealth, ok bool) {
 }
 
 // GradNorm is the global L2 norm of the gradients of params (those with
-// one), overflow-safe; NaN if any element is not finite. Gradients on a
-// device are copied to the host at once (nn.HostCopies, one host sync).
+// one), overflow-safe over the per-parameter norms; NaN if any is not
+// finite. The norms are computed where the gradients are (TensorNorms,
+// one host sync on a device).
 func GradNorm(params []*autograd.Var) float64 {
-	grads, err := nn.HostCopies(gradsOf(params))
+	norms, err := TensorNorms(gradsOf(params))
 	if err != nil {
 		return math.NaN()
 	}
-	return gradNorm(grads)
+	return gradNorm(norms)
 }
 
-// gradNorm is GradNorm over host gradients (nil ones skipped).
-func gradNorm(grads []*tensor.Tensor) float64 {
+// gradNorm is GradNorm over per-parameter norms (negative ones skipped).
+func gradNorm(norms []float64) float64 {
 	var scale, ssq float64 = 0, 1
-	for _, g := range grads {
-		if g == nil {
+	for _, n := range norms {
+		if n < 0 {
 			continue
 		}
-		n := tensorNorm(g)
 		if math.IsNaN(n) || math.IsInf(n, 0) {
 			return math.NaN()
 		}

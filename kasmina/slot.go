@@ -936,24 +936,26 @@ func (s *Slot) checkOverrideShape(batch int, a *autograd.Var) error {
 // MaxGradientNormRatio; the EMA of the seed's gradient norm; and the
 // seed's gradient health (§5.8). Non-finite norms leave the ratio and
 // the EMA unchanged and record the seed as exploding with health 0. It
-// reads gradients on the host: call it outside captured regions, every
-// few steps.
+// reads the gradients' per-parameter norms on the host (computed where
+// the gradients are, TensorNorms): call it outside captured regions,
+// every few steps.
 func (s *Slot) CaptureGradientTelemetry() {
 	if s.state == nil || s.seed == nil {
 		return
 	}
 	st := s.state
 	seedParams := s.Parameters()
-	// The seed's and the host's gradients reach the host together: one
-	// host sync per slot on a device.
-	grads, err := nn.HostCopies(append(gradsOf(seedParams), gradsOf(s.host)...))
+	// The seed's and the host's per-parameter norms are computed where
+	// the gradients are and reach the host together: one host sync per
+	// slot on a device.
+	norms, err := TensorNorms(append(gradsOf(seedParams), gradsOf(s.host)...))
 	if err != nil {
-		grads = nil
+		norms = nil
 	}
 	var health GradientHealth
 	ok := false
-	if grads != nil {
-		health, ok = gradientHealth(grads[:len(seedParams)])
+	if norms != nil {
+		health, ok = gradientHealth(norms[:len(seedParams)])
 	}
 	if !ok {
 		return
@@ -967,7 +969,7 @@ func (s *Slot) CaptureGradientTelemetry() {
 	t.GradientHealth = health.Health
 	t.HasVanishing, t.HasExploding = health.HasVanishing, health.HasExploding
 	seedNorm := health.Norm
-	hostNorm := gradNorm(grads[len(seedParams):])
+	hostNorm := gradNorm(norms[len(seedParams):])
 	if !isFinite(seedNorm) || !isFinite(hostNorm) {
 		t.GradientNorm = 0
 		t.HasExploding = true

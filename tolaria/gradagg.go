@@ -10,7 +10,6 @@ import (
 	"github.com/esper-go/esper/autograd"
 	"github.com/esper-go/esper/kasmina"
 	"github.com/esper-go/esper/leyline"
-	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/tensor"
 	"github.com/esper-go/esper/tolaria/aggregation"
 )
@@ -95,7 +94,7 @@ type gradAgg struct {
 	alphas map[string]float64
 	attrib map[string]float64
 	micro  [][]float32
-	grads  []*tensor.Tensor // hostGrads' scratch
+	grads  []*tensor.Tensor // gradNorms' scratch
 	one    [1][]float32
 	proxy  [1]float32
 	names  [1]string
@@ -401,17 +400,16 @@ func (g *gradAgg) observeOne(m *kasmina.MorphogeneticModel, opt *optimizers, x, 
 		return err
 	}
 	uses := g.prepare(m, x, y, nil)
-	grads, err := g.hostGrads(l.params)
+	norms, err := g.gradNorms(l.params)
 	if err != nil {
 		return err
 	}
-	defer clear(g.grads)
 	var teacher, own float64
-	for i, gr := range grads {
-		if gr == nil {
+	for i, n := range norms {
+		if n < 0 { // no gradient
 			continue
 		}
-		sq := gradSumSq(gr)
+		sq := n * n
 		if l.owner[i] < 0 {
 			teacher += sq
 		} else {
@@ -440,36 +438,16 @@ func (g *gradAgg) observeOne(m *kasmina.MorphogeneticModel, opt *optimizers, x, 
 	return nil
 }
 
-// hostGrads returns the gradients of params readable on the host (nil
-// where a parameter has none): as they are on the CPU; on a device
-// gathered and copied at once (nn.HostCopies, one host sync).
-// The CPU case reuses g.grads, allocating nothing.
-func (g *gradAgg) hostGrads(params []*autograd.Var) ([]*tensor.Tensor, error) {
+// gradNorms returns the L2 norm of each parameter's gradient (-1 where
+// there is none), computed where the gradients are and read back at once
+// (kasmina.TensorNorms: one host sync on a device; the gradients stay).
+func (g *gradAgg) gradNorms(params []*autograd.Var) ([]float64, error) {
 	g.grads = g.grads[:0]
-	onDevice := false
 	for _, p := range params {
 		g.grads = append(g.grads, p.Grad)
-		onDevice = onDevice || (p.Grad != nil && !p.Grad.Device().IsCPU())
 	}
-	if !onDevice {
-		return g.grads, nil
-	}
-	return nn.HostCopies(g.grads)
-}
-
-// gradSumSq returns ‖g‖² (g a host tensor) in float64.
-func gradSumSq(g *tensor.Tensor) float64 {
-	s := 0.0
-	if g.DType() == tensor.F32 && g.IsContiguous() && g.Device().IsCPU() {
-		for _, v := range g.F32() {
-			s += float64(v) * float64(v)
-		}
-		return s
-	}
-	for _, v := range g.Float64s() {
-		s += v * v
-	}
-	return s
+	defer clear(g.grads)
+	return kasmina.TensorNorms(g.grads)
 }
 
 // beginEpoch clears the epoch's sums (the share_delta baseline stays).
