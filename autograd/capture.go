@@ -306,19 +306,8 @@ func sameView(a, b *tensor.Tensor) bool {
 	if a == b {
 		return true
 	}
-	if a.Storage() != b.Storage() || a.Offset() != b.Offset() {
-		return false
-	}
-	as, bs := a.Strides(), b.Strides()
-	if len(as) != len(bs) {
-		return false
-	}
-	for i := range as {
-		if as[i] != bs[i] {
-			return false
-		}
-	}
-	return true
+	// Strides are compared as a shape is (the same []int comparison).
+	return a.Storage() == b.Storage() && a.Offset() == b.Offset() && tensor.SameShape(a.Strides(), b.Strides())
 }
 
 // identity hashes the parameter version and the inputs' storages,

@@ -46,16 +46,23 @@ func newTinyEnv(t *testing.T, d *EsperData, i, maxEpochs int) *EsperEnv {
 	return e
 }
 
-func TestTamiyoPolicyActEvaluateConsistency(t *testing.T) {
-	d, pol := tinyEsper(t)
+// resetObs returns the first observations of n new tiny environments.
+func resetObs(t *testing.T, d *EsperData, n int) []TamiyoObs {
+	t.Helper()
 	var obs []TamiyoObs
-	for i := 0; i < 2; i++ {
+	for i := 0; i < n; i++ {
 		o, err := newTinyEnv(t, d, i, 4).Reset()
 		if err != nil {
 			t.Fatal(err)
 		}
 		obs = append(obs, o)
 	}
+	return obs
+}
+
+func TestTamiyoPolicyActEvaluateConsistency(t *testing.T) {
+	d, pol := tinyEsper(t)
+	obs := resetObs(t, d, 2)
 	act, err := pol.Act(obs, nil, tensor.NewRNG(1), false)
 	if err != nil {
 		t.Fatal(err)
@@ -632,14 +639,7 @@ func TestTamiyoPolicyCaptureActsAlike(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var obs []TamiyoObs
-	for i := 0; i < 2; i++ {
-		o, err := newTinyEnv(t, d, i, 4).Reset()
-		if err != nil {
-			t.Fatal(err)
-		}
-		obs = append(obs, o)
-	}
+	obs := resetObs(t, d, 2)
 	for call := 0; call < 4; call++ {
 		want, err := eager.Act(obs, nil, tensor.NewRNG(uint64(call)), false)
 		if err != nil {
