@@ -143,7 +143,9 @@ func refCrossEntropy(x, tg []float64, n, c int, p kernels.CrossEntropyParams) (p
 }
 
 func checkCrossEntropy(s *suite) {
-	for _, c := range [][2]int{{6, 5}, {3, 70}, {2, 300}} {
+	// Rows: a few (one launch for a reduced loss on CUDA, ce_small) and
+	// more than ceSmallRows there (a block per row and a reduction).
+	for _, c := range [][2]int{{6, 5}, {3, 70}, {2, 300}, {100, 7}} {
 		n, cl := c[0], c[1]
 		for _, p := range []kernels.CrossEntropyParams{
 			{},

@@ -121,9 +121,9 @@ func (d *Device) ceTargets(op string, loss, logits, target *tensor.Tensor, p ker
 	return pt, t64, n, c, err
 }
 
-// ceScratch holds a cross-entropy's per-row losses, kept flags and
-// {total, count}: F32 device tensors.
-type ceScratch struct{ per, kept, out *tensor.Tensor }
+// ceScratch holds a cross-entropy's per-row losses and kept flags: F32
+// device tensors.
+type ceScratch struct{ per, kept *tensor.Tensor }
 
 func (d *Device) newCEScratch(n int) (ceScratch, error) {
 	var s ceScratch
@@ -132,15 +132,13 @@ func (d *Device) newCEScratch(n int) (ceScratch, error) {
 	if s.per, err = tensor.EmptyOn(dev, tensor.F32, n); err != nil {
 		return s, err
 	}
-	if s.kept, err = tensor.EmptyOn(dev, tensor.F32, n); err != nil {
-		return s, err
-	}
-	s.out, err = tensor.EmptyOn(dev, tensor.F32, 2)
+	s.kept, err = tensor.EmptyOn(dev, tensor.F32, n)
 	return s, err
 }
 
-// ceRows runs the per-row forward and the reduction into s.
-func (d *Device) ceRows(s ceScratch, logits *tensor.Tensor, pt cu.DevicePtr, t64 bool, n, c int, p kernels.CrossEntropyParams) error {
+// ceRows runs the per-row forward into s and, with a reduction, its
+// reduction into loss (ploss).
+func (d *Device) ceRows(s ceScratch, ploss cu.DevicePtr, logits *tensor.Tensor, pt cu.DevicePtr, t64 bool, n, c int, p kernels.CrossEntropyParams) error {
 	name, err := floatKernel("CrossEntropy", "ce_rows", logits.DType())
 	if err != nil {
 		return err
@@ -151,7 +149,6 @@ func (d *Device) ceRows(s ceScratch, logits *tensor.Tensor, pt cu.DevicePtr, t64
 	}
 	pper, _ := d.ptrOf("CrossEntropy", "scratch", s.per, tensor.F32)
 	pkept, _ := d.ptrOf("CrossEntropy", "scratch", s.kept, tensor.F32)
-	pout, _ := d.ptrOf("CrossEntropy", "scratch", s.out, tensor.F32)
 	release := d.enter()
 	defer release()
 	var a args
@@ -159,13 +156,44 @@ func (d *Device) ceRows(s ceScratch, logits *tensor.Tensor, pt cu.DevicePtr, t64
 	if err := d.launchRows(name, n, &a); err != nil {
 		return err
 	}
+	if p.Reduction == kernels.ReduceNone {
+		return nil
+	}
 	fn, err := d.kernel("ce_finish")
 	if err != nil {
 		return err
 	}
 	var f args
-	f.ptr(pout).ptr(pper).ptr(pkept).i64(int64(n)).i32(b2i(p.Reduction == kernels.ReduceMean))
+	f.ptr(ploss).ptr(pper).ptr(pkept).i64(int64(n)).i32(b2i(p.Reduction == kernels.ReduceMean))
 	return launchRaw(fn, [3]int{1, 1, 1}, [3]int{rowThreads, 1, 1}, 0, d.stream, &f)
+}
+
+// ceSmallRows is the most rows whose reduced cross-entropy runs in one
+// launch (ce_small: one block, a warp per row); more rows take a block
+// each and a reduction launch.
+const ceSmallRows = 64
+
+// ceSmall is the one-launch forward of a reduced cross-entropy over at
+// most ceSmallRows rows, written into loss (ploss).
+func (d *Device) ceSmall(ploss cu.DevicePtr, logits *tensor.Tensor, pt cu.DevicePtr, t64 bool, n, c int, p kernels.CrossEntropyParams) error {
+	name, err := floatKernel("CrossEntropy", "ce_small", logits.DType())
+	if err != nil {
+		return err
+	}
+	px, err := d.ptrOf("CrossEntropy", "logits", logits, logits.DType())
+	if err != nil {
+		return err
+	}
+	fn, err := d.kernel(name)
+	if err != nil {
+		return err
+	}
+	release := d.enter()
+	defer release()
+	var a args
+	a.ptr(ploss).ptr(px).ptr(pt).i32(b2i(t64)).i64(int64(n)).i64(int64(c)).f32(float32(p.LabelSmoothing))
+	a.i32(b2i(p.HasIgnore)).i64(p.IgnoreIndex).i32(b2i(p.Reduction == kernels.ReduceMean))
+	return launchRaw(fn, [3]int{1, 1, 1}, [3]int{rowThreads, 1, 1}, 0, d.stream, &a)
 }
 
 // CrossEntropy writes the softmax cross-entropy of logits [N, C] (F32,
@@ -179,22 +207,26 @@ func (d *Device) CrossEntropy(loss, logits, target *tensor.Tensor, p kernels.Cro
 	if err != nil {
 		return err
 	}
-	if _, err := d.ptrOf(op, "loss", loss, tensor.F32); err != nil {
+	ploss, err := d.ptrOf(op, "loss", loss, tensor.F32)
+	if err != nil {
 		return err
+	}
+	reduced := p.Reduction != kernels.ReduceNone
+	if reduced && n <= ceSmallRows {
+		return d.ceSmall(ploss, logits, pt, t64, n, c, p)
 	}
 	s, err := d.newCEScratch(n)
 	if err != nil {
 		return err
 	}
 	defer s.free()
-	if err := d.ceRows(s, logits, pt, t64, n, c, p); err != nil {
+	if err := d.ceRows(s, ploss, logits, pt, t64, n, c, p); err != nil {
 		return err
 	}
-	src := s.out.Narrow(0, 0, 1)
-	if p.Reduction == kernels.ReduceNone {
-		src = s.per
+	if reduced {
+		return nil // ce_finish wrote the loss
 	}
-	return d.copyDevice(loss, src)
+	return d.copyDevice(loss, s.per)
 }
 
 // CrossEntropyBackward writes dlogits = dloss·∂loss/∂logits (dloss F32,
@@ -226,8 +258,12 @@ func (d *Device) CrossEntropyBackward(dlogits, logits, target, dloss *tensor.Ten
 		return err
 	}
 	mean := p.Reduction == kernels.ReduceMean
-	var pcount cu.DevicePtr // the mean's divisor: the targets not ignored
-	if mean {
+	// The mean's divisor: the targets not ignored, counted on the device
+	// when one can be; else every row (the kernel divides by rows when
+	// the count is null).
+	count := mean && p.HasIgnore
+	var pcount cu.DevicePtr
+	if count {
 		count, err := tensor.EmptyOn(tensor.CUDA(d.ordinal), tensor.F32, 1)
 		if err != nil {
 			return err
@@ -237,7 +273,7 @@ func (d *Device) CrossEntropyBackward(dlogits, logits, target, dloss *tensor.Ten
 	}
 	release := d.enter()
 	defer release()
-	if mean {
+	if count {
 		fn, err := d.kernel("ce_count_kept")
 		if err != nil {
 			return err
@@ -249,7 +285,7 @@ func (d *Device) CrossEntropyBackward(dlogits, logits, target, dloss *tensor.Ten
 		}
 	}
 	var a args
-	a.ptr(pdx).ptr(px).ptr(pt).i32(b2i(t64)).ptr(pdl).i32(b2i(perRow)).ptr(pcount).i32(b2i(mean))
+	a.ptr(pdx).ptr(px).ptr(pt).i32(b2i(t64)).ptr(pdl).i32(b2i(perRow)).ptr(pcount).f32(float32(n)).i32(b2i(mean))
 	a.i64(int64(c)).f32(float32(p.LabelSmoothing)).i32(b2i(p.HasIgnore)).i64(p.IgnoreIndex)
 	return d.launchRows(name, n, &a)
 }
@@ -257,7 +293,7 @@ func (d *Device) CrossEntropyBackward(dlogits, logits, target, dloss *tensor.Ten
 // free returns the scratch to the allocator (stream order keeps it from
 // being reused before the launches that read it have run).
 func (s ceScratch) free() {
-	for _, t := range []*tensor.Tensor{s.per, s.kept, s.out} {
+	for _, t := range []*tensor.Tensor{s.per, s.kept} {
 		if t != nil {
 			t.Storage().Free()
 		}

@@ -89,17 +89,20 @@ __device__ void ce_rows(float* per, float* kept, const T* x, const void* t, int 
 
 // ce_bwd_rows: dlogits[i, j] = g_i · (softmax_ij − (1−ε)[j = t_i] − ε/c),
 // g_i = dloss[i] (reduction none), dloss (sum) or dloss/count (mean);
-// zero for an ignored row. count is Σ kept, from the forward pass.
+// zero for an ignored row. count is Σ kept (ce_count_kept), or null when
+// no target can be ignored: then every row counts and the divisor is
+// rows.
 template <typename T>
 __device__ void ce_bwd_rows(T* dx, const T* x, const void* t, int t64, const float* dloss, int per_row,
-                            const float* count, int mean, int64_t c, float eps, int has_ignore, int64_t ignore) {
+                            const float* count, float rows, int mean, int64_t c, float eps, int has_ignore,
+                            int64_t ignore) {
     int64_t i = blockIdx.x;
     const T* r = x + i * c;
     T* d = dx + i * c;
     int64_t tg = ce_target(t, t64, i);
     bool ignored = has_ignore && tg == ignore;
     float g = per_row ? dloss[i] : dloss[0];
-    if (mean) g /= *count;
+    if (mean) g /= count ? *count : rows;
     float m = -INFINITY;
     for (int64_t j = threadIdx.x; j < c; j += blockDim.x) m = fmaxf(m, ld(r, j));
     m = block_max(m);
@@ -110,6 +113,70 @@ __device__ void ce_bwd_rows(T* dx, const T* x, const void* t, int t64, const flo
     for (int64_t j = threadIdx.x; j < c; j += blockDim.x) {
         float v = ignored ? 0.f : g * (expf(ld(r, j) - m) * inv - (j == tg ? 1.f - eps : 0.f) - eps / (float)c);
         st(d, j, v);
+    }
+}
+
+// ce_warp_sum and ce_warp_max reduce v over a warp (every lane gets the
+// result).
+__device__ __forceinline__ float ce_warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
+    return v;
+}
+__device__ __forceinline__ float ce_warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, o));
+    return v;
+}
+
+// ce_small is the whole forward of a cross-entropy over a few rows in one
+// launch (a trainer's small batches): one block, warp w taking rows w,
+// w + warps, …, each row's loss as ce_rows computes it (0 for an ignored
+// row, NaN for a target outside [0, c)); loss[0] = Σ of the losses, or
+// their mean over the kept rows.
+template <typename T>
+__device__ void ce_small(float* loss, const T* x, const void* t, int t64, int64_t n, int64_t c, float eps,
+                         int has_ignore, int64_t ignore, int mean) {
+    __shared__ float wsum[32], wkept[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    float tot = 0.f, kept = 0.f;
+    for (int64_t i = warp; i < n; i += warps) {
+        const T* r = x + i * c;
+        int64_t tg = ce_target(t, t64, i);
+        bool ignored = has_ignore && tg == ignore;
+        float m = -INFINITY, sx = 0.f;
+        for (int64_t j = lane; j < c; j += 32) {
+            float v = ld(r, j);
+            m = fmaxf(m, v);
+            sx += v;
+        }
+        m = ce_warp_max(m);
+        sx = ce_warp_sum(sx);
+        float s = 0.f;
+        for (int64_t j = lane; j < c; j += 32) s += expf(ld(r, j) - m);
+        s = ce_warp_sum(s);
+        float l;
+        if (ignored) {
+            l = 0.f;
+        } else if (tg < 0 || tg >= c) {
+            l = NAN;
+        } else {
+            float lse = m + logf(s);
+            l = (1.f - eps) * (lse - ld(r, tg)) + eps * (lse - sx / (float)c);
+        }
+        tot += l;  // the same in every lane of the warp
+        kept += ignored ? 0.f : 1.f;
+    }
+    if (lane == 0) {
+        wsum[warp] = tot;
+        wkept[warp] = kept;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float a = 0.f, k = 0.f;
+        for (int w = 0; w < warps; w++) {
+            a += wsum[w];
+            k += wkept[w];
+        }
+        loss[0] = mean ? a / k : a;
     }
 }
 
@@ -179,9 +246,10 @@ __global__ void ce_rows_bf16(float* per, float* kept, const __nv_bfloat16* x, co
     ce_rows(per, kept, x, t, t64, c, eps, has_ignore, ignore);
 }
 
-// ce_finish reduces the per-row losses: out[0] = Σ per (or its mean over
-// the kept rows), out[1] = Σ kept (one block of ROW_THREADS threads).
-__global__ void ce_finish(float* out, const float* per, const float* kept, int64_t n, int mean) {
+// ce_finish reduces the per-row losses into the loss itself: loss[0] =
+// Σ per (or its mean over the kept rows; one block of ROW_THREADS
+// threads).
+__global__ void ce_finish(float* loss, const float* per, const float* kept, int64_t n, int mean) {
     float s = 0.f, k = 0.f;
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
         s += per[i];
@@ -189,10 +257,7 @@ __global__ void ce_finish(float* out, const float* per, const float* kept, int64
     }
     s = block_sum(s);
     k = block_sum(k);
-    if (threadIdx.x == 0) {
-        out[0] = mean ? s / k : s;
-        out[1] = k;
-    }
+    if (threadIdx.x == 0) loss[0] = mean ? s / k : s;
 }
 
 // ce_count_kept writes the number of targets that are not ignored to
@@ -206,13 +271,14 @@ __global__ void ce_count_kept(float* out, const void* t, int t64, int64_t n, int
 }
 
 __global__ void ce_bwd_rows_f32(float* dx, const float* x, const void* t, int t64, const float* dloss, int per_row,
-                                const float* count, int mean, int64_t c, float eps, int has_ignore, int64_t ignore) {
-    ce_bwd_rows(dx, x, t, t64, dloss, per_row, count, mean, c, eps, has_ignore, ignore);
+                                const float* count, float rows, int mean, int64_t c, float eps, int has_ignore,
+                                int64_t ignore) {
+    ce_bwd_rows(dx, x, t, t64, dloss, per_row, count, rows, mean, c, eps, has_ignore, ignore);
 }
 __global__ void ce_bwd_rows_bf16(__nv_bfloat16* dx, const __nv_bfloat16* x, const void* t, int t64,
-                                 const float* dloss, int per_row, const float* count, int mean, int64_t c, float eps,
-                                 int has_ignore, int64_t ignore) {
-    ce_bwd_rows(dx, x, t, t64, dloss, per_row, count, mean, c, eps, has_ignore, ignore);
+                                 const float* dloss, int per_row, const float* count, float rows, int mean,
+                                 int64_t c, float eps, int has_ignore, int64_t ignore) {
+    ce_bwd_rows(dx, x, t, t64, dloss, per_row, count, rows, mean, c, eps, has_ignore, ignore);
 }
 
 #define SOFTMAX_AXIS_KERNELS(SUF, T)                                                                           \
@@ -236,9 +302,25 @@ __global__ void ce_rows_f16(float* per, float* kept, const __half* x, const void
     ce_rows(per, kept, x, t, t64, c, eps, has_ignore, ignore);
 }
 __global__ void ce_bwd_rows_f16(__half* dx, const __half* x, const void* t, int t64, const float* dloss, int per_row,
-                                const float* count, int mean, int64_t c, float eps, int has_ignore, int64_t ignore) {
-    ce_bwd_rows(dx, x, t, t64, dloss, per_row, count, mean, c, eps, has_ignore, ignore);
+                                const float* count, float rows, int mean, int64_t c, float eps, int has_ignore,
+                                int64_t ignore) {
+    ce_bwd_rows(dx, x, t, t64, dloss, per_row, count, rows, mean, c, eps, has_ignore, ignore);
 }
 SOFTMAX_AXIS_KERNELS(f16, __half)
+
+
+// The one-launch forward of a cross-entropy over a few rows (ce_small).
+__global__ void ce_small_f32(float* loss, const float* x, const void* t, int t64, int64_t n, int64_t c, float eps,
+                             int has_ignore, int64_t ignore, int mean) {
+    ce_small(loss, x, t, t64, n, c, eps, has_ignore, ignore, mean);
+}
+__global__ void ce_small_bf16(float* loss, const __nv_bfloat16* x, const void* t, int t64, int64_t n, int64_t c,
+                              float eps, int has_ignore, int64_t ignore, int mean) {
+    ce_small(loss, x, t, t64, n, c, eps, has_ignore, ignore, mean);
+}
+__global__ void ce_small_f16(float* loss, const __half* x, const void* t, int t64, int64_t n, int64_t c, float eps,
+                             int has_ignore, int64_t ignore, int mean) {
+    ce_small(loss, x, t, t64, n, c, eps, has_ignore, ignore, mean);
+}
 
 }  // extern "C"
