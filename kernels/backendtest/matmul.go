@@ -32,6 +32,9 @@ var products = []product{
 	{[]int{2, 5, 7}, []int{7, 3}, []int{2, 5, 3}, false, false},
 	{[]int{5, 7}, []int{3, 4, 7}, []int{3, 5, 4}, false, true},
 	{[]int{3, 7, 5}, []int{3, 6, 7}, []int{3, 5, 6}, true, true},
+	// K above CUDA's one-launch small product with its epilogue
+	// (gemm_small_f32), which the 2-D products above take.
+	{[]int{6, 300}, []int{5, 300}, []int{6, 5}, false, true},
 }
 
 // refMatMul is p's product of av and bv in float64.

@@ -81,6 +81,9 @@ func (d *Device) matmulEpilogue(op string, dst, a, b, bias *tensor.Tensor, act i
 		}
 		defer free()
 	}
+	if small, err := d.gemmSmall(op, dims, dst, a, b, pbias, biasCode, act, transA, transB); small || err != nil {
+		return err
+	}
 	if err := d.MatMul(dst, a, b, transA, transB, prec); err != nil {
 		return fmt.Errorf("%w (in %s)", err, op)
 	}
@@ -100,6 +103,45 @@ func (d *Device) matmulEpilogue(op string, dst, a, b, bias *tensor.Tensor, act i
 	defer release()
 	var ar args
 	return d.launch1D(name, n, ar.ptr(pd).ptr(pbias).i32(biasCode).i32(act).i64(int64(max(cols, 1))).i64(n))
+}
+
+// Small products with an epilogue run as one gemm_small_f32 launch (a
+// thread per element) instead of cuBLAS and the epilogue: F32, no batch,
+// K at most gemmSmallK and M·N·K at most gemmSmallMACs (a trainer's tiny
+// linear layers, as W1's 4×16 by 16×4).
+const (
+	gemmSmallK    = 256
+	gemmSmallMACs = 1 << 16
+)
+
+// gemmSmall runs matmulEpilogue's product and epilogue in one launch when
+// they are small (see gemmSmallK) and reports whether it did.
+func (d *Device) gemmSmall(op string, dims kernels.MatMulDims, dst, a, b *tensor.Tensor, pbias cu.DevicePtr, biasCode, act int32, transA, transB bool) (bool, error) {
+	if dims.Batch != 1 || dims.BatchedA || dims.BatchedB || dims.K > gemmSmallK || dims.M*dims.N*dims.K > gemmSmallMACs {
+		return false, nil
+	}
+	for _, t := range []*tensor.Tensor{dst, a, b} {
+		if t.DType() != tensor.F32 || !t.IsContiguous() {
+			return false, nil
+		}
+	}
+	var ptrs [3]cu.DevicePtr
+	for i, o := range []struct {
+		what string
+		t    *tensor.Tensor
+	}{{"dst", dst}, {"a", a}, {"b", b}} {
+		p, err := d.ptrOf(op, o.what, o.t, tensor.F32)
+		if err != nil {
+			return true, err
+		}
+		ptrs[i] = p
+	}
+	release := d.enter()
+	defer release()
+	var ar args
+	ar.ptr(ptrs[0]).ptr(ptrs[1]).ptr(ptrs[2]).ptr(pbias).i32(biasCode).i32(act)
+	ar.i64(int64(dims.M)).i64(int64(dims.N)).i64(int64(dims.K)).i32(b2i(transA)).i32(b2i(transB))
+	return true, d.launch1D("gemm_small_f32", int64(dims.M*dims.N), &ar)
 }
 
 // MatMul sets dst = op(a)·op(b) for rank-2 or rank-3 (batched) F32,

@@ -53,6 +53,29 @@ __global__ void sum_rows_add_f32(float* d, const float* x, int64_t m, int64_t n)
     }
 }
 
+// gemm_small_f32 is a whole small product with its epilogue in one
+// launch (fp32, no batch): d[i, j] = act(Σ_p op(a)[i, p]·op(b)[p, j] +
+// bias[j]), one thread per element summing its K products in order in
+// fp32 (fma), then the bias and the activation as bias_act adds and
+// applies them. op(a) is [m, k] (a stored [k, m] when ta), op(b) [k, n]
+// (b stored [n, k] when tb). For products whose K is small (the host's
+// choice): a cuBLAS call and the epilogue would be two graph nodes.
+__global__ void gemm_small_f32(float* d, const float* a, const float* b, const void* bias, int bias_bf16, int act,
+                               int64_t m, int64_t n, int64_t k, int ta, int tb) {
+    GRID_STRIDE(e, m * n) {
+        int64_t i = e / n, j = e % n;
+        float v = 0.f;
+        for (int64_t p = 0; p < k; p++) {
+            float x = ta ? a[p * m + i] : a[i * k + p];
+            float y = tb ? b[j * k + p] : b[p * n + j];
+            v = fmaf(x, y, v);
+        }
+        if (bias) v += bias_bf16 ? __bfloat162float(((const __nv_bfloat16*)bias)[j]) : ((const float*)bias)[j];
+        if (act >= 0) v = unary_f(act, v);
+        d[e] = v;
+    }
+}
+
 // bias_act_f16 is bias_act for fp16 d; bias_code is ld_side's (fp32,
 // bf16 or fp16 bias).
 __global__ void bias_act_f16(__half* d, const void* bias, int bias_code, int act, int64_t cols, int64_t n) {
