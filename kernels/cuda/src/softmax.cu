@@ -52,8 +52,19 @@ __device__ __forceinline__ int64_t ce_target(const void* t, int t64, int64_t i) 
     return t64 ? ((const int64_t*)t)[i] : (int64_t)((const int32_t*)t)[i];
 }
 
-// ce_rows writes per-row losses (0 for an ignored row, NaN for a target
-// outside [0, c)) and kept flags: loss = (1−ε)(lse − x_t) + ε(lse − mean x).
+// ce_loss is row r's loss from its maximum m, Σ exp(x − m) s and Σ x sx:
+// (1−ε)(lse − x_t) + ε(lse − mean x), 0 for an ignored row, NaN for a
+// target outside [0, c).
+template <typename T>
+__device__ __forceinline__ float ce_loss(const T* r, int64_t tg, int64_t c, bool ignored, float m, float s, float sx,
+                                         float eps) {
+    if (ignored) return 0.f;
+    if (tg < 0 || tg >= c) return NAN;
+    float lse = m + logf(s);
+    return (1.f - eps) * (lse - ld(r, tg)) + eps * (lse - sx / (float)c);
+}
+
+// ce_rows writes per-row losses (ce_loss) and kept flags.
 template <typename T>
 __device__ void ce_rows(float* per, float* kept, const T* x, const void* t, int t64, int64_t c, float eps,
                         int has_ignore, int64_t ignore) {
@@ -73,16 +84,7 @@ __device__ void ce_rows(float* per, float* kept, const T* x, const void* t, int 
     for (int64_t j = threadIdx.x; j < c; j += blockDim.x) s += expf(ld(r, j) - m);
     s = block_sum(s);
     if (threadIdx.x == 0) {
-        float loss;
-        if (ignored) {
-            loss = 0.f;
-        } else if (tg < 0 || tg >= c) {
-            loss = NAN;
-        } else {
-            float lse = m + logf(s);
-            loss = (1.f - eps) * (lse - ld(r, tg)) + eps * (lse - sx / (float)c);
-        }
-        per[i] = loss;
+        per[i] = ce_loss(r, tg, c, ignored, m, s, sx, eps);
         kept[i] = ignored ? 0.f : 1.f;
     }
 }
@@ -129,9 +131,8 @@ __device__ __forceinline__ float ce_warp_max(float v) {
 
 // ce_small is the whole forward of a cross-entropy over a few rows in one
 // launch (a trainer's small batches): one block, warp w taking rows w,
-// w + warps, …, each row's loss as ce_rows computes it (0 for an ignored
-// row, NaN for a target outside [0, c)); loss[0] = Σ of the losses, or
-// their mean over the kept rows.
+// w + warps, …, each row's loss as ce_rows computes it (ce_loss);
+// loss[0] = Σ of the losses, or their mean over the kept rows.
 template <typename T>
 __device__ void ce_small(float* loss, const T* x, const void* t, int t64, int64_t n, int64_t c, float eps,
                          int has_ignore, int64_t ignore, int mean) {
@@ -153,16 +154,7 @@ __device__ void ce_small(float* loss, const T* x, const void* t, int t64, int64_
         float s = 0.f;
         for (int64_t j = lane; j < c; j += 32) s += expf(ld(r, j) - m);
         s = ce_warp_sum(s);
-        float l;
-        if (ignored) {
-            l = 0.f;
-        } else if (tg < 0 || tg >= c) {
-            l = NAN;
-        } else {
-            float lse = m + logf(s);
-            l = (1.f - eps) * (lse - ld(r, tg)) + eps * (lse - sx / (float)c);
-        }
-        tot += l;  // the same in every lane of the warp
+        tot += ce_loss(r, tg, c, ignored, m, s, sx, eps);  // the same in every lane of the warp
         kept += ignored ? 0.f : 1.f;
     }
     if (lane == 0) {
