@@ -84,6 +84,28 @@ func header(w io.Writer, title string, m Machine) {
 	fmt.Fprintf(w, "%s on %s (%s, GOMAXPROCS %d, commit %s)\n", title, m.CPU, m.GoVersion, m.GOMAXPROCS, m.Commit)
 }
 
+// peerFailed records a device peer's failure (rep.PeerError and a line
+// on stderr): on a GPU the peer is best effort, and our side runs alone.
+func peerFailed(stderr io.Writer, rep *Report, workload string, err error) {
+	rep.PeerError = err.Error()
+	fmt.Fprintf(stderr, "PyTorch peer for %s unavailable: %v\n(running our side only)\n", workload, err)
+}
+
+// runWorkloadPeer is runPeer for a workload that can run on a device:
+// there (cuda) the peer is told the device and its failure is recorded
+// (peerFailed) instead of returned.
+func runWorkloadPeer(c Config, stdout, stderr io.Writer, rep *Report, workload string, cuda bool, dev fmt.Stringer, script string, args ...string) (map[string]any, error) {
+	if cuda {
+		args = append(args, "--device", dev.String())
+	}
+	peer, err := runPeer(c, stdout, stderr, rep, script, args...)
+	if err != nil && cuda {
+		peerFailed(stderr, rep, workload, err)
+		return nil, nil
+	}
+	return peer, err
+}
+
 // runPeer runs a peer script when c.Compare is set and records its result
 // (or, when PyTorch is missing, why there is none) in rep. It returns nil
 // and no error when there is no peer to compare with.

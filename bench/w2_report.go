@@ -70,13 +70,9 @@ func BenchW2(stdout, stderr io.Writer, c Config, dev tensor.Device) error {
 		Ratios: map[string]any{},
 	}
 	var peer map[string]any
-	devicePeerFailed := func(err error) {
-		rep.PeerError = err.Error()
-		fmt.Fprintf(stderr, "PyTorch peer for W2 unavailable: %v\n(running our side only)\n", err)
-	}
 	if cuda && c.PeerResults != "" {
 		if peer, err = w2DevicePeer(stdout, c.PeerResults, r.Params); err != nil {
-			devicePeerFailed(err)
+			peerFailed(stderr, &rep, "W2", err)
 		}
 		rep.Peer = peer
 	} else if c.Compare {
@@ -100,14 +96,8 @@ func BenchW2(stdout, stderr io.Writer, c Config, dev tensor.Device) error {
 		}
 		args := []string{"--graphs-file", gf,
 			"--batches", strings.Join(bs, ","), "--reps", strings.Join(reps, ","), "--warmup", fmt.Sprint(warm)}
-		if cuda {
-			args = append(args, "--device", dev.String())
-		}
-		if peer, err = runPeer(c, stdout, stderr, &rep, "w2_gnn.py", args...); err != nil {
-			if !cuda {
-				return err
-			}
-			devicePeerFailed(err)
+		if peer, err = runWorkloadPeer(c, stdout, stderr, &rep, "W2", cuda, dev, "w2_gnn.py", args...); err != nil {
+			return err
 		}
 		if peer != nil {
 			if got := Figure(peer, "params"); got != float64(r.Params) {

@@ -87,14 +87,10 @@ func BenchW4(stdout, stderr io.Writer, c Config, dev tensor.Device) error {
 		Machine: m, Device: r.Device, Results: results,
 	}
 	var peer map[string]any
-	devicePeerFailed := func(err error) {
-		rep.PeerError = err.Error()
-		fmt.Fprintf(stderr, "PyTorch peer for W4 unavailable: %v\n(running our side only)\n", err)
-	}
 	peerReplays := false // the peer ran this run's work trace
 	if cuda && c.PeerResults != "" {
 		if peer, err = w4DevicePeer(stdout, c.PeerResults, r); err != nil {
-			devicePeerFailed(err)
+			peerFailed(stderr, &rep, "W4", err)
 		}
 		rep.Peer = peer
 	} else if c.Compare {
@@ -111,14 +107,8 @@ func BenchW4(stdout, stderr io.Writer, c Config, dev tensor.Device) error {
 			return err
 		}
 		args := W4PeerArgs(r, gf, sf)
-		if cuda {
-			args = append(args, "--device", dev.String())
-		}
-		if peer, err = runPeer(c, stdout, stderr, &rep, "w4_env_loop.py", args...); err != nil {
-			if !cuda {
-				return err
-			}
-			devicePeerFailed(err)
+		if peer, err = runWorkloadPeer(c, stdout, stderr, &rep, "W4", cuda, dev, "w4_env_loop.py", args...); err != nil {
+			return err
 		}
 		if peer != nil {
 			peerReplays = true
