@@ -28,6 +28,8 @@ var products = []product{
 	{[]int{7, 5}, []int{3, 7}, []int{5, 3}, true, true},
 	{[]int{4, 16}, []int{4, 16}, []int{4, 4}, false, true},
 	{[]int{33, 70}, []int{70, 20}, []int{33, 20}, false, false},
+	// K = 40, both transposed: CUDA's warp-per-element small product.
+	{[]int{40, 9}, []int{11, 40}, []int{9, 11}, true, true},
 	{[]int{2, 5, 7}, []int{2, 7, 3}, []int{2, 5, 3}, false, false},
 	{[]int{2, 5, 7}, []int{7, 3}, []int{2, 5, 3}, false, false},
 	{[]int{5, 7}, []int{3, 4, 7}, []int{3, 5, 4}, false, true},

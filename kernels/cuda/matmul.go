@@ -112,6 +112,9 @@ func (d *Device) matmulEpilogue(op string, dst, a, b, bias *tensor.Tensor, act i
 const (
 	gemmSmallK    = 256
 	gemmSmallMACs = 1 << 16
+	// gemmSmallWarpK: past it each element gets a warp
+	// (gemm_small_warp_f32), not a thread.
+	gemmSmallWarpK = 32
 )
 
 // gemmSmall runs matmulEpilogue's product and epilogue in one launch when
@@ -141,6 +144,10 @@ func (d *Device) gemmSmall(op string, dims kernels.MatMulDims, dst, a, b *tensor
 	var ar args
 	ar.ptr(ptrs[0]).ptr(ptrs[1]).ptr(ptrs[2]).ptr(pbias).i32(biasCode).i32(act)
 	ar.i64(int64(dims.M)).i64(int64(dims.N)).i64(int64(dims.K)).i32(b2i(transA)).i32(b2i(transB))
+	if dims.K > gemmSmallWarpK {
+		// A warp per element (the grid-stride loop covers any count).
+		return true, d.launch1D("gemm_small_warp_f32", 32*int64(dims.M*dims.N), &ar)
+	}
 	return true, d.launch1D("gemm_small_f32", int64(dims.M*dims.N), &ar)
 }
 

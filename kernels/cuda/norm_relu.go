@@ -110,11 +110,10 @@ func (d *Device) batchNormRelu(op string, y, pooled, argmax, saveMean, saveRstd,
 			return err
 		}
 	}
-	stats, err := floatKernel(op, "bn_stats", dt)
+	apply, err := floatKernel(op, "bn_apply_relu", dt)
 	if err != nil {
 		return err
 	}
-	apply, _ := floatKernel(op, "bn_apply_relu", dt)
 	if pool {
 		apply, _ = floatKernel(op, "bn_relu_pool", dt)
 	}
@@ -136,10 +135,7 @@ func (d *Device) batchNormRelu(op string, y, pooled, argmax, saveMean, saveRstd,
 	}
 	release := d.enter()
 	defer release()
-	var a args
-	a.ptr(psm).ptr(psr).ptr(prm).ptr(prv).ptr(px).i64(int64(n)).i64(int64(c)).i64(int64(hw))
-	a.i32(b2i(training)).f32(float32(momentum)).f32(float32(eps))
-	if err := d.launchRows(stats, c, &a); err != nil {
+	if err := d.bnStats(op, dt, psm, psr, prm, prv, px, n, c, hw, training, momentum, eps); err != nil {
 		return err
 	}
 	var e args
@@ -223,13 +219,13 @@ func (d *Device) batchNormReluBackward(op string, dx, dw, db, dy, g, argmax, x, 
 	release := d.enter()
 	defer release()
 	if training || dw != nil || db != nil {
-		var a args
-		a.ptr(ps).ptr(pdw).ptr(pdb)
-		if !pool {
-			a.ptr(pdy)
-		}
-		a.ptr(px).ptr(pm).ptr(pr).i64(int64(n)).i64(int64(c)).i64(int64(hw)).ptr(pw).push(relu...)
-		if err := d.launchRows(sumsK, c, &a); err != nil {
+		err := d.bnBwdSums(op, sumsK, dt, ps, pdw, pdb, n, c, hw, func(a *args, chunk int) {
+			if !pool {
+				a.ptr(pdy)
+			}
+			a.ptr(px).ptr(pm).ptr(pr).i64(int64(n)).i64(int64(c)).i64(int64(hw)).i64(int64(chunk)).ptr(pw).push(relu...)
+		})
+		if err != nil {
 			return err
 		}
 	}

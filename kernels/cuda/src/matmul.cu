@@ -76,6 +76,33 @@ __global__ void gemm_small_f32(float* d, const float* a, const float* b, const v
     }
 }
 
+// gemm_small_warp_f32 is gemm_small_f32 with a warp per element, for
+// the larger K of its range: lane l sums the products p = l, l+32, ... in
+// order (fma), the lanes are summed pairwise down to lane 0, which adds
+// the bias and applies the activation. A thread per element walks K
+// products one after another; at K = 256 that took 12 µs per launch on
+// an H200 (W2's heads), a warp takes K/32.
+__global__ void gemm_small_warp_f32(float* d, const float* a, const float* b, const void* bias, int bias_bf16, int act,
+                                    int64_t m, int64_t n, int64_t k, int ta, int tb) {
+    int lane = threadIdx.x & 31;
+    int64_t warps = ((int64_t)blockDim.x * gridDim.x) >> 5;
+    for (int64_t e = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; e < m * n; e += warps) {
+        int64_t i = e / n, j = e % n;
+        float v = 0.f;
+        for (int64_t p = lane; p < k; p += 32) {
+            float x = ta ? a[p * m + i] : a[i * k + p];
+            float y = tb ? b[j * k + p] : b[p * n + j];
+            v = fmaf(x, y, v);
+        }
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffff, v, o);
+        if (lane == 0) {
+            if (bias) v += bias_bf16 ? __bfloat162float(((const __nv_bfloat16*)bias)[j]) : ((const float*)bias)[j];
+            if (act >= 0) v = unary_f(act, v);
+            d[e] = v;
+        }
+    }
+}
+
 // bias_act_f16 is bias_act for fp16 d; bias_code is ld_side's (fp32,
 // bf16 or fp16 bias).
 __global__ void bias_act_f16(__half* d, const void* bias, int bias_code, int act, int64_t cols, int64_t n) {

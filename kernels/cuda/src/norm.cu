@@ -1,10 +1,10 @@
 // Batch and group normalisation over NCHW (x viewed as [N, C, HW]) and
 // layer normalisation over the last n elements of each row, in fp32,
-// bf16 and fp16, statistics in fp32. Reductions run one block of
-// NORM_THREADS threads per channel (batch norm) or per (sample, group)
-// (group norm); the elementwise passes are grid-stride loops. Per-channel
-// weight gradients are summed over the samples in order, so every result
-// is deterministic.
+// bf16 and fp16, statistics in fp32. Batch norm's reductions run blocks
+// over chunks of a channel and a finishing warp per channel (see
+// bn_stats_part), group norm's one block per (sample, group); the
+// elementwise passes are grid-stride loops. Every sum is taken in a fixed
+// order, so every result is deterministic.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
@@ -77,31 +77,86 @@ __device__ __forceinline__ float relu_dy(const NormRelu<T>& m, const T* dy, cons
 
 // --- batch norm ---------------------------------------------------------
 
-// bn_stats: block ch writes mean[ch] and rstd[ch]: the batch statistics
-// (biased variance, two passes) in training, updating the running ones
-// (rm, rv, optional) with momentum and the unbiased variance; the running
-// statistics in evaluation.
+// Batch norm's per-channel reductions run in two launches, so that a
+// channel of many elements (N·HW of 10^5 in a small CNN at batch 128) is
+// spread over many blocks instead of one: block (s, ch) of a grid of
+// (S, C) reduces the elements [s·chunk, min((s+1)·chunk, cnt)) of
+// channel ch, in the order e = sample·hw + position, into a partial of
+// part[(ch·S + s)·2 ..]; a finishing launch (one warp per channel) merges
+// a channel's S partials in a fixed order. Every result is deterministic.
+
+// bn_chunk_index is the offset in x of element e of channel ch.
+__device__ __forceinline__ int64_t bn_chunk_index(int64_t e, int64_t c, int64_t ch, int64_t hw) {
+    int64_t s = e / hw;
+    return (s * c + ch) * hw + (e - s * hw);
+}
+
+// bn_stats_part: the mean and the sum of squared deviations from it of
+// block (s, ch)'s chunk (two passes over the chunk).
 template <typename T>
-__device__ void bn_stats(float* mean, float* rstd, float* rm, float* rv, const T* x, int64_t n, int64_t c, int64_t hw,
-                         int training, float momentum, float eps) {
-    int64_t ch = blockIdx.x, cnt = n * hw;
+__device__ void bn_stats_part(float* part, const T* x, int64_t n, int64_t c, int64_t hw, int64_t chunk) {
+    int64_t ch = blockIdx.y, cnt = n * hw, lo = (int64_t)blockIdx.x * chunk, hi = min(lo + chunk, cnt);
+    float s = 0.f;
+    for (int64_t e = lo + threadIdx.x; e < hi; e += blockDim.x) s += ld(x, bn_chunk_index(e, c, ch, hw));
+    float m = hi > lo ? block_sum(s) / (float)(hi - lo) : 0.f;
+    float q = 0.f;
+    for (int64_t e = lo + threadIdx.x; e < hi; e += blockDim.x) {
+        float d = ld(x, bn_chunk_index(e, c, ch, hw)) - m;
+        q += d * d;
+    }
+    q = hi > lo ? block_sum(q) : 0.f;
+    if (threadIdx.x == 0) {
+        float* p = part + (ch * gridDim.x + blockIdx.x) * 2;
+        p[0] = m;
+        p[1] = q;
+    }
+}
+
+// Moments is a partial's element count, mean and sum of squared
+// deviations; merge combines two (Chan et al.'s pairwise update).
+struct Moments {
+    float n, m, q;
+};
+__device__ __forceinline__ Moments merge(Moments a, Moments b) {
+    if (b.n == 0.f) return a;
+    if (a.n == 0.f) return b;
+    float n = a.n + b.n, d = b.m - a.m;
+    Moments r = {n, a.m + d * (b.n / n), a.q + b.q + d * d * (a.n * b.n / n)};
+    return r;
+}
+
+// bn_stats_finish: block ch (one warp) writes mean[ch] and rstd[ch] from
+// the S partials of bn_stats_part: the batch statistics (biased
+// variance) in training, updating the running ones (rm, rv, optional)
+// with momentum and the unbiased variance; the running statistics in
+// evaluation (no partials read). Lane l merges partials l, l+32, ... in
+// order, then the lanes are merged pairwise down to lane 0.
+extern "C" __global__ void bn_stats_finish(float* mean, float* rstd, float* rm, float* rv, const float* part,
+                                           int64_t S, int64_t chunk, int64_t cnt, int training, float momentum,
+                                           float eps) {
+    int64_t ch = blockIdx.x;
+    int lane = threadIdx.x;
     if (!training) {
-        if (threadIdx.x == 0) {
+        if (lane == 0) {
             mean[ch] = rm[ch];
             rstd[ch] = 1.f / sqrtf(rv[ch] + eps);
         }
         return;
     }
-    float s = 0.f;
-    for (int64_t e = threadIdx.x; e < cnt; e += blockDim.x) s += ld(x, ((e / hw) * c + ch) * hw + e % hw);
-    float mu = block_sum(s) / (float)cnt;
-    float q = 0.f;
-    for (int64_t e = threadIdx.x; e < cnt; e += blockDim.x) {
-        float d = ld(x, ((e / hw) * c + ch) * hw + e % hw) - mu;
-        q += d * d;
+    Moments a = {0.f, 0.f, 0.f};
+    for (int64_t s = lane; s < S; s += 32) {
+        int64_t lo = s * chunk, hi = min(lo + chunk, cnt);
+        const float* p = part + (ch * S + s) * 2;
+        Moments b = {(float)(hi > lo ? hi - lo : 0), p[0], p[1]};
+        a = merge(a, b);
     }
-    float var = block_sum(q) / (float)cnt;
-    if (threadIdx.x == 0) {
+    for (int o = 16; o > 0; o >>= 1) {
+        Moments b = {__shfl_down_sync(0xffffffff, a.n, o), __shfl_down_sync(0xffffffff, a.m, o),
+                     __shfl_down_sync(0xffffffff, a.q, o)};
+        a = merge(a, b);
+    }
+    if (lane == 0) {
+        float mu = a.m, var = a.q / (float)cnt;
         mean[ch] = mu;
         rstd[ch] = 1.f / sqrtf(var + eps);
         if (rm) rm[ch] = (1.f - momentum) * rm[ch] + momentum * mu;
@@ -154,17 +209,18 @@ __device__ void bn_relu_pool(T* pooled, int32_t* argmax, const T* x, const float
     }
 }
 
-// bn_bwd_sums: block ch writes sums[ch] = Σ dy and sums[c + ch] = Σ dy·x̂
-// over the batch, and db, dw (optional) from them (RELU: dy as relu_dy
-// gives it, w being the forward's).
+// bn_bwd_sums: block (s, ch) of a grid of (S, C) writes the partial
+// Σ dy and Σ dy·x̂ of its chunk of channel ch (RELU: dy as relu_dy gives
+// it, w being the forward's) to part[(ch·S + s)·2 ..]; bn_bwd_finish
+// sums them.
 template <typename T, int RELU = 0>
-__device__ void bn_bwd_sums(float* sums, T* dw, T* db, const T* dy, const T* x, const float* mean, const float* rstd,
-                            int64_t n, int64_t c, int64_t hw, const T* w = nullptr, NormRelu<T> m = NormRelu<T>()) {
-    int64_t ch = blockIdx.x, cnt = n * hw;
+__device__ void bn_bwd_sums(float* part, const T* dy, const T* x, const float* mean, const float* rstd, int64_t n,
+                            int64_t c, int64_t hw, int64_t chunk, const T* w = nullptr, NormRelu<T> m = NormRelu<T>()) {
+    int64_t ch = blockIdx.y, cnt = n * hw, lo = (int64_t)blockIdx.x * chunk, hi = min(lo + chunk, cnt);
     float mu = mean[ch], r = rstd[ch], a = 0.f, b = 0.f;
     float mwk = RELU && w ? ld(w, ch) : 1.f, mbk = RELU && m.b ? ld(m.b, ch) : 0.f;
-    for (int64_t e = threadIdx.x; e < cnt; e += blockDim.x) {
-        int64_t i = ((e / hw) * c + ch) * hw + e % hw;
+    for (int64_t e = lo + threadIdx.x; e < hi; e += blockDim.x) {
+        int64_t i = bn_chunk_index(e, c, ch, hw);
         float g = RELU ? relu_dy<T, RELU>(m, dy, x, i, hw, mu, r, mwk, mbk) : ld(dy, i);
         a += g;
         b += g * (ld(x, i) - mu) * r;
@@ -172,6 +228,29 @@ __device__ void bn_bwd_sums(float* sums, T* dw, T* db, const T* dy, const T* x, 
     a = block_sum(a);
     b = block_sum(b);
     if (threadIdx.x == 0) {
+        float* p = part + (ch * gridDim.x + blockIdx.x) * 2;
+        p[0] = a;
+        p[1] = b;
+    }
+}
+
+// bn_bwd_finish: block ch (one warp) sums channel ch's S partials (lane l
+// those at l, l+32, ... in order, then the lanes pairwise down to lane 0)
+// into sums[ch] = Σ dy and sums[c + ch] = Σ dy·x̂, and db, dw (optional).
+template <typename T>
+__device__ void bn_bwd_finish(float* sums, T* dw, T* db, const float* part, int64_t S, int64_t c) {
+    int64_t ch = blockIdx.x;
+    int lane = threadIdx.x;
+    float a = 0.f, b = 0.f;
+    for (int64_t s = lane; s < S; s += 32) {
+        a += part[(ch * S + s) * 2];
+        b += part[(ch * S + s) * 2 + 1];
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        a += __shfl_down_sync(0xffffffff, a, o);
+        b += __shfl_down_sync(0xffffffff, b, o);
+    }
+    if (lane == 0) {
         sums[ch] = a;
         sums[c + ch] = b;
         if (db) st(db, ch, a);
@@ -358,13 +437,11 @@ __device__ void layernorm_bwd_dwdb(T* dw, T* db, const T* dy, const T* x, const 
 
 extern "C" {
 
-__global__ void bn_stats_f32(float* mean, float* rstd, float* rm, float* rv, const float* x, int64_t n, int64_t c,
-                             int64_t hw, int training, float momentum, float eps) {
-    bn_stats(mean, rstd, rm, rv, x, n, c, hw, training, momentum, eps);
+__global__ void bn_stats_f32(float* part, const float* x, int64_t n, int64_t c, int64_t hw, int64_t chunk) {
+    bn_stats_part(part, x, n, c, hw, chunk);
 }
-__global__ void bn_stats_bf16(float* mean, float* rstd, float* rm, float* rv, const __nv_bfloat16* x, int64_t n,
-                              int64_t c, int64_t hw, int training, float momentum, float eps) {
-    bn_stats(mean, rstd, rm, rv, x, n, c, hw, training, momentum, eps);
+__global__ void bn_stats_bf16(float* part, const __nv_bfloat16* x, int64_t n, int64_t c, int64_t hw, int64_t chunk) {
+    bn_stats_part(part, x, n, c, hw, chunk);
 }
 __global__ void bn_apply_f32(float* y, const float* x, const float* mean, const float* rstd, const float* w,
                              const float* b, int64_t c, int64_t hw, int64_t n) {
@@ -374,14 +451,20 @@ __global__ void bn_apply_bf16(__nv_bfloat16* y, const __nv_bfloat16* x, const fl
                               const __nv_bfloat16* w, const __nv_bfloat16* b, int64_t c, int64_t hw, int64_t n) {
     bn_apply(y, x, mean, rstd, w, b, c, hw, n);
 }
-__global__ void bn_bwd_sums_f32(float* sums, float* dw, float* db, const float* dy, const float* x, const float* mean,
-                                const float* rstd, int64_t n, int64_t c, int64_t hw) {
-    bn_bwd_sums(sums, dw, db, dy, x, mean, rstd, n, c, hw);
+__global__ void bn_bwd_sums_f32(float* part, const float* dy, const float* x, const float* mean, const float* rstd,
+                                int64_t n, int64_t c, int64_t hw, int64_t chunk) {
+    bn_bwd_sums(part, dy, x, mean, rstd, n, c, hw, chunk);
 }
-__global__ void bn_bwd_sums_bf16(float* sums, __nv_bfloat16* dw, __nv_bfloat16* db, const __nv_bfloat16* dy,
-                                 const __nv_bfloat16* x, const float* mean, const float* rstd, int64_t n, int64_t c,
-                                 int64_t hw) {
-    bn_bwd_sums(sums, dw, db, dy, x, mean, rstd, n, c, hw);
+__global__ void bn_bwd_sums_bf16(float* part, const __nv_bfloat16* dy, const __nv_bfloat16* x, const float* mean,
+                                 const float* rstd, int64_t n, int64_t c, int64_t hw, int64_t chunk) {
+    bn_bwd_sums(part, dy, x, mean, rstd, n, c, hw, chunk);
+}
+__global__ void bn_bwd_finish_f32(float* sums, float* dw, float* db, const float* part, int64_t S, int64_t c) {
+    bn_bwd_finish(sums, dw, db, part, S, c);
+}
+__global__ void bn_bwd_finish_bf16(float* sums, __nv_bfloat16* dw, __nv_bfloat16* db, const float* part, int64_t S,
+                                   int64_t c) {
+    bn_bwd_finish(sums, dw, db, part, S, c);
 }
 __global__ void bn_bwd_dx_f32(float* dx, const float* dy, const float* x, const float* mean, const float* rstd,
                               const float* w, const float* sums, int training, int64_t c, int64_t hw, int64_t cnt,
@@ -467,25 +550,25 @@ __global__ void bn_relu_pool_bf16(__nv_bfloat16* pooled, int32_t* argmax, const 
                                   int64_t h, int64_t wd, int64_t ho, int64_t wo, int64_t n) {
     bn_relu_pool(pooled, argmax, x, mean, rstd, w, b, c, h, wd, ho, wo, n);
 }
-__global__ void bn_bwd_sums_relu_f32(float* sums, float* dw, float* db, const float* dy, const float* x,
-                                     const float* mean, const float* rstd, int64_t n, int64_t c, int64_t hw,
-                                     const float* w, NormRelu<float> m) {
-    bn_bwd_sums<float, 1>(sums, dw, db, dy, x, mean, rstd, n, c, hw, w, m);
+__global__ void bn_bwd_sums_relu_f32(float* part, const float* dy, const float* x, const float* mean,
+                                     const float* rstd, int64_t n, int64_t c, int64_t hw, int64_t chunk, const float* w,
+                                     NormRelu<float> m) {
+    bn_bwd_sums<float, 1>(part, dy, x, mean, rstd, n, c, hw, chunk, w, m);
 }
-__global__ void bn_bwd_sums_relu_bf16(float* sums, __nv_bfloat16* dw, __nv_bfloat16* db, const __nv_bfloat16* dy,
-                                      const __nv_bfloat16* x, const float* mean, const float* rstd, int64_t n,
-                                      int64_t c, int64_t hw, const __nv_bfloat16* w, NormRelu<__nv_bfloat16> m) {
-    bn_bwd_sums<__nv_bfloat16, 1>(sums, dw, db, dy, x, mean, rstd, n, c, hw, w, m);
+__global__ void bn_bwd_sums_relu_bf16(float* part, const __nv_bfloat16* dy, const __nv_bfloat16* x, const float* mean,
+                                     const float* rstd, int64_t n, int64_t c, int64_t hw, int64_t chunk, const __nv_bfloat16* w,
+                                     NormRelu<__nv_bfloat16> m) {
+    bn_bwd_sums<__nv_bfloat16, 1>(part, dy, x, mean, rstd, n, c, hw, chunk, w, m);
 }
-__global__ void bn_bwd_sums_relupool_f32(float* sums, float* dw, float* db, const float* x, const float* mean,
-                                         const float* rstd, int64_t n, int64_t c, int64_t hw, const float* w,
+__global__ void bn_bwd_sums_relupool_f32(float* part, const float* x, const float* mean, const float* rstd,
+                                         int64_t n, int64_t c, int64_t hw, int64_t chunk, const float* w,
                                          NormRelu<float> m) {
-    bn_bwd_sums<float, 2>(sums, dw, db, nullptr, x, mean, rstd, n, c, hw, w, m);
+    bn_bwd_sums<float, 2>(part, nullptr, x, mean, rstd, n, c, hw, chunk, w, m);
 }
-__global__ void bn_bwd_sums_relupool_bf16(float* sums, __nv_bfloat16* dw, __nv_bfloat16* db, const __nv_bfloat16* x,
-                                          const float* mean, const float* rstd, int64_t n, int64_t c, int64_t hw,
-                                          const __nv_bfloat16* w, NormRelu<__nv_bfloat16> m) {
-    bn_bwd_sums<__nv_bfloat16, 2>(sums, dw, db, nullptr, x, mean, rstd, n, c, hw, w, m);
+__global__ void bn_bwd_sums_relupool_bf16(float* part, const __nv_bfloat16* x, const float* mean, const float* rstd,
+                                         int64_t n, int64_t c, int64_t hw, int64_t chunk, const __nv_bfloat16* w,
+                                         NormRelu<__nv_bfloat16> m) {
+    bn_bwd_sums<__nv_bfloat16, 2>(part, nullptr, x, mean, rstd, n, c, hw, chunk, w, m);
 }
 __global__ void bn_bwd_dx_relu_f32(float* dx, const float* dy, const float* x, const float* mean, const float* rstd,
                                    const float* w, const float* sums, int training, int64_t c, int64_t hw,
@@ -534,17 +617,19 @@ __global__ void gn_bwd_relu_bf16(__nv_bfloat16* dx, float* part, const __nv_bflo
 
 // fp16 (appended so that the entry points above keep their code and
 // labels).
-__global__ void bn_stats_f16(float* mean, float* rstd, float* rm, float* rv, const __half* x, int64_t n, int64_t c,
-                             int64_t hw, int training, float momentum, float eps) {
-    bn_stats(mean, rstd, rm, rv, x, n, c, hw, training, momentum, eps);
+__global__ void bn_stats_f16(float* part, const __half* x, int64_t n, int64_t c, int64_t hw, int64_t chunk) {
+    bn_stats_part(part, x, n, c, hw, chunk);
 }
 __global__ void bn_apply_f16(__half* y, const __half* x, const float* mean, const float* rstd, const __half* w,
                              const __half* b, int64_t c, int64_t hw, int64_t n) {
     bn_apply(y, x, mean, rstd, w, b, c, hw, n);
 }
-__global__ void bn_bwd_sums_f16(float* sums, __half* dw, __half* db, const __half* dy, const __half* x,
-                                const float* mean, const float* rstd, int64_t n, int64_t c, int64_t hw) {
-    bn_bwd_sums(sums, dw, db, dy, x, mean, rstd, n, c, hw);
+__global__ void bn_bwd_sums_f16(float* part, const __half* dy, const __half* x, const float* mean, const float* rstd,
+                                int64_t n, int64_t c, int64_t hw, int64_t chunk) {
+    bn_bwd_sums(part, dy, x, mean, rstd, n, c, hw, chunk);
+}
+__global__ void bn_bwd_finish_f16(float* sums, __half* dw, __half* db, const float* part, int64_t S, int64_t c) {
+    bn_bwd_finish(sums, dw, db, part, S, c);
 }
 __global__ void bn_bwd_dx_f16(__half* dx, const __half* dy, const __half* x, const float* mean, const float* rstd,
                               const __half* w, const float* sums, int training, int64_t c, int64_t hw, int64_t cnt,
@@ -584,15 +669,15 @@ __global__ void bn_relu_pool_f16(__half* pooled, int32_t* argmax, const __half* 
                                  int64_t wo, int64_t n) {
     bn_relu_pool(pooled, argmax, x, mean, rstd, w, b, c, h, wd, ho, wo, n);
 }
-__global__ void bn_bwd_sums_relu_f16(float* sums, __half* dw, __half* db, const __half* dy, const __half* x,
-                                     const float* mean, const float* rstd, int64_t n, int64_t c, int64_t hw,
-                                     const __half* w, NormRelu<__half> m) {
-    bn_bwd_sums<__half, 1>(sums, dw, db, dy, x, mean, rstd, n, c, hw, w, m);
+__global__ void bn_bwd_sums_relu_f16(float* part, const __half* dy, const __half* x, const float* mean,
+                                     const float* rstd, int64_t n, int64_t c, int64_t hw, int64_t chunk, const __half* w,
+                                     NormRelu<__half> m) {
+    bn_bwd_sums<__half, 1>(part, dy, x, mean, rstd, n, c, hw, chunk, w, m);
 }
-__global__ void bn_bwd_sums_relupool_f16(float* sums, __half* dw, __half* db, const __half* x, const float* mean,
-                                         const float* rstd, int64_t n, int64_t c, int64_t hw, const __half* w,
+__global__ void bn_bwd_sums_relupool_f16(float* part, const __half* x, const float* mean, const float* rstd,
+                                         int64_t n, int64_t c, int64_t hw, int64_t chunk, const __half* w,
                                          NormRelu<__half> m) {
-    bn_bwd_sums<__half, 2>(sums, dw, db, nullptr, x, mean, rstd, n, c, hw, w, m);
+    bn_bwd_sums<__half, 2>(part, nullptr, x, mean, rstd, n, c, hw, chunk, w, m);
 }
 __global__ void bn_bwd_dx_relu_f16(__half* dx, const __half* dy, const __half* x, const float* mean, const float* rstd,
                                    const __half* w, const float* sums, int training, int64_t c, int64_t hw, int64_t cnt,
