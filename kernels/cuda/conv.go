@@ -249,6 +249,18 @@ func (d *Device) Conv2dBackwardWeight(dw, x, dy *tensor.Tensor, p kernels.Conv2d
 		}
 	}
 	m := int64(c.cout * k)
+	if m <= 0 {
+		return nil
+	}
+	fn, err := d.kernel(sum)
+	if err != nil {
+		return err
+	}
 	var s args
-	return d.launch1D(sum, m, s.ptr(pdw).ptr(pp).i64(int64(n)).i64(m))
+	s.ptr(pdw).ptr(pp).i64(int64(n)).i64(m)
+	// Blocks of 32 columns by sumRows rows (SUM_ROWS in src/conv.cu).
+	return launchRaw(fn, [3]int{int((m + 31) / 32), 1, 1}, [3]int{32, sumRows, 1}, 0, d.stream, &s)
 }
+
+// sumRows is sum_batches' rows of threads per block (SUM_ROWS).
+const sumRows = 8

@@ -59,15 +59,17 @@ struct NormRelu {
 // (a 2×2, stride-2 window holds each element at most once, so this
 // gathers what MaxPool2dBackward scatters), taken as +0 where the output
 // (x[i] − mu)·r·wk + bk was not > 0.
-template <typename T, int RELU>
-__device__ __forceinline__ float relu_dy(const NormRelu<T>& m, const T* dy, const T* x, int64_t i, int64_t hw, float mu,
-                                         float r, float wk, float bk) {
+// I is the index type (int where every index fits, see bn_bwd_dx).
+template <typename T, int RELU, typename I = int64_t>
+__device__ __forceinline__ float relu_dy(const NormRelu<T>& m, const T* dy, const T* x, I i, I hw, float mu, float r,
+                                         float wk, float bk) {
     float g = 0.f;
     if (RELU == 2) {
-        int64_t pl = i / hw, p = i - pl * hw, ph = p / m.wd, pw = p - ph * m.wd;
-        if (ph < 2 * m.ho && pw < 2 * m.wo) {
-            int64_t o = (pl * m.ho + (ph >> 1)) * m.wo + (pw >> 1);
-            if ((int64_t)m.argmax[o] == p) g = ld(m.g, o);
+        const I wd = (I)m.wd, ho = (I)m.ho, wo = (I)m.wo;
+        I pl = i / hw, p = i - pl * hw, ph = p / wd, pw = p - ph * wd;
+        if (ph < 2 * ho && pw < 2 * wo) {
+            I o = (pl * ho + (ph >> 1)) * wo + (pw >> 1);
+            if ((I)m.argmax[o] == p) g = ld(m.g, o);
         }
     } else {
         g = ld(dy, i);
@@ -260,15 +262,15 @@ __device__ void bn_bwd_finish(float* sums, T* dw, T* db, const float* part, int6
 
 // bn_bwd_dx: dx = w·r·(dy − Σdy/cnt − x̂·Σdy·x̂/cnt) in training, w·r·dy
 // in evaluation (the statistics are constants then); RELU: dy as relu_dy
-// gives it.
-template <typename T, int RELU = 0>
-__device__ void bn_bwd_dx(T* dx, const T* dy, const T* x, const float* mean, const float* rstd, const T* w,
-                          const float* sums, int training, int64_t c, int64_t hw, int64_t cnt, int64_t n,
-                          NormRelu<T> m = NormRelu<T>()) {
-    GRID_STRIDE(i, n) {
-        int64_t ch = (i / hw) % c;
+// gives it. I is the index type: int when n < 2^30 (32-bit divisions,
+// several times cheaper than 64-bit ones), else int64_t.
+template <typename T, int RELU, typename I>
+__device__ void bn_bwd_dx_at(T* dx, const T* dy, const T* x, const float* mean, const float* rstd, const T* w,
+                             const float* sums, int training, I c, I hw, int64_t cnt, I n, NormRelu<T> m) {
+    for (I i = (I)blockIdx.x * (I)blockDim.x + (I)threadIdx.x; i < n; i += (I)blockDim.x * (I)gridDim.x) {
+        I ch = (i / hw) % c;
         float r = rstd[ch], wk = w ? ld(w, ch) : 1.f,
-              g = RELU ? relu_dy<T, RELU>(m, dy, x, i, hw, mean[ch], r, wk, m.b ? ld(m.b, ch) : 0.f) : ld(dy, i);
+              g = RELU ? relu_dy<T, RELU, I>(m, dy, x, i, hw, mean[ch], r, wk, m.b ? ld(m.b, ch) : 0.f) : ld(dy, i);
         if (!training) {
             st(dx, i, g * wk * r);
             continue;
@@ -276,6 +278,15 @@ __device__ void bn_bwd_dx(T* dx, const T* dy, const T* x, const float* mean, con
         float h = (ld(x, i) - mean[ch]) * r;
         st(dx, i, wk * r * (g - sums[ch] / (float)cnt - h * sums[c + ch] / (float)cnt));
     }
+}
+template <typename T, int RELU = 0>
+__device__ void bn_bwd_dx(T* dx, const T* dy, const T* x, const float* mean, const float* rstd, const T* w,
+                          const float* sums, int training, int64_t c, int64_t hw, int64_t cnt, int64_t n,
+                          NormRelu<T> m = NormRelu<T>()) {
+    if (n < ((int64_t)1 << 30))
+        bn_bwd_dx_at<T, RELU, int>(dx, dy, x, mean, rstd, w, sums, training, (int)c, (int)hw, cnt, (int)n, m);
+    else
+        bn_bwd_dx_at<T, RELU, int64_t>(dx, dy, x, mean, rstd, w, sums, training, c, hw, cnt, n, m);
 }
 
 // --- group norm ---------------------------------------------------------
