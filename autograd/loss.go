@@ -13,6 +13,41 @@ import (
 // for mean and sum, [N] for none. Under Autocast half logits are cast up
 // to F32 and the loss is F32. target gets no gradient.
 func CrossEntropy(logits *Var, target *tensor.Tensor, p kernels.CrossEntropyParams) *Var {
+	return crossEntropy(logits, target, p, func(loss, lv, tv *tensor.Tensor) {
+		backendOf(loss).CrossEntropy(loss, lv, tv, p)
+	})
+}
+
+// CrossEntropyCount is CrossEntropy with a reduced loss (mean or sum)
+// that also keeps a trainer's running metrics on the device, in the same
+// launch on a backend with kernels.CrossEntropyCounter (CUDA, for up to
+// 64 rows): lossSum (F32, one element) gets lossSum + the loss, and acc
+// (F32 [N]) 1 more for each row whose first maximum is its target (NaN
+// counting as the maximum, as kernels.CountCorrect finds it). Elsewhere
+// it runs CrossEntropy, Binary Add and CountCorrect; the results are the
+// same bit for bit. The metrics are written by the forward pass; the
+// loss and its gradient are CrossEntropy's.
+func CrossEntropyCount(logits *Var, target *tensor.Tensor, p kernels.CrossEntropyParams, lossSum, acc *tensor.Tensor) *Var {
+	if p.Reduction == kernels.ReduceNone {
+		panic(fmt.Sprintf("autograd: cross_entropy_count: reduction none (logits shape %v): the running loss adds one reduced loss", logits.Shape()))
+	}
+	return crossEntropy(logits, target, p, func(loss, lv, tv *tensor.Tensor) {
+		be := backendOf(loss)
+		if cc, ok := be.(kernels.CrossEntropyCounter); ok {
+			cc.CrossEntropyCount(loss, lv, tv, p, lossSum, acc)
+			return
+		}
+		be.CrossEntropy(loss, lv, tv, p)
+		sum := lossSum.Reshape(1)
+		be.Binary(kernels.Add, sum, sum, loss.Reshape(1))
+		be.CountCorrect(acc, lv, tv)
+	})
+}
+
+// crossEntropy is CrossEntropy's checks, graph node and backward around
+// forward, which writes the loss (allocated here) from the contiguous
+// logits and target.
+func crossEntropy(logits *Var, target *tensor.Tensor, p kernels.CrossEntropyParams, forward func(loss, lv, tv *tensor.Tensor)) *Var {
 	checkFloat("cross_entropy", logits)
 	checkIndex("cross_entropy", target)
 	ls := logits.Shape()
@@ -30,7 +65,7 @@ func CrossEntropy(logits *Var, target *tensor.Tensor, p kernels.CrossEntropyPara
 	} else {
 		loss = alloc(lv, lv.DType())
 	}
-	backendOf(loss).CrossEntropy(loss, lv, tv, p)
+	forward(loss, lv, tv)
 	return resultWith("cross_entropy", loss, []*Var{logits}, 2, false, func(bufs *opBufs) backwardFunc {
 		return func(g *tensor.Tensor) []*tensor.Tensor {
 			dl := alloc(lv, lv.DType(), ls...)

@@ -104,3 +104,34 @@ func CheckCrossEntropy(name string, loss, logits, target *T, p CrossEntropyParam
 	}
 	return n, c, nil
 }
+
+// CrossEntropyCounter is an optional Backend interface: a reduced
+// CrossEntropy that also keeps a trainer's running metrics, in one
+// launch where the backend can. After loss (one element) is written,
+// lossSum (F32, one element) gets lossSum + loss, as Binary Add writes
+// it, and acc (F32 [N]) CountCorrect's count of the rows of logits whose
+// first maximum is their target. Its results are bit for bit those of
+// CrossEntropy, Binary Add and CountCorrect in turn; a backend runs them
+// so where it has no fused path (CUDA: more than 64 rows).
+type CrossEntropyCounter interface {
+	CrossEntropyCount(loss, logits, target *T, p CrossEntropyParams, lossSum, acc *T)
+}
+
+// CheckCrossEntropyCount checks a CrossEntropyCount and returns N and C:
+// CheckCrossEntropy with a reduced loss (mean or sum), CheckCountCorrect
+// and an F32 lossSum of one element.
+func CheckCrossEntropyCount(name string, loss, logits, target *T, p CrossEntropyParams, lossSum, acc *T) (n, c int, err error) {
+	if p.Reduction == ReduceNone {
+		return 0, 0, fmt.Errorf("%s: reduction none (the running loss adds one reduced loss)", name)
+	}
+	if n, c, err = CheckCrossEntropy(name, loss, logits, target, p); err != nil {
+		return 0, 0, err
+	}
+	if _, _, err = CheckCountCorrect(name, acc, logits, target); err != nil {
+		return 0, 0, err
+	}
+	if lossSum.DType() != tensor.F32 || lossSum.Numel() != 1 {
+		return 0, 0, fmt.Errorf("%s: lossSum is %v %v, want f32 of one element", name, lossSum.DType(), lossSum.Shape())
+	}
+	return n, c, nil
+}

@@ -56,13 +56,11 @@ func newEvalRunner(t *Trainer) *evalRunner {
 // fn is one validation batch over in = {x, y}.
 func (r *evalRunner) fn(in []*tensor.Tensor) []*tensor.Tensor {
 	x, y := in[0], in[1]
-	m := r.met
-	be := kernels.For(m.sums.Device())
 	autograd.InferenceMode(func() {
 		logits := r.t.model.Forward(autograd.Const(x))
-		l := autograd.CrossEntropy(logits, y, r.ce)
-		be.Binary(kernels.Add, m.lossSum, m.lossSum, l.Value.Reshape(1))
-		m.correctN.add(be, m.correct, logits, y)
+		if l, counted := r.met.crossEntropy(logits, y, r.ce); !counted {
+			r.met.add(l, logits, y)
+		}
 	})
 	return r.out
 }

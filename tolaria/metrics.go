@@ -63,6 +63,28 @@ type passMetrics struct {
 	correctN correctCounter
 }
 
+// crossEntropy is the batch's loss under p. When the batch has a
+// counter (see correctCounter) and the loss is reduced, it is
+// autograd.CrossEntropyCount, which adds the loss and the correct count
+// to the pass's metrics in the loss's own launch on CUDA, and counted is
+// true; otherwise it is CrossEntropy and the caller adds them (add).
+func (pm *passMetrics) crossEntropy(logits *autograd.Var, y *tensor.Tensor, p kernels.CrossEntropyParams) (loss *autograd.Var, counted bool) {
+	if p.Reduction != kernels.ReduceNone && logits.Value.DType() != tensor.F64 {
+		if b := pm.correctN.counter(logits, y); b != nil {
+			return autograd.CrossEntropyCount(logits, y, p, pm.lossSum, b.acc), true
+		}
+	}
+	return autograd.CrossEntropy(logits, y, p), false
+}
+
+// add adds a batch's loss (one element) and correct count to the pass's
+// metrics: the path of crossEntropy's uncounted losses.
+func (pm *passMetrics) add(loss, logits *autograd.Var, y *tensor.Tensor) {
+	be := kernels.For(pm.sums.Device())
+	be.Binary(kernels.Add, pm.lossSum, pm.lossSum, loss.Value.Reshape(1))
+	pm.correctN.add(be, pm.correct, logits, y)
+}
+
 func newMetricsBuf(dev tensor.Device) *metricsBuf {
 	m := &metricsBuf{dev: dev, buf: zerosOn(dev, 2*correctRows+4), valZero: true}
 	for i, p := range []*passMetrics{&m.train, &m.val} {
@@ -224,18 +246,23 @@ func (c *correctCounter) get(dev tensor.Device, n int) *correctBufs {
 // Without a counter for n rows it adds the count to fallback ([1])
 // instead, through temporaries. It only launches kernels.
 func (c *correctCounter) add(be kernels.Backend, fallback *tensor.Tensor, logits *autograd.Var, y *tensor.Tensor) {
-	n := y.Dim(0)
-	lv := logits.Value
-	if lv.Rank() != 2 || lv.Dim(0) != n || !lv.IsContiguous() || !y.DType().IsInt() {
-		addCorrect(be, fallback, logits, y)
-		return
-	}
-	b := c.get(y.Device(), n)
+	b := c.counter(logits, y)
 	if b == nil {
 		addCorrect(be, fallback, logits, y)
 		return
 	}
-	be.CountCorrect(b.acc, lv, y)
+	be.CountCorrect(b.acc, logits.Value, y)
+}
+
+// counter returns the counter of a batch of logits ([n, C], contiguous)
+// against y ([n] indices), or nil when it has none (the slow path).
+func (c *correctCounter) counter(logits *autograd.Var, y *tensor.Tensor) *correctBufs {
+	n := y.Dim(0)
+	lv := logits.Value
+	if lv.Rank() != 2 || lv.Dim(0) != n || !lv.IsContiguous() || !y.DType().IsInt() || lv.Device() != y.Device() {
+		return nil
+	}
+	return c.get(y.Device(), n)
 }
 
 // addCorrect adds the number of rows of logits whose argmax equals y to

@@ -182,3 +182,59 @@ func TestEpochBookkeepingLaunches(t *testing.T) {
 		require.Equal(t, uint64(1), r.HostSyncs, "epoch %d: one read", e)
 	}
 }
+
+// ceCountingBackend is countingBackend with kernels.CrossEntropyCounter
+// (the wrapped backend's), counting its calls and CountCorrect's.
+type ceCountingBackend struct {
+	*countingBackend
+	cc kernels.CrossEntropyCounter
+}
+
+func (b *ceCountingBackend) CrossEntropyCount(loss, logits, target *tensor.Tensor, p kernels.CrossEntropyParams, lossSum, acc *tensor.Tensor) {
+	b.count("CrossEntropyCount")
+	b.cc.CrossEntropyCount(loss, logits, target, p, lossSum, acc)
+}
+
+func (b *ceCountingBackend) CountCorrect(acc, logits, target *tensor.Tensor) {
+	b.count("CountCorrect")
+	b.Backend.CountCorrect(acc, logits, target)
+}
+
+// TestMetricsRideOnTheLoss: on a backend with kernels.CrossEntropyCounter
+// every batch of an eager epoch, training and validation, computes its
+// loss with CrossEntropyCount, so that the loss and the correct count
+// are added in the loss's own launch: against the same backend without
+// the interface, one Binary and one CountCorrect fewer per batch. The
+// epoch's figures are the same bit for bit either way, and the CPU's.
+func TestMetricsRideOnTheLoss(t *testing.T) {
+	dev := tensor.Sim(0)
+	orig := kernels.For(dev)
+	t.Cleanup(func() { kernels.Register(orig) })
+
+	const trainBatches, valBatches = 4, 3
+	train, val := hostToyData(1, trainBatches, 8), hostToyData(2, valBatches, 8)
+	run := func(d tensor.Device) [4]float64 {
+		m := hostTrainerModel(t)
+		require.NoError(t, nn.To(m, d))
+		tr, err := NewTrainer(TrainerOptions{Model: m, Train: train, Val: val, Epochs: 1, GradientTelemetryStride: -1})
+		require.NoError(t, err)
+		r, err := tr.RunEpoch(context.Background(), 0)
+		require.NoError(t, err)
+		return [4]float64{r.TrainLoss, r.TrainAccuracy, r.ValLoss, r.ValAccuracy}
+	}
+	plain := &countingBackend{Backend: &ceCountingBackend{countingBackend: &countingBackend{Backend: orig, n: map[string]int{}}}, n: map[string]int{}}
+	kernels.Register(plain)
+	unfused := run(dev)
+	cb := &ceCountingBackend{countingBackend: &countingBackend{Backend: orig, n: map[string]int{}}, cc: orig.(kernels.CrossEntropyCounter)}
+	kernels.Register(cb)
+	fused := run(dev)
+	kernels.Register(orig)
+
+	inner := plain.Backend.(*ceCountingBackend)
+	require.Equal(t, trainBatches+valBatches, cb.n["CrossEntropyCount"])
+	require.Zero(t, cb.n["CountCorrect"])
+	require.Equal(t, trainBatches+valBatches, inner.n["CountCorrect"])
+	require.Equal(t, plain.n["Binary"]-(trainBatches+valBatches), cb.n["Binary"])
+	require.Equal(t, unfused, fused)
+	require.Equal(t, run(tensor.CPU), fused)
+}

@@ -215,9 +215,10 @@ func (s *stepRunner) fn(in []*tensor.Tensor) []*tensor.Tensor {
 	x, y := in[0], in[1]
 	t.opt.each(t.model, func(o *optim.SGD) { o.ZeroGrad() })
 	var logits, loss *autograd.Var
+	var counted bool
 	t.prec.forward(func() {
 		logits = t.model.Forward(autograd.Const(x))
-		loss = autograd.CrossEntropy(logits, y, s.ce)
+		loss, counted = s.met.crossEntropy(logits, y, s.ce)
 	})
 	autograd.Backward(t.prec.scale(loss))
 	if s.afterBackward != nil {
@@ -241,9 +242,9 @@ func (s *stepRunner) fn(in []*tensor.Tensor) []*tensor.Tensor {
 		}
 	})
 	t.prec.update()
-	be := kernels.For(s.met.sums.Device())
-	be.Binary(kernels.Add, s.met.lossSum, s.met.lossSum, loss.Value.Reshape(1))
-	s.met.correctN.add(be, s.met.correct, logits, y)
+	if !counted {
+		s.met.add(loss, logits, y)
+	}
 	return s.out
 }
 

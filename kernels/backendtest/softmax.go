@@ -13,6 +13,7 @@ import (
 var softmaxCases = []conformance{
 	of(checkSoftmax, "Softmax", "LogSoftmax", "SoftmaxBackward", "LogSoftmaxBackward"),
 	of(checkCrossEntropy, "CrossEntropy", "CrossEntropyBackward"),
+	optional[kernels.CrossEntropyCounter](checkCrossEntropyCount, "CrossEntropyCount"),
 }
 
 // refSoftmax is the softmax (or log-softmax) of x (shape) along axis.
@@ -216,4 +217,86 @@ func checkCrossEntropy(s *suite) {
 			}
 		}
 	}
+}
+
+// checkCrossEntropyCount: the fused loss and metrics equal CrossEntropy,
+// Binary Add and CountCorrect on the same backend bit for bit, and the
+// float64 reference within the loss's tolerance and exactly for the
+// count; rows with a tie and a NaN, targets that are the argmax, an
+// ignored target; a few rows (CUDA's one launch) and more than 64.
+func checkCrossEntropyCount(s *suite) {
+	be := s.b.(kernels.CrossEntropyCounter)
+	f32 := func(vals []float64, shape ...int) *T {
+		t, _ := s.put(tensor.F32, vals, shape...)
+		return t
+	}
+	for _, sz := range [][2]int{{6, 5}, {4, 70}, {100, 7}} {
+		n, cl := sz[0], sz[1]
+		for _, p := range []kernels.CrossEntropyParams{
+			{},
+			{Reduction: kernels.ReduceSum, LabelSmoothing: 0.1},
+			{HasIgnore: true, IgnoreIndex: 1},
+		} {
+			for _, d := range s.floats("CrossEntropyCount") {
+				for _, idt := range []tensor.DType{tensor.I64, tensor.I32} {
+					xv := s.normals(n * cl)
+					xv[cl+1] = xv[cl] // a tie in row 1
+					if p.Reduction == kernels.ReduceSum {
+						xv[2*cl+1] = math.NaN() // a NaN in row 2: a NaN loss
+					}
+					logits, xr := s.put(d, xv, n, cl)
+					tv := make([]float64, n)
+					for i := range tv {
+						tv[i] = float64(s.rng.IntN(cl))
+						if i%2 == 0 {
+							tv[i] = float64(argMaxOf(xr[i*cl : (i+1)*cl]))
+						}
+					}
+					if p.HasIgnore {
+						tv[0] = float64(p.IgnoreIndex)
+					}
+					target, _ := s.put(idt, tv, n)
+					sum0 := s.uniform(1, 1, 2)
+					av := s.uniform(n, 0, 3)
+					for i := range av {
+						av[i] = math.Floor(av[i])
+					}
+					wantAcc := make([]float64, n)
+					for i := range wantAcc {
+						wantAcc[i] = av[i]
+						if argMaxOf(xr[i*cl:(i+1)*cl]) == int(tv[i]) {
+							wantAcc[i]++
+						}
+					}
+					_, total, _ := refCrossEntropy(xr, tv, n, cl, p)
+
+					// The unfused ops, on this backend.
+					loss0, sumA, accA := s.out(tensor.F32), f32(sum0, 1), f32(av, n)
+					s.b.CrossEntropy(loss0, logits, target, p)
+					s.b.Binary(kernels.Add, sumA, sumA, loss0.Reshape(1))
+					s.b.CountCorrect(accA, logits, target)
+					unfused := s.read([]*T{loss0, sumA, accA})
+
+					loss, lossSum, acc := s.out(tensor.F32), f32(sum0, 1), f32(av, n)
+					what := name("CrossEntropyCount", d, idt, n, cl, p)
+					s.check(call{what: what, launch: func() { be.CrossEntropyCount(loss, logits, target, p, lossSum, acc) }, writes: []*T{loss, lossSum, acc}}, func(got [][]float64) {
+						for i, w := range []string{"loss", "lossSum", "acc"} {
+							same(s.t, what+" "+w+" (against CrossEntropy, Binary Add and CountCorrect)", got[i], unfused[i])
+						}
+						if !math.IsNaN(total) {
+							lt := tol(d) // the loss is F32: an F64 loss is rounded to it
+							if d == tensor.F64 {
+								lt = tol(tensor.F32)
+							}
+							s.close(what+" loss", got[0], []float64{total}, 2*lt)
+						}
+						same(s.t, what+" acc", got[2], wantAcc)
+					})
+				}
+			}
+		}
+	}
+	s.panics("CrossEntropyCount", func() {
+		be.CrossEntropyCount(s.out(tensor.F32, 3), s.out(tensor.F32, 3, 4), s.out(tensor.I64, 3), kernels.CrossEntropyParams{Reduction: kernels.ReduceNone}, s.out(tensor.F32, 1), s.out(tensor.F32, 3))
+	})
 }

@@ -704,3 +704,17 @@ func (k *ceBwd[F]) rowsF32(x32, d32 []float32, lo, hi int) {
 		}
 	}
 }
+
+// CrossEntropyCount implements kernels.CrossEntropyCounter as
+// CrossEntropy, Binary Add and CountCorrect in turn: the CPU has no
+// launch to save.
+func (be *Backend) CrossEntropyCount(loss, logits, target *T, p kernels.CrossEntropyParams, lossSum, acc *T) {
+	const name = "CrossEntropyCount"
+	needCPU(name, loss, logits, target, lossSum, acc)
+	_, _, err := kernels.CheckCrossEntropyCount(name, loss, logits, target, p, lossSum, acc)
+	must(err)
+	be.CrossEntropy(loss, logits, target, p)
+	sum := lossSum.Reshape(1)
+	be.Binary(kernels.Add, sum, sum, loss.Reshape(1))
+	be.CountCorrect(acc, logits, target)
+}

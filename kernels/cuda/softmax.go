@@ -36,6 +36,11 @@ func (b *Backend) CrossEntropy(loss, logits, target *T, p kernels.CrossEntropyPa
 	must(b.d.CrossEntropy(loss, logits, target, p))
 }
 
+// CrossEntropyCount implements kernels.CrossEntropyCounter.
+func (b *Backend) CrossEntropyCount(loss, logits, target *T, p kernels.CrossEntropyParams, lossSum, acc *T) {
+	must(b.d.CrossEntropyCount(loss, logits, target, p, lossSum, acc))
+}
+
 // CrossEntropyBackward implements kernels.Backend.
 func (b *Backend) CrossEntropyBackward(dlogits, logits, target, dloss *T, p kernels.CrossEntropyParams) {
 	must(b.d.CrossEntropyBackward(dlogits, logits, target, dloss, p))
@@ -174,9 +179,15 @@ func (d *Device) ceRows(s ceScratch, ploss cu.DevicePtr, logits *tensor.Tensor, 
 const ceSmallRows = 64
 
 // ceSmall is the one-launch forward of a reduced cross-entropy over at
-// most ceSmallRows rows, written into loss (ploss).
-func (d *Device) ceSmall(ploss cu.DevicePtr, logits *tensor.Tensor, pt cu.DevicePtr, t64 bool, n, c int, p kernels.CrossEntropyParams) error {
-	name, err := floatKernel("CrossEntropy", "ce_small", logits.DType())
+// most ceSmallRows rows, written into loss (ploss); with plsum and pacc
+// (non-zero) also the running metrics of CrossEntropyCount
+// (ce_small_count).
+func (d *Device) ceSmall(ploss cu.DevicePtr, logits *tensor.Tensor, pt cu.DevicePtr, t64 bool, n, c int, p kernels.CrossEntropyParams, plsum, pacc cu.DevicePtr) error {
+	base := "ce_small"
+	if plsum != 0 {
+		base = "ce_small_count"
+	}
+	name, err := floatKernel("CrossEntropy", base, logits.DType())
 	if err != nil {
 		return err
 	}
@@ -193,7 +204,43 @@ func (d *Device) ceSmall(ploss cu.DevicePtr, logits *tensor.Tensor, pt cu.Device
 	var a args
 	a.ptr(ploss).ptr(px).ptr(pt).i32(b2i(t64)).i64(int64(n)).i64(int64(c)).f32(float32(p.LabelSmoothing))
 	a.i32(b2i(p.HasIgnore)).i64(p.IgnoreIndex).i32(b2i(p.Reduction == kernels.ReduceMean))
+	if plsum != 0 {
+		a.ptr(plsum).ptr(pacc)
+	}
 	return launchRaw(fn, [3]int{1, 1, 1}, [3]int{rowThreads, 1, 1}, 0, d.stream, &a)
+}
+
+// CrossEntropyCount is a reduced CrossEntropy that also adds the loss to
+// lossSum (F32, one element) and counts into acc (F32 [N]) the rows whose
+// first maximum is their target (kernels.CrossEntropyCounter): one launch
+// (ce_small_count) for at most ceSmallRows rows, else CrossEntropy,
+// Binary Add and CountCorrect in turn.
+func (d *Device) CrossEntropyCount(loss, logits, target *tensor.Tensor, p kernels.CrossEntropyParams, lossSum, acc *tensor.Tensor) error {
+	const op = "CrossEntropyCount"
+	n, c, err := kernels.CheckCrossEntropyCount(op, loss, logits, target, p, lossSum, acc)
+	if err := checked(err); err != nil {
+		return err
+	}
+	if n > ceSmallRows {
+		if err := d.CrossEntropy(loss, logits, target, p); err != nil {
+			return err
+		}
+		sum := lossSum.Reshape(1)
+		if err := d.Binary(kernels.Add, sum, sum, loss.Reshape(1)); err != nil {
+			return err
+		}
+		return d.CountCorrect(acc, logits, target)
+	}
+	pt, t64, err := d.indexPtr(op, "target", target)
+	if err != nil {
+		return err
+	}
+	ptrs, err := d.ptrList(op, []string{"loss", "lossSum", "acc"}, []*tensor.Tensor{loss, lossSum, acc},
+		[]tensor.DType{tensor.F32, tensor.F32, tensor.F32}, []bool{false, false, false})
+	if err != nil {
+		return err
+	}
+	return d.ceSmall(ptrs[0], logits, pt, t64, n, c, p, ptrs[1], ptrs[2])
 }
 
 // CrossEntropy writes the softmax cross-entropy of logits [N, C] (F32,
@@ -213,7 +260,7 @@ func (d *Device) CrossEntropy(loss, logits, target *tensor.Tensor, p kernels.Cro
 	}
 	reduced := p.Reduction != kernels.ReduceNone
 	if reduced && n <= ceSmallRows {
-		return d.ceSmall(ploss, logits, pt, t64, n, c, p)
+		return d.ceSmall(ploss, logits, pt, t64, n, c, p, 0, 0)
 	}
 	s, err := d.newCEScratch(n)
 	if err != nil {

@@ -79,6 +79,12 @@ func (sb *Backend) Conv2dBackwardWeight(dw *kernels.T, x *kernels.T, dy *kernels
 	sb.cpu.(kernels.ConvFamily).Conv2dBackwardWeight(tensor.BackendView(dw), tensor.BackendView(x), tensor.BackendView(dy), p)
 }
 
+// CrossEntropyCount implements kernels.CrossEntropyCounter on the CPU kernels.
+func (sb *Backend) CrossEntropyCount(loss *kernels.T, logits *kernels.T, target *kernels.T, p kernels.CrossEntropyParams, lossSum *kernels.T, acc *kernels.T) {
+	sb.check("CrossEntropyCount", []*tensor.Tensor{loss, logits, target, lossSum, acc}, nil)
+	sb.cpu.(kernels.CrossEntropyCounter).CrossEntropyCount(tensor.BackendView(loss), tensor.BackendView(logits), tensor.BackendView(target), p, tensor.BackendView(lossSum), tensor.BackendView(acc))
+}
+
 // Fill implements kernels.ElementwiseFamily on the CPU kernels.
 func (sb *Backend) Fill(dst *kernels.T, v float64) {
 	sb.check("Fill", []*tensor.Tensor{dst}, nil)
@@ -420,6 +426,7 @@ var (
 	_ kernels.ConvAffineActPooler  = (*Backend)(nil)
 	_ kernels.ConvAffineActer      = (*Backend)(nil)
 	_ kernels.ConvFamily           = (*Backend)(nil)
+	_ kernels.CrossEntropyCounter  = (*Backend)(nil)
 	_ kernels.ElementwiseFamily    = (*Backend)(nil)
 	_ kernels.GradAccumulator      = (*Backend)(nil)
 	_ kernels.GraphAggregator      = (*Backend)(nil)

@@ -123,6 +123,7 @@ func TestOptionalInterfacesMatchCPU(t *testing.T) {
 		"BatchNormReluPooler":  reflect.TypeFor[kernels.BatchNormReluPooler](),
 		"BatchNormEvalAffiner": reflect.TypeFor[kernels.BatchNormEvalAffiner](),
 		"GraphAggregator":      reflect.TypeFor[kernels.GraphAggregator](),
+		"CrossEntropyCounter":  reflect.TypeFor[kernels.CrossEntropyCounter](),
 		"LaunchBounder":        reflect.TypeFor[kernels.LaunchBounder](),
 		"GradAccumulator":      reflect.TypeFor[kernels.GradAccumulator](),
 		"ChannelAxpyer":        reflect.TypeFor[kernels.ChannelAxpyer](),

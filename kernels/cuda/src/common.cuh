@@ -74,6 +74,17 @@ __device__ float block_max(float v) {
     return v;
 }
 
+// better reports whether candidate (v, i) beats (bv, bi) for the first
+// maximum with NaN counting as the maximum (the CPU's argMaxLine): the
+// first NaN wins, else the larger value, ties to the smaller index
+// (reduce.cu's arg-max and accuracy counter, softmax.cu's ce_small).
+__device__ __forceinline__ bool better(float v, int64_t i, float bv, int64_t bi) {
+    bool vn = v != v, bn = bv != bv;
+    if (vn != bn) return vn;
+    if (vn || v == bv) return i < bi;
+    return v > bv;
+}
+
 // Unary op codes: kernels.UnaryOp's values, in its order; unary_f is the
 // op (elementwise.cu's unary kernels, matmul.cu's epilogue activation).
 enum { U_NEG = 0, U_ABS, U_EXP, U_LOG, U_SQRT, U_RSQRT, U_SQUARE, U_RECIP, U_SIGN, U_RELU, U_GELU_TANH, U_GELU_ERF,

@@ -18,16 +18,6 @@ __device__ __forceinline__ int64_t target_at(const void* t, int t64, int64_t i) 
     return t64 ? ((const int64_t*)t)[i] : (int64_t)((const int32_t*)t)[i];
 }
 
-// better reports whether candidate (v, i) beats (bv, bi) for the first
-// maximum with NaN counting as the maximum (the CPU's argMaxLine): the
-// first NaN wins, else the larger value, ties to the smaller index.
-__device__ __forceinline__ bool better(float v, int64_t i, float bv, int64_t bi) {
-    bool vn = v != v, bn = bv != bv;
-    if (vn != bn) return vn;
-    if (vn || v == bv) return i < bi;
-    return v > bv;
-}
-
 // block_argmax reduces (v, i) over the block; every thread gets the result.
 __device__ void block_argmax(float& v, int64_t& i) {
     __shared__ float pv[32];

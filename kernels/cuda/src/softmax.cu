@@ -132,10 +132,14 @@ __device__ __forceinline__ float ce_warp_max(float v) {
 // ce_small is the whole forward of a cross-entropy over a few rows in one
 // launch (a trainer's small batches): one block, warp w taking rows w,
 // w + warps, …, each row's loss as ce_rows computes it (ce_loss);
-// loss[0] = Σ of the losses, or their mean over the kept rows.
+// loss[0] = Σ of the losses, or their mean over the kept rows. With
+// lsum and acc (ce_small_count, kernels.CrossEntropyCounter) it also
+// keeps a trainer's running metrics: lsum[0] += loss[0], and acc[i] += 1
+// for each row whose first maximum (NaN counting as the maximum, as
+// count_correct_rows finds it) is its target.
 template <typename T>
 __device__ void ce_small(float* loss, const T* x, const void* t, int t64, int64_t n, int64_t c, float eps,
-                         int has_ignore, int64_t ignore, int mean) {
+                         int has_ignore, int64_t ignore, int mean, float* lsum = nullptr, float* acc = nullptr) {
     __shared__ float wsum[32], wkept[32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     float tot = 0.f, kept = 0.f;
@@ -143,11 +147,13 @@ __device__ void ce_small(float* loss, const T* x, const void* t, int t64, int64_
         const T* r = x + i * c;
         int64_t tg = ce_target(t, t64, i);
         bool ignored = has_ignore && tg == ignore;
-        float m = -INFINITY, sx = 0.f;
+        float m = -INFINITY, sx = 0.f, bv = -INFINITY;
+        int64_t bi = INT64_MAX;
         for (int64_t j = lane; j < c; j += 32) {
             float v = ld(r, j);
             m = fmaxf(m, v);
             sx += v;
+            if (acc && better(v, j, bv, bi)) bv = v, bi = j;
         }
         m = ce_warp_max(m);
         sx = ce_warp_sum(sx);
@@ -156,6 +162,14 @@ __device__ void ce_small(float* loss, const T* x, const void* t, int t64, int64_
         s = ce_warp_sum(s);
         tot += ce_loss(r, tg, c, ignored, m, s, sx, eps);  // the same in every lane of the warp
         kept += ignored ? 0.f : 1.f;
+        if (acc) {
+            for (int o = 16; o > 0; o >>= 1) {
+                float ov = __shfl_xor_sync(0xffffffff, bv, o);
+                int64_t oi = __shfl_xor_sync(0xffffffff, bi, o);
+                if (better(ov, oi, bv, bi)) bv = ov, bi = oi;
+            }
+            if (lane == 0 && bi == tg) acc[i] += 1.f;
+        }
     }
     if (lane == 0) {
         wsum[warp] = tot;
@@ -168,7 +182,9 @@ __device__ void ce_small(float* loss, const T* x, const void* t, int t64, int64_
             a += wsum[w];
             k += wkept[w];
         }
-        loss[0] = mean ? a / k : a;
+        const float l = mean ? a / k : a;
+        loss[0] = l;
+        if (lsum) lsum[0] = lsum[0] + l;
     }
 }
 
@@ -313,6 +329,20 @@ __global__ void ce_small_bf16(float* loss, const __nv_bfloat16* x, const void* t
 __global__ void ce_small_f16(float* loss, const __half* x, const void* t, int t64, int64_t n, int64_t c, float eps,
                              int has_ignore, int64_t ignore, int mean) {
     ce_small(loss, x, t, t64, n, c, eps, has_ignore, ignore, mean);
+}
+
+// ce_small with a trainer's running metrics (kernels.CrossEntropyCounter).
+__global__ void ce_small_count_f32(float* loss, const float* x, const void* t, int t64, int64_t n, int64_t c,
+                                   float eps, int has_ignore, int64_t ignore, int mean, float* lsum, float* acc) {
+    ce_small(loss, x, t, t64, n, c, eps, has_ignore, ignore, mean, lsum, acc);
+}
+__global__ void ce_small_count_bf16(float* loss, const __nv_bfloat16* x, const void* t, int t64, int64_t n, int64_t c,
+                                    float eps, int has_ignore, int64_t ignore, int mean, float* lsum, float* acc) {
+    ce_small(loss, x, t, t64, n, c, eps, has_ignore, ignore, mean, lsum, acc);
+}
+__global__ void ce_small_count_f16(float* loss, const __half* x, const void* t, int t64, int64_t n, int64_t c,
+                                   float eps, int has_ignore, int64_t ignore, int mean, float* lsum, float* acc) {
+    ce_small(loss, x, t, t64, n, c, eps, has_ignore, ignore, mean, lsum, acc);
 }
 
 }  // extern "C"
