@@ -42,6 +42,15 @@ type OptimFamily interface {
 	ScalerUpdate(scale, tracker, foundInf *T, growth, backoff float64, interval int)
 }
 
+// SGDIncrementer is an optional Backend interface: Increment of the step
+// counter hyper[1] (SGDStep's hyper {lr, step}, F64 [2]) unless foundInf
+// is non-zero, then SGDStep, in one launch where the backend can (CUDA:
+// an F32 arena of at most 16 384 elements, one block). Its results are
+// bit for bit those of the two calls in turn.
+type SGDIncrementer interface {
+	IncrementSGDStep(param, grad, mom, hyper, foundInf *T, o SGDOptions)
+}
+
 // SGDOptions are the constant hyperparameters of an SGD step (the learning
 // rate lives in a tensor so captured steps see schedule changes).
 type SGDOptions struct {

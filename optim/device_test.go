@@ -148,3 +148,63 @@ func TestLoadHostStateDictOnSim(t *testing.T) {
 		})
 	}
 }
+
+// incrementCounter wraps a backend that has kernels.SGDIncrementer and
+// counts the calls of Increment, SGDStep and IncrementSGDStep.
+type incrementCounter struct {
+	kernels.Backend
+	n map[string]int
+}
+
+func (b *incrementCounter) Increment(counter, skip *tensor.Tensor) {
+	b.n["Increment"]++
+	b.Backend.Increment(counter, skip)
+}
+
+func (b *incrementCounter) SGDStep(param, grad, mom, hyper, foundInf *tensor.Tensor, o kernels.SGDOptions) {
+	b.n["SGDStep"]++
+	b.Backend.SGDStep(param, grad, mom, hyper, foundInf, o)
+}
+
+func (b *incrementCounter) IncrementSGDStep(param, grad, mom, hyper, foundInf *tensor.Tensor, o kernels.SGDOptions) {
+	b.n["IncrementSGDStep"]++
+	b.Backend.(kernels.SGDIncrementer).IncrementSGDStep(param, grad, mom, hyper, foundInf, o)
+}
+
+// TestSGDCountsInItsStep: on a backend with kernels.SGDIncrementer, an
+// SGD step over a one-bucket arena is one IncrementSGDStep (no Increment
+// of its own), and the weights and the step count are the CPU's.
+func TestSGDCountsInItsStep(t *testing.T) {
+	dev := tensor.Sim(5)
+	orig := kernels.For(dev)
+	cb := &incrementCounter{Backend: orig, n: map[string]int{}}
+	kernels.Register(cb)
+	t.Cleanup(func() { kernels.Register(orig) })
+	run := func(dev tensor.Device) ([][]float32, int) {
+		m, err := nn.NewMLP(tensor.NewRNG(3), nn.MLPOptions{Sizes: []int{6, 8, 4}})
+		require.NoError(t, err)
+		require.NoError(t, nn.To(m, dev))
+		x, err := tensor.Full(tensor.F32, 0.5, 5, 6).ToDevice(dev)
+		require.NoError(t, err)
+		sgd, err := optim.NewSGD(m.Parameters(), optim.SGDOptions{LR: 0.1, Momentum: 0.9})
+		require.NoError(t, err)
+		for range 3 {
+			sgd.ZeroGrad()
+			autograd.Backward(autograd.Sum(m.Forward(autograd.Const(x)), nil, false))
+			sgd.Step()
+		}
+		var out [][]float32
+		for _, p := range m.Parameters() {
+			h, err := p.Value.ToDevice(tensor.CPU)
+			require.NoError(t, err)
+			out = append(out, append([]float32(nil), h.F32()...))
+		}
+		return out, sgd.StepCount()
+	}
+	got, steps := run(dev)
+	require.Equal(t, map[string]int{"IncrementSGDStep": 3}, cb.n)
+	want, wantSteps := run(tensor.CPU)
+	require.Equal(t, want, got)
+	require.Equal(t, 3, steps)
+	require.Equal(t, wantSteps, steps)
+}

@@ -141,11 +141,20 @@ func (s *SGD) StepSkipIf(foundInf *tensor.Tensor) {
 	if s.state != nil {
 		s.state.sync()
 	}
-	s.be.Increment(s.hyp.counter, foundInf)
+	// A backend with kernels.SGDIncrementer counts the step in the first
+	// bucket's launch (one launch fewer per step on CUDA).
+	inc, fused := s.be.(kernels.SGDIncrementer)
+	if !fused || len(s.arena.buckets) == 0 {
+		s.be.Increment(s.hyp.counter, foundInf)
+	}
 	for bi, b := range s.arena.buckets {
 		var mom *tensor.Tensor
 		if s.state != nil {
 			mom = s.state.buf(bi, 0)
+		}
+		if fused && bi == 0 {
+			inc.IncrementSGDStep(b.flat, b.grad, mom, s.hyp.t, foundInf, s.kopts)
+			continue
 		}
 		s.be.SGDStep(b.flat, b.grad, mom, s.hyp.t, foundInf, s.kopts)
 	}

@@ -99,6 +99,9 @@ func TestSGDMixedDTypes(t *testing.T) {
 			t.Errorf("param %d (%v): rel err %.3g", i, p.DType(), e)
 		}
 	}
+	if n := opt.StepCount(); n != 3 {
+		t.Errorf("StepCount %d after 3 steps over 2 buckets, want 3", n)
+	}
 	sd := opt.StateDict()
 	if sd["momentum_buffer.f32"] == nil || sd["momentum_buffer.f64"] == nil || sd["momentum_buffer.f64"].Numel() != 36 {
 		t.Errorf("state dict keys: %v", keys(sd))

@@ -1,6 +1,7 @@
 package backendtest
 
 import (
+	"fmt"
 	"math"
 
 	"github.com/esper-go/esper/kernels"
@@ -14,6 +15,7 @@ var optimCases = []conformance{
 	of(checkForeach, "ForeachNorm", "ForeachScale", "ForeachAxpy"),
 	of(checkIncrement, "Increment"),
 	of(checkSGDStep, "SGDStep"),
+	optional[kernels.SGDIncrementer](checkIncrementSGDStep, "IncrementSGDStep"),
 	of(checkAdamWStep, "AdamWStep"),
 	of(checkUnscaleCheck, "UnscaleCheck"),
 	of(checkScalerUpdate, "ScalerUpdate"),
@@ -341,4 +343,65 @@ func checkForeachStepper(s *suite) {
 			})
 		}
 	}
+}
+
+// checkIncrementSGDStep: IncrementSGDStep equals Increment of hyper[1]
+// followed by SGDStep on the same backend bit for bit (param, momentum
+// and the counter), on a small arena (CUDA's one launch) and one past
+// 16 384 elements, on the first and a later step, with foundInf absent,
+// zero and set.
+func checkIncrementSGDStep(s *suite) {
+	be := s.b.(kernels.SGDIncrementer)
+	for _, n := range []int{70, 20000} {
+		for _, d := range s.floats("IncrementSGDStep", tensor.F64, tensor.F32) {
+			for oi, o := range sgdOptions {
+				for _, step := range []int{0, 2} {
+					for _, inf := range []float64{-1, 0, 1} { // -1: no foundInf
+						pv, gv := s.normals(n), s.normals(n)
+						mv := s.normals(n)
+						type state struct{ p, g, m, hyper, foundInf *T }
+						mk := func() state {
+							var st state
+							st.p, _ = s.put(d, pv, n)
+							st.g, _ = s.put(d, gv, n)
+							if o.Momentum != 0 {
+								st.m, _ = s.put(d, mv, n)
+							}
+							st.hyper, _ = s.put(tensor.F64, []float64{0.1, float64(step)}, 2)
+							if inf >= 0 {
+								st.foundInf, _ = s.put(tensor.F32, []float64{inf}, 1)
+							}
+							return st
+						}
+						writes := func(st state) []*T {
+							w := []*T{st.p, st.hyper}
+							if st.m != nil {
+								w = append(w, st.m)
+							}
+							return w
+						}
+						ref := mk()
+						s.b.Increment(ref.hyper.Narrow(0, 1, 1), ref.foundInf)
+						s.b.SGDStep(ref.p, ref.g, ref.m, ref.hyper, ref.foundInf, o)
+						want := s.read(writes(ref))
+						st := mk()
+						what := name("IncrementSGDStep", d, n, "options", oi, "step", step, "foundInf", inf)
+						s.check(call{what: what, launch: func() { be.IncrementSGDStep(st.p, st.g, st.m, st.hyper, st.foundInf, o) }, writes: writes(st)}, func(got [][]float64) {
+							for i := range got {
+								same(s.t, fmt.Sprintf("%s (against Increment and SGDStep) written %d", what, i), got[i], want[i])
+							}
+							wantStep := float64(step + 1)
+							if inf > 0 {
+								wantStep = float64(step)
+							}
+							same(s.t, what+" step", got[1][1:], []float64{wantStep})
+						})
+					}
+				}
+			}
+		}
+	}
+	s.panics("IncrementSGDStep", func() {
+		be.IncrementSGDStep(s.out(tensor.F32, 4), s.out(tensor.F32, 5), nil, s.full(tensor.F64, 0.1, 2), nil, kernels.SGDOptions{})
+	})
 }

@@ -110,6 +110,7 @@ var optionals = []reflect.Type{
 	reflect.TypeFor[kernels.BatchNormEvalAffiner](),
 	reflect.TypeFor[kernels.GraphAggregator](),
 	reflect.TypeFor[kernels.CrossEntropyCounter](),
+	reflect.TypeFor[kernels.SGDIncrementer](),
 	reflect.TypeFor[kernels.LaunchBounder](),
 	reflect.TypeFor[kernels.ForeachStepper](),
 	// The stream interfaces (stream.go): a backend's device, copies,

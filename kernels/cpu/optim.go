@@ -77,6 +77,15 @@ func (be *Backend) SGDStep(param, grad, mom, hyper, foundInf *T, o kernels.SGDOp
 	}
 }
 
+// IncrementSGDStep implements kernels.SGDIncrementer as Increment of
+// hyper[1] and SGDStep in turn: the CPU has no launch to save.
+func (be *Backend) IncrementSGDStep(param, grad, mom, hyper, foundInf *T, o kernels.SGDOptions) {
+	const name = "IncrementSGDStep"
+	must(kernels.CheckSGDStep(name, param, grad, mom, hyper, o))
+	be.Increment(hyper.Flatten().Narrow(0, 1, 1), foundInf)
+	be.SGDStep(param, grad, mom, hyper, foundInf, o)
+}
+
 // optimAsmMin is the fewest elements a call of the assembly optimizer
 // loops takes: on small arenas (W1's 68 parameters) the 256-bit code
 // costs more than it saves (measured: +1.8 µs on W1's trainer epoch, from

@@ -39,6 +39,11 @@ func (b *Backend) SGDStep(param, grad, mom, hyper, foundInf *T, o kernels.SGDOpt
 	must(b.d.SGDStep(param, grad, mom, hyper, foundInf, o))
 }
 
+// IncrementSGDStep implements kernels.SGDIncrementer.
+func (b *Backend) IncrementSGDStep(param, grad, mom, hyper, foundInf *T, o kernels.SGDOptions) {
+	must(b.d.IncrementSGDStep(param, grad, mom, hyper, foundInf, o))
+}
+
 // AdamWStep implements kernels.Backend (F32 arenas).
 func (b *Backend) AdamWStep(param, grad, m, v, hyper, foundInf *T, o kernels.AdamWOptions) {
 	must(b.d.AdamWStep(param, grad, m, v, hyper, foundInf, o))
@@ -324,6 +329,44 @@ func (d *Device) SGDStep(param, grad, mom, hyper, foundInf *tensor.Tensor, o ker
 	a.f32(float32(o.Momentum)).f32(float32(1 - o.Dampening)).f32(float32(o.WeightDecay))
 	a.i32(b2i(o.Nesterov)).i32(b2i(o.Maximize)).i64(int64(param.Numel()))
 	return d.launch1D("sgd_f32", int64(param.Numel()), &a)
+}
+
+// sgdOneBlock is the largest arena IncrementSGDStep updates in one launch
+// (sgd_inc_f32, one block of blockSize threads).
+const sgdOneBlock = 1 << 14
+
+// IncrementSGDStep is Increment of hyper[1] (unless foundInf) and SGDStep
+// in turn, in one launch for an arena of at most sgdOneBlock elements
+// (kernels.SGDIncrementer).
+func (d *Device) IncrementSGDStep(param, grad, mom, hyper, foundInf *tensor.Tensor, o kernels.SGDOptions) error {
+	const op = "IncrementSGDStep"
+	if err := checked(kernels.CheckSGDStep(op, param, grad, mom, hyper, o)); err != nil {
+		return err
+	}
+	if param.Numel() > sgdOneBlock {
+		if err := d.Increment(hyper.Flatten().Narrow(0, 1, 1), foundInf); err != nil {
+			return err
+		}
+		return d.SGDStep(param, grad, mom, hyper, foundInf, o)
+	}
+	if o.Momentum == 0 {
+		mom = nil // sgd_inc_f32 takes the momentum path for a non-null buffer
+	}
+	pp, pg, pm, ph, pf, err := d.optimPtrs(op, param, grad, mom, hyper, foundInf)
+	if err != nil {
+		return err
+	}
+	fn, err := d.kernel("sgd_inc_f32")
+	if err != nil {
+		return err
+	}
+	release := d.enter()
+	defer release()
+	var a args
+	a.ptr(pp).ptr(pg).ptr(pm).ptr(ph).ptr(pf)
+	a.f32(float32(o.Momentum)).f32(float32(1 - o.Dampening)).f32(float32(o.WeightDecay))
+	a.i32(b2i(o.Nesterov)).i32(b2i(o.Maximize)).i64(int64(param.Numel()))
+	return launchRaw(fn, [3]int{1, 1, 1}, [3]int{blockSize, 1, 1}, 0, d.stream, &a)
 }
 
 // AdamWStep is kernels.Backend's AdamWStep on F32 arenas.

@@ -343,6 +343,12 @@ func (sb *Backend) CountCorrect(acc *kernels.T, logits *kernels.T, target *kerne
 	sb.cpu.(kernels.ReduceFamily).CountCorrect(tensor.BackendView(acc), tensor.BackendView(logits), tensor.BackendView(target))
 }
 
+// IncrementSGDStep implements kernels.SGDIncrementer on the CPU kernels.
+func (sb *Backend) IncrementSGDStep(param *kernels.T, grad *kernels.T, mom *kernels.T, hyper *kernels.T, foundInf *kernels.T, o kernels.SGDOptions) {
+	sb.check("IncrementSGDStep", []*tensor.Tensor{param, grad, mom, hyper, foundInf}, nil)
+	sb.cpu.(kernels.SGDIncrementer).IncrementSGDStep(tensor.BackendView(param), tensor.BackendView(grad), tensor.BackendView(mom), tensor.BackendView(hyper), tensor.BackendView(foundInf), o)
+}
+
 // SegmentReduce implements kernels.SegmentFamily on the CPU kernels.
 func (sb *Backend) SegmentReduce(op kernels.ReduceOp, dst *kernels.T, argmax *kernels.T, src *kernels.T, segIDs *kernels.T) {
 	sb.check("SegmentReduce", []*tensor.Tensor{dst, argmax, src, segIDs}, nil)
@@ -438,6 +444,7 @@ var (
 	_ kernels.PoolFamily           = (*Backend)(nil)
 	_ kernels.RandomFamily         = (*Backend)(nil)
 	_ kernels.ReduceFamily         = (*Backend)(nil)
+	_ kernels.SGDIncrementer       = (*Backend)(nil)
 	_ kernels.SegmentFamily        = (*Backend)(nil)
 	_ kernels.ShapeFamily          = (*Backend)(nil)
 	_ kernels.SoftmaxFamily        = (*Backend)(nil)

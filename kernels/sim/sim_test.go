@@ -124,6 +124,7 @@ func TestOptionalInterfacesMatchCPU(t *testing.T) {
 		"BatchNormEvalAffiner": reflect.TypeFor[kernels.BatchNormEvalAffiner](),
 		"GraphAggregator":      reflect.TypeFor[kernels.GraphAggregator](),
 		"CrossEntropyCounter":  reflect.TypeFor[kernels.CrossEntropyCounter](),
+		"SGDIncrementer":       reflect.TypeFor[kernels.SGDIncrementer](),
 		"LaunchBounder":        reflect.TypeFor[kernels.LaunchBounder](),
 		"GradAccumulator":      reflect.TypeFor[kernels.GradAccumulator](),
 		"ChannelAxpyer":        reflect.TypeFor[kernels.ChannelAxpyer](),

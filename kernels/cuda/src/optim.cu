@@ -101,6 +101,26 @@ __global__ void sgd_f32(float* p, const float* g, float* m, const double* hyper,
     }
 }
 
+// sgd_inc_f32 is increment (of the fp64 step hyper[1]) and sgd_f32 in one
+// launch of one block (kernels.SGDIncrementer, small arenas): every
+// thread computes the new step from the old before the barrier, and
+// thread 0 writes it back after it, so no thread reads a step already
+// counted. Skipped whole when *found_inf is non-zero, as both are.
+__global__ void sgd_inc_f32(float* p, const float* g, float* m, double* hyper, const float* found_inf, float mu,
+                            float damp, float wd, int nesterov, int maximize, int64_t n) {
+    if (found_inf != nullptr && *found_inf != 0.f) return;
+    const double step = hyper[1] + 1.0;
+    const float lr = (float)hyper[0];
+    const int first = step <= 1.0;
+    __syncthreads();  // every thread has read the old step
+    if (threadIdx.x == 0) hyper[1] = step;
+    if (m != nullptr) {
+        sgd_apply<true>(p, g, m, lr, mu, damp, wd, first, nesterov, maximize, n);
+    } else {
+        sgd_apply<false>(p, g, m, lr, mu, damp, wd, first, nesterov, maximize, n);
+    }
+}
+
 // adamw_f32 follows torch.optim.AdamW (amsgrad off): p ·= 1 − lr·wd;
 // m = β1·m + (1−β1)·g; v = β2·v + (1−β2)·g²;
 // p −= lr/(1−β1^t) · m / (sqrt(v)/sqrt(1−β2^t) + eps). The scalar factors
