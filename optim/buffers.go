@@ -26,6 +26,18 @@ func emptyOn(dev tensor.Device, dt tensor.DType, shape ...int) *tensor.Tensor {
 	return t
 }
 
+// outOn allocates a tensor on dev for an op that writes all of it next
+// (ForeachNorm's norms, BinaryScalar's result). Unlike emptyOn it is not
+// zeroed first: on a device that would be a Fill launch, one graph node
+// per captured step that nothing reads.
+func outOn(dev tensor.Device, dt tensor.DType, shape ...int) *tensor.Tensor {
+	t, err := tensor.EmptyOn(dev, dt, shape...)
+	if err != nil {
+		panic(fmt.Sprintf("optim: allocating %v %v on %v: %v", dt, shape, dev, err))
+	}
+	return t
+}
+
 // copyTensor copies src into dst (same element count, any dtypes).
 func copyTensor(dst, src *tensor.Tensor) {
 	if dst.Device().IsCPU() && src.Device().IsCPU() {

@@ -24,12 +24,12 @@ func GradNorm(a *Arena) *tensor.Tensor {
 			ndt = tensor.F64
 		}
 	}
-	norms := emptyOn(a.device, ndt, len(a.grads))
+	norms := outOn(a.device, ndt, len(a.grads))
 	be.ForeachNorm(norms, a.grads)
 	if len(a.grads) == 1 {
 		return norms.Reshape()
 	}
-	total := emptyOn(a.device, ndt, 1)
+	total := outOn(a.device, ndt, 1)
 	be.ForeachNorm(total, []*tensor.Tensor{norms})
 	return total.Reshape()
 }
@@ -49,11 +49,11 @@ func ClipGradNorm(a *Arena, maxNorm float64) *tensor.Tensor {
 	}
 	be := kernels.For(a.device)
 	norm := GradNorm(a)
-	den := emptyOn(a.device, norm.DType())
+	den := outOn(a.device, norm.DType())
 	be.BinaryScalar(kernels.Add, den, norm, clipEps, false)
-	quo := emptyOn(a.device, norm.DType())
+	quo := outOn(a.device, norm.DType())
 	be.BinaryScalar(kernels.Div, quo, den, maxNorm, true)
-	coef := emptyOn(a.device, norm.DType())
+	coef := outOn(a.device, norm.DType())
 	be.BinaryScalar(kernels.Minimum, coef, quo, 1, false)
 	be.ForeachScale(a.grads, coef)
 	return norm
