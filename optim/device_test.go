@@ -17,6 +17,18 @@ import (
 // AdamW steps on a fixed batch and returns the final weights (host
 // copies) and the arena's device.
 func trainSteps(t *testing.T, dev tensor.Device) ([][]float32, tensor.Device) {
+	m, sgd, step := sgdSteps(t, dev)
+	adam, err := optim.NewAdamW(m.Parameters(), optim.AdamWOptions{LR: 0.01})
+	require.NoError(t, err)
+	for range 3 {
+		step(adam)
+	}
+	return weights(t, m), sgd.Arena().Device()
+}
+
+// sgdSteps builds an MLP on dev and takes three SGD-momentum steps on a
+// fixed batch; step takes one more with any optimizer of its weights.
+func sgdSteps(t *testing.T, dev tensor.Device) (m *nn.Sequential, sgd *optim.SGD, step func(optim.Optimizer)) {
 	m, err := nn.NewMLP(tensor.NewRNG(3), nn.MLPOptions{Sizes: []int{6, 8, 4}})
 	require.NoError(t, err)
 	require.NoError(t, nn.To(m, dev))
@@ -27,27 +39,28 @@ func trainSteps(t *testing.T, dev tensor.Device) ([][]float32, tensor.Device) {
 	}
 	xd, err := x.ToDevice(dev)
 	require.NoError(t, err)
-	sgd, err := optim.NewSGD(m.Parameters(), optim.SGDOptions{LR: 0.1, Momentum: 0.9})
+	step = func(o optim.Optimizer) {
+		o.ZeroGrad()
+		autograd.Backward(autograd.Sum(m.Forward(autograd.Const(xd)), nil, false))
+		o.Step()
+	}
+	sgd, err = optim.NewSGD(m.Parameters(), optim.SGDOptions{LR: 0.1, Momentum: 0.9})
 	require.NoError(t, err)
 	for range 3 {
-		sgd.ZeroGrad()
-		autograd.Backward(autograd.Sum(m.Forward(autograd.Const(xd)), nil, false))
-		sgd.Step()
+		step(sgd)
 	}
-	adam, err := optim.NewAdamW(m.Parameters(), optim.AdamWOptions{LR: 0.01})
-	require.NoError(t, err)
-	for range 3 {
-		adam.ZeroGrad()
-		autograd.Backward(autograd.Sum(m.Forward(autograd.Const(xd)), nil, false))
-		adam.Step()
-	}
+	return m, sgd, step
+}
+
+// weights are host copies of m's parameters.
+func weights(t *testing.T, m *nn.Sequential) [][]float32 {
 	var out [][]float32
 	for _, p := range m.Parameters() {
 		h, err := p.Value.ToDevice(tensor.CPU)
 		require.NoError(t, err)
 		out = append(out, append([]float32(nil), h.F32()...))
 	}
-	return out, sgd.Arena().Device()
+	return out
 }
 
 // TestOptimizersOnSim: SGD with momentum and AdamW over an arena on the
@@ -181,25 +194,8 @@ func TestSGDCountsInItsStep(t *testing.T) {
 	kernels.Register(cb)
 	t.Cleanup(func() { kernels.Register(orig) })
 	run := func(dev tensor.Device) ([][]float32, int) {
-		m, err := nn.NewMLP(tensor.NewRNG(3), nn.MLPOptions{Sizes: []int{6, 8, 4}})
-		require.NoError(t, err)
-		require.NoError(t, nn.To(m, dev))
-		x, err := tensor.Full(tensor.F32, 0.5, 5, 6).ToDevice(dev)
-		require.NoError(t, err)
-		sgd, err := optim.NewSGD(m.Parameters(), optim.SGDOptions{LR: 0.1, Momentum: 0.9})
-		require.NoError(t, err)
-		for range 3 {
-			sgd.ZeroGrad()
-			autograd.Backward(autograd.Sum(m.Forward(autograd.Const(x)), nil, false))
-			sgd.Step()
-		}
-		var out [][]float32
-		for _, p := range m.Parameters() {
-			h, err := p.Value.ToDevice(tensor.CPU)
-			require.NoError(t, err)
-			out = append(out, append([]float32(nil), h.F32()...))
-		}
-		return out, sgd.StepCount()
+		m, sgd, _ := sgdSteps(t, dev)
+		return weights(t, m), sgd.StepCount()
 	}
 	got, steps := run(dev)
 	require.Equal(t, map[string]int{"IncrementSGDStep": 3}, cb.n)

@@ -76,6 +76,39 @@ func bnChunks(cnt, c int) (s, chunk int) {
 	return (cnt + chunk - 1) / chunk, chunk
 }
 
+// checkBNChannels refuses more channels than a grid has rows of blocks.
+func checkBNChannels(op string, c int) error {
+	if c > bnMaxChannels {
+		return fmt.Errorf("cuda: %s: %d channels (at most %d run here)", op, c, bnMaxChannels)
+	}
+	return nil
+}
+
+// bnPartials launches kernel, batch norm's partial reduction, over a
+// grid of (s, c) blocks into a new scratch of two floats per block, and
+// returns the scratch: the caller frees it once the launch that reads it
+// is enqueued (stream order keeps it until that launch has run). fill
+// adds the kernel's arguments after the scratch's address.
+func (d *Device) bnPartials(op, kernel string, c, s int, fill func(a *args)) (*tensor.Tensor, cu.DevicePtr, error) {
+	part, err := d.scratchF32(2 * c * s)
+	if err != nil {
+		return nil, 0, err
+	}
+	ppart, _ := d.ptrOf(op, "scratch", part, tensor.F32)
+	fn, err := d.kernel(kernel)
+	if err == nil {
+		var a args
+		a.ptr(ppart)
+		fill(&a)
+		err = launchRaw(fn, [3]int{s, c, 1}, [3]int{rowThreads, 1, 1}, 0, d.stream, &a)
+	}
+	if err != nil {
+		part.Storage().Free()
+		return nil, 0, err
+	}
+	return part, ppart, nil
+}
+
 // bnStats launches batch norm's statistics into psm and psr (mean and
 // rstd, [C]): in training the partial moments of every chunk of x
 // (bn_stats_<dt>), then bn_stats_finish, which merges them and updates
@@ -86,31 +119,20 @@ func (d *Device) bnStats(op string, dt tensor.DType, psm, psr, prm, prv, px cu.D
 	if err != nil {
 		return err
 	}
-	if c > bnMaxChannels {
-		return fmt.Errorf("cuda: %s: %d channels (at most %d run here)", op, c, bnMaxChannels)
-	}
-	if c <= 0 {
-		return nil
+	if err := checkBNChannels(op, c); err != nil || c <= 0 {
+		return err
 	}
 	cnt := n * hw
 	s, chunk := bnChunks(cnt, c)
 	var ppart cu.DevicePtr
 	if training {
-		part, err := d.scratchF32(2 * c * s)
-		if err != nil {
+		var part *tensor.Tensor
+		if part, ppart, err = d.bnPartials(op, name, c, s, func(a *args) {
+			a.ptr(px).i64(int64(n)).i64(int64(c)).i64(int64(hw)).i64(int64(chunk))
+		}); err != nil {
 			return err
 		}
-		defer part.Storage().Free() // stream order keeps it until the launches have run
-		ppart, _ = d.ptrOf(op, "scratch", part, tensor.F32)
-		fn, err := d.kernel(name)
-		if err != nil {
-			return err
-		}
-		var a args
-		a.ptr(ppart).ptr(px).i64(int64(n)).i64(int64(c)).i64(int64(hw)).i64(int64(chunk))
-		if err := launchRaw(fn, [3]int{s, c, 1}, [3]int{rowThreads, 1, 1}, 0, d.stream, &a); err != nil {
-			return err
-		}
+		defer part.Storage().Free() // after the finish below is enqueued
 	}
 	fin, err := d.kernel("bn_stats_finish")
 	if err != nil {
@@ -124,37 +146,23 @@ func (d *Device) bnStats(op string, dt tensor.DType, psm, psr, prm, prv, px cu.D
 
 // bnBwdSums launches the backward's per-channel sums into ps (Σ dy at
 // [0, C), Σ dy·x̂ at [C, 2C)) and the optional pdw, pdb: the partials of
-// every chunk (the kernel partial, whose arguments after part fill adds,
-// given the chunk length), then bn_bwd_finish_<dt>. Call it inside
-// d.enter.
+// every chunk (the kernel partial; fill adds its arguments after the
+// scratch, given the chunk length), then bn_bwd_finish_<dt>. Call it
+// inside d.enter.
 func (d *Device) bnBwdSums(op, partial string, dt tensor.DType, ps, pdw, pdb cu.DevicePtr, n, c, hw int, fill func(a *args, chunk int)) error {
 	finName, err := floatKernel(op, "bn_bwd_finish", dt)
 	if err != nil {
 		return err
 	}
-	if c > bnMaxChannels {
-		return fmt.Errorf("cuda: %s: %d channels (at most %d run here)", op, c, bnMaxChannels)
-	}
-	if c <= 0 {
-		return nil
+	if err := checkBNChannels(op, c); err != nil || c <= 0 {
+		return err
 	}
 	s, chunk := bnChunks(n*hw, c)
-	part, err := d.scratchF32(2 * c * s)
+	part, ppart, err := d.bnPartials(op, partial, c, s, func(a *args) { fill(a, chunk) })
 	if err != nil {
 		return err
 	}
-	defer part.Storage().Free() // stream order keeps it until the launches have run
-	ppart, _ := d.ptrOf(op, "scratch", part, tensor.F32)
-	fn, err := d.kernel(partial)
-	if err != nil {
-		return err
-	}
-	var a args
-	a.ptr(ppart)
-	fill(&a, chunk)
-	if err := launchRaw(fn, [3]int{s, c, 1}, [3]int{rowThreads, 1, 1}, 0, d.stream, &a); err != nil {
-		return err
-	}
+	defer part.Storage().Free() // after the finish below is enqueued
 	fin, err := d.kernel(finName)
 	if err != nil {
 		return err

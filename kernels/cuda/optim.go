@@ -324,11 +324,16 @@ func (d *Device) SGDStep(param, grad, mom, hyper, foundInf *tensor.Tensor, o ker
 	}
 	release := d.enter()
 	defer release()
+	return d.launch1D("sgd_f32", int64(param.Numel()), sgdArgs(pp, pg, pm, ph, pf, o, param.Numel()))
+}
+
+// sgdArgs are the arguments of sgd_f32 and sgd_inc_f32.
+func sgdArgs(pp, pg, pm, ph, pf cu.DevicePtr, o kernels.SGDOptions, n int) *args {
 	var a args
 	a.ptr(pp).ptr(pg).ptr(pm).ptr(ph).ptr(pf)
 	a.f32(float32(o.Momentum)).f32(float32(1 - o.Dampening)).f32(float32(o.WeightDecay))
-	a.i32(b2i(o.Nesterov)).i32(b2i(o.Maximize)).i64(int64(param.Numel()))
-	return d.launch1D("sgd_f32", int64(param.Numel()), &a)
+	a.i32(b2i(o.Nesterov)).i32(b2i(o.Maximize)).i64(int64(n))
+	return &a
 }
 
 // sgdOneBlock is the largest arena IncrementSGDStep updates in one launch
@@ -362,11 +367,7 @@ func (d *Device) IncrementSGDStep(param, grad, mom, hyper, foundInf *tensor.Tens
 	}
 	release := d.enter()
 	defer release()
-	var a args
-	a.ptr(pp).ptr(pg).ptr(pm).ptr(ph).ptr(pf)
-	a.f32(float32(o.Momentum)).f32(float32(1 - o.Dampening)).f32(float32(o.WeightDecay))
-	a.i32(b2i(o.Nesterov)).i32(b2i(o.Maximize)).i64(int64(param.Numel()))
-	return launchRaw(fn, [3]int{1, 1, 1}, [3]int{blockSize, 1, 1}, 0, d.stream, &a)
+	return launchRaw(fn, [3]int{1, 1, 1}, [3]int{blockSize, 1, 1}, 0, d.stream, sgdArgs(pp, pg, pm, ph, pf, o, param.Numel()))
 }
 
 // AdamWStep is kernels.Backend's AdamWStep on F32 arenas.
