@@ -87,31 +87,45 @@ __device__ __forceinline__ float relu_dy(const NormRelu<T>& m, const T* dy, cons
 // part[(ch·S + s)·2 ..]; a finishing launch (one warp per channel) merges
 // a channel's S partials in a fixed order. Every result is deterministic.
 
-// bn_chunk_index is the offset in x of element e of channel ch.
-__device__ __forceinline__ int64_t bn_chunk_index(int64_t e, int64_t c, int64_t ch, int64_t hw) {
-    int64_t s = e / hw;
+// bn_chunk_index is the offset in x of element e of channel ch (I the
+// index type: int where bn_fits32, so that the division per element is a
+// 32-bit one, several times cheaper than a 64-bit one).
+template <typename I>
+__device__ __forceinline__ I bn_chunk_index(I e, I c, I ch, I hw) {
+    I s = e / hw;
     return (s * c + ch) * hw + (e - s * hw);
 }
 
+// bn_fits32 says every index of x [n, c, hw] fits a 32-bit int (below
+// 2^30, so that no loop step overflows).
+__device__ __forceinline__ bool bn_fits32(int64_t n, int64_t c, int64_t hw) { return n * c * hw < ((int64_t)1 << 30); }
+
 // bn_stats_part: the mean and the sum of squared deviations from it of
 // block (s, ch)'s chunk (two passes over the chunk).
-template <typename T>
-__device__ void bn_stats_part(float* part, const T* x, int64_t n, int64_t c, int64_t hw, int64_t chunk) {
-    int64_t ch = blockIdx.y, cnt = n * hw, lo = (int64_t)blockIdx.x * chunk, hi = min(lo + chunk, cnt);
+template <typename T, typename I>
+__device__ void bn_stats_part_at(float* part, const T* x, I n, I c, I hw, I chunk) {
+    I ch = blockIdx.y, cnt = n * hw, lo = (I)blockIdx.x * chunk, hi = min(lo + chunk, cnt);
     float s = 0.f;
-    for (int64_t e = lo + threadIdx.x; e < hi; e += blockDim.x) s += ld(x, bn_chunk_index(e, c, ch, hw));
+    for (I e = lo + (I)threadIdx.x; e < hi; e += (I)blockDim.x) s += ld(x, bn_chunk_index<I>(e, c, ch, hw));
     float m = hi > lo ? block_sum(s) / (float)(hi - lo) : 0.f;
     float q = 0.f;
-    for (int64_t e = lo + threadIdx.x; e < hi; e += blockDim.x) {
-        float d = ld(x, bn_chunk_index(e, c, ch, hw)) - m;
+    for (I e = lo + (I)threadIdx.x; e < hi; e += (I)blockDim.x) {
+        float d = ld(x, bn_chunk_index<I>(e, c, ch, hw)) - m;
         q += d * d;
     }
     q = hi > lo ? block_sum(q) : 0.f;
     if (threadIdx.x == 0) {
-        float* p = part + (ch * gridDim.x + blockIdx.x) * 2;
+        float* p = part + ((int64_t)ch * gridDim.x + blockIdx.x) * 2;
         p[0] = m;
         p[1] = q;
     }
+}
+template <typename T>
+__device__ void bn_stats_part(float* part, const T* x, int64_t n, int64_t c, int64_t hw, int64_t chunk) {
+    if (bn_fits32(n, c, hw))
+        bn_stats_part_at<T, int>(part, x, (int)n, (int)c, (int)hw, (int)chunk);
+    else
+        bn_stats_part_at<T, int64_t>(part, x, n, c, hw, chunk);
 }
 
 // Moments is a partial's element count, mean and sum of squared
@@ -214,26 +228,34 @@ __device__ void bn_relu_pool(T* pooled, int32_t* argmax, const T* x, const float
 // bn_bwd_sums: block (s, ch) of a grid of (S, C) writes the partial
 // Σ dy and Σ dy·x̂ of its chunk of channel ch (RELU: dy as relu_dy gives
 // it, w being the forward's) to part[(ch·S + s)·2 ..]; bn_bwd_finish
-// sums them.
-template <typename T, int RELU = 0>
-__device__ void bn_bwd_sums(float* part, const T* dy, const T* x, const float* mean, const float* rstd, int64_t n,
-                            int64_t c, int64_t hw, int64_t chunk, const T* w = nullptr, NormRelu<T> m = NormRelu<T>()) {
-    int64_t ch = blockIdx.y, cnt = n * hw, lo = (int64_t)blockIdx.x * chunk, hi = min(lo + chunk, cnt);
+// sums them. I is the index type (see bn_chunk_index).
+template <typename T, int RELU, typename I>
+__device__ void bn_bwd_sums_at(float* part, const T* dy, const T* x, const float* mean, const float* rstd, I n, I c,
+                               I hw, I chunk, const T* w, NormRelu<T> m) {
+    I ch = blockIdx.y, cnt = n * hw, lo = (I)blockIdx.x * chunk, hi = min(lo + chunk, cnt);
     float mu = mean[ch], r = rstd[ch], a = 0.f, b = 0.f;
     float mwk = RELU && w ? ld(w, ch) : 1.f, mbk = RELU && m.b ? ld(m.b, ch) : 0.f;
-    for (int64_t e = lo + threadIdx.x; e < hi; e += blockDim.x) {
-        int64_t i = bn_chunk_index(e, c, ch, hw);
-        float g = RELU ? relu_dy<T, RELU>(m, dy, x, i, hw, mu, r, mwk, mbk) : ld(dy, i);
+    for (I e = lo + (I)threadIdx.x; e < hi; e += (I)blockDim.x) {
+        I i = bn_chunk_index<I>(e, c, ch, hw);
+        float g = RELU ? relu_dy<T, RELU, I>(m, dy, x, i, hw, mu, r, mwk, mbk) : ld(dy, i);
         a += g;
         b += g * (ld(x, i) - mu) * r;
     }
     a = block_sum(a);
     b = block_sum(b);
     if (threadIdx.x == 0) {
-        float* p = part + (ch * gridDim.x + blockIdx.x) * 2;
+        float* p = part + ((int64_t)ch * gridDim.x + blockIdx.x) * 2;
         p[0] = a;
         p[1] = b;
     }
+}
+template <typename T, int RELU = 0>
+__device__ void bn_bwd_sums(float* part, const T* dy, const T* x, const float* mean, const float* rstd, int64_t n,
+                            int64_t c, int64_t hw, int64_t chunk, const T* w = nullptr, NormRelu<T> m = NormRelu<T>()) {
+    if (bn_fits32(n, c, hw))
+        bn_bwd_sums_at<T, RELU, int>(part, dy, x, mean, rstd, (int)n, (int)c, (int)hw, (int)chunk, w, m);
+    else
+        bn_bwd_sums_at<T, RELU, int64_t>(part, dy, x, mean, rstd, n, c, hw, chunk, w, m);
 }
 
 // bn_bwd_finish: block ch (one warp) sums channel ch's S partials (lane l
