@@ -156,4 +156,5 @@ gpu-bundle: cuda-deps
 	$(CUDA_GO) build -tags cuda $(GPU_STAMP) -o gpu/esper ./cmd/esper
 	cp bench/pytorch/*.py gpu/pytorch/
 	cp kernels/cuda/gpu_run.sh gpu/run.sh
+	cp kernels/cuda/ncu_top.py gpu/
 	@echo "gpu-bundle: gpu/ is ready; on the GPU machine run gpu/run.sh OUTDIR"

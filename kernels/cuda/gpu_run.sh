@@ -15,6 +15,9 @@
 # train is `esper train` with the demo's flags on cuda beside the same on
 # the CPU, with --amp bf16 and fp16, and `esper ppo --rounds 3` on cuda);
 # ESPER_GPU_WORKLOADS the workloads (default "w1 w2 w4 w5 w6 w7 w8").
+# Phase "profile" (not a default) runs Nsight Compute over short runs of
+# W1, W2, W4 and W5 (those of the workloads) and writes profile_<w>.txt:
+# the kernels that took the most GPU time.
 #
 # The peers: gpu_peers.py for W1, W5-W8 and w2_gnn.py --device cuda for
 # W2 (its built-in W2 graph replicated to batches 1 and 64: the graphs
@@ -214,6 +217,39 @@ p = json.load(open(sys.argv[1])).get("peer")
 p and json.dump(p, open(sys.argv[2], "w"), indent=2)' "$out/esper/W4.json" "$out/pytorch_w4.json"
 		fi
 	done
+fi
+if has profile; then
+	# Where each workload's GPU time goes: Nsight Compute's duration of
+	# every kernel of a short run (graph nodes profiled one by one), summed
+	# by kernel into profile_<w>.txt by ncu_top.py; the CSV is kept,
+	# gzipped. Not a default phase: ncu replays every kernel alone, which
+	# takes a while, and its times are shares, not graph-replay times.
+	ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+	if [ -x "$ncu" ]; then
+		for w in $workloads; do
+			case $w in
+			w1) args=(--epochs 2 --warmup 1) ;;
+			w2) args=(--reps 1 --warmup 1) ;;
+			w4) args=(--steps 2 --warmup 1 --ppo-rounds -1) ;;
+			w5) args=(--steps 3 --warmup 1 --eval-batches 3) ;;
+			*) continue ;;
+			esac
+			echo "== ncu profile of $w"
+			# At most 3000 kernels (W4's first 2000, its set-up and warm-up,
+			# skipped).
+			skip=0
+			[ "$w" = w4 ] && skip=2000
+			step "ncu profile $w" 120 "$out/profile_${w}.log" \
+				"$ncu" --csv --metrics gpu__time_duration.sum --graph-profiling node -s "$skip" -c 3000 \
+				"$here/esper" bench --device cuda --workload "$w" "${args[@]}"
+			grep '^"' "$out/profile_${w}.log" | gzip >"$out/profile_${w}.csv.gz"
+			grep -v '^"' "$out/profile_${w}.log" >"$out/profile_${w}.log.tmp" && mv "$out/profile_${w}.log.tmp" "$out/profile_${w}.log"
+			python3 "$here/ncu_top.py" "$out/profile_${w}.csv.gz" >"$out/profile_${w}.txt" 2>&1
+			head -14 "$out/profile_${w}.txt"
+		done
+	else
+		echo "profile: ncu not found, skipped" | tee -a "$summary"
+	fi
 fi
 echo "== summary ($((SECONDS - start))s of ${budget}s)"
 cat "$summary"
