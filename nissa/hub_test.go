@@ -1,7 +1,6 @@
 package nissa
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/esper-go/esper/internal/syncbuf"
 	"github.com/esper-go/esper/leyline"
 )
 
@@ -91,23 +91,8 @@ func (f *funcBackend) Close() error {
 	return nil
 }
 
-// syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is a writer the test reads while the code under test writes.
+type syncBuffer = syncbuf.Buffer
 
 func testLogger() (*slog.Logger, *syncBuffer) {
 	buf := &syncBuffer{}

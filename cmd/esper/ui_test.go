@@ -13,36 +13,21 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/esper-go/esper/internal/syncbuf"
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/nissa"
 	"github.com/esper-go/esper/nissa/dashboard"
 	"github.com/esper-go/esper/simic"
 )
 
-// syncBuffer is a writer the test reads while the command writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is a writer the test reads while the code under test writes.
+type syncBuffer = syncbuf.Buffer
 
 var dashboardURL = regexp.MustCompile(`dashboard at (http://\S+)`)
 
