@@ -38,18 +38,24 @@ func Conv2d(x, w, b *Var, p kernels.Conv2dParams) *Var {
 	if b != nil {
 		inputs = append(inputs, b)
 	}
-	return result("conv2d", out, inputs, 2, func() backwardFunc {
+	return resultWith("conv2d", out, inputs, 2, true, func(bufs *opBufs) backwardFunc {
 		return func(g *tensor.Tensor) []*tensor.Tensor {
 			g = contig(g)
 			be := backendOf(g)
-			grads := make([]*tensor.Tensor, len(inputs))
+			grads := bufs.grads[:len(inputs)]
 			if needs(x) {
 				grads[0] = alloc(xv, xv.DType(), xs...)
 				be.Conv2dBackwardInput(grads[0], g, wv, p)
 			}
 			if needs(w) {
-				grads[1] = alloc(wv, wv.DType(), ws...)
-				be.Conv2dBackwardWeight(grads[1], xv, g, p)
+				// Straight into w's Grad where Backward offers it and the
+				// backend adds there (kernels.ParamGradAccumulator).
+				if pa, ok := be.(kernels.ParamGradAccumulator); ok && bufs.sink[1] != nil && bufs.sink[1].DType() == wv.DType() {
+					pa.Conv2dBackwardWeightAdd(bufs.sink[1], xv, g, p)
+				} else {
+					grads[1] = alloc(wv, wv.DType(), ws...)
+					be.Conv2dBackwardWeight(grads[1], xv, g, p)
+				}
 			}
 			if b != nil && needs(b) {
 				grads[2] = reduceKeep(kernels.Sum, g, []int{0, 2, 3}).Reshape(ws[0])

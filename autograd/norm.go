@@ -238,21 +238,60 @@ func batchNorm(x, w, b *Var, runMean, runVar *tensor.Tensor, training bool, mome
 	if relu && bv != nil {
 		saved++ // the shift, from which the backward rebuilds the ReLU's mask
 	}
-	mk := func() backwardFunc {
+	mk := func(bufs *opBufs) backwardFunc {
 		return func(g *tensor.Tensor) []*tensor.Tensor {
 			grads, dx, dw, db := normGrads(x, w, b, xv, wv, bv, len(inputs), wi, bi, c)
-			if relu {
+			pa, acc := affineSinks(bufs, backendOf(xv), grads, &dw, &db, wi, bi)
+			switch {
+			case relu && acc:
+				pa.BatchNormReluBackwardAdd(dx, dw, db, contig(g), xv, bv, mean, rstd, wv, training)
+			case relu:
 				backendOf(xv).(kernels.BatchNormReluer).BatchNormReluBackward(dx, dw, db, contig(g), xv, bv, mean, rstd, wv, training)
-			} else {
+			case acc:
+				pa.BatchNormBackwardAdd(dx, dw, db, contig(g), xv, mean, rstd, wv, training)
+			default:
 				backendOf(xv).BatchNormBackward(dx, dw, db, contig(g), xv, mean, rstd, wv, training)
 			}
 			return grads
 		}
 	}
 	if relu {
-		return result("batch_norm_relu", y, inputs, saved, mk)
+		return resultWith("batch_norm_relu", y, inputs, saved, true, mk)
 	}
-	return result("batch_norm", y, inputs, saved, mk)
+	return resultWith("batch_norm", y, inputs, saved, true, mk)
+}
+
+// affineSinks lets a batch norm's backward add its weight and bias
+// gradients straight into their Grad (kernels.ParamGradAccumulator):
+// when be has the capability and every affine gradient wanted (dw, db
+// from normGrads, non-nil) has a sink, it points dw and db at the sinks,
+// clears their entries in grads and reports true; otherwise it changes
+// nothing.
+func affineSinks(bufs *opBufs, be kernels.Backend, grads []*tensor.Tensor, dw, db **tensor.Tensor, wi, bi int) (kernels.ParamGradAccumulator, bool) {
+	pa, ok := be.(kernels.ParamGradAccumulator)
+	if !ok || (*dw == nil && *db == nil) {
+		return nil, false
+	}
+	sink := func(t *tensor.Tensor, i int) *tensor.Tensor {
+		if t == nil {
+			return nil
+		}
+		if s := bufs.sink[i]; s != nil && s.DType() == t.DType() && s.Numel() == t.Numel() {
+			return s.Reshape(t.Shape()...)
+		}
+		return nil
+	}
+	sw, sb := sink(*dw, wi), sink(*db, bi)
+	if (*dw != nil && sw == nil) || (*db != nil && sb == nil) {
+		return nil, false
+	}
+	if *dw != nil {
+		*dw, grads[wi] = sw, nil
+	}
+	if *db != nil {
+		*db, grads[bi] = sb, nil
+	}
+	return pa, true
 }
 
 // BatchNormReluMaxPool is MaxPool2d(BatchNormRelu(x, w, b, ...)) with a
@@ -300,14 +339,18 @@ func BatchNormReluMaxPool(x, w, b *Var, runMean, runVar *tensor.Tensor, training
 	if bv != nil {
 		saved++ // the shift, from which the backward rebuilds the ReLU's mask
 	}
-	mk := func() backwardFunc {
+	mk := func(bufs *opBufs) backwardFunc {
 		return func(g *tensor.Tensor) []*tensor.Tensor {
 			grads, dx, dw, db := normGrads(x, w, b, xv, wv, bv, len(inputs), wi, bi, c)
-			pooler.BatchNormReluMaxPool2x2Backward(dx, dw, db, contig(g), argmax, xv, bv, mean, rstd, wv, training)
+			if pa, acc := affineSinks(bufs, be, grads, &dw, &db, wi, bi); acc {
+				pa.BatchNormReluMaxPool2x2BackwardAdd(dx, dw, db, contig(g), argmax, xv, bv, mean, rstd, wv, training)
+			} else {
+				pooler.BatchNormReluMaxPool2x2Backward(dx, dw, db, contig(g), argmax, xv, bv, mean, rstd, wv, training)
+			}
 			return grads
 		}
 	}
-	return result("batch_norm_relu_max_pool", pooled, inputs, saved, mk)
+	return resultWith("batch_norm_relu_max_pool", pooled, inputs, saved, true, mk)
 }
 
 // BatchNormEvalAffine returns batch norm's evaluation-mode affine map

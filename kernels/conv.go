@@ -14,6 +14,30 @@ type ConvFamily interface {
 	Conv2dBackwardWeight(dw, x, dy *T, p Conv2dParams)
 }
 
+// ParamGradAccumulator is implemented by backends that add a
+// convolution's weight gradient, or a batch norm's weight and bias
+// gradients, into existing tensors in the launches that compute them, as
+// GradAccumulator does for a linear layer: autograd accumulates them
+// straight into the parameters' Grad instead of computing them into new
+// tensors and adding those (one Binary launch fewer per parameter and
+// training step). It is an optional capability (check with a type
+// assertion). Each method is its overwriting op with dw and db (either
+// may be nil) added to instead of overwritten, dx overwritten as before;
+// the results are bit for bit those of the overwriting op into new
+// tensors followed by Binary Add.
+type ParamGradAccumulator interface {
+	// Conv2dBackwardWeightAdd is Conv2dBackwardWeight adding into dw.
+	Conv2dBackwardWeightAdd(dw, x, dy *T, p Conv2dParams)
+	// BatchNormBackwardAdd is BatchNormBackward adding into dw and db.
+	BatchNormBackwardAdd(dx, dw, db, dy, x, saveMean, saveRstd, w *T, training bool)
+	// BatchNormReluBackwardAdd is BatchNormReluer's backward adding into
+	// dw and db.
+	BatchNormReluBackwardAdd(dx, dw, db, dy, x, b, saveMean, saveRstd, w *T, training bool)
+	// BatchNormReluMaxPool2x2BackwardAdd is BatchNormReluPooler's
+	// backward adding into dw and db.
+	BatchNormReluMaxPool2x2BackwardAdd(dx, dw, db, g, argmax, x, b, saveMean, saveRstd, w *T, training bool)
+}
+
 // Conv2dParams configures a 2-D convolution. Zero values mean stride 1,
 // padding 0, dilation 1, groups 1.
 type Conv2dParams struct {

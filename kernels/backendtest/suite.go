@@ -85,7 +85,7 @@ func (c conformance) name() string { return strings.Join(c.methods, "+") }
 
 // cases are the checks of every method, family by family.
 var cases = slices.Concat(elementwiseCases, reduceCases, matmulCases, convCases, poolCases, softmaxCases,
-	normCases, indexCases, segmentCases, graphCases, shapeCases, randomCases, optimCases, captureCases, streamCases)
+	normCases, paramGradCases, indexCases, segmentCases, graphCases, shapeCases, randomCases, optimCases, captureCases, streamCases)
 
 // of is the check of methods of kernels.Backend.
 func of(run func(s *suite), methods ...string) conformance {
@@ -111,6 +111,7 @@ var optionals = []reflect.Type{
 	reflect.TypeFor[kernels.GraphAggregator](),
 	reflect.TypeFor[kernels.CrossEntropyCounter](),
 	reflect.TypeFor[kernels.SGDIncrementer](),
+	reflect.TypeFor[kernels.ParamGradAccumulator](),
 	reflect.TypeFor[kernels.LaunchBounder](),
 	reflect.TypeFor[kernels.ForeachStepper](),
 	// The stream interfaces (stream.go): a backend's device, copies,

@@ -32,6 +32,11 @@ func (b *Backend) Conv2dBackwardWeight(dw, x, dy *T, p kernels.Conv2dParams) {
 	must(b.d.Conv2dBackwardWeight(dw, x, dy, p, b.precision()))
 }
 
+// Conv2dBackwardWeightAdd implements kernels.ParamGradAccumulator.
+func (b *Backend) Conv2dBackwardWeightAdd(dw, x, dy *T, p kernels.Conv2dParams) {
+	must(b.d.Conv2dBackwardWeightAdd(dw, x, dy, p, b.precision()))
+}
+
 // convGeom is struct Conv of src/conv.cu, word for word.
 type convGeom struct {
 	n, cin, h, w, kh, kw, ho, wo, sh, sw, ph, pw, dh, dw int64
@@ -204,7 +209,18 @@ func (d *Device) Conv2dBackwardInput(dx, dy, w *tensor.Tensor, p kernels.Conv2dP
 // sample products into a scratch buffer, summed over the samples in
 // order (deterministic).
 func (d *Device) Conv2dBackwardWeight(dw, x, dy *tensor.Tensor, p kernels.Conv2dParams, prec Precision) error {
-	const op = "Conv2dBackwardWeight"
+	return d.conv2dBackwardWeight("Conv2dBackwardWeight", dw, x, dy, p, prec, false)
+}
+
+// Conv2dBackwardWeightAdd is Conv2dBackwardWeight adding into dw
+// (kernels.ParamGradAccumulator): the sum over the samples is added in
+// its launch.
+func (d *Device) Conv2dBackwardWeightAdd(dw, x, dy *tensor.Tensor, p kernels.Conv2dParams, prec Precision) error {
+	return d.conv2dBackwardWeight("Conv2dBackwardWeightAdd", dw, x, dy, p, prec, true)
+}
+
+// conv2dBackwardWeight is Conv2dBackwardWeight, adding into dw with acc.
+func (d *Device) conv2dBackwardWeight(op string, dw, x, dy *tensor.Tensor, p kernels.Conv2dParams, prec Precision, acc bool) error {
 	c, err := planConv(op, x, dw, dy, p)
 	if err != nil {
 		return err
@@ -257,7 +273,7 @@ func (d *Device) Conv2dBackwardWeight(dw, x, dy *tensor.Tensor, p kernels.Conv2d
 		return err
 	}
 	var s args
-	s.ptr(pdw).ptr(pp).i64(int64(n)).i64(m)
+	s.ptr(pdw).ptr(pp).i64(int64(n)).i64(m).i32(b2i(acc))
 	// Blocks of 32 columns by sumRows rows (SUM_ROWS in src/conv.cu).
 	return launchRaw(fn, [3]int{int((m + 31) / 32), 1, 1}, [3]int{32, sumRows, 1}, 0, d.stream, &s)
 }

@@ -46,6 +46,11 @@ func (b *Backend) BatchNormBackward(dx, dw, db, dy, x, saveMean, saveRstd, w *T,
 	must(b.d.BatchNormBackward(dx, dw, db, dy, x, saveMean, saveRstd, w, training))
 }
 
+// BatchNormBackwardAdd implements kernels.ParamGradAccumulator.
+func (b *Backend) BatchNormBackwardAdd(dx, dw, db, dy, x, saveMean, saveRstd, w *T, training bool) {
+	must(b.d.BatchNormBackwardAdd(dx, dw, db, dy, x, saveMean, saveRstd, w, training))
+}
+
 // scratchF32 allocates an F32 device tensor of n elements; free it with
 // its Storage().Free once the launches reading it are enqueued.
 func (d *Device) scratchF32(n int) (*tensor.Tensor, error) {
@@ -149,7 +154,7 @@ func (d *Device) bnStats(op string, dt tensor.DType, psm, psr, prm, prv, px cu.D
 // every chunk (the kernel partial; fill adds its arguments after the
 // scratch, given the chunk length), then bn_bwd_finish_<dt>. Call it
 // inside d.enter.
-func (d *Device) bnBwdSums(op, partial string, dt tensor.DType, ps, pdw, pdb cu.DevicePtr, n, c, hw int, fill func(a *args, chunk int)) error {
+func (d *Device) bnBwdSums(op, partial string, dt tensor.DType, ps, pdw, pdb cu.DevicePtr, n, c, hw int, acc bool, fill func(a *args, chunk int)) error {
 	finName, err := floatKernel(op, "bn_bwd_finish", dt)
 	if err != nil {
 		return err
@@ -168,7 +173,7 @@ func (d *Device) bnBwdSums(op, partial string, dt tensor.DType, ps, pdw, pdb cu.
 		return err
 	}
 	var f args
-	f.ptr(ps).ptr(pdw).ptr(pdb).ptr(ppart).i64(int64(s)).i64(int64(c))
+	f.ptr(ps).ptr(pdw).ptr(pdb).ptr(ppart).i64(int64(s)).i64(int64(c)).i32(b2i(acc))
 	return launchRaw(fin, [3]int{c, 1, 1}, [3]int{32, 1, 1}, 0, d.stream, &f)
 }
 
@@ -225,7 +230,17 @@ func (d *Device) BatchNorm(y, saveMean, saveRstd, x, w, b, runMean, runVar *tens
 // and the forward's x, saveMean, saveRstd (required) and w (optional).
 // With training false the statistics are constants: dx = w·rstd·dy.
 func (d *Device) BatchNormBackward(dx, dw, db, dy, x, saveMean, saveRstd, w *tensor.Tensor, training bool) error {
-	const op = "BatchNormBackward"
+	return d.batchNormBackward("BatchNormBackward", dx, dw, db, dy, x, saveMean, saveRstd, w, training, false)
+}
+
+// BatchNormBackwardAdd is BatchNormBackward adding into dw and db
+// (kernels.ParamGradAccumulator).
+func (d *Device) BatchNormBackwardAdd(dx, dw, db, dy, x, saveMean, saveRstd, w *tensor.Tensor, training bool) error {
+	return d.batchNormBackward("BatchNormBackwardAdd", dx, dw, db, dy, x, saveMean, saveRstd, w, training, true)
+}
+
+// batchNormBackward is BatchNormBackward, adding into dw and db with acc.
+func (d *Device) batchNormBackward(op string, dx, dw, db, dy, x, saveMean, saveRstd, w *tensor.Tensor, training, acc bool) error {
 	dt := x.DType()
 	n, c, hw, err := kernels.CheckBatchNormBackward(op, dx, dw, db, dy, x, nil, saveMean, saveRstd, w)
 	if err := checked(err); err != nil {
@@ -253,7 +268,7 @@ func (d *Device) BatchNormBackward(dx, dw, db, dy, x, saveMean, saveRstd, w *ten
 	release := d.enter()
 	defer release()
 	if training || dw != nil || db != nil {
-		err := d.bnBwdSums(op, sumsK, dt, ps, pdw, pdb, n, c, hw, func(a *args, chunk int) {
+		err := d.bnBwdSums(op, sumsK, dt, ps, pdw, pdb, n, c, hw, acc, func(a *args, chunk int) {
 			a.ptr(pdy).ptr(px).ptr(pm).ptr(pr).i64(int64(n)).i64(int64(c)).i64(int64(hw)).i64(int64(chunk))
 		})
 		if err != nil {

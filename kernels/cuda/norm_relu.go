@@ -43,6 +43,11 @@ func (b *Backend) BatchNormReluBackward(dx, dw, db, dy, x, bias, saveMean, saveR
 	must(b.d.BatchNormReluBackward(dx, dw, db, dy, x, bias, saveMean, saveRstd, w, training))
 }
 
+// BatchNormReluBackwardAdd implements kernels.ParamGradAccumulator.
+func (b *Backend) BatchNormReluBackwardAdd(dx, dw, db, dy, x, bias, saveMean, saveRstd, w *T, training bool) {
+	must(b.d.batchNormReluBackward("BatchNormReluBackwardAdd", dx, dw, db, dy, nil, nil, x, bias, saveMean, saveRstd, w, training, true))
+}
+
 // GroupNormRelu implements kernels.GroupNormReluer.
 func (b *Backend) GroupNormRelu(y, mean, rstd, x, w, bias *T, groups int, eps float64) {
 	must(b.d.GroupNormRelu(y, mean, rstd, x, w, bias, groups, eps))
@@ -61,6 +66,12 @@ func (b *Backend) BatchNormReluMaxPool2x2(pooled, argmax, saveMean, saveRstd, x,
 // BatchNormReluMaxPool2x2Backward implements kernels.BatchNormReluPooler.
 func (b *Backend) BatchNormReluMaxPool2x2Backward(dx, dw, db, g, argmax, x, bias, saveMean, saveRstd, w *T, training bool) {
 	must(b.d.BatchNormReluMaxPool2x2Backward(dx, dw, db, g, argmax, x, bias, saveMean, saveRstd, w, training))
+}
+
+// BatchNormReluMaxPool2x2BackwardAdd implements
+// kernels.ParamGradAccumulator.
+func (b *Backend) BatchNormReluMaxPool2x2BackwardAdd(dx, dw, db, g, argmax, x, bias, saveMean, saveRstd, w *T, training bool) {
+	must(b.d.batchNormReluBackward("BatchNormReluMaxPool2x2BackwardAdd", dx, dw, db, nil, g, argmax, x, bias, saveMean, saveRstd, w, training, true))
 }
 
 // BatchNormRelu is BatchNorm with y = max(y, +0) (NaN kept) in the pass
@@ -154,7 +165,7 @@ func (d *Device) batchNormRelu(op string, y, pooled, argmax, saveMean, saveRstd,
 // BatchNormRelu's output was not > 0, rebuilt from x, the saved
 // statistics, w and b (the forward's shift; nil for none).
 func (d *Device) BatchNormReluBackward(dx, dw, db, dy, x, b, saveMean, saveRstd, w *tensor.Tensor, training bool) error {
-	return d.batchNormReluBackward("BatchNormReluBackward", dx, dw, db, dy, nil, nil, x, b, saveMean, saveRstd, w, training)
+	return d.batchNormReluBackward("BatchNormReluBackward", dx, dw, db, dy, nil, nil, x, b, saveMean, saveRstd, w, training, false)
 }
 
 // BatchNormReluMaxPool2x2Backward is MaxPool2dBackward of the pool's
@@ -162,13 +173,13 @@ func (d *Device) BatchNormReluBackward(dx, dw, db, dy, x, b, saveMean, saveRstd,
 // BatchNormReluBackward, the full-size gradient between them never
 // written: each pass gathers it from g and argmax.
 func (d *Device) BatchNormReluMaxPool2x2Backward(dx, dw, db, g, argmax, x, b, saveMean, saveRstd, w *tensor.Tensor, training bool) error {
-	return d.batchNormReluBackward("BatchNormReluMaxPool2x2Backward", dx, dw, db, nil, g, argmax, x, b, saveMean, saveRstd, w, training)
+	return d.batchNormReluBackward("BatchNormReluMaxPool2x2Backward", dx, dw, db, nil, g, argmax, x, b, saveMean, saveRstd, w, training, false)
 }
 
 // batchNormReluBackward launches BatchNormBackward's two passes with the
 // ReLU's mask (*_relu), or, with dy nil, with dy gathered from the pool's
-// gradient g and argmax (*_relupool).
-func (d *Device) batchNormReluBackward(op string, dx, dw, db, dy, g, argmax, x, b, saveMean, saveRstd, w *tensor.Tensor, training bool) error {
+// gradient g and argmax (*_relupool); with acc adding into dw and db.
+func (d *Device) batchNormReluBackward(op string, dx, dw, db, dy, g, argmax, x, b, saveMean, saveRstd, w *tensor.Tensor, training, acc bool) error {
 	dt := x.DType()
 	pool := dy == nil
 	if pool {
@@ -219,7 +230,7 @@ func (d *Device) batchNormReluBackward(op string, dx, dw, db, dy, g, argmax, x, 
 	release := d.enter()
 	defer release()
 	if training || dw != nil || db != nil {
-		err := d.bnBwdSums(op, sumsK, dt, ps, pdw, pdb, n, c, hw, func(a *args, chunk int) {
+		err := d.bnBwdSums(op, sumsK, dt, ps, pdw, pdb, n, c, hw, acc, func(a *args, chunk int) {
 			if !pool {
 				a.ptr(pdy)
 			}

@@ -295,6 +295,30 @@ func (sb *Backend) ScalerUpdate(scale *kernels.T, tracker *kernels.T, foundInf *
 	sb.cpu.(kernels.OptimFamily).ScalerUpdate(tensor.BackendView(scale), tensor.BackendView(tracker), tensor.BackendView(foundInf), growth, backoff, interval)
 }
 
+// Conv2dBackwardWeightAdd implements kernels.ParamGradAccumulator on the CPU kernels.
+func (sb *Backend) Conv2dBackwardWeightAdd(dw *kernels.T, x *kernels.T, dy *kernels.T, p kernels.Conv2dParams) {
+	sb.check("Conv2dBackwardWeightAdd", []*tensor.Tensor{dw, x, dy}, nil)
+	sb.cpu.(kernels.ParamGradAccumulator).Conv2dBackwardWeightAdd(tensor.BackendView(dw), tensor.BackendView(x), tensor.BackendView(dy), p)
+}
+
+// BatchNormBackwardAdd implements kernels.ParamGradAccumulator on the CPU kernels.
+func (sb *Backend) BatchNormBackwardAdd(dx *kernels.T, dw *kernels.T, db *kernels.T, dy *kernels.T, x *kernels.T, saveMean *kernels.T, saveRstd *kernels.T, w *kernels.T, training bool) {
+	sb.check("BatchNormBackwardAdd", []*tensor.Tensor{dx, dw, db, dy, x, saveMean, saveRstd, w}, nil)
+	sb.cpu.(kernels.ParamGradAccumulator).BatchNormBackwardAdd(tensor.BackendView(dx), tensor.BackendView(dw), tensor.BackendView(db), tensor.BackendView(dy), tensor.BackendView(x), tensor.BackendView(saveMean), tensor.BackendView(saveRstd), tensor.BackendView(w), training)
+}
+
+// BatchNormReluBackwardAdd implements kernels.ParamGradAccumulator on the CPU kernels.
+func (sb *Backend) BatchNormReluBackwardAdd(dx *kernels.T, dw *kernels.T, db *kernels.T, dy *kernels.T, x *kernels.T, b *kernels.T, saveMean *kernels.T, saveRstd *kernels.T, w *kernels.T, training bool) {
+	sb.check("BatchNormReluBackwardAdd", []*tensor.Tensor{dx, dw, db, dy, x, b, saveMean, saveRstd, w}, nil)
+	sb.cpu.(kernels.ParamGradAccumulator).BatchNormReluBackwardAdd(tensor.BackendView(dx), tensor.BackendView(dw), tensor.BackendView(db), tensor.BackendView(dy), tensor.BackendView(x), tensor.BackendView(b), tensor.BackendView(saveMean), tensor.BackendView(saveRstd), tensor.BackendView(w), training)
+}
+
+// BatchNormReluMaxPool2x2BackwardAdd implements kernels.ParamGradAccumulator on the CPU kernels.
+func (sb *Backend) BatchNormReluMaxPool2x2BackwardAdd(dx *kernels.T, dw *kernels.T, db *kernels.T, g *kernels.T, argmax *kernels.T, x *kernels.T, b *kernels.T, saveMean *kernels.T, saveRstd *kernels.T, w *kernels.T, training bool) {
+	sb.check("BatchNormReluMaxPool2x2BackwardAdd", []*tensor.Tensor{dx, dw, db, g, argmax, x, b, saveMean, saveRstd, w}, nil)
+	sb.cpu.(kernels.ParamGradAccumulator).BatchNormReluMaxPool2x2BackwardAdd(tensor.BackendView(dx), tensor.BackendView(dw), tensor.BackendView(db), tensor.BackendView(g), tensor.BackendView(argmax), tensor.BackendView(x), tensor.BackendView(b), tensor.BackendView(saveMean), tensor.BackendView(saveRstd), tensor.BackendView(w), training)
+}
+
 // MaxPool2d implements kernels.PoolFamily on the CPU kernels.
 func (sb *Backend) MaxPool2d(dst *kernels.T, argmax *kernels.T, x *kernels.T, p kernels.Pool2dParams) {
 	sb.check("MaxPool2d", []*tensor.Tensor{dst, argmax, x}, nil)
@@ -441,6 +465,7 @@ var (
 	_ kernels.MatMulFamily         = (*Backend)(nil)
 	_ kernels.NormFamily           = (*Backend)(nil)
 	_ kernels.OptimFamily          = (*Backend)(nil)
+	_ kernels.ParamGradAccumulator = (*Backend)(nil)
 	_ kernels.PoolFamily           = (*Backend)(nil)
 	_ kernels.RandomFamily         = (*Backend)(nil)
 	_ kernels.ReduceFamily         = (*Backend)(nil)

@@ -125,6 +125,7 @@ func TestOptionalInterfacesMatchCPU(t *testing.T) {
 		"GraphAggregator":      reflect.TypeFor[kernels.GraphAggregator](),
 		"CrossEntropyCounter":  reflect.TypeFor[kernels.CrossEntropyCounter](),
 		"SGDIncrementer":       reflect.TypeFor[kernels.SGDIncrementer](),
+		"ParamGradAccumulator": reflect.TypeFor[kernels.ParamGradAccumulator](),
 		"LaunchBounder":        reflect.TypeFor[kernels.LaunchBounder](),
 		"GradAccumulator":      reflect.TypeFor[kernels.GradAccumulator](),
 		"ChannelAxpyer":        reflect.TypeFor[kernels.ChannelAxpyer](),

@@ -74,6 +74,18 @@ __device__ float block_max(float v) {
     return v;
 }
 
+// acc_add is p[i] + v as Binary Add computes it when v was first stored
+// as a T: v rounded to T, then the two added in fp32 (the caller stores
+// the sum, rounding it once more). The accumulating kernels of
+// kernels.ParamGradAccumulator write with it, so that they equal the
+// overwriting kernel followed by Binary Add bit for bit.
+template <typename T>
+__device__ __forceinline__ float acc_add(const T* p, int64_t i, float v) {
+    T r;
+    st(&r, 0, v);
+    return ld(p, i) + ld(&r, 0);
+}
+
 // better reports whether candidate (v, i) beats (bv, bi) for the first
 // maximum with NaN counting as the maximum (the CPU's argMaxLine): the
 // first NaN wins, else the larger value, ties to the smaller index

@@ -86,9 +86,11 @@ __device__ void bias_nchw(T* y, const T* bias, int64_t c, int64_t P, int64_t tot
 // added in y order through shared memory (a fixed order: deterministic).
 // A thread per column summing all nb rows alone left the GPU idle for
 // want of loads in flight (17 µs for 128 rows of 576 on an H200).
+// With acc (kernels.ParamGradAccumulator) the sum is added to d instead:
+// rounded to T first, then added as Binary Add adds it (acc_add).
 #define SUM_ROWS 8
 template <typename T>
-__device__ void sum_batches(T* d, const T* s, int64_t nb, int64_t m) {
+__device__ void sum_batches(T* d, const T* s, int64_t nb, int64_t m, int acc) {
     __shared__ float part[SUM_ROWS][33];
     int64_t j = (int64_t)blockIdx.x * 32 + threadIdx.x;
     float a = 0.f;
@@ -99,7 +101,7 @@ __device__ void sum_batches(T* d, const T* s, int64_t nb, int64_t m) {
     if (threadIdx.y == 0 && j < m) {
         float t = part[0][threadIdx.x];
         for (int y = 1; y < SUM_ROWS; y++) t += part[y][threadIdx.x];
-        st(d, j, t);
+        st(d, j, acc ? acc_add(d, j, t) : t);
     }
 }
 
@@ -186,9 +188,11 @@ __global__ void bias_nchw_f32(float* y, const float* bias, int64_t c, int64_t P,
 __global__ void bias_nchw_bf16(__nv_bfloat16* y, const __nv_bfloat16* bias, int64_t c, int64_t P, int64_t total) {
     bias_nchw(y, bias, c, P, total);
 }
-__global__ void sum_batches_f32(float* d, const float* s, int64_t nb, int64_t m) { sum_batches(d, s, nb, m); }
-__global__ void sum_batches_bf16(__nv_bfloat16* d, const __nv_bfloat16* s, int64_t nb, int64_t m) {
-    sum_batches(d, s, nb, m);
+__global__ void sum_batches_f32(float* d, const float* s, int64_t nb, int64_t m, int acc) {
+    sum_batches(d, s, nb, m, acc);
+}
+__global__ void sum_batches_bf16(__nv_bfloat16* d, const __nv_bfloat16* s, int64_t nb, int64_t m, int acc) {
+    sum_batches(d, s, nb, m, acc);
 }
 
 // The epilogues of Conv2dAffineAct and Conv2dAffineActMaxPool2x2.
@@ -219,7 +223,9 @@ __global__ void col2im_f16(__half* dx, const __half* cols, Conv g) { col2im(dx, 
 __global__ void bias_nchw_f16(__half* y, const __half* bias, int64_t c, int64_t P, int64_t total) {
     bias_nchw(y, bias, c, P, total);
 }
-__global__ void sum_batches_f16(__half* d, const __half* s, int64_t nb, int64_t m) { sum_batches(d, s, nb, m); }
+__global__ void sum_batches_f16(__half* d, const __half* s, int64_t nb, int64_t m, int acc) {
+    sum_batches(d, s, nb, m, acc);
+}
 __global__ void affine_act_nchw_f16(__half* y, const void* scale, int scale_code, const void* shift, int shift_code,
                                     int act, int64_t c, int64_t P, int64_t total) {
     affine_act_nchw<__half, SideCode>(y, scale, scale_code, shift, shift_code, act, c, P, total);

@@ -260,9 +260,10 @@ __device__ void bn_bwd_sums(float* part, const T* dy, const T* x, const float* m
 
 // bn_bwd_finish: block ch (one warp) sums channel ch's S partials (lane l
 // those at l, l+32, ... in order, then the lanes pairwise down to lane 0)
-// into sums[ch] = Σ dy and sums[c + ch] = Σ dy·x̂, and db, dw (optional).
+// into sums[ch] = Σ dy and sums[c + ch] = Σ dy·x̂, and db, dw (optional):
+// written, or with acc added to (acc_add, kernels.ParamGradAccumulator).
 template <typename T>
-__device__ void bn_bwd_finish(float* sums, T* dw, T* db, const float* part, int64_t S, int64_t c) {
+__device__ void bn_bwd_finish(float* sums, T* dw, T* db, const float* part, int64_t S, int64_t c, int acc) {
     int64_t ch = blockIdx.x;
     int lane = threadIdx.x;
     float a = 0.f, b = 0.f;
@@ -277,8 +278,8 @@ __device__ void bn_bwd_finish(float* sums, T* dw, T* db, const float* part, int6
     if (lane == 0) {
         sums[ch] = a;
         sums[c + ch] = b;
-        if (db) st(db, ch, a);
-        if (dw) st(dw, ch, b);
+        if (db) st(db, ch, acc ? acc_add(db, ch, a) : a);
+        if (dw) st(dw, ch, acc ? acc_add(dw, ch, b) : b);
     }
 }
 
@@ -492,12 +493,12 @@ __global__ void bn_bwd_sums_bf16(float* part, const __nv_bfloat16* dy, const __n
                                  const float* rstd, int64_t n, int64_t c, int64_t hw, int64_t chunk) {
     bn_bwd_sums(part, dy, x, mean, rstd, n, c, hw, chunk);
 }
-__global__ void bn_bwd_finish_f32(float* sums, float* dw, float* db, const float* part, int64_t S, int64_t c) {
-    bn_bwd_finish(sums, dw, db, part, S, c);
+__global__ void bn_bwd_finish_f32(float* sums, float* dw, float* db, const float* part, int64_t S, int64_t c, int acc) {
+    bn_bwd_finish(sums, dw, db, part, S, c, acc);
 }
 __global__ void bn_bwd_finish_bf16(float* sums, __nv_bfloat16* dw, __nv_bfloat16* db, const float* part, int64_t S,
-                                   int64_t c) {
-    bn_bwd_finish(sums, dw, db, part, S, c);
+                                   int64_t c, int acc) {
+    bn_bwd_finish(sums, dw, db, part, S, c, acc);
 }
 __global__ void bn_bwd_dx_f32(float* dx, const float* dy, const float* x, const float* mean, const float* rstd,
                               const float* w, const float* sums, int training, int64_t c, int64_t hw, int64_t cnt,
@@ -661,8 +662,8 @@ __global__ void bn_bwd_sums_f16(float* part, const __half* dy, const __half* x, 
                                 int64_t n, int64_t c, int64_t hw, int64_t chunk) {
     bn_bwd_sums(part, dy, x, mean, rstd, n, c, hw, chunk);
 }
-__global__ void bn_bwd_finish_f16(float* sums, __half* dw, __half* db, const float* part, int64_t S, int64_t c) {
-    bn_bwd_finish(sums, dw, db, part, S, c);
+__global__ void bn_bwd_finish_f16(float* sums, __half* dw, __half* db, const float* part, int64_t S, int64_t c, int acc) {
+    bn_bwd_finish(sums, dw, db, part, S, c, acc);
 }
 __global__ void bn_bwd_dx_f16(__half* dx, const __half* dy, const __half* x, const float* mean, const float* rstd,
                               const __half* w, const float* sums, int training, int64_t c, int64_t hw, int64_t cnt,

@@ -1,0 +1,136 @@
+package autograd
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/esper-go/esper/kernels"
+	"github.com/esper-go/esper/tensor"
+)
+
+// binaryCounter counts Binary launches over a backend and hands
+// kernels.ParamGradAccumulator through when pa is set.
+type binaryCounter struct {
+	kernels.Backend
+	binary int
+}
+
+func (b *binaryCounter) Binary(op kernels.BinaryOp, dst, x, y *tensor.Tensor) {
+	b.binary++
+	b.Backend.Binary(op, dst, x, y)
+}
+
+type binaryCounterPA struct {
+	*binaryCounter
+	pa kernels.ParamGradAccumulator
+}
+
+func (b *binaryCounterPA) Conv2dBackwardWeightAdd(dw, x, dy *tensor.Tensor, p kernels.Conv2dParams) {
+	b.pa.Conv2dBackwardWeightAdd(dw, x, dy, p)
+}
+func (b *binaryCounterPA) BatchNormBackwardAdd(dx, dw, db, dy, x, m, r, w *tensor.Tensor, training bool) {
+	b.pa.BatchNormBackwardAdd(dx, dw, db, dy, x, m, r, w, training)
+}
+func (b *binaryCounterPA) BatchNormReluBackwardAdd(dx, dw, db, dy, x, sh, m, r, w *tensor.Tensor, training bool) {
+	b.pa.BatchNormReluBackwardAdd(dx, dw, db, dy, x, sh, m, r, w, training)
+}
+func (b *binaryCounterPA) BatchNormReluMaxPool2x2BackwardAdd(dx, dw, db, g, am, x, sh, m, r, w *tensor.Tensor, training bool) {
+	b.pa.BatchNormReluMaxPool2x2BackwardAdd(dx, dw, db, g, am, x, sh, m, r, w, training)
+}
+
+// The fused norm ops need these of the wrapped backend too.
+func (b *binaryCounterPA) BatchNormRelu(y, sm, sr, x, w, sh, rm, rv *tensor.Tensor, training bool, mom, eps float64) {
+	b.Backend.(kernels.BatchNormReluer).BatchNormRelu(y, sm, sr, x, w, sh, rm, rv, training, mom, eps)
+}
+func (b *binaryCounterPA) BatchNormReluBackward(dx, dw, db, dy, x, sh, m, r, w *tensor.Tensor, training bool) {
+	b.Backend.(kernels.BatchNormReluer).BatchNormReluBackward(dx, dw, db, dy, x, sh, m, r, w, training)
+}
+func (b *binaryCounterPA) BatchNormReluMaxPool2x2(p, am, sm, sr, x, w, sh, rm, rv *tensor.Tensor, training bool, mom, eps float64) {
+	b.Backend.(kernels.BatchNormReluPooler).BatchNormReluMaxPool2x2(p, am, sm, sr, x, w, sh, rm, rv, training, mom, eps)
+}
+func (b *binaryCounterPA) BatchNormReluMaxPool2x2Backward(dx, dw, db, g, am, x, sh, m, r, w *tensor.Tensor, training bool) {
+	b.Backend.(kernels.BatchNormReluPooler).BatchNormReluMaxPool2x2Backward(dx, dw, db, g, am, x, sh, m, r, w, training)
+}
+
+// TestParamGradsAddedInPlace: a conv → batch norm + ReLU + pool → batch
+// norm block whose parameters already have a Grad (an arena's, say) gets
+// its weight gradients added in the launches that compute them on a
+// backend with kernels.ParamGradAccumulator (sim): five Binary launches
+// fewer per backward (the conv weight and both norms' weight and bias),
+// and every gradient bit for bit what the same backend without the
+// capability and the CPU give, over two backwards accumulating onto
+// Grads that start non-zero.
+func TestParamGradsAddedInPlace(t *testing.T) {
+	dev := tensor.Sim(6)
+	orig := kernels.For(dev)
+	t.Cleanup(func() { kernels.Register(orig) })
+	rng := rand.New(rand.NewPCG(5, 6))
+	vals := func(n int) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(rng.NormFloat64())
+		}
+		return v
+	}
+	xs, ws := vals(2*3*6*6), vals(4*3*3*3)
+	g1w, g1b, g2w, g2b := vals(4), vals(4), vals(4), vals(4)
+	grad0 := [][]float32{vals(4 * 3 * 3 * 3), vals(4), vals(4), vals(4), vals(4)} // the Grads' starting values
+	run := func(d tensor.Device) ([][]float32, int) {
+		on := func(v []float32, shape ...int) *tensor.Tensor {
+			h, err := tensor.FromSlice(append([]float32(nil), v...), shape...).ToDevice(d)
+			require.NoError(t, err)
+			return h
+		}
+		x := Const(on(xs, 2, 3, 6, 6))
+		w := Param(on(ws, 4, 3, 3, 3))
+		n1w, n1b, n2w, n2b := Param(on(g1w, 4)), Param(on(g1b, 4)), Param(on(g2w, 4)), Param(on(g2b, 4))
+		params := []*Var{w, n1w, n1b, n2w, n2b}
+		for i, p := range params { // Grads that exist and are not zero
+			p.Grad = on(grad0[i], p.Shape()...)
+		}
+		rm1, rv1 := on(make([]float32, 4), 4), on([]float32{1, 1, 1, 1}, 4)
+		rm2, rv2 := on(make([]float32, 4), 4), on([]float32{1, 1, 1, 1}, 4)
+		binary := 0
+		for range 2 {
+			h := Conv2d(x, w, nil, kernels.Conv2dParams{PadH: 1, PadW: 1})
+			h = BatchNormReluMaxPool(h, n1w, n1b, rm1, rv1, true, 0.1, 1e-5)
+			h = BatchNorm(h, n2w, n2b, rm2, rv2, true, 0.1, 1e-5)
+			loss := SumAll(Mul(h, h))
+			before := countBinary(d)
+			Backward(loss)
+			binary += countBinary(d) - before
+		}
+		var out [][]float32
+		for _, p := range params {
+			g, err := p.Grad.ToDevice(tensor.CPU)
+			require.NoError(t, err)
+			out = append(out, append([]float32(nil), g.F32()...))
+		}
+		return out, binary
+	}
+	plain := &binaryCounter{Backend: orig}
+	kernels.Register(plain)
+	want, unfused := run(dev)
+	fused := &binaryCounterPA{binaryCounter: &binaryCounter{Backend: orig}, pa: orig.(kernels.ParamGradAccumulator)}
+	kernels.Register(fused)
+	got, nfused := run(dev)
+	kernels.Register(orig)
+	require.Equal(t, want, got)
+	cpu, _ := run(tensor.CPU)
+	require.Equal(t, cpu, got)
+	require.Equal(t, unfused-2*5, nfused, "five Binary adds fewer per backward")
+}
+
+// countBinary reads the Binary count of the backend registered for d,
+// when it counts (0 otherwise).
+func countBinary(d tensor.Device) int {
+	switch b := kernels.For(d).(type) {
+	case *binaryCounter:
+		return b.binary
+	case *binaryCounterPA:
+		return b.binary
+	}
+	return 0
+}
