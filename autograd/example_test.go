@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/tensor"
 )
 
@@ -78,4 +79,22 @@ func ExampleBatchNormEvalAffine() {
 	fmt.Printf("scale %.3f shift %.3f\n", scale.Value.F32(), shift.Value.F32())
 	// Output:
 	// scale [1.000 2.000] shift [-1.000 4.500]
+}
+
+// A training loop's running loss and accuracy kept on the device with
+// the loss itself: CrossEntropyCount adds the batch's mean loss to
+// lossSum and 1 to acc for each row whose argmax is its target, in the
+// loss's own launch on CUDA, and the loss backpropagates as
+// CrossEntropy's does.
+func ExampleCrossEntropyCount() {
+	logits := autograd.Param(tensor.FromSlice([]float32{2, 0, 0, 1, 3, 0}, 2, 3))
+	target := tensor.FromSlice([]int64{0, 2}, 2) // row 0 right, row 1 wrong
+	lossSum := tensor.FromSlice([]float32{0}, 1)
+	acc := tensor.FromSlice([]float32{0, 0}, 2)
+	for range 2 { // two batches, the same one twice
+		loss := autograd.CrossEntropyCount(logits, target, kernels.CrossEntropyParams{}, lossSum, acc)
+		autograd.Backward(loss)
+	}
+	fmt.Printf("loss sum %.4f, correct per row %v\n", lossSum.Item(), acc.F32())
+	// Output: loss sum 3.4094, correct per row [2 0]
 }
