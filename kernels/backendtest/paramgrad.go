@@ -2,6 +2,7 @@ package backendtest
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/tensor"
@@ -49,23 +50,11 @@ func (c addCase) check(s *suite, nOver int) {
 			same(s.t, fmt.Sprintf("%s: output %d (against the overwriting op and Binary Add)", c.what, i), got[i], want[i])
 		}
 		for i := nOver; i < len(got); i++ {
-			if len(got[i]) > 0 && equalSlices(got[i], start[i]) {
+			if len(got[i]) > 0 && slices.Equal(got[i], start[i]) {
 				s.t.Errorf("%s: accumulated output %d is unchanged", c.what, i)
 			}
 		}
 	})
-}
-
-func equalSlices(a, b []float64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func checkParamGradAccumulator(s *suite) {
