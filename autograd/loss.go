@@ -37,10 +37,7 @@ func CrossEntropyCount(logits *Var, target *tensor.Tensor, p kernels.CrossEntrop
 			cc.CrossEntropyCount(loss, lv, tv, p, lossSum, acc)
 			return
 		}
-		be.CrossEntropy(loss, lv, tv, p)
-		sum := lossSum.Reshape(1)
-		be.Binary(kernels.Add, sum, sum, loss.Reshape(1))
-		be.CountCorrect(acc, lv, tv)
+		kernels.CrossEntropyCountOps(be, loss, lv, tv, p, lossSum, acc)
 	})
 }
 

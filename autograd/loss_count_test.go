@@ -78,3 +78,31 @@ func TestCrossEntropyCountMatchesUnfused(t *testing.T) {
 		CrossEntropyCount(x, tensor.FromSlice(ys, n), kernels.CrossEntropyParams{Reduction: kernels.ReduceNone}, tensor.Zeros(tensor.F32, 1), tensor.Zeros(tensor.F32, n))
 	})
 }
+
+// TestCrossEntropyCountF64Logits: F64 logits (an F64 loss) add into the
+// F32 running sum as Binary Add adds them, the count as CountCorrect
+// counts: bitwise the unfused ops.
+func TestCrossEntropyCountF64Logits(t *testing.T) {
+	xs := []float64{2, 0, 0, 1, 3, 0}
+	y := tensor.FromSlice([]int64{0, 2}, 2)
+	run := func(fused bool) (float32, []float32, []float64) {
+		x := Param(tensor.FromSlice(append([]float64(nil), xs...), 2, 3))
+		sum, acc := tensor.FromSlice([]float32{0.25}, 1), tensor.FromSlice([]float32{0, 0}, 2)
+		var l *Var
+		if fused {
+			l = CrossEntropyCount(x, y, kernels.CrossEntropyParams{}, sum, acc)
+		} else {
+			l = CrossEntropy(x, y, kernels.CrossEntropyParams{})
+			kernels.CrossEntropyCountOps(kernels.For(tensor.CPU), tensor.Empty(tensor.F64), x.Value, y, kernels.CrossEntropyParams{}, sum, acc)
+		}
+		Backward(l)
+		return sum.F32()[0], acc.F32(), x.Grad.F64()
+	}
+	ws, wa, wg := run(false)
+	gs, ga, gg := run(true)
+	require.Equal(t, ws, gs)
+	require.Equal(t, []float32{1, 0}, ga)
+	require.Equal(t, wa, ga)
+	require.Equal(t, wg, gg)
+	require.InDelta(t, 0.25+1.7047, float64(gs), 1e-4)
+}

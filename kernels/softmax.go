@@ -117,6 +117,17 @@ type CrossEntropyCounter interface {
 	CrossEntropyCount(loss, logits, target *T, p CrossEntropyParams, lossSum, acc *T)
 }
 
+// CrossEntropyCountOps runs on be what a CrossEntropyCount stands for:
+// CrossEntropy into loss, Binary Add of the loss into lossSum, and
+// CountCorrect into acc. A backend without a fused path runs this, and
+// it is the definition the fused paths are held to.
+func CrossEntropyCountOps(be Backend, loss, logits, target *T, p CrossEntropyParams, lossSum, acc *T) {
+	be.CrossEntropy(loss, logits, target, p)
+	sum := lossSum.Reshape(1)
+	be.Binary(Add, sum, sum, loss.Reshape(1))
+	be.CountCorrect(acc, logits, target)
+}
+
 // CheckCrossEntropyCount checks a CrossEntropyCount and returns N and C:
 // CheckCrossEntropy with a reduced loss (mean or sum), CheckCountCorrect
 // and an F32 lossSum of one element.

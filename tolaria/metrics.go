@@ -69,7 +69,7 @@ type passMetrics struct {
 // to the pass's metrics in the loss's own launch on CUDA, and counted is
 // true; otherwise it is CrossEntropy and the caller adds them (add).
 func (pm *passMetrics) crossEntropy(logits *autograd.Var, y *tensor.Tensor, p kernels.CrossEntropyParams) (loss *autograd.Var, counted bool) {
-	if p.Reduction != kernels.ReduceNone && logits.Value.DType() != tensor.F64 {
+	if p.Reduction != kernels.ReduceNone {
 		if b := pm.correctN.counter(logits, y); b != nil {
 			return autograd.CrossEntropyCount(logits, y, p, pm.lossSum, b.acc), true
 		}

@@ -207,9 +207,10 @@ func (t *Trainer) captureFallback(err error) {
 // loss under fp16, then unscale and check every gradient), with
 // s.combine the PCGrad combination of the seeds' gradients, clip each
 // optimizer's gradients, step (skipped on an inf/NaN gradient under
-// fp16), update the loss scale, and add the batch's mean loss and
-// correct count to met. Without s.combine it only does tensor work, so it
-// can be captured.
+// fp16) and update the loss scale. The batch's mean loss and correct
+// count go to met with the loss where the batch has a counter
+// (passMetrics.crossEntropy), else at the end. Without s.combine it only
+// does tensor work, so it can be captured.
 func (s *stepRunner) fn(in []*tensor.Tensor) []*tensor.Tensor {
 	t := s.t
 	x, y := in[0], in[1]

@@ -713,8 +713,5 @@ func (be *Backend) CrossEntropyCount(loss, logits, target *T, p kernels.CrossEnt
 	needCPU(name, loss, logits, target, lossSum, acc)
 	_, _, err := kernels.CheckCrossEntropyCount(name, loss, logits, target, p, lossSum, acc)
 	must(err)
-	be.CrossEntropy(loss, logits, target, p)
-	sum := lossSum.Reshape(1)
-	be.Binary(kernels.Add, sum, sum, loss.Reshape(1))
-	be.CountCorrect(acc, logits, target)
+	kernels.CrossEntropyCountOps(be, loss, logits, target, p, lossSum, acc)
 }
