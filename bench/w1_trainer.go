@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"iter"
 	"runtime"
 	"time"
 
@@ -52,32 +51,6 @@ func (h w1Host) Blocks() []leyline.BlockInfo {
 	return []leyline.BlockInfo{{Depth: 0, Channels: w1Out, Slots: []string{"r0c0"}}}
 }
 
-// w1Batches serves W1's four batches of four, the same every epoch: the
-// batch views and the iterator are built once, as a loader over data
-// already in memory would.
-type w1Batches struct {
-	xs, ys []*tensor.Tensor
-	seq    iter.Seq2[*tensor.Tensor, *tensor.Tensor]
-}
-
-func newW1Batches(x, y *tensor.Tensor) *w1Batches {
-	b := &w1Batches{}
-	for s := 0; s < w1Samples/w1Batch; s++ {
-		b.xs = append(b.xs, x.Narrow(0, s*w1Batch, w1Batch))
-		b.ys = append(b.ys, y.Narrow(0, s*w1Batch, w1Batch))
-	}
-	b.seq = func(yield func(*tensor.Tensor, *tensor.Tensor) bool) {
-		for i := range b.xs {
-			if !yield(b.xs[i], b.ys[i]) {
-				return
-			}
-		}
-	}
-	return b
-}
-
-func (b *w1Batches) Batches(int) iter.Seq2[*tensor.Tensor, *tensor.Tensor] { return b.seq }
-
 // w1KeepEvents and w1KeepEpochs are how many telemetry events and epoch
 // reports the W1 trainer run keeps.
 const (
@@ -118,7 +91,13 @@ func newW1Trainer(seed uint64, captured bool, epochs int, dev tensor.Device) (*w
 			return nil, fmt.Errorf("bench: W1 on %v: %w", dev, err)
 		}
 	}
-	data := newW1Batches(x, y)
+	// W1's four batches of four, the same views every epoch (a loader
+	// over data already in memory): with capture, the trainer replays
+	// the whole epoch as one graph.
+	data, err := tolaria.NewFixed(x, y, tolaria.FixedOptions{Size: w1Batch})
+	if err != nil {
+		return nil, err
+	}
 	// Both queues hold a whole run (up to 8192 events, ~4000 epochs, tens
 	// of milliseconds: the hub drains every millisecond), so that a busy
 	// machine, which can starve the backend worker, does not drop the
@@ -187,7 +166,7 @@ func RunW1Trainer(o W1Options) (res W1Result, err error) {
 	lat := make([]time.Duration, o.Epochs)
 	var ms0, ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms0)
-	captured := 0
+	captured, wholeEpochs := 0, 0
 	var syncs uint64
 	for i := range lat {
 		t0 := time.Now()
@@ -195,6 +174,9 @@ func RunW1Trainer(o W1Options) (res W1Result, err error) {
 		lat[i] = time.Since(t0)
 		if err != nil {
 			return W1Result{}, err
+		}
+		if r.EpochCaptured {
+			wholeEpochs++
 		}
 		if r.Captured {
 			captured++
@@ -206,7 +188,10 @@ func RunW1Trainer(o W1Options) (res W1Result, err error) {
 	if o.Captured && captured != o.Epochs {
 		return W1Result{}, fmt.Errorf("bench: W1 through the trainer replayed a captured step in %d of %d epochs (fallbacks %d)", captured, o.Epochs, tr.Summary().CaptureFallbacks)
 	}
-	if o.Captured {
+	switch {
+	case o.Captured && wholeEpochs == o.Epochs:
+		res.Launches, res.GraphReplays = tr.EpochGraphNodes(), 1
+	case o.Captured:
 		batches := w1Samples / w1Batch // the same for training and validation
 		step, val := tr.GraphNodes()
 		res.Launches, res.GraphReplays = batches*(step+val), 2*batches

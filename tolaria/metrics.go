@@ -123,6 +123,13 @@ func (m *metricsBuf) beginEpoch() {
 	m.valZero = true
 }
 
+// beginEpochLaunch is beginEpoch through the backend's Fill even on
+// the CPU, so that a captured region (the epoch graph) records it.
+func (m *metricsBuf) beginEpochLaunch() {
+	kernels.For(m.dev).Fill(m.usedView(true), 0)
+	m.valZero = true
+}
+
 // beginValidation zeroes the validation pass's accumulators unless
 // they are still zero from beginEpoch (one Fill on a device when not).
 func (m *metricsBuf) beginValidation() {

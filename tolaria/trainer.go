@@ -98,8 +98,14 @@ type TrainerOptions struct {
 	// stage or alpha, or the batch shape changes. Validation batches
 	// (and the counterfactual passes) are captured the same way, each
 	// graph adding to a device-resident loss sum and correct count read
-	// once per evaluation. A capture failure falls back to eager, counted
-	// in Summary.CaptureFallbacks and reported once
+	// once per evaluation. When Train and Val are both FixedBatches (a
+	// *Fixed: data on the device, the same views every epoch), the whole
+	// epoch is captured instead — the metrics' zeroing, every step and
+	// every validation batch, up to 64 batches — and replayed with one
+	// launch, unless the epoch needs host work between its steps
+	// (GradientTelemetryStride, OnStep, a PCGrad combination); see
+	// EpochReport.EpochCaptured. A capture failure falls back to eager,
+	// counted in Summary.CaptureFallbacks and reported once
 	// (tolaria.compile_fallback).
 	Capture       bool
 	CaptureWarmup int
@@ -279,8 +285,12 @@ type EpochReport struct {
 	// Seeds are the seeds after the epoch's decision (after the failure
 	// rollback when RestoredFrom ≥ 0).
 	Seeds []leyline.SeedReport
-	// Captured reports whether the epoch's steps ran captured.
-	Captured bool
+	// Captured reports whether the epoch's steps ran captured, and
+	// EpochCaptured whether the whole epoch — its steps and its
+	// validation batches — was replayed as one graph (FixedBatches);
+	// the steps are then not timed one by one, and StepP50 and StepP95
+	// are zero.
+	Captured, EpochCaptured bool
 	// HostSyncs is the number of host syncs of the model's device during
 	// the epoch (tensor.HostSyncs before and after; tolaria.host_syncs):
 	// the device-to-host reads the epoch waited for. Always 0 on the cpu.
@@ -350,6 +360,7 @@ type Trainer struct {
 	met       *metricsBuf
 	step      *stepRunner
 	eval      *evalRunner
+	epoch     *epochGraph // nil unless Capture with fixed Train and Val
 	agg       *gradAgg
 	prec      *precision
 	aggReport aggregation.EpochReport // the current epoch's, for emitEpoch
@@ -465,6 +476,7 @@ func NewTrainer(o TrainerOptions) (*Trainer, error) {
 	t.met = newMetricsBuf(dev)
 	t.step = newStepRunner(t)
 	t.eval = newEvalRunner(t)
+	t.epoch = newEpochGraph(t)
 	if o.Governor != nil {
 		g := *o.Governor
 		if g.Sink == nil {
@@ -587,13 +599,20 @@ func (t *Trainer) RunEpoch(ctx context.Context, e int) (r EpochReport, err error
 	t.model.SetTraining(true)
 	t.agg.beginEpoch()
 	samples := 0
-	if r.Steps, samples, err = t.trainEpoch(ctx, e, &r); err != nil {
-		return r, err
-	}
-	t.aggReport = t.agg.finalize(&r)
 	var train [2]float64
-	if r.ValLoss, r.ValAccuracy, train, err = t.evaluateWith(e, true); err != nil {
-		return r, err
+	if t.epoch.collect(e) {
+		if samples, train, err = t.epoch.run(ctx, e, &r); err != nil {
+			return r, err
+		}
+		t.aggReport = t.agg.finalize(&r)
+	} else {
+		if r.Steps, samples, err = t.trainEpoch(ctx, e, &r); err != nil {
+			return r, err
+		}
+		t.aggReport = t.agg.finalize(&r)
+		if r.ValLoss, r.ValAccuracy, train, err = t.evaluateWith(e, true); err != nil {
+			return r, err
+		}
 	}
 	r.TrainLoss, r.TrainAccuracy = train[0]/float64(r.Steps), 100*train[1]/float64(samples)
 	if err := t.measureCounterfactuals(e, r.ValAccuracy); err != nil {
@@ -1040,11 +1059,25 @@ func (t *Trainer) GraphNodes() (step, validation int) {
 	return step, validation
 }
 
+// EpochGraphNodes returns the launch count (CUDA graph nodes on CUDA)
+// of the latest epoch captured whole (EpochReport.EpochCaptured), which
+// an epoch replays once; 0 when none was captured.
+func (t *Trainer) EpochGraphNodes() int {
+	if t.epoch == nil {
+		return 0
+	}
+	return t.epoch.captured.Launches()
+}
+
 // captureStats sums the train step's and the evaluation's capture
 // figures (both zero without TrainerOptions.Capture).
 func (t *Trainer) captureStats() autograd.CaptureStats {
 	var s autograd.CaptureStats
-	for _, c := range []*autograd.Captured{t.step.captured, t.eval.captured} {
+	all := [3]*autograd.Captured{t.step.captured, t.eval.captured}
+	if t.epoch != nil {
+		all[2] = t.epoch.captured
+	}
+	for _, c := range all {
 		if c == nil {
 			continue
 		}

@@ -1,0 +1,163 @@
+package tolaria
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/tensor"
+)
+
+// maxEpochGraphBatches bounds the batches (training and validation
+// together) of an epoch captured as one graph: the graph keeps every
+// batch's intermediates alive at once, so a long epoch is replayed step
+// by step instead.
+const maxEpochGraphBatches = 64
+
+// epochGraph runs a whole epoch — the zeroing of the epoch's metrics,
+// every training step, every validation batch — as one captured region,
+// when TrainerOptions.Capture is set and both Train and Val are
+// FixedBatches: a replay is then one graph launch per epoch (a CUDA
+// graph, a recorded CPU tape) instead of one per batch, and the epoch's
+// one host sync is the metrics read that follows it. The device work is
+// the per-batch path's, launch for launch, so its results are bitwise
+// those of the per-batch path (captured or eager).
+//
+// Epochs that need host work between the steps keep the per-batch
+// path: gradient telemetry (GradientTelemetryStride), OnStep, a PCGrad
+// combination, batches that must be copied to the device, and epochs of
+// more than maxEpochGraphBatches batches.
+type epochGraph struct {
+	t        *Trainer
+	captured *autograd.Captured
+	// in is the epoch's inputs, x and y of each training batch, then of
+	// each validation batch; nTrain the training batches among them and
+	// trainRows, valRows the rows of each pass.
+	in                 []*tensor.Tensor
+	nTrain             int
+	trainRows, valRows int
+	// ok is collect's verdict while ranging over a source; body and
+	// valBody are collect's loop bodies, bound once.
+	ok            bool
+	body, valBody func(x, y *tensor.Tensor) bool
+	out           []*tensor.Tensor
+}
+
+func newEpochGraph(t *Trainer) *epochGraph {
+	if !t.o.Capture {
+		return nil
+	}
+	tf, ok1 := t.o.Train.(FixedBatches)
+	vf, ok2 := t.o.Val.(FixedBatches)
+	if !ok1 || !ok2 || tf == nil || vf == nil {
+		return nil
+	}
+	g := &epochGraph{t: t, out: []*tensor.Tensor{t.met.buf}}
+	g.body = func(x, y *tensor.Tensor) bool { return g.add(x, y, &g.trainRows) }
+	g.valBody = func(x, y *tensor.Tensor) bool { return g.add(x, y, &g.valRows) }
+	g.captured = autograd.Capture(g.fn, autograd.CaptureOptions{
+		Warmup:    t.o.CaptureWarmup,
+		Policy:    autograd.Recapture,
+		CacheSize: 2,
+		Version: func() uint64 {
+			return t.step.guard() ^ uint64(g.nTrain)*0x9e3779b97f4a7c15
+		},
+		OnFallback:  t.captureFallback,
+		BoundInputs: 1,
+	})
+	return g
+}
+
+// add appends one batch to the epoch's inputs when it may join the
+// graph (well formed, on the model's device already), counting its
+// rows into rows; otherwise it clears g.ok and stops the loop.
+func (g *epochGraph) add(x, y *tensor.Tensor, rows *int) bool {
+	if len(g.in) >= 2*maxEpochGraphBatches || checkBatch("", 0, x, y) != nil {
+		g.ok = false
+		return false
+	}
+	if x.Device() != g.t.dev || y.Device() != g.t.dev {
+		g.ok = false
+		return false
+	}
+	g.in = append(g.in, x, y)
+	*rows += y.Dim(0)
+	return true
+}
+
+// collect gathers epoch e's batches and reports whether the epoch can
+// run as one graph (see epochGraph). It only ranges over the sources,
+// which for FixedBatches launches nothing.
+func (g *epochGraph) collect(e int) bool {
+	if g == nil {
+		return false
+	}
+	t := g.t
+	if t.o.GradientTelemetryStride > 0 || t.o.OnStep != nil || t.step.afterBackward != nil {
+		return false
+	}
+	if !t.o.Train.(FixedBatches).Fixed() || !t.o.Val.(FixedBatches).Fixed() {
+		return false
+	}
+	if t.agg.combining(t.model, t.opt) {
+		return false
+	}
+	clear(g.in)
+	g.in, g.trainRows, g.valRows, g.ok = g.in[:0], 0, 0, true
+	t.o.Train.Batches(e)(g.body)
+	g.nTrain = len(g.in) / 2
+	if g.ok {
+		t.o.Val.Batches(e)(g.valBody)
+	}
+	if !g.ok || g.nTrain == 0 || len(g.in) == 2*g.nTrain || g.trainRows == 0 || g.valRows == 0 {
+		clear(g.in)
+		g.in = g.in[:0]
+		return false
+	}
+	return true
+}
+
+// fn is the epoch: the metrics zeroed, the training steps in training
+// mode, the validation batches in eval mode (the training mode is
+// restored after them).
+func (g *epochGraph) fn(in []*tensor.Tensor) []*tensor.Tensor {
+	t := g.t
+	t.met.beginEpochLaunch()
+	for i := 0; i < g.nTrain; i++ {
+		t.step.fn(in[2*i : 2*i+2])
+	}
+	t.model.SetTraining(false)
+	t.met.beginValidation()
+	for i := g.nTrain; i < len(in)/2; i++ {
+		t.eval.fn(in[2*i : 2*i+2])
+	}
+	t.model.SetTraining(true)
+	return g.out
+}
+
+// run runs the collected epoch e and reads its metrics (one host sync
+// on a device): the training steps and samples, the training loss sum
+// and correct count, and the validation loss and accuracy into r.
+func (g *epochGraph) run(ctx context.Context, e int, r *EpochReport) (samples int, train [2]float64, err error) {
+	t := g.t
+	defer func() {
+		clear(g.in)
+		g.in = g.in[:0]
+	}()
+	if err := ctx.Err(); err != nil {
+		return 0, train, err
+	}
+	before := g.captured.Stats().Replays
+	if _, err := g.captured.Run(g.in...); err != nil {
+		return 0, train, fmt.Errorf("tolaria: epoch %d: %w", e+1, err)
+	}
+	replayed := g.captured.Stats().Replays > before
+	t.step.globalStep += g.nTrain
+	r.Steps, r.Captured, r.EpochCaptured = g.nTrain, replayed, replayed
+	val, train, err := t.met.read(true)
+	if err != nil {
+		return 0, [2]float64{}, fmt.Errorf("tolaria: epoch %d: reading the metrics: %w", e+1, err)
+	}
+	r.ValLoss, r.ValAccuracy = val[0]/float64(g.valRows), 100*val[1]/float64(g.valRows)
+	return g.trainRows, train, nil
+}
