@@ -116,16 +116,26 @@ func linear(name string, x, w, b *Var, relu bool) *Var {
 			if acc != nil && (g2.DType() != dt || x2.DType() != dt || !g2.IsContiguous()) {
 				acc = nil
 			}
+			sw, sb := bufs.sink[1], bufs.sink[2]
+			if b == nil || sb == nil || sb.DType() != dt || !needs(b) {
+				sb = nil
+			}
+			if la, ok := acc.(kernels.LinearGradAccumulator); ok && needs(w) && sw != nil && (sb != nil || b == nil || !needs(b)) {
+				// Both (or the weight's alone) in one call: one launch
+				// for a small layer on a GPU.
+				la.LinearGradAdd(sw, sb, g2, x2)
+				return grads
+			}
 			if needs(w) {
-				if s := bufs.sink[1]; s != nil && acc != nil {
-					acc.MatMulAdd(s, g2, x2, true, false)
+				if sw != nil && acc != nil {
+					acc.MatMulAdd(sw, g2, x2, true, false)
 				} else {
 					grads[1] = matmulT(g2, x2, true, false, dt)
 				}
 			}
 			if b != nil && needs(b) {
-				if s := bufs.sink[2]; s != nil && acc != nil && s.DType() == dt {
-					acc.SumRowsAdd(s, g2)
+				if sb != nil && acc != nil {
+					acc.SumRowsAdd(sb, g2)
 				} else {
 					grads[2] = reduceKeep(kernels.Sum, g2, axis0).Reshape(nOut)
 				}

@@ -55,6 +55,21 @@ type GradAccumulator interface {
 	SumRowsAdd(dst, x *T)
 }
 
+// LinearGradAccumulator is implemented by backends that add a linear
+// layer's weight and bias gradients into existing tensors together, in
+// one launch where the shapes are small (a GPU, where each launch costs
+// microseconds): autograd's Linear accumulates both with it. It is an
+// optional capability (check with a type assertion).
+type LinearGradAccumulator interface {
+	// LinearGradAdd adds gᵀ·x to dw [N, K] and the column sums of g to
+	// db [N] (nil: no bias), for g [M, N] and x [M, K], all contiguous
+	// in one dtype, F32 or F64: GradAccumulator's MatMulAdd(dw, g, x,
+	// true, false) and SumRowsAdd(db, g), which is what the CPU runs;
+	// another backend's single launch may sum the product in another
+	// order, as its MatMulAdd may.
+	LinearGradAdd(dw, db, g, x *T)
+}
+
 // LaunchBounder is implemented by a backend whose launches cost more
 // than copying a small layer's weights (a GPU, where each launch takes
 // microseconds of host and device time): autograd.LinearStack joins the

@@ -13,6 +13,7 @@ var matmulCases = []conformance{
 	of(checkMatMulBias, "MatMulBias", "MatMulBiasAct"),
 	of(checkSetMatmulPrecision, "SetMatmulPrecision"),
 	optional[kernels.GradAccumulator](checkGradAccumulator, "MatMulAdd", "SumRowsAdd"),
+	optional[kernels.LinearGradAccumulator](checkLinearGradAccumulator, "LinearGradAdd"),
 }
 
 // product is a product's shapes: a and b as stored, dst, and the flags.
@@ -200,6 +201,53 @@ func checkGradAccumulator(s *suite) {
 			s.check(call{what: what, launch: func() { ga.SumRowsAdd(dst, x) }, writes: []*T{dst}}, func(got [][]float64) {
 				s.close(what, got[0], want, 2*tol(d))
 			})
+		}
+	}
+}
+
+// checkLinearGradAccumulator: LinearGradAdd adds gᵀ·x to dw and the
+// column sums of g to db (or leaves db out), on shapes from W1's layer
+// (g [4, 4], x [4, 16]) to ones past a GPU's one-launch range (70 rows).
+func checkLinearGradAccumulator(s *suite) {
+	la := s.b.(kernels.LinearGradAccumulator)
+	for _, d := range s.floats("LinearGradAdd", tensor.F64, tensor.F32) {
+		for _, sh := range [][3]int{{4, 4, 16}, {5, 3, 7}, {32, 10, 20}, {70, 20, 33}, {1, 200, 3}} {
+			m, n, k := sh[0], sh[1], sh[2]
+			for _, bias := range []bool{true, false} {
+				g, gv := s.in(d, m, n)
+				x, xv := s.in(d, m, k)
+				dw, dwv := s.in(d, n, k)
+				want := make([]float64, n*k)
+				for j := 0; j < n; j++ {
+					for p := 0; p < k; p++ {
+						var sum float64
+						for i := 0; i < m; i++ {
+							sum += gv[i*n+j] * xv[i*k+p]
+						}
+						want[j*k+p] = dwv[j*k+p] + sum
+					}
+				}
+				what := name("LinearGradAdd", d, sh, bias)
+				if !bias {
+					s.check(call{what: what, launch: func() { la.LinearGradAdd(dw, nil, g, x) }, writes: []*T{dw}}, func(got [][]float64) {
+						s.close(what+" dw", got[0], want, 2*tol(d))
+					})
+					continue
+				}
+				db, dbv := s.in(d, n)
+				wantB := make([]float64, n)
+				for j := range wantB {
+					var sum float64
+					for i := 0; i < m; i++ {
+						sum += gv[i*n+j]
+					}
+					wantB[j] = dbv[j] + sum
+				}
+				s.check(call{what: what, launch: func() { la.LinearGradAdd(dw, db, g, x) }, writes: []*T{dw, db}}, func(got [][]float64) {
+					s.close(what+" dw", got[0], want, 2*tol(d))
+					s.close(what+" db", got[1], wantB, 2*tol(d))
+				})
+			}
 		}
 	}
 }

@@ -102,6 +102,7 @@ func optional[I any](run func(s *suite), methods ...string) conformance {
 var optionals = []reflect.Type{
 	reflect.TypeFor[kernels.ChannelAxpyer](),
 	reflect.TypeFor[kernels.GradAccumulator](),
+	reflect.TypeFor[kernels.LinearGradAccumulator](),
 	reflect.TypeFor[kernels.ConvAffineActer](),
 	reflect.TypeFor[kernels.ConvAffineActPooler](),
 	reflect.TypeFor[kernels.BatchNormReluer](),

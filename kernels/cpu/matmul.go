@@ -374,3 +374,21 @@ func sumRowsAdd[F tensor.Float](d, x []F, m, n int) {
 		}
 	}
 }
+
+// LinearGradAdd implements kernels.LinearGradAccumulator: MatMulAdd(dw,
+// g, x, true, false), then SumRowsAdd(db, g) when db is not nil. The CPU
+// has no launch to save; the results are those two ops' bit for bit.
+func (be *Backend) LinearGradAdd(dw, db, g, x *T) {
+	const name = "LinearGradAdd"
+	needCPU(name, dw, db, g, x)
+	if dw == nil || g == nil || x == nil {
+		fail(name, "dw, g and x are required (db may be nil)")
+	}
+	if g.Rank() != 2 || x.Rank() != 2 || g.Dim(0) != x.Dim(0) {
+		fail(name, "g %v and x %v: want [M, N] and [M, K]", g.Shape(), x.Shape())
+	}
+	be.MatMulAdd(dw, g, x, true, false)
+	if db != nil {
+		be.SumRowsAdd(db, g)
+	}
+}

@@ -5,17 +5,24 @@ package cuda
 import (
 	"fmt"
 
+	"gorgonia.org/cu"
+
 	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/tensor"
 )
 
 // kernels.GradAccumulator on the device: MatMulAdd is MatMul's cuBLAS
 // call with β = 1, which adds the product to dst in the GEMM itself;
-// SumRowsAdd is one launch of sum_rows_add (src/matmul.cu). Both take F32
-// alone (the interface's dtypes are F32 and F64, and the device has no
-// F64 kernels).
+// SumRowsAdd is one launch of sum_rows_add (src/matmul.cu);
+// kernels.LinearGradAccumulator's LinearGradAdd is both in one launch of
+// linear_grad_add for a small layer (fp32 whatever the matmul precision,
+// as gemm_small), else those two. All take F32 alone (the interfaces'
+// dtypes are F32 and F64, and the device has no F64 kernels).
 
-var _ kernels.GradAccumulator = (*Backend)(nil)
+var (
+	_ kernels.GradAccumulator       = (*Backend)(nil)
+	_ kernels.LinearGradAccumulator = (*Backend)(nil)
+)
 
 // MatMulAdd implements kernels.GradAccumulator (F32, in the precision
 // set by SetMatmulPrecision).
@@ -103,6 +110,75 @@ func (d *Device) SumRowsAdd(dst, x *tensor.Tensor) error {
 	a.ptr(pd).ptr(px).i64(int64(m)).i64(int64(n))
 	// 32 columns per block of 32×8 threads (sum_rows_add's layout).
 	return launchRaw(fn, [3]int{(n + 31) / 32, 1, 1}, [3]int{32, 8, 1}, 0, d.stream, &a)
+}
+
+// LinearGradAdd implements kernels.LinearGradAccumulator (F32).
+func (b *Backend) LinearGradAdd(dw, db, g, x *T) {
+	must(b.d.LinearGradAdd(dw, db, g, x, b.precision()))
+}
+
+// LinearGradAdd adds gᵀ·x to dw [N, K] and the column sums of g to db
+// [N] (nil: none) for g [M, N] and x [M, K], F32 and contiguous: one
+// linear_grad_add_f32 launch when M is at most gemmSmallWarpK and
+// M·N·K at most gemmSmallMACs (a small layer's step, where each launch
+// is a graph node of its own), else MatMulAdd and SumRowsAdd.
+func (d *Device) LinearGradAdd(dw, db, g, x *tensor.Tensor, prec Precision) error {
+	const op = "LinearGradAdd"
+	if dw == nil || g == nil || x == nil {
+		return fmt.Errorf("cuda: %s: dw, g and x are required (db may be nil)", op)
+	}
+	gs, xs := g.Shape(), x.Shape()
+	if len(gs) != 2 || len(xs) != 2 || gs[0] != xs[0] {
+		return fmt.Errorf("cuda: %s: g %v and x %v: want [M, N] and [M, K]", op, gs, xs)
+	}
+	m, n, k := gs[0], gs[1], xs[1]
+	if err := checked(kernels.CheckSameShape(op, "dw", dw, []int{n, k})); err != nil {
+		return err
+	}
+	ts := []*tensor.Tensor{dw, g, x}
+	if db != nil {
+		if err := checked(kernels.CheckSameShape(op, "db", db, []int{n})); err != nil {
+			return err
+		}
+		ts = append(ts, db)
+	}
+	if err := onlyF32(op, ts...); err != nil {
+		return err
+	}
+	if m > gemmSmallWarpK || m*n*k > gemmSmallMACs {
+		if err := d.MatMulAdd(dw, g, x, true, false, prec); err != nil {
+			return err
+		}
+		if db == nil {
+			return nil
+		}
+		return d.SumRowsAdd(db, g)
+	}
+	var ptrs [4]cu.DevicePtr
+	for i, o := range []struct {
+		what string
+		t    *tensor.Tensor
+	}{{"dw", dw}, {"db", db}, {"g", g}, {"x", x}} {
+		if o.t == nil {
+			continue
+		}
+		if !o.t.IsContiguous() {
+			return fmt.Errorf("cuda: %s: %s of shape %v must be contiguous", op, o.what, o.t.Shape())
+		}
+		p, err := d.ptrOf(op, o.what, o.t, tensor.F32)
+		if err != nil {
+			return err
+		}
+		ptrs[i] = p
+	}
+	if m == 0 || n == 0 {
+		return nil // dw and db += empty sums
+	}
+	release := d.enter()
+	defer release()
+	var ar args
+	ar.ptr(ptrs[0]).ptr(ptrs[1]).ptr(ptrs[2]).ptr(ptrs[3]).i64(int64(m)).i64(int64(n)).i64(int64(k))
+	return d.launch1D("linear_grad_add_f32", int64(n*k+n), &ar)
 }
 
 // onlyF32 is the dtype rule of GradAccumulator and ChannelAxpyer on

@@ -193,6 +193,12 @@ func (sb *Backend) ScatterAdd(dst *kernels.T, axis int, index *kernels.T, src *k
 	sb.cpu.(kernels.IndexFamily).ScatterAdd(tensor.BackendView(dst), axis, tensor.BackendView(index), tensor.BackendView(src))
 }
 
+// LinearGradAdd implements kernels.LinearGradAccumulator on the CPU kernels.
+func (sb *Backend) LinearGradAdd(dw *kernels.T, db *kernels.T, g *kernels.T, x *kernels.T) {
+	sb.check("LinearGradAdd", []*tensor.Tensor{dw, db, g, x}, nil)
+	sb.cpu.(kernels.LinearGradAccumulator).LinearGradAdd(tensor.BackendView(dw), tensor.BackendView(db), tensor.BackendView(g), tensor.BackendView(x))
+}
+
 // MatMul implements kernels.MatMulFamily on the CPU kernels.
 func (sb *Backend) MatMul(dst *kernels.T, a *kernels.T, b *kernels.T, transA bool, transB bool) {
 	sb.check("MatMul", []*tensor.Tensor{dst, a, b}, nil)
@@ -448,29 +454,30 @@ func (sb *Backend) CrossEntropyBackward(dlogits *kernels.T, logits *kernels.T, t
 // The optional interfaces the sim backend offers: all of them, each
 // served by the CPU backend (a method the CPU lacks panics when called).
 var (
-	_ kernels.BatchNormEvalAffiner = (*Backend)(nil)
-	_ kernels.BatchNormReluPooler  = (*Backend)(nil)
-	_ kernels.BatchNormReluer      = (*Backend)(nil)
-	_ kernels.CaptureFamily        = (*Backend)(nil)
-	_ kernels.ChannelAxpyer        = (*Backend)(nil)
-	_ kernels.ConvAffineActPooler  = (*Backend)(nil)
-	_ kernels.ConvAffineActer      = (*Backend)(nil)
-	_ kernels.ConvFamily           = (*Backend)(nil)
-	_ kernels.CrossEntropyCounter  = (*Backend)(nil)
-	_ kernels.ElementwiseFamily    = (*Backend)(nil)
-	_ kernels.GradAccumulator      = (*Backend)(nil)
-	_ kernels.GraphAggregator      = (*Backend)(nil)
-	_ kernels.GroupNormReluer      = (*Backend)(nil)
-	_ kernels.IndexFamily          = (*Backend)(nil)
-	_ kernels.MatMulFamily         = (*Backend)(nil)
-	_ kernels.NormFamily           = (*Backend)(nil)
-	_ kernels.OptimFamily          = (*Backend)(nil)
-	_ kernels.ParamGradAccumulator = (*Backend)(nil)
-	_ kernels.PoolFamily           = (*Backend)(nil)
-	_ kernels.RandomFamily         = (*Backend)(nil)
-	_ kernels.ReduceFamily         = (*Backend)(nil)
-	_ kernels.SGDIncrementer       = (*Backend)(nil)
-	_ kernels.SegmentFamily        = (*Backend)(nil)
-	_ kernels.ShapeFamily          = (*Backend)(nil)
-	_ kernels.SoftmaxFamily        = (*Backend)(nil)
+	_ kernels.BatchNormEvalAffiner  = (*Backend)(nil)
+	_ kernels.BatchNormReluPooler   = (*Backend)(nil)
+	_ kernels.BatchNormReluer       = (*Backend)(nil)
+	_ kernels.CaptureFamily         = (*Backend)(nil)
+	_ kernels.ChannelAxpyer         = (*Backend)(nil)
+	_ kernels.ConvAffineActPooler   = (*Backend)(nil)
+	_ kernels.ConvAffineActer       = (*Backend)(nil)
+	_ kernels.ConvFamily            = (*Backend)(nil)
+	_ kernels.CrossEntropyCounter   = (*Backend)(nil)
+	_ kernels.ElementwiseFamily     = (*Backend)(nil)
+	_ kernels.GradAccumulator       = (*Backend)(nil)
+	_ kernels.GraphAggregator       = (*Backend)(nil)
+	_ kernels.GroupNormReluer       = (*Backend)(nil)
+	_ kernels.IndexFamily           = (*Backend)(nil)
+	_ kernels.LinearGradAccumulator = (*Backend)(nil)
+	_ kernels.MatMulFamily          = (*Backend)(nil)
+	_ kernels.NormFamily            = (*Backend)(nil)
+	_ kernels.OptimFamily           = (*Backend)(nil)
+	_ kernels.ParamGradAccumulator  = (*Backend)(nil)
+	_ kernels.PoolFamily            = (*Backend)(nil)
+	_ kernels.RandomFamily          = (*Backend)(nil)
+	_ kernels.ReduceFamily          = (*Backend)(nil)
+	_ kernels.SGDIncrementer        = (*Backend)(nil)
+	_ kernels.SegmentFamily         = (*Backend)(nil)
+	_ kernels.ShapeFamily           = (*Backend)(nil)
+	_ kernels.SoftmaxFamily         = (*Backend)(nil)
 )

@@ -53,6 +53,31 @@ __global__ void sum_rows_add_f32(float* d, const float* x, int64_t m, int64_t n)
     }
 }
 
+// linear_grad_add_f32 adds a small linear layer's weight and bias
+// gradients in one launch, for g [m, n] and x [m, k]: thread e < n·k
+// adds dw[j, p] += Σ_i g[i, j]·x[i, p] (j = e / k, p = e % k; the rows
+// in order, fma in fp32, as gemm_small_f32 sums), and thread e = n·k + j
+// adds db[j] += Σ_i g[i, j], summed in fp64 and rounded once to fp32
+// (as sum_rows_add_f32 rounds). db null: no bias. For small m (the
+// host's choice): MatMulAdd and SumRowsAdd would be two graph nodes.
+__global__ void linear_grad_add_f32(float* dw, float* db, const float* g, const float* x, int64_t m, int64_t n,
+                                    int64_t k) {
+    int64_t nk = n * k;
+    GRID_STRIDE(e, nk + (db ? n : 0)) {
+        if (e < nk) {
+            int64_t j = e / k, p = e % k;
+            float v = 0.f;
+            for (int64_t i = 0; i < m; i++) v = fmaf(g[i * n + j], x[i * k + p], v);
+            dw[e] = __fadd_rn(dw[e], v);
+        } else {
+            int64_t j = e - nk;
+            double s = 0.0;
+            for (int64_t i = 0; i < m; i++) s += (double)g[i * n + j];
+            db[j] = __fadd_rn(db[j], (float)s);
+        }
+    }
+}
+
 // gemm_small_f32 is a whole small product with its epilogue in one
 // launch (fp32, no batch): d[i, j] = act(Σ_p op(a)[i, p]·op(b)[p, j] +
 // bias[j]), one thread per element summing its K products in order in

@@ -1,0 +1,111 @@
+package autograd
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/esper-go/esper/kernels"
+	"github.com/esper-go/esper/tensor"
+)
+
+// gradAccCounter counts kernels.GradAccumulator's launches over a
+// backend (sim), handing them through.
+type gradAccCounter struct {
+	kernels.Backend
+	matmulAdd, sumRowsAdd, linearGradAdd int
+}
+
+func (b *gradAccCounter) MatMulAdd(dst, x, y *tensor.Tensor, ta, tb bool) {
+	b.matmulAdd++
+	b.Backend.(kernels.GradAccumulator).MatMulAdd(dst, x, y, ta, tb)
+}
+
+func (b *gradAccCounter) SumRowsAdd(dst, x *tensor.Tensor) {
+	b.sumRowsAdd++
+	b.Backend.(kernels.GradAccumulator).SumRowsAdd(dst, x)
+}
+
+// linearGradCounter adds kernels.LinearGradAccumulator, counted.
+type linearGradCounter struct{ *gradAccCounter }
+
+func (b linearGradCounter) LinearGradAdd(dw, db, g, x *tensor.Tensor) {
+	b.linearGradAdd++
+	b.Backend.(kernels.LinearGradAccumulator).LinearGradAdd(dw, db, g, x)
+}
+
+// TestLinearGradsInOneCall: a Linear whose weight and bias already have
+// a Grad gets both gradients added by one LinearGradAdd per backward on
+// a backend with kernels.LinearGradAccumulator (one launch for a small
+// layer on a GPU), with or without a bias, instead of MatMulAdd and
+// SumRowsAdd; the input's gradient (x is a Param here) stays a product
+// of its own. The gradients are bit for bit those of the two calls and
+// of the CPU, over two backwards accumulating onto Grads that start
+// non-zero.
+func TestLinearGradsInOneCall(t *testing.T) {
+	dev := tensor.Sim(6)
+	orig := kernels.For(dev)
+	t.Cleanup(func() { kernels.Register(orig) })
+	rng := rand.New(rand.NewPCG(7, 8))
+	vals := func(n int) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(rng.NormFloat64())
+		}
+		return v
+	}
+	xs, ws, bs := vals(4*16), vals(3*16), vals(3)
+	grad0 := [][]float32{vals(3 * 16), vals(3)}
+	for _, bias := range []bool{true, false} {
+		run := func(d tensor.Device) [][]float32 {
+			on := func(v []float32, shape ...int) *tensor.Tensor {
+				h, err := tensor.FromSlice(append([]float32(nil), v...), shape...).ToDevice(d)
+				require.NoError(t, err)
+				return h
+			}
+			x := Param(on(xs, 4, 16)) // its gradient is a product of its own
+			w := Param(on(ws, 3, 16))
+			params := []*Var{w}
+			var b *Var
+			if bias {
+				b = Param(on(bs, 3))
+				params = append(params, b)
+			}
+			for i, p := range params {
+				p.Grad = on(grad0[i], p.Shape()...)
+			}
+			for range 2 {
+				h := Linear(x, w, b)
+				Backward(SumAll(Mul(h, h)))
+			}
+			var out [][]float32
+			for _, p := range append(params, x) {
+				g, err := p.Grad.ToDevice(tensor.CPU)
+				require.NoError(t, err)
+				out = append(out, append([]float32(nil), g.F32()...))
+			}
+			return out
+		}
+		two := &gradAccCounter{Backend: orig}
+		kernels.Register(two)
+		want := run(dev)
+		one := linearGradCounter{&gradAccCounter{Backend: orig}}
+		kernels.Register(one)
+		got := run(dev)
+		kernels.Register(orig)
+		require.Equal(t, want, got, "bias %v", bias)
+		require.Equal(t, run(tensor.CPU), got, "bias %v: the CPU's", bias)
+		require.Equal(t, 2, two.matmulAdd, "bias %v", bias)
+		require.Equal(t, 2*btoi(bias), two.sumRowsAdd, "bias %v", bias)
+		require.Equal(t, 2, one.linearGradAdd, "bias %v: one call per backward", bias)
+		require.Zero(t, one.matmulAdd+one.sumRowsAdd, "bias %v", bias)
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
