@@ -13,8 +13,9 @@ import (
 // for mean and sum, [N] for none. Under Autocast half logits are cast up
 // to F32 and the loss is F32. target gets no gradient.
 func CrossEntropy(logits *Var, target *tensor.Tensor, p kernels.CrossEntropyParams) *Var {
-	return crossEntropy(logits, target, p, func(loss, lv, tv *tensor.Tensor) {
+	return crossEntropy(logits, target, p, func(loss, lv, tv *tensor.Tensor, _ bool) *tensor.Tensor {
 		backendOf(loss).CrossEntropy(loss, lv, tv, p)
+		return nil
 	})
 }
 
@@ -31,20 +32,32 @@ func CrossEntropyCount(logits *Var, target *tensor.Tensor, p kernels.CrossEntrop
 	if p.Reduction == kernels.ReduceNone {
 		panic(fmt.Sprintf("autograd: cross_entropy_count: reduction none (logits shape %v): the running loss adds one reduced loss", logits.Shape()))
 	}
-	return crossEntropy(logits, target, p, func(loss, lv, tv *tensor.Tensor) {
+	return crossEntropy(logits, target, p, func(loss, lv, tv *tensor.Tensor, grad bool) *tensor.Tensor {
 		be := backendOf(loss)
+		if gc, ok := be.(kernels.CrossEntropyGradCounter); ok && grad {
+			dl := alloc(lv, lv.DType(), lv.Shape()...)
+			if gc.CrossEntropyCountGrad(loss, lv, tv, p, lossSum, acc, dl) {
+				return dl
+			}
+		}
 		if cc, ok := be.(kernels.CrossEntropyCounter); ok {
 			cc.CrossEntropyCount(loss, lv, tv, p, lossSum, acc)
-			return
+			return nil
 		}
 		kernels.CrossEntropyCountOps(be, loss, lv, tv, p, lossSum, acc)
+		return nil
 	})
 }
 
 // crossEntropy is CrossEntropy's checks, graph node and backward around
 // forward, which writes the loss (allocated here) from the contiguous
-// logits and target.
-func crossEntropy(logits *Var, target *tensor.Tensor, p kernels.CrossEntropyParams, forward func(loss, lv, tv *tensor.Tensor)) *Var {
+// logits and target; grad tells it the logits take a gradient. forward
+// may return the logits' gradient for a dloss of one, computed with the
+// loss (kernels.CrossEntropyGradCounter): a backward seeded with the
+// loss's shared one — Backward of the loss itself — then returns it
+// without a launch, once; any other dloss, or a second backward, runs
+// CrossEntropyBackward.
+func crossEntropy(logits *Var, target *tensor.Tensor, p kernels.CrossEntropyParams, forward func(loss, lv, tv *tensor.Tensor, grad bool) *tensor.Tensor) *Var {
 	checkFloat("cross_entropy", logits)
 	checkIndex("cross_entropy", target)
 	ls := logits.Shape()
@@ -62,9 +75,16 @@ func crossEntropy(logits *Var, target *tensor.Tensor, p kernels.CrossEntropyPara
 	} else {
 		loss = alloc(lv, lv.DType())
 	}
-	forward(loss, lv, tv)
+	pre := forward(loss, lv, tv, needsGrad(logits))
 	return resultWith("cross_entropy", loss, []*Var{logits}, 2, false, func(bufs *opBufs) backwardFunc {
 		return func(g *tensor.Tensor) []*tensor.Tensor {
+			if pre != nil && g == scalarOne(loss) {
+				// Once: the gradient may become a leaf's Grad, which
+				// later backwards add into.
+				bufs.grads[0], pre = pre, nil
+				return bufs.grads[:1]
+			}
+			pre = nil
 			dl := alloc(lv, lv.DType(), ls...)
 			backendOf(dl).CrossEntropyBackward(dl, lv, tv, contig(g), p)
 			bufs.grads[0] = dl

@@ -117,6 +117,24 @@ type CrossEntropyCounter interface {
 	CrossEntropyCount(loss, logits, target *T, p CrossEntropyParams, lossSum, acc *T)
 }
 
+// CrossEntropyGradCounter is an optional Backend interface: a
+// CrossEntropyCount that also writes, in the same launch where the
+// backend can (CUDA: up to 64 rows, ce_small_count_grad), the gradient
+// of the loss with respect to the logits for a dloss of one — what
+// CrossEntropyBackward writes given a one, which is the gradient a
+// Backward of the loss itself sends it — so that such a backward needs
+// no launch of its own. autograd's CrossEntropyCount uses it when the
+// logits take a gradient.
+type CrossEntropyGradCounter interface {
+	// CrossEntropyCountGrad is CrossEntropyCount (loss, lossSum and acc
+	// bit for bit its results) also writing dlogits (the logits' shape
+	// and dtype) as CrossEntropyBackward would for a dloss of one, in
+	// the loss's dtype; it reports false, having written nothing, where
+	// the backend cannot do both in one launch (the caller then runs
+	// CrossEntropyCount, and the backward its own launch).
+	CrossEntropyCountGrad(loss, logits, target *T, p CrossEntropyParams, lossSum, acc, dlogits *T) bool
+}
+
 // CrossEntropyCountOps runs on be what a CrossEntropyCount stands for:
 // CrossEntropy into loss, Binary Add of the loss into lossSum, and
 // CountCorrect into acc. A backend without a fused path runs this, and

@@ -14,6 +14,7 @@ var softmaxCases = []conformance{
 	of(checkSoftmax, "Softmax", "LogSoftmax", "SoftmaxBackward", "LogSoftmaxBackward"),
 	of(checkCrossEntropy, "CrossEntropy", "CrossEntropyBackward"),
 	optional[kernels.CrossEntropyCounter](checkCrossEntropyCount, "CrossEntropyCount"),
+	optional[kernels.CrossEntropyGradCounter](checkCrossEntropyCountGrad, "CrossEntropyCountGrad"),
 }
 
 // refSoftmax is the softmax (or log-softmax) of x (shape) along axis.
@@ -299,4 +300,94 @@ func checkCrossEntropyCount(s *suite) {
 	s.panics("CrossEntropyCount", func() {
 		be.CrossEntropyCount(s.out(tensor.F32, 3), s.out(tensor.F32, 3, 4), s.out(tensor.I64, 3), kernels.CrossEntropyParams{Reduction: kernels.ReduceNone}, s.out(tensor.F32, 1), s.out(tensor.F32, 3))
 	})
+}
+
+// checkCrossEntropyCountGrad: where the backend fuses it (true), the
+// loss and metrics are CrossEntropyCount's on the same backend bit for
+// bit and dlogits is the float64 gradient for a dloss of one (1/kept
+// rows for the mean; 0 on an ignored row); where it does not (false),
+// nothing is written. A few rows (CUDA's one launch) and more than 64.
+func checkCrossEntropyCountGrad(s *suite) {
+	be := s.b.(kernels.CrossEntropyGradCounter)
+	cc, _ := s.b.(kernels.CrossEntropyCounter)
+	f32 := func(vals []float64, shape ...int) *T {
+		t, _ := s.put(tensor.F32, vals, shape...)
+		return t
+	}
+	for _, sz := range [][2]int{{4, 4}, {6, 5}, {4, 70}, {64, 10}, {100, 7}} {
+		n, cl := sz[0], sz[1]
+		for _, p := range []kernels.CrossEntropyParams{
+			{},
+			{Reduction: kernels.ReduceSum, LabelSmoothing: 0.1},
+			{HasIgnore: true, IgnoreIndex: 1},
+		} {
+			for _, d := range s.floats("CrossEntropyCountGrad") {
+				for _, idt := range []tensor.DType{tensor.I64, tensor.I32} {
+					logits, xv := s.in(d, n, cl)
+					tv := make([]float64, n)
+					for i := range tv {
+						tv[i] = float64(s.rng.IntN(cl))
+					}
+					if p.HasIgnore {
+						tv[0] = float64(p.IgnoreIndex)
+					}
+					target, _ := s.put(idt, tv, n)
+					sum0 := s.uniform(1, 1, 2)
+					av := s.uniform(n, 0, 3)
+					for i := range av {
+						av[i] = math.Floor(av[i])
+					}
+					_, _, kept := refCrossEntropy(xv, tv, n, cl, p)
+					g := 1.0
+					if p.Reduction == kernels.ReduceMean {
+						g /= float64(kept)
+					}
+					sm := refSoftmax(xv, []int{n, cl}, 1, false)
+					wantD := make([]float64, n*cl)
+					for i := 0; i < n; i++ {
+						if p.HasIgnore && int64(tv[i]) == p.IgnoreIndex {
+							continue
+						}
+						for j := 0; j < cl; j++ {
+							q := p.LabelSmoothing / float64(cl)
+							if j == int(tv[i]) {
+								q += 1 - p.LabelSmoothing
+							}
+							wantD[i*cl+j] = g * (sm[i*cl+j] - q)
+						}
+					}
+					// CrossEntropyCount on this backend (its definition
+					// where the backend has no fused count).
+					loss0, sumA, accA := s.out(tensor.F32), f32(sum0, 1), f32(av, n)
+					if cc != nil {
+						cc.CrossEntropyCount(loss0, logits, target, p, sumA, accA)
+					} else {
+						kernels.CrossEntropyCountOps(s.b, loss0, logits, target, p, sumA, accA)
+					}
+					counted := s.read([]*T{loss0, sumA, accA})
+
+					loss, lossSum, acc, dl := s.out(tensor.F32), f32(sum0, 1), f32(av, n), s.out(d, n, cl)
+					untouched := s.read([]*T{loss, lossSum, acc, dl})
+					what := name("CrossEntropyCountGrad", d, idt, n, cl, p)
+					var fused bool
+					launch := func() { fused = be.CrossEntropyCountGrad(loss, logits, target, p, lossSum, acc, dl) }
+					s.check(call{what: what, launch: launch, writes: []*T{loss, lossSum, acc, dl}}, func(got [][]float64) {
+						if !fused {
+							for i, w := range []string{"loss", "lossSum", "acc", "dlogits"} {
+								same(s.t, what+" "+w+" (not fused: unwritten)", got[i], untouched[i])
+							}
+							return
+						}
+						for i, w := range []string{"loss", "lossSum", "acc"} {
+							same(s.t, what+" "+w+" (against CrossEntropyCount)", got[i], counted[i])
+						}
+						s.close(what+" dlogits", got[3], wantD, 2*tol(d))
+					})
+					if !fused {
+						s.t.Logf("%s: not fused on this backend", what)
+					}
+				}
+			}
+		}
+	}
 }

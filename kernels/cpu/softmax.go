@@ -715,3 +715,36 @@ func (be *Backend) CrossEntropyCount(loss, logits, target *T, p kernels.CrossEnt
 	must(err)
 	kernels.CrossEntropyCountOps(be, loss, logits, target, p, lossSum, acc)
 }
+
+// CrossEntropyCountGrad implements kernels.CrossEntropyGradCounter:
+// CrossEntropyCount, then CrossEntropyBackward with a dloss of one (in
+// the loss's dtype), which is what a backward seeded with the loss's one
+// would run. The CPU saves no launch by it; it moves the backward's work
+// into the forward, so that sim runs the path a GPU takes.
+func (be *Backend) CrossEntropyCountGrad(loss, logits, target *T, p kernels.CrossEntropyParams, lossSum, acc, dlogits *T) bool {
+	const name = "CrossEntropyCountGrad"
+	needCPU(name, loss, logits, target, lossSum, acc, dlogits)
+	if dlogits == nil {
+		fail(name, "dlogits is required")
+	}
+	_, _, err := kernels.CheckCrossEntropyCount(name, loss, logits, target, p, lossSum, acc)
+	must(err)
+	needShape(name, "dlogits", dlogits, logits.Shape())
+	if dlogits.DType() != logits.DType() {
+		fail(name, "dlogits dtype %v, want the logits' %v", dlogits.DType(), logits.DType())
+	}
+	kernels.CrossEntropyCountOps(be, loss, logits, target, p, lossSum, acc)
+	one := ceOneF32
+	if loss.DType() == tensor.F64 {
+		one = ceOneF64
+	}
+	be.CrossEntropyBackward(dlogits, logits, target, one, p)
+	return true
+}
+
+// ceOneF32 and ceOneF64 are the dloss of one CrossEntropyCountGrad
+// differentiates with (read only).
+var (
+	ceOneF32 = tensor.FromSlice([]float32{1}).Reshape()
+	ceOneF64 = tensor.FromSlice([]float64{1}).Reshape()
+)

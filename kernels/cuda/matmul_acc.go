@@ -162,9 +162,6 @@ func (d *Device) LinearGradAdd(dw, db, g, x *tensor.Tensor, prec Precision) erro
 		if o.t == nil {
 			continue
 		}
-		if !o.t.IsContiguous() {
-			return fmt.Errorf("cuda: %s: %s of shape %v must be contiguous", op, o.what, o.t.Shape())
-		}
 		p, err := d.ptrOf(op, o.what, o.t, tensor.F32)
 		if err != nil {
 			return err

@@ -41,6 +41,13 @@ func (b *Backend) CrossEntropyCount(loss, logits, target *T, p kernels.CrossEntr
 	must(b.d.CrossEntropyCount(loss, logits, target, p, lossSum, acc))
 }
 
+// CrossEntropyCountGrad implements kernels.CrossEntropyGradCounter.
+func (b *Backend) CrossEntropyCountGrad(loss, logits, target *T, p kernels.CrossEntropyParams, lossSum, acc, dlogits *T) bool {
+	ok, err := b.d.CrossEntropyCountGrad(loss, logits, target, p, lossSum, acc, dlogits)
+	must(err)
+	return ok
+}
+
 // CrossEntropyBackward implements kernels.Backend.
 func (b *Backend) CrossEntropyBackward(dlogits, logits, target, dloss *T, p kernels.CrossEntropyParams) {
 	must(b.d.CrossEntropyBackward(dlogits, logits, target, dloss, p))
@@ -182,9 +189,12 @@ const ceSmallRows = 64
 // most ceSmallRows rows, written into loss (ploss); with plsum and pacc
 // (non-zero) also the running metrics of CrossEntropyCount
 // (ce_small_count).
-func (d *Device) ceSmall(ploss cu.DevicePtr, logits *tensor.Tensor, pt cu.DevicePtr, t64 bool, n, c int, p kernels.CrossEntropyParams, plsum, pacc cu.DevicePtr) error {
+func (d *Device) ceSmall(ploss cu.DevicePtr, logits *tensor.Tensor, pt cu.DevicePtr, t64 bool, n, c int, p kernels.CrossEntropyParams, plsum, pacc, pdx cu.DevicePtr) error {
 	base := "ce_small"
-	if plsum != 0 {
+	switch {
+	case pdx != 0:
+		base = "ce_small_count_grad"
+	case plsum != 0:
 		base = "ce_small_count"
 	}
 	name, err := floatKernel("CrossEntropy", base, logits.DType())
@@ -206,6 +216,9 @@ func (d *Device) ceSmall(ploss cu.DevicePtr, logits *tensor.Tensor, pt cu.Device
 	a.i32(b2i(p.HasIgnore)).i64(p.IgnoreIndex).i32(b2i(p.Reduction == kernels.ReduceMean))
 	if plsum != 0 {
 		a.ptr(plsum).ptr(pacc)
+	}
+	if pdx != 0 {
+		a.ptr(pdx)
 	}
 	return launchRaw(fn, [3]int{1, 1, 1}, [3]int{rowThreads, 1, 1}, 0, d.stream, &a)
 }
@@ -240,7 +253,40 @@ func (d *Device) CrossEntropyCount(loss, logits, target *tensor.Tensor, p kernel
 	if err != nil {
 		return err
 	}
-	return d.ceSmall(ptrs[0], logits, pt, t64, n, c, p, ptrs[1], ptrs[2])
+	return d.ceSmall(ptrs[0], logits, pt, t64, n, c, p, ptrs[1], ptrs[2], 0)
+}
+
+// CrossEntropyCountGrad is CrossEntropyCount also writing dlogits (the
+// logits' shape and dtype) for a dloss of one
+// (kernels.CrossEntropyGradCounter), in the one launch of
+// ce_small_count_grad for at most ceSmallRows rows; past that it writes
+// nothing and reports false.
+func (d *Device) CrossEntropyCountGrad(loss, logits, target *tensor.Tensor, p kernels.CrossEntropyParams, lossSum, acc, dlogits *tensor.Tensor) (bool, error) {
+	const op = "CrossEntropyCountGrad"
+	n, c, err := kernels.CheckCrossEntropyCount(op, loss, logits, target, p, lossSum, acc)
+	if err := checked(err); err != nil {
+		return false, err
+	}
+	pdx, err := d.ptrOf(op, "dlogits", dlogits, logits.DType())
+	if err != nil {
+		return false, err
+	}
+	if err := sameShape(op, dlogits, logits); err != nil {
+		return false, err
+	}
+	if n > ceSmallRows {
+		return false, nil
+	}
+	pt, t64, err := d.indexPtr(op, "target", target)
+	if err != nil {
+		return false, err
+	}
+	ptrs, err := d.ptrList(op, []string{"loss", "lossSum", "acc"}, []*tensor.Tensor{loss, lossSum, acc},
+		[]tensor.DType{tensor.F32, tensor.F32, tensor.F32}, []bool{false, false, false})
+	if err != nil {
+		return false, err
+	}
+	return true, d.ceSmall(ptrs[0], logits, pt, t64, n, c, p, ptrs[1], ptrs[2], pdx)
 }
 
 // CrossEntropy writes the softmax cross-entropy of logits [N, C] (F32,
@@ -260,7 +306,7 @@ func (d *Device) CrossEntropy(loss, logits, target *tensor.Tensor, p kernels.Cro
 	}
 	reduced := p.Reduction != kernels.ReduceNone
 	if reduced && n <= ceSmallRows {
-		return d.ceSmall(ploss, logits, pt, t64, n, c, p, 0, 0)
+		return d.ceSmall(ploss, logits, pt, t64, n, c, p, 0, 0, 0)
 	}
 	s, err := d.newCEScratch(n)
 	if err != nil {

@@ -136,11 +136,16 @@ __device__ __forceinline__ float ce_warp_max(float v) {
 // lsum and acc (ce_small_count, kernels.CrossEntropyCounter) it also
 // keeps a trainer's running metrics: lsum[0] += loss[0], and acc[i] += 1
 // for each row whose first maximum (NaN counting as the maximum, as
-// count_correct_rows finds it) is its target.
+// count_correct_rows finds it) is its target. With dx (ce_small_count_grad,
+// kernels.CrossEntropyGradCounter) it then writes the gradient for a
+// dloss of one, as ce_bwd_rows would: dx[i, j] = g·(softmax_ij −
+// (1−ε)[j = t_i] − ε/c), g = 1, or 1/kept for the mean; 0 on an ignored
+// row.
 template <typename T>
 __device__ void ce_small(float* loss, const T* x, const void* t, int t64, int64_t n, int64_t c, float eps,
-                         int has_ignore, int64_t ignore, int mean, float* lsum = nullptr, float* acc = nullptr) {
-    __shared__ float wsum[32], wkept[32];
+                         int has_ignore, int64_t ignore, int mean, float* lsum = nullptr, float* acc = nullptr,
+                         T* dx = nullptr) {
+    __shared__ float wsum[32], wkept[32], gsh;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     float tot = 0.f, kept = 0.f;
     for (int64_t i = warp; i < n; i += warps) {
@@ -185,6 +190,29 @@ __device__ void ce_small(float* loss, const T* x, const void* t, int t64, int64_
         const float l = mean ? a / k : a;
         loss[0] = l;
         if (lsum) lsum[0] = lsum[0] + l;
+        float g = 1.f;
+        if (mean) g /= k;
+        gsh = g;
+    }
+    if (!dx) return;
+    __syncthreads();
+    const float g = gsh;
+    for (int64_t i = warp; i < n; i += warps) {
+        const T* r = x + i * c;
+        T* d = dx + i * c;
+        int64_t tg = ce_target(t, t64, i);
+        bool ignored = has_ignore && tg == ignore;
+        float m = -INFINITY;
+        for (int64_t j = lane; j < c; j += 32) m = fmaxf(m, ld(r, j));
+        m = ce_warp_max(m);
+        float s = 0.f;
+        for (int64_t j = lane; j < c; j += 32) s += expf(ld(r, j) - m);
+        s = ce_warp_sum(s);
+        float inv = 1.f / s;
+        for (int64_t j = lane; j < c; j += 32) {
+            float v = ignored ? 0.f : g * (expf(ld(r, j) - m) * inv - (j == tg ? 1.f - eps : 0.f) - eps / (float)c);
+            st(d, j, v);
+        }
     }
 }
 
@@ -343,6 +371,24 @@ __global__ void ce_small_count_bf16(float* loss, const __nv_bfloat16* x, const v
 __global__ void ce_small_count_f16(float* loss, const __half* x, const void* t, int t64, int64_t n, int64_t c,
                                    float eps, int has_ignore, int64_t ignore, int mean, float* lsum, float* acc) {
     ce_small(loss, x, t, t64, n, c, eps, has_ignore, ignore, mean, lsum, acc);
+}
+
+// ce_small_count with the logits' gradient for a dloss of one
+// (kernels.CrossEntropyGradCounter).
+__global__ void ce_small_count_grad_f32(float* loss, const float* x, const void* t, int t64, int64_t n, int64_t c,
+                                        float eps, int has_ignore, int64_t ignore, int mean, float* lsum, float* acc,
+                                        float* dx) {
+    ce_small(loss, x, t, t64, n, c, eps, has_ignore, ignore, mean, lsum, acc, dx);
+}
+__global__ void ce_small_count_grad_bf16(float* loss, const __nv_bfloat16* x, const void* t, int t64, int64_t n,
+                                         int64_t c, float eps, int has_ignore, int64_t ignore, int mean, float* lsum,
+                                         float* acc, __nv_bfloat16* dx) {
+    ce_small(loss, x, t, t64, n, c, eps, has_ignore, ignore, mean, lsum, acc, dx);
+}
+__global__ void ce_small_count_grad_f16(float* loss, const __half* x, const void* t, int t64, int64_t n, int64_t c,
+                                        float eps, int has_ignore, int64_t ignore, int mean, float* lsum, float* acc,
+                                        __half* dx) {
+    ce_small(loss, x, t, t64, n, c, eps, has_ignore, ignore, mean, lsum, acc, dx);
 }
 
 }  // extern "C"
