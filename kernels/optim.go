@@ -59,6 +59,12 @@ type SGDOptions struct {
 	WeightDecay float64
 	Nesterov    bool
 	Maximize    bool
+	// ZeroGrad leaves grad zeroed after the step (also when foundInf
+	// skips the update), in the step's own launch where the backend
+	// can: a training loop whose next step starts by zeroing the
+	// gradients can leave that launch out. SGDStep and IncrementSGDStep
+	// take it; ForeachSGDStep refuses it.
+	ZeroGrad bool
 }
 
 // AdamWOptions are the constant hyperparameters of an AdamW step.

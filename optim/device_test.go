@@ -204,3 +204,72 @@ func TestSGDCountsInItsStep(t *testing.T) {
 	require.Equal(t, 3, steps)
 	require.Equal(t, wantSteps, steps)
 }
+
+// TestSGDStepZeroGrad: StepZeroGrad leaves every gradient zero and the
+// weights, momentum and step count those of Step, so that steps that
+// skip ZeroGrad after it train bit for bit as ZeroGrad, backward, Step
+// does; with foundInf set it updates nothing and still zeroes the
+// gradients. On the CPU and on sim.
+func TestSGDStepZeroGrad(t *testing.T) {
+	for _, dev := range []tensor.Device{tensor.CPU, tensor.Sim(5)} {
+		m, err := nn.NewMLP(tensor.NewRNG(3), nn.MLPOptions{Sizes: []int{6, 8, 4}})
+		require.NoError(t, err)
+		require.NoError(t, nn.To(m, dev))
+		m2, err := nn.NewMLP(tensor.NewRNG(3), nn.MLPOptions{Sizes: []int{6, 8, 4}})
+		require.NoError(t, err)
+		require.NoError(t, nn.To(m2, dev))
+		x, err := tensor.Normal(tensor.NewRNG(9), tensor.F32, 0, 1, 5, 6).ToDevice(dev)
+		require.NoError(t, err)
+		backward := func(m *nn.Sequential) {
+			autograd.Backward(autograd.Sum(m.Forward(autograd.Const(x)), nil, false))
+		}
+		plain, err := optim.NewSGD(m.Parameters(), optim.SGDOptions{LR: 0.1, Momentum: 0.9})
+		require.NoError(t, err)
+		zeroing, err := optim.NewSGD(m2.Parameters(), optim.SGDOptions{LR: 0.1, Momentum: 0.9})
+		require.NoError(t, err)
+		zeroing.ZeroGrad() // once, before the first step
+		for range 4 {
+			plain.ZeroGrad()
+			backward(m)
+			plain.Step()
+			backward(m2)
+			zeroing.StepZeroGrad(nil)
+			for _, p := range m2.Parameters() {
+				h, err := p.Grad.ToDevice(tensor.CPU)
+				require.NoError(t, err)
+				require.Equal(t, make([]float32, h.Numel()), h.F32(), "%v: gradients zeroed", dev)
+			}
+		}
+		require.Equal(t, weights(t, m), weights(t, m2), "%v", dev)
+		require.Equal(t, plain.StepCount(), zeroing.StepCount())
+		require.Equal(t, hostState(t, plain), hostState(t, zeroing), "%v: momentum", dev)
+
+		// A skipped step: nothing moves, the gradients are zeroed.
+		inf, err := tensor.FromSlice([]float32{1}, 1).ToDevice(dev)
+		require.NoError(t, err)
+		before := weights(t, m2)
+		backward(m2)
+		zeroing.StepZeroGrad(inf)
+		require.Equal(t, before, weights(t, m2), "%v: skipped", dev)
+		for _, p := range m2.Parameters() {
+			h, err := p.Grad.ToDevice(tensor.CPU)
+			require.NoError(t, err)
+			require.Equal(t, make([]float32, h.Numel()), h.F32(), "%v: gradients zeroed on a skipped step", dev)
+		}
+	}
+}
+
+// hostState is an optimizer's state dict copied to the host.
+func hostState(t *testing.T, o optim.Optimizer) map[string][]float32 {
+	t.Helper()
+	out := map[string][]float32{}
+	for k, v := range o.StateDict() {
+		if v.DType() != tensor.F32 {
+			continue
+		}
+		h, err := v.ToDevice(tensor.CPU)
+		require.NoError(t, err)
+		out[k] = append([]float32(nil), h.F32()...)
+	}
+	return out
+}

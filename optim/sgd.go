@@ -136,7 +136,21 @@ func (s *SGD) Arena() *Arena { return s.arena }
 func (s *SGD) Step() { s.StepSkipIf(nil) }
 
 // StepSkipIf implements Optimizer.
-func (s *SGD) StepSkipIf(foundInf *tensor.Tensor) {
+func (s *SGD) StepSkipIf(foundInf *tensor.Tensor) { s.step(foundInf, s.kopts) }
+
+// StepZeroGrad is StepSkipIf that leaves the gradients zeroed, the
+// update skipped or not (kernels.SGDOptions.ZeroGrad: in the step's own
+// launch on CUDA). A training loop that reads no gradient between two
+// steps can call it instead of StepSkipIf and leave out the next step's
+// ZeroGrad, one launch a step.
+func (s *SGD) StepZeroGrad(foundInf *tensor.Tensor) {
+	o := s.kopts
+	o.ZeroGrad = true
+	s.step(foundInf, o)
+}
+
+// step is StepSkipIf with the kernels' options o.
+func (s *SGD) step(foundInf *tensor.Tensor, o kernels.SGDOptions) {
 	s.arena.mustVerify()
 	if s.state != nil {
 		s.state.sync()
@@ -153,10 +167,10 @@ func (s *SGD) StepSkipIf(foundInf *tensor.Tensor) {
 			mom = s.state.buf(bi, 0)
 		}
 		if fused && bi == 0 {
-			inc.IncrementSGDStep(b.flat, b.grad, mom, s.hyp.t, foundInf, s.kopts)
+			inc.IncrementSGDStep(b.flat, b.grad, mom, s.hyp.t, foundInf, o)
 			continue
 		}
-		s.be.SGDStep(b.flat, b.grad, mom, s.hyp.t, foundInf, s.kopts)
+		s.be.SGDStep(b.flat, b.grad, mom, s.hyp.t, foundInf, o)
 	}
 }
 

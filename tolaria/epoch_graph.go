@@ -123,9 +123,17 @@ func (g *epochGraph) collect(e int) bool {
 func (g *epochGraph) fn(in []*tensor.Tensor) []*tensor.Tensor {
 	t := g.t
 	t.met.beginEpochLaunch()
+	// Nothing reads the gradients between the steps of an epoch graph:
+	// each step but the last leaves them zeroed in its optimizer launch,
+	// and the next skips its ZeroGrad. The last leaves them as the
+	// per-batch path does.
+	s := t.step
+	defer func() { s.zeroed, s.zeroAfter = false, false }() // also when a step panics
 	for i := 0; i < g.nTrain; i++ {
-		t.step.fn(in[2*i : 2*i+2])
+		s.zeroed, s.zeroAfter = i > 0, i < g.nTrain-1
+		s.fn(in[2*i : 2*i+2])
 	}
+	s.zeroed, s.zeroAfter = false, false
 	t.model.SetTraining(false)
 	t.met.beginValidation()
 	for i := g.nTrain; i < len(in)/2; i++ {

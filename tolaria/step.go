@@ -164,6 +164,10 @@ type stepRunner struct {
 	// afterBackward, when set, runs in fn right after backward (tests
 	// inject gradients through it).
 	afterBackward func()
+	// zeroed and zeroAfter are the epoch graph's: the gradients are zero
+	// already (the previous step left them so), and this step leaves
+	// them zeroed (optim.SGD.StepZeroGrad). Both false otherwise.
+	zeroed, zeroAfter bool
 }
 
 // boundBatches is how many batches' input tensors a captured step or
@@ -214,7 +218,9 @@ func (t *Trainer) captureFallback(err error) {
 func (s *stepRunner) fn(in []*tensor.Tensor) []*tensor.Tensor {
 	t := s.t
 	x, y := in[0], in[1]
-	t.opt.each(t.model, func(o *optim.SGD) { o.ZeroGrad() })
+	if !s.zeroed {
+		t.opt.each(t.model, func(o *optim.SGD) { o.ZeroGrad() })
+	}
 	var logits, loss *autograd.Var
 	var counted bool
 	t.prec.forward(func() {
@@ -236,9 +242,12 @@ func (s *stepRunner) fn(in []*tensor.Tensor) []*tensor.Tensor {
 		if t.o.MaxGradNorm > 0 {
 			optim.ClipGradNorm(o.Arena(), t.o.MaxGradNorm)
 		}
-		if foundInf != nil {
+		switch {
+		case s.zeroAfter:
+			o.StepZeroGrad(foundInf)
+		case foundInf != nil:
 			o.StepSkipIf(foundInf)
-		} else {
+		default:
 			o.Step()
 		}
 	})

@@ -145,6 +145,8 @@ var sgdOptions = []kernels.SGDOptions{
 	{Momentum: 0.9},
 	{Momentum: 0.9, Dampening: 0.1, WeightDecay: 5e-4},
 	{Momentum: 0.8, Nesterov: true, WeightDecay: 0.01},
+	{ZeroGrad: true},
+	{Momentum: 0.9, WeightDecay: 5e-4, ZeroGrad: true},
 }
 
 var adamwOptions = []kernels.AdamWOptions{
@@ -176,12 +178,20 @@ func checkSGDStep(s *suite) {
 					if inf <= 0 {
 						refSGD(wantP, gv, wantM, 0.1, step, o)
 					}
+					// The gradient is left as it was, or zeroed with
+					// ZeroGrad (the update skipped or not).
+					wantG := append([]float64(nil), gv...)
+					if o.ZeroGrad {
+						clear(wantG)
+					}
+					writes = append(writes, g)
 					what := name("SGDStep", d, "options", oi, "step", step, "foundInf", inf)
 					s.check(call{what: what, launch: func() { s.b.SGDStep(p, g, mom, hyper, foundInf, o) }, writes: writes}, func(got [][]float64) {
 						s.close(what+" param", got[0], wantP, 2*tol(d))
 						if mom != nil {
 							s.close(what+" momentum", got[1], wantM, 2*tol(d))
 						}
+						same(s.t, what+" grad", got[len(got)-1], wantG)
 					})
 				}
 			}
@@ -285,8 +295,16 @@ func checkScalerUpdate(s *suite) {
 
 func checkForeachStepper(s *suite) {
 	fs := s.b.(kernels.ForeachStepper)
+	s.panics("ForeachSGDStep", func() { // ZeroGrad is refused
+		params, _ := s.list(tensor.F32)
+		grads, _ := s.list(tensor.F32)
+		fs.ForeachSGDStep(params, grads, nil, s.full(tensor.F64, 0.1, 2), nil, kernels.SGDOptions{ZeroGrad: true})
+	})
 	for _, d := range s.floats("ForeachSGDStep", tensor.F64, tensor.F32) {
 		for oi, o := range sgdOptions {
+			if o.ZeroGrad {
+				continue // SGDStep's alone (see kernels.SGDOptions)
+			}
 			params, pv := s.list(d)
 			grads, gv := s.list(d)
 			var moms []*T
@@ -378,7 +396,7 @@ func checkIncrementSGDStep(s *suite) {
 							if st.m != nil {
 								w = append(w, st.m)
 							}
-							return w
+							return append(w, st.g)
 						}
 						ref := mk()
 						s.b.Increment(ref.hyper.Narrow(0, 1, 1), ref.foundInf)

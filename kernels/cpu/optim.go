@@ -66,6 +66,10 @@ func (be *Backend) SGDStep(param, grad, mom, hyper, foundInf *T, o kernels.SGDOp
 	must(kernels.CheckSGDStep(name, param, grad, mom, hyper, o))
 	must(kernels.CheckFlag(name, "foundInf", foundInf, true))
 	checkOptim(name, param, grad, mom)
+	if o.ZeroGrad {
+		// The CPU has no launch to save: the step, then a Fill.
+		defer be.Fill(grad, 0)
+	}
 	if be.eager() && param.DType() == tensor.F64 && sgdEager[float64](param, grad, mom, hyper, foundInf, o) ||
 		be.eager() && param.DType() == tensor.F32 && sgdEager[float32](param, grad, mom, hyper, foundInf, o) {
 		return

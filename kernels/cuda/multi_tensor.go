@@ -190,6 +190,9 @@ func (d *Device) mtOperands(op string, names []string, lists ...[]*tensor.Tensor
 // above name). Parameters must not overlap one another.
 func (d *Device) ForeachSGDStep(params, grads, moms []*tensor.Tensor, hyper, foundInf *tensor.Tensor, o kernels.SGDOptions) error {
 	const op = "ForeachSGDStep"
+	if o.ZeroGrad {
+		return fmt.Errorf("cuda: %s: SGDOptions.ZeroGrad is for SGDStep over an arena; zero the gradients with Fill", op)
+	}
 	if (len(moms) == 0) != (o.Momentum == 0) {
 		return fmt.Errorf("cuda: %s: momentum %v with %d momentum buffers", op, o.Momentum, len(moms))
 	}

@@ -332,7 +332,7 @@ func sgdArgs(pp, pg, pm, ph, pf cu.DevicePtr, o kernels.SGDOptions, n int) *args
 	var a args
 	a.ptr(pp).ptr(pg).ptr(pm).ptr(ph).ptr(pf)
 	a.f32(float32(o.Momentum)).f32(float32(1 - o.Dampening)).f32(float32(o.WeightDecay))
-	a.i32(b2i(o.Nesterov)).i32(b2i(o.Maximize)).i64(int64(n))
+	a.i32(b2i(o.Nesterov)).i32(b2i(o.Maximize)).i32(b2i(o.ZeroGrad)).i64(int64(n))
 	return &a
 }
 

@@ -39,15 +39,16 @@ __device__ __forceinline__ void sgd_elem(float& p, float g, float& m, float lr, 
 }
 
 // sgd_apply runs sgd_elem over n elements across the grid: float4 where
-// p, g (and m) are aligned, scalar for the rest.
+// p, g (and m) are aligned, scalar for the rest. With zero it writes 0
+// over each gradient element it read (SGDOptions.ZeroGrad).
 template <bool MOM>
-__device__ __forceinline__ void sgd_apply(float* p, const float* g, float* m, float lr, float mu, float damp,
-                                          float wd, int first, int nesterov, int maximize, int64_t n) {
+__device__ __forceinline__ void sgd_apply(float* p, float* g, float* m, float lr, float mu, float damp, float wd,
+                                          int first, int nesterov, int maximize, int zero, int64_t n) {
     int64_t done = 0;
     if (aligned16(p) && aligned16(g) && (!MOM || aligned16(m))) {
         int64_t n4 = n >> 2;
         float4* p4 = (float4*)p;
-        const float4* g4 = (const float4*)g;
+        float4* g4 = (float4*)g;
         float4* m4 = (float4*)m;
         GRID_STRIDE(i, n4) {
             float4 pv = p4[i], gv = g4[i];
@@ -59,6 +60,7 @@ __device__ __forceinline__ void sgd_apply(float* p, const float* g, float* m, fl
             sgd_elem<MOM>(pv.w, gv.w, mv.w, lr, mu, damp, wd, first, nesterov, maximize);
             if (MOM) m4[i] = mv;
             p4[i] = pv;
+            if (zero) g4[i] = make_float4(0.f, 0.f, 0.f, 0.f);
         }
         done = n4 << 2;
     }
@@ -69,7 +71,14 @@ __device__ __forceinline__ void sgd_apply(float* p, const float* g, float* m, fl
         sgd_elem<MOM>(pi, g[i], mi, lr, mu, damp, wd, first, nesterov, maximize);
         if (MOM) m[i] = mi;
         p[i] = pi;
+        if (zero) g[i] = 0.f;
     }
+}
+
+// sgd_zero_grad is what a step skipped on found_inf leaves with zero: the
+// gradient zeroed.
+__device__ __forceinline__ void sgd_zero_grad(float* g, int64_t n) {
+    GRID_STRIDE(i, n) g[i] = 0.f;
 }
 
 // adamw_elem is adamw_f32's update of one element: p, m and v in place.
@@ -89,15 +98,19 @@ extern "C" {
 // (null when μ = 0): m = d on the first step (step ≤ 1), else
 // μ·m + damp·d (damp = 1 − dampening); d = d + μ·m (Nesterov) or m;
 // p −= lr·d.
-__global__ void sgd_f32(float* p, const float* g, float* m, const double* hyper, const float* found_inf,
-                        float mu, float damp, float wd, int nesterov, int maximize, int64_t n) {
-    if (found_inf != nullptr && *found_inf != 0.f) return;
+// With zero (SGDOptions.ZeroGrad) g is left zeroed, skipped or not.
+__global__ void sgd_f32(float* p, float* g, float* m, const double* hyper, const float* found_inf, float mu,
+                        float damp, float wd, int nesterov, int maximize, int zero, int64_t n) {
+    if (found_inf != nullptr && *found_inf != 0.f) {
+        if (zero) sgd_zero_grad(g, n);
+        return;
+    }
     float lr = (float)hyper[0];
     int first = hyper[1] <= 1.0;
     if (m != nullptr) {
-        sgd_apply<true>(p, g, m, lr, mu, damp, wd, first, nesterov, maximize, n);
+        sgd_apply<true>(p, g, m, lr, mu, damp, wd, first, nesterov, maximize, zero, n);
     } else {
-        sgd_apply<false>(p, g, m, lr, mu, damp, wd, first, nesterov, maximize, n);
+        sgd_apply<false>(p, g, m, lr, mu, damp, wd, first, nesterov, maximize, zero, n);
     }
 }
 
@@ -106,18 +119,21 @@ __global__ void sgd_f32(float* p, const float* g, float* m, const double* hyper,
 // thread computes the new step from the old before the barrier, and
 // thread 0 writes it back after it, so no thread reads a step already
 // counted. Skipped whole when *found_inf is non-zero, as both are.
-__global__ void sgd_inc_f32(float* p, const float* g, float* m, double* hyper, const float* found_inf, float mu,
-                            float damp, float wd, int nesterov, int maximize, int64_t n) {
-    if (found_inf != nullptr && *found_inf != 0.f) return;
+__global__ void sgd_inc_f32(float* p, float* g, float* m, double* hyper, const float* found_inf, float mu,
+                            float damp, float wd, int nesterov, int maximize, int zero, int64_t n) {
+    if (found_inf != nullptr && *found_inf != 0.f) {
+        if (zero) sgd_zero_grad(g, n);
+        return;
+    }
     const double step = hyper[1] + 1.0;
     const float lr = (float)hyper[0];
     const int first = step <= 1.0;
     __syncthreads();  // every thread has read the old step
     if (threadIdx.x == 0) hyper[1] = step;
     if (m != nullptr) {
-        sgd_apply<true>(p, g, m, lr, mu, damp, wd, first, nesterov, maximize, n);
+        sgd_apply<true>(p, g, m, lr, mu, damp, wd, first, nesterov, maximize, zero, n);
     } else {
-        sgd_apply<false>(p, g, m, lr, mu, damp, wd, first, nesterov, maximize, n);
+        sgd_apply<false>(p, g, m, lr, mu, damp, wd, first, nesterov, maximize, zero, n);
     }
 }
 
