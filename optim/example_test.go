@@ -44,3 +44,23 @@ func ExampleNewSGD() {
 	fmt.Printf("w = %.4f after %d steps\n", onHost(w.Value).Item(), opt.StepCount())
 	// Output: w = 3.0000 after 60 steps
 }
+
+// The same descent with the gradient zeroed by each step itself: one
+// ZeroGrad before the loop, and a step that needs none (on CUDA the
+// zeroing is in the step's own launch, one launch fewer per step).
+// Nothing may read the gradient between the steps.
+func ExampleSGD_StepZeroGrad() {
+	w := autograd.Param(toDevice(tensor.Scalar(tensor.F32, 0)))
+	opt, err := optim.NewSGD([]*autograd.Var{w}, optim.SGDOptions{LR: 0.1, Momentum: 0.5})
+	if err != nil {
+		panic(err)
+	}
+	opt.ZeroGrad()
+	for step := 0; step < 60; step++ {
+		d := autograd.AddScalar(w, -3)
+		autograd.Backward(autograd.Mul(d, d))
+		opt.StepZeroGrad(nil) // nil: no found-inf flag
+	}
+	fmt.Printf("w = %.4f, gradient %v\n", onHost(w.Value).Item(), onHost(w.Grad).Item())
+	// Output: w = 3.0000, gradient 0
+}
