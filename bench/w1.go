@@ -27,7 +27,13 @@ type W1Options struct {
 	// graph (two launches per epoch on a GPU). Without Captured it does
 	// nothing.
 	StaticInputs bool
-	Seed         uint64
+	// PerBatch, through the trainer (RunW1Trainer), hands it W1's batches
+	// as a source that is not tolaria.FixedBatches, so that a captured
+	// epoch replays its step graph once per training batch and its
+	// validation graph once per validation batch instead of the whole
+	// epoch as one graph.
+	PerBatch bool
+	Seed     uint64
 	// Device runs the workload on a device other than the CPU (the zero
 	// value); its backend must be registered (kernels/device.Open does
 	// it). The epoch is timed up to its metrics read back to the host,
@@ -54,12 +60,13 @@ type W1Result struct {
 	AllocsPerEpoch float64 `json:"allocs_per_epoch"`
 	BytesPerEpoch  float64 `json:"bytes_per_epoch"`
 	// Launches are the captured epoch's launches (CUDA graph nodes on
-	// CUDA): the bare loop's one graph, or through the trainer its step's
-	// graph times the training batches plus its validation graph times
-	// the validation batches.
+	// CUDA): the bare loop's one graph; through the trainer its epoch
+	// graph, or with PerBatch its step's graph times the training
+	// batches plus its validation graph times the validation batches.
 	Launches int `json:"launches_per_epoch,omitempty"`
 	// GraphReplays is the number of graph replays per captured epoch (1
-	// for the bare loop, one per batch through the trainer).
+	// for the bare loop and the trainer's epoch graph, one per batch
+	// through the trainer with PerBatch).
 	GraphReplays int `json:"graph_replays_per_epoch,omitempty"`
 	// StaticInputs is set when the replays were fed through the graph's
 	// static input buffers (W1Options.StaticInputs).

@@ -142,6 +142,17 @@ func TestW1ThroughTrainer(t *testing.T) {
 	require.Equal(t, 1, rc.GraphReplays)
 	require.Greater(t, rc.Launches, 9)
 	require.Equal(t, 1, rc.Launches%4, "1 + 4 × (step + validation)")
+	// Batch by batch (a source that is not tolaria.FixedBatches): 4
+	// replays of the step graph and 4 of the validation graph, the same
+	// metrics.
+	var perBatch []EpochMetrics
+	rp, err := RunW1Trainer(W1Options{Epochs: 20, Warmup: 3, Captured: true, PerBatch: true, Emit: func(m EpochMetrics) { perBatch = append(perBatch, m) }})
+	require.NoError(t, err)
+	require.Equal(t, eager, perBatch)
+	require.Equal(t, "trainer-captured-per-batch", rp.Mode)
+	require.Equal(t, 8, rp.GraphReplays)
+	require.Zero(t, rp.Launches%4, "4 × (step + validation)")
+	require.Greater(t, rp.Launches, 8)
 }
 
 // TestW1OnDeviceWithoutBackend: W1 on a device whose backend is not

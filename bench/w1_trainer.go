@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"iter"
 	"runtime"
 	"time"
 
@@ -51,6 +52,14 @@ func (h w1Host) Blocks() []leyline.BlockInfo {
 	return []leyline.BlockInfo{{Depth: 0, Channels: w1Out, Slots: []string{"r0c0"}}}
 }
 
+// perBatchSource is a Fixed source without its Fixed method: the
+// trainer runs it batch by batch (W1Options.PerBatch).
+type perBatchSource struct{ f *tolaria.Fixed }
+
+func (p perBatchSource) Batches(e int) iter.Seq2[*tensor.Tensor, *tensor.Tensor] {
+	return p.f.Batches(e)
+}
+
 // w1KeepEvents and w1KeepEpochs are how many telemetry events and epoch
 // reports the W1 trainer run keeps.
 const (
@@ -69,7 +78,7 @@ type w1Trainer struct {
 // events epochs) and trainer for epochs epochs, the model and the data
 // on dev (the data drawn on the host and copied once, as the bare loop's
 // is: the trainer then copies no batch).
-func newW1Trainer(seed uint64, captured bool, epochs int, dev tensor.Device) (*w1Trainer, error) {
+func newW1Trainer(seed uint64, captured, perBatch bool, epochs int, dev tensor.Device) (*w1Trainer, error) {
 	rng := tensor.NewRNG(seed)
 	lin, err := nn.NewLinear(rng, nn.LinearOptions{In: w1In, Out: w1Out})
 	if err != nil {
@@ -94,9 +103,13 @@ func newW1Trainer(seed uint64, captured bool, epochs int, dev tensor.Device) (*w
 	// W1's four batches of four, the same views every epoch (a loader
 	// over data already in memory): with capture, the trainer replays
 	// the whole epoch as one graph.
-	data, err := tolaria.NewFixed(x, y, tolaria.FixedOptions{Size: w1Batch})
+	fixed, err := tolaria.NewFixed(x, y, tolaria.FixedOptions{Size: w1Batch})
 	if err != nil {
 		return nil, err
+	}
+	var data tolaria.Batches = fixed
+	if perBatch {
+		data = perBatchSource{fixed}
 	}
 	// Both queues hold a whole run (up to 8192 events, ~4000 epochs, tens
 	// of milliseconds: the hub drains every millisecond), so that a busy
@@ -138,14 +151,17 @@ func RunW1Trainer(o W1Options) (res W1Result, err error) {
 	if o, err = o.withDefaults(); err != nil {
 		return W1Result{}, err
 	}
-	w, err := newW1Trainer(o.Seed, o.Captured, o.Warmup+o.Epochs, o.Device)
+	w, err := newW1Trainer(o.Seed, o.Captured, o.PerBatch, o.Warmup+o.Epochs, o.Device)
 	if err != nil {
 		return W1Result{}, err
 	}
 	defer w.close()
 	tr, hub, mem := w.tr, w.hub, w.mem
 	res.Mode = "trainer-eager"
-	if o.Captured {
+	switch {
+	case o.Captured && o.PerBatch:
+		res.Mode = "trainer-captured-per-batch"
+	case o.Captured:
 		res.Mode = "trainer-captured"
 	}
 	ctx := context.Background()
@@ -187,6 +203,9 @@ func RunW1Trainer(o W1Options) (res W1Result, err error) {
 	runtime.ReadMemStats(&ms1)
 	if o.Captured && captured != o.Epochs {
 		return W1Result{}, fmt.Errorf("bench: W1 through the trainer replayed a captured step in %d of %d epochs (fallbacks %d)", captured, o.Epochs, tr.Summary().CaptureFallbacks)
+	}
+	if o.Captured && !o.PerBatch && wholeEpochs != o.Epochs {
+		return W1Result{}, fmt.Errorf("bench: W1 through the trainer replayed its epoch graph in %d of %d epochs", wholeEpochs, o.Epochs)
 	}
 	switch {
 	case o.Captured && wholeEpochs == o.Epochs:

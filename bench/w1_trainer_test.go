@@ -15,7 +15,7 @@ import (
 // latency's p50 and p95 next to ns/op and allocs/op.
 func benchmarkW1Trainer(b *testing.B, captured bool) {
 	const warmup = 50
-	w, err := newW1Trainer(0, captured, warmup+b.N, tensor.CPU)
+	w, err := newW1Trainer(0, captured, false, warmup+b.N, tensor.CPU)
 	require.NoError(b, err)
 	defer w.close()
 	ctx := context.Background()

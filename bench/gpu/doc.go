@@ -8,10 +8,11 @@
 // by medians and percentiles (GPU.md); W1 is timed by wall clock, as on
 // the CPU, because its epoch ends with a host read.
 //
-// W1 runs four modes on the device: the bare engine loop eager and
+// W1 runs five modes on the device: the bare engine loop eager and
 // captured (bench.RunW1, the captured epoch fed through its graph's static
-// inputs) and tolaria.Trainer eager and captured (bench.RunW1Trainer, the
-// data resident on the device), each one's final metrics checked against
+// inputs) and tolaria.Trainer eager, captured batch by batch and captured
+// as one epoch graph (bench.RunW1Trainer, the data resident on the
+// device), each one's final metrics checked against
 // the same epochs on the CPU backend. PERF.md's targets judge the
 // trainer-captured epoch: p95 ≤ 50 µs, ≥ 5× PyTorch eager, and ≥ 2×
 // PyTorch's best mode, the lowest p95 among the peer's eager,

@@ -357,10 +357,12 @@ func toHost(t *tensor.Tensor) *tensor.Tensor {
 
 // w1Mode is one way W1 runs: the bare engine loop or tolaria.Trainer,
 // each eager or captured.
-type w1Mode struct{ trainer, captured bool }
+type w1Mode struct{ trainer, captured, perBatch bool }
 
-// w1Modes are W1's four modes in the order they run and print.
-var w1Modes = []w1Mode{{false, false}, {false, true}, {true, false}, {true, true}}
+// w1Modes are W1's five modes in the order they run and print: the bare
+// loop eager and captured, the trainer eager, captured batch by batch
+// (bench.W1Options.PerBatch) and captured whole (its epoch graph).
+var w1Modes = []w1Mode{{false, false, false}, {false, true, false}, {true, false, false}, {true, true, true}, {true, true, false}}
 
 // w1PeerModes are the PyTorch GPU peer's W1 modes.
 var w1PeerModes = []string{"eager", "reduce-overhead", "cuda-graph"}
@@ -379,16 +381,17 @@ type w1Set struct {
 	mismatch []string
 }
 
-// runW1Modes runs W1's four modes on dev for warmup+epochs epochs each —
+// runW1Modes runs W1's five modes on dev for warmup+epochs epochs each —
 // the bare loop eager and captured (fed through the graph's static
-// inputs), and tolaria.Trainer eager and captured (its data resident on
-// dev from the start, so no epoch copies a batch) — then the same epochs
+// inputs), and tolaria.Trainer eager, captured per batch and captured
+// whole (its data resident on dev from the start, so no epoch copies a
+// batch) — then the same epochs
 // eagerly on the CPU backend, and compares each mode's final metrics
 // with the CPU's. progress gets a line per mode.
 func runW1Modes(dev tensor.Device, epochs, warmup int, progress io.Writer) (w1Set, error) {
 	s := w1Set{byMode: map[string]bench.W1Result{}}
 	for _, m := range w1Modes {
-		o := bench.W1Options{Epochs: epochs, Warmup: warmup, Captured: m.captured, Device: dev}
+		o := bench.W1Options{Epochs: epochs, Warmup: warmup, Captured: m.captured, PerBatch: m.perBatch, Device: dev}
 		run := bench.RunW1
 		if m.trainer {
 			run = bench.RunW1Trainer
@@ -455,8 +458,8 @@ func (g *gpuBench) w1() error {
 		"model": "Linear(16->4)+bias", "loss": "cross-entropy", "batch": 4, "samples_per_epoch": 16,
 		"optimizer": "SGD lr=0.01 momentum=0.9", "validation": "inference mode, 4 batches of 4 (correct counts with CountCorrect)",
 		"modes": "eager: the bare engine loop launching every kernel; captured: the bare epoch captured once as a CUDA graph (autograd.Capture) and replayed, fed through the graph's own static input buffers (Captured.Inputs, holding x and y from the capture on), so a replay copies no input; " +
-			"trainer-eager / trainer-captured: the same epoch run by tolaria.Trainer.RunEpoch (bench.RunW1Trainer: its train step and validation captured and replayed with trainer-captured, the epoch's telemetry into a nissa hub, the data resident on the device so no batch is copied)",
-		"graph_nodes": "launches_per_epoch: the bare captured epoch's one graph; through the trainer its step graph × 4 training batches + its validation graph × 4 validation batches (tolaria.Trainer.GraphNodes), replayed as 8 graphs (graph_replays_per_epoch)",
+			"trainer-eager / trainer-captured-per-batch / trainer-captured: the same epoch run by tolaria.Trainer.RunEpoch (bench.RunW1Trainer: the epoch's telemetry into a nissa hub, the data resident on the device as tolaria.Fixed batches so no batch is copied; per-batch: the train step and the validation batch captured and replayed once per batch, the source hiding FixedBatches; trainer-captured: the whole epoch captured as one graph and replayed)",
+		"graph_nodes": "launches_per_epoch: the bare captured epoch's one graph; the trainer's epoch graph (tolaria.Trainer.EpochGraphNodes), replayed once; per batch its step graph × 4 training batches + its validation graph × 4 validation batches (tolaria.Trainer.GraphNodes), replayed as 8 graphs (graph_replays_per_epoch)",
 		"targets":     "PERF.md W1 GPU, for the trainer-captured epoch: p95 ≤ 50 µs, ≥ 5× PyTorch eager, ≥ 2× PyTorch's best mode (the lowest p95 of eager, reduce-overhead and cuda-graph that ran)",
 		"timing":      "wall clock per epoch, up to the epoch's metrics read back to the host (which waits for the device), as the peer times fn() + met.tolist()",
 		"epochs":      c.Epochs, "warmup": warmup,

@@ -66,8 +66,8 @@ func openSim(t *testing.T) (tensor.Device, kernels.Backend) {
 	return tensor.Sim(0), be
 }
 
-// TestW1ModesOnSim: the four W1 modes run on the sim device, the trainer
-// ones replaying their captured steps, and each ends where its CPU
+// TestW1ModesOnSim: the five W1 modes run on the sim device, the trainer
+// ones replaying their captured graphs, and each ends where its CPU
 // reference does (the sim's kernels are the CPU's: exactly there).
 func TestW1ModesOnSim(t *testing.T) {
 	dev, _ := openSim(t)
@@ -76,7 +76,7 @@ func TestW1ModesOnSim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"eager", "captured", "trainer-eager", "trainer-captured"}; !slices.Equal(s.order, want) {
+	if want := []string{"eager", "captured", "trainer-eager", "trainer-captured-per-batch", "trainer-captured"}; !slices.Equal(s.order, want) {
 		t.Fatalf("modes %v, want %v", s.order, want)
 	}
 	if len(s.mismatch) > 0 {
