@@ -51,6 +51,53 @@ type SGDIncrementer interface {
 	IncrementSGDStep(param, grad, mom, hyper, foundInf *T, o SGDOptions)
 }
 
+// GradClipper is an optional Backend interface: a clip of gradients by
+// their global L2 norm (torch.nn.utils.clip_grad_norm_) in as few
+// launches as the backend can (CUDA, for one tensor: two — the partial
+// sums of squares, then one kernel that finishes the norm, writes it and
+// scales — where ForeachNorm, three BinaryScalar and ForeachScale take
+// seven).
+type GradClipper interface {
+	// ClipByNorm writes into norm (one element, F32 or F64) the L2 norm
+	// over every element of xs — ForeachNorm of xs, and for more than
+	// one tensor ForeachNorm of those norms — and multiplies every xs[i]
+	// in place by min(1, maxNorm/(norm+eps)), the coefficient computed
+	// in norm's dtype as BinaryScalar Add of eps, reversed Div of maxNorm
+	// and Minimum with 1 compute it (a NaN norm gives a NaN coefficient).
+	// The CPU's results are those ops' bit for bit; another backend's
+	// norm may sum in another order.
+	ClipByNorm(norm *T, xs []*T, maxNorm, eps float64)
+}
+
+// ClipByNormOps runs on be what a ClipByNorm stands for, over
+// temporaries on norm's device: ForeachNorm (twice for several tensors),
+// BinaryScalar Add, Div (reversed) and Minimum for the coefficient, and
+// ForeachScale. A backend without a fused path runs this, and it is the
+// definition the fused paths are held to.
+func ClipByNormOps(be Backend, norm *T, xs []*T, maxNorm, eps float64) {
+	dev, dt := norm.Device(), norm.DType()
+	tmp := func(n ...int) *T {
+		t, err := tensor.EmptyOn(dev, dt, n...)
+		if err != nil {
+			panic(fmt.Sprintf("ClipByNorm: %v", err))
+		}
+		return t
+	}
+	n1 := norm.Reshape(1)
+	if len(xs) == 1 {
+		be.ForeachNorm(n1, xs)
+	} else {
+		norms := tmp(len(xs))
+		be.ForeachNorm(norms, xs)
+		be.ForeachNorm(n1, []*T{norms})
+	}
+	den, quo, coef := tmp(), tmp(), tmp()
+	be.BinaryScalar(Add, den, norm.Reshape(), eps, false)
+	be.BinaryScalar(Div, quo, den, maxNorm, true)
+	be.BinaryScalar(Minimum, coef, quo, 1, false)
+	be.ForeachScale(xs, coef)
+}
+
 // SGDOptions are the constant hyperparameters of an SGD step (the learning
 // rate lives in a tensor so captured steps see schedule changes).
 type SGDOptions struct {

@@ -18,12 +18,7 @@ const clipEps = 1e-6
 // (two with several dtypes) and reads nothing back, so it can be captured.
 func GradNorm(a *Arena) *tensor.Tensor {
 	be := kernels.For(a.device)
-	ndt := tensor.F32
-	for _, b := range a.buckets {
-		if b.dtype == tensor.F64 {
-			ndt = tensor.F64
-		}
-	}
+	ndt := normDType(a)
 	norms := outOn(a.device, ndt, len(a.grads))
 	be.ForeachNorm(norms, a.grads)
 	if len(a.grads) == 1 {
@@ -38,8 +33,9 @@ func GradNorm(a *Arena) *tensor.Tensor {
 // min(1, maxNorm/(norm+1e-6)), where norm is the global L2 norm over all
 // gradients, as torch.nn.utils.clip_grad_norm_ does, and returns the norm
 // before clipping (a shape [] tensor, see GradNorm). The coefficient is
-// computed on the device and applied with one ForeachScale, so nothing is
-// read back and the whole clip can be captured. A NaN or Inf norm makes
+// computed on the device and applied there (kernels.GradClipper: two
+// launches on CUDA for a one-bucket arena), so nothing is read back and
+// the whole clip can be captured. A NaN or Inf norm makes
 // every gradient NaN, as in PyTorch; a GradScaler step then skips.
 //
 // It panics when maxNorm is negative or not finite.
@@ -48,13 +44,22 @@ func ClipGradNorm(a *Arena, maxNorm float64) *tensor.Tensor {
 		panic(fmt.Sprintf("optim: ClipGradNorm with maxNorm %v (want finite, ≥ 0)", maxNorm))
 	}
 	be := kernels.For(a.device)
-	norm := GradNorm(a)
-	den := outOn(a.device, norm.DType())
-	be.BinaryScalar(kernels.Add, den, norm, clipEps, false)
-	quo := outOn(a.device, norm.DType())
-	be.BinaryScalar(kernels.Div, quo, den, maxNorm, true)
-	coef := outOn(a.device, norm.DType())
-	be.BinaryScalar(kernels.Minimum, coef, quo, 1, false)
-	be.ForeachScale(a.grads, coef)
+	norm := outOn(a.device, normDType(a))
+	if gc, ok := be.(kernels.GradClipper); ok {
+		gc.ClipByNorm(norm, a.grads, maxNorm, clipEps)
+	} else {
+		kernels.ClipByNormOps(be, norm, a.grads, maxNorm, clipEps)
+	}
 	return norm
+}
+
+// normDType is the dtype of a's gradient norm: F64 when a holds F64
+// parameters, else F32.
+func normDType(a *Arena) tensor.DType {
+	for _, b := range a.buckets {
+		if b.dtype == tensor.F64 {
+			return tensor.F64
+		}
+	}
+	return tensor.F32
 }

@@ -273,3 +273,59 @@ func hostState(t *testing.T, o optim.Optimizer) map[string][]float32 {
 	}
 	return out
 }
+
+// clipCounter offers kernels.GradClipper over a backend (sim), counted.
+type clipCounter struct {
+	kernels.Backend
+	clips int
+}
+
+func (b *clipCounter) ClipByNorm(norm *tensor.Tensor, xs []*tensor.Tensor, maxNorm, eps float64) {
+	b.clips++
+	b.Backend.(kernels.GradClipper).ClipByNorm(norm, xs, maxNorm, eps)
+}
+
+// TestClipGradNormOneCall: on a backend with kernels.GradClipper,
+// ClipGradNorm is one ClipByNorm call, and the norm and the clipped
+// gradients are bit for bit those of a backend without it (ForeachNorm,
+// three BinaryScalar, ForeachScale) and of the CPU, clipped or not.
+func TestClipGradNormOneCall(t *testing.T) {
+	dev := tensor.Sim(5)
+	orig := kernels.For(dev)
+	t.Cleanup(func() { kernels.Register(orig) })
+	run := func(d tensor.Device, maxNorm float64) ([]float32, [][]float32) {
+		m, err := nn.NewMLP(tensor.NewRNG(3), nn.MLPOptions{Sizes: []int{6, 8, 4}})
+		require.NoError(t, err)
+		require.NoError(t, nn.To(m, d))
+		sgd, err := optim.NewSGD(m.Parameters(), optim.SGDOptions{LR: 0.1})
+		require.NoError(t, err)
+		x, err := tensor.Normal(tensor.NewRNG(9), tensor.F32, 0, 1, 5, 6).ToDevice(d)
+		require.NoError(t, err)
+		sgd.ZeroGrad()
+		autograd.Backward(autograd.Sum(m.Forward(autograd.Const(x)), nil, false))
+		norm, err := optim.ClipGradNorm(sgd.Arena(), maxNorm).ToDevice(tensor.CPU)
+		require.NoError(t, err)
+		var grads [][]float32
+		for _, p := range m.Parameters() {
+			h, err := p.Grad.ToDevice(tensor.CPU)
+			require.NoError(t, err)
+			grads = append(grads, append([]float32(nil), h.F32()...))
+		}
+		return append([]float32(nil), norm.F32()...), grads
+	}
+	for _, maxNorm := range []float64{0.1, 1e6} {
+		plain := struct{ kernels.Backend }{orig} // no GradClipper
+		kernels.Register(plain)
+		wantN, wantG := run(dev, maxNorm)
+		cc := &clipCounter{Backend: orig}
+		kernels.Register(cc)
+		gotN, gotG := run(dev, maxNorm)
+		kernels.Register(orig)
+		require.Equal(t, 1, cc.clips, "maxNorm %v", maxNorm)
+		require.Equal(t, wantN, gotN, "maxNorm %v: norm", maxNorm)
+		require.Equal(t, wantG, gotG, "maxNorm %v: gradients", maxNorm)
+		cpuN, cpuG := run(tensor.CPU, maxNorm)
+		require.Equal(t, cpuN, gotN)
+		require.Equal(t, cpuG, gotG)
+	}
+}

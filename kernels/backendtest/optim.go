@@ -20,6 +20,7 @@ var optimCases = []conformance{
 	of(checkUnscaleCheck, "UnscaleCheck"),
 	of(checkScalerUpdate, "ScalerUpdate"),
 	optional[kernels.ForeachStepper](checkForeachStepper, "ForeachSGDStep", "ForeachAdamWStep"),
+	optional[kernels.GradClipper](checkGradClipper, "ClipByNorm"),
 }
 
 // listSizes are the element counts of the tensors of a list: tiny, odd,
@@ -422,4 +423,61 @@ func checkIncrementSGDStep(s *suite) {
 	s.panics("IncrementSGDStep", func() {
 		be.IncrementSGDStep(s.out(tensor.F32, 4), s.out(tensor.F32, 5), nil, s.full(tensor.F64, 0.1, 2), nil, kernels.SGDOptions{})
 	})
+}
+
+// checkGradClipper: ClipByNorm writes the global L2 norm of the tensors
+// and scales them by min(1, maxNorm/(norm+eps)): one tensor (an arena's
+// one bucket; small, and past a GPU's chunk) and a list, clipped and not
+// (a coefficient of exactly 1 leaves them as they were), and a NaN that
+// makes the norm and every scaled value NaN.
+func checkGradClipper(s *suite) {
+	gc := s.b.(kernels.GradClipper)
+	const eps = 1e-6
+	for _, d := range s.floats("ClipByNorm", tensor.F64, tensor.F32) {
+		for _, sizes := range [][]int{{1000}, {70001}, {1, 300, 17, 5000, 64}} {
+			for _, maxNorm := range []float64{0.5, 1e9} {
+				for _, nan := range []bool{false, true} {
+					if nan && maxNorm > 1 {
+						continue
+					}
+					var xs []*T
+					var vals [][]float64
+					var sq float64
+					for i, n := range sizes {
+						v := s.normals(n)
+						if nan && i == len(sizes)-1 {
+							v[n/2] = math.NaN()
+						}
+						x, xv := s.put(d, v, n)
+						xs, vals = append(xs, x), append(vals, xv)
+						for _, e := range xv {
+							sq += e * e
+						}
+					}
+					norm := math.Sqrt(sq)
+					coef := math.Min(1, maxNorm/(norm+eps))
+					if math.IsNaN(norm) {
+						coef = math.NaN()
+					}
+					nt := s.out(d)
+					writes := append([]*T{nt}, xs...)
+					what := name("ClipByNorm", d, len(sizes), sizes[0], "maxNorm", maxNorm, "nan", nan)
+					s.check(call{what: what, launch: func() { gc.ClipByNorm(nt, xs, maxNorm, eps) }, writes: writes}, func(got [][]float64) {
+						s.close(what+" norm", got[0], []float64{norm}, 8*tol(d))
+						for i := range xs {
+							want := make([]float64, len(vals[i]))
+							for j, v := range vals[i] {
+								want[j] = v * coef
+							}
+							if coef == 1 {
+								same(s.t, name(what, "unclipped", i), got[1+i], vals[i])
+								continue
+							}
+							s.close(name(what, "scaled", i), got[1+i], want, 8*tol(d))
+						}
+					})
+				}
+			}
+		}
+	}
 }

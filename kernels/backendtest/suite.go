@@ -113,6 +113,7 @@ var optionals = []reflect.Type{
 	reflect.TypeFor[kernels.CrossEntropyCounter](),
 	reflect.TypeFor[kernels.CrossEntropyGradCounter](),
 	reflect.TypeFor[kernels.SGDIncrementer](),
+	reflect.TypeFor[kernels.GradClipper](),
 	reflect.TypeFor[kernels.ParamGradAccumulator](),
 	reflect.TypeFor[kernels.LaunchBounder](),
 	reflect.TypeFor[kernels.ForeachStepper](),

@@ -382,3 +382,15 @@ func (be *Backend) ScalerUpdate(scale, tracker, foundInf *T, growth, backoff flo
 		setT(n)
 	})
 }
+
+// ClipByNorm implements kernels.GradClipper as kernels.ClipByNormOps:
+// the CPU has no launch to save.
+func (be *Backend) ClipByNorm(norm *T, xs []*T, maxNorm, eps float64) {
+	const name = "ClipByNorm"
+	needCPU(name, norm)
+	needCPU(name, xs...)
+	if norm.Numel() != 1 || !(norm.DType() == tensor.F32 || norm.DType() == tensor.F64) {
+		fail(name, "norm of shape %v and dtype %v: want one F32 or F64 element", norm.Shape(), norm.DType())
+	}
+	kernels.ClipByNormOps(be, norm, xs, maxNorm, eps)
+}

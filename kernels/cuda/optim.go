@@ -415,3 +415,94 @@ func (d *Device) optimPtrs(op string, param, grad, state, hyper, foundInf *tenso
 	}
 	return
 }
+
+// ClipByNorm implements kernels.GradClipper.
+func (b *Backend) ClipByNorm(norm *T, xs []*T, maxNorm, eps float64) {
+	must(b.d.ClipByNorm(norm, xs, maxNorm, eps))
+}
+
+// clipParts is the most partial sums clip_sumsq_f32 writes (its grid),
+// and clipPerPart the fewest elements a partial covers: the grid is
+// min(clipParts, ⌈n/clipPerPart⌉), a function of n alone.
+const (
+	clipParts   = 1024
+	clipPerPart = 4 * blockSize
+)
+
+// ClipByNorm clips F32 tensors by their global L2 norm (see
+// kernels.GradClipper), writing the norm (F32, one element) — for one
+// tensor, an arena's one bucket, in two launches: clip_sumsq_f32's
+// partial sums, then clip_scale_f32, which finishes the norm, writes it
+// and scales. The sum is in a fixed order (no atomics). A list of
+// several tensors takes kernels.ClipByNormOps.
+func (d *Device) ClipByNorm(norm *tensor.Tensor, xs []*tensor.Tensor, maxNorm, eps float64) error {
+	const op = "ClipByNorm"
+	pn, err := d.ptrOf(op, "norm", norm, tensor.F32)
+	if err != nil {
+		return err
+	}
+	if norm.Numel() != 1 {
+		return fmt.Errorf("cuda: %s: norm of shape %v: want one element", op, norm.Shape())
+	}
+	if len(xs) != 1 {
+		return d.clipByNormOps(norm, xs, maxNorm, eps)
+	}
+	px, err := d.ptrOf(op, "xs[0]", xs[0], tensor.F32)
+	if err != nil {
+		return err
+	}
+	n := int64(xs[0].Numel())
+	if n == 0 {
+		return d.Fill(norm, 0)
+	}
+	parts := min(int64(clipParts), (n+clipPerPart-1)/clipPerPart)
+	part, err := d.scratchF32(int(parts))
+	if err != nil {
+		return err
+	}
+	defer part.Storage().Free()
+	pp, _ := d.ptrOf(op, "scratch", part, tensor.F32)
+	sumsq, err := d.kernel("clip_sumsq_f32")
+	if err != nil {
+		return err
+	}
+	release := d.enter()
+	defer release()
+	var a args
+	if err := launchRaw(sumsq, [3]int{int(parts), 1, 1}, [3]int{blockSize, 1, 1}, 0, d.stream, a.ptr(pp).ptr(px).i64(n)); err != nil {
+		return err
+	}
+	var b args
+	b.ptr(pn).ptr(px).ptr(pp).i64(parts).i64(n).f32(float32(maxNorm)).f32(float32(eps))
+	return d.launch1D("clip_scale_f32", n, &b)
+}
+
+// clipByNormOps is kernels.ClipByNormOps on the device's own methods
+// (their errors returned): ForeachNorm twice, three BinaryScalar and
+// ForeachScale, over scratch tensors.
+func (d *Device) clipByNormOps(norm *tensor.Tensor, xs []*tensor.Tensor, maxNorm, eps float64) error {
+	scratch := make([]*tensor.Tensor, 4)
+	for i, n := range []int{len(xs), 1, 1, 1} {
+		t, err := d.scratchF32(n)
+		if err != nil {
+			return err
+		}
+		defer t.Storage().Free()
+		scratch[i] = t
+	}
+	norms, den, quo, coef := scratch[0], scratch[1], scratch[2], scratch[3]
+	n1 := norm.Reshape(1)
+	for _, step := range []func() error{
+		func() error { return d.ForeachNorm(norms, xs) },
+		func() error { return d.ForeachNorm(n1, []*tensor.Tensor{norms}) },
+		func() error { return d.BinaryScalar(kernels.Add, den, n1, eps, false) },
+		func() error { return d.BinaryScalar(kernels.Div, quo, den, maxNorm, true) },
+		func() error { return d.BinaryScalar(kernels.Minimum, coef, quo, 1, false) },
+		func() error { return d.ForeachScale(xs, coef) },
+	} {
+		if err := step(); err != nil {
+			return err
+		}
+	}
+	return nil
+}

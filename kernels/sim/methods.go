@@ -151,6 +151,12 @@ func (sb *Backend) SumRowsAdd(dst *kernels.T, x *kernels.T) {
 	sb.cpu.(kernels.GradAccumulator).SumRowsAdd(tensor.BackendView(dst), tensor.BackendView(x))
 }
 
+// ClipByNorm implements kernels.GradClipper on the CPU kernels.
+func (sb *Backend) ClipByNorm(norm *kernels.T, xs []*kernels.T, maxNorm float64, eps float64) {
+	sb.check("ClipByNorm", []*tensor.Tensor{norm}, [][]*tensor.Tensor{xs})
+	sb.cpu.(kernels.GradClipper).ClipByNorm(tensor.BackendView(norm), views(xs), maxNorm, eps)
+}
+
 // GATAggregate implements kernels.GraphAggregator on the CPU kernels.
 func (sb *Backend) GATAggregate(out *kernels.T, hs *kernels.T, hd *kernels.T, attr *kernels.T, we *kernels.T, attSrc *kernels.T, attDst *kernels.T, attEdge *kernels.T, bias *kernels.T, src *kernels.T, rowPtr *kernels.T, order *kernels.T, heads int, slope float64, alpha float64, accumulate bool) {
 	sb.check("GATAggregate", []*tensor.Tensor{out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order}, nil)
@@ -472,6 +478,7 @@ var (
 	_ kernels.CrossEntropyGradCounter = (*Backend)(nil)
 	_ kernels.ElementwiseFamily       = (*Backend)(nil)
 	_ kernels.GradAccumulator         = (*Backend)(nil)
+	_ kernels.GradClipper             = (*Backend)(nil)
 	_ kernels.GraphAggregator         = (*Backend)(nil)
 	_ kernels.GroupNormReluer         = (*Backend)(nil)
 	_ kernels.IndexFamily             = (*Backend)(nil)

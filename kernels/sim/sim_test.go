@@ -129,6 +129,7 @@ func TestOptionalInterfacesMatchCPU(t *testing.T) {
 		"ParamGradAccumulator":    reflect.TypeFor[kernels.ParamGradAccumulator](),
 		"LaunchBounder":           reflect.TypeFor[kernels.LaunchBounder](),
 		"GradAccumulator":         reflect.TypeFor[kernels.GradAccumulator](),
+		"GradClipper":             reflect.TypeFor[kernels.GradClipper](),
 		"LinearGradAccumulator":   reflect.TypeFor[kernels.LinearGradAccumulator](),
 		"ChannelAxpyer":           reflect.TypeFor[kernels.ChannelAxpyer](),
 		"ForeachStepper":          reflect.TypeFor[kernels.ForeachStepper](),

@@ -137,6 +137,39 @@ __global__ void sgd_inc_f32(float* p, float* g, float* m, double* hyper, const f
     }
 }
 
+// clip_sumsq_f32 is the first launch of a clip by norm over one tensor
+// (kernels.GradClipper): block b sums x[i]² over i = b·blockDim + t,
+// striding by the whole grid, and writes its sum to part[b] — no atomics
+// and nothing to zero first; the grid size is the caller's fixed
+// function of n, so the sum is the same run to run.
+__global__ void clip_sumsq_f32(float* part, const float* x, int64_t n) {
+    float acc = 0.f;
+    GRID_STRIDE(i, n) acc += x[i] * x[i];
+    acc = block_sum(acc);
+    if (threadIdx.x == 0) part[blockIdx.x] = acc;
+}
+
+// clip_scale_f32 is the second: every block sums the nparts partials in
+// order, in fp64, takes the square root (the norm, rounded to fp32,
+// written by block 0) and the coefficient min(1, max_norm/(norm+eps)) in
+// fp32 as BinaryScalar Add, reversed Div and Minimum compute it (a NaN
+// norm gives a NaN coefficient), and scales x by it.
+__global__ void clip_scale_f32(float* norm, float* x, const float* part, int64_t nparts, int64_t n, float max_norm,
+                               float eps) {
+    __shared__ float coef_sh;
+    if (threadIdx.x == 0) {
+        double sq = 0.0;
+        for (int64_t b = 0; b < nparts; b++) sq += (double)part[b];
+        const float nv = (float)sqrt(sq);
+        if (blockIdx.x == 0) norm[0] = nv;
+        const float quo = max_norm / (nv + eps);
+        coef_sh = (quo != quo || quo < 1.f) ? quo : 1.f;
+    }
+    __syncthreads();
+    const float k = coef_sh;
+    GRID_STRIDE(i, n) x[i] *= k;
+}
+
 // adamw_f32 follows torch.optim.AdamW (amsgrad off): p ·= 1 − lr·wd;
 // m = β1·m + (1−β1)·g; v = β2·v + (1−β2)·g²;
 // p −= lr/(1−β1^t) · m / (sqrt(v)/sqrt(1−β2^t) + eps). The scalar factors
