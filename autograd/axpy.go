@@ -88,7 +88,7 @@ func StraightThrough(h, s *Var) *Var {
 	}
 	h, s = p[0], p[1]
 	hv, sv := contig(h.Value), contig(s.Value)
-	zero := sharedScalar(hv, zeroF32, zeroF64) // the scale, read only
+	zero := sharedConst(hv, zeroF32, zeroF64) // the scale, read only
 	if zero == nil {
 		zero = full(hv, hv.DType(), 0)
 	}

@@ -128,8 +128,10 @@ func GlobalAvgPool(x *Var) *Var {
 	inv := 1 / float64(max(xs[2]*xs[3], 1))
 	return result("global_avg_pool", out, []*Var{x}, 0, func() backwardFunc {
 		return func(g *tensor.Tensor) []*tensor.Tensor {
-			gs := binS(kernels.Mul, reshapeT(g, xs[0], xs[1], 1, 1), inv)
-			return []*tensor.Tensor{expandTo(gs, xs)}
+			// g/(H·W) broadcast over every pixel, in one launch.
+			dx := alloc(g, g.DType(), xs...)
+			backendOf(g).BinaryScalar(kernels.Mul, dx, reshapeT(g, xs[0], xs[1], 1, 1), inv, false)
+			return []*tensor.Tensor{dx}
 		}
 	})
 }

@@ -151,22 +151,35 @@ var (
 
 // scalarOne returns the shared seed for a root shaped like v, or nil
 // when there is none (v not an F32 or F64 scalar of shape []): on the
-// CPU the package's, on a device one per device and dtype, copied there
-// at the first Backward outside a capture (a capture's root gets a Fill
-// of its own instead: a copy cannot be recorded), so that a captured
-// step's backward starts without a launch.
+// CPU the package's, on a device one per device and dtype (sharedConst),
+// so that a captured step's backward starts without a launch.
 func scalarOne(v *tensor.Tensor) *tensor.Tensor {
 	if v.Rank() != 0 {
 		return nil
 	}
+	return sharedConst(v, oneF32, oneF64)
+}
+
+// sharedConst returns the read-only scalar (shape []) holding f32's or
+// f64's value in v's dtype and on v's device, or nil when there is none
+// (a dtype other than F32 and F64): on the CPU f32 or f64 itself, on a
+// device one copy per device, dtype and value, made at the first call
+// outside a capture (a capture's caller makes its own with a Fill: a copy
+// cannot be recorded).
+func sharedConst(v, f32, f64 *tensor.Tensor) *tensor.Tensor {
 	if v.Device().IsCPU() {
-		return sharedScalar(v, oneF32, oneF64)
+		return sharedScalar(v, f32, f64)
 	}
 	dt := v.DType()
-	if dt != tensor.F32 && dt != tensor.F64 {
+	host := f32
+	switch dt {
+	case tensor.F32:
+	case tensor.F64:
+		host = f64
+	default:
 		return nil
 	}
-	key := deviceScalarKey{v.Device(), dt}
+	key := deviceScalarKey{v.Device(), dt, host}
 	deviceOnesMu.Lock()
 	defer deviceOnesMu.Unlock()
 	if t, ok := deviceOnes[key]; ok {
@@ -174,10 +187,6 @@ func scalarOne(v *tensor.Tensor) *tensor.Tensor {
 	}
 	if backendOf(v).Capturing() {
 		return nil
-	}
-	host := oneF32
-	if dt == tensor.F64 {
-		host = oneF64
 	}
 	t, err := host.ToDevice(v.Device())
 	if err != nil {
@@ -187,13 +196,16 @@ func scalarOne(v *tensor.Tensor) *tensor.Tensor {
 	return t
 }
 
-// deviceScalarKey names a device's shared seed.
+// deviceScalarKey names a device's shared constant: its device, dtype
+// and the package scalar it copies.
 type deviceScalarKey struct {
-	dev tensor.Device
-	dt  tensor.DType
+	dev  tensor.Device
+	dt   tensor.DType
+	host *tensor.Tensor
 }
 
-// deviceOnes are the shared seeds on devices (scalarOne), never written.
+// deviceOnes are the shared constants on devices (sharedConst: the
+// seeds, StraightThrough's zero), never written.
 var (
 	deviceOnesMu sync.Mutex
 	deviceOnes   = map[deviceScalarKey]*tensor.Tensor{}

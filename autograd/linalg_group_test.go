@@ -163,7 +163,7 @@ func TestDeviceSeedShared(t *testing.T) {
 	// A capture before the seed exists records a Fill of its own: one
 	// launch more than the step above.
 	deviceOnesMu.Lock()
-	delete(deviceOnes, deviceScalarKey{dev, tensor.F32})
+	delete(deviceOnes, deviceScalarKey{dev, tensor.F32, oneF32})
 	deviceOnesMu.Unlock()
 	be := backendOf(x)
 	require.NoError(t, be.BeginCapture())

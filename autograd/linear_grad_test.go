@@ -109,3 +109,53 @@ func btoi(b bool) int {
 	}
 	return 0
 }
+
+// fillCounter counts Fill launches over a backend (sim).
+type fillCounter struct {
+	kernels.Backend
+	fills int
+}
+
+func (b *fillCounter) Fill(dst *tensor.Tensor, v float64) {
+	b.fills++
+	b.Backend.Fill(dst, v)
+}
+
+func (b *fillCounter) ChannelAxpy(dst, x, y, alpha *tensor.Tensor) {
+	b.Backend.(kernels.ChannelAxpyer).ChannelAxpy(dst, x, y, alpha)
+}
+
+func (b *fillCounter) ChannelAxpyBackward(dy, ds, g, y, s *tensor.Tensor) {
+	b.Backend.(kernels.ChannelAxpyer).ChannelAxpyBackward(dy, ds, g, y, s)
+}
+
+// TestStraightThroughSharesItsZero: StraightThrough's zero scale on a
+// device is one shared constant, so its calls launch no Fill (its
+// value is the host's, bit for bit), captured or not.
+func TestStraightThroughSharesItsZero(t *testing.T) {
+	dev := tensor.Sim(6)
+	orig := kernels.For(dev)
+	t.Cleanup(func() { kernels.Register(orig) })
+	fc := &fillCounter{Backend: orig}
+	kernels.Register(fc)
+	on := func(v []float32) *tensor.Tensor {
+		d, err := tensor.FromSlice(v, 2, 3).ToDevice(dev)
+		require.NoError(t, err)
+		return d
+	}
+	h, s := Param(on([]float32{1, 2, 3, 4, 5, 6})), Param(on([]float32{6, 5, 4, 3, 2, 1}))
+	_, fused := kernels.Backend(fc).(kernels.ChannelAxpyer)
+	require.True(t, fused, "the one-pass path is taken")
+	for range 3 {
+		out := StraightThrough(h, s)
+		got, err := out.Value.ToDevice(tensor.CPU)
+		require.NoError(t, err)
+		require.Equal(t, []float32{1, 2, 3, 4, 5, 6}, got.F32(), "the host's value")
+	}
+	require.Zero(t, fc.fills, "no Fill for the zero scale")
+	require.NoError(t, fc.BeginCapture())
+	StraightThrough(h, s)
+	_, err := fc.EndCapture()
+	require.NoError(t, err)
+	require.Zero(t, fc.fills, "no Fill in a capture")
+}
