@@ -73,6 +73,7 @@ import "C"
 
 import (
 	"fmt"
+	"sync"
 	"unsafe"
 
 	"gorgonia.org/cu"
@@ -264,7 +265,11 @@ func copyH2DSync(dst cu.DevicePtr, src []byte, s cu.Stream) error {
 }
 
 // copyD2HSync copies device bytes at src into dst once the work enqueued
-// on s before it has run, through a C buffer when small (copyH2DSync).
+// on s before it has run, through a bounce buffer when small
+// (copyH2DSync): a page-locked one from pinnedBounces, so that the copy
+// is the DMA of a pinned transfer rather than the driver's staging of a
+// pageable one (a trainer's per-epoch metrics read is such a copy), or
+// C memory when none can be had.
 func copyD2HSync(dst []byte, src cu.DevicePtr, s cu.Stream) error {
 	if len(dst) == 0 {
 		return nil
@@ -272,10 +277,13 @@ func copyD2HSync(dst []byte, src cu.DevicePtr, s cu.Stream) error {
 	p := unsafe.Pointer(&dst[0])
 	var b unsafe.Pointer
 	if len(dst) <= bounceMax {
-		if b = C.malloc(C.size_t(len(dst))); b == nil {
+		if b = pinnedBounces.get(); b != nil {
+			defer pinnedBounces.put(b)
+		} else if b = C.malloc(C.size_t(len(dst))); b == nil {
 			return fmt.Errorf("cuda: malloc of %d bytes failed", len(dst))
+		} else {
+			defer C.free(b)
 		}
-		defer C.free(b)
 		p = b
 	}
 	if err := check("cuMemcpyDtoHAsync", C.esper_copy_d2h_async(p, C.uint64_t(src), C.size_t(len(dst)), cstream(s))); err != nil {
@@ -296,4 +304,46 @@ func b2i(b bool) int32 {
 		return 1
 	}
 	return 0
+}
+
+// bouncePool hands out page-locked bounce buffers of bounceMax bytes for
+// small device-to-host copies: up to bouncePoolSize, allocated on first
+// use (cuMemHostAlloc, portable across contexts) and kept for the
+// process. get returns nil, and the caller uses C memory, when none is
+// free and no more may be made, or the allocation fails.
+type bouncePool struct {
+	mu    sync.Mutex
+	free  []unsafe.Pointer
+	made  int
+	broke bool // an allocation failed: stop trying
+}
+
+const bouncePoolSize = 8
+
+var pinnedBounces bouncePool
+
+func (bp *bouncePool) get() unsafe.Pointer {
+	bp.mu.Lock()
+	defer bp.mu.Unlock()
+	if n := len(bp.free); n > 0 {
+		b := bp.free[n-1]
+		bp.free = bp.free[:n-1]
+		return b
+	}
+	if bp.broke || bp.made == bouncePoolSize {
+		return nil
+	}
+	b, err := hostAlloc(bounceMax)
+	if err != nil || b == nil {
+		bp.broke = true
+		return nil
+	}
+	bp.made++
+	return b
+}
+
+func (bp *bouncePool) put(b unsafe.Pointer) {
+	bp.mu.Lock()
+	bp.free = append(bp.free, b)
+	bp.mu.Unlock()
 }
