@@ -293,6 +293,9 @@ type resident struct {
 	ordOf  int
 	bx, by *tensor.Tensor // the batch buffers, [B, …]
 	tx, ty *tensor.Tensor // their first rows, for the partial last batch; nil if none
+	// vx and vy are the batches of an unshuffled loader, views of x and
+	// y made at their first use (the order is the identity).
+	vx, vy []*tensor.Tensor
 	batch  Batch
 }
 
@@ -380,7 +383,8 @@ func (r *resident) order(e int) {
 
 // nextResident is Next on a resident dataset: batch i is the index
 // select of the dataset by the order's rows [i·B, i·B+rows), into the
-// batch buffers (enqueued after the steps that read the previous batch).
+// batch buffers (enqueued after the steps that read the previous batch);
+// without Shuffle it is a view of those rows of the dataset.
 func (l *Loader) nextResident() (*Batch, bool) {
 	r := l.res
 	i := l.consumed
@@ -395,9 +399,22 @@ func (l *Loader) nextResident() (*Batch, bool) {
 	if i == l.batches-1 && l.tail != 0 {
 		rows, dx, dy = l.tail, r.tx, r.ty
 	}
-	idx := r.ord.Narrow(0, lo, rows)
-	r.be.IndexSelect(dx, r.x, 0, idx)
-	r.be.IndexSelect(dy, r.y, 0, idx)
+	if l.o.Shuffle {
+		idx := r.ord.Narrow(0, lo, rows)
+		r.be.IndexSelect(dx, r.x, 0, idx)
+		r.be.IndexSelect(dy, r.y, 0, idx)
+	} else {
+		// The identity order: the batch is the dataset's rows [lo,
+		// lo+rows) themselves, no launch, the same views every epoch
+		// (Loader.Fixed).
+		if r.vx == nil {
+			r.vx, r.vy = make([]*tensor.Tensor, l.batches), make([]*tensor.Tensor, l.batches)
+		}
+		if r.vx[i] == nil {
+			r.vx[i], r.vy[i] = r.x.Narrow(0, lo, rows), r.y.Narrow(0, lo, rows)
+		}
+		dx, dy = r.vx[i], r.vy[i]
+	}
 	l.consumed++
 	b := &r.batch
 	b.X, b.Y, b.Epoch, b.Index, b.Indices, b.InputWait = dx, dy, l.epoch, i, l.perm[lo:lo+rows], 0

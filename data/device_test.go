@@ -238,3 +238,47 @@ func TestDeviceLoaderErrors(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+// TestResidentInOrderIsFixed: a Resident loader without Shuffle hands out
+// views of the dataset on the device — the very same tensors every
+// epoch, no launch to assemble them — and reports Fixed
+// (tolaria.FixedBatches); shuffled, or copied batch by batch, it does
+// not.
+func TestResidentInOrderIsFixed(t *testing.T) {
+	dev := accelerator(t)
+	ds := syntheticSet(t, 37)
+	l := newLoader(t, ds, data.LoaderOptions{BatchSize: 10, Device: dev, Resident: true})
+	if !l.Fixed() {
+		t.Fatal("an unshuffled resident loader is not Fixed")
+	}
+	var first []*tensor.Tensor
+	for x, y := range l.Batches(0) {
+		first = append(first, x, y)
+	}
+	if len(first) != 8 {
+		t.Fatalf("%d tensors, want 4 batches of x and y", len(first))
+	}
+	rowElems := first[0].Numel() / 10
+	for i := 2; i < len(first); i += 2 {
+		if b := i / 2; first[i].Storage() != first[0].Storage() || first[i].Offset() != b*10*rowElems {
+			t.Fatalf("batch %d is not the view of rows %d.. of the dataset (offset %d)", b, b*10, first[i].Offset())
+		}
+	}
+	for _, e := range []int{1, 5} {
+		i := 0
+		for x, y := range l.Batches(e) {
+			if x != first[i] || y != first[i+1] {
+				t.Fatalf("epoch %d batch %d: new tensors", e, i/2)
+			}
+			i += 2
+		}
+	}
+	for _, o := range []data.LoaderOptions{
+		{BatchSize: 10, Device: dev, Resident: true, Shuffle: true, Seed: 1},
+		{BatchSize: 10, Device: dev},
+	} {
+		if newLoader(t, ds, o).Fixed() {
+			t.Errorf("%+v: Fixed", o)
+		}
+	}
+}

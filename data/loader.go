@@ -59,8 +59,9 @@ type LoaderOptions struct {
 	// Resident, on a Device other than the CPU, copies the whole dataset
 	// to the device once, when the loader is made, and assembles every
 	// batch there: an index select (the backend's IndexSelect) of the
-	// epoch's order, which is copied to the device once per epoch (once
-	// for all epochs without Shuffle). The batches are bitwise those of
+	// epoch's order, which is copied to the device once per epoch;
+	// without Shuffle the batches are views of the dataset's rows, the
+	// same every epoch (Fixed). The batches are bitwise those of
 	// the host loader with the same options. It suits a small dataset
 	// (Fashion-MNIST's 60 000 images are 188 MB in F32); Prefetch,
 	// Workers and Pinned do not apply. On the CPU it has no effect.
@@ -475,6 +476,13 @@ func (l *Loader) Batches(e int) iter.Seq2[*tensor.Tensor, *tensor.Tensor] {
 		}
 	}
 }
+
+// Fixed reports whether every epoch yields the very same batch tensors
+// holding the same values (tolaria.FixedBatches): a Resident loader
+// without Shuffle, whose batches are views of the dataset on the device.
+// With such a validation source, a trainer with Capture replays each
+// validation pass as one graph.
+func (l *Loader) Fixed() bool { return l.res != nil && !l.o.Shuffle }
 
 // Close stops the workers and waits for them; batches still being
 // assembled are abandoned. Close is idempotent; after it Next returns

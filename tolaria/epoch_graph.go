@@ -30,17 +30,44 @@ const maxEpochGraphBatches = 64
 type epochGraph struct {
 	t        *Trainer
 	captured *autograd.Captured
-	// in is the epoch's inputs, x and y of each training batch, then of
-	// each validation batch; nTrain the training batches among them and
-	// trainRows, valRows the rows of each pass.
-	in                 []*tensor.Tensor
+	// list holds the epoch's inputs, x and y of each training batch,
+	// then of each validation batch; nTrain is the training batches
+	// among them and trainRows, valRows the rows of each pass.
+	list               batchList
 	nTrain             int
 	trainRows, valRows int
-	// ok is collect's verdict while ranging over a source; body and
-	// valBody are collect's loop bodies, bound once.
-	ok            bool
+	// body and valBody are collect's loop bodies, bound once.
 	body, valBody func(x, y *tensor.Tensor) bool
 	out           []*tensor.Tensor
+}
+
+// batchList gathers fixed batches for a graph over them: x and y of each
+// batch, in order, while they may join one (well formed, on the model's
+// device already, at most maxEpochGraphBatches); ok turns false, and
+// the loop stops, at the first that may not.
+type batchList struct {
+	dev tensor.Device
+	in  []*tensor.Tensor
+	ok  bool
+}
+
+// reset empties the list for a new collection.
+func (l *batchList) reset() {
+	clear(l.in)
+	l.in, l.ok = l.in[:0], true
+}
+
+// add appends one batch, counting its rows into rows, or clears l.ok and
+// stops the loop (false).
+func (l *batchList) add(x, y *tensor.Tensor, rows *int) bool {
+	if len(l.in) >= 2*maxEpochGraphBatches || checkBatch("", 0, x, y) != nil ||
+		x.Device() != l.dev || y.Device() != l.dev {
+		l.ok = false
+		return false
+	}
+	l.in = append(l.in, x, y)
+	*rows += y.Dim(0)
+	return true
 }
 
 func newEpochGraph(t *Trainer) *epochGraph {
@@ -52,9 +79,9 @@ func newEpochGraph(t *Trainer) *epochGraph {
 	if !ok1 || !ok2 || tf == nil || vf == nil {
 		return nil
 	}
-	g := &epochGraph{t: t, out: []*tensor.Tensor{t.met.buf}}
-	g.body = func(x, y *tensor.Tensor) bool { return g.add(x, y, &g.trainRows) }
-	g.valBody = func(x, y *tensor.Tensor) bool { return g.add(x, y, &g.valRows) }
+	g := &epochGraph{t: t, out: []*tensor.Tensor{t.met.buf}, list: batchList{dev: t.dev}}
+	g.body = func(x, y *tensor.Tensor) bool { return g.list.add(x, y, &g.trainRows) }
+	g.valBody = func(x, y *tensor.Tensor) bool { return g.list.add(x, y, &g.valRows) }
 	g.captured = autograd.Capture(g.fn, autograd.CaptureOptions{
 		Warmup:    t.o.CaptureWarmup,
 		Policy:    autograd.Recapture,
@@ -66,23 +93,6 @@ func newEpochGraph(t *Trainer) *epochGraph {
 		BoundInputs: 1,
 	})
 	return g
-}
-
-// add appends one batch to the epoch's inputs when it may join the
-// graph (well formed, on the model's device already), counting its
-// rows into rows; otherwise it clears g.ok and stops the loop.
-func (g *epochGraph) add(x, y *tensor.Tensor, rows *int) bool {
-	if len(g.in) >= 2*maxEpochGraphBatches || checkBatch("", 0, x, y) != nil {
-		g.ok = false
-		return false
-	}
-	if x.Device() != g.t.dev || y.Device() != g.t.dev {
-		g.ok = false
-		return false
-	}
-	g.in = append(g.in, x, y)
-	*rows += y.Dim(0)
-	return true
 }
 
 // collect gathers epoch e's batches and reports whether the epoch can
@@ -102,16 +112,16 @@ func (g *epochGraph) collect(e int) bool {
 	if t.agg.combining(t.model, t.opt) {
 		return false
 	}
-	clear(g.in)
-	g.in, g.trainRows, g.valRows, g.ok = g.in[:0], 0, 0, true
+	l := &g.list
+	l.reset()
+	g.trainRows, g.valRows = 0, 0
 	t.o.Train.Batches(e)(g.body)
-	g.nTrain = len(g.in) / 2
-	if g.ok {
+	g.nTrain = len(l.in) / 2
+	if l.ok {
 		t.o.Val.Batches(e)(g.valBody)
 	}
-	if !g.ok || g.nTrain == 0 || len(g.in) == 2*g.nTrain || g.trainRows == 0 || g.valRows == 0 {
-		clear(g.in)
-		g.in = g.in[:0]
+	if !l.ok || g.nTrain == 0 || len(l.in) == 2*g.nTrain || g.trainRows == 0 || g.valRows == 0 {
+		l.reset()
 		return false
 	}
 	return true
@@ -148,15 +158,12 @@ func (g *epochGraph) fn(in []*tensor.Tensor) []*tensor.Tensor {
 // and correct count, and the validation loss and accuracy into r.
 func (g *epochGraph) run(ctx context.Context, e int, r *EpochReport) (samples int, train [2]float64, err error) {
 	t := g.t
-	defer func() {
-		clear(g.in)
-		g.in = g.in[:0]
-	}()
+	defer g.list.reset()
 	if err := ctx.Err(); err != nil {
 		return 0, train, err
 	}
 	before := g.captured.Stats().Replays
-	if _, err := g.captured.Run(g.in...); err != nil {
+	if _, err := g.captured.Run(g.list.in...); err != nil {
 		return 0, train, fmt.Errorf("tolaria: epoch %d: %w", e+1, err)
 	}
 	replayed := g.captured.Stats().Replays > before

@@ -181,3 +181,33 @@ func TestNewFixed(t *testing.T) {
 		require.ErrorContains(t, err, c.want, name)
 	}
 }
+
+// TestValidationPassGraph: with Capture, a Fixed validation source and
+// training batches that are not (a shuffled loader's, say), every
+// validation pass is one graph replay while the steps replay batch by
+// batch, and the run is bit for bit the eager one, on the CPU and on
+// sim (one host sync an epoch there).
+func TestValidationPassGraph(t *testing.T) {
+	for _, dev := range []tensor.Device{tensor.CPU, tensor.Sim(0)} {
+		train, val := fixedOn(t, dev, 1, 5, 8), fixedOn(t, dev, 2, 3, 8)
+		_, eager, ep := epochRun(t, dev, perBatch{train}, val, false)
+		tr, got, gp := epochRun(t, dev, perBatch{train}, val, true)
+		require.Equal(t, ep, gp, "%v: final parameters", dev)
+		for i, r := range got.Epochs {
+			require.False(t, r.EpochCaptured, "%v epoch %d: the training batches are not Fixed", dev, i)
+			if !dev.IsCPU() {
+				require.Equal(t, uint64(1), r.HostSyncs, "%v epoch %d", dev, i)
+			}
+		}
+		require.True(t, got.Final().Captured, "%v: the steps replay", dev)
+		for _, s := range []*Summary{&eager, &got} {
+			for i := range s.Epochs {
+				s.Epochs[i].Captured = false
+			}
+		}
+		sameReports(t, eager.Epochs, got.Epochs)
+		require.Zero(t, tr.eval.captured.Launches(), "%v: no per-batch validation graph", dev)
+		require.Positive(t, tr.eval.pass.Launches(), "%v: the validation pass graph", dev)
+		require.Positive(t, tr.eval.pass.Stats().Replays, "%v", dev)
+	}
+}

@@ -31,6 +31,13 @@ type evalRunner struct {
 	n, batches int
 	err        error
 	body       func(x, y *tensor.Tensor) bool
+	// pass replays a whole validation pass as one graph when Val is
+	// FixedBatches (nil otherwise), over the batches in list (passBody
+	// collects them, counting rows into passRows).
+	pass     *autograd.Captured
+	list     batchList
+	passRows int
+	passBody func(x, y *tensor.Tensor) bool
 }
 
 func newEvalRunner(t *Trainer) *evalRunner {
@@ -49,8 +56,54 @@ func newEvalRunner(t *Trainer) *evalRunner {
 			OnFallback:  t.captureFallback,
 			BoundInputs: boundBatches,
 		})
+		if _, ok := t.o.Val.(FixedBatches); ok {
+			r.list.dev = t.dev
+			r.passBody = func(x, y *tensor.Tensor) bool { return r.list.add(x, y, &r.passRows) }
+			r.pass = autograd.Capture(r.passFn, autograd.CaptureOptions{
+				Warmup:    t.o.CaptureWarmup,
+				Policy:    autograd.Recapture,
+				CacheSize: 4,
+				Version: func() uint64 {
+					return t.step.guard() ^ uint64(len(r.list.in))*0x9e3779b97f4a7c15
+				},
+				OnFallback:  t.captureFallback,
+				BoundInputs: 1,
+			})
+		}
 	}
 	return r
+}
+
+// passFn is a whole validation pass over in (x and y of each batch).
+func (r *evalRunner) passFn(in []*tensor.Tensor) []*tensor.Tensor {
+	for i := 0; i < len(in)/2; i++ {
+		r.fn(in[2*i : 2*i+2])
+	}
+	return r.out
+}
+
+// runPass runs epoch e's validation pass as one graph (r.pass) and
+// reports whether it did: Val must be FixedBatches and Fixed, and its
+// batches fit a graph (see batchList); otherwise nothing ran and the
+// caller takes the batches one by one. It sets r.n, r.batches and r.err
+// as the per-batch loop does.
+func (r *evalRunner) runPass(e int) bool {
+	if r.pass == nil || !r.t.o.Val.(FixedBatches).Fixed() {
+		return false
+	}
+	l := &r.list
+	l.reset()
+	defer l.reset()
+	r.passRows = 0
+	r.t.o.Val.Batches(e)(r.passBody)
+	if !l.ok || len(l.in) == 0 {
+		return false
+	}
+	r.n, r.batches = r.passRows, len(l.in)/2
+	if _, err := r.pass.Run(l.in...); err != nil {
+		r.err = err
+	}
+	return true
 }
 
 // fn is one validation batch over in = {x, y}.
@@ -110,7 +163,9 @@ func (t *Trainer) evaluateWith(e int, withTrain bool) (loss, acc float64, train 
 	r := t.eval
 	t.met.beginValidation()
 	r.n, r.batches, r.err = 0, 0, nil
-	t.o.Val.Batches(e)(r.body)
+	if !r.runPass(e) {
+		t.o.Val.Batches(e)(r.body)
+	}
 	switch {
 	case r.err != nil:
 		return 0, 0, train, fmt.Errorf("tolaria: epoch %d: %w", e+1, r.err)

@@ -104,7 +104,9 @@ type TrainerOptions struct {
 	// every validation batch, up to 64 batches — and replayed with one
 	// launch, unless the epoch needs host work between its steps
 	// (GradientTelemetryStride, OnStep, a PCGrad combination); see
-	// EpochReport.EpochCaptured. A capture failure falls back to eager,
+	// EpochReport.EpochCaptured. When Val alone is FixedBatches, each
+	// validation pass (the counterfactual ones too) is one graph. A
+	// capture failure falls back to eager,
 	// counted in Summary.CaptureFallbacks and reported once
 	// (tolaria.compile_fallback).
 	Capture       bool
@@ -1073,9 +1075,9 @@ func (t *Trainer) EpochGraphNodes() int {
 // figures (both zero without TrainerOptions.Capture).
 func (t *Trainer) captureStats() autograd.CaptureStats {
 	var s autograd.CaptureStats
-	all := [3]*autograd.Captured{t.step.captured, t.eval.captured}
+	all := [4]*autograd.Captured{t.step.captured, t.eval.captured, t.eval.pass}
 	if t.epoch != nil {
-		all[2] = t.epoch.captured
+		all[3] = t.epoch.captured
 	}
 	for _, c := range all {
 		if c == nil {
