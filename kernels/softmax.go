@@ -135,6 +135,23 @@ type CrossEntropyGradCounter interface {
 	CrossEntropyCountGrad(loss, logits, target *T, p CrossEntropyParams, lossSum, acc, dlogits *T) bool
 }
 
+// LinearCrossEntropyCounter is an optional Backend interface: a linear
+// classifier head and its counted cross-entropy in one launch where the
+// backend can (CUDA: one block for up to 64 rows and small products,
+// linear_ce_small) — the logits as MatMulBias writes them, then what
+// CrossEntropyGradCounter's CrossEntropyCountGrad writes from them (or
+// CrossEntropyCount's, without dlogits). autograd.LinearCrossEntropyCount
+// uses it.
+type LinearCrossEntropyCounter interface {
+	// LinearCrossEntropyCount writes logits [M, N] = x [M, K]·wᵀ (w
+	// [N, K]) + b [N] (b may be nil), all F32 and contiguous, then from
+	// them loss, lossSum and acc as CrossEntropyCount does and, when
+	// dlogits is not nil, dlogits as CrossEntropyBackward would for a
+	// dloss of one. It reports false, having written nothing, where the
+	// backend cannot do it all in one launch.
+	LinearCrossEntropyCount(logits, loss, x, w, b, target *T, p CrossEntropyParams, lossSum, acc, dlogits *T) bool
+}
+
 // CrossEntropyCountOps runs on be what a CrossEntropyCount stands for:
 // CrossEntropy into loss, Binary Add of the loss into lossSum, and
 // CountCorrect into acc. A backend without a fused path runs this, and

@@ -15,6 +15,7 @@ var softmaxCases = []conformance{
 	of(checkCrossEntropy, "CrossEntropy", "CrossEntropyBackward"),
 	optional[kernels.CrossEntropyCounter](checkCrossEntropyCount, "CrossEntropyCount"),
 	optional[kernels.CrossEntropyGradCounter](checkCrossEntropyCountGrad, "CrossEntropyCountGrad"),
+	optional[kernels.LinearCrossEntropyCounter](checkLinearCrossEntropyCount, "LinearCrossEntropyCount"),
 }
 
 // refSoftmax is the softmax (or log-softmax) of x (shape) along axis.
@@ -382,6 +383,131 @@ func checkCrossEntropyCountGrad(s *suite) {
 							same(s.t, what+" "+w+" (against CrossEntropyCount)", got[i], counted[i])
 						}
 						s.close(what+" dlogits", got[3], wantD, 2*tol(d))
+					})
+					if !fused {
+						s.t.Logf("%s: not fused on this backend", what)
+					}
+				}
+			}
+		}
+	}
+}
+
+// refCEGrad is the gradient of the cross-entropy of logits x [n, c]
+// against tv for a dloss of one: (softmax − (1−ε)·onehot − ε/c), over
+// the kept rows for the mean, 0 on an ignored row.
+func refCEGrad(x, tv []float64, n, c int, p kernels.CrossEntropyParams) []float64 {
+	_, _, kept := refCrossEntropy(x, tv, n, c, p)
+	g := 1.0
+	if p.Reduction == kernels.ReduceMean {
+		g /= float64(kept)
+	}
+	sm := refSoftmax(x, []int{n, c}, 1, false)
+	d := make([]float64, n*c)
+	for i := 0; i < n; i++ {
+		if p.HasIgnore && int64(tv[i]) == p.IgnoreIndex {
+			continue
+		}
+		for j := 0; j < c; j++ {
+			q := p.LabelSmoothing / float64(c)
+			if j == int(tv[i]) {
+				q += 1 - p.LabelSmoothing
+			}
+			d[i*c+j] = g * (sm[i*c+j] - q)
+		}
+	}
+	return d
+}
+
+// checkLinearCrossEntropyCount: where the backend fuses it (true), the
+// logits are x·wᵀ + b, and the loss, the metrics and dlogits (when asked
+// for) are those of the cross-entropy of the logits it wrote — the loss
+// and the gradient within tolerance of float64, each correct count
+// exactly its row's; where it does not (false), nothing is written. W1's
+// head (4 rows, 16 → 4), a few rows, 64 and more than 64 rows; with and
+// without a bias and dlogits.
+func checkLinearCrossEntropyCount(s *suite) {
+	be := s.b.(kernels.LinearCrossEntropyCounter)
+	f32 := func(vals []float64, shape ...int) *T {
+		t, _ := s.put(tensor.F32, vals, shape...)
+		return t
+	}
+	for _, sz := range [][3]int{{4, 16, 4}, {6, 10, 5}, {64, 32, 10}, {100, 8, 7}} {
+		m, k, n := sz[0], sz[1], sz[2]
+		for pi, p := range []kernels.CrossEntropyParams{
+			{},
+			{Reduction: kernels.ReduceSum, LabelSmoothing: 0.1},
+			{HasIgnore: true, IgnoreIndex: 1},
+		} {
+			for _, bias := range []bool{true, false} {
+				for _, grad := range []bool{true, false} {
+					x, xv := s.in(tensor.F32, m, k)
+					w, wv := s.in(tensor.F32, n, k)
+					var b *T
+					var bv []float64
+					if bias {
+						b, bv = s.in(tensor.F32, n)
+					}
+					tv := make([]float64, m)
+					for i := range tv {
+						tv[i] = float64(s.rng.IntN(n))
+					}
+					if p.HasIgnore {
+						tv[0] = float64(p.IgnoreIndex)
+					}
+					target, _ := s.put(tensor.I64, tv, m)
+					wantL := make([]float64, m*n)
+					for i := 0; i < m; i++ {
+						for j := 0; j < n; j++ {
+							var v float64
+							for q := 0; q < k; q++ {
+								v += xv[i*k+q] * wv[j*k+q]
+							}
+							if bias {
+								v += bv[j]
+							}
+							wantL[i*n+j] = v
+						}
+					}
+					sum0 := s.uniform(1, 1, 2)
+					av := s.uniform(m, 0, 3)
+					for i := range av {
+						av[i] = math.Floor(av[i])
+					}
+					logits, loss, lossSum, acc := s.out(tensor.F32, m, n), s.out(tensor.F32), f32(sum0, 1), f32(av, m)
+					writes := []*T{logits, loss, lossSum, acc}
+					var dl *T
+					if grad {
+						dl = s.out(tensor.F32, m, n)
+						writes = append(writes, dl)
+					}
+					untouched := s.read(writes)
+					what := name("LinearCrossEntropyCount", m, k, n, "params", pi, "bias", bias, "grad", grad)
+					var fused bool
+					launch := func() { fused = be.LinearCrossEntropyCount(logits, loss, x, w, b, target, p, lossSum, acc, dl) }
+					s.check(call{what: what, launch: launch, writes: writes}, func(got [][]float64) {
+						if !fused {
+							for i := range got {
+								same(s.t, name(what, "written", i, "(not fused: unwritten)"), got[i], untouched[i])
+							}
+							return
+						}
+						s.close(what+" logits", got[0], wantL, 4*tol(tensor.F32))
+						// The rest from the logits it wrote.
+						_, total, _ := refCrossEntropy(got[0], tv, m, n, p)
+						s.close(what+" loss", got[1], []float64{total}, 4*tol(tensor.F32))
+						s.close(what+" lossSum", got[2], []float64{sum0[0] + got[1][0]}, 2*tol(tensor.F32))
+						wantAcc := make([]float64, m)
+						for i := range wantAcc {
+							wantAcc[i] = av[i]
+							if argMaxOf(got[0][i*n:(i+1)*n]) == int(tv[i]) {
+								wantAcc[i]++
+							}
+						}
+						same(s.t, what+" acc", got[3], wantAcc)
+						if grad {
+							s.close(what+" dlogits", got[4], refCEGrad(got[0], tv, m, n, p), 4*tol(tensor.F32))
+						}
 					})
 					if !fused {
 						s.t.Logf("%s: not fused on this backend", what)

@@ -112,6 +112,7 @@ var optionals = []reflect.Type{
 	reflect.TypeFor[kernels.GraphAggregator](),
 	reflect.TypeFor[kernels.CrossEntropyCounter](),
 	reflect.TypeFor[kernels.CrossEntropyGradCounter](),
+	reflect.TypeFor[kernels.LinearCrossEntropyCounter](),
 	reflect.TypeFor[kernels.SGDIncrementer](),
 	reflect.TypeFor[kernels.GradClipper](),
 	reflect.TypeFor[kernels.ParamGradAccumulator](),

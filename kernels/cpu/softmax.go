@@ -748,3 +748,20 @@ var (
 	ceOneF32 = tensor.FromSlice([]float32{1}).Reshape()
 	ceOneF64 = tensor.FromSlice([]float64{1}).Reshape()
 )
+
+// LinearCrossEntropyCount implements kernels.LinearCrossEntropyCounter:
+// MatMulBias, then CrossEntropyCountGrad (CrossEntropyCount without
+// dlogits), bit for bit those calls; the CPU has no launch to save.
+func (be *Backend) LinearCrossEntropyCount(logits, loss, x, w, b, target *T, p kernels.CrossEntropyParams, lossSum, acc, dlogits *T) bool {
+	const name = "LinearCrossEntropyCount"
+	needCPU(name, logits, loss, x, w, b, target, lossSum, acc, dlogits)
+	if logits == nil || x == nil || w == nil {
+		fail(name, "logits, x and w are required (b and dlogits may be nil)")
+	}
+	be.MatMulBias(logits, x, w, b, false, true)
+	if dlogits != nil {
+		return be.CrossEntropyCountGrad(loss, logits, target, p, lossSum, acc, dlogits)
+	}
+	be.CrossEntropyCount(loss, logits, target, p, lossSum, acc)
+	return true
+}

@@ -139,3 +139,46 @@ func TestPTXHalfTwins(t *testing.T) {
 		t.Fatal("no bf16 kernels found in ptx/*.ptx")
 	}
 }
+
+// TestPTXKernelsFitTheLauncher: every kernel entry in ptx/*.ptx takes at
+// most maxLaunchArgs parameters, the most esper_launch (driver.go, the
+// cuda build) passes: a kernel with more would compile and then panic at
+// its first launch on a GPU. It runs without the cuda tag, on the PTX.
+func TestPTXKernelsFitTheLauncher(t *testing.T) {
+	const maxLaunchArgs = 16 // driver.go's maxArgs
+	files, err := filepath.Glob("ptx/*.ptx")
+	if err != nil || len(files) == 0 {
+		if os.Getenv("ESPER_GPU_BUNDLE") != "" {
+			t.Skip("no ptx/ beside the GPU bundle's test binary")
+		}
+		t.Fatalf("no PTX files (%v)", err)
+	}
+	entries := 0
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var name string
+		params := 0
+		for _, line := range strings.Split(string(b), "\n") {
+			line = strings.TrimSpace(line)
+			switch {
+			case strings.HasPrefix(line, ".visible .entry "):
+				name = strings.TrimSuffix(strings.TrimPrefix(line, ".visible .entry "), "(")
+				params = 0
+				entries++
+			case name != "" && strings.HasPrefix(line, ".param "):
+				params++
+			case name != "" && strings.HasPrefix(line, ")"):
+				if params > maxLaunchArgs {
+					t.Errorf("%s: kernel %s takes %d parameters, the launcher passes at most %d", f, name, params, maxLaunchArgs)
+				}
+				name = ""
+			}
+		}
+	}
+	if entries < 100 {
+		t.Fatalf("found only %d kernel entries: the PTX parse is off", entries)
+	}
+}

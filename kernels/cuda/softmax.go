@@ -3,6 +3,8 @@
 package cuda
 
 import (
+	"fmt"
+
 	"gorgonia.org/cu"
 
 	"github.com/esper-go/esper/kernels"
@@ -44,6 +46,13 @@ func (b *Backend) CrossEntropyCount(loss, logits, target *T, p kernels.CrossEntr
 // CrossEntropyCountGrad implements kernels.CrossEntropyGradCounter.
 func (b *Backend) CrossEntropyCountGrad(loss, logits, target *T, p kernels.CrossEntropyParams, lossSum, acc, dlogits *T) bool {
 	ok, err := b.d.CrossEntropyCountGrad(loss, logits, target, p, lossSum, acc, dlogits)
+	must(err)
+	return ok
+}
+
+// LinearCrossEntropyCount implements kernels.LinearCrossEntropyCounter.
+func (b *Backend) LinearCrossEntropyCount(logits, loss, x, w, bias, target *T, p kernels.CrossEntropyParams, lossSum, acc, dlogits *T) bool {
+	ok, err := b.d.LinearCrossEntropyCount(logits, loss, x, w, bias, target, p, lossSum, acc, dlogits)
 	must(err)
 	return ok
 }
@@ -449,4 +458,60 @@ func (d *Device) SoftmaxBackwardAxis(dx, y, dy *tensor.Tensor, axis int, log boo
 	defer release()
 	var ar args
 	return d.launch1D(name, int64(outer*inner), ar.i32(b2i(log)).ptr(ptrs[0]).ptr(ptrs[1]).ptr(ptrs[2]).i64(int64(outer)).i64(int64(n)).i64(int64(inner)))
+}
+
+// LinearCrossEntropyCount is a linear head and its counted cross-entropy
+// (kernels.LinearCrossEntropyCounter) in one launch of linear_ce_small
+// for at most ceSmallRows rows, K at most gemmSmallK and M·N·K at most
+// gemmSmallMACs; past that it writes nothing and reports false.
+func (d *Device) LinearCrossEntropyCount(logits, loss, x, w, b, target *tensor.Tensor, p kernels.CrossEntropyParams, lossSum, acc, dlogits *tensor.Tensor) (bool, error) {
+	const op = "LinearCrossEntropyCount"
+	if logits == nil || x == nil || w == nil {
+		return false, fmt.Errorf("cuda: %s: logits, x and w are required (b and dlogits may be nil)", op)
+	}
+	xs, ws := x.Shape(), w.Shape()
+	if len(xs) != 2 || len(ws) != 2 || xs[1] != ws[1] {
+		return false, fmt.Errorf("cuda: %s: x %v and w %v: want [M, K] and [N, K]", op, xs, ws)
+	}
+	m, k, n := xs[0], xs[1], ws[0]
+	if !tensor.SameShape(logits.Shape(), []int{m, n}) {
+		return false, fmt.Errorf("cuda: %s: logits of shape %v, want [%d %d]", op, logits.Shape(), m, n)
+	}
+	if b != nil && !tensor.SameShape(b.Shape(), []int{n}) {
+		return false, fmt.Errorf("cuda: %s: bias of shape %v, want [%d]", op, b.Shape(), n)
+	}
+	if _, _, err := kernels.CheckCrossEntropyCount(op, loss, logits, target, p, lossSum, acc); err != nil {
+		return false, checked(err)
+	}
+	if dlogits != nil {
+		if err := sameShape(op, dlogits, logits); err != nil {
+			return false, err
+		}
+	}
+	if m > ceSmallRows || k > gemmSmallK || m*n*k > gemmSmallMACs {
+		return false, nil
+	}
+	pt, t64, err := d.indexPtr(op, "target", target)
+	if err != nil {
+		return false, err
+	}
+	ptrs, err := d.ptrList(op, []string{"logits", "loss", "x", "w", "b", "lossSum", "acc", "dlogits"},
+		[]*tensor.Tensor{logits, loss, x, w, b, lossSum, acc, dlogits},
+		[]tensor.DType{tensor.F32, tensor.F32, tensor.F32, tensor.F32, tensor.F32, tensor.F32, tensor.F32, tensor.F32},
+		[]bool{false, false, false, false, true, false, false, true})
+	if err != nil {
+		return false, err
+	}
+	fn, err := d.kernel("linear_ce_small_f32")
+	if err != nil {
+		return false, err
+	}
+	release := d.enter()
+	defer release()
+	var a args
+	flags := b2i(t64) | b2i(p.HasIgnore)<<1 | b2i(p.Reduction == kernels.ReduceMean)<<2
+	a.ptr(ptrs[0]).ptr(ptrs[1]).ptr(ptrs[2]).ptr(ptrs[3]).ptr(ptrs[4]).ptr(pt)
+	a.i64(int64(m)).i64(int64(n)).i64(int64(k)).f32(float32(p.LabelSmoothing)).i64(p.IgnoreIndex).i32(flags)
+	a.ptr(ptrs[5]).ptr(ptrs[6]).ptr(ptrs[7])
+	return true, launchRaw(fn, [3]int{1, 1, 1}, [3]int{rowThreads, 1, 1}, 0, d.stream, &a)
 }

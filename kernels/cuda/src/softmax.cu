@@ -391,4 +391,27 @@ __global__ void ce_small_count_grad_f16(float* loss, const __half* x, const void
     ce_small(loss, x, t, t64, n, c, eps, has_ignore, ignore, mean, lsum, acc, dx);
 }
 
+// linear_ce_small_f32 is a linear classifier head and its counted
+// cross-entropy in one launch of one block
+// (kernels.LinearCrossEntropyCounter): logits[i, j] = Σ_q x[i, q]·w[j, q]
+// (q in order, fma in fp32, as gemm_small_f32 sums) + b[j] (b optional),
+// written by the block over x [m, k] and w [n, k]; then, once every
+// logit is written, ce_small_count(_grad) over them (dx optional). flags
+// packs ce_small's t64 (bit 0), has_ignore (bit 1) and mean (bit 2): a
+// launch takes at most 16 arguments.
+__global__ void linear_ce_small_f32(float* logits, float* loss, const float* x, const float* w, const float* b,
+                                    const void* t, int64_t m, int64_t n, int64_t k, float eps, int64_t ignore,
+                                    int flags, float* lsum, float* acc, float* dx) {
+    const int t64 = flags & 1, has_ignore = (flags >> 1) & 1, mean = (flags >> 2) & 1;
+    for (int64_t e = threadIdx.x; e < m * n; e += blockDim.x) {
+        int64_t i = e / n, j = e % n;
+        float v = 0.f;
+        for (int64_t q = 0; q < k; q++) v = fmaf(x[i * k + q], w[j * k + q], v);
+        if (b) v += b[j];
+        logits[e] = v;
+    }
+    __syncthreads();  // the block's writes of logits are visible to it
+    ce_small(loss, (const float*)logits, t, t64, m, n, eps, has_ignore, ignore, mean, lsum, acc, dx);
+}
+
 }  // extern "C"
