@@ -62,6 +62,29 @@ func LinearRelu(x, w, b *Var) *Var { return linear("linear_relu", x, w, b, true)
 
 // linear is Linear, with the ReLU fused when relu is set.
 func linear(name string, x, w, b *Var, relu bool) *Var {
+	o := prepLinear(name, x, w, b)
+	var out2 *tensor.Tensor
+	if relu {
+		out2 = matmulBiasActT(o.x2, o.wv, o.bv, kernels.Relu, false, true, o.wv.DType())
+	} else {
+		out2 = matmulBiasT(o.x2, o.wv, o.bv, false, true, o.wv.DType())
+	}
+	return o.record(out2, relu)
+}
+
+// linearOperands are a linear layer's checked operands, cast under
+// Autocast: x flattened to x2 [m, in], w's value wv (contiguous) and
+// b's bv (nil without a bias).
+type linearOperands struct {
+	x, w, b    *Var
+	x2, wv, bv *tensor.Tensor
+	xs         []int
+	m, nOut    int
+}
+
+// prepLinear checks and prepares a linear layer's operands (name is the
+// op's, for the messages).
+func prepLinear(name string, x, w, b *Var) linearOperands {
 	checkFloat(name, x, w, b)
 	xs, ws := x.Shape(), w.Shape()
 	if len(ws) != 2 || len(xs) == 0 || xs[len(xs)-1] != ws[1] {
@@ -71,21 +94,21 @@ func linear(name string, x, w, b *Var, relu bool) *Var {
 		panic(fmt.Sprintf("autograd: %s: bias shape %v does not match weight shape %v", name, b.Shape(), ws))
 	}
 	p := lowPrecisionInputs(x, w, b)
-	x, w, b = p[0], p[1], p[2]
-	in, nOut := ws[1], ws[0]
-	m := x.Value.Numel() / max(in, 1)
-	x2 := reshapeT(x.Value, m, in)
-	wv := contig(w.Value)
-	var bv *tensor.Tensor
-	if b != nil {
-		bv = b.Value
+	o := linearOperands{x: p[0], w: p[1], b: p[2], xs: xs, nOut: ws[0]}
+	in := ws[1]
+	o.m = o.x.Value.Numel() / max(in, 1)
+	o.x2 = reshapeT(o.x.Value, o.m, in)
+	o.wv = contig(o.w.Value)
+	if o.b != nil {
+		o.bv = o.b.Value
 	}
-	var out2 *tensor.Tensor
-	if relu {
-		out2 = matmulBiasActT(x2, wv, bv, kernels.Relu, false, true, wv.DType())
-	} else {
-		out2 = matmulBiasT(x2, wv, bv, false, true, wv.DType())
-	}
+	return o
+}
+
+// record wraps out2 [m, out], the layer's output (with its ReLU when
+// relu), as the op's Var [..., out] with the linear layer's backward.
+func (o linearOperands) record(out2 *tensor.Tensor, relu bool) *Var {
+	x, w, b, x2, wv, xs, m, nOut := o.x, o.w, o.b, o.x2, o.wv, o.xs, o.m, o.nOut
 	var shapeBuf [4]int
 	outShape := append(append(shapeBuf[:0], xs[:len(xs)-1]...), nOut)
 	out := out2.Reshape(outShape...)

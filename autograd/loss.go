@@ -33,19 +33,69 @@ func CrossEntropyCount(logits *Var, target *tensor.Tensor, p kernels.CrossEntrop
 		panic(fmt.Sprintf("autograd: cross_entropy_count: reduction none (logits shape %v): the running loss adds one reduced loss", logits.Shape()))
 	}
 	return crossEntropy(logits, target, p, func(loss, lv, tv *tensor.Tensor, grad bool) *tensor.Tensor {
-		be := backendOf(loss)
-		if gc, ok := be.(kernels.CrossEntropyGradCounter); ok && grad {
-			dl := alloc(lv, lv.DType(), lv.Shape()...)
-			if gc.CrossEntropyCountGrad(loss, lv, tv, p, lossSum, acc, dl) {
-				return dl
-			}
+		return countForward(loss, lv, tv, p, lossSum, acc, grad)
+	})
+}
+
+// countForward is CrossEntropyCount's forward: the loss and the metrics,
+// with the logits' gradient for a dloss of one computed in the same
+// launch where the backend can and grad asks for it (returned, else
+// nil).
+func countForward(loss, lv, tv *tensor.Tensor, p kernels.CrossEntropyParams, lossSum, acc *tensor.Tensor, grad bool) *tensor.Tensor {
+	be := backendOf(loss)
+	if gc, ok := be.(kernels.CrossEntropyGradCounter); ok && grad {
+		dl := alloc(lv, lv.DType(), lv.Shape()...)
+		if gc.CrossEntropyCountGrad(loss, lv, tv, p, lossSum, acc, dl) {
+			return dl
 		}
-		if cc, ok := be.(kernels.CrossEntropyCounter); ok {
-			cc.CrossEntropyCount(loss, lv, tv, p, lossSum, acc)
-			return nil
-		}
-		kernels.CrossEntropyCountOps(be, loss, lv, tv, p, lossSum, acc)
+	}
+	if cc, ok := be.(kernels.CrossEntropyCounter); ok {
+		cc.CrossEntropyCount(loss, lv, tv, p, lossSum, acc)
 		return nil
+	}
+	kernels.CrossEntropyCountOps(be, loss, lv, tv, p, lossSum, acc)
+	return nil
+}
+
+// LinearCrossEntropyCount is CrossEntropyCount(Linear(x, w, b), …), a
+// linear classifier head and its counted loss, with the same graph,
+// values and gradients; on a backend with
+// kernels.LinearCrossEntropyCounter (CUDA, for up to 64 rows of small
+// heads) the logits, the loss, the metrics and the logits' gradient are
+// one launch. Operands in F32 with a 2-D x and no Autocast take it;
+// others run the two in turn.
+func LinearCrossEntropyCount(x, w, b *Var, target *tensor.Tensor, p kernels.CrossEntropyParams, lossSum, acc *tensor.Tensor) *Var {
+	if p.Reduction == kernels.ReduceNone {
+		panic(fmt.Sprintf("autograd: linear_cross_entropy_count: reduction none (input shape %v): the running loss adds one reduced loss", x.Shape()))
+	}
+	o := prepLinear("linear", x, w, b)
+	lc, ok := backendOf(o.wv).(kernels.LinearCrossEntropyCounter)
+	f32 := o.x2.DType() == tensor.F32 && o.wv.DType() == tensor.F32 && (o.bv == nil || o.bv.DType() == tensor.F32)
+	if !ok || !f32 || len(o.xs) != 2 {
+		return CrossEntropyCount(o.record(matmulBiasT(o.x2, o.wv, o.bv, false, true, o.wv.DType()), false), target, p, lossSum, acc)
+	}
+	x2, bv := contig(o.x2), o.bv
+	if bv != nil {
+		bv = contig(bv)
+	}
+	// The logits are recorded unwritten: the forward below writes them
+	// (the first thing that reads them is the cross-entropy's forward).
+	logits := o.record(alloc(x2, tensor.F32, o.m, o.nOut), false)
+	return crossEntropy(logits, target, p, func(loss, lv, tv *tensor.Tensor, grad bool) *tensor.Tensor {
+		var dl *tensor.Tensor
+		if grad {
+			dl = alloc(lv, lv.DType(), lv.Shape()...)
+		}
+		if lc.LinearCrossEntropyCount(lv, loss, x2, o.wv, bv, tv, p, lossSum, acc, dl) {
+			return dl
+		}
+		be := backendOf(lv)
+		if bv != nil {
+			be.MatMulBias(lv, x2, o.wv, bv, false, true)
+		} else {
+			be.MatMul(lv, x2, o.wv, false, true)
+		}
+		return countForward(loss, lv, tv, p, lossSum, acc, grad)
 	})
 }
 

@@ -121,3 +121,105 @@ func TestCrossEntropyGradInTheForward(t *testing.T) {
 		}
 	}
 }
+
+// lceCounter counts LinearCrossEntropyCount calls and MatMulBias
+// launches over a backend (sim), offering the interface.
+type lceCounter struct {
+	kernels.Backend
+	fused, matmul int
+}
+
+func (b *lceCounter) MatMulBias(dst, x, w, bias *tensor.Tensor, ta, tb bool) {
+	b.matmul++
+	b.Backend.MatMulBias(dst, x, w, bias, ta, tb)
+}
+
+func (b *lceCounter) LinearCrossEntropyCount(logits, loss, x, w, bias, t *tensor.Tensor, p kernels.CrossEntropyParams, sum, acc, dl *tensor.Tensor) bool {
+	b.fused++
+	return b.Backend.(kernels.LinearCrossEntropyCounter).LinearCrossEntropyCount(logits, loss, x, w, bias, t, p, sum, acc, dl)
+}
+
+// TestLinearCrossEntropyCountMatchesUnfused: LinearCrossEntropyCount is
+// CrossEntropyCount(Linear(x, w, b), …) bit for bit — the loss, the
+// metrics and the gradients of x, w and b accumulating over
+// two training steps, and in InferenceMode — on the CPU and on sim, where
+// a backend with kernels.LinearCrossEntropyCounter gets one call and no
+// MatMulBias of its own.
+func TestLinearCrossEntropyCountMatchesUnfused(t *testing.T) {
+	const n, k, c = 4, 6, 3
+	rng := rand.New(rand.NewPCG(11, 12))
+	vals := func(m int) []float32 {
+		v := make([]float32, m)
+		for i := range v {
+			v[i] = float32(rng.NormFloat64())
+		}
+		return v
+	}
+	xs, ws, bs := vals(n*k), vals(c*k), vals(c)
+	ys := []int64{2, 0, 1, 1}
+	type result struct{ loss, gx, gw, gb, sum, acc []float32 }
+	run := func(d tensor.Device, fused, inference bool) result {
+		on := func(v any, shape ...int) *tensor.Tensor {
+			var h *tensor.Tensor
+			switch v := v.(type) {
+			case []float32:
+				h = tensor.FromSlice(append([]float32(nil), v...), shape...)
+			case []int64:
+				h = tensor.FromSlice(v, shape...)
+			}
+			o, err := h.ToDevice(d)
+			require.NoError(t, err)
+			return o
+		}
+		x, w, b := Param(on(xs, n, k)), Param(on(ws, c, k)), Param(on(bs, c))
+		w.Grad, b.Grad = on(make([]float32, c*k), c, k), on(make([]float32, c), c)
+		y := on(ys, n)
+		sum, acc := on([]float32{0.25}, 1), on(make([]float32, n), n)
+		var r result
+		host := func(v *tensor.Tensor) []float32 {
+			if v == nil {
+				return nil
+			}
+			h, err := v.ToDevice(tensor.CPU)
+			require.NoError(t, err)
+			return append([]float32(nil), h.F32()...)
+		}
+		for range 2 {
+			var loss *Var
+			step := func() {
+				if fused {
+					loss = LinearCrossEntropyCount(x, w, b, y, kernels.CrossEntropyParams{}, sum, acc)
+				} else {
+					loss = CrossEntropyCount(Linear(x, w, b), y, kernels.CrossEntropyParams{}, sum, acc)
+				}
+			}
+			if inference {
+				InferenceMode(step)
+			} else {
+				step()
+				Backward(loss)
+			}
+			r.loss = append(r.loss, host(loss.Value)...)
+		}
+		r.gx, r.gw, r.gb, r.sum, r.acc = host(x.Grad), host(w.Grad), host(b.Grad), host(sum), host(acc)
+		return r
+	}
+	dev := tensor.Sim(7)
+	orig := kernels.For(dev)
+	t.Cleanup(func() { kernels.Register(orig) })
+	for _, inference := range []bool{false, true} {
+		want := run(tensor.CPU, false, inference)
+		require.Equal(t, want, run(tensor.CPU, true, inference), "cpu, inference %v", inference)
+		cnt := &lceCounter{Backend: orig}
+		kernels.Register(cnt)
+		got := run(dev, true, inference)
+		kernels.Register(orig)
+		require.Equal(t, want, got, "sim, inference %v", inference)
+		require.Equal(t, 2, cnt.fused, "one call a step")
+		require.Zero(t, cnt.matmul, "no MatMulBias of its own")
+		if !inference {
+			require.NotNil(t, got.gw)
+			require.NotEqual(t, make([]float32, c*k), got.gw, "the weight's gradient accumulated")
+		}
+	}
+}
