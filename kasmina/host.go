@@ -53,13 +53,15 @@ type Host interface {
 type step func(x *autograd.Var) *autograd.Var
 
 // segments is a host's forward pass cut at its slots: steps[k] leads from
-// cut k−1 (the input for k = 0) to cut k, and tail from the last cut to
-// the output. Every route runs the same step functions in the same order,
-// which is what makes the split forward bitwise equal to the full one.
+// cut k−1 (the input for k = 0) to cut k, and features then head from the
+// last cut to the output (tail). Every route runs the same step functions
+// in the same order, which is what makes the split forward bitwise equal
+// to the full one.
 type segments struct {
-	cuts  []string
-	steps []step
-	tail  step
+	cuts     []string
+	steps    []step
+	features step
+	head     *nn.Linear
 	// fused, when non-nil, holds for step k (nil elsewhere) one step that
 	// computes steps k and k+1 together, for a run that crosses the cut
 	// between them without stopping there (a CNN block and its pool).
@@ -89,6 +91,10 @@ func (s *segments) index(slot string) (int, error) {
 	return -1, fmt.Errorf("kasmina: %w: unknown slot %q (host slots: %v)", ErrRouting, slot, s.cuts)
 }
 
+// tail runs the activation at the last cut to the output: the features
+// and the head.
+func (s *segments) tail(x *autograd.Var) *autograd.Var { return s.head.Forward(s.features(x)) }
+
 func (s *segments) forward(x *autograd.Var) *autograd.Var {
 	return s.tail(s.run(x, 0, len(s.steps)))
 }
@@ -115,14 +121,20 @@ func (s *segments) to(slot string, x *autograd.Var, from string) (out *autograd.
 }
 
 func (s *segments) from(slot string, x *autograd.Var) (*autograd.Var, error) {
+	return s.fromThrough(slot, x, "ForwardFromSegment", s.tail)
+}
+
+// fromThrough runs the activation x at slot through the remaining steps
+// and then last (tail, or features alone); op names the call.
+func (s *segments) fromThrough(slot string, x *autograd.Var, op string, last step) (*autograd.Var, error) {
 	i, err := s.index(slot)
 	if err != nil {
 		return nil, err
 	}
 	if x == nil {
-		return nil, errors.New("kasmina: ForwardFromSegment of a nil input")
+		return nil, errors.New("kasmina: " + op + " of a nil input")
 	}
-	err = guard("ForwardFromSegment", func() { x = s.tail(s.run(x, i+1, len(s.steps))) })
+	err = guard(op, func() { x = last(s.run(x, i+1, len(s.steps))) })
 	return x, err
 }
 
@@ -208,6 +220,44 @@ func (h *hostBase) ForwardWhole(x *autograd.Var) (out *autograd.Var, err error) 
 // way.
 type wholeForwarder interface {
 	ForwardWhole(x *autograd.Var) (*autograd.Var, error)
+}
+
+// LinearHead is implemented by hosts whose output layer is a linear
+// classifier (nn.Linear) over the features before it — a CNNHost's
+// global average pool, an MLPHost's last hidden layer — so that a
+// trainer can compute the head together with its loss
+// (MorphogeneticModel.ForwardFeatures, autograd.LinearCrossEntropyCount)
+// instead of the logits and then the loss.
+type LinearHead interface {
+	// Head returns the output layer.
+	Head() *nn.Linear
+	// FeaturesFromSegment is ForwardFromSegment stopping before the
+	// head: Head().Forward of its result is ForwardFromSegment's.
+	FeaturesFromSegment(slot string, x *autograd.Var) (*autograd.Var, error)
+}
+
+// Head implements LinearHead.
+func (h *hostBase) Head() *nn.Linear { return h.segments.head }
+
+// FeaturesFromSegment implements LinearHead.
+func (h *hostBase) FeaturesFromSegment(slot string, x *autograd.Var) (*autograd.Var, error) {
+	return h.segments.fromThrough(slot, x, "FeaturesFromSegment", h.segments.features)
+}
+
+// wholeFeaturer is implemented by hosts that run their whole forward up
+// to the head in one call (hostBase), as wholeForwarder for the logits.
+type wholeFeaturer interface {
+	featuresWhole(x *autograd.Var) (*autograd.Var, error)
+}
+
+// featuresWhole is ForwardWhole stopping before the head.
+func (h *hostBase) featuresWhole(x *autograd.Var) (out *autograd.Var, err error) {
+	if x == nil {
+		return nil, errors.New("kasmina: ForwardWhole of a nil input")
+	}
+	s := &h.segments
+	err = guard("ForwardWhole", func() { out = s.features(s.run(x, 0, len(s.steps))) })
+	return out, err
 }
 
 // Blocks describes the host's blocks (depth, channels, attached slots).

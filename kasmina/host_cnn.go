@@ -188,9 +188,7 @@ func NewCNNHost(o CNNHostOptions) (*CNNHost, error) {
 		}
 		h.blocks = append(h.blocks, info)
 	}
-	h.segments.tail = func(x *autograd.Var) *autograd.Var {
-		return classifier.Forward(gap.Forward(x))
-	}
+	h.segments.features, h.segments.head = gap.Forward, classifier
 	// Action order is row-major: all of row 0, then row 1.
 	sortSpecsRowMajor(h.specs)
 	return h, nil

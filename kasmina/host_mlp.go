@@ -105,11 +105,12 @@ func NewMLPHost(o MLPHostOptions) (*MLPHost, error) {
 	}
 	h.Register("blocks", blocks)
 	h.Register("classifier", classifier)
-	h.segments.tail = func(x *autograd.Var) *autograd.Var {
+	h.segments.head = classifier
+	h.segments.features = func(x *autograd.Var) *autograd.Var {
 		if x.Value.Rank() > 2 { // no blocks: the raw input reaches the head
 			x = autograd.Flatten(x, 1)
 		}
-		return classifier.Forward(x)
+		return x
 	}
 	return h, nil
 }

@@ -129,6 +129,30 @@ func (m *MorphogeneticModel) Forward(x *autograd.Var) *autograd.Var {
 // [K·B, 1] for mlp hosts. An unknown slot key or a malformed override is
 // an error; nil or empty overrides are allowed.
 func (m *MorphogeneticModel) FusedForward(x *autograd.Var, overrides map[string]*autograd.Var) (*autograd.Var, error) {
+	return m.forward(x, overrides, false)
+}
+
+// ForwardFeatures is Forward stopping before the host's output layer
+// when the host has a linear classifier head (LinearHead): it returns
+// the head's input and the head, whose Forward of the features is
+// Forward's result bit for bit. A host without one gives a nil head and
+// Forward's output, the logits.
+func (m *MorphogeneticModel) ForwardFeatures(x *autograd.Var) (*autograd.Var, *nn.Linear, error) {
+	lh, ok := m.host.(LinearHead)
+	if !ok || lh.Head() == nil {
+		out, err := m.forward(x, nil, false)
+		return out, nil, err
+	}
+	out, err := m.forward(x, nil, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, lh.Head(), nil
+}
+
+// forward is FusedForward, stopping before the host's LinearHead with
+// features (the host must have one).
+func (m *MorphogeneticModel) forward(x *autograd.Var, overrides map[string]*autograd.Var, features bool) (*autograd.Var, error) {
 	if x == nil {
 		return nil, errors.New("kasmina: forward of a nil input")
 	}
@@ -170,13 +194,19 @@ func (m *MorphogeneticModel) FusedForward(x *autograd.Var, overrides map[string]
 	}
 	if prev == "" && len(m.slots) > 0 {
 		// Every slot is empty: the host's whole forward.
-		if h, ok := m.host.(wholeForwarder); ok {
+		if h, ok := m.host.(wholeFeaturer); ok && features {
+			return h.featuresWhole(x)
+		}
+		if h, ok := m.host.(wholeForwarder); ok && !features {
 			return h.ForwardWhole(x)
 		}
 		prev = m.slots[len(m.slots)-1].id
 		if x, err = m.host.ForwardToSegment(prev, x, ""); err != nil {
 			return nil, err
 		}
+	}
+	if features {
+		return m.host.(LinearHead).FeaturesFromSegment(prev, x)
 	}
 	return m.host.ForwardFromSegment(prev, x)
 }
