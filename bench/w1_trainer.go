@@ -48,6 +48,18 @@ func (h w1Host) ForwardFromSegment(slot string, x *autograd.Var) (*autograd.Var,
 	return h.Linear.Forward(x), nil
 }
 
+// Head and FeaturesFromSegment make the Linear W1's head
+// (kasmina.LinearHead): the trainer computes it with its loss
+// (autograd.LinearCrossEntropyCount), one launch on CUDA.
+func (h w1Host) Head() *nn.Linear { return h.Linear }
+
+func (h w1Host) FeaturesFromSegment(slot string, x *autograd.Var) (*autograd.Var, error) {
+	if slot != "r0c0" {
+		return nil, fmt.Errorf("bench: W1 host has no slot %q", slot)
+	}
+	return x, nil
+}
+
 func (h w1Host) Blocks() []leyline.BlockInfo {
 	return []leyline.BlockInfo{{Depth: 0, Channels: w1Out, Slots: []string{"r0c0"}}}
 }

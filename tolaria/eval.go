@@ -110,8 +110,7 @@ func (r *evalRunner) runPass(e int) bool {
 func (r *evalRunner) fn(in []*tensor.Tensor) []*tensor.Tensor {
 	x, y := in[0], in[1]
 	autograd.InferenceMode(func() {
-		logits := r.t.model.Forward(autograd.Const(x))
-		if l, counted := r.met.crossEntropy(logits, y, r.ce); !counted {
+		if l, logits, counted := r.met.forwardLoss(r.t.model, x, y, r.ce); !counted {
 			r.met.add(l, logits, y)
 		}
 	})

@@ -2,6 +2,7 @@ package tolaria
 
 import (
 	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/kasmina"
 	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/tensor"
 )
@@ -75,6 +76,35 @@ func (pm *passMetrics) crossEntropy(logits *autograd.Var, y *tensor.Tensor, p ke
 		}
 	}
 	return autograd.CrossEntropy(logits, y, p), false
+}
+
+// forwardLoss runs m on x and returns the batch's loss under p, as
+// m.Forward and then crossEntropy would: with a reduced loss, a counter
+// for the batch and a host whose output layer is a linear head
+// (kasmina.LinearHead), the head and its counted loss go together
+// (autograd.LinearCrossEntropyCount: one launch on CUDA for a small
+// batch), counted is true and logits nil; otherwise logits are the
+// model's output and the loss crossEntropy's.
+func (pm *passMetrics) forwardLoss(m *kasmina.MorphogeneticModel, x, y *tensor.Tensor, p kernels.CrossEntropyParams) (loss, logits *autograd.Var, counted bool) {
+	if p.Reduction != kernels.ReduceNone && y.DType().IsInt() && y.Rank() == 1 {
+		feats, head, err := m.ForwardFeatures(autograd.Const(x))
+		if err != nil {
+			panic(err.Error()) // as Forward panics
+		}
+		if head == nil {
+			loss, counted = pm.crossEntropy(feats, y, p)
+			return loss, feats, counted
+		}
+		if b := pm.correctN.get(y.Device(), y.Dim(0)); b != nil && feats.Value.Rank() == 2 && feats.Value.Dim(0) == y.Dim(0) && feats.Value.Device() == y.Device() {
+			return autograd.LinearCrossEntropyCount(feats, head.Weight, head.Bias, y, p, pm.lossSum, b.acc), nil, true
+		}
+		logits = head.Forward(feats)
+		loss, counted = pm.crossEntropy(logits, y, p)
+		return loss, logits, counted
+	}
+	logits = m.Forward(autograd.Const(x))
+	loss, counted = pm.crossEntropy(logits, y, p)
+	return loss, logits, counted
 }
 
 // add adds a batch's loss (one element) and correct count to the pass's

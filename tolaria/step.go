@@ -223,10 +223,7 @@ func (s *stepRunner) fn(in []*tensor.Tensor) []*tensor.Tensor {
 	}
 	var logits, loss *autograd.Var
 	var counted bool
-	t.prec.forward(func() {
-		logits = t.model.Forward(autograd.Const(x))
-		loss, counted = s.met.crossEntropy(logits, y, s.ce)
-	})
+	t.prec.forward(func() { loss, logits, counted = s.met.forwardLoss(t.model, x, y, s.ce) })
 	autograd.Backward(t.prec.scale(loss))
 	if s.afterBackward != nil {
 		s.afterBackward()
