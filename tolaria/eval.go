@@ -59,16 +59,7 @@ func newEvalRunner(t *Trainer) *evalRunner {
 		if _, ok := t.o.Val.(FixedBatches); ok {
 			r.list.dev = t.dev
 			r.passBody = func(x, y *tensor.Tensor) bool { return r.list.add(x, y, &r.passRows) }
-			r.pass = autograd.Capture(r.passFn, autograd.CaptureOptions{
-				Warmup:    t.o.CaptureWarmup,
-				Policy:    autograd.Recapture,
-				CacheSize: 4,
-				Version: func() uint64 {
-					return t.step.guard() ^ uint64(len(r.list.in))*0x9e3779b97f4a7c15
-				},
-				OnFallback:  t.captureFallback,
-				BoundInputs: 1,
-			})
+			r.pass = t.listCapture(r.passFn, 4, func() int { return len(r.list.in) })
 		}
 	}
 	return r
