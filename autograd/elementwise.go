@@ -350,3 +350,36 @@ func Compare(op kernels.BinaryOp, a, b *Var) *tensor.Tensor {
 	}
 	return binT(op, a.Value, b.Value)
 }
+
+// ScaleActAdd returns act(s·x) + r: MulScalar by s (none when s is 1),
+// the activation act, and Add of r (none when r is nil; r of x's shape),
+// as those ops compute it. In inference (no input needs a gradient) it
+// is one launch on a backend with kernels.ScaleActAdder (CUDA), a layer's
+// activation and residual after its scaled sum.
+func ScaleActAdd(x *Var, s float64, act kernels.UnaryOp, r *Var) *Var {
+	checkFloat("scale_act_add", x, r)
+	if r != nil && !tensor.SameShape(r.Shape(), x.Shape()) {
+		panic(fmt.Sprintf("autograd: scale_act_add: residual shape %v, want the input's %v", r.Shape(), x.Shape()))
+	}
+	sa, ok := backendOf(x.Value).(kernels.ScaleActAdder)
+	if ok && !needsGrad(x, r) && (r == nil || r.Value.DType() == x.Value.DType()) {
+		xv := contig(x.Value)
+		out := alloc(xv, xv.DType(), xv.Shape()...)
+		var rv *tensor.Tensor
+		if r != nil {
+			rv = contig(r.Value)
+		}
+		sa.ScaleActAdd(out, xv, s, act, rv)
+		return Const(out)
+	}
+	y := x
+	if s != 1 {
+		y = MulScalar(y, s)
+	}
+	out, mk := unaryForward("scale_act_add", act, y)
+	y = result("scale_act_add", out, []*Var{y}, 2, mk)
+	if r != nil {
+		y = Add(y, r)
+	}
+	return y
+}

@@ -159,3 +159,99 @@ func TestStraightThroughSharesItsZero(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, fc.fills, "no Fill in a capture")
 }
+
+// saCounter counts ScaleActAdd calls over a backend (sim).
+type saCounter struct {
+	kernels.Backend
+	calls int
+}
+
+func (b *saCounter) ScaleActAdd(dst, x *tensor.Tensor, s float64, act kernels.UnaryOp, r *tensor.Tensor) {
+	b.calls++
+	b.Backend.(kernels.ScaleActAdder).ScaleActAdd(dst, x, s, act, r)
+}
+
+// TestScaleActAddMatchesOps: ScaleActAdd is Gelu(MulScalar(x, s)) + r
+// bit for bit, with and without the scale and the residual: in
+// inference one kernels.ScaleActAdder call on sim, with gradients the
+// ops themselves (x's gradient the same as theirs), and on the CPU.
+func TestScaleActAddMatchesOps(t *testing.T) {
+	dev := tensor.Sim(6)
+	orig := kernels.For(dev)
+	t.Cleanup(func() { kernels.Register(orig) })
+	rng := rand.New(rand.NewPCG(13, 14))
+	vals := func(n int) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(rng.NormFloat64())
+		}
+		return v
+	}
+	xs, rs := vals(12), vals(12)
+	run := func(d tensor.Device, fused bool, s float64, res, grad bool) (out, gx []float32) {
+		on := func(v []float32) *tensor.Tensor {
+			o, err := tensor.FromSlice(append([]float32(nil), v...), 3, 4).ToDevice(d)
+			require.NoError(t, err)
+			return o
+		}
+		x := Const(on(xs))
+		if grad {
+			x = Param(on(xs))
+		}
+		var r *Var
+		if res {
+			r = Const(on(rs))
+		}
+		var y *Var
+		f := func() {
+			if fused {
+				y = ScaleActAdd(x, s, kernels.GeluErf, r)
+				return
+			}
+			y = x
+			if s != 1 {
+				y = MulScalar(y, s)
+			}
+			y = Gelu(y)
+			if r != nil {
+				y = Add(y, r)
+			}
+		}
+		if grad {
+			f()
+			Backward(SumAll(y))
+		} else {
+			InferenceMode(f)
+		}
+		h, err := y.Value.ToDevice(tensor.CPU)
+		require.NoError(t, err)
+		out = append([]float32(nil), h.F32()...)
+		if grad {
+			g, err := x.Grad.ToDevice(tensor.CPU)
+			require.NoError(t, err)
+			gx = append([]float32(nil), g.F32()...)
+		}
+		return out, gx
+	}
+	for _, s := range []float64{1, 0.5} {
+		for _, res := range []bool{false, true} {
+			for _, grad := range []bool{false, true} {
+				wantY, wantG := run(tensor.CPU, false, s, res, grad)
+				cpuY, cpuG := run(tensor.CPU, true, s, res, grad)
+				require.Equal(t, wantY, cpuY)
+				require.Equal(t, wantG, cpuG)
+				cnt := &saCounter{Backend: orig}
+				kernels.Register(cnt)
+				gotY, gotG := run(dev, true, s, res, grad)
+				kernels.Register(orig)
+				require.Equal(t, wantY, gotY, "s %v residual %v grad %v", s, res, grad)
+				require.Equal(t, wantG, gotG, "s %v residual %v grad %v", s, res, grad)
+				want := 1
+				if grad {
+					want = 0 // the ops, with their backward
+				}
+				require.Equal(t, want, cnt.calls, "s %v residual %v grad %v", s, res, grad)
+			}
+		}
+	}
+}

@@ -49,6 +49,31 @@ type ChannelAxpyer interface {
 	ChannelAxpyBackward(dy, ds, g, y, s *T)
 }
 
+// ScaleActAdder is an optional Backend interface: a layer's activation
+// over a scaled sum and its residual, dst = act(s·x) + r elementwise, in
+// one launch where the backend can (CUDA, F32). Its results are those of
+// ScaleActAddOps: BinaryScalar Mul by s (none when s is 1), Unary act
+// and Binary Add of r (none when r is nil), which is what the CPU runs.
+// x, r and dst are contiguous, of one shape and dtype.
+type ScaleActAdder interface {
+	ScaleActAdd(dst, x *T, s float64, act UnaryOp, r *T)
+}
+
+// ScaleActAddOps runs on be what a ScaleActAdd stands for, in place in
+// dst: BinaryScalar Mul of x by s unless s is 1, Unary act, and Binary
+// Add of r unless r is nil.
+func ScaleActAddOps(be Backend, dst, x *T, s float64, act UnaryOp, r *T) {
+	src := x
+	if s != 1 {
+		be.BinaryScalar(Mul, dst, x, s, false)
+		src = dst
+	}
+	be.Unary(act, dst, src)
+	if r != nil {
+		be.Binary(Add, dst, dst, r)
+	}
+}
+
 // UnaryOp selects an elementwise function of one tensor.
 type UnaryOp uint8
 

@@ -484,21 +484,32 @@ func (p *Policy) run(gt *graphTensors) *PolicyOutput {
 		}
 		h[t] = p.enc[t].forward(x)
 	}
-	// Message passing: GELU, residual where widths match, dropout.
-	layers := []func([NumNodeTypes]*autograd.Var) [NumNodeTypes]*autograd.Var{
-		func(x [NumNodeTypes]*autograd.Var) [NumNodeTypes]*autograd.Var { return p.sage[0].forward(x, gt) },
-		func(x [NumNodeTypes]*autograd.Var) [NumNodeTypes]*autograd.Var { return p.sage[1].forward(x, gt) },
-		func(x [NumNodeTypes]*autograd.Var) [NumNodeTypes]*autograd.Var { return p.gat[0].forward(x, gt) },
-		func(x [NumNodeTypes]*autograd.Var) [NumNodeTypes]*autograd.Var { return p.gat[1].forward(x, gt) },
+	// Message passing: the layer's scale (the SAGE mean over relations),
+	// GELU, residual where widths match (autograd.ScaleActAdd: one launch
+	// in inference on CUDA), dropout.
+	type layerOut = func([NumNodeTypes]*autograd.Var) ([NumNodeTypes]*autograd.Var, [NumNodeTypes]float64)
+	gat := func(l *gatLayer) layerOut {
+		return func(x [NumNodeTypes]*autograd.Var) ([NumNodeTypes]*autograd.Var, [NumNodeTypes]float64) {
+			var one [NumNodeTypes]float64
+			for t := range one {
+				one[t] = 1
+			}
+			return l.forward(x, gt), one
+		}
+	}
+	layers := []layerOut{
+		func(x [NumNodeTypes]*autograd.Var) ([NumNodeTypes]*autograd.Var, [NumNodeTypes]float64) { return p.sage[0].forward(x, gt) },
+		func(x [NumNodeTypes]*autograd.Var) ([NumNodeTypes]*autograd.Var, [NumNodeTypes]float64) { return p.sage[1].forward(x, gt) },
+		gat(p.gat[0]), gat(p.gat[1]),
 	}
 	for i, layer := range layers {
-		out := layer(h)
+		out, scale := layer(h)
 		for t := range out {
-			y := autograd.Gelu(out[t])
-			if tensor.SameShape(y.Shape(), h[t].Shape()) {
-				y = autograd.Add(y, h[t])
+			var res *autograd.Var
+			if tensor.SameShape(out[t].Shape(), h[t].Shape()) {
+				res = h[t]
 			}
-			h[t] = p.drop[i].Forward(y)
+			h[t] = p.drop[i].Forward(autograd.ScaleActAdd(out[t], scale[t], kernels.GeluErf, res))
 		}
 	}
 
@@ -546,8 +557,10 @@ func newSAGELayer(rng *rand.Rand, in, out int, dt tensor.DType) *sageLayer {
 
 // forward sums, per destination type, lin_l(mean of the sources) +
 // lin_r(destination) over the relations into it (autograd.LinearSum,
-// which adds the products in place in inference) and averages.
-func (l *sageLayer) forward(x [NumNodeTypes]*autograd.Var, gt *graphTensors) [NumNodeTypes]*autograd.Var {
+// which adds the products in place in inference) and returns the sums
+// with the scale that averages them (1/relations; the caller applies it
+// with the activation).
+func (l *sageLayer) forward(x [NumNodeTypes]*autograd.Var, gt *graphTensors) ([NumNodeTypes]*autograd.Var, [NumNodeTypes]float64) {
 	var terms [NumNodeTypes][]autograd.LinearTerm
 	var rels [NumNodeTypes]int
 	for r := range l.linL {
@@ -565,13 +578,14 @@ func (l *sageLayer) forward(x [NumNodeTypes]*autograd.Var, gt *graphTensors) [Nu
 			autograd.LinearTerm{X: x[t], W: l.linR[r].Weight})
 	}
 	var res [NumNodeTypes]*autograd.Var
+	var scale [NumNodeTypes]float64
 	for t, ts := range terms {
-		res[t] = autograd.LinearSum(ts)
+		res[t], scale[t] = autograd.LinearSum(ts), 1
 		if rels[t] > 1 {
-			res[t] = autograd.MulScalar(res[t], 1/float64(rels[t]))
+			scale[t] = 1 / float64(rels[t])
 		}
 	}
-	return res
+	return res, scale
 }
 
 // gatLayer is a heterogeneous GAT layer (PyG GATConv with separate

@@ -20,6 +20,7 @@ var elementwiseCases = []conformance{
 	of(checkWhere, "Where"),
 	of(checkClamp, "Clamp"),
 	optional[kernels.ChannelAxpyer](checkChannelAxpy, "ChannelAxpy", "ChannelAxpyBackward"),
+	optional[kernels.ScaleActAdder](checkScaleActAdd, "ScaleActAdd"),
 }
 
 // allDTypes are the dtypes Fill and Copy take: all of them.
@@ -535,6 +536,41 @@ func checkChannelAxpy(s *suite) {
 				s.close(what+" dy", got[0], wantDy, tol(d))
 				s.close(what+" ds", got[1], wantDs, 4*tol(d))
 			})
+		}
+	}
+}
+
+// checkScaleActAdd: dst = act(s·x) + r for GELU, ReLU and Tanh, with and
+// without a scale and a residual, small and past a GPU's grid, within
+// the tolerance of the three ops it stands for.
+func checkScaleActAdd(s *suite) {
+	sa := s.b.(kernels.ScaleActAdder)
+	for _, d := range s.floats("ScaleActAdd", tensor.F64, tensor.F32) {
+		for _, act := range []kernels.UnaryOp{kernels.GeluErf, kernels.Relu, kernels.Tanh} {
+			for _, n := range []int{7, 70001} {
+				for _, sc := range []float64{1, 1.0 / 3} {
+					for _, res := range []bool{true, false} {
+						x, xv := s.in(d, n)
+						var r *T
+						var rv []float64
+						if res {
+							r, rv = s.in(d, n)
+						}
+						want := make([]float64, n)
+						for i, v := range xv {
+							want[i] = refUnary(act, sc*v)
+							if res {
+								want[i] += rv[i]
+							}
+						}
+						dst := s.out(d, n)
+						what := name("ScaleActAdd", d, act, n, sc, res)
+						s.check(call{what: what, launch: func() { sa.ScaleActAdd(dst, x, sc, act, r) }, writes: []*T{dst}}, func(got [][]float64) {
+							s.close(what, got[0], want, 4*tol(d))
+						})
+					}
+				}
+			}
 		}
 	}
 }

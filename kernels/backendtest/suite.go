@@ -101,6 +101,7 @@ func optional[I any](run func(s *suite), methods ...string) conformance {
 // when a backend implements them.
 var optionals = []reflect.Type{
 	reflect.TypeFor[kernels.ChannelAxpyer](),
+	reflect.TypeFor[kernels.ScaleActAdder](),
 	reflect.TypeFor[kernels.GradAccumulator](),
 	reflect.TypeFor[kernels.LinearGradAccumulator](),
 	reflect.TypeFor[kernels.ConvAffineActer](),

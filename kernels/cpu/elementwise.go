@@ -656,3 +656,18 @@ func clampPrep[F tensor.Float](dst, x *T, lo, hi float64) func() {
 		s.store()
 	}
 }
+
+// ScaleActAdd implements kernels.ScaleActAdder as kernels.ScaleActAddOps:
+// the CPU has no launch to save.
+func (be *Backend) ScaleActAdd(dst, x *T, s float64, act kernels.UnaryOp, r *T) {
+	const name = "ScaleActAdd"
+	needCPU(name, dst, x, r)
+	if dst == nil || x == nil {
+		fail(name, "dst and x are required (r may be nil)")
+	}
+	needShape(name, "dst", dst, x.Shape())
+	if r != nil {
+		needShape(name, "r", r, x.Shape())
+	}
+	kernels.ScaleActAddOps(be, dst, x, s, act, r)
+}

@@ -244,6 +244,58 @@ func (d *Device) Unary(op kernels.UnaryOp, dst, x *tensor.Tensor) error {
 	return d.launch1D(name, int64(x.Numel()), a.i32(int32(op)).ptr(pd).ptr(px).i64(int64(x.Numel())))
 }
 
+// ScaleActAdd implements kernels.ScaleActAdder (F32; other dtypes run
+// kernels.ScaleActAddOps).
+func (b *Backend) ScaleActAdd(dst, x *T, s float64, act kernels.UnaryOp, r *T) {
+	must(b.d.ScaleActAdd(dst, x, s, act, r))
+}
+
+// ScaleActAdd sets dst = act(s·x) + r (r optional) for contiguous F32
+// tensors of one shape in one launch of scale_act_add_f32; another
+// dtype takes the three ops (kernels.ScaleActAddOps, through this
+// device's methods).
+func (d *Device) ScaleActAdd(dst, x *tensor.Tensor, s float64, act kernels.UnaryOp, r *tensor.Tensor) error {
+	const op = "ScaleActAdd"
+	if dst == nil || x == nil {
+		return fmt.Errorf("cuda: %s: dst and x are required (r may be nil)", op)
+	}
+	if err := checked(kernels.CheckUnary(op, act, dst, x)); err != nil {
+		return err
+	}
+	if r != nil {
+		if err := sameShape(op, r, x); err != nil {
+			return err
+		}
+	}
+	if x.DType() != tensor.F32 || dst.DType() != tensor.F32 || (r != nil && r.DType() != tensor.F32) {
+		src := x
+		if s != 1 {
+			if err := d.BinaryScalar(kernels.Mul, dst, x, s, false); err != nil {
+				return err
+			}
+			src = dst
+		}
+		if err := d.Unary(act, dst, src); err != nil {
+			return err
+		}
+		if r == nil {
+			return nil
+		}
+		return d.Binary(kernels.Add, dst, dst, r)
+	}
+	ptrs, err := d.ptrList(op, []string{"dst", "x", "r"}, []*tensor.Tensor{dst, x, r},
+		[]tensor.DType{tensor.F32, tensor.F32, tensor.F32}, []bool{false, false, true})
+	if err != nil {
+		return err
+	}
+	n := int64(x.Numel())
+	release := d.enter()
+	defer release()
+	var a args
+	a.ptr(ptrs[0]).ptr(ptrs[1]).f32(float32(s)).i32(b2i(s != 1)).i32(int32(act)).ptr(ptrs[2]).i64(n)
+	return d.launch1D("scale_act_add_f32", n, &a)
+}
+
 // UnaryBackward sets dx = dy·op'(x) elementwise with the CPU backend's
 // formulas (Sign's derivative is zero). y = op(x) is optional: Exp,
 // Sigmoid, Tanh, Sqrt, Rsqrt and Recip use it when given, and x may then

@@ -397,6 +397,12 @@ func (sb *Backend) IncrementSGDStep(param *kernels.T, grad *kernels.T, mom *kern
 	sb.cpu.(kernels.SGDIncrementer).IncrementSGDStep(tensor.BackendView(param), tensor.BackendView(grad), tensor.BackendView(mom), tensor.BackendView(hyper), tensor.BackendView(foundInf), o)
 }
 
+// ScaleActAdd implements kernels.ScaleActAdder on the CPU kernels.
+func (sb *Backend) ScaleActAdd(dst *kernels.T, x *kernels.T, s float64, act kernels.UnaryOp, r *kernels.T) {
+	sb.check("ScaleActAdd", []*tensor.Tensor{dst, x, r}, nil)
+	sb.cpu.(kernels.ScaleActAdder).ScaleActAdd(tensor.BackendView(dst), tensor.BackendView(x), s, act, tensor.BackendView(r))
+}
+
 // SegmentReduce implements kernels.SegmentFamily on the CPU kernels.
 func (sb *Backend) SegmentReduce(op kernels.ReduceOp, dst *kernels.T, argmax *kernels.T, src *kernels.T, segIDs *kernels.T) {
 	sb.check("SegmentReduce", []*tensor.Tensor{dst, argmax, src, segIDs}, nil)
@@ -498,6 +504,7 @@ var (
 	_ kernels.RandomFamily              = (*Backend)(nil)
 	_ kernels.ReduceFamily              = (*Backend)(nil)
 	_ kernels.SGDIncrementer            = (*Backend)(nil)
+	_ kernels.ScaleActAdder             = (*Backend)(nil)
 	_ kernels.SegmentFamily             = (*Backend)(nil)
 	_ kernels.ShapeFamily               = (*Backend)(nil)
 	_ kernels.SoftmaxFamily             = (*Backend)(nil)

@@ -133,6 +133,7 @@ func TestOptionalInterfacesMatchCPU(t *testing.T) {
 		"GradClipper":               reflect.TypeFor[kernels.GradClipper](),
 		"LinearGradAccumulator":     reflect.TypeFor[kernels.LinearGradAccumulator](),
 		"ChannelAxpyer":             reflect.TypeFor[kernels.ChannelAxpyer](),
+		"ScaleActAdder":             reflect.TypeFor[kernels.ScaleActAdder](),
 		"ForeachStepper":            reflect.TypeFor[kernels.ForeachStepper](),
 		"DeviceDescriber":           reflect.TypeFor[kernels.DeviceDescriber](),
 		"ByteCopier":                reflect.TypeFor[kernels.ByteCopier](),

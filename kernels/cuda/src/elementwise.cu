@@ -317,6 +317,19 @@ __global__ void unary_f32(int op, float* d, const float* x, int64_t n) {
     GRID_STRIDE(i, n) d[i] = unary_f(op, x[i]);
 }
 
+// scale_act_add_f32: d[i] = act(x[i]·s) + r[i] (kernels.ScaleActAdder),
+// rounded as BinaryScalar Mul (left out when the scale flag is 0, for
+// s = 1), Unary and Binary Add (r optional) round in turn.
+__global__ void scale_act_add_f32(float* d, const float* x, float s, int scale, int op, const float* r, int64_t n) {
+    GRID_STRIDE(i, n) {
+        float v = x[i];
+        if (scale) v = v * s;
+        v = unary_f(op, v);
+        if (r) v = v + r[i];
+        d[i] = v;
+    }
+}
+
 __global__ void unary_bf16(int op, __nv_bfloat16* d, const __nv_bfloat16* x, int64_t n) {
     GRID_STRIDE(i, n) d[i] = __float2bfloat16_rn(unary_f(op, __bfloat162float(x[i])));
 }
