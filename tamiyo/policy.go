@@ -498,8 +498,12 @@ func (p *Policy) run(gt *graphTensors) *PolicyOutput {
 		}
 	}
 	layers := []layerOut{
-		func(x [NumNodeTypes]*autograd.Var) ([NumNodeTypes]*autograd.Var, [NumNodeTypes]float64) { return p.sage[0].forward(x, gt) },
-		func(x [NumNodeTypes]*autograd.Var) ([NumNodeTypes]*autograd.Var, [NumNodeTypes]float64) { return p.sage[1].forward(x, gt) },
+		func(x [NumNodeTypes]*autograd.Var) ([NumNodeTypes]*autograd.Var, [NumNodeTypes]float64) {
+			return p.sage[0].forward(x, gt)
+		},
+		func(x [NumNodeTypes]*autograd.Var) ([NumNodeTypes]*autograd.Var, [NumNodeTypes]float64) {
+			return p.sage[1].forward(x, gt)
+		},
 		gat(p.gat[0]), gat(p.gat[1]),
 	}
 	for i, layer := range layers {
