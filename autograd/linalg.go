@@ -171,3 +171,25 @@ func (o linearOperands) record(out2 *tensor.Tensor, relu bool) *Var {
 	}
 	return resultWith("linear", out, inputs[:nIn], 2, true, mk)
 }
+
+// LinearAct returns act(Linear(x, w, b)), bitwise Linear followed by the
+// activation's op. In inference (nothing needs a gradient) with F32 or
+// F64 operands the activation is applied in the product's epilogue
+// (kernels.Backend MatMulBiasAct): one launch instead of two. ReLU takes
+// LinearRelu's fused path with gradients too.
+func LinearAct(x, w, b *Var, act kernels.UnaryOp) *Var {
+	if act == kernels.Relu {
+		return LinearRelu(x, w, b)
+	}
+	if !needsGrad(x, w, b) {
+		o := prepLinear("linear_act", x, w, b)
+		if dt := o.wv.DType(); (dt == tensor.F32 || dt == tensor.F64) && o.x2.DType() == dt {
+			out2 := matmulBiasActT(o.x2, o.wv, o.bv, act, false, true, dt)
+			var shapeBuf [4]int
+			return Const(out2.Reshape(append(append(shapeBuf[:0], o.xs[:len(o.xs)-1]...), o.nOut)...))
+		}
+	}
+	y := Linear(x, w, b)
+	out, mk := unaryForward("linear_act", act, y)
+	return result("linear_act", out, []*Var{y}, 2, mk)
+}

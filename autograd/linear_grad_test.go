@@ -255,3 +255,56 @@ func TestScaleActAddMatchesOps(t *testing.T) {
 		}
 	}
 }
+
+// TestLinearActMatchesOps: LinearAct is act(Linear(x, w, b)) bit for
+// bit — in inference, where the activation rides in the product's
+// epilogue, and with gradients (x's, w's and b's the same) — for GELU
+// and Tanh, on the CPU and on sim.
+func TestLinearActMatchesOps(t *testing.T) {
+	rng := rand.New(rand.NewPCG(15, 16))
+	vals := func(n int) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(rng.NormFloat64())
+		}
+		return v
+	}
+	xs, ws, bs := vals(5*6), vals(4*6), vals(4)
+	for _, dev := range []tensor.Device{tensor.CPU, tensor.Sim(0)} {
+		for _, act := range []kernels.UnaryOp{kernels.GeluErf, kernels.Tanh} {
+			for _, grad := range []bool{false, true} {
+				run := func(fused bool) [][]float32 {
+					on := func(v []float32, shape ...int) *Var {
+						o, err := tensor.FromSlice(append([]float32(nil), v...), shape...).ToDevice(dev)
+						require.NoError(t, err)
+						if grad {
+							return Param(o)
+						}
+						return Const(o)
+					}
+					x, w, b := on(xs, 5, 6), on(ws, 4, 6), on(bs, 4)
+					var y *Var
+					if fused {
+						y = LinearAct(x, w, b, act)
+					} else {
+						l := Linear(x, w, b)
+						out, mk := unaryForward("act", act, l)
+						y = result("act", out, []*Var{l}, 2, mk)
+					}
+					host := func(v *tensor.Tensor) []float32 {
+						h, err := v.ToDevice(tensor.CPU)
+						require.NoError(t, err)
+						return append([]float32(nil), h.F32()...)
+					}
+					res := [][]float32{host(y.Value)}
+					if grad {
+						Backward(SumAll(y))
+						res = append(res, host(x.Grad), host(w.Grad), host(b.Grad))
+					}
+					return res
+				}
+				require.Equal(t, run(false), run(true), "%v %v grad %v", dev, act, grad)
+			}
+		}
+	}
+}

@@ -137,7 +137,8 @@ type encoder struct {
 }
 
 func (e *encoder) forward(x *autograd.Var) *autograd.Var {
-	return e.norm.Forward(autograd.Gelu(e.lin.Forward(x)))
+	// GELU in the product's epilogue in inference (autograd.LinearAct).
+	return e.norm.Forward(autograd.LinearAct(x, e.lin.Weight, e.lin.Bias, kernels.GeluErf))
 }
 
 // mlp is Linear → ReLU → Linear.
