@@ -61,7 +61,8 @@ type LoaderOptions struct {
 	// batch there: an index select (the backend's IndexSelect) of the
 	// epoch's order, which is copied to the device once per epoch;
 	// without Shuffle the batches are views of the dataset's rows, the
-	// same every epoch (Fixed). The batches are bitwise those of
+	// same every epoch (Fixed): writing into one writes into the
+	// dataset. The batches are bitwise those of
 	// the host loader with the same options. It suits a small dataset
 	// (Fashion-MNIST's 60 000 images are 188 MB in F32); Prefetch,
 	// Workers and Pinned do not apply. On the CPU it has no effect.
