@@ -98,3 +98,23 @@ func ExampleCrossEntropyCount() {
 	fmt.Printf("loss sum %.4f, correct per row %v\n", lossSum.Item(), acc.F32())
 	// Output: loss sum 3.4094, correct per row [2 0]
 }
+
+// A classifier head and its loss in one call: the same values and
+// gradients as CrossEntropyCount(Linear(x, w, b), …), and on CUDA, for
+// a small batch, the logits, the loss, the metrics and the logits'
+// gradient in one launch.
+func ExampleLinearCrossEntropyCount() {
+	x := autograd.Const(tensor.FromSlice([]float32{1, 0, 0, 1}, 2, 2))       // two samples
+	w := autograd.Param(tensor.FromSlice([]float32{2, 0, 0, 2, 1, 1}, 3, 2)) // three classes
+	b := autograd.Param(tensor.FromSlice([]float32{0, 0, 0}, 3))
+	target := tensor.FromSlice([]int64{0, 2}, 2) // row 0 right, row 1 wrong
+	lossSum := tensor.FromSlice([]float32{0}, 1)
+	acc := tensor.FromSlice([]float32{0, 0}, 2)
+	loss := autograd.LinearCrossEntropyCount(x, w, b, target, kernels.CrossEntropyParams{}, lossSum, acc)
+	autograd.Backward(loss)
+	fmt.Printf("loss %.4f, correct per row %v\n", loss.Item(), acc.F32())
+	fmt.Printf("bias gradient %.4f\n", b.Grad.F32())
+	// Output:
+	// loss 0.9076, correct per row [1 0]
+	// bias gradient [-0.1224 0.3776 -0.2553]
+}

@@ -192,6 +192,20 @@ var gradChecks = map[string]gcCase{
 		},
 		f: func(in []*Var) *Var { return Add(Linear(in[0], in[1], in[2]), Linear(in[0], in[1], nil)) },
 	},
+	"linear_act": {
+		inputs: func(r *rand.Rand) []*tensor.Tensor {
+			return ins(uni(r, -1, 1, 2, 3, 4), uni(r, -1, 1, 5, 4), uni(r, -1, 1, 5))
+		},
+		f: func(in []*Var) *Var {
+			return Add(LinearAct(in[0], in[1], in[2], kernels.GeluErf), LinearAct(in[0], in[1], nil, kernels.Tanh))
+		},
+	},
+	"scale_act_add": {
+		inputs: func(r *rand.Rand) []*tensor.Tensor { return ins(uni(r, -1, 1, 2, 3), uni(r, -1, 1, 2, 3)) },
+		f: func(in []*Var) *Var {
+			return Add(ScaleActAdd(in[0], 0.5, kernels.GeluErf, in[1]), ScaleActAdd(in[0], 1, kernels.Tanh, nil))
+		},
+	},
 	"linear_relu": {
 		inputs: func(r *rand.Rand) []*tensor.Tensor {
 			return ins(uni(r, -1, 1, 2, 3, 4), uni(r, -1, 1, 5, 4), uni(r, -1, 1, 5))
