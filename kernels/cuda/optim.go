@@ -444,7 +444,11 @@ func (d *Device) ClipByNorm(norm *tensor.Tensor, xs []*tensor.Tensor, maxNorm, e
 	if norm.Numel() != 1 {
 		return fmt.Errorf("cuda: %s: norm of shape %v: want one element", op, norm.Shape())
 	}
-	if len(xs) != 1 {
+	switch len(xs) {
+	case 0:
+		return d.Fill(norm, 0) // the norm of nothing; nothing to scale
+	case 1:
+	default:
 		return d.clipByNormOps(norm, xs, maxNorm, eps)
 	}
 	px, err := d.ptrOf(op, "xs[0]", xs[0], tensor.F32)
