@@ -428,13 +428,14 @@ func checkIncrementSGDStep(s *suite) {
 // checkGradClipper: ClipByNorm writes the global L2 norm of the tensors
 // and scales them by min(1, maxNorm/(norm+eps)): one tensor (an arena's
 // one bucket; small, and past a GPU's chunk) and a list, clipped and not
-// (a coefficient of exactly 1 leaves them as they were), and a NaN that
-// makes the norm and every scaled value NaN.
+// (a coefficient of exactly 1 leaves them as they were), a NaN that
+// makes the norm and every scaled value NaN, and no tensor at all (a
+// zero norm).
 func checkGradClipper(s *suite) {
 	gc := s.b.(kernels.GradClipper)
 	const eps = 1e-6
 	for _, d := range s.floats("ClipByNorm", tensor.F64, tensor.F32) {
-		for _, sizes := range [][]int{{1000}, {70001}, {1, 300, 17, 5000, 64}} {
+		for _, sizes := range [][]int{{1000}, {70001}, {1, 300, 17, 5000, 64}, {}} {
 			for _, maxNorm := range []float64{0.5, 1e9} {
 				for _, nan := range []bool{false, true} {
 					if nan && maxNorm > 1 {
@@ -461,7 +462,7 @@ func checkGradClipper(s *suite) {
 					}
 					nt := s.out(d)
 					writes := append([]*T{nt}, xs...)
-					what := name("ClipByNorm", d, len(sizes), sizes[0], "maxNorm", maxNorm, "nan", nan)
+					what := name("ClipByNorm", d, sizes, "maxNorm", maxNorm, "nan", nan)
 					s.check(call{what: what, launch: func() { gc.ClipByNorm(nt, xs, maxNorm, eps) }, writes: writes}, func(got [][]float64) {
 						s.close(what+" norm", got[0], []float64{norm}, 8*tol(d))
 						for i := range xs {
