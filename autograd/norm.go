@@ -159,21 +159,29 @@ func groupNorm(x, w, b *Var, groups int, eps float64, relu bool) *Var {
 	if relu && bv != nil {
 		saved++ // the shift, from which the backward rebuilds the ReLU's mask
 	}
-	mk := func() backwardFunc {
+	mk := func(bufs *opBufs) backwardFunc {
 		return func(g *tensor.Tensor) []*tensor.Tensor {
 			grads, dx, dw, db := normGrads(x, w, b, xv, wv, bv, len(inputs), wi, bi, c)
-			if relu {
+			// The weight and bias gradients go straight into their Grad
+			// where Backward offers it (kernels.ParamGradAccumulator).
+			pa, acc := affineSinks(bufs, backendOf(xv), grads, &dw, &db, wi, bi)
+			switch {
+			case relu && acc:
+				pa.GroupNormReluBackwardAdd(dx, dw, db, contig(g), xv, bv, mean, rstd, wv, groups)
+			case relu:
 				backendOf(xv).(kernels.GroupNormReluer).GroupNormReluBackward(dx, dw, db, contig(g), xv, bv, mean, rstd, wv, groups)
-			} else {
+			case acc:
+				pa.GroupNormBackwardAdd(dx, dw, db, contig(g), xv, mean, rstd, wv, groups)
+			default:
 				backendOf(xv).GroupNormBackward(dx, dw, db, contig(g), xv, mean, rstd, wv, groups)
 			}
 			return grads
 		}
 	}
 	if relu {
-		return result("group_norm_relu", y, inputs, saved, mk)
+		return resultWith("group_norm_relu", y, inputs, saved, true, mk)
 	}
-	return result("group_norm", y, inputs, saved, mk)
+	return resultWith("group_norm", y, inputs, saved, true, mk)
 }
 
 // BatchNorm normalises x [N,C,*] per channel and applies w and b ([C];

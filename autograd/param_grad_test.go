@@ -40,6 +40,13 @@ func (b *binaryCounterPA) BatchNormReluMaxPool2x2BackwardAdd(dx, dw, db, g, am, 
 	b.pa.BatchNormReluMaxPool2x2BackwardAdd(dx, dw, db, g, am, x, sh, m, r, w, training)
 }
 
+func (b *binaryCounterPA) GroupNormBackwardAdd(dx, dw, db, dy, x, m, r, w *tensor.Tensor, groups int) {
+	b.pa.GroupNormBackwardAdd(dx, dw, db, dy, x, m, r, w, groups)
+}
+func (b *binaryCounterPA) GroupNormReluBackwardAdd(dx, dw, db, dy, x, sh, m, r, w *tensor.Tensor, groups int) {
+	b.pa.GroupNormReluBackwardAdd(dx, dw, db, dy, x, sh, m, r, w, groups)
+}
+
 // The fused norm ops need these of the wrapped backend too.
 func (b *binaryCounterPA) BatchNormRelu(y, sm, sr, x, w, sh, rm, rv *tensor.Tensor, training bool, mom, eps float64) {
 	b.Backend.(kernels.BatchNormReluer).BatchNormRelu(y, sm, sr, x, w, sh, rm, rv, training, mom, eps)
@@ -133,4 +140,64 @@ func countBinary(d tensor.Device) int {
 		return b.binary
 	}
 	return 0
+}
+
+// TestGroupNormGradsAddedInPlace: a group norm whose weight and bias
+// already have a Grad gets both gradients added in the backward's own
+// launch on a backend with kernels.ParamGradAccumulator (sim): two Binary
+// launches fewer per backward, and the gradients bit for bit those of the
+// backend without the capability and of the CPU, over two backwards
+// accumulating onto Grads that start non-zero.
+func TestGroupNormGradsAddedInPlace(t *testing.T) {
+	dev := tensor.Sim(6)
+	orig := kernels.For(dev)
+	t.Cleanup(func() { kernels.Register(orig) })
+	rng := rand.New(rand.NewPCG(7, 8))
+	vals := func(n int) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(rng.NormFloat64())
+		}
+		return v
+	}
+	xs, ws, bs := vals(2*6*3*3), vals(6), vals(6)
+	grad0 := [][]float32{vals(6), vals(6)}
+	run := func(d tensor.Device) ([][]float32, int) {
+		on := func(v []float32, shape ...int) *tensor.Tensor {
+			h, err := tensor.FromSlice(append([]float32(nil), v...), shape...).ToDevice(d)
+			require.NoError(t, err)
+			return h
+		}
+		x := Param(on(xs, 2, 6, 3, 3))
+		w, b := Param(on(ws, 6)), Param(on(bs, 6))
+		for i, p := range []*Var{w, b} {
+			p.Grad = on(grad0[i], 6)
+		}
+		binary := 0
+		for range 2 {
+			h := GroupNorm(x, w, b, 3, 1e-5)
+			loss := SumAll(Mul(h, h))
+			before := countBinary(d)
+			Backward(loss)
+			binary += countBinary(d) - before
+		}
+		var out [][]float32
+		for _, p := range []*Var{x, w, b} {
+			g, err := p.Grad.ToDevice(tensor.CPU)
+			require.NoError(t, err)
+			out = append(out, append([]float32(nil), g.F32()...))
+		}
+		return out, binary
+	}
+	plain := &binaryCounter{Backend: orig}
+	kernels.Register(plain)
+	want, unfused := run(dev)
+	fused := &binaryCounterPA{binaryCounter: &binaryCounter{Backend: orig}, pa: orig.(kernels.ParamGradAccumulator)}
+	kernels.Register(fused)
+	got, nfused := run(dev)
+	kernels.Register(orig)
+	require.Equal(t, want, got)
+	cpu, _ := run(tensor.CPU)
+	require.Equal(t, cpu, got)
+	require.Equal(t, unfused-2*2, nfused, "two Binary adds fewer per backward")
 }

@@ -15,8 +15,8 @@ type ConvFamily interface {
 }
 
 // ParamGradAccumulator is implemented by backends that add a
-// convolution's weight gradient, or a batch norm's weight and bias
-// gradients, into existing tensors in the launches that compute them, as
+// convolution's weight gradient, or a batch or group norm's weight and
+// bias gradients, into existing tensors in the launches that compute them, as
 // GradAccumulator does for a linear layer: autograd accumulates them
 // straight into the parameters' Grad instead of computing them into new
 // tensors and adding those (one Binary launch fewer per parameter and
@@ -36,6 +36,11 @@ type ParamGradAccumulator interface {
 	// BatchNormReluMaxPool2x2BackwardAdd is BatchNormReluPooler's
 	// backward adding into dw and db.
 	BatchNormReluMaxPool2x2BackwardAdd(dx, dw, db, g, argmax, x, b, saveMean, saveRstd, w *T, training bool)
+	// GroupNormBackwardAdd is GroupNormBackward adding into dw and db.
+	GroupNormBackwardAdd(dx, dw, db, dy, x, mean, rstd, w *T, groups int)
+	// GroupNormReluBackwardAdd is GroupNormReluer's backward adding into
+	// dw and db.
+	GroupNormReluBackwardAdd(dx, dw, db, dy, x, b, mean, rstd, w *T, groups int)
 }
 
 // Conv2dParams configures a 2-D convolution. Zero values mean stride 1,

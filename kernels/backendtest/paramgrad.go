@@ -14,7 +14,7 @@ import (
 
 var paramGradCases = []conformance{
 	optional[kernels.ParamGradAccumulator](checkParamGradAccumulator, "Conv2dBackwardWeightAdd", "BatchNormBackwardAdd",
-		"BatchNormReluBackwardAdd", "BatchNormReluMaxPool2x2BackwardAdd"),
+		"BatchNormReluBackwardAdd", "BatchNormReluMaxPool2x2BackwardAdd", "GroupNormBackwardAdd", "GroupNormReluBackwardAdd"),
 }
 
 // addCase is one call of an accumulating method: writes are its outputs
@@ -142,6 +142,65 @@ func checkParamGradAccumulator(s *suite) {
 								pooler.BatchNormReluMaxPool2x2Backward(ox, ow, ob, g, argmax, x, b, sm, sr, w, training)
 							}}.check(s, 1)
 					}
+				}
+			}
+		}
+	}
+	checkGroupNormAdd(s, pa)
+}
+
+// checkGroupNormAdd: GroupNormBackwardAdd and GroupNormReluBackwardAdd
+// (with a GroupNormReluer) against the overwriting backward and Binary
+// Add, with dw and db each present or not; the statistics are the
+// forward's.
+func checkGroupNormAdd(s *suite, pa kernels.ParamGradAccumulator) {
+	gr, relu := s.b.(kernels.GroupNormReluer)
+	const groups = 3
+	for _, shape := range [][]int{{4, 6, 5, 5}, {2, 6, 3, 7}} {
+		n, ch := shape[0], shape[1]
+		for _, d := range s.floats("GroupNormBackwardAdd") {
+			sd := wideOf(d)
+			x, _ := s.in(d, shape...)
+			w, _ := s.in(d, ch)
+			b, _ := s.in(d, ch)
+			mean, rstd := s.out(sd, n*groups), s.out(sd, n*groups)
+			s.b.GroupNorm(s.out(d, shape...), mean, rstd, x, w, b, groups, normEps)
+			dy, _ := s.in(d, shape...)
+			for _, affine := range [][2]bool{{true, true}, {true, false}, {false, true}} {
+				dx := s.out(d, shape...)
+				var dw, db *T
+				writes := []*T{dx}
+				if affine[0] {
+					dw, _ = s.in(d, ch)
+					writes = append(writes, dw)
+				}
+				if affine[1] {
+					db, _ = s.in(d, ch)
+					writes = append(writes, db)
+				}
+				split := func(o []*T) (dx, dw, db *T) {
+					dx, o = o[0], o[1:]
+					if affine[0] {
+						dw, o = o[0], o[1:]
+					}
+					if affine[1] {
+						db = o[0]
+					}
+					return dx, dw, db
+				}
+				addCase{what: name("GroupNormBackwardAdd", d, shape, "affine", affine), writes: writes,
+					fused: func() { pa.GroupNormBackwardAdd(dx, dw, db, dy, x, mean, rstd, w, groups) },
+					unfused: func(o []*T) {
+						ox, ow, ob := split(o)
+						s.b.GroupNormBackward(ox, ow, ob, dy, x, mean, rstd, w, groups)
+					}}.check(s, 1)
+				if relu {
+					addCase{what: name("GroupNormReluBackwardAdd", d, shape, "affine", affine), writes: writes,
+						fused: func() { pa.GroupNormReluBackwardAdd(dx, dw, db, dy, x, b, mean, rstd, w, groups) },
+						unfused: func(o []*T) {
+							ox, ow, ob := split(o)
+							gr.GroupNormReluBackward(ox, ow, ob, dy, x, b, mean, rstd, w, groups)
+						}}.check(s, 1)
 				}
 			}
 		}

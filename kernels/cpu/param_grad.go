@@ -36,6 +36,20 @@ func (be *Backend) BatchNormReluMaxPool2x2BackwardAdd(dx, dw, db, g, argmax, x, 
 	})
 }
 
+// GroupNormBackwardAdd implements kernels.ParamGradAccumulator.
+func (be *Backend) GroupNormBackwardAdd(dx, dw, db, dy, x, mean, rstd, w *T, groups int) {
+	be.addGrads("GroupNormBackwardAdd", dw, db, func(tw, tb *T) {
+		be.GroupNormBackward(dx, tw, tb, dy, x, mean, rstd, w, groups)
+	})
+}
+
+// GroupNormReluBackwardAdd implements kernels.ParamGradAccumulator.
+func (be *Backend) GroupNormReluBackwardAdd(dx, dw, db, dy, x, b, mean, rstd, w *T, groups int) {
+	be.addGrads("GroupNormReluBackwardAdd", dw, db, func(tw, tb *T) {
+		be.GroupNormReluBackward(dx, tw, tb, dy, x, b, mean, rstd, w, groups)
+	})
+}
+
 // addGrads runs op with new tensors shaped like dw and db (nil for a nil
 // one) and adds each into its destination.
 func (be *Backend) addGrads(op string, dw, db *T, run func(tw, tb *T)) {

@@ -51,6 +51,16 @@ func (b *Backend) BatchNormBackwardAdd(dx, dw, db, dy, x, saveMean, saveRstd, w 
 	must(b.d.BatchNormBackwardAdd(dx, dw, db, dy, x, saveMean, saveRstd, w, training))
 }
 
+// GroupNormBackwardAdd implements kernels.ParamGradAccumulator.
+func (b *Backend) GroupNormBackwardAdd(dx, dw, db, dy, x, mean, rstd, w *T, groups int) {
+	must(b.d.GroupNormBackwardAdd(dx, dw, db, dy, x, mean, rstd, w, groups))
+}
+
+// GroupNormReluBackwardAdd implements kernels.ParamGradAccumulator.
+func (b *Backend) GroupNormReluBackwardAdd(dx, dw, db, dy, x, bias, mean, rstd, w *T, groups int) {
+	must(b.d.GroupNormReluBackwardAdd(dx, dw, db, dy, x, bias, mean, rstd, w, groups))
+}
+
 // scratchF32 allocates an F32 device tensor of n elements; free it with
 // its Storage().Free once the launches reading it are enqueued.
 func (d *Device) scratchF32(n int) (*tensor.Tensor, error) {
@@ -317,7 +327,17 @@ func (d *Device) GroupNorm(y, mean, rstd, x, w, b *tensor.Tensor, groups int, ep
 // GroupNormBackward fills the non-nil of dx, dw, db (overwritten) from dy
 // and the forward's x, mean, rstd (required) and w (optional).
 func (d *Device) GroupNormBackward(dx, dw, db, dy, x, mean, rstd, w *tensor.Tensor, groups int) error {
-	const op = "GroupNormBackward"
+	return d.groupNormBackward("GroupNormBackward", dx, dw, db, dy, x, mean, rstd, w, groups, false)
+}
+
+// GroupNormBackwardAdd is GroupNormBackward adding into dw and db
+// (kernels.ParamGradAccumulator).
+func (d *Device) GroupNormBackwardAdd(dx, dw, db, dy, x, mean, rstd, w *tensor.Tensor, groups int) error {
+	return d.groupNormBackward("GroupNormBackwardAdd", dx, dw, db, dy, x, mean, rstd, w, groups, true)
+}
+
+// groupNormBackward is GroupNormBackward, adding into dw and db with acc.
+func (d *Device) groupNormBackward(op string, dx, dw, db, dy, x, mean, rstd, w *tensor.Tensor, groups int, acc bool) error {
 	dt := x.DType()
 	n, c, hw, err := kernels.CheckGroupNormBackward(op, dx, dw, db, dy, x, nil, mean, rstd, w, groups)
 	if err := checked(err); err != nil {
@@ -353,7 +373,7 @@ func (d *Device) GroupNormBackward(dx, dw, db, dy, x, mean, rstd, w *tensor.Tens
 		return nil
 	}
 	var e args
-	return d.launch1D(dwdb, int64(c), e.ptr(pdw).ptr(pdb).ptr(pp).i64(int64(n)).i64(int64(c)))
+	return d.launch1D(dwdb, int64(c), e.ptr(pdw).ptr(pdb).ptr(pp).i64(int64(n)).i64(int64(c)).i32(b2i(acc)))
 }
 
 // LayerNorm normalises x viewed as [M, n] over its last n elements,

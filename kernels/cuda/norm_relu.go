@@ -286,7 +286,18 @@ func (d *Device) GroupNormRelu(y, mean, rstd, x, w, b *tensor.Tensor, groups int
 // GroupNormRelu's output was not > 0, rebuilt from x, mean, rstd, w and b
 // (the forward's shift; nil for none).
 func (d *Device) GroupNormReluBackward(dx, dw, db, dy, x, b, mean, rstd, w *tensor.Tensor, groups int) error {
-	const op = "GroupNormReluBackward"
+	return d.groupNormReluBackward("GroupNormReluBackward", dx, dw, db, dy, x, b, mean, rstd, w, groups, false)
+}
+
+// GroupNormReluBackwardAdd is GroupNormReluBackward adding into dw and db
+// (kernels.ParamGradAccumulator).
+func (d *Device) GroupNormReluBackwardAdd(dx, dw, db, dy, x, b, mean, rstd, w *tensor.Tensor, groups int) error {
+	return d.groupNormReluBackward("GroupNormReluBackwardAdd", dx, dw, db, dy, x, b, mean, rstd, w, groups, true)
+}
+
+// groupNormReluBackward is GroupNormReluBackward, adding into dw and db
+// with acc.
+func (d *Device) groupNormReluBackward(op string, dx, dw, db, dy, x, b, mean, rstd, w *tensor.Tensor, groups int, acc bool) error {
 	dt := x.DType()
 	n, c, hw, err := kernels.CheckGroupNormBackward(op, dx, dw, db, dy, x, b, mean, rstd, w, groups)
 	if err := checked(err); err != nil {
@@ -322,7 +333,7 @@ func (d *Device) GroupNormReluBackward(dx, dw, db, dy, x, b, mean, rstd, w *tens
 		return nil
 	}
 	var e args
-	return d.launch1D(dwdb, int64(c), e.ptr(pdw).ptr(pdb).ptr(pp).i64(int64(n)).i64(int64(c)))
+	return d.launch1D(dwdb, int64(c), e.ptr(pdw).ptr(pdb).ptr(pp).i64(int64(n)).i64(int64(c)).i32(b2i(acc)))
 }
 
 // BatchNormEvalAffine implements kernels.BatchNormEvalAffiner (F32).

@@ -343,6 +343,18 @@ func (sb *Backend) BatchNormReluMaxPool2x2BackwardAdd(dx *kernels.T, dw *kernels
 	sb.cpu.(kernels.ParamGradAccumulator).BatchNormReluMaxPool2x2BackwardAdd(tensor.BackendView(dx), tensor.BackendView(dw), tensor.BackendView(db), tensor.BackendView(g), tensor.BackendView(argmax), tensor.BackendView(x), tensor.BackendView(b), tensor.BackendView(saveMean), tensor.BackendView(saveRstd), tensor.BackendView(w), training)
 }
 
+// GroupNormBackwardAdd implements kernels.ParamGradAccumulator on the CPU kernels.
+func (sb *Backend) GroupNormBackwardAdd(dx *kernels.T, dw *kernels.T, db *kernels.T, dy *kernels.T, x *kernels.T, mean *kernels.T, rstd *kernels.T, w *kernels.T, groups int) {
+	sb.check("GroupNormBackwardAdd", []*tensor.Tensor{dx, dw, db, dy, x, mean, rstd, w}, nil)
+	sb.cpu.(kernels.ParamGradAccumulator).GroupNormBackwardAdd(tensor.BackendView(dx), tensor.BackendView(dw), tensor.BackendView(db), tensor.BackendView(dy), tensor.BackendView(x), tensor.BackendView(mean), tensor.BackendView(rstd), tensor.BackendView(w), groups)
+}
+
+// GroupNormReluBackwardAdd implements kernels.ParamGradAccumulator on the CPU kernels.
+func (sb *Backend) GroupNormReluBackwardAdd(dx *kernels.T, dw *kernels.T, db *kernels.T, dy *kernels.T, x *kernels.T, b *kernels.T, mean *kernels.T, rstd *kernels.T, w *kernels.T, groups int) {
+	sb.check("GroupNormReluBackwardAdd", []*tensor.Tensor{dx, dw, db, dy, x, b, mean, rstd, w}, nil)
+	sb.cpu.(kernels.ParamGradAccumulator).GroupNormReluBackwardAdd(tensor.BackendView(dx), tensor.BackendView(dw), tensor.BackendView(db), tensor.BackendView(dy), tensor.BackendView(x), tensor.BackendView(b), tensor.BackendView(mean), tensor.BackendView(rstd), tensor.BackendView(w), groups)
+}
+
 // MaxPool2d implements kernels.PoolFamily on the CPU kernels.
 func (sb *Backend) MaxPool2d(dst *kernels.T, argmax *kernels.T, x *kernels.T, p kernels.Pool2dParams) {
 	sb.check("MaxPool2d", []*tensor.Tensor{dst, argmax, x}, nil)

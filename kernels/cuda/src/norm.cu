@@ -387,17 +387,18 @@ __device__ void gn_bwd(T* dx, float* part, const T* dy, const T* x, const float*
     }
 }
 
-// gn_bwd_dwdb: one thread per channel sums the samples' parts in order.
+// gn_bwd_dwdb: one thread per channel sums the samples' parts in order,
+// written, or with acc added to (acc_add, kernels.ParamGradAccumulator).
 template <typename T>
-__device__ void gn_bwd_dwdb(T* dw, T* db, const float* part, int64_t nsamples, int64_t c) {
+__device__ void gn_bwd_dwdb(T* dw, T* db, const float* part, int64_t nsamples, int64_t c, int acc) {
     GRID_STRIDE(ch, c) {
         float a = 0.f, b = 0.f;
         for (int64_t i = 0; i < nsamples; i++) {
             a += part[i * c + ch];
             b += part[nsamples * c + i * c + ch];
         }
-        if (db) st(db, ch, a);
-        if (dw) st(dw, ch, b);
+        if (db) st(db, ch, acc ? acc_add(db, ch, a) : a);
+        if (dw) st(dw, ch, acc ? acc_add(dw, ch, b) : b);
     }
 }
 
@@ -530,12 +531,12 @@ __global__ void gn_bwd_bf16(__nv_bfloat16* dx, float* part, const __nv_bfloat16*
                             int64_t groups, int64_t cg, int64_t hw) {
     gn_bwd(dx, part, dy, x, mean, rstd, w, nsamples, c, groups, cg, hw);
 }
-__global__ void gn_bwd_dwdb_f32(float* dw, float* db, const float* part, int64_t nsamples, int64_t c) {
-    gn_bwd_dwdb(dw, db, part, nsamples, c);
+__global__ void gn_bwd_dwdb_f32(float* dw, float* db, const float* part, int64_t nsamples, int64_t c, int acc) {
+    gn_bwd_dwdb(dw, db, part, nsamples, c, acc);
 }
 __global__ void gn_bwd_dwdb_bf16(__nv_bfloat16* dw, __nv_bfloat16* db, const float* part, int64_t nsamples,
-                                 int64_t c) {
-    gn_bwd_dwdb(dw, db, part, nsamples, c);
+                                 int64_t c, int acc) {
+    gn_bwd_dwdb(dw, db, part, nsamples, c, acc);
 }
 
 
@@ -679,8 +680,8 @@ __global__ void gn_bwd_f16(__half* dx, float* part, const __half* dy, const __ha
                            int64_t hw) {
     gn_bwd(dx, part, dy, x, mean, rstd, w, nsamples, c, groups, cg, hw);
 }
-__global__ void gn_bwd_dwdb_f16(__half* dw, __half* db, const float* part, int64_t nsamples, int64_t c) {
-    gn_bwd_dwdb(dw, db, part, nsamples, c);
+__global__ void gn_bwd_dwdb_f16(__half* dw, __half* db, const float* part, int64_t nsamples, int64_t c, int acc) {
+    gn_bwd_dwdb(dw, db, part, nsamples, c, acc);
 }
 __global__ void layernorm_fwd_f16(__half* y, float* mean, float* rstd, const __half* x, const __half* w,
                                   const __half* b, int64_t n, float eps) {
