@@ -70,9 +70,6 @@ func (b *binaryCounterPA) BatchNormReluMaxPool2x2Backward(dx, dw, db, g, am, x, 
 // capability and the CPU give, over two backwards accumulating onto
 // Grads that start non-zero.
 func TestParamGradsAddedInPlace(t *testing.T) {
-	dev := tensor.Sim(6)
-	orig := kernels.For(dev)
-	t.Cleanup(func() { kernels.Register(orig) })
 	rng := rand.New(rand.NewPCG(5, 6))
 	vals := func(n int) []float32 {
 		v := make([]float32, n)
@@ -84,12 +81,7 @@ func TestParamGradsAddedInPlace(t *testing.T) {
 	xs, ws := vals(2*3*6*6), vals(4*3*3*3)
 	g1w, g1b, g2w, g2b := vals(4), vals(4), vals(4), vals(4)
 	grad0 := [][]float32{vals(4 * 3 * 3 * 3), vals(4), vals(4), vals(4), vals(4)} // the Grads' starting values
-	run := func(d tensor.Device) ([][]float32, int) {
-		on := func(v []float32, shape ...int) *tensor.Tensor {
-			h, err := tensor.FromSlice(append([]float32(nil), v...), shape...).ToDevice(d)
-			require.NoError(t, err)
-			return h
-		}
+	plain, fused := paramGradAdds(t, tensor.Sim(6), func(on func([]float32, ...int) *tensor.Tensor) ([]*Var, func() *Var) {
 		x := Const(on(xs, 2, 3, 6, 6))
 		w := Param(on(ws, 4, 3, 3, 3))
 		n1w, n1b, n2w, n2b := Param(on(g1w, 4)), Param(on(g1b, 4)), Param(on(g2w, 4)), Param(on(g2b, 4))
@@ -99,35 +91,58 @@ func TestParamGradsAddedInPlace(t *testing.T) {
 		}
 		rm1, rv1 := on(make([]float32, 4), 4), on([]float32{1, 1, 1, 1}, 4)
 		rm2, rv2 := on(make([]float32, 4), 4), on([]float32{1, 1, 1, 1}, 4)
-		binary := 0
-		for range 2 {
+		return params, func() *Var {
 			h := Conv2d(x, w, nil, kernels.Conv2dParams{PadH: 1, PadW: 1})
 			h = BatchNormReluMaxPool(h, n1w, n1b, rm1, rv1, true, 0.1, 1e-5)
 			h = BatchNorm(h, n2w, n2b, rm2, rv2, true, 0.1, 1e-5)
-			loss := SumAll(Mul(h, h))
+			return SumAll(Mul(h, h))
+		}
+	})
+	require.Equal(t, plain-2*5, fused, "five Binary adds fewer per backward")
+}
+
+// paramGradAdds runs a model twice on dev's backend without and with
+// kernels.ParamGradAccumulator (sim, wrapped to count Binary launches)
+// and on the CPU: build makes its Vars with on (a device copy of host
+// values) and returns the Vars whose gradients to compare and the
+// forward giving the loss, whose Backward runs twice per run. It
+// requires the gradients bit for bit the same in all three runs and
+// returns the Binary launches of the plain and of the accumulating run.
+func paramGradAdds(t *testing.T, dev tensor.Device, build func(on func([]float32, ...int) *tensor.Tensor) ([]*Var, func() *Var)) (plain, fused int) {
+	t.Helper()
+	orig := kernels.For(dev)
+	t.Cleanup(func() { kernels.Register(orig) })
+	run := func(d tensor.Device) ([][]float32, int) {
+		on := func(v []float32, shape ...int) *tensor.Tensor {
+			h, err := tensor.FromSlice(append([]float32(nil), v...), shape...).ToDevice(d)
+			require.NoError(t, err)
+			return h
+		}
+		vars, forward := build(on)
+		binary := 0
+		for range 2 {
+			loss := forward()
 			before := countBinary(d)
 			Backward(loss)
 			binary += countBinary(d) - before
 		}
 		var out [][]float32
-		for _, p := range params {
+		for _, p := range vars {
 			g, err := p.Grad.ToDevice(tensor.CPU)
 			require.NoError(t, err)
 			out = append(out, append([]float32(nil), g.F32()...))
 		}
 		return out, binary
 	}
-	plain := &binaryCounter{Backend: orig}
-	kernels.Register(plain)
-	want, unfused := run(dev)
-	fused := &binaryCounterPA{binaryCounter: &binaryCounter{Backend: orig}, pa: orig.(kernels.ParamGradAccumulator)}
-	kernels.Register(fused)
-	got, nfused := run(dev)
+	kernels.Register(&binaryCounter{Backend: orig})
+	want, plain := run(dev)
+	kernels.Register(&binaryCounterPA{binaryCounter: &binaryCounter{Backend: orig}, pa: orig.(kernels.ParamGradAccumulator)})
+	got, fused := run(dev)
 	kernels.Register(orig)
 	require.Equal(t, want, got)
 	cpu, _ := run(tensor.CPU)
 	require.Equal(t, cpu, got)
-	require.Equal(t, unfused-2*5, nfused, "five Binary adds fewer per backward")
+	return plain, fused
 }
 
 // countBinary reads the Binary count of the backend registered for d,
@@ -149,9 +164,6 @@ func countBinary(d tensor.Device) int {
 // backend without the capability and of the CPU, over two backwards
 // accumulating onto Grads that start non-zero.
 func TestGroupNormGradsAddedInPlace(t *testing.T) {
-	dev := tensor.Sim(6)
-	orig := kernels.For(dev)
-	t.Cleanup(func() { kernels.Register(orig) })
 	rng := rand.New(rand.NewPCG(7, 8))
 	vals := func(n int) []float32 {
 		v := make([]float32, n)
@@ -162,42 +174,16 @@ func TestGroupNormGradsAddedInPlace(t *testing.T) {
 	}
 	xs, ws, bs := vals(2*6*3*3), vals(6), vals(6)
 	grad0 := [][]float32{vals(6), vals(6)}
-	run := func(d tensor.Device) ([][]float32, int) {
-		on := func(v []float32, shape ...int) *tensor.Tensor {
-			h, err := tensor.FromSlice(append([]float32(nil), v...), shape...).ToDevice(d)
-			require.NoError(t, err)
-			return h
-		}
+	plain, fused := paramGradAdds(t, tensor.Sim(6), func(on func([]float32, ...int) *tensor.Tensor) ([]*Var, func() *Var) {
 		x := Param(on(xs, 2, 6, 3, 3))
 		w, b := Param(on(ws, 6)), Param(on(bs, 6))
 		for i, p := range []*Var{w, b} {
 			p.Grad = on(grad0[i], 6)
 		}
-		binary := 0
-		for range 2 {
+		return []*Var{x, w, b}, func() *Var {
 			h := GroupNorm(x, w, b, 3, 1e-5)
-			loss := SumAll(Mul(h, h))
-			before := countBinary(d)
-			Backward(loss)
-			binary += countBinary(d) - before
+			return SumAll(Mul(h, h))
 		}
-		var out [][]float32
-		for _, p := range []*Var{x, w, b} {
-			g, err := p.Grad.ToDevice(tensor.CPU)
-			require.NoError(t, err)
-			out = append(out, append([]float32(nil), g.F32()...))
-		}
-		return out, binary
-	}
-	plain := &binaryCounter{Backend: orig}
-	kernels.Register(plain)
-	want, unfused := run(dev)
-	fused := &binaryCounterPA{binaryCounter: &binaryCounter{Backend: orig}, pa: orig.(kernels.ParamGradAccumulator)}
-	kernels.Register(fused)
-	got, nfused := run(dev)
-	kernels.Register(orig)
-	require.Equal(t, want, got)
-	cpu, _ := run(tensor.CPU)
-	require.Equal(t, cpu, got)
-	require.Equal(t, unfused-2*2, nfused, "two Binary adds fewer per backward")
+	})
+	require.Equal(t, plain-2*2, fused, "two Binary adds fewer per backward")
 }

@@ -87,28 +87,7 @@ func checkParamGradAccumulator(s *suite) {
 					mean, _ := s.in(sd, ch)
 					rstd, _ := s.put(sd, s.uniform(ch, 0.5, 2), ch)
 					dy, _ := s.in(d, shape...)
-					dx := s.out(d, shape...)
-					var dw, db *T
-					writes := []*T{dx}
-					if affine[0] {
-						dw, _ = s.in(d, ch)
-						writes = append(writes, dw)
-					}
-					if affine[1] {
-						db, _ = s.in(d, ch)
-						writes = append(writes, db)
-					}
-					// split hands the unfused op its dw and db among outs.
-					split := func(o []*T) (dx, dw, db *T) {
-						dx, o = o[0], o[1:]
-						if affine[0] {
-							dw, o = o[0], o[1:]
-						}
-						if affine[1] {
-							db = o[0]
-						}
-						return dx, dw, db
-					}
+					dx, dw, db, writes, split := affineOuts(s, d, shape, affine)
 					what := name("BatchNormBackwardAdd", d, shape, "training", training, "affine", affine)
 					addCase{what: what, writes: writes,
 						fused: func() { pa.BatchNormBackwardAdd(dx, dw, db, dy, x, mean, rstd, w, training) },
@@ -167,27 +146,7 @@ func checkGroupNormAdd(s *suite, pa kernels.ParamGradAccumulator) {
 			s.b.GroupNorm(s.out(d, shape...), mean, rstd, x, w, b, groups, normEps)
 			dy, _ := s.in(d, shape...)
 			for _, affine := range [][2]bool{{true, true}, {true, false}, {false, true}} {
-				dx := s.out(d, shape...)
-				var dw, db *T
-				writes := []*T{dx}
-				if affine[0] {
-					dw, _ = s.in(d, ch)
-					writes = append(writes, dw)
-				}
-				if affine[1] {
-					db, _ = s.in(d, ch)
-					writes = append(writes, db)
-				}
-				split := func(o []*T) (dx, dw, db *T) {
-					dx, o = o[0], o[1:]
-					if affine[0] {
-						dw, o = o[0], o[1:]
-					}
-					if affine[1] {
-						db = o[0]
-					}
-					return dx, dw, db
-				}
+				dx, dw, db, writes, split := affineOuts(s, d, shape, affine)
 				addCase{what: name("GroupNormBackwardAdd", d, shape, "affine", affine), writes: writes,
 					fused: func() { pa.GroupNormBackwardAdd(dx, dw, db, dy, x, mean, rstd, w, groups) },
 					unfused: func(o []*T) {
@@ -205,4 +164,33 @@ func checkGroupNormAdd(s *suite, pa kernels.ParamGradAccumulator) {
 			}
 		}
 	}
+}
+
+// affineOuts makes a norm backward's outputs for x of shape (channels
+// on axis 1): dx to overwrite, and dw and db to accumulate into (each
+// when affine says, nil otherwise); writes lists those that exist, and
+// split hands the unfused op its dx, dw and db among a list like writes.
+func affineOuts(s *suite, d tensor.DType, shape []int, affine [2]bool) (dx, dw, db *T, writes []*T, split func([]*T) (dx, dw, db *T)) {
+	ch := shape[1]
+	dx = s.out(d, shape...)
+	writes = []*T{dx}
+	if affine[0] {
+		dw, _ = s.in(d, ch)
+		writes = append(writes, dw)
+	}
+	if affine[1] {
+		db, _ = s.in(d, ch)
+		writes = append(writes, db)
+	}
+	split = func(o []*T) (dx, dw, db *T) {
+		dx, o = o[0], o[1:]
+		if affine[0] {
+			dw, o = o[0], o[1:]
+		}
+		if affine[1] {
+			db = o[0]
+		}
+		return dx, dw, db
+	}
+	return dx, dw, db, writes, split
 }
