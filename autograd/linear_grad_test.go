@@ -48,13 +48,7 @@ func TestLinearGradsInOneCall(t *testing.T) {
 	orig := kernels.For(dev)
 	t.Cleanup(func() { kernels.Register(orig) })
 	rng := rand.New(rand.NewPCG(7, 8))
-	vals := func(n int) []float32 {
-		v := make([]float32, n)
-		for i := range v {
-			v[i] = float32(rng.NormFloat64())
-		}
-		return v
-	}
+	vals := func(n int) []float32 { return randVals(rng, n) }
 	xs, ws, bs := vals(4*16), vals(3*16), vals(3)
 	grad0 := [][]float32{vals(3 * 16), vals(3)}
 	for _, bias := range []bool{true, false} {
@@ -180,13 +174,7 @@ func TestScaleActAddMatchesOps(t *testing.T) {
 	orig := kernels.For(dev)
 	t.Cleanup(func() { kernels.Register(orig) })
 	rng := rand.New(rand.NewPCG(13, 14))
-	vals := func(n int) []float32 {
-		v := make([]float32, n)
-		for i := range v {
-			v[i] = float32(rng.NormFloat64())
-		}
-		return v
-	}
+	vals := func(n int) []float32 { return randVals(rng, n) }
 	xs, rs := vals(12), vals(12)
 	run := func(d tensor.Device, fused bool, s float64, res, grad bool) (out, gx []float32) {
 		on := func(v []float32) *tensor.Tensor {
@@ -262,13 +250,7 @@ func TestScaleActAddMatchesOps(t *testing.T) {
 // and Tanh, on the CPU and on sim.
 func TestLinearActMatchesOps(t *testing.T) {
 	rng := rand.New(rand.NewPCG(15, 16))
-	vals := func(n int) []float32 {
-		v := make([]float32, n)
-		for i := range v {
-			v[i] = float32(rng.NormFloat64())
-		}
-		return v
-	}
+	vals := func(n int) []float32 { return randVals(rng, n) }
 	xs, ws, bs := vals(5*6), vals(4*6), vals(4)
 	for _, dev := range []tensor.Device{tensor.CPU, tensor.Sim(0)} {
 		for _, act := range []kernels.UnaryOp{kernels.GeluErf, kernels.Tanh} {
@@ -307,4 +289,13 @@ func TestLinearActMatchesOps(t *testing.T) {
 			}
 		}
 	}
+}
+
+// randVals returns n standard normal float32 values drawn from rng.
+func randVals(rng *rand.Rand, n int) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(rng.NormFloat64())
+	}
+	return v
 }

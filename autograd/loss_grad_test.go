@@ -49,11 +49,7 @@ func (b *ceGradCounter) CrossEntropyCountGrad(loss, x, t *tensor.Tensor, p kerne
 // interface and of the CPU.
 func TestCrossEntropyGradInTheForward(t *testing.T) {
 	const n, c = 4, 5
-	rng := rand.New(rand.NewPCG(9, 10))
-	xs := make([]float32, n*c)
-	for i := range xs {
-		xs[i] = float32(rng.NormFloat64())
-	}
+	xs := randVals(rand.New(rand.NewPCG(9, 10)), n*c)
 	ys := []int64{1, 0, 4, 2}
 	dev := tensor.Sim(7)
 	orig := kernels.For(dev)
@@ -148,13 +144,7 @@ func (b *lceCounter) LinearCrossEntropyCount(logits, loss, x, w, bias, t *tensor
 func TestLinearCrossEntropyCountMatchesUnfused(t *testing.T) {
 	const n, k, c = 4, 6, 3
 	rng := rand.New(rand.NewPCG(11, 12))
-	vals := func(m int) []float32 {
-		v := make([]float32, m)
-		for i := range v {
-			v[i] = float32(rng.NormFloat64())
-		}
-		return v
-	}
+	vals := func(n int) []float32 { return randVals(rng, n) }
 	xs, ws, bs := vals(n*k), vals(c*k), vals(c)
 	ys := []int64{2, 0, 1, 1}
 	type result struct{ loss, gx, gw, gb, sum, acc []float32 }

@@ -71,13 +71,7 @@ func (b *binaryCounterPA) BatchNormReluMaxPool2x2Backward(dx, dw, db, g, am, x, 
 // Grads that start non-zero.
 func TestParamGradsAddedInPlace(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
-	vals := func(n int) []float32 {
-		v := make([]float32, n)
-		for i := range v {
-			v[i] = float32(rng.NormFloat64())
-		}
-		return v
-	}
+	vals := func(n int) []float32 { return randVals(rng, n) }
 	xs, ws := vals(2*3*6*6), vals(4*3*3*3)
 	g1w, g1b, g2w, g2b := vals(4), vals(4), vals(4), vals(4)
 	grad0 := [][]float32{vals(4 * 3 * 3 * 3), vals(4), vals(4), vals(4), vals(4)} // the Grads' starting values
@@ -165,13 +159,7 @@ func countBinary(d tensor.Device) int {
 // accumulating onto Grads that start non-zero.
 func TestGroupNormGradsAddedInPlace(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
-	vals := func(n int) []float32 {
-		v := make([]float32, n)
-		for i := range v {
-			v[i] = float32(rng.NormFloat64())
-		}
-		return v
-	}
+	vals := func(n int) []float32 { return randVals(rng, n) }
 	xs, ws, bs := vals(2*6*3*3), vals(6), vals(6)
 	grad0 := [][]float32{vals(6), vals(6)}
 	plain, fused := paramGradAdds(t, tensor.Sim(6), func(on func([]float32, ...int) *tensor.Tensor) ([]*Var, func() *Var) {
