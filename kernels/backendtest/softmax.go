@@ -161,16 +161,7 @@ func checkCrossEntropy(s *suite) {
 			for _, d := range s.floats("CrossEntropy") {
 				for _, idt := range []tensor.DType{tensor.I64, tensor.I32} {
 					logits, xv := s.in(d, n, cl)
-					tv := make([]float64, n)
-					for i := range tv {
-						tv[i] = float64(s.rng.IntN(cl))
-					}
-					if p.HasIgnore {
-						tv[0] = float64(p.IgnoreIndex)
-						if p.IgnoreIndex < 0 {
-							tv[n-1] = float64(p.IgnoreIndex)
-						}
-					}
+					tv := s.ceTargets(n, cl, p)
 					target, _ := s.put(idt, tv, n)
 					per, total, kept := refCrossEntropy(xv, tv, n, cl, p)
 					lshape := []int{}
@@ -325,19 +316,9 @@ func checkCrossEntropyCountGrad(s *suite) {
 			for _, d := range s.floats("CrossEntropyCountGrad") {
 				for _, idt := range []tensor.DType{tensor.I64, tensor.I32} {
 					logits, xv := s.in(d, n, cl)
-					tv := make([]float64, n)
-					for i := range tv {
-						tv[i] = float64(s.rng.IntN(cl))
-					}
-					if p.HasIgnore {
-						tv[0] = float64(p.IgnoreIndex)
-					}
+					tv := s.ceTargets(n, cl, p)
 					target, _ := s.put(idt, tv, n)
-					sum0 := s.uniform(1, 1, 2)
-					av := s.uniform(n, 0, 3)
-					for i := range av {
-						av[i] = math.Floor(av[i])
-					}
+					sum0, av := s.ceMetrics(n)
 					wantD := refCEGrad(xv, tv, n, cl, p)
 					// CrossEntropyCount on this backend (its definition
 					// where the backend has no fused count).
@@ -430,13 +411,7 @@ func checkLinearCrossEntropyCount(s *suite) {
 					if bias {
 						b, bv = s.in(tensor.F32, n)
 					}
-					tv := make([]float64, m)
-					for i := range tv {
-						tv[i] = float64(s.rng.IntN(n))
-					}
-					if p.HasIgnore {
-						tv[0] = float64(p.IgnoreIndex)
-					}
+					tv := s.ceTargets(m, n, p)
 					target, _ := s.put(tensor.I64, tv, m)
 					wantL := make([]float64, m*n)
 					for i := 0; i < m; i++ {
@@ -451,11 +426,7 @@ func checkLinearCrossEntropyCount(s *suite) {
 							wantL[i*n+j] = v
 						}
 					}
-					sum0 := s.uniform(1, 1, 2)
-					av := s.uniform(m, 0, 3)
-					for i := range av {
-						av[i] = math.Floor(av[i])
-					}
+					sum0, av := s.ceMetrics(m)
 					logits, loss, lossSum, acc := s.out(tensor.F32, m, n), s.out(tensor.F32), f32(sum0, 1), f32(av, m)
 					writes := []*T{logits, loss, lossSum, acc}
 					var dl *T
@@ -498,4 +469,31 @@ func checkLinearCrossEntropyCount(s *suite) {
 			}
 		}
 	}
+}
+
+// ceTargets draws n class indices below c, with the ignored index (when
+// p has one) in row 0, and in row n−1 too when it is negative.
+func (s *suite) ceTargets(n, c int, p kernels.CrossEntropyParams) []float64 {
+	tv := make([]float64, n)
+	for i := range tv {
+		tv[i] = float64(s.rng.IntN(c))
+	}
+	if p.HasIgnore {
+		tv[0] = float64(p.IgnoreIndex)
+		if p.IgnoreIndex < 0 {
+			tv[n-1] = float64(p.IgnoreIndex)
+		}
+	}
+	return tv
+}
+
+// ceMetrics draws a trainer's running metrics to add to: a loss sum in
+// [1, 2) and n whole correct counts in [0, 3).
+func (s *suite) ceMetrics(n int) (sum0, av []float64) {
+	sum0 = s.uniform(1, 1, 2)
+	av = s.uniform(n, 0, 3)
+	for i := range av {
+		av[i] = math.Floor(av[i])
+	}
+	return sum0, av
 }
