@@ -20,8 +20,11 @@ const maxEpochGraphBatches = 64
 // FixedBatches: a replay is then one graph launch per epoch (a CUDA
 // graph, a recorded CPU tape) instead of one per batch, and the epoch's
 // one host sync is the metrics read that follows it. The device work is
-// the per-batch path's, launch for launch, so its results are bitwise
-// those of the per-batch path (captured or eager).
+// the per-batch path's but for the zeroing: the metrics are zeroed
+// inside the graph, and each step but the last leaves the gradients
+// zeroed in its optimizer launch so that the next skips its ZeroGrad.
+// Its results are bitwise those of the per-batch path (captured or
+// eager).
 //
 // Epochs that need host work between the steps keep the per-batch
 // path: gradient telemetry (GradientTelemetryStride), OnStep, a PCGrad
