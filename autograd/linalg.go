@@ -184,9 +184,8 @@ func LinearAct(x, w, b *Var, act kernels.UnaryOp) *Var {
 	if !needsGrad(x, w, b) {
 		o := prepLinear("linear_act", x, w, b)
 		if dt := o.wv.DType(); (dt == tensor.F32 || dt == tensor.F64) && o.x2.DType() == dt {
-			out2 := matmulBiasActT(o.x2, o.wv, o.bv, act, false, true, dt)
-			var shapeBuf [4]int
-			return Const(out2.Reshape(append(append(shapeBuf[:0], o.xs[:len(o.xs)-1]...), o.nOut)...))
+			// Nothing needs a gradient: record makes no node.
+			return o.record(matmulBiasActT(o.x2, o.wv, o.bv, act, false, true, dt), false)
 		}
 	}
 	y := Linear(x, w, b)

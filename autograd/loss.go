@@ -33,18 +33,21 @@ func CrossEntropyCount(logits *Var, target *tensor.Tensor, p kernels.CrossEntrop
 		panic(fmt.Sprintf("autograd: cross_entropy_count: reduction none (logits shape %v): the running loss adds one reduced loss", logits.Shape()))
 	}
 	return crossEntropy(logits, target, p, func(loss, lv, tv *tensor.Tensor, grad bool) *tensor.Tensor {
-		return countForward(loss, lv, tv, p, lossSum, acc, grad)
+		var dl *tensor.Tensor
+		if grad {
+			dl = alloc(lv, lv.DType(), lv.Shape()...)
+		}
+		return countForward(loss, lv, tv, p, lossSum, acc, dl)
 	})
 }
 
 // countForward is CrossEntropyCount's forward: the loss and the metrics,
-// with the logits' gradient for a dloss of one computed in the same
-// launch where the backend can and grad asks for it (returned, else
-// nil).
-func countForward(loss, lv, tv *tensor.Tensor, p kernels.CrossEntropyParams, lossSum, acc *tensor.Tensor, grad bool) *tensor.Tensor {
+// with, when dl is not nil, the logits' gradient for a dloss of one
+// written into it in the same launch where the backend can (dl
+// returned; nil when it was not written).
+func countForward(loss, lv, tv *tensor.Tensor, p kernels.CrossEntropyParams, lossSum, acc, dl *tensor.Tensor) *tensor.Tensor {
 	be := backendOf(loss)
-	if gc, ok := be.(kernels.CrossEntropyGradCounter); ok && grad {
-		dl := alloc(lv, lv.DType(), lv.Shape()...)
+	if gc, ok := be.(kernels.CrossEntropyGradCounter); ok && dl != nil {
 		if gc.CrossEntropyCountGrad(loss, lv, tv, p, lossSum, acc, dl) {
 			return dl
 		}
@@ -95,7 +98,7 @@ func LinearCrossEntropyCount(x, w, b *Var, target *tensor.Tensor, p kernels.Cros
 		} else {
 			be.MatMul(lv, x2, o.wv, false, true)
 		}
-		return countForward(loss, lv, tv, p, lossSum, acc, grad)
+		return countForward(loss, lv, tv, p, lossSum, acc, dl)
 	})
 }
 
