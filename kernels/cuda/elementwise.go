@@ -247,13 +247,16 @@ func (d *Device) Unary(op kernels.UnaryOp, dst, x *tensor.Tensor) error {
 // ScaleActAdd implements kernels.ScaleActAdder (F32; other dtypes run
 // kernels.ScaleActAddOps).
 func (b *Backend) ScaleActAdd(dst, x *T, s float64, act kernels.UnaryOp, r *T) {
+	if x != nil && dst != nil && (x.DType() != tensor.F32 || dst.DType() != tensor.F32 || (r != nil && r.DType() != tensor.F32)) {
+		kernels.ScaleActAddOps(b, dst, x, s, act, r)
+		return
+	}
 	must(b.d.ScaleActAdd(dst, x, s, act, r))
 }
 
 // ScaleActAdd sets dst = act(s·x) + r (r optional) for contiguous F32
-// tensors of one shape in one launch of scale_act_add_f32; another
-// dtype takes the three ops (kernels.ScaleActAddOps, through this
-// device's methods).
+// tensors of one shape in one launch of scale_act_add_f32
+// (Backend.ScaleActAdd runs the three ops for other dtypes).
 func (d *Device) ScaleActAdd(dst, x *tensor.Tensor, s float64, act kernels.UnaryOp, r *tensor.Tensor) error {
 	const op = "ScaleActAdd"
 	if dst == nil || x == nil {
@@ -266,22 +269,6 @@ func (d *Device) ScaleActAdd(dst, x *tensor.Tensor, s float64, act kernels.Unary
 		if err := sameShape(op, r, x); err != nil {
 			return err
 		}
-	}
-	if x.DType() != tensor.F32 || dst.DType() != tensor.F32 || (r != nil && r.DType() != tensor.F32) {
-		src := x
-		if s != 1 {
-			if err := d.BinaryScalar(kernels.Mul, dst, x, s, false); err != nil {
-				return err
-			}
-			src = dst
-		}
-		if err := d.Unary(act, dst, src); err != nil {
-			return err
-		}
-		if r == nil {
-			return nil
-		}
-		return d.Binary(kernels.Add, dst, dst, r)
 	}
 	ptrs, err := d.ptrList(op, []string{"dst", "x", "r"}, []*tensor.Tensor{dst, x, r},
 		[]tensor.DType{tensor.F32, tensor.F32, tensor.F32}, []bool{false, false, true})

@@ -417,7 +417,18 @@ func (d *Device) optimPtrs(op string, param, grad, state, hyper, foundInf *tenso
 }
 
 // ClipByNorm implements kernels.GradClipper.
+// One tensor (an arena's bucket) takes Device.ClipByNorm's two
+// launches; a list takes kernels.ClipByNormOps on this backend.
 func (b *Backend) ClipByNorm(norm *T, xs []*T, maxNorm, eps float64) {
+	switch len(xs) {
+	case 0:
+		must(b.d.Fill(norm, 0)) // the norm of nothing; nothing to scale
+		return
+	case 1:
+	default:
+		kernels.ClipByNormOps(b, norm, xs, maxNorm, eps)
+		return
+	}
 	must(b.d.ClipByNorm(norm, xs, maxNorm, eps))
 }
 
@@ -429,12 +440,12 @@ const (
 	clipPerPart = 4 * blockSize
 )
 
-// ClipByNorm clips F32 tensors by their global L2 norm (see
-// kernels.GradClipper), writing the norm (F32, one element) — for one
-// tensor, an arena's one bucket, in two launches: clip_sumsq_f32's
-// partial sums, then clip_scale_f32, which finishes the norm, writes it
-// and scales. The sum is in a fixed order (no atomics). A list of
-// several tensors takes kernels.ClipByNormOps.
+// ClipByNorm clips one F32 tensor, an arena's bucket, by its L2 norm
+// (see kernels.GradClipper), writing the norm (F32, one element), in two
+// launches: clip_sumsq_f32's partial sums, then clip_scale_f32, which
+// finishes the norm, writes it and scales. The sum is in a fixed order
+// (no atomics). xs must hold exactly one tensor (Backend.ClipByNorm runs
+// the unfused ops for a list).
 func (d *Device) ClipByNorm(norm *tensor.Tensor, xs []*tensor.Tensor, maxNorm, eps float64) error {
 	const op = "ClipByNorm"
 	pn, err := d.ptrOf(op, "norm", norm, tensor.F32)
@@ -444,12 +455,8 @@ func (d *Device) ClipByNorm(norm *tensor.Tensor, xs []*tensor.Tensor, maxNorm, e
 	if norm.Numel() != 1 {
 		return fmt.Errorf("cuda: %s: norm of shape %v: want one element", op, norm.Shape())
 	}
-	switch len(xs) {
-	case 0:
-		return d.Fill(norm, 0) // the norm of nothing; nothing to scale
-	case 1:
-	default:
-		return d.clipByNormOps(norm, xs, maxNorm, eps)
+	if len(xs) != 1 {
+		return fmt.Errorf("cuda: %s: %d tensors: the fused clip takes one (a list runs kernels.ClipByNormOps)", op, len(xs))
 	}
 	px, err := d.ptrOf(op, "xs[0]", xs[0], tensor.F32)
 	if err != nil {
@@ -479,34 +486,4 @@ func (d *Device) ClipByNorm(norm *tensor.Tensor, xs []*tensor.Tensor, maxNorm, e
 	var b args
 	b.ptr(pn).ptr(px).ptr(pp).i64(parts).i64(n).f32(float32(maxNorm)).f32(float32(eps))
 	return d.launch1D("clip_scale_f32", n, &b)
-}
-
-// clipByNormOps is kernels.ClipByNormOps on the device's own methods
-// (their errors returned): ForeachNorm twice, three BinaryScalar and
-// ForeachScale, over scratch tensors.
-func (d *Device) clipByNormOps(norm *tensor.Tensor, xs []*tensor.Tensor, maxNorm, eps float64) error {
-	scratch := make([]*tensor.Tensor, 4)
-	for i, n := range []int{len(xs), 1, 1, 1} {
-		t, err := d.scratchF32(n)
-		if err != nil {
-			return err
-		}
-		defer t.Storage().Free()
-		scratch[i] = t
-	}
-	norms, den, quo, coef := scratch[0], scratch[1], scratch[2], scratch[3]
-	n1 := norm.Reshape(1)
-	for _, step := range []func() error{
-		func() error { return d.ForeachNorm(norms, xs) },
-		func() error { return d.ForeachNorm(n1, []*tensor.Tensor{norms}) },
-		func() error { return d.BinaryScalar(kernels.Add, den, n1, eps, false) },
-		func() error { return d.BinaryScalar(kernels.Div, quo, den, maxNorm, true) },
-		func() error { return d.BinaryScalar(kernels.Minimum, coef, quo, 1, false) },
-		func() error { return d.ForeachScale(xs, coef) },
-	} {
-		if err := step(); err != nil {
-			return err
-		}
-	}
-	return nil
 }
