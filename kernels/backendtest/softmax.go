@@ -219,17 +219,9 @@ func checkCrossEntropy(s *suite) {
 // ignored target; a few rows (CUDA's one launch) and more than 64.
 func checkCrossEntropyCount(s *suite) {
 	be := s.b.(kernels.CrossEntropyCounter)
-	f32 := func(vals []float64, shape ...int) *T {
-		t, _ := s.put(tensor.F32, vals, shape...)
-		return t
-	}
 	for _, sz := range [][2]int{{6, 5}, {4, 70}, {100, 7}} {
 		n, cl := sz[0], sz[1]
-		for _, p := range []kernels.CrossEntropyParams{
-			{},
-			{Reduction: kernels.ReduceSum, LabelSmoothing: 0.1},
-			{HasIgnore: true, IgnoreIndex: 1},
-		} {
+		for _, p := range countParams {
 			for _, d := range s.floats("CrossEntropyCount") {
 				for _, idt := range []tensor.DType{tensor.I64, tensor.I32} {
 					xv := s.normals(n * cl)
@@ -264,13 +256,13 @@ func checkCrossEntropyCount(s *suite) {
 					_, total, _ := refCrossEntropy(xr, tv, n, cl, p)
 
 					// The unfused ops, on this backend.
-					loss0, sumA, accA := s.out(tensor.F32), f32(sum0, 1), f32(av, n)
+					loss0, sumA, accA := s.out(tensor.F32), s.f32(sum0, 1), s.f32(av, n)
 					s.b.CrossEntropy(loss0, logits, target, p)
 					s.b.Binary(kernels.Add, sumA, sumA, loss0.Reshape(1))
 					s.b.CountCorrect(accA, logits, target)
 					unfused := s.read([]*T{loss0, sumA, accA})
 
-					loss, lossSum, acc := s.out(tensor.F32), f32(sum0, 1), f32(av, n)
+					loss, lossSum, acc := s.out(tensor.F32), s.f32(sum0, 1), s.f32(av, n)
 					what := name("CrossEntropyCount", d, idt, n, cl, p)
 					s.check(call{what: what, launch: func() { be.CrossEntropyCount(loss, logits, target, p, lossSum, acc) }, writes: []*T{loss, lossSum, acc}}, func(got [][]float64) {
 						for i, w := range []string{"loss", "lossSum", "acc"} {
@@ -302,17 +294,9 @@ func checkCrossEntropyCount(s *suite) {
 func checkCrossEntropyCountGrad(s *suite) {
 	be := s.b.(kernels.CrossEntropyGradCounter)
 	cc, _ := s.b.(kernels.CrossEntropyCounter)
-	f32 := func(vals []float64, shape ...int) *T {
-		t, _ := s.put(tensor.F32, vals, shape...)
-		return t
-	}
 	for _, sz := range [][2]int{{4, 4}, {6, 5}, {4, 70}, {64, 10}, {100, 7}} {
 		n, cl := sz[0], sz[1]
-		for _, p := range []kernels.CrossEntropyParams{
-			{},
-			{Reduction: kernels.ReduceSum, LabelSmoothing: 0.1},
-			{HasIgnore: true, IgnoreIndex: 1},
-		} {
+		for _, p := range countParams {
 			for _, d := range s.floats("CrossEntropyCountGrad") {
 				for _, idt := range []tensor.DType{tensor.I64, tensor.I32} {
 					logits, xv := s.in(d, n, cl)
@@ -322,7 +306,7 @@ func checkCrossEntropyCountGrad(s *suite) {
 					wantD := refCEGrad(xv, tv, n, cl, p)
 					// CrossEntropyCount on this backend (its definition
 					// where the backend has no fused count).
-					loss0, sumA, accA := s.out(tensor.F32), f32(sum0, 1), f32(av, n)
+					loss0, sumA, accA := s.out(tensor.F32), s.f32(sum0, 1), s.f32(av, n)
 					if cc != nil {
 						cc.CrossEntropyCount(loss0, logits, target, p, sumA, accA)
 					} else {
@@ -330,7 +314,7 @@ func checkCrossEntropyCountGrad(s *suite) {
 					}
 					counted := s.read([]*T{loss0, sumA, accA})
 
-					loss, lossSum, acc, dl := s.out(tensor.F32), f32(sum0, 1), f32(av, n), s.out(d, n, cl)
+					loss, lossSum, acc, dl := s.out(tensor.F32), s.f32(sum0, 1), s.f32(av, n), s.out(d, n, cl)
 					untouched := s.read([]*T{loss, lossSum, acc, dl})
 					what := name("CrossEntropyCountGrad", d, idt, n, cl, p)
 					var fused bool
@@ -391,17 +375,9 @@ func refCEGrad(x, tv []float64, n, c int, p kernels.CrossEntropyParams) []float6
 // without a bias and dlogits.
 func checkLinearCrossEntropyCount(s *suite) {
 	be := s.b.(kernels.LinearCrossEntropyCounter)
-	f32 := func(vals []float64, shape ...int) *T {
-		t, _ := s.put(tensor.F32, vals, shape...)
-		return t
-	}
 	for _, sz := range [][3]int{{4, 16, 4}, {6, 10, 5}, {64, 32, 10}, {100, 8, 7}} {
 		m, k, n := sz[0], sz[1], sz[2]
-		for pi, p := range []kernels.CrossEntropyParams{
-			{},
-			{Reduction: kernels.ReduceSum, LabelSmoothing: 0.1},
-			{HasIgnore: true, IgnoreIndex: 1},
-		} {
+		for pi, p := range countParams {
 			for _, bias := range []bool{true, false} {
 				for _, grad := range []bool{true, false} {
 					x, xv := s.in(tensor.F32, m, k)
@@ -427,7 +403,7 @@ func checkLinearCrossEntropyCount(s *suite) {
 						}
 					}
 					sum0, av := s.ceMetrics(m)
-					logits, loss, lossSum, acc := s.out(tensor.F32, m, n), s.out(tensor.F32), f32(sum0, 1), f32(av, m)
+					logits, loss, lossSum, acc := s.out(tensor.F32, m, n), s.out(tensor.F32), s.f32(sum0, 1), s.f32(av, m)
 					writes := []*T{logits, loss, lossSum, acc}
 					var dl *T
 					if grad {
@@ -496,4 +472,19 @@ func (s *suite) ceMetrics(n int) (sum0, av []float64) {
 		av[i] = math.Floor(av[i])
 	}
 	return sum0, av
+}
+
+// countParams are the counted cross-entropy checks' parameters: the
+// mean, the sum with label smoothing, and an ignored index.
+var countParams = []kernels.CrossEntropyParams{
+	{},
+	{Reduction: kernels.ReduceSum, LabelSmoothing: 0.1},
+	{HasIgnore: true, IgnoreIndex: 1},
+}
+
+// f32 is put in F32 without the values back.
+func (s *suite) f32(vals []float64, shape ...int) *T {
+	s.t.Helper()
+	t, _ := s.put(tensor.F32, vals, shape...)
+	return t
 }
