@@ -299,8 +299,8 @@ type resident struct {
 	batch  Batch
 }
 
-// newResident copies l's dataset to the device and allocates the batch
-// buffers of rows rows.
+// newResident copies l's dataset to the device and, with Shuffle,
+// allocates the batch buffers of rows rows.
 func newResident(l *Loader, rows int, shape []int) (*resident, error) {
 	dev := l.o.Device
 	be, err := kernels.Lookup(dev)
@@ -317,7 +317,8 @@ func newResident(l *Loader, rows int, shape []int) (*resident, error) {
 	if r.x, err = hx.ToDevice(dev); err == nil {
 		r.y, err = hy.ToDevice(dev)
 	}
-	if err == nil {
+	// Without Shuffle the batches are views of the dataset: no buffers.
+	if err == nil && l.o.Shuffle {
 		if r.bx, err = tensor.EmptyOn(dev, tensor.F32, rows, shape[0], shape[1], shape[2]); err == nil {
 			r.by, err = tensor.EmptyOn(dev, tensor.I64, rows)
 		}
@@ -326,7 +327,7 @@ func newResident(l *Loader, rows int, shape []int) (*resident, error) {
 		r.free()
 		return nil, fmt.Errorf("the resident dataset on %v: %w", dev, err)
 	}
-	if l.tail != 0 {
+	if l.tail != 0 && l.o.Shuffle {
 		r.tx, r.ty = r.bx.Narrow(0, 0, l.tail), r.by.Narrow(0, 0, l.tail)
 	}
 	d := time.Since(t0)
@@ -391,7 +392,7 @@ func (l *Loader) nextResident() (*Batch, bool) {
 	if i >= l.batches {
 		return nil, false
 	}
-	if i == 0 {
+	if i == 0 && l.o.Shuffle {
 		r.order(l.epoch)
 	}
 	lo, rows := i*l.o.BatchSize, l.o.BatchSize

@@ -59,11 +59,11 @@ type LoaderOptions struct {
 	// Resident, on a Device other than the CPU, copies the whole dataset
 	// to the device once, when the loader is made, and assembles every
 	// batch there: an index select (the backend's IndexSelect) of the
-	// epoch's order, which is copied to the device once per epoch;
-	// without Shuffle the batches are views of the dataset's rows, the
-	// same every epoch (Fixed): writing into one writes into the
-	// dataset. The batches are bitwise those of
-	// the host loader with the same options. It suits a small dataset
+	// epoch's order, which is copied to the device once per epoch.
+	// Without Shuffle there is no order to copy: the batches are views of
+	// the dataset's rows, the same every epoch (Fixed), so writing into
+	// one writes into the dataset. The batches are bitwise those of the
+	// host loader with the same options. It suits a small dataset
 	// (Fashion-MNIST's 60 000 images are 188 MB in F32); Prefetch,
 	// Workers and Pinned do not apply. On the CPU it has no effect.
 	Resident bool
@@ -113,8 +113,8 @@ type LoaderStats struct {
 	InputWait, MaxInputWait time.Duration
 	// Copies counts the host-to-device copies the loader issued (two per
 	// batch — images and labels — on a device; with Resident two for the
-	// dataset and one per epoch's order), and CopyTime is the time the
-	// consumer spent issuing them: the wall time of the synchronous
+	// dataset and, with Shuffle, one per epoch's order), and CopyTime is
+	// the time the consumer spent issuing them: the wall time of the synchronous
 	// copies, or with pinned staging the host time of the staging calls
 	// (filling the pinned buffers, enqueuing the copies and the device
 	// stream's waits for them) but not the transfers, which run behind

@@ -156,7 +156,7 @@ func TestInputTelemetry(t *testing.T) {
 		copies := dtr.Stats().Copies + dval.Stats().Copies - before
 		want := 2 * 2 * (5 + 3) // 2 epochs of 5 training and 3 validation batches, 2 copies each
 		if resident {
-			want = 2 + 1 // the training order of each epoch, the validation order once (never shuffled)
+			want = 2 // the training order of each epoch; the validation batches, never shuffled, are views
 		}
 		require.Equal(t, want, copies, "resident %v: copies in the run", resident)
 	}
