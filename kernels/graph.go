@@ -297,3 +297,123 @@ func BuildCSR(dst []int64, nd int) (rowPtr, order []int64, err error) {
 	}
 	return rowPtr, order, nil
 }
+
+// GraphMultiAggregator is an optional Backend interface: the relations
+// into one node type of a heterogeneous graph layer in one call, so that
+// a device launches once per node type instead of once per relation.
+// Both compute what GraphAggregator's calls compute, with the same
+// rounding: a backend's GATMean equals its GATMeanOps bit for bit, and
+// each gathered block of its GatherConcat its GatherMean.
+type GraphMultiAggregator interface {
+	// GATMean is the mean of GATAggregate over the R = len(hs) ≥ 1
+	// relations into one node type: the operand slices hold relation
+	// r's operands at index r (GraphAggregator documents each), all of
+	// one out [Nd, C] and one heads. Relation 0 writes out = r₀/R and
+	// each further relation adds its rᵢ/R, in order (GATMeanOps).
+	GATMean(out *T, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order []*T, heads int, slope float64)
+	// GatherConcat writes out [Nd, W] column block by column block:
+	// piece i takes xs[i]'s width; with a CSR (src[i], rowPtr[i] and
+	// order[i]) it is GatherMean of xs[i] [Ns, w] over it, without one
+	// (all three nil) xs[i] [Nd, w] itself; the last ones columns are 1.
+	// W is the pieces' widths plus ones. This is the
+	// input of a GraphSAGE layer's joined product: each relation's mean
+	// and the destination's own features side by side, with a column of
+	// ones per bias.
+	GatherConcat(out *T, xs, src, rowPtr, order []*T, ones int)
+}
+
+// GATMeanOps is GraphMultiAggregator.GATMean through GATAggregate: one
+// call per relation with alpha = 1/R, the first writing, the others
+// accumulating.
+func GATMeanOps(ga GraphAggregator, out *T, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order []*T, heads int, slope float64) {
+	r := len(hs)
+	alpha := 1 / float64(r)
+	for i := 0; i < r; i++ {
+		ga.GATAggregate(out, hs[i], hd[i], attr[i], we[i], attSrc[i], attDst[i], attEdge[i], bias[i], src[i], rowPtr[i], order[i], heads, slope, alpha, i > 0)
+	}
+}
+
+// CheckGATMean checks the slices of a GATMean (each operand slice of one
+// length R ≥ 1, no nil entry) and returns R; each relation's operands are
+// CheckGATAggregate's to check.
+func CheckGATMean(name string, out *T, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order []*T, heads int) (int, error) {
+	r := len(hs)
+	if r == 0 {
+		return 0, fmt.Errorf("%s: no relations", name)
+	}
+	if out == nil {
+		return 0, fmt.Errorf("%s: out is required", name)
+	}
+	for i, l := range [][]*T{hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order} {
+		if len(l) != r {
+			return 0, fmt.Errorf("%s: operand list %d has %d relations, hs %d", name, i, len(l), r)
+		}
+		for j, t := range l {
+			if t == nil {
+				return 0, fmt.Errorf("%s: operand list %d, relation %d: nil", name, i, j)
+			}
+		}
+	}
+	return r, nil
+}
+
+// GatherPiece is one column block of a GatherConcat, as CheckGatherConcat
+// finds it: Col is its first column in out, Width its width; Gathered
+// pieces are a mean over a CSR (Edges its edge count, Src its source
+// rows), the others a copy of x.
+type GatherPiece struct {
+	Col, Width int
+	Gathered   bool
+	Src, Edges int
+}
+
+// CheckGatherConcat checks a GatherConcat and returns its pieces: out a
+// contiguous [Nd, W] float tensor, every x contiguous of out's dtype,
+// [Ns, w] with a CSR (src, rowPtr and order as GraphAggregator says, all
+// three given) or [Nd, w] without (all three nil), ones ≥ 0, and W the
+// widths plus ones.
+func CheckGatherConcat(name string, out *T, xs, src, rowPtr, order []*T, ones int) ([]GatherPiece, error) {
+	if out == nil {
+		return nil, fmt.Errorf("%s: out is required", name)
+	}
+	dt := out.DType()
+	if !dt.IsFloat() {
+		return nil, floatError(name, "out", out)
+	}
+	nd, w, err := rows2(name, "out", out, dt, -1, -1)
+	if err != nil {
+		return nil, err
+	}
+	if len(src) != len(xs) || len(rowPtr) != len(xs) || len(order) != len(xs) {
+		return nil, fmt.Errorf("%s: %d inputs with %d src, %d rowPtr and %d order entries", name, len(xs), len(src), len(rowPtr), len(order))
+	}
+	if ones < 0 {
+		return nil, fmt.Errorf("%s: %d ones columns, want ≥ 0", name, ones)
+	}
+	pieces := make([]GatherPiece, len(xs))
+	col := 0
+	for i, x := range xs {
+		what := fmt.Sprintf("xs[%d]", i)
+		csr := src[i] != nil || rowPtr[i] != nil || order[i] != nil
+		rows := nd
+		if csr {
+			rows = -1
+		}
+		ns, xw, err := rows2(name, what, x, dt, rows, -1)
+		if err != nil {
+			return nil, err
+		}
+		p := GatherPiece{Col: col, Width: xw, Gathered: csr, Src: ns}
+		if csr {
+			if p.Edges, err = checkCSR(fmt.Sprintf("%s: piece %d", name, i), src[i], rowPtr[i], order[i], nd); err != nil {
+				return nil, err
+			}
+		}
+		pieces[i] = p
+		col += xw
+	}
+	if col+ones != w {
+		return nil, fmt.Errorf("%s: out has %d columns, the pieces %d and ones %d", name, w, col, ones)
+	}
+	return pieces, nil
+}

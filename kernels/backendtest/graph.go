@@ -14,6 +14,7 @@ import (
 
 var graphCases = []conformance{
 	optional[kernels.GraphAggregator](checkGraphAggregate, "GATAggregate", "GatherMean"),
+	optional[kernels.GraphMultiAggregator](checkGraphMulti, "GATMean", "GatherConcat"),
 }
 
 // graphLayout is a relation: ns sources, nd destinations, e edges, and
@@ -196,5 +197,125 @@ func (s *suite) checkGAT(ga kernels.GraphAggregator, d tensor.DType, l graphLayo
 			want[i] = outv[i] + vr.alpha*want[i]
 		}
 		s.close(what, got[0], want, 4*tol(d))
+	})
+}
+
+// multiLayouts are the relations of a GraphMultiAggregator check, all
+// into nd destination nodes: a few of mixed sizes (one without edges),
+// the policy's widths, and more relations (pieces) than a device launch
+// takes at once.
+var multiLayouts = []struct {
+	nd, heads, c, f int
+	rels            []graphLayout // ns and e of each relation
+}{
+	{nd: 6, heads: 2, c: 5, f: 3, rels: []graphLayout{{ns: 5, e: 9}, {ns: 7, e: 0}, {ns: 4, e: 20}}},
+	{nd: 70, heads: 4, c: 128, f: 3, rels: []graphLayout{{ns: 64, e: 150}, {ns: 70, e: 140}, {ns: 70, e: 140}, {ns: 20, e: 70}}},
+	{nd: 5, heads: 1, c: 4, f: 2, rels: []graphLayout{{ns: 3, e: 7}, {ns: 4, e: 5}, {ns: 2, e: 9}, {ns: 6, e: 0}, {ns: 5, e: 11},
+		{ns: 3, e: 4}, {ns: 4, e: 8}, {ns: 2, e: 6}, {ns: 5, e: 10}, {ns: 3, e: 3}, {ns: 6, e: 12}}},
+}
+
+// checkGraphMulti holds GATMean to GATMeanOps and GatherConcat to
+// GatherMean per block on the same backend, bit for bit (each is the
+// same arithmetic in fewer launches); checkGraphAggregate holds those to
+// the float64 definition.
+func checkGraphMulti(s *suite) {
+	ga, ok := s.b.(kernels.GraphAggregator)
+	if !ok {
+		s.t.Errorf("%s: GraphMultiAggregator without GraphAggregator", s.b.Name())
+		return
+	}
+	gm := s.b.(kernels.GraphMultiAggregator)
+	for _, d := range s.floats("GATMean", tensor.F64, tensor.F32) {
+		for li, ml := range multiLayouts {
+			r := len(ml.rels)
+			hc := ml.heads * ml.c
+			ops := make([][]*T, 12) // hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order
+			for k, rl := range ml.rels {
+				l := graphLayout{ns: rl.ns, nd: ml.nd, e: rl.e}
+				_, _, srcT, rowPtr, order := s.graphEdges(l)
+				var hs, hd *T
+				if k%2 == 1 { // column blocks of wider projections
+					hs, _ = s.block(d, l.ns, 2*hc+3, hc+3, hc)
+					hd, _ = s.block(d, ml.nd, 3*hc, 2*hc, hc)
+				} else {
+					hs, _ = s.in(d, l.ns, hc)
+					hd, _ = s.in(d, ml.nd, hc)
+				}
+				attr, _ := s.in(d, l.e, ml.f)
+				we, _ := s.in(d, hc, ml.f)
+				aS, _ := s.in(d, 1, ml.heads, ml.c)
+				aD, _ := s.in(d, 1, ml.heads, ml.c)
+				aE, _ := s.in(d, 1, ml.heads, ml.c)
+				bias, _ := s.in(d, ml.c)
+				for i, t := range []*T{hs, hd, attr, we, aS, aD, aE, bias, srcT, rowPtr, order} {
+					ops[i] = append(ops[i], t)
+				}
+			}
+			const slope = 0.2
+			ref := s.out(d, ml.nd, ml.c)
+			kernels.GATMeanOps(ga, ref, ops[0], ops[1], ops[2], ops[3], ops[4], ops[5], ops[6], ops[7], ops[8], ops[9], ops[10], ml.heads, slope)
+			want := s.get(ref)
+			out := s.out(d, ml.nd, ml.c)
+			what := name("GATMean", d, li, "relations", r, "heads", ml.heads, "C", ml.c)
+			s.check(call{what: what, launch: func() {
+				gm.GATMean(out, ops[0], ops[1], ops[2], ops[3], ops[4], ops[5], ops[6], ops[7], ops[8], ops[9], ops[10], ml.heads, slope)
+			}, writes: []*T{out}}, func(got [][]float64) {
+				same(s.t, what, got[0], want)
+			})
+		}
+		for li, ml := range multiLayouts {
+			// GatherConcat: every relation's mean, with the destination's
+			// own rows after every other piece and two columns of ones.
+			var xs, src, rowPtr, order []*T
+			var ws []int
+			for k, rl := range ml.rels {
+				l := graphLayout{ns: rl.ns, nd: ml.nd, e: rl.e}
+				_, _, srcT, rp, ord := s.graphEdges(l)
+				w := ml.c + k%3
+				x, _ := s.in(d, l.ns, w)
+				xs, src, rowPtr, order, ws = append(xs, x), append(src, srcT), append(rowPtr, rp), append(order, ord), append(ws, w)
+				if k%2 == 0 {
+					own, _ := s.in(d, ml.nd, ml.c)
+					xs, src, rowPtr, order, ws = append(xs, own), append(src, nil), append(rowPtr, nil), append(order, nil), append(ws, ml.c)
+				}
+			}
+			const ones = 2
+			total := ones
+			for _, w := range ws {
+				total += w
+			}
+			want := make([]float64, ml.nd*total)
+			col := 0
+			for i, x := range xs {
+				block := s.get(x)
+				if src[i] != nil {
+					m := s.out(d, ml.nd, ws[i])
+					ga.GatherMean(m, x, src[i], rowPtr[i], order[i])
+					block = s.get(m)
+				}
+				for n := 0; n < ml.nd; n++ {
+					copy(want[n*total+col:n*total+col+ws[i]], block[n*ws[i]:(n+1)*ws[i]])
+				}
+				col += ws[i]
+			}
+			for n := 0; n < ml.nd; n++ {
+				for j := total - ones; j < total; j++ {
+					want[n*total+j] = 1
+				}
+			}
+			out := s.out(d, ml.nd, total)
+			what := name("GatherConcat", d, li, "pieces", len(xs), "ones", ones)
+			s.check(call{what: what, launch: func() { gm.GatherConcat(out, xs, src, rowPtr, order, ones) }, writes: []*T{out}}, func(got [][]float64) {
+				same(s.t, what, got[0], want)
+			})
+		}
+	}
+	s.panics("GATMean", func() { // lists of different lengths
+		f := s.out(tensor.F32, 2, 2)
+		one := []*T{f}
+		gm.GATMean(f, one, one, one, one, one, one, one, one, one, one, nil, 1, 0.2)
+	})
+	s.panics("GatherConcat", func() { // out narrower than the pieces
+		gm.GatherConcat(s.out(tensor.F32, 3, 2), []*T{s.out(tensor.F32, 3, 2)}, []*T{nil}, []*T{nil}, []*T{nil}, 1)
 	})
 }

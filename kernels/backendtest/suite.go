@@ -111,6 +111,7 @@ var optionals = []reflect.Type{
 	reflect.TypeFor[kernels.BatchNormReluPooler](),
 	reflect.TypeFor[kernels.BatchNormEvalAffiner](),
 	reflect.TypeFor[kernels.GraphAggregator](),
+	reflect.TypeFor[kernels.GraphMultiAggregator](),
 	reflect.TypeFor[kernels.CrossEntropyCounter](),
 	reflect.TypeFor[kernels.CrossEntropyGradCounter](),
 	reflect.TypeFor[kernels.LinearCrossEntropyCounter](),

@@ -241,3 +241,93 @@ func gatherMeanPrep[F tensor.Float](g kernels.GraphCSR, nf int, out, x *T, src, 
 		parallelFor(g.Dst, max(1, (g.Edges/max(1, g.Dst)+1)*nf), body)
 	}
 }
+
+var _ kernels.GraphMultiAggregator = (*Backend)(nil)
+
+// GATMean implements kernels.GraphMultiAggregator as kernels.GATMeanOps:
+// GATAggregate per relation.
+func (be *Backend) GATMean(out *T, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order []*T, heads int, slope float64) {
+	const name = "GATMean"
+	_, err := kernels.CheckGATMean(name, out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order, heads)
+	must(err)
+	kernels.GATMeanOps(be, out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order, heads, slope)
+}
+
+// GatherConcat implements kernels.GraphMultiAggregator (F32, F64) in one
+// launch: each gathered block is summed in float64 and divided and
+// rounded once, as GatherMean does.
+func (be *Backend) GatherConcat(out *T, xs, src, rowPtr, order []*T, ones int) {
+	const name = "GatherConcat"
+	needCPU(name, out)
+	for i := range xs {
+		needCPU(name, xs[i], src[i], rowPtr[i], order[i])
+	}
+	pieces, err := kernels.CheckGatherConcat(name, out, xs, src, rowPtr, order, ones)
+	must(err)
+	if graphDType(name, out) == tensor.F64 {
+		be.launch(gatherConcatPrep[float64](pieces, out, xs, src, rowPtr, order, ones))
+	} else {
+		be.launch(gatherConcatPrep[float32](pieces, out, xs, src, rowPtr, order, ones))
+	}
+}
+
+func gatherConcatPrep[F tensor.Float](pieces []kernels.GatherPiece, out *T, xs, src, rowPtr, order []*T, ones int) func() {
+	var s stage
+	o := tensor.Data[F](out)
+	nd, w := out.Shape()[0], out.Shape()[1]
+	type piece struct {
+		kernels.GatherPiece
+		x                  []F
+		src, rowPtr, order []int64
+		seen               []bool
+	}
+	ps := make([]piece, len(pieces))
+	cost := ones
+	for i, p := range pieces {
+		ps[i] = piece{GatherPiece: p, x: in[F](&s, xs[i])}
+		if p.Gathered {
+			ps[i].src, ps[i].rowPtr, ps[i].order = tensor.Data[int64](src[i]), tensor.Data[int64](rowPtr[i]), tensor.Data[int64](order[i])
+			ps[i].seen = make([]bool, p.Edges)
+			cost += (p.Edges/max(1, nd) + 1) * p.Width
+		} else {
+			cost += p.Width
+		}
+	}
+	body := func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			row := o[i*w : (i+1)*w]
+			for _, p := range ps {
+				dst := row[p.Col : p.Col+p.Width]
+				if !p.Gathered {
+					copy(dst, p.x[i*p.Width:(i+1)*p.Width])
+					continue
+				}
+				p0, p1 := p.rowPtr[i], p.rowPtr[i+1]
+				if p1 == p0 {
+					clear(dst)
+					continue
+				}
+				n := float64(p1 - p0)
+				for f := range dst {
+					var t float64
+					for q := p0; q < p1; q++ {
+						t += float64(p.x[int(p.src[p.order[q]])*p.Width+f])
+					}
+					dst[f] = F(t / n)
+				}
+			}
+			for j := w - ones; j < w; j++ {
+				row[j] = 1
+			}
+		}
+	}
+	return func() {
+		s.load()
+		for _, p := range ps {
+			if p.Gathered {
+				must(kernels.CheckCSRValues("GatherConcat", p.src, p.rowPtr, p.order, p.Src, p.seen))
+			}
+		}
+		parallelFor(nd, max(1, cost), body)
+	}
+}

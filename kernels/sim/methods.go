@@ -169,6 +169,18 @@ func (sb *Backend) GatherMean(out *kernels.T, x *kernels.T, src *kernels.T, rowP
 	sb.cpu.(kernels.GraphAggregator).GatherMean(tensor.BackendView(out), tensor.BackendView(x), tensor.BackendView(src), tensor.BackendView(rowPtr), tensor.BackendView(order))
 }
 
+// GATMean implements kernels.GraphMultiAggregator on the CPU kernels.
+func (sb *Backend) GATMean(out *kernels.T, hs []*kernels.T, hd []*kernels.T, attr []*kernels.T, we []*kernels.T, attSrc []*kernels.T, attDst []*kernels.T, attEdge []*kernels.T, bias []*kernels.T, src []*kernels.T, rowPtr []*kernels.T, order []*kernels.T, heads int, slope float64) {
+	sb.check("GATMean", []*tensor.Tensor{out}, [][]*tensor.Tensor{hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order})
+	sb.cpu.(kernels.GraphMultiAggregator).GATMean(tensor.BackendView(out), views(hs), views(hd), views(attr), views(we), views(attSrc), views(attDst), views(attEdge), views(bias), views(src), views(rowPtr), views(order), heads, slope)
+}
+
+// GatherConcat implements kernels.GraphMultiAggregator on the CPU kernels.
+func (sb *Backend) GatherConcat(out *kernels.T, xs []*kernels.T, src []*kernels.T, rowPtr []*kernels.T, order []*kernels.T, ones int) {
+	sb.check("GatherConcat", []*tensor.Tensor{out}, [][]*tensor.Tensor{xs, src, rowPtr, order})
+	sb.cpu.(kernels.GraphMultiAggregator).GatherConcat(tensor.BackendView(out), views(xs), views(src), views(rowPtr), views(order), ones)
+}
+
 // GroupNormRelu implements kernels.GroupNormReluer on the CPU kernels.
 func (sb *Backend) GroupNormRelu(y *kernels.T, mean *kernels.T, rstd *kernels.T, x *kernels.T, w *kernels.T, b *kernels.T, groups int, eps float64) {
 	sb.check("GroupNormRelu", []*tensor.Tensor{y, mean, rstd, x, w, b}, nil)
@@ -504,6 +516,7 @@ var (
 	_ kernels.GradAccumulator           = (*Backend)(nil)
 	_ kernels.GradClipper               = (*Backend)(nil)
 	_ kernels.GraphAggregator           = (*Backend)(nil)
+	_ kernels.GraphMultiAggregator      = (*Backend)(nil)
 	_ kernels.GroupNormReluer           = (*Backend)(nil)
 	_ kernels.IndexFamily               = (*Backend)(nil)
 	_ kernels.LinearCrossEntropyCounter = (*Backend)(nil)

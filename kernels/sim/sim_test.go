@@ -123,6 +123,7 @@ func TestOptionalInterfacesMatchCPU(t *testing.T) {
 		"BatchNormReluPooler":       reflect.TypeFor[kernels.BatchNormReluPooler](),
 		"BatchNormEvalAffiner":      reflect.TypeFor[kernels.BatchNormEvalAffiner](),
 		"GraphAggregator":           reflect.TypeFor[kernels.GraphAggregator](),
+		"GraphMultiAggregator":      reflect.TypeFor[kernels.GraphMultiAggregator](),
 		"CrossEntropyCounter":       reflect.TypeFor[kernels.CrossEntropyCounter](),
 		"CrossEntropyGradCounter":   reflect.TypeFor[kernels.CrossEntropyGradCounter](),
 		"LinearCrossEntropyCounter": reflect.TypeFor[kernels.LinearCrossEntropyCounter](),
