@@ -148,9 +148,15 @@ func launchRaw(fn cu.Function, grid, block [3]int, shmem int, s cu.Stream, a *ar
 // parameter blocks too large for args: copy_blocks' CopyBlocks; the
 // driver takes up to 4 KiB of parameters).
 func launchStruct(fn cu.Function, grid, block [3]int, s cu.Stream, w []uint64) error {
+	return launchStructShared(fn, grid, block, 0, s, w)
+}
+
+// launchStructShared is launchStruct with shmem bytes of dynamic shared
+// memory a block.
+func launchStructShared(fn cu.Function, grid, block [3]int, shmem int, s cu.Stream, w []uint64) error {
 	off := [1]int32{0}
 	r := C.esper_launch(cfn(fn), C.uint(grid[0]), C.uint(grid[1]), C.uint(grid[2]),
-		C.uint(block[0]), C.uint(block[1]), C.uint(block[2]), 0, cstream(s),
+		C.uint(block[0]), C.uint(block[1]), C.uint(block[2]), C.uint(shmem), cstream(s),
 		(*C.uint64_t)(unsafe.Pointer(&w[0])), (*C.int32_t)(unsafe.Pointer(&off[0])), 1)
 	return check("cuLaunchKernel", r)
 }

@@ -96,33 +96,9 @@ func (d *Device) GATAggregate(out, hs, hd, attr, we, attSrc, attDst, attEdge, bi
 		return fmt.Errorf("cuda: %s: heads %d, C %d and F %d need %d bytes of shared memory a block, more than %d (heads·(C + F + 7) ≤ %d)",
 			op, heads, c, f, shared, gatMaxShared, gatMaxShared/4)
 	}
-	var ptrs [12]cu.DevicePtr
-	var lds [3]int // hs's and hd's row strides, at their ptrs indices
-	for i, o := range []struct {
-		what string
-		t    *tensor.Tensor
-		dt   tensor.DType
-	}{
-		{"out", out, tensor.F32}, {"hs", hs, tensor.F32}, {"hd", hd, tensor.F32}, {"attr", attr, tensor.F32},
-		{"we", we, tensor.F32}, {"attSrc", attSrc, tensor.F32}, {"attDst", attDst, tensor.F32},
-		{"attEdge", attEdge, tensor.F32}, {"bias", bias, tensor.F32},
-		{"src", src, tensor.I64}, {"rowPtr", rowPtr, tensor.I64}, {"order", order, tensor.I64},
-	} {
-		if i == 1 || i == 2 {
-			// hs and hd: rows of ld elements, contiguous within a row.
-			ld, ok := kernels.RowStride(o.t)
-			if !ok {
-				return fmt.Errorf("cuda: %s: %s (shape %v, strides %v) is not row-strided", op, o.what, o.t.Shape(), o.t.Strides())
-			}
-			lds[i] = ld
-			if ptrs[i], err = d.viewPtr(op, o.what, o.t, o.dt); err != nil {
-				return err
-			}
-			continue
-		}
-		if ptrs[i], err = d.ptrOf(op, o.what, o.t, o.dt); err != nil {
-			return err
-		}
+	ptrs, lds, err := d.gatPtrs(op, out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order)
+	if err != nil {
+		return err
 	}
 	if g.Dst == 0 || c == 0 {
 		return nil // nothing to write
@@ -147,6 +123,39 @@ func (d *Device) GATAggregate(out, hs, hd, attr, we, attSrc, attDst, attEdge, bi
 	return launchRaw(fn, [3]int{blocks, 1, 1}, [3]int{gatThreads(heads, c), 1, 1}, shared, d.stream, &a)
 }
 
+// gatPtrs returns the addresses of a GATAggregate's operands (out, hs,
+// hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order) and
+// hs's and hd's row strides, at their indices 1 and 2.
+func (d *Device) gatPtrs(op string, out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order *tensor.Tensor) (ptrs [12]cu.DevicePtr, lds [3]int, err error) {
+	for i, o := range []struct {
+		what string
+		t    *tensor.Tensor
+		dt   tensor.DType
+	}{
+		{"out", out, tensor.F32}, {"hs", hs, tensor.F32}, {"hd", hd, tensor.F32}, {"attr", attr, tensor.F32},
+		{"we", we, tensor.F32}, {"attSrc", attSrc, tensor.F32}, {"attDst", attDst, tensor.F32},
+		{"attEdge", attEdge, tensor.F32}, {"bias", bias, tensor.F32},
+		{"src", src, tensor.I64}, {"rowPtr", rowPtr, tensor.I64}, {"order", order, tensor.I64},
+	} {
+		if i == 1 || i == 2 {
+			// hs and hd: rows of ld elements, contiguous within a row.
+			ld, ok := kernels.RowStride(o.t)
+			if !ok {
+				return ptrs, lds, fmt.Errorf("cuda: %s: %s (shape %v, strides %v) is not row-strided", op, o.what, o.t.Shape(), o.t.Strides())
+			}
+			lds[i] = ld
+			if ptrs[i], err = d.viewPtr(op, o.what, o.t, o.dt); err != nil {
+				return ptrs, lds, err
+			}
+			continue
+		}
+		if ptrs[i], err = d.ptrOf(op, o.what, o.t, o.dt); err != nil {
+			return ptrs, lds, err
+		}
+	}
+	return ptrs, lds, nil
+}
+
 // GatherMean writes out [Nd, F] = the mean of x [Ns, F]'s rows src[k]
 // over each node's incoming edges k (0 for a node without any), F32.
 func (d *Device) GatherMean(out, x, src, rowPtr, order *tensor.Tensor) error {
@@ -168,4 +177,143 @@ func (d *Device) GatherMean(out, x, src, rowPtr, order *tensor.Tensor) error {
 	var a args
 	a.ptr(ptrs[0]).ptr(ptrs[1]).ptr(ptrs[2]).ptr(ptrs[3]).ptr(ptrs[4]).i64(int64(g.Dst)).i64(int64(fw))
 	return d.launch1D("gather_mean_f32", int64(g.Dst)*int64(fw), &a)
+}
+
+// kernels.GraphMultiAggregator on the device, F32 only: gat_mean_f32 runs
+// up to gatMaxRels relations of a GATMean in one launch (the shared
+// memory sized for the widest edge attributes), gather_concat_f32 up to
+// gatherMax pieces of a GatherConcat; more launch again. Each relation
+// and each gathered block is computed by the code gat_aggregate_f32 and
+// gather_mean_f32 run (src/graph.cu's gat_relation and gather_mean_at),
+// so the results equal the per-relation launches bit for bit.
+
+var _ kernels.GraphMultiAggregator = (*Backend)(nil)
+
+// GATMean implements kernels.GraphMultiAggregator.
+func (b *Backend) GATMean(out *T, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order []*T, heads int, slope float64) {
+	must(b.d.GATMean(out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order, heads, slope))
+}
+
+// GatherConcat implements kernels.GraphMultiAggregator.
+func (b *Backend) GatherConcat(out *T, xs, src, rowPtr, order []*T, ones int) {
+	must(b.d.GatherConcat(out, xs, src, rowPtr, order, ones))
+}
+
+// GATMean is kernels.GraphMultiAggregator's GATMean, F32: the mean of
+// GATAggregate over the relations into one node type, each checked as
+// GATAggregate checks it.
+func (d *Device) GATMean(out *tensor.Tensor, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order []*tensor.Tensor, heads int, slope float64) error {
+	const op = "GATMean"
+	r, err := kernels.CheckGATMean(op, out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order, heads)
+	if err := checked(err); err != nil {
+		return err
+	}
+	if dt := out.DType(); dt != tensor.F32 {
+		return fmt.Errorf("cuda: %s: dtype %v (F32 runs here)", op, dt)
+	}
+	alpha := 1 / float64(r)
+	c := out.Dim(1)
+	rels := make([]gatRel, r)
+	shared := 0
+	var outPtr cu.DevicePtr
+	for i := range rels {
+		if _, err := kernels.CheckGATAggregate(op, out, hs[i], hd[i], attr[i], we[i], attSrc[i], attDst[i], attEdge[i], bias[i], src[i], rowPtr[i], order[i], heads, slope, alpha); err != nil {
+			return fmt.Errorf("cuda: relation %d: %w", i, err)
+		}
+		f := attr[i].Dim(1)
+		sh := gatShared(heads, c, f)
+		if sh > gatMaxShared {
+			return fmt.Errorf("cuda: %s: relation %d: heads %d, C %d and F %d need %d bytes of shared memory a block, more than %d (heads·(C + F + 7) ≤ %d)",
+				op, i, heads, c, f, sh, gatMaxShared, gatMaxShared/4)
+		}
+		shared = max(shared, sh)
+		ptrs, lds, err := d.gatPtrs(op, out, hs[i], hd[i], attr[i], we[i], attSrc[i], attDst[i], attEdge[i], bias[i], src[i], rowPtr[i], order[i])
+		if err != nil {
+			return err
+		}
+		outPtr = ptrs[0]
+		rel := gatRel{lds: int64(lds[1]), ldd: int64(lds[2]), f: int64(f)}
+		for k := range rel.ptrs {
+			rel.ptrs[k] = uint64(ptrs[k+1])
+		}
+		rels[i] = rel
+	}
+	nd := out.Dim(0)
+	if nd == 0 || c == 0 {
+		return nil // nothing to write
+	}
+	fn, err := d.kernel("gat_mean_f32")
+	if err != nil {
+		return err
+	}
+	release := d.enter()
+	defer release()
+	var w [gatMultiWords]uint64
+	for start := 0; start < r; start += gatMaxRels {
+		gatMultiPack(&w, uint64(outPtr), int64(nd), int64(heads), int64(c), slope, alpha, start > 0, rels[start:min(r, start+gatMaxRels)])
+		if err := launchStructShared(fn, [3]int{min(nd, gatMaxBlocks), 1, 1}, [3]int{gatThreads(heads, c), 1, 1}, shared, d.stream, w[:]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// GatherConcat is kernels.GraphMultiAggregator's GatherConcat, F32: out
+// [Nd, W] from its pieces, one thread per element of a launch's columns.
+func (d *Device) GatherConcat(out *tensor.Tensor, xs, src, rowPtr, order []*tensor.Tensor, ones int) error {
+	const op = "GatherConcat"
+	pieces, err := kernels.CheckGatherConcat(op, out, xs, src, rowPtr, order, ones)
+	if err := checked(err); err != nil {
+		return err
+	}
+	if dt := out.DType(); dt != tensor.F32 {
+		return fmt.Errorf("cuda: %s: dtype %v (F32 runs here)", op, dt)
+	}
+	outPtr, err := d.ptrOf(op, "out", out, tensor.F32)
+	if err != nil {
+		return err
+	}
+	nd, width := out.Dim(0), out.Dim(1)
+	parts := make([]gatherPart, 0, len(pieces)+1)
+	for i, p := range pieces {
+		if p.Width == 0 {
+			continue
+		}
+		x, err := d.ptrOf(op, fmt.Sprintf("xs[%d]", i), xs[i], tensor.F32)
+		if err != nil {
+			return err
+		}
+		part := gatherPart{x: uint64(x), w: int64(p.Width), col: int64(p.Col), kind: gatherCopy}
+		if p.Gathered {
+			ps, err := d.ptrList(op, []string{"src", "rowPtr", "order"}, []*tensor.Tensor{src[i], rowPtr[i], order[i]},
+				[]tensor.DType{tensor.I64, tensor.I64, tensor.I64}, []bool{false, false, false})
+			if err != nil {
+				return err
+			}
+			part.src, part.rowPtr, part.order, part.kind = uint64(ps[0]), uint64(ps[1]), uint64(ps[2]), gatherMean
+		}
+		parts = append(parts, part)
+	}
+	if ones > 0 {
+		parts = append(parts, gatherPart{w: int64(ones), col: int64(width - ones), kind: gatherOnes})
+	}
+	if nd == 0 || len(parts) == 0 {
+		return nil
+	}
+	fn, err := d.kernel("gather_concat_f32")
+	if err != nil {
+		return err
+	}
+	release := d.enter()
+	defer release()
+	var w [gatherCatWords]uint64
+	for start := 0; start < len(parts); start += gatherMax {
+		local := gatherCatPack(&w, uint64(outPtr), int64(nd), int64(width), parts[start:min(len(parts), start+gatherMax)])
+		n := int64(nd) * local
+		blocks := min((n+blockSize-1)/blockSize, int64(d.sms)*8)
+		if err := launchStruct(fn, [3]int{int(blocks), 1, 1}, [3]int{blockSize, 1, 1}, d.stream, w[:]); err != nil {
+			return err
+		}
+	}
+	return nil
 }

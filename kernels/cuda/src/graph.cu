@@ -25,6 +25,56 @@ struct GatGeom {
     int64_t accumulate;       // 64 (72 bytes in all)
 };
 
+// GAT_MAX_RELS is the most relations one gat_mean_f32 launch takes (Go's
+// gatMaxRels); GatRel is one of them (Go's gatRel, word for word: eleven
+// pointers, then hs's and hd's row strides and attr's width), GatMulti
+// the launch (Go's gatMulti: out, then nrel, nd, heads, c, slope, alpha,
+// accumulate, then GAT_MAX_RELS relations).
+#define GAT_MAX_RELS 8
+struct GatRel {
+    const float *hs, *hd, *attr, *we, *attSrc, *attDst, *attEdge, *bias;
+    const int64_t *src, *rowPtr, *order;
+    int64_t lds, ldd, f;
+};
+struct GatMulti {
+    float* out;
+    int64_t nrel, nd, heads, c;
+    double slope, alpha;
+    int64_t accumulate;
+    GatRel rel[GAT_MAX_RELS];
+};
+
+// GATHER_MAX is the most pieces one gather_concat_f32 launch takes (Go's
+// gatherMax); GatherPart is one (Go's gatherPart, word for word: x, src,
+// rowPtr, order, then w its width, col its first column in out, loc its
+// first local column of the launch and kind: 0 a mean over the CSR, 1 a
+// copy of x, 2 ones), GatherCat the launch (Go's gatherCat: out, nd, ldo
+// out's row stride, width the launch's local columns, npieces, then
+// GATHER_MAX pieces in ascending loc).
+#define GATHER_MAX 16
+struct GatherPart {
+    const float* x;
+    const int64_t *src, *rowPtr, *order;
+    int64_t w, col, loc, kind;
+};
+struct GatherCat {
+    float* out;
+    int64_t nd, ldo, width, npieces;
+    GatherPart p[GATHER_MAX];
+};
+
+// gather_mean_at is element (i, f) of gather_mean_f32's result (x's rows
+// fw elements apart): the sum in p order from the first value, scaled by
+// 1/count, or 0 for a node without edges.
+__device__ __forceinline__ float gather_mean_at(const float* x, const int64_t* src, const int64_t* rowPtr,
+                                                const int64_t* order, int64_t fw, int64_t i, int64_t f) {
+    const int64_t a = rowPtr[i], b = rowPtr[i + 1];
+    if (b <= a) return 0.f;
+    float acc = x[src[order[a]] * fw + f];
+    for (int64_t p = a + 1; p < b; p++) acc += x[src[order[p]] * fw + f];
+    return acc * (1.f / (float)(b - a));
+}
+
 // warp_sum returns the sum of v over the warp's 32 lanes to every lane
 // (a butterfly: every lane adds in the same order, so all agree).
 __device__ __forceinline__ float warp_sum(float v) {
@@ -32,40 +82,12 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
-extern "C" {
-
-// gat_aggregate_f32: one block per destination node i (a block-stride
-// loop over the nodes; blockDim.x a multiple of 32, any size), with
-// dynamic shared memory of (heads·f + 7·heads + heads·c) floats laid out
-// (H = heads, C = c, F = f)
-//
-//	v [H·F]          v[h,f] = Σ_c attEdge[h,c]·we[h·C+c, f] (per block)
-//	dterm [H]        Σ_c hd[i,h,c]·attDst[h,c]
-//	m, s [H]         the running maximum and sum of the online softmax
-//	sc, wt [2·H]     the edge's rescale and weight per head (two
-//	                 buffers, by the edge's parity)
-//	acc [H·C]        Σ_k exp(l[k,h] − m[h])·hs[j,h,c] so far
-//
-// Per incoming edge p (k = order[p], j = src[k]) warp w computes the
-// logits of heads w, w + warps, …: z = Σ_c hs[j,h,c]·attSrc[h,c] (lanes
-// striding over c, then a warp butterfly) + dterm[h] + Σ_f attr[k,f]·
-// v[h,f], l = max(z, slope·z); its lane 0 alone keeps head h's m and s
-// and publishes the rescale exp(m_old − m_new) and the weight
-// exp(l − m_new); after a barrier every thread rescales its own acc
-// elements (q = tid, tid + blockDim, …) and adds the weight times
-// hs[j, q] (hs's row j starts at hs + j·lds, hd's row i at hd + i·ldd:
-// either may be a column block of a wider projection). No barrier
-// follows that update: sc and wt alternate between two buffers, and edge
-// p + 2 overwrites edge p's only after edge p + 1's barrier, which each
-// thread reaches after its reads of edge p. At the end
-// r = bias[c] + (Σ_h acc[h,c]/s[h])·(1/H), or bias[c] for a node without
-// incoming edges, and out[i,c] = alpha·r, or out[i,c] + alpha·r with
-// accumulate (alpha·r rounded to fp32 first). H·C must fit an int (the
-// Go side bounds the shared memory far below that).
-__global__ void gat_aggregate_f32(float* out, const float* hs, const float* hd, const float* attr, const float* we,
-                                  const float* attSrc, const float* attDst, const float* attEdge, const float* bias,
-                                  const int64_t* src, const int64_t* rowPtr, const int64_t* order, GatGeom g) {
-    extern __shared__ float sh[];
+// gat_relation is gat_aggregate_f32's body (documented there), shared with
+// gat_mean_f32 so that the two compute each relation alike, bit for bit.
+__device__ __forceinline__ void gat_relation(float* out, const float* hs, const float* hd, const float* attr,
+                                             const float* we, const float* attSrc, const float* attDst,
+                                             const float* attEdge, const float* bias, const int64_t* src,
+                                             const int64_t* rowPtr, const int64_t* order, const GatGeom& g, float* sh) {
     const int H = (int)g.heads, C = (int)g.c, F = (int)g.f;
     const int64_t HC = g.heads * g.c;
     float* v = sh;
@@ -157,6 +179,43 @@ __global__ void gat_aggregate_f32(float* out, const float* hs, const float* hd, 
     }
 }
 
+extern "C" {
+
+// gat_aggregate_f32: one block per destination node i (a block-stride
+// loop over the nodes; blockDim.x a multiple of 32, any size), with
+// dynamic shared memory of (heads·f + 7·heads + heads·c) floats laid out
+// (H = heads, C = c, F = f)
+//
+//	v [H·F]          v[h,f] = Σ_c attEdge[h,c]·we[h·C+c, f] (per block)
+//	dterm [H]        Σ_c hd[i,h,c]·attDst[h,c]
+//	m, s [H]         the running maximum and sum of the online softmax
+//	sc, wt [2·H]     the edge's rescale and weight per head (two
+//	                 buffers, by the edge's parity)
+//	acc [H·C]        Σ_k exp(l[k,h] − m[h])·hs[j,h,c] so far
+//
+// Per incoming edge p (k = order[p], j = src[k]) warp w computes the
+// logits of heads w, w + warps, …: z = Σ_c hs[j,h,c]·attSrc[h,c] (lanes
+// striding over c, then a warp butterfly) + dterm[h] + Σ_f attr[k,f]·
+// v[h,f], l = max(z, slope·z); its lane 0 alone keeps head h's m and s
+// and publishes the rescale exp(m_old − m_new) and the weight
+// exp(l − m_new); after a barrier every thread rescales its own acc
+// elements (q = tid, tid + blockDim, …) and adds the weight times
+// hs[j, q] (hs's row j starts at hs + j·lds, hd's row i at hd + i·ldd:
+// either may be a column block of a wider projection). No barrier
+// follows that update: sc and wt alternate between two buffers, and edge
+// p + 2 overwrites edge p's only after edge p + 1's barrier, which each
+// thread reaches after its reads of edge p. At the end
+// r = bias[c] + (Σ_h acc[h,c]/s[h])·(1/H), or bias[c] for a node without
+// incoming edges, and out[i,c] = alpha·r, or out[i,c] + alpha·r with
+// accumulate (alpha·r rounded to fp32 first). H·C must fit an int (the
+// Go side bounds the shared memory far below that).
+__global__ void gat_aggregate_f32(float* out, const float* hs, const float* hd, const float* attr, const float* we,
+                                  const float* attSrc, const float* attDst, const float* attEdge, const float* bias,
+                                  const int64_t* src, const int64_t* rowPtr, const int64_t* order, GatGeom g) {
+    extern __shared__ float sh[];
+    gat_relation(out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order, g, sh);
+}
+
 // gather_mean_f32: out[i,f] = the mean of x[src[order[p]], f] over p in
 // [rowPtr[i], rowPtr[i+1]), 0 for a node without edges; one thread per
 // (i, f), summing in p order from the first value and scaling by
@@ -165,14 +224,61 @@ __global__ void gather_mean_f32(float* out, const float* x, const int64_t* src, 
                                 const int64_t* order, int64_t nd, int64_t fw) {
     GRID_STRIDE(q, nd * fw) {
         int64_t i = q / fw, f = q % fw;
-        int64_t a = rowPtr[i], b = rowPtr[i + 1];
-        if (b <= a) {
-            out[q] = 0.f;
-            continue;
+        out[q] = gather_mean_at(x, src, rowPtr, order, fw, i, f);
+    }
+}
+
+// gat_mean_f32: the relations of a GatMulti in one launch (the Go
+// GATMean; blocks, threads and shared memory as gat_aggregate_f32's, the
+// shared memory sized for the widest relation): relation r runs
+// gat_relation with the launch's alpha, writing out when it is the first
+// of the mean (r = 0 and m.accumulate 0), else adding. Each block keeps
+// its nodes across relations, and each thread its output elements, so a
+// relation's additions read what the same thread wrote before, with no
+// other ordering needed; the v of the next relation is written only
+// after the last node's final barrier. The sums are gat_aggregate_f32's,
+// launched once per relation in the same order, bit for bit.
+__global__ void gat_mean_f32(GatMulti m) {
+    extern __shared__ float sh[];
+    for (int r = 0; r < (int)m.nrel; r++) {
+        const GatRel& q = m.rel[r];
+        GatGeom g;
+        g.nd = m.nd;
+        g.heads = m.heads;
+        g.c = m.c;
+        g.f = q.f;
+        g.slope = m.slope;
+        g.lds = q.lds;
+        g.ldd = q.ldd;
+        g.alpha = m.alpha;
+        g.accumulate = (r > 0 || m.accumulate != 0) ? 1 : 0;
+        gat_relation(m.out, q.hs, q.hd, q.attr, q.we, q.attSrc, q.attDst, q.attEdge, q.bias, q.src, q.rowPtr,
+                     q.order, g, sh);
+    }
+}
+
+// gather_concat_f32: the pieces of a GatherCat in one launch (the Go
+// GatherConcat, up to GATHER_MAX pieces a launch): one thread per (i, j)
+// over the launch's local columns j in [0, width), out[i, col + j − loc]
+// of the piece whose [loc, loc + w) holds j: the mean over its CSR
+// (gather_mean_f32's sum, bit for bit), its x's row i (kind 1) or 1
+// (kind 2); out's rows are ldo elements apart.
+__global__ void gather_concat_f32(GatherCat m) {
+    GRID_STRIDE(q, m.nd * m.width) {
+        const int64_t i = q / m.width, j = q % m.width;
+        int p = 0;
+        while (p + 1 < (int)m.npieces && j >= m.p[p + 1].loc) p++;
+        const GatherPart& g = m.p[p];
+        const int64_t f = j - g.loc;
+        float v;
+        if (g.kind == 0) {
+            v = gather_mean_at(g.x, g.src, g.rowPtr, g.order, g.w, i, f);
+        } else if (g.kind == 1) {
+            v = g.x[i * g.w + f];
+        } else {
+            v = 1.f;
         }
-        float acc = x[src[order[a]] * fw + f];
-        for (int64_t p = a + 1; p < b; p++) acc += x[src[order[p]] * fw + f];
-        out[q] = acc * (1.f / (float)(b - a));
+        m.out[i * m.ldo + g.col + f] = v;
     }
 }
 

@@ -1,0 +1,88 @@
+package cuda
+
+import "math"
+
+// The parameter blocks of gat_mean_f32 and gather_concat_f32
+// (src/graph.cu), passed by value: pure Go, with no cgo, so that their
+// sizes are held to the PTX's without a GPU (graph_layout_test.go).
+
+// gatMaxRels is GAT_MAX_RELS: the most relations one gat_mean_f32 launch
+// takes; a GATMean over more launches again, accumulating.
+const gatMaxRels = 8
+
+// gatRelWords and gatMultiWords are the sizes of struct GatRel and
+// struct GatMulti in 8-byte words.
+const (
+	gatRelWords   = 14
+	gatMultiWords = 8 + gatRelWords*gatMaxRels
+)
+
+// gatRel is one relation of a gat_mean_f32 launch: hs, hd, attr, we,
+// attSrc, attDst, attEdge, bias, src, rowPtr and order's addresses, then
+// hs's and hd's row strides and attr's width.
+type gatRel struct {
+	ptrs        [11]uint64
+	lds, ldd, f int64
+}
+
+// gatMultiPack writes struct GatMulti into w: out's address, the
+// relations' count (1 to gatMaxRels), nd, heads, c, slope, alpha and the
+// accumulate flag (1: the first relation adds too), then rels; the
+// relations past len(rels) are zeroed.
+func gatMultiPack(w *[gatMultiWords]uint64, out uint64, nd, heads, c int64, slope, alpha float64, accumulate bool, rels []gatRel) {
+	*w = [gatMultiWords]uint64{}
+	w[0], w[1], w[2], w[3], w[4] = out, uint64(len(rels)), uint64(nd), uint64(heads), uint64(c)
+	w[5], w[6] = math.Float64bits(slope), math.Float64bits(alpha)
+	if accumulate {
+		w[7] = 1
+	}
+	for r, rel := range rels {
+		o := 8 + gatRelWords*r
+		copy(w[o:o+11], rel.ptrs[:])
+		w[o+11], w[o+12], w[o+13] = uint64(rel.lds), uint64(rel.ldd), uint64(rel.f)
+	}
+}
+
+// gatherMax is GATHER_MAX: the most pieces one gather_concat_f32 launch
+// takes; a GatherConcat of more launches again for the rest.
+const gatherMax = 16
+
+// gatherPartWords and gatherCatWords are the sizes of struct GatherPart
+// and struct GatherCat in 8-byte words.
+const (
+	gatherPartWords = 8
+	gatherCatWords  = 5 + gatherPartWords*gatherMax
+)
+
+// Kinds of a gatherPart (GatherPart.kind).
+const (
+	gatherMean = 0 // the mean over the CSR
+	gatherCopy = 1 // x's rows
+	gatherOnes = 2 // ones
+)
+
+// gatherPart is one piece of a gather_concat_f32 launch: x, src, rowPtr
+// and order's addresses (0 where the kind reads none), its width w, its
+// first column col in out and its kind.
+type gatherPart struct {
+	x, src, rowPtr, order uint64
+	w, col, kind          int64
+}
+
+// gatherCatPack writes struct GatherCat into w for parts (1 to gatherMax
+// of them, none empty) of an out of nd rows ldo elements apart, giving
+// each its first local column (the widths before it), and returns the
+// launch's local width (the widths' sum); the parts past len(parts) are
+// zeroed.
+func gatherCatPack(w *[gatherCatWords]uint64, out uint64, nd, ldo int64, parts []gatherPart) int64 {
+	*w = [gatherCatWords]uint64{}
+	var loc int64
+	for i, p := range parts {
+		o := 5 + gatherPartWords*i
+		w[o], w[o+1], w[o+2], w[o+3] = p.x, p.src, p.rowPtr, p.order
+		w[o+4], w[o+5], w[o+6], w[o+7] = uint64(p.w), uint64(p.col), uint64(loc), uint64(p.kind)
+		loc += p.w
+	}
+	w[0], w[1], w[2], w[3], w[4] = out, uint64(nd), uint64(ldo), uint64(loc), uint64(len(parts))
+	return loc
+}
