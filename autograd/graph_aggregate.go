@@ -88,7 +88,8 @@ func GATAggregate(hs, hd, attr, we, attSrc, attDst, attEdge, bias *Var, e GraphE
 // (all of one NumDst and width C), as a heterogeneous GAT layer combines
 // them. Fused (no gradient recorded, a kernels.GraphAggregator device,
 // F32, every relation's CSR given), it is one launch per relation, each
-// adding its share into one output; otherwise GATAggregate per relation,
+// adding its share into one output, or one launch for them all on a
+// kernels.GraphMultiAggregator device; otherwise GATAggregate per relation,
 // summed left to right and scaled by 1/len(rels).
 func GATMean(rels []GATRelation, heads int, slope float64) *Var {
 	if len(rels) == 0 {
@@ -103,14 +104,21 @@ func GATMean(rels []GATRelation, heads int, slope float64) *Var {
 	}
 	if g, ok := fusedGATMean(rels); ok {
 		out := alloc(rels[0].Bias.Value, rels[0].Bias.Value.DType(), nd, c)
-		alpha := 1 / float64(len(rels))
-		for i, r := range rels {
+		ops := make([][]*tensor.Tensor, 11) // hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order
+		for _, r := range rels {
 			hs, hd, attr, we, as, ad, ae := r.Hs, r.Hd, r.Attr, r.We, r.AttSrc, r.AttDst, r.AttEdge
 			if r.Edges.Len() == 0 { // only the bias is read: any operands of the right shapes
 				hs, hd, attr, we, as, ad, ae = emptyGAT(r.Bias.Value, heads, c, nd)
 			}
-			g.GATAggregate(out, hs.Value, hd.Value, attr.Value, we.Value, as.Value, ad.Value, ae.Value, r.Bias.Value,
-				r.Edges.Src, r.Edges.RowPtr, r.Edges.Order, heads, slope, alpha, i > 0)
+			for i, t := range []*tensor.Tensor{hs.Value, hd.Value, attr.Value, we.Value, as.Value, ad.Value, ae.Value, r.Bias.Value,
+				r.Edges.Src, r.Edges.RowPtr, r.Edges.Order} {
+				ops[i] = append(ops[i], t)
+			}
+		}
+		if gm, ok := g.(kernels.GraphMultiAggregator); ok && len(rels) > 1 {
+			gm.GATMean(out, ops[0], ops[1], ops[2], ops[3], ops[4], ops[5], ops[6], ops[7], ops[8], ops[9], ops[10], heads, slope)
+		} else {
+			kernels.GATMeanOps(g, out, ops[0], ops[1], ops[2], ops[3], ops[4], ops[5], ops[6], ops[7], ops[8], ops[9], ops[10], heads, slope)
 		}
 		return Const(out)
 	}

@@ -60,14 +60,32 @@ func LinearStack(x *Var, ws []*Var) []*Var {
 }
 
 // LinearTerm is one term X·Wᵀ + B of LinearSum; B may be nil, and a term
-// with X and W nil is the bias B alone (broadcast over the rows).
-type LinearTerm struct{ X, W, B *Var }
+// with X and W nil is the bias B alone (broadcast over the rows). With
+// Edges the term's input is GatherMean(X, *Edges) (X the sources' rows,
+// the result Edges.NumDst rows): a GraphSAGE relation's mean, which the
+// joined product gathers straight into its input.
+type LinearTerm struct {
+	X, W, B *Var
+	Edges   *GraphEdges
+}
+
+// rows returns the term's input row count.
+func (t LinearTerm) rows() int {
+	if t.Edges != nil {
+		return t.Edges.NumDst
+	}
+	return t.X.Shape()[0]
+}
 
 // LinearSum returns Σ_i (X_i·W_iᵀ + B_i) over terms of one output width
 // and one row count N. On a kernels.LaunchBounder backend with nothing
 // recording a gradient it is one product: the inputs side by side with a
 // column of ones per bias, times the weights side by side with the
 // biases as columns (four launches whatever the number of terms).
+// A term with Edges is gathered into that input directly on a
+// kernels.GraphMultiAggregator backend (GatherConcat: one launch for the
+// means, the other inputs and the ones), and is GatherMean(X, *Edges)
+// otherwise, with the same values either way.
 // Otherwise it sums in a fixed order: the first term as Linear(X, W, B),
 // then for each further term its product added, then its bias added;
 // when nothing records a gradient and the backend has
@@ -87,10 +105,13 @@ func LinearSum(terms []LinearTerm) *Var {
 		var w int
 		if t.W != nil {
 			w = t.W.Shape()[0]
-			if t.X.Value.Rank() != 2 || (n >= 0 && t.X.Shape()[0] != n) {
+			if t.X.Value.Rank() != 2 || (n >= 0 && t.rows() != n) {
 				panic(fmt.Sprintf("autograd: linear_sum: input %v, want [N, in] with N = %d", t.X.Shape(), n))
 			}
-			n = t.X.Shape()[0]
+			if t.W.Value.Rank() != 2 || t.W.Shape()[1] != t.X.Shape()[1] {
+				panic(fmt.Sprintf("autograd: linear_sum: input %v against weight %v", t.X.Shape(), t.W.Shape()))
+			}
+			n = t.rows()
 		} else {
 			w = t.B.Shape()[0]
 		}
@@ -106,6 +127,7 @@ func LinearSum(terms []LinearTerm) *Var {
 	if len(terms) > 1 && stackable(nonNil(vs)...) {
 		return linearSumStacked(terms, n, out)
 	}
+	terms = gathered(terms)
 	first := terms[0]
 	var acc *Var
 	owned := first.X != nil // acc is a fresh tensor of LinearSum's own, which it may write
@@ -158,9 +180,46 @@ func nonNil(vs []*Var) []*Var {
 	return out
 }
 
+// gathered returns terms with every gathered input computed
+// (GatherMean) and Edges cleared; terms itself when none has Edges.
+func gathered(terms []LinearTerm) []LinearTerm {
+	var out []LinearTerm
+	for i, t := range terms {
+		if t.Edges == nil {
+			if out != nil {
+				out = append(out, t)
+			}
+			continue
+		}
+		if out == nil {
+			out = append(make([]LinearTerm, 0, len(terms)), terms[:i]...)
+		}
+		out = append(out, LinearTerm{X: GatherMean(t.X, *t.Edges), W: t.W, B: t.B})
+	}
+	if out == nil {
+		return terms
+	}
+	return out
+}
+
 // linearSumStacked is LinearSum's joined form: one product of K = Σ in_i
 // + (number of biases).
 func linearSumStacked(terms []LinearTerm, n, out int) *Var {
+	if x, ok := gatherConcat(terms, n); ok {
+		var ws []*Var
+		for _, t := range terms {
+			if t.X != nil {
+				ws = append(ws, t.W)
+			}
+		}
+		for _, t := range terms {
+			if t.B != nil {
+				ws = append(ws, Reshape(t.B, out, 1))
+			}
+		}
+		return Linear(x, Concat(ws, 1), nil)
+	}
+	terms = gathered(terms)
 	var xs, ws []*Var
 	var like *Var
 	nb := 0
@@ -182,6 +241,60 @@ func linearSumStacked(terms []LinearTerm, n, out int) *Var {
 		}
 	}
 	return Linear(Concat(xs, 1), Concat(ws, 1), nil)
+}
+
+// gatherConcat returns the joined product's input of terms (n rows) in
+// one kernels.GraphMultiAggregator GatherConcat — each input, gathered
+// over its Edges where it has them, then a column of ones per bias — and
+// whether it did: it does when some term has Edges (else Concat joins
+// the inputs as well), the backend has the fused kernel, every input is
+// contiguous and every gathered term's CSR is given. The caller checked
+// that nothing records a gradient and that all is F32 (stackable).
+func gatherConcat(terms []LinearTerm, n int) (*Var, bool) {
+	var like *tensor.Tensor
+	edges := false
+	for _, t := range terms {
+		if t.X == nil {
+			continue
+		}
+		if !t.X.Value.IsContiguous() {
+			return nil, false
+		}
+		if t.Edges != nil {
+			if t.Edges.Src == nil || t.Edges.RowPtr == nil || t.Edges.Order == nil {
+				return nil, false
+			}
+			edges = true
+		}
+		like = t.X.Value
+	}
+	if !edges {
+		return nil, false
+	}
+	gm, ok := backendOf(like).(kernels.GraphMultiAggregator)
+	if !ok {
+		return nil, false
+	}
+	var xs, src, rowPtr, order []*tensor.Tensor
+	width, nb := 0, 0
+	for _, t := range terms {
+		if t.B != nil {
+			nb++
+		}
+		if t.X == nil {
+			continue
+		}
+		xs = append(xs, t.X.Value)
+		width += t.X.Shape()[1]
+		if t.Edges != nil {
+			src, rowPtr, order = append(src, t.Edges.Src), append(rowPtr, t.Edges.RowPtr), append(order, t.Edges.Order)
+		} else {
+			src, rowPtr, order = append(src, nil), append(rowPtr, nil), append(order, nil)
+		}
+	}
+	x := alloc(like, like.DType(), n, width+nb)
+	gm.GatherConcat(x, xs, src, rowPtr, order, nb)
+	return Const(x), true
 }
 
 // onesBlock returns an [n, nb] tensor of ones on like's device and of its

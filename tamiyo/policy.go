@@ -562,7 +562,8 @@ func newSAGELayer(rng *rand.Rand, in, out int, dt tensor.DType) *sageLayer {
 
 // forward sums, per destination type, lin_l(mean of the sources) +
 // lin_r(destination) over the relations into it (autograd.LinearSum,
-// which adds the products in place in inference) and returns the sums
+// which adds the products in place in inference, or on a GPU gathers
+// the means and joins the products) and returns the sums
 // with the scale that averages them (1/relations; the caller applies it
 // with the activation).
 func (l *sageLayer) forward(x [NumNodeTypes]*autograd.Var, gt *graphTensors) ([NumNodeTypes]*autograd.Var, [NumNodeTypes]float64) {
@@ -577,9 +578,9 @@ func (l *sageLayer) forward(x [NumNodeTypes]*autograd.Var, gt *graphTensors) ([N
 			terms[t] = append(terms[t], autograd.LinearTerm{X: x[t], W: l.linR[r].Weight, B: l.linL[r].Bias})
 			continue
 		}
-		agg := autograd.GatherMean(x[rel.Src()], gt.relEdges(rel))
+		e := gt.relEdges(rel)
 		terms[t] = append(terms[t],
-			autograd.LinearTerm{X: agg, W: l.linL[r].Weight, B: l.linL[r].Bias},
+			autograd.LinearTerm{X: x[rel.Src()], Edges: &e, W: l.linL[r].Weight, B: l.linL[r].Bias},
 			autograd.LinearTerm{X: x[t], W: l.linR[r].Weight})
 	}
 	var res [NumNodeTypes]*autograd.Var

@@ -24,7 +24,11 @@ func graphDType(name string, t *T) tensor.DType {
 // products and sums in float64, alpha·r rounded once (added to out's
 // value with accumulate, in float64, then rounded).
 func (be *Backend) GATAggregate(out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order *T, heads int, slope, alpha float64, accumulate bool) {
-	const name = "GATAggregate"
+	be.launch(gatPrep("GATAggregate", out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order, heads, slope, alpha, accumulate))
+}
+
+// gatPrep checks a GATAggregate and returns its launch.
+func gatPrep(name string, out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order *T, heads int, slope, alpha float64, accumulate bool) func() {
 	needCPU(name, out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order)
 	g, err := kernels.CheckGATAggregate(name, out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order, heads, slope, alpha)
 	must(err)
@@ -34,10 +38,9 @@ func (be *Backend) GATAggregate(out, hs, hd, attr, we, attSrc, attDst, attEdge, 
 		lds: lds, ldd: ldd,
 		src: tensor.Data[int64](src), rowPtr: tensor.Data[int64](rowPtr), order: tensor.Data[int64](order)}
 	if graphDType(name, out) == tensor.F64 {
-		be.launch(gatAggregatePrep[float64](a, out, hs, hd, attr, we, attSrc, attDst, attEdge, bias))
-	} else {
-		be.launch(gatAggregatePrep[float32](a, out, hs, hd, attr, we, attSrc, attDst, attEdge, bias))
+		return gatAggregatePrep[float64](a, out, hs, hd, attr, we, attSrc, attDst, attEdge, bias)
 	}
+	return gatAggregatePrep[float32](a, out, hs, hd, attr, we, attSrc, attDst, attEdge, bias)
 }
 
 // gatArgs are a GATAggregate's sizes and index data.
@@ -244,13 +247,23 @@ func gatherMeanPrep[F tensor.Float](g kernels.GraphCSR, nf int, out, x *T, src, 
 
 var _ kernels.GraphMultiAggregator = (*Backend)(nil)
 
-// GATMean implements kernels.GraphMultiAggregator as kernels.GATMeanOps:
-// GATAggregate per relation.
+// GATMean implements kernels.GraphMultiAggregator in one launch: what
+// kernels.GATMeanOps's GATAggregate calls compute, one relation after
+// the other.
 func (be *Backend) GATMean(out *T, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order []*T, heads int, slope float64) {
 	const name = "GATMean"
-	_, err := kernels.CheckGATMean(name, out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order, heads)
+	r, err := kernels.CheckGATMean(name, out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order, heads)
 	must(err)
-	kernels.GATMeanOps(be, out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order, heads, slope)
+	alpha := 1 / float64(r)
+	preps := make([]func(), r)
+	for i := range preps {
+		preps[i] = gatPrep(name, out, hs[i], hd[i], attr[i], we[i], attSrc[i], attDst[i], attEdge[i], bias[i], src[i], rowPtr[i], order[i], heads, slope, alpha, i > 0)
+	}
+	be.launch(func() {
+		for _, f := range preps {
+			f()
+		}
+	})
 }
 
 // GatherConcat implements kernels.GraphMultiAggregator (F32, F64) in one

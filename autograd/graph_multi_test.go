@@ -1,0 +1,130 @@
+package autograd
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/esper-go/esper/tensor"
+)
+
+// onSim copies v's value to the sim device as a Param.
+func onSim(t *testing.T, v *Var) *Var {
+	t.Helper()
+	d, err := v.Value.ToDevice(tensor.Sim(0))
+	require.NoError(t, err)
+	return Param(d)
+}
+
+// edgesOnSim copies e's tensors to the sim device.
+func edgesOnSim(t *testing.T, e GraphEdges) GraphEdges {
+	t.Helper()
+	out := GraphEdges{NumDst: e.NumDst}
+	for _, p := range []struct{ dst, src **tensor.Tensor }{{&out.Src, &e.Src}, {&out.Dst, &e.Dst}, {&out.RowPtr, &e.RowPtr}, {&out.Order, &e.Order}} {
+		d, err := (*p.src).ToDevice(tensor.Sim(0))
+		require.NoError(t, err)
+		*p.dst = d
+	}
+	return out
+}
+
+// captureLaunches captures fn on sim (after a warm-up call) and returns
+// the graph's launch count.
+func captureLaunches(t *testing.T, fn func([]*tensor.Tensor) []*tensor.Tensor, in *tensor.Tensor) int {
+	t.Helper()
+	cap := Capture(fn, CaptureOptions{OnFallback: func(err error) { t.Fatal(err) }})
+	for i := 0; i < 3; i++ {
+		_, err := cap.Run(in)
+		require.NoError(t, err)
+	}
+	return cap.Launches()
+}
+
+// TestGATMeanOneLaunchOnSim: on a kernels.GraphMultiAggregator device the
+// mean over three relations (one without edges) is one launch, bit for
+// bit the CPU's per-relation launches.
+func TestGATMeanOneLaunchOnSim(t *testing.T) {
+	rng := tensor.NewRNG(12)
+	const nd, heads, c, f = 5, 2, 4, 3
+	p := func(shape ...int) *Var { return Param(tensor.Normal(rng, tensor.F32, 0, 1, shape...)) }
+	rel := func(ns, e int) GATRelation {
+		edges := gatCase(t, rng, ns, nd, e)
+		return GATRelation{Hs: p(ns, heads*c), Hd: p(nd, heads*c), Attr: p(e, f), We: p(heads*c, f),
+			AttSrc: p(1, heads, c), AttDst: p(1, heads, c), AttEdge: p(1, heads, c), Bias: p(c), Edges: edges}
+	}
+	rels := []GATRelation{rel(6, 17), rel(3, 0), rel(4, 9)}
+	var want *Var
+	InferenceMode(func() { want = GATMean(rels, heads, 0.2) })
+
+	sim := make([]GATRelation, len(rels))
+	for i, r := range rels {
+		sim[i] = GATRelation{Hs: onSim(t, r.Hs), Hd: onSim(t, r.Hd), Attr: onSim(t, r.Attr), We: onSim(t, r.We),
+			AttSrc: onSim(t, r.AttSrc), AttDst: onSim(t, r.AttDst), AttEdge: onSim(t, r.AttEdge), Bias: onSim(t, r.Bias),
+			Edges: edgesOnSim(t, r.Edges)}
+	}
+	var got *Var
+	fn := func([]*tensor.Tensor) []*tensor.Tensor {
+		InferenceMode(func() { got = GATMean(sim, heads, 0.2) })
+		return []*tensor.Tensor{got.Value}
+	}
+	require.Equal(t, 1, captureLaunches(t, fn, sim[0].Hs.Value), "one GATMean")
+	fn(nil)
+	sameVars(t, "GATMean", got, want)
+}
+
+// TestLinearSumGathered: terms with Edges are GatherMean's inputs. Joined
+// (sim with stackAnywhere) the means, the other inputs and the ones are
+// one GatherConcat, so the sum is three launches (that, the weights'
+// concatenation and the product), bit for bit the joined sum of the
+// gathered inputs; not joined, bit for bit the CPU's sum of them; with
+// gradients, GatherMean's own.
+func TestLinearSumGathered(t *testing.T) {
+	rng := tensor.NewRNG(13)
+	const nd, in, out = 5, 6, 4
+	p := func(shape ...int) *Var { return Param(tensor.Normal(rng, tensor.F32, 0, 1, shape...)) }
+	e1, e2 := gatCase(t, rng, 7, nd, 15), gatCase(t, rng, 3, nd, 0)
+	x1, x2, xd := p(7, in), p(3, in), p(nd, in)
+	w1, w2, wr, b1, b2 := p(out, in), p(out, in), p(out, in), p(out), p(out)
+	terms := func(x1, x2, xd, w1, w2, wr, b1, b2 *Var, e1, e2 GraphEdges) []LinearTerm {
+		return []LinearTerm{{X: x1, Edges: &e1, W: w1, B: b1}, {X: xd, W: wr}, {X: x2, Edges: &e2, W: w2, B: b2}}
+	}
+	explicit := func(ts []LinearTerm) []LinearTerm {
+		out := append([]LinearTerm(nil), ts...)
+		for i, t := range out {
+			if t.Edges != nil {
+				out[i] = LinearTerm{X: GatherMean(t.X, *t.Edges), W: t.W, B: t.B}
+			}
+		}
+		return out
+	}
+
+	// With gradients on the CPU: GatherMean's inputs, and gradients reach x1.
+	withGrad := LinearSum(terms(x1, x2, xd, w1, w2, wr, b1, b2, e1, e2))
+	sameVars(t, "with gradients", withGrad, LinearSum(explicit(terms(x1, x2, xd, w1, w2, wr, b1, b2, e1, e2))))
+	Backward(SumAll(withGrad))
+	require.NotNil(t, x1.Grad, "the gathered input's gradient")
+
+	var cpu *Var
+	InferenceMode(func() { cpu = LinearSum(explicit(terms(x1, x2, xd, w1, w2, wr, b1, b2, e1, e2))) })
+	s := func(v *Var) *Var { return onSim(t, v) }
+	se1, se2 := edgesOnSim(t, e1), edgesOnSim(t, e2)
+	dts := terms(s(x1), s(x2), s(xd), s(w1), s(w2), s(wr), s(b1), s(b2), se1, se2)
+	t.Cleanup(func() { stackAnywhere = false })
+	for _, stack := range []bool{true, false} {
+		stackAnywhere = stack
+		var got, ref *Var
+		fn := func([]*tensor.Tensor) []*tensor.Tensor {
+			InferenceMode(func() { got = LinearSum(dts) })
+			return []*tensor.Tensor{got.Value}
+		}
+		n := captureLaunches(t, fn, dts[0].X.Value)
+		fn(nil)
+		InferenceMode(func() { ref = LinearSum(explicit(dts)) })
+		sameVars(t, "gathered against explicit means", got, ref)
+		if stack {
+			require.Equal(t, 3, n, "GatherConcat, the weights' Concat and the product")
+		} else {
+			sameVars(t, "not joined: the CPU's", got, cpu)
+		}
+	}
+}
