@@ -3,6 +3,7 @@ package bench
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"reflect"
 	"runtime"
@@ -45,12 +46,25 @@ type W2Options struct {
 	// Progress, when set, is called after each measured forward of a
 	// phase ("batch 64 eager").
 	Progress func(phase string, done, total int)
+	// TF32 times a third mode per batch size, W2ModeCapturedTF32: the
+	// captured forward with its F32 products on TF32 tensor cores
+	// (tamiyo.InferenceOptions.TF32), which changes results only on a
+	// GPU that has them.
+	TF32 bool
 }
+
+// W2 modes: the eager and captured forwards in fp32 and, with
+// W2Options.TF32, the captured forward with TF32 products.
+const (
+	W2ModeEager        = "eager"
+	W2ModeCaptured     = "captured"
+	W2ModeCapturedTF32 = "captured-tf32"
+)
 
 // W2ModeResult is the timing of one batch size in one mode.
 type W2ModeResult struct {
 	Batch int    `json:"batch"`
-	Mode  string `json:"mode"` // "eager" or "captured"
+	Mode  string `json:"mode"` // W2ModeEager, W2ModeCaptured or W2ModeCapturedTF32
 	// Latency is per forward: graph check, conversion to tensors, the
 	// forward (replayed when captured) and the copy of the logits and
 	// values to the host.
@@ -67,6 +81,10 @@ type W2ModeResult struct {
 	// GraphNodes is the captured forward's launch count (CUDA graph
 	// nodes on CUDA; 0 in the eager mode).
 	GraphNodes int `json:"graph_nodes,omitempty"`
+	// MaxAbsDiffVsEager is the largest difference of a logit or value
+	// from the eager fp32 forward's (W2ModeCapturedTF32 only: the
+	// captured fp32 forward must equal it, CapturedMatchesEager).
+	MaxAbsDiffVsEager float64 `json:"max_abs_diff_vs_eager,omitempty"`
 }
 
 // W2Result is what RunW2 measured.
@@ -312,16 +330,21 @@ func RunW2(o W2Options) (W2Result, map[int]*tamiyo.Graph, error) {
 		}
 		res.Reps = append(res.Reps, reps)
 		var eagerOut *tamiyo.Logits
-		for _, mode := range []string{"eager", "captured"} {
+		modes := []string{W2ModeEager, W2ModeCaptured}
+		if o.TF32 {
+			modes = append(modes, W2ModeCapturedTF32)
+		}
+		for _, mode := range modes {
 			var fallback error
-			in, err := tamiyo.NewInference(p, tamiyo.InferenceOptions{NoCapture: mode == "eager", OnFallback: func(err error) { fallback = err }})
+			in, err := tamiyo.NewInference(p, tamiyo.InferenceOptions{NoCapture: mode == W2ModeEager, TF32: mode == W2ModeCapturedTF32,
+				OnFallback: func(err error) { fallback = err }})
 			if err != nil {
 				return W2Result{}, nil, err
 			}
 			// The captured mode's first two calls are its eager warm-up
 			// and its capture.
 			warm := o.Warmup
-			if mode == "captured" {
+			if mode != W2ModeEager {
 				warm += 2
 			}
 			var out *tamiyo.Logits
@@ -349,13 +372,17 @@ func RunW2(o W2Options) (W2Result, map[int]*tamiyo.Graph, error) {
 			}
 			runtime.ReadMemStats(&ms1)
 			syncs := tensor.HostSyncs(o.Device) - syncs0
-			if mode == "eager" {
-				eagerOut = out
-			} else if out != nil && !reflect.DeepEqual(eagerOut, out) {
-				res.CapturedMatchesEager = false
-			}
 			l := Summarise(lat)
 			r := W2ModeResult{Batch: b, Mode: mode, Latency: l}
+			switch {
+			case mode == W2ModeEager:
+				eagerOut = out
+			case out == nil:
+			case mode == W2ModeCapturedTF32:
+				r.MaxAbsDiffVsEager = logitsMaxDiff(eagerOut, out)
+			case !reflect.DeepEqual(eagerOut, out):
+				res.CapturedMatchesEager = false
+			}
 			if reps > 0 {
 				r.AllocsPerForward = float64(ms1.Mallocs-ms0.Mallocs) / float64(reps)
 				r.HostSyncsPerForward = float64(syncs) / float64(reps)
@@ -370,4 +397,40 @@ func RunW2(o W2Options) (W2Result, map[int]*tamiyo.Graph, error) {
 		}
 	}
 	return res, graphs, nil
+}
+
+// logitsMaxDiff returns the largest absolute difference between a's and
+// b's logits and values (+Inf where their shapes differ or one is NaN
+// where the other is not).
+func logitsMaxDiff(a, b *tamiyo.Logits) float64 {
+	if a == nil || b == nil {
+		return math.Inf(1)
+	}
+	var d float64
+	diff := func(x, y []float32) {
+		if len(x) != len(y) {
+			d = math.Inf(1)
+			return
+		}
+		for i := range x {
+			nx, ny := x[i] != x[i], y[i] != y[i]
+			if nx || ny {
+				if nx != ny {
+					d = math.Inf(1)
+				}
+				continue
+			}
+			d = max(d, math.Abs(float64(x[i])-float64(y[i])))
+		}
+	}
+	for h := range a.Heads {
+		if len(a.Heads[h]) != len(b.Heads[h]) {
+			return math.Inf(1)
+		}
+		for e := range a.Heads[h] {
+			diff(a.Heads[h][e], b.Heads[h][e])
+		}
+	}
+	diff(a.Values, b.Values)
+	return d
 }

@@ -23,8 +23,13 @@ const (
 )
 
 // w2PeerModes are the GPU peer's modes (bench/pytorch/w2_gnn.py --device
-// cuda), in the order they are printed.
-var w2PeerModes = []string{"eager", "cuda-graph", "reduce-overhead"}
+// cuda), in the order they are printed; those ending in w2TF32Suffix ran
+// their float32 products as TF32 (torch.set_float32_matmul_precision
+// "high").
+var w2PeerModes = []string{"eager", "cuda-graph", "reduce-overhead", "cuda-graph-tf32", "reduce-overhead-tf32"}
+
+// w2TF32Suffix marks the peer's TF32 modes.
+const w2TF32Suffix = "-tf32"
 
 // readDevicePeer reads the PyTorch peer's report of workload w ("w2",
 // "w4") from a GPU run's --peer-results directory: dir/pytorch_<w>.json
@@ -93,10 +98,14 @@ func w2PeerFigures(peer map[string]any, batch int) []w2PeerFigure {
 }
 
 // w2PeerBest returns the mode of figs with the lowest p95 among those
-// that ran (false when none did).
-func w2PeerBest(figs []w2PeerFigure) (w2PeerFigure, bool) {
+// that ran, of the TF32 modes when tf32 is set and of the fp32 ones when
+// not (false when none did).
+func w2PeerBest(figs []w2PeerFigure, tf32 bool) (w2PeerFigure, bool) {
 	best, ok := w2PeerFigure{P95us: math.Inf(1)}, false
 	for _, f := range figs {
+		if strings.HasSuffix(f.Mode, w2TF32Suffix) != tf32 {
+			continue
+		}
 		if f.Err == "" && f.P95us < best.P95us {
 			best, ok = f, true
 		}
@@ -121,37 +130,45 @@ func w2DevicePeer(stdout io.Writer, dir string, params int) (map[string]any, err
 // w2GPUVerdicts prints W2's GPU verdicts: the captured p95 at batch 64
 // against PERF.md's target and, with a peer, our captured p95 against
 // each of the peer's modes and its best, recorded in ratios.
+// The fp32 captured mode is held to the fp32 peer modes, the TF32 one to
+// the TF32 modes.
 func w2GPUVerdicts(w io.Writer, r *W2Result, peer map[string]any, ratios map[string]any) {
 	for _, b := range r.Batches {
-		cpt := r.Result(b, "captured")
-		if cpt == nil {
-			continue
-		}
-		if b == w2GPUTargetBatch {
-			fmt.Fprintf(w, "batch %d captured p95 %.0f µs %s the PERF.md GPU target of ≤ %d µs\n", b, cpt.Latency.P95us,
-				Verdict(cpt.Latency.P95us <= w2GPUTargetP95usCapt), w2GPUTargetP95usCapt)
-		}
-		if peer == nil || cpt.Latency.P95us <= 0 {
-			continue
-		}
-		figs := w2PeerFigures(peer, b)
-		for _, f := range figs {
-			if f.Err != "" {
-				fmt.Fprintf(w, "batch %d pytorch %s failed: %s\n", b, f.Mode, firstLine(f.Err))
+		for _, mode := range []string{W2ModeCaptured, W2ModeCapturedTF32} {
+			cpt := r.Result(b, mode)
+			if cpt == nil {
 				continue
 			}
-			ratios[fmt.Sprintf("batch%d_captured_speedup_p95_vs_pytorch_%s", b, f.Mode)] = f.P95us / cpt.Latency.P95us
+			tf32 := mode == W2ModeCapturedTF32
+			if b == w2GPUTargetBatch {
+				fmt.Fprintf(w, "batch %d %s p95 %.0f µs %s the PERF.md GPU target of ≤ %d µs\n", b, mode, cpt.Latency.P95us,
+					Verdict(cpt.Latency.P95us <= w2GPUTargetP95usCapt), w2GPUTargetP95usCapt)
+			}
+			if peer == nil || cpt.Latency.P95us <= 0 {
+				continue
+			}
+			figs := w2PeerFigures(peer, b)
+			for _, f := range figs {
+				if strings.HasSuffix(f.Mode, w2TF32Suffix) != tf32 {
+					continue
+				}
+				if f.Err != "" {
+					fmt.Fprintf(w, "batch %d pytorch %s failed: %s\n", b, f.Mode, firstLine(f.Err))
+					continue
+				}
+				ratios[fmt.Sprintf("batch%d_%s_speedup_p95_vs_pytorch_%s", b, mode, f.Mode)] = f.P95us / cpt.Latency.P95us
+			}
+			best, ok := w2PeerBest(figs, tf32)
+			if !ok {
+				fmt.Fprintf(w, "batch %d: no %s mode of the PyTorch peer ran\n", b, map[bool]string{false: "fp32", true: "TF32"}[tf32])
+				continue
+			}
+			s := best.P95us / cpt.Latency.P95us
+			ratios[fmt.Sprintf("batch%d_%s_speedup_p95_vs_pytorch_best", b, mode)] = s
+			ratios[fmt.Sprintf("batch%d_%s_pytorch_best_mode", b, mode)] = best.Mode
+			fmt.Fprintf(w, "batch %d %s p95 %.0f µs vs pytorch's best of its precision (%s) %.0f µs: %.2f× (no PERF.md target)\n",
+				b, mode, cpt.Latency.P95us, best.Mode, best.P95us, s)
 		}
-		best, ok := w2PeerBest(figs)
-		if !ok {
-			fmt.Fprintf(w, "batch %d: no mode of the PyTorch peer ran\n", b)
-			continue
-		}
-		s := best.P95us / cpt.Latency.P95us
-		ratios[fmt.Sprintf("batch%d_captured_speedup_p95_vs_pytorch_best", b)] = s
-		ratios[fmt.Sprintf("batch%d_pytorch_best_mode", b)] = best.Mode
-		fmt.Fprintf(w, "batch %d captured p95 %.0f µs vs pytorch's best (%s) %.0f µs: %.2f× (no PERF.md target)\n",
-			b, cpt.Latency.P95us, best.Mode, best.P95us, s)
 	}
 }
 

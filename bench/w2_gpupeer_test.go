@@ -10,8 +10,9 @@ import (
 )
 
 // w2FakeGPUPeer is a report of w2_gnn.py --device cuda: at batch 64 eager
-// 900 µs, cuda-graph 300 µs, reduce-overhead failed; at batch 1 eager
-// 800 µs, cuda-graph 400 µs, reduce-overhead 250 µs.
+// 900 µs, cuda-graph 300 µs, reduce-overhead failed, cuda-graph-tf32 120
+// µs; at batch 1 eager 800 µs, cuda-graph 400 µs, reduce-overhead 250
+// µs, cuda-graph-tf32 390 µs, reduce-overhead-tf32 240 µs.
 const w2FakeGPUPeer = `{"workload": "W2", "peer": "pytorch", "torch_version": "2.11.0", "device": "cuda:0", "params": 1234,
  "batches": {"1": {"batch": 1, "latency": {"p50_us": 700, "p95_us": 800}, "graphs_per_second": 1400},
              "64": {"batch": 64, "latency": {"p50_us": 850, "p95_us": 900}, "graphs_per_second": 75000}},
@@ -21,7 +22,10 @@ const w2FakeGPUPeer = `{"workload": "W2", "peer": "pytorch", "torch_version": "2
   "cuda-graph": {"1": {"batch": 1, "latency": {"p50_us": 380, "p95_us": 400}, "graphs_per_second": 2600},
                  "64": {"batch": 64, "latency": {"p50_us": 290, "p95_us": 300}, "graphs_per_second": 220000}},
   "reduce-overhead": {"1": {"batch": 1, "latency": {"p50_us": 240, "p95_us": 250}, "graphs_per_second": 4100},
-                      "64": {"batch": 64, "error": "BackendCompilerFailed: inductor\nline 2"}}}}`
+                      "64": {"batch": 64, "error": "BackendCompilerFailed: inductor\nline 2"}},
+  "cuda-graph-tf32": {"1": {"batch": 1, "latency": {"p50_us": 370, "p95_us": 390}, "graphs_per_second": 2700},
+                      "64": {"batch": 64, "latency": {"p50_us": 110, "p95_us": 120}, "graphs_per_second": 580000}},
+  "reduce-overhead-tf32": {"1": {"batch": 1, "latency": {"p50_us": 230, "p95_us": 240}, "graphs_per_second": 4300}}}}`
 
 // writeFakePeer writes data as dir/pytorch_<w>.json.
 func writeFakePeer(t *testing.T, dir, w, data string) {
@@ -30,13 +34,14 @@ func writeFakePeer(t *testing.T, dir, w, data string) {
 }
 
 // w2FakeResult is our side: captured p95 150 µs at batch 64 (or capt64),
-// 500 µs at batch 1.
+// 500 µs at batch 1; with TF32 100 µs at batch 64.
 func w2FakeResult(capt64 float64) *W2Result {
 	return &W2Result{Batches: []int{1, 64}, Params: 1234, Results: []W2ModeResult{
 		{Batch: 1, Mode: "eager", Latency: Latency{P95us: 1900}},
 		{Batch: 1, Mode: "captured", Latency: Latency{P95us: 500}},
 		{Batch: 64, Mode: "eager", Latency: Latency{P95us: 2900}},
 		{Batch: 64, Mode: "captured", Latency: Latency{P95us: capt64}},
+		{Batch: 64, Mode: W2ModeCapturedTF32, Latency: Latency{P95us: 100}},
 	}}
 }
 
@@ -83,19 +88,25 @@ func TestW2PeerFigures(t *testing.T) {
 	peer, _, err := readDevicePeer(dir, "w2")
 	require.NoError(t, err)
 	figs := w2PeerFigures(peer, 64)
-	require.Len(t, figs, 3)
-	require.Equal(t, []string{"eager", "cuda-graph", "reduce-overhead"}, []string{figs[0].Mode, figs[1].Mode, figs[2].Mode})
+	require.Len(t, figs, 4)
+	require.Equal(t, []string{"eager", "cuda-graph", "reduce-overhead", "cuda-graph-tf32"}, []string{figs[0].Mode, figs[1].Mode, figs[2].Mode, figs[3].Mode})
 	require.Equal(t, 300.0, figs[1].P95us)
 	require.Equal(t, 290.0, figs[1].P50us)
 	require.Contains(t, figs[2].Err, "BackendCompilerFailed")
-	best, ok := w2PeerBest(figs)
+	best, ok := w2PeerBest(figs, false)
 	require.True(t, ok)
-	require.Equal(t, "cuda-graph", best.Mode, "the failed mode is never the best")
-	best, ok = w2PeerBest(w2PeerFigures(peer, 1))
+	require.Equal(t, "cuda-graph", best.Mode, "the failed mode is never the best, nor a TF32 one among fp32")
+	best, ok = w2PeerBest(figs, true)
+	require.True(t, ok)
+	require.Equal(t, "cuda-graph-tf32", best.Mode)
+	best, ok = w2PeerBest(w2PeerFigures(peer, 1), false)
 	require.True(t, ok)
 	require.Equal(t, "reduce-overhead", best.Mode)
+	best, ok = w2PeerBest(w2PeerFigures(peer, 1), true)
+	require.True(t, ok)
+	require.Equal(t, "reduce-overhead-tf32", best.Mode)
 	require.Empty(t, w2PeerFigures(peer, 8), "no figures at a batch the peer did not run")
-	_, ok = w2PeerBest([]w2PeerFigure{{Mode: "eager", Err: "boom"}})
+	_, ok = w2PeerBest([]w2PeerFigure{{Mode: "eager", Err: "boom"}}, false)
 	require.False(t, ok)
 
 	cpu := map[string]any{"batches": map[string]any{"1": map[string]any{"latency": map[string]any{"p50_us": 10.0, "p95_us": 12.0}}}}
@@ -118,16 +129,22 @@ func TestW2GPUVerdicts(t *testing.T) {
 	w2GPUVerdicts(&out, w2FakeResult(150), peer, ratios)
 	s := out.String()
 	require.Contains(t, s, "batch 64 captured p95 150 µs meets the PERF.md GPU target of ≤ 200 µs")
-	require.Contains(t, s, "batch 64 captured p95 150 µs vs pytorch's best (cuda-graph) 300 µs: 2.00×")
+	require.Contains(t, s, "batch 64 captured p95 150 µs vs pytorch's best of its precision (cuda-graph) 300 µs: 2.00×")
 	require.Contains(t, s, "batch 64 pytorch reduce-overhead failed: BackendCompilerFailed: inductor\n")
-	require.Contains(t, s, "batch 1 captured p95 500 µs vs pytorch's best (reduce-overhead) 250 µs: 0.50×")
+	require.Contains(t, s, "batch 1 captured p95 500 µs vs pytorch's best of its precision (reduce-overhead) 250 µs: 0.50×")
 	require.NotContains(t, s, "batch 1 captured p95 500 µs meets", "the target is batch 64's")
 	require.InDelta(t, 2.0, ratios["batch64_captured_speedup_p95_vs_pytorch_best"], 1e-12)
-	require.Equal(t, "cuda-graph", ratios["batch64_pytorch_best_mode"])
+	require.Equal(t, "cuda-graph", ratios["batch64_captured_pytorch_best_mode"])
 	require.InDelta(t, 6.0, ratios["batch64_captured_speedup_p95_vs_pytorch_eager"], 1e-12)
 	require.NotContains(t, ratios, "batch64_captured_speedup_p95_vs_pytorch_reduce-overhead")
 	require.InDelta(t, 0.5, ratios["batch1_captured_speedup_p95_vs_pytorch_best"], 1e-12)
-	require.Equal(t, "reduce-overhead", ratios["batch1_pytorch_best_mode"])
+	require.Equal(t, "reduce-overhead", ratios["batch1_captured_pytorch_best_mode"])
+	// TF32 against the peer's TF32 modes alone.
+	require.Contains(t, s, "batch 64 captured-tf32 p95 100 µs meets the PERF.md GPU target of ≤ 200 µs")
+	require.Contains(t, s, "batch 64 captured-tf32 p95 100 µs vs pytorch's best of its precision (cuda-graph-tf32) 120 µs: 1.20×")
+	require.InDelta(t, 1.2, ratios["batch64_captured-tf32_speedup_p95_vs_pytorch_best"], 1e-12)
+	require.NotContains(t, ratios, "batch64_captured-tf32_speedup_p95_vs_pytorch_cuda-graph")
+	require.NotContains(t, ratios, "batch64_captured_speedup_p95_vs_pytorch_cuda-graph-tf32")
 
 	out.Reset()
 	ratios = map[string]any{}

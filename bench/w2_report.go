@@ -46,7 +46,9 @@ func BenchW2(stdout, stderr io.Writer, c Config, dev tensor.Device) error {
 		batches = []int{1}
 	}
 	fmt.Fprintf(stdout, "  hetero-GNN policy on the 3-slot CNN host graph (2 live seeds), batches %v, eager and captured ...\n", batches)
-	r, graphs, err := RunW2(W2Options{Batches: batches, Reps: c.Reps, Warmup: c.Warmup, Device: dev, Progress: progressEvery(stdout)})
+	// On CUDA the captured forward is timed with TF32 products too, beside
+	// the peer's TF32 modes (TF32 changes nothing on the CPU or sim).
+	r, graphs, err := RunW2(W2Options{Batches: batches, Reps: c.Reps, Warmup: c.Warmup, Device: dev, Progress: progressEvery(stdout), TF32: cuda})
 	if err != nil {
 		return err
 	}
@@ -109,12 +111,17 @@ func BenchW2(stdout, stderr io.Writer, c Config, dev tensor.Device) error {
 	fmt.Fprintln(tw, "\tp50 ms\tp95 ms\tgraphs/s\teff. GFLOP/s\tallocs/fwd\tvs pytorch p95\t")
 	for _, b := range r.Batches {
 		pp95 := Figure(peer, "batches", fmt.Sprint(b), "latency", "p95_us")
-		vs := pp95 // the column "vs pytorch": its eager p95 on the CPU, its best mode's on a GPU
-		if best, ok := w2PeerBest(w2PeerFigures(peer, b)); cuda && ok {
-			vs = best.P95us
-		}
-		for _, mode := range []string{"eager", "captured"} {
+		for _, mode := range []string{W2ModeEager, W2ModeCaptured, W2ModeCapturedTF32} {
 			x := r.Result(b, mode)
+			if x == nil {
+				continue
+			}
+			// The column "vs pytorch": its eager p95 on the CPU, its best
+			// mode's of the same precision on a GPU.
+			vs := pp95
+			if best, ok := w2PeerBest(w2PeerFigures(peer, b), mode == W2ModeCapturedTF32); cuda && ok {
+				vs = best.P95us
+			}
 			fmt.Fprintf(tw, "batch %d esper %s\t%.2f\t%.2f\t%.0f\t%.1f\t%.0f\t%s\t\n", b, mode, x.Latency.P50us/1e3, x.Latency.P95us/1e3,
 				x.GraphsPerSec, x.GFLOPS, x.AllocsPerForward, Ratio(vs, x.Latency.P95us))
 			if peer != nil && pp95 > 0 { // against the peer's eager mode
@@ -147,7 +154,10 @@ func BenchW2(stdout, stderr io.Writer, c Config, dev tensor.Device) error {
 	}
 	for _, x := range r.Results {
 		if x.GraphNodes > 0 {
-			fmt.Fprintf(stdout, "batch %d captured: %d graph nodes per forward\n", x.Batch, x.GraphNodes)
+			fmt.Fprintf(stdout, "batch %d %s: %d graph nodes per forward\n", x.Batch, x.Mode, x.GraphNodes)
+		}
+		if x.Mode == W2ModeCapturedTF32 {
+			fmt.Fprintf(stdout, "batch %d %s: logits and values within %.2g of the eager fp32 forward's\n", x.Batch, x.Mode, x.MaxAbsDiffVsEager)
 		}
 	}
 	fmt.Fprintf(stdout, "%.1f MFLOP per graph (matrix products); captured logits %s eager\n", r.FLOPPerGraph/1e6,

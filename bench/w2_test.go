@@ -83,14 +83,23 @@ func TestW2PeerSameNetwork(t *testing.T) {
 }
 
 // TestW2OnSimOneSyncPerForward: the policy on the sim device reads its
-// logits and values back once per forward, eager or captured, at any
-// batch size; the CPU reads nothing. BenchW2 on sim prints the counts
+// logits and values back once per forward, eager or captured (TF32
+// too, which changes nothing there), at any batch size; the CPU reads
+// nothing. BenchW2 on sim prints the counts
 // and refuses --compare.
 func TestW2OnSimOneSyncPerForward(t *testing.T) {
 	for _, dev := range []tensor.Device{tensor.CPU, tensor.Sim(0)} {
-		r, _, err := RunW2(W2Options{Batches: []int{1, 3}, Reps: 3, Warmup: 1, Policy: w2Small, Device: dev})
+		r, _, err := RunW2(W2Options{Batches: []int{1, 3}, Reps: 3, Warmup: 1, Policy: w2Small, Device: dev, TF32: true})
 		require.NoError(t, err)
 		require.True(t, r.CapturedMatchesEager)
+		require.Len(t, r.Results, 6, "eager, captured and captured-tf32 per batch size")
+		for _, b := range r.Batches {
+			x := r.Result(b, W2ModeCapturedTF32)
+			require.NotNil(t, x)
+			require.Positive(t, x.GraphNodes)
+			// The CPU's kernels compute fp32 whatever the precision.
+			require.Zero(t, x.MaxAbsDiffVsEager, "%v batch %d", dev, b)
+		}
 		for _, x := range r.Results {
 			want := 1.0
 			if dev.IsCPU() {

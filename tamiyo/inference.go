@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/tensor"
 )
@@ -39,6 +40,9 @@ type Inference struct {
 	// addresses, which the captured graph for them reads in place
 	// (autograd's BoundInputs), so a replay copies no inputs.
 	staged stagingBuffers
+	// tf32 runs the forward's F32 products at kernels.High
+	// (InferenceOptions.TF32).
+	tf32 bool
 	// params are the policy's parameters, whose tensors a captured
 	// forward reads at the addresses it recorded: version hashes where
 	// they are, so that a move (an optimizer's arena repointing them, a
@@ -66,6 +70,14 @@ type InferenceOptions struct {
 	// capture failed (the error wraps autograd.ErrCaptureFailed); that
 	// shape then runs eagerly.
 	OnFallback func(err error)
+	// TF32 runs the forward's F32 matrix products on TF32 tensor cores
+	// (kernels.High, PyTorch's "high" float32 matmul precision) where the
+	// device has them: a CUDA device of compute capability 8.0 or newer.
+	// The CPU and sim always compute fp32. The logits then differ from
+	// fp32 ones by TF32's rounding (10-bit mantissas in the products).
+	// The backend's precision is set for each forward and put back to
+	// the default, Highest, after it.
+	TF32 bool
 }
 
 // NewInference prepares p for inference. It switches p to evaluation mode
@@ -83,7 +95,7 @@ func NewInference(p *Policy, o InferenceOptions) (*Inference, error) {
 		o.CacheSize = DefaultInferenceCacheSize
 	}
 	p.SetTraining(false)
-	in := &Inference{p: p}
+	in := &Inference{p: p, tf32: o.TF32}
 	if !o.NoCapture {
 		in.params = p.Parameters()
 		in.captured = autograd.Capture(in.step, autograd.CaptureOptions{
@@ -150,6 +162,11 @@ func (in *Inference) forward(g *Graph) (lg *Logits, err error) {
 	dev, err := in.p.followDevice()
 	if err != nil {
 		return nil, fmt.Errorf("tamiyo: inference forward: %w", err)
+	}
+	if in.tf32 {
+		be := kernels.For(dev)
+		be.SetMatmulPrecision(kernels.High)
+		defer be.SetMatmulPrecision(kernels.Highest)
 	}
 	gt, err := newGraphTensors(g, in.p.opts.DType, dev, &in.staged)
 	if err != nil {

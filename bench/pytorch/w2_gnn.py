@@ -26,10 +26,13 @@ initialisation (speed does not depend on them); the parameter count is
 reported so that the caller can check that both sides built the same
 network.
 
---device cuda runs it on the GPU in three modes: eager, "cuda-graph" (the
-forward captured once with torch.cuda.graph and replayed) and
+--device cuda runs it on the GPU in five modes: eager, "cuda-graph" (the
+forward captured once with torch.cuda.graph and replayed),
 "reduce-overhead" (torch.compile(mode="reduce-overhead"), a new CUDA-graph
-step marked before each call).  There each timed call is what esper's
+step marked before each call), and the last two again with TF32 products
+("cuda-graph-tf32", "reduce-overhead-tf32":
+torch.set_float32_matmul_precision("high"), the others run "highest"),
+beside esper's captured-tf32 mode.  There each timed call is what esper's
 tamiyo.Inference.Forward does: the graph's float features uploaded (one
 copy of a packed pinned buffer), the forward, the logits and the value
 copied back to the host (which waits for the device; the clock is
@@ -81,8 +84,9 @@ def parse_args(argv):
     ap.add_argument("--threads", type=int, default=2, help="torch intra-op threads (default 2)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the weights (default 0)")
     ap.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]")
-    ap.add_argument("--modes", help="comma-separated: eager, cuda-graph, reduce-overhead (default: all three on cuda, "
-                    "eager on the cpu; eager always runs, as the others' reference)")
+    ap.add_argument("--modes", help="comma-separated: eager, cuda-graph, reduce-overhead, cuda-graph-tf32, "
+                    "reduce-overhead-tf32 (default: all five on cuda, eager on the cpu; eager always runs, as the "
+                    "others' reference)")
     ap.add_argument("--json", metavar="PATH", help="write the result as JSON to PATH")
     return ap.parse_args(argv)
 
@@ -350,7 +354,7 @@ def device_runner(torch, model, g, mode, warmup):
         def call():
             feats.copy_(host, non_blocking=True)
             return bound(feats).cpu()
-    elif mode == "cuda-graph":
+    elif mode in ("cuda-graph", "cuda-graph-tf32"):
         # Warm up on a side stream, then capture the forward reading the
         # static feature buffer; each call copies the features in, replays
         # and reads the static output.
@@ -369,7 +373,7 @@ def device_runner(torch, model, g, mode, warmup):
             feats.copy_(host, non_blocking=True)
             graph.replay()
             return static_out.cpu()
-    elif mode == "reduce-overhead":
+    elif mode in ("reduce-overhead", "reduce-overhead-tf32"):
         torch._dynamo.reset()  # one compile per batch size, nothing carried over
         compiled = torch.compile(bound, mode="reduce-overhead", dynamic=False)
 
@@ -384,7 +388,7 @@ def device_runner(torch, model, g, mode, warmup):
     # Warm-up outside the timing (the compiled mode's first calls compile,
     # warm up and record its graphs).
     out = None
-    for _ in range(max(warmup, 3 if mode == "reduce-overhead" else 1)):
+    for _ in range(max(warmup, 3 if mode.startswith("reduce-overhead") else 1)):
         out = call()
     if dev.type == "cuda":
         torch.cuda.synchronize()
@@ -399,10 +403,11 @@ def main(argv=None):
     import torch
 
     dev, cuda = peer_device(torch, "w2_gnn.py", args.device)
-    modes = args.modes.split(",") if args.modes else (["eager", "cuda-graph", "reduce-overhead"] if cuda else ["eager"])
+    all_modes = ["eager", "cuda-graph", "reduce-overhead", "cuda-graph-tf32", "reduce-overhead-tf32"]
+    modes = args.modes.split(",") if args.modes else (all_modes if cuda else ["eager"])
     for m in modes:
-        if m not in ("eager", "cuda-graph", "reduce-overhead"):
-            raise SystemExit("w2_gnn.py: unknown mode %r (eager, cuda-graph, reduce-overhead)" % m)
+        if m not in all_modes:
+            raise SystemExit("w2_gnn.py: unknown mode %r (%s)" % (m, ", ".join(all_modes)))
         if m != "eager" and not cuda:
             raise SystemExit("w2_gnn.py: mode %s needs --device cuda" % m)
     if "eager" not in modes:
@@ -453,6 +458,10 @@ def main(argv=None):
               for b in batches}
     ref = {}
     for mode in modes:
+        # The -tf32 modes run their float32 products on TF32 tensor cores
+        # (PyTorch's "high" precision); the others at "highest" (fp32).
+        tf32 = mode.endswith("-tf32")
+        torch.set_float32_matmul_precision("high" if tf32 else "highest")
         for b, n in zip(batches, reps):
             g = graphs[b]
             try:
@@ -470,7 +479,8 @@ def main(argv=None):
                         out = call()
                         lat_ns.append(clock() - t0)
                 lat = latency([v / 1000.0 for v in lat_ns])
-                row = {"batch": b, "reps": n, "latency": lat, "graphs_per_second": b / (lat["mean_us"] / 1e6)}
+                row = {"batch": b, "reps": n, "latency": lat, "graphs_per_second": b / (lat["mean_us"] / 1e6),
+                       "float32_matmul_precision": torch.get_float32_matmul_precision()}
                 if cuda:
                     if mode == "eager":
                         ref[b] = out
@@ -491,6 +501,7 @@ def main(argv=None):
                     torch.__version__, dev, result["threads"], b, mode, n, args.warmup,
                     row["latency"]["p50_us"], row["latency"]["p95_us"]), flush=True)
             save()
+    torch.set_float32_matmul_precision("highest")
     save()
     if failed:
         print("w2_gnn.py: %s failed (the others' figures are written)" % ", ".join(failed), file=sys.stderr)
