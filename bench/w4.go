@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/esper-go/esper/autograd"
 	"math/rand/v2"
 	"os"
 	"runtime"
@@ -168,6 +169,16 @@ type W4Work struct {
 	// waited for (its environment's step, and the reset when its episode
 	// ended there): 0 on the CPU.
 	Syncs []int `json:"host_syncs"`
+	// Captures, EagerCalls and Replays are the environments' trainers'
+	// captured-region figures over the measured bare loop (training
+	// steps, validation batches and passes, whole epochs; zero without
+	// W4Options.Capture): a new shape or guard — a germination, a stage
+	// change, an episode's new host — costs an eager warm-up call and a
+	// capture. CaptureSeconds is the wall time the captures took.
+	Captures       int     `json:"captures"`
+	EagerCalls     int     `json:"eager_calls"`
+	Replays        int     `json:"replays"`
+	CaptureSeconds float64 `json:"capture_seconds"`
 }
 
 // SeedTotals are the seed-epochs of the measured env-epochs (one per seed
@@ -279,18 +290,51 @@ type w4Env struct {
 	dev tensor.Device
 	// syncs are the environment's since the census took them last.
 	syncs uint64
+	// captures are its trainers' capture figures over the calls since
+	// the census took them last.
+	captures autograd.CaptureStats
 }
 
 func (e *w4Env) Reset() (simic.TamiyoObs, error) {
 	s0 := tensor.HostSyncs(e.dev)
+	defer e.countCaptures()()
 	defer func() { e.syncs += tensor.HostSyncs(e.dev) - s0 }()
 	return e.EsperEnv.Reset()
 }
 
 func (e *w4Env) Step(a []int) (simic.StepResult[simic.TamiyoObs], error) {
 	s0 := tensor.HostSyncs(e.dev)
+	defer e.countCaptures()()
 	defer func() { e.syncs += tensor.HostSyncs(e.dev) - s0 }()
 	return e.EsperEnv.Step(a)
+}
+
+// countCaptures notes the trainer's capture figures and returns the
+// function that adds what a call did to e.captures: the growth of the
+// trainer's, and all of a new trainer's when the call replaced it (an
+// episode's reset).
+func (e *w4Env) countCaptures() func() {
+	tr := e.Trainer()
+	var s0 autograd.CaptureStats
+	if tr != nil {
+		s0 = tr.CaptureStats()
+	}
+	return func() {
+		if tr != nil {
+			addCaptures(&e.captures, tr.CaptureStats(), s0)
+		}
+		if now := e.Trainer(); now != nil && now != tr {
+			addCaptures(&e.captures, now.CaptureStats(), autograd.CaptureStats{})
+		}
+	}
+}
+
+// addCaptures adds the figures of b less those of a to s.
+func addCaptures(s *autograd.CaptureStats, b, a autograd.CaptureStats) {
+	s.Captures += b.Captures - a.Captures
+	s.Replays += b.Replays - a.Replays
+	s.EagerCalls += b.EagerCalls - a.EagerCalls
+	s.CaptureTime += b.CaptureTime - a.CaptureTime
 }
 
 // take returns the syncs counted since the last take.
@@ -397,15 +441,23 @@ func (r *w4Rig) step(work *W4Work) error {
 		}
 		w4Census(e, work)
 		work.Syncs = append(work.Syncs, int(r.wrap[i].take()))
+		c := r.wrap[i].captures
+		work.Captures += c.Captures
+		work.EagerCalls += c.EagerCalls
+		work.Replays += c.Replays
+		work.CaptureSeconds += c.CaptureTime.Seconds()
+		r.wrap[i].captures = autograd.CaptureStats{}
 	}
 	return nil
 }
 
-// takeSyncs returns the environments' host syncs since the last take.
+// takeSyncs returns the environments' host syncs since the last take
+// (and drops their capture figures, which the census did not take).
 func (r *w4Rig) takeSyncs() uint64 {
 	var n uint64
 	for _, w := range r.wrap {
 		n += w.take()
+		w.captures = autograd.CaptureStats{}
 	}
 	return n
 }

@@ -165,6 +165,10 @@ func BenchW4(stdout, stderr io.Writer, c Config, dev tensor.Device) error {
 	fmt.Fprintf(stdout, "bare loop work (%d env-epochs): %.2f live seeds per env-epoch (%.0f seed parameters; host %d, policy %d), %d seed-epochs run, %d germinations, %d fused counterfactual configurations, %d ablation passes, %d rollbacks, %d episodes ended\n",
 		r.Bare.EnvEpochs, w.LiveSeeds, w.SeedParams, r.HostParams, r.PolicyParams, seeds, w.Germinations, total(w.Configs), total(w.Ablations), w.Rollbacks, w.Episodes)
 	fmt.Fprintf(stdout, "bare loop time: %.2f s, of which %.2f s in the policy's batched Act\n", r.Bare.Seconds, r.Bare.PolicySeconds)
+	if w := r.Work; w.Captures+w.EagerCalls+w.Replays > 0 {
+		fmt.Fprintf(stdout, "bare loop captured regions (the environments' trainers): %d replays, %d captures taking %.3f s, %d eager calls (warm-ups and fallbacks)\n",
+			w.Replays, w.Captures, w.CaptureSeconds, w.EagerCalls)
+	}
 	if peer != nil {
 		fmt.Fprintf(stdout, "pytorch bare loop time: %.2f s: policy %.2f s, training %.2f s, validation %.2f s, ablation passes %.2f s, fused counterfactual %.2f s\n",
 			Figure(peer, "seconds"), Figure(peer, "phase_seconds", "policy"), Figure(peer, "phase_seconds", "train"), Figure(peer, "phase_seconds", "validation"),

@@ -319,3 +319,22 @@ func BenchmarkW4HostEpoch(b *testing.B) {
 		})
 	}
 }
+
+// TestW4CountsCaptures: with captured host steps the measured bare loop
+// reports its trainers' replays (and no capture figures without them).
+func TestW4CountsCaptures(t *testing.T) {
+	for _, capture := range []bool{false, true} {
+		o := w4Tiny
+		o.Envs, o.Train, o.Steps, o.Warmup, o.MaxEpochs, o.PPORounds = 2, 32, 4, 1, 4, -1
+		o.Device, o.Capture = tensor.Sim(0), capture
+		r, err := RunW4(o)
+		require.NoError(t, err)
+		w := r.Work
+		if !capture {
+			require.Zero(t, w.Captures+w.Replays+w.EagerCalls, "no captured regions")
+			continue
+		}
+		require.Positive(t, w.Replays, "captured steps replay")
+		require.GreaterOrEqual(t, w.CaptureSeconds, 0.0)
+	}
+}

@@ -1071,6 +1071,14 @@ func (t *Trainer) EpochGraphNodes() int {
 	return t.epoch.captured.Launches()
 }
 
+// CaptureStats returns the trainer's capture figures so far: the sums
+// over its captured training step, validation batch, validation pass and
+// whole epoch (captures, replays, eager calls, cached graphs and the
+// time spent capturing; all zero without TrainerOptions.Capture). A
+// capture happens for each new shape or guard (a germination, a stage
+// change), after an eager warm-up call.
+func (t *Trainer) CaptureStats() autograd.CaptureStats { return t.captureStats() }
+
 // captureStats sums the train step's and the evaluation's capture
 // figures (both zero without TrainerOptions.Capture).
 func (t *Trainer) captureStats() autograd.CaptureStats {
