@@ -92,6 +92,27 @@ func GATAggregate(hs, hd, attr, we, attSrc, attDst, attEdge, bias *Var, e GraphE
 // kernels.GraphMultiAggregator device; otherwise GATAggregate per relation,
 // summed left to right and scaled by 1/len(rels).
 func GATMean(rels []GATRelation, heads int, slope float64) *Var {
+	return gatMean(rels, heads, slope, nil)
+}
+
+// gatEpilogue is GATMeanAct's activation and residual.
+type gatEpilogue struct {
+	act kernels.UnaryOp
+	res *Var
+}
+
+// GATMeanAct is ScaleActAdd(GATMean(rels, heads, slope), 1, act, res): a
+// GAT layer's output with its activation and residual (res may be nil).
+// Fused on a kernels.GraphMultiAggregator device (as GATMean is, and res
+// F32 and contiguous), the relations, the activation and the residual
+// are one launch; otherwise GATMean then ScaleActAdd, with their
+// gradients where they are recorded.
+func GATMeanAct(rels []GATRelation, heads int, slope float64, act kernels.UnaryOp, res *Var) *Var {
+	return gatMean(rels, heads, slope, &gatEpilogue{act: act, res: res})
+}
+
+// gatMean is GATMean, with the epilogue ep when not nil.
+func gatMean(rels []GATRelation, heads int, slope float64, ep *gatEpilogue) *Var {
 	if len(rels) == 0 {
 		panic("autograd: gat_mean: no relations")
 	}
@@ -101,6 +122,9 @@ func GATMean(rels []GATRelation, heads int, slope float64) *Var {
 			panic(fmt.Sprintf("autograd: gat_mean: heads %d, want ≥ 1, and relations into one node type (%d nodes) with [C] biases of one width", heads, nd))
 		}
 		c = r.Bias.Shape()[0]
+	}
+	if ep != nil && ep.res != nil && !tensor.SameShape(ep.res.Shape(), []int{nd, c}) {
+		panic(fmt.Sprintf("autograd: gat_mean_act: residual shape %v, want [%d, %d]", ep.res.Shape(), nd, c))
 	}
 	if g, ok := fusedGATMean(rels); ok {
 		out := alloc(rels[0].Bias.Value, rels[0].Bias.Value.DType(), nd, c)
@@ -115,12 +139,21 @@ func GATMean(rels []GATRelation, heads int, slope float64) *Var {
 				ops[i] = append(ops[i], t)
 			}
 		}
-		if gm, ok := g.(kernels.GraphMultiAggregator); ok && len(rels) > 1 {
+		gm, multi := g.(kernels.GraphMultiAggregator)
+		if ep != nil && multi && (ep.res == nil || (ep.res.Value.DType() == tensor.F32 && ep.res.Value.IsContiguous() && !(GradEnabled() && ep.res.RequiresGrad()))) {
+			var rv *tensor.Tensor
+			if ep.res != nil {
+				rv = ep.res.Value
+			}
+			gm.GATMeanAct(out, ops[0], ops[1], ops[2], ops[3], ops[4], ops[5], ops[6], ops[7], ops[8], ops[9], ops[10], heads, slope, ep.act, rv)
+			return Const(out)
+		}
+		if multi && len(rels) > 1 {
 			gm.GATMean(out, ops[0], ops[1], ops[2], ops[3], ops[4], ops[5], ops[6], ops[7], ops[8], ops[9], ops[10], heads, slope)
 		} else {
 			kernels.GATMeanOps(g, out, ops[0], ops[1], ops[2], ops[3], ops[4], ops[5], ops[6], ops[7], ops[8], ops[9], ops[10], heads, slope)
 		}
-		return Const(out)
+		return withEpilogue(Const(out), ep)
 	}
 	var acc *Var
 	for i, r := range rels {
@@ -134,7 +167,16 @@ func GATMean(rels []GATRelation, heads int, slope float64) *Var {
 	if len(rels) > 1 {
 		acc = MulScalar(acc, 1/float64(len(rels)))
 	}
-	return acc
+	return withEpilogue(acc, ep)
+}
+
+// withEpilogue applies ep to x (ScaleActAdd with s = 1), or returns x
+// when ep is nil.
+func withEpilogue(x *Var, ep *gatEpilogue) *Var {
+	if ep == nil {
+		return x
+	}
+	return ScaleActAdd(x, 1, ep.act, ep.res)
 }
 
 // fusedGATMean is fusedGraph over every operand of rels.

@@ -5,6 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/tensor"
 )
 
@@ -125,6 +126,104 @@ func TestLinearSumGathered(t *testing.T) {
 			require.Equal(t, 3, n, "GatherConcat, the weights' Concat and the product")
 		} else {
 			sameVars(t, "not joined: the CPU's", got, cpu)
+		}
+	}
+}
+
+// gatCounter counts a sim backend's graph and ScaleActAdd calls, passing
+// them on.
+type gatCounter struct {
+	kernels.Backend
+	mean, meanAct, scaleAct int
+}
+
+func (b *gatCounter) GATAggregate(out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order *tensor.Tensor, heads int, slope, alpha float64, accumulate bool) {
+	b.Backend.(kernels.GraphAggregator).GATAggregate(out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order, heads, slope, alpha, accumulate)
+}
+
+func (b *gatCounter) GatherMean(out, x, src, rowPtr, order *tensor.Tensor) {
+	b.Backend.(kernels.GraphAggregator).GatherMean(out, x, src, rowPtr, order)
+}
+
+func (b *gatCounter) GATMean(out *tensor.Tensor, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order []*tensor.Tensor, heads int, slope float64) {
+	b.mean++
+	b.Backend.(kernels.GraphMultiAggregator).GATMean(out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order, heads, slope)
+}
+
+func (b *gatCounter) GATMeanAct(out *tensor.Tensor, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order []*tensor.Tensor, heads int, slope float64, act kernels.UnaryOp, res *tensor.Tensor) {
+	b.meanAct++
+	b.Backend.(kernels.GraphMultiAggregator).GATMeanAct(out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order, heads, slope, act, res)
+}
+
+func (b *gatCounter) GatherConcat(out *tensor.Tensor, xs, src, rowPtr, order []*tensor.Tensor, ones int) {
+	b.Backend.(kernels.GraphMultiAggregator).GatherConcat(out, xs, src, rowPtr, order, ones)
+}
+
+func (b *gatCounter) ScaleActAdd(dst, x *tensor.Tensor, s float64, act kernels.UnaryOp, r *tensor.Tensor) {
+	b.scaleAct++
+	b.Backend.(kernels.ScaleActAdder).ScaleActAdd(dst, x, s, act, r)
+}
+
+// TestGATMeanActOneCall: GATMeanAct is ScaleActAdd(GATMean(...), 1, act,
+// res) bit for bit, with and without the residual, in inference one
+// GATMeanAct call on a kernels.GraphMultiAggregator device; with
+// gradients the unfused ops, equal to rounding, and the gradients reach
+// the residual.
+func TestGATMeanActOneCall(t *testing.T) {
+	rng := tensor.NewRNG(14)
+	const nd, heads, c, f = 5, 2, 4, 3
+	p := func(shape ...int) *Var { return Param(tensor.Normal(rng, tensor.F32, 0, 1, shape...)) }
+	rel := func(ns, e int) GATRelation {
+		return GATRelation{Hs: p(ns, heads*c), Hd: p(nd, heads*c), Attr: p(e, f), We: p(heads*c, f),
+			AttSrc: p(1, heads, c), AttDst: p(1, heads, c), AttEdge: p(1, heads, c), Bias: p(c), Edges: gatCase(t, rng, ns, nd, e)}
+	}
+	rels := []GATRelation{rel(6, 17), rel(4, 9)}
+	res := p(nd, c)
+	dev := tensor.Sim(7)
+	orig := kernels.For(dev)
+	t.Cleanup(func() { kernels.Register(orig) })
+	cnt := &gatCounter{Backend: orig}
+	kernels.Register(cnt)
+	sim := make([]GATRelation, len(rels))
+	for i, r := range rels {
+		on := func(v *Var) *Var {
+			d, err := v.Value.ToDevice(dev)
+			require.NoError(t, err)
+			return Param(d)
+		}
+		e := GraphEdges{NumDst: nd}
+		for _, q := range []struct{ dst, src **tensor.Tensor }{{&e.Src, &r.Edges.Src}, {&e.Dst, &r.Edges.Dst}, {&e.RowPtr, &r.Edges.RowPtr}, {&e.Order, &r.Edges.Order}} {
+			d, err := (*q.src).ToDevice(dev)
+			require.NoError(t, err)
+			*q.dst = d
+		}
+		sim[i] = GATRelation{Hs: on(r.Hs), Hd: on(r.Hd), Attr: on(r.Attr), We: on(r.We), AttSrc: on(r.AttSrc), AttDst: on(r.AttDst),
+			AttEdge: on(r.AttEdge), Bias: on(r.Bias), Edges: e}
+	}
+	dres, err := res.Value.ToDevice(dev)
+	require.NoError(t, err)
+	for _, withRes := range []bool{false, true} {
+		var r, dr *Var
+		if withRes {
+			r, dr = res, Param(dres)
+		}
+		var want, got *Var
+		InferenceMode(func() { want = ScaleActAdd(GATMean(rels, heads, 0.2), 1, kernels.GeluErf, r) })
+		*cnt = gatCounter{Backend: orig}
+		InferenceMode(func() { got = GATMeanAct(sim, heads, 0.2, kernels.GeluErf, dr) })
+		sameVars(t, "GATMeanAct", got, want)
+		require.Equal(t, 1, cnt.meanAct, "residual %v: one call", withRes)
+		require.Zero(t, cnt.mean+cnt.scaleAct, "residual %v", withRes)
+
+		// With gradients: the unfused ops (GATAggregate's gather,
+		// segment-softmax and reductions), the same values to rounding.
+		*cnt = gatCounter{Backend: orig}
+		got = GATMeanAct(sim, heads, 0.2, kernels.GeluErf, dr)
+		closeVars(t, "GATMeanAct with gradients", got, want)
+		require.Zero(t, cnt.meanAct)
+		Backward(SumAll(got))
+		if withRes {
+			require.NotNil(t, dr.Grad, "the residual's gradient")
 		}
 	}
 }

@@ -311,6 +311,10 @@ type GraphMultiAggregator interface {
 	// one out [Nd, C] and one heads. Relation 0 writes out = r₀/R and
 	// each further relation adds its rᵢ/R, in order (GATMeanOps).
 	GATMean(out *T, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order []*T, heads int, slope float64)
+	// GATMeanAct is GATMean followed by the layer's activation and
+	// residual in place: out = act(out) + res (res nil: no addition), as
+	// ScaleActAdd with s = 1 computes it (GATMeanActOps).
+	GATMeanAct(out *T, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order []*T, heads int, slope float64, act UnaryOp, res *T)
 	// GatherConcat writes out [Nd, W] column block by column block:
 	// piece i takes xs[i]'s width; with a CSR (src[i], rowPtr[i] and
 	// order[i]) it is GatherMean of xs[i] [Ns, w] over it, without one
@@ -331,6 +335,13 @@ func GATMeanOps(ga GraphAggregator, out *T, hs, hd, attr, we, attSrc, attDst, at
 	for i := 0; i < r; i++ {
 		ga.GATAggregate(out, hs[i], hd[i], attr[i], we[i], attSrc[i], attDst[i], attEdge[i], bias[i], src[i], rowPtr[i], order[i], heads, slope, alpha, i > 0)
 	}
+}
+
+// GATMeanActOps is GraphMultiAggregator.GATMeanAct through
+// GATAggregate and be's ScaleActAdd ops (ScaleActAddOps).
+func GATMeanActOps(be Backend, ga GraphAggregator, out *T, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order []*T, heads int, slope float64, act UnaryOp, res *T) {
+	GATMeanOps(ga, out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order, heads, slope)
+	ScaleActAddOps(be, out, out, 1, act, res)
 }
 
 // CheckGATMean checks the slices of a GATMean (each operand slice of one

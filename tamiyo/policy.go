@@ -485,36 +485,34 @@ func (p *Policy) run(gt *graphTensors) *PolicyOutput {
 		}
 		h[t] = p.enc[t].forward(x)
 	}
-	// Message passing: the layer's scale (the SAGE mean over relations),
-	// GELU, residual where widths match (autograd.ScaleActAdd: one launch
-	// in inference on CUDA), dropout.
-	type layerOut = func([NumNodeTypes]*autograd.Var) ([NumNodeTypes]*autograd.Var, [NumNodeTypes]float64)
-	gat := func(l *gatLayer) layerOut {
-		return func(x [NumNodeTypes]*autograd.Var) ([NumNodeTypes]*autograd.Var, [NumNodeTypes]float64) {
-			var one [NumNodeTypes]float64
-			for t := range one {
-				one[t] = 1
-			}
-			return l.forward(x, gt), one
+	// Message passing: after each layer GELU of its output at the layer's
+	// scale (the SAGE mean over relations), the residual where widths
+	// match, dropout. SAGE applies them with autograd.ScaleActAdd (one
+	// launch in inference on CUDA); GAT in its aggregation's launch
+	// (autograd.GATMeanAct).
+	activate := func(out [NumNodeTypes]*autograd.Var, scale [NumNodeTypes]float64, h [NumNodeTypes]*autograd.Var) [NumNodeTypes]*autograd.Var {
+		for t := range out {
+			out[t] = autograd.ScaleActAdd(out[t], scale[t], kernels.GeluErf, residual(out[t].Shape(), h[t]))
 		}
+		return out
 	}
-	layers := []layerOut{
-		func(x [NumNodeTypes]*autograd.Var) ([NumNodeTypes]*autograd.Var, [NumNodeTypes]float64) {
-			return p.sage[0].forward(x, gt)
+	type layer = func([NumNodeTypes]*autograd.Var) [NumNodeTypes]*autograd.Var
+	layers := []layer{
+		func(h [NumNodeTypes]*autograd.Var) [NumNodeTypes]*autograd.Var {
+			out, scale := p.sage[0].forward(h, gt)
+			return activate(out, scale, h)
 		},
-		func(x [NumNodeTypes]*autograd.Var) ([NumNodeTypes]*autograd.Var, [NumNodeTypes]float64) {
-			return p.sage[1].forward(x, gt)
+		func(h [NumNodeTypes]*autograd.Var) [NumNodeTypes]*autograd.Var {
+			out, scale := p.sage[1].forward(h, gt)
+			return activate(out, scale, h)
 		},
-		gat(p.gat[0]), gat(p.gat[1]),
+		func(h [NumNodeTypes]*autograd.Var) [NumNodeTypes]*autograd.Var { return p.gat[0].forward(h, gt) },
+		func(h [NumNodeTypes]*autograd.Var) [NumNodeTypes]*autograd.Var { return p.gat[1].forward(h, gt) },
 	}
 	for i, layer := range layers {
-		out, scale := layer(h)
+		out := layer(h)
 		for t := range out {
-			var res *autograd.Var
-			if tensor.SameShape(out[t].Shape(), h[t].Shape()) {
-				res = h[t]
-			}
-			h[t] = p.drop[i].Forward(autograd.ScaleActAdd(out[t], scale[t], kernels.GeluErf, res))
+			h[t] = p.drop[i].Forward(out[t])
 		}
 	}
 
@@ -646,6 +644,10 @@ func newGATLayer(rng *rand.Rand, in, out, heads int, dt tensor.DType) *gatLayer 
 	return l
 }
 
+// forward returns, per node type, GELU of the mean over the relations
+// into it plus the input where the widths match (the layer's activation
+// and residual, in the aggregation's launch where the device fuses
+// them).
 func (l *gatLayer) forward(x [NumNodeTypes]*autograd.Var, gt *graphTensors) [NumNodeTypes]*autograd.Var {
 	// The projections, per node type: lin_src of the relations leaving
 	// it and lin_dst of those entering it (autograd.LinearStack: one
@@ -680,7 +682,17 @@ func (l *gatLayer) forward(x [NumNodeTypes]*autograd.Var, gt *graphTensors) [Num
 	}
 	var res [NumNodeTypes]*autograd.Var
 	for t, rs := range rels {
-		res[t] = autograd.GATMean(rs, l.heads, gatNegativeSlope)
+		nd := rs[0].Edges.NumDst
+		res[t] = autograd.GATMeanAct(rs, l.heads, gatNegativeSlope, kernels.GeluErf, residual([]int{nd, l.out}, x[t]))
 	}
 	return res
+}
+
+// residual returns h when a layer's output of shape out can add it (the
+// widths match), else nil.
+func residual(out []int, h *autograd.Var) *autograd.Var {
+	if tensor.SameShape(out, h.Shape()) {
+		return h
+	}
+	return nil
 }

@@ -120,8 +120,9 @@ func TestGATAttentionNormalisesOverIncomingEdges(t *testing.T) {
 		x[nt] = autograd.Const(testdevice.To(t, tensor.Uniform(rng, tensor.F64, -1, 1, gt.n[nt], 2)))
 	}
 	out := l.forward(x, gt)
-	// Global: mean over its two relations (slot→global, layer→global)
-	// of the mean of W_s x over the sources, plus bias (zero).
+	// Global: GELU of the mean over its two relations (slot→global,
+	// layer→global) of the mean of W_s x over the sources, plus bias
+	// (zero), plus the residual.
 	mean := func(r Relation) []float64 {
 		w := testdevice.F64(t, l.rels[r].linSrc.Weight.Value) // [2, 2]
 		xs := testdevice.F64(t, x[r.Src()].Value)
@@ -136,8 +137,11 @@ func TestGATAttentionNormalisesOverIncomingEdges(t *testing.T) {
 	}
 	a, b := mean(RelSlotToGlobal), mean(RelLayerToGlobal)
 	got := testdevice.F64(t, out[NodeGlobal].Value)
+	// The layer's GELU, and its input added (the widths match).
+	xg := testdevice.F64(t, x[NodeGlobal].Value)
+	gelu := func(v float64) float64 { return 0.5 * v * (1 + math.Erf(v/math.Sqrt2)) }
 	for c := 0; c < 2; c++ {
-		if want := (a[c] + b[c]) / 2; math.Abs(got[c]-want) > 1e-12 {
+		if want := gelu((a[c]+b[c])/2) + xg[c]; math.Abs(got[c]-want) > 1e-12 {
 			t.Fatalf("global output %v, want %v", got, want)
 		}
 	}

@@ -14,7 +14,7 @@ import (
 
 var graphCases = []conformance{
 	optional[kernels.GraphAggregator](checkGraphAggregate, "GATAggregate", "GatherMean"),
-	optional[kernels.GraphMultiAggregator](checkGraphMulti, "GATMean", "GatherConcat"),
+	optional[kernels.GraphMultiAggregator](checkGraphMulti, "GATMean", "GATMeanAct", "GatherConcat"),
 }
 
 // graphLayout is a relation: ns sources, nd destinations, e edges, and
@@ -261,6 +261,23 @@ func checkGraphMulti(s *suite) {
 				gm.GATMean(out, ops[0], ops[1], ops[2], ops[3], ops[4], ops[5], ops[6], ops[7], ops[8], ops[9], ops[10], ml.heads, slope)
 			}, writes: []*T{out}}, func(got [][]float64) {
 				same(s.t, what, got[0], want)
+			})
+			// With the layer's activation and a residual (none in the
+			// second layout), against GATMeanActOps.
+			act := []kernels.UnaryOp{kernels.GeluErf, kernels.Tanh, kernels.Relu}[li%3]
+			var res *T
+			if li != 1 {
+				res, _ = s.in(d, ml.nd, ml.c)
+			}
+			refAct := s.out(d, ml.nd, ml.c)
+			kernels.GATMeanActOps(s.b, ga, refAct, ops[0], ops[1], ops[2], ops[3], ops[4], ops[5], ops[6], ops[7], ops[8], ops[9], ops[10], ml.heads, slope, act, res)
+			wantAct := s.get(refAct)
+			outAct := s.out(d, ml.nd, ml.c)
+			awhat := name("GATMeanAct", d, li, "relations", r, act, "residual", res != nil)
+			s.check(call{what: awhat, launch: func() {
+				gm.GATMeanAct(outAct, ops[0], ops[1], ops[2], ops[3], ops[4], ops[5], ops[6], ops[7], ops[8], ops[9], ops[10], ml.heads, slope, act, res)
+			}, writes: []*T{outAct}}, func(got [][]float64) {
+				same(s.t, awhat, got[0], wantAct)
 			})
 		}
 		for li, ml := range multiLayouts {

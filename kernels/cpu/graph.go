@@ -266,6 +266,19 @@ func (be *Backend) GATMean(out *T, hs, hd, attr, we, attSrc, attDst, attEdge, bi
 	})
 }
 
+// GATMeanAct implements kernels.GraphMultiAggregator: GATMean's launch,
+// then kernels.ScaleActAddOps.
+func (be *Backend) GATMeanAct(out *T, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order []*T, heads int, slope float64, act kernels.UnaryOp, res *T) {
+	if res != nil {
+		needCPU("GATMeanAct", res)
+		if !tensor.SameShape(res.Shape(), out.Shape()) || res.DType() != out.DType() {
+			fail("GATMeanAct", "residual %v %v, want out's %v %v", res.DType(), res.Shape(), out.DType(), out.Shape())
+		}
+	}
+	be.GATMean(out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order, heads, slope)
+	kernels.ScaleActAddOps(be, out, out, 1, act, res)
+}
+
 // GatherConcat implements kernels.GraphMultiAggregator (F32, F64) in one
 // launch: each gathered block is summed in float64 and divided and
 // rounded once, as GatherMean does.

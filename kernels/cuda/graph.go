@@ -191,7 +191,12 @@ var _ kernels.GraphMultiAggregator = (*Backend)(nil)
 
 // GATMean implements kernels.GraphMultiAggregator.
 func (b *Backend) GATMean(out *T, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order []*T, heads int, slope float64) {
-	must(b.d.GATMean(out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order, heads, slope))
+	must(b.d.GATMean(out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order, heads, slope, -1, nil))
+}
+
+// GATMeanAct implements kernels.GraphMultiAggregator.
+func (b *Backend) GATMeanAct(out *T, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order []*T, heads int, slope float64, act kernels.UnaryOp, res *T) {
+	must(b.d.GATMean(out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order, heads, slope, int(act), res))
 }
 
 // GatherConcat implements kernels.GraphMultiAggregator.
@@ -201,15 +206,34 @@ func (b *Backend) GatherConcat(out *T, xs, src, rowPtr, order []*T, ones int) {
 
 // GATMean is kernels.GraphMultiAggregator's GATMean, F32: the mean of
 // GATAggregate over the relations into one node type, each checked as
-// GATAggregate checks it.
-func (d *Device) GATMean(out *tensor.Tensor, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order []*tensor.Tensor, heads int, slope float64) error {
-	const op = "GATMean"
+// GATAggregate checks it; with act ≥ 0 (GATMeanAct) the last launch ends
+// with out = act(out) + res (res nil: no addition).
+func (d *Device) GATMean(out *tensor.Tensor, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order []*tensor.Tensor, heads int, slope float64, act int, res *tensor.Tensor) error {
+	op := "GATMean"
+	if act >= 0 {
+		op = "GATMeanAct"
+	}
 	r, err := kernels.CheckGATMean(op, out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order, heads)
 	if err := checked(err); err != nil {
 		return err
 	}
 	if dt := out.DType(); dt != tensor.F32 {
 		return fmt.Errorf("cuda: %s: dtype %v (F32 runs here)", op, dt)
+	}
+	var resPtr cu.DevicePtr
+	if res != nil {
+		if !tensor.SameShape(res.Shape(), out.Shape()) {
+			return fmt.Errorf("cuda: %s: residual %v, want out's %v", op, res.Shape(), out.Shape())
+		}
+		if resPtr, err = d.ptrOf(op, "res", res, tensor.F32); err != nil {
+			return err
+		}
+	}
+	if act >= 0 {
+		// unary_f's codes are kernels.UnaryOp's (as scale_act_add_f32's).
+		if err := checked(kernels.CheckUnary(op, kernels.UnaryOp(act), out, out)); err != nil {
+			return err
+		}
 	}
 	alpha := 1 / float64(r)
 	c := out.Dim(1)
@@ -250,7 +274,12 @@ func (d *Device) GATMean(out *tensor.Tensor, hs, hd, attr, we, attSrc, attDst, a
 	defer release()
 	var w [gatMultiWords]uint64
 	for start := 0; start < r; start += gatMaxRels {
-		gatMultiPack(&w, uint64(outPtr), int64(nd), int64(heads), int64(c), slope, alpha, start > 0, rels[start:min(r, start+gatMaxRels)])
+		end := min(r, start+gatMaxRels)
+		a, rp := int64(-1), uint64(0)
+		if end == r { // the epilogue follows the last relation
+			a, rp = int64(act), uint64(resPtr)
+		}
+		gatMultiPack(&w, uint64(outPtr), int64(nd), int64(heads), int64(c), slope, alpha, start > 0, a, rp, rels[start:end])
 		if err := launchStructShared(fn, [3]int{min(nd, gatMaxBlocks), 1, 1}, [3]int{gatThreads(heads, c), 1, 1}, shared, d.stream, w[:]); err != nil {
 			return err
 		}

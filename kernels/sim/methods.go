@@ -175,6 +175,12 @@ func (sb *Backend) GATMean(out *kernels.T, hs []*kernels.T, hd []*kernels.T, att
 	sb.cpu.(kernels.GraphMultiAggregator).GATMean(tensor.BackendView(out), views(hs), views(hd), views(attr), views(we), views(attSrc), views(attDst), views(attEdge), views(bias), views(src), views(rowPtr), views(order), heads, slope)
 }
 
+// GATMeanAct implements kernels.GraphMultiAggregator on the CPU kernels.
+func (sb *Backend) GATMeanAct(out *kernels.T, hs []*kernels.T, hd []*kernels.T, attr []*kernels.T, we []*kernels.T, attSrc []*kernels.T, attDst []*kernels.T, attEdge []*kernels.T, bias []*kernels.T, src []*kernels.T, rowPtr []*kernels.T, order []*kernels.T, heads int, slope float64, act kernels.UnaryOp, res *kernels.T) {
+	sb.check("GATMeanAct", []*tensor.Tensor{out, res}, [][]*tensor.Tensor{hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order})
+	sb.cpu.(kernels.GraphMultiAggregator).GATMeanAct(tensor.BackendView(out), views(hs), views(hd), views(attr), views(we), views(attSrc), views(attDst), views(attEdge), views(bias), views(src), views(rowPtr), views(order), heads, slope, act, tensor.BackendView(res))
+}
+
 // GatherConcat implements kernels.GraphMultiAggregator on the CPU kernels.
 func (sb *Backend) GatherConcat(out *kernels.T, xs []*kernels.T, src []*kernels.T, rowPtr []*kernels.T, order []*kernels.T, ones int) {
 	sb.check("GatherConcat", []*tensor.Tensor{out}, [][]*tensor.Tensor{xs, src, rowPtr, order})

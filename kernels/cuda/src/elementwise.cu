@@ -319,13 +319,14 @@ __global__ void unary_f32(int op, float* d, const float* x, int64_t n) {
 
 // scale_act_add_f32: d[i] = act(x[i]·s) + r[i] (kernels.ScaleActAdder),
 // rounded as BinaryScalar Mul (left out when the scale flag is 0, for
-// s = 1), Unary and Binary Add (r optional) round in turn.
+// s = 1), Unary and Binary Add (r optional) round in turn (the multiply
+// and the add _rn: never fused with the activation's arithmetic).
 __global__ void scale_act_add_f32(float* d, const float* x, float s, int scale, int op, const float* r, int64_t n) {
     GRID_STRIDE(i, n) {
         float v = x[i];
-        if (scale) v = v * s;
+        if (scale) v = __fmul_rn(v, s);
         v = unary_f(op, v);
-        if (r) v = v + r[i];
+        if (r) v = __fadd_rn(v, r[i]);
         d[i] = v;
     }
 }

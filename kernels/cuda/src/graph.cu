@@ -29,7 +29,9 @@ struct GatGeom {
 // gatMaxRels); GatRel is one of them (Go's gatRel, word for word: eleven
 // pointers, then hs's and hd's row strides and attr's width), GatMulti
 // the launch (Go's gatMulti: out, then nrel, nd, heads, c, slope, alpha,
-// accumulate, then GAT_MAX_RELS relations).
+// accumulate, act (the epilogue's unary op after the last relation, −1
+// none) and res (its residual, null none), then GAT_MAX_RELS
+// relations).
 #define GAT_MAX_RELS 8
 struct GatRel {
     const float *hs, *hd, *attr, *we, *attSrc, *attDst, *attEdge, *bias;
@@ -40,7 +42,8 @@ struct GatMulti {
     float* out;
     int64_t nrel, nd, heads, c;
     double slope, alpha;
-    int64_t accumulate;
+    int64_t accumulate, act;
+    const float* res;
     GatRel rel[GAT_MAX_RELS];
 };
 
@@ -84,10 +87,13 @@ __device__ __forceinline__ float warp_sum(float v) {
 
 // gat_relation is gat_aggregate_f32's body (documented there), shared with
 // gat_mean_f32 so that the two compute each relation alike, bit for bit.
+// With act ≥ 0 each output element then becomes unary_f(act, out) + res
+// (res null: no addition), in the thread that wrote it.
 __device__ __forceinline__ void gat_relation(float* out, const float* hs, const float* hd, const float* attr,
                                              const float* we, const float* attSrc, const float* attDst,
                                              const float* attEdge, const float* bias, const int64_t* src,
-                                             const int64_t* rowPtr, const int64_t* order, const GatGeom& g, float* sh) {
+                                             const int64_t* rowPtr, const int64_t* order, const GatGeom& g, float* sh,
+                                             int act, const float* res) {
     const int H = (int)g.heads, C = (int)g.c, F = (int)g.f;
     const int64_t HC = g.heads * g.c;
     float* v = sh;
@@ -173,7 +179,15 @@ __device__ __forceinline__ void gat_relation(float* out, const float* hs, const 
             // as the CPU computes it.
             float* o = out + i * C + c;
             const float ar = __fmul_rn(alpha, r);
-            *o = accumulate ? __fadd_rn(*o, ar) : ar;
+            float v = accumulate ? __fadd_rn(*o, ar) : ar;
+            if (act >= 0) {
+                // The layer's activation and residual, as Unary and Binary
+                // Add compute them (the add _rn: never fused into the
+                // activation's last multiply).
+                v = unary_f(act, v);
+                if (res) v = __fadd_rn(v, res[i * C + c]);
+            }
+            *o = v;
         }
         __syncthreads();  // acc, s and the buffers are free for the next node
     }
@@ -213,7 +227,7 @@ __global__ void gat_aggregate_f32(float* out, const float* hs, const float* hd, 
                                   const float* attSrc, const float* attDst, const float* attEdge, const float* bias,
                                   const int64_t* src, const int64_t* rowPtr, const int64_t* order, GatGeom g) {
     extern __shared__ float sh[];
-    gat_relation(out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order, g, sh);
+    gat_relation(out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order, g, sh, -1, nullptr);
 }
 
 // gather_mean_f32: out[i,f] = the mean of x[src[order[p]], f] over p in
@@ -229,10 +243,11 @@ __global__ void gather_mean_f32(float* out, const float* x, const int64_t* src, 
 }
 
 // gat_mean_f32: the relations of a GatMulti in one launch (the Go
-// GATMean; blocks, threads and shared memory as gat_aggregate_f32's, the
-// shared memory sized for the widest relation): relation r runs
-// gat_relation with the launch's alpha, writing out when it is the first
-// of the mean (r = 0 and m.accumulate 0), else adding. Each block keeps
+// GATMean and GATMeanAct; blocks, threads and shared memory as
+// gat_aggregate_f32's, the shared memory sized for the widest relation):
+// relation r runs gat_relation with the launch's alpha, writing out when
+// it is the first of the mean (r = 0 and m.accumulate 0), else adding;
+// the last relation applies the epilogue (m.act, m.res). Each block keeps
 // its nodes across relations, and each thread its output elements, so a
 // relation's additions read what the same thread wrote before, with no
 // other ordering needed; the v of the next relation is written only
@@ -252,8 +267,9 @@ __global__ void gat_mean_f32(GatMulti m) {
         g.ldd = q.ldd;
         g.alpha = m.alpha;
         g.accumulate = (r > 0 || m.accumulate != 0) ? 1 : 0;
+        const bool last = r + 1 == (int)m.nrel;
         gat_relation(m.out, q.hs, q.hd, q.attr, q.we, q.attSrc, q.attDst, q.attEdge, q.bias, q.src, q.rowPtr,
-                     q.order, g, sh);
+                     q.order, g, sh, last ? (int)m.act : -1, last ? m.res : nullptr);
     }
 }
 
