@@ -134,7 +134,7 @@ func TestLinearSumGathered(t *testing.T) {
 // them on.
 type gatCounter struct {
 	kernels.Backend
-	mean, meanAct, scaleAct int
+	mean, meanAct, scaleAct, gatherConcat int
 }
 
 func (b *gatCounter) GATAggregate(out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order *tensor.Tensor, heads int, slope, alpha float64, accumulate bool) {
@@ -156,6 +156,7 @@ func (b *gatCounter) GATMeanAct(out *tensor.Tensor, hs, hd, attr, we, attSrc, at
 }
 
 func (b *gatCounter) GatherConcat(out *tensor.Tensor, xs, src, rowPtr, order []*tensor.Tensor, ones int) {
+	b.gatherConcat++
 	b.Backend.(kernels.GraphMultiAggregator).GatherConcat(out, xs, src, rowPtr, order, ones)
 }
 
@@ -226,4 +227,74 @@ func TestGATMeanActOneCall(t *testing.T) {
 			require.NotNil(t, dr.Grad, "the residual's gradient")
 		}
 	}
+}
+
+// TestGatherConcat: the policy's joins — features beside an embedding
+// row per node (a CSR of one edge per node), and beside a mean over a
+// segment — are one GatherConcat call in inference on a
+// kernels.GraphMultiAggregator device, with the unfused ops' values
+// (Embedding exactly, the mean as GatherMean computes it); with
+// gradients the pieces' Unfused ops run and the gradients reach the
+// gathered table.
+func TestGatherConcat(t *testing.T) {
+	rng := tensor.NewRNG(15)
+	const n, rows, w, ew = 6, 4, 3, 2
+	x := Param(tensor.Normal(rng, tensor.F32, 0, 1, n, w))
+	table := Param(tensor.Normal(rng, tensor.F32, 0, 1, rows, ew))
+	pick := []int64{3, 0, 0, 2, 1, 3}
+	iota := []int64{0, 1, 2, 3, 4, 5}
+	unit := []int64{0, 1, 2, 3, 4, 5, 6}
+	seg := []int64{0, 0, 1, 1, 1, 2} // three segments over the six rows
+	segRows := []int64{0, 2, 5, 6}
+	dev := tensor.Sim(8)
+	orig := kernels.For(dev)
+	t.Cleanup(func() { kernels.Register(orig) })
+	cnt := &gatCounter{Backend: orig}
+	kernels.Register(cnt)
+	on := func(v []int64) *tensor.Tensor {
+		d, err := tensor.FromSlice(append([]int64(nil), v...), len(v)).ToDevice(dev)
+		require.NoError(t, err)
+		return d
+	}
+	onVar := func(v *Var) *Var {
+		d, err := v.Value.ToDevice(dev)
+		require.NoError(t, err)
+		return Param(d)
+	}
+	dx, dtable := onVar(x), onVar(table)
+	pickT, segT := on(pick), on(seg)
+	pickE := &GraphEdges{Src: pickT, Dst: on(iota), RowPtr: on(unit), Order: on(iota), NumDst: n}
+	segE := &GraphEdges{Src: on(iota), Dst: segT, RowPtr: on(segRows), Order: on(iota), NumDst: 3}
+	embed := func(x, table *Var) *Var {
+		return GatherConcat([]GatherPiece{{X: x}, {X: table, Edges: pickE, Unfused: func() *Var { return Embedding(table, pickT) }}})
+	}
+	mean := func(x *Var) *Var {
+		return GatherConcat([]GatherPiece{{X: x, Edges: segE, Unfused: func() *Var { return SegmentMean(x, segT, 3) }}, {X: x, Edges: segE}})
+	}
+	var gotE, gotM *Var
+	*cnt = gatCounter{Backend: orig}
+	InferenceMode(func() { gotE, gotM = embed(dx, dtable), mean(dx) })
+	require.Equal(t, 2, cnt.gatherConcat, "one call per join")
+	var wantE, wantM *Var
+	InferenceMode(func() {
+		wantE = Concat([]*Var{dx, Embedding(dtable, pickT)}, 1)
+		m := GatherMean(dx, *segE)
+		wantM = Concat([]*Var{m, m}, 1)
+	})
+	sameVars(t, "features and embedding", gotE, wantE)
+	sameVars(t, "segment means", gotM, wantM)
+	var segMean *Var
+	InferenceMode(func() { segMean = SegmentMean(dx, segT, 3) })
+	closeVars(t, "GatherMean against SegmentMean", Narrow(gotM, 1, 0, w), segMean)
+
+	// With gradients: the Unfused ops (no GatherConcat call), the same
+	// values, and the table's rows picked get gradients.
+	*cnt = gatCounter{Backend: orig}
+	e := embed(dx, dtable)
+	require.Zero(t, cnt.gatherConcat)
+	sameVars(t, "with gradients", e, wantE)
+	Backward(SumAll(e))
+	g, err := dtable.Grad.ToDevice(tensor.CPU)
+	require.NoError(t, err)
+	require.Equal(t, []float32{2, 2, 1, 1, 1, 1, 2, 2}, g.F32(), "rows 0 and 3 picked twice, 1 and 2 once")
 }

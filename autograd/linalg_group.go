@@ -247,54 +247,120 @@ func linearSumStacked(terms []LinearTerm, n, out int) *Var {
 // one kernels.GraphMultiAggregator GatherConcat — each input, gathered
 // over its Edges where it has them, then a column of ones per bias — and
 // whether it did: it does when some term has Edges (else Concat joins
-// the inputs as well), the backend has the fused kernel, every input is
-// contiguous and every gathered term's CSR is given. The caller checked
+// the inputs as well) and fusedGatherConcat does. The caller checked
 // that nothing records a gradient and that all is F32 (stackable).
 func gatherConcat(terms []LinearTerm, n int) (*Var, bool) {
-	var like *tensor.Tensor
-	edges := false
-	for _, t := range terms {
-		if t.X == nil {
-			continue
-		}
-		if !t.X.Value.IsContiguous() {
-			return nil, false
-		}
-		if t.Edges != nil {
-			if t.Edges.Src == nil || t.Edges.RowPtr == nil || t.Edges.Order == nil {
-				return nil, false
-			}
-			edges = true
-		}
-		like = t.X.Value
-	}
-	if !edges {
-		return nil, false
-	}
-	gm, ok := backendOf(like).(kernels.GraphMultiAggregator)
-	if !ok {
-		return nil, false
-	}
-	var xs, src, rowPtr, order []*tensor.Tensor
-	width, nb := 0, 0
+	var pieces []GatherPiece
+	edges, nb := false, 0
 	for _, t := range terms {
 		if t.B != nil {
 			nb++
 		}
-		if t.X == nil {
-			continue
-		}
-		xs = append(xs, t.X.Value)
-		width += t.X.Shape()[1]
-		if t.Edges != nil {
-			src, rowPtr, order = append(src, t.Edges.Src), append(rowPtr, t.Edges.RowPtr), append(order, t.Edges.Order)
-		} else {
-			src, rowPtr, order = append(src, nil), append(rowPtr, nil), append(order, nil)
+		if t.X != nil {
+			pieces = append(pieces, GatherPiece{X: t.X, Edges: t.Edges})
+			edges = edges || t.Edges != nil
 		}
 	}
-	x := alloc(like, like.DType(), n, width+nb)
-	gm.GatherConcat(x, xs, src, rowPtr, order, nb)
+	if !edges {
+		return nil, false
+	}
+	return fusedGatherConcat(pieces, n, nb)
+}
+
+// fusedGatherConcat is GatherConcat's one launch (with ones columns of
+// ones after the pieces) when it applies: the backend has
+// kernels.GraphMultiAggregator, every X is F32, contiguous and records
+// no gradient, and every gathered piece's CSR is given.
+func fusedGatherConcat(pieces []GatherPiece, n, ones int) (*Var, bool) {
+	if len(pieces) == 0 {
+		return nil, false
+	}
+	for _, p := range pieces {
+		x := p.X.Value
+		if x.DType() != tensor.F32 || !x.IsContiguous() || (GradEnabled() && p.X.RequiresGrad()) {
+			return nil, false
+		}
+		if p.Edges != nil && (p.Edges.Src == nil || p.Edges.RowPtr == nil || p.Edges.Order == nil) {
+			return nil, false
+		}
+	}
+	like := pieces[0].X.Value
+	gm, ok := backendOf(like).(kernels.GraphMultiAggregator)
+	if !ok {
+		return nil, false
+	}
+	xs := make([]*tensor.Tensor, len(pieces))
+	src, rowPtr, order := make([]*tensor.Tensor, len(pieces)), make([]*tensor.Tensor, len(pieces)), make([]*tensor.Tensor, len(pieces))
+	width := ones
+	for i, p := range pieces {
+		xs[i] = p.X.Value
+		width += p.X.Shape()[1]
+		if p.Edges != nil {
+			src[i], rowPtr[i], order[i] = p.Edges.Src, p.Edges.RowPtr, p.Edges.Order
+		}
+	}
+	x := alloc(like, like.DType(), n, width)
+	gm.GatherConcat(x, xs, src, rowPtr, order, ones)
 	return Const(x), true
+}
+
+// GatherPiece is one column block of GatherConcat: X [N, w] itself, or
+// with Edges the mean of X's rows over each destination node's incoming
+// edges (GatherMean; N = Edges.NumDst). Unfused, when set, computes the
+// piece where GatherConcat does not fuse, with the caller's own ops and
+// their gradients (an Embedding or an IndexSelect for a CSR of one edge
+// per node, a SegmentMean); it must give the piece's values.
+type GatherPiece struct {
+	X       *Var
+	Edges   *GraphEdges
+	Unfused func() *Var
+}
+
+// rows returns the piece's row count.
+func (p GatherPiece) rows() int {
+	if p.Edges != nil {
+		return p.Edges.NumDst
+	}
+	return p.X.Shape()[0]
+}
+
+// GatherConcat returns its pieces side by side ([N, Σ widths]). Where
+// nothing records a gradient and the device has
+// kernels.GraphMultiAggregator (F32, contiguous, every gathered piece's
+// CSR given) it is one launch; otherwise each piece is computed —
+// Unfused() when set, else X or GatherMean(X, *Edges) — and Concat joins
+// them, with gradients.
+func GatherConcat(pieces []GatherPiece) *Var {
+	if len(pieces) == 0 {
+		panic("autograd: gather_concat: no pieces")
+	}
+	n := -1
+	for _, p := range pieces {
+		if p.X == nil || p.X.Value.Rank() != 2 {
+			panic("autograd: gather_concat: every piece needs an [N, w] input")
+		}
+		if n < 0 {
+			n = p.rows()
+		}
+		if p.rows() != n {
+			panic(fmt.Sprintf("autograd: gather_concat: pieces of %d rows, want [%d, w] results of [N, w] inputs", p.rows(), n))
+		}
+	}
+	if x, ok := fusedGatherConcat(pieces, n, 0); ok {
+		return x
+	}
+	vs := make([]*Var, len(pieces))
+	for i, p := range pieces {
+		switch {
+		case p.Unfused != nil:
+			vs[i] = p.Unfused()
+		case p.Edges != nil:
+			vs[i] = GatherMean(p.X, *p.Edges)
+		default:
+			vs[i] = p.X
+		}
+	}
+	return Concat(vs, 1)
 }
 
 // onesBlock returns an [n, nb] tensor of ones on like's device and of its

@@ -228,7 +228,8 @@ func (in *Inference) step(inputs []*tensor.Tensor) []*tensor.Tensor {
 
 // Flattened graph tensors: the node features per type, the blueprint
 // rows, the slot nodes' environments, the padded slot index, the
-// padding zero, then per
+// padding zero, the slot gathers' CSR parts (iota, unit and per-graph
+// row pointers), then per
 // relation its sources, destinations, attributes and CSR (row pointers
 // and order; zero-length for a relation without edges, so that which
 // relations are empty is part of the shape guard).
@@ -238,7 +239,10 @@ const (
 	flatSlotGraph = flatBP + 1
 	flatSlotPad   = flatSlotGraph + 1
 	flatZero      = flatSlotPad + 1
-	flatEdges     = flatZero + 1
+	flatIota      = flatZero + 1
+	flatUnitRows  = flatIota + 1
+	flatSlotRows  = flatUnitRows + 1
+	flatEdges     = flatSlotRows + 1
 	flatPerRel    = 5 // src, dst, attr, rowPtr, order
 	flatLen       = flatEdges + flatPerRel*NumRelations
 )
@@ -249,6 +253,7 @@ func flattenGraph(gt *graphTensors) []*tensor.Tensor {
 		out[flatX+t] = gt.x[t].Value
 	}
 	out[flatBP], out[flatSlotGraph], out[flatSlotPad], out[flatZero] = gt.bp, gt.slotGraph, gt.slotPad, gt.zero
+	out[flatIota], out[flatUnitRows], out[flatSlotRows] = gt.iota, gt.unitRowPtr, gt.slotRowPtr
 	for r := range gt.edges {
 		i := flatEdges + flatPerRel*r
 		out[i], out[i+1], out[i+2], out[i+3], out[i+4] = gt.src[r], gt.dst[r], gt.attr[r].Value, gt.rowPtr[r], gt.order[r]
@@ -267,6 +272,7 @@ func unflattenGraph(in []*tensor.Tensor) *graphTensors {
 	}
 	gt.b = gt.n[NodeGlobal]
 	gt.bp, gt.slotGraph, gt.slotPad, gt.zero = in[flatBP], in[flatSlotGraph], in[flatSlotPad], in[flatZero]
+	gt.iota, gt.unitRowPtr, gt.slotRowPtr = in[flatIota], in[flatUnitRows], in[flatSlotRows]
 	gt.maxSlots = gt.slotPad.Shape()[0] / gt.b
 	for r := range gt.edges {
 		i := flatEdges + flatPerRel*r

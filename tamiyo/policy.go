@@ -372,12 +372,33 @@ type graphTensors struct {
 	slotGraph   *tensor.Tensor // [S] I64
 	slotPad     *tensor.Tensor // [B·maxSlots] I64 into scores ⊕ [0]
 	zero        *tensor.Tensor // [1]: the slot logits' padding
+	// The CSRs of the gathers by slot node (autograd.GatherConcat): iota
+	// [S] (0, 1, …), unitRowPtr [S+1] (one edge per slot node) and
+	// slotRowPtr [B+1] (the graphs' slot nodes, Graph.SlotStart).
+	iota, unitRowPtr, slotRowPtr *tensor.Tensor
 	// Per relation (zero-length for a relation without edges). rowPtr
 	// and order group the edges by destination (kernels.BuildCSR), for
 	// the fused aggregations.
 	src, dst, rowPtr, order [NumRelations]*tensor.Tensor
 	attr                    [NumRelations]*autograd.Var
 	edges                   [NumRelations]int
+}
+
+// bpEdges picks each slot node's blueprint embedding row (one edge per
+// slot node, from row bp[s]).
+func (gt *graphTensors) bpEdges() *autograd.GraphEdges {
+	return &autograd.GraphEdges{Src: gt.bp, Dst: gt.iota, RowPtr: gt.unitRowPtr, Order: gt.iota, NumDst: gt.n[NodeSlot]}
+}
+
+// globEdges picks each slot node's global node (one edge per slot node,
+// from its graph's).
+func (gt *graphTensors) globEdges() *autograd.GraphEdges {
+	return &autograd.GraphEdges{Src: gt.slotGraph, Dst: gt.iota, RowPtr: gt.unitRowPtr, Order: gt.iota, NumDst: gt.n[NodeSlot]}
+}
+
+// slotMeanEdges average each graph's slot nodes (edges s → slotGraph[s]).
+func (gt *graphTensors) slotMeanEdges() *autograd.GraphEdges {
+	return &autograd.GraphEdges{Src: gt.iota, Dst: gt.slotGraph, RowPtr: gt.slotRowPtr, Order: gt.iota, NumDst: gt.b}
 }
 
 // relEdges returns relation r's edges for autograd's graph ops.
@@ -418,6 +439,18 @@ func newGraphTensors(g *Graph, dt tensor.DType, dev tensor.Device, reuse *stagin
 	}
 	st.int64s(&gt.bp, g.SlotBlueprints, len(g.SlotBlueprints))
 	st.int64s(&gt.slotGraph, g.Nodes[NodeSlot].Graph, len(g.Nodes[NodeSlot].Graph))
+	nSlots := g.Nodes[NodeSlot].Count
+	iota := make([]int64, nSlots+1) // 0 … S: the order and unit row pointers
+	for i := range iota {
+		iota[i] = int64(i)
+	}
+	slotRowPtr := make([]int64, len(g.SlotStart))
+	for i, v := range g.SlotStart {
+		slotRowPtr[i] = int64(v)
+	}
+	st.int64s(&gt.iota, iota[:nSlots], nSlots)
+	st.int64s(&gt.unitRowPtr, iota, nSlots+1)
+	st.int64s(&gt.slotRowPtr, slotRowPtr, len(slotRowPtr))
 	pad := make([]int64, gt.b*gt.maxSlots)
 	s := int64(g.Nodes[NodeSlot].Count) // the appended zero
 	for b := 0; b < gt.b; b++ {
@@ -481,7 +514,10 @@ func (p *Policy) run(gt *graphTensors) *PolicyOutput {
 	for t := range h {
 		x := gt.x[t]
 		if NodeType(t) == NodeSlot {
-			x = autograd.Concat([]*autograd.Var{x, autograd.Embedding(p.bpEmbed.Weight, gt.bp)}, 1)
+			// The features, then each slot's blueprint embedding (one
+			// launch in inference on a GPU).
+			x = autograd.GatherConcat([]autograd.GatherPiece{{X: x}, {X: p.bpEmbed.Weight, Edges: gt.bpEdges(),
+				Unfused: func() *autograd.Var { return autograd.Embedding(p.bpEmbed.Weight, gt.bp) }}})
 		}
 		h[t] = p.enc[t].forward(x)
 	}
@@ -518,15 +554,19 @@ func (p *Policy) run(gt *graphTensors) *PolicyOutput {
 
 	res := &PolicyOutput{Embeddings: h}
 	glob := h[NodeGlobal] // one global node per environment, in order
-	slotMean := autograd.SegmentMean(h[NodeSlot], gt.slotGraph, gt.b)
-	ctx := autograd.Concat([]*autograd.Var{glob, slotMean}, 1)
+	// The heads' context: the global embedding and the mean of the slot
+	// embeddings per graph (one launch in inference on a GPU).
+	slots := h[NodeSlot]
+	ctx := autograd.GatherConcat([]autograd.GatherPiece{{X: glob}, {X: slots, Edges: gt.slotMeanEdges(),
+		Unfused: func() *autograd.Var { return autograd.SegmentMean(slots, gt.slotGraph, gt.b) }}})
 	for hd := range p.heads {
 		if hd == leyline.HeadSlot {
 			continue
 		}
 		res.Logits[hd] = p.heads[hd].forward(ctx)
 	}
-	ptrIn := autograd.Concat([]*autograd.Var{h[NodeSlot], autograd.IndexSelect(glob, 0, gt.slotGraph)}, 1)
+	ptrIn := autograd.GatherConcat([]autograd.GatherPiece{{X: slots}, {X: glob, Edges: gt.globEdges(),
+		Unfused: func() *autograd.Var { return autograd.IndexSelect(glob, 0, gt.slotGraph) }}})
 	scores := autograd.Reshape(p.heads[leyline.HeadSlot].forward(ptrIn), gt.n[NodeSlot])
 	res.SlotScores = scores
 	zero := autograd.Const(gt.zero)
