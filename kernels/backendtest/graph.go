@@ -122,27 +122,40 @@ func checkGraphAggregate(s *suite) {
 	})
 }
 
+// gatInputs are one GAT relation's float operands on the device (hs,
+// hd, attr, we, attSrc, attDst, attEdge, bias), with their values.
+type gatInputs struct {
+	t [8]*T
+	v [8][]float64
+}
+
+// gatInputs draws the float operands of relation l (hs and hd column
+// blocks of wider tensors when strided).
+func (s *suite) gatInputs(d tensor.DType, l graphLayout, strided bool) gatInputs {
+	var g gatInputs
+	hc := l.heads * l.c
+	if strided {
+		g.t[0], g.v[0] = s.block(d, l.ns, 3*hc+1, hc+1, hc) // the middle of three
+		g.t[1], g.v[1] = s.block(d, l.nd, 2*hc, hc, hc)     // the second of two
+	} else {
+		g.t[0], g.v[0] = s.in(d, l.ns, hc)
+		g.t[1], g.v[1] = s.in(d, l.nd, hc)
+	}
+	for i, shape := range [][]int{{l.e, l.f}, {hc, l.f}, {1, l.heads, l.c}, {1, l.heads, l.c}, {1, l.heads, l.c}, {l.c}} {
+		g.t[2+i], g.v[2+i] = s.in(d, shape...)
+	}
+	return g
+}
+
 // checkGATAggregate checks one GATAggregate variant against the float64
 // reference: out = alpha·r, or out₀ + alpha·r with accumulate over an out
 // holding normal values.
 func (s *suite) checkGAT(ga kernels.GraphAggregator, d tensor.DType, l graphLayout, vr gatVariant) {
 	src, dst, srcT, rowPtr, order := s.graphEdges(l)
 	hc := l.heads * l.c
-	var hs, hd *T
-	var hsv, hdv []float64
-	if vr.strided {
-		hs, hsv = s.block(d, l.ns, 3*hc+1, hc+1, hc) // the middle of three
-		hd, hdv = s.block(d, l.nd, 2*hc, hc, hc)     // the second of two
-	} else {
-		hs, hsv = s.in(d, l.ns, hc)
-		hd, hdv = s.in(d, l.nd, hc)
-	}
-	attr, av := s.in(d, l.e, l.f)
-	we, wv := s.in(d, hc, l.f)
-	aS, asv := s.in(d, 1, l.heads, l.c)
-	aD, adv := s.in(d, 1, l.heads, l.c)
-	aE, aev := s.in(d, 1, l.heads, l.c)
-	bias, bv := s.in(d, l.c)
+	g := s.gatInputs(d, l, vr.strided)
+	hs, hd, attr, we, aS, aD, aE, bias := g.t[0], g.t[1], g.t[2], g.t[3], g.t[4], g.t[5], g.t[6], g.t[7]
+	hsv, hdv, av, wv, asv, adv, aev, bv := g.v[0], g.v[1], g.v[2], g.v[3], g.v[4], g.v[5], g.v[6], g.v[7]
 	const slope = 0.2
 	out := s.out(d, l.nd, l.c)
 	outv := make([]float64, l.nd*l.c)
@@ -228,26 +241,12 @@ func checkGraphMulti(s *suite) {
 	for _, d := range s.floats("GATMean", tensor.F64, tensor.F32) {
 		for li, ml := range multiLayouts {
 			r := len(ml.rels)
-			hc := ml.heads * ml.c
 			ops := make([][]*T, 12) // hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order
 			for k, rl := range ml.rels {
-				l := graphLayout{ns: rl.ns, nd: ml.nd, e: rl.e}
+				l := graphLayout{ns: rl.ns, nd: ml.nd, e: rl.e, heads: ml.heads, c: ml.c, f: ml.f}
 				_, _, srcT, rowPtr, order := s.graphEdges(l)
-				var hs, hd *T
-				if k%2 == 1 { // column blocks of wider projections
-					hs, _ = s.block(d, l.ns, 2*hc+3, hc+3, hc)
-					hd, _ = s.block(d, ml.nd, 3*hc, 2*hc, hc)
-				} else {
-					hs, _ = s.in(d, l.ns, hc)
-					hd, _ = s.in(d, ml.nd, hc)
-				}
-				attr, _ := s.in(d, l.e, ml.f)
-				we, _ := s.in(d, hc, ml.f)
-				aS, _ := s.in(d, 1, ml.heads, ml.c)
-				aD, _ := s.in(d, 1, ml.heads, ml.c)
-				aE, _ := s.in(d, 1, ml.heads, ml.c)
-				bias, _ := s.in(d, ml.c)
-				for i, t := range []*T{hs, hd, attr, we, aS, aD, aE, bias, srcT, rowPtr, order} {
+				g := s.gatInputs(d, l, k%2 == 1) // odd relations' projections are column blocks
+				for i, t := range append(g.t[:], srcT, rowPtr, order) {
 					ops[i] = append(ops[i], t)
 				}
 			}

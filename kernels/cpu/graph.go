@@ -228,14 +228,7 @@ func gatherMeanPrep[F tensor.Float](g kernels.GraphCSR, nf int, out, x *T, src, 
 				clear(row)
 				continue
 			}
-			n := float64(p1 - p0)
-			for f := range row {
-				var t float64
-				for p := p0; p < p1; p++ {
-					t += float64(xs[int(src[order[p]])*nf+f])
-				}
-				row[f] = F(t / n)
-			}
+			meanRow(row, xs, nf, src, order, p0, p1)
 		}
 	}
 	return func() {
@@ -333,14 +326,7 @@ func gatherConcatPrep[F tensor.Float](pieces []kernels.GatherPiece, out *T, xs, 
 					clear(dst)
 					continue
 				}
-				n := float64(p1 - p0)
-				for f := range dst {
-					var t float64
-					for q := p0; q < p1; q++ {
-						t += float64(p.x[int(p.src[p.order[q]])*p.Width+f])
-					}
-					dst[f] = F(t / n)
-				}
+				meanRow(dst, p.x, p.Width, p.src, p.order, p0, p1)
 			}
 			for j := w - ones; j < w; j++ {
 				row[j] = 1
@@ -355,5 +341,19 @@ func gatherConcatPrep[F tensor.Float](pieces []kernels.GatherPiece, out *T, xs, 
 			}
 		}
 		parallelFor(nd, max(1, cost), body)
+	}
+}
+
+// meanRow sets dst[f] to the mean of x's rows src[order[p]] (rows of
+// width elements) over p in [p0, p1), p1 > p0: summed in float64 in p
+// order, divided and rounded once.
+func meanRow[F tensor.Float](dst, x []F, width int, src, order []int64, p0, p1 int64) {
+	n := float64(p1 - p0)
+	for f := range dst {
+		var t float64
+		for p := p0; p < p1; p++ {
+			t += float64(x[int(src[order[p]])*width+f])
+		}
+		dst[f] = F(t / n)
 	}
 }
