@@ -180,12 +180,16 @@ func (d *Device) GatherMean(out, x, src, rowPtr, order *tensor.Tensor) error {
 }
 
 // kernels.GraphMultiAggregator on the device, F32 only: gat_mean_f32 runs
-// up to gatMaxRels relations of a GATMean in one launch (the shared
-// memory sized for the widest edge attributes), gather_concat_f32 up to
-// gatherMax pieces of a GatherConcat; more launch again. Each relation
-// and each gathered block is computed by the code gat_aggregate_f32 and
-// gather_mean_f32 run (src/graph.cu's gat_relation and gather_mean_at),
-// so the results equal the per-relation launches bit for bit.
+// up to gatMaxRels relations of a GATMean side by side, a grid row of
+// blocks each (the shared memory sized for the widest edge attributes),
+// into a scratch, and gat_combine_f32 adds them in order and applies
+// GATMeanAct's activation and residual; gather_concat_f32 writes up to
+// gatherMax pieces of a GatherConcat. More relations or pieces launch
+// again. Each relation and each gathered block is computed by the code
+// gat_aggregate_f32 and gather_mean_f32 run (src/graph.cu's gat_relation
+// and gather_mean_at) and the relations are added as the per-relation
+// launches accumulate them, so the results equal those launches' bit for
+// bit.
 
 var _ kernels.GraphMultiAggregator = (*Backend)(nil)
 
@@ -206,8 +210,8 @@ func (b *Backend) GatherConcat(out *T, xs, src, rowPtr, order []*T, ones int) {
 
 // GATMean is kernels.GraphMultiAggregator's GATMean, F32: the mean of
 // GATAggregate over the relations into one node type, each checked as
-// GATAggregate checks it; with act ≥ 0 (GATMeanAct) the last launch ends
-// with out = act(out) + res (res nil: no addition).
+// GATAggregate checks it; with act ≥ 0 (GATMeanAct) then out =
+// act(out) + res (res nil: no addition), in the adding launch.
 func (d *Device) GATMean(out *tensor.Tensor, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order []*tensor.Tensor, heads int, slope float64, act int, res *tensor.Tensor) error {
 	op := "GATMean"
 	if act >= 0 {
@@ -270,21 +274,28 @@ func (d *Device) GATMean(out *tensor.Tensor, hs, hd, attr, we, attSrc, attDst, a
 	if err != nil {
 		return err
 	}
+	// The relations' results side by side, then added in order.
+	scratch, err := d.scratchF32(r * nd * c)
+	if err != nil {
+		return err
+	}
+	defer scratch.Storage().Free() // after the launches that read it are enqueued
+	ps, _ := d.ptrOf(op, "scratch", scratch, tensor.F32)
 	release := d.enter()
 	defer release()
 	var w [gatMultiWords]uint64
 	for start := 0; start < r; start += gatMaxRels {
 		end := min(r, start+gatMaxRels)
-		a, rp := int64(-1), uint64(0)
-		if end == r { // the epilogue follows the last relation
-			a, rp = int64(act), uint64(resPtr)
-		}
-		gatMultiPack(&w, uint64(outPtr), int64(nd), int64(heads), int64(c), slope, alpha, start > 0, a, rp, rels[start:end])
-		if err := launchStructShared(fn, [3]int{min(nd, gatMaxBlocks), 1, 1}, [3]int{gatThreads(heads, c), 1, 1}, shared, d.stream, w[:]); err != nil {
+		gatMultiPack(&w, uint64(ps), int64(nd), int64(heads), int64(c), slope, alpha, int64(start), rels[start:end])
+		grid := [3]int{min(nd, gatMaxBlocks), end - start, 1}
+		if err := launchStructShared(fn, grid, [3]int{gatThreads(heads, c), 1, 1}, shared, d.stream, w[:]); err != nil {
 			return err
 		}
 	}
-	return nil
+	var a args
+	n := int64(nd) * int64(c)
+	a.ptr(outPtr).ptr(ps).i64(int64(r)).i64(n).i32(int32(act)).ptr(resPtr)
+	return d.launch1D("gat_combine_f32", n, &a)
 }
 
 // GatherConcat is kernels.GraphMultiAggregator's GatherConcat, F32: out

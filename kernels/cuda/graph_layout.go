@@ -14,7 +14,7 @@ const gatMaxRels = 8
 // struct GatMulti in 8-byte words.
 const (
 	gatRelWords   = 14
-	gatMultiWords = 10 + gatRelWords*gatMaxRels
+	gatMultiWords = 8 + gatRelWords*gatMaxRels
 )
 
 // gatRel is one relation of a gat_mean_f32 launch: hs, hd, attr, we,
@@ -25,21 +25,17 @@ type gatRel struct {
 	lds, ldd, f int64
 }
 
-// gatMultiPack writes struct GatMulti into w: out's address, the
-// relations' count (1 to gatMaxRels), nd, heads, c, slope, alpha, the
-// accumulate flag (1: the first relation adds too), the epilogue's
-// unary op act (−1: none) and residual address res (0: none), then rels;
-// the relations past len(rels) are zeroed.
-func gatMultiPack(w *[gatMultiWords]uint64, out uint64, nd, heads, c int64, slope, alpha float64, accumulate bool, act int64, res uint64, rels []gatRel) {
+// gatMultiPack writes struct GatMulti into w: the scratch's address (the
+// relations' results, [relations, nd, c] floats), the launch's relation
+// count (1 to gatMaxRels), nd, heads, c, slope, alpha and relBase (the
+// launch's first relation among all of the mean's), then rels; the
+// relations past len(rels) are zeroed.
+func gatMultiPack(w *[gatMultiWords]uint64, scratch uint64, nd, heads, c int64, slope, alpha float64, relBase int64, rels []gatRel) {
 	*w = [gatMultiWords]uint64{}
-	w[0], w[1], w[2], w[3], w[4] = out, uint64(len(rels)), uint64(nd), uint64(heads), uint64(c)
-	w[5], w[6] = math.Float64bits(slope), math.Float64bits(alpha)
-	if accumulate {
-		w[7] = 1
-	}
-	w[8], w[9] = uint64(act), res
+	w[0], w[1], w[2], w[3], w[4] = scratch, uint64(len(rels)), uint64(nd), uint64(heads), uint64(c)
+	w[5], w[6], w[7] = math.Float64bits(slope), math.Float64bits(alpha), uint64(relBase)
 	for r, rel := range rels {
-		o := 10 + gatRelWords*r
+		o := 8 + gatRelWords*r
 		copy(w[o:o+11], rel.ptrs[:])
 		w[o+11], w[o+12], w[o+13] = uint64(rel.lds), uint64(rel.ldd), uint64(rel.f)
 	}

@@ -28,10 +28,9 @@ struct GatGeom {
 // GAT_MAX_RELS is the most relations one gat_mean_f32 launch takes (Go's
 // gatMaxRels); GatRel is one of them (Go's gatRel, word for word: eleven
 // pointers, then hs's and hd's row strides and attr's width), GatMulti
-// the launch (Go's gatMulti: out, then nrel, nd, heads, c, slope, alpha,
-// accumulate, act (the epilogue's unary op after the last relation, −1
-// none) and res (its residual, null none), then GAT_MAX_RELS
-// relations).
+// the launch (Go's gatMulti: scratch, then nrel, nd, heads, c, slope,
+// alpha and relBase, the launch's first relation among the mean's, then
+// GAT_MAX_RELS relations).
 #define GAT_MAX_RELS 8
 struct GatRel {
     const float *hs, *hd, *attr, *we, *attSrc, *attDst, *attEdge, *bias;
@@ -39,11 +38,10 @@ struct GatRel {
     int64_t lds, ldd, f;
 };
 struct GatMulti {
-    float* out;
+    float* scratch;
     int64_t nrel, nd, heads, c;
     double slope, alpha;
-    int64_t accumulate, act;
-    const float* res;
+    int64_t relBase;
     GatRel rel[GAT_MAX_RELS];
 };
 
@@ -87,13 +85,11 @@ __device__ __forceinline__ float warp_sum(float v) {
 
 // gat_relation is gat_aggregate_f32's body (documented there), shared with
 // gat_mean_f32 so that the two compute each relation alike, bit for bit.
-// With act ≥ 0 each output element then becomes unary_f(act, out) + res
-// (res null: no addition), in the thread that wrote it.
+// Its node loop strides over blockIdx.x alone.
 __device__ __forceinline__ void gat_relation(float* out, const float* hs, const float* hd, const float* attr,
                                              const float* we, const float* attSrc, const float* attDst,
                                              const float* attEdge, const float* bias, const int64_t* src,
-                                             const int64_t* rowPtr, const int64_t* order, const GatGeom& g, float* sh,
-                                             int act, const float* res) {
+                                             const int64_t* rowPtr, const int64_t* order, const GatGeom& g, float* sh) {
     const int H = (int)g.heads, C = (int)g.c, F = (int)g.f;
     const int64_t HC = g.heads * g.c;
     float* v = sh;
@@ -179,15 +175,7 @@ __device__ __forceinline__ void gat_relation(float* out, const float* hs, const 
             // as the CPU computes it.
             float* o = out + i * C + c;
             const float ar = __fmul_rn(alpha, r);
-            float v = accumulate ? __fadd_rn(*o, ar) : ar;
-            if (act >= 0) {
-                // The layer's activation and residual, as Unary and Binary
-                // Add compute them (the add _rn: never fused into the
-                // activation's last multiply).
-                v = unary_f(act, v);
-                if (res) v = __fadd_rn(v, res[i * C + c]);
-            }
-            *o = v;
+            *o = accumulate ? __fadd_rn(*o, ar) : ar;
         }
         __syncthreads();  // acc, s and the buffers are free for the next node
     }
@@ -227,7 +215,7 @@ __global__ void gat_aggregate_f32(float* out, const float* hs, const float* hd, 
                                   const float* attSrc, const float* attDst, const float* attEdge, const float* bias,
                                   const int64_t* src, const int64_t* rowPtr, const int64_t* order, GatGeom g) {
     extern __shared__ float sh[];
-    gat_relation(out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order, g, sh, -1, nullptr);
+    gat_relation(out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order, g, sh);
 }
 
 // gather_mean_f32: out[i,f] = the mean of x[src[order[p]], f] over p in
@@ -242,34 +230,47 @@ __global__ void gather_mean_f32(float* out, const float* x, const int64_t* src, 
     }
 }
 
-// gat_mean_f32: the relations of a GatMulti in one launch (the Go
-// GATMean and GATMeanAct; blocks, threads and shared memory as
-// gat_aggregate_f32's, the shared memory sized for the widest relation):
-// relation r runs gat_relation with the launch's alpha, writing out when
-// it is the first of the mean (r = 0 and m.accumulate 0), else adding;
-// the last relation applies the epilogue (m.act, m.res). Each block keeps
-// its nodes across relations, and each thread its output elements, so a
-// relation's additions read what the same thread wrote before, with no
-// other ordering needed; the v of the next relation is written only
-// after the last node's final barrier. The sums are gat_aggregate_f32's,
-// launched once per relation in the same order, bit for bit.
+// gat_mean_f32: the relations of a GatMulti side by side (the Go GATMean
+// and GATMeanAct): grid (node blocks, nrel), block (x, y) running
+// relation y's gat_relation (blocks, threads and shared memory as
+// gat_aggregate_f32's, the shared memory sized for the widest relation)
+// for nodes x, x + gridDim.x, …, writing alpha·r, rounded, into the
+// relation's slice of scratch ([relations, nd, c]: relation relBase + y
+// at (relBase + y)·nd·c). The relations run in parallel; gat_combine_f32
+// then adds them in order.
 __global__ void gat_mean_f32(GatMulti m) {
     extern __shared__ float sh[];
-    for (int r = 0; r < (int)m.nrel; r++) {
-        const GatRel& q = m.rel[r];
-        GatGeom g;
-        g.nd = m.nd;
-        g.heads = m.heads;
-        g.c = m.c;
-        g.f = q.f;
-        g.slope = m.slope;
-        g.lds = q.lds;
-        g.ldd = q.ldd;
-        g.alpha = m.alpha;
-        g.accumulate = (r > 0 || m.accumulate != 0) ? 1 : 0;
-        const bool last = r + 1 == (int)m.nrel;
-        gat_relation(m.out, q.hs, q.hd, q.attr, q.we, q.attSrc, q.attDst, q.attEdge, q.bias, q.src, q.rowPtr,
-                     q.order, g, sh, last ? (int)m.act : -1, last ? m.res : nullptr);
+    const int r = blockIdx.y;
+    if (r >= (int)m.nrel) return;  // the whole block: before any barrier
+    const GatRel& q = m.rel[r];
+    GatGeom g;
+    g.nd = m.nd;
+    g.heads = m.heads;
+    g.c = m.c;
+    g.f = q.f;
+    g.slope = m.slope;
+    g.lds = q.lds;
+    g.ldd = q.ldd;
+    g.alpha = m.alpha;
+    g.accumulate = 0;
+    gat_relation(m.scratch + (m.relBase + r) * m.nd * m.c, q.hs, q.hd, q.attr, q.we, q.attSrc, q.attDst, q.attEdge,
+                 q.bias, q.src, q.rowPtr, q.order, g, sh);
+}
+
+// gat_combine_f32: out[q] = scratch[q], then + scratch[r·n + q] for r =
+// 1, …, nrel − 1 in order (__fadd_rn: the sums the per-relation launches
+// of gat_aggregate_f32 make, accumulating); with act ≥ 0 then
+// unary_f(act, ·) and, with res, + res[q] (the layer's activation and
+// residual, as Unary and Binary Add round them).
+__global__ void gat_combine_f32(float* out, const float* scratch, int64_t nrel, int64_t n, int act, const float* res) {
+    GRID_STRIDE(q, n) {
+        float v = scratch[q];
+        for (int64_t r = 1; r < nrel; r++) v = __fadd_rn(v, scratch[r * n + q]);
+        if (act >= 0) {
+            v = unary_f(act, v);
+            if (res) v = __fadd_rn(v, res[q]);
+        }
+        out[q] = v;
     }
 }
 
