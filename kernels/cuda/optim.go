@@ -72,8 +72,9 @@ func (b *Backend) ScalerUpdate(scale, tracker, foundInf *T, growth, backoff floa
 }
 
 // ForeachNorm writes the L2 norm of each xs[i] (F32, contiguous) into
-// dst[i] (F32 or F64, len(xs) elements). The squares are summed by
-// atomics, so the last bits may differ between runs.
+// dst[i] (F32 or F64, len(xs) elements): partial sums of squares in a
+// fixed order, added per tensor in fp64 and rounded once, so that a run
+// gives the same bits as the last (no atomics).
 func (d *Device) ForeachNorm(dst *tensor.Tensor, xs []*tensor.Tensor) error {
 	const op = "ForeachNorm"
 	if err := checked(kernels.CheckForeachNorm(op, dst, xs)); err != nil {
@@ -91,39 +92,60 @@ func (d *Device) ForeachNorm(dst *tensor.Tensor, xs []*tensor.Tensor) error {
 	if err != nil {
 		return err
 	}
-	ss, err := d.scratchF32(len(xs))
-	if err != nil {
-		return err
-	}
-	defer ss.Storage().Free()
-	if err := d.Fill(ss, 0); err != nil {
-		return err
-	}
-	ps, _ := d.ptrOf(op, "scratch", ss, tensor.F32)
 	tb, err := d.mtTableFor(ptrs, sizes)
 	switch {
 	case errors.Is(err, errMTEach):
-		err = d.sumsqEach(ps, ptrs[0], sizes)
-	case err == nil:
-		var a args
-		err = d.mtLaunch("mt_sumsq_f32", tb, a.ptr(ps).ptr(tb.ptr).i64(tb.tensors).i64(tb.chunks))
+		return d.normEach(op, pd, wide, ptrs[0], sizes)
+	case err != nil:
+		return err
 	}
+	// One partial per chunk, then a thread per tensor adds its chunks'.
+	part, err := d.scratchF32(int(tb.chunks))
+	if err != nil {
+		return err
+	}
+	defer part.Storage().Free() // after the launches that read it are enqueued
+	pp, _ := d.ptrOf(op, "scratch", part, tensor.F32)
+	var a args
+	if err := d.mtLaunch("mt_sumsq_part_f32", tb, a.ptr(pp).ptr(tb.ptr).i64(tb.tensors).i64(tb.chunks)); err != nil {
+		return err
+	}
+	release := d.enter()
+	defer release()
+	var b args
+	return d.launch1D("mt_norm_finish", int64(len(xs)), b.ptr(pd).i32(b2i(wide)).ptr(pp).ptr(tb.ptr).i64(tb.tensors))
+}
+
+// normEach is ForeachNorm one tensor at a time (a list first seen during
+// a capture): clip_sumsq_f32's fixed-grid partials of each tensor, then
+// norm_parts_into adds them in order into its element of dst.
+func (d *Device) normEach(op string, pd cu.DevicePtr, wide bool, ptrs []cu.DevicePtr, sizes []int64) error {
+	offs := make([]int64, len(sizes)+1)
+	for i, n := range sizes {
+		offs[i+1] = offs[i] + min(int64(clipParts), (n+clipPerPart-1)/clipPerPart)
+	}
+	part, err := d.scratchF32(int(offs[len(sizes)]))
+	if err != nil {
+		return err
+	}
+	defer part.Storage().Free()
+	pp, _ := d.ptrOf(op, "scratch", part, tensor.F32)
+	sumsq, err := d.kernel("clip_sumsq_f32")
 	if err != nil {
 		return err
 	}
 	release := d.enter()
 	defer release()
-	var a args
-	return d.launch1D("sqrt_into", int64(len(xs)), a.ptr(pd).i32(b2i(wide)).ptr(ps).i64(int64(len(xs))))
-}
-
-// sumsqEach adds Σx² of each tensor into scratch[i], one launch each.
-func (d *Device) sumsqEach(ps cu.DevicePtr, ptrs []cu.DevicePtr, sizes []int64) error {
-	release := d.enter()
-	defer release()
 	for i, p := range ptrs {
-		var a args
-		if err := d.launch1D("sumsq_f32", sizes[i], a.ptr(ps+cu.DevicePtr(4*i)).ptr(p).i64(sizes[i])); err != nil {
+		pi, parts := pp+cu.DevicePtr(4*offs[i]), offs[i+1]-offs[i]
+		if parts > 0 {
+			var a args
+			if err := launchRaw(sumsq, [3]int{int(parts), 1, 1}, [3]int{blockSize, 1, 1}, 0, d.stream, a.ptr(pi).ptr(p).i64(sizes[i])); err != nil {
+				return err
+			}
+		}
+		var b args
+		if err := d.launch1D("norm_parts_into", 1, b.ptr(pd).i32(b2i(wide)).i64(int64(i)).ptr(pi).i64(parts)); err != nil {
 			return err
 		}
 	}

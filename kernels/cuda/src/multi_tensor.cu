@@ -190,9 +190,10 @@ __global__ void mt_unscale_check_f32(const uint64_t* tab, int64_t ntensors, int6
     mt_apply<1, 0b1>(tab, ntensors, nchunks, unscale_op{*inv_scale, found_inf});
 }
 
-// mt_sumsq_f32 adds Σx² of each tensor t of the list {x} into out[t]
-// (atomically, one partial per chunk; the caller zeroes out).
-__global__ void mt_sumsq_f32(float* out, const uint64_t* tab, int64_t ntensors, int64_t nchunks) {
+// mt_sumsq_part_f32 writes Σx² of each chunk c of the list {x} to
+// part[c] (one block reduction per chunk in a fixed order: no atomics
+// and nothing to zero first); mt_norm_finish adds them up per tensor.
+__global__ void mt_sumsq_part_f32(float* part, const uint64_t* tab, int64_t ntensors, int64_t nchunks) {
     for (int64_t c = blockIdx.x; c < nchunks; c += gridDim.x) {
         mt_span s = mt_chunk(tab, 1, ntensors, c);
         const float* x = (const float*)tab[s.t * 2] + s.start;
@@ -208,7 +209,27 @@ __global__ void mt_sumsq_f32(float* out, const uint64_t* tab, int64_t ntensors, 
         }
         for (int64_t i = done + threadIdx.x; i < s.len; i += blockDim.x) acc += x[i] * x[i];
         acc = block_sum(acc);  // synchronises the block before reusing its shared memory
-        if (threadIdx.x == 0) atomicAdd(out + s.t, acc);
+        if (threadIdx.x == 0) part[c] = acc;
+    }
+}
+
+// mt_norm_finish sets dst[t] (fp32, or fp64 when wide) to the square
+// root of tensor t's chunk partials summed in fp64 in chunk order: its
+// chunks follow those of the tensors before it in the table's chunk
+// list (multi_tensor.go's mtWords), so a thread per tensor finds its
+// first by adding up their counts. A tensor without elements gets 0.
+__global__ void mt_norm_finish(void* dst, int wide, const float* part, const uint64_t* tab, int64_t ntensors) {
+    GRID_STRIDE(t, ntensors) {
+        int64_t c0 = 0;
+        for (int64_t u = 0; u < t; u++) c0 += ((int64_t)(tab[u * 2 + 1] & ~(1ull << 63)) + MT_CHUNK - 1) / MT_CHUNK;
+        const int64_t k = ((int64_t)(tab[t * 2 + 1] & ~(1ull << 63)) + MT_CHUNK - 1) / MT_CHUNK;
+        double sq = 0.0;
+        for (int64_t j = 0; j < k; j++) sq += (double)part[c0 + j];
+        if (wide) {
+            ((double*)dst)[t] = sqrt(sq);
+        } else {
+            ((float*)dst)[t] = (float)sqrt(sq);
+        }
     }
 }
 

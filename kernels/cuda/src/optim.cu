@@ -213,20 +213,17 @@ __global__ void adamw_f32(float* p, const float* g, float* m, float* v, const do
     }
 }
 
-// sumsq_f32 adds Σx² over x into *out (atomically; the caller zeroes
-// out): the squared L2 norm of a gradient arena, one partial per block.
-__global__ void sumsq_f32(float* out, const float* x, int64_t n) {
-    __shared__ float part[32];
-    float s = 0.f;
-    GRID_STRIDE(i, n) s += x[i] * x[i];
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffff, s, o);
-    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    if (lane == 0) part[w] = s;
-    __syncthreads();
-    if (w == 0) {
-        s = lane < (int)((blockDim.x + 31) / 32) ? part[lane] : 0.f;
-        for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffff, s, o);
-        if (lane == 0) atomicAdd(out, s);
+// norm_parts_into sets dst[i] (fp32, or fp64 when wide) to the square
+// root of part[0..nparts) summed in fp64 in order (clip_sumsq_f32's
+// partials of one tensor; 0 for none): ForeachNorm's per-tensor path.
+__global__ void norm_parts_into(void* dst, int wide, int64_t i, const float* part, int64_t nparts) {
+    if (blockIdx.x != 0 || threadIdx.x != 0) return;
+    double sq = 0.0;
+    for (int64_t b = 0; b < nparts; b++) sq += (double)part[b];
+    if (wide) {
+        ((double*)dst)[i] = sqrt(sq);
+    } else {
+        ((float*)dst)[i] = (float)sqrt(sq);
     }
 }
 
@@ -256,14 +253,6 @@ __global__ void scale_f32(float* x, const float* s, int64_t n) {
 // axpy_f32: y += alpha·x.
 __global__ void axpy_f32(float* y, const float* x, float alpha, int64_t n) {
     GRID_STRIDE(i, n) y[i] += alpha * x[i];
-}
-
-// sqrt_into: dst[i] = sqrt(ss[i]) for i < n, dst fp32 or (wide) fp64.
-__global__ void sqrt_into(void* dst, int wide, const float* ss, int64_t n) {
-    GRID_STRIDE(i, n) {
-        if (wide) ((double*)dst)[i] = sqrt((double)ss[i]);
-        else ((float*)dst)[i] = sqrtf(ss[i]);
-    }
 }
 
 // scaler_update_f32 is the GradScaler state machine (one thread): on
