@@ -124,7 +124,7 @@ func ExampleLinearCrossEntropyCount() {
 // inference on a GPU it is one launch; with gradients, the pieces' ops.
 func ExampleGatherConcat() {
 	x := autograd.Const(tensor.FromSlice([]float32{1, 2, 3, 4, 5, 6}, 3, 2)) // three nodes
-	src, dst := []int64{1, 2, 0}, []int64{0, 0, 1}                          // 1→0, 2→0, 0→1
+	src, dst := []int64{1, 2, 0}, []int64{0, 0, 1}                           // 1→0, 2→0, 0→1
 	rowPtr, order, err := kernels.BuildCSR(dst, 3)
 	if err != nil {
 		panic(err)
