@@ -300,10 +300,12 @@ func BuildCSR(dst []int64, nd int) (rowPtr, order []int64, err error) {
 
 // GraphMultiAggregator is an optional Backend interface: the relations
 // into one node type of a heterogeneous graph layer in one call, so that
-// a device launches once per node type instead of once per relation.
-// Both compute what GraphAggregator's calls compute, with the same
-// rounding: a backend's GATMean equals its GATMeanOps bit for bit, and
-// each gathered block of its GatherConcat its GatherMean.
+// a device's launches depend on the node types, not on the relations
+// (CUDA: two for a GATMean, the relations side by side and then their
+// sum; one for a GatherConcat). Each computes what GraphAggregator's
+// calls compute, with the same rounding: a backend's GATMean equals its
+// GATMeanOps bit for bit, its GATMeanAct its GATMeanActOps, and each
+// gathered block of its GatherConcat its GatherMean.
 type GraphMultiAggregator interface {
 	// GATMean is the mean of GATAggregate over the R = len(hs) ≥ 1
 	// relations into one node type: the operand slices hold relation
