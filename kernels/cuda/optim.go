@@ -122,18 +122,13 @@ func (d *Device) ForeachNorm(dst *tensor.Tensor, xs []*tensor.Tensor) error {
 func (d *Device) normEach(op string, pd cu.DevicePtr, wide bool, ptrs []cu.DevicePtr, sizes []int64) error {
 	offs := make([]int64, len(sizes)+1)
 	for i, n := range sizes {
-		offs[i+1] = offs[i] + min(int64(clipParts), (n+clipPerPart-1)/clipPerPart)
+		offs[i+1] = offs[i] + clipGrid(n)
 	}
-	part, err := d.scratchF32(int(offs[len(sizes)]))
+	part, pp, sumsq, err := d.sumsqParts(op, offs[len(sizes)])
 	if err != nil {
 		return err
 	}
-	defer part.Storage().Free()
-	pp, _ := d.ptrOf(op, "scratch", part, tensor.F32)
-	sumsq, err := d.kernel("clip_sumsq_f32")
-	if err != nil {
-		return err
-	}
+	defer part.Storage().Free() // after the launches that read it are enqueued
 	release := d.enter()
 	defer release()
 	for i, p := range ptrs {
@@ -462,6 +457,25 @@ const (
 	clipPerPart = 4 * blockSize
 )
 
+// clipGrid is clip_sumsq_f32's grid (its partial sums) for n elements.
+func clipGrid(n int64) int64 { return min(int64(clipParts), (n+clipPerPart-1)/clipPerPart) }
+
+// sumsqParts returns a scratch of parts floats (free its storage once
+// the launches reading it are enqueued), its address and
+// clip_sumsq_f32.
+func (d *Device) sumsqParts(op string, parts int64) (*tensor.Tensor, cu.DevicePtr, cu.Function, error) {
+	sumsq, err := d.kernel("clip_sumsq_f32")
+	if err != nil {
+		return nil, 0, cu.Function{}, err
+	}
+	part, err := d.scratchF32(int(parts))
+	if err != nil {
+		return nil, 0, cu.Function{}, err
+	}
+	pp, _ := d.ptrOf(op, "scratch", part, tensor.F32)
+	return part, pp, sumsq, nil
+}
+
 // ClipByNorm clips one F32 tensor, an arena's bucket, by its L2 norm
 // (see kernels.GradClipper), writing the norm (F32, one element), in two
 // launches: clip_sumsq_f32's partial sums, then clip_scale_f32, which
@@ -488,17 +502,12 @@ func (d *Device) ClipByNorm(norm *tensor.Tensor, xs []*tensor.Tensor, maxNorm, e
 	if n == 0 {
 		return d.Fill(norm, 0)
 	}
-	parts := min(int64(clipParts), (n+clipPerPart-1)/clipPerPart)
-	part, err := d.scratchF32(int(parts))
+	parts := clipGrid(n)
+	part, pp, sumsq, err := d.sumsqParts(op, parts)
 	if err != nil {
 		return err
 	}
 	defer part.Storage().Free()
-	pp, _ := d.ptrOf(op, "scratch", part, tensor.F32)
-	sumsq, err := d.kernel("clip_sumsq_f32")
-	if err != nil {
-		return err
-	}
 	release := d.enter()
 	defer release()
 	var a args
