@@ -314,29 +314,34 @@ func (d *Device) GatherConcat(out *tensor.Tensor, xs, src, rowPtr, order []*tens
 		return err
 	}
 	nd, width := out.Dim(0), out.Dim(1)
-	parts := make([]gatherPart, 0, len(pieces)+1)
-	for i, p := range pieces {
-		if p.Width == 0 {
-			continue
+	addr := func(ts []*tensor.Tensor, what string, dt tensor.DType, need func(kernels.GatherPiece) bool) ([]uint64, error) {
+		a := make([]uint64, len(pieces))
+		for i, p := range pieces {
+			if !need(p) {
+				continue
+			}
+			ptr, err := d.ptrOf(op, fmt.Sprintf("%s[%d]", what, i), ts[i], dt)
+			if err != nil {
+				return nil, err
+			}
+			a[i] = uint64(ptr)
 		}
-		x, err := d.ptrOf(op, fmt.Sprintf("xs[%d]", i), xs[i], tensor.F32)
-		if err != nil {
+		return a, nil
+	}
+	nonEmpty := func(p kernels.GatherPiece) bool { return p.Width > 0 }
+	gathered := func(p kernels.GatherPiece) bool { return p.Width > 0 && p.Gathered }
+	var as [4][]uint64
+	for k, o := range []struct {
+		ts   []*tensor.Tensor
+		what string
+		dt   tensor.DType
+		need func(kernels.GatherPiece) bool
+	}{{xs, "xs", tensor.F32, nonEmpty}, {src, "src", tensor.I64, gathered}, {rowPtr, "rowPtr", tensor.I64, gathered}, {order, "order", tensor.I64, gathered}} {
+		if as[k], err = addr(o.ts, o.what, o.dt, o.need); err != nil {
 			return err
 		}
-		part := gatherPart{x: uint64(x), w: int64(p.Width), col: int64(p.Col), kind: gatherCopy}
-		if p.Gathered {
-			ps, err := d.ptrList(op, []string{"src", "rowPtr", "order"}, []*tensor.Tensor{src[i], rowPtr[i], order[i]},
-				[]tensor.DType{tensor.I64, tensor.I64, tensor.I64}, []bool{false, false, false})
-			if err != nil {
-				return err
-			}
-			part.src, part.rowPtr, part.order, part.kind = uint64(ps[0]), uint64(ps[1]), uint64(ps[2]), gatherMean
-		}
-		parts = append(parts, part)
 	}
-	if ones > 0 {
-		parts = append(parts, gatherPart{w: int64(ones), col: int64(width - ones), kind: gatherOnes})
-	}
+	parts := gatherPlan(pieces, as[0], as[1], as[2], as[3], ones, width)
 	if nd == 0 || len(parts) == 0 {
 		return nil
 	}

@@ -1,6 +1,10 @@
 package cuda
 
-import "math"
+import (
+	"math"
+
+	"github.com/esper-go/esper/kernels"
+)
 
 // The parameter blocks of gat_mean_f32 and gather_concat_f32
 // (src/graph.cu), passed by value: pure Go, with no cgo, so that their
@@ -83,4 +87,27 @@ func gatherCatPack(w *[gatherCatWords]uint64, out uint64, nd, ldo int64, parts [
 	}
 	w[0], w[1], w[2], w[3], w[4] = out, uint64(nd), uint64(ldo), uint64(loc), uint64(len(parts))
 	return loc
+}
+
+// gatherPlan returns a GatherConcat's parts: pieces as
+// kernels.CheckGatherConcat found them, at the addresses xs[i] (and,
+// for a gathered piece, src[i], rowPtr[i] and order[i]), then ones
+// columns of ones ending out's width columns. Pieces of no columns are
+// left out.
+func gatherPlan(pieces []kernels.GatherPiece, xs, src, rowPtr, order []uint64, ones, width int) []gatherPart {
+	parts := make([]gatherPart, 0, len(pieces)+1)
+	for i, p := range pieces {
+		if p.Width == 0 {
+			continue
+		}
+		part := gatherPart{x: xs[i], w: int64(p.Width), col: int64(p.Col), kind: gatherCopy}
+		if p.Gathered {
+			part.src, part.rowPtr, part.order, part.kind = src[i], rowPtr[i], order[i], gatherMean
+		}
+		parts = append(parts, part)
+	}
+	if ones > 0 {
+		parts = append(parts, gatherPart{w: int64(ones), col: int64(width - ones), kind: gatherOnes})
+	}
+	return parts
 }

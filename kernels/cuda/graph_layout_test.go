@@ -2,10 +2,13 @@ package cuda
 
 import (
 	"math"
+	"math/rand"
 	"os"
 	"regexp"
 	"strconv"
 	"testing"
+
+	"github.com/esper-go/esper/kernels"
 )
 
 // TestGraphParamBlocksMatchThePTX: the Go parameter blocks of
@@ -67,6 +70,193 @@ func TestGraphPacks(t *testing.T) {
 	for i, v := range want {
 		if c[i] != v {
 			t.Errorf("GatherCat word %d = %d, want %d", i, c[i], v)
+		}
+	}
+}
+
+// gatherMem is device memory for gatherRun: float and index buffers at
+// fake addresses.
+type gatherMem struct {
+	f map[uint64][]float32
+	i map[uint64][]int64
+}
+
+// gatherRun is gather_concat_f32 of src/graph.cu in Go: it decodes the
+// words of struct GatherCat as the kernel does and writes every element
+// of its launch into out (the buffer at the out address).
+func gatherRun(w *[gatherCatWords]uint64, m gatherMem) {
+	out := m.f[w[0]]
+	nd, ldo, width, np := int64(w[1]), int64(w[2]), int64(w[3]), int64(w[4])
+	for q := int64(0); q < nd*width; q++ {
+		i, j := q/width, q%width
+		p := int64(0)
+		for p+1 < np && j >= int64(w[5+gatherPartWords*(p+1)+6]) {
+			p++
+		}
+		o := 5 + gatherPartWords*p
+		x, src, rowPtr, order := m.f[w[o]], m.i[w[o+1]], m.i[w[o+2]], m.i[w[o+3]]
+		pw, col, loc, kind := int64(w[o+4]), int64(w[o+5]), int64(w[o+6]), int64(w[o+7])
+		f := j - loc
+		var v float32
+		switch kind {
+		case gatherMean:
+			a, b := rowPtr[i], rowPtr[i+1]
+			if b > a {
+				acc := x[src[order[a]]*pw+f]
+				for k := a + 1; k < b; k++ {
+					acc += x[src[order[k]]*pw+f]
+				}
+				v = acc * (1 / float32(b-a))
+			}
+		case gatherCopy:
+			v = x[i*pw+f]
+		default:
+			v = 1
+		}
+		out[i*ldo+col+f] = v
+	}
+}
+
+// TestGatherConcatPlanDrivesTheKernel: a GatherConcat of more pieces
+// than a launch takes (means over CSRs with empty rows, copies, a piece
+// of no columns, ones), planned by gatherPlan and packed by
+// gatherCatPack in launches of at most gatherMax parts, then run as the
+// kernel runs them, writes every element of out as the definition says.
+// It runs without a GPU.
+func TestGatherConcatPlanDrivesTheKernel(t *testing.T) {
+	rng := rand.New(rand.NewSource(3))
+	const nd, ones = 5, 2
+	m := gatherMem{f: map[uint64][]float32{}, i: map[uint64][]int64{}}
+	next := uint64(0x1000)
+	put := func(f []float32, i []int64) uint64 {
+		next += 0x1000
+		if f != nil {
+			m.f[next] = f
+		} else {
+			m.i[next] = i
+		}
+		return next
+	}
+	var pieces []kernels.GatherPiece
+	var xs, src, rowPtr, order []uint64
+	var want [][]float32 // per piece, [nd][w] row-major
+	col := 0
+	for k := 0; k < 2*gatherMax+3; k++ {
+		w := 1 + rng.Intn(4)
+		if k == 5 {
+			w = 0 // a piece of no columns
+		}
+		p := kernels.GatherPiece{Col: col, Width: w, Gathered: k%2 == 0}
+		block := make([]float32, nd*w)
+		if p.Gathered {
+			ns := 1 + rng.Intn(6)
+			x := make([]float32, ns*w)
+			for e := range x {
+				x[e] = float32(rng.NormFloat64())
+			}
+			// Edges into every node but node 1.
+			var s, dst []int64
+			for e := 0; e < 3*nd; e++ {
+				d := int64(rng.Intn(nd))
+				if d == 1 {
+					continue
+				}
+				s, dst = append(s, int64(rng.Intn(ns))), append(dst, d)
+			}
+			rp, ord, err := kernels.BuildCSR(dst, nd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i < nd; i++ {
+				a, b := rp[i], rp[i+1]
+				for f := 0; f < w && b > a; f++ {
+					acc := x[s[ord[a]]*int64(w)+int64(f)]
+					for e := a + 1; e < b; e++ {
+						acc += x[s[ord[e]]*int64(w)+int64(f)]
+					}
+					block[i*w+f] = acc * (1 / float32(b-a))
+				}
+			}
+			xs, src, rowPtr, order = append(xs, put(x, nil)), append(src, put(nil, s)), append(rowPtr, put(nil, rp)), append(order, put(nil, ord))
+		} else {
+			for e := range block {
+				block[e] = float32(rng.NormFloat64())
+			}
+			xs, src, rowPtr, order = append(xs, put(block, nil)), append(src, 0), append(rowPtr, 0), append(order, 0)
+		}
+		pieces, want = append(pieces, p), append(want, block)
+		col += w
+	}
+	width := col + ones
+	out := make([]float32, nd*width)
+	for e := range out {
+		out[e] = float32(math.NaN()) // every element must be written
+	}
+	outAddr := put(out, nil)
+	parts := gatherPlan(pieces, xs, src, rowPtr, order, ones, width)
+	if len(parts) != len(pieces) { // one piece empty, the ones added
+		t.Fatalf("%d parts for %d pieces", len(parts), len(pieces))
+	}
+	var w [gatherCatWords]uint64
+	launches := 0
+	for start := 0; start < len(parts); start += gatherMax {
+		gatherCatPack(&w, outAddr, nd, int64(width), parts[start:min(len(parts), start+gatherMax)])
+		gatherRun(&w, m)
+		launches++
+	}
+	if launches < 3 {
+		t.Fatalf("%d launches: the case should take three", launches)
+	}
+	for i := 0; i < nd; i++ {
+		for k, p := range pieces {
+			for f := 0; f < p.Width; f++ {
+				if got, w := out[i*width+p.Col+f], want[k][i*p.Width+f]; got != w {
+					t.Fatalf("node %d piece %d column %d: %v, want %v", i, k, f, got, w)
+				}
+			}
+		}
+		for j := width - ones; j < width; j++ {
+			if out[i*width+j] != 1 {
+				t.Fatalf("node %d ones column %d: %v", i, j, out[i*width+j])
+			}
+		}
+	}
+}
+
+// TestGatMeanScratchCovers: Device.GATMean's launches of at most
+// gatMaxRels relations, packed by gatMultiPack, have gat_mean_f32 write
+// every relation's results once, at scratch + relation·nd·c (block row
+// y of a launch is relation relBase + y), which gat_combine_f32 then
+// reads in relation order. It runs without a GPU.
+func TestGatMeanScratchCovers(t *testing.T) {
+	const nd, c, r = 3, 4, 2*gatMaxRels + 3
+	writes := make([]int, r*nd*c)
+	rels := make([]gatRel, r)
+	for k := range rels {
+		rels[k].f = int64(k) // tells the relations apart
+	}
+	var w [gatMultiWords]uint64
+	launches := 0
+	for start := 0; start < r; start += gatMaxRels {
+		end := min(r, start+gatMaxRels)
+		gatMultiPack(&w, 0, nd, 2, c, 0.2, 1/float64(r), int64(start), rels[start:end])
+		launches++
+		nrel, relBase := int64(w[1]), int64(w[7])
+		for y := int64(0); y < nrel; y++ {
+			if f := int64(w[8+gatRelWords*y+13]); f != relBase+y {
+				t.Fatalf("launch %d row %d carries relation %d, want %d", launches, y, f, relBase+y)
+			}
+			for q := int64(0); q < nd*c; q++ {
+				writes[(relBase+y)*nd*c+q]++
+			}
+		}
+	}
+	if launches != 3 {
+		t.Fatalf("%d launches for %d relations", launches, r)
+	}
+	for q, n := range writes {
+		if n != 1 {
+			t.Fatalf("scratch element %d written %d times", q, n)
 		}
 	}
 }
