@@ -18,7 +18,8 @@ var ErrDuplicateKey = errors.New("duplicate JSON key")
 // NoDuplicateKeys returns an error wrapping ErrDuplicateKey, naming the
 // key and its byte offset, when an object anywhere in the JSON value b
 // has the same key twice; a syntax error is returned as encoding/json
-// reports it. Keys are compared after unescaping, as encoding/json
+// reports it, and data after the value (a second value) is an error
+// too. Keys are compared after unescaping, as encoding/json
 // compares them when it decodes into a map.
 func NoDuplicateKeys(b []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(b))
@@ -26,7 +27,8 @@ func NoDuplicateKeys(b []byte) error {
 	// One set of keys per open object; nil for an open array.
 	var stack []map[string]bool
 	expectKey := func() bool { return len(stack) > 0 && stack[len(stack)-1] != nil }
-	key := true // in an object: the next string token is a key
+	key := true       // in an object: the next string token is a key
+	complete := false // the top-level value has ended
 	for {
 		off := dec.InputOffset()
 		tok, err := dec.Token()
@@ -38,6 +40,12 @@ func NoDuplicateKeys(b []byte) error {
 		}
 		if err != nil {
 			return err
+		}
+		if complete {
+			// A JSON text is one value: a second (which the decoder's
+			// stream would read on, one token at a time) is refused at
+			// once, as encoding/json.Unmarshal refuses it.
+			return fmt.Errorf("invalid JSON: more data after the top-level value, at offset %d", off)
 		}
 		switch t := tok.(type) {
 		case json.Delim:
@@ -63,7 +71,9 @@ func NoDuplicateKeys(b []byte) error {
 			}
 		}
 		// A value ended (scalar, or a closed object or array): in an
-		// object the next string is a key again.
+		// object the next string is a key again; at the top level the
+		// document is complete.
 		key = true
+		complete = len(stack) == 0
 	}
 }

@@ -30,3 +30,29 @@ func TestNoDuplicateKeys(t *testing.T) {
 		t.Errorf("a syntax error: %v", err)
 	}
 }
+
+// TestOneValue: a JSON text is one value; data after it is an error
+// (as encoding/json.Unmarshal has it), found at the second value's first
+// token, so that a file of many small values is refused without
+// tokenising all of them. Whitespace after the value is fine.
+func TestOneValue(t *testing.T) {
+	for _, in := range []string{`00`, `0 0`, `{} {}`, `[1] 2`, `"a""b"`, `{"a":1}{"a":1}`} {
+		err := NoDuplicateKeys([]byte(in))
+		if err == nil || errors.Is(err, ErrDuplicateKey) {
+			t.Errorf("%s: error %v, want one about the data after the value", in, err)
+		}
+	}
+	for _, in := range []string{`0`, `{"a":[1,2]} `, "[]\n", `"x"`} {
+		if err := NoDuplicateKeys([]byte(in)); err != nil {
+			t.Errorf("%q: %v", in, err)
+		}
+	}
+	many := make([]byte, 4000)
+	for i := range many {
+		many[i] = '0'
+	}
+	allocs := testing.AllocsPerRun(5, func() { _ = NoDuplicateKeys(many) })
+	if allocs > 50 {
+		t.Errorf("4000 zeros: %v allocations, want the second value refused at once", allocs)
+	}
+}
