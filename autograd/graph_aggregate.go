@@ -128,16 +128,22 @@ func gatMean(rels []GATRelation, heads int, slope float64, ep *gatEpilogue) *Var
 	}
 	if g, ok := fusedGATMean(rels); ok {
 		out := alloc(rels[0].Bias.Value, rels[0].Bias.Value.DType(), nd, c)
-		ops := make([][]*tensor.Tensor, 11) // hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order
-		for _, r := range rels {
+		// The operand lists: hs, hd, attr, we, attSrc, attDst, attEdge,
+		// bias, src, rowPtr, order, relation by relation, in one backing
+		// array.
+		all := make([]*tensor.Tensor, 11*len(rels))
+		var ops [11][]*tensor.Tensor
+		for i := range ops {
+			ops[i] = all[i*len(rels) : (i+1)*len(rels)]
+		}
+		for k, r := range rels {
 			hs, hd, attr, we, as, ad, ae := r.Hs, r.Hd, r.Attr, r.We, r.AttSrc, r.AttDst, r.AttEdge
 			if r.Edges.Len() == 0 { // only the bias is read: any operands of the right shapes
 				hs, hd, attr, we, as, ad, ae = emptyGAT(r.Bias.Value, heads, c, nd)
 			}
-			for i, t := range []*tensor.Tensor{hs.Value, hd.Value, attr.Value, we.Value, as.Value, ad.Value, ae.Value, r.Bias.Value,
-				r.Edges.Src, r.Edges.RowPtr, r.Edges.Order} {
-				ops[i] = append(ops[i], t)
-			}
+			ops[0][k], ops[1][k], ops[2][k], ops[3][k] = hs.Value, hd.Value, attr.Value, we.Value
+			ops[4][k], ops[5][k], ops[6][k], ops[7][k] = as.Value, ad.Value, ae.Value, r.Bias.Value
+			ops[8][k], ops[9][k], ops[10][k] = r.Edges.Src, r.Edges.RowPtr, r.Edges.Order
 		}
 		gm, multi := g.(kernels.GraphMultiAggregator)
 		if ep != nil && multi && (ep.res == nil || (ep.res.Value.DType() == tensor.F32 && ep.res.Value.IsContiguous() && !(GradEnabled() && ep.res.RequiresGrad()))) {

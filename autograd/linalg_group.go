@@ -268,25 +268,24 @@ func gatherConcat(terms []LinearTerm, n int) (*Var, bool) {
 }
 
 // fusedGatherConcat is GatherConcat's one launch (with ones columns of
-// ones after the pieces) when it applies: the backend has
-// kernels.GraphMultiAggregator, every X is F32, contiguous and records
-// no gradient, and every gathered piece's CSR is given.
+// ones after the pieces) when it applies: fusedGraph's conditions over
+// the pieces (every X F32, contiguous and recording no gradient, every
+// gathered piece's CSR given) on a kernels.GraphMultiAggregator backend.
 func fusedGatherConcat(pieces []GatherPiece, n, ones int) (*Var, bool) {
 	if len(pieces) == 0 {
 		return nil, false
 	}
-	for _, p := range pieces {
-		x := p.X.Value
-		if x.DType() != tensor.F32 || !x.IsContiguous() || (GradEnabled() && p.X.RequiresGrad()) {
-			return nil, false
-		}
-		if p.Edges != nil && (p.Edges.Src == nil || p.Edges.RowPtr == nil || p.Edges.Order == nil) {
-			return nil, false
+	var es []GraphEdges
+	vs := make([]*Var, len(pieces))
+	for i, p := range pieces {
+		vs[i] = p.X
+		if p.Edges != nil {
+			es = append(es, *p.Edges)
 		}
 	}
-	like := pieces[0].X.Value
-	gm, ok := backendOf(like).(kernels.GraphMultiAggregator)
-	if !ok {
+	g, ok := fusedGraph(es, vs, nil)
+	gm, multi := g.(kernels.GraphMultiAggregator)
+	if !ok || !multi {
 		return nil, false
 	}
 	xs := make([]*tensor.Tensor, len(pieces))
@@ -299,6 +298,7 @@ func fusedGatherConcat(pieces []GatherPiece, n, ones int) (*Var, bool) {
 			src[i], rowPtr[i], order[i] = p.Edges.Src, p.Edges.RowPtr, p.Edges.Order
 		}
 	}
+	like := xs[0]
 	x := alloc(like, like.DType(), n, width)
 	gm.GatherConcat(x, xs, src, rowPtr, order, ones)
 	return Const(x), true

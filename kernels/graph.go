@@ -370,11 +370,11 @@ func CheckGATMean(name string, out *T, hs, hd, attr, we, attSrc, attDst, attEdge
 	return r, nil
 }
 
-// GatherPiece is one column block of a GatherConcat, as CheckGatherConcat
+// GatherBlock is one column block of a GatherConcat, as CheckGatherConcat
 // finds it: Col is its first column in out, Width its width; Gathered
 // pieces are a mean over a CSR (Edges its edge count, Src its source
 // rows), the others a copy of x.
-type GatherPiece struct {
+type GatherBlock struct {
 	Col, Width int
 	Gathered   bool
 	Src, Edges int
@@ -385,7 +385,7 @@ type GatherPiece struct {
 // [Ns, w] with a CSR (src, rowPtr and order as GraphAggregator says, all
 // three given) or [Nd, w] without (all three nil), ones ≥ 0, and W the
 // widths plus ones.
-func CheckGatherConcat(name string, out *T, xs, src, rowPtr, order []*T, ones int) ([]GatherPiece, error) {
+func CheckGatherConcat(name string, out *T, xs, src, rowPtr, order []*T, ones int) ([]GatherBlock, error) {
 	if out == nil {
 		return nil, fmt.Errorf("%s: out is required", name)
 	}
@@ -403,7 +403,7 @@ func CheckGatherConcat(name string, out *T, xs, src, rowPtr, order []*T, ones in
 	if ones < 0 {
 		return nil, fmt.Errorf("%s: %d ones columns, want ≥ 0", name, ones)
 	}
-	pieces := make([]GatherPiece, len(xs))
+	pieces := make([]GatherBlock, len(xs))
 	col := 0
 	for i, x := range xs {
 		what := fmt.Sprintf("xs[%d]", i)
@@ -416,7 +416,7 @@ func CheckGatherConcat(name string, out *T, xs, src, rowPtr, order []*T, ones in
 		if err != nil {
 			return nil, err
 		}
-		p := GatherPiece{Col: col, Width: xw, Gathered: csr, Src: ns}
+		p := GatherBlock{Col: col, Width: xw, Gathered: csr, Src: ns}
 		if csr {
 			if p.Edges, err = checkCSR(fmt.Sprintf("%s: piece %d", name, i), src[i], rowPtr[i], order[i], nd); err != nil {
 				return nil, err

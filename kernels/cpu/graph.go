@@ -290,12 +290,12 @@ func (be *Backend) GatherConcat(out *T, xs, src, rowPtr, order []*T, ones int) {
 	}
 }
 
-func gatherConcatPrep[F tensor.Float](pieces []kernels.GatherPiece, out *T, xs, src, rowPtr, order []*T, ones int) func() {
+func gatherConcatPrep[F tensor.Float](pieces []kernels.GatherBlock, out *T, xs, src, rowPtr, order []*T, ones int) func() {
 	var s stage
 	o := tensor.Data[F](out)
 	nd, w := out.Shape()[0], out.Shape()[1]
 	type piece struct {
-		kernels.GatherPiece
+		kernels.GatherBlock
 		x                  []F
 		src, rowPtr, order []int64
 		seen               []bool
@@ -303,7 +303,7 @@ func gatherConcatPrep[F tensor.Float](pieces []kernels.GatherPiece, out *T, xs, 
 	ps := make([]piece, len(pieces))
 	cost := ones
 	for i, p := range pieces {
-		ps[i] = piece{GatherPiece: p, x: in[F](&s, xs[i])}
+		ps[i] = piece{GatherBlock: p, x: in[F](&s, xs[i])}
 		if p.Gathered {
 			ps[i].src, ps[i].rowPtr, ps[i].order = tensor.Data[int64](src[i]), tensor.Data[int64](rowPtr[i]), tensor.Data[int64](order[i])
 			ps[i].seen = make([]bool, p.Edges)

@@ -314,34 +314,34 @@ func (d *Device) GatherConcat(out *tensor.Tensor, xs, src, rowPtr, order []*tens
 		return err
 	}
 	nd, width := out.Dim(0), out.Dim(1)
-	addr := func(ts []*tensor.Tensor, what string, dt tensor.DType, need func(kernels.GatherPiece) bool) ([]uint64, error) {
-		a := make([]uint64, len(pieces))
-		for i, p := range pieces {
-			if !need(p) {
-				continue
-			}
-			ptr, err := d.ptrOf(op, fmt.Sprintf("%s[%d]", what, i), ts[i], dt)
-			if err != nil {
-				return nil, err
-			}
-			a[i] = uint64(ptr)
-		}
-		return a, nil
+	// The addresses gatherPlan reads: xs of every non-empty piece, and
+	// the CSR of the gathered ones.
+	n := len(pieces)
+	xa, sa, ra, oa := make([]uint64, n), make([]uint64, n), make([]uint64, n), make([]uint64, n)
+	at := func(t *tensor.Tensor, dt tensor.DType, i int) (uint64, error) {
+		p, err := d.ptrOf(op, fmt.Sprintf("piece %d", i), t, dt)
+		return uint64(p), err
 	}
-	nonEmpty := func(p kernels.GatherPiece) bool { return p.Width > 0 }
-	gathered := func(p kernels.GatherPiece) bool { return p.Width > 0 && p.Gathered }
-	var as [4][]uint64
-	for k, o := range []struct {
-		ts   []*tensor.Tensor
-		what string
-		dt   tensor.DType
-		need func(kernels.GatherPiece) bool
-	}{{xs, "xs", tensor.F32, nonEmpty}, {src, "src", tensor.I64, gathered}, {rowPtr, "rowPtr", tensor.I64, gathered}, {order, "order", tensor.I64, gathered}} {
-		if as[k], err = addr(o.ts, o.what, o.dt, o.need); err != nil {
+	for i, p := range pieces {
+		if p.Width == 0 {
+			continue
+		}
+		if xa[i], err = at(xs[i], tensor.F32, i); err != nil {
 			return err
 		}
+		if !p.Gathered {
+			continue
+		}
+		for _, o := range [3]struct {
+			t   *tensor.Tensor
+			dst *uint64
+		}{{src[i], &sa[i]}, {rowPtr[i], &ra[i]}, {order[i], &oa[i]}} {
+			if *o.dst, err = at(o.t, tensor.I64, i); err != nil {
+				return err
+			}
+		}
 	}
-	parts := gatherPlan(pieces, as[0], as[1], as[2], as[3], ones, width)
+	parts := gatherPlan(pieces, xa, sa, ra, oa, ones, width)
 	if nd == 0 || len(parts) == 0 {
 		return nil
 	}

@@ -94,7 +94,7 @@ func gatherCatPack(w *[gatherCatWords]uint64, out uint64, nd, ldo int64, parts [
 // for a gathered piece, src[i], rowPtr[i] and order[i]), then ones
 // columns of ones ending out's width columns. Pieces of no columns are
 // left out.
-func gatherPlan(pieces []kernels.GatherPiece, xs, src, rowPtr, order []uint64, ones, width int) []gatherPart {
+func gatherPlan(pieces []kernels.GatherBlock, xs, src, rowPtr, order []uint64, ones, width int) []gatherPart {
 	parts := make([]gatherPart, 0, len(pieces)+1)
 	for i, p := range pieces {
 		if p.Width == 0 {

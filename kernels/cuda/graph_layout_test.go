@@ -137,7 +137,7 @@ func TestGatherConcatPlanDrivesTheKernel(t *testing.T) {
 		}
 		return next
 	}
-	var pieces []kernels.GatherPiece
+	var pieces []kernels.GatherBlock
 	var xs, src, rowPtr, order []uint64
 	var want [][]float32 // per piece, [nd][w] row-major
 	col := 0
@@ -146,7 +146,7 @@ func TestGatherConcatPlanDrivesTheKernel(t *testing.T) {
 		if k == 5 {
 			w = 0 // a piece of no columns
 		}
-		p := kernels.GatherPiece{Col: col, Width: w, Gathered: k%2 == 0}
+		p := kernels.GatherBlock{Col: col, Width: w, Gathered: k%2 == 0}
 		block := make([]float32, nd*w)
 		if p.Gathered {
 			ns := 1 + rng.Intn(6)
