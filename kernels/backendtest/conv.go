@@ -28,6 +28,14 @@ var convCases2d = []convCase{
 	{[]int{3, 5, 4, 4}, []int{8, 5, 1, 1}, kernels.Conv2dParams{}},
 	{[]int{2, 3, 9, 8}, []int{4, 3, 2, 3}, kernels.Conv2dParams{StrideH: 2, PadW: 1}},
 	{[]int{2, 16, 6, 6}, []int{32, 16, 3, 3}, kernels.Conv2dParams{PadH: 1, PadW: 1}},
+	// W4's first layer (on CUDA a direct kernel, its weight gradient
+	// summed by 32 lanes an output); a layer whose sample exceeds the
+	// direct weight gradient's shared memory (im2col there, direct
+	// otherwise); and one whose weights exceed the direct path's
+	// (im2col and cuBLAS throughout, fp32 included).
+	{[]int{3, 1, 28, 28}, []int{8, 1, 3, 3}, kernels.Conv2dParams{PadH: 1, PadW: 1}},
+	{[]int{1, 4, 40, 40}, []int{8, 4, 3, 3}, kernels.Conv2dParams{PadH: 1, PadW: 1}},
+	{[]int{1, 32, 5, 5}, []int{64, 32, 3, 3}, kernels.Conv2dParams{PadH: 1, PadW: 1}},
 }
 
 // geom is c's output shape and its normalised params.

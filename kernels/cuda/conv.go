@@ -130,6 +130,10 @@ func (d *Device) Conv2d(dst, x, w, bias *tensor.Tensor, p kernels.Conv2dParams, 
 			return err
 		}
 	}
+	if c.direct(dt) {
+		return d.convDirect(op, "conv_direct_f32", &c, int64(c.g.n)*int64(c.groups*c.tiles(c.og))*int64(c.pixels),
+			new(args).ptr(py).ptr(px).ptr(pw).ptr(pb).push(c.g.words()...).i32(int32(c.groups)).i32(int32(c.cout)))
+	}
 	h, err := d.blasHandle()
 	if err != nil {
 		return err
@@ -178,6 +182,11 @@ func (d *Device) Conv2dBackwardInput(dx, dy, w *tensor.Tensor, p kernels.Conv2dP
 	}
 	pdx, pw, pdy := ptrs[0], ptrs[1], ptrs[2]
 	dt := dx.DType()
+	if c.direct(dt) {
+		cg := int(c.g.cin) / c.groups
+		return d.convDirect(op, "conv_direct_dx_f32", &c, int64(c.g.n)*int64(c.groups*c.tiles(cg))*c.g.h*c.g.w,
+			new(args).ptr(pdx).ptr(pdy).ptr(pw).push(c.g.words()...).i32(int32(c.groups)).i32(int32(c.cout)))
+	}
 	h, err := d.blasHandle()
 	if err != nil {
 		return err
@@ -231,6 +240,30 @@ func (d *Device) conv2dBackwardWeight(op string, dw, x, dy *tensor.Tensor, p ker
 	}
 	px, pdw, pdy := ptrs[0], ptrs[1], ptrs[2]
 	dt := x.DType()
+	n, k, P := int(c.g.n), c.kdim, c.pixels
+	per, pp, err := d.convScratch(dt, n*c.cout*k)
+	if err != nil {
+		return err
+	}
+	defer per.Storage().Free()
+	sum, _ := floatKernel(op, "sum_batches", dt)
+	release := d.enter()
+	defer release()
+	if lanes, shmem, ok := c.directDW(dt); ok {
+		fn, err := d.kernel("conv_direct_dw_f32")
+		if err != nil {
+			return err
+		}
+		var a args
+		a.ptr(pp).ptr(px).ptr(pdy).push(c.g.words()...).i32(int32(c.groups)).i32(int32(c.cout)).i32(int32(lanes))
+		chunks := directDWChunks(n, c.cout*k, d.sms, lanes)
+		if chunks > 0 { // else sum_batches writes the empty sum (or adds it)
+			if err := launchRaw(fn, [3]int{n, chunks, 1}, [3]int{directThreads, 1, 1}, shmem, d.stream, &a); err != nil {
+				return err
+			}
+		}
+		return d.sumBatches(sum, pdw, pp, n, int64(c.cout*k), acc)
+	}
 	h, err := d.blasHandle()
 	if err != nil {
 		return err
@@ -240,16 +273,7 @@ func (d *Device) conv2dBackwardWeight(op string, dw, x, dy *tensor.Tensor, p ker
 		return err
 	}
 	defer cols.Storage().Free()
-	n, k, P := int(c.g.n), c.kdim, c.pixels
-	per, pp, err := d.convScratch(dt, n*c.cout*k)
-	if err != nil {
-		return err
-	}
-	defer per.Storage().Free()
 	im2col, _ := floatKernel(op, "im2col", dt)
-	sum, _ := floatKernel(op, "sum_batches", dt)
-	release := d.enter()
-	defer release()
 	var a args
 	if err := d.launch1D(im2col, int64(c.colsLen()), a.ptr(pc).ptr(px).push(c.g.words()...)); err != nil {
 		return err
@@ -264,7 +288,12 @@ func (d *Device) conv2dBackwardWeight(op string, dw, x, dy *tensor.Tensor, p ker
 			return err
 		}
 	}
-	m := int64(c.cout * k)
+	return d.sumBatches(sum, pdw, pp, n, int64(c.cout*k), acc)
+}
+
+// sumBatches launches kernel sum (sum_batches): dw = Σ over the n
+// per-sample gradients [n, m] at pp, in order (added to dw with acc).
+func (d *Device) sumBatches(sum string, pdw, pp cu.DevicePtr, n int, m int64, acc bool) error {
 	if m <= 0 {
 		return nil
 	}
@@ -276,6 +305,54 @@ func (d *Device) conv2dBackwardWeight(op string, dw, x, dy *tensor.Tensor, p ker
 	s.ptr(pdw).ptr(pp).i64(int64(n)).i64(m).i32(b2i(acc))
 	// Blocks of 32 columns by sumRows rows (SUM_ROWS in src/conv.cu).
 	return launchRaw(fn, [3]int{int((m + 31) / 32), 1, 1}, [3]int{32, sumRows, 1}, 0, d.stream, &s)
+}
+
+// directConvOff turns the direct path off (tests compare both paths).
+var directConvOff bool
+
+// direct reports whether the forward and input-gradient convolutions of
+// c in dtype dt run as direct kernels.
+func (c *convPlan) direct(dt tensor.DType) bool {
+	if directConvOff || dt != tensor.F32 || c.cout*c.kdim > directWeights {
+		return false
+	}
+	const lim = 1 << 31
+	g := c.g
+	return g.n*g.cin*g.h*g.w < lim && g.n*int64(c.cout)*g.ho*g.wo < lim
+}
+
+// directDW reports whether c's weight gradient in dtype dt runs as
+// conv_direct_dw_f32, with how many lanes sum each output (a power of two
+// up to 32, about eight pixels each) and the block's shared memory.
+func (c *convPlan) directDW(dt tensor.DType) (lanes, shmem int, ok bool) {
+	g := c.g
+	floats := int64(c.cout)*g.ho*g.wo + g.cin*g.h*g.w
+	if !c.direct(dt) || floats > directSample {
+		return 0, 0, false
+	}
+	return directLanes(c.pixels), int(floats) * 4, true
+}
+
+// tiles is the number of directTile channel tiles over ch channels.
+func (c *convPlan) tiles(ch int) int { return (ch + directTile - 1) / directTile }
+
+// convDirect launches direct kernel name over total threads' work, with
+// c's weights in shared memory.
+func (d *Device) convDirect(op, name string, c *convPlan, total int64, a *args) error {
+	if total <= 0 {
+		return nil
+	}
+	fn, err := d.kernel(name)
+	if err != nil {
+		return err
+	}
+	release := d.enter()
+	defer release()
+	blocks := min((total+directThreads-1)/directThreads, int64(d.sms)*4)
+	if err := launchRaw(fn, [3]int{int(blocks), 1, 1}, [3]int{directThreads, 1, 1}, c.cout*c.kdim*4, d.stream, a); err != nil {
+		return fmt.Errorf("cuda: %s: %w", op, err)
+	}
+	return nil
 }
 
 // sumRows is sum_batches' rows of threads per block (SUM_ROWS).

@@ -170,8 +170,8 @@ if has memcheck; then
 	fi
 fi
 if has bench; then
-	echo "== kernels/cuda benchmarks (H2D pinned vs pageable)"
-	step "H2D benchmark" 60 "$out/kernels_cuda_bench.log" \
+	echo "== kernels/cuda benchmarks (H2D pinned vs pageable; W4's convolutions, direct vs im2col)"
+	step "kernels/cuda benchmarks" 60 "$out/kernels_cuda_bench.log" \
 		"$here/kernels_cuda.test" -test.run '^$' -test.bench . -test.benchtime 200x
 	torch_ok=0
 	python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null && torch_ok=1

@@ -237,3 +237,149 @@ __global__ void affine_act_pool2_f16(__half* dst, const __half* y, const void* s
 }
 
 }  // extern "C"
+
+// --- direct convolutions for small fp32 layers (conv.go's directConv):
+// no columns buffer and no cuBLAS. For W4's CNN (1→8, 8→16 and 16→32
+// channels on 28², 14² and 7² planes) im2col wrote 9·Cin columns per
+// pixel for products of K = 9 to 144, and the per-sample strided GEMMs
+// ran far below the GPU's rate; each layer took im2col + GEMM (+ col2im
+// or sum) launches. Every output element here is summed by one thread
+// (forward, input gradient) or one lane group in a fixed butterfly
+// (weight gradient) in a fixed order: deterministic, a replay bitwise the
+// eager call. The index arithmetic is 32-bit: the Go side takes this path
+// only when every element count fits (directConv). Padding taps read 0
+// and are multiplied like the others, as im2col's zeros are.
+
+// DC_TILE is the output (forward) or input (gradient) channels a thread
+// sums at once, its weights read from shared memory.
+#define DC_TILE 8
+
+// conv_direct_f32: y[n, co, p] = Σ_{ci, i, j} w[co, ci, i, j] · x[n, g·cg + ci,
+// oh·sh − ph + i·dh, ow·sw − pw + j·dw] (+ bias[co]) for group g of co: a
+// thread per (sample, output pixel) and tile of DC_TILE output channels
+// of one group; the weights [cout, cg, kh, kw] in dynamic shared memory.
+extern "C" __global__ void conv_direct_f32(float* y, const float* x, const float* wt, const float* bias, Conv g,
+                                           int groups, int cout) {
+    extern __shared__ float ws[];
+    const int cg = (int)g.cin / groups, og = cout / groups, kh = (int)g.kh, kw = (int)g.kw;
+    const int kdim = cg * kh * kw, h = (int)g.h, w = (int)g.w, wo = (int)g.wo, P = (int)(g.ho * g.wo);
+    const int N = (int)g.n, tiles = (og + DC_TILE - 1) / DC_TILE;
+    for (int i = threadIdx.x; i < cout * kdim; i += blockDim.x) ws[i] = wt[i];
+    __syncthreads();
+    const int total = tiles * groups * N * P;
+    for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < total; e += blockDim.x * gridDim.x) {
+        const int p = e % P, r = e / P, n = r % N, tg = r / N;
+        const int gr = tg / tiles, co0 = gr * og + (tg % tiles) * DC_TILE;
+        const int nc = min(DC_TILE, gr * og + og - co0);
+        const int oh = p / wo, ow = p % wo;
+        float acc[DC_TILE];
+#pragma unroll
+        for (int c = 0; c < DC_TILE; c++) acc[c] = 0.f;
+        const float* xp = x + ((size_t)n * g.cin + (size_t)gr * cg) * h * w;
+        const float* wp = ws + co0 * kdim;
+        for (int ci = 0; ci < cg; ci++, xp += h * w) {
+            for (int i = 0; i < kh; i++) {
+                const int ih = oh * (int)g.sh - (int)g.ph + i * (int)g.dh;
+                const bool rin = ih >= 0 && ih < h;
+                for (int j = 0; j < kw; j++, wp++) {
+                    const int iw = ow * (int)g.sw - (int)g.pw + j * (int)g.dw;
+                    const float v = rin && iw >= 0 && iw < w ? xp[ih * w + iw] : 0.f;
+#pragma unroll
+                    for (int c = 0; c < DC_TILE; c++)
+                        if (c < nc) acc[c] = fmaf(wp[c * kdim], v, acc[c]);
+                }
+            }
+        }
+        float* yp = y + ((size_t)n * cout + co0) * P + p;
+#pragma unroll
+        for (int c = 0; c < DC_TILE; c++)
+            if (c < nc) yp[(size_t)c * P] = bias ? acc[c] + bias[co0 + c] : acc[c];
+    }
+}
+
+// conv_direct_dx_f32: dx[n, g·cg + ci, ih, iw] = Σ_{co in g, i, j} w[co, ci, i, j]
+// · dy[n, co, oh, ow] over the output pixels (oh, ow) whose tap (i, j)
+// reads (ih, iw): a thread per (sample, input pixel) and tile of DC_TILE
+// input channels of one group, the weights in dynamic shared memory.
+// dx is overwritten.
+extern "C" __global__ void conv_direct_dx_f32(float* dx, const float* dy, const float* wt, Conv g, int groups,
+                                              int cout) {
+    extern __shared__ float ws[];
+    const int cg = (int)g.cin / groups, og = cout / groups, kh = (int)g.kh, kw = (int)g.kw;
+    const int kk = kh * kw, h = (int)g.h, w = (int)g.w, ho = (int)g.ho, wo = (int)g.wo, P = ho * wo;
+    const int sh = (int)g.sh, sw = (int)g.sw, N = (int)g.n, tiles = (cg + DC_TILE - 1) / DC_TILE;
+    for (int i = threadIdx.x; i < cout * cg * kk; i += blockDim.x) ws[i] = wt[i];
+    __syncthreads();
+    const int total = tiles * groups * N * h * w;
+    for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < total; e += blockDim.x * gridDim.x) {
+        const int q = e % (h * w), r = e / (h * w), n = r % N, tg = r / N;
+        const int gr = tg / tiles, cl0 = (tg % tiles) * DC_TILE;
+        const int nc = min(DC_TILE, cg - cl0);
+        const int ih = q / w, iw = q % w;
+        float acc[DC_TILE];
+#pragma unroll
+        for (int c = 0; c < DC_TILE; c++) acc[c] = 0.f;
+        for (int co = gr * og; co < gr * og + og; co++) {
+            const float* dyp = dy + ((size_t)n * cout + co) * P;
+            const float* wp = ws + (co * cg + cl0) * kk;
+            for (int i = 0; i < kh; i++) {
+                const int th = ih + (int)g.ph - i * (int)g.dh;
+                if (th < 0 || th % sh != 0 || th / sh >= ho) continue;
+                for (int j = 0; j < kw; j++) {
+                    const int tw = iw + (int)g.pw - j * (int)g.dw;
+                    if (tw < 0 || tw % sw != 0 || tw / sw >= wo) continue;
+                    const float gv = dyp[(th / sh) * wo + tw / sw];
+#pragma unroll
+                    for (int c = 0; c < DC_TILE; c++)
+                        if (c < nc) acc[c] = fmaf(wp[c * kk + i * kw + j], gv, acc[c]);
+                }
+            }
+        }
+        float* dp = dx + (((size_t)n * g.cin + gr * cg + cl0) * h + ih) * w + iw;
+#pragma unroll
+        for (int c = 0; c < DC_TILE; c++)
+            if (c < nc) dp[(size_t)c * h * w] = acc[c];
+    }
+}
+
+// conv_direct_dw_f32: per[n, co, k] = Σ_p dy[n, co, p] · x[n, g·cg + ci, tap
+// (i, j) of output pixel p] for k = (ci, i, j): the per-sample weight
+// gradients sum_batches then adds over the samples in order. Block
+// (n, chunk) holds sample n's dy [cout, P] and x [cin, h, w] in dynamic
+// shared memory; each output is summed by `lanes` lanes of a warp (a
+// power of two up to 32) striding over the pixels, then added in a fixed
+// xor butterfly. Every thread of a block runs the same rounds, so that a
+// whole warp always takes part in the shuffles.
+extern "C" __global__ void conv_direct_dw_f32(float* per, const float* x, const float* dy, Conv g, int groups,
+                                              int cout, int lanes) {
+    extern __shared__ float sm[];
+    const int cg = (int)g.cin / groups, og = cout / groups, kh = (int)g.kh, kw = (int)g.kw;
+    const int kdim = cg * kh * kw, h = (int)g.h, w = (int)g.w, wo = (int)g.wo, P = (int)(g.ho * g.wo);
+    const int M = cout * kdim, n = blockIdx.x;
+    float* sdy = sm;
+    float* sx = sm + cout * P;
+    const float* gdy = dy + (size_t)n * cout * P;
+    const float* gx = x + (size_t)n * g.cin * h * w;
+    for (int i = threadIdx.x; i < cout * P; i += blockDim.x) sdy[i] = gdy[i];
+    for (int i = threadIdx.x; i < (int)g.cin * h * w; i += blockDim.x) sx[i] = gx[i];
+    __syncthreads();
+    const int G = blockDim.x / lanes, gi = threadIdx.x / lanes, lane = threadIdx.x % lanes;
+    for (int base = blockIdx.y * G; base < M; base += G * gridDim.y) {
+        const int o = base + gi;
+        float a = 0.f;
+        if (o < M) {
+            const int co = o / kdim, k = o % kdim;
+            const int ci = (co / og) * cg + k / (kh * kw), i = (k / kw) % kh, j = k % kw;
+            const float* dyp = sdy + co * P;
+            const float* xp = sx + ci * h * w;
+            for (int p = lane; p < P; p += lanes) {
+                const int ih = (p / wo) * (int)g.sh - (int)g.ph + i * (int)g.dh;
+                const int iw = (p % wo) * (int)g.sw - (int)g.pw + j * (int)g.dw;
+                const float v = ih >= 0 && ih < h && iw >= 0 && iw < w ? xp[ih * w + iw] : 0.f;
+                a = fmaf(dyp[p], v, a);
+            }
+        }
+        for (int off = lanes >> 1; off > 0; off >>= 1) a += __shfl_xor_sync(0xffffffffu, a, off);
+        if (o < M && lane == 0) per[(size_t)n * M + o] = a;
+    }
+}
