@@ -59,7 +59,12 @@ type convPlan struct {
 // planConv checks x [N,Cin,H,W], w [Cout,Cin/groups,KH,KW] and y
 // [N,Cout,Ho,Wo] against p (kernels.CheckConv2d) and plans the launches.
 func planConv(op string, x, w, y *tensor.Tensor, p kernels.Conv2dParams) (convPlan, error) {
-	k, err := kernels.CheckConv2d(op, x.Shape(), w.Shape(), y.Shape(), p)
+	return planConvShapes(op, x.Shape(), w.Shape(), y.Shape(), x.DType(), p)
+}
+
+// planConvShapes is planConv on the shapes and x's dtype.
+func planConvShapes(op string, xs, ws, ys []int, dt tensor.DType, p kernels.Conv2dParams) (convPlan, error) {
+	k, err := kernels.CheckConv2d(op, xs, ws, ys, p)
 	if err != nil {
 		return convPlan{}, checked(err)
 	}
@@ -68,7 +73,7 @@ func planConv(op string, x, w, y *tensor.Tensor, p kernels.Conv2dParams) (convPl
 	c.g = convGeom{n: int64(k.N), cin: int64(k.Cin), h: int64(k.H), w: int64(k.W), kh: int64(k.KH), kw: int64(k.KW),
 		ho: int64(k.Ho), wo: int64(k.Wo), sh: int64(p.StrideH), sw: int64(p.StrideW), ph: int64(p.PadH), pw: int64(p.PadW),
 		dh: int64(p.DilationH), dw: int64(p.DilationW)}
-	switch x.DType() {
+	switch dt {
 	case tensor.F32:
 		c.blasType = dataF32
 	case tensor.BF16:
@@ -76,7 +81,7 @@ func planConv(op string, x, w, y *tensor.Tensor, p kernels.Conv2dParams) (convPl
 	case tensor.F16:
 		c.blasType = dataF16
 	default:
-		return convPlan{}, fmt.Errorf("cuda: %s: dtype %v (F32, BF16 and F16 run here)", op, x.DType())
+		return convPlan{}, fmt.Errorf("cuda: %s: dtype %v (F32, BF16 and F16 run here)", op, dt)
 	}
 	return c, nil
 }
@@ -132,7 +137,8 @@ func (d *Device) Conv2d(dst, x, w, bias *tensor.Tensor, p kernels.Conv2dParams, 
 	}
 	if c.direct(dt) {
 		return d.convDirect(op, "conv_direct_f32", &c, int64(c.g.n)*int64(c.groups*c.tiles(c.og))*int64(c.pixels),
-			new(args).ptr(py).ptr(px).ptr(pw).ptr(pb).push(c.g.words()...).i32(int32(c.groups)).i32(int32(c.cout)))
+			new(args).ptr(py).ptr(px).ptr(pw).ptr(pb).push(c.g.words()...).i32(int32(c.groups)).i32(int32(c.cout)).
+				ptr(0).i32(0).ptr(0).i32(0).i32(-1))
 	}
 	h, err := d.blasHandle()
 	if err != nil {

@@ -27,7 +27,7 @@ var w4Convs = []struct {
 // convAll runs the forward (with bias), the input gradient, the weight
 // gradient and the accumulating weight gradient (into a copy of acc) of
 // one layer on the device, by the path directConvOff selects.
-func convAll(t *testing.T, x, w, b, dy, acc *tensor.Tensor, p kernels.Conv2dParams) [4]*tensor.Tensor {
+func convAll(t *testing.T, x, w, b, dy, acc *tensor.Tensor, p kernels.Conv2dParams) [6]*tensor.Tensor {
 	t.Helper()
 	xs, ws := x.Shape(), w.Shape()
 	pn := p.Norm()
@@ -39,11 +39,20 @@ func convAll(t *testing.T, x, w, b, dy, acc *tensor.Tensor, p kernels.Conv2dPara
 	be.Conv2dBackwardInput(dx, dy, w, p)
 	be.Conv2dBackwardWeight(dw, x, dy, p)
 	be.Conv2dBackwardWeightAdd(dwAcc, x, dy, p)
-	return [4]*tensor.Tensor{fromDev(t, y), fromDev(t, dx), fromDev(t, dw), fromDev(t, dwAcc)}
+	// The epilogues, the bias as the scale and its negation's half as
+	// the shift.
+	shift := poisoned(t, tensor.F32, ws[0])
+	be.BinaryScalar(kernels.Mul, shift, b, -0.5, false)
+	act := poisoned(t, tensor.F32, ys...)
+	be.Conv2dAffineAct(act, x, w, b, shift, kernels.Relu, p)
+	pooled := poisoned(t, tensor.F32, ys[0], ys[1], ys[2]/2, ys[3]/2)
+	be.Conv2dAffineActMaxPool2x2(pooled, x, w, b, shift, kernels.Relu, p)
+	return [6]*tensor.Tensor{fromDev(t, y), fromDev(t, dx), fromDev(t, dw), fromDev(t, dwAcc), fromDev(t, act), fromDev(t, pooled)}
 }
 
 // TestDirectConvMatchesColumns: on W4's layers (and a strided and a
-// grouped one) the direct kernels give what im2col and cuBLAS give
+// grouped one) the direct kernels (the epilogues of ConvAffineActer and
+// ConvAffineActPooler included) give what im2col and cuBLAS give
 // (fp32, within 1e-5 of the largest value), bitwise the same on a second
 // run, and the accumulating weight gradient is bitwise the weight
 // gradient added to the accumulator (as the conformance suite holds the
@@ -67,7 +76,8 @@ func TestDirectConvMatchesColumns(t *testing.T) {
 		direct := convAll(t, x, w, b, dy, acc, c.p)
 		again := convAll(t, x, w, b, dy, acc, c.p)
 		name := fmt.Sprintf("x %v w %v %+v", c.x, c.w, c.p)
-		for k, what := range []string{"forward", "input gradient", "weight gradient", "accumulated weight gradient"} {
+		for k, what := range []string{"forward", "input gradient", "weight gradient", "accumulated weight gradient",
+			"affine ReLU epilogue", "pooled affine ReLU epilogue"} {
 			closeRel(t, name+" "+what+" (direct against im2col)", direct[k], cols[k], 1e-5)
 			if !bitwiseEqual(direct[k], again[k]) {
 				t.Errorf("%s %s: two direct runs differ", name, what)

@@ -27,8 +27,43 @@ func (g dcGeom) String() string {
 
 func fma32(a, b, c float32) float32 { return float32(math.FMA(float64(a), float64(b), float64(c))) }
 
-// dcForward is conv_direct_f32's body for every e of its grid-stride loop.
-func dcForward(y, x, ws, bias []float32, g dcGeom) {
+// dcSum is dc_sum: the tile's convolution at output pixel (oh, ow), the
+// input from xp and the weights from wp (flat offsets).
+func dcSum(acc *[directTile]float32, x, ws []float32, g dcGeom, xp, wp, cg, kdim, nc, oh, ow int) {
+	*acc = [directTile]float32{}
+	for ci := 0; ci < cg; ci, xp = ci+1, xp+g.h*g.w {
+		for i := 0; i < g.kh; i++ {
+			ih := oh*g.sh - g.ph + i*g.dh
+			rin := ih >= 0 && ih < g.h
+			for j := 0; j < g.kw; j, wp = j+1, wp+1 {
+				iw := ow*g.sw - g.pw + j*g.dw
+				var v float32
+				if rin && iw >= 0 && iw < g.w {
+					v = x[xp+ih*g.w+iw]
+				}
+				for c := 0; c < directTile; c++ {
+					if c < nc {
+						acc[c] = fma32(ws[wp+c*kdim], v, acc[c])
+					}
+				}
+			}
+		}
+	}
+}
+
+// dcEpilogue is epilogue_act for a ReLU: max(v·scale + shift, +0), NaN
+// kept.
+func dcEpilogue(v, scale, shift float32) float32 {
+	v = v*scale + shift
+	if v > 0 || v != v {
+		return v
+	}
+	return 0
+}
+
+// dcForward is conv_direct_f32's body for every e of its grid-stride
+// loop; with scale the ReLU epilogue replaces the bias.
+func dcForward(y, x, ws, bias, scale, shift []float32, g dcGeom) {
 	cg, og := g.cin/g.groups, g.cout/g.groups
 	kdim, P := cg*g.kh*g.kw, g.ho*g.wo
 	tiles := (og + directTile - 1) / directTile
@@ -39,35 +74,50 @@ func dcForward(y, x, ws, bias []float32, g dcGeom) {
 		gr := tg / tiles
 		co0 := gr*og + (tg%tiles)*directTile
 		nc := min(directTile, gr*og+og-co0)
-		oh, ow := p/g.wo, p%g.wo
 		var acc [directTile]float32
-		xp := (n*g.cin + gr*cg) * g.h * g.w
-		wp := co0 * kdim
-		for ci := 0; ci < cg; ci, xp = ci+1, xp+g.h*g.w {
-			for i := 0; i < g.kh; i++ {
-				ih := oh*g.sh - g.ph + i*g.dh
-				rin := ih >= 0 && ih < g.h
-				for j := 0; j < g.kw; j, wp = j+1, wp+1 {
-					iw := ow*g.sw - g.pw + j*g.dw
-					var v float32
-					if rin && iw >= 0 && iw < g.w {
-						v = x[xp+ih*g.w+iw]
-					}
-					for c := 0; c < directTile; c++ {
-						if c < nc {
-							acc[c] = fma32(ws[wp+c*kdim], v, acc[c])
-						}
-					}
+		dcSum(&acc, x, ws, g, (n*g.cin+gr*cg)*g.h*g.w, co0*kdim, cg, kdim, nc, p/g.wo, p%g.wo)
+		yp := (n*g.cout+co0)*P + p
+		for c := 0; c < nc; c++ {
+			v := acc[c]
+			if bias != nil {
+				v += bias[co0+c]
+			}
+			if scale != nil {
+				v = dcEpilogue(v, scale[co0+c], shift[co0+c])
+			}
+			y[yp+c*P] = v
+		}
+	}
+}
+
+// dcPool is conv_direct_pool_f32's body for every e (the ReLU epilogue).
+func dcPool(dst, x, ws, scale, shift []float32, g dcGeom) {
+	cg, og := g.cin/g.groups, g.cout/g.groups
+	kdim, pwo := cg*g.kh*g.kw, g.wo/2
+	PP := (g.ho / 2) * pwo
+	tiles := (og + directTile - 1) / directTile
+	total := tiles * g.groups * g.n * PP
+	for e := 0; e < total; e++ {
+		q, r := e%PP, e/PP
+		n, tg := r%g.n, r/g.n
+		gr := tg / tiles
+		co0 := gr*og + (tg%tiles)*directTile
+		nc := min(directTile, gr*og+og-co0)
+		var best [directTile]float32
+		var nan [directTile]bool
+		for k := 0; k < 4; k++ {
+			var acc [directTile]float32
+			dcSum(&acc, x, ws, g, (n*g.cin+gr*cg)*g.h*g.w, co0*kdim, cg, kdim, nc, 2*(q/pwo)+k>>1, 2*(q%pwo)+k&1)
+			for c := 0; c < nc; c++ {
+				v := dcEpilogue(acc[c], scale[co0+c], shift[co0+c])
+				if k == 0 || (!nan[c] && (v > best[c] || v != v)) {
+					best[c], nan[c] = v, v != v
 				}
 			}
 		}
-		yp := (n*g.cout+co0)*P + p
+		dp := (n*g.cout+co0)*PP + q
 		for c := 0; c < nc; c++ {
-			if bias != nil {
-				y[yp+c*P] = acc[c] + bias[co0+c]
-			} else {
-				y[yp+c*P] = acc[c]
-			}
+			dst[dp+c*PP] = best[c]
 		}
 	}
 }
@@ -248,8 +298,34 @@ func TestDirectConvKernelsInGo(t *testing.T) {
 		wantY, wantDx, wantPer := dcReference(g, x, w, bias, dy)
 
 		y := make([]float32, len(wantY))
-		dcForward(y, x, w, bias, g)
+		dcForward(y, x, w, bias, nil, nil, g)
 		closeTo(t, g.String()+" forward", y, wantY)
+
+		// The epilogues: ReLU(v·scale + shift), then its 2×2 max pool,
+		// against the reference without the bias.
+		scale, shift := fill(g.cout), fill(g.cout)
+		act := make([]float64, len(wantY))
+		for i, v := range wantY {
+			co := (i / P) % g.cout
+			act[i] = math.Max((v-float64(bias[co]))*float64(scale[co])+float64(shift[co]), 0)
+		}
+		dcForward(y, x, w, nil, scale, shift, g)
+		closeTo(t, g.String()+" forward with the affine ReLU epilogue", y, act)
+		if g.ho >= 2 && g.wo >= 2 {
+			pho, pwo := g.ho/2, g.wo/2
+			want := make([]float64, g.n*g.cout*pho*pwo)
+			for i := range want {
+				pl, q := i/(pho*pwo), i%(pho*pwo)
+				oh, ow := 2*(q/pwo), 2*(q%pwo)
+				want[i] = math.Inf(-1)
+				for k := 0; k < 4; k++ {
+					want[i] = math.Max(want[i], act[pl*P+(oh+k/2)*g.wo+ow+k%2])
+				}
+			}
+			pooled := make([]float32, len(want))
+			dcPool(pooled, x, w, scale, shift, g)
+			closeTo(t, g.String()+" pooled forward", pooled, want)
+		}
 		dx := make([]float32, len(x))
 		dcInputGrad(dx, dy, w, g)
 		closeTo(t, g.String()+" input gradient", dx, wantDx)

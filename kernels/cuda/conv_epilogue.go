@@ -81,6 +81,12 @@ func (d *Device) Conv2dAffineAct(dst, x, w, scale, shift *tensor.Tensor, act ker
 		return err
 	}
 	defer free()
+	if c.direct(dt) {
+		// One launch: the direct convolution with the epilogue applied.
+		return d.convDirect(op, "conv_direct_f32", &c, int64(c.g.n)*int64(c.groups*c.tiles(c.og))*int64(c.pixels),
+			new(args).ptr(ptrs[2]).ptr(ptrs[0]).ptr(ptrs[1]).ptr(0).push(c.g.words()...).i32(int32(c.groups)).
+				i32(int32(c.cout)).ptr(ps).i32(sc).ptr(ph).i32(hc).i32(int32(act)))
+	}
 	if err := d.Conv2d(dst, x, w, nil, p, prec); err != nil {
 		return fmt.Errorf("%w (in %s)", err, op)
 	}
@@ -132,6 +138,12 @@ func (d *Device) Conv2dAffineActMaxPool2x2(dst, x, w, scale, shift *tensor.Tenso
 	total := int64(dst.Numel())
 	if total == 0 {
 		return nil
+	}
+	if c, err := planConvShapes(op, xs, ws, full, dt, p); err == nil && c.direct(dt) {
+		// One launch, the convolution's output never written.
+		return d.convDirect(op, "conv_direct_pool_f32", &c, int64(c.g.n)*int64(c.groups*c.tiles(c.og))*int64((ho/2)*(wo/2)),
+			new(args).ptr(ptrs[2]).ptr(ptrs[0]).ptr(ptrs[1]).push(c.g.words()...).i32(int32(c.groups)).
+				i32(int32(c.cout)).ptr(ps).i32(sc).ptr(ph).i32(hc).i32(int32(act)))
 	}
 	y, err := tensor.EmptyOn(tensor.CUDA(d.ordinal), dt, full...)
 	if err != nil {

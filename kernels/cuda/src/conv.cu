@@ -254,46 +254,108 @@ __global__ void affine_act_pool2_f16(__half* dst, const __half* y, const void* s
 // sums at once, its weights read from shared memory.
 #define DC_TILE 8
 
+// dc_sum: acc[c] (c < nc) is the convolution at output pixel (oh, ow) of
+// output channel co0 + c, the input at xp (sample n's channels of the
+// group), the weights at wp (ws + co0·kdim; [cout, cg, kh, kw]).
+__device__ __forceinline__ void dc_sum(float* acc, const float* xp, const float* wp, const Conv& g, int cg, int kdim,
+                                       int nc, int oh, int ow) {
+    const int kh = (int)g.kh, kw = (int)g.kw, h = (int)g.h, w = (int)g.w;
+#pragma unroll
+    for (int c = 0; c < DC_TILE; c++) acc[c] = 0.f;
+    for (int ci = 0; ci < cg; ci++, xp += h * w) {
+        for (int i = 0; i < kh; i++) {
+            const int ih = oh * (int)g.sh - (int)g.ph + i * (int)g.dh;
+            const bool rin = ih >= 0 && ih < h;
+            for (int j = 0; j < kw; j++, wp++) {
+                const int iw = ow * (int)g.sw - (int)g.pw + j * (int)g.dw;
+                const float v = rin && iw >= 0 && iw < w ? xp[ih * w + iw] : 0.f;
+#pragma unroll
+                for (int c = 0; c < DC_TILE; c++)
+                    if (c < nc) acc[c] = fmaf(wp[c * kdim], v, acc[c]);
+            }
+        }
+    }
+}
+
+// dc_load_weights copies the weights [cout, kdim] into shared memory.
+__device__ __forceinline__ void dc_load_weights(float* ws, const float* wt, int n) {
+    for (int i = threadIdx.x; i < n; i += blockDim.x) ws[i] = wt[i];
+    __syncthreads();
+}
+
 // conv_direct_f32: y[n, co, p] = Σ_{ci, i, j} w[co, ci, i, j] · x[n, g·cg + ci,
 // oh·sh − ph + i·dh, ow·sw − pw + j·dw] (+ bias[co]) for group g of co: a
 // thread per (sample, output pixel) and tile of DC_TILE output channels
 // of one group; the weights [cout, cg, kh, kw] in dynamic shared memory.
+// With scale (kernels.ConvAffineActer, no bias) the output is
+// epilogue_act(act, v, scale[co], shift[co]) instead, the side operands
+// read by their dtype codes (ld_side), as affine_act_nchw applies it to
+// the convolution's output.
 extern "C" __global__ void conv_direct_f32(float* y, const float* x, const float* wt, const float* bias, Conv g,
-                                           int groups, int cout) {
+                                           int groups, int cout, const void* scale, int scode, const void* shift,
+                                           int hcode, int act) {
     extern __shared__ float ws[];
-    const int cg = (int)g.cin / groups, og = cout / groups, kh = (int)g.kh, kw = (int)g.kw;
-    const int kdim = cg * kh * kw, h = (int)g.h, w = (int)g.w, wo = (int)g.wo, P = (int)(g.ho * g.wo);
-    const int N = (int)g.n, tiles = (og + DC_TILE - 1) / DC_TILE;
-    for (int i = threadIdx.x; i < cout * kdim; i += blockDim.x) ws[i] = wt[i];
-    __syncthreads();
+    const int cg = (int)g.cin / groups, og = cout / groups, kdim = cg * (int)(g.kh * g.kw);
+    const int wo = (int)g.wo, P = (int)(g.ho * g.wo), N = (int)g.n, tiles = (og + DC_TILE - 1) / DC_TILE;
+    dc_load_weights(ws, wt, cout * kdim);
     const int total = tiles * groups * N * P;
     for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < total; e += blockDim.x * gridDim.x) {
         const int p = e % P, r = e / P, n = r % N, tg = r / N;
         const int gr = tg / tiles, co0 = gr * og + (tg % tiles) * DC_TILE;
         const int nc = min(DC_TILE, gr * og + og - co0);
-        const int oh = p / wo, ow = p % wo;
         float acc[DC_TILE];
+        dc_sum(acc, x + ((size_t)n * g.cin + (size_t)gr * cg) * g.h * g.w, ws + co0 * kdim, g, cg, kdim, nc, p / wo,
+               p % wo);
+        float* yp = y + ((size_t)n * cout + co0) * P + p;
 #pragma unroll
-        for (int c = 0; c < DC_TILE; c++) acc[c] = 0.f;
-        const float* xp = x + ((size_t)n * g.cin + (size_t)gr * cg) * h * w;
-        const float* wp = ws + co0 * kdim;
-        for (int ci = 0; ci < cg; ci++, xp += h * w) {
-            for (int i = 0; i < kh; i++) {
-                const int ih = oh * (int)g.sh - (int)g.ph + i * (int)g.dh;
-                const bool rin = ih >= 0 && ih < h;
-                for (int j = 0; j < kw; j++, wp++) {
-                    const int iw = ow * (int)g.sw - (int)g.pw + j * (int)g.dw;
-                    const float v = rin && iw >= 0 && iw < w ? xp[ih * w + iw] : 0.f;
+        for (int c = 0; c < DC_TILE; c++) {
+            if (c >= nc) continue;
+            float v = acc[c];
+            if (bias) v += bias[co0 + c];
+            if (scale) v = epilogue_act(act, v, ld_side(scale, scode, co0 + c), ld_side(shift, hcode, co0 + c));
+            yp[(size_t)c * P] = v;
+        }
+    }
+}
+
+// conv_direct_pool_f32: kernels.ConvAffineActPooler's dst [n, cout, ho/2,
+// wo/2], the 2×2, stride-2 max of conv_direct_f32's epilogue values,
+// compared as affine_act_pool2 compares them (the first maximum in scan
+// order, the first NaN kept): a thread per (sample, pooled pixel) and
+// tile of DC_TILE output channels, the four convolution outputs of its
+// window computed in turn and never written.
+extern "C" __global__ void conv_direct_pool_f32(float* dst, const float* x, const float* wt, Conv g, int groups,
+                                                int cout, const void* scale, int scode, const void* shift, int hcode,
+                                                int act) {
+    extern __shared__ float ws[];
+    const int cg = (int)g.cin / groups, og = cout / groups, kdim = cg * (int)(g.kh * g.kw);
+    const int pwo = (int)g.wo / 2, PP = ((int)g.ho / 2) * pwo, N = (int)g.n, tiles = (og + DC_TILE - 1) / DC_TILE;
+    dc_load_weights(ws, wt, cout * kdim);
+    const int total = tiles * groups * N * PP;
+    for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < total; e += blockDim.x * gridDim.x) {
+        const int q = e % PP, r = e / PP, n = r % N, tg = r / N;
+        const int gr = tg / tiles, co0 = gr * og + (tg % tiles) * DC_TILE;
+        const int nc = min(DC_TILE, gr * og + og - co0);
+        const float* xp = x + ((size_t)n * g.cin + (size_t)gr * cg) * g.h * g.w;
+        float best[DC_TILE];
+        bool nan[DC_TILE];
+        for (int k = 0; k < 4; k++) {
+            float acc[DC_TILE];
+            dc_sum(acc, xp, ws + co0 * kdim, g, cg, kdim, nc, 2 * (q / pwo) + (k >> 1), 2 * (q % pwo) + (k & 1));
 #pragma unroll
-                    for (int c = 0; c < DC_TILE; c++)
-                        if (c < nc) acc[c] = fmaf(wp[c * kdim], v, acc[c]);
+            for (int c = 0; c < DC_TILE; c++) {
+                if (c >= nc) continue;
+                const float v = epilogue_act(act, acc[c], ld_side(scale, scode, co0 + c), ld_side(shift, hcode, co0 + c));
+                if (k == 0 || (!nan[c] && (v > best[c] || v != v))) {
+                    best[c] = v;
+                    nan[c] = v != v;
                 }
             }
         }
-        float* yp = y + ((size_t)n * cout + co0) * P + p;
+        float* dp = dst + ((size_t)n * cout + co0) * PP + q;
 #pragma unroll
         for (int c = 0; c < DC_TILE; c++)
-            if (c < nc) yp[(size_t)c * P] = bias ? acc[c] + bias[co0 + c] : acc[c];
+            if (c < nc) dp[(size_t)c * PP] = best[c];
     }
 }
 
@@ -308,8 +370,7 @@ extern "C" __global__ void conv_direct_dx_f32(float* dx, const float* dy, const 
     const int cg = (int)g.cin / groups, og = cout / groups, kh = (int)g.kh, kw = (int)g.kw;
     const int kk = kh * kw, h = (int)g.h, w = (int)g.w, ho = (int)g.ho, wo = (int)g.wo, P = ho * wo;
     const int sh = (int)g.sh, sw = (int)g.sw, N = (int)g.n, tiles = (cg + DC_TILE - 1) / DC_TILE;
-    for (int i = threadIdx.x; i < cout * cg * kk; i += blockDim.x) ws[i] = wt[i];
-    __syncthreads();
+    dc_load_weights(ws, wt, cout * cg * kk);
     const int total = tiles * groups * N * h * w;
     for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < total; e += blockDim.x * gridDim.x) {
         const int q = e % (h * w), r = e / (h * w), n = r % N, tg = r / N;
