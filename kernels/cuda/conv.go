@@ -15,7 +15,9 @@ import (
 // cuBLAS: per group g, the strided-batched product over the samples of
 // W_g [og, cg·kh·kw] and the columns [cg·kh·kw, ho·wo]. Inputs, weights
 // and outputs share one dtype (F32, in the given precision, or BF16 or
-// F16 with fp32 accumulation; the bias too).
+// F16 with fp32 accumulation; the bias too). Small fp32 layers, whose
+// weights fit in shared memory, run as direct kernels instead
+// (conv_direct.go).
 
 // Conv2d implements kernels.Backend.
 func (b *Backend) Conv2d(dst, x, w, bias *T, p kernels.Conv2dParams) {

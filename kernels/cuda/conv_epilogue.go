@@ -11,8 +11,10 @@ import (
 	"github.com/esper-go/esper/tensor"
 )
 
-// kernels.ConvAffineActer and ConvAffineActPooler on the device: Conv2d
-// (no bias; im2col and cuBLAS, conv.go) followed by one epilogue kernel
+// kernels.ConvAffineActer and ConvAffineActPooler on the device: a small
+// fp32 layer is one direct kernel with the epilogue in it
+// (conv_direct_f32 and conv_direct_pool_f32, conv_direct.go); otherwise
+// Conv2d (no bias; im2col and cuBLAS, conv.go) followed by one epilogue kernel
 // (src/conv.cu) applying act(v·scale[o] + shift[o]) per output channel o
 // in fp32: in place on dst (affine_act_nchw), or, pooled, from the
 // convolution's output in a scratch buffer to the 2×2, stride-2 max of
