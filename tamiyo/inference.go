@@ -179,7 +179,11 @@ func (in *Inference) forward(g *Graph) (lg *Logits, err error) {
 	} else if outs, err = in.captured.Run(inputs...); err != nil {
 		return nil, fmt.Errorf("tamiyo: inference forward: %w", err)
 	}
-	return readLogits(g, [leyline.NumActionHeads]*tensor.Tensor(outs[:leyline.NumActionHeads]), outs[leyline.NumActionHeads])
+	var joined *tensor.Tensor
+	if len(outs) > leyline.NumActionHeads+1 {
+		joined = outs[leyline.NumActionHeads+1]
+	}
+	return readLogitsJoined(g, [leyline.NumActionHeads]*tensor.Tensor(outs[:leyline.NumActionHeads]), outs[leyline.NumActionHeads], joined)
 }
 
 // Act runs Forward and chooses one action per environment exactly as
@@ -219,11 +223,20 @@ func (in *Inference) step(inputs []*tensor.Tensor) []*tensor.Tensor {
 	gt := unflattenGraph(inputs)
 	var out *PolicyOutput
 	autograd.InferenceMode(func() { out = in.p.run(gt) })
-	res := make([]*tensor.Tensor, 0, leyline.NumActionHeads+1)
+	res := make([]*tensor.Tensor, 0, leyline.NumActionHeads+2)
 	for _, l := range out.Logits {
 		res = append(res, l.Value)
 	}
-	return append(res, out.Value.Value)
+	res = append(res, out.Value.Value)
+	if out.Value.Value.Device().IsCPU() {
+		return res
+	}
+	// On a device the outputs are also joined here, so that a captured
+	// forward's replay leaves them ready for the one copy to the host
+	// (readLogitsJoined) instead of an eager Concat after it.
+	var lg [leyline.NumActionHeads]*tensor.Tensor
+	copy(lg[:], res)
+	return append(res, joinRows(logitRows(lg, out.Value.Value)))
 }
 
 // Flattened graph tensors: the node features per type, the blueprint

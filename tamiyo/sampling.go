@@ -193,18 +193,31 @@ func readRows(ts []*tensor.Tensor) ([][][]float32, error) {
 		}
 		return out, nil
 	}
+	return readJoined(joinRows(ts), ts)
+}
+
+// joinRows concatenates [B, n_i] device tensors along their columns (one
+// launch), the tensor readJoined reads.
+func joinRows(ts []*tensor.Tensor) *tensor.Tensor {
 	parts := make([]*autograd.Var, len(ts))
 	for i, t := range ts {
 		parts[i] = autograd.Const(t)
 	}
 	var cat *autograd.Var
 	autograd.InferenceMode(func() { cat = autograd.Concat(parts, 1) })
-	host, err := cat.Value.ToDevice(tensor.CPU)
+	return cat.Value
+}
+
+// readJoined copies cat, joinRows of ts, to the host (one host sync) and
+// cuts it into ts' rows.
+func readJoined(cat *tensor.Tensor, ts []*tensor.Tensor) ([][][]float32, error) {
+	host, err := cat.ToDevice(tensor.CPU)
 	if err != nil {
 		return nil, fmt.Errorf("tamiyo: reading the policy's outputs: %w", err)
 	}
 	b, width := host.Shape()[0], host.Shape()[1]
 	vals := host.Float64s()
+	out := make([][][]float32, len(ts))
 	off := 0
 	for i, t := range ts {
 		n := t.Shape()[1]
@@ -219,10 +232,29 @@ func readRows(ts []*tensor.Tensor) ([][][]float32, error) {
 // with readRows: one host sync on a device. The slot rows lose their
 // padding.
 func readLogits(g *Graph, logits [leyline.NumActionHeads]*tensor.Tensor, value *tensor.Tensor) (*Logits, error) {
+	return readLogitsJoined(g, logits, value, nil)
+}
+
+// logitRows are the tensors readLogits reads: the heads' logits, then
+// the values as one column.
+func logitRows(logits [leyline.NumActionHeads]*tensor.Tensor, value *tensor.Tensor) []*tensor.Tensor {
 	ts := make([]*tensor.Tensor, 0, leyline.NumActionHeads+1)
 	ts = append(ts, logits[:]...)
-	ts = append(ts, value.Reshape(g.NumGraphs, 1))
-	rows, err := readRows(ts)
+	return append(ts, value.Reshape(value.Shape()[0], 1))
+}
+
+// readLogitsJoined is readLogits reading joined, joinRows of logitRows
+// (computed on the device already, as a captured forward's output), when
+// it is not nil.
+func readLogitsJoined(g *Graph, logits [leyline.NumActionHeads]*tensor.Tensor, value, joined *tensor.Tensor) (*Logits, error) {
+	ts := logitRows(logits, value)
+	var rows [][][]float32
+	var err error
+	if joined != nil {
+		rows, err = readJoined(joined, ts)
+	} else {
+		rows, err = readRows(ts)
+	}
 	if err != nil {
 		return nil, err
 	}
