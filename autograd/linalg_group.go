@@ -369,8 +369,11 @@ func GatherConcat(pieces []GatherPiece) *Var {
 // once it exists. A block is made outside a capture when it can be (a
 // Fill recorded in a graph would run at every replay); the most recent
 // maxOnesBlocks are kept.
-func onesBlock(like *tensor.Tensor, n, nb int) *tensor.Tensor {
-	key := onesKey{like.Device(), like.DType(), n, nb}
+func onesBlock(like *tensor.Tensor, n, nb int) *tensor.Tensor { return constBlock(like, 1, n, nb) }
+
+// constBlock is onesBlock for any value v: a shared [n, nb] block of v.
+func constBlock(like *tensor.Tensor, v float64, n, nb int) *tensor.Tensor {
+	key := onesKey{like.Device(), like.DType(), v, n, nb}
 	onesMu.Lock()
 	defer onesMu.Unlock()
 	for i, b := range onesBlocks {
@@ -380,7 +383,7 @@ func onesBlock(like *tensor.Tensor, n, nb int) *tensor.Tensor {
 			return b.t
 		}
 	}
-	t := full(like, like.DType(), 1, n, nb)
+	t := full(like, like.DType(), v, n, nb)
 	if backendOf(like).Capturing() {
 		return t // this graph's own: a later call outside a capture shares one
 	}
@@ -398,6 +401,7 @@ const maxOnesBlocks = 32
 type onesKey struct {
 	dev   tensor.Device
 	dt    tensor.DType
+	v     float64
 	n, nb int
 }
 
@@ -410,3 +414,77 @@ var (
 	onesMu     sync.Mutex
 	onesBlocks []onesEntry
 )
+
+// ReluHead is one head of ReluHeads: relu(x·W1ᵀ + B1)·W2ᵀ + B2, with W1
+// [hidden, in], B1 [hidden], W2 [out, hidden] and B2 [out].
+type ReluHead struct {
+	W1, B1, W2, B2 *Var
+}
+
+// ReluHeads returns each head's output on one input x [N, in]:
+// LinearRelu(x, W1, B1), then Linear with W2 and B2 ([N, out]).
+//
+// The heads run together where LinearStack joins products (a
+// kernels.LaunchBounder backend, nothing recording a gradient, all F32)
+// and every head has both biases and one W1 shape. Then each layer is one
+// product broadcast over the heads' stacked weights, with the first
+// layer's bias and ReLU and the second layer's bias added after it. The
+// second layer's weights are padded with zero rows to the widest head.
+// Each output is then a view [N, out] of the joined [heads, N, widest]
+// result, its rows strided by the widest width. The values are the
+// separate heads' up to the products' summation order.
+//
+// A head's outputs then depend on the other heads' hidden values only
+// through zeros: a NaN or infinity in one head's hidden layer (a
+// non-finite weight) makes every head's output NaN, where separate
+// heads would keep it to that head.
+func ReluHeads(x *Var, hs []ReluHead) []*Var {
+	outs := make([]*Var, len(hs))
+	if !joinableHeads(x, hs) {
+		for i, h := range hs {
+			outs[i] = Linear(LinearRelu(x, h.W1, h.B1), h.W2, h.B2)
+		}
+		return outs
+	}
+	H, hid, in, n := len(hs), hs[0].W1.Shape()[0], hs[0].W1.Shape()[1], x.Shape()[0]
+	widest := 0
+	for _, h := range hs {
+		widest = max(widest, h.W2.Shape()[0])
+	}
+	w1s, b1s := make([]*Var, H), make([]*Var, H)
+	var w2s, b2s []*Var
+	for i, h := range hs {
+		w1s[i], b1s[i] = h.W1, h.B1
+		w2s, b2s = append(w2s, h.W2), append(b2s, h.B2)
+		if pad := widest - h.W2.Shape()[0]; pad > 0 {
+			w2s = append(w2s, Const(constBlock(x.Value, 0, pad, hid)))
+			b2s = append(b2s, Reshape(Const(constBlock(x.Value, 0, pad, 1)), pad))
+		}
+	}
+	w1 := Reshape(Concat(w1s, 0), H, hid, in)
+	b1 := Reshape(Concat(b1s, 0), H, 1, hid)
+	hidden := Relu(Add(MatMulT(x, w1, false, true), b1)) // [H, N, hid]
+	w2 := Reshape(Concat(w2s, 0), H, widest, hid)
+	b2 := Reshape(Concat(b2s, 0), H, 1, widest)
+	y := Add(MatMulT(hidden, w2, false, true), b2) // [H, N, widest]
+	for i, h := range hs {
+		outs[i] = Narrow(Reshape(Narrow(y, 0, i, 1), n, widest), 1, 0, h.W2.Shape()[0])
+	}
+	return outs
+}
+
+// joinableHeads reports whether ReluHeads runs hs together on x.
+func joinableHeads(x *Var, hs []ReluHead) bool {
+	if len(hs) < 2 || x.Value.Rank() != 2 {
+		return false
+	}
+	vs := []*Var{x}
+	for _, h := range hs {
+		if h.W1 == nil || h.B1 == nil || h.W2 == nil || h.B2 == nil || !tensor.SameShape(h.W1.Shape(), hs[0].W1.Shape()) ||
+			h.W2.Value.Rank() != 2 || h.W2.Shape()[1] != h.W1.Shape()[0] || h.W1.Shape()[1] != x.Shape()[1] {
+			return false
+		}
+		vs = append(vs, h.W1, h.B1, h.W2, h.B2)
+	}
+	return stackable(vs...)
+}

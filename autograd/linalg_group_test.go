@@ -172,3 +172,83 @@ func TestDeviceSeedShared(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, cap.Launches()+1, g.Len())
 }
+
+// TestReluHeads: where products are joined (sim with stackAnywhere, in
+// inference), ReluHeads runs heads of different output widths as two
+// broadcast products over stacked weights — the second padded with zero
+// rows — in a fixed number of launches, whatever the number of heads,
+// and agrees with the separate heads (LinearRelu then Linear, computed on
+// the CPU with gradients) to rounding; its outputs are views of the
+// joined result. Elsewhere, and for heads it cannot join (a head without
+// a bias, hidden widths that differ), it is the separate heads bit for
+// bit.
+func TestReluHeads(t *testing.T) {
+	rng := tensor.NewRNG(9)
+	host := func(shape ...int) *Var { return Param(tensor.Normal(rng, tensor.F32, 0, 1, shape...)) }
+	on := func(v *Var) *Var {
+		if v == nil {
+			return nil
+		}
+		d, err := v.Value.ToDevice(tensor.Sim(0))
+		require.NoError(t, err)
+		return Param(d)
+	}
+	x := host(5, 6)
+	outs := []int{3, 7, 1, 7}
+	var hs, dhs []ReluHead
+	for _, o := range outs {
+		h := ReluHead{W1: host(4, 6), B1: host(4), W2: host(o, 4), B2: host(o)}
+		hs = append(hs, h)
+		dhs = append(dhs, ReluHead{W1: on(h.W1), B1: on(h.B1), W2: on(h.W2), B2: on(h.B2)})
+	}
+	want := make([]*Var, len(hs))
+	for i, h := range hs {
+		want[i] = Linear(LinearRelu(x, h.W1, h.B1), h.W2, h.B2)
+	}
+	dx := on(x)
+	var got []*Var
+	fn := func([]*tensor.Tensor) []*tensor.Tensor {
+		InferenceMode(func() { got = ReluHeads(dx, dhs) })
+		return []*tensor.Tensor{got[0].Value}
+	}
+	t.Cleanup(func() { stackAnywhere = false })
+	for _, stack := range []bool{true, false} {
+		stackAnywhere = stack
+		cap := Capture(fn, CaptureOptions{OnFallback: func(err error) { t.Fatal(err) }})
+		for i := 0; i < 3; i++ {
+			_, err := cap.Run(dx.Value)
+			require.NoError(t, err)
+		}
+		if stack {
+			// Two weight and two bias concats, two products, two bias
+			// adds and a ReLU (the zero padding is shared, made by the
+			// eager warm-up).
+			require.Equal(t, 9, cap.Launches())
+		} else {
+			require.Equal(t, 2*len(hs), cap.Launches(), "LinearRelu and Linear per head")
+		}
+		fn(nil)
+		for i := range hs {
+			require.Equal(t, []int{5, outs[i]}, got[i].Shape())
+			if stack {
+				closeVars(t, "joined head", got[i], want[i])
+				require.False(t, got[i].Value.IsContiguous() && outs[i] < 7, "a view of the joined result")
+			} else {
+				sameVars(t, "separate head", got[i], want[i])
+			}
+		}
+	}
+
+	// Heads it cannot join run separately even where products join.
+	stackAnywhere = true
+	noBias := append([]ReluHead(nil), dhs...)
+	noBias[1].B2 = nil
+	wantNoBias := Linear(LinearRelu(x, hs[1].W1, hs[1].B1), hs[1].W2, nil)
+	wide := append([]ReluHead(nil), dhs...)
+	wide[2] = ReluHead{W1: on(host(5, 6)), B1: on(host(5)), W2: on(host(2, 5)), B2: on(host(2))}
+	InferenceMode(func() {
+		sameVars(t, "a head without a bias", ReluHeads(dx, noBias)[1], wantNoBias)
+		sameVars(t, "hidden widths that differ", ReluHeads(dx, wide)[0], want[0])
+	})
+	stackAnywhere = false
+}

@@ -559,11 +559,19 @@ func (p *Policy) run(gt *graphTensors) *PolicyOutput {
 	slots := h[NodeSlot]
 	ctx := autograd.GatherConcat([]autograd.GatherPiece{{X: glob}, {X: slots, Edges: gt.slotMeanEdges(),
 		Unfused: func() *autograd.Var { return autograd.SegmentMean(slots, gt.slotGraph, gt.b) }}})
-	for hd := range p.heads {
-		if hd == leyline.HeadSlot {
-			continue
+	// The heads on the context run together in inference on a GPU
+	// (autograd.ReluHeads: two products for all seven).
+	var ctxHeads []autograd.ReluHead
+	for hd, h := range p.heads {
+		if hd != leyline.HeadSlot {
+			ctxHeads = append(ctxHeads, autograd.ReluHead{W1: h.fc1.Weight, B1: h.fc1.Bias, W2: h.fc2.Weight, B2: h.fc2.Bias})
 		}
-		res.Logits[hd] = p.heads[hd].forward(ctx)
+	}
+	ctxOut := autograd.ReluHeads(ctx, ctxHeads)
+	for hd := range p.heads {
+		if hd != leyline.HeadSlot {
+			res.Logits[hd], ctxOut = ctxOut[0], ctxOut[1:]
+		}
 	}
 	ptrIn := autograd.GatherConcat([]autograd.GatherPiece{{X: slots}, {X: glob, Edges: gt.globEdges(),
 		Unfused: func() *autograd.Var { return autograd.IndexSelect(glob, 0, gt.slotGraph) }}})

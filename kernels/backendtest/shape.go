@@ -45,6 +45,25 @@ func checkConcat(s *suite) {
 		s.check(call{what: what, launch: func() { s.b.Concat(dst, []*T{c, f}, -1) }, writes: []*T{dst}}, func(got [][]float64) {
 			same(s.t, what, got[0], want)
 		})
+		// Column blocks of wider matrices (rows strided: CUDA copies them
+		// in its one launch), one of them from a rank-3 view, beside a
+		// contiguous source.
+		wide, wv := s.in(d, 3, 6)
+		deep, dv := s.in(d, 2, 3, 5)
+		g, gv := s.in(d, 3, 1)
+		cols := wide.Narrow(1, 2, 3)
+		rows := deep.Narrow(0, 1, 1).Reshape(3, 5).Narrow(1, 1, 2)
+		want = make([]float64, 0, 3*6)
+		for i := 0; i < 3; i++ {
+			want = append(want, wv[i*6+2:i*6+5]...)
+			want = append(want, gv[i])
+			want = append(want, dv[15+i*5+1:15+i*5+3]...)
+		}
+		dst = s.out(d, 3, 6)
+		what = name("Concat of column blocks", d)
+		s.check(call{what: what, launch: func() { s.b.Concat(dst, []*T{cols, g, rows}, 1) }, writes: []*T{dst}}, func(got [][]float64) {
+			same(s.t, what, got[0], want)
+		})
 	}
 	s.panics("Concat", func() { s.b.Concat(s.out(tensor.F32, 2, 5), []*T{s.out(tensor.F32, 2, 3), s.out(tensor.F32, 3, 2)}, 1) })
 }

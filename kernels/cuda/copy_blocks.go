@@ -26,15 +26,50 @@ type byteBlock struct {
 // of esize bytes: the contiguous source at src, [outer, n·inner], goes to
 // columns [off·inner, (off + n)·inner) of every row.
 func concatBlock(dst, src uint64, outer, inner, total, off, n, esize int64) byteBlock {
-	width := n * inner * esize
+	return concatRowsBlock(dst, src, outer, inner, total, off, n, esize, n*inner)
+}
+
+// concatRowsBlock is concatBlock for a source whose outer rows of n·inner
+// contiguous elements start stride elements apart (rowBlock): a column
+// block of a wider matrix, say.
+func concatRowsBlock(dst, src uint64, outer, inner, total, off, n, esize, stride int64) byteBlock {
 	return byteBlock{
 		src:   src,
 		dst:   dst + uint64(off*inner*esize),
 		rows:  outer,
-		width: width,
-		sld:   width,
+		width: n * inner * esize,
+		sld:   stride * esize,
 		dld:   total * inner * esize,
 	}
+}
+
+// rowBlock reports whether a view of shape and strides (in elements) is,
+// for a concatenation along axis a, rows of contiguous elements (its dims
+// from a on laid out contiguously) one row stride apart (its dims before
+// a collapsing to a single stride), and returns that stride: a
+// contiguous view's is its row width; a column block [N, w] of an [N, W]
+// matrix has W. Dims of size 1 place no constraint.
+func rowBlock(shape, strides []int, a int) (stride int64, ok bool) {
+	width := 1
+	for i := len(shape) - 1; i >= a; i-- {
+		if shape[i] != 1 && strides[i] != width {
+			return 0, false
+		}
+		width *= shape[i]
+	}
+	stride, next, rows := int64(width), int64(0), false // a single row: its width
+	for i := a - 1; i >= 0; i-- {
+		switch {
+		case shape[i] == 1:
+		case !rows:
+			stride, next, rows = int64(strides[i]), int64(strides[i])*int64(shape[i]), true
+		case int64(strides[i]) != next:
+			return 0, false
+		default:
+			next *= int64(shape[i])
+		}
+	}
+	return stride, stride >= 0
 }
 
 // cbPack writes blocks (1 to cbMax of them, none empty) into w as struct

@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"math/rand"
 	"testing"
@@ -208,6 +209,72 @@ func TestCopyBlocksGrid(t *testing.T) {
 	} {
 		if got := cbGrid(c.most, c.nb, 256, c.sms); got != c.out {
 			t.Errorf("cbGrid(%d, %d, 256, %d) = %d, want %d", c.most, c.nb, c.sms, got, c.out)
+		}
+	}
+}
+
+// TestRowBlock: rowBlock takes contiguous views and column blocks of
+// wider matrices (rows one stride apart, size-1 dims free), and refuses
+// what copy_blocks cannot copy as rows: transposes, broadcast inner dims,
+// outer dims that do not collapse, negative strides.
+func TestRowBlock(t *testing.T) {
+	for _, c := range []struct {
+		shape, strides []int
+		axis           int
+		stride         int64
+		ok             bool
+	}{
+		{[]int{4, 3}, []int{3, 1}, 1, 3, true},         // contiguous
+		{[]int{4, 3}, []int{8, 1}, 1, 8, true},         // column block of [4, 8]
+		{[]int{4, 3}, []int{8, 1}, 0, 0, false},        // along rows: not one block of rows
+		{[]int{4, 3}, []int{1, 4}, 1, 0, false},        // a transpose
+		{[]int{4, 3}, []int{3, 0}, 1, 0, false},        // an expanded column
+		{[]int{4, 3}, []int{0, 1}, 1, 0, true},         // an expanded row: every row reads one
+		{[]int{2, 4, 3}, []int{32, 8, 1}, 2, 8, true},  // outer dims collapse
+		{[]int{2, 4, 3}, []int{40, 8, 1}, 2, 0, false}, // they do not
+		{[]int{1, 5, 3}, []int{99, 7, 1}, 2, 7, true},  // a size-1 outer dim
+		{[]int{5, 1}, []int{9, 4}, 1, 9, true},         // a size-1 inner dim
+		{[]int{3}, []int{1}, 0, 3, true},               // one row
+		{[]int{4, 3}, []int{-3, 1}, 1, 0, false},       // negative stride
+	} {
+		stride, ok := rowBlock(c.shape, c.strides, c.axis)
+		if ok != c.ok || (ok && stride != c.stride) {
+			t.Errorf("rowBlock(%v, %v, %d) = %d, %v; want %d, %v", c.shape, c.strides, c.axis, stride, ok, c.stride, c.ok)
+		}
+	}
+
+	// A column block [4, 3] of a [4, 8] float32 matrix (its columns 2..4)
+	// and a contiguous [4, 2] joined along columns into [4, 5], run as
+	// the kernel runs the packed blocks.
+	const esize = 4
+	mem := make([]byte, 4096)
+	wide, small, dst := uint64(0), uint64(256), uint64(512)
+	for i := 0; i < 32; i++ {
+		binary.LittleEndian.PutUint32(mem[int(wide)+4*i:], uint32(100+i))
+	}
+	for i := 0; i < 8; i++ {
+		binary.LittleEndian.PutUint32(mem[int(small)+4*i:], uint32(900+i))
+	}
+	stride, ok := rowBlock([]int{4, 3}, []int{8, 1}, 1)
+	if !ok {
+		t.Fatal("a column block is not rows")
+	}
+	blocks := []byteBlock{
+		concatRowsBlock(dst, wide+2*esize, 4, 1, 5, 0, 3, esize, stride),
+		concatBlock(dst, small, 4, 1, 5, 3, 2, esize),
+	}
+	var w [cbWords]uint64
+	cbPack(&w, blocks)
+	cbRun(&w, mem, 0)
+	for r := 0; r < 4; r++ {
+		for c := 0; c < 5; c++ {
+			want := uint32(100 + 8*r + 2 + c)
+			if c >= 3 {
+				want = uint32(900 + 2*r + c - 3)
+			}
+			if got := binary.LittleEndian.Uint32(mem[int(dst)+4*(5*r+c):]); got != want {
+				t.Fatalf("dst[%d, %d] = %d, want %d", r, c, got, want)
+			}
 		}
 	}
 }

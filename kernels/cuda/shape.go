@@ -10,11 +10,12 @@ import (
 )
 
 // Concat copies its sources in one copy_blocks launch (src/elementwise.cu)
-// when dst is contiguous: every contiguous source of dst's dtype is a
-// 2-D block of it (copy_blocks.go lays the launch out), up to cbMax a
-// launch; the other sources (strided views, other dtypes) are copied by
-// Copy's kernels into views of dst, one launch each. Pad is a fill and a
-// strided copy.
+// when dst is contiguous: every source of dst's dtype laid out as rows
+// one stride apart (contiguous, or a column block of a wider matrix:
+// rowBlock) is a 2-D block of it (copy_blocks.go lays the launch out), up
+// to cbMax a launch; the other sources (other strided views, other
+// dtypes) are copied by Copy's kernels into views of dst, one launch
+// each. Pad is a fill and a strided copy.
 
 // Concat implements kernels.Backend.
 func (b *Backend) Concat(dst *T, srcs []*T, axis int) { must(b.d.Concat(dst, srcs, axis)) }
@@ -75,9 +76,9 @@ func (d *Device) Concat(dst *tensor.Tensor, srcs []*tensor.Tensor, axis int) err
 	return nil
 }
 
-// concatBlocks returns the copy_blocks blocks of the non-empty contiguous
-// sources of dst's dtype of a Concat into contiguous, non-empty dst along
-// axis a, and which sources they are.
+// concatBlocks returns the copy_blocks blocks of the non-empty sources of
+// dst's dtype laid out as rows (rowBlock) of a Concat into contiguous,
+// non-empty dst along axis a, and which sources they are.
 func (d *Device) concatBlocks(op string, dst *tensor.Tensor, srcs []*tensor.Tensor, a int) ([]byteBlock, []bool, error) {
 	dt := dst.DType()
 	pd, err := d.viewPtr(op, "dst", dst, dt)
@@ -98,12 +99,12 @@ func (d *Device) concatBlocks(op string, dst *tensor.Tensor, srcs []*tensor.Tens
 	off := int64(0)
 	for i, t := range srcs {
 		n := int64(t.Dim(a))
-		if n > 0 && t.DType() == dt && t.IsContiguous() {
+		if stride, rows := rowBlock(t.Shape(), t.Strides(), a); n > 0 && t.DType() == dt && rows {
 			ps, err := d.viewPtr(op, fmt.Sprintf("source %d", i), t, dt)
 			if err != nil {
 				return nil, nil, err
 			}
-			blocks = append(blocks, concatBlock(uint64(pd), uint64(ps), outer, inner, total, off, n, esize))
+			blocks = append(blocks, concatRowsBlock(uint64(pd), uint64(ps), outer, inner, total, off, n, esize, stride))
 			together[i] = true
 		}
 		off += n
