@@ -461,11 +461,10 @@ func ReluHeads(x *Var, hs []ReluHead) []*Var {
 			b2s = append(b2s, Reshape(Const(constBlock(x.Value, 0, pad, 1)), pad))
 		}
 	}
-	w1 := Reshape(Concat(w1s, 0), H, hid, in)
-	b1 := Reshape(Concat(b1s, 0), H, 1, hid)
+	st := StackRows([][]*Var{w1s, b1s, w2s, b2s}) // one launch for the four stacks
+	w1, b1 := Reshape(st[0], H, hid, in), Reshape(st[1], H, 1, hid)
 	hidden := Relu(Add(MatMulT(x, w1, false, true), b1)) // [H, N, hid]
-	w2 := Reshape(Concat(w2s, 0), H, widest, hid)
-	b2 := Reshape(Concat(b2s, 0), H, 1, widest)
+	w2, b2 := Reshape(st[2], H, widest, hid), Reshape(st[3], H, 1, widest)
 	y := Add(MatMulT(hidden, w2, false, true), b2) // [H, N, widest]
 	for i, h := range hs {
 		outs[i] = Narrow(Reshape(Narrow(y, 0, i, 1), n, widest), 1, 0, h.W2.Shape()[0])
@@ -487,4 +486,98 @@ func joinableHeads(x *Var, hs []ReluHead) bool {
 		vs = append(vs, h.W1, h.B1, h.W2, h.B2)
 	}
 	return stackable(vs...)
+}
+
+// StackRows returns, for each group of weights, the weights stacked along
+// their first axis (Concat(group, 0); a group of one weight is that
+// weight, an empty group nil). Where LinearStack joins products (a
+// kernels.LaunchBounder backend, nothing recording a gradient, all F32)
+// and the weights are contiguous, the stacks of all the groups are views
+// of one buffer that a single Concat of the flattened weights fills: one
+// launch for every group (on CUDA one per 32 weights) instead of one per
+// group. Otherwise each group is its own Concat.
+func StackRows(groups [][]*Var) []*Var {
+	out := make([]*Var, len(groups))
+	var all []*Var
+	multi := 0
+	for _, g := range groups {
+		all = append(all, g...)
+		if len(g) > 1 {
+			multi++
+		}
+	}
+	joined := multi > 1 && stackable(all...)
+	for _, w := range all {
+		joined = joined && w.Value.IsContiguous() && w.Value.Rank() > 0
+	}
+	var flat []*Var
+	for i, g := range groups {
+		switch {
+		case len(g) == 1:
+			out[i] = g[0]
+		case len(g) > 1 && !joined:
+			out[i] = Concat(g, 0)
+		case len(g) > 1:
+			for _, w := range g {
+				if !tensor.SameShape(w.Shape()[1:], g[0].Shape()[1:]) {
+					panic(fmt.Sprintf("autograd: stack_rows: weights %v and %v of one group", g[0].Shape(), w.Shape()))
+				}
+				flat = append(flat, Reshape(w, w.Value.Numel()))
+			}
+		}
+	}
+	if !joined {
+		return out
+	}
+	buf := Concat(flat, 0)
+	off := 0
+	for i, g := range groups {
+		if len(g) < 2 {
+			continue
+		}
+		rows, n := 0, 0
+		for _, w := range g {
+			rows, n = rows+w.Shape()[0], n+w.Value.Numel()
+		}
+		out[i] = Reshape(Narrow(buf, 0, off, n), append([]int{rows}, g[0].Shape()[1:]...)...)
+		off += n
+	}
+	return out
+}
+
+// LinearStacks is LinearStack over several inputs, outs[i] =
+// LinearStack(xs[i], wss[i]), with the stacked weights of all of them
+// made in one launch where products are joined (StackRows).
+func LinearStacks(xs []*Var, wss [][]*Var) [][]*Var {
+	outs := make([][]*Var, len(xs))
+	all := append([]*Var(nil), xs...)
+	for _, ws := range wss {
+		all = append(all, ws...)
+	}
+	if len(all) == len(xs) || !stackable(all...) {
+		for i, x := range xs {
+			outs[i] = LinearStack(x, wss[i])
+		}
+		return outs
+	}
+	stacks := StackRows(wss)
+	for i, x := range xs {
+		ws := wss[i]
+		outs[i] = make([]*Var, len(ws))
+		if len(ws) == 1 {
+			outs[i][0] = Linear(x, ws[0], nil)
+			continue
+		}
+		if len(ws) == 0 {
+			continue
+		}
+		y := Linear(x, stacks[i], nil)
+		off := 0
+		for j, w := range ws {
+			n := w.Shape()[0]
+			outs[i][j] = Narrow(y, 1, off, n)
+			off += n
+		}
+	}
+	return outs
 }

@@ -220,10 +220,10 @@ func TestReluHeads(t *testing.T) {
 			require.NoError(t, err)
 		}
 		if stack {
-			// Two weight and two bias concats, two products, two bias
-			// adds and a ReLU (the zero padding is shared, made by the
-			// eager warm-up).
-			require.Equal(t, 9, cap.Launches())
+			// One concat for the four stacks (StackRows), two products,
+			// two bias adds and a ReLU (the zero padding is shared, made
+			// by the eager warm-up).
+			require.Equal(t, 6, cap.Launches())
 		} else {
 			require.Equal(t, 2*len(hs), cap.Launches(), "LinearRelu and Linear per head")
 		}
@@ -251,4 +251,74 @@ func TestReluHeads(t *testing.T) {
 		sameVars(t, "hidden widths that differ", ReluHeads(dx, wide)[0], want[0])
 	})
 	stackAnywhere = false
+}
+
+// TestStackRows: where products are joined, StackRows makes every
+// group's stack in one launch, each bitwise Concat(group, 0) (a group of
+// one weight is that weight itself), and LinearStacks gives each input's
+// LinearStack to rounding with one concat and one product per input;
+// elsewhere StackRows is a Concat per group and LinearStacks the
+// separate products, bit for bit.
+func TestStackRows(t *testing.T) {
+	rng := tensor.NewRNG(11)
+	on := func(shape ...int) *Var {
+		d, err := tensor.Normal(rng, tensor.F32, 0, 1, shape...).ToDevice(tensor.Sim(0))
+		require.NoError(t, err)
+		return Param(d)
+	}
+	groups := [][]*Var{{on(2, 3), on(4, 3)}, {on(5)}, {on(1, 2, 2), on(3, 2, 2), on(1, 2, 2)}, nil, {on(6), on(1)}}
+	xs := []*Var{on(4, 3), on(4, 5), on(2, 3)}
+	wss := [][]*Var{{on(2, 3), on(6, 3)}, {on(3, 5)}, {on(1, 3), on(2, 3), on(4, 3)}}
+	var stacks []*Var
+	var outs [][]*Var
+	fn := func([]*tensor.Tensor) []*tensor.Tensor {
+		InferenceMode(func() {
+			stacks = StackRows(groups)
+			outs = LinearStacks(xs, wss)
+		})
+		return []*tensor.Tensor{stacks[0].Value}
+	}
+	t.Cleanup(func() { stackAnywhere = false })
+	for _, stack := range []bool{true, false} {
+		stackAnywhere = stack
+		cap := Capture(fn, CaptureOptions{OnFallback: func(err error) { t.Fatal(err) }})
+		for i := 0; i < 2; i++ {
+			_, err := cap.Run(xs[0].Value)
+			require.NoError(t, err)
+		}
+		if stack {
+			// StackRows: one concat; LinearStacks: one concat and a
+			// product per input.
+			require.Equal(t, 1+1+3, cap.Launches())
+		} else {
+			// Three concats; then 2 + 1 + 3 separate products.
+			require.Equal(t, 3+6, cap.Launches())
+		}
+		fn(nil)
+		require.Nil(t, stacks[3])
+		require.Same(t, groups[1][0], stacks[1], "a group of one weight is the weight")
+		for i, g := range groups {
+			if len(g) > 1 {
+				var want *Var
+				InferenceMode(func() { want = Concat(g, 0) })
+				sameVars(t, "stack", stacks[i], want)
+			}
+		}
+		for i, x := range xs {
+			var want []*Var
+			InferenceMode(func() {
+				for _, w := range wss[i] {
+					want = append(want, Linear(x, w, nil))
+				}
+			})
+			require.Len(t, outs[i], len(wss[i]))
+			for j := range want {
+				if stack {
+					closeVars(t, "LinearStacks", outs[i][j], want[j])
+				} else {
+					sameVars(t, "LinearStacks", outs[i][j], want[j])
+				}
+			}
+		}
+	}
 }

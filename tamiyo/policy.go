@@ -698,26 +698,29 @@ func newGATLayer(rng *rand.Rand, in, out, heads int, dt tensor.DType) *gatLayer 
 // them).
 func (l *gatLayer) forward(x [NumNodeTypes]*autograd.Var, gt *graphTensors) [NumNodeTypes]*autograd.Var {
 	// The projections, per node type: lin_src of the relations leaving
-	// it and lin_dst of those entering it (autograd.LinearStack: one
-	// product per type on a device in inference).
+	// it and lin_dst of those entering it (autograd.LinearStacks: one
+	// product per type on a device in inference, the stacked weights of
+	// every type made in one launch).
 	var hs, hd [NumRelations]*autograd.Var
+	var wss [NumNodeTypes][]*autograd.Var
+	var dst [NumNodeTypes][]**autograd.Var
 	for t := range x {
-		var ws []*autograd.Var
-		var dst []**autograd.Var
 		for r, g := range l.rels {
 			rel := Relation(r)
 			if gt.edges[r] == 0 {
 				continue // only the bias is read
 			}
 			if rel.Src() == NodeType(t) {
-				ws, dst = append(ws, g.linSrc.Weight), append(dst, &hs[r])
+				wss[t], dst[t] = append(wss[t], g.linSrc.Weight), append(dst[t], &hs[r])
 			}
 			if rel.Dst() == NodeType(t) {
-				ws, dst = append(ws, g.linDst.Weight), append(dst, &hd[r])
+				wss[t], dst[t] = append(wss[t], g.linDst.Weight), append(dst[t], &hd[r])
 			}
 		}
-		for i, o := range autograd.LinearStack(x[t], ws) {
-			*dst[i] = o
+	}
+	for t, outs := range autograd.LinearStacks(x[:], wss[:]) {
+		for i, o := range outs {
+			*dst[t][i] = o
 		}
 	}
 	var rels [NumNodeTypes][]autograd.GATRelation
