@@ -93,11 +93,87 @@ func (t LinearTerm) rows() int {
 // (MatMulAdd: one launch where a product and an Add take two), bit for
 // bit the same sums as Linear and Add, which compute it otherwise.
 func LinearSum(terms []LinearTerm) *Var {
+	n, out, vs := checkLinearSum(terms)
+	if len(terms) > 1 && stackable(nonNil(vs)...) {
+		return linearSumStacked(terms, n, out, nil)
+	}
+	return linearSumSeparate(terms, n, out, vs)
+}
+
+// LinearSums is LinearSum over several term lists, outs[i] =
+// LinearSum(termss[i]). Where two or more lists take the joined product
+// and the backend has kernels.ConcatManyer, their stacked weights are
+// made in one launch instead of a Concat each.
+func LinearSums(termss [][]LinearTerm) []*Var {
+	outs := make([]*Var, len(termss))
+	type shape struct{ n, out int }
+	shapes := make([]shape, len(termss))
+	joined := make([]bool, len(termss))
+	var wss [][]*Var
+	for i, terms := range termss {
+		n, out, vs := checkLinearSum(terms)
+		shapes[i] = shape{n, out}
+		if len(terms) > 1 && stackable(nonNil(vs)...) {
+			joined[i] = true
+			wss = append(wss, stackedWeights(terms, out))
+		}
+	}
+	var stacks []*Var
+	if len(wss) > 1 {
+		stacks = concatMany(wss, 1)
+	}
+	k := 0
+	for i, terms := range termss {
+		if !joined[i] {
+			outs[i] = LinearSum(terms)
+			continue
+		}
+		var w *Var
+		if stacks != nil {
+			w = stacks[k]
+		}
+		k++
+		outs[i] = linearSumStacked(terms, shapes[i].n, shapes[i].out, w)
+	}
+	return outs
+}
+
+// concatMany returns Concat(g, axis) for every group g in one
+// kernels.ConcatManyer call, as constants (the caller records no
+// gradient), or nil when the backend has no ConcatManyer.
+func concatMany(groups [][]*Var, axis int) []*Var {
+	like := groups[0][0].Value
+	cm, ok := backendOf(like).(kernels.ConcatManyer)
+	if !ok {
+		return nil
+	}
+	dsts := make([]*tensor.Tensor, len(groups))
+	counts := make([]int, len(groups))
+	var srcs []*tensor.Tensor
+	for i, g := range groups {
+		shape := append([]int(nil), g[0].Shape()...)
+		shape[axis] = 0
+		for _, v := range g {
+			shape[axis] += v.Shape()[axis]
+			srcs = append(srcs, v.Value)
+		}
+		dsts[i], counts[i] = alloc(like, like.DType(), shape...), len(g)
+	}
+	cm.ConcatMany(dsts, srcs, counts, axis)
+	out := make([]*Var, len(groups))
+	for i, d := range dsts {
+		out[i] = Const(d)
+	}
+	return out
+}
+
+// checkLinearSum checks LinearSum's terms and returns the row count, the
+// output width and every term's X, W and B in order.
+func checkLinearSum(terms []LinearTerm) (n, out int, vs []*Var) {
 	if len(terms) == 0 {
 		panic("autograd: linear_sum: no terms")
 	}
-	n, out := -1, -1
-	var vs []*Var
+	n, out = -1, -1
 	for _, t := range terms {
 		if (t.X == nil) != (t.W == nil) || (t.X == nil && t.B == nil) {
 			panic("autograd: linear_sum: a term needs X and W together, or a bias alone")
@@ -124,9 +200,11 @@ func LinearSum(terms []LinearTerm) *Var {
 	if n < 0 {
 		panic("autograd: linear_sum: no term has an input (the row count)")
 	}
-	if len(terms) > 1 && stackable(nonNil(vs)...) {
-		return linearSumStacked(terms, n, out)
-	}
+	return n, out, vs
+}
+
+// linearSumSeparate is LinearSum's form with separate products.
+func linearSumSeparate(terms []LinearTerm, n, out int, vs []*Var) *Var {
 	terms = gathered(terms)
 	first := terms[0]
 	var acc *Var
@@ -202,30 +280,40 @@ func gathered(terms []LinearTerm) []LinearTerm {
 	return out
 }
 
+// stackedWeights are the joined product's weights side by side: each
+// term's W, then each bias as a column, in term order.
+func stackedWeights(terms []LinearTerm, out int) []*Var {
+	var ws []*Var
+	for _, t := range terms {
+		if t.X != nil {
+			ws = append(ws, t.W)
+		}
+	}
+	for _, t := range terms {
+		if t.B != nil {
+			ws = append(ws, Reshape(t.B, out, 1))
+		}
+	}
+	return ws
+}
+
 // linearSumStacked is LinearSum's joined form: one product of K = Σ in_i
-// + (number of biases).
-func linearSumStacked(terms []LinearTerm, n, out int) *Var {
+// + (number of biases), with the weights w side by side (stackedWeights;
+// nil: concatenated here).
+func linearSumStacked(terms []LinearTerm, n, out int, w *Var) *Var {
+	if w == nil {
+		w = Concat(stackedWeights(terms, out), 1)
+	}
 	if x, ok := gatherConcat(terms, n); ok {
-		var ws []*Var
-		for _, t := range terms {
-			if t.X != nil {
-				ws = append(ws, t.W)
-			}
-		}
-		for _, t := range terms {
-			if t.B != nil {
-				ws = append(ws, Reshape(t.B, out, 1))
-			}
-		}
-		return Linear(x, Concat(ws, 1), nil)
+		return Linear(x, w, nil)
 	}
 	terms = gathered(terms)
-	var xs, ws []*Var
+	var xs []*Var
 	var like *Var
 	nb := 0
 	for _, t := range terms {
 		if t.X != nil {
-			xs, ws = append(xs, t.X), append(ws, t.W)
+			xs = append(xs, t.X)
 			like = t.X
 		}
 		if t.B != nil {
@@ -234,13 +322,8 @@ func linearSumStacked(terms []LinearTerm, n, out int) *Var {
 	}
 	if nb > 0 {
 		xs = append(xs, Const(onesBlock(like.Value, n, nb)))
-		for _, t := range terms {
-			if t.B != nil {
-				ws = append(ws, Reshape(t.B, out, 1))
-			}
-		}
 	}
-	return Linear(Concat(xs, 1), Concat(ws, 1), nil)
+	return Linear(Concat(xs, 1), w, nil)
 }
 
 // gatherConcat returns the joined product's input of terms (n rows) in

@@ -322,3 +322,60 @@ func TestStackRows(t *testing.T) {
 		}
 	}
 }
+
+// TestLinearSums: where products are joined and the backend has
+// kernels.ConcatManyer (sim with stackAnywhere), LinearSums makes the
+// stacked weights of all its joined lists in one launch — one launch
+// fewer than LinearSum per list for two such lists — and gives each list
+// bitwise what LinearSum gives it; elsewhere it is LinearSum per list,
+// bit for bit, in as many launches.
+func TestLinearSums(t *testing.T) {
+	rng := tensor.NewRNG(13)
+	on := func(shape ...int) *Var {
+		d, err := tensor.Normal(rng, tensor.F32, 0, 1, shape...).ToDevice(tensor.Sim(0))
+		require.NoError(t, err)
+		return Param(d)
+	}
+	x1, x2, x3 := on(4, 3), on(4, 5), on(2, 3)
+	termss := [][]LinearTerm{
+		{{X: x1, W: on(6, 3), B: on(6)}, {X: x2, W: on(6, 5)}},
+		{{X: x3, W: on(2, 3)}, {B: on(2)}, {X: x3, W: on(2, 3), B: on(2)}},
+		{{X: x1, W: on(3, 3), B: on(3)}}, // one term: not joined
+	}
+	var got, want []*Var
+	sums := func([]*tensor.Tensor) []*tensor.Tensor {
+		InferenceMode(func() { got = LinearSums(termss) })
+		return []*tensor.Tensor{got[0].Value}
+	}
+	each := func([]*tensor.Tensor) []*tensor.Tensor {
+		want = want[:0]
+		InferenceMode(func() {
+			for _, terms := range termss {
+				want = append(want, LinearSum(terms))
+			}
+		})
+		return []*tensor.Tensor{want[0].Value}
+	}
+	launches := func(fn StepFunc) int {
+		cap := Capture(fn, CaptureOptions{OnFallback: func(err error) { t.Fatal(err) }})
+		for i := 0; i < 2; i++ {
+			_, err := cap.Run(x1.Value)
+			require.NoError(t, err)
+		}
+		return cap.Launches()
+	}
+	t.Cleanup(func() { stackAnywhere = false })
+	for _, stack := range []bool{true, false} {
+		stackAnywhere = stack
+		if stack {
+			require.Equal(t, launches(each)-1, launches(sums))
+		} else {
+			require.Equal(t, launches(each), launches(sums))
+		}
+		sums(nil)
+		each(nil)
+		for i := range termss {
+			sameVars(t, "LinearSums", got[i], want[i])
+		}
+	}
+}

@@ -48,6 +48,46 @@ func CheckConcat(name string, dst *T, srcs []*T, axis int) (int, error) {
 	return a, nil
 }
 
+// ConcatManyer is implemented by a backend that joins several
+// concatenations in one launch (CUDA: copy_blocks copies blocks bound
+// for several destinations). It is an optional capability (check with a
+// type assertion).
+type ConcatManyer interface {
+	// ConcatMany is Concat(dsts[i], the next counts[i] sources of srcs,
+	// axis) for every i: the same bytes, in one launch where the sources
+	// are laid out as rows (on CUDA up to 32 sources a launch).
+	ConcatMany(dsts []*T, srcs []*T, counts []int, axis int)
+}
+
+// CheckConcatMany checks a ConcatMany: one positive count per
+// destination, adding up to the sources, and each group a Concat
+// (CheckConcat); it returns the axis each group resolves it to.
+func CheckConcatMany(name string, dsts, srcs []*T, counts []int, axis int) ([]int, error) {
+	if len(counts) != len(dsts) {
+		return nil, fmt.Errorf("%s: %d counts for %d destinations", name, len(counts), len(dsts))
+	}
+	axes := make([]int, len(dsts))
+	off := 0
+	for i, n := range counts {
+		if n <= 0 || off+n > len(srcs) {
+			return nil, fmt.Errorf("%s: counts %v for %d sources", name, append([]int(nil), counts...), len(srcs))
+		}
+		if dsts[i] == nil {
+			return nil, fmt.Errorf("%s: destination %d is nil", name, i)
+		}
+		a, err := CheckConcat(name, dsts[i], srcs[off:off+n], axis)
+		if err != nil {
+			return nil, fmt.Errorf("%w (destination %d)", err, i)
+		}
+		axes[i] = a
+		off += n
+	}
+	if off != len(srcs) {
+		return nil, fmt.Errorf("%s: counts %v for %d sources", name, append([]int(nil), counts...), len(srcs))
+	}
+	return axes, nil
+}
+
 // CheckPad checks a Pad: two non-negative pads per axis of x and dst of
 // x's rank with each axis padded.
 func CheckPad(name string, dst, x *T, pads []int) error {

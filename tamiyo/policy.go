@@ -607,9 +607,10 @@ func newSAGELayer(rng *rand.Rand, in, out int, dt tensor.DType) *sageLayer {
 }
 
 // forward sums, per destination type, lin_l(mean of the sources) +
-// lin_r(destination) over the relations into it (autograd.LinearSum,
+// lin_r(destination) over the relations into it (autograd.LinearSums,
 // which adds the products in place in inference, or on a GPU gathers
-// the means and joins the products) and returns the sums
+// the means and joins the products, every type's stacked weights made
+// in one launch) and returns the sums
 // with the scale that averages them (1/relations; the caller applies it
 // with the activation).
 func (l *sageLayer) forward(x [NumNodeTypes]*autograd.Var, gt *graphTensors) ([NumNodeTypes]*autograd.Var, [NumNodeTypes]float64) {
@@ -631,8 +632,9 @@ func (l *sageLayer) forward(x [NumNodeTypes]*autograd.Var, gt *graphTensors) ([N
 	}
 	var res [NumNodeTypes]*autograd.Var
 	var scale [NumNodeTypes]float64
-	for t, ts := range terms {
-		res[t], scale[t] = autograd.LinearSum(ts), 1
+	copy(res[:], autograd.LinearSums(terms[:])) // every type's weights stacked in one launch on a GPU
+	for t := range terms {
+		scale[t] = 1
 		if rels[t] > 1 {
 			scale[t] = 1 / float64(rels[t])
 		}

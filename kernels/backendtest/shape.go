@@ -1,13 +1,15 @@
 package backendtest
 
 import (
+	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/tensor"
 )
 
-// The shape family: Concat and Pad.
+// The shape family: Concat and Pad, and the optional ConcatMany.
 
 var shapeCases = []conformance{
 	of(checkConcat, "Concat"),
+	optional[kernels.ConcatManyer](checkConcatMany, "ConcatMany"),
 	of(checkPad, "Pad"),
 }
 
@@ -93,4 +95,65 @@ func checkPad(s *suite) {
 		})
 	}
 	s.panics("Pad", func() { s.b.Pad(s.out(tensor.F32, 3, 3), s.out(tensor.F32, 2, 2), []int{1, 1, 1}, 0) })
+}
+
+// checkConcatMany: ConcatMany writes what a Concat per destination writes
+// (a contiguous source, a transposed one, column blocks of wider
+// matrices, along a middle axis, the last and the first), and panics on
+// counts that do not match the sources.
+func checkConcatMany(s *suite) {
+	cm := s.b.(kernels.ConcatManyer)
+	for _, d := range append(s.floats("ConcatMany"), tensor.I64) {
+		a, av := s.in(d, 3, 2, 4)
+		bt, bv := s.in(d, 4, 5, 3)
+		b := bt.Permute(2, 1, 0) // [3, 5, 4]
+		wide, wv := s.in(d, 3, 6)
+		g, gv := s.in(d, 3, 1)
+		r0, r0v := s.in(d, 2, 3)
+		r1, r1v := s.in(d, 1, 3)
+		want0 := make([]float64, 0, 3*7*4)
+		for i := 0; i < 3; i++ {
+			want0 = append(want0, av[i*8:i*8+8]...)
+			for j := 0; j < 5; j++ {
+				for k := 0; k < 4; k++ {
+					want0 = append(want0, bv[(k*5+j)*3+i])
+				}
+			}
+		}
+		want1 := make([]float64, 0, 3*4)
+		for i := 0; i < 3; i++ {
+			want1 = append(want1, wv[i*6+2:i*6+5]...)
+			want1 = append(want1, gv[i])
+		}
+		want2 := append(append([]float64(nil), r0v...), r1v...)
+		want3 := make([]float64, 0, 4*3)
+		for i := 0; i < 3; i++ {
+			want3 = append(want3, wv[i*6+2:i*6+5]...)
+		}
+		want3 = append(want3, r1v...)
+		what := name("ConcatMany", d)
+		d0, d1 := s.out(d, 3, 7, 4), s.out(d, 3, 4)
+		s.check(call{what: what + " along axis 1", launch: func() {
+			cm.ConcatMany([]*T{d0, d1}, []*T{a, b, wide.Narrow(1, 2, 3), g}, []int{2, 2}, 1)
+		}, writes: []*T{d0, d1}}, func(got [][]float64) {
+			same(s.t, what+" along axis 1, destination 0", got[0], want0)
+			same(s.t, what+" along axis 1, destination 1", got[1], want1)
+		})
+		d2, d3 := s.out(d, 3, 3), s.out(d, 4, 3)
+		s.check(call{what: what + " along axis 0", launch: func() {
+			cm.ConcatMany([]*T{d2, d3}, []*T{r0, r1, wide.Narrow(1, 2, 3), r1}, []int{2, 2}, 0)
+		}, writes: []*T{d2, d3}}, func(got [][]float64) {
+			same(s.t, what+" along axis 0, destination 0", got[0], want2)
+			same(s.t, what+" along axis 0, destination 1", got[1], want3)
+		})
+		d4 := s.out(d, 3, 4)
+		s.check(call{what: what + " along axis -1", launch: func() {
+			cm.ConcatMany([]*T{d4}, []*T{wide.Narrow(1, 2, 3), g}, []int{2}, -1)
+		}, writes: []*T{d4}}, func(got [][]float64) {
+			same(s.t, what+" along axis -1", got[0], want1)
+		})
+	}
+	s.panics("ConcatMany", func() {
+		cm.ConcatMany([]*T{s.out(tensor.F32, 2, 5)}, []*T{s.out(tensor.F32, 2, 3), s.out(tensor.F32, 2, 2)}, []int{1}, 1)
+	})
 }

@@ -102,6 +102,7 @@ func optional[I any](run func(s *suite), methods ...string) conformance {
 var optionals = []reflect.Type{
 	reflect.TypeFor[kernels.ChannelAxpyer](),
 	reflect.TypeFor[kernels.ScaleActAdder](),
+	reflect.TypeFor[kernels.ConcatManyer](),
 	reflect.TypeFor[kernels.GradAccumulator](),
 	reflect.TypeFor[kernels.LinearGradAccumulator](),
 	reflect.TypeFor[kernels.ConvAffineActer](),

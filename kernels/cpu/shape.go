@@ -9,13 +9,40 @@ func (be *Backend) Concat(dst *T, srcs []*T, axis int) {
 	needCPU(name, dst)
 	needCPU(name, srcs...)
 	a := must1(kernels.CheckConcat(name, dst, srcs, axis))
-	fs := make([]func(), 0, len(srcs))
+	fs := concatFuncs(nil, dst, srcs, a)
+	be.launch(func() {
+		for _, f := range fs {
+			f()
+		}
+	})
+}
+
+// concatFuncs appends to fs the copies of a Concat along axis a.
+func concatFuncs(fs []func(), dst *T, srcs []*T, a int) []func() {
 	off := 0
 	for _, t := range srcs {
 		n := t.Shape()[a]
 		if n > 0 {
 			fs = append(fs, copyFunc(dst.Narrow(a, off, n), t))
 		}
+		off += n
+	}
+	return fs
+}
+
+var _ kernels.ConcatManyer = (*Backend)(nil)
+
+// ConcatMany implements kernels.ConcatManyer: every destination's Concat
+// copies in one launch.
+func (be *Backend) ConcatMany(dsts []*T, srcs []*T, counts []int, axis int) {
+	const name = "ConcatMany"
+	needCPU(name, dsts...)
+	needCPU(name, srcs...)
+	axes := must1(kernels.CheckConcatMany(name, dsts, srcs, counts, axis))
+	var fs []func()
+	off := 0
+	for i, n := range counts {
+		fs = concatFuncs(fs, dsts[i], srcs[off:off+n], axes[i])
 		off += n
 	}
 	be.launch(func() {

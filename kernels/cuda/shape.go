@@ -44,6 +44,52 @@ func (d *Device) Concat(dst *tensor.Tensor, srcs []*tensor.Tensor, axis int) err
 			return err
 		}
 	}
+	if err := d.concatRest(op, dst, srcs, a, together); err != nil {
+		return err
+	}
+	return d.copyBlocks(blocks)
+}
+
+var _ kernels.ConcatManyer = (*Backend)(nil)
+
+// ConcatMany implements kernels.ConcatManyer.
+func (b *Backend) ConcatMany(dsts []*T, srcs []*T, counts []int, axis int) {
+	must(b.d.ConcatMany(dsts, srcs, counts, axis))
+}
+
+// ConcatMany is Concat for several destinations, the row-laid-out
+// sources of every contiguous one copied by the same copy_blocks
+// launches (up to cbMax blocks a launch); other sources take a Copy each.
+func (d *Device) ConcatMany(dsts []*tensor.Tensor, srcs []*tensor.Tensor, counts []int, axis int) error {
+	const op = "ConcatMany"
+	axes, err := kernels.CheckConcatMany(op, dsts, srcs, counts, axis)
+	if err := checked(err); err != nil {
+		return err
+	}
+	var blocks []byteBlock
+	off := 0
+	for i, dst := range dsts {
+		group, a := srcs[off:off+counts[i]], axes[i]
+		off += counts[i]
+		var together []bool
+		if dst.IsContiguous() && dst.Numel() > 0 {
+			var bs []byteBlock
+			if bs, together, err = d.concatBlocks(op, dst, group, a); err != nil {
+				return err
+			}
+			blocks = append(blocks, bs...)
+		}
+		if err := d.concatRest(op, dst, group, a, together); err != nil {
+			return err
+		}
+	}
+	return d.copyBlocks(blocks)
+}
+
+// concatRest copies the sources of a Concat along axis a that are not
+// among its blocks (together[i] false, or together nil) into their views
+// of dst, a Copy each.
+func (d *Device) concatRest(op string, dst *tensor.Tensor, srcs []*tensor.Tensor, a int, together []bool) error {
 	off := 0
 	for i, t := range srcs {
 		n := t.Dim(a)
@@ -54,6 +100,11 @@ func (d *Device) Concat(dst *tensor.Tensor, srcs []*tensor.Tensor, axis int) err
 		}
 		off += n
 	}
+	return nil
+}
+
+// copyBlocks launches copy_blocks over blocks, cbMax at a time.
+func (d *Device) copyBlocks(blocks []byteBlock) error {
 	if len(blocks) == 0 {
 		return nil
 	}

@@ -49,6 +49,12 @@ func (sb *Backend) ChannelAxpyBackward(dy *kernels.T, ds *kernels.T, g *kernels.
 	sb.cpu.(kernels.ChannelAxpyer).ChannelAxpyBackward(tensor.BackendView(dy), tensor.BackendView(ds), tensor.BackendView(g), tensor.BackendView(y), tensor.BackendView(s))
 }
 
+// ConcatMany implements kernels.ConcatManyer on the CPU kernels.
+func (sb *Backend) ConcatMany(dsts []*kernels.T, srcs []*kernels.T, counts []int, axis int) {
+	sb.check("ConcatMany", []*tensor.Tensor{}, [][]*tensor.Tensor{dsts, srcs})
+	sb.cpu.(kernels.ConcatManyer).ConcatMany(views(dsts), views(srcs), counts, axis)
+}
+
 // Conv2dAffineActMaxPool2x2 implements kernels.ConvAffineActPooler on the CPU kernels.
 func (sb *Backend) Conv2dAffineActMaxPool2x2(dst *kernels.T, x *kernels.T, w *kernels.T, scale *kernels.T, shift *kernels.T, act kernels.UnaryOp, p kernels.Conv2dParams) {
 	sb.check("Conv2dAffineActMaxPool2x2", []*tensor.Tensor{dst, x, w, scale, shift}, nil)
@@ -513,6 +519,7 @@ var (
 	_ kernels.BatchNormReluer           = (*Backend)(nil)
 	_ kernels.CaptureFamily             = (*Backend)(nil)
 	_ kernels.ChannelAxpyer             = (*Backend)(nil)
+	_ kernels.ConcatManyer              = (*Backend)(nil)
 	_ kernels.ConvAffineActPooler       = (*Backend)(nil)
 	_ kernels.ConvAffineActer           = (*Backend)(nil)
 	_ kernels.ConvFamily                = (*Backend)(nil)

@@ -135,6 +135,7 @@ func TestOptionalInterfacesMatchCPU(t *testing.T) {
 		"LinearGradAccumulator":     reflect.TypeFor[kernels.LinearGradAccumulator](),
 		"ChannelAxpyer":             reflect.TypeFor[kernels.ChannelAxpyer](),
 		"ScaleActAdder":             reflect.TypeFor[kernels.ScaleActAdder](),
+		"ConcatManyer":              reflect.TypeFor[kernels.ConcatManyer](),
 		"ForeachStepper":            reflect.TypeFor[kernels.ForeachStepper](),
 		"DeviceDescriber":           reflect.TypeFor[kernels.DeviceDescriber](),
 		"ByteCopier":                reflect.TypeFor[kernels.ByteCopier](),
