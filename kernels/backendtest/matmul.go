@@ -38,6 +38,9 @@ var products = []product{
 	// K above CUDA's one-launch small product with its epilogue
 	// (gemm_small_f32), which the 2-D products above take.
 	{[]int{6, 300}, []int{5, 300}, []int{6, 5}, false, true},
+	// K within a thread's walk but M·N·K above gemmSmallMACs: an
+	// encoder of W2's policy (on CUDA gemm_small_f32 all the same).
+	{[]int{70, 23}, []int{130, 23}, []int{70, 130}, false, true},
 }
 
 // refMatMul is p's product of av and bv in float64.
