@@ -81,11 +81,6 @@ func TestLinearGroups(t *testing.T) {
 	t.Cleanup(func() { stackAnywhere = false })
 	for _, stack := range []bool{true, false} {
 		stackAnywhere = stack
-		cap := Capture(fn, CaptureOptions{OnFallback: func(err error) { t.Fatal(err) }})
-		for i := 0; i < 3; i++ {
-			_, err := cap.Run(dx.Value)
-			require.NoError(t, err)
-		}
 		// Stack: concat + product, or three products; sum: ones, two
 		// concats and a product joined, or product with bias, bias add
 		// and MatMulAdd.
@@ -93,9 +88,9 @@ func TestLinearGroups(t *testing.T) {
 		// block of ones is shared, made by the eager warm-up). Not
 		// joined: three products; product with bias, bias add, MatMulAdd.
 		if stack {
-			require.Equal(t, 2+3, cap.Launches())
+			require.Equal(t, 2+3, captureLaunches(t, fn, dx.Value))
 		} else {
-			require.Equal(t, 3+3, cap.Launches())
+			require.Equal(t, 3+3, captureLaunches(t, fn, dx.Value))
 		}
 		fn(nil)
 		for i := range ws {
@@ -214,18 +209,13 @@ func TestReluHeads(t *testing.T) {
 	t.Cleanup(func() { stackAnywhere = false })
 	for _, stack := range []bool{true, false} {
 		stackAnywhere = stack
-		cap := Capture(fn, CaptureOptions{OnFallback: func(err error) { t.Fatal(err) }})
-		for i := 0; i < 3; i++ {
-			_, err := cap.Run(dx.Value)
-			require.NoError(t, err)
-		}
 		if stack {
 			// One concat for the four stacks (StackRows), two products,
 			// two bias adds and a ReLU (the zero padding is shared, made
 			// by the eager warm-up).
-			require.Equal(t, 6, cap.Launches())
+			require.Equal(t, 6, captureLaunches(t, fn, dx.Value))
 		} else {
-			require.Equal(t, 2*len(hs), cap.Launches(), "LinearRelu and Linear per head")
+			require.Equal(t, 2*len(hs), captureLaunches(t, fn, dx.Value), "LinearRelu and Linear per head")
 		}
 		fn(nil)
 		for i := range hs {
@@ -281,18 +271,13 @@ func TestStackRows(t *testing.T) {
 	t.Cleanup(func() { stackAnywhere = false })
 	for _, stack := range []bool{true, false} {
 		stackAnywhere = stack
-		cap := Capture(fn, CaptureOptions{OnFallback: func(err error) { t.Fatal(err) }})
-		for i := 0; i < 2; i++ {
-			_, err := cap.Run(xs[0].Value)
-			require.NoError(t, err)
-		}
 		if stack {
 			// StackRows: one concat; LinearStacks: one concat and a
 			// product per input.
-			require.Equal(t, 1+1+3, cap.Launches())
+			require.Equal(t, 1+1+3, captureLaunches(t, fn, xs[0].Value))
 		} else {
 			// Three concats; then 2 + 1 + 3 separate products.
-			require.Equal(t, 3+6, cap.Launches())
+			require.Equal(t, 3+6, captureLaunches(t, fn, xs[0].Value))
 		}
 		fn(nil)
 		require.Nil(t, stacks[3])
@@ -356,14 +341,7 @@ func TestLinearSums(t *testing.T) {
 		})
 		return []*tensor.Tensor{want[0].Value}
 	}
-	launches := func(fn StepFunc) int {
-		cap := Capture(fn, CaptureOptions{OnFallback: func(err error) { t.Fatal(err) }})
-		for i := 0; i < 2; i++ {
-			_, err := cap.Run(x1.Value)
-			require.NoError(t, err)
-		}
-		return cap.Launches()
-	}
+	launches := func(fn StepFunc) int { return captureLaunches(t, fn, x1.Value) }
 	t.Cleanup(func() { stackAnywhere = false })
 	for _, stack := range []bool{true, false} {
 		stackAnywhere = stack

@@ -61,6 +61,15 @@ func dcEpilogue(v, scale, shift float32) float32 {
 	return 0
 }
 
+// dcTile is dc_tile: sample, group, first channel and channel count of
+// a thread's tile from r = e / (pixels per plane).
+func dcTile(r, n, tiles, og int) (sample, gr, co0, nc int) {
+	tg := r / n
+	sample, gr = r%n, tg/tiles
+	co0 = gr*og + (tg%tiles)*directTile
+	return sample, gr, co0, min(directTile, gr*og+og-co0)
+}
+
 // dcForward is conv_direct_f32's body for every e of its grid-stride
 // loop; with scale the ReLU epilogue replaces the bias.
 func dcForward(y, x, ws, bias, scale, shift []float32, g dcGeom) {
@@ -69,11 +78,8 @@ func dcForward(y, x, ws, bias, scale, shift []float32, g dcGeom) {
 	tiles := (og + directTile - 1) / directTile
 	total := tiles * g.groups * g.n * P
 	for e := 0; e < total; e++ {
-		p, r := e%P, e/P
-		n, tg := r%g.n, r/g.n
-		gr := tg / tiles
-		co0 := gr*og + (tg%tiles)*directTile
-		nc := min(directTile, gr*og+og-co0)
+		p := e % P
+		n, gr, co0, nc := dcTile(e/P, g.n, tiles, og)
 		var acc [directTile]float32
 		dcSum(&acc, x, ws, g, (n*g.cin+gr*cg)*g.h*g.w, co0*kdim, cg, kdim, nc, p/g.wo, p%g.wo)
 		yp := (n*g.cout+co0)*P + p
@@ -98,11 +104,8 @@ func dcPool(dst, x, ws, scale, shift []float32, g dcGeom) {
 	tiles := (og + directTile - 1) / directTile
 	total := tiles * g.groups * g.n * PP
 	for e := 0; e < total; e++ {
-		q, r := e%PP, e/PP
-		n, tg := r%g.n, r/g.n
-		gr := tg / tiles
-		co0 := gr*og + (tg%tiles)*directTile
-		nc := min(directTile, gr*og+og-co0)
+		q := e % PP
+		n, gr, co0, nc := dcTile(e/PP, g.n, tiles, og)
 		var best [directTile]float32
 		var nan [directTile]bool
 		for k := 0; k < 4; k++ {

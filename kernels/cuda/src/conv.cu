@@ -287,6 +287,23 @@ __device__ __forceinline__ float dc_epilogue(int act, float v, float scale, floa
     return dc_act(act, v);
 }
 
+// DcTile is the (sample, group, first output channel, channel count)
+// of a thread's work in conv_direct_f32 and conv_direct_pool_f32, from
+// r = e / (pixels per plane): the sample varies fastest, then the tile of
+// DC_TILE channels within a group, then the group.
+struct DcTile {
+    int n, gr, co0, nc;
+};
+__device__ __forceinline__ DcTile dc_tile(int r, int N, int tiles, int og) {
+    DcTile t;
+    const int tg = r / N;
+    t.n = r % N;
+    t.gr = tg / tiles;
+    t.co0 = t.gr * og + (tg % tiles) * DC_TILE;
+    t.nc = min(DC_TILE, t.gr * og + og - t.co0);
+    return t;
+}
+
 // dc_load_weights copies the weights [cout, kdim] into shared memory.
 __device__ __forceinline__ void dc_load_weights(float* ws, const float* wt, int n) {
     for (int i = threadIdx.x; i < n; i += blockDim.x) ws[i] = wt[i];
@@ -310,19 +327,18 @@ extern "C" __global__ void conv_direct_f32(float* y, const float* x, const float
     dc_load_weights(ws, wt, cout * kdim);
     const int total = tiles * groups * N * P;
     for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < total; e += blockDim.x * gridDim.x) {
-        const int p = e % P, r = e / P, n = r % N, tg = r / N;
-        const int gr = tg / tiles, co0 = gr * og + (tg % tiles) * DC_TILE;
-        const int nc = min(DC_TILE, gr * og + og - co0);
+        const int p = e % P;
+        const DcTile t = dc_tile(e / P, N, tiles, og);
         float acc[DC_TILE];
-        dc_sum(acc, x + ((size_t)n * g.cin + (size_t)gr * cg) * g.h * g.w, ws + co0 * kdim, g, cg, kdim, nc, p / wo,
-               p % wo);
-        float* yp = y + ((size_t)n * cout + co0) * P + p;
+        dc_sum(acc, x + ((size_t)t.n * g.cin + (size_t)t.gr * cg) * g.h * g.w, ws + t.co0 * kdim, g, cg, kdim, t.nc,
+               p / wo, p % wo);
+        float* yp = y + ((size_t)t.n * cout + t.co0) * P + p;
 #pragma unroll
         for (int c = 0; c < DC_TILE; c++) {
-            if (c >= nc) continue;
+            if (c >= t.nc) continue;
             float v = acc[c];
-            if (bias) v += bias[co0 + c];
-            if (scale) v = dc_epilogue(act, v, ld_side(scale, scode, co0 + c), ld_side(shift, hcode, co0 + c));
+            if (bias) v += bias[t.co0 + c];
+            if (scale) v = dc_epilogue(act, v, ld_side(scale, scode, t.co0 + c), ld_side(shift, hcode, t.co0 + c));
             yp[(size_t)c * P] = v;
         }
     }
@@ -343,10 +359,10 @@ extern "C" __global__ void conv_direct_pool_f32(float* dst, const float* x, cons
     dc_load_weights(ws, wt, cout * kdim);
     const int total = tiles * groups * N * PP;
     for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < total; e += blockDim.x * gridDim.x) {
-        const int q = e % PP, r = e / PP, n = r % N, tg = r / N;
-        const int gr = tg / tiles, co0 = gr * og + (tg % tiles) * DC_TILE;
-        const int nc = min(DC_TILE, gr * og + og - co0);
-        const float* xp = x + ((size_t)n * g.cin + (size_t)gr * cg) * g.h * g.w;
+        const int q = e % PP;
+        const DcTile t = dc_tile(e / PP, N, tiles, og);
+        const int n = t.n, co0 = t.co0, nc = t.nc;
+        const float* xp = x + ((size_t)n * g.cin + (size_t)t.gr * cg) * g.h * g.w;
         float best[DC_TILE];
         bool nan[DC_TILE];
         for (int k = 0; k < 4; k++) {
