@@ -1,6 +1,10 @@
 package kernels
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/esper-go/esper/tensor"
+)
 
 // ShapeFamily is the shape op family: joining tensors along an axis and
 // padding them.
@@ -86,6 +90,29 @@ func CheckConcatMany(name string, dsts, srcs []*T, counts []int, axis int) ([]in
 		return nil, fmt.Errorf("%s: counts %v for %d sources", name, append([]int(nil), counts...), len(srcs))
 	}
 	return axes, nil
+}
+
+// ZeroManyer is implemented by a backend that zeroes several tensors in
+// one launch (CUDA: copy_blocks copies from a block of zeros into each).
+// It is an optional capability (check with a type assertion).
+type ZeroManyer interface {
+	// ZeroMany is Fill(dst, 0) for every dst (contiguous, any dtype):
+	// the same bytes, in one launch on CUDA (up to 16 tensors a launch).
+	ZeroMany(dsts []*T)
+}
+
+// CheckZeroMany checks a ZeroMany: every destination a contiguous tensor
+// of a valid dtype.
+func CheckZeroMany(name string, dsts []*T) error {
+	for i, d := range dsts {
+		if d == nil {
+			return fmt.Errorf("%s: destination %d is nil", name, i)
+		}
+		if d.DType() == tensor.Invalid || !d.IsContiguous() {
+			return fmt.Errorf("%s: destination %d (%v, %v) must be a contiguous tensor of a valid dtype", name, i, d.DType(), d.Shape())
+		}
+	}
+	return nil
 }
 
 // CheckPad checks a Pad: two non-negative pads per axis of x and dst of

@@ -242,6 +242,18 @@ func (a *Arena) ZeroGrad() {
 	}
 }
 
+// AppendGradBuffers appends the arena's gradient buffers (one flat
+// tensor per bucket, every parameter's Grad a view of one) to bufs and
+// returns it: for a caller that zeroes them together with other buffers
+// in one launch (kernels.ZeroManyer), as ZeroGrad's Fills would. They are
+// the arena's own tensors: write nothing but what a gradient may hold.
+func (a *Arena) AppendGradBuffers(bufs []*tensor.Tensor) []*tensor.Tensor {
+	for _, b := range a.buckets {
+		bufs = append(bufs, b.grad)
+	}
+	return bufs
+}
+
 // Verify reports a parameter whose Value or Grad no longer views the arena
 // (replaced by a checkpoint load, or Grad set to nil), which would make an
 // optimizer step silently miss it.

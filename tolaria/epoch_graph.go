@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/kernels"
+	"github.com/esper-go/esper/optim"
 	"github.com/esper-go/esper/tensor"
 )
 
@@ -142,7 +144,18 @@ func (g *epochGraph) collect(e int) bool {
 // restored after them).
 func (g *epochGraph) fn(in []*tensor.Tensor) []*tensor.Tensor {
 	t := g.t
-	t.met.beginEpochLaunch()
+	// The metrics and the first step's gradients are zeroed together
+	// where the backend can (one launch), else each as the per-batch
+	// path zeroes them.
+	zeroed := false
+	if zm, ok := kernels.For(t.dev).(kernels.ZeroManyer); ok && g.nTrain > 0 {
+		bufs := []*tensor.Tensor{t.met.beginEpochView()}
+		t.opt.each(t.model, func(o *optim.SGD) { bufs = o.Arena().AppendGradBuffers(bufs) })
+		zm.ZeroMany(bufs)
+		zeroed = true
+	} else {
+		t.met.beginEpochLaunch()
+	}
 	// Nothing reads the gradients between the steps of an epoch graph:
 	// each step but the last leaves them zeroed in its optimizer launch,
 	// and the next skips its ZeroGrad. The last leaves them as the
@@ -150,7 +163,7 @@ func (g *epochGraph) fn(in []*tensor.Tensor) []*tensor.Tensor {
 	s := t.step
 	defer func() { s.zeroed, s.zeroAfter = false, false }() // also when a step panics
 	for i := 0; i < g.nTrain; i++ {
-		s.zeroed, s.zeroAfter = i > 0, i < g.nTrain-1
+		s.zeroed, s.zeroAfter = i > 0 || zeroed, i < g.nTrain-1
 		s.fn(in[2*i : 2*i+2])
 	}
 	s.zeroed, s.zeroAfter = false, false

@@ -156,8 +156,14 @@ func (m *metricsBuf) beginEpoch() {
 // beginEpochLaunch is beginEpoch through the backend's Fill even on
 // the CPU, so that a captured region (the epoch graph) records it.
 func (m *metricsBuf) beginEpochLaunch() {
-	kernels.For(m.dev).Fill(m.usedView(true), 0)
+	kernels.For(m.dev).Fill(m.beginEpochView(), 0)
+}
+
+// beginEpochView is beginEpochLaunch's tensor for a caller that zeroes
+// it itself (with others, in one kernels.ZeroManyer launch).
+func (m *metricsBuf) beginEpochView() *tensor.Tensor {
 	m.valZero = true
+	return m.usedView(true)
 }
 
 // beginValidation zeroes the validation pass's accumulators unless

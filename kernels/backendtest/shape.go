@@ -1,15 +1,19 @@
 package backendtest
 
 import (
+	"fmt"
+
 	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/tensor"
 )
 
-// The shape family: Concat and Pad, and the optional ConcatMany.
+// The shape family: Concat and Pad, and the optional ConcatMany and
+// ZeroMany.
 
 var shapeCases = []conformance{
 	of(checkConcat, "Concat"),
 	optional[kernels.ConcatManyer](checkConcatMany, "ConcatMany"),
+	optional[kernels.ZeroManyer](checkZeroMany, "ZeroMany"),
 	of(checkPad, "Pad"),
 }
 
@@ -156,4 +160,32 @@ func checkConcatMany(s *suite) {
 	s.panics("ConcatMany", func() {
 		cm.ConcatMany([]*T{s.out(tensor.F32, 2, 5)}, []*T{s.out(tensor.F32, 2, 3), s.out(tensor.F32, 2, 2)}, []int{1}, 1)
 	})
+}
+
+// checkZeroMany: ZeroMany zeroes tensors of every float dtype and of
+// int64, of one element to several thousand (past CUDA's block of zeros
+// of 4 KiB, and not a multiple of it), among them a contiguous slice of
+// a larger tensor whose other elements it leaves as they were; it
+// panics on a non-contiguous destination.
+func checkZeroMany(s *suite) {
+	zm := s.b.(kernels.ZeroManyer)
+	var dsts []*T
+	var wants [][]float64
+	for _, d := range append(s.floats("ZeroMany"), tensor.I64) {
+		for _, n := range []int{1, 37, 3001} {
+			x, _ := s.in(d, n)
+			dsts, wants = append(dsts, x), append(wants, make([]float64, n))
+		}
+	}
+	big, bv := s.in(tensor.F32, 5, 700)
+	dsts = append(dsts, big.Narrow(0, 1, 3))
+	want := append([]float64(nil), bv...)
+	clear(want[700 : 4*700])
+	s.check(call{what: "ZeroMany", launch: func() { zm.ZeroMany(dsts) }, writes: append(dsts[:len(dsts):len(dsts)], big)}, func(got [][]float64) {
+		for i, w := range wants {
+			same(s.t, fmt.Sprintf("ZeroMany destination %d", i), got[i], w)
+		}
+		same(s.t, "ZeroMany around a slice", got[len(got)-1], want)
+	})
+	s.panics("ZeroMany", func() { zm.ZeroMany([]*T{s.out(tensor.F32, 4, 6).Narrow(1, 1, 3)}) })
 }

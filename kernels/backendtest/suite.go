@@ -103,6 +103,7 @@ var optionals = []reflect.Type{
 	reflect.TypeFor[kernels.ChannelAxpyer](),
 	reflect.TypeFor[kernels.ScaleActAdder](),
 	reflect.TypeFor[kernels.ConcatManyer](),
+	reflect.TypeFor[kernels.ZeroManyer](),
 	reflect.TypeFor[kernels.GradAccumulator](),
 	reflect.TypeFor[kernels.LinearGradAccumulator](),
 	reflect.TypeFor[kernels.ConvAffineActer](),

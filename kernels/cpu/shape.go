@@ -52,6 +52,25 @@ func (be *Backend) ConcatMany(dsts []*T, srcs []*T, counts []int, axis int) {
 	})
 }
 
+var _ kernels.ZeroManyer = (*Backend)(nil)
+
+// ZeroMany implements kernels.ZeroManyer: every destination zeroed in
+// one launch.
+func (be *Backend) ZeroMany(dsts []*T) {
+	const name = "ZeroMany"
+	needCPU(name, dsts...)
+	must(kernels.CheckZeroMany(name, dsts))
+	fs := make([]func(), len(dsts))
+	for i, d := range dsts {
+		fs[i] = fillFunc(d, 0)
+	}
+	be.launch(func() {
+		for _, f := range fs {
+			f()
+		}
+	})
+}
+
 // Pad implements kernels.Backend: fill dst with value, then copy x into
 // the interior.
 func (be *Backend) Pad(dst, x *T, pads []int, value float64) {

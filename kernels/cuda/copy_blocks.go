@@ -114,3 +114,21 @@ func cbGrid(most int64, nb, threads, sms int) int {
 	limit := max(int64(sms)*8/int64(nb), 1)
 	return int(max(min(gx, limit), 1))
 }
+
+// zeroBytes is the size of a device's block of zeros (Device.ZeroMany's
+// source).
+const zeroBytes = 4096
+
+// zeroBlocks are the copy_blocks blocks that zero n bytes at dst from a
+// block of zbytes zeros at zero: whole rows of zbytes, every one read
+// from the same zeros (a row stride of 0), then the rest as one row.
+func zeroBlocks(dst uint64, n int64, zero uint64, zbytes int64) []byteBlock {
+	var bs []byteBlock
+	if rows := n / zbytes; rows > 0 {
+		bs = append(bs, byteBlock{src: zero, dst: dst, rows: rows, width: zbytes, sld: 0, dld: zbytes})
+	}
+	if rest := n % zbytes; rest > 0 {
+		bs = append(bs, byteBlock{src: zero, dst: dst + uint64(n-rest), rows: 1, width: rest, sld: rest, dld: rest})
+	}
+	return bs
+}

@@ -278,3 +278,45 @@ func TestRowBlock(t *testing.T) {
 		}
 	}
 }
+
+// TestZeroBlocks: the blocks of Device.ZeroMany, run as the kernel runs
+// them, zero exactly the destinations' bytes (sizes below, at and above
+// the block of zeros, a multiple of it, and odd ones) from a block of
+// zeros smaller than most of them, and nothing else.
+func TestZeroBlocks(t *testing.T) {
+	const zb = 64
+	mem := make([]byte, 8192)
+	zero := uint64(0) // mem[0:zb] holds the zeros
+	type dst struct{ at, n int64 }
+	dsts := []dst{{256, 48}, {512, 64}, {1024, 200}, {2048, 7}, {4096, 640}, {6000, 1}}
+	for i := range mem {
+		if i >= zb {
+			mem[i] = byte(1 + i%251)
+		}
+	}
+	want := append([]byte(nil), mem...)
+	var blocks []byteBlock
+	for _, d := range dsts {
+		blocks = append(blocks, zeroBlocks(uint64(d.at), d.n, zero, zb)...)
+		for i := d.at; i < d.at+d.n; i++ {
+			want[i] = 0
+		}
+	}
+	if len(blocks) > 2*len(dsts) {
+		t.Fatalf("%d blocks for %d destinations, want at most two each", len(blocks), len(dsts))
+	}
+	for len(blocks) > 0 {
+		k := min(cbMax, len(blocks))
+		var w [cbWords]uint64
+		cbPack(&w, blocks[:k])
+		cbRun(&w, mem, 0)
+		blocks = blocks[k:]
+	}
+	if !bytes.Equal(mem, want) {
+		for i := range mem {
+			if mem[i] != want[i] {
+				t.Fatalf("byte %d is %d, want %d", i, mem[i], want[i])
+			}
+		}
+	}
+}

@@ -41,9 +41,10 @@ type Device struct {
 	fns map[string]cu.Function
 
 	alloc     *Allocator
-	blas      *blasHandle // cuBLAS, created on first use (under mu)
-	capturing bool        // a stream capture is running (under mu)
-	mt        mtCache     // multi-tensor tables (multi_tensor.go)
+	zero      cu.DevicePtr // zeroBytes of zeros, never written: ZeroMany's source
+	blas      *blasHandle  // cuBLAS, created on first use (under mu)
+	capturing bool         // a stream capture is running (under mu)
+	mt        mtCache      // multi-tensor tables (multi_tensor.go)
 }
 
 // Open initialises CUDA device ordinal: retains its primary context,
@@ -72,6 +73,12 @@ func Open(ordinal int) (*Device, error) {
 	}
 	if err := d.loadModules(); err != nil {
 		return nil, err
+	}
+	if d.zero, err = cu.MemAlloc(zeroBytes); err == nil {
+		err = cu.MemsetD8(d.zero, 0, zeroBytes)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cuda: device %d: a block of zeros: %w", ordinal, err)
 	}
 	d.alloc = newAllocator(d)
 	tensor.RegisterDeviceMemory(tensor.KindCUDA, memory{d})

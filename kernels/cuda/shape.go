@@ -86,6 +86,33 @@ func (d *Device) ConcatMany(dsts []*tensor.Tensor, srcs []*tensor.Tensor, counts
 	return d.copyBlocks(blocks)
 }
 
+var _ kernels.ZeroManyer = (*Backend)(nil)
+
+// ZeroMany implements kernels.ZeroManyer.
+func (b *Backend) ZeroMany(dsts []*T) { must(b.d.ZeroMany(dsts)) }
+
+// ZeroMany zeroes every destination in copy_blocks launches from the
+// device's block of zeros (zeroBlocks: at most two blocks a tensor, up to
+// cbMax blocks a launch): several Fills in one launch.
+func (d *Device) ZeroMany(dsts []*tensor.Tensor) error {
+	const op = "ZeroMany"
+	if err := checked(kernels.CheckZeroMany(op, dsts)); err != nil {
+		return err
+	}
+	var blocks []byteBlock
+	for i, t := range dsts {
+		if t.Numel() == 0 {
+			continue
+		}
+		p, err := d.viewPtr(op, fmt.Sprintf("destination %d", i), t, t.DType())
+		if err != nil {
+			return err
+		}
+		blocks = append(blocks, zeroBlocks(uint64(p), int64(t.Numel()*t.DType().Size()), uint64(d.zero), zeroBytes)...)
+	}
+	return d.copyBlocks(blocks)
+}
+
 // concatRest copies the sources of a Concat along axis a that are not
 // among its blocks (together[i] false, or together nil) into their views
 // of dst, a Copy each.

@@ -511,6 +511,12 @@ func (sb *Backend) CrossEntropyBackward(dlogits *kernels.T, logits *kernels.T, t
 	sb.cpu.(kernels.SoftmaxFamily).CrossEntropyBackward(tensor.BackendView(dlogits), tensor.BackendView(logits), tensor.BackendView(target), tensor.BackendView(dloss), p)
 }
 
+// ZeroMany implements kernels.ZeroManyer on the CPU kernels.
+func (sb *Backend) ZeroMany(dsts []*kernels.T) {
+	sb.check("ZeroMany", []*tensor.Tensor{}, [][]*tensor.Tensor{dsts})
+	sb.cpu.(kernels.ZeroManyer).ZeroMany(views(dsts))
+}
+
 // The optional interfaces the sim backend offers: all of them, each
 // served by the CPU backend (a method the CPU lacks panics when called).
 var (
@@ -546,4 +552,5 @@ var (
 	_ kernels.SegmentFamily             = (*Backend)(nil)
 	_ kernels.ShapeFamily               = (*Backend)(nil)
 	_ kernels.SoftmaxFamily             = (*Backend)(nil)
+	_ kernels.ZeroManyer                = (*Backend)(nil)
 )

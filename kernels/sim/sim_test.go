@@ -136,6 +136,7 @@ func TestOptionalInterfacesMatchCPU(t *testing.T) {
 		"ChannelAxpyer":             reflect.TypeFor[kernels.ChannelAxpyer](),
 		"ScaleActAdder":             reflect.TypeFor[kernels.ScaleActAdder](),
 		"ConcatManyer":              reflect.TypeFor[kernels.ConcatManyer](),
+		"ZeroManyer":                reflect.TypeFor[kernels.ZeroManyer](),
 		"ForeachStepper":            reflect.TypeFor[kernels.ForeachStepper](),
 		"DeviceDescriber":           reflect.TypeFor[kernels.DeviceDescriber](),
 		"ByteCopier":                reflect.TypeFor[kernels.ByteCopier](),
