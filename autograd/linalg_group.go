@@ -632,6 +632,9 @@ func StackRows(groups [][]*Var) []*Var {
 // LinearStack(xs[i], wss[i]), with the stacked weights of all of them
 // made in one launch where products are joined (StackRows).
 func LinearStacks(xs []*Var, wss [][]*Var) [][]*Var {
+	if len(xs) != len(wss) {
+		panic(fmt.Sprintf("autograd: linear_stacks: %d inputs and %d weight lists", len(xs), len(wss)))
+	}
 	outs := make([][]*Var, len(xs))
 	all := append([]*Var(nil), xs...)
 	for _, ws := range wss {
