@@ -139,3 +139,54 @@ func ExampleGatherConcat() {
 	// Output:
 	// [3 4] [1 2 4 5 3 4 1 2 5 6 0 0]
 }
+
+// Two small heads of one hidden width on one input, each relu(x·W1ᵀ +
+// B1)·W2ᵀ + B2: a policy's action heads. On a GPU in inference they run
+// as two batched products for all the heads; the values are the same.
+func ExampleReluHeads() {
+	x := autograd.Const(tensor.FromSlice([]float32{1, -1}, 1, 2))
+	head := func(w1, w2 []float32, out int) autograd.ReluHead {
+		return autograd.ReluHead{
+			W1: autograd.Param(tensor.FromSlice(w1, 2, 2)), B1: autograd.Param(tensor.FromSlice([]float32{0, 0}, 2)),
+			W2: autograd.Param(tensor.FromSlice(w2, out, 2)), B2: autograd.Param(tensor.Zeros(tensor.F32, out)),
+		}
+	}
+	outs := autograd.ReluHeads(x, []autograd.ReluHead{
+		head([]float32{1, 0, 0, 1}, []float32{1, 1}, 1),         // relu([1, -1]) = [1, 0] → 1
+		head([]float32{-1, 0, 0, -1}, []float32{1, 0, 0, 2}, 2), // relu([-1, 1]) = [0, 1] → [0, 2]
+	})
+	fmt.Println(outs[0].Value.F32(), outs[1].Value.F32())
+	// Output:
+	// [1] [0 2]
+}
+
+// Stacks of weights for several joined products, all made together:
+// each group's weights along their first axis, a group of one weight
+// that weight itself. On a GPU in inference it is one launch for every
+// group.
+func ExampleStackRows() {
+	a := autograd.Const(tensor.FromSlice([]float32{1, 2}, 1, 2))
+	b := autograd.Const(tensor.FromSlice([]float32{3, 4, 5, 6}, 2, 2))
+	c := autograd.Const(tensor.FromSlice([]float32{7, 8, 9}, 3))
+	st := autograd.StackRows([][]*autograd.Var{{a, b}, {c}})
+	fmt.Println(st[0].Shape(), st[0].Value.F32(), st[1] == c)
+	// Output:
+	// [3 2] [1 2 3 4 5 6] true
+}
+
+// Two linear sums of one row count in one call, here a node's own
+// features and a bias: x·W1ᵀ + B and x·W2ᵀ. On a GPU in inference the
+// stacked weights of both are made in one launch (kernels.ConcatManyer).
+func ExampleLinearSums() {
+	x := autograd.Const(tensor.FromSlice([]float32{1, 2}, 1, 2))
+	w1 := autograd.Const(tensor.FromSlice([]float32{1, 1}, 1, 2))
+	w2 := autograd.Const(tensor.FromSlice([]float32{1, 0, 0, 1}, 2, 2))
+	bias := autograd.Const(tensor.FromSlice([]float32{10}, 1))
+	sums := autograd.LinearSums([][]autograd.LinearTerm{
+		{{X: x, W: w1, B: bias}},
+		{{X: x, W: w2}, {X: x, W: w2}},
+	})
+	fmt.Println(sums[0].Value.F32(), sums[1].Value.F32())
+	// Output:
+	// [13] [2 4]
+}

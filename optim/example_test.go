@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/optim"
 	"github.com/esper-go/esper/tensor"
 )
@@ -63,4 +64,21 @@ func ExampleSGD_StepZeroGrad() {
 	}
 	fmt.Printf("w = %.4f, gradient %v\n", onHost(w.Value).Item(), onHost(w.Grad).Item())
 	// Output: w = 3.0000, gradient 0
+}
+
+// Zeroing an arena's gradients together with other buffers in one launch
+// (kernels.ZeroManyer, which the CPU, sim and CUDA backends have): what
+// ZeroGrad does, joined with, here, a loss accumulator.
+func ExampleArena_AppendGradBuffers() {
+	w := autograd.Param(toDevice(tensor.FromSlice([]float32{1, 2}, 2)))
+	opt, err := optim.NewSGD([]*autograd.Var{w}, optim.SGDOptions{LR: 0.1})
+	if err != nil {
+		panic(err)
+	}
+	autograd.Backward(autograd.SumAll(autograd.Mul(w, w))) // gradient 2w
+	lossSum := toDevice(tensor.FromSlice([]float32{7}, 1))
+	bufs := opt.Arena().AppendGradBuffers([]*tensor.Tensor{lossSum})
+	kernels.For(lossSum.Device()).(kernels.ZeroManyer).ZeroMany(bufs)
+	fmt.Println(onHost(w.Grad).F32(), onHost(lossSum).F32())
+	// Output: [0 0] [0]
 }
