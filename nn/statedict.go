@@ -14,10 +14,61 @@ import (
 // module; these do not, so later training does not change them).
 func StateDict(m Module) map[string]*tensor.Tensor {
 	sd := map[string]*tensor.Tensor{}
-	for _, e := range entries(m) {
-		sd[e.name] = cloneTensor(e.t)
+	es := entries(m)
+	var dsts, srcs []*tensor.Tensor
+	for _, e := range es {
+		if e.t.Device().IsCPU() {
+			sd[e.name] = e.t.Clone()
+			continue
+		}
+		out := tensor.EmptyLike(e.t)
+		sd[e.name] = out
+		dsts, srcs = append(dsts, out), append(srcs, e.t)
 	}
+	copyMany(dsts, srcs)
 	return sd
+}
+
+// copyMany copies each srcs[i] into dsts[i] (device tensors, one shape
+// and dtype each): on a backend that joins concatenations
+// (kernels.ConcatManyer) in as few launches as it takes (on CUDA one per
+// 32 tensors), else a Copy each. A module's state dict is a few dozen
+// small tensors, which would otherwise be as many launches.
+func copyMany(dsts, srcs []*tensor.Tensor) {
+	for len(dsts) > 0 {
+		dev := dsts[0].Device()
+		n := 1
+		for srcs[0].Device() == dev && n < len(dsts) && dsts[n].Device() == dev && srcs[n].Device() == dev {
+			n++
+		}
+		be := kernels.For(dev)
+		if cm, ok := be.(kernels.ConcatManyer); ok && n > 1 {
+			ds, ss := make([]*tensor.Tensor, n), make([]*tensor.Tensor, n)
+			for i := range n {
+				// A concatenation of one source along axis 0 is a copy;
+				// a scalar is seen as one element.
+				ds[i], ss[i] = atLeast1D(dsts[i]), atLeast1D(srcs[i])
+			}
+			ones := make([]int, n)
+			for i := range ones {
+				ones[i] = 1
+			}
+			cm.ConcatMany(ds, ss, ones, 0)
+		} else {
+			for i := range n {
+				be.Copy(dsts[i], srcs[i])
+			}
+		}
+		dsts, srcs = dsts[n:], srcs[n:]
+	}
+}
+
+// atLeast1D is t, or a scalar as a one-element vector (a view).
+func atLeast1D(t *tensor.Tensor) *tensor.Tensor {
+	if t.Rank() == 0 {
+		return t.Reshape(1)
+	}
+	return t
 }
 
 // StateDictError reports why LoadStateDict refused a state dict. Nothing
@@ -97,11 +148,17 @@ func LoadStateDict(m Module, sd map[string]*tensor.Tensor, strict bool) (err err
 			err = fmt.Errorf("nn: load state dict: %v", r)
 		}
 	}()
+	var dsts, srcs []*tensor.Tensor
 	for _, d := range dst {
 		if src, ok := sd[d.name]; ok && src != d.t {
-			copyTensor(d.t, src)
+			if d.t.Device().IsCPU() {
+				tensor.CopyInto(d.t, src)
+				continue
+			}
+			dsts, srcs = append(dsts, d.t), append(srcs, src)
 		}
 	}
+	copyMany(dsts, srcs)
 	return nil
 }
 
@@ -123,16 +180,6 @@ func entries(m Module) []entry {
 	for _, b := range bs {
 		out = append(out, entry{b.Name, b.Tensor})
 	}
-	return out
-}
-
-// cloneTensor returns a contiguous copy of t on t's device.
-func cloneTensor(t *tensor.Tensor) *tensor.Tensor {
-	if t.Device().IsCPU() {
-		return t.Clone()
-	}
-	out := tensor.EmptyLike(t)
-	kernels.For(t.Device()).Copy(out, t)
 	return out
 }
 

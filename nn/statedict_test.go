@@ -157,3 +157,34 @@ func TestLoadStateDictErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestCopyMany: copyMany copies a scalar, a vector, a matrix and a
+// transposed view each into its destination on the test device (one
+// ConcatMany on sim and CUDA, copies on the CPU), bit for bit.
+func TestCopyMany(t *testing.T) {
+	dev := testdevice.Device(t)
+	rng := tensor.NewRNG(4)
+	host := []*tensor.Tensor{
+		tensor.Scalar(tensor.F32, 2.5), tensor.Normal(rng, tensor.F32, 0, 1, 3),
+		tensor.Normal(rng, tensor.F32, 0, 1, 2, 4), tensor.Normal(rng, tensor.F32, 0, 1, 3, 2),
+	}
+	var srcs, dsts []*tensor.Tensor
+	for i, h := range host {
+		d, err := h.ToDevice(dev)
+		noErr(t, err)
+		if i == 3 {
+			d = d.Permute(1, 0) // a transposed view [2, 3]
+		}
+		srcs = append(srcs, d)
+		out, err := tensor.EmptyOn(dev, tensor.F32, d.Shape()...)
+		noErr(t, err)
+		dsts = append(dsts, out)
+	}
+	copyMany(dsts, srcs)
+	host[3] = host[3].Permute(1, 0).Clone()
+	for i := range srcs {
+		got, err := dsts[i].ToDevice(tensor.CPU)
+		noErr(t, err)
+		check(t, reflect.DeepEqual(got.Float64s(), host[i].Float64s()), "tensor %d: %v, want %v", i, got.Float64s(), host[i].Float64s())
+	}
+}
