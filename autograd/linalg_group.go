@@ -106,13 +106,16 @@ func LinearSum(terms []LinearTerm) *Var {
 // made in one launch instead of a Concat each.
 func LinearSums(termss [][]LinearTerm) []*Var {
 	outs := make([]*Var, len(termss))
-	type shape struct{ n, out int }
-	shapes := make([]shape, len(termss))
+	type plan struct {
+		n, out int
+		vs     []*Var
+	}
+	plans := make([]plan, len(termss))
 	joined := make([]bool, len(termss))
 	var wss [][]*Var
 	for i, terms := range termss {
 		n, out, vs := checkLinearSum(terms)
-		shapes[i] = shape{n, out}
+		plans[i] = plan{n, out, vs}
 		if len(terms) > 1 && stackable(nonNil(vs)...) {
 			joined[i] = true
 			wss = append(wss, stackedWeights(terms, out))
@@ -124,8 +127,9 @@ func LinearSums(termss [][]LinearTerm) []*Var {
 	}
 	k := 0
 	for i, terms := range termss {
+		p := plans[i]
 		if !joined[i] {
-			outs[i] = LinearSum(terms)
+			outs[i] = linearSumSeparate(terms, p.n, p.out, p.vs)
 			continue
 		}
 		var w *Var
@@ -133,7 +137,7 @@ func LinearSums(termss [][]LinearTerm) []*Var {
 			w = stacks[k]
 		}
 		k++
-		outs[i] = linearSumStacked(terms, shapes[i].n, shapes[i].out, w)
+		outs[i] = linearSumStacked(terms, p.n, p.out, w)
 	}
 	return outs
 }
@@ -575,55 +579,35 @@ func joinableHeads(x *Var, hs []ReluHead) bool {
 // their first axis (Concat(group, 0); a group of one weight is that
 // weight, an empty group nil). Where LinearStack joins products (a
 // kernels.LaunchBounder backend, nothing recording a gradient, all F32)
-// and the weights are contiguous, the stacks of all the groups are views
-// of one buffer that a single Concat of the flattened weights fills: one
-// launch for every group (on CUDA one per 32 weights) instead of one per
-// group. Otherwise each group is its own Concat.
+// and the backend has kernels.ConcatManyer, every group's stack is made
+// by one ConcatMany (on CUDA one launch per 32 weights) instead of a
+// Concat per group.
 func StackRows(groups [][]*Var) []*Var {
 	out := make([]*Var, len(groups))
 	var all []*Var
-	multi := 0
-	for _, g := range groups {
-		all = append(all, g...)
-		if len(g) > 1 {
-			multi++
-		}
-	}
-	joined := multi > 1 && stackable(all...)
-	for _, w := range all {
-		joined = joined && w.Value.IsContiguous() && w.Value.Rank() > 0
-	}
-	var flat []*Var
+	var multi [][]*Var
 	for i, g := range groups {
+		all = append(all, g...)
 		switch {
 		case len(g) == 1:
 			out[i] = g[0]
-		case len(g) > 1 && !joined:
-			out[i] = Concat(g, 0)
 		case len(g) > 1:
-			for _, w := range g {
-				if !tensor.SameShape(w.Shape()[1:], g[0].Shape()[1:]) {
-					panic(fmt.Sprintf("autograd: stack_rows: weights %v and %v of one group", g[0].Shape(), w.Shape()))
-				}
-				flat = append(flat, Reshape(w, w.Value.Numel()))
-			}
+			multi = append(multi, g)
 		}
 	}
-	if !joined {
-		return out
+	var stacks []*Var
+	if len(multi) > 1 && stackable(all...) {
+		stacks = concatMany(multi, 0)
 	}
-	buf := Concat(flat, 0)
-	off := 0
 	for i, g := range groups {
 		if len(g) < 2 {
 			continue
 		}
-		rows, n := 0, 0
-		for _, w := range g {
-			rows, n = rows+w.Shape()[0], n+w.Value.Numel()
+		if stacks != nil {
+			out[i], stacks = stacks[0], stacks[1:]
+		} else {
+			out[i] = Concat(g, 0)
 		}
-		out[i] = Reshape(Narrow(buf, 0, off, n), append([]int{rows}, g[0].Shape()[1:]...)...)
-		off += n
 	}
 	return out
 }

@@ -182,12 +182,3 @@ func entries(m Module) []entry {
 	}
 	return out
 }
-
-// copyTensor copies src into dst, both on the same device.
-func copyTensor(dst, src *tensor.Tensor) {
-	if dst.Device().IsCPU() {
-		tensor.CopyInto(dst, src)
-		return
-	}
-	kernels.For(dst.Device()).Copy(dst, src)
-}

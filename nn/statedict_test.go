@@ -64,8 +64,7 @@ func TestLoadStateDictIntoArenaView(t *testing.T) {
 	arena := testdevice.To(t, tensor.Zeros(tensor.F32, 100))
 	w := arena.Narrow(0, 10, 6).Reshape(2, 3)
 	b := arena.Narrow(0, 40, 2)
-	copyTensor(w, l.Weight.Value)
-	copyTensor(b, l.Bias.Value)
+	copyMany([]*tensor.Tensor{w, b}, []*tensor.Tensor{l.Weight.Value, l.Bias.Value})
 	l.Weight.Value, l.Bias.Value = w, b
 
 	sd := devDict(t, map[string]*tensor.Tensor{

@@ -37,17 +37,7 @@ func (d *Device) Concat(dst *tensor.Tensor, srcs []*tensor.Tensor, axis int) err
 	if err := checked(err); err != nil {
 		return err
 	}
-	var blocks []byteBlock
-	var together []bool // together[i]: source i is one of blocks
-	if dst.IsContiguous() && dst.Numel() > 0 {
-		if blocks, together, err = d.concatBlocks(op, dst, srcs, a); err != nil {
-			return err
-		}
-	}
-	if err := d.concatRest(op, dst, srcs, a, together); err != nil {
-		return err
-	}
-	return d.copyBlocks(blocks)
+	return d.concatGroups(op, []*tensor.Tensor{dst}, srcs, []int{len(srcs)}, []int{a})
 }
 
 var _ kernels.ConcatManyer = (*Backend)(nil)
@@ -66,13 +56,22 @@ func (d *Device) ConcatMany(dsts []*tensor.Tensor, srcs []*tensor.Tensor, counts
 	if err := checked(err); err != nil {
 		return err
 	}
+	return d.concatGroups(op, dsts, srcs, counts, axes)
+}
+
+// concatGroups is checked Concats of the next counts[i] sources of srcs
+// into dsts[i] along axes[i]: every row-laid-out source of a contiguous
+// destination a block of the shared copy_blocks launches, the others a
+// Copy each (before those launches).
+func (d *Device) concatGroups(op string, dsts, srcs []*tensor.Tensor, counts, axes []int) error {
 	var blocks []byteBlock
 	off := 0
 	for i, dst := range dsts {
 		group, a := srcs[off:off+counts[i]], axes[i]
 		off += counts[i]
-		var together []bool
+		var together []bool // together[j]: source j is one of blocks
 		if dst.IsContiguous() && dst.Numel() > 0 {
+			var err error
 			var bs []byteBlock
 			if bs, together, err = d.concatBlocks(op, dst, group, a); err != nil {
 				return err
