@@ -224,6 +224,10 @@ if has profile; then
 	# by kernel into profile_<w>.txt by ncu_top.py; the CSV is kept,
 	# gzipped. Not a default phase: ncu replays every kernel alone, which
 	# takes a while, and its times are shares, not graph-replay times.
+	# Caches are left warm and clocks unlocked (--cache-control none
+	# --clock-control none): a kernel then reads what the previous node
+	# left in L2 and runs at the clocks a replay gets, as in the graph,
+	# instead of from a flushed cache at base clocks.
 	ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 	if [ -x "$ncu" ]; then
 		for w in $workloads; do
@@ -240,7 +244,8 @@ if has profile; then
 			skip=0
 			[ "$w" = w4 ] && skip=2000
 			step "ncu profile $w" 120 "$out/profile_${w}.log" \
-				"$ncu" --csv --metrics gpu__time_duration.sum --graph-profiling node -s "$skip" -c 3000 \
+				"$ncu" --csv --metrics gpu__time_duration.sum --graph-profiling node \
+				--cache-control none --clock-control none -s "$skip" -c 3000 \
 				"$here/esper" bench --device cuda --workload "$w" "${args[@]}"
 			grep '^"' "$out/profile_${w}.log" | gzip >"$out/profile_${w}.csv.gz"
 			grep -v '^"' "$out/profile_${w}.log" >"$out/profile_${w}.log.tmp" && mv "$out/profile_${w}.log.tmp" "$out/profile_${w}.log"
