@@ -95,6 +95,35 @@ func TestSeedsGrowOnHostDevice(t *testing.T) {
 		assert.Equal(t, wp[i].Var.Grad.Float64s(), hostValues(t, sp[i].Var.Grad), "gradient of %s", sp[i].Name)
 	}
 
+	// Every slot's gradient telemetry and the norms of extra tensors in
+	// one read on sim (MorphogeneticModel.GradientTelemetry), equal to
+	// the CPU twin's per-slot CaptureGradientTelemetry; the host's
+	// gradients, each slot's too, are listed again and reduced once.
+	var extra, extraCPU []*tensor.Tensor
+	for i := range sp {
+		if i%2 == 0 {
+			extra, extraCPU = append(extra, sp[i].Var.Grad), append(extraCPU, wp[i].Var.Grad)
+		}
+	}
+	extra, extraCPU = append(extra, nil), append(extraCPU, nil)
+	for _, sl := range cpu.Slots() {
+		sl.CaptureGradientTelemetry()
+	}
+	wantNorms, err := TensorNorms(extraCPU)
+	require.NoError(t, err)
+	before = tensor.HostSyncs(dev)
+	gotNorms, err := sim.GradientTelemetry(extra)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(1), tensor.HostSyncs(dev)-before, "host syncs of GradientTelemetry over %d slots", len(sim.Slots()))
+	assert.Equal(t, wantNorms, gotNorms, "norms of the extra tensors")
+	assert.Equal(t, -1.0, gotNorms[len(gotNorms)-1], "a nil extra tensor")
+	for i, sl := range sim.Slots() {
+		w := cpu.Slots()[i].State()
+		require.True(t, sl.State().Telemetry.HealthMeasured, sl.ID())
+		assert.Equal(t, w.Telemetry, sl.State().Telemetry, "%s telemetry", sl.ID())
+		assert.Equal(t, w.Metrics, sl.State().Metrics, "%s metrics", sl.ID())
+	}
+
 	// Save the slots from sim (one host sync per slot) and restore them
 	// onto a fresh sim model with the host's state: its seeds and gates
 	// are created on sim with the saved weights.

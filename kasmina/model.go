@@ -240,9 +240,69 @@ func (m *MorphogeneticModel) StepEpoch() {
 // CaptureGradientTelemetry updates every seed's gradient telemetry from
 // the current gradients (see Slot.CaptureGradientTelemetry).
 func (m *MorphogeneticModel) CaptureGradientTelemetry() {
-	for _, s := range m.slots {
-		s.CaptureGradientTelemetry()
+	_, _ = m.GradientTelemetry(nil)
+}
+
+// GradientTelemetry is CaptureGradientTelemetry that also returns the
+// norms of extra tensors (TensorNorms' convention: -1 for a nil one),
+// all read in one TensorNorms call: on a device one host sync for every
+// slot and the extra tensors together, where each slot alone takes one.
+// A tensor listed more than once (a slot's host gradients are every
+// slot's, and callers often pass them again) is reduced once. When the
+// norms cannot be computed the seeds' telemetry is left as it was and
+// the error is returned.
+func (m *MorphogeneticModel) GradientTelemetry(extra []*tensor.Tensor) ([]float64, error) {
+	var ts []*tensor.Tensor
+	at := map[*tensor.Tensor]int{}
+	index := func(list []*tensor.Tensor) []int {
+		idx := make([]int, len(list))
+		for i, t := range list {
+			if t == nil {
+				idx[i] = -1
+				continue
+			}
+			k, ok := at[t]
+			if !ok {
+				k = len(ts)
+				at[t] = k
+				ts = append(ts, t)
+			}
+			idx[i] = k
+		}
+		return idx
 	}
+	slotIdx := make([][]int, len(m.slots))
+	for i, s := range m.slots {
+		if list := s.telemetryTensors(); list != nil {
+			slotIdx[i] = index(list)
+		}
+	}
+	extraIdx := index(extra)
+	if len(ts) == 0 {
+		return pick(nil, extraIdx), nil
+	}
+	norms, err := TensorNorms(ts)
+	if err != nil {
+		return nil, err
+	}
+	for i, s := range m.slots {
+		if slotIdx[i] != nil {
+			s.applyGradientTelemetry(pick(norms, slotIdx[i]))
+		}
+	}
+	return pick(norms, extraIdx), nil
+}
+
+// pick gathers norms[idx[i]], -1 where idx[i] < 0.
+func pick(norms []float64, idx []int) []float64 {
+	out := make([]float64, len(idx))
+	for i, k := range idx {
+		out[i] = -1
+		if k >= 0 {
+			out[i] = norms[k]
+		}
+	}
+	return out
 }
 
 // ActiveSeedCount counts the seeds that take part in the forward pass

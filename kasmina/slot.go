@@ -940,18 +940,40 @@ func (s *Slot) checkOverrideShape(batch int, a *autograd.Var) error {
 // the gradients are, TensorNorms): call it outside captured regions,
 // every few steps.
 func (s *Slot) CaptureGradientTelemetry() {
+	ts := s.telemetryTensors()
+	if ts == nil {
+		return
+	}
+	// The seed's and the host's per-parameter norms are computed where
+	// the gradients are and reach the host together: one host sync per
+	// slot on a device (MorphogeneticModel.GradientTelemetry takes one
+	// for every slot).
+	norms, err := TensorNorms(ts)
+	if err != nil {
+		norms = nil
+	}
+	s.applyGradientTelemetry(norms)
+}
+
+// telemetryTensors lists the gradients CaptureGradientTelemetry reads:
+// the seed's parameters' then the host's (nil entries where a parameter
+// has no gradient); nil for a slot without a seed.
+func (s *Slot) telemetryTensors() []*tensor.Tensor {
+	if s.state == nil || s.seed == nil {
+		return nil
+	}
+	return append(gradsOf(s.Parameters()), gradsOf(s.host)...)
+}
+
+// applyGradientTelemetry is CaptureGradientTelemetry's update from the
+// norms of telemetryTensors (nil: they could not be computed, and nothing
+// changes).
+func (s *Slot) applyGradientTelemetry(norms []float64) {
 	if s.state == nil || s.seed == nil {
 		return
 	}
 	st := s.state
 	seedParams := s.Parameters()
-	// The seed's and the host's per-parameter norms are computed where
-	// the gradients are and reach the host together: one host sync per
-	// slot on a device.
-	norms, err := TensorNorms(append(gradsOf(seedParams), gradsOf(s.host)...))
-	if err != nil {
-		norms = nil
-	}
 	var health GradientHealth
 	ok := false
 	if norms != nil {

@@ -395,14 +395,39 @@ func (g *gradAgg) devicePath(l *aggLayout, uses int, combine bool) (res aggStepR
 // configured and conflicts need two), so it gets a one-element vector
 // holding that norm.
 func (g *gradAgg) observeOne(m *kasmina.MorphogeneticModel, opt *optimizers, x, y *tensor.Tensor) error {
+	return g.observeOneNorms(m, opt, x, y, nil)
+}
+
+// oneGrads lists the gradients observeOne reads (the layout's
+// parameters' in order), for a caller that reads their norms with
+// others (observeOneNorms).
+func (g *gradAgg) oneGrads(m *kasmina.MorphogeneticModel, opt *optimizers) ([]*tensor.Tensor, error) {
+	l, err := g.layout(m, opt)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*tensor.Tensor, len(l.params))
+	for i, p := range l.params {
+		out[i] = p.Grad
+	}
+	return out, nil
+}
+
+// observeOneNorms is observeOne with the gradients' norms already read
+// (the norms of oneGrads, -1 where there is no gradient), or nil to read
+// them here.
+func (g *gradAgg) observeOneNorms(m *kasmina.MorphogeneticModel, opt *optimizers, x, y *tensor.Tensor, norms []float64) error {
 	l, err := g.layout(m, opt)
 	if err != nil {
 		return err
 	}
 	uses := g.prepare(m, x, y, nil)
-	norms, err := g.gradNorms(l.params)
-	if err != nil {
-		return err
+	if norms == nil {
+		if norms, err = g.gradNorms(l.params); err != nil {
+			return err
+		}
+	} else if len(norms) != len(l.params) {
+		return fmt.Errorf("tolaria: %d gradient norms for %d parameters", len(norms), len(l.params))
 	}
 	var teacher, own float64
 	for i, n := range norms {

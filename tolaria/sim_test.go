@@ -59,14 +59,14 @@ func sameReports(t *testing.T, want, got []EpochReport) {
 //   - 1: the training pass's loss sum and correct count and the
 //     validation pass's, copied side by side in one read after the last
 //     validation batch;
-//   - at a telemetry step, 1 per slot holding a seed: kasmina's gradient
-//     telemetry reads the seed's and the host's gradients, gathered on
-//     the device and copied at once (nn.HostCopies);
-//   - at a telemetry step with a TRAINING seed, 1 more: the per-seed
-//     aggregation metrics read the trainable gradients the same way.
+//   - at a telemetry step with a seed, 1: kasmina's gradient telemetry
+//     of every slot reads the per-parameter norms of the seeds' and the
+//     host's gradients in one TensorNorms call
+//     (MorphogeneticModel.GradientTelemetry), and with one TRAINING seed
+//     the per-seed aggregation metrics' norms come in the same read.
 //
-// That is 1 in epochs 0 and 2, 1+1 = 2 in epoch 1 (r0c1 GERMINATED) and
-// 1+2+1 = 4 in epoch 3 (r0c1 TRAINING, r0c0 GERMINATED). The telemetry's
+// That is 1 in epochs 0 and 2, and 1+1 = 2 in epochs 1 (r0c1
+// GERMINATED) and 3 (r0c1 TRAINING, r0c0 GERMINATED). The telemetry's
 // reads stay host reads because its figures are float64 reductions the
 // CPU computes on the host: doing them on the device would change their
 // bits.
@@ -83,7 +83,7 @@ func TestTrainerOnSimEqualsCPU(t *testing.T) {
 		syncs[i] = r.HostSyncs
 	}
 	t.Logf("host syncs per epoch on sim: %v", syncs)
-	require.Equal(t, []uint64{1, 2, 1, 4}, syncs)
+	require.Equal(t, []uint64{1, 2, 1, 2}, syncs)
 }
 
 // TestTrainerOnSimNoSeedsOneSync: without seeds (no controller) every
@@ -196,18 +196,18 @@ func TestCheckpointResumeOnSim(t *testing.T) {
 // the captured step, and the fast rollback tier: on sim each gives the
 // CPU's reports and final parameters bit for bit. fp16 adds one host
 // sync per telemetry step that has seeds to observe (the scaler's
-// found-inf flag, read before their gradients are measured: epoch 4's;
-// epoch 2's telemetry step has none and reads nothing); the others sync
-// as the plain run does.
+// found-inf flag, read after the telemetry's norms: epoch 4's; epoch 2's
+// telemetry step has none and reads nothing); the others sync as the
+// plain run does.
 func TestTrainerVariantsOnSimEqualCPU(t *testing.T) {
-	plain := []uint64{1, 2, 1, 4}
+	plain := []uint64{1, 2, 1, 2}
 	for _, tc := range []struct {
 		name  string
 		o     TrainerOptions
 		syncs []uint64
 	}{
 		{"governor", TrainerOptions{Governor: &GovernorOptions{Classes: 3}}, plain},
-		{"fp16", TrainerOptions{AMP: AMPFP16}, []uint64{1, 2, 1, 5}},
+		{"fp16", TrainerOptions{AMP: AMPFP16}, []uint64{1, 2, 1, 3}},
 		{"bf16", TrainerOptions{AMP: AMPBF16}, plain},
 		{"capture", TrainerOptions{Capture: true}, plain},
 		{"fast rollback", TrainerOptions{FastRollbackMB: 8, RollbackOnFailure: true}, plain},
@@ -233,8 +233,9 @@ func TestTrainerVariantsOnSimEqualCPU(t *testing.T) {
 // GradsToFlat (two participants), which reads the device gradients with
 // one gathered copy; the run still equals the CPU's bit for bit,
 // aggregation figures included. Epoch 5 (its last step is global step
-// 30, a telemetry step) costs 5 syncs: the two accumulator reads, one
-// per seed's telemetry and one for the flattened gradients.
+// 30, a telemetry step) costs 3 syncs: the epoch's metrics, both seeds'
+// telemetry in one read, and the flattened gradients of the two
+// participants.
 func TestTwoTrainingSeedsOnSim(t *testing.T) {
 	sc := scripted{3: {Op: leyline.OpAdvance, SlotID: "r0c0", Reason: "script", Confidence: 1}}
 	for k, v := range script {
@@ -249,7 +250,7 @@ func TestTwoTrainingSeedsOnSim(t *testing.T) {
 	for _, r := range got.Epochs {
 		syncs = append(syncs, r.HostSyncs)
 	}
-	require.Equal(t, []uint64{1, 2, 1, 4, 1, 4}, syncs)
+	require.Equal(t, []uint64{1, 2, 1, 2, 1, 3}, syncs)
 	for _, s := range got.Final().Seeds {
 		require.Equal(t, leyline.StageTraining, s.Stage, s.SlotID)
 	}

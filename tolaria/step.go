@@ -388,18 +388,9 @@ func (s *stepRunner) trainBatch(x, y *tensor.Tensor) bool {
 	l.samples += y.Dim(0)
 	s.globalStep++
 	if st := t.o.GradientTelemetryStride; st > 0 && s.globalStep%st == 0 {
-		t.model.CaptureGradientTelemetry()
-		// The found-inf read (a host sync under fp16) only when there
-		// are seeds to observe.
-		n := 0
-		if !combined {
-			n = t.agg.participants(t.model, t.opt)
-		}
-		if n > 0 && !t.prec.foundInf() {
-			if err := t.agg.observeParticipants(n, t.model, t.opt, x, y); err != nil {
-				l.err = fmt.Errorf("tolaria: epoch %d step %d: gradient aggregation: %w", l.e+1, l.steps, err)
-				return false
-			}
+		if err := t.telemetry(x, y, combined); err != nil {
+			l.err = fmt.Errorf("tolaria: epoch %d step %d: gradient aggregation: %w", l.e+1, l.steps, err)
+			return false
 		}
 	}
 	if t.o.OnStep != nil {
@@ -419,4 +410,37 @@ func percentiles(d []time.Duration) (p50, p95 time.Duration) {
 		return d[max(0, min(k, len(d)-1))]
 	}
 	return at(50), at(95)
+}
+
+// telemetry is a telemetry step's reads after the step on (x, y): every
+// seed's gradient telemetry, then the gradient aggregation's per-seed
+// observation when seeds take part (none after a combining step, which
+// observed them). With one participant, the aggregation's gradient
+// norms are read with the seeds' telemetry (one host sync on a device
+// for both); more participants take the aggregation's own path.
+func (t *Trainer) telemetry(x, y *tensor.Tensor, combined bool) error {
+	n := 0
+	if !combined {
+		n = t.agg.participants(t.model, t.opt)
+	}
+	var extra []*tensor.Tensor
+	if n == 1 {
+		var err error
+		if extra, err = t.agg.oneGrads(t.model, t.opt); err != nil {
+			return err
+		}
+	}
+	norms, err := t.model.GradientTelemetry(extra)
+	if err != nil {
+		norms = nil // the seeds' telemetry is unchanged; observeOne reads its own
+	}
+	// The found-inf read (a host sync under fp16) only when there are
+	// seeds to observe.
+	if n == 0 || t.prec.foundInf() {
+		return nil
+	}
+	if n == 1 {
+		return t.agg.observeOneNorms(t.model, t.opt, x, y, norms)
+	}
+	return t.agg.observeParticipants(n, t.model, t.opt, x, y)
 }
