@@ -4,6 +4,7 @@ package cuda
 
 import (
 	"fmt"
+	"os"
 
 	"gorgonia.org/cu"
 
@@ -315,8 +316,24 @@ func (d *Device) sumBatches(sum string, pdw, pp cu.DevicePtr, n int, m int64, ac
 	return launchRaw(fn, [3]int{int((m + 31) / 32), 1, 1}, [3]int{32, sumRows, 1}, 0, d.stream, &s)
 }
 
-// directConvOff turns the direct path off (tests compare both paths).
+// directConvOff turns the direct path off: tests compare both paths, and
+// ESPER_CUDA_CONV=im2col sets it for a process (convPathFromEnv, at Open),
+// so that a GPU run can time a workload both ways in one sitting.
 var directConvOff bool
+
+// convPathFromEnv applies ESPER_CUDA_CONV: "" or "direct" (the default:
+// the direct kernels where a layer fits them) or "im2col" (columns and
+// cuBLAS for every layer); any other value is an error naming it.
+func convPathFromEnv() error {
+	switch v := os.Getenv("ESPER_CUDA_CONV"); v {
+	case "", "direct": // the default; a test's setting stays
+	case "im2col":
+		directConvOff = true
+	default:
+		return fmt.Errorf("cuda: ESPER_CUDA_CONV=%q: want direct or im2col", v)
+	}
+	return nil
+}
 
 // direct reports whether the forward and input-gradient convolutions of
 // c in dtype dt run as direct kernels.

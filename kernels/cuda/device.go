@@ -59,6 +59,9 @@ func Open(ordinal int) (*Device, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cuda: device %d: retaining its primary context: %w", ordinal, err)
 	}
+	if err := convPathFromEnv(); err != nil {
+		return nil, err
+	}
 	d := &Device{ordinal: ordinal, dev: dev, ctx: ctx, fns: map[string]cu.Function{}}
 	release := d.enter()
 	defer release()

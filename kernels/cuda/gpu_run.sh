@@ -15,6 +15,8 @@
 # train is `esper train` with the demo's flags on cuda beside the same on
 # the CPU, with --amp bf16 and fp16, and `esper ppo --rounds 3` on cuda);
 # ESPER_GPU_WORKLOADS the workloads (default "w1 w2 w4 w5 w6 w7 w8").
+# W4 runs a second time with ESPER_CUDA_CONV=im2col (its bare loop, no
+# peer: the direct convolutions against im2col in the same sitting).
 # Phase "profile" (not a default) runs Nsight Compute over short runs of
 # W1, W2, W4 and W5 (those of the workloads) and writes profile_<w>.txt:
 # the kernels that took the most GPU time.
@@ -215,6 +217,16 @@ if has bench; then
 			python3 -c 'import json, sys
 p = json.load(open(sys.argv[1])).get("peer")
 p and json.dump(p, open(sys.argv[2], "w"), indent=2)' "$out/esper/W4.json" "$out/pytorch_w4.json"
+		fi
+		if [ "$w" = w4 ] && ((rc == 0)); then
+			# W4 again with every convolution through im2col and cuBLAS
+			# (ESPER_CUDA_CONV=im2col), its bare loop only: the direct
+			# kernels' before/after in one sitting.
+			echo "== esper bench --device cuda --workload w4, ESPER_CUDA_CONV=im2col"
+			mkdir -p "$out/esper_im2col"
+			step "esper w4 im2col" 60 "$out/esper_w4_im2col.log" \
+				env ESPER_CUDA_CONV=im2col "$here/esper" bench --device cuda --workload w4 --ppo-rounds -1 --json "$out/esper_im2col"
+			grep -E "esper bare|captured regions" "$out/esper_w4_im2col.log"
 		fi
 	done
 fi
