@@ -17,9 +17,10 @@
 # ESPER_GPU_WORKLOADS the workloads (default "w1 w2 w4 w5 w6 w7 w8").
 # W4 runs a second time with ESPER_CUDA_CONV=im2col (its bare loop, no
 # peer: the direct convolutions against im2col in the same sitting).
-# Phase "profile" (not a default) runs Nsight Compute over short runs of
-# W1, W2, W4 and W5 (those of the workloads) and writes profile_<w>.txt:
-# the kernels that took the most GPU time.
+# Phase "profile" runs Nsight Compute over short runs of the workloads in
+# ESPER_GPU_PROFILE (default w2, the furthest from its target; any of w1,
+# w2, w4, w5) and writes profile_<w>.txt: the kernels that took the most
+# GPU time. It comes last, so it takes only the budget the rest left.
 #
 # The peers: gpu_peers.py for W1, W5-W8 and w2_gnn.py --device cuda for
 # W2 (its built-in W2 graph replicated to batches 1 and 64: the graphs
@@ -59,8 +60,9 @@ if [ "$pack" = 1 ]; then
 	trap 'exit 143' TERM INT
 fi
 budget=${ESPER_GPU_BUDGET:-450}
-phases=${ESPER_GPU_PHASES:-tests train memcheck bench}
+phases=${ESPER_GPU_PHASES:-tests train memcheck bench profile}
 workloads=${ESPER_GPU_WORKLOADS:-w1 w2 w4 w5 w6 w7 w8}
+profiled=${ESPER_GPU_PROFILE:-w2}
 start=$SECONDS
 summary="$out/summary.txt"
 : >"$summary"
@@ -109,7 +111,7 @@ fi
 	nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1
 	echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
 	echo "ESPER_CUBLAS_LIB=${ESPER_CUBLAS_LIB:-}"
-	echo "budget: ${budget}s; phases: $phases; workloads: $workloads"
+	echo "budget: ${budget}s; phases: $phases; workloads: $workloads; profiled: $profiled"
 } | tee "$out/machine.txt"
 
 export ESPER_GPU_BUNDLE=1 # TestPTXUpToDate skips away from the sources
@@ -234,22 +236,31 @@ if has profile; then
 	# Where each workload's GPU time goes: Nsight Compute's duration of
 	# every kernel of a short run (graph nodes profiled one by one), summed
 	# by kernel into profile_<w>.txt by ncu_top.py; the CSV is kept,
-	# gzipped. Not a default phase: ncu replays every kernel alone, which
-	# takes a while, and its times are shares, not graph-replay times.
+	# gzipped. ncu replays every kernel alone, which takes a while (hence
+	# W2 alone by default), and its times are shares, not graph-replay
+	# times.
 	# Caches are left warm and clocks unlocked (--cache-control none
 	# --clock-control none): a kernel then reads what the previous node
 	# left in L2 and runs at the clocks a replay gets, as in the graph,
 	# instead of from a flushed cache at base clocks.
 	ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 	if [ -x "$ncu" ]; then
-		for w in $workloads; do
+		for w in $profiled; do
 			case $w in
 			w1) args=(--epochs 2 --warmup 1) ;;
 			w2) args=(--reps 1 --warmup 1) ;;
 			w4) args=(--steps 2 --warmup 1 --ppo-rounds -1) ;;
 			w5) args=(--steps 3 --warmup 1 --eval-batches 3) ;;
-			*) continue ;;
+			*)
+				echo "profile: $w has no profile run (w1, w2, w4 or w5)" | tee -a "$summary"
+				continue
+				;;
 			esac
+			if (($(left) < 40)); then
+				# An optional phase: too little time is no failure.
+				echo "ncu profile $w: not run (under 40s of the budget left)" | tee -a "$summary"
+				continue
+			fi
 			echo "== ncu profile of $w"
 			# At most 3000 kernels (W4's first 2000, its set-up and warm-up,
 			# skipped).
