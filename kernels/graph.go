@@ -328,6 +328,87 @@ type GraphMultiAggregator interface {
 	GatherConcat(out *T, xs, src, rowPtr, order []*T, ones int)
 }
 
+// GatherSummer is an optional Backend interface: a GraphSAGE layer's
+// relations into one node type summed after their products, in one call
+// (CUDA: one launch, F32). Where GatherConcat gathers each relation's
+// mean into the input of one product over the relations' weights side
+// by side (aggregate, then transform), GatherSum takes the products of
+// each node type's own features through the weights stacked row-wise
+// (transform, then aggregate: the mean is linear, so the mean of the
+// products is the product of the mean) and sums them per destination,
+// with the layer's activation and residual.
+type GatherSummer interface {
+	// GatherSum writes out [Nd, C] = act(s·Σ) + res (res nil: no
+	// addition), Σ = Σ_i piece_i + Σ_j biases[j]: piece i is, with a
+	// CSR (src[i], rowPtr[i] and order[i]), GatherMean of xs[i] [Ns, C]
+	// over it (0 for a node without edges), and without one (all three
+	// nil) xs[i] [Nd, C] itself; biases are [C] rows added to every
+	// node. Each xs[i] may be a row-strided view (RowStride), such as a
+	// column block of a stacked product. The scale, activation and
+	// residual are as ScaleActAdder computes them; the sum is the
+	// backend's own (the CPU sums in float64 and rounds once, CUDA in
+	// fp32 in the order above), so backends agree to rounding only.
+	GatherSum(out *T, xs, src, rowPtr, order, biases []*T, s float64, act UnaryOp, res *T)
+}
+
+// CheckGatherSum checks a GatherSum and returns its pieces (Col 0,
+// Width C, and Gathered, Src and Edges as CheckGatherConcat finds them):
+// out a contiguous [Nd, C] float tensor; each xs[i] of out's dtype,
+// contiguous or row-strided, [Ns, C] with a CSR (src, rowPtr and order
+// as GraphAggregator says, all three given) or [Nd, C] without (all
+// three nil); each bias contiguous [C] of out's dtype; res nil or a
+// contiguous [Nd, C] of out's dtype.
+func CheckGatherSum(name string, out *T, xs, src, rowPtr, order, biases []*T, res *T) ([]GatherBlock, error) {
+	if out == nil {
+		return nil, fmt.Errorf("%s: out is required", name)
+	}
+	dt := out.DType()
+	if !dt.IsFloat() {
+		return nil, floatError(name, "out", out)
+	}
+	nd, c, err := rows2(name, "out", out, dt, -1, -1)
+	if err != nil {
+		return nil, err
+	}
+	if len(src) != len(xs) || len(rowPtr) != len(xs) || len(order) != len(xs) {
+		return nil, fmt.Errorf("%s: %d inputs with %d src, %d rowPtr and %d order entries", name, len(xs), len(src), len(rowPtr), len(order))
+	}
+	pieces := make([]GatherBlock, len(xs))
+	for i, x := range xs {
+		what := fmt.Sprintf("xs[%d]", i)
+		csr := src[i] != nil || rowPtr[i] != nil || order[i] != nil
+		rows := nd
+		if csr {
+			rows = -1
+		}
+		ns, _, err := strided2(name, what, x, dt, rows, c)
+		if err != nil {
+			return nil, err
+		}
+		p := GatherBlock{Width: c, Gathered: csr, Src: ns}
+		if csr {
+			if p.Edges, err = checkCSR(fmt.Sprintf("%s: piece %d", name, i), src[i], rowPtr[i], order[i], nd); err != nil {
+				return nil, err
+			}
+		}
+		pieces[i] = p
+	}
+	for j, b := range biases {
+		if b == nil {
+			return nil, fmt.Errorf("%s: biases[%d] is nil", name, j)
+		}
+		if b.Rank() != 1 || b.Shape()[0] != c || b.DType() != dt || !b.IsContiguous() {
+			return nil, fmt.Errorf("%s: biases[%d] is %v %v (contiguous %v), want contiguous %v [%d]", name, j, b.DType(), b.Shape(), b.IsContiguous(), dt, c)
+		}
+	}
+	if res != nil {
+		if _, _, err := rows2(name, "res", res, dt, nd, c); err != nil {
+			return nil, err
+		}
+	}
+	return pieces, nil
+}
+
 // GATMeanOps is GraphMultiAggregator.GATMean through GATAggregate: one
 // call per relation with alpha = 1/R, the first writing, the others
 // accumulating.

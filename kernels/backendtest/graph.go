@@ -15,6 +15,7 @@ import (
 var graphCases = []conformance{
 	optional[kernels.GraphAggregator](checkGraphAggregate, "GATAggregate", "GatherMean"),
 	optional[kernels.GraphMultiAggregator](checkGraphMulti, "GATMean", "GATMeanAct", "GatherConcat"),
+	optional[kernels.GatherSummer](checkGatherSum, "GatherSum"),
 }
 
 // graphLayout is a relation: ns sources, nd destinations, e edges, and
@@ -333,5 +334,107 @@ func checkGraphMulti(s *suite) {
 	})
 	s.panics("GatherConcat", func() { // out narrower than the pieces
 		gm.GatherConcat(s.out(tensor.F32, 3, 2), []*T{s.out(tensor.F32, 3, 2)}, []*T{nil}, []*T{nil}, []*T{nil}, 1)
+	})
+}
+
+// checkGatherSum: GatherSum against the float64 definition over
+// multiLayouts' relations, each a gathered piece (odd ones a column
+// block of a wider tensor, as the stacked products are) and every other
+// one followed by a piece of the destination's own rows; with and
+// without biases, residual and scale, and (the third layout) more pieces
+// than a CUDA launch takes.
+func checkGatherSum(s *suite) {
+	gs := s.b.(kernels.GatherSummer)
+	for _, d := range s.floats("GatherSum", tensor.F64, tensor.F32) {
+		for li, ml := range multiLayouts {
+			c := ml.c
+			var xs, src, rowPtr, order []*T
+			var vals [][]float64
+			var gathered [][3][]int64 // src, rowPtr, order of a gathered piece
+			for k, rl := range ml.rels {
+				l := graphLayout{ns: rl.ns, nd: ml.nd, e: rl.e}
+				sv, dv, srcT, rp, ord := s.graphEdges(l)
+				var x *T
+				var v []float64
+				if k%2 == 1 {
+					x, v = s.block(d, l.ns, 3*c+1, c+1, c)
+				} else {
+					x, v = s.in(d, l.ns, c)
+				}
+				rpv, ordv, err := kernels.BuildCSR(dv, ml.nd)
+				if err != nil {
+					s.t.Fatalf("BuildCSR: %v", err)
+				}
+				xs, src, rowPtr, order = append(xs, x), append(src, srcT), append(rowPtr, rp), append(order, ord)
+				vals, gathered = append(vals, v), append(gathered, [3][]int64{sv, rpv, ordv})
+				if k%2 == 0 {
+					own, ov := s.in(d, ml.nd, c)
+					xs, src, rowPtr, order = append(xs, own), append(src, nil), append(rowPtr, nil), append(order, nil)
+					vals, gathered = append(vals, ov), append(gathered, [3][]int64{})
+				}
+			}
+			var biases []*T
+			var bvals [][]float64
+			if li != 1 {
+				for range 2 {
+					b, bv := s.in(d, c)
+					biases, bvals = append(biases, b), append(bvals, bv)
+				}
+			}
+			var res *T
+			var rv []float64
+			if li != 2 {
+				res, rv = s.in(d, ml.nd, c)
+			}
+			scale := 1.0
+			if li != 0 {
+				scale = 1 / float64(len(ml.rels))
+			}
+			act := kernels.GeluErf
+			if li == 1 {
+				act = kernels.Relu
+			}
+			want := make([]float64, ml.nd*c)
+			for i := 0; i < ml.nd; i++ {
+				for f := 0; f < c; f++ {
+					var t float64
+					for p, v := range vals {
+						g := gathered[p]
+						if g[0] == nil {
+							t += v[i*c+f]
+							continue
+						}
+						a, b := g[1][i], g[1][i+1]
+						if b == a {
+							continue
+						}
+						var m float64
+						for q := a; q < b; q++ {
+							m += v[int(g[0][g[2][q]])*c+f]
+						}
+						t += m / float64(b-a)
+					}
+					for _, bv := range bvals {
+						t += bv[f]
+					}
+					t = refUnary(act, scale*t)
+					if rv != nil {
+						t += rv[i*c+f]
+					}
+					want[i*c+f] = t
+				}
+			}
+			out := s.out(d, ml.nd, c)
+			what := name("GatherSum", d, li, "pieces", len(xs), "biases", len(biases), "scale", scale, act, "residual", res != nil)
+			s.check(call{what: what, launch: func() { gs.GatherSum(out, xs, src, rowPtr, order, biases, scale, act, res) }, writes: []*T{out}}, func(got [][]float64) {
+				s.close(what, got[0], want, 8*tol(d))
+			})
+		}
+	}
+	s.panics("GatherSum", func() { // a piece of the wrong width
+		gs.GatherSum(s.out(tensor.F32, 3, 2), []*T{s.out(tensor.F32, 3, 3)}, []*T{nil}, []*T{nil}, []*T{nil}, nil, 1, kernels.Relu, nil)
+	})
+	s.panics("GatherSum", func() { // a bias of the wrong width
+		gs.GatherSum(s.out(tensor.F32, 3, 2), nil, nil, nil, nil, []*T{s.out(tensor.F32, 3)}, 1, kernels.Relu, nil)
 	})
 }

@@ -238,7 +238,10 @@ func gatherMeanPrep[F tensor.Float](g kernels.GraphCSR, nf int, out, x *T, src, 
 	}
 }
 
-var _ kernels.GraphMultiAggregator = (*Backend)(nil)
+var (
+	_ kernels.GraphMultiAggregator = (*Backend)(nil)
+	_ kernels.GatherSummer         = (*Backend)(nil)
+)
 
 // GATMean implements kernels.GraphMultiAggregator in one launch: what
 // kernels.GATMeanOps's GATAggregate calls compute, one relation after
@@ -355,5 +358,102 @@ func meanRow[F tensor.Float](dst, x []F, width int, src, order []int64, p0, p1 i
 			t += float64(x[int(src[order[p]])*width+f])
 		}
 		dst[f] = F(t / n)
+	}
+}
+
+// GatherSum implements kernels.GatherSummer (F32, F64): the sum in one
+// launch, each node's in float64 (a gathered piece's mean as its float64
+// sum over the edges divided by their count, unrounded) and rounded once
+// into out; then the scale, activation and residual as ScaleActAddOps
+// runs them on this backend.
+func (be *Backend) GatherSum(out *T, xs, src, rowPtr, order, biases []*T, s float64, act kernels.UnaryOp, res *T) {
+	const name = "GatherSum"
+	needCPU(name, out, res)
+	needCPU(name, biases...)
+	for i := range xs {
+		needCPU(name, xs[i], src[i], rowPtr[i], order[i])
+	}
+	pieces, err := kernels.CheckGatherSum(name, out, xs, src, rowPtr, order, biases, res)
+	must(err)
+	if graphDType(name, out) == tensor.F64 {
+		be.launch(gatherSumPrep[float64](pieces, out, xs, src, rowPtr, order, biases))
+	} else {
+		be.launch(gatherSumPrep[float32](pieces, out, xs, src, rowPtr, order, biases))
+	}
+	kernels.ScaleActAddOps(be, out, out, s, act, res)
+}
+
+func gatherSumPrep[F tensor.Float](pieces []kernels.GatherBlock, out *T, xs, src, rowPtr, order, biases []*T) func() {
+	var s stage
+	o := tensor.Data[F](out)
+	nd, c := out.Shape()[0], out.Shape()[1]
+	type piece struct {
+		kernels.GatherBlock
+		x                  []F
+		ld                 int
+		src, rowPtr, order []int64
+		seen               []bool
+	}
+	ps := make([]piece, len(pieces))
+	cost := len(biases) * c
+	for i, p := range pieces {
+		ld, _ := kernels.RowStride(xs[i])
+		ps[i] = piece{GatherBlock: p, x: rowsView[F](xs[i], ld), ld: ld}
+		if p.Gathered {
+			ps[i].src, ps[i].rowPtr, ps[i].order = tensor.Data[int64](src[i]), tensor.Data[int64](rowPtr[i]), tensor.Data[int64](order[i])
+			ps[i].seen = make([]bool, p.Edges)
+			cost += (p.Edges/max(1, nd) + 1) * c
+		} else {
+			cost += c
+		}
+	}
+	bs := make([][]F, len(biases))
+	for j, b := range biases {
+		bs[j] = in[F](&s, b)
+	}
+	body := func(lo, hi int) {
+		acc := make([]float64, c)
+		for i := lo; i < hi; i++ {
+			clear(acc)
+			for _, p := range ps {
+				if !p.Gathered {
+					row := p.x[i*p.ld : i*p.ld+c]
+					for f, v := range row {
+						acc[f] += float64(v)
+					}
+					continue
+				}
+				p0, p1 := p.rowPtr[i], p.rowPtr[i+1]
+				if p1 == p0 {
+					continue
+				}
+				n := float64(p1 - p0)
+				for f := range acc {
+					var t float64
+					for q := p0; q < p1; q++ {
+						t += float64(p.x[int(p.src[p.order[q]])*p.ld+f])
+					}
+					acc[f] += t / n
+				}
+			}
+			for _, b := range bs {
+				for f, v := range b {
+					acc[f] += float64(v)
+				}
+			}
+			row := o[i*c : (i+1)*c]
+			for f, v := range acc {
+				row[f] = F(v)
+			}
+		}
+	}
+	return func() {
+		s.load()
+		for _, p := range ps {
+			if p.Gathered {
+				must(kernels.CheckCSRValues("GatherSum", p.src, p.rowPtr, p.order, p.Src, p.seen))
+			}
+		}
+		parallelFor(nd, max(1, cost), body)
 	}
 }

@@ -362,3 +362,87 @@ func (d *Device) GatherConcat(out *tensor.Tensor, xs, src, rowPtr, order []*tens
 	}
 	return nil
 }
+
+var _ kernels.GatherSummer = (*Backend)(nil)
+
+// GatherSum implements kernels.GatherSummer (F32).
+func (b *Backend) GatherSum(out *T, xs, src, rowPtr, order, biases []*T, s float64, act kernels.UnaryOp, res *T) {
+	must(b.d.GatherSum(out, xs, src, rowPtr, order, biases, s, act, res))
+}
+
+// GatherSum is kernels.GatherSummer's GatherSum, F32: gather_sum_f32
+// adds the pieces, then the biases (terms with row stride 0), up to
+// gsumMax terms a launch, each launch after the first from out's value;
+// the last applies the scale, the activation and the residual.
+func (d *Device) GatherSum(out *tensor.Tensor, xs, src, rowPtr, order, biases []*tensor.Tensor, s float64, act kernels.UnaryOp, res *tensor.Tensor) error {
+	const op = "GatherSum"
+	pieces, err := kernels.CheckGatherSum(op, out, xs, src, rowPtr, order, biases, res)
+	if err := checked(err); err != nil {
+		return err
+	}
+	if dt := out.DType(); dt != tensor.F32 {
+		return fmt.Errorf("cuda: %s: dtype %v (F32 runs here)", op, dt)
+	}
+	// unary_f's codes are kernels.UnaryOp's (as scale_act_add_f32's).
+	if err := checked(kernels.CheckUnary(op, act, out, out)); err != nil {
+		return err
+	}
+	outPtr, err := d.ptrOf(op, "out", out, tensor.F32)
+	if err != nil {
+		return err
+	}
+	resPtr, err := d.optPtr(op, "res", res, tensor.F32)
+	if err != nil {
+		return err
+	}
+	terms := make([]gsumTerm, 0, len(xs)+len(biases))
+	for i, p := range pieces {
+		what := fmt.Sprintf("xs[%d]", i)
+		ld, _ := kernels.RowStride(xs[i]) // CheckGatherSum: contiguous or row-strided
+		x, err := d.viewPtr(op, what, xs[i], tensor.F32)
+		if err != nil {
+			return err
+		}
+		t := gsumTerm{x: uint64(x), ld: int64(ld)}
+		if p.Gathered {
+			for _, o := range [3]struct {
+				t   *tensor.Tensor
+				dst *uint64
+			}{{src[i], &t.src}, {rowPtr[i], &t.rowPtr}, {order[i], &t.order}} {
+				a, err := d.ptrOf(op, what+" CSR", o.t, tensor.I64)
+				if err != nil {
+					return err
+				}
+				*o.dst = uint64(a)
+			}
+		}
+		terms = append(terms, t)
+	}
+	for j, bt := range biases {
+		a, err := d.ptrOf(op, fmt.Sprintf("biases[%d]", j), bt, tensor.F32)
+		if err != nil {
+			return err
+		}
+		terms = append(terms, gsumTerm{x: uint64(a)})
+	}
+	nd, c := int64(out.Dim(0)), int64(out.Dim(1))
+	if nd == 0 || c == 0 {
+		return nil
+	}
+	fn, err := d.kernel("gather_sum_f32")
+	if err != nil {
+		return err
+	}
+	n := nd * c
+	blocks := min((n+blockSize-1)/blockSize, int64(d.sms)*8)
+	release := d.enter()
+	defer release()
+	var w [gsumWords]uint64
+	for _, l := range gsumPlan(terms, int64(act)) {
+		gsumPack(&w, uint64(outPtr), uint64(resPtr), nd, c, s, l)
+		if err := launchStruct(fn, [3]int{int(blocks), 1, 1}, [3]int{blockSize, 1, 1}, d.stream, w[:]); err != nil {
+			return err
+		}
+	}
+	return nil
+}

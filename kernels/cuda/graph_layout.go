@@ -111,3 +111,60 @@ func gatherPlan(pieces []kernels.GatherBlock, xs, src, rowPtr, order []uint64, o
 	}
 	return parts
 }
+
+// gsumMax is GSUM_MAX: the most terms one gather_sum_f32 launch adds; a
+// GatherSum of more launches again, accumulating.
+const gsumMax = 16
+
+// gsumTermWords and gsumWords are the sizes of struct GsumTerm and
+// struct GatherSumArgs in 8-byte words.
+const (
+	gsumTermWords = 5
+	gsumWords     = 8 + gsumTermWords*gsumMax
+)
+
+// gsumTerm is one term of a gather_sum_f32 launch: x's address, the
+// CSR's (src 0: x's own rows, or a bias with ld 0) and x's row stride.
+type gsumTerm struct {
+	x, src, rowPtr, order uint64
+	ld                    int64
+}
+
+// gsumLaunch is one gather_sum_f32 launch of a GatherSum: its terms,
+// whether it starts from out (every launch but the first) and its
+// activation (-1 on every launch but the last, which applies the scale,
+// the activation and the residual).
+type gsumLaunch struct {
+	terms      []gsumTerm
+	accumulate bool
+	act        int64
+}
+
+// gsumPlan splits a GatherSum's terms (its pieces, then its biases) into
+// launches of at most gsumMax; none for no term is wrong, so a sum of no
+// terms is one launch of none (out = act(0) + res).
+func gsumPlan(terms []gsumTerm, act int64) []gsumLaunch {
+	var ls []gsumLaunch
+	for start := 0; start == 0 || start < len(terms); start += gsumMax {
+		end := min(len(terms), start+gsumMax)
+		ls = append(ls, gsumLaunch{terms: terms[start:end], accumulate: start > 0, act: -1})
+	}
+	ls[len(ls)-1].act = act
+	return ls
+}
+
+// gsumPack writes struct GatherSumArgs into w for one launch over out
+// [nd, c] with residual res (0: none) and scale; the terms past the
+// launch's are zeroed.
+func gsumPack(w *[gsumWords]uint64, out, res uint64, nd, c int64, scale float64, l gsumLaunch) {
+	*w = [gsumWords]uint64{}
+	w[0], w[1], w[2], w[3], w[4] = out, res, uint64(nd), uint64(c), uint64(len(l.terms))
+	w[5], w[6] = math.Float64bits(scale), uint64(l.act)
+	if l.accumulate {
+		w[7] = 1
+	}
+	for k, t := range l.terms {
+		o := 8 + gsumTermWords*k
+		w[o], w[o+1], w[o+2], w[o+3], w[o+4] = t.x, t.src, t.rowPtr, t.order, uint64(t.ld)
+	}
+}

@@ -12,7 +12,7 @@ import (
 )
 
 // TestGraphParamBlocksMatchThePTX: the Go parameter blocks of
-// gat_mean_f32 and gather_concat_f32 have the byte sizes the compiled
+// gat_mean_f32, gather_concat_f32 and gather_sum_f32 have the byte sizes the compiled
 // kernels declare for their one parameter, so that a launch hands every
 // word where the kernel reads it (checked without a GPU, on the PTX).
 func TestGraphParamBlocksMatchThePTX(t *testing.T) {
@@ -26,7 +26,7 @@ func TestGraphParamBlocksMatchThePTX(t *testing.T) {
 	for _, k := range []struct {
 		name  string
 		words int
-	}{{"gat_mean_f32", gatMultiWords}, {"gather_concat_f32", gatherCatWords}} {
+	}{{"gat_mean_f32", gatMultiWords}, {"gather_concat_f32", gatherCatWords}, {"gather_sum_f32", gsumWords}} {
 		re := regexp.MustCompile(`\.visible \.entry ` + k.name + `\(\s*\.param \.align 8 \.b8 ` + k.name + `_param_0\[(\d+)\]\s*\)`)
 		m := re.FindSubmatch(b)
 		if m == nil {
@@ -258,5 +258,158 @@ func TestGatMeanScratchCovers(t *testing.T) {
 		if n != 1 {
 			t.Fatalf("scratch element %d written %d times", q, n)
 		}
+	}
+}
+
+// gsumRun is gather_sum_f32 of src/graph.cu in Go: it decodes the words
+// of struct GatherSumArgs as the kernel does and writes every element of
+// out (the buffer at the out address); act applies unary_f's code.
+func gsumRun(w *[gsumWords]uint64, m gatherMem, act func(code int64, v float32) float32) {
+	out, res := m.f[w[0]], m.f[w[1]]
+	nd, c, nt := int64(w[2]), int64(w[3]), int64(w[4])
+	scale, code, accumulate := math.Float64frombits(w[5]), int64(w[6]), w[7] != 0
+	for q := int64(0); q < nd*c; q++ {
+		i, f := q/c, q%c
+		var v float32
+		if accumulate {
+			v = out[q]
+		}
+		for k := int64(0); k < nt; k++ {
+			o := 8 + gsumTermWords*k
+			x, ld := m.f[w[o]], int64(w[o+4])
+			var t float32
+			if w[o+1] != 0 {
+				src, rowPtr, order := m.i[w[o+1]], m.i[w[o+2]], m.i[w[o+3]]
+				a, b := rowPtr[i], rowPtr[i+1]
+				if b > a {
+					acc := x[src[order[a]]*ld+f]
+					for e := a + 1; e < b; e++ {
+						acc += x[src[order[e]]*ld+f]
+					}
+					t = acc * (1 / float32(b-a))
+				}
+			} else {
+				t = x[i*ld+f]
+			}
+			v += t
+		}
+		if code >= 0 {
+			if scale != 1 {
+				v *= float32(scale)
+			}
+			v = act(code, v)
+			if res != nil {
+				v += res[q]
+			}
+		}
+		out[q] = v
+	}
+}
+
+// TestGatherSumPlanDrivesTheKernel: a GatherSum of more terms than a
+// launch takes (gathered pieces over CSRs with an empty row, some of
+// them column blocks of a wider product, pieces of the node's own rows,
+// biases), split by gsumPlan and packed by gsumPack, then run as the
+// kernel runs them, writes every element of out as the definition says
+// within fp32 rounding, and a sum of no terms is one launch. It runs
+// without a GPU.
+func TestGatherSumPlanDrivesTheKernel(t *testing.T) {
+	rng := rand.New(rand.NewSource(5))
+	const nd, c = 6, 5
+	m := gatherMem{f: map[uint64][]float32{}, i: map[uint64][]int64{}}
+	next := uint64(0x1000)
+	putF := func(f []float32) uint64 { next += 0x1000; m.f[next] = f; return next }
+	putI := func(i []int64) uint64 { next += 0x1000; m.i[next] = i; return next }
+	randF := func(n int) []float32 {
+		f := make([]float32, n)
+		for e := range f {
+			f[e] = float32(rng.NormFloat64())
+		}
+		return f
+	}
+	want := make([]float64, nd*c)
+	var terms []gsumTerm
+	for k := 0; k < gsumMax+5; k++ {
+		if k%3 == 2 { // the node's own rows, a column block of rows 2c+1 wide
+			ld := 2*c + 1
+			x := randF(nd * ld)
+			terms = append(terms, gsumTerm{x: putF(x[3:]), ld: int64(ld)})
+			for i := 0; i < nd; i++ {
+				for f := 0; f < c; f++ {
+					want[i*c+f] += float64(x[3+i*ld+f])
+				}
+			}
+			continue
+		}
+		ns, ld := 1+rng.Intn(5), c
+		if k%2 == 1 {
+			ld = 3 * c
+		}
+		x := randF(ns * ld)
+		var s, dst []int64
+		for e := 0; e < 2*nd; e++ {
+			d := int64(rng.Intn(nd))
+			if d == 1 {
+				continue // node 1 has no edges
+			}
+			s, dst = append(s, int64(rng.Intn(ns))), append(dst, d)
+		}
+		rp, ord, err := kernels.BuildCSR(dst, nd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < nd; i++ {
+			a, b := rp[i], rp[i+1]
+			for f := 0; f < c && b > a; f++ {
+				var acc float64
+				for e := a; e < b; e++ {
+					acc += float64(x[s[ord[e]]*int64(ld)+int64(f)])
+				}
+				want[i*c+f] += acc / float64(b-a)
+			}
+		}
+		terms = append(terms, gsumTerm{x: putF(x), src: putI(s), rowPtr: putI(rp), order: putI(ord), ld: int64(ld)})
+	}
+	for range 2 { // biases: row stride 0
+		b := randF(c)
+		terms = append(terms, gsumTerm{x: putF(b)})
+		for i := 0; i < nd; i++ {
+			for f := 0; f < c; f++ {
+				want[i*c+f] += float64(b[f])
+			}
+		}
+	}
+	res := randF(nd * c)
+	const scale = 0.25
+	relu := func(code int64, v float32) float32 {
+		if code != int64(kernels.Relu) {
+			t.Fatalf("activation code %d, want Relu's %d", code, kernels.Relu)
+		}
+		return max(v, 0)
+	}
+	for q := range want {
+		want[q] = math.Max(scale*want[q], 0) + float64(res[q])
+	}
+	out := make([]float32, nd*c)
+	for e := range out {
+		out[e] = float32(math.NaN()) // the first launch must not read it
+	}
+	outAddr, resAddr := putF(out), putF(res)
+	launches := gsumPlan(terms, int64(kernels.Relu))
+	if len(launches) != 2 {
+		t.Fatalf("%d launches for %d terms, want 2", len(launches), len(terms))
+	}
+	var w [gsumWords]uint64
+	for _, l := range launches {
+		gsumPack(&w, outAddr, resAddr, nd, c, scale, l)
+		gsumRun(&w, m, relu)
+	}
+	for q := range want {
+		if d := math.Abs(float64(out[q]) - want[q]); !(d <= 1e-5*(1+math.Abs(want[q]))) {
+			t.Fatalf("element %d: %v, want %v", q, out[q], want[q])
+		}
+	}
+	if l := gsumPlan(nil, 3); len(l) != 1 || len(l[0].terms) != 0 || l[0].act != 3 || l[0].accumulate {
+		t.Fatalf("no terms: %+v, want one launch of none with the activation", l)
 	}
 }

@@ -145,6 +145,12 @@ func (sb *Backend) Clamp(dst *kernels.T, x *kernels.T, lo float64, hi float64) {
 	sb.cpu.(kernels.ElementwiseFamily).Clamp(tensor.BackendView(dst), tensor.BackendView(x), lo, hi)
 }
 
+// GatherSum implements kernels.GatherSummer on the CPU kernels.
+func (sb *Backend) GatherSum(out *kernels.T, xs []*kernels.T, src []*kernels.T, rowPtr []*kernels.T, order []*kernels.T, biases []*kernels.T, s float64, act kernels.UnaryOp, res *kernels.T) {
+	sb.check("GatherSum", []*tensor.Tensor{out, res}, [][]*tensor.Tensor{xs, src, rowPtr, order, biases})
+	sb.cpu.(kernels.GatherSummer).GatherSum(tensor.BackendView(out), views(xs), views(src), views(rowPtr), views(order), views(biases), s, act, tensor.BackendView(res))
+}
+
 // MatMulAdd implements kernels.GradAccumulator on the CPU kernels.
 func (sb *Backend) MatMulAdd(dst *kernels.T, a *kernels.T, b *kernels.T, transA bool, transB bool) {
 	sb.check("MatMulAdd", []*tensor.Tensor{dst, a, b}, nil)
@@ -532,6 +538,7 @@ var (
 	_ kernels.CrossEntropyCounter       = (*Backend)(nil)
 	_ kernels.CrossEntropyGradCounter   = (*Backend)(nil)
 	_ kernels.ElementwiseFamily         = (*Backend)(nil)
+	_ kernels.GatherSummer              = (*Backend)(nil)
 	_ kernels.GradAccumulator           = (*Backend)(nil)
 	_ kernels.GradClipper               = (*Backend)(nil)
 	_ kernels.GraphAggregator           = (*Backend)(nil)

@@ -124,6 +124,7 @@ func TestOptionalInterfacesMatchCPU(t *testing.T) {
 		"BatchNormEvalAffiner":      reflect.TypeFor[kernels.BatchNormEvalAffiner](),
 		"GraphAggregator":           reflect.TypeFor[kernels.GraphAggregator](),
 		"GraphMultiAggregator":      reflect.TypeFor[kernels.GraphMultiAggregator](),
+		"GatherSummer":              reflect.TypeFor[kernels.GatherSummer](),
 		"CrossEntropyCounter":       reflect.TypeFor[kernels.CrossEntropyCounter](),
 		"CrossEntropyGradCounter":   reflect.TypeFor[kernels.CrossEntropyGradCounter](),
 		"LinearCrossEntropyCounter": reflect.TypeFor[kernels.LinearCrossEntropyCounter](),

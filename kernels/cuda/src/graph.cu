@@ -64,6 +64,27 @@ struct GatherCat {
     GatherPart p[GATHER_MAX];
 };
 
+// GSUM_MAX is the most terms one gather_sum_f32 launch adds (Go's
+// gsumMax); GsumTerm is one (Go's gsumTerm, word for word: x, src,
+// rowPtr, order, then ld, x's row stride in elements: with src null, row
+// i of x is x + i·ld, so a bias [C] is a term with ld 0), GatherSumArgs
+// the launch (Go's gsumPack: out, res, nd, c, nterms, scale, act, the
+// accumulate flag, then GSUM_MAX terms).
+#define GSUM_MAX 16
+struct GsumTerm {
+    const float* x;
+    const int64_t *src, *rowPtr, *order;
+    int64_t ld;
+};
+struct GatherSumArgs {
+    float* out;
+    const float* res;
+    int64_t nd, c, nterms;
+    double scale;
+    int64_t act, accumulate;
+    GsumTerm t[GSUM_MAX];
+};
+
 // gather_mean_at is element (i, f) of gather_mean_f32's result (x's rows
 // fw elements apart): the sum in p order from the first value, scaled by
 // 1/count, or 0 for a node without edges.
@@ -296,6 +317,33 @@ __global__ void gather_concat_f32(GatherCat m) {
             v = 1.f;
         }
         m.out[i * m.ldo + g.col + f] = v;
+    }
+}
+
+// gather_sum_f32: a GatherSum's terms (kernels.GatherSummer, the Go
+// GatherSum, up to GSUM_MAX terms a launch), one thread per element
+// (i, f) of out [nd, c]: v starts at 0, or at out[i, f] with accumulate
+// (a launch after the first), and adds each term in order (__fadd_rn),
+// a gathered one's mean as gather_mean_f32 computes it, another its
+// row i (ld 0: a bias); with act ≥ 0 (the last launch) v is then scaled
+// (__fmul_rn, unless the scale is 1), passed through unary_f(act, ·)
+// and given res[i, f] when res is set, as scale_act_add_f32 rounds
+// them.
+__global__ void gather_sum_f32(GatherSumArgs m) {
+    GRID_STRIDE(q, m.nd * m.c) {
+        const int64_t i = q / m.c, f = q % m.c;
+        float v = m.accumulate ? m.out[q] : 0.f;
+        for (int k = 0; k < (int)m.nterms; k++) {
+            const GsumTerm& g = m.t[k];
+            const float t = g.src ? gather_mean_at(g.x, g.src, g.rowPtr, g.order, g.ld, i, f) : g.x[i * g.ld + f];
+            v = __fadd_rn(v, t);
+        }
+        if (m.act >= 0) {
+            if (m.scale != 1.0) v = __fmul_rn(v, (float)m.scale);
+            v = unary_f((int)m.act, v);
+            if (m.res) v = __fadd_rn(v, m.res[q]);
+        }
+        m.out[q] = v;
     }
 }
 
