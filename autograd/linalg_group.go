@@ -651,3 +651,121 @@ func LinearStacks(xs []*Var, wss [][]*Var) [][]*Var {
 	}
 	return outs
 }
+
+// LinearSumsAct returns act(scales[i]·LinearSum(termss[i])) + res[i] for
+// every term list (res[i] nil: no residual): a graph layer's sums over
+// its relations with its activation and residual, what LinearSums then
+// ScaleActAdd compute, and does compute where the path below does not
+// apply (so bit for bit on the CPU).
+//
+// On a kernels.LaunchBounder backend with kernels.GatherSummer, with
+// nothing recording a gradient and everything F32, it transforms before
+// it aggregates: each distinct input X goes through every weight that
+// reads it in one product (LinearStacks: the stacked weights of all
+// inputs made in one launch), and each list is one GatherSum of those
+// products' column blocks (a term with Edges takes the mean of its
+// block over them: the mean of the products is the product of the
+// mean), its biases, scale, activation and residual. That is a launch
+// per input and per list plus one, where LinearSums and ScaleActAdd take
+// a gather, a product and an activation per list, and the products are
+// wide (K the input's width) instead of deep (K every relation's width
+// side by side). Its values are the composition's up to rounding: the
+// means are taken after the products, and GatherSum rounds as the
+// backend does.
+func LinearSumsAct(termss [][]LinearTerm, scales []float64, act kernels.UnaryOp, res []*Var) []*Var {
+	if len(scales) != len(termss) || len(res) != len(termss) {
+		panic(fmt.Sprintf("autograd: linear_sums_act: %d term lists, %d scales and %d residuals", len(termss), len(scales), len(res)))
+	}
+	if outs := linearSumsGathered(termss, scales, act, res); outs != nil {
+		return outs
+	}
+	outs := LinearSums(termss)
+	for i := range outs {
+		outs[i] = ScaleActAdd(outs[i], scales[i], act, res[i])
+	}
+	return outs
+}
+
+// linearSumsGathered is LinearSumsAct's transform-then-aggregate path,
+// or nil where it does not apply.
+func linearSumsGathered(termss [][]LinearTerm, scales []float64, act kernels.UnaryOp, res []*Var) []*Var {
+	if len(termss) == 0 {
+		return nil
+	}
+	type shape struct{ n, out int }
+	shapes := make([]shape, len(termss))
+	var vs []*Var
+	for i, terms := range termss {
+		n, out, tvs := checkLinearSum(terms)
+		shapes[i] = shape{n, out}
+		vs = append(vs, nonNil(tvs)...)
+		if r := res[i]; r != nil {
+			if !tensor.SameShape(r.Shape(), []int{n, out}) {
+				return nil // ScaleActAdd says what is wrong
+			}
+			vs = append(vs, r)
+		}
+	}
+	if !stackable(vs...) {
+		return nil
+	}
+	like := vs[0].Value
+	gs, ok := backendOf(like).(kernels.GatherSummer)
+	if !ok {
+		return nil
+	}
+	// Every distinct input with the weights that read it, in the order
+	// the terms name them; ref locates a term's product.
+	type ref struct{ x, w int }
+	var xs []*Var
+	var wss [][]*Var
+	at := map[*Var]int{}
+	refs := make([][]ref, len(termss))
+	for i, terms := range termss {
+		refs[i] = make([]ref, len(terms))
+		for k, t := range terms {
+			refs[i][k] = ref{-1, -1}
+			if t.W == nil {
+				continue // a bias alone
+			}
+			j, ok := at[t.X]
+			if !ok {
+				j = len(xs)
+				at[t.X] = j
+				xs, wss = append(xs, t.X), append(wss, nil)
+			}
+			refs[i][k] = ref{j, len(wss[j])}
+			wss[j] = append(wss[j], t.W)
+		}
+	}
+	prods := LinearStacks(xs, wss)
+	outs := make([]*Var, len(termss))
+	for i, terms := range termss {
+		var px, src, rowPtr, order, biases []*tensor.Tensor
+		for k, t := range terms {
+			if t.B != nil {
+				biases = append(biases, contig(t.B.Value))
+			}
+			r := refs[i][k]
+			if r.x < 0 {
+				continue
+			}
+			if e := t.Edges; e != nil {
+				if e.Len() == 0 {
+					continue // the mean over no edges is 0
+				}
+				px, src, rowPtr, order = append(px, prods[r.x][r.w].Value), append(src, e.Src), append(rowPtr, e.RowPtr), append(order, e.Order)
+				continue
+			}
+			px, src, rowPtr, order = append(px, prods[r.x][r.w].Value), append(src, nil), append(rowPtr, nil), append(order, nil)
+		}
+		var rv *tensor.Tensor
+		if res[i] != nil {
+			rv = contig(res[i].Value)
+		}
+		dst := alloc(like, tensor.F32, shapes[i].n, shapes[i].out)
+		gs.GatherSum(dst, px, src, rowPtr, order, biases, scales[i], act, rv)
+		outs[i] = Const(dst)
+	}
+	return outs
+}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/esper-go/esper/kernels"
 	_ "github.com/esper-go/esper/kernels/sim"
 	"github.com/esper-go/esper/tensor"
 )
@@ -356,4 +357,95 @@ func TestLinearSums(t *testing.T) {
 			sameVars(t, "LinearSums", got[i], want[i])
 		}
 	}
+}
+
+// TestLinearSumsAct: a two-type graph layer's sums (each type's relations
+// a mean over edges plus a root product, one relation without edges, a
+// lone bias term) with GELU, scale and residual. Where products are
+// joined (sim with stackAnywhere) it is one weight stack, a product per
+// input and a GatherSum per type, agreeing with LinearSums
+// then ScaleActAdd to rounding; elsewhere it is that composition, bit for
+// bit, in the same launches; with gradients recorded it is the
+// composition too, and they reach every weight.
+func TestLinearSumsAct(t *testing.T) {
+	rng := tensor.NewRNG(17)
+	dev := tensor.Sim(0)
+	on := func(shape ...int) *Var {
+		d, err := tensor.Normal(rng, tensor.F32, 0, 1, shape...).ToDevice(dev)
+		require.NoError(t, err)
+		return Param(d)
+	}
+	const na, nb, k, c = 5, 3, 6, 4
+	xa, xb := on(na, k), on(nb, k)
+	ab := edgesOnSim(t, gatCase(t, rng, na, nb, 9)) // a → b
+	ba := edgesOnSim(t, gatCase(t, rng, nb, na, 7)) // b → a
+	aa := edgesOnSim(t, gatCase(t, rng, na, na, 0)) // a → a, no edges
+	termss := [][]LinearTerm{
+		{ // into a
+			{X: xb, Edges: &ba, W: on(c, k), B: on(c)}, {X: xa, W: on(c, k)},
+			{X: xa, Edges: &aa, W: on(c, k), B: on(c)}, {X: xa, W: on(c, k)},
+		},
+		{{X: xa, Edges: &ab, W: on(c, k), B: on(c)}, {X: xb, W: on(c, k)}, {B: on(c)}}, // into b
+	}
+	scales := []float64{0.5, 1}
+	res := []*Var{on(na, c), nil}
+	var got, want []*Var
+	joined := func([]*tensor.Tensor) []*tensor.Tensor {
+		InferenceMode(func() { got = LinearSumsAct(termss, scales, kernels.GeluErf, res) })
+		return []*tensor.Tensor{got[0].Value, got[1].Value}
+	}
+	composed := func([]*tensor.Tensor) []*tensor.Tensor {
+		InferenceMode(func() {
+			want = LinearSums(termss)
+			for i := range want {
+				want[i] = ScaleActAdd(want[i], scales[i], kernels.GeluErf, res[i])
+			}
+		})
+		return []*tensor.Tensor{want[0].Value, want[1].Value}
+	}
+	launches := func(fn StepFunc) int { return captureLaunches(t, fn, xa.Value) }
+	t.Cleanup(func() { stackAnywhere = false })
+	for _, stack := range []bool{true, false} {
+		stackAnywhere = stack
+		if stack {
+			// The weight stack, a product per input, and per list a
+			// GatherSum, which sim runs as the CPU does: the sum, then
+			// the scale, GELU and residual ops (four launches into a, two
+			// into b; one each on CUDA).
+			require.Equal(t, 1+2+(1+3)+(1+1), launches(joined))
+			require.Greater(t, launches(composed), 5)
+		} else {
+			require.Equal(t, launches(composed), launches(joined))
+		}
+		joined(nil)
+		composed(nil)
+		for i := range termss {
+			if stack {
+				closeVars(t, "LinearSumsAct", got[i], want[i])
+			} else {
+				sameVars(t, "LinearSumsAct", got[i], want[i])
+			}
+		}
+	}
+
+	// With gradients: the composition, and every weight gets one.
+	stackAnywhere = true
+	outs := LinearSumsAct(termss, scales, kernels.GeluErf, res)
+	want = LinearSums(termss)
+	for i := range want {
+		want[i] = ScaleActAdd(want[i], scales[i], kernels.GeluErf, res[i])
+	}
+	for i := range outs {
+		require.True(t, outs[i].RequiresGrad())
+		sameVars(t, "LinearSumsAct with gradients", outs[i], want[i])
+	}
+	Backward(Add(SumAll(outs[0]), SumAll(outs[1])))
+	for i, terms := range termss {
+		for j, term := range terms {
+			if term.W != nil {
+				require.NotNil(t, term.W.Grad, "list %d term %d weight", i, j)
+			}
+		}
+	}
+	require.Panics(t, func() { LinearSumsAct(termss, scales[:1], kernels.GeluErf, res) })
 }

@@ -523,25 +523,14 @@ func (p *Policy) run(gt *graphTensors) *PolicyOutput {
 	}
 	// Message passing: after each layer GELU of its output at the layer's
 	// scale (the SAGE mean over relations), the residual where widths
-	// match, dropout. SAGE applies them with autograd.ScaleActAdd (one
-	// launch in inference on CUDA); GAT in its aggregation's launch
+	// match, dropout. Each layer applies the activation and residual
+	// itself: SAGE in its sums' launch where it joins them
+	// (autograd.LinearSumsAct), GAT in its aggregation's launch
 	// (autograd.GATMeanAct).
-	activate := func(out [NumNodeTypes]*autograd.Var, scale [NumNodeTypes]float64, h [NumNodeTypes]*autograd.Var) [NumNodeTypes]*autograd.Var {
-		for t := range out {
-			out[t] = autograd.ScaleActAdd(out[t], scale[t], kernels.GeluErf, residual(out[t].Shape(), h[t]))
-		}
-		return out
-	}
 	type layer = func([NumNodeTypes]*autograd.Var) [NumNodeTypes]*autograd.Var
 	layers := []layer{
-		func(h [NumNodeTypes]*autograd.Var) [NumNodeTypes]*autograd.Var {
-			out, scale := p.sage[0].forward(h, gt)
-			return activate(out, scale, h)
-		},
-		func(h [NumNodeTypes]*autograd.Var) [NumNodeTypes]*autograd.Var {
-			out, scale := p.sage[1].forward(h, gt)
-			return activate(out, scale, h)
-		},
+		func(h [NumNodeTypes]*autograd.Var) [NumNodeTypes]*autograd.Var { return p.sage[0].forward(h, gt) },
+		func(h [NumNodeTypes]*autograd.Var) [NumNodeTypes]*autograd.Var { return p.sage[1].forward(h, gt) },
 		func(h [NumNodeTypes]*autograd.Var) [NumNodeTypes]*autograd.Var { return p.gat[0].forward(h, gt) },
 		func(h [NumNodeTypes]*autograd.Var) [NumNodeTypes]*autograd.Var { return p.gat[1].forward(h, gt) },
 	}
@@ -606,14 +595,16 @@ func newSAGELayer(rng *rand.Rand, in, out int, dt tensor.DType) *sageLayer {
 	return l
 }
 
-// forward sums, per destination type, lin_l(mean of the sources) +
-// lin_r(destination) over the relations into it (autograd.LinearSums,
-// which adds the products in place in inference, or on a GPU gathers
-// the means and joins the products, every type's stacked weights made
-// in one launch) and returns the sums
-// with the scale that averages them (1/relations; the caller applies it
-// with the activation).
-func (l *sageLayer) forward(x [NumNodeTypes]*autograd.Var, gt *graphTensors) ([NumNodeTypes]*autograd.Var, [NumNodeTypes]float64) {
+// forward returns, per destination type, GELU of the mean over the
+// relations into it of lin_l(mean of the sources) + lin_r(destination),
+// plus the input where the widths match (the layer's activation and
+// residual). autograd.LinearSumsAct computes it: in inference on a GPU
+// each type's features go through every weight that reads them in one
+// product and each type's relations are summed after it, with the
+// activation and residual, in one launch; elsewhere the sums are
+// autograd.LinearSums (the products added in place in inference) and the
+// activation autograd.ScaleActAdd.
+func (l *sageLayer) forward(x [NumNodeTypes]*autograd.Var, gt *graphTensors) [NumNodeTypes]*autograd.Var {
 	var terms [NumNodeTypes][]autograd.LinearTerm
 	var rels [NumNodeTypes]int
 	for r := range l.linL {
@@ -630,16 +621,18 @@ func (l *sageLayer) forward(x [NumNodeTypes]*autograd.Var, gt *graphTensors) ([N
 			autograd.LinearTerm{X: x[rel.Src()], Edges: &e, W: l.linL[r].Weight, B: l.linL[r].Bias},
 			autograd.LinearTerm{X: x[t], W: l.linR[r].Weight})
 	}
-	var res [NumNodeTypes]*autograd.Var
-	var scale [NumNodeTypes]float64
-	copy(res[:], autograd.LinearSums(terms[:])) // every type's weights stacked in one launch on a GPU
+	scales := make([]float64, NumNodeTypes)
+	res := make([]*autograd.Var, NumNodeTypes)
 	for t := range terms {
-		scale[t] = 1
+		scales[t] = 1
 		if rels[t] > 1 {
-			scale[t] = 1 / float64(rels[t])
+			scales[t] = 1 / float64(rels[t])
 		}
+		res[t] = residual([]int{x[t].Shape()[0], l.linL[0].Weight.Shape()[0]}, x[t])
 	}
-	return res, scale
+	var out [NumNodeTypes]*autograd.Var
+	copy(out[:], autograd.LinearSumsAct(terms[:], scales, kernels.GeluErf, res))
+	return out
 }
 
 // gatLayer is a heterogeneous GAT layer (PyG GATConv with separate
