@@ -57,6 +57,32 @@ func checkForeach(s *suite) {
 				s.close(what, got[0], want[:n], 2*tol(d))
 			})
 		}
+		// Values whose squares overflow fp32 (±3e19) or underflow it
+		// (±1e-23) while their norms are ordinary floats: the squares
+		// and sums are wide, as the CPU's float64.
+		for _, scale := range []float64{3e19, 1e-23} {
+			var big []*T
+			var bw []float64
+			for _, n := range []int{1000, 20000} {
+				v := s.normals(n)
+				for j := range v {
+					v[j] *= scale
+				}
+				x, xv := s.put(d, v, n)
+				var sum float64
+				for _, e := range xv {
+					sum += e * e
+				}
+				big, bw = append(big, x), append(bw, math.Sqrt(sum))
+			}
+			for _, n := range []int{len(big), 1} {
+				dst := s.out(wideOf(d), n)
+				what := name("ForeachNorm", d, "scale", scale, "tensors", n)
+				s.check(call{what: what, launch: func() { s.b.ForeachNorm(dst, big[:n]) }, writes: []*T{dst}}, func(got [][]float64) {
+					s.close(what, got[0], bw[:n], 2*tol(d))
+				})
+			}
+		}
 	}
 	for _, d := range s.floats("ForeachScale", tensor.F64, tensor.F32) {
 		xs, xv := s.list(d)
@@ -433,24 +459,32 @@ func checkIncrementSGDStep(s *suite) {
 // checkGradClipper: ClipByNorm writes the global L2 norm of the tensors
 // and scales them by min(1, maxNorm/(norm+eps)): one tensor (an arena's
 // one bucket; small, and past a GPU's chunk) and a list, clipped and not
-// (a coefficient of exactly 1 leaves them as they were), a NaN that
-// makes the norm and every scaled value NaN, and no tensor at all (a
-// zero norm).
+// (a coefficient of exactly 1 leaves them as they were), values whose
+// fp32 squares overflow (a finite norm all the same), a NaN that makes
+// the norm and every scaled value NaN, and no tensor at all (a zero
+// norm).
 func checkGradClipper(s *suite) {
 	gc := s.b.(kernels.GradClipper)
 	const eps = 1e-6
 	for _, d := range s.floats("ClipByNorm", tensor.F64, tensor.F32) {
 		for _, sizes := range [][]int{{1000}, {70001}, {1, 300, 17, 5000, 64}, {}} {
-			for _, maxNorm := range []float64{0.5, 1e9} {
+			for _, maxNorm := range []float64{0.5, 1e9, -1} { // -1: 0.5 over values of 1e19 (fp32 squares overflow)
 				for _, nan := range []bool{false, true} {
-					if nan && maxNorm > 1 {
+					if nan && maxNorm != 0.5 {
 						continue
+					}
+					scale := 1.0
+					if maxNorm < 0 {
+						maxNorm, scale = 0.5, 1e19
 					}
 					var xs []*T
 					var vals [][]float64
 					var sq float64
 					for i, n := range sizes {
 						v := s.normals(n)
+						for j := range v {
+							v[j] *= scale
+						}
 						if nan && i == len(sizes)-1 {
 							v[n/2] = math.NaN()
 						}
@@ -467,7 +501,7 @@ func checkGradClipper(s *suite) {
 					}
 					nt := s.out(d)
 					writes := append([]*T{nt}, xs...)
-					what := name("ClipByNorm", d, sizes, "maxNorm", maxNorm, "nan", nan)
+					what := name("ClipByNorm", d, sizes, "maxNorm", maxNorm, "scale", scale, "nan", nan)
 					s.check(call{what: what, launch: func() { gc.ClipByNorm(nt, xs, maxNorm, eps) }, writes: writes}, func(got [][]float64) {
 						s.close(what+" norm", got[0], []float64{norm}, 8*tol(d))
 						for i := range xs {

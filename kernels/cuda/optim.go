@@ -99,8 +99,9 @@ func (d *Device) ForeachNorm(dst *tensor.Tensor, xs []*tensor.Tensor) error {
 	case err != nil:
 		return err
 	}
-	// One partial per chunk, then a thread per tensor adds its chunks'.
-	part, err := d.scratchF32(int(tb.chunks))
+	// One fp64 partial per chunk (two floats of scratch), then a thread
+	// per tensor adds its chunks'.
+	part, err := d.scratchF32(2 * int(tb.chunks))
 	if err != nil {
 		return err
 	}
@@ -132,7 +133,7 @@ func (d *Device) normEach(op string, pd cu.DevicePtr, wide bool, ptrs []cu.Devic
 	release := d.enter()
 	defer release()
 	for i, p := range ptrs {
-		pi, parts := pp+cu.DevicePtr(4*offs[i]), offs[i+1]-offs[i]
+		pi, parts := pp+cu.DevicePtr(8*offs[i]), offs[i+1]-offs[i]
 		if parts > 0 {
 			var a args
 			if err := launchRaw(sumsq, [3]int{int(parts), 1, 1}, [3]int{blockSize, 1, 1}, 0, d.stream, a.ptr(pi).ptr(p).i64(sizes[i])); err != nil {
@@ -460,15 +461,15 @@ const (
 // clipGrid is clip_sumsq_f32's grid (its partial sums) for n elements.
 func clipGrid(n int64) int64 { return min(int64(clipParts), (n+clipPerPart-1)/clipPerPart) }
 
-// sumsqParts returns a scratch of parts floats (free its storage once
-// the launches reading it are enqueued), its address and
-// clip_sumsq_f32.
+// sumsqParts returns a scratch of parts fp64 partial sums (2·parts
+// floats; free its storage once the launches reading it are enqueued),
+// its address and clip_sumsq_f32.
 func (d *Device) sumsqParts(op string, parts int64) (*tensor.Tensor, cu.DevicePtr, cu.Function, error) {
 	sumsq, err := d.kernel("clip_sumsq_f32")
 	if err != nil {
 		return nil, 0, cu.Function{}, err
 	}
-	part, err := d.scratchF32(int(parts))
+	part, err := d.scratchF32(2 * int(parts))
 	if err != nil {
 		return nil, 0, cu.Function{}, err
 	}

@@ -62,6 +62,20 @@ __device__ float block_sum(float v) {
     return v;
 }
 
+// block_sum_d is block_sum in fp64 (sums of squares that must neither
+// overflow nor underflow where fp32 would: ForeachNorm and the clip).
+__device__ double block_sum_d(double v) {
+    __shared__ double part_d[32];
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    __syncthreads();
+    if (lane == 0) part_d[w] = v;
+    __syncthreads();
+    v = lane < (int)(blockDim.x >> 5) ? part_d[lane] : 0.0;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
+    return v;
+}
+
 __device__ float block_max(float v) {
     __shared__ float part[32];
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, o));

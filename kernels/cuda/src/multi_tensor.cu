@@ -191,24 +191,26 @@ __global__ void mt_unscale_check_f32(const uint64_t* tab, int64_t ntensors, int6
 }
 
 // mt_sumsq_part_f32 writes Σx² of each chunk c of the list {x} to
-// part[c] (one block reduction per chunk in a fixed order: no atomics
-// and nothing to zero first); mt_norm_finish adds them up per tensor.
-__global__ void mt_sumsq_part_f32(float* part, const uint64_t* tab, int64_t ntensors, int64_t nchunks) {
+// part[c], squared and summed in fp64 as the CPU does (an fp32 square
+// overflows past 1.8e19 and underflows below 1e-23), one block reduction
+// per chunk in a fixed order: no atomics and nothing to zero first;
+// mt_norm_finish adds them up per tensor.
+__global__ void mt_sumsq_part_f32(double* part, const uint64_t* tab, int64_t ntensors, int64_t nchunks) {
     for (int64_t c = blockIdx.x; c < nchunks; c += gridDim.x) {
         mt_span s = mt_chunk(tab, 1, ntensors, c);
         const float* x = (const float*)tab[s.t * 2] + s.start;
-        float acc = 0.f;
+        double acc = 0.0;
         int64_t done = 0;
         if (s.vec) {
             int64_t n4 = s.len / 4;
             for (int64_t i = threadIdx.x; i < n4; i += blockDim.x) {
                 float4 r = ((const float4*)x)[i];
-                acc += r.x * r.x + r.y * r.y + r.z * r.z + r.w * r.w;
+                acc += (double)r.x * r.x + (double)r.y * r.y + (double)r.z * r.z + (double)r.w * r.w;
             }
             done = n4 * 4;
         }
-        for (int64_t i = done + threadIdx.x; i < s.len; i += blockDim.x) acc += x[i] * x[i];
-        acc = block_sum(acc);  // synchronises the block before reusing its shared memory
+        for (int64_t i = done + threadIdx.x; i < s.len; i += blockDim.x) acc += (double)x[i] * x[i];
+        acc = block_sum_d(acc);  // synchronises the block before reusing its shared memory
         if (threadIdx.x == 0) part[c] = acc;
     }
 }
@@ -218,13 +220,13 @@ __global__ void mt_sumsq_part_f32(float* part, const uint64_t* tab, int64_t nten
 // chunks follow those of the tensors before it in the table's chunk
 // list (multi_tensor.go's mtWords), so a thread per tensor finds its
 // first by adding up their counts. A tensor without elements gets 0.
-__global__ void mt_norm_finish(void* dst, int wide, const float* part, const uint64_t* tab, int64_t ntensors) {
+__global__ void mt_norm_finish(void* dst, int wide, const double* part, const uint64_t* tab, int64_t ntensors) {
     GRID_STRIDE(t, ntensors) {
         int64_t c0 = 0;
         for (int64_t u = 0; u < t; u++) c0 += ((int64_t)(tab[u * 2 + 1] & ~(1ull << 63)) + MT_CHUNK - 1) / MT_CHUNK;
         const int64_t k = ((int64_t)(tab[t * 2 + 1] & ~(1ull << 63)) + MT_CHUNK - 1) / MT_CHUNK;
         double sq = 0.0;
-        for (int64_t j = 0; j < k; j++) sq += (double)part[c0 + j];
+        for (int64_t j = 0; j < k; j++) sq += part[c0 + j];
         if (wide) {
             ((double*)dst)[t] = sqrt(sq);
         } else {

@@ -141,11 +141,12 @@ __global__ void sgd_inc_f32(float* p, float* g, float* m, double* hyper, const f
 // (kernels.GradClipper): block b sums x[i]² over i = b·blockDim + t,
 // striding by the whole grid, and writes its sum to part[b] — no atomics
 // and nothing to zero first; the grid size is the caller's fixed
-// function of n, so the sum is the same run to run.
-__global__ void clip_sumsq_f32(float* part, const float* x, int64_t n) {
-    float acc = 0.f;
-    GRID_STRIDE(i, n) acc += x[i] * x[i];
-    acc = block_sum(acc);
+// function of n, so the sum is the same run to run. Squares and sums are
+// fp64, as the CPU's (mt_sumsq_part_f32 says why).
+__global__ void clip_sumsq_f32(double* part, const float* x, int64_t n) {
+    double acc = 0.0;
+    GRID_STRIDE(i, n) acc += (double)x[i] * x[i];
+    acc = block_sum_d(acc);
     if (threadIdx.x == 0) part[blockIdx.x] = acc;
 }
 
@@ -154,12 +155,12 @@ __global__ void clip_sumsq_f32(float* part, const float* x, int64_t n) {
 // written by block 0) and the coefficient min(1, max_norm/(norm+eps)) in
 // fp32 as BinaryScalar Add, reversed Div and Minimum compute it (a NaN
 // norm gives a NaN coefficient), and scales x by it.
-__global__ void clip_scale_f32(float* norm, float* x, const float* part, int64_t nparts, int64_t n, float max_norm,
+__global__ void clip_scale_f32(float* norm, float* x, const double* part, int64_t nparts, int64_t n, float max_norm,
                                float eps) {
     __shared__ float coef_sh;
     if (threadIdx.x == 0) {
         double sq = 0.0;
-        for (int64_t b = 0; b < nparts; b++) sq += (double)part[b];
+        for (int64_t b = 0; b < nparts; b++) sq += part[b];
         const float nv = (float)sqrt(sq);
         if (blockIdx.x == 0) norm[0] = nv;
         const float quo = max_norm / (nv + eps);
@@ -216,10 +217,10 @@ __global__ void adamw_f32(float* p, const float* g, float* m, float* v, const do
 // norm_parts_into sets dst[i] (fp32, or fp64 when wide) to the square
 // root of part[0..nparts) summed in fp64 in order (clip_sumsq_f32's
 // partials of one tensor; 0 for none): ForeachNorm's per-tensor path.
-__global__ void norm_parts_into(void* dst, int wide, int64_t i, const float* part, int64_t nparts) {
+__global__ void norm_parts_into(void* dst, int wide, int64_t i, const double* part, int64_t nparts) {
     if (blockIdx.x != 0 || threadIdx.x != 0) return;
     double sq = 0.0;
-    for (int64_t b = 0; b < nparts; b++) sq += (double)part[b];
+    for (int64_t b = 0; b < nparts; b++) sq += part[b];
     if (wide) {
         ((double*)dst)[i] = sqrt(sq);
     } else {
