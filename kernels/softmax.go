@@ -138,10 +138,13 @@ type CrossEntropyGradCounter interface {
 // LinearCrossEntropyCounter is an optional Backend interface: a linear
 // classifier head and its counted cross-entropy in one launch where the
 // backend can (CUDA: one block for up to 64 rows and small products,
-// linear_ce_small) — the logits as MatMulBias writes them, then what
+// linear_ce_small) — the logits x·wᵀ + b, then what
 // CrossEntropyGradCounter's CrossEntropyCountGrad writes from them (or
-// CrossEntropyCount's, without dlogits). autograd.LinearCrossEntropyCount
-// uses it.
+// CrossEntropyCount's, without dlogits). The logits are MatMulBias's up
+// to rounding (CUDA sums K in order, as its MatMulBias does for K ≤ 32
+// but not for a wider K, which it sums across a warp), and the loss and
+// counts are those of the logits this call writes.
+// autograd.LinearCrossEntropyCount uses it.
 type LinearCrossEntropyCounter interface {
 	// LinearCrossEntropyCount writes logits [M, N] = x [M, K]·wᵀ (w
 	// [N, K]) + b [N] (b may be nil), all F32 and contiguous, then from
