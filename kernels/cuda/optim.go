@@ -16,10 +16,14 @@ import (
 // parameter arenas, the foreach operations over lists of F32 tensors and
 // the GradScaler's device-side state; ForeachSGDStep and ForeachAdamWStep
 // are in multi_tensor.go. A list is one multi-tensor launch
-// (multi_tensor.go; ForeachNorm adds a zeroing fill and a square root); a
+// (multi_tensor.go; ForeachNorm's per-chunk partial sums are followed by
+// mt_norm_finish, a thread per tensor adding its chunks' in order); a
 // list of one tensor, or one first seen during a graph capture, whose
-// table cannot be uploaded then, takes one launch per tensor instead
-// (sumsqEach, each), with the same arithmetic.
+// table cannot be uploaded then, takes launches per tensor instead
+// (normEach, each). ForeachNorm's per-tensor path sums in another
+// grouping (clip_sumsq_f32's grid-stride partials), so its norms may
+// differ from the list path's in the last bits; each path is
+// deterministic.
 // Tensors a list op writes must not overlap one another.
 
 // ForeachNorm implements kernels.Backend (F32 tensors).
