@@ -114,6 +114,7 @@ var optionals = []reflect.Type{
 	reflect.TypeFor[kernels.BatchNormEvalAffiner](),
 	reflect.TypeFor[kernels.GraphAggregator](),
 	reflect.TypeFor[kernels.GraphMultiAggregator](),
+	reflect.TypeFor[kernels.GatherSummer](),
 	reflect.TypeFor[kernels.CrossEntropyCounter](),
 	reflect.TypeFor[kernels.CrossEntropyGradCounter](),
 	reflect.TypeFor[kernels.LinearCrossEntropyCounter](),
