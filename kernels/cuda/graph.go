@@ -182,8 +182,11 @@ func (d *Device) GatherMean(out, x, src, rowPtr, order *tensor.Tensor) error {
 // kernels.GraphMultiAggregator on the device, F32 only: gat_mean_f32 runs
 // up to gatMaxRels relations of a GATMean side by side, a grid row of
 // blocks each (the shared memory sized for the widest edge attributes),
-// into a scratch, and gat_combine_f32 adds them in order and applies
-// GATMeanAct's activation and residual; gather_concat_f32 writes up to
+// into a scratch; where one launch takes every relation and the nodes fit
+// the device's counters (gatCounters), the block that finishes a node's
+// last relation adds them in order and applies GATMeanAct's activation
+// and residual (gat_tail: one launch), else gat_combine_f32 does, in a
+// launch of its own; gather_concat_f32 writes up to
 // gatherMax pieces of a GatherConcat. More relations or pieces launch
 // again. Each relation and each gathered block is computed by the code
 // gat_aggregate_f32 and gather_mean_f32 run (src/graph.cu's gat_relation
@@ -284,13 +287,22 @@ func (d *Device) GATMean(out *tensor.Tensor, hs, hd, attr, we, attSrc, attDst, a
 	release := d.enter()
 	defer release()
 	var w [gatMultiWords]uint64
+	// Every relation in one launch, nodes within the counters: the
+	// launch adds them itself (gat_tail), with no gat_combine_f32.
+	var tail gatTail
+	if r <= gatMaxRels && nd <= gatCounters {
+		tail = gatTail{out: uint64(outPtr), res: uint64(resPtr), counters: uint64(d.gatCount), act: int64(act)}
+	}
 	for start := 0; start < r; start += gatMaxRels {
 		end := min(r, start+gatMaxRels)
-		gatMultiPack(&w, uint64(ps), int64(nd), int64(heads), int64(c), slope, alpha, int64(start), rels[start:end])
+		gatMultiPack(&w, uint64(ps), int64(nd), int64(heads), int64(c), slope, alpha, int64(start), tail, rels[start:end])
 		grid := [3]int{min(nd, gatMaxBlocks), end - start, 1}
 		if err := launchStructShared(fn, grid, [3]int{gatThreads(heads, c), 1, 1}, shared, d.stream, w[:]); err != nil {
 			return err
 		}
+	}
+	if tail.counters != 0 {
+		return nil
 	}
 	var a args
 	n := int64(nd) * int64(c)

@@ -18,8 +18,22 @@ const gatMaxRels = 8
 // struct GatMulti in 8-byte words.
 const (
 	gatRelWords   = 14
-	gatMultiWords = 8 + gatRelWords*gatMaxRels
+	gatMultiWords = 12 + gatRelWords*gatMaxRels
 )
+
+// gatCounters is how many per-node counters a device keeps for
+// gat_mean_f32's tail (Device.gatCount): a GATMean into more nodes
+// combines its relations with gat_combine_f32 instead.
+const gatCounters = 1 << 16
+
+// gatTail is the combining tail of a gat_mean_f32 launch that takes
+// every relation of a GATMean (gat_tail in src/graph.cu): out's and
+// res's addresses (res 0: none), the per-node counters' (0: no tail,
+// gat_combine_f32 adds the relations) and the activation (-1: none).
+type gatTail struct {
+	out, res, counters uint64
+	act                int64
+}
 
 // gatRel is one relation of a gat_mean_f32 launch: hs, hd, attr, we,
 // attSrc, attDst, attEdge, bias, src, rowPtr and order's addresses, then
@@ -32,14 +46,15 @@ type gatRel struct {
 // gatMultiPack writes struct GatMulti into w: the scratch's address (the
 // relations' results, [relations, nd, c] floats), the launch's relation
 // count (1 to gatMaxRels), nd, heads, c, slope, alpha and relBase (the
-// launch's first relation among all of the mean's), then rels; the
-// relations past len(rels) are zeroed.
-func gatMultiPack(w *[gatMultiWords]uint64, scratch uint64, nd, heads, c int64, slope, alpha float64, relBase int64, rels []gatRel) {
+// launch's first relation among all of the mean's), the tail, then
+// rels; the relations past len(rels) are zeroed.
+func gatMultiPack(w *[gatMultiWords]uint64, scratch uint64, nd, heads, c int64, slope, alpha float64, relBase int64, tail gatTail, rels []gatRel) {
 	*w = [gatMultiWords]uint64{}
 	w[0], w[1], w[2], w[3], w[4] = scratch, uint64(len(rels)), uint64(nd), uint64(heads), uint64(c)
 	w[5], w[6], w[7] = math.Float64bits(slope), math.Float64bits(alpha), uint64(relBase)
+	w[8], w[9], w[10], w[11] = tail.out, tail.res, tail.counters, uint64(tail.act)
 	for r, rel := range rels {
-		o := 8 + gatRelWords*r
+		o := 12 + gatRelWords*r
 		copy(w[o:o+11], rel.ptrs[:])
 		w[o+11], w[o+12], w[o+13] = uint64(rel.lds), uint64(rel.ldd), uint64(rel.f)
 	}

@@ -51,9 +51,10 @@ func TestGraphPacks(t *testing.T) {
 	for i := range rels[1].ptrs {
 		rels[1].ptrs[i] = uint64(100 + i)
 	}
-	gatMultiPack(&g, 42, 9, 4, 128, 0.2, 0.5, 8, rels)
+	gatMultiPack(&g, 42, 9, 4, 128, 0.2, 0.5, 8, gatTail{out: 51, res: 52, counters: 53, act: -1}, rels)
 	want := map[int]uint64{0: 42, 1: 2, 2: 9, 3: 4, 4: 128, 5: math.Float64bits(0.2), 6: math.Float64bits(0.5), 7: 8,
-		8 + 11: 3, 8 + 12: 4, 8 + 13: 5, 22: 100, 22 + 10: 110, 22 + 11: 6, 22 + 12: 7, 22 + 13: 8, 36: 0}
+		8: 51, 9: 52, 10: 53, 11: math.MaxUint64,
+		12 + 11: 3, 12 + 12: 4, 12 + 13: 5, 26: 100, 26 + 10: 110, 26 + 11: 6, 26 + 12: 7, 26 + 13: 8, 40: 0}
 	for i, v := range want {
 		if g[i] != v {
 			t.Errorf("GatMulti word %d = %d, want %d", i, g[i], v)
@@ -239,11 +240,11 @@ func TestGatMeanScratchCovers(t *testing.T) {
 	launches := 0
 	for start := 0; start < r; start += gatMaxRels {
 		end := min(r, start+gatMaxRels)
-		gatMultiPack(&w, 0, nd, 2, c, 0.2, 1/float64(r), int64(start), rels[start:end])
+		gatMultiPack(&w, 0, nd, 2, c, 0.2, 1/float64(r), int64(start), gatTail{}, rels[start:end])
 		launches++
 		nrel, relBase := int64(w[1]), int64(w[7])
 		for y := int64(0); y < nrel; y++ {
-			if f := int64(w[8+gatRelWords*y+13]); f != relBase+y {
+			if f := int64(w[12+gatRelWords*y+13]); f != relBase+y {
 				t.Fatalf("launch %d row %d carries relation %d, want %d", launches, y, f, relBase+y)
 			}
 			for q := int64(0); q < nd*c; q++ {
@@ -411,5 +412,86 @@ func TestGatherSumPlanDrivesTheKernel(t *testing.T) {
 	}
 	if l := gsumPlan(nil, 3); len(l) != 1 || len(l[0].terms) != 0 || l[0].act != 3 || l[0].accumulate {
 		t.Fatalf("no terms: %+v, want one launch of none with the activation", l)
+	}
+}
+
+// TestGatTailCombinesInRelationOrder runs gat_tail's protocol in Go: the
+// blocks of a one-launch GATMean (a block per relation and node) finish
+// in random orders, each writing its relation's row of the scratch and
+// counting it done; the one that counts a node's last relation adds the
+// rows in relation order, with the activation and residual, and sets
+// the counter back to 0. Whatever the order, out is gat_combine_f32's
+// result bit for bit (the fp32 sum in relation order) and every counter
+// ends at 0. It runs without a GPU.
+func TestGatTailCombinesInRelationOrder(t *testing.T) {
+	rng := rand.New(rand.NewSource(9))
+	const nd, c, r = 5, 3, 4
+	rows := make([][]float32, r*nd) // relation k's row i at k·nd + i
+	for k := range rows {
+		rows[k] = make([]float32, c)
+		for f := range rows[k] {
+			rows[k][f] = float32(rng.NormFloat64() * math.Pow(10, float64(rng.Intn(8)-4)))
+		}
+	}
+	res := make([]float32, nd*c)
+	for q := range res {
+		res[q] = float32(rng.NormFloat64())
+	}
+	act := func(v float32) float32 { return max(v, 0) }
+	want := make([]float32, nd*c)
+	for i := 0; i < nd; i++ {
+		for f := 0; f < c; f++ {
+			v := rows[i][f] // gat_combine_f32: scratch[0], then + scratch[r] in order
+			for k := 1; k < r; k++ {
+				v += rows[k*nd+i][f]
+			}
+			want[i*c+f] = act(v) + res[i*c+f]
+		}
+	}
+	var w [gatMultiWords]uint64
+	gatMultiPack(&w, 1, nd, 2, c, 0.2, 1/float64(r), 0, gatTail{out: 2, res: 3, counters: 4, act: int64(kernels.Relu)}, make([]gatRel, r))
+	if w[10] == 0 || int64(w[1]) != r || w[7] != 0 {
+		t.Fatalf("the launch carries counters %d, %d relations from %d; want a tail over all %d", w[10], w[1], w[7], r)
+	}
+	for trial := 0; trial < 20; trial++ {
+		scratch := make([]float32, r*nd*c)
+		out := make([]float32, nd*c)
+		for q := range out {
+			out[q] = float32(math.NaN())
+		}
+		counters := make([]int, nd)
+		lasts := 0
+		for _, b := range rng.Perm(r * nd) { // the blocks' finishing order
+			k, i := b/nd, b%nd
+			copy(scratch[(k*nd+i)*c:], rows[k*nd+i]) // the block's relation row
+			counters[i]++
+			if counters[i] != int(w[1]) {
+				continue
+			}
+			lasts++
+			n := nd * c
+			for f := 0; f < c; f++ {
+				q := i*c + f
+				v := scratch[q]
+				for k := 1; k < r; k++ {
+					v += scratch[k*n+q]
+				}
+				out[q] = act(v) + res[q]
+			}
+			counters[i] = 0
+		}
+		if lasts != nd {
+			t.Fatalf("trial %d: %d nodes combined, want %d", trial, lasts, nd)
+		}
+		for q := range want {
+			if math.Float32bits(out[q]) != math.Float32bits(want[q]) {
+				t.Fatalf("trial %d element %d: %v, want %v", trial, q, out[q], want[q])
+			}
+		}
+		for i, n := range counters {
+			if n != 0 {
+				t.Fatalf("trial %d: counter %d left at %d", trial, i, n)
+			}
+		}
 	}
 }

@@ -29,8 +29,10 @@ struct GatGeom {
 // gatMaxRels); GatRel is one of them (Go's gatRel, word for word: eleven
 // pointers, then hs's and hd's row strides and attr's width), GatMulti
 // the launch (Go's gatMulti: scratch, then nrel, nd, heads, c, slope,
-// alpha and relBase, the launch's first relation among the mean's, then
-// GAT_MAX_RELS relations).
+// alpha and relBase, the launch's first relation among the mean's; then
+// the combining tail's out, res, counters and act, counters null when
+// gat_combine_f32 adds the relations instead; then GAT_MAX_RELS
+// relations).
 #define GAT_MAX_RELS 8
 struct GatRel {
     const float *hs, *hd, *attr, *we, *attSrc, *attDst, *attEdge, *bias;
@@ -42,6 +44,10 @@ struct GatMulti {
     int64_t nrel, nd, heads, c;
     double slope, alpha;
     int64_t relBase;
+    float* out;
+    const float* res;
+    int* counters;
+    int64_t act;
     GatRel rel[GAT_MAX_RELS];
 };
 
@@ -107,10 +113,25 @@ __device__ __forceinline__ float warp_sum(float v) {
 // gat_relation is gat_aggregate_f32's body (documented there), shared with
 // gat_mean_f32 so that the two compute each relation alike, bit for bit.
 // Its node loop strides over blockIdx.x alone.
+// GatTailArgs is what gat_tail reads of a GatMulti, copied out of the
+// parameter block by gat_mean_f32 and passed by value (a pointer into the
+// block, or to a local, would make every thread copy it to local
+// memory).
+struct GatTailArgs {
+    const float* scratch;
+    float* out;
+    const float* res;
+    int* counters;
+    int64_t act, nrel, nd, c;
+};
+
+__device__ __forceinline__ void gat_tail(const GatTailArgs m, int64_t i);
+
 __device__ __forceinline__ void gat_relation(float* out, const float* hs, const float* hd, const float* attr,
                                              const float* we, const float* attSrc, const float* attDst,
                                              const float* attEdge, const float* bias, const int64_t* src,
-                                             const int64_t* rowPtr, const int64_t* order, const GatGeom& g, float* sh) {
+                                             const int64_t* rowPtr, const int64_t* order, const GatGeom& g, float* sh,
+                                             const GatTailArgs tail, const bool hasTail) {
     const int H = (int)g.heads, C = (int)g.c, F = (int)g.f;
     const int64_t HC = g.heads * g.c;
     float* v = sh;
@@ -199,7 +220,41 @@ __device__ __forceinline__ void gat_relation(float* out, const float* hs, const 
             *o = accumulate ? __fadd_rn(*o, ar) : ar;
         }
         __syncthreads();  // acc, s and the buffers are free for the next node
+        if (hasTail) gat_tail(tail, i);
     }
+}
+
+// gat_tail is gat_mean_f32's combining tail for node i, once this block
+// has written its relation's row i of the scratch: the block's writes
+// are fenced (visible device-wide) before thread 0 counts the relation
+// done in counters[i]; the block that counts the last relation adds the
+// relations' rows in relation order (__ldcg: from L2, where the other
+// blocks' writes are), applies the activation and residual as
+// gat_combine_f32 does, writes out's row i and sets counters[i] back to
+// 0 for the next launch. Which block finishes last varies; the sum's
+// order does not, so the result is gat_combine_f32's bit for bit.
+__device__ __forceinline__ void gat_tail(const GatTailArgs m, int64_t i) {
+    __shared__ int last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(m.counters + i, 1) == (int)m.nrel - 1;
+    __syncthreads();
+    if (last) {
+        __threadfence();
+        const int64_t n = m.nd * m.c;
+        for (int64_t c = threadIdx.x; c < m.c; c += blockDim.x) {
+            const int64_t q = i * m.c + c;
+            float v = __ldcg(m.scratch + q);
+            for (int64_t r = 1; r < m.nrel; r++) v = __fadd_rn(v, __ldcg(m.scratch + r * n + q));
+            if (m.act >= 0) {
+                v = unary_f((int)m.act, v);
+                if (m.res) v = __fadd_rn(v, m.res[q]);
+            }
+            m.out[q] = v;
+        }
+        if (threadIdx.x == 0) m.counters[i] = 0;
+    }
+    __syncthreads();  // last is read before the next node sets it
 }
 
 extern "C" {
@@ -236,7 +291,7 @@ __global__ void gat_aggregate_f32(float* out, const float* hs, const float* hd, 
                                   const float* attSrc, const float* attDst, const float* attEdge, const float* bias,
                                   const int64_t* src, const int64_t* rowPtr, const int64_t* order, GatGeom g) {
     extern __shared__ float sh[];
-    gat_relation(out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order, g, sh);
+    gat_relation(out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order, g, sh, GatTailArgs{}, false);
 }
 
 // gather_mean_f32: out[i,f] = the mean of x[src[order[p]], f] over p in
@@ -257,8 +312,10 @@ __global__ void gather_mean_f32(float* out, const float* x, const int64_t* src, 
 // gat_aggregate_f32's, the shared memory sized for the widest relation)
 // for nodes x, x + gridDim.x, …, writing alpha·r, rounded, into the
 // relation's slice of scratch ([relations, nd, c]: relation relBase + y
-// at (relBase + y)·nd·c). The relations run in parallel; gat_combine_f32
-// then adds them in order.
+// at (relBase + y)·nd·c). The relations run in parallel; with counters
+// set (every relation in this one launch, relBase 0) the block that
+// finishes a node's last relation adds them in order and writes out
+// (gat_tail), else gat_combine_f32 then adds them.
 __global__ void gat_mean_f32(GatMulti m) {
     extern __shared__ float sh[];
     const int r = blockIdx.y;
@@ -274,8 +331,9 @@ __global__ void gat_mean_f32(GatMulti m) {
     g.ldd = q.ldd;
     g.alpha = m.alpha;
     g.accumulate = 0;
+    const GatTailArgs tail{m.scratch, m.out, m.res, m.counters, m.act, m.nrel, m.nd, m.c};
     gat_relation(m.scratch + (m.relBase + r) * m.nd * m.c, q.hs, q.hd, q.attr, q.we, q.attSrc, q.attDst, q.attEdge,
-                 q.bias, q.src, q.rowPtr, q.order, g, sh);
+                 q.bias, q.src, q.rowPtr, q.order, g, sh, tail, m.counters != nullptr);
 }
 
 // gat_combine_f32: out[q] = scratch[q], then + scratch[r·n + q] for r =
