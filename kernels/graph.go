@@ -301,8 +301,9 @@ func BuildCSR(dst []int64, nd int) (rowPtr, order []int64, err error) {
 // GraphMultiAggregator is an optional Backend interface: the relations
 // into one node type of a heterogeneous graph layer in one call, so that
 // a device's launches depend on the node types, not on the relations
-// (CUDA: two for a GATMean, the relations side by side and then their
-// sum; one for a GatherConcat). Each computes what GraphAggregator's
+// (CUDA: one for a GATMean of up to 8 relations, which runs them side by
+// side and adds them in the same launch, two past that; one for a
+// GatherConcat). Each computes what GraphAggregator's
 // calls compute, with the same rounding: a backend's GATMean equals its
 // GATMeanOps bit for bit, its GATMeanAct its GATMeanActOps, and each
 // gathered block of its GatherConcat its GatherMean.
