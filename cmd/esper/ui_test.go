@@ -212,7 +212,7 @@ func TestPPOUIWiring(t *testing.T) {
 	assert.Equal(t, 3, info.Total)
 	assert.Equal(t, "3", info.Config["rounds"])
 	require.NotEmpty(t, names)
-	assert.Equal(t, []string{"end", "bye"}, names[len(names)-2:], "the run ends on the page, then the server")
+	assert.Equal(t, []string{"end", "bye"}, names[len(names)-2:], "the run ends on the page, then the server: %v", names)
 
 	// Without --ui: nothing.
 	none, err := startPPOUI(ppoConfig{}, hub, dirb, &out)

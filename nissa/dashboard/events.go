@@ -156,7 +156,9 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 		case 1:
 			continue
 		case 2:
-			// Send what the subscriptions hold, then say goodbye.
+			// Send what the subscriptions hold (and the end of the runs
+			// whose streams ended as the server closed), then say
+			// goodbye.
 			for _, a := range subs {
 				s.drain(c, a)
 			}
@@ -167,7 +169,9 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 		a := subs[chosen-fixed]
 		if ok {
 			c.item(a.run.info.ID, v.Interface().(nissa.StreamItem))
-			s.drain(c, a) // what else came meanwhile, in one flush
+			if s.drain(c, a) { // what else came meanwhile, in one flush
+				subs = append(subs[:chosen-fixed], subs[chosen-fixed+1:]...)
+			}
 			continue
 		}
 		if errors.Is(a.sub.Err(), nissa.ErrSlowSubscriber) {
@@ -179,18 +183,23 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 }
 
 // drain writes the items a subscription holds now, without waiting, and
-// the run's end if the stream ended (a slow drop ends the connection at
-// the next wait).
-func (s *Server) drain(c *sseConn, a active) {
+// the run's end if the stream ended, reporting that (the caller then
+// drops the subscription). A slow drop is left for the next wait, which
+// ends the connection.
+func (s *Server) drain(c *sseConn, a active) (ended bool) {
 	for {
 		select {
 		case it, ok := <-a.sub.C():
 			if !ok {
-				return
+				if errors.Is(a.sub.Err(), nissa.ErrSlowSubscriber) {
+					return false
+				}
+				c.event("end", mustJSON(map[string]string{"run": a.run.info.ID}))
+				return true
 			}
 			c.item(a.run.info.ID, it)
 		default:
-			return
+			return false
 		}
 	}
 }
