@@ -190,3 +190,33 @@ func ExampleLinearSums() {
 	// Output:
 	// [13] [2 4]
 }
+
+// A GraphSAGE-style layer over one node type: each node's neighbours'
+// mean through one weight plus its own features through another, a bias,
+// ReLU and the input added back. On a GPU in inference the features go
+// through both weights in one product and the means, sums, ReLU and
+// residual take one launch; here, on the CPU, LinearSums and
+// ScaleActAdd compute it.
+func ExampleLinearSumsAct() {
+	x := autograd.Const(tensor.FromSlice([]float32{1, 2, 3, 4, 5, 6}, 3, 2)) // three nodes
+	src, dst := []int64{1, 2, 0}, []int64{0, 0, 1}                           // 1→0, 2→0, 0→1
+	rowPtr, order, err := kernels.BuildCSR(dst, 3)
+	if err != nil {
+		panic(err)
+	}
+	e := &autograd.GraphEdges{Src: tensor.FromSlice(src, 3), Dst: tensor.FromSlice(dst, 3),
+		RowPtr: tensor.FromSlice(rowPtr, 4), Order: tensor.FromSlice(order, 3), NumDst: 3}
+	neighbours := autograd.Const(tensor.FromSlice([]float32{1, 0, 0, 1}, 2, 2)) // identity
+	own := autograd.Const(tensor.FromSlice([]float32{0, 1, 1, 0}, 2, 2))        // swaps the features
+	bias := autograd.Const(tensor.FromSlice([]float32{1, -10}, 2))
+	var out []*autograd.Var
+	autograd.InferenceMode(func() {
+		out = autograd.LinearSumsAct([][]autograd.LinearTerm{{
+			{X: x, Edges: e, W: neighbours, B: bias},
+			{X: x, W: own},
+		}}, []float64{1}, kernels.Relu, []*autograd.Var{x})
+	})
+	fmt.Println(out[0].Shape(), out[0].Value.F32())
+	// Output:
+	// [3 2] [8 2 9 4 12 6]
+}
