@@ -42,7 +42,7 @@ type Device struct {
 
 	alloc     *Allocator
 	zero      cu.DevicePtr // zeroBytes of zeros, never written: ZeroMany's source
-	gatCount  cu.DevicePtr // gatCounters int32 zeros: gat_mean_f32's per-node counters, left zeroed by each launch
+	counters  cu.DevicePtr // tailCounters int32 zeros: the per-node or per-channel counters of a launch that finishes its own reduction (gat_mean_f32, batch norm's partials), left zeroed by each launch
 	blas      *blasHandle  // cuBLAS, created on first use (under mu)
 	capturing bool         // a stream capture is running (under mu)
 	mt        mtCache      // multi-tensor tables (multi_tensor.go)
@@ -84,11 +84,11 @@ func Open(ordinal int) (*Device, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cuda: device %d: a block of zeros: %w", ordinal, err)
 	}
-	if d.gatCount, err = cu.MemAlloc(4 * gatCounters); err == nil {
-		err = cu.MemsetD8(d.gatCount, 0, 4*gatCounters)
+	if d.counters, err = cu.MemAlloc(4 * tailCounters); err == nil {
+		err = cu.MemsetD8(d.counters, 0, 4*tailCounters)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("cuda: device %d: GATMean's counters: %w", ordinal, err)
+		return nil, fmt.Errorf("cuda: device %d: the reductions' counters: %w", ordinal, err)
 	}
 	d.alloc = newAllocator(d)
 	tensor.RegisterDeviceMemory(tensor.KindCUDA, memory{d})

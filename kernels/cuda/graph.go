@@ -183,7 +183,7 @@ func (d *Device) GatherMean(out, x, src, rowPtr, order *tensor.Tensor) error {
 // up to gatMaxRels relations of a GATMean side by side, a grid row of
 // blocks each (the shared memory sized for the widest edge attributes),
 // into a scratch; where one launch takes every relation and the nodes fit
-// the device's counters (gatCounters), the block that finishes a node's
+// the device's counters (tailCounters), the block that finishes a node's
 // last relation adds them in order and applies GATMeanAct's activation
 // and residual (gat_tail: one launch), else gat_combine_f32 does, in a
 // launch of its own; gather_concat_f32 writes up to
@@ -290,8 +290,8 @@ func (d *Device) GATMean(out *tensor.Tensor, hs, hd, attr, we, attSrc, attDst, a
 	// Every relation in one launch, nodes within the counters: the
 	// launch adds them itself (gat_tail), with no gat_combine_f32.
 	var tail gatTail
-	if r <= gatMaxRels && nd <= gatCounters {
-		tail = gatTail{out: uint64(outPtr), res: uint64(resPtr), counters: uint64(d.gatCount), act: int64(act)}
+	if r <= gatMaxRels && nd <= tailCounters {
+		tail = gatTail{out: uint64(outPtr), res: uint64(resPtr), counters: uint64(d.counters), act: int64(act)}
 	}
 	for start := 0; start < r; start += gatMaxRels {
 		end := min(r, start+gatMaxRels)

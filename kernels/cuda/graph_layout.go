@@ -21,10 +21,45 @@ const (
 	gatMultiWords = 12 + gatRelWords*gatMaxRels
 )
 
-// gatCounters is how many per-node counters a device keeps for
-// gat_mean_f32's tail (Device.gatCount): a GATMean into more nodes
-// combines its relations with gat_combine_f32 instead.
-const gatCounters = 1 << 16
+// tailCounters is how many counters a device keeps for the launches
+// that finish their own reductions (Device.counters): gat_mean_f32's
+// tail, one per node, and batch norm's partial launches, one per
+// channel. Kernels on the device's stream run one after another and
+// each leaves its counters at zero, so they share them. A GATMean into
+// more nodes, or a batch norm of more channels, finishes in a launch of
+// its own instead.
+const tailCounters = 1 << 16
+
+// bnStatsTail and bnBwdTail are struct BnStatsTail and struct BnBwdTail
+// of src/norm.cu: the last argument of batch norm's partial launches,
+// whose counters (0: none) let the launch finish each channel itself.
+type bnStatsTail struct {
+	mean, rstd, rm, rv uint64
+	cnt                int64
+	momentum, eps      float32
+	counters           uint64
+}
+
+type bnBwdTail struct {
+	sums, dw, db uint64
+	c            int64
+	acc          bool
+	counters     uint64
+}
+
+// words are the struct's 8-byte words as the kernel reads them.
+func (t bnStatsTail) words() []uint64 {
+	return []uint64{t.mean, t.rstd, t.rm, t.rv, uint64(t.cnt),
+		uint64(math.Float32bits(t.momentum)) | uint64(math.Float32bits(t.eps))<<32, t.counters}
+}
+
+func (t bnBwdTail) words() []uint64 {
+	acc := uint64(0)
+	if t.acc {
+		acc = 1
+	}
+	return []uint64{t.sums, t.dw, t.db, uint64(t.c), acc, t.counters}
+}
 
 // gatTail is the combining tail of a gat_mean_f32 launch that takes
 // every relation of a GATMean (gat_tail in src/graph.cu): out's and

@@ -103,8 +103,10 @@ func checkBNChannels(op string, c int) error {
 // grid of (s, c) blocks into a new scratch of two floats per block, and
 // returns the scratch: the caller frees it once the launch that reads it
 // is enqueued (stream order keeps it until that launch has run). fill
-// adds the kernel's arguments after the scratch's address.
-func (d *Device) bnPartials(op, kernel string, c, s int, fill func(a *args)) (*tensor.Tensor, cu.DevicePtr, error) {
+// adds the kernel's arguments after the scratch's address; tail is its
+// last, struct BnStatsTail or BnBwdTail (src/norm.cu), whose counters
+// word, when set, has the launch finish the channels itself.
+func (d *Device) bnPartials(op, kernel string, c, s int, fill func(a *args), tail []uint64) (*tensor.Tensor, cu.DevicePtr, error) {
 	part, err := d.scratchF32(2 * c * s)
 	if err != nil {
 		return nil, 0, err
@@ -115,6 +117,7 @@ func (d *Device) bnPartials(op, kernel string, c, s int, fill func(a *args)) (*t
 		var a args
 		a.ptr(ppart)
 		fill(&a)
+		a.push(tail...)
 		err = launchRaw(fn, [3]int{s, c, 1}, [3]int{rowThreads, 1, 1}, 0, d.stream, &a)
 	}
 	if err != nil {
@@ -126,9 +129,11 @@ func (d *Device) bnPartials(op, kernel string, c, s int, fill func(a *args)) (*t
 
 // bnStats launches batch norm's statistics into psm and psr (mean and
 // rstd, [C]): in training the partial moments of every chunk of x
-// (bn_stats_<dt>), then bn_stats_finish, which merges them and updates
-// the running statistics prm, prv (optional); in evaluation only the
-// finish, which reads the running statistics. Call it inside d.enter.
+// (bn_stats_<dt>), merged, with the running statistics prm, prv
+// (optional) updated, by the block that writes a channel's last partial
+// (one launch) or, past tailCounters channels, by bn_stats_finish; in
+// evaluation only the finish, which reads the running statistics. Call
+// it inside d.enter.
 func (d *Device) bnStats(op string, dt tensor.DType, psm, psr, prm, prv, px cu.DevicePtr, n, c, hw int, training bool, momentum, eps float64) error {
 	name, err := floatKernel(op, "bn_stats", dt)
 	if err != nil {
@@ -141,13 +146,23 @@ func (d *Device) bnStats(op string, dt tensor.DType, psm, psr, prm, prv, px cu.D
 	s, chunk := bnChunks(cnt, c)
 	var ppart cu.DevicePtr
 	if training {
+		// The partial launch finishes the statistics itself where the
+		// channels fit the device's counters (no bn_stats_finish).
+		tail := bnStatsTail{mean: uint64(psm), rstd: uint64(psr), rm: uint64(prm), rv: uint64(prv), cnt: int64(cnt),
+			momentum: float32(momentum), eps: float32(eps)}
+		if c <= tailCounters {
+			tail.counters = uint64(d.counters)
+		}
 		var part *tensor.Tensor
 		if part, ppart, err = d.bnPartials(op, name, c, s, func(a *args) {
 			a.ptr(px).i64(int64(n)).i64(int64(c)).i64(int64(hw)).i64(int64(chunk))
-		}); err != nil {
+		}, tail.words()); err != nil {
 			return err
 		}
 		defer part.Storage().Free() // after the finish below is enqueued
+		if tail.counters != 0 {
+			return nil
+		}
 	}
 	fin, err := d.kernel("bn_stats_finish")
 	if err != nil {
@@ -162,8 +177,9 @@ func (d *Device) bnStats(op string, dt tensor.DType, psm, psr, prm, prv, px cu.D
 // bnBwdSums launches the backward's per-channel sums into ps (Σ dy at
 // [0, C), Σ dy·x̂ at [C, 2C)) and the optional pdw, pdb: the partials of
 // every chunk (the kernel partial; fill adds its arguments after the
-// scratch, given the chunk length), then bn_bwd_finish_<dt>. Call it
-// inside d.enter.
+// scratch, given the chunk length), summed by the block that writes a
+// channel's last partial (one launch) or, past tailCounters channels, by
+// bn_bwd_finish_<dt>. Call it inside d.enter.
 func (d *Device) bnBwdSums(op, partial string, dt tensor.DType, ps, pdw, pdb cu.DevicePtr, n, c, hw int, acc bool, fill func(a *args, chunk int)) error {
 	finName, err := floatKernel(op, "bn_bwd_finish", dt)
 	if err != nil {
@@ -173,11 +189,20 @@ func (d *Device) bnBwdSums(op, partial string, dt tensor.DType, ps, pdw, pdb cu.
 		return err
 	}
 	s, chunk := bnChunks(n*hw, c)
-	part, ppart, err := d.bnPartials(op, partial, c, s, func(a *args) { fill(a, chunk) })
+	// The partial launch finishes the sums itself where the channels fit
+	// the device's counters (no bn_bwd_finish).
+	tail := bnBwdTail{sums: uint64(ps), dw: uint64(pdw), db: uint64(pdb), c: int64(c), acc: acc}
+	if c <= tailCounters {
+		tail.counters = uint64(d.counters)
+	}
+	part, ppart, err := d.bnPartials(op, partial, c, s, func(a *args) { fill(a, chunk) }, tail.words())
 	if err != nil {
 		return err
 	}
 	defer part.Storage().Free() // after the finish below is enqueued
+	if tail.counters != 0 {
+		return nil
+	}
 	fin, err := d.kernel(finName)
 	if err != nil {
 		return err

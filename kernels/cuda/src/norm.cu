@@ -79,13 +79,15 @@ __device__ __forceinline__ float relu_dy(const NormRelu<T>& m, const T* dy, cons
 
 // --- batch norm ---------------------------------------------------------
 
-// Batch norm's per-channel reductions run in two launches, so that a
-// channel of many elements (N·HW of 10^5 in a small CNN at batch 128) is
-// spread over many blocks instead of one: block (s, ch) of a grid of
-// (S, C) reduces the elements [s·chunk, min((s+1)·chunk, cnt)) of
-// channel ch, in the order e = sample·hw + position, into a partial of
-// part[(ch·S + s)·2 ..]; a finishing launch (one warp per channel) merges
-// a channel's S partials in a fixed order. Every result is deterministic.
+// Batch norm's per-channel reductions spread a channel of many elements
+// (N·HW of 10^5 in a small CNN at batch 128) over many blocks instead of
+// one: block (s, ch) of a grid of (S, C) reduces the elements
+// [s·chunk, min((s+1)·chunk, cnt)) of channel ch, in the order
+// e = sample·hw + position, into a partial of part[(ch·S + s)·2 ..]; a
+// finish (one warp per channel) merges a channel's S partials in a fixed
+// order, run by the block that writes the channel's last partial (the
+// tail, when the launch is given the device's counters) or by a
+// finishing launch. Every result is deterministic.
 
 // bn_chunk_index is the offset in x of element e of channel ch (I the
 // index type: int where bn_fits32, so that the division per element is a
@@ -100,10 +102,49 @@ __device__ __forceinline__ I bn_chunk_index(I e, I c, I ch, I hw) {
 // 2^30, so that no loop step overflows).
 __device__ __forceinline__ bool bn_fits32(int64_t n, int64_t c, int64_t hw) { return n * c * hw < ((int64_t)1 << 30); }
 
+// A partial launch can finish its channels itself: with a tail's
+// counters set (the device's per-channel counters, zero between
+// launches), the block that writes the last of channel ch's S partials
+// (counted in counters[ch] after a fence) runs the finish for ch with its
+// first warp, as the finishing launch's block ch would (the same code,
+// the same order: the result does not depend on which block is last),
+// and sets counters[ch] back to 0. BnStatsTail is bn_stats_finish's
+// arguments for that (training only), BnBwdTail bn_bwd_finish's (Go's
+// bnStatsTail and bnBwdTail, word for word).
+struct BnStatsTail {
+    float *mean, *rstd, *rm, *rv;
+    int64_t cnt;
+    float momentum, eps;
+    int* counters;
+};
+struct BnBwdTail {
+    float* sums;
+    void *dw, *db;
+    int64_t c, acc;
+    int* counters;
+};
+
+// bn_last_block counts block (s, ch)'s partial of channel ch done and
+// reports, to every thread of the block, whether it was the last of the
+// grid row's gridDim.x.
+__device__ __forceinline__ bool bn_last_block(int* counters, int64_t ch) {
+    __shared__ int last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(counters + ch, 1) == (int)gridDim.x - 1;
+    __syncthreads();
+    const bool l = last;
+    __threadfence();
+    return l;
+}
+
+__device__ void bn_stats_finish_ch(int64_t ch, int lane, float* mean, float* rstd, float* rm, float* rv,
+                                   const float* part, int64_t S, int64_t chunk, int64_t cnt, float momentum, float eps);
+
 // bn_stats_part: the mean and the sum of squared deviations from it of
 // block (s, ch)'s chunk (two passes over the chunk).
 template <typename T, typename I>
-__device__ void bn_stats_part_at(float* part, const T* x, I n, I c, I hw, I chunk) {
+__device__ void bn_stats_part_at(float* part, const T* x, I n, I c, I hw, I chunk, const BnStatsTail& t) {
     I ch = blockIdx.y, cnt = n * hw, lo = (I)blockIdx.x * chunk, hi = min(lo + chunk, cnt);
     float s = 0.f;
     for (I e = lo + (I)threadIdx.x; e < hi; e += (I)blockDim.x) s += ld(x, bn_chunk_index<I>(e, c, ch, hw));
@@ -119,13 +160,20 @@ __device__ void bn_stats_part_at(float* part, const T* x, I n, I c, I hw, I chun
         p[0] = m;
         p[1] = q;
     }
+    if (t.counters && bn_last_block(t.counters, ch)) {
+        if (threadIdx.x < 32)
+            bn_stats_finish_ch(ch, threadIdx.x, t.mean, t.rstd, t.rm, t.rv, part, gridDim.x, chunk, t.cnt, t.momentum,
+                               t.eps);
+        if (threadIdx.x == 0) t.counters[ch] = 0;
+    }
 }
 template <typename T>
-__device__ void bn_stats_part(float* part, const T* x, int64_t n, int64_t c, int64_t hw, int64_t chunk) {
+__device__ void bn_stats_part(float* part, const T* x, int64_t n, int64_t c, int64_t hw, int64_t chunk,
+                              const BnStatsTail& t) {
     if (bn_fits32(n, c, hw))
-        bn_stats_part_at<T, int>(part, x, (int)n, (int)c, (int)hw, (int)chunk);
+        bn_stats_part_at<T, int>(part, x, (int)n, (int)c, (int)hw, (int)chunk, t);
     else
-        bn_stats_part_at<T, int64_t>(part, x, n, c, hw, chunk);
+        bn_stats_part_at<T, int64_t>(part, x, n, c, hw, chunk, t);
 }
 
 // Moments is a partial's element count, mean and sum of squared
@@ -159,11 +207,20 @@ extern "C" __global__ void bn_stats_finish(float* mean, float* rstd, float* rm, 
         }
         return;
     }
+    bn_stats_finish_ch(ch, lane, mean, rstd, rm, rv, part, S, chunk, cnt, momentum, eps);
+}
+
+// bn_stats_finish_ch is bn_stats_finish's training path for channel ch,
+// run by the 32 lanes of one warp (the partials read from L2: another
+// block of the launch may have just written them).
+__device__ void bn_stats_finish_ch(int64_t ch, int lane, float* mean, float* rstd, float* rm, float* rv,
+                                   const float* part, int64_t S, int64_t chunk, int64_t cnt, float momentum,
+                                   float eps) {
     Moments a = {0.f, 0.f, 0.f};
     for (int64_t s = lane; s < S; s += 32) {
         int64_t lo = s * chunk, hi = min(lo + chunk, cnt);
         const float* p = part + (ch * S + s) * 2;
-        Moments b = {(float)(hi > lo ? hi - lo : 0), p[0], p[1]};
+        Moments b = {(float)(hi > lo ? hi - lo : 0), __ldcg(p), __ldcg(p + 1)};
         a = merge(a, b);
     }
     for (int o = 16; o > 0; o >>= 1) {
@@ -229,9 +286,13 @@ __device__ void bn_relu_pool(T* pooled, int32_t* argmax, const T* x, const float
 // Σ dy and Σ dy·x̂ of its chunk of channel ch (RELU: dy as relu_dy gives
 // it, w being the forward's) to part[(ch·S + s)·2 ..]; bn_bwd_finish
 // sums them. I is the index type (see bn_chunk_index).
+template <typename T>
+__device__ void bn_bwd_finish_ch(int64_t ch, int lane, float* sums, T* dw, T* db, const float* part, int64_t S,
+                                 int64_t c, int acc);
+
 template <typename T, int RELU, typename I>
 __device__ void bn_bwd_sums_at(float* part, const T* dy, const T* x, const float* mean, const float* rstd, I n, I c,
-                               I hw, I chunk, const T* w, NormRelu<T> m) {
+                               I hw, I chunk, const T* w, NormRelu<T> m, const BnBwdTail& t) {
     I ch = blockIdx.y, cnt = n * hw, lo = (I)blockIdx.x * chunk, hi = min(lo + chunk, cnt);
     float mu = mean[ch], r = rstd[ch], a = 0.f, b = 0.f;
     float mwk = RELU && w ? ld(w, ch) : 1.f, mbk = RELU && m.b ? ld(m.b, ch) : 0.f;
@@ -248,14 +309,20 @@ __device__ void bn_bwd_sums_at(float* part, const T* dy, const T* x, const float
         p[0] = a;
         p[1] = b;
     }
+    if (t.counters && bn_last_block(t.counters, ch)) {
+        if (threadIdx.x < 32)
+            bn_bwd_finish_ch<T>(ch, threadIdx.x, t.sums, (T*)t.dw, (T*)t.db, part, gridDim.x, t.c, (int)t.acc);
+        if (threadIdx.x == 0) t.counters[ch] = 0;
+    }
 }
 template <typename T, int RELU = 0>
 __device__ void bn_bwd_sums(float* part, const T* dy, const T* x, const float* mean, const float* rstd, int64_t n,
-                            int64_t c, int64_t hw, int64_t chunk, const T* w = nullptr, NormRelu<T> m = NormRelu<T>()) {
+                            int64_t c, int64_t hw, int64_t chunk, const BnBwdTail& t, const T* w = nullptr,
+                            NormRelu<T> m = NormRelu<T>()) {
     if (bn_fits32(n, c, hw))
-        bn_bwd_sums_at<T, RELU, int>(part, dy, x, mean, rstd, (int)n, (int)c, (int)hw, (int)chunk, w, m);
+        bn_bwd_sums_at<T, RELU, int>(part, dy, x, mean, rstd, (int)n, (int)c, (int)hw, (int)chunk, w, m, t);
     else
-        bn_bwd_sums_at<T, RELU, int64_t>(part, dy, x, mean, rstd, n, c, hw, chunk, w, m);
+        bn_bwd_sums_at<T, RELU, int64_t>(part, dy, x, mean, rstd, n, c, hw, chunk, w, m, t);
 }
 
 // bn_bwd_finish: block ch (one warp) sums channel ch's S partials (lane l
@@ -264,12 +331,18 @@ __device__ void bn_bwd_sums(float* part, const T* dy, const T* x, const float* m
 // written, or with acc added to (acc_add, kernels.ParamGradAccumulator).
 template <typename T>
 __device__ void bn_bwd_finish(float* sums, T* dw, T* db, const float* part, int64_t S, int64_t c, int acc) {
-    int64_t ch = blockIdx.x;
-    int lane = threadIdx.x;
+    bn_bwd_finish_ch<T>(blockIdx.x, threadIdx.x, sums, dw, db, part, S, c, acc);
+}
+
+// bn_bwd_finish_ch is bn_bwd_finish for channel ch, run by the 32 lanes
+// of one warp (the partials read from L2).
+template <typename T>
+__device__ void bn_bwd_finish_ch(int64_t ch, int lane, float* sums, T* dw, T* db, const float* part, int64_t S,
+                                 int64_t c, int acc) {
     float a = 0.f, b = 0.f;
     for (int64_t s = lane; s < S; s += 32) {
-        a += part[(ch * S + s) * 2];
-        b += part[(ch * S + s) * 2 + 1];
+        a += __ldcg(part + (ch * S + s) * 2);
+        b += __ldcg(part + (ch * S + s) * 2 + 1);
     }
     for (int o = 16; o > 0; o >>= 1) {
         a += __shfl_down_sync(0xffffffff, a, o);
@@ -472,11 +545,11 @@ __device__ void layernorm_bwd_dwdb(T* dw, T* db, const T* dy, const T* x, const 
 
 extern "C" {
 
-__global__ void bn_stats_f32(float* part, const float* x, int64_t n, int64_t c, int64_t hw, int64_t chunk) {
-    bn_stats_part(part, x, n, c, hw, chunk);
+__global__ void bn_stats_f32(float* part, const float* x, int64_t n, int64_t c, int64_t hw, int64_t chunk, BnStatsTail t) {
+    bn_stats_part(part, x, n, c, hw, chunk, t);
 }
-__global__ void bn_stats_bf16(float* part, const __nv_bfloat16* x, int64_t n, int64_t c, int64_t hw, int64_t chunk) {
-    bn_stats_part(part, x, n, c, hw, chunk);
+__global__ void bn_stats_bf16(float* part, const __nv_bfloat16* x, int64_t n, int64_t c, int64_t hw, int64_t chunk, BnStatsTail t) {
+    bn_stats_part(part, x, n, c, hw, chunk, t);
 }
 __global__ void bn_apply_f32(float* y, const float* x, const float* mean, const float* rstd, const float* w,
                              const float* b, int64_t c, int64_t hw, int64_t n) {
@@ -487,12 +560,12 @@ __global__ void bn_apply_bf16(__nv_bfloat16* y, const __nv_bfloat16* x, const fl
     bn_apply(y, x, mean, rstd, w, b, c, hw, n);
 }
 __global__ void bn_bwd_sums_f32(float* part, const float* dy, const float* x, const float* mean, const float* rstd,
-                                int64_t n, int64_t c, int64_t hw, int64_t chunk) {
-    bn_bwd_sums(part, dy, x, mean, rstd, n, c, hw, chunk);
+                                int64_t n, int64_t c, int64_t hw, int64_t chunk, BnBwdTail t) {
+    bn_bwd_sums(part, dy, x, mean, rstd, n, c, hw, chunk, t);
 }
 __global__ void bn_bwd_sums_bf16(float* part, const __nv_bfloat16* dy, const __nv_bfloat16* x, const float* mean,
-                                 const float* rstd, int64_t n, int64_t c, int64_t hw, int64_t chunk) {
-    bn_bwd_sums(part, dy, x, mean, rstd, n, c, hw, chunk);
+                                 const float* rstd, int64_t n, int64_t c, int64_t hw, int64_t chunk, BnBwdTail t) {
+    bn_bwd_sums(part, dy, x, mean, rstd, n, c, hw, chunk, t);
 }
 __global__ void bn_bwd_finish_f32(float* sums, float* dw, float* db, const float* part, int64_t S, int64_t c, int acc) {
     bn_bwd_finish(sums, dw, db, part, S, c, acc);
@@ -587,23 +660,23 @@ __global__ void bn_relu_pool_bf16(__nv_bfloat16* pooled, int32_t* argmax, const 
 }
 __global__ void bn_bwd_sums_relu_f32(float* part, const float* dy, const float* x, const float* mean,
                                      const float* rstd, int64_t n, int64_t c, int64_t hw, int64_t chunk, const float* w,
-                                     NormRelu<float> m) {
-    bn_bwd_sums<float, 1>(part, dy, x, mean, rstd, n, c, hw, chunk, w, m);
+                                     NormRelu<float> m, BnBwdTail t) {
+    bn_bwd_sums<float, 1>(part, dy, x, mean, rstd, n, c, hw, chunk, t, w, m);
 }
 __global__ void bn_bwd_sums_relu_bf16(float* part, const __nv_bfloat16* dy, const __nv_bfloat16* x, const float* mean,
                                      const float* rstd, int64_t n, int64_t c, int64_t hw, int64_t chunk, const __nv_bfloat16* w,
-                                     NormRelu<__nv_bfloat16> m) {
-    bn_bwd_sums<__nv_bfloat16, 1>(part, dy, x, mean, rstd, n, c, hw, chunk, w, m);
+                                     NormRelu<__nv_bfloat16> m, BnBwdTail t) {
+    bn_bwd_sums<__nv_bfloat16, 1>(part, dy, x, mean, rstd, n, c, hw, chunk, t, w, m);
 }
 __global__ void bn_bwd_sums_relupool_f32(float* part, const float* x, const float* mean, const float* rstd,
                                          int64_t n, int64_t c, int64_t hw, int64_t chunk, const float* w,
-                                         NormRelu<float> m) {
-    bn_bwd_sums<float, 2>(part, nullptr, x, mean, rstd, n, c, hw, chunk, w, m);
+                                         NormRelu<float> m, BnBwdTail t) {
+    bn_bwd_sums<float, 2>(part, nullptr, x, mean, rstd, n, c, hw, chunk, t, w, m);
 }
 __global__ void bn_bwd_sums_relupool_bf16(float* part, const __nv_bfloat16* x, const float* mean, const float* rstd,
                                          int64_t n, int64_t c, int64_t hw, int64_t chunk, const __nv_bfloat16* w,
-                                         NormRelu<__nv_bfloat16> m) {
-    bn_bwd_sums<__nv_bfloat16, 2>(part, nullptr, x, mean, rstd, n, c, hw, chunk, w, m);
+                                         NormRelu<__nv_bfloat16> m, BnBwdTail t) {
+    bn_bwd_sums<__nv_bfloat16, 2>(part, nullptr, x, mean, rstd, n, c, hw, chunk, t, w, m);
 }
 __global__ void bn_bwd_dx_relu_f32(float* dx, const float* dy, const float* x, const float* mean, const float* rstd,
                                    const float* w, const float* sums, int training, int64_t c, int64_t hw,
@@ -652,16 +725,16 @@ __global__ void gn_bwd_relu_bf16(__nv_bfloat16* dx, float* part, const __nv_bflo
 
 // fp16 (appended so that the entry points above keep their code and
 // labels).
-__global__ void bn_stats_f16(float* part, const __half* x, int64_t n, int64_t c, int64_t hw, int64_t chunk) {
-    bn_stats_part(part, x, n, c, hw, chunk);
+__global__ void bn_stats_f16(float* part, const __half* x, int64_t n, int64_t c, int64_t hw, int64_t chunk, BnStatsTail t) {
+    bn_stats_part(part, x, n, c, hw, chunk, t);
 }
 __global__ void bn_apply_f16(__half* y, const __half* x, const float* mean, const float* rstd, const __half* w,
                              const __half* b, int64_t c, int64_t hw, int64_t n) {
     bn_apply(y, x, mean, rstd, w, b, c, hw, n);
 }
 __global__ void bn_bwd_sums_f16(float* part, const __half* dy, const __half* x, const float* mean, const float* rstd,
-                                int64_t n, int64_t c, int64_t hw, int64_t chunk) {
-    bn_bwd_sums(part, dy, x, mean, rstd, n, c, hw, chunk);
+                                int64_t n, int64_t c, int64_t hw, int64_t chunk, BnBwdTail t) {
+    bn_bwd_sums(part, dy, x, mean, rstd, n, c, hw, chunk, t);
 }
 __global__ void bn_bwd_finish_f16(float* sums, __half* dw, __half* db, const float* part, int64_t S, int64_t c, int acc) {
     bn_bwd_finish(sums, dw, db, part, S, c, acc);
@@ -706,13 +779,13 @@ __global__ void bn_relu_pool_f16(__half* pooled, int32_t* argmax, const __half* 
 }
 __global__ void bn_bwd_sums_relu_f16(float* part, const __half* dy, const __half* x, const float* mean,
                                      const float* rstd, int64_t n, int64_t c, int64_t hw, int64_t chunk, const __half* w,
-                                     NormRelu<__half> m) {
-    bn_bwd_sums<__half, 1>(part, dy, x, mean, rstd, n, c, hw, chunk, w, m);
+                                     NormRelu<__half> m, BnBwdTail t) {
+    bn_bwd_sums<__half, 1>(part, dy, x, mean, rstd, n, c, hw, chunk, t, w, m);
 }
 __global__ void bn_bwd_sums_relupool_f16(float* part, const __half* x, const float* mean, const float* rstd,
                                          int64_t n, int64_t c, int64_t hw, int64_t chunk, const __half* w,
-                                         NormRelu<__half> m) {
-    bn_bwd_sums<__half, 2>(part, nullptr, x, mean, rstd, n, c, hw, chunk, w, m);
+                                         NormRelu<__half> m, BnBwdTail t) {
+    bn_bwd_sums<__half, 2>(part, nullptr, x, mean, rstd, n, c, hw, chunk, t, w, m);
 }
 __global__ void bn_bwd_dx_relu_f16(__half* dx, const __half* dy, const __half* x, const float* mean, const float* rstd,
                                    const __half* w, const float* sums, int training, int64_t c, int64_t hw, int64_t cnt,
