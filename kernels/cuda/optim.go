@@ -462,6 +462,15 @@ const (
 	clipPerPart = 4 * blockSize
 )
 
+// clipSmall is the most elements a clip by norm takes in one launch of
+// one block of clipSmallThreads threads (clip_small_f32: a small layer's
+// arena, where the two-launch path's second launch cost more than the
+// arithmetic).
+const (
+	clipSmall        = 1 << 15
+	clipSmallThreads = 1024
+)
+
 // clipGrid is clip_sumsq_f32's grid (its partial sums) for n elements.
 func clipGrid(n int64) int64 { return min(int64(clipParts), (n+clipPerPart-1)/clipPerPart) }
 
@@ -482,9 +491,10 @@ func (d *Device) sumsqParts(op string, parts int64) (*tensor.Tensor, cu.DevicePt
 }
 
 // ClipByNorm clips one F32 tensor, an arena's bucket, by its L2 norm
-// (see kernels.GradClipper), writing the norm (F32, one element), in two
-// launches: clip_sumsq_f32's partial sums, then clip_scale_f32, which
-// finishes the norm, writes it and scales. The sum is in a fixed order
+// (see kernels.GradClipper), writing the norm (F32, one element): up to
+// clipSmall elements in one launch of one block (clip_small_f32), else
+// in two launches, clip_sumsq_f32's partial sums, then clip_scale_f32,
+// which finishes the norm, writes it and scales. The sum is in a fixed order
 // (no atomics). xs must hold exactly one tensor (Backend.ClipByNorm runs
 // the unfused ops for a list).
 func (d *Device) ClipByNorm(norm *tensor.Tensor, xs []*tensor.Tensor, maxNorm, eps float64) error {
@@ -506,6 +516,18 @@ func (d *Device) ClipByNorm(norm *tensor.Tensor, xs []*tensor.Tensor, maxNorm, e
 	n := int64(xs[0].Numel())
 	if n == 0 {
 		return d.Fill(norm, 0)
+	}
+	if n <= clipSmall {
+		// One block: the norm and the scaling in one launch.
+		release := d.enter()
+		defer release()
+		fn, err := d.kernel("clip_small_f32")
+		if err != nil {
+			return err
+		}
+		var a args
+		a.ptr(pn).ptr(px).i64(n).f32(float32(maxNorm)).f32(float32(eps))
+		return launchRaw(fn, [3]int{1, 1, 1}, [3]int{clipSmallThreads, 1, 1}, 0, d.stream, &a)
 	}
 	parts := clipGrid(n)
 	part, pp, sumsq, err := d.sumsqParts(op, parts)

@@ -214,6 +214,27 @@ __global__ void adamw_f32(float* p, const float* g, float* m, float* v, const do
     }
 }
 
+// clip_small_f32 is a clip by norm of one small tensor in one launch of
+// one block (n at most the caller's clipSmall): the squares summed in
+// fp64 per thread over a block stride, then across the block
+// (block_sum_d), the norm and the coefficient as clip_scale_f32 forms
+// them, written by thread 0, and x scaled by every thread.
+__global__ void clip_small_f32(float* norm, float* x, int64_t n, float max_norm, float eps) {
+    __shared__ float coef_sh;
+    double acc = 0.0;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += (double)x[i] * x[i];
+    acc = block_sum_d(acc);
+    if (threadIdx.x == 0) {
+        const float nv = (float)sqrt(acc);
+        norm[0] = nv;
+        const float quo = max_norm / (nv + eps);
+        coef_sh = (quo != quo || quo < 1.f) ? quo : 1.f;
+    }
+    __syncthreads();
+    const float k = coef_sh;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) x[i] *= k;
+}
+
 // norm_parts_into sets dst[i] (fp32, or fp64 when wide) to the square
 // root of part[0..nparts) summed in fp64 in order (clip_sumsq_f32's
 // partials of one tensor; 0 for none): ForeachNorm's per-tensor path.
