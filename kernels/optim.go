@@ -53,10 +53,10 @@ type SGDIncrementer interface {
 
 // GradClipper is an optional Backend interface: a clip of gradients by
 // their global L2 norm (torch.nn.utils.clip_grad_norm_) in as few
-// launches as the backend can (CUDA, for one tensor: two — the partial
-// sums of squares, then one kernel that finishes the norm, writes it and
-// scales — where ForeachNorm, three BinaryScalar and ForeachScale take
-// seven).
+// launches as the backend can (CUDA, for one tensor: one block's launch
+// up to 32768 elements, else two — the partial sums of squares, then one
+// kernel that finishes the norm, writes it and scales — where
+// ForeachNorm, three BinaryScalar and ForeachScale take seven).
 type GradClipper interface {
 	// ClipByNorm writes into norm (one element, F32 or F64) the L2 norm
 	// over every element of xs — ForeachNorm of xs, and for more than
