@@ -168,6 +168,24 @@ type stepRunner struct {
 	// already (the previous step left them so), and this step leaves
 	// them zeroed (optim.SGD.StepZeroGrad). Both false otherwise.
 	zeroed, zeroAfter bool
+	// grads is zeroGrads' list of the optimizers' gradient buffers,
+	// reused from step to step.
+	grads []*tensor.Tensor
+}
+
+// zeroGrads zeroes every optimizer's gradients: in one launch where the
+// backend has kernels.ZeroManyer and there are several buffers (the
+// host's and each seed's optimizer), else with each optimizer's ZeroGrad.
+func (s *stepRunner) zeroGrads() {
+	t := s.t
+	s.grads = s.grads[:0]
+	t.opt.each(t.model, func(o *optim.SGD) { s.grads = o.Arena().AppendGradBuffers(s.grads) })
+	defer clear(s.grads)
+	if zm, ok := kernels.For(t.dev).(kernels.ZeroManyer); ok && len(s.grads) > 1 {
+		zm.ZeroMany(s.grads)
+		return
+	}
+	t.opt.each(t.model, func(o *optim.SGD) { o.ZeroGrad() })
 }
 
 // boundBatches is how many batches' input tensors a captured step or
@@ -219,7 +237,7 @@ func (s *stepRunner) fn(in []*tensor.Tensor) []*tensor.Tensor {
 	t := s.t
 	x, y := in[0], in[1]
 	if !s.zeroed {
-		t.opt.each(t.model, func(o *optim.SGD) { o.ZeroGrad() })
+		s.zeroGrads()
 	}
 	var logits, loss *autograd.Var
 	var counted bool
