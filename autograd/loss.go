@@ -22,7 +22,7 @@ func CrossEntropy(logits *Var, target *tensor.Tensor, p kernels.CrossEntropyPara
 // CrossEntropyCount is CrossEntropy with a reduced loss (mean or sum)
 // that also keeps a trainer's running metrics on the device, in the same
 // launch on a backend with kernels.CrossEntropyCounter (CUDA, for up to
-// 64 rows): lossSum (F32, one element) gets lossSum + the loss, and acc
+// 256 rows): lossSum (F32, one element) gets lossSum + the loss, and acc
 // (F32 [N]) 1 more for each row whose first maximum is its target (NaN
 // counting as the maximum, as kernels.CountCorrect finds it). Elsewhere
 // it runs CrossEntropy, Binary Add and CountCorrect; the results are the
@@ -63,7 +63,7 @@ func countForward(loss, lv, tv *tensor.Tensor, p kernels.CrossEntropyParams, los
 // LinearCrossEntropyCount is CrossEntropyCount(Linear(x, w, b), …), a
 // linear classifier head and its counted loss, with the same graph,
 // values and gradients; on a backend with
-// kernels.LinearCrossEntropyCounter (CUDA, for up to 64 rows of small
+// kernels.LinearCrossEntropyCounter (CUDA, for up to 256 rows of small
 // heads) the logits, the loss, the metrics and the logits' gradient are
 // one launch. Operands in F32 with a 2-D x and no Autocast take it;
 // others run the two in turn.

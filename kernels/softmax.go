@@ -112,14 +112,14 @@ func CheckCrossEntropy(name string, loss, logits, target *T, p CrossEntropyParam
 // it, and acc (F32 [N]) CountCorrect's count of the rows of logits whose
 // first maximum is their target. Its results are bit for bit those of
 // CrossEntropy, Binary Add and CountCorrect in turn; a backend runs them
-// so where it has no fused path (CUDA: more than 64 rows).
+// so where it has no fused path (CUDA: more than 256 rows).
 type CrossEntropyCounter interface {
 	CrossEntropyCount(loss, logits, target *T, p CrossEntropyParams, lossSum, acc *T)
 }
 
 // CrossEntropyGradCounter is an optional Backend interface: a
 // CrossEntropyCount that also writes, in the same launch where the
-// backend can (CUDA: up to 64 rows, ce_small_count_grad), the gradient
+// backend can (CUDA: up to 256 rows, ce_small_count_grad), the gradient
 // of the loss with respect to the logits for a dloss of one — what
 // CrossEntropyBackward writes given a one, which is the gradient a
 // Backward of the loss itself sends it — so that such a backward needs
@@ -137,7 +137,7 @@ type CrossEntropyGradCounter interface {
 
 // LinearCrossEntropyCounter is an optional Backend interface: a linear
 // classifier head and its counted cross-entropy in one launch where the
-// backend can (CUDA: one block for up to 64 rows and small products,
+// backend can (CUDA: one block for up to 256 rows and small products,
 // linear_ce_small) — the logits x·wᵀ + b, then what
 // CrossEntropyGradCounter's CrossEntropyCountGrad writes from them (or
 // CrossEntropyCount's, without dlogits). The logits are MatMulBias's up

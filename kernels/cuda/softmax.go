@@ -190,9 +190,16 @@ func (d *Device) ceRows(s ceScratch, ploss cu.DevicePtr, logits *tensor.Tensor, 
 }
 
 // ceSmallRows is the most rows whose reduced cross-entropy runs in one
-// launch (ce_small: one block, a warp per row); more rows take a block
-// each and a reduction launch.
-const ceSmallRows = 64
+// launch (ce_small: one block, its warps taking the rows in turn); more
+// rows take a block each and a reduction launch. A trainer's batch of
+// 128 or 256 rows of a few classes is a few rows per warp of a block of
+// 1024 threads, quicker than two launches.
+const ceSmallRows = 256
+
+// ceSmallThreads is ce_small's block for n rows: a warp per row up to 32
+// warps. The loss sums the warps' partials in warp order, so the block
+// is a function of n alone (a replay and the eager call agree).
+func ceSmallThreads(n int) int { return min(1024, 32*max(1, n)) }
 
 // ceSmall is the one-launch forward of a reduced cross-entropy over at
 // most ceSmallRows rows, written into loss (ploss); with plsum and pacc
@@ -229,7 +236,7 @@ func (d *Device) ceSmall(ploss cu.DevicePtr, logits *tensor.Tensor, pt cu.Device
 	if pdx != 0 {
 		a.ptr(pdx)
 	}
-	return launchRaw(fn, [3]int{1, 1, 1}, [3]int{rowThreads, 1, 1}, 0, d.stream, &a)
+	return launchRaw(fn, [3]int{1, 1, 1}, [3]int{ceSmallThreads(n), 1, 1}, 0, d.stream, &a)
 }
 
 // CrossEntropyCount is a reduced CrossEntropy that also adds the loss to
@@ -513,5 +520,7 @@ func (d *Device) LinearCrossEntropyCount(logits, loss, x, w, b, target *tensor.T
 	a.ptr(ptrs[0]).ptr(ptrs[1]).ptr(ptrs[2]).ptr(ptrs[3]).ptr(ptrs[4]).ptr(pt)
 	a.i64(int64(m)).i64(int64(n)).i64(int64(k)).f32(float32(p.LabelSmoothing)).i64(p.IgnoreIndex).i32(flags)
 	a.ptr(ptrs[5]).ptr(ptrs[6]).ptr(ptrs[7])
-	return true, launchRaw(fn, [3]int{1, 1, 1}, [3]int{rowThreads, 1, 1}, 0, d.stream, &a)
+	// The block CrossEntropyCount's ce_small takes for m rows, so that
+	// the loss and counts are what it would write from these logits.
+	return true, launchRaw(fn, [3]int{1, 1, 1}, [3]int{ceSmallThreads(m), 1, 1}, 0, d.stream, &a)
 }
