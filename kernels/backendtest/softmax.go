@@ -148,7 +148,7 @@ func refCrossEntropy(x, tg []float64, n, c int, p kernels.CrossEntropyParams) (p
 func checkCrossEntropy(s *suite) {
 	// Rows: a few (one launch for a reduced loss on CUDA, ce_small) and
 	// more than ceSmallRows there (a block per row and a reduction).
-	for _, c := range [][2]int{{6, 5}, {3, 70}, {2, 300}, {100, 7}} {
+	for _, c := range [][2]int{{6, 5}, {3, 70}, {2, 300}, {100, 7}, {300, 7}} {
 		n, cl := c[0], c[1]
 		for _, p := range []kernels.CrossEntropyParams{
 			{},
@@ -219,7 +219,7 @@ func checkCrossEntropy(s *suite) {
 // ignored target; a few rows (CUDA's one launch) and more than 64.
 func checkCrossEntropyCount(s *suite) {
 	be := s.b.(kernels.CrossEntropyCounter)
-	for _, sz := range [][2]int{{6, 5}, {4, 70}, {100, 7}} {
+	for _, sz := range [][2]int{{6, 5}, {4, 70}, {100, 7}, {300, 7}} {
 		n, cl := sz[0], sz[1]
 		for _, p := range countParams {
 			for _, d := range s.floats("CrossEntropyCount") {
@@ -294,7 +294,7 @@ func checkCrossEntropyCount(s *suite) {
 func checkCrossEntropyCountGrad(s *suite) {
 	be := s.b.(kernels.CrossEntropyGradCounter)
 	cc, _ := s.b.(kernels.CrossEntropyCounter)
-	for _, sz := range [][2]int{{4, 4}, {6, 5}, {4, 70}, {64, 10}, {100, 7}} {
+	for _, sz := range [][2]int{{4, 4}, {6, 5}, {4, 70}, {64, 10}, {100, 7}, {300, 7}} {
 		n, cl := sz[0], sz[1]
 		for _, p := range countParams {
 			for _, d := range s.floats("CrossEntropyCountGrad") {
