@@ -375,7 +375,7 @@ func refCEGrad(x, tv []float64, n, c int, p kernels.CrossEntropyParams) []float6
 // without a bias and dlogits.
 func checkLinearCrossEntropyCount(s *suite) {
 	be := s.b.(kernels.LinearCrossEntropyCounter)
-	for _, sz := range [][3]int{{4, 16, 4}, {6, 10, 5}, {64, 32, 10}, {100, 8, 7}} {
+	for _, sz := range [][3]int{{4, 16, 4}, {6, 10, 5}, {64, 32, 10}, {100, 8, 7}, {128, 32, 10}, {300, 8, 7}} {
 		m, k, n := sz[0], sz[1], sz[2]
 		for pi, p := range countParams {
 			for _, bias := range []bool{true, false} {
