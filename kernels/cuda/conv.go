@@ -263,13 +263,23 @@ func (d *Device) conv2dBackwardWeight(op string, dw, x, dy *tensor.Tensor, p ker
 		if err != nil {
 			return err
 		}
+		chunks := directDWChunks(n, c.cout*k, d.sms, lanes)
+		// The launch adds the samples itself (its tail) where its chunks
+		// fit the device's counters, else sum_batches does.
+		var counters cu.DevicePtr
+		if chunks > 0 && chunks <= tailCounters {
+			counters = d.counters
+		}
 		var a args
 		a.ptr(pp).ptr(px).ptr(pdy).push(c.g.words()...).i32(int32(c.groups)).i32(int32(c.cout)).i32(int32(lanes))
-		chunks := directDWChunks(n, c.cout*k, d.sms, lanes)
+		a.ptr(pdw).i32(b2i(acc)).ptr(counters)
 		if chunks > 0 { // else sum_batches writes the empty sum (or adds it)
 			if err := launchRaw(fn, [3]int{n, chunks, 1}, [3]int{directThreads, 1, 1}, shmem, d.stream, &a); err != nil {
 				return err
 			}
+		}
+		if counters != 0 {
+			return nil
 		}
 		return d.sumBatches(sum, pdw, pp, n, int64(c.cout*k), acc)
 	}
@@ -379,6 +389,3 @@ func (d *Device) convDirect(op, name string, c *convPlan, total int64, a *args) 
 	}
 	return nil
 }
-
-// sumRows is sum_batches' rows of threads per block (SUM_ROWS).
-const sumRows = 8

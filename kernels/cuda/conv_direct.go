@@ -17,14 +17,19 @@ package cuda
 // Limits of the direct path: the weights within directWeights floats
 // (32 KiB of shared memory, forward and input gradient); the weight
 // gradient's sample (dy and x) within directSample floats (48 KiB, the
-// static limit of dynamic shared memory); every element count below
-// 2^31 (the kernels' 32-bit index arithmetic).
+// limit of a block's shared memory without opting in, less 64 bytes for
+// the kernel's own: its tail's flag); every element count below 2^31
+// (the kernels' 32-bit index arithmetic).
 const (
 	directWeights = 8192
-	directSample  = 12288
+	directSample  = 12288 - 16
 	directTile    = 8 // DC_TILE
 	directThreads = 256
 )
+
+// sumRows is sum_batches' rows of threads per block (SUM_ROWS in
+// src/conv.cu), whose order conv_direct_dw_f32's tail keeps.
+const sumRows = 8
 
 // directLanes is how many lanes of a warp sum one output of
 // conv_direct_dw_f32 over pixels output pixels: a power of two up to 32,

@@ -223,6 +223,68 @@ func dcWeightGrad(per, x, dy []float32, g dcGeom, lanes, chunks int, writes []in
 	}
 }
 
+// dcWeightGradTail runs conv_direct_dw_f32's tail for each chunk, as its
+// last block does: thread q < G of a round sums output base + q over
+// the n samples in sum_batches' order (sumRows partials of the rows
+// r, r + sumRows, …, then the partials in order) into dw, or adds it
+// with acc. writes counts the outputs' sums.
+func dcWeightGradTail(dw, per []float32, n, M, lanes, chunks int, acc bool, writes []int) {
+	G := directThreads / lanes
+	for by := 0; by < chunks; by++ {
+		for base := by * G; base < M; base += G * chunks {
+			for q := 0; q < directThreads; q++ {
+				o := base + q
+				if q >= G || o >= M {
+					continue
+				}
+				var t float32
+				for r := 0; r < sumRows; r++ {
+					var a float32
+					for b := r; b < n; b += sumRows {
+						a += per[b*M+o]
+					}
+					if r == 0 {
+						t = a
+					} else {
+						t += a
+					}
+				}
+				if acc {
+					dw[o] += t
+				} else {
+					dw[o] = t
+				}
+				writes[o]++
+			}
+		}
+	}
+}
+
+// sumBatchesGo is sum_batches in Go: column j's thread (x, y) sums rows
+// y, y + sumRows, … in order, then the sumRows partials are added in y
+// order; with acc the sum is added to d[j].
+func sumBatchesGo(d, s []float32, nb, m int, acc bool) {
+	for j := 0; j < m; j++ {
+		var part [sumRows]float32
+		for y := 0; y < sumRows; y++ {
+			var a float32
+			for b := y; b < nb; b += sumRows {
+				a += s[b*m+j]
+			}
+			part[y] = a
+		}
+		t := part[0]
+		for y := 1; y < sumRows; y++ {
+			t += part[y]
+		}
+		if acc {
+			d[j] += t
+		} else {
+			d[j] = t
+		}
+	}
+}
+
 // dcReference returns the forward (with bias), the input gradient and
 // the per-sample weight gradients [n, cout, kdim] of g in float64.
 func dcReference(g dcGeom, x, w, bias, dy []float32) (y, dx, per []float64) {
@@ -342,6 +404,28 @@ func TestDirectConvKernelsInGo(t *testing.T) {
 		for i, c := range writes {
 			if c != 1 {
 				t.Fatalf("%v: weight gradient output %d written %d times", g, i, c)
+			}
+		}
+		// The launch's tail: every output summed over the samples once,
+		// bit for bit as sum_batches sums it, written or added.
+		M := g.cout * kdim
+		chunks := directDWChunks(g.n, M, 132, lanes)
+		for _, acc := range []bool{false, true} {
+			dw, want := make([]float32, M), make([]float32, M)
+			for o := range dw {
+				dw[o] = float32(o%7) - 3
+				want[o] = dw[o]
+			}
+			tailWrites := make([]int, M)
+			dcWeightGradTail(dw, per, g.n, M, lanes, chunks, acc, tailWrites)
+			sumBatchesGo(want, per, g.n, M, acc)
+			for o := range dw {
+				if tailWrites[o] != 1 {
+					t.Fatalf("%v: the tail sums output %d %d times", g, o, tailWrites[o])
+				}
+				if math.Float32bits(dw[o]) != math.Float32bits(want[o]) {
+					t.Fatalf("%v acc %v: the tail's output %d is %v, sum_batches' %v", g, acc, o, dw[o], want[o])
+				}
 			}
 		}
 	}

@@ -431,14 +431,15 @@ extern "C" __global__ void conv_direct_dx_f32(float* dx, const float* dy, const 
 
 // conv_direct_dw_f32: per[n, co, k] = Σ_p dy[n, co, p] · x[n, g·cg + ci, tap
 // (i, j) of output pixel p] for k = (ci, i, j): the per-sample weight
-// gradients sum_batches then adds over the samples in order. Block
+// gradients, added over the samples in order by the launch's tail (with
+// counters) or by sum_batches after it. Block
 // (n, chunk) holds sample n's dy [cout, P] and x [cin, h, w] in dynamic
 // shared memory; each output is summed by `lanes` lanes of a warp (a
 // power of two up to 32) striding over the pixels, then added in a fixed
 // xor butterfly. Every thread of a block runs the same rounds, so that a
 // whole warp always takes part in the shuffles.
 extern "C" __global__ void conv_direct_dw_f32(float* per, const float* x, const float* dy, Conv g, int groups,
-                                              int cout, int lanes) {
+                                              int cout, int lanes, float* dw, int acc, int* counters) {
     extern __shared__ float sm[];
     const int cg = (int)g.cin / groups, og = cout / groups, kh = (int)g.kh, kw = (int)g.kw;
     const int kdim = cg * kh * kw, h = (int)g.h, w = (int)g.w, wo = (int)g.wo, P = (int)(g.ho * g.wo);
@@ -469,4 +470,31 @@ extern "C" __global__ void conv_direct_dw_f32(float* per, const float* x, const 
         for (int off = lanes >> 1; off > 0; off >>= 1) a += __shfl_xor_sync(0xffffffffu, a, off);
         if (o < M && lane == 0) per[(size_t)n * M + o] = a;
     }
+    if (counters == nullptr) return;  // sum_batches adds the samples
+    // The tail: the block that writes chunk y's outputs for the last of
+    // the gridDim.x samples (counted in counters[y] after a fence) adds
+    // them over the samples as sum_batches does, in its order (rows b ≡
+    // r mod SUM_ROWS in order, then the SUM_ROWS partials in r order; the
+    // per-sample values read from L2), into dw, or adds them to it with
+    // acc; then it sets counters[y] back to 0.
+    __shared__ int last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(counters + blockIdx.y, 1) == (int)gridDim.x - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    const int N = (int)gridDim.x;
+    for (int base = blockIdx.y * G; base < M; base += G * gridDim.y) {
+        const int o = base + (int)threadIdx.x;
+        if ((int)threadIdx.x >= G || o >= M) continue;
+        float t = 0.f;
+        for (int r = 0; r < SUM_ROWS; r++) {
+            float a = 0.f;
+            for (int b = r; b < N; b += SUM_ROWS) a += __ldcg(per + (size_t)b * M + o);
+            t = r == 0 ? a : t + a;
+        }
+        st(dw, o, acc ? acc_add(dw, o, t) : t);
+    }
+    if (threadIdx.x == 0) counters[blockIdx.y] = 0;
 }
