@@ -179,6 +179,13 @@ type W4Work struct {
 	EagerCalls     int     `json:"eager_calls"`
 	Replays        int     `json:"replays"`
 	CaptureSeconds float64 `json:"capture_seconds"`
+	// StepGraphNodes and ValidationGraphNodes are the launches (CUDA
+	// graph nodes on CUDA) of the most recently replayed training step
+	// and validation region of the environments' trainers, the largest
+	// over the environments at the end of the measured bare loop (0
+	// without capture): what a replay costs in launches.
+	StepGraphNodes       int `json:"step_graph_nodes"`
+	ValidationGraphNodes int `json:"validation_graph_nodes"`
 }
 
 // SeedTotals are the seed-epochs of the measured env-epochs (one per seed
@@ -447,6 +454,10 @@ func (r *w4Rig) step(work *W4Work) error {
 		work.Replays += c.Replays
 		work.CaptureSeconds += c.CaptureTime.Seconds()
 		r.wrap[i].captures = autograd.CaptureStats{}
+		if tr := e.Trainer(); tr != nil {
+			step, val := tr.GraphNodes()
+			work.StepGraphNodes, work.ValidationGraphNodes = max(work.StepGraphNodes, step), max(work.ValidationGraphNodes, val)
+		}
 	}
 	return nil
 }

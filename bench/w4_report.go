@@ -166,8 +166,8 @@ func BenchW4(stdout, stderr io.Writer, c Config, dev tensor.Device) error {
 		r.Bare.EnvEpochs, w.LiveSeeds, w.SeedParams, r.HostParams, r.PolicyParams, seeds, w.Germinations, total(w.Configs), total(w.Ablations), w.Rollbacks, w.Episodes)
 	fmt.Fprintf(stdout, "bare loop time: %.2f s, of which %.2f s in the policy's batched Act\n", r.Bare.Seconds, r.Bare.PolicySeconds)
 	if w := r.Work; w.Captures+w.EagerCalls+w.Replays > 0 {
-		fmt.Fprintf(stdout, "bare loop captured regions (the environments' trainers): %d replays, %d captures taking %.3f s, %d eager calls (warm-ups and fallbacks)\n",
-			w.Replays, w.Captures, w.CaptureSeconds, w.EagerCalls)
+		fmt.Fprintf(stdout, "bare loop captured regions (the environments' trainers): %d replays, %d captures taking %.3f s, %d eager calls (warm-ups and fallbacks); %d launches in a training step's graph, %d in a validation pass's\n",
+			w.Replays, w.Captures, w.CaptureSeconds, w.EagerCalls, w.StepGraphNodes, w.ValidationGraphNodes)
 	}
 	if peer != nil {
 		fmt.Fprintf(stdout, "pytorch bare loop time: %.2f s: policy %.2f s, training %.2f s, validation %.2f s, ablation passes %.2f s, fused counterfactual %.2f s\n",

@@ -321,7 +321,8 @@ func BenchmarkW4HostEpoch(b *testing.B) {
 }
 
 // TestW4CountsCaptures: with captured host steps the measured bare loop
-// reports its trainers' replays (and no capture figures without them).
+// reports its trainers' replays and their graphs' launches (and no
+// capture figures without them).
 func TestW4CountsCaptures(t *testing.T) {
 	for _, capture := range []bool{false, true} {
 		o := w4Tiny
@@ -332,9 +333,12 @@ func TestW4CountsCaptures(t *testing.T) {
 		w := r.Work
 		if !capture {
 			require.Zero(t, w.Captures+w.Replays+w.EagerCalls, "no captured regions")
+			require.Zero(t, w.StepGraphNodes+w.ValidationGraphNodes, "no graphs")
 			continue
 		}
 		require.Positive(t, w.Replays, "captured steps replay")
 		require.GreaterOrEqual(t, w.CaptureSeconds, 0.0)
+		require.Positive(t, w.StepGraphNodes, "a training step's graph")
+		require.Positive(t, w.ValidationGraphNodes, "a validation graph")
 	}
 }

@@ -1047,15 +1047,18 @@ func (t *Trainer) emitEpoch(r EpochReport) {
 }
 
 // GraphNodes returns the launch counts (CUDA graph nodes on CUDA) of
-// the latest captured training step and validation batch; 0 for one not
+// the latest captured training step and validation graph; 0 for one not
 // captured (yet, or without TrainerOptions.Capture). An epoch replays
-// the step once per training batch and the validation graph once per
-// validation batch.
+// the step once per training batch; the validation graph is a whole
+// validation pass where the validation data are fixed views on the
+// device (replayed once per pass), else a batch (once per batch).
 func (t *Trainer) GraphNodes() (step, validation int) {
 	if c := t.step.captured; c != nil {
 		step = c.Launches()
 	}
-	if c := t.eval.captured; c != nil {
+	if c := t.eval.pass; c != nil && c.Launches() > 0 {
+		validation = c.Launches()
+	} else if c := t.eval.captured; c != nil {
 		validation = c.Launches()
 	}
 	return step, validation
