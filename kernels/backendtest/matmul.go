@@ -210,11 +210,12 @@ func checkGradAccumulator(s *suite) {
 
 // checkLinearGradAccumulator: LinearGradAdd adds gᵀ·x to dw and the
 // column sums of g to db (or leaves db out), on shapes from W1's layer
-// (g [4, 4], x [4, 16]) to ones past a GPU's one-launch range (70 rows).
+// (g [4, 4], x [4, 16]) and W4's head (128 rows) to ones past a GPU's
+// one-launch range (300 rows; 70·20·60 products).
 func checkLinearGradAccumulator(s *suite) {
 	la := s.b.(kernels.LinearGradAccumulator)
 	for _, d := range s.floats("LinearGradAdd", tensor.F64, tensor.F32) {
-		for _, sh := range [][3]int{{4, 4, 16}, {5, 3, 7}, {32, 10, 20}, {70, 20, 33}, {1, 200, 3}} {
+		for _, sh := range [][3]int{{4, 4, 16}, {5, 3, 7}, {32, 10, 20}, {70, 20, 33}, {1, 200, 3}, {128, 10, 32}, {300, 10, 8}, {70, 20, 60}} {
 			m, n, k := sh[0], sh[1], sh[2]
 			for _, bias := range []bool{true, false} {
 				g, gv := s.in(d, m, n)

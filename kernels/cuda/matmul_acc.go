@@ -119,9 +119,11 @@ func (b *Backend) LinearGradAdd(dw, db, g, x *T) {
 
 // LinearGradAdd adds gᵀ·x to dw [N, K] and the column sums of g to db
 // [N] (nil: none) for g [M, N] and x [M, K], F32 and contiguous: one
-// linear_grad_add_f32 launch when M is at most gemmSmallWarpK and
-// M·N·K at most gemmSmallMACs (a small layer's step, where each launch
-// is a graph node of its own), else MatMulAdd and SumRowsAdd.
+// linear_grad_add_f32 launch when M is at most gemmSmallK and M·N·K at
+// most gemmSmallMACs (a small layer's step, where each launch is a graph
+// node of its own: a thread walking 256 rows takes a few microseconds,
+// a cuBLAS product and a column sum two nodes), else MatMulAdd and
+// SumRowsAdd.
 func (d *Device) LinearGradAdd(dw, db, g, x *tensor.Tensor, prec Precision) error {
 	const op = "LinearGradAdd"
 	if dw == nil || g == nil || x == nil {
@@ -145,7 +147,7 @@ func (d *Device) LinearGradAdd(dw, db, g, x *tensor.Tensor, prec Precision) erro
 	if err := onlyF32(op, ts...); err != nil {
 		return err
 	}
-	if m > gemmSmallWarpK || m*n*k > gemmSmallMACs {
+	if m > gemmSmallK || m*n*k > gemmSmallMACs {
 		if err := d.MatMulAdd(dw, g, x, true, false, prec); err != nil {
 			return err
 		}
