@@ -130,9 +130,6 @@ func (o linearOperands) record(out2 *tensor.Tensor, relu bool) *Var {
 			}
 			dt := wv.DType()
 			grads := bufs.grads[:nIn]
-			if needs(x) {
-				grads[0] = matmulT(g2, wv, false, false, dt).Reshape(xs...)
-			}
 			// The weight and bias gradients go straight into their Grad
 			// where Backward offers it and the backend can add there.
 			acc, _ := backendOf(g2).(kernels.GradAccumulator)
@@ -142,6 +139,18 @@ func (o linearOperands) record(out2 *tensor.Tensor, relu bool) *Var {
 			sw, sb := bufs.sink[1], bufs.sink[2]
 			if b == nil || sb == nil || sb.DType() != dt || !needs(b) {
 				sb = nil
+			}
+			if lb, ok := acc.(kernels.LinearBackwardAdder); ok && needs(x) && needs(w) && sw != nil && (sb != nil || b == nil || !needs(b)) &&
+				x2.IsContiguous() && wv.IsContiguous() {
+				// The input's gradient with the weight's and the bias's:
+				// one launch for a small layer on a GPU.
+				dx := alloc(g2, dt, m, wv.Shape()[1])
+				lb.LinearBackwardAdd(dx, sw, sb, g2, x2, wv)
+				grads[0] = dx.Reshape(xs...)
+				return grads
+			}
+			if needs(x) {
+				grads[0] = matmulT(g2, wv, false, false, dt).Reshape(xs...)
 			}
 			if la, ok := acc.(kernels.LinearGradAccumulator); ok && needs(w) && sw != nil && (sb != nil || b == nil || !needs(b)) {
 				// Both (or the weight's alone) in one call: one launch

@@ -35,14 +35,26 @@ func (b linearGradCounter) LinearGradAdd(dw, db, g, x *tensor.Tensor) {
 	b.Backend.(kernels.LinearGradAccumulator).LinearGradAdd(dw, db, g, x)
 }
 
+// linearBackwardCounter adds kernels.LinearBackwardAdder, counted, to a
+// linearGradCounter.
+type linearBackwardCounter struct {
+	linearGradCounter
+	linearBackward *int
+}
+
+func (b linearBackwardCounter) LinearBackwardAdd(dx, dw, db, g, x, w *tensor.Tensor) {
+	*b.linearBackward++
+	b.Backend.(kernels.LinearBackwardAdder).LinearBackwardAdd(dx, dw, db, g, x, w)
+}
+
 // TestLinearGradsInOneCall: a Linear whose weight and bias already have
 // a Grad gets both gradients added by one LinearGradAdd per backward on
 // a backend with kernels.LinearGradAccumulator (one launch for a small
 // layer on a GPU), with or without a bias, instead of MatMulAdd and
 // SumRowsAdd; the input's gradient (x is a Param here) stays a product
-// of its own. The gradients are bit for bit those of the two calls and
-// of the CPU, over two backwards accumulating onto Grads that start
-// non-zero.
+// of its own, or comes in the same call with kernels.LinearBackwardAdder.
+// The gradients are bit for bit those of the two calls and of the CPU,
+// over two backwards accumulating onto Grads that start non-zero.
 func TestLinearGradsInOneCall(t *testing.T) {
 	dev := tensor.Sim(6)
 	orig := kernels.For(dev)
@@ -94,6 +106,17 @@ func TestLinearGradsInOneCall(t *testing.T) {
 		require.Equal(t, 2*btoi(bias), two.sumRowsAdd, "bias %v", bias)
 		require.Equal(t, 2, one.linearGradAdd, "bias %v: one call per backward", bias)
 		require.Zero(t, one.matmulAdd+one.sumRowsAdd, "bias %v", bias)
+
+		// With kernels.LinearBackwardAdder the input's gradient comes in
+		// the same call, bit for bit the same.
+		calls := 0
+		whole := linearBackwardCounter{linearGradCounter{&gradAccCounter{Backend: orig}}, &calls}
+		kernels.Register(whole)
+		gotWhole := run(dev)
+		kernels.Register(orig)
+		require.Equal(t, want, gotWhole, "bias %v: the whole backward in one call", bias)
+		require.Equal(t, 2, calls, "bias %v: one LinearBackwardAdd per backward", bias)
+		require.Zero(t, whole.linearGradAdd+whole.matmulAdd+whole.sumRowsAdd, "bias %v", bias)
 	}
 }
 

@@ -70,6 +70,21 @@ type LinearGradAccumulator interface {
 	LinearGradAdd(dw, db, g, x *T)
 }
 
+// LinearBackwardAdder is an optional Backend interface: a linear
+// layer's whole backward in one launch where the shapes are small (CUDA,
+// F32): the input gradient with the weight and bias gradients added.
+// autograd's Linear uses it when the input, the weight and the bias (if
+// any) all take gradients.
+type LinearBackwardAdder interface {
+	// LinearBackwardAdd writes dx [M, K] = g·w and adds gᵀ·x to dw
+	// [N, K] and the column sums of g to db [N] (nil: no bias), for g
+	// [M, N], x [M, K] and w [N, K], all contiguous in one dtype, F32 or
+	// F64: MatMul(dx, g, w, false, false), then LinearGradAdd, which is
+	// what the CPU runs; another backend's single launch may sum in
+	// another order, as its MatMul and LinearGradAdd may.
+	LinearBackwardAdd(dx, dw, db, g, x, w *T)
+}
+
 // LaunchBounder is implemented by a backend whose launches cost more
 // than copying a small layer's weights (a GPU, where each launch takes
 // microseconds of host and device time): autograd.LinearStack joins the

@@ -14,6 +14,7 @@ var matmulCases = []conformance{
 	of(checkSetMatmulPrecision, "SetMatmulPrecision"),
 	optional[kernels.GradAccumulator](checkGradAccumulator, "MatMulAdd", "SumRowsAdd"),
 	optional[kernels.LinearGradAccumulator](checkLinearGradAccumulator, "LinearGradAdd"),
+	optional[kernels.LinearBackwardAdder](checkLinearBackwardAdder, "LinearBackwardAdd"),
 }
 
 // product is a product's shapes: a and b as stored, dst, and the flags.
@@ -250,6 +251,66 @@ func checkLinearGradAccumulator(s *suite) {
 				s.check(call{what: what, launch: func() { la.LinearGradAdd(dw, db, g, x) }, writes: []*T{dw, db}}, func(got [][]float64) {
 					s.close(what+" dw", got[0], want, 2*tol(d))
 					s.close(what+" db", got[1], wantB, 2*tol(d))
+				})
+			}
+		}
+	}
+}
+
+// checkLinearBackwardAdder: LinearBackwardAdd writes dx = g·w and adds
+// gᵀ·x to dw and the column sums of g to db (or leaves db out), on W1's
+// and W4's head shapes and past a GPU's one-launch range.
+func checkLinearBackwardAdder(s *suite) {
+	lb := s.b.(kernels.LinearBackwardAdder)
+	for _, d := range s.floats("LinearBackwardAdd", tensor.F64, tensor.F32) {
+		for _, sh := range [][3]int{{4, 4, 16}, {128, 10, 32}, {5, 3, 7}, {300, 10, 8}} {
+			m, n, k := sh[0], sh[1], sh[2]
+			for _, bias := range []bool{true, false} {
+				g, gv := s.in(d, m, n)
+				x, xv := s.in(d, m, k)
+				w, wv := s.in(d, n, k)
+				dw, dwv := s.in(d, n, k)
+				dx := s.out(d, m, k)
+				wantDx := make([]float64, m*k)
+				for i := 0; i < m; i++ {
+					for p := 0; p < k; p++ {
+						for j := 0; j < n; j++ {
+							wantDx[i*k+p] += gv[i*n+j] * wv[j*k+p]
+						}
+					}
+				}
+				wantW := make([]float64, n*k)
+				for j := 0; j < n; j++ {
+					for p := 0; p < k; p++ {
+						sum := dwv[j*k+p]
+						for i := 0; i < m; i++ {
+							sum += gv[i*n+j] * xv[i*k+p]
+						}
+						wantW[j*k+p] = sum
+					}
+				}
+				var db *T
+				var wantB []float64
+				writes := []*T{dx, dw}
+				if bias {
+					var dbv []float64
+					db, dbv = s.in(d, n)
+					wantB = make([]float64, n)
+					for j := range wantB {
+						wantB[j] = dbv[j]
+						for i := 0; i < m; i++ {
+							wantB[j] += gv[i*n+j]
+						}
+					}
+					writes = append(writes, db)
+				}
+				what := name("LinearBackwardAdd", d, sh, bias)
+				s.check(call{what: what, launch: func() { lb.LinearBackwardAdd(dx, dw, db, g, x, w) }, writes: writes}, func(got [][]float64) {
+					s.close(what+" dx", got[0], wantDx, 2*tol(d))
+					s.close(what+" dw", got[1], wantW, 2*tol(d))
+					if bias {
+						s.close(what+" db", got[2], wantB, 2*tol(d))
+					}
 				})
 			}
 		}

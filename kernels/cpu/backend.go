@@ -28,6 +28,7 @@ func Default() *Backend { return def }
 // its fused kernels (ForeachStepper is the CUDA backend's alone).
 var (
 	_ kernels.Backend              = (*Backend)(nil)
+	_ kernels.LinearBackwardAdder  = (*Backend)(nil)
 	_ kernels.ConvAffineActer      = (*Backend)(nil)
 	_ kernels.ConvAffineActPooler  = (*Backend)(nil)
 	_ kernels.BatchNormReluer      = (*Backend)(nil)

@@ -375,6 +375,19 @@ func sumRowsAdd[F tensor.Float](d, x []F, m, n int) {
 	}
 }
 
+// LinearBackwardAdd implements kernels.LinearBackwardAdder: MatMul(dx,
+// g, w, false, false), then LinearGradAdd; the results are those ops'
+// bit for bit.
+func (be *Backend) LinearBackwardAdd(dx, dw, db, g, x, w *T) {
+	const name = "LinearBackwardAdd"
+	needCPU(name, dx, dw, db, g, x, w)
+	if dx == nil || w == nil {
+		fail(name, "dx and w are required")
+	}
+	be.MatMul(dx, g, w, false, false)
+	be.LinearGradAdd(dw, db, g, x)
+}
+
 // LinearGradAdd implements kernels.LinearGradAccumulator: MatMulAdd(dw,
 // g, x, true, false), then SumRowsAdd(db, g) when db is not nil. The CPU
 // has no launch to save; the results are those two ops' bit for bit.

@@ -22,6 +22,7 @@ import (
 var (
 	_ kernels.GradAccumulator       = (*Backend)(nil)
 	_ kernels.LinearGradAccumulator = (*Backend)(nil)
+	_ kernels.LinearBackwardAdder   = (*Backend)(nil)
 )
 
 // MatMulAdd implements kernels.GradAccumulator (F32, in the precision
@@ -178,6 +179,78 @@ func (d *Device) LinearGradAdd(dw, db, g, x *tensor.Tensor, prec Precision) erro
 	var ar args
 	ar.ptr(ptrs[0]).ptr(ptrs[1]).ptr(ptrs[2]).ptr(ptrs[3]).i64(int64(m)).i64(int64(n)).i64(int64(k))
 	return d.launch1D("linear_grad_add_f32", int64(n*k+n), &ar)
+}
+
+// LinearBackwardAdd implements kernels.LinearBackwardAdder (F32).
+func (b *Backend) LinearBackwardAdd(dx, dw, db, g, x, w *T) {
+	must(b.d.LinearBackwardAdd(dx, dw, db, g, x, w, b.precision()))
+}
+
+// LinearBackwardAdd writes dx [M, K] = g·w and adds gᵀ·x to dw [N, K]
+// and the column sums of g to db [N] (nil: none), F32 and contiguous:
+// one linear_bwd_small_f32 launch in LinearGradAdd's one-launch range
+// with M·K at most gemmSmallMACs, else MatMul and LinearGradAdd.
+func (d *Device) LinearBackwardAdd(dx, dw, db, g, x, w *tensor.Tensor, prec Precision) error {
+	const op = "LinearBackwardAdd"
+	if dx == nil || dw == nil || g == nil || x == nil || w == nil {
+		return fmt.Errorf("cuda: %s: dx, dw, g, x and w are required (db may be nil)", op)
+	}
+	gs, xs := g.Shape(), x.Shape()
+	if len(gs) != 2 || len(xs) != 2 || gs[0] != xs[0] {
+		return fmt.Errorf("cuda: %s: g %v and x %v: want [M, N] and [M, K]", op, gs, xs)
+	}
+	m, n, k := gs[0], gs[1], xs[1]
+	for _, c := range []struct {
+		what  string
+		t     *tensor.Tensor
+		shape []int
+	}{{"dx", dx, []int{m, k}}, {"dw", dw, []int{n, k}}, {"w", w, []int{n, k}}} {
+		if err := checked(kernels.CheckSameShape(op, c.what, c.t, c.shape)); err != nil {
+			return err
+		}
+	}
+	ts := []*tensor.Tensor{dx, dw, g, x, w}
+	if db != nil {
+		if err := checked(kernels.CheckSameShape(op, "db", db, []int{n})); err != nil {
+			return err
+		}
+		ts = append(ts, db)
+	}
+	if err := onlyF32(op, ts...); err != nil {
+		return err
+	}
+	if m > gemmSmallK || m*n*k > gemmSmallMACs || m*k > gemmSmallMACs || n > gemmSmallK {
+		if err := d.MatMul(dx, g, w, false, false, prec); err != nil {
+			return err
+		}
+		return d.LinearGradAdd(dw, db, g, x, prec)
+	}
+	var ptrs [6]cu.DevicePtr
+	for i, o := range []struct {
+		what string
+		t    *tensor.Tensor
+	}{{"dx", dx}, {"dw", dw}, {"db", db}, {"g", g}, {"x", x}, {"w", w}} {
+		if o.t == nil {
+			continue
+		}
+		p, err := d.ptrOf(op, o.what, o.t, tensor.F32)
+		if err != nil {
+			return err
+		}
+		ptrs[i] = p
+	}
+	total := int64(n*k + m*k)
+	if db != nil {
+		total += int64(n)
+	}
+	if total == 0 {
+		return nil
+	}
+	release := d.enter()
+	defer release()
+	var ar args
+	ar.ptr(ptrs[0]).ptr(ptrs[1]).ptr(ptrs[2]).ptr(ptrs[3]).ptr(ptrs[4]).ptr(ptrs[5]).i64(int64(m)).i64(int64(n)).i64(int64(k))
+	return d.launch1D("linear_bwd_small_f32", total, &ar)
 }
 
 // onlyF32 is the dtype rule of GradAccumulator and ChannelAxpyer on

@@ -235,6 +235,12 @@ func (sb *Backend) ScatterAdd(dst *kernels.T, axis int, index *kernels.T, src *k
 	sb.cpu.(kernels.IndexFamily).ScatterAdd(tensor.BackendView(dst), axis, tensor.BackendView(index), tensor.BackendView(src))
 }
 
+// LinearBackwardAdd implements kernels.LinearBackwardAdder on the CPU kernels.
+func (sb *Backend) LinearBackwardAdd(dx *kernels.T, dw *kernels.T, db *kernels.T, g *kernels.T, x *kernels.T, w *kernels.T) {
+	sb.check("LinearBackwardAdd", []*tensor.Tensor{dx, dw, db, g, x, w}, nil)
+	sb.cpu.(kernels.LinearBackwardAdder).LinearBackwardAdd(tensor.BackendView(dx), tensor.BackendView(dw), tensor.BackendView(db), tensor.BackendView(g), tensor.BackendView(x), tensor.BackendView(w))
+}
+
 // LinearCrossEntropyCount implements kernels.LinearCrossEntropyCounter on the CPU kernels.
 func (sb *Backend) LinearCrossEntropyCount(logits *kernels.T, loss *kernels.T, x *kernels.T, w *kernels.T, b *kernels.T, target *kernels.T, p kernels.CrossEntropyParams, lossSum *kernels.T, acc *kernels.T, dlogits *kernels.T) bool {
 	sb.check("LinearCrossEntropyCount", []*tensor.Tensor{logits, loss, x, w, b, target, lossSum, acc, dlogits}, nil)
@@ -545,6 +551,7 @@ var (
 	_ kernels.GraphMultiAggregator      = (*Backend)(nil)
 	_ kernels.GroupNormReluer           = (*Backend)(nil)
 	_ kernels.IndexFamily               = (*Backend)(nil)
+	_ kernels.LinearBackwardAdder       = (*Backend)(nil)
 	_ kernels.LinearCrossEntropyCounter = (*Backend)(nil)
 	_ kernels.LinearGradAccumulator     = (*Backend)(nil)
 	_ kernels.MatMulFamily              = (*Backend)(nil)

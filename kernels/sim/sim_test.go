@@ -125,6 +125,7 @@ func TestOptionalInterfacesMatchCPU(t *testing.T) {
 		"GraphAggregator":           reflect.TypeFor[kernels.GraphAggregator](),
 		"GraphMultiAggregator":      reflect.TypeFor[kernels.GraphMultiAggregator](),
 		"GatherSummer":              reflect.TypeFor[kernels.GatherSummer](),
+		"LinearBackwardAdder":       reflect.TypeFor[kernels.LinearBackwardAdder](),
 		"CrossEntropyCounter":       reflect.TypeFor[kernels.CrossEntropyCounter](),
 		"CrossEntropyGradCounter":   reflect.TypeFor[kernels.CrossEntropyGradCounter](),
 		"LinearCrossEntropyCounter": reflect.TypeFor[kernels.LinearCrossEntropyCounter](),

@@ -60,21 +60,44 @@ __global__ void sum_rows_add_f32(float* d, const float* x, int64_t m, int64_t n)
 // adds db[j] += Σ_i g[i, j], summed in fp64 and rounded once to fp32
 // (as sum_rows_add_f32 rounds). db null: no bias. For small m (the
 // host's choice): MatMulAdd and SumRowsAdd would be two graph nodes.
+__device__ __forceinline__ void linear_grad_at(float* dw, float* db, const float* g, const float* x, int64_t m,
+                                               int64_t n, int64_t k, int64_t e) {
+    const int64_t nk = n * k;
+    if (e < nk) {
+        int64_t j = e / k, p = e % k;
+        float v = 0.f;
+        for (int64_t i = 0; i < m; i++) v = fmaf(g[i * n + j], x[i * k + p], v);
+        dw[e] = __fadd_rn(dw[e], v);
+    } else {
+        int64_t j = e - nk;
+        double s = 0.0;
+        for (int64_t i = 0; i < m; i++) s += (double)g[i * n + j];
+        db[j] = __fadd_rn(db[j], (float)s);
+    }
+}
+
 __global__ void linear_grad_add_f32(float* dw, float* db, const float* g, const float* x, int64_t m, int64_t n,
                                     int64_t k) {
-    int64_t nk = n * k;
-    GRID_STRIDE(e, nk + (db ? n : 0)) {
-        if (e < nk) {
-            int64_t j = e / k, p = e % k;
-            float v = 0.f;
-            for (int64_t i = 0; i < m; i++) v = fmaf(g[i * n + j], x[i * k + p], v);
-            dw[e] = __fadd_rn(dw[e], v);
-        } else {
-            int64_t j = e - nk;
-            double s = 0.0;
-            for (int64_t i = 0; i < m; i++) s += (double)g[i * n + j];
-            db[j] = __fadd_rn(db[j], (float)s);
+    GRID_STRIDE(e, n * k + (db ? n : 0)) linear_grad_at(dw, db, g, x, m, n, k, e);
+}
+
+// linear_bwd_small_f32 is a small linear layer's whole backward in one
+// launch (kernels.LinearBackwardAdder): threads below n·k (+ n with db)
+// add the weight and bias gradients as linear_grad_add_f32 does, and
+// the others write dx[i, p] = Σ_j g[i, j]·w[j, p] (j in order, fma in
+// fp32, as gemm_small_f32 sums g·w).
+__global__ void linear_bwd_small_f32(float* dx, float* dw, float* db, const float* g, const float* x, const float* w,
+                                     int64_t m, int64_t n, int64_t k) {
+    const int64_t grads = n * k + (db ? n : 0);
+    GRID_STRIDE(e, grads + m * k) {
+        if (e < grads) {
+            linear_grad_at(dw, db, g, x, m, n, k, e);
+            continue;
         }
+        const int64_t q = e - grads, i = q / k, p = q % k;
+        float v = 0.f;
+        for (int64_t j = 0; j < n; j++) v = fmaf(g[i * n + j], w[j * k + p], v);
+        dx[q] = v;
     }
 }
 
