@@ -566,8 +566,15 @@ func (p *Policy) run(gt *graphTensors) *PolicyOutput {
 		Unfused: func() *autograd.Var { return autograd.IndexSelect(glob, 0, gt.slotGraph) }}})
 	scores := autograd.Reshape(p.heads[leyline.HeadSlot].forward(ptrIn), gt.n[NodeSlot])
 	res.SlotScores = scores
-	zero := autograd.Const(gt.zero)
-	padded := autograd.IndexSelect(autograd.Concat([]*autograd.Var{scores, zero}, 0), 0, gt.slotPad)
+	// The slot logits [B, maxSlots], a graph's missing slots 0. When
+	// every graph has maxSlots slots (known from the shapes alone, so a
+	// captured forward replays it for any such graph) the padding is the
+	// identity, and the scores are the logits as they stand.
+	padded := scores
+	if gt.n[NodeSlot] != gt.b*gt.maxSlots {
+		zero := autograd.Const(gt.zero)
+		padded = autograd.IndexSelect(autograd.Concat([]*autograd.Var{scores, zero}, 0), 0, gt.slotPad)
+	}
 	res.Logits[leyline.HeadSlot] = autograd.Reshape(padded, gt.b, gt.maxSlots)
 	res.Value = autograd.Reshape(p.value.forward(glob), gt.b)
 	return res

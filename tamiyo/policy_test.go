@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/esper-go/esper/autograd"
 	"github.com/esper-go/esper/internal/testdevice"
 	"github.com/esper-go/esper/leyline"
@@ -289,4 +291,29 @@ func TestPolicyForwardPanicsWithGuidance(t *testing.T) {
 		}
 	}()
 	mustPolicy(t, smallOptions(tensor.F32)).Forward(nil)
+}
+
+// TestSlotLogitsWithoutPadding: when every graph of a batch has the most
+// slots the slot logits are the slot scores themselves (no padding
+// gather); with fewer slots in a graph its missing slots are 0 and the
+// others its scores. The same policy gives a graph's logits alike in
+// either batch.
+func TestSlotLogitsWithoutPadding(t *testing.T) {
+	p := newPolicy(t, smallOptions(tensor.F32))
+	p.SetTraining(false)
+	full, err := BuildGraphBatch([]GraphInput{testInput(t, 3, 0), testInput(t, 3, 1)})
+	require.NoError(t, err)
+	out, err := p.Run(full)
+	require.NoError(t, err)
+	require.Equal(t, []int{2, 3}, out.Logits[leyline.HeadSlot].Shape())
+	require.Equal(t, out.SlotScores.Value.Float64s(), out.Logits[leyline.HeadSlot].Value.Float64s())
+
+	mixed, err := BuildGraphBatch([]GraphInput{testInput(t, 3, 0), testInput(t, 1, 1)})
+	require.NoError(t, err)
+	outM, err := p.Run(mixed)
+	require.NoError(t, err)
+	lm := outM.Logits[leyline.HeadSlot].Value.Float64s()
+	sm := outM.SlotScores.Value.Float64s()
+	require.Equal(t, []float64{sm[0], sm[1], sm[2], sm[3], 0, 0}, lm)
+	require.Equal(t, out.Logits[leyline.HeadSlot].Value.Float64s()[:3], lm[:3], "graph 0 alike in both batches")
 }
