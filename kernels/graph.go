@@ -352,6 +352,31 @@ type GatherSummer interface {
 	GatherSum(out *T, xs, src, rowPtr, order, biases []*T, s float64, act UnaryOp, res *T)
 }
 
+// gatherPiece checks piece i of a GatherConcat or GatherSum into nd
+// destination nodes: xs[i] of dtype dt and cols columns (-1: any), read
+// by shape (rows2, or strided2 where a row-strided view will do), with
+// [Ns, cols] rows over a CSR (src[i], rowPtr[i] and order[i], all three
+// given) or [nd, cols] without one (all three nil). Col is left 0.
+func gatherPiece(name string, i int, xs, src, rowPtr, order []*T, nd int, dt tensor.DType, cols int,
+	shape func(name, what string, t *T, dt tensor.DType, rows, cols int) (int, int, error)) (GatherBlock, error) {
+	csr := src[i] != nil || rowPtr[i] != nil || order[i] != nil
+	rows := nd
+	if csr {
+		rows = -1
+	}
+	ns, w, err := shape(name, fmt.Sprintf("xs[%d]", i), xs[i], dt, rows, cols)
+	if err != nil {
+		return GatherBlock{}, err
+	}
+	p := GatherBlock{Width: w, Gathered: csr, Src: ns}
+	if csr {
+		if p.Edges, err = checkCSR(fmt.Sprintf("%s: piece %d", name, i), src[i], rowPtr[i], order[i], nd); err != nil {
+			return GatherBlock{}, err
+		}
+	}
+	return p, nil
+}
+
 // CheckGatherSum checks a GatherSum and returns its pieces (Col 0,
 // Width C, and Gathered, Src and Edges as CheckGatherConcat finds them):
 // out a contiguous [Nd, C] float tensor; each xs[i] of out's dtype,
@@ -375,22 +400,10 @@ func CheckGatherSum(name string, out *T, xs, src, rowPtr, order, biases []*T, re
 		return nil, fmt.Errorf("%s: %d inputs with %d src, %d rowPtr and %d order entries", name, len(xs), len(src), len(rowPtr), len(order))
 	}
 	pieces := make([]GatherBlock, len(xs))
-	for i, x := range xs {
-		what := fmt.Sprintf("xs[%d]", i)
-		csr := src[i] != nil || rowPtr[i] != nil || order[i] != nil
-		rows := nd
-		if csr {
-			rows = -1
-		}
-		ns, _, err := strided2(name, what, x, dt, rows, c)
+	for i := range xs {
+		p, err := gatherPiece(name, i, xs, src, rowPtr, order, nd, dt, c, strided2)
 		if err != nil {
 			return nil, err
-		}
-		p := GatherBlock{Width: c, Gathered: csr, Src: ns}
-		if csr {
-			if p.Edges, err = checkCSR(fmt.Sprintf("%s: piece %d", name, i), src[i], rowPtr[i], order[i], nd); err != nil {
-				return nil, err
-			}
 		}
 		pieces[i] = p
 	}
@@ -487,25 +500,14 @@ func CheckGatherConcat(name string, out *T, xs, src, rowPtr, order []*T, ones in
 	}
 	pieces := make([]GatherBlock, len(xs))
 	col := 0
-	for i, x := range xs {
-		what := fmt.Sprintf("xs[%d]", i)
-		csr := src[i] != nil || rowPtr[i] != nil || order[i] != nil
-		rows := nd
-		if csr {
-			rows = -1
-		}
-		ns, xw, err := rows2(name, what, x, dt, rows, -1)
+	for i := range xs {
+		p, err := gatherPiece(name, i, xs, src, rowPtr, order, nd, dt, -1, rows2)
 		if err != nil {
 			return nil, err
 		}
-		p := GatherBlock{Col: col, Width: xw, Gathered: csr, Src: ns}
-		if csr {
-			if p.Edges, err = checkCSR(fmt.Sprintf("%s: piece %d", name, i), src[i], rowPtr[i], order[i], nd); err != nil {
-				return nil, err
-			}
-		}
+		p.Col = col
 		pieces[i] = p
-		col += xw
+		col += p.Width
 	}
 	if col+ones != w {
 		return nil, fmt.Errorf("%s: out has %d columns, the pieces %d and ones %d", name, w, col, ones)

@@ -297,16 +297,10 @@ func gatherConcatPrep[F tensor.Float](pieces []kernels.GatherBlock, out *T, xs, 
 	var s stage
 	o := tensor.Data[F](out)
 	nd, w := out.Shape()[0], out.Shape()[1]
-	type piece struct {
-		kernels.GatherBlock
-		x                  []F
-		src, rowPtr, order []int64
-		seen               []bool
-	}
-	ps := make([]piece, len(pieces))
+	ps := make([]gatherPart[F], len(pieces))
 	cost := ones
 	for i, p := range pieces {
-		ps[i] = piece{GatherBlock: p, x: in[F](&s, xs[i])}
+		ps[i] = gatherPart[F]{GatherBlock: p, x: in[F](&s, xs[i])}
 		if p.Gathered {
 			ps[i].src, ps[i].rowPtr, ps[i].order = tensor.Data[int64](src[i]), tensor.Data[int64](rowPtr[i]), tensor.Data[int64](order[i])
 			ps[i].seen = make([]bool, p.Edges)
@@ -336,11 +330,29 @@ func gatherConcatPrep[F tensor.Float](pieces []kernels.GatherBlock, out *T, xs, 
 			}
 		}
 	}
+	return gatherLaunch("GatherConcat", &s, ps, nd, cost, body)
+}
+
+// gatherPart is a piece of a GatherConcat or GatherSum as its launch
+// reads it: x's elements (rows ld apart, GatherSum's), and for a
+// gathered piece its CSR and the edges seen by CheckCSRValues.
+type gatherPart[F tensor.Float] struct {
+	kernels.GatherBlock
+	x                  []F
+	ld                 int
+	src, rowPtr, order []int64
+	seen               []bool
+}
+
+// gatherLaunch is the launch of a GatherConcat or GatherSum over nd
+// nodes: the staged inputs loaded, every gathered piece's CSR values
+// checked, then body over the nodes.
+func gatherLaunch[F tensor.Float](name string, s *stage, ps []gatherPart[F], nd, cost int, body func(lo, hi int)) func() {
 	return func() {
 		s.load()
 		for _, p := range ps {
 			if p.Gathered {
-				must(kernels.CheckCSRValues("GatherConcat", p.src, p.rowPtr, p.order, p.Src, p.seen))
+				must(kernels.CheckCSRValues(name, p.src, p.rowPtr, p.order, p.Src, p.seen))
 			}
 		}
 		parallelFor(nd, max(1, cost), body)
@@ -387,18 +399,11 @@ func gatherSumPrep[F tensor.Float](pieces []kernels.GatherBlock, out *T, xs, src
 	var s stage
 	o := tensor.Data[F](out)
 	nd, c := out.Shape()[0], out.Shape()[1]
-	type piece struct {
-		kernels.GatherBlock
-		x                  []F
-		ld                 int
-		src, rowPtr, order []int64
-		seen               []bool
-	}
-	ps := make([]piece, len(pieces))
+	ps := make([]gatherPart[F], len(pieces))
 	cost := len(biases) * c
 	for i, p := range pieces {
 		ld, _ := kernels.RowStride(xs[i])
-		ps[i] = piece{GatherBlock: p, x: rowsView[F](xs[i], ld), ld: ld}
+		ps[i] = gatherPart[F]{GatherBlock: p, x: rowsView[F](xs[i], ld), ld: ld}
 		if p.Gathered {
 			ps[i].src, ps[i].rowPtr, ps[i].order = tensor.Data[int64](src[i]), tensor.Data[int64](rowPtr[i]), tensor.Data[int64](order[i])
 			ps[i].seen = make([]bool, p.Edges)
@@ -447,13 +452,5 @@ func gatherSumPrep[F tensor.Float](pieces []kernels.GatherBlock, out *T, xs, src
 			}
 		}
 	}
-	return func() {
-		s.load()
-		for _, p := range ps {
-			if p.Gathered {
-				must(kernels.CheckCSRValues("GatherSum", p.src, p.rowPtr, p.order, p.Src, p.seen))
-			}
-		}
-		parallelFor(nd, max(1, cost), body)
-	}
+	return gatherLaunch("GatherSum", &s, ps, nd, cost, body)
 }

@@ -82,6 +82,26 @@ type gatherMem struct {
 	i map[uint64][]int64
 }
 
+// csrWithoutNode1 draws up to e edges from ns sources into every one of
+// nd nodes but node 1 (left without edges) and returns their sources and
+// CSR (kernels.BuildCSR's row pointers and order).
+func csrWithoutNode1(t *testing.T, rng *rand.Rand, ns, nd, e int) (src, rowPtr, order []int64) {
+	t.Helper()
+	var dst []int64
+	for k := 0; k < e; k++ {
+		d := int64(rng.Intn(nd))
+		if d == 1 {
+			continue
+		}
+		src, dst = append(src, int64(rng.Intn(ns))), append(dst, d)
+	}
+	rowPtr, order, err := kernels.BuildCSR(dst, nd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src, rowPtr, order
+}
+
 // gatherRun is gather_concat_f32 of src/graph.cu in Go: it decodes the
 // words of struct GatherCat as the kernel does and writes every element
 // of its launch into out (the buffer at the out address).
@@ -155,19 +175,7 @@ func TestGatherConcatPlanDrivesTheKernel(t *testing.T) {
 			for e := range x {
 				x[e] = float32(rng.NormFloat64())
 			}
-			// Edges into every node but node 1.
-			var s, dst []int64
-			for e := 0; e < 3*nd; e++ {
-				d := int64(rng.Intn(nd))
-				if d == 1 {
-					continue
-				}
-				s, dst = append(s, int64(rng.Intn(ns))), append(dst, d)
-			}
-			rp, ord, err := kernels.BuildCSR(dst, nd)
-			if err != nil {
-				t.Fatal(err)
-			}
+			s, rp, ord := csrWithoutNode1(t, rng, ns, nd, 3*nd)
 			for i := 0; i < nd; i++ {
 				a, b := rp[i], rp[i+1]
 				for f := 0; f < w && b > a; f++ {
@@ -347,18 +355,7 @@ func TestGatherSumPlanDrivesTheKernel(t *testing.T) {
 			ld = 3 * c
 		}
 		x := randF(ns * ld)
-		var s, dst []int64
-		for e := 0; e < 2*nd; e++ {
-			d := int64(rng.Intn(nd))
-			if d == 1 {
-				continue // node 1 has no edges
-			}
-			s, dst = append(s, int64(rng.Intn(ns))), append(dst, d)
-		}
-		rp, ord, err := kernels.BuildCSR(dst, nd)
-		if err != nil {
-			t.Fatal(err)
-		}
+		s, rp, ord := csrWithoutNode1(t, rng, ns, nd, 2*nd)
 		for i := 0; i < nd; i++ {
 			a, b := rp[i], rp[i+1]
 			for f := 0; f < c && b > a; f++ {

@@ -5,8 +5,6 @@ package cuda
 import (
 	"fmt"
 
-	"gorgonia.org/cu"
-
 	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/tensor"
 )
@@ -130,22 +128,8 @@ func (d *Device) LinearGradAdd(dw, db, g, x *tensor.Tensor, prec Precision) erro
 	if dw == nil || g == nil || x == nil {
 		return fmt.Errorf("cuda: %s: dw, g and x are required (db may be nil)", op)
 	}
-	gs, xs := g.Shape(), x.Shape()
-	if len(gs) != 2 || len(xs) != 2 || gs[0] != xs[0] {
-		return fmt.Errorf("cuda: %s: g %v and x %v: want [M, N] and [M, K]", op, gs, xs)
-	}
-	m, n, k := gs[0], gs[1], xs[1]
-	if err := checked(kernels.CheckSameShape(op, "dw", dw, []int{n, k})); err != nil {
-		return err
-	}
-	ts := []*tensor.Tensor{dw, g, x}
-	if db != nil {
-		if err := checked(kernels.CheckSameShape(op, "db", db, []int{n})); err != nil {
-			return err
-		}
-		ts = append(ts, db)
-	}
-	if err := onlyF32(op, ts...); err != nil {
+	m, n, k, err := linearGradShapes(op, dw, db, g, x, nil)
+	if err != nil {
 		return err
 	}
 	if m > gemmSmallK || m*n*k > gemmSmallMACs {
@@ -157,19 +141,11 @@ func (d *Device) LinearGradAdd(dw, db, g, x *tensor.Tensor, prec Precision) erro
 		}
 		return d.SumRowsAdd(db, g)
 	}
-	var ptrs [4]cu.DevicePtr
-	for i, o := range []struct {
-		what string
-		t    *tensor.Tensor
-	}{{"dw", dw}, {"db", db}, {"g", g}, {"x", x}} {
-		if o.t == nil {
-			continue
-		}
-		p, err := d.ptrOf(op, o.what, o.t, tensor.F32)
-		if err != nil {
-			return err
-		}
-		ptrs[i] = p
+	f32 := tensor.F32
+	ptrs, err := d.ptrList(op, []string{"dw", "db", "g", "x"}, []*tensor.Tensor{dw, db, g, x},
+		[]tensor.DType{f32, f32, f32, f32}, []bool{false, true, false, false})
+	if err != nil {
+		return err
 	}
 	if m == 0 || n == 0 {
 		return nil // dw and db += empty sums
@@ -195,28 +171,16 @@ func (d *Device) LinearBackwardAdd(dx, dw, db, g, x, w *tensor.Tensor, prec Prec
 	if dx == nil || dw == nil || g == nil || x == nil || w == nil {
 		return fmt.Errorf("cuda: %s: dx, dw, g, x and w are required (db may be nil)", op)
 	}
-	gs, xs := g.Shape(), x.Shape()
-	if len(gs) != 2 || len(xs) != 2 || gs[0] != xs[0] {
-		return fmt.Errorf("cuda: %s: g %v and x %v: want [M, N] and [M, K]", op, gs, xs)
-	}
-	m, n, k := gs[0], gs[1], xs[1]
-	for _, c := range []struct {
-		what  string
-		t     *tensor.Tensor
-		shape []int
-	}{{"dx", dx, []int{m, k}}, {"dw", dw, []int{n, k}}, {"w", w, []int{n, k}}} {
-		if err := checked(kernels.CheckSameShape(op, c.what, c.t, c.shape)); err != nil {
+	m, n, k, err := linearGradShapes(op, dw, db, g, x, func(m, n, k int) error {
+		if err := checked(kernels.CheckSameShape(op, "dx", dx, []int{m, k})); err != nil {
 			return err
 		}
-	}
-	ts := []*tensor.Tensor{dx, dw, g, x, w}
-	if db != nil {
-		if err := checked(kernels.CheckSameShape(op, "db", db, []int{n})); err != nil {
+		if err := checked(kernels.CheckSameShape(op, "w", w, []int{n, k})); err != nil {
 			return err
 		}
-		ts = append(ts, db)
-	}
-	if err := onlyF32(op, ts...); err != nil {
+		return onlyF32(op, dx, w)
+	})
+	if err != nil {
 		return err
 	}
 	if m > gemmSmallK || m*n*k > gemmSmallMACs || m*k > gemmSmallMACs || n > gemmSmallK {
@@ -225,19 +189,11 @@ func (d *Device) LinearBackwardAdd(dx, dw, db, g, x, w *tensor.Tensor, prec Prec
 		}
 		return d.LinearGradAdd(dw, db, g, x, prec)
 	}
-	var ptrs [6]cu.DevicePtr
-	for i, o := range []struct {
-		what string
-		t    *tensor.Tensor
-	}{{"dx", dx}, {"dw", dw}, {"db", db}, {"g", g}, {"x", x}, {"w", w}} {
-		if o.t == nil {
-			continue
-		}
-		p, err := d.ptrOf(op, o.what, o.t, tensor.F32)
-		if err != nil {
-			return err
-		}
-		ptrs[i] = p
+	f32 := tensor.F32
+	ptrs, err := d.ptrList(op, []string{"dx", "dw", "db", "g", "x", "w"}, []*tensor.Tensor{dx, dw, db, g, x, w},
+		[]tensor.DType{f32, f32, f32, f32, f32, f32}, []bool{false, false, true, false, false, false})
+	if err != nil {
+		return err
 	}
 	total := int64(n*k + m*k)
 	if db != nil {
@@ -251,6 +207,36 @@ func (d *Device) LinearBackwardAdd(dx, dw, db, g, x, w *tensor.Tensor, prec Prec
 	var ar args
 	ar.ptr(ptrs[0]).ptr(ptrs[1]).ptr(ptrs[2]).ptr(ptrs[3]).ptr(ptrs[4]).ptr(ptrs[5]).i64(int64(m)).i64(int64(n)).i64(int64(k))
 	return d.launch1D("linear_bwd_small_f32", total, &ar)
+}
+
+// linearGradShapes checks LinearGradAdd's operands (g [M, N] and x
+// [M, K], dw [N, K], db [N] or nil, all F32), then more's (given M, N
+// and K; nil for none), and returns M, N and K.
+func linearGradShapes(op string, dw, db, g, x *tensor.Tensor, more func(m, n, k int) error) (m, n, k int, err error) {
+	gs, xs := g.Shape(), x.Shape()
+	if len(gs) != 2 || len(xs) != 2 || gs[0] != xs[0] {
+		return 0, 0, 0, fmt.Errorf("cuda: %s: g %v and x %v: want [M, N] and [M, K]", op, gs, xs)
+	}
+	m, n, k = gs[0], gs[1], xs[1]
+	if err := checked(kernels.CheckSameShape(op, "dw", dw, []int{n, k})); err != nil {
+		return 0, 0, 0, err
+	}
+	ts := []*tensor.Tensor{dw, g, x}
+	if db != nil {
+		if err := checked(kernels.CheckSameShape(op, "db", db, []int{n})); err != nil {
+			return 0, 0, 0, err
+		}
+		ts = append(ts, db)
+	}
+	if err := onlyF32(op, ts...); err != nil {
+		return 0, 0, 0, err
+	}
+	if more != nil {
+		if err := more(m, n, k); err != nil {
+			return 0, 0, 0, err
+		}
+	}
+	return m, n, k, nil
 }
 
 // onlyF32 is the dtype rule of GradAccumulator and ChannelAxpyer on
