@@ -181,6 +181,33 @@ func (o linearOperands) record(out2 *tensor.Tensor, relu bool) *Var {
 	return resultWith("linear", out, inputs[:nIn], 2, true, mk)
 }
 
+// LinearActLayerNorm returns LayerNorm(LinearAct(x, w, b, act)) over
+// the last axis with gain g and shift s ([out] each, nil: none): an
+// encoder's Linear → act → LayerNorm. In inference (nothing records a
+// gradient), for a 2-D F32 x on a backend with
+// kernels.LinearActLayerNormer that takes it, it is one call (CUDA: one
+// launch for a small layer); otherwise it is LinearAct then LayerNorm,
+// with gradients. The values agree to rounding (on the CPU, bit for
+// bit).
+func LinearActLayerNorm(x, w, b *Var, act kernels.UnaryOp, g, s *Var, eps float64) *Var {
+	if !needsGrad(x, w, b, g, s) && x.Value.Rank() == 2 && w.Value.Rank() == 2 && x.Value.DType() == tensor.F32 {
+		if f, ok := backendOf(x.Value).(kernels.LinearActLayerNormer); ok {
+			val := func(v *Var) *tensor.Tensor {
+				if v == nil {
+					return nil
+				}
+				return contig(v.Value)
+			}
+			xv := contig(x.Value)
+			y := alloc(xv, tensor.F32, xv.Shape()[0], w.Shape()[0])
+			if f.LinearActLayerNorm(y, xv, val(w), val(b), act, val(g), val(s), eps) {
+				return Const(y)
+			}
+		}
+	}
+	return LayerNorm(LinearAct(x, w, b, act), g, s, 1, eps)
+}
+
 // LinearAct returns act(Linear(x, w, b)), bitwise Linear followed by the
 // activation's op. In inference (nothing needs a gradient) with F32 or
 // F64 operands the activation is applied in the product's epilogue

@@ -322,3 +322,57 @@ func randVals(rng *rand.Rand, n int) []float32 {
 	}
 	return v
 }
+
+// lnCounter counts kernels.LinearActLayerNormer calls over a backend.
+type lnCounter struct {
+	kernels.Backend
+	calls *int
+}
+
+func (b lnCounter) LinearActLayerNorm(y, x, w, bias *tensor.Tensor, act kernels.UnaryOp, g, s *tensor.Tensor, eps float64) bool {
+	*b.calls++
+	return b.Backend.(kernels.LinearActLayerNormer).LinearActLayerNorm(y, x, w, bias, act, g, s, eps)
+}
+
+// TestLinearActLayerNorm: in inference LinearActLayerNorm is one call on
+// a kernels.LinearActLayerNormer backend (the CPU and sim), bit for bit
+// LinearAct then LayerNorm, with and without bias, gain and shift; with
+// gradients it is those ops, and every parameter gets a gradient.
+func TestLinearActLayerNorm(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	vals := func(n int) []float32 { return randVals(rng, n) }
+	xs, ws, bs, gs, ss := vals(5*7), vals(6*7), vals(6), vals(6), vals(6)
+	for _, dev := range []tensor.Device{tensor.CPU, tensor.Sim(7)} {
+		orig := kernels.For(dev)
+		calls := 0
+		kernels.Register(lnCounter{orig, &calls})
+		t.Cleanup(func() { kernels.Register(orig) })
+		on := func(v []float32, shape ...int) *Var {
+			h, err := tensor.FromSlice(append([]float32(nil), v...), shape...).ToDevice(dev)
+			require.NoError(t, err)
+			return Param(h)
+		}
+		x, w, b, g, s := on(xs, 5, 7), on(ws, 6, 7), on(bs, 6), on(gs, 6), on(ss, 6)
+		for _, affine := range []bool{true, false} {
+			bb, gg, sh := b, g, s
+			if !affine {
+				bb, gg, sh = nil, nil, nil
+			}
+			var got, want *Var
+			InferenceMode(func() {
+				got = LinearActLayerNorm(x, w, bb, kernels.GeluErf, gg, sh, 1e-5)
+				want = LayerNorm(LinearAct(x, w, bb, kernels.GeluErf), gg, sh, 1, 1e-5)
+			})
+			sameVars(t, "LinearActLayerNorm", got, want)
+		}
+		require.Equal(t, 2, calls, "%v: one call per inference forward", dev)
+		y := LinearActLayerNorm(x, w, b, kernels.GeluErf, g, s, 1e-5)
+		require.True(t, y.RequiresGrad())
+		Backward(SumAll(Mul(y, y)))
+		for i, p := range []*Var{x, w, b, g, s} {
+			require.NotNil(t, p.Grad, "%v: parameter %d", dev, i)
+		}
+		require.Equal(t, 2, calls, "%v: not with gradients", dev)
+		kernels.Register(orig)
+	}
+}

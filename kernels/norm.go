@@ -134,6 +134,68 @@ func Planes(name string, x []int) (n, c, hw int, err error) {
 	return n, c, hw, nil
 }
 
+// LinearActLayerNormer is an optional Backend interface: a layer's
+// product, bias and activation followed by a layer norm over each
+// output row, in one launch where the backend can (CUDA: F32, a block
+// per row for rows of at most 4096 outputs and products of K at most
+// 64): an encoder's Linear → act → LayerNorm in inference.
+type LinearActLayerNormer interface {
+	// LinearActLayerNorm writes y [M, N] = LayerNorm(act(x·wᵀ + b)) of
+	// x [M, K], w [N, K] and b [N] (nil: none), the layer norm over each
+	// row of N with gain g and shift s ([N] each, nil: none) and eps, as
+	// LinearActLayerNormOps computes it, which is what the CPU runs
+	// (another backend's product and sums may round in another order).
+	// It reports false, having written nothing, where the backend
+	// cannot do it in one launch.
+	LinearActLayerNorm(y, x, w, b *T, act UnaryOp, g, s *T, eps float64) bool
+}
+
+// LinearActLayerNormOps runs on be what a LinearActLayerNorm stands
+// for: MatMulBiasAct into a new tensor, then LayerNorm into y (the
+// statistics not kept).
+func LinearActLayerNormOps(be Backend, y, x, w, b *T, act UnaryOp, g, s *T, eps float64) {
+	h, err := tensor.EmptyOn(y.Device(), y.DType(), y.Shape()...)
+	if err != nil {
+		panic(fmt.Sprintf("kernels: LinearActLayerNorm: %v", err))
+	}
+	be.MatMulBiasAct(h, x, w, b, act, false, true)
+	be.LayerNorm(y, nil, nil, h, g, s, y.Shape()[1], eps)
+}
+
+// CheckLinearActLayerNorm checks a LinearActLayerNorm and returns M, N
+// and K: x [M, K], w [N, K], y [M, N], b, g and s nil or [N], every one
+// contiguous and of x's float dtype, and act an activation.
+func CheckLinearActLayerNorm(name string, y, x, w, b *T, act UnaryOp, g, s *T) (m, n, k int, err error) {
+	if y == nil || x == nil || w == nil {
+		return 0, 0, 0, fmt.Errorf("%s: y, x and w are required", name)
+	}
+	dt := x.DType()
+	if !dt.IsFloat() {
+		return 0, 0, 0, floatError(name, "x", x)
+	}
+	if m, k, err = rows2(name, "x", x, dt, -1, -1); err != nil {
+		return 0, 0, 0, err
+	}
+	if n, _, err = rows2(name, "w", w, dt, -1, k); err != nil {
+		return 0, 0, 0, err
+	}
+	if _, _, err = rows2(name, "y", y, dt, m, n); err != nil {
+		return 0, 0, 0, err
+	}
+	for _, v := range []struct {
+		what string
+		t    *T
+	}{{"b", b}, {"g", g}, {"s", s}} {
+		if v.t != nil && (v.t.Rank() != 1 || v.t.Shape()[0] != n || v.t.DType() != dt || !v.t.IsContiguous()) {
+			return 0, 0, 0, fmt.Errorf("%s: %s is %v %v (contiguous %v), want contiguous %v [%d]", name, v.what, v.t.DType(), v.t.Shape(), v.t.IsContiguous(), dt, n)
+		}
+	}
+	if err := CheckActivation(name, act); err != nil {
+		return 0, 0, 0, err
+	}
+	return m, n, k, nil
+}
+
 // CheckLayerNorm checks a LayerNorm and returns its rows m: x a whole
 // number of rows of n, y of x's shape, mean and rstd nil or of m
 // elements, w and b nil or of n.

@@ -137,8 +137,9 @@ type encoder struct {
 }
 
 func (e *encoder) forward(x *autograd.Var) *autograd.Var {
-	// GELU in the product's epilogue in inference (autograd.LinearAct).
-	return e.norm.Forward(autograd.LinearAct(x, e.lin.Weight, e.lin.Bias, kernels.GeluErf))
+	// The product, GELU and the layer norm in one launch in inference on
+	// a GPU (autograd.LinearActLayerNorm); the ops with gradients.
+	return autograd.LinearActLayerNorm(x, e.lin.Weight, e.lin.Bias, kernels.GeluErf, e.norm.Weight, e.norm.Bias, e.norm.Options().Eps)
 }
 
 // mlp is Linear → ReLU → Linear.

@@ -19,6 +19,7 @@ var normCases = []conformance{
 	optional[kernels.BatchNormReluer](checkBatchNormRelu, "BatchNormRelu", "BatchNormReluBackward"),
 	optional[kernels.BatchNormReluPooler](checkBatchNormReluPool, "BatchNormReluMaxPool2x2", "BatchNormReluMaxPool2x2Backward"),
 	optional[kernels.BatchNormEvalAffiner](checkBatchNormEvalAffine, "BatchNormEvalAffine"),
+	optional[kernels.LinearActLayerNormer](checkLinearActLayerNorm, "LinearActLayerNorm"),
 }
 
 // checkBatchNormEvalAffine: scale and shift against float64, and bit
@@ -505,4 +506,73 @@ func checkBatchNormReluPool(s *suite) {
 			}
 		}
 	}
+}
+
+// checkLinearActLayerNorm: where the backend fuses it (true),
+// LinearActLayerNorm against the float64 definition (the product, bias,
+// activation, then the row's mean and biased variance, gain and shift)
+// on W2's encoder shapes (K = 23, 35 and 6 to 256 outputs), with and
+// without bias, gain and shift; where it does not, y untouched.
+func checkLinearActLayerNorm(s *suite) {
+	la := s.b.(kernels.LinearActLayerNormer)
+	for _, d := range s.floats("LinearActLayerNorm", tensor.F64, tensor.F32) {
+		for _, sh := range [][3]int{{64, 256, 23}, {5, 256, 35}, {7, 256, 6}, {3, 10, 4}, {2, 5000, 3}} {
+			m, n, k := sh[0], sh[1], sh[2]
+			for _, affine := range []bool{true, false} {
+				for _, act := range []kernels.UnaryOp{kernels.GeluErf, kernels.Relu} {
+					x, xv := s.in(d, m, k)
+					w, wv := s.in(d, n, k)
+					var b, g, sh2 *T
+					var bv, gv, sv []float64
+					if affine {
+						b, bv = s.in(d, n)
+						g, gv = s.in(d, n)
+						sh2, sv = s.in(d, n)
+					}
+					y := s.out(d, m, n)
+					untouched := s.read([]*T{y})[0]
+					want := make([]float64, m*n)
+					for i := 0; i < m; i++ {
+						row := want[i*n : (i+1)*n]
+						var mu float64
+						for j := range row {
+							var v float64
+							for q := 0; q < k; q++ {
+								v += xv[i*k+q] * wv[j*k+q]
+							}
+							if affine {
+								v += bv[j]
+							}
+							row[j] = refUnary(act, v)
+							mu += row[j]
+						}
+						mu /= float64(n)
+						var q float64
+						for _, v := range row {
+							q += (v - mu) * (v - mu)
+						}
+						r := 1 / math.Sqrt(q/float64(n)+normEps)
+						for j := range row {
+							row[j] = (row[j] - mu) * r
+							if affine {
+								row[j] = row[j]*gv[j] + sv[j]
+							}
+						}
+					}
+					what := name("LinearActLayerNorm", d, sh, "affine", affine, act)
+					var fused bool
+					s.check(call{what: what, launch: func() { fused = la.LinearActLayerNorm(y, x, w, b, act, g, sh2, normEps) }, writes: []*T{y}}, func(got [][]float64) {
+						if !fused {
+							same(s.t, what+" (not fused: untouched)", got[0], untouched)
+							return
+						}
+						s.close(what, got[0], want, 16*tol(d))
+					})
+				}
+			}
+		}
+	}
+	s.panics("LinearActLayerNorm", func() { // w narrower than x
+		la.LinearActLayerNorm(s.out(tensor.F32, 2, 3), s.out(tensor.F32, 2, 4), s.out(tensor.F32, 3, 5), nil, kernels.Relu, nil, nil, normEps)
+	})
 }

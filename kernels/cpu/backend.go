@@ -29,6 +29,7 @@ func Default() *Backend { return def }
 var (
 	_ kernels.Backend              = (*Backend)(nil)
 	_ kernels.LinearBackwardAdder  = (*Backend)(nil)
+	_ kernels.LinearActLayerNormer = (*Backend)(nil)
 	_ kernels.ConvAffineActer      = (*Backend)(nil)
 	_ kernels.ConvAffineActPooler  = (*Backend)(nil)
 	_ kernels.BatchNormReluer      = (*Backend)(nil)

@@ -26,6 +26,17 @@ func (be *Backend) LayerNorm(y, mean, rstd, x, w, b *T, n int, eps float64) {
 	}
 }
 
+// LinearActLayerNorm implements kernels.LinearActLayerNormer: the ops
+// (kernels.LinearActLayerNormOps), whose results these are bit for bit.
+func (be *Backend) LinearActLayerNorm(y, x, w, b *T, act kernels.UnaryOp, g, s *T, eps float64) bool {
+	const name = "LinearActLayerNorm"
+	needCPU(name, y, x, w, b, g, s)
+	_, _, _, err := kernels.CheckLinearActLayerNorm(name, y, x, w, b, act, g, s)
+	must(err)
+	kernels.LinearActLayerNormOps(be, y, x, w, b, act, g, s, eps)
+	return true
+}
+
 func layerNormPrep[F tensor.Float](y, mean, rstd, x, w, b *T, m, n int, eps float64) func() {
 	var s stage
 	xs, ws, bs := in[F](&s, x), in[F](&s, w), in[F](&s, b)

@@ -26,6 +26,58 @@ func (b *Backend) LayerNormBackward(dx, dw, db, dy, x, mean, rstd, w *T, n int) 
 	must(b.d.LayerNormBackward(dx, dw, db, dy, x, mean, rstd, w, n))
 }
 
+var _ kernels.LinearActLayerNormer = (*Backend)(nil)
+
+// LinearActLayerNorm implements kernels.LinearActLayerNormer (F32, one
+// launch in linear_act_ln_f32's range; false elsewhere).
+func (b *Backend) LinearActLayerNorm(y, x, w, bias *T, act kernels.UnaryOp, g, s *T, eps float64) bool {
+	done, err := b.d.LinearActLayerNorm(y, x, w, bias, act, g, s, eps)
+	must(err)
+	return done
+}
+
+// Limits of linear_act_ln_f32: a row's outputs in shared memory (16
+// KiB), each summed by one thread over at most lnFusedK products.
+const (
+	lnFusedN = 4096
+	lnFusedK = 64
+)
+
+// LinearActLayerNorm writes y = LayerNorm(act(x·wᵀ + bias)) with gain g
+// and shift s in one linear_act_ln_f32 launch (a block of rowThreads
+// threads per row) for F32 operands of at most lnFusedN outputs and
+// lnFusedK inputs a row, and reports false, having written nothing,
+// otherwise.
+func (d *Device) LinearActLayerNorm(y, x, w, bias *tensor.Tensor, act kernels.UnaryOp, g, s *tensor.Tensor, eps float64) (bool, error) {
+	const op = "LinearActLayerNorm"
+	m, n, k, err := kernels.CheckLinearActLayerNorm(op, y, x, w, bias, act, g, s)
+	if err := checked(err); err != nil {
+		return false, err
+	}
+	if x.DType() != tensor.F32 || n > lnFusedN || k > lnFusedK {
+		return false, nil
+	}
+	f32 := tensor.F32
+	ptrs, err := d.ptrList(op, []string{"y", "x", "w", "bias", "g", "s"}, []*tensor.Tensor{y, x, w, bias, g, s},
+		[]tensor.DType{f32, f32, f32, f32, f32, f32}, []bool{false, false, false, true, true, true})
+	if err != nil {
+		return false, err
+	}
+	if m == 0 || n == 0 {
+		return true, nil
+	}
+	fn, err := d.kernel("linear_act_ln_f32")
+	if err != nil {
+		return false, err
+	}
+	release := d.enter()
+	defer release()
+	var a args
+	a.ptr(ptrs[0]).ptr(ptrs[1]).ptr(ptrs[2]).ptr(ptrs[3]).i32(int32(act)).ptr(ptrs[4]).ptr(ptrs[5])
+	a.i64(int64(n)).i64(int64(k)).f32(float32(eps))
+	return true, launchRaw(fn, [3]int{m, 1, 1}, [3]int{rowThreads, 1, 1}, 4*n, d.stream, &a)
+}
+
 // GroupNorm implements kernels.Backend.
 func (b *Backend) GroupNorm(y, mean, rstd, x, w, bias *T, groups int, eps float64) {
 	must(b.d.GroupNorm(y, mean, rstd, x, w, bias, groups, eps))

@@ -235,6 +235,12 @@ func (sb *Backend) ScatterAdd(dst *kernels.T, axis int, index *kernels.T, src *k
 	sb.cpu.(kernels.IndexFamily).ScatterAdd(tensor.BackendView(dst), axis, tensor.BackendView(index), tensor.BackendView(src))
 }
 
+// LinearActLayerNorm implements kernels.LinearActLayerNormer on the CPU kernels.
+func (sb *Backend) LinearActLayerNorm(y *kernels.T, x *kernels.T, w *kernels.T, b *kernels.T, act kernels.UnaryOp, g *kernels.T, s *kernels.T, eps float64) bool {
+	sb.check("LinearActLayerNorm", []*tensor.Tensor{y, x, w, b, g, s}, nil)
+	return sb.cpu.(kernels.LinearActLayerNormer).LinearActLayerNorm(tensor.BackendView(y), tensor.BackendView(x), tensor.BackendView(w), tensor.BackendView(b), act, tensor.BackendView(g), tensor.BackendView(s), eps)
+}
+
 // LinearBackwardAdd implements kernels.LinearBackwardAdder on the CPU kernels.
 func (sb *Backend) LinearBackwardAdd(dx *kernels.T, dw *kernels.T, db *kernels.T, g *kernels.T, x *kernels.T, w *kernels.T) {
 	sb.check("LinearBackwardAdd", []*tensor.Tensor{dx, dw, db, g, x, w}, nil)
@@ -551,6 +557,7 @@ var (
 	_ kernels.GraphMultiAggregator      = (*Backend)(nil)
 	_ kernels.GroupNormReluer           = (*Backend)(nil)
 	_ kernels.IndexFamily               = (*Backend)(nil)
+	_ kernels.LinearActLayerNormer      = (*Backend)(nil)
 	_ kernels.LinearBackwardAdder       = (*Backend)(nil)
 	_ kernels.LinearCrossEntropyCounter = (*Backend)(nil)
 	_ kernels.LinearGradAccumulator     = (*Backend)(nil)

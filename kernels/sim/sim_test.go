@@ -126,6 +126,7 @@ func TestOptionalInterfacesMatchCPU(t *testing.T) {
 		"GraphMultiAggregator":      reflect.TypeFor[kernels.GraphMultiAggregator](),
 		"GatherSummer":              reflect.TypeFor[kernels.GatherSummer](),
 		"LinearBackwardAdder":       reflect.TypeFor[kernels.LinearBackwardAdder](),
+		"LinearActLayerNormer":      reflect.TypeFor[kernels.LinearActLayerNormer](),
 		"CrossEntropyCounter":       reflect.TypeFor[kernels.CrossEntropyCounter](),
 		"CrossEntropyGradCounter":   reflect.TypeFor[kernels.CrossEntropyGradCounter](),
 		"LinearCrossEntropyCounter": reflect.TypeFor[kernels.LinearCrossEntropyCounter](),

@@ -617,6 +617,43 @@ __global__ void layernorm_fwd_f32(float* y, float* mean, float* rstd, const floa
                                   int64_t n, float eps) {
     layernorm_fwd(y, mean, rstd, x, w, b, n, eps);
 }
+
+// linear_act_ln_f32 is kernels.LinearActLayerNormer in one launch: block
+// i (a row of x [m, k]) computes its n outputs act(Σ_q x[i,q]·w[j,q] +
+// b[j]) into dynamic shared memory, a thread per output striding by the
+// block (q in order, fma in fp32, then the bias and the activation, as
+// gemm_small_f32 computes an element), then normalises the row as
+// layernorm_fwd does (block sums of the values, then of the squared
+// deviations; biased variance), with the gain g and the shift s.
+__global__ void linear_act_ln_f32(float* y, const float* x, const float* w, const float* b, int act, const float* g,
+                                  const float* s, int64_t n, int64_t k, float eps) {
+    extern __shared__ float v[];
+    const int64_t i = blockIdx.x;
+    const float* xr = x + i * k;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+        float a = 0.f;
+        for (int64_t q = 0; q < k; q++) a = fmaf(xr[q], w[j * k + q], a);
+        if (b) a += b[j];
+        v[j] = unary_f(act, a);
+    }
+    __syncthreads();
+    float t = 0.f;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) t += v[j];
+    const float mu = block_sum(t) / (float)n;
+    float q = 0.f;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+        const float d = v[j] - mu;
+        q += d * d;
+    }
+    const float r = rsqrtf(block_sum(q) / (float)n + eps);
+    float* yr = y + i * n;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+        float o = (v[j] - mu) * r;
+        if (g) o *= g[j];
+        if (s) o += s[j];
+        yr[j] = o;
+    }
+}
 __global__ void layernorm_fwd_bf16(__nv_bfloat16* y, float* mean, float* rstd, const __nv_bfloat16* x,
                                    const __nv_bfloat16* w, const __nv_bfloat16* b, int64_t n, float eps) {
     layernorm_fwd(y, mean, rstd, x, w, b, n, eps);
