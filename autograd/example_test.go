@@ -220,3 +220,18 @@ func ExampleLinearSumsAct() {
 	// Output:
 	// [3 2] [8 2 9 4 12 6]
 }
+
+// An encoder: a linear layer, GELU and a layer norm over each row. In
+// inference on a GPU it is one launch; the values are those of the ops.
+func ExampleLinearActLayerNorm() {
+	x := autograd.Const(tensor.FromSlice([]float32{1, 2, 3, 4}, 2, 2))
+	w := autograd.Const(tensor.FromSlice([]float32{1, 0, 0, 1, 1, 1}, 3, 2))
+	var y *autograd.Var
+	autograd.InferenceMode(func() {
+		y = autograd.LinearActLayerNorm(x, w, nil, kernels.Relu, nil, nil, 1e-5)
+	})
+	v := y.Value.F32()
+	fmt.Printf("%v %.3f %.3f %.3f\n", y.Shape(), v[0], v[1], v[2])
+	// Output:
+	// [2 3] -1.225 0.000 1.225
+}
