@@ -49,31 +49,42 @@ __device__ __forceinline__ float ld_side(const void* p, int code, int64_t i) {
 }
 
 // block_sum and block_max reduce v over the block (blockDim.x a multiple
-// of 32) and return the result to every thread.
-__device__ float block_sum(float v) {
-    __shared__ float part[32];
+// of 32) and return the result to every thread. block_sum_t is the sum
+// in any type: block_sum in fp32, block_sum_d in fp64 (sums of squares
+// that must neither overflow nor underflow where fp32 would: ForeachNorm
+// and the clip).
+template <typename T>
+__device__ __forceinline__ T block_sum_t(T v) {
+    __shared__ T part[32];
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     __syncthreads();
     if (lane == 0) part[w] = v;
     __syncthreads();
-    v = lane < (int)(blockDim.x >> 5) ? part[lane] : 0.f;
+    v = lane < (int)(blockDim.x >> 5) ? part[lane] : (T)0;
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
     return v;
 }
+__device__ float block_sum(float v) { return block_sum_t<float>(v); }
+__device__ double block_sum_d(double v) { return block_sum_t<double>(v); }
 
-// block_sum_d is block_sum in fp64 (sums of squares that must neither
-// overflow nor underflow where fp32 would: ForeachNorm and the clip).
-__device__ double block_sum_d(double v) {
-    __shared__ double part_d[32];
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
-    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+// last_block is the counting step of a launch that finishes its own
+// reduction (gat_mean_f32's tail, batch norm's partials, the direct
+// weight gradient): once the calling block's writes for group g are
+// fenced (visible device-wide) it counts them done in counters[g] and
+// reports, to every thread of the block, whether it was the last of the
+// total blocks that write group g; the last one, fenced again, can read
+// the others' writes (from L2: __ldcg) and must set counters[g] back to
+// 0 for the next launch. Every thread of the block must call it.
+__device__ __forceinline__ bool last_block(int* counters, int64_t g, int total) {
+    __shared__ int last;
+    __threadfence();
     __syncthreads();
-    if (lane == 0) part_d[w] = v;
+    if (threadIdx.x == 0) last = atomicAdd(counters + g, 1) == total - 1;
     __syncthreads();
-    v = lane < (int)(blockDim.x >> 5) ? part_d[lane] : 0.0;
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
-    return v;
+    const bool l = last;
+    __threadfence();
+    return l;
 }
 
 __device__ float block_max(float v) {

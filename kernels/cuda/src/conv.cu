@@ -477,13 +477,7 @@ extern "C" __global__ void conv_direct_dw_f32(float* per, const float* x, const 
     // r mod SUM_ROWS in order, then the SUM_ROWS partials in r order; the
     // per-sample values read from L2), into dw, or adds them to it with
     // acc; then it sets counters[y] back to 0.
-    __shared__ int last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(counters + blockIdx.y, 1) == (int)gridDim.x - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
+    if (!last_block(counters, blockIdx.y, (int)gridDim.x)) return;
     const int N = (int)gridDim.x;
     for (int base = blockIdx.y * G; base < M; base += G * gridDim.y) {
         const int o = base + (int)threadIdx.x;

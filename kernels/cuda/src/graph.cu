@@ -234,13 +234,7 @@ __device__ __forceinline__ void gat_relation(float* out, const float* hs, const 
 // 0 for the next launch. Which block finishes last varies; the sum's
 // order does not, so the result is gat_combine_f32's bit for bit.
 __device__ __forceinline__ void gat_tail(const GatTailArgs m, int64_t i) {
-    __shared__ int last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(m.counters + i, 1) == (int)m.nrel - 1;
-    __syncthreads();
-    if (last) {
-        __threadfence();
+    if (last_block(m.counters, i, (int)m.nrel)) {
         const int64_t n = m.nd * m.c;
         for (int64_t c = threadIdx.x; c < m.c; c += blockDim.x) {
             const int64_t q = i * m.c + c;
@@ -254,7 +248,6 @@ __device__ __forceinline__ void gat_tail(const GatTailArgs m, int64_t i) {
         }
         if (threadIdx.x == 0) m.counters[i] = 0;
     }
-    __syncthreads();  // last is read before the next node sets it
 }
 
 extern "C" {

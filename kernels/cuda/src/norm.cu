@@ -108,7 +108,7 @@ __device__ __forceinline__ bool bn_fits32(int64_t n, int64_t c, int64_t hw) { re
 // (counted in counters[ch] after a fence) runs the finish for ch with its
 // first warp, as the finishing launch's block ch would (the same code,
 // the same order: the result does not depend on which block is last),
-// and sets counters[ch] back to 0. BnStatsTail is bn_stats_finish's
+// and sets counters[ch] back to 0 (last_block, common.cuh). BnStatsTail is bn_stats_finish's
 // arguments for that (training only), BnBwdTail bn_bwd_finish's (Go's
 // bnStatsTail and bnBwdTail, word for word).
 struct BnStatsTail {
@@ -123,20 +123,6 @@ struct BnBwdTail {
     int64_t c, acc;
     int* counters;
 };
-
-// bn_last_block counts block (s, ch)'s partial of channel ch done and
-// reports, to every thread of the block, whether it was the last of the
-// grid row's gridDim.x.
-__device__ __forceinline__ bool bn_last_block(int* counters, int64_t ch) {
-    __shared__ int last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(counters + ch, 1) == (int)gridDim.x - 1;
-    __syncthreads();
-    const bool l = last;
-    __threadfence();
-    return l;
-}
 
 __device__ void bn_stats_finish_ch(int64_t ch, int lane, float* mean, float* rstd, float* rm, float* rv,
                                    const float* part, int64_t S, int64_t chunk, int64_t cnt, float momentum, float eps);
@@ -160,7 +146,7 @@ __device__ void bn_stats_part_at(float* part, const T* x, I n, I c, I hw, I chun
         p[0] = m;
         p[1] = q;
     }
-    if (t.counters && bn_last_block(t.counters, ch)) {
+    if (t.counters && last_block(t.counters, ch, (int)gridDim.x)) {
         if (threadIdx.x < 32)
             bn_stats_finish_ch(ch, threadIdx.x, t.mean, t.rstd, t.rm, t.rv, part, gridDim.x, chunk, t.cnt, t.momentum,
                                t.eps);
@@ -309,7 +295,7 @@ __device__ void bn_bwd_sums_at(float* part, const T* dy, const T* x, const float
         p[0] = a;
         p[1] = b;
     }
-    if (t.counters && bn_last_block(t.counters, ch)) {
+    if (t.counters && last_block(t.counters, ch, (int)gridDim.x)) {
         if (threadIdx.x < 32)
             bn_bwd_finish_ch<T>(ch, threadIdx.x, t.sums, (T*)t.dw, (T*)t.db, part, gridDim.x, t.c, (int)t.acc);
         if (threadIdx.x == 0) t.counters[ch] = 0;
