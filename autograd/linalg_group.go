@@ -689,7 +689,19 @@ func LinearSumsAct(termss [][]LinearTerm, scales []float64, act kernels.UnaryOp,
 // linearSumsGathered is LinearSumsAct's transform-then-aggregate path,
 // or nil where it does not apply.
 func linearSumsGathered(termss [][]LinearTerm, scales []float64, act kernels.UnaryOp, res []*Var) []*Var {
-	if len(termss) == 0 {
+	if len(termss) == 0 || len(termss[0]) == 0 {
+		return nil // LinearSums says what is wrong
+	}
+	// Where the backend could not join (the CPU), nothing more: the
+	// terms are checked once, by LinearSums.
+	first := termss[0][0].X
+	if first == nil {
+		first = termss[0][0].B
+	}
+	if first == nil {
+		return nil
+	}
+	if lb, ok := backendOf(first.Value).(kernels.LaunchBounder); !stackAnywhere && (!ok || !lb.LaunchBound()) {
 		return nil
 	}
 	type shape struct{ n, out int }
