@@ -351,7 +351,10 @@ func (c *convPlan) direct(dt tensor.DType) bool {
 	if directConvOff || dt != tensor.F32 || c.cout*c.kdim > directWeights {
 		return false
 	}
-	const lim = 1 << 31
+	// Below 2^30, as fits32 (src/conv.cu) asks: the kernels step through
+	// their work in 32-bit ints, and a grid-stride step past an element
+	// count just under 2^31 would wrap negative.
+	const lim = 1 << 30
 	g := c.g
 	return g.n*g.cin*g.h*g.w < lim && g.n*int64(c.cout)*g.ho*g.wo < lim
 }

@@ -18,8 +18,9 @@ package cuda
 // (32 KiB of shared memory, forward and input gradient); the weight
 // gradient's sample (dy and x) within directSample floats (48 KiB, the
 // limit of a block's shared memory without opting in, less 64 bytes for
-// the kernel's own: its tail's flag); every element count below 2^31
-// (the kernels' 32-bit index arithmetic).
+// the kernel's own: its tail's flag); every element count below 2^30
+// (the kernels' 32-bit index arithmetic, whose grid-stride steps must
+// not wrap).
 const (
 	directWeights = 8192
 	directSample  = 12288 - 16

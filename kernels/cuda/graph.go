@@ -64,6 +64,12 @@ const (
 	gatMaxBlocks  = 1 << 20
 )
 
+// gatMeanMaxShared is gat_mean_f32's bound on the same dynamic shared
+// memory: 64 bytes less, since its tail's flag (last_block, common.cuh)
+// is static shared memory of the same block, and static and dynamic
+// together must fit the 48 KiB.
+const gatMeanMaxShared = gatMaxShared - 64
+
 // gatThreads is a gat_aggregate_f32 block's thread count: a warp per head
 // for the logits or a thread per (head, channel) accumulator, whichever
 // is more, rounded up to whole warps, within [32, gatMaxThreads].
@@ -253,9 +259,9 @@ func (d *Device) GATMean(out *tensor.Tensor, hs, hd, attr, we, attSrc, attDst, a
 		}
 		f := attr[i].Dim(1)
 		sh := gatShared(heads, c, f)
-		if sh > gatMaxShared {
+		if sh > gatMeanMaxShared {
 			return fmt.Errorf("cuda: %s: relation %d: heads %d, C %d and F %d need %d bytes of shared memory a block, more than %d (heads·(C + F + 7) ≤ %d)",
-				op, i, heads, c, f, sh, gatMaxShared, gatMaxShared/4)
+				op, i, heads, c, f, sh, gatMeanMaxShared, gatMeanMaxShared/4)
 		}
 		shared = max(shared, sh)
 		ptrs, lds, err := d.gatPtrs(op, out, hs[i], hd[i], attr[i], we[i], attSrc[i], attDst[i], attEdge[i], bias[i], src[i], rowPtr[i], order[i])
