@@ -27,7 +27,9 @@ const (
 // channel. Kernels on the device's stream run one after another and
 // each leaves its counters at zero, so they share them. A GATMean into
 // more nodes, or a batch norm of more channels, finishes in a launch of
-// its own instead.
+// its own instead. Sharing them rests on that one stream: a second
+// stream running kernels (the Stager's only copies) would need counters
+// of its own, or two tails could count into the same words at once.
 const tailCounters = 1 << 16
 
 // bnStatsTail and bnBwdTail are struct BnStatsTail and struct BnBwdTail
