@@ -18,9 +18,10 @@
 # W4 runs a second time with ESPER_CUDA_CONV=im2col (its bare loop, no
 # peer: the direct convolutions against im2col in the same sitting).
 # Phase "profile" runs Nsight Compute over short runs of the workloads in
-# ESPER_GPU_PROFILE (default w2, the furthest from its target; any of w1,
-# w2, w4, w5) and writes profile_<w>.txt: the kernels that took the most
-# GPU time. It comes last, so it takes only the budget the rest left.
+# ESPER_GPU_PROFILE (default "w2 w4", the two furthest from their targets;
+# any of w1, w2, w4, w5) and writes profile_<w>.txt: the kernels that took
+# the most GPU time. It comes last, so it takes only the budget the rest
+# left, W2 first.
 #
 # The peers: gpu_peers.py for W1, W5-W8 and w2_gnn.py --device cuda for
 # W2 (its built-in W2 graph replicated to batches 1 and 64: the graphs
@@ -62,7 +63,7 @@ fi
 budget=${ESPER_GPU_BUDGET:-450}
 phases=${ESPER_GPU_PHASES:-tests train memcheck bench profile}
 workloads=${ESPER_GPU_WORKLOADS:-w1 w2 w4 w5 w6 w7 w8}
-profiled=${ESPER_GPU_PROFILE:-w2}
+profiled=${ESPER_GPU_PROFILE:-w2 w4}
 start=$SECONDS
 summary="$out/summary.txt"
 : >"$summary"
@@ -236,9 +237,9 @@ if has profile; then
 	# Where each workload's GPU time goes: Nsight Compute's duration of
 	# every kernel of a short run (graph nodes profiled one by one), summed
 	# by kernel into profile_<w>.txt by ncu_top.py; the CSV is kept,
-	# gzipped. ncu replays every kernel alone, which takes a while (hence
-	# W2 alone by default), and its times are shares, not graph-replay
-	# times.
+	# gzipped. ncu replays every kernel alone, which takes a while (each
+	# workload's run is capped at 120 s and needs 40 s of the budget left to
+	# start), and its times are shares, not graph-replay times.
 	# Caches are left warm and clocks unlocked (--cache-control none
 	# --clock-control none): a kernel then reads what the previous node
 	# left in L2 and runs at the clocks a replay gets, as in the graph,
