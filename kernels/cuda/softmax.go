@@ -196,14 +196,23 @@ func (d *Device) ceRows(s ceScratch, ploss cu.DevicePtr, logits *tensor.Tensor, 
 // 1024 threads, quicker than two launches.
 const ceSmallRows = 256
 
+// ceSmallElems is the most logits (N·C) one ce_small block takes: past
+// it, however few the rows, a block per row and a reduction are quicker
+// than one block walking every class.
+const ceSmallElems = 1 << 16
+
+// ceSmallFits reports whether a reduced cross-entropy over n rows of c
+// classes runs as ce_small's one block.
+func ceSmallFits(n, c int) bool { return n <= ceSmallRows && n*c <= ceSmallElems }
+
 // ceSmallThreads is ce_small's block for n rows: a warp per row up to 32
 // warps. The loss sums the warps' partials in warp order, so the block
 // is a function of n alone (a replay and the eager call agree).
 func ceSmallThreads(n int) int { return min(1024, 32*max(1, n)) }
 
-// ceSmall is the one-launch forward of a reduced cross-entropy over at
-// most ceSmallRows rows, written into loss (ploss); with plsum and pacc
-// (non-zero) also the running metrics of CrossEntropyCount
+// ceSmall is the one-launch forward of a reduced cross-entropy over
+// logits that ceSmallFits, written into loss (ploss); with plsum and
+// pacc (non-zero) also the running metrics of CrossEntropyCount
 // (ce_small_count).
 func (d *Device) ceSmall(ploss cu.DevicePtr, logits *tensor.Tensor, pt cu.DevicePtr, t64 bool, n, c int, p kernels.CrossEntropyParams, plsum, pacc, pdx cu.DevicePtr) error {
 	base := "ce_small"
@@ -242,7 +251,7 @@ func (d *Device) ceSmall(ploss cu.DevicePtr, logits *tensor.Tensor, pt cu.Device
 // CrossEntropyCount is a reduced CrossEntropy that also adds the loss to
 // lossSum (F32, one element) and counts into acc (F32 [N]) the rows whose
 // first maximum is their target (kernels.CrossEntropyCounter): one launch
-// (ce_small_count) for at most ceSmallRows rows, else CrossEntropy,
+// (ce_small_count) where ceSmallFits, else CrossEntropy,
 // Binary Add and CountCorrect in turn.
 func (d *Device) CrossEntropyCount(loss, logits, target *tensor.Tensor, p kernels.CrossEntropyParams, lossSum, acc *tensor.Tensor) error {
 	const op = "CrossEntropyCount"
@@ -250,7 +259,7 @@ func (d *Device) CrossEntropyCount(loss, logits, target *tensor.Tensor, p kernel
 	if err := checked(err); err != nil {
 		return err
 	}
-	if n > ceSmallRows {
+	if !ceSmallFits(n, c) {
 		if err := d.CrossEntropy(loss, logits, target, p); err != nil {
 			return err
 		}
@@ -275,7 +284,7 @@ func (d *Device) CrossEntropyCount(loss, logits, target *tensor.Tensor, p kernel
 // CrossEntropyCountGrad is CrossEntropyCount also writing dlogits (the
 // logits' shape and dtype) for a dloss of one
 // (kernels.CrossEntropyGradCounter), in the one launch of
-// ce_small_count_grad for at most ceSmallRows rows; past that it writes
+// ce_small_count_grad where ceSmallFits; past that it writes
 // nothing and reports false.
 func (d *Device) CrossEntropyCountGrad(loss, logits, target *tensor.Tensor, p kernels.CrossEntropyParams, lossSum, acc, dlogits *tensor.Tensor) (bool, error) {
 	const op = "CrossEntropyCountGrad"
@@ -290,7 +299,7 @@ func (d *Device) CrossEntropyCountGrad(loss, logits, target *tensor.Tensor, p ke
 	if err := sameShape(op, dlogits, logits); err != nil {
 		return false, err
 	}
-	if n > ceSmallRows {
+	if !ceSmallFits(n, c) {
 		return false, nil
 	}
 	pt, t64, err := d.indexPtr(op, "target", target)
@@ -321,7 +330,7 @@ func (d *Device) CrossEntropy(loss, logits, target *tensor.Tensor, p kernels.Cro
 		return err
 	}
 	reduced := p.Reduction != kernels.ReduceNone
-	if reduced && n <= ceSmallRows {
+	if reduced && ceSmallFits(n, c) {
 		return d.ceSmall(ploss, logits, pt, t64, n, c, p, 0, 0, 0)
 	}
 	s, err := d.newCEScratch(n)
@@ -469,8 +478,8 @@ func (d *Device) SoftmaxBackwardAxis(dx, y, dy *tensor.Tensor, axis int, log boo
 
 // LinearCrossEntropyCount is a linear head and its counted cross-entropy
 // (kernels.LinearCrossEntropyCounter) in one launch of linear_ce_small
-// for at most ceSmallRows rows, K at most gemmSmallK and M·N·K at most
-// gemmSmallMACs; past that it writes nothing and reports false.
+// where the logits fit ceSmallFits, K is at most gemmSmallK and M·N·K at
+// most gemmSmallMACs; past that it writes nothing and reports false.
 func (d *Device) LinearCrossEntropyCount(logits, loss, x, w, b, target *tensor.Tensor, p kernels.CrossEntropyParams, lossSum, acc, dlogits *tensor.Tensor) (bool, error) {
 	const op = "LinearCrossEntropyCount"
 	if logits == nil || x == nil || w == nil {
@@ -495,7 +504,7 @@ func (d *Device) LinearCrossEntropyCount(logits, loss, x, w, b, target *tensor.T
 			return false, err
 		}
 	}
-	if m > ceSmallRows || k > gemmSmallK || m*n*k > gemmSmallMACs {
+	if !ceSmallFits(m, n) || k > gemmSmallK || m*n*k > gemmSmallMACs {
 		return false, nil
 	}
 	pt, t64, err := d.indexPtr(op, "target", target)

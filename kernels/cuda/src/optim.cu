@@ -219,7 +219,7 @@ __global__ void adamw_f32(float* p, const float* g, float* m, float* v, const do
 // fp64 per thread over a block stride, then across the block
 // (block_sum_d), the norm and the coefficient as clip_scale_f32 forms
 // them, written by thread 0, and x scaled by every thread.
-__global__ void clip_small_f32(float* norm, float* x, int64_t n, float max_norm, float eps) {
+__global__ void __launch_bounds__(1024, 1) clip_small_f32(float* norm, float* x, int64_t n, float max_norm, float eps) {
     __shared__ float coef_sh;
     double acc = 0.0;
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += (double)x[i] * x[i];

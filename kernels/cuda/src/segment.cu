@@ -100,7 +100,7 @@ __global__ void seg_count(int32_t* start, const void* seg, int i64, int64_t E, i
 
 // seg_scan: a[0..n) = its inclusive prefix sums (one block of
 // SCAN_THREADS threads walking the array in chunks).
-__global__ void seg_scan(int32_t* a, int64_t n) {
+__global__ void __launch_bounds__(SCAN_THREADS, 1) seg_scan(int32_t* a, int64_t n) {
     __shared__ int32_t tot[SCAN_THREADS / 32];
     __shared__ int32_t carry;
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5;

@@ -54,14 +54,19 @@ __device__ __forceinline__ int64_t ce_target(const void* t, int t64, int64_t i) 
 
 // ce_loss is row r's loss from its maximum m, Σ exp(x − m) s and Σ x sx:
 // (1−ε)(lse − x_t) + ε(lse − mean x), 0 for an ignored row, NaN for a
-// target outside [0, c).
+// target outside [0, c). Without smoothing (ε = 0) the mean's term is
+// left out, as the CPU leaves it out: 0·(lse − mean x) would be NaN for
+// a row holding −inf off the target, or whose Σ x overflows, where the
+// loss itself is finite.
 template <typename T>
 __device__ __forceinline__ float ce_loss(const T* r, int64_t tg, int64_t c, bool ignored, float m, float s, float sx,
                                          float eps) {
     if (ignored) return 0.f;
     if (tg < 0 || tg >= c) return NAN;
     float lse = m + logf(s);
-    return (1.f - eps) * (lse - ld(r, tg)) + eps * (lse - sx / (float)c);
+    float l = (1.f - eps) * (lse - ld(r, tg));
+    if (eps != 0.f) l += eps * (lse - sx / (float)c);
+    return l;
 }
 
 // ce_rows writes per-row losses (ce_loss) and kept flags.
@@ -346,46 +351,48 @@ SOFTMAX_AXIS_KERNELS(f16, __half)
 
 
 // The one-launch forward of a cross-entropy over a few rows (ce_small).
-__global__ void ce_small_f32(float* loss, const float* x, const void* t, int t64, int64_t n, int64_t c, float eps,
+// These run up to 1024 threads a block (ceSmallThreads): the launch
+// bounds hold ptxas to the 64 registers a thread that allows.
+__global__ void __launch_bounds__(1024, 1) ce_small_f32(float* loss, const float* x, const void* t, int t64, int64_t n, int64_t c, float eps,
                              int has_ignore, int64_t ignore, int mean) {
     ce_small(loss, x, t, t64, n, c, eps, has_ignore, ignore, mean);
 }
-__global__ void ce_small_bf16(float* loss, const __nv_bfloat16* x, const void* t, int t64, int64_t n, int64_t c,
+__global__ void __launch_bounds__(1024, 1) ce_small_bf16(float* loss, const __nv_bfloat16* x, const void* t, int t64, int64_t n, int64_t c,
                               float eps, int has_ignore, int64_t ignore, int mean) {
     ce_small(loss, x, t, t64, n, c, eps, has_ignore, ignore, mean);
 }
-__global__ void ce_small_f16(float* loss, const __half* x, const void* t, int t64, int64_t n, int64_t c, float eps,
+__global__ void __launch_bounds__(1024, 1) ce_small_f16(float* loss, const __half* x, const void* t, int t64, int64_t n, int64_t c, float eps,
                              int has_ignore, int64_t ignore, int mean) {
     ce_small(loss, x, t, t64, n, c, eps, has_ignore, ignore, mean);
 }
 
 // ce_small with a trainer's running metrics (kernels.CrossEntropyCounter).
-__global__ void ce_small_count_f32(float* loss, const float* x, const void* t, int t64, int64_t n, int64_t c,
+__global__ void __launch_bounds__(1024, 1) ce_small_count_f32(float* loss, const float* x, const void* t, int t64, int64_t n, int64_t c,
                                    float eps, int has_ignore, int64_t ignore, int mean, float* lsum, float* acc) {
     ce_small(loss, x, t, t64, n, c, eps, has_ignore, ignore, mean, lsum, acc);
 }
-__global__ void ce_small_count_bf16(float* loss, const __nv_bfloat16* x, const void* t, int t64, int64_t n, int64_t c,
+__global__ void __launch_bounds__(1024, 1) ce_small_count_bf16(float* loss, const __nv_bfloat16* x, const void* t, int t64, int64_t n, int64_t c,
                                     float eps, int has_ignore, int64_t ignore, int mean, float* lsum, float* acc) {
     ce_small(loss, x, t, t64, n, c, eps, has_ignore, ignore, mean, lsum, acc);
 }
-__global__ void ce_small_count_f16(float* loss, const __half* x, const void* t, int t64, int64_t n, int64_t c,
+__global__ void __launch_bounds__(1024, 1) ce_small_count_f16(float* loss, const __half* x, const void* t, int t64, int64_t n, int64_t c,
                                    float eps, int has_ignore, int64_t ignore, int mean, float* lsum, float* acc) {
     ce_small(loss, x, t, t64, n, c, eps, has_ignore, ignore, mean, lsum, acc);
 }
 
 // ce_small_count with the logits' gradient for a dloss of one
 // (kernels.CrossEntropyGradCounter).
-__global__ void ce_small_count_grad_f32(float* loss, const float* x, const void* t, int t64, int64_t n, int64_t c,
+__global__ void __launch_bounds__(1024, 1) ce_small_count_grad_f32(float* loss, const float* x, const void* t, int t64, int64_t n, int64_t c,
                                         float eps, int has_ignore, int64_t ignore, int mean, float* lsum, float* acc,
                                         float* dx) {
     ce_small(loss, x, t, t64, n, c, eps, has_ignore, ignore, mean, lsum, acc, dx);
 }
-__global__ void ce_small_count_grad_bf16(float* loss, const __nv_bfloat16* x, const void* t, int t64, int64_t n,
+__global__ void __launch_bounds__(1024, 1) ce_small_count_grad_bf16(float* loss, const __nv_bfloat16* x, const void* t, int t64, int64_t n,
                                          int64_t c, float eps, int has_ignore, int64_t ignore, int mean, float* lsum,
                                          float* acc, __nv_bfloat16* dx) {
     ce_small(loss, x, t, t64, n, c, eps, has_ignore, ignore, mean, lsum, acc, dx);
 }
-__global__ void ce_small_count_grad_f16(float* loss, const __half* x, const void* t, int t64, int64_t n, int64_t c,
+__global__ void __launch_bounds__(1024, 1) ce_small_count_grad_f16(float* loss, const __half* x, const void* t, int t64, int64_t n, int64_t c,
                                         float eps, int has_ignore, int64_t ignore, int mean, float* lsum, float* acc,
                                         __half* dx) {
     ce_small(loss, x, t, t64, n, c, eps, has_ignore, ignore, mean, lsum, acc, dx);
@@ -399,7 +406,7 @@ __global__ void ce_small_count_grad_f16(float* loss, const __half* x, const void
 // logit is written, ce_small_count(_grad) over them (dx optional). flags
 // packs ce_small's t64 (bit 0), has_ignore (bit 1) and mean (bit 2): a
 // launch takes at most 16 arguments.
-__global__ void linear_ce_small_f32(float* logits, float* loss, const float* x, const float* w, const float* b,
+__global__ void __launch_bounds__(1024, 1) linear_ce_small_f32(float* logits, float* loss, const float* x, const float* w, const float* b,
                                     const void* t, int64_t m, int64_t n, int64_t k, float eps, int64_t ignore,
                                     int flags, float* lsum, float* acc, float* dx) {
     const int t64 = flags & 1, has_ignore = (flags >> 1) & 1, mean = (flags >> 2) & 1;
