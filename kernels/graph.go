@@ -383,7 +383,7 @@ func gatherPiece(name string, i int, xs, src, rowPtr, order []*T, nd int, dt ten
 // contiguous or row-strided, [Ns, C] with a CSR (src, rowPtr and order
 // as GraphAggregator says, all three given) or [Nd, C] without (all
 // three nil); each bias contiguous [C] of out's dtype; res nil or a
-// contiguous [Nd, C] of out's dtype.
+// contiguous [Nd, C] of out's dtype; none of them sharing out's memory.
 func CheckGatherSum(name string, out *T, xs, src, rowPtr, order, biases []*T, res *T) ([]GatherBlock, error) {
 	if out == nil {
 		return nil, fmt.Errorf("%s: out is required", name)
@@ -420,7 +420,46 @@ func CheckGatherSum(name string, out *T, xs, src, rowPtr, order, biases []*T, re
 			return nil, err
 		}
 	}
+	// out is written while the terms are read (and, past one CUDA
+	// launch's terms, read back as the running sum): no input may share
+	// its memory, or backends would disagree on the result.
+	for i, x := range xs {
+		if spansOverlap(out, x) {
+			return nil, fmt.Errorf("%s: xs[%d] shares memory with out", name, i)
+		}
+	}
+	for j, b := range biases {
+		if spansOverlap(out, b) {
+			return nil, fmt.Errorf("%s: biases[%d] shares memory with out", name, j)
+		}
+	}
+	if spansOverlap(out, res) {
+		return nil, fmt.Errorf("%s: res shares memory with out", name)
+	}
 	return pieces, nil
+}
+
+// spansOverlap reports whether a and b (either may be nil) are views of
+// one memory (tensor.Storage.SameMemory) whose element ranges, from each
+// view's first element to its last, meet.
+func spansOverlap(a, b *T) bool {
+	if a == nil || b == nil || !a.Storage().SameMemory(b.Storage()) || a.Numel() == 0 || b.Numel() == 0 {
+		return false
+	}
+	span := func(t *T) (lo, hi int) {
+		lo, hi = t.Offset(), t.Offset()
+		for i, d := range t.Shape() {
+			if st := t.Strides()[i]; st >= 0 {
+				hi += (d - 1) * st
+			} else {
+				lo += (d - 1) * st
+			}
+		}
+		return lo, hi
+	}
+	alo, ahi := span(a)
+	blo, bhi := span(b)
+	return alo <= bhi && blo <= ahi
 }
 
 // GATMeanOps is GraphMultiAggregator.GATMean through GATAggregate: one

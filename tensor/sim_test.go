@@ -88,3 +88,33 @@ func TestBackendViewAliases(t *testing.T) {
 	equal(t, w.At(1, 3), host.At(3, 3))
 	equal(t, w.At(0, 1), host.At(1, 2))
 }
+
+// TestSameMemory: a storage is its own memory and its BackendView
+// alias's; distinct storages, nil and empty storages are not.
+func TestSameMemory(t *testing.T) {
+	a, err := tensor.EmptyOn(tensor.Sim(0), tensor.F32, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := tensor.EmptyOn(tensor.Sim(0), tensor.F32, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := tensor.Empty(tensor.F32, 3)
+	for _, tc := range []struct {
+		what string
+		x, y *tensor.Storage
+		want bool
+	}{
+		{"a storage and itself", a.Storage(), a.Storage(), true},
+		{"a sim tensor and its CPU alias", a.Storage(), tensor.BackendView(a.Narrow(0, 1, 2)).Storage(), true},
+		{"a CPU tensor and a view of it", c.Storage(), c.Narrow(0, 1, 1).Storage(), true},
+		{"two sim storages", a.Storage(), b.Storage(), false},
+		{"a storage and nil", a.Storage(), nil, false},
+		{"two empty storages", tensor.Empty(tensor.F32, 0).Storage(), tensor.Empty(tensor.F32, 0).Storage(), false},
+	} {
+		if got := tc.x.SameMemory(tc.y); got != tc.want {
+			t.Errorf("%s: SameMemory %v, want %v", tc.what, got, tc.want)
+		}
+	}
+}

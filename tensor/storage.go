@@ -117,6 +117,24 @@ func (s *Storage) DevicePtr() DevicePtr {
 	return s.block.p
 }
 
+// SameMemory reports whether s and o hold the same elements: the same
+// storage, or two storages over one memory (a sim tensor's storage and
+// the CPU alias BackendView gives the backend). Two empty storages never
+// do.
+func (s *Storage) SameMemory(o *Storage) bool {
+	switch {
+	case s == nil || o == nil:
+		return false
+	case s == o:
+		return true
+	case len(s.host) > 0 && len(o.host) > 0:
+		return &s.host[0] == &o.host[0]
+	case s.block != nil && o.block != nil:
+		return s.block == o.block
+	}
+	return false
+}
+
 // Free releases device memory early; CPU storage is left to the GC.
 func (s *Storage) Free() {
 	if s.block != nil {

@@ -437,4 +437,12 @@ func checkGatherSum(s *suite) {
 	s.panics("GatherSum", func() { // a bias of the wrong width
 		gs.GatherSum(s.out(tensor.F32, 3, 2), nil, nil, nil, nil, []*T{s.out(tensor.F32, 3)}, 1, kernels.Relu, nil)
 	})
+	s.panics("GatherSum", func() { // the residual is out
+		out := s.out(tensor.F32, 3, 2)
+		gs.GatherSum(out, []*T{s.out(tensor.F32, 3, 2)}, []*T{nil}, []*T{nil}, []*T{nil}, nil, 1, kernels.Relu, out)
+	})
+	s.panics("GatherSum", func() { // a piece, a row-strided block, reaches into out
+		both := s.out(tensor.F32, 3, 4)
+		gs.GatherSum(both.Narrow(0, 0, 1).Reshape(2, 2), []*T{both.Narrow(1, 1, 2).Narrow(0, 0, 2)}, []*T{nil}, []*T{nil}, []*T{nil}, nil, 1, kernels.Relu, nil)
+	})
 }
