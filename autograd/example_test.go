@@ -221,6 +221,29 @@ func ExampleLinearSumsAct() {
 	// [3 2] [8 2 9 4 12 6]
 }
 
+// The weight groups LinearSumsAct stacks: one per distinct input, in the
+// order the terms name them. A layer that lays each group out one after
+// another in one tensor has its stacks read in place (StackRows: a view,
+// no copy).
+func ExampleSumsStacks() {
+	a := autograd.Const(tensor.Zeros(tensor.F32, 3, 2)) // one node type's features
+	b := autograd.Const(tensor.Zeros(tensor.F32, 4, 2)) // another's
+	all := tensor.Zeros(tensor.F32, 8, 2)               // three [2, 2] weights and one more, laid out in a row
+	w := func(i int) *autograd.Var { return autograd.Const(all.Narrow(0, 2*i, 2)) }
+	groups := autograd.SumsStacks([][]autograd.LinearTerm{
+		{{X: a, W: w(0)}, {X: b, W: w(2)}}, // into a: a's own and b's
+		{{X: a, W: w(1)}, {X: b, W: w(3)}}, // into b
+	})
+	for _, g := range groups {
+		fmt.Print(len(g), " ")
+	}
+	var stacks []*autograd.Var
+	autograd.InferenceMode(func() { stacks = autograd.StackRows(groups) })
+	fmt.Println(stacks[0].Shape(), stacks[0].Value.Storage() == all.Storage(), stacks[1].Value.Storage() == all.Storage())
+	// Output:
+	// 2 2 [4 2] true true
+}
+
 // An encoder: a linear layer, GELU and a layer norm over each row. In
 // inference on a GPU it is one launch; the values are those of the ops.
 func ExampleLinearActLayerNorm() {

@@ -12,7 +12,8 @@ import (
 // products per node type (one per relation); on a GPU each is a launch
 // whose cost exceeds its arithmetic. In inference LinearStack joins the
 // products of one input into one product over concatenated weights on a
-// launch-bound backend (a copy of the weights per call: cheap on a GPU,
+// launch-bound backend (a copy of the weights per call, or none where
+// they already lie one after another in one storage: cheap on a GPU,
 // not on the CPU, which keeps the separate products), and LinearSum adds
 // products in place instead of launching an Add for each.
 
@@ -44,7 +45,11 @@ var stackAnywhere bool
 func LinearStack(x *Var, ws []*Var) []*Var {
 	outs := make([]*Var, len(ws))
 	if len(ws) > 1 && stackable(append([]*Var{x}, ws...)...) {
-		y := Linear(x, Concat(ws, 0), nil)
+		w := adjacentStack(ws)
+		if w == nil {
+			w = Concat(ws, 0)
+		}
+		y := Linear(x, w, nil)
 		off := 0
 		for i, w := range ws {
 			n := w.Shape()[0]
@@ -581,7 +586,9 @@ func joinableHeads(x *Var, hs []ReluHead) bool {
 // kernels.LaunchBounder backend, nothing recording a gradient, all F32)
 // and the backend has kernels.ConcatManyer, every group's stack is made
 // by one ConcatMany (on CUDA one launch per 32 weights) instead of a
-// Concat per group.
+// Concat per group. A group whose weights already lie one after another
+// in one storage, in its order, is a view of them instead, with no copy
+// (adjacentStack).
 func StackRows(groups [][]*Var) []*Var {
 	out := make([]*Var, len(groups))
 	var all []*Var
@@ -592,7 +599,9 @@ func StackRows(groups [][]*Var) []*Var {
 		case len(g) == 1:
 			out[i] = g[0]
 		case len(g) > 1:
-			multi = append(multi, g)
+			if out[i] = adjacentStack(g); out[i] == nil {
+				multi = append(multi, g)
+			}
 		}
 	}
 	var stacks []*Var
@@ -600,7 +609,7 @@ func StackRows(groups [][]*Var) []*Var {
 		stacks = concatMany(multi, 0)
 	}
 	for i, g := range groups {
-		if len(g) < 2 {
+		if out[i] != nil || len(g) == 0 {
 			continue
 		}
 		if stacks != nil {
@@ -610,6 +619,46 @@ func StackRows(groups [][]*Var) []*Var {
 		}
 	}
 	return out
+}
+
+// adjacentStack returns Concat(g, 0) as a view, without a copy, when
+// g's weights already lie one after another in one storage, in g's
+// order, each contiguous and of one dtype and one shape past the first
+// axis (a layer that lays out its weights for stacking, as tamiyo's
+// policy does on a GPU); else nil. Like concatMany's stacks it records
+// no gradient; being a view of the weights, it reads their values at
+// every replay of a captured forward.
+func adjacentStack(g []*Var) *Var {
+	if len(g) < 2 || (GradEnabled() && anyRequiresGrad(g)) {
+		return nil
+	}
+	first := g[0].Value
+	if first.Rank() == 0 || !first.IsContiguous() {
+		return nil
+	}
+	rest := first.Shape()[1:]
+	next, rows := first.Offset(), 0
+	for _, v := range g {
+		t := v.Value
+		if t.Storage() != first.Storage() || t.Offset() != next || !t.IsContiguous() || t.DType() != first.DType() ||
+			t.Rank() != first.Rank() || !tensor.SameShape(t.Shape()[1:], rest) {
+			return nil
+		}
+		next += t.Numel()
+		rows += t.Shape()[0]
+	}
+	flat := tensor.New(first.Storage(), []int{next - first.Offset()}, []int{1}, first.Offset())
+	return Const(flat.Reshape(append([]int{rows}, rest...)...))
+}
+
+// anyRequiresGrad reports whether any of vs requires a gradient.
+func anyRequiresGrad(vs []*Var) bool {
+	for _, v := range vs {
+		if v.RequiresGrad() {
+			return true
+		}
+	}
+	return false
 }
 
 // LinearStacks is LinearStack over several inputs, outs[i] =
@@ -686,6 +735,47 @@ func LinearSumsAct(termss [][]LinearTerm, scales []float64, act kernels.UnaryOp,
 	return outs
 }
 
+// SumsStacks returns the weight groups that LinearSumsAct stacks where
+// it transforms before it aggregates: for every distinct input X of the
+// terms, in the order the terms first name it, the weights that read
+// it, in the order the terms name them. A layer that lays each group's
+// weights out one after another in one storage, in this order, has its
+// stacks taken as views of them, without a copy (see StackRows). The
+// terms are not checked.
+func SumsStacks(termss [][]LinearTerm) [][]*Var {
+	_, wss, _ := sumsStacks(termss)
+	return wss
+}
+
+// stackRef locates a term's product among LinearStacks' outputs: input
+// x, weight w of its group (x < 0: a bias alone).
+type stackRef struct{ x, w int }
+
+// sumsStacks is SumsStacks with the inputs and, per term, where its
+// product lands.
+func sumsStacks(termss [][]LinearTerm) (xs []*Var, wss [][]*Var, refs [][]stackRef) {
+	at := map[*Var]int{}
+	refs = make([][]stackRef, len(termss))
+	for i, terms := range termss {
+		refs[i] = make([]stackRef, len(terms))
+		for k, t := range terms {
+			refs[i][k] = stackRef{-1, -1}
+			if t.W == nil {
+				continue // a bias alone
+			}
+			j, ok := at[t.X]
+			if !ok {
+				j = len(xs)
+				at[t.X] = j
+				xs, wss = append(xs, t.X), append(wss, nil)
+			}
+			refs[i][k] = stackRef{j, len(wss[j])}
+			wss[j] = append(wss[j], t.W)
+		}
+	}
+	return xs, wss, refs
+}
+
 // linearSumsGathered is LinearSumsAct's transform-then-aggregate path,
 // or nil where it does not apply.
 func linearSumsGathered(termss [][]LinearTerm, scales []float64, act kernels.UnaryOp, res []*Var) []*Var {
@@ -726,30 +816,7 @@ func linearSumsGathered(termss [][]LinearTerm, scales []float64, act kernels.Una
 	if !ok {
 		return nil
 	}
-	// Every distinct input with the weights that read it, in the order
-	// the terms name them; ref locates a term's product.
-	type ref struct{ x, w int }
-	var xs []*Var
-	var wss [][]*Var
-	at := map[*Var]int{}
-	refs := make([][]ref, len(termss))
-	for i, terms := range termss {
-		refs[i] = make([]ref, len(terms))
-		for k, t := range terms {
-			refs[i][k] = ref{-1, -1}
-			if t.W == nil {
-				continue // a bias alone
-			}
-			j, ok := at[t.X]
-			if !ok {
-				j = len(xs)
-				at[t.X] = j
-				xs, wss = append(xs, t.X), append(wss, nil)
-			}
-			refs[i][k] = ref{j, len(wss[j])}
-			wss[j] = append(wss[j], t.W)
-		}
-	}
+	xs, wss, refs := sumsStacks(termss)
 	prods := LinearStacks(xs, wss)
 	outs := make([]*Var, len(termss))
 	for i, terms := range termss {

@@ -309,6 +309,75 @@ func TestStackRows(t *testing.T) {
 	}
 }
 
+// TestStackRowsOfAdjacentWeights: weights laid out one after another in
+// one storage stack as a view of it — no launch, the same storage, the
+// values Concat gives — and a view reads what the weights hold when it
+// is used, so a captured forward replays with updated weights. Out of
+// order, with a gap, or recording gradients, they are copied as before.
+func TestStackRowsOfAdjacentWeights(t *testing.T) {
+	rng := tensor.NewRNG(17)
+	all, err := tensor.Normal(rng, tensor.F32, 0, 1, 12, 3).ToDevice(tensor.Sim(0))
+	require.NoError(t, err)
+	rows := func(lo, n int) *Var { return Param(all.Narrow(0, lo, n)) }
+	a, b, c := rows(0, 2), rows(2, 4), rows(6, 6)
+	x, err := tensor.Normal(rng, tensor.F32, 0, 1, 5, 3).ToDevice(tensor.Sim(0))
+	require.NoError(t, err)
+	xv := Const(x)
+	t.Cleanup(func() { stackAnywhere = false })
+	stackAnywhere = true
+	for _, tc := range []struct {
+		what string
+		g    []*Var
+		view bool
+	}{
+		{"in order", []*Var{a, b, c}, true},
+		{"a prefix", []*Var{a, b}, true},
+		{"out of order", []*Var{b, a}, false},
+		{"a gap", []*Var{a, c}, false},
+	} {
+		var st []*Var
+		fn := func([]*tensor.Tensor) []*tensor.Tensor {
+			InferenceMode(func() { st = StackRows([][]*Var{tc.g, {c, a}}) })
+			return []*tensor.Tensor{st[1].Value}
+		}
+		// One launch either way: the second group's Concat beside a
+		// view, or both groups in one ConcatMany.
+		require.Equal(t, 1, captureLaunches(t, fn, x), tc.what)
+		fn(nil)
+		var want *Var
+		InferenceMode(func() { want = Concat(tc.g, 0) })
+		sameVars(t, tc.what, st[0], want)
+		require.Equal(t, tc.view, st[0].Value.Storage() == all.Storage(), "%s: a view of the weights", tc.what)
+	}
+
+	// LinearStack through the view, in a captured forward: after the
+	// weights change, a replay computes with the new values.
+	var outs []*Var
+	fn := func([]*tensor.Tensor) []*tensor.Tensor {
+		InferenceMode(func() { outs = LinearStack(xv, []*Var{a, b, c}) })
+		return []*tensor.Tensor{outs[0].Value, outs[1].Value, outs[2].Value}
+	}
+	require.Equal(t, 1, captureLaunches(t, fn, x), "one product, no copy of the weights")
+	cap := Capture(fn, CaptureOptions{OnFallback: func(err error) { t.Fatal(err) }})
+	for i := 0; i < 3; i++ { // warm-up, capture, replay
+		_, err = cap.Run(x)
+		require.NoError(t, err)
+	}
+	kernels.For(all.Device()).BinaryScalar(kernels.Mul, all, all, 2, false)
+	got, err := cap.Run(x)
+	require.NoError(t, err)
+	for i, w := range []*Var{a, b, c} {
+		var want *Var
+		InferenceMode(func() { want = Linear(xv, w, nil) })
+		closeVars(t, "replay after the weights changed", Const(got[i]), want)
+	}
+
+	// Recording gradients: Concat, so that the gradient reaches each weight.
+	stackAnywhere = false
+	st := StackRows([][]*Var{{a, b}})
+	require.NotEqual(t, all.Storage(), st[0].Value.Storage())
+}
+
 // TestLinearSums: where products are joined and the backend has
 // kernels.ConcatManyer (sim with stackAnywhere), LinearSums makes the
 // stacked weights of all its joined lists in one launch — one launch

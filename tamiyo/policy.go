@@ -183,6 +183,9 @@ type Policy struct {
 	drop    [4]*nn.Dropout
 	heads   [leyline.NumActionHeads]*mlp // heads[HeadSlot] is the pointer
 	value   *mlp
+	// stacks are the storages layOutStacks laid the message-passing
+	// weights out in (none: not laid out).
+	stacks []*tensor.Storage
 }
 
 // NewPolicy builds a policy with freshly initialised weights: encoders
@@ -319,12 +322,28 @@ func (p *Policy) Device() tensor.Device { return p.bpEmbed.Weight.Value.Device()
 // same masks there. Build optimizers after moving. Moving with nn.To
 // alone works too: the dropout states follow the parameters at the next
 // call.
+//
+// On a launch-bound device (a GPU: kernels.LaunchBounder) the weights of
+// the message-passing layers are then laid out in the order their joined
+// products stack them (layOutStacks), so that inference reads each stack
+// in place instead of copying the weights into it at every forward:
+// those weights keep their Vars, but their Values are new tensors (views
+// of one tensor per stack), so hold the Vars, not their Values, across a
+// move.
 func (p *Policy) To(dev tensor.Device) error {
+	if err := p.unstack(); err != nil {
+		return fmt.Errorf("tamiyo: Policy.To: %w", err)
+	}
 	if err := nn.To(p, dev); err != nil {
 		return fmt.Errorf("tamiyo: Policy.To: %w", err)
 	}
 	if _, err := p.followDevice(); err != nil {
 		return fmt.Errorf("tamiyo: Policy.To: %w", err)
+	}
+	if stackOn(dev) {
+		if err := p.layOutStacks(); err != nil {
+			return fmt.Errorf("tamiyo: Policy.To: %w", err)
+		}
 	}
 	return nil
 }
@@ -613,22 +632,13 @@ func newSAGELayer(rng *rand.Rand, in, out int, dt tensor.DType) *sageLayer {
 // autograd.LinearSums (the products added in place in inference) and the
 // activation autograd.ScaleActAdd.
 func (l *sageLayer) forward(x [NumNodeTypes]*autograd.Var, gt *graphTensors) [NumNodeTypes]*autograd.Var {
-	var terms [NumNodeTypes][]autograd.LinearTerm
-	var rels [NumNodeTypes]int
-	for r := range l.linL {
-		rel := Relation(r)
-		t := rel.Dst()
-		rels[t]++
-		if gt.edges[r] == 0 {
-			// No neighbours: the mean is 0 and lin_l gives its bias.
-			terms[t] = append(terms[t], autograd.LinearTerm{X: x[t], W: l.linR[r].Weight, B: l.linL[r].Bias})
-			continue
+	terms, rels := l.terms(x, func(rel Relation) *autograd.GraphEdges {
+		if gt.edges[rel] == 0 {
+			return nil
 		}
 		e := gt.relEdges(rel)
-		terms[t] = append(terms[t],
-			autograd.LinearTerm{X: x[rel.Src()], Edges: &e, W: l.linL[r].Weight, B: l.linL[r].Bias},
-			autograd.LinearTerm{X: x[t], W: l.linR[r].Weight})
-	}
+		return &e
+	})
 	scales := make([]float64, NumNodeTypes)
 	res := make([]*autograd.Var, NumNodeTypes)
 	for t := range terms {
@@ -641,6 +651,39 @@ func (l *sageLayer) forward(x [NumNodeTypes]*autograd.Var, gt *graphTensors) [Nu
 	var out [NumNodeTypes]*autograd.Var
 	copy(out[:], autograd.LinearSumsAct(terms[:], scales, kernels.GeluErf, res))
 	return out
+}
+
+// terms returns the layer's sums per destination type (LinearSumsAct's
+// term lists) and how many relations enter each: per relation into the
+// type, in relation order, lin_l over the mean of the sources along the
+// relation's edges (edges(rel); nil: none) and lin_r of the destination
+// — or, without edges, lin_r with lin_l's bias alone (the mean is 0).
+func (l *sageLayer) terms(x [NumNodeTypes]*autograd.Var, edges func(Relation) *autograd.GraphEdges) (terms [NumNodeTypes][]autograd.LinearTerm, rels [NumNodeTypes]int) {
+	for r := range l.linL {
+		rel := Relation(r)
+		t := rel.Dst()
+		rels[t]++
+		e := edges(rel)
+		if e == nil {
+			terms[t] = append(terms[t], autograd.LinearTerm{X: x[t], W: l.linR[r].Weight, B: l.linL[r].Bias})
+			continue
+		}
+		terms[t] = append(terms[t],
+			autograd.LinearTerm{X: x[rel.Src()], Edges: e, W: l.linL[r].Weight, B: l.linL[r].Bias},
+			autograd.LinearTerm{X: x[t], W: l.linR[r].Weight})
+	}
+	return terms, rels
+}
+
+// stacks returns the weight groups the layer's joined products stack
+// when every relation has edges (autograd.SumsStacks of its terms).
+func (l *sageLayer) stacks() [][]*autograd.Var {
+	var x [NumNodeTypes]*autograd.Var
+	for t := range x {
+		x[t] = autograd.Const(tensor.Empty(tensor.F32, 0)) // one distinct input per type
+	}
+	terms, _ := l.terms(x, func(Relation) *autograd.GraphEdges { return &autograd.GraphEdges{} })
+	return autograd.SumsStacks(terms[:])
 }
 
 // gatLayer is a heterogeneous GAT layer (PyG GATConv with separate
@@ -705,22 +748,7 @@ func (l *gatLayer) forward(x [NumNodeTypes]*autograd.Var, gt *graphTensors) [Num
 	// product per type on a device in inference, the stacked weights of
 	// every type made in one launch).
 	var hs, hd [NumRelations]*autograd.Var
-	var wss [NumNodeTypes][]*autograd.Var
-	var dst [NumNodeTypes][]**autograd.Var
-	for t := range x {
-		for r, g := range l.rels {
-			rel := Relation(r)
-			if gt.edges[r] == 0 {
-				continue // only the bias is read
-			}
-			if rel.Src() == NodeType(t) {
-				wss[t], dst[t] = append(wss[t], g.linSrc.Weight), append(dst[t], &hs[r])
-			}
-			if rel.Dst() == NodeType(t) {
-				wss[t], dst[t] = append(wss[t], g.linDst.Weight), append(dst[t], &hd[r])
-			}
-		}
-	}
+	wss, dst := l.projections(func(r int) bool { return gt.edges[r] != 0 }, &hs, &hd)
 	for t, outs := range autograd.LinearStacks(x[:], wss[:]) {
 		for i, o := range outs {
 			*dst[t][i] = o
@@ -740,6 +768,37 @@ func (l *gatLayer) forward(x [NumNodeTypes]*autograd.Var, gt *graphTensors) [Num
 		res[t] = autograd.GATMeanAct(rs, l.heads, gatNegativeSlope, kernels.GeluErf, residual([]int{nd, l.out}, x[t]))
 	}
 	return res
+}
+
+// projections returns, per node type, the weights its features go
+// through — lin_src of the relations leaving it and lin_dst of those
+// entering it, in relation order, over the relations with edges
+// (hasEdges; a relation without reads only its bias) — and where each
+// product goes: hs[r] for lin_src, hd[r] for lin_dst.
+func (l *gatLayer) projections(hasEdges func(r int) bool, hs, hd *[NumRelations]*autograd.Var) (wss [NumNodeTypes][]*autograd.Var, dst [NumNodeTypes][]**autograd.Var) {
+	for t := range wss {
+		for r, g := range l.rels {
+			rel := Relation(r)
+			if !hasEdges(r) {
+				continue
+			}
+			if rel.Src() == NodeType(t) {
+				wss[t], dst[t] = append(wss[t], g.linSrc.Weight), append(dst[t], &hs[r])
+			}
+			if rel.Dst() == NodeType(t) {
+				wss[t], dst[t] = append(wss[t], g.linDst.Weight), append(dst[t], &hd[r])
+			}
+		}
+	}
+	return wss, dst
+}
+
+// stacks returns the weight groups the layer's joined projections stack
+// when every relation has edges.
+func (l *gatLayer) stacks() [][]*autograd.Var {
+	var hs, hd [NumRelations]*autograd.Var
+	wss, _ := l.projections(func(int) bool { return true }, &hs, &hd)
+	return wss[:]
 }
 
 // residual returns h when a layer's output of shape out can add it (the

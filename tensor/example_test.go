@@ -101,3 +101,13 @@ func ExampleBroadcastShapes() {
 	// [4 5 3] <nil>
 	// shapes [2 3] and [4] do not broadcast
 }
+
+// Whether two storages are one memory: a tensor and its views share
+// their storage; a copy does not.
+func ExampleStorage_SameMemory() {
+	t := tensor.FromSlice([]float32{1, 2, 3, 4}, 4)
+	view := t.Narrow(0, 2, 2)
+	fmt.Println(t.Storage().SameMemory(view.Storage()), t.Storage().SameMemory(t.Clone().Storage()))
+	// Output:
+	// true false
+}
