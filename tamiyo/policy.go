@@ -320,8 +320,9 @@ func (p *Policy) Device() tensor.Device { return p.bpEmbed.Weight.Value.Device()
 // keep their identity, and their gradients dropped) together with its
 // dropout layers' random states, so that training-mode dropout draws the
 // same masks there. Build optimizers after moving. Moving with nn.To
-// alone works too: the dropout states follow the parameters at the next
-// call.
+// alone works too (the dropout states follow the parameters at the next
+// call), except for a policy laid out on a GPU (below), whose stacked
+// weights nn.To refuses as views: move that one with To.
 //
 // On a launch-bound device (a GPU: kernels.LaunchBounder) the weights of
 // the message-passing layers are then laid out in the order their joined
