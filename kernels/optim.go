@@ -15,7 +15,9 @@ type OptimFamily interface {
 	// or F64, [len(xs)]). The global norm is the norm of dst.
 	ForeachNorm(dst *T, xs []*T)
 	// ForeachScale multiplies every xs[i] in place by the scalar tensor
-	// s (one element; a tensor so the factor can change under replay).
+	// s (one element; a tensor so the factor can change under replay),
+	// which must not lie in any xs[i] (a GPU reads it in every block,
+	// some after others have scaled it).
 	ForeachScale(xs []*T, s *T)
 	// ForeachAxpy computes ys[i] += alpha·xs[i].
 	ForeachAxpy(ys, xs []*T, alpha float64)
@@ -205,6 +207,18 @@ func checkOptimState(name string, param *T, what string, t *T) error {
 	}
 	if !tensor.SameShape(t.Shape(), param.Shape()) || t.DType() != param.DType() {
 		return fmt.Errorf("%s: param is %v %v but %s is %v %v", name, param.Shape(), param.DType(), what, t.Shape(), t.DType())
+	}
+	return nil
+}
+
+// CheckScalarApart refuses a scalar operand s of an in-place list op
+// (ForeachScale) that shares memory with any of the tensors xs it
+// scales.
+func CheckScalarApart(name, what string, s *T, xs []*T) error {
+	for i, x := range xs {
+		if spansOverlap(s, x) {
+			return fmt.Errorf("%s: %s shares memory with xs[%d] (it would be read as it is scaled)", name, what, i)
+		}
 	}
 	return nil
 }

@@ -59,7 +59,8 @@ func CheckConcat(name string, dst *T, srcs []*T, axis int) (int, error) {
 type ConcatManyer interface {
 	// ConcatMany is Concat(dsts[i], the next counts[i] sources of srcs,
 	// axis) for every i: the same bytes, in one launch where the sources
-	// are laid out as rows (on CUDA up to 32 sources a launch).
+	// are laid out as rows (on CUDA up to 32 sources a launch). No
+	// destination may share memory with a source or another destination.
 	ConcatMany(dsts []*T, srcs []*T, counts []int, axis int)
 }
 
@@ -88,6 +89,21 @@ func CheckConcatMany(name string, dsts, srcs []*T, counts []int, axis int) ([]in
 	}
 	if off != len(srcs) {
 		return nil, fmt.Errorf("%s: counts %v for %d sources", name, append([]int(nil), counts...), len(srcs))
+	}
+	// The groups run in no set order on CUDA (one launch copies blocks
+	// bound for every destination): no destination may share memory with
+	// a source or with another destination.
+	for i, d := range dsts {
+		for j, x := range srcs {
+			if spansOverlap(d, x) {
+				return nil, fmt.Errorf("%s: destination %d shares memory with source %d", name, i, j)
+			}
+		}
+		for j := i + 1; j < len(dsts); j++ {
+			if spansOverlap(d, dsts[j]) {
+				return nil, fmt.Errorf("%s: destinations %d and %d share memory", name, i, j)
+			}
+		}
 	}
 	return axes, nil
 }

@@ -24,8 +24,9 @@ var optimCases = []conformance{
 }
 
 // listSizes are the element counts of the tensors of a list: tiny, odd,
-// and past a chunk.
-var listSizes = []int{1, 300, 17, 5000, 64}
+// and past a chunk (CUDA's multi-tensor chunks are 16384 elements: 20000
+// is two, the second short).
+var listSizes = []int{1, 300, 17, 20000, 64}
 
 // list is one tensor per listSizes of dtype d, and their values.
 func (s *suite) list(d tensor.DType) ([]*T, [][]float64) {
@@ -98,6 +99,10 @@ func checkForeach(s *suite) {
 			}
 		})
 	}
+	s.panics("ForeachScale", func() { // the factor is an element of a tensor it scales
+		x := s.out(tensor.F32, 8)
+		s.b.ForeachScale([]*T{s.out(tensor.F32, 3), x}, x.Narrow(0, 5, 1))
+	})
 	for _, d := range s.floats("ForeachAxpy", tensor.F64, tensor.F32) {
 		ys, yv := s.list(d)
 		xs, xv := s.list(d)
@@ -232,6 +237,9 @@ func checkSGDStep(s *suite) {
 	s.panics("SGDStep", func() {
 		p := s.out(tensor.F32, 4)
 		s.b.SGDStep(p, s.out(tensor.F32, 5), nil, s.full(tensor.F64, 0.1, 2), nil, kernels.SGDOptions{})
+	})
+	s.panics("SGDStep", func() { // a flag of two elements
+		s.b.SGDStep(s.out(tensor.F32, 4), s.out(tensor.F32, 4), nil, s.full(tensor.F64, 0.1, 2), s.full(tensor.F32, 0, 2), kernels.SGDOptions{})
 	})
 }
 
@@ -453,6 +461,9 @@ func checkIncrementSGDStep(s *suite) {
 	}
 	s.panics("IncrementSGDStep", func() {
 		be.IncrementSGDStep(s.out(tensor.F32, 4), s.out(tensor.F32, 5), nil, s.full(tensor.F64, 0.1, 2), nil, kernels.SGDOptions{})
+	})
+	s.panics("IncrementSGDStep", func() { // a flag of two elements
+		be.IncrementSGDStep(s.out(tensor.F32, 4), s.out(tensor.F32, 4), nil, s.full(tensor.F64, 0.1, 2), s.full(tensor.F32, 0, 2), kernels.SGDOptions{})
 	})
 }
 

@@ -160,6 +160,14 @@ func checkConcatMany(s *suite) {
 	s.panics("ConcatMany", func() {
 		cm.ConcatMany([]*T{s.out(tensor.F32, 2, 5)}, []*T{s.out(tensor.F32, 2, 3), s.out(tensor.F32, 2, 2)}, []int{1}, 1)
 	})
+	s.panics("ConcatMany", func() { // a group reads another's destination
+		a, b, x := s.out(tensor.F32, 2, 3), s.out(tensor.F32, 2, 3), s.out(tensor.F32, 2, 3)
+		cm.ConcatMany([]*T{a, b}, []*T{x, a}, []int{1, 1}, 0)
+	})
+	s.panics("ConcatMany", func() { // two destinations overlap
+		both := s.out(tensor.F32, 3, 3)
+		cm.ConcatMany([]*T{both.Narrow(0, 0, 2), both.Narrow(0, 1, 2)}, []*T{s.out(tensor.F32, 2, 3), s.out(tensor.F32, 2, 3)}, []int{1, 1}, 0)
+	})
 }
 
 // checkZeroMany: ZeroMany zeroes tensors of every float dtype and of

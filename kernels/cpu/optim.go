@@ -86,6 +86,7 @@ func (be *Backend) SGDStep(param, grad, mom, hyper, foundInf *T, o kernels.SGDOp
 func (be *Backend) IncrementSGDStep(param, grad, mom, hyper, foundInf *T, o kernels.SGDOptions) {
 	const name = "IncrementSGDStep"
 	must(kernels.CheckSGDStep(name, param, grad, mom, hyper, o))
+	must(kernels.CheckFlag(name, "foundInf", foundInf, true)) // before the step is counted
 	be.Increment(hyper.Flatten().Narrow(0, 1, 1), foundInf)
 	be.SGDStep(param, grad, mom, hyper, foundInf, o)
 }

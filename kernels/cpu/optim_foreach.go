@@ -130,6 +130,7 @@ func (be *Backend) ForeachNorm(dst *T, xs []*T) {
 func (be *Backend) ForeachScale(xs []*T, s *T) {
 	const name = "ForeachScale"
 	needCPU(name, s)
+	must(kernels.CheckScalarApart(name, "s", s, xs))
 	get := scalarReader(name, "s", s)
 	fs := flats(name, "xs[i]", xs)
 	cl := newChunkList(fs)

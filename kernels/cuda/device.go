@@ -90,6 +90,12 @@ func Open(ordinal int) (*Device, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cuda: device %d: the reductions' counters: %w", ordinal, err)
 	}
+	// cuMemsetD8 runs on the legacy default stream and may return before
+	// it is done; d.stream is non-blocking, so nothing on it would wait
+	// for the clears. Wait for them here, once.
+	if err := cu.Synchronize(); err != nil {
+		return nil, fmt.Errorf("cuda: device %d: clearing the zero block and the counters: %w", ordinal, err)
+	}
 	d.alloc = newAllocator(d)
 	tensor.RegisterDeviceMemory(tensor.KindCUDA, memory{d})
 	return d, nil

@@ -160,6 +160,9 @@ func (d *Device) ForeachScale(xs []*tensor.Tensor, s *tensor.Tensor) error {
 	if err != nil {
 		return err
 	}
+	if err := kernels.CheckScalarApart(op, "s", s, xs); err != nil {
+		return err
+	}
 	ptrs, sizes, err := d.mtOperands(op, []string{"xs"}, xs)
 	if err != nil {
 		return err
@@ -370,18 +373,21 @@ func (d *Device) IncrementSGDStep(param, grad, mom, hyper, foundInf *tensor.Tens
 	if err := checked(kernels.CheckSGDStep(op, param, grad, mom, hyper, o)); err != nil {
 		return err
 	}
+	km := mom
+	if o.Momentum == 0 {
+		km = nil // sgd_inc_f32 takes the momentum path for a non-null buffer
+	}
+	// Every operand checked before anything runs: the two-launch path
+	// must not count a step whose update then fails.
+	pp, pg, pm, ph, pf, err := d.optimPtrs(op, param, grad, km, hyper, foundInf)
+	if err != nil {
+		return err
+	}
 	if param.Numel() > sgdOneBlock {
 		if err := d.Increment(hyper.Flatten().Narrow(0, 1, 1), foundInf); err != nil {
 			return err
 		}
 		return d.SGDStep(param, grad, mom, hyper, foundInf, o)
-	}
-	if o.Momentum == 0 {
-		mom = nil // sgd_inc_f32 takes the momentum path for a non-null buffer
-	}
-	pp, pg, pm, ph, pf, err := d.optimPtrs(op, param, grad, mom, hyper, foundInf)
-	if err != nil {
-		return err
 	}
 	fn, err := d.kernel("sgd_inc_f32")
 	if err != nil {
@@ -430,6 +436,9 @@ func (d *Device) optimPtrs(op string, param, grad, state, hyper, foundInf *tenso
 		return
 	}
 	if ph, err = d.ptrOf(op, "hyper", hyper, tensor.F64); err != nil {
+		return
+	}
+	if err = kernels.CheckFlag(op, "foundInf", foundInf, true); err != nil {
 		return
 	}
 	if foundInf != nil {
