@@ -107,6 +107,10 @@ type Conv2dGeom struct {
 	Cg, Og, KDim, Pixels int
 }
 
+// convParamLimit bounds a convolution's strides, padding and dilation
+// (CheckConv2d): 2^30, far past any real layer.
+const convParamLimit = 1 << 30
+
 // CheckConv2d checks the shapes of a convolution's input x, weight w
 // and output y (for the backward passes: dx, and dy) against p and
 // returns the geometry: rank-4 shapes, channels that split into the
@@ -126,6 +130,11 @@ func CheckConv2d(name string, x, w, y []int, p Conv2dParams) (Conv2dGeom, error)
 	}
 	if p.StrideH <= 0 || p.StrideW <= 0 || p.PadH < 0 || p.PadW < 0 || p.DilationH <= 0 || p.DilationW <= 0 {
 		return bad("invalid parameters")
+	}
+	// A device's kernels index in 32-bit ints where the element counts
+	// allow it; strides, padding and dilation must then fit too.
+	if max(p.StrideH, p.StrideW, p.PadH, p.PadW, p.DilationH, p.DilationW) >= convParamLimit {
+		return bad(fmt.Sprintf("stride, padding or dilation of %d or more", convParamLimit))
 	}
 	g.Ho = ConvOut(g.H, g.KH, p.StrideH, p.PadH, p.DilationH)
 	g.Wo = ConvOut(g.W, g.KW, p.StrideW, p.PadW, p.DilationW)

@@ -101,6 +101,10 @@ func TestChecksNameTheOpAndShapes(t *testing.T) {
 			_, err := kernels.CheckConv2d("Conv2d", []int{1, 3, 8, 8}, []int{4, 2, 3, 3}, []int{1, 4, 6, 6}, kernels.Conv2dParams{})
 			return err
 		}(), []string{"Conv2d", "channels do not match groups", "[1 3 8 8]", "[4 2 3 3]"}},
+		{func() error { // a stride past 32-bit indexing (one output pixel all the same)
+			_, err := kernels.CheckConv2d("Conv2d", []int{1, 1, 4, 4}, []int{1, 1, 1, 1}, []int{1, 1, 1, 1}, kernels.Conv2dParams{StrideH: 1 << 32, StrideW: 1 << 32})
+			return err
+		}(), []string{"Conv2d", "stride, padding or dilation of 1073741824 or more"}},
 		{func() error {
 			_, err := kernels.CheckConcat("Concat", f32(2, 5), []*tensor.Tensor{f32(2, 3), f32(3, 2)}, 1)
 			return err

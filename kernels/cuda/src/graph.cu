@@ -289,8 +289,9 @@ __global__ void gat_aggregate_f32(float* out, const float* hs, const float* hd, 
 
 // gather_mean_f32: out[i,f] = the mean of x[src[order[p]], f] over p in
 // [rowPtr[i], rowPtr[i+1]), 0 for a node without edges; one thread per
-// (i, f), summing in p order from the first value and scaling by
-// 1/count, as the CPU's IndexSelect and SegmentReduce Mean do.
+// (i, f), summing in p order from the first value in fp32 and scaling
+// by the fp32 1/count: the CPU's IndexSelect and SegmentReduce Mean add
+// in the same order, in float64, and divide, so the last bits may differ.
 __global__ void gather_mean_f32(float* out, const float* x, const int64_t* src, const int64_t* rowPtr,
                                 const int64_t* order, int64_t nd, int64_t fw) {
     GRID_STRIDE(q, nd * fw) {

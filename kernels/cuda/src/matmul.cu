@@ -56,7 +56,7 @@ __global__ void sum_rows_add_f32(float* d, const float* x, int64_t m, int64_t n)
 // linear_grad_add_f32 adds a small linear layer's weight and bias
 // gradients in one launch, for g [m, n] and x [m, k]: thread e < n·k
 // adds dw[j, p] += Σ_i g[i, j]·x[i, p] (j = e / k, p = e % k; the rows
-// in order, fma in fp32, as gemm_small_f32 sums), and thread e = n·k + j
+// in order, fma in fp32, as gemm_small_f32 sums for K ≤ 32), and thread e = n·k + j
 // adds db[j] += Σ_i g[i, j], summed in fp64 and rounded once to fp32
 // (as sum_rows_add_f32 rounds). db null: no bias. For small m (the
 // host's choice): MatMulAdd and SumRowsAdd would be two graph nodes.
@@ -85,7 +85,7 @@ __global__ void linear_grad_add_f32(float* dw, float* db, const float* g, const 
 // launch (kernels.LinearBackwardAdder): threads below n·k (+ n with db)
 // add the weight and bias gradients as linear_grad_add_f32 does, and
 // the others write dx[i, p] = Σ_j g[i, j]·w[j, p] (j in order, fma in
-// fp32, as gemm_small_f32 sums g·w).
+// fp32, as gemm_small_f32 sums g·w for K ≤ 32).
 __global__ void linear_bwd_small_f32(float* dx, float* dw, float* db, const float* g, const float* x, const float* w,
                                      int64_t m, int64_t n, int64_t k) {
     const int64_t grads = n * k + (db ? n : 0);

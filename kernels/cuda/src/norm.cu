@@ -608,7 +608,8 @@ __global__ void layernorm_fwd_f32(float* y, float* mean, float* rstd, const floa
 // i (a row of x [m, k]) computes its n outputs act(Σ_q x[i,q]·w[j,q] +
 // b[j]) into dynamic shared memory, a thread per output striding by the
 // block (q in order, fma in fp32, then the bias and the activation, as
-// gemm_small_f32 computes an element), then normalises the row as
+// gemm_small_f32 computes an element for K ≤ 32; past that its warps
+// split the sum), then normalises the row as
 // layernorm_fwd does (block sums of the values, then of the squared
 // deviations; biased variance), with the gain g and the shift s.
 __global__ void linear_act_ln_f32(float* y, const float* x, const float* w, const float* b, int act, const float* g,

@@ -401,7 +401,7 @@ __global__ void __launch_bounds__(1024, 1) ce_small_count_grad_f16(float* loss, 
 // linear_ce_small_f32 is a linear classifier head and its counted
 // cross-entropy in one launch of one block
 // (kernels.LinearCrossEntropyCounter): logits[i, j] = Σ_q x[i, q]·w[j, q]
-// (q in order, fma in fp32, as gemm_small_f32 sums) + b[j] (b optional),
+// (q in order, fma in fp32, as gemm_small_f32 sums for K ≤ 32) + b[j] (b optional),
 // written by the block over x [m, k] and w [n, k]; then, once every
 // logit is written, ce_small_count(_grad) over them (dx optional). flags
 // packs ce_small's t64 (bit 0), has_ignore (bit 1) and mean (bit 2): a
