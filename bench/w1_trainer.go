@@ -7,62 +7,12 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/esper-go/esper/autograd"
 	"github.com/esper-go/esper/kasmina"
-	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/nissa"
 	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/tensor"
 	"github.com/esper-go/esper/tolaria"
 )
-
-// w1Host is W1's Linear(16→4)+bias as a kasmina host, with one slot
-// (r0c0) at its input, so that W1 can run through tolaria.Trainer. No
-// seed is ever germinated there; the slot exists because a
-// MorphogeneticModel needs one.
-type w1Host struct {
-	*nn.Linear
-}
-
-func (h w1Host) Topology() string { return kasmina.TopologyMLP }
-
-func (h w1Host) InjectionSpecs() []leyline.InjectionSpec {
-	return []leyline.InjectionSpec{{SlotID: "r0c0", Channels: w1In, Surface: leyline.SurfaceBlockEnd}}
-}
-
-func (h w1Host) SegmentChannels() map[string]int { return map[string]int{"r0c0": w1In} }
-
-func (h w1Host) TimelineOrder() []string { return []string{"r0c0"} }
-
-func (h w1Host) ForwardToSegment(slot string, x *autograd.Var, from string) (*autograd.Var, error) {
-	if slot != "r0c0" || from != "" {
-		return nil, fmt.Errorf("bench: W1 host routes only from the input to r0c0 (got %q → %q)", from, slot)
-	}
-	return x, nil
-}
-
-func (h w1Host) ForwardFromSegment(slot string, x *autograd.Var) (*autograd.Var, error) {
-	if slot != "r0c0" {
-		return nil, fmt.Errorf("bench: W1 host has no slot %q", slot)
-	}
-	return h.Linear.Forward(x), nil
-}
-
-// Head and FeaturesFromSegment make the Linear W1's head
-// (kasmina.LinearHead): the trainer computes it with its loss
-// (autograd.LinearCrossEntropyCount), one launch on CUDA.
-func (h w1Host) Head() *nn.Linear { return h.Linear }
-
-func (h w1Host) FeaturesFromSegment(slot string, x *autograd.Var) (*autograd.Var, error) {
-	if slot != "r0c0" {
-		return nil, fmt.Errorf("bench: W1 host has no slot %q", slot)
-	}
-	return x, nil
-}
-
-func (h w1Host) Blocks() []leyline.BlockInfo {
-	return []leyline.BlockInfo{{Depth: 0, Channels: w1Out, Slots: []string{"r0c0"}}}
-}
 
 // perBatchSource is a Fixed source without its Fixed method: the
 // trainer runs it batch by batch (W1Options.PerBatch).
@@ -96,7 +46,13 @@ func newW1Trainer(seed uint64, captured, perBatch bool, epochs int, dev tensor.D
 	if err != nil {
 		return nil, err
 	}
-	model, err := kasmina.NewMorphogeneticModel(w1Host{lin}, kasmina.ModelOptions{Slots: []string{"r0c0"}})
+	// W1's Linear(16→4)+bias as a host (its one slot, at the input, is
+	// never germinated: a MorphogeneticModel needs one).
+	host, err := kasmina.NewLinearHost(lin)
+	if err != nil {
+		return nil, err
+	}
+	model, err := kasmina.NewMorphogeneticModel(host, kasmina.ModelOptions{Slots: []string{kasmina.LinearHostSlot}})
 	if err != nil {
 		return nil, err
 	}

@@ -106,3 +106,28 @@ func ExampleMorphogeneticModel_GradientTelemetry() {
 	// seed health measured: true norm > 0: true
 	// extra norms: true -1
 }
+
+// A linear classifier as a host: its one slot sits at the input, and its
+// layer is its head, so the model's features are the input itself.
+func ExampleNewLinearHost() {
+	lin, err := nn.NewLinear(tensor.NewRNG(1), nn.LinearOptions{In: 3, Out: 2})
+	if err != nil {
+		panic(err)
+	}
+	host, err := kasmina.NewLinearHost(lin)
+	if err != nil {
+		panic(err)
+	}
+	m, err := kasmina.NewMorphogeneticModel(host, kasmina.ModelOptions{Slots: []string{kasmina.LinearHostSlot}})
+	if err != nil {
+		panic(err)
+	}
+	x := autograd.Const(tensor.Ones(tensor.F32, 5, 3))
+	feats, head, err := m.ForwardFeatures(x)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(m.SlotIDs(), feats == x, head == lin, m.Forward(x).Shape())
+	// Output:
+	// [r0c0] true true [5 2]
+}

@@ -155,6 +155,59 @@ type LinearCrossEntropyCounter interface {
 	LinearCrossEntropyCount(logits, loss, x, w, b, target *T, p CrossEntropyParams, lossSum, acc, dlogits *T) bool
 }
 
+// LinearCESGDStepper is implemented by a backend that runs a small
+// linear classifier's whole SGD training step in one launch (CUDA: one
+// block, for what LinearCrossEntropyCounter and SGDIncrementer take in
+// one launch each): the logits, the counted loss and the logits'
+// gradient, the weight and bias gradients added, and the step over the
+// arena that holds the weight and the bias. optim.SGD.LinearCEStep
+// uses it. It is an optional capability (check with a type assertion).
+type LinearCESGDStepper interface {
+	// LinearCESGDStep is LinearCrossEntropyCount(logits, loss, x, w, b,
+	// target, p, lossSum, acc, dlogits), then LinearGradAdd(gw, gb,
+	// dlogits, x), then IncrementSGDStep(param, grad, mom, hyper, nil,
+	// o), with those calls' results on this backend bit for bit. dlogits
+	// is required; w and b lie in param, and gw and gb are grad's views
+	// at their offsets (CheckLinearCESGDStep); b and gb are nil together.
+	// It reports false, having written nothing, where the backend cannot
+	// do it all in one launch.
+	LinearCESGDStep(logits, loss, x, w, b, target *T, p CrossEntropyParams, lossSum, acc, dlogits, gw, gb, param, grad, mom, hyper *T, o SGDOptions) bool
+}
+
+// CheckLinearCESGDStep checks what a LinearCESGDStep adds to its three
+// calls' own checks, before any of them writes: dlogits given, the SGD
+// step's operands (CheckSGDStep), and w and b contiguous views of param
+// whose gradients gw and gb are grad's views at the same offsets, of
+// their shapes (b and gb nil together).
+func CheckLinearCESGDStep(name string, w, b, dlogits, gw, gb, param, grad, mom, hyper *T, o SGDOptions) error {
+	if dlogits == nil || w == nil || gw == nil {
+		return fmt.Errorf("%s: w, gw and dlogits are required", name)
+	}
+	if (b == nil) != (gb == nil) {
+		return fmt.Errorf("%s: b and gb must be given together", name)
+	}
+	if err := CheckSGDStep(name, param, grad, mom, hyper, o); err != nil {
+		return err
+	}
+	for _, v := range []struct {
+		what string
+		t, g *T
+	}{{"w", w, gw}, {"b", b, gb}} {
+		if v.t == nil {
+			continue
+		}
+		if !v.t.IsContiguous() || !v.g.IsContiguous() || !tensor.SameShape(v.t.Shape(), v.g.Shape()) {
+			return fmt.Errorf("%s: %s %v and its gradient %v must be contiguous, of one shape", name, v.what, v.t.Shape(), v.g.Shape())
+		}
+		off, goff := v.t.Offset()-param.Offset(), v.g.Offset()-grad.Offset()
+		if !v.t.Storage().SameMemory(param.Storage()) || !v.g.Storage().SameMemory(grad.Storage()) ||
+			off != goff || off < 0 || off+v.t.Numel() > param.Numel() {
+			return fmt.Errorf("%s: %s must lie in param and its gradient in grad at the same offset (an arena's views)", name, v.what)
+		}
+	}
+	return nil
+}
+
 // CrossEntropyCountOps runs on be what a CrossEntropyCount stands for:
 // CrossEntropy into loss, Binary Add of the loss into lossSum, and
 // CountCorrect into acc. A backend without a fused path runs this, and

@@ -5,6 +5,7 @@ import (
 
 	"github.com/esper-go/esper/autograd"
 	"github.com/esper-go/esper/kernels"
+	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/optim"
 	"github.com/esper-go/esper/tensor"
 )
@@ -81,4 +82,29 @@ func ExampleArena_AppendGradBuffers() {
 	kernels.For(lossSum.Device()).(kernels.ZeroManyer).ZeroMany(bufs)
 	fmt.Println(onHost(w.Grad).F32(), onHost(lossSum).F32())
 	// Output: [0 0] [0]
+}
+
+// A linear classifier's whole SGD step in one call: its counted loss,
+// Backward and Step together (one launch on a GPU). The loss and the
+// correct count are added to the caller's running metrics.
+func ExampleSGD_LinearCEStep() {
+	lin, err := nn.NewLinear(tensor.NewRNG(4), nn.LinearOptions{In: 2, Out: 2})
+	if err != nil {
+		panic(err)
+	}
+	sgd, err := optim.NewSGD(lin.Parameters(), optim.SGDOptions{LR: 0.5})
+	if err != nil {
+		panic(err)
+	}
+	x := tensor.FromSlice([]float32{1, 0, 0, 1}, 2, 2)
+	y := tensor.FromSlice([]int64{0, 1}, 2)
+	lossSum, acc := tensor.Zeros(tensor.F32, 1), tensor.Zeros(tensor.F32, 2)
+	for range 20 {
+		if !sgd.LinearCEStep(x, lin.Weight, lin.Bias, y, kernels.CrossEntropyParams{}, lossSum, acc, true) {
+			panic("not a linear classifier's step")
+		}
+	}
+	fmt.Println(sgd.StepCount(), acc.F32())
+	// Output:
+	// 20 [18 20]
 }

@@ -101,7 +101,7 @@ func (r *evalRunner) runPass(e int) bool {
 func (r *evalRunner) fn(in []*tensor.Tensor) []*tensor.Tensor {
 	x, y := in[0], in[1]
 	autograd.InferenceMode(func() {
-		if l, logits, counted := r.met.forwardLoss(r.t.model, x, y, r.ce); !counted {
+		if l, logits, counted, _ := r.met.forwardLoss(r.t.model, x, y, r.ce, nil); !counted {
 			r.met.add(l, logits, y)
 		}
 	})

@@ -4,6 +4,7 @@ import (
 	"github.com/esper-go/esper/autograd"
 	"github.com/esper-go/esper/kasmina"
 	"github.com/esper-go/esper/kernels"
+	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/tensor"
 )
 
@@ -85,7 +86,12 @@ func (pm *passMetrics) crossEntropy(logits *autograd.Var, y *tensor.Tensor, p ke
 // (autograd.LinearCrossEntropyCount: one launch on CUDA for a small
 // batch), counted is true and logits nil; otherwise logits are the
 // model's output and the loss crossEntropy's.
-func (pm *passMetrics) forwardLoss(m *kasmina.MorphogeneticModel, x, y *tensor.Tensor, p kernels.CrossEntropyParams) (loss, logits *autograd.Var, counted bool) {
+//
+// With step (a training step that may run whole: stepRunner.linearStep)
+// and such a head over features that take no gradient, step is offered
+// the head's whole training step; when it takes it (stepped true) there
+// is no loss to back-propagate and nothing more to do.
+func (pm *passMetrics) forwardLoss(m *kasmina.MorphogeneticModel, x, y *tensor.Tensor, p kernels.CrossEntropyParams, step linearStep) (loss, logits *autograd.Var, counted, stepped bool) {
 	if p.Reduction != kernels.ReduceNone && y.DType().IsInt() && y.Rank() == 1 {
 		feats, head, err := m.ForwardFeatures(autograd.Const(x))
 		if err != nil {
@@ -93,19 +99,28 @@ func (pm *passMetrics) forwardLoss(m *kasmina.MorphogeneticModel, x, y *tensor.T
 		}
 		if head == nil {
 			loss, counted = pm.crossEntropy(feats, y, p)
-			return loss, feats, counted
+			return loss, feats, counted, false
 		}
 		if b := pm.correctN.get(y.Device(), y.Dim(0)); b != nil && feats.Value.Rank() == 2 && feats.Value.Dim(0) == y.Dim(0) && feats.Value.Device() == y.Device() {
-			return autograd.LinearCrossEntropyCount(feats, head.Weight, head.Bias, y, p, pm.lossSum, b.acc), nil, true
+			if step != nil && !feats.RequiresGrad() && step(feats.Value, head, y, pm.lossSum, b.acc) {
+				return nil, nil, true, true
+			}
+			return autograd.LinearCrossEntropyCount(feats, head.Weight, head.Bias, y, p, pm.lossSum, b.acc), nil, true, false
 		}
 		logits = head.Forward(feats)
 		loss, counted = pm.crossEntropy(logits, y, p)
-		return loss, logits, counted
+		return loss, logits, counted, false
 	}
 	logits = m.Forward(autograd.Const(x))
 	loss, counted = pm.crossEntropy(logits, y, p)
-	return loss, logits, counted
+	return loss, logits, counted, false
 }
+
+// linearStep runs a linear head's whole training step over features x
+// (no gradient) against y, adding the loss and correct counts to lossSum
+// and acc, and reports whether it did (optim.SGD.LinearCEStep); false
+// leaves everything as it was.
+type linearStep func(x *tensor.Tensor, head *nn.Linear, y, lossSum, acc *tensor.Tensor) bool
 
 // add adds a batch's loss (one element) and correct count to the pass's
 // metrics: the path of crossEntropy's uncounted losses.

@@ -11,6 +11,7 @@ import (
 	"github.com/esper-go/esper/kasmina"
 	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/leyline"
+	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/optim"
 	"github.com/esper-go/esper/tensor"
 )
@@ -171,6 +172,9 @@ type stepRunner struct {
 	// grads is zeroGrads' list of the optimizers' gradient buffers,
 	// reused from step to step.
 	grads []*tensor.Tensor
+	// whole counts the steps fn took whole (linearStep), captures
+	// included, replays not.
+	whole int
 }
 
 // zeroGrads zeroes every optimizer's gradients: in one launch where the
@@ -240,8 +244,14 @@ func (s *stepRunner) fn(in []*tensor.Tensor) []*tensor.Tensor {
 		s.zeroGrads()
 	}
 	var logits, loss *autograd.Var
-	var counted bool
-	t.prec.forward(func() { loss, logits, counted = s.met.forwardLoss(t.model, x, y, s.ce) })
+	var counted, stepped bool
+	t.prec.forward(func() { loss, logits, counted, stepped = s.met.forwardLoss(t.model, x, y, s.ce, s.linearStep()) })
+	if stepped {
+		// A linear classifier's whole step, backward and update
+		// included (optim.SGD.LinearCEStep).
+		s.whole++
+		return s.out
+	}
 	autograd.Backward(t.prec.scale(loss))
 	if s.afterBackward != nil {
 		s.afterBackward()
@@ -271,6 +281,28 @@ func (s *stepRunner) fn(in []*tensor.Tensor) []*tensor.Tensor {
 		s.met.add(loss, logits, y)
 	}
 	return s.out
+}
+
+// linearStep returns the step a model that is a linear classifier over
+// its input may take whole (optim.SGD.LinearCEStep: one launch on CUDA
+// where forward, backward and update take three), or nil where the step
+// needs more than its forward, backward and update: a combining or
+// instrumented step, gradient clipping, mixed precision, or any
+// optimizer beside the host's (a seed's).
+func (s *stepRunner) linearStep() linearStep {
+	t := s.t
+	if s.combine || s.afterBackward != nil || t.o.MaxGradNorm > 0 || t.prec.enabled() {
+		return nil
+	}
+	n := 0
+	t.opt.each(t.model, func(*optim.SGD) { n++ })
+	if n != 1 {
+		return nil
+	}
+	host, ce, zero := t.opt.host, s.ce, s.zeroAfter
+	return func(x *tensor.Tensor, head *nn.Linear, y, lossSum, acc *tensor.Tensor) bool {
+		return host.LinearCEStep(x, head.Weight, head.Bias, y, ce, lossSum, acc, zero)
+	}
 }
 
 // guard is the captured step's version: it changes with anything a

@@ -561,7 +561,8 @@ func checkLinearActLayerNorm(s *suite) {
 					}
 					what := name("LinearActLayerNorm", d, sh, "affine", affine, act)
 					var fused bool
-					s.check(call{what: what, launch: func() { fused = la.LinearActLayerNorm(y, x, w, b, act, g, sh2, normEps) }, writes: []*T{y}}, func(got [][]float64) {
+					s.check(call{what: what, launch: func() { fused = la.LinearActLayerNorm(y, x, w, b, act, g, sh2, normEps) }, writes: []*T{y},
+						declined: func() bool { return !fused }}, func(got [][]float64) {
 						if !fused {
 							same(s.t, what+" (not fused: untouched)", got[0], untouched)
 							return

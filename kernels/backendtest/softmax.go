@@ -16,6 +16,7 @@ var softmaxCases = []conformance{
 	optional[kernels.CrossEntropyCounter](checkCrossEntropyCount, "CrossEntropyCount"),
 	optional[kernels.CrossEntropyGradCounter](checkCrossEntropyCountGrad, "CrossEntropyCountGrad"),
 	optional[kernels.LinearCrossEntropyCounter](checkLinearCrossEntropyCount, "LinearCrossEntropyCount"),
+	optional[kernels.LinearCESGDStepper](checkLinearCESGDStep, "LinearCESGDStep"),
 }
 
 // refSoftmax is the softmax (or log-softmax) of x (shape) along axis.
@@ -336,7 +337,7 @@ func checkCrossEntropyCountGrad(s *suite) {
 					what := name("CrossEntropyCountGrad", d, idt, n, cl, p)
 					var fused bool
 					launch := func() { fused = be.CrossEntropyCountGrad(loss, logits, target, p, lossSum, acc, dl) }
-					s.check(call{what: what, launch: launch, writes: []*T{loss, lossSum, acc, dl}}, func(got [][]float64) {
+					s.check(call{what: what, launch: launch, writes: []*T{loss, lossSum, acc, dl}, declined: func() bool { return !fused }}, func(got [][]float64) {
 						if !fused {
 							for i, w := range []string{"loss", "lossSum", "acc", "dlogits"} {
 								same(s.t, what+" "+w+" (not fused: unwritten)", got[i], untouched[i])
@@ -431,7 +432,7 @@ func checkLinearCrossEntropyCount(s *suite) {
 					what := name("LinearCrossEntropyCount", m, k, n, "params", pi, "bias", bias, "grad", grad)
 					var fused bool
 					launch := func() { fused = be.LinearCrossEntropyCount(logits, loss, x, w, b, target, p, lossSum, acc, dl) }
-					s.check(call{what: what, launch: launch, writes: writes}, func(got [][]float64) {
+					s.check(call{what: what, launch: launch, writes: writes, declined: func() bool { return !fused }}, func(got [][]float64) {
 						if !fused {
 							for i := range got {
 								same(s.t, name(what, "written", i, "(not fused: unwritten)"), got[i], untouched[i])
@@ -493,6 +494,110 @@ func (s *suite) ceMetrics(n int) (sum0, av []float64) {
 
 // countParams are the counted cross-entropy checks' parameters: the
 // mean, the sum with label smoothing, and an ignored index.
+// linearArena is a linear layer's arena for checkLinearCESGDStep: the
+// flat parameters [w (n·k) | b (n)], their gradients (random, as if
+// earlier gradients were there) and momentum, the hyper {lr, step}, and
+// the views of w, b and their gradients.
+type linearArena struct {
+	param, grad, mom, hyper, w, b, gw, gb *T
+}
+
+func (s *suite) linearArena(n, k int, bias bool, step float64) linearArena {
+	np := n * k
+	if bias {
+		np += n
+	}
+	a := linearArena{param: s.f32(s.normals(np), np), grad: s.f32(s.normals(np), np), mom: s.f32(s.normals(np), np)}
+	a.hyper, _ = s.put(tensor.F64, []float64{0.05, step}, 2)
+	a.w, a.gw = a.param.Narrow(0, 0, n*k).Reshape(n, k), a.grad.Narrow(0, 0, n*k).Reshape(n, k)
+	if bias {
+		a.b, a.gb = a.param.Narrow(0, n*k, n), a.grad.Narrow(0, n*k, n)
+	}
+	return a
+}
+
+// checkLinearCESGDStep: where the backend fuses it (true), a linear
+// classifier's SGD step writes bit for bit what its three calls write
+// on the same backend — LinearCrossEntropyCount, LinearGradAdd and
+// IncrementSGDStep — logits, loss, metrics, dlogits, and the arena's
+// parameters, gradients, momentum and step; where it does not (false),
+// nothing at all. W1's layer (4 rows of 16 features, 4 classes) and
+// W4's head (128 rows), with and without a bias, momentum, zeroed
+// gradients, the first step; and past one launch.
+func checkLinearCESGDStep(s *suite) {
+	be := s.b.(kernels.LinearCESGDStepper)
+	lc := s.b.(kernels.LinearCrossEntropyCounter)
+	la := s.b.(kernels.LinearGradAccumulator)
+	si := s.b.(kernels.SGDIncrementer)
+	for _, sz := range [][3]int{{4, 16, 4}, {128, 32, 10}, {300, 8, 7}} {
+		m, k, n := sz[0], sz[1], sz[2]
+		for pi, p := range countParams {
+			for _, o := range []kernels.SGDOptions{{Momentum: 0.9, ZeroGrad: true}, {WeightDecay: 0.01, Nesterov: false}, {Momentum: 0.5, Dampening: 0.1, Maximize: true}} {
+				for _, bias := range []bool{true, false} {
+					step := 3.0
+					if pi == 1 {
+						step = 0 // the first step: momentum takes the gradient
+					}
+					x, _ := s.in(tensor.F32, m, k)
+					target, _ := s.put(tensor.I64, s.ceTargets(m, n, p), m)
+					sum0, av := s.ceMetrics(m)
+					a := s.linearArena(n, k, bias, step)
+					mom := a.mom
+					if o.Momentum == 0 {
+						mom = nil
+					}
+					logits, loss, lossSum, acc, dl := s.out(tensor.F32, m, n), s.out(tensor.F32), s.f32(sum0, 1), s.f32(av, m), s.out(tensor.F32, m, n)
+					writes := []*T{logits, loss, lossSum, acc, dl, a.param, a.grad, a.mom, a.hyper}
+
+					// The three calls, on copies.
+					c := make([]*T, len(writes))
+					for i, w := range writes {
+						c[i] = s.clone(w)
+					}
+					ca := linearArena{param: c[5], grad: c[6], mom: c[7], hyper: c[8]}
+					ca.w, ca.gw = ca.param.Narrow(0, 0, n*k).Reshape(n, k), ca.grad.Narrow(0, 0, n*k).Reshape(n, k)
+					if bias {
+						ca.b, ca.gb = ca.param.Narrow(0, n*k, n), ca.grad.Narrow(0, n*k, n)
+					}
+					cmom := ca.mom
+					if o.Momentum == 0 {
+						cmom = nil
+					}
+					lc.LinearCrossEntropyCount(c[0], c[1], x, ca.w, ca.b, target, p, c[2], c[3], c[4])
+					la.LinearGradAdd(ca.gw, ca.gb, c[4], x)
+					si.IncrementSGDStep(ca.param, ca.grad, cmom, ca.hyper, nil, o)
+					three := s.read(c)
+
+					untouched := s.read(writes)
+					what := name("LinearCESGDStep", m, k, n, "params", pi, o, "bias", bias)
+					var fused bool
+					launch := func() {
+						fused = be.LinearCESGDStep(logits, loss, x, a.w, a.b, target, p, lossSum, acc, dl, a.gw, a.gb, a.param, a.grad, mom, a.hyper, o)
+					}
+					s.check(call{what: what, launch: launch, writes: writes, declined: func() bool { return !fused }}, func(got [][]float64) {
+						for i := range got {
+							if !fused {
+								same(s.t, name(what, "written", i, "(not fused: unwritten)"), got[i], untouched[i])
+								continue
+							}
+							same(s.t, name(what, "written", i, "(against its three calls)"), got[i], three[i])
+						}
+					})
+					if !fused {
+						s.t.Logf("%s: not fused on this backend", what)
+					}
+				}
+			}
+		}
+	}
+	s.panics("LinearCESGDStep", func() { // w outside the arena
+		a := s.linearArena(4, 3, true, 1)
+		w := s.out(tensor.F32, 4, 3)
+		be.LinearCESGDStep(s.out(tensor.F32, 2, 4), s.out(tensor.F32), s.out(tensor.F32, 2, 3), w, a.b, s.full(tensor.I64, 0, 2),
+			kernels.CrossEntropyParams{}, s.out(tensor.F32, 1), s.out(tensor.F32, 2), s.out(tensor.F32, 2, 4), a.gw, a.gb, a.param, a.grad, nil, a.hyper, kernels.SGDOptions{})
+	})
+}
+
 var countParams = []kernels.CrossEntropyParams{
 	{},
 	{Reduction: kernels.ReduceSum, LabelSmoothing: 0.1},

@@ -749,6 +749,28 @@ var (
 	ceOneF64 = tensor.FromSlice([]float64{1}).Reshape()
 )
 
+// LinearCESGDStep implements kernels.LinearCESGDStepper as its three
+// calls in turn (the CPU has no launch to save), every operand checked
+// before the first writes.
+func (be *Backend) LinearCESGDStep(logits, loss, x, w, b, target *T, p kernels.CrossEntropyParams, lossSum, acc, dlogits, gw, gb, param, grad, mom, hyper *T, o kernels.SGDOptions) bool {
+	const name = "LinearCESGDStep"
+	needCPU(name, logits, loss, x, w, b, target, lossSum, acc, dlogits, gw, gb, param, grad, mom, hyper)
+	must(kernels.CheckLinearCESGDStep(name, w, b, dlogits, gw, gb, param, grad, mom, hyper, o))
+	if logits == nil || x == nil {
+		fail(name, "logits and x are required")
+	}
+	if !tensor.SameShape(gw.Shape(), w.Shape()) || x.Rank() != 2 || w.Rank() != 2 || x.Dim(1) != w.Dim(1) {
+		fail(name, "x %v against w %v", x.Shape(), w.Shape())
+	}
+	if _, _, err := kernels.CheckCrossEntropyCount(name, loss, logits, target, p, lossSum, acc); err != nil {
+		must(err)
+	}
+	be.LinearCrossEntropyCount(logits, loss, x, w, b, target, p, lossSum, acc, dlogits)
+	be.LinearGradAdd(gw, gb, dlogits, x)
+	be.IncrementSGDStep(param, grad, mom, hyper, nil, o)
+	return true
+}
+
 // LinearCrossEntropyCount implements kernels.LinearCrossEntropyCounter:
 // MatMulBias, then CrossEntropyCountGrad (CrossEntropyCount without
 // dlogits), bit for bit those calls; the CPU has no launch to save.

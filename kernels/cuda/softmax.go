@@ -57,6 +57,13 @@ func (b *Backend) LinearCrossEntropyCount(logits, loss, x, w, bias, target *T, p
 	return ok
 }
 
+// LinearCESGDStep implements kernels.LinearCESGDStepper.
+func (b *Backend) LinearCESGDStep(logits, loss, x, w, bias, target *T, p kernels.CrossEntropyParams, lossSum, acc, dlogits, gw, gb, param, grad, mom, hyper *T, o kernels.SGDOptions) bool {
+	ok, err := b.d.LinearCESGDStep(logits, loss, x, w, bias, target, p, lossSum, acc, dlogits, gw, gb, param, grad, mom, hyper, o)
+	must(err)
+	return ok
+}
+
 // CrossEntropyBackward implements kernels.Backend.
 func (b *Backend) CrossEntropyBackward(dlogits, logits, target, dloss *T, p kernels.CrossEntropyParams) {
 	must(b.d.CrossEntropyBackward(dlogits, logits, target, dloss, p))
@@ -532,4 +539,78 @@ func (d *Device) LinearCrossEntropyCount(logits, loss, x, w, b, target *tensor.T
 	// The block CrossEntropyCount's ce_small takes for m rows, so that
 	// the loss and counts are what it would write from these logits.
 	return true, launchRaw(fn, [3]int{1, 1, 1}, [3]int{ceSmallThreads(m), 1, 1}, 0, d.stream, &a)
+}
+
+// LinearCESGDStep is a small linear classifier's whole SGD step
+// (kernels.LinearCESGDStepper) in one launch of linear_ce_sgd_f32, one
+// block of ceSmallThreads(m): where LinearCrossEntropyCount and
+// IncrementSGDStep would each be one launch (sizes within
+// linear_ce_small's and sgdOneBlock). Past that it writes nothing and
+// reports false.
+func (d *Device) LinearCESGDStep(logits, loss, x, w, b, target *tensor.Tensor, p kernels.CrossEntropyParams, lossSum, acc, dlogits, gw, gb, param, grad, mom, hyper *tensor.Tensor, o kernels.SGDOptions) (bool, error) {
+	const op = "LinearCESGDStep"
+	if err := checked(kernels.CheckLinearCESGDStep(op, w, b, dlogits, gw, gb, param, grad, mom, hyper, o)); err != nil {
+		return false, err
+	}
+	if logits == nil || x == nil {
+		return false, fmt.Errorf("cuda: %s: logits and x are required", op)
+	}
+	xs, ws := x.Shape(), w.Shape()
+	if len(xs) != 2 || len(ws) != 2 || xs[1] != ws[1] {
+		return false, fmt.Errorf("cuda: %s: x %v and w %v: want [M, K] and [N, K]", op, xs, ws)
+	}
+	m, k, n := xs[0], xs[1], ws[0]
+	if !tensor.SameShape(logits.Shape(), []int{m, n}) {
+		return false, fmt.Errorf("cuda: %s: logits of shape %v, want [%d %d]", op, logits.Shape(), m, n)
+	}
+	if b != nil && !tensor.SameShape(b.Shape(), []int{n}) {
+		return false, fmt.Errorf("cuda: %s: bias of shape %v, want [%d]", op, b.Shape(), n)
+	}
+	if _, _, err := kernels.CheckCrossEntropyCount(op, loss, logits, target, p, lossSum, acc); err != nil {
+		return false, checked(err)
+	}
+	if err := sameShape(op, dlogits, logits); err != nil {
+		return false, err
+	}
+	if !ceSmallFits(m, n) || k > gemmSmallK || m*n*k > gemmSmallMACs || param.Numel() > sgdOneBlock {
+		return false, nil
+	}
+	km := mom
+	if o.Momentum == 0 {
+		km = nil // sgd_inc_block takes the momentum path for a non-null buffer
+	}
+	pp, pg, pm, ph, _, err := d.optimPtrs(op, param, grad, km, hyper, nil)
+	if err != nil {
+		return false, err
+	}
+	pt, t64, err := d.indexPtr(op, "target", target)
+	if err != nil {
+		return false, err
+	}
+	ptrs, err := d.ptrList(op, []string{"logits", "loss", "x", "w", "b", "lossSum", "acc", "dlogits", "gw", "gb"},
+		[]*tensor.Tensor{logits, loss, x, w, b, lossSum, acc, dlogits, gw, gb},
+		[]tensor.DType{tensor.F32, tensor.F32, tensor.F32, tensor.F32, tensor.F32, tensor.F32, tensor.F32, tensor.F32, tensor.F32, tensor.F32},
+		[]bool{false, false, false, false, true, false, false, false, false, true})
+	if err != nil {
+		return false, err
+	}
+	fn, err := d.kernel("linear_ce_sgd_f32")
+	if err != nil {
+		return false, err
+	}
+	a := linearCESGDArgs{
+		logits: uint64(ptrs[0]), loss: uint64(ptrs[1]), x: uint64(ptrs[2]), w: uint64(ptrs[3]), b: uint64(ptrs[4]), t: uint64(pt),
+		m: int64(m), n: int64(n), k: int64(k), eps: float32(p.LabelSmoothing), ignore: p.IgnoreIndex,
+		flags: int32(b2i(t64) | b2i(p.HasIgnore)<<1 | b2i(p.Reduction == kernels.ReduceMean)<<2),
+		lsum:  uint64(ptrs[5]), acc: uint64(ptrs[6]), dx: uint64(ptrs[7]), gw: uint64(ptrs[8]), gb: uint64(ptrs[9]),
+		p: uint64(pp), g: uint64(pg), mom: uint64(pm), hyper: uint64(ph),
+		mu: float32(o.Momentum), damp: float32(1 - o.Dampening), wd: float32(o.WeightDecay),
+		nesterov: int32(b2i(o.Nesterov)), maximize: int32(b2i(o.Maximize)), zero: int32(b2i(o.ZeroGrad)),
+		np: int64(param.Numel()),
+	}
+	release := d.enter()
+	defer release()
+	// The block LinearCrossEntropyCount's launch takes for m rows (the
+	// loss's warp order), which the step's loops do not mind.
+	return true, launchStruct(fn, [3]int{1, 1, 1}, [3]int{ceSmallThreads(m), 1, 1}, d.stream, a.words())
 }

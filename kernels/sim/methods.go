@@ -247,6 +247,12 @@ func (sb *Backend) LinearBackwardAdd(dx *kernels.T, dw *kernels.T, db *kernels.T
 	sb.cpu.(kernels.LinearBackwardAdder).LinearBackwardAdd(tensor.BackendView(dx), tensor.BackendView(dw), tensor.BackendView(db), tensor.BackendView(g), tensor.BackendView(x), tensor.BackendView(w))
 }
 
+// LinearCESGDStep implements kernels.LinearCESGDStepper on the CPU kernels.
+func (sb *Backend) LinearCESGDStep(logits *kernels.T, loss *kernels.T, x *kernels.T, w *kernels.T, b *kernels.T, target *kernels.T, p kernels.CrossEntropyParams, lossSum *kernels.T, acc *kernels.T, dlogits *kernels.T, gw *kernels.T, gb *kernels.T, param *kernels.T, grad *kernels.T, mom *kernels.T, hyper *kernels.T, o kernels.SGDOptions) bool {
+	sb.check("LinearCESGDStep", []*tensor.Tensor{logits, loss, x, w, b, target, lossSum, acc, dlogits, gw, gb, param, grad, mom, hyper}, nil)
+	return sb.cpu.(kernels.LinearCESGDStepper).LinearCESGDStep(tensor.BackendView(logits), tensor.BackendView(loss), tensor.BackendView(x), tensor.BackendView(w), tensor.BackendView(b), tensor.BackendView(target), p, tensor.BackendView(lossSum), tensor.BackendView(acc), tensor.BackendView(dlogits), tensor.BackendView(gw), tensor.BackendView(gb), tensor.BackendView(param), tensor.BackendView(grad), tensor.BackendView(mom), tensor.BackendView(hyper), o)
+}
+
 // LinearCrossEntropyCount implements kernels.LinearCrossEntropyCounter on the CPU kernels.
 func (sb *Backend) LinearCrossEntropyCount(logits *kernels.T, loss *kernels.T, x *kernels.T, w *kernels.T, b *kernels.T, target *kernels.T, p kernels.CrossEntropyParams, lossSum *kernels.T, acc *kernels.T, dlogits *kernels.T) bool {
 	sb.check("LinearCrossEntropyCount", []*tensor.Tensor{logits, loss, x, w, b, target, lossSum, acc, dlogits}, nil)
@@ -559,6 +565,7 @@ var (
 	_ kernels.IndexFamily               = (*Backend)(nil)
 	_ kernels.LinearActLayerNormer      = (*Backend)(nil)
 	_ kernels.LinearBackwardAdder       = (*Backend)(nil)
+	_ kernels.LinearCESGDStepper        = (*Backend)(nil)
 	_ kernels.LinearCrossEntropyCounter = (*Backend)(nil)
 	_ kernels.LinearGradAccumulator     = (*Backend)(nil)
 	_ kernels.MatMulFamily              = (*Backend)(nil)

@@ -130,6 +130,7 @@ func TestOptionalInterfacesMatchCPU(t *testing.T) {
 		"CrossEntropyCounter":       reflect.TypeFor[kernels.CrossEntropyCounter](),
 		"CrossEntropyGradCounter":   reflect.TypeFor[kernels.CrossEntropyGradCounter](),
 		"LinearCrossEntropyCounter": reflect.TypeFor[kernels.LinearCrossEntropyCounter](),
+		"LinearCESGDStepper":        reflect.TypeFor[kernels.LinearCESGDStepper](),
 		"SGDIncrementer":            reflect.TypeFor[kernels.SGDIncrementer](),
 		"ParamGradAccumulator":      reflect.TypeFor[kernels.ParamGradAccumulator](),
 		"LaunchBounder":             reflect.TypeFor[kernels.LaunchBounder](),

@@ -60,22 +60,8 @@ __global__ void sum_rows_add_f32(float* d, const float* x, int64_t m, int64_t n)
 // adds db[j] += Σ_i g[i, j], summed in fp64 and rounded once to fp32
 // (as sum_rows_add_f32 rounds). db null: no bias. For small m (the
 // host's choice): MatMulAdd and SumRowsAdd would be two graph nodes.
-__device__ __forceinline__ void linear_grad_at(float* dw, float* db, const float* g, const float* x, int64_t m,
-                                               int64_t n, int64_t k, int64_t e) {
-    const int64_t nk = n * k;
-    if (e < nk) {
-        int64_t j = e / k, p = e % k;
-        float v = 0.f;
-        for (int64_t i = 0; i < m; i++) v = fmaf(g[i * n + j], x[i * k + p], v);
-        dw[e] = __fadd_rn(dw[e], v);
-    } else {
-        int64_t j = e - nk;
-        double s = 0.0;
-        for (int64_t i = 0; i < m; i++) s += (double)g[i * n + j];
-        db[j] = __fadd_rn(db[j], (float)s);
-    }
-}
-
+// (linear_grad_at, the per-output sum, is in common.cuh: softmax.cu's
+// linear_ce_sgd_f32 adds the same gradients.)
 __global__ void linear_grad_add_f32(float* dw, float* db, const float* g, const float* x, int64_t m, int64_t n,
                                     int64_t k) {
     GRID_STRIDE(e, n * k + (db ? n : 0)) linear_grad_at(dw, db, g, x, m, n, k, e);

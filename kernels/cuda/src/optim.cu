@@ -20,66 +20,8 @@
 // same whichever is taken; the n mod 4 elements after the float4 part
 // take the scalar path too.
 
-// aligned16 reports whether p may be read and written as float4.
-__device__ __forceinline__ bool aligned16(const void* p) { return ((uintptr_t)p & 15) == 0; }
-
-// sgd_elem is sgd_f32's update of one element: p and, with momentum
-// (MOM), its buffer m, in place.
-template <bool MOM>
-__device__ __forceinline__ void sgd_elem(float& p, float g, float& m, float lr, float mu, float damp, float wd,
-                                         int first, int nesterov, int maximize) {
-    float d = maximize ? -g : g;
-    if (wd != 0.f) d += wd * p;
-    if (MOM) {
-        float b = first ? d : mu * m + damp * d;
-        m = b;
-        d = nesterov ? d + mu * b : b;
-    }
-    p -= lr * d;
-}
-
-// sgd_apply runs sgd_elem over n elements across the grid: float4 where
-// p, g (and m) are aligned, scalar for the rest. With zero it writes 0
-// over each gradient element it read (SGDOptions.ZeroGrad).
-template <bool MOM>
-__device__ __forceinline__ void sgd_apply(float* p, float* g, float* m, float lr, float mu, float damp, float wd,
-                                          int first, int nesterov, int maximize, int zero, int64_t n) {
-    int64_t done = 0;
-    if (aligned16(p) && aligned16(g) && (!MOM || aligned16(m))) {
-        int64_t n4 = n >> 2;
-        float4* p4 = (float4*)p;
-        float4* g4 = (float4*)g;
-        float4* m4 = (float4*)m;
-        GRID_STRIDE(i, n4) {
-            float4 pv = p4[i], gv = g4[i];
-            float4 mv = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (MOM) mv = m4[i];
-            sgd_elem<MOM>(pv.x, gv.x, mv.x, lr, mu, damp, wd, first, nesterov, maximize);
-            sgd_elem<MOM>(pv.y, gv.y, mv.y, lr, mu, damp, wd, first, nesterov, maximize);
-            sgd_elem<MOM>(pv.z, gv.z, mv.z, lr, mu, damp, wd, first, nesterov, maximize);
-            sgd_elem<MOM>(pv.w, gv.w, mv.w, lr, mu, damp, wd, first, nesterov, maximize);
-            if (MOM) m4[i] = mv;
-            p4[i] = pv;
-            if (zero) g4[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-        }
-        done = n4 << 2;
-    }
-    for (int64_t i = done + (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)blockDim.x * gridDim.x) {
-        float pi = p[i], mi = 0.f;
-        if (MOM) mi = m[i];
-        sgd_elem<MOM>(pi, g[i], mi, lr, mu, damp, wd, first, nesterov, maximize);
-        if (MOM) m[i] = mi;
-        p[i] = pi;
-        if (zero) g[i] = 0.f;
-    }
-}
-
-// sgd_zero_grad is what a step skipped on found_inf leaves with zero: the
-// gradient zeroed.
-__device__ __forceinline__ void sgd_zero_grad(float* g, int64_t n) {
-    GRID_STRIDE(i, n) g[i] = 0.f;
-}
+// aligned16, sgd_elem, sgd_apply, sgd_zero_grad and sgd_inc_block are in
+// common.cuh: softmax.cu's linear_ce_sgd_f32 runs the same step.
 
 // adamw_elem is adamw_f32's update of one element: p, m and v in place.
 __device__ __forceinline__ void adamw_elem(float& p, float g, float& m, float& v, float b1, float b2, float c1,
@@ -115,26 +57,11 @@ __global__ void sgd_f32(float* p, float* g, float* m, const double* hyper, const
 }
 
 // sgd_inc_f32 is increment (of the fp64 step hyper[1]) and sgd_f32 in one
-// launch of one block (kernels.SGDIncrementer, small arenas): every
-// thread computes the new step from the old before the barrier, and
-// thread 0 writes it back after it, so no thread reads a step already
-// counted. Skipped whole when *found_inf is non-zero, as both are.
+// launch of one block (kernels.SGDIncrementer, small arenas):
+// sgd_inc_block (common.cuh).
 __global__ void sgd_inc_f32(float* p, float* g, float* m, double* hyper, const float* found_inf, float mu,
                             float damp, float wd, int nesterov, int maximize, int zero, int64_t n) {
-    if (found_inf != nullptr && *found_inf != 0.f) {
-        if (zero) sgd_zero_grad(g, n);
-        return;
-    }
-    const double step = hyper[1] + 1.0;
-    const float lr = (float)hyper[0];
-    const int first = step <= 1.0;
-    __syncthreads();  // every thread has read the old step
-    if (threadIdx.x == 0) hyper[1] = step;
-    if (m != nullptr) {
-        sgd_apply<true>(p, g, m, lr, mu, damp, wd, first, nesterov, maximize, zero, n);
-    } else {
-        sgd_apply<false>(p, g, m, lr, mu, damp, wd, first, nesterov, maximize, zero, n);
-    }
+    sgd_inc_block(p, g, m, hyper, found_inf, mu, damp, wd, nesterov, maximize, zero, n);
 }
 
 // clip_sumsq_f32 is the first launch of a clip by norm over one tensor

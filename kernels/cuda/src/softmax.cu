@@ -398,17 +398,16 @@ __global__ void __launch_bounds__(1024, 1) ce_small_count_grad_f16(float* loss, 
     ce_small(loss, x, t, t64, n, c, eps, has_ignore, ignore, mean, lsum, acc, dx);
 }
 
-// linear_ce_small_f32 is a linear classifier head and its counted
-// cross-entropy in one launch of one block
-// (kernels.LinearCrossEntropyCounter): logits[i, j] = Σ_q x[i, q]·w[j, q]
-// (q in order, fma in fp32, as gemm_small_f32 sums for K ≤ 32) + b[j] (b optional),
-// written by the block over x [m, k] and w [n, k]; then, once every
-// logit is written, ce_small_count(_grad) over them (dx optional). flags
-// packs ce_small's t64 (bit 0), has_ignore (bit 1) and mean (bit 2): a
-// launch takes at most 16 arguments.
-__global__ void __launch_bounds__(1024, 1) linear_ce_small_f32(float* logits, float* loss, const float* x, const float* w, const float* b,
-                                    const void* t, int64_t m, int64_t n, int64_t k, float eps, int64_t ignore,
-                                    int flags, float* lsum, float* acc, float* dx) {
+// linear_ce_small_block is a linear classifier head and its counted
+// cross-entropy in one block: logits[i, j] = Σ_q x[i, q]·w[j, q] (q in
+// order, fma in fp32, as gemm_small_f32 sums for K ≤ 32) + b[j] (b
+// optional), written by the block over x [m, k] and w [n, k]; then, once
+// every logit is written, ce_small_count(_grad) over them (dx optional).
+// flags packs ce_small's t64 (bit 0), has_ignore (bit 1) and mean (bit 2).
+__device__ __forceinline__ void linear_ce_small_block(float* logits, float* loss, const float* x, const float* w,
+                                                      const float* b, const void* t, int64_t m, int64_t n, int64_t k,
+                                                      float eps, int64_t ignore, int flags, float* lsum, float* acc,
+                                                      float* dx) {
     const int t64 = flags & 1, has_ignore = (flags >> 1) & 1, mean = (flags >> 2) & 1;
     for (int64_t e = threadIdx.x; e < m * n; e += blockDim.x) {
         int64_t i = e / n, j = e % n;
@@ -419,6 +418,53 @@ __global__ void __launch_bounds__(1024, 1) linear_ce_small_f32(float* logits, fl
     }
     __syncthreads();  // the block's writes of logits are visible to it
     ce_small(loss, (const float*)logits, t, t64, m, n, eps, has_ignore, ignore, mean, lsum, acc, dx);
+}
+
+// linear_ce_small_f32 is linear_ce_small_block in one launch of one
+// block (kernels.LinearCrossEntropyCounter). A launch takes at most 16
+// arguments, hence the packed flags.
+__global__ void __launch_bounds__(1024, 1) linear_ce_small_f32(float* logits, float* loss, const float* x,
+                                                               const float* w, const float* b, const void* t,
+                                                               int64_t m, int64_t n, int64_t k, float eps,
+                                                               int64_t ignore, int flags, float* lsum, float* acc,
+                                                               float* dx) {
+    linear_ce_small_block(logits, loss, x, w, b, t, m, n, k, eps, ignore, flags, lsum, acc, dx);
+}
+
+// LinearCESGD is linear_ce_sgd_f32's argument block (Go's
+// linearCESGDArgs, word for word): linear_ce_small_f32's arguments (dx
+// required), the gradients gw and gb (gb null without a bias), and
+// sgd_inc_f32's over the arena p, g, mom (null without momentum) of np
+// elements, which holds w and b.
+struct LinearCESGD {
+    float *logits, *loss;
+    const float *x, *w, *b;
+    const void* t;
+    int64_t m, n, k;
+    float eps;
+    int flags;
+    int64_t ignore;
+    float *lsum, *acc, *dx, *gw, *gb;
+    float *p, *g, *mom;
+    double* hyper;
+    float mu, damp, wd;
+    int nesterov, maximize, zero;
+    int64_t np;
+};
+
+// linear_ce_sgd_f32 is a small linear classifier's whole SGD training
+// step in one launch of one block (kernels.LinearCESGDStepper):
+// linear_ce_small_f32, linear_grad_add_f32 and sgd_inc_f32 in turn, each
+// the same code as its own launch (so the same bits), with a barrier
+// between them: the gradients read every dlogit, the step every gradient.
+__global__ void __launch_bounds__(1024, 1) linear_ce_sgd_f32(LinearCESGD a) {
+    linear_ce_small_block(a.logits, a.loss, a.x, a.w, a.b, a.t, a.m, a.n, a.k, a.eps, a.ignore, a.flags, a.lsum, a.acc,
+                          a.dx);
+    __syncthreads();  // every dlogit written
+    const int64_t grads = a.n * a.k + (a.gb ? a.n : 0);
+    for (int64_t e = threadIdx.x; e < grads; e += blockDim.x) linear_grad_at(a.gw, a.gb, a.dx, a.x, a.m, a.n, a.k, e);
+    __syncthreads();  // every gradient added
+    sgd_inc_block(a.p, a.g, a.mom, a.hyper, nullptr, a.mu, a.damp, a.wd, a.nesterov, a.maximize, a.zero, a.np);
 }
 
 }  // extern "C"

@@ -1,0 +1,39 @@
+package cuda
+
+import "math"
+
+// linearCESGDWords is struct LinearCESGD of src/softmax.cu in 8-byte
+// words: linear_ce_sgd_f32's one argument.
+const linearCESGDWords = 24
+
+// linearCESGDArgs are the fields of struct LinearCESGD (src/softmax.cu),
+// in its order: linear_ce_small_f32's arguments, the gradients gw and gb,
+// and sgd_inc_f32's over the arena.
+type linearCESGDArgs struct {
+	logits, loss, x, w, b, t uint64
+	m, n, k                  int64
+	eps                      float32
+	flags                    int32
+	ignore                   int64
+	lsum, acc, dx, gw, gb    uint64
+	p, g, mom, hyper         uint64
+	mu, damp, wd             float32
+	nesterov, maximize, zero int32
+	np                       int64
+}
+
+// words packs a into the struct's words: two 4-byte fields share a word,
+// the first in its low half (little-endian, as the device reads it).
+func (a linearCESGDArgs) words() []uint64 {
+	pair := func(lo, hi uint32) uint64 { return uint64(lo) | uint64(hi)<<32 }
+	return []uint64{a.logits, a.loss, a.x, a.w, a.b, a.t,
+		uint64(a.m), uint64(a.n), uint64(a.k),
+		pair(math.Float32bits(a.eps), uint32(a.flags)),
+		uint64(a.ignore),
+		a.lsum, a.acc, a.dx, a.gw, a.gb,
+		a.p, a.g, a.mom, a.hyper,
+		pair(math.Float32bits(a.mu), math.Float32bits(a.damp)),
+		pair(math.Float32bits(a.wd), uint32(a.nesterov)),
+		pair(uint32(a.maximize), uint32(a.zero)),
+		uint64(a.np)}
+}
