@@ -3,9 +3,6 @@ package cuda
 import (
 	"math"
 	"math/rand"
-	"os"
-	"regexp"
-	"strconv"
 	"testing"
 
 	"github.com/esper-go/esper/kernels"
@@ -16,24 +13,16 @@ import (
 // kernels declare for their one parameter, so that a launch hands every
 // word where the kernel reads it (checked without a GPU, on the PTX).
 func TestGraphParamBlocksMatchThePTX(t *testing.T) {
-	b, err := os.ReadFile("ptx/graph.ptx")
-	if err != nil {
-		if os.Getenv("ESPER_GPU_BUNDLE") != "" {
-			t.Skip("no ptx/ beside the GPU bundle's test binary")
-		}
-		t.Fatal(err)
-	}
+	b := readPTX(t, "graph.ptx")
 	for _, k := range []struct {
 		name  string
 		words int
 	}{{"gat_mean_f32", gatMultiWords}, {"gather_concat_f32", gatherCatWords}, {"gather_sum_f32", gsumWords}} {
-		re := regexp.MustCompile(`\.visible \.entry ` + k.name + `\(\s*\.param \.align 8 \.b8 ` + k.name + `_param_0\[(\d+)\]\s*\)`)
-		m := re.FindSubmatch(b)
-		if m == nil {
+		n, ok := ptxStructParam(b, k.name)
+		if !ok {
 			t.Errorf("%s: no entry with one by-value parameter in ptx/graph.ptx", k.name)
 			continue
 		}
-		n, _ := strconv.Atoi(string(m[1]))
 		if n != 8*k.words {
 			t.Errorf("%s: the PTX's parameter is %d bytes, the Go block %d", k.name, n, 8*k.words)
 		}

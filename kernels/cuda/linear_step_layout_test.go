@@ -2,9 +2,6 @@ package cuda
 
 import (
 	"math"
-	"os"
-	"regexp"
-	"strconv"
 	"testing"
 )
 
@@ -12,19 +9,11 @@ import (
 // compiled kernel is the Go block's, and each field lands in the word
 // the struct's order puts it.
 func TestLinearCESGDMatchesThePTX(t *testing.T) {
-	b, err := os.ReadFile("ptx/softmax.ptx")
-	if err != nil {
-		if os.Getenv("ESPER_GPU_BUNDLE") != "" {
-			t.Skip("no ptx/ beside the GPU bundle's test binary")
-		}
-		t.Fatal(err)
-	}
-	re := regexp.MustCompile(`\.visible \.entry linear_ce_sgd_f32\(\s*\.param \.align 8 \.b8 linear_ce_sgd_f32_param_0\[(\d+)\]\s*\)`)
-	m := re.FindSubmatch(b)
-	if m == nil {
+	n, ok := ptxStructParam(readPTX(t, "softmax.ptx"), "linear_ce_sgd_f32")
+	if !ok {
 		t.Fatal("no linear_ce_sgd_f32 entry with one by-value parameter in ptx/softmax.ptx")
 	}
-	if n, _ := strconv.Atoi(string(m[1])); n != 8*linearCESGDWords {
+	if n != 8*linearCESGDWords {
 		t.Fatalf("the PTX's parameter is %d bytes, the Go block %d", n, 8*linearCESGDWords)
 	}
 	a := linearCESGDArgs{logits: 1, loss: 2, x: 3, w: 4, b: 5, t: 6, m: 7, n: 8, k: 9, eps: 0.25, flags: 5, ignore: -100,

@@ -2,7 +2,6 @@ package cuda
 
 import (
 	"math"
-	"os"
 	"regexp"
 	"strconv"
 	"testing"
@@ -14,13 +13,7 @@ import (
 // bnBwdTail.words), every entry point of every dtype; the words put each
 // field where the struct has it. It runs without a GPU.
 func TestBatchNormTailsMatchThePTX(t *testing.T) {
-	b, err := os.ReadFile("ptx/norm.ptx")
-	if err != nil {
-		if os.Getenv("ESPER_GPU_BUNDLE") != "" {
-			t.Skip("no ptx/ beside the GPU bundle's test binary")
-		}
-		t.Fatal(err)
-	}
+	b := readPTX(t, "norm.ptx")
 	stats, bwd := len(bnStatsTail{}.words()), len(bnBwdTail{}.words())
 	entries := map[string]int{}
 	for _, dt := range []string{"f32", "bf16", "f16"} {

@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -181,4 +183,32 @@ func TestPTXKernelsFitTheLauncher(t *testing.T) {
 	if entries < 100 {
 		t.Fatalf("found only %d kernel entries: the PTX parse is off", entries)
 	}
+}
+
+// readPTX returns ptx/name's text for the tests that hold Go parameter
+// blocks to the compiled kernels; beside a GPU bundle's test binary,
+// where there is no ptx/, the test is skipped (CI ran it where it is).
+func readPTX(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("ptx", name))
+	if err != nil {
+		if os.Getenv("ESPER_GPU_BUNDLE") != "" {
+			t.Skip("no ptx/ beside the GPU bundle's test binary")
+		}
+		t.Fatal(err)
+	}
+	return b
+}
+
+// ptxStructParam returns the byte size of kernel's one by-value struct
+// parameter in the PTX b, or false when the kernel has no such single
+// parameter.
+func ptxStructParam(b []byte, kernel string) (int, bool) {
+	re := regexp.MustCompile(`\.visible \.entry ` + kernel + `\(\s*\.param \.align 8 \.b8 ` + kernel + `_param_0\[(\d+)\]\s*\)`)
+	m := re.FindSubmatch(b)
+	if m == nil {
+		return 0, false
+	}
+	n, err := strconv.Atoi(string(m[1]))
+	return n, err == nil
 }

@@ -483,28 +483,40 @@ func (d *Device) SoftmaxBackwardAxis(dx, y, dy *tensor.Tensor, axis int, log boo
 	return d.launch1D(name, int64(outer*inner), ar.i32(b2i(log)).ptr(ptrs[0]).ptr(ptrs[1]).ptr(ptrs[2]).i64(int64(outer)).i64(int64(n)).i64(int64(inner)))
 }
 
+// linearCEShapes checks a linear head and its counted cross-entropy
+// (LinearCrossEntropyCount's operands) and returns M, K and N: x [M, K],
+// w [N, K], logits [M, N], b nil or [N], and the loss's operands as
+// CheckCrossEntropyCount takes them.
+func linearCEShapes(op string, logits, loss, x, w, b, target *tensor.Tensor, p kernels.CrossEntropyParams, lossSum, acc *tensor.Tensor) (m, k, n int, err error) {
+	if logits == nil || x == nil || w == nil {
+		return 0, 0, 0, fmt.Errorf("cuda: %s: logits, x and w are required (b and dlogits may be nil)", op)
+	}
+	xs, ws := x.Shape(), w.Shape()
+	if len(xs) != 2 || len(ws) != 2 || xs[1] != ws[1] {
+		return 0, 0, 0, fmt.Errorf("cuda: %s: x %v and w %v: want [M, K] and [N, K]", op, xs, ws)
+	}
+	m, k, n = xs[0], xs[1], ws[0]
+	if !tensor.SameShape(logits.Shape(), []int{m, n}) {
+		return 0, 0, 0, fmt.Errorf("cuda: %s: logits of shape %v, want [%d %d]", op, logits.Shape(), m, n)
+	}
+	if b != nil && !tensor.SameShape(b.Shape(), []int{n}) {
+		return 0, 0, 0, fmt.Errorf("cuda: %s: bias of shape %v, want [%d]", op, b.Shape(), n)
+	}
+	if _, _, err := kernels.CheckCrossEntropyCount(op, loss, logits, target, p, lossSum, acc); err != nil {
+		return 0, 0, 0, checked(err)
+	}
+	return m, k, n, nil
+}
+
 // LinearCrossEntropyCount is a linear head and its counted cross-entropy
 // (kernels.LinearCrossEntropyCounter) in one launch of linear_ce_small
 // where the logits fit ceSmallFits, K is at most gemmSmallK and M·N·K at
 // most gemmSmallMACs; past that it writes nothing and reports false.
 func (d *Device) LinearCrossEntropyCount(logits, loss, x, w, b, target *tensor.Tensor, p kernels.CrossEntropyParams, lossSum, acc, dlogits *tensor.Tensor) (bool, error) {
 	const op = "LinearCrossEntropyCount"
-	if logits == nil || x == nil || w == nil {
-		return false, fmt.Errorf("cuda: %s: logits, x and w are required (b and dlogits may be nil)", op)
-	}
-	xs, ws := x.Shape(), w.Shape()
-	if len(xs) != 2 || len(ws) != 2 || xs[1] != ws[1] {
-		return false, fmt.Errorf("cuda: %s: x %v and w %v: want [M, K] and [N, K]", op, xs, ws)
-	}
-	m, k, n := xs[0], xs[1], ws[0]
-	if !tensor.SameShape(logits.Shape(), []int{m, n}) {
-		return false, fmt.Errorf("cuda: %s: logits of shape %v, want [%d %d]", op, logits.Shape(), m, n)
-	}
-	if b != nil && !tensor.SameShape(b.Shape(), []int{n}) {
-		return false, fmt.Errorf("cuda: %s: bias of shape %v, want [%d]", op, b.Shape(), n)
-	}
-	if _, _, err := kernels.CheckCrossEntropyCount(op, loss, logits, target, p, lossSum, acc); err != nil {
-		return false, checked(err)
+	m, k, n, err := linearCEShapes(op, logits, loss, x, w, b, target, p, lossSum, acc)
+	if err != nil {
+		return false, err
 	}
 	if dlogits != nil {
 		if err := sameShape(op, dlogits, logits); err != nil {
@@ -552,22 +564,9 @@ func (d *Device) LinearCESGDStep(logits, loss, x, w, b, target *tensor.Tensor, p
 	if err := checked(kernels.CheckLinearCESGDStep(op, w, b, dlogits, gw, gb, param, grad, mom, hyper, o)); err != nil {
 		return false, err
 	}
-	if logits == nil || x == nil {
-		return false, fmt.Errorf("cuda: %s: logits and x are required", op)
-	}
-	xs, ws := x.Shape(), w.Shape()
-	if len(xs) != 2 || len(ws) != 2 || xs[1] != ws[1] {
-		return false, fmt.Errorf("cuda: %s: x %v and w %v: want [M, K] and [N, K]", op, xs, ws)
-	}
-	m, k, n := xs[0], xs[1], ws[0]
-	if !tensor.SameShape(logits.Shape(), []int{m, n}) {
-		return false, fmt.Errorf("cuda: %s: logits of shape %v, want [%d %d]", op, logits.Shape(), m, n)
-	}
-	if b != nil && !tensor.SameShape(b.Shape(), []int{n}) {
-		return false, fmt.Errorf("cuda: %s: bias of shape %v, want [%d]", op, b.Shape(), n)
-	}
-	if _, _, err := kernels.CheckCrossEntropyCount(op, loss, logits, target, p, lossSum, acc); err != nil {
-		return false, checked(err)
+	m, k, n, err := linearCEShapes(op, logits, loss, x, w, b, target, p, lossSum, acc)
+	if err != nil {
+		return false, err
 	}
 	if err := sameShape(op, dlogits, logits); err != nil {
 		return false, err
