@@ -95,6 +95,12 @@ func (v *Var) RegisterPostAccumulateHook(f func(*Var)) {
 	*v.hooks = append(*v.hooks, f)
 }
 
+// HasPostAccumulateHooks reports whether any post-accumulate hook is
+// registered on v: a caller that would add to v's gradient outside
+// Backward (optim.SGD.LinearCEStep) must leave such a Var to Backward,
+// which runs them.
+func (v *Var) HasPostAccumulateHooks() bool { return v.hooks != nil && len(*v.hooks) > 0 }
+
 // Detach returns a leaf sharing v's value with no gradient history.
 func Detach(v *Var) *Var { return &Var{Value: v.Value, Name: v.Name} }
 

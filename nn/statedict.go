@@ -42,25 +42,43 @@ func copyMany(dsts, srcs []*tensor.Tensor) {
 			n++
 		}
 		be := kernels.For(dev)
-		if cm, ok := be.(kernels.ConcatManyer); ok && n > 1 {
-			ds, ss := make([]*tensor.Tensor, n), make([]*tensor.Tensor, n)
-			for i := range n {
-				// A concatenation of one source along axis 0 is a copy;
-				// a scalar is seen as one element.
-				ds[i], ss[i] = atLeast1D(dsts[i]), atLeast1D(srcs[i])
+		var ds, ss []*tensor.Tensor
+		for i := range n {
+			if sameView(dsts[i], srcs[i]) {
+				continue // a tensor onto itself: nothing to copy
 			}
-			ones := make([]int, n)
-			for i := range ones {
-				ones[i] = 1
-			}
+			// A concatenation of one source along axis 0 is a copy; a
+			// scalar is seen as one element.
+			ds, ss = append(ds, atLeast1D(dsts[i])), append(ss, atLeast1D(srcs[i]))
+		}
+		ones := make([]int, len(ds))
+		for i := range ones {
+			ones[i] = 1
+		}
+		cm, ok := be.(kernels.ConcatManyer)
+		if ok && len(ds) > 1 {
+			// ConcatMany refuses copies that share memory (tied
+			// parameters, a source that is another's destination): those
+			// go one by one, in order.
+			_, err := kernels.CheckConcatMany("ConcatMany", ds, ss, ones, 0)
+			ok = err == nil
+		}
+		if ok && len(ds) > 1 {
 			cm.ConcatMany(ds, ss, ones, 0)
 		} else {
-			for i := range n {
-				be.Copy(dsts[i], srcs[i])
+			for i := range ds {
+				be.Copy(ds[i], ss[i])
 			}
 		}
 		dsts, srcs = dsts[n:], srcs[n:]
 	}
+}
+
+// sameView reports whether a and b are the same elements in the same
+// layout (a copy of one onto the other changes nothing).
+func sameView(a, b *tensor.Tensor) bool {
+	return a == b || (a.Storage().SameMemory(b.Storage()) && a.Offset() == b.Offset() && a.DType() == b.DType() &&
+		tensor.SameShape(a.Shape(), b.Shape()) && tensor.SameShape(a.Strides(), b.Strides()))
 }
 
 // atLeast1D is t, or a scalar as a one-element vector (a view).

@@ -81,6 +81,21 @@ func TestLoadStateDictIntoArenaView(t *testing.T) {
 	check(t, reflect.DeepEqual(testdevice.F64(t, y.Value), []float64{1 + 7, 4 + 8}), "Forward does not read the repointed Value: %v", testdevice.F64(t, y.Value))
 }
 
+// TestCopyManyOverlaps: copies of a tensor onto itself are skipped, and
+// copies that share memory (a source that is another copy's
+// destination) run one by one in order, as ConcatMany refuses them.
+func TestCopyManyOverlaps(t *testing.T) {
+	buf := testdevice.To(t, tensor.FromSlice([]float32{1, 2, 3, 4, 5, 6}, 6))
+	a, b, c := buf.Narrow(0, 0, 2), buf.Narrow(0, 2, 2), buf.Narrow(0, 4, 2)
+	copyMany([]*tensor.Tensor{a, b, c}, []*tensor.Tensor{a, c, b}) // a onto itself; then b = c, then c = (new) b
+	got := testdevice.F32(t, buf)
+	check(t, reflect.DeepEqual(got, []float32{1, 2, 5, 6, 5, 6}), "copies in order: %v", got)
+	l := onDev(t, MustLinear(tensor.NewRNG(2), LinearOptions{In: 3, Out: 2}))
+	want := testdevice.F32(t, l.Weight.Value)
+	noErr(t, LoadStateDict(l, map[string]*tensor.Tensor{"weight": l.Weight.Value, "bias": l.Bias.Value}, true))
+	check(t, reflect.DeepEqual(testdevice.F32(t, l.Weight.Value), want), "a module loads its own live tensors")
+}
+
 func TestLoadStateDictErrors(t *testing.T) {
 	good := func() map[string]*tensor.Tensor { return StateDict(onDev(t, newFixtureCNN())) }
 	d := func(x *tensor.Tensor) *tensor.Tensor { return testdevice.To(t, x) }

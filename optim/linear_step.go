@@ -16,7 +16,8 @@ import (
 // the sizes (CUDA: one launch where the three take three) it reports
 // true with the results those three give on the backend, bit for bit.
 // Elsewhere, and where the step would need more (an F32 arena of other
-// parameters, autocast), it reports false having done nothing, and the
+// parameters, autocast, a weight that takes no gradient or has
+// post-accumulate hooks), it reports false having done nothing, and the
 // caller runs the three itself. The gradients it adds go to w's and b's
 // Grad, as Backward's would.
 func (s *SGD) LinearCEStep(x *tensor.Tensor, w, b *autograd.Var, target *tensor.Tensor, p kernels.CrossEntropyParams, lossSum, acc *tensor.Tensor, zeroGrad bool) bool {
@@ -36,7 +37,9 @@ func (s *SGD) LinearCEStep(x *tensor.Tensor, w, b *autograd.Var, target *tensor.
 		return false
 	}
 	for i, v := range want {
-		if bk.params[i] != v || v.Grad == nil {
+		// Backward would skip a weight that takes no gradient and run a
+		// weight's hooks: both are left to it.
+		if bk.params[i] != v || v.Grad == nil || !v.RequiresGrad() || v.HasPostAccumulateHooks() {
 			return false
 		}
 	}

@@ -106,5 +106,10 @@ func TestLinearCEStep(t *testing.T) {
 	two, err := optim.NewSGD(append(c.lin.Parameters(), other.Parameters()...), optim.SGDOptions{LR: 0.1})
 	require.NoError(t, err)
 	require.False(t, two.LinearCEStep(c.x, c.lin.Weight, c.lin.Bias, c.y, p, c.lossSum, c.acc, false), "an arena of more parameters")
+	c.lin.Weight.SetRequiresGrad(false)
+	require.False(t, c.sgd.LinearCEStep(c.x, c.lin.Weight, c.lin.Bias, c.y, p, c.lossSum, c.acc, false), "a weight that takes no gradient")
+	c.lin.Weight.SetRequiresGrad(true)
+	c.lin.Bias.RegisterPostAccumulateHook(func(*autograd.Var) {})
+	require.False(t, c.sgd.LinearCEStep(c.x, c.lin.Weight, c.lin.Bias, c.y, p, c.lossSum, c.acc, false), "a hook on the bias")
 	require.Equal(t, before, c.state(t), "declining changes nothing")
 }

@@ -183,9 +183,6 @@ type Policy struct {
 	drop    [4]*nn.Dropout
 	heads   [leyline.NumActionHeads]*mlp // heads[HeadSlot] is the pointer
 	value   *mlp
-	// stacks are the storages layOutStacks laid the message-passing
-	// weights out in (none: not laid out).
-	stacks []*tensor.Storage
 }
 
 // NewPolicy builds a policy with freshly initialised weights: encoders
@@ -332,8 +329,10 @@ func (p *Policy) Device() tensor.Device { return p.bpEmbed.Weight.Value.Device()
 // of one tensor per stack), so hold the Vars, not their Values, across a
 // move.
 func (p *Policy) To(dev tensor.Device) error {
-	if err := p.unstack(); err != nil {
-		return fmt.Errorf("tamiyo: Policy.To: %w", err)
+	if dev != p.Device() {
+		if err := p.unstack(); err != nil {
+			return fmt.Errorf("tamiyo: Policy.To: %w", err)
+		}
 	}
 	if err := nn.To(p, dev); err != nil {
 		return fmt.Errorf("tamiyo: Policy.To: %w", err)

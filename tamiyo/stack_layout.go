@@ -57,25 +57,43 @@ func (p *Policy) stackGroups() [][]*autograd.Var {
 	return gs
 }
 
-// layOutStacks puts every group of two or more weights into one new
-// tensor on the policy's device, one after another in the group's order
-// (a device copy of each), and points each weight's Value at its part.
-// The weights must own their storage (not an optimizer's arena).
+// laidOut reports whether g's weights are layOutStacks' views: each a
+// view, one after another in one storage that holds exactly them.
+func laidOut(g []*autograd.Var) bool {
+	if len(g) < 2 {
+		return false
+	}
+	st, off, n := g[0].Value.Storage(), g[0].Value.Offset(), 0
+	for _, w := range g {
+		v := w.Value
+		if v.OwnsStorage() || v.Storage() != st || v.Offset() != off+n || !v.IsContiguous() {
+			return false
+		}
+		n += v.Numel()
+	}
+	return off == 0 && st.Len() == n
+}
+
+// layOutStacks puts every group of two or more weights that own their
+// storage into one new tensor on the policy's device, one after another
+// in the group's order (a device copy of each), and points each weight's
+// Value at its part. A group already laid out, or whose weights an
+// optimizer's arena holds, stays as it is.
 func (p *Policy) layOutStacks() error {
 	dev := p.Device()
 	be, err := kernels.Lookup(dev)
 	if err != nil {
 		return err
 	}
-	p.stacks = nil
+groups:
 	for _, g := range p.stackGroups() {
-		if len(g) < 2 {
+		if len(g) < 2 || laidOut(g) {
 			continue
 		}
 		dt, n := g[0].Value.DType(), 0
 		for _, w := range g {
 			if !w.Value.OwnsStorage() || w.Value.DType() != dt {
-				return fmt.Errorf("laying out the stacked weights: a weight %v %v is a view (an optimizer's arena?) or of another dtype", w.Value.DType(), w.Shape())
+				continue groups // an optimizer's arena, or mixed dtypes: copied per forward
 			}
 			n += w.Value.Numel()
 		}
@@ -90,33 +108,28 @@ func (p *Policy) layOutStacks() error {
 			w.Value = v
 			off += v.Numel()
 		}
-		p.stacks = append(p.stacks, buf.Storage())
 	}
 	return nil
 }
 
-// unstack gives every weight still in layOutStacks' storages storage of
-// its own again (a device copy), so that nn.To can move it. A weight an
+// unstack gives every weight that layOutStacks laid out storage of its
+// own again (a device copy), so that nn.To can move it. A weight an
 // optimizer's arena has taken over is left where it is (nn.To then
 // refuses to move it, as for any policy under an optimizer).
 func (p *Policy) unstack() error {
-	if len(p.stacks) == 0 {
-		return nil
-	}
 	dev := p.Device()
-	be, err := kernels.Lookup(dev)
-	if err != nil {
-		return err
-	}
-	ours := map[*tensor.Storage]bool{}
-	for _, st := range p.stacks {
-		ours[st] = true
-	}
+	var be kernels.Backend
 	for _, g := range p.stackGroups() {
-		for _, w := range g {
-			if !ours[w.Value.Storage()] {
-				continue
+		if !laidOut(g) {
+			continue
+		}
+		if be == nil {
+			var err error
+			if be, err = kernels.Lookup(dev); err != nil {
+				return err
 			}
+		}
+		for _, w := range g {
 			own, err := tensor.EmptyOn(dev, w.Value.DType(), w.Shape()...)
 			if err != nil {
 				return fmt.Errorf("giving a stacked weight its own storage: %w", err)
@@ -125,6 +138,5 @@ func (p *Policy) unstack() error {
 			w.Value = own
 		}
 	}
-	p.stacks = nil
 	return nil
 }

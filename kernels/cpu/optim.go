@@ -85,8 +85,12 @@ func (be *Backend) SGDStep(param, grad, mom, hyper, foundInf *T, o kernels.SGDOp
 // hyper[1] and SGDStep in turn: the CPU has no launch to save.
 func (be *Backend) IncrementSGDStep(param, grad, mom, hyper, foundInf *T, o kernels.SGDOptions) {
 	const name = "IncrementSGDStep"
+	// Every operand before the step is counted: a failing update must
+	// leave the count as it was.
 	must(kernels.CheckSGDStep(name, param, grad, mom, hyper, o))
-	must(kernels.CheckFlag(name, "foundInf", foundInf, true)) // before the step is counted
+	must(kernels.CheckFlag(name, "foundInf", foundInf, true))
+	needCPU(name, param, grad, mom, hyper, foundInf)
+	checkOptim(name, param, grad, mom)
 	be.Increment(hyper.Flatten().Narrow(0, 1, 1), foundInf)
 	be.SGDStep(param, grad, mom, hyper, foundInf, o)
 }

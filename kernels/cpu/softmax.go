@@ -762,6 +762,9 @@ func (be *Backend) LinearCESGDStep(logits, loss, x, w, b, target *T, p kernels.C
 	if !tensor.SameShape(gw.Shape(), w.Shape()) || x.Rank() != 2 || w.Rank() != 2 || x.Dim(1) != w.Dim(1) {
 		fail(name, "x %v against w %v", x.Shape(), w.Shape())
 	}
+	if !tensor.SameShape(dlogits.Shape(), logits.Shape()) || dlogits.DType() != logits.DType() {
+		fail(name, "dlogits %v %v against logits %v %v", dlogits.DType(), dlogits.Shape(), logits.DType(), logits.Shape())
+	}
 	if _, _, err := kernels.CheckCrossEntropyCount(name, loss, logits, target, p, lossSum, acc); err != nil {
 		must(err)
 	}

@@ -162,18 +162,21 @@ __device__ __forceinline__ float unary_f(int op, float x) {
 __device__ __forceinline__ bool aligned16(const void* p) { return ((uintptr_t)p & 15) == 0; }
 
 // sgd_elem is sgd_f32's update of one element: p and, with momentum
-// (MOM), its buffer m, in place.
+// (MOM), its buffer m, in place. Every product and sum is rounded on its
+// own (_rn: never contracted to an fma), in the CPU's order, so that the
+// step is the same bits in every kernel that inlines it (nvcc contracts
+// by context otherwise) and the CPU's.
 template <bool MOM>
 __device__ __forceinline__ void sgd_elem(float& p, float g, float& m, float lr, float mu, float damp, float wd,
                                          int first, int nesterov, int maximize) {
     float d = maximize ? -g : g;
-    if (wd != 0.f) d += wd * p;
+    if (wd != 0.f) d = __fadd_rn(d, __fmul_rn(wd, p));
     if (MOM) {
-        float b = first ? d : mu * m + damp * d;
+        float b = first ? d : __fadd_rn(__fmul_rn(mu, m), __fmul_rn(damp, d));
         m = b;
-        d = nesterov ? d + mu * b : b;
+        d = nesterov ? __fadd_rn(d, __fmul_rn(mu, b)) : b;
     }
-    p -= lr * d;
+    p = __fsub_rn(p, __fmul_rn(lr, d));
 }
 
 // sgd_apply runs sgd_elem over n elements across the grid: float4 where

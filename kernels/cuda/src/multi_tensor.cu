@@ -91,14 +91,11 @@ struct sgd_op {
     float lr, mu, damp, wd;
     int first, nesterov, maximize;
     __device__ __forceinline__ void operator()(float* v) const {
-        float d = maximize ? -v[1] : v[1];
-        if (wd != 0.f) d += wd * v[0];
-        if (MOM) {
-            float b = first ? d : mu * v[2] + damp * d;
-            v[2] = b;
-            d = nesterov ? d + mu * b : b;
-        }
-        v[0] -= lr * d;
+        // The arena step's own element update (common.cuh), so that a
+        // list steps bit for bit as an arena does.
+        float m = MOM ? v[2] : 0.f;
+        sgd_elem<MOM>(v[0], v[1], m, lr, mu, damp, wd, first, nesterov, maximize);
+        if (MOM) v[2] = m;
     }
 };
 

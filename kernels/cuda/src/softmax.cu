@@ -63,9 +63,12 @@ __device__ __forceinline__ float ce_loss(const T* r, int64_t tg, int64_t c, bool
                                          float eps) {
     if (ignored) return 0.f;
     if (tg < 0 || tg >= c) return NAN;
-    float lse = m + logf(s);
-    float l = (1.f - eps) * (lse - ld(r, tg));
-    if (eps != 0.f) l += eps * (lse - sx / (float)c);
+    // Rounded step by step (_rn: never contracted to an fma), so that
+    // every kernel inlining it gives the same bits (linear_ce_sgd_f32 and
+    // linear_ce_small_f32 among them: nvcc contracts by context).
+    float lse = __fadd_rn(m, logf(s));
+    float l = __fmul_rn(1.f - eps, __fsub_rn(lse, ld(r, tg)));
+    if (eps != 0.f) l = __fadd_rn(l, __fmul_rn(eps, __fsub_rn(lse, __fdiv_rn(sx, (float)c))));
     return l;
 }
 
@@ -215,7 +218,10 @@ __device__ void ce_small(float* loss, const T* x, const void* t, int t64, int64_
         s = ce_warp_sum(s);
         float inv = 1.f / s;
         for (int64_t j = lane; j < c; j += 32) {
-            float v = ignored ? 0.f : g * (expf(ld(r, j) - m) * inv - (j == tg ? 1.f - eps : 0.f) - eps / (float)c);
+            // Rounded step by step, as ce_loss (the same bits in every
+            // kernel that inlines it).
+            float p = __fsub_rn(__fmul_rn(expf(ld(r, j) - m), inv), j == tg ? 1.f - eps : 0.f);
+            float v = ignored ? 0.f : __fmul_rn(g, __fsub_rn(p, __fdiv_rn(eps, (float)c)));
             st(d, j, v);
         }
     }
