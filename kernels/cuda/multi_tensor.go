@@ -100,11 +100,13 @@ func (d *Device) mtTableFor(lists [][]cu.DevicePtr, sizes []int64) (*mtTable, er
 	}
 	tb.ptr = p
 	if len(tb.words) > 0 {
+		// No wait for the copy: from pageable memory the driver stages
+		// the words before the call returns (or waits itself), the
+		// table keeps them besides, and the launches that read the
+		// table come after the copy on the same stream. (A wait here
+		// was a host sync that nothing counted.)
 		release := d.enter()
 		err = cu.MemcpyHtoDAsync(p, unsafe.Pointer(&tb.words[0]), int64(8*len(tb.words)), d.stream)
-		if err == nil {
-			err = d.stream.Synchronize()
-		}
 		release()
 		if err != nil {
 			d.alloc.Free(p)
