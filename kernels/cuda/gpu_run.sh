@@ -11,7 +11,7 @@
 # device machine's lease is short): every step runs under `timeout` with at
 # most the time that is left, a step that has no time left is skipped and
 # listed as such in the summary, and what finished is kept.
-# ESPER_GPU_PHASES picks the phases (default "tests train memcheck bench":
+# ESPER_GPU_PHASES picks the phases (default "tests train memcheck bench profile":
 # train is `esper train` with the demo's flags on cuda beside the same on
 # the CPU, with --amp bf16 and fp16, and `esper ppo --rounds 3` on cuda);
 # ESPER_GPU_WORKLOADS the workloads (default "w1 w2 w4 w5 w6 w7 w8").
