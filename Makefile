@@ -157,4 +157,7 @@ gpu-bundle: cuda-deps
 	cp bench/pytorch/*.py gpu/pytorch/
 	cp kernels/cuda/gpu_run.sh gpu/run.sh
 	cp kernels/cuda/ncu_top.py gpu/
+	# The binaries travel gzipped (the device machine takes 64 MiB with the
+	# working tree); run.sh unpacks them.
+	gzip -f gpu/esper gpu/kernels_cuda.test
 	@echo "gpu-bundle: gpu/ is ready; on the GPU machine run gpu/run.sh OUTDIR"

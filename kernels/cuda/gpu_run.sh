@@ -54,12 +54,26 @@ if [ "$pack" = 1 ]; then
 	out=$(mktemp -d)/results
 	mkdir -p "$out"
 	packup() {
-		tar czf "$final/results.tgz" -C "$(dirname "$out")" results
 		cp "$out/summary.txt" "$out/machine.txt" "$final/" 2>/dev/null
+		tar czf "$final/results.tgz.part" -C "$(dirname "$out")" results && mv -f "$final/results.tgz.part" "$final/results.tgz"
 	}
 	trap packup EXIT
-	trap 'exit 143' TERM INT
 fi
+# checkpoint packs what there is so far after each phase (and copies the
+# summary after each step, in step), so that a run killed outright
+# (SIGKILL, past the lease) still leaves its finished phases in OUTDIR.
+checkpoint() { [ "$pack" = 1 ] && packup; return 0; }
+# A TERM or INT stops the step that is running (its timeout relays the
+# signal), says so in the summary and exits, which packs up.
+cur="" curname=""
+interrupted() {
+	if [ -n "$cur" ]; then
+		kill -TERM "$cur" 2>/dev/null
+		echo "$curname: interrupted (the run was stopped)" >>"${summary:-/dev/null}"
+	fi
+	exit 143
+}
+trap interrupted TERM INT
 budget=${ESPER_GPU_BUDGET:-450}
 phases=${ESPER_GPU_PHASES:-tests train memcheck bench profile}
 workloads=${ESPER_GPU_WORKLOADS:-w1 w2 w4 w5 w6 w7 w8}
@@ -87,13 +101,19 @@ step() {
 		return 1
 	fi
 	local t0=$SECONDS rc
-	timeout -k 5 "$t" "$@" >"$log" 2>&1
+	# In the background, so that a TERM reaches the trap at once (bash
+	# runs a trap only after a foreground child ends).
+	timeout -k 5 "$t" "$@" >"$log" 2>&1 &
+	cur=$! curname=$name
+	wait "$cur"
 	rc=$?
+	cur="" curname=""
 	local what=ok
 	((rc == 124 || rc == 137)) && what="stopped after ${t}s"
 	((rc != 0 && rc != 124 && rc != 137)) && what="failed (exit $rc)"
 	((rc != 0)) && status=1
 	echo "$name: $what in $((SECONDS - t0))s (log $(basename "$log"))" | tee -a "$summary"
+	[ "$pack" = 1 ] && cp "$summary" "$final/" 2>/dev/null
 	return $rc
 }
 
@@ -109,11 +129,27 @@ if [ -z "${ESPER_CUBLAS_LIB:-}" ]; then
 fi
 {
 	echo "date: $(date -u +%FT%TZ)"
-	nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1
+	timeout 30 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1
 	echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
 	echo "ESPER_CUBLAS_LIB=${ESPER_CUBLAS_LIB:-}"
 	echo "budget: ${budget}s; phases: $phases; workloads: $workloads; profiled: $profiled"
 } | tee "$out/machine.txt"
+
+# The bundle's binaries travel gzipped (make gpu-bundle: the device
+# machine's upload limit); they are unpacked beside the script, or into a
+# scratch folder where that is read-only.
+bin=$here
+for f in esper kernels_cuda.test; do
+	[ -x "$here/$f" ] || [ ! -f "$here/$f.gz" ] && continue
+	[ -w "$here" ] || { [ "$bin" = "$here" ] && bin=$(mktemp -d); }
+	if ! { gunzip -c "$here/$f.gz" >"$bin/$f.part" && chmod +x "$bin/$f.part" && mv -f "$bin/$f.part" "$bin/$f"; }; then
+		echo "unpacking $f.gz: failed" | tee -a "$summary"
+		status=1
+	fi
+done
+for f in esper kernels_cuda.test; do
+	[ -x "$bin/$f" ] || [ ! -x "$here/$f" ] || cp "$here/$f" "$bin/$f"
+done
 
 export ESPER_GPU_BUNDLE=1 # TestPTXUpToDate skips away from the sources
 # The python3 that esper runs a peer with (W4's), the one the peers below
@@ -122,8 +158,11 @@ export ESPER_GPU_BUNDLE=1 # TestPTXUpToDate skips away from the sources
 if has tests; then
 	echo "== kernels/cuda tests"
 	step "kernels/cuda tests" 120 "$out/kernels_cuda.log" \
-		"$here/kernels_cuda.test" -test.v -test.count=1
+		"$bin/kernels_cuda.test" -test.v -test.count=1
 	grep -E '^(--- |ok|FAIL|PASS)' "$out/kernels_cuda.log" | grep -v -- '--- PASS' | tail -20
+	# The failing tests by name, in the summary too.
+	grep -E '^--- FAIL' "$out/kernels_cuda.log" | head -20 | sed 's/^/  /' >>"$summary"
+	checkpoint
 fi
 if has train; then
 	# The demo (esper train's defaults: 45 epochs and the host alone
@@ -131,12 +170,12 @@ if has train; then
 	# agree within a point. Then autocast, then three PPO rounds.
 	mkdir -p "$out/runs"
 	echo "== esper train --device cuda (the demo's flags)"
-	step "esper train cuda" 120 "$out/train_cuda.log" \
-		"$here/esper" train --device cuda --quiet --run-dir "$out/runs"
+	step "esper train cuda" 60 "$out/train_cuda.log" \
+		"$bin/esper" train --device cuda --quiet --run-dir "$out/runs"
 	tail -6 "$out/train_cuda.log"
 	echo "== esper train --device cpu (the same, for comparison)"
 	step "esper train cpu" 60 "$out/train_cpu.log" \
-		"$here/esper" train --device cpu --quiet --run-dir "$out/runs"
+		"$bin/esper" train --device cpu --quiet --run-dir "$out/runs"
 	tail -6 "$out/train_cpu.log"
 	# Issue 24's check: the final validation accuracies with seeds within
 	# one point of each other (a missing table fails it too).
@@ -150,26 +189,32 @@ if has train; then
 	cat "$out/train_compare.log"
 	for amp in bf16 fp16; do
 		echo "== esper train --device cuda --amp $amp"
-		step "esper train cuda amp $amp" 60 "$out/train_cuda_$amp.log" \
-			"$here/esper" train --device cuda --amp "$amp" --quiet --run-dir "$out/runs"
+		step "esper train cuda amp $amp" 45 "$out/train_cuda_$amp.log" \
+			"$bin/esper" train --device cuda --amp "$amp" --quiet --run-dir "$out/runs"
 		tail -4 "$out/train_cuda_$amp.log"
 	done
 	echo "== esper ppo --device cuda --rounds 3"
-	step "esper ppo cuda" 120 "$out/ppo_cuda.log" \
-		env ESPER_TRACE=1 "$here/esper" ppo --device cuda --rounds 3 --run-dir "$out/runs"
+	step "esper ppo cuda" 90 "$out/ppo_cuda.log" \
+		env ESPER_TRACE=1 "$bin/esper" ppo --device cuda --rounds 3 --run-dir "$out/runs"
 	tail -6 "$out/ppo_cuda.log"
+	checkpoint
 fi
 if has memcheck; then
-	if command -v compute-sanitizer >/dev/null 2>&1; then
+	sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)
+	if [ -n "$sanitizer" ] && [ -x "$sanitizer" ]; then
 		# The 10 000-replay memory tests alone take minutes under the
 		# sanitizer (six on an H200 of 2026-11-26), and the allocator's
 		# fill-the-device test would have it shadow the whole memory; they
 		# run in the plain tests above, and memcheck covers every other.
 		echo "== compute-sanitizer memcheck on the kernel tests (all but the 10 000-replay tests)"
-		step "memcheck" 150 "$out/memcheck.log" \
-			compute-sanitizer --tool memcheck --error-exitcode 3 \
-			"$here/kernels_cuda.test" -test.count=1 -test.skip 'TestCapturedCNNStepEqualsEagerAndHoldsMemory|TestTrainerCapturedStepHoldsMemory|TestAllocatorCollectsUnreachableTensors'
+		step "memcheck" 120 "$out/memcheck.log" \
+			"$sanitizer" --tool memcheck --error-exitcode 3 \
+			"$bin/kernels_cuda.test" -test.count=1 -test.skip 'TestCapturedCNNStepEqualsEagerAndHoldsMemory|TestTrainerCapturedStepHoldsMemory|TestAllocatorCollectsUnreachableTensors'
 		tail -3 "$out/memcheck.log"
+		# Exit 3 is the sanitizer's errors; another non-zero exit a test
+		# failure, or a device the sanitizer does not support.
+		grep -m1 -E 'ERROR SUMMARY|not supported' "$out/memcheck.log" | sed 's/^/  memcheck: /' >>"$summary"
+		checkpoint
 	else
 		echo "memcheck: compute-sanitizer not found, skipped" | tee -a "$summary"
 	fi
@@ -177,9 +222,9 @@ fi
 if has bench; then
 	echo "== kernels/cuda benchmarks (H2D pinned vs pageable; W4's convolutions, direct vs im2col)"
 	step "kernels/cuda benchmarks" 60 "$out/kernels_cuda_bench.log" \
-		"$here/kernels_cuda.test" -test.run '^$' -test.bench . -test.benchtime 200x
+		"$bin/kernels_cuda.test" -test.run '^$' -test.bench . -test.benchtime 200x
 	torch_ok=0
-	python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null && torch_ok=1
+	timeout 60 python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null && torch_ok=1
 	((torch_ok)) || echo "PyTorch peers: no CUDA-enabled PyTorch, skipped" | tee -a "$summary"
 	mkdir -p "$out/esper"
 	# One workload at a time, the peer first, so that each pair that
@@ -203,21 +248,21 @@ if has bench; then
 		fi
 		echo "== esper bench --device cuda --workload $w"
 		peer=(--peer-dir "$here/pytorch")
-		cap=150
+		cap=90
 		if [ -s "$out/pytorch_$w.json" ]; then
 			peer+=(--peer-results "$out")
 		elif [ "$w" = w4 ] && ((torch_ok)); then
 			peer+=(--compare pytorch)
-			cap=240 # esper's run, then its peer's
+			cap=180 # esper's run, then its peer's
 		fi
 		step "esper $w" "$cap" "$out/esper_$w.log" \
-			"$here/esper" bench --device cuda --workload "$w" --json "$out/esper" "${peer[@]}"
+			"$bin/esper" bench --device cuda --workload "$w" --json "$out/esper" "${peer[@]}"
 		rc=$?
 		tail -14 "$out/esper_$w.log"
 		if [ "$w" = w4 ] && ((rc == 0)) && [ ! -e "$out/pytorch_w4.json" ] && [ -s "$out/esper/W4.json" ]; then
 			# The W4 peer's figures, beside the others' (none when it did
 			# not run).
-			python3 -c 'import json, sys
+			timeout 30 python3 -c 'import json, sys
 p = json.load(open(sys.argv[1])).get("peer")
 p and json.dump(p, open(sys.argv[2], "w"), indent=2)' "$out/esper/W4.json" "$out/pytorch_w4.json"
 		fi
@@ -228,9 +273,10 @@ p and json.dump(p, open(sys.argv[2], "w"), indent=2)' "$out/esper/W4.json" "$out
 			echo "== esper bench --device cuda --workload w4, ESPER_CUDA_CONV=im2col"
 			mkdir -p "$out/esper_im2col"
 			step "esper w4 im2col" 60 "$out/esper_w4_im2col.log" \
-				env ESPER_CUDA_CONV=im2col "$here/esper" bench --device cuda --workload w4 --ppo-rounds -1 --json "$out/esper_im2col"
+				env ESPER_CUDA_CONV=im2col "$bin/esper" bench --device cuda --workload w4 --ppo-rounds -1 --json "$out/esper_im2col"
 			grep -E "esper bare|captured regions" "$out/esper_w4_im2col.log"
 		fi
+		checkpoint
 	done
 fi
 if has profile; then
@@ -238,43 +284,57 @@ if has profile; then
 	# every kernel of a short run (graph nodes profiled one by one), summed
 	# by kernel into profile_<w>.txt by ncu_top.py; the CSV is kept,
 	# gzipped. ncu replays every kernel alone, which takes a while (each
-	# workload's run is capped at 120 s and needs 40 s of the budget left to
-	# start), and its times are shares, not graph-replay times.
+	# workload's run is capped at 120 s; it starts only with 60 s of the
+	# budget left, W4 with 90 s), and its times are shares, not
+	# graph-replay times. ncu writes its CSV only when the program exits:
+	# a run stopped by the clock leaves no rows, which the summary says,
+	# and, the phase being optional, is no failure of the run.
 	# Caches are left warm and clocks unlocked (--cache-control none
 	# --clock-control none): a kernel then reads what the previous node
 	# left in L2 and runs at the clocks a replay gets, as in the graph,
 	# instead of from a flushed cache at base clocks.
-	ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-	if [ -x "$ncu" ]; then
+	ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+	if [ -n "$ncu" ] && [ -x "$ncu" ]; then
 		for w in $profiled; do
+			need=60
 			case $w in
 			w1) args=(--epochs 2 --warmup 1) ;;
 			w2) args=(--reps 1 --warmup 1) ;;
-			w4) args=(--steps 2 --warmup 1 --ppo-rounds -1) ;;
+			w4) args=(--steps 2 --warmup 1 --ppo-rounds -1) need=90 ;;
 			w5) args=(--steps 3 --warmup 1 --eval-batches 3) ;;
 			*)
 				echo "profile: $w has no profile run (w1, w2, w4 or w5)" | tee -a "$summary"
 				continue
 				;;
 			esac
-			if (($(left) < 40)); then
+			if (($(left) < need)); then
 				# An optional phase: too little time is no failure.
-				echo "ncu profile $w: not run (under 40s of the budget left)" | tee -a "$summary"
+				echo "ncu profile $w: not run (under ${need}s of the budget left)" | tee -a "$summary"
 				continue
 			fi
 			echo "== ncu profile of $w"
-			# At most 3000 kernels (W4's first 2000, its set-up and warm-up,
-			# skipped).
+			# At most 3000 kernels (W4's first 2000 skipped: its set-up and
+			# most of its warm-up step).
 			skip=0
 			[ "$w" = w4 ] && skip=2000
+			before=$status
 			step "ncu profile $w" 120 "$out/profile_${w}.log" \
 				"$ncu" --csv --metrics gpu__time_duration.sum --graph-profiling node \
 				--cache-control none --clock-control none -s "$skip" -c 3000 \
-				"$here/esper" bench --device cuda --workload "$w" "${args[@]}"
+				"$bin/esper" bench --device cuda --workload "$w" "${args[@]}"
+			rc=$?
+			((rc == 124 || rc == 137)) && status=$before # stopped by the clock: optional
+			rows=$(grep -c '^"' "$out/profile_${w}.log")
 			grep '^"' "$out/profile_${w}.log" | gzip >"$out/profile_${w}.csv.gz"
-			grep -v '^"' "$out/profile_${w}.log" >"$out/profile_${w}.log.tmp" && mv "$out/profile_${w}.log.tmp" "$out/profile_${w}.log"
-			python3 "$here/ncu_top.py" "$out/profile_${w}.csv.gz" >"$out/profile_${w}.txt" 2>&1
-			head -14 "$out/profile_${w}.txt"
+			grep -v '^"' "$out/profile_${w}.log" >"$out/profile_${w}.log.tmp"
+			mv -f "$out/profile_${w}.log.tmp" "$out/profile_${w}.log"
+			if ((rows == 0)); then
+				echo "ncu profile $w: no kernel rows (ncu stopped before the program exited)" | tee -a "$summary"
+			else
+				timeout 60 python3 "$here/ncu_top.py" "$out/profile_${w}.csv.gz" >"$out/profile_${w}.txt" 2>&1
+				head -14 "$out/profile_${w}.txt"
+			fi
+			checkpoint
 		done
 	else
 		echo "profile: ncu not found, skipped" | tee -a "$summary"
