@@ -439,29 +439,6 @@ func CheckGatherSum(name string, out *T, xs, src, rowPtr, order, biases []*T, re
 	return pieces, nil
 }
 
-// spansOverlap reports whether a and b (either may be nil) are views of
-// one memory (tensor.Storage.SameMemory) whose element ranges, from each
-// view's first element to its last, meet.
-func spansOverlap(a, b *T) bool {
-	if a == nil || b == nil || !a.Storage().SameMemory(b.Storage()) || a.Numel() == 0 || b.Numel() == 0 {
-		return false
-	}
-	span := func(t *T) (lo, hi int) {
-		lo, hi = t.Offset(), t.Offset()
-		for i, d := range t.Shape() {
-			if st := t.Strides()[i]; st >= 0 {
-				hi += (d - 1) * st
-			} else {
-				lo += (d - 1) * st
-			}
-		}
-		return lo, hi
-	}
-	alo, ahi := span(a)
-	blo, bhi := span(b)
-	return alo <= bhi && blo <= ahi
-}
-
 // GATMeanOps is GraphMultiAggregator.GATMean through GATAggregate: one
 // call per relation with alpha = 1/R, the first writing, the others
 // accumulating.

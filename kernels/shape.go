@@ -93,17 +93,8 @@ func CheckConcatMany(name string, dsts, srcs []*T, counts []int, axis int) ([]in
 	// The groups run in no set order on CUDA (one launch copies blocks
 	// bound for every destination): no destination may share memory with
 	// a source or with another destination.
-	for i, d := range dsts {
-		for j, x := range srcs {
-			if spansOverlap(d, x) {
-				return nil, fmt.Errorf("%s: destination %d shares memory with source %d", name, i, j)
-			}
-		}
-		for j := i + 1; j < len(dsts); j++ {
-			if spansOverlap(d, dsts[j]) {
-				return nil, fmt.Errorf("%s: destinations %d and %d share memory", name, i, j)
-			}
-		}
+	if err := checkWritesApart(name, dsts, srcs); err != nil {
+		return nil, err
 	}
 	return axes, nil
 }

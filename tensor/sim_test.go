@@ -90,7 +90,8 @@ func TestBackendViewAliases(t *testing.T) {
 }
 
 // TestSameMemory: a storage is its own memory and its BackendView
-// alias's; distinct storages, nil and empty storages are not.
+// alias's; distinct storages, nil and empty storages are not; MemoryKey
+// agrees.
 func TestSameMemory(t *testing.T) {
 	a, err := tensor.EmptyOn(tensor.Sim(0), tensor.F32, 4)
 	if err != nil {
@@ -115,6 +116,11 @@ func TestSameMemory(t *testing.T) {
 	} {
 		if got := tc.x.SameMemory(tc.y); got != tc.want {
 			t.Errorf("%s: SameMemory %v, want %v", tc.what, got, tc.want)
+		}
+		if tc.y != nil && tc.x != tc.y {
+			if same := tc.x.MemoryKey() != nil && tc.x.MemoryKey() == tc.y.MemoryKey(); same != tc.want {
+				t.Errorf("%s: one MemoryKey %v, want %v", tc.what, same, tc.want)
+			}
 		}
 	}
 }

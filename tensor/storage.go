@@ -122,17 +122,29 @@ func (s *Storage) DevicePtr() DevicePtr {
 // the CPU alias BackendView gives the backend). Two empty storages never
 // do.
 func (s *Storage) SameMemory(o *Storage) bool {
-	switch {
-	case s == nil || o == nil:
+	if s == nil || o == nil {
 		return false
-	case s == o:
-		return true
-	case len(s.host) > 0 && len(o.host) > 0:
-		return &s.host[0] == &o.host[0]
-	case s.block != nil && o.block != nil:
-		return s.block == o.block
 	}
-	return false
+	if s == o {
+		return true
+	}
+	k := s.MemoryKey()
+	return k != nil && k == o.MemoryKey()
+}
+
+// MemoryKey returns a comparable value that two non-empty storages share
+// exactly when they hold the same memory (SameMemory), nil for an empty
+// one: a map key to group tensors by the memory they view.
+func (s *Storage) MemoryKey() any {
+	switch {
+	case s == nil:
+		return nil
+	case len(s.host) > 0:
+		return &s.host[0]
+	case s.block != nil:
+		return s.block
+	}
+	return nil
 }
 
 // Free releases device memory early; CPU storage is left to the GC.
