@@ -89,8 +89,9 @@ func (pm *passMetrics) crossEntropy(logits *autograd.Var, y *tensor.Tensor, p ke
 //
 // With step (a training step that may run whole: stepRunner.linearStep)
 // and such a head over features that take no gradient, step is offered
-// the head's whole training step; when it takes it (stepped true) there
-// is no loss to back-propagate and nothing more to do.
+// the head's whole training step (only then: other models pay nothing
+// for it); when it takes it (stepped true) there is no loss to
+// back-propagate and nothing more to do.
 func (pm *passMetrics) forwardLoss(m *kasmina.MorphogeneticModel, x, y *tensor.Tensor, p kernels.CrossEntropyParams, step linearStep) (loss, logits *autograd.Var, counted, stepped bool) {
 	if p.Reduction != kernels.ReduceNone && y.DType().IsInt() && y.Rank() == 1 {
 		feats, head, err := m.ForwardFeatures(autograd.Const(x))

@@ -173,8 +173,9 @@ type stepRunner struct {
 	// reused from step to step.
 	grads []*tensor.Tensor
 	// whole counts the steps fn took whole (linearStep), captures
-	// included, replays not.
-	whole int
+	// included, replays not; linear is linearStep, bound once.
+	whole  int
+	linear linearStep
 }
 
 // zeroGrads zeroes every optimizer's gradients: in one launch where the
@@ -201,6 +202,7 @@ const boundBatches = 8
 
 func newStepRunner(t *Trainer) *stepRunner {
 	s := &stepRunner{t: t, met: &t.met.train, in: make([]*tensor.Tensor, 2)}
+	s.linear = s.linearStep
 	s.out = []*tensor.Tensor{s.met.sums}
 	if t.o.Capture {
 		s.captured = autograd.Capture(s.fn, autograd.CaptureOptions{
@@ -245,7 +247,7 @@ func (s *stepRunner) fn(in []*tensor.Tensor) []*tensor.Tensor {
 	}
 	var logits, loss *autograd.Var
 	var counted, stepped bool
-	t.prec.forward(func() { loss, logits, counted, stepped = s.met.forwardLoss(t.model, x, y, s.ce, s.linearStep()) })
+	t.prec.forward(func() { loss, logits, counted, stepped = s.met.forwardLoss(t.model, x, y, s.ce, s.linear) })
 	if stepped {
 		// A linear classifier's whole step, backward and update
 		// included (optim.SGD.LinearCEStep).
@@ -283,26 +285,21 @@ func (s *stepRunner) fn(in []*tensor.Tensor) []*tensor.Tensor {
 	return s.out
 }
 
-// linearStep returns the step a model that is a linear classifier over
-// its input may take whole (optim.SGD.LinearCEStep: one launch on CUDA
-// where forward, backward and update take three), or nil where the step
-// needs more than its forward, backward and update: a combining or
+// linearStep takes the step of a model that is a linear classifier over
+// its input whole (optim.SGD.LinearCEStep: one launch on CUDA where
+// forward, backward and update take three) and reports whether it did.
+// forwardLoss offers it only that model's steps; it declines where the
+// step needs more than its forward, backward and update: a combining or
 // instrumented step, gradient clipping, mixed precision, or any
 // optimizer beside the host's (a seed's).
-func (s *stepRunner) linearStep() linearStep {
+func (s *stepRunner) linearStep(x *tensor.Tensor, head *nn.Linear, y, lossSum, acc *tensor.Tensor) bool {
 	t := s.t
 	if s.combine || s.afterBackward != nil || t.o.MaxGradNorm > 0 || t.prec.enabled() {
-		return nil
+		return false
 	}
 	n := 0
 	t.opt.each(t.model, func(*optim.SGD) { n++ })
-	if n != 1 {
-		return nil
-	}
-	host, ce, zero := t.opt.host, s.ce, s.zeroAfter
-	return func(x *tensor.Tensor, head *nn.Linear, y, lossSum, acc *tensor.Tensor) bool {
-		return host.LinearCEStep(x, head.Weight, head.Bias, y, ce, lossSum, acc, zero)
-	}
+	return n == 1 && t.opt.host.LinearCEStep(x, head.Weight, head.Bias, y, s.ce, lossSum, acc, s.zeroAfter)
 }
 
 // guard is the captured step's version: it changes with anything a
