@@ -483,6 +483,12 @@ func (d *Device) SoftmaxBackwardAxis(dx, y, dy *tensor.Tensor, axis int, log boo
 	return d.launch1D(name, int64(outer*inner), ar.i32(b2i(log)).ptr(ptrs[0]).ptr(ptrs[1]).ptr(ptrs[2]).i64(int64(outer)).i64(int64(n)).i64(int64(inner)))
 }
 
+// linearCEFlags packs linear_ce_small_block's flags: ce_small's t64
+// (bit 0), has_ignore (bit 1) and mean (bit 2).
+func linearCEFlags(t64 bool, p kernels.CrossEntropyParams) int32 {
+	return int32(b2i(t64) | b2i(p.HasIgnore)<<1 | b2i(p.Reduction == kernels.ReduceMean)<<2)
+}
+
 // linearCEShapes checks a linear head and its counted cross-entropy
 // (LinearCrossEntropyCount's operands) and returns M, K and N: x [M, K],
 // w [N, K], logits [M, N], b nil or [N], and the loss's operands as
@@ -544,7 +550,7 @@ func (d *Device) LinearCrossEntropyCount(logits, loss, x, w, b, target *tensor.T
 	release := d.enter()
 	defer release()
 	var a args
-	flags := b2i(t64) | b2i(p.HasIgnore)<<1 | b2i(p.Reduction == kernels.ReduceMean)<<2
+	flags := linearCEFlags(t64, p)
 	a.ptr(ptrs[0]).ptr(ptrs[1]).ptr(ptrs[2]).ptr(ptrs[3]).ptr(ptrs[4]).ptr(pt)
 	a.i64(int64(m)).i64(int64(n)).i64(int64(k)).f32(float32(p.LabelSmoothing)).i64(p.IgnoreIndex).i32(flags)
 	a.ptr(ptrs[5]).ptr(ptrs[6]).ptr(ptrs[7])
@@ -600,7 +606,7 @@ func (d *Device) LinearCESGDStep(logits, loss, x, w, b, target *tensor.Tensor, p
 	a := linearCESGDArgs{
 		logits: uint64(ptrs[0]), loss: uint64(ptrs[1]), x: uint64(ptrs[2]), w: uint64(ptrs[3]), b: uint64(ptrs[4]), t: uint64(pt),
 		m: int64(m), n: int64(n), k: int64(k), eps: float32(p.LabelSmoothing), ignore: p.IgnoreIndex,
-		flags: int32(b2i(t64) | b2i(p.HasIgnore)<<1 | b2i(p.Reduction == kernels.ReduceMean)<<2),
+		flags: linearCEFlags(t64, p),
 		lsum:  uint64(ptrs[5]), acc: uint64(ptrs[6]), dx: uint64(ptrs[7]), gw: uint64(ptrs[8]), gb: uint64(ptrs[9]),
 		p: uint64(pp), g: uint64(pg), mom: uint64(pm), hyper: uint64(ph),
 		mu: float32(o.Momentum), damp: float32(1 - o.Dampening), wd: float32(o.WeightDecay),
