@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/tensor"
@@ -123,6 +124,38 @@ func TestSeedsGrowOnHostDevice(t *testing.T) {
 		assert.Equal(t, w.Telemetry, sl.State().Telemetry, "%s telemetry", sl.ID())
 		assert.Equal(t, w.Metrics, sl.State().Metrics, "%s metrics", sl.ID())
 	}
+
+	// The same telemetry launched (LaunchGradientTelemetry) reads
+	// nothing: its norms are taken on the device at the launch, so that
+	// gradients overwritten afterwards (zeroed here, as the next step
+	// does) do not change them; the pending norms read later and applied
+	// give the CPU twin's second capture (the previous health included).
+	for _, sl := range cpu.Slots() {
+		sl.CaptureGradientTelemetry()
+	}
+	before = tensor.HostSyncs(dev)
+	p, err := sim.LaunchGradientTelemetry(extra)
+	require.NoError(t, err)
+	assert.Zero(t, tensor.HostSyncs(dev)-before, "host syncs of LaunchGradientTelemetry")
+	require.NotNil(t, p.Pending())
+	for _, v := range sp {
+		kernels.For(dev).Fill(v.Var.Grad, 0)
+	}
+	_, err = p.Apply(nil)
+	require.ErrorContains(t, err, "want the host copy of the pending F64")
+	host, err := p.Pending().ToDevice(tensor.CPU)
+	require.NoError(t, err)
+	gotNorms, err = p.Apply(host)
+	require.NoError(t, err)
+	assert.Equal(t, wantNorms, gotNorms, "norms of the extra tensors, launched")
+	for i, sl := range sim.Slots() {
+		w := cpu.Slots()[i].State()
+		require.NotNil(t, sl.State().Telemetry.PrevGradientHealth, sl.ID())
+		assert.Equal(t, w.Telemetry, sl.State().Telemetry, "%s telemetry, launched", sl.ID())
+		assert.Equal(t, w.Metrics, sl.State().Metrics, "%s metrics, launched", sl.ID())
+	}
+	_, err = p.Apply(host)
+	require.ErrorContains(t, err, "called twice")
 
 	// Save the slots from sim (one host sync per slot) and restore them
 	// onto a fresh sim model with the host's state: its seeds and gates

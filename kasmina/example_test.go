@@ -107,6 +107,57 @@ func ExampleMorphogeneticModel_GradientTelemetry() {
 	// extra norms: true -1
 }
 
+// A training loop that wants no host sync at its telemetry step launches
+// the telemetry there and reads the pending norms later, with whatever
+// else it reads at the end of its epoch (tensor.ToHostMany: one host sync
+// for all), then applies them.
+func ExampleMorphogeneticModel_LaunchGradientTelemetry() {
+	dev := testdevice.Must()
+	host := kasmina.MustCNNHost(kasmina.CNNHostOptions{InChannels: 1, Classes: 10, Blocks: 2, BaseChannels: 4})
+	if err := nn.To(host, dev); err != nil {
+		panic(err)
+	}
+	model, err := kasmina.NewMorphogeneticModel(host, kasmina.ModelOptions{Slots: []string{"r0c1"}})
+	if err != nil {
+		panic(err)
+	}
+	if err := model.GerminateSeed("r0c1", kasmina.GerminateOptions{Blueprint: "conv_light", Tempo: 3}); err != nil {
+		panic(err)
+	}
+	slot, _ := model.Slot("r0c1")
+	if _, err := slot.AdvanceStage(0); err != nil {
+		panic(err)
+	}
+	batch, err := tensor.Uniform(tensor.NewRNG(1), tensor.F32, -1, 1, 2, 1, 28, 28).ToDevice(dev)
+	if err != nil {
+		panic(err)
+	}
+	logits := model.Forward(autograd.Const(batch))
+	autograd.Backward(autograd.SumAll(autograd.Square(logits)))
+
+	syncs := tensor.HostSyncs(dev)
+	pending, err := model.LaunchGradientTelemetry(nil) // at the step: nothing read
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("host syncs at the step:", tensor.HostSyncs(dev)-syncs)
+
+	// At the end of the epoch: the logits and the norms in one read.
+	hosts, err := tensor.ToHostMany([]*tensor.Tensor{logits.Value, pending.Pending()})
+	if err != nil {
+		panic(err)
+	}
+	if _, err := pending.Apply(hosts[1]); err != nil {
+		panic(err)
+	}
+	fmt.Println("seed health measured:", slot.State().Telemetry.HealthMeasured, "logits:", hosts[0].Shape())
+	fmt.Println("at most one host sync in all:", tensor.HostSyncs(dev)-syncs <= 1) // none on the CPU
+	// Output:
+	// host syncs at the step: 0
+	// seed health measured: true logits: [2 10]
+	// at most one host sync in all: true
+}
+
 // A linear classifier as a host: its one slot sits at the input, and its
 // layer is its head, so the model's features are the input itself.
 func ExampleNewLinearHost() {

@@ -6,6 +6,7 @@ import (
 	"sort"
 
 	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/tensor"
@@ -250,8 +251,54 @@ func (m *MorphogeneticModel) CaptureGradientTelemetry() {
 // A tensor listed more than once (a slot's host gradients are every
 // slot's, and callers often pass them again) is reduced once. When the
 // norms cannot be computed the seeds' telemetry is left as it was and
-// the error is returned.
+// the error is returned. It is LaunchGradientTelemetry, the read of its
+// pending norms and Apply.
 func (m *MorphogeneticModel) GradientTelemetry(extra []*tensor.Tensor) ([]float64, error) {
+	p, err := m.LaunchGradientTelemetry(extra)
+	if err != nil {
+		return nil, err
+	}
+	var host *tensor.Tensor
+	if d := p.Pending(); d != nil {
+		if host, err = d.ToDevice(tensor.CPU); err != nil {
+			return nil, err
+		}
+	}
+	return p.Apply(host)
+}
+
+// PendingTelemetry is gradient telemetry whose norms were computed where
+// the gradients are and not yet read (LaunchGradientTelemetry): a
+// training loop reads Pending with the other values it reads at the end
+// of its epoch, in one host sync, and then calls Apply, instead of
+// stopping for the device at the step that took the telemetry.
+type PendingTelemetry struct {
+	// norms are the norms on their device (F64 [k]), nil when they are
+	// known already: host.
+	norms *tensor.Tensor
+	host  []float64
+	slots []pendingSlot
+	extra []int
+	done  bool
+}
+
+// pendingSlot is a slot whose telemetry a PendingTelemetry updates: the
+// indices of its telemetryTensors' norms, and the seed they were taken
+// of (a slot whose seed changed before Apply is left alone).
+type pendingSlot struct {
+	s    *Slot
+	seed nn.Module
+	idx  []int
+}
+
+// LaunchGradientTelemetry starts GradientTelemetry: the norms of every
+// seed's telemetry tensors and of extra are computed on their device
+// (one ForeachNorm into a fresh float64 vector, queued after the step
+// that made the gradients, so later steps may overwrite them), and
+// nothing is read. On the CPU, or where the device's kernel refuses the
+// tensors (TensorNorms' host fallback), the norms are computed at once
+// and Pending is nil.
+func (m *MorphogeneticModel) LaunchGradientTelemetry(extra []*tensor.Tensor) (*PendingTelemetry, error) {
 	var ts []*tensor.Tensor
 	at := map[*tensor.Tensor]int{}
 	index := func(list []*tensor.Tensor) []int {
@@ -271,26 +318,93 @@ func (m *MorphogeneticModel) GradientTelemetry(extra []*tensor.Tensor) ([]float6
 		}
 		return idx
 	}
-	slotIdx := make([][]int, len(m.slots))
-	for i, s := range m.slots {
+	p := &PendingTelemetry{}
+	for _, s := range m.slots {
 		if list := s.telemetryTensors(); list != nil {
-			slotIdx[i] = index(list)
+			p.slots = append(p.slots, pendingSlot{s: s, seed: s.seed, idx: index(list)})
 		}
 	}
-	extraIdx := index(extra)
+	p.extra = index(extra)
 	if len(ts) == 0 {
-		return pick(nil, extraIdx), nil
+		return p, nil
 	}
-	norms, err := TensorNorms(ts)
-	if err != nil {
+	if p.norms = launchNorms(ts); p.norms != nil {
+		return p, nil
+	}
+	var err error
+	if p.host, err = TensorNorms(ts); err != nil {
 		return nil, err
 	}
-	for i, s := range m.slots {
-		if slotIdx[i] != nil {
-			s.applyGradientTelemetry(pick(norms, slotIdx[i]))
+	return p, nil
+}
+
+// launchNorms queues ForeachNorm of ts, all on one device other than the
+// CPU, into a new F64 vector there and returns it; nil when the tensors
+// are on the CPU or on several devices, or the device refuses them.
+func launchNorms(ts []*tensor.Tensor) (dst *tensor.Tensor) {
+	dev := ts[0].Device()
+	if dev.IsCPU() {
+		return nil
+	}
+	cs := make([]*tensor.Tensor, len(ts))
+	for i, t := range ts {
+		if t.Device() != dev {
+			return nil
+		}
+		cs[i] = t.Contiguous()
+	}
+	be, err := kernels.Lookup(dev)
+	if err != nil {
+		return nil
+	}
+	if dst, err = tensor.EmptyOn(dev, tensor.F64, len(ts)); err != nil {
+		return nil
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			dst = nil // TensorNorms takes them on the host
+		}
+	}()
+	be.ForeachNorm(dst, cs)
+	return dst
+}
+
+// Pending returns the device tensor of norms to read (F64, on the
+// gradients' device), or nil when there is nothing to read: pass its
+// host copy to Apply.
+func (p *PendingTelemetry) Pending() *tensor.Tensor { return p.norms }
+
+// Apply updates the seeds' telemetry from the norms, host being the CPU
+// copy of Pending (nil when Pending is nil), and returns the norms of the
+// extra tensors. A slot whose seed changed since the launch is skipped.
+// It applies once: a second call is an error.
+func (p *PendingTelemetry) Apply(host *tensor.Tensor) ([]float64, error) {
+	if p.done {
+		return nil, errors.New("kasmina: PendingTelemetry.Apply called twice")
+	}
+	norms := p.host
+	if p.norms != nil {
+		if host == nil || !host.Device().IsCPU() || host.DType() != tensor.F64 || host.Numel() != p.norms.Numel() {
+			return nil, fmt.Errorf("kasmina: PendingTelemetry.Apply: want the host copy of the pending F64 [%d] norms, got %v", p.norms.Numel(), describe(host))
+		}
+		norms = host.Float64s()
+	}
+	p.done = true
+	for _, ps := range p.slots {
+		if ps.s.seed == ps.seed {
+			ps.s.applyGradientTelemetry(pick(norms, ps.idx))
 		}
 	}
-	return pick(norms, extraIdx), nil
+	return pick(norms, p.extra), nil
+}
+
+// describe names a tensor's dtype, shape and device for an error (nil
+// too).
+func describe(t *tensor.Tensor) string {
+	if t == nil {
+		return "nil"
+	}
+	return fmt.Sprintf("%v %v on %v", t.DType(), t.Shape(), t.Device())
 }
 
 // pick gathers norms[idx[i]], -1 where idx[i] < 0.

@@ -259,3 +259,79 @@ func (t *Tensor) toHost() (*Tensor, error) {
 	}
 	return out, nil
 }
+
+// ManyReader is implemented by a DeviceMemory that can copy several
+// device ranges to the host with one wait for the device: the copies
+// queued after the work already enqueued, then one synchronize
+// (ToHostMany). A provider without it makes ToHostMany copy one range
+// at a time, one host sync each.
+type ManyReader interface {
+	// CopyToHostMany copies len(dst[i]) bytes at p[i]+off[i] into dst[i]
+	// for every i, waiting for the device once.
+	CopyToHostMany(dst [][]byte, p []DevicePtr, off []int) error
+}
+
+// ToHostMany copies the tensors ts, all on one device, to new CPU
+// tensors (out[i] for ts[i], nil for a nil one) with one host sync: what
+// a training loop reads at the end of an epoch, several accumulators of
+// several dtypes, costs one wait for the device instead of one per
+// tensor. CPU tensors are cloned. Every device tensor must be contiguous
+// (make it so on its device first); tensors of two devices are an
+// error. On a device whose memory is not a ManyReader the copies are
+// made one at a time and counted one host sync each.
+func ToHostMany(ts []*Tensor) ([]*Tensor, error) {
+	out := make([]*Tensor, len(ts))
+	var dev Device
+	var dsts [][]byte
+	var ptrs []DevicePtr
+	var offs []int
+	var mem DeviceMemory
+	for i, t := range ts {
+		switch {
+		case t == nil:
+			continue
+		case t.Device().IsCPU():
+			out[i] = t.Clone()
+			continue
+		case !t.IsContiguous():
+			return nil, fmt.Errorf("tensor: ToHostMany: tensor %d (%v %v on %v) is not contiguous (make it contiguous there first)", i, t.DType(), t.shape, t.Device())
+		case dev != (Device{}) && t.Device() != dev:
+			return nil, fmt.Errorf("tensor: ToHostMany: tensor %d is on %v, an earlier one on %v (one device per call)", i, t.Device(), dev)
+		}
+		dev = t.Device()
+		h := Empty(t.DType(), t.shape...)
+		out[i] = h
+		if dev.Kind == KindSim {
+			copy(h.storage.host, t.storage.host[t.offset*t.DType().Size():][:t.Nbytes()])
+			continue
+		}
+		if t.Nbytes() == 0 {
+			continue
+		}
+		mem = t.storage.block.mem
+		dsts = append(dsts, h.storage.host[:t.Nbytes()])
+		ptrs = append(ptrs, t.storage.DevicePtr())
+		offs = append(offs, t.offset*t.DType().Size())
+	}
+	if dev == (Device{}) {
+		return out, nil
+	}
+	if mr, ok := mem.(ManyReader); ok && len(dsts) > 1 {
+		CountHostSync(dev)
+		if err := mr.CopyToHostMany(dsts, ptrs, offs); err != nil {
+			return nil, fmt.Errorf("tensor: ToHostMany: copying %d tensors from %v: %w", len(dsts), dev, err)
+		}
+		return out, nil
+	}
+	if dev.Kind == KindSim || len(dsts) == 0 {
+		CountHostSync(dev) // sim: the copies above, one wait as a GPU's batched read
+		return out, nil
+	}
+	for k := range dsts {
+		CountHostSync(dev)
+		if err := mem.CopyToHost(dsts[k], ptrs[k], offs[k]); err != nil {
+			return nil, fmt.Errorf("tensor: ToHostMany: copying from %v: %w", dev, err)
+		}
+	}
+	return out, nil
+}

@@ -3,6 +3,7 @@ package tensor_test
 import (
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -139,4 +140,100 @@ func TestCopyFromHost(t *testing.T) {
 			}
 		}
 	}
+}
+
+// manyDeviceMemory is hostDeviceMemory with CopyToHostMany (a
+// tensor.ManyReader), counting its batched calls.
+type manyDeviceMemory struct {
+	hostDeviceMemory
+	batches int
+}
+
+func (m *manyDeviceMemory) CopyToHostMany(dst [][]byte, p []tensor.DevicePtr, off []int) error {
+	m.batches++
+	for i := range dst {
+		if err := m.CopyToHost(dst[i], p[i], off[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// TestToHostMany: tensors of several dtypes and views at offsets come
+// back equal to their sources with one host sync, on sim and on a device
+// whose memory batches its reads (one CopyToHostMany call); on a device
+// whose memory cannot, each copy is a host sync of its own. CPU tensors
+// are cloned, nil stays nil; a non-contiguous device tensor and tensors
+// of two devices are errors naming the tensor.
+func TestToHostMany(t *testing.T) {
+	plain := &hostDeviceMemory{bufs: map[tensor.DevicePtr][]byte{}}
+	many := &manyDeviceMemory{hostDeviceMemory: hostDeviceMemory{bufs: map[tensor.DevicePtr][]byte{}}}
+	f32 := tensor.FromSlice([]float32{1, 2, 3, 4, 5, 6}, 2, 3)
+	f64 := tensor.FromSlice([]float64{0.1, 1e300, -7}, 3)
+	i64 := tensor.FromSlice([]int64{9, -9}, 2)
+	for _, c := range []struct {
+		name  string
+		dev   tensor.Device
+		mem   tensor.DeviceMemory
+		syncs uint64
+	}{
+		{"sim", tensor.Sim(7), nil, 1},
+		{"batched", tensor.CUDA(0), many, 1},
+		{"unbatched", tensor.CUDA(0), plain, 3}, // on[0], on[1] and row
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.mem != nil {
+				tensor.RegisterDeviceMemory(tensor.KindCUDA, c.mem)
+			}
+			var on []*tensor.Tensor
+			for _, h := range []*tensor.Tensor{f32, f64, i64} {
+				d, err := h.ToDevice(c.dev)
+				noErr(t, err)
+				on = append(on, d)
+			}
+			row := on[0].Narrow(0, 1, 1) // a view at an offset
+			cpu := tensor.FromSlice([]float32{42}, 1)
+			s0, b0 := tensor.HostSyncs(c.dev), many.batches
+			out, err := tensor.ToHostMany([]*tensor.Tensor{on[0], nil, on[1], row, cpu})
+			noErr(t, err)
+			equal(t, tensor.HostSyncs(c.dev)-s0, c.syncs, "host syncs")
+			if c.name == "batched" {
+				equal(t, many.batches-b0, 1, "CopyToHostMany calls")
+			}
+			equal(t, out[1] == nil, true, "nil stays nil")
+			equal(t, out[0].Float64s(), f32.Float64s())
+			equal(t, out[2].Float64s(), f64.Float64s())
+			equal(t, out[2].DType(), tensor.F64)
+			equal(t, out[3].Float64s(), []float64{4, 5, 6})
+			equal(t, out[3].Shape(), []int{1, 3})
+			equal(t, out[4].Float64s(), []float64{42})
+			cpu.Set(0, 0)
+			equal(t, out[4].Float64s(), []float64{42}, "a CPU tensor is cloned")
+			for _, o := range out {
+				if o != nil {
+					equal(t, o.Device(), tensor.CPU)
+				}
+			}
+			ints, err := tensor.ToHostMany([]*tensor.Tensor{on[2]})
+			noErr(t, err)
+			equal(t, ints[0].Float64s(), []float64{9, -9})
+
+			_, err = tensor.ToHostMany([]*tensor.Tensor{on[1], on[0].T()})
+			if err == nil || !strings.Contains(err.Error(), "tensor 1") || !strings.Contains(err.Error(), "not contiguous") {
+				t.Fatalf("non-contiguous: %v", err)
+			}
+			other, err := f64.ToDevice(tensor.Sim(8))
+			noErr(t, err)
+			if c.dev == tensor.Sim(8) {
+				t.Fatal("the test needs another device")
+			}
+			_, err = tensor.ToHostMany([]*tensor.Tensor{on[1], other})
+			if err == nil || !strings.Contains(err.Error(), "one device per call") {
+				t.Fatalf("two devices: %v", err)
+			}
+		})
+	}
+	out, err := tensor.ToHostMany([]*tensor.Tensor{nil, f32})
+	noErr(t, err)
+	equal(t, out[1].Float64s(), f32.Float64s(), "CPU only")
 }

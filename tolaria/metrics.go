@@ -1,6 +1,8 @@
 package tolaria
 
 import (
+	"slices"
+
 	"github.com/esper-go/esper/autograd"
 	"github.com/esper-go/esper/kasmina"
 	"github.com/esper-go/esper/kernels"
@@ -198,11 +200,35 @@ func (m *metricsBuf) beginValidation() {
 // F32 and in the float64 sum, so the count is the one a device sum gave
 // (exact below 2^24).
 func (m *metricsBuf) read(withTrain bool) (val, train [2]float64, err error) {
+	val, train, _, err = m.readWith(withTrain, nil)
+	return val, train, err
+}
+
+// readWith is read that also copies the tensors extra (of any dtype, on
+// the buffer's device; nil entries allowed) to the host in the same
+// wait for the device (tensor.ToHostMany: one host sync for all), and
+// returns their host copies.
+func (m *metricsBuf) readWith(withTrain bool, extra []*tensor.Tensor) (val, train [2]float64, hosts []*tensor.Tensor, err error) {
 	v := m.usedView(withTrain)
-	h, err := hostCopy(v)
-	if err != nil {
-		return val, train, err
+	var h *tensor.Tensor
+	if !slices.ContainsFunc(extra, func(t *tensor.Tensor) bool { return t != nil }) {
+		hosts = make([]*tensor.Tensor, len(extra))
+		h, err = hostCopy(v)
+	} else {
+		if hosts, err = tensor.ToHostMany(append([]*tensor.Tensor{v}, extra...)); err == nil {
+			h, hosts = hosts[0], hosts[1:]
+		}
 	}
+	if err != nil {
+		return val, train, nil, err
+	}
+	val, train = m.parse(h, withTrain)
+	return val, train, hosts, nil
+}
+
+// parse sums the host copy h of usedView(withTrain) into the passes'
+// loss sums and correct counts.
+func (m *metricsBuf) parse(h *tensor.Tensor, withTrain bool) (val, train [2]float64) {
 	d := h.F32()
 	lo := m.valLo()
 	if withTrain {
@@ -213,7 +239,7 @@ func (m *metricsBuf) read(withTrain bool) (val, train [2]float64, err error) {
 	}
 	vs := d[m.valLo()-lo:]
 	val = [2]float64{float64(vs[0]), float64(vs[1]) + sumRows(vs[2:])}
-	return val, train, nil
+	return val, train
 }
 
 // sumRows sums per-row correct counters.

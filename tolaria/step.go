@@ -459,12 +459,16 @@ func percentiles(d []time.Duration) (p50, p95 time.Duration) {
 	return at(50), at(95)
 }
 
-// telemetry is a telemetry step's reads after the step on (x, y): every
+// telemetry is a telemetry step's work after the step on (x, y): every
 // seed's gradient telemetry, then the gradient aggregation's per-seed
 // observation when seeds take part (none after a combining step, which
-// observed them). With one participant, the aggregation's gradient
-// norms are read with the seeds' telemetry (one host sync on a device
-// for both); more participants take the aggregation's own path.
+// observed them). With at most one participant and no fp16 loss scaler,
+// the norms are computed on the device and read with the epoch's
+// metrics (pendingTelemetry, applied by applyTelemetry): no host sync at
+// the step. Otherwise they are read here: with one participant the
+// aggregation's gradient norms with the seeds' telemetry (one host sync
+// on a device for both), more participants through the aggregation's
+// own path, and under fp16 after the found-inf read.
 func (t *Trainer) telemetry(x, y *tensor.Tensor, combined bool) error {
 	n := 0
 	if !combined {
@@ -475,6 +479,12 @@ func (t *Trainer) telemetry(x, y *tensor.Tensor, combined bool) error {
 		var err error
 		if extra, err = t.agg.oneGrads(t.model, t.opt); err != nil {
 			return err
+		}
+	}
+	if n <= 1 && t.prec.scaler == nil {
+		if p, err := t.model.LaunchGradientTelemetry(extra); err == nil {
+			t.pendingTel = append(t.pendingTel, pendingTelemetry{p: p, observe: n == 1, x: x, y: y})
+			return nil
 		}
 	}
 	norms, err := t.model.GradientTelemetry(extra)
@@ -490,4 +500,46 @@ func (t *Trainer) telemetry(x, y *tensor.Tensor, combined bool) error {
 		return t.agg.observeOneNorms(t.model, t.opt, x, y, norms)
 	}
 	return t.agg.observeParticipants(n, t.model, t.opt, x, y)
+}
+
+// pendingTelemetry is a telemetry step whose norms are still on the
+// device: the seeds' telemetry to apply and, with observe, the
+// aggregation's observation of its one participant on the batch (x, y).
+type pendingTelemetry struct {
+	p       *kasmina.PendingTelemetry
+	observe bool
+	x, y    *tensor.Tensor
+}
+
+// telemetryReads lists the pending telemetry's device tensors for the
+// epoch's read (nil entries where one has nothing to read).
+func (t *Trainer) telemetryReads() []*tensor.Tensor {
+	out := make([]*tensor.Tensor, len(t.pendingTel))
+	for i, pt := range t.pendingTel {
+		out[i] = pt.p.Pending()
+	}
+	return out
+}
+
+// applyTelemetry applies the pending telemetry in step order from hosts,
+// the host copies of telemetryReads, and empties the list. The
+// participants and the layout are those of the epoch's training steps:
+// nothing changes them before the epoch's read.
+func (t *Trainer) applyTelemetry(hosts []*tensor.Tensor) error {
+	defer func() {
+		clear(t.pendingTel)
+		t.pendingTel = t.pendingTel[:0]
+	}()
+	for i, pt := range t.pendingTel {
+		norms, err := pt.p.Apply(hosts[i])
+		if err != nil {
+			return err
+		}
+		if pt.observe {
+			if err := t.agg.observeOneNorms(t.model, t.opt, pt.x, pt.y, norms); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

@@ -359,18 +359,21 @@ type Trainer struct {
 	opt      *optimizers
 	// met holds the training and validation passes' accumulators, in
 	// one device buffer (one Fill and one read per epoch).
-	met       *metricsBuf
-	step      *stepRunner
-	eval      *evalRunner
-	epoch     *epochGraph // nil unless Capture with fixed Train and Val
-	agg       *gradAgg
-	prec      *precision
-	aggReport aggregation.EpochReport // the current epoch's, for emitEpoch
-	deadlines *Deadlines
-	governor  *Governor
-	breaker   *Breaker
-	rollback  *rollback.TwoTier
-	failed    int // epochs failed (tolaria.epochs.failed)
+	met   *metricsBuf
+	step  *stepRunner
+	eval  *evalRunner
+	epoch *epochGraph // nil unless Capture with fixed Train and Val
+	agg   *gradAgg
+	prec  *precision
+	// pendingTel are the epoch's gradient telemetry steps whose norms are
+	// on the device, read with the epoch's metrics (readEpoch).
+	pendingTel []pendingTelemetry
+	aggReport  aggregation.EpochReport // the current epoch's, for emitEpoch
+	deadlines  *Deadlines
+	governor   *Governor
+	breaker    *Breaker
+	rollback   *rollback.TwoTier
+	failed     int // epochs failed (tolaria.epochs.failed)
 	// rollbacksInRow counts the governor's rollbacks since the last
 	// healthy epoch; lastGood is the number of the epoch of the latest
 	// checkpoint written for a healthy epoch, or resumed from (0: none).
@@ -600,22 +603,25 @@ func (t *Trainer) RunEpoch(ctx context.Context, e int) (r EpochReport, err error
 	}
 	t.model.SetTraining(true)
 	t.agg.beginEpoch()
+	clear(t.pendingTel) // an earlier epoch that failed before its read
+	t.pendingTel = t.pendingTel[:0]
 	samples := 0
 	var train [2]float64
 	if t.epoch.collect(e) {
 		if samples, train, err = t.epoch.run(ctx, e, &r); err != nil {
 			return r, err
 		}
-		t.aggReport = t.agg.finalize(&r)
 	} else {
 		if r.Steps, samples, err = t.trainEpoch(ctx, e, &r); err != nil {
 			return r, err
 		}
-		t.aggReport = t.agg.finalize(&r)
+		// The validation's read also brings the telemetry's norms, which
+		// the aggregation's observations need: finalize after it.
 		if r.ValLoss, r.ValAccuracy, train, err = t.evaluateWith(e, true); err != nil {
 			return r, err
 		}
 	}
+	t.aggReport = t.agg.finalize(&r)
 	r.TrainLoss, r.TrainAccuracy = train[0]/float64(r.Steps), 100*train[1]/float64(samples)
 	if err := t.measureCounterfactuals(e, r.ValAccuracy); err != nil {
 		return r, fmt.Errorf("tolaria: epoch %d: counterfactuals: %w", e+1, err)

@@ -372,3 +372,21 @@ func (m memory) CopyToHost(dst []byte, p tensor.DevicePtr, off int) error {
 	defer release()
 	return copyD2HSync(dst, cu.DevicePtr(p)+cu.DevicePtr(off), m.d.stream)
 }
+
+var _ tensor.ManyReader = memory{}
+
+// CopyToHostMany copies the device bytes at p[i]+off[i] into dst[i] for
+// every i once the work enqueued before them has run, with one wait for
+// the stream (tensor.ToHostMany).
+func (m memory) CopyToHostMany(dst [][]byte, p []tensor.DevicePtr, off []int) error {
+	if len(dst) != len(p) || len(dst) != len(off) {
+		return fmt.Errorf("cuda: CopyToHostMany: %d destinations, %d pointers and %d offsets", len(dst), len(p), len(off))
+	}
+	srcs := make([]cu.DevicePtr, len(p))
+	for i := range p {
+		srcs[i] = cu.DevicePtr(p[i]) + cu.DevicePtr(off[i])
+	}
+	release := m.d.enter()
+	defer release()
+	return copyD2HManySync(dst, srcs, m.d.stream)
+}

@@ -304,6 +304,57 @@ func copyD2HSync(dst []byte, src cu.DevicePtr, s cu.Stream) error {
 	return nil
 }
 
+// copyD2HManySync copies the device bytes at srcs[i] into dsts[i] for
+// every i once the work enqueued on s before them has run, waiting for
+// the stream once: the copies are queued one after another (a small one
+// through a bounce buffer, as copyD2HSync's), then one synchronize. A
+// large destination is Go memory the driver stages (pageable), so its
+// copy returns once done; the first such copy waits for the queued work,
+// and the synchronize at the end for the copies behind it: one wait for
+// the device's work in all.
+func copyD2HManySync(dsts [][]byte, srcs []cu.DevicePtr, s cu.Stream) error {
+	bounces := make([]unsafe.Pointer, len(dsts))
+	defer func() {
+		for _, b := range bounces {
+			if b != nil {
+				if pinnedBounces.owns(b) {
+					pinnedBounces.put(b)
+				} else {
+					C.free(b)
+				}
+			}
+		}
+	}()
+	for i, dst := range dsts {
+		if len(dst) == 0 {
+			continue
+		}
+		p := unsafe.Pointer(&dst[0])
+		if len(dst) <= bounceMax {
+			b := pinnedBounces.get()
+			if b == nil {
+				if b = C.malloc(C.size_t(len(dst))); b == nil {
+					return fmt.Errorf("cuda: malloc of %d bytes failed", len(dst))
+				}
+			}
+			bounces[i] = b
+			p = b
+		}
+		if err := check("cuMemcpyDtoHAsync", C.esper_copy_d2h_async(p, C.uint64_t(srcs[i]), C.size_t(len(dst)), cstream(s))); err != nil {
+			return err
+		}
+	}
+	if err := check("cuStreamSynchronize", C.esper_stream_sync(cstream(s))); err != nil {
+		return err
+	}
+	for i, b := range bounces {
+		if b != nil {
+			copy(dsts[i], unsafe.Slice((*byte)(b), len(dsts[i])))
+		}
+	}
+	return nil
+}
+
 // b2i is 1 for true, 0 for false (kernel flags).
 func b2i(b bool) int32 {
 	if b {
@@ -322,6 +373,8 @@ type bouncePool struct {
 	free  []unsafe.Pointer
 	made  int
 	broke bool // an allocation failed: stop trying
+	// all are the buffers made (owns).
+	all map[unsafe.Pointer]bool
 }
 
 const bouncePoolSize = 8
@@ -345,7 +398,20 @@ func (bp *bouncePool) get() unsafe.Pointer {
 		return nil
 	}
 	bp.made++
+	if bp.all == nil {
+		bp.all = map[unsafe.Pointer]bool{}
+	}
+	bp.all[b] = true
 	return b
+}
+
+// owns reports whether b is one of the pool's page-locked buffers (one
+// get handed out), as against C memory a caller fell back to.
+func (bp *bouncePool) owns(b unsafe.Pointer) bool {
+	bp.mu.Lock()
+	defer bp.mu.Unlock()
+	_, ok := bp.all[b]
+	return ok
 }
 
 func (bp *bouncePool) put(b unsafe.Pointer) {
