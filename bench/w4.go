@@ -116,11 +116,13 @@ type W4Syncs struct {
 	Total       uint64  `json:"total"`
 	PerEnvEpoch float64 `json:"per_env_epoch"`
 	// Envs are the environments' own (their hosts' epochs, resets
-	// included: tolaria's reads of each training and validation pass, the
-	// gradient telemetry, the fused counterfactual validation's one read)
-	// and EnvPerEnvEpoch that over the env-epochs: each environment reads
-	// its own host, so these are per env-epoch by nature, and must not
-	// depend on the number of environments.
+	// included: tolaria's one read of each epoch's training and
+	// validation passes, which brings the gradient telemetry's norms
+	// with it, and the fused counterfactual validation's one read) and
+	// EnvPerEnvEpoch that over the env-epochs: each environment reads
+	// its own host, so these are per env-epoch (one each, where no
+	// counterfactual is measured), and must not depend on the number of
+	// environments.
 	Envs           uint64  `json:"envs"`
 	EnvPerEnvEpoch float64 `json:"env_per_env_epoch"`
 	// Policy are the rollout's policy reads outside the environments

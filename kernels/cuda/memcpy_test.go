@@ -3,6 +3,7 @@
 package cuda
 
 import (
+	"fmt"
 	"math"
 	"testing"
 
@@ -177,5 +178,52 @@ func TestStagerReleaseAndTrace(t *testing.T) {
 	}
 	if err := s.StartTrace(0, 1); err == nil {
 		t.Fatal("a trace of no copies was accepted")
+	}
+}
+
+// TestToHostMany: tensor.ToHostMany over device tensors of three dtypes
+// — small ones through the pinned bounces, a large one straight into Go
+// memory, a view at an offset, more tensors than the bounce pool holds —
+// brings every one back bitwise after a kernel that wrote them, with one
+// host sync counted.
+func TestToHostMany(t *testing.T) {
+	var hosts, ons []*tensor.Tensor
+	add := func(h *tensor.Tensor) {
+		hosts, ons = append(hosts, h), append(ons, toDev(t, h))
+	}
+	add(tensor.Normal(tensor.NewRNG(311), tensor.F32, 0, 1, 7))
+	add(tensor.Normal(tensor.NewRNG(312), tensor.F64, 0, 1, 3))
+	add(tensor.FromSlice([]int64{5, -6, 7}, 3))
+	add(tensor.Normal(tensor.NewRNG(313), tensor.F32, 0, 1, 64, 1024)) // 256 KiB: no bounce
+	for i := 0; i < bouncePoolSize+2; i++ {
+		add(tensor.Normal(tensor.NewRNG(uint64(320+i)), tensor.F32, 0, 1, 5))
+	}
+	// A kernel writes the first tensor after its upload: the read must
+	// follow it on the stream.
+	want0 := tensor.Empty(tensor.F32, 7)
+	cpuBE.BinaryScalar(kernels.Mul, want0, hosts[0], 3, false)
+	be.BinaryScalar(kernels.Mul, ons[0], ons[0], 3, false)
+	hosts[0] = want0
+	big := ons[3]
+	hosts = append(hosts, hosts[3].Narrow(0, 10, 2).Contiguous())
+	ons = append(ons, big.Narrow(0, 10, 2))
+	s0 := tensor.HostSyncs(tensor.CUDA(0))
+	got, err := tensor.ToHostMany(ons)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := tensor.HostSyncs(tensor.CUDA(0)) - s0; n != 1 {
+		t.Fatalf("%d host syncs, want 1", n)
+	}
+	for i := range ons {
+		if got[i].DType() != hosts[i].DType() || fmt.Sprint(got[i].Shape()) != fmt.Sprint(hosts[i].Shape()) {
+			t.Fatalf("tensor %d: %v %v, want %v %v", i, got[i].DType(), got[i].Shape(), hosts[i].DType(), hosts[i].Shape())
+		}
+		g, w := got[i].Float64s(), hosts[i].Float64s()
+		for k := range w {
+			if g[k] != w[k] {
+				t.Fatalf("tensor %d element %d: %v, want %v", i, k, g[k], w[k])
+			}
+		}
 	}
 }
