@@ -115,7 +115,10 @@ type TrainerOptions struct {
 	// GradientTelemetryStride measures the seeds' gradient health every
 	// that many steps (outside any captured region): kasmina's gradient
 	// telemetry and, unless the step combined gradients itself, the
-	// per-seed aggregation metrics. Zero means 10, negative never.
+	// per-seed aggregation metrics. Zero means 10, negative never. On a
+	// device the norms are computed at the step and read with the
+	// epoch's accumulators, in its one host sync (not with two or more
+	// aggregation participants, nor under fp16, which read at the step).
 	GradientTelemetryStride int
 
 	// PCGrad combines the seeds' gradients with PCGrad (the hardened G1
