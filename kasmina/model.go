@@ -283,12 +283,13 @@ type PendingTelemetry struct {
 }
 
 // pendingSlot is a slot whose telemetry a PendingTelemetry updates: the
-// indices of its telemetryTensors' norms, and the seed they were taken
-// of (a slot whose seed changed before Apply is left alone).
+// indices of its telemetryTensors' norms, and the state of the seed they
+// were taken of (a slot whose seed changed before Apply is left alone: a
+// new germination makes a new state).
 type pendingSlot struct {
-	s    *Slot
-	seed nn.Module
-	idx  []int
+	s     *Slot
+	state *SeedState
+	idx   []int
 }
 
 // LaunchGradientTelemetry starts GradientTelemetry: the norms of every
@@ -321,7 +322,7 @@ func (m *MorphogeneticModel) LaunchGradientTelemetry(extra []*tensor.Tensor) (*P
 	p := &PendingTelemetry{}
 	for _, s := range m.slots {
 		if list := s.telemetryTensors(); list != nil {
-			p.slots = append(p.slots, pendingSlot{s: s, seed: s.seed, idx: index(list)})
+			p.slots = append(p.slots, pendingSlot{s: s, state: s.state, idx: index(list)})
 		}
 	}
 	p.extra = index(extra)
@@ -391,7 +392,7 @@ func (p *PendingTelemetry) Apply(host *tensor.Tensor) ([]float64, error) {
 	}
 	p.done = true
 	for _, ps := range p.slots {
-		if ps.s.seed == ps.seed {
+		if ps.s.state == ps.state {
 			ps.s.applyGradientTelemetry(pick(norms, ps.idx))
 		}
 	}

@@ -483,7 +483,11 @@ func (t *Trainer) telemetry(x, y *tensor.Tensor, combined bool) error {
 	}
 	if n <= 1 && t.prec.scaler == nil {
 		if p, err := t.model.LaunchGradientTelemetry(extra); err == nil {
-			t.pendingTel = append(t.pendingTel, pendingTelemetry{p: p, observe: n == 1, x: x, y: y})
+			pt := pendingTelemetry{p: p, observe: n == 1, modelVersion: t.model.Version(), optVersion: t.opt.version}
+			if n == 1 {
+				pt.seed = t.agg.cur[0].id
+			}
+			t.pendingTel = append(t.pendingTel, pt)
 			return nil
 		}
 	}
@@ -504,11 +508,15 @@ func (t *Trainer) telemetry(x, y *tensor.Tensor, combined bool) error {
 
 // pendingTelemetry is a telemetry step whose norms are still on the
 // device: the seeds' telemetry to apply and, with observe, the
-// aggregation's observation of its one participant on the batch (x, y).
+// aggregation's observation of its one participant, seed, made at model
+// and optimizer versions modelVersion and optVersion. The batch is not
+// kept: the observation's attribution does not read it
+// (kasmina.MorphogeneticModel.AttributeBatch).
 type pendingTelemetry struct {
-	p       *kasmina.PendingTelemetry
-	observe bool
-	x, y    *tensor.Tensor
+	p                        *kasmina.PendingTelemetry
+	observe                  bool
+	seed                     string
+	modelVersion, optVersion uint64
 }
 
 // telemetryReads lists the pending telemetry's device tensors for the
@@ -522,9 +530,11 @@ func (t *Trainer) telemetryReads() []*tensor.Tensor {
 }
 
 // applyTelemetry applies the pending telemetry in step order from hosts,
-// the host copies of telemetryReads, and empties the list. The
-// participants and the layout are those of the epoch's training steps:
-// nothing changes them before the epoch's read.
+// the host copies of telemetryReads, and empties the list. Nothing in the
+// trainer changes the participants or the parameter set before the
+// epoch's read; should something else have (a caller's OnStep), an
+// observation whose participant, model or optimizers differ from its
+// step's is dropped rather than recorded against the wrong layout.
 func (t *Trainer) applyTelemetry(hosts []*tensor.Tensor) error {
 	defer func() {
 		clear(t.pendingTel)
@@ -535,10 +545,14 @@ func (t *Trainer) applyTelemetry(hosts []*tensor.Tensor) error {
 		if err != nil {
 			return err
 		}
-		if pt.observe {
-			if err := t.agg.observeOneNorms(t.model, t.opt, pt.x, pt.y, norms); err != nil {
-				return err
-			}
+		if !pt.observe || t.model.Version() != pt.modelVersion || t.opt.version != pt.optVersion {
+			continue
+		}
+		if t.agg.participants(t.model, t.opt) != 1 || t.agg.cur[0].id != pt.seed {
+			continue
+		}
+		if err := t.agg.observeOneNorms(t.model, t.opt, nil, nil, norms); err != nil {
+			return err
 		}
 	}
 	return nil

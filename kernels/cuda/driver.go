@@ -312,9 +312,15 @@ func copyD2HSync(dst []byte, src cu.DevicePtr, s cu.Stream) error {
 // copy returns once done; the first such copy waits for the queued work,
 // and the synchronize at the end for the copies behind it: one wait for
 // the device's work in all.
-func copyD2HManySync(dsts [][]byte, srcs []cu.DevicePtr, s cu.Stream) error {
+func copyD2HManySync(dsts [][]byte, srcs []cu.DevicePtr, s cu.Stream) (err error) {
 	bounces := make([]unsafe.Pointer, len(dsts))
+	queued, synced := false, false
 	defer func() {
+		if queued && !synced {
+			// An error after a copy was queued: wait for it before its
+			// bounce buffer goes back to the pool or is freed.
+			_ = C.esper_stream_sync(cstream(s))
+		}
 		for _, b := range bounces {
 			if b != nil {
 				if pinnedBounces.owns(b) {
@@ -343,7 +349,9 @@ func copyD2HManySync(dsts [][]byte, srcs []cu.DevicePtr, s cu.Stream) error {
 		if err := check("cuMemcpyDtoHAsync", C.esper_copy_d2h_async(p, C.uint64_t(srcs[i]), C.size_t(len(dst)), cstream(s))); err != nil {
 			return err
 		}
+		queued = true
 	}
+	synced = true // tried once: a failed synchronize is not retried
 	if err := check("cuStreamSynchronize", C.esper_stream_sync(cstream(s))); err != nil {
 		return err
 	}
