@@ -119,6 +119,10 @@ type TrainerOptions struct {
 	// device the norms are computed at the step and read with the
 	// epoch's accumulators, in its one host sync (not with two or more
 	// aggregation participants, nor under fp16, which read at the step).
+	// Read with the epoch's accumulators, the seeds' telemetry and the
+	// aggregation's observation are applied at that read, in step order:
+	// an OnStep callback then sees the seeds' telemetry as the previous
+	// epoch left it.
 	GradientTelemetryStride int
 
 	// PCGrad combines the seeds' gradients with PCGrad (the hardened G1
