@@ -112,27 +112,37 @@ func TensorNorms(ts []*tensor.Tensor) ([]float64, error) {
 
 // deviceNorms is TensorNorms over tensors of one device, with its
 // backend's ForeachNorm.
-func deviceNorms(dev tensor.Device, ts []*tensor.Tensor) (norms []float64, err error) {
-	be, err := kernels.Lookup(dev)
+func deviceNorms(dev tensor.Device, ts []*tensor.Tensor) ([]float64, error) {
+	dst, err := queueNorms(dev, ts)
 	if err != nil {
 		return nil, err
 	}
-	dst, err := tensor.EmptyOn(dev, tensor.F64, len(ts))
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		if r := recover(); r != nil {
-			norms, err = nil, fmt.Errorf("kasmina: norms on %v: %v", dev, r)
-		}
-	}()
-	be.ForeachNorm(dst, ts)
 	if !dev.IsCPU() {
 		if dst, err = dst.ToDevice(tensor.CPU); err != nil {
 			return nil, err
 		}
 	}
 	return dst.Float64s(), nil
+}
+
+// queueNorms queues the backend's ForeachNorm of ts, contiguous tensors
+// of dev, into a new F64 vector on dev and returns it unread; a kernel
+// that refuses the tensors is an error.
+func queueNorms(dev tensor.Device, ts []*tensor.Tensor) (dst *tensor.Tensor, err error) {
+	be, err := kernels.Lookup(dev)
+	if err != nil {
+		return nil, err
+	}
+	if dst, err = tensor.EmptyOn(dev, tensor.F64, len(ts)); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			dst, err = nil, fmt.Errorf("kasmina: norms on %v: %v", dev, r)
+		}
+	}()
+	be.ForeachNorm(dst, ts)
+	return dst, nil
 }
 
 // hostNorms is TensorNorms's fallback: the tensors copied to the host at

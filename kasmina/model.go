@@ -6,7 +6,6 @@ import (
 	"sort"
 
 	"github.com/esper-go/esper/autograd"
-	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/tensor"
@@ -342,7 +341,7 @@ func (m *MorphogeneticModel) LaunchGradientTelemetry(extra []*tensor.Tensor) (*P
 // launchNorms queues ForeachNorm of ts, all on one device other than the
 // CPU, into a new F64 vector there and returns it; nil when the tensors
 // are on the CPU or on several devices, or the device refuses them.
-func launchNorms(ts []*tensor.Tensor) (dst *tensor.Tensor) {
+func launchNorms(ts []*tensor.Tensor) *tensor.Tensor {
 	dev := ts[0].Device()
 	if dev.IsCPU() {
 		return nil
@@ -354,19 +353,10 @@ func launchNorms(ts []*tensor.Tensor) (dst *tensor.Tensor) {
 		}
 		cs[i] = t.Contiguous()
 	}
-	be, err := kernels.Lookup(dev)
+	dst, err := queueNorms(dev, cs)
 	if err != nil {
-		return nil
+		return nil // TensorNorms takes them on the host
 	}
-	if dst, err = tensor.EmptyOn(dev, tensor.F64, len(ts)); err != nil {
-		return nil
-	}
-	defer func() {
-		if r := recover(); r != nil {
-			dst = nil // TensorNorms takes them on the host
-		}
-	}()
-	be.ForeachNorm(dst, cs)
 	return dst
 }
 

@@ -277,31 +277,7 @@ func copyH2DSync(dst cu.DevicePtr, src []byte, s cu.Stream) error {
 // pageable one (a trainer's per-epoch metrics read is such a copy), or
 // C memory when none can be had.
 func copyD2HSync(dst []byte, src cu.DevicePtr, s cu.Stream) error {
-	if len(dst) == 0 {
-		return nil
-	}
-	p := unsafe.Pointer(&dst[0])
-	var b unsafe.Pointer
-	if len(dst) <= bounceMax {
-		if b = pinnedBounces.get(); b != nil {
-			defer pinnedBounces.put(b)
-		} else if b = C.malloc(C.size_t(len(dst))); b == nil {
-			return fmt.Errorf("cuda: malloc of %d bytes failed", len(dst))
-		} else {
-			defer C.free(b)
-		}
-		p = b
-	}
-	if err := check("cuMemcpyDtoHAsync", C.esper_copy_d2h_async(p, C.uint64_t(src), C.size_t(len(dst)), cstream(s))); err != nil {
-		return err
-	}
-	if err := check("cuStreamSynchronize", C.esper_stream_sync(cstream(s))); err != nil {
-		return err
-	}
-	if b != nil {
-		copy(dst, unsafe.Slice((*byte)(b), len(dst)))
-	}
-	return nil
+	return copyD2HManySync([][]byte{dst}, []cu.DevicePtr{src}, s)
 }
 
 // copyD2HManySync copies the device bytes at srcs[i] into dsts[i] for
@@ -314,6 +290,7 @@ func copyD2HSync(dst []byte, src cu.DevicePtr, s cu.Stream) error {
 // the device's work in all.
 func copyD2HManySync(dsts [][]byte, srcs []cu.DevicePtr, s cu.Stream) (err error) {
 	bounces := make([]unsafe.Pointer, len(dsts))
+	pinned := make([]bool, len(dsts)) // bounces[i] is pinnedBounces', not C memory
 	queued, synced := false, false
 	defer func() {
 		if queued && !synced {
@@ -321,13 +298,12 @@ func copyD2HManySync(dsts [][]byte, srcs []cu.DevicePtr, s cu.Stream) (err error
 			// bounce buffer goes back to the pool or is freed.
 			_ = C.esper_stream_sync(cstream(s))
 		}
-		for _, b := range bounces {
-			if b != nil {
-				if pinnedBounces.owns(b) {
-					pinnedBounces.put(b)
-				} else {
-					C.free(b)
-				}
+		for i, b := range bounces {
+			switch {
+			case pinned[i]:
+				pinnedBounces.put(b)
+			case b != nil:
+				C.free(b)
 			}
 		}
 	}()
@@ -338,6 +314,7 @@ func copyD2HManySync(dsts [][]byte, srcs []cu.DevicePtr, s cu.Stream) (err error
 		p := unsafe.Pointer(&dst[0])
 		if len(dst) <= bounceMax {
 			b := pinnedBounces.get()
+			pinned[i] = b != nil
 			if b == nil {
 				if b = C.malloc(C.size_t(len(dst))); b == nil {
 					return fmt.Errorf("cuda: malloc of %d bytes failed", len(dst))
@@ -381,8 +358,6 @@ type bouncePool struct {
 	free  []unsafe.Pointer
 	made  int
 	broke bool // an allocation failed: stop trying
-	// all are the buffers made (owns).
-	all map[unsafe.Pointer]bool
 }
 
 const bouncePoolSize = 8
@@ -406,20 +381,7 @@ func (bp *bouncePool) get() unsafe.Pointer {
 		return nil
 	}
 	bp.made++
-	if bp.all == nil {
-		bp.all = map[unsafe.Pointer]bool{}
-	}
-	bp.all[b] = true
 	return b
-}
-
-// owns reports whether b is one of the pool's page-locked buffers (one
-// get handed out), as against C memory a caller fell back to.
-func (bp *bouncePool) owns(b unsafe.Pointer) bool {
-	bp.mu.Lock()
-	defer bp.mu.Unlock()
-	_, ok := bp.all[b]
-	return ok
 }
 
 func (bp *bouncePool) put(b unsafe.Pointer) {
