@@ -2,6 +2,7 @@ package nn
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/tensor"
@@ -105,12 +106,11 @@ func HostStateDict(m Module) (map[string]*tensor.Tensor, error) {
 
 // HostCopies returns ts readable on the host, in order (nil entries stay
 // nil): CPU tensors as they are (callers only read them), and the tensors
-// of a device gathered into one flat buffer there with the backend's
-// Copy and brought over with a single device-to-host copy — one host sync
-// for the lot instead of one per tensor. Tensors of several devices or
-// dtypes are copied one device-and-dtype group at a time; a device
-// without a registered backend (nothing to gather with) gets one copy per
-// tensor.
+// of a device gathered into one flat buffer per dtype there with the
+// backend's Copy, the buffers brought over together (tensor.ToHostMany)
+// — one host sync per device for the lot instead of one per tensor. A
+// device without a registered backend (nothing to gather with) gets one
+// copy per tensor.
 func HostCopies(ts []*tensor.Tensor) ([]*tensor.Tensor, error) {
 	out := make([]*tensor.Tensor, len(ts))
 	type group struct {
@@ -132,7 +132,11 @@ func HostCopies(ts []*tensor.Tensor) ([]*tensor.Tensor, error) {
 			members[g] = append(members[g], i)
 		}
 	}
-	for _, g := range order {
+	// Each group gathered into a flat buffer; the flats of a device read
+	// together.
+	flats := make([]*tensor.Tensor, len(order))
+	var devs []tensor.Device
+	for k, g := range order {
 		idx := members[g]
 		total := 0
 		for _, i := range idx {
@@ -161,15 +165,30 @@ func HostCopies(ts []*tensor.Tensor) ([]*tensor.Tensor, error) {
 			}
 			off += n
 		}
-		host, err := flat.ToDevice(tensor.CPU)
+		flats[k] = flat
+		if !slices.Contains(devs, g.dev) {
+			devs = append(devs, g.dev)
+		}
+	}
+	for _, d := range devs {
+		var on []*tensor.Tensor
+		var at []int
+		for k, g := range order {
+			if flats[k] != nil && g.dev == d {
+				on, at = append(on, flats[k]), append(at, k)
+			}
+		}
+		hosts, err := tensor.ToHostMany(on)
 		if err != nil {
 			return nil, fmt.Errorf("nn: HostCopies: %w", err)
 		}
-		off = 0
-		for _, i := range idx {
-			n := ts[i].Numel()
-			out[i] = host.Narrow(0, off, n).Reshape(ts[i].Shape()...)
-			off += n
+		for j, k := range at {
+			off := 0
+			for _, i := range members[order[k]] {
+				n := ts[i].Numel()
+				out[i] = hosts[j].Narrow(0, off, n).Reshape(ts[i].Shape()...)
+				off += n
+			}
 		}
 	}
 	return out, nil

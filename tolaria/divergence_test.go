@@ -192,8 +192,8 @@ func deviceState(t *testing.T, st rollback.State, dev tensor.Device) rollback.St
 
 // TestResumeFromADeviceState: ResumeFrom takes a State whose tensors a
 // caller put on a device (a Trainer's own States are host memory): it
-// checks them with one gathered copy per dtype (nn.HostCopies, counted
-// as host syncs of that device) instead of reading device tensors on the
+// checks them with one gathered copy per dtype, read together in one host
+// sync of that device (nn.HostCopies), instead of reading device tensors on the
 // host, refuses a NaN weight naming it as for a host State, and resumes
 // a finite one exactly as from the host State, on the test device;
 // LoadState loads one as it loads the host State.
@@ -215,7 +215,8 @@ func TestResumeFromADeviceState(t *testing.T) {
 	syncs := tensor.HostSyncs(sim)
 	_, err = tr.ResumeFrom(bad)
 	require.ErrorContains(t, err, "checkpoint tensor model/classifier.weight holds NaN (element 2): the run had diverged")
-	require.Equal(t, uint64(len(dtypes)), tensor.HostSyncs(sim)-syncs, "one gathered copy per dtype")
+	require.Greater(t, len(dtypes), 1, "the state holds several dtypes")
+	require.Equal(t, uint64(1), tensor.HostSyncs(sim)-syncs, "one host sync for every dtype's gathered copy")
 
 	want := mustTrainer(t, crashOptions(t, t.TempDir()))
 	next, err := want.ResumeFrom(st)
