@@ -115,14 +115,14 @@ type W4Syncs struct {
 	// env-epochs.
 	Total       uint64  `json:"total"`
 	PerEnvEpoch float64 `json:"per_env_epoch"`
-	// Envs are the environments' own (their hosts' epochs, resets
-	// included: tolaria's one read of each epoch's training and
-	// validation passes, which brings the gradient telemetry's norms
-	// with it, and the fused counterfactual validation's one read) and
-	// EnvPerEnvEpoch that over the env-epochs: each environment reads
-	// its own host, so these are per env-epoch (one each, where no
-	// counterfactual is measured), and must not depend on the number of
-	// environments.
+	// Envs are the environments' (their hosts' epochs, resets included:
+	// tolaria's one read of each epoch's training and validation passes,
+	// which brings the gradient telemetry's norms with it and which
+	// VecEnv makes for every environment of a lock-step step together,
+	// and the fused counterfactual validation's one read) and
+	// EnvPerEnvEpoch that over the env-epochs: with the epochs' reads
+	// batched, one per lock-step step, it falls as the environments grow
+	// (1/Envs where nothing else reads).
 	Envs           uint64  `json:"envs"`
 	EnvPerEnvEpoch float64 `json:"env_per_env_epoch"`
 	// Policy are the rollout's policy reads outside the environments
@@ -168,9 +168,14 @@ type W4Work struct {
 	Rollbacks    int `json:"rollbacks"`
 	Episodes     int `json:"episodes"`
 	// Syncs[i] are the host syncs of the device measured env-epoch i
-	// waited for (its environment's step, and the reset when its episode
-	// ended there): 0 on the CPU.
+	// waited for on its own (its environment's step, and the reset when
+	// its episode ended there; not the lock-step step's batched read,
+	// ReadSyncs): 0 on the CPU.
 	Syncs []int `json:"host_syncs"`
+	// ReadSyncs are the host syncs of the measured lock-step steps'
+	// batched reads (simic.VecEnv.ReadSyncs): every environment's epoch
+	// accumulators read together, one per step on a device.
+	ReadSyncs int `json:"batched_read_syncs"`
 	// Captures, EagerCalls and Replays are the environments' trainers'
 	// captured-region figures over the measured bare loop (training
 	// steps, validation batches and passes, whole epochs; zero without
@@ -318,6 +323,23 @@ func (e *w4Env) Step(a []int) (simic.StepResult[simic.TamiyoObs], error) {
 	return e.EsperEnv.Step(a)
 }
 
+// StepStart and StepFinish are the halves of Step VecEnv calls
+// (simic.SplitStepper), counted as Step is; the read between them, made
+// for every environment at once, is VecEnv's (ReadSyncs).
+func (e *w4Env) StepStart(a []int) ([]*tensor.Tensor, error) {
+	s0 := tensor.HostSyncs(e.dev)
+	defer e.countCaptures()()
+	defer func() { e.syncs += tensor.HostSyncs(e.dev) - s0 }()
+	return e.EsperEnv.StepStart(a)
+}
+
+func (e *w4Env) StepFinish(hosts []*tensor.Tensor, readErr error) (simic.StepResult[simic.TamiyoObs], error) {
+	s0 := tensor.HostSyncs(e.dev)
+	defer e.countCaptures()()
+	defer func() { e.syncs += tensor.HostSyncs(e.dev) - s0 }()
+	return e.EsperEnv.StepFinish(hosts, readErr)
+}
+
 // countCaptures notes the trainer's capture figures and returns the
 // function that adds what a call did to e.captures: the growth of the
 // trainer's, and all of a new trainer's when the call replaced it (an
@@ -433,6 +455,7 @@ func (r *w4Rig) step(work *W4Work) error {
 		r.actTime += time.Since(t0)
 		r.actSyncs += tensor.HostSyncs(r.o.Device) - s0
 	}
+	reads0 := r.vec.ReadSyncs()
 	vs, err := r.vec.Step(act.Actions)
 	if err != nil {
 		return err
@@ -440,6 +463,7 @@ func (r *w4Rig) step(work *W4Work) error {
 	if work == nil {
 		return nil
 	}
+	work.ReadSyncs += int(r.vec.ReadSyncs() - reads0)
 	work.Episodes += len(vs.Episodes)
 	for i, e := range r.envs {
 		if vs.Rollback[i] {
@@ -533,7 +557,7 @@ func RunW4(o W4Options) (W4Result, error) {
 	runtime.ReadMemStats(&ms1)
 	res.Bare = w4Loop("bare", lat, o.Steps*o.Envs, o.Envs, ms1.Mallocs-ms0.Mallocs)
 	res.Bare.PolicySeconds = rig.actTime.Seconds()
-	var envSyncs uint64
+	envSyncs := uint64(res.Work.ReadSyncs)
 	for _, n := range res.Work.Syncs {
 		envSyncs += uint64(n)
 	}
@@ -574,6 +598,7 @@ func RunW4(o W4Options) (W4Result, error) {
 	var upd time.Duration
 	var rollout, updates uint64
 	rig.takeSyncs()
+	reads0 := vec.ReadSyncs()
 	runtime.ReadMemStats(&ms0)
 	for i := range lat {
 		t0 := time.Now()
@@ -597,7 +622,7 @@ func RunW4(o W4Options) (W4Result, error) {
 	runtime.ReadMemStats(&ms1)
 	p := w4Loop("ppo", lat, o.PPORounds*o.MaxEpochs*o.Envs, o.Envs, ms1.Mallocs-ms0.Mallocs)
 	p.UpdateSeconds = upd.Seconds()
-	envSyncs = rig.takeSyncs()
+	envSyncs = rig.takeSyncs() + vec.ReadSyncs() - reads0
 	p.Syncs = w4Syncs(rollout+updates, envSyncs, rollout-envSyncs, o.PPORounds*o.MaxEpochs, o.Envs)
 	p.Syncs.Updates = updates
 	p.Syncs.PerUpdate = float64(updates) / float64(max(o.PPORounds, 1))

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+
+	"github.com/esper-go/esper/tensor"
 )
 
 // EnvSpec describes an environment's factored discrete action: one
@@ -144,6 +146,19 @@ type Env[O any] interface {
 	ActionMasks() Masks
 }
 
+// SplitStepper is an Env whose step reads its device state once, in the
+// middle (EsperEnv: the epoch's accumulators): StepStart runs the step up
+// to that read and returns the device tensors it wants (nil: none this
+// time), StepFinish takes their host copies, in order (or the read's
+// error), and completes the step. Between the two the environment holds
+// still. VecEnv.Step reads the tensors of all its environments that are
+// SplitSteppers together, one host sync per device for the lock-step
+// step instead of one per environment.
+type SplitStepper[O any] interface {
+	StepStart(action []int) ([]*tensor.Tensor, error)
+	StepFinish(hosts []*tensor.Tensor, readErr error) (StepResult[O], error)
+}
+
 // VecEnv steps n environments in lock-step and resets each one as soon
 // as its episode ends, so every call returns one observation per
 // environment.
@@ -154,7 +169,15 @@ type VecEnv[O any] struct {
 	// per-env running episode statistics
 	epReturn []float64
 	epLen    []int
+	// readSyncs are the host syncs of the batched reads Step made.
+	readSyncs uint64
 }
+
+// ReadSyncs returns the host syncs of the reads VecEnv.Step made for its
+// SplitStepper environments, all of them together, so far (summed over
+// devices): the part of the environments' syncs no single environment's
+// step counts.
+func (v *VecEnv[O]) ReadSyncs() uint64 { return v.readSyncs }
 
 // VecStep is VecEnv.Step's result, one entry per environment.
 type VecStep[O any] struct {
@@ -258,6 +281,100 @@ func (v *VecEnv[O]) ResetUnfinished() ([]int, error) {
 	return idx, nil
 }
 
+// stepAll steps every environment on its action, in order: a
+// SplitStepper through StepStart, then, once all have started, one
+// tensor.ToHostMany per device of every read they asked for, then
+// StepFinish in order; any other Env through Step. The environments run
+// one at a time (a SplitStepper holds still between its halves). When a
+// StepStart fails, the environments already started are finished with
+// that error, so that none is left waiting.
+func (v *VecEnv[O]) stepAll(actions [][]int) ([]StepResult[O], error) {
+	n := len(v.envs)
+	results := make([]StepResult[O], n)
+	reads := make([][]*tensor.Tensor, n)
+	started := make([]bool, n)
+	abort := func(err error) {
+		for i, e := range v.envs {
+			if started[i] {
+				_, _ = e.(SplitStepper[O]).StepFinish(nil, err)
+			}
+		}
+	}
+	for i, e := range v.envs {
+		sp, ok := e.(SplitStepper[O])
+		if !ok {
+			r, err := e.Step(actions[i])
+			if err != nil {
+				abort(err)
+				return nil, fmt.Errorf("simic: VecEnv.Step: env %d: %w", i, err)
+			}
+			results[i] = r
+			continue
+		}
+		ts, err := sp.StepStart(actions[i])
+		if err != nil {
+			abort(err)
+			return nil, fmt.Errorf("simic: VecEnv.Step: env %d: %w", i, err)
+		}
+		reads[i], started[i] = ts, true
+	}
+	hosts, readErr := v.readAll(reads)
+	var first error
+	for i, e := range v.envs {
+		if !started[i] {
+			continue
+		}
+		r, err := e.(SplitStepper[O]).StepFinish(hosts[i], readErr)
+		if err != nil && first == nil {
+			first = fmt.Errorf("simic: VecEnv.Step: env %d: %w", i, err)
+		}
+		results[i] = r
+	}
+	return results, first
+}
+
+// readAll copies reads[i] (nil: none) to the host for every i with one
+// tensor.ToHostMany per device, and returns the host copies in the same
+// layout (nil where reads[i] is nil).
+func (v *VecEnv[O]) readAll(reads [][]*tensor.Tensor) ([][]*tensor.Tensor, error) {
+	hosts := make([][]*tensor.Tensor, len(reads))
+	var devs []tensor.Device
+	for _, ts := range reads {
+		for _, t := range ts {
+			if t != nil && !slices.Contains(devs, t.Device()) {
+				devs = append(devs, t.Device())
+			}
+		}
+	}
+	for i, ts := range reads {
+		if ts != nil {
+			hosts[i] = make([]*tensor.Tensor, len(ts))
+		}
+	}
+	for _, d := range devs {
+		var on []*tensor.Tensor
+		type at struct{ i, k int }
+		var where []at
+		for i, ts := range reads {
+			for k, t := range ts {
+				if t != nil && t.Device() == d {
+					on, where = append(on, t), append(where, at{i, k})
+				}
+			}
+		}
+		s0 := tensor.HostSyncs(d)
+		got, err := tensor.ToHostMany(on)
+		v.readSyncs += tensor.HostSyncs(d) - s0
+		if err != nil {
+			return hosts, err
+		}
+		for j, w := range where {
+			hosts[w.i][w.k] = got[j]
+		}
+	}
+	return hosts, nil
+}
+
 // Step applies actions[i] to environment i, resets the environments
 // whose episode ended, and returns the results.
 func (v *VecEnv[O]) Step(actions [][]int) (*VecStep[O], error) {
@@ -269,14 +386,17 @@ func (v *VecEnv[O]) Step(actions [][]int) (*VecStep[O], error) {
 		Obs: make([]O, n), FinalObs: make([]O, n), Rewards: make([]float64, n),
 		Terminated: make([]bool, n), Truncated: make([]bool, n), Rollback: make([]bool, n),
 	}
-	for i, e := range v.envs {
+	for i := range v.envs {
 		if len(actions[i]) != len(v.spec.HeadSizes) {
 			return nil, fmt.Errorf("simic: VecEnv.Step: env %d: action has %d heads, want %d", i, len(actions[i]), len(v.spec.HeadSizes))
 		}
-		r, err := e.Step(actions[i])
-		if err != nil {
-			return nil, fmt.Errorf("simic: VecEnv.Step: env %d: %w", i, err)
-		}
+	}
+	results, err := v.stepAll(actions)
+	if err != nil {
+		return nil, err
+	}
+	for i, e := range v.envs {
+		r := results[i]
 		s.Rewards[i], s.Terminated[i], s.Truncated[i], s.Rollback[i] = r.Reward, r.Terminated, r.Truncated, r.Rollback
 		v.epReturn[i] += r.Reward
 		v.epLen[i]++

@@ -270,9 +270,22 @@ type EsperEnv struct {
 	done    chan epochResult
 	running bool
 	epoch   int
-	state   *leyline.EpochState // the parked epoch's state
-	cfRes   *CounterfactualResult
-	work    EsperEpochWork // the parked epoch's
+	// reads carries the running epoch's read of its accumulators to the
+	// environment when the epoch was started with batchRead (StepStart):
+	// the epoch waits there for StepFinish, which hands it the host
+	// copies a vectorised loop read for every environment at once. The
+	// epoch goroutine clears batchRead as it takes it (the environment's
+	// goroutine waits meanwhile: one of them runs at a time).
+	reads     chan *epochRead
+	batchRead bool
+	// pending is the read StepStart left waiting, or the epoch's event
+	// StepStart received instead (its decision point or its end);
+	// stepping holds the step's figures from StepStart for StepFinish.
+	pending  epochEvent
+	stepping *pendingStep
+	state    *leyline.EpochState // the parked epoch's state
+	cfRes    *CounterfactualResult
+	work     EsperEpochWork // the parked epoch's
 	// cfNext and cfConfigs are what the trainer's Counterfactuals hook
 	// measured in the running epoch (its goroutine writes them before it
 	// asks for the decision); parked takes them.
@@ -490,10 +503,14 @@ func (e *EsperEnv) closeEpisode() {
 		return
 	}
 	e.cancel()
+	if e.pending.done != nil {
+		e.running = false // StepStart took the epoch's end; StepFinish never came
+	}
 	if e.running {
 		<-e.done
 		e.running = false
 	}
+	e.pending, e.stepping, e.batchRead = epochEvent{}, nil, false
 	if e.trainer != nil {
 		e.trainer.Deadlines().Drain()
 	}
@@ -529,6 +546,7 @@ func (e *EsperEnv) Reset() (TamiyoObs, error) {
 		}
 	}
 	e.bridge = &bridgeController{states: make(chan leyline.EpochState), decisions: make(chan leyline.Decision)}
+	e.reads, e.batchRead, e.pending, e.stepping = make(chan *epochRead), false, epochEvent{}, nil
 	tracked, err := tamiyo.NewTracked(e.bridge, tamiyo.TrackerOptions{})
 	if err != nil {
 		return TamiyoObs{}, err
@@ -537,7 +555,7 @@ func (e *EsperEnv) Reset() (TamiyoObs, error) {
 		Model: model, Train: e.data.Train, Val: e.data.Val, Epochs: e.o.MaxEpochs,
 		Controller: tracked, HostLR: e.o.HostLR, Capture: e.o.Capture, Sink: e.o.Sink, EnvID: e.o.Index,
 		Deadlines: tolaria.DeadlineOptions{Controller: esperDeadline, Apply: esperDeadline}, History: 4,
-		Seed: e.o.Seed + uint64(e.o.Index), Counterfactuals: e.counterfactuals,
+		Seed: e.o.Seed + uint64(e.o.Index), Counterfactuals: e.counterfactuals, EpochRead: e.epochRead,
 	}
 	if e.o.Cosine {
 		to.HostSchedule = optim.Cosine{Base: e.o.HostLR, TMax: e.o.MaxEpochs}
@@ -585,15 +603,59 @@ func (e *EsperEnv) Reset() (TamiyoObs, error) {
 // observation returned) or the episode ends (end). Epochs that finish
 // without asking were rolled back by the governor; they are counted.
 func (e *EsperEnv) advance(ctx context.Context) (obs TamiyoObs, rollbacks int, end bool, err error) {
-	for e.epoch < e.o.MaxEpochs {
-		ep := e.epoch
-		e.running = true
-		go func() {
-			r, err := e.trainer.RunEpoch(ctx, ep)
-			e.done <- epochResult{r, err}
-		}()
-		select {
-		case st := <-e.bridge.states:
+	if e.epoch >= e.o.MaxEpochs {
+		return TamiyoObs{}, 0, true, nil
+	}
+	e.startEpoch(ctx)
+	return e.await(ctx, epochEvent{})
+}
+
+// startEpoch runs epoch e.epoch in a goroutine of its own: it reports on
+// e.done when it ends, or parks at its decision point (e.bridge.states).
+func (e *EsperEnv) startEpoch(ctx context.Context) {
+	ep := e.epoch
+	e.running = true
+	go func() {
+		r, err := e.trainer.RunEpoch(ctx, ep)
+		e.done <- epochResult{r, err}
+	}()
+}
+
+// epochEvent is what the running epoch did next: asked for its batched
+// read, parked at its decision point, or ended (a zero event: none yet).
+type epochEvent struct {
+	read  *epochRead
+	state *leyline.EpochState
+	done  *epochResult
+}
+
+// next waits for the running epoch's next event.
+func (e *EsperEnv) next() epochEvent {
+	select {
+	case rd := <-e.reads:
+		return epochEvent{read: rd}
+	case st := <-e.bridge.states:
+		return epochEvent{state: &st}
+	case res := <-e.done:
+		return epochEvent{done: &res}
+	}
+}
+
+// await is advance after its first epoch started: it takes ev, if any,
+// then the running epoch's events, until an epoch parks at its decision
+// point (its observation returned) or the episode ends. A batched read
+// still asked for here is made at once.
+func (e *EsperEnv) await(ctx context.Context, ev epochEvent) (obs TamiyoObs, rollbacks int, end bool, err error) {
+	for {
+		if ev == (epochEvent{}) {
+			ev = e.next()
+		}
+		switch {
+		case ev.read != nil:
+			hosts, err := tensor.ToHostMany(ev.read.ts)
+			ev.read.answer(hosts, err)
+		case ev.state != nil:
+			st := *ev.state
 			if err := e.parked(st); err != nil {
 				return TamiyoObs{}, rollbacks, false, err
 			}
@@ -603,8 +665,10 @@ func (e *EsperEnv) advance(ctx context.Context) (obs TamiyoObs, rollbacks int, e
 			}
 			e.masks = m
 			return TamiyoObs{Graph: g, Masks: m}, rollbacks, false, nil
-		case res := <-e.done:
-			e.running = false
+		default:
+			res := *ev.done
+			ep := e.epoch
+			e.running, e.batchRead = false, false
 			if res.err != nil {
 				if errors.Is(res.err, tolaria.ErrDiverged) {
 					// The host diverged past the governor's rollbacks (the
@@ -621,9 +685,55 @@ func (e *EsperEnv) advance(ctx context.Context) (obs TamiyoObs, rollbacks int, e
 			}
 			e.lastOp = leyline.OpWait
 			e.epoch++
+			if e.epoch >= e.o.MaxEpochs {
+				return TamiyoObs{}, rollbacks, true, nil
+			}
+			e.startEpoch(ctx)
 		}
+		ev = epochEvent{}
 	}
-	return TamiyoObs{}, rollbacks, true, nil
+}
+
+// epochRead is an epoch's read of its accumulators waiting for its host
+// copies (the trainer's EpochRead, started with batchRead).
+type epochRead struct {
+	ts  []*tensor.Tensor
+	out chan epochReadResult
+}
+
+type epochReadResult struct {
+	hosts []*tensor.Tensor
+	err   error
+}
+
+// answer hands the waiting epoch its host copies (or the read's error).
+func (rd *epochRead) answer(hosts []*tensor.Tensor, err error) {
+	rd.out <- epochReadResult{hosts, err}
+}
+
+// epochRead is the trainer's EpochRead. Started by StepStart
+// (batchRead), the epoch's read goes to the environment, which hands it
+// to the vectorised loop and later the host copies back (StepFinish);
+// otherwise, or for a further read of the same epoch, it is
+// tensor.ToHostMany. It runs on the epoch's goroutine.
+func (e *EsperEnv) epochRead(ts []*tensor.Tensor) ([]*tensor.Tensor, error) {
+	if !e.batchRead {
+		return tensor.ToHostMany(ts)
+	}
+	e.batchRead = false
+	rd := &epochRead{ts: ts, out: make(chan epochReadResult, 1)}
+	ctx := e.runCtx
+	select {
+	case e.reads <- rd:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	select {
+	case res := <-rd.out:
+		return res.hosts, res.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 func (e *EsperEnv) encodeOptions() tamiyo.EncodeOptions {
@@ -731,16 +841,54 @@ func (e *EsperEnv) decision(action []int) (leyline.Decision, error) {
 }
 
 // Step executes action at the parked epoch's decision point, finishes the
-// epoch, computes the reward and runs to the next decision point.
+// epoch, computes the reward and runs to the next decision point. It is
+// StepStart, the read it leaves waiting (tensor.ToHostMany) and
+// StepFinish.
 func (e *EsperEnv) Step(action []int) (StepResult[TamiyoObs], error) {
+	reads, err := e.StepStart(action)
+	if err != nil {
+		return StepResult[TamiyoObs]{}, err
+	}
+	var hosts []*tensor.Tensor
+	if reads != nil {
+		hosts, err = tensor.ToHostMany(reads)
+	}
+	return e.StepFinish(hosts, err)
+}
+
+// pendingStep is a step between StepStart and StepFinish: its result and
+// info so far, the decision point's state and the finished epoch's
+// report, or, with whole, the result StepStart already completed (an
+// episode that ended with the epoch the action finished).
+type pendingStep struct {
+	res   StepResult[TamiyoObs]
+	info  EsperStepInfo
+	st    leyline.EpochState
+	r     tolaria.EpochReport
+	whole bool
+}
+
+// StepStart is the first half of Step (the batched form simic.VecEnv
+// uses to read several environments' epochs in one host sync): it
+// executes action at the parked epoch's decision point, finishes the
+// epoch, computes the reward and runs the next epoch up to its read of
+// its accumulators. It returns the device tensors that read wants (nil
+// when the next epoch did not get there: it parked or ended first, or
+// the episode ended) and leaves the epoch waiting. StepFinish must
+// follow, with their host copies: until then the environment's epoch
+// holds still.
+func (e *EsperEnv) StepStart(action []int) ([]*tensor.Tensor, error) {
+	if e.stepping != nil {
+		return nil, errors.New("simic: EsperEnv.StepStart: the previous step was not finished (StepFinish)")
+	}
 	var res StepResult[TamiyoObs]
 	if e.state == nil || !e.running {
-		return res, errors.New("simic: EsperEnv.Step: no decision pending (call Reset)")
+		return nil, errors.New("simic: EsperEnv.Step: no decision pending (call Reset)")
 	}
 	st := *e.state
 	d, err := e.decision(action)
 	if err != nil {
-		return res, err
+		return nil, err
 	}
 	m := st.Signals.Metrics
 	info := EsperStepInfo{Epoch: e.epoch, ValAccuracy: m.ValAccuracy, Counterfactual: e.cfRes}
@@ -763,9 +911,13 @@ func (e *EsperEnv) Step(action []int) (StepResult[TamiyoObs], error) {
 			res.Reward = e.trainer.Governor().PunishmentReward()
 			e.record(info, res.Reward, true)
 			res.Obs, err = e.finalObs(st, out.r)
-			return res, err
+			if err != nil {
+				return nil, err
+			}
+			e.stepping = &pendingStep{res: res, whole: true}
+			return nil, nil
 		}
-		return res, fmt.Errorf("simic: EsperEnv %d: epoch %d: %w", e.o.Index, e.epoch, out.err)
+		return nil, fmt.Errorf("simic: EsperEnv %d: epoch %d: %w", e.o.Index, e.epoch, out.err)
 	}
 	r := out.r
 	info.Applied = r.Applied
@@ -786,11 +938,11 @@ func (e *EsperEnv) Step(action []int) (StepResult[TamiyoObs], error) {
 	slotID := e.slotIDs[action[leyline.HeadSlot]]
 	in, err := e.rewardInputs(st, r, d, slotID)
 	if err != nil {
-		return res, err
+		return nil, err
 	}
 	rw, err := e.rewarder.Compute(in)
 	if err != nil {
-		return res, fmt.Errorf("simic: EsperEnv %d: reward: %w", e.o.Index, err)
+		return nil, fmt.Errorf("simic: EsperEnv %d: reward: %w", e.o.Index, err)
 	}
 	info.Reward = rw
 	res.Reward = rw.Total
@@ -799,10 +951,53 @@ func (e *EsperEnv) Step(action []int) (StepResult[TamiyoObs], error) {
 		e.lastSeeds[s.SeedID] = s
 	}
 	e.epoch++
+	e.stepping = &pendingStep{res: res, info: info, st: st, r: r}
+	if e.epoch >= e.o.MaxEpochs {
+		return nil, nil // the episode ends: StepFinish has no epoch to wait for
+	}
+	e.batchRead = true
+	e.startEpoch(e.runCtx)
+	e.pending = e.next()
+	if e.pending.read != nil {
+		return e.pending.read.ts, nil
+	}
+	return nil, nil
+}
 
-	obs, rollbacks, end, err := e.advance(e.runCtx)
-	if err != nil {
-		return res, err
+// StepFinish is the second half of Step: it hands the epoch StepStart
+// left waiting the host copies of its read (hosts, in order; or the
+// read's error, which fails the epoch and the step), runs to the next
+// decision point and returns the step's result. Without a pending read
+// hosts must be nil.
+func (e *EsperEnv) StepFinish(hosts []*tensor.Tensor, readErr error) (StepResult[TamiyoObs], error) {
+	p := e.stepping
+	if p == nil {
+		return StepResult[TamiyoObs]{}, errors.New("simic: EsperEnv.StepFinish without StepStart")
+	}
+	e.stepping = nil
+	ev := e.pending
+	e.pending = epochEvent{}
+	if ev.read != nil {
+		if readErr == nil && len(hosts) != len(ev.read.ts) {
+			readErr = fmt.Errorf("simic: EsperEnv %d: %d host copies for a read of %d tensors", e.o.Index, len(hosts), len(ev.read.ts))
+		}
+		ev.read.answer(hosts, readErr)
+		ev = epochEvent{}
+	} else if hosts != nil || readErr != nil {
+		return StepResult[TamiyoObs]{}, fmt.Errorf("simic: EsperEnv %d: StepFinish given a read's results, but no read is waiting", e.o.Index)
+	}
+	if p.whole {
+		return p.res, nil
+	}
+	res, info := p.res, p.info
+	var obs TamiyoObs
+	var rollbacks int
+	end := true
+	if e.epoch < e.o.MaxEpochs {
+		var err error
+		if obs, rollbacks, end, err = e.await(e.runCtx, ev); err != nil {
+			return res, err
+		}
 	}
 	info.Rollbacks = rollbacks
 	if rollbacks > 0 {
@@ -818,7 +1013,8 @@ func (e *EsperEnv) Step(action []int) (StepResult[TamiyoObs], error) {
 		// (see EsperEnv).
 		res.Terminated = e.diverged || e.o.Terminal
 		res.Truncated = !res.Terminated
-		res.Obs, err = e.finalObs(st, r)
+		var err error
+		res.Obs, err = e.finalObs(p.st, p.r)
 		return res, err
 	}
 	res.Obs = obs

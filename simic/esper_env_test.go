@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/esper-go/esper/internal/testdevice"
 	"github.com/esper-go/esper/kasmina"
 	"github.com/esper-go/esper/kernels"
@@ -663,4 +665,67 @@ func TestTamiyoPolicyCaptureActsAlike(t *testing.T) {
 	if _, err := NewTamiyoPolicy(withDropout, TamiyoPolicyOptions{Capture: true}); err == nil || !strings.Contains(err.Error(), "dropout") {
 		t.Errorf("a policy with dropout and Capture: err = %v", err)
 	}
+}
+
+// stepOnly hides an environment's SplitStepper halves: VecEnv steps it
+// with Step, reading its epoch on its own.
+type stepOnly struct{ Env[TamiyoObs] }
+
+// TestVecEnvReadsEsperEpochsTogether: three Esper environments stepped
+// by a VecEnv through their split steps (one read of every environment's
+// epoch per lock-step step) give the same rewards, flags and
+// observations, bit for bit, as the same environments stepped one whole
+// Step at a time; on a device the batched loop reads once per lock-step
+// step where the other reads once per environment.
+func TestVecEnvReadsEsperEpochsTogether(t *testing.T) {
+	d, pol := tinyEsper(t)
+	dev := testdevice.Device(t)
+	const envs, steps = 3, 4
+	type run struct {
+		rewards []float64
+		flags   []bool
+		obs     [][]TamiyoObs
+		syncs   uint64
+		reads   []uint64
+	}
+	do := func(split bool) run {
+		vec, err := NewVecEnv(envs, func(i int) (Env[TamiyoObs], error) {
+			e := newTinyEnv(t, d, i, 8)
+			if split {
+				return e, nil
+			}
+			return stepOnly{e}, nil
+		})
+		require.NoError(t, err)
+		rng := tensor.NewRNG(9)
+		var r run
+		for k := 0; k < steps; k++ {
+			act, err := pol.Act(vec.Obs(), nil, rng, false)
+			require.NoError(t, err)
+			s0, r0 := tensor.HostSyncs(dev), vec.ReadSyncs()
+			vs, err := vec.Step(act.Actions)
+			require.NoError(t, err)
+			r.syncs += tensor.HostSyncs(dev) - s0
+			r.reads = append(r.reads, vec.ReadSyncs()-r0)
+			r.rewards = append(r.rewards, vs.Rewards...)
+			r.flags = append(r.flags, vs.Terminated...)
+			r.flags = append(r.flags, vs.Truncated...)
+			r.flags = append(r.flags, vs.Rollback...)
+			r.obs = append(r.obs, vs.Obs)
+		}
+		return r
+	}
+	whole, batched := do(false), do(true)
+	for i := range whole.rewards {
+		require.Equal(t, math.Float64bits(whole.rewards[i]), math.Float64bits(batched.rewards[i]), "reward %d", i)
+	}
+	require.Equal(t, whole.flags, batched.flags)
+	require.True(t, reflect.DeepEqual(whole.obs, batched.obs), "observations")
+	require.Equal(t, make([]uint64, steps), whole.reads, "Step reads nothing through VecEnv")
+	if dev.IsCPU() {
+		require.Zero(t, batched.syncs)
+		return
+	}
+	require.Equal(t, []uint64{1, 1, 1, 1}, batched.reads, "one batched read per lock-step step")
+	require.Equal(t, whole.syncs-(envs-1)*steps, batched.syncs, "the batched loop saves envs-1 reads per step")
 }

@@ -192,9 +192,9 @@ func (g *epochGraph) run(ctx context.Context, e int, r *EpochReport) (samples in
 	replayed := g.captured.Stats().Replays > before
 	t.step.globalStep += g.nTrain
 	r.Steps, r.Captured, r.EpochCaptured = g.nTrain, replayed, replayed
-	val, train, err := t.met.read(true)
+	val, train, err := t.readEpoch(e)
 	if err != nil {
-		return 0, [2]float64{}, fmt.Errorf("tolaria: epoch %d: reading the metrics: %w", e+1, err)
+		return 0, [2]float64{}, err
 	}
 	r.ValLoss, r.ValAccuracy = val[0]/float64(g.valRows), 100*val[1]/float64(g.valRows)
 	return g.trainRows, train, nil

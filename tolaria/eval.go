@@ -162,18 +162,14 @@ func (t *Trainer) evaluateWith(e int, withTrain bool) (loss, acc float64, train 
 	case r.n == 0:
 		return 0, 0, train, fmt.Errorf("tolaria: the validation batches of epoch %d are empty", e+1)
 	}
-	var extra []*tensor.Tensor
+	var val [2]float64
 	if withTrain {
-		extra = t.telemetryReads() // the epoch's read: the telemetry's norms come with it
+		val, train, err = t.readEpoch(e)
+	} else if val, _, err = t.met.read(false); err != nil {
+		err = fmt.Errorf("tolaria: epoch %d: reading the validation metrics: %w", e+1, err)
 	}
-	val, train, hosts, err := t.met.readWith(withTrain, extra)
 	if err != nil {
-		return 0, 0, [2]float64{}, fmt.Errorf("tolaria: epoch %d: reading the validation metrics: %w", e+1, err)
-	}
-	if withTrain {
-		if err := t.applyTelemetry(hosts); err != nil {
-			return 0, 0, [2]float64{}, fmt.Errorf("tolaria: epoch %d: gradient telemetry: %w", e+1, err)
-		}
+		return 0, 0, [2]float64{}, err
 	}
 	return val[0] / float64(r.n), 100 * val[1] / float64(r.n), train, nil
 }

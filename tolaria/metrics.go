@@ -1,6 +1,7 @@
 package tolaria
 
 import (
+	"fmt"
 	"slices"
 
 	"github.com/esper-go/esper/autograd"
@@ -200,22 +201,32 @@ func (m *metricsBuf) beginValidation() {
 // F32 and in the float64 sum, so the count is the one a device sum gave
 // (exact below 2^24).
 func (m *metricsBuf) read(withTrain bool) (val, train [2]float64, err error) {
-	val, train, _, err = m.readWith(withTrain, nil)
+	val, train, _, err = m.readWith(withTrain, nil, nil)
 	return val, train, err
 }
 
 // readWith is read that also copies the tensors extra (of any dtype, on
 // the buffer's device; nil entries allowed) to the host in the same
-// wait for the device (tensor.ToHostMany: one host sync for all), and
-// returns their host copies.
-func (m *metricsBuf) readWith(withTrain bool, extra []*tensor.Tensor) (val, train [2]float64, hosts []*tensor.Tensor, err error) {
+// wait for the device, and returns their host copies. With read set, it
+// makes the copy (the trainer's EpochRead), whatever extra holds; else
+// tensor.ToHostMany does (one host sync for all), or a plain copy when
+// extra holds no tensor.
+func (m *metricsBuf) readWith(withTrain bool, extra []*tensor.Tensor, read func([]*tensor.Tensor) ([]*tensor.Tensor, error)) (val, train [2]float64, hosts []*tensor.Tensor, err error) {
 	v := m.usedView(withTrain)
 	var h *tensor.Tensor
-	if !slices.ContainsFunc(extra, func(t *tensor.Tensor) bool { return t != nil }) {
+	switch {
+	case read == nil && !slices.ContainsFunc(extra, func(t *tensor.Tensor) bool { return t != nil }):
 		hosts = make([]*tensor.Tensor, len(extra))
 		h, err = hostCopy(v)
-	} else {
-		if hosts, err = tensor.ToHostMany(append([]*tensor.Tensor{v}, extra...)); err == nil {
+	default:
+		if read == nil {
+			read = tensor.ToHostMany
+		}
+		all := append([]*tensor.Tensor{v}, extra...)
+		if hosts, err = read(all); err == nil && len(hosts) != len(all) {
+			err = fmt.Errorf("tolaria: the epoch's read returned %d tensors for %d", len(hosts), len(all))
+		}
+		if err == nil {
 			h, hosts = hosts[0], hosts[1:]
 		}
 	}

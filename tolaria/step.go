@@ -522,11 +522,33 @@ type pendingTelemetry struct {
 // telemetryReads lists the pending telemetry's device tensors for the
 // epoch's read (nil entries where one has nothing to read).
 func (t *Trainer) telemetryReads() []*tensor.Tensor {
+	if len(t.pendingTel) == 0 {
+		return nil
+	}
 	out := make([]*tensor.Tensor, len(t.pendingTel))
 	for i, pt := range t.pendingTel {
 		out[i] = pt.p.Pending()
 	}
 	return out
+}
+
+// readEpoch is epoch e's one read: both passes' accumulators and the
+// pending telemetry's norms, through TrainerOptions.EpochRead when set
+// (then the matmul precision is set again: another trainer may have run
+// while it waited); the telemetry is then applied. It returns the
+// validation and training sums (metricsBuf.read).
+func (t *Trainer) readEpoch(e int) (val, train [2]float64, err error) {
+	val, train, hosts, err := t.met.readWith(true, t.telemetryReads(), t.o.EpochRead)
+	if t.o.EpochRead != nil {
+		t.setMatmulPrecision()
+	}
+	if err != nil {
+		return val, train, fmt.Errorf("tolaria: epoch %d: reading the metrics: %w", e+1, err)
+	}
+	if err := t.applyTelemetry(hosts); err != nil {
+		return val, train, fmt.Errorf("tolaria: epoch %d: gradient telemetry: %w", e+1, err)
+	}
+	return val, train, nil
 }
 
 // applyTelemetry applies the pending telemetry in step order from hosts,

@@ -163,6 +163,17 @@ type TrainerOptions struct {
 	// passes.
 	Counterfactuals CounterfactualFunc
 
+	// EpochRead, when set, makes the epoch's one read of its
+	// accumulators (and of the gradient telemetry's pending norms): it
+	// gets the device tensors and returns their host copies, in order,
+	// as tensor.ToHostMany does. A vectorised loop supplies it to read
+	// several environments' epochs in one host sync: its function may
+	// block until the loop has gathered them (simic.VecEnv). It is called
+	// from RunEpoch, outside any captured region; other trainers may run
+	// while it waits, and the trainer sets its matmul precision again
+	// after it. Nil means tensor.ToHostMany.
+	EpochRead func(ts []*tensor.Tensor) ([]*tensor.Tensor, error)
+
 	// Deadlines bound the controller's decision and its application.
 	Deadlines DeadlineOptions
 	// Governor, when set, watches the validation loss and rolls back on
