@@ -284,53 +284,50 @@ func (v *VecEnv[O]) ResetUnfinished() ([]int, error) {
 // stepAll steps every environment on its action, in order: a
 // SplitStepper through StepStart, then, once all have started, one
 // tensor.ToHostMany per device of every read they asked for, then
-// StepFinish in order; any other Env through Step. The environments run
-// one at a time (a SplitStepper holds still between its halves). When a
-// StepStart fails, the environments already started are finished with
-// that error, so that none is left waiting.
+// StepFinish in order (a read's error goes to the environments that
+// asked for one); any other Env through Step. The environments run one at
+// a time (a SplitStepper holds still between its halves). When a step
+// fails, the environments already started still get their reads and
+// finish their steps, as they would have before it, and the error is
+// returned.
 func (v *VecEnv[O]) stepAll(actions [][]int) ([]StepResult[O], error) {
 	n := len(v.envs)
 	results := make([]StepResult[O], n)
 	reads := make([][]*tensor.Tensor, n)
 	started := make([]bool, n)
-	abort := func(err error) {
+	finish := func() error {
+		hosts, readErr := v.readAll(reads)
+		var first error
 		for i, e := range v.envs {
-			if started[i] {
-				_, _ = e.(SplitStepper[O]).StepFinish(nil, err)
+			if !started[i] {
+				continue
 			}
-		}
-	}
-	for i, e := range v.envs {
-		sp, ok := e.(SplitStepper[O])
-		if !ok {
-			r, err := e.Step(actions[i])
-			if err != nil {
-				abort(err)
-				return nil, fmt.Errorf("simic: VecEnv.Step: env %d: %w", i, err)
+			var err error
+			if reads[i] != nil {
+				err = readErr
+			}
+			r, err := e.(SplitStepper[O]).StepFinish(hosts[i], err)
+			if err != nil && first == nil {
+				first = fmt.Errorf("simic: VecEnv.Step: env %d: %w", i, err)
 			}
 			results[i] = r
-			continue
 		}
-		ts, err := sp.StepStart(actions[i])
+		return first
+	}
+	for i, e := range v.envs {
+		var err error
+		if sp, ok := e.(SplitStepper[O]); ok {
+			reads[i], err = sp.StepStart(actions[i])
+			started[i] = err == nil
+		} else {
+			results[i], err = e.Step(actions[i])
+		}
 		if err != nil {
-			abort(err)
+			_ = finish()
 			return nil, fmt.Errorf("simic: VecEnv.Step: env %d: %w", i, err)
 		}
-		reads[i], started[i] = ts, true
 	}
-	hosts, readErr := v.readAll(reads)
-	var first error
-	for i, e := range v.envs {
-		if !started[i] {
-			continue
-		}
-		r, err := e.(SplitStepper[O]).StepFinish(hosts[i], readErr)
-		if err != nil && first == nil {
-			first = fmt.Errorf("simic: VecEnv.Step: env %d: %w", i, err)
-		}
-		results[i] = r
-	}
-	return results, first
+	return results, finish()
 }
 
 // readAll copies reads[i] (nil: none) to the host for every i with one

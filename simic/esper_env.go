@@ -503,9 +503,6 @@ func (e *EsperEnv) closeEpisode() {
 		return
 	}
 	e.cancel()
-	if e.pending.done != nil {
-		e.running = false // StepStart took the epoch's end; StepFinish never came
-	}
 	if e.running {
 		<-e.done
 		e.running = false
@@ -958,6 +955,9 @@ func (e *EsperEnv) StepStart(action []int) ([]*tensor.Tensor, error) {
 	e.batchRead = true
 	e.startEpoch(e.runCtx)
 	e.pending = e.next()
+	if e.pending.done != nil {
+		e.running = false // the epoch's goroutine has ended (StepFinish handles its result)
+	}
 	if e.pending.read != nil {
 		return e.pending.read.ts, nil
 	}

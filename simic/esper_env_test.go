@@ -1,10 +1,12 @@
 package simic
 
 import (
+	"iter"
 	"math"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -675,12 +677,13 @@ type stepOnly struct{ Env[TamiyoObs] }
 // by a VecEnv through their split steps (one read of every environment's
 // epoch per lock-step step) give the same rewards, flags and
 // observations, bit for bit, as the same environments stepped one whole
-// Step at a time; on a device the batched loop reads once per lock-step
-// step where the other reads once per environment.
+// Step at a time, across an episode's end and reset; on a device the
+// batched loop reads once per lock-step step that runs an epoch where
+// the other reads once per environment.
 func TestVecEnvReadsEsperEpochsTogether(t *testing.T) {
 	d, pol := tinyEsper(t)
 	dev := testdevice.Device(t)
-	const envs, steps = 3, 4
+	const envs, steps = 3, 5
 	type run struct {
 		rewards []float64
 		flags   []bool
@@ -690,7 +693,7 @@ func TestVecEnvReadsEsperEpochsTogether(t *testing.T) {
 	}
 	do := func(split bool) run {
 		vec, err := NewVecEnv(envs, func(i int) (Env[TamiyoObs], error) {
-			e := newTinyEnv(t, d, i, 8)
+			e := newTinyEnv(t, d, i, 3) // the episode ends at step 3
 			if split {
 				return e, nil
 			}
@@ -720,12 +723,105 @@ func TestVecEnvReadsEsperEpochsTogether(t *testing.T) {
 		require.Equal(t, math.Float64bits(whole.rewards[i]), math.Float64bits(batched.rewards[i]), "reward %d", i)
 	}
 	require.Equal(t, whole.flags, batched.flags)
+	require.Contains(t, batched.flags, true, "an episode ended")
 	require.True(t, reflect.DeepEqual(whole.obs, batched.obs), "observations")
 	require.Equal(t, make([]uint64, steps), whole.reads, "Step reads nothing through VecEnv")
 	if dev.IsCPU() {
 		require.Zero(t, batched.syncs)
 		return
 	}
-	require.Equal(t, []uint64{1, 1, 1, 1}, batched.reads, "one batched read per lock-step step")
-	require.Equal(t, whole.syncs-(envs-1)*steps, batched.syncs, "the batched loop saves envs-1 reads per step")
+	require.Equal(t, []uint64{1, 1, 0, 1, 1}, batched.reads, "one batched read per lock-step step that runs an epoch")
+	require.Equal(t, whole.syncs-(envs-1)*4, batched.syncs, "the batched loop saves envs-1 reads per such step")
+}
+
+// badFromEpoch yields its inner batches with their labels cut to one row
+// from epoch from on: the trainer refuses such a batch before its epoch's
+// read.
+type badFromEpoch struct {
+	inner tolaria.Batches
+	from  int
+}
+
+func (b badFromEpoch) Batches(e int) iter.Seq2[*tensor.Tensor, *tensor.Tensor] {
+	return func(yield func(*tensor.Tensor, *tensor.Tensor) bool) {
+		for x, y := range b.inner.Batches(e) {
+			if e >= b.from {
+				y = y.Narrow(0, 0, 1)
+			}
+			if !yield(x, y) {
+				return
+			}
+		}
+	}
+}
+
+// TestVecEnvStepFailures: when an environment's step fails inside
+// VecEnv.Step, the environments started before it still get their reads
+// and finish their steps (each then steps on as usual), the one that
+// failed keeps its decision pending, and an epoch that fails before its
+// read leaves nothing waiting: every environment closes, also one left
+// after StepStart without StepFinish.
+func TestVecEnvStepFailures(t *testing.T) {
+	d, _ := tinyEsper(t)
+	wait := func() []int {
+		a := make([]int, leyline.NumActionHeads)
+		a[leyline.HeadOp] = int(leyline.OpWait)
+		return a
+	}
+	t.Run("bad action", func(t *testing.T) {
+		var envs []*EsperEnv
+		vec, err := NewVecEnv(2, func(i int) (Env[TamiyoObs], error) {
+			e := newTinyEnv(t, d, i, 8)
+			envs = append(envs, e)
+			return e, nil
+		})
+		require.NoError(t, err)
+		bad := wait()
+		bad[leyline.HeadSlot] = 99
+		_, err = vec.Step([][]int{wait(), bad})
+		require.ErrorContains(t, err, "env 1")
+		require.Equal(t, 1, envs[0].Epoch(), "env 0 finished its step")
+		require.Equal(t, 0, envs[1].Epoch(), "env 1 did not step")
+		for i, e := range envs {
+			_, err := e.Step(wait())
+			require.NoError(t, err, "env %d steps on", i)
+		}
+	})
+	t.Run("epoch fails before its read", func(t *testing.T) {
+		bd := &EsperData{Train: badFromEpoch{d.Train, 1}, Val: d.Val, InChannels: d.InChannels, Classes: d.Classes}
+		var envs []*EsperEnv
+		vec, err := NewVecEnv(2, func(i int) (Env[TamiyoObs], error) {
+			data := d
+			if i == 0 {
+				data = bd
+			}
+			e, err := NewEsperEnv(EsperEnvOptions{Data: data, Index: i, Seed: 11, MaxEpochs: 8, Blocks: 3, BaseChannels: 2, Device: testdevice.Device(t)})
+			envs = append(envs, e)
+			return e, err
+		})
+		require.NoError(t, err)
+		_, err = vec.Step([][]int{wait(), wait()})
+		require.ErrorContains(t, err, "env 0")
+		// Without VecEnv: StepStart alone, then Close.
+		lone, err := NewEsperEnv(EsperEnvOptions{Data: bd, Index: 2, Seed: 11, MaxEpochs: 8, Blocks: 3, BaseChannels: 2, Device: testdevice.Device(t)})
+		require.NoError(t, err)
+		envs = append(envs, lone)
+		_, err = lone.Reset()
+		require.NoError(t, err)
+		reads, err := lone.StepStart(wait())
+		require.NoError(t, err)
+		require.Nil(t, reads, "the epoch failed before its read")
+		closed := make(chan struct{})
+		go func() {
+			for _, e := range envs {
+				e.Close()
+			}
+			close(closed)
+		}()
+		select {
+		case <-closed:
+		case <-time.After(20 * time.Second):
+			t.Fatal("Close hangs after an epoch failed before its read")
+		}
+	})
 }
