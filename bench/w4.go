@@ -310,16 +310,12 @@ type w4Env struct {
 }
 
 func (e *w4Env) Reset() (simic.TamiyoObs, error) {
-	s0 := tensor.HostSyncs(e.dev)
-	defer e.countCaptures()()
-	defer func() { e.syncs += tensor.HostSyncs(e.dev) - s0 }()
+	defer e.count()()
 	return e.EsperEnv.Reset()
 }
 
 func (e *w4Env) Step(a []int) (simic.StepResult[simic.TamiyoObs], error) {
-	s0 := tensor.HostSyncs(e.dev)
-	defer e.countCaptures()()
-	defer func() { e.syncs += tensor.HostSyncs(e.dev) - s0 }()
+	defer e.count()()
 	return e.EsperEnv.Step(a)
 }
 
@@ -327,17 +323,25 @@ func (e *w4Env) Step(a []int) (simic.StepResult[simic.TamiyoObs], error) {
 // (simic.SplitStepper), counted as Step is; the read between them, made
 // for every environment at once, is VecEnv's (ReadSyncs).
 func (e *w4Env) StepStart(a []int) ([]*tensor.Tensor, error) {
-	s0 := tensor.HostSyncs(e.dev)
-	defer e.countCaptures()()
-	defer func() { e.syncs += tensor.HostSyncs(e.dev) - s0 }()
+	defer e.count()()
 	return e.EsperEnv.StepStart(a)
 }
 
 func (e *w4Env) StepFinish(hosts []*tensor.Tensor, readErr error) (simic.StepResult[simic.TamiyoObs], error) {
-	s0 := tensor.HostSyncs(e.dev)
-	defer e.countCaptures()()
-	defer func() { e.syncs += tensor.HostSyncs(e.dev) - s0 }()
+	defer e.count()()
 	return e.EsperEnv.StepFinish(hosts, readErr)
+}
+
+// count notes the device's host syncs and the trainer's capture figures
+// before a call and returns the function that adds the call's to the
+// environment's.
+func (e *w4Env) count() func() {
+	s0 := tensor.HostSyncs(e.dev)
+	captures := e.countCaptures()
+	return func() {
+		captures()
+		e.syncs += tensor.HostSyncs(e.dev) - s0
+	}
 }
 
 // countCaptures notes the trainer's capture figures and returns the
