@@ -81,7 +81,7 @@ func BenchW4(stdout, stderr io.Writer, c Config, dev tensor.Device) error {
 			"host_steps":            mode + " (--capture: tolaria captures each host's train step and validation batch and replays them, re-capturing when a seed's stage or alpha changes)",
 			"bare":                  "per lock-step step: TamiyoPolicy.Act over every environment's observation (one batched forward, sampled), then VecEnv.Step: each simic.EsperEnv executes its decision, finishes the epoch and runs the next one to its decision point (training, validation, tolaria's counterfactual passes, the fused counterfactual validation, governor, observation encoding); episodes reset as they end",
 			"ppo":                   "per round: simic.Trainer.Collect of max_epochs lock-step steps (the bare loop plus the rollout buffer and bootstrap values; episodic rollouts, every environment reset to an episode's start before the loop), then PPO.Update (as `esper ppo` configures it)",
-			"host_syncs":            "device-to-host reads (tensor.HostSyncs) split into the environments' own (per env-epoch), the policy's in the rollout (per lock-step step: the batched Act, and the bootstrap values once per ppo round) and the PPO updates' (per update); zero on the cpu",
+			"host_syncs":            "device-to-host reads (tensor.HostSyncs) split into the environments' (per env-epoch: VecEnv's one read of every environment's epoch per lock-step step, resets and counterfactual reads), the policy's in the rollout (per lock-step step: the batched Act, and the bootstrap values once per ppo round) and the PPO updates' (per update); zero on the cpu",
 			"env_epochs_per_second": "lock-step steps × envs over their wall time",
 		},
 		Machine: m, Device: r.Device, Results: results,

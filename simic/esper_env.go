@@ -174,11 +174,12 @@ type EsperEnvOptions struct {
 	// for the CPU, then moved there (nn.To), and the tolaria.Trainer
 	// trains it there, the fused counterfactual validation included. The
 	// device's kernels must be registered (kernels/device.OpenDevice).
-	// The environment reads the device back once per pass of an epoch
-	// (tolaria's training and validation passes, EpochReport.HostSyncs)
-	// and once per epoch for the counterfactual configurations; the
-	// observation, the reward and the masks are built on the host from
-	// those reads.
+	// The environment reads the device back once per epoch (tolaria's
+	// training and validation passes together, with the gradient
+	// telemetry; in a VecEnv one read for every environment's epoch, see
+	// StepStart) and once per epoch for the counterfactual
+	// configurations; the observation, the reward and the masks are
+	// built on the host from those reads.
 	Device tensor.Device
 	// Sink receives the trainer's telemetry; nil sends none.
 	Sink tolaria.EventSink
