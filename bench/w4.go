@@ -170,11 +170,12 @@ type W4Work struct {
 	// Syncs[i] are the host syncs of the device measured env-epoch i
 	// waited for on its own (its environment's step, and the reset when
 	// its episode ended there; not the lock-step step's batched read,
-	// ReadSyncs): 0 on the CPU.
+	// ReadSyncs, which reads the resets' first epochs too): 0 on the CPU.
 	Syncs []int `json:"host_syncs"`
 	// ReadSyncs are the host syncs of the measured lock-step steps'
 	// batched reads (simic.VecEnv.ReadSyncs): every environment's epoch
-	// accumulators read together, one per step on a device.
+	// accumulators read together, the first epochs of the episodes the
+	// step started included, one per step on a device.
 	ReadSyncs int `json:"batched_read_syncs"`
 	// Captures, EagerCalls and Replays are the environments' trainers'
 	// captured-region figures over the measured bare loop (training
@@ -321,7 +322,9 @@ func (e *w4Env) Step(a []int) (simic.StepResult[simic.TamiyoObs], error) {
 
 // StepStart and StepFinish are the halves of Step VecEnv calls
 // (simic.SplitStepper), counted as Step is; the read between them, made
-// for every environment at once, is VecEnv's (ReadSyncs).
+// for every environment at once, is VecEnv's (ReadSyncs). Every method
+// of simic.EsperEnv that runs the environment is wrapped here: one left
+// promoted would go uncounted.
 func (e *w4Env) StepStart(a []int) ([]*tensor.Tensor, error) {
 	defer e.count()()
 	return e.EsperEnv.StepStart(a)
@@ -330,6 +333,18 @@ func (e *w4Env) StepStart(a []int) ([]*tensor.Tensor, error) {
 func (e *w4Env) StepFinish(hosts []*tensor.Tensor, readErr error) (simic.StepResult[simic.TamiyoObs], error) {
 	defer e.count()()
 	return e.EsperEnv.StepFinish(hosts, readErr)
+}
+
+// ResetStart and ResetFinish are the halves of Reset VecEnv calls
+// (simic.SplitResetter), counted as Reset is.
+func (e *w4Env) ResetStart() ([]*tensor.Tensor, error) {
+	defer e.count()()
+	return e.EsperEnv.ResetStart()
+}
+
+func (e *w4Env) ResetFinish(hosts []*tensor.Tensor, readErr error) (simic.TamiyoObs, error) {
+	defer e.count()()
+	return e.EsperEnv.ResetFinish(hosts, readErr)
 }
 
 // count notes the device's host syncs and the trainer's capture figures

@@ -159,6 +159,20 @@ type SplitStepper[O any] interface {
 	StepFinish(hosts []*tensor.Tensor, readErr error) (StepResult[O], error)
 }
 
+// SplitResetter is an Env whose reset reads its device state once, in
+// the middle, as a SplitStepper's step does: ResetStart runs the reset up
+// to that read and returns the device tensors it wants (nil: none),
+// ResetFinish takes their host copies (or the read's error) and returns
+// the episode's first observation. VecEnv resets its SplitResetter
+// environments in the same batched reads as their steps: an episode that
+// ends within StepStart (its last epoch done, nothing left to read)
+// finishes its step at once and starts its reset, whose read joins the
+// other environments' reads of that lock-step step.
+type SplitResetter[O any] interface {
+	ResetStart() ([]*tensor.Tensor, error)
+	ResetFinish(hosts []*tensor.Tensor, readErr error) (O, error)
+}
+
 // VecEnv steps n environments in lock-step and resets each one as soon
 // as its episode ends, so every call returns one observation per
 // environment.
@@ -233,9 +247,13 @@ func NewVecEnv[O any](n int, make func(i int) (Env[O], error)) (*VecEnv[O], erro
 			return nil, fmt.Errorf("simic: NewVecEnv: env %d has heads %v, env 0 has %v", i, e.Spec().HeadSizes, v.spec.HeadSizes)
 		}
 		v.envs[i] = e
-		if v.obs[i], err = e.Reset(); err != nil {
-			return nil, fmt.Errorf("simic: NewVecEnv: env %d reset: %w", i, err)
-		}
+	}
+	all := newSlice[int](n)
+	for i := range all {
+		all[i] = i
+	}
+	if _, err := v.resetAll(all, "NewVecEnv"); err != nil {
+		return nil, err
 	}
 	return v, nil
 }
@@ -263,71 +281,173 @@ func (v *VecEnv[O]) ActionMasks() []Masks {
 // ResetUnfinished resets the environments that are inside an episode
 // (that took a step since their last reset), dropping their unfinished
 // episodes unreported, and returns their indices in order. Afterwards
-// every environment stands at the start of an episode.
+// every environment stands at the start of an episode. SplitResetter
+// environments read their first epochs together (see resetAll). On an
+// error it returns the indices of the environments whose reset
+// completed.
 func (v *VecEnv[O]) ResetUnfinished() ([]int, error) {
-	var idx []int
-	for i, e := range v.envs {
-		if v.epLen[i] == 0 {
+	var want []int
+	for i := range v.envs {
+		if v.epLen[i] != 0 {
+			want = append(want, i)
+		}
+	}
+	return v.resetAll(want, "VecEnv.ResetUnfinished")
+}
+
+// resetAll resets the environments idx (ascending) and takes their first
+// observations: every SplitResetter through ResetStart, then their reads
+// together (one tensor.ToHostMany per device), then ResetFinish in
+// order; any other Env through Reset, in its turn. It returns the
+// indices whose reset completed; errors name the caller (op).
+func (v *VecEnv[O]) resetAll(idx []int, op string) ([]int, error) {
+	var halves []halfDone
+	obs := make([]O, len(v.envs))
+	var done []int
+	// finish completes the started resets and records those that
+	// succeeded.
+	finish := func() error {
+		errs := v.finishHalves(halves, nil, obs)
+		var first error
+		for k, h := range halves {
+			if errs[k] != nil {
+				if first == nil {
+					first = fmt.Errorf("simic: %s: env %d reset: %w", op, h.i, errs[k])
+				}
+				continue
+			}
+			v.obs[h.i] = obs[h.i]
+			v.epReturn[h.i], v.epLen[h.i] = 0, 0
+			done = append(done, h.i)
+		}
+		slices.Sort(done)
+		return first
+	}
+	for _, i := range idx {
+		e := v.envs[i]
+		if sr, ok := e.(SplitResetter[O]); ok {
+			reads, err := sr.ResetStart()
+			if err != nil {
+				_ = finish()
+				return done, fmt.Errorf("simic: %s: env %d reset: %w", op, i, err)
+			}
+			halves = append(halves, halfDone{i: i, reset: true, reads: reads})
 			continue
 		}
 		o, err := e.Reset()
 		if err != nil {
-			return idx, fmt.Errorf("simic: VecEnv.ResetUnfinished: env %d reset: %w", i, err)
+			_ = finish()
+			return done, fmt.Errorf("simic: %s: env %d reset: %w", op, i, err)
 		}
 		v.obs[i] = o
 		v.epReturn[i], v.epLen[i] = 0, 0
-		idx = append(idx, i)
+		done = append(done, i)
 	}
-	return idx, nil
+	return done, finish()
 }
 
-// stepAll steps every environment on its action, in order: a
-// SplitStepper through StepStart, then, once all have started, one
-// tensor.ToHostMany per device of every read they asked for, then
-// StepFinish in order (a read's error goes to the environments that
-// asked for one); any other Env through Step. The environments run one at
-// a time (a SplitStepper holds still between its halves). When a step
-// fails, the environments already started still get their reads and
-// finish their steps, as they would have before it, and the error is
-// returned.
-func (v *VecEnv[O]) stepAll(actions [][]int) ([]StepResult[O], error) {
-	n := len(v.envs)
-	results := make([]StepResult[O], n)
-	reads := make([][]*tensor.Tensor, n)
-	started := make([]bool, n)
-	finish := func() error {
-		hosts, readErr := v.readAll(reads)
-		var first error
-		for i, e := range v.envs {
-			if !started[i] {
-				continue
-			}
-			var err error
-			if reads[i] != nil {
-				err = readErr
-			}
-			r, err := e.(SplitStepper[O]).StepFinish(hosts[i], err)
-			if err != nil && first == nil {
-				first = fmt.Errorf("simic: VecEnv.Step: env %d: %w", i, err)
-			}
-			results[i] = r
+// halfDone is an environment between the halves of a split step
+// (SplitStepper) or reset (SplitResetter, with reset), and the device
+// tensors its read wants (nil: none).
+type halfDone struct {
+	i     int
+	reset bool
+	reads []*tensor.Tensor
+}
+
+// finishHalves reads the tensors every half-done step and reset asked
+// for, with one tensor.ToHostMany per device, and completes them in
+// order: a step's result goes to results[i], a reset's first
+// observation to obs[i]. A read's error goes only to those that asked
+// for a read. It returns each one's error (nil where it succeeded).
+func (v *VecEnv[O]) finishHalves(halves []halfDone, results []StepResult[O], obs []O) []error {
+	errs := make([]error, len(halves))
+	if len(halves) == 0 {
+		return errs
+	}
+	reads := make([][]*tensor.Tensor, len(halves))
+	for k, h := range halves {
+		reads[k] = h.reads
+	}
+	hosts, readErr := v.readAll(reads)
+	for k, h := range halves {
+		var err error
+		if h.reads != nil {
+			err = readErr
 		}
-		return first
+		if h.reset {
+			obs[h.i], errs[k] = v.envs[h.i].(SplitResetter[O]).ResetFinish(hosts[k], err)
+		} else {
+			results[h.i], errs[k] = v.envs[h.i].(SplitStepper[O]).StepFinish(hosts[k], err)
+		}
+	}
+	return errs
+}
+
+// stepAll steps every environment on its action, in order, and starts
+// the next episode of those whose episode ended where it can batch that
+// reset's read (reset[i], with its first observation in first[i]). A
+// SplitStepper steps through StepStart; one that asks for no read (its
+// episode ended with the epoch the action finished, or its next epoch
+// parked or ended without reading) finishes its step at once, and, if
+// its episode ended and it is a SplitResetter, starts its reset. Once
+// all have started, the reads they asked for are made together (one
+// tensor.ToHostMany per device) and the halves finish in order. Any other
+// Env steps through Step. The environments run one at a time (a split
+// one holds still between its halves). When a step or reset fails, the
+// environments already started still get their reads and finish, as
+// they would have before it, and the error is returned.
+func (v *VecEnv[O]) stepAll(actions [][]int) (results []StepResult[O], first []O, reset []bool, err error) {
+	n := len(v.envs)
+	results, first, reset = make([]StepResult[O], n), make([]O, n), make([]bool, n)
+	var halves []halfDone
+	finish := func() error {
+		for k, err := range v.finishHalves(halves, results, first) {
+			if err != nil {
+				h := halves[k]
+				if h.reset {
+					return fmt.Errorf("simic: VecEnv.Step: env %d reset: %w", h.i, err)
+				}
+				return fmt.Errorf("simic: VecEnv.Step: env %d: %w", h.i, err)
+			}
+		}
+		return nil
+	}
+	fail := func(i int, what string, err error) ([]StepResult[O], []O, []bool, error) {
+		_ = finish()
+		return nil, nil, nil, fmt.Errorf("simic: VecEnv.Step: env %d%s: %w", i, what, err)
 	}
 	for i, e := range v.envs {
-		var err error
-		if sp, ok := e.(SplitStepper[O]); ok {
-			reads[i], err = sp.StepStart(actions[i])
-			started[i] = err == nil
-		} else {
-			results[i], err = e.Step(actions[i])
+		sp, ok := e.(SplitStepper[O])
+		if !ok {
+			if results[i], err = e.Step(actions[i]); err != nil {
+				return fail(i, "", err)
+			}
+			continue
 		}
+		reads, err := sp.StepStart(actions[i])
 		if err != nil {
-			_ = finish()
-			return nil, fmt.Errorf("simic: VecEnv.Step: env %d: %w", i, err)
+			return fail(i, "", err)
+		}
+		if reads != nil {
+			halves = append(halves, halfDone{i: i, reads: reads})
+			continue
+		}
+		r, err := sp.StepFinish(nil, nil)
+		if err != nil {
+			return fail(i, "", err)
+		}
+		results[i] = r
+		if sr, ok := e.(SplitResetter[O]); ok && (r.Terminated || r.Truncated) {
+			reads, err := sr.ResetStart()
+			if err != nil {
+				return fail(i, " reset", err)
+			}
+			halves = append(halves, halfDone{i: i, reset: true, reads: reads})
+			reset[i] = true
 		}
 	}
-	return results, finish()
+	return results, first, reset, finish()
 }
 
 // readAll copies reads[i] (nil: none) to the host for every i with one
@@ -388,7 +508,7 @@ func (v *VecEnv[O]) Step(actions [][]int) (*VecStep[O], error) {
 			return nil, fmt.Errorf("simic: VecEnv.Step: env %d: action has %d heads, want %d", i, len(actions[i]), len(v.spec.HeadSizes))
 		}
 	}
-	results, err := v.stepAll(actions)
+	results, first, reset, err := v.stepAll(actions)
 	if err != nil {
 		return nil, err
 	}
@@ -402,7 +522,9 @@ func (v *VecEnv[O]) Step(actions [][]int) (*VecStep[O], error) {
 			s.FinalObs[i] = r.Obs
 			s.Episodes = append(s.Episodes, Episode{Env: i, Return: v.epReturn[i], Length: v.epLen[i], Truncated: !r.Terminated})
 			v.epReturn[i], v.epLen[i] = 0, 0
-			if s.Obs[i], err = e.Reset(); err != nil {
+			if reset[i] {
+				s.Obs[i] = first[i]
+			} else if s.Obs[i], err = e.Reset(); err != nil {
 				return nil, fmt.Errorf("simic: VecEnv.Step: env %d reset: %w", i, err)
 			}
 		}

@@ -233,7 +233,10 @@ type EsperStepInfo struct {
 // governor rolls back never asks its controller: the step reports
 // Rollback with the governor's penalty and continues with the next
 // epoch. The episode ends after MaxEpochs epochs; Reset builds a fresh
-// host.
+// host. Step and Reset also come in halves, split at the running epoch's
+// read of its accumulators (StepStart/StepFinish, ResetStart/
+// ResetFinish), so that a VecEnv reads every environment's epoch in one
+// host sync.
 //
 // With Options().Terminal the last epoch is a terminal state: the
 // training run is over and nothing more is earned after it (the
@@ -279,14 +282,16 @@ type EsperEnv struct {
 	// goroutine waits meanwhile: one of them runs at a time).
 	reads     chan *epochRead
 	batchRead bool
-	// pending is the read StepStart left waiting, or the epoch's event
-	// StepStart received instead (its decision point or its end);
+	// pending is the read StepStart or ResetStart left waiting, or the
+	// epoch's event it received instead (its decision point or its end);
 	// stepping holds the step's figures from StepStart for StepFinish.
 	pending  epochEvent
 	stepping *pendingStep
-	state    *leyline.EpochState // the parked epoch's state
-	cfRes    *CounterfactualResult
-	work     EsperEpochWork // the parked epoch's
+	// resetting is set from ResetStart to ResetFinish.
+	resetting bool
+	state     *leyline.EpochState // the parked epoch's state
+	cfRes     *CounterfactualResult
+	work      EsperEpochWork // the parked epoch's
 	// cfNext and cfConfigs are what the trainer's Counterfactuals hook
 	// measured in the running epoch (its goroutine writes them before it
 	// asks for the decision); parked takes them.
@@ -508,7 +513,7 @@ func (e *EsperEnv) closeEpisode() {
 		<-e.done
 		e.running = false
 	}
-	e.pending, e.stepping, e.batchRead = epochEvent{}, nil, false
+	e.pending, e.stepping, e.batchRead, e.resetting = epochEvent{}, nil, false, false
 	if e.trainer != nil {
 		e.trainer.Deadlines().Drain()
 	}
@@ -516,8 +521,28 @@ func (e *EsperEnv) closeEpisode() {
 }
 
 // Reset ends the running episode and starts a new one on a fresh host,
-// running its first epoch to the decision point.
+// running its first epoch to the decision point. It is ResetStart, the
+// read it leaves waiting (tensor.ToHostMany) and ResetFinish.
 func (e *EsperEnv) Reset() (TamiyoObs, error) {
+	reads, err := e.ResetStart()
+	if err != nil {
+		return TamiyoObs{}, err
+	}
+	var hosts []*tensor.Tensor
+	if reads != nil {
+		hosts, err = tensor.ToHostMany(reads)
+	}
+	return e.ResetFinish(hosts, err)
+}
+
+// ResetStart is the first half of Reset (the batched form simic.VecEnv
+// uses to read several environments' epochs in one host sync): it ends
+// the running episode, builds the next one's host and trainer and runs
+// its first epoch up to its read of its accumulators. It returns the
+// device tensors that read wants (nil when the epoch did not get there)
+// and leaves the epoch waiting. ResetFinish must follow, with their host
+// copies: until then the environment holds still.
+func (e *EsperEnv) ResetStart() ([]*tensor.Tensor, error) {
 	e.closeEpisode()
 	e.episode++
 	e.diverged = false
@@ -525,29 +550,29 @@ func (e *EsperEnv) Reset() (TamiyoObs, error) {
 		e.data.Close()
 		d, err := e.episodeData(e.episode)
 		if err != nil {
-			return TamiyoObs{}, fmt.Errorf("simic: EsperEnv.Reset: %w", err)
+			return nil, fmt.Errorf("simic: EsperEnv.Reset: %w", err)
 		}
 		e.data = d
 	}
 	host, err := e.newHost()
 	if err != nil {
-		return TamiyoObs{}, fmt.Errorf("simic: EsperEnv.Reset: %w", err)
+		return nil, fmt.Errorf("simic: EsperEnv.Reset: %w", err)
 	}
 	slots := kasmina.PrePoolSlots(host)
 	model, err := kasmina.NewMorphogeneticModel(host, kasmina.ModelOptions{Slots: slots})
 	if err != nil {
-		return TamiyoObs{}, fmt.Errorf("simic: EsperEnv.Reset: %w", err)
+		return nil, fmt.Errorf("simic: EsperEnv.Reset: %w", err)
 	}
 	if !e.o.Device.IsCPU() {
 		if err := nn.To(model, e.o.Device); err != nil {
-			return TamiyoObs{}, fmt.Errorf("simic: EsperEnv.Reset: %w", err)
+			return nil, fmt.Errorf("simic: EsperEnv.Reset: %w", err)
 		}
 	}
 	e.bridge = &bridgeController{states: make(chan leyline.EpochState), decisions: make(chan leyline.Decision)}
 	e.reads, e.batchRead, e.pending, e.stepping = make(chan *epochRead), false, epochEvent{}, nil
 	tracked, err := tamiyo.NewTracked(e.bridge, tamiyo.TrackerOptions{})
 	if err != nil {
-		return TamiyoObs{}, err
+		return nil, err
 	}
 	to := tolaria.TrainerOptions{
 		Model: model, Train: e.data.Train, Val: e.data.Val, Epochs: e.o.MaxEpochs,
@@ -567,7 +592,7 @@ func (e *EsperEnv) Reset() (TamiyoObs, error) {
 	}
 	tr, err := tolaria.NewTrainer(to)
 	if err != nil {
-		return TamiyoObs{}, fmt.Errorf("simic: EsperEnv.Reset: %w", err)
+		return nil, fmt.Errorf("simic: EsperEnv.Reset: %w", err)
 	}
 	e.model, e.trainer = model, tr
 	e.slotIDs = model.SlotIDs()
@@ -587,7 +612,34 @@ func (e *EsperEnv) Reset() (TamiyoObs, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	e.cancel, e.runCtx = cancel, ctx
 	e.done = make(chan epochResult, 1)
-	obs, _, end, err := e.advance(ctx)
+	e.resetting = true
+	e.batchRead = true
+	e.startEpoch(ctx)
+	e.pending = e.next()
+	if e.pending.done != nil {
+		e.running = false // the epoch's goroutine has ended (ResetFinish handles its result)
+	}
+	if e.pending.read != nil {
+		return e.pending.read.ts, nil
+	}
+	return nil, nil
+}
+
+// ResetFinish is the second half of Reset: it hands the first epoch
+// ResetStart left waiting the host copies of its read (hosts, in order;
+// or the read's error, which fails the epoch and the reset), runs to the
+// episode's first decision point and returns its observation. Without a
+// pending read hosts must be nil.
+func (e *EsperEnv) ResetFinish(hosts []*tensor.Tensor, readErr error) (TamiyoObs, error) {
+	if !e.resetting {
+		return TamiyoObs{}, errors.New("simic: EsperEnv.ResetFinish without ResetStart")
+	}
+	e.resetting = false
+	ev, err := e.handRead(hosts, readErr, "ResetFinish")
+	if err != nil {
+		return TamiyoObs{}, err
+	}
+	obs, _, end, err := e.await(e.runCtx, ev)
 	if err != nil {
 		return TamiyoObs{}, err
 	}
@@ -597,15 +649,24 @@ func (e *EsperEnv) Reset() (TamiyoObs, error) {
 	return obs, nil
 }
 
-// advance runs epochs until one asks for a decision (parked, its
-// observation returned) or the episode ends (end). Epochs that finish
-// without asking were rolled back by the governor; they are counted.
-func (e *EsperEnv) advance(ctx context.Context) (obs TamiyoObs, rollbacks int, end bool, err error) {
-	if e.epoch >= e.o.MaxEpochs {
-		return TamiyoObs{}, 0, true, nil
+// handRead takes the event StepStart or ResetStart left pending: a
+// waiting read gets hosts (or readErr) and the zero event is returned;
+// another event (the epoch parked or ended first) is returned for
+// await, and then hosts and readErr must be empty (op names the caller).
+func (e *EsperEnv) handRead(hosts []*tensor.Tensor, readErr error, op string) (epochEvent, error) {
+	ev := e.pending
+	e.pending = epochEvent{}
+	if ev.read != nil {
+		if readErr == nil && len(hosts) != len(ev.read.ts) {
+			readErr = fmt.Errorf("simic: EsperEnv %d: %d host copies for a read of %d tensors", e.o.Index, len(hosts), len(ev.read.ts))
+		}
+		ev.read.answer(hosts, readErr)
+		return epochEvent{}, nil
 	}
-	e.startEpoch(ctx)
-	return e.await(ctx, epochEvent{})
+	if hosts != nil || readErr != nil {
+		return ev, fmt.Errorf("simic: EsperEnv %d: %s given a read's results, but no read is waiting", e.o.Index, op)
+	}
+	return ev, nil
 }
 
 // startEpoch runs epoch e.epoch in a goroutine of its own: it reports on
@@ -976,16 +1037,9 @@ func (e *EsperEnv) StepFinish(hosts []*tensor.Tensor, readErr error) (StepResult
 		return StepResult[TamiyoObs]{}, errors.New("simic: EsperEnv.StepFinish without StepStart")
 	}
 	e.stepping = nil
-	ev := e.pending
-	e.pending = epochEvent{}
-	if ev.read != nil {
-		if readErr == nil && len(hosts) != len(ev.read.ts) {
-			readErr = fmt.Errorf("simic: EsperEnv %d: %d host copies for a read of %d tensors", e.o.Index, len(hosts), len(ev.read.ts))
-		}
-		ev.read.answer(hosts, readErr)
-		ev = epochEvent{}
-	} else if hosts != nil || readErr != nil {
-		return StepResult[TamiyoObs]{}, fmt.Errorf("simic: EsperEnv %d: StepFinish given a read's results, but no read is waiting", e.o.Index)
+	ev, err := e.handRead(hosts, readErr, "StepFinish")
+	if err != nil {
+		return StepResult[TamiyoObs]{}, err
 	}
 	if p.whole {
 		return p.res, nil

@@ -677,9 +677,11 @@ type stepOnly struct{ Env[TamiyoObs] }
 // by a VecEnv through their split steps (one read of every environment's
 // epoch per lock-step step) give the same rewards, flags and
 // observations, bit for bit, as the same environments stepped one whole
-// Step at a time, across an episode's end and reset; on a device the
-// batched loop reads once per lock-step step that runs an epoch where
-// the other reads once per environment.
+// Step at a time, across an episode's end and reset, and after
+// ResetUnfinished; on a device the batched loop reads once per lock-step
+// step (a step that ends the episodes reads the next episodes' first
+// epochs together), once for NewVecEnv's resets and once for
+// ResetUnfinished's, where the other reads once per environment.
 func TestVecEnvReadsEsperEpochsTogether(t *testing.T) {
 	d, pol := tinyEsper(t)
 	dev := testdevice.Device(t)
@@ -690,6 +692,10 @@ func TestVecEnvReadsEsperEpochsTogether(t *testing.T) {
 		obs     [][]TamiyoObs
 		syncs   uint64
 		reads   []uint64
+		// resetReads are the batched reads of NewVecEnv and of
+		// ResetUnfinished; resetObs the observations after the latter.
+		resetReads []uint64
+		resetObs   []TamiyoObs
 	}
 	do := func(split bool) run {
 		vec, err := NewVecEnv(envs, func(i int) (Env[TamiyoObs], error) {
@@ -702,6 +708,7 @@ func TestVecEnvReadsEsperEpochsTogether(t *testing.T) {
 		require.NoError(t, err)
 		rng := tensor.NewRNG(9)
 		var r run
+		r.resetReads = append(r.resetReads, vec.ReadSyncs())
 		for k := 0; k < steps; k++ {
 			act, err := pol.Act(vec.Obs(), nil, rng, false)
 			require.NoError(t, err)
@@ -716,6 +723,12 @@ func TestVecEnvReadsEsperEpochsTogether(t *testing.T) {
 			r.flags = append(r.flags, vs.Rollback...)
 			r.obs = append(r.obs, vs.Obs)
 		}
+		r0 := vec.ReadSyncs()
+		idx, err := vec.ResetUnfinished()
+		require.NoError(t, err)
+		require.Equal(t, []int{0, 1, 2}, idx, "every environment is inside its second episode")
+		r.resetReads = append(r.resetReads, vec.ReadSyncs()-r0)
+		r.resetObs = vec.Obs()
 		return r
 	}
 	whole, batched := do(false), do(true)
@@ -725,13 +738,16 @@ func TestVecEnvReadsEsperEpochsTogether(t *testing.T) {
 	require.Equal(t, whole.flags, batched.flags)
 	require.Contains(t, batched.flags, true, "an episode ended")
 	require.True(t, reflect.DeepEqual(whole.obs, batched.obs), "observations")
+	require.True(t, reflect.DeepEqual(whole.resetObs, batched.resetObs), "observations after ResetUnfinished")
 	require.Equal(t, make([]uint64, steps), whole.reads, "Step reads nothing through VecEnv")
+	require.Equal(t, []uint64{0, 0}, whole.resetReads, "Reset reads nothing through VecEnv")
 	if dev.IsCPU() {
 		require.Zero(t, batched.syncs)
 		return
 	}
-	require.Equal(t, []uint64{1, 1, 0, 1, 1}, batched.reads, "one batched read per lock-step step that runs an epoch")
-	require.Equal(t, whole.syncs-(envs-1)*4, batched.syncs, "the batched loop saves envs-1 reads per such step")
+	require.Equal(t, []uint64{1, 1, 1, 1, 1}, batched.reads, "one batched read per lock-step step, the one that ends the episodes too")
+	require.Equal(t, whole.syncs-(envs-1)*steps, batched.syncs, "the batched loop saves envs-1 reads per step")
+	require.Equal(t, []uint64{1, 1}, batched.resetReads, "NewVecEnv and ResetUnfinished read the first epochs together")
 }
 
 // badFromEpoch yields its inner batches with their labels cut to one row
@@ -760,7 +776,9 @@ func (b badFromEpoch) Batches(e int) iter.Seq2[*tensor.Tensor, *tensor.Tensor] {
 // and finish their steps (each then steps on as usual), the one that
 // failed keeps its decision pending, and an epoch that fails before its
 // read leaves nothing waiting: every environment closes, also one left
-// after StepStart without StepFinish.
+// after StepStart without StepFinish. A reset that fails inside a
+// batched reset leaves the others reset; ResetFinish wants ResetStart
+// first, and an environment left after ResetStart closes.
 func TestVecEnvStepFailures(t *testing.T) {
 	d, _ := tinyEsper(t)
 	wait := func() []int {
@@ -822,6 +840,49 @@ func TestVecEnvStepFailures(t *testing.T) {
 		case <-closed:
 		case <-time.After(20 * time.Second):
 			t.Fatal("Close hangs after an epoch failed before its read")
+		}
+	})
+	t.Run("a reset fails", func(t *testing.T) {
+		bd := &EsperData{Train: badFromEpoch{d.Train, 0}, Val: d.Val, InChannels: d.InChannels, Classes: d.Classes}
+		var envs []*EsperEnv
+		_, err := NewVecEnv(3, func(i int) (Env[TamiyoObs], error) {
+			data := d
+			if i == 1 {
+				data = bd
+			}
+			e, err := NewEsperEnv(EsperEnvOptions{Data: data, Index: i, Seed: 11, MaxEpochs: 8, Blocks: 3, BaseChannels: 2, Device: testdevice.Device(t)})
+			envs = append(envs, e)
+			return e, err
+		})
+		require.ErrorContains(t, err, "env 1 reset")
+		for _, i := range []int{0, 2} {
+			_, err := envs[i].Step(wait())
+			require.NoError(t, err, "env %d finished its reset and steps on", i)
+		}
+		_, err = envs[1].Step(wait())
+		require.ErrorContains(t, err, "no decision pending")
+		// The halves out of order, and ResetStart left unfinished.
+		lone, err := NewEsperEnv(EsperEnvOptions{Data: d, Index: 3, Seed: 11, MaxEpochs: 8, Blocks: 3, BaseChannels: 2, Device: testdevice.Device(t)})
+		require.NoError(t, err)
+		envs = append(envs, lone)
+		_, err = lone.ResetFinish(nil, nil)
+		require.ErrorContains(t, err, "without ResetStart")
+		reads, err := lone.ResetStart()
+		require.NoError(t, err)
+		require.NotNil(t, reads, "the first epoch waits for its read")
+		_, err = lone.StepStart(wait())
+		require.ErrorContains(t, err, "no decision pending")
+		closed := make(chan struct{})
+		go func() {
+			for _, e := range envs {
+				e.Close()
+			}
+			close(closed)
+		}()
+		select {
+		case <-closed:
+		case <-time.After(20 * time.Second):
+			t.Fatal("Close hangs after ResetStart")
 		}
 	})
 }

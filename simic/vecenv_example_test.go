@@ -34,25 +34,29 @@ func ExampleVecEnv_Step_batchedReads() {
 		}
 	}()
 	_, split := any(envs[0]).(simic.SplitStepper[simic.TamiyoObs])
-	fmt.Println("split steps:", split)
+	_, splitResets := any(envs[0]).(simic.SplitResetter[simic.TamiyoObs])
+	fmt.Println("split steps:", split, "split resets:", splitResets)
 
 	wait := make([][]int, 3)
 	for i := range wait {
 		wait[i] = make([]int, leyline.NumActionHeads)
 		wait[i][leyline.HeadOp] = int(leyline.OpWait)
 	}
-	for k := 0; k < 2; k++ {
+	for k := 0; k < 4; k++ {
 		before := vec.ReadSyncs()
 		step, err := vec.Step(wait)
 		if err != nil {
 			panic(err)
 		}
-		// One read for the three epochs on sim or a GPU; none on the CPU,
-		// which never waits.
-		fmt.Println("step", k, "rewards", len(step.Rewards), "at most one read:", vec.ReadSyncs()-before <= 1)
+		// One read for the three epochs on sim or a GPU (at the fourth
+		// step, the first epochs of the episodes that step starts); none
+		// on the CPU, which never waits.
+		fmt.Println("step", k, "rewards", len(step.Rewards), "episodes ended", len(step.Episodes), "at most one read:", vec.ReadSyncs()-before <= 1)
 	}
 	// Output:
-	// split steps: true
-	// step 0 rewards 3 at most one read: true
-	// step 1 rewards 3 at most one read: true
+	// split steps: true split resets: true
+	// step 0 rewards 3 episodes ended 0 at most one read: true
+	// step 1 rewards 3 episodes ended 0 at most one read: true
+	// step 2 rewards 3 episodes ended 0 at most one read: true
+	// step 3 rewards 3 episodes ended 3 at most one read: true
 }
