@@ -190,11 +190,10 @@ func TestCheckpointResumeOnSim(t *testing.T) {
 // TestTrainerVariantsOnSimEqualCPU: the lifecycle run of
 // TestTrainerOnSimEqualsCPU with the governor, fp16 and bf16 autocast,
 // the captured step, and the fast rollback tier: on sim each gives the
-// CPU's reports and final parameters bit for bit. fp16 reads its
-// telemetry at the step, after the scaler's found-inf flag: one host
-// sync per telemetry step (epochs 1 and 3) plus the found-inf read at a
-// step that has seeds to observe (epoch 3's; epoch 1's seed is still
-// GERMINATED); the others sync once per epoch, as the plain run does.
+// CPU's reports and final parameters bit for bit, and syncs once per
+// epoch, as the plain run does: fp16 too, whose telemetry steps (the
+// last of epochs 1 and 3) queue the scaler's found-inf flag with the
+// seeds' norms, read with the epoch's accumulators.
 func TestTrainerVariantsOnSimEqualCPU(t *testing.T) {
 	plain := []uint64{1, 1, 1, 1}
 	for _, tc := range []struct {
@@ -203,7 +202,7 @@ func TestTrainerVariantsOnSimEqualCPU(t *testing.T) {
 		syncs []uint64
 	}{
 		{"governor", TrainerOptions{Governor: &GovernorOptions{Classes: 3}}, plain},
-		{"fp16", TrainerOptions{AMP: AMPFP16}, []uint64{1, 2, 1, 3}},
+		{"fp16", TrainerOptions{AMP: AMPFP16}, plain},
 		{"bf16", TrainerOptions{AMP: AMPBF16}, plain},
 		{"capture", TrainerOptions{Capture: true}, plain},
 		{"fast rollback", TrainerOptions{FastRollbackMB: 8, RollbackOnFailure: true}, plain},
@@ -222,6 +221,58 @@ func TestTrainerVariantsOnSimEqualCPU(t *testing.T) {
 			require.Equal(t, tc.syncs, syncs, "host syncs per epoch")
 		})
 	}
+}
+
+// TestFP16OverflowAtATelemetryStepOnSim: under fp16 a telemetry step
+// whose gradients overflowed is not observed by the gradient
+// aggregation, though its norms come to the host only with the epoch's
+// read. The lifecycle run's last telemetry step (global step 20, epoch
+// 3's last, one TRAINING seed taking part) is made to overflow by a loss
+// scale of 3e38 loaded just before it (and 65536 again after it): that
+// epoch records no teacher share, where the run without the overflow
+// records one. On sim each run gives the CPU's reports and parameters
+// bit for bit and syncs once per epoch.
+func TestFP16OverflowAtATelemetryStepOnSim(t *testing.T) {
+	run := func(dev tensor.Device, overflow bool) (Summary, map[string][]float32) {
+		m := hostTrainerModel(t)
+		require.NoError(t, nn.To(m, dev))
+		var tr *Trainer
+		steps := 0
+		setScale := func(scale float32) {
+			sd := map[string]*tensor.Tensor{"scale": tensor.FromSlice([]float32{scale}, 1), "growth_tracker": tensor.Zeros(tensor.I32, 1)}
+			require.NoError(t, tr.Scaler().LoadStateDict(sd))
+		}
+		o := TrainerOptions{Model: m, AMP: AMPFP16, Train: hostToyData(1, 5, 8), Val: hostToyData(2, 2, 8), Epochs: 4, Controller: script, HostLR: 0.05}
+		o.OnStep = func(StepInfo) {
+			steps++
+			switch {
+			case overflow && steps == 19:
+				setScale(3e38)
+			case overflow && steps == 20:
+				setScale(65536)
+			}
+		}
+		var err error
+		tr, err = NewTrainer(o)
+		require.NoError(t, err)
+		sum, err := tr.Fit(context.Background())
+		require.NoError(t, err)
+		require.Equal(t, 20, steps)
+		return sum, params(t, m)
+	}
+	var share [2]float64
+	for k, overflow := range []bool{false, true} {
+		want, wp := run(tensor.CPU, overflow)
+		got, gp := run(tensor.Sim(0), overflow)
+		sameReports(t, want.Epochs, got.Epochs)
+		require.Equal(t, wp, gp, "final parameters")
+		for i, r := range got.Epochs {
+			require.Equal(t, uint64(1), r.HostSyncs, "overflow %v, epoch %d", overflow, i)
+		}
+		share[k] = got.Epochs[3].TeacherShare
+	}
+	require.Positive(t, share[0], "the clean run observes its telemetry step")
+	require.Zero(t, share[1], "the overflowed telemetry step is not observed")
 }
 
 // TestTwoTrainingSeedsOnSim: with both seeds TRAINING (r0c0 advanced

@@ -2,6 +2,7 @@ package tolaria
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -462,13 +463,14 @@ func percentiles(d []time.Duration) (p50, p95 time.Duration) {
 // telemetry is a telemetry step's work after the step on (x, y): every
 // seed's gradient telemetry, then the gradient aggregation's per-seed
 // observation when seeds take part (none after a combining step, which
-// observed them). With at most one participant and no fp16 loss scaler,
-// the norms are computed on the device and read with the epoch's
-// metrics (pendingTelemetry, applied by applyTelemetry): no host sync at
-// the step. Otherwise they are read here: with one participant the
-// aggregation's gradient norms with the seeds' telemetry (one host sync
-// on a device for both), more participants through the aggregation's
-// own path, and under fp16 after the found-inf read.
+// observed them, nor after a step whose fp16 gradients overflowed). With
+// at most one participant the norms are computed on the device and read
+// with the epoch's metrics (pendingTelemetry, applied by
+// applyTelemetry): no host sync at the step. Under fp16 the scaler's
+// found-inf flag goes with them, as one more norm (0 unless it is set),
+// so the overflow is known at the read. With more participants they are
+// read here, through the aggregation's own path, after the found-inf
+// read under fp16.
 func (t *Trainer) telemetry(x, y *tensor.Tensor, combined bool) error {
 	n := 0
 	if !combined {
@@ -481,9 +483,13 @@ func (t *Trainer) telemetry(x, y *tensor.Tensor, combined bool) error {
 			return err
 		}
 	}
-	if n <= 1 && t.prec.scaler == nil {
-		if p, err := t.model.LaunchGradientTelemetry(extra); err == nil {
-			pt := pendingTelemetry{p: p, observe: n == 1, modelVersion: t.model.Version(), optVersion: t.opt.version}
+	if n <= 1 {
+		launch, scaled := extra, t.prec.scaler != nil
+		if scaled {
+			launch = append(extra[:len(extra):len(extra)], t.prec.scaler.FoundInf())
+		}
+		if p, err := t.model.LaunchGradientTelemetry(launch); err == nil {
+			pt := pendingTelemetry{p: p, observe: n == 1, scaled: scaled, modelVersion: t.model.Version(), optVersion: t.opt.version}
 			if n == 1 {
 				pt.seed = t.agg.cur[0].id
 			}
@@ -509,12 +515,14 @@ func (t *Trainer) telemetry(x, y *tensor.Tensor, combined bool) error {
 // pendingTelemetry is a telemetry step whose norms are still on the
 // device: the seeds' telemetry to apply and, with observe, the
 // aggregation's observation of its one participant, seed, made at model
-// and optimizer versions modelVersion and optVersion. The batch is not
+// and optimizer versions modelVersion and optVersion. With scaled (fp16)
+// the last extra norm is the fp16 scaler's found-inf flag's: nonzero, the
+// step's gradients overflowed and nothing is observed. The batch is not
 // kept: the observation's attribution does not read it
 // (kasmina.MorphogeneticModel.AttributeBatch).
 type pendingTelemetry struct {
 	p                        *kasmina.PendingTelemetry
-	observe                  bool
+	observe, scaled          bool
 	seed                     string
 	modelVersion, optVersion uint64
 }
@@ -566,6 +574,16 @@ func (t *Trainer) applyTelemetry(hosts []*tensor.Tensor) error {
 		norms, err := pt.p.Apply(hosts[i])
 		if err != nil {
 			return err
+		}
+		if pt.scaled {
+			if len(norms) == 0 {
+				return errors.New("tolaria: pending telemetry lost its found-inf norm")
+			}
+			overflowed := norms[len(norms)-1] != 0
+			norms = norms[:len(norms)-1]
+			if overflowed {
+				continue
+			}
 		}
 		if !pt.observe || t.model.Version() != pt.modelVersion || t.opt.version != pt.optVersion {
 			continue

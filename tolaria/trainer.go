@@ -117,8 +117,9 @@ type TrainerOptions struct {
 	// telemetry and, unless the step combined gradients itself, the
 	// per-seed aggregation metrics. Zero means 10, negative never. On a
 	// device the norms are computed at the step and read with the
-	// epoch's accumulators, in its one host sync (not with two or more
-	// aggregation participants, nor under fp16, which read at the step).
+	// epoch's accumulators, in its one host sync, under fp16 with the
+	// scaler's found-inf flag (not with two or more aggregation
+	// participants, which read at the step).
 	// Read with the epoch's accumulators, the seeds' telemetry and the
 	// aggregation's observation are applied at that read, in step order:
 	// an OnStep callback then sees the seeds' telemetry as the previous
