@@ -463,14 +463,15 @@ func percentiles(d []time.Duration) (p50, p95 time.Duration) {
 // telemetry is a telemetry step's work after the step on (x, y): every
 // seed's gradient telemetry, then the gradient aggregation's per-seed
 // observation when seeds take part (none after a combining step, which
-// observed them, nor after a step whose fp16 gradients overflowed). With
-// at most one participant the norms are computed on the device and read
-// with the epoch's metrics (pendingTelemetry, applied by
-// applyTelemetry): no host sync at the step. Under fp16 the scaler's
-// found-inf flag goes with them, as one more norm (0 unless it is set),
-// so the overflow is known at the read. With more participants they are
-// read here, through the aggregation's own path, after the found-inf
-// read under fp16.
+// observed them, nor after a step whose fp16 gradients overflowed). The
+// seeds' norms are computed on the device and read with the epoch's
+// metrics (pendingTelemetry, applied by applyTelemetry): no host sync at
+// the step. With one participant the observation waits for them too;
+// under fp16 the scaler's found-inf flag goes with them, as one more
+// norm (0 unless it is set), so the overflow is known at the read. Two or
+// more participants are observed here, through the aggregation's device
+// path (its sums read with the epoch's), after the found-inf read under
+// fp16. Where the device cannot launch the norms, they are read here.
 func (t *Trainer) telemetry(x, y *tensor.Tensor, combined bool) error {
 	n := 0
 	if !combined {
@@ -483,19 +484,20 @@ func (t *Trainer) telemetry(x, y *tensor.Tensor, combined bool) error {
 			return err
 		}
 	}
-	if n <= 1 {
-		launch, scaled := extra, t.prec.scaler != nil
-		if scaled {
-			launch = append(extra[:len(extra):len(extra)], t.prec.scaler.FoundInf())
+	launch, scaled := extra, t.prec.scaler != nil && n == 1
+	if scaled {
+		launch = append(extra[:len(extra):len(extra)], t.prec.scaler.FoundInf())
+	}
+	if p, err := t.model.LaunchGradientTelemetry(launch); err == nil {
+		pt := pendingTelemetry{p: p, observe: n == 1, scaled: scaled, modelVersion: t.model.Version(), optVersion: t.opt.version}
+		if n == 1 {
+			pt.seed = t.agg.cur[0].id
 		}
-		if p, err := t.model.LaunchGradientTelemetry(launch); err == nil {
-			pt := pendingTelemetry{p: p, observe: n == 1, scaled: scaled, modelVersion: t.model.Version(), optVersion: t.opt.version}
-			if n == 1 {
-				pt.seed = t.agg.cur[0].id
-			}
-			t.pendingTel = append(t.pendingTel, pt)
+		t.pendingTel = append(t.pendingTel, pt)
+		if n <= 1 || t.prec.foundInf() {
 			return nil
 		}
+		return t.agg.observeParticipants(n, t.model, t.opt, x, y)
 	}
 	norms, err := t.model.GradientTelemetry(extra)
 	if err != nil {
@@ -540,21 +542,31 @@ func (t *Trainer) telemetryReads() []*tensor.Tensor {
 	return out
 }
 
-// readEpoch is epoch e's one read: both passes' accumulators and the
-// pending telemetry's norms, through TrainerOptions.EpochRead when set
-// (then the matmul precision is set again: another trainer may have run
-// while it waited); the telemetry is then applied. It returns the
+// readEpoch is epoch e's one read: both passes' accumulators, the
+// pending telemetry's norms and the gradient aggregation's device sums
+// (steps with two or more participants record there), through
+// TrainerOptions.EpochRead when set (then the matmul precision is set
+// again: another trainer may have run while it waited); the telemetry is
+// then applied, and the device sums added to the aggregation's host sums
+// after it, where finalize's Flush would have added them. It returns the
 // validation and training sums (metricsBuf.read).
 func (t *Trainer) readEpoch(e int) (val, train [2]float64, err error) {
-	val, train, hosts, err := t.met.readWith(true, t.telemetryReads(), t.o.EpochRead)
+	tel := t.telemetryReads()
+	sums := t.agg.acc.PendingSums()
+	val, train, hosts, err := t.met.readWith(true, append(tel, sums...), t.o.EpochRead)
 	if t.o.EpochRead != nil {
 		t.setMatmulPrecision()
 	}
 	if err != nil {
 		return val, train, fmt.Errorf("tolaria: epoch %d: reading the metrics: %w", e+1, err)
 	}
-	if err := t.applyTelemetry(hosts); err != nil {
+	if err := t.applyTelemetry(hosts[:len(tel)]); err != nil {
 		return val, train, fmt.Errorf("tolaria: epoch %d: gradient telemetry: %w", e+1, err)
+	}
+	if sums != nil {
+		if err := t.agg.acc.FlushFrom(hosts[len(tel):]); err != nil {
+			return val, train, fmt.Errorf("tolaria: epoch %d: gradient aggregation sums: %w", e+1, err)
+		}
 	}
 	return val, train, nil
 }

@@ -118,8 +118,9 @@ type TrainerOptions struct {
 	// per-seed aggregation metrics. Zero means 10, negative never. On a
 	// device the norms are computed at the step and read with the
 	// epoch's accumulators, in its one host sync, under fp16 with the
-	// scaler's found-inf flag (not with two or more aggregation
-	// participants, which read at the step).
+	// scaler's found-inf flag; two or more aggregation participants are
+	// observed at the step on the device, their sums read with the
+	// epoch's too (under fp16 after a found-inf read at the step).
 	// Read with the epoch's accumulators, the seeds' telemetry and the
 	// aggregation's observation are applied at that read, in step order:
 	// an OnStep callback then sees the seeds' telemetry as the previous
@@ -139,8 +140,9 @@ type TrainerOptions struct {
 	// are kept either way. On the cpu the combination works on host
 	// vectors with float64 sums; on a device through backend ops on
 	// device buffers, with no host read per step (the epoch's aggregation
-	// figures are read once, at its end) — the two agree within float32
-	// rounding.
+	// figures come with the epoch's one read; under fp16 a combining step
+	// reads the scaler's found-inf flag first) — the two agree within
+	// float32 rounding.
 	PCGrad bool
 	// Seed seeds the trainer's own randomness: PCGrad's projection
 	// order. Zero is a valid seed.

@@ -206,9 +206,26 @@ func (a *SeedMetricsAccumulator) RecordCombineTensor(microbatches int, conflicts
 // at once (nn.HostCopies: one host sync per device) — adds them to the
 // host sums and drops them. Without pending device sums it does nothing
 // and costs nothing. Finalize calls it; a trainer that wants the copy's
-// error, or the sync outside its timed region, calls it first. On error
-// the device sums stay pending.
+// error, or the sync outside its timed region, calls it first, or reads
+// PendingSums with its own tensors and hands their copies to FlushFrom.
+// On error the device sums stay pending.
 func (a *SeedMetricsAccumulator) Flush() error {
+	ts := a.PendingSums()
+	if ts == nil {
+		return nil
+	}
+	host, err := nn.HostCopies(ts)
+	if err != nil {
+		return invalid("SeedMetricsAccumulator.Flush", "reading the device sums: %v", err)
+	}
+	return a.FlushFrom(host)
+}
+
+// PendingSums returns the device sums Flush would read (nil when there
+// are none), for a caller that reads them together with its own tensors
+// in one host sync; their host copies, in the same order, go to
+// FlushFrom. Nothing may be recorded on a device in between.
+func (a *SeedMetricsAccumulator) PendingSums() []*tensor.Tensor {
 	if len(a.dev.blocks) == 0 && a.dev.glob == nil {
 		return nil
 	}
@@ -219,9 +236,26 @@ func (a *SeedMetricsAccumulator) Flush() error {
 	if a.dev.glob != nil {
 		ts = append(ts, a.dev.glob)
 	}
-	host, err := nn.HostCopies(ts)
-	if err != nil {
-		return invalid("SeedMetricsAccumulator.Flush", "reading the device sums: %v", err)
+	return ts
+}
+
+// FlushFrom is Flush with the host copies of PendingSums (host, in its
+// order): it adds them to the host sums and drops the device sums. Copies
+// that do not match the pending sums (count, dtype, size) are an error,
+// and the device sums stay pending.
+func (a *SeedMetricsAccumulator) FlushFrom(host []*tensor.Tensor) error {
+	const op = "SeedMetricsAccumulator.FlushFrom"
+	ts := a.PendingSums()
+	if len(host) != len(ts) {
+		return invalid(op, "%d host copies for %d pending device sums", len(host), len(ts))
+	}
+	for i, h := range host {
+		if h == nil || !h.Device().IsCPU() || h.DType() != ts[i].DType() || h.Numel() != ts[i].Numel() || !h.IsContiguous() {
+			return invalid(op, "host copy %d does not match its device sum (%v %v on %v)", i, ts[i].DType(), ts[i].Shape(), ts[i].Device())
+		}
+	}
+	if len(ts) == 0 {
+		return nil
 	}
 	for bi, b := range a.dev.blocks {
 		v := host[bi].F64()

@@ -13,6 +13,7 @@ import (
 	"github.com/esper-go/esper/internal/testdevice"
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/tensor"
+	"github.com/stretchr/testify/require"
 )
 
 // The tensor path's tests run on testdevice.Device (ESPER_TEST_DEVICE,
@@ -847,4 +848,53 @@ func tensorForeachNorm(t *testing.T, dst, x *tensor.Tensor) {
 		t.Fatal(err)
 	}
 	be.ForeachNorm(dst, []*tensor.Tensor{x})
+}
+
+// TestFlushFrom: an accumulator whose device sums are read by the caller
+// (PendingSums, one tensor.ToHostMany, FlushFrom) reports exactly what
+// one flushed by Finalize reports; copies that do not match the pending
+// sums are refused and leave them pending.
+func TestFlushFrom(t *testing.T) {
+	dev := testdevice.Device(t)
+	ps := []*autograd.Var{
+		autograd.Param(tensor.Zeros(tensor.F32, 6)), autograd.Param(tensor.Zeros(tensor.F32, 2)),
+		autograd.Param(tensor.Zeros(tensor.F32, 2)),
+	}
+	masks, err := SegmentMasks(ps, []string{"host", "s1", "s2"})
+	require.NoError(t, err)
+	var accs [2]*SeedMetricsAccumulator
+	for k := range accs {
+		accs[k], err = NewSeedMetricsAccumulator(AccumulatorOptions{})
+		require.NoError(t, err)
+		accs[k].SetMasks(masks)
+	}
+	require.Nil(t, accs[0].PendingSums(), "nothing recorded on a device")
+	require.NoError(t, accs[0].FlushFrom(nil), "nothing to flush")
+	rng := tensor.NewRNG(4)
+	for i := range 5 {
+		names := []string{"s1", "s2", "s3"}[:2+i%2]
+		flats := combineTrial(rng, len(names), 10)
+		for _, a := range accs {
+			require.NoError(t, a.RecordTensors(names, vecsOn(t, flats, dev), []float64{1, 0.5, 0.25}[:len(names)], nil, map[string]float64{"s1": 1}, i))
+			require.NoError(t, a.RecordTeacherNormTensor(onDev(t, tensor.Scalar(tensor.F64, float64(i+1)).Reshape(1), dev)))
+			require.NoError(t, a.RecordCombineTensor(1, onDev(t, tensor.Scalar(tensor.F64, float64(i%2)).Reshape(1), dev)))
+		}
+	}
+	b := accs[1]
+	sums := b.PendingSums()
+	require.Len(t, sums, 3, "two participant lists' blocks and the globals")
+	require.ErrorContains(t, b.FlushFrom(sums[:2]), "2 host copies for 3")
+	wrong := []*tensor.Tensor{tensor.Zeros(tensor.F32, sums[0].Numel()), nil, nil}
+	require.ErrorContains(t, b.FlushFrom(wrong), "host copy 0")
+	require.Len(t, b.PendingSums(), 3, "a refused flush leaves the sums pending")
+	host, err := tensor.ToHostMany(sums)
+	require.NoError(t, err)
+	require.NoError(t, b.FlushFrom(host))
+	require.Nil(t, b.PendingSums(), "flushed")
+	stages := map[string]leyline.SeedStage{"s1": leyline.StageTraining, "s2": leyline.StageBlending, "s3": leyline.StageHolding}
+	want, got := accs[0].Finalize(stages), b.Finalize(stages)
+	require.NoError(t, want.Err)
+	require.NoError(t, got.Err)
+	sameReports(t, got, want, 0)
+	require.Equal(t, want.Metrics, got.Metrics)
 }
