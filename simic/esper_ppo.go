@@ -277,13 +277,15 @@ func (r *EsperPPO) Round() (PPORound, error) {
 	if r.Trainer == nil {
 		return PPORound{}, errors.New("simic: EsperPPO.Round: the run is closed")
 	}
-	start := time.Now()
+	start, syncs := time.Now(), r.hostSyncs()
 	it, err := r.Trainer.Iterate()
 	round := r.State.Round + 1
 	if err != nil {
 		return PPORound{}, fmt.Errorf("round %d: %w", round, err)
 	}
-	rr := NewPPORound(round, it, r.o.Envs*r.o.MaxEpochs, time.Since(start), r.Trainer.Buffer().RollbackCount())
+	steps := r.o.Envs * r.o.MaxEpochs
+	rr := NewPPORound(round, it, steps, time.Since(start), r.Trainer.Buffer().RollbackCount())
+	rr.HostSyncsPerEnvEpoch = float64(r.hostSyncs()-syncs) / float64(steps)
 	var eps []EsperEpisode
 	for _, e := range r.Envs {
 		eps = append(eps, e.TakeEpisodes()...)
@@ -294,6 +296,15 @@ func (r *EsperPPO) Round() (PPORound, error) {
 	r.State.History = append(r.State.History, rr)
 	r.State.Round = round
 	return rr, nil
+}
+
+// hostSyncs is the host syncs of the run's devices so far.
+func (r *EsperPPO) hostSyncs() uint64 {
+	var n uint64
+	for _, d := range r.o.Devices {
+		n += tensor.HostSyncs(d)
+	}
+	return n
 }
 
 // SaveCheckpoint writes the run's checkpoint into dir

@@ -17,20 +17,24 @@ type EventSink interface {
 var headAbbrev = [leyline.NumActionHeads]string{"slot", "bp", "style", "tempo", "αtgt", "αspd", "αcrv", "op"}
 
 // Line renders the round as esper ppo's progress line: return, episodes,
-// per-head entropy, KL, explained variance, throughput and rollbacks
-// (rounds is the run's length).
+// per-head entropy, KL, explained variance, throughput, rollbacks and,
+// on a device, the host syncs per env-epoch (rounds is the run's length).
 func (r PPORound) Line(rounds int) string {
 	var ent []string
 	for h, v := range r.Entropy {
 		ent = append(ent, fmt.Sprintf("%s %.2f", headAbbrev[h], v))
 	}
-	return fmt.Sprintf("round %3d/%d  return %+8.3f (%d eps)  entropy [%s]  KL %.2e  EV %+.3f  %.1f env-epochs/s  rollbacks %d",
+	line := fmt.Sprintf("round %3d/%d  return %+8.3f (%d eps)  entropy [%s]  KL %.2e  EV %+.3f  %.1f env-epochs/s  rollbacks %d",
 		r.Round, rounds, r.Return, r.Episodes, strings.Join(ent, " "), r.KL, r.ExplainedVariance, r.EnvEpochsPerSec, r.Rollbacks)
+	if r.HostSyncsPerEnvEpoch > 0 {
+		line += fmt.Sprintf("  %.2f host syncs/env-epoch", r.HostSyncsPerEnvEpoch)
+	}
+	return line
 }
 
 // Emit sends the round's figures to sink as a METRICS event
-// (simic.ppo.*, simic.env_epochs_per_second, simic.rollbacks; message
-// "simic.ppo.round N").
+// (simic.ppo.*, simic.env_epochs_per_second, simic.rollbacks and, on a
+// device, simic.host_syncs_per_env_epoch; message "simic.ppo.round N").
 func (r PPORound) Emit(sink EventSink) {
 	m := []leyline.Metric{
 		{Name: "simic.ppo.return_mean", Value: r.Return},
@@ -40,6 +44,9 @@ func (r PPORound) Emit(sink EventSink) {
 		{Name: "simic.ppo.value_loss", Value: r.ValueLoss},
 		{Name: "simic.env_epochs_per_second", Value: r.EnvEpochsPerSec},
 		{Name: "simic.rollbacks", Value: float64(r.Rollbacks), Unit: "count"},
+	}
+	if r.HostSyncsPerEnvEpoch > 0 {
+		m = append(m, leyline.Metric{Name: "simic.host_syncs_per_env_epoch", Value: r.HostSyncsPerEnvEpoch})
 	}
 	for h, v := range r.Entropy {
 		m = append(m, leyline.Metric{Name: "simic.ppo.entropy." + leyline.HeadNames[h], Value: v})

@@ -107,6 +107,11 @@ type PPORound struct {
 	EnvEpochsPerSec float64
 	// Rollbacks counts the governor rollbacks of the round's rollout.
 	Rollbacks int
+	// HostSyncsPerEnvEpoch is the round's host syncs (the waits for its
+	// devices: tensor.HostSyncs, summed over them; the rollout and the
+	// update) over its environment steps: 0 on the CPU, which never
+	// waits.
+	HostSyncsPerEnvEpoch float64
 }
 
 // NewPPORound summarises round number round: its iteration, its envSteps
@@ -140,6 +145,7 @@ type ppoRoundJSON struct {
 	ValueLoss         *float64   `json:"value_loss"`
 	EnvEpochsPerSec   *float64   `json:"eps"`
 	Rollbacks         int        `json:"rollbacks"`
+	HostSyncs         float64    `json:"host_syncs_per_env_epoch,omitempty"`
 }
 
 func nullable(v float64) *float64 {
@@ -160,7 +166,7 @@ func fromNullable(v *float64) float64 {
 func (r PPORound) MarshalJSON() ([]byte, error) {
 	j := ppoRoundJSON{Round: r.Round, Return: nullable(r.Return), Episodes: r.Episodes, KL: nullable(r.KL),
 		ExplainedVariance: nullable(r.ExplainedVariance), PolicyLoss: nullable(r.PolicyLoss), ValueLoss: nullable(r.ValueLoss),
-		EnvEpochsPerSec: nullable(r.EnvEpochsPerSec), Rollbacks: r.Rollbacks}
+		EnvEpochsPerSec: nullable(r.EnvEpochsPerSec), Rollbacks: r.Rollbacks, HostSyncs: r.HostSyncsPerEnvEpoch}
 	for _, v := range r.Entropy {
 		j.Entropy = append(j.Entropy, nullable(v))
 	}
@@ -175,7 +181,7 @@ func (r *PPORound) UnmarshalJSON(b []byte) error {
 	}
 	*r = PPORound{Round: j.Round, Return: fromNullable(j.Return), Episodes: j.Episodes, KL: fromNullable(j.KL),
 		ExplainedVariance: fromNullable(j.ExplainedVariance), PolicyLoss: fromNullable(j.PolicyLoss), ValueLoss: fromNullable(j.ValueLoss),
-		EnvEpochsPerSec: fromNullable(j.EnvEpochsPerSec), Rollbacks: j.Rollbacks}
+		EnvEpochsPerSec: fromNullable(j.EnvEpochsPerSec), Rollbacks: j.Rollbacks, HostSyncsPerEnvEpoch: j.HostSyncs}
 	for _, v := range j.Entropy {
 		r.Entropy = append(r.Entropy, fromNullable(v))
 	}
@@ -212,6 +218,9 @@ func (c *PPOCheckpoint) Check() error {
 		}
 		if r.Episodes < 0 || r.Rollbacks < 0 {
 			return bad("round %d: negative episodes %d or rollbacks %d", r.Round, r.Episodes, r.Rollbacks)
+		}
+		if !(r.HostSyncsPerEnvEpoch >= 0) || math.IsInf(r.HostSyncsPerEnvEpoch, 0) {
+			return bad("round %d: host syncs per env-epoch %v", r.Round, r.HostSyncsPerEnvEpoch)
 		}
 		if len(r.Entropy) > leyline.NumActionHeads {
 			return bad("round %d: %d head entropies, the policy has %d heads", r.Round, len(r.Entropy), leyline.NumActionHeads)

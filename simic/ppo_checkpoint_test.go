@@ -232,12 +232,50 @@ func TestPPOCheckpointRefusesForgedState(t *testing.T) {
 func TestPPORoundJSON(t *testing.T) {
 	r := PPORound{Round: 2, Return: 1.5, Episodes: 3, Entropy: []float64{0.5, math.NaN()}, KL: 1e-3, ExplainedVariance: math.NaN(),
 		PolicyLoss: -0.25, ValueLoss: 2, EnvEpochsPerSec: 7, Rollbacks: 1}
-	js, err := json.Marshal(r)
-	require.NoError(t, err)
-	require.True(t, strings.Contains(string(js), `"explained_variance":null`), string(js))
-	var back PPORound
-	require.NoError(t, json.Unmarshal(js, &back))
-	require.Equal(t, fmt.Sprint(r), fmt.Sprint(back))
+	for _, syncs := range []float64{0, 0.75} {
+		r.HostSyncsPerEnvEpoch = syncs
+		js, err := json.Marshal(r)
+		require.NoError(t, err)
+		require.True(t, strings.Contains(string(js), `"explained_variance":null`), string(js))
+		require.Equal(t, syncs > 0, strings.Contains(string(js), `"host_syncs_per_env_epoch":0.75`), string(js))
+		var back PPORound
+		require.NoError(t, json.Unmarshal(js, &back))
+		require.Equal(t, fmt.Sprint(r), fmt.Sprint(back))
+		require.Equal(t, syncs > 0, strings.HasSuffix(r.Line(3), "  0.75 host syncs/env-epoch"), r.Line(3))
+	}
+}
+
+// TestEsperPPORoundCountsHostSyncs: a round on devices reports the host
+// syncs of all of them (the rollout's and the update's) per env-epoch;
+// on the CPU, none.
+func TestEsperPPORoundCountsHostSyncs(t *testing.T) {
+	for _, devs := range [][]tensor.Device{{tensor.CPU}, {tensor.Sim(0), tensor.Sim(1)}} {
+		o := tinyPPO(t, 1, 1)
+		o.Devices = devs
+		r, err := NewEsperPPO(o)
+		require.NoError(t, err)
+		before := make([]uint64, len(devs))
+		for i, d := range devs {
+			before[i] = tensor.HostSyncs(d)
+		}
+		rr, err := r.Round()
+		require.NoError(t, err)
+		var all uint64
+		for i, d := range devs {
+			n := tensor.HostSyncs(d) - before[i]
+			if !d.IsCPU() {
+				require.Positive(t, n, "%v waited", d)
+			}
+			all += n
+		}
+		r.Close()
+		if devs[0].IsCPU() {
+			require.Zero(t, rr.HostSyncsPerEnvEpoch)
+			continue
+		}
+		require.Equal(t, float64(all)/float64(o.Envs*o.MaxEpochs), rr.HostSyncsPerEnvEpoch)
+		require.Contains(t, rr.Line(1), " host syncs/env-epoch")
+	}
 }
 
 // TestEsperPPOOnDevicesIsTheCPUBitForBit is the device acceptance at the
