@@ -570,13 +570,7 @@ func (p *Policy) run(gt *graphTensors) *PolicyOutput {
 		Unfused: func() *autograd.Var { return autograd.SegmentMean(slots, gt.slotGraph, gt.b) }}})
 	// The heads on the context run together in inference on a GPU
 	// (autograd.ReluHeads: two products for all seven).
-	var ctxHeads []autograd.ReluHead
-	for hd, h := range p.heads {
-		if hd != leyline.HeadSlot {
-			ctxHeads = append(ctxHeads, autograd.ReluHead{W1: h.fc1.Weight, B1: h.fc1.Bias, W2: h.fc2.Weight, B2: h.fc2.Bias})
-		}
-	}
-	ctxOut := autograd.ReluHeads(ctx, ctxHeads)
+	ctxOut := autograd.ReluHeads(ctx, p.contextHeads())
 	for hd := range p.heads {
 		if hd != leyline.HeadSlot {
 			res.Logits[hd], ctxOut = ctxOut[0], ctxOut[1:]
@@ -677,6 +671,18 @@ func (l *sageLayer) terms(x [NumNodeTypes]*autograd.Var, edges func(Relation) *a
 
 // stacks returns the weight groups the layer's joined products stack
 // when every relation has edges (autograd.SumsStacks of its terms).
+// contextHeads are the heads that read the context (every head but the
+// slot pointer), in head order, as autograd.ReluHeads takes them.
+func (p *Policy) contextHeads() []autograd.ReluHead {
+	var hs []autograd.ReluHead
+	for hd, h := range p.heads {
+		if hd != leyline.HeadSlot {
+			hs = append(hs, autograd.ReluHead{W1: h.fc1.Weight, B1: h.fc1.Bias, W2: h.fc2.Weight, B2: h.fc2.Bias})
+		}
+	}
+	return hs
+}
+
 func (l *sageLayer) stacks() [][]*autograd.Var {
 	var x [NumNodeTypes]*autograd.Var
 	for t := range x {

@@ -8,10 +8,12 @@ import (
 	"github.com/esper-go/esper/tensor"
 )
 
-// The message-passing layers' weights, laid out for their joined
-// products. In inference on a GPU each SAGE and GAT layer multiplies a
-// node type's features by every weight that reads them at once, with the
-// weights stacked by rows (autograd.LinearStacks, autograd.SumsStacks).
+// The message-passing layers' and the context heads' weights, laid out
+// for their joined products. In inference on a GPU each SAGE and GAT
+// layer multiplies a node type's features by every weight that reads them
+// at once, with the weights stacked by rows (autograd.LinearStacks,
+// autograd.SumsStacks), and the heads on the context run as one product
+// per layer (autograd.ReluHeads).
 // Stacking copies the weights at every forward — most of the policy's
 // 27 MB at its default widths — unless they already lie one after
 // another in one tensor, in the stack's order: then the stack is a view
@@ -45,7 +47,11 @@ func stackOn(dev tensor.Device) bool {
 }
 
 // stackGroups returns the groups of weights the message-passing layers
-// stack when every relation has edges, in each group's stacking order.
+// stack when every relation has edges, in each group's stacking order,
+// then the context heads' first layers' weights and biases, which
+// autograd.ReluHeads stacks in head order (their second layers, padded
+// to the widest head with zero rows, are stacked by a copy: about 4 % of
+// the heads' weights at the default widths).
 func (p *Policy) stackGroups() [][]*autograd.Var {
 	var gs [][]*autograd.Var
 	for _, l := range p.sage {
@@ -54,7 +60,11 @@ func (p *Policy) stackGroups() [][]*autograd.Var {
 	for _, l := range p.gat {
 		gs = append(gs, l.stacks()...)
 	}
-	return gs
+	var w1s, b1s []*autograd.Var
+	for _, h := range p.contextHeads() {
+		w1s, b1s = append(w1s, h.W1), append(b1s, h.B1)
+	}
+	return append(gs, w1s, b1s)
 }
 
 // laidOut reports whether g's weights are layOutStacks' views: each a

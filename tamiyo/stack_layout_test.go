@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/optim"
 	"github.com/esper-go/esper/tensor"
@@ -48,7 +49,8 @@ func requireLaidOut(t *testing.T, p *Policy, want bool) {
 // TestStackLayoutMatchesTheForward: the groups the layout lays out are
 // the ones the layers' joined products stack for a graph where every
 // relation has edges — autograd.SumsStacks of the SAGE layers' terms
-// and the GAT layers' projections, weight for weight and in order.
+// and the GAT layers' projections, weight for weight and in order — and
+// the context heads' first-layer weights and biases, in head order.
 func TestStackLayoutMatchesTheForward(t *testing.T) {
 	p := newPolicy(t, smallOptions(tensor.F32))
 	var inputs []GraphInput
@@ -74,6 +76,20 @@ func TestStackLayoutMatchesTheForward(t *testing.T) {
 		var hs, hd [NumRelations]*autograd.Var
 		wss, _ := l.projections(func(r int) bool { return gt.edges[r] != 0 }, &hs, &hd)
 		require.Equal(t, wss[:], l.stacks(), "GAT layer %d", i)
+	}
+	// Last, the context heads' first layers, in ReluHeads' order: every
+	// head but the slot pointer.
+	groups := p.stackGroups()
+	w1s, b1s := groups[len(groups)-2], groups[len(groups)-1]
+	require.Len(t, w1s, len(p.heads)-1)
+	k := 0
+	for hd, h := range p.heads {
+		if hd == leyline.HeadSlot {
+			continue
+		}
+		require.Same(t, h.fc1.Weight, w1s[k], "head %d", hd)
+		require.Same(t, h.fc1.Bias, b1s[k], "head %d", hd)
+		k++
 	}
 }
 
