@@ -343,7 +343,8 @@ func (v *VecEnv[O]) resetAll(idx []int, op string) ([]int, error) {
 		v.epReturn[i], v.epLen[i] = 0, 0
 		done = append(done, i)
 	}
-	return done, finish()
+	err := finish() // before done is read: finish appends to it
+	return done, err
 }
 
 // halfDone is an environment between the halves of a split step
@@ -384,45 +385,63 @@ func (v *VecEnv[O]) finishHalves(halves []halfDone, results []StepResult[O], obs
 	return errs
 }
 
+// stepOutcome is what stepAll did for each environment: its step's
+// result where stepped, and, where reset, the first observation of the
+// episode it started (its reset batched with the step's reads).
+type stepOutcome[O any] struct {
+	results []StepResult[O]
+	stepped []bool
+	reset   []bool
+	first   []O
+}
+
 // stepAll steps every environment on its action, in order, and starts
 // the next episode of those whose episode ended where it can batch that
-// reset's read (reset[i], with its first observation in first[i]). A
-// SplitStepper steps through StepStart; one that asks for no read (its
-// episode ended with the epoch the action finished, or its next epoch
-// parked or ended without reading) finishes its step at once, and, if
-// its episode ended and it is a SplitResetter, starts its reset. Once
-// all have started, the reads they asked for are made together (one
+// reset's read. A SplitStepper steps through StepStart; one that asks for
+// no read (its episode ended with the epoch the action finished, or its
+// next epoch parked or ended without reading) finishes its step at once,
+// and, if its episode ended and it is a SplitResetter, starts its reset.
+// Once all have started, the reads they asked for are made together (one
 // tensor.ToHostMany per device) and the halves finish in order. Any other
 // Env steps through Step. The environments run one at a time (a split
 // one holds still between its halves). When a step or reset fails, the
 // environments already started still get their reads and finish, as
-// they would have before it, and the error is returned.
-func (v *VecEnv[O]) stepAll(actions [][]int) (results []StepResult[O], first []O, reset []bool, err error) {
+// they would have before it, and the error is returned with what did
+// complete.
+func (v *VecEnv[O]) stepAll(actions [][]int) (stepOutcome[O], error) {
 	n := len(v.envs)
-	results, first, reset = make([]StepResult[O], n), make([]O, n), make([]bool, n)
+	out := stepOutcome[O]{results: make([]StepResult[O], n), stepped: make([]bool, n), reset: make([]bool, n), first: make([]O, n)}
 	var halves []halfDone
 	finish := func() error {
-		for k, err := range v.finishHalves(halves, results, first) {
-			if err != nil {
-				h := halves[k]
-				if h.reset {
-					return fmt.Errorf("simic: VecEnv.Step: env %d reset: %w", h.i, err)
-				}
-				return fmt.Errorf("simic: VecEnv.Step: env %d: %w", h.i, err)
+		var first error
+		for k, err := range v.finishHalves(halves, out.results, out.first) {
+			h := halves[k]
+			switch {
+			case err == nil && h.reset:
+				out.reset[h.i] = true
+			case err == nil:
+				out.stepped[h.i] = true
+			case first == nil && h.reset:
+				first = fmt.Errorf("simic: VecEnv.Step: env %d reset: %w", h.i, err)
+			case first == nil:
+				first = fmt.Errorf("simic: VecEnv.Step: env %d: %w", h.i, err)
 			}
 		}
-		return nil
+		halves = nil
+		return first
 	}
-	fail := func(i int, what string, err error) ([]StepResult[O], []O, []bool, error) {
+	fail := func(i int, what string, err error) (stepOutcome[O], error) {
 		_ = finish()
-		return nil, nil, nil, fmt.Errorf("simic: VecEnv.Step: env %d%s: %w", i, what, err)
+		return out, fmt.Errorf("simic: VecEnv.Step: env %d%s: %w", i, what, err)
 	}
 	for i, e := range v.envs {
 		sp, ok := e.(SplitStepper[O])
 		if !ok {
-			if results[i], err = e.Step(actions[i]); err != nil {
+			r, err := e.Step(actions[i])
+			if err != nil {
 				return fail(i, "", err)
 			}
+			out.results[i], out.stepped[i] = r, true
 			continue
 		}
 		reads, err := sp.StepStart(actions[i])
@@ -437,17 +456,16 @@ func (v *VecEnv[O]) stepAll(actions [][]int) (results []StepResult[O], first []O
 		if err != nil {
 			return fail(i, "", err)
 		}
-		results[i] = r
+		out.results[i], out.stepped[i] = r, true
 		if sr, ok := e.(SplitResetter[O]); ok && (r.Terminated || r.Truncated) {
 			reads, err := sr.ResetStart()
 			if err != nil {
 				return fail(i, " reset", err)
 			}
 			halves = append(halves, halfDone{i: i, reset: true, reads: reads})
-			reset[i] = true
 		}
 	}
-	return results, first, reset, finish()
+	return out, finish()
 }
 
 // readAll copies reads[i] (nil: none) to the host for every i with one
@@ -493,7 +511,16 @@ func (v *VecEnv[O]) readAll(reads [][]*tensor.Tensor) ([][]*tensor.Tensor, error
 }
 
 // Step applies actions[i] to environment i, resets the environments
-// whose episode ended, and returns the results.
+// whose episode ended, and returns the results. SplitStepper and
+// SplitResetter environments read their device state together: one
+// batched read for the lock-step step, the first epochs of the episodes
+// that ended within StepStart included; episodes that ended after that
+// read (a diverged host) start together after it, in one more read.
+// When an environment fails, Step returns the error with the VecStep of
+// what completed: the environments whose step failed, or that never
+// stepped, have zero entries, and their observation in Obs is the one
+// they had. VecEnv's own state (observations, episode statistics) then
+// holds what completed.
 func (v *VecEnv[O]) Step(actions [][]int) (*VecStep[O], error) {
 	n := len(v.envs)
 	if len(actions) != n {
@@ -508,12 +535,14 @@ func (v *VecEnv[O]) Step(actions [][]int) (*VecStep[O], error) {
 			return nil, fmt.Errorf("simic: VecEnv.Step: env %d: action has %d heads, want %d", i, len(actions[i]), len(v.spec.HeadSizes))
 		}
 	}
-	results, first, reset, err := v.stepAll(actions)
-	if err != nil {
-		return nil, err
-	}
-	for i, e := range v.envs {
-		r := results[i]
+	out, err := v.stepAll(actions)
+	var late []int // ended, not yet reset
+	for i := range v.envs {
+		if !out.stepped[i] {
+			s.Obs[i] = v.obs[i]
+			continue
+		}
+		r := out.results[i]
 		s.Rewards[i], s.Terminated[i], s.Truncated[i], s.Rollback[i] = r.Reward, r.Terminated, r.Truncated, r.Rollback
 		v.epReturn[i] += r.Reward
 		v.epLen[i]++
@@ -522,13 +551,22 @@ func (v *VecEnv[O]) Step(actions [][]int) (*VecStep[O], error) {
 			s.FinalObs[i] = r.Obs
 			s.Episodes = append(s.Episodes, Episode{Env: i, Return: v.epReturn[i], Length: v.epLen[i], Truncated: !r.Terminated})
 			v.epReturn[i], v.epLen[i] = 0, 0
-			if reset[i] {
-				s.Obs[i] = first[i]
-			} else if s.Obs[i], err = e.Reset(); err != nil {
-				return nil, fmt.Errorf("simic: VecEnv.Step: env %d reset: %w", i, err)
+			if out.reset[i] {
+				s.Obs[i] = out.first[i]
+			} else {
+				late = append(late, i)
 			}
 		}
+		v.obs[i] = s.Obs[i]
 	}
-	copy(v.obs, s.Obs)
-	return s, nil
+	if err != nil {
+		return s, err
+	}
+	if len(late) > 0 {
+		_, err = v.resetAll(late, "VecEnv.Step")
+		for _, i := range late {
+			s.Obs[i] = v.obs[i] // the new episode's first observation where its reset completed
+		}
+	}
+	return s, err
 }

@@ -1,6 +1,7 @@
 package simic
 
 import (
+	"errors"
 	"iter"
 	"math"
 	"reflect"
@@ -885,4 +886,118 @@ func TestVecEnvStepFailures(t *testing.T) {
 			t.Fatal("Close hangs after ResetStart")
 		}
 	})
+}
+
+// resetCounter counts the whole Resets VecEnv makes of an EsperEnv (its
+// split halves are promoted and not counted).
+type resetCounter struct {
+	*EsperEnv
+	whole *int
+}
+
+func (r resetCounter) Reset() (TamiyoObs, error) {
+	*r.whole++
+	return r.EsperEnv.Reset()
+}
+
+// TestVecEnvResetsDivergedEpisodesTogether: episodes that end after the
+// step's batched read (a host that diverged past the governor's
+// rollbacks ends its episode in StepFinish) start their next episodes
+// through the split reset, all in one more read, never through a whole
+// Reset each; the step that ends them reads at most twice.
+func TestVecEnvResetsDivergedEpisodesTogether(t *testing.T) {
+	d, _ := tinyEsper(t)
+	whole := 0
+	var envs []*EsperEnv
+	vec, err := NewVecEnv(3, func(i int) (Env[TamiyoObs], error) {
+		e, err := NewEsperEnv(EsperEnvOptions{Data: d, Index: i, Seed: 11, MaxEpochs: 8, Blocks: 3, BaseChannels: 2, HostLR: 1e6, Device: testdevice.Device(t)})
+		envs = append(envs, e)
+		return resetCounter{e, &whole}, err
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		for _, e := range envs {
+			e.Close()
+		}
+	})
+	wait := make([][]int, 3)
+	for i := range wait {
+		wait[i] = make([]int, leyline.NumActionHeads)
+	}
+	diverged := 0
+	for k := 0; k < 8; k++ {
+		r0 := vec.ReadSyncs()
+		s, err := vec.Step(wait)
+		require.NoError(t, err, "step %d", k)
+		for _, ep := range s.Episodes {
+			require.False(t, ep.Truncated, "a diverged host ends its episode as terminal")
+			diverged++
+		}
+		require.LessOrEqual(t, vec.ReadSyncs()-r0, uint64(2), "step %d: the step's read and one for the late resets", k)
+		for i, o := range s.Obs {
+			require.NotNil(t, o.Graph, "step %d: env %d has an observation", k, i)
+		}
+	}
+	require.Positive(t, diverged, "the hosts diverged")
+	require.Zero(t, whole, "no environment was reset on its own")
+}
+
+// splitFake is a SplitStepper and SplitResetter whose step reads nothing
+// and whose episodes last two steps; its observation is its episode
+// number; with failAt > 0 its StepStart fails once, at that call.
+type splitFake struct {
+	episode, steps, calls, failAt int
+}
+
+func (f *splitFake) Spec() EnvSpec      { return EnvSpec{HeadSizes: []int{2}} }
+func (f *splitFake) ActionMasks() Masks { return nil }
+func (f *splitFake) Reset() (int, error) {
+	if _, err := f.ResetStart(); err != nil {
+		return 0, err
+	}
+	return f.ResetFinish(nil, nil)
+}
+func (f *splitFake) ResetStart() ([]*tensor.Tensor, error)            { f.episode++; f.steps = 0; return nil, nil }
+func (f *splitFake) ResetFinish([]*tensor.Tensor, error) (int, error) { return f.episode, nil }
+func (f *splitFake) Step(a []int) (StepResult[int], error) {
+	if _, err := f.StepStart(a); err != nil {
+		return StepResult[int]{}, err
+	}
+	return f.StepFinish(nil, nil)
+}
+func (f *splitFake) StepStart([]int) ([]*tensor.Tensor, error) {
+	f.calls++
+	if f.calls == f.failAt {
+		return nil, errors.New("fake failure")
+	}
+	f.steps++
+	return nil, nil
+}
+func (f *splitFake) StepFinish([]*tensor.Tensor, error) (StepResult[int], error) {
+	return StepResult[int]{Obs: f.episode, Reward: 1, Truncated: f.steps == 2}, nil
+}
+
+// TestVecEnvFailedStepKeepsWhatCompleted: when an environment's step
+// fails after another's episode ended and its next one started within
+// the same Step, the error comes with the VecStep of what completed (the
+// ended episode reported, the new episode's observation) and VecEnv's
+// state holds it: the next Step goes on from the new episode.
+func TestVecEnvFailedStepKeepsWhatCompleted(t *testing.T) {
+	a, b := &splitFake{}, &splitFake{failAt: 2}
+	vec, err := NewVecEnv(2, func(i int) (Env[int], error) { return []Env[int]{a, b}[i], nil })
+	require.NoError(t, err)
+	act := [][]int{{0}, {0}}
+	_, err = vec.Step(act)
+	require.NoError(t, err)
+	s, err := vec.Step(act) // a's episode ends and a restarts; then b fails
+	require.ErrorContains(t, err, "env 1: fake failure")
+	require.NotNil(t, s)
+	require.Equal(t, []Episode{{Env: 0, Return: 2, Length: 2, Truncated: true}}, s.Episodes)
+	require.Equal(t, []int{2, 1}, s.Obs, "a in its second episode; b as it was")
+	require.Equal(t, []int{2, 1}, vec.Obs())
+	// b's failed step did not count: this one is its episode's second.
+	s, err = vec.Step(act)
+	require.NoError(t, err)
+	require.Equal(t, []Episode{{Env: 1, Return: 2, Length: 2, Truncated: true}}, s.Episodes)
+	require.Equal(t, []int{2, 2}, s.Obs)
 }

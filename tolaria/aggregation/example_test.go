@@ -115,3 +115,34 @@ func ExampleTensorCombiner() {
 	// [a b] conflict ratio 0.5
 	// host [-1.517 0.759], a [1.000], b [-7.138]
 }
+
+// A caller that already waits for the device once an epoch reads the
+// accumulator's device sums in that wait: PendingSums joins its own
+// tensors in one tensor.ToHostMany, and FlushFrom takes their host
+// copies; Finalize then has nothing left to read.
+func ExampleSeedMetricsAccumulator_FlushFrom() {
+	params := []*autograd.Var{autograd.Param(tensor.Zeros(tensor.F32, 2)), autograd.Param(tensor.Zeros(tensor.F32, 1))}
+	masks, _ := aggregation.SegmentMasks(params, []string{"host", "a"})
+	acc, _ := aggregation.NewSeedMetricsAccumulator(aggregation.AccumulatorOptions{})
+	acc.SetMasks(masks)
+	// One step's per-seed vectors and conflict count, as tensors (on the
+	// CPU here; on a GPU they stay on the device until the read).
+	flats := []*tensor.Tensor{tensor.FromSlice([]float32{3, 4, 0}), tensor.FromSlice([]float32{0, 0, 12})}
+	_ = acc.RecordTensors([]string{"a", "b"}, flats, []float64{1, 1}, nil, nil, 0)
+	_ = acc.RecordCombineTensor(1, tensor.FromSlice([]float64{0}))
+
+	mine := tensor.FromSlice([]float32{1.5}) // the caller's own figure
+	read := append([]*tensor.Tensor{mine}, acc.PendingSums()...)
+	host, _ := tensor.ToHostMany(read) // one wait on a device
+	fmt.Println("mine", host[0].F32(), "sums", len(read)-1)
+	if err := acc.FlushFrom(host[1:]); err != nil {
+		fmt.Println(err)
+	}
+	fmt.Println("pending after:", acc.PendingSums() == nil)
+	report := acc.Finalize(nil)
+	fmt.Println(report.Err == nil, "conflict ratio", report.ConflictRatio)
+	// Output:
+	// mine [1.5] sums 2
+	// pending after: true
+	// true conflict ratio 0
+}
