@@ -104,6 +104,15 @@ type W4LoopResult struct {
 	// only); UpdateSeconds the time spent in PPO updates (ppo only).
 	PolicySeconds float64 `json:"policy_seconds,omitempty"`
 	UpdateSeconds float64 `json:"update_seconds,omitempty"`
+	// EnvSeconds is the time spent inside the environments' own calls
+	// (their steps' and resets' halves: host work, launches and any wait
+	// of their own), ReadSeconds the rest of VecEnv.Step: its batched
+	// reads, where the host waits for the device to finish every
+	// environment's queued work (bare only). On a GPU a large ReadSeconds
+	// says the loop waits for the device; a large EnvSeconds that the host
+	// is the bound.
+	EnvSeconds  float64 `json:"env_seconds,omitempty"`
+	ReadSeconds float64 `json:"read_seconds,omitempty"`
 	// Syncs are the loop's host syncs of the device (zero on the CPU).
 	Syncs W4Syncs `json:"host_syncs"`
 }
@@ -308,6 +317,8 @@ type w4Env struct {
 	// captures are its trainers' capture figures over the calls since
 	// the census took them last.
 	captures autograd.CaptureStats
+	// busy is the time spent inside its calls.
+	busy time.Duration
 }
 
 func (e *w4Env) Reset() (simic.TamiyoObs, error) {
@@ -347,15 +358,16 @@ func (e *w4Env) ResetFinish(hosts []*tensor.Tensor, readErr error) (simic.Tamiyo
 	return e.EsperEnv.ResetFinish(hosts, readErr)
 }
 
-// count notes the device's host syncs and the trainer's capture figures
-// before a call and returns the function that adds the call's to the
-// environment's.
+// count notes the device's host syncs, the trainer's capture figures and
+// the time before a call and returns the function that adds the call's
+// to the environment's.
 func (e *w4Env) count() func() {
-	s0 := tensor.HostSyncs(e.dev)
+	t0, s0 := time.Now(), tensor.HostSyncs(e.dev)
 	captures := e.countCaptures()
 	return func() {
 		captures()
 		e.syncs += tensor.HostSyncs(e.dev) - s0
+		e.busy += time.Since(t0)
 	}
 }
 
@@ -406,9 +418,12 @@ type w4Rig struct {
 	pol  *simic.TamiyoPolicy
 	rng  *rand.Rand
 	// actTime is the time spent in the policy's Act by measured steps,
-	// actSyncs its host syncs.
-	actTime  time.Duration
-	actSyncs uint64
+	// actSyncs its host syncs; envTime the time inside the environments'
+	// calls during their VecEnv.Steps, readTime the rest of those Steps
+	// (the batched reads).
+	actTime           time.Duration
+	actSyncs          uint64
+	envTime, readTime time.Duration
 }
 
 // newW4Rig builds o's data, environments (reset, each parked at its
@@ -475,6 +490,11 @@ func (r *w4Rig) step(work *W4Work) error {
 		r.actSyncs += tensor.HostSyncs(r.o.Device) - s0
 	}
 	reads0 := r.vec.ReadSyncs()
+	var busy0 time.Duration
+	for _, w := range r.wrap {
+		busy0 += w.busy
+	}
+	t1 := time.Now()
 	vs, err := r.vec.Step(act.Actions)
 	if err != nil {
 		return err
@@ -482,6 +502,13 @@ func (r *w4Rig) step(work *W4Work) error {
 	if work == nil {
 		return nil
 	}
+	took := time.Since(t1)
+	var busy time.Duration
+	for _, w := range r.wrap {
+		busy += w.busy
+	}
+	r.envTime += busy - busy0
+	r.readTime += took - (busy - busy0)
 	work.ReadSyncs += int(r.vec.ReadSyncs() - reads0)
 	work.Episodes += len(vs.Episodes)
 	for i, e := range r.envs {
@@ -576,6 +603,7 @@ func RunW4(o W4Options) (W4Result, error) {
 	runtime.ReadMemStats(&ms1)
 	res.Bare = w4Loop("bare", lat, o.Steps*o.Envs, o.Envs, ms1.Mallocs-ms0.Mallocs)
 	res.Bare.PolicySeconds = rig.actTime.Seconds()
+	res.Bare.EnvSeconds, res.Bare.ReadSeconds = rig.envTime.Seconds(), rig.readTime.Seconds()
 	envSyncs := uint64(res.Work.ReadSyncs)
 	for _, n := range res.Work.Syncs {
 		envSyncs += uint64(n)

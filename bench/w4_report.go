@@ -164,7 +164,8 @@ func BenchW4(stdout, stderr io.Writer, c Config, dev tensor.Device) error {
 	seeds, _ := w.SeedTotals()
 	fmt.Fprintf(stdout, "bare loop work (%d env-epochs): %.2f live seeds per env-epoch (%.0f seed parameters; host %d, policy %d), %d seed-epochs run, %d germinations, %d fused counterfactual configurations, %d ablation passes, %d rollbacks, %d episodes ended\n",
 		r.Bare.EnvEpochs, w.LiveSeeds, w.SeedParams, r.HostParams, r.PolicyParams, seeds, w.Germinations, total(w.Configs), total(w.Ablations), w.Rollbacks, w.Episodes)
-	fmt.Fprintf(stdout, "bare loop time: %.2f s, of which %.2f s in the policy's batched Act\n", r.Bare.Seconds, r.Bare.PolicySeconds)
+	fmt.Fprintf(stdout, "bare loop time: %.2f s: %.2f s in the policy's batched Act, %.2f s in the environments' own calls, %.2f s in the batched reads (waiting for the device)\n",
+		r.Bare.Seconds, r.Bare.PolicySeconds, r.Bare.EnvSeconds, r.Bare.ReadSeconds)
 	if w := r.Work; w.Captures+w.EagerCalls+w.Replays > 0 {
 		fmt.Fprintf(stdout, "bare loop captured regions (the environments' trainers): %d replays, %d captures taking %.3f s, %d eager calls (warm-ups and fallbacks); %d launches in a training step's graph, %d in a validation pass's\n",
 			w.Replays, w.Captures, w.CaptureSeconds, w.EagerCalls, w.StepGraphNodes, w.ValidationGraphNodes)

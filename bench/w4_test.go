@@ -53,6 +53,11 @@ func TestW4SmallRun(t *testing.T) {
 	require.Greater(t, r.Bare.EnvEpochsPerSec, 0.0)
 	require.InDelta(t, 8/r.Bare.Seconds, r.Bare.EnvEpochsPerSec, 1e-9*r.Bare.EnvEpochsPerSec)
 	require.InDelta(t, r.Bare.EnvEpochsPerSec/2, r.Bare.PerEnv, 1e-12)
+	// The loop's time splits into the policy's Act, the environments' own
+	// calls and the batched reads, within the measured steps' wall time.
+	require.Positive(t, r.Bare.EnvSeconds, "the environments' calls")
+	require.GreaterOrEqual(t, r.Bare.ReadSeconds, 0.0)
+	require.LessOrEqual(t, r.Bare.PolicySeconds+r.Bare.EnvSeconds+r.Bare.ReadSeconds, r.Bare.Seconds)
 
 	require.NotNil(t, r.PPO)
 	require.Equal(t, "ppo", r.PPO.Mode)
