@@ -613,16 +613,26 @@ func (e *EsperEnv) ResetStart() ([]*tensor.Tensor, error) {
 	e.cancel, e.runCtx = cancel, ctx
 	e.done = make(chan epochResult, 1)
 	e.resetting = true
+	return e.startBatchedEpoch(ctx), nil
+}
+
+// startBatchedEpoch starts epoch e.epoch for a split step or reset: it
+// runs to its read of its accumulators, which it leaves waiting for the
+// host copies, and returns the tensors that read wants. When the epoch
+// parks or ends before reading, it returns nil; pending then holds that
+// event for StepFinish or ResetFinish (and an epoch that ended is no
+// longer running).
+func (e *EsperEnv) startBatchedEpoch(ctx context.Context) []*tensor.Tensor {
 	e.batchRead = true
 	e.startEpoch(ctx)
 	e.pending = e.next()
 	if e.pending.done != nil {
-		e.running = false // the epoch's goroutine has ended (ResetFinish handles its result)
+		e.running = false // the epoch's goroutine has ended
 	}
 	if e.pending.read != nil {
-		return e.pending.read.ts, nil
+		return e.pending.read.ts
 	}
-	return nil, nil
+	return nil
 }
 
 // ResetFinish is the second half of Reset: it hands the first epoch
@@ -1014,16 +1024,7 @@ func (e *EsperEnv) StepStart(action []int) ([]*tensor.Tensor, error) {
 	if e.epoch >= e.o.MaxEpochs {
 		return nil, nil // the episode ends: StepFinish has no epoch to wait for
 	}
-	e.batchRead = true
-	e.startEpoch(e.runCtx)
-	e.pending = e.next()
-	if e.pending.done != nil {
-		e.running = false // the epoch's goroutine has ended (StepFinish handles its result)
-	}
-	if e.pending.read != nil {
-		return e.pending.read.ts, nil
-	}
-	return nil, nil
+	return e.startBatchedEpoch(e.runCtx), nil
 }
 
 // StepFinish is the second half of Step: it hands the epoch StepStart

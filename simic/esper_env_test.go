@@ -808,16 +808,7 @@ func TestVecEnvStepFailures(t *testing.T) {
 	})
 	t.Run("epoch fails before its read", func(t *testing.T) {
 		bd := &EsperData{Train: badFromEpoch{d.Train, 1}, Val: d.Val, InChannels: d.InChannels, Classes: d.Classes}
-		var envs []*EsperEnv
-		vec, err := NewVecEnv(2, func(i int) (Env[TamiyoObs], error) {
-			data := d
-			if i == 0 {
-				data = bd
-			}
-			e, err := NewEsperEnv(EsperEnvOptions{Data: data, Index: i, Seed: 11, MaxEpochs: 8, Blocks: 3, BaseChannels: 2, Device: testdevice.Device(t)})
-			envs = append(envs, e)
-			return e, err
-		})
+		vec, envs, err := badDataEnvs(t, 2, 0, d, bd)
 		require.NoError(t, err)
 		_, err = vec.Step([][]int{wait(), wait()})
 		require.ErrorContains(t, err, "env 0")
@@ -830,31 +821,11 @@ func TestVecEnvStepFailures(t *testing.T) {
 		reads, err := lone.StepStart(wait())
 		require.NoError(t, err)
 		require.Nil(t, reads, "the epoch failed before its read")
-		closed := make(chan struct{})
-		go func() {
-			for _, e := range envs {
-				e.Close()
-			}
-			close(closed)
-		}()
-		select {
-		case <-closed:
-		case <-time.After(20 * time.Second):
-			t.Fatal("Close hangs after an epoch failed before its read")
-		}
+		closeWithin(t, envs, "after an epoch failed before its read")
 	})
 	t.Run("a reset fails", func(t *testing.T) {
 		bd := &EsperData{Train: badFromEpoch{d.Train, 0}, Val: d.Val, InChannels: d.InChannels, Classes: d.Classes}
-		var envs []*EsperEnv
-		_, err := NewVecEnv(3, func(i int) (Env[TamiyoObs], error) {
-			data := d
-			if i == 1 {
-				data = bd
-			}
-			e, err := NewEsperEnv(EsperEnvOptions{Data: data, Index: i, Seed: 11, MaxEpochs: 8, Blocks: 3, BaseChannels: 2, Device: testdevice.Device(t)})
-			envs = append(envs, e)
-			return e, err
-		})
+		_, envs, err := badDataEnvs(t, 3, 1, d, bd)
 		require.ErrorContains(t, err, "env 1 reset")
 		for _, i := range []int{0, 2} {
 			_, err := envs[i].Step(wait())
@@ -873,19 +844,43 @@ func TestVecEnvStepFailures(t *testing.T) {
 		require.NotNil(t, reads, "the first epoch waits for its read")
 		_, err = lone.StepStart(wait())
 		require.ErrorContains(t, err, "no decision pending")
-		closed := make(chan struct{})
-		go func() {
-			for _, e := range envs {
-				e.Close()
-			}
-			close(closed)
-		}()
-		select {
-		case <-closed:
-		case <-time.After(20 * time.Second):
-			t.Fatal("Close hangs after ResetStart")
-		}
+		closeWithin(t, envs, "after ResetStart")
 	})
+}
+
+// badDataEnvs builds n small Esper environments in a VecEnv, environment
+// bad on the data bd and the others on d, and returns the VecEnv's
+// error with every environment made.
+func badDataEnvs(t *testing.T, n, bad int, d, bd *EsperData) (*VecEnv[TamiyoObs], []*EsperEnv, error) {
+	var envs []*EsperEnv
+	vec, err := NewVecEnv(n, func(i int) (Env[TamiyoObs], error) {
+		data := d
+		if i == bad {
+			data = bd
+		}
+		e, err := NewEsperEnv(EsperEnvOptions{Data: data, Index: i, Seed: 11, MaxEpochs: 8, Blocks: 3, BaseChannels: 2, Device: testdevice.Device(t)})
+		envs = append(envs, e)
+		return e, err
+	})
+	return vec, envs, err
+}
+
+// closeWithin closes every environment and fails the test if that takes
+// 20 s (a Close waiting forever for an epoch), naming when.
+func closeWithin(t *testing.T, envs []*EsperEnv, when string) {
+	t.Helper()
+	closed := make(chan struct{})
+	go func() {
+		for _, e := range envs {
+			e.Close()
+		}
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Close hangs " + when)
+	}
 }
 
 // resetCounter counts the whole Resets VecEnv makes of an EsperEnv (its
