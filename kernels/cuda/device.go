@@ -182,9 +182,6 @@ func (d *Device) kernel(name string) (cu.Function, error) {
 	return fn, nil
 }
 
-// blockSize is the thread count of the elementwise launches.
-const blockSize = 256
-
 // launch1D launches kernel name over n elements with a grid-stride grid:
 // enough blocks to fill every SM several times over, at most one thread
 // per element.
@@ -196,11 +193,7 @@ func (d *Device) launch1D(name string, n int64, a *args) error {
 	if err != nil {
 		return err
 	}
-	blocks := (n + blockSize - 1) / blockSize
-	if most := int64(d.sms) * 8; blocks > most {
-		blocks = most
-	}
-	return launchRaw(fn, [3]int{int(blocks), 1, 1}, [3]int{blockSize, 1, 1}, 0, d.stream, a)
+	return launchRaw(fn, [3]int{int(grid1D(n, d.sms)), 1, 1}, [3]int{blockSize, 1, 1}, 0, d.stream, a)
 }
 
 // Synchronize waits for everything enqueued on the device's stream.
@@ -212,11 +205,6 @@ func (d *Device) Synchronize() error {
 
 // Name returns the device's name as the driver reports it.
 func (d *Device) Name() string { return d.name }
-
-// rowThreads is the block size of the row kernels (ROW_THREADS in
-// src/softmax.cu and src/reduce.cu; the norms' per-row and per-channel
-// launches take it too).
-const rowThreads = 256
 
 // launchRows launches a row kernel: one block per row.
 func (d *Device) launchRows(name string, rows int, a *args) error {

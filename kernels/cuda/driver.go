@@ -340,14 +340,6 @@ func copyD2HManySync(dsts [][]byte, srcs []cu.DevicePtr, s cu.Stream) (err error
 	return nil
 }
 
-// b2i is 1 for true, 0 for false (kernel flags).
-func b2i(b bool) int32 {
-	if b {
-		return 1
-	}
-	return 0
-}
-
 // bouncePool hands out page-locked bounce buffers of bounceMax bytes for
 // small device-to-host copies: up to bouncePoolSize, allocated on first
 // use (cuMemHostAlloc, portable across contexts) and kept for the

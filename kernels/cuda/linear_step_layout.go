@@ -1,6 +1,10 @@
 package cuda
 
-import "math"
+import (
+	"math"
+
+	"github.com/esper-go/esper/kernels"
+)
 
 // linearCESGDWords is struct LinearCESGD of src/softmax.cu in 8-byte
 // words: linear_ce_sgd_f32's one argument.
@@ -36,4 +40,19 @@ func (a linearCESGDArgs) words() []uint64 {
 		pair(math.Float32bits(a.wd), uint32(a.nesterov)),
 		pair(uint32(a.maximize), uint32(a.zero)),
 		uint64(a.np)}
+}
+
+// linearCESGDScalars is LinearCESGDStep's argument block for x [m, k], w
+// [n, k] and an arena of np elements with every address left 0 (the
+// launcher sets them): the sizes, the loss's parameters (flags as
+// linearCEFlags packs them; t64 when the targets are int64) and the
+// step's options (damp = 1 − dampening, as sgd_f32 takes it).
+func linearCESGDScalars(m, k, n int, t64 bool, p kernels.CrossEntropyParams, o kernels.SGDOptions, np int) linearCESGDArgs {
+	return linearCESGDArgs{
+		m: int64(m), n: int64(n), k: int64(k), eps: float32(p.LabelSmoothing), ignore: p.IgnoreIndex,
+		flags: linearCEFlags(t64, p),
+		mu:    float32(o.Momentum), damp: float32(1 - o.Dampening), wd: float32(o.WeightDecay),
+		nesterov: b2i(o.Nesterov), maximize: b2i(o.Maximize), zero: b2i(o.ZeroGrad),
+		np: int64(np),
+	}
 }

@@ -105,22 +105,6 @@ func (d *Device) matmulEpilogue(op string, dst, a, b, bias *tensor.Tensor, act i
 	return d.launch1D(name, n, ar.ptr(pd).ptr(pbias).i32(biasCode).i32(act).i64(int64(max(cols, 1))).i64(n))
 }
 
-// Small products with an epilogue run as one gemm_small_f32 launch (a
-// thread per element) instead of cuBLAS and the epilogue: F32, no batch,
-// K at most gemmSmallK and M·N·K at most gemmSmallMACs (a trainer's tiny
-// linear layers, as W1's 4×16 by 16×4), or K at most gemmSmallWarpK and
-// M·N at most gemmSmallWide (an encoder of a few dozen features, as W2's
-// policy's three: 500×256 outputs of K = 31, where cuBLAS and the
-// epilogue were two graph nodes for as many MACs as a thread each).
-const (
-	gemmSmallK    = 256
-	gemmSmallMACs = 1 << 16
-	gemmSmallWide = 1 << 20
-	// gemmSmallWarpK: past it each element gets a warp
-	// (gemm_small_warp_f32), not a thread.
-	gemmSmallWarpK = 32
-)
-
 // gemmSmall runs matmulEpilogue's product and epilogue in one launch when
 // they are small (see gemmSmallK) and reports whether it did.
 func (d *Device) gemmSmall(op string, dims kernels.MatMulDims, dst, a, b *tensor.Tensor, pbias cu.DevicePtr, biasCode, act int32, transA, transB bool) (bool, error) {

@@ -183,7 +183,7 @@ func (d *Device) LinearBackwardAdd(dx, dw, db, g, x, w *tensor.Tensor, prec Prec
 	if err != nil {
 		return err
 	}
-	if m > gemmSmallK || m*n*k > gemmSmallMACs || m*k > gemmSmallMACs || n > gemmSmallK {
+	if !linearBwdSmallFits(m, n, k) {
 		if err := d.MatMul(dx, g, w, false, false, prec); err != nil {
 			return err
 		}
@@ -195,10 +195,7 @@ func (d *Device) LinearBackwardAdd(dx, dw, db, g, x, w *tensor.Tensor, prec Prec
 	if err != nil {
 		return err
 	}
-	total := int64(n*k + m*k)
-	if db != nil {
-		total += int64(n)
-	}
+	total := linearBwdSmallTotal(m, n, k, db != nil)
 	if total == 0 {
 		return nil
 	}

@@ -36,13 +36,6 @@ func (b *Backend) LinearActLayerNorm(y, x, w, bias *T, act kernels.UnaryOp, g, s
 	return done
 }
 
-// Limits of linear_act_ln_f32: a row's outputs in shared memory (16
-// KiB), each summed by one thread over at most lnFusedK products.
-const (
-	lnFusedN = 4096
-	lnFusedK = 64
-)
-
 // LinearActLayerNorm writes y = LayerNorm(act(x·wᵀ + bias)) with gain g
 // and shift s in one linear_act_ln_f32 launch (a block of rowThreads
 // threads per row) for F32 operands of at most lnFusedN outputs and
@@ -54,7 +47,7 @@ func (d *Device) LinearActLayerNorm(y, x, w, bias *tensor.Tensor, act kernels.Un
 	if err := checked(err); err != nil {
 		return false, err
 	}
-	if x.DType() != tensor.F32 || n > lnFusedN || k > lnFusedK {
+	if x.DType() != tensor.F32 || !linearActLNFits(n, k) {
 		return false, nil
 	}
 	f32 := tensor.F32
@@ -75,7 +68,8 @@ func (d *Device) LinearActLayerNorm(y, x, w, bias *tensor.Tensor, act kernels.Un
 	var a args
 	a.ptr(ptrs[0]).ptr(ptrs[1]).ptr(ptrs[2]).ptr(ptrs[3]).i32(int32(act)).ptr(ptrs[4]).ptr(ptrs[5])
 	a.i64(int64(n)).i64(int64(k)).f32(float32(eps))
-	return true, launchRaw(fn, [3]int{m, 1, 1}, [3]int{rowThreads, 1, 1}, 4*n, d.stream, &a)
+	grid, block, shmem := linearActLNGeom(m, n)
+	return true, launchRaw(fn, [3]int{grid, 1, 1}, [3]int{block, 1, 1}, shmem, d.stream, &a)
 }
 
 // GroupNorm implements kernels.Backend.

@@ -361,10 +361,6 @@ func sgdArgs(pp, pg, pm, ph, pf cu.DevicePtr, o kernels.SGDOptions, n int) *args
 	return &a
 }
 
-// sgdOneBlock is the largest arena IncrementSGDStep updates in one launch
-// (sgd_inc_f32, one block of blockSize threads).
-const sgdOneBlock = 1 << 14
-
 // IncrementSGDStep is Increment of hyper[1] (unless foundInf) and SGDStep
 // in turn, in one launch for an arena of at most sgdOneBlock elements
 // (kernels.SGDIncrementer).
@@ -469,15 +465,6 @@ func (b *Backend) ClipByNorm(norm *T, xs []*T, maxNorm, eps float64) {
 const (
 	clipParts   = 1024
 	clipPerPart = 4 * blockSize
-)
-
-// clipSmall is the most elements a clip by norm takes in one launch of
-// one block of clipSmallThreads threads (clip_small_f32: a small layer's
-// arena, where the two-launch path's second launch cost more than the
-// arithmetic).
-const (
-	clipSmall        = 1 << 15
-	clipSmallThreads = 1024
 )
 
 // clipGrid is clip_sumsq_f32's grid (its partial sums) for n elements.

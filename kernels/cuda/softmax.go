@@ -196,27 +196,6 @@ func (d *Device) ceRows(s ceScratch, ploss cu.DevicePtr, logits *tensor.Tensor, 
 	return launchRaw(fn, [3]int{1, 1, 1}, [3]int{rowThreads, 1, 1}, 0, d.stream, &f)
 }
 
-// ceSmallRows is the most rows whose reduced cross-entropy runs in one
-// launch (ce_small: one block, its warps taking the rows in turn); more
-// rows take a block each and a reduction launch. A trainer's batch of
-// 128 or 256 rows of a few classes is a few rows per warp of a block of
-// 1024 threads, quicker than two launches.
-const ceSmallRows = 256
-
-// ceSmallElems is the most logits (N·C) one ce_small block takes: past
-// it, however few the rows, a block per row and a reduction are quicker
-// than one block walking every class.
-const ceSmallElems = 1 << 16
-
-// ceSmallFits reports whether a reduced cross-entropy over n rows of c
-// classes runs as ce_small's one block.
-func ceSmallFits(n, c int) bool { return n <= ceSmallRows && n*c <= ceSmallElems }
-
-// ceSmallThreads is ce_small's block for n rows: a warp per row up to 32
-// warps. The loss sums the warps' partials in warp order, so the block
-// is a function of n alone (a replay and the eager call agree).
-func ceSmallThreads(n int) int { return min(1024, 32*max(1, n)) }
-
 // ceSmall is the one-launch forward of a reduced cross-entropy over
 // logits that ceSmallFits, written into loss (ploss); with plsum and
 // pacc (non-zero) also the running metrics of CrossEntropyCount
@@ -483,12 +462,6 @@ func (d *Device) SoftmaxBackwardAxis(dx, y, dy *tensor.Tensor, axis int, log boo
 	return d.launch1D(name, int64(outer*inner), ar.i32(b2i(log)).ptr(ptrs[0]).ptr(ptrs[1]).ptr(ptrs[2]).i64(int64(outer)).i64(int64(n)).i64(int64(inner)))
 }
 
-// linearCEFlags packs linear_ce_small_block's flags: ce_small's t64
-// (bit 0), has_ignore (bit 1) and mean (bit 2).
-func linearCEFlags(t64 bool, p kernels.CrossEntropyParams) int32 {
-	return int32(b2i(t64) | b2i(p.HasIgnore)<<1 | b2i(p.Reduction == kernels.ReduceMean)<<2)
-}
-
 // linearCEShapes checks a linear head and its counted cross-entropy
 // (LinearCrossEntropyCount's operands) and returns M, K and N: x [M, K],
 // w [N, K], logits [M, N], b nil or [N], and the loss's operands as
@@ -577,7 +550,7 @@ func (d *Device) LinearCESGDStep(logits, loss, x, w, b, target *tensor.Tensor, p
 	if err := sameShape(op, dlogits, logits); err != nil {
 		return false, err
 	}
-	if !ceSmallFits(m, n) || k > gemmSmallK || m*n*k > gemmSmallMACs || param.Numel() > sgdOneBlock {
+	if !linearCESGDFits(m, k, n, param.Numel()) {
 		return false, nil
 	}
 	km := mom
@@ -603,16 +576,10 @@ func (d *Device) LinearCESGDStep(logits, loss, x, w, b, target *tensor.Tensor, p
 	if err != nil {
 		return false, err
 	}
-	a := linearCESGDArgs{
-		logits: uint64(ptrs[0]), loss: uint64(ptrs[1]), x: uint64(ptrs[2]), w: uint64(ptrs[3]), b: uint64(ptrs[4]), t: uint64(pt),
-		m: int64(m), n: int64(n), k: int64(k), eps: float32(p.LabelSmoothing), ignore: p.IgnoreIndex,
-		flags: linearCEFlags(t64, p),
-		lsum:  uint64(ptrs[5]), acc: uint64(ptrs[6]), dx: uint64(ptrs[7]), gw: uint64(ptrs[8]), gb: uint64(ptrs[9]),
-		p: uint64(pp), g: uint64(pg), mom: uint64(pm), hyper: uint64(ph),
-		mu: float32(o.Momentum), damp: float32(1 - o.Dampening), wd: float32(o.WeightDecay),
-		nesterov: int32(b2i(o.Nesterov)), maximize: int32(b2i(o.Maximize)), zero: int32(b2i(o.ZeroGrad)),
-		np: int64(param.Numel()),
-	}
+	a := linearCESGDScalars(m, k, n, t64, p, o, param.Numel())
+	a.logits, a.loss, a.x, a.w, a.b, a.t = uint64(ptrs[0]), uint64(ptrs[1]), uint64(ptrs[2]), uint64(ptrs[3]), uint64(ptrs[4]), uint64(pt)
+	a.lsum, a.acc, a.dx, a.gw, a.gb = uint64(ptrs[5]), uint64(ptrs[6]), uint64(ptrs[7]), uint64(ptrs[8]), uint64(ptrs[9])
+	a.p, a.g, a.mom, a.hyper = uint64(pp), uint64(pg), uint64(pm), uint64(ph)
 	release := d.enter()
 	defer release()
 	// The block LinearCrossEntropyCount's launch takes for m rows (the

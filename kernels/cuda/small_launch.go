@@ -1,0 +1,134 @@
+package cuda
+
+import "github.com/esper-go/esper/kernels"
+
+// The launch geometry and size limits of the one-launch small kernels
+// (linear_ce_sgd_f32 and ce_small, linear_act_ln_f32,
+// linear_bwd_small_f32, clip_small_f32) and of the grid-stride launches:
+// pure Go, untagged, so that linear_ce_sgd_kernel_test.go and
+// small_kernels_test.go can run those kernels, transcribed to Go, over
+// the launches the cuda build makes, without a GPU.
+
+// b2i is 1 for true, 0 for false (kernel flags).
+func b2i(b bool) int32 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// blockSize is the thread count of the elementwise launches.
+const blockSize = 256
+
+// grid1D is launch1D's grid over n elements (n > 0) on a device of sms
+// multiprocessors: enough blocks of blockSize threads to fill every SM
+// several times over, at most one thread per element.
+func grid1D(n int64, sms int) int64 {
+	blocks := (n + blockSize - 1) / blockSize
+	if most := int64(sms) * 8; blocks > most {
+		blocks = most
+	}
+	return blocks
+}
+
+// rowThreads is the block size of the row kernels (ROW_THREADS in
+// src/softmax.cu and src/reduce.cu; the norms' per-row and per-channel
+// launches take it too).
+const rowThreads = 256
+
+// Small products with an epilogue run as one gemm_small_f32 launch (a
+// thread per element) instead of cuBLAS and the epilogue: F32, no batch,
+// K at most gemmSmallK and M·N·K at most gemmSmallMACs (a trainer's tiny
+// linear layers, as W1's 4×16 by 16×4), or K at most gemmSmallWarpK and
+// M·N at most gemmSmallWide (an encoder of a few dozen features, as W2's
+// policy's three: 500×256 outputs of K = 31, where cuBLAS and the
+// epilogue were two graph nodes for as many MACs as a thread each).
+const (
+	gemmSmallK    = 256
+	gemmSmallMACs = 1 << 16
+	gemmSmallWide = 1 << 20
+	// gemmSmallWarpK: past it each element gets a warp
+	// (gemm_small_warp_f32), not a thread.
+	gemmSmallWarpK = 32
+)
+
+// sgdOneBlock is the largest arena IncrementSGDStep updates in one launch
+// (sgd_inc_f32, one block of blockSize threads).
+const sgdOneBlock = 1 << 14
+
+// clipSmall is the most elements a clip by norm takes in one launch of
+// one block of clipSmallThreads threads (clip_small_f32: a small layer's
+// arena, where the two-launch path's second launch cost more than the
+// arithmetic).
+const (
+	clipSmall        = 1 << 15
+	clipSmallThreads = 1024
+)
+
+// ceSmallRows is the most rows whose reduced cross-entropy runs in one
+// launch (ce_small: one block, its warps taking the rows in turn); more
+// rows take a block each and a reduction launch. A trainer's batch of
+// 128 or 256 rows of a few classes is a few rows per warp of a block of
+// 1024 threads, quicker than two launches.
+const ceSmallRows = 256
+
+// ceSmallElems is the most logits (N·C) one ce_small block takes: past
+// it, however few the rows, a block per row and a reduction are quicker
+// than one block walking every class.
+const ceSmallElems = 1 << 16
+
+// ceSmallFits reports whether a reduced cross-entropy over n rows of c
+// classes runs as ce_small's one block.
+func ceSmallFits(n, c int) bool { return n <= ceSmallRows && n*c <= ceSmallElems }
+
+// ceSmallThreads is ce_small's block for n rows: a warp per row up to 32
+// warps. The loss sums the warps' partials in warp order, so the block
+// is a function of n alone (a replay and the eager call agree).
+func ceSmallThreads(n int) int { return min(1024, 32*max(1, n)) }
+
+// linearCEFlags packs linear_ce_small_block's flags: ce_small's t64
+// (bit 0), has_ignore (bit 1) and mean (bit 2).
+func linearCEFlags(t64 bool, p kernels.CrossEntropyParams) int32 {
+	return int32(b2i(t64) | b2i(p.HasIgnore)<<1 | b2i(p.Reduction == kernels.ReduceMean)<<2)
+}
+
+// linearCESGDFits reports whether LinearCESGDStep runs as one
+// linear_ce_sgd_f32 launch (one block of ceSmallThreads(m)) for x [m, k],
+// w [n, k] and an arena of np elements: where LinearCrossEntropyCount
+// and IncrementSGDStep would each be one launch.
+func linearCESGDFits(m, k, n, np int) bool {
+	return ceSmallFits(m, n) && k <= gemmSmallK && m*n*k <= gemmSmallMACs && np <= sgdOneBlock
+}
+
+// Limits of linear_act_ln_f32: a row's outputs in shared memory (16
+// KiB), each summed by one thread over at most lnFusedK products.
+const (
+	lnFusedN = 4096
+	lnFusedK = 64
+)
+
+// linearActLNFits reports whether LinearActLayerNorm of n outputs from k
+// inputs a row runs as one linear_act_ln_f32 launch.
+func linearActLNFits(n, k int) bool { return n <= lnFusedN && k <= lnFusedK }
+
+// linearActLNGeom is linear_act_ln_f32's launch for m rows of n outputs:
+// a block of rowThreads threads per row, the row's n outputs in dynamic
+// shared memory (bytes).
+func linearActLNGeom(m, n int) (grid, block, shmem int) { return m, rowThreads, 4 * n }
+
+// linearBwdSmallFits reports whether LinearBackwardAdd of g [m, n], x
+// [m, k] and w [n, k] runs as one linear_bwd_small_f32 launch.
+func linearBwdSmallFits(m, n, k int) bool {
+	return m <= gemmSmallK && m*n*k <= gemmSmallMACs && m*k <= gemmSmallMACs && n <= gemmSmallK
+}
+
+// linearBwdSmallTotal is linear_bwd_small_f32's element count (launch1D's
+// n): the n·k weight gradients, the n bias gradients with a bias, and
+// the m·k input gradients.
+func linearBwdSmallTotal(m, n, k int, bias bool) int64 {
+	total := int64(n*k + m*k)
+	if bias {
+		total += int64(n)
+	}
+	return total
+}
