@@ -3,6 +3,10 @@ package cuda
 import (
 	"fmt"
 	"math"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
 )
 
@@ -310,4 +314,144 @@ func near(got float32, want, scale, rel float64) bool {
 		scale = 0 // the terms held a NaN that want does not
 	}
 	return math.Abs(float64(got)-want) <= rel*math.Max(1+math.Abs(want), scale)
+}
+
+// sqrtRN is sqrtf as nvcc compiles it without fast math (sqrt.rn: the
+// float64 root of a float32 rounds to the float32 one correctly).
+func sqrtRN(x float32) float32 { return float32(math.Sqrt(float64(x))) }
+
+// shflDown is one step of __shfl_down_sync(0xffffffff, v, o) over a
+// warp's 32 lanes: lane l reads lane l+o's value from before the step,
+// or its own where l+o is past the warp.
+func shflDown[T any](v *[32]T, o int) [32]T {
+	var r [32]T
+	for l := range r {
+		if l+o < 32 {
+			r[l] = v[l+o]
+		} else {
+			r[l] = v[l]
+		}
+	}
+	return r
+}
+
+// lastBlockEmu is last_block (common.cuh) for a block run whole before
+// the next one starts (the order the test picks): thread 0's atomicAdd
+// on the int32 counters[g] and whether it returned total−1. In such a
+// serial run the fences and barriers order nothing more: every block
+// counted before has written its partial.
+func lastBlockEmu(mem *devMem, counters uint64, g int64, total int) bool {
+	cs := mem.i32[counters]
+	old := cs[g]
+	cs[g]++
+	return old == int32(total-1)
+}
+
+// blockOrder is the order in which a transcribed launch runs its blocks
+// (indices bx + gx·by): nil is launch order.
+func blockOrder(order []int, blocks int) []int {
+	if order == nil {
+		order = make([]int, blocks)
+		for i := range order {
+			order[i] = i
+		}
+	}
+	if len(order) != blocks {
+		panic(fmt.Sprintf("an order of %d blocks for a grid of %d", len(order), blocks))
+	}
+	return order
+}
+
+// ptxParams returns kernel's parameters in ptx/file, each one's byte
+// size as the PTX declares it (a struct passed by value: its .b8 array).
+func ptxParams(t *testing.T, file, kernel string) []int {
+	t.Helper()
+	ptxParamsMu.Lock()
+	defer ptxParamsMu.Unlock()
+	key := file + ":" + kernel
+	if p, ok := ptxParamsSeen[key]; ok {
+		return p
+	}
+	m := regexp.MustCompile(`\.visible \.entry ` + kernel + `\(([^)]*)\)`).FindSubmatch(readPTX(t, file))
+	if m == nil {
+		t.Fatalf("%s: no entry in ptx/%s", kernel, file)
+	}
+	var sizes []int
+	for _, p := range regexp.MustCompile(`\.param ([^\n,]*)`).FindAllSubmatch(m[1], -1) {
+		decl := string(p[1])
+		if s := regexp.MustCompile(`\.b8 \w+\[(\d+)\]`).FindStringSubmatch(decl); s != nil {
+			n, _ := strconv.Atoi(s[1])
+			sizes = append(sizes, n)
+			continue
+		}
+		switch strings.Fields(decl)[0] {
+		case ".u64", ".s64", ".b64", ".f64":
+			sizes = append(sizes, 8)
+		case ".u32", ".s32", ".b32", ".f32":
+			sizes = append(sizes, 4)
+		default:
+			t.Fatalf("%s: parameter %q of no size known here", kernel, decl)
+		}
+	}
+	ptxParamsSeen[key] = sizes
+	return sizes
+}
+
+// ptxParamsSeen caches ptxParams (a PTX file is read and searched once
+// per kernel).
+var (
+	ptxParamsMu   sync.Mutex
+	ptxParamsSeen = map[string][]int{}
+)
+
+// argWords returns argument i's words of a launch's argument block.
+func argWords(a *args, i int) []uint64 {
+	if i >= a.n {
+		panic(fmt.Sprintf("argument %d of %d", i, a.n))
+	}
+	end := a.w
+	if i+1 < a.n {
+		end = int(a.off[i+1])
+	}
+	return a.v[a.off[i]:end]
+}
+
+// checkArgsPTX fails unless the argument block a is kernel's parameter
+// list one for one, as the driver reads it: as many arguments as
+// parameters, a scalar one word (a 4-byte one with nothing in its high
+// half), a struct as many words as its bytes fill.
+func checkArgsPTX(t *testing.T, file, kernel string, a *args) {
+	t.Helper()
+	sizes := ptxParams(t, file, kernel)
+	if a.n != len(sizes) {
+		t.Fatalf("%s: %d arguments for %d parameters", kernel, a.n, len(sizes))
+	}
+	for i, sz := range sizes {
+		w := argWords(a, i)
+		switch {
+		case sz <= 8 && len(w) != 1, sz > 8 && 8*len(w) != sz:
+			t.Fatalf("%s: argument %d is %d words, its parameter %d bytes", kernel, i, len(w), sz)
+		case sz == 4 && w[0]>>32 != 0:
+			t.Fatalf("%s: argument %d (4 bytes) is %#x", kernel, i, w[0])
+		}
+	}
+}
+
+// Argument i of a read as the kernel's parameter type.
+func argU64(a *args, i int) uint64  { return argWords(a, i)[0] }
+func argI64(a *args, i int) int64   { return int64(argWords(a, i)[0]) }
+func argI32(a *args, i int) int32   { return int32(uint32(argWords(a, i)[0])) }
+func argF32(a *args, i int) float32 { return math.Float32frombits(uint32(argWords(a, i)[0])) }
+
+// structU64 and structF32 read a by-value struct's field at byte offset
+// off from its words (little-endian, as the device reads them).
+func structU64(w []uint64, off int) uint64 {
+	if off%8 != 0 {
+		panic("an 8-byte field off its alignment")
+	}
+	return w[off/8]
+}
+
+func structF32(w []uint64, off int) float32 {
+	return math.Float32frombits(uint32(w[off/8] >> (8 * (off % 8))))
 }

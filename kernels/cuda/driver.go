@@ -102,38 +102,9 @@ func check(call string, r C.CUresult) error {
 	return &DriverError{Call: call, Code: int(r), Name: name}
 }
 
-// maxArgs is the most kernel arguments launch passes; maxWords the most
-// 8-byte words they may fill together (a struct argument takes several).
-const (
-	maxArgs  = 16
-	maxWords = 64
-)
-
-// args holds a launch's kernel arguments: argument i starts at word
-// off[i] of v; scalars take one word each.
-type args struct {
-	v   [maxWords]uint64
-	off [maxArgs]int32
-	n   int // arguments
-	w   int // words used
-}
-
-// push appends an argument of len(ws) words.
-func (a *args) push(ws ...uint64) *args {
-	if a.n == maxArgs || a.w+len(ws) > maxWords {
-		panic("cuda: too many kernel arguments") // a programming error in this package
-	}
-	a.off[a.n] = int32(a.w)
-	a.w += copy(a.v[a.w:], ws)
-	a.n++
-	return a
-}
-
-func (a *args) ptr(p cu.DevicePtr) *args { return a.push(uint64(p)) }
-func (a *args) i64(x int64) *args        { return a.push(uint64(x)) }
-func (a *args) i32(x int32) *args        { return a.push(uint64(uint32(x))) }
-func (a *args) f32(x float32) *args      { return a.push(uint64(*(*uint32)(unsafe.Pointer(&x)))) }
-func (a *args) f64(x float64) *args      { return a.push(*(*uint64)(unsafe.Pointer(&x))) }
+// ptr appends a device address (args, the argument block, is untagged:
+// launch_args.go).
+func (a *args) ptr(p cu.DevicePtr) *args { return a.addr(uint64(p)) }
 
 // launchRaw launches fn on stream s with grid×block threads.
 func launchRaw(fn cu.Function, grid, block [3]int, shmem int, s cu.Stream, a *args) error {

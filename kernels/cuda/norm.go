@@ -113,29 +113,9 @@ func (d *Device) scratchF32(n int) (*tensor.Tensor, error) {
 	return tensor.EmptyOn(tensor.CUDA(d.ordinal), tensor.F32, max(n, 1))
 }
 
-// Batch norm's per-channel reductions (src/norm.cu) spread a channel's
-// N·HW elements over blocks of about bnChunk elements each, at most
-// bnMaxBlocks blocks over all channels, and finish with one warp per
-// channel. One block per channel, as before, left a GPU all but idle on
-// a small CNN's few channels of 10^5 elements (150 to 220 µs per pass on
-// an H200, most of W4's step).
-const (
-	bnChunk     = 1024
-	bnMaxBlocks = 4096
-	// bnMaxChannels is the grid's y limit (a channel per row of blocks).
-	bnMaxChannels = 65535
-)
-
-// bnChunks splits a channel's cnt elements into s chunks of chunk
-// elements, the last possibly shorter, none empty.
-func bnChunks(cnt, c int) (s, chunk int) {
-	if cnt <= 0 || c <= 0 {
-		return 1, 1
-	}
-	s = min((cnt+bnChunk-1)/bnChunk, max(1, bnMaxBlocks/c))
-	chunk = (cnt + s - 1) / s
-	return (cnt + chunk - 1) / chunk, chunk
-}
+// Batch norm's per-channel reductions (src/norm.cu): the chunking,
+// the partial launches' geometry, tails and argument blocks are pure Go
+// in norm_launch.go.
 
 // checkBNChannels refuses more channels than a grid has rows of blocks.
 func checkBNChannels(op string, c int) error {
@@ -146,12 +126,13 @@ func checkBNChannels(op string, c int) error {
 }
 
 // bnPartials launches kernel, batch norm's partial reduction, over a
-// grid of (s, c) blocks into a new scratch of two floats per block, and
-// returns the scratch: the caller frees it once the launch that reads it
-// is enqueued (stream order keeps it until that launch has run). fill
-// adds the kernel's arguments after the scratch's address; tail is its
-// last, struct BnStatsTail or BnBwdTail (src/norm.cu), whose counters
-// word, when set, has the launch finish the channels itself.
+// grid of (s, c) blocks (bnPartialGeom) into a new scratch of two floats
+// per block, and returns the scratch: the caller frees it once the
+// launch that reads it is enqueued (stream order keeps it until that
+// launch has run). fill adds the kernel's arguments after the scratch's
+// address; tail is its last, struct BnStatsTail or BnBwdTail
+// (src/norm.cu), whose counters word, when set, has the launch finish
+// the channels itself (bnPartialArgs).
 func (d *Device) bnPartials(op, kernel string, c, s int, fill func(a *args), tail []uint64) (*tensor.Tensor, cu.DevicePtr, error) {
 	part, err := d.scratchF32(2 * c * s)
 	if err != nil {
@@ -160,11 +141,8 @@ func (d *Device) bnPartials(op, kernel string, c, s int, fill func(a *args), tai
 	ppart, _ := d.ptrOf(op, "scratch", part, tensor.F32)
 	fn, err := d.kernel(kernel)
 	if err == nil {
-		var a args
-		a.ptr(ppart)
-		fill(&a)
-		a.push(tail...)
-		err = launchRaw(fn, [3]int{s, c, 1}, [3]int{rowThreads, 1, 1}, 0, d.stream, &a)
+		grid, block := bnPartialGeom(s, c)
+		err = launchRaw(fn, grid, block, 0, d.stream, bnPartialArgs(uint64(ppart), fill, tail))
 	}
 	if err != nil {
 		part.Storage().Free()
@@ -194,15 +172,9 @@ func (d *Device) bnStats(op string, dt tensor.DType, psm, psr, prm, prv, px cu.D
 	if training {
 		// The partial launch finishes the statistics itself where the
 		// channels fit the device's counters (no bn_stats_finish).
-		tail := bnStatsTail{mean: uint64(psm), rstd: uint64(psr), rm: uint64(prm), rv: uint64(prv), cnt: int64(cnt),
-			momentum: float32(momentum), eps: float32(eps)}
-		if c <= tailCounters {
-			tail.counters = uint64(d.counters)
-		}
+		tail := bnStatsTrainTail(uint64(psm), uint64(psr), uint64(prm), uint64(prv), cnt, c, momentum, eps, uint64(d.counters))
 		var part *tensor.Tensor
-		if part, ppart, err = d.bnPartials(op, name, c, s, func(a *args) {
-			a.ptr(px).i64(int64(n)).i64(int64(c)).i64(int64(hw)).i64(int64(chunk))
-		}, tail.words()); err != nil {
+		if part, ppart, err = d.bnPartials(op, name, c, s, bnStatsFill(uint64(px), n, c, hw, chunk), tail.words()); err != nil {
 			return err
 		}
 		defer part.Storage().Free() // after the finish below is enqueued
@@ -237,10 +209,7 @@ func (d *Device) bnBwdSums(op, partial string, dt tensor.DType, ps, pdw, pdb cu.
 	s, chunk := bnChunks(n*hw, c)
 	// The partial launch finishes the sums itself where the channels fit
 	// the device's counters (no bn_bwd_finish).
-	tail := bnBwdTail{sums: uint64(ps), dw: uint64(pdw), db: uint64(pdb), c: int64(c), acc: acc}
-	if c <= tailCounters {
-		tail.counters = uint64(d.counters)
-	}
+	tail := bnBwdSumsTail(uint64(ps), uint64(pdw), uint64(pdb), c, acc, uint64(d.counters))
 	part, ppart, err := d.bnPartials(op, partial, c, s, func(a *args) { fill(a, chunk) }, tail.words())
 	if err != nil {
 		return err
@@ -349,10 +318,8 @@ func (d *Device) batchNormBackward(op string, dx, dw, db, dy, x, saveMean, saveR
 	release := d.enter()
 	defer release()
 	if training || dw != nil || db != nil {
-		err := d.bnBwdSums(op, sumsK, dt, ps, pdw, pdb, n, c, hw, acc, func(a *args, chunk int) {
-			a.ptr(pdy).ptr(px).ptr(pm).ptr(pr).i64(int64(n)).i64(int64(c)).i64(int64(hw)).i64(int64(chunk))
-		})
-		if err != nil {
+		fill := bnBwdSumsFill(false, uint64(pdy), uint64(px), uint64(pm), uint64(pr), 0, n, c, hw, nil)
+		if err := d.bnBwdSums(op, sumsK, dt, ps, pdw, pdb, n, c, hw, acc, fill); err != nil {
 			return err
 		}
 	}
@@ -360,10 +327,8 @@ func (d *Device) batchNormBackward(op string, dx, dw, db, dy, x, saveMean, saveR
 		return nil
 	}
 	total := int64(x.Numel())
-	var e args
-	e.ptr(pdx).ptr(pdy).ptr(px).ptr(pm).ptr(pr).ptr(pw).ptr(ps).i32(b2i(training))
-	e.i64(int64(c)).i64(int64(hw)).i64(int64(n * hw)).i64(total)
-	return d.launch1D(dxK, total, &e)
+	e := bnBwdDxArgs(false, uint64(pdx), uint64(pdy), uint64(px), uint64(pm), uint64(pr), uint64(pw), uint64(ps), training, c, hw, n, total, nil)
+	return d.launch1D(dxK, total, e)
 }
 
 // GroupNorm normalises x [N, C, *] over groups of C/groups channels into

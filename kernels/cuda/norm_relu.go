@@ -155,10 +155,8 @@ func (d *Device) batchNormRelu(op string, y, pooled, argmax, saveMean, saveRstd,
 		return d.launch1D(apply, total, e.ptr(po).ptr(px).ptr(psm).ptr(psr).ptr(pw).ptr(pb).i64(int64(c)).i64(int64(hw)).i64(total))
 	}
 	xs := x.Shape()
-	h, wd := int64(xs[2]), int64(xs[3])
 	total := int64(pooled.Numel())
-	e.ptr(po).ptr(pa).ptr(px).ptr(psm).ptr(psr).ptr(pw).ptr(pb).i64(int64(c)).i64(h).i64(wd).i64(h / 2).i64(wd / 2).i64(total)
-	return d.launch1D(apply, total, &e)
+	return d.launch1D(apply, total, bnReluPoolArgs(uint64(po), uint64(pa), uint64(px), uint64(psm), uint64(psr), uint64(pw), uint64(pb), c, xs[2], xs[3], total))
 }
 
 // BatchNormReluBackward is BatchNormBackward with dy taken as +0 wherever
@@ -201,7 +199,7 @@ func (d *Device) batchNormReluBackward(op string, dx, dw, db, dy, g, argmax, x, 
 	pdx, pdw, pdb, pdy, px, pm, pr, pw, pb := ptrs[0], ptrs[1], ptrs[2], ptrs[3], ptrs[4], ptrs[5], ptrs[6], ptrs[7], ptrs[8]
 	// struct NormRelu of src/norm.cu, word for word: b, g, argmax, and
 	// the pool's geometry (x's plane width, the pooled plane).
-	relu := []uint64{uint64(pb), 0, 0, 0, 0, 0}
+	relu := normReluWords(uint64(pb))
 	sumsK, err := floatKernel(op, "bn_bwd_sums_relu", dt)
 	if err != nil {
 		return err
@@ -217,7 +215,7 @@ func (d *Device) batchNormReluBackward(op string, dx, dw, db, dy, g, argmax, x, 
 			return err
 		}
 		xs := x.Shape()
-		relu = []uint64{uint64(pb), uint64(pg), uint64(pa), uint64(xs[3]), uint64(xs[2] / 2), uint64(xs[3] / 2)}
+		relu = normReluPoolWords(uint64(pb), uint64(pg), uint64(pa), xs[2], xs[3])
 		sumsK, _ = floatKernel(op, "bn_bwd_sums_relupool", dt)
 		dxK, _ = floatKernel(op, "bn_bwd_dx_relupool", dt)
 	}
@@ -230,13 +228,8 @@ func (d *Device) batchNormReluBackward(op string, dx, dw, db, dy, g, argmax, x, 
 	release := d.enter()
 	defer release()
 	if training || dw != nil || db != nil {
-		err := d.bnBwdSums(op, sumsK, dt, ps, pdw, pdb, n, c, hw, acc, func(a *args, chunk int) {
-			if !pool {
-				a.ptr(pdy)
-			}
-			a.ptr(px).ptr(pm).ptr(pr).i64(int64(n)).i64(int64(c)).i64(int64(hw)).i64(int64(chunk)).ptr(pw).push(relu...)
-		})
-		if err != nil {
+		fill := bnBwdSumsFill(pool, uint64(pdy), uint64(px), uint64(pm), uint64(pr), uint64(pw), n, c, hw, relu)
+		if err := d.bnBwdSums(op, sumsK, dt, ps, pdw, pdb, n, c, hw, acc, fill); err != nil {
 			return err
 		}
 	}
@@ -244,14 +237,8 @@ func (d *Device) batchNormReluBackward(op string, dx, dw, db, dy, g, argmax, x, 
 		return nil
 	}
 	total := int64(x.Numel())
-	var e args
-	e.ptr(pdx)
-	if !pool {
-		e.ptr(pdy)
-	}
-	e.ptr(px).ptr(pm).ptr(pr).ptr(pw).ptr(ps).i32(b2i(training))
-	e.i64(int64(c)).i64(int64(hw)).i64(int64(n * hw)).i64(total).push(relu...)
-	return d.launch1D(dxK, total, &e)
+	e := bnBwdDxArgs(pool, uint64(pdx), uint64(pdy), uint64(px), uint64(pm), uint64(pr), uint64(pw), uint64(ps), training, c, hw, n, total, relu)
+	return d.launch1D(dxK, total, e)
 }
 
 // GroupNormRelu is GroupNorm with y = max(y, +0) (NaN kept) in the pass

@@ -86,6 +86,36 @@ func ceSmallFits(n, c int) bool { return n <= ceSmallRows && n*c <= ceSmallElems
 // is a function of n alone (a replay and the eager call agree).
 func ceSmallThreads(n int) int { return min(1024, 32*max(1, n)) }
 
+// ceSmallBase is ce_small's entry point before the dtype's suffix:
+// ce_small, ce_small_count with the running metrics (lsum non-zero),
+// ce_small_count_grad with the logits' gradient too (dx non-zero).
+func ceSmallBase(lsum, dx uint64) string {
+	switch {
+	case dx != 0:
+		return "ce_small_count_grad"
+	case lsum != 0:
+		return "ce_small_count"
+	}
+	return "ce_small"
+}
+
+// ceSmallArgs is ce_small*'s argument block for n rows of c classes:
+// loss, the logits x, the targets t (int64 when t64), the loss's
+// parameters, then lsum and acc where lsum is non-zero, then dx where it
+// is non-zero (one block of ceSmallThreads(n) runs it).
+func ceSmallArgs(loss, x, t uint64, t64 bool, n, c int, p kernels.CrossEntropyParams, lsum, acc, dx uint64) *args {
+	var a args
+	a.addr(loss).addr(x).addr(t).i32(b2i(t64)).i64(int64(n)).i64(int64(c)).f32(float32(p.LabelSmoothing))
+	a.i32(b2i(p.HasIgnore)).i64(p.IgnoreIndex).i32(b2i(p.Reduction == kernels.ReduceMean))
+	if lsum != 0 {
+		a.addr(lsum).addr(acc)
+	}
+	if dx != 0 {
+		a.addr(dx)
+	}
+	return &a
+}
+
 // linearCEFlags packs linear_ce_small_block's flags: ce_small's t64
 // (bit 0), has_ignore (bit 1) and mean (bit 2).
 func linearCEFlags(t64 bool, p kernels.CrossEntropyParams) int32 {

@@ -201,14 +201,7 @@ func (d *Device) ceRows(s ceScratch, ploss cu.DevicePtr, logits *tensor.Tensor, 
 // pacc (non-zero) also the running metrics of CrossEntropyCount
 // (ce_small_count).
 func (d *Device) ceSmall(ploss cu.DevicePtr, logits *tensor.Tensor, pt cu.DevicePtr, t64 bool, n, c int, p kernels.CrossEntropyParams, plsum, pacc, pdx cu.DevicePtr) error {
-	base := "ce_small"
-	switch {
-	case pdx != 0:
-		base = "ce_small_count_grad"
-	case plsum != 0:
-		base = "ce_small_count"
-	}
-	name, err := floatKernel("CrossEntropy", base, logits.DType())
+	name, err := floatKernel("CrossEntropy", ceSmallBase(uint64(plsum), uint64(pdx)), logits.DType())
 	if err != nil {
 		return err
 	}
@@ -222,16 +215,8 @@ func (d *Device) ceSmall(ploss cu.DevicePtr, logits *tensor.Tensor, pt cu.Device
 	}
 	release := d.enter()
 	defer release()
-	var a args
-	a.ptr(ploss).ptr(px).ptr(pt).i32(b2i(t64)).i64(int64(n)).i64(int64(c)).f32(float32(p.LabelSmoothing))
-	a.i32(b2i(p.HasIgnore)).i64(p.IgnoreIndex).i32(b2i(p.Reduction == kernels.ReduceMean))
-	if plsum != 0 {
-		a.ptr(plsum).ptr(pacc)
-	}
-	if pdx != 0 {
-		a.ptr(pdx)
-	}
-	return launchRaw(fn, [3]int{1, 1, 1}, [3]int{ceSmallThreads(n), 1, 1}, 0, d.stream, &a)
+	a := ceSmallArgs(uint64(ploss), uint64(px), uint64(pt), t64, n, c, p, uint64(plsum), uint64(pacc), uint64(pdx))
+	return launchRaw(fn, [3]int{1, 1, 1}, [3]int{ceSmallThreads(n), 1, 1}, 0, d.stream, a)
 }
 
 // CrossEntropyCount is a reduced CrossEntropy that also adds the loss to
