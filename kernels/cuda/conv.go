@@ -326,19 +326,27 @@ func (d *Device) sumBatches(sum string, pdw, pp cu.DevicePtr, n int, m int64, ac
 	return launchRaw(fn, [3]int{int((m + 31) / 32), 1, 1}, [3]int{32, sumRows, 1}, 0, d.stream, &s)
 }
 
-// directConvOff turns the direct path off: tests compare both paths, and
-// ESPER_CUDA_CONV=im2col sets it for a process (convPathFromEnv, at Open),
-// so that a GPU run can time a workload both ways in one sitting.
-var directConvOff bool
+// directConvOff keeps the direct kernels off: im2col and cuBLAS take
+// every convolution. It is the default, since on an H200 (2026-11-27) the
+// direct kernels were the slower path for W4's layers: W4's bare loop ran
+// 116 env-epochs/s with them and 188 without, conv_direct_dw_f32 taking
+// 133 µs a launch (bench/baselines/gpu-nvidia-h200/2026-11-27). Tests
+// compare both paths, and ESPER_CUDA_CONV=direct turns them on for a
+// process (convPathFromEnv, at Open), so that a GPU run can time a
+// workload both ways in one sitting.
+var directConvOff = true
 
-// convPathFromEnv applies ESPER_CUDA_CONV: "" or "direct" (the default:
-// the direct kernels where a layer fits them) or "im2col" (columns and
-// cuBLAS for every layer); any other value is an error naming it.
+// convPathFromEnv applies ESPER_CUDA_CONV: "" (the default, or a test's
+// setting, stays), "im2col" (columns and cuBLAS for every layer) or
+// "direct" (the direct kernels where a layer fits them); any other value
+// is an error naming it.
 func convPathFromEnv() error {
 	switch v := os.Getenv("ESPER_CUDA_CONV"); v {
-	case "", "direct": // the default; a test's setting stays
+	case "": // the default; a test's setting stays
 	case "im2col":
 		directConvOff = true
+	case "direct":
+		directConvOff = false
 	default:
 		return fmt.Errorf("cuda: ESPER_CUDA_CONV=%q: want direct or im2col", v)
 	}

@@ -58,7 +58,7 @@ func convAll(t *testing.T, x, w, b, dy, acc *tensor.Tensor, p kernels.Conv2dPara
 // gradient added to the accumulator (as the conformance suite holds the
 // im2col path to).
 func TestDirectConvMatchesColumns(t *testing.T) {
-	defer func() { directConvOff = false }()
+	defer func(was bool) { directConvOff = was }(directConvOff)
 	for i, c := range w4Convs {
 		rng := tensor.NewRNG(uint64(40 + i))
 		x := toDev(t, tensor.Normal(rng, tensor.F32, 0, 1, c.x...))
@@ -110,7 +110,7 @@ func bitwiseEqual(a, b *tensor.Tensor) bool {
 // batch 128 by the direct kernels and by im2col and cuBLAS: the figures
 // the direct path was written for.
 func BenchmarkConvW4(b *testing.B) {
-	defer func() { directConvOff = false }()
+	defer func(was bool) { directConvOff = was }(directConvOff)
 	for _, path := range []string{"direct", "im2col"} {
 		b.Run(path, func(b *testing.B) {
 			directConvOff = path == "im2col"

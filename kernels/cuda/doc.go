@@ -35,10 +35,11 @@
 // (operand checks), strided.go (strided launch geometry), alloc.go,
 // driver.go and cublas.go.
 //
-// Small fp32 convolutions run as direct kernels (conv_direct.go);
-// ESPER_CUDA_CONV=im2col, read by Open, makes every convolution take
-// im2col and cuBLAS instead, for comparing the two paths in one run
-// (gpu/run.sh times W4 both ways).
+// Convolutions run as im2col and cuBLAS. Direct kernels for small fp32
+// layers exist (conv_direct.go) but are off by default: on an H200 they
+// were the slower path for W4 (116 against 188 env-epochs/s).
+// ESPER_CUDA_CONV=direct, read by Open, turns them on, for comparing the
+// two paths in one run (gpu/run.sh times W4 both ways).
 //
 // Lists of tensors (the foreach operations, ForeachSGDStep and
 // ForeachAdamWStep) are updated with one multi-tensor launch each

@@ -15,8 +15,9 @@
 # train is `esper train` with the demo's flags on cuda beside the same on
 # the CPU, with --amp bf16 and fp16, and `esper ppo --rounds 3` on cuda);
 # ESPER_GPU_WORKLOADS the workloads (default "w1 w2 w4 w5 w6 w7 w8").
-# W4 runs a second time with ESPER_CUDA_CONV=im2col (its bare loop, no
-# peer: the direct convolutions against im2col in the same sitting).
+# W4 runs a second time with ESPER_CUDA_CONV=direct (its bare loop, no
+# peer: the direct convolutions against the default im2col in the same
+# sitting).
 # Phase "profile" runs Nsight Compute over short runs of the workloads in
 # ESPER_GPU_PROFILE (default "w2 w4", the two furthest from their targets;
 # any of w1, w2, w4, w5) and writes profile_<w>.txt: the kernels that took
@@ -267,14 +268,14 @@ p = json.load(open(sys.argv[1])).get("peer")
 p and json.dump(p, open(sys.argv[2], "w"), indent=2)' "$out/esper/W4.json" "$out/pytorch_w4.json"
 		fi
 		if [ "$w" = w4 ] && ((rc == 0)); then
-			# W4 again with every convolution through im2col and cuBLAS
-			# (ESPER_CUDA_CONV=im2col), its bare loop only: the direct
-			# kernels' before/after in one sitting.
-			echo "== esper bench --device cuda --workload w4, ESPER_CUDA_CONV=im2col"
-			mkdir -p "$out/esper_im2col"
-			step "esper w4 im2col" 60 "$out/esper_w4_im2col.log" \
-				env ESPER_CUDA_CONV=im2col "$bin/esper" bench --device cuda --workload w4 --ppo-rounds -1 --json "$out/esper_im2col"
-			grep -E "esper bare|captured regions" "$out/esper_w4_im2col.log"
+			# W4 again with the direct convolution kernels
+			# (ESPER_CUDA_CONV=direct), its bare loop only: the direct
+			# kernels against the default im2col and cuBLAS in one sitting.
+			echo "== esper bench --device cuda --workload w4, ESPER_CUDA_CONV=direct"
+			mkdir -p "$out/esper_direct"
+			step "esper w4 direct" 60 "$out/esper_w4_direct.log" \
+				env ESPER_CUDA_CONV=direct "$bin/esper" bench --device cuda --workload w4 --ppo-rounds -1 --json "$out/esper_direct"
+			grep -E "esper bare|captured regions" "$out/esper_w4_direct.log"
 		fi
 		checkpoint
 	done
