@@ -427,6 +427,9 @@ func (gt *graphTensors) relEdges(r Relation) autograd.GraphEdges {
 }
 
 func floatTensor(dt tensor.DType, v []float32, shape ...int) *tensor.Tensor {
+	if dt == tensor.F32 {
+		return tensor.FromSlice(v, shape...) // a copy
+	}
 	f := make([]float64, len(v))
 	for i, x := range v {
 		f[i] = float64(x)

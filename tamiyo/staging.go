@@ -16,9 +16,12 @@ import (
 // to cross: each tensor is built on its own where it is asked for,
 // exactly as without staging, and upload has nothing left to do.
 type staging struct {
-	dev    tensor.Device
-	dt     tensor.DType // of the float tensors
+	dev tensor.Device
+	dt  tensor.DType // of the float tensors
+	// floats holds the float tensors' values, or f32 when dt is F32 (the
+	// usual policy: staged as they are, with no conversion per element).
 	floats []float64
+	f32    []float32
 	ints   []int64
 	bools  []bool
 	// Views waiting for upload, per buffer.
@@ -84,13 +87,25 @@ func (s *staging) view(views *[]stagedView, dst **tensor.Tensor, off int, shape 
 	*views = append(*views, stagedView{dst: dst, off: off, shape: append([]int(nil), shape...)})
 }
 
+// nfloats is the number of float values staged so far.
+func (s *staging) nfloats() int {
+	if s.dt == tensor.F32 {
+		return len(s.f32)
+	}
+	return len(s.floats)
+}
+
 // float32s stages v (converted to the float dtype) as a tensor of shape.
 func (s *staging) float32s(dst **tensor.Tensor, v []float32, shape ...int) {
 	if s.host() {
 		*dst = floatTensor(s.dt, v, shape...)
 		return
 	}
-	s.view(&s.fViews, dst, len(s.floats), shape)
+	s.view(&s.fViews, dst, s.nfloats(), shape)
+	if s.dt == tensor.F32 {
+		s.f32 = append(s.f32, v...)
+		return
+	}
 	for _, x := range v {
 		s.floats = append(s.floats, float64(x))
 	}
@@ -102,7 +117,13 @@ func (s *staging) float64s(dst **tensor.Tensor, v []float64, shape ...int) {
 		*dst = tensor.FromFloat64s(s.dt, v, shape...)
 		return
 	}
-	s.view(&s.fViews, dst, len(s.floats), shape)
+	s.view(&s.fViews, dst, s.nfloats(), shape)
+	if s.dt == tensor.F32 {
+		for _, x := range v {
+			s.f32 = append(s.f32, float32(x)) // as FromFloat64s converts
+		}
+		return
+	}
 	s.floats = append(s.floats, v...)
 }
 
@@ -112,9 +133,13 @@ func (s *staging) full(dst **tensor.Tensor, v float64, shape ...int) {
 		*dst = tensor.Full(s.dt, v, shape...)
 		return
 	}
-	s.view(&s.fViews, dst, len(s.floats), shape)
+	s.view(&s.fViews, dst, s.nfloats(), shape)
 	for range tensor.Numel(shape) {
-		s.floats = append(s.floats, v)
+		if s.dt == tensor.F32 {
+			s.f32 = append(s.f32, float32(v))
+		} else {
+			s.floats = append(s.floats, v)
+		}
 	}
 }
 
@@ -171,7 +196,11 @@ func (s *staging) upload() error {
 		return nil
 	}
 	if len(s.fViews) > 0 {
-		if err := put(tensor.FromFloat64s(s.dt, s.floats, len(s.floats)), s.fViews); err != nil {
+		host := tensor.FromSlice(s.f32, len(s.f32))
+		if s.dt != tensor.F32 {
+			host = tensor.FromFloat64s(s.dt, s.floats, len(s.floats))
+		}
+		if err := put(host, s.fViews); err != nil {
 			return err
 		}
 	}
@@ -185,7 +214,7 @@ func (s *staging) upload() error {
 			return err
 		}
 	}
-	s.floats, s.ints, s.bools = s.floats[:0], s.ints[:0], s.bools[:0]
+	s.floats, s.f32, s.ints, s.bools = s.floats[:0], s.f32[:0], s.ints[:0], s.bools[:0]
 	s.fViews, s.iViews, s.bViews = nil, nil, nil
 	return nil
 }

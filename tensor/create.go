@@ -194,8 +194,30 @@ func FromFloat64s(d DType, data []float64, shape ...int) *Tensor {
 		panic(fmt.Sprintf("tensor: FromFloat64s of %d elements into shape %v", len(data), shape))
 	}
 	t := Empty(d, shape...)
-	for i, v := range data {
-		t.storage.set(i, v)
+	// One typed loop per dtype (the conversions of Storage.set, without
+	// its per-element dtype switch).
+	switch d {
+	case F64:
+		copy(Data[float64](t), data)
+	case F32:
+		dst := Data[float32](t)
+		for i, v := range data {
+			dst[i] = float32(v)
+		}
+	case BF16:
+		dst := StorageData[uint16](t.storage)
+		for i, v := range data {
+			dst[i] = F32ToBF16(float32(v))
+		}
+	case F16:
+		dst := StorageData[uint16](t.storage)
+		for i, v := range data {
+			dst[i] = F32ToF16(float32(v))
+		}
+	default:
+		for i, v := range data {
+			t.storage.set(i, v)
+		}
 	}
 	return t
 }

@@ -1,6 +1,7 @@
 package tensor_test
 
 import (
+	"fmt"
 	"math"
 	"testing"
 
@@ -158,4 +159,54 @@ func TestRandomMoments(t *testing.T) {
 		}
 	}
 	equal(t, tensor.RandInt(rng, 1, 4).Float64s(), []float64{0, 0, 0, 0}, "RandInt(1)")
+}
+
+// TestFromFloat64sConvertsAsSet: FromFloat64s's typed loops convert every
+// dtype as writing the elements one at a time does (Set: round to
+// nearest even into F32, then into BF16 or F16; truncation into the
+// integers), NaN, infinities, signed zeros, subnormals and halfway cases
+// included.
+func TestFromFloat64sConvertsAsSet(t *testing.T) {
+	in := []float64{0, math.Copysign(0, -1), 1, -2.5, 1e-40, 1e-8, 3.4e38, 1e39, -1e39, math.Inf(1), math.Inf(-1), math.NaN(),
+		1 + 1.0/256, 1 + 3.0/512, 65504, 65520, 6e-8, 0.1, 1.0000001192092896, 7.9, -7.9}
+	for _, d := range []tensor.DType{tensor.F64, tensor.F32, tensor.BF16, tensor.F16, tensor.I32, tensor.I64, tensor.Bool} {
+		vals := in
+		if d == tensor.I32 || d == tensor.I64 {
+			vals = []float64{0, 1, -2.5, 7.9, -7.9, 1e9}
+		}
+		got := tensor.FromFloat64s(d, vals)
+		want := tensor.Empty(d, len(vals))
+		for i, v := range vals {
+			want.Set(v, i)
+		}
+		if raw(want) != raw(got) {
+			t.Errorf("%v: FromFloat64s %s, Set %s", d, raw(got), raw(want))
+		}
+	}
+}
+
+// raw renders a tensor's stored elements exactly (bit patterns).
+func raw(x *tensor.Tensor) string {
+	switch x.DType() {
+	case tensor.F64:
+		var b []uint64
+		for _, v := range tensor.Data[float64](x) {
+			b = append(b, math.Float64bits(v))
+		}
+		return fmt.Sprint(b)
+	case tensor.F32:
+		var b []uint32
+		for _, v := range tensor.Data[float32](x) {
+			b = append(b, math.Float32bits(v))
+		}
+		return fmt.Sprint(b)
+	case tensor.BF16, tensor.F16:
+		return fmt.Sprint(tensor.StorageData[uint16](x.Storage()))
+	case tensor.I32:
+		return fmt.Sprint(tensor.Data[int32](x))
+	case tensor.I64:
+		return fmt.Sprint(tensor.Data[int64](x))
+	default:
+		return fmt.Sprint(tensor.Data[bool](x))
+	}
 }
