@@ -19,20 +19,10 @@ import (
 // cross-entropy, the linear layer's backward and torch.optim.SGD. It runs
 // without a GPU; the conformance suite checks the PTX itself on one.
 
-// lcsArgs is struct LinearCESGD (src/softmax.cu), decoded from the words
-// at the byte offsets its C layout gives each field.
-type lcsArgs struct {
-	logits, loss, x, w, b, t uint64
-	m, n, k                  int64
-	eps                      float32
-	flags                    int32
-	ignore                   int64
-	lsum, acc, dx, gw, gb    uint64
-	p, g, mom, hyper         uint64
-	mu, damp, wd             float32
-	nesterov, maximize, zero int32
-	np                       int64
-}
+// lcsArgs is struct LinearCESGD (src/softmax.cu) as the emulation reads
+// it: decoded from the words at the byte offsets its C layout gives each
+// field, into the launcher's own field set.
+type lcsArgs = linearCESGDArgs
 
 func lcsDecode(w []uint64) lcsArgs {
 	if len(w)*8 != 192 {

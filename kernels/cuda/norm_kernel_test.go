@@ -129,19 +129,9 @@ func bnStatsEmu(mem *devMem, grid, block [3]int, a *args, order []int) []int {
 	part, x := argU64(a, 0), argU64(a, 1)
 	n, c, hw, chunk := argI64(a, 2), argI64(a, 3), argI64(a, 4), argI64(a, 5)
 	tl := decodeBnStatsTail(argWords(a, 6))
-	if !bnFits32(n, c, hw) {
-		panic("the int64 path: no case here takes it")
-	}
-	gx, gy, T := grid[0], grid[1], block[0]
-	lasts := make([]int, gy)
-	for i := range lasts {
-		lasts[i] = -1
-	}
+	gx, gy, T, lasts := bnGrid(grid, block, n, c, hw)
 	for _, blk := range blockOrder(order, gx*gy) {
-		bx, by := blk%gx, blk/gx
-		ch, cnt := int64(by), n*hw
-		lo := int64(bx) * chunk
-		hi := min(lo+chunk, cnt)
+		bx, ch, lo, hi := bnChunkOf(blk, gx, n*hw, chunk)
 		sh := nanPart[float32]() // block_sum's __shared__ part[32]
 		s := make([]float32, T)
 		for t := range s {
@@ -313,19 +303,9 @@ func bnBwdSumsEmu(mem *devMem, relu int, grid, block [3]int, a *args, order []in
 		k++
 	}
 	tl := decodeBnBwdTail(argWords(a, k))
-	if !bnFits32(n, c, hw) {
-		panic("the int64 path: no case here takes it")
-	}
-	gx, gy, T := grid[0], grid[1], block[0]
-	lasts := make([]int, gy)
-	for i := range lasts {
-		lasts[i] = -1
-	}
+	gx, gy, T, lasts := bnGrid(grid, block, n, c, hw)
 	for _, blk := range blockOrder(order, gx*gy) {
-		bx, by := blk%gx, blk/gx
-		ch, cnt := int64(by), n*hw
-		lo := int64(bx) * chunk
-		hi := min(lo+chunk, cnt)
+		bx, ch, lo, hi := bnChunkOf(blk, gx, n*hw, chunk)
 		mu, r := mem.ld(mean, ch), mem.ld(rstd, ch)
 		mwk, mbk := float32(1), float32(0)
 		if relu != 0 && w != 0 {
@@ -1021,4 +1001,28 @@ func TestBatchNormChunks(t *testing.T) {
 			t.Errorf("bnChunks(%d, %d) = %d, %d, want %d, %d", w.cnt, w.c, s, chunk, w.s, w.chunk)
 		}
 	}
+}
+
+// bnGrid checks that a batch norm partial launch takes the 32-bit path
+// (the only one these cases take) and returns its grid's width and
+// height, its block's threads and, per channel, the finishing block
+// (-1 until one finishes it).
+func bnGrid(grid, block [3]int, n, c, hw int64) (gx, gy, threads int, lasts []int) {
+	if !bnFits32(n, c, hw) {
+		panic("the int64 path: no case here takes it")
+	}
+	gx, gy, threads = grid[0], grid[1], block[0]
+	lasts = make([]int, gy)
+	for i := range lasts {
+		lasts[i] = -1
+	}
+	return gx, gy, threads, lasts
+}
+
+// bnChunkOf is block blk's place in a grid gx wide: its x, its channel
+// (its y) and the elements [lo, hi) of the channel's cnt it sums.
+func bnChunkOf(blk, gx int, cnt, chunk int64) (bx int, ch, lo, hi int64) {
+	bx, ch = blk%gx, int64(blk/gx)
+	lo = int64(bx) * chunk
+	return bx, ch, lo, min(lo+chunk, cnt)
 }
