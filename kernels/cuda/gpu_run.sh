@@ -283,7 +283,8 @@ fi
 if has profile; then
 	# Where each workload's GPU time goes: Nsight Compute's duration of
 	# every kernel of a short run (graph nodes profiled one by one), summed
-	# by kernel into profile_<w>.txt by ncu_top.py; the CSV is kept,
+	# by kernel, then by kernel and grid, into profile_<w>.txt by
+	# ncu_top.py; the CSV is kept,
 	# gzipped. ncu replays every kernel alone, which takes a while (each
 	# workload's run is capped at 120 s; it starts only with 60 s of the
 	# budget left, W4 with 90 s), and its times are shares, not
@@ -333,6 +334,7 @@ if has profile; then
 				echo "ncu profile $w: no kernel rows (ncu stopped before the program exited)" | tee -a "$summary"
 			else
 				timeout 60 python3 "$here/ncu_top.py" "$out/profile_${w}.csv.gz" >"$out/profile_${w}.txt" 2>&1
+				timeout 60 python3 "$here/ncu_top.py" --by-grid "$out/profile_${w}.csv.gz" >>"$out/profile_${w}.txt" 2>&1
 				head -14 "$out/profile_${w}.txt"
 			fi
 			checkpoint

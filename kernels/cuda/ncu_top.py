@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""ncu_top.py CSV [CSV ...]: the kernels that took the most GPU time in an
-Nsight Compute CSV (ncu --csv --metrics gpu__time_duration.sum), summed by
-kernel name: total, share, launches and mean per launch. gpu/run.sh's
-profile phase writes one table per workload with it.
+"""ncu_top.py [--by-grid] CSV [CSV ...]: the kernels that took the most GPU
+time in an Nsight Compute CSV (ncu --csv --metrics gpu__time_duration.sum),
+summed by kernel name: total, share, launches and mean per launch. With
+--by-grid, summed by kernel name and grid size instead, which separates
+one kernel's launches by problem size (W2's batch 1 from its batch 64).
+gpu/run.sh's profile phase writes both tables per workload with it.
 
-ncu replays each kernel alone, with caches flushed and clocks locked, so
-its times are not those of a graph replay: read the shares and the ranks,
-not the microseconds. A CSV may be gzipped (.gz)."""
+ncu replays each kernel alone (gpu/run.sh leaves caches warm and clocks
+unlocked), so its times are not exactly those of a graph replay: read the
+shares and the ranks first. A CSV may be gzipped (.gz)."""
 import collections
 import csv
 import gzip
@@ -24,6 +26,9 @@ def rows(path):
 
 
 def main(paths, top=25):
+    by_grid = bool(paths) and paths[0] == "--by-grid"
+    if by_grid:
+        paths = paths[1:]
     if not paths:
         print(__doc__.strip(), file=sys.stderr)
         return 2
@@ -36,7 +41,10 @@ def main(paths, top=25):
             except (KeyError, ValueError):
                 continue
             scale = {"ns": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}.get(r.get("Metric Unit", "ns"), 1e-3)
-            a = agg[r["Kernel Name"][:90]]
+            key = r["Kernel Name"][:90]
+            if by_grid:
+                key = f'{r["Kernel Name"][:70]} grid {r.get("Grid Size", "?")}'
+            a = agg[key]
             a[0] += 1
             a[1] += t * scale
         total = sum(v[1] for v in agg.values())
