@@ -67,51 +67,11 @@ func Example() {
 	// G5 true FOSSILIZED 1
 }
 
-// After a backward pass, every seed's gradient telemetry (health, the
-// seed-to-host gradient ratio, the norm's average) and the norms of a
-// caller's own tensors come from one read: on a device, one host sync for
-// all of them.
-func ExampleMorphogeneticModel_GradientTelemetry() {
-	dev := testdevice.Must()
-	host := kasmina.MustCNNHost(kasmina.CNNHostOptions{InChannels: 1, Classes: 10, Blocks: 2, BaseChannels: 4})
-	if err := nn.To(host, dev); err != nil {
-		panic(err)
-	}
-	model, err := kasmina.NewMorphogeneticModel(host, kasmina.ModelOptions{Slots: []string{"r0c1"}})
-	if err != nil {
-		panic(err)
-	}
-	if err := model.GerminateSeed("r0c1", kasmina.GerminateOptions{Blueprint: "conv_light", Tempo: 3}); err != nil {
-		panic(err)
-	}
-	slot, _ := model.Slot("r0c1")
-	if _, err := slot.AdvanceStage(0); err != nil { // TRAINING: the seed learns on the host's errors
-		panic(err)
-	}
-	batch, err := tensor.Uniform(tensor.NewRNG(1), tensor.F32, -1, 1, 2, 1, 28, 28).ToDevice(dev)
-	if err != nil {
-		panic(err)
-	}
-	autograd.Backward(autograd.SumAll(autograd.Square(model.Forward(autograd.Const(batch)))))
-
-	first := model.HostParameters()[0] // also wanted: a host layer's gradient norm
-	norms, err := model.GradientTelemetry([]*tensor.Tensor{first.Grad, nil})
-	if err != nil {
-		panic(err)
-	}
-	t := slot.State().Telemetry
-	fmt.Println("seed health measured:", t.HealthMeasured, "norm > 0:", t.GradientNorm > 0)
-	fmt.Println("extra norms:", norms[0] > 0, norms[1])
-	// Output:
-	// seed health measured: true norm > 0: true
-	// extra norms: true -1
-}
-
-// A training loop that wants no host sync at its telemetry step launches
-// the telemetry there and reads the pending norms later, with whatever
-// else it reads at the end of its epoch (tensor.ToHostMany: one host sync
-// for all), then applies them.
-func ExampleMorphogeneticModel_LaunchGradientTelemetry() {
+// trainingSeed is the telemetry examples' set-up: a small CNN host on the
+// test device (the CPU, or sim under ESPER_TEST_DEVICE) with a conv_light
+// seed TRAINING in slot r0c1 (it learns on the host's errors), and a
+// batch of two images on that device.
+func trainingSeed() (tensor.Device, *kasmina.MorphogeneticModel, *kasmina.Slot, *tensor.Tensor) {
 	dev := testdevice.Must()
 	host := kasmina.MustCNNHost(kasmina.CNNHostOptions{InChannels: 1, Classes: 10, Blocks: 2, BaseChannels: 4})
 	if err := nn.To(host, dev); err != nil {
@@ -132,6 +92,36 @@ func ExampleMorphogeneticModel_LaunchGradientTelemetry() {
 	if err != nil {
 		panic(err)
 	}
+	return dev, model, slot, batch
+}
+
+// After a backward pass, every seed's gradient telemetry (health, the
+// seed-to-host gradient ratio, the norm's average) and the norms of a
+// caller's own tensors come from one read: on a device, one host sync for
+// all of them.
+func ExampleMorphogeneticModel_GradientTelemetry() {
+	_, model, slot, batch := trainingSeed()
+	autograd.Backward(autograd.SumAll(autograd.Square(model.Forward(autograd.Const(batch)))))
+
+	first := model.HostParameters()[0] // also wanted: a host layer's gradient norm
+	norms, err := model.GradientTelemetry([]*tensor.Tensor{first.Grad, nil})
+	if err != nil {
+		panic(err)
+	}
+	t := slot.State().Telemetry
+	fmt.Println("seed health measured:", t.HealthMeasured, "norm > 0:", t.GradientNorm > 0)
+	fmt.Println("extra norms:", norms[0] > 0, norms[1])
+	// Output:
+	// seed health measured: true norm > 0: true
+	// extra norms: true -1
+}
+
+// A training loop that wants no host sync at its telemetry step launches
+// the telemetry there and reads the pending norms later, with whatever
+// else it reads at the end of its epoch (tensor.ToHostMany: one host sync
+// for all), then applies them.
+func ExampleMorphogeneticModel_LaunchGradientTelemetry() {
+	dev, model, slot, batch := trainingSeed()
 	logits := model.Forward(autograd.Const(batch))
 	autograd.Backward(autograd.SumAll(autograd.Square(logits)))
 

@@ -672,8 +672,6 @@ func (l *sageLayer) terms(x [NumNodeTypes]*autograd.Var, edges func(Relation) *a
 	return terms, rels
 }
 
-// stacks returns the weight groups the layer's joined products stack
-// when every relation has edges (autograd.SumsStacks of its terms).
 // contextHeads are the heads that read the context (every head but the
 // slot pointer), in head order, as autograd.ReluHeads takes them.
 func (p *Policy) contextHeads() []autograd.ReluHead {
@@ -686,6 +684,8 @@ func (p *Policy) contextHeads() []autograd.ReluHead {
 	return hs
 }
 
+// stacks returns the weight groups the layer's joined products stack
+// when every relation has edges (autograd.SumsStacks of its terms).
 func (l *sageLayer) stacks() [][]*autograd.Var {
 	var x [NumNodeTypes]*autograd.Var
 	for t := range x {

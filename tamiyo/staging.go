@@ -2,6 +2,7 @@ package tamiyo
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/esper-go/esper/tensor"
 )
@@ -134,13 +135,12 @@ func (s *staging) full(dst **tensor.Tensor, v float64, shape ...int) {
 		return
 	}
 	s.view(&s.fViews, dst, s.nfloats(), shape)
-	for range tensor.Numel(shape) {
-		if s.dt == tensor.F32 {
-			s.f32 = append(s.f32, float32(v))
-		} else {
-			s.floats = append(s.floats, v)
-		}
+	n := tensor.Numel(shape)
+	if s.dt == tensor.F32 {
+		s.f32 = append(s.f32, slices.Repeat([]float32{float32(v)}, n)...)
+		return
 	}
+	s.floats = append(s.floats, slices.Repeat([]float64{v}, n)...)
 }
 
 // int64s stages v as an I64 tensor of shape (a copy of v).
