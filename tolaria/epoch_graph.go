@@ -141,8 +141,40 @@ func (g *epochGraph) collect(e int) bool {
 
 // fn is the epoch: the metrics zeroed, the training steps in training
 // mode, the validation batches in eval mode (the training mode is
-// restored after them).
+// restored after them), as one block sequence (sequenced): on CUDA a
+// small linear model's whole epoch — the zeroing, every step's
+// LinearCESGDStep, every validation batch's LinearCrossEntropyCount —
+// is one launch, one node of the epoch's graph.
 func (g *epochGraph) fn(in []*tensor.Tensor) []*tensor.Tensor {
+	return sequenced(g.t.dev, func() []*tensor.Tensor { return g.epoch(in) })
+}
+
+// sequenced runs f as one sequence where dev's backend joins one-block
+// launches (kernels.BlockSequencer; f only launches: a graph's body),
+// else as it is. A sequence that fails to launch panics, as a failed
+// launch does (which fails a capture).
+func sequenced[R any](dev tensor.Device, f func() R) R {
+	bs, ok := kernels.For(dev).(kernels.BlockSequencer)
+	if !ok {
+		return f()
+	}
+	bs.BeginSequence()
+	ended := false
+	defer func() {
+		if !ended { // f panicked: end the sequence, keep f's panic
+			_ = bs.EndSequence()
+		}
+	}()
+	out := f()
+	ended = true
+	if err := bs.EndSequence(); err != nil {
+		panic(fmt.Sprintf("tolaria: %v", err))
+	}
+	return out
+}
+
+// epoch is fn's work.
+func (g *epochGraph) epoch(in []*tensor.Tensor) []*tensor.Tensor {
 	t := g.t
 	// The metrics and the first step's gradients are zeroed together
 	// where the backend can (one launch), else each as the per-batch

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/tensor"
 )
@@ -210,4 +211,32 @@ func TestValidationPassGraph(t *testing.T) {
 		require.Positive(t, tr.eval.pass.Launches(), "%v: the validation pass graph", dev)
 		require.Positive(t, tr.eval.pass.Stats().Replays, "%v", dev)
 	}
+}
+
+// TestSequencedOnSim: sequenced runs its function inside one block
+// sequence where the backend has them (sim), ends it when the function
+// panics (the panic going on), and runs it as it is on the CPU.
+func TestSequencedOnSim(t *testing.T) {
+	sb, ok := kernels.For(tensor.Sim(0)).(interface{ Sequences() int })
+	require.True(t, ok, "sim counts its sequences")
+	require.Equal(t, 0, sb.Sequences())
+	got := sequenced(tensor.Sim(0), func() int { return sb.Sequences() })
+	require.Equal(t, 1, got, "the function runs inside one sequence")
+	require.Equal(t, 0, sb.Sequences(), "the sequence ends with it")
+	require.PanicsWithValue(t, "boom", func() {
+		sequenced(tensor.Sim(0), func() int { panic("boom") })
+	})
+	require.Equal(t, 0, sb.Sequences(), "a panicking function's sequence ends too")
+	require.Equal(t, 7, sequenced(tensor.CPU, func() int { return 7 }))
+}
+
+// TestEpochGraphSequencesEndOnSim: a trainer whose epochs replay as one
+// graph (their body a sequence, warm-up and capture included) leaves no
+// sequence on.
+func TestEpochGraphSequencesEndOnSim(t *testing.T) {
+	sb := kernels.For(tensor.Sim(0)).(interface{ Sequences() int })
+	dev := tensor.Sim(0)
+	_, sum, _ := epochRun(t, dev, fixedOn(t, dev, 1, 4, 8), fixedOn(t, dev, 2, 2, 8), true)
+	require.True(t, sum.Epochs[len(sum.Epochs)-1].EpochCaptured)
+	require.Equal(t, 0, sb.Sequences())
 }

@@ -65,12 +65,16 @@ func newEvalRunner(t *Trainer) *evalRunner {
 	return r
 }
 
-// passFn is a whole validation pass over in (x and y of each batch).
+// passFn is a whole validation pass over in (x and y of each batch), as
+// one block sequence (sequenced: one launch on CUDA for a linear head's
+// batches).
 func (r *evalRunner) passFn(in []*tensor.Tensor) []*tensor.Tensor {
-	for i := 0; i < len(in)/2; i++ {
-		r.fn(in[2*i : 2*i+2])
-	}
-	return r.out
+	return sequenced(r.t.dev, func() []*tensor.Tensor {
+		for i := 0; i < len(in)/2; i++ {
+			r.fn(in[2*i : 2*i+2])
+		}
+		return r.out
+	})
 }
 
 // runPass runs epoch e's validation pass as one graph (r.pass) and

@@ -85,7 +85,8 @@ func (c conformance) name() string { return strings.Join(c.methods, "+") }
 
 // cases are the checks of every method, family by family.
 var cases = slices.Concat(elementwiseCases, reduceCases, matmulCases, convCases, poolCases, softmaxCases,
-	normCases, paramGradCases, indexCases, segmentCases, graphCases, shapeCases, randomCases, optimCases, captureCases, streamCases)
+	normCases, paramGradCases, indexCases, segmentCases, graphCases, shapeCases, randomCases, optimCases, captureCases, streamCases,
+	sequenceCases)
 
 // of is the check of methods of kernels.Backend.
 func of(run func(s *suite), methods ...string) conformance {
@@ -135,6 +136,7 @@ var optionals = []reflect.Type{
 	reflect.TypeFor[kernels.Stagers](),
 	reflect.TypeFor[kernels.Stager](),
 	reflect.TypeFor[kernels.GraphCloser](),
+	reflect.TypeFor[kernels.BlockSequencer](),
 }
 
 // methodSet is every method of kernels.Backend and of the optional

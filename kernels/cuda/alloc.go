@@ -90,7 +90,9 @@ func (a *Allocator) Alloc(n int64) (cu.DevicePtr, error) {
 	if p, ok := a.takeLocked(c); ok {
 		return p, nil
 	}
-	release := a.d.enter()
+	// No stream work here: a block sequence's held-back steps stay held
+	// (they keep their tensors, so no block they use is freed below).
+	release := a.d.enterQuiet()
 	defer release()
 	if a.capturing {
 		// cuMemAlloc is no stream operation, but a capture refuses it on

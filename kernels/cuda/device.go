@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"gorgonia.org/cu"
 
@@ -46,6 +47,10 @@ type Device struct {
 	blas      *blasHandle  // cuBLAS, created on first use (under mu)
 	capturing bool         // a stream capture is running (under mu)
 	mt        mtCache      // multi-tensor tables (multi_tensor.go)
+	seqMu     sync.Mutex
+	seq       seqState    // the block sequence (sequence.go; under seqMu)
+	seqOn     atomic.Bool // a block sequence is on (seq.depth > 0)
+	seqHeld   atomic.Bool // steps are held back (seq not empty)
 }
 
 // Open initialises CUDA device ordinal: retains its primary context,
@@ -115,7 +120,18 @@ func (d *Device) Allocator() *Allocator { return d.alloc }
 
 // enter pins the calling goroutine to its OS thread and makes the
 // device's context current there; call the returned function when done.
+// It first launches the steps a block sequence holds back (sequence.go),
+// so that whatever the caller puts on the stream comes after them.
 func (d *Device) enter() (release func()) {
+	release = d.enterQuiet()
+	d.flushHeld()
+	return release
+}
+
+// enterQuiet is enter without launching held-back steps: for driver
+// calls that put nothing on the stream (the allocator's cuMemAlloc),
+// which must not split a sequence.
+func (d *Device) enterQuiet() (release func()) {
 	runtime.LockOSThread()
 	if err := cu.SetCurrentContext(d.ctx); err != nil {
 		runtime.UnlockOSThread()

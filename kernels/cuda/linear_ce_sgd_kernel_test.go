@@ -318,8 +318,27 @@ func sgdIncBlockEmu(mem *devMem, threads int64, p, g, m, hyper, foundInf uint64,
 func linearCESGDEmu(mem *devMem, words []uint64, threads int) {
 	a := lcsDecode(words)
 	B := int64(threads)
-	// linear_ce_small_block: the logits, a thread per element striding
-	// by the block.
+	linearCESmallBlockEmu(mem, threads, linearCESmallArgs{logits: a.logits, loss: a.loss, x: a.x, w: a.w, b: a.b, t: a.t,
+		m: a.m, n: a.n, k: a.k, eps: a.eps, flags: a.flags, ignore: a.ignore, lsum: a.lsum, acc: a.acc, dx: a.dx})
+	// __syncthreads(): every dlogit written.
+	grads := a.n * a.k
+	if a.gb != 0 {
+		grads += a.n
+	}
+	for tid := int64(0); tid < B; tid++ {
+		for e := tid; e < grads; e += B {
+			linearGradAtEmu(mem, a.gw, a.gb, a.dx, a.x, a.m, a.n, a.k, e)
+		}
+	}
+	// __syncthreads(): every gradient added.
+	sgdIncBlockEmu(mem, B, a.p, a.g, a.mom, a.hyper, 0, a.mu, a.damp, a.wd, a.nesterov != 0, a.maximize != 0, a.zero != 0, a.np)
+}
+
+// linearCESmallBlockEmu is linear_ce_small_block (src/softmax.cu) over
+// its arguments, one block of threads threads.
+func linearCESmallBlockEmu(mem *devMem, threads int, a linearCESmallArgs) {
+	B := int64(threads)
+	// The logits, a thread per element striding by the block.
 	t64, hasIgnore, mean := a.flags&1 != 0, (a.flags>>1)&1 != 0, (a.flags>>2)&1 != 0
 	for tid := int64(0); tid < B; tid++ {
 		for e := tid; e < a.m*a.n; e += B {
@@ -336,18 +355,6 @@ func linearCESGDEmu(mem *devMem, words []uint64, threads int) {
 	}
 	// __syncthreads(): the logits written; then ce_small over them.
 	ceSmallEmu(mem, threads, a.loss, a.logits, a.t, t64, a.m, a.n, a.eps, hasIgnore, a.ignore, mean, a.lsum, a.acc, a.dx)
-	// __syncthreads(): every dlogit written.
-	grads := a.n * a.k
-	if a.gb != 0 {
-		grads += a.n
-	}
-	for tid := int64(0); tid < B; tid++ {
-		for e := tid; e < grads; e += B {
-			linearGradAtEmu(mem, a.gw, a.gb, a.dx, a.x, a.m, a.n, a.k, e)
-		}
-	}
-	// __syncthreads(): every gradient added.
-	sgdIncBlockEmu(mem, B, a.p, a.g, a.mom, a.hyper, 0, a.mu, a.damp, a.wd, a.nesterov != 0, a.maximize != 0, a.zero != 0, a.np)
 }
 
 // sgdRef is torch.optim.SGD's step of one element in float64: p, g and

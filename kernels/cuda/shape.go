@@ -99,6 +99,7 @@ func (d *Device) ZeroMany(dsts []*tensor.Tensor) error {
 		return err
 	}
 	var blocks []byteBlock
+	var ptrs, sizes []uint64
 	for i, t := range dsts {
 		if t.Numel() == 0 {
 			continue
@@ -107,7 +108,16 @@ func (d *Device) ZeroMany(dsts []*tensor.Tensor) error {
 		if err != nil {
 			return err
 		}
-		blocks = append(blocks, zeroBlocks(uint64(p), int64(t.Numel()*t.DType().Size()), uint64(d.zero), zeroBytes)...)
+		n := int64(t.Numel() * t.DType().Size())
+		ptrs, sizes = append(ptrs, uint64(p)), append(sizes, uint64(n))
+		blocks = append(blocks, zeroBlocks(uint64(p), n, uint64(d.zero), zeroBytes)...)
+	}
+	// In a block sequence, a small zeroing is a step of the next
+	// block_seq_f32 launch.
+	if d.seqOn.Load() && len(ptrs) > 0 {
+		if rs, ok := zeroRanges(ptrs, sizes); ok && d.deferStep(seqZero, zeroStepArgs(rs), 0, dsts...) {
+			return nil
+		}
 	}
 	return d.copyBlocks(blocks)
 }

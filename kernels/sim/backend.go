@@ -14,6 +14,7 @@ package sim
 //go:generate go run gen.go
 
 import (
+	"errors"
 	"fmt"
 	"sync/atomic"
 
@@ -27,6 +28,7 @@ import (
 type Backend struct {
 	cpu  kernels.Backend
 	last atomic.Int32 // index of the sim device of the latest op
+	seq  atomic.Int32 // block sequences on (BeginSequence)
 }
 
 var def = &Backend{cpu: new(cpu.Backend)}
@@ -61,6 +63,30 @@ func (b *Backend) Synchronize() error {
 	tensor.CountHostSync(tensor.Sim(int(b.last.Load())))
 	return b.cpu.Synchronize()
 }
+
+// BeginSequence implements kernels.BlockSequencer. Sim runs every call
+// at once, in order — what CUDA's joined launch computes, bit for bit —
+// and only counts the sequences on, so that a sequence ended twice is
+// the error it is on a device.
+func (b *Backend) BeginSequence() { b.seq.Add(1) }
+
+// EndSequence implements kernels.BlockSequencer: an error outside a
+// sequence.
+func (b *Backend) EndSequence() error {
+	for {
+		n := b.seq.Load()
+		if n == 0 {
+			return errors.New("kernels/sim: EndSequence outside a sequence")
+		}
+		if b.seq.CompareAndSwap(n, n-1) {
+			return nil
+		}
+	}
+}
+
+// Sequences is the number of sequences on (BeginSequence without its
+// EndSequence yet): for tests of code that runs them.
+func (b *Backend) Sequences() int { return int(b.seq.Load()) }
 
 // SetMatmulPrecision implements kernels.Backend (the CPU computes fp32
 // whatever is asked, as documented there).

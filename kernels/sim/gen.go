@@ -27,6 +27,7 @@ import (
 var skipped = map[string]bool{
 	"Name": true, "Device": true, "BeginCapture": true, "EndCapture": true,
 	"Capturing": true, "Synchronize": true, "SetMatmulPrecision": true,
+	"BeginSequence": true, "EndSequence": true,
 }
 
 // notBackend are the interfaces of package kernels that are not a

@@ -547,6 +547,7 @@ var (
 	_ kernels.BatchNormEvalAffiner      = (*Backend)(nil)
 	_ kernels.BatchNormReluPooler       = (*Backend)(nil)
 	_ kernels.BatchNormReluer           = (*Backend)(nil)
+	_ kernels.BlockSequencer            = (*Backend)(nil)
 	_ kernels.CaptureFamily             = (*Backend)(nil)
 	_ kernels.ChannelAxpyer             = (*Backend)(nil)
 	_ kernels.ConcatManyer              = (*Backend)(nil)

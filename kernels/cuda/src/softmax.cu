@@ -458,12 +458,8 @@ struct LinearCESGD {
     int64_t np;
 };
 
-// linear_ce_sgd_f32 is a small linear classifier's whole SGD training
-// step in one launch of one block (kernels.LinearCESGDStepper):
-// linear_ce_small_f32, linear_grad_add_f32 and sgd_inc_f32 in turn, each
-// the same code as its own launch (so the same bits), with a barrier
-// between them: the gradients read every dlogit, the step every gradient.
-__global__ void __launch_bounds__(1024, 1) linear_ce_sgd_f32(LinearCESGD a) {
+// linear_ce_sgd_block is linear_ce_sgd_f32's body (below).
+__device__ __forceinline__ void linear_ce_sgd_block(const LinearCESGD& a) {
     linear_ce_small_block(a.logits, a.loss, a.x, a.w, a.b, a.t, a.m, a.n, a.k, a.eps, a.ignore, a.flags, a.lsum, a.acc,
                           a.dx);
     __syncthreads();  // every dlogit written
@@ -471,6 +467,84 @@ __global__ void __launch_bounds__(1024, 1) linear_ce_sgd_f32(LinearCESGD a) {
     for (int64_t e = threadIdx.x; e < grads; e += blockDim.x) linear_grad_at(a.gw, a.gb, a.dx, a.x, a.m, a.n, a.k, e);
     __syncthreads();  // every gradient added
     sgd_inc_block(a.p, a.g, a.mom, a.hyper, nullptr, a.mu, a.damp, a.wd, a.nesterov, a.maximize, a.zero, a.np);
+}
+
+// linear_ce_sgd_f32 is a small linear classifier's whole SGD training
+// step in one launch of one block (kernels.LinearCESGDStepper):
+// linear_ce_small_f32, linear_grad_add_f32 and sgd_inc_f32 in turn, each
+// the same code as its own launch (so the same bits), with a barrier
+// between them: the gradients read every dlogit, the step every gradient.
+__global__ void __launch_bounds__(1024, 1) linear_ce_sgd_f32(LinearCESGD a) { linear_ce_sgd_block(a); }
+
+// LinearCESmall is linear_ce_small_f32's arguments as one struct (Go's
+// linearCESmallArgs, word for word): a block_seq_f32 step.
+struct LinearCESmall {
+    float *logits, *loss;
+    const float *x, *w, *b;
+    const void* t;
+    int64_t m, n, k;
+    float eps;
+    int flags;
+    int64_t ignore;
+    float *lsum, *acc, *dx;
+};
+
+// BLOCK_SEQ_WORDS is the size of BlockSeq's step list in 8-byte words
+// (Go's blockSeqWords): with its count, 4 KiB, the most parameter space
+// a launch takes.
+#define BLOCK_SEQ_WORDS 511
+
+// BlockSeq is block_seq_f32's argument (Go's blockSeq.words): n steps,
+// each a header word (its kind in the low half, its argument words in
+// the high half) and then its arguments.
+struct BlockSeq {
+    int64_t n;
+    uint64_t w[BLOCK_SEQ_WORDS];
+};
+
+// Step kinds of a BlockSeq (Go's seqLinearCESGD, seqLinearCESmall,
+// seqZero).
+#define SEQ_LINEAR_CE_SGD 1
+#define SEQ_LINEAR_CE_SMALL 2
+#define SEQ_ZERO 3
+
+// block_seq_f32 runs a sequence of one-block launches in one block, in
+// order, with a barrier after each (kernels.BlockSequencer): each step
+// is the code of its own launch — linear_ce_sgd_f32, linear_ce_small_f32,
+// or a zeroing of 4-byte words (its arguments: the range count, then
+// each range's address and word count) — launched with the block size
+// that launch takes, so it writes the same bits, and the barrier makes
+// its writes visible to the next step as the end of a launch would. The
+// argument stays in parameter space (__grid_constant__): the steps are
+// read where they are, not copied per thread.
+__global__ void __launch_bounds__(1024, 1) block_seq_f32(const __grid_constant__ BlockSeq s) {
+    int64_t at = 0;
+    for (int64_t i = 0; i < s.n; i++) {
+        const uint64_t head = s.w[at];
+        const int kind = (int)(head & 0xffffffffu);
+        const int64_t words = (int64_t)(head >> 32);
+        const uint64_t* a = &s.w[at + 1];
+        switch (kind) {
+            case SEQ_LINEAR_CE_SGD:
+                linear_ce_sgd_block(*(const LinearCESGD*)a);
+                break;
+            case SEQ_LINEAR_CE_SMALL: {
+                const LinearCESmall& l = *(const LinearCESmall*)a;
+                linear_ce_small_block(l.logits, l.loss, l.x, l.w, l.b, l.t, l.m, l.n, l.k, l.eps, l.ignore, l.flags,
+                                      l.lsum, l.acc, l.dx);
+                break;
+            }
+            case SEQ_ZERO:
+                for (uint64_t r = 0; r < a[0]; r++) {
+                    uint32_t* p = (uint32_t*)a[1 + 2 * r];
+                    const int64_t nw = (int64_t)a[2 + 2 * r];
+                    for (int64_t e = threadIdx.x; e < nw; e += blockDim.x) p[e] = 0u;
+                }
+                break;
+        }
+        __syncthreads();  // the step's writes visible to the next, as at a launch's end
+        at += 1 + words;
+    }
 }
 
 }  // extern "C"

@@ -1,0 +1,32 @@
+package kernels
+
+// BlockSequencer is implemented by a backend that can run a run of
+// consecutive one-block launches as one launch (CUDA: block_seq_f32, one
+// block that runs each launch's code in turn with a barrier between
+// them), so that a captured graph of many small dependent kernels — a
+// small model's whole training epoch — is one node instead of one per
+// kernel. It is an optional capability (check with a type assertion).
+//
+// Between BeginSequence and EndSequence the backend may hold back the
+// calls it can join (CUDA: LinearCESGDStep, LinearCrossEntropyCount and
+// a small ZeroMany, each where it would be one block on its own) and
+// launch them together later. Every other call on the backend — a
+// launch, a copy, a synchronisation, the end of a capture — first
+// launches what is held back, so every call's effects come in the
+// calls' order, and each held-back call writes bit for bit what it
+// writes on its own (the same code, with the block size its own launch
+// takes). The calls report what they report outside a sequence (true:
+// done); an error launching the joined calls comes from EndSequence.
+//
+// Sequences may overlap (goroutines that share a device each run one):
+// calls are held back while any is on, and each EndSequence launches
+// what is held back. Outside a sequence, and on a backend without the
+// capability, every call launches at once.
+type BlockSequencer interface {
+	// BeginSequence starts holding back the calls the backend can join.
+	BeginSequence()
+	// EndSequence launches what is held back and ends one sequence. It
+	// returns the first error a launch of joined calls met that no
+	// earlier EndSequence returned, and an error outside a sequence.
+	EndSequence() error
+}
