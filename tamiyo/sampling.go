@@ -163,18 +163,34 @@ func (r *ActResult) Action(b int) leyline.FactoredAction {
 // tensorRows reads a [B, n] CPU tensor as float32 rows.
 func tensorRows(t *tensor.Tensor) [][]float32 {
 	s := t.Shape()
-	return splitRows(t.Float64s(), 0, s[1], s[0], s[1])
+	return splitRows(hostFloat32s(t), 0, s[1], s[0], s[1])
+}
+
+// hostFloat32s returns a CPU tensor's elements in row-major order as
+// float32: an F32 contiguous tensor's own (aliased, not copied), any
+// other's converted (exactly: every float dtype's values are float32's).
+func hostFloat32s(t *tensor.Tensor) []float32 {
+	if t.DType() == tensor.F32 && t.IsContiguous() {
+		return t.F32()
+	}
+	v := t.Float64s()
+	out := make([]float32, len(v))
+	for i, x := range v {
+		out[i] = float32(x)
+	}
+	return out
 }
 
 // splitRows cuts b rows of n float32 values out of vals, a row-major
-// [b, width] matrix, starting at column off.
-func splitRows(vals []float64, off, n, b, width int) [][]float32 {
+// [b, width] matrix, starting at column off: copies, all in one backing
+// array (each row's capacity its length, so that appending to one does
+// not write into the next).
+func splitRows(vals []float32, off, n, b, width int) [][]float32 {
 	rows := make([][]float32, b)
+	back := make([]float32, b*n)
 	for i := range rows {
-		rows[i] = make([]float32, n)
-		for j := range rows[i] {
-			rows[i][j] = float32(vals[i*width+off+j])
-		}
+		rows[i] = back[i*n : (i+1)*n : (i+1)*n]
+		copy(rows[i], vals[i*width+off:i*width+off+n])
 	}
 	return rows
 }
@@ -216,7 +232,7 @@ func readJoined(cat *tensor.Tensor, ts []*tensor.Tensor) ([][][]float32, error) 
 		return nil, fmt.Errorf("tamiyo: reading the policy's outputs: %w", err)
 	}
 	b, width := host.Shape()[0], host.Shape()[1]
-	vals := host.Float64s()
+	vals := hostFloat32s(host)
 	out := make([][][]float32, len(ts))
 	off := 0
 	for i, t := range ts {

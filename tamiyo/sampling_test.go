@@ -447,3 +447,24 @@ func TestActAndEvaluateErrors(t *testing.T) {
 		t.Errorf("NaN logits: err = %v, want ErrNonFiniteLogits", err)
 	}
 }
+
+// TestSplitRowsCopiesApart: splitRows copies each row out of the
+// matrix, and a row appended to never writes into the next.
+func TestSplitRowsCopiesApart(t *testing.T) {
+	vals := []float32{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11} // [3, 4]
+	rows := splitRows(vals, 1, 2, 3, 4)
+	want := [][]float32{{1, 2}, {5, 6}, {9, 10}}
+	for i := range want {
+		if len(rows[i]) != 2 || rows[i][0] != want[i][0] || rows[i][1] != want[i][1] {
+			t.Fatalf("rows %v, want %v", rows, want)
+		}
+	}
+	_ = append(rows[0], 99)
+	if rows[1][0] != 5 {
+		t.Errorf("an append to row 0 wrote into row 1: %v", rows[1])
+	}
+	vals[1] = -1
+	if rows[0][0] != 1 {
+		t.Errorf("a row aliases the matrix: %v", rows[0])
+	}
+}
