@@ -452,7 +452,9 @@ func (p *Policy) tensors(g *Graph) (*graphTensors, error) {
 // CPU each tensor is built on its own.
 func newGraphTensors(g *Graph, dt tensor.DType, dev tensor.Device, reuse *stagingBuffers) (*graphTensors, error) {
 	st := newStaging(dev, dt) // copies the graph's slices, never aliases them
-	st.reuse = reuse
+	if reuse != nil {
+		st = reuse.staging(dev, dt)
+	}
 	gt := &graphTensors{b: g.NumGraphs, maxSlots: g.MaxSlots()}
 	var x [NumNodeTypes]*tensor.Tensor
 	for t := range x {

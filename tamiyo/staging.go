@@ -25,8 +25,9 @@ type staging struct {
 	f32    []float32
 	ints   []int64
 	bools  []bool
-	// Views waiting for upload, per buffer.
+	// Views waiting for upload, per buffer, and their shapes (flat).
 	fViews, iViews, bViews []stagedView
+	shapes                 []int
 	// reuse, when set, keeps the device buffers of earlier uploads for
 	// upload to copy into (see stagingBuffers).
 	reuse *stagingBuffers
@@ -38,54 +39,129 @@ type staging struct {
 // addresses, which a captured graph bound to them (autograd's
 // BoundInputs) reads in place, with no copy into static buffers. Only
 // for a user that is done with the previous call's tensors when it
-// stages the next (tamiyo.Inference).
+// stages the next (tamiyo.Inference), which also gets the same view
+// tensors when it cuts a buffer as before (a graph of the same shape),
+// and the same host staging (st), its slices grown once.
 type stagingBuffers struct {
-	bufs []*tensor.Tensor // most recently used first
+	bufs []*keptBuffer // most recently used first
+	st   *staging
+}
+
+// keptBuffer is a kept device buffer and the views its last upload cut
+// from it: offsets, ranks and shapes (flat), and the tensors.
+type keptBuffer struct {
+	t             *tensor.Tensor
+	offs, ranks   []int
+	shapes        []int
+	views         []*tensor.Tensor
+	layoutIsValid bool
 }
 
 // maxStagingBuffers bounds the buffers kept (graph sizes vary as seeds
 // come and go; each buffer is a few kilobytes).
 const maxStagingBuffers = 24
 
+// staging returns the kept host staging for dev and dt, emptied (a new
+// one the first time, or when dev or dt changed).
+func (b *stagingBuffers) staging(dev tensor.Device, dt tensor.DType) *staging {
+	if b.st == nil || b.st.dev != dev || b.st.dt != dt {
+		b.st = newStaging(dev, dt)
+	}
+	b.st.reset()
+	b.st.reuse = b
+	return b.st
+}
+
 // take returns a kept buffer of dtype dt and n elements (moved to the
 // front), or nil.
-func (b *stagingBuffers) take(dt tensor.DType, n int) *tensor.Tensor {
-	for i, t := range b.bufs {
-		if t.DType() == dt && t.Numel() == n {
+func (b *stagingBuffers) take(dt tensor.DType, n int) *keptBuffer {
+	for i, k := range b.bufs {
+		if k.t.DType() == dt && k.t.Numel() == n {
 			copy(b.bufs[1:i+1], b.bufs[:i])
-			b.bufs[0] = t
-			return t
+			b.bufs[0] = k
+			return k
 		}
 	}
 	return nil
 }
 
 // keep adds a new buffer, dropping the least recently used past the
-// bound.
-func (b *stagingBuffers) keep(t *tensor.Tensor) {
-	b.bufs = append([]*tensor.Tensor{t}, b.bufs...)
+// bound, and returns its entry.
+func (b *stagingBuffers) keep(t *tensor.Tensor) *keptBuffer {
+	k := &keptBuffer{t: t}
+	b.bufs = append([]*keptBuffer{k}, b.bufs...)
 	if len(b.bufs) > maxStagingBuffers {
 		clear(b.bufs[maxStagingBuffers:])
 		b.bufs = b.bufs[:maxStagingBuffers]
 	}
+	return k
+}
+
+// cut points every view's tensor at its part of k's buffer: the tensors
+// of the previous cut when the views are laid out as then, else new ones
+// (remembered for the next).
+func (k *keptBuffer) cut(s *staging, views []stagedView) {
+	same := k.layoutIsValid && len(views) == len(k.views)
+	at := 0
+	for i := 0; same && i < len(views); i++ {
+		v := views[i]
+		shape := s.shapeOf(v)
+		same = k.offs[i] == v.off && k.ranks[i] == len(shape) && slices.Equal(k.shapes[at:at+len(shape)], shape)
+		at += len(shape)
+	}
+	if same {
+		for i, v := range views {
+			*v.dst = k.views[i]
+		}
+		return
+	}
+	k.offs, k.ranks, k.shapes, k.views = k.offs[:0], k.ranks[:0], k.shapes[:0], k.views[:0]
+	for _, v := range views {
+		shape := s.shapeOf(v)
+		t := s.viewOf(k.t, v)
+		*v.dst = t
+		k.offs, k.ranks = append(k.offs, v.off), append(k.ranks, len(shape))
+		k.shapes, k.views = append(k.shapes, shape...), append(k.views, t)
+	}
+	k.layoutIsValid = true
 }
 
 // stagedView is a tensor to be cut from a staging buffer: elements
-// [off, off+Numel(shape)) shaped as shape, written to *dst by upload.
+// [off, off+Numel(shape)) shaped as shape (the staging's shapes[at :
+// at+rank]), written to *dst by upload.
 type stagedView struct {
-	dst   **tensor.Tensor
-	off   int
-	shape []int
+	dst      **tensor.Tensor
+	off      int
+	at, rank int
 }
 
 func newStaging(dev tensor.Device, dt tensor.DType) *staging {
 	return &staging{dev: dev, dt: dt}
 }
 
+// reset empties s for a new call, keeping its slices' capacity.
+func (s *staging) reset() {
+	s.floats, s.f32, s.ints, s.bools, s.shapes = s.floats[:0], s.f32[:0], s.ints[:0], s.bools[:0], s.shapes[:0]
+	for _, v := range [...]*[]stagedView{&s.fViews, &s.iViews, &s.bViews} {
+		clear(*v)
+		*v = (*v)[:0]
+	}
+}
+
 func (s *staging) host() bool { return s.dev.IsCPU() }
 
 func (s *staging) view(views *[]stagedView, dst **tensor.Tensor, off int, shape []int) {
-	*views = append(*views, stagedView{dst: dst, off: off, shape: append([]int(nil), shape...)})
+	*views = append(*views, stagedView{dst: dst, off: off, at: len(s.shapes), rank: len(shape)})
+	s.shapes = append(s.shapes, shape...)
+}
+
+// shapeOf is v's shape (in s.shapes).
+func (s *staging) shapeOf(v stagedView) []int { return s.shapes[v.at : v.at+v.rank] }
+
+// viewOf is v's tensor: its part of buf, shaped.
+func (s *staging) viewOf(buf *tensor.Tensor, v stagedView) *tensor.Tensor {
+	shape := s.shapeOf(v)
+	return buf.Narrow(0, v.off, tensor.Numel(shape)).Reshape(shape...)
 }
 
 // nfloats is the number of float values staged so far.
@@ -171,27 +247,33 @@ func (s *staging) upload() error {
 		return nil
 	}
 	put := func(host *tensor.Tensor, views []stagedView) error {
+		var kept *keptBuffer
 		var buf *tensor.Tensor
 		var err error
 		if s.reuse != nil {
-			buf = s.reuse.take(host.DType(), host.Numel())
+			kept = s.reuse.take(host.DType(), host.Numel())
 		}
 		switch {
-		case buf != nil:
+		case kept != nil:
+			buf = kept.t
 			err = tensor.CopyFromHost(buf, host)
 		case host.Numel() > 0:
 			buf, err = host.ToDevice(s.dev)
 		default:
 			buf, err = tensor.EmptyOn(s.dev, host.DType(), 0)
 		}
-		if err == nil && s.reuse != nil && (len(s.reuse.bufs) == 0 || s.reuse.bufs[0] != buf) {
-			s.reuse.keep(buf) // a new buffer (a reused one is already first)
-		}
 		if err != nil {
 			return fmt.Errorf("tamiyo: copying the %v inputs to %v: %w", host.DType(), s.dev, err)
 		}
+		if s.reuse != nil && kept == nil {
+			kept = s.reuse.keep(buf) // a new buffer (a reused one is first already)
+		}
+		if kept != nil {
+			kept.cut(s, views)
+			return nil
+		}
 		for _, v := range views {
-			*v.dst = buf.Narrow(0, v.off, tensor.Numel(v.shape)).Reshape(v.shape...)
+			*v.dst = s.viewOf(buf, v)
 		}
 		return nil
 	}
@@ -214,7 +296,6 @@ func (s *staging) upload() error {
 			return err
 		}
 	}
-	s.floats, s.f32, s.ints, s.bools = s.floats[:0], s.f32[:0], s.ints[:0], s.bools[:0]
-	s.fViews, s.iViews, s.bViews = nil, nil, nil
+	s.reset()
 	return nil
 }
