@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/internal/testdevice"
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/tensor"
@@ -290,4 +291,34 @@ func TestInferenceReadsNewGraphsInPlace(t *testing.T) {
 	st := in.Stats()
 	assert.Equal(t, 1, st.BoundGraphs, "one graph bound to the reused buffers")
 	assert.GreaterOrEqual(t, st.Replays, 5)
+}
+
+// TestStagingRecutsAReusedBuffer: a kept device buffer staged into
+// again with another layout of the same length gets views cut anew,
+// with their own shapes and values; staged again as before, it gets
+// the very view tensors of that layout's last cut.
+func TestStagingRecutsAReusedBuffer(t *testing.T) {
+	dev := tensor.Sim(0)
+	var reuse stagingBuffers
+	stage := func(a, b []float32, sa, sb []int) (*tensor.Tensor, *tensor.Tensor) {
+		st := reuse.staging(dev, tensor.F32)
+		var ta, tb *tensor.Tensor
+		st.float32s(&ta, a, sa...)
+		st.float32s(&tb, b, sb...)
+		require.NoError(t, st.upload())
+		return ta, tb
+	}
+	host := func(x *tensor.Tensor) []float32 { return testdevice.Host(t, x).F32() }
+	a1, b1 := stage([]float32{1, 2, 3, 4, 5, 6}, []float32{7, 8, 9, 10}, []int{2, 3}, []int{4})
+	a2, b2 := stage([]float32{1, 2, 3, 4}, []float32{5, 6, 7, 8, 9, 10}, []int{4}, []int{3, 2})
+	require.Equal(t, []int{4}, a2.Shape())
+	require.Equal(t, []int{3, 2}, b2.Shape())
+	require.Equal(t, []float32{5, 6, 7, 8, 9, 10}, host(b2))
+	a3, b3 := stage([]float32{0, 0, 0, 0}, []float32{1, 1, 1, 1, 1, 1}, []int{4}, []int{3, 2})
+	require.Same(t, a2, a3, "the same layout: the same view tensors")
+	require.Same(t, b2, b3)
+	require.Equal(t, []float32{1, 1, 1, 1, 1, 1}, host(b3))
+	require.NotSame(t, a1, a2)
+	require.Equal(t, []int{4}, b1.Shape(), "an earlier cut's tensors keep their shapes")
+	require.Len(t, reuse.bufs, 1, "one buffer, reused")
 }
