@@ -75,7 +75,9 @@ func (s *SGD) LinearCEStep(x *tensor.Tensor, w, b *autograd.Var, target *tensor.
 	ok = be.LinearCESGDStep(logits, loss, x, w.Value, bv, target, p, lossSum, acc, dl, w.Grad, gb, bk.flat, bk.grad, mom, s.hyp.t, o)
 	// Nothing reads the logits, the loss or their gradient after the
 	// step: their memory goes back at once (a device's stream keeps it
-	// for the launch; a capture's graph keeps what it captured).
+	// for the launch, even one a block sequence holds back: later uses
+	// of the block come after it; a capture's graph keeps what it
+	// captured).
 	for _, t := range []*tensor.Tensor{logits, dl, loss} {
 		t.Storage().Free()
 	}

@@ -144,7 +144,9 @@ func (g *epochGraph) collect(e int) bool {
 // restored after them), as one block sequence (sequenced): on CUDA a
 // small linear model's whole epoch — the zeroing, every step's
 // LinearCESGDStep, every validation batch's LinearCrossEntropyCount —
-// is one launch, one node of the epoch's graph.
+// is one launch, one node of the epoch's graph, when its calls fit one
+// launch's arguments (about 20 steps) and take one block size; a few
+// launches otherwise.
 func (g *epochGraph) fn(in []*tensor.Tensor) []*tensor.Tensor {
 	return sequenced(g.t.dev, func() []*tensor.Tensor { return g.epoch(in) })
 }

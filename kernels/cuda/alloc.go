@@ -20,7 +20,8 @@ import (
 // out again without a driver call. Because every kernel of the backend
 // runs on the device's one stream, a block freed after the launches that
 // use it were enqueued can be reused by later launches at once: stream
-// order keeps them apart.
+// order keeps them apart. (A launch a block sequence holds back counts
+// as enqueued: any later stream use launches it first.)
 //
 // Free may be called from a finalizer (tensor storage's safety net),
 // where no driver call may be made (the goroutine has no context, and a
@@ -90,8 +91,10 @@ func (a *Allocator) Alloc(n int64) (cu.DevicePtr, error) {
 	if p, ok := a.takeLocked(c); ok {
 		return p, nil
 	}
-	// No stream work here: a block sequence's held-back steps stay held
-	// (they keep their tensors, so no block they use is freed below).
+	// No stream work here: a block sequence's held-back steps stay held,
+	// but are launched before any block goes back to the driver (one
+	// they use may have been freed explicitly: cuMemFree must come after
+	// them).
 	release := a.d.enterQuiet()
 	defer release()
 	if a.capturing {
@@ -117,6 +120,7 @@ func (a *Allocator) Alloc(n int64) (cu.DevicePtr, error) {
 	a.drainLocked()
 	p, err := cu.MemAlloc(c)
 	if err != nil {
+		a.d.flushHeld()
 		a.emptyLocked()
 		p, err = cu.MemAlloc(c)
 	}
@@ -137,6 +141,7 @@ func (a *Allocator) Alloc(n int64) (cu.DevicePtr, error) {
 		if p, ok := a.takeLocked(c); ok {
 			return p, nil
 		}
+		a.d.flushHeld()
 		a.emptyLocked()
 		if p, err = cu.MemAlloc(c); err != nil {
 			return 0, fmt.Errorf("cuda: allocating %d bytes (%d reserved, after a garbage collection): %w", n, a.stats.Reserved, err)

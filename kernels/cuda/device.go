@@ -47,10 +47,11 @@ type Device struct {
 	blas      *blasHandle  // cuBLAS, created on first use (under mu)
 	capturing bool         // a stream capture is running (under mu)
 	mt        mtCache      // multi-tensor tables (multi_tensor.go)
-	seqMu     sync.Mutex
-	seq       seqState    // the block sequence (sequence.go; under seqMu)
-	seqOn     atomic.Bool // a block sequence is on (seq.depth > 0)
-	seqHeld   atomic.Bool // steps are held back (seq not empty)
+	seqMu     sync.Mutex   // a leaf: nothing is locked under it
+	seq       seqState     // the block sequence (sequence.go; under seqMu)
+	seqFn     cu.Function  // block_seq_f32
+	seqOn     atomic.Bool  // a block sequence is on (seq.depth > 0)
+	seqHeld   atomic.Bool  // steps are held back (seq not empty)
 }
 
 // Open initialises CUDA device ordinal: retains its primary context,
@@ -81,6 +82,11 @@ func Open(ordinal int) (*Device, error) {
 		return nil, fmt.Errorf("cuda: device %d: creating a stream: %w", ordinal, err)
 	}
 	if err := d.loadModules(); err != nil {
+		return nil, err
+	}
+	// block_seq_f32 is looked up once: the flush of a block sequence runs
+	// inside enter, where callers may hold d.mu (which kernel takes).
+	if d.seqFn, err = d.kernel("block_seq_f32"); err != nil {
 		return nil, err
 	}
 	if d.zero, err = cu.MemAlloc(zeroBytes); err == nil {
@@ -128,9 +134,10 @@ func (d *Device) enter() (release func()) {
 	return release
 }
 
-// enterQuiet is enter without launching held-back steps: for driver
-// calls that put nothing on the stream (the allocator's cuMemAlloc),
-// which must not split a sequence.
+// enterQuiet is enter without launching held-back steps: for the
+// allocator, whose cuMemAlloc puts nothing on the stream and must not
+// split a sequence (its paths that return memory to the driver launch
+// the held-back steps first: Allocator.Alloc).
 func (d *Device) enterQuiet() (release func()) {
 	runtime.LockOSThread()
 	if err := cu.SetCurrentContext(d.ctx); err != nil {

@@ -25,7 +25,11 @@ type seqState struct {
 	depth int
 	seq   blockSeq
 	// keep holds the tensors the held-back steps use, so that none is
-	// collected and its memory handed on before the steps run.
+	// collected before the steps run. A block freed explicitly (as
+	// optim.SGD.LinearCEStep frees its scratch) may be handed on, but
+	// only to a later stream use, which launches the held-back steps
+	// first, or to a later held-back step; and the allocator launches
+	// them before it gives memory back to the driver.
 	keep []*tensor.Tensor
 	// err is the first failed launch of held-back steps not yet returned
 	// by an EndSequence.
@@ -104,22 +108,20 @@ func (d *Device) flushHeld() {
 		return
 	}
 	d.seqMu.Lock()
+	defer d.seqMu.Unlock()
 	d.flushSeqLocked()
-	d.seqMu.Unlock()
 }
 
 // flushSeqLocked launches the held-back steps as one block_seq_f32 (the
-// context current, d.seqMu held). A failed launch is kept for
-// EndSequence.
+// context current, d.seqMu held; it takes no other lock, since enter,
+// which calls it, runs under d.mu and the allocator's lock). A failed
+// launch is kept for EndSequence.
 func (d *Device) flushSeqLocked() {
 	s := &d.seq
 	if s.seq.empty() {
 		return
 	}
-	fn, err := d.kernel("block_seq_f32")
-	if err == nil {
-		err = launchStruct(fn, [3]int{1, 1, 1}, [3]int{s.seq.block(), 1, 1}, d.stream, s.seq.words())
-	}
+	err := launchStruct(d.seqFn, [3]int{1, 1, 1}, [3]int{s.seq.block(), 1, 1}, d.stream, s.seq.words())
 	if err != nil && s.err == nil {
 		s.err = fmt.Errorf("cuda: a sequence of %d launches: %w", s.seq.n, err)
 	}

@@ -59,6 +59,7 @@ func (t *Timer) Time(f func() error) (time.Duration, error) {
 	if err := f(); err != nil {
 		return 0, err
 	}
+	t.d.flushHeld() // steps f left held back are part of what is timed
 	if err := t.stop.Record(t.d.stream); err != nil {
 		return 0, fmt.Errorf("cuda: Timer: %w", err)
 	}
