@@ -23,8 +23,9 @@ import (
 // InferenceOptions.OnFallback. It runs on the policy's device, its
 // captured step's inputs copied there per forward (two copies, into the
 // buffers of the previous graph of the same sizes, which the graph
-// captured for them reads in place) and its outputs read back in one
-// (one host sync).
+// captured for them reads in place; on CUDA from pinned memory on a copy
+// stream, the host not waiting) and its outputs read back in one (one
+// host sync).
 //
 // An Inference is not safe for concurrent use: the captured outputs are
 // static buffers overwritten by each replay. Service serialises its
@@ -96,6 +97,7 @@ func NewInference(p *Policy, o InferenceOptions) (*Inference, error) {
 	}
 	p.SetTraining(false)
 	in := &Inference{p: p, tf32: o.TF32}
+	in.staged.up = newPinnedUpload(in)
 	if !o.NoCapture {
 		in.params = p.Parameters()
 		in.captured = autograd.Capture(in.step, autograd.CaptureOptions{
@@ -177,6 +179,11 @@ func (in *Inference) forward(g *Graph) (lg *Logits, err error) {
 	if in.captured == nil {
 		outs = in.step(inputs)
 	} else if outs, err = in.captured.Run(inputs...); err != nil {
+		return nil, fmt.Errorf("tamiyo: inference forward: %w", err)
+	}
+	// The forward reading the staged buffers is enqueued: the next copy
+	// into them waits for it (pinnedUpload).
+	if err := in.staged.up.release(); err != nil {
 		return nil, fmt.Errorf("tamiyo: inference forward: %w", err)
 	}
 	var joined *tensor.Tensor

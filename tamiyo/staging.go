@@ -45,6 +45,9 @@ type staging struct {
 type stagingBuffers struct {
 	bufs []*keptBuffer // most recently used first
 	st   *staging
+	// up, when set, copies into kept buffers without the host waiting
+	// (upload.go): nil for a user that only wants the buffers kept.
+	up *pinnedUpload
 }
 
 // keptBuffer is a kept device buffer and the views its last upload cut
@@ -256,7 +259,10 @@ func (s *staging) upload() error {
 		switch {
 		case kept != nil:
 			buf = kept.t
-			err = tensor.CopyFromHost(buf, host)
+			var staged bool
+			if staged, err = s.reuse.up.stage(buf, host); err == nil && !staged {
+				err = tensor.CopyFromHost(buf, host)
+			}
 		case host.Numel() > 0:
 			buf, err = host.ToDevice(s.dev)
 		default:
@@ -276,6 +282,11 @@ func (s *staging) upload() error {
 			*v.dst = s.viewOf(buf, v)
 		}
 		return nil
+	}
+	if s.reuse != nil && s.reuse.up != nil && len(s.reuse.bufs) > 0 {
+		// One Stager for the call's largest buffer, not one per buffer
+		// outgrowing the last.
+		s.reuse.up.reserve(s.dev, max(s.nfloats()*s.dt.Size(), 8*len(s.ints), len(s.bools)))
 	}
 	if len(s.fViews) > 0 {
 		host := tensor.FromSlice(s.f32, len(s.f32))

@@ -1,0 +1,117 @@
+package tamiyo
+
+import (
+	"errors"
+	"testing"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/esper-go/esper/kernels"
+	"github.com/esper-go/esper/tensor"
+)
+
+// fakeStagers stands a kernels.Stagers in for sim (which has none): its
+// Stager copies synchronously, as the bytes it is handed say, and counts
+// what it is asked.
+type fakeStagers struct {
+	made, closed, stages, releases int
+	bytes                          []int
+	refuse                         bool
+}
+
+func (f *fakeStagers) NewStager(slots, bytes int) (kernels.Stager, error) {
+	if f.refuse {
+		return nil, errors.New("no pinned memory")
+	}
+	f.made++
+	f.bytes = append(f.bytes, bytes)
+	return &fakeStager{f: f, n: bytes}, nil
+}
+
+type fakeStager struct {
+	f *fakeStagers
+	n int
+}
+
+func (s *fakeStager) Stage(dst *tensor.Tensor, src []byte) error {
+	if len(src) != dst.Nbytes() || len(src) > s.n {
+		return errors.New("fakeStager: wrong size")
+	}
+	var host *tensor.Tensor
+	switch dst.DType() {
+	case tensor.F32:
+		host = tensor.FromSlice(unsafe.Slice((*float32)(unsafe.Pointer(&src[0])), len(src)/4), dst.Numel())
+	case tensor.I64:
+		host = tensor.FromSlice(unsafe.Slice((*int64)(unsafe.Pointer(&src[0])), len(src)/8), dst.Numel())
+	case tensor.Bool:
+		host = tensor.FromSlice(unsafe.Slice((*bool)(unsafe.Pointer(&src[0])), len(src)), dst.Numel())
+	default:
+		return errors.New("fakeStager: dtype")
+	}
+	s.f.stages++
+	return tensor.CopyFromHost(dst, host)
+}
+func (s *fakeStager) StageFunc(*tensor.Tensor, func([]byte)) error  { return errors.New("unused") }
+func (s *fakeStager) StageAhead(*tensor.Tensor, func([]byte)) error { return errors.New("unused") }
+func (s *fakeStager) Await(*tensor.Tensor) error                    { return errors.New("unused") }
+func (s *fakeStager) Release(*tensor.Tensor) error                  { s.f.releases++; return nil }
+func (s *fakeStager) StartTrace(int, int) error                     { return nil }
+func (s *fakeStager) BeginStep() error                              { return nil }
+func (s *fakeStager) EndStep() error                                { return nil }
+func (s *fakeStager) StopTrace() (kernels.Overlap, error)           { return kernels.Overlap{}, nil }
+func (s *fakeStager) Close() error                                  { s.f.closed++; return nil }
+
+// TestInferenceStagesThroughAStager: where the device's backend has a
+// Stager, an Inference copies each forward's graph into its kept
+// buffers through it — the float and the index buffer, each released
+// once the forward is enqueued — and computes what the CPU computes; a
+// graph larger than its pinned buffers gets a larger Stager; where none
+// can be made, the copies are synchronous, with the same results.
+func TestInferenceStagesThroughAStager(t *testing.T) {
+	for _, refuse := range []bool{false, true} {
+		fake := &fakeStagers{refuse: refuse}
+		restore := stagersFor
+		stagersFor = func(tensor.Device) (kernels.Stagers, bool) { return fake, true }
+		dev := tensor.Sim(0)
+		cpu, onDev, _, _ := devicePair(t, dev)
+		want, err := NewInference(cpu, InferenceOptions{NoCapture: true})
+		require.NoError(t, err)
+		in, err := NewInference(onDev, InferenceOptions{OnFallback: func(err error) { t.Errorf("capture fell back: %v", err) }})
+		require.NoError(t, err)
+		forward := func(call int, sizes []int) {
+			var inputs []GraphInput
+			for i, n := range sizes {
+				inputs = append(inputs, testInput(t, n, i+call))
+			}
+			g, err := BuildGraphBatch(inputs)
+			require.NoError(t, err)
+			w, err := want.Forward(g)
+			require.NoError(t, err)
+			got, err := in.Forward(g)
+			require.NoError(t, err)
+			require.Equal(t, w, got, "call %d", call)
+		}
+		for call := 0; call < 5; call++ {
+			forward(call, []int{3, 1, 5, 2})
+		}
+		big := make([]int, 300)
+		for i := range big {
+			big[i] = 1 + i%5
+		}
+		forward(5, big) // new buffers: copied as they are made
+		forward(6, big) // reused: staged, past the first Stager's buffers
+		stagersFor = restore
+		if refuse {
+			require.Zero(t, fake.stages, "no Stager: synchronous copies")
+			continue
+		}
+		// The first forward of each size makes its buffers; each later
+		// one stages the float and the index buffer.
+		require.Equal(t, 2*4+2, fake.stages)
+		require.Equal(t, fake.stages, fake.releases, "every staged buffer released")
+		require.Equal(t, 2, fake.made, "a larger Stager for the larger graph")
+		require.Equal(t, 1, fake.closed, "the smaller one closed")
+		require.Greater(t, fake.bytes[1], fake.bytes[0])
+	}
+}
