@@ -49,36 +49,6 @@ func (g *gatGeom) words() []uint64 {
 		uint64(g.lds), uint64(g.ldd), math.Float64bits(g.alpha), uint64(g.accumulate)}
 }
 
-// gatShared is the dynamic shared memory of a gat_aggregate_f32 block in
-// bytes: heads·f + 7·heads + heads·c floats (src/graph.cu).
-func gatShared(heads, c, f int) int {
-	return 4 * (heads*f + 7*heads + heads*c)
-}
-
-// Launch bounds of gat_aggregate_f32: its shared memory must fit the 48
-// KiB a block gets without opting in (heads·(c + f + 7) ≤ 12288 floats),
-// and it runs gatMaxThreads threads a block at most, one warp at least.
-const (
-	gatMaxShared  = 48 << 10
-	gatMaxThreads = 256
-	gatMaxBlocks  = 1 << 20
-)
-
-// gatMeanMaxShared is gat_mean_f32's bound on the same dynamic shared
-// memory: 64 bytes less, since its tail's flag (last_block, common.cuh)
-// is static shared memory of the same block, and static and dynamic
-// together must fit the 48 KiB.
-const gatMeanMaxShared = gatMaxShared - 64
-
-// gatThreads is a gat_aggregate_f32 block's thread count: a warp per head
-// for the logits or a thread per (head, channel) accumulator, whichever
-// is more, rounded up to whole warps, within [32, gatMaxThreads].
-func gatThreads(heads, c int) int {
-	n := max(heads*c, 32*heads)
-	n = (n + 31) &^ 31
-	return min(max(n, 32), gatMaxThreads)
-}
-
 // GATAggregate is one GAT relation as kernels.GraphAggregator defines
 // it, F32: out [Nd, C] = alpha·r, or out += alpha·r with accumulate, r
 // from hs [Ns, heads·C], hd [Nd, heads·C] (each contiguous or a

@@ -309,8 +309,11 @@ __global__ void gather_mean_f32(float* out, const float* x, const int64_t* src, 
 // at (relBase + y)·nd·c). The relations run in parallel; with counters
 // set (every relation in this one launch, relBase 0) the block that
 // finishes a node's last relation adds them in order and writes out
-// (gat_tail), else gat_combine_f32 then adds them.
-__global__ void gat_mean_f32(GatMulti m) {
+// (gat_tail), else gat_combine_f32 then adds them. Compiled for blocks
+// of 128 threads, 8 to a multiprocessor (Go's gatMaxThreads,
+// gatMinBlocks): 64 registers a thread instead of 100, so that a
+// batch-64 policy's launch runs in one wave.
+__global__ void __launch_bounds__(128, 8) gat_mean_f32(GatMulti m) {
     extern __shared__ float sh[];
     const int r = blockIdx.y;
     if (r >= (int)m.nrel) return;  // the whole block: before any barrier

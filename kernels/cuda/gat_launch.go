@@ -1,0 +1,42 @@
+package cuda
+
+// The launch geometry of the GAT kernels (gat_aggregate_f32,
+// gat_mean_f32): pure Go, untagged, so that a test can hold it to the
+// launch bounds the PTX declares without a GPU.
+
+// gatShared is the dynamic shared memory of a gat_aggregate_f32 block in
+// bytes: heads·f + 7·heads + heads·c floats (src/graph.cu).
+func gatShared(heads, c, f int) int {
+	return 4 * (heads*f + 7*heads + heads*c)
+}
+
+// Launch bounds of gat_aggregate_f32 and gat_mean_f32: their shared
+// memory must fit the 48 KiB a block gets without opting in (heads·(c +
+// f + 7) ≤ 12288 floats), and they run gatMaxThreads threads a block at
+// most, one warp at least. gat_mean_f32 is compiled for blocks of
+// gatMaxThreads, gatMinBlocks to a multiprocessor (__launch_bounds__ in
+// src/graph.cu: 64 registers a thread, 100 without), so that W2's
+// batch-64 launch (768 blocks) runs in one wave on an H100 or H200, not
+// three. The thread count changes no bit: every accumulator, logit and
+// output is one thread's or one warp's, whatever the block.
+const (
+	gatMaxShared  = 48 << 10
+	gatMaxThreads = 128
+	gatMinBlocks  = 8
+	gatMaxBlocks  = 1 << 20
+)
+
+// gatMeanMaxShared is gat_mean_f32's bound on the same dynamic shared
+// memory: 64 bytes less, since its tail's flag (last_block, common.cuh)
+// is static shared memory of the same block, and static and dynamic
+// together must fit the 48 KiB.
+const gatMeanMaxShared = gatMaxShared - 64
+
+// gatThreads is a gat_aggregate_f32 block's thread count: a warp per head
+// for the logits or a thread per (head, channel) accumulator, whichever
+// is more, rounded up to whole warps, within [32, gatMaxThreads].
+func gatThreads(heads, c int) int {
+	n := max(heads*c, 32*heads)
+	n = (n + 31) &^ 31
+	return min(max(n, 32), gatMaxThreads)
+}
