@@ -97,7 +97,7 @@ func NewInference(p *Policy, o InferenceOptions) (*Inference, error) {
 	}
 	p.SetTraining(false)
 	in := &Inference{p: p, tf32: o.TF32}
-	in.staged.up = newPinnedUpload(in)
+	in.staged.up = &pinnedUpload{}
 	if !o.NoCapture {
 		in.params = p.Parameters()
 		in.captured = autograd.Capture(in.step, autograd.CaptureOptions{
@@ -170,6 +170,9 @@ func (in *Inference) forward(g *Graph) (lg *Logits, err error) {
 		be.SetMatmulPrecision(kernels.High)
 		defer be.SetMatmulPrecision(kernels.Highest)
 	}
+	// The kept buffers this forward uses are released once its work is
+	// enqueued, or it failed (pinnedUpload).
+	defer in.staged.up.release()
 	gt, err := newGraphTensors(g, in.p.opts.DType, dev, &in.staged)
 	if err != nil {
 		return nil, fmt.Errorf("tamiyo: inference forward: %w", err)
@@ -179,11 +182,6 @@ func (in *Inference) forward(g *Graph) (lg *Logits, err error) {
 	if in.captured == nil {
 		outs = in.step(inputs)
 	} else if outs, err = in.captured.Run(inputs...); err != nil {
-		return nil, fmt.Errorf("tamiyo: inference forward: %w", err)
-	}
-	// The forward reading the staged buffers is enqueued: the next copy
-	// into them waits for it (pinnedUpload).
-	if err := in.staged.up.release(); err != nil {
 		return nil, fmt.Errorf("tamiyo: inference forward: %w", err)
 	}
 	var joined *tensor.Tensor

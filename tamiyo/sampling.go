@@ -168,7 +168,8 @@ func tensorRows(t *tensor.Tensor) [][]float32 {
 
 // hostFloat32s returns a CPU tensor's elements in row-major order as
 // float32: an F32 contiguous tensor's own (aliased, not copied), any
-// other's converted (exactly: every float dtype's values are float32's).
+// other's converted (BF16 and F16 exactly, F64 rounded, as the logits
+// always were).
 func hostFloat32s(t *tensor.Tensor) []float32 {
 	if t.DType() == tensor.F32 && t.IsContiguous() {
 		return t.F32()

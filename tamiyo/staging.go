@@ -68,7 +68,15 @@ const maxStagingBuffers = 24
 // one the first time, or when dev or dt changed).
 func (b *stagingBuffers) staging(dev tensor.Device, dt tensor.DType) *staging {
 	if b.st == nil || b.st.dev != dev || b.st.dt != dt {
+		// A policy moved (or a new dtype): the kept buffers are the
+		// old device's.
 		b.st = newStaging(dev, dt)
+		clear(b.bufs)
+		b.bufs = b.bufs[:0]
+		if b.up != nil {
+			b.up.release()
+			b.up.dev = dev
+		}
 	}
 	b.st.reset()
 	b.st.reuse = b
@@ -249,32 +257,35 @@ func (s *staging) upload() error {
 	if s.host() {
 		return nil
 	}
-	put := func(host *tensor.Tensor, views []stagedView) error {
+	// put copies one buffer of dt and n elements to the device: through
+	// the device's Stager from raw (its bytes; nil: not stageable) into a
+	// kept buffer, else from host() synchronously.
+	put := func(dt tensor.DType, n int, raw []byte, host func() *tensor.Tensor, views []stagedView) error {
 		var kept *keptBuffer
 		var buf *tensor.Tensor
 		var err error
 		if s.reuse != nil {
-			kept = s.reuse.take(host.DType(), host.Numel())
+			kept = s.reuse.take(dt, n)
 		}
 		switch {
 		case kept != nil:
 			buf = kept.t
-			var staged bool
-			if staged, err = s.reuse.up.stage(buf, host); err == nil && !staged {
-				err = tensor.CopyFromHost(buf, host)
+			if !s.reuse.up.stage(buf, raw) {
+				err = tensor.CopyFromHost(buf, host())
 			}
-		case host.Numel() > 0:
-			buf, err = host.ToDevice(s.dev)
+		case n > 0:
+			buf, err = host().ToDevice(s.dev)
 		default:
-			buf, err = tensor.EmptyOn(s.dev, host.DType(), 0)
+			buf, err = tensor.EmptyOn(s.dev, dt, 0)
 		}
 		if err != nil {
-			return fmt.Errorf("tamiyo: copying the %v inputs to %v: %w", host.DType(), s.dev, err)
+			return fmt.Errorf("tamiyo: copying the %v inputs to %v: %w", dt, s.dev, err)
 		}
 		if s.reuse != nil && kept == nil {
 			kept = s.reuse.keep(buf) // a new buffer (a reused one is first already)
 		}
 		if kept != nil {
+			s.reuse.up.use(buf)
 			kept.cut(s, views)
 			return nil
 		}
@@ -283,27 +294,32 @@ func (s *staging) upload() error {
 		}
 		return nil
 	}
-	if s.reuse != nil && s.reuse.up != nil && len(s.reuse.bufs) > 0 {
-		// One Stager for the call's largest buffer, not one per buffer
-		// outgrowing the last.
-		s.reuse.up.reserve(s.dev, max(s.nfloats()*s.dt.Size(), 8*len(s.ints), len(s.bools)))
+	if s.reuse != nil && len(s.reuse.bufs) > 0 {
+		// A call after the first: its copies go into kept buffers.
+		n := 8 * len(s.ints)
+		if s.dt == tensor.F32 {
+			n = max(n, 4*len(s.f32))
+		}
+		s.reuse.up.reserve(max(n, len(s.bools)))
 	}
 	if len(s.fViews) > 0 {
-		host := tensor.FromSlice(s.f32, len(s.f32))
-		if s.dt != tensor.F32 {
-			host = tensor.FromFloat64s(s.dt, s.floats, len(s.floats))
+		var err error
+		if s.dt == tensor.F32 {
+			err = put(tensor.F32, len(s.f32), bytesOf(s.f32), func() *tensor.Tensor { return tensor.FromSlice(s.f32, len(s.f32)) }, s.fViews)
+		} else {
+			err = put(s.dt, len(s.floats), nil, func() *tensor.Tensor { return tensor.FromFloat64s(s.dt, s.floats, len(s.floats)) }, s.fViews)
 		}
-		if err := put(host, s.fViews); err != nil {
+		if err != nil {
 			return err
 		}
 	}
 	if len(s.iViews) > 0 {
-		if err := put(tensor.FromSlice(s.ints, len(s.ints)), s.iViews); err != nil {
+		if err := put(tensor.I64, len(s.ints), bytesOf(s.ints), func() *tensor.Tensor { return tensor.FromSlice(s.ints, len(s.ints)) }, s.iViews); err != nil {
 			return err
 		}
 	}
 	if len(s.bViews) > 0 {
-		if err := put(tensor.FromSlice(s.bools, len(s.bools)), s.bViews); err != nil {
+		if err := put(tensor.Bool, len(s.bools), bytesOf(s.bools), func() *tensor.Tensor { return tensor.FromSlice(s.bools, len(s.bools)) }, s.bViews); err != nil {
 			return err
 		}
 	}

@@ -1,29 +1,50 @@
 package tamiyo
 
 import (
-	"runtime"
+	"sync"
 	"unsafe"
 
 	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/tensor"
 )
 
-// pinnedUpload copies an Inference's staged graph into its kept device
-// buffers through a kernels.Stager where the device's backend has one
-// (CUDA): each buffer's bytes go into a page-locked buffer and from
+// Pinned uploads: an Inference copies its staged graph into its kept
+// device buffers through a kernels.Stager where the device's backend has
+// one (CUDA): each buffer's bytes go into a page-locked buffer and from
 // there on a copy stream that the device's stream waits for, so the host
-// does not wait for the device twice per forward before its replay, as
-// a synchronous copy from pageable memory does. A buffer staged into is
-// released once the forward that reads it is enqueued (release), so
-// that the next copy into it waits, on the copy stream, for that
-// forward. Where the backend has no Stager, or making one fails, the
-// buffers are copied synchronously, as before.
-type pinnedUpload struct {
+// does not wait for the device before the forward's replay, as a
+// synchronous copy from pageable memory does. Where the backend has no
+// Stager, or it fails, the copies are synchronous (and ordered on the
+// device's stream), as before.
+//
+// One Stager serves each device for the life of the process (devicePin):
+// it is never closed, so no driver call frees pinned memory from a
+// collector's goroutine while another goroutine captures a graph; it is
+// made, or replaced by a larger one, only while no capture runs on the
+// device (else that call copies synchronously).
+//
+// Ordering: a copy into a kept buffer must come after the forwards that
+// read it. Each forward releases every kept buffer it used once its work
+// is enqueued (Stager.Release: the next copy into the buffer waits, on
+// the copy stream, for that work), failed forwards included. A Forward
+// also ends by reading its outputs back, which waits for the device.
+
+// devicePin is a device's Stager, shared by every Inference on it.
+type devicePin struct {
+	mu     sync.Mutex
 	st     kernels.Stager
-	bytes  int  // each pinned buffer's size
-	failed bool // no Stager to be had: copy synchronously
-	staged []*tensor.Tensor
+	bytes  int
+	failed bool // no Stager to be had, or one failed: copy synchronously
 }
+
+var (
+	pinsMu sync.Mutex
+	pins   = map[tensor.Device]*devicePin{}
+)
+
+// pinMinBytes is the smallest pinned buffer a devicePin makes (two of
+// them): a batch-64 policy graph's largest buffer is about 70 KB.
+var pinMinBytes = 1 << 20
 
 // stagersFor returns dev's backend as a kernels.Stagers (a variable for
 // the tests, which stand one in for sim).
@@ -32,105 +53,134 @@ var stagersFor = func(dev tensor.Device) (kernels.Stagers, bool) {
 	return s, ok
 }
 
-// newPinnedUpload makes owner's upload; its Stager is closed when owner
-// is collected.
-func newPinnedUpload(owner *Inference) *pinnedUpload {
-	u := &pinnedUpload{}
-	runtime.AddCleanup(owner, func(u *pinnedUpload) { u.close() }, u)
-	return u
+// pinFor returns dev's devicePin.
+func pinFor(dev tensor.Device) *devicePin {
+	pinsMu.Lock()
+	defer pinsMu.Unlock()
+	p := pins[dev]
+	if p == nil {
+		p = &devicePin{}
+		pins[dev] = p
+	}
+	return p
 }
 
-// close frees the Stager's pinned buffers and copy stream.
-func (u *pinnedUpload) close() {
-	if u.st != nil {
-		_ = u.st.Close()
-		u.st = nil
-	}
+// pinnedUpload is one Inference's use of its device's Stager: the kept
+// buffers the running forward used, released when it is enqueued.
+type pinnedUpload struct {
+	dev  tensor.Device
+	used []*tensor.Tensor
 }
 
-// stage copies host (a CPU tensor of buf's dtype and size) into buf, a
-// device buffer, through the Stager and reports whether it did: false
-// (nothing done) where u is nil, the dtype is not F32, I64 or Bool, or
-// no Stager can be had.
-func (u *pinnedUpload) stage(buf, host *tensor.Tensor) (bool, error) {
-	if u == nil || u.failed || host.Numel() == 0 {
-		return false, nil
-	}
-	raw := hostBytes(host)
-	if raw == nil {
-		return false, nil
-	}
-	if !u.reserve(buf.Device(), len(raw)) {
-		return false, nil
-	}
-	if err := u.st.Stage(buf, raw); err != nil {
-		return false, err
-	}
-	u.staged = append(u.staged, buf)
-	return true, nil
-}
-
-// reserve makes sure u has a Stager on dev whose pinned buffers hold n
-// bytes (a new one, twice as large, when they do not) and reports
-// whether it has.
-func (u *pinnedUpload) reserve(dev tensor.Device, n int) bool {
-	if u == nil || u.failed {
+// reserve makes sure dev's Stager holds n bytes a buffer (pinMinBytes at
+// least, twice the old size when it grows) and reports whether there is
+// one. Growing waits for the device first (one host sync: the copies
+// queued on the old Stager and the forwards their buffers wait for), so
+// that no mark of the old one is lost; it, and the first Stager, are
+// made only while no capture runs on the device.
+func (p *devicePin) reserve(dev tensor.Device, n int) bool {
+	if p.failed {
 		return false
 	}
-	if u.st != nil && n <= u.bytes {
+	if p.st != nil && n <= p.bytes {
 		return true
 	}
-	u.close()
 	ss, ok := stagersFor(dev)
 	if !ok {
-		u.failed = true
+		p.failed = true
 		return false
 	}
-	n = max(n, 2*u.bytes, 64<<10)
+	be := kernels.For(dev)
+	if be.Capturing() {
+		return false // not now: this call copies synchronously
+	}
+	if p.st != nil {
+		if err := be.Synchronize(); err != nil {
+			p.failed = true
+			return false
+		}
+		_ = p.st.Close()
+		p.st = nil
+	}
+	n = max(n, 2*p.bytes, pinMinBytes)
 	st, err := ss.NewStager(2, n)
 	if err != nil {
-		u.failed = true // pinned memory refused: copy as before
+		p.failed = true // pinned memory refused: copy as before
 		return false
 	}
-	u.st, u.bytes = st, n
+	p.st, p.bytes = st, n
 	return true
 }
 
-// release marks the work enqueued so far as the last reader of every
-// buffer staged since the last release.
-func (u *pinnedUpload) release() error {
-	if u == nil {
-		return nil
+// stage copies raw (buf's bytes) into buf, a kept device buffer, through
+// the device's Stager and reports whether it did; false (nothing done)
+// where u is nil, raw is nil or there is no Stager.
+func (u *pinnedUpload) stage(buf *tensor.Tensor, raw []byte) bool {
+	if u == nil || raw == nil {
+		return false
 	}
-	defer func() {
-		clear(u.staged)
-		u.staged = u.staged[:0]
-	}()
-	for _, b := range u.staged {
-		if err := u.st.Release(b); err != nil {
-			return err
-		}
+	p := pinFor(u.dev)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.reserve(u.dev, len(raw)) {
+		return false
 	}
-	return nil
+	if err := p.st.Stage(buf, raw); err != nil {
+		p.failed = true // copy synchronously from now on
+		return false
+	}
+	return true
 }
 
-// hostBytes is a contiguous CPU tensor's elements as bytes (aliased),
-// for the dtypes staging builds buffers of: F32, I64 and Bool; nil for
-// another.
-func hostBytes(t *tensor.Tensor) []byte {
-	if !t.IsContiguous() || t.Numel() == 0 {
+// reserve makes the device's Stager (if it has one) hold n bytes a
+// buffer: one growth for a call's largest buffer, not one per buffer
+// outgrowing the last.
+func (u *pinnedUpload) reserve(n int) {
+	if u == nil {
+		return
+	}
+	p := pinFor(u.dev)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.reserve(u.dev, n)
+}
+
+// use records a kept buffer the running forward uses.
+func (u *pinnedUpload) use(buf *tensor.Tensor) {
+	if u != nil {
+		u.used = append(u.used, buf)
+	}
+}
+
+// release marks the work enqueued so far as the last reader of every
+// kept buffer the forward used (where the device has a Stager).
+func (u *pinnedUpload) release() {
+	if u == nil || len(u.used) == 0 {
+		return
+	}
+	defer func() {
+		clear(u.used)
+		u.used = u.used[:0]
+	}()
+	p := pinFor(u.dev)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.st == nil || p.failed {
+		return
+	}
+	for _, b := range u.used {
+		if err := p.st.Release(b); err != nil {
+			p.failed = true // copy synchronously from now on
+			return
+		}
+	}
+}
+
+// bytesOf views a slice's elements as bytes (aliased).
+func bytesOf[T float32 | int64 | bool](v []T) []byte {
+	if len(v) == 0 {
 		return nil
 	}
-	switch t.DType() {
-	case tensor.F32:
-		v := t.F32()
-		return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(v))), 4*len(v))
-	case tensor.I64:
-		v := t.I64()
-		return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(v))), 8*len(v))
-	case tensor.Bool:
-		v := t.Bools()
-		return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(v))), len(v))
-	}
-	return nil
+	var z T
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(v))), len(v)*int(unsafe.Sizeof(z)))
 }

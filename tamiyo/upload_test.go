@@ -62,17 +62,36 @@ func (s *fakeStager) EndStep() error                                { return nil
 func (s *fakeStager) StopTrace() (kernels.Overlap, error)           { return kernels.Overlap{}, nil }
 func (s *fakeStager) Close() error                                  { s.f.closed++; return nil }
 
+// useFakeStagers stands fake in for sim's Stagers, with pinned buffers
+// of at least minBytes, for the rest of t, the process's device Stagers
+// forgotten before and after.
+func useFakeStagers(t *testing.T, fake *fakeStagers, minBytes int) {
+	restore, restoreMin := stagersFor, pinMinBytes
+	forget := func() {
+		pinsMu.Lock()
+		clear(pins)
+		pinsMu.Unlock()
+	}
+	forget()
+	stagersFor = func(tensor.Device) (kernels.Stagers, bool) { return fake, true }
+	pinMinBytes = minBytes
+	t.Cleanup(func() {
+		stagersFor, pinMinBytes = restore, restoreMin
+		forget()
+	})
+}
+
 // TestInferenceStagesThroughAStager: where the device's backend has a
 // Stager, an Inference copies each forward's graph into its kept
-// buffers through it — the float and the index buffer, each released
-// once the forward is enqueued — and computes what the CPU computes; a
-// graph larger than its pinned buffers gets a larger Stager; where none
-// can be made, the copies are synchronous, with the same results.
+// buffers through it — the float and the index buffer — and releases
+// every kept buffer once the forward is enqueued, and computes what the
+// CPU computes; a graph larger than the pinned buffers gets a larger
+// Stager (the device waited for first); where none can be made, the
+// copies are synchronous, with the same results.
 func TestInferenceStagesThroughAStager(t *testing.T) {
 	for _, refuse := range []bool{false, true} {
 		fake := &fakeStagers{refuse: refuse}
-		restore := stagersFor
-		stagersFor = func(tensor.Device) (kernels.Stagers, bool) { return fake, true }
+		useFakeStagers(t, fake, 64<<10)
 		dev := tensor.Sim(0)
 		cpu, onDev, _, _ := devicePair(t, dev)
 		want, err := NewInference(cpu, InferenceOptions{NoCapture: true})
@@ -95,23 +114,46 @@ func TestInferenceStagesThroughAStager(t *testing.T) {
 		for call := 0; call < 5; call++ {
 			forward(call, []int{3, 1, 5, 2})
 		}
-		big := make([]int, 300)
+		big := make([]int, 400)
 		for i := range big {
 			big[i] = 1 + i%5
 		}
 		forward(5, big) // new buffers: copied as they are made
 		forward(6, big) // reused: staged, past the first Stager's buffers
-		stagersFor = restore
+		syncs := tensor.HostSyncs(dev)
+		forward(7, big)
 		if refuse {
 			require.Zero(t, fake.stages, "no Stager: synchronous copies")
 			continue
 		}
+		require.Equal(t, uint64(1), tensor.HostSyncs(dev)-syncs, "a forward staged as before syncs once (its read)")
 		// The first forward of each size makes its buffers; each later
-		// one stages the float and the index buffer.
-		require.Equal(t, 2*4+2, fake.stages)
-		require.Equal(t, fake.stages, fake.releases, "every staged buffer released")
+		// one stages the float and the index buffer. Every forward from
+		// the second (the first Stager's) releases its two.
+		require.Equal(t, 2*4+2*2, fake.stages)
+		require.Equal(t, 2*7, fake.releases)
 		require.Equal(t, 2, fake.made, "a larger Stager for the larger graph")
 		require.Equal(t, 1, fake.closed, "the smaller one closed")
 		require.Greater(t, fake.bytes[1], fake.bytes[0])
+	}
+}
+
+// TestInferenceFollowsAMovedPolicy: an Inference whose policy moves to
+// another device drops the buffers it kept on the old one.
+func TestInferenceFollowsAMovedPolicy(t *testing.T) {
+	cpu, onDev, g, _ := devicePair(t, tensor.Sim(0))
+	want, err := NewInference(cpu, InferenceOptions{NoCapture: true})
+	require.NoError(t, err)
+	w, err := want.Forward(g)
+	require.NoError(t, err)
+	in, err := NewInference(onDev, InferenceOptions{})
+	require.NoError(t, err)
+	for _, dev := range []tensor.Device{tensor.Sim(0), tensor.Sim(1), tensor.Sim(0)} {
+		require.NoError(t, onDev.To(dev))
+		for i := 0; i < 3; i++ {
+			got, err := in.Forward(g)
+			require.NoError(t, err, "on %v", dev)
+			require.Equal(t, w, got, "on %v", dev)
+		}
 	}
 }

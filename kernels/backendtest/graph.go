@@ -27,6 +27,7 @@ var graphLayouts = []graphLayout{
 	{ns: 7, nd: 6, e: 0, heads: 1, c: 4, f: 2},       // no edges: bias (GAT), zeros (mean)
 	{ns: 3, nd: 5, e: 40, heads: 4, c: 33, f: 3},     // one node takes 20+ edges: 80+ weights per node
 	{ns: 64, nd: 70, e: 150, heads: 4, c: 128, f: 3}, // the policy's widths
+	{ns: 9, nd: 7, e: 30, heads: 8, c: 24, f: 2},     // more heads than a block of CUDA's has warps
 }
 
 // graphEdges draws e edges src → dst leaving destination 1 (when nd > 2)
@@ -226,6 +227,7 @@ var multiLayouts = []struct {
 	{nd: 70, heads: 4, c: 128, f: 3, rels: []graphLayout{{ns: 64, e: 150}, {ns: 70, e: 140}, {ns: 70, e: 140}, {ns: 20, e: 70}}},
 	{nd: 5, heads: 1, c: 4, f: 2, rels: []graphLayout{{ns: 3, e: 7}, {ns: 4, e: 5}, {ns: 2, e: 9}, {ns: 6, e: 0}, {ns: 5, e: 11},
 		{ns: 3, e: 4}, {ns: 4, e: 8}, {ns: 2, e: 6}, {ns: 5, e: 10}, {ns: 3, e: 3}, {ns: 6, e: 12}}},
+	{nd: 9, heads: 6, c: 40, f: 3, rels: []graphLayout{{ns: 8, e: 25}, {ns: 5, e: 12}}}, // more heads than a CUDA block has warps
 }
 
 // checkGraphMulti holds GATMean to GATMeanOps and GatherConcat to

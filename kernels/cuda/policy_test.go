@@ -36,7 +36,23 @@ func TestPolicyInferenceOnCUDA(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// A second graph of the same shape, other features: forwards
+		// alternating between the two copy each into the same kept
+		// buffers (through pinned memory on a copy stream), each after
+		// the forward before it has read them.
+		g2 := *g
+		for ty := range g2.Nodes {
+			f := append([]float32(nil), g.Nodes[ty].Features...)
+			for i := range f {
+				f[i] = 0.5 - f[i]
+			}
+			g2.Nodes[ty].Features = f
+		}
 		w, err := want.Forward(g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w2, err := want.Forward(&g2)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -46,10 +62,21 @@ func TestPolicyInferenceOnCUDA(t *testing.T) {
 				t.Fatal(err)
 			}
 			var got *tamiyo.Logits
-			for i := 0; i < 3; i++ {
-				if got, err = in.Forward(g); err != nil {
+			for i := 0; i < 6; i++ {
+				if i%2 == 0 {
+					got, err = in.Forward(g)
+				} else {
+					got, err = in.Forward(&g2)
+				}
+				if err != nil {
 					t.Fatal(err)
 				}
+				if i%2 == 1 {
+					closeRel(t, "values of the second graph, forward "+string(rune('0'+i)), tensor.FromSlice(got.Values, len(got.Values)), tensor.FromSlice(w2.Values, len(w2.Values)), 1e-3)
+				}
+			}
+			if got, err = in.Forward(g); err != nil {
+				t.Fatal(err)
 			}
 			what := func(s string) string {
 				return s + map[bool]string{true: " (eager", false: " (captured"}[noCapture] + ", batch " + map[bool]string{true: "1)", false: "64)"}[n == 1]
