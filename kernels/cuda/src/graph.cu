@@ -384,14 +384,58 @@ __global__ void gather_concat_f32(GatherCat m) {
 // (__fmul_rn, unless the scale is 1), passed through unary_f(act, ·)
 // and given res[i, f] when res is set, as scale_act_add_f32 rounds
 // them.
+//
+// A thread gathers GSUM_ILP terms at once, so that their chains of
+// dependent loads (rowPtr, then per edge order, src and x) are in flight
+// together rather than one term's after another's: edge j of every
+// term of the group, then edge j + 1. Each term is still its mean as
+// gather_mean_at computes it (the sum in p order from the first value,
+// times 1/count; 0 without edges), and the terms are still added to v
+// in order, so the bits are the one-term-at-a-time loop's.
+#define GSUM_ILP 4
 __global__ void gather_sum_f32(GatherSumArgs m) {
     GRID_STRIDE(q, m.nd * m.c) {
         const int64_t i = q / m.c, f = q % m.c;
         float v = m.accumulate ? m.out[q] : 0.f;
-        for (int k = 0; k < (int)m.nterms; k++) {
-            const GsumTerm& g = m.t[k];
-            const float t = g.src ? gather_mean_at(g.x, g.src, g.rowPtr, g.order, g.ld, i, f) : g.x[i * g.ld + f];
-            v = __fadd_rn(v, t);
+        const int nt = (int)m.nterms;
+        for (int k0 = 0; k0 < nt; k0 += GSUM_ILP) {
+            float t[GSUM_ILP];
+            int64_t a[GSUM_ILP], b[GSUM_ILP];
+#pragma unroll
+            for (int u = 0; u < GSUM_ILP; u++) {
+                a[u] = 0;
+                b[u] = 0;
+                t[u] = 0.f;
+                if (k0 + u < nt) {
+                    const GsumTerm& g = m.t[k0 + u];
+                    if (g.src) {
+                        a[u] = g.rowPtr[i];
+                        b[u] = g.rowPtr[i + 1];
+                    } else {
+                        t[u] = g.x[i * g.ld + f];
+                    }
+                }
+            }
+            int64_t most = 0;
+#pragma unroll
+            for (int u = 0; u < GSUM_ILP; u++) most = max(most, b[u] - a[u]);
+            for (int64_t j = 0; j < most; j++) {
+#pragma unroll
+                for (int u = 0; u < GSUM_ILP; u++) {
+                    if (a[u] + j < b[u]) {
+                        const GsumTerm& g = m.t[k0 + u];
+                        const float x = g.x[g.src[g.order[a[u] + j]] * g.ld + f];
+                        t[u] = j == 0 ? x : t[u] + x;
+                    }
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < GSUM_ILP; u++) {
+                if (k0 + u < nt) {
+                    if (b[u] > a[u]) t[u] = t[u] * (1.f / (float)(b[u] - a[u]));
+                    v = __fadd_rn(v, t[u]);
+                }
+            }
         }
         if (m.act >= 0) {
             if (m.scale != 1.0) v = __fmul_rn(v, (float)m.scale);
