@@ -492,7 +492,7 @@ func newGraphTensors(g *Graph, dt tensor.DType, dev tensor.Device, reuse *stagin
 	var attr [NumRelations]*tensor.Tensor
 	for r, e := range g.Edges {
 		gt.edges[r] = e.Len()
-		rowPtr, order, err := kernels.BuildCSR(e.Dst, g.Nodes[Relation(r).Dst()].Count)
+		rowPtr, order, err := reuse.csr(r, e.Dst, g.Nodes[Relation(r).Dst()].Count)
 		if err != nil { // Validate has checked every destination
 			return nil, fmt.Errorf("tamiyo: relation %v: %w", Relation(r), err)
 		}

@@ -1,9 +1,11 @@
 package tamiyo
 
 import (
+	"bytes"
 	"fmt"
 	"slices"
 
+	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/tensor"
 )
 
@@ -48,6 +50,36 @@ type stagingBuffers struct {
 	// up, when set, copies into kept buffers without the host waiting
 	// (upload.go): nil for a user that only wants the buffers kept.
 	up *pinnedUpload
+	// csrs are the relations' last CSRs, by their destinations: a graph
+	// of the last one's topology reuses them (csr).
+	csrs [NumRelations]csrCache
+}
+
+// csrCache is one relation's last CSR (kernels.BuildCSR) and the
+// destinations and node count it was built from.
+type csrCache struct {
+	dst           []int64
+	nd            int
+	rowPtr, order []int64
+	valid         bool
+}
+
+// csr returns relation r's CSR for destinations dst among nd nodes: the
+// last one's when they are the same (b may be nil: built anew).
+func (b *stagingBuffers) csr(r int, dst []int64, nd int) (rowPtr, order []int64, err error) {
+	if b == nil {
+		return kernels.BuildCSR(dst, nd)
+	}
+	c := &b.csrs[r]
+	if c.valid && c.nd == nd && slices.Equal(c.dst, dst) {
+		return c.rowPtr, c.order, nil
+	}
+	c.valid = false
+	if rowPtr, order, err = kernels.BuildCSR(dst, nd); err != nil {
+		return nil, nil, err
+	}
+	c.dst, c.nd, c.rowPtr, c.order, c.valid = append(c.dst[:0], dst...), nd, rowPtr, order, true
+	return rowPtr, order, nil
 }
 
 // keptBuffer is a kept device buffer and the views its last upload cut
@@ -58,6 +90,10 @@ type keptBuffer struct {
 	shapes        []int
 	views         []*tensor.Tensor
 	layoutIsValid bool
+	// held is a copy of the bytes t holds, for the index and mask
+	// buffers (a graph of the last one's topology stages the same
+	// indices: their copy is skipped); nil when unknown.
+	held []byte
 }
 
 // maxStagingBuffers bounds the buffers kept (graph sizes vary as seeds
@@ -267,9 +303,16 @@ func (s *staging) upload() error {
 		if s.reuse != nil {
 			kept = s.reuse.take(dt, n)
 		}
+		// The index and mask buffers are remembered, so that the same
+		// values (a graph of the last one's topology) are not copied
+		// again; the features change with every graph.
+		remember := dt == tensor.I64 || dt == tensor.Bool
 		switch {
+		case kept != nil && remember && kept.held != nil && bytes.Equal(kept.held, raw):
+			buf = kept.t // holds these values already
 		case kept != nil:
 			buf = kept.t
+			kept.held = kept.held[:0:0] // unknown until the copy is done
 			if !s.reuse.up.stage(buf, raw) {
 				err = tensor.CopyFromHost(buf, host())
 			}
@@ -283,6 +326,9 @@ func (s *staging) upload() error {
 		}
 		if s.reuse != nil && kept == nil {
 			kept = s.reuse.keep(buf) // a new buffer (a reused one is first already)
+		}
+		if kept != nil && remember && raw != nil && !bytes.Equal(kept.held, raw) {
+			kept.held = append(kept.held[:0], raw...)
 		}
 		if kept != nil {
 			s.reuse.up.use(buf)

@@ -16,6 +16,7 @@ import (
 // what it is asked.
 type fakeStagers struct {
 	made, closed, stages, releases int
+	byDType                        map[tensor.DType]int
 	bytes                          []int
 	refuse                         bool
 }
@@ -50,6 +51,10 @@ func (s *fakeStager) Stage(dst *tensor.Tensor, src []byte) error {
 		return errors.New("fakeStager: dtype")
 	}
 	s.f.stages++
+	if s.f.byDType == nil {
+		s.f.byDType = map[tensor.DType]int{}
+	}
+	s.f.byDType[dst.DType()]++
 	return tensor.CopyFromHost(dst, host)
 }
 func (s *fakeStager) StageFunc(*tensor.Tensor, func([]byte)) error  { return errors.New("unused") }
@@ -156,4 +161,51 @@ func TestInferenceFollowsAMovedPolicy(t *testing.T) {
 			require.Equal(t, w, got, "on %v", dev)
 		}
 	}
+}
+
+// TestInferenceSkipsUnchangedIndices: a graph of the last one's
+// topology stages its features but not its indices (the device buffer
+// holds them already), and its CSRs are the last ones; a graph of
+// another topology of the same sizes stages both; every forward
+// computes what the CPU computes.
+func TestInferenceSkipsUnchangedIndices(t *testing.T) {
+	fake := &fakeStagers{}
+	useFakeStagers(t, fake, 64<<10)
+	cpu, onDev, _, _ := devicePair(t, tensor.Sim(0))
+	want, err := NewInference(cpu, InferenceOptions{NoCapture: true})
+	require.NoError(t, err)
+	in, err := NewInference(onDev, InferenceOptions{})
+	require.NoError(t, err)
+	graph := func(seed int) *Graph {
+		var inputs []GraphInput
+		for i, n := range []int{3, 1, 5, 2} {
+			inputs = append(inputs, testInput(t, n, i+seed))
+		}
+		g, err := BuildGraphBatch(inputs)
+		require.NoError(t, err)
+		return g
+	}
+	a, b := graph(0), graph(1)
+	// b: a's shapes, other features; and one edge of a relation moved
+	// within its destinations, so that its topology differs.
+	moved := -1
+	for r := range b.Edges {
+		if d := b.Edges[r].Dst; len(d) > 1 && d[0] != d[1] {
+			d[0], d[1] = d[1], d[0]
+			moved = r
+			break
+		}
+	}
+	require.GreaterOrEqual(t, moved, 0, "a relation with two destinations to swap")
+	for i, g := range []*Graph{a, a, a, b, b, a} {
+		w, err := want.Forward(g)
+		require.NoError(t, err)
+		got, err := in.Forward(g)
+		require.NoError(t, err)
+		require.Equal(t, w, got, "forward %d", i)
+	}
+	// Forward 0 makes the buffers; 1 and 2 stage the features alone; 3
+	// (b) both; 4 (b again) the features; 5 (a) both.
+	require.Equal(t, 5, fake.byDType[tensor.F32])
+	require.Equal(t, 2, fake.byDType[tensor.I64])
 }
