@@ -269,12 +269,7 @@ func TestServiceOnSim(t *testing.T) {
 // replay over each new graph gives the CPU's logits and values bitwise,
 // and the step holds a graph bound to its inputs.
 func TestInferenceReadsNewGraphsInPlace(t *testing.T) {
-	dev := tensor.Sim(0)
-	cpu, onDev, _, _ := devicePair(t, dev)
-	want, err := NewInference(cpu, InferenceOptions{NoCapture: true})
-	require.NoError(t, err)
-	in, err := NewInference(onDev, InferenceOptions{OnFallback: func(err error) { t.Errorf("capture fell back: %v", err) }})
-	require.NoError(t, err)
+	want, in, _ := inferencePair(t, tensor.Sim(0))
 	for call := 0; call < 8; call++ {
 		var inputs []GraphInput
 		for i, n := range []int{3, 1, 5, 2} {
@@ -282,15 +277,35 @@ func TestInferenceReadsNewGraphsInPlace(t *testing.T) {
 		}
 		g, err := BuildGraphBatch(inputs)
 		require.NoError(t, err)
-		w, err := want.Forward(g)
-		require.NoError(t, err)
-		got, err := in.Forward(g)
-		require.NoError(t, err)
-		require.Equal(t, w, got, "call %d", call)
+		sameForward(t, want, in, g, "call %d", call)
 	}
 	st := in.Stats()
 	assert.Equal(t, 1, st.BoundGraphs, "one graph bound to the reused buffers")
 	assert.GreaterOrEqual(t, st.Replays, 5)
+}
+
+// inferencePair returns devicePair's policies as Inferences: the CPU's
+// eager, dev's captured (a capture that falls back fails t), and dev's
+// policy.
+func inferencePair(t *testing.T, dev tensor.Device) (want, in *Inference, onDev *Policy) {
+	t.Helper()
+	cpu, onDev, _, _ := devicePair(t, dev)
+	want, err := NewInference(cpu, InferenceOptions{NoCapture: true})
+	require.NoError(t, err)
+	in, err = NewInference(onDev, InferenceOptions{OnFallback: func(err error) { t.Errorf("capture fell back: %v", err) }})
+	require.NoError(t, err)
+	return want, in, onDev
+}
+
+// sameForward runs g through want (the CPU's Inference) and in, and
+// requires the same logits and values.
+func sameForward(t *testing.T, want, in *Inference, g *Graph, msgAndArgs ...any) {
+	t.Helper()
+	w, err := want.Forward(g)
+	require.NoError(t, err)
+	got, err := in.Forward(g)
+	require.NoError(t, err)
+	require.Equal(t, w, got, msgAndArgs...)
 }
 
 // TestStagingRecutsAReusedBuffer: a kept device buffer staged into

@@ -98,11 +98,7 @@ func TestInferenceStagesThroughAStager(t *testing.T) {
 		fake := &fakeStagers{refuse: refuse}
 		useFakeStagers(t, fake, 64<<10)
 		dev := tensor.Sim(0)
-		cpu, onDev, _, _ := devicePair(t, dev)
-		want, err := NewInference(cpu, InferenceOptions{NoCapture: true})
-		require.NoError(t, err)
-		in, err := NewInference(onDev, InferenceOptions{OnFallback: func(err error) { t.Errorf("capture fell back: %v", err) }})
-		require.NoError(t, err)
+		want, in, _ := inferencePair(t, dev)
 		forward := func(call int, sizes []int) {
 			var inputs []GraphInput
 			for i, n := range sizes {
@@ -110,11 +106,7 @@ func TestInferenceStagesThroughAStager(t *testing.T) {
 			}
 			g, err := BuildGraphBatch(inputs)
 			require.NoError(t, err)
-			w, err := want.Forward(g)
-			require.NoError(t, err)
-			got, err := in.Forward(g)
-			require.NoError(t, err)
-			require.Equal(t, w, got, "call %d", call)
+			sameForward(t, want, in, g, "call %d", call)
 		}
 		for call := 0; call < 5; call++ {
 			forward(call, []int{3, 1, 5, 2})
@@ -146,19 +138,12 @@ func TestInferenceStagesThroughAStager(t *testing.T) {
 // TestInferenceFollowsAMovedPolicy: an Inference whose policy moves to
 // another device drops the buffers it kept on the old one.
 func TestInferenceFollowsAMovedPolicy(t *testing.T) {
-	cpu, onDev, g, _ := devicePair(t, tensor.Sim(0))
-	want, err := NewInference(cpu, InferenceOptions{NoCapture: true})
-	require.NoError(t, err)
-	w, err := want.Forward(g)
-	require.NoError(t, err)
-	in, err := NewInference(onDev, InferenceOptions{})
-	require.NoError(t, err)
+	want, in, onDev := inferencePair(t, tensor.Sim(0))
+	_, _, g, _ := devicePair(t, tensor.Sim(0))
 	for _, dev := range []tensor.Device{tensor.Sim(0), tensor.Sim(1), tensor.Sim(0)} {
 		require.NoError(t, onDev.To(dev))
 		for i := 0; i < 3; i++ {
-			got, err := in.Forward(g)
-			require.NoError(t, err, "on %v", dev)
-			require.Equal(t, w, got, "on %v", dev)
+			sameForward(t, want, in, g, "on %v", dev)
 		}
 	}
 }
@@ -171,11 +156,7 @@ func TestInferenceFollowsAMovedPolicy(t *testing.T) {
 func TestInferenceSkipsUnchangedIndices(t *testing.T) {
 	fake := &fakeStagers{}
 	useFakeStagers(t, fake, 64<<10)
-	cpu, onDev, _, _ := devicePair(t, tensor.Sim(0))
-	want, err := NewInference(cpu, InferenceOptions{NoCapture: true})
-	require.NoError(t, err)
-	in, err := NewInference(onDev, InferenceOptions{})
-	require.NoError(t, err)
+	want, in, _ := inferencePair(t, tensor.Sim(0))
 	graph := func(seed int) *Graph {
 		var inputs []GraphInput
 		for i, n := range []int{3, 1, 5, 2} {
@@ -198,11 +179,7 @@ func TestInferenceSkipsUnchangedIndices(t *testing.T) {
 	}
 	require.GreaterOrEqual(t, moved, 0, "a relation with two destinations to swap")
 	for i, g := range []*Graph{a, a, a, b, b, a} {
-		w, err := want.Forward(g)
-		require.NoError(t, err)
-		got, err := in.Forward(g)
-		require.NoError(t, err)
-		require.Equal(t, w, got, "forward %d", i)
+		sameForward(t, want, in, g, "forward %d", i)
 	}
 	// Forward 0 makes the buffers; 1 and 2 stage the features alone; 3
 	// (b) both; 4 (b again) the features; 5 (a) both.

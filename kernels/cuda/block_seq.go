@@ -1,7 +1,5 @@
 package cuda
 
-import "math"
-
 // The argument block of block_seq_f32 (src/softmax.cu), the launch that
 // runs a kernels.BlockSequencer's held-back calls: pure Go, untagged, so
 // that block_seq_kernel_test.go can run the kernel, transcribed to Go,
@@ -81,26 +79,6 @@ func (s *blockSeq) words() []uint64 {
 func (s *blockSeq) reset() {
 	clear(s.w[:s.used])
 	s.n, s.used, s.threads = 0, 0, 0
-}
-
-// linearCESmallArgs are the fields of struct LinearCESmall (src/softmax.cu),
-// linear_ce_small_f32's arguments in one struct, in its order.
-type linearCESmallArgs struct {
-	logits, loss, x, w, b, t uint64
-	m, n, k                  int64
-	eps                      float32
-	flags                    int32
-	ignore                   int64
-	lsum, acc, dx            uint64
-}
-
-// words packs a as the struct's words (eps and flags share one, eps in
-// the low half).
-func (a linearCESmallArgs) words() []uint64 {
-	return []uint64{a.logits, a.loss, a.x, a.w, a.b, a.t,
-		uint64(a.m), uint64(a.n), uint64(a.k),
-		uint64(math.Float32bits(a.eps)) | uint64(uint32(a.flags))<<32,
-		uint64(a.ignore), a.lsum, a.acc, a.dx}
 }
 
 // zeroRange is a range of n 4-byte words at p, for a sequence's zeroing

@@ -33,10 +33,11 @@ func lcsDecode(w []uint64) lcsArgs {
 	f32 := func(off int) float32 { return math.Float32frombits(u32(off)) }
 	u64 := func(off int) uint64 { return w[off/8] }
 	return lcsArgs{
-		logits: u64(0), loss: u64(8), x: u64(16), w: u64(24), b: u64(32), t: u64(40),
-		m: int64(u64(48)), n: int64(u64(56)), k: int64(u64(64)),
-		eps: f32(72), flags: int32(u32(76)), ignore: int64(u64(80)),
-		lsum: u64(88), acc: u64(96), dx: u64(104), gw: u64(112), gb: u64(120),
+		linearCESmallArgs: linearCESmallArgs{logits: u64(0), loss: u64(8), x: u64(16), w: u64(24), b: u64(32), t: u64(40),
+			m: int64(u64(48)), n: int64(u64(56)), k: int64(u64(64)),
+			eps: f32(72), flags: int32(u32(76)), ignore: int64(u64(80)),
+			lsum: u64(88), acc: u64(96), dx: u64(104)},
+		gw: u64(112), gb: u64(120),
 		p: u64(128), g: u64(136), mom: u64(144), hyper: u64(152),
 		mu: f32(160), damp: f32(164), wd: f32(168), nesterov: int32(u32(172)),
 		maximize: int32(u32(176)), zero: int32(u32(180)), np: int64(u64(184)),
@@ -318,8 +319,7 @@ func sgdIncBlockEmu(mem *devMem, threads int64, p, g, m, hyper, foundInf uint64,
 func linearCESGDEmu(mem *devMem, words []uint64, threads int) {
 	a := lcsDecode(words)
 	B := int64(threads)
-	linearCESmallBlockEmu(mem, threads, linearCESmallArgs{logits: a.logits, loss: a.loss, x: a.x, w: a.w, b: a.b, t: a.t,
-		m: a.m, n: a.n, k: a.k, eps: a.eps, flags: a.flags, ignore: a.ignore, lsum: a.lsum, acc: a.acc, dx: a.dx})
+	linearCESmallBlockEmu(mem, threads, a.linearCESmallArgs)
 	// __syncthreads(): every dlogit written.
 	grads := a.n * a.k
 	if a.gb != 0 {

@@ -16,9 +16,9 @@ func TestLinearCESGDMatchesThePTX(t *testing.T) {
 	if n != 8*linearCESGDWords {
 		t.Fatalf("the PTX's parameter is %d bytes, the Go block %d", n, 8*linearCESGDWords)
 	}
-	a := linearCESGDArgs{logits: 1, loss: 2, x: 3, w: 4, b: 5, t: 6, m: 7, n: 8, k: 9, eps: 0.25, flags: 5, ignore: -100,
-		lsum: 12, acc: 13, dx: 14, gw: 15, gb: 16, p: 17, g: 18, mom: 19, hyper: 20, mu: 0.9, damp: 1, wd: 0.5,
-		nesterov: 1, maximize: 0, zero: 1, np: 68}
+	a := linearCESGDArgs{linearCESmallArgs: linearCESmallArgs{logits: 1, loss: 2, x: 3, w: 4, b: 5, t: 6, m: 7, n: 8, k: 9,
+		eps: 0.25, flags: 5, ignore: -100, lsum: 12, acc: 13, dx: 14},
+		gw: 15, gb: 16, p: 17, g: 18, mom: 19, hyper: 20, mu: 0.9, damp: 1, wd: 0.5, nesterov: 1, maximize: 0, zero: 1, np: 68}
 	w := a.words()
 	if len(w) != linearCESGDWords {
 		t.Fatalf("%d words, want %d", len(w), linearCESGDWords)

@@ -437,47 +437,9 @@ __global__ void __launch_bounds__(1024, 1) linear_ce_small_f32(float* logits, fl
     linear_ce_small_block(logits, loss, x, w, b, t, m, n, k, eps, ignore, flags, lsum, acc, dx);
 }
 
-// LinearCESGD is linear_ce_sgd_f32's argument block (Go's
-// linearCESGDArgs, word for word): linear_ce_small_f32's arguments (dx
-// required), the gradients gw and gb (gb null without a bias), and
-// sgd_inc_f32's over the arena p, g, mom (null without momentum) of np
-// elements, which holds w and b.
-struct LinearCESGD {
-    float *logits, *loss;
-    const float *x, *w, *b;
-    const void* t;
-    int64_t m, n, k;
-    float eps;
-    int flags;
-    int64_t ignore;
-    float *lsum, *acc, *dx, *gw, *gb;
-    float *p, *g, *mom;
-    double* hyper;
-    float mu, damp, wd;
-    int nesterov, maximize, zero;
-    int64_t np;
-};
-
-// linear_ce_sgd_block is linear_ce_sgd_f32's body (below).
-__device__ __forceinline__ void linear_ce_sgd_block(const LinearCESGD& a) {
-    linear_ce_small_block(a.logits, a.loss, a.x, a.w, a.b, a.t, a.m, a.n, a.k, a.eps, a.ignore, a.flags, a.lsum, a.acc,
-                          a.dx);
-    __syncthreads();  // every dlogit written
-    const int64_t grads = a.n * a.k + (a.gb ? a.n : 0);
-    for (int64_t e = threadIdx.x; e < grads; e += blockDim.x) linear_grad_at(a.gw, a.gb, a.dx, a.x, a.m, a.n, a.k, e);
-    __syncthreads();  // every gradient added
-    sgd_inc_block(a.p, a.g, a.mom, a.hyper, nullptr, a.mu, a.damp, a.wd, a.nesterov, a.maximize, a.zero, a.np);
-}
-
-// linear_ce_sgd_f32 is a small linear classifier's whole SGD training
-// step in one launch of one block (kernels.LinearCESGDStepper):
-// linear_ce_small_f32, linear_grad_add_f32 and sgd_inc_f32 in turn, each
-// the same code as its own launch (so the same bits), with a barrier
-// between them: the gradients read every dlogit, the step every gradient.
-__global__ void __launch_bounds__(1024, 1) linear_ce_sgd_f32(LinearCESGD a) { linear_ce_sgd_block(a); }
-
 // LinearCESmall is linear_ce_small_f32's arguments as one struct (Go's
-// linearCESmallArgs, word for word): a block_seq_f32 step.
+// linearCESmallArgs, word for word): a block_seq_f32 step, and the head
+// of LinearCESGD.
 struct LinearCESmall {
     float *logits, *loss;
     const float *x, *w, *b;
@@ -488,6 +450,45 @@ struct LinearCESmall {
     int64_t ignore;
     float *lsum, *acc, *dx;
 };
+
+// linear_ce_small_step is linear_ce_small_block over a LinearCESmall.
+__device__ __forceinline__ void linear_ce_small_step(const LinearCESmall& l) {
+    linear_ce_small_block(l.logits, l.loss, l.x, l.w, l.b, l.t, l.m, l.n, l.k, l.eps, l.ignore, l.flags, l.lsum, l.acc,
+                          l.dx);
+}
+
+// LinearCESGD is linear_ce_sgd_f32's argument block (Go's
+// linearCESGDArgs, word for word): linear_ce_small_f32's arguments (dx
+// required), the gradients gw and gb (gb null without a bias), and
+// sgd_inc_f32's over the arena p, g, mom (null without momentum) of np
+// elements, which holds w and b.
+struct LinearCESGD {
+    LinearCESmall l;
+    float *gw, *gb;
+    float *p, *g, *mom;
+    double* hyper;
+    float mu, damp, wd;
+    int nesterov, maximize, zero;
+    int64_t np;
+};
+
+// linear_ce_sgd_block is linear_ce_sgd_f32's body (below).
+__device__ __forceinline__ void linear_ce_sgd_block(const LinearCESGD& a) {
+    const LinearCESmall& l = a.l;
+    linear_ce_small_step(l);
+    __syncthreads();  // every dlogit written
+    const int64_t grads = l.n * l.k + (a.gb ? l.n : 0);
+    for (int64_t e = threadIdx.x; e < grads; e += blockDim.x) linear_grad_at(a.gw, a.gb, l.dx, l.x, l.m, l.n, l.k, e);
+    __syncthreads();  // every gradient added
+    sgd_inc_block(a.p, a.g, a.mom, a.hyper, nullptr, a.mu, a.damp, a.wd, a.nesterov, a.maximize, a.zero, a.np);
+}
+
+// linear_ce_sgd_f32 is a small linear classifier's whole SGD training
+// step in one launch of one block (kernels.LinearCESGDStepper):
+// linear_ce_small_f32, linear_grad_add_f32 and sgd_inc_f32 in turn, each
+// the same code as its own launch (so the same bits), with a barrier
+// between them: the gradients read every dlogit, the step every gradient.
+__global__ void __launch_bounds__(1024, 1) linear_ce_sgd_f32(LinearCESGD a) { linear_ce_sgd_block(a); }
 
 // BLOCK_SEQ_WORDS is the size of BlockSeq's step list in 8-byte words
 // (Go's blockSeqWords): with its count, 4 KiB, the most parameter space
@@ -528,12 +529,9 @@ __global__ void __launch_bounds__(1024, 1) block_seq_f32(const __grid_constant__
             case SEQ_LINEAR_CE_SGD:
                 linear_ce_sgd_block(*(const LinearCESGD*)a);
                 break;
-            case SEQ_LINEAR_CE_SMALL: {
-                const LinearCESmall& l = *(const LinearCESmall*)a;
-                linear_ce_small_block(l.logits, l.loss, l.x, l.w, l.b, l.t, l.m, l.n, l.k, l.eps, l.ignore, l.flags,
-                                      l.lsum, l.acc, l.dx);
+            case SEQ_LINEAR_CE_SMALL:
+                linear_ce_small_step(*(const LinearCESmall*)a);
                 break;
-            }
             case SEQ_ZERO:
                 for (uint64_t r = 0; r < a[0]; r++) {
                     uint32_t* p = (uint32_t*)a[1 + 2 * r];
