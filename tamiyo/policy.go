@@ -451,9 +451,11 @@ func (p *Policy) tensors(g *Graph) (*graphTensors, error) {
 // of another, each filled on the host and copied once (staging); on the
 // CPU each tensor is built on its own.
 func newGraphTensors(g *Graph, dt tensor.DType, dev tensor.Device, reuse *stagingBuffers) (*graphTensors, error) {
-	st := newStaging(dev, dt) // copies the graph's slices, never aliases them
+	var st *staging // copies the graph's slices, never aliases them
 	if reuse != nil {
 		st = reuse.staging(dev, dt)
+	} else {
+		st = newStaging(dev, dt)
 	}
 	gt := &graphTensors{b: g.NumGraphs, maxSlots: g.MaxSlots()}
 	var x [NumNodeTypes]*tensor.Tensor

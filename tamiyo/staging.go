@@ -111,7 +111,7 @@ func (b *stagingBuffers) staging(dev tensor.Device, dt tensor.DType) *staging {
 		b.bufs = b.bufs[:0]
 		if b.up != nil {
 			b.up.release()
-			b.up.dev = dev
+			b.up.dev, b.up.pin = dev, nil
 		}
 	}
 	b.st.reset()
@@ -307,8 +307,9 @@ func (s *staging) upload() error {
 		// values (a graph of the last one's topology) are not copied
 		// again; the features change with every graph.
 		remember := dt == tensor.I64 || dt == tensor.Bool
+		held := kept != nil && remember && kept.held != nil && bytes.Equal(kept.held, raw)
 		switch {
-		case kept != nil && remember && kept.held != nil && bytes.Equal(kept.held, raw):
+		case held:
 			buf = kept.t // holds these values already
 		case kept != nil:
 			buf = kept.t
@@ -327,7 +328,7 @@ func (s *staging) upload() error {
 		if s.reuse != nil && kept == nil {
 			kept = s.reuse.keep(buf) // a new buffer (a reused one is first already)
 		}
-		if kept != nil && remember && raw != nil && !bytes.Equal(kept.held, raw) {
+		if kept != nil && remember && raw != nil && !held {
 			kept.held = append(kept.held[:0], raw...)
 		}
 		if kept != nil {

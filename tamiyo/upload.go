@@ -69,7 +69,16 @@ func pinFor(dev tensor.Device) *devicePin {
 // buffers the running forward used, released when it is enqueued.
 type pinnedUpload struct {
 	dev  tensor.Device
+	pin  *devicePin // dev's (pinFor), once looked up
 	used []*tensor.Tensor
+}
+
+// devPin returns u.dev's devicePin.
+func (u *pinnedUpload) devPin() *devicePin {
+	if u.pin == nil {
+		u.pin = pinFor(u.dev)
+	}
+	return u.pin
 }
 
 // reserve makes sure dev's Stager holds n bytes a buffer (pinMinBytes at
@@ -119,7 +128,7 @@ func (u *pinnedUpload) stage(buf *tensor.Tensor, raw []byte) bool {
 	if u == nil || raw == nil {
 		return false
 	}
-	p := pinFor(u.dev)
+	p := u.devPin()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.reserve(u.dev, len(raw)) {
@@ -139,7 +148,7 @@ func (u *pinnedUpload) reserve(n int) {
 	if u == nil {
 		return
 	}
-	p := pinFor(u.dev)
+	p := u.devPin()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.reserve(u.dev, n)
@@ -162,7 +171,7 @@ func (u *pinnedUpload) release() {
 		clear(u.used)
 		u.used = u.used[:0]
 	}()
-	p := pinFor(u.dev)
+	p := u.devPin()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.st == nil || p.failed {

@@ -33,6 +33,8 @@ type blockSeq struct {
 	w       [blockSeqWords]uint64
 	used    int
 	threads int
+	// arg is words' result, kept so that a launch allocates nothing.
+	arg [1 + blockSeqWords]uint64
 }
 
 // fits reports whether a step of args words whose launch takes threads
@@ -67,12 +69,11 @@ func (s *blockSeq) block() int {
 }
 
 // words is the kernel's argument, struct BlockSeq: the count, then the
-// step list (unused words zero).
+// step list (unused words zero; valid until the next call).
 func (s *blockSeq) words() []uint64 {
-	out := make([]uint64, 1+blockSeqWords)
-	out[0] = uint64(s.n)
-	copy(out[1:], s.w[:s.used])
-	return out
+	s.arg[0] = uint64(s.n)
+	copy(s.arg[1:], s.w[:])
+	return s.arg[:]
 }
 
 // reset empties s.

@@ -24,10 +24,18 @@ type linearCESmallArgs struct {
 // words packs a as the struct's words (eps and flags share one, eps in
 // the low half).
 func (a linearCESmallArgs) words() []uint64 {
-	return []uint64{a.logits, a.loss, a.x, a.w, a.b, a.t,
+	return a.appendTo(make([]uint64, 0, linearCESmallWords))
+}
+
+// linearCESmallWords is struct LinearCESmall in 8-byte words.
+const linearCESmallWords = 14
+
+// appendTo appends a's words to dst.
+func (a linearCESmallArgs) appendTo(dst []uint64) []uint64 {
+	return append(dst, a.logits, a.loss, a.x, a.w, a.b, a.t,
 		uint64(a.m), uint64(a.n), uint64(a.k),
-		uint64(math.Float32bits(a.eps)) | uint64(uint32(a.flags))<<32,
-		uint64(a.ignore), a.lsum, a.acc, a.dx}
+		uint64(math.Float32bits(a.eps))|uint64(uint32(a.flags))<<32,
+		uint64(a.ignore), a.lsum, a.acc, a.dx)
 }
 
 // linearCESGDArgs are the fields of struct LinearCESGD (src/softmax.cu),
@@ -47,7 +55,7 @@ type linearCESGDArgs struct {
 // the first in its low half (little-endian, as the device reads it).
 func (a linearCESGDArgs) words() []uint64 {
 	pair := func(lo, hi uint32) uint64 { return uint64(lo) | uint64(hi)<<32 }
-	return append(a.linearCESmallArgs.words(), a.gw, a.gb,
+	return append(a.linearCESmallArgs.appendTo(make([]uint64, 0, linearCESGDWords)), a.gw, a.gb,
 		a.p, a.g, a.mom, a.hyper,
 		pair(math.Float32bits(a.mu), math.Float32bits(a.damp)),
 		pair(math.Float32bits(a.wd), uint32(a.nesterov)),

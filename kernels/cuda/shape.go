@@ -98,7 +98,6 @@ func (d *Device) ZeroMany(dsts []*tensor.Tensor) error {
 	if err := checked(kernels.CheckZeroMany(op, dsts)); err != nil {
 		return err
 	}
-	var blocks []byteBlock
 	var ptrs, sizes []uint64
 	for i, t := range dsts {
 		if t.Numel() == 0 {
@@ -108,9 +107,7 @@ func (d *Device) ZeroMany(dsts []*tensor.Tensor) error {
 		if err != nil {
 			return err
 		}
-		n := int64(t.Numel() * t.DType().Size())
-		ptrs, sizes = append(ptrs, uint64(p)), append(sizes, uint64(n))
-		blocks = append(blocks, zeroBlocks(uint64(p), n, uint64(d.zero), zeroBytes)...)
+		ptrs, sizes = append(ptrs, uint64(p)), append(sizes, uint64(t.Numel()*t.DType().Size()))
 	}
 	// In a block sequence, a small zeroing is a step of the next
 	// block_seq_f32 launch.
@@ -118,6 +115,10 @@ func (d *Device) ZeroMany(dsts []*tensor.Tensor) error {
 		if rs, ok := zeroRanges(ptrs, sizes); ok && d.deferStep(seqZero, zeroStepArgs(rs), 0, dsts...) {
 			return nil
 		}
+	}
+	var blocks []byteBlock
+	for i, p := range ptrs {
+		blocks = append(blocks, zeroBlocks(p, int64(sizes[i]), uint64(d.zero), zeroBytes)...)
 	}
 	return d.copyBlocks(blocks)
 }

@@ -506,12 +506,13 @@ func (d *Device) LinearCrossEntropyCount(logits, loss, x, w, b, target *tensor.T
 		return false, err
 	}
 	flags := linearCEFlags(t64, p)
-	// In a block sequence, a step of the next block_seq_f32 launch.
-	step := linearCESmallArgs{logits: uint64(ptrs[0]), loss: uint64(ptrs[1]), x: uint64(ptrs[2]), w: uint64(ptrs[3]),
-		b: uint64(ptrs[4]), t: uint64(pt), m: int64(m), n: int64(n), k: int64(k), eps: float32(p.LabelSmoothing),
-		flags: flags, ignore: p.IgnoreIndex, lsum: uint64(ptrs[5]), acc: uint64(ptrs[6]), dx: uint64(ptrs[7])}
-	if d.deferStep(seqLinearCESmall, step.words(), ceSmallThreads(m), logits, loss, x, w, b, target, lossSum, acc, dlogits) {
-		return true, nil
+	if d.seqOn.Load() { // in a block sequence, a step of the next block_seq_f32 launch
+		step := linearCESmallArgs{logits: uint64(ptrs[0]), loss: uint64(ptrs[1]), x: uint64(ptrs[2]), w: uint64(ptrs[3]),
+			b: uint64(ptrs[4]), t: uint64(pt), m: int64(m), n: int64(n), k: int64(k), eps: float32(p.LabelSmoothing),
+			flags: flags, ignore: p.IgnoreIndex, lsum: uint64(ptrs[5]), acc: uint64(ptrs[6]), dx: uint64(ptrs[7])}
+		if d.deferStep(seqLinearCESmall, step.words(), ceSmallThreads(m), logits, loss, x, w, b, target, lossSum, acc, dlogits) {
+			return true, nil
+		}
 	}
 	release := d.enter()
 	defer release()
@@ -572,12 +573,13 @@ func (d *Device) LinearCESGDStep(logits, loss, x, w, b, target *tensor.Tensor, p
 	a.logits, a.loss, a.x, a.w, a.b, a.t = uint64(ptrs[0]), uint64(ptrs[1]), uint64(ptrs[2]), uint64(ptrs[3]), uint64(ptrs[4]), uint64(pt)
 	a.lsum, a.acc, a.dx, a.gw, a.gb = uint64(ptrs[5]), uint64(ptrs[6]), uint64(ptrs[7]), uint64(ptrs[8]), uint64(ptrs[9])
 	a.p, a.g, a.mom, a.hyper = uint64(pp), uint64(pg), uint64(pm), uint64(ph)
-	if d.deferStep(seqLinearCESGD, a.words(), ceSmallThreads(m), logits, loss, x, w, b, target, lossSum, acc, dlogits, gw, gb, param, grad, mom, hyper) {
+	words := a.words()
+	if d.seqOn.Load() && d.deferStep(seqLinearCESGD, words, ceSmallThreads(m), logits, loss, x, w, b, target, lossSum, acc, dlogits, gw, gb, param, grad, mom, hyper) {
 		return true, nil
 	}
 	release := d.enter()
 	defer release()
 	// The block LinearCrossEntropyCount's launch takes for m rows (the
 	// loss's warp order), which the step's loops do not mind.
-	return true, launchStruct(fn, [3]int{1, 1, 1}, [3]int{ceSmallThreads(m), 1, 1}, d.stream, a.words())
+	return true, launchStruct(fn, [3]int{1, 1, 1}, [3]int{ceSmallThreads(m), 1, 1}, d.stream, words)
 }
