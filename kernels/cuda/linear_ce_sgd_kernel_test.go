@@ -80,6 +80,19 @@ func ceLossEmu(mem *devMem, x uint64, r, tg, c int64, ignored bool, m, s, sx, ep
 	return l
 }
 
+// rowExpSumEmu is ce_small's Σ exp(x − m) over row r's c logits: each
+// lane's columns j ≡ lane (mod 32) in order, then the warp's butterfly
+// sum (every lane gets it).
+func rowExpSumEmu(mem *devMem, x uint64, r, c int64, m []float32) []float32 {
+	s := make([]float32, 32)
+	for l := range 32 {
+		for j := int64(l); j < c; j += 32 {
+			s[l] += expf(mem.ld(x, r+j) - m[l])
+		}
+	}
+	return warpSum(s)
+}
+
 // ceSmallEmu is ce_small<float> run by one block of threads threads
 // (lsum, acc and dx 0 for null). Warp w takes rows w, w + warps, …;
 // its 32 lanes are run side by side, each with its registers.
@@ -108,13 +121,7 @@ func ceSmallEmu(mem *devMem, threads int, loss, x, t uint64, t64 bool, n, c int6
 				}
 			}
 			m, sx = warpMax(m), warpSum(sx)
-			s := lanes()
-			for l := range 32 {
-				for j := int64(l); j < c; j += 32 {
-					s[l] += expf(mem.ld(x, r+j) - m[l])
-				}
-			}
-			s = warpSum(s)
+			s := rowExpSumEmu(mem, x, r, c, m)
 			for l := range 32 {
 				tot[warp*32+l] += ceLossEmu(mem, x, r, tg, c, ignored, m[l], s[l], sx[l], eps)
 				if !ignored {
@@ -176,13 +183,7 @@ func ceSmallEmu(mem *devMem, threads int, loss, x, t uint64, t64 bool, n, c int6
 				}
 			}
 			m = warpMax(m)
-			s := lanes()
-			for l := range 32 {
-				for j := int64(l); j < c; j += 32 {
-					s[l] += expf(mem.ld(x, r+j) - m[l])
-				}
-			}
-			s = warpSum(s)
+			s := rowExpSumEmu(mem, x, r, c, m)
 			for l := range 32 {
 				inv := 1 / s[l]
 				for j := int64(l); j < c; j += 32 {
