@@ -87,21 +87,21 @@ func newEpochGraph(t *Trainer) *epochGraph {
 	g := &epochGraph{t: t, out: []*tensor.Tensor{t.met.buf}, list: batchList{dev: t.dev}}
 	g.body = func(x, y *tensor.Tensor) bool { return g.list.add(x, y, &g.trainRows) }
 	g.valBody = func(x, y *tensor.Tensor) bool { return g.list.add(x, y, &g.valRows) }
-	g.captured = t.listCapture(g.fn, 2, func() int { return g.nTrain })
+	g.captured = t.listCapture(g.fn, 2, true, func() int { return g.nTrain })
 	return g
 }
 
 // listCapture captures fn, a graph over a list of fixed batches (its one
 // bound input set), with the trainer's warm-up and fallback, keeping up
-// to cacheSize graphs: re-captured when the train step's guard or n
-// (what else shapes the graph, such as how many of the batches are
-// training batches) changes.
-func (t *Trainer) listCapture(fn func([]*tensor.Tensor) []*tensor.Tensor, cacheSize int, n func() int) *autograd.Captured {
+// to cacheSize graphs: re-captured when graphKey(train) (train: the
+// graph trains) or n (what else shapes the graph, such as how many of
+// the batches are training batches) changes.
+func (t *Trainer) listCapture(fn func([]*tensor.Tensor) []*tensor.Tensor, cacheSize int, train bool, n func() int) *autograd.Captured {
 	return autograd.Capture(fn, autograd.CaptureOptions{
 		Warmup:      t.o.CaptureWarmup,
 		Policy:      autograd.Recapture,
 		CacheSize:   cacheSize,
-		Version:     func() uint64 { return t.step.guard() ^ uint64(n())*0x9e3779b97f4a7c15 },
+		Version:     func() uint64 { return t.graphKey(train) ^ uint64(n())*0x9e3779b97f4a7c15 },
 		OnFallback:  t.captureFallback,
 		BoundInputs: 1,
 	})

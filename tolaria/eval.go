@@ -14,9 +14,9 @@ import (
 // metricsBuf), which evaluate reads once, after the last batch. Like
 // the train step it only launches kernels, so with
 // TrainerOptions.Capture each batch is replayed from a captured graph
-// (same guard as the train step: the parameter set and every seed's
-// stage, alpha and isolation, so a counterfactual's forced alpha gets a
-// graph of its own).
+// (keyed by graphKey(false): every seed in the forward pass, its stage,
+// alpha and isolation, so a counterfactual's forced alpha gets a graph
+// of its own, while seeds outside it and the optimizers do not count).
 type evalRunner struct {
 	t        *Trainer
 	captured *autograd.Captured
@@ -52,14 +52,14 @@ func newEvalRunner(t *Trainer) *evalRunner {
 			Warmup:      t.o.CaptureWarmup,
 			Policy:      autograd.Recapture,
 			CacheSize:   4,
-			Version:     t.step.guard,
+			Version:     func() uint64 { return t.graphKey(false) },
 			OnFallback:  t.captureFallback,
 			BoundInputs: boundBatches,
 		})
 		if _, ok := t.o.Val.(FixedBatches); ok {
 			r.list.dev = t.dev
 			r.passBody = func(x, y *tensor.Tensor) bool { return r.list.add(x, y, &r.passRows) }
-			r.pass = t.listCapture(r.passFn, 4, func() int { return len(r.list.in) })
+			r.pass = t.listCapture(r.passFn, 4, false, func() int { return len(r.list.in) })
 		}
 	}
 	return r

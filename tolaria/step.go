@@ -303,11 +303,27 @@ func (s *stepRunner) linearStep(x *tensor.Tensor, head *nn.Linear, y, lossSum, a
 	return n == 1 && t.opt.host.LinearCEStep(x, head.Weight, head.Bias, y, s.ce, lossSum, acc, s.zeroAfter)
 }
 
-// guard is the captured step's version: it changes with anything a
-// replay would otherwise get wrong — the parameter set (the model's and
-// the optimizers' versions) and, per slot, the seed's stage, alpha and
-// isolation, which the forward pass reads as Go values.
-func (s *stepRunner) guard() uint64 {
+// guard is the captured step's version: graphKey(true).
+func (s *stepRunner) guard() uint64 { return s.t.graphKey(true) }
+
+// graphKey is the version of the trainer's captured graphs (the train
+// step's and the epoch's with train, the validation pass's without): it
+// changes with anything a replay would otherwise get wrong, and only
+// with that, so that a model back in a configuration it had before
+// replays that configuration's graph instead of capturing it again.
+//
+// The host's parameters never change (a model's host is fixed); what
+// changes is its slots. A slot whose seed takes no part in the forward
+// pass (kasmina.Slot.IsActive false: empty, germinated, pruned,
+// embargoed, resetting) and, with train, has no optimizer adds nothing
+// to the pass that a replay could get wrong: it keys as an empty slot,
+// so a seed germinated and later pruned leaves the graphs of the model
+// before it valid again (its validation pass keys as the host alone
+// from germination on). Any other slot keys with its version (it only
+// grows: a new seed, a prune, a freeze or a load gives a new one), with
+// train its optimizer's (made for that slot version), and the seed's
+// stage, alpha and isolation, which the forward pass reads as Go values.
+func (t *Trainer) graphKey(train bool) uint64 {
 	h := uint64(14695981039346656037)
 	mix := func(v uint64) {
 		for i := 0; i < 8; i++ {
@@ -316,15 +332,29 @@ func (s *stepRunner) guard() uint64 {
 			v >>= 8
 		}
 	}
-	mix(s.t.model.Version())
-	mix(s.t.opt.version)
-	for _, sl := range s.t.opt.slotsOf(s.t.model) {
-		st := sl.State()
-		if st == nil {
+	if train {
+		mix(1)
+	}
+	for _, sl := range t.opt.slotsOf(t.model) {
+		var so *seedOpt
+		if train && len(t.opt.seeds) > 0 {
+			so = t.opt.seeds[sl.ID()]
+		}
+		if !sl.IsActive() && so == nil {
 			mix(0)
 			continue
 		}
-		mix(uint64(st.Stage))
+		mix(1 + sl.Version())
+		if so != nil {
+			mix(1 + so.slotVersion)
+		} else {
+			mix(0)
+		}
+		if st := sl.State(); st != nil {
+			mix(1 + uint64(st.Stage))
+		} else {
+			mix(0)
+		}
 		mix(math.Float64bits(sl.Alpha()))
 		if sl.IsolateGradients() {
 			mix(1)

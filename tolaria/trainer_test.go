@@ -255,6 +255,89 @@ func TestCapturedTrainingEqualsEager(t *testing.T) {
 	}
 }
 
+// pruneScript germinates a seed in r0c1 after two epochs of the host
+// alone, advances it to TRAINING and prunes it two epochs later: from
+// epoch 5 the model is the host alone again.
+var pruneScript = scripted{
+	1: {Op: leyline.OpGerminate, SlotID: "r0c1", Blueprint: leyline.BlueprintConvLight, Style: leyline.StyleLinearAdd, Tempo: leyline.TempoFast, AlphaTarget: leyline.AlphaTargetFull, Reason: "script", Confidence: 1},
+	2: {Op: leyline.OpAdvance, SlotID: "r0c1", Reason: "script", Confidence: 1},
+	4: {Op: leyline.OpPrune, SlotID: "r0c1", AlphaSpeed: leyline.AlphaSpeedInstant, Reason: "script", Confidence: 1},
+}
+
+// TestCapturedGraphsOutliveAPrunedSeed: once a seed is pruned, the
+// train step and the validation batch replay the graphs captured for
+// the host alone before it germinated — no warm-up, no capture — and
+// the run stays bitwise the eager run, per batch and with the whole
+// epoch as one graph (tolaria.Fixed). The germinated seed, outside the
+// forward pass, gives the validation batch no graph of its own either.
+func TestCapturedGraphsOutliveAPrunedSeed(t *testing.T) {
+	const epochs = 8
+	type result struct {
+		params  map[string][]float32
+		reports [][4]float64
+		step    [2]autograd.CaptureStats // after epoch 4 (the prune), at the end
+		val     [2]autograd.CaptureStats
+		valAt2  autograd.CaptureStats // after epoch 1 (the host alone)
+		stages  []leyline.SeedStage
+	}
+	run := func(capture, whole bool) result {
+		m := trainerModel(t)
+		var train, val Batches = toyData(t, 1, 2, 8), toyData(t, 2, 1, 8)
+		if whole {
+			h := hostToyData(1, 1, 16)
+			f, err := NewFixed(testdevice.To(t, h.x[0]), testdevice.To(t, h.y[0]), FixedOptions{Size: 8})
+			require.NoError(t, err)
+			train, val = f, f
+		}
+		tr, err := NewTrainer(TrainerOptions{
+			Model: m, Train: train, Val: val, Epochs: epochs, Controller: pruneScript, Capture: capture,
+		})
+		require.NoError(t, err)
+		var res result
+		for e := 0; e < epochs; e++ {
+			r, err := tr.RunEpoch(context.Background(), e)
+			require.NoError(t, err)
+			res.reports = append(res.reports, [4]float64{r.TrainLoss, r.TrainAccuracy, r.ValLoss, r.ValAccuracy})
+			res.stages = append(res.stages, tr.o.Model.Slots()[1].Stage())
+			if capture && !whole {
+				switch e {
+				case 1:
+					res.valAt2 = tr.eval.captured.Stats()
+				case 4:
+					res.step[0], res.val[0] = tr.step.captured.Stats(), tr.eval.captured.Stats()
+				case epochs - 1:
+					res.step[1], res.val[1] = tr.step.captured.Stats(), tr.eval.captured.Stats()
+				}
+			}
+			if capture {
+				require.Zero(t, tr.Summary().CaptureFallbacks)
+			}
+		}
+		res.params = params(t, m)
+		return res
+	}
+	for _, whole := range []bool{false, true} {
+		eager, captured := run(false, whole), run(true, whole)
+		require.Equal(t, leyline.StageGerminated, eager.stages[1])
+		require.Equal(t, leyline.StageTraining, eager.stages[3])
+		require.NotEqual(t, leyline.StageTraining, eager.stages[4], "pruned at the end of epoch 4")
+		require.Equal(t, eager.stages, captured.stages)
+		require.Equal(t, eager.reports, captured.reports, "epoch figures (whole epoch graphs: %v)", whole)
+		require.Equal(t, eager.params, captured.params, "parameters (whole epoch graphs: %v)", whole)
+		if whole {
+			continue
+		}
+		for _, st := range [][2]autograd.CaptureStats{captured.step, captured.val} {
+			require.Equal(t, st[0].Captures, st[1].Captures, "no capture after the prune: %+v", st)
+			require.Equal(t, st[0].EagerCalls, st[1].EagerCalls, "no warm-up after the prune: %+v", st)
+			require.Greater(t, st[1].Replays, st[0].Replays)
+		}
+		// Germinated (epoch 2) and in TRAINING (epochs 3, 4): the
+		// validation batch captured once more, for the seed in TRAINING.
+		require.Equal(t, captured.valAt2.Captures+1, captured.val[0].Captures, "validation captures: %+v then %+v", captured.valAt2, captured.val[0])
+	}
+}
+
 // TestCaptureFailureFallsBackOnce: a step that cannot be captured runs
 // eagerly, with exactly one tolaria.compile_fallback event.
 func TestCaptureFailureFallsBackOnce(t *testing.T) {
