@@ -19,8 +19,9 @@
 # peer: the direct convolutions against the default im2col in the same
 # sitting).
 # Phase "profile" runs Nsight Compute over short runs of the workloads in
-# ESPER_GPU_PROFILE (default "w2 w4", the two furthest from their targets;
-# any of w1, w2, w4, w5) and writes profile_<w>.txt: the kernels that took
+# ESPER_GPU_PROFILE (default "w2 w1 w4": the two furthest from their
+# targets, and W1's one-launch epoch, whose kernel time beside its
+# latency says where the rest goes; any of w1, w2, w4, w5) and writes profile_<w>.txt: the kernels that took
 # the most GPU time. It comes last, so it takes only the budget the rest
 # left, W2 first.
 #
@@ -78,7 +79,7 @@ trap interrupted TERM INT
 budget=${ESPER_GPU_BUDGET:-450}
 phases=${ESPER_GPU_PHASES:-tests train memcheck bench profile}
 workloads=${ESPER_GPU_WORKLOADS:-w1 w2 w4 w5 w6 w7 w8}
-profiled=${ESPER_GPU_PROFILE:-w2 w4}
+profiled=${ESPER_GPU_PROFILE:-w2 w1 w4}
 start=$SECONDS
 summary="$out/summary.txt"
 : >"$summary"
