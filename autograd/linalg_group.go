@@ -819,6 +819,7 @@ func linearSumsGathered(termss [][]LinearTerm, scales []float64, act kernels.Una
 	xs, wss, refs := sumsStacks(termss)
 	prods := LinearStacks(xs, wss)
 	outs := make([]*Var, len(termss))
+	calls := make([]kernels.GatherSumCall, len(termss))
 	for i, terms := range termss {
 		var px, src, rowPtr, order, biases []*tensor.Tensor
 		for k, t := range terms {
@@ -843,8 +844,18 @@ func linearSumsGathered(termss [][]LinearTerm, scales []float64, act kernels.Una
 			rv = contig(res[i].Value)
 		}
 		dst := alloc(like, tensor.F32, shapes[i].n, shapes[i].out)
-		gs.GatherSum(dst, px, src, rowPtr, order, biases, scales[i], act, rv)
+		calls[i] = kernels.GatherSumCall{Out: dst, Xs: px, Src: src, RowPtr: rowPtr, Order: order, Biases: biases, Scale: scales[i], Act: act, Res: rv}
 		outs[i] = Const(dst)
+	}
+	// The sums read the products and write outputs of their own: one
+	// join where the backend has it (one launch on CUDA for a layer's
+	// node types), else one call each.
+	if gj, ok := gs.(kernels.GatherSumsJoiner); ok && len(calls) > 1 {
+		gj.GatherSums(calls)
+		return outs
+	}
+	for _, c := range calls {
+		gs.GatherSum(c.Out, c.Xs, c.Src, c.RowPtr, c.Order, c.Biases, c.Scale, c.Act, c.Res)
 	}
 	return outs
 }

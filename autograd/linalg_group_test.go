@@ -432,7 +432,8 @@ func TestLinearSums(t *testing.T) {
 // a mean over edges plus a root product, one relation without edges, a
 // lone bias term) with GELU, scale and residual. Where products are
 // joined (sim with stackAnywhere) it is one weight stack, a product per
-// input and a GatherSum per type, agreeing with LinearSums
+// input and the types' GatherSums in one join (GatherSums), agreeing
+// with LinearSums
 // then ScaleActAdd to rounding; elsewhere it is that composition, bit for
 // bit, in the same launches; with gradients recorded it is the
 // composition too, and they reach every weight.
@@ -486,7 +487,15 @@ func TestLinearSumsAct(t *testing.T) {
 		} else {
 			require.Equal(t, launches(composed), launches(joined))
 		}
+		joins := kernels.For(dev).(interface{ Joins() int64 })
+		before := joins.Joins()
 		joined(nil)
+		if stack {
+			// The two lists' sums in one GatherSums (one launch on CUDA).
+			require.Equal(t, before+1, joins.Joins())
+		} else {
+			require.Equal(t, before, joins.Joins())
+		}
 		composed(nil)
 		for i := range termss {
 			if stack {

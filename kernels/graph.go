@@ -352,6 +352,55 @@ type GatherSummer interface {
 	GatherSum(out *T, xs, src, rowPtr, order, biases []*T, s float64, act UnaryOp, res *T)
 }
 
+// GatherSumCall is one sum of a GatherSumsJoiner call: GatherSum's
+// arguments.
+type GatherSumCall struct {
+	Out                            *T
+	Xs, Src, RowPtr, Order, Biases []*T
+	Scale                          float64
+	Act                            UnaryOp
+	Res                            *T
+}
+
+// GatherSumsJoiner is an optional Backend interface: GatherSums that do
+// not depend on one another — a heterogeneous GraphSAGE layer's sums,
+// one per node type — in as few launches as the backend can (CUDA: up to
+// four sums of one launch each in one, F32). Each output holds exactly
+// what its own GatherSum writes. No call may write memory that another
+// reads or writes (CheckGatherSums).
+type GatherSumsJoiner interface {
+	GatherSums(calls []GatherSumCall)
+}
+
+// CheckGatherSums checks a GatherSumsJoiner call: each sum as
+// CheckGatherSum checks it (its pieces returned in order), and that no
+// sum's out shares memory with any tensor of another sum.
+func CheckGatherSums(name string, calls []GatherSumCall) ([][]GatherBlock, error) {
+	pieces := make([][]GatherBlock, len(calls))
+	for k, c := range calls {
+		p, err := CheckGatherSum(fmt.Sprintf("%s: call %d", name, k), c.Out, c.Xs, c.Src, c.RowPtr, c.Order, c.Biases, c.Res)
+		if err != nil {
+			return nil, err
+		}
+		pieces[k] = p
+	}
+	for k, c := range calls {
+		for j, o := range calls {
+			if j == k {
+				continue
+			}
+			others := append([]*T{o.Out, o.Res}, o.Xs...)
+			others = append(append(append(append(others, o.Biases...), o.Src...), o.RowPtr...), o.Order...)
+			for _, x := range others {
+				if spansOverlap(c.Out, x) {
+					return nil, fmt.Errorf("%s: call %d's out shares memory with a tensor of call %d", name, k, j)
+				}
+			}
+		}
+	}
+	return pieces, nil
+}
+
 // gatherPiece checks piece i of a GatherConcat or GatherSum into nd
 // destination nodes: xs[i] of dtype dt and cols columns (-1: any), read
 // by shape (rows2, or strided2 where a row-strided view will do), with

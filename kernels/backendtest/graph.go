@@ -16,6 +16,7 @@ var graphCases = []conformance{
 	optional[kernels.GraphAggregator](checkGraphAggregate, "GATAggregate", "GatherMean"),
 	optional[kernels.GraphMultiAggregator](checkGraphMulti, "GATMean", "GATMeanAct", "GatherConcat"),
 	optional[kernels.GatherSummer](checkGatherSum, "GatherSum"),
+	optional[kernels.GatherSumsJoiner](checkGatherSums, "GatherSums"),
 }
 
 // graphLayout is a relation: ns sources, nd destinations, e edges, and
@@ -339,6 +340,133 @@ func checkGraphMulti(s *suite) {
 	})
 }
 
+// gatherSumCase is checkGatherSum's call over multiLayouts[li] (a
+// fresh out) and its float64 definition.
+func gatherSumCase(s *suite, d tensor.DType, li int) (kernels.GatherSumCall, []float64) {
+	ml := multiLayouts[li]
+	c := ml.c
+	var xs, src, rowPtr, order []*T
+	var vals [][]float64
+	var gathered [][3][]int64 // src, rowPtr, order of a gathered piece
+	for k, rl := range ml.rels {
+		l := graphLayout{ns: rl.ns, nd: ml.nd, e: rl.e}
+		sv, dv, srcT, rp, ord := s.graphEdges(l)
+		var x *T
+		var v []float64
+		if k%2 == 1 {
+			x, v = s.block(d, l.ns, 3*c+1, c+1, c)
+		} else {
+			x, v = s.in(d, l.ns, c)
+		}
+		rpv, ordv, err := kernels.BuildCSR(dv, ml.nd)
+		if err != nil {
+			s.t.Fatalf("BuildCSR: %v", err)
+		}
+		xs, src, rowPtr, order = append(xs, x), append(src, srcT), append(rowPtr, rp), append(order, ord)
+		vals, gathered = append(vals, v), append(gathered, [3][]int64{sv, rpv, ordv})
+		if k%2 == 0 {
+			own, ov := s.in(d, ml.nd, c)
+			xs, src, rowPtr, order = append(xs, own), append(src, nil), append(rowPtr, nil), append(order, nil)
+			vals, gathered = append(vals, ov), append(gathered, [3][]int64{})
+		}
+	}
+	var biases []*T
+	var bvals [][]float64
+	if li != 1 {
+		for range 2 {
+			b, bv := s.in(d, c)
+			biases, bvals = append(biases, b), append(bvals, bv)
+		}
+	}
+	var res *T
+	var rv []float64
+	if li != 2 {
+		res, rv = s.in(d, ml.nd, c)
+	}
+	scale := 1.0
+	if li != 0 {
+		scale = 1 / float64(len(ml.rels))
+	}
+	act := kernels.GeluErf
+	if li == 1 {
+		act = kernels.Relu
+	}
+	want := make([]float64, ml.nd*c)
+	for i := 0; i < ml.nd; i++ {
+		for f := 0; f < c; f++ {
+			var t float64
+			for p, v := range vals {
+				g := gathered[p]
+				if g[0] == nil {
+					t += v[i*c+f]
+					continue
+				}
+				a, b := g[1][i], g[1][i+1]
+				if b == a {
+					continue
+				}
+				var m float64
+				for q := a; q < b; q++ {
+					m += v[int(g[0][g[2][q]])*c+f]
+				}
+				t += m / float64(b-a)
+			}
+			for _, bv := range bvals {
+				t += bv[f]
+			}
+			t = refUnary(act, scale*t)
+			if rv != nil {
+				t += rv[i*c+f]
+			}
+			want[i*c+f] = t
+		}
+	}
+	return kernels.GatherSumCall{Out: s.out(d, ml.nd, c), Xs: xs, Src: src, RowPtr: rowPtr, Order: order, Biases: biases, Scale: scale, Act: act, Res: res}, want
+}
+
+// checkGatherSums holds GatherSums to GatherSum on the same backend, bit
+// for bit (each output its own call's): every multiLayouts case at once
+// (one of them of more terms than a CUDA launch takes) and then the
+// first two again, more calls than one CUDA launch joins.
+func checkGatherSums(s *suite) {
+	gs, ok := s.b.(kernels.GatherSummer)
+	if !ok {
+		s.t.Errorf("%s: GatherSumsJoiner without GatherSummer", s.b.Name())
+		return
+	}
+	gj := s.b.(kernels.GatherSumsJoiner)
+	for _, d := range s.floats("GatherSums", tensor.F64, tensor.F32) {
+		var calls []kernels.GatherSumCall
+		var want [][]float64
+		var outs []*T
+		for _, li := range []int{0, 1, 2, 3, 0, 1} {
+			c, _ := gatherSumCase(s, d, li)
+			gs.GatherSum(c.Out, c.Xs, c.Src, c.RowPtr, c.Order, c.Biases, c.Scale, c.Act, c.Res)
+			want = append(want, s.get(c.Out))
+			c.Out = s.out(d, c.Out.Shape()...)
+			calls, outs = append(calls, c), append(outs, c.Out)
+		}
+		for _, n := range []int{2, len(calls)} {
+			what := name("GatherSums", d, "calls", n)
+			s.check(call{what: what, launch: func() { gj.GatherSums(calls[:n]) }, writes: outs[:n]}, func(got [][]float64) {
+				for k := range got {
+					same(s.t, name(what, "call", k), got[k], want[k])
+				}
+			})
+		}
+	}
+	s.panics("GatherSums", func() { // two calls write one out
+		out := s.out(tensor.F32, 3, 2)
+		b := s.out(tensor.F32, 2)
+		gj.GatherSums([]kernels.GatherSumCall{{Out: out, Biases: []*T{b}, Scale: 1, Act: kernels.Relu}, {Out: out, Biases: []*T{b}, Scale: 1, Act: kernels.Relu}})
+	})
+	s.panics("GatherSums", func() { // the second call reads the first's out
+		out := s.out(tensor.F32, 3, 2)
+		gj.GatherSums([]kernels.GatherSumCall{{Out: out, Biases: []*T{s.out(tensor.F32, 2)}, Scale: 1, Act: kernels.Relu},
+			{Out: s.out(tensor.F32, 3, 2), Xs: []*T{out}, Src: []*T{nil}, RowPtr: []*T{nil}, Order: []*T{nil}, Scale: 1, Act: kernels.Relu}})
+	})
+}
+
 // checkGatherSum: GatherSum against the float64 definition over
 // multiLayouts' relations, each a gathered piece (odd ones a column
 // block of a wider tensor, as the stacked products are) and every other
@@ -348,87 +476,10 @@ func checkGraphMulti(s *suite) {
 func checkGatherSum(s *suite) {
 	gs := s.b.(kernels.GatherSummer)
 	for _, d := range s.floats("GatherSum", tensor.F64, tensor.F32) {
-		for li, ml := range multiLayouts {
-			c := ml.c
-			var xs, src, rowPtr, order []*T
-			var vals [][]float64
-			var gathered [][3][]int64 // src, rowPtr, order of a gathered piece
-			for k, rl := range ml.rels {
-				l := graphLayout{ns: rl.ns, nd: ml.nd, e: rl.e}
-				sv, dv, srcT, rp, ord := s.graphEdges(l)
-				var x *T
-				var v []float64
-				if k%2 == 1 {
-					x, v = s.block(d, l.ns, 3*c+1, c+1, c)
-				} else {
-					x, v = s.in(d, l.ns, c)
-				}
-				rpv, ordv, err := kernels.BuildCSR(dv, ml.nd)
-				if err != nil {
-					s.t.Fatalf("BuildCSR: %v", err)
-				}
-				xs, src, rowPtr, order = append(xs, x), append(src, srcT), append(rowPtr, rp), append(order, ord)
-				vals, gathered = append(vals, v), append(gathered, [3][]int64{sv, rpv, ordv})
-				if k%2 == 0 {
-					own, ov := s.in(d, ml.nd, c)
-					xs, src, rowPtr, order = append(xs, own), append(src, nil), append(rowPtr, nil), append(order, nil)
-					vals, gathered = append(vals, ov), append(gathered, [3][]int64{})
-				}
-			}
-			var biases []*T
-			var bvals [][]float64
-			if li != 1 {
-				for range 2 {
-					b, bv := s.in(d, c)
-					biases, bvals = append(biases, b), append(bvals, bv)
-				}
-			}
-			var res *T
-			var rv []float64
-			if li != 2 {
-				res, rv = s.in(d, ml.nd, c)
-			}
-			scale := 1.0
-			if li != 0 {
-				scale = 1 / float64(len(ml.rels))
-			}
-			act := kernels.GeluErf
-			if li == 1 {
-				act = kernels.Relu
-			}
-			want := make([]float64, ml.nd*c)
-			for i := 0; i < ml.nd; i++ {
-				for f := 0; f < c; f++ {
-					var t float64
-					for p, v := range vals {
-						g := gathered[p]
-						if g[0] == nil {
-							t += v[i*c+f]
-							continue
-						}
-						a, b := g[1][i], g[1][i+1]
-						if b == a {
-							continue
-						}
-						var m float64
-						for q := a; q < b; q++ {
-							m += v[int(g[0][g[2][q]])*c+f]
-						}
-						t += m / float64(b-a)
-					}
-					for _, bv := range bvals {
-						t += bv[f]
-					}
-					t = refUnary(act, scale*t)
-					if rv != nil {
-						t += rv[i*c+f]
-					}
-					want[i*c+f] = t
-				}
-			}
-			out := s.out(d, ml.nd, c)
-			what := name("GatherSum", d, li, "pieces", len(xs), "biases", len(biases), "scale", scale, act, "residual", res != nil)
-			s.check(call{what: what, launch: func() { gs.GatherSum(out, xs, src, rowPtr, order, biases, scale, act, res) }, writes: []*T{out}}, func(got [][]float64) {
+		for li := range multiLayouts {
+			c, want := gatherSumCase(s, d, li)
+			what := name("GatherSum", d, li, "pieces", len(c.Xs), "biases", len(c.Biases), "scale", c.Scale, c.Act, "residual", c.Res != nil)
+			s.check(call{what: what, launch: func() { gs.GatherSum(c.Out, c.Xs, c.Src, c.RowPtr, c.Order, c.Biases, c.Scale, c.Act, c.Res) }, writes: []*T{c.Out}}, func(got [][]float64) {
 				s.close(what, got[0], want, 8*tol(d))
 			})
 		}

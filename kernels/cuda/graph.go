@@ -368,69 +368,154 @@ func (d *Device) GatherSum(out *tensor.Tensor, xs, src, rowPtr, order, biases []
 	if err := checked(err); err != nil {
 		return err
 	}
+	g, err := d.gsumPrepare(op, kernels.GatherSumCall{Out: out, Xs: xs, Src: src, RowPtr: rowPtr, Order: order, Biases: biases, Scale: s, Act: act, Res: res}, pieces)
+	if err != nil || g.nd == 0 || g.c == 0 {
+		return err
+	}
+	fn, err := d.kernel("gather_sum_f32")
+	if err != nil {
+		return err
+	}
+	release := d.enter()
+	defer release()
+	return d.gsumLaunch(fn, g)
+}
+
+// gsumPrepare checks what CheckGatherSum leaves to the device (F32, the
+// activation, device memory) and gathers the call's addresses.
+func (d *Device) gsumPrepare(op string, k kernels.GatherSumCall, pieces []kernels.GatherBlock) (gsumCall, error) {
+	out, res := k.Out, k.Res
 	if dt := out.DType(); dt != tensor.F32 {
-		return fmt.Errorf("cuda: %s: dtype %v (F32 runs here)", op, dt)
+		return gsumCall{}, fmt.Errorf("cuda: %s: dtype %v (F32 runs here)", op, dt)
 	}
 	// unary_f's codes are kernels.UnaryOp's (as scale_act_add_f32's).
-	if err := checked(kernels.CheckUnary(op, act, out, out)); err != nil {
-		return err
+	if err := checked(kernels.CheckUnary(op, k.Act, out, out)); err != nil {
+		return gsumCall{}, err
 	}
 	outPtr, err := d.ptrOf(op, "out", out, tensor.F32)
 	if err != nil {
-		return err
+		return gsumCall{}, err
 	}
 	resPtr, err := d.optPtr(op, "res", res, tensor.F32)
 	if err != nil {
-		return err
+		return gsumCall{}, err
 	}
-	terms := make([]gsumTerm, 0, len(xs)+len(biases))
+	terms := make([]gsumTerm, 0, len(k.Xs)+len(k.Biases))
 	for i, p := range pieces {
 		what := fmt.Sprintf("xs[%d]", i)
-		ld, _ := kernels.RowStride(xs[i]) // CheckGatherSum: contiguous or row-strided
-		x, err := d.viewPtr(op, what, xs[i], tensor.F32)
+		ld, _ := kernels.RowStride(k.Xs[i]) // CheckGatherSum: contiguous or row-strided
+		x, err := d.viewPtr(op, what, k.Xs[i], tensor.F32)
 		if err != nil {
-			return err
+			return gsumCall{}, err
 		}
 		t := gsumTerm{x: uint64(x), ld: int64(ld)}
 		if p.Gathered {
 			for _, o := range [3]struct {
 				t   *tensor.Tensor
 				dst *uint64
-			}{{src[i], &t.src}, {rowPtr[i], &t.rowPtr}, {order[i], &t.order}} {
+			}{{k.Src[i], &t.src}, {k.RowPtr[i], &t.rowPtr}, {k.Order[i], &t.order}} {
 				a, err := d.ptrOf(op, what+" CSR", o.t, tensor.I64)
 				if err != nil {
-					return err
+					return gsumCall{}, err
 				}
 				*o.dst = uint64(a)
 			}
 		}
 		terms = append(terms, t)
 	}
-	for j, bt := range biases {
+	for j, bt := range k.Biases {
 		a, err := d.ptrOf(op, fmt.Sprintf("biases[%d]", j), bt, tensor.F32)
 		if err != nil {
-			return err
+			return gsumCall{}, err
 		}
 		terms = append(terms, gsumTerm{x: uint64(a)})
 	}
-	nd, c := int64(out.Dim(0)), int64(out.Dim(1))
-	if nd == 0 || c == 0 {
-		return nil
-	}
-	fn, err := d.kernel("gather_sum_f32")
-	if err != nil {
-		return err
-	}
-	n := nd * c
+	return gsumCall{out: uint64(outPtr), res: uint64(resPtr), nd: int64(out.Dim(0)), c: int64(out.Dim(1)),
+		scale: k.Scale, act: int64(k.Act), terms: terms}, nil
+}
+
+// gsumLaunch launches gather_sum_f32 (fn) for g, once per gsumPlan
+// launch; the caller has entered the device.
+func (d *Device) gsumLaunch(fn cu.Function, g gsumCall) error {
+	n := g.nd * g.c
 	blocks := min((n+blockSize-1)/blockSize, int64(d.sms)*8)
-	release := d.enter()
-	defer release()
 	var w [gsumWords]uint64
-	for _, l := range gsumPlan(terms, int64(act)) {
-		gsumPack(&w, uint64(outPtr), uint64(resPtr), nd, c, s, l)
+	for _, l := range gsumPlan(g.terms, g.act) {
+		gsumPack(&w, g.out, g.res, g.nd, g.c, g.scale, l)
 		if err := launchStruct(fn, [3]int{int(blocks), 1, 1}, [3]int{blockSize, 1, 1}, d.stream, w[:]); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+var _ kernels.GatherSumsJoiner = (*Backend)(nil)
+
+// GatherSums implements kernels.GatherSumsJoiner (F32).
+func (b *Backend) GatherSums(calls []kernels.GatherSumCall) { must(b.d.GatherSums(calls)) }
+
+// GatherSums is kernels.GatherSumsJoiner's GatherSums, F32: the sums of
+// one gather_sum_f32 launch each go gsumJoin at a time into one
+// gather_sum_join_f32 launch, which computes every element with
+// gather_sum_f32's code (the same bits); a sum of more terms than one
+// launch takes runs as GatherSum runs it. Everything is checked before
+// anything launches.
+func (d *Device) GatherSums(calls []kernels.GatherSumCall) error {
+	const op = "GatherSums"
+	pieces, err := kernels.CheckGatherSums(op, calls)
+	if err := checked(err); err != nil {
+		return err
+	}
+	gs := make([]gsumCall, 0, len(calls))
+	for k, c := range calls {
+		g, err := d.gsumPrepare(fmt.Sprintf("%s: call %d", op, k), c, pieces[k])
+		if err != nil {
+			return err
+		}
+		if g.nd > 0 && g.c > 0 {
+			gs = append(gs, g)
+		}
+	}
+	if len(gs) == 0 {
+		return nil
+	}
+	one, err := d.kernel("gather_sum_f32")
+	if err != nil {
+		return err
+	}
+	join, err := d.kernel("gather_sum_join_f32")
+	if err != nil {
+		return err
+	}
+	release := d.enter()
+	defer release()
+	var w [gsumJoinWords]uint64
+	var parts []gsumCall
+	flush := func() error {
+		defer func() { parts = parts[:0] }()
+		switch len(parts) {
+		case 0:
+			return nil
+		case 1:
+			return d.gsumLaunch(one, parts[0])
+		}
+		n := gsumJoinPack(&w, parts)
+		blocks := min((n+blockSize-1)/blockSize, int64(d.sms)*8)
+		return launchStruct(join, [3]int{int(blocks), 1, 1}, [3]int{blockSize, 1, 1}, d.stream, w[:])
+	}
+	for _, g := range gs {
+		if len(g.terms) > gsumMax { // more than one launch: on its own
+			if err := d.gsumLaunch(one, g); err != nil {
+				return err
+			}
+			continue
+		}
+		parts = append(parts, g)
+		if len(parts) == gsumJoin {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return flush()
 }

@@ -220,3 +220,38 @@ func gsumPack(w *[gsumWords]uint64, out, res uint64, nd, c int64, scale float64,
 		w[o], w[o+1], w[o+2], w[o+3], w[o+4] = t.x, t.src, t.rowPtr, t.order, uint64(t.ld)
 	}
 }
+
+// gsumCall is a checked GatherSum's launch words: out [nd, c], the
+// residual, the scale and its terms (its pieces, then its biases).
+type gsumCall struct {
+	out, res uint64
+	nd, c    int64
+	scale    float64
+	act      int64
+	terms    []gsumTerm
+}
+
+// gsumJoin is GSUM_JOIN: the most GatherSums one gather_sum_join_f32
+// launch runs; gsumJoinWords is the size of struct GatherSumJoin in
+// 8-byte words (the count, the ends, then the sums' GatherSumArgs).
+const (
+	gsumJoin      = 4
+	gsumJoinWords = 1 + gsumJoin + gsumJoin*gsumWords
+)
+
+// gsumJoinPack writes struct GatherSumJoin into w for the sums gs (2 to
+// gsumJoin, each of at most gsumMax terms: one launch of its own) and
+// returns the joined range's length, Σ nd·c; unused slots are zeroed.
+func gsumJoinPack(w *[gsumJoinWords]uint64, gs []gsumCall) int64 {
+	*w = [gsumJoinWords]uint64{}
+	w[0] = uint64(len(gs))
+	var end int64
+	var a [gsumWords]uint64
+	for k, g := range gs {
+		end += g.nd * g.c
+		w[1+k] = uint64(end)
+		gsumPack(&a, g.out, g.res, g.nd, g.c, g.scale, gsumLaunch{terms: g.terms, act: g.act})
+		copy(w[1+gsumJoin+k*gsumWords:], a[:])
+	}
+	return end
+}

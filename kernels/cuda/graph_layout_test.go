@@ -17,7 +17,7 @@ func TestGraphParamBlocksMatchThePTX(t *testing.T) {
 	for _, k := range []struct {
 		name  string
 		words int
-	}{{"gat_mean_f32", gatMultiWords}, {"gather_concat_f32", gatherCatWords}, {"gather_sum_f32", gsumWords}} {
+	}{{"gat_mean_f32", gatMultiWords}, {"gather_concat_f32", gatherCatWords}, {"gather_sum_f32", gsumWords}, {"gather_sum_join_f32", gsumJoinWords}} {
 		n, ok := ptxStructParam(b, k.name)
 		if !ok {
 			t.Errorf("%s: no entry with one by-value parameter in ptx/graph.ptx", k.name)
@@ -263,44 +263,143 @@ func TestGatMeanScratchCovers(t *testing.T) {
 // of struct GatherSumArgs as the kernel does and writes every element of
 // out (the buffer at the out address); act applies unary_f's code.
 func gsumRun(w *[gsumWords]uint64, m gatherMem, act func(code int64, v float32) float32) {
+	for q := int64(0); q < int64(w[2])*int64(w[3]); q++ {
+		gsumAt(w[:], m, act, q)
+	}
+}
+
+// gsumAt is gather_sum_at: element q of the sum whose struct
+// GatherSumArgs is w.
+func gsumAt(w []uint64, m gatherMem, act func(code int64, v float32) float32, q int64) {
 	out, res := m.f[w[0]], m.f[w[1]]
-	nd, c, nt := int64(w[2]), int64(w[3]), int64(w[4])
+	c, nt := int64(w[3]), int64(w[4])
 	scale, code, accumulate := math.Float64frombits(w[5]), int64(w[6]), w[7] != 0
-	for q := int64(0); q < nd*c; q++ {
-		i, f := q/c, q%c
-		var v float32
-		if accumulate {
-			v = out[q]
-		}
-		for k := int64(0); k < nt; k++ {
-			o := 8 + gsumTermWords*k
-			x, ld := m.f[w[o]], int64(w[o+4])
-			var t float32
-			if w[o+1] != 0 {
-				src, rowPtr, order := m.i[w[o+1]], m.i[w[o+2]], m.i[w[o+3]]
-				a, b := rowPtr[i], rowPtr[i+1]
-				if b > a {
-					acc := x[src[order[a]]*ld+f]
-					for e := a + 1; e < b; e++ {
-						acc += x[src[order[e]]*ld+f]
-					}
-					t = acc * (1 / float32(b-a))
+	i, f := q/c, q%c
+	var v float32
+	if accumulate {
+		v = out[q]
+	}
+	for k := int64(0); k < nt; k++ {
+		o := 8 + gsumTermWords*k
+		x, ld := m.f[w[o]], int64(w[o+4])
+		var t float32
+		if w[o+1] != 0 {
+			src, rowPtr, order := m.i[w[o+1]], m.i[w[o+2]], m.i[w[o+3]]
+			a, b := rowPtr[i], rowPtr[i+1]
+			if b > a {
+				acc := x[src[order[a]]*ld+f]
+				for e := a + 1; e < b; e++ {
+					acc += x[src[order[e]]*ld+f]
 				}
-			} else {
-				t = x[i*ld+f]
+				t = acc * (1 / float32(b-a))
 			}
-			v += t
+		} else {
+			t = x[i*ld+f]
 		}
-		if code >= 0 {
-			if scale != 1 {
-				v *= float32(scale)
-			}
-			v = act(code, v)
-			if res != nil {
-				v += res[q]
+		v += t
+	}
+	if code >= 0 {
+		if scale != 1 {
+			v *= float32(scale)
+		}
+		v = act(code, v)
+		if res != nil {
+			v += res[q]
+		}
+	}
+	out[q] = v
+}
+
+// gsumJoinRun is gather_sum_join_f32 in Go: one pass over the joined
+// range, element q routed to its sum as the kernel routes it.
+func gsumJoinRun(w *[gsumJoinWords]uint64, m gatherMem, act func(code int64, v float32) float32) {
+	n := int(w[0])
+	end := func(k int) int64 { return int64(w[1+k]) }
+	for q := int64(0); q < end(n-1); q++ {
+		k := 0
+		for k+1 < n && q >= end(k) {
+			k++
+		}
+		local := q
+		if k > 0 {
+			local = q - end(k-1)
+		}
+		gsumAt(w[1+gsumJoin+k*gsumWords:1+gsumJoin+(k+1)*gsumWords], m, act, local)
+	}
+}
+
+// TestGatherSumJoinEqualsItsSums: sums of different shapes (gathered
+// pieces, own rows, biases, a residual or none, one of no terms), joined
+// by gsumJoinPack and run as gather_sum_join_f32 runs them, write every
+// output bit for bit as each sum's own gather_sum_f32 launch does, and
+// nothing else. It runs without a GPU.
+func TestGatherSumJoinEqualsItsSums(t *testing.T) {
+	rng := rand.New(rand.NewSource(17))
+	m := gatherMem{f: map[uint64][]float32{}, i: map[uint64][]int64{}}
+	next := uint64(0x1000)
+	putF := func(f []float32) uint64 { next += 0x1000; m.f[next] = f; return next }
+	putI := func(i []int64) uint64 { next += 0x1000; m.i[next] = i; return next }
+	randF := func(n int) []float32 {
+		f := make([]float32, n)
+		for e := range f {
+			f[e] = float32(rng.NormFloat64())
+		}
+		return f
+	}
+	gelu := func(code int64, v float32) float32 { return v * float32(0.5*(1+math.Erf(float64(v)/math.Sqrt2))) }
+	shapes := []struct{ nd, c, gathered, own, biases int }{{4, 3, 2, 1, 1}, {7, 5, 3, 2, 2}, {1, 8, 1, 0, 0}, {3, 2, 0, 0, 0}}
+	var gs []gsumCall
+	for k, sh := range shapes {
+		g := gsumCall{nd: int64(sh.nd), c: int64(sh.c), scale: 1 / float64(k+1), act: int64(kernels.GeluErf)}
+		for range sh.gathered {
+			ns := 1 + rng.Intn(4)
+			s, rp, ord := csrWithoutNode1(t, rng, ns, sh.nd, 2*sh.nd)
+			g.terms = append(g.terms, gsumTerm{x: putF(randF(ns * sh.c)), src: putI(s), rowPtr: putI(rp), order: putI(ord), ld: int64(sh.c)})
+		}
+		for range sh.own {
+			ld := 2*sh.c + 1
+			g.terms = append(g.terms, gsumTerm{x: putF(randF(sh.nd * ld)), ld: int64(ld)})
+		}
+		for range sh.biases {
+			g.terms = append(g.terms, gsumTerm{x: putF(randF(sh.c))})
+		}
+		if k%2 == 0 {
+			g.res = putF(randF(sh.nd * sh.c))
+		}
+		gs = append(gs, g)
+	}
+	// Each sum on its own, into outputs A; then joined, into outputs B
+	// (NaN first: every element must be written).
+	outs := make([][2]uint64, len(gs))
+	for k, g := range gs {
+		a, b := make([]float32, g.nd*g.c), make([]float32, g.nd*g.c)
+		for e := range b {
+			b[e] = float32(math.NaN())
+		}
+		outs[k] = [2]uint64{putF(a), putF(b)}
+		g.out = outs[k][0]
+		var w [gsumWords]uint64
+		ls := gsumPlan(g.terms, g.act)
+		if len(ls) != 1 {
+			t.Fatalf("sum %d: %d launches, want 1", k, len(ls))
+		}
+		gsumPack(&w, g.out, g.res, g.nd, g.c, g.scale, ls[0])
+		gsumRun(&w, m, gelu)
+		gs[k].out = outs[k][1]
+	}
+	var w [gsumJoinWords]uint64
+	n := gsumJoinPack(&w, gs)
+	if want := int64(4*3 + 7*5 + 1*8 + 3*2); n != want {
+		t.Fatalf("joined range %d, want %d", n, want)
+	}
+	gsumJoinRun(&w, m, gelu)
+	for k := range gs {
+		a, b := m.f[outs[k][0]], m.f[outs[k][1]]
+		for e := range a {
+			if math.Float32bits(a[e]) != math.Float32bits(b[e]) {
+				t.Fatalf("sum %d element %d: joined %v, alone %v", k, e, b[e], a[e])
 			}
 		}
-		out[q] = v
 	}
 }
 

@@ -29,6 +29,8 @@ type Backend struct {
 	cpu  kernels.Backend
 	last atomic.Int32 // index of the sim device of the latest op
 	seq  atomic.Int32 // block sequences on (BeginSequence)
+	// joins counts the joined calls run (GatherSums).
+	joins atomic.Int64
 }
 
 var def = &Backend{cpu: new(cpu.Backend)}
@@ -87,6 +89,31 @@ func (b *Backend) EndSequence() error {
 // Sequences is the number of sequences on (BeginSequence without its
 // EndSequence yet): for tests of code that runs them.
 func (b *Backend) Sequences() int { return int(b.seq.Load()) }
+
+var _ kernels.GatherSumsJoiner = (*Backend)(nil)
+
+// GatherSums implements kernels.GatherSumsJoiner, a device-only join:
+// the calls are checked together, as a device checks them (no call may
+// write what another reads), then each runs as its own GatherSum — the
+// bits CUDA's joined launch writes — and the join is counted (Joins).
+func (b *Backend) GatherSums(calls []kernels.GatherSumCall) {
+	var ts []*tensor.Tensor
+	for _, c := range calls {
+		ts = append(append(append(append(append(append(ts, c.Out, c.Res), c.Xs...), c.Src...), c.RowPtr...), c.Order...), c.Biases...)
+	}
+	b.check("GatherSums", nil, [][]*tensor.Tensor{ts})
+	if _, err := kernels.CheckGatherSums("GatherSums", calls); err != nil {
+		panic(fmt.Sprintf("kernels/sim: %v", err))
+	}
+	for _, c := range calls {
+		b.GatherSum(c.Out, c.Xs, c.Src, c.RowPtr, c.Order, c.Biases, c.Scale, c.Act, c.Res)
+	}
+	b.joins.Add(1)
+}
+
+// Joins counts the joined calls (GatherSums) run so far: for tests of
+// code that joins them.
+func (b *Backend) Joins() int64 { return b.joins.Load() }
 
 // SetMatmulPrecision implements kernels.Backend (the CPU computes fp32
 // whatever is asked, as documented there).

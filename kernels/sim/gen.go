@@ -41,7 +41,10 @@ var notBackend = map[string]bool{"Graph": true, "ForeachStepper": true,
 	"Stagers": true, "Stager": true, "GraphCloser": true,
 	// A GPU's launch cost, which sim, computing what the CPU computes,
 	// does not model.
-	"LaunchBounder": true}
+	"LaunchBounder": true,
+	// Device-only joins, which sim writes by hand (backend.go) and the
+	// CPU, whose launches join nothing, does not implement.
+	"GatherSumsJoiner": true}
 
 func main() {
 	dir := flag.String("kernels", "..", "the directory of package kernels")

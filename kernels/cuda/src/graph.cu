@@ -392,9 +392,14 @@ __global__ void gather_concat_f32(GatherCat m) {
 // gather_mean_at computes it (the sum in p order from the first value,
 // times 1/count; 0 without edges), and the terms are still added to v
 // in order, so the bits are the one-term-at-a-time loop's.
+//
+// gather_sum_at is the kernel's work for element q; the argument is
+// read where it lies in parameter space (__grid_constant__), shared with
+// gather_sum_join_f32, so that the two compute every element alike, bit
+// for bit.
 #define GSUM_ILP 4
-__global__ void gather_sum_f32(GatherSumArgs m) {
-    GRID_STRIDE(q, m.nd * m.c) {
+__device__ __forceinline__ void gather_sum_at(const GatherSumArgs& m, const int64_t q) {
+    {
         const int64_t i = q / m.c, f = q % m.c;
         float v = m.accumulate ? m.out[q] : 0.f;
         const int nt = (int)m.nterms;
@@ -443,6 +448,36 @@ __global__ void gather_sum_f32(GatherSumArgs m) {
             if (m.res) v = __fadd_rn(v, m.res[q]);
         }
         m.out[q] = v;
+    }
+}
+
+__global__ void gather_sum_f32(const __grid_constant__ GatherSumArgs m) {
+    GRID_STRIDE(q, m.nd * m.c) gather_sum_at(m, q);
+}
+
+// GSUM_JOIN is the most GatherSums one gather_sum_join_f32 launch runs
+// (Go's gsumJoin); GatherSumJoin is the launch (Go's gsumJoinPack: the
+// count n, then end[k], the end of sum k's elements in the joined range
+// — sum k's are [end[k−1], end[k]), from 0 — then each sum's
+// GatherSumArgs).
+#define GSUM_JOIN 4
+struct GatherSumJoin {
+    int64_t n;
+    int64_t end[GSUM_JOIN];
+    GatherSumArgs a[GSUM_JOIN];
+};
+
+// gather_sum_join_f32: up to GSUM_JOIN independent GatherSums of one
+// gather_sum_f32 launch each (kernels.GatherSumsJoiner: a heterogeneous
+// layer's node types, none reading what another writes) in one launch,
+// one thread per element of the joined range: element q of sum k is
+// element q − end[k−1] of its own launch, computed by the same code
+// (gather_sum_at), so every output holds the bits its own launch writes.
+__global__ void gather_sum_join_f32(const __grid_constant__ GatherSumJoin j) {
+    GRID_STRIDE(q, j.end[j.n - 1]) {
+        int k = 0;
+        while (k + 1 < (int)j.n && q >= j.end[k]) k++;
+        gather_sum_at(j.a[k], k == 0 ? q : q - j.end[k - 1]);
     }
 }
 
