@@ -113,45 +113,13 @@ func GATMeanAct(rels []GATRelation, heads int, slope float64, act kernels.UnaryO
 
 // gatMean is GATMean, with the epilogue ep when not nil.
 func gatMean(rels []GATRelation, heads int, slope float64, ep *gatEpilogue) *Var {
-	if len(rels) == 0 {
-		panic("autograd: gat_mean: no relations")
-	}
-	c, nd := -1, rels[0].Edges.NumDst
-	for _, r := range rels {
-		if heads < 1 || r.Bias == nil || r.Bias.Value.Rank() != 1 || (c >= 0 && r.Bias.Shape()[0] != c) || r.Edges.NumDst != nd {
-			panic(fmt.Sprintf("autograd: gat_mean: heads %d, want ≥ 1, and relations into one node type (%d nodes) with [C] biases of one width", heads, nd))
-		}
-		c = r.Bias.Shape()[0]
-	}
-	if ep != nil && ep.res != nil && !tensor.SameShape(ep.res.Shape(), []int{nd, c}) {
-		panic(fmt.Sprintf("autograd: gat_mean_act: residual shape %v, want [%d, %d]", ep.res.Shape(), nd, c))
-	}
+	nd, c := gatCheck(rels, heads, ep)
 	if g, ok := fusedGATMean(rels); ok {
 		out := alloc(rels[0].Bias.Value, rels[0].Bias.Value.DType(), nd, c)
-		// The operand lists: hs, hd, attr, we, attSrc, attDst, attEdge,
-		// bias, src, rowPtr, order, relation by relation, in one backing
-		// array.
-		all := make([]*tensor.Tensor, 11*len(rels))
-		var ops [11][]*tensor.Tensor
-		for i := range ops {
-			ops[i] = all[i*len(rels) : (i+1)*len(rels)]
-		}
-		for k, r := range rels {
-			hs, hd, attr, we, as, ad, ae := r.Hs, r.Hd, r.Attr, r.We, r.AttSrc, r.AttDst, r.AttEdge
-			if r.Edges.Len() == 0 { // only the bias is read: any operands of the right shapes
-				hs, hd, attr, we, as, ad, ae = emptyGAT(r.Bias.Value, heads, c, nd)
-			}
-			ops[0][k], ops[1][k], ops[2][k], ops[3][k] = hs.Value, hd.Value, attr.Value, we.Value
-			ops[4][k], ops[5][k], ops[6][k], ops[7][k] = as.Value, ad.Value, ae.Value, r.Bias.Value
-			ops[8][k], ops[9][k], ops[10][k] = r.Edges.Src, r.Edges.RowPtr, r.Edges.Order
-		}
+		ops := gatOperands(rels, heads, nd, c)
 		gm, multi := g.(kernels.GraphMultiAggregator)
-		if ep != nil && multi && (ep.res == nil || (ep.res.Value.DType() == tensor.F32 && ep.res.Value.IsContiguous() && !(GradEnabled() && ep.res.RequiresGrad()))) {
-			var rv *tensor.Tensor
-			if ep.res != nil {
-				rv = ep.res.Value
-			}
-			gm.GATMeanAct(out, ops[0], ops[1], ops[2], ops[3], ops[4], ops[5], ops[6], ops[7], ops[8], ops[9], ops[10], heads, slope, ep.act, rv)
+		if multi && fusedEpilogue(ep) {
+			gm.GATMeanAct(out, ops[0], ops[1], ops[2], ops[3], ops[4], ops[5], ops[6], ops[7], ops[8], ops[9], ops[10], heads, slope, ep.act, ep.resValue())
 			return Const(out)
 		}
 		if multi && len(rels) > 1 {
@@ -183,6 +151,110 @@ func withEpilogue(x *Var, ep *gatEpilogue) *Var {
 		return x
 	}
 	return ScaleActAdd(x, 1, ep.act, ep.res)
+}
+
+// gatCheck checks a GATMean's relations (and ep's residual, when ep is
+// set) and returns their NumDst and width C; it panics on a mistake.
+func gatCheck(rels []GATRelation, heads int, ep *gatEpilogue) (nd, c int) {
+	if len(rels) == 0 {
+		panic("autograd: gat_mean: no relations")
+	}
+	c, nd = -1, rels[0].Edges.NumDst
+	for _, r := range rels {
+		if heads < 1 || r.Bias == nil || r.Bias.Value.Rank() != 1 || (c >= 0 && r.Bias.Shape()[0] != c) || r.Edges.NumDst != nd {
+			panic(fmt.Sprintf("autograd: gat_mean: heads %d, want ≥ 1, and relations into one node type (%d nodes) with [C] biases of one width", heads, nd))
+		}
+		c = r.Bias.Shape()[0]
+	}
+	if ep != nil && ep.res != nil && !tensor.SameShape(ep.res.Shape(), []int{nd, c}) {
+		panic(fmt.Sprintf("autograd: gat_mean_act: residual shape %v, want [%d, %d]", ep.res.Shape(), nd, c))
+	}
+	return nd, c
+}
+
+// gatOperands are the fused launch's operand lists: hs, hd, attr, we,
+// attSrc, attDst, attEdge, bias, src, rowPtr, order, relation by
+// relation, in one backing array (a relation without edges reads only
+// its bias: stand-ins of the right shapes for the rest, emptyGAT).
+func gatOperands(rels []GATRelation, heads, nd, c int) [11][]*tensor.Tensor {
+	all := make([]*tensor.Tensor, 11*len(rels))
+	var ops [11][]*tensor.Tensor
+	for i := range ops {
+		ops[i] = all[i*len(rels) : (i+1)*len(rels)]
+	}
+	for k, r := range rels {
+		hs, hd, attr, we, as, ad, ae := r.Hs, r.Hd, r.Attr, r.We, r.AttSrc, r.AttDst, r.AttEdge
+		if r.Edges.Len() == 0 {
+			hs, hd, attr, we, as, ad, ae = emptyGAT(r.Bias.Value, heads, c, nd)
+		}
+		ops[0][k], ops[1][k], ops[2][k], ops[3][k] = hs.Value, hd.Value, attr.Value, we.Value
+		ops[4][k], ops[5][k], ops[6][k], ops[7][k] = as.Value, ad.Value, ae.Value, r.Bias.Value
+		ops[8][k], ops[9][k], ops[10][k] = r.Edges.Src, r.Edges.RowPtr, r.Edges.Order
+	}
+	return ops
+}
+
+// fusedEpilogue reports whether ep joins the fused launch
+// (GraphMultiAggregator.GATMeanAct): set, and its residual, if any, F32,
+// contiguous and not recording a gradient.
+func fusedEpilogue(ep *gatEpilogue) bool {
+	return ep != nil && (ep.res == nil || (ep.res.Value.DType() == tensor.F32 && ep.res.Value.IsContiguous() && !(GradEnabled() && ep.res.RequiresGrad())))
+}
+
+// resValue is the epilogue's residual tensor, or nil.
+func (ep *gatEpilogue) resValue() *tensor.Tensor {
+	if ep.res == nil {
+		return nil
+	}
+	return ep.res.Value
+}
+
+// GATMeanActs is GATMeanAct(types[k], heads, slope, act, res[k]) for
+// each k: a heterogeneous GAT layer's outputs, one per node type. Where
+// every one would be a single fused launch (GATMeanAct's conditions) on
+// one device that is a kernels.GATMeansJoiner, they are one join (one
+// launch on CUDA for up to four types); otherwise each is GATMeanAct,
+// with its gradients where they are recorded. The results are the same
+// bits either way.
+func GATMeanActs(types [][]GATRelation, heads int, slope float64, act kernels.UnaryOp, res []*Var) []*Var {
+	if len(res) != len(types) {
+		panic(fmt.Sprintf("autograd: gat_mean_acts: %d relation lists and %d residuals", len(types), len(res)))
+	}
+	outs := make([]*Var, len(types))
+	eps := make([]*gatEpilogue, len(types))
+	shapes := make([][2]int, len(types))
+	var j kernels.GATMeansJoiner
+	joined := len(types) > 1
+	for k, rels := range types {
+		eps[k] = &gatEpilogue{act: act, res: res[k]}
+		nd, c := gatCheck(rels, heads, eps[k])
+		shapes[k] = [2]int{nd, c}
+		if !joined {
+			continue
+		}
+		g, ok := fusedGATMean(rels)
+		_, multi := g.(kernels.GraphMultiAggregator)
+		gj, can := g.(kernels.GATMeansJoiner)
+		joined = ok && multi && can && fusedEpilogue(eps[k]) && (j == nil || gj == j)
+		j = gj
+	}
+	if !joined {
+		for k, rels := range types {
+			outs[k] = gatMean(rels, heads, slope, eps[k])
+		}
+		return outs
+	}
+	calls := make([]kernels.GATMeanCall, len(types))
+	for k, rels := range types {
+		nd, c := shapes[k][0], shapes[k][1]
+		out := alloc(rels[0].Bias.Value, rels[0].Bias.Value.DType(), nd, c)
+		o := gatOperands(rels, heads, nd, c)
+		calls[k] = kernels.GATMeanCall{Out: out, Hs: o[0], Hd: o[1], Attr: o[2], We: o[3], AttSrc: o[4], AttDst: o[5], AttEdge: o[6],
+			Bias: o[7], Src: o[8], RowPtr: o[9], Order: o[10], Heads: heads, Slope: slope, Act: act, Res: eps[k].resValue()}
+		outs[k] = Const(out)
+	}
+	j.GATMeansAct(calls)
+	return outs
 }
 
 // fusedGATMean is fusedGraph over every operand of rels.

@@ -298,3 +298,53 @@ func TestGatherConcat(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []float32{2, 2, 1, 1, 1, 1, 2, 2}, g.F32(), "rows 0 and 3 picked twice, 1 and 2 once")
 }
+
+// TestGATMeanActsJoinsTypes: a heterogeneous GAT layer's node types (one
+// of two relations with a residual, one of a relation without edges and
+// one with, without a residual) through GATMeanActs: in inference on sim
+// one join (GATMeansAct), bit for bit GATMeanAct per type; with
+// gradients recorded GATMeanAct per type, no join, and the gradients
+// reach the inputs; a single type is GATMeanAct itself.
+func TestGATMeanActsJoinsTypes(t *testing.T) {
+	rng := tensor.NewRNG(23)
+	const heads, c, f = 2, 4, 3
+	p := func(shape ...int) *Var { return onSim(t, Param(tensor.Normal(rng, tensor.F32, 0, 1, shape...))) }
+	rel := func(ns, nd, e int) GATRelation {
+		return GATRelation{Hs: p(ns, heads*c), Hd: p(nd, heads*c), Attr: p(e, f), We: p(heads*c, f),
+			AttSrc: p(1, heads, c), AttDst: p(1, heads, c), AttEdge: p(1, heads, c), Bias: p(c), Edges: edgesOnSim(t, gatCase(t, rng, ns, nd, e))}
+	}
+	types := [][]GATRelation{{rel(6, 5, 17), rel(4, 5, 9)}, {rel(3, 3, 0), rel(5, 3, 8)}}
+	res := []*Var{p(5, c), nil}
+	joins := kernels.For(tensor.Sim(0)).(interface{ Joins() int64 })
+	perType := func() []*Var {
+		out := make([]*Var, len(types))
+		for k, rs := range types {
+			out[k] = GATMeanAct(rs, heads, 0.2, kernels.GeluErf, res[k])
+		}
+		return out
+	}
+	var got, want []*Var
+	before := joins.Joins()
+	InferenceMode(func() { want = perType() })
+	require.Equal(t, before, joins.Joins(), "GATMeanAct joins nothing")
+	InferenceMode(func() { got = GATMeanActs(types, heads, 0.2, kernels.GeluErf, res) })
+	require.Equal(t, before+1, joins.Joins(), "the types in one join")
+	for k := range got {
+		sameVars(t, "GATMeanActs", got[k], want[k])
+	}
+
+	before = joins.Joins()
+	got = GATMeanActs(types, heads, 0.2, kernels.GeluErf, res)
+	require.Equal(t, before, joins.Joins(), "with gradients: no join")
+	for k := range got {
+		closeVars(t, "GATMeanActs with gradients", got[k], want[k])
+	}
+	Backward(Add(SumAll(got[0]), SumAll(got[1])))
+	require.NotNil(t, res[0].Grad, "the residual's gradient")
+	require.NotNil(t, types[1][1].Hs.Grad, "a projection's gradient")
+
+	InferenceMode(func() { got = GATMeanActs(types[:1], heads, 0.2, kernels.GeluErf, res[:1]) })
+	require.Equal(t, before, joins.Joins(), "one type: nothing to join")
+	sameVars(t, "GATMeanActs of one type", got[0], want[0])
+	require.Panics(t, func() { GATMeanActs(types, heads, 0.2, kernels.GeluErf, res[:1]) })
+}

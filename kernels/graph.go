@@ -352,6 +352,59 @@ type GatherSummer interface {
 	GatherSum(out *T, xs, src, rowPtr, order, biases []*T, s float64, act UnaryOp, res *T)
 }
 
+// GATMeanCall is one mean of a GATMeansJoiner call: GATMeanAct's
+// arguments, one entry of each operand list per relation.
+type GATMeanCall struct {
+	Out                                                                 *T
+	Hs, Hd, Attr, We, AttSrc, AttDst, AttEdge, Bias, Src, RowPtr, Order []*T
+	Heads                                                               int
+	Slope                                                               float64
+	Act                                                                 UnaryOp
+	Res                                                                 *T
+}
+
+// GATMeansJoiner is an optional Backend interface: GATMeanActs that do
+// not depend on one another — a heterogeneous GAT layer's means, one per
+// node type — in as few launches as the backend can (CUDA: up to four
+// means of one launch each in one, F32). Each output holds exactly what
+// its own GATMeanAct writes. No call may write memory that another
+// reads or writes (CheckGATMeans).
+type GATMeansJoiner interface {
+	GATMeansAct(calls []GATMeanCall)
+}
+
+// CheckGATMeans checks a GATMeansJoiner call: each mean's operand lists
+// as CheckGATMean checks them (the relation counts returned in order;
+// the backend checks each relation as its GATMeanAct does), and that no
+// mean's out shares memory with any tensor of another mean.
+func CheckGATMeans(name string, calls []GATMeanCall) ([]int, error) {
+	rels := make([]int, len(calls))
+	for k, c := range calls {
+		r, err := CheckGATMean(fmt.Sprintf("%s: call %d", name, k), c.Out, c.Hs, c.Hd, c.Attr, c.We, c.AttSrc, c.AttDst, c.AttEdge, c.Bias, c.Src, c.RowPtr, c.Order, c.Heads)
+		if err != nil {
+			return nil, err
+		}
+		rels[k] = r
+	}
+	for k, c := range calls {
+		for j, o := range calls {
+			if j == k {
+				continue
+			}
+			others := []*T{o.Out, o.Res}
+			for _, l := range [][]*T{o.Hs, o.Hd, o.Attr, o.We, o.AttSrc, o.AttDst, o.AttEdge, o.Bias, o.Src, o.RowPtr, o.Order} {
+				others = append(others, l...)
+			}
+			for _, x := range others {
+				if spansOverlap(c.Out, x) {
+					return nil, fmt.Errorf("%s: call %d's out shares memory with a tensor of call %d", name, k, j)
+				}
+			}
+		}
+	}
+	return rels, nil
+}
+
 // GatherSumCall is one sum of a GatherSumsJoiner call: GatherSum's
 // arguments.
 type GatherSumCall struct {

@@ -754,7 +754,7 @@ func newGATLayer(rng *rand.Rand, in, out, heads int, dt tensor.DType) *gatLayer 
 // forward returns, per node type, GELU of the mean over the relations
 // into it plus the input where the widths match (the layer's activation
 // and residual, in the aggregation's launch where the device fuses
-// them).
+// them, every type's in one where it joins them: autograd.GATMeanActs).
 func (l *gatLayer) forward(x [NumNodeTypes]*autograd.Var, gt *graphTensors) [NumNodeTypes]*autograd.Var {
 	// The projections, per node type: lin_src of the relations leaving
 	// it and lin_dst of those entering it (autograd.LinearStacks: one
@@ -775,11 +775,14 @@ func (l *gatLayer) forward(x [NumNodeTypes]*autograd.Var, gt *graphTensors) [Num
 			AttSrc: g.attSrc, AttDst: g.attDst, AttEdge: g.attEdge, Bias: g.bias, Edges: gt.relEdges(rel),
 		})
 	}
-	var res [NumNodeTypes]*autograd.Var
+	// Every type's relations, activation and residual: one join of the
+	// types on a device that has it (one launch on CUDA).
+	resid := make([]*autograd.Var, NumNodeTypes)
 	for t, rs := range rels {
-		nd := rs[0].Edges.NumDst
-		res[t] = autograd.GATMeanAct(rs, l.heads, gatNegativeSlope, kernels.GeluErf, residual([]int{nd, l.out}, x[t]))
+		resid[t] = residual([]int{rs[0].Edges.NumDst, l.out}, x[t])
 	}
+	var res [NumNodeTypes]*autograd.Var
+	copy(res[:], autograd.GATMeanActs(rels[:], l.heads, gatNegativeSlope, kernels.GeluErf, resid))
 	return res
 }
 

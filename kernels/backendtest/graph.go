@@ -17,6 +17,7 @@ var graphCases = []conformance{
 	optional[kernels.GraphMultiAggregator](checkGraphMulti, "GATMean", "GATMeanAct", "GatherConcat"),
 	optional[kernels.GatherSummer](checkGatherSum, "GatherSum"),
 	optional[kernels.GatherSumsJoiner](checkGatherSums, "GatherSums"),
+	optional[kernels.GATMeansJoiner](checkGATMeans, "GATMeansAct"),
 }
 
 // graphLayout is a relation: ns sources, nd destinations, e edges, and
@@ -231,6 +232,74 @@ var multiLayouts = []struct {
 	{nd: 9, heads: 6, c: 40, f: 3, rels: []graphLayout{{ns: 8, e: 25}, {ns: 5, e: 12}}}, // more heads than a CUDA block has warps
 }
 
+// gatOps are the operand lists of a GATMean over multiLayouts[li]'s
+// relations: hs, hd, attr, we, attSrc, attDst, attEdge, bias, src,
+// rowPtr and order, one entry per relation (odd relations' projections
+// column blocks of wider tensors, as the stacked products are).
+func (s *suite) gatOps(d tensor.DType, li int) [][]*T {
+	ml := multiLayouts[li]
+	ops := make([][]*T, 11)
+	for k, rl := range ml.rels {
+		l := graphLayout{ns: rl.ns, nd: ml.nd, e: rl.e, heads: ml.heads, c: ml.c, f: ml.f}
+		_, _, srcT, rowPtr, order := s.graphEdges(l)
+		g := s.gatInputs(d, l, k%2 == 1)
+		for i, t := range append(g.t[:], srcT, rowPtr, order) {
+			ops[i] = append(ops[i], t)
+		}
+	}
+	return ops
+}
+
+// checkGATMeans holds GATMeansAct to GATMeanAct on the same backend, bit
+// for bit (each output its own call's): multiLayouts' means in an order
+// that gives CUDA a join of three (the layouts of one block size), one
+// of more relations than a launch takes and ones alone, then five means
+// of one block size, more than one CUDA launch joins.
+func checkGATMeans(s *suite) {
+	gm, ok := s.b.(kernels.GraphMultiAggregator)
+	if !ok {
+		s.t.Errorf("%s: GATMeansJoiner without GraphMultiAggregator", s.b.Name())
+		return
+	}
+	gj := s.b.(kernels.GATMeansJoiner)
+	const slope = 0.2
+	for _, d := range s.floats("GATMeansAct", tensor.F64, tensor.F32) {
+		for _, order := range [][]int{{1, 3, 1, 0, 2, 3}, {1, 3, 1, 3, 1}} {
+			var calls []kernels.GATMeanCall
+			var want [][]float64
+			var outs []*T
+			for k, li := range order {
+				ml, o := multiLayouts[li], s.gatOps(d, li)
+				c := kernels.GATMeanCall{Out: s.out(d, ml.nd, ml.c), Hs: o[0], Hd: o[1], Attr: o[2], We: o[3], AttSrc: o[4], AttDst: o[5],
+					AttEdge: o[6], Bias: o[7], Src: o[8], RowPtr: o[9], Order: o[10], Heads: ml.heads, Slope: slope,
+					Act: []kernels.UnaryOp{kernels.GeluErf, kernels.Tanh, kernels.Relu}[k%3]}
+				if k%2 == 0 {
+					c.Res, _ = s.in(d, ml.nd, ml.c)
+				}
+				gm.GATMeanAct(c.Out, c.Hs, c.Hd, c.Attr, c.We, c.AttSrc, c.AttDst, c.AttEdge, c.Bias, c.Src, c.RowPtr, c.Order, c.Heads, slope, c.Act, c.Res)
+				want = append(want, s.get(c.Out))
+				c.Out = s.out(d, ml.nd, ml.c)
+				calls, outs = append(calls, c), append(outs, c.Out)
+			}
+			what := name("GATMeansAct", d, "layouts", order)
+			s.check(call{what: what, launch: func() { gj.GATMeansAct(calls) }, writes: outs}, func(got [][]float64) {
+				for k := range got {
+					same(s.t, name(what, "call", k), got[k], want[k])
+				}
+			})
+		}
+	}
+	s.panics("GATMeansAct", func() { // the second mean reads the first's out as its residual
+		o := s.gatOps(tensor.F32, 0)
+		ml := multiLayouts[0]
+		a := kernels.GATMeanCall{Out: s.out(tensor.F32, ml.nd, ml.c), Hs: o[0], Hd: o[1], Attr: o[2], We: o[3], AttSrc: o[4], AttDst: o[5],
+			AttEdge: o[6], Bias: o[7], Src: o[8], RowPtr: o[9], Order: o[10], Heads: ml.heads, Slope: slope, Act: kernels.Relu}
+		b := a
+		b.Out, b.Res = s.out(tensor.F32, ml.nd, ml.c), a.Out
+		gj.GATMeansAct([]kernels.GATMeanCall{a, b})
+	})
+}
+
 // checkGraphMulti holds GATMean to GATMeanOps and GatherConcat to
 // GatherMean per block on the same backend, bit for bit (each is the
 // same arithmetic in fewer launches); checkGraphAggregate holds those to
@@ -245,15 +314,7 @@ func checkGraphMulti(s *suite) {
 	for _, d := range s.floats("GATMean", tensor.F64, tensor.F32) {
 		for li, ml := range multiLayouts {
 			r := len(ml.rels)
-			ops := make([][]*T, 12) // hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order
-			for k, rl := range ml.rels {
-				l := graphLayout{ns: rl.ns, nd: ml.nd, e: rl.e, heads: ml.heads, c: ml.c, f: ml.f}
-				_, _, srcT, rowPtr, order := s.graphEdges(l)
-				g := s.gatInputs(d, l, k%2 == 1) // odd relations' projections are column blocks
-				for i, t := range append(g.t[:], srcT, rowPtr, order) {
-					ops[i] = append(ops[i], t)
-				}
-			}
+			ops := s.gatOps(d, li)
 			const slope = 0.2
 			ref := s.out(d, ml.nd, ml.c)
 			kernels.GATMeanOps(ga, ref, ops[0], ops[1], ops[2], ops[3], ops[4], ops[5], ops[6], ops[7], ops[8], ops[9], ops[10], ml.heads, slope)

@@ -119,6 +119,7 @@ var optionals = []reflect.Type{
 	reflect.TypeFor[kernels.GraphMultiAggregator](),
 	reflect.TypeFor[kernels.GatherSummer](),
 	reflect.TypeFor[kernels.GatherSumsJoiner](),
+	reflect.TypeFor[kernels.GATMeansJoiner](),
 	reflect.TypeFor[kernels.CrossEntropyCounter](),
 	reflect.TypeFor[kernels.CrossEntropyGradCounter](),
 	reflect.TypeFor[kernels.LinearCrossEntropyCounter](),

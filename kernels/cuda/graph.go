@@ -200,22 +200,37 @@ func (d *Device) GATMean(out *tensor.Tensor, hs, hd, attr, we, attSrc, attDst, a
 	if err := checked(err); err != nil {
 		return err
 	}
+	g, err := d.gatPrepare(op, r, kernels.GATMeanCall{Out: out, Hs: hs, Hd: hd, Attr: attr, We: we, AttSrc: attSrc, AttDst: attDst,
+		AttEdge: attEdge, Bias: bias, Src: src, RowPtr: rowPtr, Order: order, Heads: heads, Slope: slope, Res: res}, act)
+	if err != nil || g.nd == 0 || g.c == 0 {
+		return err // nothing to write without nodes or columns
+	}
+	return d.gatLaunch(op, g)
+}
+
+// gatPrepare checks what CheckGATMean leaves to the device for a mean of
+// r relations (F32, each relation as GATAggregate checks it, the shared
+// memory, the residual, the activation act, -1 for none; k.Act is not
+// read) and gathers its addresses.
+func (d *Device) gatPrepare(op string, r int, k kernels.GATMeanCall, act int) (gatCall, error) {
+	out, res, heads := k.Out, k.Res, k.Heads
 	if dt := out.DType(); dt != tensor.F32 {
-		return fmt.Errorf("cuda: %s: dtype %v (F32 runs here)", op, dt)
+		return gatCall{}, fmt.Errorf("cuda: %s: dtype %v (F32 runs here)", op, dt)
 	}
 	var resPtr cu.DevicePtr
 	if res != nil {
 		if !tensor.SameShape(res.Shape(), out.Shape()) {
-			return fmt.Errorf("cuda: %s: residual %v, want out's %v", op, res.Shape(), out.Shape())
+			return gatCall{}, fmt.Errorf("cuda: %s: residual %v, want out's %v", op, res.Shape(), out.Shape())
 		}
+		var err error
 		if resPtr, err = d.ptrOf(op, "res", res, tensor.F32); err != nil {
-			return err
+			return gatCall{}, err
 		}
 	}
 	if act >= 0 {
 		// unary_f's codes are kernels.UnaryOp's (as scale_act_add_f32's).
 		if err := checked(kernels.CheckUnary(op, kernels.UnaryOp(act), out, out)); err != nil {
-			return err
+			return gatCall{}, err
 		}
 	}
 	alpha := 1 / float64(r)
@@ -224,35 +239,41 @@ func (d *Device) GATMean(out *tensor.Tensor, hs, hd, attr, we, attSrc, attDst, a
 	shared := 0
 	var outPtr cu.DevicePtr
 	for i := range rels {
-		if _, err := kernels.CheckGATAggregate(op, out, hs[i], hd[i], attr[i], we[i], attSrc[i], attDst[i], attEdge[i], bias[i], src[i], rowPtr[i], order[i], heads, slope, alpha); err != nil {
-			return fmt.Errorf("cuda: relation %d: %w", i, err)
+		if _, err := kernels.CheckGATAggregate(op, out, k.Hs[i], k.Hd[i], k.Attr[i], k.We[i], k.AttSrc[i], k.AttDst[i], k.AttEdge[i], k.Bias[i], k.Src[i], k.RowPtr[i], k.Order[i], heads, k.Slope, alpha); err != nil {
+			return gatCall{}, fmt.Errorf("cuda: relation %d: %w", i, err)
 		}
-		f := attr[i].Dim(1)
+		f := k.Attr[i].Dim(1)
 		sh := gatShared(heads, c, f)
 		if sh > gatMeanMaxShared {
-			return fmt.Errorf("cuda: %s: relation %d: heads %d, C %d and F %d need %d bytes of shared memory a block, more than %d (heads·(C + F + 7) ≤ %d)",
+			return gatCall{}, fmt.Errorf("cuda: %s: relation %d: heads %d, C %d and F %d need %d bytes of shared memory a block, more than %d (heads·(C + F + 7) ≤ %d)",
 				op, i, heads, c, f, sh, gatMeanMaxShared, gatMeanMaxShared/4)
 		}
 		shared = max(shared, sh)
-		ptrs, lds, err := d.gatPtrs(op, out, hs[i], hd[i], attr[i], we[i], attSrc[i], attDst[i], attEdge[i], bias[i], src[i], rowPtr[i], order[i])
+		ptrs, lds, err := d.gatPtrs(op, out, k.Hs[i], k.Hd[i], k.Attr[i], k.We[i], k.AttSrc[i], k.AttDst[i], k.AttEdge[i], k.Bias[i], k.Src[i], k.RowPtr[i], k.Order[i])
 		if err != nil {
-			return err
+			return gatCall{}, err
 		}
 		outPtr = ptrs[0]
 		rel := gatRel{lds: int64(lds[1]), ldd: int64(lds[2]), f: int64(f)}
-		for k := range rel.ptrs {
-			rel.ptrs[k] = uint64(ptrs[k+1])
+		for j := range rel.ptrs {
+			rel.ptrs[j] = uint64(ptrs[j+1])
 		}
 		rels[i] = rel
 	}
-	nd := out.Dim(0)
-	if nd == 0 || c == 0 {
-		return nil // nothing to write
-	}
+	return gatCall{out: uint64(outPtr), res: uint64(resPtr), nd: int64(out.Dim(0)), heads: int64(heads), c: int64(c),
+		slope: k.Slope, alpha: alpha, act: int64(act), rels: rels, shared: shared, thread: gatThreads(heads, c)}, nil
+}
+
+// gatLaunch runs g (nodes and columns to write) as gat_mean_f32
+// launches of up to gatMaxRels relations over a scratch of its own: one
+// launch that adds the relations itself when g is tailed, else
+// gat_combine_f32 adds them after.
+func (d *Device) gatLaunch(op string, g gatCall) error {
 	fn, err := d.kernel("gat_mean_f32")
 	if err != nil {
 		return err
 	}
+	r, nd, c := len(g.rels), int(g.nd), int(g.c)
 	// The relations' results side by side, then added in order.
 	scratch, err := d.scratchF32(r * nd * c)
 	if err != nil {
@@ -266,14 +287,14 @@ func (d *Device) GATMean(out *tensor.Tensor, hs, hd, attr, we, attSrc, attDst, a
 	// Every relation in one launch, nodes within the counters: the
 	// launch adds them itself (gat_tail), with no gat_combine_f32.
 	var tail gatTail
-	if r <= gatMaxRels && nd <= tailCounters {
-		tail = gatTail{out: uint64(outPtr), res: uint64(resPtr), counters: uint64(d.counters), act: int64(act)}
+	if g.tailed() {
+		tail = gatTail{out: g.out, res: g.res, counters: uint64(d.counters), act: g.act}
 	}
 	for start := 0; start < r; start += gatMaxRels {
 		end := min(r, start+gatMaxRels)
-		gatMultiPack(&w, uint64(ps), int64(nd), int64(heads), int64(c), slope, alpha, int64(start), tail, rels[start:end])
+		gatMultiPack(&w, uint64(ps), g.nd, g.heads, g.c, g.slope, g.alpha, int64(start), tail, g.rels[start:end])
 		grid := [3]int{min(nd, gatMaxBlocks), end - start, 1}
-		if err := launchStructShared(fn, grid, [3]int{gatThreads(heads, c), 1, 1}, shared, d.stream, w[:]); err != nil {
+		if err := launchStructShared(fn, grid, [3]int{g.thread, 1, 1}, g.shared, d.stream, w[:]); err != nil {
 			return err
 		}
 	}
@@ -281,9 +302,101 @@ func (d *Device) GATMean(out *tensor.Tensor, hs, hd, attr, we, attSrc, attDst, a
 		return nil
 	}
 	var a args
-	n := int64(nd) * int64(c)
-	a.ptr(outPtr).ptr(ps).i64(int64(r)).i64(n).i32(int32(act)).ptr(resPtr)
+	n := g.nd * g.c
+	a.ptr(cu.DevicePtr(g.out)).ptr(ps).i64(int64(r)).i64(n).i32(int32(g.act)).ptr(cu.DevicePtr(g.res))
 	return d.launch1D("gat_combine_f32", n, &a)
+}
+
+var _ kernels.GATMeansJoiner = (*Backend)(nil)
+
+// GATMeansAct implements kernels.GATMeansJoiner (F32).
+func (b *Backend) GATMeansAct(calls []kernels.GATMeanCall) { must(b.d.GATMeansAct(calls)) }
+
+// GATMeansAct is kernels.GATMeansJoiner's GATMeansAct, F32: the means
+// that gat_mean_f32 runs in one launch adding its own relations (tailed:
+// up to gatMaxRels relations, a counter per node) go gatJoin at a time,
+// with one block size, into one gat_mean_join_f32 launch — each over a
+// scratch and counters of its own — which runs gat_mean_f32's code for
+// every relation (the same bits); any other mean runs as GATMeanAct runs
+// it. Everything is checked before anything launches.
+func (d *Device) GATMeansAct(calls []kernels.GATMeanCall) error {
+	const op = "GATMeansAct"
+	rs, err := kernels.CheckGATMeans(op, calls)
+	if err := checked(err); err != nil {
+		return err
+	}
+	gs := make([]gatCall, 0, len(calls))
+	for k, c := range calls {
+		g, err := d.gatPrepare(fmt.Sprintf("%s: call %d", op, k), rs[k], c, int(c.Act))
+		if err != nil {
+			return err
+		}
+		if g.nd > 0 && g.c > 0 {
+			gs = append(gs, g)
+		}
+	}
+	var parts []gatCall
+	flush := func() error {
+		defer func() { parts = parts[:0] }()
+		if len(parts) == 1 {
+			return d.gatLaunch(op, parts[0])
+		}
+		if len(parts) > 1 {
+			return d.gatJoinLaunch(op, parts)
+		}
+		return nil
+	}
+	counted := int64(0) // the counters the pending parts take
+	for _, g := range gs {
+		if !g.tailed() {
+			if err := d.gatLaunch(op, g); err != nil {
+				return err
+			}
+			continue
+		}
+		if len(parts) > 0 && (len(parts) == gatJoin || parts[0].thread != g.thread || counted+g.nd > tailCounters) {
+			if err := flush(); err != nil {
+				return err
+			}
+			counted = 0
+		}
+		parts = append(parts, g)
+		counted += g.nd
+	}
+	return flush()
+}
+
+// gatJoinLaunch runs the tailed means gs (2 to gatJoin, one block size,
+// tailCounters nodes at most in all) as one gat_mean_join_f32 launch,
+// each over its share of one scratch and of the device's counters.
+func (d *Device) gatJoinLaunch(op string, gs []gatCall) error {
+	fn, err := d.kernel("gat_mean_join_f32")
+	if err != nil {
+		return err
+	}
+	floats, shared := 0, 0
+	for _, g := range gs {
+		floats += len(g.rels) * int(g.nd*g.c)
+		shared = max(shared, g.shared)
+	}
+	scratch, err := d.scratchF32(floats)
+	if err != nil {
+		return err
+	}
+	defer scratch.Storage().Free() // after the launch that reads it is enqueued
+	base, _ := d.ptrOf(op, "scratch", scratch, tensor.F32)
+	ps := make([]gatJoinPart, len(gs))
+	at, counters := uint64(base), uint64(d.counters)
+	for k, g := range gs {
+		ps[k] = gatJoinPart{g: g, scratch: at, counters: counters}
+		at += 4 * uint64(len(g.rels)) * uint64(g.nd*g.c)
+		counters += 4 * uint64(g.nd)
+	}
+	release := d.enter()
+	defer release()
+	var w [gatJoinWords]uint64
+	gx, gy := gatJoinPack(&w, ps)
+	return launchStructShared(fn, [3]int{gx, gy, 1}, [3]int{gs[0].thread, 1, 1}, shared, d.stream, w[:])
 }
 
 // GatherConcat is kernels.GraphMultiAggregator's GatherConcat, F32: out

@@ -97,6 +97,59 @@ func gatMultiPack(w *[gatMultiWords]uint64, scratch uint64, nd, heads, c int64, 
 	}
 }
 
+// gatCall is a checked GATMean's launch words: out [nd, c] and its
+// residual (0: none), heads, the slope, each relation's 1/R share
+// (alpha), the activation (-1: none), the relations, and a block's
+// dynamic shared memory and threads.
+type gatCall struct {
+	out, res       uint64
+	nd, heads, c   int64
+	slope, alpha   float64
+	act            int64
+	rels           []gatRel
+	shared, thread int
+}
+
+// tailed reports whether g is one gat_mean_f32 launch that adds its
+// relations itself (gat_tail): every relation in it, a counter per node.
+func (g gatCall) tailed() bool { return len(g.rels) <= gatMaxRels && g.nd <= tailCounters }
+
+// gatJoin is GAT_JOIN: the most GATMeans one gat_mean_join_f32 launch
+// runs; gatJoinWords is the size of struct GatJoin in 8-byte words (the
+// count, the ends, then the means' GatMulti).
+const (
+	gatJoin      = 4
+	gatJoinWords = 1 + gatJoin + gatJoin*gatMultiWords
+)
+
+// gatJoinPart is one mean of a gat_mean_join_f32 launch: its call (one
+// tailed launch), its scratch ([relations, nd, c] floats) and its
+// counters (nd of them, apart from every other mean's).
+type gatJoinPart struct {
+	g                 gatCall
+	scratch, counters uint64
+}
+
+// gatJoinPack writes struct GatJoin into w for the means ps (2 to
+// gatJoin, each tailed) and returns the launch's grid: x the most nodes
+// (within gatMaxBlocks), y every mean's relations in turn; unused slots
+// are zeroed.
+func gatJoinPack(w *[gatJoinWords]uint64, ps []gatJoinPart) (gx, gy int) {
+	*w = [gatJoinWords]uint64{}
+	w[0] = uint64(len(ps))
+	var m [gatMultiWords]uint64
+	for k, p := range ps {
+		g := p.g
+		gy += len(g.rels)
+		w[1+k] = uint64(gy)
+		gx = max(gx, int(min(g.nd, gatMaxBlocks)))
+		gatMultiPack(&m, p.scratch, g.nd, g.heads, g.c, g.slope, g.alpha, 0,
+			gatTail{out: g.out, res: g.res, counters: p.counters, act: g.act}, g.rels)
+		copy(w[1+gatJoin+k*gatMultiWords:], m[:])
+	}
+	return gx, gy
+}
+
 // gatherMax is GATHER_MAX: the most pieces one gather_concat_f32 launch
 // takes; a GatherConcat of more launches again for the rest.
 const gatherMax = 16

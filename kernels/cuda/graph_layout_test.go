@@ -17,7 +17,7 @@ func TestGraphParamBlocksMatchThePTX(t *testing.T) {
 	for _, k := range []struct {
 		name  string
 		words int
-	}{{"gat_mean_f32", gatMultiWords}, {"gather_concat_f32", gatherCatWords}, {"gather_sum_f32", gsumWords}, {"gather_sum_join_f32", gsumJoinWords}} {
+	}{{"gat_mean_f32", gatMultiWords}, {"gather_concat_f32", gatherCatWords}, {"gather_sum_f32", gsumWords}, {"gather_sum_join_f32", gsumJoinWords}, {"gat_mean_join_f32", gatJoinWords}} {
 		n, ok := ptxStructParam(b, k.name)
 		if !ok {
 			t.Errorf("%s: no entry with one by-value parameter in ptx/graph.ptx", k.name)
@@ -256,6 +256,98 @@ func TestGatMeanScratchCovers(t *testing.T) {
 		if n != 1 {
 			t.Fatalf("scratch element %d written %d times", q, n)
 		}
+	}
+}
+
+// TestGatJoinPackAndRouting: gatJoinPack writes each mean's GatMulti as
+// gatMultiPack does for its own tailed launch (relBase 0, its scratch
+// and counters), the running ends of their relations, and a grid whose
+// blocks, routed as gat_mean_join_f32 routes them (mean k and relation r
+// from y, nothing to do past the mean's relations or nodes, nodes
+// strided by gridDim.x), run every (mean, relation, node) exactly once,
+// also for a mean of more nodes than a grid row takes. It runs without a
+// GPU.
+func TestGatJoinPackAndRouting(t *testing.T) {
+	rel := func(n int) []gatRel {
+		rs := make([]gatRel, n)
+		for r := range rs {
+			rs[r] = gatRel{lds: int64(10 + r), ldd: int64(20 + r), f: 3}
+			for k := range rs[r].ptrs {
+				rs[r].ptrs[k] = uint64(1000*n + 10*r + k)
+			}
+		}
+		return rs
+	}
+	calls := []gatCall{
+		{out: 1, res: 2, nd: 64, heads: 4, c: 128, slope: 0.2, alpha: 0.5, act: int64(kernels.GeluErf), rels: rel(2)},
+		{out: 3, nd: 192, heads: 4, c: 128, slope: 0.2, alpha: 0.25, act: int64(kernels.GeluErf), rels: rel(4)},
+		{out: 5, res: 6, nd: gatMaxBlocks + 5, heads: 4, c: 128, slope: 0.2, alpha: 1.0 / 3, act: int64(kernels.GeluErf), rels: rel(3)},
+	}
+	ps := make([]gatJoinPart, len(calls))
+	for k, g := range calls {
+		ps[k] = gatJoinPart{g: g, scratch: uint64(0x10000 * (k + 1)), counters: uint64(0x100 * (k + 1))}
+	}
+	var w [gatJoinWords]uint64
+	gx, gy := gatJoinPack(&w, ps)
+	if gx != gatMaxBlocks || gy != 2+4+3 {
+		t.Fatalf("grid (%d, %d), want (%d, 9)", gx, gy, gatMaxBlocks)
+	}
+	if w[0] != 3 || w[1] != 2 || w[2] != 6 || w[3] != 9 || w[4] != 0 {
+		t.Fatalf("count and ends %v, want 3 and 2, 6, 9, 0", w[:5])
+	}
+	for k, p := range ps {
+		var m [gatMultiWords]uint64
+		gatMultiPack(&m, p.scratch, p.g.nd, p.g.heads, p.g.c, p.g.slope, p.g.alpha, 0,
+			gatTail{out: p.g.out, res: p.g.res, counters: p.counters, act: p.g.act}, p.g.rels)
+		got := w[1+gatJoin+k*gatMultiWords : 1+gatJoin+(k+1)*gatMultiWords]
+		for i := range m {
+			if got[i] != m[i] {
+				t.Fatalf("mean %d word %d = %d, want %d", k, i, got[i], m[i])
+			}
+		}
+	}
+	for i := 1 + gatJoin + len(ps)*gatMultiWords; i < gatJoinWords; i++ {
+		if w[i] != 0 {
+			t.Fatalf("unused word %d = %d", i, w[i])
+		}
+	}
+	// The routing, as the kernel runs it, over a smaller grid row so
+	// that the loop ends: the third mean's nodes, more than gx, take
+	// the stride.
+	const small = 50
+	visits := map[[3]int64]int{}
+	n := int(w[0])
+	for x := int64(0); x < small; x++ {
+		for y := int64(0); y < int64(gy); y++ {
+			k := 0
+			for k+1 < n && y >= int64(w[1+k]) {
+				k++
+			}
+			r := y
+			if k > 0 {
+				r = y - int64(w[k])
+			}
+			m := w[1+gatJoin+k*gatMultiWords:]
+			nrel, nd := int64(m[1]), int64(m[2])
+			if r >= nrel || x >= nd {
+				continue
+			}
+			for i := x; i < min(nd, 3*small); i += small { // gat_relation's node loop, cut short
+				visits[[3]int64{int64(k), r, i}]++
+			}
+		}
+	}
+	for k, g := range calls {
+		for r := range g.rels {
+			for i := int64(0); i < min(g.nd, 3*small); i++ {
+				if v := visits[[3]int64{int64(k), int64(r), i}]; v != 1 {
+					t.Fatalf("mean %d relation %d node %d run %d times", k, r, i, v)
+				}
+			}
+		}
+	}
+	if want := 2*64 + 4*3*small + 3*3*small; len(visits) != want {
+		t.Fatalf("%d (mean, relation, node) runs, want %d", len(visits), want)
 	}
 }
 

@@ -29,7 +29,7 @@ type Backend struct {
 	cpu  kernels.Backend
 	last atomic.Int32 // index of the sim device of the latest op
 	seq  atomic.Int32 // block sequences on (BeginSequence)
-	// joins counts the joined calls run (GatherSums).
+	// joins counts the joined calls run (GatherSums, GATMeansAct).
 	joins atomic.Int64
 }
 
@@ -111,8 +111,32 @@ func (b *Backend) GatherSums(calls []kernels.GatherSumCall) {
 	b.joins.Add(1)
 }
 
-// Joins counts the joined calls (GatherSums) run so far: for tests of
-// code that joins them.
+var _ kernels.GATMeansJoiner = (*Backend)(nil)
+
+// GATMeansAct implements kernels.GATMeansJoiner, a device-only join: the
+// calls are checked together, as a device checks them, then each runs
+// as its own GATMeanAct — the bits CUDA's joined launch writes — and the
+// join is counted (Joins).
+func (b *Backend) GATMeansAct(calls []kernels.GATMeanCall) {
+	var ts []*tensor.Tensor
+	for _, c := range calls {
+		ts = append(ts, c.Out, c.Res)
+		for _, l := range [][]*tensor.Tensor{c.Hs, c.Hd, c.Attr, c.We, c.AttSrc, c.AttDst, c.AttEdge, c.Bias, c.Src, c.RowPtr, c.Order} {
+			ts = append(ts, l...)
+		}
+	}
+	b.check("GATMeansAct", nil, [][]*tensor.Tensor{ts})
+	if _, err := kernels.CheckGATMeans("GATMeansAct", calls); err != nil {
+		panic(fmt.Sprintf("kernels/sim: %v", err))
+	}
+	for _, c := range calls {
+		b.GATMeanAct(c.Out, c.Hs, c.Hd, c.Attr, c.We, c.AttSrc, c.AttDst, c.AttEdge, c.Bias, c.Src, c.RowPtr, c.Order, c.Heads, c.Slope, c.Act, c.Res)
+	}
+	b.joins.Add(1)
+}
+
+// Joins counts the joined calls (GatherSums, GATMeansAct) run so far:
+// for tests of code that joins them.
 func (b *Backend) Joins() int64 { return b.joins.Load() }
 
 // SetMatmulPrecision implements kernels.Backend (the CPU computes fp32

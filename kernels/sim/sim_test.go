@@ -115,9 +115,9 @@ func TestMixedDevicesPanic(t *testing.T) {
 // in package kernels is listed here (a new one fails the test until it
 // is), and for each, sim implements it if and only if the CPU does —
 // but for the device-only ones (simOnly), which sim implements and the
-// CPU does not: kernels.BlockSequencer and kernels.GatherSumsJoiner,
-// whose use sim checks as a device would, while a CPU launch is a call
-// with nothing to join.
+// CPU does not: kernels.BlockSequencer and the joins (GatherSumsJoiner,
+// GATMeansJoiner), whose use sim checks as a device would, while a CPU
+// launch is a call with nothing to join.
 func TestOptionalInterfacesMatchCPU(t *testing.T) {
 	optional := map[string]reflect.Type{
 		"ConvAffineActer":           reflect.TypeFor[kernels.ConvAffineActer](),
@@ -155,8 +155,9 @@ func TestOptionalInterfacesMatchCPU(t *testing.T) {
 		"GraphCloser":               reflect.TypeFor[kernels.GraphCloser](),
 		"BlockSequencer":            reflect.TypeFor[kernels.BlockSequencer](),
 		"GatherSumsJoiner":          reflect.TypeFor[kernels.GatherSumsJoiner](),
+		"GATMeansJoiner":            reflect.TypeFor[kernels.GATMeansJoiner](),
 	}
-	simOnly := map[string]bool{"BlockSequencer": true, "GatherSumsJoiner": true}
+	simOnly := map[string]bool{"BlockSequencer": true, "GatherSumsJoiner": true, "GATMeansJoiner": true}
 	names, embedded := kernelInterfaces(t)
 	for _, name := range names {
 		if name == "Backend" || name == "Graph" || embedded[name] {

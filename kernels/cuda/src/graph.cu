@@ -300,23 +300,13 @@ __global__ void gather_mean_f32(float* out, const float* x, const int64_t* src, 
     }
 }
 
-// gat_mean_f32: the relations of a GatMulti side by side (the Go GATMean
-// and GATMeanAct): grid (node blocks, nrel), block (x, y) running
-// relation y's gat_relation (blocks, threads and shared memory as
-// gat_aggregate_f32's, the shared memory sized for the widest relation)
-// for nodes x, x + gridDim.x, …, writing alpha·r, rounded, into the
-// relation's slice of scratch ([relations, nd, c]: relation relBase + y
-// at (relBase + y)·nd·c). The relations run in parallel; with counters
-// set (every relation in this one launch, relBase 0) the block that
-// finishes a node's last relation adds them in order and writes out
-// (gat_tail), else gat_combine_f32 then adds them. Compiled for blocks
-// of 128 threads, 8 to a multiprocessor (Go's gatMaxThreads,
-// gatMinBlocks): 64 registers a thread instead of 100, so that a
-// batch-64 policy's launch runs in one wave.
-__global__ void __launch_bounds__(128, 8) gat_mean_f32(GatMulti m) {
+// gat_mean_at is gat_mean_f32's work for relation r in this block
+// (documented there), shared with gat_mean_join_f32 so that the two
+// compute every mean alike, bit for bit. m is read where it lies in
+// parameter space (__grid_constant__); the geometry and the tail's
+// arguments are copied out of it, by value, as gat_relation takes them.
+__device__ __forceinline__ void gat_mean_at(const GatMulti& m, const int r) {
     extern __shared__ float sh[];
-    const int r = blockIdx.y;
-    if (r >= (int)m.nrel) return;  // the whole block: before any barrier
     const GatRel& q = m.rel[r];
     GatGeom g;
     g.nd = m.nd;
@@ -331,6 +321,55 @@ __global__ void __launch_bounds__(128, 8) gat_mean_f32(GatMulti m) {
     const GatTailArgs tail{m.scratch, m.out, m.res, m.counters, m.act, m.nrel, m.nd, m.c};
     gat_relation(m.scratch + (m.relBase + r) * m.nd * m.c, q.hs, q.hd, q.attr, q.we, q.attSrc, q.attDst, q.attEdge,
                  q.bias, q.src, q.rowPtr, q.order, g, sh, tail, m.counters != nullptr);
+}
+
+// gat_mean_f32: the relations of a GatMulti side by side (the Go GATMean
+// and GATMeanAct): grid (node blocks, nrel), block (x, y) running
+// relation y's gat_relation (blocks, threads and shared memory as
+// gat_aggregate_f32's, the shared memory sized for the widest relation)
+// for nodes x, x + gridDim.x, …, writing alpha·r, rounded, into the
+// relation's slice of scratch ([relations, nd, c]: relation relBase + y
+// at (relBase + y)·nd·c). The relations run in parallel; with counters
+// set (every relation in this one launch, relBase 0) the block that
+// finishes a node's last relation adds them in order and writes out
+// (gat_tail), else gat_combine_f32 then adds them. Compiled for blocks
+// of 128 threads, 8 to a multiprocessor (Go's gatMaxThreads,
+// gatMinBlocks): 64 registers a thread instead of 100, so that a
+// batch-64 policy's launch runs in one wave.
+__global__ void __launch_bounds__(128, 8) gat_mean_f32(const __grid_constant__ GatMulti m) {
+    const int r = blockIdx.y;
+    if (r >= (int)m.nrel) return;  // the whole block: before any barrier
+    gat_mean_at(m, r);
+}
+
+// GAT_JOIN is the most GATMeans one gat_mean_join_f32 launch runs (Go's
+// gatJoin); GatJoin is the launch (Go's gatJoinPack: the count n, then
+// yEnd[k], the end of mean k's relations along the grid's y — mean k's
+// are [yEnd[k−1], yEnd[k]), from 0 — then each mean's GatMulti).
+#define GAT_JOIN 4
+struct GatJoin {
+    int64_t n;
+    int64_t yEnd[GAT_JOIN];
+    GatMulti m[GAT_JOIN];
+};
+
+// gat_mean_join_f32: up to GAT_JOIN independent GATMeans, each of one
+// gat_mean_f32 launch that adds its own relations (counters set: the
+// tail; kernels.GATMeansJoiner: a heterogeneous GAT layer's node types,
+// none reading what another writes), in one launch: block (x, y) runs
+// relation y − yEnd[k−1] of mean k for nodes x, x + gridDim.x, … with
+// gat_mean_f32's code (gat_mean_at), so every output holds the bits its
+// own launch writes. gridDim.x is the widest mean's; a block past a
+// mean's nodes has nothing to do. Each mean's scratch and counters are
+// its own.
+__global__ void __launch_bounds__(128, 8) gat_mean_join_f32(const __grid_constant__ GatJoin j) {
+    const int y = blockIdx.y;
+    int k = 0;
+    while (k + 1 < (int)j.n && y >= j.yEnd[k]) k++;
+    const int r = k == 0 ? y : y - (int)j.yEnd[k - 1];
+    const GatMulti& m = j.m[k];
+    if (r >= (int)m.nrel || (int64_t)blockIdx.x >= m.nd) return;  // the whole block: before any barrier
+    gat_mean_at(m, r);
 }
 
 // gat_combine_f32: out[q] = scratch[q], then + scratch[r·n + q] for r =
