@@ -320,9 +320,11 @@ func (s *stepRunner) guard() uint64 { return s.t.graphKey(true) }
 // so a seed germinated and later pruned leaves the graphs of the model
 // before it valid again (its validation pass keys as the host alone
 // from germination on). Any other slot keys with its version (it only
-// grows: a new seed, a prune, a freeze or a load gives a new one), with
-// train its optimizer's (made for that slot version), and the seed's
-// stage, alpha and isolation, which the forward pass reads as Go values.
+// grows: a new seed, a prune, a freeze or a load gives a new one), its
+// optimizer's (made for that slot version: with train, and for a seed
+// in the forward pass, whose weights the optimizer's arena holds), and
+// the seed's stage, blend algorithm, alpha and isolation, which the
+// forward pass reads as Go values.
 func (t *Trainer) graphKey(train bool) uint64 {
 	h := uint64(14695981039346656037)
 	mix := func(v uint64) {
@@ -336,11 +338,15 @@ func (t *Trainer) graphKey(train bool) uint64 {
 		mix(1)
 	}
 	for _, sl := range t.opt.slotsOf(t.model) {
+		active := sl.IsActive()
 		var so *seedOpt
-		if train && len(t.opt.seeds) > 0 {
+		if (train || active) && len(t.opt.seeds) > 0 {
+			// An optimizer made for a slot moves its seed's weights
+			// into the optimizer's arena (optim.NewSGD): a forward pass
+			// recorded before reads the old storage.
 			so = t.opt.seeds[sl.ID()]
 		}
-		if !sl.IsActive() && so == nil {
+		if !active && so == nil {
 			mix(0)
 			continue
 		}
@@ -351,8 +357,12 @@ func (t *Trainer) graphKey(train bool) uint64 {
 			mix(0)
 		}
 		if st := sl.State(); st != nil {
+			// The blend algorithm changes without a new slot version
+			// (kasmina.Slot.SetAlphaTarget between ADD and MULTIPLY).
 			mix(1 + uint64(st.Stage))
+			mix(uint64(st.AlphaAlgorithm))
 		} else {
+			mix(0)
 			mix(0)
 		}
 		mix(math.Float64bits(sl.Alpha()))

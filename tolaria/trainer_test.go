@@ -748,3 +748,66 @@ func TestDecisionsAreLogged(t *testing.T) {
 	require.Equal(t, "ADVANCE", logs[2].Op)
 	require.Empty(t, logs[2].BlueprintID)
 }
+
+// TestGraphKeyFollowsWhatAReplayReads: the captured graphs' keys
+// (graphKey) change with what a replay reads and only with that. A seed
+// germinated but not yet in the forward pass leaves the validation key
+// as it was and, until its optimizer exists, the train key too; an
+// optimizer made for a seed in the forward pass (which moves the seed's
+// weights into its arena) changes both keys; so does a blend algorithm
+// changed without a new slot version (ADD to MULTIPLY while HOLDING),
+// and the prune gives back the keys of the host alone.
+func TestGraphKeyFollowsWhatAReplayReads(t *testing.T) {
+	m := newModel(t, nil)
+	d := toyData(t, 1, 1, 4)
+	tr, err := NewTrainer(TrainerOptions{Model: m, Train: d, Val: d, Epochs: 1, Capture: true})
+	require.NoError(t, err)
+	id := m.SlotIDs()[1]
+	host := [2]uint64{tr.graphKey(false), tr.graphKey(true)}
+	keys := func() [2]uint64 { return [2]uint64{tr.graphKey(false), tr.graphKey(true)} }
+	require.NotEqual(t, host[0], host[1], "train and validation keys differ")
+
+	s := germinate(t, m, id)
+	require.Equal(t, host, keys(), "germinated, no optimizer yet: nothing a replay reads changed")
+	require.NoError(t, tr.opt.sync(m))
+	germ := keys()
+	require.Equal(t, host[0], germ[0], "the validation pass does not read a germinated seed")
+	require.NotEqual(t, host[1], germ[1], "the train step runs the seed's optimizer")
+
+	// In the forward pass without an optimizer, then with one: the
+	// weights moved into its arena (another slot: the pruned one is
+	// embargoed).
+	pruned, err := m.PruneSeed(id, "test", "test")
+	require.NoError(t, err)
+	require.True(t, pruned)
+	require.NoError(t, tr.opt.sync(m))
+	require.Equal(t, host, keys(), "pruned: the host alone again")
+	id = m.SlotIDs()[2]
+	s = germinate(t, m, id)
+	advanceTo(t, s, leyline.StageTraining)
+	before := keys()
+	require.NotEqual(t, host[0], before[0], "a seed in the forward pass")
+	require.NoError(t, tr.opt.sync(m))
+	after := keys()
+	require.NotEqual(t, before[0], after[0], "validation key after the optimizer moved the seed's weights")
+	require.NotEqual(t, before[1], after[1], "train key after the optimizer moved the seed's weights")
+
+	advanceTo(t, s, leyline.StageHolding)
+	require.NoError(t, tr.opt.sync(m))
+	hold := keys()
+	v := s.Version()
+	ok, err := s.SetAlphaTarget(1, leyline.BlendMultiply, kasmina.RampOptions{})
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, v, s.Version(), "ADD to MULTIPLY keeps the slot version")
+	require.NoError(t, tr.opt.sync(m))
+	mult := keys()
+	require.NotEqual(t, hold[0], mult[0], "validation key after the blend algorithm changed")
+	require.NotEqual(t, hold[1], mult[1], "train key after the blend algorithm changed")
+
+	pruned, err = m.PruneSeed(id, "test", "test")
+	require.NoError(t, err)
+	require.True(t, pruned)
+	require.NoError(t, tr.opt.sync(m))
+	require.Equal(t, host, keys(), "both pruned: the host alone again")
+}
