@@ -208,6 +208,71 @@ func LinearActLayerNorm(x, w, b *Var, act kernels.UnaryOp, g, s *Var, eps float6
 	return LayerNorm(LinearAct(x, w, b, act), g, s, 1, eps)
 }
 
+// LinearActLayerNormCall is one layer of LinearActLayerNorms: the
+// operands of a LinearActLayerNorm.
+type LinearActLayerNormCall struct {
+	X, W, B *Var
+	Act     kernels.UnaryOp
+	G, S    *Var
+	Eps     float64
+}
+
+// LinearActLayerNorms is LinearActLayerNorm of each call: layers that do
+// not depend on one another, such as a heterogeneous graph's node
+// encoders. In inference, with every call's x 2-D F32 on one device
+// that is a kernels.LinearActLayerNormsJoiner taking them all, they are
+// one join (CUDA: one launch for up to four); otherwise each is
+// LinearActLayerNorm. The results are the same bits either way.
+func LinearActLayerNorms(calls []LinearActLayerNormCall) []*Var {
+	outs := make([]*Var, len(calls))
+	if lj, ok := joinableLayerNorms(calls); ok {
+		val := func(v *Var) *tensor.Tensor {
+			if v == nil {
+				return nil
+			}
+			return contig(v.Value)
+		}
+		ks := make([]kernels.LinearActLNCall, len(calls))
+		for i, c := range calls {
+			xv := contig(c.X.Value)
+			ks[i] = kernels.LinearActLNCall{Y: alloc(xv, tensor.F32, xv.Shape()[0], c.W.Shape()[0]), X: xv, W: val(c.W), B: val(c.B),
+				Act: c.Act, G: val(c.G), S: val(c.S), Eps: c.Eps}
+		}
+		if lj.LinearActLayerNorms(ks) {
+			for i, k := range ks {
+				outs[i] = Const(k.Y)
+			}
+			return outs
+		}
+	}
+	for i, c := range calls {
+		outs[i] = LinearActLayerNorm(c.X, c.W, c.B, c.Act, c.G, c.S, c.Eps)
+	}
+	return outs
+}
+
+// joinableLayerNorms returns the joiner of LinearActLayerNorms' calls
+// when they may be joined: two or more, nothing recording a gradient,
+// each x and w 2-D with x F32, all on one device whose backend joins.
+func joinableLayerNorms(calls []LinearActLayerNormCall) (kernels.LinearActLayerNormsJoiner, bool) {
+	if len(calls) < 2 {
+		return nil, false
+	}
+	var dev tensor.Device
+	for i, c := range calls {
+		if needsGrad(c.X, c.W, c.B, c.G, c.S) || c.X.Value.Rank() != 2 || c.W.Value.Rank() != 2 || c.X.Value.DType() != tensor.F32 {
+			return nil, false
+		}
+		if d := c.X.Value.Device(); i == 0 {
+			dev = d
+		} else if d != dev {
+			return nil, false
+		}
+	}
+	lj, ok := backendOf(calls[0].X.Value).(kernels.LinearActLayerNormsJoiner)
+	return lj, ok
+}
+
 // LinearAct returns act(Linear(x, w, b)), bitwise Linear followed by the
 // activation's op. In inference (nothing needs a gradient) with F32 or
 // F64 operands the activation is applied in the product's epilogue

@@ -376,3 +376,70 @@ func TestLinearActLayerNorm(t *testing.T) {
 		kernels.Register(orig)
 	}
 }
+
+// TestLinearActLayerNorms: three encoders of one graph (rows, inputs and
+// operands of their own, one without bias, gain or shift). In inference
+// on sim they are one join, bit for bit LinearActLayerNorm each; on the
+// CPU (no joiner), with gradients recorded, and for a single call, they
+// are LinearActLayerNorm each, no join, and with gradients every
+// operand gets one.
+func TestLinearActLayerNorms(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	type shape struct {
+		m, k, n int
+		affine  bool
+	}
+	shapes := []shape{{4, 7, 6, true}, {12, 5, 6, true}, {12, 3, 6, false}}
+	joins := kernels.For(tensor.Sim(0)).(interface{ Joins() int64 })
+	for _, dev := range []tensor.Device{tensor.CPU, tensor.Sim(0)} {
+		on := func(n int, dims ...int) *Var {
+			h, err := tensor.FromSlice(randVals(rng, n), dims...).ToDevice(dev)
+			require.NoError(t, err)
+			return Param(h)
+		}
+		var calls []LinearActLayerNormCall
+		for _, sh := range shapes {
+			c := LinearActLayerNormCall{X: on(sh.m*sh.k, sh.m, sh.k), W: on(sh.n*sh.k, sh.n, sh.k), Act: kernels.GeluErf, Eps: 1e-5}
+			if sh.affine {
+				c.B, c.G, c.S = on(sh.n, sh.n), on(sh.n, sh.n), on(sh.n, sh.n)
+			}
+			calls = append(calls, c)
+		}
+		each := func(cs []LinearActLayerNormCall) []*Var {
+			out := make([]*Var, len(cs))
+			for i, c := range cs {
+				out[i] = LinearActLayerNorm(c.X, c.W, c.B, c.Act, c.G, c.S, c.Eps)
+			}
+			return out
+		}
+		var got, want []*Var
+		before := joins.Joins()
+		InferenceMode(func() { want, got = each(calls), LinearActLayerNorms(calls) })
+		joined := int64(0)
+		if !dev.IsCPU() {
+			joined = 1
+		}
+		require.Equal(t, before+joined, joins.Joins(), "%v: joins", dev)
+		for i := range got {
+			sameVars(t, "LinearActLayerNorms", got[i], want[i])
+		}
+		InferenceMode(func() { got = LinearActLayerNorms(calls[:1]) })
+		require.Equal(t, before+joined, joins.Joins(), "%v: one call joins nothing", dev)
+		sameVars(t, "LinearActLayerNorms of one call", got[0], want[0])
+
+		got = LinearActLayerNorms(calls)
+		require.Equal(t, before+joined, joins.Joins(), "%v: with gradients, no join", dev)
+		for i := range got {
+			require.True(t, got[i].RequiresGrad())
+			closeVars(t, "LinearActLayerNorms with gradients", got[i], want[i])
+		}
+		Backward(Add(Add(SumAll(got[0]), SumAll(got[1])), SumAll(got[2])))
+		for i, c := range calls {
+			for j, p := range []*Var{c.X, c.W, c.B, c.G, c.S} {
+				if p != nil {
+					require.NotNil(t, p.Grad, "%v: call %d operand %d", dev, i, j)
+				}
+			}
+		}
+	}
+}

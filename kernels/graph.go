@@ -386,23 +386,14 @@ func CheckGATMeans(name string, calls []GATMeanCall) ([]int, error) {
 		}
 		rels[k] = r
 	}
+	outs, all := make([]*T, len(calls)), make([][]*T, len(calls))
 	for k, c := range calls {
-		for j, o := range calls {
-			if j == k {
-				continue
-			}
-			others := []*T{o.Out, o.Res}
-			for _, l := range [][]*T{o.Hs, o.Hd, o.Attr, o.We, o.AttSrc, o.AttDst, o.AttEdge, o.Bias, o.Src, o.RowPtr, o.Order} {
-				others = append(others, l...)
-			}
-			for _, x := range others {
-				if spansOverlap(c.Out, x) {
-					return nil, fmt.Errorf("%s: call %d's out shares memory with a tensor of call %d", name, k, j)
-				}
-			}
+		outs[k], all[k] = c.Out, []*T{c.Out, c.Res}
+		for _, l := range [][]*T{c.Hs, c.Hd, c.Attr, c.We, c.AttSrc, c.AttDst, c.AttEdge, c.Bias, c.Src, c.RowPtr, c.Order} {
+			all[k] = append(all[k], l...)
 		}
 	}
-	return rels, nil
+	return rels, callsApart(name, outs, all)
 }
 
 // GatherSumCall is one sum of a GatherSumsJoiner call: GatherSum's
@@ -437,21 +428,12 @@ func CheckGatherSums(name string, calls []GatherSumCall) ([][]GatherBlock, error
 		}
 		pieces[k] = p
 	}
+	outs, all := make([]*T, len(calls)), make([][]*T, len(calls))
 	for k, c := range calls {
-		for j, o := range calls {
-			if j == k {
-				continue
-			}
-			others := append([]*T{o.Out, o.Res}, o.Xs...)
-			others = append(append(append(append(others, o.Biases...), o.Src...), o.RowPtr...), o.Order...)
-			for _, x := range others {
-				if spansOverlap(c.Out, x) {
-					return nil, fmt.Errorf("%s: call %d's out shares memory with a tensor of call %d", name, k, j)
-				}
-			}
-		}
+		outs[k] = c.Out
+		all[k] = append(append(append(append(append([]*T{c.Out, c.Res}, c.Xs...), c.Biases...), c.Src...), c.RowPtr...), c.Order...)
 	}
-	return pieces, nil
+	return pieces, callsApart(name, outs, all)
 }
 
 // gatherPiece checks piece i of a GatherConcat or GatherSum into nd

@@ -150,6 +150,45 @@ type LinearActLayerNormer interface {
 	LinearActLayerNorm(y, x, w, b *T, act UnaryOp, g, s *T, eps float64) bool
 }
 
+// LinearActLNCall is one call of a LinearActLayerNormsJoiner:
+// LinearActLayerNorm's arguments.
+type LinearActLNCall struct {
+	Y, X, W, B *T
+	Act        UnaryOp
+	G, S       *T
+	Eps        float64
+}
+
+// LinearActLayerNormsJoiner is an optional Backend interface:
+// LinearActLayerNorms that do not depend on one another — a
+// heterogeneous graph's node encoders, one per node type — in as few
+// launches as the backend can (CUDA: up to four in one). Each output
+// holds exactly what its own LinearActLayerNorm writes. No call may
+// write memory that another reads or writes (CheckLinearActLayerNorms).
+type LinearActLayerNormsJoiner interface {
+	// LinearActLayerNorms runs every call and reports true, or reports
+	// false, having written nothing, where any of them would report
+	// false on its own (the caller then takes another path for all).
+	LinearActLayerNorms(calls []LinearActLNCall) bool
+}
+
+// CheckLinearActLayerNorms checks a LinearActLayerNormsJoiner call: each
+// as CheckLinearActLayerNorm checks it (its m, n and k returned in
+// order), and that no call's y shares memory with any tensor of another.
+func CheckLinearActLayerNorms(name string, calls []LinearActLNCall) ([][3]int, error) {
+	dims := make([][3]int, len(calls))
+	outs, all := make([]*T, len(calls)), make([][]*T, len(calls))
+	for i, c := range calls {
+		m, n, k, err := CheckLinearActLayerNorm(fmt.Sprintf("%s: call %d", name, i), c.Y, c.X, c.W, c.B, c.Act, c.G, c.S)
+		if err != nil {
+			return nil, err
+		}
+		dims[i] = [3]int{m, n, k}
+		outs[i], all[i] = c.Y, []*T{c.Y, c.X, c.W, c.B, c.G, c.S}
+	}
+	return dims, callsApart(name, outs, all)
+}
+
 // LinearActLayerNormOps runs on be what a LinearActLayerNorm stands
 // for: MatMulBiasAct into a new tensor, then LayerNorm into y (the
 // statistics not kept).

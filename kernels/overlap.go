@@ -94,3 +94,24 @@ func checkWritesApart(name string, dsts, srcs []*T) error {
 	}
 	return nil
 }
+
+// callsApart checks the calls of a join (GatherSumsJoiner,
+// GATMeansJoiner, LinearActLayerNormsJoiner): call k writes outs[k] and
+// touches tensors[k] (nil entries allowed); no call's output may share
+// memory with any tensor of another call, or the join's result would
+// depend on the order its calls run in.
+func callsApart(name string, outs []*T, tensors [][]*T) error {
+	for k, out := range outs {
+		for j, ts := range tensors {
+			if j == k {
+				continue
+			}
+			for _, x := range ts {
+				if spansOverlap(out, x) {
+					return fmt.Errorf("%s: call %d's output shares memory with a tensor of call %d", name, k, j)
+				}
+			}
+		}
+	}
+	return nil
+}

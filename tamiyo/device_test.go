@@ -13,6 +13,7 @@ import (
 
 	"github.com/esper-go/esper/autograd"
 	"github.com/esper-go/esper/internal/testdevice"
+	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/nn"
 	"github.com/esper-go/esper/tensor"
@@ -87,22 +88,29 @@ func TestActOnSimBitwiseCPU(t *testing.T) {
 
 // TestInferenceOnSimBitwiseCPU: captured and eager inference of a policy
 // on sim give the CPU's logits and values bitwise, one host sync per
-// forward.
+// forward; an eager forward joins the node types' encoders and each GAT
+// layer's types (three joins).
 func TestInferenceOnSimBitwiseCPU(t *testing.T) {
 	dev := tensor.Sim(1)
 	cpu, sim, g, _ := devicePair(t, dev)
 	want, err := NewInference(cpu, InferenceOptions{NoCapture: true})
 	require.NoError(t, err)
+	joins := kernels.For(dev).(interface{ Joins() int64 })
 	for _, o := range []InferenceOptions{{NoCapture: true}, {OnFallback: func(err error) { t.Errorf("capture fell back: %v", err) }}} {
 		in, err := NewInference(sim, o)
 		require.NoError(t, err)
 		for i := 0; i < 3; i++ {
 			w, err := want.Forward(g)
 			require.NoError(t, err)
-			before := tensor.HostSyncs(dev)
+			before, joined := tensor.HostSyncs(dev), joins.Joins()
 			got, err := in.Forward(g)
 			require.NoError(t, err)
 			assert.Equal(t, uint64(1), tensor.HostSyncs(dev)-before, "host syncs per forward (capture %v)", in.Captures())
+			if !in.Captures() {
+				// The encoders, and each GAT layer's node types, in one
+				// join each (one launch each on CUDA).
+				assert.Equal(t, int64(3), joins.Joins()-joined, "joins per eager forward")
+			}
 			require.Equal(t, w, got, "capture %v, call %d", in.Captures(), i)
 		}
 		if in.Captures() {

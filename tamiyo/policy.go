@@ -136,10 +136,11 @@ type encoder struct {
 	norm *nn.LayerNorm
 }
 
-func (e *encoder) forward(x *autograd.Var) *autograd.Var {
-	// The product, GELU and the layer norm in one launch in inference on
-	// a GPU (autograd.LinearActLayerNorm); the ops with gradients.
-	return autograd.LinearActLayerNorm(x, e.lin.Weight, e.lin.Bias, kernels.GeluErf, e.norm.Weight, e.norm.Bias, e.norm.Options().Eps)
+// call is the encoder over x as autograd.LinearActLayerNorms takes it:
+// the product, GELU and the layer norm, in one launch in inference on a
+// GPU; the ops with gradients.
+func (e *encoder) call(x *autograd.Var) autograd.LinearActLayerNormCall {
+	return autograd.LinearActLayerNormCall{X: x, W: e.lin.Weight, B: e.lin.Bias, Act: kernels.GeluErf, G: e.norm.Weight, S: e.norm.Bias, Eps: e.norm.Options().Eps}
 }
 
 // mlp is Linear → ReLU → Linear.
@@ -536,18 +537,21 @@ func (p *Policy) Run(g *Graph) (*PolicyOutput, error) {
 }
 
 func (p *Policy) run(gt *graphTensors) *PolicyOutput {
-	// Encoders.
+	// Encoders: the slots' features, then each slot's blueprint
+	// embedding (one launch in inference on a GPU); then every type's
+	// encoder (autograd.LinearActLayerNorms: one launch for the three in
+	// inference on a GPU).
 	var h [NumNodeTypes]*autograd.Var
-	for t := range h {
+	encs := make([]autograd.LinearActLayerNormCall, NumNodeTypes)
+	for t := range encs {
 		x := gt.x[t]
 		if NodeType(t) == NodeSlot {
-			// The features, then each slot's blueprint embedding (one
-			// launch in inference on a GPU).
 			x = autograd.GatherConcat([]autograd.GatherPiece{{X: x}, {X: p.bpEmbed.Weight, Edges: gt.bpEdges(),
 				Unfused: func() *autograd.Var { return autograd.Embedding(p.bpEmbed.Weight, gt.bp) }}})
 		}
-		h[t] = p.enc[t].forward(x)
+		encs[t] = p.enc[t].call(x)
 	}
+	copy(h[:], autograd.LinearActLayerNorms(encs))
 	// Message passing: after each layer GELU of its output at the layer's
 	// scale (the SAGE mean over relations), the residual where widths
 	// match, dropout. Each layer applies the activation and residual

@@ -20,6 +20,7 @@ var normCases = []conformance{
 	optional[kernels.BatchNormReluPooler](checkBatchNormReluPool, "BatchNormReluMaxPool2x2", "BatchNormReluMaxPool2x2Backward"),
 	optional[kernels.BatchNormEvalAffiner](checkBatchNormEvalAffine, "BatchNormEvalAffine"),
 	optional[kernels.LinearActLayerNormer](checkLinearActLayerNorm, "LinearActLayerNorm"),
+	optional[kernels.LinearActLayerNormsJoiner](checkLinearActLayerNorms, "LinearActLayerNorms"),
 }
 
 // checkBatchNormEvalAffine: scale and shift against float64, and bit
@@ -575,5 +576,67 @@ func checkLinearActLayerNorm(s *suite) {
 	}
 	s.panics("LinearActLayerNorm", func() { // w narrower than x
 		la.LinearActLayerNorm(s.out(tensor.F32, 2, 3), s.out(tensor.F32, 2, 4), s.out(tensor.F32, 3, 5), nil, kernels.Relu, nil, nil, normEps)
+	})
+}
+
+// checkLinearActLayerNorms holds LinearActLayerNorms to
+// LinearActLayerNorm on the same backend: W2's three encoders and a
+// small layer without bias, gain or shift (more calls than a CUDA
+// launch joins, with the first again), every output the bits its own
+// call writes; with a call the backend does not fuse alone (5000
+// outputs on CUDA), false and every output untouched, or, where each
+// call is fused alone, true and the same bits.
+func checkLinearActLayerNorms(s *suite) {
+	la, ok := s.b.(kernels.LinearActLayerNormer)
+	if !ok {
+		s.t.Errorf("%s: LinearActLayerNormsJoiner without LinearActLayerNormer", s.b.Name())
+		return
+	}
+	lj := s.b.(kernels.LinearActLayerNormsJoiner)
+	for _, d := range s.floats("LinearActLayerNorms", tensor.F64, tensor.F32) {
+		for _, shapes := range [][][3]int{{{64, 256, 23}, {192, 256, 35}, {192, 256, 6}, {3, 10, 4}, {64, 256, 23}}, {{5, 256, 35}, {2, 5000, 3}}} {
+			var calls []kernels.LinearActLNCall
+			var want [][]float64
+			var outs []*T
+			all := true
+			for i, sh := range shapes {
+				m, n, k := sh[0], sh[1], sh[2]
+				c := kernels.LinearActLNCall{Y: s.out(d, m, n), Act: []kernels.UnaryOp{kernels.GeluErf, kernels.Relu}[i%2], Eps: normEps}
+				c.X, _ = s.in(d, m, k)
+				c.W, _ = s.in(d, n, k)
+				if n != 10 {
+					c.B, _ = s.in(d, n)
+					c.G, _ = s.in(d, n)
+					c.S, _ = s.in(d, n)
+				}
+				fused := la.LinearActLayerNorm(c.Y, c.X, c.W, c.B, c.Act, c.G, c.S, c.Eps)
+				all = all && fused
+				want = append(want, s.get(c.Y))
+				c.Y = s.out(d, m, n)
+				calls, outs = append(calls, c), append(outs, c.Y)
+			}
+			untouched := s.read(outs)
+			what := name("LinearActLayerNorms", d, "calls", len(calls), "each fused", all)
+			var done bool
+			s.check(call{what: what, launch: func() { done = lj.LinearActLayerNorms(calls) }, writes: outs,
+				declined: func() bool { return !done }}, func(got [][]float64) {
+				if done != all {
+					s.t.Errorf("%s: reported %v, want %v (every call fused on its own)", what, done, all)
+					return
+				}
+				for k := range got {
+					if done {
+						same(s.t, name(what, "call", k), got[k], want[k])
+					} else {
+						same(s.t, name(what, "call", k, "untouched"), got[k], untouched[k])
+					}
+				}
+			})
+		}
+	}
+	s.panics("LinearActLayerNorms", func() { // the second call reads the first's y
+		y := s.out(tensor.F32, 2, 3)
+		lj.LinearActLayerNorms([]kernels.LinearActLNCall{{Y: y, X: s.out(tensor.F32, 2, 4), W: s.out(tensor.F32, 3, 4), Act: kernels.Relu, Eps: normEps},
+			{Y: s.out(tensor.F32, 2, 3), X: y, W: s.out(tensor.F32, 3, 3), Act: kernels.Relu, Eps: normEps}})
 	})
 }

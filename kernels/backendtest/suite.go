@@ -120,6 +120,7 @@ var optionals = []reflect.Type{
 	reflect.TypeFor[kernels.GatherSummer](),
 	reflect.TypeFor[kernels.GatherSumsJoiner](),
 	reflect.TypeFor[kernels.GATMeansJoiner](),
+	reflect.TypeFor[kernels.LinearActLayerNormsJoiner](),
 	reflect.TypeFor[kernels.CrossEntropyCounter](),
 	reflect.TypeFor[kernels.CrossEntropyGradCounter](),
 	reflect.TypeFor[kernels.LinearCrossEntropyCounter](),

@@ -50,14 +50,9 @@ func (d *Device) LinearActLayerNorm(y, x, w, bias *tensor.Tensor, act kernels.Un
 	if x.DType() != tensor.F32 || !linearActLNFits(n, k) {
 		return false, nil
 	}
-	f32 := tensor.F32
-	ptrs, err := d.ptrList(op, []string{"y", "x", "w", "bias", "g", "s"}, []*tensor.Tensor{y, x, w, bias, g, s},
-		[]tensor.DType{f32, f32, f32, f32, f32, f32}, []bool{false, false, false, true, true, true})
-	if err != nil {
-		return false, err
-	}
-	if m == 0 || n == 0 {
-		return true, nil
+	l, err := d.lnPrepare(op, kernels.LinearActLNCall{Y: y, X: x, W: w, B: bias, Act: act, G: g, S: s, Eps: eps}, m, n, k)
+	if err != nil || m == 0 || n == 0 {
+		return err == nil, err
 	}
 	fn, err := d.kernel("linear_act_ln_f32")
 	if err != nil {
@@ -66,10 +61,79 @@ func (d *Device) LinearActLayerNorm(y, x, w, bias *tensor.Tensor, act kernels.Un
 	release := d.enter()
 	defer release()
 	var a args
-	a.ptr(ptrs[0]).ptr(ptrs[1]).ptr(ptrs[2]).ptr(ptrs[3]).i32(int32(act)).ptr(ptrs[4]).ptr(ptrs[5])
-	a.i64(int64(n)).i64(int64(k)).f32(float32(eps))
+	a.ptr(cu.DevicePtr(l.y)).ptr(cu.DevicePtr(l.x)).ptr(cu.DevicePtr(l.w)).ptr(cu.DevicePtr(l.b)).i32(int32(act))
+	a.ptr(cu.DevicePtr(l.g)).ptr(cu.DevicePtr(l.s)).i64(l.n).i64(l.k).f32(l.eps)
 	grid, block, shmem := linearActLNGeom(m, n)
 	return true, launchRaw(fn, [3]int{grid, 1, 1}, [3]int{block, 1, 1}, shmem, d.stream, &a)
+}
+
+// lnPrepare gathers a checked LinearActLayerNorm's addresses (F32
+// device memory, b, g and s optional) for a launch over its m rows.
+func (d *Device) lnPrepare(op string, c kernels.LinearActLNCall, m, n, k int) (lnCall, error) {
+	f32 := tensor.F32
+	ptrs, err := d.ptrList(op, []string{"y", "x", "w", "bias", "g", "s"}, []*tensor.Tensor{c.Y, c.X, c.W, c.B, c.G, c.S},
+		[]tensor.DType{f32, f32, f32, f32, f32, f32}, []bool{false, false, false, true, true, true})
+	if err != nil {
+		return lnCall{}, err
+	}
+	return lnCall{y: uint64(ptrs[0]), x: uint64(ptrs[1]), w: uint64(ptrs[2]), b: uint64(ptrs[3]), g: uint64(ptrs[4]), s: uint64(ptrs[5]),
+		act: int64(c.Act), n: int64(n), k: int64(k), eps: float32(c.Eps), m: int64(m)}, nil
+}
+
+var _ kernels.LinearActLayerNormsJoiner = (*Backend)(nil)
+
+// LinearActLayerNorms implements kernels.LinearActLayerNormsJoiner.
+func (b *Backend) LinearActLayerNorms(calls []kernels.LinearActLNCall) bool {
+	done, err := b.d.LinearActLayerNorms(calls)
+	must(err)
+	return done
+}
+
+// LinearActLayerNorms is kernels.LinearActLayerNormsJoiner's
+// LinearActLayerNorms, F32: every call that LinearActLayerNorm takes in
+// one launch, lnJoin at a time into one linear_act_ln_join_f32 launch (a
+// block per row of all of them, each row computed by linear_act_ln_f32's
+// code: the same bits); false, having written nothing, when any call
+// does not fit one launch. Everything is checked before anything
+// launches.
+func (d *Device) LinearActLayerNorms(calls []kernels.LinearActLNCall) (bool, error) {
+	const op = "LinearActLayerNorms"
+	dims, err := kernels.CheckLinearActLayerNorms(op, calls)
+	if err := checked(err); err != nil {
+		return false, err
+	}
+	ls := make([]lnCall, 0, len(calls))
+	for i, c := range calls {
+		m, n, k := dims[i][0], dims[i][1], dims[i][2]
+		if c.X.DType() != tensor.F32 || !linearActLNFits(n, k) {
+			return false, nil
+		}
+		l, err := d.lnPrepare(fmt.Sprintf("%s: call %d", op, i), c, m, n, k)
+		if err != nil {
+			return false, err
+		}
+		if m > 0 && n > 0 {
+			ls = append(ls, l)
+		}
+	}
+	if len(ls) == 0 {
+		return true, nil
+	}
+	fn, err := d.kernel("linear_act_ln_join_f32")
+	if err != nil {
+		return false, err
+	}
+	release := d.enter()
+	defer release()
+	var w [lnJoinWords]uint64
+	for start := 0; start < len(ls); start += lnJoin {
+		rows, widest := lnJoinPack(&w, ls[start:min(len(ls), start+lnJoin)])
+		_, block, shmem := linearActLNGeom(int(rows), int(widest))
+		if err := launchStructShared(fn, [3]int{int(rows), 1, 1}, [3]int{block, 1, 1}, shmem, d.stream, w[:]); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
 }
 
 // GroupNorm implements kernels.Backend.

@@ -19,14 +19,21 @@ import (
 // linearActLNEmu is linear_act_ln_f32 over grid blocks of block threads
 // with shmem bytes of dynamic shared memory (b, g and s 0 for null).
 func linearActLNEmu(mem *devMem, grid, block, shmem int, y, x, w, b uint64, act int32, g, s uint64, n, k int64, eps float32) {
-	B := int64(block)
 	for bx := 0; bx < grid; bx++ {
+		linearActLNRowEmu(mem, block, shmem, y, x, w, b, act, g, s, n, k, eps, int64(bx))
+	}
+}
+
+// linearActLNRowEmu is linear_act_ln_row: row i in a block of block
+// threads with shmem bytes of dynamic shared memory.
+func linearActLNRowEmu(mem *devMem, block, shmem int, y, x, w, b uint64, act int32, g, s uint64, n, k int64, eps float32, i int64) {
+	B := int64(block)
+	{
 		v := make([]float32, shmem/4) // extern __shared__ float v[]: uninitialised
 		for j := range v {
 			v[j] = float32(math.NaN())
 		}
 		part := nanPart[float32]() // block_sum's static part
-		i := int64(bx)
 		xr := i * k
 		for tid := int64(0); tid < B; tid++ {
 			for j := tid; j < n; j += B {
@@ -448,4 +455,80 @@ func relNear(got float32, want, rel float64) bool {
 		return near(got, want, 0, 0)
 	}
 	return math.Abs(float64(got)-want) <= rel*math.Abs(want)
+}
+
+// linearActLNJoinEmu is linear_act_ln_join_f32 over the launch
+// LinearActLayerNorms makes for w: a block per row of all the calls,
+// routed to its call as the kernel routes it.
+func linearActLNJoinEmu(mem *devMem, w *[lnJoinWords]uint64, rows, widest int64) {
+	_, block, shmem := linearActLNGeom(int(rows), int(widest))
+	n := int(w[0])
+	for bx := int64(0); bx < rows; bx++ {
+		i, k := bx, 0
+		for k+1 < n && i >= int64(w[1+k*lnArgsWords+10]) {
+			i -= int64(w[1+k*lnArgsWords+10])
+			k++
+		}
+		a := w[1+k*lnArgsWords:]
+		linearActLNRowEmu(mem, block, shmem, a[0], a[1], a[2], a[3], int32(a[6]), a[4], a[5], int64(a[7]), int64(a[8]),
+			math.Float32frombits(uint32(a[9])), i)
+	}
+}
+
+// TestLinearActLayerNormJoinInGo: calls of different rows, widths and
+// operands (W2's three encoders, one without bias, gain or shift),
+// packed by lnJoinPack and run as linear_act_ln_join_f32 runs them,
+// write every output bit for bit as each call's own linear_act_ln_f32
+// launch does, and nothing else; the parameter block has the size the
+// PTX declares. It runs without a GPU.
+func TestLinearActLayerNormJoinInGo(t *testing.T) {
+	if n, ok := ptxStructParam(readPTX(t, "norm.ptx"), "linear_act_ln_join_f32"); !ok || n != 8*lnJoinWords {
+		t.Fatalf("linear_act_ln_join_f32: the PTX's parameter is %d bytes (found %v), the Go block %d", n, ok, 8*lnJoinWords)
+	}
+	rng := rand.New(rand.NewSource(29))
+	normals := func(n int) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(rng.NormFloat64())
+		}
+		return v
+	}
+	type lnShape struct {
+		m, k, n int
+		opt     bool
+	}
+	shapes := []lnShape{{4, 17, 256, true}, {12, 31, 256, true}, {12, 9, 256, true}, {3, 5, 300, false}}
+	mem := newDevMem()
+	var calls []lnCall
+	var alone, joined []uint64
+	for _, sh := range shapes {
+		l := lnCall{x: mem.put(normals(sh.m*sh.k), false), w: mem.put(normals(sh.n*sh.k), false), act: int64(kernels.GeluErf),
+			n: int64(sh.n), k: int64(sh.k), eps: 1e-5, m: int64(sh.m)}
+		if sh.opt {
+			l.b, l.g, l.s = mem.put(normals(sh.n), false), mem.put(normals(sh.n), false), mem.put(normals(sh.n), false)
+		}
+		alone = append(alone, mem.put(make([]float32, sh.m*sh.n), false))
+		joined = append(joined, mem.put(make([]float32, sh.m*sh.n), false))
+		calls = append(calls, l)
+	}
+	mem.finish()
+	for i, l := range calls {
+		grid, block, shmem := linearActLNGeom(int(l.m), int(l.n))
+		linearActLNEmu(mem, grid, block, shmem, alone[i], l.x, l.w, l.b, int32(l.act), l.g, l.s, l.n, l.k, l.eps)
+		calls[i].y = joined[i]
+	}
+	var w [lnJoinWords]uint64
+	rows, widest := lnJoinPack(&w, calls)
+	if rows != 4+12+12+3 || widest != 300 {
+		t.Fatalf("rows %d, widest %d: want 31 and 300", rows, widest)
+	}
+	linearActLNJoinEmu(mem, &w, rows, widest)
+	for i, sh := range shapes {
+		for e := int64(0); e < int64(sh.m*sh.n); e++ {
+			a, b := mem.ld(alone[i], e), mem.ld(joined[i], e)
+			if math.Float32bits(a) != math.Float32bits(b) {
+				t.Fatalf("call %d element %d: joined %v, alone %v", i, e, b, a)
+			}
+		}
+	}
 }

@@ -1,6 +1,10 @@
 package cuda
 
-import "github.com/esper-go/esper/kernels"
+import (
+	"math"
+
+	"github.com/esper-go/esper/kernels"
+)
 
 // The launch geometry and size limits of the one-launch small kernels
 // (linear_ce_sgd_f32 and ce_small, linear_act_ln_f32,
@@ -161,4 +165,39 @@ func linearBwdSmallTotal(m, n, k int, bias bool) int64 {
 		total += int64(n)
 	}
 	return total
+}
+
+// lnCall is a checked LinearActLayerNorm's launch words (struct LnArgs
+// of src/norm.cu): y, x, w, b, g and s's addresses (0: none), the
+// activation, n outputs and k inputs a row, eps, and its m rows.
+type lnCall struct {
+	y, x, w, b, g, s uint64
+	act, n, k        int64
+	eps              float32
+	m                int64
+}
+
+// lnJoin is LN_JOIN: the most LinearActLayerNorms one
+// linear_act_ln_join_f32 launch runs; lnArgsWords and lnJoinWords are
+// the sizes of struct LnArgs and struct LnJoin in 8-byte words.
+const (
+	lnJoin      = 4
+	lnArgsWords = 11
+	lnJoinWords = 1 + lnJoin*lnArgsWords
+)
+
+// lnJoinPack writes struct LnJoin into w for ls (1 to lnJoin calls) and
+// returns the launch's rows (a block each) and the widest n (its dynamic
+// shared memory in floats); unused slots are zeroed.
+func lnJoinPack(w *[lnJoinWords]uint64, ls []lnCall) (rows, widest int64) {
+	*w = [lnJoinWords]uint64{}
+	w[0] = uint64(len(ls))
+	for i, l := range ls {
+		o := 1 + i*lnArgsWords
+		w[o], w[o+1], w[o+2], w[o+3], w[o+4], w[o+5] = l.y, l.x, l.w, l.b, l.g, l.s
+		w[o+6], w[o+7], w[o+8], w[o+9], w[o+10] = uint64(l.act), uint64(l.n), uint64(l.k), uint64(math.Float32bits(l.eps)), uint64(l.m)
+		rows += l.m
+		widest = max(widest, l.n)
+	}
+	return rows, widest
 }

@@ -29,7 +29,8 @@ type Backend struct {
 	cpu  kernels.Backend
 	last atomic.Int32 // index of the sim device of the latest op
 	seq  atomic.Int32 // block sequences on (BeginSequence)
-	// joins counts the joined calls run (GatherSums, GATMeansAct).
+	// joins counts the joined calls run (GatherSums, GATMeansAct,
+	// LinearActLayerNorms).
 	joins atomic.Int64
 }
 
@@ -135,8 +136,33 @@ func (b *Backend) GATMeansAct(calls []kernels.GATMeanCall) {
 	b.joins.Add(1)
 }
 
-// Joins counts the joined calls (GatherSums, GATMeansAct) run so far:
-// for tests of code that joins them.
+var _ kernels.LinearActLayerNormsJoiner = (*Backend)(nil)
+
+// LinearActLayerNorms implements kernels.LinearActLayerNormsJoiner, a
+// device-only join: the calls are checked together, as a device checks
+// them, then each runs as its own LinearActLayerNorm — the bits CUDA's
+// joined launch writes — and the join is counted (Joins). The CPU takes
+// every call, so it reports true.
+func (b *Backend) LinearActLayerNorms(calls []kernels.LinearActLNCall) bool {
+	var ts []*tensor.Tensor
+	for _, c := range calls {
+		ts = append(ts, c.Y, c.X, c.W, c.B, c.G, c.S)
+	}
+	b.check("LinearActLayerNorms", nil, [][]*tensor.Tensor{ts})
+	if _, err := kernels.CheckLinearActLayerNorms("LinearActLayerNorms", calls); err != nil {
+		panic(fmt.Sprintf("kernels/sim: %v", err))
+	}
+	for i, c := range calls {
+		if !b.LinearActLayerNorm(c.Y, c.X, c.W, c.B, c.Act, c.G, c.S, c.Eps) {
+			panic(fmt.Sprintf("kernels/sim: LinearActLayerNorms: call %d refused by the CPU", i))
+		}
+	}
+	b.joins.Add(1)
+	return true
+}
+
+// Joins counts the joined calls (GatherSums, GATMeansAct,
+// LinearActLayerNorms) run so far: for tests of code that joins them.
 func (b *Backend) Joins() int64 { return b.joins.Load() }
 
 // SetMatmulPrecision implements kernels.Backend (the CPU computes fp32

@@ -116,8 +116,8 @@ func TestMixedDevicesPanic(t *testing.T) {
 // is), and for each, sim implements it if and only if the CPU does —
 // but for the device-only ones (simOnly), which sim implements and the
 // CPU does not: kernels.BlockSequencer and the joins (GatherSumsJoiner,
-// GATMeansJoiner), whose use sim checks as a device would, while a CPU
-// launch is a call with nothing to join.
+// GATMeansJoiner, LinearActLayerNormsJoiner), whose use sim checks as a
+// device would, while a CPU launch is a call with nothing to join.
 func TestOptionalInterfacesMatchCPU(t *testing.T) {
 	optional := map[string]reflect.Type{
 		"ConvAffineActer":           reflect.TypeFor[kernels.ConvAffineActer](),
@@ -156,8 +156,9 @@ func TestOptionalInterfacesMatchCPU(t *testing.T) {
 		"BlockSequencer":            reflect.TypeFor[kernels.BlockSequencer](),
 		"GatherSumsJoiner":          reflect.TypeFor[kernels.GatherSumsJoiner](),
 		"GATMeansJoiner":            reflect.TypeFor[kernels.GATMeansJoiner](),
+		"LinearActLayerNormsJoiner": reflect.TypeFor[kernels.LinearActLayerNormsJoiner](),
 	}
-	simOnly := map[string]bool{"BlockSequencer": true, "GatherSumsJoiner": true, "GATMeansJoiner": true}
+	simOnly := map[string]bool{"BlockSequencer": true, "GatherSumsJoiner": true, "GATMeansJoiner": true, "LinearActLayerNormsJoiner": true}
 	names, embedded := kernelInterfaces(t)
 	for _, name := range names {
 		if name == "Backend" || name == "Graph" || embedded[name] {

@@ -612,10 +612,10 @@ __global__ void layernorm_fwd_f32(float* y, float* mean, float* rstd, const floa
 // split the sum), then normalises the row as
 // layernorm_fwd does (block sums of the values, then of the squared
 // deviations; biased variance), with the gain g and the shift s.
-__global__ void linear_act_ln_f32(float* y, const float* x, const float* w, const float* b, int act, const float* g,
-                                  const float* s, int64_t n, int64_t k, float eps) {
+__device__ __forceinline__ void linear_act_ln_row(float* y, const float* x, const float* w, const float* b, int act,
+                                                  const float* g, const float* s, int64_t n, int64_t k, float eps,
+                                                  const int64_t i) {
     extern __shared__ float v[];
-    const int64_t i = blockIdx.x;
     const float* xr = x + i * k;
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
         float a = 0.f;
@@ -640,6 +640,42 @@ __global__ void linear_act_ln_f32(float* y, const float* x, const float* w, cons
         if (s) o += s[j];
         yr[j] = o;
     }
+}
+__global__ void linear_act_ln_f32(float* y, const float* x, const float* w, const float* b, int act, const float* g,
+                                  const float* s, int64_t n, int64_t k, float eps) {
+    linear_act_ln_row(y, x, w, b, act, g, s, n, k, eps, blockIdx.x);
+}
+
+// LN_JOIN is the most LinearActLayerNorms one linear_act_ln_join_f32
+// launch runs (Go's lnJoin); LnArgs is one (Go's lnJoinPack: y, x, w, b,
+// g and s, then act, n, k, eps and its rows m), LnJoin the launch (the
+// count, then each one's LnArgs).
+#define LN_JOIN 4
+struct LnArgs {
+    float* y;
+    const float *x, *w, *b, *g, *s;
+    int64_t act, n, k;
+    float eps;
+    int64_t m;
+};
+struct LnJoin {
+    int64_t n;
+    LnArgs a[LN_JOIN];
+};
+
+// linear_act_ln_join_f32: up to LN_JOIN independent LinearActLayerNorms
+// (kernels.LinearActLayerNormsJoiner: a heterogeneous graph's node
+// encoders, none reading what another writes) in one launch: block b is
+// row b − (the rows before) of the one whose rows hold it, computed by
+// linear_act_ln_f32's code (linear_act_ln_row), so every output holds
+// the bits its own launch writes. The dynamic shared memory is the
+// widest's n floats.
+__global__ void linear_act_ln_join_f32(const __grid_constant__ LnJoin j) {
+    int64_t i = blockIdx.x;
+    int k = 0;
+    while (k + 1 < (int)j.n && i >= j.a[k].m) i -= j.a[k++].m;
+    const LnArgs& a = j.a[k];
+    linear_act_ln_row(a.y, a.x, a.w, a.b, (int)a.act, a.g, a.s, a.n, a.k, a.eps, i);
 }
 __global__ void layernorm_fwd_bf16(__nv_bfloat16* y, float* mean, float* rstd, const __nv_bfloat16* x,
                                    const __nv_bfloat16* w, const __nv_bfloat16* b, int64_t n, float eps) {
