@@ -565,6 +565,77 @@ func ReluHeads(x *Var, hs []ReluHead) []*Var {
 }
 
 // joinableHeads reports whether ReluHeads runs hs together on x.
+// ReluHeadGroup is heads on one input: ReluHeads' arguments.
+type ReluHeadGroup struct {
+	X     *Var
+	Heads []ReluHead
+}
+
+// ReluHeadGroups returns ReluHeads(g.X, g.Heads) for each group g: a
+// policy's action heads on one input, its pointer head on another, its
+// value head on a third. In inference (nothing recording a gradient),
+// with every input a 2-D F32 matrix on one device that is a
+// kernels.ReluHeadser taking them all, every head of every group is one
+// call (CUDA: one launch for up to 32 heads), each output a [N, out]
+// tensor of its own; otherwise it is ReluHeads per group. The values
+// agree to the products' summation order.
+func ReluHeadGroups(groups []ReluHeadGroup) [][]*Var {
+	outs := make([][]*Var, len(groups))
+	if rh, ok := joinableHeadGroups(groups); ok {
+		var calls []kernels.ReluHeadCall
+		val := func(v *Var) *tensor.Tensor {
+			if v == nil {
+				return nil
+			}
+			return contig(v.Value)
+		}
+		for _, g := range groups {
+			x := contig(g.X.Value)
+			for _, h := range g.Heads {
+				calls = append(calls, kernels.ReluHeadCall{Out: alloc(x, tensor.F32, x.Dim(0), h.W2.Shape()[0]), X: x,
+					W1: val(h.W1), B1: val(h.B1), W2: val(h.W2), B2: val(h.B2)})
+			}
+		}
+		if rh.ReluHeads(calls) {
+			for i, g := range groups {
+				outs[i] = make([]*Var, len(g.Heads))
+				for j := range g.Heads {
+					outs[i][j], calls = Const(calls[0].Out), calls[1:]
+				}
+			}
+			return outs
+		}
+	}
+	for i, g := range groups {
+		outs[i] = ReluHeads(g.X, g.Heads)
+	}
+	return outs
+}
+
+// joinableHeadGroups returns the ReluHeadser of ReluHeadGroups' heads
+// when they may run as one call: nothing recording a gradient, every
+// input 2-D F32 on one device, every head with both weights, and the
+// device's backend a ReluHeadser (which checks the shapes).
+func joinableHeadGroups(groups []ReluHeadGroup) (kernels.ReluHeadser, bool) {
+	if len(groups) == 0 {
+		return nil, false
+	}
+	dev := groups[0].X.Value.Device()
+	for _, g := range groups {
+		x := g.X.Value
+		if needsGrad(g.X) || x.Rank() != 2 || x.DType() != tensor.F32 || x.Device() != dev {
+			return nil, false
+		}
+		for _, h := range g.Heads {
+			if h.W1 == nil || h.W2 == nil || h.W2.Value.Rank() != 2 || needsGrad(h.W1, h.B1, h.W2, h.B2) {
+				return nil, false
+			}
+		}
+	}
+	rh, ok := backendOf(groups[0].X.Value).(kernels.ReluHeadser)
+	return rh, ok
+}
+
 func joinableHeads(x *Var, hs []ReluHead) bool {
 	if len(hs) < 2 || x.Value.Rank() != 2 {
 		return false

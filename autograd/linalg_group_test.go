@@ -527,3 +527,77 @@ func TestLinearSumsAct(t *testing.T) {
 	}
 	require.Panics(t, func() { LinearSumsAct(termss, scales[:1], kernels.GeluErf, res) })
 }
+
+// TestReluHeadGroups: a policy's heads on three inputs (four heads of
+// several widths on one, a pointer head of one output on another, a head
+// without biases on a third). In inference on sim they are one
+// ReluHeads join of one launch, bit for bit Linear(LinearRelu) per head
+// (the sim join runs those products); on the CPU, and with gradients,
+// they are ReluHeads per group, no join, and the gradients reach every
+// weight.
+func TestReluHeadGroups(t *testing.T) {
+	rng := tensor.NewRNG(21)
+	joins := kernels.For(tensor.Sim(0)).(interface{ Joins() int64 })
+	for _, dev := range []tensor.Device{tensor.CPU, tensor.Sim(0)} {
+		p := func(shape ...int) *Var {
+			d, err := tensor.Normal(rng, tensor.F32, 0, 1, shape...).ToDevice(dev)
+			require.NoError(t, err)
+			return Param(d)
+		}
+		head := func(in, hid, out int, bias bool) ReluHead {
+			h := ReluHead{W1: p(hid, in), W2: p(out, hid)}
+			if bias {
+				h.B1, h.B2 = p(hid), p(out)
+			}
+			return h
+		}
+		groups := []ReluHeadGroup{
+			{X: p(5, 6), Heads: []ReluHead{head(6, 4, 3, true), head(6, 4, 7, true), head(6, 4, 1, true), head(6, 4, 7, true)}},
+			{X: p(9, 8), Heads: []ReluHead{head(8, 5, 1, true)}},
+			{X: p(5, 3), Heads: []ReluHead{head(3, 4, 1, false)}},
+		}
+		var want [][]*Var
+		for _, g := range groups {
+			var w []*Var
+			for _, h := range g.Heads {
+				w = append(w, Linear(LinearRelu(g.X, h.W1, h.B1), h.W2, h.B2))
+			}
+			want = append(want, w)
+		}
+		before := joins.Joins()
+		var got [][]*Var
+		InferenceMode(func() { got = ReluHeadGroups(groups) })
+		joined := int64(1)
+		if dev.IsCPU() {
+			joined = 0
+		}
+		require.Equal(t, before+joined, joins.Joins(), "%v: joins", dev)
+		for i := range groups {
+			require.Len(t, got[i], len(groups[i].Heads))
+			for j := range got[i] {
+				require.Equal(t, []int{groups[i].X.Shape()[0], groups[i].Heads[j].W2.Shape()[0]}, got[i][j].Shape())
+				sameVars(t, "ReluHeadGroups", got[i][j], want[i][j])
+			}
+		}
+		got = ReluHeadGroups(groups)
+		require.Equal(t, before+joined, joins.Joins(), "%v: with gradients, no join", dev)
+		var loss *Var
+		for i := range got {
+			for j := range got[i] {
+				closeVars(t, "ReluHeadGroups with gradients", got[i][j], want[i][j])
+				if loss == nil {
+					loss = SumAll(got[i][j])
+				} else {
+					loss = Add(loss, SumAll(got[i][j]))
+				}
+			}
+		}
+		Backward(loss)
+		for i, g := range groups {
+			for j, h := range g.Heads {
+				require.NotNil(t, h.W1.Grad, "%v: group %d head %d W1", dev, i, j)
+				require.NotNil(t, h.W2.Grad, "%v: group %d head %d W2", dev, i, j)
+			}
+		}
+	}
+}

@@ -88,8 +88,8 @@ func TestActOnSimBitwiseCPU(t *testing.T) {
 
 // TestInferenceOnSimBitwiseCPU: captured and eager inference of a policy
 // on sim give the CPU's logits and values bitwise, one host sync per
-// forward; an eager forward joins the node types' encoders and each GAT
-// layer's types (three joins).
+// forward; an eager forward joins the node types' encoders, each GAT
+// layer's types and the heads (four joins).
 func TestInferenceOnSimBitwiseCPU(t *testing.T) {
 	dev := tensor.Sim(1)
 	cpu, sim, g, _ := devicePair(t, dev)
@@ -107,9 +107,9 @@ func TestInferenceOnSimBitwiseCPU(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, uint64(1), tensor.HostSyncs(dev)-before, "host syncs per forward (capture %v)", in.Captures())
 			if !in.Captures() {
-				// The encoders, and each GAT layer's node types, in one
-				// join each (one launch each on CUDA).
-				assert.Equal(t, int64(3), joins.Joins()-joined, "joins per eager forward")
+				// The encoders, each GAT layer's node types, and the
+				// heads, in one join each (one launch each on CUDA).
+				assert.Equal(t, int64(4), joins.Joins()-joined, "joins per eager forward")
 			}
 			require.Equal(t, w, got, "capture %v, call %d", in.Captures(), i)
 		}

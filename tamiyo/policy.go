@@ -149,8 +149,11 @@ type mlp struct {
 	fc1, fc2 *nn.Linear
 }
 
-func (m *mlp) forward(x *autograd.Var) *autograd.Var {
-	return m.fc2.Forward(m.fc1.ForwardRelu(x))
+// reluHead is m as autograd.ReluHeads and ReluHeadGroups take it (a
+// head alone there is fc1 with its ReLU, then fc2: autograd.LinearRelu,
+// then autograd.Linear).
+func (m *mlp) reluHead() autograd.ReluHead {
+	return autograd.ReluHead{W1: m.fc1.Weight, B1: m.fc1.Bias, W2: m.fc2.Weight, B2: m.fc2.Bias}
 }
 
 // Policy is Tamiyo's learned controller network (ESPER.md §Tamiyo): a
@@ -579,17 +582,22 @@ func (p *Policy) run(gt *graphTensors) *PolicyOutput {
 	slots := h[NodeSlot]
 	ctx := autograd.GatherConcat([]autograd.GatherPiece{{X: glob}, {X: slots, Edges: gt.slotMeanEdges(),
 		Unfused: func() *autograd.Var { return autograd.SegmentMean(slots, gt.slotGraph, gt.b) }}})
-	// The heads on the context run together in inference on a GPU
-	// (autograd.ReluHeads: two products for all seven).
-	ctxOut := autograd.ReluHeads(ctx, p.contextHeads())
+	// The slot pointer's input: each slot's embedding beside its graph's
+	// global one (one launch in inference on a GPU).
+	ptrIn := autograd.GatherConcat([]autograd.GatherPiece{{X: slots}, {X: glob, Edges: gt.globEdges(),
+		Unfused: func() *autograd.Var { return autograd.IndexSelect(glob, 0, gt.slotGraph) }}})
+	// Every head — the seven on the context, the pointer on ptrIn, the
+	// value on the global embedding — in one launch in inference on a
+	// GPU (autograd.ReluHeadGroups); ReluHeads per input elsewhere.
+	heads := autograd.ReluHeadGroups([]autograd.ReluHeadGroup{{X: ctx, Heads: p.contextHeads()},
+		{X: ptrIn, Heads: []autograd.ReluHead{p.heads[leyline.HeadSlot].reluHead()}}, {X: glob, Heads: []autograd.ReluHead{p.value.reluHead()}}})
+	ctxOut := heads[0]
 	for hd := range p.heads {
 		if hd != leyline.HeadSlot {
 			res.Logits[hd], ctxOut = ctxOut[0], ctxOut[1:]
 		}
 	}
-	ptrIn := autograd.GatherConcat([]autograd.GatherPiece{{X: slots}, {X: glob, Edges: gt.globEdges(),
-		Unfused: func() *autograd.Var { return autograd.IndexSelect(glob, 0, gt.slotGraph) }}})
-	scores := autograd.Reshape(p.heads[leyline.HeadSlot].forward(ptrIn), gt.n[NodeSlot])
+	scores := autograd.Reshape(heads[1][0], gt.n[NodeSlot])
 	res.SlotScores = scores
 	// The slot logits [B, maxSlots], a graph's missing slots 0. When
 	// every graph has maxSlots slots (known from the shapes alone, so a
@@ -601,7 +609,7 @@ func (p *Policy) run(gt *graphTensors) *PolicyOutput {
 		padded = autograd.IndexSelect(autograd.Concat([]*autograd.Var{scores, zero}, 0), 0, gt.slotPad)
 	}
 	res.Logits[leyline.HeadSlot] = autograd.Reshape(padded, gt.b, gt.maxSlots)
-	res.Value = autograd.Reshape(p.value.forward(glob), gt.b)
+	res.Value = autograd.Reshape(heads[2][0], gt.b)
 	return res
 }
 
@@ -686,7 +694,7 @@ func (p *Policy) contextHeads() []autograd.ReluHead {
 	var hs []autograd.ReluHead
 	for hd, h := range p.heads {
 		if hd != leyline.HeadSlot {
-			hs = append(hs, autograd.ReluHead{W1: h.fc1.Weight, B1: h.fc1.Bias, W2: h.fc2.Weight, B2: h.fc2.Bias})
+			hs = append(hs, h.reluHead())
 		}
 	}
 	return hs

@@ -1,6 +1,8 @@
 package backendtest
 
 import (
+	"math"
+
 	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/tensor"
 )
@@ -15,6 +17,7 @@ var matmulCases = []conformance{
 	optional[kernels.GradAccumulator](checkGradAccumulator, "MatMulAdd", "SumRowsAdd"),
 	optional[kernels.LinearGradAccumulator](checkLinearGradAccumulator, "LinearGradAdd"),
 	optional[kernels.LinearBackwardAdder](checkLinearBackwardAdder, "LinearBackwardAdd"),
+	optional[kernels.ReluHeadser](checkReluHeads, "ReluHeads"),
 }
 
 // product is a product's shapes: a and b as stored, dst, and the flags.
@@ -315,4 +318,95 @@ func checkLinearBackwardAdder(s *suite) {
 			}
 		}
 	}
+}
+
+// checkReluHeads: ReluHeads against the float64 definition, relu(x·w1ᵀ +
+// b1)·w2ᵀ + b2 per head: heads sharing an input (a policy's context
+// heads, outputs of several widths), a head of one output on a longer
+// input, one without biases whose rows do not fill a CUDA block's tile,
+// and one of no rows; then with a head too wide for the backend to run
+// in one launch (K + Hd = 2000 on CUDA), where a false leaves every Out
+// untouched.
+func checkReluHeads(s *suite) {
+	rh := s.b.(kernels.ReluHeadser)
+	for _, d := range s.floats("ReluHeads", tensor.F64, tensor.F32) {
+		type shape struct {
+			x     int // which input
+			hd, o int
+			bias  bool
+			n, k  int
+		}
+		x0, x0v := s.in(d, 20, 48)
+		x1, x1v := s.in(d, 33, 64)
+		x2, x2v := s.in(d, 5, 9)
+		x3, x3v := s.in(d, 0, 6)
+		x4, x4v := s.in(d, 3, 1000)
+		xs, xvs := []*T{x0, x1, x2, x3, x4}, [][]float64{x0v, x1v, x2v, x3v, x4v}
+		for _, set := range [][]shape{
+			{{0, 32, 6, true, 20, 48}, {0, 32, 13, true, 20, 48}, {0, 32, 1, true, 20, 48},
+				{1, 40, 1, true, 33, 64}, {2, 7, 3, false, 5, 9}, {3, 4, 2, true, 0, 6}},
+			{{2, 7, 3, true, 5, 9}, {4, 1000, 2, true, 3, 1000}},
+		} {
+			var calls []kernels.ReluHeadCall
+			var want [][]float64
+			var outs []*T
+			for _, h := range set {
+				c := kernels.ReluHeadCall{Out: s.out(d, h.n, h.o), X: xs[h.x]}
+				var w1v, w2v, b1v, b2v []float64
+				c.W1, w1v = s.in(d, h.hd, h.k)
+				c.W2, w2v = s.in(d, h.o, h.hd)
+				if h.bias {
+					c.B1, b1v = s.in(d, h.hd)
+					c.B2, b2v = s.in(d, h.o)
+				}
+				xv := xvs[h.x]
+				w := make([]float64, h.n*h.o)
+				for r := 0; r < h.n; r++ {
+					hid := make([]float64, h.hd)
+					for u := range hid {
+						var v float64
+						for p := 0; p < h.k; p++ {
+							v += xv[r*h.k+p] * w1v[u*h.k+p]
+						}
+						if h.bias {
+							v += b1v[u]
+						}
+						hid[u] = math.Max(v, 0)
+					}
+					for o := 0; o < h.o; o++ {
+						var v float64
+						for u, hv := range hid {
+							v += hv * w2v[o*h.hd+u]
+						}
+						if h.bias {
+							v += b2v[o]
+						}
+						w[r*h.o+o] = v
+					}
+				}
+				calls, want, outs = append(calls, c), append(want, w), append(outs, c.Out)
+			}
+			untouched := s.read(outs)
+			what := name("ReluHeads", d, "heads", len(calls))
+			var done bool
+			s.check(call{what: what, launch: func() { done = rh.ReluHeads(calls) }, writes: outs, declined: func() bool { return !done }},
+				func(got [][]float64) {
+					for k := range got {
+						if !done {
+							same(s.t, name(what, "head", k, "untouched"), got[k], untouched[k])
+							continue
+						}
+						s.close(name(what, "head", k), got[k], want[k], 64*tol(d))
+					}
+				})
+		}
+	}
+	s.panics("ReluHeads", func() { // Out is the input
+		x := s.out(tensor.F32, 2, 3)
+		w1, w2 := s.out(tensor.F32, 4, 3), s.out(tensor.F32, 3, 4)
+		rh.ReluHeads([]kernels.ReluHeadCall{{Out: x, X: x, W1: w1, W2: w2}})
+	})
+	s.panics("ReluHeads", func() { // W2 does not read the hidden units
+		rh.ReluHeads([]kernels.ReluHeadCall{{Out: s.out(tensor.F32, 2, 3), X: s.out(tensor.F32, 2, 3), W1: s.out(tensor.F32, 4, 3), W2: s.out(tensor.F32, 3, 5)}})
+	})
 }

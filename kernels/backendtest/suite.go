@@ -121,6 +121,7 @@ var optionals = []reflect.Type{
 	reflect.TypeFor[kernels.GatherSumsJoiner](),
 	reflect.TypeFor[kernels.GATMeansJoiner](),
 	reflect.TypeFor[kernels.LinearActLayerNormsJoiner](),
+	reflect.TypeFor[kernels.ReluHeadser](),
 	reflect.TypeFor[kernels.CrossEntropyCounter](),
 	reflect.TypeFor[kernels.CrossEntropyGradCounter](),
 	reflect.TypeFor[kernels.LinearCrossEntropyCounter](),

@@ -632,3 +632,61 @@ func (d *Device) GatherSums(calls []kernels.GatherSumCall) error {
 	}
 	return flush()
 }
+
+var _ kernels.ReluHeadser = (*Backend)(nil)
+
+// ReluHeads implements kernels.ReluHeadser.
+func (b *Backend) ReluHeads(calls []kernels.ReluHeadCall) bool {
+	done, err := b.d.ReluHeads(calls)
+	must(err)
+	return done
+}
+
+// ReluHeads is kernels.ReluHeadser's ReluHeads, F32: every head in
+// relu_heads_f32 launches of up to rhMax heads (a block of rhThreads
+// threads per rhRows rows of a head); false, having written nothing,
+// for another dtype or a head wider than rhMaxWidth (K + Hd).
+// Everything is checked before anything launches.
+func (d *Device) ReluHeads(calls []kernels.ReluHeadCall) (bool, error) {
+	const op = "ReluHeads"
+	dims, err := kernels.CheckReluHeads(op, calls)
+	if err := checked(err); err != nil {
+		return false, err
+	}
+	hs := make([]rhHead, 0, len(calls))
+	for i, c := range calls {
+		n, k, hd, o := dims[i][0], dims[i][1], dims[i][2], dims[i][3]
+		if c.X.DType() != tensor.F32 || k+hd > rhMaxWidth {
+			return false, nil
+		}
+		f32 := tensor.F32
+		ptrs, err := d.ptrList(fmt.Sprintf("%s: head %d", op, i), []string{"x", "w1", "b1", "w2", "b2", "out"},
+			[]*tensor.Tensor{c.X, c.W1, c.B1, c.W2, c.B2, c.Out}, []tensor.DType{f32, f32, f32, f32, f32, f32},
+			[]bool{false, false, true, false, true, false})
+		if err != nil {
+			return false, err
+		}
+		if n == 0 || o == 0 {
+			continue
+		}
+		hs = append(hs, rhHead{x: uint64(ptrs[0]), w1: uint64(ptrs[1]), b1: uint64(ptrs[2]), w2: uint64(ptrs[3]), b2: uint64(ptrs[4]),
+			out: uint64(ptrs[5]), n: int64(n), k: int64(k), hd: int64(hd), o: int64(o)})
+	}
+	if len(hs) == 0 {
+		return true, nil
+	}
+	fn, err := d.kernel("relu_heads_f32")
+	if err != nil {
+		return false, err
+	}
+	release := d.enter()
+	defer release()
+	var w [rhWords]uint64
+	for start := 0; start < len(hs); start += rhMax {
+		blocks, shared := rhPack(&w, hs[start:min(len(hs), start+rhMax)])
+		if err := launchStructShared(fn, [3]int{int(blocks), 1, 1}, [3]int{rhThreads, 1, 1}, int(shared), d.stream, w[:]); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}

@@ -308,3 +308,44 @@ func gsumJoinPack(w *[gsumJoinWords]uint64, gs []gsumCall) int64 {
 	}
 	return end
 }
+
+// rhMax is RH_MAX, the most heads one relu_heads_f32 launch runs, and
+// rhRows RH_ROWS, the rows a block takes; rhHeadWords and rhWords are
+// the sizes of struct RhHead and struct RhArgs in 8-byte words;
+// rhThreads is a block's threads (the kernel's launch bound), and
+// rhMaxWidth the most K + Hd a head may have: its rows' inputs and
+// hidden units in 48 KiB of shared memory.
+const (
+	rhMax       = 32
+	rhRows      = 8
+	rhHeadWords = 10
+	rhWords     = 1 + rhMax + rhMax*rhHeadWords
+	rhThreads   = 256
+	rhMaxWidth  = (48 << 10) / (4 * rhRows)
+)
+
+// rhHead is one head of a relu_heads_f32 launch: x, w1, b1, w2, b2 and
+// out's addresses (b1, b2 0: none), n rows, k inputs, hd hidden units
+// and o outputs.
+type rhHead struct {
+	x, w1, b1, w2, b2, out uint64
+	n, k, hd, o            int64
+}
+
+// rhPack writes struct RhArgs into w for hs (1 to rhMax heads, each of
+// at least one row) and returns the launch's blocks (every head's row
+// tiles) and a block's dynamic shared memory in bytes (the widest
+// head's rhRows·(k + hd) floats); unused slots are zeroed.
+func rhPack(w *[rhWords]uint64, hs []rhHead) (blocks, shared int64) {
+	*w = [rhWords]uint64{}
+	w[0] = uint64(len(hs))
+	for i, h := range hs {
+		blocks += (h.n + rhRows - 1) / rhRows
+		w[1+i] = uint64(blocks)
+		o := 1 + rhMax + i*rhHeadWords
+		w[o], w[o+1], w[o+2], w[o+3], w[o+4], w[o+5] = h.x, h.w1, h.b1, h.w2, h.b2, h.out
+		w[o+6], w[o+7], w[o+8], w[o+9] = uint64(h.n), uint64(h.k), uint64(h.hd), uint64(h.o)
+		shared = max(shared, 4*rhRows*(h.k+h.hd))
+	}
+	return blocks, shared
+}

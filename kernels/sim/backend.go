@@ -30,7 +30,7 @@ type Backend struct {
 	last atomic.Int32 // index of the sim device of the latest op
 	seq  atomic.Int32 // block sequences on (BeginSequence)
 	// joins counts the joined calls run (GatherSums, GATMeansAct,
-	// LinearActLayerNorms).
+	// LinearActLayerNorms, ReluHeads).
 	joins atomic.Int64
 }
 
@@ -161,8 +161,29 @@ func (b *Backend) LinearActLayerNorms(calls []kernels.LinearActLNCall) bool {
 	return true
 }
 
+var _ kernels.ReluHeadser = (*Backend)(nil)
+
+// ReluHeads implements kernels.ReluHeadser, a device-only join: the heads
+// are checked together, as a device checks them, then each runs as its
+// products on sim (kernels.ReluHeadsOps), and the join is counted
+// (Joins). It takes every call, so it reports true.
+func (b *Backend) ReluHeads(calls []kernels.ReluHeadCall) bool {
+	var ts []*tensor.Tensor
+	for _, c := range calls {
+		ts = append(ts, c.Out, c.X, c.W1, c.B1, c.W2, c.B2)
+	}
+	b.check("ReluHeads", nil, [][]*tensor.Tensor{ts})
+	if _, err := kernels.CheckReluHeads("ReluHeads", calls); err != nil {
+		panic(fmt.Sprintf("kernels/sim: %v", err))
+	}
+	kernels.ReluHeadsOps(b, calls)
+	b.joins.Add(1)
+	return true
+}
+
 // Joins counts the joined calls (GatherSums, GATMeansAct,
-// LinearActLayerNorms) run so far: for tests of code that joins them.
+// LinearActLayerNorms, ReluHeads) run so far: for tests of code that
+// joins them.
 func (b *Backend) Joins() int64 { return b.joins.Load() }
 
 // SetMatmulPrecision implements kernels.Backend (the CPU computes fp32

@@ -116,8 +116,9 @@ func TestMixedDevicesPanic(t *testing.T) {
 // is), and for each, sim implements it if and only if the CPU does —
 // but for the device-only ones (simOnly), which sim implements and the
 // CPU does not: kernels.BlockSequencer and the joins (GatherSumsJoiner,
-// GATMeansJoiner, LinearActLayerNormsJoiner), whose use sim checks as a
-// device would, while a CPU launch is a call with nothing to join.
+// GATMeansJoiner, LinearActLayerNormsJoiner, ReluHeadser), whose use sim
+// checks as a device would, while a CPU launch is a call with nothing to
+// join.
 func TestOptionalInterfacesMatchCPU(t *testing.T) {
 	optional := map[string]reflect.Type{
 		"ConvAffineActer":           reflect.TypeFor[kernels.ConvAffineActer](),
@@ -157,8 +158,10 @@ func TestOptionalInterfacesMatchCPU(t *testing.T) {
 		"GatherSumsJoiner":          reflect.TypeFor[kernels.GatherSumsJoiner](),
 		"GATMeansJoiner":            reflect.TypeFor[kernels.GATMeansJoiner](),
 		"LinearActLayerNormsJoiner": reflect.TypeFor[kernels.LinearActLayerNormsJoiner](),
+		"ReluHeadser":               reflect.TypeFor[kernels.ReluHeadser](),
 	}
-	simOnly := map[string]bool{"BlockSequencer": true, "GatherSumsJoiner": true, "GATMeansJoiner": true, "LinearActLayerNormsJoiner": true}
+	simOnly := map[string]bool{"BlockSequencer": true, "GatherSumsJoiner": true, "GATMeansJoiner": true, "LinearActLayerNormsJoiner": true,
+		"ReluHeadser": true}
 	names, embedded := kernelInterfaces(t)
 	for _, name := range names {
 		if name == "Backend" || name == "Graph" || embedded[name] {

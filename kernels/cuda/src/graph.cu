@@ -520,4 +520,83 @@ __global__ void gather_sum_join_f32(const __grid_constant__ GatherSumJoin j) {
     }
 }
 
+// RH_MAX is the most heads one relu_heads_f32 launch runs (Go's
+// rhMax), RH_ROWS the rows a block takes (Go's rhRows). RhHead is one
+// head (Go's rhPack, word for word: x, w1, b1, w2, b2 and out, then n
+// rows, k inputs, hd hidden units and o outputs), RhArgs the launch: the
+// head count, then tileEnd[h], the end of head h's row tiles along the
+// grid — head h's are [tileEnd[h−1], tileEnd[h]), from 0 — then the
+// heads.
+#define RH_MAX 32
+#define RH_ROWS 8
+struct RhHead {
+    const float *x, *w1, *b1, *w2, *b2;
+    float* out;
+    int64_t n, k, hd, o;
+};
+struct RhArgs {
+    int64_t nheads;
+    int64_t tileEnd[RH_MAX];
+    RhHead h[RH_MAX];
+};
+
+// rh_layer is one layer of a relu_heads_f32 block: for every unit u of
+// units (warp w takes units w, w + warps, …), the sums Σ_p in[r·width +
+// p]·w[u·width + p] for the block's RH_ROWS rows (lanes striding over p,
+// fma in order, then a warp butterfly: the order is fixed), plus the
+// bias b[u] (b null: none), through ReLU when relu (unary_f's: NaN
+// kept), stored by lane 0 for the rows < rows at dst[r·ld + u].
+__device__ __forceinline__ void rh_layer(const float* in, const float* w, const float* b, int64_t width,
+                                         int64_t units, bool relu, int rows, float* dst, int64_t ld) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    for (int64_t u = warp; u < units; u += warps) {
+        float acc[RH_ROWS];
+#pragma unroll
+        for (int r = 0; r < RH_ROWS; r++) acc[r] = 0.f;
+        const float* wr = w + u * width;
+        for (int64_t p = lane; p < width; p += 32) {
+            const float wv = wr[p];
+#pragma unroll
+            for (int r = 0; r < RH_ROWS; r++) acc[r] = fmaf(in[r * width + p], wv, acc[r]);
+        }
+#pragma unroll
+        for (int r = 0; r < RH_ROWS; r++) {
+            float v = warp_sum(acc[r]);
+            if (lane == 0 && r < rows) {
+                if (b) v += b[u];
+                dst[r * ld + u] = relu ? unary_f(U_RELU, v) : v;
+            }
+        }
+    }
+}
+
+// relu_heads_f32: small two-layer heads (kernels.ReluHeadser), out =
+// relu(x·w1ᵀ + b1)·w2ᵀ + b2 for x [n, k], w1 [hd, k], w2 [o, hd] (b1, b2
+// optional), every head of a launch together: block b takes rows t·
+// RH_ROWS, … of the head whose tiles hold it (t its tile within the
+// head), copies them into dynamic shared memory (zeros past the head's
+// rows), computes their hidden units into shared memory (rh_layer with
+// ReLU), then their outputs. Dynamic shared memory: RH_ROWS·(k + hd)
+// floats of the widest head.
+__global__ void __launch_bounds__(256) relu_heads_f32(const __grid_constant__ RhArgs a) {
+    extern __shared__ float sh[];
+    int64_t t = blockIdx.x;
+    int c = 0;
+    while (c + 1 < (int)a.nheads && t >= a.tileEnd[c]) c++;
+    if (c > 0) t -= a.tileEnd[c - 1];
+    const RhHead& q = a.h[c];
+    const int64_t r0 = t * RH_ROWS;
+    const int rows = (int)min((int64_t)RH_ROWS, q.n - r0);
+    float* xs = sh;
+    float* hs = sh + RH_ROWS * q.k;
+    for (int64_t e = threadIdx.x; e < RH_ROWS * q.k; e += blockDim.x) {
+        const int64_t r = e / q.k;
+        xs[e] = r < rows ? q.x[(r0 + r) * q.k + e % q.k] : 0.f;
+    }
+    __syncthreads();  // the rows are in
+    rh_layer(xs, q.w1, q.b1, q.k, q.hd, true, RH_ROWS, hs, q.hd);
+    __syncthreads();  // every hidden unit is in
+    rh_layer(hs, q.w2, q.b2, q.hd, q.o, false, rows, q.out + r0 * q.o, q.o);
+}
+
 }  // extern "C"

@@ -1,0 +1,167 @@
+package cuda
+
+import (
+	"math"
+	"math/rand"
+	"testing"
+)
+
+// warpSumEmu is warp_sum (src/graph.cu): a butterfly over 32 lanes'
+// values, lane 0's total.
+func warpSumEmu(v [32]float32) float32 {
+	for o := 16; o > 0; o >>= 1 {
+		var n [32]float32
+		for i := range v {
+			n[i] = v[i] + v[i^o]
+		}
+		v = n
+	}
+	return v[0]
+}
+
+// rhLayerEmu is rh_layer for one block: in [rhRows, width] rows, units
+// outputs a row, stored for the rows < rows at dst[r·ld + u].
+func rhLayerEmu(in, w, b []float32, width, units int64, relu bool, rows int, dst []float32, ld int64) {
+	for u := int64(0); u < units; u++ {
+		var acc [rhRows][32]float32
+		for lane := int64(0); lane < 32; lane++ {
+			for p := lane; p < width; p += 32 {
+				wv := w[u*width+p]
+				for r := 0; r < rhRows; r++ {
+					acc[r][lane] = fma32(in[int64(r)*width+p], wv, acc[r][lane])
+				}
+			}
+		}
+		for r := 0; r < rows; r++ {
+			v := warpSumEmu(acc[r])
+			if b != nil {
+				v += b[u]
+			}
+			if relu && !(v > 0 || v != v) {
+				v = 0
+			}
+			dst[int64(r)*ld+u] = v
+		}
+	}
+}
+
+// rhRunEmu is relu_heads_f32 in Go over the launch rhPack describes:
+// every block routed to its head and tile as the kernel routes it.
+func rhRunEmu(w *[rhWords]uint64, blocks int64, m gatherMem) {
+	n := int(w[0])
+	for b := int64(0); b < blocks; b++ {
+		t, c := b, 0
+		for c+1 < n && t >= int64(w[1+c]) {
+			c++
+		}
+		if c > 0 {
+			t -= int64(w[c])
+		}
+		q := w[1+rhMax+c*rhHeadWords:]
+		x, w1, b1, w2, b2, out := m.f[q[0]], m.f[q[1]], m.f[q[2]], m.f[q[3]], m.f[q[4]], m.f[q[5]]
+		rn, k, hd, o := int64(q[6]), int64(q[7]), int64(q[8]), int64(q[9])
+		r0 := t * rhRows
+		rows := int(min(rhRows, rn-r0))
+		xs := make([]float32, rhRows*k)
+		for e := range xs {
+			if r := int64(e) / k; r < int64(rows) {
+				xs[e] = x[(r0+r)*k+int64(e)%k]
+			}
+		}
+		hs := make([]float32, rhRows*hd)
+		for e := range hs {
+			hs[e] = float32(math.NaN()) // rows past the head's are never stored
+		}
+		rhLayerEmu(xs, w1, b1, k, hd, true, rhRows, hs, hd)
+		rhLayerEmu(hs, w2, b2, hd, o, false, rows, out[r0*o:], o)
+	}
+}
+
+// TestReluHeadsKernelInGo: relu_heads_f32, transcribed and run over
+// rhPack's launch, writes every head's relu(x·w1ᵀ + b1)·w2ᵀ + b2 as the
+// float64 definition says — the policy's seven context heads on one
+// input, its slot head on another (192 rows, one output), its value
+// head, and a head without biases whose rows do not fill a tile — each
+// output once; the parameter block has the size the PTX declares. It
+// runs without a GPU.
+func TestReluHeadsKernelInGo(t *testing.T) {
+	if n, ok := ptxStructParam(readPTX(t, "graph.ptx"), "relu_heads_f32"); !ok || n != 8*rhWords {
+		t.Fatalf("relu_heads_f32: the PTX's parameter is %d bytes (found %v), the Go block %d", n, ok, 8*rhWords)
+	}
+	rng := rand.New(rand.NewSource(31))
+	m := gatherMem{f: map[uint64][]float32{}, i: map[uint64][]int64{}}
+	next := uint64(0x1000)
+	put := func(f []float32) uint64 { next += 0x1000; m.f[next] = f; return next }
+	randF := func(n int, s float64) []float32 {
+		f := make([]float32, n)
+		for e := range f {
+			f[e] = float32(s * rng.NormFloat64())
+		}
+		return f
+	}
+	type head struct {
+		x              uint64
+		n, k, hd, o    int
+		bias           bool
+		w1, b1, w2, b2 []float32
+	}
+	ctx, ptr, glob := randF(64*256, 1), randF(192*256, 1), randF(64*128, 1)
+	var heads []head
+	for _, o := range []int{6, 13, 5, 5, 5, 3, 3} {
+		heads = append(heads, head{x: put(ctx), n: 64, k: 256, hd: 128, o: o, bias: true})
+	}
+	heads = append(heads, head{x: put(ptr), n: 192, k: 256, hd: 128, o: 1, bias: true}, head{x: put(glob), n: 64, k: 128, hd: 128, o: 1, bias: true},
+		head{x: put(randF(13*40, 1)), n: 13, k: 40, hd: 70, o: 9})
+	xs := map[uint64][]float32{}
+	var hs []rhHead
+	for i := range heads {
+		h := &heads[i]
+		xs[h.x] = m.f[h.x]
+		h.w1, h.w2 = randF(h.hd*h.k, 1/math.Sqrt(float64(h.k))), randF(h.o*h.hd, 1/math.Sqrt(float64(h.hd)))
+		r := rhHead{x: h.x, w1: put(h.w1), w2: put(h.w2), n: int64(h.n), k: int64(h.k), hd: int64(h.hd), o: int64(h.o)}
+		if h.bias {
+			h.b1, h.b2 = randF(h.hd, 0.5), randF(h.o, 0.5)
+			r.b1, r.b2 = put(h.b1), put(h.b2)
+		}
+		out := make([]float32, h.n*h.o)
+		for e := range out {
+			out[e] = float32(math.NaN())
+		}
+		r.out = put(out)
+		hs = append(hs, r)
+	}
+	var w [rhWords]uint64
+	blocks, shared := rhPack(&w, hs)
+	if want := int64(7*8 + 24 + 8 + 2); blocks != want || shared != 4*rhRows*(256+128) {
+		t.Fatalf("%d blocks with %d bytes of shared memory, want %d and %d", blocks, shared, want, 4*rhRows*(256+128))
+	}
+	rhRunEmu(&w, blocks, m)
+	for i, h := range heads {
+		x, out := xs[h.x], m.f[hs[i].out]
+		for r := 0; r < h.n; r++ {
+			hid := make([]float64, h.hd)
+			for u := range hid {
+				var v float64
+				for p := 0; p < h.k; p++ {
+					v += float64(x[r*h.k+p]) * float64(h.w1[u*h.k+p])
+				}
+				if h.bias {
+					v += float64(h.b1[u])
+				}
+				hid[u] = math.Max(v, 0)
+			}
+			for o := 0; o < h.o; o++ {
+				var v float64
+				for u, hv := range hid {
+					v += hv * float64(h.w2[o*h.hd+u])
+				}
+				if h.bias {
+					v += float64(h.b2[o])
+				}
+				if got := float64(out[r*h.o+o]); !(math.Abs(got-v) <= 1e-4*(1+math.Abs(v))) {
+					t.Fatalf("head %d row %d output %d: %v, want %v", i, r, o, got, v)
+				}
+			}
+		}
+	}
+}
