@@ -252,21 +252,22 @@ func LinearActLayerNorms(calls []LinearActLayerNormCall) []*Var {
 }
 
 // joinableLayerNorms returns the joiner of LinearActLayerNorms' calls
-// when they may be joined: two or more, nothing recording a gradient,
-// each x and w 2-D with x F32, all on one device whose backend joins.
+// when they may be joined: two or more, no autocast, nothing recording
+// a gradient, each x and w 2-D, every operand F32 on one device whose
+// backend joins.
 func joinableLayerNorms(calls []LinearActLayerNormCall) (kernels.LinearActLayerNormsJoiner, bool) {
-	if len(calls) < 2 {
+	if len(calls) < 2 || AutocastDType() != tensor.Invalid {
 		return nil, false
 	}
-	var dev tensor.Device
-	for i, c := range calls {
-		if needsGrad(c.X, c.W, c.B, c.G, c.S) || c.X.Value.Rank() != 2 || c.W.Value.Rank() != 2 || c.X.Value.DType() != tensor.F32 {
+	dev := calls[0].X.Value.Device()
+	for _, c := range calls {
+		if needsGrad(c.X, c.W, c.B, c.G, c.S) || c.X.Value.Rank() != 2 || c.W.Value.Rank() != 2 {
 			return nil, false
 		}
-		if d := c.X.Value.Device(); i == 0 {
-			dev = d
-		} else if d != dev {
-			return nil, false
+		for _, v := range []*Var{c.X, c.W, c.B, c.G, c.S} {
+			if v != nil && (v.Value.DType() != tensor.F32 || v.Value.Device() != dev) {
+				return nil, false
+			}
 		}
 	}
 	lj, ok := backendOf(calls[0].X.Value).(kernels.LinearActLayerNormsJoiner)

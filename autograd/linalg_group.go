@@ -613,21 +613,30 @@ func ReluHeadGroups(groups []ReluHeadGroup) [][]*Var {
 }
 
 // joinableHeadGroups returns the ReluHeadser of ReluHeadGroups' heads
-// when they may run as one call: nothing recording a gradient, every
-// input 2-D F32 on one device, every head with both weights, and the
-// device's backend a ReluHeadser (which checks the shapes).
+// when they may run as one call: no autocast, nothing recording a
+// gradient, every input 2-D, every operand F32 on one device, every
+// head with both weights, and the device's backend a ReluHeadser (which
+// checks the shapes).
 func joinableHeadGroups(groups []ReluHeadGroup) (kernels.ReluHeadser, bool) {
-	if len(groups) == 0 {
-		return nil, false
+	if len(groups) == 0 || AutocastDType() != tensor.Invalid {
+		return nil, false // under autocast the products' dtype is autocast's
 	}
 	dev := groups[0].X.Value.Device()
+	f32 := func(vs ...*Var) bool {
+		for _, v := range vs {
+			if v != nil && (v.Value.DType() != tensor.F32 || v.Value.Device() != dev) {
+				return false
+			}
+		}
+		return true
+	}
 	for _, g := range groups {
 		x := g.X.Value
-		if needsGrad(g.X) || x.Rank() != 2 || x.DType() != tensor.F32 || x.Device() != dev {
+		if needsGrad(g.X) || x.Rank() != 2 || !f32(g.X) {
 			return nil, false
 		}
 		for _, h := range g.Heads {
-			if h.W1 == nil || h.W2 == nil || h.W2.Value.Rank() != 2 || needsGrad(h.W1, h.B1, h.W2, h.B2) {
+			if h.W1 == nil || h.W2 == nil || h.W2.Value.Rank() != 2 || needsGrad(h.W1, h.B1, h.W2, h.B2) || !f32(h.W1, h.B1, h.W2, h.B2) {
 				return nil, false
 			}
 		}

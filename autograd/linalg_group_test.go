@@ -579,6 +579,17 @@ func TestReluHeadGroups(t *testing.T) {
 				sameVars(t, "ReluHeadGroups", got[i][j], want[i][j])
 			}
 		}
+		// Under autocast, and with an F64 head beside F32 inputs, no join:
+		// ReluHeads per group, whose products take the dtypes as they come.
+		InferenceMode(func() { Autocast(tensor.BF16, func() { got = ReluHeadGroups(groups) }) })
+		require.Equal(t, before+joined, joins.Joins(), "%v: under autocast, no join", dev)
+		require.Equal(t, tensor.BF16, got[0][0].Value.DType())
+		w64, err := tensor.Normal(rng, tensor.F64, 0, 1, 4, 3).ToDevice(dev)
+		require.NoError(t, err)
+		mixed := []ReluHeadGroup{groups[0], {X: groups[2].X, Heads: []ReluHead{{W1: Const(w64), W2: groups[2].Heads[0].W2}}}}
+		InferenceMode(func() { got = ReluHeadGroups(mixed) })
+		require.Equal(t, before+joined, joins.Joins(), "%v: an F64 weight, no join", dev)
+
 		got = ReluHeadGroups(groups)
 		require.Equal(t, before+joined, joins.Joins(), "%v: with gradients, no join", dev)
 		var loss *Var

@@ -298,6 +298,17 @@ func checkGATMeans(s *suite) {
 		b.Out, b.Res = s.out(tensor.F32, ml.nd, ml.c), a.Out
 		gj.GATMeansAct([]kernels.GATMeanCall{a, b})
 	})
+	// A relation of the second mean that does not fit its heads: nothing
+	// is written, the first mean's output included.
+	o := s.gatOps(tensor.F32, 0)
+	ml := multiLayouts[0]
+	a := kernels.GATMeanCall{Out: s.out(tensor.F32, ml.nd, ml.c), Hs: o[0], Hd: o[1], Attr: o[2], We: o[3], AttSrc: o[4], AttDst: o[5],
+		AttEdge: o[6], Bias: o[7], Src: o[8], RowPtr: o[9], Order: o[10], Heads: ml.heads, Slope: slope, Act: kernels.Relu}
+	b := a
+	b.Out, b.Heads = s.out(tensor.F32, ml.nd, ml.c), ml.heads+1
+	untouched := s.read([]*T{a.Out})
+	s.panics("GATMeansAct", func() { gj.GATMeansAct([]kernels.GATMeanCall{a, b}) })
+	same(s.t, "GATMeansAct: the first mean's output after the second's refusal", s.read([]*T{a.Out})[0], untouched[0])
 }
 
 // checkGraphMulti holds GATMean to GATMeanOps and GatherConcat to

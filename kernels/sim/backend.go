@@ -115,9 +115,10 @@ func (b *Backend) GatherSums(calls []kernels.GatherSumCall) {
 var _ kernels.GATMeansJoiner = (*Backend)(nil)
 
 // GATMeansAct implements kernels.GATMeansJoiner, a device-only join: the
-// calls are checked together, as a device checks them, then each runs
-// as its own GATMeanAct — the bits CUDA's joined launch writes — and the
-// join is counted (Joins).
+// calls and every relation of them are checked together, as a device
+// checks them before it launches, then each runs as its own GATMeanAct —
+// the bits CUDA's joined launch writes — and the join is counted
+// (Joins).
 func (b *Backend) GATMeansAct(calls []kernels.GATMeanCall) {
 	var ts []*tensor.Tensor
 	for _, c := range calls {
@@ -127,8 +128,20 @@ func (b *Backend) GATMeansAct(calls []kernels.GATMeanCall) {
 		}
 	}
 	b.check("GATMeansAct", nil, [][]*tensor.Tensor{ts})
-	if _, err := kernels.CheckGATMeans("GATMeansAct", calls); err != nil {
+	rels, err := kernels.CheckGATMeans("GATMeansAct", calls)
+	if err != nil {
 		panic(fmt.Sprintf("kernels/sim: %v", err))
+	}
+	// Every relation of every call checked before any runs, as a
+	// device checks them before it launches.
+	for k, c := range calls {
+		alpha := 1 / float64(rels[k])
+		for i := range rels[k] {
+			if _, err := kernels.CheckGATAggregate(fmt.Sprintf("GATMeansAct: call %d relation %d", k, i), c.Out, c.Hs[i], c.Hd[i], c.Attr[i], c.We[i],
+				c.AttSrc[i], c.AttDst[i], c.AttEdge[i], c.Bias[i], c.Src[i], c.RowPtr[i], c.Order[i], c.Heads, c.Slope, alpha); err != nil {
+				panic(fmt.Sprintf("kernels/sim: %v", err))
+			}
+		}
 	}
 	for _, c := range calls {
 		b.GATMeanAct(c.Out, c.Hs, c.Hd, c.Attr, c.We, c.AttSrc, c.AttDst, c.AttEdge, c.Bias, c.Src, c.RowPtr, c.Order, c.Heads, c.Slope, c.Act, c.Res)
