@@ -148,31 +148,68 @@ func (d *Device) enterQuiet() (release func()) {
 }
 
 // loadModules loads every embedded PTX module and indexes its kernels by
-// name (kernel names are unique across modules).
+// name (kernel names are unique across modules). The driver compiles
+// each module for the GPU at hand when it loads it (13.7 s in all, one
+// after another, on a fresh H200, where its JIT cache is empty), so the
+// modules load concurrently, each on a thread of its own with the
+// device's context current: the load takes about its largest module's
+// compile. The kernels are indexed in module order whatever the order
+// the loads finish in, and the first failing module (in that order) is
+// the error.
 func (d *Device) loadModules() error {
 	names, err := fs.Glob(ptxFiles, "ptx/*.ptx")
 	if err != nil {
 		return err
 	}
 	sort.Strings(names)
-	for _, name := range names {
-		src, err := ptxFiles.ReadFile(name)
-		if err != nil {
-			return err
-		}
-		mod, err := cu.LoadData(string(src))
-		if err != nil {
-			return fmt.Errorf("cuda: loading %s: %w", name, err)
-		}
-		for _, k := range kernelNames(string(src)) {
-			fn, err := mod.Function(k)
+	type loaded struct {
+		kernels []string
+		fns     []cu.Function
+		err     error
+	}
+	out := make([]loaded, len(names))
+	var wg sync.WaitGroup
+	for i, name := range names {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			l := &out[i]
+			src, err := ptxFiles.ReadFile(name)
+			if err == nil {
+				err = cu.SetCurrentContext(d.ctx)
+			}
 			if err != nil {
-				return fmt.Errorf("cuda: kernel %s in %s: %w", k, name, err)
+				l.err = fmt.Errorf("cuda: loading %s: %w", name, err)
+				return
 			}
+			mod, err := cu.LoadData(string(src))
+			if err != nil {
+				l.err = fmt.Errorf("cuda: loading %s: %w", name, err)
+				return
+			}
+			l.kernels = kernelNames(string(src))
+			for _, k := range l.kernels {
+				fn, err := mod.Function(k)
+				if err != nil {
+					l.err = fmt.Errorf("cuda: kernel %s in %s: %w", k, name, err)
+					return
+				}
+				l.fns = append(l.fns, fn)
+			}
+		}()
+	}
+	wg.Wait()
+	for i, l := range out {
+		if l.err != nil {
+			return l.err
+		}
+		for j, k := range l.kernels {
 			if _, dup := d.fns[k]; dup {
-				return fmt.Errorf("cuda: kernel %s defined twice (second in %s)", k, name)
+				return fmt.Errorf("cuda: kernel %s defined twice (second in %s)", k, names[i])
 			}
-			d.fns[k] = fn
+			d.fns[k] = l.fns[j]
 		}
 	}
 	return nil
