@@ -68,10 +68,15 @@ func Run(dev tensor.Device, workload string, c bench.Config, stdout, stderr io.W
 			return err
 		}
 	}
+	opened := time.Now()
 	be, err := device.OpenDevice(dev)
 	if err != nil {
 		return err
 	}
+	// On a machine's first start the driver compiles the kernels for its
+	// GPU (kernels/cuda loads the modules concurrently); later processes
+	// read its cache.
+	fmt.Fprintf(stderr, "opened %v in %.1f s\n", dev, time.Since(opened).Seconds())
 	g := &gpuBench{dev: dev, be: be, c: c, set: c.Set, stdout: stdout, stderr: stderr}
 	if err := g.interfaces(ids); err != nil {
 		return err

@@ -89,9 +89,15 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	opened := time.Now()
 	be, err := device.Open(c.device)
 	if err != nil {
 		return err
+	}
+	if dev.Kind == tensor.KindCUDA {
+		// The driver compiles the kernels for the GPU on a machine's
+		// first start: say how long the wait was.
+		fmt.Fprintf(stderr, "esper: opened %v in %.1f s\n", dev, time.Since(opened).Seconds())
 	}
 	if c.prec, err = resolvePrecision(dev, be, c.amp, c.tf32, c.tf32Set); err != nil {
 		return err
