@@ -166,6 +166,20 @@ func (c *Captured) Launches() int {
 	return c.last.graph.Len()
 }
 
+// ReplayLast replays the most recently used graph once more, on its
+// inputs as they stand (nothing is copied into them), overwriting the
+// outputs Run last returned: a benchmark's way to time the device's
+// share of a step, without the host's. An error when no graph has run
+// yet (the warm-up, or a step that fell back to eager execution).
+func (c *Captured) ReplayLast() error {
+	if c.last == nil || c.last.graph == nil {
+		return errors.New("autograd: ReplayLast: no captured graph has run yet")
+	}
+	c.last.graph.Replay()
+	c.replays++
+	return nil
+}
+
 // Inputs returns the static input buffers of the most recently used
 // graph, in the order of Run's inputs, or nil when there is none yet
 // (before the call that captures it, or when that capture fell back to

@@ -141,3 +141,32 @@ func TestCaptureParallelReplayAllocs(t *testing.T) {
 	allocs = testing.AllocsPerRun(20, func() { _, _ = cf.Run(in...) })
 	require.Zero(t, allocs, "fused batch norm and pool")
 }
+
+// TestReplayLast: before any graph has run ReplayLast is an error (also
+// after the eager warm-up alone); after a replay it runs the graph once
+// more on its inputs as they stand — nothing copied in — and counts a
+// replay.
+func TestReplayLast(t *testing.T) {
+	w := autograd.Param(tensor.FromSlice([]float32{2}, 1))
+	c := autograd.Capture(func(in []*tensor.Tensor) []*tensor.Tensor {
+		var y *autograd.Var
+		autograd.InferenceMode(func() { y = autograd.MulScalar(autograd.Mul(autograd.Const(in[0]), w), 1) })
+		return []*tensor.Tensor{y.Value}
+	}, autograd.CaptureOptions{})
+	require.Error(t, c.ReplayLast(), "nothing has run")
+	x := tensor.FromSlice([]float32{3}, 1)
+	_, err := c.Run(x) // the warm-up, eager
+	require.NoError(t, err)
+	require.Error(t, c.ReplayLast(), "the warm-up ran no graph")
+	out, err := c.Run(x) // captured, then replayed
+	require.NoError(t, err)
+	require.Equal(t, []float32{6}, out[0].F32())
+	before := c.Stats().Replays
+	// The graph reads its static input buffer: what the caller's x holds
+	// now is not copied in.
+	x.F32()[0] = 5
+	w.Value.F32()[0] = 4
+	require.NoError(t, c.ReplayLast())
+	require.Equal(t, []float32{12}, out[0].F32(), "the replay read its own input (3) and the new weight (4)")
+	require.Equal(t, before+1, c.Stats().Replays)
+}

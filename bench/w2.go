@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/esper-go/esper/kasmina"
+	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/tamiyo"
 	"github.com/esper-go/esper/tensor"
@@ -81,6 +82,12 @@ type W2ModeResult struct {
 	// GraphNodes is the captured forward's launch count (CUDA graph
 	// nodes on CUDA; 0 in the eager mode).
 	GraphNodes int `json:"graph_nodes,omitempty"`
+	// DeviceUsPerForward is the device's time per captured forward
+	// replayed back to back with nothing read (tamiyo's
+	// Inference.ReplayLast, timed by the backend's events): the
+	// forward's share of Latency that is the GPU's. 0 where the backend
+	// has no event timers (the CPU, sim) and in the eager mode.
+	DeviceUsPerForward float64 `json:"device_us_per_forward,omitempty"`
 	// MaxAbsDiffVsEager is the largest difference of a logit or value
 	// from the eager fp32 forward's (W2ModeCapturedTF32 only: the
 	// captured fp32 forward must equal it, CapturedMatchesEager).
@@ -393,6 +400,11 @@ func RunW2(o W2Options) (W2Result, map[int]*tamiyo.Graph, error) {
 				r.Fallback = fallback.Error()
 			}
 			r.GraphNodes = in.GraphNodes()
+			if et, ok := kernels.For(o.Device).(kernels.EventTimers); ok && mode != W2ModeEager && in.Captures() && fallback == nil {
+				if r.DeviceUsPerForward, err = deviceUsPerReplay(et, in, w2DeviceReplays); err != nil {
+					return W2Result{}, nil, fmt.Errorf("bench: W2 batch %d %s, timing the device: %w", b, mode, err)
+				}
+			}
 			res.Results = append(res.Results, r)
 		}
 	}
@@ -433,4 +445,34 @@ func logitsMaxDiff(a, b *tamiyo.Logits) float64 {
 	}
 	diff(a.Values, b.Values)
 	return d
+}
+
+// w2DeviceReplays is how many replays deviceUsPerReplay times together.
+const w2DeviceReplays = 50
+
+// deviceUsPerReplay times n replays of in's latest captured forward,
+// enqueued back to back, with one of the backend's event timers, and
+// returns the device's microseconds per replay (after one replay that is
+// not timed).
+func deviceUsPerReplay(et kernels.EventTimers, in *tamiyo.Inference, n int) (float64, error) {
+	tm, err := et.NewEventTimer()
+	if err != nil {
+		return 0, err
+	}
+	defer tm.Close()
+	if err := in.ReplayLast(); err != nil {
+		return 0, err
+	}
+	d, err := tm.Time(func() error {
+		for range n {
+			if err := in.ReplayLast(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return float64(d.Microseconds()) / float64(n), nil
 }

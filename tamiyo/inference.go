@@ -191,6 +191,19 @@ func (in *Inference) forward(g *Graph) (lg *Logits, err error) {
 	return readLogitsJoined(g, [leyline.NumActionHeads]*tensor.Tensor(outs[:leyline.NumActionHeads]), outs[leyline.NumActionHeads], joined)
 }
 
+// ReplayLast runs the device work of the latest forward again — its
+// captured graph, on the inputs it was given — and reads nothing back:
+// for timing the device's share of a forward (esper bench W2 on a GPU).
+// The logits the latest Forward returned are untouched; its device
+// outputs are overwritten with the same values. An error without a
+// captured forward to replay.
+func (in *Inference) ReplayLast() error {
+	if in.captured == nil {
+		return errors.New("tamiyo: ReplayLast: this Inference does not capture")
+	}
+	return in.captured.ReplayLast()
+}
+
 // Act runs Forward and chooses one action per environment exactly as
 // Policy.Act does (same masks, floors, canonicalisation and sampling).
 func (in *Inference) Act(g *Graph, masks []leyline.ActionMasks, opt ActOptions) (*ActResult, error) {

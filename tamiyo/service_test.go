@@ -407,3 +407,32 @@ func TestServiceIsAController(t *testing.T) {
 	}
 	assert.False(t, errors.Is(nil, ErrInferenceTimeout))
 }
+
+// TestInferenceReplayLast: ReplayLast is an error for an Inference that
+// does not capture, and before its first replay; after one it runs the
+// latest forward's graph again (a replay counted), leaving the logits
+// Forward returned as they were and the next forward's the same.
+func TestInferenceReplayLast(t *testing.T) {
+	p := mustPolicy(t, smallOptions(tensor.F32))
+	eager, err := NewInference(p, InferenceOptions{NoCapture: true})
+	require.NoError(t, err)
+	require.Error(t, eager.ReplayLast())
+	capt, err := NewInference(p, InferenceOptions{})
+	require.NoError(t, err)
+	require.Error(t, capt.ReplayLast(), "no forward yet")
+	g := mustGraph(t, testInput(t, 3, 1))
+	var got *Logits
+	for range 3 { // the warm-up, the capture, a replay
+		got, err = capt.Forward(g)
+		require.NoError(t, err)
+	}
+	want, err := eager.Forward(g)
+	require.NoError(t, err)
+	replays := capt.Stats().Replays
+	require.NoError(t, capt.ReplayLast())
+	require.Equal(t, replays+1, capt.Stats().Replays)
+	require.Equal(t, want, got, "the logits the latest Forward returned")
+	again, err := capt.Forward(g)
+	require.NoError(t, err)
+	require.Equal(t, want, again)
+}
