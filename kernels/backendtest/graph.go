@@ -256,9 +256,8 @@ func (s *suite) gatOps(d tensor.DType, li int) [][]*T {
 // of more relations than a launch takes and ones alone, then five means
 // of one block size, more than one CUDA launch joins.
 func checkGATMeans(s *suite) {
-	gm, ok := s.b.(kernels.GraphMultiAggregator)
+	gm, ok := prerequisite[kernels.GraphMultiAggregator](s, "GATMeansJoiner")
 	if !ok {
-		s.t.Errorf("%s: GATMeansJoiner without GraphMultiAggregator", s.b.Name())
 		return
 	}
 	gj := s.b.(kernels.GATMeansJoiner)
@@ -316,9 +315,8 @@ func checkGATMeans(s *suite) {
 // same arithmetic in fewer launches); checkGraphAggregate holds those to
 // the float64 definition.
 func checkGraphMulti(s *suite) {
-	ga, ok := s.b.(kernels.GraphAggregator)
+	ga, ok := prerequisite[kernels.GraphAggregator](s, "GraphMultiAggregator")
 	if !ok {
-		s.t.Errorf("%s: GraphMultiAggregator without GraphAggregator", s.b.Name())
 		return
 	}
 	gm := s.b.(kernels.GraphMultiAggregator)
@@ -501,9 +499,8 @@ func gatherSumCase(s *suite, d tensor.DType, li int) (kernels.GatherSumCall, []f
 // (one of them of more terms than a CUDA launch takes) and then the
 // first two again, more calls than one CUDA launch joins.
 func checkGatherSums(s *suite) {
-	gs, ok := s.b.(kernels.GatherSummer)
+	gs, ok := prerequisite[kernels.GatherSummer](s, "GatherSumsJoiner")
 	if !ok {
-		s.t.Errorf("%s: GatherSumsJoiner without GatherSummer", s.b.Name())
 		return
 	}
 	gj := s.b.(kernels.GatherSumsJoiner)

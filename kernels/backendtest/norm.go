@@ -587,9 +587,8 @@ func checkLinearActLayerNorm(s *suite) {
 // outputs on CUDA), false and every output untouched, or, where each
 // call is fused alone, true and the same bits.
 func checkLinearActLayerNorms(s *suite) {
-	la, ok := s.b.(kernels.LinearActLayerNormer)
+	la, ok := prerequisite[kernels.LinearActLayerNormer](s, "LinearActLayerNormsJoiner")
 	if !ok {
-		s.t.Errorf("%s: LinearActLayerNormsJoiner without LinearActLayerNormer", s.b.Name())
 		return
 	}
 	lj := s.b.(kernels.LinearActLayerNormsJoiner)

@@ -482,3 +482,14 @@ func name(parts ...any) string {
 	}
 	return strings.Join(s, " ")
 }
+
+// prerequisite returns the backend as T, an interface that the check of
+// another one, named by what, compares with, or fails the check: a
+// backend that has the one must have T.
+func prerequisite[T any](s *suite, what string) (T, bool) {
+	b, ok := s.b.(T)
+	if !ok {
+		s.t.Errorf("%s: %s without %s", s.b.Name(), what, reflect.TypeFor[T]().Name())
+	}
+	return b, ok
+}

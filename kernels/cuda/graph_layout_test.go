@@ -71,6 +71,28 @@ type gatherMem struct {
 	i map[uint64][]int64
 }
 
+// gatherAlloc hands out a gatherMem's fake addresses, 4 KiB apart.
+type gatherAlloc struct {
+	gatherMem
+	next uint64
+}
+
+func newGatherAlloc() *gatherAlloc {
+	return &gatherAlloc{gatherMem: gatherMem{f: map[uint64][]float32{}, i: map[uint64][]int64{}}, next: 0x1000}
+}
+
+func (a *gatherAlloc) putF(f []float32) uint64 { a.next += 0x1000; a.f[a.next] = f; return a.next }
+func (a *gatherAlloc) putI(i []int64) uint64   { a.next += 0x1000; a.i[a.next] = i; return a.next }
+
+// normals32 returns n draws of N(0, s²) from rng.
+func normals32(rng *rand.Rand, n int, s float64) []float32 {
+	f := make([]float32, n)
+	for e := range f {
+		f[e] = float32(s * rng.NormFloat64())
+	}
+	return f
+}
+
 // csrWithoutNode1 draws up to e edges from ns sources into every one of
 // nd nodes but node 1 (left without edges) and returns their sources and
 // CSR (kernels.BuildCSR's row pointers and order).
@@ -427,17 +449,9 @@ func gsumJoinRun(w *[gsumJoinWords]uint64, m gatherMem, act func(code int64, v f
 // nothing else. It runs without a GPU.
 func TestGatherSumJoinEqualsItsSums(t *testing.T) {
 	rng := rand.New(rand.NewSource(17))
-	m := gatherMem{f: map[uint64][]float32{}, i: map[uint64][]int64{}}
-	next := uint64(0x1000)
-	putF := func(f []float32) uint64 { next += 0x1000; m.f[next] = f; return next }
-	putI := func(i []int64) uint64 { next += 0x1000; m.i[next] = i; return next }
-	randF := func(n int) []float32 {
-		f := make([]float32, n)
-		for e := range f {
-			f[e] = float32(rng.NormFloat64())
-		}
-		return f
-	}
+	a := newGatherAlloc()
+	m, putF, putI := a.gatherMem, a.putF, a.putI
+	randF := func(n int) []float32 { return normals32(rng, n, 1) }
 	gelu := func(code int64, v float32) float32 { return v * float32(0.5*(1+math.Erf(float64(v)/math.Sqrt2))) }
 	shapes := []struct{ nd, c, gathered, own, biases int }{{4, 3, 2, 1, 1}, {7, 5, 3, 2, 2}, {1, 8, 1, 0, 0}, {3, 2, 0, 0, 0}}
 	var gs []gsumCall
@@ -505,17 +519,9 @@ func TestGatherSumJoinEqualsItsSums(t *testing.T) {
 func TestGatherSumPlanDrivesTheKernel(t *testing.T) {
 	rng := rand.New(rand.NewSource(5))
 	const nd, c = 6, 5
-	m := gatherMem{f: map[uint64][]float32{}, i: map[uint64][]int64{}}
-	next := uint64(0x1000)
-	putF := func(f []float32) uint64 { next += 0x1000; m.f[next] = f; return next }
-	putI := func(i []int64) uint64 { next += 0x1000; m.i[next] = i; return next }
-	randF := func(n int) []float32 {
-		f := make([]float32, n)
-		for e := range f {
-			f[e] = float32(rng.NormFloat64())
-		}
-		return f
-	}
+	a := newGatherAlloc()
+	m, putF, putI := a.gatherMem, a.putF, a.putI
+	randF := func(n int) []float32 { return normals32(rng, n, 1) }
 	want := make([]float64, nd*c)
 	var terms []gsumTerm
 	for k := 0; k < gsumMax+5; k++ {

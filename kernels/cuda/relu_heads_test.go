@@ -89,16 +89,9 @@ func TestReluHeadsKernelInGo(t *testing.T) {
 		t.Fatalf("relu_heads_f32: the PTX's parameter is %d bytes (found %v), the Go block %d", n, ok, 8*rhWords)
 	}
 	rng := rand.New(rand.NewSource(31))
-	m := gatherMem{f: map[uint64][]float32{}, i: map[uint64][]int64{}}
-	next := uint64(0x1000)
-	put := func(f []float32) uint64 { next += 0x1000; m.f[next] = f; return next }
-	randF := func(n int, s float64) []float32 {
-		f := make([]float32, n)
-		for e := range f {
-			f[e] = float32(s * rng.NormFloat64())
-		}
-		return f
-	}
+	a := newGatherAlloc()
+	m, put := a.gatherMem, a.putF
+	randF := func(n int, s float64) []float32 { return normals32(rng, n, s) }
 	type head struct {
 		x              uint64
 		n, k, hd, o    int

@@ -102,14 +102,11 @@ func (b *Backend) GatherSums(calls []kernels.GatherSumCall) {
 	for _, c := range calls {
 		ts = append(append(append(append(append(append(ts, c.Out, c.Res), c.Xs...), c.Src...), c.RowPtr...), c.Order...), c.Biases...)
 	}
-	b.check("GatherSums", nil, [][]*tensor.Tensor{ts})
-	if _, err := kernels.CheckGatherSums("GatherSums", calls); err != nil {
-		panic(fmt.Sprintf("kernels/sim: %v", err))
-	}
-	for _, c := range calls {
-		b.GatherSum(c.Out, c.Xs, c.Src, c.RowPtr, c.Order, c.Biases, c.Scale, c.Act, c.Res)
-	}
-	b.joins.Add(1)
+	b.join("GatherSums", ts, func() error { _, err := kernels.CheckGatherSums("GatherSums", calls); return err }, func() {
+		for _, c := range calls {
+			b.GatherSum(c.Out, c.Xs, c.Src, c.RowPtr, c.Order, c.Biases, c.Scale, c.Act, c.Res)
+		}
+	})
 }
 
 var _ kernels.GATMeansJoiner = (*Backend)(nil)
@@ -127,26 +124,22 @@ func (b *Backend) GATMeansAct(calls []kernels.GATMeanCall) {
 			ts = append(ts, l...)
 		}
 	}
-	b.check("GATMeansAct", nil, [][]*tensor.Tensor{ts})
-	rels, err := kernels.CheckGATMeans("GATMeansAct", calls)
-	if err != nil {
-		panic(fmt.Sprintf("kernels/sim: %v", err))
-	}
-	// Every relation of every call checked before any runs, as a
-	// device checks them before it launches.
-	for k, c := range calls {
-		alpha := 1 / float64(rels[k])
-		for i := range rels[k] {
-			if _, err := kernels.CheckGATAggregate(fmt.Sprintf("GATMeansAct: call %d relation %d", k, i), c.Out, c.Hs[i], c.Hd[i], c.Attr[i], c.We[i],
-				c.AttSrc[i], c.AttDst[i], c.AttEdge[i], c.Bias[i], c.Src[i], c.RowPtr[i], c.Order[i], c.Heads, c.Slope, alpha); err != nil {
-				panic(fmt.Sprintf("kernels/sim: %v", err))
+	b.join("GATMeansAct", ts, func() error {
+		rels, err := kernels.CheckGATMeans("GATMeansAct", calls)
+		// Every relation of every call checked before any runs, as a
+		// device checks them before it launches.
+		for k, c := range calls {
+			for i := 0; err == nil && i < rels[k]; i++ {
+				_, err = kernels.CheckGATAggregate(fmt.Sprintf("GATMeansAct: call %d relation %d", k, i), c.Out, c.Hs[i], c.Hd[i], c.Attr[i], c.We[i],
+					c.AttSrc[i], c.AttDst[i], c.AttEdge[i], c.Bias[i], c.Src[i], c.RowPtr[i], c.Order[i], c.Heads, c.Slope, 1/float64(rels[k]))
 			}
 		}
-	}
-	for _, c := range calls {
-		b.GATMeanAct(c.Out, c.Hs, c.Hd, c.Attr, c.We, c.AttSrc, c.AttDst, c.AttEdge, c.Bias, c.Src, c.RowPtr, c.Order, c.Heads, c.Slope, c.Act, c.Res)
-	}
-	b.joins.Add(1)
+		return err
+	}, func() {
+		for _, c := range calls {
+			b.GATMeanAct(c.Out, c.Hs, c.Hd, c.Attr, c.We, c.AttSrc, c.AttDst, c.AttEdge, c.Bias, c.Src, c.RowPtr, c.Order, c.Heads, c.Slope, c.Act, c.Res)
+		}
+	})
 }
 
 var _ kernels.LinearActLayerNormsJoiner = (*Backend)(nil)
@@ -161,16 +154,13 @@ func (b *Backend) LinearActLayerNorms(calls []kernels.LinearActLNCall) bool {
 	for _, c := range calls {
 		ts = append(ts, c.Y, c.X, c.W, c.B, c.G, c.S)
 	}
-	b.check("LinearActLayerNorms", nil, [][]*tensor.Tensor{ts})
-	if _, err := kernels.CheckLinearActLayerNorms("LinearActLayerNorms", calls); err != nil {
-		panic(fmt.Sprintf("kernels/sim: %v", err))
-	}
-	for i, c := range calls {
-		if !b.LinearActLayerNorm(c.Y, c.X, c.W, c.B, c.Act, c.G, c.S, c.Eps) {
-			panic(fmt.Sprintf("kernels/sim: LinearActLayerNorms: call %d refused by the CPU", i))
+	b.join("LinearActLayerNorms", ts, func() error { _, err := kernels.CheckLinearActLayerNorms("LinearActLayerNorms", calls); return err }, func() {
+		for i, c := range calls {
+			if !b.LinearActLayerNorm(c.Y, c.X, c.W, c.B, c.Act, c.G, c.S, c.Eps) {
+				panic(fmt.Sprintf("kernels/sim: LinearActLayerNorms: call %d refused by the CPU", i))
+			}
 		}
-	}
-	b.joins.Add(1)
+	})
 	return true
 }
 
@@ -185,13 +175,22 @@ func (b *Backend) ReluHeads(calls []kernels.ReluHeadCall) bool {
 	for _, c := range calls {
 		ts = append(ts, c.Out, c.X, c.W1, c.B1, c.W2, c.B2)
 	}
-	b.check("ReluHeads", nil, [][]*tensor.Tensor{ts})
-	if _, err := kernels.CheckReluHeads("ReluHeads", calls); err != nil {
+	b.join("ReluHeads", ts, func() error { _, err := kernels.CheckReluHeads("ReluHeads", calls); return err }, func() { kernels.ReluHeadsOps(b, calls) })
+	return true
+}
+
+// join runs a device-only join as sim does: every tensor of it (ts) on
+// one sim device, the whole join checked (check) before anything runs,
+// as a device checks it before it launches — a failure panics, as a
+// refused launch does — then run, which runs the calls one by one (the
+// bits the device's joined launch writes), and the join counted.
+func (b *Backend) join(op string, ts []*tensor.Tensor, check func() error, run func()) {
+	b.check(op, nil, [][]*tensor.Tensor{ts})
+	if err := check(); err != nil {
 		panic(fmt.Sprintf("kernels/sim: %v", err))
 	}
-	kernels.ReluHeadsOps(b, calls)
+	run()
 	b.joins.Add(1)
-	return true
 }
 
 // Joins counts the joined calls (GatherSums, GATMeansAct,
