@@ -258,3 +258,74 @@ func ExampleLinearActLayerNorm() {
 	// Output:
 	// [2 3] -1.225 0.000 1.225
 }
+
+// A policy's heads on three inputs — two action heads on a context, a
+// pointer head on the slots, a value head — each relu(x·W1ᵀ + B1)·W2ᵀ
+// + B2. On a GPU in inference every head of every group is one launch;
+// elsewhere each group is ReluHeads.
+func ExampleReluHeadGroups() {
+	c := func(v []float32, shape ...int) *autograd.Var { return autograd.Const(tensor.FromSlice(v, shape...)) }
+	id := c([]float32{1, 0, 0, 1}, 2, 2)
+	head := func(w2 []float32, out int) autograd.ReluHead {
+		return autograd.ReluHead{W1: id, W2: c(w2, out, 2)}
+	}
+	ctx := c([]float32{1, -1}, 1, 2)         // one environment
+	slots := c([]float32{2, 3, -1, 4}, 2, 2) // its two slots
+	glob := c([]float32{0.5, 0.5}, 1, 2)
+	var outs [][]*autograd.Var
+	autograd.InferenceMode(func() {
+		outs = autograd.ReluHeadGroups([]autograd.ReluHeadGroup{
+			{X: ctx, Heads: []autograd.ReluHead{head([]float32{1, 1}, 1), head([]float32{1, 0, 0, 1}, 2)}},
+			{X: slots, Heads: []autograd.ReluHead{head([]float32{1, -1}, 1)}},
+			{X: glob, Heads: []autograd.ReluHead{head([]float32{2, 2}, 1)}},
+		})
+	})
+	fmt.Println(outs[0][0].Value.F32(), outs[0][1].Value.F32(), outs[1][0].Value.F32(), outs[2][0].Value.F32())
+	// Output:
+	// [1] [1 0] [-1 -4] [2]
+}
+
+// A heterogeneous graph's node encoders, one per node type, each a
+// linear layer, its activation and a layer norm over each row. On a GPU
+// in inference the three are one launch; the values are each
+// LinearActLayerNorm's.
+func ExampleLinearActLayerNorms() {
+	c := func(v []float32, shape ...int) *autograd.Var { return autograd.Const(tensor.FromSlice(v, shape...)) }
+	w := c([]float32{1, 0, 0, 1, 1, 1}, 3, 2)
+	var ys []*autograd.Var
+	autograd.InferenceMode(func() {
+		ys = autograd.LinearActLayerNorms([]autograd.LinearActLayerNormCall{
+			{X: c([]float32{1, 2}, 1, 2), W: w, Act: kernels.Relu, Eps: 1e-5},
+			{X: c([]float32{3, 4, 0, 0}, 2, 2), W: w, Act: kernels.Relu, Eps: 1e-5},
+		})
+	})
+	for _, y := range ys {
+		v := y.Value.F32()
+		fmt.Printf("%v %.3f %.3f %.3f\n", y.Shape(), v[0], v[1], v[2])
+	}
+	// Output:
+	// [1 3] -1.225 0.000 1.225
+	// [2 3] -0.981 -0.392 1.373
+}
+
+// A captured step's device work run again, with nothing copied in: a
+// benchmark times the device's share of a step this way.
+func ExampleCaptured_ReplayLast() {
+	w := autograd.Param(tensor.FromSlice([]float32{2}, 1))
+	step := autograd.Capture(func(in []*tensor.Tensor) []*tensor.Tensor {
+		var y *autograd.Var
+		autograd.InferenceMode(func() { y = autograd.Mul(autograd.Const(in[0]), w) })
+		return []*tensor.Tensor{y.Value}
+	}, autograd.CaptureOptions{})
+	x := tensor.FromSlice([]float32{3}, 1)
+	fmt.Println(step.ReplayLast() != nil) // nothing captured yet
+	var out []*tensor.Tensor
+	for range 2 { // the warm-up, then the capture and its replay
+		out, _ = step.Run(x)
+	}
+	w.Value.F32()[0] = 4 // the graph reads the weight where it lies
+	fmt.Println(step.ReplayLast(), out[0].F32())
+	// Output:
+	// true
+	// <nil> [12]
+}
