@@ -153,57 +153,52 @@ func (d *Device) enterQuiet() (release func()) {
 // after another, on a fresh H200, where its JIT cache is empty), so the
 // modules load concurrently, each on a thread of its own with the
 // device's context current: the load takes about its largest module's
-// compile. The kernels are indexed in module order whatever the order
-// the loads finish in, and the first failing module (in that order) is
-// the error.
+// compile. The smallest module loads first, alone, so that the driver
+// has its JIT compiler loaded before the concurrent loads ask for it
+// (loading it from several threads at once has been reported to fail);
+// a module whose concurrent load fails is loaded again on its own, and
+// only that failure is an error. The kernels are indexed in module
+// order whatever the order the loads finish in; the first failing
+// module, in that order, is the error.
 func (d *Device) loadModules() error {
 	names, err := fs.Glob(ptxFiles, "ptx/*.ptx")
 	if err != nil {
 		return err
 	}
 	sort.Strings(names)
-	type loaded struct {
-		kernels []string
-		fns     []cu.Function
-		err     error
-	}
-	out := make([]loaded, len(names))
-	var wg sync.WaitGroup
+	srcs := make([]string, len(names))
+	first := 0
 	for i, name := range names {
+		b, err := ptxFiles.ReadFile(name)
+		if err != nil {
+			return err
+		}
+		srcs[i] = string(b)
+		if len(srcs[i]) < len(srcs[first]) {
+			first = i
+		}
+	}
+	out := make([]loadedModule, len(names))
+	if out[first] = d.loadModule(names[first], srcs[first]); out[first].err != nil {
+		return out[first].err
+	}
+	var wg sync.WaitGroup
+	for i := range names {
+		if i == first {
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
-			l := &out[i]
-			src, err := ptxFiles.ReadFile(name)
-			if err == nil {
-				err = cu.SetCurrentContext(d.ctx)
-			}
-			if err != nil {
-				l.err = fmt.Errorf("cuda: loading %s: %w", name, err)
-				return
-			}
-			mod, err := cu.LoadData(string(src))
-			if err != nil {
-				l.err = fmt.Errorf("cuda: loading %s: %w", name, err)
-				return
-			}
-			l.kernels = kernelNames(string(src))
-			for _, k := range l.kernels {
-				fn, err := mod.Function(k)
-				if err != nil {
-					l.err = fmt.Errorf("cuda: kernel %s in %s: %w", k, name, err)
-					return
-				}
-				l.fns = append(l.fns, fn)
-			}
+			out[i] = d.loadModule(names[i], srcs[i])
 		}()
 	}
 	wg.Wait()
 	for i, l := range out {
 		if l.err != nil {
-			return l.err
+			if l = d.loadModule(names[i], srcs[i]); l.err != nil { // on its own
+				return l.err
+			}
 		}
 		for j, k := range l.kernels {
 			if _, dup := d.fns[k]; dup {
@@ -213,6 +208,39 @@ func (d *Device) loadModules() error {
 		}
 	}
 	return nil
+}
+
+// loadedModule is a loaded PTX module's kernels, or why it did not load.
+type loadedModule struct {
+	kernels []string
+	fns     []cu.Function
+	err     error
+}
+
+// loadModule loads the PTX src (module name) on the calling goroutine's
+// thread, with the device's context made current there, and looks its
+// kernels up.
+func (d *Device) loadModule(name, src string) (l loadedModule) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := cu.SetCurrentContext(d.ctx); err != nil {
+		l.err = fmt.Errorf("cuda: loading %s: %w", name, err)
+		return l
+	}
+	mod, err := cu.LoadData(src)
+	if err != nil {
+		l.err = fmt.Errorf("cuda: loading %s: %w", name, err)
+		return l
+	}
+	l.kernels = kernelNames(src)
+	for _, k := range l.kernels {
+		fn, err := mod.Function(k)
+		if err != nil {
+			return loadedModule{err: fmt.Errorf("cuda: kernel %s in %s: %w", k, name, err)}
+		}
+		l.fns = append(l.fns, fn)
+	}
+	return l
 }
 
 // kernelNames lists the entry points (".entry name(") of a PTX module.
