@@ -170,10 +170,17 @@ func (c *Captured) Launches() int {
 // inputs as they stand (nothing is copied into them), overwriting the
 // outputs Run last returned: a benchmark's way to time the device's
 // share of a step, without the host's. An error when no graph has run
-// yet (the warm-up, or a step that fell back to eager execution).
+// yet (the warm-up, or a step that fell back to eager execution), or
+// when the parameter version (CaptureOptions.Version) changed since it
+// ran.
 func (c *Captured) ReplayLast() error {
 	if c.last == nil || c.last.graph == nil {
 		return errors.New("autograd: ReplayLast: no captured graph has run yet")
+	}
+	if v := c.version(); v != c.last.sig.version {
+		// The parameters moved (Version changed): the graph would read
+		// where they were.
+		return fmt.Errorf("autograd: ReplayLast: the parameter version changed (%d → %d) since the graph last ran", c.last.sig.version, v)
 	}
 	c.last.graph.Replay()
 	c.replays++

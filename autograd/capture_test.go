@@ -145,7 +145,7 @@ func TestCaptureParallelReplayAllocs(t *testing.T) {
 // TestReplayLast: before any graph has run ReplayLast is an error (also
 // after the eager warm-up alone); after a replay it runs the graph once
 // more on its inputs as they stand — nothing copied in — and counts a
-// replay.
+// replay; once the parameter version has changed it is an error.
 func TestReplayLast(t *testing.T) {
 	w := autograd.Param(tensor.FromSlice([]float32{2}, 1))
 	c := autograd.Capture(func(in []*tensor.Tensor) []*tensor.Tensor {
@@ -169,4 +169,19 @@ func TestReplayLast(t *testing.T) {
 	require.NoError(t, c.ReplayLast())
 	require.Equal(t, []float32{12}, out[0].F32(), "the replay read its own input (3) and the new weight (4)")
 	require.Equal(t, before+1, c.Stats().Replays)
+
+	// A parameter version that moved since the graph ran: no replay.
+	version := uint64(1)
+	v := autograd.Capture(func(in []*tensor.Tensor) []*tensor.Tensor {
+		var y *autograd.Var
+		autograd.InferenceMode(func() { y = autograd.Mul(autograd.Const(in[0]), w) })
+		return []*tensor.Tensor{y.Value}
+	}, autograd.CaptureOptions{Version: func() uint64 { return version }})
+	for range 2 {
+		_, err := v.Run(x)
+		require.NoError(t, err)
+	}
+	require.NoError(t, v.ReplayLast())
+	version = 2
+	require.ErrorContains(t, v.ReplayLast(), "parameter version")
 }

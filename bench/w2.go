@@ -474,5 +474,5 @@ func deviceUsPerReplay(et kernels.EventTimers, in *tamiyo.Inference, n int) (flo
 	if err != nil {
 		return 0, err
 	}
-	return float64(d.Microseconds()) / float64(n), nil
+	return d.Seconds() * 1e6 / float64(n), nil
 }

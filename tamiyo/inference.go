@@ -201,7 +201,13 @@ func (in *Inference) ReplayLast() error {
 	if in.captured == nil {
 		return errors.New("tamiyo: ReplayLast: this Inference does not capture")
 	}
-	return in.captured.ReplayLast()
+	if err := in.captured.ReplayLast(); err != nil {
+		return fmt.Errorf("tamiyo: %w", err)
+	}
+	// The replay reads the kept buffers again: the next forward's copies
+	// into them wait for it as for the forward.
+	in.staged.up.releaseLast()
+	return nil
 }
 
 // Act runs Forward and chooses one action per environment exactly as

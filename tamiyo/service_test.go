@@ -14,6 +14,7 @@ import (
 
 	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/leyline"
+	"github.com/esper-go/esper/optim"
 	"github.com/esper-go/esper/tensor"
 )
 
@@ -411,7 +412,8 @@ func TestServiceIsAController(t *testing.T) {
 // TestInferenceReplayLast: ReplayLast is an error for an Inference that
 // does not capture, and before its first replay; after one it runs the
 // latest forward's graph again (a replay counted), leaving the logits
-// Forward returned as they were and the next forward's the same.
+// Forward returned as they were and the next forward's the same; once
+// the parameters have moved it is an error.
 func TestInferenceReplayLast(t *testing.T) {
 	p := mustPolicy(t, smallOptions(tensor.F32))
 	eager, err := NewInference(p, InferenceOptions{NoCapture: true})
@@ -435,4 +437,10 @@ func TestInferenceReplayLast(t *testing.T) {
 	again, err := capt.Forward(g)
 	require.NoError(t, err)
 	require.Equal(t, want, again)
+
+	// An optimizer's arena moves the parameters: the graph would read
+	// where they were, so ReplayLast refuses until a forward recaptures.
+	_, err = optim.NewSGD(p.Parameters(), optim.SGDOptions{LR: 0.1})
+	require.NoError(t, err)
+	require.ErrorContains(t, capt.ReplayLast(), "parameter version")
 }

@@ -71,6 +71,9 @@ type pinnedUpload struct {
 	dev  tensor.Device
 	pin  *devicePin // dev's (pinFor), once looked up
 	used []*tensor.Tensor
+	// last are the kept buffers the latest forward used, released again
+	// after a replay of its graph (releaseLast).
+	last []*tensor.Tensor
 }
 
 // devPin returns u.dev's devicePin.
@@ -162,22 +165,40 @@ func (u *pinnedUpload) use(buf *tensor.Tensor) {
 }
 
 // release marks the work enqueued so far as the last reader of every
-// kept buffer the forward used (where the device has a Stager).
+// kept buffer the forward used (where the device has a Stager), and
+// keeps their list for releaseLast.
 func (u *pinnedUpload) release() {
-	if u == nil || len(u.used) == 0 {
+	if u == nil {
 		return
 	}
-	defer func() {
-		clear(u.used)
-		u.used = u.used[:0]
-	}()
+	clear(u.last)
+	u.used, u.last = u.last[:0], u.used
+	u.mark(u.last)
+}
+
+// releaseLast marks the work enqueued so far as the last reader of the
+// kept buffers the latest forward used: after Inference.ReplayLast has
+// queued its graph again, so that the next forward's copies into them
+// wait for the replay too.
+func (u *pinnedUpload) releaseLast() {
+	if u != nil {
+		u.mark(u.last)
+	}
+}
+
+// mark records the work enqueued so far as the last reader of bufs on
+// the device's Stager, if it has one.
+func (u *pinnedUpload) mark(bufs []*tensor.Tensor) {
+	if len(bufs) == 0 {
+		return
+	}
 	p := u.devPin()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.st == nil || p.failed {
 		return
 	}
-	for _, b := range u.used {
+	for _, b := range bufs {
 		if err := p.st.Release(b); err != nil {
 			p.failed = true // copy synchronously from now on
 			return

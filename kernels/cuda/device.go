@@ -41,17 +41,20 @@ type Device struct {
 	mu  sync.Mutex
 	fns map[string]cu.Function
 
-	alloc     *Allocator
-	zero      cu.DevicePtr // zeroBytes of zeros, never written: ZeroMany's source
-	counters  cu.DevicePtr // tailCounters int32 zeros: the per-node or per-channel counters of a launch that finishes its own reduction (gat_mean_f32, batch norm's partials), left zeroed by each launch
-	blas      *blasHandle  // cuBLAS, created on first use (under mu)
-	capturing bool         // a stream capture is running (under mu)
-	mt        mtCache      // multi-tensor tables (multi_tensor.go)
-	seqMu     sync.Mutex   // a leaf: nothing is locked under it
-	seq       seqState     // the block sequence (sequence.go; under seqMu)
-	seqFn     cu.Function  // block_seq_f32
-	seqOn     atomic.Bool  // a block sequence is on (seq.depth > 0)
-	seqHeld   atomic.Bool  // steps are held back (seq not empty)
+	alloc    *Allocator
+	zero     cu.DevicePtr // zeroBytes of zeros, never written: ZeroMany's source
+	counters cu.DevicePtr // tailCounters int32 zeros: the per-node or per-channel counters of a launch that finishes its own reduction (gat_mean_f32, batch norm's partials), left zeroed by each launch
+	// joins counts the joined launches (gather_sum_join_f32,
+	// gat_mean_join_f32, linear_act_ln_join_f32, relu_heads_f32): Joins.
+	joins     atomic.Int64
+	blas      *blasHandle // cuBLAS, created on first use (under mu)
+	capturing bool        // a stream capture is running (under mu)
+	mt        mtCache     // multi-tensor tables (multi_tensor.go)
+	seqMu     sync.Mutex  // a leaf: nothing is locked under it
+	seq       seqState    // the block sequence (sequence.go; under seqMu)
+	seqFn     cu.Function // block_seq_f32
+	seqOn     atomic.Bool // a block sequence is on (seq.depth > 0)
+	seqHeld   atomic.Bool // steps are held back (seq not empty)
 }
 
 // Open initialises CUDA device ordinal: retains its primary context,
@@ -111,6 +114,13 @@ func Open(ordinal int) (*Device, error) {
 	tensor.RegisterDeviceMemory(tensor.KindCUDA, memory{d})
 	return d, nil
 }
+
+// Joins is the number of joined launches made so far: launches of
+// gather_sum_join_f32, gat_mean_join_f32, linear_act_ln_join_f32 and
+// relu_heads_f32, each running several calls' work (GatherSums,
+// GATMeansAct, LinearActLayerNorms, ReluHeads). Tests of code that joins
+// calls count them with it.
+func (d *Device) Joins() int64 { return d.joins.Load() }
 
 // DeviceCount is the number of CUDA devices the driver sees.
 func DeviceCount() (int, error) {

@@ -396,6 +396,7 @@ func (d *Device) gatJoinLaunch(op string, gs []gatCall) error {
 	defer release()
 	var w [gatJoinWords]uint64
 	gx, gy := gatJoinPack(&w, ps)
+	d.joins.Add(1)
 	return launchStructShared(fn, [3]int{gx, gy, 1}, [3]int{gs[0].thread, 1, 1}, shared, d.stream, w[:])
 }
 
@@ -614,6 +615,7 @@ func (d *Device) GatherSums(calls []kernels.GatherSumCall) error {
 		}
 		n := gsumJoinPack(&w, parts)
 		blocks := min((n+blockSize-1)/blockSize, int64(d.sms)*8)
+		d.joins.Add(1)
 		return launchStruct(join, [3]int{int(blocks), 1, 1}, [3]int{blockSize, 1, 1}, d.stream, w[:])
 	}
 	for _, g := range gs {
@@ -684,6 +686,7 @@ func (d *Device) ReluHeads(calls []kernels.ReluHeadCall) (bool, error) {
 	var w [rhWords]uint64
 	for start := 0; start < len(hs); start += rhMax {
 		blocks, shared := rhPack(&w, hs[start:min(len(hs), start+rhMax)])
+		d.joins.Add(1)
 		if err := launchStructShared(fn, [3]int{int(blocks), 1, 1}, [3]int{rhThreads, 1, 1}, int(shared), d.stream, w[:]); err != nil {
 			return false, err
 		}

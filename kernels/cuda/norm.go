@@ -129,6 +129,7 @@ func (d *Device) LinearActLayerNorms(calls []kernels.LinearActLNCall) (bool, err
 	for start := 0; start < len(ls); start += lnJoin {
 		rows, widest := lnJoinPack(&w, ls[start:min(len(ls), start+lnJoin)])
 		_, block, shmem := linearActLNGeom(int(rows), int(widest))
+		d.joins.Add(1)
 		if err := launchStructShared(fn, [3]int{int(rows), 1, 1}, [3]int{block, 1, 1}, shmem, d.stream, w[:]); err != nil {
 			return false, err
 		}

@@ -17,8 +17,9 @@ import (
 // accumulating the node type's mean over row-strided projections, SAGE
 // products added in place, Concat in one launch — gives the logits and
 // values of the CPU's policy with the same weights, captured and eager,
-// at batch 1 and 64. It logs the captured forward's graph nodes and
-// bounds them (the joins of the node types and heads taken).
+// at batch 1 and 64; an eager forward makes its six joined launches
+// (Device.Joins), and the captured forward's graph nodes are logged and
+// bounded.
 func TestPolicyInferenceOnCUDA(t *testing.T) {
 	for _, n := range []int{1, 64} {
 		g, err := bench.W2Graph(n)
@@ -63,6 +64,18 @@ func TestPolicyInferenceOnCUDA(t *testing.T) {
 				t.Fatal(err)
 			}
 			var got *tamiyo.Logits
+			if noCapture {
+				// An eager forward calls the joins itself: the encoders,
+				// each SAGE layer's sums, each GAT layer's means and the
+				// heads, one joined launch each.
+				joins := dev.Joins()
+				if _, err := in.Forward(g); err != nil {
+					t.Fatal(err)
+				}
+				if made := dev.Joins() - joins; made != 6 {
+					t.Errorf("batch %d: an eager forward made %d joined launches, want 6 (encoders, 2 SAGE, 2 GAT, heads)", n, made)
+				}
+			}
 			for i := 0; i < 6; i++ {
 				if i%2 == 0 {
 					got, err = in.Forward(g)
@@ -93,10 +106,9 @@ func TestPolicyInferenceOnCUDA(t *testing.T) {
 			if !noCapture {
 				t.Logf("batch %d: captured inference forward of %d graph nodes", n, in.GraphNodes())
 				// The node types' encoders, SAGE sums and GAT means and
-				// all the heads are one launch each (the joins): about
-				// 25 nodes at batch 64 in fp32, where the per-type
-				// launches made 48. A join that stopped being taken puts
-				// the count back past this bound.
+				// all the heads are one launch each (the joins, counted
+				// exactly in the eager forward above): about 25 nodes at
+				// batch 64 in fp32, where the per-type launches made 48.
 				if nodes := in.GraphNodes(); nodes > 32 {
 					t.Errorf("batch %d: %d graph nodes, want at most 32 with the node types and heads joined", n, nodes)
 				}
