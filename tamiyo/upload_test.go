@@ -132,6 +132,11 @@ func TestInferenceStagesThroughAStager(t *testing.T) {
 		require.Equal(t, 2, fake.made, "a larger Stager for the larger graph")
 		require.Equal(t, 1, fake.closed, "the smaller one closed")
 		require.Greater(t, fake.bytes[1], fake.bytes[0])
+		// A replay of the latest forward's graph reads its two kept
+		// buffers again: it releases them again, so the next copies into
+		// them wait for it.
+		require.NoError(t, in.ReplayLast())
+		require.Equal(t, 2*8, fake.releases, "ReplayLast releases the latest forward's kept buffers")
 	}
 }
 
