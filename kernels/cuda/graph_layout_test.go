@@ -132,14 +132,7 @@ func gatherRun(w *[gatherCatWords]uint64, m gatherMem) {
 		var v float32
 		switch kind {
 		case gatherMean:
-			a, b := rowPtr[i], rowPtr[i+1]
-			if b > a {
-				acc := x[src[order[a]]*pw+f]
-				for k := a + 1; k < b; k++ {
-					acc += x[src[order[k]]*pw+f]
-				}
-				v = acc * (1 / float32(b-a))
-			}
+			v = gatherMeanAtEmu(gsumTermEmu{x: x, src: src, rowPtr: rowPtr, order: order, ld: pw}, i, f)
 		case gatherCopy:
 			v = x[i*pw+f]
 		default:
@@ -398,15 +391,7 @@ func gsumAt(w []uint64, m gatherMem, act func(code int64, v float32) float32, q 
 		x, ld := m.f[w[o]], int64(w[o+4])
 		var t float32
 		if w[o+1] != 0 {
-			src, rowPtr, order := m.i[w[o+1]], m.i[w[o+2]], m.i[w[o+3]]
-			a, b := rowPtr[i], rowPtr[i+1]
-			if b > a {
-				acc := x[src[order[a]]*ld+f]
-				for e := a + 1; e < b; e++ {
-					acc += x[src[order[e]]*ld+f]
-				}
-				t = acc * (1 / float32(b-a))
-			}
+			t = gatherMeanAtEmu(gsumTermEmu{x: x, src: m.i[w[o+1]], rowPtr: m.i[w[o+2]], order: m.i[w[o+3]], ld: ld}, i, f)
 		} else {
 			t = x[i*ld+f]
 		}

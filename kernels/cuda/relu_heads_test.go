@@ -6,19 +6,6 @@ import (
 	"testing"
 )
 
-// warpSumEmu is warp_sum (src/graph.cu): a butterfly over 32 lanes'
-// values, lane 0's total.
-func warpSumEmu(v [32]float32) float32 {
-	for o := 16; o > 0; o >>= 1 {
-		var n [32]float32
-		for i := range v {
-			n[i] = v[i] + v[i^o]
-		}
-		v = n
-	}
-	return v[0]
-}
-
 // rhLayerEmu is rh_layer for one block: in [rhRows, width] rows, units
 // outputs a row, stored for the rows < rows at dst[r·ld + u].
 func rhLayerEmu(in, w, b []float32, width, units int64, relu bool, rows int, dst []float32, ld int64) {
@@ -33,7 +20,7 @@ func rhLayerEmu(in, w, b []float32, width, units int64, relu bool, rows int, dst
 			}
 		}
 		for r := 0; r < rows; r++ {
-			v := warpSumEmu(acc[r])
+			v := warpSum(acc[r][:])[0]
 			if b != nil {
 				v += b[u]
 			}
