@@ -222,16 +222,22 @@ func GATMeanActs(types [][]GATRelation, heads int, slope float64, act kernels.Un
 	}
 	outs := make([]*Var, len(types))
 	eps := make([]*gatEpilogue, len(types))
+	for k := range types {
+		eps[k] = &gatEpilogue{act: act, res: res[k]}
+	}
+	// Where the device cannot join (the CPU), each type as it is.
+	joined := len(types) > 1 && len(types[0]) > 0 && types[0][0].Bias != nil
+	if joined {
+		_, joined = backendOf(types[0][0].Bias.Value).(kernels.GATMeansJoiner)
+	}
 	shapes := make([][2]int, len(types))
 	var j kernels.GATMeansJoiner
-	joined := len(types) > 1
 	for k, rels := range types {
-		eps[k] = &gatEpilogue{act: act, res: res[k]}
+		if !joined {
+			break
+		}
 		nd, c := gatCheck(rels, heads, eps[k])
 		shapes[k] = [2]int{nd, c}
-		if !joined {
-			continue
-		}
 		g, ok := fusedGATMean(rels)
 		_, multi := g.(kernels.GraphMultiAggregator)
 		gj, can := g.(kernels.GATMeansJoiner)

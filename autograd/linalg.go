@@ -259,6 +259,10 @@ func joinableLayerNorms(calls []LinearActLayerNormCall) (kernels.LinearActLayerN
 	if len(calls) < 2 || AutocastDType() != tensor.Invalid {
 		return nil, false
 	}
+	lj, ok := backendOf(calls[0].X.Value).(kernels.LinearActLayerNormsJoiner)
+	if !ok {
+		return nil, false
+	}
 	dev := calls[0].X.Value.Device()
 	for _, c := range calls {
 		if needsGrad(c.X, c.W, c.B, c.G, c.S) || c.X.Value.Rank() != 2 || c.W.Value.Rank() != 2 {
@@ -270,8 +274,7 @@ func joinableLayerNorms(calls []LinearActLayerNormCall) (kernels.LinearActLayerN
 			}
 		}
 	}
-	lj, ok := backendOf(calls[0].X.Value).(kernels.LinearActLayerNormsJoiner)
-	return lj, ok
+	return lj, true
 }
 
 // LinearAct returns act(Linear(x, w, b)), bitwise Linear followed by the

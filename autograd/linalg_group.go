@@ -621,6 +621,10 @@ func joinableHeadGroups(groups []ReluHeadGroup) (kernels.ReluHeadser, bool) {
 	if len(groups) == 0 || AutocastDType() != tensor.Invalid {
 		return nil, false // under autocast the products' dtype is autocast's
 	}
+	rh, ok := backendOf(groups[0].X.Value).(kernels.ReluHeadser)
+	if !ok {
+		return nil, false
+	}
 	dev := groups[0].X.Value.Device()
 	f32 := func(vs ...*Var) bool {
 		for _, v := range vs {
@@ -641,8 +645,7 @@ func joinableHeadGroups(groups []ReluHeadGroup) (kernels.ReluHeadser, bool) {
 			}
 		}
 	}
-	rh, ok := backendOf(groups[0].X.Value).(kernels.ReluHeadser)
-	return rh, ok
+	return rh, true
 }
 
 func joinableHeads(x *Var, hs []ReluHead) bool {
