@@ -72,6 +72,9 @@ func Open(ordinal int) (*Device, error) {
 	if err := convPathFromEnv(); err != nil {
 		return nil, err
 	}
+	if err := switchesFromEnv(); err != nil {
+		return nil, err
+	}
 	d := &Device{ordinal: ordinal, dev: dev, ctx: ctx, fns: map[string]cu.Function{}}
 	release := d.enter()
 	defer release()
@@ -119,7 +122,8 @@ func Open(ordinal int) (*Device, error) {
 // gather_sum_join_f32, gat_mean_join_f32, linear_act_ln_join_f32 and
 // relu_heads_f32, each running several calls' work (GatherSums,
 // GATMeansAct, LinearActLayerNorms, ReluHeads). Tests of code that joins
-// calls count them with it.
+// calls count them with it. None are made with ESPER_CUDA_JOINS=off
+// (switches.go).
 func (d *Device) Joins() int64 { return d.joins.Load() }
 
 // DeviceCount is the number of CUDA devices the driver sees.

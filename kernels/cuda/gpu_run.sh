@@ -17,7 +17,8 @@
 # ESPER_GPU_WORKLOADS the workloads (default "w1 w2 w4 w5 w6 w7 w8").
 # W4 runs a second time with ESPER_CUDA_CONV=direct (its bare loop, no
 # peer: the direct convolutions against the default im2col in the same
-# sitting).
+# sitting), W2 with ESPER_CUDA_JOINS=off and W1 with
+# ESPER_CUDA_SEQUENCES=off (the launches those join, one by one).
 # Phase "profile" runs Nsight Compute over short runs of the workloads in
 # ESPER_GPU_PROFILE (default "w2 w1 w4": the two furthest from their
 # targets, and W1's one-launch epoch, whose kernel time beside its
@@ -267,6 +268,23 @@ if has bench; then
 			timeout 30 python3 -c 'import json, sys
 p = json.load(open(sys.argv[1])).get("peer")
 p and json.dump(p, open(sys.argv[2], "w"), indent=2)' "$out/esper/W4.json" "$out/pytorch_w4.json"
+		fi
+		# W2 again with the joined launches off (ESPER_CUDA_JOINS=off) and
+		# W1 with the block sequences off (ESPER_CUDA_SEQUENCES=off), esper
+		# alone: each fusion against the launches it replaces in one
+		# sitting, and a workload's figures even when one of the joined
+		# kernels fails.
+		case $w in
+		w2) apart=(ESPER_CUDA_JOINS=off "esper w2 joins off") ;;
+		w1) apart=(ESPER_CUDA_SEQUENCES=off "esper w1 sequences off") ;;
+		*) apart=() ;;
+		esac
+		if ((${#apart[@]})); then
+			echo "== esper bench --device cuda --workload $w, ${apart[0]}"
+			mkdir -p "$out/esper_apart"
+			step "${apart[1]}" 60 "$out/esper_${w}_apart.log" \
+				env "${apart[0]}" "$bin/esper" bench --device cuda --workload "$w" --json "$out/esper_apart"
+			tail -8 "$out/esper_${w}_apart.log"
 		fi
 		if [ "$w" = w4 ] && ((rc == 0)); then
 			# W4 again with the direct convolution kernels

@@ -102,6 +102,9 @@ func (d *Device) LinearActLayerNorms(calls []kernels.LinearActLNCall) (bool, err
 	if err := checked(err); err != nil {
 		return false, err
 	}
+	if joinsOff {
+		return false, nil
+	}
 	ls := make([]lnCall, 0, len(calls))
 	for i, c := range calls {
 		m, n, k := dims[i][0], dims[i][1], dims[i][2]

@@ -19,8 +19,20 @@ import (
 // values of the CPU's policy with the same weights, captured and eager,
 // at batch 1 and 64; an eager forward makes its six joined launches
 // (Device.Joins), and the captured forward's graph nodes are logged and
-// bounded.
+// bounded. The same again with the joins off (ESPER_CUDA_JOINS=off's
+// setting): no joined launch, the same logits.
 func TestPolicyInferenceOnCUDA(t *testing.T) {
+	defer func(was bool) { joinsOff = was }(joinsOff)
+	for _, apart := range []bool{false, true} {
+		joinsOff = apart
+		name := map[bool]string{false: "joined", true: "joins off"}[apart]
+		t.Run(name, func(t *testing.T) { policyInferenceOnCUDA(t, apart) })
+	}
+}
+
+// policyInferenceOnCUDA is TestPolicyInferenceOnCUDA with the joins on
+// or off (apart).
+func policyInferenceOnCUDA(t *testing.T, apart bool) {
 	for _, n := range []int{1, 64} {
 		g, err := bench.W2Graph(n)
 		if err != nil {
@@ -72,8 +84,12 @@ func TestPolicyInferenceOnCUDA(t *testing.T) {
 				if _, err := in.Forward(g); err != nil {
 					t.Fatal(err)
 				}
-				if made := dev.Joins() - joins; made != 6 {
-					t.Errorf("batch %d: an eager forward made %d joined launches, want 6 (encoders, 2 SAGE, 2 GAT, heads)", n, made)
+				want := int64(6)
+				if apart {
+					want = 0
+				}
+				if made := dev.Joins() - joins; made != want {
+					t.Errorf("batch %d: an eager forward made %d joined launches, want %d (joins off %v; on: encoders, 2 SAGE, 2 GAT, heads)", n, made, want, apart)
 				}
 			}
 			for i := 0; i < 6; i++ {
@@ -109,7 +125,7 @@ func TestPolicyInferenceOnCUDA(t *testing.T) {
 				// all the heads are one launch each (the joins, counted
 				// exactly in the eager forward above): about 25 nodes at
 				// batch 64 in fp32, where the per-type launches made 48.
-				if nodes := in.GraphNodes(); nodes > 32 {
+				if nodes := in.GraphNodes(); !apart && nodes > 32 {
 					t.Errorf("batch %d: %d graph nodes, want at most 32 with the node types and heads joined", n, nodes)
 				}
 			}

@@ -81,3 +81,59 @@ func TestSequenceAcrossCaptureBounds(t *testing.T) {
 		t.Error("EndSequence outside a sequence: no error")
 	}
 }
+
+// TestSequencesOffHoldNothing: with the sequences off
+// (ESPER_CUDA_SEQUENCES=off's setting) a call inside a sequence launches
+// at once — its result is there before EndSequence, and a capture of two
+// such calls holds two nodes, not one.
+func TestSequencesOffHoldNothing(t *testing.T) {
+	defer func(was bool) { sequencesOff = was }(sequencesOff)
+	sequencesOff = true
+	ones := func() *tensor.Tensor { return toDev(t, tensor.Full(tensor.F32, 1, 64)) }
+	a, b, c := ones(), ones(), ones()
+	withinSeconds(t, 20, "a sequence with the sequences off", func() {
+		dev.BeginSequence()
+		if err := dev.ZeroMany([]*tensor.Tensor{a}); err != nil {
+			t.Error(err)
+		}
+		for i, v := range fromDev(t, a).F32() { // no EndSequence yet
+			if v != 0 {
+				t.Fatalf("a[%d] = %v inside the sequence: the step was held back", i, v)
+			}
+		}
+		if err := dev.BeginCapture(); err != nil {
+			t.Error(err)
+			return
+		}
+		if err := dev.ZeroMany([]*tensor.Tensor{b}); err != nil {
+			t.Error(err)
+		}
+		if err := dev.ZeroMany([]*tensor.Tensor{c}); err != nil {
+			t.Error(err)
+		}
+		g, err := dev.EndCapture()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if err := dev.EndSequence(); err != nil {
+			t.Error(err)
+		}
+		if g.Nodes() != 2 {
+			t.Errorf("the capture holds %d nodes, want 2 (one per call: nothing joined)", g.Nodes())
+		}
+		if err := g.Replay(); err != nil {
+			t.Error(err)
+		}
+		for _, x := range []*tensor.Tensor{b, c} {
+			for i, v := range fromDev(t, x).F32() {
+				if v != 0 {
+					t.Fatalf("[%d] = %v after a replay", i, v)
+				}
+			}
+		}
+		if err := g.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+}

@@ -1,0 +1,63 @@
+package cuda
+
+import (
+	"fmt"
+	"os"
+)
+
+// Switches for a GPU run: the joined launches and the block sequence can
+// be turned off for the process, so that a run can time a workload both
+// ways in one sitting (gpu/run.sh runs W2 again without joins and W1
+// without sequences), and so that a fault in one of their kernels can be
+// told from a fault elsewhere.
+//
+//   - ESPER_CUDA_JOINS=off: GatherSums and GATMeansAct launch each call
+//     as its own GatherSum or GATMeanAct would, and LinearActLayerNorms
+//     and ReluHeads report false (their callers then make the calls one
+//     by one), so Device.Joins stays 0. The results are the same bits for
+//     the first three; ReluHeads' callers take cuBLAS products, which
+//     round differently.
+//   - ESPER_CUDA_SEQUENCES=off: BeginSequence and EndSequence still pair
+//     up, but nothing is held back: every call launches at once, as
+//     outside a sequence (the same bits).
+//
+// "on" or unset leaves the default (both on); any other value is an
+// error at Open naming the variable. The setting is the process's, read
+// at every Open; tests set the variables below directly.
+var (
+	joinsOff     bool
+	sequencesOff bool
+)
+
+// switchesFromEnv applies ESPER_CUDA_JOINS and ESPER_CUDA_SEQUENCES (an
+// unset variable leaves its setting as it is, so a test's stays).
+func switchesFromEnv() error {
+	for _, s := range []struct {
+		name string
+		off  *bool
+	}{{"ESPER_CUDA_JOINS", &joinsOff}, {"ESPER_CUDA_SEQUENCES", &sequencesOff}} {
+		off, set, err := parseSwitch(s.name, os.Getenv(s.name))
+		if err != nil {
+			return err
+		}
+		if set {
+			*s.off = off
+		}
+	}
+	return nil
+}
+
+// parseSwitch reads an on/off variable's value v: set is false for ""
+// (the setting stays), off true for "off"; anything but "", "on" and
+// "off" is an error naming the variable.
+func parseSwitch(name, v string) (off, set bool, err error) {
+	switch v {
+	case "":
+		return false, false, nil
+	case "on":
+		return false, true, nil
+	case "off":
+		return true, true, nil
+	}
+	return false, false, fmt.Errorf("cuda: %s=%q: want on or off", name, v)
+}

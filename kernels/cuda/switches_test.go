@@ -1,0 +1,37 @@
+package cuda
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestSwitchesFromEnv: ESPER_CUDA_JOINS and ESPER_CUDA_SEQUENCES turn
+// their launches off with "off" and on with "on", leave the setting
+// alone when unset, and refuse any other value, naming the variable.
+func TestSwitchesFromEnv(t *testing.T) {
+	defer func(j, s bool) { joinsOff, sequencesOff = j, s }(joinsOff, sequencesOff)
+	joinsOff, sequencesOff = false, false
+
+	t.Setenv("ESPER_CUDA_JOINS", "off")
+	t.Setenv("ESPER_CUDA_SEQUENCES", "")
+	require.NoError(t, switchesFromEnv())
+	require.True(t, joinsOff)
+	require.False(t, sequencesOff, "an unset variable changed its setting")
+
+	t.Setenv("ESPER_CUDA_SEQUENCES", "off")
+	require.NoError(t, switchesFromEnv())
+	require.True(t, sequencesOff)
+
+	t.Setenv("ESPER_CUDA_JOINS", "on")
+	t.Setenv("ESPER_CUDA_SEQUENCES", "")
+	require.NoError(t, switchesFromEnv())
+	require.False(t, joinsOff)
+	require.True(t, sequencesOff, "an unset variable changed a test's setting")
+
+	t.Setenv("ESPER_CUDA_SEQUENCES", "0")
+	err := switchesFromEnv()
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "ESPER_CUDA_SEQUENCES")
+	require.Contains(t, err.Error(), `"0"`)
+}
