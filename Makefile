@@ -128,8 +128,10 @@ chromium-deps:
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
 	fi
 
-## ptx: regenerate kernels/cuda/ptx/*.ptx from kernels/cuda/src/*.cu (commit
-## the result; TestPTXUpToDate fails when a source changed without it)
+## ptx: regenerate kernels/cuda/ptx/*.ptx from kernels/cuda/src/*.cu, and
+## kernels/cuda/cubin/ (sm_90 machine code assembled from that PTX) (commit
+## the result; TestPTXUpToDate and TestCubinsMatchPTX fail when a source
+## changed without it)
 ptx: cuda-deps
 	kernels/cuda/mkptx.sh
 
@@ -141,7 +143,7 @@ ptx: cuda-deps
 CUDA_CC = $(shell command -v cc >/dev/null 2>&1 && echo cc || echo gcc-11)
 CUDA_GO = CGO_ENABLED=1 CC=$(CUDA_CC) $(GO)
 cuda-check: cuda-deps
-	$(GO) test -count=1 -run TestPTXUpToDate ./kernels/cuda
+	$(GO) test -count=1 -run 'TestPTXUpToDate|TestCubinsMatchPTX' ./kernels/cuda
 	$(CUDA_GO) vet -tags cuda $(PKGS)
 	$(CUDA_GO) build -tags cuda $(PKGS)
 	$(CUDA_GO) test -tags cuda -count=1 -exec /bin/true $(PKGS) >/dev/null

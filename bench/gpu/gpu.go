@@ -73,10 +73,10 @@ func Run(dev tensor.Device, workload string, c bench.Config, stdout, stderr io.W
 	if err != nil {
 		return err
 	}
-	// On a machine's first start the driver compiles the kernels for its
-	// GPU (kernels/cuda loads the modules concurrently); later processes
-	// read its cache.
-	fmt.Fprintf(stderr, "opened %v in %.1f s\n", dev, time.Since(opened).Seconds())
+	// Where the device has no cubins of its architecture, the driver
+	// compiles the kernels' PTX on a machine's first start (later
+	// processes read its cache): the line says which it was.
+	fmt.Fprintln(stderr, device.Opened(dev, be, time.Since(opened)))
 	g := &gpuBench{dev: dev, be: be, c: c, set: c.Set, stdout: stdout, stderr: stderr}
 	if err := g.interfaces(ids); err != nil {
 		return err

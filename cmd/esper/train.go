@@ -95,9 +95,9 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if dev.Kind == tensor.KindCUDA {
-		// The driver compiles the kernels for the GPU on a machine's
-		// first start: say how long the wait was.
-		fmt.Fprintf(stderr, "esper: opened %v in %.1f s\n", dev, time.Since(opened).Seconds())
+		// Say how long the wait was, and whether the driver had to
+		// compile the kernels (no cubins for this GPU).
+		fmt.Fprintln(stderr, "esper: "+device.Opened(dev, be, time.Since(opened)))
 	}
 	if c.prec, err = resolvePrecision(dev, be, c.amp, c.tf32, c.tf32Set); err != nil {
 		return err

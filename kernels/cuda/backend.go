@@ -63,5 +63,9 @@ func (b *Backend) Name() string { return "cuda" }
 // Device implements kernels.Backend.
 func (b *Backend) Device() tensor.Device { return tensor.CUDA(b.d.ordinal) }
 
+// KernelCode is the Device's KernelCode: where the kernels' machine code
+// came from (device.Opened prints it).
+func (b *Backend) KernelCode() string { return b.d.KernelCode() }
+
 // precision is the F32 matmul precision set by SetMatmulPrecision.
 func (b *Backend) precision() Precision { return Precision(b.prec.Load()) }

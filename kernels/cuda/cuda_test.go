@@ -14,6 +14,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"testing"
+	"time"
 
 	"gorgonia.org/cu"
 
@@ -28,11 +29,13 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	opened := time.Now()
 	b, err := NewBackend(0)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "cuda tests:", err)
 		os.Exit(2)
 	}
+	fmt.Fprintf(os.Stderr, "cuda tests: opened %s (%s) in %.1f s (%s)\n", b.d.name, b.d.arch, time.Since(opened).Seconds(), b.KernelCode())
 	b.Register()
 	be, dev = b, b.CUDADevice()
 	os.Exit(m.Run())

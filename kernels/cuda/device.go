@@ -6,6 +6,7 @@ import (
 	"embed"
 	"fmt"
 	"io/fs"
+	"path"
 	"runtime"
 	"sort"
 	"strings"
@@ -18,7 +19,8 @@ import (
 )
 
 // ptxFiles are the kernels, compiled by `make ptx` from src/*.cu for
-// compute_80 (the driver JIT-compiles them for the device at load).
+// compute_80 (the driver JIT-compiles them for the device at load, where
+// no cubin of cubin.go's stands in).
 //
 //go:embed ptx/*.ptx
 var ptxFiles embed.FS
@@ -37,6 +39,10 @@ type Device struct {
 	stream  cu.Stream
 	name    string
 	sms     int
+	arch    string // "sm_90" for compute capability 9.0
+	// code says where the loaded kernels' machine code came from
+	// (KernelCode).
+	code string
 
 	mu  sync.Mutex
 	fns map[string]cu.Function
@@ -84,6 +90,15 @@ func Open(ordinal int) (*Device, error) {
 	if d.sms, err = dev.Attribute(cu.MultiprocessorCount); err != nil {
 		return nil, fmt.Errorf("cuda: device %d: %w", ordinal, err)
 	}
+	major, err := dev.Attribute(cu.ComputeCapabilityMajor)
+	if err != nil {
+		return nil, fmt.Errorf("cuda: device %d: %w", ordinal, err)
+	}
+	minor, err := dev.Attribute(cu.ComputeCapabilityMinor)
+	if err != nil {
+		return nil, fmt.Errorf("cuda: device %d: %w", ordinal, err)
+	}
+	d.arch = fmt.Sprintf("sm_%d%d", major, minor)
 	if d.stream, err = cu.MakeStream(cu.NonBlocking); err != nil {
 		return nil, fmt.Errorf("cuda: device %d: creating a stream: %w", ordinal, err)
 	}
@@ -161,19 +176,21 @@ func (d *Device) enterQuiet() (release func()) {
 	return runtime.UnlockOSThread
 }
 
-// loadModules loads every embedded PTX module and indexes its kernels by
-// name (kernel names are unique across modules). The driver compiles
-// each module for the GPU at hand when it loads it (13.7 s in all, one
-// after another, on a fresh H200, where its JIT cache is empty), so the
-// modules load concurrently, each on a thread of its own with the
-// device's context current: the load takes about its largest module's
-// compile. The smallest module loads first, alone, so that the driver
-// has its JIT compiler loaded before the concurrent loads ask for it
-// (loading it from several threads at once has been reported to fail);
-// a module whose concurrent load fails is loaded again on its own, and
-// only that failure is an error. The kernels are indexed in module
-// order whatever the order the loads finish in; the first failing
-// module, in that order, is the error.
+// loadModules loads every embedded kernel module and indexes its
+// kernels by name (kernel names are unique across modules). A module
+// loads from its cubin for the device's architecture where mkptx.sh made
+// one from the embedded PTX (cubin.go; not with ESPER_CUDA_CUBIN=off),
+// else from its PTX, which the driver compiles for the GPU at hand (13.7
+// s for all of them, one after another, on a fresh H200 whose compute
+// cache was empty). The modules load concurrently, each on a thread of
+// its own with the device's context current. The smallest module loads
+// first, alone, so that the driver has its JIT compiler loaded before
+// concurrent loads ask for it (loading it from several threads at once
+// has been reported to fail); a module whose concurrent load fails is
+// loaded again on its own, and only that failure is an error. A cubin
+// the driver refuses falls back to the module's PTX. The kernels are
+// indexed in module order whatever the order the loads finish in; the
+// first failing module, in that order, is the error.
 func (d *Device) loadModules() error {
 	names, err := fs.Glob(ptxFiles, "ptx/*.ptx")
 	if err != nil {
@@ -181,6 +198,9 @@ func (d *Device) loadModules() error {
 	}
 	sort.Strings(names)
 	srcs := make([]string, len(names))
+	images := make([][]byte, len(names))
+	why := make([]string, len(names))
+	sources, serr := cubinSources()
 	first := 0
 	for i, name := range names {
 		b, err := ptxFiles.ReadFile(name)
@@ -191,9 +211,17 @@ func (d *Device) loadModules() error {
 		if len(srcs[i]) < len(srcs[first]) {
 			first = i
 		}
+		switch {
+		case cubinOff:
+			why[i] = "ESPER_CUDA_CUBIN=off"
+		case serr != nil:
+			why[i] = "cubin/SOURCES: " + serr.Error()
+		default:
+			images[i], why[i] = cubinFor(sources, d.arch, strings.TrimSuffix(path.Base(name), ".ptx"), b)
+		}
 	}
 	out := make([]loadedModule, len(names))
-	if out[first] = d.loadModule(names[first], srcs[first]); out[first].err != nil {
+	if out[first] = d.loadModule(names[first], srcs[first], images[first]); out[first].err != nil {
 		return out[first].err
 	}
 	var wg sync.WaitGroup
@@ -204,15 +232,25 @@ func (d *Device) loadModules() error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out[i] = d.loadModule(names[i], srcs[i])
+			out[i] = d.loadModule(names[i], srcs[i], images[i])
 		}()
 	}
 	wg.Wait()
+	var fromCubin int
+	var fromPTX []string
 	for i, l := range out {
 		if l.err != nil {
-			if l = d.loadModule(names[i], srcs[i]); l.err != nil { // on its own
+			if l = d.loadModule(names[i], srcs[i], images[i]); l.err != nil { // on its own
 				return l.err
 			}
+		}
+		if l.cubinErr != nil {
+			why[i] = fmt.Sprintf("the driver refused its %s cubin: %v", d.arch, l.cubinErr)
+		}
+		if l.fromCubin {
+			fromCubin++
+		} else {
+			fromPTX = append(fromPTX, strings.TrimSuffix(path.Base(names[i]), ".ptx")+" ("+why[i]+")")
 		}
 		for j, k := range l.kernels {
 			if _, dup := d.fns[k]; dup {
@@ -221,30 +259,51 @@ func (d *Device) loadModules() error {
 			d.fns[k] = l.fns[j]
 		}
 	}
+	d.code = codeSummary(d.arch, fromCubin, fromPTX)
 	return nil
 }
 
-// loadedModule is a loaded PTX module's kernels, or why it did not load.
+// KernelCode says where the device's kernels' machine code came from:
+// how many modules loaded from cubins for its architecture, and which
+// from PTX compiled by the driver, and why (esper bench and esper train
+// print it beside the time Open took).
+func (d *Device) KernelCode() string { return d.code }
+
+// loadedModule is a loaded kernel module's kernels, or why it did not
+// load.
 type loadedModule struct {
-	kernels []string
-	fns     []cu.Function
-	err     error
+	kernels   []string
+	fns       []cu.Function
+	fromCubin bool
+	cubinErr  error // the driver refused the cubin: loaded from PTX
+	err       error
 }
 
-// loadModule loads the PTX src (module name) on the calling goroutine's
-// thread, with the device's context made current there, and looks its
-// kernels up.
-func (d *Device) loadModule(name, src string) (l loadedModule) {
+// loadModule loads a module on the calling goroutine's thread, with the
+// device's context made current there, from image (a cubin for the
+// device) when there is one and the driver takes it, else from the PTX
+// src (module name), and looks its kernels up (the PTX names them).
+func (d *Device) loadModule(name, src string, image []byte) (l loadedModule) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	if err := cu.SetCurrentContext(d.ctx); err != nil {
 		l.err = fmt.Errorf("cuda: loading %s: %w", name, err)
 		return l
 	}
-	mod, err := cu.LoadData(src)
-	if err != nil {
-		l.err = fmt.Errorf("cuda: loading %s: %w", name, err)
-		return l
+	var mod cu.Module
+	var err error
+	if image != nil {
+		if mod, err = cu.LoadData(string(image)); err == nil {
+			l.fromCubin = true
+		} else {
+			l.cubinErr = err
+		}
+	}
+	if !l.fromCubin {
+		if mod, err = cu.LoadData(src); err != nil {
+			l.err = fmt.Errorf("cuda: loading %s: %w", name, err)
+			return l
+		}
 	}
 	l.kernels = kernelNames(src)
 	for _, k := range l.kernels {
@@ -255,21 +314,6 @@ func (d *Device) loadModule(name, src string) (l loadedModule) {
 		l.fns = append(l.fns, fn)
 	}
 	return l
-}
-
-// kernelNames lists the entry points (".entry name(") of a PTX module.
-func kernelNames(ptx string) []string {
-	var out []string
-	for _, line := range strings.Split(ptx, "\n") {
-		f := strings.Fields(line)
-		for i := 0; i+1 < len(f); i++ {
-			if f[i] == ".entry" {
-				out = append(out, strings.TrimSuffix(f[i+1], "("))
-				break
-			}
-		}
-	}
-	return out
 }
 
 // kernel returns the loaded kernel name; a missing kernel is an error,

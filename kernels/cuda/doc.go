@@ -1,7 +1,9 @@
 // Package cuda is the CUDA backend of the Esper engine (build tag cuda):
 // hand-written kernels in src/*.cu, compiled to PTX for compute_80 by
 // `make ptx` and embedded (ptx/*.ptx, loaded and JIT-compiled by the
-// driver for the device at Open), cuBLAS reached through dlopen, a
+// driver for the device at Open; on sm_90, the H100 and H200, the
+// embedded cubins that `make ptx` assembles from the same PTX load
+// instead, with no compile: cubin.go), cuBLAS reached through dlopen, a
 // stream-ordered caching allocator, and CUDA graph capture and replay.
 //
 // Float kernels come in F32, BF16 and F16 (the half types computed in

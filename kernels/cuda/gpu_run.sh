@@ -163,7 +163,10 @@ if has tests; then
 	step "kernels/cuda tests" 120 "$out/kernels_cuda.log" \
 		"$bin/kernels_cuda.test" -test.v -test.count=1
 	grep -E '^(--- |ok|FAIL|PASS)' "$out/kernels_cuda.log" | grep -v -- '--- PASS' | tail -20
-	# The failing tests by name, in the summary too.
+	# How long opening the device took, and whether its kernels came
+	# from cubins or the driver's compile of the PTX; the failing tests by
+	# name, in the summary too.
+	grep -m1 '^cuda tests: opened' "$out/kernels_cuda.log" | sed 's/^/  /' >>"$summary"
 	grep -E '^--- FAIL' "$out/kernels_cuda.log" | head -20 | sed 's/^/  /' >>"$summary"
 	checkpoint
 fi

@@ -17,25 +17,32 @@ import (
 //     by one), so Device.Joins stays 0. The results are the same bits for
 //     the first three; ReluHeads' callers take cuBLAS products, which
 //     round differently.
+//
 //   - ESPER_CUDA_SEQUENCES=off: BeginSequence and EndSequence still pair
 //     up, but nothing is held back: every call launches at once, as
 //     outside a sequence (the same bits).
 //
-// "on" or unset leaves the default (both on); any other value is an
+//   - ESPER_CUDA_CUBIN=off: every kernel module loads from its PTX,
+//     compiled by the driver, instead of from the cubin made for the
+//     device's architecture ahead of time (cubin.go).
+//
+// "on" or unset leaves the default (all on); any other value is an
 // error at Open naming the variable. The setting is the process's, read
 // at every Open; tests set the variables below directly.
 var (
 	joinsOff     bool
 	sequencesOff bool
+	cubinOff     bool
 )
 
-// switchesFromEnv applies ESPER_CUDA_JOINS and ESPER_CUDA_SEQUENCES (an
+// switchesFromEnv applies ESPER_CUDA_JOINS, ESPER_CUDA_SEQUENCES and
+// ESPER_CUDA_CUBIN (an
 // unset variable leaves its setting as it is, so a test's stays).
 func switchesFromEnv() error {
 	for _, s := range []struct {
 		name string
 		off  *bool
-	}{{"ESPER_CUDA_JOINS", &joinsOff}, {"ESPER_CUDA_SEQUENCES", &sequencesOff}} {
+	}{{"ESPER_CUDA_JOINS", &joinsOff}, {"ESPER_CUDA_SEQUENCES", &sequencesOff}, {"ESPER_CUDA_CUBIN", &cubinOff}} {
 		off, set, err := parseSwitch(s.name, os.Getenv(s.name))
 		if err != nil {
 			return err

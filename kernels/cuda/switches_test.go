@@ -6,17 +6,19 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestSwitchesFromEnv: ESPER_CUDA_JOINS and ESPER_CUDA_SEQUENCES turn
-// their launches off with "off" and on with "on", leave the setting
+// TestSwitchesFromEnv: ESPER_CUDA_JOINS, ESPER_CUDA_SEQUENCES and
+// ESPER_CUDA_CUBIN turn their launches (or cubins) off with "off" and on with "on", leave the setting
 // alone when unset, and refuse any other value, naming the variable.
 func TestSwitchesFromEnv(t *testing.T) {
-	defer func(j, s bool) { joinsOff, sequencesOff = j, s }(joinsOff, sequencesOff)
-	joinsOff, sequencesOff = false, false
+	defer func(j, s, c bool) { joinsOff, sequencesOff, cubinOff = j, s, c }(joinsOff, sequencesOff, cubinOff)
+	joinsOff, sequencesOff, cubinOff = false, false, false
+	t.Setenv("ESPER_CUDA_CUBIN", "off")
 
 	t.Setenv("ESPER_CUDA_JOINS", "off")
 	t.Setenv("ESPER_CUDA_SEQUENCES", "")
 	require.NoError(t, switchesFromEnv())
 	require.True(t, joinsOff)
+	require.True(t, cubinOff)
 	require.False(t, sequencesOff, "an unset variable changed its setting")
 
 	t.Setenv("ESPER_CUDA_SEQUENCES", "off")

@@ -5,7 +5,11 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/stretchr/testify/require"
+
+	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/kernels/device"
 	"github.com/esper-go/esper/tensor"
 )
@@ -86,4 +90,23 @@ func TestOpenSim(t *testing.T) {
 			t.Fatalf("Open(%q) = %v, %v", name, b, err)
 		}
 	}
+}
+
+// codeBackend is a backend that says where its kernels came from.
+type codeBackend struct {
+	kernels.Backend
+	code string
+}
+
+func (c codeBackend) KernelCode() string { return c.code }
+
+// TestOpenedLine: the opened line gives the device and the time Open
+// took, and the kernels' origin where the backend says it.
+func TestOpenedLine(t *testing.T) {
+	be, err := device.Open("cpu")
+	require.NoError(t, err)
+	require.Equal(t, "opened cpu in 1.5 s", device.Opened(tensor.CPU, be, 1500*time.Millisecond))
+	require.Equal(t, "opened cuda:0 in 0.3 s (13 modules from sm_90 cubins)",
+		device.Opened(tensor.CUDA(0), codeBackend{code: "13 modules from sm_90 cubins"}, 300*time.Millisecond))
+	require.Equal(t, "opened cuda:0 in 0.3 s", device.Opened(tensor.CUDA(0), codeBackend{}, 300*time.Millisecond))
 }
