@@ -88,10 +88,23 @@ type W2ModeResult struct {
 	// forward's share of Latency that is the GPU's. 0 where the backend
 	// has no event timers (the CPU, sim) and in the eager mode.
 	DeviceUsPerForward float64 `json:"device_us_per_forward,omitempty"`
+	// Phases are the medians of the forwards' host phases
+	// (tamiyo.ForwardPhases: building and uploading the graph's tensors,
+	// running or enqueuing the forward, reading the logits back), each
+	// over the measured forwards: where Latency's time goes on the host.
+	Phases *W2Phases `json:"host_phases_p50_us,omitempty"`
 	// MaxAbsDiffVsEager is the largest difference of a logit or value
 	// from the eager fp32 forward's (W2ModeCapturedTF32 only: the
 	// captured fp32 forward must equal it, CapturedMatchesEager).
 	MaxAbsDiffVsEager float64 `json:"max_abs_diff_vs_eager,omitempty"`
+}
+
+// W2Phases are the median microseconds of each tamiyo.ForwardPhases
+// part over a mode's measured forwards.
+type W2Phases struct {
+	Upload float64 `json:"upload"`
+	Run    float64 `json:"run"`
+	Read   float64 `json:"read"`
 }
 
 // W2Result is what RunW2 measured.
@@ -362,6 +375,10 @@ func RunW2(o W2Options) (W2Result, map[int]*tamiyo.Graph, error) {
 			}
 			phase := fmt.Sprintf("batch %d %s", b, mode)
 			lat := make([]time.Duration, reps)
+			var up, run, read []time.Duration
+			if reps > 0 {
+				up, run, read = make([]time.Duration, reps), make([]time.Duration, reps), make([]time.Duration, reps)
+			}
 			var ms0, ms1 runtime.MemStats
 			runtime.GC()
 			runtime.ReadMemStats(&ms0)
@@ -373,6 +390,8 @@ func RunW2(o W2Options) (W2Result, map[int]*tamiyo.Graph, error) {
 				if err != nil {
 					return W2Result{}, nil, err
 				}
+				ph := in.LastPhases()
+				up[i], run[i], read[i] = ph.Upload, ph.Run, ph.Read
 				if o.Progress != nil {
 					o.Progress(phase, i+1, reps)
 				}
@@ -391,6 +410,7 @@ func RunW2(o W2Options) (W2Result, map[int]*tamiyo.Graph, error) {
 				res.CapturedMatchesEager = false
 			}
 			if reps > 0 {
+				r.Phases = &W2Phases{Upload: Summarise(up).P50us, Run: Summarise(run).P50us, Read: Summarise(read).P50us}
 				r.AllocsPerForward = float64(ms1.Mallocs-ms0.Mallocs) / float64(reps)
 				r.HostSyncsPerForward = float64(syncs) / float64(reps)
 				r.GraphsPerSec = float64(b) / (l.MeanUs / 1e6)

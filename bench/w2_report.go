@@ -156,6 +156,10 @@ func BenchW2(stdout, stderr io.Writer, c Config, dev tensor.Device) error {
 		if x.GraphNodes > 0 {
 			fmt.Fprintf(stdout, "batch %d %s: %d graph nodes per forward\n", x.Batch, x.Mode, x.GraphNodes)
 		}
+		if x.Phases != nil {
+			fmt.Fprintf(stdout, "batch %d %s host phases (p50 µs): upload %.1f, run %.1f, read %.1f\n",
+				x.Batch, x.Mode, x.Phases.Upload, x.Phases.Run, x.Phases.Read)
+		}
 		if x.DeviceUsPerForward > 0 {
 			fmt.Fprintf(stdout, "batch %d %s: %.1f µs of device time per forward (its graph replayed %d times back to back, nothing read), of %.1f µs p50\n",
 				x.Batch, x.Mode, x.DeviceUsPerForward, w2DeviceReplays, x.Latency.P50us)

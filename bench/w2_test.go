@@ -33,6 +33,13 @@ func TestW2Runs(t *testing.T) {
 			require.Equal(t, 3, x.Latency.N)
 			require.Greater(t, x.Latency.P50us, 0.0)
 			require.Empty(t, x.Fallback)
+			// The host phases are parts of each forward: each median
+			// positive and within the slowest forward.
+			require.NotNil(t, x.Phases, "batch %d %s", b, mode)
+			for _, p := range []float64{x.Phases.Upload, x.Phases.Run, x.Phases.Read} {
+				require.Positive(t, p)
+				require.LessOrEqual(t, p, x.Latency.MaxUs)
+			}
 		}
 	}
 	require.Equal(t, map[string]int{"global": 1, "slot": 3, "layer": 3}, r.Nodes)

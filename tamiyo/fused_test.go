@@ -3,6 +3,7 @@ package tamiyo
 import (
 	"math"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -86,4 +87,29 @@ func TestInferenceFollowsRepointedParameters(t *testing.T) {
 		require.Equal(t, want, got, "call %d after the move", i)
 	}
 	require.Greater(t, in.Stats().Captures, before, "recaptured over the moved parameters")
+}
+
+// TestInferenceLastPhases: before a forward there are no phases; after
+// one, eager and captured, each phase is positive and the three fit in
+// the forward's own time.
+func TestInferenceLastPhases(t *testing.T) {
+	p := mustPolicy(t, smallOptions(tensor.F32))
+	g, err := BuildGraphBatch([]GraphInput{testInput(t, 3, 0), testInput(t, 2, 1)})
+	require.NoError(t, err)
+	for _, o := range []InferenceOptions{{NoCapture: true}, {}} {
+		in, err := NewInference(p, o)
+		require.NoError(t, err)
+		require.Zero(t, in.LastPhases())
+		for i := 0; i < 3; i++ { // warm-up, capture, replay
+			t0 := time.Now()
+			_, err := in.Forward(g)
+			took := time.Since(t0)
+			require.NoError(t, err)
+			ph := in.LastPhases()
+			require.Positive(t, ph.Upload)
+			require.Positive(t, ph.Run)
+			require.Positive(t, ph.Read)
+			require.LessOrEqual(t, ph.Upload+ph.Run+ph.Read, took)
+		}
+	}
 }

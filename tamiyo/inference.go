@@ -3,6 +3,7 @@ package tamiyo
 import (
 	"errors"
 	"fmt"
+	"time"
 	"unsafe"
 
 	"github.com/esper-go/esper/autograd"
@@ -44,6 +45,8 @@ type Inference struct {
 	// tf32 runs the forward's F32 products at kernels.High
 	// (InferenceOptions.TF32).
 	tf32 bool
+	// phases are the latest forward's host phases (LastPhases).
+	phases ForwardPhases
 	// params are the policy's parameters, whose tensors a captured
 	// forward reads at the addresses it recorded: version hashes where
 	// they are, so that a move (an optimizer's arena repointing them, a
@@ -133,6 +136,23 @@ func (in *Inference) GraphNodes() int {
 	return in.captured.Launches()
 }
 
+// ForwardPhases split one forward's time on the host into its three
+// parts, in order: Upload, building the graph's tensors and copying them
+// to the device (on CUDA the copies are enqueued from pinned memory, the
+// host not waiting); Run, the forward itself (on a device, enqueuing
+// the captured graph's replay or the eager launches: the host waits for
+// none of them); Read, copying the logits and values back and cutting
+// them into rows, which on a device first waits for the forward to
+// finish. On a device Read less the device's own time is what the wait
+// and copy cost.
+type ForwardPhases struct {
+	Upload, Run, Read time.Duration
+}
+
+// LastPhases returns the latest forward's ForwardPhases (the zero value
+// before the first, or when the latest failed before reading back).
+func (in *Inference) LastPhases() ForwardPhases { return in.phases }
+
 // Logits are the host copies of one forward pass over B environments.
 type Logits struct {
 	// Heads holds, per head in HeadNames order, one row of unmasked
@@ -173,22 +193,30 @@ func (in *Inference) forward(g *Graph) (lg *Logits, err error) {
 	// The kept buffers this forward uses are released once its work is
 	// enqueued, or it failed (pinnedUpload).
 	defer in.staged.up.release()
+	in.phases = ForwardPhases{}
+	t0 := time.Now()
 	gt, err := newGraphTensors(g, in.p.opts.DType, dev, &in.staged)
 	if err != nil {
 		return nil, fmt.Errorf("tamiyo: inference forward: %w", err)
 	}
 	inputs := flattenGraph(gt)
+	t1 := time.Now()
 	var outs []*tensor.Tensor
 	if in.captured == nil {
 		outs = in.step(inputs)
 	} else if outs, err = in.captured.Run(inputs...); err != nil {
 		return nil, fmt.Errorf("tamiyo: inference forward: %w", err)
 	}
+	t2 := time.Now()
 	var joined *tensor.Tensor
 	if len(outs) > leyline.NumActionHeads+1 {
 		joined = outs[leyline.NumActionHeads+1]
 	}
-	return readLogitsJoined(g, [leyline.NumActionHeads]*tensor.Tensor(outs[:leyline.NumActionHeads]), outs[leyline.NumActionHeads], joined)
+	lg, err = readLogitsJoined(g, [leyline.NumActionHeads]*tensor.Tensor(outs[:leyline.NumActionHeads]), outs[leyline.NumActionHeads], joined)
+	if err == nil {
+		in.phases = ForwardPhases{Upload: t1.Sub(t0), Run: t2.Sub(t1), Read: time.Since(t2)}
+	}
+	return lg, err
 }
 
 // ReplayLast runs the device work of the latest forward again — its
