@@ -143,14 +143,16 @@ func (in *Inference) GraphNodes() int {
 // the captured graph's replay or the eager launches: the host waits for
 // none of them); Read, copying the logits and values back and cutting
 // them into rows, which on a device first waits for the forward to
-// finish. On a device Read less the device's own time is what the wait
-// and copy cost.
+// finish: on a device it holds what remains of the device's work once
+// the host is done enqueuing (its work overlaps Upload's and Run's), so
+// Upload + Run + Read against the device's own time per forward says
+// which side bounds the forward.
 type ForwardPhases struct {
 	Upload, Run, Read time.Duration
 }
 
-// LastPhases returns the latest forward's ForwardPhases (the zero value
-// before the first, or when the latest failed before reading back).
+// LastPhases returns the latest forward's ForwardPhases: the zero value
+// before the first, and when the latest Forward or Act failed.
 func (in *Inference) LastPhases() ForwardPhases { return in.phases }
 
 // Logits are the host copies of one forward pass over B environments.
@@ -166,6 +168,7 @@ type Logits struct {
 // Forward checks g, runs the policy (captured or eager) and copies the
 // logits and values to the host.
 func (in *Inference) Forward(g *Graph) (*Logits, error) {
+	in.phases = ForwardPhases{}
 	if err := g.Validate(); err != nil {
 		return nil, err
 	}
@@ -193,7 +196,6 @@ func (in *Inference) forward(g *Graph) (lg *Logits, err error) {
 	// The kept buffers this forward uses are released once its work is
 	// enqueued, or it failed (pinnedUpload).
 	defer in.staged.up.release()
-	in.phases = ForwardPhases{}
 	t0 := time.Now()
 	gt, err := newGraphTensors(g, in.p.opts.DType, dev, &in.staged)
 	if err != nil {
@@ -241,6 +243,7 @@ func (in *Inference) ReplayLast() error {
 // Act runs Forward and chooses one action per environment exactly as
 // Policy.Act does (same masks, floors, canonicalisation and sampling).
 func (in *Inference) Act(g *Graph, masks []leyline.ActionMasks, opt ActOptions) (*ActResult, error) {
+	in.phases = ForwardPhases{}
 	floors, err := checkActInputs(g, masks, opt)
 	if err != nil {
 		return nil, err

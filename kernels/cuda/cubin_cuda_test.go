@@ -15,7 +15,7 @@ func TestKernelsLoadFromCubins(t *testing.T) {
 	code := dev.KernelCode()
 	t.Logf("%s (%s): %s", dev.name, dev.arch, code)
 	switch {
-	case cubinOff:
+	case cubinOff.Load():
 		if !strings.Contains(code, "ESPER_CUDA_CUBIN=off") || strings.Contains(code, "cubins") {
 			t.Errorf("ESPER_CUDA_CUBIN=off, yet %q", code)
 		}

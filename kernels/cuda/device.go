@@ -67,6 +67,12 @@ type Device struct {
 // creates the backend's stream, loads every embedded kernel module and
 // registers the device's memory for tensors on tensor.KindCUDA.
 func Open(ordinal int) (*Device, error) {
+	if err := convPathFromEnv(); err != nil {
+		return nil, err
+	}
+	if err := switchesFromEnv(); err != nil {
+		return nil, err
+	}
 	dev, err := cu.GetDevice(ordinal)
 	if err != nil {
 		return nil, fmt.Errorf("cuda: device %d: %w", ordinal, err)
@@ -74,12 +80,6 @@ func Open(ordinal int) (*Device, error) {
 	ctx, err := dev.RetainPrimaryCtx()
 	if err != nil {
 		return nil, fmt.Errorf("cuda: device %d: retaining its primary context: %w", ordinal, err)
-	}
-	if err := convPathFromEnv(); err != nil {
-		return nil, err
-	}
-	if err := switchesFromEnv(); err != nil {
-		return nil, err
 	}
 	d := &Device{ordinal: ordinal, dev: dev, ctx: ctx, fns: map[string]cu.Function{}}
 	release := d.enter()
@@ -183,14 +183,16 @@ func (d *Device) enterQuiet() (release func()) {
 // else from its PTX, which the driver compiles for the GPU at hand (13.7
 // s for all of them, one after another, on a fresh H200 whose compute
 // cache was empty). The modules load concurrently, each on a thread of
-// its own with the device's context current. The smallest module loads
-// first, alone, so that the driver has its JIT compiler loaded before
-// concurrent loads ask for it (loading it from several threads at once
-// has been reported to fail); a module whose concurrent load fails is
-// loaded again on its own, and only that failure is an error. A cubin
-// the driver refuses falls back to the module's PTX. The kernels are
-// indexed in module order whatever the order the loads finish in; the
-// first failing module, in that order, is the error.
+// its own with the device's context current. Where some load from PTX,
+// the smallest of those loads first, alone, so that the driver has its
+// JIT compiler loaded before concurrent loads ask for it (loading it
+// from several threads at once has been reported to fail). A module
+// whose concurrent load fails is loaded again on its own, and only that
+// failure is an error; a cubin the driver refuses is not compiled from
+// PTX concurrently but in that second, serial pass, from the module's
+// PTX. The kernels are indexed in module order whatever the order the
+// loads finish in; the first failing module, in that order, is the
+// error.
 func (d *Device) loadModules() error {
 	names, err := fs.Glob(ptxFiles, "ptx/*.ptx")
 	if err != nil {
@@ -201,18 +203,14 @@ func (d *Device) loadModules() error {
 	images := make([][]byte, len(names))
 	why := make([]string, len(names))
 	sources, serr := cubinSources()
-	first := 0
 	for i, name := range names {
 		b, err := ptxFiles.ReadFile(name)
 		if err != nil {
 			return err
 		}
 		srcs[i] = string(b)
-		if len(srcs[i]) < len(srcs[first]) {
-			first = i
-		}
 		switch {
-		case cubinOff:
+		case cubinOff.Load():
 			why[i] = "ESPER_CUDA_CUBIN=off"
 		case serr != nil:
 			why[i] = "cubin/SOURCES: " + serr.Error()
@@ -220,9 +218,17 @@ func (d *Device) loadModules() error {
 			images[i], why[i] = cubinFor(sources, d.arch, strings.TrimSuffix(path.Base(name), ".ptx"), b)
 		}
 	}
+	first := -1 // the smallest module to compile from PTX, if any
+	for i := range names {
+		if images[i] == nil && (first < 0 || len(srcs[i]) < len(srcs[first])) {
+			first = i
+		}
+	}
 	out := make([]loadedModule, len(names))
-	if out[first] = d.loadModule(names[first], srcs[first], images[first]); out[first].err != nil {
-		return out[first].err
+	if first >= 0 {
+		if out[first] = d.loadModule(names[first], srcs[first], nil, nil); out[first].err != nil {
+			return out[first].err
+		}
 	}
 	var wg sync.WaitGroup
 	for i := range names {
@@ -232,15 +238,19 @@ func (d *Device) loadModules() error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out[i] = d.loadModule(names[i], srcs[i], images[i])
+			out[i] = d.loadModule(names[i], srcs[i], images[i], nil)
 		}()
 	}
 	wg.Wait()
 	var fromCubin int
 	var fromPTX []string
 	for i, l := range out {
-		if l.err != nil {
-			if l = d.loadModule(names[i], srcs[i], images[i]); l.err != nil { // on its own
+		if l.err != nil { // on its own: the PTX where the cubin was refused
+			image, refused := images[i], l.cubinErr
+			if refused != nil {
+				image = nil
+			}
+			if l = d.loadModule(names[i], srcs[i], image, refused); l.err != nil {
 				return l.err
 			}
 		}
@@ -275,44 +285,56 @@ type loadedModule struct {
 	kernels   []string
 	fns       []cu.Function
 	fromCubin bool
-	cubinErr  error // the driver refused the cubin: loaded from PTX
-	err       error
+	// cubinErr is why the driver refused the module's cubin (loading it,
+	// or finding a kernel in it): with err set, its PTX is still to be
+	// loaded; without, it was.
+	cubinErr error
+	err      error
 }
 
 // loadModule loads a module on the calling goroutine's thread, with the
-// device's context made current there, from image (a cubin for the
-// device) when there is one and the driver takes it, else from the PTX
-// src (module name), and looks its kernels up (the PTX names them).
-func (d *Device) loadModule(name, src string, image []byte) (l loadedModule) {
+// device's context made current there, and looks its kernels up (the
+// PTX src names them): from image (a cubin for the device) when there is
+// one, else from src (module name). A refused cubin is reported in
+// cubinErr with err set (the caller loads the PTX later, on its own);
+// refused, when not nil, is an earlier refusal of the cubin, kept in the
+// result and in the error should the PTX fail too.
+func (d *Device) loadModule(name, src string, image []byte, refused error) (l loadedModule) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
+	l.cubinErr = refused
+	fail := func(err error) loadedModule {
+		if refused != nil {
+			err = fmt.Errorf("%w (after the driver refused its %s cubin: %v)", err, d.arch, refused)
+		}
+		return loadedModule{cubinErr: l.cubinErr, err: err}
+	}
 	if err := cu.SetCurrentContext(d.ctx); err != nil {
-		l.err = fmt.Errorf("cuda: loading %s: %w", name, err)
-		return l
+		return fail(fmt.Errorf("cuda: loading %s: %w", name, err))
 	}
-	var mod cu.Module
-	var err error
+	code := src
 	if image != nil {
-		if mod, err = cu.LoadData(string(image)); err == nil {
-			l.fromCubin = true
-		} else {
-			l.cubinErr = err
-		}
+		code = string(image)
 	}
-	if !l.fromCubin {
-		if mod, err = cu.LoadData(src); err != nil {
-			l.err = fmt.Errorf("cuda: loading %s: %w", name, err)
-			return l
+	mod, err := cu.LoadData(code)
+	if err != nil {
+		if image != nil {
+			return loadedModule{cubinErr: err, err: fmt.Errorf("cuda: loading %s from its %s cubin: %w", name, d.arch, err)}
 		}
+		return fail(fmt.Errorf("cuda: loading %s: %w", name, err))
 	}
 	l.kernels = kernelNames(src)
 	for _, k := range l.kernels {
 		fn, err := mod.Function(k)
 		if err != nil {
-			return loadedModule{err: fmt.Errorf("cuda: kernel %s in %s: %w", k, name, err)}
+			if image != nil {
+				return loadedModule{cubinErr: err, err: fmt.Errorf("cuda: kernel %s in the %s cubin of %s: %w", k, d.arch, name, err)}
+			}
+			return fail(fmt.Errorf("cuda: kernel %s in %s: %w", k, name, err))
 		}
 		l.fns = append(l.fns, fn)
 	}
+	l.fromCubin = image != nil
 	return l
 }
 

@@ -348,7 +348,7 @@ func (d *Device) GATMeansAct(calls []kernels.GATMeanCall) error {
 	}
 	counted := int64(0) // the counters the pending parts take
 	for _, g := range gs {
-		if !g.tailed() || joinsOff {
+		if !g.tailed() || joinsOff.Load() {
 			if err := d.gatLaunch(op, g); err != nil {
 				return err
 			}
@@ -619,7 +619,7 @@ func (d *Device) GatherSums(calls []kernels.GatherSumCall) error {
 		return launchStruct(join, [3]int{int(blocks), 1, 1}, [3]int{blockSize, 1, 1}, d.stream, w[:])
 	}
 	for _, g := range gs {
-		if len(g.terms) > gsumMax || joinsOff { // more than one launch, or joins off: on its own
+		if len(g.terms) > gsumMax || joinsOff.Load() { // more than one launch, or joins off: on its own
 			if err := d.gsumLaunch(one, g); err != nil {
 				return err
 			}
@@ -655,7 +655,7 @@ func (d *Device) ReluHeads(calls []kernels.ReluHeadCall) (bool, error) {
 	if err := checked(err); err != nil {
 		return false, err
 	}
-	if joinsOff {
+	if joinsOff.Load() {
 		return false, nil
 	}
 	hs := make([]rhHead, 0, len(calls))

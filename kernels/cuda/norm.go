@@ -102,7 +102,7 @@ func (d *Device) LinearActLayerNorms(calls []kernels.LinearActLNCall) (bool, err
 	if err := checked(err); err != nil {
 		return false, err
 	}
-	if joinsOff {
+	if joinsOff.Load() {
 		return false, nil
 	}
 	ls := make([]lnCall, 0, len(calls))

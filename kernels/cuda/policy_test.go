@@ -22,9 +22,9 @@ import (
 // bounded. The same again with the joins off (ESPER_CUDA_JOINS=off's
 // setting): no joined launch, the same logits.
 func TestPolicyInferenceOnCUDA(t *testing.T) {
-	defer func(was bool) { joinsOff = was }(joinsOff)
+	defer joinsOff.Store(joinsOff.Load())
 	for _, apart := range []bool{false, true} {
-		joinsOff = apart
+		joinsOff.Store(apart)
 		name := map[bool]string{false: "joined", true: "joins off"}[apart]
 		t.Run(name, func(t *testing.T) { policyInferenceOnCUDA(t, apart) })
 	}
@@ -125,6 +125,9 @@ func policyInferenceOnCUDA(t *testing.T, apart bool) {
 				// all the heads are one launch each (the joins, counted
 				// exactly in the eager forward above): about 25 nodes at
 				// batch 64 in fp32, where the per-type launches made 48.
+				if nodes := in.GraphNodes(); apart && nodes <= 32 {
+					t.Errorf("batch %d: %d graph nodes with the joins off: the joined launches' count (no more than 32), not the per-type launches'", n, nodes)
+				}
 				if nodes := in.GraphNodes(); !apart && nodes > 32 {
 					t.Errorf("batch %d: %d graph nodes, want at most 32 with the node types and heads joined", n, nodes)
 				}

@@ -77,7 +77,7 @@ func (d *Device) EndSequence() error {
 // held back first when the step does not fit beside it, and reports
 // whether it did; keep are the tensors the step reads or writes.
 func (d *Device) deferStep(kind int, args []uint64, threads int, keep ...*tensor.Tensor) bool {
-	if sequencesOff || !d.seqOn.Load() || 1+len(args) > blockSeqWords {
+	if sequencesOff.Load() || !d.seqOn.Load() || 1+len(args) > blockSeqWords {
 		return false
 	}
 	d.seqMu.Lock()

@@ -3,6 +3,7 @@ package cuda
 import (
 	"fmt"
 	"os"
+	"sync/atomic"
 )
 
 // Switches for a GPU run: the joined launches and the block sequence can
@@ -13,10 +14,13 @@ import (
 //
 //   - ESPER_CUDA_JOINS=off: GatherSums and GATMeansAct launch each call
 //     as its own GatherSum or GATMeanAct would, and LinearActLayerNorms
-//     and ReluHeads report false (their callers then make the calls one
-//     by one), so Device.Joins stays 0. The results are the same bits for
-//     the first three; ReluHeads' callers take cuBLAS products, which
-//     round differently.
+//     and ReluHeads report false (their callers then make the calls
+//     apart: each encoder's LinearActLayerNorm, and each group of heads
+//     as stacked cuBLAS products), so Device.Joins stays 0. The results
+//     are the same bits for the first three; the heads' products round
+//     differently. The callers have allocated the joins' outputs before
+//     asking, so the figures with joins off count those allocations
+//     too.
 //
 //   - ESPER_CUDA_SEQUENCES=off: BeginSequence and EndSequence still pair
 //     up, but nothing is held back: every call launches at once, as
@@ -29,11 +33,7 @@ import (
 // "on" or unset leaves the default (all on); any other value is an
 // error at Open naming the variable. The setting is the process's, read
 // at every Open; tests set the variables below directly.
-var (
-	joinsOff     bool
-	sequencesOff bool
-	cubinOff     bool
-)
+var joinsOff, sequencesOff, cubinOff atomic.Bool
 
 // switchesFromEnv applies ESPER_CUDA_JOINS, ESPER_CUDA_SEQUENCES and
 // ESPER_CUDA_CUBIN (an
@@ -41,14 +41,14 @@ var (
 func switchesFromEnv() error {
 	for _, s := range []struct {
 		name string
-		off  *bool
+		off  *atomic.Bool
 	}{{"ESPER_CUDA_JOINS", &joinsOff}, {"ESPER_CUDA_SEQUENCES", &sequencesOff}, {"ESPER_CUDA_CUBIN", &cubinOff}} {
 		off, set, err := parseSwitch(s.name, os.Getenv(s.name))
 		if err != nil {
 			return err
 		}
 		if set {
-			*s.off = off
+			s.off.Store(off)
 		}
 	}
 	return nil

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -10,26 +11,28 @@ import (
 // ESPER_CUDA_CUBIN turn their launches (or cubins) off with "off" and on with "on", leave the setting
 // alone when unset, and refuse any other value, naming the variable.
 func TestSwitchesFromEnv(t *testing.T) {
-	defer func(j, s, c bool) { joinsOff, sequencesOff, cubinOff = j, s, c }(joinsOff, sequencesOff, cubinOff)
-	joinsOff, sequencesOff, cubinOff = false, false, false
+	for _, sw := range []*atomic.Bool{&joinsOff, &sequencesOff, &cubinOff} {
+		defer sw.Store(sw.Load())
+		sw.Store(false)
+	}
 	t.Setenv("ESPER_CUDA_CUBIN", "off")
 
 	t.Setenv("ESPER_CUDA_JOINS", "off")
 	t.Setenv("ESPER_CUDA_SEQUENCES", "")
 	require.NoError(t, switchesFromEnv())
-	require.True(t, joinsOff)
-	require.True(t, cubinOff)
-	require.False(t, sequencesOff, "an unset variable changed its setting")
+	require.True(t, joinsOff.Load())
+	require.True(t, cubinOff.Load())
+	require.False(t, sequencesOff.Load(), "an unset variable changed its setting")
 
 	t.Setenv("ESPER_CUDA_SEQUENCES", "off")
 	require.NoError(t, switchesFromEnv())
-	require.True(t, sequencesOff)
+	require.True(t, sequencesOff.Load())
 
 	t.Setenv("ESPER_CUDA_JOINS", "on")
 	t.Setenv("ESPER_CUDA_SEQUENCES", "")
 	require.NoError(t, switchesFromEnv())
-	require.False(t, joinsOff)
-	require.True(t, sequencesOff, "an unset variable changed a test's setting")
+	require.False(t, joinsOff.Load())
+	require.True(t, sequencesOff.Load(), "an unset variable changed a test's setting")
 
 	t.Setenv("ESPER_CUDA_SEQUENCES", "0")
 	err := switchesFromEnv()
