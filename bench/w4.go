@@ -104,6 +104,18 @@ type W4LoopResult struct {
 	// only); UpdateSeconds the time spent in PPO updates (ppo only).
 	PolicySeconds float64 `json:"policy_seconds,omitempty"`
 	UpdateSeconds float64 `json:"update_seconds,omitempty"`
+	// UpdateSyncSeconds is the part of UpdateSeconds the host spent in
+	// its host syncs, waiting for the device and reading
+	// (tensor.HostSyncTime; ppo only, 0 on the CPU): the rest is the
+	// host's own work, enqueuing the update's launches included. A large
+	// share says the update waits for the device, a small one that the
+	// host is its bound.
+	UpdateSyncSeconds float64 `json:"update_sync_seconds,omitempty"`
+	// OpsPerUpdate is the ops one PPO update asks its device for, on a
+	// backend that counts them (sim's Calls; ppo only): what a GPU
+	// launches eagerly for the same update, so that UpdateSeconds on a
+	// GPU over it prices one op.
+	OpsPerUpdate float64 `json:"ops_per_update,omitempty"`
 	// EnvSeconds is the time spent inside the environments' own calls
 	// (their steps' and resets' halves: host work, launches and any wait
 	// of their own), ReadSeconds the rest of VecEnv.Step: its batched
@@ -642,8 +654,10 @@ func RunW4(o W4Options) (W4Result, error) {
 	}
 	runtime.GC()
 	lat = make([]time.Duration, o.PPORounds)
-	var upd time.Duration
+	var upd, updWait time.Duration
 	var rollout, updates uint64
+	var ops int64
+	counter, counted := kernels.For(dev).(interface{ Calls() int64 })
 	rig.takeSyncs()
 	reads0 := vec.ReadSyncs()
 	runtime.ReadMemStats(&ms0)
@@ -654,11 +668,19 @@ func RunW4(o W4Options) (W4Result, error) {
 			return res, fmt.Errorf("bench: W4 ppo rollout: %w", err)
 		}
 		t1 := time.Now()
-		s1 := tensor.HostSyncs(dev)
+		s1, w1 := tensor.HostSyncs(dev), tensor.HostSyncTime(dev)
+		var c1 int64
+		if counted {
+			c1 = counter.Calls()
+		}
 		if _, err := ppo.Update(tr.Buffer()); err != nil {
 			return res, fmt.Errorf("bench: W4 ppo update: %w", err)
 		}
+		if counted {
+			ops += counter.Calls() - c1
+		}
 		upd += time.Since(t1)
+		updWait += tensor.HostSyncTime(dev) - w1
 		rollout += s1 - s0
 		updates += tensor.HostSyncs(dev) - s1
 		lat[i] = time.Since(t0)
@@ -668,7 +690,10 @@ func RunW4(o W4Options) (W4Result, error) {
 	}
 	runtime.ReadMemStats(&ms1)
 	p := w4Loop("ppo", lat, o.PPORounds*o.MaxEpochs*o.Envs, o.Envs, ms1.Mallocs-ms0.Mallocs)
-	p.UpdateSeconds = upd.Seconds()
+	p.UpdateSeconds, p.UpdateSyncSeconds = upd.Seconds(), updWait.Seconds()
+	if counted {
+		p.OpsPerUpdate = float64(ops) / float64(max(o.PPORounds, 1))
+	}
 	envSyncs = rig.takeSyncs() + vec.ReadSyncs() - reads0
 	p.Syncs = w4Syncs(rollout+updates, envSyncs, rollout-envSyncs, o.PPORounds*o.MaxEpochs, o.Envs)
 	p.Syncs.Updates = updates

@@ -176,7 +176,14 @@ func BenchW4(stdout, stderr io.Writer, c Config, dev tensor.Device) error {
 			Figure(peer, "phase_seconds", "ablation"), Figure(peer, "phase_seconds", "fused"))
 	}
 	if r.PPO != nil {
-		fmt.Fprintf(stdout, "ppo loop: %.1f s of %.1f s in PPO updates\n", r.PPO.UpdateSeconds, r.PPO.Seconds)
+		fmt.Fprintf(stdout, "ppo loop: %.2f s of %.2f s in PPO updates", r.PPO.UpdateSeconds, r.PPO.Seconds)
+		if !dev.IsCPU() {
+			fmt.Fprintf(stdout, ", %.3f s of those in host syncs (waiting for the device, reading)", r.PPO.UpdateSyncSeconds)
+		}
+		if r.PPO.OpsPerUpdate > 0 {
+			fmt.Fprintf(stdout, "; %.0f ops per update", r.PPO.OpsPerUpdate)
+		}
+		fmt.Fprintln(stdout)
 	}
 	if !dev.IsCPU() {
 		b := r.Bare.Syncs

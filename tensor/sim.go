@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Host syncs: every copy that makes the host wait for a device (a
@@ -12,6 +13,10 @@ import (
 // often it stops for the device (tolaria emits the count per epoch).
 
 var hostSyncs sync.Map // Device → *atomic.Uint64
+
+// hostSyncNanos accumulates, per device, the time the host spent in its
+// host syncs: waiting for the device and copying (HostSyncTime).
+var hostSyncNanos sync.Map // Device → *atomic.Int64
 
 func syncCounter(d Device) *atomic.Uint64 {
 	if c, ok := hostSyncs.Load(d); ok {
@@ -29,6 +34,36 @@ func HostSyncs(d Device) uint64 {
 		return 0
 	}
 	return syncCounter(d).Load()
+}
+
+// HostSyncTime returns the time the host has spent so far in the host
+// syncs HostSyncs counts on device d — waiting for the device to finish
+// what was enqueued before, then copying — as far as the code that
+// syncs reports it (AddHostSyncTime; the reads of this package always
+// do). Always 0 for the CPU. Beside a loop's wall time it says how much
+// of it the host spent waiting for the device rather than enqueuing
+// work.
+func HostSyncTime(d Device) time.Duration {
+	if d.IsCPU() {
+		return 0
+	}
+	return time.Duration(syncNanos(d).Load())
+}
+
+// AddHostSyncTime adds dt, the time one host sync on d took, to
+// HostSyncTime (a backend calls it beside CountHostSync).
+func AddHostSyncTime(d Device, dt time.Duration) {
+	if !d.IsCPU() {
+		syncNanos(d).Add(int64(dt))
+	}
+}
+
+func syncNanos(d Device) *atomic.Int64 {
+	if c, ok := hostSyncNanos.Load(d); ok {
+		return c.(*atomic.Int64)
+	}
+	c, _ := hostSyncNanos.LoadOrStore(d, new(atomic.Int64))
+	return c.(*atomic.Int64)
 }
 
 // CountHostSync records one host sync on d (a backend calls it when the

@@ -3,6 +3,7 @@ package tensor_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/esper-go/esper/tensor"
 )
@@ -123,4 +124,30 @@ func TestSameMemory(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestHostSyncTimeAccumulates: each host sync adds the time it took to
+// its device's HostSyncTime — a read, a batched read, and a backend's
+// report (AddHostSyncTime) — while the CPU has none.
+func TestHostSyncTimeAccumulates(t *testing.T) {
+	dev := tensor.Sim(3)
+	x, err := tensor.Ones(tensor.F32, 1<<16).ToDevice(dev)
+	noErr(t, err)
+	t0 := tensor.HostSyncTime(dev)
+	_, err = x.ToDevice(tensor.CPU)
+	noErr(t, err)
+	t1 := tensor.HostSyncTime(dev)
+	if t1 <= t0 {
+		t.Fatalf("a read left HostSyncTime at %v (was %v)", t1, t0)
+	}
+	_, err = tensor.ToHostMany([]*tensor.Tensor{x, x})
+	noErr(t, err)
+	t2 := tensor.HostSyncTime(dev)
+	if t2 <= t1 {
+		t.Fatalf("a batched read left HostSyncTime at %v (was %v)", t2, t1)
+	}
+	tensor.AddHostSyncTime(dev, time.Second)
+	equal(t, tensor.HostSyncTime(dev)-t2, time.Second)
+	tensor.AddHostSyncTime(tensor.CPU, time.Second)
+	equal(t, tensor.HostSyncTime(tensor.CPU), time.Duration(0))
 }

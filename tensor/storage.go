@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync/atomic"
+	"time"
 	"unsafe"
 )
 
@@ -248,6 +249,8 @@ func (t *Tensor) toHost() (*Tensor, error) {
 	}
 	out := Empty(t.DType(), t.shape...)
 	CountHostSync(t.Device())
+	start := time.Now()
+	defer func() { AddHostSyncTime(t.Device(), time.Since(start)) }()
 	if t.Device().Kind == KindSim {
 		copy(out.storage.host, t.storage.host[t.offset*t.DType().Size():][:t.Nbytes()])
 		return out, nil
@@ -316,6 +319,8 @@ func ToHostMany(ts []*Tensor) ([]*Tensor, error) {
 	if dev == (Device{}) {
 		return out, nil
 	}
+	start := time.Now()
+	defer func() { AddHostSyncTime(dev, time.Since(start)) }()
 	if mr, ok := mem.(ManyReader); ok && len(dsts) > 1 {
 		CountHostSync(dev)
 		if err := mr.CopyToHostMany(dsts, ptrs, offs); err != nil {

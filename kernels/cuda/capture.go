@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"time"
 
 	"gorgonia.org/cu"
 
@@ -39,12 +40,14 @@ func (b *Backend) Synchronize() error {
 	if b.d.Capturing() {
 		return ErrSyncInCapture
 	}
+	start := time.Now()
 	if err := b.d.Synchronize(); err != nil {
 		return err
 	}
 	// The host waited for the device: a host sync, counted as sim counts
-	// its own (tensor.HostSyncs).
+	// its own (tensor.HostSyncs), with the time it took.
 	tensor.CountHostSync(tensor.CUDA(b.d.ordinal))
+	tensor.AddHostSyncTime(tensor.CUDA(b.d.ordinal), time.Since(start))
 	return nil
 }
 

@@ -32,6 +32,8 @@ type Backend struct {
 	// joins counts the joined calls run (GatherSums, GATMeansAct,
 	// LinearActLayerNorms, ReluHeads).
 	joins atomic.Int64
+	// calls counts the ops checked (Calls).
+	calls atomic.Int64
 }
 
 var def = &Backend{cpu: new(cpu.Backend)}
@@ -198,6 +200,14 @@ func (b *Backend) join(op string, ts []*tensor.Tensor, check func() error, run f
 // joins them.
 func (b *Backend) Joins() int64 { return b.joins.Load() }
 
+// Calls is the number of ops run on sim so far, eagerly or while a
+// capture records them (each joined call counting each of its calls,
+// and nothing counted when a captured graph replays): the launches a
+// GPU would be asked for, eagerly, by the same code. Beside a loop's
+// wall time on a GPU it prices an op's host cost (esper bench W4 reports
+// it per PPO update).
+func (b *Backend) Calls() int64 { return b.calls.Load() }
+
 // SetMatmulPrecision implements kernels.Backend (the CPU computes fp32
 // whatever is asked, as documented there).
 func (b *Backend) SetMatmulPrecision(p kernels.Precision) { b.cpu.SetMatmulPrecision(p) }
@@ -206,6 +216,7 @@ func (b *Backend) SetMatmulPrecision(p kernels.Precision) { b.cpu.SetMatmulPreci
 // a CPU tensor or one of another device in a sim op is the mistake a GPU
 // would refuse.
 func (b *Backend) check(op string, ts []*tensor.Tensor, lists [][]*tensor.Tensor) {
+	b.calls.Add(1)
 	var dev tensor.Device
 	found := false
 	see := func(t *tensor.Tensor) {
