@@ -160,10 +160,14 @@ func gemmTiming(lat []time.Duration, flop float64) GEMMTiming {
 	sorted := append([]time.Duration(nil), lat...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
 	l := Summarise(lat)
+	// Both rates by one formula from microseconds as Summarise computes
+	// them, so that a best latency equal to the median gives the same
+	// rate to the bit (Seconds() rounds differently).
+	rate := func(us float64) float64 { return flop / (us * 1e-6) / 1e9 }
 	return GEMMTiming{
 		Latency:      l,
-		BestGFLOPS:   flop / sorted[0].Seconds() / 1e9,
-		MedianGFLOPS: flop / (l.P50us * 1e-6) / 1e9,
+		BestGFLOPS:   rate(float64(sorted[0].Nanoseconds()) / 1e3),
+		MedianGFLOPS: rate(l.P50us),
 	}
 }
 
