@@ -477,6 +477,7 @@ func (p *PPO[O]) Update(buf *Buffer[O]) (*UpdateStats, error) {
 	lp := lossParams{clip: o.ClipRatio, valueCoef: o.ValueCoef, entropyCoef: st.EntropyCoef,
 		headEntropy: o.HeadEntropyWeights, floors: o.EntropyFloors, floorCoefs: o.FloorPenaltyCoefs, floorScale: floorS,
 		clipValue: o.ClipValue, valueClip: o.ValueClip}
+	lp.vectors(uc.dev, uc.samples.DType(), nh) // once for the update's minibatches
 	acc := newUpdateAcc(uc.dev, nh)
 	perm := make([]int, n)
 	for i := range perm {
@@ -667,12 +668,8 @@ func (u *updateConsts) gather(rows *tensor.Tensor, hostRows []int, c *hostConsts
 	})
 	row := func(t *tensor.Tensor, r int) *tensor.Tensor { return t.Narrow(0, r, 1).Reshape(bsz) }
 	in := lossInputs{adv: row(s, rowAdv), returns: row(s, rowReturns), oldValues: row(s, rowOldValues), valueW: row(s, rowValueW),
+		oldLogp: ref, actorW: s.Narrow(0, rowHeads, u.nh), entW: s.Narrow(0, rowHeads+u.nh, u.nh),
 		actorSum: make([]float64, u.nh), entSum: make([]float64, u.nh)}
-	for h := 0; h < u.nh; h++ {
-		in.oldLogp = append(in.oldLogp, row(ref, h))
-		in.actorW = append(in.actorW, row(s, rowHeads+h))
-		in.entW = append(in.entW, row(s, rowHeads+u.nh+h))
-	}
 	for _, r := range hostRows {
 		in.valueSum += c.valueWeight(r)
 		for h := 0; h < u.nh; h++ {
@@ -689,15 +686,15 @@ func (u *updateConsts) gather(rows *tensor.Tensor, hostRows []int, c *hostConsts
 // data, known from the relevance) that normalise the masked means and
 // decide which terms exist.
 type lossInputs struct {
-	oldLogp      []*tensor.Tensor // [H] of [B] reference log-probs
-	adv          *tensor.Tensor   // [B]
-	actorW, entW []*tensor.Tensor // [H] of [B]: relevance (0 on forced steps for the actor)
-	valueW       *tensor.Tensor   // [B]: 1, ForcedValueWeight on forced steps
-	returns      *tensor.Tensor   // [B] normalised return targets
-	oldValues    *tensor.Tensor   // [B] rollout values (normalised units)
-	actorSum     []float64        // [H] Σ actorW
-	entSum       []float64        // [H] Σ entW
-	valueSum     float64          // Σ valueW
+	oldLogp      *tensor.Tensor // [H, B] reference log-probs
+	adv          *tensor.Tensor // [B]
+	actorW, entW *tensor.Tensor // [H, B]: relevance (0 on forced steps for the actor)
+	valueW       *tensor.Tensor // [B]: 1, ForcedValueWeight on forced steps
+	returns      *tensor.Tensor // [B] normalised return targets
+	oldValues    *tensor.Tensor // [B] rollout values (normalised units)
+	actorSum     []float64      // [H] Σ actorW
+	entSum       []float64      // [H] Σ entW
+	valueSum     float64        // Σ valueW
 }
 
 // lossParams are the loss coefficients.
@@ -708,15 +705,19 @@ type lossParams struct {
 	floorScale                   float64
 	clipValue                    bool
 	valueClip                    float64
+	// headVecs caches vectors' result for the update.
+	headVecs *tensor.Tensor
 }
 
 // lossParts are a minibatch's loss terms and statistics: F64 scalars on
-// the policy's device (nil where the term does not exist), and which
-// heads had nothing to learn (host, from the relevance).
+// the policy's device (nil where the term does not exist), the per-head
+// figures as F64 vectors [H] (0 for a head with no relevant step;
+// headEntropy nil when no head has one), and
+// which heads had nothing to learn (host, from the relevance).
 type lossParts struct {
 	policy, value, entropy, floor *autograd.Var
 	kl                            *autograd.Var
-	headEntropy, clipFrac         []*autograd.Var
+	headEntropy, clipFrac         *autograd.Var
 	notLearnable                  []bool
 	ratioMaxDev                   *autograd.Var
 	ratioMax, ratioMin            *autograd.Var
@@ -746,6 +747,20 @@ func fullOn(dev tensor.Device, v float64) *autograd.Var {
 	return autograd.Const(t)
 }
 
+// zerosOn returns F64 zeros [n] on dev (a fill: no copy).
+func zerosOn(dev tensor.Device, n int) *autograd.Var {
+	t, err := tensor.EmptyOn(dev, tensor.F64, n)
+	if err != nil {
+		panic(fmt.Sprintf("simic: allocating %d zeros on %v: %v", n, dev, err))
+	}
+	if dev.IsCPU() {
+		t.Fill(0)
+	} else {
+		kernels.For(dev).Fill(t, 0)
+	}
+	return autograd.Const(t)
+}
+
 // stat returns x's value as an F64 constant (detached from the graph).
 func stat(x *autograd.Var) *autograd.Var {
 	return autograd.Cast(autograd.Const(x.Value), tensor.F64)
@@ -769,64 +784,88 @@ func isFinite(x, zero *autograd.Var) *tensor.Tensor {
 //	entropy = −Σ_h w_h·masked-mean_h(H_h)
 //	floor   = Σ_h c_h·s·max(0, floor_h − masked-mean_h(H_h))²
 //	total   = policy + valueCoef·value + entropyCoef·entropy + floor
+//
+// Every head is computed at once, as the rows of [H, B] tensors (the
+// heads' log-probabilities and entropies stacked), so that the number of
+// ops, and of launches on a GPU, does not grow with the heads. A head
+// without a relevant step for the actor (or for the entropy) is masked
+// out of that term (Where: a NaN of its own does not reach the loss), as
+// if it were left out.
 func ppoLoss(ev *Evaluation, in lossInputs, lp lossParams) (*autograd.Var, lossParts) {
 	nh := len(ev.LogProbs)
 	dt := ev.Value.DType()
 	dev := ev.Value.Value.Device()
 	bsz := in.adv.Numel()
-	parts := lossParts{headEntropy: make([]*autograd.Var, nh), clipFrac: make([]*autograd.Var, nh), notLearnable: make([]bool, nh)}
+	parts := lossParts{notLearnable: make([]bool, nh)}
 	zero, one := fullOn(dev, 0), fullOn(dev, 1)
-	var joint *autograd.Var
-	parts.kl, parts.ratioMaxDev = zero, zero
-	var policy, entropy, floor *autograd.Var
-	add := func(acc, x *autograd.Var) *autograd.Var {
-		if acc == nil {
-			return x
-		}
-		return autograd.Add(acc, x)
-	}
-	A := autograd.Const(in.adv)
-	if in.adv.DType() != dt {
-		A = autograd.Cast(A, dt)
-	}
+	anyActor, anyEnt, anyFloor := false, false, false
 	for h := 0; h < nh; h++ {
-		old := autograd.Const(in.oldLogp[h])
-		logr := autograd.Clamp(autograd.Sub(ev.LogProbs[h], old), -LogRatioClamp, LogRatioClamp)
-		ratio := autograd.Exp(logr)
-		// Statistics from the forward values, in F64 on the device, over
-		// the relevant steps.
-		autograd.NoGrad(func() {
-			v := stat(logr)
-			r := autograd.Exp(v)
-			rel := autograd.Compare(kernels.Gt, autograd.Cast(autograd.Const(in.entW[h]), tensor.F64), zero)
-			kl := autograd.Sub(autograd.AddScalar(r, -1), v)
-			parts.kl = autograd.Add(parts.kl, autograd.MulScalar(autograd.SumAll(autograd.Where(rel, kl, zero)), 1/float64(bsz)))
-			drift := autograd.Abs(autograd.AddScalar(r, -1))
-			parts.ratioMaxDev = autograd.Maximum(parts.ratioMaxDev, autograd.Max(autograd.Where(rel, drift, zero), nil, false))
-			if in.entSum[h] > 0 {
-				out := flag(autograd.Compare(kernels.Gt, autograd.AddScalar(drift, -lp.clip), zero), one, zero)
-				parts.clipFrac[h] = autograd.MulScalar(autograd.SumAll(autograd.Where(rel, out, zero)), 1/in.entSum[h])
-			}
-			joint = add(joint, autograd.Where(rel, v, zero))
-		})
-		surr := autograd.Minimum(autograd.Mul(ratio, A), autograd.Mul(autograd.Clamp(ratio, 1-lp.clip, 1+lp.clip), A))
-		if in.actorSum[h] > 0 {
-			policy = add(policy, maskedMean(autograd.Neg(surr), in.actorW[h], in.actorSum[h]))
-		}
+		anyActor = anyActor || in.actorSum[h] > 0
 		if in.entSum[h] == 0 {
 			parts.notLearnable[h] = true
 			continue
 		}
-		meanEnt := maskedMean(ev.Entropies[h], in.entW[h], in.entSum[h])
-		parts.headEntropy[h] = stat(meanEnt)
-		w := 1.0
-		if lp.headEntropy != nil {
-			w = lp.headEntropy[h]
+		anyEnt = true
+		anyFloor = anyFloor || (lp.floors != nil && lp.floorCoefs[h] > 0)
+	}
+	asDT := func(t *tensor.Tensor) *autograd.Var {
+		v := autograd.Const(t)
+		if t.DType() != dt {
+			v = autograd.Cast(v, dt)
 		}
-		entropy = add(entropy, autograd.MulScalar(meanEnt, -w))
-		if lp.floors != nil && lp.floorCoefs[h] > 0 {
-			gap := autograd.Relu(autograd.AddScalar(autograd.Neg(meanEnt), lp.floors[h]))
-			floor = add(floor, autograd.MulScalar(autograd.Square(gap), lp.floorCoefs[h]*lp.floorScale))
+		return v
+	}
+	zeroDT := autograd.Cast(zero, dt)
+	A := asDT(in.adv)
+	logr := autograd.Clamp(autograd.Sub(autograd.Stack(ev.LogProbs, 0), asDT(in.oldLogp)), -LogRatioClamp, LogRatioClamp) // [H, B]
+	ratio := autograd.Exp(logr)
+	// Per head (NoGrad, from the constant weights): which heads have a
+	// relevant step for the actor and for the entropy, and 1/Σ weight
+	// (0 for a head with none).
+	var actorOn, entOn *tensor.Tensor
+	var invActor, invEnt *autograd.Var
+	perHead := func(w *tensor.Tensor) (*tensor.Tensor, *autograd.Var) {
+		sum := autograd.Sum(asDT(w), []int{1}, false) // [H]
+		on := autograd.Compare(kernels.Gt, sum, zeroDT)
+		return on, autograd.Where(on, autograd.Recip(sum), zeroDT)
+	}
+	var joint *autograd.Var
+	autograd.NoGrad(func() {
+		actorOn, invActor = perHead(in.actorW)
+		entOn, invEnt = perHead(in.entW)
+		// Statistics from the forward values, in F64 on the device, over
+		// the relevant steps.
+		v := stat(logr)
+		r := autograd.Exp(v)
+		rel64 := autograd.Cast(autograd.Const(in.entW), tensor.F64)
+		rel := autograd.Compare(kernels.Gt, rel64, zero)
+		kl := autograd.Sub(autograd.AddScalar(r, -1), v)
+		parts.kl = autograd.MulScalar(autograd.SumAll(autograd.Where(rel, kl, zero)), 1/float64(bsz))
+		drift := autograd.Abs(autograd.AddScalar(r, -1))
+		parts.ratioMaxDev = autograd.Max(autograd.Where(rel, drift, zero), nil, false)
+		out := flag(autograd.Compare(kernels.Gt, autograd.AddScalar(drift, -lp.clip), zero), one, zero)
+		clipped := autograd.Sum(autograd.Where(rel, out, zero), []int{1}, false) // [H]
+		relSteps := autograd.Sum(rel64, []int{1}, false)
+		parts.clipFrac = autograd.Where(autograd.Compare(kernels.Gt, relSteps, zero), autograd.Div(clipped, relSteps), zero)
+		joint = autograd.Sum(autograd.Where(rel, v, zero), []int{0}, false) // [B]
+	})
+	var policy, entropy, floor *autograd.Var
+	if anyActor {
+		surr := autograd.Minimum(autograd.Mul(ratio, A), autograd.Mul(autograd.Clamp(ratio, 1-lp.clip, 1+lp.clip), A))
+		sums := autograd.Sum(autograd.Mul(autograd.Neg(surr), asDT(in.actorW)), []int{1}, false) // [H]
+		policy = autograd.SumAll(autograd.Mul(autograd.Where(actorOn, sums, zeroDT), invActor))
+	}
+	if anyEnt {
+		hv := lp.vectors(dev, dt, nh)
+		sums := autograd.Sum(autograd.Mul(autograd.Stack(ev.Entropies, 0), asDT(in.entW)), []int{1}, false) // [H]
+		meanEnt := autograd.Mul(autograd.Where(entOn, sums, zeroDT), invEnt)                              // 0 for a head not learnable
+		parts.headEntropy = stat(meanEnt)
+		entropy = autograd.SumAll(autograd.Mul(meanEnt, autograd.Const(hv.Narrow(0, 0, 1).Reshape(nh))))
+		if anyFloor {
+			var coef *autograd.Var
+			autograd.NoGrad(func() { coef = autograd.Where(entOn, autograd.Const(hv.Narrow(0, 2, 1).Reshape(nh)), zeroDT) })
+			gap := autograd.Relu(autograd.Sub(autograd.Const(hv.Narrow(0, 1, 1).Reshape(nh)), meanEnt))
+			floor = autograd.SumAll(autograd.Mul(autograd.Square(gap), coef))
 		}
 	}
 	autograd.NoGrad(func() {
@@ -835,17 +874,11 @@ func ppoLoss(ev *Evaluation, in lossInputs, lp lossParams) (*autograd.Var, lossP
 		parts.ratioMin = autograd.Min(rj, nil, false)
 	})
 	// Value loss.
-	ret := autograd.Const(in.returns)
-	if in.returns.DType() != dt {
-		ret = autograd.Cast(ret, dt)
-	}
+	ret := asDT(in.returns)
 	diff := autograd.Sub(ev.Value, ret)
 	sq := autograd.Square(diff)
 	if lp.clipValue {
-		old := autograd.Const(in.oldValues)
-		if in.oldValues.DType() != dt {
-			old = autograd.Cast(old, dt)
-		}
+		old := asDT(in.oldValues)
 		vc := autograd.Add(old, autograd.Clamp(autograd.Sub(ev.Value, old), -lp.valueClip, lp.valueClip))
 		sq = autograd.Maximum(sq, autograd.Square(autograd.Sub(vc, ret)))
 	}
@@ -869,6 +902,35 @@ func ppoLoss(ev *Evaluation, in lossInputs, lp lossParams) (*autograd.Var, lossP
 	return total, parts
 }
 
+// vectors returns the per-head constants of the entropy terms as rows
+// of a [3, H] tensor of dtype dt on dev: −w_h (the entropy weight,
+// negated), floor_h and c_h·s (the floor penalty's coefficient, 0 for a
+// head without a floor) — made once per update (Update sets headVecs)
+// and on each call otherwise.
+func (lp *lossParams) vectors(dev tensor.Device, dt tensor.DType, nh int) *tensor.Tensor {
+	if lp.headVecs != nil && lp.headVecs.Device() == dev && lp.headVecs.DType() == dt && lp.headVecs.Shape()[1] == nh {
+		return lp.headVecs
+	}
+	v := make([]float64, 3*nh)
+	for h := 0; h < nh; h++ {
+		w := 1.0
+		if lp.headEntropy != nil {
+			w = lp.headEntropy[h]
+		}
+		v[h] = -w
+		if lp.floors != nil && lp.floorCoefs[h] > 0 {
+			v[nh+h] = lp.floors[h]
+			v[2*nh+h] = lp.floorCoefs[h] * lp.floorScale
+		}
+	}
+	t, err := constOn(dev, dt, v, 3, nh)
+	if err != nil {
+		panic(fmt.Sprintf("simic: the loss's per-head constants on %v: %v", dev, err))
+	}
+	lp.headVecs = t
+	return t
+}
+
 // updateAcc accumulates an update's figures on the policy's device, as
 // F64 scalars, gated per minibatch on the device by the KL early stop
 // and the finiteness of the loss and the gradient norm.
@@ -881,18 +943,16 @@ type updateAcc struct {
 	policy, value, entropy, floor               *autograd.Var
 	approxKL, maxKL, gradNorm, early, stopEpoch *autograd.Var
 	firstDev, ratioMax, ratioMin                *autograd.Var
-	entropyH, clipH                             []*autograd.Var
+	entropyH, clipH                             *autograd.Var // [H]
+	nh                                          int
 }
 
 func newUpdateAcc(dev tensor.Device, nh int) *updateAcc {
 	z := fullOn(dev, 0)
 	a := &updateAcc{zero: z, one: fullOn(dev, 1), live: fullOn(dev, 1), steps: z, skipped: z, policy: z, value: z, entropy: z, floor: z,
 		approxKL: z, maxKL: z, gradNorm: z, early: z, stopEpoch: z, firstDev: z,
-		ratioMax: fullOn(dev, math.Inf(-1)), ratioMin: fullOn(dev, math.Inf(1))}
-	for h := 0; h < nh; h++ {
-		a.entropyH = append(a.entropyH, z)
-		a.clipH = append(a.clipH, z)
-	}
+		ratioMax: fullOn(dev, math.Inf(-1)), ratioMin: fullOn(dev, math.Inf(1)), nh: nh}
+	a.entropyH, a.clipH = zerosOn(dev, nh), zerosOn(dev, nh)
 	return a
 }
 
@@ -947,10 +1007,8 @@ func (a *updateAcc) add(parts lossParts) {
 		a.floor = sum(a.floor, parts.floor)
 		a.ratioMax = autograd.Where(ok, autograd.Maximum(a.ratioMax, parts.ratioMax), a.ratioMax)
 		a.ratioMin = autograd.Where(ok, autograd.Minimum(a.ratioMin, parts.ratioMin), a.ratioMin)
-		for h := range a.entropyH {
-			a.entropyH[h] = sum(a.entropyH[h], parts.headEntropy[h])
-			a.clipH[h] = sum(a.clipH[h], parts.clipFrac[h])
-		}
+		a.entropyH = sum(a.entropyH, parts.headEntropy)
+		a.clipH = sum(a.clipH, parts.clipFrac)
 	})
 }
 
@@ -959,12 +1017,12 @@ func (a *updateAcc) add(parts lossParts) {
 func (a *updateAcc) read(st *UpdateStats) error {
 	fields := []*autograd.Var{a.steps, a.skipped, a.policy, a.value, a.entropy, a.floor, a.approxKL, a.maxKL, a.gradNorm,
 		a.early, a.stopEpoch, a.firstDev, a.ratioMax, a.ratioMin}
-	fields = append(append(fields, a.entropyH...), a.clipH...)
+	fields = append(fields, a.entropyH, a.clipH)
 	var all *tensor.Tensor
 	autograd.NoGrad(func() {
 		flat := make([]*autograd.Var, len(fields))
 		for i, f := range fields {
-			flat[i] = autograd.Reshape(f, 1)
+			flat[i] = autograd.Reshape(f, f.Value.Numel())
 		}
 		all = autograd.Concat(flat, 0).Value
 	})
@@ -977,7 +1035,7 @@ func (a *updateAcc) read(st *UpdateStats) error {
 	st.ApproxKL, st.MaxKL, st.GradNorm = v[6], v[7], v[8]
 	st.EarlyStopped, st.StopEpoch = v[9] != 0, int(v[10])
 	st.FirstRatioMaxDev, st.RatioMax, st.RatioMin = v[11], v[12], v[13]
-	nh := len(a.entropyH)
+	nh := a.nh
 	st.Entropy = append([]float64(nil), v[14:14+nh]...)
 	st.ClipFraction = append([]float64(nil), v[14+nh:14+2*nh]...)
 	return nil

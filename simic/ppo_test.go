@@ -83,9 +83,10 @@ func readParts(t *testing.T, p lossParts) hostParts {
 	}
 	h := hostParts{policy: get(p.policy), value: get(p.value), entropy: get(p.entropy), floor: get(p.floor), kl: get(p.kl),
 		ratioMaxDev: get(p.ratioMaxDev), ratioMax: get(p.ratioMax), ratioMin: get(p.ratioMin), notLearnable: p.notLearnable}
-	for i := range p.headEntropy {
-		h.headEntropy = append(h.headEntropy, get(p.headEntropy[i]))
-		h.clipFrac = append(h.clipFrac, get(p.clipFrac[i]))
+	h.clipFrac = testdevice.F64(t, p.clipFrac.Value)
+	h.headEntropy = make([]float64, len(h.clipFrac))
+	if p.headEntropy != nil {
+		h.headEntropy = testdevice.F64(t, p.headEntropy.Value)
 	}
 	return h
 }
