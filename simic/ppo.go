@@ -858,7 +858,7 @@ func ppoLoss(ev *Evaluation, in lossInputs, lp lossParams) (*autograd.Var, lossP
 	if anyEnt {
 		hv := lp.vectors(dev, dt, nh)
 		sums := autograd.Sum(autograd.Mul(autograd.Stack(ev.Entropies, 0), asDT(in.entW)), []int{1}, false) // [H]
-		meanEnt := autograd.Mul(autograd.Where(entOn, sums, zeroDT), invEnt)                              // 0 for a head not learnable
+		meanEnt := autograd.Mul(autograd.Where(entOn, sums, zeroDT), invEnt)                                // 0 for a head not learnable
 		parts.headEntropy = stat(meanEnt)
 		entropy = autograd.SumAll(autograd.Mul(meanEnt, autograd.Const(hv.Narrow(0, 0, 1).Reshape(nh))))
 		if anyFloor {
