@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 
+	"github.com/esper-go/esper/bench"
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/tamiyo"
 )
@@ -90,4 +91,35 @@ func ExampleMaskedCategorical() {
 	// mode: WAIT
 	// entropy: 0.745
 	// sample is valid: true
+}
+
+// An Inference times the host's part of each forward: building and
+// uploading the graph's tensors, running (or, on a GPU, enqueuing) the
+// captured forward, and reading the logits back. Here, on the CPU, after
+// an eager warm-up and the capture, the third forward is a replay.
+func ExampleInference_LastPhases() {
+	p, err := tamiyo.NewPolicy(tamiyo.PolicyOptions{Seed: 1, NoDropout: true})
+	if err != nil {
+		panic(err)
+	}
+	in, err := tamiyo.NewInference(p, tamiyo.InferenceOptions{})
+	if err != nil {
+		panic(err)
+	}
+	g, err := bench.W2Graph(4) // four environments' graphs in one batch
+	if err != nil {
+		panic(err)
+	}
+	var lg *tamiyo.Logits
+	for i := 0; i < 3; i++ {
+		if lg, err = in.Forward(g); err != nil {
+			panic(err)
+		}
+	}
+	ph := in.LastPhases()
+	fmt.Println(len(lg.Values), "values; every phase timed:", ph.Upload > 0 && ph.Run > 0 && ph.Read > 0)
+	fmt.Println("captured:", in.Stats().Captures, "graph")
+	// Output:
+	// 4 values; every phase timed: true
+	// captured: 1 graph
 }

@@ -111,3 +111,20 @@ func ExampleStorage_SameMemory() {
 	// Output:
 	// true false
 }
+
+// Host syncs are counted per device, with the time the host spent in
+// them: here one read of a tensor on the simulated device sim:5.
+func ExampleHostSyncTime() {
+	dev := tensor.Sim(5)
+	x, err := tensor.Ones(tensor.F32, 1024).ToDevice(dev)
+	if err != nil {
+		panic(err)
+	}
+	n0, t0 := tensor.HostSyncs(dev), tensor.HostSyncTime(dev)
+	if _, err := x.ToDevice(tensor.CPU); err != nil { // a read: the host waits for the device
+		panic(err)
+	}
+	fmt.Println(tensor.HostSyncs(dev)-n0, "sync;", "time spent in it:", tensor.HostSyncTime(dev) > t0)
+	// Output:
+	// 1 sync; time spent in it: true
+}

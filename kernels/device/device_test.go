@@ -82,6 +82,21 @@ func ExampleOpen() {
 	// Output: cpu cpu
 }
 
+// ExampleOpened prints the line esper's commands print once a device is
+// open: on a GPU it also says where the kernels' machine code came from
+// (for example "(13 modules from sm_90 cubins)").
+func ExampleOpened() {
+	t0 := time.Now()
+	b, err := device.Open("sim")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	line := device.Opened(b.Device(), b, time.Since(t0))
+	fmt.Println(strings.HasPrefix(line, "opened sim:0 in "), strings.HasSuffix(line, " s"))
+	// Output: true true
+}
+
 // TestOpenSim: every sim index opens the one sim backend.
 func TestOpenSim(t *testing.T) {
 	for _, name := range []string{"sim", "sim:0", "sim:3"} {
