@@ -232,7 +232,10 @@ func Concat(xs []*Var, axis int) *Var {
 			for i, x := range xs {
 				n := x.Shape()[a]
 				if needs(x) {
-					grads[i] = contigCopy(g.Narrow(a, off, n))
+					// A view where the slice is contiguous (a concat
+					// along the first axis, a Stack's): gradients are
+					// never written in place, so it need not be a copy.
+					grads[i] = contig(g.Narrow(a, off, n))
 				}
 				off += n
 			}
