@@ -54,4 +54,9 @@ type Evaluation struct {
 	Entropies []*autograd.Var
 	// Value is V(s), [B], in the critic's (normalised) units.
 	Value *autograd.Var
+	// LogProbsAll and EntropiesAll, when not nil, are LogProbs and
+	// Entropies as the rows of one [H, B] tensor each (LogProbs[h] being
+	// row h): the PPO loss then takes every head at once without
+	// stacking them.
+	LogProbsAll, EntropiesAll *autograd.Var
 }

@@ -786,7 +786,8 @@ func isFinite(x, zero *autograd.Var) *tensor.Tensor {
 //	total   = policy + valueCoef·value + entropyCoef·entropy + floor
 //
 // Every head is computed at once, as the rows of [H, B] tensors (the
-// heads' log-probabilities and entropies stacked), so that the number of
+// heads' log-probabilities and entropies: Evaluation's LogProbsAll and
+// EntropiesAll, or stacked), so that the number of
 // ops, and of launches on a GPU, does not grow with the heads. A head
 // without a relevant step for the actor (or for the entropy) is masked
 // out of that term (Where: a NaN of its own does not reach the loss), as
@@ -817,7 +818,11 @@ func ppoLoss(ev *Evaluation, in lossInputs, lp lossParams) (*autograd.Var, lossP
 	}
 	zeroDT := autograd.Cast(zero, dt)
 	A := asDT(in.adv)
-	logr := autograd.Clamp(autograd.Sub(autograd.Stack(ev.LogProbs, 0), asDT(in.oldLogp)), -LogRatioClamp, LogRatioClamp) // [H, B]
+	logp, ents := ev.LogProbsAll, ev.EntropiesAll
+	if logp == nil {
+		logp = autograd.Stack(ev.LogProbs, 0)
+	}
+	logr := autograd.Clamp(autograd.Sub(logp, asDT(in.oldLogp)), -LogRatioClamp, LogRatioClamp) // [H, B]
 	ratio := autograd.Exp(logr)
 	// Per head (NoGrad, from the constant weights): which heads have a
 	// relevant step for the actor and for the entropy, and 1/Σ weight
@@ -857,8 +862,11 @@ func ppoLoss(ev *Evaluation, in lossInputs, lp lossParams) (*autograd.Var, lossP
 	}
 	if anyEnt {
 		hv := lp.vectors(dev, dt, nh)
-		sums := autograd.Sum(autograd.Mul(autograd.Stack(ev.Entropies, 0), asDT(in.entW)), []int{1}, false) // [H]
-		meanEnt := autograd.Mul(autograd.Where(entOn, sums, zeroDT), invEnt)                                // 0 for a head not learnable
+		if ents == nil {
+			ents = autograd.Stack(ev.Entropies, 0)
+		}
+		sums := autograd.Sum(autograd.Mul(ents, asDT(in.entW)), []int{1}, false) // [H]
+		meanEnt := autograd.Mul(autograd.Where(entOn, sums, zeroDT), invEnt)     // 0 for a head not learnable
 		parts.headEntropy = stat(meanEnt)
 		entropy = autograd.SumAll(autograd.Mul(meanEnt, autograd.Const(hv.Narrow(0, 0, 1).Reshape(nh))))
 		if anyFloor {

@@ -177,7 +177,8 @@ func (t *TamiyoPolicy) Evaluate(obs []TamiyoObs, _ []Masks, actions [][]int) (*E
 	if err != nil {
 		return nil, fmt.Errorf("simic: TamiyoPolicy.Evaluate: %w", err)
 	}
-	return &Evaluation{LogProbs: ev.LogProbs[:], Entropies: ev.Entropies[:], Value: ev.Value}, nil
+	return &Evaluation{LogProbs: ev.LogProbs[:], Entropies: ev.Entropies[:], Value: ev.Value,
+		LogProbsAll: ev.LogProbsAll, EntropiesAll: ev.EntropiesAll}, nil
 }
 
 // Values returns V(s) per observation without recording gradients: on a

@@ -417,6 +417,10 @@ type Evaluation struct {
 	Entropies [leyline.NumActionHeads]*autograd.Var
 	// Value is V(s), [B].
 	Value *autograd.Var
+	// LogProbsAll and EntropiesAll are LogProbs and Entropies as the rows
+	// of one [H, B] tensor each, in head order (LogProbs[h] is a view of
+	// row h): for a loss computed over every head at once.
+	LogProbsAll, EntropiesAll *autograd.Var
 }
 
 // Evaluate runs the policy on g (recording gradients when grad mode is
@@ -470,59 +474,47 @@ func (p *Policy) Evaluate(g *Graph, masks []leyline.ActionMasks, actions [][leyl
 	}
 	out := p.run(gt)
 	ev := &Evaluation{Value: out.Value}
-	// Every head's masks, actions and constants go to the device in one
-	// staging; the floored heads' masked logits come back in one read,
-	// and what the floors need in a second staging.
-	var heads [leyline.NumActionHeads]*headProbs
-	var st *staging
-	for h := range heads {
-		idx := make([]int, g.NumGraphs)
-		for b, a := range actions {
-			idx[b] = a[h]
-		}
-		logits := out.Logits[h]
-		if dt := logits.DType(); dt != tensor.F32 && dt != tensor.F64 {
-			logits = autograd.Cast(logits, tensor.F32)
-		}
-		if st == nil {
-			st = newStaging(logits.Value.Device(), logits.DType())
-		}
-		if heads[h], err = newHeadProbs(st, logits, eff[h], idx, floors[h]); err != nil {
-			return nil, fmt.Errorf("tamiyo: Evaluate: head %s: %w", leyline.HeadNames[h], err)
-		}
-	}
-	if err := st.upload(); err != nil {
-		return nil, fmt.Errorf("tamiyo: Evaluate: %w", err)
-	}
-	var floored []*headProbs
-	var masked []*tensor.Tensor
-	for _, hp := range heads {
-		if hp.mask(); hp.minProb > 0 {
-			floored = append(floored, hp)
-			masked = append(masked, hp.masked.Value)
-		}
-	}
-	rows, err := readRows(masked)
+	// Every head at once: the heads' logits padded to the widest and
+	// stacked, [H, B, N], so that the number of ops (launches on a GPU)
+	// does not grow with the heads. Their masks, actions and constants
+	// go to the device in one staging; the masked logits come back in one
+	// read when a head has a floor, and what the floors need goes in a
+	// second staging.
+	hp, err := newHeadsProbs(out.Logits, eff, actions, floors)
 	if err != nil {
 		return nil, fmt.Errorf("tamiyo: Evaluate: %w", err)
 	}
-	for i, hp := range floored {
-		hp.stageFloor(st, rows[i])
-	}
-	if err := st.upload(); err != nil {
+	if err := hp.st.upload(); err != nil {
 		return nil, fmt.Errorf("tamiyo: Evaluate: %w", err)
 	}
-	for h, hp := range heads {
-		ev.LogProbs[h], ev.Entropies[h] = hp.finish()
+	hp.mask()
+	if hp.anyFloor {
+		rows, err := readRows([]*tensor.Tensor{hp.masked.Value.Reshape(leyline.NumActionHeads*hp.bsz, hp.n)})
+		if err != nil {
+			return nil, fmt.Errorf("tamiyo: Evaluate: %w", err)
+		}
+		hp.stageFloor(rows[0])
+		if err := hp.st.upload(); err != nil {
+			return nil, fmt.Errorf("tamiyo: Evaluate: %w", err)
+		}
+	}
+	ev.LogProbsAll, ev.EntropiesAll = hp.finish()
+	for h := 0; h < leyline.NumActionHeads; h++ {
+		ev.LogProbs[h] = autograd.Reshape(autograd.Narrow(ev.LogProbsAll, 0, h, 1), hp.bsz)
+		ev.Entropies[h] = autograd.Reshape(autograd.Narrow(ev.EntropiesAll, 0, h, 1), hp.bsz)
 	}
 	return ev, nil
 }
 
-// headProbs computes, differentiably, the log-probability of actions
-// and the normalised entropy of one head's masked, floored distribution
-// per row. masks rows may be shorter than the logits' width (the padded
-// slot head); the rest is masked. Its constants are staged (newHeadProbs,
-// stageFloor) so that all heads share the copies to the device.
+// headsProbs computes, differentiably, the log-probability of actions
+// and the normalised entropy of every head's masked, floored
+// distribution per row, the heads side by side: [H, B, N] with N the
+// widest head's options, a narrower head's logits padded (its padding,
+// like every option its mask forbids, masked to MaskedLogitValue, whose
+// probability is 0). masks rows may be shorter than a head's logits (the
+// padded slot head); the rest is masked. Its constants are staged
+// (newHeadsProbs, stageFloor) so that all heads share the copies to the
+// device.
 //
 // The floor follows MaskedCategorical exactly: the set U of
 // valid options held at the floor f is found on the host from the
@@ -530,108 +522,158 @@ func (p *Policy) Evaluate(g *Graph, masks []leyline.ActionMasks, actions [][leyl
 // the floored logits are then log f on U and log p₀ᵢ + log(1 − |U|f) −
 // log Σ_{valid∖U} p₀ elsewhere, masked options −1e4, and log-softmax
 // renormalises them. Gradients flow through p₀ for the options not on
-// the floor, as in the reference.
-type headProbs struct {
-	logits  *autograd.Var
-	masks   [][]bool
-	minProb float32
-	bsz, n  int
-	// Staged by newHeadProbs.
-	maskT, neg, idx, zero, invLn *tensor.Tensor
+// the floor, as in the reference. A head without a floor keeps the
+// masked log-softmax.
+type headsProbs struct {
+	st       *staging
+	logits   *autograd.Var // [H, B, N]
+	masks    [leyline.NumActionHeads][][]bool
+	minProb  [leyline.NumActionHeads]float32
+	anyFloor bool
+	allFloor bool
+	bsz, n   int
+	// Staged by newHeadsProbs.
+	maskT, neg, idx, zero, invLn, floorHead *tensor.Tensor
 	// Staged by stageFloor.
 	overT, underT, shift, floorLog *tensor.Tensor
 	// Set by mask.
 	masked, lsm *autograd.Var
 }
 
-// newHeadProbs checks one head's masks and stages its masks, actions and
-// constants.
-func newHeadProbs(st *staging, logits *autograd.Var, masks [][]bool, actions []int, minProb float32) (*headProbs, error) {
-	hp := &headProbs{logits: logits, masks: masks, minProb: minProb, bsz: logits.Shape()[0], n: logits.Shape()[1]}
-	bsz, n := hp.bsz, hp.n
-	maskFlat := make([]bool, bsz*n)
-	invLn := make([]float64, bsz)
-	for b, row := range masks {
-		nv := 0
-		for i, v := range row {
-			maskFlat[b*n+i] = v
-			if v {
-				nv++
+// newHeadsProbs checks every head's masks, pads and stacks the heads'
+// logits (cast to F32 unless F32 or F64) and stages the masks, actions
+// and constants.
+func newHeadsProbs(logits [leyline.NumActionHeads]*autograd.Var, masks [leyline.NumActionHeads][][]bool,
+	actions [][leyline.NumActionHeads]int, floors [leyline.NumActionHeads]float32) (*headsProbs, error) {
+	const nh = leyline.NumActionHeads
+	hp := &headsProbs{masks: masks, minProb: floors, allFloor: true}
+	for h, l := range logits {
+		if dt := l.DType(); dt != tensor.F32 && dt != tensor.F64 {
+			logits[h] = autograd.Cast(l, tensor.F32)
+		}
+		hp.n = max(hp.n, l.Shape()[1])
+		if floors[h] > 0 {
+			hp.anyFloor = true
+		} else {
+			hp.allFloor = false
+		}
+	}
+	bsz, n := logits[0].Shape()[0], hp.n
+	hp.bsz = bsz
+	padded := make([]*autograd.Var, nh)
+	for h, l := range logits {
+		if w := l.Shape()[1]; w < n {
+			l = autograd.Pad(l, []int{0, 0, 0, n - w}, 0)
+		}
+		padded[h] = l
+	}
+	hp.logits = autograd.Stack(padded, 0)
+	hp.st = newStaging(hp.logits.Value.Device(), hp.logits.DType())
+	maskFlat := make([]bool, nh*bsz*n)
+	invLn := make([]float64, nh*bsz)
+	idx := make([]int64, nh*bsz)
+	floorHead := make([]bool, nh)
+	for h := range masks {
+		floorHead[h] = floors[h] > 0
+		for b, row := range masks[h] {
+			nv := 0
+			for i, v := range row {
+				maskFlat[(h*bsz+b)*n+i] = v
+				if v {
+					nv++
+				}
 			}
-		}
-		if nv == 0 {
-			return nil, &InvalidStateMachineError{Row: b, Size: len(row)}
-		}
-		if nv > 1 {
-			invLn[b] = 1 / math.Log(float64(nv))
+			if nv == 0 {
+				return nil, fmt.Errorf("head %s: %w", leyline.HeadNames[h], &InvalidStateMachineError{Row: b, Size: len(row)})
+			}
+			if nv > 1 {
+				invLn[h*bsz+b] = 1 / math.Log(float64(nv))
+			}
+			idx[h*bsz+b] = int64(actions[b][h])
 		}
 	}
-	idx := make([]int64, bsz)
-	for b, a := range actions {
-		idx[b] = int64(a)
+	st := hp.st
+	st.boolMask(&hp.maskT, maskFlat, nh, bsz, n)
+	st.full(&hp.neg, float64(leyline.MaskedLogitValue), 1)
+	st.int64s(&hp.idx, idx, nh, bsz, 1)
+	st.full(&hp.zero, 0, 1)
+	st.float64s(&hp.invLn, invLn, nh, bsz)
+	if hp.anyFloor && !hp.allFloor {
+		st.boolMask(&hp.floorHead, floorHead, nh, 1, 1)
 	}
-	st.boolMask(&hp.maskT, maskFlat, bsz, n)
-	st.full(&hp.neg, float64(leyline.MaskedLogitValue), bsz, n)
-	st.int64s(&hp.idx, idx, bsz, 1)
-	st.full(&hp.zero, 0, bsz, n)
-	st.float64s(&hp.invLn, invLn, bsz)
 	return hp, nil
 }
 
 // mask computes the masked logits and their log-softmax (after the
 // first upload).
-func (hp *headProbs) mask() {
+func (hp *headsProbs) mask() {
 	hp.masked = autograd.Where(hp.maskT, hp.logits, autograd.Const(hp.neg))
-	hp.lsm = autograd.LogSoftmax(hp.masked, 1)
+	hp.lsm = autograd.LogSoftmax(hp.masked, 2)
 }
 
-// stageFloor finds the options at the probability floor from the masked
-// logits read back to the host and stages the floor's constants.
-func (hp *headProbs) stageFloor(st *staging, hostMasked [][]float32) {
+// stageFloor finds, for every head with a floor, the options at the
+// probability floor from the masked logits read back to the host (rows
+// [H·B][N]) and stages the floor's constants; a head without a floor
+// gets its mask as the options over the floor and none under it (its
+// floored logits are computed and not used).
+func (hp *headsProbs) stageFloor(hostMasked [][]float32) {
+	const nh = leyline.NumActionHeads
 	bsz, n := hp.bsz, hp.n
-	overFlat := make([]bool, bsz*n)
-	underFlat := make([]bool, bsz*n)
-	shift := make([]float64, bsz)      // log(1 − |U|·f) per row
-	floorLog := make([]float64, bsz*n) // log f on U
-	for b, row := range hp.masks {
-		under, f := floorSet(hostMasked[b][:len(row)], row, hp.minProb)
-		nu := 0
-		for i, v := range row {
-			switch {
-			case !v:
-			case under[i]:
-				underFlat[b*n+i] = true
-				nu++
-			default:
-				overFlat[b*n+i] = true
+	overFlat := make([]bool, nh*bsz*n)
+	underFlat := make([]bool, nh*bsz*n)
+	shift := make([]float64, nh*bsz)    // log(1 − |U|·f) per row
+	floorLog := make([]float64, nh*bsz) // log f per row, for U
+	for h := 0; h < nh; h++ {
+		for b, row := range hp.masks[h] {
+			r := h*bsz + b
+			if hp.minProb[h] == 0 {
+				for i, v := range row {
+					overFlat[r*n+i] = v
+				}
+				continue
 			}
-		}
-		shift[b] = math.Log(math.Max(1-float64(nu)*f, probFloorEps))
-		for i := range row {
-			floorLog[b*n+i] = math.Log(math.Max(f, probFloorEps))
+			under, f := floorSet(hostMasked[r][:len(row)], row, hp.minProb[h])
+			nu := 0
+			for i, v := range row {
+				switch {
+				case !v:
+				case under[i]:
+					underFlat[r*n+i] = true
+					nu++
+				default:
+					overFlat[r*n+i] = true
+				}
+			}
+			shift[r] = math.Log(math.Max(1-float64(nu)*f, probFloorEps))
+			floorLog[r] = math.Log(math.Max(f, probFloorEps))
 		}
 	}
-	st.boolMask(&hp.overT, overFlat, bsz, n)
-	st.boolMask(&hp.underT, underFlat, bsz, n)
-	st.float64s(&hp.shift, shift, bsz, 1)
-	st.float64s(&hp.floorLog, floorLog, bsz, n)
+	hp.st.boolMask(&hp.overT, overFlat, nh, bsz, n)
+	hp.st.boolMask(&hp.underT, underFlat, nh, bsz, n)
+	hp.st.float64s(&hp.shift, shift, nh, bsz, 1)
+	hp.st.float64s(&hp.floorLog, floorLog, nh, bsz, 1)
 }
 
 // finish returns the actions' log-probabilities and the normalised
-// entropies (after the second upload).
-func (hp *headProbs) finish() (logp, ent *autograd.Var) {
-	bsz := hp.bsz
+// entropies, [H, B] each (after the uploads).
+func (hp *headsProbs) finish() (logp, ent *autograd.Var) {
 	neg := autograd.Const(hp.neg)
 	logp = hp.lsm
-	if hp.minProb > 0 {
-		lseOver := autograd.LogSumExp(autograd.Where(hp.overT, hp.lsm, neg), []int{1}, true)
+	if hp.anyFloor {
+		lseOver := autograd.LogSumExp(autograd.Where(hp.overT, hp.lsm, neg), []int{2}, true)
 		overL := autograd.Sub(autograd.Add(hp.lsm, autograd.Const(hp.shift)), lseOver)
 		floored := autograd.Where(hp.overT, overL, autograd.Where(hp.underT, autograd.Const(hp.floorLog), neg))
-		logp = autograd.LogSoftmax(floored, 1)
+		fl := autograd.LogSoftmax(floored, 2)
+		if hp.allFloor {
+			logp = fl
+		} else {
+			logp = autograd.Where(hp.floorHead, fl, hp.lsm)
+		}
 	}
-	sel := autograd.Reshape(autograd.Gather(logp, 1, hp.idx), bsz)
+	nh := leyline.NumActionHeads
+	sel := autograd.Reshape(autograd.Gather(logp, 2, hp.idx), nh, hp.bsz)
 	plogp := autograd.Where(hp.maskT, autograd.Mul(autograd.Exp(logp), logp), autograd.Const(hp.zero))
-	h := autograd.Neg(autograd.Sum(plogp, []int{1}, false))
+	h := autograd.Neg(autograd.Sum(plogp, []int{2}, false))
 	ent = autograd.Mul(h, autograd.Const(hp.invLn))
 	return sel, ent
 }

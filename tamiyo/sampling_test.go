@@ -243,24 +243,33 @@ func TestValueIndependentOfSampledAction(t *testing.T) {
 	}
 }
 
+// TestEvaluateMatchesAct: Evaluate's log-probabilities, entropies and
+// values are Act's, with every head floored (the G2 floors), none, and
+// some (the heads computed side by side, floored or not per head).
 func TestEvaluateMatchesAct(t *testing.T) {
 	p, g, masks := samplingFixture(t)
 	rng := tensor.NewRNG(3)
-	for i := 0; i < 4; i++ {
-		r, err := p.Act(g, masks, ActOptions{Rand: rng})
+	mixed := [leyline.NumActionHeads]float32{leyline.HeadOp: 0.15, leyline.HeadBlueprint: 0.12, leyline.HeadAlphaSpeed: 0.2}
+	for i := 0; i < 6; i++ {
+		floors := []*[leyline.NumActionHeads]float32{nil, {}, &mixed}[i%3]
+		r, err := p.Act(g, masks, ActOptions{Rand: rng, Floors: floors})
 		if err != nil {
 			t.Fatal(err)
 		}
-		ev, err := p.Evaluate(g, masks, r.Actions, EvaluateOptions{})
+		ev, err := p.Evaluate(g, masks, r.Actions, EvaluateOptions{Floors: floors})
 		if err != nil {
 			t.Fatal(err)
 		}
+		lpAll, entAll := testdevice.F64(t, ev.LogProbsAll.Value), testdevice.F64(t, ev.EntropiesAll.Value)
 		for h := 0; h < leyline.NumActionHeads; h++ {
 			lp := testdevice.F64(t, ev.LogProbs[h].Value)
 			ent := testdevice.F64(t, ev.Entropies[h].Value)
 			for b := range masks {
 				if d := math.Abs(lp[b] - float64(r.LogProbs[b][h])); d > 1e-5 {
-					t.Errorf("env %d head %s: Evaluate log-prob %v, Act %v", b, leyline.HeadNames[h], lp[b], r.LogProbs[b][h])
+					t.Errorf("floors %v env %d head %s: Evaluate log-prob %v, Act %v", floors, b, leyline.HeadNames[h], lp[b], r.LogProbs[b][h])
+				}
+				if lpAll[h*len(masks)+b] != lp[b] || entAll[h*len(masks)+b] != ent[b] {
+					t.Errorf("env %d head %s: LogProbsAll/EntropiesAll differ from LogProbs/Entropies", b, leyline.HeadNames[h])
 				}
 				if d := math.Abs(ent[b] - float64(r.Entropies[b][h])); d > 1e-5 {
 					t.Errorf("env %d head %s: Evaluate entropy %v, Act %v", b, leyline.HeadNames[h], ent[b], r.Entropies[b][h])
