@@ -441,6 +441,13 @@ func (p *PPO[O]) Update(buf *Buffer[O]) (*UpdateStats, error) {
 		hc.returns[i] = buf.Return(s.env, s.t) / scale
 		hc.oldValues[i] = tr.Value
 	}
+	floorS := 1.0
+	if o.TotalUpdates > 0 {
+		floorS, _ = EntropyFloorSchedule(p.updates, o.TotalUpdates)
+	}
+	lp := lossParams{clip: o.ClipRatio, valueCoef: o.ValueCoef, entropyCoef: st.EntropyCoef,
+		headEntropy: o.HeadEntropyWeights, floors: o.EntropyFloors, floorCoefs: o.FloorPenaltyCoefs, floorScale: floorS,
+		clipValue: o.ClipValue, valueClip: o.ValueClip}
 	// 3. Anchored reference pass at θ0, kept on the device.
 	var refs []*autograd.Var
 	var uc *updateConsts
@@ -453,9 +460,13 @@ func (p *PPO[O]) Update(buf *Buffer[O]) (*UpdateStats, error) {
 				return
 			}
 			if uc == nil {
-				if uc, err = hc.toDevice(ev.Value.Value.Device(), ev.Value.DType()); err != nil {
+				if uc, err = hc.toDevice(ev.Value.Value.Device(), ev.Value.DType(), &lp); err != nil {
 					return
 				}
+			}
+			if ev.LogProbsAll != nil {
+				refs = append(refs, autograd.Const(ev.LogProbsAll.Value)) // [H, b]
+				continue
 			}
 			cols := make([]*autograd.Var, nh)
 			for h := range cols {
@@ -470,14 +481,6 @@ func (p *PPO[O]) Update(buf *Buffer[O]) (*UpdateStats, error) {
 	if err != nil {
 		return nil, err
 	}
-	floorS := 1.0
-	if o.TotalUpdates > 0 {
-		floorS, _ = EntropyFloorSchedule(p.updates, o.TotalUpdates)
-	}
-	lp := lossParams{clip: o.ClipRatio, valueCoef: o.ValueCoef, entropyCoef: st.EntropyCoef,
-		headEntropy: o.HeadEntropyWeights, floors: o.EntropyFloors, floorCoefs: o.FloorPenaltyCoefs, floorScale: floorS,
-		clipValue: o.ClipValue, valueClip: o.ValueClip}
-	lp.vectors(uc.dev, uc.samples.DType(), nh) // once for the update's minibatches
 	acc := newUpdateAcc(uc.dev, nh)
 	perm := make([]int, n)
 	for i := range perm {
@@ -584,6 +587,12 @@ func (p *PPO[O]) evaluate(buf *Buffer[O], batch []sample) (*Evaluation, error) {
 	if len(ev.LogProbs) != len(p.spec.HeadSizes) || len(ev.Entropies) != len(p.spec.HeadSizes) || ev.Value == nil {
 		return nil, fmt.Errorf("simic: PPO: policy.Evaluate returned %d log-prob and %d entropy heads for %d heads", len(ev.LogProbs), len(ev.Entropies), len(p.spec.HeadSizes))
 	}
+	want := []int{len(p.spec.HeadSizes), len(batch)}
+	for _, all := range []*autograd.Var{ev.LogProbsAll, ev.EntropiesAll} {
+		if all != nil && !tensor.SameShape(all.Shape(), want) {
+			return nil, fmt.Errorf("simic: PPO: policy.Evaluate returned all heads as %v, want %v", all.Shape(), want)
+		}
+	}
 	return ev, nil
 }
 
@@ -623,14 +632,21 @@ func (c *hostConsts) valueWeight(i int) float64 {
 	return 1
 }
 
-// toDevice copies the constants to dev, in dtype dt, in one copy.
-func (c *hostConsts) toDevice(dev tensor.Device, dt tensor.DType) (*updateConsts, error) {
+// toDevice copies the constants to dev, in dtype dt, in one copy: the
+// per-sample rows and, when lp is not nil, the loss's per-head constants
+// (lossParams.vectors), which lp then holds.
+func (c *hostConsts) toDevice(dev tensor.Device, dt tensor.DType, lp *lossParams) (*updateConsts, error) {
 	n, nh := len(c.adv), 0
 	if n > 0 {
 		nh = len(c.rel[0])
 	}
 	rows := rowHeads + 2*nh
-	v := make([]float64, rows*n)
+	var heads []float64
+	if lp != nil {
+		heads = lp.headValues(nh)
+	}
+	v := make([]float64, rows*n, rows*n+len(heads))
+	v = append(v, heads...)
 	for i := 0; i < n; i++ {
 		v[rowAdv*n+i] = c.adv[i]
 		v[rowReturns*n+i] = c.returns[i]
@@ -640,11 +656,14 @@ func (c *hostConsts) toDevice(dev tensor.Device, dt tensor.DType) (*updateConsts
 			v[(rowHeads+h)*n+i], v[(rowHeads+nh+h)*n+i] = c.weights(i, h)
 		}
 	}
-	t, err := constOn(dev, dt, v, rows, n)
+	t, err := constOn(dev, dt, v, len(v))
 	if err != nil {
 		return nil, err
 	}
-	return &updateConsts{dev: dev, nh: nh, samples: t}, nil
+	if lp != nil {
+		lp.headVecs = t.Narrow(0, rows*n, len(heads)).Reshape(3, nh)
+	}
+	return &updateConsts{dev: dev, nh: nh, samples: t.Narrow(0, 0, rows*n).Reshape(rows, n)}, nil
 }
 
 // updateConsts are an update's per-sample constants on the policy's
@@ -787,11 +806,14 @@ func isFinite(x, zero *autograd.Var) *tensor.Tensor {
 //
 // Every head is computed at once, as the rows of [H, B] tensors (the
 // heads' log-probabilities and entropies: Evaluation's LogProbsAll and
-// EntropiesAll, or stacked), so that the number of
-// ops, and of launches on a GPU, does not grow with the heads. A head
-// without a relevant step for the actor (or for the entropy) is masked
-// out of that term (Where: a NaN of its own does not reach the loss), as
-// if it were left out.
+// EntropiesAll, or stacked), so that the number of ops, and of launches
+// on a GPU, does not grow with the heads. A head without a relevant step
+// for the actor (or for the entropy), or without a floor, is masked out
+// of that term's value (Where: a NaN of its own does not reach the
+// loss), as if it were left out. Its gradient is zero but not isolated:
+// the policy's backward multiplies that zero by the head's values, so a
+// NaN in a head's outputs makes the gradient norm NaN, and the update's
+// gate then skips the minibatch.
 func ppoLoss(ev *Evaluation, in lossInputs, lp lossParams) (*autograd.Var, lossParts) {
 	nh := len(ev.LogProbs)
 	dt := ev.Value.DType()
@@ -870,9 +892,16 @@ func ppoLoss(ev *Evaluation, in lossInputs, lp lossParams) (*autograd.Var, lossP
 		parts.headEntropy = stat(meanEnt)
 		entropy = autograd.SumAll(autograd.Mul(meanEnt, autograd.Const(hv.Narrow(0, 0, 1).Reshape(nh))))
 		if anyFloor {
+			// The heads with a floor and a relevant step; any other
+			// head's gap is its floor's against itself, 0.
+			floorV := autograd.Const(hv.Narrow(0, 1, 1).Reshape(nh))
 			var coef *autograd.Var
-			autograd.NoGrad(func() { coef = autograd.Where(entOn, autograd.Const(hv.Narrow(0, 2, 1).Reshape(nh)), zeroDT) })
-			gap := autograd.Relu(autograd.Sub(autograd.Const(hv.Narrow(0, 1, 1).Reshape(nh)), meanEnt))
+			var on *tensor.Tensor
+			autograd.NoGrad(func() {
+				coef = autograd.Where(entOn, autograd.Const(hv.Narrow(0, 2, 1).Reshape(nh)), zeroDT)
+				on = autograd.Compare(kernels.Gt, coef, zeroDT)
+			})
+			gap := autograd.Relu(autograd.Sub(floorV, autograd.Where(on, meanEnt, floorV)))
 			floor = autograd.SumAll(autograd.Mul(autograd.Square(gap), coef))
 		}
 	}
@@ -913,12 +942,22 @@ func ppoLoss(ev *Evaluation, in lossInputs, lp lossParams) (*autograd.Var, lossP
 // vectors returns the per-head constants of the entropy terms as rows
 // of a [3, H] tensor of dtype dt on dev: −w_h (the entropy weight,
 // negated), floor_h and c_h·s (the floor penalty's coefficient, 0 for a
-// head without a floor) — made once per update (Update sets headVecs)
-// and on each call otherwise.
+// head without a floor) — uploaded once per update with its per-sample
+// constants (hostConsts.toDevice sets headVecs), else on each call.
 func (lp *lossParams) vectors(dev tensor.Device, dt tensor.DType, nh int) *tensor.Tensor {
 	if lp.headVecs != nil && lp.headVecs.Device() == dev && lp.headVecs.DType() == dt && lp.headVecs.Shape()[1] == nh {
 		return lp.headVecs
 	}
+	t, err := constOn(dev, dt, lp.headValues(nh), 3, nh)
+	if err != nil {
+		panic(fmt.Sprintf("simic: the loss's per-head constants on %v: %v", dev, err))
+	}
+	lp.headVecs = t
+	return t
+}
+
+// headValues are vectors' values, its three rows one after another.
+func (lp *lossParams) headValues(nh int) []float64 {
 	v := make([]float64, 3*nh)
 	for h := 0; h < nh; h++ {
 		w := 1.0
@@ -931,12 +970,7 @@ func (lp *lossParams) vectors(dev tensor.Device, dt tensor.DType, nh int) *tenso
 			v[2*nh+h] = lp.floorCoefs[h] * lp.floorScale
 		}
 	}
-	t, err := constOn(dev, dt, v, 3, nh)
-	if err != nil {
-		panic(fmt.Sprintf("simic: the loss's per-head constants on %v: %v", dev, err))
-	}
-	lp.headVecs = t
-	return t
+	return v
 }
 
 // updateAcc accumulates an update's figures on the policy's device, as

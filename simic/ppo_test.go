@@ -46,7 +46,7 @@ func (ti testInputs) device(t *testing.T) lossInputs {
 	t.Helper()
 	hc := hostConsts{rel: ti.rel, forced: ti.forced, adv: ti.adv, returns: ti.returns, oldValues: ti.oldValues}
 	dev := testdevice.Device(t)
-	uc, err := hc.toDevice(dev, tensor.F64)
+	uc, err := hc.toDevice(dev, tensor.F64, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -371,5 +371,29 @@ func TestEntropyAnneal(t *testing.T) {
 	a.updates = 10
 	if !near(a.EntropyCoef(), 0.02, 1e-12) {
 		t.Fatalf("after the anneal %v, want 0.02", a.EntropyCoef())
+	}
+}
+
+// TestFloorPenaltyLeavesOutHeadsWithoutAFloor: a learnable head without
+// a floor stays out of the floor penalty even when its entropies are
+// NaN (the heads are computed side by side, the others masked out), so
+// with no entropy bonus the loss stays finite.
+func TestFloorPenaltyLeavesOutHeadsWithoutAFloor(t *testing.T) {
+	ev := &Evaluation{
+		LogProbs:  []*autograd.Var{param(t, 0.1, 0.2), param(t, 0.3, 0.4)},
+		Entropies: []*autograd.Var{param(t, 0.1, 0.2), param(t, math.NaN(), math.NaN())},
+		Value:     param(t, 1, 1),
+	}
+	in := testInputs{oldLogp: [][]float64{{0, 0}, {0, 0}}, adv: []float64{1, -1}, rel: onesRel(2, 2),
+		forced: []bool{false, false}, returns: []float64{0, 0}, oldValues: []float64{0, 0}}
+	lp := lossParams{clip: 0.2, valueCoef: 1, floors: []float64{0.5, 0.5}, floorCoefs: []float64{0.3, 0}, floorScale: 1}
+	loss, p := ppoLoss(ev, in.device(t), lp)
+	parts := readParts(t, p)
+	// Head 0 alone: mean entropy 0.15, 0.3·(0.5 − 0.15)².
+	if want := 0.3 * 0.35 * 0.35; !near(parts.floor, want, 1e-12) {
+		t.Fatalf("floor penalty %v, want %v (head 0's alone)", parts.floor, want)
+	}
+	if v := testdevice.Item(t, loss.Value); math.IsNaN(v) || math.IsInf(v, 0) {
+		t.Fatalf("loss %v: a head without a floor reached it", v)
 	}
 }

@@ -301,8 +301,35 @@ func TestEvaluateGradientsReachEveryPart(t *testing.T) {
 		loss = autograd.Add(loss, autograd.SumAll(ev.Entropies[h]))
 	}
 	autograd.Backward(loss)
-	for _, prefix := range []string{"encoders.slot.lin.weight", "blueprint_embedding.weight", "sage1.slot_next_slot.lin_l.weight",
-		"gat2.slot_reports_global.att_src", "head_op.fc2.weight", "head_slot.fc1.weight", "value.fc2.weight"} {
+	names := []string{"encoders.slot.lin.weight", "blueprint_embedding.weight", "sage1.slot_next_slot.lin_l.weight",
+		"gat2.slot_reports_global.att_src", "head_op.fc2.weight", "head_slot.fc1.weight", "value.fc2.weight"}
+	// Every head whose action had a choice in some environment (the
+	// heads are computed side by side: each must still get its own
+	// gradient).
+	for h := 0; h < leyline.NumActionHeads; h++ {
+		choice := false
+		for b, a := range r.Actions {
+			eff, err := effectiveMasks(masks[b], leyline.LifecycleOp(a[leyline.HeadOp]))
+			if err != nil {
+				t.Fatal(err)
+			}
+			nv := 0
+			for _, v := range eff[h] {
+				if v {
+					nv++
+				}
+			}
+			choice = choice || nv > 1
+		}
+		if choice {
+			names = append(names, "head_"+leyline.HeadNames[h]+".fc2.weight")
+		}
+	}
+	t.Logf("%d heads with a choice", len(names)-7)
+	if len(names) < 9 {
+		t.Fatalf("only %d heads had a choice: the fixture no longer tests the heads", len(names)-7)
+	}
+	for _, prefix := range names {
 		found := false
 		for _, n := range p.NamedParameters() {
 			if n.Name != prefix {
