@@ -359,14 +359,32 @@ func (m memory) Alloc(n int) (tensor.DevicePtr, error) {
 func (m memory) Free(p tensor.DevicePtr) { m.d.alloc.FreeLater(cu.DevicePtr(p)) }
 
 // CopyToDevice copies src to p+off after the work already enqueued on
-// the stream (the copy is ordered on it, then waited for).
+// the stream (the copy is ordered on it, then waited for: Device.upload).
 func (m memory) CopyToDevice(p tensor.DevicePtr, off int, src []byte) error {
 	if len(src) == 0 {
 		return nil
 	}
 	release := m.d.enter()
 	defer release()
-	return copyH2DSync(cu.DevicePtr(p)+cu.DevicePtr(off), src, m.d.stream)
+	return m.d.upload(cu.DevicePtr(p)+cu.DevicePtr(off), src)
+}
+
+// upload copies src to dst on the stream and waits for the stream — a
+// host sync, counted as one (tensor.CountHostSync) with its time — or,
+// with ESPER_CUDA_UPLOAD_WAIT=off, returns once the driver has taken the
+// bytes (copyH2DSync), the host not waiting for the device's queue.
+func (d *Device) upload(dst cu.DevicePtr, src []byte) error {
+	wait := !uploadWaitOff.Load()
+	start := time.Now()
+	if err := copyH2DSync(dst, src, d.stream, wait); err != nil {
+		return err
+	}
+	if wait {
+		dev := tensor.CUDA(d.ordinal)
+		tensor.CountHostSync(dev)
+		tensor.AddHostSyncTime(dev, time.Since(start))
+	}
+	return nil
 }
 
 // CopyToHost copies device bytes at p+off into dst once the work enqueued

@@ -217,11 +217,16 @@ func copyH2DAsync(dst cu.DevicePtr, src unsafe.Pointer, n int, s cu.Stream) erro
 const bounceMax = 4096
 
 // copyH2DSync copies the host bytes src to the device at dst on stream s
-// and waits for it. A small copy goes through a C buffer: a small
-// tensor's storage shares one Go allocation with its header (which holds
-// pointers), and cgo rejects a pointer into such an object. Larger
-// buffers are allocations of their own and are passed as they are.
-func copyH2DSync(dst cu.DevicePtr, src []byte, s cu.Stream) error {
+// and, with wait, waits for it (for the stream: everything enqueued
+// before it too). Without wait it returns when the driver returns: a copy
+// from pageable memory is staged into the driver's own memory before
+// that (CUDA's API synchronization behavior), so src may be reused and
+// the C buffer below freed; the copy itself stays ordered on s. A small
+// copy goes through a C buffer: a small tensor's storage shares one Go
+// allocation with its header (which holds pointers), and cgo rejects a
+// pointer into such an object. Larger buffers are allocations of their
+// own and are passed as they are.
+func copyH2DSync(dst cu.DevicePtr, src []byte, s cu.Stream, wait bool) error {
 	if len(src) == 0 {
 		return nil
 	}
@@ -237,6 +242,9 @@ func copyH2DSync(dst cu.DevicePtr, src []byte, s cu.Stream) error {
 	}
 	if err := check("cuMemcpyHtoDAsync", C.esper_copy_h2d_async(C.uint64_t(dst), p, C.size_t(len(src)), cstream(s))); err != nil {
 		return err
+	}
+	if !wait {
+		return nil
 	}
 	return check("cuStreamSynchronize", C.esper_stream_sync(cstream(s)))
 }

@@ -17,8 +17,9 @@
 # ESPER_GPU_WORKLOADS the workloads (default "w1 w2 w4 w5 w6 w7 w8").
 # W4 runs a second time with ESPER_CUDA_CONV=direct (its bare loop, no
 # peer: the direct convolutions against the default im2col in the same
-# sitting), W2 with ESPER_CUDA_JOINS=off and W1 with
-# ESPER_CUDA_SEQUENCES=off (the launches those join, one by one).
+# sitting), W2 with ESPER_CUDA_JOINS=off, W1 with
+# ESPER_CUDA_SEQUENCES=off (the launches those join, one by one) and W4
+# with ESPER_CUDA_UPLOAD_WAIT=off (uploads without a host sync each).
 # Phase "profile" runs Nsight Compute over short runs of the workloads in
 # ESPER_GPU_PROFILE (default "w2 w1 w4": the two furthest from their
 # targets, and W1's one-launch epoch, whose kernel time beside its
@@ -272,14 +273,16 @@ if has bench; then
 p = json.load(open(sys.argv[1])).get("peer")
 p and json.dump(p, open(sys.argv[2], "w"), indent=2)' "$out/esper/W4.json" "$out/pytorch_w4.json"
 		fi
-		# W2 again with the joined launches off (ESPER_CUDA_JOINS=off) and
-		# W1 with the block sequences off (ESPER_CUDA_SEQUENCES=off), esper
-		# alone: each fusion against the launches it replaces in one
-		# sitting, and a workload's figures even when one of the joined
-		# kernels fails.
+		# W2 again with the joined launches off (ESPER_CUDA_JOINS=off), W1
+		# with the block sequences off (ESPER_CUDA_SEQUENCES=off) and W4
+		# with host-to-device copies that do not wait for the device
+		# (ESPER_CUDA_UPLOAD_WAIT=off), esper alone: each against the
+		# default in one sitting, and a workload's figures even when one
+		# of the joined kernels fails.
 		case $w in
 		w2) apart=(ESPER_CUDA_JOINS=off "esper w2 joins off") ;;
 		w1) apart=(ESPER_CUDA_SEQUENCES=off "esper w1 sequences off") ;;
+		w4) apart=(ESPER_CUDA_UPLOAD_WAIT=off "esper w4 upload wait off") ;;
 		*) apart=() ;;
 		esac
 		if ((${#apart[@]})); then

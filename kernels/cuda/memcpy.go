@@ -39,7 +39,7 @@ func (d *Device) CopyHostToDevice(dst *tensor.Tensor, src []byte) error {
 	}
 	release := d.enter()
 	defer release()
-	if err := copyH2DSync(pd, src, d.stream); err != nil {
+	if err := d.upload(pd, src); err != nil {
 		return fmt.Errorf("cuda: %s: %w", op, err)
 	}
 	return nil

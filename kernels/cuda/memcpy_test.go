@@ -227,3 +227,54 @@ func TestToHostMany(t *testing.T) {
 		}
 	}
 }
+
+// TestUploadsWithoutWaitKeepTheirBytes: with the uploads' wait off
+// (ESPER_CUDA_UPLOAD_WAIT=off's setting) a host tensor overwritten right
+// after each upload, while the stream is still busy with a long product
+// queued before them, still lands on the device as it was at each
+// upload — the driver staged the pageable bytes before returning — for a
+// small copy (through a C buffer) and a large one; no host sync is
+// counted for them. With the wait on, each upload is one counted sync.
+func TestUploadsWithoutWaitKeepTheirBytes(t *testing.T) {
+	defer uploadWaitOff.Store(uploadWaitOff.Load())
+	const m = 2048
+	a := toDev(t, tensor.Normal(tensor.NewRNG(330), tensor.F32, 0, 1, m, m))
+	c := toDev(t, tensor.Empty(tensor.F32, m, m))
+	for _, off := range []bool{true, false} {
+		uploadWaitOff.Store(off)
+		for _, n := range []int{64, 300_000} {
+			host := tensor.Empty(tensor.F32, n)
+			data := host.F32()
+			for r := 0; r < 4; r++ { // the stream busy for a while
+				be.MatMul(c, a, a, false, false)
+			}
+			s0 := tensor.HostSyncs(tensor.CUDA(0))
+			var ons []*tensor.Tensor
+			for i := 0; i < 8; i++ {
+				for k := range data {
+					data[k] = float32(i*1000 + k%997)
+				}
+				d, err := host.ToDevice(tensor.CUDA(0))
+				if err != nil {
+					t.Fatal(err)
+				}
+				ons = append(ons, d)
+			}
+			want := uint64(0)
+			if !off {
+				want = 8
+			}
+			if got := tensor.HostSyncs(tensor.CUDA(0)) - s0; got != want {
+				t.Errorf("wait off %v, %d floats: %d host syncs for 8 uploads, want %d", off, n, got, want)
+			}
+			for i, d := range ons {
+				got := fromDev(t, d).F32()
+				for k := range got {
+					if got[k] != float32(i*1000+k%997) {
+						t.Fatalf("wait off %v, %d floats: upload %d element %d is %v, want %v (the host's later bytes?)", off, n, i, k, got[k], float32(i*1000+k%997))
+					}
+				}
+			}
+		}
+	}
+}

@@ -6,10 +6,11 @@ import (
 	"sync/atomic"
 )
 
-// Switches for a GPU run: the joined launches and the block sequence can
-// be turned off for the process, so that a run can time a workload both
-// ways in one sitting (gpu/run.sh runs W2 again without joins and W1
-// without sequences), and so that a fault in one of their kernels can be
+// Switches for a GPU run: the joined launches, the block sequence, the
+// cubins and the uploads' wait can be turned off for the process, so
+// that a run can time a workload both ways in one sitting (gpu/run.sh
+// runs W2 again without joins, W1 without sequences and W4 without the
+// uploads' wait), and so that a fault in one of their kernels can be
 // told from a fault elsewhere.
 //
 //   - ESPER_CUDA_JOINS=off: GatherSums and GATMeansAct launch each call
@@ -30,19 +31,27 @@ import (
 //     compiled by the driver, instead of from the cubin made for the
 //     device's architecture ahead of time (cubin.go).
 //
+//   - ESPER_CUDA_UPLOAD_WAIT=off: a copy from host memory to a tensor on
+//     the device (tensor.ToDevice, CopyHostToDevice) returns once the
+//     driver has staged the bytes instead of waiting for the device's
+//     stream, which is a counted host sync by default. An experiment:
+//     it relies on the driver staging pageable memory before it returns
+//     (TestUploadsWithoutWaitKeepTheirBytes checks it on a GPU).
+//
 // "on" or unset leaves the default (all on); any other value is an
 // error at Open naming the variable. The setting is the process's, read
 // at every Open; tests set the variables below directly.
-var joinsOff, sequencesOff, cubinOff atomic.Bool
+var joinsOff, sequencesOff, cubinOff, uploadWaitOff atomic.Bool
 
-// switchesFromEnv applies ESPER_CUDA_JOINS, ESPER_CUDA_SEQUENCES and
-// ESPER_CUDA_CUBIN (an
-// unset variable leaves its setting as it is, so a test's stays).
+// switchesFromEnv applies ESPER_CUDA_JOINS, ESPER_CUDA_SEQUENCES,
+// ESPER_CUDA_CUBIN and ESPER_CUDA_UPLOAD_WAIT (an unset variable leaves
+// its setting as it is, so a test's stays).
 func switchesFromEnv() error {
 	for _, s := range []struct {
 		name string
 		off  *atomic.Bool
-	}{{"ESPER_CUDA_JOINS", &joinsOff}, {"ESPER_CUDA_SEQUENCES", &sequencesOff}, {"ESPER_CUDA_CUBIN", &cubinOff}} {
+	}{{"ESPER_CUDA_JOINS", &joinsOff}, {"ESPER_CUDA_SEQUENCES", &sequencesOff}, {"ESPER_CUDA_CUBIN", &cubinOff},
+		{"ESPER_CUDA_UPLOAD_WAIT", &uploadWaitOff}} {
 		off, set, err := parseSwitch(s.name, os.Getenv(s.name))
 		if err != nil {
 			return err

@@ -11,17 +11,19 @@ import (
 // ESPER_CUDA_CUBIN turn their launches (or cubins) off with "off" and on with "on", leave the setting
 // alone when unset, and refuse any other value, naming the variable.
 func TestSwitchesFromEnv(t *testing.T) {
-	for _, sw := range []*atomic.Bool{&joinsOff, &sequencesOff, &cubinOff} {
+	for _, sw := range []*atomic.Bool{&joinsOff, &sequencesOff, &cubinOff, &uploadWaitOff} {
 		defer sw.Store(sw.Load())
 		sw.Store(false)
 	}
 	t.Setenv("ESPER_CUDA_CUBIN", "off")
+	t.Setenv("ESPER_CUDA_UPLOAD_WAIT", "off")
 
 	t.Setenv("ESPER_CUDA_JOINS", "off")
 	t.Setenv("ESPER_CUDA_SEQUENCES", "")
 	require.NoError(t, switchesFromEnv())
 	require.True(t, joinsOff.Load())
 	require.True(t, cubinOff.Load())
+	require.True(t, uploadWaitOff.Load())
 	require.False(t, sequencesOff.Load(), "an unset variable changed its setting")
 
 	t.Setenv("ESPER_CUDA_SEQUENCES", "off")
