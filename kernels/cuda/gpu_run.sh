@@ -160,6 +160,21 @@ export ESPER_GPU_BUNDLE=1 # TestPTXUpToDate skips away from the sources
 # run with.
 [ -z "${ESPER_PYTHON:-}" ] && ESPER_PYTHON=$(command -v python3) && export ESPER_PYTHON
 if has tests; then
+	# The tests of the code that has not yet run on a GPU first, in
+	# processes of their own: a kernel that faults leaves the CUDA
+	# context unusable, and would otherwise fail every test after it in
+	# the full run below, which then says nothing more. newest_tests
+	# lists them (top-level tests; TestConformance's newest subtests
+	# separately).
+	newest_conformance='^(GatherSums|GATMeansAct|LinearActLayerNorms|ReluHeads|BeginSequence\+EndSequence)$'
+	newest_tests='^(TestKernelsLoadFromCubins|TestPolicyInferenceOnCUDA|TestSequenceAcrossCaptureBounds|TestSequencesOffHoldNothing|TestUploadsWithoutWaitKeepTheirBytes)$'
+	echo "== kernels/cuda tests of the newest code, first"
+	step "kernels/cuda newest conformance" 60 "$out/kernels_cuda_newest_conformance.log" \
+		"$bin/kernels_cuda.test" -test.v -test.count=1 -test.run "^TestConformance\$/$newest_conformance"
+	step "kernels/cuda newest tests" 60 "$out/kernels_cuda_newest.log" \
+		"$bin/kernels_cuda.test" -test.v -test.count=1 -test.run "$newest_tests"
+	grep -hE '^(\s*--- FAIL|ok|FAIL|PASS)' "$out/kernels_cuda_newest_conformance.log" "$out/kernels_cuda_newest.log" | tail -20
+	grep -hE '^\s*--- FAIL' "$out/kernels_cuda_newest_conformance.log" "$out/kernels_cuda_newest.log" | head -20 | sed 's/^/  /' >>"$summary"
 	echo "== kernels/cuda tests"
 	step "kernels/cuda tests" 120 "$out/kernels_cuda.log" \
 		"$bin/kernels_cuda.test" -test.v -test.count=1
