@@ -28,7 +28,9 @@ func syncCounter(d Device) *atomic.Uint64 {
 
 // HostSyncs returns the number of host syncs on device d so far: the
 // device-to-host copies (ToDevice(CPU), CopyToHost) and the waits a
-// backend reports with CountHostSync. Always 0 for the CPU.
+// backend reports with CountHostSync (CUDA: a Synchronize, and each
+// host-to-device copy that waits for its stream; sim's uploads do not
+// wait, so sim counts reads and Synchronize only). Always 0 for the CPU.
 func HostSyncs(d Device) uint64 {
 	if d.IsCPU() {
 		return 0
