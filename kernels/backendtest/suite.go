@@ -85,7 +85,7 @@ func (c conformance) name() string { return strings.Join(c.methods, "+") }
 
 // cases are the checks of every method, family by family.
 var cases = slices.Concat(elementwiseCases, reduceCases, matmulCases, convCases, poolCases, softmaxCases,
-	normCases, paramGradCases, indexCases, segmentCases, graphCases, shapeCases, randomCases, optimCases, captureCases, streamCases,
+	normCases, paramGradCases, indexCases, segmentCases, graphCases, graphGradCases, shapeCases, randomCases, optimCases, captureCases, streamCases,
 	sequenceCases)
 
 // of is the check of methods of kernels.Backend.
@@ -117,6 +117,7 @@ var optionals = []reflect.Type{
 	reflect.TypeFor[kernels.BatchNormEvalAffiner](),
 	reflect.TypeFor[kernels.GraphAggregator](),
 	reflect.TypeFor[kernels.GraphMultiAggregator](),
+	reflect.TypeFor[kernels.GATMeanGradder](),
 	reflect.TypeFor[kernels.GatherSummer](),
 	reflect.TypeFor[kernels.GatherSumsJoiner](),
 	reflect.TypeFor[kernels.GATMeansJoiner](),

@@ -145,6 +145,12 @@ func (sb *Backend) Clamp(dst *kernels.T, x *kernels.T, lo float64, hi float64) {
 	sb.cpu.(kernels.ElementwiseFamily).Clamp(tensor.BackendView(dst), tensor.BackendView(x), lo, hi)
 }
 
+// GATMeanGrad implements kernels.GATMeanGradder on the CPU kernels.
+func (sb *Backend) GATMeanGrad(dHs []*kernels.T, dHd []*kernels.T, dWe []*kernels.T, dAttSrc []*kernels.T, dAttDst []*kernels.T, dAttEdge []*kernels.T, dBias []*kernels.T, g *kernels.T, hs []*kernels.T, hd []*kernels.T, attr []*kernels.T, we []*kernels.T, attSrc []*kernels.T, attDst []*kernels.T, attEdge []*kernels.T, bias []*kernels.T, src []*kernels.T, rowPtr []*kernels.T, order []*kernels.T, heads int, slope float64) {
+	sb.check("GATMeanGrad", []*tensor.Tensor{g}, [][]*tensor.Tensor{dHs, dHd, dWe, dAttSrc, dAttDst, dAttEdge, dBias, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order})
+	sb.cpu.(kernels.GATMeanGradder).GATMeanGrad(views(dHs), views(dHd), views(dWe), views(dAttSrc), views(dAttDst), views(dAttEdge), views(dBias), tensor.BackendView(g), views(hs), views(hd), views(attr), views(we), views(attSrc), views(attDst), views(attEdge), views(bias), views(src), views(rowPtr), views(order), heads, slope)
+}
+
 // GatherSum implements kernels.GatherSummer on the CPU kernels.
 func (sb *Backend) GatherSum(out *kernels.T, xs []*kernels.T, src []*kernels.T, rowPtr []*kernels.T, order []*kernels.T, biases []*kernels.T, s float64, act kernels.UnaryOp, res *kernels.T) {
 	sb.check("GatherSum", []*tensor.Tensor{out, res}, [][]*tensor.Tensor{xs, src, rowPtr, order, biases})
@@ -557,6 +563,7 @@ var (
 	_ kernels.CrossEntropyCounter       = (*Backend)(nil)
 	_ kernels.CrossEntropyGradCounter   = (*Backend)(nil)
 	_ kernels.ElementwiseFamily         = (*Backend)(nil)
+	_ kernels.GATMeanGradder            = (*Backend)(nil)
 	_ kernels.GatherSummer              = (*Backend)(nil)
 	_ kernels.GradAccumulator           = (*Backend)(nil)
 	_ kernels.GradClipper               = (*Backend)(nil)

@@ -159,6 +159,7 @@ func TestOptionalInterfacesMatchCPU(t *testing.T) {
 		"GATMeansJoiner":            reflect.TypeFor[kernels.GATMeansJoiner](),
 		"LinearActLayerNormsJoiner": reflect.TypeFor[kernels.LinearActLayerNormsJoiner](),
 		"ReluHeadser":               reflect.TypeFor[kernels.ReluHeadser](),
+		"GATMeanGradder":            reflect.TypeFor[kernels.GATMeanGradder](),
 	}
 	simOnly := map[string]bool{"BlockSequencer": true, "GatherSumsJoiner": true, "GATMeansJoiner": true, "LinearActLayerNormsJoiner": true,
 		"ReluHeadser": true}

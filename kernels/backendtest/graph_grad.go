@@ -1,0 +1,178 @@
+package backendtest
+
+import (
+	"math"
+
+	"github.com/esper-go/esper/kernels"
+	"github.com/esper-go/esper/tensor"
+)
+
+// The optional GATMeanGradder: GATMeanGrad's gradients against central
+// differences of a float64 GATMean computed from the definition, every
+// element of every gradient for the small layouts, a sample of each for
+// the wider ones (the policy's widths among them).
+
+var graphGradCases = []conformance{
+	optional[kernels.GATMeanGradder](checkGATMeanGrad, "GATMeanGrad"),
+}
+
+// gatRel is one relation of a GATMeanGrad check: its edges and its float
+// operands' values (hs, hd, attr, we, attSrc, attDst, attEdge, bias, each
+// row-major, hs and hd packed even when the device's are strided).
+type gatRel struct {
+	ns, e    int
+	src, dst []int64
+	v        [8][]float64
+}
+
+// gatMeanRef is the float64 GATMean of rels into nd nodes: the mean over
+// the relations of bias + (1/H)·Σ_h Σ_k α[k,h]·hs[j,h,·].
+func gatMeanRef(rels []gatRel, nd, heads, c, f int, slope float64) []float64 {
+	out := make([]float64, nd*c)
+	hc := heads * c
+	for _, r := range rels {
+		hsv, hdv, av, wv, asv, adv, aev, bv := r.v[0], r.v[1], r.v[2], r.v[3], r.v[4], r.v[5], r.v[6], r.v[7]
+		acc := make([]float64, nd*c)
+		for i := 0; i < nd; i++ {
+			copy(acc[i*c:(i+1)*c], bv)
+		}
+		for h := 0; h < heads; h++ {
+			logit := make([]float64, r.e)
+			m := make([]float64, nd)
+			for i := range m {
+				m[i] = math.Inf(-1)
+			}
+			for k := 0; k < r.e; k++ {
+				j, i := int(r.src[k]), int(r.dst[k])
+				var z float64
+				for cc := 0; cc < c; cc++ {
+					o := h*c + cc
+					var he float64
+					for ff := 0; ff < f; ff++ {
+						he += av[k*f+ff] * wv[o*f+ff]
+					}
+					z += hsv[j*hc+o]*asv[o] + hdv[i*hc+o]*adv[o] + he*aev[o]
+				}
+				logit[k] = math.Max(z, slope*z)
+				m[i] = math.Max(m[i], logit[k])
+			}
+			sum := make([]float64, nd)
+			for k := range logit {
+				logit[k] = math.Exp(logit[k] - m[r.dst[k]])
+				sum[r.dst[k]] += logit[k]
+			}
+			for k := range logit {
+				j, i := int(r.src[k]), int(r.dst[k])
+				for cc := 0; cc < c; cc++ {
+					acc[i*c+cc] += logit[k] / sum[i] * hsv[j*hc+h*c+cc] / float64(heads)
+				}
+			}
+		}
+		for q := range out {
+			out[q] += acc[q] / float64(len(rels))
+		}
+	}
+	return out
+}
+
+func checkGATMeanGrad(s *suite) {
+	gg := s.b.(kernels.GATMeanGradder)
+	const slope = 0.2
+	for _, d := range s.floats("GATMeanGrad", tensor.F64, tensor.F32) {
+		for li, ml := range multiLayouts {
+			if li == 2 {
+				continue // many tiny relations: the first layout covers them
+			}
+			hc := ml.heads * ml.c
+			var rels []gatRel
+			ops := make([][]*T, 11)
+			for k, rl := range ml.rels {
+				l := graphLayout{ns: rl.ns, nd: ml.nd, e: rl.e, heads: ml.heads, c: ml.c, f: ml.f}
+				src, dst, srcT, rowPtr, order := s.graphEdges(l)
+				gi := s.gatInputs(d, l, k%2 == 1)
+				for i, t := range append(gi.t[:], srcT, rowPtr, order) {
+					ops[i] = append(ops[i], t)
+				}
+				rels = append(rels, gatRel{ns: rl.ns, e: rl.e, src: src, dst: dst, v: gi.v})
+			}
+			g, gv := s.in(d, ml.nd, ml.c)
+			// The gradients: one of each per relation, the first relation
+			// asking for none of attEdge's and we's (nil: not wanted).
+			shapes := func(k int) [7][]int {
+				return [7][]int{{rels[k].ns, hc}, {ml.nd, hc}, {hc, ml.f}, {1, ml.heads, ml.c}, {1, ml.heads, ml.c}, {1, ml.heads, ml.c}, {ml.c}}
+			}
+			var grads [7][]*T
+			var writes []*T
+			type slot struct{ grad, rel, op int } // op: the operand's index in gatRel.v
+			var slots []slot
+			for k := range rels {
+				for gi, op := range []int{0, 1, 3, 4, 5, 6, 7} {
+					var t *T
+					if !(k == 0 && (op == 3 || op == 6)) {
+						t = s.out(d, shapes(k)[gi]...)
+						writes = append(writes, t)
+						slots = append(slots, slot{gi, k, op})
+					}
+					grads[gi] = append(grads[gi], t)
+				}
+			}
+			what := name("GATMeanGrad", d, li, "relations", len(rels), "heads", ml.heads, "C", ml.c)
+			s.check(call{what: what, atomic: true, launch: func() {
+				gg.GATMeanGrad(grads[0], grads[1], grads[2], grads[3], grads[4], grads[5], grads[6], g,
+					ops[0], ops[1], ops[2], ops[3], ops[4], ops[5], ops[6], ops[7], ops[8], ops[9], ops[10], ml.heads, slope)
+			}, writes: writes}, func(got [][]float64) {
+				loss := func() float64 {
+					out := gatMeanRef(rels, ml.nd, ml.heads, ml.c, ml.f, slope)
+					var l float64
+					for q := range out {
+						l += gv[q] * out[q]
+					}
+					return l
+				}
+				for w, sl := range slots {
+					for q, v := range got[w] {
+						if math.IsNaN(v) || math.IsInf(v, 0) {
+							s.t.Errorf("%s: gradient %d of relation %d, element %d is %v (unwritten?)", what, sl.grad, sl.rel, q, v)
+							return
+						}
+					}
+					vals := rels[sl.rel].v[sl.op]
+					// Every element for the small layouts, 5 spread ones
+					// for the wider (each a float64 forward of them all).
+					step := 1
+					if ml.c > 8 {
+						step = max(1, len(vals)/5)
+					}
+					var idx []int
+					var gotv, want []float64
+					for q := 0; q < len(vals); q += step {
+						const h = 1e-5
+						x := vals[q]
+						vals[q] = x + h
+						lp := loss()
+						vals[q] = x - h
+						lm := loss()
+						vals[q] = x
+						idx = append(idx, q)
+						want = append(want, (lp-lm)/(2*h))
+						gotv = append(gotv, got[w][q])
+					}
+					rtol := 1e-6
+					if d != tensor.F64 {
+						rtol = 2e-3
+					}
+					s.close(name(what, "gradient", sl.grad, "relation", sl.rel), gotv, want, rtol)
+				}
+			})
+		}
+	}
+	s.panics("GATMeanGrad", func() { // a gradient of the wrong shape
+		ops := s.gatOps(tensor.F32, 0)
+		ml := multiLayouts[0]
+		r := len(ml.rels)
+		nils := make([]*T, r)
+		bad := append([]*T{s.out(tensor.F32, ml.c+1)}, nils[1:]...)
+		gg.GATMeanGrad(nils, nils, nils, nils, nils, nils, bad, s.out(tensor.F32, ml.nd, ml.c),
+			ops[0], ops[1], ops[2], ops[3], ops[4], ops[5], ops[6], ops[7], ops[8], ops[9], ops[10], ml.heads, 0.2)
+	})
+}
