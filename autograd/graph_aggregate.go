@@ -129,6 +129,9 @@ func gatMean(rels []GATRelation, heads int, slope float64, ep *gatEpilogue) *Var
 		}
 		return withEpilogue(Const(out), ep)
 	}
+	if gg, g, ok := trainedGATMean(rels); ok {
+		return withEpilogue(gatMeanTrained(gg, g, rels, heads, slope, nd, c), ep)
+	}
 	var acc *Var
 	for i, r := range rels {
 		o := gatUnfused(r, heads, slope, c)
@@ -261,6 +264,101 @@ func GATMeanActs(types [][]GATRelation, heads int, slope float64, act kernels.Un
 	}
 	j.GATMeansAct(calls)
 	return outs
+}
+
+// unfusedGATGrad makes a GATMean recording gradients take the unfused
+// ops (tests compare the two paths).
+var unfusedGATGrad bool
+
+// trainedGATMean reports whether a GATMean recording gradients runs as
+// its fused forward with kernels.GATMeanGradder's backward (one launch
+// or so each way instead of about 18 ops a relation and twice as many in
+// backward): grad mode on and an operand recording a gradient, the
+// backend has both, every CSR is given, the edge attributes record no
+// gradient, and the float operands are F32 (or F64 on the CPU and sim,
+// whose kernels have it), contiguous, the projections possibly
+// row-strided views.
+func trainedGATMean(rels []GATRelation) (kernels.GATMeanGradder, kernels.GraphAggregator, bool) {
+	if unfusedGATGrad {
+		return nil, nil, false
+	}
+	var vs, strided []*Var
+	for _, r := range rels {
+		if r.Edges.Src == nil || r.Edges.RowPtr == nil || r.Edges.Order == nil {
+			return nil, nil, false
+		}
+		vs = append(vs, r.Bias)
+		if r.Edges.Len() > 0 {
+			if r.Attr.RequiresGrad() {
+				return nil, nil, false
+			}
+			vs = append(vs, r.Attr, r.We, r.AttSrc, r.AttDst, r.AttEdge)
+			strided = append(strided, r.Hs, r.Hd)
+		}
+	}
+	if !needsGrad(append(append([]*Var(nil), vs...), strided...)...) {
+		return nil, nil, false
+	}
+	dt, dev := vs[0].Value.DType(), vs[0].Value.Device()
+	if dt != tensor.F32 && (dt != tensor.F64 || (dev.Kind != tensor.KindCPU && dev.Kind != tensor.KindSim)) {
+		return nil, nil, false
+	}
+	for _, v := range vs {
+		if v.Value.DType() != dt || !v.Value.IsContiguous() {
+			return nil, nil, false
+		}
+	}
+	for _, v := range strided {
+		if _, ok := kernels.RowStride(v.Value); !ok || v.Value.DType() != dt {
+			return nil, nil, false
+		}
+	}
+	b := backendOf(vs[0].Value)
+	gg, ok1 := b.(kernels.GATMeanGradder)
+	g, ok2 := b.(kernels.GraphAggregator)
+	return gg, g, ok1 && ok2
+}
+
+// gatMeanTrained is a GATMean recording gradients through the fused
+// kernels: the forward as in inference (GraphMultiAggregator.GATMean, or
+// its GraphAggregator calls), the backward one GATMeanGrad for every
+// relation's hs, hd, we, attSrc, attDst, attEdge and bias that needs a
+// gradient (a relation without edges gives its bias's alone).
+func gatMeanTrained(gg kernels.GATMeanGradder, g kernels.GraphAggregator, rels []GATRelation, heads int, slope float64, nd, c int) *Var {
+	like := rels[0].Bias.Value
+	out := alloc(like, like.DType(), nd, c)
+	ops := gatOperands(rels, heads, nd, c)
+	if gm, multi := g.(kernels.GraphMultiAggregator); multi && len(rels) > 1 {
+		gm.GATMean(out, ops[0], ops[1], ops[2], ops[3], ops[4], ops[5], ops[6], ops[7], ops[8], ops[9], ops[10], heads, slope)
+	} else {
+		kernels.GATMeanOps(g, out, ops[0], ops[1], ops[2], ops[3], ops[4], ops[5], ops[6], ops[7], ops[8], ops[9], ops[10], heads, slope)
+	}
+	inputs := make([]*Var, 0, 7*len(rels))
+	for _, r := range rels {
+		inputs = append(inputs, r.Hs, r.Hd, r.We, r.AttSrc, r.AttDst, r.AttEdge, r.Bias)
+	}
+	return result("gat_mean", out, inputs, 11*len(rels), func() backwardFunc {
+		return func(gOut *tensor.Tensor) []*tensor.Tensor {
+			gOut = contig(gOut)
+			grads := make([]*tensor.Tensor, len(inputs))
+			var lists [7][]*tensor.Tensor
+			for i := range lists {
+				lists[i] = make([]*tensor.Tensor, len(rels))
+			}
+			for k, r := range rels {
+				for i, v := range inputs[7*k : 7*k+7] {
+					if !needs(v) || (i < 6 && r.Edges.Len() == 0) {
+						continue
+					}
+					t := alloc(gOut, gOut.DType(), v.Shape()...)
+					grads[7*k+i], lists[i][k] = t, t
+				}
+			}
+			gg.GATMeanGrad(lists[0], lists[1], lists[2], lists[3], lists[4], lists[5], lists[6], gOut,
+				ops[0], ops[1], ops[2], ops[3], ops[4], ops[5], ops[6], ops[7], ops[8], ops[9], ops[10], heads, slope)
+			return grads
+		}
+	})
 }
 
 // fusedGATMean is fusedGraph over every operand of rels.

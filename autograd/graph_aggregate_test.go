@@ -42,7 +42,9 @@ func TestGATAggregateFusedMatchesUnfused(t *testing.T) {
 	as, ad, ae, bias := p(1, heads, c), p(1, heads, c), p(1, heads, c), p(c)
 	x := p(ns, c)
 
+	unfusedGATGrad = true
 	unfused := GATAggregate(hs, hd, attr, we, as, ad, ae, bias, edges, heads, 0.2)
+	unfusedGATGrad = false
 	require.True(t, unfused.RequiresGrad(), "with gradients: the unfused ops")
 	unfusedMean := GatherMean(x, edges)
 	var fused, fusedMean *Var
@@ -78,8 +80,10 @@ func TestGATAggregateFusedMatchesUnfused(t *testing.T) {
 	})
 }
 
-// TestGATAggregateGradients: the path that records gradients agrees with
-// float64 finite differences for every input.
+// TestGATAggregateGradients: both paths that record gradients — the
+// fused kernels (kernels.GATMeanGradder), and the unfused ops, taken
+// when attr records a gradient too — agree with float64 finite
+// differences for every input.
 func TestGATAggregateGradients(t *testing.T) {
 	rng := tensor.NewRNG(6)
 	const ns, nd, e, heads, c, f = 4, 4, 9, 2, 3, 2
@@ -87,9 +91,23 @@ func TestGATAggregateGradients(t *testing.T) {
 	n := func(shape ...int) *tensor.Tensor { return tensor.Normal(rng, tensor.F64, 0, 1, shape...) }
 	ins := []*tensor.Tensor{n(ns, heads*c), n(nd, heads*c), n(e, f), n(heads*c, f), n(1, heads, c), n(1, heads, c), n(1, heads, c), n(c)}
 	w := Const(n(nd, c)) // a weighted sum, so that every output element counts
+	// Fused: the edge attributes a constant (the graph's features).
+	attr := Const(ins[2])
+	fusedIns := []*tensor.Tensor{ins[0], ins[1], ins[3], ins[4], ins[5], ins[6], ins[7]}
+	recorded := 0
+	require.NoError(t, GradCheck(func(in []*Var) *Var {
+		out := GATAggregate(in[0], in[1], attr, in[2], in[3], in[4], in[5], in[6], edges, heads, 0.2)
+		if out.node != nil { // recording (not a numeric evaluation)
+			require.Equal(t, "gat_mean", out.node.op, "the fused path")
+			recorded++
+		}
+		return SumAll(Mul(out, w))
+	}, fusedIns, GradCheckOptions{}), "fused")
+	require.Positive(t, recorded, "the fused path recorded its node")
+	// Unfused: taken when attr records a gradient.
 	require.NoError(t, GradCheck(func(in []*Var) *Var {
 		return SumAll(Mul(GATAggregate(in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], edges, heads, 0.2), w))
-	}, ins, GradCheckOptions{}))
+	}, ins, GradCheckOptions{}), "unfused")
 	require.NoError(t, GradCheck(func(in []*Var) *Var {
 		return SumAll(Mul(GatherMean(in[0], edges), w))
 	}, []*tensor.Tensor{n(ns, c)}, GradCheckOptions{}))
@@ -114,7 +132,9 @@ func TestGATMeanStridedFusedMatchesUnfused(t *testing.T) {
 	}
 	// The same parameters for both paths: draw once, then reuse.
 	rels := rel(nil, nil)
+	unfusedGATGrad = true
 	unfused := GATMean([]GATRelation{withProj(rels[0], Linear(xs, wS, nil), Linear(xd, wD, nil)), rels[1]}, heads, 0.2)
+	unfusedGATGrad = false
 	require.True(t, unfused.RequiresGrad())
 	var fused *Var
 	fn := func([]*tensor.Tensor) []*tensor.Tensor {
@@ -142,4 +162,61 @@ func TestGATMeanStridedFusedMatchesUnfused(t *testing.T) {
 func withProj(r GATRelation, hs, hd *Var) GATRelation {
 	r.Hs, r.Hd = hs, hd
 	return r
+}
+
+// TestGATMeanTrainedMatchesUnfused: recording gradients, a GATMean of
+// three relations (one without edges; the projections column blocks of
+// stacked products) runs fused, forward and backward (one gat_mean node),
+// and its output and every input's gradient agree with the unfused ops'
+// to float32 rounding.
+func TestGATMeanTrainedMatchesUnfused(t *testing.T) {
+	rng := tensor.NewRNG(9)
+	const ns, nd, e, heads, c, f, in = 6, 5, 17, 2, 4, 3, 7
+	p := func(shape ...int) *Var { return Param(tensor.Normal(rng, tensor.F32, 0, 1, shape...)) }
+	xs, xd := p(ns, in), p(nd, in)
+	wS, wD, wX := p(heads*c, in), p(heads*c, in), p(heads*c, in)
+	e1, e2 := gatCase(t, rng, ns, nd, e), gatCase(t, rng, ns, nd, 11)
+	rels := []GATRelation{
+		{Attr: Const(tensor.Normal(rng, tensor.F32, 0, 1, e, f)), We: p(heads*c, f), AttSrc: p(1, heads, c), AttDst: p(1, heads, c), AttEdge: p(1, heads, c), Bias: p(c), Edges: e1},
+		{Bias: p(c), Edges: GraphEdges{NumDst: nd, Src: tensor.FromSlice([]int64{}, 0), RowPtr: tensor.Zeros(tensor.I64, nd+1), Order: tensor.FromSlice([]int64{}, 0)}},
+		{Attr: Const(tensor.Normal(rng, tensor.F32, 0, 1, 11, f)), We: p(heads*c, f), AttSrc: p(1, heads, c), AttDst: p(1, heads, c), AttEdge: p(1, heads, c), Bias: p(c), Edges: e2},
+	}
+	w := Const(tensor.Normal(rng, tensor.F32, 0, 1, nd, c))
+	params := []*Var{xs, xd, wS, wD, wX}
+	for _, r := range rels {
+		for _, v := range []*Var{r.We, r.AttSrc, r.AttDst, r.AttEdge, r.Bias} {
+			if v != nil {
+				params = append(params, v)
+			}
+		}
+	}
+	run := func(unfused bool) (*Var, [][]float64) {
+		for _, v := range params {
+			v.Grad = nil
+		}
+		unfusedGATGrad = unfused
+		defer func() { unfusedGATGrad = false }()
+		s := Linear(xs, Concat([]*Var{wX, wS}, 0), nil)
+		d := Linear(xd, Concat([]*Var{wD, wX}, 0), nil)
+		hs, hd := Narrow(s, 1, heads*c, heads*c), Narrow(d, 1, 0, heads*c)
+		rs := append([]GATRelation(nil), rels...)
+		rs[0], rs[2] = withProj(rs[0], hs, hd), withProj(rs[2], hs, hd)
+		out := GATMean(rs, heads, 0.2)
+		Backward(SumAll(Mul(out, w)))
+		var grads [][]float64
+		for _, v := range params {
+			require.NotNil(t, v.Grad)
+			grads = append(grads, v.Grad.Float64s())
+		}
+		return out, grads
+	}
+	fused, gf := run(false)
+	require.Equal(t, "gat_mean", fused.node.op, "the fused path records one gat_mean node")
+	unfused, gu := run(true)
+	closeVars(t, "GATMean", fused, unfused)
+	for i := range gf {
+		for k := range gf[i] {
+			require.InDelta(t, gu[i][k], gf[i][k], 2e-4*math.Max(1, math.Abs(gu[i][k])), "parameter %d element %d", i, k)
+		}
+	}
 }

@@ -358,6 +358,29 @@ var gradChecks = map[string]gcCase{
 			return IndexSelect(in[0], 1, tensor.FromSlice([]int32{3, 0, 3, 1, 3}, 5))
 		},
 	},
+	"gat_mean": { // two relations into one node type, one of them without edges
+		inputs: func(r *rand.Rand) []*tensor.Tensor {
+			const ns, nd, e, heads, c, f = 4, 4, 9, 2, 3, 2
+			return ins(uni(r, -1, 1, ns, heads*c), uni(r, -1, 1, nd, heads*c), uni(r, -1, 1, heads*c, f),
+				uni(r, -1, 1, 1, heads, c), uni(r, -1, 1, 1, heads, c), uni(r, -1, 1, 1, heads, c), uni(r, -1, 1, c), uni(r, -1, 1, c))
+		},
+		f: func(in []*Var) *Var {
+			src, dst := []int64{0, 1, 2, 3, 0, 2, 1, 3, 3}, []int64{0, 0, 2, 2, 3, 3, 3, 0, 2}
+			rowPtr, order, err := kernels.BuildCSR(dst, 4)
+			if err != nil {
+				panic(err)
+			}
+			edges := GraphEdges{Src: i64(src, 9), Dst: i64(dst, 9), RowPtr: i64(rowPtr, 5), Order: i64(order, 9), NumDst: 4}
+			dt := in[0].DType()
+			attr := Const(tensor.FromSlice([]float64{0.3, -0.2, 0.5, 0.1, -0.4, 0.2, 0.7, -0.6, 0.1, 0.9, -0.3, 0.4, 0.2, 0.2, -0.5, 0.6, 0.8, -0.1}, 9, 2).Cast(dt))
+			none := GraphEdges{NumDst: 4, Src: i64([]int64{}, 0), RowPtr: i64(make([]int64, 5), 5), Order: i64([]int64{}, 0)}
+			out := GATMean([]GATRelation{
+				{Hs: in[0], Hd: in[1], Attr: attr, We: in[2], AttSrc: in[3], AttDst: in[4], AttEdge: in[5], Bias: in[6], Edges: edges},
+				{Bias: in[7], Edges: none},
+			}, 2, 0.2)
+			return Mul(out, Const(tensor.FromSlice([]float64{1, -2, 0.5, 3, 1, -1, 0.25, 2, -0.5, 1.5, -1, 1}, 4, 3).Cast(dt)))
+		},
+	},
 	"gather": {
 		inputs: func(r *rand.Rand) []*tensor.Tensor { return ins(uni(r, -1, 1, 3, 4)) },
 		f: func(in []*Var) *Var {
