@@ -17,7 +17,13 @@ func TestGraphParamBlocksMatchThePTX(t *testing.T) {
 	for _, k := range []struct {
 		name  string
 		words int
-	}{{"gat_mean_f32", gatMultiWords}, {"gather_concat_f32", gatherCatWords}, {"gather_sum_f32", gsumWords}, {"gather_sum_join_f32", gsumJoinWords}, {"gat_mean_join_f32", gatJoinWords}} {
+		ptx   string
+	}{{"gat_mean_f32", gatMultiWords, "graph.ptx"}, {"gather_concat_f32", gatherCatWords, "graph.ptx"}, {"gather_sum_f32", gsumWords, "graph.ptx"},
+		{"gather_sum_join_f32", gsumJoinWords, "graph.ptx"}, {"gat_mean_join_f32", gatJoinWords, "graph.ptx"}, {"gat_mean_grad_f32", ggWords, "graph_grad.ptx"}} {
+		b := b
+		if k.ptx != "graph.ptx" {
+			b = readPTX(t, k.ptx)
+		}
 		n, ok := ptxStructParam(b, k.name)
 		if !ok {
 			t.Errorf("%s: no entry with one by-value parameter in ptx/graph.ptx", k.name)

@@ -1,0 +1,160 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"fmt"
+
+	"gorgonia.org/cu"
+
+	"github.com/esper-go/esper/kernels"
+	"github.com/esper-go/esper/tensor"
+)
+
+var _ kernels.GATMeanGradder = (*Backend)(nil)
+
+// GATMeanGrad implements kernels.GATMeanGradder (F32).
+func (b *Backend) GATMeanGrad(dHs, dHd, dWe, dAttSrc, dAttDst, dAttEdge, dBias []*tensor.Tensor, g *tensor.Tensor,
+	hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order []*tensor.Tensor, heads int, slope float64) {
+	must(b.d.GATMeanGrad(dHs, dHd, dWe, dAttSrc, dAttDst, dAttEdge, dBias, g, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order, heads, slope))
+}
+
+// GATMeanGrad is kernels.GATMeanGradder's GATMeanGrad, F32: the wanted
+// gradients (and a [H·F] scratch per relation) zeroed in one ZeroMany,
+// then gat_mean_grad_f32 over up to ggMaxRels relations a launch (a
+// block of 128 threads per node, the relations side by side), then a
+// gat_grad_edge_f32 per relation whose attEdge or we gradient is
+// wanted. Its sums add with atomics, so their order, and the last bits,
+// vary from run to run. Everything is checked before anything launches.
+func (d *Device) GATMeanGrad(dHs, dHd, dWe, dAttSrc, dAttDst, dAttEdge, dBias []*tensor.Tensor, g *tensor.Tensor,
+	hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order []*tensor.Tensor, heads int, slope float64) error {
+	const op = "GATMeanGrad"
+	_, err := kernels.CheckGATMeanGrad(op, dHs, dHd, dWe, dAttSrc, dAttDst, dAttEdge, dBias, g, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order, heads, slope)
+	if err := checked(err); err != nil {
+		return err
+	}
+	if dt := g.DType(); dt != tensor.F32 {
+		return fmt.Errorf("cuda: %s: dtype %v (F32 runs here)", op, dt)
+	}
+	nd, c, r := g.Dim(0), g.Dim(1), len(hs)
+	gp, err := d.ptrOf(op, "g", g, tensor.F32)
+	if err != nil {
+		return err
+	}
+	rels := make([]ggRel, r)
+	var zero []*tensor.Tensor
+	var scratch []*tensor.Tensor
+	shared := 0
+	for k := range rels {
+		f := attr[k].Dim(1)
+		sh := ggShared(heads, c, f)
+		if sh > gatMeanMaxShared {
+			return fmt.Errorf("cuda: %s: relation %d: heads %d, C %d and F %d need %d bytes of shared memory a block, more than %d",
+				op, k, heads, c, f, sh, gatMeanMaxShared)
+		}
+		shared = max(shared, sh)
+		ptrs, lds, err := d.gatPtrs(op, g, hs[k], hd[k], attr[k], we[k], attSrc[k], attDst[k], attEdge[k], bias[k], src[k], rowPtr[k], order[k])
+		if err != nil {
+			return err
+		}
+		dv, err := d.scratchF32(heads * f)
+		if err != nil {
+			return err
+		}
+		scratch = append(scratch, dv)
+		zero = append(zero, dv)
+		rel := ggRel{lds: int64(lds[1]), ldd: int64(lds[2]), f: int64(f)}
+		// hs, hd, attr, we, attSrc, attDst, attEdge, then src, rowPtr, order.
+		for j, p := range []cu.DevicePtr{ptrs[1], ptrs[2], ptrs[3], ptrs[4], ptrs[5], ptrs[6], ptrs[7], ptrs[9], ptrs[10], ptrs[11]} {
+			rel.ptrs[j] = uint64(p)
+		}
+		for j, o := range []struct {
+			what   string
+			t      *tensor.Tensor
+			zeroed bool
+		}{{"dHs", dHs[k], true}, {"dHd", dHd[k], false}, {"dAttSrc", dAttSrc[k], true}, {"dAttDst", dAttDst[k], true}, {"dBias", dBias[k], true}, {"dv", dv, false}} {
+			if o.t == nil || o.t.Numel() == 0 {
+				continue
+			}
+			p, err := d.ptrOf(op, o.what, o.t, tensor.F32)
+			if err != nil {
+				return err
+			}
+			rel.ptrs[10+j] = uint64(p)
+			if o.zeroed {
+				zero = append(zero, o.t)
+			}
+		}
+		for _, o := range []struct {
+			what string
+			t    *tensor.Tensor
+			p    *uint64
+		}{{"dAttEdge", dAttEdge[k], &rel.dAttEdge}, {"dWe", dWe[k], &rel.dWe}} {
+			if o.t == nil || o.t.Numel() == 0 {
+				continue
+			}
+			p, err := d.ptrOf(op, o.what, o.t, tensor.F32)
+			if err != nil {
+				return err
+			}
+			*o.p = uint64(p)
+		}
+		rels[k] = rel
+	}
+	defer func() {
+		for _, t := range scratch {
+			t.Storage().Free() // after the launches that use it are enqueued
+		}
+	}()
+	fn, err := d.kernel("gat_mean_grad_f32")
+	if err != nil {
+		return err
+	}
+	edge, err := d.kernel("gat_grad_edge_f32")
+	if err != nil {
+		return err
+	}
+	if err := d.ZeroMany(zero); err != nil {
+		return err
+	}
+	release := d.enter()
+	defer release()
+	var w [ggWords]uint64
+	blocks := min(nd, d.sms*8)
+	for start := 0; start < r && nd > 0; start += ggMaxRels {
+		part := rels[start:min(r, start+ggMaxRels)]
+		ggPack(&w, uint64(gp), int64(nd), int64(heads), int64(c), slope, 1/float64(r), part)
+		if err := launchStructShared(fn, [3]int{max(blocks, 1), len(part), 1}, [3]int{128, 1, 1}, shared, d.stream, w[:]); err != nil {
+			return err
+		}
+	}
+	for k, rel := range rels {
+		if (rel.dAttEdge == 0 && rel.dWe == 0) || rel.f == 0 || nd == 0 {
+			if rel.dAttEdge != 0 || rel.dWe != 0 {
+				// No edge attributes (F = 0): their gradients are zeros.
+				if err := d.ZeroMany(nonNil(dAttEdge[k], dWe[k])); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		var a args
+		a.ptr(cu.DevicePtr(rel.dAttEdge)).ptr(cu.DevicePtr(rel.dWe)).ptr(cu.DevicePtr(rel.ptrs[15])).ptr(cu.DevicePtr(rel.ptrs[6])).ptr(cu.DevicePtr(rel.ptrs[3])).
+			i64(int64(heads)).i64(int64(c)).i64(rel.f)
+		if err := launchRaw(edge, [3]int{int(grid1D(int64(heads*c), d.sms)), 1, 1}, [3]int{blockSize, 1, 1}, 0, d.stream, &a); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// nonNil returns ts without its nil entries.
+func nonNil(ts ...*tensor.Tensor) []*tensor.Tensor {
+	var out []*tensor.Tensor
+	for _, t := range ts {
+		if t != nil {
+			out = append(out, t)
+		}
+	}
+	return out
+}
