@@ -129,7 +129,7 @@ func gatMean(rels []GATRelation, heads int, slope float64, ep *gatEpilogue) *Var
 		}
 		return withEpilogue(Const(out), ep)
 	}
-	if gg, g, ok := trainedGATMean(rels); ok {
+	if gg, g, ok := trainedGATMean(rels, heads, c); ok {
 		return withEpilogue(gatMeanTrained(gg, g, rels, heads, slope, nd, c), ep)
 	}
 	var acc *Var
@@ -274,11 +274,12 @@ var unfusedGATGrad bool
 // its fused forward with kernels.GATMeanGradder's backward (one launch
 // or so each way instead of about 18 ops a relation and twice as many in
 // backward): grad mode on and an operand recording a gradient, the
-// backend has both, every CSR is given, the edge attributes record no
+// backend has both and its GATMeanGrad fits the layer's widths
+// (GATMeanGradFits), every CSR is given, the edge attributes record no
 // gradient, and the float operands are F32 (or F64 on the CPU and sim,
 // whose kernels have it), contiguous, the projections possibly
 // row-strided views.
-func trainedGATMean(rels []GATRelation) (kernels.GATMeanGradder, kernels.GraphAggregator, bool) {
+func trainedGATMean(rels []GATRelation, heads, c int) (kernels.GATMeanGradder, kernels.GraphAggregator, bool) {
 	if unfusedGATGrad {
 		return nil, nil, false
 	}
@@ -316,7 +317,15 @@ func trainedGATMean(rels []GATRelation) (kernels.GATMeanGradder, kernels.GraphAg
 	b := backendOf(vs[0].Value)
 	gg, ok1 := b.(kernels.GATMeanGradder)
 	g, ok2 := b.(kernels.GraphAggregator)
-	return gg, g, ok1 && ok2
+	if !ok1 || !ok2 {
+		return nil, nil, false
+	}
+	for _, r := range rels {
+		if r.Edges.Len() > 0 && !gg.GATMeanGradFits(heads, c, r.Attr.Shape()[1]) {
+			return nil, nil, false
+		}
+	}
+	return gg, g, true
 }
 
 // gatMeanTrained is a GATMean recording gradients through the fused

@@ -17,12 +17,16 @@ import "fmt"
 // again from the operands, which must hold what the forward read.
 //
 // The gradients come one entry per relation, nil where one is not
-// wanted: dHs [Ns, H·C] and dHd [Nd, H·C], dWe [H·C, F], dAttSrc,
-// dAttDst and dAttEdge of H·C elements, dBias of C elements, each
-// contiguous, of g's dtype. They are written, not accumulated; none may
-// share memory with another or with an operand.
+// wanted, each of its operand's shape (dHs [Ns, H·C], dHd [Nd, H·C], dWe
+// [H·C, F], dAttSrc, dAttDst and dAttEdge as the attention vectors, dBias
+// [C]), contiguous, of g's dtype. They are written, not accumulated;
+// none may share memory with another or with an operand.
 type GATMeanGradder interface {
 	GATMeanGrad(dHs, dHd, dWe, dAttSrc, dAttDst, dAttEdge, dBias []*T, g *T, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order []*T, heads int, slope float64)
+	// GATMeanGradFits reports whether GATMeanGrad runs for heads, width
+	// C and edge attribute width F (CUDA bounds a block's shared
+	// memory); a caller takes other ops where it does not.
+	GATMeanGradFits(heads, c, f int) bool
 }
 
 // CheckGATMeanGrad checks a GATMeanGradder call: the operands as

@@ -9,6 +9,10 @@ import (
 
 var _ kernels.GATMeanGradder = (*Backend)(nil)
 
+// GATMeanGradFits implements kernels.GATMeanGradder: the CPU runs any
+// width.
+func (be *Backend) GATMeanGradFits(heads, c, f int) bool { return true }
+
 // GATMeanGrad implements kernels.GATMeanGradder (F32, F64): every sum in
 // float64, each gradient rounded once into its tensor; the relations one
 // after another, each relation's nodes and edges in order, so the result
@@ -60,9 +64,11 @@ func leakyGrad(z, slope float64) float64 {
 }
 
 // gatGradPrep returns the run of one relation's GATMeanGrad: the softmax
-// weights of each node's incoming edges computed again (in float64, as
-// GATAggregate computes them), then the gradients accumulated in float64
-// and rounded once into the wanted tensors.
+// weights of each node's incoming edges computed again, in float64
+// throughout (GATAggregate's F32 dot products run in float32 lanes, so
+// these weights may differ from the forward's in their last bits), then
+// the gradients accumulated in float64 and rounded once into the wanted
+// tensors.
 func gatGradPrep[F tensor.Float](a gatArgs, gr gatGradOut, g, hs, hd, attr, we, attSrc, attDst, attEdge *T) func() {
 	var s stage
 	gv := in[F](&s, g)

@@ -219,3 +219,19 @@ func TestGGPack(t *testing.T) {
 		}
 	}
 }
+
+// TestGGSharedBound: the policy's GAT layers (4 heads of 128, 3 edge
+// features) fit gat_mean_grad_f32's shared memory, so they train fused
+// on CUDA; 4 heads of 1024 do not (GATMeanGradFits false: autograd takes
+// the unfused ops), though their forward fits.
+func TestGGSharedBound(t *testing.T) {
+	if got := ggShared(4, 128, 3); got > gatMeanMaxShared {
+		t.Errorf("the policy's widths need %d bytes, more than %d", got, gatMeanMaxShared)
+	}
+	if got := ggShared(4, 1024, 3); got <= gatMeanMaxShared {
+		t.Errorf("4 heads of 1024 need %d bytes, within %d", got, gatMeanMaxShared)
+	}
+	if got := gatShared(4, 1024, 3); got > gatMeanMaxShared {
+		t.Errorf("the forward of 4 heads of 1024 needs %d bytes, more than %d", got, gatMeanMaxShared)
+	}
+}

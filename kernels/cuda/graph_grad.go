@@ -13,6 +13,12 @@ import (
 
 var _ kernels.GATMeanGradder = (*Backend)(nil)
 
+// GATMeanGradFits implements kernels.GATMeanGradder: gat_mean_grad_f32's
+// shared memory (ggShared) within a block's.
+func (b *Backend) GATMeanGradFits(heads, c, f int) bool {
+	return ggShared(heads, c, f) <= gatMeanMaxShared
+}
+
 // GATMeanGrad implements kernels.GATMeanGradder (F32).
 func (b *Backend) GATMeanGrad(dHs, dHd, dWe, dAttSrc, dAttDst, dAttEdge, dBias []*tensor.Tensor, g *tensor.Tensor,
 	hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order []*tensor.Tensor, heads int, slope float64) {
@@ -44,6 +50,11 @@ func (d *Device) GATMeanGrad(dHs, dHd, dWe, dAttSrc, dAttDst, dAttEdge, dBias []
 	rels := make([]ggRel, r)
 	var zero []*tensor.Tensor
 	var scratch []*tensor.Tensor
+	defer func() {
+		for _, t := range scratch {
+			t.Storage().Free() // after the launches that use it are enqueued, or on an error
+		}
+	}()
 	shared := 0
 	for k := range rels {
 		f := attr[k].Dim(1)
@@ -101,11 +112,6 @@ func (d *Device) GATMeanGrad(dHs, dHd, dWe, dAttSrc, dAttDst, dAttEdge, dBias []
 		}
 		rels[k] = rel
 	}
-	defer func() {
-		for _, t := range scratch {
-			t.Storage().Free() // after the launches that use it are enqueued
-		}
-	}()
 	fn, err := d.kernel("gat_mean_grad_f32")
 	if err != nil {
 		return err

@@ -151,6 +151,12 @@ func (sb *Backend) GATMeanGrad(dHs []*kernels.T, dHd []*kernels.T, dWe []*kernel
 	sb.cpu.(kernels.GATMeanGradder).GATMeanGrad(views(dHs), views(dHd), views(dWe), views(dAttSrc), views(dAttDst), views(dAttEdge), views(dBias), tensor.BackendView(g), views(hs), views(hd), views(attr), views(we), views(attSrc), views(attDst), views(attEdge), views(bias), views(src), views(rowPtr), views(order), heads, slope)
 }
 
+// GATMeanGradFits implements kernels.GATMeanGradder on the CPU kernels.
+func (sb *Backend) GATMeanGradFits(heads int, c int, f int) bool {
+	sb.check("GATMeanGradFits", []*tensor.Tensor{}, nil)
+	return sb.cpu.(kernels.GATMeanGradder).GATMeanGradFits(heads, c, f)
+}
+
 // GatherSum implements kernels.GatherSummer on the CPU kernels.
 func (sb *Backend) GatherSum(out *kernels.T, xs []*kernels.T, src []*kernels.T, rowPtr []*kernels.T, order []*kernels.T, biases []*kernels.T, s float64, act kernels.UnaryOp, res *kernels.T) {
 	sb.check("GatherSum", []*tensor.Tensor{out, res}, [][]*tensor.Tensor{xs, src, rowPtr, order, biases})
