@@ -15,7 +15,7 @@ import (
 // more heads than a CUDA block has warps.
 
 var graphGradCases = []conformance{
-	optional[kernels.GATMeanGradder](checkGATMeanGrad, "GATMeanGrad"),
+	optional[kernels.GATMeanGradder](checkGATMeanGrad, "GATMeanGrad", "GATMeanGradFits"),
 }
 
 // gatRel is one relation of a GATMeanGrad check: its edges and its float
@@ -82,6 +82,11 @@ func checkGATMeanGrad(s *suite) {
 	const slope = 0.2
 	for _, d := range s.floats("GATMeanGrad", tensor.F64, tensor.F32) {
 		for li, ml := range multiLayouts {
+			// Every layout here, the policy's widths among them, must fit.
+			if !gg.GATMeanGradFits(ml.heads, ml.c, ml.f) {
+				s.t.Errorf("GATMeanGradFits(%d, %d, %d) is false: the policy's layers could not train fused", ml.heads, ml.c, ml.f)
+				continue
+			}
 			hc := ml.heads * ml.c
 			var rels []gatRel
 			ops := make([][]*T, 11)
