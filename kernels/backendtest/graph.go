@@ -237,17 +237,26 @@ var multiLayouts = []struct {
 // rowPtr and order, one entry per relation (odd relations' projections
 // column blocks of wider tensors, as the stacked products are).
 func (s *suite) gatOps(d tensor.DType, li int) [][]*T {
+	ops, _ := s.gatOpsValues(d, li)
+	return ops
+}
+
+// gatOpsValues is gatOps with each relation's edges and float values on
+// the host (gatRel).
+func (s *suite) gatOpsValues(d tensor.DType, li int) ([][]*T, []gatRel) {
 	ml := multiLayouts[li]
 	ops := make([][]*T, 11)
+	var rels []gatRel
 	for k, rl := range ml.rels {
 		l := graphLayout{ns: rl.ns, nd: ml.nd, e: rl.e, heads: ml.heads, c: ml.c, f: ml.f}
-		_, _, srcT, rowPtr, order := s.graphEdges(l)
+		src, dst, srcT, rowPtr, order := s.graphEdges(l)
 		g := s.gatInputs(d, l, k%2 == 1)
 		for i, t := range append(g.t[:], srcT, rowPtr, order) {
 			ops[i] = append(ops[i], t)
 		}
+		rels = append(rels, gatRel{ns: rl.ns, e: rl.e, src: src, dst: dst, v: g.v})
 	}
-	return ops
+	return ops, rels
 }
 
 // checkGATMeans holds GATMeansAct to GATMeanAct on the same backend, bit

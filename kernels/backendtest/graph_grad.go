@@ -88,17 +88,7 @@ func checkGATMeanGrad(s *suite) {
 				continue
 			}
 			hc := ml.heads * ml.c
-			var rels []gatRel
-			ops := make([][]*T, 11)
-			for k, rl := range ml.rels {
-				l := graphLayout{ns: rl.ns, nd: ml.nd, e: rl.e, heads: ml.heads, c: ml.c, f: ml.f}
-				src, dst, srcT, rowPtr, order := s.graphEdges(l)
-				gi := s.gatInputs(d, l, k%2 == 1)
-				for i, t := range append(gi.t[:], srcT, rowPtr, order) {
-					ops[i] = append(ops[i], t)
-				}
-				rels = append(rels, gatRel{ns: rl.ns, e: rl.e, src: src, dst: dst, v: gi.v})
-			}
+			ops, rels := s.gatOpsValues(d, li)
 			g, gv := s.in(d, ml.nd, ml.c)
 			// The gradients: one of each per relation, the first relation
 			// asking for none of attEdge's and we's (nil: not wanted).

@@ -186,17 +186,23 @@ func gatAggregatePrep[F tensor.Float](a gatArgs, out, hs, hd, attr, we, attSrc, 
 	return func() {
 		s.load()
 		must(kernels.CheckCSRValues("GATAggregate", a.src, a.rowPtr, a.order, a.g.Src, seen))
-		for h := 0; h < H; h++ {
-			for f := 0; f < nf; f++ {
-				var t float64
-				for c := 0; c < C; c++ {
-					t += float64(ae[h*C+c]) * float64(w[(h*C+c)*nf+f])
-				}
-				v[h*nf+f] = t
-			}
-		}
+		gatEdgeVec(v, ae, w, H, C, nf)
 		parallelFor(a.g.Src, H*C, sources)
 		parallelFor(a.g.Dst, max(1, (a.g.Edges/max(1, a.g.Dst)+1)*H*C), body)
+	}
+}
+
+// gatEdgeVec writes v[h,f] = Σ_c attEdge[h,c]·we[h·C+c, f] in float64:
+// the edge projection folded into its attention vector.
+func gatEdgeVec[F tensor.Float](v []float64, ae, w []F, H, C, nf int) {
+	for h := 0; h < H; h++ {
+		for f := 0; f < nf; f++ {
+			var t float64
+			for c := 0; c < C; c++ {
+				t += float64(ae[h*C+c]) * float64(w[(h*C+c)*nf+f])
+			}
+			v[h*nf+f] = t
+		}
 	}
 }
 

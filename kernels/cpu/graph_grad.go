@@ -82,15 +82,7 @@ func gatGradPrep[F tensor.Float](a gatArgs, gr gatGradOut, g, hs, hd, attr, we, 
 		s.load()
 		must(kernels.CheckCSRValues("GATMeanGrad", a.src, a.rowPtr, a.order, a.g.Src, seen))
 		v := make([]float64, H*nf) // the edge projection folded into attEdge
-		for h := 0; h < H; h++ {
-			for f := 0; f < nf; f++ {
-				var t float64
-				for c := 0; c < C; c++ {
-					t += float64(ae[h*C+c]) * float64(w[(h*C+c)*nf+f])
-				}
-				v[h*nf+f] = t
-			}
-		}
+		gatEdgeVec(v, ae, w, H, C, nf)
 		dhs := make([]float64, a.g.Src*HC)
 		dhd := make([]float64, a.g.Dst*HC)
 		das, dad := make([]float64, HC), make([]float64, HC)
