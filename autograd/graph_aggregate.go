@@ -266,8 +266,8 @@ func GATMeanActs(types [][]GATRelation, heads int, slope float64, act kernels.Un
 	return outs
 }
 
-// unfusedGATGrad makes a GATMean recording gradients take the unfused
-// ops (tests compare the two paths).
+// unfusedGATGrad makes a GATMean or a GatherMean recording gradients
+// take the unfused ops (tests compare the two paths).
 var unfusedGATGrad bool
 
 // trainedGATMean reports whether a GATMean recording gradients runs as
@@ -441,5 +441,36 @@ func GatherMean(x *Var, e GraphEdges) *Var {
 		g.GatherMean(out, x.Value, e.Src, e.RowPtr, e.Order)
 		return Const(out)
 	}
+	if gg, g, ok := trainedGatherMean(x, e); ok {
+		out := alloc(x.Value, x.Value.DType(), e.NumDst, f)
+		g.GatherMean(out, x.Value, e.Src, e.RowPtr, e.Order)
+		return result("gather_mean", out, []*Var{x}, 0, func() backwardFunc {
+			return func(gOut *tensor.Tensor) []*tensor.Tensor {
+				dx := alloc(gOut, gOut.DType(), x.Shape()...)
+				gg.GatherMeanGrad(dx, contig(gOut), e.Src, e.RowPtr, e.Order)
+				return []*tensor.Tensor{dx}
+			}
+		})
+	}
 	return SegmentMean(IndexSelect(x, 0, e.Src), e.Dst, e.NumDst)
+}
+
+// trainedGatherMean reports whether a GatherMean recording gradients
+// runs as the fused gather with kernels.GatherMeanGradder's backward
+// (one launch each way instead of IndexSelect and SegmentMean, and their
+// backward): grad mode on and x recording a gradient, the backend has
+// both, the CSR is given, and x is F32 (or F64 on the CPU and sim) and
+// contiguous.
+func trainedGatherMean(x *Var, e GraphEdges) (kernels.GatherMeanGradder, kernels.GraphAggregator, bool) {
+	if unfusedGATGrad || !needsGrad(x) || e.Src == nil || e.RowPtr == nil || e.Order == nil || !x.Value.IsContiguous() {
+		return nil, nil, false
+	}
+	dt, dev := x.Value.DType(), x.Value.Device()
+	if dt != tensor.F32 && (dt != tensor.F64 || (dev.Kind != tensor.KindCPU && dev.Kind != tensor.KindSim)) {
+		return nil, nil, false
+	}
+	b := backendOf(x.Value)
+	gg, ok1 := b.(kernels.GatherMeanGradder)
+	g, ok2 := b.(kernels.GraphAggregator)
+	return gg, g, ok1 && ok2
 }

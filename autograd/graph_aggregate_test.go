@@ -44,9 +44,9 @@ func TestGATAggregateFusedMatchesUnfused(t *testing.T) {
 
 	unfusedGATGrad = true
 	unfused := GATAggregate(hs, hd, attr, we, as, ad, ae, bias, edges, heads, 0.2)
+	unfusedMean := GatherMean(x, edges)
 	unfusedGATGrad = false
 	require.True(t, unfused.RequiresGrad(), "with gradients: the unfused ops")
-	unfusedMean := GatherMean(x, edges)
 	var fused, fusedMean *Var
 	fn := func([]*tensor.Tensor) []*tensor.Tensor {
 		InferenceMode(func() {
@@ -108,9 +108,18 @@ func TestGATAggregateGradients(t *testing.T) {
 	require.NoError(t, GradCheck(func(in []*Var) *Var {
 		return SumAll(Mul(GATAggregate(in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], edges, heads, 0.2), w))
 	}, ins, GradCheckOptions{}), "unfused")
-	require.NoError(t, GradCheck(func(in []*Var) *Var {
-		return SumAll(Mul(GatherMean(in[0], edges), w))
-	}, []*tensor.Tensor{n(ns, c)}, GradCheckOptions{}))
+	// GatherMean: fused (kernels.GatherMeanGradder) and unfused.
+	for _, unfused := range []bool{false, true} {
+		unfusedGATGrad = unfused
+		require.NoError(t, GradCheck(func(in []*Var) *Var {
+			out := GatherMean(in[0], edges)
+			if out.node != nil {
+				require.Equal(t, map[bool]string{false: "gather_mean", true: "segment_mean"}[unfused], out.node.op)
+			}
+			return SumAll(Mul(out, w))
+		}, []*tensor.Tensor{n(ns, c)}, GradCheckOptions{}), "unfused %v", unfused)
+	}
+	unfusedGATGrad = false
 }
 
 // TestGATMeanStridedFusedMatchesUnfused: the mean over two relations into

@@ -358,6 +358,18 @@ var gradChecks = map[string]gcCase{
 			return IndexSelect(in[0], 1, tensor.FromSlice([]int32{3, 0, 3, 1, 3}, 5))
 		},
 	},
+	"gather_mean": { // node 1 without incoming edges, source 4 without outgoing ones
+		inputs: func(r *rand.Rand) []*tensor.Tensor { return ins(uni(r, -1, 1, 5, 3)) },
+		f: func(in []*Var) *Var {
+			src, dst := []int64{0, 1, 2, 3, 0, 2, 1}, []int64{0, 0, 2, 2, 3, 3, 0}
+			rowPtr, order, err := kernels.BuildCSR(dst, 4)
+			if err != nil {
+				panic(err)
+			}
+			e := GraphEdges{Src: i64(src, 7), Dst: i64(dst, 7), RowPtr: i64(rowPtr, 5), Order: i64(order, 7), NumDst: 4}
+			return Mul(GatherMean(in[0], e), Const(tensor.FromSlice([]float64{1, -2, 0.5, 3, 1, -1, 0.25, 2, -0.5, 1.5, -1, 1}, 4, 3).Cast(in[0].DType())))
+		},
+	},
 	"gat_mean": { // two relations into one node type, one of them without edges
 		inputs: func(r *rand.Rand) []*tensor.Tensor {
 			const ns, nd, e, heads, c, f = 4, 4, 9, 2, 3, 2

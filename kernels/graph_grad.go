@@ -80,3 +80,27 @@ func CheckGATMeanGrad(name string, dHs, dHd, dWe, dAttSrc, dAttDst, dAttEdge, dB
 	}
 	return sizes, nil
 }
+
+// GatherMeanGradder is an optional Backend interface: the backward of
+// GraphAggregator.GatherMean, for training a GraphSAGE layer with its
+// gather fused. Given g [Nd, F], the gradient of GatherMean's out, it
+// writes dx [Ns, F]: dx[j, :] = Σ over the edges k = j→i of g[i, :]/n_i,
+// n_i node i's incoming edges (0 for a source without outgoing edges).
+// dx is written, not accumulated, and shares memory with no operand.
+type GatherMeanGradder interface {
+	GatherMeanGrad(dx, g, src, rowPtr, order *T)
+}
+
+// CheckGatherMeanGrad checks a GatherMeanGradder call as CheckGatherMean
+// checks the forward (dx as x, g as out), and that dx shares memory with
+// no operand. It returns the sizes and F.
+func CheckGatherMeanGrad(name string, dx, g, src, rowPtr, order *T) (GraphCSR, int, error) {
+	sizes, f, err := CheckGatherMean(name, g, dx, src, rowPtr, order)
+	if err != nil {
+		return sizes, 0, err
+	}
+	if err := checkWritesApart(name, []*T{dx}, []*T{g, src, rowPtr, order}); err != nil {
+		return sizes, 0, err
+	}
+	return sizes, f, nil
+}

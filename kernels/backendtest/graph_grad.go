@@ -16,6 +16,40 @@ import (
 
 var graphGradCases = []conformance{
 	optional[kernels.GATMeanGradder](checkGATMeanGrad, "GATMeanGrad", "GATMeanGradFits"),
+	optional[kernels.GatherMeanGradder](checkGatherMeanGrad, "GatherMeanGrad"),
+}
+
+// checkGatherMeanGrad holds GatherMeanGrad to its definition in float64
+// — dx[j] = Σ over the edges j→i of g[i]/n_i — over graphLayouts (a
+// relation without edges among them: dx all zeros; a destination without
+// incoming edges; one of 20 and more).
+func checkGatherMeanGrad(s *suite) {
+	gm := s.b.(kernels.GatherMeanGradder)
+	for _, d := range s.floats("GatherMeanGrad", tensor.F64, tensor.F32) {
+		for _, l := range graphLayouts {
+			src, dst, srcT, rowPtr, order := s.graphEdges(l)
+			g, gv := s.in(d, l.nd, l.c)
+			dx := s.out(d, l.ns, l.c)
+			what := name("GatherMeanGrad", d, l.ns, l.nd, l.e, l.c)
+			s.check(call{what: what, atomic: true, launch: func() { gm.GatherMeanGrad(dx, g, srcT, rowPtr, order) }, writes: []*T{dx}}, func(got [][]float64) {
+				count := make([]int, l.nd)
+				for _, i := range dst {
+					count[i]++
+				}
+				want := make([]float64, l.ns*l.c)
+				for k := range src {
+					j, i := int(src[k]), int(dst[k])
+					for c := 0; c < l.c; c++ {
+						want[j*l.c+c] += gv[i*l.c+c] / float64(count[i])
+					}
+				}
+				s.close(what, got[0], want, 4*tol(d))
+			})
+		}
+	}
+	s.panics("GatherMeanGrad", func() { // dx of the wrong width
+		gm.GatherMeanGrad(s.out(tensor.F32, 3, 3), s.out(tensor.F32, 2, 2), s.out(tensor.I64, 2), s.out(tensor.I64, 3), s.out(tensor.I64, 2))
+	})
 }
 
 // gatRel is one relation of a GATMeanGrad check: its edges and its float

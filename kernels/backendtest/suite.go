@@ -118,6 +118,7 @@ var optionals = []reflect.Type{
 	reflect.TypeFor[kernels.GraphAggregator](),
 	reflect.TypeFor[kernels.GraphMultiAggregator](),
 	reflect.TypeFor[kernels.GATMeanGradder](),
+	reflect.TypeFor[kernels.GatherMeanGradder](),
 	reflect.TypeFor[kernels.GatherSummer](),
 	reflect.TypeFor[kernels.GatherSumsJoiner](),
 	reflect.TypeFor[kernels.GATMeansJoiner](),

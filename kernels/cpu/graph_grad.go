@@ -210,3 +210,49 @@ func grow(s []float64, n int) []float64 {
 	}
 	return s[:n]
 }
+
+var _ kernels.GatherMeanGradder = (*Backend)(nil)
+
+// GatherMeanGrad implements kernels.GatherMeanGradder (F32, F64): each
+// source row's sum in float64 over the destinations in node order, then
+// rounded once into dx.
+func (be *Backend) GatherMeanGrad(dx, g, src, rowPtr, order *T) {
+	const name = "GatherMeanGrad"
+	needCPU(name, dx, g, src, rowPtr, order)
+	sizes, f, err := kernels.CheckGatherMeanGrad(name, dx, g, src, rowPtr, order)
+	must(err)
+	sv, rp, ov := tensor.Data[int64](src), tensor.Data[int64](rowPtr), tensor.Data[int64](order)
+	if graphDType(name, g) == tensor.F64 {
+		be.launch(gatherMeanGradPrep[float64](sizes, f, dx, g, sv, rp, ov))
+	} else {
+		be.launch(gatherMeanGradPrep[float32](sizes, f, dx, g, sv, rp, ov))
+	}
+}
+
+func gatherMeanGradPrep[F tensor.Float](sizes kernels.GraphCSR, nf int, dx, g *T, src, rowPtr, order []int64) func() {
+	var s stage
+	gv := in[F](&s, g)
+	seen := make([]bool, sizes.Edges)
+	return func() {
+		s.load()
+		must(kernels.CheckCSRValues("GatherMeanGrad", src, rowPtr, order, sizes.Src, seen))
+		acc := make([]float64, sizes.Src*nf)
+		for i := 0; i < sizes.Dst; i++ {
+			p0, p1 := rowPtr[i], rowPtr[i+1]
+			if p1 == p0 {
+				continue
+			}
+			inv := 1 / float64(p1-p0)
+			for p := p0; p < p1; p++ {
+				j := int(src[order[p]])
+				for f := 0; f < nf; f++ {
+					acc[j*nf+f] += float64(gv[i*nf+f]) * inv
+				}
+			}
+		}
+		o := tensor.Data[F](dx)
+		for q := range o {
+			o[q] = F(acc[q])
+		}
+	}
+}

@@ -157,6 +157,12 @@ func (sb *Backend) GATMeanGradFits(heads int, c int, f int) bool {
 	return sb.cpu.(kernels.GATMeanGradder).GATMeanGradFits(heads, c, f)
 }
 
+// GatherMeanGrad implements kernels.GatherMeanGradder on the CPU kernels.
+func (sb *Backend) GatherMeanGrad(dx *kernels.T, g *kernels.T, src *kernels.T, rowPtr *kernels.T, order *kernels.T) {
+	sb.check("GatherMeanGrad", []*tensor.Tensor{dx, g, src, rowPtr, order}, nil)
+	sb.cpu.(kernels.GatherMeanGradder).GatherMeanGrad(tensor.BackendView(dx), tensor.BackendView(g), tensor.BackendView(src), tensor.BackendView(rowPtr), tensor.BackendView(order))
+}
+
 // GatherSum implements kernels.GatherSummer on the CPU kernels.
 func (sb *Backend) GatherSum(out *kernels.T, xs []*kernels.T, src []*kernels.T, rowPtr []*kernels.T, order []*kernels.T, biases []*kernels.T, s float64, act kernels.UnaryOp, res *kernels.T) {
 	sb.check("GatherSum", []*tensor.Tensor{out, res}, [][]*tensor.Tensor{xs, src, rowPtr, order, biases})
@@ -570,6 +576,7 @@ var (
 	_ kernels.CrossEntropyGradCounter   = (*Backend)(nil)
 	_ kernels.ElementwiseFamily         = (*Backend)(nil)
 	_ kernels.GATMeanGradder            = (*Backend)(nil)
+	_ kernels.GatherMeanGradder         = (*Backend)(nil)
 	_ kernels.GatherSummer              = (*Backend)(nil)
 	_ kernels.GradAccumulator           = (*Backend)(nil)
 	_ kernels.GradClipper               = (*Backend)(nil)

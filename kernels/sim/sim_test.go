@@ -160,6 +160,7 @@ func TestOptionalInterfacesMatchCPU(t *testing.T) {
 		"LinearActLayerNormsJoiner": reflect.TypeFor[kernels.LinearActLayerNormsJoiner](),
 		"ReluHeadser":               reflect.TypeFor[kernels.ReluHeadser](),
 		"GATMeanGradder":            reflect.TypeFor[kernels.GATMeanGradder](),
+		"GatherMeanGradder":         reflect.TypeFor[kernels.GatherMeanGradder](),
 	}
 	simOnly := map[string]bool{"BlockSequencer": true, "GatherSumsJoiner": true, "GATMeansJoiner": true, "LinearActLayerNormsJoiner": true,
 		"ReluHeadser": true}
