@@ -164,3 +164,46 @@ func nonNil(ts ...*tensor.Tensor) []*tensor.Tensor {
 	}
 	return out
 }
+
+var _ kernels.GatherMeanGradder = (*Backend)(nil)
+
+// GatherMeanGrad implements kernels.GatherMeanGradder (F32).
+func (b *Backend) GatherMeanGrad(dx, g, src, rowPtr, order *tensor.Tensor) {
+	must(b.d.GatherMeanGrad(dx, g, src, rowPtr, order))
+}
+
+// GatherMeanGrad is kernels.GatherMeanGradder's GatherMeanGrad, F32: dx
+// zeroed, then gather_mean_grad_f32, a thread per (destination, column)
+// adding its share into its sources' rows with atomics (their order,
+// and the last bits, vary from run to run).
+func (d *Device) GatherMeanGrad(dx, g, src, rowPtr, order *tensor.Tensor) error {
+	const op = "GatherMeanGrad"
+	sizes, fw, err := kernels.CheckGatherMeanGrad(op, dx, g, src, rowPtr, order)
+	if err := checked(err); err != nil {
+		return err
+	}
+	if dt := g.DType(); dt != tensor.F32 {
+		return fmt.Errorf("cuda: %s: dtype %v (F32 runs here)", op, dt)
+	}
+	var ptrs [5]cu.DevicePtr
+	for i, o := range []struct {
+		what string
+		t    *tensor.Tensor
+		dt   tensor.DType
+	}{{"dx", dx, tensor.F32}, {"g", g, tensor.F32}, {"src", src, tensor.I64}, {"rowPtr", rowPtr, tensor.I64}, {"order", order, tensor.I64}} {
+		if ptrs[i], err = d.ptrOf(op, o.what, o.t, o.dt); err != nil {
+			return err
+		}
+	}
+	if err := d.ZeroMany([]*tensor.Tensor{dx}); err != nil {
+		return err
+	}
+	if sizes.Edges == 0 || fw == 0 {
+		return nil
+	}
+	release := d.enter()
+	defer release()
+	var a args
+	a.ptr(ptrs[0]).ptr(ptrs[1]).ptr(ptrs[2]).ptr(ptrs[3]).ptr(ptrs[4]).i64(int64(sizes.Dst)).i64(int64(fw))
+	return d.launch1D("gather_mean_grad_f32", int64(sizes.Dst*fw), &a)
+}

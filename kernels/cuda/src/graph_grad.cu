@@ -179,4 +179,19 @@ __global__ void gat_grad_edge_f32(float* dAttEdge, float* dWe, const float* dv, 
     }
 }
 
+// gather_mean_grad_f32: the backward of gather_mean_f32
+// (kernels.GatherMeanGradder), a thread per (destination i, column f):
+// g[i, f]/n_i added with an atomic into dx[src[order[p]], f] for each of
+// i's n_i incoming edges p. dx must be zeroed before the launch.
+__global__ void gather_mean_grad_f32(float* dx, const float* g, const int64_t* src, const int64_t* rowPtr,
+                                     const int64_t* order, int64_t nd, int64_t fw) {
+    GRID_STRIDE(q, nd * fw) {
+        const int64_t i = q / fw, f = q % fw;
+        const int64_t a = rowPtr[i], b = rowPtr[i + 1];
+        if (b <= a) continue;
+        const float v = g[q] * (1.f / (float)(b - a));
+        for (int64_t p = a; p < b; p++) atomicAdd(dx + src[order[p]] * fw + f, v);
+    }
+}
+
 }  // extern "C"
