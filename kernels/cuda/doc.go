@@ -29,7 +29,8 @@
 // the Backend methods, the Device methods they call and, in src/, the
 // kernels: elementwise, reduce, matmul, conv, pool, softmax, norm, index,
 // segment, graph (kernels.GraphAggregator, F32; the backward that trains
-// it fused, kernels.GATMeanGradder, in graph_grad), shape, random, optim
+// it fused, kernels.GATMeanGradder and kernels.GatherMeanGradder, in
+// graph_grad), shape, random, optim
 // and capture (shape and capture have no kernels of their own: Concat
 // is one copy_blocks launch of src/elementwise.cu where its operands
 // allow (laid out by copy_blocks.go) and strided copies otherwise, Pad a
