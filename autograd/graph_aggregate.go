@@ -444,7 +444,7 @@ func GatherMean(x *Var, e GraphEdges) *Var {
 	if gg, g, ok := trainedGatherMean(x, e); ok {
 		out := alloc(x.Value, x.Value.DType(), e.NumDst, f)
 		g.GatherMean(out, x.Value, e.Src, e.RowPtr, e.Order)
-		return result("gather_mean", out, []*Var{x}, 0, func() backwardFunc {
+		return result("gather_mean", out, []*Var{x}, 3, func() backwardFunc { // src, rowPtr, order
 			return func(gOut *tensor.Tensor) []*tensor.Tensor {
 				dx := alloc(gOut, gOut.DType(), x.Shape()...)
 				gg.GatherMeanGrad(dx, contig(gOut), e.Src, e.RowPtr, e.Order)

@@ -42,6 +42,7 @@ func TestGATAggregateFusedMatchesUnfused(t *testing.T) {
 	as, ad, ae, bias := p(1, heads, c), p(1, heads, c), p(1, heads, c), p(c)
 	x := p(ns, c)
 
+	t.Cleanup(func() { unfusedGATGrad = false })
 	unfusedGATGrad = true
 	unfused := GATAggregate(hs, hd, attr, we, as, ad, ae, bias, edges, heads, 0.2)
 	unfusedMean := GatherMean(x, edges)
@@ -109,17 +110,20 @@ func TestGATAggregateGradients(t *testing.T) {
 		return SumAll(Mul(GATAggregate(in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], edges, heads, 0.2), w))
 	}, ins, GradCheckOptions{}), "unfused")
 	// GatherMean: fused (kernels.GatherMeanGradder) and unfused.
+	t.Cleanup(func() { unfusedGATGrad = false })
 	for _, unfused := range []bool{false, true} {
 		unfusedGATGrad = unfused
+		recorded = 0
 		require.NoError(t, GradCheck(func(in []*Var) *Var {
 			out := GatherMean(in[0], edges)
 			if out.node != nil {
 				require.Equal(t, map[bool]string{false: "gather_mean", true: "segment_mean"}[unfused], out.node.op)
+				recorded++
 			}
 			return SumAll(Mul(out, w))
 		}, []*tensor.Tensor{n(ns, c)}, GradCheckOptions{}), "unfused %v", unfused)
+		require.Positive(t, recorded, "unfused %v: the path's node recorded", unfused)
 	}
-	unfusedGATGrad = false
 }
 
 // TestGATMeanStridedFusedMatchesUnfused: the mean over two relations into
@@ -141,6 +145,7 @@ func TestGATMeanStridedFusedMatchesUnfused(t *testing.T) {
 	}
 	// The same parameters for both paths: draw once, then reuse.
 	rels := rel(nil, nil)
+	t.Cleanup(func() { unfusedGATGrad = false })
 	unfusedGATGrad = true
 	unfused := GATMean([]GATRelation{withProj(rels[0], Linear(xs, wS, nil), Linear(xd, wD, nil)), rels[1]}, heads, 0.2)
 	unfusedGATGrad = false

@@ -97,7 +97,7 @@ type GatherMeanGradder interface {
 func CheckGatherMeanGrad(name string, dx, g, src, rowPtr, order *T) (GraphCSR, int, error) {
 	sizes, f, err := CheckGatherMean(name, g, dx, src, rowPtr, order)
 	if err != nil {
-		return sizes, 0, err
+		return sizes, 0, fmt.Errorf("%w (here out is g, the gradient, and x is dx)", err)
 	}
 	if err := checkWritesApart(name, []*T{dx}, []*T{g, src, rowPtr, order}); err != nil {
 		return sizes, 0, err

@@ -195,6 +195,10 @@ func (d *Device) GatherMeanGrad(dx, g, src, rowPtr, order *tensor.Tensor) error 
 			return err
 		}
 	}
+	fn, err := d.kernel("gather_mean_grad_f32") // before anything launches
+	if err != nil {
+		return err
+	}
 	if err := d.ZeroMany([]*tensor.Tensor{dx}); err != nil {
 		return err
 	}
@@ -205,5 +209,6 @@ func (d *Device) GatherMeanGrad(dx, g, src, rowPtr, order *tensor.Tensor) error 
 	defer release()
 	var a args
 	a.ptr(ptrs[0]).ptr(ptrs[1]).ptr(ptrs[2]).ptr(ptrs[3]).ptr(ptrs[4]).i64(int64(sizes.Dst)).i64(int64(fw))
-	return d.launch1D("gather_mean_grad_f32", int64(sizes.Dst*fw), &a)
+	n := int64(sizes.Dst * fw)
+	return launchRaw(fn, [3]int{int(grid1D(n, d.sms)), 1, 1}, [3]int{blockSize, 1, 1}, 0, d.stream, &a)
 }
