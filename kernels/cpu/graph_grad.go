@@ -107,12 +107,12 @@ func gatGradPrep[F tensor.Float](a gatArgs, gr gatGradOut, g, hs, hd, attr, we, 
 				for q := 0; q < deg; q++ {
 					k := int(a.order[p0+q])
 					j := int(a.src[k])
-					zz := gdot64(xs[j*a.lds+h*C:j*a.lds+(h+1)*C], as[h*C:(h+1)*C]) + dterm
+					zk := gdot64(xs[j*a.lds+h*C:j*a.lds+(h+1)*C], as[h*C:(h+1)*C]) + dterm
 					for f := 0; f < nf; f++ {
-						zz += float64(ea[k*nf+f]) * v[h*nf+f]
+						zk += float64(ea[k*nf+f]) * v[h*nf+f]
 					}
-					z[q] = zz
-					l := max(zz, a.slope*zz)
+					z[q] = zk
+					l := max(zk, a.slope*zk)
 					wt[q] = l
 					m = max(m, l)
 				}
