@@ -209,7 +209,11 @@ func writeMethod(b *bytes.Buffer, iface, name string, ft *ast.FuncType) {
 	}
 	fmt.Fprintf(b, "// %s implements kernels.%s on the CPU kernels.\n", name, iface)
 	fmt.Fprintf(b, "func (sb *Backend) %s(%s) %s {\n", name, strings.Join(params, ", "), res)
-	fmt.Fprintf(b, "\tsb.check(%q, []*tensor.Tensor{%s}, %s)\n", name, strings.Join(tensors, ", "), listsArg(lists))
+	if len(tensors) > 0 || len(lists) > 0 {
+		// A method without tensor operands (a query) launches nothing:
+		// nothing to check, no op to count.
+		fmt.Fprintf(b, "\tsb.check(%q, []*tensor.Tensor{%s}, %s)\n", name, strings.Join(tensors, ", "), listsArg(lists))
+	}
 	call := "sb.cpu." + name
 	if iface != "Backend" {
 		call = "sb.cpu.(kernels." + iface + ")." + name
