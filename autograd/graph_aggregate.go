@@ -266,9 +266,9 @@ func GATMeanActs(types [][]GATRelation, heads int, slope float64, act kernels.Un
 	return outs
 }
 
-// unfusedGATGrad makes a GATMean or a GatherMean recording gradients
+// unfusedGraphGrad makes a GATMean or a GatherMean recording gradients
 // take the unfused ops (tests compare the two paths).
-var unfusedGATGrad bool
+var unfusedGraphGrad bool
 
 // trainedGATMean reports whether a GATMean recording gradients runs as
 // its fused forward with kernels.GATMeanGradder's backward (one launch
@@ -280,7 +280,7 @@ var unfusedGATGrad bool
 // whose kernels have it), contiguous, the projections possibly
 // row-strided views.
 func trainedGATMean(rels []GATRelation, heads, c int) (kernels.GATMeanGradder, kernels.GraphAggregator, bool) {
-	if unfusedGATGrad {
+	if unfusedGraphGrad {
 		return nil, nil, false
 	}
 	var vs, strided []*Var
@@ -462,7 +462,7 @@ func GatherMean(x *Var, e GraphEdges) *Var {
 // both, the CSR is given, and x is F32 (or F64 on the CPU and sim) and
 // contiguous.
 func trainedGatherMean(x *Var, e GraphEdges) (kernels.GatherMeanGradder, kernels.GraphAggregator, bool) {
-	if unfusedGATGrad || !needsGrad(x) || e.Src == nil || e.RowPtr == nil || e.Order == nil || !x.Value.IsContiguous() {
+	if unfusedGraphGrad || !needsGrad(x) || e.Src == nil || e.RowPtr == nil || e.Order == nil || !x.Value.IsContiguous() {
 		return nil, nil, false
 	}
 	dt, dev := x.Value.DType(), x.Value.Device()

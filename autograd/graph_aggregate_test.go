@@ -42,11 +42,11 @@ func TestGATAggregateFusedMatchesUnfused(t *testing.T) {
 	as, ad, ae, bias := p(1, heads, c), p(1, heads, c), p(1, heads, c), p(c)
 	x := p(ns, c)
 
-	t.Cleanup(func() { unfusedGATGrad = false })
-	unfusedGATGrad = true
+	t.Cleanup(func() { unfusedGraphGrad = false })
+	unfusedGraphGrad = true
 	unfused := GATAggregate(hs, hd, attr, we, as, ad, ae, bias, edges, heads, 0.2)
 	unfusedMean := GatherMean(x, edges)
-	unfusedGATGrad = false
+	unfusedGraphGrad = false
 	require.True(t, unfused.RequiresGrad(), "with gradients: the unfused ops")
 	var fused, fusedMean *Var
 	fn := func([]*tensor.Tensor) []*tensor.Tensor {
@@ -110,9 +110,9 @@ func TestGATAggregateGradients(t *testing.T) {
 		return SumAll(Mul(GATAggregate(in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], edges, heads, 0.2), w))
 	}, ins, GradCheckOptions{}), "unfused")
 	// GatherMean: fused (kernels.GatherMeanGradder) and unfused.
-	t.Cleanup(func() { unfusedGATGrad = false })
+	t.Cleanup(func() { unfusedGraphGrad = false })
 	for _, unfused := range []bool{false, true} {
-		unfusedGATGrad = unfused
+		unfusedGraphGrad = unfused
 		recorded = 0
 		require.NoError(t, GradCheck(func(in []*Var) *Var {
 			out := GatherMean(in[0], edges)
@@ -145,10 +145,10 @@ func TestGATMeanStridedFusedMatchesUnfused(t *testing.T) {
 	}
 	// The same parameters for both paths: draw once, then reuse.
 	rels := rel(nil, nil)
-	t.Cleanup(func() { unfusedGATGrad = false })
-	unfusedGATGrad = true
+	t.Cleanup(func() { unfusedGraphGrad = false })
+	unfusedGraphGrad = true
 	unfused := GATMean([]GATRelation{withProj(rels[0], Linear(xs, wS, nil), Linear(xd, wD, nil)), rels[1]}, heads, 0.2)
-	unfusedGATGrad = false
+	unfusedGraphGrad = false
 	require.True(t, unfused.RequiresGrad())
 	var fused *Var
 	fn := func([]*tensor.Tensor) []*tensor.Tensor {
@@ -208,8 +208,8 @@ func TestGATMeanTrainedMatchesUnfused(t *testing.T) {
 		for _, v := range params {
 			v.Grad = nil
 		}
-		unfusedGATGrad = unfused
-		defer func() { unfusedGATGrad = false }()
+		unfusedGraphGrad = unfused
+		defer func() { unfusedGraphGrad = false }()
 		s := Linear(xs, Concat([]*Var{wX, wS}, 0), nil)
 		d := Linear(xd, Concat([]*Var{wD, wX}, 0), nil)
 		hs, hd := Narrow(s, 1, heads*c, heads*c), Narrow(d, 1, 0, heads*c)

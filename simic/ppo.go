@@ -751,31 +751,17 @@ func maskedMean(x *autograd.Var, w *tensor.Tensor, s float64) *autograd.Var {
 	return autograd.MulScalar(autograd.SumAll(autograd.Mul(x, wv)), 1/s)
 }
 
-// fullOn returns a one-element F64 tensor of value v, shape [], on dev
-// (a fill: no copy).
-func fullOn(dev tensor.Device, v float64) *autograd.Var {
-	t, err := tensor.EmptyOn(dev, tensor.F64)
+// fullOn returns an F64 tensor of value v on dev, of the given shape
+// (none: a scalar, shape []) — a fill, no copy.
+func fullOn(dev tensor.Device, v float64, shape ...int) *autograd.Var {
+	t, err := tensor.EmptyOn(dev, tensor.F64, shape...)
 	if err != nil {
-		panic(fmt.Sprintf("simic: allocating a scalar on %v: %v", dev, err))
+		panic(fmt.Sprintf("simic: allocating %v of F64 on %v: %v", shape, dev, err))
 	}
 	if dev.IsCPU() {
 		t.Fill(v)
 	} else {
 		kernels.For(dev).Fill(t, v)
-	}
-	return autograd.Const(t)
-}
-
-// zerosOn returns F64 zeros [n] on dev (a fill: no copy).
-func zerosOn(dev tensor.Device, n int) *autograd.Var {
-	t, err := tensor.EmptyOn(dev, tensor.F64, n)
-	if err != nil {
-		panic(fmt.Sprintf("simic: allocating %d zeros on %v: %v", n, dev, err))
-	}
-	if dev.IsCPU() {
-		t.Fill(0)
-	} else {
-		kernels.For(dev).Fill(t, 0)
 	}
 	return autograd.Const(t)
 }
@@ -994,7 +980,7 @@ func newUpdateAcc(dev tensor.Device, nh int) *updateAcc {
 	a := &updateAcc{zero: z, one: fullOn(dev, 1), live: fullOn(dev, 1), steps: z, skipped: z, policy: z, value: z, entropy: z, floor: z,
 		approxKL: z, maxKL: z, gradNorm: z, early: z, stopEpoch: z, firstDev: z,
 		ratioMax: fullOn(dev, math.Inf(-1)), ratioMin: fullOn(dev, math.Inf(1)), nh: nh}
-	a.entropyH, a.clipH = zerosOn(dev, nh), zerosOn(dev, nh)
+	a.entropyH, a.clipH = fullOn(dev, 0, nh), fullOn(dev, 0, nh)
 	return a
 }
 

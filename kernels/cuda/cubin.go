@@ -85,35 +85,26 @@ func cubinFor(sources map[string]string, arch, module string, ptx []byte) ([]byt
 	return b, ""
 }
 
+// ptxModule is a module loaded from PTX, and why.
+type ptxModule struct{ module, why string }
+
 // codeSummary is Device.KernelCode's text: n modules from arch cubins,
-// and the modules loaded from PTX, each with why.
-func codeSummary(arch string, fromCubin int, fromPTX []string) string {
-	switch {
-	case len(fromPTX) == 0:
+// and the modules loaded from PTX, each with why (once when all share
+// it).
+func codeSummary(arch string, fromCubin int, fromPTX []ptxModule) string {
+	if len(fromPTX) == 0 {
 		return fmt.Sprintf("%d modules from %s cubins", fromCubin, arch)
-	case fromCubin == 0 && len(fromPTX) > 0 && allSameReason(fromPTX):
-		return fmt.Sprintf("%d modules from PTX compiled by the driver (%s)", len(fromPTX), reason(fromPTX[0]))
 	}
-	return fmt.Sprintf("%d modules from %s cubins, %d from PTX compiled by the driver: %s", fromCubin, arch, len(fromPTX), strings.Join(fromPTX, ", "))
-}
-
-// reason is the parenthesised reason of a "module (reason)" entry.
-func reason(entry string) string {
-	if i := strings.Index(entry, " ("); i >= 0 {
-		return strings.TrimSuffix(entry[i+2:], ")")
+	same := true
+	parts := make([]string, len(fromPTX))
+	for i, m := range fromPTX {
+		same = same && m.why == fromPTX[0].why
+		parts[i] = m.module + " (" + m.why + ")"
 	}
-	return entry
-}
-
-// allSameReason reports whether every "module (reason)" entry gives the
-// same reason.
-func allSameReason(entries []string) bool {
-	for _, e := range entries[1:] {
-		if reason(e) != reason(entries[0]) {
-			return false
-		}
+	if fromCubin == 0 && same {
+		return fmt.Sprintf("%d modules from PTX compiled by the driver (%s)", len(fromPTX), fromPTX[0].why)
 	}
-	return true
+	return fmt.Sprintf("%d modules from %s cubins, %d from PTX compiled by the driver: %s", fromCubin, arch, len(fromPTX), strings.Join(parts, ", "))
 }
 
 // kernelNames lists the entry points (".entry name(") of a PTX module.

@@ -81,9 +81,9 @@ func TestCubinForRefuses(t *testing.T) {
 func TestCodeSummary(t *testing.T) {
 	require.Equal(t, "13 modules from sm_90 cubins", codeSummary("sm_90", 13, nil))
 	require.Equal(t, "2 modules from PTX compiled by the driver (no sm_86 cubin)",
-		codeSummary("sm_86", 0, []string{"conv (no sm_86 cubin)", "graph (no sm_86 cubin)"}))
+		codeSummary("sm_86", 0, []ptxModule{{"conv", "no sm_86 cubin"}, {"graph", "no sm_86 cubin"}}))
 	require.Equal(t, "12 modules from sm_90 cubins, 1 from PTX compiled by the driver: graph (the driver refused its sm_90 cubin: x)",
-		codeSummary("sm_90", 12, []string{"graph (the driver refused its sm_90 cubin: x)"}))
+		codeSummary("sm_90", 12, []ptxModule{{"graph", "the driver refused its sm_90 cubin: x"}}))
 }
 
 // skipAwayFromSources skips a test that reads ptx/ in a GPU bundle's

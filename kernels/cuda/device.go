@@ -243,7 +243,7 @@ func (d *Device) loadModules() error {
 	}
 	wg.Wait()
 	var fromCubin int
-	var fromPTX []string
+	var fromPTX []ptxModule
 	for i, l := range out {
 		if l.err != nil { // on its own: the PTX where the cubin was refused
 			image, refused := images[i], l.cubinErr
@@ -260,7 +260,7 @@ func (d *Device) loadModules() error {
 		if l.fromCubin {
 			fromCubin++
 		} else {
-			fromPTX = append(fromPTX, strings.TrimSuffix(path.Base(names[i]), ".ptx")+" ("+why[i]+")")
+			fromPTX = append(fromPTX, ptxModule{strings.TrimSuffix(path.Base(names[i]), ".ptx"), why[i]})
 		}
 		for j, k := range l.kernels {
 			if _, dup := d.fns[k]; dup {
