@@ -210,6 +210,9 @@ func readRows(ts []*tensor.Tensor) ([][][]float32, error) {
 		}
 		return out, nil
 	}
+	if len(ts) == 1 && ts[0].IsContiguous() {
+		return readJoined(ts[0], ts) // one tensor: read as it is, no join
+	}
 	return readJoined(joinRows(ts), ts)
 }
 
