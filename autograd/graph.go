@@ -21,9 +21,7 @@ type node struct {
 	// during capture, never during replay.
 	backward func(g *tensor.Tensor) []*tensor.Tensor
 	saved    int // tensors retained for backward (for the statistics)
-	// sinks marks a node whose backward takes gradient sinks (opBufs).
-	sinks bool
-	bufs  opBufs
+	bufs     opBufs
 }
 
 var (
@@ -81,7 +79,7 @@ func result(op string, out *tensor.Tensor, inputs []*Var, saved int, mk func() f
 func resultWith(op string, out *tensor.Tensor, inputs []*Var, saved int, sinks bool, mk func(b *opBufs) func(g *tensor.Tensor) []*tensor.Tensor) *Var {
 	v, n := record(op, out, inputs, saved)
 	if n != nil {
-		n.backward, n.sinks = mk(&n.bufs), sinks
+		n.backward, n.bufs.sinks = mk(&n.bufs), sinks
 	}
 	return v
 }
@@ -90,15 +88,28 @@ func resultWith(op string, out *tensor.Tensor, inputs []*Var, saved int, sinks b
 //
 // grads has room for the gradients the backward returns (grads[:len]).
 //
-// sink[j], filled by Backward for a node made with sinks, is the Grad of
-// input j when that input is a leaf whose gradient is only summed there
-// (no hooks; contiguous, in its value's dtype, F32 or F64); nil
-// otherwise. The backward may add input j's gradient into sink[j] and
-// return nil for j, or ignore the sink and return the gradient as usual.
-// A linear layer accumulates its weight and bias gradients this way with
-// kernels.GradAccumulator, saving a tensor and an addition each.
+// sink[j], filled by Backward for a node made with sinks, is a tensor
+// into which the backward may add input j's gradient, returning nil for
+// j, or nil: the Grad of a leaf whose gradient is only summed there (no
+// hooks; contiguous, in its value's dtype, F32 or F64), or else the sum
+// of input j's gradients so far where Backward holds it in a tensor of
+// its own (nothing else reads it; contiguous, of the input's shape and
+// dtype, F32 or F64). The backward may also ignore the sink and return
+// the gradient as usual. A linear layer accumulates its weight and bias
+// gradients into their Grad this way with kernels.GradAccumulator, and
+// its input's into the sum the input's other readers started, saving a
+// tensor and an addition each.
+//
+// fresh[j], set by the backward, says that the gradient it returns for
+// input j is a new tensor that nothing else holds or will read (not
+// returned for another input, not saved): Backward then adds the
+// input's later gradients into it in place, and offers it as a sink.
+//
+// sinks is resultWith's: the backward takes sinks.
 type opBufs struct {
 	grads, sink [3]*tensor.Tensor
+	fresh       [3]bool
+	sinks       bool
 }
 
 // record wraps out and, when any input requires a gradient and grad
@@ -261,12 +272,16 @@ func Backward(root *Var, seed ...*tensor.Tensor) {
 	var orderBuf [smallGraph]*Var
 	order := topoOrder(root, orderBuf[:0])
 	var gradBuf [smallGraph]*tensor.Tensor
+	var ownBuf [smallGraph]bool
 	var grads []*tensor.Tensor // grads[i] is the gradient of order[i]
+	// owned[i]: grads[i] is a tensor of Backward's own (a sum it made, or
+	// a backward's fresh gradient), which it may add into in place.
+	var owned []bool
 	var index map[*Var]int
 	if len(order) <= smallGraph {
-		grads = gradBuf[:len(order)]
+		grads, owned = gradBuf[:len(order)], ownBuf[:len(order)]
 	} else {
-		grads = make([]*tensor.Tensor, len(order))
+		grads, owned = make([]*tensor.Tensor, len(order)), make([]bool, len(order))
 		index = make(map[*Var]int, len(order))
 		for i, v := range order {
 			index[v] = i
@@ -284,44 +299,119 @@ func Backward(root *Var, seed ...*tensor.Tensor) {
 		panic("autograd: Backward lost a Var of its graph")
 	}
 	grads[len(order)-1] = g // root comes last
+	var leaves leafBatch
 	for i := len(order) - 1; i >= 0; i-- {
 		v := order[i]
 		gv := grads[i]
-		grads[i] = nil
+		grads[i], owned[i] = nil, false
 		if gv == nil {
 			continue
 		}
 		if v.node == nil {
-			accumulateLeaf(v, gv)
+			if !leaves.queue(v, gv) {
+				accumulateLeaf(v, gv)
+			}
 			continue
 		}
 		if v.retainGrad {
 			accumulateInto(v, gv)
 		}
-		if v.node.sinks {
-			v.node.fillSinks()
+		n := v.node
+		if n.bufs.sinks {
+			n.fillSinks()
+			for j, in := range n.inputs[:min(len(n.inputs), len(n.bufs.sink))] {
+				if n.bufs.sink[j] != nil || in == nil || !in.requiresGrad {
+					continue
+				}
+				if k := pos(in); owned[k] && accTakes(grads[k], in) {
+					n.bufs.sink[j] = grads[k]
+				}
+			}
 		}
-		ins := v.node.backward(gv)
-		v.node.bufs.sink = [3]*tensor.Tensor{}
-		for j, in := range v.node.inputs {
+		ins := n.backward(gv)
+		fresh := n.bufs.fresh
+		n.bufs.sink, n.bufs.fresh = [3]*tensor.Tensor{}, [3]bool{}
+		for j, in := range n.inputs {
 			if in == nil || !in.requiresGrad || j >= len(ins) || ins[j] == nil {
 				continue
 			}
 			gi := ins[j]
 			if !tensor.SameShape(gi.Shape(), in.Shape()) {
-				panic(fmt.Sprintf("autograd: backward of %s produced gradient shape %v for input %d of shape %v", v.node.op, gi.Shape(), j, in.Shape()))
+				panic(fmt.Sprintf("autograd: backward of %s produced gradient shape %v for input %d of shape %v", n.op, gi.Shape(), j, in.Shape()))
 			}
 			k := pos(in)
-			if prev := grads[k]; prev != nil {
+			switch prev := grads[k]; {
+			case prev == nil:
+				grads[k], owned[k] = gi, j < len(fresh) && fresh[j] && gi.IsContiguous()
+			case owned[k]:
+				backendOf(prev).Binary(kernels.Add, prev, prev, castTo(gi, prev.DType()))
+			default:
 				sum := newLike(prev)
 				backendOf(prev).Binary(kernels.Add, sum, prev, castTo(gi, prev.DType()))
-				grads[k] = sum
-			} else {
-				grads[k] = gi
+				grads[k], owned[k] = sum, true
 			}
 		}
-		v.node.bufs.grads = [3]*tensor.Tensor{} // ins may be this space
+		n.bufs.grads = [3]*tensor.Tensor{} // ins may be this space
 	}
+	leaves.flush()
+}
+
+// accTakes reports whether g, a gradient Backward holds for in, can be
+// offered as an op's sink (opBufs): contiguous, of in's shape, dtype and
+// device, F32 or F64.
+func accTakes(g *tensor.Tensor, in *Var) bool {
+	dt := g.DType()
+	return (dt == tensor.F32 || dt == tensor.F64) && dt == in.Value.DType() && g.Device() == in.Value.Device() &&
+		g.IsContiguous() && tensor.SameShape(g.Shape(), in.Shape())
+}
+
+// leafBatch holds the leaves' gradients that Backward adds into their
+// Grad together once the pass is over: on a device (not the CPU, where
+// a launch costs nothing), an F32 gradient for a leaf whose Grad exists
+// and takes it in place (no hooks; contiguous, F32, of its shape, on its
+// device) goes into one kernels.Backend ForeachAxpy (alpha 1: bit for
+// bit the Add it replaces) instead of an Add each — one launch for the
+// hundred small parameters of a graph policy, say. The sums are the
+// same: a leaf is visited once, after every op that reads it, so
+// nothing adds into its Grad after the visit in the same pass. The
+// gradients it holds are tensors no backward writes into (Backward's
+// contract), kept alive until the flush.
+type leafBatch struct {
+	dev    tensor.Device
+	ys, xs []*tensor.Tensor
+}
+
+// queue queues g for v.Grad and reports whether it did; otherwise the
+// caller accumulates it at once.
+func (b *leafBatch) queue(v *Var, g *tensor.Tensor) bool {
+	dev := g.Device()
+	if dev.IsCPU() || v.hooks != nil || v.Grad == nil || g.DType() != tensor.F32 || !g.IsContiguous() {
+		return false
+	}
+	gr := v.Grad
+	if gr.DType() != tensor.F32 || !gr.IsContiguous() || gr.Device() != dev || !tensor.SameShape(gr.Shape(), g.Shape()) {
+		return false
+	}
+	if len(b.ys) > 0 && dev != b.dev {
+		return false
+	}
+	b.dev = dev
+	b.ys, b.xs = append(b.ys, gr), append(b.xs, g)
+	return true
+}
+
+// flush adds the queued gradients into their Grads: one ForeachAxpy
+// (a single one as the Add it replaces).
+func (b *leafBatch) flush() {
+	switch len(b.ys) {
+	case 0:
+		return
+	case 1:
+		kernels.For(b.dev).Binary(kernels.Add, b.ys[0], b.ys[0], b.xs[0])
+	default:
+		kernels.For(b.dev).ForeachAxpy(b.ys, b.xs, 1)
+	}
+	b.ys, b.xs = nil, nil
 }
 
 // smallGraph is the number of Vars up to which Backward's bookkeeping

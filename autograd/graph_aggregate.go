@@ -444,11 +444,17 @@ func GatherMean(x *Var, e GraphEdges) *Var {
 	if gg, g, ok := trainedGatherMean(x, e); ok {
 		out := alloc(x.Value, x.Value.DType(), e.NumDst, f)
 		g.GatherMean(out, x.Value, e.Src, e.RowPtr, e.Order)
-		return result("gather_mean", out, []*Var{x}, 3, func() backwardFunc { // src, rowPtr, order
+		return resultWith("gather_mean", out, []*Var{x}, 3, true, func(bufs *opBufs) backwardFunc { // src, rowPtr, order
 			return func(gOut *tensor.Tensor) []*tensor.Tensor {
+				if s := bufs.sink[0]; s != nil && s.DType() == gOut.DType() {
+					// Into the sum of x's gradients Backward holds.
+					gg.GatherMeanGradAdd(s, contig(gOut), e.Src, e.RowPtr, e.Order)
+					return nil
+				}
 				dx := alloc(gOut, gOut.DType(), x.Shape()...)
 				gg.GatherMeanGrad(dx, contig(gOut), e.Src, e.RowPtr, e.Order)
-				return []*tensor.Tensor{dx}
+				bufs.fresh[0] = true
+				return append(bufs.grads[:0], dx)
 			}
 		})
 	}

@@ -140,17 +140,32 @@ func (o linearOperands) record(out2 *tensor.Tensor, relu bool) *Var {
 			if b == nil || sb == nil || sb.DType() != dt || !needs(b) {
 				sb = nil
 			}
+			// The input's gradient goes into the sum Backward holds for
+			// it where it offers one (the input read by other layers
+			// too) and the backend can add there.
+			var sx *tensor.Tensor
+			if s := bufs.sink[0]; s != nil && acc != nil && s.DType() == dt && wv.IsContiguous() {
+				sx = reshapeT(s, m, wv.Shape()[1])
+			}
 			if lb, ok := acc.(kernels.LinearBackwardAdder); ok && needs(x) && needs(w) && sw != nil && (sb != nil || b == nil || !needs(b)) &&
 				x2.IsContiguous() && wv.IsContiguous() {
 				// The input's gradient with the weight's and the bias's:
 				// one launch for a small layer on a GPU.
+				if sx != nil {
+					lb.LinearBackwardAccumulate(sx, sw, sb, g2, x2, wv)
+					return grads
+				}
 				dx := alloc(g2, dt, m, wv.Shape()[1])
 				lb.LinearBackwardAdd(dx, sw, sb, g2, x2, wv)
-				grads[0] = dx.Reshape(xs...)
+				grads[0], bufs.fresh[0] = dx.Reshape(xs...), true
 				return grads
 			}
 			if needs(x) {
-				grads[0] = matmulT(g2, wv, false, false, dt).Reshape(xs...)
+				if sx != nil {
+					acc.MatMulAdd(sx, g2, wv, false, false)
+				} else {
+					grads[0], bufs.fresh[0] = matmulT(g2, wv, false, false, dt).Reshape(xs...), true
+				}
 			}
 			if la, ok := acc.(kernels.LinearGradAccumulator); ok && needs(w) && sw != nil && (sb != nil || b == nil || !needs(b)) {
 				// Both (or the weight's alone) in one call: one launch

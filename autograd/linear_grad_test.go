@@ -36,25 +36,35 @@ func (b linearGradCounter) LinearGradAdd(dw, db, g, x *tensor.Tensor) {
 }
 
 // linearBackwardCounter adds kernels.LinearBackwardAdder, counted, to a
-// linearGradCounter.
+// linearGradCounter: LinearBackwardAdd in linearBackward[0],
+// LinearBackwardAccumulate in linearBackward[1].
 type linearBackwardCounter struct {
 	linearGradCounter
-	linearBackward *int
+	linearBackward *[2]int
 }
 
 func (b linearBackwardCounter) LinearBackwardAdd(dx, dw, db, g, x, w *tensor.Tensor) {
-	*b.linearBackward++
+	b.linearBackward[0]++
 	b.Backend.(kernels.LinearBackwardAdder).LinearBackwardAdd(dx, dw, db, g, x, w)
+}
+
+func (b linearBackwardCounter) LinearBackwardAccumulate(dx, dw, db, g, x, w *tensor.Tensor) {
+	b.linearBackward[1]++
+	b.Backend.(kernels.LinearBackwardAdder).LinearBackwardAccumulate(dx, dw, db, g, x, w)
 }
 
 // TestLinearGradsInOneCall: a Linear whose weight and bias already have
 // a Grad gets both gradients added by one LinearGradAdd per backward on
 // a backend with kernels.LinearGradAccumulator (one launch for a small
 // layer on a GPU), with or without a bias, instead of MatMulAdd and
-// SumRowsAdd; the input's gradient (x is a Param here) stays a product
-// of its own, or comes in the same call with kernels.LinearBackwardAdder.
-// The gradients are bit for bit those of the two calls and of the CPU,
-// over two backwards accumulating onto Grads that start non-zero.
+// SumRowsAdd. The input's gradient (x is a Param here, without a Grad
+// before the first backward) is a product of its own in the first
+// backward and added into x's Grad by MatMulAdd in the second (its Grad
+// is a sink then), or comes in the same call with
+// kernels.LinearBackwardAdder: LinearBackwardAdd, then
+// LinearBackwardAccumulate. The gradients are bit for bit those of the
+// two calls and of the CPU, over two backwards accumulating onto Grads
+// that start non-zero.
 func TestLinearGradsInOneCall(t *testing.T) {
 	dev := tensor.Sim(6)
 	orig := kernels.For(dev)
@@ -102,20 +112,21 @@ func TestLinearGradsInOneCall(t *testing.T) {
 		kernels.Register(orig)
 		require.Equal(t, want, got, "bias %v", bias)
 		require.Equal(t, run(tensor.CPU), got, "bias %v: the CPU's", bias)
-		require.Equal(t, 2, two.matmulAdd, "bias %v", bias)
+		require.Equal(t, 2+1, two.matmulAdd, "bias %v: dw twice, dx in the second backward", bias)
 		require.Equal(t, 2*btoi(bias), two.sumRowsAdd, "bias %v", bias)
 		require.Equal(t, 2, one.linearGradAdd, "bias %v: one call per backward", bias)
-		require.Zero(t, one.matmulAdd+one.sumRowsAdd, "bias %v", bias)
+		require.Equal(t, 1, one.matmulAdd, "bias %v: dx in the second backward", bias)
+		require.Zero(t, one.sumRowsAdd, "bias %v", bias)
 
 		// With kernels.LinearBackwardAdder the input's gradient comes in
 		// the same call, bit for bit the same.
-		calls := 0
+		var calls [2]int
 		whole := linearBackwardCounter{linearGradCounter{&gradAccCounter{Backend: orig}}, &calls}
 		kernels.Register(whole)
 		gotWhole := run(dev)
 		kernels.Register(orig)
 		require.Equal(t, want, gotWhole, "bias %v: the whole backward in one call", bias)
-		require.Equal(t, 2, calls, "bias %v: one LinearBackwardAdd per backward", bias)
+		require.Equal(t, [2]int{1, 1}, calls, "bias %v: one LinearBackwardAdd, then one LinearBackwardAccumulate", bias)
 		require.Zero(t, whole.linearGradAdd+whole.matmulAdd+whole.sumRowsAdd, "bias %v", bias)
 	}
 }

@@ -22,6 +22,14 @@ func (b *binaryCounter) Binary(op kernels.BinaryOp, dst, x, y *tensor.Tensor) {
 	b.Backend.Binary(op, dst, x, y)
 }
 
+// ForeachAxpy counts each of its additions as one Binary: on a device
+// Backward adds the leaves' gradients into their Grads with one
+// ForeachAxpy where it would launch an Add each.
+func (b *binaryCounter) ForeachAxpy(ys, xs []*tensor.Tensor, alpha float64) {
+	b.binary += len(ys)
+	b.Backend.ForeachAxpy(ys, xs, alpha)
+}
+
 type binaryCounterPA struct {
 	*binaryCounter
 	pa kernels.ParamGradAccumulator

@@ -87,8 +87,13 @@ func CheckGATMeanGrad(name string, dHs, dHd, dWe, dAttSrc, dAttDst, dAttEdge, dB
 // writes dx [Ns, F]: dx[j, :] = Σ over the edges k = j→i of g[i, :]/n_i,
 // n_i node i's incoming edges (0 for a source without outgoing edges).
 // dx is written, not accumulated, and shares memory with no operand.
+// GatherMeanGradAdd adds the same sums into dx instead (autograd's
+// GatherMean adds its input's gradient into the sum that the input's
+// other readers started); its values are those of GatherMeanGrad's dx
+// added to dx's.
 type GatherMeanGradder interface {
 	GatherMeanGrad(dx, g, src, rowPtr, order *T)
+	GatherMeanGradAdd(dx, g, src, rowPtr, order *T)
 }
 
 // CheckGatherMeanGrad checks a GatherMeanGradder call as CheckGatherMean

@@ -83,6 +83,13 @@ type LinearBackwardAdder interface {
 	// what the CPU runs; another backend's single launch may sum in
 	// another order, as its MatMul and LinearGradAdd may.
 	LinearBackwardAdd(dx, dw, db, g, x, w *T)
+	// LinearBackwardAccumulate is LinearBackwardAdd adding the input
+	// gradient too: dx += g·w. The CPU runs GradAccumulator's
+	// MatMulAdd(dx, g, w, false, false), then LinearGradAdd. autograd's
+	// Linear adds its input's gradient with it into the sum that the
+	// input's other readers started (Backward's own buffer), saving the
+	// tensor and the addition of a separate dx.
+	LinearBackwardAccumulate(dx, dw, db, g, x, w *T)
 }
 
 // LaunchBounder is implemented by a backend whose launches cost more

@@ -16,7 +16,7 @@ import (
 
 var graphGradCases = []conformance{
 	optional[kernels.GATMeanGradder](checkGATMeanGrad, "GATMeanGrad", "GATMeanGradFits"),
-	optional[kernels.GatherMeanGradder](checkGatherMeanGrad, "GatherMeanGrad"),
+	optional[kernels.GatherMeanGradder](checkGatherMeanGrad, "GatherMeanGrad", "GatherMeanGradAdd"),
 }
 
 // checkGatherMeanGrad holds GatherMeanGrad to its definition in float64
@@ -25,18 +25,41 @@ var graphGradCases = []conformance{
 // incoming edges; one of 20 and more).
 func checkGatherMeanGrad(s *suite) {
 	gm := s.b.(kernels.GatherMeanGradder)
-	for _, d := range s.floats("GatherMeanGrad", tensor.F64, tensor.F32) {
+	for _, op := range []string{"GatherMeanGrad", "GatherMeanGradAdd"} {
+		checkGatherMeanGradOp(s, op, gm)
+	}
+	s.panics("GatherMeanGrad", func() { // dx of the wrong width
+		gm.GatherMeanGrad(s.out(tensor.F32, 3, 3), s.out(tensor.F32, 2, 2), s.out(tensor.I64, 2), s.out(tensor.I64, 3), s.out(tensor.I64, 2))
+	})
+	s.panics("GatherMeanGradAdd", func() { // dx of the wrong width
+		gm.GatherMeanGradAdd(s.out(tensor.F32, 3, 3), s.out(tensor.F32, 2, 2), s.out(tensor.I64, 2), s.out(tensor.I64, 3), s.out(tensor.I64, 2))
+	})
+}
+
+// checkGatherMeanGradOp is checkGatherMeanGrad's check of op: dx written
+// (GatherMeanGrad) or added to (GatherMeanGradAdd, dx random).
+func checkGatherMeanGradOp(s *suite, op string, gm kernels.GatherMeanGradder) {
+	add := op == "GatherMeanGradAdd"
+	for _, d := range s.floats(op, tensor.F64, tensor.F32) {
 		for _, l := range graphLayouts {
 			src, dst, srcT, rowPtr, order := s.graphEdges(l)
 			g, gv := s.in(d, l.nd, l.c)
 			dx := s.out(d, l.ns, l.c)
-			what := name("GatherMeanGrad", d, l.ns, l.nd, l.e, l.c)
-			s.check(call{what: what, atomic: true, launch: func() { gm.GatherMeanGrad(dx, g, srcT, rowPtr, order) }, writes: []*T{dx}}, func(got [][]float64) {
+			base := make([]float64, l.ns*l.c) // dx before the call
+			launch := func() { gm.GatherMeanGrad(dx, g, srcT, rowPtr, order) }
+			if add {
+				var dxv []float64
+				dx, dxv = s.in(d, l.ns, l.c)
+				copy(base, dxv)
+				launch = func() { gm.GatherMeanGradAdd(dx, g, srcT, rowPtr, order) }
+			}
+			what := name(op, d, l.ns, l.nd, l.e, l.c)
+			s.check(call{what: what, atomic: true, launch: launch, writes: []*T{dx}}, func(got [][]float64) {
 				count := make([]int, l.nd)
 				for _, i := range dst {
 					count[i]++
 				}
-				want := make([]float64, l.ns*l.c)
+				want := append([]float64(nil), base...)
 				for k := range src {
 					j, i := int(src[k]), int(dst[k])
 					for c := 0; c < l.c; c++ {
@@ -47,9 +70,6 @@ func checkGatherMeanGrad(s *suite) {
 			})
 		}
 	}
-	s.panics("GatherMeanGrad", func() { // dx of the wrong width
-		gm.GatherMeanGrad(s.out(tensor.F32, 3, 3), s.out(tensor.F32, 2, 2), s.out(tensor.I64, 2), s.out(tensor.I64, 3), s.out(tensor.I64, 2))
-	})
 }
 
 // gatRel is one relation of a GATMeanGrad check: its edges and its float

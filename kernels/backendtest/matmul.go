@@ -16,7 +16,7 @@ var matmulCases = []conformance{
 	of(checkSetMatmulPrecision, "SetMatmulPrecision"),
 	optional[kernels.GradAccumulator](checkGradAccumulator, "MatMulAdd", "SumRowsAdd"),
 	optional[kernels.LinearGradAccumulator](checkLinearGradAccumulator, "LinearGradAdd"),
-	optional[kernels.LinearBackwardAdder](checkLinearBackwardAdder, "LinearBackwardAdd"),
+	optional[kernels.LinearBackwardAdder](checkLinearBackwardAdder, "LinearBackwardAdd", "LinearBackwardAccumulate"),
 	optional[kernels.ReluHeadser](checkReluHeads, "ReluHeads"),
 }
 
@@ -262,10 +262,19 @@ func checkLinearGradAccumulator(s *suite) {
 
 // checkLinearBackwardAdder: LinearBackwardAdd writes dx = g·w and adds
 // gᵀ·x to dw and the column sums of g to db (or leaves db out), on W1's
-// and W4's head shapes and past a GPU's one-launch range.
+// and W4's head shapes and past a GPU's one-launch range;
+// LinearBackwardAccumulate the same with dx += g·w.
 func checkLinearBackwardAdder(s *suite) {
 	lb := s.b.(kernels.LinearBackwardAdder)
-	for _, d := range s.floats("LinearBackwardAdd", tensor.F64, tensor.F32) {
+	for _, op := range []string{"LinearBackwardAdd", "LinearBackwardAccumulate"} {
+		checkLinearBackward(s, op, lb)
+	}
+}
+
+// checkLinearBackward is checkLinearBackwardAdder's check of op.
+func checkLinearBackward(s *suite, op string, lb kernels.LinearBackwardAdder) {
+	acc := op == "LinearBackwardAccumulate"
+	for _, d := range s.floats(op, tensor.F64, tensor.F32) {
 		for _, sh := range [][3]int{{4, 4, 16}, {128, 10, 32}, {5, 3, 7}, {300, 10, 8}} {
 			m, n, k := sh[0], sh[1], sh[2]
 			for _, bias := range []bool{true, false} {
@@ -275,6 +284,11 @@ func checkLinearBackwardAdder(s *suite) {
 				dw, dwv := s.in(d, n, k)
 				dx := s.out(d, m, k)
 				wantDx := make([]float64, m*k)
+				if acc {
+					var dxv []float64
+					dx, dxv = s.in(d, m, k)
+					copy(wantDx, dxv)
+				}
 				for i := 0; i < m; i++ {
 					for p := 0; p < k; p++ {
 						for j := 0; j < n; j++ {
@@ -307,8 +321,12 @@ func checkLinearBackwardAdder(s *suite) {
 					}
 					writes = append(writes, db)
 				}
-				what := name("LinearBackwardAdd", d, sh, bias)
-				s.check(call{what: what, launch: func() { lb.LinearBackwardAdd(dx, dw, db, g, x, w) }, writes: writes}, func(got [][]float64) {
+				what := name(op, d, sh, bias)
+				launch := func() { lb.LinearBackwardAdd(dx, dw, db, g, x, w) }
+				if acc {
+					launch = func() { lb.LinearBackwardAccumulate(dx, dw, db, g, x, w) }
+				}
+				s.check(call{what: what, launch: launch, writes: writes}, func(got [][]float64) {
 					s.close(what+" dx", got[0], wantDx, 2*tol(d))
 					s.close(what+" dw", got[1], wantW, 2*tol(d))
 					if bias {

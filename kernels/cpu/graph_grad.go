@@ -217,25 +217,35 @@ var _ kernels.GatherMeanGradder = (*Backend)(nil)
 // source row's sum in float64 over the destinations in node order, then
 // rounded once into dx.
 func (be *Backend) GatherMeanGrad(dx, g, src, rowPtr, order *T) {
-	const name = "GatherMeanGrad"
+	be.gatherMeanGrad("GatherMeanGrad", false, dx, g, src, rowPtr, order)
+}
+
+// GatherMeanGradAdd implements kernels.GatherMeanGradder: GatherMeanGrad's
+// sums, each rounded to dx's dtype, added to dx.
+func (be *Backend) GatherMeanGradAdd(dx, g, src, rowPtr, order *T) {
+	be.gatherMeanGrad("GatherMeanGradAdd", true, dx, g, src, rowPtr, order)
+}
+
+// gatherMeanGrad is GatherMeanGrad, adding into dx when add is set.
+func (be *Backend) gatherMeanGrad(name string, add bool, dx, g, src, rowPtr, order *T) {
 	needCPU(name, dx, g, src, rowPtr, order)
 	sizes, f, err := kernels.CheckGatherMeanGrad(name, dx, g, src, rowPtr, order)
 	must(err)
 	sv, rp, ov := tensor.Data[int64](src), tensor.Data[int64](rowPtr), tensor.Data[int64](order)
 	if graphDType(name, g) == tensor.F64 {
-		be.launch(gatherMeanGradPrep[float64](sizes, f, dx, g, sv, rp, ov))
+		be.launch(gatherMeanGradPrep[float64](name, add, sizes, f, dx, g, sv, rp, ov))
 	} else {
-		be.launch(gatherMeanGradPrep[float32](sizes, f, dx, g, sv, rp, ov))
+		be.launch(gatherMeanGradPrep[float32](name, add, sizes, f, dx, g, sv, rp, ov))
 	}
 }
 
-func gatherMeanGradPrep[F tensor.Float](sizes kernels.GraphCSR, nf int, dx, g *T, src, rowPtr, order []int64) func() {
+func gatherMeanGradPrep[F tensor.Float](name string, add bool, sizes kernels.GraphCSR, nf int, dx, g *T, src, rowPtr, order []int64) func() {
 	var s stage
 	gv := in[F](&s, g)
 	seen := make([]bool, sizes.Edges)
 	return func() {
 		s.load()
-		must(kernels.CheckCSRValues("GatherMeanGrad", src, rowPtr, order, sizes.Src, seen))
+		must(kernels.CheckCSRValues(name, src, rowPtr, order, sizes.Src, seen))
 		acc := make([]float64, sizes.Src*nf)
 		for i := 0; i < sizes.Dst; i++ {
 			p0, p1 := rowPtr[i], rowPtr[i+1]
@@ -251,6 +261,12 @@ func gatherMeanGradPrep[F tensor.Float](sizes kernels.GraphCSR, nf int, dx, g *T
 			}
 		}
 		o := tensor.Data[F](dx)
+		if add {
+			for q := range o {
+				o[q] += F(acc[q])
+			}
+			return
+		}
 		for q := range o {
 			o[q] = F(acc[q])
 		}

@@ -388,6 +388,19 @@ func (be *Backend) LinearBackwardAdd(dx, dw, db, g, x, w *T) {
 	be.LinearGradAdd(dw, db, g, x)
 }
 
+// LinearBackwardAccumulate implements kernels.LinearBackwardAdder:
+// MatMulAdd(dx, g, w, false, false), then LinearGradAdd; the results are
+// those ops' bit for bit.
+func (be *Backend) LinearBackwardAccumulate(dx, dw, db, g, x, w *T) {
+	const name = "LinearBackwardAccumulate"
+	needCPU(name, dx, dw, db, g, x, w)
+	if dx == nil || w == nil {
+		fail(name, "dx and w are required")
+	}
+	be.MatMulAdd(dx, g, w, false, false)
+	be.LinearGradAdd(dw, db, g, x)
+}
+
 // LinearGradAdd implements kernels.LinearGradAccumulator: MatMulAdd(dw,
 // g, x, true, false), then SumRowsAdd(db, g) when db is not nil. The CPU
 // has no launch to save; the results are those two ops' bit for bit.

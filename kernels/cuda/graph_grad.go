@@ -172,12 +172,27 @@ func (b *Backend) GatherMeanGrad(dx, g, src, rowPtr, order *tensor.Tensor) {
 	must(b.d.GatherMeanGrad(dx, g, src, rowPtr, order))
 }
 
+// GatherMeanGradAdd implements kernels.GatherMeanGradder (F32).
+func (b *Backend) GatherMeanGradAdd(dx, g, src, rowPtr, order *tensor.Tensor) {
+	must(b.d.GatherMeanGradAdd(dx, g, src, rowPtr, order))
+}
+
 // GatherMeanGrad is kernels.GatherMeanGradder's GatherMeanGrad, F32: dx
 // zeroed, then gather_mean_grad_f32, a thread per (destination, column)
 // adding its share into its sources' rows with atomics (their order,
 // and the last bits, vary from run to run).
 func (d *Device) GatherMeanGrad(dx, g, src, rowPtr, order *tensor.Tensor) error {
-	const op = "GatherMeanGrad"
+	return d.gatherMeanGrad("GatherMeanGrad", false, dx, g, src, rowPtr, order)
+}
+
+// GatherMeanGradAdd is GatherMeanGrad without the zeroing: the shares
+// are added into dx as it stands (one launch).
+func (d *Device) GatherMeanGradAdd(dx, g, src, rowPtr, order *tensor.Tensor) error {
+	return d.gatherMeanGrad("GatherMeanGradAdd", true, dx, g, src, rowPtr, order)
+}
+
+// gatherMeanGrad is GatherMeanGrad, adding into dx when add is set.
+func (d *Device) gatherMeanGrad(op string, add bool, dx, g, src, rowPtr, order *tensor.Tensor) error {
 	sizes, fw, err := kernels.CheckGatherMeanGrad(op, dx, g, src, rowPtr, order)
 	if err := checked(err); err != nil {
 		return err
@@ -199,8 +214,10 @@ func (d *Device) GatherMeanGrad(dx, g, src, rowPtr, order *tensor.Tensor) error 
 	if err != nil {
 		return err
 	}
-	if err := d.ZeroMany([]*tensor.Tensor{dx}); err != nil {
-		return err
+	if !add {
+		if err := d.ZeroMany([]*tensor.Tensor{dx}); err != nil {
+			return err
+		}
 	}
 	if sizes.Edges == 0 || fw == 0 {
 		return nil

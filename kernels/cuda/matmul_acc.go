@@ -162,12 +162,27 @@ func (b *Backend) LinearBackwardAdd(dx, dw, db, g, x, w *T) {
 	must(b.d.LinearBackwardAdd(dx, dw, db, g, x, w, b.precision()))
 }
 
+// LinearBackwardAccumulate implements kernels.LinearBackwardAdder (F32).
+func (b *Backend) LinearBackwardAccumulate(dx, dw, db, g, x, w *T) {
+	must(b.d.LinearBackwardAccumulate(dx, dw, db, g, x, w, b.precision()))
+}
+
 // LinearBackwardAdd writes dx [M, K] = g·w and adds gᵀ·x to dw [N, K]
 // and the column sums of g to db [N] (nil: none), F32 and contiguous:
 // one linear_bwd_small_f32 launch in LinearGradAdd's one-launch range
 // with M·K at most gemmSmallMACs, else MatMul and LinearGradAdd.
 func (d *Device) LinearBackwardAdd(dx, dw, db, g, x, w *tensor.Tensor, prec Precision) error {
-	const op = "LinearBackwardAdd"
+	return d.linearBackward("LinearBackwardAdd", false, dx, dw, db, g, x, w, prec)
+}
+
+// LinearBackwardAccumulate is LinearBackwardAdd adding into dx too
+// (dx += g·w): the same one launch, else MatMulAdd and LinearGradAdd.
+func (d *Device) LinearBackwardAccumulate(dx, dw, db, g, x, w *tensor.Tensor, prec Precision) error {
+	return d.linearBackward("LinearBackwardAccumulate", true, dx, dw, db, g, x, w, prec)
+}
+
+// linearBackward is LinearBackwardAdd, adding into dx when acc is set.
+func (d *Device) linearBackward(op string, acc bool, dx, dw, db, g, x, w *tensor.Tensor, prec Precision) error {
 	if dx == nil || dw == nil || g == nil || x == nil || w == nil {
 		return fmt.Errorf("cuda: %s: dx, dw, g, x and w are required (db may be nil)", op)
 	}
@@ -184,7 +199,11 @@ func (d *Device) LinearBackwardAdd(dx, dw, db, g, x, w *tensor.Tensor, prec Prec
 		return err
 	}
 	if !linearBwdSmallFits(m, n, k) {
-		if err := d.MatMul(dx, g, w, false, false, prec); err != nil {
+		product := d.MatMul
+		if acc {
+			product = d.MatMulAdd
+		}
+		if err := product(dx, g, w, false, false, prec); err != nil {
 			return err
 		}
 		return d.LinearGradAdd(dw, db, g, x, prec)
@@ -202,7 +221,7 @@ func (d *Device) LinearBackwardAdd(dx, dw, db, g, x, w *tensor.Tensor, prec Prec
 	release := d.enter()
 	defer release()
 	var ar args
-	ar.ptr(ptrs[0]).ptr(ptrs[1]).ptr(ptrs[2]).ptr(ptrs[3]).ptr(ptrs[4]).ptr(ptrs[5]).i64(int64(m)).i64(int64(n)).i64(int64(k))
+	ar.ptr(ptrs[0]).ptr(ptrs[1]).ptr(ptrs[2]).ptr(ptrs[3]).ptr(ptrs[4]).ptr(ptrs[5]).i64(int64(m)).i64(int64(n)).i64(int64(k)).i32(b2i(acc))
 	return d.launch1D("linear_bwd_small_f32", total, &ar)
 }
 

@@ -192,8 +192,8 @@ func TestLinearActLayerNormKernelInGo(t *testing.T) {
 }
 
 // linearBwdSmallEmu is linear_bwd_small_f32 over grid blocks of block
-// threads (db 0 for null).
-func linearBwdSmallEmu(mem *devMem, grid, block int64, dx, dw, db, g, x, w uint64, m, n, k int64) {
+// threads (db 0 for null; acc its acc flag).
+func linearBwdSmallEmu(mem *devMem, grid, block int64, dx, dw, db, g, x, w uint64, m, n, k int64, acc bool) {
 	grads := n * k
 	if db != 0 {
 		grads += n
@@ -211,6 +211,9 @@ func linearBwdSmallEmu(mem *devMem, grid, block int64, dx, dw, db, g, x, w uint6
 				for j := int64(0); j < n; j++ {
 					v = fma32(mem.ld(g, i*n+j), mem.ld(w, j*k+p), v)
 				}
+				if acc {
+					v = mem.ld(dx, q) + v
+				}
 				mem.st(dx, q, v)
 			}
 		}
@@ -220,8 +223,9 @@ func linearBwdSmallEmu(mem *devMem, grid, block int64, dx, dw, db, g, x, w uint6
 // TestLinearBackwardSmallKernelInGo: linear_bwd_small_f32, transcribed
 // and run over launch1D's grid (grid1D of linearBwdSmallTotal, on 132
 // SMs and on 1 and 3, whose grids of at most 8 and 24 blocks make the
-// threads stride), writes dx = g·w and adds gᵀ·x to dw and the column
-// sums of g to db, each element once, as the float64 definition says:
+// threads stride), writes dx = g·w (or with acc, LinearBackwardAccumulate,
+// adds it to dx) and adds gᵀ·x to dw and the column sums of g to db, each
+// element once, as the float64 definition says:
 // W1's layer, M = gemmSmallK, N = gemmSmallK with K = 256 (M·N·K =
 // gemmSmallMACs), odd sizes, no rows, no outputs, no inputs, no bias.
 func TestLinearBackwardSmallKernelInGo(t *testing.T) {
@@ -247,9 +251,10 @@ func TestLinearBackwardSmallKernelInGo(t *testing.T) {
 		return v
 	}
 	for _, sms := range []int{132, 1, 3} {
-		for _, c := range cases {
+		for ci, c := range cases {
 			m, n, k := c.m, c.n, c.k
-			what := fmt.Sprintf("g [%d %d] x [%d %d] bias %v on %d SMs", m, n, m, k, c.bias, sms)
+			acc := (ci+sms)%2 == 1 // each case both ways over the SM counts
+			what := fmt.Sprintf("g [%d %d] x [%d %d] bias %v acc %v on %d SMs", m, n, m, k, c.bias, acc, sms)
 			if !linearBwdSmallFits(m, n, k) {
 				t.Fatalf("%s: beyond one linear_bwd_small_f32 launch", what)
 			}
@@ -257,16 +262,19 @@ func TestLinearBackwardSmallKernelInGo(t *testing.T) {
 			if total == 0 {
 				continue // LinearBackwardAdd launches nothing
 			}
-			g, x, w, dw0, db0 := normals(m*n), normals(m*k), normals(n*k), normals(n*k), normals(n)
+			g, x, w, dw0, db0, dx0 := normals(m*n), normals(m*k), normals(n*k), normals(n*k), normals(n), normals(m*k)
+			if !acc {
+				clear(dx0) // written, not read
+			}
 			mem := newDevMem()
 			pg, px, pw := mem.put(g, false), mem.put(x, false), mem.put(w, false)
-			pdx, pdw := mem.put(make([]float32, m*k), false), mem.put(dw0, false)
+			pdx, pdw := mem.put(dx0, false), mem.put(dw0, false)
 			var pdb uint64
 			if c.bias {
 				pdb = mem.put(db0, false)
 			}
 			mem.finish()
-			linearBwdSmallEmu(mem, grid1D(total, sms), blockSize, pdx, pdw, pdb, pg, px, pw, int64(m), int64(n), int64(k))
+			linearBwdSmallEmu(mem, grid1D(total, sms), blockSize, pdx, pdw, pdb, pg, px, pw, int64(m), int64(n), int64(k), acc)
 			mem.checkGuards(t, what)
 			check := func(s string, p uint64, want, scale []float64) {
 				t.Helper()
@@ -283,6 +291,9 @@ func TestLinearBackwardSmallKernelInGo(t *testing.T) {
 				}
 			}
 			dx, dxs := make([]float64, m*k), make([]float64, m*k)
+			for e, v := range dx0 {
+				dx[e], dxs[e] = float64(v), math.Abs(float64(v))
+			}
 			for i := 0; i < m; i++ {
 				for p := 0; p < k; p++ {
 					for j := 0; j < n; j++ {

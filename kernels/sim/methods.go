@@ -162,6 +162,12 @@ func (sb *Backend) GatherMeanGrad(dx *kernels.T, g *kernels.T, src *kernels.T, r
 	sb.cpu.(kernels.GatherMeanGradder).GatherMeanGrad(tensor.BackendView(dx), tensor.BackendView(g), tensor.BackendView(src), tensor.BackendView(rowPtr), tensor.BackendView(order))
 }
 
+// GatherMeanGradAdd implements kernels.GatherMeanGradder on the CPU kernels.
+func (sb *Backend) GatherMeanGradAdd(dx *kernels.T, g *kernels.T, src *kernels.T, rowPtr *kernels.T, order *kernels.T) {
+	sb.check("GatherMeanGradAdd", []*tensor.Tensor{dx, g, src, rowPtr, order}, nil)
+	sb.cpu.(kernels.GatherMeanGradder).GatherMeanGradAdd(tensor.BackendView(dx), tensor.BackendView(g), tensor.BackendView(src), tensor.BackendView(rowPtr), tensor.BackendView(order))
+}
+
 // GatherSum implements kernels.GatherSummer on the CPU kernels.
 func (sb *Backend) GatherSum(out *kernels.T, xs []*kernels.T, src []*kernels.T, rowPtr []*kernels.T, order []*kernels.T, biases []*kernels.T, s float64, act kernels.UnaryOp, res *kernels.T) {
 	sb.check("GatherSum", []*tensor.Tensor{out, res}, [][]*tensor.Tensor{xs, src, rowPtr, order, biases})
@@ -262,6 +268,12 @@ func (sb *Backend) LinearActLayerNorm(y *kernels.T, x *kernels.T, w *kernels.T, 
 func (sb *Backend) LinearBackwardAdd(dx *kernels.T, dw *kernels.T, db *kernels.T, g *kernels.T, x *kernels.T, w *kernels.T) {
 	sb.check("LinearBackwardAdd", []*tensor.Tensor{dx, dw, db, g, x, w}, nil)
 	sb.cpu.(kernels.LinearBackwardAdder).LinearBackwardAdd(tensor.BackendView(dx), tensor.BackendView(dw), tensor.BackendView(db), tensor.BackendView(g), tensor.BackendView(x), tensor.BackendView(w))
+}
+
+// LinearBackwardAccumulate implements kernels.LinearBackwardAdder on the CPU kernels.
+func (sb *Backend) LinearBackwardAccumulate(dx *kernels.T, dw *kernels.T, db *kernels.T, g *kernels.T, x *kernels.T, w *kernels.T) {
+	sb.check("LinearBackwardAccumulate", []*tensor.Tensor{dx, dw, db, g, x, w}, nil)
+	sb.cpu.(kernels.LinearBackwardAdder).LinearBackwardAccumulate(tensor.BackendView(dx), tensor.BackendView(dw), tensor.BackendView(db), tensor.BackendView(g), tensor.BackendView(x), tensor.BackendView(w))
 }
 
 // LinearCESGDStep implements kernels.LinearCESGDStepper on the CPU kernels.

@@ -71,9 +71,10 @@ __global__ void linear_grad_add_f32(float* dw, float* db, const float* g, const 
 // launch (kernels.LinearBackwardAdder): threads below n·k (+ n with db)
 // add the weight and bias gradients as linear_grad_add_f32 does, and
 // the others write dx[i, p] = Σ_j g[i, j]·w[j, p] (j in order, fma in
-// fp32, as gemm_small_f32 sums g·w for K ≤ 32).
+// fp32, as gemm_small_f32 sums g·w for K ≤ 32), or with acc add that
+// sum to dx[i, p] (LinearBackwardAccumulate).
 __global__ void linear_bwd_small_f32(float* dx, float* dw, float* db, const float* g, const float* x, const float* w,
-                                     int64_t m, int64_t n, int64_t k) {
+                                     int64_t m, int64_t n, int64_t k, int acc) {
     const int64_t grads = n * k + (db ? n : 0);
     GRID_STRIDE(e, grads + m * k) {
         if (e < grads) {
@@ -83,7 +84,7 @@ __global__ void linear_bwd_small_f32(float* dx, float* dw, float* db, const floa
         const int64_t q = e - grads, i = q / k, p = q % k;
         float v = 0.f;
         for (int64_t j = 0; j < n; j++) v = fmaf(g[i * n + j], w[j * k + p], v);
-        dx[q] = v;
+        dx[q] = acc ? dx[q] + v : v;
     }
 }
 
