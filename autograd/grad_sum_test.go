@@ -196,3 +196,56 @@ func TestLeafGradsInOneForeachAxpy(t *testing.T) {
 	require.Equal(t, 1, cnt.foreach, "one ForeachAxpy")
 	require.Equal(t, 2, cnt.foreachTensors, "a's and b's gradients in it")
 }
+
+// TestLinearSumRecordingAddsInPlace: LinearSum recording gradients adds
+// each further product into its running sum (linear_add: MatMulAdd in
+// place) instead of a product and an Add: on sim two Binary launches
+// fewer for three terms, with the values and every gradient bit for bit
+// those of the explicit composition (Linear, then Add of each further
+// Linear and bias), on sim and on the CPU.
+func TestLinearSumRecordingAddsInPlace(t *testing.T) {
+	dev := tensor.Sim(6)
+	orig := kernels.For(dev)
+	t.Cleanup(func() { kernels.Register(orig) })
+	rng := rand.New(rand.NewPCG(15, 16))
+	vals := func(n int) []float32 { return randVals(rng, n) }
+	x1v, w1v, bv, x2v, w2v, w3v, rv := vals(7*4), vals(5*4), vals(5), vals(7*3), vals(5*3), vals(5*4), vals(7*5)
+	run := func(d tensor.Device, composed bool) ([][]float32, int, bool) {
+		on := func(v []float32, shape ...int) *tensor.Tensor {
+			h, err := tensor.FromSlice(append([]float32(nil), v...), shape...).ToDevice(d)
+			require.NoError(t, err)
+			return h
+		}
+		x1, w1, b, x2, w2, w3 := Param(on(x1v, 7, 4)), Param(on(w1v, 5, 4)), Param(on(bv, 5)), Param(on(x2v, 7, 3)), Param(on(w2v, 5, 3)), Param(on(w3v, 5, 4))
+		c := &sumCounter{Backend: orig.(*sim.Backend)}
+		kernels.Register(c)
+		defer kernels.Register(orig)
+		var y *Var
+		if composed {
+			y = Add(Add(Add(Linear(x1, w1, b), Linear(x2, w2, nil)), Linear(x1, w3, nil)), b)
+		} else {
+			y = LinearSum([]LinearTerm{{X: x1, W: w1, B: b}, {X: x2, W: w2}, {X: x1, W: w3, B: b}})
+		}
+		binary := c.binary
+		recorded := y.node != nil && y.node.op == "add" && y.node.inputs[0].node != nil && y.node.inputs[0].node.op == "linear_add"
+		Backward(SumAll(Mul(y, Const(on(rv, 7, 5)))))
+		res := [][]float32{}
+		for _, v := range []*Var{y, x1, w1, b, x2, w2, w3} {
+			tv := v.Value
+			if v != y {
+				tv = v.Grad
+			}
+			h, err := tv.ToDevice(tensor.CPU)
+			require.NoError(t, err)
+			res = append(res, append([]float32(nil), h.F32()...))
+		}
+		return res, binary, recorded
+	}
+	want, composedAdds, _ := run(dev, true)
+	got, sumAdds, recorded := run(dev, false)
+	require.True(t, recorded, "LinearSum recorded linear_add")
+	require.Equal(t, want, got, "bit for bit the composition's")
+	cpu, _, _ := run(tensor.CPU, false)
+	require.Equal(t, want, cpu, "and the CPU's")
+	require.Equal(t, composedAdds-2, sumAdds, "two Binary adds fewer in the forward")
+}

@@ -80,6 +80,9 @@ type linearOperands struct {
 	x2, wv, bv *tensor.Tensor
 	xs         []int
 	m, nOut    int
+	// sum, when set (linearAdd, b nil), is the Var the product was added
+	// into: the op's third input, whose gradient is the output's.
+	sum *Var
 }
 
 // prepLinear checks and prepares a linear layer's operands (name is the
@@ -114,7 +117,10 @@ func (o linearOperands) record(out2 *tensor.Tensor, relu bool) *Var {
 	out := out2.Reshape(outShape...)
 	inputs := []*Var{x, w, b}
 	nIn := 3
-	if b == nil {
+	switch {
+	case o.sum != nil:
+		inputs[2] = o.sum
+	case b == nil:
 		nIn = 2
 	}
 	mk := func(bufs *opBufs) backwardFunc {
@@ -130,6 +136,12 @@ func (o linearOperands) record(out2 *tensor.Tensor, relu bool) *Var {
 			}
 			dt := wv.DType()
 			grads := bufs.grads[:nIn]
+			if o.sum != nil {
+				// The sum's gradient is the output's, handed on (b is
+				// nil: the third input is the sum, which no path below
+				// touches).
+				grads[2] = g
+			}
 			// The weight and bias gradients go straight into their Grad
 			// where Backward offers it and the backend can add there.
 			acc, _ := backendOf(g2).(kernels.GradAccumulator)
@@ -190,10 +202,46 @@ func (o linearOperands) record(out2 *tensor.Tensor, relu bool) *Var {
 			return grads
 		}
 	}
-	if relu {
+	switch {
+	case o.sum != nil:
+		return resultWith("linear_add", out, inputs[:nIn], 2, true, mk)
+	case relu:
 		return resultWith("linear_relu", out, inputs[:nIn], 2, true, mk)
 	}
 	return resultWith("linear", out, inputs[:nIn], 2, true, mk)
+}
+
+// linearAdd returns sum + x·wᵀ for sum [N, out], x [N, in] and w [out,
+// in], the product added into sum's tensor in place by ga's MatMulAdd:
+// one launch where Add(sum, Linear(x, w, nil)) takes a product and an
+// addition, and one tensor fewer. The caller owns sum's tensor: a sum of
+// its own that nothing else reads or will read (LinearSum's running sum,
+// each op that made it not reading its own output in its backward).
+// The values are those of the product and the addition (MatMulAdd's
+// contract), and so are the gradients: Linear's for x and w, the
+// output's for sum. x, w and sum are contiguous, of one dtype, F32 or
+// F64, with no autocast (linearAddTakes).
+func linearAdd(sum, x, w *Var, ga kernels.GradAccumulator) *Var {
+	o := prepLinear("linear_add", x, w, nil)
+	out2 := reshapeT(sum.Value, o.m, o.nOut)
+	ga.MatMulAdd(out2, o.x2, o.wv, false, true)
+	o.sum = sum
+	return o.record(out2, false)
+}
+
+// linearAddTakes returns the backend's GradAccumulator when linearAdd
+// can add x·wᵀ into sum (see there), else nil.
+func linearAddTakes(sum, x, w *Var) kernels.GradAccumulator {
+	if AutocastDType() != tensor.Invalid {
+		return nil
+	}
+	dt := sum.Value.DType()
+	if (dt != tensor.F32 && dt != tensor.F64) || x.Value.DType() != dt || w.Value.DType() != dt || x.Value.Rank() != 2 ||
+		!sum.Value.IsContiguous() || !x.Value.IsContiguous() || !w.Value.IsContiguous() {
+		return nil
+	}
+	ga, _ := backendOf(sum.Value).(kernels.GradAccumulator)
+	return ga
 }
 
 // LinearActLayerNorm returns LayerNorm(LinearAct(x, w, b, act)) over

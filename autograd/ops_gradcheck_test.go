@@ -192,6 +192,14 @@ var gradChecks = map[string]gcCase{
 		},
 		f: func(in []*Var) *Var { return Add(Linear(in[0], in[1], in[2]), Linear(in[0], in[1], nil)) },
 	},
+	"linear_add": { // LinearSum recording gradients: products added into the running sum
+		inputs: func(r *rand.Rand) []*tensor.Tensor {
+			return ins(uni(r, -1, 1, 3, 4), uni(r, -1, 1, 5, 4), uni(r, -1, 1, 5), uni(r, -1, 1, 3, 2), uni(r, -1, 1, 5, 2), uni(r, -1, 1, 5, 4))
+		},
+		f: func(in []*Var) *Var {
+			return LinearSum([]LinearTerm{{X: in[0], W: in[1], B: in[2]}, {X: in[3], W: in[4]}, {X: in[0], W: in[5], B: in[2]}})
+		},
+	},
 	"linear_act": {
 		inputs: func(r *rand.Rand) []*tensor.Tensor {
 			return ins(uni(r, -1, 1, 2, 3, 4), uni(r, -1, 1, 5, 4), uni(r, -1, 1, 5))
