@@ -74,6 +74,17 @@ func RunAll(t *testing.T, b kernels.Backend, o Options) {
 	}
 }
 
+// CaseNames returns the names of RunAll's subtests, in order: each
+// case's methods joined by "+" (a script that runs some of them, as
+// gpu_run.sh does with -test.run, checks its names against these).
+func CaseNames() []string {
+	out := make([]string, len(cases))
+	for i, c := range cases {
+		out[i] = c.name()
+	}
+	return out
+}
+
 // conformance is the check of one or more methods.
 type conformance struct {
 	methods []string     // the methods it checks
