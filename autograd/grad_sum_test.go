@@ -48,8 +48,9 @@ func (b *sumCounter) MatMulAdd(dst, x, y *tensor.Tensor, ta, tb bool) {
 }
 
 // sharedInputLoss is a graph whose input x = p + q (a sum, so that the
-// Add hands the same gradient tensor to p and to q, and q, read by a
-// Mul of its own too, gets that Mul's gradient after it) is read
+// Add hands the same gradient tensor to p and to q; q, read by a Mul of
+// its own too, gets that Mul's gradient after it, and p, read by one
+// recorded first, is visited last) is read
 // by three Linears, two GatherMeans and a Mul, and whose weight w is
 // read by two of the Linears; the loss weighs each output with r.
 func sharedInputLoss(p, q, w, w2, b, r1, r2, r3 *Var, e1, e2 GraphEdges) *Var {
@@ -59,7 +60,8 @@ func sharedInputLoss(p, q, w, w2, b, r1, r2, r3 *Var, e1, e2 GraphEdges) *Var {
 	c := Linear(x, w, nil)
 	d := Linear(GatherMean(x, e1), w2, nil)
 	m := GatherMean(x, e2)
-	return Add(SumAll(Mul(k, k)), Add(Add(SumAll(Mul(Add(a, c), r1)), SumAll(Mul(d, r2))), Add(SumAll(Mul(m, r3)), SumAll(Mul(x, x)))))
+	// p's own reader first: Backward visits p last, after q's gradients.
+	return Add(Add(SumAll(Mul(p, r3)), SumAll(Mul(k, k))), Add(Add(SumAll(Mul(Add(a, c), r1)), SumAll(Mul(d, r2))), Add(SumAll(Mul(m, r3)), SumAll(Mul(x, x)))))
 }
 
 // TestSharedInputGradsAgainstFiniteDifferences: Backward's sums of an
@@ -149,8 +151,10 @@ func TestSharedInputGradsSummedByTheirReaders(t *testing.T) {
 // TestLeafGradsInOneForeachAxpy: on sim, the leaves whose gradient
 // Backward adds into an existing Grad go there in one ForeachAxpy at the
 // end of the pass; a leaf with a post-accumulate hook is added on its
-// own, its hook seeing its whole gradient, and a leaf without a Grad
-// gets a copy of its gradient. The Grads are bit for bit the CPU's.
+// own, its hook seeing its whole gradient and those of the leaves
+// visited before it (the batch is flushed first, as the CPU adds each at
+// once), and a leaf without a Grad gets a copy of its gradient. The
+// Grads are bit for bit the CPU's.
 func TestLeafGradsInOneForeachAxpy(t *testing.T) {
 	dev := tensor.Sim(6)
 	orig := kernels.For(dev)
@@ -171,12 +175,15 @@ func TestLeafGradsInOneForeachAxpy(t *testing.T) {
 		}
 		var hooked []float32
 		c.RegisterPostAccumulateHook(func(v *Var) {
-			h, err := v.Grad.ToDevice(tensor.CPU)
-			require.NoError(t, err)
-			hooked = append([]float32(nil), h.F32()...)
+			for _, p := range []*Var{v, a} { // its own Grad, and a's: visited before it
+				h, err := p.Grad.ToDevice(tensor.CPU)
+				require.NoError(t, err)
+				hooked = append(hooked, h.F32()...)
+			}
 		})
 		r := Const(on(rv))
-		Backward(SumAll(Mul(Add(Mul(a, b), Mul(c, dd)), r)))
+		// c's product first: Backward visits it last, after a and b.
+		Backward(SumAll(Mul(Add(Mul(c, dd), Mul(a, b)), r)))
 		var res [][]float32
 		for _, p := range []*Var{a, b, c, dd} {
 			h, err := p.Grad.ToDevice(tensor.CPU)
@@ -191,8 +198,8 @@ func TestLeafGradsInOneForeachAxpy(t *testing.T) {
 	kernels.Register(orig)
 	want, wantHooked := run(tensor.CPU)
 	require.Equal(t, want, got, "bit for bit the CPU's")
-	require.Equal(t, wantHooked, hooked, "c's hook saw its whole gradient")
-	require.Equal(t, want[2], hooked)
+	require.Equal(t, wantHooked, hooked, "c's hook saw its whole gradient, and a's, as the CPU's hook does")
+	require.Equal(t, append(append([]float32(nil), want[2]...), want[0]...), hooked, "both complete")
 	require.Equal(t, 1, cnt.foreach, "one ForeachAxpy")
 	require.Equal(t, 2, cnt.foreachTensors, "a's and b's gradients in it")
 }
@@ -200,9 +207,10 @@ func TestLeafGradsInOneForeachAxpy(t *testing.T) {
 // TestLinearSumRecordingAddsInPlace: LinearSum recording gradients adds
 // each further product into its running sum (linear_add: MatMulAdd in
 // place) instead of a product and an Add: on sim two Binary launches
-// fewer for three terms, with the values and every gradient bit for bit
-// those of the explicit composition (Linear, then Add of each further
-// Linear and bias), on sim and on the CPU.
+// fewer for three terms. At these sizes (7 rows, inner dimensions 3 and
+// 4) the values and every gradient are bit for bit those of the explicit
+// composition (Linear, then Add of each further Linear and bias), on sim
+// and on the CPU; in general they agree to MatMulAdd's rounding order.
 func TestLinearSumRecordingAddsInPlace(t *testing.T) {
 	dev := tensor.Sim(6)
 	orig := kernels.For(dev)
@@ -248,4 +256,78 @@ func TestLinearSumRecordingAddsInPlace(t *testing.T) {
 	cpu, _, _ := run(tensor.CPU, false)
 	require.Equal(t, want, cpu, "and the CPU's")
 	require.Equal(t, composedAdds-2, sumAdds, "two Binary adds fewer in the forward")
+}
+
+// aliasCounter records, over sim, whether a linear backward call was
+// handed one buffer as two of its outputs (dx and dw or db): a device's
+// single launch would add into it from two threads at once.
+type aliasCounter struct {
+	*sim.Backend
+	aliased, calls int
+}
+
+func (b *aliasCounter) note(dx, dw, db *tensor.Tensor) {
+	b.calls++
+	if dx.Storage() == dw.Storage() || (db != nil && dx.Storage() == db.Storage()) {
+		b.aliased++
+	}
+}
+
+func (b *aliasCounter) LinearBackwardAdd(dx, dw, db, g, x, w *tensor.Tensor) {
+	b.note(dx, dw, db)
+	b.Backend.LinearBackwardAdd(dx, dw, db, g, x, w)
+}
+
+func (b *aliasCounter) LinearBackwardAccumulate(dx, dw, db, g, x, w *tensor.Tensor) {
+	b.note(dx, dw, db)
+	b.Backend.LinearBackwardAccumulate(dx, dw, db, g, x, w)
+}
+
+// TestNoSinkForAnInputInTwoSlots: Linear(x, x, nil) — x both input and
+// weight, a leaf with a Grad or a sum Backward holds — takes no sink for
+// x, so that no backward call gets one buffer as two outputs; its
+// gradient is still right (against the CPU's, over two backwards).
+func TestNoSinkForAnInputInTwoSlots(t *testing.T) {
+	dev := tensor.Sim(6)
+	orig := kernels.For(dev)
+	t.Cleanup(func() { kernels.Register(orig) })
+	rng := rand.New(rand.NewPCG(17, 18))
+	xv, sv, g0 := randVals(rng, 16), randVals(rng, 16), randVals(rng, 16)
+	for _, leaf := range []bool{true, false} {
+		run := func(d tensor.Device) ([]float32, *aliasCounter) {
+			on := func(v []float32) *tensor.Tensor {
+				h, err := tensor.FromSlice(append([]float32(nil), v...), 4, 4).ToDevice(d)
+				require.NoError(t, err)
+				return h
+			}
+			c := &aliasCounter{Backend: orig.(*sim.Backend)}
+			kernels.Register(c)
+			defer kernels.Register(orig)
+			a := Param(on(xv))
+			a.Grad = on(g0)
+			for range 2 {
+				x := a
+				var extra *Var
+				if !leaf {
+					x = Mul(a, Const(on(sv)))
+					extra = SumAll(Mul(x, x)) // read twice more: a sum of Backward's own
+				}
+				loss := SumAll(Mul(Linear(x, x, nil), Const(on(sv))))
+				if extra != nil {
+					loss = Add(loss, extra)
+				}
+				Backward(loss)
+			}
+			h, err := a.Grad.ToDevice(tensor.CPU)
+			require.NoError(t, err)
+			return append([]float32(nil), h.F32()...), c
+		}
+		got, c := run(dev)
+		want, _ := run(tensor.CPU)
+		require.Equal(t, want, got, "leaf %v: the CPU's gradient", leaf)
+		// Without sinks for x the linear takes the separate products (no
+		// LinearBackwardAdd at all); with them it would take one call
+		// with dx and dw one buffer.
+		require.Zero(t, c.aliased, "leaf %v: %d of %d calls with dx sharing dw's or db's buffer", leaf, c.aliased, c.calls)
+	}
 }

@@ -98,7 +98,9 @@ func resultWith(op string, out *tensor.Tensor, inputs []*Var, saved int, sinks b
 // the gradient as usual. A linear layer accumulates its weight and bias
 // gradients into their Grad this way with kernels.GradAccumulator, and
 // its input's into the sum the input's other readers started, saving a
-// tensor and an addition each.
+// tensor and an addition each. Adding into a sink rounds a gradient's
+// terms in another order than summing them apart and then adding: the
+// values agree to rounding, and a run is as deterministic as before.
 //
 // fresh[j], set by the backward, says that the gradient it returns for
 // input j is a new tensor that nothing else holds or will read (not
@@ -134,20 +136,39 @@ func record(op string, out *tensor.Tensor, inputs []*Var, saved int) (*Var, *nod
 	return v, n
 }
 
-// fillSinks sets n.bufs.sink[j] to the Grad of each input j < 3 that can
-// take its gradient directly (see opBufs).
-func (n *node) fillSinks() {
+// fillSinks sets n.bufs.sink[j], for each input j < 3 that can take its
+// gradient directly (see opBufs), to the input's Grad when it is a leaf
+// whose Grad takes it, else to sum(input), the sum Backward holds for it
+// when that is Backward's own (nil otherwise). An input in more than one
+// of the node's slots (Linear(x, x, nil)) gets no sink: two slots' sinks
+// of one buffer would have one call add into it twice, which a device
+// does from many threads at once.
+func (n *node) fillSinks(sum func(in *Var) *tensor.Tensor) {
 	for j, in := range n.inputs[:min(len(n.inputs), len(n.bufs.sink))] {
 		n.bufs.sink[j] = nil
-		if in == nil || in.node != nil || !in.requiresGrad || in.hooks != nil || in.Grad == nil {
+		if in == nil || !in.requiresGrad || repeated(n.inputs, j) {
 			continue
 		}
-		g, val := in.Grad, in.Value
-		if dt := g.DType(); (dt == tensor.F32 || dt == tensor.F64) && dt == val.DType() && g.Device() == val.Device() &&
-			g.IsContiguous() && tensor.SameShape(g.Shape(), val.Shape()) {
-			n.bufs.sink[j] = g
+		if in.node == nil && in.hooks == nil && in.Grad != nil {
+			g, val := in.Grad, in.Value
+			if dt := g.DType(); (dt == tensor.F32 || dt == tensor.F64) && dt == val.DType() && g.Device() == val.Device() &&
+				g.IsContiguous() && tensor.SameShape(g.Shape(), val.Shape()) {
+				n.bufs.sink[j] = g
+				continue
+			}
+		}
+		n.bufs.sink[j] = sum(in)
+	}
+}
+
+// repeated reports whether ins[j] is also another of ins.
+func repeated(ins []*Var, j int) bool {
+	for i, in := range ins {
+		if i != j && in == ins[j] {
+			return true
 		}
 	}
+	return false
 }
 
 // The seeds of scalar CPU roots (a loss): 1, shared by every Backward
@@ -300,6 +321,14 @@ func Backward(root *Var, seed ...*tensor.Tensor) {
 	}
 	grads[len(order)-1] = g // root comes last
 	var leaves leafBatch
+	// ownSum is the sum Backward holds for in when it is its own (a sink
+	// fillSinks may offer), else nil.
+	ownSum := func(in *Var) *tensor.Tensor {
+		if k := pos(in); owned[k] && accTakes(grads[k], in) {
+			return grads[k]
+		}
+		return nil
+	}
 	for i := len(order) - 1; i >= 0; i-- {
 		v := order[i]
 		gv := grads[i]
@@ -309,6 +338,11 @@ func Backward(root *Var, seed ...*tensor.Tensor) {
 		}
 		if v.node == nil {
 			if !leaves.queue(v, gv) {
+				if v.hooks != nil {
+					// The leaves visited before it complete, as on the
+					// CPU, for a hook that reads them.
+					leaves.flush()
+				}
 				accumulateLeaf(v, gv)
 			}
 			continue
@@ -318,15 +352,7 @@ func Backward(root *Var, seed ...*tensor.Tensor) {
 		}
 		n := v.node
 		if n.bufs.sinks {
-			n.fillSinks()
-			for j, in := range n.inputs[:min(len(n.inputs), len(n.bufs.sink))] {
-				if n.bufs.sink[j] != nil || in == nil || !in.requiresGrad {
-					continue
-				}
-				if k := pos(in); owned[k] && accTakes(grads[k], in) {
-					n.bufs.sink[j] = grads[k]
-				}
-			}
+			n.fillSinks(ownSum)
 		}
 		ins := n.backward(gv)
 		fresh := n.bufs.fresh

@@ -217,10 +217,11 @@ func (o linearOperands) record(out2 *tensor.Tensor, relu bool) *Var {
 // addition, and one tensor fewer. The caller owns sum's tensor: a sum of
 // its own that nothing else reads or will read (LinearSum's running sum,
 // each op that made it not reading its own output in its backward).
-// The values are those of the product and the addition (MatMulAdd's
-// contract), and so are the gradients: Linear's for x and w, the
-// output's for sum. x, w and sum are contiguous, of one dtype, F32 or
-// F64, with no autocast (linearAddTakes).
+// The values are those of the product and the addition up to the order
+// in which MatMulAdd rounds (see LinearSum), and the gradients are
+// Linear's for x and w, the output's for sum. x, w and sum are
+// contiguous, of one dtype, F32 or F64, with no autocast
+// (linearAddTakes).
 func linearAdd(sum, x, w *Var, ga kernels.GradAccumulator) *Var {
 	o := prepLinear("linear_add", x, w, nil)
 	out2 := reshapeT(sum.Value, o.m, o.nOut)

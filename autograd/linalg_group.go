@@ -95,8 +95,12 @@ func (t LinearTerm) rows() int {
 // then for each further term its product added, then its bias added;
 // when nothing records a gradient and the backend has
 // kernels.GradAccumulator, each further product is added in place
-// (MatMulAdd: one launch where a product and an Add take two), bit for
-// bit the same sums as Linear and Add, which compute it otherwise.
+// (MatMulAdd: one launch where a product and an Add take two), and so it
+// is when recording gradients (linearAdd, with Linear's gradients): the
+// sums of Linear and Add, which compute it otherwise, up to the order in
+// which MatMulAdd rounds (on the CPU a product of few rows, or of an
+// inner dimension past the GEMM's block, adds its partial sums into dst
+// one at a time).
 func LinearSum(terms []LinearTerm) *Var {
 	n, out, vs := checkLinearSum(terms)
 	if len(terms) > 1 && stackable(nonNil(vs)...) {
