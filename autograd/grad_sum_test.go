@@ -205,9 +205,10 @@ func TestLeafGradsInOneForeachAxpy(t *testing.T) {
 }
 
 // TestLinearSumRecordingAddsInPlace: LinearSum recording gradients adds
-// each further product into its running sum (linear_add: MatMulAdd in
-// place) instead of a product and an Add: on sim two Binary launches
-// fewer for three terms. At these sizes (7 rows, inner dimensions 3 and
+// each further product, and its bias, into its running sum (linear_add:
+// MatMulAdd and the bias's addition in place) instead of a product and
+// an Add each: on sim two Binary launches fewer for three terms, the
+// last with a bias (a linear_add over a linear_add). At these sizes (7 rows, inner dimensions 3 and
 // 4) the values and every gradient are bit for bit those of the explicit
 // composition (Linear, then Add of each further Linear and bias), on sim
 // and on the CPU; in general they agree to MatMulAdd's rounding order.
@@ -235,7 +236,7 @@ func TestLinearSumRecordingAddsInPlace(t *testing.T) {
 			y = LinearSum([]LinearTerm{{X: x1, W: w1, B: b}, {X: x2, W: w2}, {X: x1, W: w3, B: b}})
 		}
 		binary := c.binary
-		recorded := y.node != nil && y.node.op == "add" && y.node.inputs[0].node != nil && y.node.inputs[0].node.op == "linear_add"
+		recorded := y.node != nil && y.node.op == "linear_add" && y.node.inputs[3].node != nil && y.node.inputs[3].node.op == "linear_add"
 		Backward(SumAll(Mul(y, Const(on(rv, 7, 5)))))
 		res := [][]float32{}
 		for _, v := range []*Var{y, x1, w1, b, x2, w2, w3} {

@@ -80,8 +80,9 @@ type linearOperands struct {
 	x2, wv, bv *tensor.Tensor
 	xs         []int
 	m, nOut    int
-	// sum, when set (linearAdd, b nil), is the Var the product was added
-	// into: the op's third input, whose gradient is the output's.
+	// sum, when set (linearAdd), is the Var the product was added into:
+	// the op's last input (after b, when b is set), whose gradient is
+	// the output's.
 	sum *Var
 }
 
@@ -118,6 +119,8 @@ func (o linearOperands) record(out2 *tensor.Tensor, relu bool) *Var {
 	inputs := []*Var{x, w, b}
 	nIn := 3
 	switch {
+	case o.sum != nil && b != nil:
+		inputs, nIn = append(inputs, o.sum), 4
 	case o.sum != nil:
 		inputs[2] = o.sum
 	case b == nil:
@@ -135,12 +138,16 @@ func (o linearOperands) record(out2 *tensor.Tensor, relu bool) *Var {
 				g2 = gm
 			}
 			dt := wv.DType()
-			grads := bufs.grads[:nIn]
+			var grads []*tensor.Tensor
+			if nIn <= len(bufs.grads) {
+				grads = bufs.grads[:nIn]
+			} else {
+				grads = make([]*tensor.Tensor, nIn)
+			}
 			if o.sum != nil {
-				// The sum's gradient is the output's, handed on (b is
-				// nil: the third input is the sum, which no path below
-				// touches).
-				grads[2] = g
+				// The sum's gradient is the output's, handed on (the
+				// last input, which no path below touches).
+				grads[nIn-1] = g
 			}
 			// The weight and bias gradients go straight into their Grad
 			// where Backward offers it and the backend can add there.
@@ -211,10 +218,13 @@ func (o linearOperands) record(out2 *tensor.Tensor, relu bool) *Var {
 	return resultWith("linear", out, inputs[:nIn], 2, true, mk)
 }
 
-// linearAdd returns sum + x·wᵀ for sum [N, out], x [N, in] and w [out,
-// in], the product added into sum's tensor in place by ga's MatMulAdd:
-// one launch where Add(sum, Linear(x, w, nil)) takes a product and an
-// addition, and one tensor fewer. The caller owns sum's tensor: a sum of
+// linearAdd returns sum + x·wᵀ (+ b) for sum [N, out], x [N, in], w
+// [out, in] and b [out] or nil, the product added into sum's tensor in
+// place by ga's MatMulAdd, then the bias: where Add(Add(sum, Linear(x,
+// w, nil)), b) takes a product and two additions forward and a column
+// sum for b's gradient backward, this takes a product and an addition
+// forward, and b's gradient comes in the call that computes w's (a
+// linear layer's backward), with two tensors fewer. The caller owns sum's tensor: a sum of
 // its own that nothing else reads or will read (LinearSum's running sum,
 // each op that made it not reading its own output in its backward).
 // The values are those of the product and the addition up to the order
@@ -222,23 +232,29 @@ func (o linearOperands) record(out2 *tensor.Tensor, relu bool) *Var {
 // Linear's for x and w, the output's for sum. x, w and sum are
 // contiguous, of one dtype, F32 or F64, with no autocast
 // (linearAddTakes).
-func linearAdd(sum, x, w *Var, ga kernels.GradAccumulator) *Var {
-	o := prepLinear("linear_add", x, w, nil)
+func linearAdd(sum, x, w, b *Var, ga kernels.GradAccumulator) *Var {
+	o := prepLinear("linear_add", x, w, b)
 	out2 := reshapeT(sum.Value, o.m, o.nOut)
 	ga.MatMulAdd(out2, o.x2, o.wv, false, true)
+	if o.bv != nil {
+		// Then the bias, in place too: (sum + x·wᵀ) + b, as Add(Add(sum,
+		// Linear(x, w, nil)), b) adds it; its gradient comes with the
+		// weight's in the backward's one call where the bias has a sink.
+		backendOf(out2).Binary(kernels.Add, out2, out2, o.bv)
+	}
 	o.sum = sum
 	return o.record(out2, false)
 }
 
 // linearAddTakes returns the backend's GradAccumulator when linearAdd
-// can add x·wᵀ into sum (see there), else nil.
-func linearAddTakes(sum, x, w *Var) kernels.GradAccumulator {
+// can add x·wᵀ (+ b; nil: none) into sum (see there), else nil.
+func linearAddTakes(sum, x, w, b *Var) kernels.GradAccumulator {
 	if AutocastDType() != tensor.Invalid {
 		return nil
 	}
 	dt := sum.Value.DType()
 	if (dt != tensor.F32 && dt != tensor.F64) || x.Value.DType() != dt || w.Value.DType() != dt || x.Value.Rank() != 2 ||
-		!sum.Value.IsContiguous() || !x.Value.IsContiguous() || !w.Value.IsContiguous() {
+		!sum.Value.IsContiguous() || !x.Value.IsContiguous() || !w.Value.IsContiguous() || (b != nil && b.Value.DType() != dt) {
 		return nil
 	}
 	ga, _ := backendOf(sum.Value).(kernels.GradAccumulator)

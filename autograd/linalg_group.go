@@ -230,20 +230,24 @@ func linearSumSeparate(terms []LinearTerm, n, out int, vs []*Var) *Var {
 	ga, fused := backendOf(acc.Value).(kernels.GradAccumulator)
 	fused = fused && accumulable(vs...)
 	for _, t := range terms[1:] {
+		if t.X != nil && owned && needsGrad(acc, t.X, t.W, t.B) {
+			if la := linearAddTakes(acc, t.X, t.W, t.B); la != nil {
+				// Recording gradients: the product and the bias added
+				// into the running sum in place, with Linear's
+				// gradients.
+				acc = linearAdd(acc, t.X, t.W, t.B, la)
+				continue
+			}
+		}
 		if t.X != nil {
-			switch {
-			case fused && t.X.Value.IsContiguous() && t.W.Value.IsContiguous():
+			if fused && t.X.Value.IsContiguous() && t.W.Value.IsContiguous() {
 				if !owned {
 					c := alloc(acc.Value, acc.Value.DType(), n, out)
 					backendOf(c).Copy(c, acc.Value)
 					acc, owned = Const(c), true
 				}
 				ga.MatMulAdd(acc.Value, t.X.Value, t.W.Value, false, true)
-			case owned && needsGrad(acc, t.X, t.W) && linearAddTakes(acc, t.X, t.W) != nil:
-				// Recording gradients: the product added into the
-				// running sum in place, with Linear's gradients.
-				acc = linearAdd(acc, t.X, t.W, linearAddTakes(acc, t.X, t.W))
-			default:
+			} else {
 				acc, owned = Add(acc, Linear(t.X, t.W, nil)), true
 			}
 		}

@@ -192,7 +192,7 @@ var gradChecks = map[string]gcCase{
 		},
 		f: func(in []*Var) *Var { return Add(Linear(in[0], in[1], in[2]), Linear(in[0], in[1], nil)) },
 	},
-	"linear_add": { // LinearSum recording gradients: products added into the running sum
+	"linear_add": { // LinearSum recording gradients: products (and a bias) added into the running sum
 		inputs: func(r *rand.Rand) []*tensor.Tensor {
 			return ins(uni(r, -1, 1, 3, 4), uni(r, -1, 1, 5, 4), uni(r, -1, 1, 5), uni(r, -1, 1, 3, 2), uni(r, -1, 1, 5, 2), uni(r, -1, 1, 5, 4))
 		},
