@@ -220,17 +220,20 @@ func checkLinearSum(terms []LinearTerm) (n, out int, vs []*Var) {
 func linearSumSeparate(terms []LinearTerm, n, out int, vs []*Var) *Var {
 	terms = gathered(terms)
 	first := terms[0]
+	// acc, the running sum, is always a fresh tensor of LinearSum's own,
+	// which it may write in place: a Linear's output, or the bias copied
+	// to every row (Expand copies), and after that the sums below make.
+	// None of the ops that make it reads its own output in its backward.
 	var acc *Var
-	owned := first.X != nil // acc is a fresh tensor of LinearSum's own, which it may write
-	if owned {
+	if first.X != nil {
 		acc = Linear(first.X, first.W, first.B)
 	} else {
-		acc = Expand(Reshape(first.B, 1, out), n, out) // a view of the bias
+		acc = Expand(Reshape(first.B, 1, out), n, out)
 	}
 	ga, fused := backendOf(acc.Value).(kernels.GradAccumulator)
 	fused = fused && accumulable(vs...)
 	for _, t := range terms[1:] {
-		if t.X != nil && owned && needsGrad(acc, t.X, t.W, t.B) {
+		if t.X != nil && needsGrad(acc, t.X, t.W, t.B) {
 			if la := linearAddTakes(acc, t.X, t.W, t.B); la != nil {
 				// Recording gradients: the product and the bias added
 				// into the running sum in place, with Linear's
@@ -241,18 +244,13 @@ func linearSumSeparate(terms []LinearTerm, n, out int, vs []*Var) *Var {
 		}
 		if t.X != nil {
 			if fused && t.X.Value.IsContiguous() && t.W.Value.IsContiguous() {
-				if !owned {
-					c := alloc(acc.Value, acc.Value.DType(), n, out)
-					backendOf(c).Copy(c, acc.Value)
-					acc, owned = Const(c), true
-				}
 				ga.MatMulAdd(acc.Value, t.X.Value, t.W.Value, false, true)
 			} else {
-				acc, owned = Add(acc, Linear(t.X, t.W, nil)), true
+				acc = Add(acc, Linear(t.X, t.W, nil))
 			}
 		}
 		if t.B != nil {
-			acc, owned = Add(acc, t.B), true
+			acc = Add(acc, t.B)
 		}
 	}
 	return acc

@@ -85,6 +85,11 @@ func (v *Var) ZeroGrad() {
 // RegisterPostAccumulateHook registers f to run after Backward has
 // accumulated into v.Grad (leaves only), like PyTorch's
 // register_post_accumulate_grad_hook. Hooks run in registration order.
+// When f runs, v.Grad holds v's whole gradient of the pass, and so do
+// the Grads of the leaves Backward visited before v; a leaf visited
+// after v may hold part of its gradient already (an op adds into a
+// leaf's Grad as it runs where the leaf takes it: a linear layer's
+// weight, say), so f should not read or replace other leaves' Grads.
 func (v *Var) RegisterPostAccumulateHook(f func(*Var)) {
 	if v.node != nil {
 		panic("autograd: post-accumulate hooks are for leaves; this Var is the output of " + v.node.op)
