@@ -277,8 +277,17 @@ if has bench; then
 			peer+=(--compare pytorch)
 			cap=180 # esper's run, then its peer's
 		fi
+		# W2 and W4 with a Go CPU profile of the host (esper_<w>.pprof,
+		# symbolized: `go tool pprof -top esper_<w>.pprof` reads it
+		# anywhere): where their host time goes, beside the device's.
+		# Sampling costs about 1 % of the host's time; a run stopped by
+		# the clock leaves no profile.
+		prof=()
+		case $w in
+		w2 | w4) prof=(ESPER_CPUPROFILE="$out/esper_$w.pprof") ;;
+		esac
 		step "esper $w" "$cap" "$out/esper_$w.log" \
-			"$bin/esper" bench --device cuda --workload "$w" --json "$out/esper" "${peer[@]}"
+			env "${prof[@]}" "$bin/esper" bench --device cuda --workload "$w" --json "$out/esper" "${peer[@]}"
 		rc=$?
 		tail -14 "$out/esper_$w.log"
 		if [ "$w" = w4 ] && ((rc == 0)) && [ ! -e "$out/pytorch_w4.json" ] && [ -s "$out/esper/W4.json" ]; then
