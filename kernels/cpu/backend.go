@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"slices"
 	"sync"
 
 	"github.com/esper-go/esper/kernels"
@@ -53,6 +54,30 @@ func (b *Backend) launch(f func()) {
 		return
 	}
 	f()
+}
+
+// Group runs f, and while a capture is in progress records the launches
+// f makes as one launch of the graph (run in their order at each
+// replay): a device's joined launch, which sim computes call by call
+// with these kernels and counts as the device does (Graph.Len).
+// Eagerly it runs f.
+func (b *Backend) Group(f func()) {
+	r := b.rec
+	if r == nil {
+		f()
+		return
+	}
+	n := len(r.launches)
+	f()
+	if len(r.launches)-n < 2 {
+		return
+	}
+	fs := slices.Clone(r.launches[n:])
+	r.launches = append(r.launches[:n], func() {
+		for _, g := range fs {
+			g()
+		}
+	})
 }
 
 // launchScratch is launch for kernels with pooled scratch space: run

@@ -112,3 +112,28 @@ func TestSumRowsAdd(t *testing.T) {
 	require.Panics(t, func() { be.SumRowsAdd(tensor.Empty(tensor.F64, 4), tensor.Empty(tensor.F32, 2, 4)) })
 	require.Panics(t, func() { be.SumRowsAdd(tensor.Empty(tensor.F32, 4), tensor.Empty(tensor.F32, 8)) })
 }
+
+// TestGroupRecordsOneLaunch: launches made inside Group are one launch
+// of a captured graph (Len), which runs them all, in order, at each
+// replay; eagerly Group just runs them.
+func TestGroupRecordsOneLaunch(t *testing.T) {
+	b := new(Backend)
+	x := tensor.Zeros(tensor.F32, 3)
+	steps := func() {
+		b.Fill(x, 2)
+		b.BinaryScalar(kernels.Mul, x, x, 3, false)
+		b.BinaryScalar(kernels.Add, x, x, 1, false)
+	}
+	b.Group(steps)
+	require.Equal(t, []float32{7, 7, 7}, x.F32())
+	require.NoError(t, b.BeginCapture())
+	b.Fill(x, 0)
+	b.Group(steps)
+	b.Group(func() { b.BinaryScalar(kernels.Mul, x, x, 2, false) }) // one launch stays one
+	g, err := b.EndCapture()
+	require.NoError(t, err)
+	require.Equal(t, 3, g.Len(), "the fill, the group of three, the lone launch")
+	b.Fill(x, 5)
+	g.Replay()
+	require.Equal(t, []float32{14, 14, 14}, x.F32(), "(2·3 + 1)·2, in order")
+}

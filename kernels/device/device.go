@@ -11,6 +11,7 @@ package device
 
 import (
 	"fmt"
+	"os"
 	"slices"
 	"sync"
 	"time"
@@ -86,6 +87,11 @@ func open(d tensor.Device, name string) (kernels.Backend, error) {
 	if d.Kind == tensor.KindSim {
 		// One backend serves every simulated device (tensors of two
 		// indices still do not mix: the backend checks each op).
+		on, err := simLaunchBound()
+		if err != nil {
+			return nil, err
+		}
+		sim.Default().SetLaunchBound(on)
 		return sim.Default(), nil
 	}
 	if b, err := kernels.Lookup(tensor.Device{Kind: d.Kind}); err == nil {
@@ -164,4 +170,22 @@ func OpenList(names []string) ([]tensor.Device, error) {
 		devs = append(devs, d)
 	}
 	return devs, nil
+}
+
+// SimLaunchBoundEnv names the variable that makes an opened sim device
+// launch-bound (sim.Backend.SetLaunchBound): "on" or "off" (the
+// default, as when unset).
+const SimLaunchBoundEnv = "ESPER_SIM_LAUNCH_BOUND"
+
+// simLaunchBound reads SimLaunchBoundEnv: an error for a value other
+// than on, off or empty.
+func simLaunchBound() (bool, error) {
+	switch v := os.Getenv(SimLaunchBoundEnv); v {
+	case "", "off":
+		return false, nil
+	case "on":
+		return true, nil
+	default:
+		return false, fmt.Errorf("kernels/device: %s=%q: want on or off", SimLaunchBoundEnv, v)
+	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/kernels/device"
+	"github.com/esper-go/esper/kernels/sim"
 	"github.com/esper-go/esper/tensor"
 )
 
@@ -124,4 +125,23 @@ func TestOpenedLine(t *testing.T) {
 	require.Equal(t, "opened cuda:0 in 0.3 s (13 modules from sm_90 cubins)",
 		device.Opened(tensor.CUDA(0), codeBackend{code: "13 modules from sm_90 cubins"}, 300*time.Millisecond))
 	require.Equal(t, "opened cuda:0 in 0.3 s", device.Opened(tensor.CUDA(0), codeBackend{}, 300*time.Millisecond))
+}
+
+// TestOpenSimLaunchBound: ESPER_SIM_LAUNCH_BOUND makes the opened sim
+// backend launch-bound (on) or not (off, unset); another value is an
+// error naming the variable.
+func TestOpenSimLaunchBound(t *testing.T) {
+	t.Cleanup(func() { sim.Default().SetLaunchBound(false) })
+	for _, c := range []struct {
+		v    string
+		want bool
+	}{{"on", true}, {"off", false}, {"", false}} {
+		t.Setenv(device.SimLaunchBoundEnv, c.v)
+		b, err := device.Open("sim")
+		require.NoError(t, err, "%q", c.v)
+		require.Equal(t, c.want, b.(kernels.LaunchBounder).LaunchBound(), "%q", c.v)
+	}
+	t.Setenv(device.SimLaunchBoundEnv, "yes")
+	_, err := device.Open("sim")
+	require.ErrorContains(t, err, "ESPER_SIM_LAUNCH_BOUND=\"yes\": want on or off")
 }

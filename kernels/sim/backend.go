@@ -34,6 +34,8 @@ type Backend struct {
 	joins atomic.Int64
 	// calls counts the ops checked (Calls).
 	calls atomic.Int64
+	// launchBound is LaunchBound's answer (SetLaunchBound).
+	launchBound atomic.Bool
 }
 
 var def = &Backend{cpu: new(cpu.Backend)}
@@ -185,13 +187,15 @@ func (b *Backend) ReluHeads(calls []kernels.ReluHeadCall) bool {
 // one sim device, the whole join checked (check) before anything runs,
 // as a device checks it before it launches — a failure panics, as a
 // refused launch does — then run, which runs the calls one by one (the
-// bits the device's joined launch writes), and the join counted.
+// bits the device's joined launch writes), and the join counted. A
+// capture records the calls as one launch, as the device's graph holds
+// one node for them (Graph.Len counts what a device would launch).
 func (b *Backend) join(op string, ts []*tensor.Tensor, check func() error, run func()) {
 	b.check(op, nil, [][]*tensor.Tensor{ts})
 	if err := check(); err != nil {
 		panic(fmt.Sprintf("kernels/sim: %v", err))
 	}
-	run()
+	b.cpu.(*cpu.Backend).Group(run)
 	b.joins.Add(1)
 }
 
@@ -208,6 +212,23 @@ func (b *Backend) Joins() int64 { return b.joins.Load() }
 // wall time on a GPU it prices an op's host cost (esper bench W4 reports
 // it per PPO update).
 func (b *Backend) Calls() int64 { return b.calls.Load() }
+
+// LaunchBound implements kernels.LaunchBounder: false unless
+// SetLaunchBound turned it on.
+func (b *Backend) LaunchBound() bool { return b.launchBound.Load() }
+
+// SetLaunchBound makes sim answer LaunchBound as a GPU does (on) or as
+// the CPU does (off, the default). On, the code above the kernels takes
+// a GPU's paths on sim — the joined products and launches that trade a
+// copy of the weights for fewer launches — so that Calls and a captured
+// graph's length count what a GPU would launch, on a machine without
+// one. The stacked products sum in another order than separate ones, so
+// sim then no longer computes bit for bit what the CPU computes: tests
+// that compare the two run with it off. Set it before any op runs (a
+// captured graph or a cached choice made the other way stays as made);
+// the device package sets it from ESPER_SIM_LAUNCH_BOUND when it opens
+// a sim device.
+func (b *Backend) SetLaunchBound(on bool) { b.launchBound.Store(on) }
 
 // SetMatmulPrecision implements kernels.Backend (the CPU computes fp32
 // whatever is asked, as documented there).

@@ -39,8 +39,8 @@ var notBackend = map[string]bool{"Graph": true, "ForeachStepper": true,
 	// device's queue, which the CPU has not.
 	"DeviceDescriber": true, "ByteCopier": true, "EventTimers": true, "EventTimer": true,
 	"Stagers": true, "Stager": true, "GraphCloser": true,
-	// A GPU's launch cost, which sim, computing what the CPU computes,
-	// does not model.
+	// A GPU's launch cost, which sim answers by hand (off unless
+	// SetLaunchBound turns it on).
 	"LaunchBounder": true,
 	// Device-only joins, which sim writes by hand (backend.go) and the
 	// CPU, whose launches join nothing, does not implement.

@@ -163,7 +163,7 @@ func TestOptionalInterfacesMatchCPU(t *testing.T) {
 		"GatherMeanGradder":         reflect.TypeFor[kernels.GatherMeanGradder](),
 	}
 	simOnly := map[string]bool{"BlockSequencer": true, "GatherSumsJoiner": true, "GATMeansJoiner": true, "LinearActLayerNormsJoiner": true,
-		"ReluHeadser": true}
+		"ReluHeadser": true, "LaunchBounder": true}
 	names, embedded := kernelInterfaces(t)
 	for _, name := range names {
 		if name == "Backend" || name == "Graph" || embedded[name] {
@@ -244,4 +244,53 @@ func TestGeneratedMethodsUpToDate(t *testing.T) {
 // captured, with every operand a sim tensor.
 func TestConformance(t *testing.T) {
 	backendtest.RunAll(t, sim.Default(), backendtest.Options{})
+}
+
+// TestJoinIsOneLaunchOfAGraph: a join (here LinearActLayerNorms of three
+// encoders) captured on sim is one launch of the graph, as on a device,
+// and a replay writes what the eager join wrote; with SetLaunchBound on,
+// sim answers LaunchBound as a GPU does.
+func TestJoinIsOneLaunchOfAGraph(t *testing.T) {
+	b := sim.Default()
+	dev := tensor.Sim(0)
+	on := func(shape ...int) *tensor.Tensor {
+		h, err := tensor.Normal(tensor.NewRNG(uint64(len(shape)*7+shape[0])), tensor.F32, 0, 1, shape...).ToDevice(dev)
+		require.NoError(t, err)
+		return h
+	}
+	var calls []kernels.LinearActLNCall
+	for i, sh := range [][3]int{{4, 7, 6}, {5, 3, 6}, {2, 5, 6}} {
+		m, k, n := sh[0], sh[1], sh[2]
+		c := kernels.LinearActLNCall{Y: on(m, n), X: on(m, k), W: on(n, k), Act: kernels.GeluErf, Eps: 1e-5}
+		if i != 1 {
+			c.B, c.G, c.S = on(n), on(n), on(n)
+		}
+		calls = append(calls, c)
+	}
+	read := func() [][]float32 {
+		var out [][]float32
+		for _, c := range calls {
+			h, err := c.Y.ToDevice(tensor.CPU)
+			require.NoError(t, err)
+			out = append(out, h.F32())
+		}
+		return out
+	}
+	require.True(t, b.LinearActLayerNorms(calls))
+	eager := read()
+	require.NoError(t, b.BeginCapture())
+	require.True(t, b.LinearActLayerNorms(calls))
+	g, err := b.EndCapture()
+	require.NoError(t, err)
+	require.Equal(t, 1, g.Len(), "the join is one launch")
+	for _, c := range calls {
+		b.Fill(c.Y, 0)
+	}
+	g.Replay()
+	require.Equal(t, eager, read(), "the replay writes what the eager join wrote")
+
+	t.Cleanup(func() { b.SetLaunchBound(false) })
+	require.False(t, b.LaunchBound(), "off by default")
+	b.SetLaunchBound(true)
+	require.True(t, b.LaunchBound())
 }
