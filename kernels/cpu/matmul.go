@@ -379,25 +379,27 @@ func sumRowsAdd[F tensor.Float](d, x []F, m, n int) {
 // g, w, false, false), then LinearGradAdd; the results are those ops'
 // bit for bit.
 func (be *Backend) LinearBackwardAdd(dx, dw, db, g, x, w *T) {
-	const name = "LinearBackwardAdd"
-	needCPU(name, dx, dw, db, g, x, w)
-	if dx == nil || w == nil {
-		fail(name, "dx and w are required")
-	}
-	be.MatMul(dx, g, w, false, false)
-	be.LinearGradAdd(dw, db, g, x)
+	be.linearBackward("LinearBackwardAdd", false, dx, dw, db, g, x, w)
 }
 
 // LinearBackwardAccumulate implements kernels.LinearBackwardAdder:
 // MatMulAdd(dx, g, w, false, false), then LinearGradAdd; the results are
 // those ops' bit for bit.
 func (be *Backend) LinearBackwardAccumulate(dx, dw, db, g, x, w *T) {
-	const name = "LinearBackwardAccumulate"
+	be.linearBackward("LinearBackwardAccumulate", true, dx, dw, db, g, x, w)
+}
+
+// linearBackward is LinearBackwardAdd, adding into dx when acc is set.
+func (be *Backend) linearBackward(name string, acc bool, dx, dw, db, g, x, w *T) {
 	needCPU(name, dx, dw, db, g, x, w)
 	if dx == nil || w == nil {
 		fail(name, "dx and w are required")
 	}
-	be.MatMulAdd(dx, g, w, false, false)
+	if acc {
+		be.MatMulAdd(dx, g, w, false, false)
+	} else {
+		be.MatMul(dx, g, w, false, false)
+	}
 	be.LinearGradAdd(dw, db, g, x)
 }
 
