@@ -224,14 +224,15 @@ func (o linearOperands) record(out2 *tensor.Tensor, relu bool) *Var {
 // w, nil)), b) takes a product and two additions forward and a column
 // sum for b's gradient backward, this takes a product and an addition
 // forward, and b's gradient comes in the call that computes w's (a
-// linear layer's backward), with two tensors fewer. The caller owns sum's tensor: a sum of
-// its own that nothing else reads or will read (LinearSum's running sum,
-// each op that made it not reading its own output in its backward).
-// The values are those of the product and the addition up to the order
-// in which MatMulAdd rounds (see LinearSum), and the gradients are
-// Linear's for x and w, the output's for sum. x, w and sum are
-// contiguous, of one dtype, F32 or F64, with no autocast
-// (linearAddTakes).
+// linear layer's backward), with two tensors fewer.
+//
+// The caller owns sum's tensor: a sum of its own that nothing else reads
+// or will read (LinearSum's running sum, each op that made it not
+// reading its own output in its backward). The values are those of the
+// product and the addition up to the order in which MatMulAdd rounds
+// (see LinearSum), and the gradients are Linear's for x, w and b, the
+// output's for sum. x, w, b and sum are contiguous, of one dtype, F32 or
+// F64, with no autocast (linearAddTakes).
 func linearAdd(sum, x, w, b *Var, ga kernels.GradAccumulator) *Var {
 	o := prepLinear("linear_add", x, w, b)
 	out2 := reshapeT(sum.Value, o.m, o.nOut)
