@@ -774,17 +774,27 @@ func LinearStacks(xs []*Var, wss [][]*Var) [][]*Var {
 		return outs
 	}
 	stacks := StackRows(wss)
+	ys := joinedProducts(xs, stacks)
 	for i, x := range xs {
 		ws := wss[i]
 		outs[i] = make([]*Var, len(ws))
 		if len(ws) == 1 {
-			outs[i][0] = Linear(x, ws[0], nil)
+			if ys != nil {
+				outs[i][0] = ys[i]
+			} else {
+				outs[i][0] = Linear(x, ws[0], nil)
+			}
 			continue
 		}
 		if len(ws) == 0 {
 			continue
 		}
-		y := Linear(x, stacks[i], nil)
+		var y *Var
+		if ys != nil {
+			y = ys[i]
+		} else {
+			y = Linear(x, stacks[i], nil)
+		}
 		off := 0
 		for j, w := range ws {
 			n := w.Shape()[0]
@@ -793,6 +803,47 @@ func LinearStacks(xs []*Var, wss [][]*Var) [][]*Var {
 		}
 	}
 	return outs
+}
+
+// joinedProducts returns x_i·w_iᵀ for every input with a weight (w_i
+// nil: none, and a nil entry) in one kernels.MatMulsJoiner call (CUDA:
+// one launch for up to eight) where the backend has it and takes them —
+// two or more products, no autocast, F32 — as constants (LinearStacks'
+// caller records no gradient); nil otherwise, the caller then taking a
+// Linear each. Their sums are the joiner's own, which agree with
+// Linear's to rounding.
+func joinedProducts(xs, ws []*Var) []*Var {
+	if AutocastDType() != tensor.Invalid {
+		return nil
+	}
+	var calls []kernels.MatMulTCall
+	var at []int
+	var mj kernels.MatMulsJoiner
+	for i, w := range ws {
+		if w == nil {
+			continue
+		}
+		x := xs[i]
+		if x.Value.Rank() != 2 || x.Value.DType() != tensor.F32 || w.Value.DType() != tensor.F32 {
+			return nil
+		}
+		j, ok := backendOf(x.Value).(kernels.MatMulsJoiner)
+		if !ok || (mj != nil && j != mj) {
+			return nil
+		}
+		mj = j
+		a, b := contig(x.Value), contig(w.Value)
+		calls = append(calls, kernels.MatMulTCall{Dst: alloc(a, tensor.F32, a.Dim(0), b.Dim(0)), A: a, B: b})
+		at = append(at, i)
+	}
+	if len(calls) < 2 || !mj.MatMulsT(calls) {
+		return nil
+	}
+	ys := make([]*Var, len(xs))
+	for k, i := range at {
+		ys[i] = Const(calls[k].Dst)
+	}
+	return ys
 }
 
 // LinearSumsAct returns act(scales[i]·LinearSum(termss[i])) + res[i] for

@@ -192,3 +192,68 @@ func CheckActivation(name string, act UnaryOp) error {
 	}
 	return nil
 }
+
+// MatMulTCall is one product of MatMulsJoiner: Dst [M, N] = A [M, K]·Bᵀ
+// for B [N, K] (a linear map's weight), each contiguous.
+type MatMulTCall struct {
+	Dst, A, B *T
+}
+
+// MatMulsJoiner is an optional Backend interface: products that do not
+// depend on one another — a heterogeneous graph layer's projections, one
+// per node type — in as few launches as the backend can (CUDA: F32, up
+// to eight in one). Each Dst holds A·Bᵀ summed in the backend's own
+// order (CUDA sums each element's K products in order in fp32, where
+// MatMul's cuBLAS sums in its own), so backends agree to rounding only.
+// No call may write memory that another reads or writes
+// (CheckMatMulsT).
+type MatMulsJoiner interface {
+	// MatMulsT runs every call and reports true, or reports false,
+	// having written nothing, where the backend cannot join them (the
+	// caller then runs MatMul for each).
+	MatMulsT(calls []MatMulTCall) bool
+}
+
+// CheckMatMulsT checks a MatMulsJoiner call: each product's operands of
+// one float dtype, contiguous, A [M, K], B [N, K] and Dst [M, N], and no
+// call's Dst sharing memory with another call's tensors or its own
+// operands. It returns each call's M, N and K.
+func CheckMatMulsT(name string, calls []MatMulTCall) ([][3]int, error) {
+	dims := make([][3]int, len(calls))
+	outs, all := make([]*T, len(calls)), make([][]*T, len(calls))
+	for i, c := range calls {
+		what := fmt.Sprintf("%s: call %d", name, i)
+		if c.A == nil {
+			return nil, fmt.Errorf("%s: a is required", what)
+		}
+		dt := c.A.DType()
+		if !dt.IsFloat() {
+			return nil, floatError(what, "a", c.A)
+		}
+		m, k, err := rows2(what, "a", c.A, dt, -1, -1)
+		if err != nil {
+			return nil, err
+		}
+		n, _, err := rows2(what, "b", c.B, dt, -1, k)
+		if err != nil {
+			return nil, err
+		}
+		if _, _, err := rows2(what, "dst", c.Dst, dt, m, n); err != nil {
+			return nil, err
+		}
+		if spansOverlap(c.Dst, c.A) || spansOverlap(c.Dst, c.B) {
+			return nil, fmt.Errorf("%s: dst shares memory with an operand", what)
+		}
+		dims[i] = [3]int{m, n, k}
+		outs[i], all[i] = c.Dst, []*T{c.Dst, c.A, c.B}
+	}
+	return dims, callsApart(name, outs, all)
+}
+
+// MatMulsTOps runs calls on be one product at a time (MatMul with b
+// transposed): what a MatMulsJoiner's join stands for.
+func MatMulsTOps(be Backend, calls []MatMulTCall) {
+	for _, c := range calls {
+		be.MatMul(c.Dst, c.A, c.B, false, true)
+	}
+}

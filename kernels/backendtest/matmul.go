@@ -18,6 +18,7 @@ var matmulCases = []conformance{
 	optional[kernels.LinearGradAccumulator](checkLinearGradAccumulator, "LinearGradAdd"),
 	optional[kernels.LinearBackwardAdder](checkLinearBackwardAdder, "LinearBackwardAdd", "LinearBackwardAccumulate"),
 	optional[kernels.ReluHeadser](checkReluHeads, "ReluHeads"),
+	optional[kernels.MatMulsJoiner](checkMatMulsJoiner, "MatMulsT"),
 }
 
 // product is a product's shapes: a and b as stored, dst, and the flags.
@@ -426,5 +427,62 @@ func checkReluHeads(s *suite) {
 	})
 	s.panics("ReluHeads", func() { // W2 does not read the hidden units
 		rh.ReluHeads([]kernels.ReluHeadCall{{Out: s.out(tensor.F32, 2, 3), X: s.out(tensor.F32, 2, 3), W1: s.out(tensor.F32, 4, 3), W2: s.out(tensor.F32, 3, 5)}})
+	})
+}
+
+// checkMatMulsJoiner: MatMulsT against the float64 definition, Dst =
+// A·Bᵀ per call: a batch-64 policy layer's three projections (K = 64,
+// widths of several relations' weights side by side), products whose
+// sizes are no multiple of a GPU tile (K past one tile, one row, one
+// column), and one of no rows; a join that declines leaves every Dst
+// untouched.
+func checkMatMulsJoiner(s *suite) {
+	mj := s.b.(kernels.MatMulsJoiner)
+	for _, d := range s.floats("MatMulsT", tensor.F64, tensor.F32) {
+		for _, set := range [][][3]int{
+			{{64, 256, 64}, {192, 448, 64}, {192, 384, 64}},
+			{{5, 7, 3}, {33, 40, 70}, {1, 65, 33}, {37, 1, 100}, {0, 8, 4}},
+		} {
+			var calls []kernels.MatMulTCall
+			var want [][]float64
+			var outs []*T
+			for _, sh := range set {
+				m, n, k := sh[0], sh[1], sh[2]
+				a, av := s.in(d, m, k)
+				b, bv := s.in(d, n, k)
+				c := kernels.MatMulTCall{Dst: s.out(d, m, n), A: a, B: b}
+				w := make([]float64, m*n)
+				for i := 0; i < m; i++ {
+					for j := 0; j < n; j++ {
+						var v float64
+						for p := 0; p < k; p++ {
+							v += av[i*k+p] * bv[j*k+p]
+						}
+						w[i*n+j] = v
+					}
+				}
+				calls, want, outs = append(calls, c), append(want, w), append(outs, c.Dst)
+			}
+			untouched := s.read(outs)
+			what := name("MatMulsT", d, "products", len(calls))
+			var done bool
+			s.check(call{what: what, launch: func() { done = mj.MatMulsT(calls) }, writes: outs, declined: func() bool { return !done }},
+				func(got [][]float64) {
+					for k := range got {
+						if !done {
+							same(s.t, name(what, "product", k, "untouched"), got[k], untouched[k])
+							continue
+						}
+						s.close(name(what, "product", k), got[k], want[k], 8*tol(d))
+					}
+				})
+		}
+	}
+	s.panics("MatMulsT", func() { // Dst is the first operand
+		x := s.out(tensor.F32, 3, 3)
+		mj.MatMulsT([]kernels.MatMulTCall{{Dst: x, A: x, B: s.out(tensor.F32, 3, 3)}})
+	})
+	s.panics("MatMulsT", func() { // B's width is not A's
+		mj.MatMulsT([]kernels.MatMulTCall{{Dst: s.out(tensor.F32, 2, 3), A: s.out(tensor.F32, 2, 4), B: s.out(tensor.F32, 3, 5)}})
 	})
 }

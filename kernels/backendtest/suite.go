@@ -119,6 +119,7 @@ var optionals = []reflect.Type{
 	reflect.TypeFor[kernels.GradAccumulator](),
 	reflect.TypeFor[kernels.LinearGradAccumulator](),
 	reflect.TypeFor[kernels.LinearBackwardAdder](),
+	reflect.TypeFor[kernels.MatMulsJoiner](),
 	reflect.TypeFor[kernels.LinearActLayerNormer](),
 	reflect.TypeFor[kernels.ConvAffineActer](),
 	reflect.TypeFor[kernels.ConvAffineActPooler](),

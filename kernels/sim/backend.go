@@ -30,7 +30,7 @@ type Backend struct {
 	last atomic.Int32 // index of the sim device of the latest op
 	seq  atomic.Int32 // block sequences on (BeginSequence)
 	// joins counts the joined calls run (GatherSums, GATMeansAct,
-	// LinearActLayerNorms, ReluHeads).
+	// LinearActLayerNorms, ReluHeads, MatMulsT).
 	joins atomic.Int64
 	// calls counts the ops checked (Calls).
 	calls atomic.Int64
@@ -168,6 +168,22 @@ func (b *Backend) LinearActLayerNorms(calls []kernels.LinearActLNCall) bool {
 	return true
 }
 
+var _ kernels.MatMulsJoiner = (*Backend)(nil)
+
+// MatMulsT implements kernels.MatMulsJoiner, a device-only join: the
+// products are checked together, as a device checks them, then each runs
+// as its own MatMul on sim (kernels.MatMulsTOps: the CPU's sums, where
+// CUDA's joined launch sums in its own order), and the join is counted
+// (Joins). It takes every call, so it reports true.
+func (b *Backend) MatMulsT(calls []kernels.MatMulTCall) bool {
+	var ts []*tensor.Tensor
+	for _, c := range calls {
+		ts = append(ts, c.Dst, c.A, c.B)
+	}
+	b.join("MatMulsT", ts, func() error { _, err := kernels.CheckMatMulsT("MatMulsT", calls); return err }, func() { kernels.MatMulsTOps(b, calls) })
+	return true
+}
+
 var _ kernels.ReluHeadser = (*Backend)(nil)
 
 // ReluHeads implements kernels.ReluHeadser, a device-only join: the heads
@@ -200,8 +216,8 @@ func (b *Backend) join(op string, ts []*tensor.Tensor, check func() error, run f
 }
 
 // Joins counts the joined calls (GatherSums, GATMeansAct,
-// LinearActLayerNorms, ReluHeads) run so far: for tests of code that
-// joins them.
+// LinearActLayerNorms, ReluHeads, MatMulsT) run so far: for tests of
+// code that joins them.
 func (b *Backend) Joins() int64 { return b.joins.Load() }
 
 // Calls is the number of ops run on sim so far, eagerly or while a

@@ -45,7 +45,7 @@ var notBackend = map[string]bool{"Graph": true, "ForeachStepper": true,
 	// Device-only joins, which sim writes by hand (backend.go) and the
 	// CPU, whose launches join nothing, does not implement.
 	"GatherSumsJoiner": true, "GATMeansJoiner": true, "LinearActLayerNormsJoiner": true,
-	"ReluHeadser": true}
+	"ReluHeadser": true, "MatMulsJoiner": true}
 
 func main() {
 	dir := flag.String("kernels", "..", "the directory of package kernels")

@@ -159,11 +159,12 @@ func TestOptionalInterfacesMatchCPU(t *testing.T) {
 		"GATMeansJoiner":            reflect.TypeFor[kernels.GATMeansJoiner](),
 		"LinearActLayerNormsJoiner": reflect.TypeFor[kernels.LinearActLayerNormsJoiner](),
 		"ReluHeadser":               reflect.TypeFor[kernels.ReluHeadser](),
+		"MatMulsJoiner":             reflect.TypeFor[kernels.MatMulsJoiner](),
 		"GATMeanGradder":            reflect.TypeFor[kernels.GATMeanGradder](),
 		"GatherMeanGradder":         reflect.TypeFor[kernels.GatherMeanGradder](),
 	}
 	simOnly := map[string]bool{"BlockSequencer": true, "GatherSumsJoiner": true, "GATMeansJoiner": true, "LinearActLayerNormsJoiner": true,
-		"ReluHeadser": true, "LaunchBounder": true}
+		"ReluHeadser": true, "LaunchBounder": true, "MatMulsJoiner": true}
 	names, embedded := kernelInterfaces(t)
 	for _, name := range names {
 		if name == "Backend" || name == "Graph" || embedded[name] {

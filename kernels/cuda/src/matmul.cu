@@ -144,4 +144,77 @@ __global__ void bias_act_f16(__half* d, const void* bias, int bias_code, int act
     bias_act<__half, 1>(d, bias, bias_code, act, cols, n);
 }
 
+
+// GEMM_JOIN is the most products one gemm_join_f32 launch computes (Go's
+// gemmJoin); GJ_T is a block's square output tile and K step (Go's
+// gemmJoinTile), GJ_ROWS the output rows a thread computes (GJ_T·GJ_T /
+// 256). GemmJoin is the launch (Go's gemmJoinPack): the count n, then
+// per product its dst, a and b addresses, m, n and k, and the first tile
+// of the grid that is its (tiles in order, row-major over the product's
+// GJ_T-square tiles).
+#define GEMM_JOIN 8
+#define GJ_T 32
+#define GJ_ROWS 4
+struct GjCall {
+    float* d;
+    const float* a;
+    const float* b;
+    int64_t m, n, k, tile0;
+};
+struct GemmJoin {
+    int64_t n;
+    GjCall c[GEMM_JOIN];
+};
+
+// gemm_join_f32: independent products d = a·bᵀ (a [m, k], b [n, k], d
+// [m, n], contiguous; kernels.MatMulsJoiner), a block of 256 threads per
+// GJ_T×GJ_T output tile of any of them. Block x finds its product (the
+// last whose tile0 ≤ x) and tile; per K step of GJ_T it stages a's tile
+// rows and b's tile rows in shared memory (rows padded to GJ_T + 1
+// floats: the threads of a warp read one column of b's rows without bank
+// conflicts, and one element of a's, broadcast), zero past the edges;
+// thread t keeps column t % GJ_T of rows t / GJ_T + 8·r (r < GJ_ROWS)
+// and adds the step's products in k order (fma, fp32). Every element
+// sums its k products in order from 0, whatever the tiling.
+__global__ void __launch_bounds__(256) gemm_join_f32(const __grid_constant__ GemmJoin j) {
+    __shared__ float as[GJ_T][GJ_T + 1];
+    __shared__ float bs[GJ_T][GJ_T + 1];
+    const int64_t x = blockIdx.x;
+    int q = 0;
+    while (q + 1 < (int)j.n && x >= j.c[q + 1].tile0) q++;
+    const GjCall& c = j.c[q];
+    const int64_t tilesN = (c.n + GJ_T - 1) / GJ_T;
+    const int64_t t = x - c.tile0;
+    const int64_t i0 = (t / tilesN) * GJ_T, j0 = (t % tilesN) * GJ_T;
+    const int tid = threadIdx.x, col = tid % GJ_T, row = tid / GJ_T;  // row < 8
+    float acc[GJ_ROWS];
+#pragma unroll
+    for (int r = 0; r < GJ_ROWS; r++) acc[r] = 0.f;
+    for (int64_t k0 = 0; k0 < c.k; k0 += GJ_T) {
+        // Stage: thread t loads element (t / GJ_T + 8·r, t % GJ_T) of each
+        // tile, consecutive threads along k (coalesced).
+#pragma unroll
+        for (int r = 0; r < GJ_ROWS; r++) {
+            const int rr = row + 8 * r;
+            const int64_t kk = k0 + col;
+            const int64_t ia = i0 + rr, jb = j0 + rr;
+            as[rr][col] = (ia < c.m && kk < c.k) ? c.a[ia * c.k + kk] : 0.f;
+            bs[rr][col] = (jb < c.n && kk < c.k) ? c.b[jb * c.k + kk] : 0.f;
+        }
+        __syncthreads();
+        const int steps = (int)(c.k - k0 < GJ_T ? c.k - k0 : GJ_T);
+        for (int p = 0; p < steps; p++) {
+            const float bv = bs[col][p];
+#pragma unroll
+            for (int r = 0; r < GJ_ROWS; r++) acc[r] = fmaf(as[row + 8 * r][p], bv, acc[r]);
+        }
+        __syncthreads();  // the tiles are read before the next step stages
+    }
+#pragma unroll
+    for (int r = 0; r < GJ_ROWS; r++) {
+        const int64_t i = i0 + row + 8 * r, jj = j0 + col;
+        if (i < c.m && jj < c.n) c.d[i * c.n + jj] = acc[r];
+    }
+}
+
 }  // extern "C"

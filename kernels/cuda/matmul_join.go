@@ -1,0 +1,76 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"fmt"
+
+	"github.com/esper-go/esper/kernels"
+	"github.com/esper-go/esper/tensor"
+)
+
+var _ kernels.MatMulsJoiner = (*Backend)(nil)
+
+// MatMulsT implements kernels.MatMulsJoiner.
+func (b *Backend) MatMulsT(calls []kernels.MatMulTCall) bool {
+	done, err := b.d.MatMulsT(calls)
+	must(err)
+	return done
+}
+
+// MatMulsT is kernels.MatMulsJoiner's MatMulsT, F32: every product, up
+// to gemmJoin at a time, in one gemm_join_f32 launch (a block per 32×32
+// output tile of any of them; each element sums its K products in order
+// in fp32, whatever the matmul precision); false, having written
+// nothing, with ESPER_CUDA_JOINS=off or an operand of another dtype.
+// Everything is checked before anything launches.
+func (d *Device) MatMulsT(calls []kernels.MatMulTCall) (bool, error) {
+	const op = "MatMulsT"
+	dims, err := kernels.CheckMatMulsT(op, calls)
+	if err := checked(err); err != nil {
+		return false, err
+	}
+	if joinsOff.Load() {
+		return false, nil
+	}
+	cs := make([]gjCall, 0, len(calls))
+	for i, c := range calls {
+		if c.A.DType() != tensor.F32 {
+			return false, nil
+		}
+		m, n, k := dims[i][0], dims[i][1], dims[i][2]
+		if m == 0 || n == 0 {
+			continue // no outputs
+		}
+		var p [3]uint64
+		for q, o := range []struct {
+			what string
+			t    *tensor.Tensor
+		}{{"dst", c.Dst}, {"a", c.A}, {"b", c.B}} {
+			ptr, err := d.ptrOf(op, fmt.Sprintf("call %d's %s", i, o.what), o.t, tensor.F32)
+			if err != nil {
+				return false, err
+			}
+			p[q] = uint64(ptr)
+		}
+		cs = append(cs, gjCall{d: p[0], a: p[1], b: p[2], m: int64(m), n: int64(n), k: int64(k)})
+	}
+	if len(cs) == 0 {
+		return true, nil
+	}
+	fn, err := d.kernel("gemm_join_f32")
+	if err != nil {
+		return false, err
+	}
+	release := d.enter()
+	defer release()
+	var w [gemmJoinWords]uint64
+	for start := 0; start < len(cs); start += gemmJoin {
+		tiles := gemmJoinPack(&w, cs[start:min(len(cs), start+gemmJoin)])
+		d.joins.Add(1)
+		if err := launchStruct(fn, [3]int{int(tiles), 1, 1}, [3]int{256, 1, 1}, d.stream, w[:]); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}

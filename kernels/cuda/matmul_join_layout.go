@@ -1,0 +1,43 @@
+package cuda
+
+// The layout of a gemm_join_f32 launch (src/matmul.cu), pure Go so that
+// it is tested without a GPU (matmul_join_test.go runs a packed launch
+// the way the kernel does).
+
+// gemmJoin is GEMM_JOIN: the most products one gemm_join_f32 launch
+// computes; gemmJoinTile is GJ_T, a block's square output tile (and its
+// K step); gjCallWords and gemmJoinWords are the sizes of struct GjCall
+// and struct GemmJoin in 8-byte words.
+const (
+	gemmJoin      = 8
+	gemmJoinTile  = 32
+	gjCallWords   = 7
+	gemmJoinWords = 1 + gemmJoin*gjCallWords
+)
+
+// gjCall is one product of a gemm_join_f32 launch: d = a·bᵀ at those
+// addresses, a [m, k], b [n, k], d [m, n], contiguous F32.
+type gjCall struct {
+	d, a, b uint64
+	m, n, k int64
+}
+
+// gjTiles is the output tiles (blocks) of a product of m×n outputs.
+func gjTiles(m, n int64) int64 {
+	return ((m + gemmJoinTile - 1) / gemmJoinTile) * ((n + gemmJoinTile - 1) / gemmJoinTile)
+}
+
+// gemmJoinPack writes struct GemmJoin into w for cs (1 to gemmJoin
+// products, none without outputs) and returns the launch's blocks (every
+// product's tiles, in order); unused slots are zeroed.
+func gemmJoinPack(w *[gemmJoinWords]uint64, cs []gjCall) (tiles int64) {
+	*w = [gemmJoinWords]uint64{}
+	w[0] = uint64(len(cs))
+	for i, c := range cs {
+		o := 1 + i*gjCallWords
+		w[o], w[o+1], w[o+2] = c.d, c.a, c.b
+		w[o+3], w[o+4], w[o+5], w[o+6] = uint64(c.m), uint64(c.n), uint64(c.k), uint64(tiles)
+		tiles += gjTiles(c.m, c.n)
+	}
+	return tiles
+}
