@@ -236,9 +236,10 @@ func (b *Backend) LaunchBound() bool { return b.launchBound.Load() }
 // SetLaunchBound makes sim answer LaunchBound as a GPU does (on) or as
 // the CPU does (off, the default). On, the code above the kernels takes
 // a GPU's paths on sim — the joined products and launches that trade a
-// copy of the weights for fewer launches — so that Calls and a captured
-// graph's length count what a GPU would launch, on a machine without
-// one. The stacked products sum in another order than separate ones, so
+// copy of the weights for fewer launches — so that a captured graph's
+// length (Graph.Len) counts what a GPU would launch, on a machine
+// without one, and Calls the ops asked of it (a join counted once and
+// with each of its calls besides). The stacked products sum in another order than separate ones, so
 // sim then no longer computes bit for bit what the CPU computes: tests
 // that compare the two run with it off. Set it before any op runs (a
 // captured graph or a cached choice made the other way stays as made);
