@@ -22,8 +22,9 @@ func (b *Backend) MatMulsT(calls []kernels.MatMulTCall) bool {
 // to gemmJoin at a time, in one gemm_join_f32 launch (a block per 32×32
 // output tile of any of them; each element sums its K products in order
 // in fp32, whatever the matmul precision); false, having written
-// nothing, with ESPER_CUDA_JOINS=off or an operand of another dtype.
-// Everything is checked before anything launches.
+// nothing, with ESPER_CUDA_JOINS=off, an operand of another dtype, or a
+// product past gemmJoinMaxMACs, which cuBLAS computes faster. Everything
+// is checked before anything launches.
 func (d *Device) MatMulsT(calls []kernels.MatMulTCall) (bool, error) {
 	const op = "MatMulsT"
 	dims, err := kernels.CheckMatMulsT(op, calls)
@@ -33,15 +34,15 @@ func (d *Device) MatMulsT(calls []kernels.MatMulTCall) (bool, error) {
 	if joinsOff.Load() {
 		return false, nil
 	}
-	cs := make([]gjCall, 0, len(calls))
 	for i, c := range calls {
-		if c.A.DType() != tensor.F32 {
+		m, n, k := dims[i][0], dims[i][1], dims[i][2]
+		if c.A.DType() != tensor.F32 || int64(m)*int64(n)*int64(k) > gemmJoinMaxMACs {
 			return false, nil
 		}
+	}
+	cs := make([]gjCall, 0, len(calls))
+	for i, c := range calls {
 		m, n, k := dims[i][0], dims[i][1], dims[i][2]
-		if m == 0 || n == 0 {
-			continue // no outputs
-		}
 		var p [3]uint64
 		for q, o := range []struct {
 			what string
@@ -53,7 +54,9 @@ func (d *Device) MatMulsT(calls []kernels.MatMulTCall) (bool, error) {
 			}
 			p[q] = uint64(ptr)
 		}
-		cs = append(cs, gjCall{d: p[0], a: p[1], b: p[2], m: int64(m), n: int64(n), k: int64(k)})
+		if m > 0 && n > 0 { // else no outputs
+			cs = append(cs, gjCall{d: p[0], a: p[1], b: p[2], m: int64(m), n: int64(n), k: int64(k)})
+		}
 	}
 	if len(cs) == 0 {
 		return true, nil

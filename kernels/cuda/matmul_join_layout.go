@@ -15,6 +15,12 @@ const (
 	gemmJoinWords = 1 + gemmJoin*gjCallWords
 )
 
+// gemmJoinMaxMACs bounds a product gemm_join_f32 takes (m·n·k): its
+// plain fp32 tiles serve a graph policy's layers (W2's largest at batch
+// 64, 192×448 by 64, is 5.5 M); far larger products are cuBLAS's, whose
+// kernels outrun it once there is work for the whole device.
+const gemmJoinMaxMACs = 1 << 25
+
 // gjCall is one product of a gemm_join_f32 launch: d = a·bᵀ at those
 // addresses, a [m, k], b [n, k], d [m, n], contiguous F32.
 type gjCall struct {
