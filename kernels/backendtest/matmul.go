@@ -434,7 +434,8 @@ func checkReluHeads(s *suite) {
 // A·Bᵀ per call: a batch-64 policy layer's three projections (K = 64,
 // widths of several relations' weights side by side), products whose
 // sizes are no multiple of a GPU tile (K past one tile, one row, one
-// column), and one of no rows; a join that declines leaves every Dst
+// column), one of no rows, and calls that share an A or a B (reading one
+// tensor twice is allowed); a join that declines leaves every Dst
 // untouched.
 func checkMatMulsJoiner(s *suite) {
 	mj := s.b.(kernels.MatMulsJoiner)
@@ -442,14 +443,28 @@ func checkMatMulsJoiner(s *suite) {
 		for _, set := range [][][3]int{
 			{{64, 256, 64}, {192, 448, 64}, {192, 384, 64}},
 			{{5, 7, 3}, {33, 40, 70}, {1, 65, 33}, {37, 1, 100}, {0, 8, 4}},
+			{{6, 9, 5}, {6, 4, 5}, {9, 6, 5}}, // A shared by the first two; the first's B is the third's A
 		} {
 			var calls []kernels.MatMulTCall
 			var want [][]float64
 			var outs []*T
+			type operand struct {
+				t *T
+				v []float64
+			}
+			seen := map[[2]int]operand{} // one A per [m, k] and one B per [n, k]: shared where a set repeats them
 			for _, sh := range set {
 				m, n, k := sh[0], sh[1], sh[2]
-				a, av := s.in(d, m, k)
-				b, bv := s.in(d, n, k)
+				get := func(rows int) (*T, []float64) {
+					if o, ok := seen[[2]int{rows, k}]; ok {
+						return o.t, o.v
+					}
+					t, v := s.in(d, rows, k)
+					seen[[2]int{rows, k}] = operand{t, v}
+					return t, v
+				}
+				a, av := get(m)
+				b, bv := get(n)
 				c := kernels.MatMulTCall{Dst: s.out(d, m, n), A: a, B: b}
 				w := make([]float64, m*n)
 				for i := 0; i < m; i++ {
