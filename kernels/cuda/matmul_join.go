@@ -41,21 +41,15 @@ func (d *Device) MatMulsT(calls []kernels.MatMulTCall) (bool, error) {
 		}
 	}
 	cs := make([]gjCall, 0, len(calls))
+	f32 := []tensor.DType{tensor.F32, tensor.F32, tensor.F32}
 	for i, c := range calls {
 		m, n, k := dims[i][0], dims[i][1], dims[i][2]
-		var p [3]uint64
-		for q, o := range []struct {
-			what string
-			t    *tensor.Tensor
-		}{{"dst", c.Dst}, {"a", c.A}, {"b", c.B}} {
-			ptr, err := d.ptrOf(op, fmt.Sprintf("call %d's %s", i, o.what), o.t, tensor.F32)
-			if err != nil {
-				return false, err
-			}
-			p[q] = uint64(ptr)
+		p, err := d.ptrList(fmt.Sprintf("%s: call %d", op, i), []string{"dst", "a", "b"}, []*tensor.Tensor{c.Dst, c.A, c.B}, f32, []bool{false, false, false})
+		if err != nil {
+			return false, err
 		}
 		if m > 0 && n > 0 { // else no outputs
-			cs = append(cs, gjCall{d: p[0], a: p[1], b: p[2], m: int64(m), n: int64(n), k: int64(k)})
+			cs = append(cs, gjCall{d: uint64(p[0]), a: uint64(p[1]), b: uint64(p[2]), m: int64(m), n: int64(n), k: int64(k)})
 		}
 	}
 	if len(cs) == 0 {
