@@ -382,7 +382,8 @@ type call struct {
 	// captured replay is held to the reference, not to the eager call.
 	atomic bool
 	// declined, when set, reports that the eager call did nothing: an
-	// optional fused method that reported false for these sizes. Its
+	// optional fused method that reported false for these sizes, or an
+	// addition of no terms (a backend may launch nothing for it). Its
 	// capture then holds no launch, which is no error.
 	declined func() bool
 }

@@ -16,9 +16,11 @@ const (
 )
 
 // gemmJoinMaxMACs bounds a product gemm_join_f32 takes (m·n·k): its
-// plain fp32 tiles serve a graph policy's layers (W2's largest at batch
-// 64, 192×448 by 64, is 5.5 M); far larger products are cuBLAS's, whose
-// kernels outrun it once there is work for the whole device.
+// plain fp32 tiles serve a graph policy's layers at small batches (W2's
+// at batch 1, 3 rows by 4096 stacked weight rows by 256, is 3.1 M); far
+// larger products are cuBLAS's, whose kernels outrun it once there is
+// work for the whole device (W2's at batch 64, 192 by 4096 by 256, is
+// 201 M: its layers' products run on cuBLAS).
 const gemmJoinMaxMACs = 1 << 25
 
 // gjCall is one product of a gemm_join_f32 launch: d = a·bᵀ at those

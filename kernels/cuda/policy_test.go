@@ -17,8 +17,9 @@ import (
 // accumulating the node type's mean over row-strided projections, SAGE
 // products added in place, Concat in one launch — gives the logits and
 // values of the CPU's policy with the same weights, captured and eager,
-// at batch 1 and 64; an eager forward makes its ten joined launches
-// (Device.Joins), and the captured forward's graph nodes are logged and
+// at batch 1 and 64; an eager forward makes its joined launches
+// (Device.Joins: ten at batch 1, six at batch 64, whose products are
+// cuBLAS's), and the captured forward's graph nodes are logged and
 // bounded. The same again with the joins off (ESPER_CUDA_JOINS=off's
 // setting): no joined launch, the same logits.
 func TestPolicyInferenceOnCUDA(t *testing.T) {
@@ -86,6 +87,13 @@ func policyInferenceOnCUDA(t *testing.T, apart bool) {
 					t.Fatal(err)
 				}
 				want := int64(10)
+				if n == 64 {
+					// Every layer's products include one of 192 rows by
+					// 2048 or 4096 stacked weight rows by 128 or 256: past
+					// gemmJoinMaxMACs, so cuBLAS takes each layer's
+					// products and the four product joins are not made.
+					want = 6
+				}
 				if apart {
 					want = 0
 				}
@@ -126,12 +134,19 @@ func policyInferenceOnCUDA(t *testing.T, apart bool) {
 				// projections and means and all the heads are one launch
 				// each (the joins, counted exactly in the eager forward
 				// above): 14 nodes on sim with ESPER_SIM_LAUNCH_BOUND=on,
-				// where the per-type launches made 48 on an H200.
+				// where the per-type launches made 48 on an H200. At
+				// batch 64 the four product joins are twelve cuBLAS
+				// products: eight launches more (25 nodes in fp32 and 22
+				// in tf32 on an H200, cuBLAS choosing its kernels).
+				most := 24
+				if n == 64 {
+					most = 24 + 8
+				}
 				if nodes := in.GraphNodes(); apart && nodes <= 24 {
 					t.Errorf("batch %d: %d graph nodes with the joins off: the joined launches' count (no more than 24), not the per-type launches'", n, nodes)
 				}
-				if nodes := in.GraphNodes(); !apart && nodes > 24 {
-					t.Errorf("batch %d: %d graph nodes, want at most 24 with the node types and heads joined", n, nodes)
+				if nodes := in.GraphNodes(); !apart && nodes > most {
+					t.Errorf("batch %d: %d graph nodes, want at most %d with the node types and heads joined", n, nodes, most)
 				}
 			}
 		}
