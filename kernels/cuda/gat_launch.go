@@ -4,15 +4,20 @@ package cuda
 // gat_mean_f32): pure Go, untagged, so that a test can hold it to the
 // launch bounds the PTX declares without a GPU.
 
+// gatChunk is GAT_CHUNK, the incoming edges a GAT block takes together
+// (src/graph.cu).
+const gatChunk = 8
+
 // gatShared is the dynamic shared memory of a gat_aggregate_f32 block in
-// bytes: heads·f + 7·heads + heads·c floats (src/graph.cu).
+// bytes: heads·f + (3 + 3·gatChunk)·heads + heads·c floats
+// (src/graph.cu).
 func gatShared(heads, c, f int) int {
-	return 4 * (heads*f + 7*heads + heads*c)
+	return 4 * (heads*f + (3+3*gatChunk)*heads + heads*c)
 }
 
 // Launch bounds of gat_aggregate_f32 and gat_mean_f32: their shared
 // memory must fit the 48 KiB a block gets without opting in (heads·(c +
-// f + 7) ≤ 12288 floats), and they run gatMaxThreads threads a block at
+// f + 27) ≤ 12288 floats), and they run gatMaxThreads threads a block at
 // most, one warp at least. gat_mean_f32 is compiled for blocks of
 // gatMaxThreads, gatMinBlocks to a multiprocessor (__launch_bounds__ in
 // src/graph.cu: 64 registers a thread, 100 without), so that W2's

@@ -312,7 +312,9 @@ func gsumJoinPack(w *[gsumJoinWords]uint64, gs []gsumCall) int64 {
 // rhMax is RH_MAX, the most heads one relu_heads_f32 launch runs, and
 // rhRows RH_ROWS, the rows a block takes; rhHeadWords and rhWords are
 // the sizes of struct RhHead and struct RhArgs in 8-byte words;
-// rhThreads is a block's threads (the kernel's launch bound), and
+// rhThreads is a block's threads (the kernel's launch bound: 32 warps,
+// so that W2's 128 hidden units are 4 a warp; at 8 warps, 16 a warp,
+// its heads' launch took about 35 µs at batch 1 on an H200), and
 // rhMaxWidth the most K + Hd a head may have: its rows' inputs and
 // hidden units in 48 KiB of shared memory.
 const (
@@ -320,7 +322,7 @@ const (
 	rhRows      = 8
 	rhHeadWords = 10
 	rhWords     = 1 + rhMax + rhMax*rhHeadWords
-	rhThreads   = 256
+	rhThreads   = 1024
 	rhMaxWidth  = (48 << 10) / (4 * rhRows)
 )
 

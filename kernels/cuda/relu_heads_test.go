@@ -145,3 +145,13 @@ func TestReluHeadsKernelInGo(t *testing.T) {
 		}
 	}
 }
+
+// TestReluHeadsLaunchWithinBounds: relu_heads_f32 is compiled for the
+// blocks its launches use (a launch of more threads than .maxntid
+// fails; fewer would leave the register budget it was compiled for
+// unused).
+func TestReluHeadsLaunchWithinBounds(t *testing.T) {
+	if maxT, _ := ptxLaunchBounds(t, "graph.ptx", "relu_heads_f32"); maxT != rhThreads {
+		t.Fatalf("relu_heads_f32 is compiled for blocks of %d threads; the Go side launches %d", maxT, rhThreads)
+	}
+}

@@ -34,6 +34,9 @@ struct GatGeom {
 // gat_combine_f32 adds the relations instead; then GAT_MAX_RELS
 // relations).
 #define GAT_MAX_RELS 8
+// GAT_CHUNK is the incoming edges gat_relation takes together (Go's
+// gatChunk).
+#define GAT_CHUNK 8
 struct GatRel {
     const float *hs, *hd, *attr, *we, *attSrc, *attDst, *attEdge, *bias;
     const int64_t *src, *rowPtr, *order;
@@ -138,9 +141,10 @@ __device__ __forceinline__ void gat_relation(float* out, const float* hs, const 
     float* dterm = v + H * F;
     float* m = dterm + H;
     float* s = m + H;
-    float* sc = s + H;
-    float* wt = sc + 2 * H;
-    float* acc = wt + 2 * H;
+    float* lg = s + H;
+    float* sc = lg + GAT_CHUNK * H;
+    float* wt = sc + GAT_CHUNK * H;
+    float* acc = wt + GAT_CHUNK * H;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, warps = blockDim.x >> 5;
     const float slope = (float)g.slope, alpha = (float)g.alpha;
     const bool accumulate = g.accumulate != 0;
@@ -170,38 +174,55 @@ __device__ __forceinline__ void gat_relation(float* out, const float* hs, const 
         for (int64_t q = tid; q < HC; q += blockDim.x) acc[q] = 0.f;
         __syncthreads();  // v, dterm, m, s and acc are set
 
-        for (int64_t p = a; p < b; p++) {
-            const int64_t k = order[p];
-            const float* hj = hs + src[k] * g.lds;
-            float* scp = sc + (p & 1) * H;
-            float* wtp = wt + (p & 1) * H;
-            for (int h = warp; h < H; h += warps) {
+        for (int64_t p0 = a; p0 < b; p0 += GAT_CHUNK) {
+            const int ne = (int)min((int64_t)GAT_CHUNK, b - p0);
+            // The chunk's logits, a warp per (edge, head), all at once.
+            for (int t = warp; t < ne * H; t += warps) {
+                const int e = t / H, h = t % H;
+                const float* hj = hs + src[order[p0 + e]] * g.lds;
                 float part = 0.f;
                 for (int c = lane; c < C; c += 32) part += hj[h * C + c] * attSrc[h * C + c];
                 part = warp_sum(part);
-                if (lane == 0) {
-                    float z = part + dterm[h];
+                if (lane == 0) lg[t] = part;
+            }
+            __syncthreads();  // the chunk's dot products are in
+            // The online softmax's steps, edge after edge, a thread per
+            // head.
+            for (int h = tid; h < H; h += blockDim.x) {
+                float mh = m[h], sh_ = s[h];
+                for (int e = 0; e < ne; e++) {
+                    const int64_t k = order[p0 + e];
+                    float z = lg[e * H + h] + dterm[h];
                     for (int f = 0; f < F; f++) z += attr[k * F + f] * v[h * F + f];
                     float l = fmaxf(z, slope * z);
-                    float mo = m[h];
+                    float mo = mh;
                     // The new maximum; a NaN logit takes over (and stays:
                     // nothing compares above it), so that it reaches the
                     // output as it does through the unfused softmax.
                     float mn = (l > mo || l != l) ? l : mo;
                     // mo == mn: no rescale (also when both are −∞ or +∞,
                     // where exp(mo − mn) would be NaN); a −∞ logit weighs 0.
-                    scp[h] = mo == mn ? 1.f : expf(mo - mn);
+                    const float r = mo == mn ? 1.f : expf(mo - mn);
                     float w = l == -INFINITY ? 0.f : expf(l - mn);
-                    wtp[h] = w;
-                    s[h] = s[h] * scp[h] + w;
-                    m[h] = mn;
+                    sc[e * H + h] = r;
+                    wt[e * H + h] = w;
+                    sh_ = sh_ * r + w;
+                    mh = mn;
                 }
+                m[h] = mh;
+                s[h] = sh_;
             }
-            __syncthreads();  // this edge's sc and wt are published
+            __syncthreads();  // the chunk's sc and wt are published
             for (int64_t q = tid; q < HC; q += blockDim.x) {
-                int h = (int)(q / C);
-                acc[q] = acc[q] * scp[h] + wtp[h] * hj[q];
+                const int h = (int)(q / C);
+                float x = acc[q];
+                for (int e = 0; e < ne; e++) {
+                    const float* hj = hs + src[order[p0 + e]] * g.lds;
+                    x = x * sc[e * H + h] + wt[e * H + h] * hj[q];
+                }
+                acc[q] = x;
             }
+            __syncthreads();  // lg, sc and wt are free for the next chunk
         }
         __syncthreads();  // acc and s are final
 
@@ -254,28 +275,33 @@ extern "C" {
 
 // gat_aggregate_f32: one block per destination node i (a block-stride
 // loop over the nodes; blockDim.x a multiple of 32, any size), with
-// dynamic shared memory of (heads·f + 7·heads + heads·c) floats laid out
+// dynamic shared memory of (heads·f + (3 + 3·GAT_CHUNK)·heads + heads·c)
+// floats laid out
 // (H = heads, C = c, F = f)
 //
 //	v [H·F]          v[h,f] = Σ_c attEdge[h,c]·we[h·C+c, f] (per block)
 //	dterm [H]        Σ_c hd[i,h,c]·attDst[h,c]
 //	m, s [H]         the running maximum and sum of the online softmax
-//	sc, wt [2·H]     the edge's rescale and weight per head (two
-//	                 buffers, by the edge's parity)
+//	lg [GAT_CHUNK·H] the chunk's dot products per (edge, head)
+//	sc, wt [GAT_CHUNK·H]  the chunk's rescales and weights per (edge, head)
 //	acc [H·C]        Σ_k exp(l[k,h] − m[h])·hs[j,h,c] so far
 //
-// Per incoming edge p (k = order[p], j = src[k]) warp w computes the
-// logits of heads w, w + warps, …: z = Σ_c hs[j,h,c]·attSrc[h,c] (lanes
-// striding over c, then a warp butterfly) + dterm[h] + Σ_f attr[k,f]·
-// v[h,f], l = max(z, slope·z); its lane 0 alone keeps head h's m and s
-// and publishes the rescale exp(m_old − m_new) and the weight
-// exp(l − m_new); after a barrier every thread rescales its own acc
-// elements (q = tid, tid + blockDim, …) and adds the weight times
-// hs[j, q] (hs's row j starts at hs + j·lds, hd's row i at hd + i·ldd:
-// either may be a column block of a wider projection). No barrier
-// follows that update: sc and wt alternate between two buffers, and edge
-// p + 2 overwrites edge p's only after edge p + 1's barrier, which each
-// thread reaches after its reads of edge p. At the end
+// The incoming edges p (k = order[p], j = src[k]) go in chunks of
+// GAT_CHUNK, in order. For a chunk, the warps first take its (edge,
+// head) pairs, one warp each: Σ_c hs[j,h,c]·attSrc[h,c] (lanes striding
+// over c, then a warp butterfly); after a barrier thread h alone steps
+// head h's online softmax through the chunk's edges in order: z = that
+// sum + dterm[h] + Σ_f attr[k,f]·v[h,f], l = max(z, slope·z), the new
+// maximum, the rescale exp(m_old − m_new) and the weight exp(l − m_new);
+// after another barrier every thread rescales its own acc elements
+// (q = tid, tid + blockDim, …) and adds each weight times hs[j, q], edge
+// after edge (hs's row j starts at hs + j·lds, hd's row i at hd + i·ldd:
+// either may be a column block of a wider projection), and a third
+// barrier frees the chunk's buffers. Every logit, softmax step and
+// accumulator sees the same operations in the same order as one edge at
+// a time would: the chunks only let the edges' loads and dot products
+// overlap (one edge at a time, a barrier per edge, took about 20 µs per
+// launch for W2's batch-64 policy on an H200). At the end
 // r = bias[c] + (Σ_h acc[h,c]/s[h])·(1/H), or bias[c] for a node without
 // incoming edges, and out[i,c] = alpha·r, or out[i,c] + alpha·r with
 // accumulate (alpha·r rounded to fp32 first). H·C must fit an int (the
@@ -554,6 +580,7 @@ __device__ __forceinline__ void rh_layer(const float* in, const float* w, const 
 #pragma unroll
         for (int r = 0; r < RH_ROWS; r++) acc[r] = 0.f;
         const float* wr = w + u * width;
+#pragma unroll 4
         for (int64_t p = lane; p < width; p += 32) {
             const float wv = wr[p];
 #pragma unroll
@@ -578,7 +605,7 @@ __device__ __forceinline__ void rh_layer(const float* in, const float* w, const 
 // rows), computes their hidden units into shared memory (rh_layer with
 // ReLU), then their outputs. Dynamic shared memory: RH_ROWS·(k + hd)
 // floats of the widest head.
-__global__ void __launch_bounds__(256) relu_heads_f32(const __grid_constant__ RhArgs a) {
+__global__ void __launch_bounds__(1024) relu_heads_f32(const __grid_constant__ RhArgs a) {
     extern __shared__ float sh[];
     int64_t t = blockIdx.x;
     int c = 0;
