@@ -444,6 +444,9 @@ func checkMatMulsJoiner(s *suite) {
 			{{64, 256, 64}, {192, 448, 64}, {192, 384, 64}},
 			{{5, 7, 3}, {33, 40, 70}, {1, 65, 33}, {37, 1, 100}, {0, 8, 4}},
 			{{6, 9, 5}, {6, 4, 5}, {9, 6, 5}}, // A shared by the first two; the first's B is the third's A
+			// A batch-1 policy layer's products, narrowed: few rows (CUDA
+			// takes a product of up to 8 a column per warp), K past 32.
+			{{3, 300, 256}, {1, 130, 128}, {8, 40, 65}, {9, 40, 65}},
 		} {
 			var calls []kernels.MatMulTCall
 			var want [][]float64

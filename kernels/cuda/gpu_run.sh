@@ -15,6 +15,8 @@
 # train is `esper train` with the demo's flags on cuda beside the same on
 # the CPU, with --amp bf16 and fp16, and `esper ppo --rounds 3` on cuda);
 # ESPER_GPU_WORKLOADS the workloads (default "w1 w2 w4 w5 w6 w7 w8").
+# ESPER_GPU_PEERS=0 runs esper alone, without its PyTorch peers (a
+# rerun's choice, when an earlier run on the same GPU has their figures).
 # W4 runs a second time with ESPER_CUDA_CONV=direct (its bare loop, no
 # peer: the direct convolutions against the default im2col in the same
 # sitting), W2 with ESPER_CUDA_JOINS=off, W1 with
@@ -246,8 +248,14 @@ if has bench; then
 	step "kernels/cuda benchmarks" 60 "$out/kernels_cuda_bench.log" \
 		"$bin/kernels_cuda.test" -test.run '^$' -test.bench . -test.benchtime 200x
 	torch_ok=0
-	timeout 60 python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null && torch_ok=1
-	((torch_ok)) || echo "PyTorch peers: no CUDA-enabled PyTorch, skipped" | tee -a "$summary"
+	if [ "${ESPER_GPU_PEERS:-1}" = 0 ]; then
+		# A rerun's choice: esper alone, its peers' figures those of an
+		# earlier run on the same GPU.
+		echo "PyTorch peers: skipped (ESPER_GPU_PEERS=0)" | tee -a "$summary"
+	else
+		timeout 60 python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null && torch_ok=1
+		((torch_ok)) || echo "PyTorch peers: no CUDA-enabled PyTorch, skipped" | tee -a "$summary"
+	fi
 	mkdir -p "$out/esper"
 	# One workload at a time, the peer first, so that each pair that
 	# finishes compares like with like even when the budget runs out.
@@ -369,13 +377,17 @@ if has profile; then
 			fi
 			echo "== ncu profile of $w"
 			# At most 3000 kernels (W4's first 2000 skipped: its set-up and
-			# most of its warm-up step).
-			skip=0
+			# most of its warm-up step; W2's batch 1 skipped).
+			# W2's first 1300 or so are batch 1's; its batch-64 forwards,
+			# eager, captured and captured-tf32 with their 50 back-to-back
+			# replays each, fill about 3100 after them.
+			skip=0 count=3000
 			[ "$w" = w4 ] && skip=2000
+			[ "$w" = w2 ] && skip=1300 count=3200
 			before=$status
 			step "ncu profile $w" 120 "$out/profile_${w}.log" \
 				"$ncu" --csv --metrics gpu__time_duration.sum --graph-profiling node \
-				--cache-control none --clock-control none -s "$skip" -c 3000 \
+				--cache-control none --clock-control none -s "$skip" -c "$count" \
 				"$bin/esper" bench --device cuda --workload "$w" "${args[@]}"
 			rc=$?
 			((rc == 124 || rc == 137)) && status=$before # stopped by the clock: optional

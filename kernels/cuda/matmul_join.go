@@ -20,8 +20,10 @@ func (b *Backend) MatMulsT(calls []kernels.MatMulTCall) bool {
 
 // MatMulsT is kernels.MatMulsJoiner's MatMulsT, F32: every product, up
 // to gemmJoin at a time, in one gemm_join_f32 launch (a block per 32×32
-// output tile of any of them; each element sums its K products in order
-// in fp32, whatever the matmul precision); false, having written
+// output tile of any of them, each element summing its K products in
+// order in fp32; a product of at most gemmJoinSkinny rows a column per
+// warp, 32 lanes' partials in k order summed by a butterfly; fp32
+// whatever the matmul precision); false, having written
 // nothing, with ESPER_CUDA_JOINS=off, an operand of another dtype, or a
 // product past gemmJoinMaxMACs, which cuBLAS computes faster. Everything
 // is checked before anything launches.

@@ -30,14 +30,27 @@ type gjCall struct {
 	m, n, k int64
 }
 
-// gjTiles is the output tiles (blocks) of a product of m×n outputs.
+// gemmJoinSkinny is GJ_SKINNY, the most rows a product has for
+// gemm_join_f32 to take it a column per warp, and gemmJoinCols GJ_COLS,
+// the columns of such a product a block takes.
+const (
+	gemmJoinSkinny = 8
+	gemmJoinCols   = 8
+)
+
+// gjTiles is the blocks of a product of m×n outputs: one per
+// gemmJoinCols columns of a skinny one (m ≤ gemmJoinSkinny), else one
+// per output tile.
 func gjTiles(m, n int64) int64 {
+	if m <= gemmJoinSkinny {
+		return (n + gemmJoinCols - 1) / gemmJoinCols
+	}
 	return ((m + gemmJoinTile - 1) / gemmJoinTile) * ((n + gemmJoinTile - 1) / gemmJoinTile)
 }
 
 // gemmJoinPack writes struct GemmJoin into w for cs (1 to gemmJoin
 // products, none without outputs) and returns the launch's blocks (every
-// product's tiles, in order); unused slots are zeroed.
+// product's blocks, gjTiles, in order); unused slots are zeroed.
 func gemmJoinPack(w *[gemmJoinWords]uint64, cs []gjCall) (tiles int64) {
 	*w = [gemmJoinWords]uint64{}
 	w[0] = uint64(len(cs))

@@ -27,6 +27,10 @@ func gemmJoinEmu(mem *devMem, w *[gemmJoinWords]uint64, tiles int64) {
 			q++
 		}
 		d, a, b, m, nn, k, tile0 := call(q)
+		if m <= gemmJoinSkinny {
+			gemmJoinSkinnyEmu(mem, d, a, b, m, nn, k, x-tile0)
+			continue
+		}
 		tilesN := (nn + T - 1) / T
 		t := x - tile0
 		i0, j0 := (t/tilesN)*T, (t%tilesN)*T
@@ -76,9 +80,72 @@ func gemmJoinEmu(mem *devMem, w *[gemmJoinWords]uint64, tiles int64) {
 	}
 }
 
+// gemmJoinSkinnyEmu is gemm_join_skinny's block t of the product d =
+// a·bᵀ (m ≤ gemmJoinSkinny rows): warp w's lanes' partials in k order,
+// then the xor butterfly, lane r storing row r.
+func gemmJoinSkinnyEmu(mem *devMem, d, a, b uint64, m, n, k, t int64) {
+	for w := int64(0); w < 8; w++ {
+		j := t*gemmJoinCols + w
+		if j >= n {
+			continue
+		}
+		var acc [32][gemmJoinSkinny]float32
+		for lane := int64(0); lane < 32; lane++ {
+			for p := lane; p < k; p += 32 {
+				bv := mem.ld(b, j*k+p)
+				for r := int64(0); r < m; r++ {
+					acc[lane][r] = fma32(mem.ld(a, r*k+p), bv, acc[lane][r])
+				}
+			}
+		}
+		for r := int64(0); r < m; r++ {
+			var v [32]float32
+			for lane := range v {
+				v[lane] = acc[lane][r]
+			}
+			v = butterfly32(v)
+			mem.st(d, r*n+j, v[r])
+		}
+	}
+}
+
+// butterfly32 is a warp's xor butterfly over v (offsets 16 down to 1,
+// every lane adding its partner's value to its own, in fp32).
+func butterfly32(v [32]float32) [32]float32 {
+	for o := 16; o > 0; o >>= 1 {
+		var nv [32]float32
+		for l := range v {
+			nv[l] = v[l] + v[l^o]
+		}
+		v = nv
+	}
+	return v
+}
+
+// gemmJoinWant is the element d[i, j] gemm_join_f32 computes: the fma
+// chain in k order for a tiled product; for a skinny one (m ≤
+// gemmJoinSkinny), 32 lane-strided chains summed by the butterfly.
+func gemmJoinWant(av, bv []float32, m, k, i, j int64) float32 {
+	if m > gemmJoinSkinny {
+		var want float32
+		for kk := int64(0); kk < k; kk++ {
+			want = fma32(av[i*k+kk], bv[j*k+kk], want)
+		}
+		return want
+	}
+	var v [32]float32
+	for lane := int64(0); lane < 32; lane++ {
+		for p := lane; p < k; p += 32 {
+			v[lane] = fma32(av[i*k+p], bv[j*k+p], v[lane])
+		}
+	}
+	return butterfly32(v)[0]
+}
+
 // TestGemmJoinKernelInGo: gemm_join_f32, transcribed, writes every
 // element of every product once, d = a·bᵀ summed in k order in fp32 —
-// bit for bit the fma chain — for a batch-64 policy layer's three
+// bit for bit the fma chain; for a skinny product (at most
+// gemmJoinSkinny rows) the 32 lanes' chains and the butterfly — for a batch-64 policy layer's three
 // projections, sizes no multiple of the tile (K past one step, one row,
 // one column, K = 0), and more products than one launch takes (packed
 // gemmJoin at a time, as Device.MatMulsT does). The PTX's parameter is
@@ -96,6 +163,10 @@ func TestGemmJoinKernelInGo(t *testing.T) {
 		{{64, 256, 64}, {192, 448, 64}, {192, 384, 64}},
 		{{5, 7, 3}, {33, 40, 70}, {1, 65, 33}, {37, 1, 100}, {3, 4, 0}},
 		{{2, 3, 4}, {3, 2, 5}, {4, 4, 4}, {1, 1, 1}, {9, 8, 7}, {8, 9, 6}, {31, 33, 32}, {32, 32, 32}, {2, 70, 2}, {65, 2, 3}},
+		// A batch-1 policy layer's (skinny: 3 rows), narrowed; the
+		// boundary of the skinny path (8 rows, 9 rows), K past 32 and not
+		// a multiple of it.
+		{{3, 300, 256}, {1, 100, 128}, {3, 150, 70}, {8, 17, 33}, {9, 17, 33}, {8, 9, 65}},
 	} {
 		mem := newDevMem()
 		type prod struct {
@@ -136,12 +207,16 @@ func TestGemmJoinKernelInGo(t *testing.T) {
 			}
 			for i := int64(0); i < p.m; i++ {
 				for j := int64(0); j < p.n; j++ {
-					var want float32
-					for kk := int64(0); kk < p.k; kk++ {
-						want = fma32(p.av[i*p.k+kk], p.bv[j*p.k+kk], want)
-					}
+					want := gemmJoinWant(p.av, p.bv, p.m, p.k, i, j)
 					if g := got[i*p.n+j]; g != want {
-						t.Fatalf("%s: product %d d[%d, %d] = %v, want %v (the fma chain in k order)", what, q, i, j, g, want)
+						t.Fatalf("%s: product %d d[%d, %d] = %v, want %v (the fma chain in k order, or a skinny product's lane chains and butterfly)", what, q, i, j, g, want)
+					}
+					var f64 float64 // and near the exact product
+					for kk := int64(0); kk < p.k; kk++ {
+						f64 += float64(p.av[i*p.k+kk]) * float64(p.bv[j*p.k+kk])
+					}
+					if d := math.Abs(float64(want) - f64); d > 1e-4*(1+math.Abs(f64)) {
+						t.Fatalf("%s: product %d d[%d, %d] = %v, the exact sum %v", what, q, i, j, want, f64)
 					}
 				}
 			}

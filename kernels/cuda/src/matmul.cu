@@ -155,6 +155,11 @@ __global__ void bias_act_f16(__half* d, const void* bias, int bias_code, int act
 #define GEMM_JOIN 8
 #define GJ_T 32
 #define GJ_ROWS 4
+// GJ_SKINNY is the most rows a product has for gemm_join_f32 to take it
+// a column per warp (Go's gemmJoinSkinny), GJ_COLS the columns a block
+// of such a product takes (its 8 warps).
+#define GJ_SKINNY 8
+#define GJ_COLS 8
 struct GjCall {
     float* d;
     const float* a;
@@ -166,16 +171,52 @@ struct GemmJoin {
     GjCall c[GEMM_JOIN];
 };
 
+// gemm_join_skinny is gemm_join_f32's block t of a product of at most
+// GJ_SKINNY rows: warp w takes column j = t·GJ_COLS + w, its lanes
+// stride over k (lane l adds the products at k = l, l + 32, … in order,
+// fma, fp32, b's row read coalesced, a's rows from cache), then a
+// butterfly (__shfl_xor_sync, 16 down to 1) sums the lanes' partials,
+// the same in every lane, and lane r stores row r. A batch-1 policy's
+// products (3 rows by 4096 stacked weight rows by 256) read their
+// weights once this way; as 32×32 tiles, 29 of every tile's 32 rows
+// were padding.
+__device__ __forceinline__ void gemm_join_skinny(const GjCall& c, int64_t t) {
+    const int lane = threadIdx.x & 31;
+    const int64_t jc = t * GJ_COLS + (threadIdx.x >> 5);
+    if (jc >= c.n) return;  // no barrier follows
+    float acc[GJ_SKINNY];
+#pragma unroll
+    for (int r = 0; r < GJ_SKINNY; r++) acc[r] = 0.f;
+    const float* br = c.b + jc * c.k;
+    for (int64_t p = lane; p < c.k; p += 32) {
+        const float bv = br[p];
+#pragma unroll
+        for (int r = 0; r < GJ_SKINNY; r++)
+            if (r < c.m) acc[r] = fmaf(c.a[r * c.k + p], bv, acc[r]);
+    }
+#pragma unroll
+    for (int r = 0; r < GJ_SKINNY; r++) {
+        if (r >= c.m) break;  // c.m is the warp's: uniform
+        float v = acc[r];
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
+        if (lane == r) c.d[r * c.n + jc] = v;
+    }
+}
+
 // gemm_join_f32: independent products d = a·bᵀ (a [m, k], b [n, k], d
-// [m, n], contiguous; kernels.MatMulsJoiner), a block of 256 threads per
-// GJ_T×GJ_T output tile of any of them. Block x finds its product (the
-// last whose tile0 ≤ x) and tile; per K step of GJ_T it stages a's tile
-// rows and b's tile rows in shared memory (rows padded to GJ_T + 1
-// floats: the threads of a warp read one column of b's rows without bank
-// conflicts, and one element of a's, broadcast), zero past the edges;
-// thread t keeps column t % GJ_T of rows t / GJ_T + 8·r (r < GJ_ROWS)
-// and adds the step's products in k order (fma, fp32). Every element
-// sums its k products in order from 0, whatever the tiling.
+// [m, n], contiguous; kernels.MatMulsJoiner) in one launch of blocks of
+// 256 threads. Block x finds its product (the last whose tile0 ≤ x).
+// A product of at most GJ_SKINNY rows has a block per GJ_COLS columns
+// (gemm_join_skinny: each element the butterfly's sum of 32 lanes'
+// partials in k order). Any other has a block per GJ_T×GJ_T output
+// tile: per K step of GJ_T it stages a's tile rows and b's tile rows in
+// shared memory (rows padded to GJ_T + 1 floats: the threads of a warp
+// read one column of b's rows without bank conflicts, and one element of
+// a's, broadcast), zero past the edges; thread t keeps column t % GJ_T
+// of rows t / GJ_T + 8·r (r < GJ_ROWS) and adds the step's products in k
+// order (fma, fp32): every element sums its k products in order from 0,
+// whatever the tiling. A block's path is its product's: the barriers
+// below are the whole block's.
 __global__ void __launch_bounds__(256) gemm_join_f32(const __grid_constant__ GemmJoin j) {
     __shared__ float as[GJ_T][GJ_T + 1];
     __shared__ float bs[GJ_T][GJ_T + 1];
@@ -183,6 +224,10 @@ __global__ void __launch_bounds__(256) gemm_join_f32(const __grid_constant__ Gem
     int q = 0;
     while (q + 1 < (int)j.n && x >= j.c[q + 1].tile0) q++;
     const GjCall& c = j.c[q];
+    if (c.m <= GJ_SKINNY) {
+        gemm_join_skinny(c, x - c.tile0);
+        return;
+    }
     const int64_t tilesN = (c.n + GJ_T - 1) / GJ_T;
     const int64_t t = x - c.tile0;
     const int64_t i0 = (t / tilesN) * GJ_T, j0 = (t % tilesN) * GJ_T;
