@@ -9,15 +9,15 @@ package cuda
 const gatChunk = 8
 
 // gatShared is the dynamic shared memory of a gat_aggregate_f32 block in
-// bytes: heads·f + (3 + 3·gatChunk)·heads + heads·c floats
-// (src/graph.cu).
+// bytes: 2·gatChunk int64 row offsets, then heads·f + (3 + 3·gatChunk)·
+// heads + heads·c floats (src/graph.cu).
 func gatShared(heads, c, f int) int {
-	return 4 * (heads*f + (3+3*gatChunk)*heads + heads*c)
+	return 16*gatChunk + 4*(heads*f+(3+3*gatChunk)*heads+heads*c)
 }
 
 // Launch bounds of gat_aggregate_f32 and gat_mean_f32: their shared
 // memory must fit the 48 KiB a block gets without opting in (heads·(c +
-// f + 27) ≤ 12288 floats), and they run gatMaxThreads threads a block at
+// f + 27) + 32 ≤ 12288 floats), and they run gatMaxThreads threads a block at
 // most, one warp at least. gat_mean_f32 is compiled for blocks of
 // gatMaxThreads, gatMinBlocks to a multiprocessor (__launch_bounds__ in
 // src/graph.cu: 64 registers a thread, 100 without), so that W2's

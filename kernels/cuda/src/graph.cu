@@ -137,7 +137,8 @@ __device__ __forceinline__ void gat_relation(float* out, const float* hs, const 
                                              const GatTailArgs tail, const bool hasTail) {
     const int H = (int)g.heads, C = (int)g.c, F = (int)g.f;
     const int64_t HC = g.heads * g.c;
-    float* v = sh;
+    int64_t* rows = reinterpret_cast<int64_t*>(sh);  // [2][GAT_CHUNK]
+    float* v = sh + 4 * GAT_CHUNK;
     float* dterm = v + H * F;
     float* m = dterm + H;
     float* s = m + H;
@@ -174,8 +175,10 @@ __device__ __forceinline__ void gat_relation(float* out, const float* hs, const 
         for (int64_t q = tid; q < HC; q += blockDim.x) acc[q] = 0.f;
         __syncthreads();  // v, dterm, m, s and acc are set
 
-        for (int64_t p0 = a; p0 < b; p0 += GAT_CHUNK) {
+        int64_t* rp = rows;  // this chunk's half of rows
+        for (int64_t p0 = a; p0 < b; p0 += GAT_CHUNK, rp = rows + GAT_CHUNK - (rp - rows)) {
             const int ne = (int)min((int64_t)GAT_CHUNK, b - p0);
+            if (tid < ne) rp[tid] = src[order[p0 + tid]] * g.lds;
             // The chunk's logits, a warp per (edge, head), all at once.
             for (int t = warp; t < ne * H; t += warps) {
                 const int e = t / H, h = t % H;
@@ -185,7 +188,7 @@ __device__ __forceinline__ void gat_relation(float* out, const float* hs, const 
                 part = warp_sum(part);
                 if (lane == 0) lg[t] = part;
             }
-            __syncthreads();  // the chunk's dot products are in
+            __syncthreads();  // the chunk's dot products and rows are in
             // The online softmax's steps, edge after edge, a thread per
             // head.
             for (int h = tid; h < H; h += blockDim.x) {
@@ -216,13 +219,13 @@ __device__ __forceinline__ void gat_relation(float* out, const float* hs, const 
             for (int64_t q = tid; q < HC; q += blockDim.x) {
                 const int h = (int)(q / C);
                 float x = acc[q];
-                for (int e = 0; e < ne; e++) {
-                    const float* hj = hs + src[order[p0 + e]] * g.lds;
-                    x = x * sc[e * H + h] + wt[e * H + h] * hj[q];
-                }
+                for (int e = 0; e < ne; e++) x = x * sc[e * H + h] + wt[e * H + h] * hs[rp[e] + q];
                 acc[q] = x;
             }
-            __syncthreads();  // lg, sc and wt are free for the next chunk
+            // No barrier here: the next chunk's dot products write lg and
+            // the other half of rows, which this update does not read;
+            // its softmax steps write sc and wt after its first barrier,
+            // which every thread reaches once done here.
         }
         __syncthreads();  // acc and s are final
 
@@ -275,10 +278,11 @@ extern "C" {
 
 // gat_aggregate_f32: one block per destination node i (a block-stride
 // loop over the nodes; blockDim.x a multiple of 32, any size), with
-// dynamic shared memory of (heads·f + (3 + 3·GAT_CHUNK)·heads + heads·c)
-// floats laid out
-// (H = heads, C = c, F = f)
+// dynamic shared memory of 4·GAT_CHUNK + heads·f + (3 + 3·GAT_CHUNK)·
+// heads + heads·c floats laid out (H = heads, C = c, F = f)
 //
+//	rows [2·GAT_CHUNK]  int64: the chunk's source rows' offsets j·lds
+//	                 (two halves, by the chunk's parity)
 //	v [H·F]          v[h,f] = Σ_c attEdge[h,c]·we[h·C+c, f] (per block)
 //	dterm [H]        Σ_c hd[i,h,c]·attDst[h,c]
 //	m, s [H]         the running maximum and sum of the online softmax
@@ -287,21 +291,23 @@ extern "C" {
 //	acc [H·C]        Σ_k exp(l[k,h] − m[h])·hs[j,h,c] so far
 //
 // The incoming edges p (k = order[p], j = src[k]) go in chunks of
-// GAT_CHUNK, in order. For a chunk, the warps first take its (edge,
-// head) pairs, one warp each: Σ_c hs[j,h,c]·attSrc[h,c] (lanes striding
-// over c, then a warp butterfly); after a barrier thread h alone steps
+// GAT_CHUNK, in order. For a chunk, thread e < GAT_CHUNK stores edge e's
+// row offset j·lds (rows, the chunk's parity's half), and the warps take
+// its (edge, head) pairs, one warp each: Σ_c hs[j,h,c]·attSrc[h,c]
+// (lanes striding over c, then a warp butterfly); after a barrier
+// thread h alone steps
 // head h's online softmax through the chunk's edges in order: z = that
 // sum + dterm[h] + Σ_f attr[k,f]·v[h,f], l = max(z, slope·z), the new
 // maximum, the rescale exp(m_old − m_new) and the weight exp(l − m_new);
 // after another barrier every thread rescales its own acc elements
 // (q = tid, tid + blockDim, …) and adds each weight times hs[j, q], edge
 // after edge (hs's row j starts at hs + j·lds, hd's row i at hd + i·ldd:
-// either may be a column block of a wider projection), and a third
-// barrier frees the chunk's buffers. Every logit, softmax step and
-// accumulator sees the same operations in the same order as one edge at
-// a time would: the chunks only let the edges' loads and dot products
-// overlap (one edge at a time, a barrier per edge, took about 20 µs per
-// launch for W2's batch-64 policy on an H200). At the end
+// either may be a column block of a wider projection); the next chunk's
+// first barrier frees the buffers (two barriers a chunk). Every logit,
+// softmax step and accumulator sees the same operations in the same
+// order as one edge at a time would: the chunks only let the edges'
+// loads and dot products overlap (W2's batch-64 launch took about 20 µs
+// on an H200 with one edge at a time and a barrier per edge). At the end
 // r = bias[c] + (Σ_h acc[h,c]/s[h])·(1/H), or bias[c] for a node without
 // incoming edges, and out[i,c] = alpha·r, or out[i,c] + alpha·r with
 // accumulate (alpha·r rounded to fp32 first). H·C must fit an int (the
