@@ -448,54 +448,82 @@ func checkMatMulsJoiner(s *suite) {
 			// takes a product of up to 8 a column per warp), K past 32.
 			{{3, 300, 256}, {1, 130, 128}, {8, 40, 65}, {9, 40, 65}},
 		} {
-			var calls []kernels.MatMulTCall
-			var want [][]float64
-			var outs []*T
-			type operand struct {
-				t *T
-				v []float64
-			}
-			seen := map[[2]int]operand{} // one A per [m, k] and one B per [n, k]: shared where a set repeats them
-			for _, sh := range set {
-				m, n, k := sh[0], sh[1], sh[2]
-				get := func(rows int) (*T, []float64) {
-					if o, ok := seen[[2]int{rows, k}]; ok {
-						return o.t, o.v
-					}
-					t, v := s.in(d, rows, k)
-					seen[[2]int{rows, k}] = operand{t, v}
-					return t, v
-				}
-				a, av := get(m)
-				b, bv := get(n)
-				c := kernels.MatMulTCall{Dst: s.out(d, m, n), A: a, B: b}
-				w := make([]float64, m*n)
-				for i := 0; i < m; i++ {
-					for j := 0; j < n; j++ {
-						var v float64
-						for p := 0; p < k; p++ {
-							v += av[i*k+p] * bv[j*k+p]
-						}
-						w[i*n+j] = v
-					}
-				}
-				calls, want, outs = append(calls, c), append(want, w), append(outs, c.Dst)
-			}
-			untouched := s.read(outs)
-			what := name("MatMulsT", d, "products", len(calls))
-			var done bool
-			s.check(call{what: what, launch: func() { done = mj.MatMulsT(calls) }, writes: outs, declined: func() bool { return !done }},
-				func(got [][]float64) {
-					for k := range got {
-						if !done {
-							same(s.t, name(what, "product", k, "untouched"), got[k], untouched[k])
-							continue
-						}
-						s.close(name(what, "product", k), got[k], want[k], 8*tol(d))
-					}
-				})
+			checkMatMulsSet(s, mj, d, set, 8*tol(d), "")
 		}
 	}
+	// In the matmul precision High (TF32 allowed, as SetMatmulPrecision's
+	// check holds MatMul to it): a batch-64 policy layer's products,
+	// narrowed (CUDA joins them on tensor cores), sizes no multiple of a
+	// tile, and a set with few rows besides (fp32 on CUDA).
+	if contains(s.floats("MatMulsT"), tensor.F32) {
+		defer s.b.SetMatmulPrecision(kernels.Highest)
+		s.b.SetMatmulPrecision(kernels.High)
+		for _, set := range [][][3]int{
+			{{192, 300, 256}, {192, 130, 128}, {64, 200, 256}},
+			{{70, 129, 31}, {65, 64, 33}, {9, 1, 40}, {0, 5, 4}},
+			{{3, 40, 64}, {70, 50, 64}},
+		} {
+			checkMatMulsSet(s, mj, tensor.F32, set, 4e-3, "in precision High")
+		}
+	}
+	checkMatMulsJoinerPanics(s, mj)
+}
+
+// checkMatMulsSet is checkMatMulsJoiner's check of one set of products
+// (m, n, k each): d = a·bᵀ in dtype d within tolerance of the float64
+// product, or untouched where the backend declines them; prec names the
+// matmul precision in the messages ("" for the default).
+func checkMatMulsSet(s *suite, mj kernels.MatMulsJoiner, d tensor.DType, set [][3]int, tolerance float64, prec string) {
+	var calls []kernels.MatMulTCall
+	var want [][]float64
+	var outs []*T
+	type operand struct {
+		t *T
+		v []float64
+	}
+	seen := map[[2]int]operand{} // one A per [m, k] and one B per [n, k]: shared where a set repeats them
+	for _, sh := range set {
+		m, n, k := sh[0], sh[1], sh[2]
+		get := func(rows int) (*T, []float64) {
+			if o, ok := seen[[2]int{rows, k}]; ok {
+				return o.t, o.v
+			}
+			t, v := s.in(d, rows, k)
+			seen[[2]int{rows, k}] = operand{t, v}
+			return t, v
+		}
+		a, av := get(m)
+		b, bv := get(n)
+		c := kernels.MatMulTCall{Dst: s.out(d, m, n), A: a, B: b}
+		w := make([]float64, m*n)
+		for i := 0; i < m; i++ {
+			for j := 0; j < n; j++ {
+				var v float64
+				for p := 0; p < k; p++ {
+					v += av[i*k+p] * bv[j*k+p]
+				}
+				w[i*n+j] = v
+			}
+		}
+		calls, want, outs = append(calls, c), append(want, w), append(outs, c.Dst)
+	}
+	untouched := s.read(outs)
+	what := name("MatMulsT", d, "products", len(calls), prec)
+	var done bool
+	s.check(call{what: what, launch: func() { done = mj.MatMulsT(calls) }, writes: outs, declined: func() bool { return !done }},
+		func(got [][]float64) {
+			for k := range got {
+				if !done {
+					same(s.t, name(what, "product", k, "untouched"), got[k], untouched[k])
+					continue
+				}
+				s.close(name(what, "product", k), got[k], want[k], tolerance)
+			}
+		})
+}
+
+// checkMatMulsJoinerPanics is checkMatMulsJoiner's misuse checks.
+func checkMatMulsJoinerPanics(s *suite, mj kernels.MatMulsJoiner) {
 	s.panics("MatMulsT", func() { // Dst is the first operand
 		x := s.out(tensor.F32, 3, 3)
 		mj.MatMulsT([]kernels.MatMulTCall{{Dst: x, A: x, B: s.out(tensor.F32, 3, 3)}})

@@ -27,6 +27,7 @@ func TestKernelDefinesMatchGo(t *testing.T) {
 		{"matmul.cu", "GJ_T", gemmJoinTile},
 		{"matmul.cu", "GJ_SKINNY", gemmJoinSkinny},
 		{"matmul.cu", "GJ_COLS", gemmJoinCols},
+		{"matmul.cu", "GJ_TC", gemmJoinTileTC},
 		{"norm.cu", "LN_JOIN", lnJoin},
 	} {
 		src, err := os.ReadFile(filepath.Join("src", c.file))

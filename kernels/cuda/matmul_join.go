@@ -13,7 +13,7 @@ var _ kernels.MatMulsJoiner = (*Backend)(nil)
 
 // MatMulsT implements kernels.MatMulsJoiner.
 func (b *Backend) MatMulsT(calls []kernels.MatMulTCall) bool {
-	done, err := b.d.MatMulsT(calls)
+	done, err := b.d.MatMulsT(calls, b.precision())
 	must(err)
 	return done
 }
@@ -22,12 +22,15 @@ func (b *Backend) MatMulsT(calls []kernels.MatMulTCall) bool {
 // to gemmJoin at a time, in one gemm_join_f32 launch (a block per 32×32
 // output tile of any of them, each element summing its K products in
 // order in fp32; a product of at most gemmJoinSkinny rows a column per
-// warp, 32 lanes' partials in k order summed by a butterfly; fp32
-// whatever the matmul precision); false, having written
-// nothing, with ESPER_CUDA_JOINS=off, an operand of another dtype, or a
-// product past gemmJoinMaxMACs, which cuBLAS computes faster. Everything
-// is checked before anything launches.
-func (d *Device) MatMulsT(calls []kernels.MatMulTCall) (bool, error) {
+// warp, 32 lanes' partials in k order summed by a butterfly; fp32).
+// In the matmul precision High (TF32), when every product has more than
+// gemmJoinSkinny rows, they go to gemm_join_tf32 instead (a block of
+// four warps per 64×64 tile, TF32 tensor cores) up to gemmJoinMaxMACsTC
+// each. False, having written nothing, with ESPER_CUDA_JOINS=off, an
+// operand of another dtype, or a product past the bound (gemmJoinMaxMACs
+// in fp32), which cuBLAS computes faster. Everything is checked before
+// anything launches.
+func (d *Device) MatMulsT(calls []kernels.MatMulTCall, prec Precision) (bool, error) {
 	const op = "MatMulsT"
 	dims, err := kernels.CheckMatMulsT(op, calls)
 	if err := checked(err); err != nil {
@@ -36,9 +39,18 @@ func (d *Device) MatMulsT(calls []kernels.MatMulTCall) (bool, error) {
 	if joinsOff.Load() {
 		return false, nil
 	}
+	tc := prec == High
+	for i := range calls {
+		tc = tc && dims[i][0] > gemmJoinSkinny
+	}
+	most := int64(gemmJoinMaxMACs)
+	kern, blocks, threads := "gemm_join_f32", gjTiles, 256
+	if tc {
+		most, kern, blocks, threads = gemmJoinMaxMACsTC, "gemm_join_tf32", gjTilesTC, 128
+	}
 	for i, c := range calls {
 		m, n, k := dims[i][0], dims[i][1], dims[i][2]
-		if c.A.DType() != tensor.F32 || int64(m)*int64(n)*int64(k) > gemmJoinMaxMACs {
+		if c.A.DType() != tensor.F32 || int64(m)*int64(n)*int64(k) > most {
 			return false, nil
 		}
 	}
@@ -57,7 +69,7 @@ func (d *Device) MatMulsT(calls []kernels.MatMulTCall) (bool, error) {
 	if len(cs) == 0 {
 		return true, nil
 	}
-	fn, err := d.kernel("gemm_join_f32")
+	fn, err := d.kernel(kern)
 	if err != nil {
 		return false, err
 	}
@@ -65,9 +77,9 @@ func (d *Device) MatMulsT(calls []kernels.MatMulTCall) (bool, error) {
 	defer release()
 	var w [gemmJoinWords]uint64
 	for start := 0; start < len(cs); start += gemmJoin {
-		tiles := gemmJoinPack(&w, cs[start:min(len(cs), start+gemmJoin)])
+		tiles := gemmJoinPackBy(&w, cs[start:min(len(cs), start+gemmJoin)], blocks)
 		d.joins.Add(1)
-		if err := launchStruct(fn, [3]int{int(tiles), 1, 1}, [3]int{256, 1, 1}, d.stream, w[:]); err != nil {
+		if err := launchStruct(fn, [3]int{int(tiles), 1, 1}, [3]int{threads, 1, 1}, d.stream, w[:]); err != nil {
 			return false, err
 		}
 	}

@@ -48,17 +48,39 @@ func gjTiles(m, n int64) int64 {
 	return ((m + gemmJoinTile - 1) / gemmJoinTile) * ((n + gemmJoinTile - 1) / gemmJoinTile)
 }
 
+// gemmJoinTileTC is GJ_TC, gemm_join_tf32's square output tile (a block
+// of 128 threads each), and gemmJoinMaxMACsTC the largest product
+// (m·n·k) it takes: W2's batch-64 layers' (192 by 4096 by 256, 201 M)
+// and below. cuBLAS runs each of those as a launch of its own of about
+// 6 µs on an H200, with 96 to 192 blocks on 132 multiprocessors; the
+// join runs a layer's three side by side.
+const (
+	gemmJoinTileTC    = 64
+	gemmJoinMaxMACsTC = 1 << 28
+)
+
+// gjTilesTC is gemm_join_tf32's blocks for a product of m×n outputs.
+func gjTilesTC(m, n int64) int64 {
+	return ((m + gemmJoinTileTC - 1) / gemmJoinTileTC) * ((n + gemmJoinTileTC - 1) / gemmJoinTileTC)
+}
+
 // gemmJoinPack writes struct GemmJoin into w for cs (1 to gemmJoin
 // products, none without outputs) and returns the launch's blocks (every
 // product's blocks, gjTiles, in order); unused slots are zeroed.
 func gemmJoinPack(w *[gemmJoinWords]uint64, cs []gjCall) (tiles int64) {
+	return gemmJoinPackBy(w, cs, gjTiles)
+}
+
+// gemmJoinPackBy is gemmJoinPack with each product's blocks counted by
+// blocks (gjTiles for gemm_join_f32, gjTilesTC for gemm_join_tf32).
+func gemmJoinPackBy(w *[gemmJoinWords]uint64, cs []gjCall, blocks func(m, n int64) int64) (tiles int64) {
 	*w = [gemmJoinWords]uint64{}
 	w[0] = uint64(len(cs))
 	for i, c := range cs {
 		o := 1 + i*gjCallWords
 		w[o], w[o+1], w[o+2] = c.d, c.a, c.b
 		w[o+3], w[o+4], w[o+5], w[o+6] = uint64(c.m), uint64(c.n), uint64(c.k), uint64(tiles)
-		tiles += gjTiles(c.m, c.n)
+		tiles += blocks(c.m, c.n)
 	}
 	return tiles
 }

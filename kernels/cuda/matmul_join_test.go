@@ -226,3 +226,167 @@ func TestGemmJoinKernelInGo(t *testing.T) {
 		t.Fatalf("gemm_join_f32: the PTX's parameter is %d bytes (found %v), the Go block %d", n, ok, 8*gemmJoinWords)
 	}
 }
+
+// tf32 is cvt.rna.tf32.f32 (wmma::__float_to_tf32): v rounded to 10
+// mantissa bits, ties away from zero.
+func tf32(v float32) float32 {
+	b := math.Float32bits(v)
+	if b&0x7f800000 == 0x7f800000 { // Inf, NaN
+		return v
+	}
+	return math.Float32frombits((b + 0x1000) &^ 0x1fff)
+}
+
+// gemmJoinTCEmu is gemm_join_tf32 over the launch w of tiles blocks of
+// 128 threads: the staging (TF32-rounded, zero past the edges) into the
+// kernel's shared array, each warp's 32×32 quarter summed in float64
+// over the staged values (the tensor cores' order is the hardware's),
+// the quarters stored at the kernel's offsets within the same array
+// (which must hold them) and copied out inside the product. The array
+// starts NaN so that a read of an element nothing wrote shows.
+func gemmJoinTCEmu(mem *devMem, w *[gemmJoinWords]uint64, tiles int64) {
+	const T, TK, LDS, LDC = gemmJoinTileTC, 32, 36, 68
+	n := int(w[0])
+	call := func(q int) (d, a, b uint64, m, nn, k, tile0 int64) {
+		o := 1 + q*gjCallWords
+		return w[o], w[o+1], w[o+2], int64(w[o+3]), int64(w[o+4]), int64(w[o+5]), int64(w[o+6])
+	}
+	for x := int64(0); x < tiles; x++ {
+		q := 0
+		for q+1 < n {
+			if _, _, _, _, _, _, t0 := call(q + 1); x < t0 {
+				break
+			}
+			q++
+		}
+		d, a, b, m, nn, k, tile0 := call(q)
+		tilesN := (nn + T - 1) / T
+		t := x - tile0
+		i0, j0 := (t/tilesN)*T, (t%tilesN)*T
+		sm := make([]float32, 2*T*LDS)
+		for i := range sm {
+			sm[i] = float32(math.NaN())
+		}
+		as, bs := sm[:T*LDS], sm[T*LDS:]
+		var acc [4][32][32]float64
+		for k0 := int64(0); k0 < k; k0 += TK {
+			for e := 0; e < T*TK; e++ {
+				r, kk := e/TK, e%TK
+				ia, jb, kg := i0+int64(r), j0+int64(r), k0+int64(kk)
+				as[r*LDS+kk], bs[r*LDS+kk] = 0, 0
+				if ia < m && kg < k {
+					as[r*LDS+kk] = tf32(mem.ld(a, ia*k+kg))
+				}
+				if jb < nn && kg < k {
+					bs[r*LDS+kk] = tf32(mem.ld(b, jb*k+kg))
+				}
+			}
+			for warp := 0; warp < 4; warp++ {
+				wr, wc := (warp>>1)*32, (warp&1)*32
+				for r := 0; r < 32; r++ {
+					for c := 0; c < 32; c++ {
+						for kk := 0; kk < TK; kk++ {
+							acc[warp][r][c] += float64(as[(wr+r)*LDS+kk]) * float64(bs[(wc+c)*LDS+kk])
+						}
+					}
+				}
+			}
+		}
+		cs := sm
+		for warp := 0; warp < 4; warp++ {
+			wr, wc := (warp>>1)*32, (warp&1)*32
+			for r := 0; r < 32; r++ {
+				for c := 0; c < 32; c++ {
+					cs[(wr+r)*LDC+wc+c] = float32(acc[warp][r][c])
+				}
+			}
+		}
+		for e := 0; e < T*T; e++ {
+			r, cc := e/T, e%T
+			i, jj := i0+int64(r), j0+int64(cc)
+			if i < m && jj < nn {
+				mem.st(d, i*nn+jj, cs[r*LDC+cc])
+			}
+		}
+	}
+}
+
+// TestGemmJoinTF32KernelInGo: gemm_join_tf32, transcribed (its tensor
+// cores' sums in float64), writes every element of every product once,
+// within TF32's rounding of the exact product, for a batch-64 policy
+// layer's three products (narrowed), sizes no multiple of the tile or
+// the K step, K = 0 and more products than one launch takes; its staged
+// output fits the staging buffers it reuses.
+func TestGemmJoinTF32KernelInGo(t *testing.T) {
+	if 64*68 > 2*64*36 {
+		t.Fatal("the staged output tile does not fit the staging buffers")
+	}
+	rng := rand.New(rand.NewSource(31))
+	for _, set := range [][][3]int64{
+		{{192, 300, 256}, {192, 130, 128}, {64, 200, 256}},
+		{{9, 7, 3}, {65, 64, 33}, {70, 129, 31}, {100, 1, 40}, {12, 4, 0}, {64, 64, 64}, {10, 10, 10}, {11, 11, 11}, {13, 13, 13}},
+	} {
+		mem := newDevMem()
+		type prod struct {
+			d, a, b uint64
+			av, bv  []float32
+			m, n, k int64
+		}
+		var ps []prod
+		for _, sh := range set {
+			m, n, k := sh[0], sh[1], sh[2]
+			av, bv := make([]float32, m*k), make([]float32, n*k)
+			for i := range av {
+				av[i] = float32(rng.NormFloat64())
+			}
+			for i := range bv {
+				bv[i] = float32(rng.NormFloat64())
+			}
+			d := make([]float32, m*n)
+			for i := range d {
+				d[i] = float32(math.NaN())
+			}
+			ps = append(ps, prod{a: mem.put(av, false), b: mem.put(bv, false), d: mem.put(d, false), av: av, bv: bv, m: m, n: n, k: k})
+		}
+		mem.finish()
+		var cs []gjCall
+		for _, p := range ps {
+			cs = append(cs, gjCall{d: p.d, a: p.a, b: p.b, m: p.m, n: p.n, k: p.k})
+		}
+		var w [gemmJoinWords]uint64
+		for start := 0; start < len(cs); start += gemmJoin {
+			tiles := gemmJoinPackBy(&w, cs[start:min(len(cs), start+gemmJoin)], gjTilesTC)
+			gemmJoinTCEmu(mem, &w, tiles)
+		}
+		what := fmt.Sprintf("products %v", set)
+		mem.checkGuards(t, what)
+		for q, p := range ps {
+			got := mem.view(p.d, int(p.m*p.n))
+			for e, cnt := range mem.writesAt(p.d, int(p.m*p.n)) {
+				if cnt != 1 {
+					t.Fatalf("%s: product %d element %d written %d times", what, q, e, cnt)
+				}
+			}
+			for i := int64(0); i < p.m; i++ {
+				for j := int64(0); j < p.n; j++ {
+					var exact, mag float64
+					for kk := int64(0); kk < p.k; kk++ {
+						v := float64(p.av[i*p.k+kk]) * float64(p.bv[j*p.k+kk])
+						exact, mag = exact+v, mag+math.Abs(v)
+					}
+					// Each operand rounded to 10 mantissa bits: the
+					// product's relative error within 2·2⁻¹¹.
+					if g := float64(got[i*p.n+j]); math.Abs(g-exact) > 1.1e-3*mag+1e-6 {
+						t.Fatalf("%s: product %d d[%d, %d] = %v, exact %v (magnitude %v)", what, q, i, j, g, exact, mag)
+					}
+				}
+			}
+		}
+	}
+	if n, ok := ptxStructParam(readPTX(t, "matmul.ptx"), "gemm_join_tf32"); !ok || n != 8*gemmJoinWords {
+		t.Fatalf("gemm_join_tf32: the PTX's parameter is %d bytes (found %v), the Go block %d", n, ok, 8*gemmJoinWords)
+	}
+	if maxT, _ := ptxLaunchBounds(t, "matmul.ptx", "gemm_join_tf32"); maxT != 128 {
+		t.Fatalf("gemm_join_tf32 is compiled for blocks of %d threads; MatMulsT launches 128", maxT)
+	}
+}

@@ -182,22 +182,24 @@ __device__ __forceinline__ void gat_relation(float* out, const float* hs, const 
             // The chunk's logits, a warp per (edge, head), all at once.
             for (int t = warp; t < ne * H; t += warps) {
                 const int e = t / H, h = t % H;
-                const float* hj = hs + src[order[p0 + e]] * g.lds;
+                const int64_t k = order[p0 + e];
+                const float* hj = hs + src[k] * g.lds;
                 float part = 0.f;
                 for (int c = lane; c < C; c += 32) part += hj[h * C + c] * attSrc[h * C + c];
                 part = warp_sum(part);
-                if (lane == 0) lg[t] = part;
+                if (lane == 0) {
+                    float z = part + dterm[h];
+                    for (int f = 0; f < F; f++) z += attr[k * F + f] * v[h * F + f];
+                    lg[t] = fmaxf(z, slope * z);
+                }
             }
-            __syncthreads();  // the chunk's dot products and rows are in
+            __syncthreads();  // the chunk's logits and rows are in
             // The online softmax's steps, edge after edge, a thread per
             // head.
             for (int h = tid; h < H; h += blockDim.x) {
                 float mh = m[h], sh_ = s[h];
                 for (int e = 0; e < ne; e++) {
-                    const int64_t k = order[p0 + e];
-                    float z = lg[e * H + h] + dterm[h];
-                    for (int f = 0; f < F; f++) z += attr[k * F + f] * v[h * F + f];
-                    float l = fmaxf(z, slope * z);
+                    const float l = lg[e * H + h];
                     float mo = mh;
                     // The new maximum; a NaN logit takes over (and stays:
                     // nothing compares above it), so that it reaches the
@@ -286,19 +288,19 @@ extern "C" {
 //	v [H·F]          v[h,f] = Σ_c attEdge[h,c]·we[h·C+c, f] (per block)
 //	dterm [H]        Σ_c hd[i,h,c]·attDst[h,c]
 //	m, s [H]         the running maximum and sum of the online softmax
-//	lg [GAT_CHUNK·H] the chunk's dot products per (edge, head)
+//	lg [GAT_CHUNK·H] the chunk's logits per (edge, head)
 //	sc, wt [GAT_CHUNK·H]  the chunk's rescales and weights per (edge, head)
 //	acc [H·C]        Σ_k exp(l[k,h] − m[h])·hs[j,h,c] so far
 //
 // The incoming edges p (k = order[p], j = src[k]) go in chunks of
 // GAT_CHUNK, in order. For a chunk, thread e < GAT_CHUNK stores edge e's
 // row offset j·lds (rows, the chunk's parity's half), and the warps take
-// its (edge, head) pairs, one warp each: Σ_c hs[j,h,c]·attSrc[h,c]
-// (lanes striding over c, then a warp butterfly); after a barrier
-// thread h alone steps
-// head h's online softmax through the chunk's edges in order: z = that
-// sum + dterm[h] + Σ_f attr[k,f]·v[h,f], l = max(z, slope·z), the new
-// maximum, the rescale exp(m_old − m_new) and the weight exp(l − m_new);
+// its (edge, head) pairs, one warp each: the logit z = Σ_c hs[j,h,c]·
+// attSrc[h,c] (lanes striding over c, then a warp butterfly) + dterm[h]
+// + Σ_f attr[k,f]·v[h,f], l = max(z, slope·z) (lane 0); after a barrier
+// thread h alone steps head h's online softmax through the chunk's
+// logits in order: the new maximum, the rescale exp(m_old − m_new) and
+// the weight exp(l − m_new);
 // after another barrier every thread rescales its own acc elements
 // (q = tid, tid + blockDim, …) and adds each weight times hs[j, q], edge
 // after edge (hs's row j starts at hs + j·lds, hd's row i at hd + i·ldd:

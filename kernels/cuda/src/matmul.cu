@@ -3,6 +3,7 @@
 // and applies the activation (unary_f, in common.cuh) in fp32 over the
 // product that cuBLAS stored, in fp32, bf16 and fp16.
 #include <cuda_bf16.h>
+#include <mma.h>
 #include <stdint.h>
 #include "common.cuh"
 
@@ -259,6 +260,83 @@ __global__ void __launch_bounds__(256) gemm_join_f32(const __grid_constant__ Gem
     for (int r = 0; r < GJ_ROWS; r++) {
         const int64_t i = i0 + row + 8 * r, jj = j0 + col;
         if (i < c.m && jj < c.n) c.d[i * c.n + jj] = acc[r];
+    }
+}
+
+// GJ_TC is gemm_join_tf32's square output tile (Go's gemmJoinTileTC),
+// GJ_TK its K step, GJ_LDS a staged row's floats (GJ_TK padded to a
+// multiple of 4 that keeps every fragment's rows 32-byte aligned) and
+// GJ_LDC the staged output's.
+#define GJ_TC 64
+#define GJ_TK 32
+#define GJ_LDS 36
+#define GJ_LDC 68
+
+// gemm_join_tf32: gemm_join_f32's products (the same GemmJoin, tile0
+// counting 64×64 tiles) on TF32 tensor cores, for the matmul precision
+// High: a block of 4 warps per GJ_TC×GJ_TC output tile. Per K step of
+// GJ_TK the block stages a's and b's tile rows in shared memory, rounded
+// to TF32 (zero past the edges, consecutive threads along k); warp w
+// keeps the 32×32 quarter (w / 2, w % 2) of the tile as 2×2 fp32
+// accumulator fragments of 16×16 and adds the step's products 8 k at a
+// time (wmma m16n16k8: a row-major, bᵀ column-major, the staged b rows
+// being bᵀ's columns). The accumulators then go through shared memory
+// (the staging buffers, free by then) to d, the elements inside the
+// product only. The order of the sums within a tensor-core step is the
+// hardware's: TF32's rounding, as cuBLAS's TF32 products have.
+__global__ void __launch_bounds__(128) gemm_join_tf32(const __grid_constant__ GemmJoin j) {
+    using namespace nvcuda;
+    __shared__ __align__(128) float sm[2 * GJ_TC * GJ_LDS];
+    const int64_t x = blockIdx.x;
+    int q = 0;
+    while (q + 1 < (int)j.n && x >= j.c[q + 1].tile0) q++;
+    const GjCall& c = j.c[q];
+    const int64_t tilesN = (c.n + GJ_TC - 1) / GJ_TC;
+    const int64_t t = x - c.tile0;
+    const int64_t i0 = (t / tilesN) * GJ_TC, j0 = (t % tilesN) * GJ_TC;
+    float* as = sm;
+    float* bs = sm + GJ_TC * GJ_LDS;
+    const int tid = threadIdx.x, warp = tid >> 5;
+    const int wr = (warp >> 1) * 32, wc = (warp & 1) * 32;
+    wmma::fragment<wmma::accumulator, 16, 16, 8, float> acc[2][2];
+#pragma unroll
+    for (int a = 0; a < 2; a++)
+#pragma unroll
+        for (int b = 0; b < 2; b++) wmma::fill_fragment(acc[a][b], 0.f);
+    for (int64_t k0 = 0; k0 < c.k; k0 += GJ_TK) {
+        for (int e = tid; e < GJ_TC * GJ_TK; e += blockDim.x) {
+            const int r = e / GJ_TK, kk = e % GJ_TK;
+            const int64_t ia = i0 + r, jb = j0 + r, kg = k0 + kk;
+            as[r * GJ_LDS + kk] = (ia < c.m && kg < c.k) ? wmma::__float_to_tf32(c.a[ia * c.k + kg]) : 0.f;
+            bs[r * GJ_LDS + kk] = (jb < c.n && kg < c.k) ? wmma::__float_to_tf32(c.b[jb * c.k + kg]) : 0.f;
+        }
+        __syncthreads();  // the step's tiles are staged
+#pragma unroll
+        for (int kk = 0; kk < GJ_TK; kk += 8) {
+            wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major> fa[2];
+            wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::col_major> fb[2];
+#pragma unroll
+            for (int a = 0; a < 2; a++) wmma::load_matrix_sync(fa[a], as + (wr + 16 * a) * GJ_LDS + kk, GJ_LDS);
+#pragma unroll
+            for (int b = 0; b < 2; b++) wmma::load_matrix_sync(fb[b], bs + (wc + 16 * b) * GJ_LDS + kk, GJ_LDS);
+#pragma unroll
+            for (int a = 0; a < 2; a++)
+#pragma unroll
+                for (int b = 0; b < 2; b++) wmma::mma_sync(acc[a][b], fa[a], fb[b], acc[a][b]);
+        }
+        __syncthreads();  // the tiles are read before the next step stages
+    }
+    float* cs = sm;  // GJ_TC rows of GJ_LDC floats: within the staging buffers
+#pragma unroll
+    for (int a = 0; a < 2; a++)
+#pragma unroll
+        for (int b = 0; b < 2; b++)
+            wmma::store_matrix_sync(cs + (wr + 16 * a) * GJ_LDC + wc + 16 * b, acc[a][b], GJ_LDC, wmma::mem_row_major);
+    __syncthreads();  // the whole tile is staged
+    for (int e = tid; e < GJ_TC * GJ_TC; e += blockDim.x) {
+        const int r = e / GJ_TC, cc = e % GJ_TC;
+        const int64_t i = i0 + r, jj = j0 + cc;
+        if (i < c.m && jj < c.n) c.d[i * c.n + jj] = cs[r * GJ_LDC + cc];
     }
 }
 
