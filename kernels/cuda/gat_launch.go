@@ -18,16 +18,18 @@ func gatShared(heads, c, f int) int {
 // Launch bounds of gat_aggregate_f32 and gat_mean_f32: their shared
 // memory must fit the 48 KiB a block gets without opting in (heads·(c +
 // f + 27) + 32 ≤ 12288 floats), and they run gatMaxThreads threads a block at
-// most, one warp at least. gat_mean_f32 is compiled for blocks of
-// gatMaxThreads, gatMinBlocks to a multiprocessor (__launch_bounds__ in
-// src/graph.cu: 64 registers a thread, 100 without), so that W2's
-// batch-64 launch (768 blocks) runs in one wave on an H100 or H200, not
-// three. The thread count changes no bit: every accumulator, logit and
-// output is one thread's or one warp's, whatever the block.
+// most, one warp at least. gat_mean_f32 and gat_mean_join_f32 are
+// compiled for blocks of gatMaxThreads, gatMinBlocks to a multiprocessor
+// (__launch_bounds__ in src/graph.cu: 64 registers a thread, 100
+// without), so that W2's batch-64 joined launch (a layer's ten relations
+// by 192 destination nodes, 1920 blocks) runs in one wave on an H100 or
+// H200: at 128 threads and 8 blocks it took two, about 23 µs a launch on
+// an H200. The thread count changes no bit: every accumulator, logit
+// and output is one thread's or one warp's, whatever the block.
 const (
 	gatMaxShared  = 48 << 10
-	gatMaxThreads = 128
-	gatMinBlocks  = 8
+	gatMaxThreads = 64
+	gatMinBlocks  = 16
 	gatMaxBlocks  = 1 << 20
 )
 

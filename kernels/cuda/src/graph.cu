@@ -367,10 +367,10 @@ __device__ __forceinline__ void gat_mean_at(const GatMulti& m, const int r) {
 // set (every relation in this one launch, relBase 0) the block that
 // finishes a node's last relation adds them in order and writes out
 // (gat_tail), else gat_combine_f32 then adds them. Compiled for blocks
-// of 128 threads, 8 to a multiprocessor (Go's gatMaxThreads,
+// of 64 threads, 16 to a multiprocessor (Go's gatMaxThreads,
 // gatMinBlocks): 64 registers a thread instead of 100, so that a
-// batch-64 policy's launch runs in one wave.
-__global__ void __launch_bounds__(128, 8) gat_mean_f32(const __grid_constant__ GatMulti m) {
+// batch-64 policy's joined launch (1920 blocks) runs in one wave.
+__global__ void __launch_bounds__(64, 16) gat_mean_f32(const __grid_constant__ GatMulti m) {
     const int r = blockIdx.y;
     if (r >= (int)m.nrel) return;  // the whole block: before any barrier
     gat_mean_at(m, r);
@@ -396,7 +396,7 @@ struct GatJoin {
 // own launch writes. gridDim.x is the widest mean's; a block past a
 // mean's nodes has nothing to do. Each mean's scratch and counters are
 // its own.
-__global__ void __launch_bounds__(128, 8) gat_mean_join_f32(const __grid_constant__ GatJoin j) {
+__global__ void __launch_bounds__(64, 16) gat_mean_join_f32(const __grid_constant__ GatJoin j) {
     const int y = blockIdx.y;
     int k = 0;
     while (k + 1 < (int)j.n && y >= j.yEnd[k]) k++;
