@@ -39,9 +39,11 @@ func (d *Device) MatMulsT(calls []kernels.MatMulTCall, prec Precision) (bool, er
 	if joinsOff.Load() {
 		return false, nil
 	}
-	tc := prec == High
+	tc := prec == High // and every product with outputs has rows to fill tiles
 	for i := range calls {
-		tc = tc && dims[i][0] > gemmJoinSkinny
+		if m, n := dims[i][0], dims[i][1]; m > 0 && n > 0 {
+			tc = tc && m > gemmJoinSkinny
+		}
 	}
 	most := int64(gemmJoinMaxMACs)
 	kern, blocks, threads := "gemm_join_f32", gjTiles, 256

@@ -1,8 +1,8 @@
 package cuda
 
-// The layout of a gemm_join_f32 launch (src/matmul.cu), pure Go so that
-// it is tested without a GPU (matmul_join_test.go runs a packed launch
-// the way the kernel does).
+// The layout of a gemm_join_f32 or gemm_join_tf32 launch
+// (src/matmul.cu), pure Go so that it is tested without a GPU
+// (matmul_join_test.go runs a packed launch the way the kernels do).
 
 // gemmJoin is GEMM_JOIN: the most products one gemm_join_f32 launch
 // computes; gemmJoinTile is GJ_T, a block's square output tile (and its

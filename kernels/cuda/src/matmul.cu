@@ -146,13 +146,15 @@ __global__ void bias_act_f16(__half* d, const void* bias, int bias_code, int act
 }
 
 
-// GEMM_JOIN is the most products one gemm_join_f32 launch computes (Go's
-// gemmJoin); GJ_T is a block's square output tile and K step (Go's
-// gemmJoinTile), GJ_ROWS the output rows a thread computes (GJ_T·GJ_T /
-// 256). GemmJoin is the launch (Go's gemmJoinPack): the count n, then
-// per product its dst, a and b addresses, m, n and k, and the first tile
-// of the grid that is its (tiles in order, row-major over the product's
-// GJ_T-square tiles).
+// GEMM_JOIN is the most products one gemm_join_f32 or gemm_join_tf32
+// launch computes (Go's gemmJoin); GJ_T is gemm_join_f32's square output
+// tile and K step (Go's gemmJoinTile), GJ_ROWS the output rows a thread
+// computes (GJ_T·GJ_T / 256). GemmJoin is the launch (Go's
+// gemmJoinPackBy): the count n, then per product its dst, a and b
+// addresses, m, n and k, and the first block of the grid that is its
+// (blocks in order: row-major over the product's GJ_T-square tiles, a
+// skinny product's GJ_COLS-column strips, or gemm_join_tf32's GJ_TC
+// tiles).
 #define GEMM_JOIN 8
 #define GJ_T 32
 #define GJ_ROWS 4
