@@ -453,8 +453,9 @@ func checkMatMulsJoiner(s *suite) {
 	}
 	// In the matmul precision High (TF32 allowed, as SetMatmulPrecision's
 	// check holds MatMul to it): a batch-64 policy layer's products,
-	// narrowed (CUDA joins them on tensor cores), sizes no multiple of a
-	// tile, and a set with few rows besides (fp32 on CUDA).
+	// narrowed (CUDA joins them in fp32, or on tensor cores with
+	// ESPER_CUDA_JOINS_TF32=on), sizes no multiple of a tile, and a set
+	// with few rows besides.
 	if contains(s.floats("MatMulsT"), tensor.F32) {
 		defer s.b.SetMatmulPrecision(kernels.Highest)
 		s.b.SetMatmulPrecision(kernels.High)

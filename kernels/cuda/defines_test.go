@@ -18,7 +18,6 @@ func TestKernelDefinesMatchGo(t *testing.T) {
 		file, name string
 		goValue    int
 	}{
-		{"graph.cu", "GAT_CHUNK", gatChunk},
 		{"graph.cu", "GAT_JOIN", gatJoin},
 		{"graph.cu", "GSUM_JOIN", gsumJoin},
 		{"graph.cu", "RH_MAX", rhMax},

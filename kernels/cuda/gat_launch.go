@@ -4,32 +4,25 @@ package cuda
 // gat_mean_f32): pure Go, untagged, so that a test can hold it to the
 // launch bounds the PTX declares without a GPU.
 
-// gatChunk is GAT_CHUNK, the incoming edges a GAT block takes together
-// (src/graph.cu).
-const gatChunk = 8
-
 // gatShared is the dynamic shared memory of a gat_aggregate_f32 block in
-// bytes: 2·gatChunk int64 row offsets, then heads·f + (3 + 3·gatChunk)·
-// heads + heads·c floats (src/graph.cu).
+// bytes: heads·f + 7·heads + heads·c floats (src/graph.cu).
 func gatShared(heads, c, f int) int {
-	return 16*gatChunk + 4*(heads*f+(3+3*gatChunk)*heads+heads*c)
+	return 4 * (heads*f + 7*heads + heads*c)
 }
 
 // Launch bounds of gat_aggregate_f32 and gat_mean_f32: their shared
 // memory must fit the 48 KiB a block gets without opting in (heads·(c +
-// f + 27) + 32 ≤ 12288 floats), and they run gatMaxThreads threads a block at
-// most, one warp at least. gat_mean_f32 and gat_mean_join_f32 are
-// compiled for blocks of gatMaxThreads, gatMinBlocks to a multiprocessor
-// (__launch_bounds__ in src/graph.cu: 64 registers a thread, 100
-// without), so that W2's batch-64 joined launch (a layer's ten relations
-// by 192 destination nodes, 1920 blocks) runs in one wave on an H100 or
-// H200: at 128 threads and 8 blocks it took two, about 23 µs a launch on
-// an H200. The thread count changes no bit: every accumulator, logit
-// and output is one thread's or one warp's, whatever the block.
+// f + 7) ≤ 12288 floats), and they run gatMaxThreads threads a block at
+// most, one warp at least. gat_mean_f32 is compiled for blocks of
+// gatMaxThreads, gatMinBlocks to a multiprocessor (__launch_bounds__ in
+// src/graph.cu: 64 registers a thread, 100 without), so that W2's
+// batch-64 launch (768 blocks) runs in one wave on an H100 or H200, not
+// three. The thread count changes no bit: every accumulator, logit and
+// output is one thread's or one warp's, whatever the block.
 const (
 	gatMaxShared  = 48 << 10
-	gatMaxThreads = 64
-	gatMinBlocks  = 16
+	gatMaxThreads = 128
+	gatMinBlocks  = 8
 	gatMaxBlocks  = 1 << 20
 )
 

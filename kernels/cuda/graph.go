@@ -55,7 +55,7 @@ func (g *gatGeom) words() []uint64 {
 // row-strided view, kernels.RowStride), attr [E, F], we [heads·C, F],
 // attSrc, attDst and attEdge (heads·C each), bias [C] and the CSR. A
 // relation without edges still launches (every row alpha·bias, or
-// alpha·bias added). heads·(C + F + 27) + 32 must stay within 12288 (the
+// alpha·bias added). heads·(C + F + 7) must stay within 12288 (the
 // kernel's shared memory).
 func (d *Device) GATAggregate(out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order *tensor.Tensor, heads int, slope, alpha float64, accumulate bool) error {
 	const op = "GATAggregate"
@@ -69,7 +69,7 @@ func (d *Device) GATAggregate(out, hs, hd, attr, we, attSrc, attDst, attEdge, bi
 	c, f := out.Dim(1), attr.Dim(1)
 	shared := gatShared(heads, c, f)
 	if shared > gatMaxShared {
-		return fmt.Errorf("cuda: %s: heads %d, C %d and F %d need %d bytes of shared memory a block, more than %d (heads·(C + F + 27) + 32 ≤ %d)",
+		return fmt.Errorf("cuda: %s: heads %d, C %d and F %d need %d bytes of shared memory a block, more than %d (heads·(C + F + 7) ≤ %d)",
 			op, heads, c, f, shared, gatMaxShared, gatMaxShared/4)
 	}
 	ptrs, lds, err := d.gatPtrs(op, out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order)
@@ -245,7 +245,7 @@ func (d *Device) gatPrepare(op string, r int, k kernels.GATMeanCall, act int) (g
 		f := k.Attr[i].Dim(1)
 		sh := gatShared(heads, c, f)
 		if sh > gatMeanMaxShared {
-			return gatCall{}, fmt.Errorf("cuda: %s: relation %d: heads %d, C %d and F %d need %d bytes of shared memory a block, more than %d (heads·(C + F + 27) + 32 ≤ %d)",
+			return gatCall{}, fmt.Errorf("cuda: %s: relation %d: heads %d, C %d and F %d need %d bytes of shared memory a block, more than %d (heads·(C + F + 7) ≤ %d)",
 				op, i, heads, c, f, sh, gatMeanMaxShared, gatMeanMaxShared/4)
 		}
 		shared = max(shared, sh)

@@ -23,10 +23,11 @@ func (b *Backend) MatMulsT(calls []kernels.MatMulTCall) bool {
 // output tile of any of them, each element summing its K products in
 // order in fp32; a product of at most gemmJoinSkinny rows a column per
 // warp, 32 lanes' partials in k order summed by a butterfly; fp32).
-// In the matmul precision High (TF32), when every product has more than
-// gemmJoinSkinny rows, they go to gemm_join_tf32 instead (a block of
-// four warps per 64×64 tile, TF32 tensor cores) up to gemmJoinMaxMACsTC
-// each. False, having written nothing, with ESPER_CUDA_JOINS=off, an
+// With ESPER_CUDA_JOINS_TF32=on (off by default: it is slower than
+// cuBLAS yet, see switches.go), in the matmul precision High (TF32),
+// when every product has more than gemmJoinSkinny rows, they go to
+// gemm_join_tf32 instead (a block of four warps per 64×64 tile, TF32
+// tensor cores) up to gemmJoinMaxMACsTC each. False, having written nothing, with ESPER_CUDA_JOINS=off, an
 // operand of another dtype, or a product past the bound (gemmJoinMaxMACs
 // in fp32), which cuBLAS computes faster. Everything is checked before
 // anything launches.
@@ -39,7 +40,7 @@ func (d *Device) MatMulsT(calls []kernels.MatMulTCall, prec Precision) (bool, er
 	if joinsOff.Load() {
 		return false, nil
 	}
-	tc := prec == High // and every product with outputs has rows to fill tiles
+	tc := prec == High && tf32JoinsOn.Load() // and every product with outputs has rows to fill tiles
 	for i := range calls {
 		if m, n := dims[i][0], dims[i][1]; m > 0 && n > 0 {
 			tc = tc && m > gemmJoinSkinny

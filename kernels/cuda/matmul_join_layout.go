@@ -52,8 +52,8 @@ func gjTiles(m, n int64) int64 {
 // of 128 threads each), and gemmJoinMaxMACsTC the largest product
 // (m·n·k) it takes: W2's batch-64 layers' (192 by 4096 by 256, 201 M)
 // and below. cuBLAS runs each of those as a launch of its own of about
-// 6 µs on an H200, with 96 to 192 blocks on 132 multiprocessors; the
-// join runs a layer's three side by side.
+// 6 µs on an H200; the join, meant to run a layer's three side by side,
+// took 84 to 106 µs for them (ESPER_CUDA_JOINS_TF32, off by default).
 const (
 	gemmJoinTileTC    = 64
 	gemmJoinMaxMACsTC = 1 << 28

@@ -3,9 +3,12 @@
 package cuda
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/esper-go/esper/bench"
+	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/tamiyo"
 	"github.com/esper-go/esper/tensor"
@@ -150,5 +153,52 @@ func policyInferenceOnCUDA(t *testing.T, apart bool) {
 				}
 			}
 		}
+	}
+}
+
+// TestGemmJoinTF32OnCUDA: with ESPER_CUDA_JOINS_TF32's setting on, in
+// the matmul precision High, MatMulsT runs a batch-64 policy layer's
+// products (narrowed) and sizes no multiple of the tile or the K step on
+// gemm_join_tf32 (one joined launch) within TF32's rounding of the
+// float64 products; with the setting off, the same products past
+// gemmJoinMaxMACs are declined (cuBLAS's).
+func TestGemmJoinTF32OnCUDA(t *testing.T) {
+	defer tf32JoinsOn.Store(tf32JoinsOn.Load())
+	defer be.SetMatmulPrecision(kernels.Highest)
+	be.SetMatmulPrecision(kernels.High)
+	rng := rand.New(rand.NewPCG(37, 0))
+	shapes := [][3]int{{192, 300, 256}, {70, 129, 31}, {65, 64, 33}, {9, 1, 40}, {192, 130, 128}}
+	var calls []kernels.MatMulTCall
+	var want []*tensor.Tensor
+	for _, sh := range shapes {
+		m, n, k := sh[0], sh[1], sh[2]
+		a, b := tensor.Normal(rng, tensor.F32, 0, 1, m, k), tensor.Normal(rng, tensor.F32, 0, 1, n, k)
+		w := make([]float64, m*n)
+		av, bv := a.Float64s(), b.Float64s()
+		for i := 0; i < m; i++ {
+			for j := 0; j < n; j++ {
+				for p := 0; p < k; p++ {
+					w[i*n+j] += av[i*k+p] * bv[j*k+p]
+				}
+			}
+		}
+		want = append(want, tensor.FromFloat64s(tensor.F32, w, m, n))
+		calls = append(calls, kernels.MatMulTCall{Dst: poisoned(t, tensor.F32, m, n), A: toDev(t, a), B: toDev(t, b)})
+	}
+	tf32JoinsOn.Store(true)
+	joins := dev.Joins()
+	if !be.MatMulsT(calls) {
+		t.Fatal("MatMulsT declined the products with the TF32 joins on")
+	}
+	if made := dev.Joins() - joins; made != 1 {
+		t.Errorf("%d joined launches, want 1", made)
+	}
+	for i, c := range calls {
+		closeRel(t, fmt.Sprintf("product %d %v", i, shapes[i]), fromDev(t, c.Dst), want[i], 4e-3)
+	}
+	big := []kernels.MatMulTCall{{Dst: poisoned(t, tensor.F32, 192, 4096), A: toDev(t, tensor.Normal(rng, tensor.F32, 0, 1, 192, 256)), B: toDev(t, tensor.Normal(rng, tensor.F32, 0, 1, 4096, 256))}}
+	tf32JoinsOn.Store(false)
+	if be.MatMulsT(big) {
+		t.Error("with the TF32 joins off, a product of 192·4096·256 multiply-adds was joined, not left to cuBLAS")
 	}
 }

@@ -38,15 +38,37 @@ import (
 //     it relies on the driver staging pageable memory before it returns
 //     (TestUploadsWithoutWaitKeepTheirBytes checks it on a GPU).
 //
-// "on" or unset leaves the default (all on); any other value is an
-// error at Open naming the variable. The setting is the process's, read
-// at every Open; tests set the variables below directly.
+// One switch is off by default and turned on:
+//
+//   - ESPER_CUDA_JOINS_TF32=on: MatMulsT in the matmul precision High
+//     (TF32) joins products of more than 8 rows on tensor cores
+//     (gemm_join_tf32, up to 2^28 multiply-adds a product) instead of
+//     leaving those past 2^25 to cuBLAS. It passes the conformance
+//     suite but does not pay yet: on an H200 (2026-11-27) a W2 batch-64
+//     layer's three products took 84 to 106 µs in one such launch,
+//     where cuBLAS runs each in about 6 µs (no double buffering, the
+//     fragments loaded through generic addresses).
+//
+// "on" or unset leaves the default (all on but the last); any other
+// value than on or off is an error at Open naming the variable. The
+// setting is the process's, read at every Open; tests set the variables
+// below directly.
 var joinsOff, sequencesOff, cubinOff, uploadWaitOff atomic.Bool
 
+// tf32JoinsOn is ESPER_CUDA_JOINS_TF32's setting (off by default).
+var tf32JoinsOn atomic.Bool
+
 // switchesFromEnv applies ESPER_CUDA_JOINS, ESPER_CUDA_SEQUENCES,
-// ESPER_CUDA_CUBIN and ESPER_CUDA_UPLOAD_WAIT (an unset variable leaves
-// its setting as it is, so a test's stays).
+// ESPER_CUDA_CUBIN, ESPER_CUDA_UPLOAD_WAIT and ESPER_CUDA_JOINS_TF32 (an
+// unset variable leaves its setting as it is, so a test's stays).
 func switchesFromEnv() error {
+	off, set, err := parseSwitch("ESPER_CUDA_JOINS_TF32", os.Getenv("ESPER_CUDA_JOINS_TF32"))
+	if err != nil {
+		return err
+	}
+	if set {
+		tf32JoinsOn.Store(!off)
+	}
 	for _, s := range []struct {
 		name string
 		off  *atomic.Bool

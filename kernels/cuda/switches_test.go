@@ -7,11 +7,14 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestSwitchesFromEnv: ESPER_CUDA_JOINS, ESPER_CUDA_SEQUENCES and
-// ESPER_CUDA_CUBIN turn their launches (or cubins) off with "off" and on with "on", leave the setting
-// alone when unset, and refuse any other value, naming the variable.
+// TestSwitchesFromEnv: ESPER_CUDA_JOINS, ESPER_CUDA_SEQUENCES,
+// ESPER_CUDA_CUBIN and ESPER_CUDA_UPLOAD_WAIT turn their launches (or
+// cubins, or waits) off with "off" and on with "on",
+// ESPER_CUDA_JOINS_TF32 (off by default) likewise, each leaves its
+// setting alone when unset, and any other value is refused, naming the
+// variable.
 func TestSwitchesFromEnv(t *testing.T) {
-	for _, sw := range []*atomic.Bool{&joinsOff, &sequencesOff, &cubinOff, &uploadWaitOff} {
+	for _, sw := range []*atomic.Bool{&joinsOff, &sequencesOff, &cubinOff, &uploadWaitOff, &tf32JoinsOn} {
 		defer sw.Store(sw.Load())
 		sw.Store(false)
 	}
@@ -35,6 +38,17 @@ func TestSwitchesFromEnv(t *testing.T) {
 	require.NoError(t, switchesFromEnv())
 	require.False(t, joinsOff.Load())
 	require.True(t, sequencesOff.Load(), "an unset variable changed a test's setting")
+
+	require.False(t, tf32JoinsOn.Load(), "the TF32 joins are off unless turned on")
+	t.Setenv("ESPER_CUDA_JOINS_TF32", "on")
+	require.NoError(t, switchesFromEnv())
+	require.True(t, tf32JoinsOn.Load())
+	t.Setenv("ESPER_CUDA_JOINS_TF32", "off")
+	require.NoError(t, switchesFromEnv())
+	require.False(t, tf32JoinsOn.Load())
+	t.Setenv("ESPER_CUDA_JOINS_TF32", "1")
+	require.ErrorContains(t, switchesFromEnv(), "ESPER_CUDA_JOINS_TF32")
+	t.Setenv("ESPER_CUDA_JOINS_TF32", "")
 
 	t.Setenv("ESPER_CUDA_SEQUENCES", "0")
 	err := switchesFromEnv()

@@ -34,9 +34,6 @@ struct GatGeom {
 // gat_combine_f32 adds the relations instead; then GAT_MAX_RELS
 // relations).
 #define GAT_MAX_RELS 8
-// GAT_CHUNK is the incoming edges gat_relation takes together (Go's
-// gatChunk).
-#define GAT_CHUNK 8
 struct GatRel {
     const float *hs, *hd, *attr, *we, *attSrc, *attDst, *attEdge, *bias;
     const int64_t *src, *rowPtr, *order;
@@ -137,15 +134,13 @@ __device__ __forceinline__ void gat_relation(float* out, const float* hs, const 
                                              const GatTailArgs tail, const bool hasTail) {
     const int H = (int)g.heads, C = (int)g.c, F = (int)g.f;
     const int64_t HC = g.heads * g.c;
-    int64_t* rows = reinterpret_cast<int64_t*>(sh);  // [2][GAT_CHUNK]
-    float* v = sh + 4 * GAT_CHUNK;
+    float* v = sh;
     float* dterm = v + H * F;
     float* m = dterm + H;
     float* s = m + H;
-    float* lg = s + H;
-    float* sc = lg + GAT_CHUNK * H;
-    float* wt = sc + GAT_CHUNK * H;
-    float* acc = wt + GAT_CHUNK * H;
+    float* sc = s + H;
+    float* wt = sc + 2 * H;
+    float* acc = wt + 2 * H;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, warps = blockDim.x >> 5;
     const float slope = (float)g.slope, alpha = (float)g.alpha;
     const bool accumulate = g.accumulate != 0;
@@ -175,59 +170,38 @@ __device__ __forceinline__ void gat_relation(float* out, const float* hs, const 
         for (int64_t q = tid; q < HC; q += blockDim.x) acc[q] = 0.f;
         __syncthreads();  // v, dterm, m, s and acc are set
 
-        int64_t* rp = rows;  // this chunk's half of rows
-        for (int64_t p0 = a; p0 < b; p0 += GAT_CHUNK, rp = rows + GAT_CHUNK - (rp - rows)) {
-            const int ne = (int)min((int64_t)GAT_CHUNK, b - p0);
-            if (tid < ne) rp[tid] = src[order[p0 + tid]] * g.lds;
-            // The chunk's logits, a warp per (edge, head), all at once.
-            for (int t = warp; t < ne * H; t += warps) {
-                const int e = t / H, h = t % H;
-                const int64_t k = order[p0 + e];
-                const float* hj = hs + src[k] * g.lds;
+        for (int64_t p = a; p < b; p++) {
+            const int64_t k = order[p];
+            const float* hj = hs + src[k] * g.lds;
+            float* scp = sc + (p & 1) * H;
+            float* wtp = wt + (p & 1) * H;
+            for (int h = warp; h < H; h += warps) {
                 float part = 0.f;
                 for (int c = lane; c < C; c += 32) part += hj[h * C + c] * attSrc[h * C + c];
                 part = warp_sum(part);
                 if (lane == 0) {
                     float z = part + dterm[h];
                     for (int f = 0; f < F; f++) z += attr[k * F + f] * v[h * F + f];
-                    lg[t] = fmaxf(z, slope * z);
-                }
-            }
-            __syncthreads();  // the chunk's logits and rows are in
-            // The online softmax's steps, edge after edge, a thread per
-            // head.
-            for (int h = tid; h < H; h += blockDim.x) {
-                float mh = m[h], sh_ = s[h];
-                for (int e = 0; e < ne; e++) {
-                    const float l = lg[e * H + h];
-                    float mo = mh;
+                    float l = fmaxf(z, slope * z);
+                    float mo = m[h];
                     // The new maximum; a NaN logit takes over (and stays:
                     // nothing compares above it), so that it reaches the
                     // output as it does through the unfused softmax.
                     float mn = (l > mo || l != l) ? l : mo;
                     // mo == mn: no rescale (also when both are −∞ or +∞,
                     // where exp(mo − mn) would be NaN); a −∞ logit weighs 0.
-                    const float r = mo == mn ? 1.f : expf(mo - mn);
+                    scp[h] = mo == mn ? 1.f : expf(mo - mn);
                     float w = l == -INFINITY ? 0.f : expf(l - mn);
-                    sc[e * H + h] = r;
-                    wt[e * H + h] = w;
-                    sh_ = sh_ * r + w;
-                    mh = mn;
+                    wtp[h] = w;
+                    s[h] = s[h] * scp[h] + w;
+                    m[h] = mn;
                 }
-                m[h] = mh;
-                s[h] = sh_;
             }
-            __syncthreads();  // the chunk's sc and wt are published
+            __syncthreads();  // this edge's sc and wt are published
             for (int64_t q = tid; q < HC; q += blockDim.x) {
-                const int h = (int)(q / C);
-                float x = acc[q];
-                for (int e = 0; e < ne; e++) x = x * sc[e * H + h] + wt[e * H + h] * hs[rp[e] + q];
-                acc[q] = x;
+                int h = (int)(q / C);
+                acc[q] = acc[q] * scp[h] + wtp[h] * hj[q];
             }
-            // No barrier here: the next chunk's dot products write lg and
-            // the other half of rows, which this update does not read;
-            // its softmax steps write sc and wt after its first barrier,
-            // which every thread reaches once done here.
         }
         __syncthreads();  // acc and s are final
 
@@ -280,36 +254,28 @@ extern "C" {
 
 // gat_aggregate_f32: one block per destination node i (a block-stride
 // loop over the nodes; blockDim.x a multiple of 32, any size), with
-// dynamic shared memory of 4·GAT_CHUNK + heads·f + (3 + 3·GAT_CHUNK)·
-// heads + heads·c floats laid out (H = heads, C = c, F = f)
+// dynamic shared memory of (heads·f + 7·heads + heads·c) floats laid out
+// (H = heads, C = c, F = f)
 //
-//	rows [2·GAT_CHUNK]  int64: the chunk's source rows' offsets j·lds
-//	                 (two halves, by the chunk's parity)
 //	v [H·F]          v[h,f] = Σ_c attEdge[h,c]·we[h·C+c, f] (per block)
 //	dterm [H]        Σ_c hd[i,h,c]·attDst[h,c]
 //	m, s [H]         the running maximum and sum of the online softmax
-//	lg [GAT_CHUNK·H] the chunk's logits per (edge, head)
-//	sc, wt [GAT_CHUNK·H]  the chunk's rescales and weights per (edge, head)
+//	sc, wt [2·H]     the edge's rescale and weight per head (two
+//	                 buffers, by the edge's parity)
 //	acc [H·C]        Σ_k exp(l[k,h] − m[h])·hs[j,h,c] so far
 //
-// The incoming edges p (k = order[p], j = src[k]) go in chunks of
-// GAT_CHUNK, in order. For a chunk, thread e < GAT_CHUNK stores edge e's
-// row offset j·lds (rows, the chunk's parity's half), and the warps take
-// its (edge, head) pairs, one warp each: the logit z = Σ_c hs[j,h,c]·
-// attSrc[h,c] (lanes striding over c, then a warp butterfly) + dterm[h]
-// + Σ_f attr[k,f]·v[h,f], l = max(z, slope·z) (lane 0); after a barrier
-// thread h alone steps head h's online softmax through the chunk's
-// logits in order: the new maximum, the rescale exp(m_old − m_new) and
-// the weight exp(l − m_new);
-// after another barrier every thread rescales its own acc elements
-// (q = tid, tid + blockDim, …) and adds each weight times hs[j, q], edge
-// after edge (hs's row j starts at hs + j·lds, hd's row i at hd + i·ldd:
-// either may be a column block of a wider projection); the next chunk's
-// first barrier frees the buffers (two barriers a chunk). Every logit,
-// softmax step and accumulator sees the same operations in the same
-// order as one edge at a time would: the chunks only let the edges'
-// loads and dot products overlap (W2's batch-64 launch took about 20 µs
-// on an H200 with one edge at a time and a barrier per edge). At the end
+// Per incoming edge p (k = order[p], j = src[k]) warp w computes the
+// logits of heads w, w + warps, …: z = Σ_c hs[j,h,c]·attSrc[h,c] (lanes
+// striding over c, then a warp butterfly) + dterm[h] + Σ_f attr[k,f]·
+// v[h,f], l = max(z, slope·z); its lane 0 alone keeps head h's m and s
+// and publishes the rescale exp(m_old − m_new) and the weight
+// exp(l − m_new); after a barrier every thread rescales its own acc
+// elements (q = tid, tid + blockDim, …) and adds the weight times
+// hs[j, q] (hs's row j starts at hs + j·lds, hd's row i at hd + i·ldd:
+// either may be a column block of a wider projection). No barrier
+// follows that update: sc and wt alternate between two buffers, and edge
+// p + 2 overwrites edge p's only after edge p + 1's barrier, which each
+// thread reaches after its reads of edge p. At the end
 // r = bias[c] + (Σ_h acc[h,c]/s[h])·(1/H), or bias[c] for a node without
 // incoming edges, and out[i,c] = alpha·r, or out[i,c] + alpha·r with
 // accumulate (alpha·r rounded to fp32 first). H·C must fit an int (the
@@ -367,10 +333,10 @@ __device__ __forceinline__ void gat_mean_at(const GatMulti& m, const int r) {
 // set (every relation in this one launch, relBase 0) the block that
 // finishes a node's last relation adds them in order and writes out
 // (gat_tail), else gat_combine_f32 then adds them. Compiled for blocks
-// of 64 threads, 16 to a multiprocessor (Go's gatMaxThreads,
+// of 128 threads, 8 to a multiprocessor (Go's gatMaxThreads,
 // gatMinBlocks): 64 registers a thread instead of 100, so that a
-// batch-64 policy's joined launch (1920 blocks) runs in one wave.
-__global__ void __launch_bounds__(64, 16) gat_mean_f32(const __grid_constant__ GatMulti m) {
+// batch-64 policy's launch runs in one wave.
+__global__ void __launch_bounds__(128, 8) gat_mean_f32(const __grid_constant__ GatMulti m) {
     const int r = blockIdx.y;
     if (r >= (int)m.nrel) return;  // the whole block: before any barrier
     gat_mean_at(m, r);
@@ -396,7 +362,7 @@ struct GatJoin {
 // own launch writes. gridDim.x is the widest mean's; a block past a
 // mean's nodes has nothing to do. Each mean's scratch and counters are
 // its own.
-__global__ void __launch_bounds__(64, 16) gat_mean_join_f32(const __grid_constant__ GatJoin j) {
+__global__ void __launch_bounds__(128, 8) gat_mean_join_f32(const __grid_constant__ GatJoin j) {
     const int y = blockIdx.y;
     int k = 0;
     while (k + 1 < (int)j.n && y >= j.yEnd[k]) k++;
