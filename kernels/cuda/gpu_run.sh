@@ -17,6 +17,8 @@
 # ESPER_GPU_WORKLOADS the workloads (default "w1 w2 w4 w5 w6 w7 w8").
 # ESPER_GPU_PEERS=0 runs esper alone, without its PyTorch peers (a
 # rerun's choice, when an earlier run on the same GPU has their figures).
+# W2 also runs a third time with ESPER_CUDA_JOINS_TF32=on (the TF32
+# tensor-core product joins, off by default).
 # W4 runs a second time with ESPER_CUDA_CONV=direct (its bare loop, no
 # peer: the direct convolutions against the default im2col in the same
 # sitting), W2 with ESPER_CUDA_JOINS=off, W1 with
@@ -327,6 +329,20 @@ p and json.dump(p, open(sys.argv[2], "w"), indent=2)' "$out/esper/W4.json" "$out
 			# A comparison: stopped by the clock is no failure of the run.
 			((arc == 124 || arc == 137)) && status=$before
 			tail -8 "$out/esper_${w}_apart.log"
+		fi
+		if [ "$w" = w2 ] && ((rc == 0)); then
+			# W2 again with the TF32 product joins on
+			# (ESPER_CUDA_JOINS_TF32=on, off by default: gemm_join_tf32
+			# against cuBLAS for the batch-64 layers' products, in its
+			# captured-tf32 mode).
+			echo "== esper bench --device cuda --workload w2, ESPER_CUDA_JOINS_TF32=on"
+			mkdir -p "$out/esper_tf32"
+			before=$status
+			step "esper w2 tf32 joins" 60 "$out/esper_w2_tf32.log" \
+				env ESPER_CUDA_JOINS_TF32=on "$bin/esper" bench --device cuda --workload w2 --json "$out/esper_tf32"
+			trc=$?
+			((trc == 124 || trc == 137)) && status=$before
+			grep -E "captured-tf32" "$out/esper_w2_tf32.log" | tail -6
 		fi
 		if [ "$w" = w4 ] && ((rc == 0)); then
 			# W4 again with the direct convolution kernels
