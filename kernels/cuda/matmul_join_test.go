@@ -7,26 +7,32 @@ import (
 	"testing"
 )
 
+// gjBlockCall is the product block x of the launch w computes (the last
+// whose first block is at most x, as the join kernels find it): its
+// addresses, sizes and first block.
+func gjBlockCall(w *[gemmJoinWords]uint64, x int64) (d, a, b uint64, m, n, k, tile0 int64) {
+	call := func(q int) (d, a, b uint64, m, n, k, tile0 int64) {
+		o := 1 + q*gjCallWords
+		return w[o], w[o+1], w[o+2], int64(w[o+3]), int64(w[o+4]), int64(w[o+5]), int64(w[o+6])
+	}
+	q := 0
+	for q+1 < int(w[0]) {
+		if _, _, _, _, _, _, t0 := call(q + 1); x < t0 {
+			break
+		}
+		q++
+	}
+	return call(q)
+}
+
 // gemmJoinEmu is gemm_join_f32 over the launch w of tiles blocks of 256
 // threads, phase by phase (staging, then the step's products, per K
 // step), with the shared tiles starting NaN so that a read of an element
 // no thread staged shows.
 func gemmJoinEmu(mem *devMem, w *[gemmJoinWords]uint64, tiles int64) {
 	const T = gemmJoinTile
-	n := int(w[0])
-	call := func(q int) (d, a, b uint64, m, nn, k, tile0 int64) {
-		o := 1 + q*gjCallWords
-		return w[o], w[o+1], w[o+2], int64(w[o+3]), int64(w[o+4]), int64(w[o+5]), int64(w[o+6])
-	}
 	for x := int64(0); x < tiles; x++ {
-		q := 0
-		for q+1 < n {
-			if _, _, _, _, _, _, t0 := call(q + 1); x < t0 {
-				break
-			}
-			q++
-		}
-		d, a, b, m, nn, k, tile0 := call(q)
+		d, a, b, m, nn, k, tile0 := gjBlockCall(w, x)
 		if m <= gemmJoinSkinny {
 			gemmJoinSkinnyEmu(mem, d, a, b, m, nn, k, x-tile0)
 			continue
@@ -142,23 +148,77 @@ func gemmJoinWant(av, bv []float32, m, k, i, j int64) float32 {
 	return butterfly32(v)[0]
 }
 
-// TestGemmJoinKernelInGo: gemm_join_f32, transcribed, writes every
-// element of every product once, d = a·bᵀ summed in k order in fp32 —
-// bit for bit the fma chain; for a skinny product (at most
-// gemmJoinSkinny rows) the 32 lanes' chains and the butterfly — for a batch-64 policy layer's three
-// projections, sizes no multiple of the tile (K past one step, one row,
-// one column, K = 0), and more products than one launch takes (packed
-// gemmJoin at a time, as Device.MatMulsT does). The PTX's parameter is
-// the Go block's size.
-func TestGemmJoinKernelInGo(t *testing.T) {
-	rng := rand.New(rand.NewSource(29))
-	vals := func(n int64) []float32 {
+// normalVals returns a source of standard normal float32 slices, seeded
+// by seed.
+func normalVals(seed int64) func(n int64) []float32 {
+	rng := rand.New(rand.NewSource(seed))
+	return func(n int64) []float32 {
 		v := make([]float32, n)
 		for i := range v {
 			v[i] = float32(rng.NormFloat64())
 		}
 		return v
 	}
+}
+
+// gjProd is one product of an emulated join: its operands' values and
+// the output the emulation wrote.
+type gjProd struct {
+	av, bv  []float32
+	m, n, k int64
+	got     []float32
+}
+
+// emulateJoin puts set's products (m, n, k each; operands from vals, the
+// outputs NaN) in device memory, packs them gemmJoin a launch with each
+// product's blocks counted by blocks, runs emu over every launch, checks
+// the guards and that each output element was written once, and returns
+// the products with their outputs.
+func emulateJoin(t *testing.T, set [][3]int64, vals func(int64) []float32, blocks func(m, n int64) int64,
+	emu func(*devMem, *[gemmJoinWords]uint64, int64)) []gjProd {
+	t.Helper()
+	mem := newDevMem()
+	var ps []gjProd
+	var cs []gjCall
+	for _, sh := range set {
+		m, n, k := sh[0], sh[1], sh[2]
+		av, bv := vals(m*k), vals(n*k)
+		d := make([]float32, m*n)
+		for i := range d {
+			d[i] = float32(math.NaN())
+		}
+		cs = append(cs, gjCall{a: mem.put(av, false), b: mem.put(bv, false), d: mem.put(d, false), m: m, n: n, k: k})
+		ps = append(ps, gjProd{av: av, bv: bv, m: m, n: n, k: k})
+	}
+	mem.finish()
+	var w [gemmJoinWords]uint64
+	for start := 0; start < len(cs); start += gemmJoin {
+		tiles := gemmJoinPackBy(&w, cs[start:min(len(cs), start+gemmJoin)], blocks)
+		emu(mem, &w, tiles)
+	}
+	what := fmt.Sprintf("products %v", set)
+	mem.checkGuards(t, what)
+	for q, c := range cs {
+		for e, cnt := range mem.writesAt(c.d, int(c.m*c.n)) {
+			if cnt != 1 {
+				t.Fatalf("%s: product %d element %d written %d times", what, q, e, cnt)
+			}
+		}
+		ps[q].got = mem.view(c.d, int(c.m*c.n))
+	}
+	return ps
+}
+
+// TestGemmJoinKernelInGo: gemm_join_f32, transcribed, writes every
+// element of every product once, d = a·bᵀ summed in k order in fp32 —
+// bit for bit the fma chain; for a skinny product (at most
+// gemmJoinSkinny rows) the 32 lanes' chains and the butterfly — for a
+// batch-64 policy layer's three projections, sizes no multiple of the tile (K past one step, one row,
+// one column, K = 0), and more products than one launch takes (packed
+// gemmJoin at a time, as Device.MatMulsT does). The PTX's parameter is
+// the Go block's size.
+func TestGemmJoinKernelInGo(t *testing.T) {
+	vals := normalVals(29)
 	for _, set := range [][][3]int64{
 		{{64, 256, 64}, {192, 448, 64}, {192, 384, 64}},
 		{{5, 7, 3}, {33, 40, 70}, {1, 65, 33}, {37, 1, 100}, {3, 4, 0}},
@@ -168,43 +228,10 @@ func TestGemmJoinKernelInGo(t *testing.T) {
 		// a multiple of it.
 		{{3, 300, 256}, {1, 100, 128}, {3, 150, 70}, {8, 17, 33}, {9, 17, 33}, {8, 9, 65}},
 	} {
-		mem := newDevMem()
-		type prod struct {
-			d, a, b uint64
-			av, bv  []float32
-			m, n, k int64
-		}
-		var ps []prod
-		for _, sh := range set {
-			m, n, k := sh[0], sh[1], sh[2]
-			av, bv := vals(m*k), vals(n*k)
-			p := prod{a: mem.put(av, false), b: mem.put(bv, false), av: av, bv: bv, m: m, n: n, k: k}
-			d := make([]float32, m*n)
-			for i := range d {
-				d[i] = float32(math.NaN())
-			}
-			p.d = mem.put(d, false)
-			ps = append(ps, p)
-		}
-		mem.finish()
-		var cs []gjCall
-		for _, p := range ps {
-			cs = append(cs, gjCall{d: p.d, a: p.a, b: p.b, m: p.m, n: p.n, k: p.k})
-		}
-		var w [gemmJoinWords]uint64
-		for start := 0; start < len(cs); start += gemmJoin {
-			tiles := gemmJoinPack(&w, cs[start:min(len(cs), start+gemmJoin)])
-			gemmJoinEmu(mem, &w, tiles)
-		}
+		ps := emulateJoin(t, set, vals, gjTiles, gemmJoinEmu)
 		what := fmt.Sprintf("products %v", set)
-		mem.checkGuards(t, what)
 		for q, p := range ps {
-			got := mem.view(p.d, int(p.m*p.n))
-			for e, cnt := range mem.writesAt(p.d, int(p.m*p.n)) {
-				if cnt != 1 {
-					t.Fatalf("%s: product %d element %d written %d times", what, q, e, cnt)
-				}
-			}
+			got := p.got
 			for i := int64(0); i < p.m; i++ {
 				for j := int64(0); j < p.n; j++ {
 					want := gemmJoinWant(p.av, p.bv, p.m, p.k, i, j)
@@ -246,20 +273,8 @@ func tf32(v float32) float32 {
 // starts NaN so that a read of an element nothing wrote shows.
 func gemmJoinTCEmu(mem *devMem, w *[gemmJoinWords]uint64, tiles int64) {
 	const T, TK, LDS, LDC = gemmJoinTileTC, 32, 36, 68
-	n := int(w[0])
-	call := func(q int) (d, a, b uint64, m, nn, k, tile0 int64) {
-		o := 1 + q*gjCallWords
-		return w[o], w[o+1], w[o+2], int64(w[o+3]), int64(w[o+4]), int64(w[o+5]), int64(w[o+6])
-	}
 	for x := int64(0); x < tiles; x++ {
-		q := 0
-		for q+1 < n {
-			if _, _, _, _, _, _, t0 := call(q + 1); x < t0 {
-				break
-			}
-			q++
-		}
-		d, a, b, m, nn, k, tile0 := call(q)
+		d, a, b, m, nn, k, tile0 := gjBlockCall(w, x)
 		tilesN := (nn + T - 1) / T
 		t := x - tile0
 		i0, j0 := (t/tilesN)*T, (t%tilesN)*T
@@ -321,52 +336,15 @@ func TestGemmJoinTF32KernelInGo(t *testing.T) {
 	if 64*68 > 2*64*36 {
 		t.Fatal("the staged output tile does not fit the staging buffers")
 	}
-	rng := rand.New(rand.NewSource(31))
+	vals := normalVals(31)
 	for _, set := range [][][3]int64{
 		{{192, 300, 256}, {192, 130, 128}, {64, 200, 256}},
 		{{9, 7, 3}, {65, 64, 33}, {70, 129, 31}, {100, 1, 40}, {12, 4, 0}, {64, 64, 64}, {10, 10, 10}, {11, 11, 11}, {13, 13, 13}},
 	} {
-		mem := newDevMem()
-		type prod struct {
-			d, a, b uint64
-			av, bv  []float32
-			m, n, k int64
-		}
-		var ps []prod
-		for _, sh := range set {
-			m, n, k := sh[0], sh[1], sh[2]
-			av, bv := make([]float32, m*k), make([]float32, n*k)
-			for i := range av {
-				av[i] = float32(rng.NormFloat64())
-			}
-			for i := range bv {
-				bv[i] = float32(rng.NormFloat64())
-			}
-			d := make([]float32, m*n)
-			for i := range d {
-				d[i] = float32(math.NaN())
-			}
-			ps = append(ps, prod{a: mem.put(av, false), b: mem.put(bv, false), d: mem.put(d, false), av: av, bv: bv, m: m, n: n, k: k})
-		}
-		mem.finish()
-		var cs []gjCall
-		for _, p := range ps {
-			cs = append(cs, gjCall{d: p.d, a: p.a, b: p.b, m: p.m, n: p.n, k: p.k})
-		}
-		var w [gemmJoinWords]uint64
-		for start := 0; start < len(cs); start += gemmJoin {
-			tiles := gemmJoinPackBy(&w, cs[start:min(len(cs), start+gemmJoin)], gjTilesTC)
-			gemmJoinTCEmu(mem, &w, tiles)
-		}
+		ps := emulateJoin(t, set, vals, gjTilesTC, gemmJoinTCEmu)
 		what := fmt.Sprintf("products %v", set)
-		mem.checkGuards(t, what)
 		for q, p := range ps {
-			got := mem.view(p.d, int(p.m*p.n))
-			for e, cnt := range mem.writesAt(p.d, int(p.m*p.n)) {
-				if cnt != 1 {
-					t.Fatalf("%s: product %d element %d written %d times", what, q, e, cnt)
-				}
-			}
+			got := p.got
 			for i := int64(0); i < p.m; i++ {
 				for j := int64(0); j < p.n; j++ {
 					var exact, mag float64
