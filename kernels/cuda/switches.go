@@ -46,10 +46,12 @@ import (
 //     leaving those past 2^25 to cuBLAS. It passes the conformance
 //     suite but does not pay yet: on an H200 (2026-11-27) a W2 batch-64
 //     layer's three products took 84 to 106 µs in one such launch,
-//     where cuBLAS runs each in about 6 µs. Its staging loop then waited
-//     out each global load before the next (16 a K step); it now keeps
-//     8 in flight, which no GPU has timed yet (no double buffering
-//     either, and the fragments still load through generic addresses).
+//     where cuBLAS runs each in about 6 µs: its staging loop waited out
+//     each global load before the next (16 a K step), and its wmma
+//     fragments loaded through generic addresses. It has since been
+//     rewritten on mma.sync (the fragments read from shared memory as
+//     the PTX ISA lays them out, the next K step's loads in flight
+//     during this one's products), which no GPU has run yet.
 //
 // "on" or unset leaves the default (all on but the last); any other
 // value than on or off is an error at Open naming the variable. The

@@ -3,7 +3,6 @@
 // and applies the activation (unary_f, in common.cuh) in fp32 over the
 // product that cuBLAS stored, in fp32, bf16 and fp16.
 #include <cuda_bf16.h>
-#include <mma.h>
 #include <stdint.h>
 #include "common.cuh"
 
@@ -266,107 +265,140 @@ __global__ void __launch_bounds__(256) gemm_join_f32(const __grid_constant__ Gem
 }
 
 // GJ_TC is gemm_join_tf32's square output tile (Go's gemmJoinTileTC),
-// GJ_TK its K step, GJ_LDS a staged row's floats (GJ_TK padded to a
-// multiple of 4 that keeps every fragment's rows 32-byte aligned) and
-// GJ_LDC the staged output's.
+// GJ_TK its K step, GJ_LDS a staged row's floats (GJ_TK + 4: the
+// fragment loads below hit 32 distinct banks) and GJ_STAGE the elements
+// of each staged tile a thread of its 128 loads per K step.
 #define GJ_TC 64
 #define GJ_TK 32
 #define GJ_LDS 36
-#define GJ_LDC 68
-// GJ_STAGE is the elements of each tile a thread of gemm_join_tf32's 128
-// stages per K step, GJ_STAGE_ILP how many of its loads are in flight
-// together.
 #define GJ_STAGE (GJ_TC * GJ_TK / 128)
-#define GJ_STAGE_ILP 8
+
+// mma_tf32 is one mma.sync.m16n8k8 of TF32 operands into fp32
+// accumulators: d[4] += A[16×8]·B[8×16]'s 16×8 tile, from this lane's
+// fragments (PTX ISA, "Matrix Fragments for mma.m16n8k8", .tf32: with
+// g = lane / 4 and t = lane % 4, a = {A[g][t], A[g+8][t], A[g][t+4],
+// A[g+8][t+4]}, b = {B[t][g], B[t+4][g]}, d = {D[g][2t], D[g][2t+1],
+// D[g+8][2t], D[g+8][2t+1]}).
+__device__ __forceinline__ void mma_tf32(float d[4], const uint32_t a[4], const uint32_t b[2]) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// to_tf32 rounds v to TF32 (cvt.rna.tf32.f32: 10 mantissa bits, ties
+// away from zero), as the b32 an mma operand register holds.
+__device__ __forceinline__ uint32_t to_tf32(float v) {
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(v));
+    return r;
+}
 
 // gemm_join_tf32: gemm_join_f32's products (the same GemmJoin, tile0
-// counting 64×64 tiles) on TF32 tensor cores, for the matmul precision
-// High: a block of 4 warps per GJ_TC×GJ_TC output tile. Per K step of
-// GJ_TK the block stages a's and b's tile rows in shared memory, rounded
-// to TF32 (zero past the edges, consecutive threads along k); warp w
-// keeps the 32×32 quarter (w / 2, w % 2) of the tile as 2×2 fp32
-// accumulator fragments of 16×16 and adds the step's products 8 k at a
-// time (wmma m16n16k8: a row-major, bᵀ column-major, the staged b rows
-// being bᵀ's columns). The accumulators then go through shared memory
-// (the staging buffers, free by then) to d, the elements inside the
-// product only. The order of the sums within a tensor-core step is the
-// hardware's: TF32's rounding, as cuBLAS's TF32 products have.
+// counting GJ_TC×GJ_TC tiles) on TF32 tensor cores, for the matmul
+// precision High: a block of 4 warps per output tile, warp w keeping the
+// 32×32 quarter (w / 2, w % 2) as 2×4 mma tiles of 16×8 (32 fp32
+// accumulators a thread). Per K step of GJ_TK the block's a rows and b
+// rows sit in shared memory, rounded to TF32, zero past the edges (b's
+// rows are bᵀ's columns: B[k][n] = b[n][k]); while the warps run the
+// step's 4×8 mma from them, each thread already holds the next step's
+// GJ_STAGE elements of each tile in registers (column lane of rows
+// warp + 4·s: a warp's loads are 32 consecutive k of a row), stored
+// after a barrier. Each accumulator goes to d
+// once at the end, inside the product only. The order of the sums
+// within an mma is the hardware's: TF32's rounding, as cuBLAS's TF32
+// products have.
 __global__ void __launch_bounds__(128, 4) gemm_join_tf32(const __grid_constant__ GemmJoin j) {
-    using namespace nvcuda;
-    __shared__ __align__(128) float sm[2 * GJ_TC * GJ_LDS];
+    __shared__ uint32_t as[GJ_TC][GJ_LDS];
+    __shared__ uint32_t bs[GJ_TC][GJ_LDS];
     const int64_t x = blockIdx.x;
     int q = 0;
     while (q + 1 < (int)j.n && x >= j.c[q + 1].tile0) q++;
     const GjCall& c = j.c[q];
-    const int64_t tilesN = (c.n + GJ_TC - 1) / GJ_TC;
-    const int64_t t = x - c.tile0;
-    const int64_t i0 = (t / tilesN) * GJ_TC, j0 = (t % tilesN) * GJ_TC;
-    float* as = sm;
-    float* bs = sm + GJ_TC * GJ_LDS;
-    const int tid = threadIdx.x, warp = tid >> 5;
-    const int wr = (warp >> 1) * 32, wc = (warp & 1) * 32;
-    wmma::fragment<wmma::accumulator, 16, 16, 8, float> acc[2][2];
-#pragma unroll
-    for (int a = 0; a < 2; a++)
-#pragma unroll
-        for (int b = 0; b < 2; b++) wmma::fill_fragment(acc[a][b], 0.f);
     const int64_t m = c.m, n = c.n, k = c.k;
     const float* __restrict__ pa = c.a;
     const float* __restrict__ pb = c.b;
-    for (int64_t k0 = 0; k0 < k; k0 += GJ_TK) {
-        // Each thread stages elements e = tid + 128·i (i < GJ_STAGE) of
-        // each tile, GJ_STAGE_ILP loads in flight before their stores: a
-        // loop of one load and its store waited out every load (84 to
-        // 106 µs a W2 batch-64 launch on an H200).
-#pragma unroll 1
-        for (int i0s = 0; i0s < GJ_STAGE; i0s += GJ_STAGE_ILP) {
-            float va[GJ_STAGE_ILP], vb[GJ_STAGE_ILP];
-#pragma unroll
-            for (int u = 0; u < GJ_STAGE_ILP; u++) {
-                const int e = tid + 128 * (i0s + u);
-                const int r = e / GJ_TK, kk = e % GJ_TK;
-                const int64_t ia = i0 + r, jb = j0 + r, kg = k0 + kk;
-                va[u] = (ia < m && kg < k) ? pa[ia * k + kg] : 0.f;
-                vb[u] = (jb < n && kg < k) ? pb[jb * k + kg] : 0.f;
-            }
-#pragma unroll
-            for (int u = 0; u < GJ_STAGE_ILP; u++) {
-                const int e = tid + 128 * (i0s + u);
-                const int r = e / GJ_TK, kk = e % GJ_TK;
-                as[r * GJ_LDS + kk] = wmma::__float_to_tf32(va[u]);
-                bs[r * GJ_LDS + kk] = wmma::__float_to_tf32(vb[u]);
-            }
-        }
-        __syncthreads();  // the step's tiles are staged
-#pragma unroll
-        for (int kk = 0; kk < GJ_TK; kk += 8) {
-            wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major> fa[2];
-            wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::col_major> fb[2];
-#pragma unroll
-            for (int a = 0; a < 2; a++) wmma::load_matrix_sync(fa[a], as + (wr + 16 * a) * GJ_LDS + kk, GJ_LDS);
-#pragma unroll
-            for (int b = 0; b < 2; b++) wmma::load_matrix_sync(fb[b], bs + (wc + 16 * b) * GJ_LDS + kk, GJ_LDS);
-#pragma unroll
-            for (int a = 0; a < 2; a++)
-#pragma unroll
-                for (int b = 0; b < 2; b++) wmma::mma_sync(acc[a][b], fa[a], fb[b], acc[a][b]);
-        }
-        __syncthreads();  // the tiles are read before the next step stages
-    }
-    float* cs = sm;  // GJ_TC rows of GJ_LDC floats: within the staging buffers
+    float* __restrict__ pd = c.d;
+    const int64_t tilesN = (n + GJ_TC - 1) / GJ_TC;
+    const int64_t t = x - c.tile0;
+    const int64_t i0 = (t / tilesN) * GJ_TC, j0 = (t % tilesN) * GJ_TC;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, tg = lane & 3;
+    const int wr = (warp >> 1) * 32, wc = (warp & 1) * 32;
+    float acc[2][4][4];
 #pragma unroll
     for (int a = 0; a < 2; a++)
 #pragma unroll
-        for (int b = 0; b < 2; b++)
-            wmma::store_matrix_sync(cs + (wr + 16 * a) * GJ_LDC + wc + 16 * b, acc[a][b], GJ_LDC, wmma::mem_row_major);
-    __syncthreads();  // the whole tile is staged
-    float* __restrict__ pd = c.d;
-#pragma unroll 8
-    for (int e = tid; e < GJ_TC * GJ_TC; e += 128) {
-        const int r = e / GJ_TC, cc = e % GJ_TC;
-        const int64_t i = i0 + r, jj = j0 + cc;
-        if (i < m && jj < n) pd[i * n + jj] = cs[r * GJ_LDC + cc];
+        for (int b = 0; b < 4; b++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[a][b][e] = 0.f;
+    // A thread's share of a staged tile: column lane of rows warp + 4·s
+    // (s < GJ_STAGE), so a warp loads 32 consecutive k of one row.
+    float va[GJ_STAGE], vb[GJ_STAGE];
+    const int64_t ra = i0 + warp, rb = j0 + warp;
+    auto load = [&](int64_t k0) {
+        const int64_t kg = k0 + lane;
+        const bool kin = kg < k;
+#pragma unroll
+        for (int s = 0; s < GJ_STAGE; s++) {
+            va[s] = (kin && ra + 4 * s < m) ? pa[(ra + 4 * s) * k + kg] : 0.f;
+            vb[s] = (kin && rb + 4 * s < n) ? pb[(rb + 4 * s) * k + kg] : 0.f;
+        }
+    };
+    auto store = [&]() {
+#pragma unroll
+        for (int s = 0; s < GJ_STAGE; s++) {
+            as[warp + 4 * s][lane] = to_tf32(va[s]);
+            bs[warp + 4 * s][lane] = to_tf32(vb[s]);
+        }
+    };
+    if (k > 0) {
+        load(0);
+        store();
     }
+    __syncthreads();  // the first step is staged
+    for (int64_t k0 = 0; k0 < k; k0 += GJ_TK) {
+        const bool more = k0 + GJ_TK < k;
+        if (more) load(k0 + GJ_TK);  // in flight during this step's mma
+#pragma unroll
+        for (int kk = 0; kk < GJ_TK; kk += 8) {
+            uint32_t fa[2][4], fb[4][2];
+#pragma unroll
+            for (int a = 0; a < 2; a++) {
+                const int r = wr + 16 * a + g;
+                fa[a][0] = as[r][kk + tg];
+                fa[a][1] = as[r + 8][kk + tg];
+                fa[a][2] = as[r][kk + tg + 4];
+                fa[a][3] = as[r + 8][kk + tg + 4];
+            }
+#pragma unroll
+            for (int b = 0; b < 4; b++) {
+                const int cn = wc + 8 * b + g;
+                fb[b][0] = bs[cn][kk + tg];
+                fb[b][1] = bs[cn][kk + tg + 4];
+            }
+#pragma unroll
+            for (int a = 0; a < 2; a++)
+#pragma unroll
+                for (int b = 0; b < 4; b++) mma_tf32(acc[a][b], fa[a], fb[b]);
+        }
+        __syncthreads();  // every warp is done reading this step's tiles
+        if (more) {
+            store();
+            __syncthreads();  // the next step is staged
+        }
+    }
+#pragma unroll
+    for (int a = 0; a < 2; a++)
+#pragma unroll
+        for (int b = 0; b < 4; b++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int64_t i = i0 + wr + 16 * a + g + 8 * (e >> 1);
+                const int64_t jj = j0 + wc + 8 * b + 2 * tg + (e & 1);
+                if (i < m && jj < n) pd[i * n + jj] = acc[a][b][e];
+            }
 }
 
 }  // extern "C"
