@@ -274,7 +274,7 @@ __global__ void __launch_bounds__(256) gemm_join_f32(const __grid_constant__ Gem
 #define GJ_STAGE (GJ_TC * GJ_TK / 128)
 
 // mma_tf32 is one mma.sync.m16n8k8 of TF32 operands into fp32
-// accumulators: d[4] += A[16×8]·B[8×16]'s 16×8 tile, from this lane's
+// accumulators: d[4] += A[16×8]·B[8×8]'s 16×8 tile, from this lane's
 // fragments (PTX ISA, "Matrix Fragments for mma.m16n8k8", .tf32: with
 // g = lane / 4 and t = lane % 4, a = {A[g][t], A[g+8][t], A[g][t+4],
 // A[g+8][t+4]}, b = {B[t][g], B[t+4][g]}, d = {D[g][2t], D[g][2t+1],
@@ -335,15 +335,23 @@ __global__ void __launch_bounds__(128, 4) gemm_join_tf32(const __grid_constant__
             for (int e = 0; e < 4; e++) acc[a][b][e] = 0.f;
     // A thread's share of a staged tile: column lane of rows warp + 4·s
     // (s < GJ_STAGE), so a warp loads 32 consecutive k of one row.
+    // Rows warp + 4·s inside the product are s < sa (a) and s < sb (b);
+    // offsets fit 32 bits (m·k and n·k are within gemmJoinMaxMACsTC).
     float va[GJ_STAGE], vb[GJ_STAGE];
     const int64_t ra = i0 + warp, rb = j0 + warp;
-    auto load = [&](int64_t k0) {
-        const int64_t kg = k0 + lane;
-        const bool kin = kg < k;
+    const int sa = ra < m ? (int)min((int64_t)GJ_STAGE, (m - ra + 3) / 4) : 0;
+    const int sb = rb < n ? (int)min((int64_t)GJ_STAGE, (n - rb + 3) / 4) : 0;
+    const int k32 = (int)k;
+    const unsigned ku = (unsigned)k;
+    const float* __restrict__ rowA = pa + (ra < m ? ra * k : 0) + lane;
+    const float* __restrict__ rowB = pb + (rb < n ? rb * k : 0) + lane;
+    auto load = [&](int k0) {
+        const bool kin = k0 + lane < k32;
 #pragma unroll
         for (int s = 0; s < GJ_STAGE; s++) {
-            va[s] = (kin && ra + 4 * s < m) ? pa[(ra + 4 * s) * k + kg] : 0.f;
-            vb[s] = (kin && rb + 4 * s < n) ? pb[(rb + 4 * s) * k + kg] : 0.f;
+            const unsigned off = 4u * s * ku + (unsigned)k0;  // used below 2^28 only
+            va[s] = (kin && s < sa) ? rowA[off] : 0.f;
+            vb[s] = (kin && s < sb) ? rowB[off] : 0.f;
         }
     };
     auto store = [&]() {
@@ -353,13 +361,13 @@ __global__ void __launch_bounds__(128, 4) gemm_join_tf32(const __grid_constant__
             bs[warp + 4 * s][lane] = to_tf32(vb[s]);
         }
     };
-    if (k > 0) {
+    if (k32 > 0) {
         load(0);
         store();
     }
     __syncthreads();  // the first step is staged
-    for (int64_t k0 = 0; k0 < k; k0 += GJ_TK) {
-        const bool more = k0 + GJ_TK < k;
+    for (int k0 = 0; k0 < k32; k0 += GJ_TK) {
+        const bool more = k0 + GJ_TK < k32;
         if (more) load(k0 + GJ_TK);  // in flight during this step's mma
 #pragma unroll
         for (int kk = 0; kk < GJ_TK; kk += 8) {
