@@ -27,10 +27,10 @@ func (b *Backend) MatMulsT(calls []kernels.MatMulTCall) bool {
 // cuBLAS yet, see switches.go), in the matmul precision High (TF32),
 // when every product has more than gemmJoinSkinny rows, they go to
 // gemm_join_tf32 instead (a block of four warps per 64×64 tile, TF32
-// tensor cores) up to gemmJoinMaxMACsTC each. False, having written nothing, with ESPER_CUDA_JOINS=off, an
-// operand of another dtype, or a product past the bound (gemmJoinMaxMACs
-// in fp32), which cuBLAS computes faster. Everything is checked before
-// anything launches.
+// tensor cores) up to gemmJoinMaxMACsTC each. False, having written
+// nothing, with ESPER_CUDA_JOINS=off, an operand of another dtype, or a
+// product past the bound (gemmJoinMaxMACs in fp32), which cuBLAS
+// computes faster. Everything is checked before anything launches.
 func (d *Device) MatMulsT(calls []kernels.MatMulTCall, prec Precision) (bool, error) {
 	const op = "MatMulsT"
 	dims, err := kernels.CheckMatMulsT(op, calls)

@@ -43,12 +43,12 @@ import (
 //   - ESPER_CUDA_JOINS_TF32=on: MatMulsT in the matmul precision High
 //     (TF32) joins products of more than 8 rows on tensor cores
 //     (gemm_join_tf32, up to 2^28 multiply-adds a product) instead of
-//     leaving those past 2^25 to cuBLAS. It passes the conformance
-//     suite but does not pay yet: on an H200 (2026-11-27) a W2 batch-64
-//     layer's three products took 84 to 106 µs in one such launch,
-//     where cuBLAS runs each in about 6 µs: its staging loop waited out
-//     each global load before the next (16 a K step), and its wmma
-//     fragments loaded through generic addresses. It has since been
+//     leaving those past 2^25 to cuBLAS. Its first version passed the
+//     conformance suite on an H200 (2026-11-27) but did not pay: a W2
+//     batch-64 layer's three products took 84 to 106 µs in one launch,
+//     where cuBLAS runs each in about 6 µs (its staging loop waited out
+//     each global load before the next, 16 a K step, and its wmma
+//     fragments loaded through generic addresses). It has since been
 //     rewritten on mma.sync (the fragments read from shared memory as
 //     the PTX ISA lays them out, the next K step's loads in flight
 //     during this one's products), which no GPU has run yet.
