@@ -400,9 +400,15 @@ if has profile; then
 			skip=0 count=3000
 			[ "$w" = w4 ] && skip=2000
 			[ "$w" = w2 ] && skip=1300 count=3200
+			# W2's profile runs with the TF32 product joins on
+			# (ESPER_CUDA_JOINS_TF32=on): its fp32 forwards show cuBLAS's
+			# products, its captured-tf32 ones gemm_join_tf32, side by
+			# side (the timed W2 runs above use the default).
+			envs=()
+			[ "$w" = w2 ] && envs=(ESPER_CUDA_JOINS_TF32=on)
 			before=$status
 			step "ncu profile $w" 120 "$out/profile_${w}.log" \
-				"$ncu" --csv --metrics gpu__time_duration.sum --graph-profiling node \
+				env "${envs[@]}" "$ncu" --csv --metrics gpu__time_duration.sum --graph-profiling node \
 				--cache-control none --clock-control none -s "$skip" -c "$count" \
 				"$bin/esper" bench --device cuda --workload "$w" "${args[@]}"
 			rc=$?
