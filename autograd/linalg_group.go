@@ -807,16 +807,18 @@ func LinearStacks(xs []*Var, wss [][]*Var) [][]*Var {
 
 // joinedProducts returns x_i·w_iᵀ for every input with a weight (w_i
 // nil: none, and a nil entry) in one kernels.MatMulsJoiner call (CUDA:
-// one launch for up to eight) where the backend has it and takes them —
-// two or more products, no autocast, F32 — as constants (LinearStacks'
-// caller records no gradient); nil otherwise, the caller then taking a
-// Linear each. Their sums are the joiner's own, which agree with
-// Linear's to rounding.
+// one launch for up to eight) where the backend has it — two or more
+// products, no autocast, F32 — as constants (LinearStacks' caller
+// records no gradient); nil otherwise, the caller then taking a Linear
+// each. Where the joiner declines the products (CUDA: past its size
+// bound, or joins off), each runs as its own MatMul into the output
+// already made for it: what Linear(x, w, nil) computes, bit for bit,
+// with no tensor made twice. A join's sums are the joiner's own, which
+// agree with Linear's to rounding.
 func joinedProducts(xs, ws []*Var) []*Var {
 	if AutocastDType() != tensor.Invalid {
 		return nil
 	}
-	var calls []kernels.MatMulTCall
 	var at []int
 	var mj kernels.MatMulsJoiner
 	for i, w := range ws {
@@ -832,12 +834,18 @@ func joinedProducts(xs, ws []*Var) []*Var {
 			return nil
 		}
 		mj = j
-		a, b := contig(x.Value), contig(w.Value)
-		calls = append(calls, kernels.MatMulTCall{Dst: alloc(a, tensor.F32, a.Dim(0), b.Dim(0)), A: a, B: b})
 		at = append(at, i)
 	}
-	if len(calls) < 2 || !mj.MatMulsT(calls) {
+	if len(at) < 2 {
 		return nil
+	}
+	calls := make([]kernels.MatMulTCall, len(at))
+	for k, i := range at {
+		a, b := contig(xs[i].Value), contig(ws[i].Value)
+		calls[k] = kernels.MatMulTCall{Dst: alloc(a, tensor.F32, a.Dim(0), b.Dim(0)), A: a, B: b}
+	}
+	if !mj.MatMulsT(calls) {
+		kernels.MatMulsTOps(backendOf(xs[at[0]].Value), calls)
 	}
 	ys := make([]*Var, len(xs))
 	for k, i := range at {

@@ -310,6 +310,67 @@ func TestStackRows(t *testing.T) {
 	}
 }
 
+// decliningJoiner is a backend whose MatMulsJoiner declines every join
+// (as CUDA does past its size bound, or with its joins off), recording
+// the calls it was offered and counting the products run apart.
+type decliningJoiner struct {
+	kernels.Backend
+	offered [][]kernels.MatMulTCall
+	matmuls int
+}
+
+func (d *decliningJoiner) MatMulsT(calls []kernels.MatMulTCall) bool {
+	d.offered = append(d.offered, calls)
+	return false
+}
+
+func (d *decliningJoiner) MatMul(dst, a, b *tensor.Tensor, transA, transB bool) {
+	d.matmuls++
+	d.Backend.MatMul(dst, a, b, transA, transB)
+}
+
+// TestLinearStacksWhereTheJoinIsDeclined: when the backend declines the
+// joined products, LinearStacks runs each product once, into the output
+// it made for the join (no tensor made twice): bit for bit Linear's for
+// a single weight, Linear's to rounding per weight of a stack (as where
+// the join is taken).
+func TestLinearStacksWhereTheJoinIsDeclined(t *testing.T) {
+	dev := tensor.Sim(9)
+	orig := kernels.For(dev)
+	t.Cleanup(func() { kernels.Register(orig) })
+	d := &decliningJoiner{Backend: orig}
+	kernels.Register(d)
+	t.Cleanup(func() { stackAnywhere = false })
+	stackAnywhere = true
+	rng := tensor.NewRNG(19)
+	on := func(shape ...int) *Var {
+		v, err := tensor.Normal(rng, tensor.F32, 0, 1, shape...).ToDevice(dev)
+		require.NoError(t, err)
+		return Const(v)
+	}
+	xs := []*Var{on(4, 3), on(2, 5)}
+	wss := [][]*Var{{on(2, 3), on(6, 3)}, {on(3, 5)}}
+	var outs [][]*Var
+	InferenceMode(func() { outs = LinearStacks(xs, wss) })
+	require.Len(t, d.offered, 1, "one join offered")
+	require.Len(t, d.offered[0], 2, "both inputs' products")
+	require.Equal(t, 2, d.matmuls, "each product once, after the decline")
+	// The first input's stack is one product, split by rows: its output
+	// is the very tensor made for the join.
+	require.Same(t, d.offered[0][1].Dst, outs[1][0].Value, "the single weight's product is the join's output")
+	for i, x := range xs {
+		for j, w := range wss[i] {
+			var want *Var
+			InferenceMode(func() { want = Linear(x, w, nil) })
+			if len(wss[i]) == 1 {
+				sameVars(t, "LinearStacks", outs[i][j], want)
+			} else {
+				closeVars(t, "LinearStacks", outs[i][j], want)
+			}
+		}
+	}
+}
+
 // TestStackRowsOfAdjacentWeights: weights laid out one after another in
 // one storage stack as a view of it — no launch, the same storage, the
 // values Concat gives — and a view reads what the weights hold when it

@@ -203,8 +203,10 @@ type MatMulTCall struct {
 // depend on one another — a heterogeneous graph layer's projections, one
 // per node type — in as few launches as the backend can (CUDA: F32, up
 // to eight in one). Each Dst holds A·Bᵀ summed in the backend's own
-// order (CUDA sums each element's K products in order in fp32, where
-// MatMul's cuBLAS sums in its own), so backends agree to rounding only.
+// order (CUDA sums each element's K products in order in fp32, a
+// product of few rows in 32 lane-strided chains joined by a butterfly,
+// where MatMul's cuBLAS sums in its own), so backends agree to rounding
+// only.
 // No call may write memory that another reads or writes
 // (CheckMatMulsT).
 type MatMulsJoiner interface {

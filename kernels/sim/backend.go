@@ -239,8 +239,9 @@ func (b *Backend) LaunchBound() bool { return b.launchBound.Load() }
 // copy of the weights for fewer launches — so that a captured graph's
 // length (Graph.Len) counts what a GPU would launch, on a machine
 // without one, and Calls the ops asked of it (a join counted once and
-// with each of its calls besides). The stacked products sum in another order than separate ones, so
-// sim then no longer computes bit for bit what the CPU computes: tests
+// with each of its calls besides). The stacked products sum in another
+// order than separate ones, so sim then no longer computes bit for bit
+// what the CPU computes: tests
 // that compare the two run with it off. Set it before any op runs (a
 // captured graph or a cached choice made the other way stays as made);
 // the device package sets it from ESPER_SIM_LAUNCH_BOUND when it opens
