@@ -48,6 +48,29 @@ type Options struct {
 // RunAll sets the backend's matmul precision to Highest.
 func RunAll(t *testing.T, b kernels.Backend, o Options) {
 	t.Helper()
+	run(t, b, o, nil)
+}
+
+// RunCases is RunAll restricted to the cases named (CaseNames' names, as
+// "GATMean+GATMeanAct+GatherConcat"): for a backend setting that routes
+// some methods to other kernels (the CUDA backend's switches), so that a
+// test can check those methods again without the whole suite. A name
+// that is no case fails t.
+func RunCases(t *testing.T, b kernels.Backend, o Options, names ...string) {
+	t.Helper()
+	want := map[string]bool{}
+	for _, n := range names {
+		if !slices.Contains(CaseNames(), n) {
+			t.Fatalf("backendtest: RunCases: %q is no case (CaseNames lists them)", n)
+		}
+		want[n] = true
+	}
+	run(t, b, o, want)
+}
+
+// run is RunAll over the cases named in only (nil: every case).
+func run(t *testing.T, b kernels.Backend, o Options, only map[string]bool) {
+	t.Helper()
 	for field, m := range map[string]map[string][]tensor.DType{"Narrow": o.Narrow, "Wide": o.Wide} {
 		for name := range m {
 			if _, ok := methodSet()[name]; !ok {
@@ -64,6 +87,9 @@ func RunAll(t *testing.T, b kernels.Backend, o Options) {
 	b.SetMatmulPrecision(kernels.Highest)
 	bt := reflect.TypeOf(b)
 	for i, c := range cases {
+		if only != nil && !only[c.name()] {
+			continue
+		}
 		t.Run(c.name(), func(t *testing.T) {
 			if c.needs != nil && !bt.Implements(c.needs) {
 				t.Skipf("%v does not implement kernels.%s", bt, c.needs.Name())

@@ -19,6 +19,9 @@ func TestKernelDefinesMatchGo(t *testing.T) {
 		goValue    int
 	}{
 		{"graph.cu", "GAT_JOIN", gatJoin},
+		{"graph.cu", "GW_HEADS", gwHeads},
+		{"graph.cu", "GW_CW", gwChunks},
+		{"graph.cu", "GW_WARPS", gwWarps},
 		{"graph.cu", "GSUM_JOIN", gsumJoin},
 		{"graph.cu", "RH_MAX", rhMax},
 		{"graph.cu", "RH_ROWS", rhRows},

@@ -52,7 +52,10 @@ type Device struct {
 	counters cu.DevicePtr // tailCounters int32 zeros: the per-node or per-channel counters of a launch that finishes its own reduction (gat_mean_f32, batch norm's partials), left zeroed by each launch
 	// joins counts the joined launches (gather_sum_join_f32,
 	// gat_mean_join_f32, linear_act_ln_join_f32, relu_heads_f32): Joins.
-	joins     atomic.Int64
+	joins atomic.Int64
+	// gatWarps counts the launches of the warp GAT kernels
+	// (gat_mean_warp_f32, gat_mean_join_warp_f32: ESPER_CUDA_GAT_WARPS).
+	gatWarps  atomic.Int64
 	blas      *blasHandle // cuBLAS, created on first use (under mu)
 	capturing bool        // a stream capture is running (under mu)
 	mt        mtCache     // multi-tensor tables (multi_tensor.go)

@@ -40,3 +40,34 @@ func gatThreads(heads, c int) int {
 	n = (n + 31) &^ 31
 	return min(max(n, 32), gatMaxThreads)
 }
+
+// The warp-per-node GAT kernels (gat_mean_warp_f32 and
+// gat_mean_join_warp_f32, ESPER_CUDA_GAT_WARPS=on): a relation of at
+// most gwHeads heads and 32·gwChunks channels a head (GW_HEADS, GW_CW)
+// runs a warp per destination node, gwWarps nodes to a block of
+// gwThreads (GW_WARPS), compiled for gwMinBlocks blocks a
+// multiprocessor (__launch_bounds__(128, 4): 128 registers a thread,
+// the node's accumulator and two source rows in registers). Their
+// dynamic shared memory is the edge-attribute term v alone, heads·f
+// floats.
+const (
+	gwHeads     = 4
+	gwChunks    = 4
+	gwWarps     = 4
+	gwThreads   = 32 * gwWarps
+	gwMinBlocks = 4
+)
+
+// gatWarpFits reports whether a relation of heads heads and c channels
+// a head fits the warp kernels' registers.
+func gatWarpFits(heads, c int) bool {
+	return heads >= 1 && heads <= gwHeads && c >= 1 && c <= 32*gwChunks
+}
+
+// gatWarpShared is a warp kernel block's dynamic shared memory in bytes
+// for edge attributes of width f: v, heads·f floats.
+func gatWarpShared(heads, f int) int { return 4 * heads * f }
+
+// gatWarpBlocks is a warp kernel's grid row for nd nodes: a block per
+// gwWarps nodes, at most gatMaxBlocks (the rest strided).
+func gatWarpBlocks(nd int64) int { return int(min((nd+gwWarps-1)/gwWarps, gatMaxBlocks)) }

@@ -46,6 +46,32 @@ func TestGATLaunchWithinBounds(t *testing.T) {
 			t.Errorf("gatThreads(%d, %d) = %d, want %d", c.heads, c.ch, got, c.want)
 		}
 	}
+	// The warp kernels: blocks of gwThreads, gwMinBlocks a
+	// multiprocessor; W2's batch-64 joined launch (192 slot nodes, 10
+	// relations along y) in one wave, and no more blocks than nodes
+	// need.
+	for _, k := range []string{"gat_mean_warp_f32", "gat_mean_join_warp_f32"} {
+		if maxT, minB := ptxLaunchBounds(t, "graph.ptx", k); maxT != gwThreads || minB != gwMinBlocks {
+			t.Fatalf("%s is compiled for %d threads, %d blocks a multiprocessor; the Go side launches %d and counts on %d",
+				k, maxT, minB, gwThreads, gwMinBlocks)
+		}
+	}
+	if blocks := gatWarpBlocks(192) * 10; blocks > 132*gwMinBlocks {
+		t.Errorf("the warp kernels' %d blocks exceed one wave of %d", blocks, 132*gwMinBlocks)
+	}
+	for _, c := range []struct{ nd, want int64 }{{1, 1}, {4, 1}, {5, 2}, {192, 48}, {4 * gatMaxBlocks, gatMaxBlocks}, {4*gatMaxBlocks + 1, gatMaxBlocks}} {
+		if got := gatWarpBlocks(c.nd); int64(got) != c.want {
+			t.Errorf("gatWarpBlocks(%d) = %d, want %d", c.nd, got, c.want)
+		}
+	}
+	for _, c := range []struct {
+		heads, ch int
+		fits      bool
+	}{{4, 128, true}, {1, 1, true}, {2, 5, true}, {5, 8, false}, {4, 129, false}, {6, 40, false}, {0, 8, false}} {
+		if got := gatWarpFits(c.heads, c.ch); got != c.fits {
+			t.Errorf("gatWarpFits(%d, %d) = %v, want %v", c.heads, c.ch, got, c.fits)
+		}
+	}
 	// gat_aggregate_f32 declares no bound (any block up to 1024 runs).
 	if maxT, _ := ptxLaunchBounds(t, "graph.ptx", "gat_aggregate_f32"); maxT != 0 && maxT < gatMaxThreads {
 		t.Errorf("gat_aggregate_f32 is compiled for %d threads, launched with up to %d", maxT, gatMaxThreads)

@@ -17,8 +17,9 @@
 # ESPER_GPU_WORKLOADS the workloads (default "w1 w2 w4 w5 w6 w7 w8").
 # ESPER_GPU_PEERS=0 runs esper alone, without its PyTorch peers (a
 # rerun's choice, when an earlier run on the same GPU has their figures).
-# W2 also runs a third time with ESPER_CUDA_JOINS_TF32=on (the TF32
-# tensor-core product joins, off by default).
+# W2 also runs with ESPER_CUDA_JOINS_TF32=on (the TF32 tensor-core
+# product joins), with ESPER_CUDA_GAT_WARPS=on (the warp-per-node GAT
+# kernels) and with both, each off by default.
 # W4 runs a second time with ESPER_CUDA_CONV=direct (its bare loop, no
 # peer: the direct convolutions against the default im2col in the same
 # sitting), W2 with ESPER_CUDA_JOINS=off, W1 with
@@ -171,7 +172,7 @@ if has tests; then
 	# lists them (top-level tests; TestConformance's newest subtests
 	# separately).
 	newest_conformance='^(GatherSums|GATMeansAct|LinearActLayerNorms|ReluHeads|GATMeanGrad\+GATMeanGradFits|GatherMeanGrad\+GatherMeanGradAdd|LinearBackwardAdd\+LinearBackwardAccumulate|MatMulsT|ForeachNorm\+ForeachScale\+ForeachAxpy|BeginSequence\+EndSequence)$'
-	newest_tests='^(TestKernelsLoadFromCubins|TestPolicyInferenceOnCUDA|TestSequenceAcrossCaptureBounds|TestSequencesOffHoldNothing|TestUploadsWithoutWaitKeepTheirBytes|TestGemmJoinTF32OnCUDA)$'
+	newest_tests='^(TestKernelsLoadFromCubins|TestPolicyInferenceOnCUDA|TestSequenceAcrossCaptureBounds|TestSequencesOffHoldNothing|TestUploadsWithoutWaitKeepTheirBytes|TestGemmJoinTF32OnCUDA|TestGATWarpsOnCUDA)$'
 	echo "== kernels/cuda tests of the newest code, first"
 	step "kernels/cuda newest conformance" 60 "$out/kernels_cuda_newest_conformance.log" \
 		"$bin/kernels_cuda.test" -test.v -test.count=1 -test.run "^TestConformance\$/$newest_conformance"
@@ -331,18 +332,24 @@ p and json.dump(p, open(sys.argv[2], "w"), indent=2)' "$out/esper/W4.json" "$out
 			tail -8 "$out/esper_${w}_apart.log"
 		fi
 		if [ "$w" = w2 ] && ((rc == 0)); then
-			# W2 again with the TF32 product joins on
-			# (ESPER_CUDA_JOINS_TF32=on, off by default: gemm_join_tf32
+			# W2 again with the kernels that are off by default: the TF32
+			# product joins (ESPER_CUDA_JOINS_TF32=on: gemm_join_tf32
 			# against cuBLAS for the batch-64 layers' products, in its
-			# captured-tf32 mode).
-			echo "== esper bench --device cuda --workload w2, ESPER_CUDA_JOINS_TF32=on"
-			mkdir -p "$out/esper_tf32"
-			before=$status
-			step "esper w2 tf32 joins" 60 "$out/esper_w2_tf32.log" \
-				env ESPER_CUDA_JOINS_TF32=on "$bin/esper" bench --device cuda --workload w2 --json "$out/esper_tf32"
-			trc=$?
-			((trc == 124 || trc == 137)) && status=$before
-			grep -E "captured-tf32" "$out/esper_w2_tf32.log" | tail -6
+			# captured-tf32 mode), the warp-per-node GAT kernels
+			# (ESPER_CUDA_GAT_WARPS=on) and both together.
+			for variant in "tf32 ESPER_CUDA_JOINS_TF32=on" "gatwarps ESPER_CUDA_GAT_WARPS=on" \
+				"both ESPER_CUDA_JOINS_TF32=on ESPER_CUDA_GAT_WARPS=on"; do
+				read -r vname venv <<<"$variant"
+				echo "== esper bench --device cuda --workload w2, $venv"
+				mkdir -p "$out/esper_$vname"
+				before=$status
+				# shellcheck disable=SC2086 # venv: one or two NAME=on words
+				step "esper w2 $vname" 60 "$out/esper_w2_$vname.log" \
+					env $venv "$bin/esper" bench --device cuda --workload w2 --json "$out/esper_$vname"
+				trc=$?
+				((trc == 124 || trc == 137)) && status=$before
+				grep -E "batch 64 captured|captured-tf32" "$out/esper_w2_$vname.log" | tail -8
+			done
 		fi
 		if [ "$w" = w4 ] && ((rc == 0)); then
 			# W4 again with the direct convolution kernels
@@ -400,12 +407,15 @@ if has profile; then
 			skip=0 count=3000
 			[ "$w" = w4 ] && skip=2000
 			[ "$w" = w2 ] && skip=1300 count=3200
-			# W2's profile runs with the TF32 product joins on
-			# (ESPER_CUDA_JOINS_TF32=on): its fp32 forwards show cuBLAS's
+			# W2's profile runs with the TF32 product joins and the GAT
+			# warp kernels on (ESPER_CUDA_JOINS_TF32=on,
+			# ESPER_CUDA_GAT_WARPS=on): its fp32 forwards show cuBLAS's
 			# products, its captured-tf32 ones gemm_join_tf32, side by
-			# side (the timed W2 runs above use the default).
+			# side, and every forward the warp GAT kernels (the block
+			# kernels' times are call 2's of 2026-11-27b; the timed W2
+			# runs above use the default).
 			envs=()
-			[ "$w" = w2 ] && envs=(ESPER_CUDA_JOINS_TF32=on)
+			[ "$w" = w2 ] && envs=(ESPER_CUDA_JOINS_TF32=on ESPER_CUDA_GAT_WARPS=on)
 			before=$status
 			step "ncu profile $w" 120 "$out/profile_${w}.log" \
 				env "${envs[@]}" "$ncu" --csv --metrics gpu__time_duration.sum --graph-profiling node \

@@ -260,8 +260,15 @@ func (d *Device) gatPrepare(op string, r int, k kernels.GATMeanCall, act int) (g
 		}
 		rels[i] = rel
 	}
-	return gatCall{out: uint64(outPtr), res: uint64(resPtr), nd: int64(out.Dim(0)), heads: int64(heads), c: int64(c),
-		slope: k.Slope, alpha: alpha, act: int64(act), rels: rels, shared: shared, thread: gatThreads(heads, c)}, nil
+	g := gatCall{out: uint64(outPtr), res: uint64(resPtr), nd: int64(out.Dim(0)), heads: int64(heads), c: int64(c),
+		slope: k.Slope, alpha: alpha, act: int64(act), rels: rels, shared: shared, thread: gatThreads(heads, c)}
+	if gatWarpsOn.Load() && gatWarpFits(heads, c) {
+		g.warp, g.thread, g.shared = true, gwThreads, 0
+		for _, rel := range rels {
+			g.shared = max(g.shared, gatWarpShared(heads, int(rel.f)))
+		}
+	}
+	return g, nil
 }
 
 // gatLaunch runs g (nodes and columns to write) as gat_mean_f32
@@ -269,7 +276,11 @@ func (d *Device) gatPrepare(op string, r int, k kernels.GATMeanCall, act int) (g
 // launch that adds the relations itself when g is tailed, else
 // gat_combine_f32 adds them after.
 func (d *Device) gatLaunch(op string, g gatCall) error {
-	fn, err := d.kernel("gat_mean_f32")
+	name := "gat_mean_f32"
+	if g.warp {
+		name = "gat_mean_warp_f32"
+	}
+	fn, err := d.kernel(name)
 	if err != nil {
 		return err
 	}
@@ -293,9 +304,12 @@ func (d *Device) gatLaunch(op string, g gatCall) error {
 	for start := 0; start < r; start += gatMaxRels {
 		end := min(r, start+gatMaxRels)
 		gatMultiPack(&w, uint64(ps), g.nd, g.heads, g.c, g.slope, g.alpha, int64(start), tail, g.rels[start:end])
-		grid := [3]int{min(nd, gatMaxBlocks), end - start, 1}
+		grid := [3]int{g.blocks(), end - start, 1}
 		if err := launchStructShared(fn, grid, [3]int{g.thread, 1, 1}, g.shared, d.stream, w[:]); err != nil {
 			return err
+		}
+		if g.warp {
+			d.gatWarps.Add(1)
 		}
 	}
 	if tail.counters != 0 {
@@ -317,8 +331,10 @@ func (b *Backend) GATMeansAct(calls []kernels.GATMeanCall) { must(b.d.GATMeansAc
 // up to gatMaxRels relations, a counter per node) go gatJoin at a time,
 // with one block size, into one gat_mean_join_f32 launch — each over a
 // scratch and counters of its own — which runs gat_mean_f32's code for
-// every relation (the same bits); any other mean runs as GATMeanAct runs
-// it. Everything is checked before anything launches.
+// every relation (the same bits); with ESPER_CUDA_GAT_WARPS=on the means
+// that fit the warp kernels join apart from the others, into
+// gat_mean_join_warp_f32 (the same bits again). Any other mean runs as
+// GATMeanAct runs it. Everything is checked before anything launches.
 func (d *Device) GATMeansAct(calls []kernels.GATMeanCall) error {
 	const op = "GATMeansAct"
 	rs, err := kernels.CheckGATMeans(op, calls)
@@ -354,7 +370,7 @@ func (d *Device) GATMeansAct(calls []kernels.GATMeanCall) error {
 			}
 			continue
 		}
-		if len(parts) > 0 && (len(parts) == gatJoin || parts[0].thread != g.thread || counted+g.nd > tailCounters) {
+		if len(parts) > 0 && (len(parts) == gatJoin || parts[0].thread != g.thread || parts[0].warp != g.warp || counted+g.nd > tailCounters) {
 			if err := flush(); err != nil {
 				return err
 			}
@@ -370,7 +386,11 @@ func (d *Device) GATMeansAct(calls []kernels.GATMeanCall) error {
 // tailCounters nodes at most in all) as one gat_mean_join_f32 launch,
 // each over its share of one scratch and of the device's counters.
 func (d *Device) gatJoinLaunch(op string, gs []gatCall) error {
-	fn, err := d.kernel("gat_mean_join_f32")
+	name := "gat_mean_join_f32"
+	if gs[0].warp {
+		name = "gat_mean_join_warp_f32"
+	}
+	fn, err := d.kernel(name)
 	if err != nil {
 		return err
 	}
@@ -396,8 +416,14 @@ func (d *Device) gatJoinLaunch(op string, gs []gatCall) error {
 	defer release()
 	var w [gatJoinWords]uint64
 	gx, gy := gatJoinPack(&w, ps)
+	if err := launchStructShared(fn, [3]int{gx, gy, 1}, [3]int{gs[0].thread, 1, 1}, shared, d.stream, w[:]); err != nil {
+		return err
+	}
 	d.joins.Add(1)
-	return launchStructShared(fn, [3]int{gx, gy, 1}, [3]int{gs[0].thread, 1, 1}, shared, d.stream, w[:])
+	if gs[0].warp {
+		d.gatWarps.Add(1)
+	}
+	return nil
 }
 
 // GatherConcat is kernels.GraphMultiAggregator's GatherConcat, F32: out

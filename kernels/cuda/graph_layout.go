@@ -108,6 +108,16 @@ type gatCall struct {
 	act            int64
 	rels           []gatRel
 	shared, thread int
+	warp           bool // the warp kernels run it (gat_mean_warp_f32)
+}
+
+// blocks is g's grid row: a block per node, or per gwWarps nodes for
+// the warp kernels, at most gatMaxBlocks.
+func (g gatCall) blocks() int {
+	if g.warp {
+		return gatWarpBlocks(g.nd)
+	}
+	return int(min(g.nd, gatMaxBlocks))
 }
 
 // tailed reports whether g is one gat_mean_f32 launch that adds its
@@ -142,7 +152,7 @@ func gatJoinPack(w *[gatJoinWords]uint64, ps []gatJoinPart) (gx, gy int) {
 		g := p.g
 		gy += len(g.rels)
 		w[1+k] = uint64(gy)
-		gx = max(gx, int(min(g.nd, gatMaxBlocks)))
+		gx = max(gx, g.blocks())
 		gatMultiPack(&m, p.scratch, g.nd, g.heads, g.c, g.slope, g.alpha, 0,
 			gatTail{out: g.out, res: g.res, counters: p.counters, act: g.act}, g.rels)
 		copy(w[1+gatJoin+k*gatMultiWords:], m[:])

@@ -5,10 +5,12 @@ package cuda
 import (
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"testing"
 
 	"github.com/esper-go/esper/bench"
 	"github.com/esper-go/esper/kernels"
+	"github.com/esper-go/esper/kernels/backendtest"
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/tamiyo"
 	"github.com/esper-go/esper/tensor"
@@ -200,5 +202,56 @@ func TestGemmJoinTF32OnCUDA(t *testing.T) {
 	tf32JoinsOn.Store(false)
 	if be.MatMulsT(big) {
 		t.Error("with the TF32 joins off, a product of 192·4096·256 multiply-adds was joined, not left to cuBLAS")
+	}
+}
+
+// TestGATWarpsOnCUDA: with ESPER_CUDA_GAT_WARPS=on's setting, the
+// conformance suite's GATMean and GATMeansAct checks pass on the warp
+// kernels (they hold GATMean to GATAggregate, which stays on the block
+// kernel, and GATMeansAct to GATMeanAct, bit for bit), and W2's policy
+// at batch 1 and 64 gives the logits and values it gives with the block
+// kernels, bit for bit, eager and captured, having launched the warp
+// kernels.
+func TestGATWarpsOnCUDA(t *testing.T) {
+	defer gatWarpsOn.Store(gatWarpsOn.Load())
+	gatWarpsOn.Store(true)
+	launched := dev.gatWarps.Load()
+	backendtest.RunCases(t, be, conformanceOptions, "GATMean+GATMeanAct+GatherConcat", "GATMeansAct")
+	if dev.gatWarps.Load() == launched {
+		t.Fatal("the conformance checks launched no warp GAT kernel with the switch on")
+	}
+	for _, n := range []int{1, 64} {
+		g, err := bench.W2Graph(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := tamiyo.NewPolicy(tamiyo.PolicyOptions{Seed: 4, NoDropout: true, Device: tensor.CUDA(0)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		forward := func(warps, capture bool) *tamiyo.Logits {
+			gatWarpsOn.Store(warps)
+			in, err := tamiyo.NewInference(p, tamiyo.InferenceOptions{NoCapture: !capture})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var lg *tamiyo.Logits
+			for range 3 { // eager; captured: the warm-up, the capture, a replay
+				if lg, err = in.Forward(g); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return lg
+		}
+		want := forward(false, false)
+		launched := dev.gatWarps.Load()
+		for _, capture := range []bool{false, true} {
+			if got := forward(true, capture); !reflect.DeepEqual(got, want) {
+				t.Errorf("batch %d, captured %v: the warp kernels' logits differ from the block kernels'", n, capture)
+			}
+		}
+		if dev.gatWarps.Load() == launched {
+			t.Errorf("batch %d: no warp GAT kernel launched with the switch on", n)
+		}
 	}
 }

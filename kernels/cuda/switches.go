@@ -38,7 +38,7 @@ import (
 //     it relies on the driver staging pageable memory before it returns
 //     (TestUploadsWithoutWaitKeepTheirBytes checks it on a GPU).
 //
-// One switch is off by default and turned on:
+// Two switches are off by default and turned on:
 //
 //   - ESPER_CUDA_JOINS_TF32=on: MatMulsT in the matmul precision High
 //     (TF32) joins products of more than 8 rows on tensor cores
@@ -53,25 +53,44 @@ import (
 //     the PTX ISA lays them out, the next K step's loads in flight
 //     during this one's products), which no GPU has run yet.
 //
+//   - ESPER_CUDA_GAT_WARPS=on: GATMean, GATMeanAct and GATMeansAct run a
+//     relation of at most 4 heads and 128 channels a head with a warp
+//     per destination node (gat_mean_warp_f32, gat_mean_join_warp_f32)
+//     instead of a block, the node's accumulator in registers and no
+//     barrier between nodes or edges: W2's batch-64 GAT launch is 480
+//     blocks of 4 nodes in one wave, where the block kernels' 1 920
+//     blocks take two, each node a chain of dependent loads and
+//     barriers (20.8 µs a launch on an H200, 2026-11-27). The results
+//     are the block kernels' bit for bit (the conformance suite holds
+//     GATMean to GATAggregate, which stays on the block kernel). No GPU
+//     has run it yet.
+//
 // "on" or unset leaves the default (all on but the last); any other
 // value than on or off is an error at Open naming the variable. The
 // setting is the process's, read at every Open; tests set the variables
 // below directly.
 var joinsOff, sequencesOff, cubinOff, uploadWaitOff atomic.Bool
 
-// tf32JoinsOn is ESPER_CUDA_JOINS_TF32's setting (off by default).
-var tf32JoinsOn atomic.Bool
+// tf32JoinsOn is ESPER_CUDA_JOINS_TF32's setting and gatWarpsOn
+// ESPER_CUDA_GAT_WARPS's (both off by default).
+var tf32JoinsOn, gatWarpsOn atomic.Bool
 
 // switchesFromEnv applies ESPER_CUDA_JOINS, ESPER_CUDA_SEQUENCES,
-// ESPER_CUDA_CUBIN, ESPER_CUDA_UPLOAD_WAIT and ESPER_CUDA_JOINS_TF32 (an
-// unset variable leaves its setting as it is, so a test's stays).
+// ESPER_CUDA_CUBIN, ESPER_CUDA_UPLOAD_WAIT, ESPER_CUDA_JOINS_TF32 and
+// ESPER_CUDA_GAT_WARPS (an unset variable leaves its setting as it is,
+// so a test's stays).
 func switchesFromEnv() error {
-	off, set, err := parseSwitch("ESPER_CUDA_JOINS_TF32", os.Getenv("ESPER_CUDA_JOINS_TF32"))
-	if err != nil {
-		return err
-	}
-	if set {
-		tf32JoinsOn.Store(!off)
+	for _, s := range []struct {
+		name string
+		on   *atomic.Bool
+	}{{"ESPER_CUDA_JOINS_TF32", &tf32JoinsOn}, {"ESPER_CUDA_GAT_WARPS", &gatWarpsOn}} {
+		off, set, err := parseSwitch(s.name, os.Getenv(s.name))
+		if err != nil {
+			return err
+		}
+		if set {
+			s.on.Store(!off)
+		}
 	}
 	for _, s := range []struct {
 		name string

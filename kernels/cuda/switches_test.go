@@ -10,11 +10,12 @@ import (
 // TestSwitchesFromEnv: ESPER_CUDA_JOINS, ESPER_CUDA_SEQUENCES,
 // ESPER_CUDA_CUBIN and ESPER_CUDA_UPLOAD_WAIT turn their launches (or
 // cubins, or waits) off with "off" and on with "on",
-// ESPER_CUDA_JOINS_TF32 (off by default) likewise, each leaves its
+// ESPER_CUDA_JOINS_TF32 and ESPER_CUDA_GAT_WARPS (off by default)
+// likewise, each leaves its
 // setting alone when unset, and any other value is refused, naming the
 // variable.
 func TestSwitchesFromEnv(t *testing.T) {
-	for _, sw := range []*atomic.Bool{&joinsOff, &sequencesOff, &cubinOff, &uploadWaitOff, &tf32JoinsOn} {
+	for _, sw := range []*atomic.Bool{&joinsOff, &sequencesOff, &cubinOff, &uploadWaitOff, &tf32JoinsOn, &gatWarpsOn} {
 		defer sw.Store(sw.Load())
 		sw.Store(false)
 	}
@@ -49,6 +50,18 @@ func TestSwitchesFromEnv(t *testing.T) {
 	t.Setenv("ESPER_CUDA_JOINS_TF32", "1")
 	require.ErrorContains(t, switchesFromEnv(), "ESPER_CUDA_JOINS_TF32")
 	t.Setenv("ESPER_CUDA_JOINS_TF32", "")
+
+	require.False(t, gatWarpsOn.Load(), "the GAT warp kernels are off unless turned on")
+	t.Setenv("ESPER_CUDA_GAT_WARPS", "on")
+	require.NoError(t, switchesFromEnv())
+	require.True(t, gatWarpsOn.Load())
+	require.False(t, tf32JoinsOn.Load(), "ESPER_CUDA_GAT_WARPS turned the TF32 joins on")
+	t.Setenv("ESPER_CUDA_GAT_WARPS", "off")
+	require.NoError(t, switchesFromEnv())
+	require.False(t, gatWarpsOn.Load())
+	t.Setenv("ESPER_CUDA_GAT_WARPS", "yes")
+	require.ErrorContains(t, switchesFromEnv(), "ESPER_CUDA_GAT_WARPS")
+	t.Setenv("ESPER_CUDA_GAT_WARPS", "")
 
 	t.Setenv("ESPER_CUDA_SEQUENCES", "0")
 	err := switchesFromEnv()

@@ -200,7 +200,9 @@ __device__ __forceinline__ void gat_relation(float* out, const float* hs, const 
             __syncthreads();  // this edge's sc and wt are published
             for (int64_t q = tid; q < HC; q += blockDim.x) {
                 int h = (int)(q / C);
-                acc[q] = acc[q] * scp[h] + wtp[h] * hj[q];
+                // The contraction nvcc makes of acc·sc + wt·hj, spelled
+                // out, so that gat_relation_warp's is the same.
+                acc[q] = __fmaf_rn(acc[q], scp[h], __fmul_rn(wtp[h], hj[q]));
             }
         }
         __syncthreads();  // acc and s are final
@@ -233,10 +235,17 @@ __device__ __forceinline__ void gat_relation(float* out, const float* hs, const 
 // gat_combine_f32 does, writes out's row i and sets counters[i] back to
 // 0 for the next launch. Which block finishes last varies; the sum's
 // order does not, so the result is gat_combine_f32's bit for bit.
+__device__ __forceinline__ void gat_tail_sum(const GatTailArgs m, int64_t i, int first, int step);
 __device__ __forceinline__ void gat_tail(const GatTailArgs m, int64_t i) {
-    if (last_block(m.counters, i, (int)m.nrel)) {
+    if (last_block(m.counters, i, (int)m.nrel)) gat_tail_sum(m, i, threadIdx.x, blockDim.x);
+}
+
+// gat_tail_sum is the last block's (or warp's) work of gat_tail for node
+// i, its threads taking columns first, first + step, …
+__device__ __forceinline__ void gat_tail_sum(const GatTailArgs m, int64_t i, int first, int step) {
+    {
         const int64_t n = m.nd * m.c;
-        for (int64_t c = threadIdx.x; c < m.c; c += blockDim.x) {
+        for (int64_t c = first; c < m.c; c += step) {
             const int64_t q = i * m.c + c;
             float v = __ldcg(m.scratch + q);
             for (int64_t r = 1; r < m.nrel; r++) v = __fadd_rn(v, __ldcg(m.scratch + r * n + q));
@@ -246,7 +255,181 @@ __device__ __forceinline__ void gat_tail(const GatTailArgs m, int64_t i) {
             }
             m.out[q] = v;
         }
-        if (threadIdx.x == 0) m.counters[i] = 0;
+        if (first == 0) m.counters[i] = 0;
+    }
+}
+
+// GW_HEADS, GW_CW and GW_WARPS shape gat_relation_warp (Go's gwHeads,
+// gwChunks, gwWarps): a relation of at most GW_HEADS heads and c ≤
+// 32·GW_CW channels a head runs a warp per destination node, GW_WARPS
+// nodes a block.
+#define GW_HEADS 4
+#define GW_CW 4
+#define GW_WARPS 4
+
+// gw_row loads row hj's heads·c values into r as gat_relation_warp
+// holds them: r[h][j] = hj[h·C + lane + 32·j], 0 past the heads or c.
+__device__ __forceinline__ void gw_row(float (&r)[GW_HEADS][GW_CW], const float* hj, int H, int C, int lane) {
+#pragma unroll
+    for (int h = 0; h < GW_HEADS; h++) {
+#pragma unroll
+        for (int j = 0; j < GW_CW; j++) {
+            const int c = lane + 32 * j;
+            r[h][j] = (h < H && c < C) ? hj[h * C + c] : 0.f;
+        }
+    }
+}
+
+// gw_sums replaces every v[h] with its sum over the warp (warp_sum's
+// butterfly, the heads' steps interleaved: each head's sum is warp_sum's
+// bit for bit).
+__device__ __forceinline__ void gw_sums(float (&v)[GW_HEADS]) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+#pragma unroll
+        for (int h = 0; h < GW_HEADS; h++) v[h] += __shfl_xor_sync(0xffffffff, v[h], o);
+    }
+}
+
+// last_warp is last_block for a warp that finished group g alone: every
+// lane fences its writes, then lane 0 counts the group done; every lane
+// learns whether it was the last of total, and the last is fenced again
+// before it reads the others' writes.
+__device__ __forceinline__ bool last_warp(int* counters, int64_t g, int total) {
+    __threadfence();
+    __syncwarp();
+    int last = 0;
+    if ((threadIdx.x & 31) == 0) last = atomicAdd(counters + g, 1) == total - 1;
+    last = __shfl_sync(0xffffffff, last, 0);
+    __threadfence();
+    return last != 0;
+}
+
+// gat_relation_warp is gat_relation with a warp per destination node
+// instead of a block: warp w of block x takes nodes x·warps + w, then
+// gridDim.x·warps further on, with no barrier between nodes (one, at the
+// start, publishes v). Lane l holds head h's channels c = l + 32·j (j <
+// GW_CW) of the node's accumulator and of the edge's source row in
+// registers; every lane keeps every head's online softmax (m, s), so
+// that what lane 0 of gat_relation's warps computes and shares through
+// shared memory each lane computes itself, with the same operations in
+// the same order. A node's edges are read 32 at a time (lane e loads
+// order and src of edge e, shuffled to every lane edge by edge), and
+// the next edge's source row is loaded while this edge's logits are
+// summed. Every value is gat_relation's bit for bit: the same fma and
+// rounding per element (the contractions are spelled out in both), the
+// same butterflies, the same edge order. Needs heads ≤ GW_HEADS and c ≤
+// 32·GW_CW (Go's gatWarpFits); v takes heads·f floats of dynamic shared
+// memory.
+__device__ __forceinline__ void gat_relation_warp(float* out, const float* hs, const float* hd, const float* attr,
+                                                  const float* we, const float* attSrc, const float* attDst,
+                                                  const float* attEdge, const float* bias, const int64_t* src,
+                                                  const int64_t* rowPtr, const int64_t* order, const GatGeom& g,
+                                                  float* v, const GatTailArgs tail, const bool hasTail) {
+    const int H = (int)g.heads, C = (int)g.c, F = (int)g.f;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, warps = blockDim.x >> 5;
+    const float slope = (float)g.slope, alpha = (float)g.alpha;
+    const bool accumulate = g.accumulate != 0;
+
+    // v as gat_relation computes it, once per block.
+    for (int t = warp; t < H * F; t += warps) {
+        int h = t / F, f = t % F;
+        float part = 0.f;
+        for (int c = lane; c < C; c += 32) part += attEdge[h * C + c] * we[((int64_t)h * C + c) * F + f];
+        part = warp_sum(part);
+        if (lane == 0) v[t] = part;
+    }
+    __syncthreads();  // v is set; no barrier follows
+
+    for (int64_t i = (int64_t)blockIdx.x * warps + warp; i < g.nd; i += (int64_t)gridDim.x * warps) {
+        const int64_t a = rowPtr[i], b = rowPtr[i + 1];
+        const float* hdi = hd + i * g.ldd;
+        float dterm[GW_HEADS], m[GW_HEADS], s[GW_HEADS], acc[GW_HEADS][GW_CW];
+#pragma unroll
+        for (int h = 0; h < GW_HEADS; h++) {
+            float part = 0.f;
+#pragma unroll
+            for (int j = 0; j < GW_CW; j++) {
+                const int c = lane + 32 * j;
+                if (h < H && c < C) part = __fmaf_rn(hdi[h * C + c], attDst[h * C + c], part);
+                acc[h][j] = 0.f;
+            }
+            dterm[h] = part;
+            m[h] = -INFINITY;
+            s[h] = 0.f;
+        }
+        gw_sums(dterm);
+
+        for (int64_t p0 = a; p0 < b; p0 += 32) {
+            const int n = (int)min((int64_t)32, b - p0);
+            long long kl = 0, jl = 0;
+            if (lane < n) {
+                kl = order[p0 + lane];
+                jl = src[kl];
+            }
+            float cur[GW_HEADS][GW_CW], nxt[GW_HEADS][GW_CW];
+            gw_row(cur, hs + __shfl_sync(0xffffffff, jl, 0) * g.lds, H, C, lane);
+            for (int e = 0; e < n; e++) {
+                const int64_t k = __shfl_sync(0xffffffff, kl, e);
+                const long long jn = __shfl_sync(0xffffffff, jl, min(e + 1, n - 1));
+                if (e + 1 < n) gw_row(nxt, hs + jn * g.lds, H, C, lane);
+                float part[GW_HEADS];
+#pragma unroll
+                for (int h = 0; h < GW_HEADS; h++) {
+                    part[h] = 0.f;
+#pragma unroll
+                    for (int j = 0; j < GW_CW; j++) {
+                        const int c = lane + 32 * j;
+                        if (h < H && c < C) part[h] = __fmaf_rn(cur[h][j], attSrc[h * C + c], part[h]);
+                    }
+                }
+                gw_sums(part);
+#pragma unroll
+                for (int h = 0; h < GW_HEADS; h++) {
+                    if (h >= H) break;
+                    float z = part[h] + dterm[h];
+                    for (int f = 0; f < F; f++) z = __fmaf_rn(attr[k * F + f], v[h * F + f], z);
+                    const float l = fmaxf(z, slope * z);
+                    const float mo = m[h];
+                    // gat_relation's rules for NaN and infinite logits.
+                    const float mn = (l > mo || l != l) ? l : mo;
+                    const float sc = mo == mn ? 1.f : expf(mo - mn);
+                    const float w = l == -INFINITY ? 0.f : expf(l - mn);
+                    s[h] = __fmaf_rn(s[h], sc, w);
+                    m[h] = mn;
+#pragma unroll
+                    for (int j = 0; j < GW_CW; j++) acc[h][j] = __fmaf_rn(acc[h][j], sc, __fmul_rn(w, cur[h][j]));
+                }
+                if (e + 1 < n) {
+#pragma unroll
+                    for (int h = 0; h < GW_HEADS; h++) {
+#pragma unroll
+                        for (int j = 0; j < GW_CW; j++) cur[h][j] = nxt[h][j];
+                    }
+                }
+            }
+        }
+
+        const float inv = 1.f / (float)H;
+#pragma unroll
+        for (int j = 0; j < GW_CW; j++) {
+            const int c = lane + 32 * j;
+            if (c >= C) break;
+            float r = bias[c];
+            if (b > a) {
+                float t = 0.f;
+#pragma unroll
+                for (int h = 0; h < GW_HEADS; h++) {
+                    if (h >= H) break;
+                    t = __fadd_rn(t, __fdiv_rn(acc[h][j], s[h]));
+                }
+                r = __fmaf_rn(t, inv, r);
+            }
+            float* o = out + i * C + c;
+            const float ar = __fmul_rn(alpha, r);
+            *o = accumulate ? __fadd_rn(*o, ar) : ar;
+        }
+        if (hasTail && last_warp(tail.counters, i, (int)tail.nrel)) gat_tail_sum(tail, i, lane, 32);
     }
 }
 
@@ -305,7 +488,7 @@ __global__ void gather_mean_f32(float* out, const float* x, const int64_t* src, 
 // compute every mean alike, bit for bit. m is read where it lies in
 // parameter space (__grid_constant__); the geometry and the tail's
 // arguments are copied out of it, by value, as gat_relation takes them.
-__device__ __forceinline__ void gat_mean_at(const GatMulti& m, const int r) {
+__device__ __forceinline__ void gat_mean_at(const GatMulti& m, const int r, const bool W) {
     extern __shared__ float sh[];
     const GatRel& q = m.rel[r];
     GatGeom g;
@@ -319,8 +502,14 @@ __device__ __forceinline__ void gat_mean_at(const GatMulti& m, const int r) {
     g.alpha = m.alpha;
     g.accumulate = 0;
     const GatTailArgs tail{m.scratch, m.out, m.res, m.counters, m.act, m.nrel, m.nd, m.c};
-    gat_relation(m.scratch + (m.relBase + r) * m.nd * m.c, q.hs, q.hd, q.attr, q.we, q.attSrc, q.attDst, q.attEdge,
-                 q.bias, q.src, q.rowPtr, q.order, g, sh, tail, m.counters != nullptr);
+    float* o = m.scratch + (m.relBase + r) * m.nd * m.c;
+    if (W) {
+        gat_relation_warp(o, q.hs, q.hd, q.attr, q.we, q.attSrc, q.attDst, q.attEdge, q.bias, q.src, q.rowPtr,
+                          q.order, g, sh, tail, m.counters != nullptr);
+    } else {
+        gat_relation(o, q.hs, q.hd, q.attr, q.we, q.attSrc, q.attDst, q.attEdge, q.bias, q.src, q.rowPtr, q.order, g,
+                     sh, tail, m.counters != nullptr);
+    }
 }
 
 // gat_mean_f32: the relations of a GatMulti side by side (the Go GATMean
@@ -339,7 +528,17 @@ __device__ __forceinline__ void gat_mean_at(const GatMulti& m, const int r) {
 __global__ void __launch_bounds__(128, 8) gat_mean_f32(const __grid_constant__ GatMulti m) {
     const int r = blockIdx.y;
     if (r >= (int)m.nrel) return;  // the whole block: before any barrier
-    gat_mean_at(m, r);
+    gat_mean_at(m, r, false);
+}
+
+// gat_mean_warp_f32 is gat_mean_f32 with gat_relation_warp: a warp per
+// node, blocks of GW_WARPS warps (grid (⌈nodes / GW_WARPS⌉, nrel)),
+// heads·f floats of dynamic shared memory; the same bits. Compiled for 4
+// blocks of 128 threads to a multiprocessor (Go's gwMinBlocks).
+__global__ void __launch_bounds__(128, 4) gat_mean_warp_f32(const __grid_constant__ GatMulti m) {
+    const int r = blockIdx.y;
+    if (r >= (int)m.nrel) return;  // the whole block: before any barrier
+    gat_mean_at(m, r, true);
 }
 
 // GAT_JOIN is the most GATMeans one gat_mean_join_f32 launch runs (Go's
@@ -369,7 +568,21 @@ __global__ void __launch_bounds__(128, 8) gat_mean_join_f32(const __grid_constan
     const int r = k == 0 ? y : y - (int)j.yEnd[k - 1];
     const GatMulti& m = j.m[k];
     if (r >= (int)m.nrel || (int64_t)blockIdx.x >= m.nd) return;  // the whole block: before any barrier
-    gat_mean_at(m, r);
+    gat_mean_at(m, r, false);
+}
+
+// gat_mean_join_warp_f32 is gat_mean_join_f32 with gat_relation_warp
+// (gat_mean_warp_f32's blocks: gridDim.x the widest mean's ⌈nodes /
+// GW_WARPS⌉); the same bits.
+__global__ void __launch_bounds__(128, 4) gat_mean_join_warp_f32(const __grid_constant__ GatJoin j) {
+    const int y = blockIdx.y;
+    int k = 0;
+    while (k + 1 < (int)j.n && y >= j.yEnd[k]) k++;
+    const int r = k == 0 ? y : y - (int)j.yEnd[k - 1];
+    const GatMulti& m = j.m[k];
+    // The whole block, before the barrier: a block past the mean's nodes.
+    if (r >= (int)m.nrel || (int64_t)blockIdx.x * (blockDim.x >> 5) >= m.nd) return;
+    gat_mean_at(m, r, true);
 }
 
 // gat_combine_f32: out[q] = scratch[q], then + scratch[r·n + q] for r =
