@@ -22,6 +22,7 @@ func TestKernelDefinesMatchGo(t *testing.T) {
 		{"graph.cu", "GW_HEADS", gwHeads},
 		{"graph.cu", "GW_CW", gwChunks},
 		{"graph.cu", "GW_WARPS", gwWarps},
+		{"graph.cu", "GW_F", gwAttr},
 		{"graph.cu", "GSUM_JOIN", gsumJoin},
 		{"graph.cu", "RH_MAX", rhMax},
 		{"graph.cu", "RH_ROWS", rhRows},

@@ -43,25 +43,28 @@ func gatThreads(heads, c int) int {
 
 // The warp-per-node GAT kernels (gat_mean_warp_f32 and
 // gat_mean_join_warp_f32, ESPER_CUDA_GAT_WARPS=on): a relation of at
-// most gwHeads heads and 32·gwChunks channels a head (GW_HEADS, GW_CW)
-// runs a warp per destination node, gwWarps nodes to a block of
-// gwThreads (GW_WARPS), compiled for gwMinBlocks blocks a
-// multiprocessor (__launch_bounds__(128, 4): 128 registers a thread,
-// the node's accumulator and two source rows in registers). Their
-// dynamic shared memory is the edge-attribute term v alone, heads·f
-// floats.
+// most gwHeads heads, 32·gwChunks channels a head and gwAttr edge
+// attributes (GW_HEADS, GW_CW, GW_F) runs a warp per destination node,
+// gwWarps nodes to a block of gwThreads (GW_WARPS), compiled for
+// gwMinBlocks blocks a multiprocessor (__launch_bounds__(128, 4): 128
+// registers a thread, the node's accumulator and its edge's source row
+// in registers; 16 warps a multiprocessor, so that W2's 1 664 batch-64
+// (node, relation) warps fit one wave of 132 multiprocessors with a
+// quarter to spare). Their dynamic shared memory is the edge-attribute
+// term v alone, heads·f floats.
 const (
 	gwHeads     = 4
 	gwChunks    = 4
+	gwAttr      = 4
 	gwWarps     = 4
 	gwThreads   = 32 * gwWarps
 	gwMinBlocks = 4
 )
 
-// gatWarpFits reports whether a relation of heads heads and c channels
-// a head fits the warp kernels' registers.
-func gatWarpFits(heads, c int) bool {
-	return heads >= 1 && heads <= gwHeads && c >= 1 && c <= 32*gwChunks
+// gatWarpFits reports whether a relation of heads heads, c channels a
+// head and f edge attributes fits the warp kernels' registers.
+func gatWarpFits(heads, c, f int) bool {
+	return heads >= 1 && heads <= gwHeads && c >= 1 && c <= 32*gwChunks && f >= 0 && f <= gwAttr
 }
 
 // gatWarpShared is a warp kernel block's dynamic shared memory in bytes

@@ -65,11 +65,12 @@ func TestGATLaunchWithinBounds(t *testing.T) {
 		}
 	}
 	for _, c := range []struct {
-		heads, ch int
-		fits      bool
-	}{{4, 128, true}, {1, 1, true}, {2, 5, true}, {5, 8, false}, {4, 129, false}, {6, 40, false}, {0, 8, false}} {
-		if got := gatWarpFits(c.heads, c.ch); got != c.fits {
-			t.Errorf("gatWarpFits(%d, %d) = %v, want %v", c.heads, c.ch, got, c.fits)
+		heads, ch, f int
+		fits         bool
+	}{{4, 128, 3, true}, {1, 1, 0, true}, {2, 5, 4, true}, {5, 8, 3, false}, {4, 129, 3, false}, {6, 40, 3, false},
+		{0, 8, 3, false}, {4, 128, 5, false}} {
+		if got := gatWarpFits(c.heads, c.ch, c.f); got != c.fits {
+			t.Errorf("gatWarpFits(%d, %d, %d) = %v, want %v", c.heads, c.ch, c.f, got, c.fits)
 		}
 	}
 	// gat_aggregate_f32 declares no bound (any block up to 1024 runs).

@@ -19,9 +19,12 @@ import (
 // the block kernel computes them (one value a thread, lane 0's softmax
 // shared) with gat_tail's sums, over nodes without edges, nodes of more
 // than 32 edges, heads and widths short of the registers' (3 heads, 40
-// and 5 channels), row-strided projections, and blocks run in launch
-// order and in a shuffled one; and be within float32 rounding of the
-// float64 definition. A transcription is not the kernel: the GPU run's
+// and 5 channels), edge attributes of 1 to 3, row-strided projections,
+// a source row whose logits overflow, blocks run in launch order and in
+// a shuffled one, and a grid row short of the nodes (each warp striding
+// over several, loading the next one's edges as the kernel does); and
+// be within float32 rounding of the float64 definition where nothing
+// overflows. A transcription is not the kernel: the GPU run's
 // conformance suite (TestGATWarpsOnCUDA) checks the kernel itself.
 
 // gwRel is one relation's operands in the emulated device memory, with
@@ -126,7 +129,6 @@ func gwBlockRelation(q *gwRel, nd, H, C int, slope, alpha float32) []float32 {
 // on a grid (gx, gy) of gwThreads-thread blocks in the given block order
 // (nil: launch order), reading and writing mem.
 func gwWarpRun(t *testing.T, mem *devMem, w *[gatJoinWords]uint64, gx, gy int, order []int) {
-	const full = 32
 	n := int(w[0])
 	for _, blk := range blockOrder(order, gx*gy) {
 		bx, y := blk%gx, blk/gx
@@ -159,18 +161,6 @@ func gwWarpRun(t *testing.T, mem *devMem, w *[gatJoinWords]uint64, gx, gy int, o
 			t.Fatalf("a relation of %d heads and %d channels in the warp kernel", H, C)
 		}
 
-		// v, once per block: warp w takes t = w, w + warps, …
-		v := make([]float32, H*F)
-		for tk := range v {
-			h, f := tk/F, tk%F
-			part := make([]float32, 32)
-			for l := range part {
-				for c := l; c < C; c += 32 {
-					part[l] = fma32(mem.ld(attEdge, int64(h*C+c)), mem.ld(we, int64((h*C+c)*F+f)), part[l])
-				}
-			}
-			v[tk] = warpSum(part)[0]
-		}
 		type rows = [32][gwHeads][gwChunks]float32
 		gwRow := func(r *rows, base int64) {
 			for l := range r {
@@ -197,46 +187,91 @@ func gwWarpRun(t *testing.T, mem *devMem, w *[gatJoinWords]uint64, gx, gy int, o
 				}
 			}
 		}
-		for warp := 0; warp < gwWarps; warp++ {
-			for i := int64(bx)*gwWarps + int64(warp); i < nd; i += int64(gx) * gwWarps {
-				a, b := rowPtr[i], rowPtr[i+1]
-				var dterm, m, s [32][gwHeads]float32
-				var acc [32][gwHeads][gwChunks]float32
-				for l := 0; l < 32; l++ {
-					for h := 0; h < gwHeads; h++ {
-						var part float32
-						for j := 0; j < gwChunks; j++ {
-							c := l + 32*j
-							if h < H && c < C {
-								part = fma32(mem.ld(hd, i*ldd+int64(h*C+c)), mem.ld(attDst, int64(h*C+c)), part)
-							}
+		// Each warp's registers: a node's begin() loads, as the kernel
+		// names them.
+		type warpRegs struct {
+			a, b   int64
+			dterm  [32][gwHeads]float32
+			kl, jl [32]int64
+			at     [32][gwAttr]float32
+			cur    rows
+		}
+		// gwEdges is gw_edges: lane e < n holds edge p0 + e.
+		gwEdges := func(w *warpRegs, p0 int64, n int) {
+			w.kl, w.jl, w.at = [32]int64{}, [32]int64{}, [32][gwAttr]float32{}
+			for l := 0; l < n; l++ {
+				w.kl[l] = ord[p0+int64(l)]
+				w.jl[l] = src[w.kl[l]]
+				for f := 0; f < gwAttr && f < F; f++ {
+					w.at[l][f] = mem.ld(attr, w.kl[l]*int64(F)+int64(f))
+				}
+			}
+		}
+		begin := func(w *warpRegs, i int64) {
+			w.a, w.b = rowPtr[i], rowPtr[i+1]
+			for l := 0; l < 32; l++ {
+				for h := 0; h < gwHeads; h++ {
+					var part float32
+					for j := 0; j < gwChunks; j++ {
+						c := l + 32*j
+						if h < H && c < C {
+							part = fma32(mem.ld(hd, i*ldd+int64(h*C+c)), mem.ld(attDst, int64(h*C+c)), part)
 						}
-						dterm[l][h], m[l][h], s[l][h] = part, float32(math.Inf(-1)), 0
+					}
+					w.dterm[l][h] = part
+				}
+			}
+			gwEdges(w, w.a, int(min(32, w.b-w.a)))
+			gwRow(&w.cur, w.jl[0]*lds)
+		}
+		var regs [gwWarps]warpRegs
+		for warp := range regs {
+			if i := int64(bx)*gwWarps + int64(warp); i < nd {
+				begin(&regs[warp], i)
+			}
+		}
+		// v, once per block, after every warp's first begin: warp w takes
+		// t = w, w + warps, …
+		v := make([]float32, H*F)
+		for tk := range v {
+			h, f := tk/F, tk%F
+			part := make([]float32, 32)
+			for l := range part {
+				for c := l; c < C; c += 32 {
+					part[l] = fma32(mem.ld(attEdge, int64(h*C+c)), mem.ld(we, int64((h*C+c)*F+f)), part[l])
+				}
+			}
+			v[tk] = warpSum(part)[0]
+		}
+		for warp := 0; warp < gwWarps; warp++ {
+			w := &regs[warp]
+			for i := int64(bx)*gwWarps + int64(warp); i < nd; i += int64(gx) * gwWarps {
+				a, b := w.a, w.b
+				var m, s [32][gwHeads]float32
+				var acc [32][gwHeads][gwChunks]float32
+				for l := range m {
+					for h := range m[l] {
+						m[l][h] = float32(math.Inf(-1))
 					}
 				}
+				dterm := w.dterm
 				sums(&dterm)
-				for p0 := a; p0 < b; p0 += full {
-					nE := int(min(full, b-p0))
-					var kl, jl [32]int64
-					for l := 0; l < nE; l++ {
-						kl[l] = ord[p0+int64(l)]
-						jl[l] = src[kl[l]]
+				for p0 := a; p0 < b; p0 += 32 {
+					nE := int(min(32, b-p0))
+					if p0 != a {
+						gwEdges(w, p0, nE)
+						gwRow(&w.cur, w.jl[0]*lds)
 					}
-					var cur, nxt rows
-					gwRow(&cur, jl[0]*lds)
 					for e := 0; e < nE; e++ {
-						kk := kl[e]
-						jn := jl[min(e+1, nE-1)]
-						if e+1 < nE {
-							gwRow(&nxt, jn*lds)
-						}
+						jn := w.jl[min(e+1, nE-1)]
+						ae := w.at[e]
 						var part [32][gwHeads]float32
 						for l := 0; l < 32; l++ {
 							for h := 0; h < gwHeads; h++ {
 								for j := 0; j < gwChunks; j++ {
 									c := l + 32*j
 									if h < H && c < C {
-										part[l][h] = fma32(cur[l][h][j], mem.ld(attSrc, int64(h*C+c)), part[l][h])
+										part[l][h] = fma32(w.cur[l][h][j], mem.ld(attSrc, int64(h*C+c)), part[l][h])
 									}
 								}
 							}
@@ -245,8 +280,10 @@ func gwWarpRun(t *testing.T, mem *devMem, w *[gatJoinWords]uint64, gx, gy int, o
 						for l := 0; l < 32; l++ {
 							for h := 0; h < H; h++ {
 								z := part[l][h] + dterm[l][h]
-								for f := 0; f < F; f++ {
-									z = fma32(mem.ld(attr, kk*int64(F)+int64(f)), v[h*F+f], z)
+								for f := 0; f < gwAttr; f++ {
+									if f < F {
+										z = fma32(ae[f], v[h*F+f], z)
+									}
 								}
 								lg := fmaxf(z, slope*z)
 								mo := m[l][h]
@@ -265,12 +302,12 @@ func gwWarpRun(t *testing.T, mem *devMem, w *[gatJoinWords]uint64, gx, gy int, o
 								s[l][h] = fma32(s[l][h], sc, wt)
 								m[l][h] = mn
 								for j := 0; j < gwChunks; j++ {
-									acc[l][h][j] = fma32(acc[l][h][j], sc, wt*cur[l][h][j])
+									acc[l][h][j] = fma32(acc[l][h][j], sc, wt*w.cur[l][h][j])
 								}
 							}
 						}
 						if e+1 < nE {
-							cur = nxt
+							gwRow(&w.cur, jn*lds)
 						}
 					}
 				}
@@ -292,9 +329,13 @@ func gwWarpRun(t *testing.T, mem *devMem, w *[gatJoinWords]uint64, gx, gy int, o
 						mem.st(out, i*int64(C)+int64(c), alpha*rr) // no accumulate in a mean's launch
 					}
 				}
+				next := i + int64(gx)*gwWarps
 				if counters != 0 && lastBlockEmu(mem, counters, i, nrel) {
 					gwTailSum(mem, scratch, tailOut, tailRes, act, nrel, nd, int64(C), i)
 					mem.i32[counters][i] = 0
+				}
+				if next < nd {
+					begin(w, next)
 				}
 			}
 		}
@@ -441,7 +482,15 @@ func TestGATWarpKernelInGo(t *testing.T) {
 			g.res = normals(g.nd*g.c, 1)
 		}
 	}
-	for _, order := range []string{"launch", "shuffled"} {
+	// One source row of mean 2's first relation is infinite (±Inf or
+	// NaN logits and weights; 15 of the mean's outputs non-finite): the
+	// rules for them must agree too.
+	big := means[2].rels[0]
+	for x := 0; x < big.lds; x++ {
+		big.hs[x] = float32(math.Inf(1))
+		mem.heap[mem.at(big.rel.ptrs[0], int64(x))] = big.hs[x] // the device copy
+	}
+	for _, order := range []string{"launch", "shuffled", "strided"} {
 		var ps []gatJoinPart
 		for k, g := range means {
 			nan := make([]float32, g.nd*g.c)
@@ -460,7 +509,7 @@ func TestGATWarpKernelInGo(t *testing.T) {
 			for _, q := range g.rels {
 				call.rels = append(call.rels, q.rel)
 			}
-			if !gatWarpFits(g.heads, g.c) {
+			if !gatWarpFits(g.heads, g.c, 3) {
 				t.Fatalf("mean %d (%d heads, %d channels) does not fit the warp kernels", k, g.heads, g.c)
 			}
 			ps = append(ps, gatJoinPart{g: call, scratch: scratch, counters: counters})
@@ -472,8 +521,11 @@ func TestGATWarpKernelInGo(t *testing.T) {
 			t.Fatalf("grid (%d, %d), want (%d, 9)", gx, gy, want)
 		}
 		var blocks []int
-		if order == "shuffled" {
+		switch order {
+		case "shuffled":
 			blocks = rng.Perm(gx * gy)
+		case "strided": // a grid row of 3 blocks: every warp takes several nodes
+			gx = 3
 		}
 		gwWarpRun(t, mem, &w, gx, gy, blocks)
 		mem.checkGuards(t, order)

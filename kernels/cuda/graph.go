@@ -262,10 +262,14 @@ func (d *Device) gatPrepare(op string, r int, k kernels.GATMeanCall, act int) (g
 	}
 	g := gatCall{out: uint64(outPtr), res: uint64(resPtr), nd: int64(out.Dim(0)), heads: int64(heads), c: int64(c),
 		slope: k.Slope, alpha: alpha, act: int64(act), rels: rels, shared: shared, thread: gatThreads(heads, c)}
-	if gatWarpsOn.Load() && gatWarpFits(heads, c) {
-		g.warp, g.thread, g.shared = true, gwThreads, 0
+	if gatWarpsOn.Load() {
+		fits, shared := true, 0
 		for _, rel := range rels {
-			g.shared = max(g.shared, gatWarpShared(heads, int(rel.f)))
+			fits = fits && gatWarpFits(heads, c, int(rel.f))
+			shared = max(shared, gatWarpShared(heads, int(rel.f)))
+		}
+		if fits {
+			g.warp, g.thread, g.shared = true, gwThreads, shared
 		}
 	}
 	return g, nil

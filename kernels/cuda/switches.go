@@ -65,7 +65,7 @@ import (
 //     GATMean to GATAggregate, which stays on the block kernel). No GPU
 //     has run it yet.
 //
-// "on" or unset leaves the default (all on but the last); any other
+// "on" or unset leaves the default (all on but the last two); any other
 // value than on or off is an error at Open naming the variable. The
 // setting is the process's, read at every Open; tests set the variables
 // below directly.

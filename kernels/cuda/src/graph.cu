@@ -127,6 +127,22 @@ struct GatTailArgs {
 
 __device__ __forceinline__ void gat_tail(const GatTailArgs m, int64_t i);
 
+// gat_edge_v writes the edge-attribute term of a GAT relation's logits
+// into shared v (gat_relation and gat_relation_warp, once per block):
+// v[h·F + f] = Σ_c attEdge[h·C + c]·we[(h·C + c)·F + f], warp w taking
+// t = h·F + f = w, w + warps, …, its lanes striding over c (fma in
+// order), then a butterfly.
+__device__ __forceinline__ void gat_edge_v(float* v, const float* attEdge, const float* we, int H, int C, int F) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    for (int t = warp; t < H * F; t += warps) {
+        int h = t / F, f = t % F;
+        float part = 0.f;
+        for (int c = lane; c < C; c += 32) part = __fmaf_rn(attEdge[h * C + c], we[((int64_t)h * C + c) * F + f], part);
+        part = warp_sum(part);
+        if (lane == 0) v[t] = part;
+    }
+}
+
 __device__ __forceinline__ void gat_relation(float* out, const float* hs, const float* hd, const float* attr,
                                              const float* we, const float* attSrc, const float* attDst,
                                              const float* attEdge, const float* bias, const int64_t* src,
@@ -146,20 +162,14 @@ __device__ __forceinline__ void gat_relation(float* out, const float* hs, const 
     const bool accumulate = g.accumulate != 0;
 
     // v is the same for every node: once per block.
-    for (int t = warp; t < H * F; t += warps) {
-        int h = t / F, f = t % F;
-        float part = 0.f;
-        for (int c = lane; c < C; c += 32) part += attEdge[h * C + c] * we[((int64_t)h * C + c) * F + f];
-        part = warp_sum(part);
-        if (lane == 0) v[t] = part;
-    }
+    gat_edge_v(v, attEdge, we, H, C, F);
 
     for (int64_t i = blockIdx.x; i < g.nd; i += gridDim.x) {
         const int64_t a = rowPtr[i], b = rowPtr[i + 1];
         for (int h = warp; h < H; h += warps) {
             const float* hdi = hd + i * g.ldd + (int64_t)h * C;
             float part = 0.f;
-            for (int c = lane; c < C; c += 32) part += hdi[c] * attDst[h * C + c];
+            for (int c = lane; c < C; c += 32) part = __fmaf_rn(hdi[c], attDst[h * C + c], part);
             part = warp_sum(part);
             if (lane == 0) {
                 dterm[h] = part;
@@ -177,11 +187,11 @@ __device__ __forceinline__ void gat_relation(float* out, const float* hs, const 
             float* wtp = wt + (p & 1) * H;
             for (int h = warp; h < H; h += warps) {
                 float part = 0.f;
-                for (int c = lane; c < C; c += 32) part += hj[h * C + c] * attSrc[h * C + c];
+                for (int c = lane; c < C; c += 32) part = __fmaf_rn(hj[h * C + c], attSrc[h * C + c], part);
                 part = warp_sum(part);
                 if (lane == 0) {
                     float z = part + dterm[h];
-                    for (int f = 0; f < F; f++) z += attr[k * F + f] * v[h * F + f];
+                    for (int f = 0; f < F; f++) z = __fmaf_rn(attr[k * F + f], v[h * F + f], z);
                     float l = fmaxf(z, slope * z);
                     float mo = m[h];
                     // The new maximum; a NaN logit takes over (and stays:
@@ -193,15 +203,16 @@ __device__ __forceinline__ void gat_relation(float* out, const float* hs, const 
                     scp[h] = mo == mn ? 1.f : expf(mo - mn);
                     float w = l == -INFINITY ? 0.f : expf(l - mn);
                     wtp[h] = w;
-                    s[h] = s[h] * scp[h] + w;
+                    s[h] = __fmaf_rn(s[h], scp[h], w);
                     m[h] = mn;
                 }
             }
             __syncthreads();  // this edge's sc and wt are published
             for (int64_t q = tid; q < HC; q += blockDim.x) {
                 int h = (int)(q / C);
-                // The contraction nvcc makes of acc·sc + wt·hj, spelled
-                // out, so that gat_relation_warp's is the same.
+                // Every contraction spelled out (here as nvcc made them
+                // implicitly before), so that gat_relation_warp's
+                // arithmetic is this one's whatever the compiler.
                 acc[q] = __fmaf_rn(acc[q], scp[h], __fmul_rn(wtp[h], hj[q]));
             }
         }
@@ -212,8 +223,8 @@ __device__ __forceinline__ void gat_relation(float* out, const float* hs, const 
             float r = bias[c];
             if (b > a) {
                 float t = 0.f;
-                for (int h = 0; h < H; h++) t += acc[h * C + c] / s[h];
-                r += t * inv;
+                for (int h = 0; h < H; h++) t = __fadd_rn(t, __fdiv_rn(acc[h * C + c], s[h]));
+                r = __fmaf_rn(t, inv, r);
             }
             // alpha·r rounded before the add (_rn: never fused into an fma),
             // as the CPU computes it.
@@ -259,13 +270,14 @@ __device__ __forceinline__ void gat_tail_sum(const GatTailArgs m, int64_t i, int
     }
 }
 
-// GW_HEADS, GW_CW and GW_WARPS shape gat_relation_warp (Go's gwHeads,
-// gwChunks, gwWarps): a relation of at most GW_HEADS heads and c ≤
-// 32·GW_CW channels a head runs a warp per destination node, GW_WARPS
-// nodes a block.
+// GW_HEADS, GW_CW, GW_WARPS and GW_F shape gat_relation_warp (Go's
+// gwHeads, gwChunks, gwWarps, gwAttr): a relation of at most GW_HEADS
+// heads, c ≤ 32·GW_CW channels a head and edge attributes of at most
+// GW_F runs a warp per destination node, GW_WARPS nodes a block.
 #define GW_HEADS 4
 #define GW_CW 4
 #define GW_WARPS 4
+#define GW_F 4
 
 // gw_row loads row hj's heads·c values into r as gat_relation_warp
 // holds them: r[h][j] = hj[h·C + lane + 32·j], 0 past the heads or c.
@@ -301,50 +313,76 @@ __device__ __forceinline__ bool last_warp(int* counters, int64_t g, int total) {
     int last = 0;
     if ((threadIdx.x & 31) == 0) last = atomicAdd(counters + g, 1) == total - 1;
     last = __shfl_sync(0xffffffff, last, 0);
+    __syncwarp();  // orders lane 0's atomic before the other lanes' reads (a shuffle orders no memory)
     __threadfence();
     return last != 0;
 }
 
+// gw_edges loads a node's edges p0, …, p0 + n − 1 (n ≤ 32) into the
+// lanes, lane e holding edge e's k = order[p0 + e] (kl), its source j =
+// src[k] (jl) and its attributes attr[k·F + f] (at[f], f < F ≤ GW_F);
+// lanes past n hold zeros.
+__device__ __forceinline__ void gw_edges(long long& kl, long long& jl, float (&at)[GW_F], const int64_t* order,
+                                         const int64_t* src, const float* attr, int64_t p0, int n, int F, int lane) {
+    kl = jl = 0;
+#pragma unroll
+    for (int f = 0; f < GW_F; f++) at[f] = 0.f;
+    if (lane < n) {
+        kl = order[p0 + lane];
+        jl = src[kl];
+#pragma unroll
+        for (int f = 0; f < GW_F; f++) {
+            if (f < F) at[f] = attr[kl * F + f];
+        }
+    }
+}
+
+// gw_prefetch asks L1 for source row hj's heads·c floats (a hint: lane
+// l touches element 32·l, lane 31 the last), so that gw_row finds them
+// there a little later.
+__device__ __forceinline__ void gw_prefetch(const float* hj, int hc, int lane) {
+    const int at = lane == 31 ? hc - 1 : 32 * lane;
+    if (at < hc) asm volatile("prefetch.global.L1 [%0];" ::"l"(hj + at));
+}
+
 // gat_relation_warp is gat_relation with a warp per destination node
 // instead of a block: warp w of block x takes nodes x·warps + w, then
-// gridDim.x·warps further on, with no barrier between nodes (one, at the
-// start, publishes v). Lane l holds head h's channels c = l + 32·j (j <
-// GW_CW) of the node's accumulator and of the edge's source row in
-// registers; every lane keeps every head's online softmax (m, s), so
-// that what lane 0 of gat_relation's warps computes and shares through
+// gridDim.x·warps further on, with one barrier (at the start, publishing
+// v) and none between nodes or edges. Lane l holds head h's channels c =
+// l + 32·j (j < GW_CW) of the node's accumulator and of the edge's source
+// row in registers; every lane keeps every head's online softmax (m, s),
+// so that what lane 0 of gat_relation's warps computes and shares through
 // shared memory each lane computes itself, with the same operations in
-// the same order. A node's edges are read 32 at a time (lane e loads
-// order and src of edge e, shuffled to every lane edge by edge), and
-// the next edge's source row is loaded while this edge's logits are
-// summed. Every value is gat_relation's bit for bit: the same fma and
-// rounding per element (the contractions are spelled out in both), the
-// same butterflies, the same edge order. Needs heads ≤ GW_HEADS and c ≤
-// 32·GW_CW (Go's gatWarpFits); v takes heads·f floats of dynamic shared
-// memory.
+// the same order. A node's loads that depend on nothing computed — its
+// row pointers, its hd row, its first 32 edges' order, src and attr (one
+// edge a lane, shuffled out edge by edge) and its first source row — are
+// issued together, for a warp's first node before the block computes v.
+// The next edge's source row is prefetched into L1 while this edge's
+// logits are summed. Every value is gat_relation's bit for bit: the same
+// fma and rounding per element (spelled out in both), the same
+// butterflies, the same edge order. Needs heads ≤ GW_HEADS, c ≤
+// 32·GW_CW and f ≤ GW_F (Go's gatWarpFits); v takes heads·f floats of
+// dynamic shared memory.
 __device__ __forceinline__ void gat_relation_warp(float* out, const float* hs, const float* hd, const float* attr,
                                                   const float* we, const float* attSrc, const float* attDst,
                                                   const float* attEdge, const float* bias, const int64_t* src,
                                                   const int64_t* rowPtr, const int64_t* order, const GatGeom& g,
                                                   float* v, const GatTailArgs tail, const bool hasTail) {
-    const int H = (int)g.heads, C = (int)g.c, F = (int)g.f;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, warps = blockDim.x >> 5;
+    const int H = (int)g.heads, C = (int)g.c, F = (int)g.f, HC = H * C;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     const float slope = (float)g.slope, alpha = (float)g.alpha;
     const bool accumulate = g.accumulate != 0;
+    const int64_t stride = (int64_t)gridDim.x * warps;
 
-    // v as gat_relation computes it, once per block.
-    for (int t = warp; t < H * F; t += warps) {
-        int h = t / F, f = t % F;
-        float part = 0.f;
-        for (int c = lane; c < C; c += 32) part += attEdge[h * C + c] * we[((int64_t)h * C + c) * F + f];
-        part = warp_sum(part);
-        if (lane == 0) v[t] = part;
-    }
-    __syncthreads();  // v is set; no barrier follows
-
-    for (int64_t i = (int64_t)blockIdx.x * warps + warp; i < g.nd; i += (int64_t)gridDim.x * warps) {
-        const int64_t a = rowPtr[i], b = rowPtr[i + 1];
+    // A node's independent loads (begin): a, b; dterm's per-lane sums;
+    // the first chunk of edges and its first source row.
+    int64_t a = 0, b = 0;
+    float dterm[GW_HEADS], cur[GW_HEADS][GW_CW], at[GW_F];
+    long long kl = 0, jl = 0;
+    auto begin = [&](int64_t i) {
+        a = rowPtr[i];
+        b = rowPtr[i + 1];
         const float* hdi = hd + i * g.ldd;
-        float dterm[GW_HEADS], m[GW_HEADS], s[GW_HEADS], acc[GW_HEADS][GW_CW];
 #pragma unroll
         for (int h = 0; h < GW_HEADS; h++) {
             float part = 0.f;
@@ -352,27 +390,43 @@ __device__ __forceinline__ void gat_relation_warp(float* out, const float* hs, c
             for (int j = 0; j < GW_CW; j++) {
                 const int c = lane + 32 * j;
                 if (h < H && c < C) part = __fmaf_rn(hdi[h * C + c], attDst[h * C + c], part);
-                acc[h][j] = 0.f;
             }
             dterm[h] = part;
+        }
+        const int n = (int)min((int64_t)32, b - a);
+        gw_edges(kl, jl, at, order, src, attr, a, n, F, lane);
+        gw_row(cur, hs + __shfl_sync(0xffffffff, jl, 0) * g.lds, H, C, lane);
+    };
+
+    int64_t i = (int64_t)blockIdx.x * warps + warp;
+    if (i < g.nd) begin(i);
+    // v as gat_relation computes it, once per block.
+    gat_edge_v(v, attEdge, we, H, C, F);
+    __syncthreads();  // v is set; no barrier follows
+
+    for (; i < g.nd; i += stride) {
+        float m[GW_HEADS], s[GW_HEADS], acc[GW_HEADS][GW_CW];
+#pragma unroll
+        for (int h = 0; h < GW_HEADS; h++) {
             m[h] = -INFINITY;
             s[h] = 0.f;
+#pragma unroll
+            for (int j = 0; j < GW_CW; j++) acc[h][j] = 0.f;
         }
         gw_sums(dterm);
 
         for (int64_t p0 = a; p0 < b; p0 += 32) {
             const int n = (int)min((int64_t)32, b - p0);
-            long long kl = 0, jl = 0;
-            if (lane < n) {
-                kl = order[p0 + lane];
-                jl = src[kl];
+            if (p0 != a) {  // a chunk after the first: its loads now
+                gw_edges(kl, jl, at, order, src, attr, p0, n, F, lane);
+                gw_row(cur, hs + __shfl_sync(0xffffffff, jl, 0) * g.lds, H, C, lane);
             }
-            float cur[GW_HEADS][GW_CW], nxt[GW_HEADS][GW_CW];
-            gw_row(cur, hs + __shfl_sync(0xffffffff, jl, 0) * g.lds, H, C, lane);
             for (int e = 0; e < n; e++) {
-                const int64_t k = __shfl_sync(0xffffffff, kl, e);
                 const long long jn = __shfl_sync(0xffffffff, jl, min(e + 1, n - 1));
-                if (e + 1 < n) gw_row(nxt, hs + jn * g.lds, H, C, lane);
+                if (e + 1 < n) gw_prefetch(hs + jn * g.lds, HC, lane);
+                float ae[GW_F];
+#pragma unroll
+                for (int f = 0; f < GW_F; f++) ae[f] = __shfl_sync(0xffffffff, at[f], e);
                 float part[GW_HEADS];
 #pragma unroll
                 for (int h = 0; h < GW_HEADS; h++) {
@@ -388,7 +442,10 @@ __device__ __forceinline__ void gat_relation_warp(float* out, const float* hs, c
                 for (int h = 0; h < GW_HEADS; h++) {
                     if (h >= H) break;
                     float z = part[h] + dterm[h];
-                    for (int f = 0; f < F; f++) z = __fmaf_rn(attr[k * F + f], v[h * F + f], z);
+#pragma unroll
+                    for (int f = 0; f < GW_F; f++) {
+                        if (f < F) z = __fmaf_rn(ae[f], v[h * F + f], z);
+                    }
                     const float l = fmaxf(z, slope * z);
                     const float mo = m[h];
                     // gat_relation's rules for NaN and infinite logits.
@@ -400,13 +457,7 @@ __device__ __forceinline__ void gat_relation_warp(float* out, const float* hs, c
 #pragma unroll
                     for (int j = 0; j < GW_CW; j++) acc[h][j] = __fmaf_rn(acc[h][j], sc, __fmul_rn(w, cur[h][j]));
                 }
-                if (e + 1 < n) {
-#pragma unroll
-                    for (int h = 0; h < GW_HEADS; h++) {
-#pragma unroll
-                        for (int j = 0; j < GW_CW; j++) cur[h][j] = nxt[h][j];
-                    }
-                }
+                if (e + 1 < n) gw_row(cur, hs + jn * g.lds, H, C, lane);  // from L1, prefetched
             }
         }
 
@@ -429,7 +480,9 @@ __device__ __forceinline__ void gat_relation_warp(float* out, const float* hs, c
             const float ar = __fmul_rn(alpha, r);
             *o = accumulate ? __fadd_rn(*o, ar) : ar;
         }
+        const int64_t next = i + stride;
         if (hasTail && last_warp(tail.counters, i, (int)tail.nrel)) gat_tail_sum(tail, i, lane, 32);
+        if (next < g.nd) begin(next);
     }
 }
 
