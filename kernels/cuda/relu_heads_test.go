@@ -7,18 +7,13 @@ import (
 )
 
 // rhLayerEmu is rh_layer for one block: in [rhRows, width] rows, units
-// outputs a row, stored for the rows < rows at dst[r·ld + u].
+// outputs a row, stored for the rows < rows at dst[r·ld + u]; warp w
+// takes units in pairs (w and w + warps, then w + 2·warps and w +
+// 3·warps, …), each lane's sums in fma order, then each row's butterfly
+// (rh_store).
 func rhLayerEmu(in, w, b []float32, width, units int64, relu bool, rows int, dst []float32, ld int64) {
-	for u := int64(0); u < units; u++ {
-		var acc [rhRows][32]float32
-		for lane := int64(0); lane < 32; lane++ {
-			for p := lane; p < width; p += 32 {
-				wv := w[u*width+p]
-				for r := 0; r < rhRows; r++ {
-					acc[r][lane] = fma32(in[int64(r)*width+p], wv, acc[r][lane])
-				}
-			}
-		}
+	const warps = rhThreads / 32
+	store := func(acc *[rhRows][32]float32, u int64) {
 		for r := 0; r < rows; r++ {
 			v := warpSum(acc[r][:])[0]
 			if b != nil {
@@ -28,6 +23,31 @@ func rhLayerEmu(in, w, b []float32, width, units int64, relu bool, rows int, dst
 				v = 0
 			}
 			dst[int64(r)*ld+u] = v
+		}
+	}
+	for warp := int64(0); warp < warps; warp++ {
+		for u := warp; u < units; u += 2 * warps {
+			u2 := u + warps
+			two := u2 < units
+			wr2 := u
+			if two {
+				wr2 = u2
+			}
+			var acc, acc2 [rhRows][32]float32
+			for lane := int64(0); lane < 32; lane++ {
+				for p := lane; p < width; p += 32 {
+					wv, wv2 := w[u*width+p], w[wr2*width+p]
+					for r := 0; r < rhRows; r++ {
+						x := in[int64(r)*width+p]
+						acc[r][lane] = fma32(x, wv, acc[r][lane])
+						acc2[r][lane] = fma32(x, wv2, acc2[r][lane])
+					}
+				}
+			}
+			store(&acc, u)
+			if two {
+				store(&acc2, u2)
+			}
 		}
 	}
 }

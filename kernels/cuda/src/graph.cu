@@ -806,34 +806,53 @@ struct RhArgs {
     RhHead h[RH_MAX];
 };
 
+// rh_store is rh_layer's output of unit u for the block's rows: each
+// row's sum over the warp (a butterfly), plus the bias b[u] (b null:
+// none), through ReLU when relu (unary_f's: NaN kept), stored by lane 0
+// for the rows < rows at dst[r·ld + u].
+__device__ __forceinline__ void rh_store(float (&acc)[RH_ROWS], const float* b, int64_t u, bool relu, int rows,
+                                         float* dst, int64_t ld, int lane) {
+#pragma unroll
+    for (int r = 0; r < RH_ROWS; r++) {
+        float v = warp_sum(acc[r]);
+        if (lane == 0 && r < rows) {
+            if (b) v += b[u];
+            dst[r * ld + u] = relu ? unary_f(U_RELU, v) : v;
+        }
+    }
+}
+
 // rh_layer is one layer of a relu_heads_f32 block: for every unit u of
-// units (warp w takes units w, w + warps, …), the sums Σ_p in[r·width +
-// p]·w[u·width + p] for the block's RH_ROWS rows (lanes striding over p,
-// fma in order, then a warp butterfly: the order is fixed), plus the
-// bias b[u] (b null: none), through ReLU when relu (unary_f's: NaN
-// kept), stored by lane 0 for the rows < rows at dst[r·ld + u].
+// units, the sums Σ_p in[r·width + p]·w[u·width + p] for the block's
+// RH_ROWS rows (lanes striding over p, fma in order, then a warp
+// butterfly: the order is fixed), stored through rh_store. Warp w takes
+// units in pairs, w and w + warps, then w + 2·warps and w + 3·warps, …:
+// a pair's weight loads are in flight together and each input value read
+// from shared memory feeds both units' sums (every sum is the one a unit
+// alone would make, bit for bit).
 __device__ __forceinline__ void rh_layer(const float* in, const float* w, const float* b, int64_t width,
                                          int64_t units, bool relu, int rows, float* dst, int64_t ld) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-    for (int64_t u = warp; u < units; u += warps) {
-        float acc[RH_ROWS];
+    for (int64_t u = warp; u < units; u += 2 * warps) {
+        const int64_t u2 = u + warps;
+        const bool two = u2 < units;  // the same for the whole warp
+        float acc[RH_ROWS], acc2[RH_ROWS];
 #pragma unroll
-        for (int r = 0; r < RH_ROWS; r++) acc[r] = 0.f;
+        for (int r = 0; r < RH_ROWS; r++) acc[r] = acc2[r] = 0.f;
         const float* wr = w + u * width;
+        const float* wr2 = w + (two ? u2 : u) * width;
 #pragma unroll 4
         for (int64_t p = lane; p < width; p += 32) {
-            const float wv = wr[p];
+            const float wv = wr[p], wv2 = wr2[p];
 #pragma unroll
-            for (int r = 0; r < RH_ROWS; r++) acc[r] = fmaf(in[r * width + p], wv, acc[r]);
-        }
-#pragma unroll
-        for (int r = 0; r < RH_ROWS; r++) {
-            float v = warp_sum(acc[r]);
-            if (lane == 0 && r < rows) {
-                if (b) v += b[u];
-                dst[r * ld + u] = relu ? unary_f(U_RELU, v) : v;
+            for (int r = 0; r < RH_ROWS; r++) {
+                const float x = in[r * width + p];
+                acc[r] = fmaf(x, wv, acc[r]);
+                acc2[r] = fmaf(x, wv2, acc2[r]);
             }
         }
+        rh_store(acc, b, u, relu, rows, dst, ld, lane);
+        if (two) rh_store(acc2, b, u2, relu, rows, dst, ld, lane);
     }
 }
 
