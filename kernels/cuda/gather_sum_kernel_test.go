@@ -7,8 +7,9 @@ import (
 )
 
 // gather_sum_f32 (src/graph.cu) transcribed to Go — its terms gathered
-// GSUM_ILP at a time, edge j of every term of a group before edge j + 1
-// — against the loop it replaced, one term after another through
+// GSUM_ILP at a time, edges j and j + 1 of every term of a group
+// together (their order, src and x loads in rounds) before edges j + 2
+// and j + 3 — against the loop it replaced, one term after another through
 // gather_mean_at: every output must agree bit for bit, over terms
 // without edges, biases (no CSR, row stride 0), groups cut short and a
 // node's edges in CSR order. Thread order does not matter (one thread
@@ -52,7 +53,8 @@ func gatherSumOneByOne(terms []gsumTermEmu, i, f int64) float32 {
 	return v
 }
 
-// gatherSumILPEmu is gather_sum_f32's term loop as it stands.
+// gatherSumILPEmu is gather_sum_f32's term loop as it stands (a source
+// index of −1 marks an edge past a term's).
 func gatherSumILPEmu(terms []gsumTermEmu, i, f int64) float32 {
 	const ilp = 4 // GSUM_ILP
 	var v float32
@@ -74,15 +76,40 @@ func gatherSumILPEmu(terms []gsumTermEmu, i, f int64) float32 {
 		for u := 0; u < ilp; u++ {
 			most = max(most, b[u]-a[u])
 		}
-		for j := int64(0); j < most; j++ {
+		for j := int64(0); j < most; j += 2 { // edges j and j + 1 together
+			var o [ilp][2]int64
 			for u := 0; u < ilp; u++ {
-				if a[u]+j < b[u] {
-					g := terms[k0+u]
-					x := g.x[g.src[g.order[a[u]+j]]*g.ld+f]
-					if j == 0 {
-						t[u] = x
-					} else {
-						t[u] += x
+				for e := int64(0); e < 2; e++ {
+					o[u][e] = -1
+					if a[u]+j+e < b[u] {
+						o[u][e] = terms[k0+u].order[a[u]+j+e]
+					}
+				}
+			}
+			for u := 0; u < ilp; u++ {
+				for e := 0; e < 2; e++ {
+					if o[u][e] >= 0 {
+						o[u][e] = terms[k0+u].src[o[u][e]]
+					}
+				}
+			}
+			var x [ilp][2]float32
+			for u := 0; u < ilp; u++ {
+				for e := 0; e < 2; e++ {
+					if o[u][e] >= 0 {
+						g := terms[k0+u]
+						x[u][e] = g.x[o[u][e]*g.ld+f]
+					}
+				}
+			}
+			for u := 0; u < ilp; u++ {
+				for e := int64(0); e < 2; e++ {
+					if a[u]+j+e < b[u] {
+						if j+e == 0 {
+							t[u] = x[u][e]
+						} else {
+							t[u] += x[u][e]
+						}
 					}
 				}
 			}
@@ -148,6 +175,19 @@ func TestGatherSumKernelInGo(t *testing.T) {
 					t.Fatalf("terms %v, node %d, column %d: %v, one term at a time %v", shape, i, f, got, want)
 				}
 			}
+		}
+	}
+}
+
+// TestGatherSumLaunchWithinBounds: gather_sum_f32 and
+// gather_sum_join_f32 are compiled for blocks of blockSize threads, 4 to
+// a multiprocessor (64 registers: W2's batch-64 joined launch, 448
+// blocks, in one wave of 132 multiprocessors, as it ran at 60 registers
+// before the edges were paired).
+func TestGatherSumLaunchWithinBounds(t *testing.T) {
+	for _, k := range []string{"gather_sum_f32", "gather_sum_join_f32"} {
+		if maxT, minB := ptxLaunchBounds(t, "graph.ptx", k); maxT != blockSize || minB != 4 {
+			t.Errorf("%s is compiled for %d threads, %d blocks a multiprocessor; launched with %d, counted on 4", k, maxT, minB, blockSize)
 		}
 	}
 }

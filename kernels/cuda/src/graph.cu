@@ -692,8 +692,9 @@ __global__ void gather_concat_f32(GatherCat m) {
 //
 // A thread gathers GSUM_ILP terms at once, so that their chains of
 // dependent loads (rowPtr, then per edge order, src and x) are in flight
-// together rather than one term's after another's: edge j of every
-// term of the group, then edge j + 1. Each term is still its mean as
+// together rather than one term's after another's: edges j and j + 1 of
+// every term of the group (order, then src, then x, each round's loads
+// together), then edges j + 2 and j + 3. Each term is still its mean as
 // gather_mean_at computes it (the sum in p order from the first value,
 // times 1/count; 0 without edges), and the terms are still added to v
 // in order, so the bits are the one-term-at-a-time loop's.
@@ -729,13 +730,36 @@ __device__ __forceinline__ void gather_sum_at(const GatherSumArgs& m, const int6
             int64_t most = 0;
 #pragma unroll
             for (int u = 0; u < GSUM_ILP; u++) most = max(most, b[u] - a[u]);
-            for (int64_t j = 0; j < most; j++) {
+            // Edges j and j + 1 of every term together: their order, then
+            // their src, then their x loads in flight at once.
+            for (int64_t j = 0; j < most; j += 2) {
+                int64_t o[GSUM_ILP][2];
 #pragma unroll
                 for (int u = 0; u < GSUM_ILP; u++) {
-                    if (a[u] + j < b[u]) {
+#pragma unroll
+                    for (int e = 0; e < 2; e++) o[u][e] = a[u] + j + e < b[u] ? m.t[k0 + u].order[a[u] + j + e] : -1;
+                }
+#pragma unroll
+                for (int u = 0; u < GSUM_ILP; u++) {
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        if (o[u][e] >= 0) o[u][e] = m.t[k0 + u].src[o[u][e]];
+                    }
+                }
+                float x[GSUM_ILP][2];
+#pragma unroll
+                for (int u = 0; u < GSUM_ILP; u++) {
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
                         const GsumTerm& g = m.t[k0 + u];
-                        const float x = g.x[g.src[g.order[a[u] + j]] * g.ld + f];
-                        t[u] = j == 0 ? x : t[u] + x;
+                        x[u][e] = o[u][e] >= 0 ? g.x[o[u][e] * g.ld + f] : 0.f;
+                    }
+                }
+#pragma unroll
+                for (int u = 0; u < GSUM_ILP; u++) {
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        if (a[u] + j + e < b[u]) t[u] = j + e == 0 ? x[u][e] : t[u] + x[u][e];
                     }
                 }
             }
@@ -756,7 +780,7 @@ __device__ __forceinline__ void gather_sum_at(const GatherSumArgs& m, const int6
     }
 }
 
-__global__ void gather_sum_f32(const __grid_constant__ GatherSumArgs m) {
+__global__ void __launch_bounds__(256, 4) gather_sum_f32(const __grid_constant__ GatherSumArgs m) {
     GRID_STRIDE(q, m.nd * m.c) gather_sum_at(m, q);
 }
 
@@ -778,7 +802,7 @@ struct GatherSumJoin {
 // one thread per element of the joined range: element q of sum k is
 // element q − end[k−1] of its own launch, computed by the same code
 // (gather_sum_at), so every output holds the bits its own launch writes.
-__global__ void gather_sum_join_f32(const __grid_constant__ GatherSumJoin j) {
+__global__ void __launch_bounds__(256, 4) gather_sum_join_f32(const __grid_constant__ GatherSumJoin j) {
     GRID_STRIDE(q, j.end[j.n - 1]) {
         int k = 0;
         while (k + 1 < (int)j.n && q >= j.end[k]) k++;
