@@ -129,18 +129,9 @@ func gwBlockRelation(q *gwRel, nd, H, C int, slope, alpha float32) []float32 {
 // on a grid (gx, gy) of gwThreads-thread blocks in the given block order
 // (nil: launch order), reading and writing mem.
 func gwWarpRun(t *testing.T, mem *devMem, w *[gatJoinWords]uint64, gx, gy int, order []int) {
-	n := int(w[0])
 	for _, blk := range blockOrder(order, gx*gy) {
 		bx, y := blk%gx, blk/gx
-		k := 0
-		for k+1 < n && y >= int(w[1+k]) {
-			k++
-		}
-		r := y
-		if k > 0 {
-			r = y - int(w[k])
-		}
-		mw := w[1+gatJoin+k*gatMultiWords : 1+gatJoin+(k+1)*gatMultiWords]
+		_, r, mw := gatJoinRoute(w, y)
 		nrel, nd := int(mw[1]), int64(mw[2])
 		if r >= nrel || int64(bx)*gwWarps >= nd {
 			continue

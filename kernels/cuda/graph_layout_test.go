@@ -280,6 +280,21 @@ func TestGatMeanScratchCovers(t *testing.T) {
 	}
 }
 
+// gatJoinRoute is gat_mean_join_f32's (and gat_mean_join_warp_f32's)
+// routing of grid row y over the words w: the mean k, its relation r
+// and the mean's GatMulti words.
+func gatJoinRoute(w *[gatJoinWords]uint64, y int) (k, r int, m []uint64) {
+	n := int(w[0])
+	for k+1 < n && y >= int(w[1+k]) {
+		k++
+	}
+	r = y
+	if k > 0 {
+		r = y - int(w[k])
+	}
+	return k, r, w[1+gatJoin+k*gatMultiWords : 1+gatJoin+(k+1)*gatMultiWords]
+}
+
 // TestGatJoinPackAndRouting: gatJoinPack writes each mean's GatMulti as
 // gatMultiPack does for its own tailed launch (relBase 0, its scratch
 // and counters), the running ends of their relations, and a grid whose
@@ -337,24 +352,15 @@ func TestGatJoinPackAndRouting(t *testing.T) {
 	// the stride.
 	const small = 50
 	visits := map[[3]int64]int{}
-	n := int(w[0])
 	for x := int64(0); x < small; x++ {
 		for y := int64(0); y < int64(gy); y++ {
-			k := 0
-			for k+1 < n && y >= int64(w[1+k]) {
-				k++
-			}
-			r := y
-			if k > 0 {
-				r = y - int64(w[k])
-			}
-			m := w[1+gatJoin+k*gatMultiWords:]
+			k, r, m := gatJoinRoute(&w, int(y))
 			nrel, nd := int64(m[1]), int64(m[2])
-			if r >= nrel || x >= nd {
+			if int64(r) >= nrel || x >= nd {
 				continue
 			}
 			for i := x; i < min(nd, 3*small); i += small { // gat_relation's node loop, cut short
-				visits[[3]int64{int64(k), r, i}]++
+				visits[[3]int64{int64(k), int64(r), i}]++
 			}
 		}
 	}
