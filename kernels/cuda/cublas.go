@@ -174,6 +174,12 @@ type blasHandle struct {
 const workspaceBytes = 32 << 20
 
 func newBlasHandle(d *Device) (*blasHandle, error) {
+	return newBlasHandleOn(d, d.stream)
+}
+
+// newBlasHandleOn is newBlasHandle bound to stream s (a side stream's
+// handle: sideLanes), with a workspace of its own.
+func newBlasHandleOn(d *Device, s cu.Stream) (*blasHandle, error) {
 	if err := loadCublas(); err != nil {
 		return nil, err
 	}
@@ -183,7 +189,7 @@ func newBlasHandle(d *Device) (*blasHandle, error) {
 	if err := blasCheck("cublasCreate", C.esper_blas_create(&b.h)); err != nil {
 		return nil, err
 	}
-	if err := blasCheck("cublasSetStream", C.esper_blas_set_stream(b.h, unsafe.Pointer(cstream(d.stream)))); err != nil {
+	if err := blasCheck("cublasSetStream", C.esper_blas_set_stream(b.h, unsafe.Pointer(cstream(s)))); err != nil {
 		return nil, err
 	}
 	ws, err := d.alloc.Alloc(workspaceBytes)

@@ -57,6 +57,7 @@ type Device struct {
 	// (gat_mean_warp_f32, gat_mean_join_warp_f32: ESPER_CUDA_GAT_WARPS).
 	gatWarps  atomic.Int64
 	blas      *blasHandle // cuBLAS, created on first use (under mu)
+	side      *sideLanes  // side streams for concurrent products, made on first use (under mu; side.go)
 	capturing bool        // a stream capture is running (under mu)
 	mt        mtCache     // multi-tensor tables (multi_tensor.go)
 	seqMu     sync.Mutex  // a leaf: nothing is locked under it

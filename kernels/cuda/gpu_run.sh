@@ -19,7 +19,9 @@
 # rerun's choice, when an earlier run on the same GPU has their figures).
 # W2 also runs with ESPER_CUDA_JOINS_TF32=on (the TF32 tensor-core
 # product joins), with ESPER_CUDA_GAT_WARPS=on (the warp-per-node GAT
-# kernels) and with both, each off by default.
+# kernels), with ESPER_CUDA_SIDE_STREAMS=on (cuBLAS's products on side
+# streams at once), with the last two, and with all three, each off by
+# default.
 # W4 runs a second time with ESPER_CUDA_CONV=direct (its bare loop, no
 # peer: the direct convolutions against the default im2col in the same
 # sitting), W2 with ESPER_CUDA_JOINS=off, W1 with
@@ -172,7 +174,7 @@ if has tests; then
 	# lists them (top-level tests; TestConformance's newest subtests
 	# separately).
 	newest_conformance='^(GatherSums|GATMeansAct|LinearActLayerNorms|ReluHeads|GATMeanGrad\+GATMeanGradFits|GatherMeanGrad\+GatherMeanGradAdd|LinearBackwardAdd\+LinearBackwardAccumulate|MatMulsT|ForeachNorm\+ForeachScale\+ForeachAxpy|BeginSequence\+EndSequence)$'
-	newest_tests='^(TestKernelsLoadFromCubins|TestPolicyInferenceOnCUDA|TestSequenceAcrossCaptureBounds|TestSequencesOffHoldNothing|TestUploadsWithoutWaitKeepTheirBytes|TestGemmJoinTF32OnCUDA|TestGATWarpsOnCUDA)$'
+	newest_tests='^(TestKernelsLoadFromCubins|TestPolicyInferenceOnCUDA|TestSequenceAcrossCaptureBounds|TestSequencesOffHoldNothing|TestUploadsWithoutWaitKeepTheirBytes|TestGemmJoinTF32OnCUDA|TestGATWarpsOnCUDA|TestSideStreamsOnCUDA)$'
 	echo "== kernels/cuda tests of the newest code, first"
 	step "kernels/cuda newest conformance" 60 "$out/kernels_cuda_newest_conformance.log" \
 		"$bin/kernels_cuda.test" -test.v -test.count=1 -test.run "^TestConformance\$/$newest_conformance"
@@ -336,14 +338,17 @@ p and json.dump(p, open(sys.argv[2], "w"), indent=2)' "$out/esper/W4.json" "$out
 			# product joins (ESPER_CUDA_JOINS_TF32=on: gemm_join_tf32
 			# against cuBLAS for the batch-64 layers' products, in its
 			# captured-tf32 mode), the warp-per-node GAT kernels
-			# (ESPER_CUDA_GAT_WARPS=on) and both together.
+			# (ESPER_CUDA_GAT_WARPS=on), cuBLAS's products on side
+			# streams (ESPER_CUDA_SIDE_STREAMS=on), the last two
+			# together, and all three.
 			for variant in "tf32 ESPER_CUDA_JOINS_TF32=on" "gatwarps ESPER_CUDA_GAT_WARPS=on" \
-				"both ESPER_CUDA_JOINS_TF32=on ESPER_CUDA_GAT_WARPS=on"; do
+				"sides ESPER_CUDA_SIDE_STREAMS=on" "warpsides ESPER_CUDA_GAT_WARPS=on ESPER_CUDA_SIDE_STREAMS=on" \
+				"all ESPER_CUDA_JOINS_TF32=on ESPER_CUDA_GAT_WARPS=on ESPER_CUDA_SIDE_STREAMS=on"; do
 				read -r vname venv <<<"$variant"
 				echo "== esper bench --device cuda --workload w2, $venv"
 				mkdir -p "$out/esper_$vname"
 				before=$status
-				# shellcheck disable=SC2086 # venv: one or two NAME=on words
+				# shellcheck disable=SC2086 # venv: one to three NAME=on words
 				step "esper w2 $vname" 60 "$out/esper_w2_$vname.log" \
 					env $venv "$bin/esper" bench --device cuda --workload w2 --json "$out/esper_$vname"
 				trc=$?

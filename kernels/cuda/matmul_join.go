@@ -3,6 +3,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/esper-go/esper/kernels"
@@ -30,7 +31,9 @@ func (b *Backend) MatMulsT(calls []kernels.MatMulTCall) bool {
 // tensor cores) up to gemmJoinMaxMACsTC each. False, having written
 // nothing, with ESPER_CUDA_JOINS=off, an operand of another dtype, or a
 // product past the bound (gemmJoinMaxMACs in fp32), which cuBLAS
-// computes faster. Everything is checked before anything launches.
+// computes faster — unless ESPER_CUDA_SIDE_STREAMS=on, where two or
+// more such products run through cuBLAS on side streams at once
+// (matMulsTOnSides). Everything is checked before anything launches.
 func (d *Device) MatMulsT(calls []kernels.MatMulTCall, prec Precision) (bool, error) {
 	const op = "MatMulsT"
 	dims, err := kernels.CheckMatMulsT(op, calls)
@@ -51,11 +54,16 @@ func (d *Device) MatMulsT(calls []kernels.MatMulTCall, prec Precision) (bool, er
 	if tc {
 		most, kern, blocks, threads = gemmJoinMaxMACsTC, "gemm_join_tf32", gjTilesTC, 128
 	}
+	big := false // a product past the join's bound: cuBLAS's
 	for i, c := range calls {
 		m, n, k := dims[i][0], dims[i][1], dims[i][2]
-		if c.A.DType() != tensor.F32 || int64(m)*int64(n)*int64(k) > most {
+		if c.A.DType() != tensor.F32 {
 			return false, nil
 		}
+		big = big || int64(m)*int64(n)*int64(k) > most
+	}
+	if big && !sideStreamsOn.Load() {
+		return false, nil
 	}
 	cs := make([]gjCall, 0, len(calls))
 	f32 := []tensor.DType{tensor.F32, tensor.F32, tensor.F32}
@@ -72,6 +80,9 @@ func (d *Device) MatMulsT(calls []kernels.MatMulTCall, prec Precision) (bool, er
 	if len(cs) == 0 {
 		return true, nil
 	}
+	if big {
+		return d.matMulsTOnSides(cs, prec)
+	}
 	fn, err := d.kernel(kern)
 	if err != nil {
 		return false, err
@@ -87,4 +98,31 @@ func (d *Device) MatMulsT(calls []kernels.MatMulTCall, prec Precision) (bool, er
 		}
 	}
 	return true, nil
+}
+
+// matMulsTOnSides is MatMulsT for products that cuBLAS computes
+// (ESPER_CUDA_SIDE_STREAMS=on): two or more, each with K > 0, run on the
+// side streams at once (productsOnSides), each product MatMul's; false,
+// having written nothing, for one product, a product with K = 0, or
+// side streams not made yet during a capture (the caller's MatMul per
+// product then runs them on the device's stream).
+func (d *Device) matMulsTOnSides(cs []gjCall, prec Precision) (bool, error) {
+	if len(cs) < 2 {
+		return false, nil
+	}
+	for _, c := range cs {
+		if c.k == 0 {
+			return false, nil
+		}
+	}
+	l, err := d.sideLanes()
+	if errors.Is(err, errSideLanesInCapture) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	release := d.enter()
+	defer release()
+	return true, d.productsOnSides(l, cs, prec)
 }

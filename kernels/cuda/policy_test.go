@@ -255,3 +255,102 @@ func TestGATWarpsOnCUDA(t *testing.T) {
 		}
 	}
 }
+
+// TestSideStreamsOnCUDA: with ESPER_CUDA_SIDE_STREAMS=on's setting,
+// MatMulsT takes products past the joins' bounds (W2's batch-64 stacked
+// projections, and a small one beside them) and runs them on side
+// streams: each equals MatMul's product bit for bit, in fp32 and TF32,
+// eager and replayed from a capture (the fork and joins as the graph's
+// edges); W2's policy at batch 64 gives the same logits and values with
+// the switch on as off, eager and captured, in as many graph nodes.
+func TestSideStreamsOnCUDA(t *testing.T) {
+	defer sideStreamsOn.Store(sideStreamsOn.Load())
+	defer be.SetMatmulPrecision(kernels.Highest)
+	rng := rand.New(rand.NewPCG(41, 0))
+	shapes := [][3]int{{192, 4096, 256}, {64, 2048, 256}, {192, 1536, 256}, {9, 40, 40}, {64, 1024, 128}}
+	var as, bs []*tensor.Tensor
+	for _, sh := range shapes {
+		as = append(as, toDev(t, tensor.Normal(rng, tensor.F32, 0, 1, sh[0], sh[2])))
+		bs = append(bs, toDev(t, tensor.Normal(rng, tensor.F32, 0, 1, sh[1], sh[2])))
+	}
+	calls := func() []kernels.MatMulTCall {
+		cs := make([]kernels.MatMulTCall, len(shapes))
+		for i, sh := range shapes {
+			cs[i] = kernels.MatMulTCall{Dst: poisoned(t, tensor.F32, sh[0], sh[1]), A: as[i], B: bs[i]}
+		}
+		return cs
+	}
+	for _, prec := range []kernels.Precision{kernels.Highest, kernels.High} {
+		be.SetMatmulPrecision(prec)
+		want := calls()
+		for _, c := range want {
+			be.MatMul(c.Dst, c.A, c.B, false, true)
+		}
+		sideStreamsOn.Store(false)
+		if be.MatMulsT(calls()) {
+			t.Fatalf("precision %v: with the side streams off, MatMulsT took products past the joins' bounds", prec)
+		}
+		sideStreamsOn.Store(true)
+		eager := calls()
+		if !be.MatMulsT(eager) {
+			t.Fatalf("precision %v: MatMulsT declined the products with the side streams on", prec)
+		}
+		replayed := calls()
+		if err := dev.BeginCapture(); err != nil {
+			t.Fatal(err)
+		}
+		took := be.MatMulsT(replayed)
+		g, err := dev.EndCapture()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !took {
+			t.Fatalf("precision %v: MatMulsT declined the products in a capture", prec)
+		}
+		if err := g.Replay(); err != nil {
+			t.Fatal(err)
+		}
+		for i := range shapes {
+			w := fromDev(t, want[i].Dst)
+			for name, got := range map[string]*tensor.Tensor{"eager": eager[i].Dst, "replayed": replayed[i].Dst} {
+				if !reflect.DeepEqual(fromDev(t, got).Float64s(), w.Float64s()) {
+					t.Errorf("precision %v, product %d %v, %s: not MatMul's bits", prec, i, shapes[i], name)
+				}
+			}
+		}
+	}
+	be.SetMatmulPrecision(kernels.Highest)
+	g, err := bench.W2Graph(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := tamiyo.NewPolicy(tamiyo.PolicyOptions{Seed: 4, NoDropout: true, Device: tensor.CUDA(0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	forward := func(sides, capture bool) (*tamiyo.Logits, int) {
+		sideStreamsOn.Store(sides)
+		in, err := tamiyo.NewInference(p, tamiyo.InferenceOptions{NoCapture: !capture})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var lg *tamiyo.Logits
+		for range 3 { // eager; captured: the warm-up, the capture, a replay
+			if lg, err = in.Forward(g); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return lg, in.GraphNodes()
+	}
+	want, _ := forward(false, false)
+	_, nodes := forward(false, true)
+	for _, capture := range []bool{false, true} {
+		got, n := forward(true, capture)
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("captured %v: the side streams' logits differ from the device stream's", capture)
+		}
+		if capture && n != nodes {
+			t.Errorf("%d graph nodes with the side streams, %d without", n, nodes)
+		}
+	}
+}

@@ -38,7 +38,7 @@ import (
 //     it relies on the driver staging pageable memory before it returns
 //     (TestUploadsWithoutWaitKeepTheirBytes checks it on a GPU).
 //
-// Two switches are off by default and turned on:
+// Three switches are off by default and turned on:
 //
 //   - ESPER_CUDA_JOINS_TF32=on: MatMulsT in the matmul precision High
 //     (TF32) joins products of more than 8 rows on tensor cores
@@ -65,25 +65,36 @@ import (
 //     GATMean to GATAggregate, which stays on the block kernel). No GPU
 //     has run it yet.
 //
-// "on" or unset leaves the default (all on but the last two); any other
+//   - ESPER_CUDA_SIDE_STREAMS=on: MatMulsT runs products that the joins
+//     leave to cuBLAS (past their bounds: W2's batch-64 stacked
+//     projections, three a layer) on side streams at once, each forked
+//     from the device's stream and joined back by events (graph edges in
+//     a capture, not nodes), each with a cuBLAS handle and workspace of
+//     its own, so that a layer's products overlap on the GPU: on an
+//     H200 they took 5 to 8 µs each, one after another, with grids of
+//     16 to 192 blocks (2026-11-27). Each product is MatMul's. No GPU
+//     has run it yet.
+//
+// "on" or unset leaves the default (all on but the last three); any other
 // value than on or off is an error at Open naming the variable. The
 // setting is the process's, read at every Open; tests set the variables
 // below directly.
 var joinsOff, sequencesOff, cubinOff, uploadWaitOff atomic.Bool
 
-// tf32JoinsOn is ESPER_CUDA_JOINS_TF32's setting and gatWarpsOn
-// ESPER_CUDA_GAT_WARPS's (both off by default).
-var tf32JoinsOn, gatWarpsOn atomic.Bool
+// tf32JoinsOn is ESPER_CUDA_JOINS_TF32's setting, gatWarpsOn
+// ESPER_CUDA_GAT_WARPS's and sideStreamsOn ESPER_CUDA_SIDE_STREAMS's (all
+// off by default).
+var tf32JoinsOn, gatWarpsOn, sideStreamsOn atomic.Bool
 
 // switchesFromEnv applies ESPER_CUDA_JOINS, ESPER_CUDA_SEQUENCES,
-// ESPER_CUDA_CUBIN, ESPER_CUDA_UPLOAD_WAIT, ESPER_CUDA_JOINS_TF32 and
-// ESPER_CUDA_GAT_WARPS (an unset variable leaves its setting as it is,
-// so a test's stays).
+// ESPER_CUDA_CUBIN, ESPER_CUDA_UPLOAD_WAIT, ESPER_CUDA_JOINS_TF32,
+// ESPER_CUDA_GAT_WARPS and ESPER_CUDA_SIDE_STREAMS (an unset variable
+// leaves its setting as it is, so a test's stays).
 func switchesFromEnv() error {
 	for _, s := range []struct {
 		name string
 		on   *atomic.Bool
-	}{{"ESPER_CUDA_JOINS_TF32", &tf32JoinsOn}, {"ESPER_CUDA_GAT_WARPS", &gatWarpsOn}} {
+	}{{"ESPER_CUDA_JOINS_TF32", &tf32JoinsOn}, {"ESPER_CUDA_GAT_WARPS", &gatWarpsOn}, {"ESPER_CUDA_SIDE_STREAMS", &sideStreamsOn}} {
 		off, set, err := parseSwitch(s.name, os.Getenv(s.name))
 		if err != nil {
 			return err

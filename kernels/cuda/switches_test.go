@@ -10,12 +10,12 @@ import (
 // TestSwitchesFromEnv: ESPER_CUDA_JOINS, ESPER_CUDA_SEQUENCES,
 // ESPER_CUDA_CUBIN and ESPER_CUDA_UPLOAD_WAIT turn their launches (or
 // cubins, or waits) off with "off" and on with "on",
-// ESPER_CUDA_JOINS_TF32 and ESPER_CUDA_GAT_WARPS (off by default)
-// likewise, each leaves its
+// ESPER_CUDA_JOINS_TF32, ESPER_CUDA_GAT_WARPS and ESPER_CUDA_SIDE_STREAMS
+// (off by default) likewise, each leaves its
 // setting alone when unset, and any other value is refused, naming the
 // variable.
 func TestSwitchesFromEnv(t *testing.T) {
-	for _, sw := range []*atomic.Bool{&joinsOff, &sequencesOff, &cubinOff, &uploadWaitOff, &tf32JoinsOn, &gatWarpsOn} {
+	for _, sw := range []*atomic.Bool{&joinsOff, &sequencesOff, &cubinOff, &uploadWaitOff, &tf32JoinsOn, &gatWarpsOn, &sideStreamsOn} {
 		defer sw.Store(sw.Load())
 		sw.Store(false)
 	}
@@ -62,6 +62,21 @@ func TestSwitchesFromEnv(t *testing.T) {
 	t.Setenv("ESPER_CUDA_GAT_WARPS", "yes")
 	require.ErrorContains(t, switchesFromEnv(), "ESPER_CUDA_GAT_WARPS")
 	t.Setenv("ESPER_CUDA_GAT_WARPS", "")
+
+	require.False(t, sideStreamsOn.Load(), "the side streams are off unless turned on")
+	t.Setenv("ESPER_CUDA_SIDE_STREAMS", "on")
+	require.NoError(t, switchesFromEnv())
+	require.True(t, sideStreamsOn.Load())
+	require.False(t, gatWarpsOn.Load(), "ESPER_CUDA_SIDE_STREAMS turned the GAT warps on")
+	t.Setenv("ESPER_CUDA_SIDE_STREAMS", "")
+	require.NoError(t, switchesFromEnv())
+	require.True(t, sideStreamsOn.Load(), "an unset variable changed a test's setting")
+	t.Setenv("ESPER_CUDA_SIDE_STREAMS", "off")
+	require.NoError(t, switchesFromEnv())
+	require.False(t, sideStreamsOn.Load())
+	t.Setenv("ESPER_CUDA_SIDE_STREAMS", "1")
+	require.ErrorContains(t, switchesFromEnv(), "ESPER_CUDA_SIDE_STREAMS")
+	t.Setenv("ESPER_CUDA_SIDE_STREAMS", "")
 
 	t.Setenv("ESPER_CUDA_SEQUENCES", "0")
 	err := switchesFromEnv()
