@@ -190,17 +190,33 @@ func newBlasHandleOn(d *Device, s cu.Stream) (*blasHandle, error) {
 		return nil, err
 	}
 	if err := blasCheck("cublasSetStream", C.esper_blas_set_stream(b.h, unsafe.Pointer(cstream(s)))); err != nil {
+		b.destroy(d)
 		return nil, err
 	}
 	ws, err := d.alloc.Alloc(workspaceBytes)
 	if err != nil {
+		b.destroy(d)
 		return nil, err
 	}
 	b.ws = ws
 	if err := blasCheck("cublasSetWorkspace", C.esper_blas_set_workspace(b.h, C.uint64_t(ws), workspaceBytes)); err != nil {
+		b.destroy(d)
 		return nil, err
 	}
 	return &b, nil
+}
+
+// destroy frees the handle and returns its workspace to d's allocator
+// (a handle whose making failed partway: sideLanes).
+func (b *blasHandle) destroy(d *Device) {
+	if b.h != nil {
+		C.esper_blas_destroy(b.h)
+		b.h = nil
+	}
+	if b.ws != 0 {
+		_ = d.alloc.Free(b.ws)
+		b.ws = 0
+	}
 }
 
 // gemmRowMajor computes C = op(A)·op(B) for row-major matrices: A is m×k

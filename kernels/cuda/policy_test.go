@@ -4,8 +4,10 @@ package cuda
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"reflect"
+	"sync/atomic"
 	"testing"
 
 	"github.com/esper-go/esper/bench"
@@ -264,7 +266,11 @@ func TestGATWarpsOnCUDA(t *testing.T) {
 // edges); W2's policy at batch 64 gives the same logits and values with
 // the switch on as off, eager and captured, in as many graph nodes.
 func TestSideStreamsOnCUDA(t *testing.T) {
-	defer sideStreamsOn.Store(sideStreamsOn.Load())
+	for _, sw := range []*atomic.Bool{&sideStreamsOn, &tf32JoinsOn, &joinsOff} {
+		defer sw.Store(sw.Load())
+	}
+	tf32JoinsOn.Store(false) // the TF32 join would take these products
+	joinsOff.Store(false)
 	defer be.SetMatmulPrecision(kernels.Highest)
 	rng := rand.New(rand.NewPCG(41, 0))
 	shapes := [][3]int{{192, 4096, 256}, {64, 2048, 256}, {192, 1536, 256}, {9, 40, 40}, {64, 1024, 128}}
@@ -292,8 +298,12 @@ func TestSideStreamsOnCUDA(t *testing.T) {
 		}
 		sideStreamsOn.Store(true)
 		eager := calls()
+		ran := dev.sideProducts()
 		if !be.MatMulsT(eager) {
 			t.Fatalf("precision %v: MatMulsT declined the products with the side streams on", prec)
+		}
+		if got := dev.sideProducts() - ran; got != int64(len(shapes)) {
+			t.Fatalf("precision %v: %d products on the side streams, want %d", prec, got, len(shapes))
 		}
 		replayed := calls()
 		if err := dev.BeginCapture(); err != nil {
@@ -307,7 +317,18 @@ func TestSideStreamsOnCUDA(t *testing.T) {
 		if !took {
 			t.Fatalf("precision %v: MatMulsT declined the products in a capture", prec)
 		}
+		if g.Nodes() < len(shapes) {
+			t.Fatalf("precision %v: a captured graph of %d nodes for %d products", prec, g.Nodes(), len(shapes))
+		}
+		for _, c := range replayed { // what the capture wrote, if anything, is not the replay's
+			if err := dev.Fill(c.Dst, math.NaN()); err != nil {
+				t.Fatal(err)
+			}
+		}
 		if err := g.Replay(); err != nil {
+			t.Fatal(err)
+		}
+		if err := g.Close(); err != nil {
 			t.Fatal(err)
 		}
 		for i := range shapes {
@@ -345,9 +366,13 @@ func TestSideStreamsOnCUDA(t *testing.T) {
 	want, _ := forward(false, false)
 	_, nodes := forward(false, true)
 	for _, capture := range []bool{false, true} {
+		ran := dev.sideProducts()
 		got, n := forward(true, capture)
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("captured %v: the side streams' logits differ from the device stream's", capture)
+		}
+		if dev.sideProducts() == ran {
+			t.Errorf("captured %v: W2's batch-64 forward ran no product on the side streams", capture)
 		}
 		if capture && n != nodes {
 			t.Errorf("%d graph nodes with the side streams, %d without", n, nodes)

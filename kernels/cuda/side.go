@@ -5,6 +5,7 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"sync"
 
 	"gorgonia.org/cu"
 )
@@ -22,16 +23,24 @@ import (
 // replay runs the products as parallel branches.
 
 // sideLaneCount is the number of side streams: the most products of a
-// MatMulsT that run at once (W2's layers have three, one per node type).
-const sideLaneCount = 4
+// MatMulsT that run at once (W2's layers have three, one per node type;
+// more go round the streams).
+const sideLaneCount = 3
 
 // sideLanes are a device's side streams, their cuBLAS handles, the fork
-// event recorded on the device's stream and a join event per stream.
+// event recorded on the device's stream and a join event per stream. mu
+// is held from the fork to the last join, so that one goroutine's
+// products, and their handles' math modes, are not interleaved with
+// another's (a side stream waiting on a fork recorded by a capturing
+// goroutine would join its capture). products counts the products run
+// on them (for tests).
 type sideLanes struct {
-	streams [sideLaneCount]cu.Stream
-	blas    [sideLaneCount]*blasHandle
-	fork    cu.Event
-	joins   [sideLaneCount]cu.Event
+	mu       sync.Mutex
+	streams  [sideLaneCount]cu.Stream
+	blas     [sideLaneCount]*blasHandle
+	fork     cu.Event
+	joins    [sideLaneCount]cu.Event
+	products int64
 }
 
 // errSideLanesInCapture: the side streams are made on first use, which a
@@ -40,7 +49,8 @@ type sideLanes struct {
 var errSideLanesInCapture = errors.New("cuda: side streams are made outside a capture")
 
 // sideLanes returns the device's side streams, making them on first use
-// (not during a capture: errSideLanesInCapture).
+// (not during a capture: errSideLanesInCapture). A failure frees what it
+// made, and the next call tries again.
 func (d *Device) sideLanes() (*sideLanes, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -52,7 +62,13 @@ func (d *Device) sideLanes() (*sideLanes, error) {
 	}
 	release := d.enterQuiet()
 	defer release()
-	var l sideLanes
+	l := &sideLanes{}
+	ok := false
+	defer func() {
+		if !ok {
+			l.destroy(d)
+		}
+	}()
 	var err error
 	if l.fork, err = cu.MakeEvent(cu.DisableTiming); err != nil {
 		return nil, fmt.Errorf("cuda: side streams: %w", err)
@@ -68,24 +84,61 @@ func (d *Device) sideLanes() (*sideLanes, error) {
 			return nil, fmt.Errorf("cuda: side stream %d: %w", i, err)
 		}
 	}
-	d.side = &l
-	return d.side, nil
+	ok = true
+	d.side = l
+	return l, nil
+}
+
+// destroy frees whatever of l was made (a sideLanes whose making
+// failed).
+func (l *sideLanes) destroy(d *Device) {
+	for i := range l.streams {
+		if l.blas[i] != nil {
+			l.blas[i].destroy(d)
+		}
+		if l.joins[i] != (cu.Event{}) {
+			_ = cu.DestroyEvent(&l.joins[i])
+		}
+		if l.streams[i] != (cu.Stream{}) {
+			_ = l.streams[i].Destroy()
+		}
+	}
+	if l.fork != (cu.Event{}) {
+		_ = cu.DestroyEvent(&l.fork)
+	}
 }
 
 // productsOnSides computes every product of cs (dst = a·bᵀ, F32, rows
-// of K elements, as MatMul computes it for MatMulsTOps) through cuBLAS
-// on the side streams, product i on stream i mod sideLaneCount, after
-// the work enqueued on the device's stream so far and before anything
-// enqueued there afterwards. The caller holds enter.
-func (d *Device) productsOnSides(l *sideLanes, cs []gjCall, prec Precision) error {
+// of K > 0 elements, as MatMul computes it for MatMulsTOps) through
+// cuBLAS on the side streams, product i on stream i mod sideLaneCount,
+// after the work enqueued on the device's stream so far and before
+// anything enqueued there afterwards. Once the fork is recorded every
+// stream that waited for it is joined back, whatever fails (an unjoined
+// stream would fail a capture, and eagerly the device's stream would
+// not wait for products in flight). The caller holds enter.
+func (d *Device) productsOnSides(l *sideLanes, cs []gjCall, prec Precision) (err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if err := l.fork.Record(d.stream); err != nil {
 		return fmt.Errorf("cuda: side streams: %w", err)
 	}
-	used := min(len(cs), sideLaneCount)
-	for i := range used {
+	waited := 0
+	defer func() {
+		for i := range waited {
+			if e := l.joins[i].Record(l.streams[i]); e != nil {
+				err = errors.Join(err, fmt.Errorf("cuda: side stream %d: %w", i, e))
+				continue
+			}
+			if e := d.stream.Wait(l.joins[i], 0); e != nil {
+				err = errors.Join(err, fmt.Errorf("cuda: side stream %d: %w", i, e))
+			}
+		}
+	}()
+	for i := range min(len(cs), sideLaneCount) {
 		if err := l.streams[i].Wait(l.fork, 0); err != nil {
 			return fmt.Errorf("cuda: side stream %d: %w", i, err)
 		}
+		waited++
 	}
 	for i, c := range cs {
 		h := l.blas[i%sideLaneCount]
@@ -94,14 +147,21 @@ func (d *Device) productsOnSides(l *sideLanes, cs []gjCall, prec Precision) erro
 			cu.DevicePtr(c.d), n, int64(m*n), 1, dataF32, prec); err != nil {
 			return err
 		}
-	}
-	for i := range used {
-		if err := l.joins[i].Record(l.streams[i]); err != nil {
-			return fmt.Errorf("cuda: side stream %d: %w", i, err)
-		}
-		if err := d.stream.Wait(l.joins[i], 0); err != nil {
-			return fmt.Errorf("cuda: side stream %d: %w", i, err)
-		}
+		l.products++
 	}
 	return nil
+}
+
+// sideProducts is the number of products run on d's side streams so far
+// (0 before they are made).
+func (d *Device) sideProducts() int64 {
+	d.mu.Lock()
+	l := d.side
+	d.mu.Unlock()
+	if l == nil {
+		return 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.products
 }
