@@ -98,6 +98,19 @@ type Stager interface {
 	Close() error
 }
 
+// InlineStager is implemented by a Stager that can also copy a batch on
+// the device's own stream: StageInline copies src (exactly dst's bytes)
+// into the next pinned buffer, then into dst on the device's stream,
+// ordered after everything enqueued there before it and before
+// everything enqueued after, with no copy stream, no event for the
+// device's stream to wait on and no Release to make: for a caller whose
+// copy has nothing to hide behind (an inference forward that reads its
+// results before the next one). src may be reused when it returns. Not
+// during a graph capture.
+type InlineStager interface {
+	StageInline(dst *T, src []byte) error
+}
+
 // Stagers is implemented by a backend that stages host batches through
 // pinned buffers on a copy stream of its own.
 type Stagers interface {

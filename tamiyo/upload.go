@@ -24,15 +24,19 @@ import (
 // device (else that call copies synchronously).
 //
 // Ordering: a copy into a kept buffer must come after the forwards that
-// read it. Each forward releases every kept buffer it used once its work
-// is enqueued (Stager.Release: the next copy into the buffer waits, on
-// the copy stream, for that work), failed forwards included. A Forward
-// also ends by reading its outputs back, which waits for the device.
+// read it. Where the Stager copies on the device's own stream
+// (kernels.InlineStager: CUDA), the stream's order sees to it, and a
+// forward's copy costs three driver calls. Else each forward releases
+// every kept buffer it used once its work is enqueued (Stager.Release:
+// the next copy into the buffer waits, on the copy stream, for that
+// work), failed forwards included. A Forward also ends by reading its
+// outputs back, which waits for the device.
 
 // devicePin is a device's Stager, shared by every Inference on it.
 type devicePin struct {
 	mu     sync.Mutex
 	st     kernels.Stager
+	inline kernels.InlineStager // st, where it copies on the device's stream
 	bytes  int
 	failed bool // no Stager to be had, or one failed: copy synchronously
 }
@@ -112,7 +116,7 @@ func (p *devicePin) reserve(dev tensor.Device, n int) bool {
 			return false
 		}
 		_ = p.st.Close()
-		p.st = nil
+		p.st, p.inline = nil, nil
 	}
 	n = max(n, 2*p.bytes, pinMinBytes)
 	st, err := ss.NewStager(2, n)
@@ -121,6 +125,7 @@ func (p *devicePin) reserve(dev tensor.Device, n int) bool {
 		return false
 	}
 	p.st, p.bytes = st, n
+	p.inline, _ = st.(kernels.InlineStager)
 	return true
 }
 
@@ -137,7 +142,13 @@ func (u *pinnedUpload) stage(buf *tensor.Tensor, raw []byte) bool {
 	if !p.reserve(u.dev, len(raw)) {
 		return false
 	}
-	if err := p.st.Stage(buf, raw); err != nil {
+	var err error
+	if p.inline != nil {
+		err = p.inline.StageInline(buf, raw)
+	} else {
+		err = p.st.Stage(buf, raw)
+	}
+	if err != nil {
 		p.failed = true // copy synchronously from now on
 		return false
 	}
@@ -187,7 +198,8 @@ func (u *pinnedUpload) releaseLast() {
 }
 
 // mark records the work enqueued so far as the last reader of bufs on
-// the device's Stager, if it has one.
+// the device's Stager, if it has one and copies on a stream of its own
+// (an InlineStager's copies are ordered by the device's stream).
 func (u *pinnedUpload) mark(bufs []*tensor.Tensor) {
 	if len(bufs) == 0 {
 		return
@@ -195,7 +207,7 @@ func (u *pinnedUpload) mark(bufs []*tensor.Tensor) {
 	p := u.devPin()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.st == nil || p.failed {
+	if p.st == nil || p.failed || p.inline != nil {
 		return
 	}
 	for _, b := range bufs {

@@ -67,10 +67,40 @@ func (s *fakeStager) EndStep() error                                { return nil
 func (s *fakeStager) StopTrace() (kernels.Overlap, error)           { return kernels.Overlap{}, nil }
 func (s *fakeStager) Close() error                                  { s.f.closed++; return nil }
 
+// fakeInlineStager is fakeStager that also copies inline
+// (kernels.InlineStager), counting those copies apart.
+type fakeInlineStager struct {
+	fakeStager
+	inline int
+}
+
+func (s *fakeInlineStager) StageInline(dst *tensor.Tensor, src []byte) error {
+	if err := s.fakeStager.Stage(dst, src); err != nil {
+		return err
+	}
+	s.f.stages--
+	s.inline++
+	return nil
+}
+
+// inlineStagers is fakeStagers making fakeInlineStagers (the last one
+// made kept in last).
+type inlineStagers struct {
+	fakeStagers
+	last *fakeInlineStager
+}
+
+func (f *inlineStagers) NewStager(slots, bytes int) (kernels.Stager, error) {
+	f.made++
+	f.bytes = append(f.bytes, bytes)
+	f.last = &fakeInlineStager{fakeStager: fakeStager{f: &f.fakeStagers, n: bytes}}
+	return f.last, nil
+}
+
 // useFakeStagers stands fake in for sim's Stagers, with pinned buffers
 // of at least minBytes, for the rest of t, the process's device Stagers
 // forgotten before and after.
-func useFakeStagers(t *testing.T, fake *fakeStagers, minBytes int) {
+func useFakeStagers(t *testing.T, fake kernels.Stagers, minBytes int) {
 	restore, restoreMin := stagersFor, pinMinBytes
 	forget := func() {
 		pinsMu.Lock()
@@ -138,6 +168,34 @@ func TestInferenceStagesThroughAStager(t *testing.T) {
 		require.NoError(t, in.ReplayLast())
 		require.Equal(t, 2*8, fake.releases, "ReplayLast releases the latest forward's kept buffers")
 	}
+}
+
+// TestInferenceStagesInline: where the device's Stager copies on the
+// device's own stream (kernels.InlineStager), every staged copy of a
+// forward goes that way and no kept buffer is released (the stream
+// orders the copies after the forwards that read the buffers), ReplayLast
+// included; the results are the CPU's.
+func TestInferenceStagesInline(t *testing.T) {
+	fake := &inlineStagers{}
+	useFakeStagers(t, fake, 64<<10)
+	dev := tensor.Sim(0)
+	want, in, _ := inferencePair(t, dev)
+	for call := 0; call < 5; call++ {
+		var inputs []GraphInput
+		for i, n := range []int{3, 1, 5, 2} {
+			inputs = append(inputs, testInput(t, n, i+call))
+		}
+		g, err := BuildGraphBatch(inputs)
+		require.NoError(t, err)
+		sameForward(t, want, in, g, "call %d", call)
+	}
+	require.NoError(t, in.ReplayLast())
+	require.Equal(t, 1, fake.made)
+	// The first forward makes the buffers; each later one copies the
+	// float and the index buffer, inline.
+	require.Equal(t, 2*4, fake.last.inline)
+	require.Zero(t, fake.stages, "a copy through the copy stream")
+	require.Zero(t, fake.releases, "a release with inline copies")
 }
 
 // TestInferenceFollowsAMovedPolicy: an Inference whose policy moves to

@@ -20,7 +20,7 @@ var streamCases = []conformance{
 	provided[kernels.ByteCopier](checkByteCopier, "CopyHostToDevice", "CopyDeviceToDevice"),
 	provided[kernels.EventTimers](checkEventTimer, "NewEventTimer", "Time", "Close"),
 	provided[kernels.Stagers](checkStager, "NewStager", "Stage", "StageFunc", "StageAhead", "Await", "Release",
-		"StartTrace", "BeginStep", "EndStep", "StopTrace", "Close"),
+		"StartTrace", "BeginStep", "EndStep", "StopTrace", "Close", "StageInline"),
 	of(checkGraphCloser, "Close"),
 	provided[kernels.LaunchBounder](checkLaunchBounder, "LaunchBound"),
 }
@@ -183,8 +183,35 @@ func checkStager(s *suite) {
 	if err := st.Await(dst); err == nil {
 		s.t.Error("a second Await with nothing staged ahead returned no error")
 	}
+	checkInlineStager(s, st, n)
 	if err := st.Close(); err != nil {
 		s.t.Errorf("Close: %v", err)
+	}
+}
+
+// checkInlineStager: where st is a kernels.InlineStager, StageInline
+// lands after the work enqueued on the device's stream before it (a Fill
+// of dst) and before the work enqueued after (a copy out of dst), through
+// both pinned buffers in turn, and refuses a batch of the wrong size.
+func checkInlineStager(s *suite, st kernels.Stager, n int) {
+	is, ok := st.(kernels.InlineStager)
+	if !ok {
+		return
+	}
+	dst := s.out(tensor.F32, n)
+	for round := range 3 { // 3 batches through 2 buffers: one reused
+		want, b := s.hostBatch(n)
+		s.b.Fill(dst, float64(round+7))
+		if err := is.StageInline(dst, b); err != nil {
+			s.t.Fatalf("StageInline: %v", err)
+		}
+		after := s.out(tensor.F32, n)
+		s.b.Copy(after, dst)
+		same(s.t, "StageInline", s.get(dst), want)
+		same(s.t, "StageInline, then a copy on the device's stream", s.get(after), want)
+	}
+	if err := is.StageInline(dst, make([]byte, 4*n-4)); err == nil {
+		s.t.Error("StageInline of fewer bytes than dst's returned no error")
 	}
 }
 

@@ -179,6 +179,7 @@ var optionals = []reflect.Type{
 	reflect.TypeFor[kernels.EventTimer](),
 	reflect.TypeFor[kernels.Stagers](),
 	reflect.TypeFor[kernels.Stager](),
+	reflect.TypeFor[kernels.InlineStager](),
 	reflect.TypeFor[kernels.GraphCloser](),
 	reflect.TypeFor[kernels.BlockSequencer](),
 }

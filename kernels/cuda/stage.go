@@ -231,6 +231,63 @@ func (s *Stager) stage(op string, dst *tensor.Tensor, fill func(pinned []byte), 
 	return s.d.stream.Wait(sl.done, 0)
 }
 
+// StageInline implements kernels.InlineStager: src into the next pinned
+// buffer (once the copy that last used it has left it), then into dst on
+// the device's stream, the buffer's event recorded there after the copy.
+// Three driver calls where Stage makes five (and its Release another):
+// the stream's order does what the copy stream's events do. A copy
+// staged ahead into dst and not awaited yet is forgotten (this one comes
+// after it), as is a Release pending on dst (the stream orders this copy
+// after the work it marked).
+func (s *Stager) StageInline(dst *tensor.Tensor, src []byte) error {
+	const op = "StageInline"
+	if s.slots == nil {
+		return fmt.Errorf("cuda: %s on a closed Stager", op)
+	}
+	if dst == nil {
+		return fmt.Errorf("cuda: %s of a nil dst", op)
+	}
+	if dst.Nbytes() != len(src) {
+		return fmt.Errorf("cuda: %s: %d bytes into dst %v %v (%d bytes)", op, len(src), dst.DType(), dst.Shape(), dst.Nbytes())
+	}
+	if s.d.Capturing() {
+		return fmt.Errorf("cuda: %s during a graph capture", op)
+	}
+	pd, err := s.d.ptrOf(op, "dst", dst, dst.DType())
+	if err != nil {
+		return err
+	}
+	n := len(src)
+	sl := &s.slots[s.next]
+	if n > sl.n {
+		return fmt.Errorf("cuda: %s: %d bytes exceed the Stager's %d-byte buffers", op, n, sl.n)
+	}
+	if n == 0 {
+		return nil
+	}
+	s.next = (s.next + 1) % len(s.slots)
+	release := s.d.enter()
+	defer release()
+	if sl.used {
+		if err := sl.done.Synchronize(); err != nil { // the buffer's last copy has left it
+			return err
+		}
+	}
+	copy(unsafe.Slice((*byte)(sl.p), n), src)
+	if err := copyH2DAsync(pd, sl.p, n, s.d.stream); err != nil {
+		return err
+	}
+	if err := sl.done.Record(s.d.stream); err != nil {
+		return err
+	}
+	sl.used = true
+	delete(s.ahead, pd)
+	if r := s.released[pd]; r != nil {
+		r.pending = false
+	}
+	return nil
+}
+
 // Release records, on the device's stream, that the work enqueued there
 // so far is the last to read dst (typically the step just enqueued, which
 // consumes a staged batch): the next Stage, StageFunc or StageAhead into

@@ -21,6 +21,7 @@ var (
 	_ kernels.Stagers         = (*Backend)(nil)
 	_ kernels.EventTimer      = (*Timer)(nil)
 	_ kernels.Stager          = (*Stager)(nil)
+	_ kernels.InlineStager    = (*Stager)(nil)
 	_ kernels.GraphCloser     = backendGraph{}
 )
 
