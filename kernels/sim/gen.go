@@ -38,7 +38,7 @@ var notBackend = map[string]bool{"Graph": true, "ForeachStepper": true,
 	// The stream interfaces (kernels/stream.go) and a graph's Close: a
 	// device's queue, which the CPU has not.
 	"DeviceDescriber": true, "ByteCopier": true, "EventTimers": true, "EventTimer": true,
-	"Stagers": true, "Stager": true, "GraphCloser": true,
+	"Stagers": true, "Stager": true, "InlineStager": true, "GraphCloser": true,
 	// A GPU's launch cost, which sim answers by hand (off unless
 	// SetLaunchBound turns it on).
 	"LaunchBounder": true,

@@ -153,6 +153,7 @@ func TestOptionalInterfacesMatchCPU(t *testing.T) {
 		"EventTimer":                reflect.TypeFor[kernels.EventTimer](),
 		"Stagers":                   reflect.TypeFor[kernels.Stagers](),
 		"Stager":                    reflect.TypeFor[kernels.Stager](),
+		"InlineStager":              reflect.TypeFor[kernels.InlineStager](),
 		"GraphCloser":               reflect.TypeFor[kernels.GraphCloser](),
 		"BlockSequencer":            reflect.TypeFor[kernels.BlockSequencer](),
 		"GatherSumsJoiner":          reflect.TypeFor[kernels.GatherSumsJoiner](),
