@@ -399,7 +399,7 @@ func TestGemmJoinTF32KernelInGo(t *testing.T) {
 	if n, ok := ptxStructParam(readPTX(t, "matmul.ptx"), "gemm_join_tf32"); !ok || n != 8*gemmJoinWords {
 		t.Fatalf("gemm_join_tf32: the PTX's parameter is %d bytes (found %v), the Go block %d", n, ok, 8*gemmJoinWords)
 	}
-	if maxT, _ := ptxLaunchBounds(t, "matmul.ptx", "gemm_join_tf32"); maxT != 128 {
-		t.Fatalf("gemm_join_tf32 is compiled for blocks of %d threads; MatMulsT launches 128", maxT)
+	if maxT, minB := ptxLaunchBounds(t, "matmul.ptx", "gemm_join_tf32"); maxT != 128 || minB != 5 {
+		t.Fatalf("gemm_join_tf32 is compiled for blocks of %d threads, %d a multiprocessor; MatMulsT launches 128 and counts on 5", maxT, minB)
 	}
 }
