@@ -233,16 +233,7 @@ func TestGATWarpsOnCUDA(t *testing.T) {
 		}
 		forward := func(warps, capture bool) *tamiyo.Logits {
 			gatWarpsOn.Store(warps)
-			in, err := tamiyo.NewInference(p, tamiyo.InferenceOptions{NoCapture: !capture})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var lg *tamiyo.Logits
-			for range 3 { // eager; captured: the warm-up, the capture, a replay
-				if lg, err = in.Forward(g); err != nil {
-					t.Fatal(err)
-				}
-			}
+			lg, _ := w2Forwards(t, p, g, capture)
 			return lg
 		}
 		want := forward(false, false)
@@ -351,17 +342,7 @@ func TestSideStreamsOnCUDA(t *testing.T) {
 	}
 	forward := func(sides, capture bool) (*tamiyo.Logits, int) {
 		sideStreamsOn.Store(sides)
-		in, err := tamiyo.NewInference(p, tamiyo.InferenceOptions{NoCapture: !capture})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var lg *tamiyo.Logits
-		for range 3 { // eager; captured: the warm-up, the capture, a replay
-			if lg, err = in.Forward(g); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return lg, in.GraphNodes()
+		return w2Forwards(t, p, g, capture)
 	}
 	want, _ := forward(false, false)
 	_, nodes := forward(false, true)
@@ -378,4 +359,22 @@ func TestSideStreamsOnCUDA(t *testing.T) {
 			t.Errorf("%d graph nodes with the side streams, %d without", n, nodes)
 		}
 	}
+}
+
+// w2Forwards runs three forwards of g through a new Inference of p,
+// eager or captured (the warm-up, the capture, a replay), and returns
+// the last one's logits and the captured graph's nodes (0 eager).
+func w2Forwards(t *testing.T, p *tamiyo.Policy, g *tamiyo.Graph, capture bool) (*tamiyo.Logits, int) {
+	t.Helper()
+	in, err := tamiyo.NewInference(p, tamiyo.InferenceOptions{NoCapture: !capture})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lg *tamiyo.Logits
+	for range 3 {
+		if lg, err = in.Forward(g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return lg, in.GraphNodes()
 }

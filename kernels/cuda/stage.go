@@ -166,6 +166,31 @@ func (s *Stager) Await(dst *tensor.Tensor) error {
 	return nil
 }
 
+// takeSlot returns dst's device address and the next pinned buffer for
+// a copy of n bytes into it, once the copy that last used the buffer has
+// left it, with the device entered (release leaves it), and moves the
+// ring on; an error, the ring unmoved, for a dst that is not the
+// device's or n past the buffers.
+func (s *Stager) takeSlot(op string, dst *tensor.Tensor, n int) (cu.DevicePtr, *pinnedSlot, func(), error) {
+	pd, err := s.d.ptrOf(op, "dst", dst, dst.DType())
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	sl := &s.slots[s.next]
+	if n > sl.n {
+		return 0, nil, nil, fmt.Errorf("cuda: %s: %d bytes exceed the Stager's %d-byte buffers", op, n, sl.n)
+	}
+	s.next = (s.next + 1) % len(s.slots)
+	release := s.d.enter()
+	if sl.used {
+		if err := sl.done.Synchronize(); err != nil { // the buffer's last copy has left it
+			release()
+			return 0, nil, nil, err
+		}
+	}
+	return pd, sl, release, nil
+}
+
 // stage is StageFunc (ahead false) and StageAhead (ahead true).
 func (s *Stager) stage(op string, dst *tensor.Tensor, fill func(pinned []byte), ahead bool) error {
 	if s.slots == nil {
@@ -174,23 +199,12 @@ func (s *Stager) stage(op string, dst *tensor.Tensor, fill func(pinned []byte), 
 	if fill == nil || dst == nil {
 		return fmt.Errorf("cuda: %s with a nil dst or fill function", op)
 	}
-	pd, err := s.d.ptrOf(op, "dst", dst, dst.DType())
+	n := dst.Nbytes()
+	pd, sl, release, err := s.takeSlot(op, dst, n)
 	if err != nil {
 		return err
 	}
-	n := dst.Nbytes()
-	sl := &s.slots[s.next]
-	if n > sl.n {
-		return fmt.Errorf("cuda: %s: %d bytes exceed the Stager's %d-byte buffers", op, n, sl.n)
-	}
-	s.next = (s.next + 1) % len(s.slots)
-	release := s.d.enter()
 	defer release()
-	if sl.used {
-		if err := sl.done.Synchronize(); err != nil { // the buffer's last copy has left it
-			return err
-		}
-	}
 	fill(unsafe.Slice((*byte)(sl.p), n))
 	if n == 0 {
 		if ahead {
@@ -253,26 +267,15 @@ func (s *Stager) StageInline(dst *tensor.Tensor, src []byte) error {
 	if s.d.Capturing() {
 		return fmt.Errorf("cuda: %s during a graph capture", op)
 	}
-	pd, err := s.d.ptrOf(op, "dst", dst, dst.DType())
-	if err != nil {
-		return err
-	}
 	n := len(src)
-	sl := &s.slots[s.next]
-	if n > sl.n {
-		return fmt.Errorf("cuda: %s: %d bytes exceed the Stager's %d-byte buffers", op, n, sl.n)
-	}
 	if n == 0 {
 		return nil
 	}
-	s.next = (s.next + 1) % len(s.slots)
-	release := s.d.enter()
-	defer release()
-	if sl.used {
-		if err := sl.done.Synchronize(); err != nil { // the buffer's last copy has left it
-			return err
-		}
+	pd, sl, release, err := s.takeSlot(op, dst, n)
+	if err != nil {
+		return err
 	}
+	defer release()
 	copy(unsafe.Slice((*byte)(sl.p), n), src)
 	if err := copyH2DAsync(pd, sl.p, n, s.d.stream); err != nil {
 		return err

@@ -40,47 +40,42 @@ func TestSwitchesFromEnv(t *testing.T) {
 	require.False(t, joinsOff.Load())
 	require.True(t, sequencesOff.Load(), "an unset variable changed a test's setting")
 
-	require.False(t, tf32JoinsOn.Load(), "the TF32 joins are off unless turned on")
-	t.Setenv("ESPER_CUDA_JOINS_TF32", "on")
-	require.NoError(t, switchesFromEnv())
-	require.True(t, tf32JoinsOn.Load())
-	t.Setenv("ESPER_CUDA_JOINS_TF32", "off")
-	require.NoError(t, switchesFromEnv())
-	require.False(t, tf32JoinsOn.Load())
-	t.Setenv("ESPER_CUDA_JOINS_TF32", "1")
-	require.ErrorContains(t, switchesFromEnv(), "ESPER_CUDA_JOINS_TF32")
-	t.Setenv("ESPER_CUDA_JOINS_TF32", "")
-
-	require.False(t, gatWarpsOn.Load(), "the GAT warp kernels are off unless turned on")
-	t.Setenv("ESPER_CUDA_GAT_WARPS", "on")
-	require.NoError(t, switchesFromEnv())
-	require.True(t, gatWarpsOn.Load())
-	require.False(t, tf32JoinsOn.Load(), "ESPER_CUDA_GAT_WARPS turned the TF32 joins on")
-	t.Setenv("ESPER_CUDA_GAT_WARPS", "off")
-	require.NoError(t, switchesFromEnv())
-	require.False(t, gatWarpsOn.Load())
-	t.Setenv("ESPER_CUDA_GAT_WARPS", "yes")
-	require.ErrorContains(t, switchesFromEnv(), "ESPER_CUDA_GAT_WARPS")
-	t.Setenv("ESPER_CUDA_GAT_WARPS", "")
-
-	require.False(t, sideStreamsOn.Load(), "the side streams are off unless turned on")
-	t.Setenv("ESPER_CUDA_SIDE_STREAMS", "on")
-	require.NoError(t, switchesFromEnv())
-	require.True(t, sideStreamsOn.Load())
-	require.False(t, gatWarpsOn.Load(), "ESPER_CUDA_SIDE_STREAMS turned the GAT warps on")
-	t.Setenv("ESPER_CUDA_SIDE_STREAMS", "")
-	require.NoError(t, switchesFromEnv())
-	require.True(t, sideStreamsOn.Load(), "an unset variable changed a test's setting")
-	t.Setenv("ESPER_CUDA_SIDE_STREAMS", "off")
-	require.NoError(t, switchesFromEnv())
-	require.False(t, sideStreamsOn.Load())
-	t.Setenv("ESPER_CUDA_SIDE_STREAMS", "1")
-	require.ErrorContains(t, switchesFromEnv(), "ESPER_CUDA_SIDE_STREAMS")
-	t.Setenv("ESPER_CUDA_SIDE_STREAMS", "")
+	// The switches off by default, each alone: on, left alone when
+	// unset, off, and any other value refused.
+	for _, sw := range []struct {
+		name string
+		on   *atomic.Bool
+	}{{"ESPER_CUDA_JOINS_TF32", &tf32JoinsOn}, {"ESPER_CUDA_GAT_WARPS", &gatWarpsOn}, {"ESPER_CUDA_SIDE_STREAMS", &sideStreamsOn}} {
+		require.False(t, sw.on.Load(), "%s is off unless turned on", sw.name)
+		t.Setenv(sw.name, "on")
+		require.NoError(t, switchesFromEnv())
+		require.True(t, sw.on.Load(), sw.name)
+		require.Equal(t, 1, countOn(&tf32JoinsOn, &gatWarpsOn, &sideStreamsOn), "%s turned another switch on", sw.name)
+		t.Setenv(sw.name, "")
+		require.NoError(t, switchesFromEnv())
+		require.True(t, sw.on.Load(), "an unset %s changed a test's setting", sw.name)
+		t.Setenv(sw.name, "off")
+		require.NoError(t, switchesFromEnv())
+		require.False(t, sw.on.Load(), sw.name)
+		t.Setenv(sw.name, "1")
+		require.ErrorContains(t, switchesFromEnv(), sw.name)
+		t.Setenv(sw.name, "")
+	}
 
 	t.Setenv("ESPER_CUDA_SEQUENCES", "0")
 	err := switchesFromEnv()
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "ESPER_CUDA_SEQUENCES")
 	require.Contains(t, err.Error(), `"0"`)
+}
+
+// countOn is how many of the switches are on.
+func countOn(sws ...*atomic.Bool) int {
+	n := 0
+	for _, sw := range sws {
+		if sw.Load() {
+			n++
+		}
+	}
+	return n
 }
