@@ -213,7 +213,9 @@ func gwWarpRun(t *testing.T, mem *devMem, w *[gatJoinWords]uint64, gx, gy int, o
 				}
 			}
 			gwEdges(w, w.a, int(min(32, w.b-w.a)))
-			gwRow(&w.cur, w.jl[0]*lds)
+			if w.b > w.a {
+				gwRow(&w.cur, w.jl[0]*lds)
+			}
 		}
 		var regs [gwWarps]warpRegs
 		for warp := range regs {

@@ -395,7 +395,9 @@ __device__ __forceinline__ void gat_relation_warp(float* out, const float* hs, c
         }
         const int n = (int)min((int64_t)32, b - a);
         gw_edges(kl, jl, at, order, src, attr, a, n, F, lane);
-        gw_row(cur, hs + __shfl_sync(0xffffffff, jl, 0) * g.lds, H, C, lane);
+        // The first source row, for a node with edges (a relation without
+        // any may have no source rows to read).
+        if (n > 0) gw_row(cur, hs + __shfl_sync(0xffffffff, jl, 0) * g.lds, H, C, lane);
     };
 
     int64_t i = (int64_t)blockIdx.x * warps + warp;
