@@ -9,7 +9,7 @@ import (
 )
 
 // testSlots returns a one-row slot configuration of n slots.
-func testSlots(t *testing.T, n int) leyline.SlotConfig {
+func testSlots(t testing.TB, n int) leyline.SlotConfig {
 	t.Helper()
 	cfg, err := leyline.SlotConfigForGrid(1, n)
 	if err != nil {
@@ -22,7 +22,7 @@ func testSlots(t *testing.T, n int) leyline.SlotConfig {
 // seed with full telemetry, slot 2 (when there is one) a BLENDING seed
 // with none, the rest are empty; one host block per slot (the last block
 // without slots when seed%2 == 1, to vary the layer count).
-func testInput(t *testing.T, n int, seed int) GraphInput {
+func testInput(t testing.TB, n int, seed int) GraphInput {
 	t.Helper()
 	cfg := testSlots(t, n)
 	ids := cfg.IDs()

@@ -471,18 +471,24 @@ func newGraphTensors(g *Graph, dt tensor.DType, dev tensor.Device, reuse *stagin
 	st.int64s(&gt.bp, g.SlotBlueprints, len(g.SlotBlueprints))
 	st.int64s(&gt.slotGraph, g.Nodes[NodeSlot].Graph, len(g.Nodes[NodeSlot].Graph))
 	nSlots := g.Nodes[NodeSlot].Count
-	iota := make([]int64, nSlots+1) // 0 … S: the order and unit row pointers
+	var scratch *[3][]int64 // iota, slotRowPtr and pad: reuse's, or new
+	if reuse != nil {
+		scratch = &reuse.scratch
+	} else {
+		scratch = new([3][]int64)
+	}
+	iota := grown(&scratch[0], nSlots+1) // 0 … S: the order and unit row pointers
 	for i := range iota {
 		iota[i] = int64(i)
 	}
-	slotRowPtr := make([]int64, len(g.SlotStart))
+	slotRowPtr := grown(&scratch[1], len(g.SlotStart))
 	for i, v := range g.SlotStart {
 		slotRowPtr[i] = int64(v)
 	}
 	st.int64s(&gt.iota, iota[:nSlots], nSlots)
 	st.int64s(&gt.unitRowPtr, iota, nSlots+1)
 	st.int64s(&gt.slotRowPtr, slotRowPtr, len(slotRowPtr))
-	pad := make([]int64, gt.b*gt.maxSlots)
+	pad := grown(&scratch[2], gt.b*gt.maxSlots)
 	s := int64(g.Nodes[NodeSlot].Count) // the appended zero
 	for b := 0; b < gt.b; b++ {
 		for i := 0; i < gt.maxSlots; i++ {
@@ -520,6 +526,17 @@ func newGraphTensors(g *Graph, dt tensor.DType, dev tensor.Device, reuse *stagin
 		}
 	}
 	return gt, nil
+}
+
+// grown returns (*buf)[:n], growing *buf first if it is shorter: a
+// scratch slice reused across calls (its old values are overwritten by
+// the caller).
+func grown(buf *[]int64, n int) []int64 {
+	if cap(*buf) < n {
+		*buf = make([]int64, n)
+	}
+	*buf = (*buf)[:n]
+	return *buf
 }
 
 // Run checks g and computes the network's raw outputs for its B

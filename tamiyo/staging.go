@@ -53,6 +53,9 @@ type stagingBuffers struct {
 	// csrs are the relations' last CSRs, by their destinations: a graph
 	// of the last one's topology reuses them (csr).
 	csrs [NumRelations]csrCache
+	// scratch are newGraphTensors' host slices (the slot iota, row
+	// pointers and padding), staged (copied) before the next call.
+	scratch [3][]int64
 }
 
 // csrCache is one relation's last CSR (kernels.BuildCSR) and the
@@ -195,6 +198,11 @@ func (s *staging) reset() {
 	}
 }
 
+// host reports whether the staging builds CPU tensors where asked. The
+// host paths below hand the tensors a copy of their shape (slices.Clone),
+// so that the variadic shape of a device call does not escape to the
+// heap: W2's batch-64 upload made some forty allocations a forward of
+// them.
 func (s *staging) host() bool { return s.dev.IsCPU() }
 
 func (s *staging) view(views *[]stagedView, dst **tensor.Tensor, off int, shape []int) {
@@ -222,7 +230,7 @@ func (s *staging) nfloats() int {
 // float32s stages v (converted to the float dtype) as a tensor of shape.
 func (s *staging) float32s(dst **tensor.Tensor, v []float32, shape ...int) {
 	if s.host() {
-		*dst = floatTensor(s.dt, v, shape...)
+		*dst = floatTensor(s.dt, v, slices.Clone(shape)...)
 		return
 	}
 	s.view(&s.fViews, dst, s.nfloats(), shape)
@@ -238,7 +246,7 @@ func (s *staging) float32s(dst **tensor.Tensor, v []float32, shape ...int) {
 // float64s stages v (converted to the float dtype) as a tensor of shape.
 func (s *staging) float64s(dst **tensor.Tensor, v []float64, shape ...int) {
 	if s.host() {
-		*dst = tensor.FromFloat64s(s.dt, v, shape...)
+		*dst = tensor.FromFloat64s(s.dt, v, slices.Clone(shape)...)
 		return
 	}
 	s.view(&s.fViews, dst, s.nfloats(), shape)
@@ -254,7 +262,7 @@ func (s *staging) float64s(dst **tensor.Tensor, v []float64, shape ...int) {
 // full stages a tensor of shape filled with v.
 func (s *staging) full(dst **tensor.Tensor, v float64, shape ...int) {
 	if s.host() {
-		*dst = tensor.Full(s.dt, v, shape...)
+		*dst = tensor.Full(s.dt, v, slices.Clone(shape)...)
 		return
 	}
 	s.view(&s.fViews, dst, s.nfloats(), shape)
@@ -269,7 +277,7 @@ func (s *staging) full(dst **tensor.Tensor, v float64, shape ...int) {
 // int64s stages v as an I64 tensor of shape (a copy of v).
 func (s *staging) int64s(dst **tensor.Tensor, v []int64, shape ...int) {
 	if s.host() {
-		*dst = tensor.FromSlice(v, shape...)
+		*dst = tensor.FromSlice(v, slices.Clone(shape)...)
 		return
 	}
 	s.view(&s.iViews, dst, len(s.ints), shape)
@@ -279,7 +287,7 @@ func (s *staging) int64s(dst **tensor.Tensor, v []int64, shape ...int) {
 // boolMask stages v as a Bool tensor of shape.
 func (s *staging) boolMask(dst **tensor.Tensor, v []bool, shape ...int) {
 	if s.host() {
-		*dst = tensor.FromSlice(v, shape...)
+		*dst = tensor.FromSlice(v, slices.Clone(shape)...)
 		return
 	}
 	s.view(&s.bViews, dst, len(s.bools), shape)

@@ -176,7 +176,15 @@ func (m *devMem) at(p uint64, i int64) int {
 	return int((p-heapBase)/4) + int(i)
 }
 
-func (m *devMem) ld(p uint64, i int64) float32 { return m.heap[m.at(p, i)] }
+// ld reads element i of the fp32 buffer at p; a read outside every
+// buffer (a guard word) panics, as a transcribed kernel must not make it.
+func (m *devMem) ld(p uint64, i int64) float32 {
+	k := m.at(p, i)
+	if m.guard[k] {
+		panic(fmt.Sprintf("a load outside every buffer: element %d of the buffer at %#x (heap word %d)", i, p, k))
+	}
+	return m.heap[k]
+}
 
 func (m *devMem) st(p uint64, i int64, v float32) {
 	k := m.at(p, i)

@@ -342,7 +342,7 @@ __device__ __forceinline__ void gw_edges(long long& kl, long long& jl, float (&a
 // there a little later.
 __device__ __forceinline__ void gw_prefetch(const float* hj, int hc, int lane) {
     const int at = lane == 31 ? hc - 1 : 32 * lane;
-    if (at < hc) asm volatile("prefetch.global.L1 [%0];" ::"l"(hj + at));
+    if (at < hc) asm volatile("prefetch.L1 [%0];" ::"l"(hj + at));  // a generic address
 }
 
 // gat_relation_warp is gat_relation with a warp per destination node
@@ -356,8 +356,9 @@ __device__ __forceinline__ void gw_prefetch(const float* hj, int hc, int lane) {
 // the same order. A node's loads that depend on nothing computed — its
 // row pointers, its hd row, its first 32 edges' order, src and attr (one
 // edge a lane, shuffled out edge by edge) and its first source row — are
-// issued together, for a warp's first node before the block computes v.
-// The next edge's source row is prefetched into L1 while this edge's
+// issued together: for a warp's first node before the block computes v,
+// for its next node before this one's output and tail. The next edge's
+// source row is prefetched into L1 while this edge's
 // logits are summed. Every value is gat_relation's bit for bit: the same
 // fma and rounding per element (spelled out in both), the same
 // butterflies, the same edge order. Needs heads ≤ GW_HEADS, c ≤
@@ -428,7 +429,7 @@ __device__ __forceinline__ void gat_relation_warp(float* out, const float* hs, c
                 if (e + 1 < n) gw_prefetch(hs + jn * g.lds, HC, lane);
                 float ae[GW_F];
 #pragma unroll
-                for (int f = 0; f < GW_F; f++) ae[f] = __shfl_sync(0xffffffff, at[f], e);
+                for (int f = 0; f < GW_F; f++) ae[f] = f < F ? __shfl_sync(0xffffffff, at[f], e) : 0.f;  // F: the warp's
                 float part[GW_HEADS];
 #pragma unroll
                 for (int h = 0; h < GW_HEADS; h++) {
@@ -463,13 +464,19 @@ __device__ __forceinline__ void gat_relation_warp(float* out, const float* hs, c
             }
         }
 
+        // The next node's loads go out now, to arrive during this
+        // node's output and tail (begin overwrites a and b).
+        const bool edges = b > a;
+        const int64_t next = i + stride;
+        if (next < g.nd) begin(next);
+
         const float inv = 1.f / (float)H;
 #pragma unroll
         for (int j = 0; j < GW_CW; j++) {
             const int c = lane + 32 * j;
             if (c >= C) break;
             float r = bias[c];
-            if (b > a) {
+            if (edges) {
                 float t = 0.f;
 #pragma unroll
                 for (int h = 0; h < GW_HEADS; h++) {
@@ -482,9 +489,7 @@ __device__ __forceinline__ void gat_relation_warp(float* out, const float* hs, c
             const float ar = __fmul_rn(alpha, r);
             *o = accumulate ? __fadd_rn(*o, ar) : ar;
         }
-        const int64_t next = i + stride;
         if (hasTail && last_warp(tail.counters, i, (int)tail.nrel)) gat_tail_sum(tail, i, lane, 32);
-        if (next < g.nd) begin(next);
     }
 }
 
