@@ -296,3 +296,15 @@ func TestJoinIsOneLaunchOfAGraph(t *testing.T) {
 	b.SetLaunchBound(true)
 	require.True(t, b.LaunchBound())
 }
+
+// TestRunCasesOnSim: backendtest.RunCases runs the cases it names — the
+// GAT ones the CUDA backend's TestGATWarpsOnCUDA names, which sim has
+// both interfaces for, so that their checks run here — and the names are
+// conformance cases (RunCases fails a test on a name that is not).
+func TestRunCasesOnSim(t *testing.T) {
+	names := []string{"GATMean+GATMeanAct+GatherConcat", "GATMeansAct"}
+	for _, n := range names {
+		require.Contains(t, backendtest.CaseNames(), n)
+	}
+	backendtest.RunCases(t, sim.Default(), backendtest.Options{}, names...)
+}
