@@ -102,6 +102,15 @@ status=0
 # step NAME CAP LOG CMD...: runs CMD with its output in LOG, under a
 # timeout of CAP seconds or what is left of the budget, whichever is less,
 # and records the outcome in the summary.
+# w2lines NAME LOG adds W2's batch-64 captured figures from LOG (p50 and
+# p95 per mode, and the device time per forward) to the summary, each
+# line led by NAME: the variants side by side where the summary is read
+# first.
+w2lines() {
+	grep -E "^ +batch 64 esper captured|^batch 64 captured(-tf32)?: [0-9.]+ µs of device time" "$2" |
+		sed -E "s/^ +//; s/^/  W2 $1: /" >>"$summary"
+}
+
 step() {
 	local name=$1 cap=$2 log=$3; shift 3
 	local t; t=$(left)
@@ -334,6 +343,7 @@ p and json.dump(p, open(sys.argv[2], "w"), indent=2)' "$out/esper/W4.json" "$out
 			tail -8 "$out/esper_${w}_apart.log"
 		fi
 		if [ "$w" = w2 ] && ((rc == 0)); then
+			w2lines "default" "$out/esper_w2.log"
 			# W2 again with the kernels that are off by default: the TF32
 			# product joins (ESPER_CUDA_JOINS_TF32=on: gemm_join_tf32
 			# against cuBLAS for the batch-64 layers' products, in its
@@ -354,6 +364,7 @@ p and json.dump(p, open(sys.argv[2], "w"), indent=2)' "$out/esper/W4.json" "$out
 				trc=$?
 				((trc == 124 || trc == 137)) && status=$before
 				grep -E "batch 64 captured|captured-tf32" "$out/esper_w2_$vname.log" | tail -8
+				w2lines "$vname" "$out/esper_w2_$vname.log"
 			done
 		fi
 		if [ "$w" = w4 ] && ((rc == 0)); then
