@@ -7,6 +7,7 @@ import (
 	"os"
 	"reflect"
 	"runtime"
+	"sort"
 	"strconv"
 	"time"
 
@@ -93,6 +94,10 @@ type W2ModeResult struct {
 	// running or enqueuing the forward, reading the logits back), each
 	// over the measured forwards: where Latency's time goes on the host.
 	Phases *W2Phases `json:"host_phases_p50_us,omitempty"`
+	// Slowest are the w2Slowest slowest forwards, slowest first: each
+	// one's latency and host phases (µs), where the tail between p50 and
+	// p95 comes from (the upload, the launch or the read's wait).
+	Slowest []W2Forward `json:"slowest,omitempty"`
 	// MaxAbsDiffVsEager is the largest difference of a logit or value
 	// from the eager fp32 forward's (W2ModeCapturedTF32 only: the
 	// captured fp32 forward must equal it, CapturedMatchesEager).
@@ -105,6 +110,32 @@ type W2Phases struct {
 	Upload float64 `json:"upload"`
 	Run    float64 `json:"run"`
 	Read   float64 `json:"read"`
+}
+
+// W2Forward is one measured forward: its latency and its host phases,
+// in µs.
+type W2Forward struct {
+	Us float64 `json:"us"`
+	W2Phases
+}
+
+// w2Slowest is how many of a mode's slowest forwards W2ModeResult keeps.
+const w2Slowest = 3
+
+// slowestForwards returns the n slowest of the forwards whose latencies
+// and phases are lat, up, run and read, slowest first.
+func slowestForwards(n int, lat, up, run, read []time.Duration) []W2Forward {
+	idx := make([]int, len(lat))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return lat[idx[a]] > lat[idx[b]] })
+	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+	out := make([]W2Forward, 0, n)
+	for _, i := range idx[:min(n, len(idx))] {
+		out = append(out, W2Forward{Us: us(lat[i]), W2Phases: W2Phases{Upload: us(up[i]), Run: us(run[i]), Read: us(read[i])}})
+	}
+	return out
 }
 
 // W2Result is what RunW2 measured.
@@ -411,6 +442,7 @@ func RunW2(o W2Options) (W2Result, map[int]*tamiyo.Graph, error) {
 			}
 			if reps > 0 {
 				r.Phases = &W2Phases{Upload: Summarise(up).P50us, Run: Summarise(run).P50us, Read: Summarise(read).P50us}
+				r.Slowest = slowestForwards(w2Slowest, lat, up, run, read)
 				r.AllocsPerForward = float64(ms1.Mallocs-ms0.Mallocs) / float64(reps)
 				r.HostSyncsPerForward = float64(syncs) / float64(reps)
 				r.GraphsPerSec = float64(b) / (l.MeanUs / 1e6)

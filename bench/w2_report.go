@@ -160,6 +160,17 @@ func BenchW2(stdout, stderr io.Writer, c Config, dev tensor.Device) error {
 			fmt.Fprintf(stdout, "batch %d %s host phases (p50 µs): upload %.1f, run %.1f, read %.1f\n",
 				x.Batch, x.Mode, x.Phases.Upload, x.Phases.Run, x.Phases.Read)
 		}
+		if len(x.Slowest) > 0 && x.Mode != W2ModeEager {
+			fmt.Fprintf(stdout, "batch %d %s slowest forwards (µs):", x.Batch, x.Mode)
+			for i, f := range x.Slowest {
+				sep := ","
+				if i == 0 {
+					sep = ""
+				}
+				fmt.Fprintf(stdout, "%s %.1f (upload %.1f, run %.1f, read %.1f)", sep, f.Us, f.Upload, f.Run, f.Read)
+			}
+			fmt.Fprintln(stdout)
+		}
 		if x.DeviceUsPerForward > 0 {
 			fmt.Fprintf(stdout, "batch %d %s: %.1f µs of device time per forward (its graph replayed %d times back to back, nothing read), of %.1f µs p50\n",
 				x.Batch, x.Mode, x.DeviceUsPerForward, w2DeviceReplays, x.Latency.P50us)

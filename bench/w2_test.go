@@ -40,6 +40,16 @@ func TestW2Runs(t *testing.T) {
 				require.Positive(t, p)
 				require.LessOrEqual(t, p, x.Latency.MaxUs)
 			}
+			// The slowest forwards, slowest first: the first the maximum,
+			// each one's phases within it.
+			require.Len(t, x.Slowest, 3)
+			require.Equal(t, x.Latency.MaxUs, x.Slowest[0].Us)
+			for i, f := range x.Slowest {
+				if i > 0 {
+					require.LessOrEqual(t, f.Us, x.Slowest[i-1].Us)
+				}
+				require.LessOrEqual(t, f.Upload+f.Run+f.Read, f.Us*1.0001+0.01)
+			}
 		}
 	}
 	require.Equal(t, map[string]int{"global": 1, "slot": 3, "layer": 3}, r.Nodes)
