@@ -11,9 +11,11 @@ import (
 // Pinned uploads: an Inference copies its staged graph into its kept
 // device buffers through a kernels.Stager where the device's backend has
 // one (CUDA): each buffer's bytes go into a page-locked buffer and from
-// there on a copy stream that the device's stream waits for, so the host
-// does not wait for the device before the forward's replay, as a
-// synchronous copy from pageable memory does. Where the backend has no
+// there to the device asynchronously — on the device's own stream where
+// the Stager copies inline (kernels.InlineStager), else on a copy stream
+// that the device's stream waits for — so the host does not wait for the
+// device before the forward's replay, as a synchronous copy from
+// pageable memory does. Where the backend has no
 // Stager, or it fails, the copies are synchronous (and ordered on the
 // device's stream), as before.
 //

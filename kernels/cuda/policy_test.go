@@ -60,8 +60,8 @@ func policyInferenceOnCUDA(t *testing.T, apart bool) {
 		}
 		// A second graph of the same shape, other features: forwards
 		// alternating between the two copy each into the same kept
-		// buffers (through pinned memory on a copy stream), each after
-		// the forward before it has read them.
+		// buffers (through pinned memory, on the device's stream:
+		// StageInline), each after the forward before it has read them.
 		g2 := *g
 		for ty := range g2.Nodes {
 			f := append([]float32(nil), g.Nodes[ty].Features...)
