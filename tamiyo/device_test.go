@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -344,4 +345,53 @@ func TestStagingRecutsAReusedBuffer(t *testing.T) {
 	require.NotSame(t, a1, a2)
 	require.Equal(t, []int{4}, b1.Shape(), "an earlier cut's tensors keep their shapes")
 	require.Len(t, reuse.bufs, 1, "one buffer, reused")
+}
+
+// TestStagingComparesIndicesAsTheyCome: index slices equal to the last
+// upload's are not copied into the host buffer (the staging compares
+// them as they come), and every view gets its values whatever the
+// sequence — the same indices, fewer that are a prefix of the last
+// ones, more, one slice changed, the first ones again — with the device
+// buffer copied only when the values differ from the ones it holds.
+func TestStagingComparesIndicesAsTheyCome(t *testing.T) {
+	fake := &fakeStagers{}
+	useFakeStagers(t, fake, 64<<10)
+	dev := tensor.Sim(0)
+	var reuse stagingBuffers
+	reuse.up = &pinnedUpload{dev: dev}
+	a, b, c := []int64{1, 2, 3}, []int64{4, 5}, []int64{6, 7}
+	type step struct {
+		slices [][]int64
+		fresh  bool // a length not staged before: a buffer made from the values
+		copied bool // else, the kept buffer's values differ: copied into it
+	}
+	steps := []step{
+		{[][]int64{a, b}, true, false},
+		{[][]int64{a, b}, false, false},
+		{[][]int64{a, b[:1]}, true, false}, // fewer, a prefix of the last
+		{[][]int64{a, b[:1]}, false, false},
+		{[][]int64{a, b, c}, true, false}, // more
+		{[][]int64{a, {4, 9}, c}, false, true},
+		{[][]int64{a, b}, false, false}, // the first buffer, still holding them
+		{[][]int64{a, b}, false, false},
+	}
+	for i, step := range steps {
+		st := reuse.staging(dev, tensor.F32)
+		ts := make([]*tensor.Tensor, len(step.slices))
+		for k, v := range step.slices {
+			st.int64s(&ts[k], v, len(v))
+		}
+		if i > 0 && slices.EqualFunc(step.slices, steps[i-1].slices, slices.Equal) {
+			require.Empty(t, st.ints, "step %d: the last upload's indices again, yet copied into the host buffer", i)
+		}
+		stages := fake.byDType[tensor.I64]
+		require.NoError(t, st.upload(), "step %d", i)
+		reuse.up.release()
+		if copied := fake.byDType[tensor.I64] > stages; !step.fresh {
+			require.Equal(t, step.copied, copied, "step %d: the index buffer copied", i)
+		}
+		for k, v := range step.slices {
+			require.Equal(t, v, testdevice.Host(t, ts[k]).I64(), "step %d, slice %d", i, k)
+		}
+	}
 }

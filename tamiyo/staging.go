@@ -27,6 +27,20 @@ type staging struct {
 	f32    []float32
 	ints   []int64
 	bools  []bool
+	// last is the index values of the last upload through reuse. While
+	// every index slice staged so far equals last at the same offset
+	// (lazy), nothing is appended to ints and nInts counts the values: a
+	// graph of the last one's topology copies none of them (upload still
+	// compares them with its kept buffer's). The first slice that differs
+	// copies last's matching prefix into ints, and ints is built from
+	// there on.
+	last  []int64
+	lazy  bool
+	nInts int
+	// lastKept is the kept buffer last's values went into: while it is
+	// the one an unchanged upload takes again, it holds them (no second
+	// comparison).
+	lastKept *keptBuffer
 	// Views waiting for upload, per buffer, and their shapes (flat).
 	fViews, iViews, bViews []stagedView
 	shapes                 []int
@@ -119,6 +133,7 @@ func (b *stagingBuffers) staging(dev tensor.Device, dt tensor.DType) *staging {
 	}
 	b.st.reset()
 	b.st.reuse = b
+	b.st.lazy = len(b.st.last) > 0
 	return b.st
 }
 
@@ -192,6 +207,7 @@ func newStaging(dev tensor.Device, dt tensor.DType) *staging {
 // reset empties s for a new call, keeping its slices' capacity.
 func (s *staging) reset() {
 	s.floats, s.f32, s.ints, s.bools, s.shapes = s.floats[:0], s.f32[:0], s.ints[:0], s.bools[:0], s.shapes[:0]
+	s.lazy, s.nInts = false, 0
 	for _, v := range [...]*[]stagedView{&s.fViews, &s.iViews, &s.bViews} {
 		clear(*v)
 		*v = (*v)[:0]
@@ -204,6 +220,27 @@ func (s *staging) reset() {
 // heap: W2's batch-64 upload made some forty allocations a forward of
 // them.
 func (s *staging) host() bool { return s.dev.IsCPU() }
+
+// intLen is the number of index values staged so far.
+func (s *staging) intLen() int {
+	if s.lazy {
+		return s.nInts
+	}
+	return len(s.ints)
+}
+
+// indexValues returns the index values staged: last itself when they
+// are all of it (no copy), else ints (built from last's prefix when
+// they are fewer).
+func (s *staging) indexValues() []int64 {
+	if s.lazy && s.nInts == len(s.last) {
+		return s.last
+	}
+	if s.lazy {
+		s.ints, s.lazy = append(s.ints[:0], s.last[:s.nInts]...), false
+	}
+	return s.ints
+}
 
 func (s *staging) view(views *[]stagedView, dst **tensor.Tensor, off int, shape []int) {
 	*views = append(*views, stagedView{dst: dst, off: off, at: len(s.shapes), rank: len(shape)})
@@ -280,7 +317,15 @@ func (s *staging) int64s(dst **tensor.Tensor, v []int64, shape ...int) {
 		*dst = tensor.FromSlice(v, slices.Clone(shape)...)
 		return
 	}
-	s.view(&s.iViews, dst, len(s.ints), shape)
+	off := s.intLen()
+	s.view(&s.iViews, dst, off, shape)
+	if s.lazy {
+		if off+len(v) <= len(s.last) && bytes.Equal(bytesOf(s.last[off:off+len(v)]), bytesOf(v)) {
+			s.nInts = off + len(v)
+			return
+		}
+		s.ints, s.lazy = append(s.ints[:0], s.last[:off]...), false
+	}
 	s.ints = append(s.ints, v...)
 }
 
@@ -315,7 +360,10 @@ func (s *staging) upload() error {
 		// values (a graph of the last one's topology) are not copied
 		// again; the features change with every graph.
 		remember := dt == tensor.I64 || dt == tensor.Bool
-		held := kept != nil && remember && kept.held != nil && bytes.Equal(kept.held, raw)
+		// An index buffer whose every slice matched last, going into the
+		// buffer last went into, holds these values already.
+		known := dt == tensor.I64 && s.lazy && kept != nil && kept == s.lastKept
+		held := kept != nil && remember && kept.held != nil && (known || bytes.Equal(kept.held, raw))
 		switch {
 		case held:
 			buf = kept.t // holds these values already
@@ -342,6 +390,9 @@ func (s *staging) upload() error {
 		if kept != nil {
 			s.reuse.up.use(buf)
 			kept.cut(s, views)
+			if dt == tensor.I64 {
+				s.lastKept = kept
+			}
 			return nil
 		}
 		for _, v := range views {
@@ -351,7 +402,7 @@ func (s *staging) upload() error {
 	}
 	if s.reuse != nil && len(s.reuse.bufs) > 0 {
 		// A call after the first: its copies go into kept buffers.
-		n := 8 * len(s.ints)
+		n := 8 * s.intLen()
 		if s.dt == tensor.F32 {
 			n = max(n, 4*len(s.f32))
 		}
@@ -369,8 +420,12 @@ func (s *staging) upload() error {
 		}
 	}
 	if len(s.iViews) > 0 {
-		if err := put(tensor.I64, len(s.ints), bytesOf(s.ints), func() *tensor.Tensor { return tensor.FromSlice(s.ints, len(s.ints)) }, s.iViews); err != nil {
+		ints := s.indexValues()
+		if err := put(tensor.I64, len(ints), bytesOf(ints), func() *tensor.Tensor { return tensor.FromSlice(ints, len(ints)) }, s.iViews); err != nil {
 			return err
+		}
+		if s.reuse != nil && !s.lazy { // the next call compares with these
+			s.last, s.ints = s.ints, s.last
 		}
 	}
 	if len(s.bViews) > 0 {
