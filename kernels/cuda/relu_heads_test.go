@@ -175,3 +175,62 @@ func TestReluHeadsLaunchWithinBounds(t *testing.T) {
 		t.Fatalf("relu_heads_f32 is compiled for blocks of %d threads; the Go side launches %d", maxT, rhThreads)
 	}
 }
+
+// rhLayerOneByOne is rh_layer before units went in pairs: warp w takes
+// units w, w + warps, … one at a time.
+func rhLayerOneByOne(in, w, b []float32, width, units int64, relu bool, rows int, dst []float32, ld int64) {
+	for u := int64(0); u < units; u++ {
+		var acc [rhRows][32]float32
+		for lane := int64(0); lane < 32; lane++ {
+			for p := lane; p < width; p += 32 {
+				for r := 0; r < rhRows; r++ {
+					acc[r][lane] = fma32(in[int64(r)*width+p], w[u*width+p], acc[r][lane])
+				}
+			}
+		}
+		for r := 0; r < rows; r++ {
+			v := warpSum(acc[r][:])[0]
+			if b != nil {
+				v += b[u]
+			}
+			if relu && !(v > 0 || v != v) {
+				v = 0
+			}
+			dst[int64(r)*ld+u] = v
+		}
+	}
+}
+
+// TestReluHeadsPairsKeepTheBits: rh_layer with units in pairs (its
+// transcription) writes what the one-unit loop it replaced wrote, bit for
+// bit, and leaves unwritten what it left (the rows past a tile's), over
+// widths and unit counts that leave the last pair short or the warps
+// without a second unit, with and without bias and ReLU, for every row
+// count of a tile.
+func TestReluHeadsPairsKeepTheBits(t *testing.T) {
+	rng := rand.New(rand.NewSource(43))
+	for _, c := range []struct{ width, units int64 }{{256, 128}, {128, 13}, {40, 70}, {33, 65}, {1, 1}, {300, 95}} {
+		in := normals32(rng, rhRows*int(c.width), 1)
+		w := normals32(rng, int(c.units*c.width), 1/math.Sqrt(float64(c.width)))
+		b := normals32(rng, int(c.units), 0.5)
+		for rows := 1; rows <= rhRows; rows++ {
+			for _, relu := range []bool{false, true} {
+				bias := b
+				if rows%2 == 0 {
+					bias = nil
+				}
+				got, want := make([]float32, rhRows*int(c.units)), make([]float32, rhRows*int(c.units))
+				for i := range got {
+					got[i], want[i] = float32(math.NaN()), float32(math.NaN())
+				}
+				rhLayerEmu(in, w, bias, c.width, c.units, relu, rows, got, c.units)
+				rhLayerOneByOne(in, w, bias, c.width, c.units, relu, rows, want, c.units)
+				for i := range got {
+					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+						t.Fatalf("width %d, %d units, %d rows, relu %v: output %d = %v, one unit at a time %v", c.width, c.units, rows, relu, i, got[i], want[i])
+					}
+				}
+			}
+		}
+	}
+}
