@@ -13,18 +13,7 @@ import (
 // (rh_store).
 func rhLayerEmu(in, w, b []float32, width, units int64, relu bool, rows int, dst []float32, ld int64) {
 	const warps = rhThreads / 32
-	store := func(acc *[rhRows][32]float32, u int64) {
-		for r := 0; r < rows; r++ {
-			v := warpSum(acc[r][:])[0]
-			if b != nil {
-				v += b[u]
-			}
-			if relu && !(v > 0 || v != v) {
-				v = 0
-			}
-			dst[int64(r)*ld+u] = v
-		}
-	}
+	store := func(acc *[rhRows][32]float32, u int64) { rhStoreEmu(acc, b, u, relu, rows, dst, ld) }
 	for warp := int64(0); warp < warps; warp++ {
 		for u := warp; u < units; u += 2 * warps {
 			u2 := u + warps
@@ -188,16 +177,23 @@ func rhLayerOneByOne(in, w, b []float32, width, units int64, relu bool, rows int
 				}
 			}
 		}
-		for r := 0; r < rows; r++ {
-			v := warpSum(acc[r][:])[0]
-			if b != nil {
-				v += b[u]
-			}
-			if relu && !(v > 0 || v != v) {
-				v = 0
-			}
-			dst[int64(r)*ld+u] = v
+		rhStoreEmu(&acc, b, u, relu, rows, dst, ld)
+	}
+}
+
+// rhStoreEmu is rh_store: unit u's sums over the lanes (a butterfly) for
+// the rows < rows, plus b[u] (b nil: none), through ReLU (NaN kept) when
+// relu, at dst[r·ld + u].
+func rhStoreEmu(acc *[rhRows][32]float32, b []float32, u int64, relu bool, rows int, dst []float32, ld int64) {
+	for r := 0; r < rows; r++ {
+		v := warpSum(acc[r][:])[0]
+		if b != nil {
+			v += b[u]
 		}
+		if relu && !(v > 0 || v != v) {
+			v = 0
+		}
+		dst[int64(r)*ld+u] = v
 	}
 }
 
