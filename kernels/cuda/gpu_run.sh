@@ -18,10 +18,10 @@
 # ESPER_GPU_PEERS=0 runs esper alone, without its PyTorch peers (a
 # rerun's choice, when an earlier run on the same GPU has their figures).
 # W2 also runs with ESPER_CUDA_JOINS_TF32=on (the TF32 tensor-core
-# product joins), with ESPER_CUDA_GAT_WARPS=on (the warp-per-node GAT
-# kernels), with ESPER_CUDA_SIDE_STREAMS=on (cuBLAS's products on side
-# streams at once), with the last two, and with all three, each off by
-# default.
+# product joins, off by default), with ESPER_CUDA_GAT_WARPS=off (the
+# block GAT kernels, not the warp-per-node ones), with
+# ESPER_CUDA_SIDE_STREAMS=off (cuBLAS's products one after another on
+# the device's stream, not at once on side streams), and with both off.
 # W4 runs a second time with ESPER_CUDA_CONV=direct (its bare loop, no
 # peer: the direct convolutions against the default im2col in the same
 # sitting), W2 with ESPER_CUDA_JOINS=off, W1 with
@@ -344,21 +344,20 @@ p and json.dump(p, open(sys.argv[2], "w"), indent=2)' "$out/esper/W4.json" "$out
 		fi
 		if [ "$w" = w2 ] && ((rc == 0)); then
 			w2lines "default" "$out/esper_w2.log"
-			# W2 again with the kernels that are off by default: the TF32
-			# product joins (ESPER_CUDA_JOINS_TF32=on: gemm_join_tf32
+			# W2 again with each switch away from its default: the TF32
+			# product joins on (ESPER_CUDA_JOINS_TF32=on: gemm_join_tf32
 			# against cuBLAS for the batch-64 layers' products, in its
-			# captured-tf32 mode), the warp-per-node GAT kernels
-			# (ESPER_CUDA_GAT_WARPS=on), cuBLAS's products on side
-			# streams (ESPER_CUDA_SIDE_STREAMS=on), the last two
-			# together, and all three.
-			for variant in "tf32 ESPER_CUDA_JOINS_TF32=on" "gatwarps ESPER_CUDA_GAT_WARPS=on" \
-				"sides ESPER_CUDA_SIDE_STREAMS=on" "warpsides ESPER_CUDA_GAT_WARPS=on ESPER_CUDA_SIDE_STREAMS=on" \
-				"all ESPER_CUDA_JOINS_TF32=on ESPER_CUDA_GAT_WARPS=on ESPER_CUDA_SIDE_STREAMS=on"; do
+			# captured-tf32 mode), the block GAT kernels
+			# (ESPER_CUDA_GAT_WARPS=off), cuBLAS's products on the
+			# device's stream (ESPER_CUDA_SIDE_STREAMS=off), and the
+			# last two together (the defaults before 2026-11-28).
+			for variant in "tf32 ESPER_CUDA_JOINS_TF32=on" "blocks ESPER_CUDA_GAT_WARPS=off" \
+				"nosides ESPER_CUDA_SIDE_STREAMS=off" "neither ESPER_CUDA_GAT_WARPS=off ESPER_CUDA_SIDE_STREAMS=off"; do
 				read -r vname venv <<<"$variant"
 				echo "== esper bench --device cuda --workload w2, $venv"
 				mkdir -p "$out/esper_$vname"
 				before=$status
-				# shellcheck disable=SC2086 # venv: one to three NAME=on words
+				# shellcheck disable=SC2086 # venv: one or two NAME=on|off words
 				step "esper w2 $vname" 60 "$out/esper_w2_$vname.log" \
 					env $venv "$bin/esper" bench --device cuda --workload w2 --json "$out/esper_$vname"
 				trc=$?
@@ -423,15 +422,10 @@ if has profile; then
 			skip=0 count=3000
 			[ "$w" = w4 ] && skip=2000
 			[ "$w" = w2 ] && skip=1300 count=3200
-			# W2's profile runs with the TF32 product joins and the GAT
-			# warp kernels on (ESPER_CUDA_JOINS_TF32=on,
-			# ESPER_CUDA_GAT_WARPS=on): its fp32 forwards show cuBLAS's
-			# products, its captured-tf32 ones gemm_join_tf32, side by
-			# side, and every forward the warp GAT kernels (the block
-			# kernels' times are call 2's of 2026-11-27b; the timed W2
-			# runs above use the default).
+			# Every profile runs the defaults (W2's with the TF32 joins
+			# on is call 1's of 2026-11-28, its block GAT kernels call
+			# 2's of 2026-11-27b).
 			envs=()
-			[ "$w" = w2 ] && envs=(ESPER_CUDA_JOINS_TF32=on ESPER_CUDA_GAT_WARPS=on)
 			before=$status
 			step "ncu profile $w" 120 "$out/profile_${w}.log" \
 				env "${envs[@]}" "$ncu" --csv --metrics gpu__time_duration.sum --graph-profiling node \

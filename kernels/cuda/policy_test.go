@@ -207,20 +207,23 @@ func TestGemmJoinTF32OnCUDA(t *testing.T) {
 	}
 }
 
-// TestGATWarpsOnCUDA: with ESPER_CUDA_GAT_WARPS=on's setting, the
-// conformance suite's GATMean and GATMeansAct checks pass on the warp
-// kernels (they hold GATMean to GATAggregate, which stays on the block
-// kernel, and GATMeansAct to GATMeanAct, bit for bit), and W2's policy
-// at batch 1 and 64 gives the logits and values it gives with the block
-// kernels, bit for bit, eager and captured, having launched the warp
-// kernels.
+// TestGATWarpsOnCUDA: the conformance suite's GATMean and GATMeansAct
+// checks pass with ESPER_CUDA_GAT_WARPS's setting off (the block
+// kernels, which the suite no longer reaches by default) and on (the
+// warp kernels, having launched them); they hold GATMean to
+// GATAggregate, which stays on the block kernel, and GATMeansAct to
+// GATMeanAct, bit for bit. W2's policy at batch 1 and 64 gives the
+// logits and values with the warp kernels that it gives with the block
+// kernels, bit for bit, eager and captured.
 func TestGATWarpsOnCUDA(t *testing.T) {
 	defer gatWarpsOn.Store(gatWarpsOn.Load())
-	gatWarpsOn.Store(true)
-	launched := dev.gatWarps.Load()
-	backendtest.RunCases(t, be, conformanceOptions, "GATMean+GATMeanAct+GatherConcat", "GATMeansAct")
-	if dev.gatWarps.Load() == launched {
-		t.Fatal("the conformance checks launched no warp GAT kernel with the switch on")
+	for _, on := range []bool{false, true} {
+		gatWarpsOn.Store(on)
+		launched := dev.gatWarps.Load()
+		backendtest.RunCases(t, be, conformanceOptions, "GATMean+GATMeanAct+GatherConcat", "GATMeansAct")
+		if ran := dev.gatWarps.Load() != launched; ran != on {
+			t.Fatalf("with the switch on %v, the conformance checks launched the warp GAT kernels: %v", on, ran)
+		}
 	}
 	for _, n := range []int{1, 64} {
 		g, err := bench.W2Graph(n)

@@ -38,53 +38,59 @@ import (
 //     it relies on the driver staging pageable memory before it returns
 //     (TestUploadsWithoutWaitKeepTheirBytes checks it on a GPU).
 //
-// Three switches are off by default and turned on:
+// Two switches are on by default and can be turned off:
+//
+//   - ESPER_CUDA_GAT_WARPS=off: GATMean, GATMeanAct and GATMeansAct run
+//     every relation on the block kernels (a block per destination node)
+//     instead of a relation of at most 4 heads and 128 channels a head
+//     with a warp per destination node (gat_mean_warp_f32,
+//     gat_mean_join_warp_f32: the node's accumulator in registers and no
+//     barrier between nodes or edges; W2's batch-64 GAT launch is 480
+//     blocks of 4 nodes in one wave, where the block kernels' 1 920
+//     blocks take two). The results are the same bits (TestGATWarpsOnCUDA
+//     holds them to each other, eager and captured; the conformance
+//     suite holds GATMean to GATAggregate, which stays on the block
+//     kernel). On an H200 (2026-11-28) W2's batch-64 forward took 153 µs
+//     of device time with the warps against 159 µs without, in TF32.
+//
+//   - ESPER_CUDA_SIDE_STREAMS=off: MatMulsT leaves the products past the
+//     joins' bounds (W2's batch-64 stacked projections, three a layer)
+//     to the caller, which runs them one after another on the device's
+//     stream, instead of running two or more at once on side streams,
+//     each forked from the device's stream and joined back by events
+//     (graph edges in a capture, not nodes), each with a cuBLAS handle
+//     and workspace of its own. Each product is MatMul's, bit for bit
+//     (TestSideStreamsOnCUDA). On an H200 (2026-11-28) W2's batch-64
+//     forward took 138 µs of device time with the side streams against
+//     151 µs without, and 133 µs with both switches on (p95 220 µs
+//     against 260 µs with both off), in TF32.
+//
+// One is off by default and turned on:
 //
 //   - ESPER_CUDA_JOINS_TF32=on: MatMulsT in the matmul precision High
 //     (TF32) joins products of more than 8 rows on tensor cores
-//     (gemm_join_tf32, up to 2^28 multiply-adds a product) instead of
-//     leaving those past 2^25 to cuBLAS. Its first version passed the
-//     conformance suite on an H200 (2026-11-27) but did not pay: a W2
-//     batch-64 layer's three products took 84 to 106 µs in one launch,
-//     where cuBLAS runs each in about 6 µs (its staging loop waited out
-//     each global load before the next, 16 a K step, and its wmma
-//     fragments loaded through generic addresses). It has since been
-//     rewritten on mma.sync (the fragments read from shared memory as
-//     the PTX ISA lays them out, the next K step's loads in flight
-//     during this one's products), which no GPU has run yet.
+//     (gemm_join_tf32, up to 2^28 multiply-adds a product, on mma.sync)
+//     instead of leaving those past 2^25 to cuBLAS. It passes the
+//     conformance suite on an H200 (2026-11-28) but does not pay beside
+//     the side streams: W2's batch-64 forward took 150 µs of device time
+//     with it and the other two on, 133 µs without it (its 416-block
+//     launch 22 µs under ncu).
 //
-//   - ESPER_CUDA_GAT_WARPS=on: GATMean, GATMeanAct and GATMeansAct run a
-//     relation of at most 4 heads and 128 channels a head with a warp
-//     per destination node (gat_mean_warp_f32, gat_mean_join_warp_f32)
-//     instead of a block, the node's accumulator in registers and no
-//     barrier between nodes or edges: W2's batch-64 GAT launch is 480
-//     blocks of 4 nodes in one wave, where the block kernels' 1 920
-//     blocks take two, each node a chain of dependent loads and
-//     barriers (20.8 µs a launch on an H200, 2026-11-27). The results
-//     are the block kernels' bit for bit (the conformance suite holds
-//     GATMean to GATAggregate, which stays on the block kernel). No GPU
-//     has run it yet.
-//
-//   - ESPER_CUDA_SIDE_STREAMS=on: MatMulsT runs products that the joins
-//     leave to cuBLAS (past their bounds: W2's batch-64 stacked
-//     projections, three a layer) on side streams at once, each forked
-//     from the device's stream and joined back by events (graph edges in
-//     a capture, not nodes), each with a cuBLAS handle and workspace of
-//     its own, so that a layer's products overlap on the GPU: on an
-//     H200 they took 5 to 8 µs each, one after another, with grids of
-//     16 to 192 blocks (2026-11-27). Each product is MatMul's. No GPU
-//     has run it yet.
-//
-// "on" or unset leaves the default (all on but the last three); any other
+// An unset variable leaves the setting as it is; any other
 // value than on or off is an error at Open naming the variable. The
 // setting is the process's, read at every Open; tests set the variables
 // below directly.
 var joinsOff, sequencesOff, cubinOff, uploadWaitOff atomic.Bool
 
-// tf32JoinsOn is ESPER_CUDA_JOINS_TF32's setting, gatWarpsOn
-// ESPER_CUDA_GAT_WARPS's and sideStreamsOn ESPER_CUDA_SIDE_STREAMS's (all
-// off by default).
+// tf32JoinsOn is ESPER_CUDA_JOINS_TF32's setting (off by default),
+// gatWarpsOn ESPER_CUDA_GAT_WARPS's and sideStreamsOn
+// ESPER_CUDA_SIDE_STREAMS's (on by default: init).
 var tf32JoinsOn, gatWarpsOn, sideStreamsOn atomic.Bool
+
+func init() {
+	gatWarpsOn.Store(true)
+	sideStreamsOn.Store(true)
+}
 
 // switchesFromEnv applies ESPER_CUDA_JOINS, ESPER_CUDA_SEQUENCES,
 // ESPER_CUDA_CUBIN, ESPER_CUDA_UPLOAD_WAIT, ESPER_CUDA_JOINS_TF32,

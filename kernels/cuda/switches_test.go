@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"os"
 	"sync/atomic"
 	"testing"
 
@@ -11,9 +12,8 @@ import (
 // ESPER_CUDA_CUBIN and ESPER_CUDA_UPLOAD_WAIT turn their launches (or
 // cubins, or waits) off with "off" and on with "on",
 // ESPER_CUDA_JOINS_TF32, ESPER_CUDA_GAT_WARPS and ESPER_CUDA_SIDE_STREAMS
-// (off by default) likewise, each leaves its
-// setting alone when unset, and any other value is refused, naming the
-// variable.
+// (each taken from off here) likewise, each leaves its setting alone
+// when unset, and any other value is refused, naming the variable.
 func TestSwitchesFromEnv(t *testing.T) {
 	for _, sw := range []*atomic.Bool{&joinsOff, &sequencesOff, &cubinOff, &uploadWaitOff, &tf32JoinsOn, &gatWarpsOn, &sideStreamsOn} {
 		defer sw.Store(sw.Load())
@@ -40,13 +40,13 @@ func TestSwitchesFromEnv(t *testing.T) {
 	require.False(t, joinsOff.Load())
 	require.True(t, sequencesOff.Load(), "an unset variable changed a test's setting")
 
-	// The switches off by default, each alone: on, left alone when
+	// The turned-on switches, each alone from off: on, left alone when
 	// unset, off, and any other value refused.
 	for _, sw := range []struct {
 		name string
 		on   *atomic.Bool
 	}{{"ESPER_CUDA_JOINS_TF32", &tf32JoinsOn}, {"ESPER_CUDA_GAT_WARPS", &gatWarpsOn}, {"ESPER_CUDA_SIDE_STREAMS", &sideStreamsOn}} {
-		require.False(t, sw.on.Load(), "%s is off unless turned on", sw.name)
+		require.False(t, sw.on.Load(), "%s is off until turned on", sw.name)
 		t.Setenv(sw.name, "on")
 		require.NoError(t, switchesFromEnv())
 		require.True(t, sw.on.Load(), sw.name)
@@ -78,4 +78,21 @@ func countOn(sws ...*atomic.Bool) int {
 		}
 	}
 	return n
+}
+
+// TestSwitchDefaults: unless the process's environment sets them, every
+// switch but ESPER_CUDA_JOINS_TF32 is on: the joins, sequences, cubins,
+// uploads' wait, warp GAT kernels and side streams; the TF32 joins off.
+func TestSwitchDefaults(t *testing.T) {
+	for _, sw := range []struct {
+		name string
+		on   bool
+	}{{"ESPER_CUDA_JOINS", !joinsOff.Load()}, {"ESPER_CUDA_SEQUENCES", !sequencesOff.Load()}, {"ESPER_CUDA_CUBIN", !cubinOff.Load()},
+		{"ESPER_CUDA_UPLOAD_WAIT", !uploadWaitOff.Load()}, {"ESPER_CUDA_GAT_WARPS", gatWarpsOn.Load()}, {"ESPER_CUDA_SIDE_STREAMS", sideStreamsOn.Load()},
+		{"ESPER_CUDA_JOINS_TF32", !tf32JoinsOn.Load()}} {
+		if v, set := os.LookupEnv(sw.name); set && v != "" {
+			continue // this process's setting, not the default
+		}
+		require.True(t, sw.on, "%s is not at its default", sw.name)
+	}
 }
