@@ -157,6 +157,31 @@ func (c *Captured) Stats() CaptureStats {
 		BoundGraphs: len(c.bound), CaptureTime: c.captureTime}
 }
 
+// Close frees every graph c holds now (those whose backend's graphs are
+// kernels.GraphCloser: CUDA's driver graphs and the device memory their
+// launches use), instead of when the Go collector finds them, and
+// empties c's caches: a later Run warms up and captures again. Call it
+// once c's step will not run for a while (a trainer done with its
+// model), so that the next captures reuse that memory instead of asking
+// the driver for more. The figures (Stats) stay. It returns the first
+// error a graph's Close gave; every graph is dropped all the same.
+func (c *Captured) Close() error {
+	var first error
+	for _, list := range [][]*entry{c.cache, c.bound} {
+		for _, e := range list {
+			if gc, ok := e.graph.(kernels.GraphCloser); ok {
+				if err := gc.Close(); err != nil && first == nil {
+					first = fmt.Errorf("autograd: closing a captured graph: %w", err)
+				}
+			}
+			e.graph = nil
+		}
+	}
+	c.cache, c.bound, c.last = nil, nil, nil
+	c.recent, c.recentNext = [recentInputs]uint64{}, 0
+	return first
+}
+
 // Launches returns the number of launches of the most recently used
 // graph (0 when none).
 func (c *Captured) Launches() int {

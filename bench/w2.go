@@ -1,12 +1,14 @@
 package bench
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
 	"os"
 	"reflect"
 	"runtime"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"time"
@@ -414,6 +416,11 @@ func RunW2(o W2Options) (W2Result, map[int]*tamiyo.Graph, error) {
 			runtime.GC()
 			runtime.ReadMemStats(&ms0)
 			syncs0 := tensor.HostSyncs(o.Device)
+			// The measured forwards carry the profiler label w2=<phase>,
+			// so that a CPU profile of the run (esper's ESPER_CPUPROFILE)
+			// shows one mode's host work alone: go tool pprof
+			// -tagfocus 'w2=batch 64 captured-tf32'.
+			pprof.SetGoroutineLabels(pprof.WithLabels(context.Background(), pprof.Labels("w2", phase)))
 			for i := range lat {
 				t0 := time.Now()
 				out, err = in.Forward(g)
@@ -427,6 +434,7 @@ func RunW2(o W2Options) (W2Result, map[int]*tamiyo.Graph, error) {
 					o.Progress(phase, i+1, reps)
 				}
 			}
+			pprof.SetGoroutineLabels(context.Background())
 			runtime.ReadMemStats(&ms1)
 			syncs := tensor.HostSyncs(o.Device) - syncs0
 			l := Summarise(lat)

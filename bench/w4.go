@@ -127,6 +127,23 @@ type W4LoopResult struct {
 	ReadSeconds float64 `json:"read_seconds,omitempty"`
 	// Syncs are the loop's host syncs of the device (zero on the CPU).
 	Syncs W4Syncs `json:"host_syncs"`
+	// DriverAllocs are the loop's device allocations that its backend's
+	// cache could not serve (tensor.DriverAllocs: CUDA's cuMemAlloc
+	// calls; zero on the CPU and sim), DriverAllocSeconds the time they
+	// took: what the loop's captures and warm-ups spent growing device
+	// memory.
+	DriverAllocs       uint64  `json:"driver_allocs"`
+	DriverAllocSeconds float64 `json:"driver_alloc_seconds"`
+}
+
+// driverAllocsSince returns a function that sets l's driver allocation
+// figures to dev's since the call.
+func driverAllocsSince(dev tensor.Device) func(l *W4LoopResult) {
+	n0, t0 := tensor.DriverAllocs(dev)
+	return func(l *W4LoopResult) {
+		n, t := tensor.DriverAllocs(dev)
+		l.DriverAllocs, l.DriverAllocSeconds = n-n0, (t - t0).Seconds()
+	}
 }
 
 // W4Syncs are a loop's host syncs of the device (tensor.HostSyncs: the
@@ -601,6 +618,7 @@ func RunW4(o W4Options) (W4Result, error) {
 	lat := make([]time.Duration, o.Steps)
 	var ms0, ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms0)
+	allocs := driverAllocsSince(dev)
 	for i := range lat {
 		t0 := time.Now()
 		err := rig.step(&res.Work)
@@ -614,6 +632,7 @@ func RunW4(o W4Options) (W4Result, error) {
 	}
 	runtime.ReadMemStats(&ms1)
 	res.Bare = w4Loop("bare", lat, o.Steps*o.Envs, o.Envs, ms1.Mallocs-ms0.Mallocs)
+	allocs(&res.Bare)
 	res.Bare.PolicySeconds = rig.actTime.Seconds()
 	res.Bare.EnvSeconds, res.Bare.ReadSeconds = rig.envTime.Seconds(), rig.readTime.Seconds()
 	envSyncs := uint64(res.Work.ReadSyncs)
@@ -661,6 +680,7 @@ func RunW4(o W4Options) (W4Result, error) {
 	rig.takeSyncs()
 	reads0 := vec.ReadSyncs()
 	runtime.ReadMemStats(&ms0)
+	allocs = driverAllocsSince(dev)
 	for i := range lat {
 		t0 := time.Now()
 		s0 := tensor.HostSyncs(dev)
@@ -690,6 +710,7 @@ func RunW4(o W4Options) (W4Result, error) {
 	}
 	runtime.ReadMemStats(&ms1)
 	p := w4Loop("ppo", lat, o.PPORounds*o.MaxEpochs*o.Envs, o.Envs, ms1.Mallocs-ms0.Mallocs)
+	allocs(&p)
 	p.UpdateSeconds, p.UpdateSyncSeconds = upd.Seconds(), updWait.Seconds()
 	if counted {
 		p.OpsPerUpdate = float64(ops) / float64(max(o.PPORounds, 1))

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -366,4 +367,18 @@ func TestW4CountsCaptures(t *testing.T) {
 		require.Positive(t, w.StepGraphNodes, "a training step's graph")
 		require.Positive(t, w.ValidationGraphNodes, "a validation graph")
 	}
+}
+
+// TestDriverAllocsSince: a loop's driver allocation figures are the
+// device's counted after the mark, not before it.
+func TestDriverAllocsSince(t *testing.T) {
+	dev := tensor.Sim(11)
+	tensor.CountDriverAlloc(dev, time.Second) // before: not the loop's
+	since := driverAllocsSince(dev)
+	tensor.CountDriverAlloc(dev, 20*time.Millisecond)
+	tensor.CountDriverAlloc(dev, 30*time.Millisecond)
+	var l W4LoopResult
+	since(&l)
+	require.Equal(t, uint64(2), l.DriverAllocs)
+	require.InDelta(t, 0.05, l.DriverAllocSeconds, 1e-9)
 }

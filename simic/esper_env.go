@@ -494,13 +494,29 @@ func (e *EsperEnv) episodeData(episode int) (*EsperData, error) {
 	return d, nil
 }
 
-// Close stops the running episode's epoch goroutine (and releases the
-// episode's own data stream, with NewData).
+// Close stops the running episode's epoch goroutine, frees its trainer's
+// captured graphs (and releases the episode's own data stream, with
+// NewData).
 func (e *EsperEnv) Close() {
 	e.closeEpisode()
+	// Close has no error to return: a graph that fails to free is left
+	// to the collector, as it was before Close.
+	_ = e.closeTrainer()
 	if e.o.NewData != nil && e.data != nil {
 		e.data.Close()
 	}
+}
+
+// closeTrainer frees the captured graphs of the ended episode's trainer
+// (tolaria.Trainer.Close; its epoch goroutine has stopped): the next
+// episode's captures reuse their device memory, where the collector
+// would give it back only once it found them. The trainer itself stays,
+// its figures readable (Trainer), until the next episode replaces it.
+func (e *EsperEnv) closeTrainer() error {
+	if e.trainer == nil {
+		return nil
+	}
+	return e.trainer.Close()
 }
 
 // closeEpisode stops the running episode's epoch goroutine.
@@ -544,6 +560,9 @@ func (e *EsperEnv) Reset() (TamiyoObs, error) {
 // copies: until then the environment holds still.
 func (e *EsperEnv) ResetStart() ([]*tensor.Tensor, error) {
 	e.closeEpisode()
+	if err := e.closeTrainer(); err != nil {
+		return nil, fmt.Errorf("simic: EsperEnv.Reset: %w", err)
+	}
 	e.episode++
 	e.diverged = false
 	if e.o.NewData != nil {

@@ -996,3 +996,25 @@ func TestVecEnvFailedStepKeepsWhatCompleted(t *testing.T) {
 	require.Equal(t, []Episode{{Env: 1, Return: 2, Length: 2, Truncated: true}}, s.Episodes)
 	require.Equal(t, []int{2, 2}, s.Obs)
 }
+
+// TestEsperEnvResetClosesTheLastTrainer: with capture on, a reset frees
+// the ended episode's trainer's captured graphs (tolaria.Trainer.Close),
+// and so does Close for the running one's.
+func TestEsperEnvResetClosesTheLastTrainer(t *testing.T) {
+	d, _ := tinyEsper(t)
+	e, err := NewEsperEnv(EsperEnvOptions{Data: d, Seed: 11, MaxEpochs: 4, Blocks: 3, BaseChannels: 2, Capture: true, Device: testdevice.Device(t)})
+	require.NoError(t, err)
+	t.Cleanup(e.Close)
+	_, err = e.Reset()
+	require.NoError(t, err)
+	first := e.Trainer()
+	require.Positive(t, first.CaptureStats().CachedGraphs, "the first epoch captured its step")
+	_, err = e.Reset()
+	require.NoError(t, err)
+	require.NotSame(t, first, e.Trainer())
+	require.Zero(t, first.CaptureStats().CachedGraphs, "the ended episode's graphs were left")
+	second := e.Trainer()
+	require.Positive(t, second.CaptureStats().CachedGraphs)
+	e.Close()
+	require.Zero(t, second.CaptureStats().CachedGraphs, "Close left the running episode's graphs")
+}

@@ -3,6 +3,7 @@ package tolaria
 import (
 	"context"
 	"iter"
+	"math"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -239,4 +240,36 @@ func TestEpochGraphSequencesEndOnSim(t *testing.T) {
 	_, sum, _ := epochRun(t, dev, fixedOn(t, dev, 1, 4, 8), fixedOn(t, dev, 2, 2, 8), true)
 	require.True(t, sum.Epochs[len(sum.Epochs)-1].EpochCaptured)
 	require.Equal(t, 0, sb.Sequences())
+}
+
+// TestTrainerClose: Close drops the graphs of every captured region (per
+// batch, and the whole epoch's), keeping the figures; the later epochs
+// warm up and capture again, and train on.
+func TestTrainerClose(t *testing.T) {
+	for _, fixed := range []bool{false, true} {
+		o := TrainerOptions{Model: hostTrainerModel(t), Epochs: 4, HostLR: 0.05, GradientTelemetryStride: -1, Capture: true}
+		if fixed {
+			o.Train, o.Val = fixedOn(t, tensor.CPU, 1, 4, 8), fixedOn(t, tensor.CPU, 2, 2, 8)
+		} else {
+			o.Train, o.Val = toyDataOn(t, tensor.CPU, 1, 4, 8), toyDataOn(t, tensor.CPU, 2, 2, 8)
+		}
+		tr, err := NewTrainer(o)
+		require.NoError(t, err)
+		for e := range 2 {
+			_, err := tr.RunEpoch(context.Background(), e)
+			require.NoError(t, err)
+		}
+		st := tr.CaptureStats()
+		require.Positive(t, st.CachedGraphs, "fixed %v: graphs cached", fixed)
+		require.NoError(t, tr.Close())
+		after := tr.CaptureStats()
+		require.Zero(t, after.CachedGraphs, "fixed %v: graphs left after Close", fixed)
+		require.Equal(t, st.Captures, after.Captures, "fixed %v: the figures stay", fixed)
+		for e := 2; e < 4; e++ { // a warm-up, then a capture, again
+			r, err := tr.RunEpoch(context.Background(), e)
+			require.NoError(t, err)
+			require.False(t, math.IsNaN(r.ValLoss), "fixed %v, epoch %d", fixed, e)
+		}
+		require.Greater(t, tr.CaptureStats().Captures, st.Captures, "fixed %v: the later epochs capture again", fixed)
+	}
 }

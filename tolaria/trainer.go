@@ -1101,6 +1101,36 @@ func (t *Trainer) EpochGraphNodes() int {
 	return t.epoch.captured.Launches()
 }
 
+// Close frees the graphs of the trainer's captured regions now (its
+// training step, validation batch and pass, and whole epoch: on CUDA the
+// driver graphs and the device memory their launches hold) instead of
+// when the Go collector finds them, so that the next trainer's captures
+// reuse that memory. Call it when the trainer is done (an environment's
+// episode ended), never while an epoch runs; a later epoch would capture
+// again. The capture figures stay (CaptureStats). It returns the first
+// error a graph's Close gave.
+func (t *Trainer) Close() error {
+	var first error
+	for _, c := range t.captured() {
+		if c == nil {
+			continue
+		}
+		if err := c.Close(); err != nil && first == nil {
+			first = fmt.Errorf("tolaria: %w", err)
+		}
+	}
+	return first
+}
+
+// captured are the trainer's captured regions (nil where there is none).
+func (t *Trainer) captured() [4]*autograd.Captured {
+	all := [4]*autograd.Captured{t.step.captured, t.eval.captured, t.eval.pass}
+	if t.epoch != nil {
+		all[3] = t.epoch.captured
+	}
+	return all
+}
+
 // CaptureStats returns the trainer's capture figures so far: the sums
 // over its captured training step, validation batch, validation pass and
 // whole epoch (captures, replays, eager calls, cached graphs and the
@@ -1113,11 +1143,7 @@ func (t *Trainer) CaptureStats() autograd.CaptureStats { return t.captureStats()
 // figures (both zero without TrainerOptions.Capture).
 func (t *Trainer) captureStats() autograd.CaptureStats {
 	var s autograd.CaptureStats
-	all := [4]*autograd.Captured{t.step.captured, t.eval.captured, t.eval.pass}
-	if t.epoch != nil {
-		all[3] = t.epoch.captured
-	}
-	for _, c := range all {
+	for _, c := range t.captured() {
 		if c == nil {
 			continue
 		}

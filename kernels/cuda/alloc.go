@@ -103,11 +103,23 @@ func (a *Allocator) Alloc(n int64) (cu.DevicePtr, error) {
 		// the call (PyTorch's graph pools grow so too). Frees may not run,
 		// so neither the queue nor the cache is touched, and the block is
 		// the graph's.
+		//
+		// The queued frees go into the cache first, without a driver
+		// call: a block in the queue that no graph holds was last used by
+		// work enqueued before this capture began (a block handed out
+		// during it is the graph's, and stays out of the cache), so the
+		// graph's launches come after that work on the stream. A
+		// capture after an episode's reset, say, then takes the blocks
+		// the collector gave back instead of the driver's.
+		a.drainFreesLocked()
+		if p, ok := a.takeLocked(c); ok {
+			return p, nil
+		}
 		restore, err := relaxCapture()
 		if err != nil {
 			return 0, fmt.Errorf("cuda: allocating %d bytes during a graph capture: %w", n, err)
 		}
-		p, err := cu.MemAlloc(c)
+		p, err := a.memAlloc(c)
 		restore()
 		if err != nil {
 			return 0, fmt.Errorf("cuda: allocating %d bytes during a graph capture (%d reserved): %w", n, a.stats.Reserved, err)
@@ -118,11 +130,14 @@ func (a *Allocator) Alloc(n int64) (cu.DevicePtr, error) {
 		return p, nil
 	}
 	a.drainLocked()
-	p, err := cu.MemAlloc(c)
+	if p, ok := a.takeLocked(c); ok {
+		return p, nil
+	}
+	p, err := a.memAlloc(c)
 	if err != nil {
 		a.d.flushHeld()
 		a.emptyLocked()
-		p, err = cu.MemAlloc(c)
+		p, err = a.memAlloc(c)
 	}
 	if err != nil {
 		// Tensors that became unreachable give their blocks back only
@@ -143,12 +158,21 @@ func (a *Allocator) Alloc(n int64) (cu.DevicePtr, error) {
 		}
 		a.d.flushHeld()
 		a.emptyLocked()
-		if p, err = cu.MemAlloc(c); err != nil {
+		if p, err = a.memAlloc(c); err != nil {
 			return 0, fmt.Errorf("cuda: allocating %d bytes (%d reserved, after a garbage collection): %w", n, a.stats.Reserved, err)
 		}
 	}
 	a.addLocked(p, c)
 	return p, nil
+}
+
+// memAlloc asks the driver for a block of c bytes, counting the call
+// and its time on the device (tensor.DriverAllocs).
+func (a *Allocator) memAlloc(c int64) (cu.DevicePtr, error) {
+	t0 := time.Now()
+	p, err := cu.MemAlloc(c)
+	tensor.CountDriverAlloc(tensor.CUDA(a.d.ordinal), time.Since(t0))
+	return p, err
 }
 
 // takeLocked hands out a cached block of class c, if there is one.
@@ -230,6 +254,12 @@ func (a *Allocator) drainLocked() {
 		a.releaseLocked(g.blocks)
 	}
 	a.graphs = a.graphs[:0]
+	a.drainFreesLocked()
+}
+
+// drainFreesLocked moves the queued frees into the cache, or marks them
+// orphans while a graph holds them. No driver call: a capture may run.
+func (a *Allocator) drainFreesLocked() {
 	for _, p := range a.pending {
 		if a.graphRefs[p] > 0 {
 			a.orphans[p] = true

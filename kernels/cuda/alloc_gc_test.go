@@ -32,3 +32,66 @@ func TestAllocatorCollectsUnreachableTensors(t *testing.T) {
 	}
 	t.Logf("%d tensors of 4 GiB (about %d fit): %d garbage collections made room", 2*fit, fit, retries)
 }
+
+// TestAllocatorReusesQueuedFrees: a block whose tensor was freed (queued,
+// as a finalizer frees) is handed out again without a driver allocation,
+// by an eager allocation and by one during a graph capture, and a block
+// handed out during a capture does not come back to the cache while the
+// graph holds it; every driver allocation is counted on the device
+// (tensor.DriverAllocs).
+func TestAllocatorReusesQueuedFrees(t *testing.T) {
+	const n = 13<<20 + 123 // bytes: a class (14 MiB) of its own among the tests'
+	a := dev.Allocator()
+	if err := a.EmptyCache(); err != nil { // nothing of the class cached
+		t.Fatal(err)
+	}
+	d := tensor.CUDA(0)
+	m := memory{d: dev}
+	drivers := func() uint64 { k, _ := tensor.DriverAllocs(d); return k }
+	before, stats := drivers(), a.Stats()
+	p, err := m.Alloc(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := drivers()-before, uint64(a.Stats().DriverAllocs-stats.DriverAllocs); got != want || got == 0 {
+		t.Fatalf("%d driver allocations counted on the device, the allocator made %d (want 1 or more)", got, want)
+	}
+	m.Free(p) // queued
+	before = drivers()
+	q, err := m.Alloc(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if drivers() != before || q != p {
+		t.Fatalf("eager: a queued free's block was not handed out again (%d driver allocations)", drivers()-before)
+	}
+	m.Free(q)
+	if err := dev.BeginCapture(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := m.Alloc(n)
+	if x, xerr := tensor.EmptyOn(d, tensor.F32, 4); xerr == nil {
+		be.Fill(x, 1) // a launch: the graph is not empty
+	} else if err == nil {
+		err = xerr
+	}
+	g, gerr := dev.EndCapture()
+	if err != nil || gerr != nil {
+		t.Fatal(err, gerr)
+	}
+	if drivers() != before || r != p {
+		t.Fatalf("capture: a queued free's block was not handed out again (%d driver allocations)", drivers()-before)
+	}
+	m.Free(r) // the graph holds it
+	s, err := m.Alloc(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s == r {
+		t.Fatal("a block the graph holds was handed out again")
+	}
+	m.Free(s)
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -183,7 +183,7 @@ if has tests; then
 	# lists them (top-level tests; TestConformance's newest subtests
 	# separately).
 	newest_conformance='^(GatherSums|GATMeansAct|LinearActLayerNorms|ReluHeads|GATMeanGrad\+GATMeanGradFits|GatherMeanGrad\+GatherMeanGradAdd|LinearBackwardAdd\+LinearBackwardAccumulate|MatMulsT|ForeachNorm\+ForeachScale\+ForeachAxpy|BeginSequence\+EndSequence|NewStager\+Stage\+StageFunc\+StageAhead\+Await\+Release\+StartTrace\+BeginStep\+EndStep\+StopTrace\+Close\+StageInline)$'
-	newest_tests='^(TestKernelsLoadFromCubins|TestPolicyInferenceOnCUDA|TestSequenceAcrossCaptureBounds|TestSequencesOffHoldNothing|TestUploadsWithoutWaitKeepTheirBytes|TestGemmJoinTF32OnCUDA|TestGATWarpsOnCUDA|TestSideStreamsOnCUDA)$'
+	newest_tests='^(TestKernelsLoadFromCubins|TestPolicyInferenceOnCUDA|TestSequenceAcrossCaptureBounds|TestSequencesOffHoldNothing|TestUploadsWithoutWaitKeepTheirBytes|TestGemmJoinTF32OnCUDA|TestGATWarpsOnCUDA|TestSideStreamsOnCUDA|TestAllocatorReusesQueuedFrees|TestSwitchDefaults)$'
 	echo "== kernels/cuda tests of the newest code, first"
 	step "kernels/cuda newest conformance" 60 "$out/kernels_cuda_newest_conformance.log" \
 		"$bin/kernels_cuda.test" -test.v -test.count=1 -test.run "^TestConformance\$/$newest_conformance"
@@ -365,6 +365,18 @@ p and json.dump(p, open(sys.argv[2], "w"), indent=2)' "$out/esper/W4.json" "$out
 				grep -E "batch 64 captured|captured-tf32" "$out/esper_w2_$vname.log" | tail -8
 				w2lines "$vname" "$out/esper_w2_$vname.log"
 			done
+			# W2 once more, 2000 forwards a mode, under a Go CPU profile
+			# (esper_w2_hot.pprof): enough samples of each mode's host
+			# work, which the profile labels w2=<phase> tell apart
+			# (go tool pprof -tagfocus 'w2=batch 64 captured-tf32').
+			echo "== esper bench --device cuda --workload w2 --reps 2000, profiled"
+			mkdir -p "$out/esper_hot"
+			before=$status
+			step "esper w2 hot profile" 60 "$out/esper_w2_hot.log" \
+				env ESPER_CPUPROFILE="$out/esper_w2_hot.pprof" "$bin/esper" bench --device cuda --workload w2 --reps 2000 --json "$out/esper_hot"
+			trc=$?
+			((trc == 124 || trc == 137)) && status=$before
+			w2lines "hot" "$out/esper_w2_hot.log"
 		fi
 		if [ "$w" = w4 ] && ((rc == 0)); then
 			# W4 again with the direct convolution kernels
