@@ -262,14 +262,17 @@ func copyD2HSync(dst []byte, src cu.DevicePtr, s cu.Stream) error {
 // copyD2HManySync copies the device bytes at srcs[i] into dsts[i] for
 // every i once the work enqueued on s before them has run, waiting for
 // the stream once: the copies are queued one after another (a small one
-// through a bounce buffer, as copyD2HSync's), then one synchronize. A
-// large destination is Go memory the driver stages (pageable), so its
-// copy returns once done; the first such copy waits for the queued work,
-// and the synchronize at the end for the copies behind it: one wait for
-// the device's work in all.
+// through a bounce buffer, as copyD2HSync's, one of up to
+// mediumBounceMax bytes through a pinned buffer of mediumBounces while
+// one is free), then one synchronize, and the bounced bytes are copied
+// out. A larger destination (or a medium one finding no free buffer) is
+// Go memory the driver stages (pageable), so its copy returns once done;
+// the first such copy waits for the queued work, and the synchronize at
+// the end for the copies behind it: one wait for the device's work in
+// all.
 func copyD2HManySync(dsts [][]byte, srcs []cu.DevicePtr, s cu.Stream) (err error) {
 	bounces := make([]unsafe.Pointer, len(dsts))
-	pinned := make([]bool, len(dsts)) // bounces[i] is pinnedBounces', not C memory
+	pools := make([]*bouncePool, len(dsts)) // the pool of bounces[i]; nil: C memory
 	queued, synced := false, false
 	defer func() {
 		if queued && !synced {
@@ -279,8 +282,8 @@ func copyD2HManySync(dsts [][]byte, srcs []cu.DevicePtr, s cu.Stream) (err error
 		}
 		for i, b := range bounces {
 			switch {
-			case pinned[i]:
-				pinnedBounces.put(b)
+			case pools[i] != nil:
+				pools[i].put(b)
 			case b != nil:
 				C.free(b)
 			}
@@ -291,16 +294,28 @@ func copyD2HManySync(dsts [][]byte, srcs []cu.DevicePtr, s cu.Stream) (err error
 			continue
 		}
 		p := unsafe.Pointer(&dst[0])
-		if len(dst) <= bounceMax {
-			b := pinnedBounces.get()
-			pinned[i] = b != nil
-			if b == nil {
+		var pool *bouncePool
+		switch {
+		case len(dst) <= bounceMax:
+			pool = &pinnedBounces
+		case len(dst) <= mediumBounceMax:
+			pool = &mediumBounces
+		}
+		if pool != nil {
+			b := pool.get()
+			if b != nil {
+				pools[i] = pool
+			} else if len(dst) <= bounceMax {
+				// A small destination may share its Go allocation with
+				// pointers (copyH2DSync): C memory, never Go's.
 				if b = C.malloc(C.size_t(len(dst))); b == nil {
 					return fmt.Errorf("cuda: malloc of %d bytes failed", len(dst))
 				}
 			}
-			bounces[i] = b
-			p = b
+			if b != nil {
+				bounces[i] = b
+				p = b
+			}
 		}
 		if err := check("cuMemcpyDtoHAsync", C.esper_copy_d2h_async(p, C.uint64_t(srcs[i]), C.size_t(len(dst)), cstream(s))); err != nil {
 			return err
@@ -319,21 +334,39 @@ func copyD2HManySync(dsts [][]byte, srcs []cu.DevicePtr, s cu.Stream) (err error
 	return nil
 }
 
-// bouncePool hands out page-locked bounce buffers of bounceMax bytes for
-// small device-to-host copies: up to bouncePoolSize, allocated on first
-// use (cuMemHostAlloc, portable across contexts) and kept for the
-// process. get returns nil, and the caller uses C memory, when none is
-// free and no more may be made, or the allocation fails.
+// bouncePool hands out page-locked bounce buffers of size bytes for
+// device-to-host copies: up to limit, allocated on first use
+// (cuMemHostAlloc, portable across contexts) and kept for the process.
+// get returns nil, and the caller uses C memory or copies straight into
+// its destination, when none is free and no more may be made, or the
+// allocation fails.
 type bouncePool struct {
-	mu    sync.Mutex
-	free  []unsafe.Pointer
-	made  int
-	broke bool // an allocation failed: stop trying
+	size, limit int
+	mu          sync.Mutex
+	free        []unsafe.Pointer
+	made        int
+	broke       bool // an allocation failed: stop trying
 }
 
 const bouncePoolSize = 8
 
-var pinnedBounces bouncePool
+// mediumBounceMax is the largest device-to-host copy that goes through a
+// pinned buffer of mediumBounces (one of up to mediumPoolSize of that
+// size) rather than straight into its Go destination: a copy into
+// pageable memory is the driver's staging, in chunks, returning once it
+// is done, where a pinned copy is one DMA. W2's batch-64 logits (about
+// 15 KB in one joined tensor) are such a read, once a forward.
+const (
+	mediumBounceMax = 256 << 10
+	mediumPoolSize  = 4
+)
+
+// pinnedBounces are the small copies' buffers, mediumBounces the larger
+// ones'.
+var (
+	pinnedBounces = bouncePool{size: bounceMax, limit: bouncePoolSize}
+	mediumBounces = bouncePool{size: mediumBounceMax, limit: mediumPoolSize}
+)
 
 func (bp *bouncePool) get() unsafe.Pointer {
 	bp.mu.Lock()
@@ -343,10 +376,10 @@ func (bp *bouncePool) get() unsafe.Pointer {
 		bp.free = bp.free[:n-1]
 		return b
 	}
-	if bp.broke || bp.made == bouncePoolSize {
+	if bp.broke || bp.made == bp.limit {
 		return nil
 	}
-	b, err := hostAlloc(bounceMax)
+	b, err := hostAlloc(bp.size)
 	if err != nil || b == nil {
 		bp.broke = true
 		return nil

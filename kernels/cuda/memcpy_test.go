@@ -182,10 +182,10 @@ func TestStagerReleaseAndTrace(t *testing.T) {
 }
 
 // TestToHostMany: tensor.ToHostMany over device tensors of three dtypes
-// — small ones through the pinned bounces, a large one straight into Go
-// memory, a view at an offset, more tensors than the bounce pool holds —
-// brings every one back bitwise after a kernel that wrote them, with one
-// host sync counted.
+// — small ones through the pinned bounces, medium ones through the
+// medium pinned buffers, a large one straight into Go memory, a view at
+// an offset, more tensors than either pool holds — brings every one back
+// bitwise after a kernel that wrote them, with one host sync counted.
 func TestToHostMany(t *testing.T) {
 	var hosts, ons []*tensor.Tensor
 	add := func(h *tensor.Tensor) {
@@ -194,9 +194,13 @@ func TestToHostMany(t *testing.T) {
 	add(tensor.Normal(tensor.NewRNG(311), tensor.F32, 0, 1, 7))
 	add(tensor.Normal(tensor.NewRNG(312), tensor.F64, 0, 1, 3))
 	add(tensor.FromSlice([]int64{5, -6, 7}, 3))
-	add(tensor.Normal(tensor.NewRNG(313), tensor.F32, 0, 1, 64, 1024)) // 256 KiB: no bounce
+	add(tensor.Normal(tensor.NewRNG(313), tensor.F32, 0, 1, 64, 2048)) // 512 KiB: no bounce
 	for i := 0; i < bouncePoolSize+2; i++ {
 		add(tensor.Normal(tensor.NewRNG(uint64(320+i)), tensor.F32, 0, 1, 5))
+	}
+	for i := 0; i < mediumPoolSize+2; i++ { // 768 B to 256 KiB: five medium (a buffer each while one is free), one small
+		rows := []int{60, 1024, 3, 64, 500, 17}[i%6]
+		add(tensor.Normal(tensor.NewRNG(uint64(340+i)), tensor.F32, 0, 1, 64, rows))
 	}
 	// A kernel writes the first tensor after its upload: the read must
 	// follow it on the stream.
@@ -214,6 +218,12 @@ func TestToHostMany(t *testing.T) {
 	}
 	if n := tensor.HostSyncs(tensor.CUDA(0)) - s0; n != 1 {
 		t.Fatalf("%d host syncs, want 1", n)
+	}
+	mediumBounces.mu.Lock()
+	made := mediumBounces.made
+	mediumBounces.mu.Unlock()
+	if made == 0 {
+		t.Fatal("no medium pinned buffer was used")
 	}
 	for i := range ons {
 		if got[i].DType() != hosts[i].DType() || fmt.Sprint(got[i].Shape()) != fmt.Sprint(hosts[i].Shape()) {
