@@ -62,8 +62,9 @@ import (
 //     and workspace of its own. Each product is MatMul's, bit for bit
 //     (TestSideStreamsOnCUDA). On an H200 (2026-11-28) W2's batch-64
 //     forward took 138 µs of device time with the side streams against
-//     151 µs without, and 133 µs with both switches on (p95 220 µs
-//     against 260 µs with both off), in TF32.
+//     159 µs without (the block GAT kernels both times), and 132 to
+//     133 µs with both switches on (p50 183 to 200 µs against 212 to
+//     224 µs with both off), in TF32.
 //
 // One is off by default and turned on:
 //
