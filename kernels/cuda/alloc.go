@@ -17,7 +17,11 @@ import (
 // Allocator is a stream-ordered caching allocator for one Device. Sizes
 // are rounded to classes (multiples of 512 bytes up to 1 MiB, of 2 MiB
 // above), freed blocks go to a free list of their class and are handed
-// out again without a driver call. Because every kernel of the backend
+// out again without a driver call. A class of up to 1 MiB grows by a
+// slab of several blocks at once, cut from one driver allocation (up to
+// 64 blocks or 2 MiB; slab.go), which goes back to the driver only
+// whole; ESPER_CUDA_SLABS=off makes every block an allocation of its
+// own. Because every kernel of the backend
 // runs on the device's one stream, a block freed after the launches that
 // use it were enqueued can be reused by later launches at once: stream
 // order keeps them apart. (A launch a block sequence holds back counts
@@ -45,6 +49,7 @@ type Allocator struct {
 	graphRefs map[cu.DevicePtr]int     // graphs holding each captured block
 	orphans   map[cu.DevicePtr]bool    // captured blocks whose tensor has been freed
 	graphs    []pendingGraph           // collected graphs to destroy
+	slabs     slabSet                  // the driver allocations, cut into blocks (slab.go)
 	stats     AllocStats
 }
 
@@ -52,10 +57,11 @@ type Allocator struct {
 type AllocStats struct {
 	Allocated    int64 // bytes in live blocks (by size class)
 	Reserved     int64 // bytes held from the driver: live plus cached
+	Cached       int64 // bytes in cached blocks, ready to hand out (Reserved less Allocated; a freed block a graph still holds counts as allocated)
 	PeakReserved int64 // the most Reserved has been
 	Allocs       int64 // Alloc calls
 	CacheHits    int64 // Allocs served from the cache
-	DriverAllocs int64 // cuMemAlloc calls
+	DriverAllocs int64 // cuMemAlloc calls, failed ones too (a slab's blocks come from one: slab.go)
 	DriverFrees  int64 // cuMemFree calls
 	// GCRetries counts the allocations that found the device full and
 	// ran the Go collector to get back the blocks of unreachable
@@ -80,9 +86,11 @@ func sizeClass(n int64) int64 {
 	return (n + bigStep - 1) / bigStep * bigStep
 }
 
-// Alloc returns a block of at least n bytes. When the driver is out of
-// memory it frees the cached blocks and tries once more (not during a
-// capture, where nothing may be freed).
+// Alloc returns a block of at least n bytes: a cached one, else one of
+// a new slab. When the driver is out of memory it gives back the slabs
+// whose blocks are all cached and tries once more, then a single block,
+// then again after a garbage collection (not during a capture, where
+// nothing may be freed).
 func (a *Allocator) Alloc(n int64) (cu.DevicePtr, error) {
 	c := sizeClass(n)
 	a.mu.Lock()
@@ -100,9 +108,9 @@ func (a *Allocator) Alloc(n int64) (cu.DevicePtr, error) {
 	if a.capturing {
 		// cuMemAlloc is no stream operation, but a capture refuses it on
 		// its thread unless the thread's capture mode is relaxed around
-		// the call (PyTorch's graph pools grow so too). Frees may not run,
-		// so neither the queue nor the cache is touched, and the block is
-		// the graph's.
+		// the call (PyTorch's graph pools grow so too). No block goes back
+		// to the driver, and the block is the graph's (the rest of its
+		// slab is cached: never used, any later allocation may have it).
 		//
 		// The queued frees go into the cache first, without a driver
 		// call: a block in the queue that no graph holds was last used by
@@ -119,12 +127,11 @@ func (a *Allocator) Alloc(n int64) (cu.DevicePtr, error) {
 		if err != nil {
 			return 0, fmt.Errorf("cuda: allocating %d bytes during a graph capture: %w", n, err)
 		}
-		p, err := a.memAlloc(c)
+		p, err := a.slabLocked(c)
 		restore()
 		if err != nil {
 			return 0, fmt.Errorf("cuda: allocating %d bytes during a graph capture (%d reserved): %w", n, a.stats.Reserved, err)
 		}
-		a.addLocked(p, c)
 		a.recording = append(a.recording, p)
 		a.graphRefs[p]++
 		return p, nil
@@ -133,11 +140,11 @@ func (a *Allocator) Alloc(n int64) (cu.DevicePtr, error) {
 	if p, ok := a.takeLocked(c); ok {
 		return p, nil
 	}
-	p, err := a.memAlloc(c)
+	p, err := a.slabLocked(c)
 	if err != nil {
 		a.d.flushHeld()
 		a.emptyLocked()
-		p, err = a.memAlloc(c)
+		p, err = a.slabLocked(c)
 	}
 	if err != nil {
 		// Tensors that became unreachable give their blocks back only
@@ -158,18 +165,49 @@ func (a *Allocator) Alloc(n int64) (cu.DevicePtr, error) {
 		}
 		a.d.flushHeld()
 		a.emptyLocked()
-		if p, err = a.memAlloc(c); err != nil {
+		if p, err = a.slabLocked(c); err != nil {
 			return 0, fmt.Errorf("cuda: allocating %d bytes (%d reserved, after a garbage collection): %w", n, a.stats.Reserved, err)
 		}
 	}
-	a.addLocked(p, c)
 	return p, nil
 }
 
-// memAlloc asks the driver for a block of c bytes, counting the call
-// and its time on the device (tensor.DriverAllocs).
+// slabLocked asks the driver for a slab of class c (slabBlocks blocks,
+// one with ESPER_CUDA_SLABS=off or past slabMaxClass), hands out its
+// first block and caches the others. When the slab cannot be had, a
+// single block is asked for before giving up: a nearly full device may
+// still have room for the block.
+func (a *Allocator) slabLocked(c int64) (cu.DevicePtr, error) {
+	k := slabBlocks(c, slabsOff.Load())
+	p, err := a.memAlloc(c * k)
+	if err != nil && k > 1 {
+		k = 1
+		p, err = a.memAlloc(c)
+	}
+	if err != nil {
+		return 0, err
+	}
+	sl := slab{base: uint64(p), class: uint64(c), blocks: uint64(k)}
+	a.slabs.add(sl)
+	a.stats.Reserved += c * k
+	a.stats.PeakReserved = max(a.stats.PeakReserved, a.stats.Reserved)
+	// The cache hands out its last block first: cached from the slab's
+	// end, the next allocations take the blocks in address order.
+	rest := sl.cut()
+	for i := len(rest) - 1; i >= 0; i-- {
+		a.free[c] = append(a.free[c], cu.DevicePtr(rest[i]))
+	}
+	a.size[p] = c
+	a.stats.Allocated += c
+	return p, nil
+}
+
+// memAlloc asks the driver for c bytes, counting the call (failed or
+// not) in AllocStats.DriverAllocs and, with its time, on the device
+// (tensor.DriverAllocs).
 func (a *Allocator) memAlloc(c int64) (cu.DevicePtr, error) {
 	t0 := time.Now()
+	a.stats.DriverAllocs++
 	p, err := cu.MemAlloc(c)
 	tensor.CountDriverAlloc(tensor.CUDA(a.d.ordinal), time.Since(t0))
 	return p, err
@@ -208,15 +246,6 @@ func collectDeviceGarbage(pending func() int) {
 			last, still = n, 0
 		}
 	}
-}
-
-// addLocked counts a block of class c fresh from the driver as live.
-func (a *Allocator) addLocked(p cu.DevicePtr, c int64) {
-	a.stats.DriverAllocs++
-	a.size[p] = c
-	a.stats.Allocated += c
-	a.stats.Reserved += c
-	a.stats.PeakReserved = max(a.stats.PeakReserved, a.stats.Reserved)
 }
 
 // Free returns a block to the cache. Freeing an address Alloc did not
@@ -274,8 +303,11 @@ func (a *Allocator) drainFreesLocked() {
 	a.pending = a.pending[:0]
 }
 
-// EmptyCache returns every cached block to the driver (after waiting for
-// the stream, so that no enqueued kernel still uses one).
+// EmptyCache returns the cached blocks to the driver (after waiting for
+// the stream, so that no enqueued kernel still uses one): every slab all
+// of whose blocks are cached, which with ESPER_CUDA_SLABS=off is every
+// cached block. A cached block cut from the same slab as a live one stays
+// (AllocStats.Cached).
 func (a *Allocator) EmptyCache() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -291,17 +323,33 @@ func (a *Allocator) EmptyCache() error {
 	return a.emptyLocked()
 }
 
+// emptyLocked returns to the driver every slab whose blocks are all
+// cached; a cached block of a slab that still has a live one stays in
+// the cache.
 func (a *Allocator) emptyLocked() error {
 	var first error
 	for c, l := range a.free {
-		for _, p := range l {
-			if err := cu.MemFree(p); err != nil && first == nil {
+		free := make([]uint64, len(l))
+		for i, p := range l {
+			free[i] = uint64(p)
+		}
+		whole, keep := a.slabs.reclaim(uint64(c), free)
+		for _, sl := range whole {
+			if err := cu.MemFree(cu.DevicePtr(sl.base)); err != nil && first == nil {
 				first = err
 			}
 			a.stats.DriverFrees++
-			a.stats.Reserved -= c
+			a.stats.Reserved -= c * int64(sl.blocks)
 		}
-		delete(a.free, c)
+		if len(keep) == 0 {
+			delete(a.free, c)
+			continue
+		}
+		l = l[:0]
+		for _, p := range keep {
+			l = append(l, cu.DevicePtr(p))
+		}
+		a.free[c] = l
 	}
 	return first
 }
@@ -372,7 +420,11 @@ func (a *Allocator) queueGraph(g *graph, blocks []cu.DevicePtr) {
 func (a *Allocator) Stats() AllocStats {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.stats
+	st := a.stats
+	for c, l := range a.free {
+		st.Cached += c * int64(len(l))
+	}
+	return st
 }
 
 // memory gives tensors storage on the device (tensor.DeviceMemory).

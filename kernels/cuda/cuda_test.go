@@ -15,6 +15,7 @@ import (
 	"os"
 	"testing"
 	"time"
+	"unsafe"
 
 	"gorgonia.org/cu"
 
@@ -324,7 +325,8 @@ func TestMatMulMatchesCPU(t *testing.T) {
 
 // TestAllocatorReuses: 10 000 allocation/free rounds of a step's sizes
 // reserve no more device memory than the first round, and a freed block
-// is reused; EmptyCache hands the cache back.
+// is reused; EmptyCache hands the cache back but for the blocks of slabs
+// that still hold a live block (Reserved is Allocated plus Cached).
 func TestAllocatorReuses(t *testing.T) {
 	a := dev.Allocator()
 	sizes := []int64{4, 1000, 4096, 1 << 20, 3 << 20}
@@ -358,8 +360,158 @@ func TestAllocatorReuses(t *testing.T) {
 	if err := a.EmptyCache(); err != nil {
 		t.Fatal(err)
 	}
-	if s := a.Stats(); s.Reserved != s.Allocated {
-		t.Fatalf("after EmptyCache %d bytes reserved, %d allocated", s.Reserved, s.Allocated)
+	s := a.Stats()
+	if s.Reserved != s.Allocated+s.Cached {
+		t.Fatalf("after EmptyCache %d bytes reserved, %d allocated, %d cached", s.Reserved, s.Allocated, s.Cached)
+	}
+	if s.DriverFrees == after.DriverFrees {
+		t.Fatal("EmptyCache gave nothing back (the 3 MiB block is a driver allocation of its own)")
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for c, l := range a.free {
+		if c > slabMaxClass && len(l) > 0 {
+			t.Fatalf("after EmptyCache %d blocks of class %d (no slab's) are still cached", len(l), c)
+		}
+	}
+}
+
+// TestAllocatorSlabs: blocks of a small class come from one driver
+// allocation for slabBlocks of them, side by side; one more takes a
+// second; each block holds its own bytes after all were written. With
+// one block of the first slab live, EmptyCache gives back the second
+// slab only, and the live block keeps its bytes; once it is freed too,
+// the first. With ESPER_CUDA_SLABS=off every block is an allocation of
+// its own.
+func TestAllocatorSlabs(t *testing.T) {
+	defer slabsOff.Store(slabsOff.Load())
+	slabsOff.Store(false)
+	a := dev.Allocator()
+	const n = 200*512 - 100 // bytes: class 100 KiB, 20 a slab
+	c := sizeClass(n)
+	k := slabBlocks(c, false)
+	if k < 2 {
+		t.Fatalf("class %d: %d blocks a slab", c, k)
+	}
+	// Nothing of the class cached: the collector's frees in, every whole
+	// slab out. A block of the class another test still holds would keep
+	// its slab's others cached, and the counts below would not be this
+	// test's.
+	collectDeviceGarbage(func() int { a.mu.Lock(); defer a.mu.Unlock(); return len(a.pending) })
+	if err := a.EmptyCache(); err != nil {
+		t.Fatal(err)
+	}
+	a.mu.Lock()
+	cached := len(a.free[c])
+	a.mu.Unlock()
+	if cached != 0 {
+		t.Fatalf("%d blocks of class %d still cached after EmptyCache: another test holds one of their slab", cached, c)
+	}
+	s0 := a.Stats()
+	var ps []cu.DevicePtr
+	for i := int64(0); i <= k; i++ {
+		p, err := a.Alloc(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps = append(ps, p)
+	}
+	s1 := a.Stats()
+	if got := s1.DriverAllocs - s0.DriverAllocs; got != 2 {
+		t.Fatalf("%d blocks of class %d: %d driver allocations, want 2 (%d blocks a slab)", k+1, c, got, k)
+	}
+	if got := s1.Reserved - s0.Reserved; got != 2*k*c {
+		t.Fatalf("%d bytes reserved for two slabs of %d blocks of %d", got, k, c)
+	}
+	for i := int64(1); i < k; i++ {
+		if ps[i] != ps[0]+cu.DevicePtr(i*c) {
+			t.Fatalf("block %d at %#x, not side by side with block 0 at %#x", i, uint64(ps[i]), uint64(ps[0]))
+		}
+	}
+	// Each block filled with its index by the driver's memset, then read
+	// back: a block overlapping another would hold the later index.
+	func() {
+		release := dev.enter() // the driver calls below need the device's context
+		defer release()
+		for i, p := range ps {
+			if err := cu.MemsetD32(p, uint32(i+1), int64(n/4)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i, p := range ps {
+			got := make([]uint32, n/4)
+			if err := cu.MemcpyDtoH(unsafe.Pointer(&got[0]), p, int64(len(got))*4); err != nil {
+				t.Fatal(err)
+			}
+			for j, v := range got {
+				if v != uint32(i+1) {
+					t.Fatalf("block %d word %d: %d, want %d (another block's bytes)", i, j, v, i+1)
+				}
+			}
+		}
+	}()
+	// Every block freed but the first slab's last: EmptyCache gives the
+	// second slab back and keeps the first, whose live block still holds
+	// its bytes.
+	keep := ps[k-1]
+	for _, p := range ps {
+		if p == keep {
+			continue
+		}
+		if err := a.Free(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.EmptyCache(); err != nil {
+		t.Fatal(err)
+	}
+	// The class's slabs, counted by the allocator (EmptyCache gives back
+	// other classes' whole slabs too, which DriverFrees would count).
+	slabsOf := func() int {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return len(a.slabs.byClass[uint64(c)])
+	}
+	kept := a.Stats()
+	if got := slabsOf(); got != 1 {
+		t.Fatalf("with one block of the first slab live, %d slabs of the class left after EmptyCache, want 1", got)
+	}
+	if kept.Cached < (k-1)*c {
+		t.Fatalf("%d bytes cached, want at least the first slab's %d free blocks of %d", kept.Cached, k-1, c)
+	}
+	var word uint32
+	err := func() error {
+		release := dev.enter()
+		defer release()
+		return cu.MemcpyDtoH(unsafe.Pointer(&word), keep+cu.DevicePtr(n/4*4-4), 4)
+	}()
+	if err != nil || word != uint32(k) {
+		t.Fatalf("the kept block's last word: %d (%v), want %d", word, err, k)
+	}
+	if err := a.Free(keep); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.EmptyCache(); err != nil {
+		t.Fatal(err)
+	}
+	s2 := a.Stats()
+	if got := slabsOf(); got != 0 || s2.DriverFrees-s1.DriverFrees < 2 {
+		t.Fatalf("%d slabs of the class left after EmptyCache (%d driver frees), want none", got, s2.DriverFrees-s1.DriverFrees)
+	}
+	if s2.Reserved != s2.Allocated+s2.Cached {
+		t.Fatalf("%d bytes reserved, %d allocated, %d cached", s2.Reserved, s2.Allocated, s2.Cached)
+	}
+	slabsOff.Store(true)
+	s3 := a.Stats()
+	for range 2 {
+		p, err := a.Alloc(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.Free(p)
+	}
+	if got := a.Stats().DriverAllocs - s3.DriverAllocs; got != 2 {
+		t.Fatalf("slabs off: two blocks took %d driver allocations, want 2", got)
 	}
 }
 

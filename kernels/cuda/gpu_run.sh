@@ -24,7 +24,8 @@
 # the device's stream, not at once on side streams), and with both off.
 # W4 runs a second time with ESPER_CUDA_CONV=direct (its bare loop, no
 # peer: the direct convolutions against the default im2col in the same
-# sitting), W2 with ESPER_CUDA_JOINS=off, W1 with
+# sitting) and a third with ESPER_CUDA_SLABS=off (its bare loop: a driver
+# allocation per block; memcheck runs so too), W2 with ESPER_CUDA_JOINS=off, W1 with
 # ESPER_CUDA_SEQUENCES=off (the launches those join, one by one) and W4
 # with ESPER_CUDA_UPLOAD_WAIT=off (uploads without a host sync each).
 # Phase "profile" runs Nsight Compute over short runs of the workloads in
@@ -183,7 +184,7 @@ if has tests; then
 	# lists them (top-level tests; TestConformance's newest subtests
 	# separately).
 	newest_conformance='^(GatherSums|GATMeansAct|LinearActLayerNorms|ReluHeads|GATMeanGrad\+GATMeanGradFits|GatherMeanGrad\+GatherMeanGradAdd|LinearBackwardAdd\+LinearBackwardAccumulate|MatMulsT|ForeachNorm\+ForeachScale\+ForeachAxpy|BeginSequence\+EndSequence|NewStager\+Stage\+StageFunc\+StageAhead\+Await\+Release\+StartTrace\+BeginStep\+EndStep\+StopTrace\+Close\+StageInline)$'
-	newest_tests='^(TestKernelsLoadFromCubins|TestPolicyInferenceOnCUDA|TestSequenceAcrossCaptureBounds|TestSequencesOffHoldNothing|TestUploadsWithoutWaitKeepTheirBytes|TestGemmJoinTF32OnCUDA|TestGATWarpsOnCUDA|TestSideStreamsOnCUDA|TestAllocatorReusesQueuedFrees|TestSwitchDefaults|TestToHostMany)$'
+	newest_tests='^(TestKernelsLoadFromCubins|TestPolicyInferenceOnCUDA|TestSequenceAcrossCaptureBounds|TestSequencesOffHoldNothing|TestUploadsWithoutWaitKeepTheirBytes|TestGemmJoinTF32OnCUDA|TestGATWarpsOnCUDA|TestSideStreamsOnCUDA|TestAllocatorReusesQueuedFrees|TestSwitchDefaults|TestToHostMany|TestAllocatorSlabs|TestAllocatorReuses)$'
 	echo "== kernels/cuda tests of the newest code, first"
 	step "kernels/cuda newest conformance" 60 "$out/kernels_cuda_newest_conformance.log" \
 		"$bin/kernels_cuda.test" -test.v -test.count=1 -test.run "^TestConformance\$/$newest_conformance"
@@ -244,9 +245,12 @@ if has memcheck; then
 		# sanitizer (six on an H200 of 2026-11-26), and the allocator's
 		# fill-the-device test would have it shadow the whole memory; they
 		# run in the plain tests above, and memcheck covers every other.
-		echo "== compute-sanitizer memcheck on the kernel tests (all but the 10 000-replay tests)"
+		# The allocator's slabs are off (ESPER_CUDA_SLABS=off): every
+		# block its own driver allocation, so that a write past a block's
+		# end is out of bounds for the sanitizer, not in the next block.
+		echo "== compute-sanitizer memcheck on the kernel tests (all but the 10 000-replay tests), slabs off"
 		step "memcheck" 120 "$out/memcheck.log" \
-			"$sanitizer" --tool memcheck --error-exitcode 3 \
+			env ESPER_CUDA_SLABS=off "$sanitizer" --tool memcheck --error-exitcode 3 \
 			"$bin/kernels_cuda.test" -test.count=1 -test.skip 'TestCapturedCNNStepEqualsEagerAndHoldsMemory|TestTrainerCapturedStepHoldsMemory|TestAllocatorCollectsUnreachableTensors'
 		tail -3 "$out/memcheck.log"
 		# Exit 3 is the sanitizer's errors; another non-zero exit a test
@@ -387,6 +391,16 @@ p and json.dump(p, open(sys.argv[2], "w"), indent=2)' "$out/esper/W4.json" "$out
 			step "esper w4 direct" 60 "$out/esper_w4_direct.log" \
 				env ESPER_CUDA_CONV=direct "$bin/esper" bench --device cuda --workload w4 --ppo-rounds -1 --json "$out/esper_direct"
 			grep -E "esper bare|captured regions" "$out/esper_w4_direct.log"
+			# And with the allocator's slabs off (ESPER_CUDA_SLABS=off:
+			# a driver allocation per block it cannot find cached), its
+			# bare loop only: what the slabs save its captures.
+			echo "== esper bench --device cuda --workload w4, ESPER_CUDA_SLABS=off"
+			mkdir -p "$out/esper_noslabs"
+			step "esper w4 slabs off" 60 "$out/esper_w4_noslabs.log" \
+				env ESPER_CUDA_SLABS=off "$bin/esper" bench --device cuda --workload w4 --ppo-rounds -1 --json "$out/esper_noslabs"
+			for f in esper_w4 esper_w4_noslabs; do
+				grep -E "^bare loop [0-9.]+ env-epochs|captured regions|from the driver" "$out/$f.log" | sed "s/^/  $f: /" >>"$summary"
+			done
 		fi
 		checkpoint
 	done
@@ -455,6 +469,26 @@ if has profile; then
 				timeout 60 python3 "$here/ncu_top.py" "$out/profile_${w}.csv.gz" >"$out/profile_${w}.txt" 2>&1
 				timeout 60 python3 "$here/ncu_top.py" --by-grid "$out/profile_${w}.csv.gz" >>"$out/profile_${w}.txt" 2>&1
 				head -14 "$out/profile_${w}.txt"
+			fi
+			if [ "$w" = w2 ] && (($(left) >= 45)); then
+				# Why W2's latency-bound kernels take what they take: their
+				# stall reasons, issue rates, occupancy and memory traffic
+				# (ncu's WarpStateStats, SchedulerStats, Occupancy,
+				# LaunchStats, MemoryWorkloadAnalysis and SpeedOfLight
+				# sections) for two launches each at batch 64, in
+				# profile_w2_stalls.txt. The GAT joins take about 17 µs a
+				# launch for a few hundred nodes of one to three edges.
+				echo "== ncu stall sections of W2's GAT, gather-sum and heads kernels"
+				before=$status
+				step "ncu stalls w2" 45 "$out/profile_w2_stalls.txt" \
+					"$ncu" --graph-profiling node --cache-control none --clock-control none \
+					--kernel-name regex:'gat_mean_join_warp_f32|gather_sum_join_f32|relu_heads_f32' \
+					--launch-skip 600 --launch-count 6 \
+					--section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy \
+					--section LaunchStats --section MemoryWorkloadAnalysis \
+					"$bin/esper" bench --device cuda --workload w2 --reps 1 --warmup 1
+				rc=$?
+				((rc != 0)) && status=$before # optional
 			fi
 			checkpoint
 		done

@@ -7,7 +7,8 @@ import (
 )
 
 // Switches for a GPU run: the joined launches, the block sequence, the
-// cubins and the uploads' wait can be turned off for the process, so
+// cubins, the uploads' wait and the allocator's slabs can be turned off
+// for the process, so
 // that a run can time a workload both ways in one sitting (gpu/run.sh
 // runs W2 again without joins, W1 without sequences and W4 without the
 // uploads' wait), and so that a fault in one of their kernels can be
@@ -38,7 +39,13 @@ import (
 //     it relies on the driver staging pageable memory before it returns
 //     (TestUploadsWithoutWaitKeepTheirBytes checks it on a GPU).
 //
-// Two switches are on by default and can be turned off:
+//   - ESPER_CUDA_SLABS=off: the caching allocator asks the driver for
+//     each block it cannot find cached, instead of for a slab of several
+//     blocks of a small class at once (slab.go): compute-sanitizer's
+//     memcheck then tells a write past a block's end from a write into
+//     the next block.
+//
+// Two more switches are on by default and can be turned off:
 //
 //   - ESPER_CUDA_GAT_WARPS=off: GATMean, GATMeanAct and GATMeansAct run
 //     every relation on the block kernels (a block per destination node)
@@ -81,7 +88,7 @@ import (
 // value than on or off is an error at Open naming the variable. The
 // setting is the process's, read at every Open; tests set the variables
 // below directly.
-var joinsOff, sequencesOff, cubinOff, uploadWaitOff atomic.Bool
+var joinsOff, sequencesOff, cubinOff, uploadWaitOff, slabsOff atomic.Bool
 
 // tf32JoinsOn is ESPER_CUDA_JOINS_TF32's setting (off by default),
 // gatWarpsOn ESPER_CUDA_GAT_WARPS's and sideStreamsOn
@@ -94,7 +101,7 @@ func init() {
 }
 
 // switchesFromEnv applies ESPER_CUDA_JOINS, ESPER_CUDA_SEQUENCES,
-// ESPER_CUDA_CUBIN, ESPER_CUDA_UPLOAD_WAIT, ESPER_CUDA_JOINS_TF32,
+// ESPER_CUDA_CUBIN, ESPER_CUDA_UPLOAD_WAIT, ESPER_CUDA_SLABS, ESPER_CUDA_JOINS_TF32,
 // ESPER_CUDA_GAT_WARPS and ESPER_CUDA_SIDE_STREAMS (an unset variable
 // leaves its setting as it is, so a test's stays).
 func switchesFromEnv() error {
@@ -114,7 +121,7 @@ func switchesFromEnv() error {
 		name string
 		off  *atomic.Bool
 	}{{"ESPER_CUDA_JOINS", &joinsOff}, {"ESPER_CUDA_SEQUENCES", &sequencesOff}, {"ESPER_CUDA_CUBIN", &cubinOff},
-		{"ESPER_CUDA_UPLOAD_WAIT", &uploadWaitOff}} {
+		{"ESPER_CUDA_UPLOAD_WAIT", &uploadWaitOff}, {"ESPER_CUDA_SLABS", &slabsOff}} {
 		off, set, err := parseSwitch(s.name, os.Getenv(s.name))
 		if err != nil {
 			return err

@@ -9,18 +9,20 @@ import (
 )
 
 // TestSwitchesFromEnv: ESPER_CUDA_JOINS, ESPER_CUDA_SEQUENCES,
-// ESPER_CUDA_CUBIN and ESPER_CUDA_UPLOAD_WAIT turn their launches (or
-// cubins, or waits) off with "off" and on with "on",
+// ESPER_CUDA_CUBIN, ESPER_CUDA_UPLOAD_WAIT and ESPER_CUDA_SLABS turn
+// their launches (or cubins, waits, slabs) off with "off" and on with
+// "on",
 // ESPER_CUDA_JOINS_TF32, ESPER_CUDA_GAT_WARPS and ESPER_CUDA_SIDE_STREAMS
 // (each taken from off here) likewise, each leaves its setting alone
 // when unset, and any other value is refused, naming the variable.
 func TestSwitchesFromEnv(t *testing.T) {
-	for _, sw := range []*atomic.Bool{&joinsOff, &sequencesOff, &cubinOff, &uploadWaitOff, &tf32JoinsOn, &gatWarpsOn, &sideStreamsOn} {
+	for _, sw := range []*atomic.Bool{&joinsOff, &sequencesOff, &cubinOff, &uploadWaitOff, &slabsOff, &tf32JoinsOn, &gatWarpsOn, &sideStreamsOn} {
 		defer sw.Store(sw.Load())
 		sw.Store(false)
 	}
 	t.Setenv("ESPER_CUDA_CUBIN", "off")
 	t.Setenv("ESPER_CUDA_UPLOAD_WAIT", "off")
+	t.Setenv("ESPER_CUDA_SLABS", "off")
 
 	t.Setenv("ESPER_CUDA_JOINS", "off")
 	t.Setenv("ESPER_CUDA_SEQUENCES", "")
@@ -28,6 +30,7 @@ func TestSwitchesFromEnv(t *testing.T) {
 	require.True(t, joinsOff.Load())
 	require.True(t, cubinOff.Load())
 	require.True(t, uploadWaitOff.Load())
+	require.True(t, slabsOff.Load())
 	require.False(t, sequencesOff.Load(), "an unset variable changed its setting")
 
 	t.Setenv("ESPER_CUDA_SEQUENCES", "off")
@@ -82,13 +85,14 @@ func countOn(sws ...*atomic.Bool) int {
 
 // TestSwitchDefaults: unless the process's environment sets them, every
 // switch but ESPER_CUDA_JOINS_TF32 is on: the joins, sequences, cubins,
-// uploads' wait, warp GAT kernels and side streams; the TF32 joins off.
+// uploads' wait, slabs, warp GAT kernels and side streams; the TF32
+// joins off.
 func TestSwitchDefaults(t *testing.T) {
 	for _, sw := range []struct {
 		name string
 		on   bool
 	}{{"ESPER_CUDA_JOINS", !joinsOff.Load()}, {"ESPER_CUDA_SEQUENCES", !sequencesOff.Load()}, {"ESPER_CUDA_CUBIN", !cubinOff.Load()},
-		{"ESPER_CUDA_UPLOAD_WAIT", !uploadWaitOff.Load()}, {"ESPER_CUDA_GAT_WARPS", gatWarpsOn.Load()}, {"ESPER_CUDA_SIDE_STREAMS", sideStreamsOn.Load()},
+		{"ESPER_CUDA_UPLOAD_WAIT", !uploadWaitOff.Load()}, {"ESPER_CUDA_SLABS", !slabsOff.Load()}, {"ESPER_CUDA_GAT_WARPS", gatWarpsOn.Load()}, {"ESPER_CUDA_SIDE_STREAMS", sideStreamsOn.Load()},
 		{"ESPER_CUDA_JOINS_TF32", !tf32JoinsOn.Load()}} {
 		if v, set := os.LookupEnv(sw.name); set && v != "" {
 			continue // this process's setting, not the default
