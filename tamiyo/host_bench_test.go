@@ -78,3 +78,30 @@ func BenchmarkGraphUpload(b *testing.B) {
 		reuse.up.release()
 	}
 }
+
+// BenchmarkCapturedForward is a captured inference forward at W2's batch
+// of 64 graphs on the sim device, graph check to logits read: its
+// allocations are the host's per forward (sim's kernels are the CPU's,
+// so its time is not a GPU's).
+func BenchmarkCapturedForward(b *testing.B) {
+	g := benchGraph(b, 64)
+	p, err := NewPolicy(PolicyOptions{Seed: 4, NoDropout: true, Device: tensor.Sim(0)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	in, err := NewInference(p, InferenceOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for range 3 { // warm-up, capture, replay
+		if _, err := in.Forward(g); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := in.Forward(g); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

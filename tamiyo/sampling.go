@@ -187,8 +187,13 @@ func hostFloat32s(t *tensor.Tensor) []float32 {
 // array (each row's capacity its length, so that appending to one does
 // not write into the next).
 func splitRows(vals []float32, off, n, b, width int) [][]float32 {
-	rows := make([][]float32, b)
-	back := make([]float32, b*n)
+	return splitRowsInto(make([][]float32, b), make([]float32, b*n), vals, off, n, width)
+}
+
+// splitRowsInto is splitRows into rows (len b) and back (len b·n), which
+// the caller allocates, so that several heads' rows can share one
+// allocation of each (readJoined).
+func splitRowsInto(rows [][]float32, back, vals []float32, off, n, width int) [][]float32 {
 	for i := range rows {
 		rows[i] = back[i*n : (i+1)*n : (i+1)*n]
 		copy(rows[i], vals[i*width+off:i*width+off+n])
@@ -238,10 +243,15 @@ func readJoined(cat *tensor.Tensor, ts []*tensor.Tensor) ([][][]float32, error) 
 	b, width := host.Shape()[0], host.Shape()[1]
 	vals := hostFloat32s(host)
 	out := make([][][]float32, len(ts))
+	// Every tensor's rows in one header array and one backing array
+	// (two allocations a read, not two a tensor); each row keeps its
+	// capacity its length, so that appending to one writes into no other.
+	headers := make([][]float32, len(ts)*b)
+	back := make([]float32, b*width)
 	off := 0
 	for i, t := range ts {
 		n := t.Shape()[1]
-		out[i] = splitRows(vals, off, n, b, width)
+		out[i] = splitRowsInto(headers[i*b:(i+1)*b:(i+1)*b], back[off*b:(off+n)*b:(off+n)*b], vals, off, n, width)
 		off += n
 	}
 	return out, nil

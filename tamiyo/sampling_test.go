@@ -3,6 +3,7 @@ package tamiyo
 import (
 	"errors"
 	"math"
+	"reflect"
 	"testing"
 
 	"github.com/esper-go/esper/autograd"
@@ -502,5 +503,28 @@ func TestSplitRowsCopiesApart(t *testing.T) {
 	vals[1] = -1
 	if rows[0][0] != 1 {
 		t.Errorf("a row aliases the matrix: %v", rows[0])
+	}
+}
+
+// TestReadJoinedRowsApart: readJoined cuts each tensor's rows out of the
+// joined matrix (its columns in turn), in two allocations shared by all,
+// and an append to any row — the last of one tensor's, or one before
+// another — writes into no other row.
+func TestReadJoinedRowsApart(t *testing.T) {
+	cat := tensor.FromSlice([]float32{0, 1, 2, 3, 4, 10, 11, 12, 13, 14, 20, 21, 22, 23, 24}, 3, 5)
+	ts := []*tensor.Tensor{tensor.Empty(tensor.F32, 3, 2), tensor.Empty(tensor.F32, 3, 3)}
+	out, err := readJoined(cat, ts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := [][][]float32{{{0, 1}, {10, 11}, {20, 21}}, {{2, 3, 4}, {12, 13, 14}, {22, 23, 24}}}
+	if !reflect.DeepEqual(out, want) {
+		t.Fatalf("rows %v, want %v", out, want)
+	}
+	_ = append(out[0][2], 99) // the first tensor's last row
+	_ = append(out[1][0], 98)
+	_ = append(out[0], []float32{97})
+	if !reflect.DeepEqual(out, want) {
+		t.Fatalf("an append wrote into another row: %v", out)
 	}
 }
