@@ -185,13 +185,15 @@ func BenchW4(stdout, stderr io.Writer, c Config, dev tensor.Device) error {
 		}
 		fmt.Fprintln(stdout)
 	}
-	if !dev.IsCPU() {
+	if dev.Kind == tensor.KindCUDA { // the backend that counts its driver allocations (sim has none)
 		fmt.Fprintf(stdout, "device memory from the driver (allocations the cache could not serve), bare loop: %d taking %.3f s",
 			r.Bare.DriverAllocs, r.Bare.DriverAllocSeconds)
 		if r.PPO != nil {
 			fmt.Fprintf(stdout, "; ppo loop: %d taking %.3f s", r.PPO.DriverAllocs, r.PPO.DriverAllocSeconds)
 		}
 		fmt.Fprintln(stdout)
+	}
+	if !dev.IsCPU() {
 		b := r.Bare.Syncs
 		fmt.Fprintf(stdout, "host syncs, bare loop: %.2f per env-epoch (environments %.2f per env-epoch, policy %.2f per lock-step step)\n",
 			b.PerEnvEpoch, b.EnvPerEnvEpoch, b.PolicyPerStep)
