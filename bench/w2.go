@@ -91,6 +91,13 @@ type W2ModeResult struct {
 	// forward's share of Latency that is the GPU's. 0 where the backend
 	// has no event timers (the CPU, sim) and in the eager mode.
 	DeviceUsPerForward float64 `json:"device_us_per_forward,omitempty"`
+	// DeviceUsOneForward is the median device time of one replay of the
+	// captured forward timed alone (w2LoneReplays of them, each waited
+	// for before the next): what a forward's graph takes on a device
+	// that was idle, as in a measured forward, where DeviceUsPerForward's
+	// back-to-back replays hide each graph's start behind the one before.
+	// 0 where DeviceUsPerForward is.
+	DeviceUsOneForward float64 `json:"device_us_one_forward,omitempty"`
 	// Phases are the medians of the forwards' host phases
 	// (tamiyo.ForwardPhases: building and uploading the graph's tensors,
 	// running or enqueuing the forward, reading the logits back), each
@@ -464,6 +471,9 @@ func RunW2(o W2Options) (W2Result, map[int]*tamiyo.Graph, error) {
 				if r.DeviceUsPerForward, err = deviceUsPerReplay(et, in, w2DeviceReplays); err != nil {
 					return W2Result{}, nil, fmt.Errorf("bench: W2 batch %d %s, timing the device: %w", b, mode, err)
 				}
+				if r.DeviceUsOneForward, err = deviceUsLoneReplay(et, in, w2LoneReplays); err != nil {
+					return W2Result{}, nil, fmt.Errorf("bench: W2 batch %d %s, timing the device: %w", b, mode, err)
+				}
 			}
 			res.Results = append(res.Results, r)
 		}
@@ -507,8 +517,30 @@ func logitsMaxDiff(a, b *tamiyo.Logits) float64 {
 	return d
 }
 
-// w2DeviceReplays is how many replays deviceUsPerReplay times together.
-const w2DeviceReplays = 50
+// w2DeviceReplays is how many replays deviceUsPerReplay times together,
+// w2LoneReplays how many deviceUsLoneReplay times one by one.
+const (
+	w2DeviceReplays = 50
+	w2LoneReplays   = 21
+)
+
+// deviceUsLoneReplay times n replays of in's latest captured forward one
+// at a time, each with the backend's event timer (which waits for it),
+// and returns the median device microseconds of one.
+func deviceUsLoneReplay(et kernels.EventTimers, in *tamiyo.Inference, n int) (float64, error) {
+	tm, err := et.NewEventTimer()
+	if err != nil {
+		return 0, err
+	}
+	defer tm.Close()
+	ds := make([]time.Duration, n)
+	for i := range ds {
+		if ds[i], err = tm.Time(in.ReplayLast); err != nil {
+			return 0, err
+		}
+	}
+	return Summarise(ds).P50us, nil
+}
 
 // deviceUsPerReplay times n replays of in's latest captured forward,
 // enqueued back to back, with one of the backend's event timers, and

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/tamiyo"
 	"github.com/esper-go/esper/tensor"
 )
@@ -133,4 +135,45 @@ func TestW2OnSimOneSyncPerForward(t *testing.T) {
 	require.Equal(t, "sim:0", readReport(t, c.JSONDir, "W2")["device"])
 	c.Compare = true
 	require.ErrorContains(t, BenchW2(&out, &errb, c, tensor.Sim(0)), "--compare pytorch")
+}
+
+// fakeTimers times each call with the next of its durations.
+type fakeTimers struct {
+	ds    []time.Duration
+	calls int
+}
+
+func (f *fakeTimers) NewEventTimer() (kernels.EventTimer, error) { return f, nil }
+func (f *fakeTimers) Close() error                               { return nil }
+func (f *fakeTimers) Time(fn func() error) (time.Duration, error) {
+	if err := fn(); err != nil {
+		return 0, err
+	}
+	d := f.ds[f.calls%len(f.ds)]
+	f.calls++
+	return d, nil
+}
+
+// TestDeviceUsLoneReplay: each replay is timed on its own (one timed
+// call each, every one a replay of the captured forward) and the median
+// is returned; an Inference with nothing to replay is an error.
+func TestDeviceUsLoneReplay(t *testing.T) {
+	g, err := W2Graph(2)
+	require.NoError(t, err)
+	p, err := tamiyo.NewPolicy(tamiyo.PolicyOptions{Seed: 4, NoDropout: true, Device: tensor.Sim(0)})
+	require.NoError(t, err)
+	in, err := tamiyo.NewInference(p, tamiyo.InferenceOptions{})
+	require.NoError(t, err)
+	ft := &fakeTimers{ds: []time.Duration{5 * time.Microsecond, time.Microsecond, 3 * time.Microsecond, 2 * time.Microsecond, 4 * time.Microsecond}}
+	_, err = deviceUsLoneReplay(ft, in, 5)
+	require.Error(t, err, "no captured forward yet")
+	for range 3 {
+		_, err := in.Forward(g)
+		require.NoError(t, err)
+	}
+	ft.calls = 0
+	us, err := deviceUsLoneReplay(ft, in, 5)
+	require.NoError(t, err)
+	require.Equal(t, 5, ft.calls)
+	require.InDelta(t, 3.0, us, 1e-9)
 }
