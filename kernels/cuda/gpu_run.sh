@@ -440,14 +440,15 @@ if has profile; then
 				continue
 			fi
 			echo "== ncu profile of $w"
-			# At most 3000 kernels (W4's first 2000 skipped: its set-up and
+			# At most 3000 kernels, W2 4300 (W4's first 2000 skipped: its set-up and
 			# most of its warm-up step; W2's batch 1 skipped).
-			# W2's first 1300 or so are batch 1's; its batch-64 forwards,
-			# eager, captured and captured-tf32 with their 50 back-to-back
-			# replays each, fill about 3100 after them.
+			# W2's first 1800 or so are batch 1's (about 154 forwards: two
+			# eager, then each captured mode's warm-up, capture, forward,
+			# 51 back-to-back replays and 21 lone ones); its batch-64
+			# forwards, as many, fill about 4200 after them.
 			skip=0 count=3000
 			[ "$w" = w4 ] && skip=2000
-			[ "$w" = w2 ] && skip=1300 count=3200
+			[ "$w" = w2 ] && skip=1800 count=4300
 			# Every profile runs the defaults (W2's with the TF32 joins
 			# on is call 1's of 2026-11-28, its block GAT kernels call
 			# 2's of 2026-11-27b).
@@ -475,15 +476,16 @@ if has profile; then
 				# stall reasons, issue rates, occupancy and memory traffic
 				# (ncu's WarpStateStats, SchedulerStats, Occupancy,
 				# LaunchStats, MemoryWorkloadAnalysis and SpeedOfLight
-				# sections) for two launches each at batch 64, in
-				# profile_w2_stalls.txt. The GAT joins take about 17 µs a
+				# sections) for ten launches at batch 64 (the first 900
+				# matching launches skipped: batch 1's 154 or so forwards of
+				# five each), in profile_w2_stalls.txt. The GAT joins take about 17 µs a
 				# launch for a few hundred nodes of one to three edges.
 				echo "== ncu stall sections of W2's GAT, gather-sum and heads kernels"
 				before=$status
 				step "ncu stalls w2" 45 "$out/profile_w2_stalls.txt" \
 					"$ncu" --graph-profiling node --cache-control none --clock-control none \
 					--kernel-name regex:'gat_mean_join_warp_f32|gather_sum_join_f32|relu_heads_f32' \
-					--launch-skip 600 --launch-count 6 \
+					--launch-skip 900 --launch-count 10 \
 					--section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy \
 					--section LaunchStats --section MemoryWorkloadAnalysis \
 					"$bin/esper" bench --device cuda --workload w2 --reps 1 --warmup 1
