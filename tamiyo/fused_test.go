@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/esper-go/esper/autograd"
+	"github.com/esper-go/esper/internal/testdevice"
 	"github.com/esper-go/esper/leyline"
 	"github.com/esper-go/esper/optim"
 	"github.com/esper-go/esper/tensor"
@@ -112,4 +113,38 @@ func TestInferenceLastPhases(t *testing.T) {
 			require.LessOrEqual(t, ph.Upload+ph.Run+ph.Read, took)
 		}
 	}
+}
+
+// TestInferenceClose: Close drops the captured forward's graph, keeping
+// the counters; the next forwards capture again and give the same
+// logits. Without capture Close does nothing.
+func TestInferenceClose(t *testing.T) {
+	dev := testdevice.Device(t)
+	p, err := NewPolicy(PolicyOptions{Seed: 4, NoDropout: true, Device: dev})
+	require.NoError(t, err)
+	g := benchGraph(t, 4)
+	in, err := NewInference(p, InferenceOptions{})
+	require.NoError(t, err)
+	var want *Logits
+	for range 3 {
+		want, err = in.Forward(g)
+		require.NoError(t, err)
+	}
+	require.Positive(t, in.GraphNodes())
+	st := in.Stats()
+	require.NoError(t, in.Close())
+	require.Zero(t, in.GraphNodes())
+	require.Zero(t, in.Stats().CachedGraphs)
+	require.Equal(t, st.Captures, in.Stats().Captures, "the counters stay")
+	for range 2 { // a warm-up, a capture
+		got, err := in.Forward(g)
+		require.NoError(t, err)
+		require.Equal(t, want, got)
+	}
+	require.Equal(t, st.Captures+1, in.Stats().Captures)
+	require.Positive(t, in.GraphNodes())
+
+	eager, err := NewInference(p, InferenceOptions{NoCapture: true})
+	require.NoError(t, err)
+	require.NoError(t, eager.Close())
 }

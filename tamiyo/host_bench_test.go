@@ -15,7 +15,7 @@ import (
 // would, so that the figure is the Go side's alone (no driver).
 
 // benchGraph is a batch of n test graphs of 3 slots.
-func benchGraph(b *testing.B, n int) *Graph {
+func benchGraph(b testing.TB, n int) *Graph {
 	ins := make([]GraphInput, n)
 	for i := range ins {
 		ins[i] = testInput(b, 3, i)

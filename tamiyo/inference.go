@@ -126,6 +126,22 @@ func (in *Inference) Stats() autograd.CaptureStats {
 	return in.captured.Stats()
 }
 
+// Close frees the captured forwards' graphs now (on CUDA the driver
+// graphs and the device memory they hold; autograd.Captured.Close)
+// instead of when the Go collector finds them: call it when this
+// Inference will not run for a while, such as when a new policy replaces
+// it. A later Forward warms up and captures again. The capture counters
+// stay (Stats). Nil without capture.
+func (in *Inference) Close() error {
+	if in.captured == nil {
+		return nil
+	}
+	if err := in.captured.Close(); err != nil {
+		return fmt.Errorf("tamiyo: Inference.Close: %w", err)
+	}
+	return nil
+}
+
 // GraphNodes is the number of launches in the captured forward of the
 // latest graph shape (a CUDA graph's node count on CUDA); 0 before the
 // first capture or without capture.
