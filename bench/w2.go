@@ -96,8 +96,11 @@ type W2ModeResult struct {
 	// for before the next): what a forward's graph takes on a device
 	// that was idle, as in a measured forward, where DeviceUsPerForward's
 	// back-to-back replays hide each graph's start behind the one before.
-	// 0 where DeviceUsPerForward is.
-	DeviceUsOneForward float64 `json:"device_us_one_forward,omitempty"`
+	// 0 where DeviceUsPerForward is. DeviceUsOneForwardP95 is their
+	// 95th percentile: beside Latency's spread, how much of a forward's
+	// tail is the device's.
+	DeviceUsOneForward    float64 `json:"device_us_one_forward,omitempty"`
+	DeviceUsOneForwardP95 float64 `json:"device_us_one_forward_p95,omitempty"`
 	// Phases are the medians of the forwards' host phases
 	// (tamiyo.ForwardPhases: building and uploading the graph's tensors,
 	// running or enqueuing the forward, reading the logits back), each
@@ -471,9 +474,11 @@ func RunW2(o W2Options) (W2Result, map[int]*tamiyo.Graph, error) {
 				if r.DeviceUsPerForward, err = deviceUsPerReplay(et, in, w2DeviceReplays); err != nil {
 					return W2Result{}, nil, fmt.Errorf("bench: W2 batch %d %s, timing the device: %w", b, mode, err)
 				}
-				if r.DeviceUsOneForward, err = deviceUsLoneReplay(et, in, w2LoneReplays); err != nil {
+				lone, err := deviceUsLoneReplay(et, in, w2LoneReplays)
+				if err != nil {
 					return W2Result{}, nil, fmt.Errorf("bench: W2 batch %d %s, timing the device: %w", b, mode, err)
 				}
+				r.DeviceUsOneForward, r.DeviceUsOneForwardP95 = lone.P50us, lone.P95us
 			}
 			res.Results = append(res.Results, r)
 		}
@@ -526,20 +531,20 @@ const (
 
 // deviceUsLoneReplay times n replays of in's latest captured forward one
 // at a time, each with the backend's event timer (which waits for it),
-// and returns the median device microseconds of one.
-func deviceUsLoneReplay(et kernels.EventTimers, in *tamiyo.Inference, n int) (float64, error) {
+// and returns their distribution (device time of one replay).
+func deviceUsLoneReplay(et kernels.EventTimers, in *tamiyo.Inference, n int) (Latency, error) {
 	tm, err := et.NewEventTimer()
 	if err != nil {
-		return 0, err
+		return Latency{}, err
 	}
 	defer tm.Close()
 	ds := make([]time.Duration, n)
 	for i := range ds {
 		if ds[i], err = tm.Time(in.ReplayLast); err != nil {
-			return 0, err
+			return Latency{}, err
 		}
 	}
-	return Summarise(ds).P50us, nil
+	return Summarise(ds), nil
 }
 
 // deviceUsPerReplay times n replays of in's latest captured forward,

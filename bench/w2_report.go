@@ -172,8 +172,8 @@ func BenchW2(stdout, stderr io.Writer, c Config, dev tensor.Device) error {
 			fmt.Fprintln(stdout)
 		}
 		if x.DeviceUsPerForward > 0 {
-			fmt.Fprintf(stdout, "batch %d %s: %.1f µs of device time per forward (its graph replayed %d times back to back, nothing read), %.1f µs for one replay alone (median of %d), of %.1f µs p50\n",
-				x.Batch, x.Mode, x.DeviceUsPerForward, w2DeviceReplays, x.DeviceUsOneForward, w2LoneReplays, x.Latency.P50us)
+			fmt.Fprintf(stdout, "batch %d %s: %.1f µs of device time per forward (its graph replayed %d times back to back, nothing read), %.1f µs for one replay alone (p50 of %d; p95 %.1f), of %.1f µs p50\n",
+				x.Batch, x.Mode, x.DeviceUsPerForward, w2DeviceReplays, x.DeviceUsOneForward, w2LoneReplays, x.DeviceUsOneForwardP95, x.Latency.P50us)
 		}
 		if x.Mode == W2ModeCapturedTF32 {
 			fmt.Fprintf(stdout, "batch %d %s: logits and values within %.2g of the eager fp32 forward's\n", x.Batch, x.Mode, x.MaxAbsDiffVsEager)
