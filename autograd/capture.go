@@ -158,13 +158,14 @@ func (c *Captured) Stats() CaptureStats {
 }
 
 // Close frees every graph c holds now (those whose backend's graphs are
-// kernels.GraphCloser: CUDA's driver graphs and the device memory their
-// launches use), instead of when the Go collector finds them, and
-// empties c's caches: a later Run warms up and captures again. Call it
-// once c's step will not run for a while (a trainer done with its
-// model), so that the next captures reuse that memory instead of asking
-// the driver for more. The figures (Stats) stay. It returns the first
-// error a graph's Close gave; every graph is dropped all the same.
+// kernels.GraphCloser: CUDA's driver graphs), instead of when the Go
+// collector finds them, and empties c's caches: a later Run warms up and
+// captures again. Call it once c's step will not run for a while (a
+// trainer done with its model). On CUDA a graph's device memory then
+// goes back to the allocator's cache as soon as the collector has freed
+// the tensors that held it, not only once it has also found the graph.
+// The figures (Stats) stay. It returns the first error a graph's Close
+// gave; every graph is dropped all the same.
 func (c *Captured) Close() error {
 	var first error
 	for _, list := range [][]*entry{c.cache, c.bound} {

@@ -508,10 +508,9 @@ func (e *EsperEnv) Close() {
 }
 
 // closeTrainer frees the captured graphs of the ended episode's trainer
-// (tolaria.Trainer.Close; its epoch goroutine has stopped): the next
-// episode's captures reuse their device memory, where the collector
-// would give it back only once it found them. The trainer itself stays,
-// its figures readable (Trainer), until the next episode replaces it.
+// (tolaria.Trainer.Close; its epoch goroutine has stopped) rather than
+// leaving them to the collector. The trainer itself stays, its figures
+// readable (Trainer), until the next episode replaces it.
 func (e *EsperEnv) closeTrainer() error {
 	if e.trainer == nil {
 		return nil

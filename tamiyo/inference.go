@@ -127,8 +127,8 @@ func (in *Inference) Stats() autograd.CaptureStats {
 }
 
 // Close frees the captured forwards' graphs now (on CUDA the driver
-// graphs and the device memory they hold; autograd.Captured.Close)
-// instead of when the Go collector finds them: call it when this
+// graphs; autograd.Captured.Close) instead of when the Go collector
+// finds them: call it when this
 // Inference will not run for a while, such as when a new policy replaces
 // it. A later Forward warms up and captures again. The capture counters
 // stay (Stats). Nil without capture.

@@ -1103,11 +1103,11 @@ func (t *Trainer) EpochGraphNodes() int {
 
 // Close frees the graphs of the trainer's captured regions now (its
 // training step, validation batch and pass, and whole epoch: on CUDA the
-// driver graphs and the device memory their launches hold) instead of
-// when the Go collector finds them, so that the next trainer's captures
-// reuse that memory. Call it when the trainer is done (an environment's
-// episode ended), never while an epoch runs; a later epoch would capture
-// again. The capture figures stay (CaptureStats). It returns the first
+// driver graphs, whose device memory then returns to the allocator's
+// cache once the collector has freed its tensors; autograd.Captured.Close)
+// instead of when the Go collector finds them. Call it when the trainer
+// is done (an environment's episode ended), never while an epoch runs; a
+// later epoch would capture again. The capture figures stay (CaptureStats). It returns the first
 // error a graph's Close gave.
 func (t *Trainer) Close() error {
 	var first error
