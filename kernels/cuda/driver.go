@@ -354,8 +354,9 @@ const bouncePoolSize = 8
 // pinned buffer of mediumBounces (one of up to mediumPoolSize of that
 // size) rather than straight into its Go destination: a copy into
 // pageable memory is the driver's staging, in chunks, returning once it
-// is done, where a pinned copy is one DMA. W2's batch-64 logits (about
-// 15 KB in one joined tensor) are such a read, once a forward.
+// is done, where a pinned copy is one DMA. W2's batch-64 logits (64
+// rows of 42 floats, 10.5 KiB, in one joined tensor) are such a read,
+// once a forward.
 const (
 	mediumBounceMax = 256 << 10
 	mediumPoolSize  = 4
