@@ -339,6 +339,138 @@ func checkLinearBackward(s *suite, op string, lb kernels.LinearBackwardAdder) {
 	}
 }
 
+// checkReluHeadsGathered: ReluHeads with gathered inputs (In) and a
+// joined output (Join) against the float64 definition: two heads on [a
+// node's own row | the mean over its incoming edges] (a node without
+// edges among them), one on the means of 20 rows written two rows to a
+// joined row, one on a plain X; every head also into its columns of one
+// Join, whose last column no head writes. Where the backend declines,
+// every Out and Join is untouched.
+func checkReluHeadsGathered(s *suite, rh kernels.ReluHeadser) {
+	for _, d := range s.floats("ReluHeads", tensor.F64, tensor.F32) {
+		const nd = 10
+		mean := func(l graphLayout, w int) (x, srcT, rowPtrT, orderT *T, rows []float64) {
+			src, dst, srcT, rowPtrT, orderT := s.graphEdges(l)
+			x, xv := s.in(d, l.ns, w)
+			rows = make([]float64, l.nd*w)
+			for i := 0; i < l.nd; i++ {
+				n := 0
+				for k := range src {
+					if dst[k] == int64(i) {
+						n++
+						for f := 0; f < w; f++ {
+							rows[i*w+f] += xv[int(src[k])*w+f]
+						}
+					}
+				}
+				for f := 0; f < w && n > 0; f++ {
+					rows[i*w+f] /= float64(n)
+				}
+			}
+			return x, srcT, rowPtrT, orderT, rows
+		}
+		own, ownv := s.in(d, nd, 5)
+		mx, msrc, mptr, mord, mrows := mean(graphLayout{ns: 7, nd: nd, e: 16}, 6)
+		inA := &kernels.HeadInput{Rows: nd, Xs: []*T{own, mx}, Src: []*T{nil, msrc}, RowPtr: []*T{nil, mptr}, Order: []*T{nil, mord}}
+		xa := make([]float64, nd*11)
+		for i := 0; i < nd; i++ {
+			copy(xa[i*11:], ownv[i*5:(i+1)*5])
+			copy(xa[i*11+5:], mrows[i*6:(i+1)*6])
+		}
+		bx, bsrc, bptr, bord, brows := mean(graphLayout{ns: 4, nd: 2 * nd, e: 30}, 3)
+		inB := &kernels.HeadInput{Rows: 2 * nd, Xs: []*T{bx}, Src: []*T{bsrc}, RowPtr: []*T{bptr}, Order: []*T{bord}}
+		xc, xcv := s.in(d, nd, 4)
+		type head struct {
+			in       *kernels.HeadInput
+			x        *T
+			xv       []float64
+			n, k, hd int
+			o, g     int
+		}
+		heads := []head{{in: inA, xv: xa, n: nd, k: 11, hd: 9, o: 3, g: 1}, {in: inA, xv: xa, n: nd, k: 11, hd: 6, o: 1, g: 1},
+			{in: inB, xv: brows, n: 2 * nd, k: 3, hd: 5, o: 2, g: 2}, {x: xc, xv: xcv, n: nd, k: 4, hd: 7, o: 1, g: 1}}
+		width := 1 // a last column no head writes
+		for _, h := range heads {
+			width += h.g * h.o
+		}
+		join := s.out(d, nd, width)
+		var calls []kernels.ReluHeadCall
+		var want [][]float64
+		outs := []*T{join}
+		col := 0
+		for _, h := range heads {
+			c := kernels.ReluHeadCall{Out: s.out(d, h.n, h.o), X: h.x, In: h.in, Join: join, JoinCol: col, JoinRows: h.g}
+			var w1v, w2v, b1v, b2v []float64
+			c.W1, w1v = s.in(d, h.hd, h.k)
+			c.W2, w2v = s.in(d, h.o, h.hd)
+			c.B1, b1v = s.in(d, h.hd)
+			c.B2, b2v = s.in(d, h.o)
+			w := make([]float64, h.n*h.o)
+			for r := 0; r < h.n; r++ {
+				hid := make([]float64, h.hd)
+				for u := range hid {
+					v := b1v[u]
+					for p := 0; p < h.k; p++ {
+						v += h.xv[r*h.k+p] * w1v[u*h.k+p]
+					}
+					hid[u] = math.Max(v, 0)
+				}
+				for o := 0; o < h.o; o++ {
+					v := b2v[o]
+					for u, hv := range hid {
+						v += hv * w2v[o*h.hd+u]
+					}
+					w[r*h.o+o] = v
+				}
+			}
+			calls, want, outs = append(calls, c), append(want, w), append(outs, c.Out)
+			col += h.g * h.o
+		}
+		untouched := s.read(outs)
+		what := name("ReluHeads", d, "gathered and joined", len(calls))
+		var done bool
+		s.check(call{what: what, launch: func() { done = rh.ReluHeads(calls) }, writes: outs, declined: func() bool { return !done }},
+			func(got [][]float64) {
+				if !done {
+					for k := range got {
+						same(s.t, name(what, "tensor", k, "untouched"), got[k], untouched[k])
+					}
+					return
+				}
+				joined := make([]float64, nd*width)
+				copy(joined, untouched[0]) // the last column stays as it was
+				col := 0
+				for k, h := range heads {
+					s.close(name(what, "head", k), got[k+1], want[k], 64*tol(d))
+					for r := 0; r < h.n; r++ {
+						for o := 0; o < h.o; o++ {
+							joined[(r/h.g)*width+col+(r%h.g)*h.o+o] = got[k+1][r*h.o+o]
+						}
+					}
+					col += h.g * h.o
+				}
+				same(s.t, name(what, "join"), got[0], joined)
+			})
+	}
+	s.panics("ReluHeads", func() { // both X and In
+		x := s.out(tensor.F32, 2, 3)
+		in := &kernels.HeadInput{Rows: 2, Xs: []*T{x}, Src: []*T{nil}, RowPtr: []*T{nil}, Order: []*T{nil}}
+		rh.ReluHeads([]kernels.ReluHeadCall{{Out: s.out(tensor.F32, 2, 3), X: x, In: in, W1: s.out(tensor.F32, 4, 3), W2: s.out(tensor.F32, 3, 4)}})
+	})
+	s.panics("ReluHeads", func() { // two heads' Join columns overlap
+		x := s.out(tensor.F32, 2, 3)
+		join := s.out(tensor.F32, 2, 4)
+		w1, w2 := s.out(tensor.F32, 4, 3), s.out(tensor.F32, 3, 4)
+		rh.ReluHeads([]kernels.ReluHeadCall{{Out: s.out(tensor.F32, 2, 3), X: x, W1: w1, W2: w2, Join: join, JoinRows: 1},
+			{Out: s.out(tensor.F32, 2, 3), X: x, W1: w1, W2: w2, Join: join, JoinCol: 1, JoinRows: 1}})
+	})
+	s.panics("ReluHeads", func() { // JoinRows does not divide the rows
+		x := s.out(tensor.F32, 3, 3)
+		rh.ReluHeads([]kernels.ReluHeadCall{{Out: s.out(tensor.F32, 3, 1), X: x, W1: s.out(tensor.F32, 4, 3), W2: s.out(tensor.F32, 1, 4),
+			Join: s.out(tensor.F32, 1, 3), JoinRows: 2}})
+	})
+}
+
 // checkReluHeads: ReluHeads against the float64 definition, relu(x·w1ᵀ +
 // b1)·w2ᵀ + b2 per head: heads sharing an input (a policy's context
 // heads, outputs of several widths), a head of one output on a longer
@@ -420,6 +552,7 @@ func checkReluHeads(s *suite) {
 				})
 		}
 	}
+	checkReluHeadsGathered(s, rh)
 	s.panics("ReluHeads", func() { // Out is the input
 		x := s.out(tensor.F32, 2, 3)
 		w1, w2 := s.out(tensor.F32, 4, 3), s.out(tensor.F32, 3, 4)

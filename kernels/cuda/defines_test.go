@@ -26,6 +26,8 @@ func TestKernelDefinesMatchGo(t *testing.T) {
 		{"graph.cu", "GSUM_JOIN", gsumJoin},
 		{"graph.cu", "RH_MAX", rhMax},
 		{"graph.cu", "RH_ROWS", rhRows},
+		{"graph.cu", "RH_IN", rhIn},
+		{"graph.cu", "RH_PIECES", rhPieces},
 		{"matmul.cu", "GEMM_JOIN", gemmJoin},
 		{"matmul.cu", "GJ_T", gemmJoinTile},
 		{"matmul.cu", "GJ_SKINNY", gemmJoinSkinny},

@@ -677,8 +677,10 @@ func (b *Backend) ReluHeads(calls []kernels.ReluHeadCall) bool {
 // ReluHeads is kernels.ReluHeadser's ReluHeads, F32: every head in
 // relu_heads_f32 launches of up to rhMax heads (a block of rhThreads
 // threads per rhRows rows of a head); false, having written nothing,
-// for another dtype or a head wider than rhMaxWidth (K + Hd).
-// Everything is checked before anything launches.
+// for another dtype, a head wider than rhMaxWidth (K + Hd), more than
+// rhIn distinct gathered inputs (calls sharing one *HeadInput read one)
+// or an input of more than rhPieces pieces. Each launch carries every
+// gathered input. Everything is checked before anything launches.
 func (d *Device) ReluHeads(calls []kernels.ReluHeadCall) (bool, error) {
 	const op = "ReluHeads"
 	dims, err := kernels.CheckReluHeads(op, calls)
@@ -688,24 +690,47 @@ func (d *Device) ReluHeads(calls []kernels.ReluHeadCall) (bool, error) {
 	if joinsOff.Load() {
 		return false, nil
 	}
+	f32 := tensor.F32
 	hs := make([]rhHead, 0, len(calls))
+	var ins [][]gatherPart
+	inIndex := map[*kernels.HeadInput]int64{}
 	for i, c := range calls {
-		n, k, hd, o := dims[i][0], dims[i][1], dims[i][2], dims[i][3]
-		if c.X.DType() != tensor.F32 || k+hd > rhMaxWidth {
+		n, k, hd, o := dims[i].N, dims[i].K, dims[i].Hd, dims[i].O
+		if c.Out.DType() != f32 || k+hd > rhMaxWidth {
 			return false, nil
 		}
-		f32 := tensor.F32
-		ptrs, err := d.ptrList(fmt.Sprintf("%s: head %d", op, i), []string{"x", "w1", "b1", "w2", "b2", "out"},
-			[]*tensor.Tensor{c.X, c.W1, c.B1, c.W2, c.B2, c.Out}, []tensor.DType{f32, f32, f32, f32, f32, f32},
-			[]bool{false, false, true, false, true, false})
+		what := fmt.Sprintf("%s: head %d", op, i)
+		ptrs, err := d.ptrList(what, []string{"x", "w1", "b1", "w2", "b2", "out", "join"},
+			[]*tensor.Tensor{c.X, c.W1, c.B1, c.W2, c.B2, c.Out, c.Join}, []tensor.DType{f32, f32, f32, f32, f32, f32, f32},
+			[]bool{c.In != nil, false, true, false, true, false, true})
 		if err != nil {
 			return false, err
+		}
+		h := rhHead{x: uint64(ptrs[0]), w1: uint64(ptrs[1]), b1: uint64(ptrs[2]), w2: uint64(ptrs[3]), b2: uint64(ptrs[4]),
+			out: uint64(ptrs[5]), n: int64(n), k: int64(k), hd: int64(hd), o: int64(o), join: uint64(ptrs[6])}
+		if c.Join != nil {
+			h.jld, h.jcol, h.jrows = int64(c.Join.Dim(1)), int64(c.JoinCol), int64(c.JoinRows)
+		}
+		if c.In != nil {
+			at, seen := inIndex[c.In]
+			if !seen {
+				parts, err := d.headInput(what, c.In, dims[i])
+				if err != nil {
+					return false, err
+				}
+				if len(parts) > rhPieces || len(ins) == rhIn {
+					return false, nil
+				}
+				ins = append(ins, parts)
+				at = int64(len(ins))
+				inIndex[c.In] = at
+			}
+			h.in = at
 		}
 		if n == 0 || o == 0 {
 			continue
 		}
-		hs = append(hs, rhHead{x: uint64(ptrs[0]), w1: uint64(ptrs[1]), b1: uint64(ptrs[2]), w2: uint64(ptrs[3]), b2: uint64(ptrs[4]),
-			out: uint64(ptrs[5]), n: int64(n), k: int64(k), hd: int64(hd), o: int64(o)})
+		hs = append(hs, h)
 	}
 	if len(hs) == 0 {
 		return true, nil
@@ -718,11 +743,32 @@ func (d *Device) ReluHeads(calls []kernels.ReluHeadCall) (bool, error) {
 	defer release()
 	var w [rhWords]uint64
 	for start := 0; start < len(hs); start += rhMax {
-		blocks, shared := rhPack(&w, hs[start:min(len(hs), start+rhMax)])
+		blocks, shared := rhPack(&w, hs[start:min(len(hs), start+rhMax)], ins)
 		d.joins.Add(1)
 		if err := launchStructShared(fn, [3]int{int(blocks), 1, 1}, [3]int{rhThreads, 1, 1}, int(shared), d.stream, w[:]); err != nil {
 			return false, err
 		}
 	}
 	return true, nil
+}
+
+// headInput returns a gathered head input's parts (gatherPlan's, no
+// ones): its pieces' addresses, F32, as kernels.CheckReluHeads found
+// them (dims.Pieces).
+func (d *Device) headInput(what string, in *kernels.HeadInput, dims kernels.ReluHeadDims) ([]gatherPart, error) {
+	n := len(in.Xs)
+	xa, sa, ra, oa := make([]uint64, n), make([]uint64, n), make([]uint64, n), make([]uint64, n)
+	for i, p := range dims.Pieces {
+		if p.Width == 0 {
+			continue
+		}
+		ptrs, err := d.ptrList(fmt.Sprintf("%s: In piece %d", what, i), []string{"x", "src", "rowPtr", "order"},
+			[]*tensor.Tensor{in.Xs[i], in.Src[i], in.RowPtr[i], in.Order[i]}, []tensor.DType{tensor.F32, tensor.I64, tensor.I64, tensor.I64},
+			[]bool{false, !p.Gathered, !p.Gathered, !p.Gathered})
+		if err != nil {
+			return nil, err
+		}
+		xa[i], sa[i], ra[i], oa[i] = uint64(ptrs[0]), uint64(ptrs[1]), uint64(ptrs[2]), uint64(ptrs[3])
+	}
+	return gatherPlan(dims.Pieces, xa, sa, ra, oa, 0, dims.K), nil
 }

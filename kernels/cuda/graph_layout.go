@@ -319,44 +319,68 @@ func gsumJoinPack(w *[gsumJoinWords]uint64, gs []gsumCall) int64 {
 	return end
 }
 
-// rhMax is RH_MAX, the most heads one relu_heads_f32 launch runs, and
-// rhRows RH_ROWS, the rows a block takes; rhHeadWords and rhWords are
-// the sizes of struct RhHead and struct RhArgs in 8-byte words;
-// rhThreads is a block's threads (the kernel's launch bound: 32 warps,
-// so that W2's 128 hidden units are 4 a warp; at 8 warps, 16 a warp,
-// its heads' launch took about 35 µs at batch 1 on an H200), and
-// rhMaxWidth the most K + Hd a head may have: its rows' inputs and
-// hidden units in 48 KiB of shared memory.
+// rhMax is RH_MAX, the most heads one relu_heads_f32 launch runs,
+// rhRows RH_ROWS, the rows a block takes, rhIn RH_IN, the most gathered
+// inputs a launch reads, and rhPieces RH_PIECES, the most pieces of one;
+// rhInWords, rhHeadWords and rhWords are the sizes of struct RhIn,
+// struct RhHead and struct RhArgs in 8-byte words; rhThreads is a
+// block's threads (the kernel's launch bound: 32 warps, so that W2's 128
+// hidden units are 4 a warp; at 8 warps, 16 a warp, its heads' launch
+// took about 35 µs at batch 1 on an H200), and rhMaxWidth the most K +
+// Hd a head may have: its rows' inputs and hidden units in 48 KiB of
+// shared memory.
 const (
-	rhMax       = 32
+	rhMax       = 16
 	rhRows      = 8
-	rhHeadWords = 10
-	rhWords     = 1 + rhMax + rhMax*rhHeadWords
+	rhIn        = 4
+	rhPieces    = 4
+	rhInWords   = 1 + rhPieces*gatherPartWords
+	rhHeadWords = 15
+	rhWords     = 1 + rhMax + rhIn*rhInWords + rhMax*rhHeadWords
 	rhThreads   = 1024
 	rhMaxWidth  = (48 << 10) / (4 * rhRows)
 )
 
 // rhHead is one head of a relu_heads_f32 launch: x, w1, b1, w2, b2 and
 // out's addresses (b1, b2 0: none), n rows, k inputs, hd hidden units
-// and o outputs.
+// and o outputs; in, 0 where x is the input, else the gathered input
+// in − 1 of the launch (x then 0); join, 0 or the address of the joined
+// output its outputs also go to, with jld that output's row stride, jcol
+// the head's first column and jrows its rows per joined row.
 type rhHead struct {
 	x, w1, b1, w2, b2, out uint64
-	n, k, hd, o            int64
+	n, k, hd, o, in        int64
+	join                   uint64
+	jld, jcol, jrows       int64
 }
 
 // rhPack writes struct RhArgs into w for hs (1 to rhMax heads, each of
-// at least one row) and returns the launch's blocks (every head's row
-// tiles) and a block's dynamic shared memory in bytes (the widest
-// head's rhRows·(k + hd) floats); unused slots are zeroed.
-func rhPack(w *[rhWords]uint64, hs []rhHead) (blocks, shared int64) {
+// at least one row) and ins (at most rhIn gathered inputs, each of 1 to
+// rhPieces parts, none empty: gatherPlan's), and returns the launch's
+// blocks (every head's row tiles) and a block's dynamic shared memory in
+// bytes (the widest head's rhRows·(k + hd) floats); unused slots are
+// zeroed.
+func rhPack(w *[rhWords]uint64, hs []rhHead, ins [][]gatherPart) (blocks, shared int64) {
 	*w = [rhWords]uint64{}
 	w[0] = uint64(len(hs))
+	for i, parts := range ins {
+		o := 1 + rhMax + i*rhInWords
+		w[o] = uint64(len(parts))
+		var loc int64
+		for j, p := range parts {
+			q := o + 1 + j*gatherPartWords
+			w[q], w[q+1], w[q+2], w[q+3] = p.x, p.src, p.rowPtr, p.order
+			w[q+4], w[q+5], w[q+6], w[q+7] = uint64(p.w), uint64(p.col), uint64(loc), uint64(p.kind)
+			loc += p.w
+		}
+	}
 	for i, h := range hs {
 		blocks += (h.n + rhRows - 1) / rhRows
 		w[1+i] = uint64(blocks)
-		o := 1 + rhMax + i*rhHeadWords
+		o := 1 + rhMax + rhIn*rhInWords + i*rhHeadWords
 		w[o], w[o+1], w[o+2], w[o+3], w[o+4], w[o+5] = h.x, h.w1, h.b1, h.w2, h.b2, h.out
-		w[o+6], w[o+7], w[o+8], w[o+9] = uint64(h.n), uint64(h.k), uint64(h.hd), uint64(h.o)
+		w[o+6], w[o+7], w[o+8], w[o+9], w[o+10] = uint64(h.n), uint64(h.k), uint64(h.hd), uint64(h.o), uint64(h.in)
+		w[o+11], w[o+12], w[o+13], w[o+14] = h.join, uint64(h.jld), uint64(h.jcol), uint64(h.jrows)
 		shared = max(shared, 4*rhRows*(h.k+h.hd))
 	}
 	return blocks, shared

@@ -4,6 +4,8 @@ import (
 	"math"
 	"math/rand"
 	"testing"
+
+	"github.com/esper-go/esper/kernels"
 )
 
 // rhLayerEmu is rh_layer for one block: in [rhRows, width] rows, units
@@ -42,7 +44,10 @@ func rhLayerEmu(in, w, b []float32, width, units int64, relu bool, rows int, dst
 }
 
 // rhRunEmu is relu_heads_f32 in Go over the launch rhPack describes:
-// every block routed to its head and tile as the kernel routes it.
+// every block routed to its head and tile as the kernel routes it, its
+// rows read from x or, for a gathered input, element by element as
+// rh_in_at reads them, and a head's outputs also written to its joined
+// output's columns.
 func rhRunEmu(w *[rhWords]uint64, blocks int64, m gatherMem) {
 	n := int(w[0])
 	for b := int64(0); b < blocks; b++ {
@@ -53,15 +58,20 @@ func rhRunEmu(w *[rhWords]uint64, blocks int64, m gatherMem) {
 		if c > 0 {
 			t -= int64(w[c])
 		}
-		q := w[1+rhMax+c*rhHeadWords:]
-		x, w1, b1, w2, b2, out := m.f[q[0]], m.f[q[1]], m.f[q[2]], m.f[q[3]], m.f[q[4]], m.f[q[5]]
-		rn, k, hd, o := int64(q[6]), int64(q[7]), int64(q[8]), int64(q[9])
+		q := w[1+rhMax+rhIn*rhInWords+c*rhHeadWords:]
+		w1, b1, w2, b2, out := m.f[q[1]], m.f[q[2]], m.f[q[3]], m.f[q[4]], m.f[q[5]]
+		rn, k, hd, o, in := int64(q[6]), int64(q[7]), int64(q[8]), int64(q[9]), int64(q[10])
 		r0 := t * rhRows
 		rows := int(min(rhRows, rn-r0))
 		xs := make([]float32, rhRows*k)
 		for e := range xs {
-			if r := int64(e) / k; r < int64(rows) {
-				xs[e] = x[(r0+r)*k+int64(e)%k]
+			r, j := int64(e)/k, int64(e)%k
+			switch {
+			case r >= int64(rows):
+			case in > 0:
+				xs[e] = rhInAtEmu(w[1+rhMax+(in-1)*rhInWords:], m, r0+r, j)
+			default:
+				xs[e] = m.f[q[0]][(r0+r)*k+j]
 			}
 		}
 		hs := make([]float32, rhRows*hd)
@@ -70,7 +80,31 @@ func rhRunEmu(w *[rhWords]uint64, blocks int64, m gatherMem) {
 		}
 		rhLayerEmu(xs, w1, b1, k, hd, true, rhRows, hs, hd)
 		rhLayerEmu(hs, w2, b2, hd, o, false, rows, out[r0*o:], o)
+		if q[11] != 0 {
+			join, ld, col, g := m.f[q[11]], int64(q[12]), int64(q[13]), int64(q[14])
+			for r := int64(0); r < int64(rows); r++ {
+				R := r0 + r
+				for u := int64(0); u < o; u++ {
+					join[(R/g)*ld+col+(R%g)*o+u] = out[R*o+u]
+				}
+			}
+		}
 	}
+}
+
+// rhInAtEmu is rh_in_at over the words of a struct RhIn.
+func rhInAtEmu(in []uint64, m gatherMem, i, j int64) float32 {
+	np, p := int64(in[0]), int64(0)
+	for p+1 < np && j >= int64(in[1+(p+1)*gatherPartWords+6]) {
+		p++
+	}
+	g := in[1+p*gatherPartWords:]
+	pw, loc := int64(g[4]), int64(g[6])
+	f := j - loc
+	if g[7] == gatherMean {
+		return gatherMeanAtEmu(gsumTermEmu{x: m.f[g[0]], src: m.i[g[1]], rowPtr: m.i[g[2]], order: m.i[g[3]], ld: pw}, i, f)
+	}
+	return m.f[g[0]][i*pw+f]
 }
 
 // TestReluHeadsKernelInGo: relu_heads_f32, transcribed and run over
@@ -120,7 +154,7 @@ func TestReluHeadsKernelInGo(t *testing.T) {
 		hs = append(hs, r)
 	}
 	var w [rhWords]uint64
-	blocks, shared := rhPack(&w, hs)
+	blocks, shared := rhPack(&w, hs, nil)
 	if want := int64(7*8 + 24 + 8 + 2); blocks != want || shared != 4*rhRows*(256+128) {
 		t.Fatalf("%d blocks with %d bytes of shared memory, want %d and %d", blocks, shared, want, 4*rhRows*(256+128))
 	}
@@ -227,6 +261,158 @@ func TestReluHeadsPairsKeepTheBits(t *testing.T) {
 					}
 				}
 			}
+		}
+	}
+}
+
+// TestReluHeadsGatheredJoinedInGo: relu_heads_f32, transcribed and run
+// over rhPack's launch, with a policy's gathered inputs and joined
+// output as the tamiyo policy hands them at batch 64: the seven context
+// heads on [global row | mean of the graph's slots] (a CSR whose edges
+// come in shuffled order), the slot head on [slot row | its graph's
+// global row] (a CSR of one edge a slot) writing three slots a joined
+// row, the value head on the global rows themselves. Every head's output
+// is the float64 definition's on the inputs the definition gathers, and
+// the joined output holds every head's outputs, bit for bit, in its
+// columns (every element written, none twice). It runs without a GPU.
+func TestReluHeadsGatheredJoinedInGo(t *testing.T) {
+	const B, slots, C, hidden = 64, 3, 128, 128
+	rng := rand.New(rand.NewSource(37))
+	a := newGatherAlloc()
+	m := a.gatherMem
+	randF := func(n int, s float64) []float32 { return normals32(rng, n, s) }
+	glob, slot := randF(B*C, 1), randF(B*slots*C, 1)
+	globAt, slotAt := a.putF(glob), a.putF(slot)
+	// The slots' mean per graph: edges slot → graph in a shuffled order,
+	// order listing them by destination.
+	perm := rng.Perm(B * slots)
+	src, dst := make([]int64, B*slots), make([]int64, B*slots)
+	for k, s := range perm {
+		src[k], dst[k] = int64(s), int64(s/slots)
+	}
+	meanPtr, meanOrder := make([]int64, B+1), make([]int64, 0, B*slots)
+	for g := 0; g < B; g++ {
+		for k := range src {
+			if dst[k] == int64(g) {
+				meanOrder = append(meanOrder, int64(k))
+			}
+		}
+		meanPtr[g+1] = int64(len(meanOrder))
+	}
+	// Each slot's graph: one edge a slot, in order.
+	gsrc, gptr, gorder := make([]int64, B*slots), make([]int64, B*slots+1), make([]int64, B*slots)
+	for s := range gsrc {
+		gsrc[s], gptr[s+1], gorder[s] = int64(s/slots), int64(s+1), int64(s)
+	}
+	plan := func(blocks []kernels.GatherBlock, xs, srcs, ptrs, orders []uint64, k int) []gatherPart {
+		return gatherPlan(blocks, xs, srcs, ptrs, orders, 0, k)
+	}
+	ctxIn := plan([]kernels.GatherBlock{{Col: 0, Width: C}, {Col: C, Width: C, Gathered: true}},
+		[]uint64{globAt, slotAt}, []uint64{0, a.putI(src)}, []uint64{0, a.putI(meanPtr)}, []uint64{0, a.putI(meanOrder)}, 2*C)
+	ptrIn := plan([]kernels.GatherBlock{{Col: 0, Width: C}, {Col: C, Width: C, Gathered: true}},
+		[]uint64{slotAt, globAt}, []uint64{0, a.putI(gsrc)}, []uint64{0, a.putI(gptr)}, []uint64{0, a.putI(gorder)}, 2*C)
+	// The inputs as the definition gathers them, in float64.
+	ctx, ptr := make([]float64, B*2*C), make([]float64, B*slots*2*C)
+	for g := 0; g < B; g++ {
+		for c := 0; c < C; c++ {
+			ctx[g*2*C+c] = float64(glob[g*C+c])
+			var sum float64
+			for s := 0; s < slots; s++ {
+				sum += float64(slot[(g*slots+s)*C+c])
+			}
+			ctx[g*2*C+C+c] = sum / slots
+		}
+	}
+	for s := 0; s < B*slots; s++ {
+		for c := 0; c < C; c++ {
+			ptr[s*2*C+c] = float64(slot[s*C+c])
+			ptr[s*2*C+C+c] = float64(glob[(s/slots)*C+c])
+		}
+	}
+	globF := make([]float64, B*C)
+	for e, v := range glob {
+		globF[e] = float64(v)
+	}
+	type head struct {
+		x              []float64
+		n, k, o, g     int
+		w1, b1, w2, b2 []float32
+	}
+	var heads []head
+	for _, o := range []int{6, 13, 5, 5, 5, 3, 3} {
+		heads = append(heads, head{x: ctx, n: B, k: 2 * C, o: o, g: 1})
+	}
+	heads = append(heads, head{x: ptr, n: B * slots, k: 2 * C, o: 1, g: slots}, head{x: globF, n: B, k: C, o: 1, g: 1})
+	width := 0
+	for _, h := range heads {
+		width += h.g * h.o
+	}
+	joined := make([]float32, B*width)
+	for e := range joined {
+		joined[e] = float32(math.NaN()) // every element must be written
+	}
+	joinAt := a.putF(joined)
+	var hs []rhHead
+	col := 0
+	for i := range heads {
+		h := &heads[i]
+		h.w1, h.w2 = randF(hidden*h.k, 1/math.Sqrt(float64(h.k))), randF(h.o*hidden, 1/math.Sqrt(hidden))
+		h.b1, h.b2 = randF(hidden, 0.5), randF(h.o, 0.5)
+		out := make([]float32, h.n*h.o)
+		for e := range out {
+			out[e] = float32(math.NaN())
+		}
+		r := rhHead{w1: a.putF(h.w1), b1: a.putF(h.b1), w2: a.putF(h.w2), b2: a.putF(h.b2), out: a.putF(out),
+			n: int64(h.n), k: int64(h.k), hd: hidden, o: int64(h.o), join: joinAt, jld: int64(width), jcol: int64(col), jrows: int64(h.g)}
+		switch {
+		case i < 7:
+			r.in = 1
+		case i == 7:
+			r.in = 2
+		default:
+			r.x = globAt
+		}
+		hs = append(hs, r)
+		col += h.g * h.o
+	}
+	var w [rhWords]uint64
+	blocks, _ := rhPack(&w, hs, [][]gatherPart{ctxIn, ptrIn})
+	if want := int64(7*8 + 24 + 8); blocks != want {
+		t.Fatalf("%d blocks, want %d", blocks, want)
+	}
+	rhRunEmu(&w, blocks, m)
+	col = 0
+	for i, h := range heads {
+		out := m.f[hs[i].out]
+		for r := 0; r < h.n; r++ {
+			hid := make([]float64, hidden)
+			for u := range hid {
+				v := float64(h.b1[u])
+				for p := 0; p < h.k; p++ {
+					v += h.x[r*h.k+p] * float64(h.w1[u*h.k+p])
+				}
+				hid[u] = math.Max(v, 0)
+			}
+			for o := 0; o < h.o; o++ {
+				v := float64(h.b2[o])
+				for u, hv := range hid {
+					v += hv * float64(h.w2[o*hidden+u])
+				}
+				got := out[r*h.o+o]
+				if !(math.Abs(float64(got)-v) <= 1e-4*(1+math.Abs(v))) {
+					t.Fatalf("head %d row %d output %d: %v, want %v", i, r, o, got, v)
+				}
+				j := joined[(r/h.g)*width+col+(r%h.g)*h.o+o]
+				if math.Float32bits(j) != math.Float32bits(got) {
+					t.Fatalf("head %d row %d output %d: joined %v, out %v", i, r, o, j, got)
+				}
+			}
+		}
+		col += h.g * h.o
+	}
+	for e, v := range joined {
+		if v != v {
+			t.Fatalf("joined element %d never written", e)
 		}
 	}
 }

@@ -193,7 +193,12 @@ var _ kernels.ReluHeadser = (*Backend)(nil)
 func (b *Backend) ReluHeads(calls []kernels.ReluHeadCall) bool {
 	var ts []*tensor.Tensor
 	for _, c := range calls {
-		ts = append(ts, c.Out, c.X, c.W1, c.B1, c.W2, c.B2)
+		ts = append(ts, c.Out, c.X, c.W1, c.B1, c.W2, c.B2, c.Join)
+		if c.In != nil {
+			for _, pieces := range [][]*tensor.Tensor{c.In.Xs, c.In.Src, c.In.RowPtr, c.In.Order} {
+				ts = append(ts, pieces...)
+			}
+		}
 	}
 	b.join("ReluHeads", ts, func() error { _, err := kernels.CheckReluHeads("ReluHeads", calls); return err }, func() { kernels.ReluHeadsOps(b, calls) })
 	return true

@@ -818,37 +818,79 @@ __global__ void __launch_bounds__(256, 4) gather_sum_join_f32(const __grid_const
 }
 
 // RH_MAX is the most heads one relu_heads_f32 launch runs (Go's
-// rhMax), RH_ROWS the rows a block takes (Go's rhRows). RhHead is one
-// head (Go's rhPack, word for word: x, w1, b1, w2, b2 and out, then n
-// rows, k inputs, hd hidden units and o outputs), RhArgs the launch: the
+// rhMax), RH_ROWS the rows a block takes (Go's rhRows), RH_IN the most
+// gathered inputs a launch reads (Go's rhIn) and RH_PIECES the most
+// pieces of one (Go's rhPieces). RhIn is a gathered input (Go's
+// rhInPack: the piece count, then the pieces as gather_concat_f32 takes
+// them, loc their first column, col unused). RhHead is one head (Go's
+// rhPack, word for word: x, w1, b1, w2, b2 and out, then n rows, k
+// inputs, hd hidden units and o outputs, in — 0: x is the input, else
+// RhArgs.in[in − 1] — then join, null or the joined output its outputs
+// are also written to, its row stride jld, the head's first column jcol
+// and jrows, the head's rows per joined row), RhArgs the launch: the
 // head count, then tileEnd[h], the end of head h's row tiles along the
 // grid — head h's are [tileEnd[h−1], tileEnd[h]), from 0 — then the
-// heads.
-#define RH_MAX 32
+// gathered inputs, then the heads.
+#define RH_MAX 16
 #define RH_ROWS 8
+#define RH_IN 4
+#define RH_PIECES 4
+struct RhIn {
+    int64_t npieces;
+    GatherPart p[RH_PIECES];
+};
 struct RhHead {
     const float *x, *w1, *b1, *w2, *b2;
     float* out;
-    int64_t n, k, hd, o;
+    int64_t n, k, hd, o, in;
+    float* join;
+    int64_t jld, jcol, jrows;
 };
 struct RhArgs {
     int64_t nheads;
     int64_t tileEnd[RH_MAX];
+    RhIn in[RH_IN];
     RhHead h[RH_MAX];
 };
+
+// RhJoin is where rh_store also writes a head's outputs: p null for none
+// (the hidden layer), else output (r0 + r, u) of a head of o outputs goes
+// to p[(R / rows)·ld + col + (R mod rows)·o + u], R = r0 + r.
+struct RhJoin {
+    float* p;
+    int64_t ld, col, rows, o, r0;
+};
+
+// rh_in_at is element (i, j) of a gathered input: the piece whose
+// [loc, loc + w) holds column j, its mean over its CSR (gather_mean_at,
+// as gather_concat_f32 computes it, bit for bit) or its x's row i.
+__device__ __forceinline__ float rh_in_at(const RhIn& in, int64_t i, int64_t j) {
+    int p = 0;
+    while (p + 1 < (int)in.npieces && j >= in.p[p + 1].loc) p++;
+    const GatherPart& g = in.p[p];
+    const int64_t f = j - g.loc;
+    if (g.kind == 0) return gather_mean_at(g.x, g.src, g.rowPtr, g.order, g.w, i, f);
+    return g.x[i * g.w + f];
+}
 
 // rh_store is rh_layer's output of unit u for the block's rows: each
 // row's sum over the warp (a butterfly), plus the bias b[u] (b null:
 // none), through ReLU when relu (unary_f's: NaN kept), stored by lane 0
-// for the rows < rows at dst[r·ld + u].
+// for the rows < rows at dst[r·ld + u], and where jn.p is set at its
+// place in the joined output too.
 __device__ __forceinline__ void rh_store(float (&acc)[RH_ROWS], const float* b, int64_t u, bool relu, int rows,
-                                         float* dst, int64_t ld, int lane) {
+                                         float* dst, int64_t ld, int lane, const RhJoin& jn) {
 #pragma unroll
     for (int r = 0; r < RH_ROWS; r++) {
         float v = warp_sum(acc[r]);
         if (lane == 0 && r < rows) {
             if (b) v += b[u];
-            dst[r * ld + u] = relu ? unary_f(U_RELU, v) : v;
+            v = relu ? unary_f(U_RELU, v) : v;
+            dst[r * ld + u] = v;
+            if (jn.p) {
+                const int64_t R = jn.r0 + r;
+                jn.p[(R / jn.rows) * jn.ld + jn.col + (R % jn.rows) * jn.o + u] = v;
+            }
         }
     }
 }
@@ -862,7 +904,8 @@ __device__ __forceinline__ void rh_store(float (&acc)[RH_ROWS], const float* b, 
 // from shared memory feeds both units' sums (every sum is the one a unit
 // alone would make, bit for bit).
 __device__ __forceinline__ void rh_layer(const float* in, const float* w, const float* b, int64_t width,
-                                         int64_t units, bool relu, int rows, float* dst, int64_t ld) {
+                                         int64_t units, bool relu, int rows, float* dst, int64_t ld,
+                                         const RhJoin& jn) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     for (int64_t u = warp; u < units; u += 2 * warps) {
         const int64_t u2 = u + warps;
@@ -882,8 +925,8 @@ __device__ __forceinline__ void rh_layer(const float* in, const float* w, const 
                 acc2[r] = fmaf(x, wv2, acc2[r]);
             }
         }
-        rh_store(acc, b, u, relu, rows, dst, ld, lane);
-        if (two) rh_store(acc2, b, u2, relu, rows, dst, ld, lane);
+        rh_store(acc, b, u, relu, rows, dst, ld, lane, jn);
+        if (two) rh_store(acc2, b, u2, relu, rows, dst, ld, lane, jn);
     }
 }
 
@@ -892,9 +935,11 @@ __device__ __forceinline__ void rh_layer(const float* in, const float* w, const 
 // optional), every head of a launch together: block b takes rows t·
 // RH_ROWS, … of the head whose tiles hold it (t its tile within the
 // head), copies them into dynamic shared memory (zeros past the head's
-// rows), computes their hidden units into shared memory (rh_layer with
-// ReLU), then their outputs. Dynamic shared memory: RH_ROWS·(k + hd)
-// floats of the widest head.
+// rows) — from x, or for a head with a gathered input each element as
+// rh_in_at computes it — computes their hidden units into shared memory
+// (rh_layer with ReLU), then their outputs, into out and, for a head
+// with a join, into its columns of the joined output. Dynamic shared
+// memory: RH_ROWS·(k + hd) floats of the widest head.
 __global__ void __launch_bounds__(1024) relu_heads_f32(const __grid_constant__ RhArgs a) {
     extern __shared__ float sh[];
     int64_t t = blockIdx.x;
@@ -906,14 +951,24 @@ __global__ void __launch_bounds__(1024) relu_heads_f32(const __grid_constant__ R
     const int rows = (int)min((int64_t)RH_ROWS, q.n - r0);
     float* xs = sh;
     float* hs = sh + RH_ROWS * q.k;
-    for (int64_t e = threadIdx.x; e < RH_ROWS * q.k; e += blockDim.x) {
-        const int64_t r = e / q.k;
-        xs[e] = r < rows ? q.x[(r0 + r) * q.k + e % q.k] : 0.f;
+    if (q.in > 0) {
+        const RhIn& in = a.in[q.in - 1];
+        for (int64_t e = threadIdx.x; e < RH_ROWS * q.k; e += blockDim.x) {
+            const int64_t r = e / q.k;
+            xs[e] = r < rows ? rh_in_at(in, r0 + r, e % q.k) : 0.f;
+        }
+    } else {
+        for (int64_t e = threadIdx.x; e < RH_ROWS * q.k; e += blockDim.x) {
+            const int64_t r = e / q.k;
+            xs[e] = r < rows ? q.x[(r0 + r) * q.k + e % q.k] : 0.f;
+        }
     }
     __syncthreads();  // the rows are in
-    rh_layer(xs, q.w1, q.b1, q.k, q.hd, true, RH_ROWS, hs, q.hd);
+    const RhJoin none{nullptr, 0, 0, 1, 0, 0};
+    rh_layer(xs, q.w1, q.b1, q.k, q.hd, true, RH_ROWS, hs, q.hd, none);
     __syncthreads();  // every hidden unit is in
-    rh_layer(hs, q.w2, q.b2, q.hd, q.o, false, rows, q.out + r0 * q.o, q.o);
+    const RhJoin jn{q.join, q.jld, q.jcol, q.jrows, q.o, r0};
+    rh_layer(hs, q.w2, q.b2, q.hd, q.o, false, rows, q.out + r0 * q.o, q.o, jn);
 }
 
 }  // extern "C"
