@@ -575,22 +575,70 @@ func ReluHeads(x *Var, hs []ReluHead) []*Var {
 	return outs
 }
 
-// joinableHeads reports whether ReluHeads runs hs together on x.
-// ReluHeadGroup is heads on one input: ReluHeads' arguments.
+// ReluHeadGroup is heads on one input: X, or where X is nil the pieces'
+// GatherConcat (a policy's context: its global embedding beside the mean
+// of its slots' embeddings).
 type ReluHeadGroup struct {
-	X     *Var
-	Heads []ReluHead
+	X      *Var
+	Pieces []GatherPiece
+	Heads  []ReluHead
 }
 
-// ReluHeadGroups returns ReluHeads(g.X, g.Heads) for each group g: a
-// policy's action heads on one input, its pointer head on another, its
-// value head on a third. In inference (nothing recording a gradient),
-// with every input a 2-D F32 matrix on one device that is a
-// kernels.ReluHeadser taking them all, every head of every group is one
-// call (CUDA: one launch for up to 32 heads), each output a [N, out]
+// input returns the group's input: X, or GatherConcat(Pieces).
+func (g ReluHeadGroup) input() *Var {
+	if g.X != nil {
+		return g.X
+	}
+	return GatherConcat(g.Pieces)
+}
+
+// rows returns the group's input rows.
+func (g ReluHeadGroup) rows() int {
+	if g.X != nil {
+		return g.X.Shape()[0]
+	}
+	return g.Pieces[0].rows()
+}
+
+// HeadColumn places one head's output in ReluHeadGroupsJoined's joined
+// output: head Head of group Group, Rows (≥ 1) consecutive rows of its
+// output side by side in one joined row (a pointer head of one score
+// per slot: Rows the slots per graph).
+type HeadColumn struct {
+	Group, Head, Rows int
+}
+
+// ReluHeadGroups returns ReluHeads(g.X, g.Heads) for each group g (g's
+// input GatherConcat(g.Pieces) where g.X is nil): a policy's action
+// heads on one input, its pointer head on another, its value head on a
+// third. In inference (nothing recording a gradient), with every input
+// a 2-D F32 matrix — or contiguous F32 pieces with their CSRs — on one
+// device that is a kernels.ReluHeadser taking them all, every head of
+// every group is one call (CUDA: one launch for up to 16 heads, a
+// gathered input read inside it, never stored), each output a [N, out]
 // tensor of its own; otherwise it is ReluHeads per group. The values
 // agree to the products' summation order.
 func ReluHeadGroups(groups []ReluHeadGroup) [][]*Var {
+	outs, _ := ReluHeadGroupsJoined(groups, nil)
+	return outs
+}
+
+// ReluHeadGroupsJoined is ReluHeadGroups that also returns, where the
+// heads ran as one call and cols is not empty, the heads' outputs side
+// by side in cols' order, written by that call: head c's output [N, o]
+// takes c.Rows·o columns, its rows r·c.Rows … (r+1)·c.Rows − 1 making
+// joined row r, so that every named head's N / c.Rows must be the same.
+// Otherwise the joined output is nil (the caller joins the outputs
+// itself). It panics on a group with both or neither of X and Pieces, a
+// column naming no head, a head named twice, or row counts that do not
+// agree.
+func ReluHeadGroupsJoined(groups []ReluHeadGroup, cols []HeadColumn) ([][]*Var, *Var) {
+	for i, g := range groups {
+		if (g.X == nil) == (len(g.Pieces) == 0) {
+			panic(fmt.Sprintf("autograd: relu_head_groups: group %d needs X or Pieces, one of them", i))
+		}
+	}
+	rows, width := checkHeadColumns(groups, cols)
 	outs := make([][]*Var, len(groups))
 	if rh, ok := joinableHeadGroups(groups); ok {
 		var calls []kernels.ReluHeadCall
@@ -600,11 +648,30 @@ func ReluHeadGroups(groups []ReluHeadGroup) [][]*Var {
 			}
 			return contig(v.Value)
 		}
-		for _, g := range groups {
-			x := contig(g.X.Value)
+		like := groupLike(groups[0])
+		start := make([]int, len(groups)) // each group's first call
+		for i, g := range groups {
+			start[i] = len(calls)
+			var x *tensor.Tensor
+			var in *kernels.HeadInput
+			if g.X != nil {
+				x = contig(g.X.Value)
+			} else {
+				in = headInput(g)
+			}
 			for _, h := range g.Heads {
-				calls = append(calls, kernels.ReluHeadCall{Out: alloc(x, tensor.F32, x.Dim(0), h.W2.Shape()[0]), X: x,
+				calls = append(calls, kernels.ReluHeadCall{Out: alloc(like, tensor.F32, g.rows(), h.W2.Shape()[0]), X: x, In: in,
 					W1: val(h.W1), B1: val(h.B1), W2: val(h.W2), B2: val(h.B2)})
+			}
+		}
+		var joined *tensor.Tensor
+		if len(cols) > 0 {
+			joined = alloc(like, tensor.F32, rows, width)
+			col := 0
+			for _, c := range cols {
+				k := &calls[start[c.Group]+c.Head]
+				k.Join, k.JoinCol, k.JoinRows = joined, col, c.Rows
+				col += c.Rows * k.Out.Dim(1)
 			}
 		}
 		if rh.ReluHeads(calls) {
@@ -614,29 +681,80 @@ func ReluHeadGroups(groups []ReluHeadGroup) [][]*Var {
 					outs[i][j], calls = Const(calls[0].Out), calls[1:]
 				}
 			}
-			return outs
+			if joined == nil {
+				return outs, nil
+			}
+			return outs, Const(joined)
 		}
 	}
 	for i, g := range groups {
-		outs[i] = ReluHeads(g.X, g.Heads)
+		outs[i] = ReluHeads(g.input(), g.Heads)
 	}
-	return outs
+	return outs, nil
+}
+
+// checkHeadColumns checks ReluHeadGroupsJoined's columns and returns the
+// joined output's rows and columns (0, 0 for none).
+func checkHeadColumns(groups []ReluHeadGroup, cols []HeadColumn) (rows, width int) {
+	seen := map[[2]int]bool{}
+	for i, c := range cols {
+		if c.Group < 0 || c.Group >= len(groups) || c.Head < 0 || c.Head >= len(groups[c.Group].Heads) {
+			panic(fmt.Sprintf("autograd: relu_head_groups: column %d names head %d of group %d, which does not exist", i, c.Head, c.Group))
+		}
+		if seen[[2]int{c.Group, c.Head}] {
+			panic(fmt.Sprintf("autograd: relu_head_groups: column %d names head %d of group %d again", i, c.Head, c.Group))
+		}
+		seen[[2]int{c.Group, c.Head}] = true
+		n := groups[c.Group].rows()
+		if c.Rows < 1 || n%c.Rows != 0 || (i > 0 && n/c.Rows != rows) {
+			panic(fmt.Sprintf("autograd: relu_head_groups: column %d joins %d of its %d rows a joined row, want %d joined rows", i, c.Rows, n, rows))
+		}
+		rows = n / c.Rows
+		width += c.Rows * groups[c.Group].Heads[c.Head].W2.Shape()[0]
+	}
+	return rows, width
+}
+
+// groupLike returns a tensor on the group's device: its input, or its
+// first piece's X.
+func groupLike(g ReluHeadGroup) *tensor.Tensor {
+	if g.X != nil {
+		return g.X.Value
+	}
+	return g.Pieces[0].X.Value
+}
+
+// headInput is a group's pieces as a kernels.HeadInput: their X values
+// and each gathered piece's CSR.
+func headInput(g ReluHeadGroup) *kernels.HeadInput {
+	n := len(g.Pieces)
+	in := &kernels.HeadInput{Rows: g.rows(), Xs: make([]*tensor.Tensor, n), Src: make([]*tensor.Tensor, n),
+		RowPtr: make([]*tensor.Tensor, n), Order: make([]*tensor.Tensor, n)}
+	for i, p := range g.Pieces {
+		in.Xs[i] = p.X.Value
+		if p.Edges != nil {
+			in.Src[i], in.RowPtr[i], in.Order[i] = p.Edges.Src, p.Edges.RowPtr, p.Edges.Order
+		}
+	}
+	return in
 }
 
 // joinableHeadGroups returns the ReluHeadser of ReluHeadGroups' heads
 // when they may run as one call: no autocast, nothing recording a
-// gradient, every input 2-D, every operand F32 on one device, every
-// head with both weights, and the device's backend a ReluHeadser (which
-// checks the shapes).
+// gradient, every input 2-D (a group of pieces: every piece's X 2-D and
+// contiguous, every gathered piece's CSR given), every operand F32 on
+// one device, every head with both weights, and the device's backend a
+// ReluHeadser (which checks the shapes).
 func joinableHeadGroups(groups []ReluHeadGroup) (kernels.ReluHeadser, bool) {
 	if len(groups) == 0 || AutocastDType() != tensor.Invalid {
 		return nil, false // under autocast the products' dtype is autocast's
 	}
-	rh, ok := backendOf(groups[0].X.Value).(kernels.ReluHeadser)
+	first := groupLike(groups[0])
+	rh, ok := backendOf(first).(kernels.ReluHeadser)
 	if !ok {
 		return nil, false
 	}
-	dev := groups[0].X.Value.Device()
+	dev := first.Device()
 	f32 := func(vs ...*Var) bool {
 		for _, v := range vs {
 			if v != nil && (v.Value.DType() != tensor.F32 || v.Value.Device() != dev) {
@@ -646,9 +764,16 @@ func joinableHeadGroups(groups []ReluHeadGroup) (kernels.ReluHeadser, bool) {
 		return true
 	}
 	for _, g := range groups {
-		x := g.X.Value
-		if needsGrad(g.X) || x.Rank() != 2 || !f32(g.X) {
+		if g.X != nil && (needsGrad(g.X) || g.X.Value.Rank() != 2 || !f32(g.X)) {
 			return nil, false
+		}
+		for _, p := range g.Pieces {
+			if p.X == nil || needsGrad(p.X) || p.X.Value.Rank() != 2 || !p.X.Value.IsContiguous() || !f32(p.X) {
+				return nil, false
+			}
+			if e := p.Edges; e != nil && (e.Src == nil || e.RowPtr == nil || e.Order == nil) {
+				return nil, false
+			}
 		}
 		for _, h := range g.Heads {
 			if h.W1 == nil || h.W2 == nil || h.W2.Value.Rank() != 2 || needsGrad(h.W1, h.B1, h.W2, h.B2) || !f32(h.W1, h.B1, h.W2, h.B2) {
@@ -659,6 +784,7 @@ func joinableHeadGroups(groups []ReluHeadGroup) (kernels.ReluHeadser, bool) {
 	return rh, true
 }
 
+// joinableHeads reports whether ReluHeads runs hs together on x.
 func joinableHeads(x *Var, hs []ReluHead) bool {
 	if len(hs) < 2 || x.Value.Rank() != 2 {
 		return false

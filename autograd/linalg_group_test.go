@@ -1,6 +1,7 @@
 package autograd
 
 import (
+	"fmt"
 	"math"
 	"testing"
 
@@ -589,6 +590,94 @@ func TestLinearSumsAct(t *testing.T) {
 		}
 	}
 	require.Panics(t, func() { LinearSumsAct(termss, scales[:1], kernels.GeluErf, res) })
+}
+
+// TestReluHeadGroupsJoined: a policy's heads as its forward hands them
+// — the context heads on [global row | mean of the graph's slots], the
+// pointer head on [slot row | its graph's global row], both inputs given
+// as pieces, the value head on the global rows — with their outputs
+// joined in head order, the pointer head's three slots to a graph's
+// row. In inference on sim they are one join, each output bit for bit
+// Linear(LinearRelu) of the GatherConcat, and the joined output holds
+// each head's values in its columns; on the CPU the joined output is nil
+// and the outputs are the same. Bad columns panic.
+func TestReluHeadGroupsJoined(t *testing.T) {
+	rng := tensor.NewRNG(23)
+	const B, S, C = 4, 3, 5
+	joins := kernels.For(tensor.Sim(0)).(interface{ Joins() int64 })
+	// Slot s belongs to graph s / S; the mean's edges come in a shuffled
+	// order.
+	msrc, mdst := []int64{4, 0, 11, 7, 2, 1, 9, 5, 3, 10, 6, 8}, make([]int64, B*S)
+	gsrc, gdst := make([]int64, B*S), make([]int64, B*S)
+	for k, s := range msrc {
+		mdst[k] = s / S
+	}
+	for s := range gsrc {
+		gsrc[s], gdst[s] = int64(s/S), int64(s)
+	}
+	for _, dev := range []tensor.Device{tensor.CPU, tensor.Sim(0)} {
+		on := func(x *tensor.Tensor) *tensor.Tensor {
+			d, err := x.ToDevice(dev)
+			require.NoError(t, err)
+			return d
+		}
+		p := func(shape ...int) *Var { return Param(on(tensor.Normal(rng, tensor.F32, 0, 1, shape...))) }
+		edges := func(src, dst []int64, nd int) *GraphEdges {
+			rowPtr, order, err := kernels.BuildCSR(dst, nd)
+			require.NoError(t, err)
+			e := len(src)
+			return &GraphEdges{Src: on(tensor.FromSlice(src, e)), Dst: on(tensor.FromSlice(dst, e)),
+				RowPtr: on(tensor.FromSlice(rowPtr, nd+1)), Order: on(tensor.FromSlice(order, e)), NumDst: nd}
+		}
+		head := func(in, out int) ReluHead { return ReluHead{W1: p(6, in), B1: p(6), W2: p(out, 6), B2: p(out)} }
+		glob, slots := p(B, C), p(B*S, C)
+		groups := []ReluHeadGroup{
+			{Pieces: []GatherPiece{{X: glob}, {X: slots, Edges: edges(msrc, mdst, B)}}, Heads: []ReluHead{head(2*C, 3), head(2*C, 2)}},
+			{Pieces: []GatherPiece{{X: slots}, {X: glob, Edges: edges(gsrc, gdst, B*S)}}, Heads: []ReluHead{head(2*C, 1)}},
+			{X: glob, Heads: []ReluHead{head(C, 1)}},
+		}
+		cols := []HeadColumn{{0, 0, 1}, {1, 0, S}, {0, 1, 1}, {2, 0, 1}}
+		var want [][]*Var
+		InferenceMode(func() {
+			for _, g := range groups {
+				x := g.X
+				if x == nil {
+					x = Concat([]*Var{g.Pieces[0].X, GatherMean(g.Pieces[1].X, *g.Pieces[1].Edges)}, 1)
+				}
+				var w []*Var
+				for _, h := range g.Heads {
+					w = append(w, Linear(LinearRelu(x, h.W1, h.B1), h.W2, h.B2))
+				}
+				want = append(want, w)
+			}
+		})
+		before := joins.Joins()
+		var got [][]*Var
+		var joined *Var
+		InferenceMode(func() { got, joined = ReluHeadGroupsJoined(groups, cols) })
+		for i := range groups {
+			for j := range got[i] {
+				sameVars(t, fmt.Sprintf("%v: group %d head %d", dev, i, j), got[i][j], want[i][j])
+			}
+		}
+		if dev.IsCPU() {
+			require.Nil(t, joined, "the CPU runs the heads per group: no joined output")
+			require.Equal(t, before, joins.Joins())
+		} else {
+			require.Equal(t, before+1, joins.Joins(), "one join on sim")
+			require.NotNil(t, joined)
+			var parts []*Var
+			for _, c := range cols {
+				o := got[c.Group][c.Head]
+				parts = append(parts, Reshape(o, B, c.Rows*o.Shape()[1]))
+			}
+			sameVars(t, "joined", joined, Concat(parts, 1))
+		}
+		for _, bad := range [][]HeadColumn{{{3, 0, 1}}, {{0, 2, 1}}, {{0, 0, 1}, {0, 0, 1}}, {{0, 0, 1}, {1, 0, 1}}, {{0, 0, 0}}} {
+			require.Panics(t, func() { InferenceMode(func() { ReluHeadGroupsJoined(groups, bad) }) }, "%v", bad)
+		}
+		require.Panics(t, func() { ReluHeadGroups([]ReluHeadGroup{{X: glob, Pieces: groups[0].Pieces, Heads: groups[0].Heads}}) })
+	}
 }
 
 // TestReluHeadGroups: a policy's heads on three inputs (four heads of

@@ -305,6 +305,9 @@ func (in *Inference) step(inputs []*tensor.Tensor) []*tensor.Tensor {
 	// On a device the outputs are also joined here, so that a captured
 	// forward's replay leaves them ready for the one copy to the host
 	// (readLogitsJoined) instead of an eager Concat after it.
+	if out.joined != nil { // written by the heads' launch
+		return append(res, out.joined.Value)
+	}
 	var lg [leyline.NumActionHeads]*tensor.Tensor
 	copy(lg[:], res)
 	return append(res, joinRows(logitRows(lg, out.Value.Value)))

@@ -384,6 +384,10 @@ type PolicyOutput struct {
 	Value *autograd.Var
 	// Embeddings are the final node embeddings per type, [N, GATHidden].
 	Embeddings [NumNodeTypes]*autograd.Var
+	// joined, when the heads' launch wrote it (inference on a GPU, every
+	// graph of maxSlots slots), is Logits in head order then Value as one
+	// column, side by side: joinRows of logitRows, as readJoined reads it.
+	joined *autograd.Var
 }
 
 // graphTensors is a Graph as tensors of the policy's dtype on its
@@ -595,19 +599,28 @@ func (p *Policy) run(gt *graphTensors) *PolicyOutput {
 	res := &PolicyOutput{Embeddings: h}
 	glob := h[NodeGlobal] // one global node per environment, in order
 	// The heads' context: the global embedding and the mean of the slot
-	// embeddings per graph (one launch in inference on a GPU).
+	// embeddings per graph; the slot pointer's input: each slot's
+	// embedding beside its graph's global one. Both are gathered inside
+	// the heads' launch in inference on a GPU, never stored; elsewhere
+	// each is a GatherConcat (one launch in inference).
 	slots := h[NodeSlot]
-	ctx := autograd.GatherConcat([]autograd.GatherPiece{{X: glob}, {X: slots, Edges: gt.slotMeanEdges(),
-		Unfused: func() *autograd.Var { return autograd.SegmentMean(slots, gt.slotGraph, gt.b) }}})
-	// The slot pointer's input: each slot's embedding beside its graph's
-	// global one (one launch in inference on a GPU).
-	ptrIn := autograd.GatherConcat([]autograd.GatherPiece{{X: slots}, {X: glob, Edges: gt.globEdges(),
-		Unfused: func() *autograd.Var { return autograd.IndexSelect(glob, 0, gt.slotGraph) }}})
+	ctx := []autograd.GatherPiece{{X: glob}, {X: slots, Edges: gt.slotMeanEdges(),
+		Unfused: func() *autograd.Var { return autograd.SegmentMean(slots, gt.slotGraph, gt.b) }}}
+	ptrIn := []autograd.GatherPiece{{X: slots}, {X: glob, Edges: gt.globEdges(),
+		Unfused: func() *autograd.Var { return autograd.IndexSelect(glob, 0, gt.slotGraph) }}}
 	// Every head — the seven on the context, the pointer on ptrIn, the
 	// value on the global embedding — in one launch in inference on a
-	// GPU (autograd.ReluHeadGroups); ReluHeads per input elsewhere.
-	heads := autograd.ReluHeadGroups([]autograd.ReluHeadGroup{{X: ctx, Heads: p.contextHeads()},
-		{X: ptrIn, Heads: []autograd.ReluHead{p.heads[leyline.HeadSlot].reluHead()}}, {X: glob, Heads: []autograd.ReluHead{p.value.reluHead()}}})
+	// GPU (autograd.ReluHeadGroups); ReluHeads per input elsewhere. When
+	// every graph has maxSlots slots, that launch also writes the logits
+	// and the value side by side (res.joined), as a host reads them.
+	groups := []autograd.ReluHeadGroup{{Pieces: ctx, Heads: p.contextHeads()},
+		{Pieces: ptrIn, Heads: []autograd.ReluHead{p.heads[leyline.HeadSlot].reluHead()}}, {X: glob, Heads: []autograd.ReluHead{p.value.reluHead()}}}
+	var cols []autograd.HeadColumn
+	if gt.n[NodeSlot] == gt.b*gt.maxSlots && gt.b > 0 {
+		cols = joinedColumns(gt.maxSlots)
+	}
+	heads, joined := autograd.ReluHeadGroupsJoined(groups, cols)
+	res.joined = joined
 	ctxOut := heads[0]
 	for hd := range p.heads {
 		if hd != leyline.HeadSlot {
@@ -703,6 +716,24 @@ func (l *sageLayer) terms(x [NumNodeTypes]*autograd.Var, edges func(Relation) *a
 			autograd.LinearTerm{X: x[t], W: l.linR[r].Weight})
 	}
 	return terms, rels
+}
+
+// joinedColumns places the heads' outputs of run's head groups (the
+// context heads, the pointer head, the value head) as logitRows lists
+// them: each head's logits in head order, the pointer head's maxSlots
+// scores per graph making its row, then the value.
+func joinedColumns(maxSlots int) []autograd.HeadColumn {
+	cols := make([]autograd.HeadColumn, 0, leyline.NumActionHeads+1)
+	ctx := 0
+	for hd := range leyline.NumActionHeads {
+		if hd == leyline.HeadSlot {
+			cols = append(cols, autograd.HeadColumn{Group: 1, Head: 0, Rows: maxSlots})
+			continue
+		}
+		cols = append(cols, autograd.HeadColumn{Group: 0, Head: ctx, Rows: 1})
+		ctx++
+	}
+	return append(cols, autograd.HeadColumn{Group: 2, Head: 0, Rows: 1})
 }
 
 // contextHeads are the heads that read the context (every head but the
