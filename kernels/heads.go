@@ -42,7 +42,7 @@ type HeadInput struct {
 
 // ReluHeadser is an optional Backend interface: small two-layer heads,
 // each on an input of its own or sharing one, all in one launch where
-// the backend can (CUDA: F32, up to 32 heads a launch, K + Hd ≤ 1536).
+// the backend can (CUDA: F32, up to 16 heads a launch, max(K, O) + Hd ≤ 1536).
 // A head's sums are the backend's own (CUDA sums each product in fp32
 // in a fixed order of its own), so backends agree to rounding only.
 type ReluHeadser interface {

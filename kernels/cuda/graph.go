@@ -677,7 +677,7 @@ func (b *Backend) ReluHeads(calls []kernels.ReluHeadCall) bool {
 // ReluHeads is kernels.ReluHeadser's ReluHeads, F32: every head in
 // relu_heads_f32 launches of up to rhMax heads (a block of rhThreads
 // threads per rhRows rows of a head); false, having written nothing,
-// for another dtype, a head wider than rhMaxWidth (K + Hd), more than
+// for another dtype, a head wider than rhMaxWidth (max(K, O) + Hd), more than
 // rhIn distinct gathered inputs (calls sharing one *HeadInput read one)
 // or an input of more than rhPieces pieces. Each launch carries every
 // gathered input. Everything is checked before anything launches.
@@ -696,7 +696,7 @@ func (d *Device) ReluHeads(calls []kernels.ReluHeadCall) (bool, error) {
 	inIndex := map[*kernels.HeadInput]int64{}
 	for i, c := range calls {
 		n, k, hd, o := dims[i].N, dims[i].K, dims[i].Hd, dims[i].O
-		if c.Out.DType() != f32 || k+hd > rhMaxWidth {
+		if c.Out.DType() != f32 || max(k, o)+hd > rhMaxWidth {
 			return false, nil
 		}
 		what := fmt.Sprintf("%s: head %d", op, i)

@@ -326,9 +326,9 @@ func gsumJoinPack(w *[gsumJoinWords]uint64, gs []gsumCall) int64 {
 // struct RhHead and struct RhArgs in 8-byte words; rhThreads is a
 // block's threads (the kernel's launch bound: 32 warps, so that W2's 128
 // hidden units are 4 a warp; at 8 warps, 16 a warp, its heads' launch
-// took about 35 µs at batch 1 on an H200), and rhMaxWidth the most K +
-// Hd a head may have: its rows' inputs and hidden units in 48 KiB of
-// shared memory.
+// took about 35 µs at batch 1 on an H200), and rhMaxWidth the most
+// max(K, O) + Hd a head may have: its rows' inputs (later its outputs)
+// and its hidden units in 48 KiB of shared memory.
 const (
 	rhMax       = 16
 	rhRows      = 8
@@ -358,8 +358,9 @@ type rhHead struct {
 // at least one row) and ins (at most rhIn gathered inputs, each of 1 to
 // rhPieces parts, none empty: gatherPlan's), and returns the launch's
 // blocks (every head's row tiles) and a block's dynamic shared memory in
-// bytes (the widest head's rhRows·(k + hd) floats); unused slots are
-// zeroed.
+// bytes (the widest head's rhRows·(max(k, o) + hd) floats: its rows'
+// inputs, then its outputs in their place, and its hidden units); unused
+// slots are zeroed.
 func rhPack(w *[rhWords]uint64, hs []rhHead, ins [][]gatherPart) (blocks, shared int64) {
 	*w = [rhWords]uint64{}
 	w[0] = uint64(len(hs))
@@ -381,7 +382,7 @@ func rhPack(w *[rhWords]uint64, hs []rhHead, ins [][]gatherPart) (blocks, shared
 		w[o], w[o+1], w[o+2], w[o+3], w[o+4], w[o+5] = h.x, h.w1, h.b1, h.w2, h.b2, h.out
 		w[o+6], w[o+7], w[o+8], w[o+9], w[o+10] = uint64(h.n), uint64(h.k), uint64(h.hd), uint64(h.o), uint64(h.in)
 		w[o+11], w[o+12], w[o+13], w[o+14] = h.join, uint64(h.jld), uint64(h.jcol), uint64(h.jrows)
-		shared = max(shared, 4*rhRows*(h.k+h.hd))
+		shared = max(shared, 4*rhRows*(max(h.k, h.o)+h.hd))
 	}
 	return blocks, shared
 }

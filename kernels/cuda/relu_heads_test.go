@@ -46,8 +46,8 @@ func rhLayerEmu(in, w, b []float32, width, units int64, relu bool, rows int, dst
 // rhRunEmu is relu_heads_f32 in Go over the launch rhPack describes:
 // every block routed to its head and tile as the kernel routes it, its
 // rows read from x or, for a gathered input, element by element as
-// rh_in_at reads them, and a head's outputs also written to its joined
-// output's columns.
+// rh_in_at reads them, and a head's outputs, computed into a tile of
+// their own, copied to out and to its joined output's columns.
 func rhRunEmu(w *[rhWords]uint64, blocks int64, m gatherMem) {
 	n := int(w[0])
 	for b := int64(0); b < blocks; b++ {
@@ -79,14 +79,14 @@ func rhRunEmu(w *[rhWords]uint64, blocks int64, m gatherMem) {
 			hs[e] = float32(math.NaN()) // rows past the head's are never stored
 		}
 		rhLayerEmu(xs, w1, b1, k, hd, true, rhRows, hs, hd)
-		rhLayerEmu(hs, w2, b2, hd, o, false, rows, out[r0*o:], o)
-		if q[11] != 0 {
-			join, ld, col, g := m.f[q[11]], int64(q[12]), int64(q[13]), int64(q[14])
-			for r := int64(0); r < int64(rows); r++ {
-				R := r0 + r
-				for u := int64(0); u < o; u++ {
-					join[(R/g)*ld+col+(R%g)*o+u] = out[R*o+u]
-				}
+		ys := make([]float32, rhRows*o) // the outputs, in xs's place
+		rhLayerEmu(hs, w2, b2, hd, o, false, rows, ys, o)
+		for e := int64(0); e < int64(rows)*o; e++ {
+			out[r0*o+e] = ys[e]
+			if q[11] != 0 {
+				join, ld, col, g := m.f[q[11]], int64(q[12]), int64(q[13]), int64(q[14])
+				R, u := r0+e/o, e%o
+				join[(R/g)*ld+col+(R%g)*o+u] = ys[e]
 			}
 		}
 	}

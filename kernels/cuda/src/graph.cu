@@ -853,14 +853,6 @@ struct RhArgs {
     RhHead h[RH_MAX];
 };
 
-// RhJoin is where rh_store also writes a head's outputs: p null for none
-// (the hidden layer), else output (r0 + r, u) of a head of o outputs goes
-// to p[(R / rows)·ld + col + (R mod rows)·o + u], R = r0 + r.
-struct RhJoin {
-    float* p;
-    int64_t ld, col, rows, o, r0;
-};
-
 // rh_in_at is element (i, j) of a gathered input: the piece whose
 // [loc, loc + w) holds column j, its mean over its CSR (gather_mean_at,
 // as gather_concat_f32 computes it, bit for bit) or its x's row i.
@@ -876,21 +868,15 @@ __device__ __forceinline__ float rh_in_at(const RhIn& in, int64_t i, int64_t j) 
 // rh_store is rh_layer's output of unit u for the block's rows: each
 // row's sum over the warp (a butterfly), plus the bias b[u] (b null:
 // none), through ReLU when relu (unary_f's: NaN kept), stored by lane 0
-// for the rows < rows at dst[r·ld + u], and where jn.p is set at its
-// place in the joined output too.
+// for the rows < rows at dst[r·ld + u].
 __device__ __forceinline__ void rh_store(float (&acc)[RH_ROWS], const float* b, int64_t u, bool relu, int rows,
-                                         float* dst, int64_t ld, int lane, const RhJoin& jn) {
+                                         float* dst, int64_t ld, int lane) {
 #pragma unroll
     for (int r = 0; r < RH_ROWS; r++) {
         float v = warp_sum(acc[r]);
         if (lane == 0 && r < rows) {
             if (b) v += b[u];
-            v = relu ? unary_f(U_RELU, v) : v;
-            dst[r * ld + u] = v;
-            if (jn.p) {
-                const int64_t R = jn.r0 + r;
-                jn.p[(R / jn.rows) * jn.ld + jn.col + (R % jn.rows) * jn.o + u] = v;
-            }
+            dst[r * ld + u] = relu ? unary_f(U_RELU, v) : v;
         }
     }
 }
@@ -904,8 +890,7 @@ __device__ __forceinline__ void rh_store(float (&acc)[RH_ROWS], const float* b, 
 // from shared memory feeds both units' sums (every sum is the one a unit
 // alone would make, bit for bit).
 __device__ __forceinline__ void rh_layer(const float* in, const float* w, const float* b, int64_t width,
-                                         int64_t units, bool relu, int rows, float* dst, int64_t ld,
-                                         const RhJoin& jn) {
+                                         int64_t units, bool relu, int rows, float* dst, int64_t ld) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     for (int64_t u = warp; u < units; u += 2 * warps) {
         const int64_t u2 = u + warps;
@@ -925,8 +910,8 @@ __device__ __forceinline__ void rh_layer(const float* in, const float* w, const 
                 acc2[r] = fmaf(x, wv2, acc2[r]);
             }
         }
-        rh_store(acc, b, u, relu, rows, dst, ld, lane, jn);
-        if (two) rh_store(acc2, b, u2, relu, rows, dst, ld, lane, jn);
+        rh_store(acc, b, u, relu, rows, dst, ld, lane);
+        if (two) rh_store(acc2, b, u2, relu, rows, dst, ld, lane);
     }
 }
 
@@ -937,9 +922,10 @@ __device__ __forceinline__ void rh_layer(const float* in, const float* w, const 
 // head), copies them into dynamic shared memory (zeros past the head's
 // rows) — from x, or for a head with a gathered input each element as
 // rh_in_at computes it — computes their hidden units into shared memory
-// (rh_layer with ReLU), then their outputs, into out and, for a head
-// with a join, into its columns of the joined output. Dynamic shared
-// memory: RH_ROWS·(k + hd) floats of the widest head.
+// (rh_layer with ReLU), then their outputs into shared memory, and
+// copies those to out and, for a head with a join, to its columns of the
+// joined output. Dynamic shared memory: RH_ROWS·(max(k, o) + hd) floats
+// of the widest head.
 __global__ void __launch_bounds__(1024) relu_heads_f32(const __grid_constant__ RhArgs a) {
     extern __shared__ float sh[];
     int64_t t = blockIdx.x;
@@ -950,7 +936,7 @@ __global__ void __launch_bounds__(1024) relu_heads_f32(const __grid_constant__ R
     const int64_t r0 = t * RH_ROWS;
     const int rows = (int)min((int64_t)RH_ROWS, q.n - r0);
     float* xs = sh;
-    float* hs = sh + RH_ROWS * q.k;
+    float* hs = sh + RH_ROWS * max(q.k, q.o);  // xs holds a tile's rows, later its outputs
     if (q.in > 0) {
         const RhIn& in = a.in[q.in - 1];
         for (int64_t e = threadIdx.x; e < RH_ROWS * q.k; e += blockDim.x) {
@@ -964,11 +950,21 @@ __global__ void __launch_bounds__(1024) relu_heads_f32(const __grid_constant__ R
         }
     }
     __syncthreads();  // the rows are in
-    const RhJoin none{nullptr, 0, 0, 1, 0, 0};
-    rh_layer(xs, q.w1, q.b1, q.k, q.hd, true, RH_ROWS, hs, q.hd, none);
-    __syncthreads();  // every hidden unit is in
-    const RhJoin jn{q.join, q.jld, q.jcol, q.jrows, q.o, r0};
-    rh_layer(hs, q.w2, q.b2, q.hd, q.o, false, rows, q.out + r0 * q.o, q.o, jn);
+    rh_layer(xs, q.w1, q.b1, q.k, q.hd, true, RH_ROWS, hs, q.hd);
+    __syncthreads();  // every hidden unit is in, no row read any more
+    // The outputs go into shared memory first (xs's place, which holds
+    // max(k, o) floats a row), then out and the join take them
+    // coalesced, a thread an element.
+    rh_layer(hs, q.w2, q.b2, q.hd, q.o, false, rows, xs, q.o);
+    __syncthreads();  // every output is in
+    for (int64_t e = threadIdx.x; e < rows * q.o; e += blockDim.x) {
+        const float v = xs[e];
+        q.out[r0 * q.o + e] = v;
+        if (q.join) {
+            const int64_t R = r0 + e / q.o, u = e % q.o;
+            q.join[(R / q.jrows) * q.jld + q.jcol + (R % q.jrows) * q.o + u] = v;
+        }
+    }
 }
 
 }  // extern "C"
