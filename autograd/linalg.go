@@ -290,21 +290,49 @@ func LinearActLayerNorm(x, w, b *Var, act kernels.UnaryOp, g, s *Var, eps float6
 }
 
 // LinearActLayerNormCall is one layer of LinearActLayerNorms: the
-// operands of a LinearActLayerNorm.
+// operands of a LinearActLayerNorm, its input X or, where X is nil,
+// GatherConcat(Pieces) (a node type's features beside an embedding).
 type LinearActLayerNormCall struct {
-	X, W, B *Var
-	Act     kernels.UnaryOp
-	G, S    *Var
-	Eps     float64
+	X      *Var
+	Pieces []GatherPiece
+	W, B   *Var
+	Act    kernels.UnaryOp
+	G, S   *Var
+	Eps    float64
+}
+
+// input returns the call's input: X, or GatherConcat(Pieces).
+func (c LinearActLayerNormCall) input() *Var {
+	if c.X != nil {
+		return c.X
+	}
+	return GatherConcat(c.Pieces)
+}
+
+// like returns a tensor on the call's device: X's value, or its first
+// piece's.
+func (c LinearActLayerNormCall) like() *tensor.Tensor {
+	if c.X != nil {
+		return c.X.Value
+	}
+	return c.Pieces[0].X.Value
 }
 
 // LinearActLayerNorms is LinearActLayerNorm of each call: layers that do
 // not depend on one another, such as a heterogeneous graph's node
-// encoders. In inference, with every call's x 2-D F32 on one device
-// that is a kernels.LinearActLayerNormsJoiner taking them all, they are
-// one join (CUDA: one launch for up to four); otherwise each is
-// LinearActLayerNorm. The results are the same bits either way.
+// encoders. In inference, with every call's input 2-D F32 (or F32
+// pieces GatherConcat would fuse) on one device that is a
+// kernels.LinearActLayerNormsJoiner taking them all, they are one join
+// (CUDA: one launch for up to four, a gathered input read inside it,
+// never stored); otherwise each is LinearActLayerNorm of its input. The
+// results are the same bits either way. It panics on a call with both
+// or neither of X and Pieces.
 func LinearActLayerNorms(calls []LinearActLayerNormCall) []*Var {
+	for i, c := range calls {
+		if (c.X == nil) == (len(c.Pieces) == 0) {
+			panic(fmt.Sprintf("autograd: linear_act_layer_norms: call %d needs X or Pieces, one of them", i))
+		}
+	}
 	outs := make([]*Var, len(calls))
 	if lj, ok := joinableLayerNorms(calls); ok {
 		val := func(v *Var) *tensor.Tensor {
@@ -315,9 +343,16 @@ func LinearActLayerNorms(calls []LinearActLayerNormCall) []*Var {
 		}
 		ks := make([]kernels.LinearActLNCall, len(calls))
 		for i, c := range calls {
-			xv := contig(c.X.Value)
-			ks[i] = kernels.LinearActLNCall{Y: alloc(xv, tensor.F32, xv.Shape()[0], c.W.Shape()[0]), X: xv, W: val(c.W), B: val(c.B),
-				Act: c.Act, G: val(c.G), S: val(c.S), Eps: c.Eps}
+			ks[i] = kernels.LinearActLNCall{W: val(c.W), B: val(c.B), Act: c.Act, G: val(c.G), S: val(c.S), Eps: c.Eps}
+			rows := 0
+			if c.X != nil {
+				ks[i].X = contig(c.X.Value)
+				rows = c.X.Shape()[0]
+			} else {
+				ks[i].In = gatherInput(c.Pieces)
+				rows = ks[i].In.Rows
+			}
+			ks[i].Y = alloc(c.like(), tensor.F32, rows, c.W.Shape()[0])
 		}
 		if lj.LinearActLayerNorms(ks) {
 			for i, k := range ks {
@@ -327,26 +362,30 @@ func LinearActLayerNorms(calls []LinearActLayerNormCall) []*Var {
 		}
 	}
 	for i, c := range calls {
-		outs[i] = LinearActLayerNorm(c.X, c.W, c.B, c.Act, c.G, c.S, c.Eps)
+		outs[i] = LinearActLayerNorm(c.input(), c.W, c.B, c.Act, c.G, c.S, c.Eps)
 	}
 	return outs
 }
 
 // joinableLayerNorms returns the joiner of LinearActLayerNorms' calls
 // when they may be joined: two or more, no autocast, nothing recording
-// a gradient, each x and w 2-D, every operand F32 on one device whose
+// a gradient, each x (or each piece's X, contiguous, every gathered
+// piece's CSR given) and w 2-D, every operand F32 on one device whose
 // backend joins.
 func joinableLayerNorms(calls []LinearActLayerNormCall) (kernels.LinearActLayerNormsJoiner, bool) {
 	if len(calls) < 2 || AutocastDType() != tensor.Invalid {
 		return nil, false
 	}
-	lj, ok := backendOf(calls[0].X.Value).(kernels.LinearActLayerNormsJoiner)
+	lj, ok := backendOf(calls[0].like()).(kernels.LinearActLayerNormsJoiner)
 	if !ok {
 		return nil, false
 	}
-	dev := calls[0].X.Value.Device()
+	dev := calls[0].like().Device()
 	for _, c := range calls {
-		if needsGrad(c.X, c.W, c.B, c.G, c.S) || c.X.Value.Rank() != 2 || c.W.Value.Rank() != 2 {
+		if needsGrad(c.X, c.W, c.B, c.G, c.S) || c.W.Value.Rank() != 2 || (c.X != nil && c.X.Value.Rank() != 2) {
+			return nil, false
+		}
+		if !gatherablePieces(c.Pieces, dev) {
 			return nil, false
 		}
 		for _, v := range []*Var{c.X, c.W, c.B, c.G, c.S} {

@@ -653,11 +653,11 @@ func ReluHeadGroupsJoined(groups []ReluHeadGroup, cols []HeadColumn) ([][]*Var, 
 		for i, g := range groups {
 			start[i] = len(calls)
 			var x *tensor.Tensor
-			var in *kernels.HeadInput
+			var in *kernels.GatherInput
 			if g.X != nil {
 				x = contig(g.X.Value)
 			} else {
-				in = headInput(g)
+				in = gatherInput(g.Pieces)
 			}
 			for _, h := range g.Heads {
 				calls = append(calls, kernels.ReluHeadCall{Out: alloc(like, tensor.F32, g.rows(), h.W2.Shape()[0]), X: x, In: in,
@@ -724,19 +724,35 @@ func groupLike(g ReluHeadGroup) *tensor.Tensor {
 	return g.Pieces[0].X.Value
 }
 
-// headInput is a group's pieces as a kernels.HeadInput: their X values
-// and each gathered piece's CSR.
-func headInput(g ReluHeadGroup) *kernels.HeadInput {
-	n := len(g.Pieces)
-	in := &kernels.HeadInput{Rows: g.rows(), Xs: make([]*tensor.Tensor, n), Src: make([]*tensor.Tensor, n),
+// gatherInput is pieces as a kernels.GatherInput: their X values and
+// each gathered piece's CSR, for their rows.
+func gatherInput(pieces []GatherPiece) *kernels.GatherInput {
+	n := len(pieces)
+	in := &kernels.GatherInput{Rows: pieces[0].rows(), Xs: make([]*tensor.Tensor, n), Src: make([]*tensor.Tensor, n),
 		RowPtr: make([]*tensor.Tensor, n), Order: make([]*tensor.Tensor, n)}
-	for i, p := range g.Pieces {
+	for i, p := range pieces {
 		in.Xs[i] = p.X.Value
 		if p.Edges != nil {
 			in.Src[i], in.RowPtr[i], in.Order[i] = p.Edges.Src, p.Edges.RowPtr, p.Edges.Order
 		}
 	}
 	return in
+}
+
+// gatherablePieces reports whether pieces may be read as a
+// kernels.GatherInput on dev: every X 2-D, contiguous, F32 on dev and
+// recording no gradient, every gathered piece's CSR given.
+func gatherablePieces(pieces []GatherPiece, dev tensor.Device) bool {
+	for _, p := range pieces {
+		if p.X == nil || needsGrad(p.X) || p.X.Value.Rank() != 2 || !p.X.Value.IsContiguous() ||
+			p.X.Value.DType() != tensor.F32 || p.X.Value.Device() != dev {
+			return false
+		}
+		if e := p.Edges; e != nil && (e.Src == nil || e.RowPtr == nil || e.Order == nil) {
+			return false
+		}
+	}
+	return true
 }
 
 // joinableHeadGroups returns the ReluHeadser of ReluHeadGroups' heads
@@ -767,13 +783,8 @@ func joinableHeadGroups(groups []ReluHeadGroup) (kernels.ReluHeadser, bool) {
 		if g.X != nil && (needsGrad(g.X) || g.X.Value.Rank() != 2 || !f32(g.X)) {
 			return nil, false
 		}
-		for _, p := range g.Pieces {
-			if p.X == nil || needsGrad(p.X) || p.X.Value.Rank() != 2 || !p.X.Value.IsContiguous() || !f32(p.X) {
-				return nil, false
-			}
-			if e := p.Edges; e != nil && (e.Src == nil || e.RowPtr == nil || e.Order == nil) {
-				return nil, false
-			}
+		if !gatherablePieces(g.Pieces, dev) {
+			return nil, false
 		}
 		for _, h := range g.Heads {
 			if h.W1 == nil || h.W2 == nil || h.W2.Value.Rank() != 2 || needsGrad(h.W1, h.B1, h.W2, h.B2) || !f32(h.W1, h.B1, h.W2, h.B2) {

@@ -1,6 +1,7 @@
 package autograd
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"testing"
 
@@ -452,5 +453,66 @@ func TestLinearActLayerNorms(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestLinearActLayerNormsGathered: a call whose input is given as pieces
+// (a node type's own features beside the mean of embedding rows over
+// its edges, a row without edges among them) beside a plain call. In
+// inference on sim they are one join, each output bit for bit
+// LinearActLayerNorm of the gathered input written out; on the CPU, and
+// with gradients, each is LinearActLayerNorm of GatherConcat, and the
+// gradients reach the features and the embedding table. A call with
+// both or neither of X and Pieces panics.
+func TestLinearActLayerNormsGathered(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	joins := kernels.For(tensor.Sim(0)).(interface{ Joins() int64 })
+	src, dst := []int64{3, 0, 4, 1, 2, 2, 0, 1, 3, 4, 0}, []int64{0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11} // row 1 without edges
+	for _, dev := range []tensor.Device{tensor.CPU, tensor.Sim(0)} {
+		on := func(x *tensor.Tensor) *tensor.Tensor {
+			d, err := x.ToDevice(dev)
+			require.NoError(t, err)
+			return d
+		}
+		p := func(n int, dims ...int) *Var { return Param(on(tensor.FromSlice(randVals(rng, n), dims...))) }
+		rowPtr, order, err := kernels.BuildCSR(dst, 12)
+		require.NoError(t, err)
+		edges := &GraphEdges{Src: on(tensor.FromSlice(src, len(src))), Dst: on(tensor.FromSlice(dst, len(dst))),
+			RowPtr: on(tensor.FromSlice(rowPtr, 13)), Order: on(tensor.FromSlice(order, len(src))), NumDst: 12}
+		feats, table := p(12*3, 12, 3), p(5*4, 5, 4)
+		calls := []LinearActLayerNormCall{
+			{Pieces: []GatherPiece{{X: feats}, {X: table, Edges: edges}}, W: p(6*7, 6, 7), B: p(6, 6), Act: kernels.GeluErf, G: p(6, 6), S: p(6, 6), Eps: 1e-5},
+			{X: p(4*5, 4, 5), W: p(6*5, 6, 5), Act: kernels.Relu, Eps: 1e-5},
+		}
+		each := func() []*Var {
+			x := Concat([]*Var{feats, GatherMean(table, *edges)}, 1)
+			c, d := calls[0], calls[1]
+			return []*Var{LinearActLayerNorm(x, c.W, c.B, c.Act, c.G, c.S, c.Eps), LinearActLayerNorm(d.X, d.W, d.B, d.Act, d.G, d.S, d.Eps)}
+		}
+		var got, want []*Var
+		InferenceMode(func() { want = each() })
+		mid := joins.Joins()
+		InferenceMode(func() { got = LinearActLayerNorms(calls) })
+		joined := int64(1)
+		if dev.IsCPU() {
+			joined = 0
+		}
+		require.Equal(t, mid+joined, joins.Joins(), "%v: joins", dev)
+		for i := range got {
+			sameVars(t, fmt.Sprintf("%v: gathered call %d", dev, i), got[i], want[i])
+		}
+		got = LinearActLayerNorms(calls)
+		want = each()
+		for i := range got {
+			require.True(t, got[i].RequiresGrad())
+			closeVars(t, "LinearActLayerNorms gathered, with gradients", got[i], want[i])
+		}
+		Backward(Add(SumAll(got[0]), SumAll(got[1])))
+		require.NotNil(t, feats.Grad, "%v: the features' gradient", dev)
+		require.NotNil(t, table.Grad, "%v: the table's gradient", dev)
+		require.Panics(t, func() {
+			LinearActLayerNorms([]LinearActLayerNormCall{{X: feats, Pieces: calls[0].Pieces, W: calls[0].W, Act: kernels.Relu}, calls[1]})
+		})
+		require.Panics(t, func() { LinearActLayerNorms([]LinearActLayerNormCall{{W: calls[0].W, Act: kernels.Relu}, calls[1]}) })
 	}
 }

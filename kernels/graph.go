@@ -614,3 +614,63 @@ func CheckGatherConcat(name string, out *T, xs, src, rowPtr, order []*T, ones in
 	}
 	return pieces, nil
 }
+
+// CheckGatherInput checks in as CheckGatherConcat checks its pieces (In
+// Rows rows, every X contiguous of dtype dt, a gathered piece's CSR
+// given whole, no ones columns) and returns the pieces, Col their first
+// columns, and their width.
+func CheckGatherInput(name string, in *GatherInput, dt tensor.DType) ([]GatherBlock, int, error) {
+	if in == nil || len(in.Xs) == 0 {
+		return nil, 0, fmt.Errorf("%s: no pieces", name)
+	}
+	if in.Rows < 0 {
+		return nil, 0, fmt.Errorf("%s: %d rows", name, in.Rows)
+	}
+	if len(in.Src) != len(in.Xs) || len(in.RowPtr) != len(in.Xs) || len(in.Order) != len(in.Xs) {
+		return nil, 0, fmt.Errorf("%s: %d pieces with %d src, %d rowPtr and %d order entries", name, len(in.Xs), len(in.Src), len(in.RowPtr), len(in.Order))
+	}
+	if !dt.IsFloat() {
+		return nil, 0, fmt.Errorf("%s: dtype %v, want a float dtype", name, dt)
+	}
+	pieces := make([]GatherBlock, len(in.Xs))
+	k := 0
+	for p := range in.Xs {
+		b, err := gatherPiece(name, p, in.Xs, in.Src, in.RowPtr, in.Order, in.Rows, dt, -1, rows2)
+		if err != nil {
+			return nil, 0, err
+		}
+		b.Col = k
+		pieces[p], k = b, k+b.Width
+	}
+	return pieces, k, nil
+}
+
+// Tensors returns every tensor of in: its Xs, then Src, RowPtr and
+// Order (nil where a piece has no CSR).
+func (in *GatherInput) Tensors() []*T {
+	var ts []*T
+	for _, l := range [][]*T{in.Xs, in.Src, in.RowPtr, in.Order} {
+		ts = append(ts, l...)
+	}
+	return ts
+}
+
+// GatherInputOps computes in on be, a GraphMultiAggregator, into a new
+// [Rows, width] tensor (GatherConcat of its pieces): what a backend
+// reading In as it goes stands for.
+func GatherInputOps(be Backend, in *GatherInput) *T {
+	gm, ok := be.(GraphMultiAggregator)
+	if !ok {
+		panic("kernels: a gathered input needs a GraphMultiAggregator backend")
+	}
+	k := 0
+	for _, p := range in.Xs {
+		k += p.Dim(1)
+	}
+	x, err := tensor.EmptyOn(in.Xs[0].Device(), in.Xs[0].DType(), in.Rows, k)
+	if err != nil {
+		panic(fmt.Sprintf("kernels: gathering an input: %v", err))
+	}
+	gm.GatherConcat(x, in.Xs, in.Src, in.RowPtr, in.Order, 0)
+	return x
+}

@@ -27,15 +27,15 @@ import (
 // overlap.
 type ReluHeadCall struct {
 	Out, X, W1, B1, W2, B2 *T
-	In                     *HeadInput
+	In                     *GatherInput
 	Join                   *T
 	JoinCol, JoinRows      int
 }
 
-// HeadInput is a ReluHeadCall's input given as GatherConcat's operands
+// GatherInput is a ReluHeadCall's input given as GatherConcat's operands
 // (GraphMultiAggregator documents Xs, Src, RowPtr and Order; no ones
 // columns) for Rows rows.
-type HeadInput struct {
+type GatherInput struct {
 	Rows                   int
 	Xs, Src, RowPtr, Order []*T
 }

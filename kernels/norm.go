@@ -151,9 +151,13 @@ type LinearActLayerNormer interface {
 }
 
 // LinearActLNCall is one call of a LinearActLayerNormsJoiner:
-// LinearActLayerNorm's arguments.
+// LinearActLayerNorm's arguments. In, in place of X, gives x as a
+// GatherConcat of its pieces (GatherInput: a node type's features beside
+// an embedding row looked up by CSR), computed as it is read, never
+// stored.
 type LinearActLNCall struct {
 	Y, X, W, B *T
+	In         *GatherInput
 	Act        UnaryOp
 	G, S       *T
 	Eps        float64
@@ -174,17 +178,41 @@ type LinearActLayerNormsJoiner interface {
 
 // CheckLinearActLayerNorms checks a LinearActLayerNormsJoiner call: each
 // as CheckLinearActLayerNorm checks it (its m, n and k returned in
-// order), and that no call's y shares memory with any tensor of another.
+// order; a call with In instead of X: its pieces as CheckGatherInput
+// checks them, m its rows and k their width), and that no call's y
+// shares memory with any tensor of another, or with its own In.
 func CheckLinearActLayerNorms(name string, calls []LinearActLNCall) ([][3]int, error) {
 	dims := make([][3]int, len(calls))
 	outs, all := make([]*T, len(calls)), make([][]*T, len(calls))
 	for i, c := range calls {
-		m, n, k, err := CheckLinearActLayerNorm(fmt.Sprintf("%s: call %d", name, i), c.Y, c.X, c.W, c.B, c.Act, c.G, c.S)
+		what := fmt.Sprintf("%s: call %d", name, i)
+		var m, n, k int
+		var err error
+		ts := []*T{c.Y, c.X, c.W, c.B, c.G, c.S}
+		switch {
+		case c.In == nil:
+			m, n, k, err = CheckLinearActLayerNorm(what, c.Y, c.X, c.W, c.B, c.Act, c.G, c.S)
+		case c.X != nil:
+			err = fmt.Errorf("%s: X and In both given", what)
+		case c.W == nil:
+			err = fmt.Errorf("%s: y, x and w are required", what)
+		default:
+			if _, k, err = CheckGatherInput(what+": In", c.In, c.W.DType()); err == nil {
+				m = c.In.Rows
+				n, err = checkLinearActLN(what, c.Y, m, k, c.W, c.B, c.Act, c.G, c.S, c.W.DType())
+			}
+			for _, x := range c.In.Tensors() {
+				if err == nil && spansOverlap(c.Y, x) {
+					err = fmt.Errorf("%s: y shares memory with In", what)
+				}
+			}
+			ts = append(ts, c.In.Tensors()...)
+		}
 		if err != nil {
 			return nil, err
 		}
 		dims[i] = [3]int{m, n, k}
-		outs[i], all[i] = c.Y, []*T{c.Y, c.X, c.W, c.B, c.G, c.S}
+		outs[i], all[i] = c.Y, ts
 	}
 	return dims, callsApart(name, outs, all)
 }
@@ -215,24 +243,37 @@ func CheckLinearActLayerNorm(name string, y, x, w, b *T, act UnaryOp, g, s *T) (
 	if m, k, err = rows2(name, "x", x, dt, -1, -1); err != nil {
 		return 0, 0, 0, err
 	}
+	n, err = checkLinearActLN(name, y, m, k, w, b, act, g, s, dt)
+	return m, n, k, err
+}
+
+// checkLinearActLN is CheckLinearActLayerNorm given x's m rows of k
+// elements of dtype dt: it checks the rest and returns N.
+func checkLinearActLN(name string, y *T, m, k int, w, b *T, act UnaryOp, g, s *T, dt tensor.DType) (n int, err error) {
+	if y == nil || w == nil {
+		return 0, fmt.Errorf("%s: y, x and w are required", name)
+	}
+	if !dt.IsFloat() {
+		return 0, floatError(name, "w", w)
+	}
 	if n, _, err = rows2(name, "w", w, dt, -1, k); err != nil {
-		return 0, 0, 0, err
+		return 0, err
 	}
 	if _, _, err = rows2(name, "y", y, dt, m, n); err != nil {
-		return 0, 0, 0, err
+		return 0, err
 	}
 	for _, v := range []struct {
 		what string
 		t    *T
 	}{{"b", b}, {"g", g}, {"s", s}} {
 		if v.t != nil && (v.t.Rank() != 1 || v.t.Shape()[0] != n || v.t.DType() != dt || !v.t.IsContiguous()) {
-			return 0, 0, 0, fmt.Errorf("%s: %s is %v %v (contiguous %v), want contiguous %v [%d]", name, v.what, v.t.DType(), v.t.Shape(), v.t.IsContiguous(), dt, n)
+			return 0, fmt.Errorf("%s: %s is %v %v (contiguous %v), want contiguous %v [%d]", name, v.what, v.t.DType(), v.t.Shape(), v.t.IsContiguous(), dt, n)
 		}
 	}
 	if err := CheckActivation(name, act); err != nil {
-		return 0, 0, 0, err
+		return 0, err
 	}
-	return m, n, k, nil
+	return n, nil
 }
 
 // CheckLayerNorm checks a LayerNorm and returns its rows m: x a whole

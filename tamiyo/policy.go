@@ -561,19 +561,18 @@ func (p *Policy) Run(g *Graph) (*PolicyOutput, error) {
 }
 
 func (p *Policy) run(gt *graphTensors) *PolicyOutput {
-	// Encoders: the slots' features, then each slot's blueprint
-	// embedding (one launch in inference on a GPU); then every type's
-	// encoder (autograd.LinearActLayerNorms: one launch for the three in
-	// inference on a GPU).
+	// Encoders: every type's (autograd.LinearActLayerNorms: one launch
+	// for the three in inference on a GPU), the slots' input their
+	// features beside their blueprint embedding, gathered in that launch.
 	var h [NumNodeTypes]*autograd.Var
 	encs := make([]autograd.LinearActLayerNormCall, NumNodeTypes)
 	for t := range encs {
-		x := gt.x[t]
+		encs[t] = p.enc[t].call(gt.x[t])
 		if NodeType(t) == NodeSlot {
-			x = autograd.GatherConcat([]autograd.GatherPiece{{X: x}, {X: p.bpEmbed.Weight, Edges: gt.bpEdges(),
-				Unfused: func() *autograd.Var { return autograd.Embedding(p.bpEmbed.Weight, gt.bp) }}})
+			// Read inside the encoders' launch on a GPU, never stored.
+			encs[t].X, encs[t].Pieces = nil, []autograd.GatherPiece{{X: gt.x[t]}, {X: p.bpEmbed.Weight, Edges: gt.bpEdges(),
+				Unfused: func() *autograd.Var { return autograd.Embedding(p.bpEmbed.Weight, gt.bp) }}}
 		}
-		encs[t] = p.enc[t].call(x)
 	}
 	copy(h[:], autograd.LinearActLayerNorms(encs))
 	// Message passing: after each layer GELU of its output at the layer's

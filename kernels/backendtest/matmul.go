@@ -371,17 +371,17 @@ func checkReluHeadsGathered(s *suite, rh kernels.ReluHeadser) {
 		}
 		own, ownv := s.in(d, nd, 5)
 		mx, msrc, mptr, mord, mrows := mean(graphLayout{ns: 7, nd: nd, e: 16}, 6)
-		inA := &kernels.HeadInput{Rows: nd, Xs: []*T{own, mx}, Src: []*T{nil, msrc}, RowPtr: []*T{nil, mptr}, Order: []*T{nil, mord}}
+		inA := &kernels.GatherInput{Rows: nd, Xs: []*T{own, mx}, Src: []*T{nil, msrc}, RowPtr: []*T{nil, mptr}, Order: []*T{nil, mord}}
 		xa := make([]float64, nd*11)
 		for i := 0; i < nd; i++ {
 			copy(xa[i*11:], ownv[i*5:(i+1)*5])
 			copy(xa[i*11+5:], mrows[i*6:(i+1)*6])
 		}
 		bx, bsrc, bptr, bord, brows := mean(graphLayout{ns: 4, nd: 2 * nd, e: 30}, 3)
-		inB := &kernels.HeadInput{Rows: 2 * nd, Xs: []*T{bx}, Src: []*T{bsrc}, RowPtr: []*T{bptr}, Order: []*T{bord}}
+		inB := &kernels.GatherInput{Rows: 2 * nd, Xs: []*T{bx}, Src: []*T{bsrc}, RowPtr: []*T{bptr}, Order: []*T{bord}}
 		xc, xcv := s.in(d, nd, 4)
 		type head struct {
-			in       *kernels.HeadInput
+			in       *kernels.GatherInput
 			x        *T
 			xv       []float64
 			n, k, hd int
@@ -454,7 +454,7 @@ func checkReluHeadsGathered(s *suite, rh kernels.ReluHeadser) {
 	}
 	s.panics("ReluHeads", func() { // both X and In
 		x := s.out(tensor.F32, 2, 3)
-		in := &kernels.HeadInput{Rows: 2, Xs: []*T{x}, Src: []*T{nil}, RowPtr: []*T{nil}, Order: []*T{nil}}
+		in := &kernels.GatherInput{Rows: 2, Xs: []*T{x}, Src: []*T{nil}, RowPtr: []*T{nil}, Order: []*T{nil}}
 		rh.ReluHeads([]kernels.ReluHeadCall{{Out: s.out(tensor.F32, 2, 3), X: x, In: in, W1: s.out(tensor.F32, 4, 3), W2: s.out(tensor.F32, 3, 4)}})
 	})
 	s.panics("ReluHeads", func() { // two heads' Join columns overlap

@@ -579,6 +579,69 @@ func checkLinearActLayerNorm(s *suite) {
 	})
 }
 
+// checkLinearActLayerNormsGathered holds a LinearActLayerNorms call
+// whose input is gathered (In: W2's slot encoder, each slot's own
+// features beside the mean of embedding rows over its edges, a slot
+// without edges among them) beside a plain one to LinearActLayerNorm of
+// the input GatherConcat writes (a GraphMultiAggregator backend), bit
+// for bit; where the backend declines, every output is untouched.
+func checkLinearActLayerNormsGathered(s *suite, la kernels.LinearActLayerNormer, lj kernels.LinearActLayerNormsJoiner) {
+	gm, ok := s.b.(kernels.GraphMultiAggregator)
+	if !ok {
+		return
+	}
+	for _, d := range s.floats("LinearActLayerNorms", tensor.F64, tensor.F32) {
+		const m, own, emb, n = 192, 27, 8, 256
+		feats, _ := s.in(d, m, own)
+		table, _ := s.in(d, 5, emb)
+		_, _, src, rowPtr, order := s.graphEdges(graphLayout{ns: 5, nd: m, e: 300})
+		in := &kernels.GatherInput{Rows: m, Xs: []*T{feats, table}, Src: []*T{nil, src}, RowPtr: []*T{nil, rowPtr}, Order: []*T{nil, order}}
+		x := s.out(d, m, own+emb)
+		gm.GatherConcat(x, in.Xs, in.Src, in.RowPtr, in.Order, 0)
+		gathered := kernels.LinearActLNCall{Y: s.out(d, m, n), In: in, Act: kernels.GeluErf, Eps: normEps}
+		gathered.W, _ = s.in(d, n, own+emb)
+		gathered.B, _ = s.in(d, n)
+		gathered.G, _ = s.in(d, n)
+		gathered.S, _ = s.in(d, n)
+		plain := kernels.LinearActLNCall{Y: s.out(d, 64, n), Act: kernels.Relu, Eps: normEps}
+		plain.X, _ = s.in(d, 64, 23)
+		plain.W, _ = s.in(d, n, 23)
+		var want [][]float64
+		all := true
+		for _, c := range []kernels.LinearActLNCall{gathered, plain} {
+			cx := c.X
+			if cx == nil {
+				cx = x
+			}
+			all = la.LinearActLayerNorm(c.Y, cx, c.W, c.B, c.Act, c.G, c.S, c.Eps) && all
+			want = append(want, s.get(c.Y))
+		}
+		gathered.Y, plain.Y = s.out(d, m, n), s.out(d, 64, n)
+		calls, outs := []kernels.LinearActLNCall{gathered, plain}, []*T{gathered.Y, plain.Y}
+		untouched := s.read(outs)
+		what := name("LinearActLayerNorms", d, "gathered input")
+		var done bool
+		s.check(call{what: what, launch: func() { done = lj.LinearActLayerNorms(calls) }, writes: outs,
+			declined: func() bool { return !done }}, func(got [][]float64) {
+			for k := range got {
+				if !done {
+					same(s.t, name(what, "call", k, "untouched"), got[k], untouched[k])
+					continue
+				}
+				if !all {
+					s.t.Errorf("%s: joined, though a call alone is not fused", what)
+				}
+				same(s.t, name(what, "call", k), got[k], want[k])
+			}
+		})
+	}
+	s.panics("LinearActLayerNorms", func() { // X and In both given
+		x := s.out(tensor.F32, 2, 4)
+		in := &kernels.GatherInput{Rows: 2, Xs: []*T{x}, Src: []*T{nil}, RowPtr: []*T{nil}, Order: []*T{nil}}
+		lj.LinearActLayerNorms([]kernels.LinearActLNCall{{Y: s.out(tensor.F32, 2, 3), X: x, In: in, W: s.out(tensor.F32, 3, 4), Act: kernels.Relu, Eps: normEps}})
+	})
+}
+
 // checkLinearActLayerNorms holds LinearActLayerNorms to
 // LinearActLayerNorm on the same backend: W2's three encoders and a
 // small layer without bias, gain or shift (more calls than a CUDA
@@ -633,6 +696,7 @@ func checkLinearActLayerNorms(s *suite) {
 			})
 		}
 	}
+	checkLinearActLayerNormsGathered(s, la, lj)
 	s.panics("LinearActLayerNorms", func() { // the second call reads the first's y
 		y := s.out(tensor.F32, 2, 3)
 		lj.LinearActLayerNorms([]kernels.LinearActLNCall{{Y: y, X: s.out(tensor.F32, 2, 4), W: s.out(tensor.F32, 3, 4), Act: kernels.Relu, Eps: normEps},

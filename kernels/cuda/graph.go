@@ -678,8 +678,8 @@ func (b *Backend) ReluHeads(calls []kernels.ReluHeadCall) bool {
 // relu_heads_f32 launches of up to rhMax heads (a block of rhThreads
 // threads per rhRows rows of a head); false, having written nothing,
 // for another dtype, a head wider than rhMaxWidth (max(K, O) + Hd), more than
-// rhIn distinct gathered inputs (calls sharing one *HeadInput read one)
-// or an input of more than rhPieces pieces. Each launch carries every
+// rhIn distinct gathered inputs (calls sharing one *GatherInput read one)
+// or an input of more than gatherInPieces pieces. Each launch carries every
 // gathered input. Everything is checked before anything launches.
 func (d *Device) ReluHeads(calls []kernels.ReluHeadCall) (bool, error) {
 	const op = "ReluHeads"
@@ -693,7 +693,7 @@ func (d *Device) ReluHeads(calls []kernels.ReluHeadCall) (bool, error) {
 	f32 := tensor.F32
 	hs := make([]rhHead, 0, len(calls))
 	var ins [][]gatherPart
-	inIndex := map[*kernels.HeadInput]int64{}
+	inIndex := map[*kernels.GatherInput]int64{}
 	for i, c := range calls {
 		n, k, hd, o := dims[i].N, dims[i].K, dims[i].Hd, dims[i].O
 		if c.Out.DType() != f32 || max(k, o)+hd > rhMaxWidth {
@@ -714,11 +714,11 @@ func (d *Device) ReluHeads(calls []kernels.ReluHeadCall) (bool, error) {
 		if c.In != nil {
 			at, seen := inIndex[c.In]
 			if !seen {
-				parts, err := d.headInput(what, c.In, dims[i])
+				parts, err := d.gatherInput(what, c.In, dims[i].Pieces, dims[i].K)
 				if err != nil {
 					return false, err
 				}
-				if len(parts) > rhPieces || len(ins) == rhIn {
+				if len(parts) > gatherInPieces || len(ins) == rhIn {
 					return false, nil
 				}
 				ins = append(ins, parts)
@@ -752,13 +752,13 @@ func (d *Device) ReluHeads(calls []kernels.ReluHeadCall) (bool, error) {
 	return true, nil
 }
 
-// headInput returns a gathered head input's parts (gatherPlan's, no
-// ones): its pieces' addresses, F32, as kernels.CheckReluHeads found
-// them (dims.Pieces).
-func (d *Device) headInput(what string, in *kernels.HeadInput, dims kernels.ReluHeadDims) ([]gatherPart, error) {
+// gatherInput returns a gathered input's parts (gatherPlan's, no ones):
+// its pieces' addresses, F32, as kernels.CheckGatherInput found them
+// (pieces, of width columns in all).
+func (d *Device) gatherInput(what string, in *kernels.GatherInput, pieces []kernels.GatherBlock, width int) ([]gatherPart, error) {
 	n := len(in.Xs)
 	xa, sa, ra, oa := make([]uint64, n), make([]uint64, n), make([]uint64, n), make([]uint64, n)
-	for i, p := range dims.Pieces {
+	for i, p := range pieces {
 		if p.Width == 0 {
 			continue
 		}
@@ -770,5 +770,5 @@ func (d *Device) headInput(what string, in *kernels.HeadInput, dims kernels.Relu
 		}
 		xa[i], sa[i], ra[i], oa[i] = uint64(ptrs[0]), uint64(ptrs[1]), uint64(ptrs[2]), uint64(ptrs[3])
 	}
-	return gatherPlan(dims.Pieces, xa, sa, ra, oa, 0, dims.K), nil
+	return gatherPlan(pieces, xa, sa, ra, oa, 0, width), nil
 }

@@ -320,10 +320,9 @@ func gsumJoinPack(w *[gsumJoinWords]uint64, gs []gsumCall) int64 {
 }
 
 // rhMax is RH_MAX, the most heads one relu_heads_f32 launch runs,
-// rhRows RH_ROWS, the rows a block takes, rhIn RH_IN, the most gathered
-// inputs a launch reads, and rhPieces RH_PIECES, the most pieces of one;
-// rhInWords, rhHeadWords and rhWords are the sizes of struct RhIn,
-// struct RhHead and struct RhArgs in 8-byte words; rhThreads is a
+// rhRows RH_ROWS, the rows a block takes, and rhIn RH_IN, the most
+// gathered inputs a launch reads; rhHeadWords and rhWords are the sizes
+// of struct RhHead and struct RhArgs in 8-byte words; rhThreads is a
 // block's threads (the kernel's launch bound: 32 warps, so that W2's 128
 // hidden units are 4 a warp; at 8 warps, 16 a warp, its heads' launch
 // took about 35 µs at batch 1 on an H200), and rhMaxWidth the most
@@ -333,13 +332,33 @@ const (
 	rhMax       = 16
 	rhRows      = 8
 	rhIn        = 4
-	rhPieces    = 4
-	rhInWords   = 1 + rhPieces*gatherPartWords
 	rhHeadWords = 15
-	rhWords     = 1 + rhMax + rhIn*rhInWords + rhMax*rhHeadWords
+	rhWords     = 1 + rhMax + rhIn*gatherInWords + rhMax*rhHeadWords
 	rhThreads   = 1024
 	rhMaxWidth  = (48 << 10) / (4 * rhRows)
 )
+
+// gatherInPieces is GATHER_IN_PIECES (src/common.cuh), the most pieces
+// of a gathered input, and gatherInWords the size of struct GatherIn in
+// 8-byte words.
+const (
+	gatherInPieces = 4
+	gatherInWords  = 1 + gatherInPieces*gatherPartWords
+)
+
+// gatherInPack writes struct GatherIn into w (gatherInWords words) for
+// parts (1 to gatherInPieces, none empty: gatherPlan's without ones),
+// each at its first column (loc, the widths before it).
+func gatherInPack(w []uint64, parts []gatherPart) {
+	w[0] = uint64(len(parts))
+	var loc int64
+	for j, p := range parts {
+		q := 1 + j*gatherPartWords
+		w[q], w[q+1], w[q+2], w[q+3] = p.x, p.src, p.rowPtr, p.order
+		w[q+4], w[q+5], w[q+6], w[q+7] = uint64(p.w), uint64(p.col), uint64(loc), uint64(p.kind)
+		loc += p.w
+	}
+}
 
 // rhHead is one head of a relu_heads_f32 launch: x, w1, b1, w2, b2 and
 // out's addresses (b1, b2 0: none), n rows, k inputs, hd hidden units
@@ -356,7 +375,7 @@ type rhHead struct {
 
 // rhPack writes struct RhArgs into w for hs (1 to rhMax heads, each of
 // at least one row) and ins (at most rhIn gathered inputs, each of 1 to
-// rhPieces parts, none empty: gatherPlan's), and returns the launch's
+// gatherInPieces parts, none empty: gatherPlan's), and returns the launch's
 // blocks (every head's row tiles) and a block's dynamic shared memory in
 // bytes (the widest head's rhRows·(max(k, o) + hd) floats: its rows'
 // inputs, then its outputs in their place, and its hidden units); unused
@@ -365,20 +384,13 @@ func rhPack(w *[rhWords]uint64, hs []rhHead, ins [][]gatherPart) (blocks, shared
 	*w = [rhWords]uint64{}
 	w[0] = uint64(len(hs))
 	for i, parts := range ins {
-		o := 1 + rhMax + i*rhInWords
-		w[o] = uint64(len(parts))
-		var loc int64
-		for j, p := range parts {
-			q := o + 1 + j*gatherPartWords
-			w[q], w[q+1], w[q+2], w[q+3] = p.x, p.src, p.rowPtr, p.order
-			w[q+4], w[q+5], w[q+6], w[q+7] = uint64(p.w), uint64(p.col), uint64(loc), uint64(p.kind)
-			loc += p.w
-		}
+		o := 1 + rhMax + i*gatherInWords
+		gatherInPack(w[o:o+gatherInWords], parts)
 	}
 	for i, h := range hs {
 		blocks += (h.n + rhRows - 1) / rhRows
 		w[1+i] = uint64(blocks)
-		o := 1 + rhMax + rhIn*rhInWords + i*rhHeadWords
+		o := 1 + rhMax + rhIn*gatherInWords + i*rhHeadWords
 		w[o], w[o+1], w[o+2], w[o+3], w[o+4], w[o+5] = h.x, h.w1, h.b1, h.w2, h.b2, h.out
 		w[o+6], w[o+7], w[o+8], w[o+9], w[o+10] = uint64(h.n), uint64(h.k), uint64(h.hd), uint64(h.o), uint64(h.in)
 		w[o+11], w[o+12], w[o+13], w[o+14] = h.join, uint64(h.jld), uint64(h.jcol), uint64(h.jrows)

@@ -68,11 +68,12 @@ func (d *Device) LinearActLayerNorm(y, x, w, bias *tensor.Tensor, act kernels.Un
 }
 
 // lnPrepare gathers a checked LinearActLayerNorm's addresses (F32
-// device memory, b, g and s optional) for a launch over its m rows.
+// device memory, b, g and s optional; x too, for a call whose x is a
+// gathered input, which the caller packs) for a launch over its m rows.
 func (d *Device) lnPrepare(op string, c kernels.LinearActLNCall, m, n, k int) (lnCall, error) {
 	f32 := tensor.F32
 	ptrs, err := d.ptrList(op, []string{"y", "x", "w", "bias", "g", "s"}, []*tensor.Tensor{c.Y, c.X, c.W, c.B, c.G, c.S},
-		[]tensor.DType{f32, f32, f32, f32, f32, f32}, []bool{false, false, false, true, true, true})
+		[]tensor.DType{f32, f32, f32, f32, f32, f32}, []bool{false, c.X == nil, false, true, true, true})
 	if err != nil {
 		return lnCall{}, err
 	}
@@ -93,9 +94,12 @@ func (b *Backend) LinearActLayerNorms(calls []kernels.LinearActLNCall) bool {
 // LinearActLayerNorms, F32: every call that LinearActLayerNorm takes in
 // one launch, lnJoin at a time into one linear_act_ln_join_f32 launch (a
 // block per row of all of them, each row computed by linear_act_ln_f32's
-// code: the same bits); false, having written nothing, when any call
-// does not fit one launch. Everything is checked before anything
-// launches.
+// code: the same bits; a gathered input's row gathered first, in the
+// block's shared memory past its outputs, the pieces' values as
+// GatherConcat writes them); false, having written nothing, when any
+// call does not fit one launch, or there are more than lnIn distinct
+// gathered inputs or one of more than gatherInPieces pieces. Everything
+// is checked before anything launches.
 func (d *Device) LinearActLayerNorms(calls []kernels.LinearActLNCall) (bool, error) {
 	const op = "LinearActLayerNorms"
 	dims, err := kernels.CheckLinearActLayerNorms(op, calls)
@@ -106,14 +110,41 @@ func (d *Device) LinearActLayerNorms(calls []kernels.LinearActLNCall) (bool, err
 		return false, nil
 	}
 	ls := make([]lnCall, 0, len(calls))
+	var ins [][]gatherPart
+	inIndex := map[*kernels.GatherInput]int64{}
 	for i, c := range calls {
 		m, n, k := dims[i][0], dims[i][1], dims[i][2]
-		if c.X.DType() != tensor.F32 || !linearActLNFits(n, k) {
+		if c.Y.DType() != tensor.F32 || !linearActLNFits(n, k) {
 			return false, nil
 		}
-		l, err := d.lnPrepare(fmt.Sprintf("%s: call %d", op, i), c, m, n, k)
+		what := fmt.Sprintf("%s: call %d", op, i)
+		x := c.X
+		if c.In != nil {
+			x = nil
+		}
+		l, err := d.lnPrepare(what, kernels.LinearActLNCall{Y: c.Y, X: x, W: c.W, B: c.B, Act: c.Act, G: c.G, S: c.S, Eps: c.Eps}, m, n, k)
 		if err != nil {
 			return false, err
+		}
+		if c.In != nil {
+			at, seen := inIndex[c.In]
+			if !seen {
+				pieces, width, err := kernels.CheckGatherInput(what+": In", c.In, tensor.F32)
+				if err != nil {
+					return false, err
+				}
+				parts, err := d.gatherInput(what, c.In, pieces, width)
+				if err != nil {
+					return false, err
+				}
+				if len(parts) > gatherInPieces || len(ins) == lnIn {
+					return false, nil
+				}
+				ins = append(ins, parts)
+				at = int64(len(ins))
+				inIndex[c.In] = at
+			}
+			l.in = at
 		}
 		if m > 0 && n > 0 {
 			ls = append(ls, l)
@@ -130,7 +161,7 @@ func (d *Device) LinearActLayerNorms(calls []kernels.LinearActLNCall) (bool, err
 	defer release()
 	var w [lnJoinWords]uint64
 	for start := 0; start < len(ls); start += lnJoin {
-		rows, widest := lnJoinPack(&w, ls[start:min(len(ls), start+lnJoin)])
+		rows, widest := lnJoinPack(&w, ls[start:min(len(ls), start+lnJoin)], ins)
 		_, block, shmem := linearActLNGeom(int(rows), int(widest))
 		d.joins.Add(1)
 		if err := launchStructShared(fn, [3]int{int(rows), 1, 1}, [3]int{block, 1, 1}, shmem, d.stream, w[:]); err != nil {

@@ -140,14 +140,14 @@ func policyInferenceOnCUDA(t *testing.T, apart bool) {
 				// The node types' encoders, SAGE products and sums, GAT
 				// projections and means and all the heads are one launch
 				// each (the joins, counted exactly in the eager forward
-				// above): 11 nodes on sim with ESPER_SIM_LAUNCH_BOUND=on
-				// (14 before the heads' launch gathered its inputs and
-				// wrote the joined logits), where the per-type launches
-				// made 48 on an H200. At batch 64 the four product joins
-				// are twelve cuBLAS products: eight launches more (25
-				// nodes in fp32 and 22 in tf32 on an H200 before the
-				// heads took in those three launches, cuBLAS choosing its
-				// kernels).
+				// above): 10 nodes on sim with ESPER_SIM_LAUNCH_BOUND=on
+				// (14 before the encoders' and the heads' launches
+				// gathered their inputs and the heads' wrote the joined
+				// logits), where the per-type launches made 48 on an
+				// H200. At batch 64 the four product joins are twelve
+				// cuBLAS products: eight launches more (25 nodes in fp32
+				// and 22 in tf32 on an H200 before those four launches
+				// went, cuBLAS choosing its kernels).
 				most := 24
 				if n == 64 {
 					most = 24 + 8

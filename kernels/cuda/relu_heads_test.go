@@ -46,7 +46,7 @@ func rhLayerEmu(in, w, b []float32, width, units int64, relu bool, rows int, dst
 // rhRunEmu is relu_heads_f32 in Go over the launch rhPack describes:
 // every block routed to its head and tile as the kernel routes it, its
 // rows read from x or, for a gathered input, element by element as
-// rh_in_at reads them, and a head's outputs, computed into a tile of
+// gather_in_at reads them, and a head's outputs, computed into a tile of
 // their own, copied to out and to its joined output's columns.
 func rhRunEmu(w *[rhWords]uint64, blocks int64, m gatherMem) {
 	n := int(w[0])
@@ -58,7 +58,7 @@ func rhRunEmu(w *[rhWords]uint64, blocks int64, m gatherMem) {
 		if c > 0 {
 			t -= int64(w[c])
 		}
-		q := w[1+rhMax+rhIn*rhInWords+c*rhHeadWords:]
+		q := w[1+rhMax+rhIn*gatherInWords+c*rhHeadWords:]
 		w1, b1, w2, b2, out := m.f[q[1]], m.f[q[2]], m.f[q[3]], m.f[q[4]], m.f[q[5]]
 		rn, k, hd, o, in := int64(q[6]), int64(q[7]), int64(q[8]), int64(q[9]), int64(q[10])
 		r0 := t * rhRows
@@ -69,7 +69,7 @@ func rhRunEmu(w *[rhWords]uint64, blocks int64, m gatherMem) {
 			switch {
 			case r >= int64(rows):
 			case in > 0:
-				xs[e] = rhInAtEmu(w[1+rhMax+(in-1)*rhInWords:], m, r0+r, j)
+				xs[e] = gatherInAtEmu(w[1+rhMax+(in-1)*gatherInWords:], m, r0+r, j)
 			default:
 				xs[e] = m.f[q[0]][(r0+r)*k+j]
 			}
@@ -92,19 +92,35 @@ func rhRunEmu(w *[rhWords]uint64, blocks int64, m gatherMem) {
 	}
 }
 
-// rhInAtEmu is rh_in_at over the words of a struct RhIn.
-func rhInAtEmu(in []uint64, m gatherMem, i, j int64) float32 {
+// gatherInAtEmu is gatherInAt over m.
+func gatherInAtEmu(in []uint64, m gatherMem, i, j int64) float32 {
+	return gatherInAt(in, func(p uint64, e int64) float32 { return m.f[p][e] }, func(p uint64) []int64 { return m.i[p] }, i, j)
+}
+
+// gatherInAt is gather_in_at (src/common.cuh) over the words of a struct
+// GatherIn: x(p, e) reads element e of the fp32 buffer at p, ints(p) is
+// the int64 buffer at p. A mean adds in CSR order from the first value,
+// then scales by 1/count (gather_mean_at).
+func gatherInAt(in []uint64, x func(p uint64, e int64) float32, ints func(p uint64) []int64, i, j int64) float32 {
 	np, p := int64(in[0]), int64(0)
 	for p+1 < np && j >= int64(in[1+(p+1)*gatherPartWords+6]) {
 		p++
 	}
 	g := in[1+p*gatherPartWords:]
-	pw, loc := int64(g[4]), int64(g[6])
-	f := j - loc
-	if g[7] == gatherMean {
-		return gatherMeanAtEmu(gsumTermEmu{x: m.f[g[0]], src: m.i[g[1]], rowPtr: m.i[g[2]], order: m.i[g[3]], ld: pw}, i, f)
+	pw, f := int64(g[4]), j-int64(g[6])
+	if g[7] != gatherMean {
+		return x(g[0], i*pw+f)
 	}
-	return m.f[g[0]][i*pw+f]
+	src, rowPtr, order := ints(g[1]), ints(g[2]), ints(g[3])
+	a, b := rowPtr[i], rowPtr[i+1]
+	if b <= a {
+		return 0
+	}
+	acc := x(g[0], src[order[a]]*pw+f)
+	for e := a + 1; e < b; e++ {
+		acc += x(g[0], src[order[e]]*pw+f)
+	}
+	return acc * (1 / float32(b-a))
 }
 
 // TestReluHeadsKernelInGo: relu_heads_f32, transcribed and run over

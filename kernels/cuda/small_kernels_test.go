@@ -25,8 +25,14 @@ func linearActLNEmu(mem *devMem, grid, block, shmem int, y, x, w, b uint64, act 
 }
 
 // linearActLNRowEmu is linear_act_ln_row: row i in a block of block
-// threads with shmem bytes of dynamic shared memory.
+// threads with shmem bytes of dynamic shared memory, its x row x's row i.
 func linearActLNRowEmu(mem *devMem, block, shmem int, y, x, w, b uint64, act int32, g, s uint64, n, k int64, eps float32, i int64) {
+	linearActLNRowAtEmu(mem, block, shmem, y, func(q int64) float32 { return mem.ld(x, i*k+q) }, w, b, act, g, s, n, k, eps, i)
+}
+
+// linearActLNRowAtEmu is linear_act_ln_row with its x row's element q
+// xr(q) (a row in shared memory, for a gathered input).
+func linearActLNRowAtEmu(mem *devMem, block, shmem int, y uint64, xr func(q int64) float32, w, b uint64, act int32, g, s uint64, n, k int64, eps float32, i int64) {
 	B := int64(block)
 	{
 		v := make([]float32, shmem/4) // extern __shared__ float v[]: uninitialised
@@ -34,12 +40,11 @@ func linearActLNRowEmu(mem *devMem, block, shmem int, y, x, w, b uint64, act int
 			v[j] = float32(math.NaN())
 		}
 		part := nanPart[float32]() // block_sum's static part
-		xr := i * k
 		for tid := int64(0); tid < B; tid++ {
 			for j := tid; j < n; j += B {
 				var a float32
 				for q := int64(0); q < k; q++ {
-					a = fma32(mem.ld(x, xr+q), mem.ld(w, j*k+q), a)
+					a = fma32(xr(q), mem.ld(w, j*k+q), a)
 				}
 				if b != 0 {
 					a += mem.ld(b, j)
@@ -470,7 +475,9 @@ func relNear(got float32, want, rel float64) bool {
 
 // linearActLNJoinEmu is linear_act_ln_join_f32 over the launch
 // LinearActLayerNorms makes for w: a block per row of all the calls,
-// routed to its call as the kernel routes it.
+// routed to its call as the kernel routes it; a call with a gathered
+// input gathers its row first (gather_in_at, into the shared memory past
+// its n outputs, which must fit the launch's).
 func linearActLNJoinEmu(mem *devMem, w *[lnJoinWords]uint64, rows, widest int64) {
 	_, block, shmem := linearActLNGeom(int(rows), int(widest))
 	n := int(w[0])
@@ -481,17 +488,38 @@ func linearActLNJoinEmu(mem *devMem, w *[lnJoinWords]uint64, rows, widest int64)
 			k++
 		}
 		a := w[1+k*lnArgsWords:]
-		linearActLNRowEmu(mem, block, shmem, a[0], a[1], a[2], a[3], int32(a[6]), a[4], a[5], int64(a[7]), int64(a[8]),
-			math.Float32frombits(uint32(a[9])), i)
+		eps := math.Float32frombits(uint32(a[9]))
+		if in := int64(a[11]); in > 0 {
+			g := w[1+lnJoin*lnArgsWords+(in-1)*gatherInWords:]
+			cols := int64(a[8])
+			if 4*(int64(a[7])+cols) > int64(shmem) {
+				panic(fmt.Sprintf("a gathered row of %d past %d outputs in %d bytes of shared memory", cols, a[7], shmem))
+			}
+			row := make([]float32, cols)
+			for q := range row {
+				row[q] = gatherInAtMem(g, mem, i, int64(q))
+			}
+			linearActLNRowAtEmu(mem, block, shmem, a[0], func(q int64) float32 { return row[q] }, a[2], a[3], int32(a[6]), a[4], a[5],
+				int64(a[7]), cols, eps, i)
+			continue
+		}
+		linearActLNRowEmu(mem, block, shmem, a[0], a[1], a[2], a[3], int32(a[6]), a[4], a[5], int64(a[7]), int64(a[8]), eps, i)
 	}
 }
 
+// gatherInAtMem is gatherInAt over mem (x fp32, the CSR int64).
+func gatherInAtMem(in []uint64, mem *devMem, i, j int64) float32 {
+	return gatherInAt(in, mem.ld, func(p uint64) []int64 { return mem.i64[p] }, i, j)
+}
+
 // TestLinearActLayerNormJoinInGo: calls of different rows, widths and
-// operands (W2's three encoders, one without bias, gain or shift),
-// packed by lnJoinPack and run as linear_act_ln_join_f32 runs them,
-// write every output bit for bit as each call's own linear_act_ln_f32
-// launch does, and nothing else; the parameter block has the size the
-// PTX declares. It runs without a GPU.
+// operands (W2's three encoders, one without bias, gain or shift), and
+// one whose input is gathered (own features beside the mean of
+// embedding rows over a CSR), packed by lnJoinPack and run as
+// linear_act_ln_join_f32 runs them, write every output bit for bit as
+// each call's own linear_act_ln_f32 launch does on the input written
+// out, and nothing else; the parameter block has the size the PTX
+// declares. It runs without a GPU.
 func TestLinearActLayerNormJoinInGo(t *testing.T) {
 	if n, ok := ptxStructParam(readPTX(t, "norm.ptx"), "linear_act_ln_join_f32"); !ok || n != 8*lnJoinWords {
 		t.Fatalf("linear_act_ln_join_f32: the PTX's parameter is %d bytes (found %v), the Go block %d", n, ok, 8*lnJoinWords)
@@ -522,16 +550,65 @@ func TestLinearActLayerNormJoinInGo(t *testing.T) {
 		joined = append(joined, mem.put(make([]float32, sh.m*sh.n), false))
 		calls = append(calls, l)
 	}
+	// A fifth call reads a gathered input, as W2's slot encoder does: 12
+	// rows of [its own 9 features | the mean of embedding rows over its
+	// edges] (row 1 without edges, row 4 of three), 256 outputs. alone
+	// runs on the input gathered here, in the kernel's order.
+	const gm, own, emb = 12, 9, 8
+	feats, table := normals(gm*own), normals(5*emb)
+	var src, dst []int64
+	for i := int64(0); i < gm; i++ {
+		switch i {
+		case 1:
+		case 4:
+			src, dst = append(src, 3, 0, 4), append(dst, i, i, i)
+		default:
+			src, dst = append(src, i%5), append(dst, i)
+		}
+	}
+	rowPtr, order, err := kernels.BuildCSR(dst, gm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := make([]float32, gm*(own+emb))
+	for i := 0; i < gm; i++ {
+		copy(x[i*(own+emb):], feats[i*own:(i+1)*own])
+		a, b := rowPtr[i], rowPtr[i+1]
+		for f := 0; f < emb && b > a; f++ {
+			acc := table[src[order[a]]*emb+int64(f)]
+			for e := a + 1; e < b; e++ {
+				acc += table[src[order[e]]*emb+int64(f)]
+			}
+			x[i*(own+emb)+own+f] = acc * (1 / float32(b-a))
+		}
+	}
+	gl := lnCall{x: mem.put(x, false), w: mem.put(normals(256*(own+emb)), false), b: mem.put(normals(256), false), act: int64(kernels.GeluErf),
+		n: 256, k: own + emb, eps: 1e-5, m: gm}
+	featAt, tableAt := mem.put(feats, false), mem.put(table, false)
+	ins := [][]gatherPart{gatherPlan([]kernels.GatherBlock{{Col: 0, Width: own}, {Col: own, Width: emb, Gathered: true, Src: 5, Edges: len(src)}},
+		[]uint64{featAt, tableAt}, []uint64{0, mem.putI64(src)}, []uint64{0, mem.putI64(rowPtr)}, []uint64{0, mem.putI64(order)}, 0, own+emb)}
+	alone = append(alone, mem.put(make([]float32, gm*256), false))
+	joined = append(joined, mem.put(make([]float32, gm*256), false))
+	calls = append(calls, gl)
+	shapes = append(shapes, lnShape{gm, own + emb, 256, true})
 	mem.finish()
 	for i, l := range calls {
 		grid, block, shmem := linearActLNGeom(int(l.m), int(l.n))
 		linearActLNEmu(mem, grid, block, shmem, alone[i], l.x, l.w, l.b, int32(l.act), l.g, l.s, l.n, l.k, l.eps)
 		calls[i].y = joined[i]
 	}
+	calls[4].x, calls[4].in = 0, 1 // the gathered call reads its pieces
 	var w [lnJoinWords]uint64
-	rows, widest := lnJoinPack(&w, calls)
+	rows, widest := lnJoinPack(&w, calls[:4], nil)
 	if rows != 4+12+12+3 || widest != 300 {
 		t.Fatalf("rows %d, widest %d: want 31 and 300", rows, widest)
+	}
+	linearActLNJoinEmu(mem, &w, rows, widest)
+	// The gathered call in a launch of its own with the first: its
+	// shared memory holds its outputs and its row.
+	rows, widest = lnJoinPack(&w, []lnCall{calls[0], calls[4]}, ins)
+	if rows != 4+gm || widest != 256+own+emb {
+		t.Fatalf("rows %d, widest %d: want %d and %d", rows, widest, 4+gm, 256+own+emb)
 	}
 	linearActLNJoinEmu(mem, &w, rows, widest)
 	for i, sh := range shapes {

@@ -169,35 +169,48 @@ func linearBwdSmallTotal(m, n, k int, bias bool) int64 {
 
 // lnCall is a checked LinearActLayerNorm's launch words (struct LnArgs
 // of src/norm.cu): y, x, w, b, g and s's addresses (0: none), the
-// activation, n outputs and k inputs a row, eps, and its m rows.
+// activation, n outputs and k inputs a row, eps, its m rows and in (0:
+// x is the input, else the launch's gathered input in − 1; x then 0).
 type lnCall struct {
 	y, x, w, b, g, s uint64
 	act, n, k        int64
 	eps              float32
-	m                int64
+	m, in            int64
 }
 
 // lnJoin is LN_JOIN: the most LinearActLayerNorms one
-// linear_act_ln_join_f32 launch runs; lnArgsWords and lnJoinWords are
-// the sizes of struct LnArgs and struct LnJoin in 8-byte words.
+// linear_act_ln_join_f32 launch runs, lnIn LN_IN: the most gathered
+// inputs it reads; lnArgsWords and lnJoinWords are the sizes of struct
+// LnArgs and struct LnJoin in 8-byte words.
 const (
 	lnJoin      = 4
-	lnArgsWords = 11
-	lnJoinWords = 1 + lnJoin*lnArgsWords
+	lnIn        = 2
+	lnArgsWords = 12
+	lnJoinWords = 1 + lnJoin*lnArgsWords + lnIn*gatherInWords
 )
 
 // lnJoinPack writes struct LnJoin into w for ls (1 to lnJoin calls) and
-// returns the launch's rows (a block each) and the widest n (its dynamic
-// shared memory in floats); unused slots are zeroed.
-func lnJoinPack(w *[lnJoinWords]uint64, ls []lnCall) (rows, widest int64) {
+// ins (at most lnIn gathered inputs, each of 1 to gatherInPieces parts,
+// every one in every launch) and returns the launch's rows (a block
+// each) and the widest row's dynamic shared memory in floats: n, or n +
+// k for a gathered input's call; unused slots are zeroed.
+func lnJoinPack(w *[lnJoinWords]uint64, ls []lnCall, ins [][]gatherPart) (rows, widest int64) {
 	*w = [lnJoinWords]uint64{}
 	w[0] = uint64(len(ls))
 	for i, l := range ls {
 		o := 1 + i*lnArgsWords
 		w[o], w[o+1], w[o+2], w[o+3], w[o+4], w[o+5] = l.y, l.x, l.w, l.b, l.g, l.s
-		w[o+6], w[o+7], w[o+8], w[o+9], w[o+10] = uint64(l.act), uint64(l.n), uint64(l.k), uint64(math.Float32bits(l.eps)), uint64(l.m)
+		w[o+6], w[o+7], w[o+8], w[o+9], w[o+10], w[o+11] = uint64(l.act), uint64(l.n), uint64(l.k), uint64(math.Float32bits(l.eps)), uint64(l.m), uint64(l.in)
 		rows += l.m
-		widest = max(widest, l.n)
+		width := l.n
+		if l.in > 0 {
+			width += l.k
+		}
+		widest = max(widest, width)
+	}
+	for i, parts := range ins {
+		o := 1 + lnJoin*lnArgsWords + i*gatherInWords
+		gatherInPack(w[o:o+gatherInWords], parts)
 	}
 	return rows, widest
 }

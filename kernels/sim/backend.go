@@ -151,16 +151,24 @@ var _ kernels.LinearActLayerNormsJoiner = (*Backend)(nil)
 // LinearActLayerNorms implements kernels.LinearActLayerNormsJoiner, a
 // device-only join: the calls are checked together, as a device checks
 // them, then each runs as its own LinearActLayerNorm — the bits CUDA's
-// joined launch writes — and the join is counted (Joins). The CPU takes
+// joined launch writes; a gathered input (In) first gathered into a
+// tensor of its own — and the join is counted (Joins). The CPU takes
 // every call, so it reports true.
 func (b *Backend) LinearActLayerNorms(calls []kernels.LinearActLNCall) bool {
 	var ts []*tensor.Tensor
 	for _, c := range calls {
 		ts = append(ts, c.Y, c.X, c.W, c.B, c.G, c.S)
+		if c.In != nil {
+			ts = append(ts, c.In.Tensors()...)
+		}
 	}
 	b.join("LinearActLayerNorms", ts, func() error { _, err := kernels.CheckLinearActLayerNorms("LinearActLayerNorms", calls); return err }, func() {
 		for i, c := range calls {
-			if !b.LinearActLayerNorm(c.Y, c.X, c.W, c.B, c.Act, c.G, c.S, c.Eps) {
+			x := c.X
+			if c.In != nil {
+				x = kernels.GatherInputOps(b, c.In) // what reading In as it goes stands for
+			}
+			if !b.LinearActLayerNorm(c.Y, x, c.W, c.B, c.Act, c.G, c.S, c.Eps) {
 				panic(fmt.Sprintf("kernels/sim: LinearActLayerNorms: call %d refused by the CPU", i))
 			}
 		}
@@ -195,9 +203,7 @@ func (b *Backend) ReluHeads(calls []kernels.ReluHeadCall) bool {
 	for _, c := range calls {
 		ts = append(ts, c.Out, c.X, c.W1, c.B1, c.W2, c.B2, c.Join)
 		if c.In != nil {
-			for _, pieces := range [][]*tensor.Tensor{c.In.Xs, c.In.Src, c.In.RowPtr, c.In.Order} {
-				ts = append(ts, pieces...)
-			}
+			ts = append(ts, c.In.Tensors()...)
 		}
 	}
 	b.join("ReluHeads", ts, func() error { _, err := kernels.CheckReluHeads("ReluHeads", calls); return err }, func() { kernels.ReluHeadsOps(b, calls) })

@@ -265,3 +265,48 @@ __device__ __forceinline__ void linear_grad_at(float* dw, float* db, const float
         db[j] = __fadd_rn(db[j], (float)s);
     }
 }
+
+// GatherPart is one piece of a gathered matrix (Go's gatherPart, word for
+// word: x, src, rowPtr, order, then w its width, col its first column in
+// the output, loc its first local column and kind: 0 the mean of x's rows
+// over the CSR, 1 a copy of x's row, 2 ones).
+struct GatherPart {
+    const float* x;
+    const int64_t *src, *rowPtr, *order;
+    int64_t w, col, loc, kind;
+};
+
+// gather_mean_at is element (i, f) of gather_mean_f32's result (x's rows
+// fw elements apart): the sum in p order from the first value, scaled by
+// 1/count, or 0 for a node without edges.
+__device__ __forceinline__ float gather_mean_at(const float* x, const int64_t* src, const int64_t* rowPtr,
+                                                const int64_t* order, int64_t fw, int64_t i, int64_t f) {
+    const int64_t a = rowPtr[i], b = rowPtr[i + 1];
+    if (b <= a) return 0.f;
+    float acc = x[src[order[a]] * fw + f];
+    for (int64_t p = a + 1; p < b; p++) acc += x[src[order[p]] * fw + f];
+    return acc * (1.f / (float)(b - a));
+}
+
+// GATHER_IN_PIECES is the most pieces of a GatherIn (Go's
+// gatherInPieces). GatherIn is an input matrix gathered as it is read
+// (Go's gatherInPack: the piece count, then the pieces, loc their first
+// column, col unused; kernels.GatherInput): relu_heads_f32's and
+// linear_act_ln_join_f32's.
+#define GATHER_IN_PIECES 4
+struct GatherIn {
+    int64_t npieces;
+    GatherPart p[GATHER_IN_PIECES];
+};
+
+// gather_in_at is element (i, j) of a GatherIn: the piece whose [loc,
+// loc + w) holds column j, its mean over its CSR (gather_mean_at, as
+// gather_concat_f32 computes it, bit for bit) or its x's row i.
+__device__ __forceinline__ float gather_in_at(const GatherIn& in, int64_t i, int64_t j) {
+    int p = 0;
+    while (p + 1 < (int)in.npieces && j >= in.p[p + 1].loc) p++;
+    const GatherPart& g = in.p[p];
+    const int64_t f = j - g.loc;
+    if (g.kind == 0) return gather_mean_at(g.x, g.src, g.rowPtr, g.order, g.w, i, f);
+    return g.x[i * g.w + f];
+}

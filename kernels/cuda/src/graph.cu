@@ -52,18 +52,10 @@ struct GatMulti {
 };
 
 // GATHER_MAX is the most pieces one gather_concat_f32 launch takes (Go's
-// gatherMax); GatherPart is one (Go's gatherPart, word for word: x, src,
-// rowPtr, order, then w its width, col its first column in out, loc its
-// first local column of the launch and kind: 0 a mean over the CSR, 1 a
-// copy of x, 2 ones), GatherCat the launch (Go's gatherCat: out, nd, ldo
-// out's row stride, width the launch's local columns, npieces, then
-// GATHER_MAX pieces in ascending loc).
+// gatherMax; a piece is a GatherPart, common.cuh), GatherCat the launch
+// (Go's gatherCat: out, nd, ldo out's row stride, width the launch's
+// local columns, npieces, then GATHER_MAX pieces in ascending loc).
 #define GATHER_MAX 16
-struct GatherPart {
-    const float* x;
-    const int64_t *src, *rowPtr, *order;
-    int64_t w, col, loc, kind;
-};
 struct GatherCat {
     float* out;
     int64_t nd, ldo, width, npieces;
@@ -90,18 +82,6 @@ struct GatherSumArgs {
     int64_t act, accumulate;
     GsumTerm t[GSUM_MAX];
 };
-
-// gather_mean_at is element (i, f) of gather_mean_f32's result (x's rows
-// fw elements apart): the sum in p order from the first value, scaled by
-// 1/count, or 0 for a node without edges.
-__device__ __forceinline__ float gather_mean_at(const float* x, const int64_t* src, const int64_t* rowPtr,
-                                                const int64_t* order, int64_t fw, int64_t i, int64_t f) {
-    const int64_t a = rowPtr[i], b = rowPtr[i + 1];
-    if (b <= a) return 0.f;
-    float acc = x[src[order[a]] * fw + f];
-    for (int64_t p = a + 1; p < b; p++) acc += x[src[order[p]] * fw + f];
-    return acc * (1.f / (float)(b - a));
-}
 
 // warp_sum returns the sum of v over the warp's 32 lanes to every lane
 // (a butterfly: every lane adds in the same order, so all agree).
@@ -818,27 +798,19 @@ __global__ void __launch_bounds__(256, 4) gather_sum_join_f32(const __grid_const
 }
 
 // RH_MAX is the most heads one relu_heads_f32 launch runs (Go's
-// rhMax), RH_ROWS the rows a block takes (Go's rhRows), RH_IN the most
-// gathered inputs a launch reads (Go's rhIn) and RH_PIECES the most
-// pieces of one (Go's rhPieces). RhIn is a gathered input (Go's
-// rhInPack: the piece count, then the pieces as gather_concat_f32 takes
-// them, loc their first column, col unused). RhHead is one head (Go's
-// rhPack, word for word: x, w1, b1, w2, b2 and out, then n rows, k
-// inputs, hd hidden units and o outputs, in — 0: x is the input, else
-// RhArgs.in[in − 1] — then join, null or the joined output its outputs
-// are also written to, its row stride jld, the head's first column jcol
-// and jrows, the head's rows per joined row), RhArgs the launch: the
-// head count, then tileEnd[h], the end of head h's row tiles along the
-// grid — head h's are [tileEnd[h−1], tileEnd[h]), from 0 — then the
-// gathered inputs, then the heads.
+// rhMax), RH_ROWS the rows a block takes (Go's rhRows) and RH_IN the
+// most gathered inputs (GatherIn, common.cuh) a launch reads (Go's rhIn).
+// RhHead is one head (Go's rhPack, word for word: x, w1, b1, w2, b2 and
+// out, then n rows, k inputs, hd hidden units and o outputs, in — 0: x
+// is the input, else RhArgs.in[in − 1] — then join, null or the joined
+// output its outputs are also written to, its row stride jld, the head's
+// first column jcol and jrows, the head's rows per joined row), RhArgs
+// the launch: the head count, then tileEnd[h], the end of head h's row
+// tiles along the grid — head h's are [tileEnd[h−1], tileEnd[h]), from
+// 0 — then the gathered inputs, then the heads.
 #define RH_MAX 16
 #define RH_ROWS 8
 #define RH_IN 4
-#define RH_PIECES 4
-struct RhIn {
-    int64_t npieces;
-    GatherPart p[RH_PIECES];
-};
 struct RhHead {
     const float *x, *w1, *b1, *w2, *b2;
     float* out;
@@ -849,21 +821,9 @@ struct RhHead {
 struct RhArgs {
     int64_t nheads;
     int64_t tileEnd[RH_MAX];
-    RhIn in[RH_IN];
+    GatherIn in[RH_IN];
     RhHead h[RH_MAX];
 };
-
-// rh_in_at is element (i, j) of a gathered input: the piece whose
-// [loc, loc + w) holds column j, its mean over its CSR (gather_mean_at,
-// as gather_concat_f32 computes it, bit for bit) or its x's row i.
-__device__ __forceinline__ float rh_in_at(const RhIn& in, int64_t i, int64_t j) {
-    int p = 0;
-    while (p + 1 < (int)in.npieces && j >= in.p[p + 1].loc) p++;
-    const GatherPart& g = in.p[p];
-    const int64_t f = j - g.loc;
-    if (g.kind == 0) return gather_mean_at(g.x, g.src, g.rowPtr, g.order, g.w, i, f);
-    return g.x[i * g.w + f];
-}
 
 // rh_store is rh_layer's output of unit u for the block's rows: each
 // row's sum over the warp (a butterfly), plus the bias b[u] (b null:
@@ -921,7 +881,7 @@ __device__ __forceinline__ void rh_layer(const float* in, const float* w, const 
 // RH_ROWS, … of the head whose tiles hold it (t its tile within the
 // head), copies them into dynamic shared memory (zeros past the head's
 // rows) — from x, or for a head with a gathered input each element as
-// rh_in_at computes it — computes their hidden units into shared memory
+// gather_in_at computes it — computes their hidden units into shared memory
 // (rh_layer with ReLU), then their outputs into shared memory, and
 // copies those to out and, for a head with a join, to its columns of the
 // joined output. Dynamic shared memory: RH_ROWS·(max(k, o) + hd) floats
@@ -938,10 +898,10 @@ __global__ void __launch_bounds__(1024) relu_heads_f32(const __grid_constant__ R
     float* xs = sh;
     float* hs = sh + RH_ROWS * max(q.k, q.o);  // xs holds a tile's rows, later its outputs
     if (q.in > 0) {
-        const RhIn& in = a.in[q.in - 1];
+        const GatherIn& in = a.in[q.in - 1];
         for (int64_t e = threadIdx.x; e < RH_ROWS * q.k; e += blockDim.x) {
             const int64_t r = e / q.k;
-            xs[e] = r < rows ? rh_in_at(in, r0 + r, e % q.k) : 0.f;
+            xs[e] = r < rows ? gather_in_at(in, r0 + r, e % q.k) : 0.f;
         }
     } else {
         for (int64_t e = threadIdx.x; e < RH_ROWS * q.k; e += blockDim.x) {

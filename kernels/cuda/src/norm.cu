@@ -612,11 +612,13 @@ __global__ void layernorm_fwd_f32(float* y, float* mean, float* rstd, const floa
 // split the sum), then normalises the row as
 // layernorm_fwd does (block sums of the values, then of the squared
 // deviations; biased variance), with the gain g and the shift s.
-__device__ __forceinline__ void linear_act_ln_row(float* y, const float* x, const float* w, const float* b, int act,
+//
+// xr is row i of x (in global memory, or in shared memory past the n
+// outputs' floats: linear_act_ln_join_f32's gathered rows).
+__device__ __forceinline__ void linear_act_ln_row(float* y, const float* xr, const float* w, const float* b, int act,
                                                   const float* g, const float* s, int64_t n, int64_t k, float eps,
                                                   const int64_t i) {
     extern __shared__ float v[];
-    const float* xr = x + i * k;
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
         float a = 0.f;
         for (int64_t q = 0; q < k; q++) a = fmaf(xr[q], w[j * k + q], a);
@@ -643,24 +645,28 @@ __device__ __forceinline__ void linear_act_ln_row(float* y, const float* x, cons
 }
 __global__ void linear_act_ln_f32(float* y, const float* x, const float* w, const float* b, int act, const float* g,
                                   const float* s, int64_t n, int64_t k, float eps) {
-    linear_act_ln_row(y, x, w, b, act, g, s, n, k, eps, blockIdx.x);
+    linear_act_ln_row(y, x + (int64_t)blockIdx.x * k, w, b, act, g, s, n, k, eps, blockIdx.x);
 }
 
 // LN_JOIN is the most LinearActLayerNorms one linear_act_ln_join_f32
-// launch runs (Go's lnJoin); LnArgs is one (Go's lnJoinPack: y, x, w, b,
-// g and s, then act, n, k, eps and its rows m), LnJoin the launch (the
-// count, then each one's LnArgs).
+// launch runs (Go's lnJoin), LN_IN the most gathered inputs it reads
+// (Go's lnIn); LnArgs is one (Go's lnJoinPack: y, x, w, b, g and s, then
+// act, n, k, eps, its rows m and in — 0: x is the input, else
+// LnJoin.in[in − 1]), LnJoin the launch (the count, then each one's
+// LnArgs, then the gathered inputs).
 #define LN_JOIN 4
+#define LN_IN 2
 struct LnArgs {
     float* y;
     const float *x, *w, *b, *g, *s;
     int64_t act, n, k;
     float eps;
-    int64_t m;
+    int64_t m, in;
 };
 struct LnJoin {
     int64_t n;
     LnArgs a[LN_JOIN];
+    GatherIn in[LN_IN];
 };
 
 // linear_act_ln_join_f32: up to LN_JOIN independent LinearActLayerNorms
@@ -668,14 +674,25 @@ struct LnJoin {
 // encoders, none reading what another writes) in one launch: block b is
 // row b − (the rows before) of the one whose rows hold it, computed by
 // linear_act_ln_f32's code (linear_act_ln_row), so every output holds
-// the bits its own launch writes. The dynamic shared memory is the
-// widest's n floats.
+// the bits its own launch writes. A call with a gathered input first
+// gathers its row into shared memory past its n outputs (gather_in_at,
+// an element a thread), then reads it there. The dynamic shared memory
+// is the widest call's n floats, n + k for a gathered one.
 __global__ void linear_act_ln_join_f32(const __grid_constant__ LnJoin j) {
+    extern __shared__ float v[];
     int64_t i = blockIdx.x;
     int k = 0;
     while (k + 1 < (int)j.n && i >= j.a[k].m) i -= j.a[k++].m;
     const LnArgs& a = j.a[k];
-    linear_act_ln_row(a.y, a.x, a.w, a.b, (int)a.act, a.g, a.s, a.n, a.k, a.eps, i);
+    const float* xr = a.x + i * a.k;
+    if (a.in > 0) {
+        const GatherIn& in = j.in[a.in - 1];
+        float* row = v + a.n;
+        for (int64_t q = threadIdx.x; q < a.k; q += blockDim.x) row[q] = gather_in_at(in, i, q);
+        __syncthreads();  // the row is in
+        xr = row;
+    }
+    linear_act_ln_row(a.y, xr, a.w, a.b, (int)a.act, a.g, a.s, a.n, a.k, a.eps, i);
 }
 __global__ void layernorm_fwd_bf16(__nv_bfloat16* y, float* mean, float* rstd, const __nv_bfloat16* x,
                                    const __nv_bfloat16* w, const __nv_bfloat16* b, int64_t n, float eps) {
