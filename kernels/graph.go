@@ -615,6 +615,18 @@ func CheckGatherConcat(name string, out *T, xs, src, rowPtr, order []*T, ones in
 	return pieces, nil
 }
 
+// GatherInput is an input matrix given as GatherConcat's operands
+// (GraphMultiAggregator documents Xs, Src, RowPtr and Order; no ones
+// columns) for Rows rows: row i is every piece's row i side by side, a
+// piece's row being its X's row i or the mean of its X's rows over node
+// i's incoming edges. A backend reading it (ReluHeadCall.In,
+// LinearActLNCall.In) computes the rows as it reads them (CUDA: inside
+// the consumer's launch), so that the matrix is never stored.
+type GatherInput struct {
+	Rows                   int
+	Xs, Src, RowPtr, Order []*T
+}
+
 // CheckGatherInput checks in as CheckGatherConcat checks its pieces (In
 // Rows rows, every X contiguous of dtype dt, a gathered piece's CSR
 // given whole, no ones columns) and returns the pieces, Col their first

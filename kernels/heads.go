@@ -32,14 +32,6 @@ type ReluHeadCall struct {
 	JoinCol, JoinRows      int
 }
 
-// GatherInput is a ReluHeadCall's input given as GatherConcat's operands
-// (GraphMultiAggregator documents Xs, Src, RowPtr and Order; no ones
-// columns) for Rows rows.
-type GatherInput struct {
-	Rows                   int
-	Xs, Src, RowPtr, Order []*T
-}
-
 // ReluHeadser is an optional Backend interface: small two-layer heads,
 // each on an input of its own or sharing one, all in one launch where
 // the backend can (CUDA: F32, up to 16 heads a launch, max(K, O) + Hd ≤ 1536).
@@ -115,24 +107,13 @@ func CheckReluHeads(name string, calls []ReluHeadCall) ([]ReluHeadDims, error) {
 		if c.X != nil {
 			d.N, d.K = c.X.Dim(0), c.X.Dim(1)
 		} else {
-			in := c.In
 			input = "In"
-			if in.Rows < 0 {
-				return nil, fmt.Errorf("%s: In has %d rows", what, in.Rows)
+			var err error
+			if d.Pieces, d.K, err = CheckGatherInput(what+": In", c.In, dt); err != nil {
+				return nil, err
 			}
-			if len(in.Src) != len(in.Xs) || len(in.RowPtr) != len(in.Xs) || len(in.Order) != len(in.Xs) {
-				return nil, fmt.Errorf("%s: In has %d pieces with %d src, %d rowPtr and %d order entries", what, len(in.Xs), len(in.Src), len(in.RowPtr), len(in.Order))
-			}
-			d.N, d.Pieces = in.Rows, make([]GatherBlock, len(in.Xs))
-			for p := range in.Xs {
-				b, err := gatherPiece(what+": In", p, in.Xs, in.Src, in.RowPtr, in.Order, in.Rows, dt, -1, rows2)
-				if err != nil {
-					return nil, err
-				}
-				b.Col = d.K
-				d.Pieces[p], d.K = b, d.K+b.Width
-				ops = append(ops, in.Xs[p], in.Src[p], in.RowPtr[p], in.Order[p])
-			}
+			d.N = c.In.Rows
+			ops = append(ops, c.In.Tensors()...)
 		}
 		d.Hd, d.O = c.W1.Dim(0), c.W2.Dim(0)
 		n, k, hd, o := d.N, d.K, d.Hd, d.O
@@ -192,26 +173,13 @@ func CheckReluHeads(name string, calls []ReluHeadCall) ([]ReluHeadDims, error) {
 }
 
 // ReluHeadsOps runs on be what ReluHeads stands for, head by head: an
-// In's rows by GatherConcat into a new tensor (be a
-// GraphMultiAggregator), MatMulBiasAct with ReLU into a new tensor, then
+// In's rows by GatherInputOps (be a GraphMultiAggregator), MatMulBiasAct with ReLU into a new tensor, then
 // MatMulBias into Out, and Out copied into its columns of Join.
 func ReluHeadsOps(be Backend, calls []ReluHeadCall) {
 	for _, c := range calls {
 		x := c.X
-		if in := c.In; in != nil {
-			gm, ok := be.(GraphMultiAggregator)
-			if !ok {
-				panic("kernels: ReluHeads: In needs a GraphMultiAggregator backend")
-			}
-			k := 0
-			for _, p := range in.Xs {
-				k += p.Dim(1)
-			}
-			var err error
-			if x, err = tensor.EmptyOn(in.Xs[0].Device(), in.Xs[0].DType(), in.Rows, k); err != nil {
-				panic(fmt.Sprintf("kernels: ReluHeads: %v", err))
-			}
-			gm.GatherConcat(x, in.Xs, in.Src, in.RowPtr, in.Order, 0)
+		if c.In != nil {
+			x = GatherInputOps(be, c.In)
 		}
 		h, err := tensor.EmptyOn(x.Device(), x.DType(), x.Dim(0), c.W1.Dim(0))
 		if err != nil {
