@@ -741,15 +741,19 @@ func gatherInput(pieces []GatherPiece) *kernels.GatherInput {
 
 // gatherablePieces reports whether pieces may be read as a
 // kernels.GatherInput on dev: every X 2-D, contiguous, F32 on dev and
-// recording no gradient, every gathered piece's CSR given.
+// recording no gradient, every gathered piece's CSR given, I64 on dev.
 func gatherablePieces(pieces []GatherPiece, dev tensor.Device) bool {
 	for _, p := range pieces {
 		if p.X == nil || needsGrad(p.X) || p.X.Value.Rank() != 2 || !p.X.Value.IsContiguous() ||
 			p.X.Value.DType() != tensor.F32 || p.X.Value.Device() != dev {
 			return false
 		}
-		if e := p.Edges; e != nil && (e.Src == nil || e.RowPtr == nil || e.Order == nil) {
-			return false
+		if e := p.Edges; e != nil {
+			for _, t := range []*tensor.Tensor{e.Src, e.RowPtr, e.Order} {
+				if t == nil || t.DType() != tensor.I64 || t.Device() != dev {
+					return false
+				}
+			}
 		}
 	}
 	return true

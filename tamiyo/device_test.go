@@ -395,3 +395,52 @@ func TestStagingComparesIndicesAsTheyCome(t *testing.T) {
 		}
 	}
 }
+
+// TestInferenceJoinedHeadsOnSim: when every graph of a batch has all its
+// slots, the heads' join on sim writes the logits and value side by side
+// (the policy's joined output) and Inference reads them from there,
+// eager and captured, with bitwise the CPU's logits and values; a batch
+// of uneven slot counts has no joined output (its slot logits are
+// padded after the heads) and reads bitwise the same as well.
+func TestInferenceJoinedHeadsOnSim(t *testing.T) {
+	dev := tensor.Sim(1)
+	cpu := newPolicy(t, smallOptions(tensor.F32))
+	sim := newPolicy(t, smallOptions(tensor.F32))
+	require.NoError(t, nn.To(sim, dev))
+	want, err := NewInference(cpu, InferenceOptions{NoCapture: true})
+	require.NoError(t, err)
+	for _, counts := range [][]int{{3, 3, 3}, {3, 1, 5, 2}} {
+		var inputs []GraphInput
+		for i, n := range counts {
+			inputs = append(inputs, testInput(t, n, i))
+		}
+		g, err := BuildGraphBatch(inputs)
+		require.NoError(t, err)
+		gt, err := sim.tensors(g)
+		require.NoError(t, err)
+		var out *PolicyOutput
+		autograd.InferenceMode(func() { out = sim.run(gt) })
+		full := counts[1] == 3
+		if full {
+			require.NotNil(t, out.joined, "%v slots: the heads' join writes the joined output", counts)
+			width := 1 // the value
+			for _, n := range leyline.HeadSizes(g.MaxSlots()) {
+				width += n
+			}
+			require.Equal(t, []int{len(counts), width}, out.joined.Shape())
+		} else {
+			require.Nil(t, out.joined, "%v slots: padded slot logits, no joined output", counts)
+		}
+		for _, o := range []InferenceOptions{{NoCapture: true}, {}} {
+			in, err := NewInference(sim, o)
+			require.NoError(t, err)
+			for i := 0; i < 3; i++ { // eager; warm-up, capture and replay
+				w, err := want.Forward(g)
+				require.NoError(t, err)
+				got, err := in.Forward(g)
+				require.NoError(t, err)
+				require.Equal(t, w, got, "%v slots, %+v, forward %d", counts, o, i)
+			}
+		}
+	}
+}

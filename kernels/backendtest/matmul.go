@@ -343,8 +343,10 @@ func checkLinearBackward(s *suite, op string, lb kernels.LinearBackwardAdder) {
 // joined output (Join) against the float64 definition: two heads on [a
 // node's own row | the mean over its incoming edges] (a node without
 // edges among them), one on the means of 20 rows written two rows to a
-// joined row, one on a plain X with more outputs than inputs; every head
-// also into its columns of one Join, whose last column no head writes. Where the backend declines,
+// joined row, one on a plain X with more outputs than inputs, and 14 more
+// on the first input (18 heads: two CUDA launches, each reading it);
+// every head also into its columns of one Join, whose last column no
+// head writes. Where the backend declines,
 // every Out and Join is untouched.
 func checkReluHeadsGathered(s *suite, rh kernels.ReluHeadser) {
 	for _, d := range s.floats("ReluHeads", tensor.F64, tensor.F32) {
@@ -389,6 +391,9 @@ func checkReluHeadsGathered(s *suite, rh kernels.ReluHeadser) {
 		}
 		heads := []head{{in: inA, xv: xa, n: nd, k: 11, hd: 9, o: 3, g: 1}, {in: inA, xv: xa, n: nd, k: 11, hd: 6, o: 1, g: 1},
 			{in: inB, xv: brows, n: 2 * nd, k: 3, hd: 5, o: 2, g: 2}, {x: xc, xv: xcv, n: nd, k: 4, hd: 7, o: 6, g: 1}}
+		for range 14 { // more heads than one CUDA launch takes, on one input
+			heads = append(heads, head{in: inA, xv: xa, n: nd, k: 11, hd: 3, o: 1, g: 1})
+		}
 		width := 1 // a last column no head writes
 		for _, h := range heads {
 			width += h.g * h.o

@@ -692,8 +692,7 @@ func (d *Device) ReluHeads(calls []kernels.ReluHeadCall) (bool, error) {
 	}
 	f32 := tensor.F32
 	hs := make([]rhHead, 0, len(calls))
-	var ins [][]gatherPart
-	inIndex := map[*kernels.GatherInput]int64{}
+	var ins gatherIns
 	for i, c := range calls {
 		n, k, hd, o := dims[i].N, dims[i].K, dims[i].Hd, dims[i].O
 		if c.Out.DType() != f32 || max(k, o)+hd > rhMaxWidth {
@@ -711,24 +710,15 @@ func (d *Device) ReluHeads(calls []kernels.ReluHeadCall) (bool, error) {
 		if c.Join != nil {
 			h.jld, h.jcol, h.jrows = int64(c.Join.Dim(1)), int64(c.JoinCol), int64(c.JoinRows)
 		}
+		if n == 0 || o == 0 {
+			continue // launches nothing, reads no input
+		}
 		if c.In != nil {
-			at, seen := inIndex[c.In]
-			if !seen {
-				parts, err := d.gatherInput(what, c.In, dims[i].Pieces, dims[i].K)
-				if err != nil {
-					return false, err
-				}
-				if len(parts) > gatherInPieces || len(ins) == rhIn {
-					return false, nil
-				}
-				ins = append(ins, parts)
-				at = int64(len(ins))
-				inIndex[c.In] = at
+			at, ok, err := ins.add(d, what, c.In, dims[i].Pieces, dims[i].K, rhIn)
+			if err != nil || !ok {
+				return false, err
 			}
 			h.in = at
-		}
-		if n == 0 || o == 0 {
-			continue
 		}
 		hs = append(hs, h)
 	}
@@ -743,7 +733,7 @@ func (d *Device) ReluHeads(calls []kernels.ReluHeadCall) (bool, error) {
 	defer release()
 	var w [rhWords]uint64
 	for start := 0; start < len(hs); start += rhMax {
-		blocks, shared := rhPack(&w, hs[start:min(len(hs), start+rhMax)], ins)
+		blocks, shared := rhPack(&w, hs[start:min(len(hs), start+rhMax)], ins.parts)
 		d.joins.Add(1)
 		if err := launchStructShared(fn, [3]int{int(blocks), 1, 1}, [3]int{rhThreads, 1, 1}, int(shared), d.stream, w[:]); err != nil {
 			return false, err
@@ -771,4 +761,32 @@ func (d *Device) gatherInput(what string, in *kernels.GatherInput, pieces []kern
 		xa[i], sa[i], ra[i], oa[i] = uint64(ptrs[0]), uint64(ptrs[1]), uint64(ptrs[2]), uint64(ptrs[3])
 	}
 	return gatherPlan(pieces, xa, sa, ra, oa, 0, width), nil
+}
+
+// gatherIns are the distinct gathered inputs of a launch's calls, each
+// planned once (calls sharing one *kernels.GatherInput read one).
+type gatherIns struct {
+	parts [][]gatherPart
+	index map[*kernels.GatherInput]int64
+}
+
+// add returns in's place in the launch (1-based: a call's in word),
+// planning it (gatherInput) the first time; ok false where it would be
+// the (most+1)th input or has more than gatherInPieces parts, which the
+// kernel cannot take.
+func (g *gatherIns) add(d *Device, what string, in *kernels.GatherInput, pieces []kernels.GatherBlock, width, most int) (at int64, ok bool, err error) {
+	if at, seen := g.index[in]; seen {
+		return at, true, nil
+	}
+	parts, err := d.gatherInput(what, in, pieces, width)
+	if err != nil || len(parts) > gatherInPieces || len(g.parts) == most {
+		return 0, false, err
+	}
+	if g.index == nil {
+		g.index = map[*kernels.GatherInput]int64{}
+	}
+	g.parts = append(g.parts, parts)
+	at = int64(len(g.parts))
+	g.index[in] = at
+	return at, true, nil
 }

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"fmt"
 	"math"
 
 	"github.com/esper-go/esper/kernels"
@@ -193,13 +194,7 @@ type gatherPart struct {
 // zeroed.
 func gatherCatPack(w *[gatherCatWords]uint64, out uint64, nd, ldo int64, parts []gatherPart) int64 {
 	*w = [gatherCatWords]uint64{}
-	var loc int64
-	for i, p := range parts {
-		o := 5 + gatherPartWords*i
-		w[o], w[o+1], w[o+2], w[o+3] = p.x, p.src, p.rowPtr, p.order
-		w[o+4], w[o+5], w[o+6], w[o+7] = uint64(p.w), uint64(p.col), uint64(loc), uint64(p.kind)
-		loc += p.w
-	}
+	loc := partsPack(w[5:], parts)
 	w[0], w[1], w[2], w[3], w[4] = out, uint64(nd), uint64(ldo), uint64(loc), uint64(len(parts))
 	return loc
 }
@@ -350,14 +345,24 @@ const (
 // parts (1 to gatherInPieces, none empty: gatherPlan's without ones),
 // each at its first column (loc, the widths before it).
 func gatherInPack(w []uint64, parts []gatherPart) {
+	if len(parts) > gatherInPieces {
+		panic(fmt.Sprintf("cuda: a gathered input of %d parts, at most %d", len(parts), gatherInPieces))
+	}
 	w[0] = uint64(len(parts))
-	var loc int64
+	partsPack(w[1:], parts)
+}
+
+// partsPack writes parts as struct GatherParts, one after another from
+// w[0], each at its first local column (loc: the widths before it), and
+// returns their width.
+func partsPack(w []uint64, parts []gatherPart) (loc int64) {
 	for j, p := range parts {
-		q := 1 + j*gatherPartWords
+		q := j * gatherPartWords
 		w[q], w[q+1], w[q+2], w[q+3] = p.x, p.src, p.rowPtr, p.order
 		w[q+4], w[q+5], w[q+6], w[q+7] = uint64(p.w), uint64(p.col), uint64(loc), uint64(p.kind)
 		loc += p.w
 	}
+	return loc
 }
 
 // rhHead is one head of a relu_heads_f32 launch: x, w1, b1, w2, b2 and
@@ -381,6 +386,9 @@ type rhHead struct {
 // inputs, then its outputs in their place, and its hidden units); unused
 // slots are zeroed.
 func rhPack(w *[rhWords]uint64, hs []rhHead, ins [][]gatherPart) (blocks, shared int64) {
+	if len(hs) > rhMax || len(ins) > rhIn {
+		panic(fmt.Sprintf("cuda: a relu_heads_f32 launch of %d heads and %d gathered inputs, at most %d and %d", len(hs), len(ins), rhMax, rhIn))
+	}
 	*w = [rhWords]uint64{}
 	w[0] = uint64(len(hs))
 	for i, parts := range ins {

@@ -110,8 +110,7 @@ func (d *Device) LinearActLayerNorms(calls []kernels.LinearActLNCall) (bool, err
 		return false, nil
 	}
 	ls := make([]lnCall, 0, len(calls))
-	var ins [][]gatherPart
-	inIndex := map[*kernels.GatherInput]int64{}
+	var ins gatherIns
 	for i, c := range calls {
 		m, n, k := dims[i][0], dims[i][1], dims[i][2]
 		if c.Y.DType() != tensor.F32 || !linearActLNFits(n, k) {
@@ -126,29 +125,21 @@ func (d *Device) LinearActLayerNorms(calls []kernels.LinearActLNCall) (bool, err
 		if err != nil {
 			return false, err
 		}
+		if m == 0 || n == 0 {
+			continue // launches nothing, reads no input
+		}
 		if c.In != nil {
-			at, seen := inIndex[c.In]
-			if !seen {
-				pieces, width, err := kernels.CheckGatherInput(what+": In", c.In, tensor.F32)
-				if err != nil {
-					return false, err
-				}
-				parts, err := d.gatherInput(what, c.In, pieces, width)
-				if err != nil {
-					return false, err
-				}
-				if len(parts) > gatherInPieces || len(ins) == lnIn {
-					return false, nil
-				}
-				ins = append(ins, parts)
-				at = int64(len(ins))
-				inIndex[c.In] = at
+			pieces, width, err := kernels.CheckGatherInput(what+": In", c.In, tensor.F32)
+			if err != nil {
+				return false, err
+			}
+			at, ok, err := ins.add(d, what, c.In, pieces, width, lnIn)
+			if err != nil || !ok {
+				return false, err
 			}
 			l.in = at
 		}
-		if m > 0 && n > 0 {
-			ls = append(ls, l)
-		}
+		ls = append(ls, l)
 	}
 	if len(ls) == 0 {
 		return true, nil
@@ -161,7 +152,7 @@ func (d *Device) LinearActLayerNorms(calls []kernels.LinearActLNCall) (bool, err
 	defer release()
 	var w [lnJoinWords]uint64
 	for start := 0; start < len(ls); start += lnJoin {
-		rows, widest := lnJoinPack(&w, ls[start:min(len(ls), start+lnJoin)], ins)
+		rows, widest := lnJoinPack(&w, ls[start:min(len(ls), start+lnJoin)], ins.parts)
 		_, block, shmem := linearActLNGeom(int(rows), int(widest))
 		d.joins.Add(1)
 		if err := launchStructShared(fn, [3]int{int(rows), 1, 1}, [3]int{block, 1, 1}, shmem, d.stream, w[:]); err != nil {

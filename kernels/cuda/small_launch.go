@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"fmt"
 	"math"
 
 	"github.com/esper-go/esper/kernels"
@@ -195,6 +196,9 @@ const (
 // each) and the widest row's dynamic shared memory in floats: n, or n +
 // k for a gathered input's call; unused slots are zeroed.
 func lnJoinPack(w *[lnJoinWords]uint64, ls []lnCall, ins [][]gatherPart) (rows, widest int64) {
+	if len(ls) > lnJoin || len(ins) > lnIn {
+		panic(fmt.Sprintf("cuda: a linear_act_ln_join_f32 launch of %d calls and %d gathered inputs, at most %d and %d", len(ls), len(ins), lnJoin, lnIn))
+	}
 	*w = [lnJoinWords]uint64{}
 	w[0] = uint64(len(ls))
 	for i, l := range ls {
