@@ -324,7 +324,9 @@ func (c LinearActLayerNormCall) like() *tensor.Tensor {
 // pieces GatherConcat would fuse) on one device that is a
 // kernels.LinearActLayerNormsJoiner taking them all, they are one join
 // (CUDA: one launch for up to four, a gathered input read inside it,
-// never stored); otherwise each is LinearActLayerNorm of its input. The
+// never stored; where the backend declines gathered inputs, the join of
+// the inputs gathered first); otherwise each is LinearActLayerNorm of its
+// input. The
 // results are the same bits either way. It panics on a call with both
 // or neither of X and Pieces.
 func LinearActLayerNorms(calls []LinearActLayerNormCall) []*Var {
@@ -354,7 +356,20 @@ func LinearActLayerNorms(calls []LinearActLayerNormCall) []*Var {
 			}
 			ks[i].Y = alloc(c.like(), tensor.F32, rows, c.W.Shape()[0])
 		}
-		if lj.LinearActLayerNorms(ks) {
+		took := lj.LinearActLayerNorms(ks)
+		if !took {
+			// Declined (CUDA with ESPER_CUDA_GATHER_IN=off, say): asked
+			// again with the gathered inputs written out first
+			// (GatherConcat: a launch of their own).
+			again := false
+			for i, c := range calls {
+				if c.X == nil {
+					ks[i].X, ks[i].In, again = contig(GatherConcat(c.Pieces).Value), nil, true
+				}
+			}
+			took = again && lj.LinearActLayerNorms(ks)
+		}
+		if took {
 			for i, k := range ks {
 				outs[i] = Const(k.Y)
 			}

@@ -624,8 +624,11 @@ func ReluHeadGroups(groups []ReluHeadGroup) [][]*Var {
 }
 
 // ReluHeadGroupsJoined is ReluHeadGroups that also returns, where the
-// heads ran as one call and cols is not empty, the heads' outputs side
-// by side in cols' order, written by that call: head c's output [N, o]
+// heads ran as one call that took the joined output and cols is not
+// empty, the heads' outputs side by side in cols' order, written by that
+// call (a backend that declines a call with gathered inputs or a joined
+// output is asked again with the inputs gathered first and no joined
+// output): head c's output [N, o]
 // takes c.Rows·o columns, its rows r·c.Rows … (r+1)·c.Rows − 1 making
 // joined row r, so that every named head's N / c.Rows must be the same.
 // Otherwise the joined output is nil (the caller joins the outputs
@@ -674,17 +677,40 @@ func ReluHeadGroupsJoined(groups []ReluHeadGroup, cols []HeadColumn) ([][]*Var, 
 				col += c.Rows * k.Out.Dim(1)
 			}
 		}
-		if rh.ReluHeads(calls) {
+		took := func() [][]*Var {
 			for i, g := range groups {
 				outs[i] = make([]*Var, len(g.Heads))
 				for j := range g.Heads {
-					outs[i][j], calls = Const(calls[0].Out), calls[1:]
+					outs[i][j] = Const(calls[start[i]+j].Out)
 				}
 			}
+			return outs
+		}
+		if rh.ReluHeads(calls) {
 			if joined == nil {
-				return outs, nil
+				return took(), nil
 			}
-			return outs, Const(joined)
+			return took(), Const(joined)
+		}
+		// Declined (CUDA with ESPER_CUDA_GATHER_IN=off, say): asked again
+		// with the gathered inputs written out first (GatherConcat: a
+		// launch of their own) and no joined output.
+		again := joined != nil
+		for i, g := range groups {
+			if g.X != nil {
+				continue
+			}
+			again = true
+			x := contig(GatherConcat(g.Pieces).Value)
+			for j := range g.Heads {
+				calls[start[i]+j].X, calls[start[i]+j].In = x, nil
+			}
+		}
+		for k := range calls {
+			calls[k].Join = nil
+		}
+		if again && rh.ReluHeads(calls) {
+			return took(), nil
 		}
 	}
 	for i, g := range groups {

@@ -599,8 +599,10 @@ func TestLinearSumsAct(t *testing.T) {
 // joined in head order, the pointer head's three slots to a graph's
 // row. In inference on sim they are one join, each output bit for bit
 // Linear(LinearRelu) of the GatherConcat, and the joined output holds
-// each head's values in its columns; on the CPU the joined output is nil
-// and the outputs are the same. Bad columns panic.
+// each head's values in its columns; with gathered inputs declined (sim's
+// SetGatherIn(false)) they are still one join, on the inputs gathered
+// first, with no joined output; on the CPU the joined output is nil and
+// the outputs are the same. Bad columns panic.
 func TestReluHeadGroupsJoined(t *testing.T) {
 	rng := tensor.NewRNG(23)
 	const B, S, C = 4, 3, 5
@@ -672,6 +674,22 @@ func TestReluHeadGroupsJoined(t *testing.T) {
 				parts = append(parts, Reshape(o, B, c.Rows*o.Shape()[1]))
 			}
 			sameVars(t, "joined", joined, Concat(parts, 1))
+			// With gathered inputs declined (as CUDA with
+			// ESPER_CUDA_GATHER_IN=off), the heads are asked again on
+			// the inputs gathered first: one join still, the same
+			// bits, no joined output.
+			simBackend := kernels.For(dev).(interface{ SetGatherIn(bool) })
+			simBackend.SetGatherIn(false)
+			before = joins.Joins()
+			InferenceMode(func() { got, joined = ReluHeadGroupsJoined(groups, cols) })
+			simBackend.SetGatherIn(true)
+			require.Equal(t, before+1, joins.Joins(), "gathered inputs declined: one join")
+			require.Nil(t, joined, "gathered inputs declined: no joined output")
+			for i := range groups {
+				for j := range got[i] {
+					sameVars(t, fmt.Sprintf("gathered inputs declined: group %d head %d", i, j), got[i][j], want[i][j])
+				}
+			}
 		}
 		for _, bad := range [][]HeadColumn{{{3, 0, 1}}, {{0, 2, 1}}, {{0, 0, 1}, {0, 0, 1}}, {{0, 0, 1}, {1, 0, 1}}, {{0, 0, 0}}} {
 			require.Panics(t, func() { InferenceMode(func() { ReluHeadGroupsJoined(groups, bad) }) }, "%v", bad)

@@ -460,7 +460,9 @@ func TestLinearActLayerNorms(t *testing.T) {
 // (a node type's own features beside the mean of embedding rows over
 // its edges, a row without edges among them) beside a plain call. In
 // inference on sim they are one join, each output bit for bit
-// LinearActLayerNorm of the gathered input written out; on the CPU, and
+// LinearActLayerNorm of the gathered input written out, and one join of
+// the input gathered first where gathered inputs are declined (sim's
+// SetGatherIn(false)); on the CPU, and
 // with gradients, each is LinearActLayerNorm of GatherConcat, and the
 // gradients reach the features and the embedding table. A call with
 // both or neither of X and Pieces panics.
@@ -500,6 +502,17 @@ func TestLinearActLayerNormsGathered(t *testing.T) {
 		require.Equal(t, mid+joined, joins.Joins(), "%v: joins", dev)
 		for i := range got {
 			sameVars(t, fmt.Sprintf("%v: gathered call %d", dev, i), got[i], want[i])
+		}
+		if !dev.IsCPU() { // gathered inputs declined: one join of the inputs gathered first
+			simBackend := kernels.For(dev).(interface{ SetGatherIn(bool) })
+			simBackend.SetGatherIn(false)
+			mid = joins.Joins()
+			InferenceMode(func() { got = LinearActLayerNorms(calls) })
+			simBackend.SetGatherIn(true)
+			require.Equal(t, mid+1, joins.Joins(), "gathered inputs declined: one join")
+			for i := range got {
+				sameVars(t, fmt.Sprintf("gathered inputs declined: call %d", i), got[i], want[i])
+			}
 		}
 		got = LinearActLayerNorms(calls)
 		want = each()

@@ -401,7 +401,11 @@ func TestStagingComparesIndicesAsTheyCome(t *testing.T) {
 // (the policy's joined output) and Inference reads them from there,
 // eager and captured, with bitwise the CPU's logits and values; a batch
 // of uneven slot counts has no joined output (its slot logits are
-// padded after the heads) and reads bitwise the same as well.
+// padded after the heads) and reads bitwise the same as well. With
+// gathered inputs declined (sim's SetGatherIn(false), as CUDA's
+// ESPER_CUDA_GATHER_IN=off) every forward reads the same bits from a
+// graph of three nodes more (the gathers), four for a full batch (and
+// the join of the logits).
 func TestInferenceJoinedHeadsOnSim(t *testing.T) {
 	dev := tensor.Sim(1)
 	cpu := newPolicy(t, smallOptions(tensor.F32))
@@ -431,16 +435,32 @@ func TestInferenceJoinedHeadsOnSim(t *testing.T) {
 		} else {
 			require.Nil(t, out.joined, "%v slots: padded slot logits, no joined output", counts)
 		}
-		for _, o := range []InferenceOptions{{NoCapture: true}, {}} {
-			in, err := NewInference(sim, o)
-			require.NoError(t, err)
-			for i := 0; i < 3; i++ { // eager; warm-up, capture and replay
-				w, err := want.Forward(g)
+		nodes := map[bool]int{}
+		for _, gatherIn := range []bool{true, false} {
+			kernels.For(dev).(interface{ SetGatherIn(bool) }).SetGatherIn(gatherIn)
+			for _, o := range []InferenceOptions{{NoCapture: true}, {}} {
+				in, err := NewInference(sim, o)
 				require.NoError(t, err)
-				got, err := in.Forward(g)
-				require.NoError(t, err)
-				require.Equal(t, w, got, "%v slots, %+v, forward %d", counts, o, i)
+				for i := 0; i < 3; i++ { // eager; warm-up, capture and replay
+					w, err := want.Forward(g)
+					require.NoError(t, err)
+					got, err := in.Forward(g)
+					require.NoError(t, err)
+					require.Equal(t, w, got, "%v slots, %+v, gathered inputs %v, forward %d", counts, o, gatherIn, i)
+				}
+				if !o.NoCapture {
+					nodes[gatherIn] = in.GraphNodes()
+				}
 			}
 		}
+		kernels.For(dev).(interface{ SetGatherIn(bool) }).SetGatherIn(true)
+		// Declined, the encoders' input and the heads' two are gathered
+		// in launches of their own, and a full batch's logits joined
+		// after the heads.
+		more := 3
+		if full {
+			more = 4
+		}
+		require.Equal(t, nodes[false], nodes[true]+more, "%v slots: graph nodes with gathered inputs off and on", counts)
 	}
 }

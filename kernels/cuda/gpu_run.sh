@@ -184,7 +184,7 @@ if has tests; then
 	# lists them (top-level tests; TestConformance's newest subtests
 	# separately).
 	newest_conformance='^(GatherSums|GATMeansAct|LinearActLayerNorms|ReluHeads|GATMeanGrad\+GATMeanGradFits|GatherMeanGrad\+GatherMeanGradAdd|LinearBackwardAdd\+LinearBackwardAccumulate|MatMulsT|ForeachNorm\+ForeachScale\+ForeachAxpy|BeginSequence\+EndSequence|NewStager\+Stage\+StageFunc\+StageAhead\+Await\+Release\+StartTrace\+BeginStep\+EndStep\+StopTrace\+Close\+StageInline)$'
-	newest_tests='^(TestKernelsLoadFromCubins|TestPolicyInferenceOnCUDA|TestSequenceAcrossCaptureBounds|TestSequencesOffHoldNothing|TestUploadsWithoutWaitKeepTheirBytes|TestGemmJoinTF32OnCUDA|TestGATWarpsOnCUDA|TestSideStreamsOnCUDA|TestAllocatorReusesQueuedFrees|TestSwitchDefaults|TestToHostMany|TestAllocatorSlabs|TestAllocatorReuses)$'
+	newest_tests='^(TestKernelsLoadFromCubins|TestPolicyInferenceOnCUDA|TestGatherInOnCUDA|TestSequenceAcrossCaptureBounds|TestSequencesOffHoldNothing|TestUploadsWithoutWaitKeepTheirBytes|TestGemmJoinTF32OnCUDA|TestGATWarpsOnCUDA|TestSideStreamsOnCUDA|TestAllocatorReusesQueuedFrees|TestSwitchDefaults|TestToHostMany|TestAllocatorSlabs|TestAllocatorReuses)$'
 	echo "== kernels/cuda tests of the newest code, first"
 	step "kernels/cuda newest conformance" 60 "$out/kernels_cuda_newest_conformance.log" \
 		"$bin/kernels_cuda.test" -test.v -test.count=1 -test.run "^TestConformance\$/$newest_conformance"
@@ -354,8 +354,12 @@ p and json.dump(p, open(sys.argv[2], "w"), indent=2)' "$out/esper/W4.json" "$out
 			# captured-tf32 mode), the block GAT kernels
 			# (ESPER_CUDA_GAT_WARPS=off), cuBLAS's products on the
 			# device's stream (ESPER_CUDA_SIDE_STREAMS=off), and the
-			# last two together (the defaults before 2026-11-28).
-			for variant in "tf32 ESPER_CUDA_JOINS_TF32=on" "blocks ESPER_CUDA_GAT_WARPS=off" \
+			# last two together (the defaults before 2026-11-28), and the
+			# inputs gathered in launches of their own before the
+			# encoders and heads, the logits joined after them
+			# (ESPER_CUDA_GATHER_IN=off: the graph before 2026-11-28's
+			# second session).
+			for variant in "gathers ESPER_CUDA_GATHER_IN=off" "tf32 ESPER_CUDA_JOINS_TF32=on" "blocks ESPER_CUDA_GAT_WARPS=off" \
 				"nosides ESPER_CUDA_SIDE_STREAMS=off" "neither ESPER_CUDA_GAT_WARPS=off ESPER_CUDA_SIDE_STREAMS=off"; do
 				read -r vname venv <<<"$variant"
 				echo "== esper bench --device cuda --workload w2, $venv"

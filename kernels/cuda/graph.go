@@ -679,7 +679,8 @@ func (b *Backend) ReluHeads(calls []kernels.ReluHeadCall) bool {
 // threads per rhRows rows of a head); false, having written nothing,
 // for another dtype, a head wider than rhMaxWidth (max(K, O) + Hd), more than
 // rhIn distinct gathered inputs (calls sharing one *GatherInput read one)
-// or an input of more than gatherInPieces pieces. Each launch carries every
+// or an input of more than gatherInPieces pieces, and for a call with In
+// or Join with ESPER_CUDA_GATHER_IN=off. Each launch carries every
 // gathered input. Everything is checked before anything launches.
 func (d *Device) ReluHeads(calls []kernels.ReluHeadCall) (bool, error) {
 	const op = "ReluHeads"
@@ -689,6 +690,11 @@ func (d *Device) ReluHeads(calls []kernels.ReluHeadCall) (bool, error) {
 	}
 	if joinsOff.Load() {
 		return false, nil
+	}
+	for _, c := range calls {
+		if gatherInOff.Load() && (c.In != nil || c.Join != nil) {
+			return false, nil
+		}
 	}
 	f32 := tensor.F32
 	hs := make([]rhHead, 0, len(calls))

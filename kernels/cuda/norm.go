@@ -98,8 +98,9 @@ func (b *Backend) LinearActLayerNorms(calls []kernels.LinearActLNCall) bool {
 // block's shared memory past its outputs, the pieces' values as
 // GatherConcat writes them); false, having written nothing, when any
 // call does not fit one launch, or there are more than lnIn distinct
-// gathered inputs or one of more than gatherInPieces pieces. Everything
-// is checked before anything launches.
+// gathered inputs or one of more than gatherInPieces pieces, or a
+// gathered input with ESPER_CUDA_GATHER_IN=off. Everything is checked
+// before anything launches.
 func (d *Device) LinearActLayerNorms(calls []kernels.LinearActLNCall) (bool, error) {
 	const op = "LinearActLayerNorms"
 	dims, err := kernels.CheckLinearActLayerNorms(op, calls)
@@ -108,6 +109,11 @@ func (d *Device) LinearActLayerNorms(calls []kernels.LinearActLNCall) (bool, err
 	}
 	if joinsOff.Load() {
 		return false, nil
+	}
+	for _, c := range calls {
+		if gatherInOff.Load() && c.In != nil {
+			return false, nil
+		}
 	}
 	ls := make([]lnCall, 0, len(calls))
 	var ins gatherIns

@@ -384,3 +384,35 @@ func w2Forwards(t *testing.T, p *tamiyo.Policy, g *tamiyo.Graph, capture bool) (
 	}
 	return lg, in.GraphNodes()
 }
+
+// TestGatherInOnCUDA: W2's policy at batch 64 reads its encoders' and
+// heads' gathered inputs inside their launches and its logits from the
+// heads' joined output (ESPER_CUDA_GATHER_IN's default), and gives the
+// same logits and values, bit for bit, as with the switch off (the
+// inputs gathered in launches of their own, the logits joined after the
+// heads), eager and captured, in four graph nodes fewer.
+func TestGatherInOnCUDA(t *testing.T) {
+	defer gatherInOff.Store(gatherInOff.Load())
+	g, err := bench.W2Graph(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := tamiyo.NewPolicy(tamiyo.PolicyOptions{Seed: 4, NoDropout: true, Device: tensor.CUDA(0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	forward := func(off, capture bool) (*tamiyo.Logits, int) {
+		gatherInOff.Store(off)
+		return w2Forwards(t, p, g, capture)
+	}
+	for _, capture := range []bool{false, true} {
+		want, apart := forward(true, capture)
+		got, nodes := forward(false, capture)
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("captured %v: the gathered inputs' logits differ from those of the inputs gathered apart", capture)
+		}
+		if capture && nodes != apart-4 {
+			t.Errorf("%d graph nodes with the gathered inputs, %d without: want four fewer", nodes, apart)
+		}
+	}
+}

@@ -7,7 +7,8 @@ import (
 )
 
 // Switches for a GPU run: the joined launches, the block sequence, the
-// cubins, the uploads' wait and the allocator's slabs can be turned off
+// cubins, the uploads' wait, the allocator's slabs and the gathered
+// inputs can be turned off
 // for the process, so
 // that a run can time a workload both ways in one sitting (gpu/run.sh
 // runs W2 again without joins, W1 without sequences and W4 without the
@@ -44,6 +45,15 @@ import (
 //     blocks of a small class at once (slab.go): compute-sanitizer's
 //     memcheck then tells a write past a block's end from a write into
 //     the next block.
+//
+//   - ESPER_CUDA_GATHER_IN=off: ReluHeads declines a call with a gathered
+//     input or a joined output, and LinearActLayerNorms one with a
+//     gathered input (kernels.GatherInput), so that their callers gather
+//     the input first, in a gather_concat_f32 launch of its own, and join
+//     the heads' outputs after them (autograd.ReluHeadGroupsJoined and
+//     LinearActLayerNorms ask again without them): W2's forward as it was
+//     before 2026-11-28's second session, four graph nodes more. The
+//     results are the same bits.
 //
 // Two more switches are on by default and can be turned off:
 //
@@ -88,7 +98,7 @@ import (
 // value than on or off is an error at Open naming the variable. The
 // setting is the process's, read at every Open; tests set the variables
 // below directly.
-var joinsOff, sequencesOff, cubinOff, uploadWaitOff, slabsOff atomic.Bool
+var joinsOff, sequencesOff, cubinOff, uploadWaitOff, slabsOff, gatherInOff atomic.Bool
 
 // tf32JoinsOn is ESPER_CUDA_JOINS_TF32's setting (off by default),
 // gatWarpsOn ESPER_CUDA_GAT_WARPS's and sideStreamsOn
@@ -101,7 +111,8 @@ func init() {
 }
 
 // switchesFromEnv applies ESPER_CUDA_JOINS, ESPER_CUDA_SEQUENCES,
-// ESPER_CUDA_CUBIN, ESPER_CUDA_UPLOAD_WAIT, ESPER_CUDA_SLABS, ESPER_CUDA_JOINS_TF32,
+// ESPER_CUDA_CUBIN, ESPER_CUDA_UPLOAD_WAIT, ESPER_CUDA_SLABS,
+// ESPER_CUDA_GATHER_IN, ESPER_CUDA_JOINS_TF32,
 // ESPER_CUDA_GAT_WARPS and ESPER_CUDA_SIDE_STREAMS (an unset variable
 // leaves its setting as it is, so a test's stays).
 func switchesFromEnv() error {
@@ -121,7 +132,7 @@ func switchesFromEnv() error {
 		name string
 		off  *atomic.Bool
 	}{{"ESPER_CUDA_JOINS", &joinsOff}, {"ESPER_CUDA_SEQUENCES", &sequencesOff}, {"ESPER_CUDA_CUBIN", &cubinOff},
-		{"ESPER_CUDA_UPLOAD_WAIT", &uploadWaitOff}, {"ESPER_CUDA_SLABS", &slabsOff}} {
+		{"ESPER_CUDA_UPLOAD_WAIT", &uploadWaitOff}, {"ESPER_CUDA_SLABS", &slabsOff}, {"ESPER_CUDA_GATHER_IN", &gatherInOff}} {
 		off, set, err := parseSwitch(s.name, os.Getenv(s.name))
 		if err != nil {
 			return err

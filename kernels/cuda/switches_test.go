@@ -92,7 +92,7 @@ func TestSwitchDefaults(t *testing.T) {
 		name string
 		on   bool
 	}{{"ESPER_CUDA_JOINS", !joinsOff.Load()}, {"ESPER_CUDA_SEQUENCES", !sequencesOff.Load()}, {"ESPER_CUDA_CUBIN", !cubinOff.Load()},
-		{"ESPER_CUDA_UPLOAD_WAIT", !uploadWaitOff.Load()}, {"ESPER_CUDA_SLABS", !slabsOff.Load()}, {"ESPER_CUDA_GAT_WARPS", gatWarpsOn.Load()}, {"ESPER_CUDA_SIDE_STREAMS", sideStreamsOn.Load()},
+		{"ESPER_CUDA_UPLOAD_WAIT", !uploadWaitOff.Load()}, {"ESPER_CUDA_SLABS", !slabsOff.Load()}, {"ESPER_CUDA_GATHER_IN", !gatherInOff.Load()}, {"ESPER_CUDA_GAT_WARPS", gatWarpsOn.Load()}, {"ESPER_CUDA_SIDE_STREAMS", sideStreamsOn.Load()},
 		{"ESPER_CUDA_JOINS_TF32", !tf32JoinsOn.Load()}} {
 		if v, set := os.LookupEnv(sw.name); set && v != "" {
 			continue // this process's setting, not the default

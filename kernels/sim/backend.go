@@ -36,6 +36,8 @@ type Backend struct {
 	calls atomic.Int64
 	// launchBound is LaunchBound's answer (SetLaunchBound).
 	launchBound atomic.Bool
+	// gatherInOff makes the joins decline gathered inputs (SetGatherIn).
+	gatherInOff atomic.Bool
 }
 
 var def = &Backend{cpu: new(cpu.Backend)}
@@ -153,9 +155,15 @@ var _ kernels.LinearActLayerNormsJoiner = (*Backend)(nil)
 // them, then each runs as its own LinearActLayerNorm — the bits CUDA's
 // joined launch writes; a gathered input (In) first gathered into a
 // tensor of its own — and the join is counted (Joins). The CPU takes
-// every call, so it reports true.
+// every call, so it reports true, unless SetGatherIn turned gathered
+// inputs off and a call has In.
 func (b *Backend) LinearActLayerNorms(calls []kernels.LinearActLNCall) bool {
 	var ts []*tensor.Tensor
+	for _, c := range calls {
+		if b.gatherInOff.Load() && c.In != nil {
+			return false
+		}
+	}
 	for _, c := range calls {
 		ts = append(ts, c.Y, c.X, c.W, c.B, c.G, c.S)
 		if c.In != nil {
@@ -197,9 +205,15 @@ var _ kernels.ReluHeadser = (*Backend)(nil)
 // ReluHeads implements kernels.ReluHeadser, a device-only join: the heads
 // are checked together, as a device checks them, then each runs as its
 // products on sim (kernels.ReluHeadsOps), and the join is counted
-// (Joins). It takes every call, so it reports true.
+// (Joins). It takes every call, so it reports true, unless SetGatherIn
+// turned gathered inputs off and a call has In or Join.
 func (b *Backend) ReluHeads(calls []kernels.ReluHeadCall) bool {
 	var ts []*tensor.Tensor
+	for _, c := range calls {
+		if b.gatherInOff.Load() && (c.In != nil || c.Join != nil) {
+			return false
+		}
+	}
 	for _, c := range calls {
 		ts = append(ts, c.Out, c.X, c.W1, c.B1, c.W2, c.B2, c.Join)
 		if c.In != nil {
@@ -258,6 +272,12 @@ func (b *Backend) LaunchBound() bool { return b.launchBound.Load() }
 // the device package sets it from ESPER_SIM_LAUNCH_BOUND when it opens
 // a sim device.
 func (b *Backend) SetLaunchBound(on bool) { b.launchBound.Store(on) }
+
+// SetGatherIn makes ReluHeads and LinearActLayerNorms take calls with a
+// gathered input or a joined output (on, the default) or decline them
+// (off), as CUDA does with ESPER_CUDA_GATHER_IN=off: for tests of the
+// callers' way without them. It is the process's setting.
+func (b *Backend) SetGatherIn(on bool) { b.gatherInOff.Store(!on) }
 
 // SetMatmulPrecision implements kernels.Backend (the CPU computes fp32
 // whatever is asked, as documented there).
