@@ -301,14 +301,6 @@ type LinearActLayerNormCall struct {
 	Eps    float64
 }
 
-// input returns the call's input: X, or GatherConcat(Pieces).
-func (c LinearActLayerNormCall) input() *Var {
-	if c.X != nil {
-		return c.X
-	}
-	return GatherConcat(c.Pieces)
-}
-
 // like returns a tensor on the call's device: X's value, or its first
 // piece's.
 func (c LinearActLayerNormCall) like() *tensor.Tensor {
@@ -334,8 +326,21 @@ func LinearActLayerNorms(calls []LinearActLayerNormCall) []*Var {
 		if (c.X == nil) == (len(c.Pieces) == 0) {
 			panic(fmt.Sprintf("autograd: linear_act_layer_norms: call %d needs X or Pieces, one of them", i))
 		}
+		checkPieces("linear_act_layer_norms", c.Pieces)
 	}
 	outs := make([]*Var, len(calls))
+	// gathered holds a call's pieces once gathered (GatherConcat), so
+	// that no path gathers them twice.
+	gathered := make([]*Var, len(calls))
+	input := func(i int) *Var {
+		if calls[i].X != nil {
+			return calls[i].X
+		}
+		if gathered[i] == nil {
+			gathered[i] = GatherConcat(calls[i].Pieces)
+		}
+		return gathered[i]
+	}
 	if lj, ok := joinableLayerNorms(calls); ok {
 		val := func(v *Var) *tensor.Tensor {
 			if v == nil {
@@ -364,7 +369,7 @@ func LinearActLayerNorms(calls []LinearActLayerNormCall) []*Var {
 			again := false
 			for i, c := range calls {
 				if c.X == nil {
-					ks[i].X, ks[i].In, again = contig(GatherConcat(c.Pieces).Value), nil, true
+					ks[i].X, ks[i].In, again = contig(input(i).Value), nil, true
 				}
 			}
 			took = again && lj.LinearActLayerNorms(ks)
@@ -377,7 +382,7 @@ func LinearActLayerNorms(calls []LinearActLayerNormCall) []*Var {
 		}
 	}
 	for i, c := range calls {
-		outs[i] = LinearActLayerNorm(c.input(), c.W, c.B, c.Act, c.G, c.S, c.Eps)
+		outs[i] = LinearActLayerNorm(input(i), c.W, c.B, c.Act, c.G, c.S, c.Eps)
 	}
 	return outs
 }

@@ -584,14 +584,6 @@ type ReluHeadGroup struct {
 	Heads  []ReluHead
 }
 
-// input returns the group's input: X, or GatherConcat(Pieces).
-func (g ReluHeadGroup) input() *Var {
-	if g.X != nil {
-		return g.X
-	}
-	return GatherConcat(g.Pieces)
-}
-
 // rows returns the group's input rows.
 func (g ReluHeadGroup) rows() int {
 	if g.X != nil {
@@ -640,9 +632,22 @@ func ReluHeadGroupsJoined(groups []ReluHeadGroup, cols []HeadColumn) ([][]*Var, 
 		if (g.X == nil) == (len(g.Pieces) == 0) {
 			panic(fmt.Sprintf("autograd: relu_head_groups: group %d needs X or Pieces, one of them", i))
 		}
+		checkPieces("relu_head_groups", g.Pieces)
 	}
 	rows, width := checkHeadColumns(groups, cols)
 	outs := make([][]*Var, len(groups))
+	// gathered holds a group's pieces once gathered (GatherConcat), so
+	// that no path gathers them twice.
+	gathered := make([]*Var, len(groups))
+	input := func(i int) *Var {
+		if groups[i].X != nil {
+			return groups[i].X
+		}
+		if gathered[i] == nil {
+			gathered[i] = GatherConcat(groups[i].Pieces)
+		}
+		return gathered[i]
+	}
 	if rh, ok := joinableHeadGroups(groups); ok {
 		var calls []kernels.ReluHeadCall
 		val := func(v *Var) *tensor.Tensor {
@@ -701,7 +706,7 @@ func ReluHeadGroupsJoined(groups []ReluHeadGroup, cols []HeadColumn) ([][]*Var, 
 				continue
 			}
 			again = true
-			x := contig(GatherConcat(g.Pieces).Value)
+			x := contig(input(i).Value)
 			for j := range g.Heads {
 				calls[start[i]+j].X, calls[start[i]+j].In = x, nil
 			}
@@ -714,7 +719,7 @@ func ReluHeadGroupsJoined(groups []ReluHeadGroup, cols []HeadColumn) ([][]*Var, 
 		}
 	}
 	for i, g := range groups {
-		outs[i] = ReluHeads(g.input(), g.Heads)
+		outs[i] = ReluHeads(input(i), g.Heads)
 	}
 	return outs, nil
 }
@@ -765,9 +770,24 @@ func gatherInput(pieces []GatherPiece) *kernels.GatherInput {
 	return in
 }
 
+// checkPieces panics, naming op, on a piece without an [N, w] input or
+// pieces of different row counts (GatherConcat's rules), before any
+// path looks at them.
+func checkPieces(op string, pieces []GatherPiece) {
+	for i, p := range pieces {
+		if p.X == nil || p.X.Value.Rank() != 2 {
+			panic(fmt.Sprintf("autograd: %s: piece %d needs an [N, w] input", op, i))
+		}
+		if p.rows() != pieces[0].rows() {
+			panic(fmt.Sprintf("autograd: %s: pieces of %d and %d rows", op, pieces[0].rows(), p.rows()))
+		}
+	}
+}
+
 // gatherablePieces reports whether pieces may be read as a
 // kernels.GatherInput on dev: every X 2-D, contiguous, F32 on dev and
-// recording no gradient, every gathered piece's CSR given, I64 on dev.
+// recording no gradient, every gathered piece's CSR given, contiguous
+// I64 vectors on dev.
 func gatherablePieces(pieces []GatherPiece, dev tensor.Device) bool {
 	for _, p := range pieces {
 		if p.X == nil || needsGrad(p.X) || p.X.Value.Rank() != 2 || !p.X.Value.IsContiguous() ||
@@ -776,7 +796,7 @@ func gatherablePieces(pieces []GatherPiece, dev tensor.Device) bool {
 		}
 		if e := p.Edges; e != nil {
 			for _, t := range []*tensor.Tensor{e.Src, e.RowPtr, e.Order} {
-				if t == nil || t.DType() != tensor.I64 || t.Device() != dev {
+				if t == nil || t.DType() != tensor.I64 || t.Device() != dev || t.Rank() != 1 || !t.IsContiguous() {
 					return false
 				}
 			}

@@ -231,7 +231,9 @@ func LinearActLayerNormOps(be Backend, y, x, w, b *T, act UnaryOp, g, s *T, eps 
 
 // CheckLinearActLayerNorm checks a LinearActLayerNorm and returns M, N
 // and K: x [M, K], w [N, K], y [M, N], b, g and s nil or [N], every one
-// contiguous and of x's float dtype, and act an activation.
+// contiguous and of x's float dtype, y sharing memory with none of the
+// others (a row's outputs are written while other rows read them), and
+// act an activation.
 func CheckLinearActLayerNorm(name string, y, x, w, b *T, act UnaryOp, g, s *T) (m, n, k int, err error) {
 	if y == nil || x == nil || w == nil {
 		return 0, 0, 0, fmt.Errorf("%s: y, x and w are required", name)
@@ -243,8 +245,13 @@ func CheckLinearActLayerNorm(name string, y, x, w, b *T, act UnaryOp, g, s *T) (
 	if m, k, err = rows2(name, "x", x, dt, -1, -1); err != nil {
 		return 0, 0, 0, err
 	}
-	n, err = checkLinearActLN(name, y, m, k, w, b, act, g, s, dt)
-	return m, n, k, err
+	if n, err = checkLinearActLN(name, y, m, k, w, b, act, g, s, dt); err != nil {
+		return 0, 0, 0, err
+	}
+	if spansOverlap(y, x) {
+		return 0, 0, 0, fmt.Errorf("%s: y shares memory with x", name)
+	}
+	return m, n, k, nil
 }
 
 // checkLinearActLN is CheckLinearActLayerNorm given x's m rows of k
@@ -272,6 +279,11 @@ func checkLinearActLN(name string, y *T, m, k int, w, b *T, act UnaryOp, g, s *T
 	}
 	if err := CheckActivation(name, act); err != nil {
 		return 0, err
+	}
+	for _, t := range []*T{w, b, g, s} {
+		if spansOverlap(y, t) {
+			return 0, fmt.Errorf("%s: y shares memory with w, b, g or s", name)
+		}
 	}
 	return n, nil
 }

@@ -684,13 +684,15 @@ __global__ void linear_act_ln_join_f32(const __grid_constant__ LnJoin j) {
     int k = 0;
     while (k + 1 < (int)j.n && i >= j.a[k].m) i -= j.a[k++].m;
     const LnArgs& a = j.a[k];
-    const float* xr = a.x + i * a.k;
-    if (a.in > 0) {
+    const float* xr;
+    if (a.in > 0) {  // x is null: the row is gathered
         const GatherIn& in = j.in[a.in - 1];
         float* row = v + a.n;
         for (int64_t q = threadIdx.x; q < a.k; q += blockDim.x) row[q] = gather_in_at(in, i, q);
         __syncthreads();  // the row is in
         xr = row;
+    } else {
+        xr = a.x + i * a.k;
     }
     linear_act_ln_row(a.y, xr, a.w, a.b, (int)a.act, a.g, a.s, a.n, a.k, a.eps, i);
 }
