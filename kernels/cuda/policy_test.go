@@ -338,14 +338,7 @@ func TestSideStreamsOnCUDA(t *testing.T) {
 		}
 	}
 	be.SetMatmulPrecision(kernels.Highest)
-	g, err := bench.W2Graph(64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := tamiyo.NewPolicy(tamiyo.PolicyOptions{Seed: 4, NoDropout: true, Device: tensor.CUDA(0)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, g := w2Policy(t)
 	forward := func(sides, capture bool) (*tamiyo.Logits, int) {
 		sideStreamsOn.Store(sides)
 		return w2Forwards(t, p, g, capture)
@@ -365,6 +358,21 @@ func TestSideStreamsOnCUDA(t *testing.T) {
 			t.Errorf("%d graph nodes with the side streams, %d without", n, nodes)
 		}
 	}
+}
+
+// w2Policy returns W2's policy on the GPU (seed 4, no dropout) and its
+// batch of 64 graphs.
+func w2Policy(t *testing.T) (*tamiyo.Policy, *tamiyo.Graph) {
+	t.Helper()
+	g, err := bench.W2Graph(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := tamiyo.NewPolicy(tamiyo.PolicyOptions{Seed: 4, NoDropout: true, Device: tensor.CUDA(0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, g
 }
 
 // w2Forwards runs three forwards of g through a new Inference of p,
@@ -393,14 +401,7 @@ func w2Forwards(t *testing.T, p *tamiyo.Policy, g *tamiyo.Graph, capture bool) (
 // heads), eager and captured, in four graph nodes fewer.
 func TestGatherInOnCUDA(t *testing.T) {
 	defer gatherInOff.Store(gatherInOff.Load())
-	g, err := bench.W2Graph(64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := tamiyo.NewPolicy(tamiyo.PolicyOptions{Seed: 4, NoDropout: true, Device: tensor.CUDA(0)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, g := w2Policy(t)
 	forward := func(off, capture bool) (*tamiyo.Logits, int) {
 		gatherInOff.Store(off)
 		return w2Forwards(t, p, g, capture)
