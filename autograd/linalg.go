@@ -329,18 +329,7 @@ func LinearActLayerNorms(calls []LinearActLayerNormCall) []*Var {
 		checkPieces("linear_act_layer_norms", c.Pieces)
 	}
 	outs := make([]*Var, len(calls))
-	// gathered holds a call's pieces once gathered (GatherConcat), so
-	// that no path gathers them twice.
-	gathered := make([]*Var, len(calls))
-	input := func(i int) *Var {
-		if calls[i].X != nil {
-			return calls[i].X
-		}
-		if gathered[i] == nil {
-			gathered[i] = GatherConcat(calls[i].Pieces)
-		}
-		return gathered[i]
-	}
+	input := inputsOnce(len(calls), func(i int) (*Var, []GatherPiece) { return calls[i].X, calls[i].Pieces })
 	if lj, ok := joinableLayerNorms(calls); ok {
 		val := func(v *Var) *tensor.Tensor {
 			if v == nil {

@@ -636,18 +636,7 @@ func ReluHeadGroupsJoined(groups []ReluHeadGroup, cols []HeadColumn) ([][]*Var, 
 	}
 	rows, width := checkHeadColumns(groups, cols)
 	outs := make([][]*Var, len(groups))
-	// gathered holds a group's pieces once gathered (GatherConcat), so
-	// that no path gathers them twice.
-	gathered := make([]*Var, len(groups))
-	input := func(i int) *Var {
-		if groups[i].X != nil {
-			return groups[i].X
-		}
-		if gathered[i] == nil {
-			gathered[i] = GatherConcat(groups[i].Pieces)
-		}
-		return gathered[i]
-	}
+	input := inputsOnce(len(groups), func(i int) (*Var, []GatherPiece) { return groups[i].X, groups[i].Pieces })
 	if rh, ok := joinableHeadGroups(groups); ok {
 		var calls []kernels.ReluHeadCall
 		val := func(v *Var) *tensor.Tensor {
@@ -768,6 +757,23 @@ func gatherInput(pieces []GatherPiece) *kernels.GatherInput {
 		}
 	}
 	return in
+}
+
+// inputsOnce returns input(i), the ith of n inputs each given as an X
+// or, where X is nil, as pieces (of(i)): X, or GatherConcat of the
+// pieces, gathered at most once whichever path asks.
+func inputsOnce(n int, of func(i int) (*Var, []GatherPiece)) (input func(i int) *Var) {
+	gathered := make([]*Var, n)
+	return func(i int) *Var {
+		x, pieces := of(i)
+		if x != nil {
+			return x
+		}
+		if gathered[i] == nil {
+			gathered[i] = GatherConcat(pieces)
+		}
+		return gathered[i]
+	}
 }
 
 // checkPieces panics, naming op, on a piece without an [N, w] input or
