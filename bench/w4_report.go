@@ -185,7 +185,7 @@ func BenchW4(stdout, stderr io.Writer, c Config, dev tensor.Device) error {
 		}
 		fmt.Fprintln(stdout)
 	}
-	if dev.Kind == tensor.KindCUDA { // the backend that counts its driver allocations (sim has none)
+	if tensor.CountsDriverAllocs(dev) { // CUDA's allocator counts them; sim has no driver
 		fmt.Fprintf(stdout, "device memory from the driver (allocations the cache could not serve), bare loop: %d taking %.3f s",
 			r.Bare.DriverAllocs, r.Bare.DriverAllocSeconds)
 		if r.PPO != nil {

@@ -20,6 +20,23 @@ type driverAllocStats struct {
 
 var driverAllocs sync.Map // Device → *driverAllocStats
 
+// driverAllocCounting holds the devices whose backend counts its driver
+// allocations (CountsDriverAllocs).
+var driverAllocCounting sync.Map // Device → struct{}
+
+// CountingDriverAllocs declares that device d's backend reports every
+// allocation that goes to its driver (CountDriverAlloc): a backend with
+// a caching allocator calls it when it opens d (CUDA).
+func CountingDriverAllocs(d Device) { driverAllocCounting.Store(d, struct{}{}) }
+
+// CountsDriverAllocs reports whether device d's backend counts its driver
+// allocations (CountingDriverAllocs), so that DriverAllocs' zeros mean
+// none rather than not counted: a report prints them only then.
+func CountsDriverAllocs(d Device) bool {
+	_, ok := driverAllocCounting.Load(d)
+	return ok
+}
+
 func driverAllocCounter(d Device) *driverAllocStats {
 	if c, ok := driverAllocs.Load(d); ok {
 		return c.(*driverAllocStats)

@@ -26,3 +26,14 @@ func TestDriverAllocs(t *testing.T) {
 	require.Equal(t, o0, n)
 	require.Equal(t, ot0, dt)
 }
+
+// TestCountsDriverAllocs: a device counts its driver allocations once
+// its backend says so, and no other device does by that.
+func TestCountsDriverAllocs(t *testing.T) {
+	d, other := Sim(9), Sim(10)
+	require.False(t, CountsDriverAllocs(d))
+	CountingDriverAllocs(d)
+	require.True(t, CountsDriverAllocs(d))
+	require.False(t, CountsDriverAllocs(other))
+	require.False(t, CountsDriverAllocs(CPU))
+}

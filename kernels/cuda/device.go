@@ -133,6 +133,7 @@ func Open(ordinal int) (*Device, error) {
 		return nil, fmt.Errorf("cuda: device %d: clearing the zero block and the counters: %w", ordinal, err)
 	}
 	d.alloc = newAllocator(d)
+	tensor.CountingDriverAllocs(tensor.CUDA(ordinal)) // the allocator reports its cuMemAlloc calls
 	tensor.RegisterDeviceMemory(tensor.KindCUDA, memory{d})
 	return d, nil
 }
