@@ -108,7 +108,7 @@ status=0
 # phases) to the summary, each line led by NAME: the variants side by
 # side where the summary is read first.
 w2lines() {
-	grep -E "^ +batch 64 esper captured|^batch 64 captured(-tf32)?(: [0-9.]+ µs of device time| slowest forwards)" "$2" |
+	grep -E "^ +batch 64 esper captured|^batch 64 captured(-tf32)?(: [0-9.]+ µs of device time|: [0-9]+ graph nodes| slowest forwards)" "$2" |
 		sed -E "s/^ +//; s/^/  W2 $1: /" >>"$summary"
 }
 
