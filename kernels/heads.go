@@ -47,7 +47,7 @@ type ReluHeadser interface {
 
 // ReluHeadDims are a checked ReluHeadCall's sizes: N rows, K inputs, Hd
 // hidden units and O outputs, and, for a call with In, its pieces as
-// CheckGatherConcat finds them.
+// CheckGatherInput finds them.
 type ReluHeadDims struct {
 	N, K, Hd, O int
 	Pieces      []GatherBlock
@@ -173,8 +173,9 @@ func CheckReluHeads(name string, calls []ReluHeadCall) ([]ReluHeadDims, error) {
 }
 
 // ReluHeadsOps runs on be what ReluHeads stands for, head by head: an
-// In's rows by GatherInputOps (be a GraphMultiAggregator), MatMulBiasAct with ReLU into a new tensor, then
-// MatMulBias into Out, and Out copied into its columns of Join.
+// In's rows by GatherInputOps (be a GraphMultiAggregator), MatMulBiasAct
+// with ReLU into a new tensor, then MatMulBias into Out, and Out copied
+// into its columns of Join.
 func ReluHeadsOps(be Backend, calls []ReluHeadCall) {
 	for _, c := range calls {
 		x := c.X

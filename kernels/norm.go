@@ -176,42 +176,54 @@ type LinearActLayerNormsJoiner interface {
 	LinearActLayerNorms(calls []LinearActLNCall) bool
 }
 
+// LinearActLNDims are a checked LinearActLNCall's sizes: M rows, N
+// outputs and K inputs a row, and, for a call with In, its pieces as
+// CheckGatherInput finds them.
+type LinearActLNDims struct {
+	M, N, K int
+	Pieces  []GatherBlock
+}
+
 // CheckLinearActLayerNorms checks a LinearActLayerNormsJoiner call: each
-// as CheckLinearActLayerNorm checks it (its m, n and k returned in
-// order; a call with In instead of X: its pieces as CheckGatherInput
-// checks them, m its rows and k their width), and that no call's y
-// shares memory with any tensor of another, or with its own In.
-func CheckLinearActLayerNorms(name string, calls []LinearActLNCall) ([][3]int, error) {
-	dims := make([][3]int, len(calls))
+// as CheckLinearActLayerNorm checks it (a call with In instead of X: its
+// pieces as CheckGatherInput checks them, M its rows and K their width,
+// and y sharing no memory with them), and that no call's y shares memory
+// with any tensor of another.
+func CheckLinearActLayerNorms(name string, calls []LinearActLNCall) ([]LinearActLNDims, error) {
+	dims := make([]LinearActLNDims, len(calls))
 	outs, all := make([]*T, len(calls)), make([][]*T, len(calls))
 	for i, c := range calls {
 		what := fmt.Sprintf("%s: call %d", name, i)
-		var m, n, k int
+		var d LinearActLNDims
 		var err error
 		ts := []*T{c.Y, c.X, c.W, c.B, c.G, c.S}
 		switch {
 		case c.In == nil:
-			m, n, k, err = CheckLinearActLayerNorm(what, c.Y, c.X, c.W, c.B, c.Act, c.G, c.S)
+			d.M, d.N, d.K, err = CheckLinearActLayerNorm(what, c.Y, c.X, c.W, c.B, c.Act, c.G, c.S)
 		case c.X != nil:
 			err = fmt.Errorf("%s: X and In both given", what)
 		case c.W == nil:
 			err = fmt.Errorf("%s: y, x and w are required", what)
 		default:
-			if _, k, err = CheckGatherInput(what+": In", c.In, c.W.DType()); err == nil {
-				m = c.In.Rows
-				n, err = checkLinearActLN(what, c.Y, m, k, c.W, c.B, c.Act, c.G, c.S, c.W.DType())
+			ts = append(ts, c.In.Tensors()...)
+			if d.Pieces, d.K, err = CheckGatherInput(what+": In", c.In, c.W.DType()); err != nil {
+				break
+			}
+			d.M = c.In.Rows
+			if d.N, err = checkLinearActLN(what, c.Y, d.M, d.K, c.W, c.B, c.Act, c.G, c.S, c.W.DType()); err != nil {
+				break
 			}
 			for _, x := range c.In.Tensors() {
-				if err == nil && spansOverlap(c.Y, x) {
+				if spansOverlap(c.Y, x) {
 					err = fmt.Errorf("%s: y shares memory with In", what)
+					break
 				}
 			}
-			ts = append(ts, c.In.Tensors()...)
 		}
 		if err != nil {
 			return nil, err
 		}
-		dims[i] = [3]int{m, n, k}
+		dims[i] = d
 		outs[i], all[i] = c.Y, ts
 	}
 	return dims, callsApart(name, outs, all)

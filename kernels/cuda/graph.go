@@ -691,17 +691,12 @@ func (d *Device) ReluHeads(calls []kernels.ReluHeadCall) (bool, error) {
 	if joinsOff.Load() {
 		return false, nil
 	}
-	for _, c := range calls {
-		if gatherInOff.Load() && (c.In != nil || c.Join != nil) {
-			return false, nil
-		}
-	}
 	f32 := tensor.F32
 	hs := make([]rhHead, 0, len(calls))
 	var ins gatherIns
 	for i, c := range calls {
 		n, k, hd, o := dims[i].N, dims[i].K, dims[i].Hd, dims[i].O
-		if c.Out.DType() != f32 || max(k, o)+hd > rhMaxWidth {
+		if c.Out.DType() != f32 || max(k, o)+hd > rhMaxWidth || ((c.In != nil || c.Join != nil) && gatherInOff.Load()) {
 			return false, nil
 		}
 		what := fmt.Sprintf("%s: head %d", op, i)

@@ -110,24 +110,15 @@ func (d *Device) LinearActLayerNorms(calls []kernels.LinearActLNCall) (bool, err
 	if joinsOff.Load() {
 		return false, nil
 	}
-	for _, c := range calls {
-		if gatherInOff.Load() && c.In != nil {
-			return false, nil
-		}
-	}
 	ls := make([]lnCall, 0, len(calls))
 	var ins gatherIns
 	for i, c := range calls {
-		m, n, k := dims[i][0], dims[i][1], dims[i][2]
-		if c.Y.DType() != tensor.F32 || !linearActLNFits(n, k) {
+		m, n, k := dims[i].M, dims[i].N, dims[i].K
+		if c.Y.DType() != tensor.F32 || !linearActLNFits(n, k) || (c.In != nil && gatherInOff.Load()) {
 			return false, nil
 		}
 		what := fmt.Sprintf("%s: call %d", op, i)
-		x := c.X
-		if c.In != nil {
-			x = nil
-		}
-		l, err := d.lnPrepare(what, kernels.LinearActLNCall{Y: c.Y, X: x, W: c.W, B: c.B, Act: c.Act, G: c.G, S: c.S, Eps: c.Eps}, m, n, k)
+		l, err := d.lnPrepare(what, c, m, n, k) // x is nil where In is set
 		if err != nil {
 			return false, err
 		}
@@ -135,11 +126,7 @@ func (d *Device) LinearActLayerNorms(calls []kernels.LinearActLNCall) (bool, err
 			continue // launches nothing, reads no input
 		}
 		if c.In != nil {
-			pieces, width, err := kernels.CheckGatherInput(what+": In", c.In, tensor.F32)
-			if err != nil {
-				return false, err
-			}
-			at, ok, err := ins.add(d, what, c.In, pieces, width, lnIn)
+			at, ok, err := ins.add(d, what, c.In, dims[i].Pieces, k, lnIn)
 			if err != nil || !ok {
 				return false, err
 			}
