@@ -301,14 +301,8 @@ type LinearActLayerNormCall struct {
 	Eps    float64
 }
 
-// like returns a tensor on the call's device: X's value, or its first
-// piece's.
-func (c LinearActLayerNormCall) like() *tensor.Tensor {
-	if c.X != nil {
-		return c.X.Value
-	}
-	return c.Pieces[0].X.Value
-}
+// like returns a tensor on the call's device (inputLike).
+func (c LinearActLayerNormCall) like() *tensor.Tensor { return inputLike(c.X, c.Pieces) }
 
 // LinearActLayerNorms is LinearActLayerNorm of each call: layers that do
 // not depend on one another, such as a heterogeneous graph's node
@@ -318,9 +312,8 @@ func (c LinearActLayerNormCall) like() *tensor.Tensor {
 // (CUDA: one launch for up to four, a gathered input read inside it,
 // never stored; where the backend declines gathered inputs, the join of
 // the inputs gathered first); otherwise each is LinearActLayerNorm of its
-// input. The
-// results are the same bits either way. It panics on a call with both
-// or neither of X and Pieces.
+// input. The results are the same bits either way. It panics on a call
+// with both or neither of X and Pieces.
 func LinearActLayerNorms(calls []LinearActLayerNormCall) []*Var {
 	for i, c := range calls {
 		if (c.X == nil) == (len(c.Pieces) == 0) {

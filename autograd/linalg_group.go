@@ -620,9 +620,9 @@ func ReluHeadGroups(groups []ReluHeadGroup) [][]*Var {
 // empty, the heads' outputs side by side in cols' order, written by that
 // call (a backend that declines a call with gathered inputs or a joined
 // output is asked again with the inputs gathered first and no joined
-// output): head c's output [N, o]
-// takes c.Rows·o columns, its rows r·c.Rows … (r+1)·c.Rows − 1 making
-// joined row r, so that every named head's N / c.Rows must be the same.
+// output): head c's output [N, o] takes c.Rows·o columns, its rows
+// r·c.Rows … (r+1)·c.Rows − 1 making joined row r, so that every named
+// head's N / c.Rows must be the same.
 // Otherwise the joined output is nil (the caller joins the outputs
 // itself). It panics on a group with both or neither of X and Pieces, a
 // column naming no head, a head named twice, or row counts that do not
@@ -645,7 +645,7 @@ func ReluHeadGroupsJoined(groups []ReluHeadGroup, cols []HeadColumn) ([][]*Var, 
 			}
 			return contig(v.Value)
 		}
-		like := groupLike(groups[0])
+		like := inputLike(groups[0].X, groups[0].Pieces)
 		start := make([]int, len(groups)) // each group's first call
 		for i, g := range groups {
 			start[i] = len(calls)
@@ -735,13 +735,13 @@ func checkHeadColumns(groups []ReluHeadGroup, cols []HeadColumn) (rows, width in
 	return rows, width
 }
 
-// groupLike returns a tensor on the group's device: its input, or its
-// first piece's X.
-func groupLike(g ReluHeadGroup) *tensor.Tensor {
-	if g.X != nil {
-		return g.X.Value
+// inputLike returns a tensor on the device of an input given as x or,
+// where x is nil, as pieces: x's value, or the first piece's X's.
+func inputLike(x *Var, pieces []GatherPiece) *tensor.Tensor {
+	if x != nil {
+		return x.Value
 	}
-	return g.Pieces[0].X.Value
+	return pieces[0].X.Value
 }
 
 // gatherInput is pieces as a kernels.GatherInput: their X values and
@@ -821,7 +821,7 @@ func joinableHeadGroups(groups []ReluHeadGroup) (kernels.ReluHeadser, bool) {
 	if len(groups) == 0 || AutocastDType() != tensor.Invalid {
 		return nil, false // under autocast the products' dtype is autocast's
 	}
-	first := groupLike(groups[0])
+	first := inputLike(groups[0].X, groups[0].Pieces)
 	rh, ok := backendOf(first).(kernels.ReluHeadser)
 	if !ok {
 		return nil, false
