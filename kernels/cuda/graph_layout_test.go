@@ -124,27 +124,14 @@ func csrWithoutNode1(t *testing.T, rng *rand.Rand, ns, nd, e int) (src, rowPtr, 
 // of its launch into out (the buffer at the out address).
 func gatherRun(w *[gatherCatWords]uint64, m gatherMem) {
 	out := m.f[w[0]]
-	nd, ldo, width, np := int64(w[1]), int64(w[2]), int64(w[3]), int64(w[4])
+	nd, ldo, width := int64(w[1]), int64(w[2]), int64(w[3])
+	x := func(p uint64, e int64) float32 { return m.f[p][e] }
+	ints := func(p uint64) []int64 { return m.i[p] }
 	for q := int64(0); q < nd*width; q++ {
 		i, j := q/width, q%width
-		p := int64(0)
-		for p+1 < np && j >= int64(w[5+gatherPartWords*(p+1)+6]) {
-			p++
-		}
-		o := 5 + gatherPartWords*p
-		x, src, rowPtr, order := m.f[w[o]], m.i[w[o+1]], m.i[w[o+2]], m.i[w[o+3]]
-		pw, col, loc, kind := int64(w[o+4]), int64(w[o+5]), int64(w[o+6]), int64(w[o+7])
-		f := j - loc
-		var v float32
-		switch kind {
-		case gatherMean:
-			v = gatherMeanAtEmu(gsumTermEmu{x: x, src: src, rowPtr: rowPtr, order: order, ld: pw}, i, f)
-		case gatherCopy:
-			v = x[i*pw+f]
-		default:
-			v = 1
-		}
-		out[i*ldo+col+f] = v
+		g := gatherPartOf(w[4:], j) // w[4] is the part count, the parts follow
+		col, f := int64(g[5]), j-int64(g[6])
+		out[i*ldo+col+f] = gatherPartAt(g, x, ints, i, f)
 	}
 }
 

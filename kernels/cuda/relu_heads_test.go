@@ -99,17 +99,33 @@ func gatherInAtEmu(in []uint64, m gatherMem, i, j int64) float32 {
 
 // gatherInAt is gather_in_at (src/common.cuh) over the words of a struct
 // GatherIn: x(p, e) reads element e of the fp32 buffer at p, ints(p) is
-// the int64 buffer at p. A mean adds in CSR order from the first value,
-// then scales by 1/count (gather_mean_at).
+// the int64 buffer at p.
 func gatherInAt(in []uint64, x func(p uint64, e int64) float32, ints func(p uint64) []int64, i, j int64) float32 {
+	g := gatherPartOf(in, j)
+	return gatherPartAt(g, x, ints, i, j-int64(g[6]))
+}
+
+// gatherPartOf is gather_part_of over a piece count in[0] and the words
+// of the struct GatherParts after it: the words of the part holding
+// column j.
+func gatherPartOf(in []uint64, j int64) []uint64 {
 	np, p := int64(in[0]), int64(0)
 	for p+1 < np && j >= int64(in[1+(p+1)*gatherPartWords+6]) {
 		p++
 	}
-	g := in[1+p*gatherPartWords:]
-	pw, f := int64(g[4]), j-int64(g[6])
-	if g[7] != gatherMean {
+	return in[1+p*gatherPartWords:]
+}
+
+// gatherPartAt is gather_part_at over a struct GatherPart's words g: a
+// mean adds in CSR order from the first value, then scales by 1/count
+// (gather_mean_at); a copy reads x's row i; ones are 1.
+func gatherPartAt(g []uint64, x func(p uint64, e int64) float32, ints func(p uint64) []int64, i, f int64) float32 {
+	pw := int64(g[4])
+	switch g[7] {
+	case gatherCopy:
 		return x(g[0], i*pw+f)
+	case gatherOnes:
+		return 1
 	}
 	src, rowPtr, order := ints(g[1]), ints(g[2]), ints(g[3])
 	a, b := rowPtr[i], rowPtr[i+1]

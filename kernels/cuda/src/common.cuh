@@ -299,14 +299,25 @@ struct GatherIn {
     GatherPart p[GATHER_IN_PIECES];
 };
 
-// gather_in_at is element (i, j) of a GatherIn: the piece whose [loc,
-// loc + w) holds column j, its mean over its CSR (gather_mean_at, as
-// gather_concat_f32 computes it, bit for bit) or its x's row i.
-__device__ __forceinline__ float gather_in_at(const GatherIn& in, int64_t i, int64_t j) {
+// gather_part_of returns the index of the part of parts[0, np) whose
+// [loc, loc + w) holds column j (parts in ascending loc).
+__device__ __forceinline__ int gather_part_of(const GatherPart* parts, int np, int64_t j) {
     int p = 0;
-    while (p + 1 < (int)in.npieces && j >= in.p[p + 1].loc) p++;
-    const GatherPart& g = in.p[p];
-    const int64_t f = j - g.loc;
+    while (p + 1 < np && j >= parts[p + 1].loc) p++;
+    return p;
+}
+
+// gather_part_at is element (i, f) of part g: the mean of its x's rows
+// over its CSR (kind 0, gather_mean_at), its x's row i (kind 1) or 1.
+__device__ __forceinline__ float gather_part_at(const GatherPart& g, int64_t i, int64_t f) {
     if (g.kind == 0) return gather_mean_at(g.x, g.src, g.rowPtr, g.order, g.w, i, f);
-    return g.x[i * g.w + f];
+    if (g.kind == 1) return g.x[i * g.w + f];
+    return 1.f;
+}
+
+// gather_in_at is element (i, j) of a GatherIn, as gather_concat_f32
+// writes it, bit for bit.
+__device__ __forceinline__ float gather_in_at(const GatherIn& in, int64_t i, int64_t j) {
+    const GatherPart& g = in.p[gather_part_of(in.p, (int)in.npieces, j)];
+    return gather_part_at(g, i, j - g.loc);
 }

@@ -648,22 +648,12 @@ __global__ void gat_combine_f32(float* out, const float* scratch, int64_t nrel, 
 // of the piece whose [loc, loc + w) holds j: the mean over its CSR
 // (gather_mean_f32's sum, bit for bit), its x's row i (kind 1) or 1
 // (kind 2); out's rows are ldo elements apart.
-__global__ void gather_concat_f32(GatherCat m) {
+__global__ void gather_concat_f32(const __grid_constant__ GatherCat m) {
     GRID_STRIDE(q, m.nd * m.width) {
         const int64_t i = q / m.width, j = q % m.width;
-        int p = 0;
-        while (p + 1 < (int)m.npieces && j >= m.p[p + 1].loc) p++;
-        const GatherPart& g = m.p[p];
+        const GatherPart& g = m.p[gather_part_of(m.p, (int)m.npieces, j)];
         const int64_t f = j - g.loc;
-        float v;
-        if (g.kind == 0) {
-            v = gather_mean_at(g.x, g.src, g.rowPtr, g.order, g.w, i, f);
-        } else if (g.kind == 1) {
-            v = g.x[i * g.w + f];
-        } else {
-            v = 1.f;
-        }
-        m.out[i * m.ldo + g.col + f] = v;
+        m.out[i * m.ldo + g.col + f] = gather_part_at(g, i, f);
     }
 }
 
@@ -897,6 +887,8 @@ __global__ void __launch_bounds__(1024) relu_heads_f32(const __grid_constant__ R
     const int rows = (int)min((int64_t)RH_ROWS, q.n - r0);
     float* xs = sh;
     float* hs = sh + RH_ROWS * max(q.k, q.o);  // xs holds a tile's rows, later its outputs
+    // Two loops, not one choosing per element: at the kernel's
+    // 64-register bound the one loop spills.
     if (q.in > 0) {
         const GatherIn& in = a.in[q.in - 1];
         for (int64_t e = threadIdx.x; e < RH_ROWS * q.k; e += blockDim.x) {
