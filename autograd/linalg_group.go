@@ -2,6 +2,7 @@ package autograd
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/esper-go/esper/kernels"
@@ -628,6 +629,19 @@ func ReluHeadGroups(groups []ReluHeadGroup) [][]*Var {
 // column naming no head, a head named twice, or row counts that do not
 // agree.
 func ReluHeadGroupsJoined(groups []ReluHeadGroup, cols []HeadColumn) ([][]*Var, *Var) {
+	return ReluHeadGroupsJoinedInto(groups, cols, nil)
+}
+
+// ReluHeadGroupsJoinedInto is ReluHeadGroupsJoined writing the joined
+// output into into, a contiguous F32 tensor of the joined output's shape
+// on the inputs' device, where the heads run as one call (the joined
+// output it returns is then into's), instead of a tensor of its own:
+// memory the caller keeps, such as a mapped tensor the host reads
+// without a device-to-host copy (tensor.EmptyMapped; tamiyo's Inference).
+// A nil into is ReluHeadGroupsJoined. It panics, beside
+// ReluHeadGroupsJoined's cases, on an into of another dtype, shape or
+// device, or not contiguous.
+func ReluHeadGroupsJoinedInto(groups []ReluHeadGroup, cols []HeadColumn, into *tensor.Tensor) ([][]*Var, *Var) {
 	for i, g := range groups {
 		if (g.X == nil) == (len(g.Pieces) == 0) {
 			panic(fmt.Sprintf("autograd: relu_head_groups: group %d needs X or Pieces, one of them", i))
@@ -635,6 +649,13 @@ func ReluHeadGroupsJoined(groups []ReluHeadGroup, cols []HeadColumn) ([][]*Var, 
 		checkPieces("relu_head_groups", g.Pieces)
 	}
 	rows, width := checkHeadColumns(groups, cols)
+	if into != nil {
+		like := inputLike(groups[0].X, groups[0].Pieces)
+		if into.DType() != tensor.F32 || !slices.Equal(into.Shape(), []int{rows, width}) || into.Device() != like.Device() || !into.IsContiguous() {
+			panic(fmt.Sprintf("autograd: relu_head_groups: into is %v %v on %v (contiguous %v), want F32 [%d %d] on %v, contiguous",
+				into.DType(), into.Shape(), into.Device(), into.IsContiguous(), rows, width, like.Device()))
+		}
+	}
 	outs := make([][]*Var, len(groups))
 	input := inputsOnce(len(groups), func(i int) (*Var, []GatherPiece) { return groups[i].X, groups[i].Pieces })
 	if rh, ok := joinableHeadGroups(groups); ok {
@@ -663,7 +684,10 @@ func ReluHeadGroupsJoined(groups []ReluHeadGroup, cols []HeadColumn) ([][]*Var, 
 		}
 		var joined *tensor.Tensor
 		if len(cols) > 0 {
-			joined = alloc(like, tensor.F32, rows, width)
+			joined = into
+			if joined == nil {
+				joined = alloc(like, tensor.F32, rows, width)
+			}
 			col := 0
 			for _, c := range cols {
 				k := &calls[start[c.Group]+c.Head]

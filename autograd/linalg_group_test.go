@@ -674,6 +674,19 @@ func TestReluHeadGroupsJoined(t *testing.T) {
 				parts = append(parts, Reshape(o, B, c.Rows*o.Shape()[1]))
 			}
 			sameVars(t, "joined", joined, Concat(parts, 1))
+			// Into a kept (mapped) tensor: the joined output is that
+			// tensor, holding the same values; an into of another shape
+			// panics.
+			into, err := tensor.EmptyMapped(dev, tensor.MappedOutput, tensor.F32, joined.Shape()...)
+			require.NoError(t, err)
+			var joinedInto *Var
+			InferenceMode(func() { _, joinedInto = ReluHeadGroupsJoinedInto(groups, cols, into) })
+			require.NotNil(t, joinedInto)
+			require.Same(t, into, joinedInto.Value)
+			sameVars(t, "joined into a mapped tensor", joinedInto, joined)
+			wrong, err := tensor.EmptyOn(dev, tensor.F32, B, 1)
+			require.NoError(t, err)
+			require.Panics(t, func() { InferenceMode(func() { ReluHeadGroupsJoinedInto(groups, cols, wrong) }) })
 			// With gathered inputs declined (as CUDA with
 			// ESPER_CUDA_GATHER_IN=off), the heads are asked again on
 			// the inputs gathered first: one join still, the same

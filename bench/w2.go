@@ -76,6 +76,11 @@ type W2ModeResult struct {
 	GraphsPerSec     float64 `json:"graphs_per_second"`
 	GFLOPS           float64 `json:"gflops"`
 	AllocsPerForward float64 `json:"allocs_per_forward"`
+	// GCCycles are the Go collector's cycles that ended during the
+	// measured forwards, and GCPauseUs their stop-the-world pauses in
+	// all: whether the collector is in a tail's slowest forwards.
+	GCCycles  uint32  `json:"gc_cycles"`
+	GCPauseUs float64 `json:"gc_pause_us"`
 	// HostSyncsPerForward are the device-to-host reads per forward on
 	// W2Options.Device (0 on the CPU).
 	HostSyncsPerForward float64 `json:"host_syncs_per_forward"`
@@ -462,6 +467,7 @@ func RunW2(o W2Options) (W2Result, map[int]*tamiyo.Graph, error) {
 				r.Phases = &W2Phases{Upload: Summarise(up).P50us, Run: Summarise(run).P50us, Read: Summarise(read).P50us}
 				r.Slowest = slowestForwards(w2Slowest, lat, up, run, read)
 				r.AllocsPerForward = float64(ms1.Mallocs-ms0.Mallocs) / float64(reps)
+				r.GCCycles, r.GCPauseUs = ms1.NumGC-ms0.NumGC, float64(ms1.PauseTotalNs-ms0.PauseTotalNs)/1e3
 				r.HostSyncsPerForward = float64(syncs) / float64(reps)
 				r.GraphsPerSec = float64(b) / (l.MeanUs / 1e6)
 				r.GFLOPS = res.FLOPPerGraph * float64(b) / (l.MeanUs * 1e3)

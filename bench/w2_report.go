@@ -169,7 +169,7 @@ func BenchW2(stdout, stderr io.Writer, c Config, dev tensor.Device) error {
 				}
 				fmt.Fprintf(stdout, "%s %.1f (upload %.1f, run %.1f, read %.1f)", sep, f.Us, f.Upload, f.Run, f.Read)
 			}
-			fmt.Fprintln(stdout)
+			fmt.Fprintf(stdout, "; %d GC cycles during its forwards, %.1f µs of pauses\n", x.GCCycles, x.GCPauseUs)
 		}
 		if x.DeviceUsPerForward > 0 {
 			fmt.Fprintf(stdout, "batch %d %s: %.1f µs of device time per forward (its graph replayed %d times back to back, nothing read), %.1f µs for one replay alone (p50 of %d; p95 %.1f), of %.1f µs p50\n",

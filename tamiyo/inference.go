@@ -53,6 +53,52 @@ type Inference struct {
 	// checkpoint load replacing them) recaptures instead of reading stale
 	// memory.
 	params []*autograd.Var
+	// outs are the mapped tensors the heads' launch writes the joined
+	// outputs into, per batch shape (graphs, slots a graph): the host
+	// reads a forward's logits from them with no device-to-host copy
+	// (joinedOutput). into is the current forward's (graphTensors.
+	// joinInto); noMappedOut is set once the device declined.
+	outs        map[[2]int]*tensor.Tensor
+	into        *tensor.Tensor
+	noMappedOut bool
+}
+
+// maxMappedOutputs bounds Inference.outs (one per batch shape captured;
+// a dropped one stays alive as long as a captured forward writes it).
+const maxMappedOutputs = 2 * DefaultInferenceCacheSize
+
+// joinedOutput returns the mapped tensor a forward of g on dev writes
+// its joined outputs into (nil: the heads' launch allocates them in
+// device memory and the read copies them, as on a device without mapped
+// memory, or where the joined path does not apply — the CPU, a dtype
+// other than F32, graphs of fewer slots than the widest).
+func (in *Inference) joinedOutput(g *Graph, dev tensor.Device) *tensor.Tensor {
+	maxSlots := g.MaxSlots()
+	if in.noMappedOut || dev.IsCPU() || in.p.opts.DType != tensor.F32 || g.NumGraphs == 0 || g.Nodes[NodeSlot].Count != g.NumGraphs*maxSlots {
+		return nil
+	}
+	key := [2]int{g.NumGraphs, maxSlots}
+	if t := in.outs[key]; t != nil {
+		return t
+	}
+	t, err := tensor.EmptyMapped(dev, tensor.MappedOutput, tensor.F32, g.NumGraphs, in.p.joinedWidth(maxSlots))
+	if err != nil {
+		// Declined: device memory from now on. Another failure: this
+		// forward's outputs in device memory; the next asks again.
+		in.noMappedOut = errors.Is(err, tensor.ErrNoMappedMemory)
+		return nil
+	}
+	if in.outs == nil {
+		in.outs = map[[2]int]*tensor.Tensor{}
+	}
+	if len(in.outs) >= maxMappedOutputs {
+		for k := range in.outs {
+			delete(in.outs, k) // any one
+			break
+		}
+	}
+	in.outs[key] = t
+	return t
 }
 
 // DefaultInferenceCacheSize is the number of batch shapes an Inference
@@ -139,6 +185,13 @@ func (in *Inference) Close() error {
 	if err := in.captured.Close(); err != nil {
 		return fmt.Errorf("tamiyo: Inference.Close: %w", err)
 	}
+	// The graphs gone, their mapped outputs go too (a later forward
+	// makes new ones).
+	for _, t := range in.outs {
+		t.Storage().Free()
+	}
+	clear(in.outs)
+	in.into = nil
 	return nil
 }
 
@@ -218,6 +271,7 @@ func (in *Inference) forward(g *Graph) (lg *Logits, err error) {
 		return nil, fmt.Errorf("tamiyo: inference forward: %w", err)
 	}
 	inputs := flattenGraph(gt)
+	in.into = in.joinedOutput(g, dev)
 	t1 := time.Now()
 	var outs []*tensor.Tensor
 	if in.captured == nil {
@@ -292,6 +346,7 @@ func (in *Inference) step(inputs []*tensor.Tensor) []*tensor.Tensor {
 		in.stepHook()
 	}
 	gt := unflattenGraph(inputs)
+	gt.joinInto = in.into
 	var out *PolicyOutput
 	autograd.InferenceMode(func() { out = in.p.run(gt) })
 	res := make([]*tensor.Tensor, 0, leyline.NumActionHeads+2)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 
 	"github.com/esper-go/esper/autograd"
 	"github.com/esper-go/esper/kernels"
@@ -410,6 +411,12 @@ type graphTensors struct {
 	src, dst, rowPtr, order [NumRelations]*tensor.Tensor
 	attr                    [NumRelations]*autograd.Var
 	edges                   [NumRelations]int
+	// joinInto, when set (Inference, on a device), is where the heads'
+	// launch writes the joined outputs (autograd.ReluHeadGroupsJoinedInto:
+	// a mapped tensor the host reads without a device-to-host copy); it
+	// is used only when its shape is the joined output's. Not a graph
+	// input: a captured forward writes the one it was captured with.
+	joinInto *tensor.Tensor
 }
 
 // bpEdges picks each slot node's blueprint embedding row (one edge per
@@ -618,7 +625,11 @@ func (p *Policy) run(gt *graphTensors) *PolicyOutput {
 	if gt.n[NodeSlot] == gt.b*gt.maxSlots && gt.b > 0 {
 		cols = joinedColumns(gt.maxSlots)
 	}
-	heads, joined := autograd.ReluHeadGroupsJoined(groups, cols)
+	var into *tensor.Tensor
+	if cols != nil && gt.joinInto != nil && slices.Equal(gt.joinInto.Shape(), []int{gt.b, p.joinedWidth(gt.maxSlots)}) {
+		into = gt.joinInto
+	}
+	heads, joined := autograd.ReluHeadGroupsJoinedInto(groups, cols, into)
 	res.joined = joined
 	ctxOut := heads[0]
 	for hd := range p.heads {
@@ -733,6 +744,21 @@ func joinedColumns(maxSlots int) []autograd.HeadColumn {
 		ctx++
 	}
 	return append(cols, autograd.HeadColumn{Group: 2, Head: 0, Rows: 1})
+}
+
+// joinedWidth is the width of the joined outputs' rows of graphs of
+// maxSlots slots (joinedColumns): every head's outputs, the slot
+// pointer's one score per slot, then the value.
+func (p *Policy) joinedWidth(maxSlots int) int {
+	w := 1 // the value
+	for hd, h := range p.heads {
+		if hd == leyline.HeadSlot {
+			w += maxSlots
+			continue
+		}
+		w += h.reluHead().W2.Shape()[0]
+	}
+	return w
 }
 
 // contextHeads are the heads that read the context (every head but the

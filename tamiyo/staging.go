@@ -2,6 +2,7 @@ package tamiyo
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -70,6 +71,32 @@ type stagingBuffers struct {
 	// scratch are newGraphTensors' host slices (the slot iota, row
 	// pointers and padding), staged (copied) before the next call.
 	scratch [3][]int64
+	// noMapped is set once the device declined mapped memory for inputs
+	// (tensor.ErrNoMappedMemory): the float buffers then go through up
+	// as before.
+	noMapped bool
+}
+
+// newMapped returns a new kept float buffer of dtype dt and n elements
+// in mapped host memory (tensor.EmptyMapped, MappedInput) holding raw:
+// where the device's kernels read a forward's features across the bus,
+// the host writing them with no driver call (tensor.CopyFromHostBytes)
+// instead of staging them through a pinned buffer and a copy engine.
+// Nil, with no error, where the device declines (the caller copies as
+// before; noMapped is set so that it is not asked again).
+func (b *stagingBuffers) newMapped(dev tensor.Device, dt tensor.DType, n int, raw []byte) (*tensor.Tensor, error) {
+	buf, err := tensor.EmptyMapped(dev, tensor.MappedInput, dt, n)
+	if errors.Is(err, tensor.ErrNoMappedMemory) {
+		b.noMapped = true
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := tensor.CopyFromHostBytes(buf, raw); err != nil {
+		return nil, err
+	}
+	return buf, nil
 }
 
 // csrCache is one relation's last CSR (kernels.BuildCSR) and the
@@ -364,14 +391,26 @@ func (s *staging) upload() error {
 		// buffer last went into, holds these values already.
 		known := dt == tensor.I64 && s.lazy && kept != nil && kept == s.lastKept
 		held := kept != nil && remember && kept.held != nil && (known || bytes.Equal(kept.held, raw))
+		// A float buffer of an Inference's (up set) may be mapped
+		// (newMapped): the features change with every graph, and the
+		// kernels read them once; the indices, held across forwards and
+		// read through chains of loads, stay in device memory.
+		mappable := !remember && raw != nil && s.reuse != nil && s.reuse.up != nil && !s.reuse.noMapped
 		switch {
 		case held:
 			buf = kept.t // holds these values already
 		case kept != nil:
 			buf = kept.t
 			kept.held = kept.held[:0:0] // unknown until the copy is done
-			if !s.reuse.up.stage(buf, raw) {
+			switch {
+			case buf.IsMapped():
+				err = tensor.CopyFromHostBytes(buf, raw)
+			case !s.reuse.up.stage(buf, raw):
 				err = tensor.CopyFromHost(buf, host())
+			}
+		case n > 0 && mappable:
+			if buf, err = s.reuse.newMapped(s.dev, dt, n, raw); buf == nil && err == nil {
+				buf, err = host().ToDevice(s.dev)
 			}
 		case n > 0:
 			buf, err = host().ToDevice(s.dev)

@@ -99,8 +99,12 @@ func (f *inlineStagers) NewStager(slots, bytes int) (kernels.Stager, error) {
 
 // useFakeStagers stands fake in for sim's Stagers, with pinned buffers
 // of at least minBytes, for the rest of t, the process's device Stagers
-// forgotten before and after.
+// forgotten before and after. Sim's mapped memory is off meanwhile, so
+// that the features go through the Stager too (as on CUDA with
+// ESPER_CUDA_MAPPED_INPUTS=off).
 func useFakeStagers(t *testing.T, fake kernels.Stagers, minBytes int) {
+	mapped := tensor.SetSimMapped(false)
+	t.Cleanup(func() { tensor.SetSimMapped(mapped) })
 	restore, restoreMin := stagersFor, pinMinBytes
 	forget := func() {
 		pinsMu.Lock()
@@ -248,4 +252,77 @@ func TestInferenceSkipsUnchangedIndices(t *testing.T) {
 	// (b) both; 4 (b again) the features; 5 (a) both.
 	require.Equal(t, 5, fake.byDType[tensor.F32])
 	require.Equal(t, 2, fake.byDType[tensor.I64])
+}
+
+// TestInferenceMappedInputsAndOutputs: where the device gives mapped
+// memory (sim, as CUDA), an Inference keeps its features in a mapped
+// buffer written with no Stager copy (only the indices are staged) and,
+// for a batch whose graphs all have the widest slot count, reads its
+// logits from the mapped tensor the heads' launch wrote, with one host
+// sync a forward; every forward computes what the CPU computes. With
+// mapped memory off, the same forwards stage the features through the
+// Stager and keep no mapped tensor, with the same results.
+func TestInferenceMappedInputsAndOutputs(t *testing.T) {
+	for _, mapped := range []bool{true, false} {
+		fake := &inlineStagers{}
+		useFakeStagers(t, fake, 64<<10)
+		tensor.SetSimMapped(mapped) // useFakeStagers's cleanup puts the setting back
+		dev := tensor.Sim(0)
+		want, in, _ := inferencePair(t, dev)
+		for _, counts := range [][]int{{3, 3, 3, 3}, {3, 1, 5, 2}} {
+			var g *Graph
+			for call := 0; call < 4; call++ {
+				var inputs []GraphInput
+				for i, n := range counts {
+					inputs = append(inputs, testInput(t, n, i+call))
+				}
+				var err error
+				g, err = BuildGraphBatch(inputs)
+				require.NoError(t, err)
+				syncs := tensor.HostSyncs(dev)
+				sameForward(t, want, in, g, "mapped %v, %v slots, call %d", mapped, counts, call)
+				require.Equal(t, uint64(1), tensor.HostSyncs(dev)-syncs, "one host sync a forward")
+			}
+			full := counts[1] == 3
+			require.Equal(t, mapped && full, in.into != nil, "mapped %v, %v slots: a mapped joined output", mapped, counts)
+			if in.into == nil {
+				continue
+			}
+			require.True(t, in.into.IsMapped())
+			// The heads' launch wrote the latest forward's logits and
+			// values there, a graph a row.
+			got, err := in.Forward(g)
+			require.NoError(t, err)
+			host, err := in.into.ToDevice(tensor.CPU)
+			require.NoError(t, err)
+			vals := tensor.Data[float32](host)
+			width := host.Shape()[1]
+			for b := range g.NumGraphs {
+				var row []float32
+				for hd := range got.Heads {
+					row = append(row, got.Heads[hd][b]...)
+				}
+				row = append(row, got.Values[b])
+				require.Equal(t, row, vals[b*width:(b+1)*width], "graph %d's joined row", b)
+			}
+		}
+		var mappedBufs int
+		for _, k := range in.staged.bufs {
+			if k.t.IsMapped() {
+				require.Equal(t, tensor.F32, k.t.DType(), "only the features are mapped")
+				mappedBufs++
+			}
+		}
+		if mapped {
+			require.Equal(t, 2, mappedBufs, "a mapped feature buffer per graph size")
+			require.Zero(t, fake.byDType[tensor.F32], "features staged through the Stager")
+			require.NotEmpty(t, in.outs)
+		} else {
+			require.Zero(t, mappedBufs)
+			require.Positive(t, fake.byDType[tensor.F32], "features staged through the Stager")
+			require.Empty(t, in.outs)
+		}
+		require.NoError(t, in.Close())
+		require.Empty(t, in.outs, "Close frees the mapped outputs")
+	}
 }

@@ -16,6 +16,7 @@ type Storage struct {
 	host   []byte       // CPU storage (64-byte aligned unless small: see Empty)
 	block  *deviceBlock // device storage: its address and provider, freed once
 	dtype  DType
+	mapped bool // mapped host memory (EmptyMapped)
 }
 
 const hostAlign = 64
@@ -85,11 +86,19 @@ type deviceBlock struct {
 	p     DevicePtr
 	mem   DeviceMemory
 	freed atomic.Bool
+	// mapper and host are a mapped block's provider and the host's view
+	// of its bytes (EmptyMapped); nil for device memory.
+	mapper HostMapper
+	host   []byte
 }
 
 // free returns the block to its provider unless that was done already.
 func (b *deviceBlock) free() {
 	if !b.freed.Swap(true) {
+		if b.mapper != nil {
+			b.mapper.FreeMapped(b.p)
+			return
+		}
 		b.mem.Free(b.p)
 	}
 }
@@ -236,6 +245,9 @@ func CopyFromHost(dst, src *Tensor) error {
 	if len(bytes) == 0 {
 		return nil
 	}
+	if dst.storage.mapped {
+		return CopyFromHostBytes(dst, bytes)
+	}
 	if err := dst.storage.block.mem.CopyToDevice(dst.storage.DevicePtr(), off, bytes); err != nil {
 		return fmt.Errorf("tensor: copying %v %v to %v: %w", src.DType(), src.shape, dst.Device(), err)
 	}
@@ -255,7 +267,14 @@ func (t *Tensor) toHost() (*Tensor, error) {
 		copy(out.storage.host, t.storage.host[t.offset*t.DType().Size():][:t.Nbytes()])
 		return out, nil
 	}
-	if n := t.Nbytes(); n > 0 {
+	if n := t.Nbytes(); n > 0 && t.storage.mapped {
+		// Mapped: the device's work done, the bytes are the host's.
+		b := t.storage.block
+		if err := b.mapper.Wait(); err != nil {
+			return nil, fmt.Errorf("tensor: copying mapped %v %v from %v: %w", t.DType(), t.shape, t.Device(), err)
+		}
+		copy(out.storage.host, b.host[t.offset*t.DType().Size():][:n])
+	} else if n > 0 {
 		if err := t.storage.block.mem.CopyToHost(out.storage.host, t.storage.DevicePtr(), t.offset*t.DType().Size()); err != nil {
 			return nil, fmt.Errorf("tensor: copying %v %v from %v: %w", t.DType(), t.shape, t.Device(), err)
 		}
@@ -281,7 +300,9 @@ type ManyReader interface {
 // tensor. CPU tensors are cloned. Every device tensor must be contiguous
 // (make it so on its device first); tensors of two devices are an
 // error. On a device whose memory is not a ManyReader the copies are
-// made one at a time and counted one host sync each.
+// made one at a time and counted one host sync each. Mapped tensors
+// (EmptyMapped) are copied from their host memory once the device's
+// work is done: within the others' wait, or one of their own.
 func ToHostMany(ts []*Tensor) ([]*Tensor, error) {
 	out := make([]*Tensor, len(ts))
 	var dev Device
@@ -289,6 +310,12 @@ func ToHostMany(ts []*Tensor) ([]*Tensor, error) {
 	var ptrs []DevicePtr
 	var offs []int
 	var mem DeviceMemory
+	// The mapped tensors' reads: their bytes, copied once the device's
+	// queued work is done (after the other copies' wait, or one of their
+	// own).
+	type mappedRead struct{ dst, src []byte }
+	var mapped []mappedRead
+	var mapper HostMapper
 	for i, t := range ts {
 		switch {
 		case t == nil:
@@ -311,6 +338,12 @@ func ToHostMany(ts []*Tensor) ([]*Tensor, error) {
 		if t.Nbytes() == 0 {
 			continue
 		}
+		if b := t.storage.block; t.storage.mapped {
+			// Copied once the device's work is done (below).
+			mapper = b.mapper
+			mapped = append(mapped, mappedRead{h.storage.host[:t.Nbytes()], b.host[t.offset*t.DType().Size():][:t.Nbytes()]})
+			continue
+		}
 		mem = t.storage.block.mem
 		dsts = append(dsts, h.storage.host[:t.Nbytes()])
 		ptrs = append(ptrs, t.storage.DevicePtr())
@@ -321,22 +354,47 @@ func ToHostMany(ts []*Tensor) ([]*Tensor, error) {
 	}
 	start := time.Now()
 	defer func() { AddHostSyncTime(dev, time.Since(start)) }()
+	if len(dsts) > 0 || len(mapped) == 0 {
+		if err := readDevice(dev, mem, dsts, ptrs, offs); err != nil {
+			return nil, err
+		}
+	}
+	if len(mapped) > 0 {
+		if len(dsts) == 0 {
+			// No copy waited for the device: a wait of the mapped reads'
+			// own.
+			CountHostSync(dev)
+			if err := mapper.Wait(); err != nil {
+				return nil, fmt.Errorf("tensor: ToHostMany: waiting for %v: %w", dev, err)
+			}
+		}
+		for _, m := range mapped {
+			copy(m.dst, m.src)
+		}
+	}
+	return out, nil
+}
+
+// readDevice is ToHostMany's copies of device memory: one host sync
+// where the memory is a ManyReader, the device is sim or there is
+// nothing to copy (empty tensors), else one per copy.
+func readDevice(dev Device, mem DeviceMemory, dsts [][]byte, ptrs []DevicePtr, offs []int) error {
 	if mr, ok := mem.(ManyReader); ok && len(dsts) > 1 {
 		CountHostSync(dev)
 		if err := mr.CopyToHostMany(dsts, ptrs, offs); err != nil {
-			return nil, fmt.Errorf("tensor: ToHostMany: copying %d tensors from %v: %w", len(dsts), dev, err)
+			return fmt.Errorf("tensor: ToHostMany: copying %d tensors from %v: %w", len(dsts), dev, err)
 		}
-		return out, nil
+		return nil
 	}
 	if dev.Kind == KindSim || len(dsts) == 0 {
-		CountHostSync(dev) // sim: the copies above, one wait as a GPU's batched read
-		return out, nil
+		CountHostSync(dev) // sim: the copies made, one wait as a GPU's batched read
+		return nil
 	}
 	for k := range dsts {
 		CountHostSync(dev)
 		if err := mem.CopyToHost(dsts[k], ptrs[k], offs[k]); err != nil {
-			return nil, fmt.Errorf("tensor: ToHostMany: copying from %v: %w", dev, err)
+			return fmt.Errorf("tensor: ToHostMany: copying from %v: %w", dev, err)
 		}
 	}
-	return out, nil
+	return nil
 }

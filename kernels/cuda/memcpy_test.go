@@ -5,7 +5,11 @@ package cuda
 import (
 	"fmt"
 	"math"
+	"sync/atomic"
 	"testing"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/esper-go/esper/kernels"
 	"github.com/esper-go/esper/tensor"
@@ -287,4 +291,85 @@ func TestUploadsWithoutWaitKeepTheirBytes(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestMappedMemoryOnCUDA: mapped tensors (tensor.EmptyMapped) on a GPU.
+// A kernel reads a mapped input the host wrote and writes a mapped
+// output the host reads (one host sync), bit for bit the CPU backend's
+// result; a host write into an input the queued work still reads waits
+// for that work (the kernel saw the old values); each use's switch off,
+// EmptyMapped declines it with tensor.ErrNoMappedMemory; a freed block
+// is queued and returned to the driver by the next allocation.
+func TestMappedMemoryOnCUDA(t *testing.T) {
+	d := tensor.CUDA(0)
+	const n = 1 << 16
+	in, err := tensor.EmptyMapped(d, tensor.MappedInput, tensor.F32, n)
+	require.NoError(t, err)
+	out, err := tensor.EmptyMapped(d, tensor.MappedOutput, tensor.F32, n)
+	require.NoError(t, err)
+	require.True(t, in.IsMapped())
+	require.True(t, out.IsMapped())
+	x := tensor.Normal(tensor.NewRNG(401), tensor.F32, 0, 1, n)
+	require.NoError(t, tensor.CopyFromHost(in, x))
+	want := tensor.Empty(tensor.F32, n)
+	cpuBE.BinaryScalar(kernels.Mul, want, x, 3, false)
+	// A long queue before the kernel, then a write into its input at
+	// once: the write must wait for the kernel to have read x.
+	busy := toDev(t, tensor.Normal(tensor.NewRNG(402), tensor.F32, 0, 1, 1<<22))
+	for range 20 {
+		be.BinaryScalar(kernels.Mul, busy, busy, 1, false)
+	}
+	be.BinaryScalar(kernels.Mul, out, in, 3, false)
+	require.NoError(t, tensor.CopyFromHost(in, tensor.Full(tensor.F32, 7, n)))
+	s0 := tensor.HostSyncs(d)
+	got, err := out.ToDevice(tensor.CPU)
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), tensor.HostSyncs(d)-s0, "a mapped read is one host sync")
+	require.Equal(t, tensor.Data[float32](want), tensor.Data[float32](got), "3·x read from mapped memory")
+	// The second write is what the next kernel reads.
+	be.BinaryScalar(kernels.Mul, out, in, 2, false)
+	many, err := tensor.ToHostMany([]*tensor.Tensor{out, toDev(t, tensor.FromSlice([]float32{5}, 1))})
+	require.NoError(t, err)
+	for i, v := range tensor.Data[float32](many[0]) {
+		if v != 14 {
+			t.Fatalf("element %d: %v, want 14", i, v)
+		}
+	}
+	require.Equal(t, []float32{5}, tensor.Data[float32](many[1]))
+
+	for _, sw := range []struct {
+		use tensor.MappedUse
+		on  *atomic.Bool
+	}{{tensor.MappedInput, &mappedInputsOn}, {tensor.MappedOutput, &mappedOutputsOn}} {
+		sw.on.Store(false)
+		_, err := tensor.EmptyMapped(d, sw.use, tensor.F32, 4)
+		sw.on.Store(true)
+		require.ErrorIs(t, err, tensor.ErrNoMappedMemory, "%v switched off", sw.use)
+	}
+
+	hosts := map[unsafe.Pointer]bool{}
+	mapped.mu.Lock()
+	for _, x := range []*tensor.Tensor{in, out} {
+		hosts[mapped.host[x.Storage().DevicePtr()]] = true
+	}
+	mapped.mu.Unlock()
+	require.Len(t, hosts, 2)
+	in.Storage().Free()
+	out.Storage().Free()
+	queued := func() int { // how many of in's and out's blocks wait in the queue
+		mapped.mu.Lock()
+		defer mapped.mu.Unlock()
+		k := 0
+		for _, h := range mapped.queue {
+			if hosts[h] {
+				k++
+			}
+		}
+		return k
+	}
+	require.Equal(t, 2, queued(), "the freed blocks wait in the queue")
+	again, err := tensor.EmptyMapped(d, tensor.MappedOutput, tensor.F32, 4)
+	require.NoError(t, err)
+	require.Zero(t, queued(), "the next allocation returns them to the driver")
+	again.Storage().Free()
 }

@@ -83,6 +83,16 @@ import (
 //     133 µs with both switches on (p50 183 to 200 µs against 212 to
 //     224 µs with both off), in TF32.
 //
+//   - ESPER_CUDA_MAPPED_INPUTS=off and ESPER_CUDA_MAPPED_OUTPUTS=off:
+//     tensor.EmptyMapped declines that use (mapped.go), so that its
+//     caller keeps to device memory and copies: tamiyo's Inference then
+//     stages a forward's features through the Stager (three driver calls
+//     and a copy-engine transfer before the replay) instead of writing
+//     them into write-combined mapped memory that the graph's kernels
+//     read across the bus, and reads the logits with a device-to-host
+//     copy after the replay instead of from the mapped memory the heads'
+//     launch wrote. The results are the same bits.
+//
 // One is off by default and turned on:
 //
 //   - ESPER_CUDA_JOINS_TF32=on: MatMulsT in the matmul precision High
@@ -105,21 +115,29 @@ var joinsOff, sequencesOff, cubinOff, uploadWaitOff, slabsOff, gatherInOff atomi
 // ESPER_CUDA_SIDE_STREAMS's (on by default: init).
 var tf32JoinsOn, gatWarpsOn, sideStreamsOn atomic.Bool
 
+// mappedInputsOn and mappedOutputsOn are ESPER_CUDA_MAPPED_INPUTS's and
+// ESPER_CUDA_MAPPED_OUTPUTS's settings (on by default: init).
+var mappedInputsOn, mappedOutputsOn atomic.Bool
+
 func init() {
 	gatWarpsOn.Store(true)
 	sideStreamsOn.Store(true)
+	mappedInputsOn.Store(true)
+	mappedOutputsOn.Store(true)
 }
 
 // switchesFromEnv applies ESPER_CUDA_JOINS, ESPER_CUDA_SEQUENCES,
 // ESPER_CUDA_CUBIN, ESPER_CUDA_UPLOAD_WAIT, ESPER_CUDA_SLABS,
-// ESPER_CUDA_GATHER_IN, ESPER_CUDA_JOINS_TF32,
-// ESPER_CUDA_GAT_WARPS and ESPER_CUDA_SIDE_STREAMS (an unset variable
+// ESPER_CUDA_GATHER_IN, ESPER_CUDA_JOINS_TF32, ESPER_CUDA_GAT_WARPS,
+// ESPER_CUDA_SIDE_STREAMS, ESPER_CUDA_MAPPED_INPUTS and
+// ESPER_CUDA_MAPPED_OUTPUTS (an unset variable
 // leaves its setting as it is, so a test's stays).
 func switchesFromEnv() error {
 	for _, s := range []struct {
 		name string
 		on   *atomic.Bool
-	}{{"ESPER_CUDA_JOINS_TF32", &tf32JoinsOn}, {"ESPER_CUDA_GAT_WARPS", &gatWarpsOn}, {"ESPER_CUDA_SIDE_STREAMS", &sideStreamsOn}} {
+	}{{"ESPER_CUDA_JOINS_TF32", &tf32JoinsOn}, {"ESPER_CUDA_GAT_WARPS", &gatWarpsOn}, {"ESPER_CUDA_SIDE_STREAMS", &sideStreamsOn},
+		{"ESPER_CUDA_MAPPED_INPUTS", &mappedInputsOn}, {"ESPER_CUDA_MAPPED_OUTPUTS", &mappedOutputsOn}} {
 		off, set, err := parseSwitch(s.name, os.Getenv(s.name))
 		if err != nil {
 			return err
