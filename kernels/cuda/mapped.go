@@ -34,6 +34,7 @@ import "C"
 import (
 	"fmt"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/esper-go/esper/tensor"
@@ -46,27 +47,61 @@ import (
 // reads and writes the same bytes without a copy engine between. With
 // the driver's unified addressing the device address is the host's.
 //
-// A free is queued, not done (FreeMapped may run on the cleanup
-// goroutine while another goroutine captures a graph, and cuMemFreeHost
-// waits for the device): the queue is emptied by the next AllocMapped
-// made outside a capture, after a wait for the device, so that no work
-// still queued reads a block freed under it. The blocks are few (tamiyo
-// keeps one input and one output buffer per batch shape).
+// cuMemHostAlloc is slow (it pins pages) and cuMemFreeHost waits for
+// the device, so blocks are pooled: a block is a power of two of at
+// least mappedMinBytes, and a freed one (FreeMapped, which may run on
+// the cleanup goroutine while another goroutine captures a graph) waits
+// in the pool for the next request of its size and kind (an Inference
+// whose graph sizes come back, a new Inference after a closed one). A
+// pooled block is handed out again once the device has finished the
+// work queued before (at once when it is idle, else after a wait,
+// counted as a host sync), since work of its last owner may still read
+// or write it, and zeroed. Past mappedPoolBytes of pooled blocks the
+// oldest go back to the driver at the next allocation made outside a
+// capture, after a wait for the device (a counted host sync).
 
-// mappedFrees are the blocks freed and not yet returned to the driver.
-type mappedFrees struct {
-	mu    sync.Mutex
-	host  map[tensor.DevicePtr]unsafe.Pointer // live blocks: device address → host address
-	queue []unsafe.Pointer
+// mappedMinBytes is the smallest block; mappedPoolBytes bounds the bytes
+// the pool keeps (a variable for the tests).
+const mappedMinBytes = 4 << 10
+
+var mappedPoolBytes = 64 << 20
+
+// mappedBlock is one cuMemHostAlloc allocation.
+type mappedBlock struct {
+	host  unsafe.Pointer
+	dev   tensor.DevicePtr // its device address
+	bytes int
+	wc    bool // write-combined (an input's)
 }
 
-var mapped = mappedFrees{host: map[tensor.DevicePtr]unsafe.Pointer{}}
+// mappedPool holds the process's mapped blocks: live by device address,
+// free ones oldest first, and those over the bound waiting to be freed.
+type mappedPool struct {
+	mu        sync.Mutex
+	live      map[tensor.DevicePtr]mappedBlock
+	free      []mappedBlock
+	freeBytes int
+	drop      []mappedBlock
+}
+
+var mapped = mappedPool{live: map[tensor.DevicePtr]mappedBlock{}}
 
 var _ tensor.HostMapper = memory{}
 
+// mappedClass is the block size that holds n bytes.
+func mappedClass(n int) int {
+	c := mappedMinBytes
+	for c < n {
+		c <<= 1
+	}
+	return c
+}
+
 // AllocMapped implements tensor.HostMapper: n zeroed bytes of mapped
-// host memory for use, declined (tensor.ErrNoMappedMemory) where the
-// use's switch is off (ESPER_CUDA_MAPPED_INPUTS, ESPER_CUDA_MAPPED_OUTPUTS).
+// host memory for use, from the pool or the driver; declined
+// (tensor.ErrNoMappedMemory) where the use's switch is off
+// (ESPER_CUDA_MAPPED_INPUTS, ESPER_CUDA_MAPPED_OUTPUTS). Not during a
+// capture.
 func (m memory) AllocMapped(n int, use tensor.MappedUse) (tensor.DevicePtr, []byte, error) {
 	switch {
 	case use == tensor.MappedInput && !mappedInputsOn.Load():
@@ -79,58 +114,92 @@ func (m memory) AllocMapped(n int, use tensor.MappedUse) (tensor.DevicePtr, []by
 	if m.d.Capturing() {
 		return 0, nil, fmt.Errorf("cuda: AllocMapped during a graph capture")
 	}
+	class, wc := mappedClass(n), use == tensor.MappedInput
+	mapped.mu.Lock()
+	drop := mapped.drop
+	mapped.drop = nil
+	b, pooled := mapped.takeLocked(class, wc)
+	mapped.mu.Unlock()
+	if len(drop) > 0 || pooled {
+		// The work queued so far may still use the blocks.
+		if err := m.waitIdle(); err != nil {
+			return 0, nil, err
+		}
+	}
 	release := m.d.enter()
 	defer release()
-	if err := m.d.freeMappedQueue(); err != nil {
-		return 0, nil, err
+	for _, x := range drop {
+		if err := hostFree(x.host); err != nil {
+			return 0, nil, err
+		}
 	}
-	var p unsafe.Pointer
-	var dev C.uint64_t
-	wc := C.int(0)
-	if use == tensor.MappedInput {
-		wc = 1
+	if !pooled {
+		var p unsafe.Pointer
+		var dev C.uint64_t
+		w := C.int(0)
+		if wc {
+			w = 1
+		}
+		if err := check("cuMemHostAlloc", C.esper_host_alloc_mapped(&p, &dev, C.size_t(class), w)); err != nil {
+			return 0, nil, err
+		}
+		b = mappedBlock{host: p, dev: tensor.DevicePtr(dev), bytes: class, wc: wc}
 	}
-	if err := check("cuMemHostAlloc", C.esper_host_alloc_mapped(&p, &dev, C.size_t(n), wc)); err != nil {
-		return 0, nil, err
-	}
-	host := unsafe.Slice((*byte)(p), n)
+	host := unsafe.Slice((*byte)(b.host), b.bytes)
 	clear(host)
 	mapped.mu.Lock()
-	mapped.host[tensor.DevicePtr(dev)] = p
+	mapped.live[b.dev] = b
 	mapped.mu.Unlock()
-	return tensor.DevicePtr(dev), host, nil
+	return b.dev, host[:n], nil
 }
 
-// FreeMapped implements tensor.HostMapper: the block is queued for the
-// next AllocMapped (see above).
+// takeLocked removes a free block of class bytes and kind wc from the
+// pool, if it holds one.
+func (p *mappedPool) takeLocked(class int, wc bool) (mappedBlock, bool) {
+	for i, b := range p.free {
+		if b.bytes == class && b.wc == wc {
+			p.free = append(p.free[:i], p.free[i+1:]...)
+			p.freeBytes -= b.bytes
+			return b, true
+		}
+	}
+	return mappedBlock{}, false
+}
+
+// FreeMapped implements tensor.HostMapper: the block goes to the pool,
+// the oldest pooled ones past mappedPoolBytes to be freed by the next
+// AllocMapped (no driver call here).
 func (m memory) FreeMapped(p tensor.DevicePtr) {
 	mapped.mu.Lock()
 	defer mapped.mu.Unlock()
-	if h, ok := mapped.host[p]; ok {
-		delete(mapped.host, p)
-		mapped.queue = append(mapped.queue, h)
+	b, ok := mapped.live[p]
+	if !ok {
+		return
+	}
+	delete(mapped.live, p)
+	mapped.free = append(mapped.free, b)
+	mapped.freeBytes += b.bytes
+	for mapped.freeBytes > mappedPoolBytes && len(mapped.free) > 0 {
+		old := mapped.free[0]
+		mapped.free = mapped.free[1:]
+		mapped.freeBytes -= old.bytes
+		mapped.drop = append(mapped.drop, old)
 	}
 }
 
-// freeMappedQueue returns the queued blocks to the driver once the
-// device's queued work is done (called inside enter, outside a capture).
-func (d *Device) freeMappedQueue() error {
-	mapped.mu.Lock()
-	q := mapped.queue
-	mapped.queue = nil
-	mapped.mu.Unlock()
-	if len(q) == 0 {
-		return nil
+// waitIdle returns once the device's queued work is done: at once when
+// it is idle, else after a wait, counted as a host sync.
+func (m memory) waitIdle() error {
+	idle, err := m.Idle()
+	if err != nil || idle {
+		return err
 	}
-	if err := d.stream.Synchronize(); err != nil {
-		return fmt.Errorf("cuda: waiting before freeing mapped memory: %w", err)
-	}
-	for _, h := range q {
-		if err := hostFree(h); err != nil {
-			return err
-		}
-	}
-	return nil
+	dev := tensor.CUDA(m.d.ordinal)
+	tensor.CountHostSync(dev)
+	start := time.Now()
+	err = m.Wait()
+	tensor.AddHostSyncTime(dev, time.Since(start))
+	return err
 }
 
 // Idle implements tensor.HostMapper: whether every piece of work queued

@@ -7,7 +7,6 @@ import (
 	"math"
 	"sync/atomic"
 	"testing"
-	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
@@ -299,7 +298,8 @@ func TestUploadsWithoutWaitKeepTheirBytes(t *testing.T) {
 // result; a host write into an input the queued work still reads waits
 // for that work (the kernel saw the old values); each use's switch off,
 // EmptyMapped declines it with tensor.ErrNoMappedMemory; a freed block
-// is queued and returned to the driver by the next allocation.
+// is pooled and handed out again zeroed, and past the pool's bound
+// returned to the driver by the next allocation.
 func TestMappedMemoryOnCUDA(t *testing.T) {
 	d := tensor.CUDA(0)
 	const n = 1 << 16
@@ -347,29 +347,36 @@ func TestMappedMemoryOnCUDA(t *testing.T) {
 		require.ErrorIs(t, err, tensor.ErrNoMappedMemory, "%v switched off", sw.use)
 	}
 
-	hosts := map[unsafe.Pointer]bool{}
-	mapped.mu.Lock()
-	for _, x := range []*tensor.Tensor{in, out} {
-		hosts[mapped.host[x.Storage().DevicePtr()]] = true
-	}
-	mapped.mu.Unlock()
-	require.Len(t, hosts, 2)
+	// Freed, a block waits in the pool for the next request of its size
+	// and kind, which gets it back zeroed; past the pool's bound, it is
+	// returned to the driver by the next allocation.
+	outPtr := out.Storage().DevicePtr()
 	in.Storage().Free()
 	out.Storage().Free()
-	queued := func() int { // how many of in's and out's blocks wait in the queue
-		mapped.mu.Lock()
-		defer mapped.mu.Unlock()
-		k := 0
-		for _, h := range mapped.queue {
-			if hosts[h] {
-				k++
-			}
-		}
-		return k
-	}
-	require.Equal(t, 2, queued(), "the freed blocks wait in the queue")
-	again, err := tensor.EmptyMapped(d, tensor.MappedOutput, tensor.F32, 4)
+	again, err := tensor.EmptyMapped(d, tensor.MappedOutput, tensor.F32, n)
 	require.NoError(t, err)
-	require.Zero(t, queued(), "the next allocation returns them to the driver")
+	require.Equal(t, outPtr, again.Storage().DevicePtr(), "the pooled output block, reused")
+	zeros, err := again.ToDevice(tensor.CPU)
+	require.NoError(t, err)
+	for i, v := range tensor.Data[float32](zeros) {
+		if v != 0 {
+			t.Fatalf("reused block, element %d: %v, want 0", i, v)
+		}
+	}
+	bound := mappedPoolBytes
+	mappedPoolBytes = 0
+	defer func() { mappedPoolBytes = bound }()
 	again.Storage().Free()
+	mapped.mu.Lock()
+	dropped := len(mapped.drop)
+	mapped.mu.Unlock()
+	require.Positive(t, dropped, "a block past the pool's bound waits to be freed")
+	small, err := tensor.EmptyMapped(d, tensor.MappedInput, tensor.F32, 4)
+	require.NoError(t, err)
+	mapped.mu.Lock()
+	dropped = len(mapped.drop)
+	mapped.mu.Unlock()
+	require.Zero(t, dropped, "the next allocation frees the blocks past the bound")
+	mappedPoolBytes = bound
+	small.Storage().Free()
 }
