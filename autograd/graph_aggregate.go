@@ -11,7 +11,9 @@ import (
 // on the device of the values they index: Src and Dst [E] I64, and the
 // same edges grouped by destination (kernels.GraphAggregator's CSR:
 // RowPtr [NumDst+1] and Order [E] I64, built on the host with
-// kernels.BuildCSR). A relation without edges may leave all four nil
+// kernels.BuildCSR; Order nil where the edges are sorted by destination
+// already, Dst non-decreasing, so that a device reads each edge's source
+// one load sooner). A relation without edges may leave all four nil
 // (GATAggregate then reads only its bias).
 type GraphEdges struct {
 	Src, Dst, RowPtr, Order *tensor.Tensor
@@ -34,7 +36,7 @@ func (e GraphEdges) Len() int {
 // given.
 func fusedGraph(es []GraphEdges, vs, strided []*Var) (kernels.GraphAggregator, bool) {
 	for _, e := range es {
-		if e.Src == nil || e.RowPtr == nil || e.Order == nil {
+		if e.Src == nil || e.RowPtr == nil {
 			return nil, false
 		}
 	}
@@ -285,7 +287,7 @@ func trainedGATMean(rels []GATRelation, heads, c int) (kernels.GATMeanGradder, k
 	}
 	var vs, strided []*Var
 	for _, r := range rels {
-		if r.Edges.Src == nil || r.Edges.RowPtr == nil || r.Edges.Order == nil {
+		if r.Edges.Src == nil || r.Edges.RowPtr == nil {
 			return nil, nil, false
 		}
 		vs = append(vs, r.Bias)
@@ -468,7 +470,7 @@ func GatherMean(x *Var, e GraphEdges) *Var {
 // both, the CSR is given, and x is F32 (or F64 on the CPU and sim) and
 // contiguous.
 func trainedGatherMean(x *Var, e GraphEdges) (kernels.GatherMeanGradder, kernels.GraphAggregator, bool) {
-	if unfusedGraphGrad || !needsGrad(x) || e.Src == nil || e.RowPtr == nil || e.Order == nil || !x.Value.IsContiguous() {
+	if unfusedGraphGrad || !needsGrad(x) || e.Src == nil || e.RowPtr == nil || !x.Value.IsContiguous() {
 		return nil, nil, false
 	}
 	dt, dev := x.Value.DType(), x.Value.Device()

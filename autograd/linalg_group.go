@@ -825,7 +825,10 @@ func gatherablePieces(pieces []GatherPiece, dev tensor.Device) bool {
 			return false
 		}
 		if e := p.Edges; e != nil {
-			for _, t := range []*tensor.Tensor{e.Src, e.RowPtr, e.Order} {
+			for i, t := range []*tensor.Tensor{e.Src, e.RowPtr, e.Order} {
+				if t == nil && i == 2 {
+					continue // Order: the identity
+				}
 				if t == nil || t.DType() != tensor.I64 || t.Device() != dev || t.Rank() != 1 || !t.IsContiguous() {
 					return false
 				}

@@ -2,6 +2,7 @@ package kernels
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/esper-go/esper/tensor"
 )
@@ -16,7 +17,10 @@ import (
 //   - rowPtr [Nd+1] I64: destination node i's edges are
 //     order[rowPtr[i]:rowPtr[i+1]], rowPtr[0] = 0 and rowPtr[Nd] = E;
 //   - order [E] I64: the edge ids grouped by destination, in ascending
-//     edge id within a destination (a stable sort by destination).
+//     edge id within a destination (a stable sort by destination); or
+//     nil where the edges are in that order already (sorted by
+//     destination: order the identity), so that a device reads each
+//     edge's source one load sooner (tamiyo's graphs are built so).
 //
 // The host builds the three once per graph (tamiyo's graph tensors do),
 // so a device computes each relation's aggregation in one launch instead
@@ -65,22 +69,26 @@ type GraphCSR struct {
 	Src, Dst, Edges int
 }
 
-// checkCSR checks src [E], rowPtr [nd+1] and order [E], all I64 and
+// checkCSR checks src [E], rowPtr [nd+1] and order [E] (nil: the
+// identity, the edges sorted by destination already), all I64 and
 // contiguous, and returns E.
 func checkCSR(name string, src, rowPtr, order *T, nd int) (int, error) {
-	if src == nil || rowPtr == nil || order == nil {
-		return 0, fmt.Errorf("%s: src, rowPtr and order are required", name)
+	if src == nil || rowPtr == nil {
+		return 0, fmt.Errorf("%s: src and rowPtr are required", name)
 	}
 	for _, o := range []struct {
 		what string
 		t    *T
 	}{{"src", src}, {"rowPtr", rowPtr}, {"order", order}} {
+		if o.t == nil {
+			continue // order: the identity
+		}
 		if o.t.DType() != tensor.I64 || o.t.Rank() != 1 || !o.t.IsContiguous() {
 			return 0, fmt.Errorf("%s: %s is %v %v, want a contiguous one-dimensional i64 tensor", name, o.what, o.t.DType(), o.t.Shape())
 		}
 	}
 	e := src.Numel()
-	if order.Numel() != e {
+	if order != nil && order.Numel() != e {
 		return 0, lenError(name, "order", order, e)
 	}
 	if rowPtr.Numel() != nd+1 {
@@ -237,10 +245,11 @@ func CheckGatherMean(name string, out, x, src, rowPtr, order *T) (GraphCSR, int,
 
 // CheckCSRValues checks the values of a host-readable CSR (the CPU's
 // check; a device cannot read them without a sync): rowPtr starts at 0,
-// never decreases and ends at E; order is a permutation of the edges
-// whose destinations follow rowPtr's rows in ascending edge id; every
-// src below ns. seen is scratch of E elements (nil: allocated), so that
-// a kernel checking at every launch allocates nothing.
+// never decreases and ends at E; order (IdentityOrder's for a nil one)
+// is a permutation of the edges whose destinations follow rowPtr's rows
+// in ascending edge id; every src below ns. seen is scratch of E
+// elements (nil: allocated), so that a kernel checking at every launch
+// allocates nothing.
 func CheckCSRValues(name string, src, rowPtr, order []int64, ns int, seen []bool) error {
 	e := len(src)
 	nd := len(rowPtr) - 1
@@ -273,6 +282,42 @@ func CheckCSRValues(name string, src, rowPtr, order []int64, ns int, seen []bool
 		}
 	}
 	return nil
+}
+
+// identity holds 0, 1, 2, …: IdentityOrder's values, grown as asked and
+// never written once read (a longer one replaces it).
+var (
+	identityMu sync.Mutex
+	identity   []int64
+)
+
+// IdentityOrder returns the order of e edges sorted by destination
+// already — 0, 1, …, e − 1 — for a host kernel given a nil order (shared
+// and read-only: the caller must not write it).
+func IdentityOrder(e int) []int64 {
+	identityMu.Lock()
+	defer identityMu.Unlock()
+	if len(identity) < e {
+		n := max(e, 2*len(identity), 1024)
+		id := make([]int64, n)
+		for i := range id {
+			id[i] = int64(i)
+		}
+		identity = id
+	}
+	return identity[:e:e]
+}
+
+// IsIdentity reports whether order is 0, 1, …, len(order) − 1: edges
+// sorted by destination already, whose order a kernel can be given as
+// nil.
+func IsIdentity(order []int64) bool {
+	for i, k := range order {
+		if k != int64(i) {
+			return false
+		}
+	}
+	return true
 }
 
 // BuildCSR groups the edges of dst (each in [0, nd)) by destination: it
@@ -320,8 +365,9 @@ type GraphMultiAggregator interface {
 	GATMeanAct(out *T, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order []*T, heads int, slope float64, act UnaryOp, res *T)
 	// GatherConcat writes out [Nd, W] column block by column block:
 	// piece i takes xs[i]'s width; with a CSR (src[i], rowPtr[i] and
-	// order[i]) it is GatherMean of xs[i] [Ns, w] over it, without one
-	// (all three nil) xs[i] [Nd, w] itself; the last ones columns are 1.
+	// order[i], nil for the identity) it is GatherMean of xs[i] [Ns, w]
+	// over it, without one (all three nil) xs[i] [Nd, w] itself; the
+	// last ones columns are 1.
 	// W is the pieces' widths plus ones. This is the
 	// input of a GraphSAGE layer's joined product: each relation's mean
 	// and the destination's own features side by side, with a column of
@@ -341,7 +387,8 @@ type GraphMultiAggregator interface {
 type GatherSummer interface {
 	// GatherSum writes out [Nd, C] = act(s·Σ) + res (res nil: no
 	// addition), Σ = Σ_i piece_i + Σ_j biases[j]: piece i is, with a
-	// CSR (src[i], rowPtr[i] and order[i]), GatherMean of xs[i] [Ns, C]
+	// CSR (src[i], rowPtr[i] and order[i], nil for the identity),
+	// GatherMean of xs[i] [Ns, C]
 	// over it (0 for a node without edges), and without one (all three
 	// nil) xs[i] [Nd, C] itself; biases are [C] rows added to every
 	// node. Each xs[i] may be a row-strided view (RowStride), such as a
@@ -439,11 +486,15 @@ func CheckGatherSums(name string, calls []GatherSumCall) ([][]GatherBlock, error
 // gatherPiece checks piece i of a GatherConcat or GatherSum into nd
 // destination nodes: xs[i] of dtype dt and cols columns (-1: any), read
 // by shape (rows2, or strided2 where a row-strided view will do), with
-// [Ns, cols] rows over a CSR (src[i], rowPtr[i] and order[i], all three
-// given) or [nd, cols] without one (all three nil). Col is left 0.
+// [Ns, cols] rows over a CSR (src[i] and rowPtr[i] given, order[i]
+// given or nil: the identity) or [nd, cols] without one (all three nil).
+// Col is left 0.
 func gatherPiece(name string, i int, xs, src, rowPtr, order []*T, nd int, dt tensor.DType, cols int,
 	shape func(name, what string, t *T, dt tensor.DType, rows, cols int) (int, int, error)) (GatherBlock, error) {
-	csr := src[i] != nil || rowPtr[i] != nil || order[i] != nil
+	csr := src[i] != nil || rowPtr[i] != nil
+	if !csr && order[i] != nil {
+		return GatherBlock{}, fmt.Errorf("%s: piece %d has an order but no src and rowPtr", name, i)
+	}
 	rows := nd
 	if csr {
 		rows = -1
@@ -465,8 +516,8 @@ func gatherPiece(name string, i int, xs, src, rowPtr, order []*T, nd int, dt ten
 // Width C, and Gathered, Src and Edges as CheckGatherConcat finds them):
 // out a contiguous [Nd, C] float tensor; each xs[i] of out's dtype,
 // contiguous or row-strided, [Ns, C] with a CSR (src, rowPtr and order
-// as GraphAggregator says, all three given) or [Nd, C] without (all
-// three nil); each bias contiguous [C] of out's dtype; res nil or a
+// as GraphAggregator says, order nil for the identity) or [Nd, C]
+// without (all three nil); each bias contiguous [C] of out's dtype; res nil or a
 // contiguous [Nd, C] of out's dtype; none of them sharing out's memory.
 func CheckGatherSum(name string, out *T, xs, src, rowPtr, order, biases []*T, res *T) ([]GatherBlock, error) {
 	if out == nil {
@@ -542,8 +593,8 @@ func GATMeanActOps(be Backend, ga GraphAggregator, out *T, hs, hd, attr, we, att
 }
 
 // CheckGATMean checks the slices of a GATMean (each operand slice of one
-// length R ≥ 1, no nil entry) and returns R; each relation's operands are
-// CheckGATAggregate's to check.
+// length R ≥ 1, no nil entry but in order: nil for the identity) and
+// returns R; each relation's operands are CheckGATAggregate's to check.
 func CheckGATMean(name string, out *T, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order []*T, heads int) (int, error) {
 	r := len(hs)
 	if r == 0 {
@@ -557,7 +608,7 @@ func CheckGATMean(name string, out *T, hs, hd, attr, we, attSrc, attDst, attEdge
 			return 0, fmt.Errorf("%s: operand list %d has %d relations, hs %d", name, i, len(l), r)
 		}
 		for j, t := range l {
-			if t == nil {
+			if t == nil && i != 10 { // order (10) may be nil
 				return 0, fmt.Errorf("%s: operand list %d, relation %d: nil", name, i, j)
 			}
 		}
@@ -577,8 +628,9 @@ type GatherBlock struct {
 
 // CheckGatherConcat checks a GatherConcat and returns its pieces: out a
 // contiguous [Nd, W] float tensor, every x contiguous of out's dtype,
-// [Ns, w] with a CSR (src, rowPtr and order as GraphAggregator says, all
-// three given) or [Nd, w] without (all three nil), ones ≥ 0, and W the
+// [Ns, w] with a CSR (src, rowPtr and order as GraphAggregator says,
+// order nil for the identity) or [Nd, w] without (all three nil), ones
+// ≥ 0, and W the
 // widths plus ones.
 func CheckGatherConcat(name string, out *T, xs, src, rowPtr, order []*T, ones int) ([]GatherBlock, error) {
 	if out == nil {
@@ -658,7 +710,8 @@ func CheckGatherInput(name string, in *GatherInput, dt tensor.DType) ([]GatherBl
 }
 
 // Tensors returns every tensor of in: its Xs, then Src, RowPtr and
-// Order (nil where a piece has no CSR).
+// Order (nil where a piece has no CSR, Order nil too where its edges
+// are sorted by destination already).
 func (in *GatherInput) Tensors() []*T {
 	var ts []*T
 	for _, l := range [][]*T{in.Xs, in.Src, in.RowPtr, in.Order} {

@@ -372,9 +372,10 @@ func (in *Inference) step(inputs []*tensor.Tensor) []*tensor.Tensor {
 // rows, the slot nodes' environments, the padded slot index, the
 // padding zero, the slot gathers' CSR parts (iota, unit and per-graph
 // row pointers), then per
-// relation its sources, destinations, attributes and CSR (row pointers
-// and order; zero-length for a relation without edges, so that which
-// relations are empty is part of the shape guard).
+// relation its sources, destinations, attributes and CSR row pointers
+// (zero-length for a relation without edges, so that which relations are
+// empty is part of the shape guard; the edges are sorted by destination,
+// so the CSR has no order).
 const (
 	flatX         = 0
 	flatBP        = NumNodeTypes
@@ -385,7 +386,7 @@ const (
 	flatUnitRows  = flatIota + 1
 	flatSlotRows  = flatUnitRows + 1
 	flatEdges     = flatSlotRows + 1
-	flatPerRel    = 5 // src, dst, attr, rowPtr, order
+	flatPerRel    = 4 // src, dst, attr, rowPtr
 	flatLen       = flatEdges + flatPerRel*NumRelations
 )
 
@@ -398,7 +399,7 @@ func flattenGraph(gt *graphTensors) []*tensor.Tensor {
 	out[flatIota], out[flatUnitRows], out[flatSlotRows] = gt.iota, gt.unitRowPtr, gt.slotRowPtr
 	for r := range gt.edges {
 		i := flatEdges + flatPerRel*r
-		out[i], out[i+1], out[i+2], out[i+3], out[i+4] = gt.src[r], gt.dst[r], gt.attr[r].Value, gt.rowPtr[r], gt.order[r]
+		out[i], out[i+1], out[i+2], out[i+3] = gt.src[r], gt.dst[r], gt.attr[r].Value, gt.rowPtr[r]
 	}
 	return out
 }
@@ -420,7 +421,7 @@ func unflattenGraph(in []*tensor.Tensor) *graphTensors {
 		i := flatEdges + flatPerRel*r
 		gt.edges[r] = in[i].Shape()[0]
 		gt.src[r], gt.dst[r], gt.attr[r] = in[i], in[i+1], autograd.Const(in[i+2])
-		gt.rowPtr[r], gt.order[r] = in[i+3], in[i+4]
+		gt.rowPtr[r] = in[i+3]
 	}
 	return gt
 }

@@ -405,12 +405,13 @@ type graphTensors struct {
 	// [S] (0, 1, …), unitRowPtr [S+1] (one edge per slot node) and
 	// slotRowPtr [B+1] (the graphs' slot nodes, Graph.SlotStart).
 	iota, unitRowPtr, slotRowPtr *tensor.Tensor
-	// Per relation (zero-length for a relation without edges). rowPtr
-	// and order group the edges by destination (kernels.BuildCSR), for
-	// the fused aggregations.
-	src, dst, rowPtr, order [NumRelations]*tensor.Tensor
-	attr                    [NumRelations]*autograd.Var
-	edges                   [NumRelations]int
+	// Per relation (zero-length for a relation without edges), its
+	// edges sorted by destination (newGraphTensors), and rowPtr grouping
+	// them (kernels.BuildCSR), for the fused aggregations: their order
+	// is the identity, given to the kernels as nil.
+	src, dst, rowPtr [NumRelations]*tensor.Tensor
+	attr             [NumRelations]*autograd.Var
+	edges            [NumRelations]int
 	// joinInto, when set (Inference, on a device), is where the heads'
 	// launch writes the joined outputs (autograd.ReluHeadGroupsJoinedInto:
 	// a mapped tensor the host reads without a device-to-host copy); it
@@ -422,23 +423,23 @@ type graphTensors struct {
 // bpEdges picks each slot node's blueprint embedding row (one edge per
 // slot node, from row bp[s]).
 func (gt *graphTensors) bpEdges() *autograd.GraphEdges {
-	return &autograd.GraphEdges{Src: gt.bp, Dst: gt.iota, RowPtr: gt.unitRowPtr, Order: gt.iota, NumDst: gt.n[NodeSlot]}
+	return &autograd.GraphEdges{Src: gt.bp, Dst: gt.iota, RowPtr: gt.unitRowPtr, NumDst: gt.n[NodeSlot]}
 }
 
 // globEdges picks each slot node's global node (one edge per slot node,
 // from its graph's).
 func (gt *graphTensors) globEdges() *autograd.GraphEdges {
-	return &autograd.GraphEdges{Src: gt.slotGraph, Dst: gt.iota, RowPtr: gt.unitRowPtr, Order: gt.iota, NumDst: gt.n[NodeSlot]}
+	return &autograd.GraphEdges{Src: gt.slotGraph, Dst: gt.iota, RowPtr: gt.unitRowPtr, NumDst: gt.n[NodeSlot]}
 }
 
 // slotMeanEdges average each graph's slot nodes (edges s → slotGraph[s]).
 func (gt *graphTensors) slotMeanEdges() *autograd.GraphEdges {
-	return &autograd.GraphEdges{Src: gt.iota, Dst: gt.slotGraph, RowPtr: gt.slotRowPtr, Order: gt.iota, NumDst: gt.b}
+	return &autograd.GraphEdges{Src: gt.iota, Dst: gt.slotGraph, RowPtr: gt.slotRowPtr, NumDst: gt.b}
 }
 
 // relEdges returns relation r's edges for autograd's graph ops.
 func (gt *graphTensors) relEdges(r Relation) autograd.GraphEdges {
-	return autograd.GraphEdges{Src: gt.src[r], Dst: gt.dst[r], RowPtr: gt.rowPtr[r], Order: gt.order[r], NumDst: gt.n[r.Dst()]}
+	return autograd.GraphEdges{Src: gt.src[r], Dst: gt.dst[r], RowPtr: gt.rowPtr[r], NumDst: gt.n[r.Dst()]}
 }
 
 func floatTensor(dt tensor.DType, v []float32, shape ...int) *tensor.Tensor {
@@ -515,15 +516,23 @@ func newGraphTensors(g *Graph, dt tensor.DType, dev tensor.Device, reuse *stagin
 	var attr [NumRelations]*tensor.Tensor
 	for r, e := range g.Edges {
 		gt.edges[r] = e.Len()
-		rowPtr, order, err := reuse.csr(r, e.Dst, g.Nodes[Relation(r).Dst()].Count)
+		rowPtr, order, sorted, err := reuse.csr(r, e.Dst, g.Nodes[Relation(r).Dst()].Count)
 		if err != nil { // Validate has checked every destination
 			return nil, fmt.Errorf("tamiyo: relation %v: %w", Relation(r), err)
 		}
-		st.int64s(&gt.src[r], e.Src, e.Len())
-		st.int64s(&gt.dst[r], e.Dst, e.Len())
+		// The edges go to the device sorted by destination, so that the
+		// CSR needs no order (kernels.GraphAggregator: a device reads
+		// each edge's source one load sooner). BuildGraph's edges are
+		// sorted already; others are sorted here, stably, which leaves
+		// every sum over a node's edges as it was.
+		src, dst, at := e.Src, e.Dst, e.Attr
+		if !sorted {
+			src, dst, at = sortedEdges(order, e.Src, e.Dst, e.Attr, EdgeFeatures)
+		}
+		st.int64s(&gt.src[r], src, e.Len())
+		st.int64s(&gt.dst[r], dst, e.Len())
 		st.int64s(&gt.rowPtr[r], rowPtr, len(rowPtr))
-		st.int64s(&gt.order[r], order, len(order))
-		st.float32s(&attr[r], e.Attr, e.Len(), EdgeFeatures)
+		st.float32s(&attr[r], at, e.Len(), EdgeFeatures)
 	}
 	if err := st.upload(); err != nil {
 		return nil, err

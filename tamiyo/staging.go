@@ -105,25 +105,41 @@ type csrCache struct {
 	dst           []int64
 	nd            int
 	rowPtr, order []int64
+	sorted        bool // order is the identity
 	valid         bool
 }
 
-// csr returns relation r's CSR for destinations dst among nd nodes: the
-// last one's when they are the same (b may be nil: built anew).
-func (b *stagingBuffers) csr(r int, dst []int64, nd int) (rowPtr, order []int64, err error) {
+// csr returns relation r's CSR for destinations dst among nd nodes, and
+// whether its order is the identity (the edges sorted by destination
+// already): the last one's when they are the same (b may be nil: built
+// anew).
+func (b *stagingBuffers) csr(r int, dst []int64, nd int) (rowPtr, order []int64, sorted bool, err error) {
 	if b == nil {
-		return kernels.BuildCSR(dst, nd)
+		rowPtr, order, err = kernels.BuildCSR(dst, nd)
+		return rowPtr, order, err == nil && kernels.IsIdentity(order), err
 	}
 	c := &b.csrs[r]
 	if c.valid && c.nd == nd && slices.Equal(c.dst, dst) {
-		return c.rowPtr, c.order, nil
+		return c.rowPtr, c.order, c.sorted, nil
 	}
 	c.valid = false
 	if rowPtr, order, err = kernels.BuildCSR(dst, nd); err != nil {
-		return nil, nil, err
+		return nil, nil, false, err
 	}
-	c.dst, c.nd, c.rowPtr, c.order, c.valid = append(c.dst[:0], dst...), nd, rowPtr, order, true
-	return rowPtr, order, nil
+	c.dst, c.nd, c.rowPtr, c.order, c.sorted, c.valid = append(c.dst[:0], dst...), nd, rowPtr, order, kernels.IsIdentity(order), true
+	return rowPtr, order, c.sorted, nil
+}
+
+// sortedEdges returns a relation's sources, destinations and attributes
+// (f a row) in the order order lists them (kernels.BuildCSR's: by
+// destination, stable), in new slices.
+func sortedEdges(order, src, dst []int64, attr []float32, f int) ([]int64, []int64, []float32) {
+	s, d, a := make([]int64, len(order)), make([]int64, len(order)), make([]float32, len(order)*f)
+	for p, k := range order {
+		s[p], d[p] = src[k], dst[k]
+		copy(a[p*f:(p+1)*f], attr[int(k)*f:int(k+1)*f])
+	}
+	return s, d, a
 }
 
 // keptBuffer is a kept device buffer and the views its last upload cut

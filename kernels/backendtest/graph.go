@@ -34,8 +34,13 @@ var graphLayouts = []graphLayout{
 
 // graphEdges draws e edges src → dst leaving destination 1 (when nd > 2)
 // without incoming edges and sending half the edges to destination 0,
-// and returns them with their CSR on the device.
+// and returns them with their CSR on the device. Every other call sorts
+// the edges by destination (stably) and returns a nil order, the
+// identity (kernels.GraphAggregator), so that every graph op is checked
+// both ways.
 func (s *suite) graphEdges(l graphLayout) (src, dst []int64, srcT, rowPtrT, orderT *T) {
+	s.edges++
+	sorted := s.edges%2 == 0
 	src, dst = make([]int64, l.e), make([]int64, l.e)
 	for k := range src {
 		src[k] = int64(s.rng.IntN(l.ns))
@@ -59,6 +64,17 @@ func (s *suite) graphEdges(l graphLayout) (src, dst []int64, srcT, rowPtrT, orde
 		}
 		t, _ := s.put(tensor.I64, f, len(v))
 		return t
+	}
+	if sorted {
+		ss, ds := make([]int64, l.e), make([]int64, l.e)
+		for p, k := range order {
+			ss[p], ds[p] = src[k], dst[k]
+		}
+		src, dst = ss, ds
+		if rowPtr, order, err = kernels.BuildCSR(dst, l.nd); err != nil || !kernels.IsIdentity(order) {
+			s.t.Fatalf("BuildCSR of sorted edges: %v, order %v", err, order)
+		}
+		return src, dst, put(src), put(rowPtr), nil
 	}
 	return src, dst, put(src), put(rowPtr), put(order)
 }

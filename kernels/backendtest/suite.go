@@ -203,6 +203,9 @@ type suite struct {
 	dev tensor.Device
 	o   Options
 	rng *rand.Rand
+	// edges counts graphEdges's calls: every other one sorts its edges
+	// by destination and gives no order (the identity).
+	edges int
 }
 
 // T is the tensor type of the backends.

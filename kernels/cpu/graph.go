@@ -36,7 +36,7 @@ func gatPrep(name string, out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, 
 	ldd, _ := kernels.RowStride(hd)
 	a := gatArgs{g: g, heads: heads, c: out.Shape()[1], f: attr.Shape()[1], slope: slope, alpha: alpha, acc: accumulate,
 		lds: lds, ldd: ldd,
-		src: tensor.Data[int64](src), rowPtr: tensor.Data[int64](rowPtr), order: tensor.Data[int64](order)}
+		src: tensor.Data[int64](src), rowPtr: tensor.Data[int64](rowPtr), order: orderData(order, src)}
 	if graphDType(name, out) == tensor.F64 {
 		return gatAggregatePrep[float64](a, out, hs, hd, attr, we, attSrc, attDst, attEdge, bias)
 	}
@@ -213,7 +213,7 @@ func (be *Backend) GatherMean(out, x, src, rowPtr, order *T) {
 	needCPU(name, out, x, src, rowPtr, order)
 	g, f, err := kernels.CheckGatherMean(name, out, x, src, rowPtr, order)
 	must(err)
-	sv, rp, ov := tensor.Data[int64](src), tensor.Data[int64](rowPtr), tensor.Data[int64](order)
+	sv, rp, ov := tensor.Data[int64](src), tensor.Data[int64](rowPtr), orderData(order, src)
 	if graphDType(name, x) == tensor.F64 {
 		be.launch(gatherMeanPrep[float64](g, f, out, x, sv, rp, ov))
 	} else {
@@ -308,7 +308,7 @@ func gatherConcatPrep[F tensor.Float](pieces []kernels.GatherBlock, out *T, xs, 
 	for i, p := range pieces {
 		ps[i] = gatherPart[F]{GatherBlock: p, x: in[F](&s, xs[i])}
 		if p.Gathered {
-			ps[i].src, ps[i].rowPtr, ps[i].order = tensor.Data[int64](src[i]), tensor.Data[int64](rowPtr[i]), tensor.Data[int64](order[i])
+			ps[i].src, ps[i].rowPtr, ps[i].order = tensor.Data[int64](src[i]), tensor.Data[int64](rowPtr[i]), orderData(order[i], src[i])
 			ps[i].seen = make([]bool, p.Edges)
 			cost += (p.Edges/max(1, nd) + 1) * p.Width
 		} else {
@@ -411,7 +411,7 @@ func gatherSumPrep[F tensor.Float](pieces []kernels.GatherBlock, out *T, xs, src
 		ld, _ := kernels.RowStride(xs[i])
 		ps[i] = gatherPart[F]{GatherBlock: p, x: rowsView[F](xs[i], ld), ld: ld}
 		if p.Gathered {
-			ps[i].src, ps[i].rowPtr, ps[i].order = tensor.Data[int64](src[i]), tensor.Data[int64](rowPtr[i]), tensor.Data[int64](order[i])
+			ps[i].src, ps[i].rowPtr, ps[i].order = tensor.Data[int64](src[i]), tensor.Data[int64](rowPtr[i]), orderData(order[i], src[i])
 			ps[i].seen = make([]bool, p.Edges)
 			cost += (p.Edges/max(1, nd) + 1) * c
 		} else {
@@ -459,4 +459,14 @@ func gatherSumPrep[F tensor.Float](pieces []kernels.GatherBlock, out *T, xs, src
 		}
 	}
 	return gatherLaunch("GatherSum", &s, ps, nd, cost, body)
+}
+
+// orderData is a CSR's order as a host kernel reads it: order's values,
+// or for a nil order (the edges sorted by destination already) the
+// identity over src's edges (kernels.IdentityOrder: shared, read-only).
+func orderData(order, src *T) []int64 {
+	if order == nil {
+		return kernels.IdentityOrder(src.Numel())
+	}
+	return tensor.Data[int64](order)
 }

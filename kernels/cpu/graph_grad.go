@@ -32,7 +32,7 @@ func (be *Backend) GATMeanGrad(dHs, dHd, dWe, dAttSrc, dAttDst, dAttEdge, dBias 
 		ldd, _ := kernels.RowStride(hd[k])
 		a := gatArgs{g: sizes[k], heads: heads, c: g.Shape()[1], f: attr[k].Shape()[1], slope: slope, alpha: 1 / float64(len(hs)),
 			lds: lds, ldd: ldd,
-			src: tensor.Data[int64](src[k]), rowPtr: tensor.Data[int64](rowPtr[k]), order: tensor.Data[int64](order[k])}
+			src: tensor.Data[int64](src[k]), rowPtr: tensor.Data[int64](rowPtr[k]), order: orderData(order[k], src[k])}
 		gr := gatGradOut{dHs[k], dHd[k], dWe[k], dAttSrc[k], dAttDst[k], dAttEdge[k], dBias[k]}
 		if graphDType(name, g) == tensor.F64 {
 			runs = append(runs, gatGradPrep[float64](a, gr, g, hs[k], hd[k], attr[k], we[k], attSrc[k], attDst[k], attEdge[k]))
@@ -231,7 +231,7 @@ func (be *Backend) gatherMeanGrad(name string, add bool, dx, g, src, rowPtr, ord
 	needCPU(name, dx, g, src, rowPtr, order)
 	sizes, f, err := kernels.CheckGatherMeanGrad(name, dx, g, src, rowPtr, order)
 	must(err)
-	sv, rp, ov := tensor.Data[int64](src), tensor.Data[int64](rowPtr), tensor.Data[int64](order)
+	sv, rp, ov := tensor.Data[int64](src), tensor.Data[int64](rowPtr), orderData(order, src)
 	if graphDType(name, g) == tensor.F64 {
 		be.launch(gatherMeanGradPrep[float64](name, add, sizes, f, dx, g, sv, rp, ov))
 	} else {

@@ -463,3 +463,12 @@ func structU64(w []uint64, off int) uint64 {
 func structF32(w []uint64, off int) float32 {
 	return math.Float32frombits(uint32(w[off/8] >> (8 * (off % 8))))
 }
+
+// edgeAt is common.cuh's edge_at: the id of a CSR's p-th edge in
+// destination order, order[p], or p itself for a null order (nil here).
+func edgeAt(order []int64, p int64) int64 {
+	if order == nil {
+		return p
+	}
+	return order[p]
+}

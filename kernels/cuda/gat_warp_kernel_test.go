@@ -146,7 +146,7 @@ func gwWarpRun(t *testing.T, mem *devMem, w *[gatJoinWords]uint64, gx, gy int, o
 		o := 12 + gatRelWords*r
 		p := mw[o : o+11]
 		hs, hd, attr, we, attSrc, attDst, attEdge, bias := p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]
-		src, rowPtr, ord := mem.i64[p[8]], mem.i64[p[9]], mem.i64[p[10]]
+		src, rowPtr, ord := mem.i64[p[8]], mem.i64[p[9]], mem.i64[p[10]] // ord nil: a null order
 		lds, ldd, F := int64(mw[o+11]), int64(mw[o+12]), int(mw[o+13])
 		out := scratch + 4*uint64((relBase+int64(r))*nd*int64(C))
 		if H > gwHeads || C > 32*gwChunks {
@@ -192,7 +192,7 @@ func gwWarpRun(t *testing.T, mem *devMem, w *[gatJoinWords]uint64, gx, gy int, o
 		gwEdges := func(w *warpRegs, p0 int64, n int) {
 			w.kl, w.jl, w.at = [32]int64{}, [32]int64{}, [32][gwAttr]float32{}
 			for l := 0; l < n; l++ {
-				w.kl[l] = ord[p0+int64(l)]
+				w.kl[l] = edgeAt(ord, p0+int64(l))
 				w.jl[l] = src[w.kl[l]]
 				for f := 0; f < gwAttr && f < F; f++ {
 					w.at[l][f] = mem.ld(attr, w.kl[l]*int64(F)+int64(f))
@@ -415,8 +415,10 @@ func TestGATWarpKernelInGo(t *testing.T) {
 	}
 	mem := newDevMem()
 	// newRel draws a relation into nd nodes: node 1 takes no edge, node 0
-	// takes many (more than 32 where e allows), the rest at random.
-	newRel := func(nd, H, C, f, ns, e int, strided bool) *gwRel {
+	// takes many (more than 32 where e allows), the rest at random; with
+	// sorted its edges are sorted by destination and the kernel is given
+	// no order (a null pointer: the identity).
+	newRel := func(nd, H, C, f, ns, e int, strided, sorted bool) *gwRel {
 		q := &gwRel{ns: ns, e: e, f: f, lds: H * C, ldd: H * C}
 		if strided {
 			q.lds, q.ldd = H*C+7, 2*H*C
@@ -447,10 +449,22 @@ func TestGATWarpKernelInGo(t *testing.T) {
 			}
 			q.rowPtr[d+1] = int64(len(q.order))
 		}
+		orderAt := uint64(0) // null: the identity
+		if sorted {
+			src, dst, attr := make([]int64, e), make([]int64, e), make([]float32, e*f)
+			for p, k := range q.order {
+				src[p], dst[p] = q.src[k], q.dst[k]
+				copy(attr[p*f:(p+1)*f], q.attr[int(k)*f:int(k+1)*f])
+				q.order[p] = int64(p)
+			}
+			q.src, q.dst, q.attr = src, dst, attr
+		} else {
+			orderAt = mem.putI64(q.order)
+		}
 		q.rel = gatRel{lds: int64(q.lds), ldd: int64(q.ldd), f: int64(f)}
 		for i, addr := range []uint64{mem.put(q.hs, false), mem.put(q.hd, true), mem.put(q.attr, false), mem.put(q.we, false),
 			mem.put(q.attSrc, false), mem.put(q.attDst, false), mem.put(q.attE, false), mem.put(q.bias, true),
-			mem.putI64(q.src), mem.putI64(q.rowPtr), mem.putI64(q.order)} {
+			mem.putI64(q.src), mem.putI64(q.rowPtr), orderAt} {
 			q.rel.ptrs[i] = addr
 		}
 		return q
@@ -470,7 +484,7 @@ func TestGATWarpKernelInGo(t *testing.T) {
 	}
 	for k, g := range means {
 		for r, rl := range rels[k] {
-			g.rels = append(g.rels, newRel(g.nd, g.heads, g.c, rl.f, rl.ns, rl.e, r%2 == 1))
+			g.rels = append(g.rels, newRel(g.nd, g.heads, g.c, rl.f, rl.ns, rl.e, r%2 == 1, r%3 == 2))
 		}
 		if k != 0 {
 			g.res = normals(g.nd*g.c, 1)

@@ -30,9 +30,9 @@ func gatherMeanAtEmu(g gsumTermEmu, i, f int64) float32 {
 	if b <= a {
 		return 0
 	}
-	acc := g.x[g.src[g.order[a]]*g.ld+f]
+	acc := g.x[g.src[edgeAt(g.order, a)]*g.ld+f]
 	for p := a + 1; p < b; p++ {
-		acc += g.x[g.src[g.order[p]]*g.ld+f]
+		acc += g.x[g.src[edgeAt(g.order, p)]*g.ld+f]
 	}
 	return acc * (1 / float32(b-a))
 }
@@ -82,7 +82,7 @@ func gatherSumILPEmu(terms []gsumTermEmu, i, f int64) float32 {
 				for e := int64(0); e < 2; e++ {
 					o[u][e] = -1
 					if a[u]+j+e < b[u] {
-						o[u][e] = terms[k0+u].order[a[u]+j+e]
+						o[u][e] = edgeAt(terms[k0+u].order, a[u]+j+e)
 					}
 				}
 			}
@@ -160,6 +160,14 @@ func TestGatherSumKernelInGo(t *testing.T) {
 				}
 			}
 			rowPtr[d+1] = int64(len(order))
+		}
+		if e%2 == 1 {
+			// Sorted by destination: no order (null, the identity).
+			sorted := make([]int64, e)
+			for p, k := range order {
+				sorted[p] = src[k]
+			}
+			return gsumTermEmu{x: x, src: sorted, rowPtr: rowPtr, ld: ld}
 		}
 		return gsumTermEmu{x: x, src: src, rowPtr: rowPtr, order: order, ld: ld}
 	}

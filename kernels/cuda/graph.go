@@ -100,8 +100,9 @@ func (d *Device) GATAggregate(out, hs, hd, attr, we, attSrc, attDst, attEdge, bi
 }
 
 // gatPtrs returns the addresses of a GATAggregate's operands (out, hs,
-// hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order) and
-// hs's and hd's row strides, at their indices 1 and 2.
+// hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order: 0
+// for a nil order, the identity) and hs's and hd's row strides, at
+// their indices 1 and 2.
 func (d *Device) gatPtrs(op string, out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order *tensor.Tensor) (ptrs [12]cu.DevicePtr, lds [3]int, err error) {
 	for i, o := range []struct {
 		what string
@@ -125,6 +126,9 @@ func (d *Device) gatPtrs(op string, out, hs, hd, attr, we, attSrc, attDst, attEd
 			}
 			continue
 		}
+		if i == 11 && o.t == nil {
+			continue // order: the identity, a null pointer
+		}
 		if ptrs[i], err = d.ptrOf(op, o.what, o.t, o.dt); err != nil {
 			return ptrs, lds, err
 		}
@@ -144,7 +148,7 @@ func (d *Device) GatherMean(out, x, src, rowPtr, order *tensor.Tensor) error {
 		return fmt.Errorf("cuda: %s: dtype %v (F32 runs here)", op, dt)
 	}
 	ptrs, err := d.ptrList(op, []string{"out", "x", "src", "rowPtr", "order"}, []*tensor.Tensor{out, x, src, rowPtr, order},
-		[]tensor.DType{tensor.F32, tensor.F32, tensor.I64, tensor.I64, tensor.I64}, []bool{false, false, false, false, false})
+		[]tensor.DType{tensor.F32, tensor.F32, tensor.I64, tensor.I64, tensor.I64}, []bool{false, false, false, false, true})
 	if err != nil {
 		return err
 	}
@@ -468,6 +472,9 @@ func (d *Device) GatherConcat(out *tensor.Tensor, xs, src, rowPtr, order []*tens
 			t   *tensor.Tensor
 			dst *uint64
 		}{{src[i], &sa[i]}, {rowPtr[i], &ra[i]}, {order[i], &oa[i]}} {
+			if o.t == nil {
+				continue // order: the identity, a null pointer
+			}
 			if *o.dst, err = at(o.t, tensor.I64, i); err != nil {
 				return err
 			}
@@ -558,6 +565,9 @@ func (d *Device) gsumPrepare(op string, k kernels.GatherSumCall, pieces []kernel
 				t   *tensor.Tensor
 				dst *uint64
 			}{{k.Src[i], &t.src}, {k.RowPtr[i], &t.rowPtr}, {k.Order[i], &t.order}} {
+				if o.t == nil {
+					continue // order: the identity, a null pointer
+				}
 				a, err := d.ptrOf(op, what+" CSR", o.t, tensor.I64)
 				if err != nil {
 					return gsumCall{}, err
@@ -755,7 +765,7 @@ func (d *Device) gatherInput(what string, in *kernels.GatherInput, pieces []kern
 		}
 		ptrs, err := d.ptrList(fmt.Sprintf("%s: In piece %d", what, i), []string{"x", "src", "rowPtr", "order"},
 			[]*tensor.Tensor{in.Xs[i], in.Src[i], in.RowPtr[i], in.Order[i]}, []tensor.DType{tensor.F32, tensor.I64, tensor.I64, tensor.I64},
-			[]bool{false, !p.Gathered, !p.Gathered, !p.Gathered})
+			[]bool{false, !p.Gathered, !p.Gathered, true})
 		if err != nil {
 			return nil, err
 		}

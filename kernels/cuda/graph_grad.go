@@ -206,6 +206,9 @@ func (d *Device) gatherMeanGrad(op string, add bool, dx, g, src, rowPtr, order *
 		t    *tensor.Tensor
 		dt   tensor.DType
 	}{{"dx", dx, tensor.F32}, {"g", g, tensor.F32}, {"src", src, tensor.I64}, {"rowPtr", rowPtr, tensor.I64}, {"order", order, tensor.I64}} {
+		if i == 4 && o.t == nil {
+			continue // order: the identity, a null pointer
+		}
 		if ptrs[i], err = d.ptrOf(op, o.what, o.t, o.dt); err != nil {
 			return err
 		}

@@ -276,6 +276,11 @@ struct GatherPart {
     int64_t w, col, loc, kind;
 };
 
+// edge_at is the id of a CSR's p-th edge in destination order: order[p],
+// or p itself where order is null (the edges sorted by destination
+// already, kernels.GraphAggregator: one dependent load fewer per edge).
+__device__ __forceinline__ int64_t edge_at(const int64_t* order, int64_t p) { return order ? order[p] : p; }
+
 // gather_mean_at is element (i, f) of gather_mean_f32's result (x's rows
 // fw elements apart): the sum in p order from the first value, scaled by
 // 1/count, or 0 for a node without edges.
@@ -283,8 +288,8 @@ __device__ __forceinline__ float gather_mean_at(const float* x, const int64_t* s
                                                 const int64_t* order, int64_t fw, int64_t i, int64_t f) {
     const int64_t a = rowPtr[i], b = rowPtr[i + 1];
     if (b <= a) return 0.f;
-    float acc = x[src[order[a]] * fw + f];
-    for (int64_t p = a + 1; p < b; p++) acc += x[src[order[p]] * fw + f];
+    float acc = x[src[edge_at(order, a)] * fw + f];
+    for (int64_t p = a + 1; p < b; p++) acc += x[src[edge_at(order, p)] * fw + f];
     return acc * (1.f / (float)(b - a));
 }
 

@@ -161,7 +161,7 @@ __device__ __forceinline__ void gat_relation(float* out, const float* hs, const 
         __syncthreads();  // v, dterm, m, s and acc are set
 
         for (int64_t p = a; p < b; p++) {
-            const int64_t k = order[p];
+            const int64_t k = edge_at(order, p);
             const float* hj = hs + src[k] * g.lds;
             float* scp = sc + (p & 1) * H;
             float* wtp = wt + (p & 1) * H;
@@ -299,7 +299,7 @@ __device__ __forceinline__ bool last_warp(int* counters, int64_t g, int total) {
 }
 
 // gw_edges loads a node's edges p0, …, p0 + n − 1 (n ≤ 32) into the
-// lanes, lane e holding edge e's k = order[p0 + e] (kl), its source j =
+// lanes, lane e holding edge e's k = edge_at(order, p0 + e) (kl), its source j =
 // src[k] (jl) and its attributes attr[k·F + f] (at[f], f < F ≤ GW_F);
 // lanes past n hold zeros.
 __device__ __forceinline__ void gw_edges(long long& kl, long long& jl, float (&at)[GW_F], const int64_t* order,
@@ -308,7 +308,7 @@ __device__ __forceinline__ void gw_edges(long long& kl, long long& jl, float (&a
 #pragma unroll
     for (int f = 0; f < GW_F; f++) at[f] = 0.f;
     if (lane < n) {
-        kl = order[p0 + lane];
+        kl = edge_at(order, p0 + lane);
         jl = src[kl];
 #pragma unroll
         for (int f = 0; f < GW_F; f++) {
@@ -487,7 +487,7 @@ extern "C" {
 //	                 buffers, by the edge's parity)
 //	acc [H·C]        Σ_k exp(l[k,h] − m[h])·hs[j,h,c] so far
 //
-// Per incoming edge p (k = order[p], j = src[k]) warp w computes the
+// Per incoming edge p (k = edge_at(order, p), j = src[k]) warp w computes the
 // logits of heads w, w + warps, …: z = Σ_c hs[j,h,c]·attSrc[h,c] (lanes
 // striding over c, then a warp butterfly) + dterm[h] + Σ_f attr[k,f]·
 // v[h,f], l = max(z, slope·z); its lane 0 alone keeps head h's m and s
@@ -510,7 +510,7 @@ __global__ void gat_aggregate_f32(float* out, const float* hs, const float* hd, 
     gat_relation(out, hs, hd, attr, we, attSrc, attDst, attEdge, bias, src, rowPtr, order, g, sh, GatTailArgs{}, false);
 }
 
-// gather_mean_f32: out[i,f] = the mean of x[src[order[p]], f] over p in
+// gather_mean_f32: out[i,f] = the mean of x[src[edge_at(order, p)], f] over p in
 // [rowPtr[i], rowPtr[i+1]), 0 for a node without edges; one thread per
 // (i, f), summing in p order from the first value in fp32 and scaling
 // by the fp32 1/count: the CPU's IndexSelect and SegmentReduce Mean add
@@ -714,7 +714,7 @@ __device__ __forceinline__ void gather_sum_at(const GatherSumArgs& m, const int6
 #pragma unroll
                 for (int u = 0; u < GSUM_ILP; u++) {
 #pragma unroll
-                    for (int e = 0; e < 2; e++) o[u][e] = a[u] + j + e < b[u] ? m.t[k0 + u].order[a[u] + j + e] : -1;
+                    for (int e = 0; e < 2; e++) o[u][e] = a[u] + j + e < b[u] ? edge_at(m.t[k0 + u].order, a[u] + j + e) : -1;
                 }
 #pragma unroll
                 for (int u = 0; u < GSUM_ILP; u++) {

@@ -45,7 +45,7 @@ extern "C" {
 // of 32 threads; block (x, y) runs relation y for nodes x, x + gridDim.x,
 // …. Per node i, with ga = alpha·g[i, :] (alpha = 1/R): ga is added to
 // dBias; then warp w takes heads w, w + warps, …, and for its head h
-// goes three times over i's incoming edges p (k = order[p], j = src[k])
+// goes three times over i's incoming edges p (k = edge_at(order, p), j = src[k])
 // computing z = Σ_c hs[j,h,c]·attSrc[h,c] + Σ_c hd[i,h,c]·attDst[h,c] +
 // Σ_f attr[k,f]·v[h,f] (v = attEdge folded into we, per block) and
 // l = max(z, slope·z): first the maximum m of l, then e = exp(l − m),
@@ -101,7 +101,7 @@ __global__ void __launch_bounds__(128) gat_mean_grad_f32(const __grid_constant__
             dterm = gg_warp_sum(dterm);
             // z of edge p, on every lane.
             auto logit = [&](int64_t p, const float** hj, int64_t* k) {
-                *k = q.order[p];
+                *k = edge_at(q.order, p);
                 *hj = q.hs + q.src[*k] * q.lds + (int64_t)h * C;
                 float part = 0.f;
                 for (int c = lane; c < C; c += 32) part += (*hj)[c] * q.attSrc[h * C + c];
@@ -181,7 +181,7 @@ __global__ void gat_grad_edge_f32(float* dAttEdge, float* dWe, const float* dv, 
 
 // gather_mean_grad_f32: the backward of gather_mean_f32
 // (kernels.GatherMeanGradder), a thread per (destination i, column f):
-// g[i, f]/n_i added with an atomic into dx[src[order[p]], f] for each of
+// g[i, f]/n_i added with an atomic into dx[src[edge_at(order, p)], f] for each of
 // i's n_i incoming edges p. dx must be zeroed before the launch.
 __global__ void gather_mean_grad_f32(float* dx, const float* g, const int64_t* src, const int64_t* rowPtr,
                                      const int64_t* order, int64_t nd, int64_t fw) {
@@ -190,7 +190,7 @@ __global__ void gather_mean_grad_f32(float* dx, const float* g, const int64_t* s
         const int64_t a = rowPtr[i], b = rowPtr[i + 1];
         if (b <= a) continue;
         const float v = g[q] * (1.f / (float)(b - a));
-        for (int64_t p = a; p < b; p++) atomicAdd(dx + src[order[p]] * fw + f, v);
+        for (int64_t p = a; p < b; p++) atomicAdd(dx + src[edge_at(order, p)] * fw + f, v);
     }
 }
 
