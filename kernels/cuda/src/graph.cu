@@ -592,6 +592,32 @@ struct GatJoin {
     GatMulti m[GAT_JOIN];
 };
 
+// gat_join_params copies what block (x, y) of a GAT join reads of its
+// mean m — the header, and relation r as the first relation, relBase
+// advanced by r so that its scratch is relation r's — into shared sm
+// (threads 0 to 25 of a block of at least 26, then a barrier every
+// thread of the block reaches), so
+// that gat_mean_at(sm, 0, …) computes what gat_mean_at(m, r, …) does.
+// Read through a mean chosen at run time (m = j.m[k]), the parameters
+// were held in registers through the node loop and spilled (120 bytes
+// a thread in the warp kernel at its 128-register bound, 8 this way);
+// from shared memory the compiler reloads them where they are used. (The
+// block kernel, gat_mean_join_f32, spills more this way at its 64: it
+// reads its parameters as they are.)
+__device__ __forceinline__ void gat_join_params(GatMulti& sm, const GatMulti& m, const int r) {
+    const int64_t* from = reinterpret_cast<const int64_t*>(&m);
+    int64_t* to = reinterpret_cast<int64_t*>(&sm);
+    constexpr int hdr = (int)(offsetof(GatMulti, rel) / 8), relw = (int)(sizeof(GatRel) / 8);
+    constexpr int base = (int)(offsetof(GatMulti, relBase) / 8);
+    const int t = threadIdx.x;
+    if (t < hdr) {
+        to[t] = from[t] + (t == base ? r : 0);
+    } else if (t < hdr + relw) {
+        to[t] = from[hdr + r * relw + t - hdr];
+    }
+    __syncthreads();
+}
+
 // gat_mean_join_f32: up to GAT_JOIN independent GATMeans, each of one
 // gat_mean_f32 launch that adds its own relations (counters set: the
 // tail; kernels.GATMeansJoiner: a heterogeneous GAT layer's node types,
@@ -613,7 +639,8 @@ __global__ void __launch_bounds__(128, 8) gat_mean_join_f32(const __grid_constan
 
 // gat_mean_join_warp_f32 is gat_mean_join_f32 with gat_relation_warp
 // (gat_mean_warp_f32's blocks: gridDim.x the widest mean's ⌈nodes /
-// GW_WARPS⌉); the same bits.
+// GW_WARPS⌉), its block's parameters read through shared memory
+// (gat_join_params); the same bits.
 __global__ void __launch_bounds__(128, 4) gat_mean_join_warp_f32(const __grid_constant__ GatJoin j) {
     const int y = blockIdx.y;
     int k = 0;
@@ -622,7 +649,9 @@ __global__ void __launch_bounds__(128, 4) gat_mean_join_warp_f32(const __grid_co
     const GatMulti& m = j.m[k];
     // The whole block, before the barrier: a block past the mean's nodes.
     if (r >= (int)m.nrel || (int64_t)blockIdx.x * (blockDim.x >> 5) >= m.nd) return;
-    gat_mean_at(m, r, true);
+    __shared__ GatMulti sm;
+    gat_join_params(sm, m, r);
+    gat_mean_at(sm, 0, true);
 }
 
 // gat_combine_f32: out[q] = scratch[q], then + scratch[r·n + q] for r =
