@@ -29,6 +29,26 @@ func (e GraphEdges) Len() int {
 	return e.Src.Numel()
 }
 
+// csr reports whether e's CSR is given (Src and RowPtr; Order may be
+// nil). A nil Order says the edges are sorted by destination: where Dst
+// is on the CPU that is checked, and edges that are not sorted panic
+// (on a device Dst cannot be read without a sync: the caller's word is
+// taken, as for the CSR's other values).
+func (e GraphEdges) csr(op string) bool {
+	if e.Src == nil || e.RowPtr == nil {
+		return false
+	}
+	if e.Order == nil && e.Dst != nil && e.Dst.Device().IsCPU() && e.Dst.DType() == tensor.I64 && e.Dst.IsContiguous() {
+		d := tensor.Data[int64](e.Dst)
+		for k := 1; k < len(d); k++ {
+			if d[k] < d[k-1] {
+				panic(fmt.Sprintf("autograd: %s: edges with no Order must be sorted by destination; Dst[%d] = %d follows %d", op, k, d[k], d[k-1]))
+			}
+		}
+	}
+	return true
+}
+
 // fusedGraph reports whether GraphAggregator launches may replace the
 // unfused ops: nothing records a gradient, the backend has the fused
 // kernels, every float operand is F32 and contiguous (strided ones may be
@@ -36,7 +56,7 @@ func (e GraphEdges) Len() int {
 // given.
 func fusedGraph(es []GraphEdges, vs, strided []*Var) (kernels.GraphAggregator, bool) {
 	for _, e := range es {
-		if e.Src == nil || e.RowPtr == nil {
+		if !e.csr("graph aggregation") {
 			return nil, false
 		}
 	}
@@ -287,7 +307,7 @@ func trainedGATMean(rels []GATRelation, heads, c int) (kernels.GATMeanGradder, k
 	}
 	var vs, strided []*Var
 	for _, r := range rels {
-		if r.Edges.Src == nil || r.Edges.RowPtr == nil {
+		if !r.Edges.csr("gat_mean") {
 			return nil, nil, false
 		}
 		vs = append(vs, r.Bias)
@@ -470,7 +490,7 @@ func GatherMean(x *Var, e GraphEdges) *Var {
 // both, the CSR is given, and x is F32 (or F64 on the CPU and sim) and
 // contiguous.
 func trainedGatherMean(x *Var, e GraphEdges) (kernels.GatherMeanGradder, kernels.GraphAggregator, bool) {
-	if unfusedGraphGrad || !needsGrad(x) || e.Src == nil || e.RowPtr == nil || !x.Value.IsContiguous() {
+	if unfusedGraphGrad || !needsGrad(x) || !e.csr("gather_mean") || !x.Value.IsContiguous() {
 		return nil, nil, false
 	}
 	dt, dev := x.Value.DType(), x.Value.Device()

@@ -234,3 +234,21 @@ func TestGATMeanTrainedMatchesUnfused(t *testing.T) {
 		}
 	}
 }
+
+// TestUnsortedEdgesWithoutOrderPanic: edges given with no Order must be
+// sorted by destination; where Dst is on the CPU, edges that are not
+// panic with a message saying so, rather than giving a wrong mean.
+func TestUnsortedEdgesWithoutOrderPanic(t *testing.T) {
+	x := Const(tensor.FromSlice([]float32{1, 2, 3, 4, 5, 6}, 3, 2))
+	src, dst := []int64{0, 1, 2}, []int64{1, 0, 1}
+	rowPtr, order, err := kernels.BuildCSR(dst, 2)
+	require.NoError(t, err)
+	e := GraphEdges{Src: tensor.FromSlice(src, 3), Dst: tensor.FromSlice(dst, 3), RowPtr: tensor.FromSlice(rowPtr, 3), NumDst: 2}
+	var got *Var
+	require.PanicsWithValue(t, "autograd: graph aggregation: edges with no Order must be sorted by destination; Dst[1] = 0 follows 1",
+		func() { InferenceMode(func() { got = GatherMean(x, e) }) })
+	// With the order, the same edges are fine.
+	e.Order = tensor.FromSlice(order, 3)
+	InferenceMode(func() { got = GatherMean(x, e) })
+	require.Equal(t, []float32{3, 4, 3, 4}, tensor.Data[float32](got.Value))
+}

@@ -825,6 +825,9 @@ func gatherablePieces(pieces []GatherPiece, dev tensor.Device) bool {
 			return false
 		}
 		if e := p.Edges; e != nil {
+			if !e.csr("gathered input") {
+				return false
+			}
 			for i, t := range []*tensor.Tensor{e.Src, e.RowPtr, e.Order} {
 				if t == nil && i == 2 {
 					continue // Order: the identity
@@ -1207,6 +1210,7 @@ func linearSumsGathered(termss [][]LinearTerm, scales []float64, act kernels.Una
 				if e.Len() == 0 {
 					continue // the mean over no edges is 0
 				}
+				e.csr("linear_sums") // a nil Order: sorted edges (checked on the CPU)
 				px, src, rowPtr, order = append(px, prods[r.x][r.w].Value), append(src, e.Src), append(rowPtr, e.RowPtr), append(order, e.Order)
 				continue
 			}

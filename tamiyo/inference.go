@@ -59,6 +59,7 @@ type Inference struct {
 	// (joinedOutput). into is the current forward's (graphTensors.
 	// joinInto); noMappedOut is set once the device declined.
 	outs        map[[2]int]*tensor.Tensor
+	outsDev     tensor.Device // the device of outs (a moved policy starts them anew)
 	into        *tensor.Tensor
 	noMappedOut bool
 }
@@ -73,6 +74,12 @@ const maxMappedOutputs = 2 * DefaultInferenceCacheSize
 // memory, or where the joined path does not apply — the CPU, a dtype
 // other than F32, graphs of fewer slots than the widest).
 func (in *Inference) joinedOutput(g *Graph, dev tensor.Device) *tensor.Tensor {
+	if dev != in.outsDev {
+		// A moved policy: the old device's tensors stay alive as long as
+		// a captured forward writes them, and are not handed out again.
+		clear(in.outs)
+		in.outsDev, in.noMappedOut = dev, false
+	}
 	maxSlots := g.MaxSlots()
 	if in.noMappedOut || dev.IsCPU() || in.p.opts.DType != tensor.F32 || g.NumGraphs == 0 || g.Nodes[NodeSlot].Count != g.NumGraphs*maxSlots {
 		return nil

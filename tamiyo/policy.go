@@ -415,7 +415,7 @@ type graphTensors struct {
 	// joinInto, when set (Inference, on a device), is where the heads'
 	// launch writes the joined outputs (autograd.ReluHeadGroupsJoinedInto:
 	// a mapped tensor the host reads without a device-to-host copy); it
-	// is used only when its shape is the joined output's. Not a graph
+	// is used only when its shape and device are the joined output's. Not a graph
 	// input: a captured forward writes the one it was captured with.
 	joinInto *tensor.Tensor
 }
@@ -635,7 +635,8 @@ func (p *Policy) run(gt *graphTensors) *PolicyOutput {
 		cols = joinedColumns(gt.maxSlots)
 	}
 	var into *tensor.Tensor
-	if cols != nil && gt.joinInto != nil && slices.Equal(gt.joinInto.Shape(), []int{gt.b, p.joinedWidth(gt.maxSlots)}) {
+	if cols != nil && gt.joinInto != nil && gt.joinInto.Device() == glob.Value.Device() &&
+		slices.Equal(gt.joinInto.Shape(), []int{gt.b, p.joinedWidth(gt.maxSlots)}) {
 		into = gt.joinInto
 	}
 	heads, joined := autograd.ReluHeadGroupsJoinedInto(groups, cols, into)

@@ -443,7 +443,9 @@ func (s *staging) upload() error {
 			kept.held = append(kept.held[:0], raw...)
 		}
 		if kept != nil {
-			s.reuse.up.use(buf)
+			if !buf.IsMapped() { // a mapped buffer is no Stager's
+				s.reuse.up.use(buf)
+			}
 			kept.cut(s, views)
 			if dt == tensor.I64 {
 				s.lastKept = kept
@@ -458,7 +460,7 @@ func (s *staging) upload() error {
 	if s.reuse != nil && len(s.reuse.bufs) > 0 {
 		// A call after the first: its copies go into kept buffers.
 		n := 8 * s.intLen()
-		if s.dt == tensor.F32 {
+		if s.dt == tensor.F32 && s.reuse.noMapped { // else the features are mapped (newMapped)
 			n = max(n, 4*len(s.f32))
 		}
 		s.reuse.up.reserve(max(n, len(s.bools)))

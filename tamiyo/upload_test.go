@@ -207,10 +207,21 @@ func TestInferenceStagesInline(t *testing.T) {
 func TestInferenceFollowsAMovedPolicy(t *testing.T) {
 	want, in, onDev := inferencePair(t, tensor.Sim(0))
 	_, _, g, _ := devicePair(t, tensor.Sim(0))
+	// A batch whose graphs all have the widest slot count also takes
+	// the joined output, a mapped tensor of the device's.
+	var full []GraphInput
+	for i := range 4 {
+		full = append(full, testInput(t, 3, i))
+	}
+	fg, err := BuildGraphBatch(full)
+	require.NoError(t, err)
 	for _, dev := range []tensor.Device{tensor.Sim(0), tensor.Sim(1), tensor.Sim(0)} {
 		require.NoError(t, onDev.To(dev))
 		for i := 0; i < 3; i++ {
 			sameForward(t, want, in, g, "on %v", dev)
+			sameForward(t, want, in, fg, "full slots on %v", dev)
+			require.NotNil(t, in.into)
+			require.Equal(t, dev, in.into.Device())
 		}
 	}
 }

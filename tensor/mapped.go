@@ -156,6 +156,9 @@ func CopyFromHostBytes(dst *Tensor, raw []byte) error {
 		copy(s.host[off:], raw)
 		return nil
 	case s.mapped:
+		if s.block.freed.Load() {
+			return fmt.Errorf("tensor: copying into mapped %v %v on %v: its storage was freed", dst.DType(), dst.shape, dst.Device())
+		}
 		if err := waitForMapped(dst.Device(), s.block.mapper); err != nil {
 			return fmt.Errorf("tensor: copying into mapped %v %v on %v: %w", dst.DType(), dst.shape, dst.Device(), err)
 		}

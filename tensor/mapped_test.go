@@ -210,6 +210,16 @@ func TestMappedFree(t *testing.T) {
 	x.Storage().Free()
 	x.Storage().Free()
 	equal(t, x.Storage().DevicePtr(), tensor.DevicePtr(0))
+	// A freed mapped tensor is neither read nor written.
+	if _, err := x.ToDevice(tensor.CPU); err == nil {
+		t.Error("reading a freed mapped tensor returned no error")
+	}
+	if _, err := tensor.ToHostMany([]*tensor.Tensor{x}); err == nil {
+		t.Error("ToHostMany of a freed mapped tensor returned no error")
+	}
+	if err := tensor.CopyFromHostBytes(x, make([]byte, 16)); err == nil {
+		t.Error("writing a freed mapped tensor returned no error")
+	}
 	if _, err := tensor.EmptyMapped(tensor.CUDA(0), tensor.MappedInput, tensor.F32, 4); err != nil {
 		t.Fatal(err)
 	}

@@ -270,6 +270,9 @@ func (t *Tensor) toHost() (*Tensor, error) {
 	if n := t.Nbytes(); n > 0 && t.storage.mapped {
 		// Mapped: the device's work done, the bytes are the host's.
 		b := t.storage.block
+		if b.freed.Load() {
+			return nil, fmt.Errorf("tensor: copying mapped %v %v from %v: its storage was freed", t.DType(), t.shape, t.Device())
+		}
 		if err := b.mapper.Wait(); err != nil {
 			return nil, fmt.Errorf("tensor: copying mapped %v %v from %v: %w", t.DType(), t.shape, t.Device(), err)
 		}
@@ -339,6 +342,9 @@ func ToHostMany(ts []*Tensor) ([]*Tensor, error) {
 			continue
 		}
 		if b := t.storage.block; t.storage.mapped {
+			if b.freed.Load() {
+				return nil, fmt.Errorf("tensor: ToHostMany: tensor %d (mapped %v %v on %v): its storage was freed", i, t.DType(), t.shape, t.Device())
+			}
 			// Copied once the device's work is done (below).
 			mapper = b.mapper
 			mapped = append(mapped, mappedRead{h.storage.host[:t.Nbytes()], b.host[t.offset*t.DType().Size():][:t.Nbytes()]})

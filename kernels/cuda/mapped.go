@@ -52,11 +52,11 @@ import (
 // least mappedMinBytes, and a freed one (FreeMapped, which may run on
 // the cleanup goroutine while another goroutine captures a graph) waits
 // in the pool for the next request of its size and kind (an Inference
-// whose graph sizes come back, a new Inference after a closed one). A
-// pooled block is handed out again once the device has finished the
-// work queued before (at once when it is idle, else after a wait,
-// counted as a host sync), since work of its last owner may still read
-// or write it, and zeroed. Past mappedPoolBytes of pooled blocks the
+// whose graph sizes come back, a new Inference after a closed one), on
+// the device whose work used it last. A pooled block is handed out again
+// once that device has finished the work queued before (at once when it
+// is idle, else after a wait, counted as a host sync), since work of its
+// last owner may still read or write it, and zeroed. Past mappedPoolBytes of pooled blocks the
 // oldest go back to the driver at the next allocation made outside a
 // capture, after a wait for the device (a counted host sync).
 
@@ -68,10 +68,11 @@ var mappedPoolBytes = 64 << 20
 
 // mappedBlock is one cuMemHostAlloc allocation.
 type mappedBlock struct {
-	host  unsafe.Pointer
-	dev   tensor.DevicePtr // its device address
-	bytes int
-	wc    bool // write-combined (an input's)
+	host    unsafe.Pointer
+	dev     tensor.DevicePtr // its device address
+	bytes   int
+	wc      bool // write-combined (an input's)
+	ordinal int  // the device whose work last used it
 }
 
 // mappedPool holds the process's mapped blocks: live by device address,
@@ -116,20 +117,21 @@ func (m memory) AllocMapped(n int, use tensor.MappedUse) (tensor.DevicePtr, []by
 	}
 	class, wc := mappedClass(n), use == tensor.MappedInput
 	mapped.mu.Lock()
-	drop := mapped.drop
-	mapped.drop = nil
-	b, pooled := mapped.takeLocked(class, wc)
+	drop := mapped.dropOfLocked(m.d.ordinal)
+	b, pooled := mapped.takeLocked(class, wc, m.d.ordinal)
 	mapped.mu.Unlock()
 	if len(drop) > 0 || pooled {
 		// The work queued so far may still use the blocks.
 		if err := m.waitIdle(); err != nil {
+			mapped.giveBack(drop, b, pooled)
 			return 0, nil, err
 		}
 	}
 	release := m.d.enter()
 	defer release()
-	for _, x := range drop {
+	for i, x := range drop {
 		if err := hostFree(x.host); err != nil {
+			mapped.giveBack(drop[i:], b, pooled)
 			return 0, nil, err
 		}
 	}
@@ -143,7 +145,7 @@ func (m memory) AllocMapped(n int, use tensor.MappedUse) (tensor.DevicePtr, []by
 		if err := check("cuMemHostAlloc", C.esper_host_alloc_mapped(&p, &dev, C.size_t(class), w)); err != nil {
 			return 0, nil, err
 		}
-		b = mappedBlock{host: p, dev: tensor.DevicePtr(dev), bytes: class, wc: wc}
+		b = mappedBlock{host: p, dev: tensor.DevicePtr(dev), bytes: class, wc: wc, ordinal: m.d.ordinal}
 	}
 	host := unsafe.Slice((*byte)(b.host), b.bytes)
 	clear(host)
@@ -153,11 +155,12 @@ func (m memory) AllocMapped(n int, use tensor.MappedUse) (tensor.DevicePtr, []by
 	return b.dev, host[:n], nil
 }
 
-// takeLocked removes a free block of class bytes and kind wc from the
-// pool, if it holds one.
-func (p *mappedPool) takeLocked(class int, wc bool) (mappedBlock, bool) {
+// takeLocked removes a free block of class bytes and kind wc that
+// device ordinal's work last used from the pool, if it holds one (a
+// block of another device's would need that device waited for).
+func (p *mappedPool) takeLocked(class int, wc bool, ordinal int) (mappedBlock, bool) {
 	for i, b := range p.free {
-		if b.bytes == class && b.wc == wc {
+		if b.bytes == class && b.wc == wc && b.ordinal == ordinal {
 			p.free = append(p.free[:i], p.free[i+1:]...)
 			p.freeBytes -= b.bytes
 			return b, true
@@ -166,9 +169,39 @@ func (p *mappedPool) takeLocked(class int, wc bool) (mappedBlock, bool) {
 	return mappedBlock{}, false
 }
 
+// dropOfLocked removes from the blocks waiting to be freed those device
+// ordinal's work last used and returns them.
+func (p *mappedPool) dropOfLocked(ordinal int) []mappedBlock {
+	var mine []mappedBlock
+	keep := p.drop[:0]
+	for _, b := range p.drop {
+		if b.ordinal == ordinal {
+			mine = append(mine, b)
+		} else {
+			keep = append(keep, b)
+		}
+	}
+	clear(p.drop[len(keep):])
+	p.drop = keep
+	return mine
+}
+
+// giveBack returns to the pool, after a failed wait or free, the blocks
+// not freed yet (drop) and the pooled block taken (b, where pooled), so
+// that no pinned block is lost.
+func (p *mappedPool) giveBack(drop []mappedBlock, b mappedBlock, pooled bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.drop = append(p.drop, drop...)
+	if pooled {
+		p.free = append(p.free, b)
+		p.freeBytes += b.bytes
+	}
+}
+
 // FreeMapped implements tensor.HostMapper: the block goes to the pool,
 // the oldest pooled ones past mappedPoolBytes to be freed by the next
-// AllocMapped (no driver call here).
+// AllocMapped on their device (no driver call here).
 func (m memory) FreeMapped(p tensor.DevicePtr) {
 	mapped.mu.Lock()
 	defer mapped.mu.Unlock()
