@@ -81,6 +81,12 @@ type W2ModeResult struct {
 	// all: whether the collector is in a tail's slowest forwards.
 	GCCycles  uint32  `json:"gc_cycles"`
 	GCPauseUs float64 `json:"gc_pause_us"`
+	// MappedInputs and MappedOutputs are tamiyo.Inference.LastMapped's
+	// after the mode's last forward: its features written into mapped
+	// host memory, its logits read from it (false on the CPU and where
+	// the device gives none, or is told not to).
+	MappedInputs  bool `json:"mapped_inputs,omitempty"`
+	MappedOutputs bool `json:"mapped_outputs,omitempty"`
 	// HostSyncsPerForward are the device-to-host reads per forward on
 	// W2Options.Device (0 on the CPU).
 	HostSyncsPerForward float64 `json:"host_syncs_per_forward"`
@@ -476,6 +482,7 @@ func RunW2(o W2Options) (W2Result, map[int]*tamiyo.Graph, error) {
 				r.Fallback = fallback.Error()
 			}
 			r.GraphNodes = in.GraphNodes()
+			r.MappedInputs, r.MappedOutputs = in.LastMapped()
 			if et, ok := kernels.For(o.Device).(kernels.EventTimers); ok && mode != W2ModeEager && in.Captures() && fallback == nil {
 				if r.DeviceUsPerForward, err = deviceUsPerReplay(et, in, w2DeviceReplays); err != nil {
 					return W2Result{}, nil, fmt.Errorf("bench: W2 batch %d %s, timing the device: %w", b, mode, err)

@@ -156,6 +156,9 @@ func BenchW2(stdout, stderr io.Writer, c Config, dev tensor.Device) error {
 		if x.GraphNodes > 0 {
 			fmt.Fprintf(stdout, "batch %d %s: %d graph nodes per forward\n", x.Batch, x.Mode, x.GraphNodes)
 		}
+		if !dev.IsCPU() {
+			fmt.Fprintf(stdout, "batch %d %s: features mapped %v, logits read from mapped memory %v\n", x.Batch, x.Mode, x.MappedInputs, x.MappedOutputs)
+		}
 		if x.Phases != nil {
 			fmt.Fprintf(stdout, "batch %d %s host phases (p50 µs): upload %.1f, run %.1f, read %.1f\n",
 				x.Batch, x.Mode, x.Phases.Upload, x.Phases.Run, x.Phases.Read)

@@ -62,6 +62,9 @@ type Inference struct {
 	outsDev     tensor.Device // the device of outs (a moved policy starts them anew)
 	into        *tensor.Tensor
 	noMappedOut bool
+	// mappedIn and mappedOut: the latest forward's features were mapped,
+	// and its joined logits read from a mapped tensor (LastMapped).
+	mappedIn, mappedOut bool
 }
 
 // maxMappedOutputs bounds Inference.outs (one per batch shape captured;
@@ -90,9 +93,9 @@ func (in *Inference) joinedOutput(g *Graph, dev tensor.Device) *tensor.Tensor {
 	}
 	t, err := tensor.EmptyMapped(dev, tensor.MappedOutput, tensor.F32, g.NumGraphs, in.p.joinedWidth(maxSlots))
 	if err != nil {
-		// Declined: device memory from now on. Another failure: this
-		// forward's outputs in device memory; the next asks again.
-		in.noMappedOut = errors.Is(err, tensor.ErrNoMappedMemory)
+		// Declined, or the pinned allocation failed: device memory and a
+		// copy from now on (on this device), as without mapped memory.
+		in.noMappedOut = true
 		return nil
 	}
 	if in.outs == nil {
@@ -231,6 +234,16 @@ type ForwardPhases struct {
 // before the first, and when the latest Forward or Act failed.
 func (in *Inference) LastPhases() ForwardPhases { return in.phases }
 
+// LastMapped reports how the latest forward crossed between the host and
+// its device: inputs, whether its features went into mapped host memory
+// the device reads (tensor.EmptyMapped) rather than through a copy; and
+// outputs, whether its logits were read from a mapped tensor the heads'
+// launch wrote rather than copied back. Both false on the CPU, before
+// the first forward, and where the device gives no mapped memory.
+func (in *Inference) LastMapped() (inputs, outputs bool) {
+	return in.mappedIn, in.mappedOut
+}
+
 // Logits are the host copies of one forward pass over B environments.
 type Logits struct {
 	// Heads holds, per head in HeadNames order, one row of unmasked
@@ -245,6 +258,7 @@ type Logits struct {
 // logits and values to the host.
 func (in *Inference) Forward(g *Graph) (*Logits, error) {
 	in.phases = ForwardPhases{}
+	in.mappedIn, in.mappedOut = false, false
 	if err := g.Validate(); err != nil {
 		return nil, err
 	}
@@ -278,6 +292,7 @@ func (in *Inference) forward(g *Graph) (lg *Logits, err error) {
 		return nil, fmt.Errorf("tamiyo: inference forward: %w", err)
 	}
 	inputs := flattenGraph(gt)
+	in.mappedIn = in.staged.lastMapped && !dev.IsCPU()
 	in.into = in.joinedOutput(g, dev)
 	t1 := time.Now()
 	var outs []*tensor.Tensor
@@ -291,6 +306,7 @@ func (in *Inference) forward(g *Graph) (lg *Logits, err error) {
 	if len(outs) > leyline.NumActionHeads+1 {
 		joined = outs[leyline.NumActionHeads+1]
 	}
+	in.mappedOut = joined != nil && joined.IsMapped()
 	lg, err = readLogitsJoined(g, [leyline.NumActionHeads]*tensor.Tensor(outs[:leyline.NumActionHeads]), outs[leyline.NumActionHeads], joined)
 	if err == nil {
 		in.phases = ForwardPhases{Upload: t1.Sub(t0), Run: t2.Sub(t1), Read: time.Since(t2)}
@@ -321,6 +337,7 @@ func (in *Inference) ReplayLast() error {
 // Policy.Act does (same masks, floors, canonicalisation and sampling).
 func (in *Inference) Act(g *Graph, masks []leyline.ActionMasks, opt ActOptions) (*ActResult, error) {
 	in.phases = ForwardPhases{}
+	in.mappedIn, in.mappedOut = false, false
 	floors, err := checkActInputs(g, masks, opt)
 	if err != nil {
 		return nil, err

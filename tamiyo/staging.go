@@ -2,7 +2,6 @@ package tamiyo
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"slices"
 
@@ -72,9 +71,10 @@ type stagingBuffers struct {
 	// pointers and padding), staged (copied) before the next call.
 	scratch [3][]int64
 	// noMapped is set once the device declined mapped memory for inputs
-	// (tensor.ErrNoMappedMemory): the float buffers then go through up
-	// as before.
-	noMapped bool
+	// (tensor.ErrNoMappedMemory, or a failed allocation): the float
+	// buffers then go through up as before. lastMapped says whether the
+	// latest upload's float buffer was mapped.
+	noMapped, lastMapped bool
 }
 
 // newMapped returns a new kept float buffer of dtype dt and n elements
@@ -82,16 +82,15 @@ type stagingBuffers struct {
 // where the device's kernels read a forward's features across the bus,
 // the host writing them with no driver call (tensor.CopyFromHostBytes)
 // instead of staging them through a pinned buffer and a copy engine.
-// Nil, with no error, where the device declines (the caller copies as
-// before; noMapped is set so that it is not asked again).
+// Nil, with no error, where the device declines or the allocation fails
+// (the caller copies as before; noMapped is set so that it is not asked
+// again: a failed pinned allocation costs the forward nothing but its
+// speed); an error only where the copy into a mapped buffer fails.
 func (b *stagingBuffers) newMapped(dev tensor.Device, dt tensor.DType, n int, raw []byte) (*tensor.Tensor, error) {
 	buf, err := tensor.EmptyMapped(dev, tensor.MappedInput, dt, n)
-	if errors.Is(err, tensor.ErrNoMappedMemory) {
+	if err != nil {
 		b.noMapped = true
 		return nil, nil
-	}
-	if err != nil {
-		return nil, err
 	}
 	if err := tensor.CopyFromHostBytes(buf, raw); err != nil {
 		return nil, err
@@ -443,6 +442,9 @@ func (s *staging) upload() error {
 			kept.held = append(kept.held[:0], raw...)
 		}
 		if kept != nil {
+			if !remember {
+				s.reuse.lastMapped = buf.IsMapped()
+			}
 			if !buf.IsMapped() { // a mapped buffer is no Stager's
 				s.reuse.up.use(buf)
 			}

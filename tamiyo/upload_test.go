@@ -296,6 +296,9 @@ func TestInferenceMappedInputsAndOutputs(t *testing.T) {
 			}
 			full := counts[1] == 3
 			require.Equal(t, mapped && full, in.into != nil, "mapped %v, %v slots: a mapped joined output", mapped, counts)
+			mIn, mOut := in.LastMapped()
+			require.Equal(t, mapped, mIn, "mapped %v, %v slots: features mapped", mapped, counts)
+			require.Equal(t, mapped && full, mOut, "mapped %v, %v slots: logits read from mapped memory", mapped, counts)
 			if in.into == nil {
 				continue
 			}

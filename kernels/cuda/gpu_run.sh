@@ -106,11 +106,12 @@ status=0
 # timeout of CAP seconds or what is left of the budget, whichever is less,
 # and records the outcome in the summary.
 # w2lines NAME LOG adds W2's batch-64 captured figures from LOG (p50 and
-# p95 per mode, the device time per forward and the slowest forwards'
-# phases) to the summary, each line led by NAME: the variants side by
+# p95 per mode, the device time per forward, the host phases' p50, the
+# slowest forwards' phases and whether the features and logits crossed
+# through mapped memory) to the summary, each line led by NAME: the variants side by
 # side where the summary is read first.
 w2lines() {
-	grep -E "^ +batch 64 esper captured|^batch 64 captured(-tf32)?(: [0-9.]+ µs of device time|: [0-9]+ graph nodes| slowest forwards)" "$2" |
+	grep -E "^ +batch 64 esper captured|^batch 64 captured(-tf32)?(: [0-9.]+ µs of device time|: [0-9]+ graph nodes|: features mapped| slowest forwards| host phases)" "$2" |
 		sed -E "s/^ +//; s/^/  W2 $1: /" >>"$summary"
 }
 
