@@ -112,7 +112,9 @@ func EmptyMapped(dev Device, use MappedUse, dt DType, shape ...int) (*Tensor, er
 		if !ok {
 			return nil, fmt.Errorf("tensor: EmptyMapped on %v: %w", dev, ErrNoMappedMemory)
 		}
-		p, host, err := hm.AllocMapped(n*dt.Size(), use)
+		// An empty tensor still takes a byte, so that it has an address
+		// (as device storage of no elements does).
+		p, host, err := hm.AllocMapped(max(n*dt.Size(), 1), use)
 		if err != nil {
 			return nil, fmt.Errorf("tensor: EmptyMapped on %v (%v %v, %s): %w", dev, dt, shape, use, err)
 		}
