@@ -413,7 +413,7 @@ p and json.dump(p, open(sys.argv[2], "w"), indent=2)' "$out/esper/W4.json" "$out
 			step "esper w4 slabs off" 60 "$out/esper_w4_noslabs.log" \
 				env ESPER_CUDA_SLABS=off "$bin/esper" bench --device cuda --workload w4 --ppo-rounds -1 --json "$out/esper_noslabs"
 			for f in esper_w4 esper_w4_noslabs; do
-				grep -E "^bare loop [0-9.]+ env-epochs|captured regions|from the driver" "$out/$f.log" | sed "s/^/  $f: /" >>"$summary"
+				grep -E "^bare loop [0-9.]+ env-epochs|^bare loop time|captured regions|from the driver" "$out/$f.log" | sed "s/^/  $f: /" >>"$summary"
 			done
 		fi
 		checkpoint
