@@ -10,7 +10,8 @@ import (
 // The host's share of an inference forward at W2's batch of 64 graphs
 // (3 slots each): what runs on the CPU before the device's work is
 // enqueued, on every forward. Graph.Validate checks the graph;
-// newGraphTensors stages it into the kept buffers, here through a
+// stageGraph stages it into the kept buffers: the features into sim's
+// mapped memory, as into a GPU's, and any changed indices through a
 // stand-in Stager that copies into host memory as a pinned buffer
 // would, so that the figure is the Go side's alone (no driver).
 
@@ -72,7 +73,7 @@ func BenchmarkGraphUpload(b *testing.B) {
 	reuse.up = &pinnedUpload{dev: dev}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := newGraphTensors(g, tensor.F32, dev, &reuse); err != nil {
+		if _, err := stageGraph(g, tensor.F32, dev, &reuse); err != nil {
 			b.Fatal(err)
 		}
 		reuse.up.release()

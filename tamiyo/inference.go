@@ -65,6 +65,9 @@ type Inference struct {
 	// mappedIn and mappedOut: the latest forward's features were mapped,
 	// and its joined logits read from a mapped tensor (LastMapped).
 	mappedIn, mappedOut bool
+	// readBuf is where a forward's joined outputs are read to before
+	// they are cut into rows, kept for the next forward's.
+	readBuf []float32
 }
 
 // maxMappedOutputs bounds Inference.outs (one per batch shape captured;
@@ -287,7 +290,9 @@ func (in *Inference) forward(g *Graph) (lg *Logits, err error) {
 	// enqueued, or it failed (pinnedUpload).
 	defer in.staged.up.release()
 	t0 := time.Now()
-	gt, err := newGraphTensors(g, in.p.opts.DType, dev, &in.staged)
+	// Not wrapped: the step's inputs are the tensors (flattenGraph), and
+	// only a forward being captured or run eagerly wraps them.
+	gt, err := stageGraph(g, in.p.opts.DType, dev, &in.staged)
 	if err != nil {
 		return nil, fmt.Errorf("tamiyo: inference forward: %w", err)
 	}
@@ -307,7 +312,7 @@ func (in *Inference) forward(g *Graph) (lg *Logits, err error) {
 		joined = outs[leyline.NumActionHeads+1]
 	}
 	in.mappedOut = joined != nil && joined.IsMapped()
-	lg, err = readLogitsJoined(g, [leyline.NumActionHeads]*tensor.Tensor(outs[:leyline.NumActionHeads]), outs[leyline.NumActionHeads], joined)
+	lg, err = readLogitsJoined(g, [leyline.NumActionHeads]*tensor.Tensor(outs[:leyline.NumActionHeads]), outs[leyline.NumActionHeads], joined, &in.readBuf)
 	if err == nil {
 		in.phases = ForwardPhases{Upload: t1.Sub(t0), Run: t2.Sub(t1), Read: time.Since(t2)}
 	}
@@ -417,13 +422,13 @@ const (
 func flattenGraph(gt *graphTensors) []*tensor.Tensor {
 	out := make([]*tensor.Tensor, flatLen)
 	for t := range gt.x {
-		out[flatX+t] = gt.x[t].Value
+		out[flatX+t] = gt.xt[t]
 	}
 	out[flatBP], out[flatSlotGraph], out[flatSlotPad], out[flatZero] = gt.bp, gt.slotGraph, gt.slotPad, gt.zero
 	out[flatIota], out[flatUnitRows], out[flatSlotRows] = gt.iota, gt.unitRowPtr, gt.slotRowPtr
 	for r := range gt.edges {
 		i := flatEdges + flatPerRel*r
-		out[i], out[i+1], out[i+2], out[i+3] = gt.src[r], gt.dst[r], gt.attr[r].Value, gt.rowPtr[r]
+		out[i], out[i+1], out[i+2], out[i+3] = gt.src[r], gt.dst[r], gt.attrT[r], gt.rowPtr[r]
 	}
 	return out
 }
@@ -434,7 +439,8 @@ func flattenGraph(gt *graphTensors) []*tensor.Tensor {
 func unflattenGraph(in []*tensor.Tensor) *graphTensors {
 	gt := &graphTensors{}
 	for t := range gt.x {
-		gt.x[t] = autograd.Const(in[flatX+t])
+		gt.xt[t] = in[flatX+t]
+		gt.x[t] = autograd.Const(gt.xt[t])
 		gt.n[t] = in[flatX+t].Shape()[0]
 	}
 	gt.b = gt.n[NodeGlobal]
@@ -444,7 +450,7 @@ func unflattenGraph(in []*tensor.Tensor) *graphTensors {
 	for r := range gt.edges {
 		i := flatEdges + flatPerRel*r
 		gt.edges[r] = in[i].Shape()[0]
-		gt.src[r], gt.dst[r], gt.attr[r] = in[i], in[i+1], autograd.Const(in[i+2])
+		gt.src[r], gt.dst[r], gt.attrT[r], gt.attr[r] = in[i], in[i+1], in[i+2], autograd.Const(in[i+2])
 		gt.rowPtr[r] = in[i+3]
 	}
 	return gt

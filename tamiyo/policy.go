@@ -396,7 +396,8 @@ type PolicyOutput struct {
 type graphTensors struct {
 	b, maxSlots int
 	n           [NumNodeTypes]int
-	x           [NumNodeTypes]*autograd.Var
+	x           [NumNodeTypes]*autograd.Var // xt wrapped (wrap)
+	xt          [NumNodeTypes]*tensor.Tensor
 	bp          *tensor.Tensor // [S] I64 embedding rows
 	slotGraph   *tensor.Tensor // [S] I64
 	slotPad     *tensor.Tensor // [B·maxSlots] I64 into scores ⊕ [0]
@@ -410,7 +411,8 @@ type graphTensors struct {
 	// them (kernels.BuildCSR), for the fused aggregations: their order
 	// is the identity, given to the kernels as nil.
 	src, dst, rowPtr [NumRelations]*tensor.Tensor
-	attr             [NumRelations]*autograd.Var
+	attr             [NumRelations]*autograd.Var // attrT wrapped (wrap)
+	attrT            [NumRelations]*tensor.Tensor
 	edges            [NumRelations]int
 	// joinInto, when set (Inference, on a device), is where the heads'
 	// launch writes the joined outputs (autograd.ReluHeadGroupsJoinedInto:
@@ -461,12 +463,22 @@ func (p *Policy) tensors(g *Graph) (*graphTensors, error) {
 	return newGraphTensors(g, p.opts.DType, dev, nil)
 }
 
-// newGraphTensors converts a validated graph to tensors of dtype dt on
+// newGraphTensors is stageGraph, its features and attributes wrapped
+// for Policy.run (graphTensors.wrap).
+func newGraphTensors(g *Graph, dt tensor.DType, dev tensor.Device, reuse *stagingBuffers) (*graphTensors, error) {
+	gt, err := stageGraph(g, dt, dev, reuse)
+	if err != nil {
+		return nil, err
+	}
+	return gt.wrap(), nil
+}
+
+// stageGraph converts a validated graph to tensors of dtype dt on
 // dev. On a device the float tensors (node features, edge attributes,
 // the padding zero) are views of one buffer and the index tensors views
 // of another, each filled on the host and copied once (staging); on the
 // CPU each tensor is built on its own.
-func newGraphTensors(g *Graph, dt tensor.DType, dev tensor.Device, reuse *stagingBuffers) (*graphTensors, error) {
+func stageGraph(g *Graph, dt tensor.DType, dev tensor.Device, reuse *stagingBuffers) (*graphTensors, error) {
 	var st *staging // copies the graph's slices, never aliases them
 	if reuse != nil {
 		st = reuse.staging(dev, dt)
@@ -537,15 +549,22 @@ func newGraphTensors(g *Graph, dt tensor.DType, dev tensor.Device, reuse *stagin
 	if err := st.upload(); err != nil {
 		return nil, err
 	}
-	for t := range x {
-		gt.x[t] = autograd.Const(x[t])
+	gt.xt, gt.attrT = x, attr
+	return gt, nil
+}
+
+// wrap makes the node features and edge attributes the graph ops' inputs
+// (autograd constants), as Policy.run reads them.
+func (gt *graphTensors) wrap() *graphTensors {
+	for t := range gt.xt {
+		gt.x[t] = autograd.Const(gt.xt[t])
 	}
-	for r := range attr {
-		if attr[r] != nil {
-			gt.attr[r] = autograd.Const(attr[r])
+	for r := range gt.attrT {
+		if gt.attrT[r] != nil {
+			gt.attr[r] = autograd.Const(gt.attrT[r])
 		}
 	}
-	return gt, nil
+	return gt
 }
 
 // grown returns (*buf)[:n], growing *buf first if it is shorter: a

@@ -216,9 +216,9 @@ func readRows(ts []*tensor.Tensor) ([][][]float32, error) {
 		return out, nil
 	}
 	if len(ts) == 1 && ts[0].IsContiguous() {
-		return readJoined(ts[0], ts) // one tensor: read as it is, no join
+		return readJoined(ts[0], ts, nil) // one tensor: read as it is, no join
 	}
-	return readJoined(joinRows(ts), ts)
+	return readJoined(joinRows(ts), ts, nil)
 }
 
 // joinRows concatenates [B, n_i] device tensors along their columns (one
@@ -234,14 +234,27 @@ func joinRows(ts []*tensor.Tensor) *tensor.Tensor {
 }
 
 // readJoined copies cat, joinRows of ts, to the host (one host sync) and
-// cuts it into ts' rows.
-func readJoined(cat *tensor.Tensor, ts []*tensor.Tensor) ([][][]float32, error) {
-	host, err := cat.ToDevice(tensor.CPU)
-	if err != nil {
-		return nil, fmt.Errorf("tamiyo: reading the policy's outputs: %w", err)
+// cuts it into ts' rows. An F32 cat is read into *scratch where scratch
+// is not nil (grown as needed, kept by the caller for its next read:
+// tamiyo.Inference), else into a new host tensor.
+func readJoined(cat *tensor.Tensor, ts []*tensor.Tensor, scratch *[]float32) ([][][]float32, error) {
+	b, width := cat.Shape()[0], cat.Shape()[1]
+	var vals []float32
+	if scratch != nil && cat.DType() == tensor.F32 && cat.IsContiguous() {
+		if cap(*scratch) < b*width {
+			*scratch = make([]float32, b*width)
+		}
+		vals = (*scratch)[:b*width]
+		if err := tensor.CopyToHostBytes(bytesOf(vals), cat); err != nil {
+			return nil, fmt.Errorf("tamiyo: reading the policy's outputs: %w", err)
+		}
+	} else {
+		host, err := cat.ToDevice(tensor.CPU)
+		if err != nil {
+			return nil, fmt.Errorf("tamiyo: reading the policy's outputs: %w", err)
+		}
+		vals = hostFloat32s(host)
 	}
-	b, width := host.Shape()[0], host.Shape()[1]
-	vals := hostFloat32s(host)
 	out := make([][][]float32, len(ts))
 	// Every tensor's rows in one header array and one backing array
 	// (two allocations a read, not two a tensor); each row keeps its
@@ -262,7 +275,7 @@ func readJoined(cat *tensor.Tensor, ts []*tensor.Tensor) ([][][]float32, error) 
 // with readRows: one host sync on a device. The slot rows lose their
 // padding.
 func readLogits(g *Graph, logits [leyline.NumActionHeads]*tensor.Tensor, value *tensor.Tensor) (*Logits, error) {
-	return readLogitsJoined(g, logits, value, nil)
+	return readLogitsJoined(g, logits, value, nil, nil)
 }
 
 // logitRows are the tensors readLogits reads: the heads' logits, then
@@ -276,12 +289,12 @@ func logitRows(logits [leyline.NumActionHeads]*tensor.Tensor, value *tensor.Tens
 // readLogitsJoined is readLogits reading joined, joinRows of logitRows
 // (computed on the device already, as a captured forward's output), when
 // it is not nil.
-func readLogitsJoined(g *Graph, logits [leyline.NumActionHeads]*tensor.Tensor, value, joined *tensor.Tensor) (*Logits, error) {
+func readLogitsJoined(g *Graph, logits [leyline.NumActionHeads]*tensor.Tensor, value, joined *tensor.Tensor, scratch *[]float32) (*Logits, error) {
 	ts := logitRows(logits, value)
 	var rows [][][]float32
 	var err error
 	if joined != nil {
-		rows, err = readJoined(joined, ts)
+		rows, err = readJoined(joined, ts, scratch)
 	} else {
 		rows, err = readRows(ts)
 	}

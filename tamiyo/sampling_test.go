@@ -509,22 +509,36 @@ func TestSplitRowsCopiesApart(t *testing.T) {
 // TestReadJoinedRowsApart: readJoined cuts each tensor's rows out of the
 // joined matrix (its columns in turn), in two allocations shared by all,
 // and an append to any row — the last of one tensor's, or one before
-// another — writes into no other row.
+// another — writes into no other row. Read through a kept scratch
+// buffer (as Inference reads), the rows are the same and alias neither
+// the scratch nor the next read's rows.
 func TestReadJoinedRowsApart(t *testing.T) {
 	cat := tensor.FromSlice([]float32{0, 1, 2, 3, 4, 10, 11, 12, 13, 14, 20, 21, 22, 23, 24}, 3, 5)
 	ts := []*tensor.Tensor{tensor.Empty(tensor.F32, 3, 2), tensor.Empty(tensor.F32, 3, 3)}
-	out, err := readJoined(cat, ts)
-	if err != nil {
-		t.Fatal(err)
-	}
 	want := [][][]float32{{{0, 1}, {10, 11}, {20, 21}}, {{2, 3, 4}, {12, 13, 14}, {22, 23, 24}}}
-	if !reflect.DeepEqual(out, want) {
-		t.Fatalf("rows %v, want %v", out, want)
+	var scratch []float32
+	for _, sc := range []*[]float32{nil, &scratch, &scratch} {
+		out, err := readJoined(cat, ts, sc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(out, want) {
+			t.Fatalf("rows %v, want %v", out, want)
+		}
+		_ = append(out[0][2], 99) // the first tensor's last row
+		_ = append(out[1][0], 98)
+		_ = append(out[0], []float32{97})
+		if !reflect.DeepEqual(out, want) {
+			t.Fatalf("an append wrote into another row: %v", out)
+		}
+		for i := range scratch {
+			scratch[i] = -1 // the next read overwrites it; these rows must not change
+		}
+		if !reflect.DeepEqual(out, want) {
+			t.Fatalf("the rows alias the scratch buffer: %v", out)
+		}
 	}
-	_ = append(out[0][2], 99) // the first tensor's last row
-	_ = append(out[1][0], 98)
-	_ = append(out[0], []float32{97})
-	if !reflect.DeepEqual(out, want) {
-		t.Fatalf("an append wrote into another row: %v", out)
+	if len(scratch) != 15 {
+		t.Fatalf("scratch of %d values, want 15", len(scratch))
 	}
 }

@@ -267,3 +267,50 @@ func TestSimMapped(t *testing.T) {
 		t.Errorf("EmptyMapped on sim switched off: %v, want ErrNoMappedMemory", err)
 	}
 }
+
+// TestCopyToHostBytes: a contiguous tensor's bytes into a host buffer
+// the caller keeps — from the CPU (no host sync), sim, device memory
+// and mapped memory (one host sync each, the mapped read after a wait);
+// a buffer of another length and a non-contiguous tensor are errors.
+func TestCopyToHostBytes(t *testing.T) {
+	mem := newMappedMemory()
+	tensor.RegisterDeviceMemory(tensor.KindCUDA, mem)
+	x := tensor.FromSlice([]float32{1, 2, 3, 4, 5, 6}, 2, 3)
+	read := func(src *tensor.Tensor) ([]float32, uint64) {
+		t.Helper()
+		dst := make([]float32, src.Numel())
+		s0 := tensor.HostSyncs(src.Device())
+		if err := tensor.CopyToHostBytes(unsafe.Slice((*byte)(unsafe.Pointer(&dst[0])), 4*len(dst)), src); err != nil {
+			t.Fatal(err)
+		}
+		return dst, tensor.HostSyncs(src.Device()) - s0
+	}
+	got, syncs := read(x.Narrow(0, 1, 1))
+	equal(t, got, []float32{4, 5, 6})
+	equal(t, syncs, uint64(0))
+	for _, dev := range []tensor.Device{tensor.Sim(0), tensor.CUDA(0)} {
+		d, err := x.ToDevice(dev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, syncs = read(d.Narrow(0, 1, 1))
+		equal(t, got, []float32{4, 5, 6})
+		equal(t, syncs, uint64(1))
+	}
+	m, err := tensor.EmptyMapped(tensor.CUDA(0), tensor.MappedOutput, tensor.F32, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem.deviceWrite(m, 9)
+	w := mem.waits
+	got, syncs = read(m)
+	equal(t, got, []float32{9, 0})
+	equal(t, syncs, uint64(1))
+	equal(t, mem.waits-w, 1)
+	if err := tensor.CopyToHostBytes(make([]byte, 4), x); err == nil {
+		t.Error("CopyToHostBytes of 24 bytes into 4 returned no error")
+	}
+	if err := tensor.CopyToHostBytes(make([]byte, 24), x.T()); err == nil {
+		t.Error("CopyToHostBytes of a non-contiguous tensor returned no error")
+	}
+}

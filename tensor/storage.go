@@ -260,29 +260,57 @@ func (t *Tensor) toHost() (*Tensor, error) {
 		return nil, fmt.Errorf("tensor: copying a non-contiguous %v tensor %v off the device (make it contiguous there first)", t.Device(), t.shape)
 	}
 	out := Empty(t.DType(), t.shape...)
-	CountHostSync(t.Device())
-	start := time.Now()
-	defer func() { AddHostSyncTime(t.Device(), time.Since(start)) }()
-	if t.Device().Kind == KindSim {
-		copy(out.storage.host, t.storage.host[t.offset*t.DType().Size():][:t.Nbytes()])
-		return out, nil
-	}
-	if n := t.Nbytes(); n > 0 && t.storage.mapped {
-		// Mapped: the device's work done, the bytes are the host's.
-		b := t.storage.block
-		if b.freed.Load() {
-			return nil, fmt.Errorf("tensor: copying mapped %v %v from %v: its storage was freed", t.DType(), t.shape, t.Device())
-		}
-		if err := b.mapper.Wait(); err != nil {
-			return nil, fmt.Errorf("tensor: copying mapped %v %v from %v: %w", t.DType(), t.shape, t.Device(), err)
-		}
-		copy(out.storage.host, b.host[t.offset*t.DType().Size():][:n])
-	} else if n > 0 {
-		if err := t.storage.block.mem.CopyToHost(out.storage.host, t.storage.DevicePtr(), t.offset*t.DType().Size()); err != nil {
-			return nil, fmt.Errorf("tensor: copying %v %v from %v: %w", t.DType(), t.shape, t.Device(), err)
-		}
+	if err := CopyToHostBytes(out.storage.host, t); err != nil {
+		return nil, err
 	}
 	return out, nil
+}
+
+// CopyToHostBytes copies the elements of src, a contiguous tensor on any
+// device, into dst, a host buffer of src's bytes (Nbytes): ToDevice(CPU)
+// into memory the caller keeps, for a read each step that allocates
+// nothing. From a device it is one host sync, counted, as ToDevice's
+// (after the work queued before it; from mapped memory, a wait for the
+// device, then a memory copy). A non-contiguous src or a dst of another
+// length is an error.
+func CopyToHostBytes(dst []byte, src *Tensor) error {
+	switch {
+	case !src.IsContiguous():
+		return fmt.Errorf("tensor: copying a non-contiguous %v tensor %v off the device (make it contiguous there first)", src.Device(), src.shape)
+	case len(dst) != src.Nbytes():
+		return fmt.Errorf("tensor: CopyToHostBytes: %d bytes for %v %v (%d bytes)", len(dst), src.DType(), src.shape, src.Nbytes())
+	}
+	off, n := src.offset*src.DType().Size(), src.Nbytes()
+	dev := src.Device()
+	if dev.IsCPU() {
+		copy(dst, src.storage.host[off:][:n])
+		return nil
+	}
+	CountHostSync(dev)
+	start := time.Now()
+	defer func() { AddHostSyncTime(dev, time.Since(start)) }()
+	if dev.Kind == KindSim {
+		copy(dst, src.storage.host[off:][:n])
+		return nil
+	}
+	if n == 0 {
+		return nil
+	}
+	if b := src.storage.block; src.storage.mapped {
+		// Mapped: the device's work done, the bytes are the host's.
+		if b.freed.Load() {
+			return fmt.Errorf("tensor: copying mapped %v %v from %v: its storage was freed", src.DType(), src.shape, dev)
+		}
+		if err := b.mapper.Wait(); err != nil {
+			return fmt.Errorf("tensor: copying mapped %v %v from %v: %w", src.DType(), src.shape, dev, err)
+		}
+		copy(dst, b.host[off:][:n])
+		return nil
+	}
+	if err := src.storage.block.mem.CopyToHost(dst, src.storage.DevicePtr(), off); err != nil {
+		return fmt.Errorf("tensor: copying %v %v from %v: %w", src.DType(), src.shape, dev, err)
+	}
+	return nil
 }
 
 // ManyReader is implemented by a DeviceMemory that can copy several
