@@ -22,11 +22,15 @@ import (
 // the capture with its own values. A capture that fails falls back to
 // eager execution for that shape, reported once through
 // InferenceOptions.OnFallback. It runs on the policy's device, its
-// captured step's inputs copied there per forward (two copies, into the
-// buffers of the previous graph of the same sizes, which the graph
-// captured for them reads in place; on CUDA from pinned memory on a copy
-// stream, the host not waiting) and its outputs read back in one (one
-// host sync).
+// captured step's inputs copied there per forward into the buffers of
+// the previous graph of the same sizes, which the graph captured for them
+// reads in place: the features into mapped host memory the device reads
+// where it gives some (tensor.EmptyMapped: no driver call, no transfer),
+// else through a pinned buffer on the device's stream, the host not
+// waiting; the indices only when they changed. Its outputs come back in
+// one read (one host sync), on a device with mapped memory from the
+// mapped tensor the heads' launch wrote (LastMapped says which way a
+// forward went).
 //
 // An Inference is not safe for concurrent use: the captured outputs are
 // static buffers overwritten by each replay. Service serialises its
@@ -220,8 +224,8 @@ func (in *Inference) GraphNodes() int {
 
 // ForwardPhases split one forward's time on the host into its three
 // parts, in order: Upload, building the graph's tensors and copying them
-// to the device (on CUDA the copies are enqueued from pinned memory, the
-// host not waiting); Run, the forward itself (on a device, enqueuing
+// to the device (on CUDA into mapped memory, or enqueued from pinned
+// memory, the host not waiting); Run, the forward itself (on a device, enqueuing
 // the captured graph's replay or the eager launches: the host waits for
 // none of them); Read, copying the logits and values back and cutting
 // them into rows, which on a device first waits for the forward to
