@@ -1,6 +1,7 @@
 package tensor_test
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/esper-go/esper/tensor"
@@ -127,4 +128,35 @@ func ExampleHostSyncTime() {
 	fmt.Println(tensor.HostSyncs(dev)-n0, "sync;", "time spent in it:", tensor.HostSyncTime(dev) > t0)
 	// Output:
 	// 1 sync; time spent in it: true
+}
+
+// A mapped tensor lives in host memory the device addresses directly: the
+// host writes it without a transfer once the device's queued work is
+// done, and reads it after one counted wait. The CPU has none to give;
+// sim's stands in for a GPU's.
+func ExampleEmptyMapped() {
+	dev := tensor.Sim(0)
+	in, err := tensor.EmptyMapped(dev, tensor.MappedInput, tensor.F32, 3)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	if err := tensor.CopyFromHost(in, tensor.FromSlice([]float32{1, 2, 3}, 3)); err != nil {
+		fmt.Println(err)
+		return
+	}
+	// ... device work reads in (and writes a mapped output) ...
+	s := tensor.HostSyncs(dev)
+	dst := make([]byte, in.Nbytes())
+	if err := tensor.CopyToHostBytes(dst, in); err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(in.Device(), in.IsMapped(), len(dst), "bytes,", tensor.HostSyncs(dev)-s, "host sync")
+
+	_, err = tensor.EmptyMapped(tensor.CPU, tensor.MappedOutput, tensor.F32, 3)
+	fmt.Println(errors.Is(err, tensor.ErrNoMappedMemory))
+	// Output:
+	// sim:0 true 12 bytes, 1 host sync
+	// true
 }
