@@ -1192,6 +1192,15 @@ func linearSumsGathered(termss [][]LinearTerm, scales []float64, act kernels.Una
 	if !ok {
 		return nil
 	}
+	// Every gathered term's CSR, checked before anything launches (a
+	// relation given without one is summed by the unfused path).
+	for _, terms := range termss {
+		for _, t := range terms {
+			if e := t.Edges; e != nil && e.Len() > 0 && !e.csr("linear_sums") {
+				return nil
+			}
+		}
+	}
 	xs, wss, refs := sumsStacks(termss)
 	prods := LinearStacks(xs, wss)
 	outs := make([]*Var, len(termss))
@@ -1210,7 +1219,6 @@ func linearSumsGathered(termss [][]LinearTerm, scales []float64, act kernels.Una
 				if e.Len() == 0 {
 					continue // the mean over no edges is 0
 				}
-				e.csr("linear_sums") // a nil Order: sorted edges (checked on the CPU)
 				px, src, rowPtr, order = append(px, prods[r.x][r.w].Value), append(src, e.Src), append(rowPtr, e.RowPtr), append(order, e.Order)
 				continue
 			}

@@ -168,6 +168,7 @@ func (b *stagingBuffers) staging(dev tensor.Device, dt tensor.DType) *staging {
 		b.st = newStaging(dev, dt)
 		clear(b.bufs)
 		b.bufs = b.bufs[:0]
+		b.noMapped, b.lastMapped = false, false // the new device may give mapped memory
 		if b.up != nil {
 			b.up.release()
 			b.up.dev, b.up.pin = dev, nil

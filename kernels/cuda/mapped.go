@@ -131,7 +131,9 @@ func (m memory) AllocMapped(n int, use tensor.MappedUse) (tensor.DevicePtr, []by
 	defer release()
 	for i, x := range drop {
 		if err := hostFree(x.host); err != nil {
-			mapped.giveBack(drop[i:], b, pooled)
+			// That block is given up (not retried at every allocation);
+			// the rest go back.
+			mapped.giveBack(drop[i+1:], b, pooled)
 			return 0, nil, err
 		}
 	}
