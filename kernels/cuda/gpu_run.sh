@@ -186,7 +186,7 @@ if has tests; then
 	# the full run below, which then says nothing more. newest_tests
 	# lists them (top-level tests; TestConformance's newest subtests
 	# separately).
-	newest_conformance='^(GATMean\+GATMeanAct\+GatherConcat|GatherSums|GATMeansAct|LinearActLayerNorms|ReluHeads|GATMeanGrad\+GATMeanGradFits|GatherMeanGrad\+GatherMeanGradAdd|LinearBackwardAdd\+LinearBackwardAccumulate|MatMulsT|ForeachNorm\+ForeachScale\+ForeachAxpy|BeginSequence\+EndSequence|NewStager\+Stage\+StageFunc\+StageAhead\+Await\+Release\+StartTrace\+BeginStep\+EndStep\+StopTrace\+Close\+StageInline)$'
+	newest_conformance='^(GATAggregate\+GatherMean|GatherSum|GATMean\+GATMeanAct\+GatherConcat|GatherSums|GATMeansAct|LinearActLayerNorms|ReluHeads|GATMeanGrad\+GATMeanGradFits|GatherMeanGrad\+GatherMeanGradAdd|LinearBackwardAdd\+LinearBackwardAccumulate|MatMulsT|ForeachNorm\+ForeachScale\+ForeachAxpy|BeginSequence\+EndSequence|NewStager\+Stage\+StageFunc\+StageAhead\+Await\+Release\+StartTrace\+BeginStep\+EndStep\+StopTrace\+Close\+StageInline)$'
 	newest_tests='^(TestMappedMemoryOnCUDA|TestKernelsLoadFromCubins|TestPolicyInferenceOnCUDA|TestGatherInOnCUDA|TestSequenceAcrossCaptureBounds|TestSequencesOffHoldNothing|TestUploadsWithoutWaitKeepTheirBytes|TestGemmJoinTF32OnCUDA|TestGATWarpsOnCUDA|TestSideStreamsOnCUDA|TestAllocatorReusesQueuedFrees|TestSwitchDefaults|TestToHostMany|TestAllocatorSlabs|TestAllocatorReuses)$'
 	echo "== kernels/cuda tests of the newest code, first"
 	step "kernels/cuda newest conformance" 60 "$out/kernels_cuda_newest_conformance.log" \
