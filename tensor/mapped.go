@@ -45,7 +45,8 @@ func (u MappedUse) String() string {
 // ErrNoMappedMemory is EmptyMapped's error (wrapped) where the device
 // gives no mapped memory for the use asked: the CPU, a device whose
 // memory is not a HostMapper, or one switched off (CUDA's
-// ESPER_CUDA_MAPPED). The caller uses ordinary device memory instead.
+// ESPER_CUDA_MAPPED_INPUTS and ESPER_CUDA_MAPPED_OUTPUTS). The caller
+// uses ordinary device memory instead.
 var ErrNoMappedMemory = errors.New("no mapped host memory")
 
 // HostMapper is implemented by a DeviceMemory whose device can address
