@@ -590,6 +590,18 @@ func TestLinearSumsAct(t *testing.T) {
 		}
 	}
 	require.Panics(t, func() { LinearSumsAct(termss, scales[:1], kernels.GeluErf, res) })
+
+	// A gathered term given without its CSR (Src and Dst alone) takes the
+	// unfused sums — decided before any product launches — with the
+	// composition's values.
+	noCSR := ab
+	noCSR.RowPtr, noCSR.Order = nil, nil
+	termss[1][0].Edges = &noCSR
+	require.NotPanics(t, func() { joined(nil) })
+	composed(nil)
+	for i := range termss {
+		sameVars(t, "LinearSumsAct, a term without its CSR", got[i], want[i])
+	}
 }
 
 // TestReluHeadGroupsJoined: a policy's heads as its forward hands them
