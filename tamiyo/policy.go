@@ -539,7 +539,11 @@ func stageGraph(g *Graph, dt tensor.DType, dev tensor.Device, reuse *stagingBuff
 		// every sum over a node's edges as it was.
 		src, dst, at := e.Src, e.Dst, e.Attr
 		if !sorted {
-			src, dst, at = sortedEdges(order, e.Src, e.Dst, e.Attr, EdgeFeatures)
+			var sc *sortedScratch
+			if reuse != nil {
+				sc = &reuse.sorted[r]
+			}
+			src, dst, at = sortedEdges(sc, order, e.Src, e.Dst, e.Attr, EdgeFeatures)
 		}
 		st.int64s(&gt.src[r], src, e.Len())
 		st.int64s(&gt.dst[r], dst, e.Len())

@@ -64,6 +64,9 @@ type stagingBuffers struct {
 	// up, when set, copies into kept buffers without the host waiting
 	// (upload.go): nil for a user that only wants the buffers kept.
 	up *pinnedUpload
+	// sorted are the relations' sortedEdges scratch, for graphs whose
+	// edges do not come sorted by destination.
+	sorted [NumRelations]sortedScratch
 	// csrs are the relations' last CSRs, by their destinations: a graph
 	// of the last one's topology reuses them (csr).
 	csrs [NumRelations]csrCache
@@ -129,11 +132,29 @@ func (b *stagingBuffers) csr(r int, dst []int64, nd int) (rowPtr, order []int64,
 	return rowPtr, order, c.sorted, nil
 }
 
+// sortedScratch is one relation's sortedEdges output, kept for the next
+// call (the staging copies what it is given).
+type sortedScratch struct {
+	src, dst []int64
+	attr     []float32
+}
+
 // sortedEdges returns a relation's sources, destinations and attributes
 // (f a row) in the order order lists them (kernels.BuildCSR's: by
-// destination, stable), in new slices.
-func sortedEdges(order, src, dst []int64, attr []float32, f int) ([]int64, []int64, []float32) {
-	s, d, a := make([]int64, len(order)), make([]int64, len(order)), make([]float32, len(order)*f)
+// destination, stable), in sc's slices (grown as needed; new ones for a
+// nil sc).
+func sortedEdges(sc *sortedScratch, order, src, dst []int64, attr []float32, f int) ([]int64, []int64, []float32) {
+	if sc == nil {
+		sc = &sortedScratch{}
+	}
+	n := len(order)
+	if cap(sc.src) < n {
+		sc.src, sc.dst = make([]int64, n), make([]int64, n)
+	}
+	if cap(sc.attr) < n*f {
+		sc.attr = make([]float32, n*f)
+	}
+	s, d, a := sc.src[:n], sc.dst[:n], sc.attr[:n*f]
 	for p, k := range order {
 		s[p], d[p] = src[k], dst[k]
 		copy(a[p*f:(p+1)*f], attr[int(k)*f:int(k+1)*f])
