@@ -169,7 +169,7 @@ func CopyFromHostBytes(dst *Tensor, raw []byte) error {
 		return nil
 	}
 	if err := s.block.mem.CopyToDevice(s.DevicePtr(), off, raw); err != nil {
-		return fmt.Errorf("tensor: copying %d bytes to %v: %w", len(raw), dst.Device(), err)
+		return fmt.Errorf("tensor: copying %v %v to %v: %w", dst.DType(), dst.shape, dst.Device(), err)
 	}
 	return nil
 }

@@ -236,22 +236,7 @@ func CopyFromHost(dst, src *Tensor) error {
 		return nil
 	}
 	src = src.Contiguous()
-	bytes := src.storage.host[src.offset*src.DType().Size():][:src.Nbytes()]
-	off := dst.offset * dst.DType().Size()
-	if dst.Device().Kind == KindSim {
-		copy(dst.storage.host[off:], bytes)
-		return nil
-	}
-	if len(bytes) == 0 {
-		return nil
-	}
-	if dst.storage.mapped {
-		return CopyFromHostBytes(dst, bytes)
-	}
-	if err := dst.storage.block.mem.CopyToDevice(dst.storage.DevicePtr(), off, bytes); err != nil {
-		return fmt.Errorf("tensor: copying %v %v to %v: %w", src.DType(), src.shape, dst.Device(), err)
-	}
-	return nil
+	return CopyFromHostBytes(dst, src.storage.host[src.offset*src.DType().Size():][:src.Nbytes()])
 }
 
 // toHost copies a contiguous device tensor into a new CPU tensor.

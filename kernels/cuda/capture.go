@@ -37,17 +37,22 @@ func (b *Backend) Capturing() bool { return b.d.Capturing() }
 // Synchronize implements kernels.Backend: it waits for the stream and
 // counts a host sync of the device.
 func (b *Backend) Synchronize() error {
-	if b.d.Capturing() {
+	return b.d.syncCounted()
+}
+
+// syncCounted waits for the device's stream, a host sync counted as sim
+// counts its own (tensor.HostSyncs), with the time it took;
+// ErrSyncInCapture during a capture.
+func (d *Device) syncCounted() error {
+	if d.Capturing() {
 		return ErrSyncInCapture
 	}
 	start := time.Now()
-	if err := b.d.Synchronize(); err != nil {
+	if err := d.Synchronize(); err != nil {
 		return err
 	}
-	// The host waited for the device: a host sync, counted as sim counts
-	// its own (tensor.HostSyncs), with the time it took.
-	tensor.CountHostSync(tensor.CUDA(b.d.ordinal))
-	tensor.AddHostSyncTime(tensor.CUDA(b.d.ordinal), time.Since(start))
+	tensor.CountHostSync(tensor.CUDA(d.ordinal))
+	tensor.AddHostSyncTime(tensor.CUDA(d.ordinal), time.Since(start))
 	return nil
 }
 

@@ -34,7 +34,6 @@ import "C"
 import (
 	"fmt"
 	"sync"
-	"time"
 	"unsafe"
 
 	"github.com/esper-go/esper/tensor"
@@ -223,18 +222,13 @@ func (m memory) FreeMapped(p tensor.DevicePtr) {
 }
 
 // waitIdle returns once the device's queued work is done: at once when
-// it is idle, else after a wait, counted as a host sync.
+// it is idle, else after a wait, counted as a host sync (syncCounted).
 func (m memory) waitIdle() error {
 	idle, err := m.Idle()
 	if err != nil || idle {
 		return err
 	}
-	dev := tensor.CUDA(m.d.ordinal)
-	tensor.CountHostSync(dev)
-	start := time.Now()
-	err = m.Wait()
-	tensor.AddHostSyncTime(dev, time.Since(start))
-	return err
+	return m.d.syncCounted()
 }
 
 // Idle implements tensor.HostMapper: whether every piece of work queued
@@ -260,9 +254,7 @@ func (m memory) Idle() (bool, error) {
 // (the caller counts the host sync). An error during a capture.
 func (m memory) Wait() error {
 	if m.d.Capturing() {
-		return fmt.Errorf("cuda: waiting for the device during a graph capture (a mapped tensor read or written on the host)")
+		return fmt.Errorf("%w (a mapped tensor read or written on the host)", ErrSyncInCapture)
 	}
-	release := m.d.enter()
-	defer release()
-	return m.d.stream.Synchronize()
+	return m.d.Synchronize()
 }
